@@ -1,0 +1,110 @@
+"""voxflow exceptions.
+
+One tree for the whole project, so callers catch voxflow errors and never a
+third-party one (``litellm.*``, ``aiortc.*``)::
+
+    VoxflowError
+    + FlowDefinitionError        bad @start/@listen/@router wiring; raised when the class is created
+    + FlowRuntimeError           a run broke a rule only visible at run time (also RuntimeError)
+    + ConversationModeError      turn APIs on a non-conversational flow (also ValueError)
+    + ConversationEndedError     a turn after the conversation ended (also RuntimeError)
+    + ResourceClosedError        used after *we* closed it (also RuntimeError)
+    + AdapterBrokenError         device/peer went away; original error in __cause__
+    + TurnInProgressError        a second tracked turn before the first settled (also RuntimeError)
+    + TurnIdentityError          a reused turn_id or a foreign session (also ValueError)
+    + ProviderError              LLM/STT/TTS failure; .retryable says whether to try again
+    + ModelNotFoundError         a bundled model package is missing; names the package to install
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "AdapterBrokenError",
+    "ConversationEndedError",
+    "ConversationModeError",
+    "FlowDefinitionError",
+    "FlowRuntimeError",
+    "ModelNotFoundError",
+    "ProviderError",
+    "ResourceClosedError",
+    "TurnIdentityError",
+    "TurnInProgressError",
+    "VoxflowError",
+]
+
+
+class VoxflowError(Exception):
+    """Base class of every error voxflow raises on purpose."""
+
+
+class FlowDefinitionError(VoxflowError):
+    """A Flow class is wired wrongly; raised when the class is created.
+
+    Attributes:
+        flow: the class name.
+        method: the offending method name, when there is one.
+        label: the offending trigger or route label, when there is one.
+    """
+
+    def __init__(
+        self, message: str, *, flow: str, method: str | None = None, label: str | None = None
+    ) -> None:
+        super().__init__(message)
+        self.flow = flow
+        self.method = method
+        self.label = label
+
+
+class FlowRuntimeError(VoxflowError, RuntimeError):
+    """A run broke a rule that can only be seen at run time (e.g. a router label
+    that equals another method's name)."""
+
+
+class ConversationModeError(VoxflowError, ValueError):
+    """A conversational API was called on a flow that is not conversational."""
+
+
+class ConversationEndedError(VoxflowError, RuntimeError):
+    """A turn was started after the conversation ended (``state.ended`` is true)."""
+
+
+class ResourceClosedError(VoxflowError, RuntimeError):
+    """An object was used after it was closed by its owner."""
+
+
+class AdapterBrokenError(VoxflowError):
+    """The device or peer behind an adapter went away; the cause is in ``__cause__``."""
+
+
+class TurnInProgressError(VoxflowError, RuntimeError):
+    """A second tracked turn was started before the active one settled."""
+
+
+class TurnIdentityError(VoxflowError, ValueError):
+    """A turn identity was reused, or belongs to another session."""
+
+
+class ProviderError(VoxflowError):
+    """An LLM, STT or TTS provider failed.
+
+    Attributes:
+        provider: the provider or model name.
+        retryable: whether the same call may succeed if tried again.
+    """
+
+    def __init__(self, message: str, *, provider: str, retryable: bool = False) -> None:
+        super().__init__(message)
+        self.provider = provider
+        self.retryable = retryable
+
+
+class ModelNotFoundError(VoxflowError, LookupError):
+    """A model is not installed; the message names the package that provides it.
+
+    Attributes:
+        package: the PyPI distribution to install, when one provides the model.
+    """
+
+    def __init__(self, message: str, *, package: str | None = None) -> None:
+        super().__init__(message)
+        self.package = package
