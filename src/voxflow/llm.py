@@ -1,0 +1,670 @@
+"""LLM access: ``LLM`` over litellm, and the ``BaseLLM`` protocol the runtime calls.
+
+Everything in voxflow that talks to a model (``converse_turn``, the router,
+``classify_intent``, ``Agent``) goes through ``BaseLLM.acall``. ``LLM`` implements it
+with ``litellm.acompletion``:
+
+* async first: ``acall`` / ``astream``; ``call`` is a sync wrapper for scripts;
+* streaming: ``acall(..., stream=True)`` streams internally (observers see every chunk,
+  see :func:`observe_llm`) and returns the whole answer; ``astream`` hands chunks to the
+  caller and is cancellable mid-stream: cancelling the consuming task, or leaving the
+  ``async with`` block early, closes the provider stream instead of draining it;
+* structured output: ``response_format=`` a pydantic model class (parsed into
+  ``LLMResponse.parsed``) or a JSON-schema dict;
+* tool calls: ``tools=`` OpenAI-style tool specs; requested calls come back in
+  ``LLMResponse.tool_calls`` (``voxflow.Agent`` runs the loop);
+* provider failures become :class:`voxflow.errors.ProviderError` with ``retryable``.
+
+litellm is imported lazily on the first call (it takes seconds to import), so
+``import voxflow`` stays light. ``mock_response=`` is passed through to litellm for
+offline, deterministic tests; a list of mock responses is consumed one per call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import contextvars
+import dataclasses
+import itertools
+import json
+import os
+import threading
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
+from types import TracebackType
+from typing import Any, Literal, Protocol, TypeVar, runtime_checkable
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from voxflow.errors import ProviderError
+
+__all__ = [
+    "LLM",
+    "BaseLLM",
+    "LLMConfig",
+    "LLMEvent",
+    "LLMResponse",
+    "LLMStream",
+    "Messages",
+    "ToolCall",
+    "agent_scope",
+    "coerce_llm",
+    "normalize_messages",
+    "observe_llm",
+    "run_sync",
+]
+
+_T = TypeVar("_T")
+
+Messages = str | Sequence[Mapping[str, Any] | BaseModel]
+"""A prompt: one user string, or chat messages (dicts or ``ConversationMessage``s)."""
+
+LLMEventType = Literal[
+    "llm_call_started", "llm_stream_chunk", "llm_call_completed", "llm_call_failed"
+]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class LLMEvent:
+    """One observable step of an LLM call, delivered to :func:`observe_llm` callbacks."""
+
+    type: LLMEventType
+    call_id: str
+    model: str
+    content: str = ""
+    """the text delta (``llm_stream_chunk``) or the whole answer (``llm_call_completed``)"""
+    has_tools: bool = False
+    """whether the call offered tools (tool-enabled calls are never public speech)"""
+    agent_name: str | None = None
+    """the ``Agent`` that made the call, if any"""
+
+
+_observers: contextvars.ContextVar[tuple[Callable[[LLMEvent], None], ...]] = contextvars.ContextVar(
+    "voxflow_llm_observers", default=()
+)
+_agent_name: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "voxflow_llm_agent", default=None
+)
+_call_ids = itertools.count(1)
+
+
+@contextlib.contextmanager
+def observe_llm(callback: Callable[[LLMEvent], None]) -> Iterator[None]:
+    """Deliver every LLM event of calls made in this context (and its tasks) to ``callback``.
+
+    Callbacks run synchronously on the calling task and must not block; an exception in
+    one is not swallowed. Nested contexts add observers; leaving restores the outer set.
+    """
+    if not callable(callback):
+        raise TypeError("callback must be callable")
+    token = _observers.set((*_observers.get(), callback))
+    try:
+        yield
+    finally:
+        _observers.reset(token)
+
+
+def _emit(event: LLMEvent) -> None:
+    for callback in _observers.get():
+        callback(event)
+
+
+class ToolCall(BaseModel):
+    """A tool call requested by the model."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    id: str = Field(description="the provider's call id; the tool message answers it")
+    name: str = Field(description="the tool (function) name")
+    arguments: str = Field(default="{}", description="the arguments as a JSON string")
+
+    def parsed_arguments(self) -> dict[str, Any]:
+        """The arguments decoded; ``{}`` when empty. Raises ValueError on invalid JSON."""
+        if not self.arguments.strip():
+            return {}
+        value = json.loads(self.arguments)
+        if not isinstance(value, dict):
+            raise ValueError("tool arguments must be a JSON object")
+        return value
+
+    def to_llm(self) -> dict[str, Any]:
+        """The OpenAI ``tool_calls`` entry for an assistant message."""
+        return {
+            "id": self.id,
+            "type": "function",
+            "function": {"name": self.name, "arguments": self.arguments},
+        }
+
+
+class LLMResponse(BaseModel):
+    """The result of one completion."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    content: str | None = Field(default=None, description="the answer text")
+    tool_calls: tuple[ToolCall, ...] = Field(default=(), description="requested tool calls")
+    parsed: Any = Field(
+        default=None,
+        description="response_format model instance; None when not asked or it did not match",
+    )
+    model: str = Field(default="", description="the model that answered")
+    call_id: str = Field(default="", description="voxflow's id for this call (see LLMEvent)")
+
+    def __str__(self) -> str:
+        return self.content or ""
+
+
+class LLMConfig(BaseModel):
+    """How to call one model: a litellm model id plus completion parameters."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    model: str = Field(min_length=1, description="litellm model id, e.g. 'openai/gpt-4o-mini'")
+    temperature: float | None = Field(default=None, ge=0, le=2)
+    max_tokens: int | None = Field(default=None, gt=0)
+    timeout: float | None = Field(default=None, gt=0, description="seconds per request")
+    api_base: str | None = Field(default=None, description="custom endpoint (e.g. a local server)")
+    params: dict[str, Any] = Field(
+        default_factory=dict, description="other litellm.acompletion keyword arguments"
+    )
+
+    @classmethod
+    def from_value(cls, value: str | Mapping[str, Any] | LLMConfig) -> LLMConfig:
+        """Build from a model id string or a mapping like ``{model: ..., max_tokens: 512}``.
+
+        Unknown mapping keys go to ``params``.
+        """
+        if isinstance(value, LLMConfig):
+            return value
+        if isinstance(value, str):
+            return cls(model=value)
+        if isinstance(value, Mapping):
+            known = {k: value[k] for k in value if k in cls.model_fields and k != "params"}
+            extra = {k: v for k, v in value.items() if k not in cls.model_fields}
+            extra.update(dict(value.get("params") or {}))
+            return cls(**known, params=extra)
+        raise TypeError(f"llm must be a model id string or a mapping, not {type(value).__name__}")
+
+
+@runtime_checkable
+class BaseLLM(Protocol):
+    """What voxflow needs from a language model. ``LLM`` implements it; so can your own."""
+
+    @property
+    def model(self) -> str:
+        """A model name, for errors and traces."""
+        ...
+
+    async def acall(
+        self,
+        messages: Messages,
+        *,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        response_format: type[BaseModel] | Mapping[str, Any] | None = None,
+        stream: bool = False,
+    ) -> LLMResponse:
+        """Complete ``messages``; with ``stream=True`` observers see chunks as they arrive."""
+        ...
+
+
+def normalize_messages(messages: Messages) -> list[dict[str, Any]]:
+    """Chat messages as plain dicts; a string becomes one user message.
+
+    Raises:
+        TypeError: ``messages`` is neither a string nor a sequence of messages.
+        ValueError: ``messages`` is empty or a message has no role.
+    """
+    if isinstance(messages, str):
+        if not messages.strip():
+            raise ValueError("messages must not be empty")
+        return [{"role": "user", "content": messages}]
+    if not isinstance(messages, Sequence):
+        raise TypeError("messages must be a string or a sequence of chat messages")
+    out: list[dict[str, Any]] = []
+    for i, message in enumerate(messages):
+        if isinstance(message, BaseModel):
+            to_llm = getattr(message, "to_llm", None)
+            item = to_llm() if callable(to_llm) else message.model_dump(exclude_none=True)
+        elif isinstance(message, Mapping):
+            item = dict(message)
+        else:
+            raise TypeError(f"messages[{i}] must be a mapping or a message model")
+        if "role" not in item:
+            raise ValueError(f"messages[{i}] has no 'role'")
+        out.append(item)
+    if not out:
+        raise ValueError("messages must not be empty")
+    return out
+
+
+def _litellm() -> Any:
+    """Import litellm on first use, quietly and without fetching the cost map."""
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    import litellm
+
+    litellm.suppress_debug_info = True
+    litellm.telemetry = False
+    return litellm
+
+
+def _translate(exc: Exception, model: str) -> ProviderError:
+    """A voxflow ProviderError for a litellm/provider failure, retryable when transient."""
+    litellm = _litellm()
+    transient = tuple(
+        cls
+        for name in (
+            "RateLimitError",
+            "Timeout",
+            "APIConnectionError",
+            "ServiceUnavailableError",
+            "InternalServerError",
+        )
+        if isinstance(cls := getattr(litellm, name, None), type)
+    )
+    status = getattr(exc, "status_code", None)
+    retryable = isinstance(exc, transient) or (
+        isinstance(status, int) and (status in (408, 409, 429) or status >= 500)
+    )
+    kind = type(exc).__name__
+    return ProviderError(f"{model} call failed ({kind})", provider=model, retryable=retryable)
+
+
+def _response_format_arg(
+    response_format: type[BaseModel] | Mapping[str, Any] | None,
+) -> Any:
+    if response_format is None:
+        return None
+    if isinstance(response_format, type) and issubclass(response_format, BaseModel):
+        return response_format
+    if isinstance(response_format, Mapping):
+        return dict(response_format)
+    raise TypeError("response_format must be a pydantic model class or a JSON-schema mapping")
+
+
+def _parse(content: str | None, response_format: Any) -> Any:
+    if content is None or not (
+        isinstance(response_format, type) and issubclass(response_format, BaseModel)
+    ):
+        return None
+    try:
+        return response_format.model_validate_json(content)
+    except ValidationError:
+        return None
+
+
+class LLM:
+    """A litellm-backed model. ``LLM("openai/gpt-4o-mini")`` or ``LLM({"model": ...})``.
+
+    Args:
+        model: a model id, a config mapping (``{model: ..., max_tokens: 512}``) or an
+            ``LLMConfig``.
+        mock_response: passed to litellm for offline tests: a string, an exception, a
+            response dict (``{"choices": [...]}``) or a list of these consumed one per
+            call (the last one repeats).
+        **params: extra ``litellm.acompletion`` keyword arguments (``temperature=`` ...).
+    """
+
+    def __init__(
+        self,
+        model: str | Mapping[str, Any] | LLMConfig,
+        *,
+        mock_response: Any = None,
+        **params: Any,
+    ) -> None:
+        config = LLMConfig.from_value(model)
+        if params:
+            merged = {**config.model_dump(exclude={"params"}), **config.params, **params}
+            config = LLMConfig.from_value({k: v for k, v in merged.items() if v is not None})
+        self.config = config
+        self._mocks: list[Any] | None = None
+        self._mock: Any = None
+        if isinstance(mock_response, list | tuple):
+            if not mock_response:
+                raise ValueError("mock_response must not be an empty list")
+            self._mocks = list(mock_response)
+        else:
+            self._mock = mock_response
+        self._mock_lock = threading.Lock()
+
+    @property
+    def model(self) -> str:
+        """The litellm model id."""
+        return self.config.model
+
+    def __repr__(self) -> str:
+        return f"LLM(model={self.model!r})"
+
+    def _next_mock(self) -> Any:
+        with self._mock_lock:
+            if self._mocks is None:
+                return self._mock
+            return self._mocks.pop(0) if len(self._mocks) > 1 else self._mocks[0]
+
+    def _kwargs(
+        self,
+        messages: Messages,
+        tools: Sequence[Mapping[str, Any]] | None,
+        response_format: Any,
+        stream: bool,
+    ) -> dict[str, Any]:
+        config = self.config
+        kwargs: dict[str, Any] = {"model": config.model, "messages": normalize_messages(messages)}
+        for name in ("temperature", "max_tokens", "timeout", "api_base"):
+            value = getattr(config, name)
+            if value is not None:
+                kwargs[name] = value
+        kwargs.update(config.params)
+        if tools:
+            kwargs["tools"] = [dict(t) for t in tools]
+        rf = _response_format_arg(response_format)
+        if rf is not None:
+            kwargs["response_format"] = rf
+        if stream:
+            kwargs["stream"] = True
+        mock = self._next_mock()
+        if mock is not None:
+            if isinstance(mock, Mapping) and "choices" not in mock:
+                mock = _mock_dict(mock)
+            kwargs["mock_response"] = mock
+        return kwargs
+
+    async def acall(
+        self,
+        messages: Messages,
+        *,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        response_format: type[BaseModel] | Mapping[str, Any] | None = None,
+        stream: bool = False,
+    ) -> LLMResponse:
+        """Complete ``messages`` and return the whole answer.
+
+        Args:
+            messages: a user string or chat messages.
+            tools: OpenAI-style tool specs the model may call.
+            response_format: a pydantic model class (its instance lands in ``parsed``) or
+                a JSON-schema mapping.
+            stream: stream from the provider, so observers get ``llm_stream_chunk``
+                events as text arrives; the return value is the same.
+
+        Raises:
+            ProviderError: the provider failed; ``retryable`` tells whether to retry.
+        """
+        if stream:
+            async with self.astream(messages, tools=tools, response_format=response_format) as s:
+                async for _ in s:
+                    pass
+            assert s.response is not None
+            return s.response
+        kwargs = self._kwargs(messages, tools, response_format, stream=False)
+        call_id = f"llm-{next(_call_ids)}"
+        agent = _agent_name.get()
+        _emit(
+            LLMEvent(
+                "llm_call_started", call_id, self.model, has_tools=bool(tools), agent_name=agent
+            )
+        )
+        litellm = _litellm()
+        try:
+            raw = await litellm.acompletion(**kwargs)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            _emit(LLMEvent("llm_call_failed", call_id, self.model, agent_name=agent))
+            raise _translate(exc, self.model) from exc
+        message = raw.choices[0].message
+        calls = tuple(
+            ToolCall(
+                id=c.id or f"call_{i}", name=c.function.name, arguments=c.function.arguments or "{}"
+            )
+            for i, c in enumerate(getattr(message, "tool_calls", None) or ())
+        )
+        content = message.content
+        response = LLMResponse(
+            content=content,
+            tool_calls=calls,
+            parsed=_parse(content, kwargs.get("response_format")),
+            model=self.model,
+            call_id=call_id,
+        )
+        _emit(
+            LLMEvent("llm_call_completed", call_id, self.model, content or "", bool(tools), agent)
+        )
+        return response
+
+    def astream(
+        self,
+        messages: Messages,
+        *,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        response_format: type[BaseModel] | Mapping[str, Any] | None = None,
+    ) -> LLMStream:
+        """Stream text deltas: ``async with llm.astream(msgs) as s: async for text in s``.
+
+        Leaving the block early, or cancelling the task that iterates, closes the
+        provider stream without draining it. ``s.response`` holds the whole answer once
+        the stream is exhausted.
+        """
+        kwargs = self._kwargs(messages, tools, response_format, stream=True)
+        return LLMStream(self.model, kwargs, has_tools=bool(tools))
+
+    def call(
+        self,
+        messages: Messages,
+        *,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        response_format: type[BaseModel] | Mapping[str, Any] | None = None,
+    ) -> LLMResponse:
+        """Sync wrapper of :meth:`acall` for scripts; prefer ``acall`` in async code."""
+        return run_sync(lambda: self.acall(messages, tools=tools, response_format=response_format))
+
+
+def _mock_dict(spec: Mapping[str, Any]) -> dict[str, Any]:
+    """Expand ``{"content": ..., "tool_calls": [...]}`` into a litellm response dict."""
+    calls = [
+        {
+            "id": c.get("id", f"call_{i}"),
+            "type": "function",
+            "function": {
+                "name": c["name"],
+                "arguments": c["arguments"]
+                if isinstance(c.get("arguments"), str)
+                else json.dumps(c.get("arguments", {})),
+            },
+        }
+        for i, c in enumerate(spec.get("tool_calls", ()))
+    ]
+    message: dict[str, Any] = {"role": "assistant", "content": spec.get("content")}
+    if calls:
+        message["tool_calls"] = calls
+    finish = "tool_calls" if calls else "stop"
+    return {"choices": [{"index": 0, "message": message, "finish_reason": finish}]}
+
+
+class LLMStream:
+    """An in-flight streamed completion; an async iterator of text deltas.
+
+    Use it as an async context manager so the provider stream is always closed.
+    """
+
+    def __init__(self, model: str, kwargs: dict[str, Any], *, has_tools: bool) -> None:
+        self._model = model
+        self._kwargs = kwargs
+        self._has_tools = has_tools
+        self._provider: Any = None
+        self._iter: AsyncIterator[str] | None = None
+        self.call_id = f"llm-{next(_call_ids)}"
+        self.response: LLMResponse | None = None
+        """the whole answer, set once the stream is exhausted"""
+        self.chunks_received = 0
+        """provider chunks read so far (a closed-early stream stops counting)"""
+        self.closed = False
+
+    async def __aenter__(self) -> LLMStream:
+        return self
+
+    async def __aexit__(
+        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()
+
+    def __aiter__(self) -> AsyncIterator[str]:
+        if self._iter is None:
+            self._iter = self._run()
+        return self._iter
+
+    async def aclose(self) -> None:
+        """Close the provider stream now, without draining it. Idempotent."""
+        if self._iter is not None:
+            closer = getattr(self._iter, "aclose", None)
+            if closer is not None:
+                await closer()
+        await self._close_provider()
+
+    async def _close_provider(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        provider, self._provider = self._provider, None
+        if provider is not None and hasattr(provider, "aclose"):
+            await provider.aclose()
+
+    async def _run(self) -> AsyncIterator[str]:
+        agent = _agent_name.get()
+        _emit(
+            LLMEvent(
+                "llm_call_started",
+                self.call_id,
+                self._model,
+                has_tools=self._has_tools,
+                agent_name=agent,
+            )
+        )
+        litellm = _litellm()
+        text: list[str] = []
+        calls: dict[int, dict[str, str]] = {}
+        try:
+            try:
+                self._provider = await litellm.acompletion(**self._kwargs)
+                async for chunk in self._provider:
+                    self.chunks_received += 1
+                    delta = chunk.choices[0].delta if chunk.choices else None
+                    if delta is None:
+                        continue
+                    for tc in getattr(delta, "tool_calls", None) or ():
+                        slot = calls.setdefault(
+                            tc.index or 0, {"id": "", "name": "", "arguments": ""}
+                        )
+                        slot["id"] = tc.id or slot["id"]
+                        if tc.function is not None:
+                            slot["name"] += tc.function.name or ""
+                            slot["arguments"] += tc.function.arguments or ""
+                    piece = delta.content
+                    if piece:
+                        text.append(piece)
+                        _emit(
+                            LLMEvent(
+                                "llm_stream_chunk",
+                                self.call_id,
+                                self._model,
+                                piece,
+                                self._has_tools,
+                                agent,
+                            )
+                        )
+                        yield piece
+            except (asyncio.CancelledError, GeneratorExit):
+                raise
+            except Exception as exc:
+                _emit(LLMEvent("llm_call_failed", self.call_id, self._model, agent_name=agent))
+                raise _translate(exc, self._model) from exc
+        finally:
+            # Shielded so a cancelled consumer still releases the provider connection.
+            await asyncio.shield(self._close_provider())
+        content = "".join(text) if text else None
+        self.response = LLMResponse(
+            content=content,
+            tool_calls=tuple(
+                ToolCall(
+                    id=c["id"] or f"call_{i}", name=c["name"], arguments=c["arguments"] or "{}"
+                )
+                for i, c in sorted(calls.items())
+            ),
+            parsed=_parse(content, self._kwargs.get("response_format")),
+            model=self._model,
+            call_id=self.call_id,
+        )
+        _emit(
+            LLMEvent(
+                "llm_call_completed",
+                self.call_id,
+                self._model,
+                content or "",
+                self._has_tools,
+                agent,
+            )
+        )
+
+
+def coerce_llm(
+    value: BaseLLM | str | Mapping[str, Any] | None, *, name: str = "llm"
+) -> BaseLLM | None:
+    """An LLM from a model id, a config mapping, an ``LLM``/``BaseLLM``, or None.
+
+    Raises:
+        TypeError: ``value`` is none of these; the message names ``name``.
+    """
+    if value is None:
+        return None
+    if isinstance(value, str | Mapping | LLMConfig):
+        try:
+            return LLM(value)
+        except (TypeError, ValidationError) as exc:
+            raise TypeError(f"{name}: invalid LLM configuration ({exc})") from exc
+    if isinstance(value, BaseLLM):
+        return value
+    raise TypeError(
+        f"{name} must be a model id, a config mapping or a BaseLLM, not {type(value).__name__}"
+    )
+
+
+@contextlib.contextmanager
+def agent_scope(agent_name: str) -> Iterator[None]:
+    """Tag LLM events of calls made in this context with ``agent_name``."""
+    token = _agent_name.set(agent_name)
+    try:
+        yield
+    finally:
+        _agent_name.reset(token)
+
+
+def run_sync(make: Callable[[], Awaitable[_T]]) -> _T:
+    """Run the coroutine ``make()`` to completion from sync code.
+
+    Without a running loop in this thread it uses ``asyncio.run``; inside one (a sync
+    method called from async code) it runs on a worker thread with its own loop, so the
+    caller's loop is never re-entered.
+    """
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(_await(make))
+    result: list[_T] = []
+    error: list[BaseException] = []
+    ctx = contextvars.copy_context()
+
+    def worker() -> None:
+        try:
+            result.append(ctx.run(asyncio.run, _await(make)))
+        except BaseException as exc:
+            error.append(exc)
+
+    thread = threading.Thread(target=worker, name="voxflow-run-sync", daemon=True)
+    thread.start()
+    thread.join()
+    if error:
+        raise error[0]
+    return result[0]
+
+
+async def _await(make: Callable[[], Awaitable[_T]]) -> _T:
+    return await make()
