@@ -1,1 +1,219 @@
-"""voxflow voice pipeline."""
+"""voxflow voice pipeline: audio types, VAD, turn detection, STT, TTS, segmenter.
+
+Heavy libraries (faster-whisper, piper, onnxruntime) load only when a model is first
+used, so importing this package is cheap.
+"""
+
+from __future__ import annotations
+
+from .audio import (
+    STT_SAMPLE_RATE as STT_SAMPLE_RATE,
+)
+from .audio import (
+    AudioChunk as AudioChunk,
+)
+from .audio import (
+    InputConverter as InputConverter,
+)
+from .audio import (
+    Resampler as Resampler,
+)
+from .audio import (
+    WordTiming as WordTiming,
+)
+from .audio import (
+    float_to_pcm16 as float_to_pcm16,
+)
+from .audio import (
+    pcm16_to_float as pcm16_to_float,
+)
+from .audio import (
+    read_wav as read_wav,
+)
+from .audio import (
+    resample as resample,
+)
+from .audio import (
+    to_mono as to_mono,
+)
+from .audio import (
+    write_wav as write_wav,
+)
+from .models import (
+    BASE_PART_MODULES as BASE_PART_MODULES,
+)
+from .models import (
+    DEFAULT_PIPER_MODULE as DEFAULT_PIPER_MODULE,
+)
+from .models import (
+    DEFAULT_TINY_EN_MODULE as DEFAULT_TINY_EN_MODULE,
+)
+from .models import (
+    WHISPER_BASE_SIZE as WHISPER_BASE_SIZE,
+)
+from .models import (
+    assemble_whisper_base as assemble_whisper_base,
+)
+from .models import (
+    default_cache_dir as default_cache_dir,
+)
+from .models import (
+    find_piper_voice as find_piper_voice,
+)
+from .models import (
+    find_silero_vad as find_silero_vad,
+)
+from .models import (
+    find_whisper_model as find_whisper_model,
+)
+from .models import (
+    load_piper_voice as load_piper_voice,
+)
+from .models import (
+    load_silero_session as load_silero_session,
+)
+from .models import (
+    load_whisper_model as load_whisper_model,
+)
+from .models import (
+    loaded_models as loaded_models,
+)
+from .segmenter import (
+    DEFAULT_SEGMENTER_SETTINGS as DEFAULT_SEGMENTER_SETTINGS,
+)
+from .segmenter import (
+    Segment as Segment,
+)
+from .segmenter import (
+    SegmenterSettings as SegmenterSettings,
+)
+from .segmenter import (
+    TextSegmenter as TextSegmenter,
+)
+from .stt import (
+    DEFAULT_STT_SETTINGS as DEFAULT_STT_SETTINGS,
+)
+from .stt import (
+    KNOWN_HALLUCINATIONS as KNOWN_HALLUCINATIONS,
+)
+from .stt import (
+    SttSettings as SttSettings,
+)
+from .stt import (
+    Transcript as Transcript,
+)
+from .stt import (
+    WhisperStt as WhisperStt,
+)
+from .tts import (
+    DEFAULT_TTS_SETTINGS as DEFAULT_TTS_SETTINGS,
+)
+from .tts import (
+    PiperTts as PiperTts,
+)
+from .tts import (
+    SynthesizedSentence as SynthesizedSentence,
+)
+from .tts import (
+    TtsSettings as TtsSettings,
+)
+from .tts import (
+    TtsStatistics as TtsStatistics,
+)
+from .turn_detector import (
+    DEFAULT_TURN_DETECTION as DEFAULT_TURN_DETECTION,
+)
+from .turn_detector import (
+    FAST_TURN_DETECTION as FAST_TURN_DETECTION,
+)
+from .turn_detector import (
+    BargeInDetected as BargeInDetected,
+)
+from .turn_detector import (
+    SpeechEnded as SpeechEnded,
+)
+from .turn_detector import (
+    SpeechStarted as SpeechStarted,
+)
+from .turn_detector import (
+    TurnDetection as TurnDetection,
+)
+from .turn_detector import (
+    TurnDetector as TurnDetector,
+)
+from .turn_detector import (
+    TurnDetectorEvent as TurnDetectorEvent,
+)
+from .turn_detector import (
+    UtteranceReady as UtteranceReady,
+)
+from .vad import (
+    FRAME_SAMPLES as FRAME_SAMPLES,
+)
+from .vad import (
+    EnergyVad as EnergyVad,
+)
+from .vad import (
+    SileroVad as SileroVad,
+)
+from .vad import (
+    VadStream as VadStream,
+)
+from .vad import (
+    VoiceActivityDetector as VoiceActivityDetector,
+)
+
+__all__ = [
+    "BASE_PART_MODULES",
+    "DEFAULT_PIPER_MODULE",
+    "DEFAULT_SEGMENTER_SETTINGS",
+    "DEFAULT_STT_SETTINGS",
+    "DEFAULT_TINY_EN_MODULE",
+    "DEFAULT_TTS_SETTINGS",
+    "DEFAULT_TURN_DETECTION",
+    "FAST_TURN_DETECTION",
+    "FRAME_SAMPLES",
+    "KNOWN_HALLUCINATIONS",
+    "STT_SAMPLE_RATE",
+    "WHISPER_BASE_SIZE",
+    "AudioChunk",
+    "BargeInDetected",
+    "EnergyVad",
+    "InputConverter",
+    "PiperTts",
+    "Resampler",
+    "Segment",
+    "SegmenterSettings",
+    "SileroVad",
+    "SpeechEnded",
+    "SpeechStarted",
+    "SttSettings",
+    "SynthesizedSentence",
+    "TextSegmenter",
+    "Transcript",
+    "TtsSettings",
+    "TtsStatistics",
+    "TurnDetection",
+    "TurnDetector",
+    "TurnDetectorEvent",
+    "UtteranceReady",
+    "VadStream",
+    "VoiceActivityDetector",
+    "WhisperStt",
+    "WordTiming",
+    "assemble_whisper_base",
+    "default_cache_dir",
+    "find_piper_voice",
+    "find_silero_vad",
+    "find_whisper_model",
+    "float_to_pcm16",
+    "load_piper_voice",
+    "load_silero_session",
+    "load_whisper_model",
+    "loaded_models",
+    "pcm16_to_float",
+    "read_wav",
+    "resample",
+    "to_mono",
+    "write_wav",
+]

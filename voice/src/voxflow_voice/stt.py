@@ -1,0 +1,232 @@
+"""Speech to text with faster-whisper: one utterance in, one transcript (or nothing) out.
+
+faster-whisper's ``transcribe()`` returns a *lazy* generator that decodes as it is
+iterated, so :meth:`WhisperStt.transcribe` iterates it inside the executor thread; the
+event loop never decodes. Cancelling the awaiting task stops the wait, not the thread, so
+the audio handed in is bounded (``max_utterance``) and the thread finishes soon.
+
+Noise is not a turn. A segment is dropped when
+
+* Whisper's own rule holds: ``no_speech_prob > no_speech_threshold`` and
+  ``avg_logprob < log_prob_threshold`` (the decoder thinks there is no speech *and* is
+  unsure of the words it produced); on silence, hum and noise tiny.en scores about
+  0.92 to 0.95 and below -1.2, on speech below 0.15 and above -0.2;
+* or its text is one of Whisper's well-known silence hallucinations ("Thank you.",
+  "you", ...) *and* ``no_speech_prob > hallucination_no_speech``, so a user who really
+  says "Thank you." (no-speech about 0.08) is still heard;
+* or it has no letter or digit (".", "...", "-").
+
+A transcript whose segments are all dropped is ``None``: no turn is committed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from numpy.typing import NDArray
+from pydantic import BaseModel, ConfigDict, Field
+
+from .audio import STT_SAMPLE_RATE, AudioChunk
+from .models import (
+    BASE_PART_MODULES,
+    DEFAULT_TINY_EN_MODULE,
+    find_whisper_model,
+    load_whisper_model,
+)
+
+if TYPE_CHECKING:
+    from faster_whisper import WhisperModel
+
+__all__ = [
+    "DEFAULT_STT_SETTINGS",
+    "KNOWN_HALLUCINATIONS",
+    "SttSettings",
+    "Transcript",
+    "WhisperStt",
+]
+
+_log = logging.getLogger(__name__)
+
+KNOWN_HALLUCINATIONS = frozenset(
+    {
+        "thank you",
+        "thank you very much",
+        "thanks for watching",
+        "thank you for watching",
+        "you",
+        "bye",
+        "okay",
+        "oh",
+        "so",
+        "subtitles by the amaraorg community",
+    }
+)
+"""Normalized texts Whisper tends to produce on silence or noise."""
+
+_NORMALIZE = re.compile(r"[^a-z0-9 ]+")
+
+
+class SttSettings(BaseModel):
+    """Which Whisper model and how it decodes (defaults measured on a 2-core CPU)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    model: str = Field("tiny.en", description="'tiny.en', 'base' or a model directory path")
+    language: str | None = Field(
+        "en", description="spoken language; always set for .en models (detection costs seconds)"
+    )
+    cpu_threads: int = Field(2, ge=1, le=64, description="CTranslate2 threads")
+    compute_type: str = Field("int8", description="CTranslate2 compute type")
+    beam_size: int = Field(1, ge=1, le=10, description="1 = greedy decoding")
+    without_timestamps: bool = Field(True, description="skip timestamp tokens (faster)")
+    temperatures: tuple[float, ...] = Field(
+        (0.0,), min_length=1, description="decoding temperatures; later ones are fallbacks"
+    )
+    max_utterance: float = Field(30.0, gt=0, le=30, description="longest audio (s) decoded")
+    no_speech_threshold: float = Field(0.6, gt=0, lt=1)
+    log_prob_threshold: float = Field(-1.0, lt=0)
+    hallucination_no_speech: float = Field(
+        0.5, gt=0, lt=1, description="no-speech probability above which known hallucinations drop"
+    )
+    initial_prompt: str | None = Field(None, description="vocabulary hint for the decoder")
+
+
+DEFAULT_STT_SETTINGS = SttSettings()
+
+
+@dataclass(frozen=True, slots=True)
+class Transcript:
+    """What the user said in one utterance.
+
+    Attributes:
+        text: the kept segments' text, stripped.
+        duration: seconds of audio decoded.
+        no_speech_prob: highest no-speech probability among the kept segments.
+        avg_logprob: mean token log probability of the kept segments.
+        truncated: the audio was longer than ``max_utterance`` and was cut.
+    """
+
+    text: str
+    duration: float
+    no_speech_prob: float
+    avg_logprob: float
+    truncated: bool = False
+
+
+class WhisperStt:
+    """A faster-whisper transcriber sharing the process-wide model.
+
+    Args:
+        settings: model and decoding; :data:`DEFAULT_STT_SETTINGS` if ``None``.
+        cache_dir: where ``base`` is reassembled (default cache if ``None``).
+        tiny_en_module: module providing ``tiny.en``.
+        base_modules: modules providing the ``base`` parts.
+    """
+
+    def __init__(
+        self,
+        settings: SttSettings | None = None,
+        *,
+        cache_dir: Path | None = None,
+        tiny_en_module: str = DEFAULT_TINY_EN_MODULE,
+        base_modules: tuple[str, str] = BASE_PART_MODULES,
+    ) -> None:
+        if settings is not None and not isinstance(settings, SttSettings):
+            raise TypeError(f"settings must be an SttSettings, got {type(settings).__name__}")
+        self.settings = settings if settings is not None else DEFAULT_STT_SETTINGS
+        self.model_dir = find_whisper_model(
+            self.settings.model,
+            tiny_en_module=tiny_en_module,
+            base_modules=base_modules,
+            cache_dir=cache_dir,
+        )
+        self._model: WhisperModel = load_whisper_model(
+            self.model_dir,
+            cpu_threads=self.settings.cpu_threads,
+            compute_type=self.settings.compute_type,
+        )
+        language = self.settings.language
+        if language is None and not self._model.model.is_multilingual:
+            language = "en"  # English-only models: never pay for language detection
+        self._language = language
+
+    async def transcribe(self, audio: AudioChunk | NDArray[Any]) -> Transcript | None:
+        """Transcribe one utterance in a worker thread; ``None`` if it holds no words."""
+        samples = self._samples(audio)
+        return await asyncio.to_thread(self._decode, samples)
+
+    def transcribe_sync(self, audio: AudioChunk | NDArray[Any]) -> Transcript | None:
+        """Blocking :meth:`transcribe`, for threads, scripts and benchmarks."""
+        return self._decode(self._samples(audio))
+
+    def _samples(self, audio: AudioChunk | NDArray[Any]) -> NDArray[np.float32]:
+        if isinstance(audio, AudioChunk):
+            if audio.sample_rate != STT_SAMPLE_RATE:
+                raise ValueError(
+                    f"audio must be {STT_SAMPLE_RATE} Hz mono, got {audio.sample_rate} Hz"
+                )
+            return audio.samples()
+        array = np.asarray(audio, dtype=np.float32)
+        if array.ndim != 1:
+            raise ValueError(f"audio must be 1-D mono samples, got shape {array.shape}")
+        return array
+
+    def _decode(self, samples: NDArray[np.float32]) -> Transcript | None:
+        s = self.settings
+        limit = round(s.max_utterance * STT_SAMPLE_RATE)
+        truncated = samples.size > limit
+        if truncated:
+            _log.warning("utterance cut to max_utterance", extra={"seconds": s.max_utterance})
+            samples = samples[:limit]
+        if samples.size == 0:
+            return None
+        segments, _info = self._model.transcribe(
+            samples,
+            language=self._language,
+            beam_size=s.beam_size,
+            best_of=1,
+            temperature=list(s.temperatures),
+            without_timestamps=s.without_timestamps,
+            condition_on_previous_text=False,
+            vad_filter=False,
+            no_speech_threshold=None,  # applied below, with the segment's own scores
+            log_prob_threshold=s.log_prob_threshold,
+            initial_prompt=s.initial_prompt,
+        )
+        texts: list[str] = []
+        no_speech = 0.0
+        logprobs: list[float] = []
+        for segment in segments:  # decoding happens here, in this (worker) thread
+            if self._is_noise(segment.text, segment.no_speech_prob, segment.avg_logprob):
+                continue
+            texts.append(segment.text.strip())
+            no_speech = max(no_speech, float(segment.no_speech_prob))
+            logprobs.append(float(segment.avg_logprob))
+        text = " ".join(t for t in texts if t)
+        if not text:
+            return None
+        return Transcript(
+            text=text,
+            duration=samples.size / STT_SAMPLE_RATE,
+            no_speech_prob=no_speech,
+            avg_logprob=float(np.mean(logprobs)),
+            truncated=truncated,
+        )
+
+    def _is_noise(self, text: str, no_speech_prob: float, avg_logprob: float) -> bool:
+        s = self.settings
+        if no_speech_prob > s.no_speech_threshold and avg_logprob < s.log_prob_threshold:
+            return True
+        normalized = " ".join(_NORMALIZE.sub("", text.lower()).split())
+        if not normalized:
+            return True
+        return normalized in KNOWN_HALLUCINATIONS and no_speech_prob > s.hallucination_no_speech
+
+    def __repr__(self) -> str:
+        return f"WhisperStt(model={self.settings.model!r}, language={self._language!r})"

@@ -1,0 +1,286 @@
+"""Turn taking: VAD probabilities → speech start, barge-in, speech end, utterances.
+
+:class:`TurnDetector` is driven by *audio time*: every decision is counted in samples of
+the 16 kHz input stream, never read from a wall clock, so the same audio always gives the
+same events at the same sample positions, however fast the machine is. A session maps
+sample positions to its :class:`~voxflow.clock.Clock` if it needs clock time.
+
+The rules (:class:`TurnDetection`):
+
+* a frame is speech when its probability is >= ``threshold``; once speech started, it goes
+  on while frames stay >= ``neg_threshold`` (hysteresis, as in Silero's own iterator);
+* speech *starts* after ``min_speech`` seconds of it (shorter blips are ignored);
+* a *barge-in* is signalled once per utterance after ``min_barge_in`` seconds of speech
+  (never before the start); the session acts on it only while a reply is active;
+* speech *ends* after ``end_of_turn_silence`` seconds of silence and the utterance (with
+  ``pre_roll`` seconds of audio before the onset) is handed out for STT;
+* an utterance longer than ``max_utterance`` is cut and handed out (``truncated``), and
+  collection goes on, so STT never gets an unbounded input.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import numpy as np
+from numpy.typing import NDArray
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from .audio import STT_SAMPLE_RATE, AudioChunk
+from .vad import VadStream, VoiceActivityDetector
+
+__all__ = [
+    "DEFAULT_TURN_DETECTION",
+    "FAST_TURN_DETECTION",
+    "BargeInDetected",
+    "SpeechEnded",
+    "SpeechStarted",
+    "TurnDetection",
+    "TurnDetector",
+    "TurnDetectorEvent",
+    "UtteranceReady",
+]
+
+
+class TurnDetection(BaseModel):
+    """When the voice pipeline starts and ends a user utterance and what counts as a barge-in."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    threshold: float = Field(0.5, gt=0, lt=1, description="speech probability that starts speech")
+    neg_threshold: float = Field(
+        0.35, gt=0, lt=1, description="probability below which ongoing speech counts as silence"
+    )
+    min_speech: float = Field(0.25, ge=0, description="speech (s) needed before speech starts")
+    end_of_turn_silence: float = Field(0.6, gt=0, description="silence (s) that ends a turn")
+    max_utterance: float = Field(30.0, gt=0, description="longest audio (s) handed to STT")
+    min_barge_in: float = Field(0.3, ge=0, description="speech (s) needed to interrupt a reply")
+    pre_roll: float = Field(0.3, ge=0, description="audio (s) kept before the speech onset")
+    end_pad: float = Field(0.2, ge=0, description="trailing silence (s) kept after the speech")
+
+    @model_validator(mode="after")
+    def _check(self) -> TurnDetection:
+        if self.neg_threshold > self.threshold:
+            raise ValueError("neg_threshold must be <= threshold")
+        if self.max_utterance <= self.min_speech + self.pre_roll:
+            raise ValueError("max_utterance must be longer than min_speech + pre_roll")
+        return self
+
+
+DEFAULT_TURN_DETECTION = TurnDetection()
+FAST_TURN_DETECTION = TurnDetection(
+    min_speech=0.1, end_of_turn_silence=0.2, min_barge_in=0.1, pre_roll=0.2, end_pad=0.1
+)
+"""Short settings for tests and the low-latency benchmark (validated like any other)."""
+
+
+@dataclass(frozen=True, slots=True)
+class SpeechStarted:
+    """Speech went on for ``min_speech``: the user is speaking (``recording``).
+
+    Attributes:
+        onset_sample: the first speech sample, in the input stream.
+        at_sample: where the decision was made (end of the deciding frame).
+    """
+
+    onset_sample: int
+    at_sample: int
+    kind: Literal["speech_started"] = "speech_started"
+
+
+@dataclass(frozen=True, slots=True)
+class BargeInDetected:
+    """Speech went on for ``min_barge_in``: enough to interrupt an active reply."""
+
+    onset_sample: int
+    at_sample: int
+    kind: Literal["barge_in_detected"] = "barge_in_detected"
+
+
+@dataclass(frozen=True, slots=True)
+class SpeechEnded:
+    """``end_of_turn_silence`` of silence followed the speech: the turn may commit.
+
+    Attributes:
+        end_sample: the sample after the last speech frame.
+        at_sample: where the silence was long enough.
+    """
+
+    end_sample: int
+    at_sample: int
+    kind: Literal["speech_ended"] = "speech_ended"
+
+
+@dataclass(frozen=True, slots=True)
+class UtteranceReady:
+    """Audio of one utterance, ready for STT (16 kHz mono).
+
+    Attributes:
+        audio: the utterance, ``start_sample`` set to its place in the input stream.
+        onset_sample: first speech sample (the audio starts up to ``pre_roll`` earlier).
+        end_sample: sample after the last speech frame (the audio may run ``end_pad`` on).
+        truncated: cut at ``max_utterance`` while the user was still speaking.
+    """
+
+    audio: AudioChunk
+    onset_sample: int
+    end_sample: int
+    truncated: bool = False
+    kind: Literal["utterance_ready"] = "utterance_ready"
+
+
+TurnDetectorEvent = SpeechStarted | BargeInDetected | SpeechEnded | UtteranceReady
+
+_State = Literal["idle", "pending", "speaking"]
+
+
+class TurnDetector:
+    """Turns a 16 kHz input stream into turn events, deterministically in audio time.
+
+    Args:
+        vad: the per-stream detector (e.g. a new :class:`~voxflow_voice.vad.SileroVad`).
+        settings: the rules; :data:`DEFAULT_TURN_DETECTION` if ``None``.
+    """
+
+    def __init__(
+        self, vad: VoiceActivityDetector, settings: TurnDetection | None = None
+    ) -> None:
+        if vad.sample_rate != STT_SAMPLE_RATE:
+            raise ValueError(f"vad must work at {STT_SAMPLE_RATE} Hz, got {vad.sample_rate}")
+        if settings is not None and not isinstance(settings, TurnDetection):
+            raise TypeError(f"settings must be a TurnDetection, got {type(settings).__name__}")
+        self.settings = settings if settings is not None else DEFAULT_TURN_DETECTION
+        self._stream = VadStream(vad)
+        rate = STT_SAMPLE_RATE
+        s = self.settings
+        self._min_speech = round(s.min_speech * rate)
+        self._min_barge_in = max(round(s.min_barge_in * rate), self._min_speech)
+        self._silence = round(s.end_of_turn_silence * rate)
+        self._max_utterance = round(s.max_utterance * rate)
+        self._pre_roll = round(s.pre_roll * rate)
+        self._end_pad = min(round(s.end_pad * rate), self._silence)
+        self._position = 0  # samples scored so far
+        self._state: _State = "idle"
+        self._frames: list[NDArray[np.float32]] = []  # pre-roll + utterance so far
+        self._buffer_start = 0  # stream position of self._frames[0]
+        self._onset = 0
+        self._last_speech_end = 0
+        self._barge_in_sent = False
+        self._last_probability = 0.0
+
+    @property
+    def position(self) -> int:
+        """Input samples scored so far (a partial frame waits for more audio)."""
+        return self._position
+
+    @property
+    def speaking(self) -> bool:
+        """True between :class:`SpeechStarted` and :class:`SpeechEnded` (``recording``)."""
+        return self._state == "speaking"
+
+    @property
+    def last_probability(self) -> float:
+        """The latest frame's speech probability."""
+        return self._last_probability
+
+    def push(self, audio: AudioChunk | NDArray[Any]) -> list[TurnDetectorEvent]:
+        """Add input audio (16 kHz mono); return the events it caused, in order."""
+        if isinstance(audio, AudioChunk):
+            if audio.sample_rate != STT_SAMPLE_RATE:
+                raise ValueError(
+                    f"audio must be {STT_SAMPLE_RATE} Hz (use InputConverter), "
+                    f"got {audio.sample_rate}"
+                )
+            samples = audio.samples()
+        else:
+            samples = np.asarray(audio, dtype=np.float32).reshape(-1)
+        frames, probs = self._stream.push(samples)
+        events: list[TurnDetectorEvent] = []
+        for frame, prob in zip(frames, probs, strict=True):
+            self._step(frame, float(prob), events)
+        return events
+
+    def flush(self) -> list[TurnDetectorEvent]:
+        """End of input: end an utterance in progress as if the silence had come."""
+        events: list[TurnDetectorEvent] = []
+        if self._state == "speaking":
+            events.append(SpeechEnded(self._last_speech_end, self._position))
+            events.append(self._utterance(self._last_speech_end, truncated=False))
+        self._to_idle()
+        return events
+
+    def reset(self) -> None:
+        """Forget everything (VAD state included); positions restart at 0."""
+        self._stream.reset()
+        self._position = 0
+        self._frames = []
+        self._buffer_start = 0
+        self._state = "idle"
+        self._barge_in_sent = False
+
+    def _step(self, frame: NDArray[np.float32], prob: float, out: list[TurnDetectorEvent]) -> None:
+        s = self.settings
+        start = self._position
+        end = start + frame.size
+        self._position = end
+        self._last_probability = prob
+        self._frames.append(frame)
+        if self._state == "idle":
+            if prob >= s.threshold:
+                self._state = "pending"
+                self._onset = start
+                self._last_speech_end = end
+            else:
+                self._trim_pre_roll()
+                return
+        elif prob >= s.neg_threshold:
+            self._last_speech_end = end
+        elif self._state == "pending":
+            # A blip shorter than min_speech: not speech after all.
+            self._state = "idle"
+            self._trim_pre_roll()
+            return
+        if self._state == "pending" and end - self._onset >= self._min_speech:
+            self._state = "speaking"
+            out.append(SpeechStarted(self._onset, end))
+        if self._state != "speaking":
+            return
+        if not self._barge_in_sent and self._last_speech_end - self._onset >= self._min_barge_in:
+            self._barge_in_sent = True
+            out.append(BargeInDetected(self._onset, end))
+        if end - self._last_speech_end >= self._silence:
+            out.append(SpeechEnded(self._last_speech_end, end))
+            out.append(self._utterance(self._last_speech_end, truncated=False))
+            self._to_idle()
+        elif end - self._buffer_start >= self._max_utterance:
+            out.append(self._utterance(end, truncated=True))
+            self._frames = []
+            self._buffer_start = end
+            self._onset = end
+
+    def _utterance(self, speech_end: int, *, truncated: bool) -> UtteranceReady:
+        stop = min(speech_end + self._end_pad, self._position)
+        audio = (
+            np.concatenate(self._frames) if self._frames else np.zeros(0, dtype=np.float32)
+        )
+        audio = audio[: max(0, stop - self._buffer_start)]
+        chunk = AudioChunk.from_float(audio, STT_SAMPLE_RATE, start_sample=self._buffer_start)
+        return UtteranceReady(chunk, max(self._onset, self._buffer_start), speech_end, truncated)
+
+    def _to_idle(self) -> None:
+        self._state = "idle"
+        self._barge_in_sent = False
+        self._frames = []
+        self._buffer_start = self._position
+
+    def _trim_pre_roll(self) -> None:
+        """Keep only the last ``pre_roll`` samples while idle."""
+        total = sum(f.size for f in self._frames)
+        while self._frames and total - self._frames[0].size >= self._pre_roll:
+            total -= self._frames[0].size
+            self._buffer_start += self._frames[0].size
+            self._frames.pop(0)
+
+    def __repr__(self) -> str:
+        return f"TurnDetector(state={self._state}, position={self._position})"

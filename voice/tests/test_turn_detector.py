@@ -1,0 +1,158 @@
+"""Turn taking in audio time: onset, barge-in, end of turn, bounded utterances."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from pydantic import ValidationError
+from voxflow_voice import (
+    FRAME_SAMPLES,
+    AudioChunk,
+    BargeInDetected,
+    EnergyVad,
+    SileroVad,
+    SpeechEnded,
+    SpeechStarted,
+    TurnDetection,
+    TurnDetector,
+    TurnDetectorEvent,
+    UtteranceReady,
+    WhisperStt,
+)
+
+from .conftest import Speech
+
+pytestmark = pytest.mark.models
+
+RATE = 16000
+LOUD = 0.3  # a -10 dBFS tone: "speech" to an EnergyVad at -40 dBFS
+SETTINGS = TurnDetection(min_speech=0.1, end_of_turn_silence=0.4, pre_roll=0.2, end_pad=0.1)
+
+
+def tone(frames: int) -> np.ndarray:
+    t = np.arange(frames * FRAME_SAMPLES) / RATE
+    return (LOUD * np.sin(2 * np.pi * 220 * t)).astype(np.float32)
+
+
+def quiet(frames: int) -> np.ndarray:
+    return np.zeros(frames * FRAME_SAMPLES, dtype=np.float32)
+
+
+def run(detector: TurnDetector, audio: np.ndarray, piece: int = 480) -> list[TurnDetectorEvent]:
+    events: list[TurnDetectorEvent] = []
+    for i in range(0, audio.size, piece):
+        events += detector.push(audio[i : i + piece])
+    return events
+
+
+def kinds(events: list[TurnDetectorEvent]) -> list[str]:
+    return [e.kind for e in events]
+
+
+def test_one_utterance_gives_start_barge_in_end_and_audio() -> None:
+    detector = TurnDetector(EnergyVad(), SETTINGS)
+    events = run(detector, np.concatenate([quiet(16), tone(32), quiet(20)]))
+    assert kinds(events) == [
+        "speech_started",
+        "barge_in_detected",
+        "speech_ended",
+        "utterance_ready",
+    ]
+    started, barge, ended, utterance = events
+    assert isinstance(started, SpeechStarted) and started.onset_sample == 16 * FRAME_SAMPLES
+    assert 0.1 * RATE <= started.at_sample - started.onset_sample < 0.1 * RATE + FRAME_SAMPLES
+    assert isinstance(barge, BargeInDetected)
+    assert barge.at_sample - barge.onset_sample >= SETTINGS.min_barge_in * RATE
+    assert isinstance(ended, SpeechEnded) and ended.end_sample == 48 * FRAME_SAMPLES
+    assert 0.4 * RATE <= ended.at_sample - ended.end_sample < 0.4 * RATE + FRAME_SAMPLES
+    assert isinstance(utterance, UtteranceReady) and not utterance.truncated
+    audio = utterance.audio
+    assert audio.sample_rate == RATE and audio.start_sample is not None
+    assert audio.start_sample <= started.onset_sample - 0.2 * RATE  # pre-roll kept
+    assert audio.start_sample + audio.num_samples == ended.end_sample + round(0.1 * RATE)
+    assert not detector.speaking
+
+
+def test_turn_commits_after_the_configured_silence_and_not_before() -> None:
+    detector = TurnDetector(EnergyVad(), SETTINGS)
+    started = detector.push(np.concatenate([quiet(4), tone(10)]))
+    assert kinds(started) == ["speech_started", "barge_in_detected"]
+    assert detector.speaking
+    silence_frames = int(np.ceil(0.4 * RATE / FRAME_SAMPLES))  # 13 frames of 32 ms
+    for _ in range(silence_frames - 1):
+        assert detector.push(quiet(1)) == []
+    assert kinds(detector.push(quiet(1))) == ["speech_ended", "utterance_ready"]
+
+
+def test_events_do_not_depend_on_how_the_audio_is_cut() -> None:
+    audio = np.concatenate([quiet(7), tone(20), quiet(5), tone(9), quiet(30), tone(3), quiet(2)])
+    results = [
+        run(TurnDetector(EnergyVad(), SETTINGS), audio, piece) for piece in (1, 333, 512, 99999)
+    ]
+    assert all(r == results[0] for r in results)
+    assert kinds(results[0]).count("utterance_ready") == 1  # the 5-frame gap is not a turn end
+
+
+def test_a_blip_shorter_than_min_speech_is_ignored() -> None:
+    detector = TurnDetector(EnergyVad(), TurnDetection(min_speech=0.25))
+    assert run(detector, np.concatenate([quiet(5), tone(3), quiet(40)])) == []
+
+
+def test_short_speech_starts_a_turn_but_is_no_barge_in() -> None:
+    settings = TurnDetection(min_speech=0.1, min_barge_in=0.5, end_of_turn_silence=0.3)
+    events = run(TurnDetector(EnergyVad(), settings), np.concatenate([tone(10), quiet(20)]))
+    assert kinds(events) == ["speech_started", "speech_ended", "utterance_ready"]
+
+
+def test_long_speech_is_cut_at_max_utterance() -> None:
+    settings = TurnDetection(max_utterance=1.0, end_of_turn_silence=0.3, pre_roll=0.1)
+    events = run(
+        TurnDetector(EnergyVad(), settings), np.concatenate([quiet(10), tone(100), quiet(20)])
+    )
+    utterances = [e for e in events if isinstance(e, UtteranceReady)]
+    assert [u.truncated for u in utterances] == [True, True, True, False]
+    assert all(u.audio.duration <= 1.0 + FRAME_SAMPLES / RATE for u in utterances)
+    starts = [u.audio.start_sample for u in utterances]
+    ends = [(u.audio.start_sample or 0) + u.audio.num_samples for u in utterances]
+    assert all(s == e for s, e in zip(starts[1:], ends[:-1], strict=False))  # nothing lost
+    assert kinds(events).count("speech_started") == 1
+
+
+def test_flush_ends_an_utterance_in_progress() -> None:
+    detector = TurnDetector(EnergyVad(), SETTINGS)
+    run(detector, tone(20))
+    assert detector.speaking
+    assert kinds(detector.flush()) == ["speech_ended", "utterance_ready"]
+    assert detector.flush() == []
+
+
+def test_settings_and_inputs_are_validated() -> None:
+    with pytest.raises(ValidationError):
+        TurnDetection(threshold=0.3, neg_threshold=0.5)
+    with pytest.raises(ValidationError):
+        TurnDetection(end_of_turn_silence=0)
+    with pytest.raises(ValidationError):
+        TurnDetection(max_utterance=0.2, pre_roll=0.3)
+    with pytest.raises(ValueError, match="16000"):
+        TurnDetector(EnergyVad(sample_rate=8000))
+    with pytest.raises(ValueError, match="InputConverter"):
+        TurnDetector(EnergyVad()).push(AudioChunk(b"\x00\x00" * 10, 48000))
+
+
+def test_silero_turn_detection_on_speech_then_transcription(
+    speech: Speech, stt: WhisperStt
+) -> None:
+    text = "Please turn on the kitchen lights."
+    audio = np.concatenate([np.zeros(8000, np.float32), speech(text), np.zeros(RATE, np.float32)])
+    events = run(TurnDetector(SileroVad()), audio, piece=320)
+    utterances = [e for e in events if isinstance(e, UtteranceReady)]
+    assert kinds(events)[0] == "speech_started" and len(utterances) == 1
+    transcript = stt.transcribe_sync(utterances[0].audio)
+    assert transcript is not None
+    assert transcript.text.lower().rstrip(".") == text.lower().rstrip(".")
+
+
+def test_silero_turn_detection_ignores_noise() -> None:
+    rng = np.random.default_rng(1)
+    noise = (rng.standard_normal(3 * RATE) * 0.05).astype(np.float32)
+    assert run(TurnDetector(SileroVad()), noise) == []
