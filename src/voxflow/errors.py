@@ -6,6 +6,8 @@ third-party one (``litellm.*``, ``aiortc.*``)::
     VoxflowError
     + FlowDefinitionError        bad @start/@listen/@router wiring; raised when the class is created
     + FlowRuntimeError           a run broke a rule only visible at run time (also RuntimeError)
+    + HumanFeedbackError         feedback could not be collapsed to an outcome (also ValueError)
+    + HumanFeedbackPending       (voxflow.flow.feedback) a provider paused the run; kickoff returns it
     + ConversationModeError      turn APIs on a non-conversational flow (also ValueError)
     + ConversationEndedError     a turn after the conversation ended (also RuntimeError)
     + ResourceClosedError        used after *we* closed it (also RuntimeError)
@@ -24,6 +26,7 @@ __all__ = [
     "ConversationModeError",
     "FlowDefinitionError",
     "FlowRuntimeError",
+    "HumanFeedbackError",
     "ModelNotFoundError",
     "ProviderError",
     "ResourceClosedError",
@@ -58,6 +61,18 @@ class FlowDefinitionError(VoxflowError):
 class FlowRuntimeError(VoxflowError, RuntimeError):
     """A run broke a rule that can only be seen at run time (e.g. a router label
     that equals another method's name)."""
+
+
+class HumanFeedbackError(VoxflowError, ValueError):
+    """Human feedback could not be collapsed to one of the declared outcomes (``emit=``).
+
+    Attributes:
+        outcomes: the outcomes that were allowed.
+    """
+
+    def __init__(self, message: str, *, outcomes: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.outcomes = outcomes
 
 
 class ConversationModeError(VoxflowError, ValueError):

@@ -1,0 +1,72 @@
+"""How sync entry points run a coroutine cheaply.
+
+``run_blocking(make)`` runs ``make()`` on an event loop cached per thread (no new loop and
+no thread pool per call). When the calling thread already runs a loop, blocking it with
+``run_until_complete`` is impossible, so the coroutine runs on a small shared worker pool
+(each worker with its own cached loop) with the caller's copied context variables, and the
+caller blocks until it is done.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextvars
+import threading
+from collections.abc import Callable, Coroutine
+from typing import Any, TypeVar
+
+__all__ = ["run_blocking"]
+
+T = TypeVar("T")
+
+
+class _Holder:
+    """Owns one thread's cached loop; closes it when the thread (and its locals) go away."""
+
+    __slots__ = ("loop",)
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+
+    def __del__(self) -> None:
+        if not self.loop.is_closed() and not self.loop.is_running():
+            self.loop.close()
+
+
+_local = threading.local()
+
+
+def _thread_loop() -> asyncio.AbstractEventLoop:
+    holder: _Holder | None = getattr(_local, "holder", None)
+    if holder is None or holder.loop.is_closed():
+        holder = _local.holder = _Holder()
+    return holder.loop
+
+
+_worker_lock = threading.Lock()
+_worker: concurrent.futures.ThreadPoolExecutor | None = None
+
+
+def _worker_pool() -> concurrent.futures.ThreadPoolExecutor:
+    global _worker
+    with _worker_lock:
+        if _worker is None:
+            _worker = concurrent.futures.ThreadPoolExecutor(
+                max_workers=32, thread_name_prefix="voxflow-kickoff"
+            )
+        return _worker
+
+
+def _run_here(make: Callable[[], Coroutine[Any, Any, T]]) -> T:
+    return _thread_loop().run_until_complete(make())
+
+
+def run_blocking(make: Callable[[], Coroutine[Any, Any, T]]) -> T:
+    """Run the coroutine built by ``make()`` to completion from sync code."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return _run_here(make)
+    ctx = contextvars.copy_context()
+    return _worker_pool().submit(ctx.run, _run_here, make).result()

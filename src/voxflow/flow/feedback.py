@@ -1,0 +1,398 @@
+"""Human feedback on a step's output (``@human_feedback``) and prompts inside a step (``ask``).
+
+``@human_feedback(message=..., emit=[...])`` runs after the decorated method: a
+:class:`FeedbackProvider` shows the output and returns the person's free text. With
+``emit``, the text is collapsed to one outcome, which becomes a router label (listeners
+of the outcome run and receive the :class:`HumanFeedbackResult`): exact match first
+(case-insensitive), then an LLM when ``llm=`` is configured, else a
+:class:`~voxflow.errors.HumanFeedbackError` listing the outcomes. Without ``emit`` the
+method's recorded output is the :class:`HumanFeedbackResult`.
+
+Providers:
+
+* :class:`ConsoleFeedbackProvider` prints the output and the message and reads a line
+  (in a worker thread, so the event loop is never blocked).
+* :class:`PauseForFeedback` pauses the run: the pending context (method, output, message,
+  tracking) and the state are saved to the flow's persistence (the default SQLite store
+  when none is configured), ``FlowPaused`` is emitted, and kickoff *returns* the
+  :class:`HumanFeedbackPending`. ``flow.resume(feedback)`` — in this process or another,
+  given ``flow_id=`` — continues below the paused method. Work queued behind the paused
+  method in the same dispatch step is not replayed.
+
+:meth:`Flow.ask` asks a question from inside a step and records it in ``input_history``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from voxflow.errors import FlowRuntimeError, HumanFeedbackError, VoxflowError
+from voxflow.flow.dsl import Misdecorated, stamp_marks
+
+if TYPE_CHECKING:
+    from voxflow.flow.definition import MethodDefinition
+    from voxflow.flow.runtime import Flow
+
+__all__ = [
+    "ConsoleFeedbackProvider",
+    "FeedbackConfig",
+    "FeedbackContext",
+    "FeedbackProvider",
+    "HumanFeedbackPending",
+    "HumanFeedbackResult",
+    "InputHistoryEntry",
+    "PauseForFeedback",
+    "collapse_feedback",
+    "human_feedback",
+]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+class FeedbackContext(BaseModel):
+    """What a provider is asked to get feedback on."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True)
+
+    flow_name: str
+    flow_id: str
+    method_name: str
+    message: str
+    output: Any = Field(default=None, description="the method's output (by reference)")
+    emit: tuple[str, ...] = ()
+    depth: int = 0
+
+
+class HumanFeedbackResult(BaseModel):
+    """The feedback given on one step, and the outcome it collapsed to."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True)
+
+    method_name: str
+    output: Any = None
+    feedback: str
+    outcome: str | None = None
+
+
+class InputHistoryEntry(BaseModel):
+    """One :meth:`Flow.ask` exchange."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    method_name: str | None
+    prompt: str
+    response: str | None
+
+
+class HumanFeedbackPending(VoxflowError):
+    """A provider paused the run for feedback; kickoff returns (not raises) this object.
+
+    Attributes:
+        context: the :class:`FeedbackContext` of the paused step.
+    """
+
+    def __init__(self, context: FeedbackContext) -> None:
+        super().__init__(f"{context.flow_name}.{context.method_name} is waiting for human feedback")
+        self.context = context
+
+    @property
+    def method_name(self) -> str:
+        """The paused method."""
+        return self.context.method_name
+
+    @property
+    def flow_id(self) -> str:
+        """The state id to resume (``flow.resume(feedback, flow_id=...)``)."""
+        return self.context.flow_id
+
+    @property
+    def message(self) -> str:
+        """The question shown to the person."""
+        return self.context.message
+
+
+@runtime_checkable
+class FeedbackProvider(Protocol):
+    """Gets feedback for a step: returns the text, or raises :class:`HumanFeedbackPending`."""
+
+    async def request_feedback(self, context: FeedbackContext) -> str:
+        """The person's free-text feedback on ``context.output``."""
+        ...
+
+
+class ConsoleFeedbackProvider:
+    """Asks on the terminal (``input_fn``/``output_fn`` are replaceable, e.g. in tests)."""
+
+    def __init__(
+        self,
+        input_fn: Callable[[str], str] = input,
+        output_fn: Callable[[str], None] = print,
+    ) -> None:
+        if not callable(input_fn) or not callable(output_fn):
+            raise TypeError("input_fn and output_fn must be callable")
+        self._input = input_fn
+        self._output = output_fn
+
+    async def request_feedback(self, context: FeedbackContext) -> str:
+        """Print the output and message, then read one line in a worker thread."""
+        self._output(f"[{context.method_name}] {context.output}")
+        prompt = context.message
+        if context.emit:
+            prompt += f" ({' / '.join(context.emit)})"
+        return await asyncio.to_thread(self._input, prompt + " ")
+
+
+class PauseForFeedback:
+    """Always pauses the run; the answer comes later through ``flow.resume(feedback)``."""
+
+    async def request_feedback(self, context: FeedbackContext) -> str:
+        """Raise :class:`HumanFeedbackPending`."""
+        raise HumanFeedbackPending(context)
+
+
+class FeedbackConfig(BaseModel):
+    """What ``@human_feedback`` stamped on a method."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True)
+
+    message: str
+    emit: tuple[str, ...] | None = None
+    llm: Any = Field(default=None, description="model name (litellm) or object with acall()")
+    llm_options: dict[str, Any] = Field(default_factory=dict)
+    default_outcome: str | None = None
+    provider: Any = None
+
+
+def human_feedback(
+    message: str,
+    *,
+    emit: Sequence[str] | None = None,
+    llm: Any = None,
+    llm_options: Mapping[str, Any] | None = None,
+    default_outcome: str | None = None,
+    provider: FeedbackProvider | None = None,
+) -> Callable[[F], F]:
+    """Ask a person about the method's output after it runs.
+
+    Args:
+        message: the question shown with the output.
+        emit: outcomes the feedback collapses to; each becomes a router label.
+        llm: collapse free text with this LLM: a litellm model name, or an object with
+            ``async acall(messages) -> str``.
+        llm_options: extra keyword arguments for ``litellm.acompletion``.
+        default_outcome: used when the feedback is empty.
+        provider: where feedback comes from (default: the flow's ``feedback_provider``,
+            else :class:`ConsoleFeedbackProvider`).
+    """
+    if not isinstance(message, str) or not message.strip():
+        raise ValueError("human_feedback(): message must be a non-empty string")
+    outcomes = None if emit is None else tuple(emit)
+    if outcomes is not None and (
+        isinstance(emit, str) or not outcomes or not all(isinstance(o, str) and o for o in outcomes)
+    ):
+        raise ValueError("human_feedback(): emit must be a non-empty list of non-empty strings")
+    if default_outcome is not None and (outcomes is None or default_outcome not in outcomes):
+        raise ValueError("human_feedback(): default_outcome must be one of emit")
+    if provider is not None and not isinstance(provider, FeedbackProvider):
+        raise TypeError("human_feedback(): provider must have async request_feedback(context)")
+    config = FeedbackConfig(
+        message=message,
+        emit=outcomes,
+        llm=llm,
+        llm_options=dict(llm_options or {}),
+        default_outcome=default_outcome,
+        provider=provider,
+    )
+
+    def decorate(func: F) -> F:
+        if not callable(func):
+            return Misdecorated("human_feedback", func)
+        stamp_marks(func, "human_feedback").feedback = config
+        return func
+
+    return decorate
+
+
+async def _ask_llm(
+    llm: Any, options: Mapping[str, Any], text: str, outcomes: tuple[str, ...]
+) -> str:
+    messages = [
+        {
+            "role": "system",
+            "content": "Classify the user's feedback as exactly one of these outcomes: "
+            + ", ".join(outcomes)
+            + ". Answer with the outcome only.",
+        },
+        {"role": "user", "content": text},
+    ]
+    if isinstance(llm, str):
+        import litellm
+
+        response = await litellm.acompletion(model=llm, messages=messages, **options)
+        return str(response.choices[0].message.content or "")
+    acall = getattr(llm, "acall", None)
+    if callable(acall):
+        return str(await acall(messages))
+    if callable(llm):
+        answer = llm(text, outcomes)
+        if inspect.isawaitable(answer):
+            answer = await answer
+        return str(answer)
+    raise TypeError("llm must be a model name, an object with acall(), or a callable")
+
+
+async def collapse_feedback(
+    text: str,
+    outcomes: Sequence[str],
+    *,
+    llm: Any = None,
+    llm_options: Mapping[str, Any] | None = None,
+    default: str | None = None,
+) -> str:
+    """Map free-text ``text`` to one of ``outcomes`` (see module docs)."""
+    if not isinstance(text, str):
+        raise TypeError("feedback must be a string")
+    allowed = tuple(outcomes)
+    by_key = {o.strip().lower(): o for o in allowed}
+    key = text.strip().lower()
+    if key in by_key:
+        return by_key[key]
+    if not key and default is not None:
+        return default
+    if llm is not None:
+        from voxflow.errors import ProviderError
+
+        try:
+            answer = await _ask_llm(llm, llm_options or {}, text, allowed)
+        except TypeError:
+            raise
+        except Exception as exc:
+            raise ProviderError("feedback classifier failed", provider=str(llm)) from exc
+        answer_key = answer.strip().strip(".\"'").lower()
+        if answer_key in by_key:
+            return by_key[answer_key]
+        if default is not None:
+            return default
+    raise HumanFeedbackError(
+        f"feedback does not match any outcome ({', '.join(allowed)})"
+        + ("" if llm is not None else "; configure llm= to collapse free text"),
+        outcomes=allowed,
+    )
+
+
+async def finish_feedback(
+    flow: Flow[Any], config: FeedbackConfig, method_name: str, output: Any, text: str
+) -> HumanFeedbackResult:
+    """Collapse ``text`` (when outcomes are declared) and record the result on ``flow``."""
+    outcome = None
+    if config.emit:
+        outcome = await collapse_feedback(
+            text,
+            config.emit,
+            llm=config.llm,
+            llm_options=config.llm_options,
+            default=config.default_outcome,
+        )
+    result = HumanFeedbackResult(
+        method_name=method_name, output=output, feedback=text, outcome=outcome
+    )
+    flow.last_human_feedback = result
+    flow.human_feedback_history.append(result)
+    return result
+
+
+async def run_feedback_step(
+    flow: Flow[Any], method: MethodDefinition, output: Any, depth: int
+) -> HumanFeedbackResult:
+    """The runtime's hook: ask the provider, then collapse (may raise Pending)."""
+    config: FeedbackConfig = method.feedback
+    provider = config.provider or flow.feedback_provider or ConsoleFeedbackProvider()
+    context = FeedbackContext(
+        flow_name=type(flow).__name__,
+        flow_id=flow.flow_id,
+        method_name=method.name,
+        message=config.message,
+        output=output,
+        emit=config.emit or (),
+        depth=depth,
+    )
+    text = await provider.request_feedback(context)
+    if not isinstance(text, str):
+        raise TypeError(f"{type(provider).__name__}.request_feedback must return a str")
+    return await finish_feedback(flow, config, method.name, output, text)
+
+
+async def save_pending(flow: Flow[Any], pending: HumanFeedbackPending) -> None:
+    """Save the paused step (context, tracking, state) so any process can resume it."""
+    from voxflow.flow.checkpoint import export_execution
+    from voxflow.flow.state import dump_state
+
+    flow._pending_feedback = pending
+    context = pending.context.model_dump(mode="json", fallback=repr)
+    context["execution"] = export_execution(flow._ex)
+    backend = flow._backend()
+    await asyncio.to_thread(
+        backend.save_pending_feedback, flow.flow_id, context, dump_state(flow._state)
+    )
+
+
+async def resume_flow(flow: Flow[Any], feedback: str) -> Any:
+    """Continue the paused step of ``flow`` with ``feedback`` (see :meth:`Flow.resume_async`)."""
+    from voxflow.flow.checkpoint import import_execution
+    from voxflow.flow.state import load_state_like
+
+    if not isinstance(feedback, str):
+        raise TypeError("feedback must be a string")
+    backend = flow._backend()
+    stored = await asyncio.to_thread(backend.load_pending_feedback, flow.flow_id)
+    pending: HumanFeedbackPending | None = flow._pending_feedback
+    if stored is None and pending is None:
+        raise FlowRuntimeError(f"{type(flow).__name__}: no paused feedback step for this flow id")
+    if stored is not None:
+        context_data, state_data = stored
+        flow._state = load_state_like(flow._state, state_data)
+        flow._ex = import_execution(context_data.pop("execution", {}), replay=False)
+        if pending is None or pending.flow_id != flow.flow_id:
+            pending = HumanFeedbackPending(FeedbackContext.model_validate(context_data))
+    assert pending is not None
+    context = pending.context
+    method = flow._definition.methods.get(context.method_name)
+    if method is None or method.feedback is None:
+        raise FlowRuntimeError(
+            f"{type(flow).__name__}: paused method {context.method_name!r} has no @human_feedback"
+        )
+    result = await finish_feedback(flow, method.feedback, method.name, context.output, feedback)
+
+    async def proceed() -> None:
+        flow._pending_feedback = None
+        await asyncio.to_thread(backend.clear_pending_feedback, flow.flow_id)
+        await flow._commit(method.name, result, context.depth)
+        await flow._dispatch(method.name, result, context.depth)
+
+    return await flow._run_resumed(proceed)
+
+
+async def ask_async(flow: Flow[Any], prompt: str) -> str | None:
+    """Ask ``prompt`` through the flow's ``input_provider`` and record the exchange."""
+    from voxflow.flow._engine import current_method
+
+    if not isinstance(prompt, str) or not prompt:
+        raise ValueError("prompt must be a non-empty string")
+    provider: Callable[[str], str | Awaitable[str | None] | None] = flow.input_provider or input
+    if inspect.iscoroutinefunction(provider):
+        response = await provider(prompt)
+    else:
+        response = await asyncio.to_thread(provider, prompt)
+        if inspect.isawaitable(response):
+            response = await response
+    if response is not None and not isinstance(response, str):
+        raise TypeError("input_provider must return a str or None")
+    flow.input_history.append(
+        InputHistoryEntry(method_name=current_method.get(), prompt=prompt, response=response)
+    )
+    return response

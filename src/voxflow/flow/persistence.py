@@ -1,0 +1,364 @@
+"""``@persist``, the :class:`FlowPersistence` protocol and :class:`SQLiteFlowPersistence`.
+
+``@persist`` only stamps configuration (on a class: every method; on a method: that
+one); nothing is created at import or decoration time. After a persisted method
+completes, the runtime calls ``save_state(state.id, method, snapshot)``.
+
+The default backend is SQLite (stdlib ``sqlite3``, WAL journal) in a file created on the
+first write at :func:`default_data_dir` ``/flow_states.db``:
+
+* ``$VOXFLOW_HOME`` when set, else
+* ``$XDG_DATA_HOME/voxflow`` or ``~/.local/share/voxflow`` (Linux and other POSIX),
+  ``~/Library/Application Support/voxflow`` (macOS), ``%LOCALAPPDATA%\\voxflow`` (Windows).
+
+Storage per session does not grow quadratically: ``flow_states`` keeps the *latest*
+snapshot per ``flow_uuid`` (an upsert), and ``flow_state_history`` keeps at most
+``history_limit`` older snapshots per ``flow_uuid`` (pruned in the same transaction).
+Every save is one transaction, so a crash mid-save leaves the previous snapshot intact.
+Quiet by default: it logs, never prints.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+import threading
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, overload, runtime_checkable
+
+from pydantic import BaseModel, ConfigDict, Field
+
+if TYPE_CHECKING:
+    import sqlite3
+
+__all__ = [
+    "FlowPersistence",
+    "PersistConfig",
+    "SQLiteFlowPersistence",
+    "default_data_dir",
+    "default_persistence",
+    "persist",
+]
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+
+@runtime_checkable
+class FlowPersistence(Protocol):
+    """What the runtime needs from a persistence backend (all methods are blocking)."""
+
+    def save_state(self, flow_uuid: str, method_name: str, state_data: dict[str, Any]) -> None:
+        """Atomically store ``state_data`` as the latest snapshot of ``flow_uuid``."""
+        ...
+
+    def load_state(self, flow_uuid: str) -> dict[str, Any] | None:
+        """The latest snapshot of ``flow_uuid``, or None."""
+        ...
+
+    def save_pending_feedback(
+        self, flow_uuid: str, context: dict[str, Any], state_data: dict[str, Any]
+    ) -> None:
+        """Store the context of a paused feedback step (replaces an older one)."""
+        ...
+
+    def load_pending_feedback(self, flow_uuid: str) -> tuple[dict[str, Any], dict[str, Any]] | None:
+        """``(context, state)`` of the paused step of ``flow_uuid``, or None."""
+        ...
+
+    def clear_pending_feedback(self, flow_uuid: str) -> None:
+        """Forget the paused step of ``flow_uuid`` (idempotent)."""
+        ...
+
+
+class PersistConfig(BaseModel):
+    """What ``@persist`` stamped: the backend (None: the runtime's default) and verbosity."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True)
+
+    backend: Any = Field(default=None, description="a FlowPersistence, or None for the default")
+    verbose: bool = Field(default=False, description="log each save at INFO")
+
+
+def default_data_dir() -> Path:
+    """Where voxflow keeps data by default (see module docs); not created here."""
+    home = os.environ.get("VOXFLOW_HOME")
+    if home:
+        return Path(home).expanduser()
+    if sys.platform == "win32":
+        base = os.environ.get("LOCALAPPDATA") or str(Path.home() / "AppData" / "Local")
+        return Path(base) / "voxflow"
+    if sys.platform == "darwin":
+        return Path.home() / "Library" / "Application Support" / "voxflow"
+    xdg = os.environ.get("XDG_DATA_HOME")
+    return (Path(xdg) if xdg else Path.home() / ".local" / "share") / "voxflow"
+
+
+_defaults: dict[Path, SQLiteFlowPersistence] = {}
+_defaults_lock = threading.Lock()
+
+
+def default_persistence() -> SQLiteFlowPersistence:
+    """The shared default backend for the current :func:`default_data_dir`."""
+    path = default_data_dir() / "flow_states.db"
+    with _defaults_lock:
+        backend = _defaults.get(path)
+        if backend is None:
+            backend = _defaults[path] = SQLiteFlowPersistence(path)
+        return backend
+
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS flow_states (
+    flow_uuid TEXT PRIMARY KEY,
+    method_name TEXT NOT NULL,
+    saved_at TEXT NOT NULL,
+    version INTEGER NOT NULL,
+    state_json TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS flow_state_history (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    flow_uuid TEXT NOT NULL,
+    version INTEGER NOT NULL,
+    method_name TEXT NOT NULL,
+    saved_at TEXT NOT NULL,
+    state_json TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS idx_history_uuid ON flow_state_history(flow_uuid, version);
+CREATE TABLE IF NOT EXISTS pending_feedback (
+    flow_uuid TEXT PRIMARY KEY,
+    context_json TEXT NOT NULL,
+    state_json TEXT NOT NULL,
+    created_at TEXT NOT NULL
+);
+"""
+
+
+class SQLiteFlowPersistence:
+    """:class:`FlowPersistence` on one SQLite file (WAL), safe across threads and processes.
+
+    Args:
+        path: the database file; None for :func:`default_data_dir` ``/flow_states.db``.
+            Its directory and the file are created on the first write.
+        history_limit: older snapshots kept per flow_uuid besides the latest (>= 0).
+    """
+
+    def __init__(
+        self, path: str | os.PathLike[str] | None = None, *, history_limit: int = 10
+    ) -> None:
+        if path is not None and not isinstance(path, str | os.PathLike):
+            raise TypeError("path must be a str or os.PathLike")
+        if isinstance(history_limit, bool) or not isinstance(history_limit, int):
+            raise TypeError("history_limit must be an int")
+        if history_limit < 0:
+            raise ValueError("history_limit must be >= 0")
+        self.path = Path(path) if path is not None else default_data_dir() / "flow_states.db"
+        self.history_limit = history_limit
+        self._lock = threading.Lock()
+        self._conn: sqlite3.Connection | None = None
+
+    def _connect(self, create: bool) -> sqlite3.Connection | None:
+        if self._conn is not None:
+            return self._conn
+        if not create and not self.path.exists():
+            return None
+        import sqlite3
+
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        conn = sqlite3.connect(
+            self.path, timeout=30.0, check_same_thread=False, isolation_level=None
+        )
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=NORMAL")
+        conn.executescript(_SCHEMA)
+        self._conn = conn
+        return conn
+
+    def _write(self, fn: Callable[[sqlite3.Connection], None]) -> None:
+        with self._lock:
+            conn = self._connect(create=True)
+            assert conn is not None
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                fn(conn)
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+
+    def _read(self, fn: Callable[[sqlite3.Connection], T]) -> T | None:
+        with self._lock:
+            conn = self._connect(create=False)
+            if conn is None:
+                return None
+            return fn(conn)
+
+    @staticmethod
+    def _check_uuid(flow_uuid: object) -> None:
+        if not isinstance(flow_uuid, str) or not flow_uuid:
+            raise ValueError("flow_uuid must be a non-empty string")
+
+    def save_state(self, flow_uuid: str, method_name: str, state_data: dict[str, Any]) -> None:
+        """Upsert the latest snapshot; move the previous one to the bounded history."""
+        self._check_uuid(flow_uuid)
+        if not isinstance(state_data, dict):
+            raise TypeError("state_data must be a dict")
+        payload = json.dumps(state_data)
+        now = datetime.now(UTC).isoformat()
+        limit = self.history_limit
+
+        def write(conn: sqlite3.Connection) -> None:
+            row = conn.execute(
+                "SELECT version, method_name, saved_at, state_json FROM flow_states "
+                "WHERE flow_uuid = ?",
+                (flow_uuid,),
+            ).fetchone()
+            version = 1
+            if row is not None:
+                version = row[0] + 1
+                if limit:
+                    conn.execute(
+                        "INSERT INTO flow_state_history "
+                        "(flow_uuid, version, method_name, saved_at, state_json) "
+                        "VALUES (?, ?, ?, ?, ?)",
+                        (flow_uuid, row[0], row[1], row[2], row[3]),
+                    )
+                    conn.execute(
+                        "DELETE FROM flow_state_history WHERE flow_uuid = ? AND version <= ?",
+                        (flow_uuid, row[0] - limit),
+                    )
+            conn.execute(
+                "INSERT INTO flow_states (flow_uuid, method_name, saved_at, version, state_json) "
+                "VALUES (?, ?, ?, ?, ?) ON CONFLICT(flow_uuid) DO UPDATE SET "
+                "method_name = excluded.method_name, saved_at = excluded.saved_at, "
+                "version = excluded.version, state_json = excluded.state_json",
+                (flow_uuid, method_name, now, version, payload),
+            )
+
+        self._write(write)
+
+    def load_state(self, flow_uuid: str) -> dict[str, Any] | None:
+        """The latest snapshot of ``flow_uuid``, or None (never creates the file)."""
+        self._check_uuid(flow_uuid)
+        row = self._read(
+            lambda c: c.execute(
+                "SELECT state_json FROM flow_states WHERE flow_uuid = ?", (flow_uuid,)
+            ).fetchone()
+        )
+        if row is None:
+            return None
+        data = json.loads(row[0])
+        assert isinstance(data, dict)
+        return data
+
+    def history(self, flow_uuid: str) -> list[tuple[int, str, dict[str, Any]]]:
+        """``(version, method, snapshot)`` of the kept snapshots, oldest first, latest last."""
+        self._check_uuid(flow_uuid)
+
+        def read(c: sqlite3.Connection) -> list[tuple[int, str, str]]:
+            rows = c.execute(
+                "SELECT version, method_name, state_json FROM flow_state_history "
+                "WHERE flow_uuid = ? ORDER BY version",
+                (flow_uuid,),
+            ).fetchall()
+            rows += c.execute(
+                "SELECT version, method_name, state_json FROM flow_states WHERE flow_uuid = ?",
+                (flow_uuid,),
+            ).fetchall()
+            return rows
+
+        return [(v, m, json.loads(s)) for v, m, s in self._read(read) or []]
+
+    def save_pending_feedback(
+        self, flow_uuid: str, context: dict[str, Any], state_data: dict[str, Any]
+    ) -> None:
+        """Store (replace) the paused feedback step of ``flow_uuid``."""
+        self._check_uuid(flow_uuid)
+        ctx, state = json.dumps(context), json.dumps(state_data)
+        now = datetime.now(UTC).isoformat()
+        self._write(
+            lambda c: c.execute(
+                "INSERT OR REPLACE INTO pending_feedback "
+                "(flow_uuid, context_json, state_json, created_at) VALUES (?, ?, ?, ?)",
+                (flow_uuid, ctx, state, now),
+            ).close()
+        )
+
+    def load_pending_feedback(self, flow_uuid: str) -> tuple[dict[str, Any], dict[str, Any]] | None:
+        """``(context, state)`` of the paused step, or None."""
+        self._check_uuid(flow_uuid)
+        row = self._read(
+            lambda c: c.execute(
+                "SELECT context_json, state_json FROM pending_feedback WHERE flow_uuid = ?",
+                (flow_uuid,),
+            ).fetchone()
+        )
+        if row is None:
+            return None
+        return json.loads(row[0]), json.loads(row[1])
+
+    def clear_pending_feedback(self, flow_uuid: str) -> None:
+        """Forget the paused step of ``flow_uuid``."""
+        self._check_uuid(flow_uuid)
+        if self._connect(create=False) is None:
+            return
+        self._write(
+            lambda c: c.execute(
+                "DELETE FROM pending_feedback WHERE flow_uuid = ?", (flow_uuid,)
+            ).close()
+        )
+
+    def close(self) -> None:
+        """Close the connection (idempotent; the next call reopens it)."""
+        with self._lock:
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
+
+    def __repr__(self) -> str:
+        return f"SQLiteFlowPersistence(path={str(self.path)!r}, history_limit={self.history_limit})"
+
+
+@overload
+def persist(target: type[T], /) -> type[T]: ...
+@overload
+def persist(
+    backend: FlowPersistence | None = None, *, verbose: bool = False
+) -> Callable[[T], T]: ...
+def persist(backend: Any = None, *, verbose: bool = False) -> Any:
+    """Save the state after methods complete: on a class (all methods) or one method.
+
+    Usable bare (``@persist``) or called (``@persist()``, ``@persist(backend)``).
+
+    Args:
+        backend: a :class:`FlowPersistence`; None uses the flow's ``persistence=`` or the
+            default SQLite backend, created lazily on the first save.
+        verbose: log each save at INFO level (never printed).
+    """
+    if isinstance(backend, type) or (callable(backend) and hasattr(backend, "__code__")):
+        return persist()(backend)
+    if backend is not None and not isinstance(backend, FlowPersistence):
+        raise TypeError("persist(): backend must implement FlowPersistence")
+    config = PersistConfig(backend=backend, verbose=verbose)
+
+    def decorate(target: T) -> T:
+        if isinstance(target, type):
+            target._voxflow_persist = config  # type: ignore[attr-defined]
+            reset = getattr(target, "_voxflow_definition", None)
+            if reset is not None:  # the class was compiled before this decorator ran
+                target._voxflow_definition = None  # type: ignore[attr-defined]
+                target.flow_definition()  # type: ignore[attr-defined]
+            return target
+        if not callable(target):
+            raise TypeError("@persist applies to a Flow class or a flow method")
+        from voxflow.flow.dsl import stamp_marks
+
+        stamp_marks(target, "persist").persist = config
+        return target
+
+    return decorate

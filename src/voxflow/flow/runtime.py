@@ -1,0 +1,629 @@
+"""The Flow runtime: :class:`Flow`, ``kickoff()`` and ``kickoff_async()``.
+
+Behaviour (the reference contract, minus its flaws):
+
+* **Definition.** Compiled from the decorators when the class is created (wiring errors
+  surface at import), cached per class; inheritance follows the MRO. See
+  :mod:`voxflow.flow.definition`.
+* **Kickoff order.** Argument checks; checkpoint restore (``from_checkpoint``) or fork
+  (``restore_from_state_id``); ``inputs["id"]`` stamps ``state.id`` and, when persistence
+  is configured, the latest snapshot for that id is loaded; other inputs are merged into
+  the state; ``FlowStarted``; starts run (unconditional ones, else conditional ones;
+  concurrently, or one at a time when ``_sequential_starts``); then the dispatch loop of
+  :mod:`voxflow.flow._engine`. Everything above happens before any method runs.
+* **Result.** ``kickoff`` returns the output of the *deepest* method run in the dispatch
+  tree (depth = hops from a start), ties going to the method declared last. It does not
+  depend on timing: for ``begin → decide → a, b → join_or(a), join_and(b)`` it is
+  ``join_and``'s output whichever branch finishes first. A pause for human feedback
+  returns the :class:`~voxflow.flow.feedback.HumanFeedbackPending` object instead.
+* **Failures.** A method that raises emits ``MethodFailed`` and ``FlowFailed``, and the
+  exception propagates out of kickoff; concurrent siblings finish first (they are
+  awaited), the first failure in declaration order is raised.
+* **Sync methods.** ``kickoff()`` (sync) runs the flow on a loop cached per thread, so a
+  call costs no new loop and no thread pool. When every method of the flow is sync, they
+  run inline on that private loop (no thread hop; concurrent listeners run one after the
+  other in declaration order). Otherwise, and always under ``kickoff_async()``, sync
+  methods run in the loop's default executor with copied context variables, so they never
+  block the caller's loop. Called while a loop is running in the calling thread,
+  ``kickoff()`` runs on a worker thread with the caller's copied context and blocks.
+* **Events** go to :attr:`Flow.event_bus` (default :data:`~voxflow.flow.events.flow_event_bus`)
+  without blocking dispatch; ``suppress_flow_events`` drops the per-method events only.
+
+Extension points for layers built on top (e.g. conversational flows); all documented and
+stable:
+
+* ``_extra_flow_methods()`` (classmethod): more decorated functions to register on the
+  class, as if declared on it (built-in conversation methods).
+* ``_sequential_starts`` (class attribute) and ``_order_starts(names)``: run starts one at a
+  time, in the returned order (e.g. ``route_conversation`` last).
+* ``_skip_persistence_restore`` (instance attribute): when true, ``inputs["id"]`` stamps
+  the id but does not reload the persisted snapshot (tracked live turns).
+* ``suppress_flow_events``: constructor argument or class attribute.
+* ``event_bus``: emit your own events there (``self.event_bus.emit(evt)``), they go to the
+  same subscribers; ``emit_frame(channel, type, data)`` adds a frame to the active stream.
+* ``reset_execution()``: clear per-execution tracking (completed methods, outputs, pending
+  ``and_`` events, fired ``or_`` set, call counts). Every kickoff does it, except when
+  resuming a checkpoint or a paused feedback step.
+* ``_emit_flow_finished()``: return False to defer ``FlowFinished`` (trace deferral).
+* ``_open_stream()`` / :class:`voxflow.flow.streaming.StreamSession`: a frame sink for a run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import logging
+import os
+import typing
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
+
+from pydantic import BaseModel
+
+from voxflow.clock import Clock, MonotonicClock
+from voxflow.errors import FlowDefinitionError, FlowRuntimeError
+from voxflow.flow._engine import Engine, Execution
+from voxflow.flow._loops import run_blocking
+from voxflow.flow.definition import FlowDefinition, MethodDefinition, compile_definition
+from voxflow.flow.events import (
+    FlowEvent,
+    FlowEventBus,
+    FlowFailed,
+    FlowFinished,
+    FlowPaused,
+    FlowStarted,
+    flow_event_bus,
+)
+from voxflow.flow.state import (
+    StateLike,
+    dump_state,
+    load_state_like,
+    merge_inputs,
+    new_state_id,
+    stamp_id,
+    state_id,
+)
+
+if TYPE_CHECKING:
+    from voxflow.flow.checkpoint import CheckpointConfig
+    from voxflow.flow.feedback import FeedbackProvider, HumanFeedbackResult
+    from voxflow.flow.persistence import FlowPersistence
+    from voxflow.flow.streaming import StreamFrame
+
+__all__ = ["Flow", "StateT"]
+
+logger = logging.getLogger("voxflow.flow")
+
+StateT = TypeVar("StateT", bound="BaseModel | dict[str, Any]")
+
+
+class Flow(Engine, Generic[StateT]):
+    """An event-driven graph of methods sharing one state (see the module docs).
+
+    Args:
+        state: the initial state (a pydantic model with ``id`` or a dict); by default
+            built from ``initial_state``, the generic parameter (``Flow[MyState]``) or a
+            dict with a fresh ``id``.
+        persistence: the :class:`~voxflow.flow.persistence.FlowPersistence` used by
+            ``@persist`` and restores, overriding the decorator's backend.
+        event_bus: where events go (default: the process-wide bus).
+        clock: timestamps events (default :class:`~voxflow.clock.MonotonicClock`).
+        suppress_flow_events: drop per-method events (flow start/finish still emit).
+        max_method_calls: how many times one method may run per execution.
+    """
+
+    initial_state: ClassVar[Any] = None
+    stream: bool = False
+    suppress_flow_events: bool = False
+    max_method_calls: int = 100
+    checkpoint: CheckpointConfig | None = None
+    feedback_provider: FeedbackProvider | None = None
+    """Default provider for ``@human_feedback`` steps without their own (None: console)."""
+    input_provider: Callable[[str], Any] | None = None
+    """What :meth:`ask` reads answers from (sync or async callable; None: ``input``)."""
+    _sequential_starts: ClassVar[bool] = False
+    _skip_persistence_restore: bool = False
+    _voxflow_definition: ClassVar[FlowDefinition | None] = None
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls._voxflow_definition = None
+        cls.flow_definition()  # validate the wiring now, when the class is created
+
+    @classmethod
+    def flow_definition(cls) -> FlowDefinition:
+        """The compiled, validated :class:`FlowDefinition` of this class (cached)."""
+        definition = cls.__dict__.get("_voxflow_definition")
+        if definition is None:
+            definition = compile_definition(cls, cls._extra_flow_methods())
+            cls._voxflow_definition = definition
+        return definition
+
+    @classmethod
+    def _extra_flow_methods(cls) -> Mapping[str, Callable[..., Any]]:
+        """Extension point: decorated functions to register besides the class's own."""
+        return {}
+
+    def __init__(
+        self,
+        *,
+        state: StateT | None = None,
+        persistence: FlowPersistence | None = None,
+        event_bus: FlowEventBus | None = None,
+        clock: Clock | None = None,
+        suppress_flow_events: bool | None = None,
+        max_method_calls: int | None = None,
+    ) -> None:
+        if event_bus is not None and not isinstance(event_bus, FlowEventBus):
+            raise TypeError("event_bus must be a FlowEventBus")
+        if clock is not None and not isinstance(clock, Clock):
+            raise TypeError("clock must implement voxflow.clock.Clock (now() and sleep())")
+        if max_method_calls is not None:
+            if isinstance(max_method_calls, bool) or not isinstance(max_method_calls, int):
+                raise TypeError("max_method_calls must be an int")
+            if max_method_calls < 1:
+                raise ValueError("max_method_calls must be >= 1")
+            self.max_method_calls = max_method_calls
+        if suppress_flow_events is not None:
+            self.suppress_flow_events = bool(suppress_flow_events)
+        if persistence is not None:
+            for attr in ("save_state", "load_state"):
+                if not callable(getattr(persistence, attr, None)):
+                    raise TypeError(f"persistence must implement FlowPersistence ({attr} missing)")
+        self._definition = type(self).flow_definition()
+        self._persistence = persistence
+        self._bus = event_bus or flow_event_bus
+        self._clock: Clock = clock or MonotonicClock()
+        self._state: StateLike = self._initial_state(state)
+        self._ex = Execution()
+        self._inline = False
+        self._running = False
+        self._frame_sink: Callable[[StreamFrame], None] | None = None
+        self._pending_feedback: Any = None
+        self._resume_checkpoint = False
+        self.input_history: list[Any] = []
+        """Audit trail of :meth:`ask` prompts and answers (``InputHistoryEntry``)."""
+        self.last_human_feedback: HumanFeedbackResult | None = None
+        """The most recent feedback result of this flow."""
+        self.human_feedback_history: list[HumanFeedbackResult] = []
+        """Every feedback result of this flow, oldest first."""
+
+    @classmethod
+    def from_checkpoint(cls, path: str | os.PathLike[str], **kwargs: Any) -> Flow[Any]:
+        """A new instance restored from the checkpoint file ``path``; ``kickoff()`` resumes it.
+
+        Args:
+            path: a file written by a run with ``CheckpointConfig(directory=...)``.
+            kwargs: constructor arguments.
+        """
+        from voxflow.flow.checkpoint import CheckpointConfig, load_checkpoint
+
+        flow = cls(**kwargs)
+        load_checkpoint(flow, CheckpointConfig(restore_from=Path(path)))
+        flow._resume_checkpoint = True
+        return flow
+
+    # ------------------------------------------------------------------ state
+
+    @classmethod
+    def _state_type(cls) -> type[BaseModel] | None:
+        for klass in cls.__mro__:
+            for base in getattr(klass, "__orig_bases__", ()):
+                origin = typing.get_origin(base)
+                if isinstance(origin, type) and issubclass(origin, Flow):
+                    for arg in typing.get_args(base):
+                        if isinstance(arg, type) and issubclass(arg, BaseModel):
+                            return arg
+        return None
+
+    def _initial_state(self, state: Any) -> StateLike:
+        flow = type(self).__name__
+        if state is None:
+            initial = type(self).initial_state
+            if initial is None:
+                initial = type(self)._state_type()
+            if initial is None:
+                state = {"id": new_state_id()}
+            elif isinstance(initial, type) and issubclass(initial, BaseModel):
+                state = initial()
+            elif isinstance(initial, BaseModel):
+                state = initial.model_copy(deep=True)
+            elif isinstance(initial, dict):
+                state = copy.deepcopy(initial)
+            else:
+                raise FlowDefinitionError(
+                    f"{flow}.initial_state must be a pydantic model class, a model or a dict",
+                    flow=flow,
+                )
+        if isinstance(state, dict):
+            state.setdefault("id", new_state_id())
+        elif isinstance(state, BaseModel):
+            if "id" not in type(state).model_fields:
+                raise TypeError(
+                    f"state: {type(state).__name__} has no 'id' field; subclass voxflow.FlowState"
+                )
+        else:
+            raise TypeError("state must be a pydantic model (with an id) or a dict")
+        result: StateLike = state
+        return result
+
+    @property
+    def state(self) -> StateT:
+        """The live state shared by every method of the run (may be replaced by a restore)."""
+        return self._state  # type: ignore[return-value]
+
+    @property
+    def flow_id(self) -> str:
+        """``state.id``: the identity persistence saves under."""
+        return state_id(self._state)
+
+    @property
+    def event_bus(self) -> FlowEventBus:
+        """The bus this flow emits on."""
+        return self._bus
+
+    @property
+    def clock(self) -> Clock:
+        """The clock that timestamps this flow's events."""
+        return self._clock
+
+    @property
+    def method_outputs(self) -> list[tuple[str, Any]]:
+        """``(method, output)`` of the current/last execution, in completion order."""
+        return list(self._ex.outputs)
+
+    @property
+    def completed_methods(self) -> frozenset[str]:
+        """Methods completed in the current/last execution."""
+        return frozenset(self._ex.completed)
+
+    def reset_execution(self) -> None:
+        """Forget per-execution tracking, so the next kickoff runs the graph afresh."""
+        self._ex = Execution()
+
+    # ------------------------------------------------------------------ events
+
+    def _event_fields(self) -> dict[str, Any]:
+        return {
+            "at": self._clock.now(),
+            "flow_name": self._definition.name,
+            "flow_id": state_id(self._state),
+        }
+
+    def _emit(self, event_type: type[FlowEvent], **fields: Any) -> None:
+        if not self._bus.active and self._frame_sink is None:
+            return
+        event = event_type(**self._event_fields(), **fields)
+        self._bus.emit(event)
+        if self._frame_sink is not None:
+            from voxflow.flow.streaming import frame_from_event
+
+            self._frame_sink(frame_from_event(event))
+
+    def _emit_method_event(self, event_type: type[FlowEvent], **fields: Any) -> None:
+        if not self.suppress_flow_events:
+            self._emit(event_type, **fields)
+
+    def emit_frame(self, channel: str, type: str, data: Mapping[str, Any] | None = None) -> None:
+        """Add a frame to the active :class:`StreamSession` (no-op when not streaming)."""
+        if self._frame_sink is not None:
+            from voxflow.flow.streaming import StreamFrame
+
+            self._frame_sink(StreamFrame(channel=channel, type=type, data=dict(data or {})))
+
+    def _emit_flow_finished(self) -> bool:
+        """Extension point: False defers ``FlowFinished`` (e.g. per-turn trace deferral)."""
+        return True
+
+    def _order_starts(self, names: list[str]) -> list[str]:
+        """Extension point: the order starts run in (used when they run sequentially)."""
+        return names
+
+    # ------------------------------------------------------------------ kickoff
+
+    def _check_kickoff_args(
+        self,
+        inputs: Any,
+        from_checkpoint: Any,
+        restore_from_state_id: Any,
+    ) -> None:
+        if from_checkpoint is not None and restore_from_state_id is not None:
+            raise ValueError(
+                "Cannot combine `from_checkpoint` and `restore_from_state_id`: they target "
+                "different state systems (checkpointing and @persist) and cannot be used "
+                "together."
+            )
+        if inputs is not None:
+            if not isinstance(inputs, Mapping):
+                raise TypeError(f"inputs must be a mapping, got {type(inputs).__name__}")
+            if not all(isinstance(k, str) for k in inputs):
+                raise TypeError("inputs keys must be strings")
+            if "id" in inputs and (not isinstance(inputs["id"], str) or not inputs["id"]):
+                raise ValueError("inputs['id'] must be a non-empty string")
+        if from_checkpoint is not None:
+            from voxflow.flow.checkpoint import CheckpointConfig
+
+            if not isinstance(from_checkpoint, CheckpointConfig):
+                raise TypeError("from_checkpoint must be a CheckpointConfig")
+        if restore_from_state_id is not None and (
+            not isinstance(restore_from_state_id, str) or not restore_from_state_id
+        ):
+            raise ValueError("restore_from_state_id must be a non-empty string")
+        if self._running:
+            raise FlowRuntimeError(
+                f"{self._definition.name}: kickoff() is already running on this instance; "
+                "wait for it or use another Flow instance"
+            )
+
+    def kickoff(
+        self,
+        inputs: Mapping[str, Any] | None = None,
+        *,
+        from_checkpoint: CheckpointConfig | None = None,
+        restore_from_state_id: str | None = None,
+    ) -> Any:
+        """Run the flow to completion from sync code and return its result.
+
+        Args:
+            inputs: merged into the state before any method runs; ``inputs["id"]`` selects
+                the run (and restores its persisted snapshot when persistence is set).
+            from_checkpoint: resume a checkpoint (``restore_from``) or enable checkpoints.
+            restore_from_state_id: fork the persisted state of another run (new id).
+
+        Returns:
+            The result (see module docs), a ``HumanFeedbackPending`` when a feedback step
+            paused, or a :class:`StreamSession` when ``stream`` is true.
+        """
+        self._check_kickoff_args(inputs, from_checkpoint, restore_from_state_id)
+        if self.stream:
+            from voxflow.flow.streaming import StreamSession
+
+            return StreamSession.run_sync(
+                self,
+                lambda private: self._kickoff(
+                    inputs, from_checkpoint, restore_from_state_id, private
+                ),
+            )
+        return run_blocking(
+            lambda: self._kickoff(inputs, from_checkpoint, restore_from_state_id, True)
+        )
+
+    async def kickoff_async(
+        self,
+        inputs: Mapping[str, Any] | None = None,
+        *,
+        from_checkpoint: CheckpointConfig | None = None,
+        restore_from_state_id: str | None = None,
+    ) -> Any:
+        """:meth:`kickoff` for async callers; sync methods run in the default executor."""
+        self._check_kickoff_args(inputs, from_checkpoint, restore_from_state_id)
+        if self.stream:
+            from voxflow.flow.streaming import StreamSession
+
+            return StreamSession.run_async(
+                self,
+                lambda private: self._kickoff(
+                    inputs, from_checkpoint, restore_from_state_id, private
+                ),
+            )
+        return await self._kickoff(inputs, from_checkpoint, restore_from_state_id, False)
+
+    async def _kickoff(
+        self,
+        inputs: Mapping[str, Any] | None,
+        from_checkpoint: CheckpointConfig | None,
+        restore_from_state_id: str | None,
+        private_loop: bool,
+    ) -> Any:
+        self._check_kickoff_args(inputs, from_checkpoint, restore_from_state_id)
+        self._running = True
+        try:
+            resuming = await self._prepare(inputs, from_checkpoint, restore_from_state_id)
+            resuming = resuming or self._resume_checkpoint
+            self._resume_checkpoint = False
+            if not resuming:
+                self._ex = Execution()
+            self._inline = private_loop and self._definition.plan.all_sync
+            return await self._run(tuple(inputs or ()), resume=None)
+        finally:
+            self._running = False
+
+    async def _prepare(
+        self,
+        inputs: Mapping[str, Any] | None,
+        from_checkpoint: CheckpointConfig | None,
+        restore_from_state_id: str | None,
+    ) -> bool:
+        """Restore and hydrate the state; True when resuming a checkpoint."""
+        resuming = False
+        if from_checkpoint is not None:
+            if from_checkpoint.restore_from is not None:
+                from voxflow.flow.checkpoint import load_checkpoint
+
+                load_checkpoint(self, from_checkpoint)
+                resuming = True
+            self.checkpoint = from_checkpoint
+        if restore_from_state_id is not None:
+            data = await self._load(restore_from_state_id)
+            if data is None:
+                logger.warning("restore_from_state_id: no persisted state for that id")
+            else:
+                self._state = load_state_like(self._state, data)
+            new_id = (inputs or {}).get("id") or new_state_id()
+            stamp_id(self._state, new_id)
+        elif inputs and "id" in inputs:
+            stamp_id(self._state, inputs["id"])
+            if self._persistence_configured() and not self._skip_persistence_restore:
+                data = await self._load(inputs["id"])
+                if data is not None:
+                    self._state = load_state_like(self._state, data)
+                    stamp_id(self._state, inputs["id"])
+        if inputs:
+            rest = {k: v for k, v in inputs.items() if k != "id"}
+            self._state = merge_inputs(self._state, rest)
+        return resuming
+
+    async def _run(self, input_keys: tuple[str, ...], resume: Any) -> Any:
+        """Run starts (or continue a resumed step) and the dispatch loop; emit flow events."""
+        from voxflow.flow.feedback import HumanFeedbackPending
+
+        self._emit(FlowStarted, input_keys=input_keys)
+        try:
+            if resume is not None:
+                await resume()
+            else:
+                await self._run_starts()
+        except HumanFeedbackPending as pending:
+            await self._save_pending(pending)
+            self._emit(FlowPaused, method_name=pending.method_name, message=pending.message)
+            return pending
+        except BaseException as exc:
+            self._emit(FlowFailed, error_type=type(exc).__name__, error=str(exc))
+            raise
+        result = self._ex.result
+        if self._emit_flow_finished():
+            self._emit(FlowFinished, result=result)
+        return result
+
+    async def _run_starts(self) -> None:
+        starts = list(self._definition.plan.starts)
+        if not starts:
+            raise FlowDefinitionError(
+                f"{self._definition.name} has no @start() method to kick off",
+                flow=self._definition.name,
+            )
+        if self._sequential_starts or len(starts) == 1:
+            for name in self._order_starts(starts):
+                await self._run_listener(name, None, 0)
+            return
+        await self._run_batch(starts, None, 0)
+
+    # ------------------------------------------------------------------ feedback
+
+    def resume(self, feedback: str, *, flow_id: str | None = None) -> Any:
+        """Continue a run paused by a feedback provider with the person's ``feedback``.
+
+        Args:
+            feedback: the free text (collapsed to an outcome when the step declares ``emit``).
+            flow_id: resume the run with this state id (e.g. in another process).
+
+        Returns:
+            The kickoff result, or another ``HumanFeedbackPending``.
+        """
+        return run_blocking(lambda: self.resume_async(feedback, flow_id=flow_id))
+
+    async def resume_async(self, feedback: str, *, flow_id: str | None = None) -> Any:
+        """:meth:`resume` for async callers."""
+        from voxflow.flow.feedback import resume_flow
+
+        if not isinstance(feedback, str):
+            raise TypeError("feedback must be a string")
+        if flow_id is not None:
+            if not isinstance(flow_id, str) or not flow_id:
+                raise ValueError("flow_id must be a non-empty string")
+            stamp_id(self._state, flow_id)
+        return await resume_flow(self, feedback)
+
+    async def _run_resumed(self, proceed: Callable[[], Any]) -> Any:
+        if self._running:
+            raise FlowRuntimeError(f"{self._definition.name}: a run is already in progress")
+        self._running = True
+        self._inline = False
+        try:
+            return await self._run((), resume=proceed)
+        finally:
+            self._running = False
+
+    def ask(self, prompt: str) -> str | None:
+        """Ask a question from inside a sync step; recorded in :attr:`input_history`.
+
+        Blocks the step until ``input_provider`` (default ``input``) answers; use
+        :meth:`ask_async` from async steps.
+        """
+        from voxflow.flow._engine import current_method
+        from voxflow.flow.feedback import InputHistoryEntry
+
+        if not isinstance(prompt, str) or not prompt:
+            raise ValueError("prompt must be a non-empty string")
+        provider = self.input_provider or input
+        response = provider(prompt)
+        if asyncio.iscoroutine(response):
+            response.close()
+            raise TypeError("input_provider is async: call `await self.ask_async(prompt)`")
+        if response is not None and not isinstance(response, str):
+            raise TypeError("input_provider must return a str or None")
+        self.input_history.append(
+            InputHistoryEntry(method_name=current_method.get(), prompt=prompt, response=response)
+        )
+        return response
+
+    async def ask_async(self, prompt: str) -> str | None:
+        """:meth:`ask` for async steps (a sync provider runs in a worker thread)."""
+        from voxflow.flow.feedback import ask_async
+
+        return await ask_async(self, prompt)
+
+    # ------------------------------------------------------------------ hooks
+
+    def _persistence_configured(self) -> bool:
+        d = self._definition
+        return (
+            self._persistence is not None
+            or d.persist is not None
+            or any(m.persist is not None for m in d.methods.values())
+        )
+
+    def _backend(self, method: MethodDefinition | None = None) -> FlowPersistence:
+        if self._persistence is not None:
+            return self._persistence
+        for cfg in (getattr(method, "persist", None), self._definition.persist):
+            if cfg is not None and cfg.backend is not None:
+                return typing.cast("FlowPersistence", cfg.backend)
+        for m in self._definition.methods.values():
+            if m.persist is not None and m.persist.backend is not None:
+                return typing.cast("FlowPersistence", m.persist.backend)
+        from voxflow.flow.persistence import default_persistence
+
+        return default_persistence()
+
+    async def _load(self, flow_uuid: str) -> dict[str, Any] | None:
+        backend = self._backend()
+        if self._inline:
+            return backend.load_state(flow_uuid)
+        return await asyncio.to_thread(backend.load_state, flow_uuid)
+
+    async def _after_commit(self, method: MethodDefinition) -> None:
+        cfg = method.persist or self._definition.persist
+        if cfg is not None:
+            backend = self._backend(method)
+            data = dump_state(self._state)
+            if self._inline:
+                backend.save_state(self.flow_id, method.name, data)
+            else:
+                await asyncio.to_thread(backend.save_state, self.flow_id, method.name, data)
+            if cfg.verbose:
+                logger.info("saved state of %s after %s", self._definition.name, method.name)
+        if self.checkpoint is not None and self.checkpoint.directory is not None:
+            from voxflow.flow.checkpoint import write_checkpoint
+
+            if self._inline:
+                write_checkpoint(self, self.checkpoint)
+            else:
+                await asyncio.to_thread(write_checkpoint, self, self.checkpoint)
+
+    async def _feedback_step(self, method: MethodDefinition, output: Any, depth: int) -> Any:
+        from voxflow.flow.feedback import run_feedback_step
+
+        return await run_feedback_step(self, method, output, depth)
+
+    async def _save_pending(self, pending: Any) -> None:
+        from voxflow.flow.feedback import save_pending
+
+        await save_pending(self, pending)
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(id={self.flow_id!r}, methods={len(self._definition.methods)}, "
+            f"completed={len(self._ex.completed)})"
+        )
