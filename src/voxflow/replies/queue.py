@@ -1,0 +1,581 @@
+"""ReplyQueue: background announcements and the speaking floor.
+
+Completed jobs are *enqueued* as pending deliveries; when the floor is free (nobody
+recording, nothing playing, not muted, no foreground work, no turn running, session
+open, no other delivery active) the application's delivery task *claims* one, *prepares*
+its public reply, re-checks :meth:`ReplyQueue.accepts_output` and
+``TurnLedger.accept_event`` before every handoff, and *settles* it once the client
+reported the whole message played (or on interruption).
+
+Lock model (one lock for the application, one inside): hold ``JobRunner.state_lock``
+around every queue operation, every job commit and every foreground turn, so a job
+result cannot change between a check and a handoff. Each method here is synchronous and
+also takes the queue's own ``threading.RLock``, so two claims can never both get the
+floor even if a caller forgets. Never hold the queue (or the state lock) across an
+``await`` of the transport. The pattern, end to end::
+
+    async def try_delivery() -> None:
+        async with jobs.state_lock:
+            delivery = replies.claim()
+            if delivery is None:
+                return
+            events = replies.prepare(delivery.delivery_id, build_text)
+        for event in events:
+            async with jobs.state_lock:
+                if not replies.accepts_output(delivery.delivery_id):
+                    replies.settle(delivery.delivery_id, "skipped")
+                    return
+                if not turns.accept_event(event):
+                    continue
+            await send_public_event(event)
+        # Settle "completed" only after the client reported the whole message played.
+
+Every rejection returns the documented ``None``/``False``/``[]`` and logs its reason at
+DEBUG on ``voxflow.replies``.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, cast, get_args
+
+from voxflow.errors import TurnIdentityError
+from voxflow.ids import DeliveryId
+from voxflow.jobs.records import JobRecord, JobState, utc_now
+from voxflow.replies.records import (
+    ClientActivity,
+    CoveredUpdate,
+    DeliveryFloor,
+    DeliveryRecord,
+    DeliveryStatus,
+    ReplyQueueState,
+    SettleStatus,
+)
+from voxflow.turns.ledger import TurnLedger
+from voxflow.turns.records import ReplyEvent, ReplyRecord
+
+__all__ = ["ReplyQueue", "ReplyQueueStatistics"]
+
+logger = logging.getLogger("voxflow.replies")
+
+_SETTLE: frozenset[str] = frozenset(get_args(SettleStatus))
+_TERMINAL: frozenset[str] = _SETTLE
+
+
+def _reject(action: str, reason: str, **fields: object) -> Literal[False]:
+    if logger.isEnabledFor(logging.DEBUG):
+        logger.debug("%s rejected: %s", action, reason, extra={"voxflow": fields})
+    return False
+
+
+@dataclass(frozen=True, slots=True)
+class ReplyQueueStatistics:
+    """A read-only view of the queue for logs and tests."""
+
+    pending: int
+    active_delivery_id: DeliveryId | None
+    busy_reason: str | None
+    delivery_sequence: int
+    closed: bool
+
+
+class ReplyQueue:
+    """Queue completed-job announcements and lease the speaking floor to one at a time.
+
+    Args:
+        turns: the session's TurnLedger (a ``TurnRunner`` is one); its state must be a
+            ``ReplyQueueState`` *and* a ``JobState``.
+        is_relevant: optional side-effect-free policy; a job copy for which it returns
+            False is never announced (e.g. the user cancelled it).
+
+    Raises:
+        TypeError: the state is not both a ReplyQueueState and a JobState.
+    """
+
+    def __init__(
+        self, turns: TurnLedger, is_relevant: Callable[[JobRecord], bool] | None = None
+    ) -> None:
+        if not isinstance(turns, TurnLedger):
+            raise TypeError(f"turns must be a TurnRunner/TurnLedger, got {type(turns).__name__}")
+        if is_relevant is not None and not callable(is_relevant):
+            raise TypeError("is_relevant must be callable or None")
+        self._turns = turns
+        self._is_relevant = is_relevant
+        self._lock = threading.RLock()
+        self._state()
+
+    # -- helpers ------------------------------------------------------------------
+
+    def _state(self) -> ReplyQueueState:
+        state = self._turns.state
+        if not isinstance(state, ReplyQueueState) or not isinstance(state, JobState):
+            raise TypeError(
+                "ReplyQueue needs a state that is both a ReplyQueueState and a JobState, e.g. "
+                "class WorkChatState(ReplyQueueState, JobState[MyJob])"
+            )
+        return state
+
+    @staticmethod
+    def _jobs(state: ReplyQueueState) -> dict[str, JobRecord]:
+        return cast(JobState[JobRecord], state).jobs
+
+    def _is_current(self, state: ReplyQueueState, cov: CoveredUpdate) -> bool:
+        job = self._jobs(state).get(cov.job_id)
+        if job is None or job.session_id != state.id or job.status != "completed":
+            return False
+        if (job.revision, job.attempt, job.last_update_seq) != (cov.revision, cov.attempt, cov.seq):
+            return False
+        return self._is_relevant is None or bool(self._is_relevant(job.model_copy(deep=True)))
+
+    @staticmethod
+    def _is_covered(state: ReplyQueueState, cov: CoveredUpdate) -> bool:
+        stored = state.covered_updates.get(cov.job_id)
+        return (
+            stored is not None
+            and (stored.revision, stored.attempt) == (cov.revision, cov.attempt)
+            and stored.seq >= cov.seq
+        )
+
+    def _eligible(self, state: ReplyQueueState, rec: DeliveryRecord) -> bool:
+        if state.ended or rec.session_id != state.id:
+            return False
+        turn = state.turns.get(rec.turn_id)
+        if turn is None or (turn.session_id, turn.input_revision) != (
+            rec.session_id,
+            rec.input_revision,
+        ):
+            return False
+        return bool(rec.covered_updates) and all(
+            self._is_current(state, c) and not self._is_covered(state, c)
+            for c in rec.covered_updates
+        )
+
+    @staticmethod
+    def _set_status(
+        state: ReplyQueueState, rec: DeliveryRecord, status: DeliveryStatus, reason: str
+    ) -> None:
+        now = utc_now()
+        rec.status = status
+        rec.reason = reason
+        rec.updated_at = now
+        if status == "scheduled":
+            rec.scheduled_at = now
+            state.delivery_floor.active_delivery_id = rec.delivery_id
+        elif status in _TERMINAL:
+            rec.settled_at = now
+            if state.delivery_floor.active_delivery_id == rec.delivery_id:
+                state.delivery_floor.active_delivery_id = None
+        state.delivery_sequence += 1
+
+    def _fence(self, state: ReplyQueueState, rec: DeliveryRecord) -> None:
+        reply = state.replies.get(rec.delivery_id)
+        if reply is not None:
+            self._turns.interrupt(
+                session_id=reply.session_id,
+                turn_id=reply.turn_id,
+                input_revision=reply.input_revision,
+                delivery_id=reply.delivery_id,
+            )
+
+    def _skip_ineligible_pending(self, state: ReplyQueueState, reason: str) -> None:
+        for rec in state.deliveries.values():
+            if rec.status == "pending" and not self._eligible(state, rec):
+                self._set_status(state, rec, "skipped", reason)
+
+    # -- enqueue / claim / prepare ----------------------------------------------------
+
+    def enqueue(self, job: JobRecord) -> DeliveryId | None:
+        """Queue an announcement of ``job``'s current completed version.
+
+        Returns:
+            The delivery id (an existing one when a delivery already holds this exact
+            version: duplicates coalesce, even onto a skipped or failed delivery), or
+            None when the session ended or closed, the job is foreign, not completed,
+            not current, already covered, or its origin turn is missing or foreign.
+        """
+        if not isinstance(job, JobRecord):
+            raise TypeError(f"job must be a JobRecord, got {type(job).__name__}")
+        ids = {"job_id": job.job_id}
+        with self._lock:
+            state = self._state()
+            if state.ended or state.delivery_floor.closed:
+                _reject("enqueue", "session ended or closed", **ids)
+                return None
+            if job.session_id != state.id:
+                _reject("enqueue", "foreign session", **ids)
+                return None
+            cov = CoveredUpdate.from_job(job)
+            if not self._is_current(state, cov):
+                _reject("enqueue", "not a current completed version", **ids)
+                return None
+            turn = state.turns.get(job.origin_turn_id) if job.origin_turn_id else None
+            if turn is None or turn.session_id != state.id:
+                _reject("enqueue", "origin turn missing or foreign", **ids)
+                return None
+            if self._is_covered(state, cov):
+                _reject("enqueue", "version already covered", **ids)
+                return None
+            for rec in state.deliveries.values():
+                if cov in rec.covered_updates:
+                    return rec.delivery_id
+            rec = DeliveryRecord(
+                session_id=state.id,
+                turn_id=turn.turn_id,
+                input_revision=turn.input_revision,
+                covered_updates=[cov],
+            )
+            state.deliveries[rec.delivery_id] = rec
+            state.delivery_sequence += 1
+            return rec.delivery_id
+
+    def claim(self) -> DeliveryRecord | None:
+        """Atomically lease the floor to the first eligible pending delivery.
+
+        Ineligible pending deliveries are skipped first. Returns a deep copy of the now
+        ``scheduled`` record, or None when the floor is closed, foreground, recording,
+        playing, muted, already leased, or a turn is running.
+        """
+        with self._lock:
+            state = self._state()
+            self._skip_ineligible_pending(state, "No longer relevant or already covered.")
+            floor = state.delivery_floor
+            busy = floor.busy_reason()
+            if busy is not None:
+                _reject("claim", busy)
+                return None
+            if floor.active_delivery_id is not None:
+                _reject("claim", "another delivery holds the floor")
+                return None
+            if self._turns.running_turn_id() is not None:
+                _reject("claim", "a turn is running")
+                return None
+            for rec in state.deliveries.values():
+                if rec.status == "pending":
+                    self._set_status(state, rec, "scheduled", "")
+                    return rec.model_copy(deep=True)
+            return None
+
+    def prepare(
+        self, delivery_id: DeliveryId, build_text: Callable[[list[JobRecord]], str]
+    ) -> list[ReplyEvent]:
+        """Build the claimed delivery's public reply: ``started``, ``text``, ``completed``.
+
+        ``build_text`` gets deep copies of the covered jobs' current records and must
+        return non-empty text. Single use per delivery. No LLM, no history append.
+
+        Returns:
+            The three events (still to pass ``accept_event``), or [] when the reply
+            exists already, the delivery is not the scheduled active one or is no longer
+            eligible (it becomes ``skipped``), or the floor became busy (``interrupted``).
+
+        Raises:
+            ValueError: ``build_text`` returned no text (the delivery becomes ``failed``).
+            Exception: whatever ``build_text`` raised (the delivery becomes ``failed``).
+        """
+        if not callable(build_text):
+            raise TypeError("build_text must be callable")
+        ids = {"delivery_id": delivery_id}
+        with self._lock:
+            state = self._state()
+            if delivery_id in state.replies:
+                _reject("prepare", "reply already prepared", **ids)
+                return []
+            rec = state.deliveries.get(delivery_id)
+            if rec is None:
+                _reject("prepare", "unknown delivery", **ids)
+                return []
+            floor = state.delivery_floor
+            if (
+                rec.status != "scheduled"
+                or floor.active_delivery_id != delivery_id
+                or not self._eligible(state, rec)
+            ):
+                if rec.status == "scheduled":
+                    self._set_status(state, rec, "skipped", "Invalidated before preparation.")
+                _reject("prepare", "not the eligible scheduled delivery", **ids)
+                return []
+            busy = floor.busy_reason()
+            if busy is not None:
+                self._set_status(state, rec, "interrupted", "The speaking floor became busy.")
+                _reject("prepare", busy, **ids)
+                return []
+            started_at = self._turns.clock.now()
+            jobs = self._jobs(state)
+            copies = [jobs[c.job_id].model_copy(deep=True) for c in rec.covered_updates]
+            try:
+                text = build_text(copies)
+                if not isinstance(text, str) or not text.strip():
+                    raise ValueError("build_text must return non-empty text")
+            except Exception as exc:
+                self._set_status(state, rec, "failed", f"build_text failed: {type(exc).__name__}")
+                raise
+            first = rec.covered_updates[0]
+            reply = ReplyRecord(
+                session_id=rec.session_id,
+                turn_id=rec.turn_id,
+                input_revision=rec.input_revision,
+                delivery_id=rec.delivery_id,
+                kind="progress",
+                status="completed",
+                segments=[text],
+                text=text,
+                job_id=first.job_id,
+                job_revision=first.revision,
+                job_attempt=first.attempt,
+            )
+            self._turns.record_reply(reply)
+            issue = self._turns.issue_for
+            return [
+                issue(reply, "started", started_at=started_at),
+                issue(reply, "text", started_at=started_at, segment_id=1, text=text),
+                issue(reply, "completed", started_at=started_at, text=text),
+            ]
+
+    def accepts_output(self, delivery_id: DeliveryId) -> bool:
+        """Re-check, immediately before a handoff, that the delivery may still speak.
+
+        True only for the scheduled active delivery whose reply exists and is neither
+        interrupted nor failed, on an open floor that is not foreground, recording or
+        muted, and that is still eligible. Playback is not checked: the delivery's own
+        playback must not stop it.
+        """
+        ids = {"delivery_id": delivery_id}
+        with self._lock:
+            state = self._state()
+            rec = state.deliveries.get(delivery_id)
+            reply = state.replies.get(delivery_id)
+            if rec is None or reply is None:
+                return _reject("accepts_output", "unknown delivery or reply", **ids)
+            if reply.interrupted or reply.status == "failed":
+                return _reject("accepts_output", "reply interrupted or failed", **ids)
+            floor = state.delivery_floor
+            if rec.status != "scheduled" or floor.active_delivery_id != delivery_id:
+                return _reject("accepts_output", "not the active delivery", **ids)
+            busy = floor.busy_reason(check_playback=False)
+            if busy is not None:
+                return _reject("accepts_output", busy, **ids)
+            if not self._eligible(state, rec):
+                return _reject("accepts_output", "no longer eligible", **ids)
+            return True
+
+    # -- settle / coverage / observations -------------------------------------------------
+
+    def settle(self, delivery_id: DeliveryId, status: SettleStatus, reason: str = "") -> bool:
+        """Release the floor held by the active delivery, once, with a terminal status.
+
+        ``completed`` is downgraded to ``interrupted`` when the reply was interrupted,
+        and to ``skipped`` when the delivery is no longer eligible or was never
+        prepared; a completed delivery records its versions as covered. Any other
+        status fences the reply's remaining events.
+
+        Returns:
+            False when the delivery is unknown, not scheduled or not the active one
+            (e.g. a second settle).
+
+        Raises:
+            ValueError: ``status`` is not a settle status.
+        """
+        if status not in _SETTLE:
+            raise ValueError(f"status must be one of {sorted(_SETTLE)}, got {status!r}")
+        if not isinstance(reason, str):
+            raise TypeError("reason must be a str")
+        ids = {"delivery_id": delivery_id, "status": status}
+        with self._lock:
+            state = self._state()
+            rec = state.deliveries.get(delivery_id)
+            if rec is None:
+                return _reject("settle", "unknown delivery", **ids)
+            if rec.status != "scheduled" or state.delivery_floor.active_delivery_id != delivery_id:
+                return _reject("settle", f"delivery is {rec.status}, not active", **ids)
+            final: SettleStatus = status
+            if status == "completed":
+                reply = state.replies.get(delivery_id)
+                if reply is None:
+                    final, reason = "skipped", reason or "Settled before it was prepared."
+                elif reply.interrupted:
+                    final = "interrupted"
+                elif not self._eligible(state, rec):
+                    final, reason = "skipped", reason or "No longer relevant or already covered."
+            if final == "completed":
+                for cov in rec.covered_updates:
+                    state.covered_updates[cov.job_id] = cov
+            else:
+                self._fence(state, rec)
+            self._set_status(state, rec, final, reason)
+            return True
+
+    def mark_covered(self, coverage: CoveredUpdate) -> bool:
+        """Record that an explicit summary of this job version was actually delivered.
+
+        Pending deliveries it covers become ``skipped``. False when the floor is closed
+        or the version is not current. A later version of the job stays eligible.
+        """
+        if not isinstance(coverage, CoveredUpdate):
+            raise TypeError(f"coverage must be a CoveredUpdate, got {type(coverage).__name__}")
+        with self._lock:
+            state = self._state()
+            if state.delivery_floor.closed:
+                return _reject("mark_covered", "floor closed", job_id=coverage.job_id)
+            if not self._is_current(state, coverage):
+                return _reject("mark_covered", "not current", job_id=coverage.job_id)
+            state.covered_updates[coverage.job_id] = coverage
+            state.delivery_sequence += 1
+            for rec in state.deliveries.values():
+                if rec.status == "pending" and any(
+                    self._is_covered(state, c) for c in rec.covered_updates
+                ):
+                    self._set_status(
+                        state, rec, "skipped", "Already covered by a requested summary."
+                    )
+            return True
+
+    def observe_client(self, update: ClientActivity) -> bool:
+        """Accept one client observation (recording, playback, mute) if it is valid.
+
+        Rejected: a closed floor, a foreign session, ``seq <= client_seq``, a
+        ``delivery_id`` that is not a reply of this session, and a stop (playback False)
+        while the floor plays a different delivery: a stale stop never releases newer
+        playback, and a null-id stop never releases identified playback.
+        """
+        if not isinstance(update, ClientActivity):
+            raise TypeError(f"update must be a ClientActivity, got {type(update).__name__}")
+        ids = {"seq": update.seq, "delivery_id": update.delivery_id}
+        with self._lock:
+            state = self._state()
+            floor = state.delivery_floor
+            if floor.closed:
+                return _reject("observe_client", "floor closed", **ids)
+            if update.session_id != state.id:
+                return _reject("observe_client", "foreign session", **ids)
+            if update.seq <= floor.client_seq:
+                return _reject("observe_client", "stale client seq", **ids)
+            if update.delivery_id is not None:
+                reply = state.replies.get(update.delivery_id)
+                if reply is None or reply.session_id != state.id:
+                    return _reject("observe_client", "unknown delivery", **ids)
+            if (
+                not update.playback
+                and floor.playback
+                and floor.playback_delivery_id != update.delivery_id
+            ):
+                return _reject("observe_client", "stop for other playback", **ids)
+            floor.recording = update.recording
+            floor.playback = update.playback
+            floor.muted = update.muted
+            floor.client_seq = update.seq
+            floor.playback_delivery_id = (
+                DeliveryId(update.delivery_id)
+                if update.playback and update.delivery_id is not None
+                else None
+            )
+            state.delivery_sequence += 1
+            return True
+
+    def set_foreground(self, busy: bool) -> None:
+        """Hold (True) or release (False) the floor for foreground work.
+
+        Keep it true through foreground generation and draining, including pending
+        user requests; release it when that work has settled.
+        """
+        if not isinstance(busy, bool):
+            raise TypeError(f"busy must be a bool, got {type(busy).__name__}")
+        with self._lock:
+            state = self._state()
+            state.delivery_floor.foreground = busy
+            state.delivery_sequence += 1
+
+    def close(self) -> None:
+        """Close the floor: the active delivery ends ``interrupted``, pending ones ``skipped``.
+
+        Idempotent. Job results are untouched. Call it before cancelling and draining
+        the application's delivery tasks.
+        """
+        with self._lock:
+            state = self._state()
+            state.delivery_floor.closed = True
+            for rec in state.deliveries.values():
+                if rec.status == "scheduled":
+                    self._fence(state, rec)
+                    self._set_status(state, rec, "interrupted", "Session closed.")
+                elif rec.status == "pending":
+                    self._set_status(state, rec, "skipped", "Session closed.")
+
+    # -- snapshots ------------------------------------------------------------------
+
+    def snapshot(self) -> dict[str, Any]:
+        """The session, sequence, deliveries, coverage and floor as JSON-compatible data."""
+        with self._lock:
+            state = self._state()
+            return {
+                "session_id": state.id,
+                "delivery_sequence": state.delivery_sequence,
+                "deliveries": [d.model_dump(mode="json") for d in state.deliveries.values()],
+                "covered_updates": [
+                    c.model_dump(mode="json") for c in state.covered_updates.values()
+                ],
+                "floor": state.delivery_floor.model_dump(mode="json"),
+            }
+
+    def restore(self, snapshot: Mapping[str, Any]) -> None:
+        """Load a :meth:`snapshot` without restarting or replaying any delivery.
+
+        A delivery that was scheduled becomes ``interrupted`` (its lease died with the
+        old process); pending ones stay pending. Client observations are not carried
+        over (a new client reports its own, from seq 1); ``closed`` is.
+
+        Raises:
+            TurnIdentityError: the snapshot belongs to another session.
+        """
+        if not isinstance(snapshot, Mapping):
+            raise TypeError("snapshot must be a mapping returned by snapshot()")
+        deliveries: Sequence[DeliveryRecord] = [
+            DeliveryRecord.model_validate(d) for d in snapshot.get("deliveries", [])
+        ]
+        covered = [CoveredUpdate.model_validate(c) for c in snapshot.get("covered_updates", [])]
+        floor = DeliveryFloor.model_validate(snapshot.get("floor", {}))
+        with self._lock:
+            state = self._state()
+            if snapshot.get("session_id") != state.id or any(
+                d.session_id != state.id for d in deliveries
+            ):
+                raise TurnIdentityError(
+                    "snapshot belongs to another session; restore the turn state first."
+                )
+            state.deliveries = {d.delivery_id: d for d in deliveries}
+            state.covered_updates = {c.job_id: c for c in covered}
+            state.delivery_floor = DeliveryFloor(closed=floor.closed)
+            state.delivery_sequence = max(
+                state.delivery_sequence, int(snapshot.get("delivery_sequence", 0))
+            )
+            for rec in state.deliveries.values():
+                if rec.status == "scheduled":
+                    self._fence(state, rec)
+                    self._set_status(
+                        state, rec, "interrupted", "Restored from a snapshot; not replayed."
+                    )
+
+    def statistics(self) -> ReplyQueueStatistics:
+        """Pending count, floor holder and why the floor is busy (if it is)."""
+        with self._lock:
+            state = self._state()
+            floor = state.delivery_floor
+            busy = floor.busy_reason()
+            if busy is None and self._turns.running_turn_id() is not None:
+                busy = "a turn is running"
+            return ReplyQueueStatistics(
+                pending=sum(1 for d in state.deliveries.values() if d.status == "pending"),
+                active_delivery_id=floor.active_delivery_id,
+                busy_reason=busy,
+                delivery_sequence=state.delivery_sequence,
+                closed=floor.closed,
+            )
+
+    def __repr__(self) -> str:
+        stats = self.statistics()
+        return (
+            f"ReplyQueue(pending={stats.pending}, active={stats.active_delivery_id!r}, "
+            f"busy={stats.busy_reason!r})"
+        )

@@ -1,0 +1,144 @@
+"""Records of the reply queue: deliveries, the speaking floor, coverage, client activity.
+
+A *delivery* is one background announcement waiting for (or holding) the speaking
+floor; its ``delivery_id`` becomes the identity of the public reply that speaks it. A
+*coverage* (:class:`CoveredUpdate`) names one accepted version of one job, so the same
+result is never announced twice and a newer version is never mistaken for an old one.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr
+
+from voxflow.ids import DeliveryId, JobId, SessionId, TurnId, new_delivery_id
+from voxflow.jobs.records import JobRecord, utc_now
+from voxflow.turns.records import TurnState
+
+__all__ = [
+    "ClientActivity",
+    "CoveredUpdate",
+    "DeliveryFloor",
+    "DeliveryRecord",
+    "DeliveryStatus",
+    "ReplyQueueState",
+    "SettleStatus",
+]
+
+DeliveryStatus = Literal["pending", "scheduled", "completed", "interrupted", "skipped", "failed"]
+"""pending → scheduled → completed | interrupted | skipped | failed."""
+
+SettleStatus = Literal["completed", "interrupted", "skipped", "failed"]
+"""The terminal statuses ``ReplyQueue.settle`` accepts."""
+
+
+class CoveredUpdate(BaseModel):
+    """One accepted version of one job: (job_id, revision, attempt, seq)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    job_id: JobId
+    revision: StrictInt = Field(ge=1)
+    attempt: StrictInt = Field(ge=1)
+    seq: StrictInt = Field(ge=0, description="the job's last_update_seq for this version")
+
+    @classmethod
+    def from_job(cls, job: JobRecord) -> CoveredUpdate:
+        """The coverage of ``job``'s current accepted version."""
+        if not isinstance(job, JobRecord):
+            raise TypeError(f"job must be a JobRecord, got {type(job).__name__}")
+        return cls(
+            job_id=job.job_id, revision=job.revision, attempt=job.attempt, seq=job.last_update_seq
+        )
+
+
+class DeliveryRecord(BaseModel):
+    """One queued announcement and its scheduling lifecycle."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    session_id: SessionId
+    delivery_id: DeliveryId = Field(
+        default_factory=new_delivery_id, description="also the identity of its ReplyRecord"
+    )
+    turn_id: TurnId = Field(description="the turn that started the announced work")
+    input_revision: StrictInt = Field(1, ge=1, description="copied from the origin turn")
+    covered_updates: list[CoveredUpdate] = Field(default_factory=list)
+    status: DeliveryStatus = "pending"
+    reason: str = ""
+    created_at: str = Field(default_factory=utc_now, description="ISO-8601 UTC")
+    updated_at: str = Field(default_factory=utc_now, description="ISO-8601 UTC")
+    scheduled_at: str | None = None
+    settled_at: str | None = None
+
+
+class DeliveryFloor(BaseModel):
+    """Who may speak: observations, never media handles.
+
+    ``foreground`` is server-owned (``set_foreground``); ``recording``, ``playback`` and
+    ``muted`` come from the client (``observe_client``); ``active_delivery_id`` is the
+    one scheduled delivery that holds the floor.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    foreground: bool = False
+    recording: bool = False
+    playback: bool = False
+    muted: bool = False
+    closed: bool = False
+    client_seq: int = Field(0, ge=0, description="the last accepted client observation")
+    playback_delivery_id: DeliveryId | None = Field(
+        None, description="what the client is playing; None for local cached audio"
+    )
+    active_delivery_id: DeliveryId | None = None
+
+    def busy_reason(self, *, check_playback: bool = True) -> str | None:
+        """Why the floor cannot be given to an announcement now, or None."""
+        if self.closed:
+            return "floor closed"
+        if self.foreground:
+            return "foreground turn"
+        if self.recording:
+            return "user recording"
+        if check_playback and self.playback:
+            return "playback"
+        if self.muted:
+            return "client muted"
+        return None
+
+
+class ClientActivity(BaseModel):
+    """One client observation (strictly typed): what the user's side is doing now.
+
+    ``seq`` must increase per client; ``delivery_id`` names the reply being played, or
+    is None for locally cached audio (e.g. a canned acknowledgment).
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    session_id: StrictStr
+    seq: StrictInt = Field(gt=0)
+    recording: StrictBool
+    playback: StrictBool
+    muted: StrictBool
+    delivery_id: StrictStr | None = None
+
+
+class ReplyQueueState(TurnState):
+    """Turn state plus the reply queue; combine with ``JobState[MyJob]``.
+
+    Example:
+        >>> class WorkChatState(ReplyQueueState, JobState[ReportJob]):
+        ...     pass
+    """
+
+    deliveries: dict[str, DeliveryRecord] = Field(
+        default_factory=dict, description="delivery_id → record, FIFO"
+    )
+    covered_updates: dict[str, CoveredUpdate] = Field(
+        default_factory=dict, description="job_id → the newest delivered version"
+    )
+    delivery_floor: DeliveryFloor = Field(default_factory=DeliveryFloor)
+    delivery_sequence: int = Field(0, ge=0, description="bumped on every change")
