@@ -1,0 +1,172 @@
+"""Call scripts: what a simulated user says and does, and when.
+
+A :class:`CallScript` is a small timeline (``user_says`` at t, ``mute`` from t1 to t2,
+background noise, an echo of the assistant). :meth:`CallScript.render` turns it into
+16 kHz audio once; the simulated client then plays it frame by frame.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+from numpy.typing import NDArray
+from voxflow_voice.audio import STT_SAMPLE_RATE, AudioChunk, read_wav, resample
+
+__all__ = ["CallScript", "RenderedScript", "ScriptedUtterance"]
+
+
+class _Synthesizer(Protocol):
+    @property
+    def sample_rate(self) -> int: ...
+
+    def synthesize(self, text: str) -> Any: ...
+
+
+@dataclass(frozen=True, slots=True)
+class ScriptedUtterance:
+    """One thing the user says.
+
+    Attributes:
+        at: call time (s) at which the user starts speaking.
+        text: what is said (synthesized with the bundled voice unless ``audio`` is given);
+            also the expected transcript.
+        audio: the recorded utterance, if not synthesized.
+        gain: loudness factor applied to the speech.
+    """
+
+    at: float
+    text: str | None = None
+    audio: AudioChunk | None = None
+    gain: float = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class RenderedScript:
+    """A script as audio: the user's track, and the rest of the timeline."""
+
+    user: NDArray[np.float32]
+    utterances: tuple[tuple[ScriptedUtterance, float, float], ...]  # (utterance, start, end)
+    mutes: tuple[tuple[float, float], ...]
+    noise: float
+    echo_gain: float
+    echo_delay_frames: int
+    duration: float
+    seed: int
+
+    def muted_at(self, t: float) -> bool:
+        """Whether the microphone is muted at call time ``t``."""
+        return any(a <= t < b for a, b in self.mutes)
+
+    def noise_frame(self, tick: int, size: int) -> NDArray[np.float32]:
+        """Deterministic white noise for one frame (same tick, same noise)."""
+        rng = np.random.default_rng((self.seed, tick))
+        return (rng.standard_normal(size) * self.noise).astype(np.float32)
+
+
+@dataclass(slots=True)
+class CallScript:
+    """A simulated user's timeline.
+
+    Example::
+
+        script = (CallScript()
+                  .user_says(0.5, "What time is it?")
+                  .user_says(6.0, "Stop, please.")
+                  .mute(9.0, 12.0))
+    """
+
+    utterances: list[ScriptedUtterance] = field(default_factory=list)
+    mutes: list[tuple[float, float]] = field(default_factory=list)
+    noise: float = 0.0
+    echo_gain: float = 0.0
+    echo_delay: float = 0.04
+    seed: int = 0
+    end_at: float | None = None
+
+    def user_says(
+        self, at: float, text: str | None = None, *, audio: AudioChunk | str | Path | None = None,
+        gain: float = 1.0,
+    ) -> CallScript:
+        """The user starts saying ``text`` (or playing ``audio``, a chunk or WAV path) at ``at``."""
+        if not isinstance(at, int | float) or at < 0:
+            raise ValueError(f"at must be a time >= 0, got {at!r}")
+        if text is None and audio is None:
+            raise ValueError("user_says needs text, audio, or both")
+        if text is not None and (not isinstance(text, str) or not text.strip()):
+            raise ValueError("text must be a non-empty string")
+        if gain <= 0:
+            raise ValueError("gain must be > 0")
+        chunk = read_wav(audio) if isinstance(audio, str | Path) else audio
+        self.utterances.append(ScriptedUtterance(float(at), text, chunk, gain))
+        return self
+
+    def mute(self, start: float, end: float) -> CallScript:
+        """The user mutes the microphone from ``start`` to ``end`` (call time, s)."""
+        if not 0 <= start < end:
+            raise ValueError(f"mute needs 0 <= start < end, got {start!r}, {end!r}")
+        self.mutes.append((float(start), float(end)))
+        return self
+
+    def with_noise(self, rms: float, *, seed: int = 0) -> CallScript:
+        """Add white background noise of ``rms`` amplitude to the microphone."""
+        if rms < 0:
+            raise ValueError("rms must be >= 0")
+        self.noise, self.seed = float(rms), seed
+        return self
+
+    def with_echo(self, gain: float, delay: float = 0.04) -> CallScript:
+        """Feed the assistant's played audio back into the microphone (speakers)."""
+        if gain < 0 or delay < 0:
+            raise ValueError("gain and delay must be >= 0")
+        self.echo_gain, self.echo_delay = float(gain), float(delay)
+        return self
+
+    def until(self, end_at: float) -> CallScript:
+        """Keep the call going until ``end_at`` even after the last utterance."""
+        if end_at <= 0:
+            raise ValueError("end_at must be > 0")
+        self.end_at = float(end_at)
+        return self
+
+    async def render(self, tts: _Synthesizer | None = None) -> RenderedScript:
+        """Synthesize text utterances (with ``tts``) and lay everything on one track."""
+        import asyncio
+
+        placed: list[tuple[ScriptedUtterance, NDArray[np.float32]]] = []
+        for utt in sorted(self.utterances, key=lambda u: u.at):
+            if utt.audio is not None:
+                samples = resample(utt.audio.samples(), utt.audio.sample_rate, STT_SAMPLE_RATE)
+            else:
+                if tts is None:
+                    raise ValueError("text utterances need a tts to render them")
+                assert utt.text is not None
+                samples = await asyncio.to_thread(_synthesize, tts, utt.text)
+            placed.append((utt, samples * utt.gain))
+        ends = [u.at + s.size / STT_SAMPLE_RATE for u, s in placed]
+        mute_ends = [b for _, b in self.mutes]
+        duration = max([0.0, *ends, *mute_ends, self.end_at or 0.0])
+        track = np.zeros(int(np.ceil(duration * STT_SAMPLE_RATE)) + 1, np.float32)
+        spans = []
+        for (utt, samples), end in zip(placed, ends, strict=True):
+            begin = round(utt.at * STT_SAMPLE_RATE)
+            track[begin : begin + samples.size] += samples[: track.size - begin]
+            spans.append((utt, utt.at, end))
+        return RenderedScript(
+            user=track,
+            utterances=tuple(spans),
+            mutes=tuple(sorted(self.mutes)),
+            noise=self.noise,
+            echo_gain=self.echo_gain,
+            echo_delay_frames=round(self.echo_delay / 0.02),
+            duration=duration,
+            seed=self.seed,
+        )
+
+
+def _synthesize(tts: _Synthesizer, text: str) -> NDArray[np.float32]:
+    parts = [np.asarray(s.samples, np.float32) for s in tts.synthesize(text)]
+    audio = np.concatenate(parts) if parts else np.zeros(0, np.float32)
+    return resample(audio * 0.5, tts.sample_rate, STT_SAMPLE_RATE)

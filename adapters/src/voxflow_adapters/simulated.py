@@ -1,0 +1,321 @@
+"""A simulated client: scripted user speech in, assistant audio played out at 1x.
+
+:class:`SimulatedClient` implements :class:`~voxflow_voice.transport.AudioTransport`.
+One tick task drives both directions in 20 ms steps on the session's clock:
+
+* *in*: the microphone frame is the scripted user speech (plus optional noise and an
+  echo of what the assistant is playing), or silence while muted;
+* *out*: 20 ms of queued reply audio is played, a :class:`PlaybackReceipt` per piece is
+  reported (exactly like a real client), and everything is written to a :class:`Tape`.
+
+With a :class:`~voxflow.clock.MonotonicClock` the call runs in real time (latency
+figures); with a :class:`~voxflow.clock.VirtualClock` (``autojump=True``) it runs in
+deterministic audio time, so the same script gives the same event log on any machine.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections import deque
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+from voxflow_voice.audio import STT_SAMPLE_RATE, AudioChunk, resample
+from voxflow_voice.transport import (
+    ClientObservation,
+    MuteChanged,
+    PlaybackDrained,
+    PlaybackReceipt,
+)
+
+from voxflow.clock import Clock
+from voxflow.ids import DeliveryId
+
+from .script import CallScript, RenderedScript
+
+__all__ = ["SimulatedClient", "Tape"]
+
+logger = logging.getLogger(__name__)
+
+FRAME_SECONDS = 0.02
+_FRAME_IN = int(STT_SAMPLE_RATE * FRAME_SECONDS)
+
+
+@dataclass(slots=True)
+class Tape:
+    """Everything that crossed the simulated client, on the call's clock.
+
+    Attributes:
+        user: the user's clean speech at 16 kHz (left channel of a call recording).
+        mic: what the microphone sent (speech, noise, echo) at 16 kHz.
+        heard: the assistant audio as the user heard it, at 16 kHz.
+        receipts: every playback receipt sent, in order.
+        flushes: (clock time, delivery, samples dropped) for every flush.
+        played_after_flush: samples of a delivery played after its flush (must be 0).
+        start: clock time of the first tick.
+    """
+
+    user: list[NDArray[np.float32]] = field(default_factory=list)
+    mic: list[NDArray[np.float32]] = field(default_factory=list)
+    heard: list[NDArray[np.float32]] = field(default_factory=list)
+    receipts: list[PlaybackReceipt] = field(default_factory=list)
+    flushes: list[tuple[float, DeliveryId, int]] = field(default_factory=list)
+    played_after_flush: dict[DeliveryId, int] = field(default_factory=dict)
+    start: float = 0.0
+
+    def track(self, name: str) -> NDArray[np.float32]:
+        """One track (``user``, ``mic`` or ``heard``) as a single array."""
+        frames: list[NDArray[np.float32]] = getattr(self, name)
+        return np.concatenate(frames) if frames else np.zeros(0, np.float32)
+
+    def stereo(self) -> NDArray[np.float32]:
+        """(n, 2) float array: the user on the left, the assistant as heard on the right."""
+        left, right = self.track("user"), self.track("heard")
+        n = max(left.size, right.size)
+        out = np.zeros((n, 2), np.float32)
+        out[: left.size, 0] = left
+        out[: right.size, 1] = right
+        return out
+
+    def heard_seconds(self, delivery_id: DeliveryId) -> float:
+        """Seconds of ``delivery_id`` the user heard."""
+        return sum(r.num_samples / r.sample_rate for r in self.receipts
+                   if r.delivery_id == delivery_id)
+
+    def stale_samples(self) -> int:
+        """Samples of any delivery played after that delivery was flushed."""
+        return sum(self.played_after_flush.values())
+
+
+@dataclass(slots=True)
+class _Queued:
+    chunk: AudioChunk
+    offset: int = 0  # samples of the chunk already played
+
+    @property
+    def remaining(self) -> int:
+        return self.chunk.num_samples - self.offset
+
+
+class SimulatedClient:
+    """A scripted caller that speaks, listens at 1x and reports what it heard.
+
+    Args:
+        script: what the user says and does (rendered once with :meth:`render`).
+        clock: the call's clock (virtual for deterministic runs).
+        lead: seconds of reply audio the client buffers ahead of playout.
+        tail: seconds the call goes on after the script's last event.
+    """
+
+    def __init__(
+        self, script: CallScript, *, clock: Clock, lead: float = 0.5, tail: float = 3.0
+    ) -> None:
+        if not isinstance(script, CallScript):
+            raise TypeError(f"script must be a CallScript, got {type(script).__name__}")
+        if lead <= 0:
+            raise ValueError("lead must be > 0")
+        if tail < 0:
+            raise ValueError("tail must be >= 0")
+        self.script = script
+        self.clock = clock
+        self.tape = Tape()
+        self._lead = lead
+        self._tail = tail
+        self._rendered: RenderedScript | None = None
+        self._queue: deque[_Queued] = deque()
+        self._queued_seconds = 0.0
+        self._input: asyncio.Queue[AudioChunk | None] = asyncio.Queue()
+        self._observations: asyncio.Queue[ClientObservation | None] = asyncio.Queue()
+        self._writable = asyncio.Event()
+        self._writable.set()
+        self._flushed: set[DeliveryId] = set()
+        self._was_playing: DeliveryId | None = None
+        self._echo: deque[NDArray[np.float32]] = deque()
+        self._muted = False
+        self._ticker: asyncio.Task[None] | None = None
+        self.finished = asyncio.Event()
+
+    async def render(self, tts: Any | None = None) -> None:
+        """Render the script's utterances to 16 kHz audio (text needs a ``tts``)."""
+        self._rendered = await self.script.render(tts)
+
+    # -- AudioTransport -----------------------------------------------------------
+
+    async def audio_input(self) -> AsyncIterator[AudioChunk]:
+        """Microphone frames (16 kHz mono, 20 ms) until the script ends."""
+        while True:
+            chunk = await self._input.get()
+            if chunk is None:
+                return
+            yield chunk
+
+    async def wait_writable(self) -> None:
+        """Wait until less than ``lead`` seconds of reply audio is queued."""
+        while self._queued_seconds >= self._lead:
+            self._writable.clear()
+            await self._writable.wait()
+
+    def write_nowait(self, chunk: AudioChunk) -> None:
+        """Queue a reply chunk for playout."""
+        if chunk.delivery_id is None:
+            raise ValueError("reply chunks must carry a delivery_id")
+        self._queue.append(_Queued(chunk))
+        self._queued_seconds += chunk.duration
+
+    def flush(self, delivery_id: DeliveryId) -> int:
+        """Drop every queued chunk of ``delivery_id`` now."""
+        dropped = 0
+        kept: deque[_Queued] = deque()
+        for item in self._queue:
+            if item.chunk.delivery_id == delivery_id:
+                dropped += item.remaining
+            else:
+                kept.append(item)
+        self._queue = kept
+        self._recount()
+        self._flushed.add(delivery_id)
+        self.tape.flushes.append((self.clock.now(), delivery_id, dropped))
+        return dropped
+
+    async def observations(self) -> AsyncIterator[ClientObservation]:
+        """Receipts, drains and mute changes, in order."""
+        while True:
+            item = await self._observations.get()
+            if item is None:
+                return
+            yield item
+
+    # -- the call -----------------------------------------------------------------
+
+    async def __aenter__(self) -> SimulatedClient:
+        if self._rendered is None:
+            await self.render()
+        self._ticker = asyncio.create_task(self._tick_loop(), name="SimulatedClient.tick")
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Stop the call (idempotent): input and observations end."""
+        if self._ticker is not None:
+            self._ticker.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._ticker
+            self._ticker = None
+        self._end_streams()
+
+    def _end_streams(self) -> None:
+        self._input.put_nowait(None)
+        self._observations.put_nowait(None)
+        self.finished.set()
+
+    async def _tick_loop(self) -> None:
+        assert self._rendered is not None
+        rendered = self._rendered
+        total_ticks = round((rendered.duration + self._tail) / FRAME_SECONDS)
+        start = self.clock.now()
+        self.tape.start = start
+        try:
+            for tick in range(total_ticks):
+                target = start + tick * FRAME_SECONDS
+                delay = target - self.clock.now()
+                if delay > 0:
+                    await self.clock.sleep(delay)
+                self._tick(tick, rendered)
+        finally:
+            self._end_streams()
+
+    def _tick(self, tick: int, rendered: RenderedScript) -> None:
+        now = self.clock.now()
+        begin = tick * _FRAME_IN
+        t = tick * FRAME_SECONDS
+        muted = rendered.muted_at(t)
+        if muted != self._muted:
+            self._muted = muted
+            self._observations.put_nowait(MuteChanged(muted=muted, at=now))
+        heard = self._play(now)
+        user = rendered.user[begin : begin + _FRAME_IN]
+        if user.size < _FRAME_IN:
+            user = np.pad(user, (0, _FRAME_IN - user.size))
+        self.tape.user.append(user)
+        self.tape.heard.append(heard)
+        mic = user.copy()
+        if rendered.noise > 0:
+            mic += rendered.noise_frame(tick, _FRAME_IN)
+        if rendered.echo_gain > 0:
+            self._echo.append(heard)
+            if len(self._echo) > rendered.echo_delay_frames:
+                mic += rendered.echo_gain * self._echo.popleft()
+        if muted:
+            mic = np.zeros(_FRAME_IN, np.float32)
+        mic = np.clip(mic, -1.0, 1.0).astype(np.float32)
+        self.tape.mic.append(mic)
+        self._input.put_nowait(
+            AudioChunk.from_float(mic, STT_SAMPLE_RATE, start_sample=begin)
+        )
+
+    def _play(self, now: float) -> NDArray[np.float32]:
+        """Play one frame of queued reply audio; return it at 16 kHz."""
+        pieces: list[NDArray[np.float32]] = []
+        if self._queue:
+            rate = self._queue[0].chunk.sample_rate
+            need = round(rate * FRAME_SECONDS)
+            at = now
+            while need > 0 and self._queue:
+                item = self._queue[0]
+                if item.chunk.sample_rate != rate:
+                    break  # a rate change starts on the next frame
+                take = min(need, item.remaining)
+                samples = item.chunk.samples()[item.offset : item.offset + take]
+                delivery = item.chunk.delivery_id
+                assert delivery is not None
+                if delivery in self._flushed:
+                    self.tape.played_after_flush[delivery] = (
+                        self.tape.played_after_flush.get(delivery, 0) + take
+                    )
+                start = (item.chunk.start_sample or 0) + item.offset
+                receipt = PlaybackReceipt(
+                    delivery_id=delivery, segment_id=item.chunk.segment_id,
+                    start_sample=start, num_samples=take, sample_rate=rate, at=at,
+                )
+                self.tape.receipts.append(receipt)
+                self._observations.put_nowait(receipt)
+                self._was_playing = delivery
+                pieces.append(self._to_16k_frame(samples, rate))
+                at += take / rate
+                item.offset += take
+                need -= take
+                if item.remaining == 0:
+                    self._queue.popleft()
+            self._recount()
+        elif self._was_playing is not None:
+            self._observations.put_nowait(PlaybackDrained(at=now, delivery_id=self._was_playing))
+            self._was_playing = None
+        frame = np.concatenate(pieces) if pieces else np.zeros(0, np.float32)
+        if frame.size < _FRAME_IN:
+            frame = np.pad(frame, (0, _FRAME_IN - frame.size))
+        return frame[:_FRAME_IN]
+
+    def _to_16k_frame(self, samples: NDArray[np.float32], rate: int) -> NDArray[np.float32]:
+        if rate == STT_SAMPLE_RATE:
+            return samples
+        # Whole-frame resampling keeps every frame aligned to its tick (a streaming
+        # resampler's look-ahead would shift the echo and the recording by a few ms).
+        return resample(samples, rate, STT_SAMPLE_RATE)
+
+    def _recount(self) -> None:
+        self._queued_seconds = sum(q.remaining / q.chunk.sample_rate for q in self._queue)
+        if self._queued_seconds < self._lead:
+            self._writable.set()
+
+    def __repr__(self) -> str:
+        return (
+            f"SimulatedClient(queued={self._queued_seconds:.2f}s, "
+            f"receipts={len(self.tape.receipts)}, muted={self._muted})"
+        )

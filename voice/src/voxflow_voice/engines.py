@@ -1,0 +1,96 @@
+"""The three engines a voice session needs, loaded once per process and shared.
+
+:class:`VoiceEngines` bundles speech-to-text, text-to-speech and a factory of per-session
+voice activity detectors (a VAD keeps recurrent state, so each session gets its own; the
+ONNX model under it is shared).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable, Iterator
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol
+
+from voxflow.ids import DeliveryId
+
+from .audio import AudioChunk
+from .stt import SttSettings, Transcript, WhisperStt
+from .tts import PiperTts, TtsSettings
+from .vad import EnergyVad, SileroVad, VoiceActivityDetector
+
+__all__ = ["SpeechToText", "TextToSpeech", "VoiceEngines"]
+
+
+class SpeechToText(Protocol):
+    """What the session needs of an STT engine."""
+
+    async def transcribe(self, audio: AudioChunk) -> Transcript | None:
+        """The words of one 16 kHz utterance, or None when it holds none."""
+        ...
+
+
+class TextToSpeech(Protocol):
+    """What the session needs of a TTS engine."""
+
+    @property
+    def sample_rate(self) -> int:
+        """Output rate."""
+        ...
+
+    def stream(
+        self, text: str, *, delivery_id: DeliveryId | None = None, segment_id: int | None = None
+    ) -> AsyncIterator[AudioChunk]:
+        """Identity-tagged audio chunks of ``text``."""
+        ...
+
+    def synthesize(self, text: str) -> Iterator[Any]:
+        """Blocking synthesis, sentence by sentence (used to render scripted speech)."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class VoiceEngines:
+    """STT, TTS and a VAD factory for voice sessions.
+
+    Attributes:
+        stt: the speech-to-text engine.
+        tts: the text-to-speech engine.
+        make_vad: builds one fresh detector per session.
+    """
+
+    stt: SpeechToText
+    tts: TextToSpeech
+    make_vad: Callable[[], VoiceActivityDetector]
+
+    @classmethod
+    def load(
+        cls,
+        *,
+        stt: SttSettings | None = None,
+        tts: TtsSettings | None = None,
+        voice: str | None = None,
+        vad: Literal["silero", "energy"] = "silero",
+    ) -> VoiceEngines:
+        """Load the bundled models (blocking: call from a thread or before the loop).
+
+        Args:
+            stt: Whisper settings (model ``tiny.en`` by default).
+            tts: Piper settings.
+            voice: a Piper ``.onnx`` path instead of the bundled voice.
+            vad: ``silero`` (default) or the ``energy`` alternative.
+
+        Raises:
+            voxflow.errors.ModelNotFoundError: a model package is missing (the message
+                names the package to install).
+        """
+        if vad not in ("silero", "energy"):
+            raise ValueError(f"vad must be 'silero' or 'energy', got {vad!r}")
+        stt_engine = WhisperStt(stt)
+        tts_engine = PiperTts(voice, settings=tts)
+        make_vad: Callable[[], VoiceActivityDetector]
+        if vad == "silero":
+            SileroVad()  # load the shared ONNX session now, not on the first frame
+            make_vad = SileroVad
+        else:
+            make_vad = EnergyVad
+        return cls(stt=stt_engine, tts=tts_engine, make_vad=make_vad)

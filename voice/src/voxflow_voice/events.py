@@ -1,0 +1,175 @@
+"""What a voice session reports: past-tense facts with identities and clock times.
+
+Every event carries ``at`` (the session clock's reading) and the identities it concerns,
+so a recorder can write them as JSON lines and a reader can reassemble the call.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from voxflow.ids import DeliveryId, SessionId, TurnId
+
+__all__ = [
+    "AudioStarted",
+    "BargeIn",
+    "DeliverySettled",
+    "MuteObserved",
+    "ReplyFinished",
+    "ReplyInterrupted",
+    "ReplyStarted",
+    "ReplyTextStreamed",
+    "SessionClosed",
+    "SessionEvent",
+    "SpeechEnded",
+    "SpeechStarted",
+    "TranscriptDiscarded",
+    "TurnCommitted",
+    "TurnMetrics",
+]
+
+
+class _Event(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    session_id: SessionId
+    at: float = Field(description="Clock.now() when it happened, never time.time()")
+
+
+class SpeechStarted(_Event):
+    """The user started speaking (``recording``); ``onset_at`` is when speech began."""
+
+    kind: Literal["speech_started"] = "speech_started"
+    onset_at: float
+
+
+class SpeechEnded(_Event):
+    """The user's silence was long enough: the utterance ended at ``end_at``."""
+
+    kind: Literal["speech_ended"] = "speech_ended"
+    end_at: float
+
+
+class TranscriptDiscarded(_Event):
+    """An utterance gave no words (noise, a cough, silence); no turn was committed."""
+
+    kind: Literal["transcript_discarded"] = "transcript_discarded"
+    reason: str
+
+
+class TurnCommitted(_Event):
+    """A user turn was committed with a fresh identity."""
+
+    kind: Literal["turn_committed"] = "turn_committed"
+    turn_id: TurnId
+    text: str
+    speech_end_at: float
+
+
+class ReplyStarted(_Event):
+    """A reply (foreground answer or background announcement) began."""
+
+    kind: Literal["reply_started"] = "reply_started"
+    turn_id: TurnId
+    delivery_id: DeliveryId
+    reply_kind: str
+
+
+class ReplyTextStreamed(_Event):
+    """A speakable segment of reply text was handed to TTS."""
+
+    kind: Literal["reply_text"] = "reply_text"
+    delivery_id: DeliveryId
+    segment_id: int
+    text: str
+
+
+class AudioStarted(_Event):
+    """The client started playing a reply's audio."""
+
+    kind: Literal["audio_started"] = "audio_started"
+    delivery_id: DeliveryId
+
+
+class BargeIn(_Event):
+    """The user spoke over a reply long enough to interrupt it."""
+
+    kind: Literal["barge_in"] = "barge_in"
+    delivery_id: DeliveryId
+    onset_at: float
+
+
+class ReplyInterrupted(_Event):
+    """A reply was cut; the history keeps what was heard."""
+
+    kind: Literal["reply_interrupted"] = "reply_interrupted"
+    turn_id: TurnId
+    delivery_id: DeliveryId
+    heard_text: str
+    full_text: str
+    heard_seconds: float
+    stop_latency_ms: float | None = Field(
+        None, description="barge-in speech onset → last reply sample played"
+    )
+
+
+class ReplyFinished(_Event):
+    """A reply was played whole."""
+
+    kind: Literal["reply_finished"] = "reply_finished"
+    turn_id: TurnId
+    delivery_id: DeliveryId
+    text: str
+
+
+class DeliverySettled(_Event):
+    """A background announcement's delivery settled."""
+
+    kind: Literal["delivery_settled"] = "delivery_settled"
+    delivery_id: DeliveryId
+    status: str
+
+
+class MuteObserved(_Event):
+    """The client muted or unmuted the microphone."""
+
+    kind: Literal["mute"] = "mute"
+    muted: bool
+
+
+class TurnMetrics(_Event):
+    """Latency marks of one foreground turn, on the session clock (seconds)."""
+
+    kind: Literal["turn_metrics"] = "turn_metrics"
+    turn_id: TurnId
+    delivery_id: DeliveryId | None
+    speech_end: float
+    transcript_final: float
+    first_text: float | None
+    first_audio: float | None
+    playback_end: float | None
+    interrupted: bool
+    fenced_chunks: int
+
+    @property
+    def voice_to_voice_ms(self) -> float | None:
+        """Last user speech sample → first reply sample played (ms)."""
+        if self.first_audio is None:
+            return None
+        return (self.first_audio - self.speech_end) * 1000.0
+
+
+class SessionClosed(_Event):
+    """The session ended; every delivery was settled."""
+
+    kind: Literal["session_closed"] = "session_closed"
+
+
+SessionEvent = Annotated[
+    SpeechStarted | SpeechEnded | TranscriptDiscarded | TurnCommitted | ReplyStarted
+    | ReplyTextStreamed | AudioStarted | BargeIn | ReplyInterrupted | ReplyFinished
+    | DeliverySettled | MuteObserved | TurnMetrics | SessionClosed,
+    Field(discriminator="kind"),
+]
