@@ -7,13 +7,15 @@ third-party one (``litellm.*``, ``aiortc.*``)::
     + FlowDefinitionError        bad @start/@listen/@router wiring; raised when the class is created
     + FlowRuntimeError           a run broke a rule only visible at run time (also RuntimeError)
     + HumanFeedbackError         feedback could not be collapsed to an outcome (also ValueError)
-    + HumanFeedbackPending       (voxflow.flow.feedback) a provider paused the run; kickoff returns it
+    + HumanFeedbackPending       (voxflow.flow.feedback) a provider paused; kickoff returns it
     + ConversationModeError      turn APIs on a non-conversational flow (also ValueError)
     + ConversationEndedError     a turn after the conversation ended (also RuntimeError)
     + ResourceClosedError        used after *we* closed it (also RuntimeError)
     + AdapterBrokenError         device/peer went away; original error in __cause__
     + TurnInProgressError        a second tracked turn before the first settled (also RuntimeError)
     + TurnIdentityError          a reused turn_id or a foreign session (also ValueError)
+    + TurnRestoreError           a tracked turn asked to restore state (also ValueError)
+    + JobUpdateRejectedError     a job update rejected / job session closed (also RuntimeError)
     + ProviderError              LLM/STT/TTS failure; .retryable says whether to try again
     + ModelNotFoundError         a bundled model package is missing; names the package to install
 """
@@ -27,11 +29,13 @@ __all__ = [
     "FlowDefinitionError",
     "FlowRuntimeError",
     "HumanFeedbackError",
+    "JobUpdateRejectedError",
     "ModelNotFoundError",
     "ProviderError",
     "ResourceClosedError",
     "TurnIdentityError",
     "TurnInProgressError",
+    "TurnRestoreError",
     "VoxflowError",
 ]
 
@@ -97,6 +101,17 @@ class TurnInProgressError(VoxflowError, RuntimeError):
 
 class TurnIdentityError(VoxflowError, ValueError):
     """A turn identity was reused, or belongs to another session."""
+
+
+class TurnRestoreError(VoxflowError, ValueError):
+    """A tracked turn was asked to restore state (``from_checkpoint``/``restore_from_state_id``).
+
+    Restore the state before starting the tracked turn instead.
+    """
+
+
+class JobUpdateRejectedError(VoxflowError, RuntimeError):
+    """A job worker's update was rejected, or the job session closed; stop the work."""
 
 
 class ProviderError(VoxflowError):
