@@ -44,7 +44,13 @@ stable:
 * ``reset_execution()``: clear per-execution tracking (completed methods, outputs, pending
   ``and_`` events, fired ``or_`` set, call counts). Every kickoff does it, except when
   resuming a checkpoint or a paused feedback step.
-* ``_emit_flow_finished()``: return False to defer ``FlowFinished`` (trace deferral).
+* ``_emit_flow_finished()``: return False to defer ``FlowFinished`` (trace deferral);
+  likewise ``_emit_flow_started()`` and ``_emit_flow_failed()``.
+* ``_before_starts()`` (async): runs after restore/hydration and ``FlowStarted``, right
+  before the starts (not when resuming); conversational turns append the user message here.
+* Conversational mode lives in :class:`voxflow.conversation.mixin.ConversationMixin`, a
+  base class of ``Flow``: the hooks above delegate to it (``super()``), and it returns the
+  plain-Flow defaults unless the class is conversational.
 * ``_open_stream()`` / :class:`voxflow.flow.streaming.StreamSession`: a frame sink for a run.
 """
 
@@ -62,6 +68,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 from pydantic import BaseModel
 
 from voxflow.clock import Clock, MonotonicClock
+from voxflow.conversation.mixin import ConversationMixin
 from voxflow.errors import FlowDefinitionError, FlowRuntimeError
 from voxflow.flow._engine import Engine, Execution
 from voxflow.flow._loops import run_blocking
@@ -98,7 +105,7 @@ logger = logging.getLogger("voxflow.flow")
 StateT = TypeVar("StateT", bound="BaseModel | dict[str, Any]")
 
 
-class Flow(Engine, Generic[StateT]):
+class Flow(ConversationMixin, Engine, Generic[StateT]):
     """An event-driven graph of methods sharing one state (see the module docs).
 
     Args:
@@ -143,7 +150,7 @@ class Flow(Engine, Generic[StateT]):
     @classmethod
     def _extra_flow_methods(cls) -> Mapping[str, Callable[..., Any]]:
         """Extension point: decorated functions to register besides the class's own."""
-        return {}
+        return super()._extra_flow_methods()
 
     def __init__(
         self,
@@ -314,11 +321,11 @@ class Flow(Engine, Generic[StateT]):
 
     def _emit_flow_finished(self) -> bool:
         """Extension point: False defers ``FlowFinished`` (e.g. per-turn trace deferral)."""
-        return True
+        return super()._emit_flow_finished()
 
     def _order_starts(self, names: list[str]) -> list[str]:
         """Extension point: the order starts run in (used when they run sequentially)."""
-        return names
+        return super()._order_starts(names)
 
     # ------------------------------------------------------------------ kickoff
 
@@ -468,18 +475,21 @@ class Flow(Engine, Generic[StateT]):
         """Run starts (or continue a resumed step) and the dispatch loop; emit flow events."""
         from voxflow.flow.feedback import HumanFeedbackPending
 
-        self._emit(FlowStarted, input_keys=input_keys)
+        if self._emit_flow_started():
+            self._emit(FlowStarted, input_keys=input_keys)
         try:
             if resume is not None:
                 await resume()
             else:
+                await self._before_starts()
                 await self._run_starts()
         except HumanFeedbackPending as pending:
             await self._save_pending(pending)
             self._emit(FlowPaused, method_name=pending.method_name, message=pending.message)
             return pending
         except BaseException as exc:
-            self._emit(FlowFailed, error_type=type(exc).__name__, error=str(exc))
+            if self._emit_flow_failed():
+                self._emit(FlowFailed, error_type=type(exc).__name__, error=str(exc))
             raise
         result = self._ex.result
         if self._emit_flow_finished():

@@ -1,0 +1,256 @@
+"""Module helpers for custom orchestration over any flow state shape.
+
+These work on a Flow whose state is a ``ConversationState`` (messages are
+``ConversationMessage``), the legacy ``ChatState`` (messages are ``{role, content}``
+dicts) or a plain ``dict`` state. ``Flow`` methods of the same names call them.
+
+``prepare_conversational_turn`` is the lower-level, legacy hydration for custom wrappers:
+unlike ``handle_turn`` it also clears ``last_intent``, and it reads the legacy
+``ConversationalConfig``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, get_args
+
+from pydantic import BaseModel
+
+from voxflow.conversation.config import ConversationalConfig
+from voxflow.conversation.routing import classify_intent
+from voxflow.conversation.state import ConversationMessage, ConversationState, MessageRole
+from voxflow.llm import BaseLLM
+
+__all__ = [
+    "append_message",
+    "get_conversation_messages",
+    "get_conversational_config",
+    "get_state_field",
+    "input_history_to_messages",
+    "normalize_kickoff_inputs",
+    "prepare_conversational_turn",
+    "receive_user_message",
+    "set_state_field",
+    "validate_user_message",
+]
+
+_ROLES = frozenset(get_args(MessageRole))
+_BUFFER_ATTR = "_conversation_buffer"
+
+
+def validate_user_message(message: object, name: str = "message") -> str:
+    """``message`` if it is a non-blank string.
+
+    Raises:
+        TypeError: not a string.
+        ValueError: empty or only whitespace.
+    """
+    if not isinstance(message, str):
+        raise TypeError(f"{name} must be a string, not {type(message).__name__}")
+    if not message.strip():
+        raise ValueError(f"{name} must not be empty")
+    return message
+
+
+def normalize_kickoff_inputs(
+    inputs: Mapping[str, Any] | None = None,
+    *,
+    user_message: str | None = None,
+    session_id: str | None = None,
+) -> dict[str, Any]:
+    """A copy of ``inputs`` with ``id`` (from ``session_id``) and ``user_message`` merged in.
+
+    Raises:
+        TypeError: ``inputs`` is not a mapping, or a value has the wrong type.
+        ValueError: ``session_id`` is empty, or disagrees with ``inputs["id"]``.
+    """
+    if inputs is not None and not isinstance(inputs, Mapping):
+        raise TypeError("inputs must be a mapping")
+    out = dict(inputs or {})
+    if session_id is not None:
+        if not isinstance(session_id, str) or not session_id:
+            raise ValueError("session_id must be a non-empty string")
+        if "id" in out and out["id"] != session_id:
+            raise ValueError("session_id disagrees with inputs['id']")
+        out["id"] = session_id
+    if user_message is not None:
+        out["user_message"] = validate_user_message(user_message, "user_message")
+    return out
+
+
+def get_state_field(flow: Any, name: str, default: Any = None) -> Any:
+    """Read ``name`` from a dict or pydantic state."""
+    state = flow.state
+    if isinstance(state, dict):
+        return state.get(name, default)
+    return getattr(state, name, default)
+
+
+def set_state_field(flow: Any, name: str, value: Any) -> None:
+    """Set ``name`` on a dict or pydantic state.
+
+    Raises:
+        AttributeError: a pydantic state that has no such field and forbids extras.
+    """
+    state = flow.state
+    if isinstance(state, dict):
+        state[name] = value
+        return
+    if isinstance(state, BaseModel):
+        fields = type(state).model_fields
+        if name not in fields and type(state).model_config.get("extra") != "allow":
+            raise AttributeError(f"{type(state).__name__} has no field {name!r}")
+    setattr(state, name, value)
+
+
+def _has_field(state: Any, name: str) -> bool:
+    if isinstance(state, dict):
+        return True
+    return name in type(state).model_fields or type(state).model_config.get("extra") == "allow"
+
+
+def _messages_list(flow: Any) -> list[Any]:
+    state = flow.state
+    if isinstance(state, dict):
+        messages = state.setdefault("messages", [])
+    else:
+        messages = getattr(state, "messages", None)
+        if messages is None:
+            buffer = getattr(flow, _BUFFER_ATTR, None)
+            if buffer is None:
+                buffer = []
+                setattr(flow, _BUFFER_ATTR, buffer)
+            return buffer  # states without a messages field use a flow-level buffer
+    if not isinstance(messages, list):
+        raise TypeError("state.messages must be a list")
+    return messages
+
+
+def _uses_models(flow: Any) -> bool:
+    state = flow.state
+    if isinstance(state, ConversationState):
+        return True
+    if isinstance(state, BaseModel):
+        field = type(state).model_fields.get("messages")
+        if field is not None:
+            return "ConversationMessage" in str(field.annotation)
+    return False
+
+
+def append_message(flow: Any, role: str, content: Any, **extra: Any) -> Any:
+    """Append a message to the flow's history; returns the stored message.
+
+    ``ConversationState`` stores a ``ConversationMessage``; other states a dict.
+
+    Raises:
+        ValueError: ``role`` is not user, assistant, system or tool.
+        pydantic.ValidationError: ``extra`` holds fields a message does not have.
+    """
+    if role not in _ROLES:
+        raise ValueError(f"role must be one of {sorted(_ROLES)}, not {role!r}")
+    messages = _messages_list(flow)
+    message: Any
+    if _uses_models(flow):
+        message = ConversationMessage(role=role, content=content, **extra)  # type: ignore[arg-type]
+    else:
+        message = {"role": role, "content": content, **extra}
+    messages.append(message)
+    return message
+
+
+def get_conversation_messages(flow: Any) -> list[dict[str, Any]]:
+    """The canonical history as chat-completion dicts (a new list; O(history))."""
+    state = flow.state
+    messages = (
+        state.get("messages") if isinstance(state, dict) else getattr(state, "messages", None)
+    )
+    if messages is None:
+        messages = getattr(flow, _BUFFER_ATTR, None) or []
+    out: list[dict[str, Any]] = []
+    for m in messages:
+        if isinstance(m, ConversationMessage):
+            out.append(m.to_llm())
+        elif isinstance(m, Mapping):
+            out.append({k: v for k, v in m.items() if k != "metadata"})
+    return out
+
+
+def get_conversational_config(flow: Any) -> ConversationalConfig | None:
+    """The class's legacy ``conversational_config``, if any."""
+    config = getattr(type(flow), "conversational_config", None)
+    return config if isinstance(config, ConversationalConfig) else None
+
+
+def receive_user_message(
+    flow: Any,
+    text: str,
+    *,
+    outcomes: Sequence[str] | None = None,
+    llm: BaseLLM | str | Mapping[str, Any] | None = None,
+) -> str | None:
+    """Append a user message and set ``current``/``last_user_message``.
+
+    With ``outcomes`` the message is classified with ``llm`` and ``last_intent`` set.
+    Returns the intent, or None.
+
+    Raises:
+        TypeError / ValueError: ``text`` is not a non-empty string; ``outcomes`` without
+            ``llm``.
+    """
+    validate_user_message(text, "text")
+    if outcomes is not None and llm is None:
+        raise ValueError("llm is required with outcomes")
+    append_message(flow, "user", text)
+    state = flow.state
+    for name in ("current_user_message", "last_user_message"):
+        if _has_field(state, name):
+            set_state_field(flow, name, text)
+    if outcomes is None:
+        return None
+    assert llm is not None
+    intent = classify_intent(text, outcomes, llm=llm)
+    set_state_field(flow, "last_intent", intent)
+    return intent
+
+
+def prepare_conversational_turn(
+    flow: Any,
+    *,
+    user_message: str,
+    intents: Sequence[str] | None = None,
+    intent_llm: BaseLLM | str | Mapping[str, Any] | None = None,
+    config: ConversationalConfig | None = None,
+) -> str | None:
+    """Legacy turn hydration: clear ``last_intent``, append the message, classify.
+
+    ``intents``/``intent_llm`` default to ``config`` (else the class's
+    ``conversational_config``). Returns the classified intent, or None.
+    """
+    validate_user_message(user_message, "user_message")
+    config = config or get_conversational_config(flow)
+    if config is not None:
+        intents = intents if intents is not None else config.intents
+        intent_llm = intent_llm if intent_llm is not None else config.intent_llm
+    if intents is not None and intent_llm is None:
+        raise ValueError("intent_llm is required with intents")
+    if _has_field(flow.state, "last_intent"):
+        set_state_field(flow, "last_intent", None)
+    return receive_user_message(flow, user_message, outcomes=intents, llm=intent_llm)
+
+
+def input_history_to_messages(entries: Sequence[Any]) -> list[dict[str, Any]]:
+    """Convert ``Flow.input_history`` (``ask()`` prompts and answers) to chat messages.
+
+    Each entry (an object or a mapping with ``prompt`` and ``response``) becomes an
+    assistant message (the prompt) and a user message (the answer, when there is one).
+    """
+    out: list[dict[str, Any]] = []
+    for entry in entries:
+        get = entry.get if isinstance(entry, Mapping) else (lambda k, e=entry: getattr(e, k, None))
+        prompt = get("prompt")
+        response = get("response")
+        if prompt:
+            out.append({"role": "assistant", "content": str(prompt)})
+        if response is not None:
+            out.append({"role": "user", "content": str(response)})
+    return out

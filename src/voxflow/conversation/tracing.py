@@ -1,0 +1,277 @@
+"""Conversation tracing: one trace batch per session, exported once.
+
+A :class:`TraceBatch` collects spans (one ``turn`` span per ``handle_turn``, one ``llm``
+span per model call made during a turn). With deferred finalization (the conversational
+default) a batch stays open across turns and is exported once, by
+``finalize_session_traces()``; otherwise every turn is its own batch, exported when the
+turn ends. Nested work (an ``Agent`` called from a handler) adds spans to the open batch
+and never closes it.
+
+Exporters are registered process-wide with :func:`add_trace_exporter`:
+
+* :class:`InMemoryTraceRecorder` keeps batches in a list (tests, debugging);
+* :class:`JsonlTraceExporter` appends one JSON line per batch to a file;
+* :func:`opentelemetry_exporter` returns an exporter that replays each batch as
+  OpenTelemetry spans, or None when ``opentelemetry`` is not installed.
+
+With no exporter registered, tracing costs nothing: no tracer, no spans.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import itertools
+import json
+import logging
+import os
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from voxflow.llm import LLMEvent, observe_llm
+
+__all__ = [
+    "InMemoryTraceRecorder",
+    "JsonlTraceExporter",
+    "SessionTracer",
+    "TraceBatch",
+    "TraceExporter",
+    "TraceSpan",
+    "add_trace_exporter",
+    "opentelemetry_exporter",
+    "remove_trace_exporter",
+    "trace_exporters",
+]
+
+logger = logging.getLogger(__name__)
+
+
+class TraceSpan(BaseModel):
+    """One timed operation; times are seconds since the Unix epoch."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    span_id: int
+    parent_id: int | None = None
+    name: str
+    kind: str = Field(description="'turn' or 'llm'")
+    start: float
+    end: float | None = None
+    attributes: dict[str, Any] = Field(default_factory=dict)
+
+
+class TraceBatch(BaseModel):
+    """The spans of one session (deferred) or one turn, exported together."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    batch_id: str = Field(default_factory=lambda: str(uuid.uuid4()))
+    flow_name: str
+    session_id: str = ""
+    started_at: float
+    finished_at: float | None = None
+    turns: int = 0
+    spans: list[TraceSpan] = Field(default_factory=list)
+
+
+@runtime_checkable
+class TraceExporter(Protocol):
+    """Receives each finished batch exactly once."""
+
+    def export(self, batch: TraceBatch) -> None:
+        """Take a finished batch (must not block for long)."""
+        ...
+
+
+_lock = threading.Lock()
+_exporters: tuple[TraceExporter, ...] = ()
+
+
+def add_trace_exporter(exporter: TraceExporter) -> TraceExporter:
+    """Register ``exporter`` for every conversational flow of the process; returns it."""
+    global _exporters
+    if not isinstance(exporter, TraceExporter):
+        raise TypeError("exporter must have an export(batch) method")
+    with _lock:
+        _exporters = (*_exporters, exporter)
+    return exporter
+
+
+def remove_trace_exporter(exporter: TraceExporter) -> None:
+    """Unregister ``exporter`` (no-op if it was not registered)."""
+    global _exporters
+    with _lock:
+        _exporters = tuple(e for e in _exporters if e is not exporter)
+
+
+def trace_exporters() -> tuple[TraceExporter, ...]:
+    """The registered exporters."""
+    return _exporters
+
+
+class InMemoryTraceRecorder:
+    """Keeps exported batches in :attr:`batches`."""
+
+    def __init__(self) -> None:
+        self.batches: list[TraceBatch] = []
+
+    def export(self, batch: TraceBatch) -> None:
+        """Append ``batch``."""
+        self.batches.append(batch)
+
+
+class JsonlTraceExporter:
+    """Appends each batch as one JSON line to ``path`` (created on first export)."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path)
+        self._lock = threading.Lock()
+
+    def export(self, batch: TraceBatch) -> None:
+        """Write ``batch`` as one line."""
+        line = batch.model_dump_json() + "\n"
+        with self._lock:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            with self.path.open("a", encoding="utf-8") as f:
+                f.write(line)
+
+    @staticmethod
+    def read(path: str | os.PathLike[str]) -> list[TraceBatch]:
+        """The batches stored in ``path``."""
+        text = Path(path).read_text(encoding="utf-8")
+        return [TraceBatch.model_validate(json.loads(line)) for line in text.splitlines() if line]
+
+
+class _OpenTelemetryExporter:
+    """Replays batches as OpenTelemetry spans on the global tracer provider."""
+
+    def __init__(self, otel_trace: Any) -> None:
+        self._tracer = otel_trace.get_tracer("voxflow")
+        self._trace = otel_trace
+
+    def export(self, batch: TraceBatch) -> None:
+        """Emit one root span per batch with its spans as children."""
+        ns = 1_000_000_000
+        end = batch.finished_at or time.time()
+        root = self._tracer.start_span(
+            f"{batch.flow_name} session", start_time=int(batch.started_at * ns)
+        )
+        root.set_attribute("voxflow.session_id", batch.session_id)
+        root.set_attribute("voxflow.turns", batch.turns)
+        parents: dict[int, Any] = {}
+        ctx = self._trace.set_span_in_context(root)
+        for span in batch.spans:
+            parent = parents.get(span.parent_id) if span.parent_id is not None else None
+            parent_ctx = self._trace.set_span_in_context(parent) if parent is not None else ctx
+            otel = self._tracer.start_span(
+                span.name, context=parent_ctx, start_time=int(span.start * ns)
+            )
+            for key, value in span.attributes.items():
+                if isinstance(value, str | bool | int | float):
+                    otel.set_attribute(f"voxflow.{key}", value)
+            parents[span.span_id] = otel
+        for span in reversed(batch.spans):
+            parents[span.span_id].end(end_time=int((span.end or end) * ns))
+        root.end(end_time=int(end * ns))
+
+
+def opentelemetry_exporter() -> TraceExporter | None:
+    """An OpenTelemetry exporter, or None when ``opentelemetry`` is not importable."""
+    import importlib
+
+    try:
+        otel_trace = importlib.import_module("opentelemetry.trace")
+    except ImportError:
+        return None
+    return _OpenTelemetryExporter(otel_trace)
+
+
+@dataclasses.dataclass(slots=True)
+class SessionTracer:
+    """The trace batch of one conversational Flow instance (internal to the turn APIs)."""
+
+    flow_name: str
+    deferred: bool = True
+    batch: TraceBatch | None = None
+    _ids: Iterator[int] = dataclasses.field(default_factory=lambda: itertools.count(1))
+
+    @classmethod
+    def for_flow(cls, flow_name: str) -> SessionTracer | None:
+        """A tracer when at least one exporter is registered, else None (no cost)."""
+        return cls(flow_name) if _exporters else None
+
+    @contextlib.contextmanager
+    def turn(self, index: int, session_id: str) -> Iterator[TraceSpan]:
+        """Record one turn (and the LLM calls made in it) in the open batch."""
+        if self.batch is not None and self.batch.session_id != session_id:
+            self.finalize()
+        if self.batch is None:
+            self.batch = TraceBatch(
+                flow_name=self.flow_name, session_id=session_id, started_at=time.time()
+            )
+        batch = self.batch
+        batch.turns += 1
+        span = TraceSpan(
+            span_id=next(self._ids), name=f"turn {index}", kind="turn", start=time.time()
+        )
+        batch.spans.append(span)
+        calls: dict[str, TraceSpan] = {}
+
+        def on_llm(event: LLMEvent) -> None:
+            if event.type == "llm_call_started":
+                llm_span = TraceSpan(
+                    span_id=next(self._ids),
+                    parent_id=span.span_id,
+                    name=f"llm {event.model}",
+                    kind="llm",
+                    start=time.time(),
+                    attributes={"model": event.model, "has_tools": event.has_tools},
+                )
+                if event.agent_name:
+                    llm_span.attributes["agent_name"] = event.agent_name
+                calls[event.call_id] = llm_span
+                batch.spans.append(llm_span)
+            elif event.type in ("llm_call_completed", "llm_call_failed"):
+                started = calls.pop(event.call_id, None)
+                if started is not None:
+                    started.end = time.time()
+                    started.attributes["status"] = (
+                        "ok" if event.type == "llm_call_completed" else "error"
+                    )
+
+        try:
+            with observe_llm(on_llm):
+                yield span
+        except BaseException as exc:
+            span.attributes["error_type"] = type(exc).__name__
+            raise
+        finally:
+            span.end = time.time()
+            if not self.deferred:
+                self.finalize()
+
+    def annotate(self, **attributes: Any) -> None:
+        """Add attributes to the current (last) turn span."""
+        if self.batch is not None:
+            for span in reversed(self.batch.spans):
+                if span.kind == "turn":
+                    span.attributes.update(attributes)
+                    return
+
+    def finalize(self) -> None:
+        """Export the open batch once to every registered exporter (idempotent)."""
+        batch, self.batch = self.batch, None
+        if batch is None:
+            return
+        batch.finished_at = time.time()
+        for exporter in _exporters:
+            try:
+                exporter.export(batch)
+            except Exception:
+                logger.exception("trace exporter %s failed", type(exporter).__name__)

@@ -1,0 +1,482 @@
+"""The turn APIs of a conversational Flow: ``handle_turn``, ``stream_turn``, ``chat``.
+
+One turn, in order (``ahandle_turn`` is the real implementation; ``handle_turn`` runs it
+on the thread's cached loop, ``stream_turn``/``astream_turn`` on a stream session):
+
+1. Validate everything (message, session id, intents, kickoff options, mode, an ended
+   conversation) *before* anything changes: a rejected turn leaves no trace.
+2. A different ``session_id`` than the current state's starts from a fresh state (then
+   restored from ``@persist`` if that session was saved); ``None`` continues the current
+   session.
+3. Emit ``conversation_turn_started``; reset per-execution tracking (unless resuming a
+   checkpoint); ``kickoff(inputs={"id": session_id})``: the state id is stamped and, with
+   persistence, the latest snapshot for it is loaded.
+4. Hydration (the runtime's ``_before_starts`` hook, after the restore): refuse an ended
+   conversation; append the user message; set ``current_user_message`` and
+   ``last_user_message``; classify this turn's intent when ``intents`` are given.
+5. The graph: user ``@start`` methods, ``route_conversation`` last, the chosen handler.
+6. A string result (or a string ``.raw``) becomes the assistant reply unless the handler
+   already appended one, it is a route label or ``last_intent``, or it was recorded with
+   ``append_agent_result``; the state is then persisted again, so a fresh Flow with the
+   same session id continues the conversation.
+7. Emit ``conversation_turn_completed`` (or ``conversation_turn_failed`` and re-raise).
+   Event delivery never blocks the turn.
+
+Trace finalization is deferred by default: ``flow_started`` is emitted on the first turn
+of a session, ``flow_finished`` once by :meth:`finalize_session_traces`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from voxflow.conversation.events import (
+    ConversationTurnCompleted,
+    ConversationTurnFailed,
+    ConversationTurnStarted,
+    SessionTracesFinalized,
+)
+from voxflow.conversation.graph import current_llm_method
+from voxflow.conversation.helpers import get_state_field, validate_user_message
+from voxflow.conversation.history import result_text
+from voxflow.conversation.routing import aclassify_intent
+from voxflow.conversation.tracing import SessionTracer
+from voxflow.errors import ConversationEndedError, ConversationModeError
+from voxflow.llm import BaseLLM, LLMEvent, coerce_llm, observe_llm
+
+if TYPE_CHECKING:
+    from voxflow.conversation.config import ConversationConfig
+    from voxflow.flow.definition import FlowDefinition
+    from voxflow.flow.events import FlowEvent
+    from voxflow.flow.persistence import FlowPersistence
+    from voxflow.flow.streaming import StreamSession
+
+__all__ = ["DEFAULT_EXIT_COMMANDS", "ConversationTurns"]
+
+DEFAULT_EXIT_COMMANDS = ("exit", "quit")
+"""What ends ``chat()`` (case-insensitive)."""
+
+_KICKOFF_OPTIONS = frozenset({"from_checkpoint", "restore_from_state_id"})
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _TurnRequest:
+    message: str
+    session_id: str | None
+    intents: tuple[str, ...] | None
+    intent_llm: BaseLLM | None
+    from_checkpoint: Any
+    restore_from_state_id: str | None
+
+
+class ConversationTurns:
+    """Mixin of :class:`voxflow.Flow`: the turn APIs (see the module docs)."""
+
+    _pending_turn: _TurnRequest | None = None
+    _turn_index: int = 0
+    _session_open: bool = False
+    _session_result: Any = None
+    _tracer: SessionTracer | None = None
+
+    if TYPE_CHECKING:
+        conversational: bool
+        defer_trace_finalization: bool | None
+        _frame_sink: Any
+        _state: Any
+        _inline: bool
+        _running: bool
+        _turn_intent: str | None
+        _turn_route: str | None
+        _turn_reply: str | None
+        _turn_assistant_appended: bool
+        _turn_agent_results: tuple[int, ...]
+
+        @property
+        def state(self) -> Any: ...
+        @property
+        def flow_id(self) -> str: ...
+        @classmethod
+        def flow_definition(cls) -> FlowDefinition: ...
+        @classmethod
+        def _conversation_config(cls) -> ConversationConfig: ...
+        @classmethod
+        def _route_labels(cls) -> frozenset[str]: ...
+        def _initial_state(self, state: Any) -> Any: ...
+        def _check_kickoff_args(self, inputs: Any, fc: Any, rsid: Any) -> None: ...
+        async def _kickoff(self, inputs: Any, fc: Any, rsid: Any, private_loop: bool) -> Any: ...
+        def reset_execution(self) -> None: ...
+        def _persistence_configured(self) -> bool: ...
+        def _backend(self, method: Any = None) -> FlowPersistence: ...
+        def _emit(self, event_type: type[FlowEvent], **fields: Any) -> None: ...
+        def _emit_conversation(self, event_type: type[Any], **fields: Any) -> None: ...
+        def emit_frame(
+            self, channel: str, type: str, data: Mapping[str, Any] | None = None
+        ) -> None: ...
+        def append_assistant_message(self, content: Any, **extra: Any) -> Any: ...
+        def _record_user_message(self, text: str) -> None: ...
+
+    # ------------------------------------------------------------------ validation
+
+    def _require_conversational(self, api: str) -> None:
+        if not type(self).conversational:
+            raise ConversationModeError(
+                f"{api}() needs a conversational flow: set `conversational = True` on "
+                f"{type(self).__name__} or decorate it with @ConversationConfig(...)"
+            )
+
+    def _turn_request(
+        self,
+        api: str,
+        message: Any,
+        session_id: Any,
+        intents: Any,
+        intent_llm: Any,
+        kickoff_kwargs: Mapping[str, Any],
+    ) -> _TurnRequest:
+        self._require_conversational(api)
+        validate_user_message(message)
+        if session_id is not None and (not isinstance(session_id, str) or not session_id):
+            raise ValueError("session_id must be a non-empty string or None")
+        unknown = set(kickoff_kwargs) - _KICKOFF_OPTIONS
+        if unknown:
+            raise TypeError(f"{api}() got unexpected keyword argument(s): {sorted(unknown)}")
+        config = self._conversation_config()
+        if intents is not None:
+            if isinstance(intents, str) or not isinstance(intents, Sequence) or not intents:
+                raise ValueError("intents must be a non-empty list of labels")
+            if not all(isinstance(i, str) and i for i in intents):
+                raise ValueError("intents must contain non-empty strings only")
+            intents = tuple(intents)
+        else:
+            intents = config.default_intents
+        llm = coerce_llm(intent_llm, name="intent_llm") or config.intent_llm
+        if intents is not None and llm is None:
+            raise ValueError(
+                "intent_llm is required with intents (or ConversationConfig.intent_llm)"
+            )
+        fc = kickoff_kwargs.get("from_checkpoint")
+        rsid = kickoff_kwargs.get("restore_from_state_id")
+        self._check_kickoff_args({"id": session_id or "x"}, fc, rsid)
+        if get_state_field(self, "ended", False) and session_id in (None, self.flow_id):
+            raise ConversationEndedError(
+                "this conversation has ended (state.ended is true); start a new session "
+                "with another session_id"
+            )
+        return _TurnRequest(message, session_id, intents, llm, fc, rsid)
+
+    # ------------------------------------------------------------------ one turn
+
+    def handle_turn(
+        self,
+        message: str,
+        session_id: str | None = None,
+        *,
+        intents: Sequence[str] | None = None,
+        intent_llm: BaseLLM | str | Mapping[str, Any] | None = None,
+        **kickoff_kwargs: Any,
+    ) -> Any:
+        """Run one conversational turn from sync code and return the kickoff result.
+
+        Args:
+            message: the user's text (non-empty).
+            session_id: the conversation (``state.id``); None continues the current one.
+            intents: outcome labels to pre-classify this message into.
+            intent_llm: the LLM for that classification (required with ``intents``).
+            **kickoff_kwargs: ``from_checkpoint`` or ``restore_from_state_id``.
+
+        Raises:
+            ConversationModeError: the flow is not conversational (a ValueError).
+            ConversationEndedError: the conversation has ended.
+            TypeError / ValueError: an invalid argument, named in the message.
+        """
+        from voxflow.flow._loops import run_blocking
+
+        request = self._turn_request(
+            "handle_turn", message, session_id, intents, intent_llm, kickoff_kwargs
+        )
+        return run_blocking(lambda: self._aturn(request, private_loop=True))
+
+    async def ahandle_turn(
+        self,
+        message: str,
+        session_id: str | None = None,
+        *,
+        intents: Sequence[str] | None = None,
+        intent_llm: BaseLLM | str | Mapping[str, Any] | None = None,
+        **kickoff_kwargs: Any,
+    ) -> Any:
+        """:meth:`handle_turn` for async callers (sync methods run in the executor)."""
+        request = self._turn_request(
+            "ahandle_turn", message, session_id, intents, intent_llm, kickoff_kwargs
+        )
+        return await self._aturn(request, private_loop=False)
+
+    def stream_turn(
+        self,
+        message: str,
+        session_id: str | None = None,
+        *,
+        intents: Sequence[str] | None = None,
+        intent_llm: BaseLLM | str | Mapping[str, Any] | None = None,
+        **kickoff_kwargs: Any,
+    ) -> StreamSession:
+        """Run one turn on a worker thread and stream its ordered ``StreamFrame``s.
+
+        Frames: ``conversation_turn_started``, ``flow_started`` (first turn of a session),
+        method frames (unless ``suppress_flow_events``), ``conversation_message_added``
+        (user), ``conversation_route_selected``, ``llm`` frames of the reply
+        (``llm_call_started``, ``llm_stream_chunk``..., ``llm_call_completed``), tool
+        frames, ``conversation_message_added`` (assistant), ``conversation_turn_completed``.
+        ``with stream: for frame in stream.events: ...``; then ``stream.result``.
+        """
+        from voxflow.flow.streaming import StreamSession
+
+        request = self._turn_request(
+            "stream_turn", message, session_id, intents, intent_llm, kickoff_kwargs
+        )
+        return StreamSession.run_sync(self, lambda private: self._aturn(request, private))  # type: ignore[arg-type]
+
+    async def astream_turn(
+        self,
+        message: str,
+        session_id: str | None = None,
+        *,
+        intents: Sequence[str] | None = None,
+        intent_llm: BaseLLM | str | Mapping[str, Any] | None = None,
+        **kickoff_kwargs: Any,
+    ) -> StreamSession:
+        """:meth:`stream_turn` as a task on the running loop: ``async for frame in stream``.
+
+        Leaving ``async with stream`` early cancels the turn, which closes an in-flight
+        LLM stream instead of draining it.
+        """
+        from voxflow.flow.streaming import StreamSession
+
+        request = self._turn_request(
+            "astream_turn", message, session_id, intents, intent_llm, kickoff_kwargs
+        )
+        return StreamSession.run_async(self, lambda private: self._aturn(request, False))  # type: ignore[arg-type]
+
+    async def _aturn(self, request: _TurnRequest, private_loop: bool) -> Any:
+        if request.session_id is not None and request.session_id != self.flow_id:
+            # Another conversation: never carry this one's history into it.
+            self.finalize_session_traces()
+            self._state = self._initial_state(None)
+        session_id = request.session_id or self.flow_id
+        self._turn_index += 1
+        index = self._turn_index
+        self._turn_intent = None
+        self._turn_route = None
+        self._turn_reply = None
+        self._turn_assistant_appended = False
+        self._turn_agent_results = ()
+        self._pending_turn = request
+        tracer = self._session_tracer()
+        with contextlib.ExitStack() as stack:
+            if self._frame_sink is not None:
+                stack.enter_context(observe_llm(self._llm_frame))
+            if tracer is not None:
+                stack.enter_context(tracer.turn(index, session_id))
+            self._emit_conversation(ConversationTurnStarted, turn_index=index)
+            try:
+                if request.from_checkpoint is None:
+                    self.reset_execution()
+                result = await self._kickoff(
+                    {"id": session_id},
+                    request.from_checkpoint,
+                    request.restore_from_state_id,
+                    private_loop,
+                )
+                if self._promote(result):
+                    await self._persist_turn()
+            except BaseException as exc:
+                self._pending_turn = None
+                self._emit_conversation(
+                    ConversationTurnFailed,
+                    turn_index=index,
+                    error_type=type(exc).__name__,
+                    error=str(exc),
+                )
+                raise
+            self._session_result = result
+            if tracer is not None:
+                tracer.annotate(route=self._turn_route or "", turn_index=index)
+            self._emit_conversation(
+                ConversationTurnCompleted,
+                turn_index=index,
+                route=self._turn_route,
+                reply=self._turn_reply,
+            )
+        return result
+
+    async def _before_starts(self) -> None:
+        """Runtime hook, after the restore and before any start: hydrate the pending turn."""
+        request, self._pending_turn = self._pending_turn, None
+        if request is None:
+            return
+        if get_state_field(self, "ended", False):
+            raise ConversationEndedError(
+                "this conversation has ended (state.ended is true in the restored session)"
+            )
+        self._record_user_message(request.message)
+        if request.intents is not None:
+            assert request.intent_llm is not None
+            self._turn_intent = await aclassify_intent(
+                request.message, request.intents, llm=request.intent_llm
+            )
+
+    def _promote(self, result: Any) -> bool:
+        """Record a string result as the assistant reply (see module docs, step 6)."""
+        if self._turn_assistant_appended:
+            return False
+        text = result_text(result)
+        if not text or id(result) in self._turn_agent_results:
+            return False
+        if text in type(self)._route_labels() or text == get_state_field(self, "last_intent"):
+            return False
+        self.append_assistant_message(text)
+        return True
+
+    async def _persist_turn(self) -> None:
+        if not self._persistence_configured():
+            return
+        from voxflow.flow.state import dump_state
+
+        backend = self._backend()
+        data = dump_state(self._state)
+        if self._inline:
+            backend.save_state(self.flow_id, "handle_turn", data)
+        else:
+            await asyncio.to_thread(backend.save_state, self.flow_id, "handle_turn", data)
+
+    def _llm_frame(self, event: LLMEvent) -> None:
+        self.emit_frame(
+            "llm",
+            event.type,
+            {
+                "call_id": event.call_id,
+                "model": event.model,
+                "content": event.content,
+                "has_tools": event.has_tools,
+                "agent_name": event.agent_name,
+                "method": current_llm_method.get(),
+            },
+        )
+
+    # ------------------------------------------------------------------ tracing
+
+    def _should_defer_trace_finalization(self) -> bool:
+        """Whether per-turn ``flow_finished`` and trace export wait for the session end."""
+        if self.defer_trace_finalization is not None:
+            return bool(self.defer_trace_finalization)
+        config = self._conversation_config()
+        if config.trace_scope is not None:
+            return config.trace_scope == "session"
+        return config.defer_trace_finalization
+
+    def _deferring(self) -> bool:
+        return type(self).conversational and self._should_defer_trace_finalization()
+
+    def _emit_flow_started(self) -> bool:
+        """Runtime hook: ``flow_started`` only on a deferred session's first turn."""
+        if not self._deferring():
+            return True
+        if self._session_open:
+            return False
+        self._session_open = True
+        return True
+
+    def _emit_flow_failed(self) -> bool:
+        """Runtime hook: deferred turns report failure with the turn, not the flow."""
+        return not self._deferring()
+
+    def _emit_flow_finished(self) -> bool:
+        """Runtime hook: deferred sessions emit ``flow_finished`` once, at finalization."""
+        return not self._deferring()
+
+    def _session_tracer(self) -> SessionTracer | None:
+        tracer = self._tracer
+        if tracer is None:
+            tracer = SessionTracer.for_flow(type(self).__name__)
+            if tracer is None:
+                return None
+            self._tracer = tracer
+        tracer.deferred = self._should_defer_trace_finalization()
+        return tracer
+
+    def finalize_session_traces(self) -> None:
+        """Close the session: emit the deferred ``flow_finished`` and export the trace batch.
+
+        Idempotent; a later turn opens a new session batch. Call it in a ``finally`` when
+        you own the loop (``chat()`` calls it for you).
+        """
+        from voxflow.flow.events import FlowFinished
+
+        if self._tracer is not None:
+            self._tracer.finalize()
+        if not self._session_open:
+            return
+        self._session_open = False
+        self._emit(FlowFinished, result=self._session_result)
+        self._emit_conversation(SessionTracesFinalized, turns=self._turn_index)
+
+    # ------------------------------------------------------------------ chat
+
+    def chat(
+        self,
+        *,
+        session_id: str | None = None,
+        prompt: str = "You: ",
+        assistant_prefix: str = "Assistant: ",
+        exit_commands: Sequence[str] = DEFAULT_EXIT_COMMANDS,
+        input_fn: Callable[[str], str] = input,
+        output_fn: Callable[[str], Any] = print,
+        defer_trace_finalization: bool | None = None,
+    ) -> None:
+        """A local REPL over :meth:`handle_turn`.
+
+        Reads a line with ``input_fn(prompt)`` (stripped), skips blank lines, stops on an
+        exit command (case-insensitive), EOF, Ctrl-C or an ended conversation, prints
+        ``assistant_prefix + result`` with ``output_fn``, and always finalizes the session
+        traces. ``defer_trace_finalization`` overrides the instance flag for the REPL
+        and is restored on exit.
+        """
+        self._require_conversational("chat")
+        if not callable(input_fn) or not callable(output_fn):
+            raise TypeError("input_fn and output_fn must be callable")
+        if isinstance(exit_commands, str):
+            raise TypeError("exit_commands must be a list of commands, not one string")
+        exits = {str(c).strip().lower() for c in exit_commands}
+        previous = self.defer_trace_finalization
+        if defer_trace_finalization is not None:
+            self.defer_trace_finalization = defer_trace_finalization
+        try:
+            for line in self._lines(input_fn, prompt):
+                if not line:
+                    continue
+                if line.lower() in exits:
+                    break
+                try:
+                    result = self.handle_turn(line, session_id=session_id)
+                except KeyboardInterrupt:
+                    break
+                session_id = self.flow_id
+                output_fn(f"{assistant_prefix}{result}")
+                if get_state_field(self, "ended", False):
+                    break
+        finally:
+            self.finalize_session_traces()
+            self.defer_trace_finalization = previous
+
+    @staticmethod
+    def _lines(input_fn: Callable[[str], str], prompt: str) -> Iterator[str]:
+        while True:
+            try:
+                raw = input_fn(prompt)
+            except (EOFError, KeyboardInterrupt):
+                return
+            yield str(raw).strip()
