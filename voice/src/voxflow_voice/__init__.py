@@ -78,6 +78,9 @@ from .models import (
 from .models import (
     loaded_models as loaded_models,
 )
+from .models import (
+    unload_models as unload_models,
+)
 from .segmenter import (
     DEFAULT_SEGMENTER_SETTINGS as DEFAULT_SEGMENTER_SETTINGS,
 )
@@ -215,5 +218,6 @@ __all__ = [
     "read_wav",
     "resample",
     "to_mono",
+    "unload_models",
     "write_wav",
 ]

