@@ -165,9 +165,7 @@ def test_output_keys_are_limited_to_declared_non_base_fields(
     assert job.committed_stages == []
 
 
-def test_an_invalid_candidate_leaves_the_record_untouched(
-    state: WorkState, job: ReportJob
-) -> None:
+def test_an_invalid_candidate_leaves_the_record_untouched(state: WorkState, job: ReportJob) -> None:
     assert commit_job_update(state, update(job, 1, "started"))
     bad = update(job, 2, "stage_completed", stage="collect", outputs={"notes": "not a list"})
     assert not commit_job_update(state, bad)

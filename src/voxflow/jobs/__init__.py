@@ -2,7 +2,9 @@
 
 Records and rules (:class:`JobRecord`, :class:`JobState`, :class:`JobUpdate`,
 :func:`add_job`, :func:`commit_job_update`) are pure and synchronous; the caller
-serialises them with ``JobRunner.state_lock``.
+serialises them with ``JobRunner.state_lock``. :class:`JobRunner` admits jobs, runs
+each :class:`JobWorkFlow` worker in a thread and commits its updates; its module
+docstring (:mod:`voxflow.jobs.runner`) states the lock model.
 """
 
 from voxflow.jobs.records import JobRecord as JobRecord
@@ -12,13 +14,23 @@ from voxflow.jobs.records import JobUpdate as JobUpdate
 from voxflow.jobs.records import JobUpdateKind as JobUpdateKind
 from voxflow.jobs.records import add_job as add_job
 from voxflow.jobs.records import commit_job_update as commit_job_update
+from voxflow.jobs.runner import JobRunner as JobRunner
+from voxflow.jobs.runner import MakeWork as MakeWork
+from voxflow.jobs.work import JobWorkFlow as JobWorkFlow
+from voxflow.jobs.work import JobWorkState as JobWorkState
+from voxflow.jobs.work import Publisher as Publisher
 
 __all__ = [
     "JobRecord",
+    "JobRunner",
     "JobState",
     "JobStatus",
     "JobUpdate",
     "JobUpdateKind",
+    "JobWorkFlow",
+    "JobWorkState",
+    "MakeWork",
+    "Publisher",
     "add_job",
     "commit_job_update",
 ]

@@ -1,0 +1,329 @@
+"""JobRunner + JobWorkFlow: admission, blocking round-trips, failures, closing, restore."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import Any, ClassVar
+
+import pytest
+from pydantic import Field
+
+from voxflow.conversation import ConversationState
+from voxflow.errors import JobUpdateRejectedError, ResourceClosedError
+from voxflow.flow import start
+from voxflow.jobs import (
+    JobRecord,
+    JobRunner,
+    JobState,
+    JobWorkFlow,
+    JobWorkState,
+    Publisher,
+    add_job,
+)
+
+
+class ReportJob(JobRecord):
+    output_fields: ClassVar[frozenset[str]] = frozenset({"notes"})
+    question: str
+    notes: list[str] = Field(default_factory=list)
+    stage: str | None = "collect"
+
+
+class WorkChatState(ConversationState, JobState[ReportJob]):
+    pass
+
+
+class ReportWork(JobWorkFlow[JobWorkState[ReportJob]]):
+    @start()
+    def collect(self) -> None:
+        self.check_open()
+        self.publish_update("started")
+        self.publish_update("stage_completed", stage="collect", outputs={"notes": ["Example fact"]})
+        self.publish_update("completed")
+
+
+class BrokenWork(JobWorkFlow[JobWorkState[ReportJob]]):
+    @start()
+    def collect(self) -> None:
+        self.publish_update("started")
+        raise ConnectionError("provider said: secret-token-123")
+
+
+class LazyWork(JobWorkFlow[JobWorkState[ReportJob]]):
+    @start()
+    def collect(self) -> None:
+        self.publish_update("started")
+
+
+class GatedWork(JobWorkFlow[JobWorkState[ReportJob]]):
+    """Publishes ``started``, then waits for the test before the next stage."""
+
+    gate: ClassVar[threading.Event]
+    outcome: ClassVar[list[str]]
+
+    @start()
+    def collect(self) -> None:
+        self.publish_update("started")
+        self.gate.wait(timeout=30)
+        try:
+            self.check_open()
+            self.publish_update("stage_completed", stage="collect", outputs={"notes": ["x"]})
+        except (ResourceClosedError, JobUpdateRejectedError) as exc:
+            self.outcome.append(type(exc).__name__)
+            raise
+        self.outcome.append("published")
+
+
+def work_factory(cls: type[JobWorkFlow[Any]]) -> Any:
+    def make_work(job: ReportJob, inputs: dict[str, Any], publish: Publisher) -> JobWorkFlow[Any]:
+        return cls(
+            state=JobWorkState[ReportJob](job=job), publish=publish, suppress_flow_events=True
+        )
+
+    return make_work
+
+
+async def wait_for_status(changes: asyncio.Queue[dict[str, Any]], *statuses: str) -> dict[str, Any]:
+    while True:
+        snapshot = await changes.get()
+        if snapshot["jobs"][0]["status"] in statuses:
+            return snapshot
+
+
+async def test_the_spec_example_runs_a_job_to_completion() -> None:
+    state = WorkChatState()
+    changes: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+    runner = JobRunner(state, work_factory(ReportWork), on_update=changes.put)
+    try:
+        async with runner.state_lock:
+            job = ReportJob(session_id=state.id, question="Example report")
+            assert add_job(state, job)
+            runner.submit(job, {})
+        snapshot = await wait_for_status(changes, "completed", "failed")
+    finally:
+        await runner.aclose()
+    assert snapshot["session_id"] == state.id
+    assert snapshot["jobs"][0]["status"] == "completed"
+    assert snapshot["jobs"][0]["notes"] == ["Example fact"]
+    assert state.jobs[job.job_id].notes == ["Example fact"]
+    assert state.jobs[job.job_id].last_update_seq == 3
+    assert snapshot["seq"] == state.job_sequence == 4  # add + three updates
+
+
+async def test_a_worker_exception_fails_the_job_with_the_formatted_error() -> None:
+    state = WorkChatState()
+    changes: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+    events: list[dict[str, Any]] = []
+    runner = JobRunner(
+        state,
+        work_factory(BrokenWork),
+        on_update=changes.put,
+        on_worker_event=events.append,
+        format_error=lambda exc: f"{type(exc).__name__} (details redacted)",
+    )
+    async with runner:
+        job = ReportJob(session_id=state.id, question="q")
+        assert add_job(state, job)
+        runner.submit(job)
+        await wait_for_status(changes, "failed")
+    assert state.jobs[job.job_id].error == "ConnectionError (details redacted)"
+    assert [e["type"] for e in events] == ["worker_started", "worker_settled"]
+    assert events[-1]["error"] == "ConnectionError (details redacted)"
+
+
+async def test_a_worker_that_returns_early_fails_the_job() -> None:
+    state = WorkChatState()
+    changes: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+    async with JobRunner(state, work_factory(LazyWork), on_update=changes.put) as runner:
+        job = ReportJob(session_id=state.id, question="q")
+        assert add_job(state, job)
+        runner.submit(job)
+        await wait_for_status(changes, "failed")
+    assert state.jobs[job.job_id].error == "Worker finished without completing the job."
+
+
+@pytest.mark.parametrize("problem", ["raises", "wrong identity", "streaming", "not a flow"])
+async def test_a_bad_make_work_fails_the_job(problem: str) -> None:
+    state = WorkChatState()
+    changes: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+
+    def make_work(job: ReportJob, inputs: dict[str, Any], publish: Publisher) -> Any:
+        if problem == "raises":
+            raise KeyError("missing input")
+        if problem == "not a flow":
+            return object()
+        if problem == "wrong identity":
+            job = job.model_copy(update={"attempt": 2})
+        work = ReportWork(state=JobWorkState[ReportJob](job=job), publish=publish)
+        work.stream = problem == "streaming"
+        return work
+
+    async with JobRunner(state, make_work, on_update=changes.put) as runner:
+        job = ReportJob(session_id=state.id, question="q")
+        assert add_job(state, job)
+        runner.submit(job)
+        await wait_for_status(changes, "failed")
+    assert state.jobs[job.job_id].status == "failed"
+    assert state.jobs[job.job_id].error
+
+
+async def test_admission_rules() -> None:
+    state = WorkChatState()
+    changes: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+    GatedWork.gate = threading.Event()
+    GatedWork.outcome = []
+    built: list[str] = []
+
+    def make_work(job: ReportJob, inputs: dict[str, Any], publish: Publisher) -> Any:
+        built.append(job.job_id)
+        return GatedWork(state=JobWorkState[ReportJob](job=job), publish=publish)
+
+    runner = JobRunner(state, make_work, on_update=changes.put)
+    try:
+        unregistered = ReportJob(session_id=state.id, question="q")
+        runner.submit(unregistered)
+        job = ReportJob(session_id=state.id, question="q")
+        assert add_job(state, job)
+        runner.submit(job.model_copy(update={"attempt": 2}))  # another attempt
+        runner.submit(job)
+        runner.submit(job)  # a duplicate while queued/running
+        await wait_for_status(changes, "running")
+        runner.submit(job)  # no longer queued
+        GatedWork.gate.set()
+        while state.jobs[job.job_id].committed_stages != ["collect"]:
+            await changes.get()
+    finally:
+        GatedWork.gate.set()
+        await runner.aclose()
+    assert built == [job.job_id]  # admitted exactly once
+    closed_job = ReportJob(session_id=state.id, question="late")
+    assert add_job(state, closed_job)
+    runner.submit(closed_job)
+    await asyncio.sleep(0)
+    assert state.jobs[closed_job.job_id].status == "queued"
+    with pytest.raises(TypeError, match="job must be a JobRecord"):
+        runner.submit({"job_id": "x"})  # type: ignore[arg-type]
+
+
+async def test_updates_wait_for_the_state_lock_and_close_releases_publishers() -> None:
+    state = WorkChatState()
+    changes: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+    GatedWork.gate = threading.Event()
+    GatedWork.outcome = []
+    runner = JobRunner(state, work_factory(GatedWork), on_update=changes.put)
+    job = ReportJob(session_id=state.id, question="q")
+    assert add_job(state, job)
+    runner.submit(job)
+    await wait_for_status(changes, "running")
+    async with runner.state_lock:  # a foreground turn holds the state
+        GatedWork.gate.set()  # the worker now publishes and blocks on the lock
+        while not runner.waiting_updates:  # the update reached the processor
+            await asyncio.sleep(0)
+        assert state.jobs[job.job_id].committed_stages == []  # not committed under us
+        runner.request_close()  # session teardown: publishers are released with False
+    await runner.aclose()
+    assert GatedWork.outcome == ["JobUpdateRejectedError"]
+    assert state.jobs[job.job_id].committed_stages == []
+    assert state.jobs[job.job_id].status == "running"  # no update lands after close
+
+
+async def test_check_open_stops_at_the_next_stage_boundary() -> None:
+    state = WorkChatState()
+    changes: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+    GatedWork.gate = threading.Event()
+    GatedWork.outcome = []
+    runner = JobRunner(state, work_factory(GatedWork), on_update=changes.put)
+    job = ReportJob(session_id=state.id, question="q")
+    assert add_job(state, job)
+    runner.submit(job)
+    await wait_for_status(changes, "running")
+    runner.request_close()
+    GatedWork.gate.set()
+    await runner.aclose()
+    assert GatedWork.outcome == ["ResourceClosedError"]
+
+
+async def test_publishing_from_the_runner_loop_is_refused() -> None:
+    state = WorkChatState()
+    captured: list[Publisher] = []
+
+    def make_work(job: ReportJob, inputs: dict[str, Any], publish: Publisher) -> Any:
+        captured.append(publish)
+        return ReportWork(state=JobWorkState[ReportJob](job=job), publish=publish)
+
+    changes: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+    async with JobRunner(state, make_work, on_update=changes.put) as runner:
+        job = ReportJob(session_id=state.id, question="q")
+        assert add_job(state, job)
+        runner.submit(job)
+        await wait_for_status(changes, "completed")
+        work = ReportWork(state=JobWorkState[ReportJob](job=job), publish=captured[0])
+        with pytest.raises(RuntimeError, match="never from the JobRunner's own event loop"):
+            work.publish_update("failed")
+
+
+async def test_a_failing_subscriber_closes_the_runner() -> None:
+    state = WorkChatState()
+    seen: list[str] = []
+
+    async def on_update(snapshot: dict[str, Any]) -> None:
+        seen.append(snapshot["jobs"][0]["status"])
+        if snapshot["jobs"][0]["status"] == "running":
+            raise RuntimeError("subscriber broke")
+
+    runner = JobRunner(state, work_factory(ReportWork), on_update=on_update)
+    job = ReportJob(session_id=state.id, question="q")
+    assert add_job(state, job)
+    runner.submit(job)
+    while not runner.closed:
+        await asyncio.sleep(0)
+    await runner.aclose()  # the worker was released, not stranded
+    assert seen[:2] == ["queued", "running"]
+    assert state.jobs[job.job_id].status == "running"
+
+
+async def test_restoring_a_snapshot_never_restarts_work() -> None:
+    state = WorkChatState()
+    changes: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+    GatedWork.gate = threading.Event()
+    GatedWork.outcome = []
+    runner = JobRunner(state, work_factory(GatedWork), on_update=changes.put)
+    job = ReportJob(session_id=state.id, question="q")
+    assert add_job(state, job)
+    runner.submit(job)
+    await wait_for_status(changes, "running")
+    saved = state.model_dump_json()
+    runner.request_close()
+    GatedWork.gate.set()
+    await runner.aclose()
+
+    restored = WorkChatState.model_validate_json(saved)
+    built: list[str] = []
+
+    def make_work(job: ReportJob, inputs: dict[str, Any], publish: Publisher) -> Any:
+        built.append(job.job_id)
+        return ReportWork(state=JobWorkState[ReportJob](job=job), publish=publish)
+
+    async with JobRunner(restored, make_work, on_update=changes.put) as again:
+        again.submit(restored.jobs[job.job_id])
+        await asyncio.sleep(0)
+        await asyncio.sleep(0)
+    assert built == []
+    assert restored.jobs[job.job_id].status == "running"
+
+
+def test_the_runner_needs_a_running_loop() -> None:
+    with pytest.raises(RuntimeError, match="running event loop"):
+        JobRunner(WorkChatState(), work_factory(ReportWork), on_update=print)  # type: ignore[arg-type]
+
+
+async def test_constructor_validation() -> None:
+    with pytest.raises(TypeError, match="state must be a JobState"):
+        JobRunner(ConversationState(), work_factory(ReportWork), on_update=print)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="make_work"):
+        JobRunner(WorkChatState(), None, on_update=print)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="publish"):
+        ReportWork(
+            state=JobWorkState[ReportJob](job=ReportJob(session_id="s", question="q")), publish=None
+        )  # type: ignore[arg-type]
