@@ -218,8 +218,9 @@ async def test_updates_wait_for_the_state_lock_and_close_releases_publishers() -
     await wait_for_status(changes, "running")
     async with runner.state_lock:  # a foreground turn holds the state
         GatedWork.gate.set()  # the worker now publishes and blocks on the lock
-        while not runner.waiting_updates:  # the update reached the processor
-            await asyncio.sleep(0)
+        # The worker thread publishes; poll until its update reached the processor.
+        while not runner.waiting_updates:  # noqa: ASYNC110
+            await asyncio.sleep(0.001)
         assert state.jobs[job.job_id].committed_stages == []  # not committed under us
         runner.request_close()  # session teardown: publishers are released with False
     await runner.aclose()
@@ -276,8 +277,8 @@ async def test_a_failing_subscriber_closes_the_runner() -> None:
     job = ReportJob(session_id=state.id, question="q")
     assert add_job(state, job)
     runner.submit(job)
-    while not runner.closed:
-        await asyncio.sleep(0)
+    while not runner.closed:  # noqa: ASYNC110  # closed by the processor task on failure
+        await asyncio.sleep(0.001)
     await runner.aclose()  # the worker was released, not stranded
     assert seen[:2] == ["queued", "running"]
     assert state.jobs[job.job_id].status == "running"
