@@ -177,7 +177,9 @@ class PiperTts:
         """
         if segment_id is not None and segment_id < 1:
             raise ValueError(f"segment_id must be >= 1, got {segment_id}")
-        sentences = self.sentences(text)
+        if not isinstance(text, str):
+            raise TypeError(f"text must be a str, got {type(text).__name__}")
+        sentences = await asyncio.to_thread(self.sentences, text)  # espeak, off the loop
         position = 0
         for phonemes, words in zip(sentences, _split_words(text, sentences), strict=True):
             sentence = await asyncio.to_thread(self._synthesize_sentence, phonemes, words)
