@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -162,8 +162,7 @@ class FeedbackConfig(BaseModel):
 
     message: str
     emit: tuple[str, ...] | None = None
-    llm: Any = Field(default=None, description="model name (litellm) or object with acall()")
-    llm_options: dict[str, Any] = Field(default_factory=dict)
+    llm: Any = Field(default=None, description="a voxflow BaseLLM, model id or config mapping")
     default_outcome: str | None = None
     provider: Any = None
 
@@ -173,7 +172,6 @@ def human_feedback(
     *,
     emit: Sequence[str] | None = None,
     llm: Any = None,
-    llm_options: Mapping[str, Any] | None = None,
     default_outcome: str | None = None,
     provider: FeedbackProvider | None = None,
 ) -> Callable[[F], F]:
@@ -182,9 +180,8 @@ def human_feedback(
     Args:
         message: the question shown with the output.
         emit: outcomes the feedback collapses to; each becomes a router label.
-        llm: collapse free text with this LLM: a litellm model name, or an object with
-            ``async acall(messages) -> str``.
-        llm_options: extra keyword arguments for ``litellm.acompletion``.
+        llm: collapse free text with this LLM: a :class:`voxflow.llm.BaseLLM` (e.g.
+            ``voxflow.llm.LLM``), a model id or a config mapping.
         default_outcome: used when the feedback is empty.
         provider: where feedback comes from (default: the flow's ``feedback_provider``,
             else :class:`ConsoleFeedbackProvider`).
@@ -198,13 +195,16 @@ def human_feedback(
         raise ValueError("human_feedback(): emit must be a non-empty list of non-empty strings")
     if default_outcome is not None and (outcomes is None or default_outcome not in outcomes):
         raise ValueError("human_feedback(): default_outcome must be one of emit")
+    if llm is not None:
+        from voxflow.llm import coerce_llm
+
+        coerce_llm(llm, name="human_feedback(): llm")  # validate now, at decoration
     if provider is not None and not isinstance(provider, FeedbackProvider):
         raise TypeError("human_feedback(): provider must have async request_feedback(context)")
     config = FeedbackConfig(
         message=message,
         emit=outcomes,
         llm=llm,
-        llm_options=dict(llm_options or {}),
         default_outcome=default_outcome,
         provider=provider,
     )
@@ -218,32 +218,22 @@ def human_feedback(
     return decorate
 
 
-async def _ask_llm(
-    llm: Any, options: Mapping[str, Any], text: str, outcomes: tuple[str, ...]
-) -> str:
+async def _ask_llm(llm: Any, text: str, outcomes: tuple[str, ...]) -> str:
+    from voxflow.llm import coerce_llm
+
+    model = coerce_llm(llm, name="llm")
+    assert model is not None
     messages = [
         {
             "role": "system",
-            "content": "Classify the user's feedback as exactly one of these outcomes: "
+            "content": "Classify the person's feedback as exactly one of these outcomes: "
             + ", ".join(outcomes)
             + ". Answer with the outcome only.",
         },
         {"role": "user", "content": text},
     ]
-    if isinstance(llm, str):
-        import litellm
-
-        response = await litellm.acompletion(model=llm, messages=messages, **options)
-        return str(response.choices[0].message.content or "")
-    acall = getattr(llm, "acall", None)
-    if callable(acall):
-        return str(await acall(messages))
-    if callable(llm):
-        answer = llm(text, outcomes)
-        if inspect.isawaitable(answer):
-            answer = await answer
-        return str(answer)
-    raise TypeError("llm must be a model name, an object with acall(), or a callable")
+    response = await model.acall(messages)
+    return response.content or ""
 
 
 async def collapse_feedback(
@@ -251,7 +241,6 @@ async def collapse_feedback(
     outcomes: Sequence[str],
     *,
     llm: Any = None,
-    llm_options: Mapping[str, Any] | None = None,
     default: str | None = None,
 ) -> str:
     """Map free-text ``text`` to one of ``outcomes`` (see module docs)."""
@@ -268,8 +257,8 @@ async def collapse_feedback(
         from voxflow.errors import ProviderError
 
         try:
-            answer = await _ask_llm(llm, llm_options or {}, text, allowed)
-        except TypeError:
+            answer = await _ask_llm(llm, text, allowed)
+        except (TypeError, ProviderError):
             raise
         except Exception as exc:
             raise ProviderError("feedback classifier failed", provider=str(llm)) from exc
@@ -295,7 +284,6 @@ async def finish_feedback(
             text,
             config.emit,
             llm=config.llm,
-            llm_options=config.llm_options,
             default=config.default_outcome,
         )
     result = HumanFeedbackResult(

@@ -135,6 +135,9 @@ class Flow(ConversationMixin, Engine, Generic[StateT]):
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
+        for name, func in cls._extra_flow_methods().items():
+            if getattr(cls, name, None) is None:  # not reachable yet: install the function
+                setattr(cls, name, func)
         cls._voxflow_definition = None
         cls.flow_definition()  # validate the wiring now, when the class is created
 
@@ -149,7 +152,13 @@ class Flow(ConversationMixin, Engine, Generic[StateT]):
 
     @classmethod
     def _extra_flow_methods(cls) -> Mapping[str, Callable[..., Any]]:
-        """Extension point: decorated functions to register besides the class's own."""
+        """Extension point: decorated functions to register besides the class's own.
+
+        The returned function supplies the wiring (its decorator marks); what runs is
+        ``getattr(self, name)``, so an undecorated method of that name on the class or a
+        base (e.g. a mixin) is called. When no attribute of that name exists, the
+        function itself is installed on the class.
+        """
         return super()._extra_flow_methods()
 
     def __init__(
@@ -490,6 +499,12 @@ class Flow(ConversationMixin, Engine, Generic[StateT]):
         except BaseException as exc:
             if self._emit_flow_failed():
                 self._emit(FlowFailed, error_type=type(exc).__name__, error=str(exc))
+            if self.checkpoint is not None and self.checkpoint.directory is not None:
+                # Record the bookkeeping done since the last completion (e.g. pending
+                # and_ events), so a resume continues exactly where the run stopped.
+                from voxflow.flow.checkpoint import write_checkpoint
+
+                write_checkpoint(self, self.checkpoint)
             raise
         result = self._ex.result
         if self._emit_flow_finished():

@@ -1,0 +1,194 @@
+"""@persist and SQLiteFlowPersistence: real SQLite files, real subprocesses."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from voxflow import Flow, FlowState, SQLiteFlowPersistence, listen, persist, start
+from voxflow.flow import FlowPersistence, default_data_dir
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+class Notes(FlowState):
+    notes: list[str] = []
+    turns: int = 0
+
+
+@persist
+class Session(Flow[Notes]):
+    @start()
+    def take_note(self) -> int:
+        self.state.turns += 1
+        self.state.notes.append(f"note {self.state.turns}")
+        return self.state.turns
+
+
+class MethodOnly(Flow[Notes]):
+    @start()
+    def scratch(self) -> None:
+        self.state.notes.append("scratch")
+
+    @persist()
+    @listen(scratch)
+    def keep(self) -> None:
+        self.state.turns += 1
+
+
+def test_persist_creates_nothing_until_first_write(_voxflow_home: Path) -> None:
+    assert not _voxflow_home.exists()  # decorating the classes above created nothing
+    flow = Session()
+    assert not _voxflow_home.exists()
+    flow.kickoff()
+    assert (_voxflow_home / "flow_states.db").is_file()
+    assert default_data_dir() == _voxflow_home
+
+
+def test_restore_by_id_continues_the_session(capsys: pytest.CaptureFixture[str]) -> None:
+    Session().kickoff(inputs={"id": "s1"})
+    Session().kickoff(inputs={"id": "s1"})
+    third = Session()
+    assert third.kickoff(inputs={"id": "s1"}) == 3
+    assert third.state.notes == ["note 1", "note 2", "note 3"]
+    assert capsys.readouterr().out == ""  # quiet by default
+
+
+def test_method_level_persist_saves_after_that_method(tmp_path: Path) -> None:
+    backend = SQLiteFlowPersistence(tmp_path / "m.db")
+    flow = MethodOnly(persistence=backend)
+    flow.kickoff(inputs={"id": "m1"})
+    saved = backend.load_state("m1")
+    assert saved is not None and saved["turns"] == 1 and saved["notes"] == ["scratch"]
+    assert [m for _, m, _ in backend.history("m1")] == ["keep"]
+
+
+def test_skip_persistence_restore_hook() -> None:
+    Session().kickoff(inputs={"id": "s2"})
+    flow = Session()
+    flow._skip_persistence_restore = True
+    assert flow.kickoff(inputs={"id": "s2"}) == 1  # the saved turn was not reloaded
+    assert flow.state.id == "s2"
+
+
+def test_restore_from_state_id_forks_with_a_new_id(tmp_path: Path) -> None:
+    backend = SQLiteFlowPersistence(tmp_path / "fork.db")
+    Session(persistence=backend).kickoff(inputs={"id": "source"})
+    fork = Session(persistence=backend)
+    assert fork.kickoff(restore_from_state_id="source") == 2
+    assert fork.state.id != "source"
+    source = backend.load_state("source")
+    assert source is not None and source["turns"] == 1  # the source history is untouched
+    named = Session(persistence=backend)
+    named.kickoff(inputs={"id": "fork-2"}, restore_from_state_id="source")
+    assert named.state.id == "fork-2" and named.state.turns == 2
+
+
+def test_restore_from_unknown_id_carries_on() -> None:
+    flow = Session()
+    assert flow.kickoff(restore_from_state_id="missing") == 1
+
+
+def test_storage_per_session_stays_bounded(tmp_path: Path) -> None:
+    # Flaw 3: the reference appended a full snapshot per save forever (O(n^2) per session).
+    backend = SQLiteFlowPersistence(tmp_path / "bounded.db", history_limit=3)
+    flow = Session(persistence=backend)
+    for _ in range(40):
+        flow.kickoff(inputs={"id": "long"})
+    with sqlite3.connect(backend.path) as conn:
+        (latest,) = conn.execute("SELECT COUNT(*) FROM flow_states").fetchone()
+        (history,) = conn.execute("SELECT COUNT(*) FROM flow_state_history").fetchone()
+    assert (latest, history) == (1, 3)
+    versions = [v for v, _, _ in backend.history("long")]
+    assert versions == [37, 38, 39, 40]
+    loaded = backend.load_state("long")
+    assert loaded is not None and loaded["turns"] == 40
+
+
+def test_backend_validates_input(tmp_path: Path) -> None:
+    backend = SQLiteFlowPersistence(tmp_path / "v.db")
+    assert isinstance(backend, FlowPersistence)
+    with pytest.raises(ValueError, match="flow_uuid"):
+        backend.save_state("", "m", {})
+    with pytest.raises(TypeError, match="state_data"):
+        backend.save_state("x", "m", [])  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="history_limit"):
+        SQLiteFlowPersistence(tmp_path / "v.db", history_limit=-1)
+    with pytest.raises(TypeError, match="backend"):
+        persist(object())  # type: ignore[call-overload]
+    assert backend.load_state("never") is None
+    assert not backend.path.exists()  # reading never creates the file
+
+
+def _run(code: str, env_home: Path) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "VOXFLOW_HOME": str(env_home), "PYTHONPATH": str(ROOT / "tests" / "flow")}
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=False,
+    )
+
+
+_FLOW_SRC = """
+from voxflow import Flow, FlowState, persist, start
+
+class Notes(FlowState):
+    notes: list[str] = []
+    turns: int = 0
+
+@persist
+class Session(Flow[Notes]):
+    @start()
+    def take_note(self) -> int:
+        self.state.turns += 1
+        self.state.notes.append(f"note {self.state.turns}")
+        return self.state.turns
+"""
+
+
+def test_second_process_restores_what_the_first_saved(tmp_path: Path) -> None:
+    home = tmp_path / "shared-home"
+    first = _run(_FLOW_SRC + "print(Session().kickoff(inputs={'id': 'xproc'}))", home)
+    assert first.returncode == 0, first.stderr
+    second = _run(
+        _FLOW_SRC + "f = Session(); print(f.kickoff(inputs={'id': 'xproc'})); print(f.state.notes)",
+        home,
+    )
+    assert second.returncode == 0, second.stderr
+    assert second.stdout.split("\n")[:2] == ["2", "['note 1', 'note 2']"]
+
+
+def test_crash_between_save_steps_keeps_the_previous_snapshot(tmp_path: Path) -> None:
+    # The process dies (os._exit) right after the history row is written, before the
+    # latest snapshot is replaced and before COMMIT: the next process must load turn 1.
+    home = tmp_path / "crash-home"
+    ok = _run(_FLOW_SRC + "Session().kickoff(inputs={'id': 'crashy'})", home)
+    assert ok.returncode == 0, ok.stderr
+    crash = _run(
+        _FLOW_SRC
+        + """
+import os
+from voxflow.flow.persistence import default_persistence
+backend = default_persistence()
+backend.load_state("crashy")  # opens the connection
+def die(statement):
+    if statement.startswith("INSERT INTO flow_state_history"):
+        os._exit(17)
+backend._conn.set_trace_callback(die)
+Session().kickoff(inputs={'id': 'crashy'})
+""",
+        home,
+    )
+    assert crash.returncode == 17, crash.stderr
+    after = _run(_FLOW_SRC + "f = Session(); print(f.kickoff(inputs={'id': 'crashy'}))", home)
+    assert after.returncode == 0, after.stderr
+    assert after.stdout.strip() == "2"  # turn 1 restored intact, this is turn 2
