@@ -1,5 +1,10 @@
 """voxflow."""
 
+from voxflow.agent import Agent as Agent
+from voxflow.agent import AgentResult as AgentResult
+from voxflow.conversation.config import ConversationalConfig as ConversationalConfig
+from voxflow.conversation.config import ConversationConfig as ConversationConfig
+from voxflow.conversation.config import RouterConfig as RouterConfig
 from voxflow.conversation.state import ChatState as ChatState
 from voxflow.conversation.state import ConversationalInputs as ConversationalInputs
 from voxflow.conversation.state import ConversationEvent as ConversationEvent
@@ -23,13 +28,21 @@ from voxflow.flow import or_ as or_
 from voxflow.flow import persist as persist
 from voxflow.flow import router as router
 from voxflow.flow import start as start
+from voxflow.llm import LLM as LLM
+from voxflow.llm import BaseLLM as BaseLLM
 
 __all__ = [
+    "LLM",
+    "Agent",
+    "AgentResult",
+    "BaseLLM",
     "ChatState",
     "CheckpointConfig",
+    "ConversationConfig",
     "ConversationEvent",
     "ConversationMessage",
     "ConversationState",
+    "ConversationalConfig",
     "ConversationalInputs",
     "Flow",
     "FlowDefinition",
@@ -38,6 +51,7 @@ __all__ = [
     "FlowState",
     "HumanFeedbackPending",
     "HumanFeedbackResult",
+    "RouterConfig",
     "SQLiteFlowPersistence",
     "StreamFrame",
     "StreamSession",

@@ -116,7 +116,7 @@ def _hints(func: Callable[..., Any]) -> dict[str, Any]:
 class AgentResult(BaseModel):
     """What an agent run produced."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     raw: str = Field(description="the final answer text")
     agent_name: str = Field(description="the agent's name")

@@ -112,7 +112,7 @@ def _emit(event: LLMEvent) -> None:
 class ToolCall(BaseModel):
     """A tool call requested by the model."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     id: str = Field(description="the provider's call id; the tool message answers it")
     name: str = Field(description="the tool (function) name")
@@ -139,7 +139,7 @@ class ToolCall(BaseModel):
 class LLMResponse(BaseModel):
     """The result of one completion."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     content: str | None = Field(default=None, description="the answer text")
     tool_calls: tuple[ToolCall, ...] = Field(default=(), description="requested tool calls")
@@ -157,7 +157,7 @@ class LLMResponse(BaseModel):
 class LLMConfig(BaseModel):
     """How to call one model: a litellm model id plus completion parameters."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     model: str = Field(min_length=1, description="litellm model id, e.g. 'openai/gpt-4o-mini'")
     temperature: float | None = Field(default=None, ge=0, le=2)

@@ -67,7 +67,9 @@ class RouterConfig(BaseModel):
     built-in descriptions, then a declared description, then the handler's docstring.
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True)
+    model_config = ConfigDict(
+        frozen=True, extra="forbid", arbitrary_types_allowed=True, defer_build=True
+    )
 
     prompt: str | None = Field(
         default=None, description="domain framing (persona, policy); never list routes here"
@@ -121,7 +123,9 @@ class ConversationConfig(BaseModel):
         class Support(Flow[ConversationState]): ...
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True)
+    model_config = ConfigDict(
+        frozen=True, extra="forbid", arbitrary_types_allowed=True, defer_build=True
+    )
 
     system_prompt: str | None = Field(
         default=None, description="converse_turn's system message; None = built-in, '' = none"
@@ -216,7 +220,9 @@ class ConversationalConfig(BaseModel):
     ``conversational_config`` attribute.
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True)
+    model_config = ConfigDict(
+        frozen=True, extra="forbid", arbitrary_types_allowed=True, defer_build=True
+    )
 
     intents: tuple[str, ...] | None = Field(
         default=None, description="outcome labels to classify each user message into"

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import ConfigDict, Field
 
 from voxflow.flow.events import FlowEvent
 
@@ -28,6 +28,8 @@ __all__ = [
 
 class ConversationEventBase(FlowEvent):
     """Base of the conversation events (subscribe to it to get all of them)."""
+
+    model_config = ConfigDict(defer_build=True)  # built on first use: a lighter import
 
 
 class ConversationTurnStarted(ConversationEventBase):

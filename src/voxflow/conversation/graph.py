@@ -148,6 +148,11 @@ class RouterContext(Mapping[str, Any]):
     def __len__(self) -> int:
         return len(self.KEYS)
 
+    @property
+    def computed(self) -> frozenset[str]:
+        """The keys read so far (the others cost nothing)."""
+        return frozenset(self._cache)
+
     def recent_history(self, count: int = ROUTER_HISTORY_WINDOW) -> list[dict[str, Any]]:
         """The last ``count`` messages *before* the current user message, as chat dicts."""
         messages = get_state_field(self._flow, "messages", None) or []

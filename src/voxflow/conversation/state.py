@@ -41,7 +41,7 @@ class ConversationMessage(BaseModel):
     a stream frame can all share one message object without copying it.
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     role: MessageRole = Field(description="user, assistant, system or tool")
     content: str | list[dict[str, Any]] | None = Field(
@@ -91,7 +91,7 @@ class ConversationEvent(BaseModel):
     ``ConversationState.agent_threads`` without polluting ``messages``.
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     type: str = Field(description="what happened, e.g. 'agent_result'")
     payload: dict[str, Any] = Field(default_factory=dict, description="JSON-compatible data")
@@ -108,6 +108,8 @@ class ConversationState(BaseModel):
     ``@persist`` stores snapshots under it, so a fresh Flow with the same id continues
     the conversation.
     """
+
+    model_config = ConfigDict(defer_build=True)
 
     id: SessionId = Field(default_factory=new_session_id, description="the session id (uuid4)")
     messages: list[ConversationMessage] = Field(
@@ -142,7 +144,7 @@ class ChatState(BaseModel):
     ``ConversationState``.
     """
 
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", defer_build=True)
 
     id: SessionId = Field(default_factory=new_session_id, description="the session id (uuid4)")
     messages: list[dict[str, Any]] = Field(

@@ -55,7 +55,7 @@ logger = logging.getLogger(__name__)
 class TraceSpan(BaseModel):
     """One timed operation; times are seconds since the Unix epoch."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
     span_id: int
     parent_id: int | None = None
@@ -69,7 +69,7 @@ class TraceSpan(BaseModel):
 class TraceBatch(BaseModel):
     """The spans of one session (deferred) or one turn, exported together."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
     batch_id: str = Field(default_factory=lambda: str(uuid.uuid4()))
     flow_name: str
