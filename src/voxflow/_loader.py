@@ -1,0 +1,81 @@
+"""Resolve a flow reference (``path.py:Class`` or ``module:Class``) to a Flow class."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import importlib.util
+import sys
+from pathlib import Path
+from typing import Any
+
+from .errors import VoxflowError
+
+__all__ = ["FlowReferenceError", "load_flow_class", "module_name_for"]
+
+
+class FlowReferenceError(VoxflowError, ValueError):
+    """A flow reference could not be resolved; the message says which part was wrong."""
+
+
+def load_flow_class(ref: str) -> type[Any]:
+    """Import the class named by ``ref``.
+
+    Args:
+        ref: ``path/to/file.py:ClassName`` or ``package.module:ClassName``.
+
+    Raises:
+        FlowReferenceError: the reference is malformed, the file or module does not
+            exist, the name is missing, or it is not a Flow subclass.
+    """
+    if not isinstance(ref, str) or ref.count(":") != 1:
+        raise FlowReferenceError(
+            f"flow reference {ref!r} must look like 'path.py:Class' or 'module:Class'"
+        )
+    target, _, name = ref.partition(":")
+    if not target or not name.isidentifier():
+        raise FlowReferenceError(
+            f"flow reference {ref!r} must look like 'path.py:Class' or 'module:Class'"
+        )
+    if target.endswith(".py") or "/" in target:
+        path = Path(target).expanduser().resolve()
+        if not path.is_file():
+            raise FlowReferenceError(f"flow file not found: {target}")
+        module_name = module_name_for(path)
+        if module_name in sys.modules:
+            module = sys.modules[module_name]
+            return _flow_class(module, ref, target, name)
+        spec = importlib.util.spec_from_file_location(module_name, path)
+        if spec is None or spec.loader is None:
+            raise FlowReferenceError(f"cannot import {target}")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[module_name] = module
+        try:
+            spec.loader.exec_module(module)
+        except Exception as exc:
+            sys.modules.pop(module_name, None)
+            raise FlowReferenceError(f"importing {target} failed: {exc!r}") from exc
+    else:
+        try:
+            module = importlib.import_module(target)
+        except ImportError as exc:
+            raise FlowReferenceError(f"module {target!r} cannot be imported: {exc}") from exc
+    return _flow_class(module, ref, target, name)
+
+
+def module_name_for(path: Path) -> str:
+    """The ``sys.modules`` name a flow file is imported under (stable per path)."""
+    digest = hashlib.sha1(str(path.resolve()).encode()).hexdigest()[:10]
+    return f"_voxflow_user_{path.stem}_{digest}"
+
+
+def _flow_class(module: Any, ref: str, target: str, name: str) -> type[Any]:
+    try:
+        obj = getattr(module, name)
+    except AttributeError:
+        raise FlowReferenceError(f"{target} has no attribute {name!r}") from None
+    from .flow import Flow
+
+    if not (isinstance(obj, type) and issubclass(obj, Flow)):
+        raise FlowReferenceError(f"{ref} is not a voxflow Flow subclass")
+    return obj

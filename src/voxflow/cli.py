@@ -1,0 +1,122 @@
+"""The ``voxflow`` command line.
+
+Subcommands: ``demo`` (a complete call, offline), ``chat`` (text chat with a flow),
+``doctor`` (what is installed and how to fix what is missing) and ``bench`` (runs the
+benchmarks). Exit codes: 0 success, 1 the command failed, 2 bad usage or bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from .errors import VoxflowError
+
+__all__ = ["main"]
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+
+
+def _cmd_doctor(args: argparse.Namespace) -> int:
+    from .doctor import run_checks
+
+    checks = run_checks()
+    if args.json:
+        print(json.dumps([c.as_dict() for c in checks], indent=2))
+    else:
+        from rich.console import Console
+        from rich.table import Table
+
+        table = Table(title="voxflow doctor")
+        for column in ("check", "status", "detail", "fix"):
+            table.add_column(column)
+        colours = {"ok": "green", "missing": "red", "warning": "yellow"}
+        for c in checks:
+            table.add_row(c.name, f"[{colours[c.status]}]{c.status}[/]", c.detail, c.fix)
+        Console().print(table)
+    return EXIT_FAILED if any(c.status == "missing" for c in checks) else EXIT_OK
+
+
+def _cmd_chat(args: argparse.Namespace) -> int:
+    from ._loader import load_flow_class
+
+    flow_cls = load_flow_class(args.flow)
+    flow = flow_cls()
+    if not getattr(flow, "conversational", False):
+        print(f"error: {args.flow} is not a conversational flow", file=sys.stderr)
+        return EXIT_USAGE
+    flow.chat()
+    return EXIT_OK
+
+
+def _cmd_demo(args: argparse.Namespace) -> int:
+    from .demo import run_demo
+
+    return run_demo(fast=args.fast, model=args.model, json_output=args.json)
+
+
+def _cmd_bench(args: argparse.Namespace) -> int:
+    root = Path(args.dir)
+    scripts = sorted(p for p in root.glob("*.py") if not p.name.startswith("_"))
+    if not scripts:
+        print(f"error: no benchmark scripts in {root}", file=sys.stderr)
+        return EXIT_USAGE
+    failed = 0
+    for script in scripts:
+        print(f"== {script.name}", flush=True)
+        result = subprocess.run([sys.executable, str(script)], check=False)
+        failed += result.returncode != 0
+    return EXIT_FAILED if failed else EXIT_OK
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="voxflow", description="voxflow: conversational flows with a real-time voice."
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    demo = sub.add_parser("demo", help="run a complete scripted call, offline")
+    demo.add_argument(
+        "--fast", action="store_true", help="deterministic clock: seconds, not real time"
+    )
+    demo.add_argument(
+        "--model", default=None, help="a litellm model id (default: rule-based, no key)"
+    )
+    demo.add_argument("--json", action="store_true", help="print the summary as JSON")
+    demo.set_defaults(func=_cmd_demo)
+
+    chat = sub.add_parser("chat", help="text chat with a flow (path.py:Class or module:Class)")
+    chat.add_argument("flow", help="the flow class, e.g. examples/support.py:SupportFlow")
+    chat.set_defaults(func=_cmd_chat)
+
+    doctor = sub.add_parser("doctor", help="what is installed, and how to fix what is missing")
+    doctor.add_argument("--json", action="store_true", help="print the checks as JSON")
+    doctor.set_defaults(func=_cmd_doctor)
+
+    bench = sub.add_parser("bench", help="run the benchmarks under benchmarks/")
+    bench.add_argument("--dir", default="benchmarks", help="folder of benchmark scripts")
+    bench.set_defaults(func=_cmd_bench)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the CLI; returns the process exit code."""
+    args = _parser().parse_args(argv)
+    try:
+        code: int = args.func(args)
+    except VoxflowError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE if isinstance(exc, ValueError) else EXIT_FAILED
+    except KeyboardInterrupt:
+        return 130
+    return code
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
