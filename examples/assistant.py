@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import ClassVar
 
-from voxflow import ConversationConfig, Flow, listen, start
+from voxflow import LLM, ConversationConfig, Flow, listen, start
 from voxflow.conversation import RouterContext
 from voxflow.jobs import JobRecord, JobState, JobWorkFlow, JobWorkState, add_job
 from voxflow.replies import ReplyQueueState
@@ -134,7 +134,7 @@ def assistant_class(model: str | None = None) -> type[Assistant]:
     if model is None:
         return Assistant
 
-    @ConversationConfig(system_prompt=SYSTEM_PROMPT, llm=model)
+    @ConversationConfig(system_prompt=SYSTEM_PROMPT, llm=LLM(model))
     class LLMAssistant(Assistant):
         pass
 
