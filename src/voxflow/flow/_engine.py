@@ -37,7 +37,7 @@ from voxflow.flow.events import (
 )
 
 if TYPE_CHECKING:
-    from voxflow.flow.definition import FlowDefinition, MethodDefinition
+    from voxflow.flow.definition import FlowDefinition, MethodDefinition, Plan
     from voxflow.flow.events import FlowEvent
 
 __all__: list[str] = []
@@ -83,6 +83,8 @@ class Engine:
     """Mixin with the dispatch loop; :class:`voxflow.flow.Flow` provides the attributes."""
 
     _definition: FlowDefinition
+    _plan: Plan
+    _methods: dict[str, MethodDefinition]
     _ex: Execution
     _inline: bool
     max_method_calls: int
@@ -101,7 +103,7 @@ class Engine:
 
     async def _invoke(self, name: str, arg: Any, depth: int) -> Any:
         """Count, announce and execute one method (plus its feedback step); no commit."""
-        method = self._definition.methods[name]
+        method = self._methods[name]
         ex = self._ex
         calls = ex.calls.get(name, 0) + 1
         if calls > self.max_method_calls:
@@ -113,7 +115,7 @@ class Engine:
             )
         ex.calls[name] = calls
         if calls > 1:  # a cycle: re-arm multi-event or_ listeners waiting on this method
-            ex.fired_or.difference_update(self._definition.plan.multi_or_by_label.get(name, ()))
+            ex.fired_or.difference_update(self._plan.multi_or_by_label.get(name, ()))
         self._emit_method_event(MethodStarted, method_name=name)
         func: Callable[..., Any] = getattr(self, name)
         args = (arg,) if method.takes_input else ()
@@ -162,7 +164,7 @@ class Engine:
             raise
 
     async def _commit(self, name: str, output: Any, depth: int) -> None:
-        method = self._definition.methods[name]
+        method = self._methods[name]
         ex = self._ex
         ex.completed.add(name)
         ex.outputs.append((name, output))
@@ -199,7 +201,7 @@ class Engine:
         label = str(value)
         if not label:
             return None
-        if label in self._definition.methods:
+        if label in self._methods:
             raise FlowRuntimeError(
                 f"{self._definition.name}.{name} returned router label {label!r}, which is also "
                 f"the name of method {label!r}; its listeners would fire twice. Rename one of "
@@ -213,12 +215,12 @@ class Engine:
         return type(output).__name__ == "HumanFeedbackResult" and hasattr(output, "outcome")
 
     def _triggered(self, label: str, *, routers: bool) -> list[str]:
-        plan = self._definition.plan
+        plan = self._plan
         names = (plan.routers_by_label if routers else plan.listeners_by_label).get(label)
         if not names:
             return []
         ex = self._ex
-        methods = self._definition.methods
+        methods = self._methods
         out: list[str] = []
         for name in names:
             method = methods[name]
@@ -240,7 +242,7 @@ class Engine:
 
     async def _dispatch(self, name: str, output: Any, depth: int) -> None:
         """Run everything triggered by method ``name`` completing with ``output``."""
-        plan = self._definition.plan
+        plan = self._plan
         triggers: list[tuple[str, Any, int, bool]] = [(name, output, depth, False)]
         current: str | None = name
         if name in plan.routers:
@@ -277,7 +279,7 @@ class Engine:
 
     async def _run_batch(self, batch: list[str], value: Any, depth: int) -> None:
         owners: dict[str, list[str]] = {}
-        race_owner = self._definition.plan.race_owner
+        race_owner = self._plan.race_owner
         for name in batch:
             owner = race_owner.get(name)
             if owner is not None:

@@ -32,7 +32,7 @@ from pydantic import BaseModel, ConfigDict, PrivateAttr
 from voxflow.errors import FlowDefinitionError
 from voxflow.flow.dsl import Condition, MethodMarks, Misdecorated, marks_of
 
-__all__ = ["FlowDefinition", "MethodDefinition", "compile_definition", "declared_labels"]
+__all__ = ["FlowDefinition", "MethodDefinition", "Plan", "compile_definition", "declared_labels"]
 
 ConditionShape = Literal["single", "multi_or", "compound"]
 
@@ -62,8 +62,8 @@ class MethodDefinition(BaseModel):
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
-class _Plan:
-    """Lookup tables the dispatch loop uses; derived once from the definition."""
+class Plan:
+    """Lookup tables the dispatch loop uses; derived once from the definition (internal)."""
 
     listeners_by_label: Mapping[str, tuple[str, ...]]
     routers_by_label: Mapping[str, tuple[str, ...]]
@@ -84,13 +84,13 @@ class FlowDefinition(BaseModel):
     methods: dict[str, MethodDefinition]
     persist: Any = None
 
-    _plan: _Plan = PrivateAttr()
+    _plan: Plan = PrivateAttr()
 
     def model_post_init(self, __context: Any) -> None:
         self._plan = _build_plan(self.methods)
 
     @property
-    def plan(self) -> _Plan:
+    def plan(self) -> Plan:
         """Dispatch lookup tables (internal to the runtime)."""
         return self._plan
 
@@ -109,7 +109,7 @@ class FlowDefinition(BaseModel):
         )
 
 
-def _build_plan(methods: Mapping[str, MethodDefinition]) -> _Plan:
+def _build_plan(methods: Mapping[str, MethodDefinition]) -> Plan:
     listeners: dict[str, list[str]] = {}
     routers: dict[str, list[str]] = {}
     cond_starts: dict[str, list[str]] = {}
@@ -135,7 +135,7 @@ def _build_plan(methods: Mapping[str, MethodDefinition]) -> _Plan:
                 race_owner[label] = name
     unconditional = tuple(n for n, m in methods.items() if m.start and m.start_condition is None)
     conditional = tuple(n for n, m in methods.items() if m.start and m.start_condition is not None)
-    return _Plan(
+    return Plan(
         listeners_by_label={k: tuple(v) for k, v in listeners.items()},
         routers_by_label={k: tuple(v) for k, v in routers.items()},
         cond_starts_by_label={k: tuple(v) for k, v in cond_starts.items()},

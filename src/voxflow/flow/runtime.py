@@ -132,6 +132,7 @@ class Flow(ConversationMixin, Engine, Generic[StateT]):
     _sequential_starts: ClassVar[bool] = False
     _skip_persistence_restore: bool = False
     _voxflow_definition: ClassVar[FlowDefinition | None] = None
+    _voxflow_state_type: ClassVar[type[BaseModel] | bool | None] = False
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -188,6 +189,10 @@ class Flow(ConversationMixin, Engine, Generic[StateT]):
                 if not callable(getattr(persistence, attr, None)):
                     raise TypeError(f"persistence must implement FlowPersistence ({attr} missing)")
         self._definition = type(self).flow_definition()
+        # Plain attributes: the dispatch loop reads them on every step, and pydantic's
+        # private-attribute lookup on the definition is slow.
+        self._plan = self._definition.plan
+        self._methods = self._definition.methods
         self._persistence = persistence
         self._bus = event_bus or flow_event_bus
         self._clock: Clock = clock or MonotonicClock()
@@ -224,14 +229,21 @@ class Flow(ConversationMixin, Engine, Generic[StateT]):
 
     @classmethod
     def _state_type(cls) -> type[BaseModel] | None:
+        """The model class given as generic parameter (``Flow[MyState]``), cached per class."""
+        cached = cls.__dict__.get("_voxflow_state_type", False)
+        if cached is not False:
+            return typing.cast("type[BaseModel] | None", cached)
+        found: type[BaseModel] | None = None
         for klass in cls.__mro__:
             for base in getattr(klass, "__orig_bases__", ()):
                 origin = typing.get_origin(base)
-                if isinstance(origin, type) and issubclass(origin, Flow):
+                if found is None and isinstance(origin, type) and issubclass(origin, Flow):
                     for arg in typing.get_args(base):
                         if isinstance(arg, type) and issubclass(arg, BaseModel):
-                            return arg
-        return None
+                            found = arg
+                            break
+        cls._voxflow_state_type = found
+        return found
 
     def _initial_state(self, state: Any) -> StateLike:
         flow = type(self).__name__
@@ -440,7 +452,7 @@ class Flow(ConversationMixin, Engine, Generic[StateT]):
             self._resume_checkpoint = False
             if not resuming:
                 self._ex = Execution()
-            self._inline = private_loop and self._definition.plan.all_sync
+            self._inline = private_loop and self._plan.all_sync
             return await self._run(tuple(inputs or ()), resume=None)
         finally:
             self._running = False
@@ -512,7 +524,7 @@ class Flow(ConversationMixin, Engine, Generic[StateT]):
         return result
 
     async def _run_starts(self) -> None:
-        starts = list(self._definition.plan.starts)
+        starts = list(self._plan.starts)
         if not starts:
             raise FlowDefinitionError(
                 f"{self._definition.name} has no @start() method to kick off",
