@@ -572,6 +572,10 @@ class LLMStream:
                             )
                         )
                         yield piece
+                    # A checkpoint per chunk: listeners (TurnRunner, TTS) see text live and
+                    # a cancel lands between chunks even when the provider's iterator never
+                    # suspends (mock streams, SDKs that buffer a whole response).
+                    await asyncio.sleep(0)
             except (asyncio.CancelledError, GeneratorExit):
                 raise
             except Exception as exc:

@@ -195,6 +195,13 @@ class StreamSession:
         if self._thread is not None:
             self._thread.join()
 
+    def cancel(self) -> None:
+        """Request cancellation of an async run without waiting (idempotent; call it on the
+        run's loop). Used by ``TurnRunner.interrupt`` to abort an in-flight LLM stream;
+        :meth:`aclose` cancels *and* waits."""
+        if self._task is not None and not self._task.done():
+            self._task.cancel()
+
     async def aclose(self) -> None:
         """Cancel an async run and wait for it (idempotent)."""
         if self._task is not None and not self._task.done():
