@@ -50,6 +50,12 @@ def test_router_graph_runs_each_listener_once(recorder: EventRecorder) -> None:
     assert finished[:2] == ["begin", "decide"]
 
 
+async def test_router_graph_under_kickoff_async_runs_sync_methods_in_threads() -> None:
+    flow = ProbeGraph()
+    assert await flow.kickoff_async() == "join_and"
+    assert len(flow.method_outputs) == 6
+
+
 async def test_result_is_deterministic_whatever_finishes_first() -> None:
     # Flaw 11: the reference returned whichever method finished last.
     class Timed(Flow):
@@ -204,25 +210,59 @@ def test_multi_event_or_fires_once_per_execution() -> None:
 
 
 def test_or_listener_rearms_when_router_reemits_label() -> None:
-    class Loop(Flow):
-        turns = 0
+    class Rearm(Flow):
+        @start()
+        def begin(self) -> None:
+            return None
+
+        @router(begin)
+        def first(self) -> str:
+            return "left"
+
+        @listen("left")
+        def step(self) -> None:
+            return None
+
+        @router(step)
+        def second(self) -> str:
+            return "right"
+
+        @listen(or_("left", "right"))
+        def joined(self, label: str) -> str:
+            return f"joined:{label}"
+
+    flow = Rearm()
+    flow.kickoff()
+    outputs = sorted(o for n, o in flow.method_outputs if n == "joined")
+    # Fired for "left"; the router re-emitting "right" re-armed it, so it fired again.
+    assert outputs == ["joined:left", "joined:right"]
+
+
+def test_or_listener_rearms_on_a_cycle() -> None:
+    class Cycle(Flow):
+        rounds = 0
 
         @start()
         def begin(self) -> None:
             return None
 
-        @router(or_(begin, "again"))
-        def decide(self) -> str:
-            self.turns += 1
-            return "again_listen" if self.turns < 3 else "stop"
+        @listen(or_(begin, "again"))
+        def work(self) -> str:
+            return "worked"
 
-        @listen(or_("again_listen", "stop"))
-        def count(self) -> str:
-            return "counted"
+        @listen(or_(work, "never"))
+        def after_work(self) -> None:
+            return None
 
-    flow = Loop()
+        @router(after_work)
+        def loop(self) -> str | None:
+            self.rounds += 1
+            return "again" if self.rounds < 3 else None
+
+    flow = Cycle()
     flow.kickoff()
-    assert [n for n, _ in flow.method_outputs].count("count") == 1
+    names = [n for n, _ in flow.method_outputs]
+    assert names.count("work") == 3 and names.count("after_work") == 3
 
 
 async def test_async_or_race_cancels_and_awaits_losers(recorder: EventRecorder) -> None:

@@ -130,6 +130,25 @@ def test_sync_kickoff_runs_sync_methods_inline_without_thread_hops() -> None:
     assert threads == {threading.get_ident()}
 
 
+def test_sync_kickoff_reuses_one_loop_and_starts_no_threads() -> None:
+    # Flaw 4: the reference built a new event loop and thread pool per sync kickoff.
+    class Mixed(Flow):
+        loops: list[int] = []  # noqa: RUF012
+
+        @start()
+        async def begin(self) -> None:
+            Mixed.loops.append(id(asyncio.get_running_loop()))
+
+    flow = Mixed()
+    flow.kickoff()
+    threads_before = threading.active_count()
+    for _ in range(20):
+        flow.kickoff()
+    Mixed().kickoff()
+    assert len(set(Mixed.loops)) == 1
+    assert threading.active_count() == threads_before
+
+
 async def test_kickoff_async_runs_sync_methods_off_the_loop() -> None:
     loop_thread = threading.get_ident()
     ran_in: list[int] = []
