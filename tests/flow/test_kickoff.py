@@ -133,7 +133,7 @@ def test_sync_kickoff_runs_sync_methods_inline_without_thread_hops() -> None:
 def test_sync_kickoff_reuses_one_loop_and_starts_no_threads() -> None:
     # Flaw 4: the reference built a new event loop and thread pool per sync kickoff.
     class Mixed(Flow):
-        loops: list[int] = []  # noqa: RUF012
+        loops: list[int] = []
 
         @start()
         async def begin(self) -> None:
