@@ -1,0 +1,300 @@
+"""Route selection inside a flow: precedence, the LLM router, converse, deprecated paths.
+
+Every LLM here is real litellm with ``mock_response=`` (no network).
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import pytest
+
+from voxflow import ConversationConfig, ConversationState, Flow, RouterConfig, listen
+from voxflow.conversation import RouterContext
+from voxflow.flow import FlowEventBus
+from voxflow.llm import LLM
+from voxflow.testing import EventRecorder
+
+pytestmark = pytest.mark.unit
+
+
+def intent_llm(answer: str) -> LLM:
+    return LLM("openai/gpt-4o-mini", mock_response=answer)
+
+
+class Routes(Flow[ConversationState]):
+    """Custom routes; route_turn returns whatever the test put in ``forced``."""
+
+    conversational = True
+    forced: str | None = None
+
+    def route_turn(self, context: RouterContext) -> str | None:
+        return self.forced
+
+    @listen("ORDER")
+    def handle_order(self) -> str:
+        """Order questions."""
+        return "order reply"
+
+    @listen("GOODBYE")
+    def handle_goodbye(self) -> str:
+        """Leaving."""
+        return "goodbye reply"
+
+
+def test_route_turn_result_wins_over_the_classified_intent() -> None:
+    flow = Routes()
+    flow.forced = "GOODBYE"
+    result = flow.handle_turn("x", intents=["ORDER", "GOODBYE"], intent_llm=intent_llm("ORDER"))
+    assert result == "goodbye reply"
+    assert flow.state.last_intent == "GOODBYE"
+
+
+def test_a_falsy_route_turn_falls_back_to_this_turns_intent() -> None:
+    flow = Routes()
+    for forced in (None, ""):
+        flow.forced = forced
+        result = flow.handle_turn(
+            "where is it", intents=["ORDER", "GOODBYE"], intent_llm=intent_llm("ORDER")
+        )
+        assert result == "order reply"
+
+
+def test_a_previous_intent_is_context_never_a_fallback() -> None:
+    flow = Routes()
+    flow.handle_turn("x", intents=["ORDER", "GOODBYE"], intent_llm=intent_llm("ORDER"))
+    assert flow.state.last_intent == "ORDER"
+    seen: list[Any] = []
+
+    class Spy(Routes):
+        def route_turn(self, context: RouterContext) -> str | None:
+            seen.append(context["last_intent"])
+            return None
+
+    spy = Spy(state=flow.state)
+    assert spy.handle_turn("and now?") is not None
+    assert seen == ["ORDER"]  # available as router context...
+    assert spy.state.last_intent == "converse"  # ...but not replayed
+
+
+def test_default_intents_and_intent_llm_from_the_config() -> None:
+    @ConversationConfig(default_intents=["ORDER", "GOODBYE"], intent_llm=intent_llm("GOODBYE"))
+    class Configured(Routes):
+        pass
+
+    assert Configured().handle_turn("see you") == "goodbye reply"
+
+
+def test_route_selected_event_records_route_previous_intent_and_index() -> None:
+    bus = FlowEventBus()
+    flow = Routes(event_bus=bus)
+    flow.forced = "ORDER"
+    with EventRecorder(bus) as rec:
+        flow.handle_turn("first")
+        flow.forced = "GOODBYE"
+        flow.handle_turn("second")
+    events = rec.of_kind("conversation_route_selected")
+    assert [(e.route, e.previous_intent, e.message_index, e.source) for e in events] == [
+        ("ORDER", None, 0, "route_turn"),
+        ("GOODBYE", "ORDER", 2, "route_turn"),
+    ]
+
+
+class AutoRouted(Flow[ConversationState]):
+    """No route_turn override: custom routes auto-enable the LLM router."""
+
+    conversational = True
+
+    @listen("DOCS")
+    def handle_docs(self) -> str:
+        """Look up the documentation."""
+        return "docs reply"
+
+
+def test_custom_routes_and_an_llm_auto_enable_the_router(recording_llm: Any) -> None:
+    llm = recording_llm('{"intent": "DOCS"}')
+
+    @ConversationConfig(llm=llm)
+    class WithLLM(AutoRouted):
+        pass
+
+    flow = WithLLM()
+    assert flow.handle_turn("how do I configure X?") == "docs reply"
+    system = llm.calls[0][0]["content"]
+    assert "Routes:\n- DOCS: Look up the documentation." in system
+    assert "- converse: Ordinary chat" in system
+    assert "- end: User signals the conversation is finished" in system
+    assert llm.calls[0][-1]["content"].endswith("how do I configure X?")
+
+
+def test_router_prompt_includes_framing_and_the_previous_intent(recording_llm: Any) -> None:
+    llm = recording_llm('{"intent": "DOCS"}')
+
+    @ConversationConfig(router=RouterConfig(llm=llm, prompt="You are ACME's router."))
+    class Framed(AutoRouted):
+        pass
+
+    flow = Framed()
+    flow.handle_turn("one")
+    flow.handle_turn("two")
+    system = llm.calls[1][0]["content"]
+    assert system.startswith("You are ACME's router.")
+    assert "previous turn was routed to: DOCS" in system
+    assert "user: one" in llm.calls[1][1]["content"]  # recent history, not the whole
+
+
+def test_invalid_router_answer_falls_back_and_failures_use_default_intent() -> None:
+    @ConversationConfig(
+        router=RouterConfig(llm=intent_llm('{"intent": "NOPE"}'), fallback_intent="end")
+    )
+    class Invalid(AutoRouted):
+        pass
+
+    flow = Invalid()
+    assert flow.handle_turn("x") == "Goodbye!"
+
+    @ConversationConfig(
+        router=RouterConfig(
+            llm=intent_llm("litellm.RateLimitError"), default_intent="DOCS", fallback_intent="end"
+        )
+    )
+    class Failing(AutoRouted):
+        pass
+
+    assert Failing().handle_turn("x") == "docs reply"
+
+
+def test_custom_routes_without_any_llm_land_on_converse() -> None:
+    flow = AutoRouted()
+    assert (
+        flow.handle_turn("docs please")
+        == "I can continue the conversation once an LLM is configured."
+    )
+    assert flow.state.last_intent == "converse"
+
+
+def test_explicit_routes_limit_what_the_router_may_pick(recording_llm: Any) -> None:
+    llm = recording_llm('{"intent": "DOCS"}')
+
+    class TwoRoutes(AutoRouted):
+        @listen("BILLING")
+        def handle_billing(self) -> str:
+            """Billing."""
+            return "billing"
+
+    @ConversationConfig(router=RouterConfig(llm=llm, routes=["BILLING"]))
+    class Limited(TwoRoutes):
+        pass
+
+    assert Limited.route_catalog().labels == ("BILLING", "converse", "end")
+    assert (
+        Limited().handle_turn("x") == "I can continue the conversation once an LLM is configured."
+    )
+
+
+def test_converse_sends_system_prompt_and_history(recording_llm: Any) -> None:
+    llm = recording_llm("Sure, happy to help.")
+
+    @ConversationConfig(llm=llm, system_prompt="You are terse.")
+    class Chat(Flow[ConversationState]):
+        pass
+
+    flow = Chat()
+    flow.handle_turn("hello")
+    assert flow.handle_turn("again") == "Sure, happy to help."
+    assert llm.calls[-1] == [
+        {"role": "system", "content": "You are terse."},
+        {"role": "user", "content": "hello"},
+        {"role": "assistant", "content": "Sure, happy to help."},
+        {"role": "user", "content": "again"},
+    ]
+    assert llm.streamed == [False, False]  # streaming only when the turn is streamed
+
+
+def test_system_prompt_none_uses_the_default_and_empty_means_none(recording_llm: Any) -> None:
+    default_llm = recording_llm("a")
+    none_llm = recording_llm("b")
+
+    @ConversationConfig(llm=default_llm)
+    class Default(Flow[ConversationState]):
+        pass
+
+    @ConversationConfig(llm=none_llm, system_prompt="")
+    class NoPrompt(Flow[ConversationState]):
+        pass
+
+    Default().handle_turn("x")
+    NoPrompt().handle_turn("x")
+    assert default_llm.calls[0][0]["role"] == "system"
+    assert none_llm.calls[0] == [{"role": "user", "content": "x"}]
+
+
+def test_router_context_is_lazy() -> None:
+    contexts: list[RouterContext] = []
+    read: list[Any] = []
+
+    class Lazy(Routes):
+        def route_turn(self, context: RouterContext) -> str | None:
+            contexts.append(context)
+            if self.state.current_user_message == "read":
+                read.append(context["message_history"])
+            return "ORDER"
+
+    flow = Lazy()
+    for i in range(3):
+        flow.handle_turn(f"turn {i}")
+    flow.handle_turn("read")
+    assert all(c.computed == frozenset() for c in contexts[:3])  # nothing converted
+    assert contexts[3].computed == {"message_history"}
+    assert len(read[0]) == 7 and read[0][-1] == {"role": "user", "content": "read"}
+    assert set(contexts[3]) == {
+        "system_prompt",
+        "current_user_message",
+        "message_history",
+        "events",
+        "last_intent",
+    }
+
+
+async def test_async_route_turn_and_conversation_start() -> None:
+    class AsyncRouting(Routes):
+        async def conversation_start(self) -> None:
+            self.state.session_ready = True
+
+        async def route_turn(self, context: RouterContext) -> str | None:  # type: ignore[override]
+            return "GOODBYE"
+
+    flow = AsyncRouting()
+    assert await flow.ahandle_turn("x") == "goodbye reply"
+    assert flow.handle_turn("y") == "goodbye reply"
+    assert flow.state.session_ready
+
+
+def test_deprecated_answer_from_history_path(recording_llm: Any) -> None:
+    llm = recording_llm(["yes", "It was 42."])
+    with pytest.warns(DeprecationWarning):
+
+        @ConversationConfig(answer_from_history_llm=llm)
+        class Legacy(Flow[ConversationState]):
+            pass
+
+    flow = Legacy()
+    with pytest.warns(DeprecationWarning, match="answer_from_history"):
+        assert flow.handle_turn("what number did I say?") == "It was 42."
+    assert flow.state.last_intent == "answer_from_history"
+
+
+def test_answer_from_history_is_skipped_when_route_turn_or_intent_decide() -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+
+        @ConversationConfig(answer_from_history_llm=intent_llm("yes"))
+        class Legacy(Routes):
+            pass
+
+    flow = Legacy()
+    flow.forced = "ORDER"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DeprecationWarning)
+        assert flow.handle_turn("x") == "order reply"
