@@ -14,8 +14,11 @@ from voxflow.turns.records import ReplyStatus as ReplyStatus
 from voxflow.turns.records import TurnRecord as TurnRecord
 from voxflow.turns.records import TurnState as TurnState
 from voxflow.turns.records import TurnStatus as TurnStatus
+from voxflow.turns.runner import DEFAULT_PUBLIC_METHODS as DEFAULT_PUBLIC_METHODS
+from voxflow.turns.runner import TurnRunner as TurnRunner
 
 __all__ = [
+    "DEFAULT_PUBLIC_METHODS",
     "ActiveTurn",
     "ReplyEvent",
     "ReplyEventType",
@@ -24,6 +27,7 @@ __all__ = [
     "ReplyStatus",
     "TurnLedger",
     "TurnRecord",
+    "TurnRunner",
     "TurnState",
     "TurnStatus",
 ]

@@ -67,6 +67,8 @@ class ActiveTurn:
     """Set by the runner: aborts the in-flight generation (e.g. cancels the LLM stream)."""
     segments: int = 0
     first_text_at: float | None = None
+    final_text: str | None = None
+    """The assistant message the flow recorded for this turn, once it did."""
     routes: list[str] = field(default_factory=list)
 
 
