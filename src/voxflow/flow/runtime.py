@@ -71,6 +71,7 @@ from voxflow.clock import Clock, MonotonicClock
 from voxflow.conversation.mixin import ConversationMixin
 from voxflow.errors import FlowDefinitionError, FlowRuntimeError
 from voxflow.flow._engine import Engine, Execution
+from voxflow.flow._human import HumanInput
 from voxflow.flow._loops import run_blocking
 from voxflow.flow.definition import FlowDefinition, MethodDefinition, compile_definition
 from voxflow.flow.events import (
@@ -105,7 +106,7 @@ logger = logging.getLogger("voxflow.flow")
 StateT = TypeVar("StateT", bound="BaseModel | dict[str, Any]")
 
 
-class Flow(ConversationMixin, Engine, Generic[StateT]):
+class Flow(ConversationMixin, HumanInput, Engine, Generic[StateT]):
     """An event-driven graph of methods sharing one state (see the module docs).
 
     Args:
@@ -538,30 +539,6 @@ class Flow(ConversationMixin, Engine, Generic[StateT]):
 
     # ------------------------------------------------------------------ feedback
 
-    def resume(self, feedback: str, *, flow_id: str | None = None) -> Any:
-        """Continue a run paused by a feedback provider with the person's ``feedback``.
-
-        Args:
-            feedback: the free text (collapsed to an outcome when the step declares ``emit``).
-            flow_id: resume the run with this state id (e.g. in another process).
-
-        Returns:
-            The kickoff result, or another ``HumanFeedbackPending``.
-        """
-        return run_blocking(lambda: self.resume_async(feedback, flow_id=flow_id))
-
-    async def resume_async(self, feedback: str, *, flow_id: str | None = None) -> Any:
-        """:meth:`resume` for async callers."""
-        from voxflow.flow.feedback import resume_flow
-
-        if not isinstance(feedback, str):
-            raise TypeError("feedback must be a string")
-        if flow_id is not None:
-            if not isinstance(flow_id, str) or not flow_id:
-                raise ValueError("flow_id must be a non-empty string")
-            stamp_id(self._state, flow_id)
-        return await resume_flow(self, feedback)
-
     async def _run_resumed(self, proceed: Callable[[], Any]) -> Any:
         if self._running:
             raise FlowRuntimeError(f"{self._definition.name}: a run is already in progress")
@@ -571,35 +548,6 @@ class Flow(ConversationMixin, Engine, Generic[StateT]):
             return await self._run((), resume=proceed)
         finally:
             self._running = False
-
-    def ask(self, prompt: str) -> str | None:
-        """Ask a question from inside a sync step; recorded in :attr:`input_history`.
-
-        Blocks the step until ``input_provider`` (default ``input``) answers; use
-        :meth:`ask_async` from async steps.
-        """
-        from voxflow.flow._engine import current_method
-        from voxflow.flow.feedback import InputHistoryEntry
-
-        if not isinstance(prompt, str) or not prompt:
-            raise ValueError("prompt must be a non-empty string")
-        provider = self.input_provider or input
-        response = provider(prompt)
-        if asyncio.iscoroutine(response):
-            response.close()
-            raise TypeError("input_provider is async: call `await self.ask_async(prompt)`")
-        if response is not None and not isinstance(response, str):
-            raise TypeError("input_provider must return a str or None")
-        self.input_history.append(
-            InputHistoryEntry(method_name=current_method.get(), prompt=prompt, response=response)
-        )
-        return response
-
-    async def ask_async(self, prompt: str) -> str | None:
-        """:meth:`ask` for async steps (a sync provider runs in a worker thread)."""
-        from voxflow.flow.feedback import ask_async
-
-        return await ask_async(self, prompt)
 
     # ------------------------------------------------------------------ hooks
 
@@ -648,16 +596,6 @@ class Flow(ConversationMixin, Engine, Generic[StateT]):
                 write_checkpoint(self, self.checkpoint)
             else:
                 await asyncio.to_thread(write_checkpoint, self, self.checkpoint)
-
-    async def _feedback_step(self, method: MethodDefinition, output: Any, depth: int) -> Any:
-        from voxflow.flow.feedback import run_feedback_step
-
-        return await run_feedback_step(self, method, output, depth)
-
-    async def _save_pending(self, pending: Any) -> None:
-        from voxflow.flow.feedback import save_pending
-
-        await save_pending(self, pending)
 
     def __repr__(self) -> str:
         return (
