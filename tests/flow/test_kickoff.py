@@ -290,3 +290,34 @@ def test_subscribe_validates_arguments() -> None:
 
     with pytest.raises(ValueError, match="inline"):
         bus.subscribe(handler, inline=True)
+
+
+class CountingState(FlowState):
+    """Counts snapshots, to prove events never serialise the state."""
+
+    blob: list[int] = list(range(1000))
+    dumps: int = 0
+
+    def model_dump(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        object.__setattr__(self, "dumps", self.dumps + 1)
+        return super().model_dump(*args, **kwargs)
+
+
+def test_events_never_snapshot_the_state() -> None:
+    # Flaw 3: the reference deep-copied and serialised the whole state for every event.
+    class Big(Flow[CountingState]):
+        @start()
+        def one(self) -> None:
+            return None
+
+        @listen(one)
+        def two(self) -> None:
+            return None
+
+    bus = FlowEventBus()
+    received: list[FlowEvent] = []
+    bus.subscribe(received.append, inline=True)
+    flow = Big(event_bus=bus)
+    flow.kickoff()
+    assert len(received) == 6
+    assert flow.state.dumps == 0

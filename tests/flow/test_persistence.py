@@ -192,3 +192,20 @@ Session().kickoff(inputs={'id': 'crashy'})
     after = _run(_FLOW_SRC + "f = Session(); print(f.kickoff(inputs={'id': 'crashy'}))", home)
     assert after.returncode == 0, after.stderr
     assert after.stdout.strip() == "2"  # turn 1 restored intact, this is turn 2
+
+
+def test_verbose_persist_logs_instead_of_printing(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, capsys: pytest.CaptureFixture[str]
+) -> None:
+    backend = SQLiteFlowPersistence(tmp_path / "verbose.db")
+
+    @persist(backend, verbose=True)
+    class Loud(Flow[Notes]):
+        @start()
+        def step(self) -> None:
+            return None
+
+    with caplog.at_level("INFO", logger="voxflow.flow"):
+        Loud().kickoff()
+    assert any("saved state of Loud after step" in r.getMessage() for r in caplog.records)
+    assert capsys.readouterr().out == ""
