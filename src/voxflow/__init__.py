@@ -28,8 +28,27 @@ from voxflow.flow import or_ as or_
 from voxflow.flow import persist as persist
 from voxflow.flow import router as router
 from voxflow.flow import start as start
+from voxflow.jobs import JobRecord as JobRecord
+from voxflow.jobs import JobRunner as JobRunner
+from voxflow.jobs import JobState as JobState
+from voxflow.jobs import JobUpdate as JobUpdate
+from voxflow.jobs import JobWorkFlow as JobWorkFlow
+from voxflow.jobs import JobWorkState as JobWorkState
+from voxflow.jobs import add_job as add_job
+from voxflow.jobs import commit_job_update as commit_job_update
 from voxflow.llm import LLM as LLM
 from voxflow.llm import BaseLLM as BaseLLM
+from voxflow.replies import ClientActivity as ClientActivity
+from voxflow.replies import CoveredUpdate as CoveredUpdate
+from voxflow.replies import DeliveryFloor as DeliveryFloor
+from voxflow.replies import DeliveryRecord as DeliveryRecord
+from voxflow.replies import ReplyQueue as ReplyQueue
+from voxflow.replies import ReplyQueueState as ReplyQueueState
+from voxflow.turns import ReplyEvent as ReplyEvent
+from voxflow.turns import ReplyRecord as ReplyRecord
+from voxflow.turns import TurnRecord as TurnRecord
+from voxflow.turns import TurnRunner as TurnRunner
+from voxflow.turns import TurnState as TurnState
 
 __all__ = [
     "LLM",
@@ -38,12 +57,16 @@ __all__ = [
     "BaseLLM",
     "ChatState",
     "CheckpointConfig",
+    "ClientActivity",
     "ConversationConfig",
     "ConversationEvent",
     "ConversationMessage",
     "ConversationState",
     "ConversationalConfig",
     "ConversationalInputs",
+    "CoveredUpdate",
+    "DeliveryFloor",
+    "DeliveryRecord",
     "Flow",
     "FlowDefinition",
     "FlowEventBus",
@@ -51,11 +74,26 @@ __all__ = [
     "FlowState",
     "HumanFeedbackPending",
     "HumanFeedbackResult",
+    "JobRecord",
+    "JobRunner",
+    "JobState",
+    "JobUpdate",
+    "JobWorkFlow",
+    "JobWorkState",
+    "ReplyEvent",
+    "ReplyQueue",
+    "ReplyQueueState",
+    "ReplyRecord",
     "RouterConfig",
     "SQLiteFlowPersistence",
     "StreamFrame",
     "StreamSession",
+    "TurnRecord",
+    "TurnRunner",
+    "TurnState",
+    "add_job",
     "and_",
+    "commit_job_update",
     "human_feedback",
     "listen",
     "or_",
