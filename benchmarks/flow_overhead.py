@@ -70,6 +70,24 @@ def _per_call_us(fn: Callable[[], object], calls: int, repeats: int) -> float:
     return statistics.median(samples)
 
 
+def _async_chain_us(calls: int, repeats: int) -> float:
+    """kickoff_async() on a running loop: sync methods hop to the default executor."""
+    import asyncio
+
+    chain = Chain()
+
+    async def run() -> float:
+        samples = []
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            for _ in range(calls):
+                await chain.kickoff_async()
+            samples.append((time.perf_counter() - t0) / calls * 1e6)
+        return statistics.median(samples)
+
+    return asyncio.run(run())
+
+
 def _import_seconds(repeats: int) -> float:
     code = "import time; t = time.perf_counter(); import voxflow; print(time.perf_counter() - t)"
     samples = []
@@ -102,6 +120,8 @@ def main() -> None:
     print(f"{'case':36} {'median µs/kickoff':>18} {'target':>8}")
     for name, value, target in rows:
         print(f"{name:36} {value:18.1f} {target:8d}")
+    async_us = _async_chain_us(calls // 4, repeats)
+    print(f"{'3-step chain, kickoff_async (info)':36} {async_us:18.1f} {'-':>8}")
     imp = _import_seconds(5)
     print(f"{'import voxflow (fresh process)':36} {imp:17.3f}s {0.3:7.1f}s")
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
