@@ -374,6 +374,33 @@ async def test_sync_loser_in_thread_is_awaited() -> None:
     assert finished.is_set()  # the loser's thread ended before kickoff returned
 
 
+async def test_sync_loser_failing_in_its_thread_is_reported(recorder: EventRecorder) -> None:
+    quick_ran = threading.Event()
+
+    class Mixed(Flow):
+        @start()
+        async def begin(self) -> None:
+            return None
+
+        @listen(begin)
+        async def quick(self) -> str:
+            quick_ran.set()
+            return "quick"
+
+        @listen(begin)
+        def doomed(self) -> str:
+            quick_ran.wait(timeout=10)
+            raise OSError("disk gone")
+
+        @listen(or_(quick, doomed))
+        async def after(self, value: str) -> str:
+            return value
+
+    assert await Mixed().kickoff_async() == "quick"
+    failed = [(e.method_name, e.error_type) for e in recorder.of_kind("method_failed")]
+    assert failed == [("doomed", "OSError")]
+
+
 def test_failing_method_is_reported_and_raised(recorder: EventRecorder) -> None:
     class Fails(Flow):
         @start()

@@ -105,6 +105,8 @@ def test_storage_per_session_stays_bounded(tmp_path: Path) -> None:
         (latest,) = conn.execute("SELECT COUNT(*) FROM flow_states").fetchone()
         (history,) = conn.execute("SELECT COUNT(*) FROM flow_state_history").fetchone()
     assert (latest, history) == (1, 3)
+    with sqlite3.connect(backend.path) as conn:
+        assert conn.execute("PRAGMA journal_mode").fetchone() == ("wal",)
     versions = [v for v, _, _ in backend.history("long")]
     assert versions == [37, 38, 39, 40]
     loaded = backend.load_state("long")
