@@ -93,6 +93,14 @@ def test_a_trailing_period_waits_for_the_next_word() -> None:
     assert seg.flush() == [Segment(2, "Call Dr.")]
 
 
+def test_markdown_is_not_read_aloud() -> None:
+    text = "**Sure,** here you go:\n# Plan\n- Buy *fresh* milk\n- See [the map](https://x.y/m).\n"
+    assert segments(text) == ["Sure,", "here you go:", "Plan", "Buy fresh milk", "See the map."]
+    assert segments("Keep snake_case and 3 * 4 as is.") == ["Keep snake_case and 3 * 4 as is."]
+    raw = segments("**Bold.**", settings=SegmenterSettings(strip_markdown=False))
+    assert raw == ["**Bold.**"]
+
+
 def test_punctuation_only_text_makes_no_segment() -> None:
     assert segments(" ... -- ** ") == []
     assert segments("") == []

@@ -93,6 +93,9 @@ from .segmenter import (
 from .segmenter import (
     TextSegmenter as TextSegmenter,
 )
+from .segmenter import (
+    strip_markdown as strip_markdown,
+)
 from .stt import (
     DEFAULT_STT_SETTINGS as DEFAULT_STT_SETTINGS,
 )
@@ -217,6 +220,7 @@ __all__ = [
     "pcm16_to_float",
     "read_wav",
     "resample",
+    "strip_markdown",
     "to_mono",
     "unload_models",
     "write_wav",

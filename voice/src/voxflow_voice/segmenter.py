@@ -25,6 +25,7 @@ __all__ = [
     "Segment",
     "SegmenterSettings",
     "TextSegmenter",
+    "strip_markdown",
 ]
 
 _NEVER_END = frozenset(
@@ -44,11 +45,28 @@ _END_IF_CAPITAL = frozenset(
 )  # fmt: skip
 """Abbreviations that end a sentence only when a capital letter follows."""
 
-_CLOSERS = "\"')]}\u201d\u2019"
+_CLOSERS = "\"')]}\u201d\u2019*_`"  # closing quotes, brackets and markdown markers
 _SENTENCE_END = ".!?"
 _CLAUSE_END = ",;:"
 _SPEAKABLE = re.compile(r"\w")
 _WORD_BEFORE = re.compile(r"([\w.]+)$")
+_MD_LINK = re.compile(r"!?\[([^\]]*)\]\([^)]*\)")
+_MD_LINE_START = re.compile(r"^(?:#{1,6}\s+|>\s*|[-*+]\s+)+")
+_MD_PAIRED = re.compile(r"\*\*|__|~~|`+")
+_MD_EMPHASIS = re.compile(r"(?<![\w*])[*_]+(?=\w)|(?<=\w)[*_]+(?![\w*])")
+
+
+def strip_markdown(text: str) -> str:
+    """Remove the markdown a chat model writes and a voice should not read.
+
+    Links keep their text, heading/quote/bullet markers at the start go, and emphasis,
+    strike and code markers go; ``snake_case`` and a spaced ``3 * 4`` are left alone.
+    """
+    text = _MD_LINK.sub(r"\1", text)
+    text = _MD_LINE_START.sub("", text.lstrip())
+    text = _MD_PAIRED.sub("", text)
+    text = _MD_EMPHASIS.sub("", text)
+    return " ".join(text.split())
 
 
 class SegmenterSettings(BaseModel):
@@ -61,6 +79,9 @@ class SegmenterSettings(BaseModel):
         12, ge=1, description="words after which segment 1 ends at a word boundary"
     )
     max_chars: int = Field(250, ge=20, description="longest later segment before a forced cut")
+    strip_markdown: bool = Field(
+        True, description="drop markdown markers espeak would read aloud ('asterisk', 'hash')"
+    )
 
     @model_validator(mode="after")
     def _check(self) -> SegmenterSettings:
@@ -142,6 +163,8 @@ class TextSegmenter:
 
     def _emit(self, text: str, out: list[Segment]) -> None:
         text = " ".join(text.split())
+        if self.settings.strip_markdown:
+            text = strip_markdown(text)
         if not _SPEAKABLE.search(text):
             return  # punctuation or markup alone is not worth a TTS call
         out.append(Segment(self._next_id, text))
