@@ -35,6 +35,9 @@ from voxflow.conversation.helpers import (
 )
 from voxflow.conversation.helpers import receive_user_message as receive_user_message
 from voxflow.conversation.helpers import set_state_field as set_state_field
+from voxflow.conversation.persistence import (
+    SQLiteConversationPersistence as SQLiteConversationPersistence,
+)
 from voxflow.conversation.routing import BUILTIN_ROUTE_DESCRIPTIONS as BUILTIN_ROUTE_DESCRIPTIONS
 from voxflow.conversation.routing import RouteCatalog as RouteCatalog
 from voxflow.conversation.routing import aclassify_intent as aclassify_intent
@@ -74,6 +77,7 @@ __all__ = [
     "RouteCatalog",
     "RouterConfig",
     "RouterContext",
+    "SQLiteConversationPersistence",
     "SessionTracesFinalized",
     "TraceBatch",
     "TraceExporter",

@@ -43,7 +43,9 @@ from voxflow.conversation.events import (
 from voxflow.conversation.graph import current_llm_method
 from voxflow.conversation.helpers import get_state_field, validate_user_message
 from voxflow.conversation.history import result_text
+from voxflow.conversation.persistence import APPEND_ONLY_FIELDS
 from voxflow.conversation.routing import aclassify_intent
+from voxflow.conversation.state import ConversationState
 from voxflow.conversation.tracing import SessionTracer
 from voxflow.errors import ConversationEndedError, ConversationModeError
 from voxflow.llm import BaseLLM, LLMEvent, coerce_llm, observe_llm
@@ -81,6 +83,8 @@ class ConversationTurns:
     _session_open: bool = False
     _session_result: Any = None
     _tracer: SessionTracer | None = None
+    _held_session: str | None = None
+    _saved_lists: dict[tuple[int, str], tuple[tuple[int, int, Any], ...]] | None = None
 
     if TYPE_CHECKING:
         conversational: bool
@@ -89,6 +93,7 @@ class ConversationTurns:
         _state: Any
         _inline: bool
         _running: bool
+        _skip_persistence_restore: bool
         _turn_intent: str | None
         _turn_route: str | None
         _turn_reply: str | None
@@ -266,7 +271,12 @@ class ConversationTurns:
             # Another conversation: never carry this one's history into it.
             self.finalize_session_traces()
             self._state = self._initial_state(None)
+            self._held_session = None
         session_id = request.session_id or self.flow_id
+        # The instance that ran this session's last turn holds its live state: reloading
+        # the same snapshot every turn would cost O(history) per turn for nothing.
+        skip_restore = self._skip_persistence_restore
+        self._skip_persistence_restore = skip_restore or self._held_session == session_id
         self._turn_index += 1
         index = self._turn_index
         self._turn_intent = None
@@ -295,6 +305,8 @@ class ConversationTurns:
                     await self._persist_turn()
             except BaseException as exc:
                 self._pending_turn = None
+                self._held_session = None  # reload the last good snapshot next turn
+                self._skip_persistence_restore = skip_restore
                 self._emit_conversation(
                     ConversationTurnFailed,
                     turn_index=index,
@@ -302,6 +314,8 @@ class ConversationTurns:
                     error=str(exc),
                 )
                 raise
+            self._skip_persistence_restore = skip_restore
+            self._held_session = session_id
             self._session_result = result
             if tracer is not None:
                 tracer.annotate(route=self._turn_route or "", turn_index=index)
@@ -344,14 +358,50 @@ class ConversationTurns:
     async def _persist_turn(self) -> None:
         if not self._persistence_configured():
             return
+        write = self._prepare_state_save(self._backend(), "handle_turn")
+        if self._inline:
+            write()
+        else:
+            await asyncio.to_thread(write)
+
+    def _prepare_state_save(self, backend: Any, method_name: str) -> Callable[[], None]:
+        """Runtime hook: snapshot the state now (on the loop); return the blocking write.
+
+        With a backend that has ``save_state_delta`` (:class:`SQLiteConversationPersistence`)
+        a conversation saves only what was appended to ``messages``/``events`` since this
+        instance's last save, so the cost of a save does not grow with the history. A
+        list that was reassigned or shrank since then gets a full save.
+        """
         from voxflow.flow.state import dump_state
 
-        backend = self._backend()
-        data = dump_state(self._state)
-        if self._inline:
-            backend.save_state(self.flow_id, "handle_turn", data)
-        else:
-            await asyncio.to_thread(backend.save_state, self.flow_id, "handle_turn", data)
+        flow_id = self.flow_id
+        state = self._state
+        delta = getattr(backend, "save_state_delta", None)
+        if delta is None or not isinstance(state, ConversationState):
+            data = dump_state(state)
+            return lambda: backend.save_state(flow_id, method_name, data)
+        if self._saved_lists is None:
+            self._saved_lists = {}
+        key = (id(backend), flow_id)
+        lists = [getattr(state, f) for f in APPEND_ONLY_FIELDS]
+        marks = tuple((id(items), len(items), items[-1] if items else None) for items in lists)
+        previous = self._saved_lists.get(key)
+        self._saved_lists[key] = marks
+        if previous is not None and all(
+            cur_id == old_id and n >= old_n and (old_n == 0 or items[old_n - 1] is old_last)
+            for items, (cur_id, n, _), (old_id, old_n, old_last) in zip(
+                lists, marks, previous, strict=True
+            )
+        ):
+            snapshot = state.model_dump(mode="json", exclude=set(APPEND_ONLY_FIELDS))
+            appended = {
+                field: [item.model_dump(mode="json") for item in items[old[1] :]]
+                for field, items, old in zip(APPEND_ONLY_FIELDS, lists, previous, strict=True)
+            }
+            counts = {f: old[1] for f, old in zip(APPEND_ONLY_FIELDS, previous, strict=True)}
+            return lambda: delta(flow_id, method_name, snapshot, appended, counts)
+        data = dump_state(state)
+        return lambda: backend.save_state(flow_id, method_name, data)
 
     def _llm_frame(self, event: LLMEvent) -> None:
         self.emit_frame(

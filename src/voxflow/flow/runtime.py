@@ -46,6 +46,8 @@ stable:
   resuming a checkpoint or a paused feedback step.
 * ``_emit_flow_finished()``: return False to defer ``FlowFinished`` (trace deferral);
   likewise ``_emit_flow_started()`` and ``_emit_flow_failed()``.
+* ``_prepare_state_save(backend, method_name)``: snapshot the state for ``@persist`` (on
+  the loop) and return the blocking write; conversations save only what they appended.
 * ``_before_starts()`` (async): runs after restore/hydration and ``FlowStarted``, right
   before the starts (not when resuming); conversational turns append the user message here.
 * Conversational mode lives in :class:`voxflow.conversation.mixin.ConversationMixin`, a
@@ -85,7 +87,6 @@ from voxflow.flow.events import (
 )
 from voxflow.flow.state import (
     StateLike,
-    dump_state,
     load_state_like,
     merge_inputs,
     new_state_id,
@@ -581,12 +582,11 @@ class Flow(ConversationMixin, HumanInput, Engine, Generic[StateT]):
     async def _after_commit(self, method: MethodDefinition) -> None:
         cfg = method.persist or self._definition.persist
         if cfg is not None:
-            backend = self._backend(method)
-            data = dump_state(self._state)
+            write = self._prepare_state_save(self._backend(method), method.name)
             if self._inline:
-                backend.save_state(self.flow_id, method.name, data)
+                write()
             else:
-                await asyncio.to_thread(backend.save_state, self.flow_id, method.name, data)
+                await asyncio.to_thread(write)
             if cfg.verbose:
                 logger.info("saved state of %s after %s", self._definition.name, method.name)
         if self.checkpoint is not None and self.checkpoint.directory is not None:

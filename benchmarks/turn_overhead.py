@@ -1,0 +1,123 @@
+"""Per-turn overhead of ``handle_turn`` over a long session (flaw 3 of the reference).
+
+Runs 1,000 ``handle_turn`` calls in one session on the spec's rule-based ``SupportFlow``
+(``examples/support.py``: no LLM, so this measures the runtime alone), in memory and with
+class-level ``@persist`` on SQLite (``SQLiteConversationPersistence``, which appends the
+turn's messages; ``--plain-sqlite`` adds ``SQLiteFlowPersistence``, which rewrites the
+whole snapshot on every save), and prints for each: the median and p95 microseconds per turn,
+the median of turns 1-100 against turns 901-1,000 (flat means within 20%), and the peak
+RSS of the process. Each figure is the median over ``--runs`` runs.
+
+Targets: median <= 300 us and flat in memory; <= 2 ms and flat persisted. The reference
+measured 3.4 ms rising to 7-11 ms, and 10 ms rising to 40 ms persisted.
+
+    uv run python benchmarks/turn_overhead.py [--turns 1000] [--runs 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import importlib.util
+import resource
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+MESSAGES = ("Where is my order?", "What about returns?", "Can you help me?", "My order again")
+
+
+def _support_flow() -> type[Any]:
+    path = ROOT / "examples" / "support.py"
+    spec = importlib.util.spec_from_file_location("support_example", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    flow_class: type[Any] = module.SupportFlow
+    return flow_class
+
+
+def _one_run(flow_class: type[Any], turns: int) -> list[float]:
+    flow = flow_class()
+    session = f"bench-{time.monotonic_ns()}"
+    times: list[float] = []
+    gc.collect()
+    for i in range(turns):
+        message = MESSAGES[i % len(MESSAGES)]
+        start = time.perf_counter()
+        flow.handle_turn(message, session_id=session)
+        times.append(time.perf_counter() - start)
+    flow.finalize_session_traces()
+    assert len(flow.state.messages) == 2 * turns
+    return times
+
+
+def _summary(times: list[float]) -> dict[str, float]:
+    us = [t * 1e6 for t in times]
+    ordered = sorted(us)
+    hundred = max(1, len(us) // 10)
+    return {
+        "median": statistics.median(us),
+        "p95": ordered[int(0.95 * (len(ordered) - 1))],
+        "first": statistics.median(us[:hundred]),
+        "last": statistics.median(us[-hundred:]),
+    }
+
+
+def _bench(name: str, flow_class: type[Any], turns: int, runs: int) -> dict[str, float]:
+    _one_run(flow_class, 20)  # warm-up: imports, pydantic schemas, SQLite file
+    results = [_summary(_one_run(flow_class, turns)) for _ in range(runs)]
+    merged = {key: statistics.median(r[key] for r in results) for key in results[0]}
+    ratio = merged["last"] / merged["first"]
+    print(
+        f"{name:<10} median {merged['median']:8.1f} us   p95 {merged['p95']:8.1f} us   "
+        f"turns 1-{turns // 10}: {merged['first']:8.1f} us   "
+        f"turns {turns - turns // 10 + 1}-{turns}: {merged['last']:8.1f} us   "
+        f"last/first {ratio:5.2f}"
+    )
+    return merged
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--turns", type=int, default=1000)
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument(
+        "--plain-sqlite",
+        action="store_true",
+        help="also measure SQLiteFlowPersistence (full snapshot per save: grows with history)",
+    )
+    args = parser.parse_args()
+    if args.turns < 20 or args.runs < 1:
+        parser.error("--turns must be >= 20 and --runs >= 1")
+
+    from voxflow import SQLiteFlowPersistence, persist
+    from voxflow.conversation import SQLiteConversationPersistence
+
+    support = _support_flow()
+    print(f"{args.turns} handle_turn calls per session, median of {args.runs} runs")
+    _bench("in-memory", support, args.turns, args.runs)
+    backends = [("persisted", SQLiteConversationPersistence)]
+    if args.plain_sqlite:
+        backends.append(("plain-sqlite", SQLiteFlowPersistence))
+    for name, backend_class in backends:
+        with tempfile.TemporaryDirectory() as tmp:
+            backend = backend_class(Path(tmp) / "flows.db")
+
+            @persist(backend)
+            class PersistedSupport(support):  # type: ignore[misc, valid-type]
+                pass
+
+            _bench(name, PersistedSupport, args.turns, args.runs)
+            backend.close()
+    peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    print(f"peak RSS {peak_kib / 1024:.1f} MiB")
+
+
+if __name__ == "__main__":
+    main()
