@@ -5,6 +5,7 @@ third-party one (``litellm.*``, ``aiortc.*``)::
 
     VoxflowError
     + FlowDefinitionError        bad @start/@listen/@router wiring; raised when the class is created
+    + DeclarationError           a bad YAML/JSON flow declaration; .path names it (ValueError)
     + FlowRuntimeError           a run broke a rule only visible at run time (also RuntimeError)
     + HumanFeedbackError         feedback could not be collapsed to an outcome (also ValueError)
     + HumanFeedbackPending       (voxflow.flow.feedback) a provider paused; kickoff returns it
@@ -26,6 +27,7 @@ __all__ = [
     "AdapterBrokenError",
     "ConversationEndedError",
     "ConversationModeError",
+    "DeclarationError",
     "FlowDefinitionError",
     "FlowRuntimeError",
     "HumanFeedbackError",
@@ -60,6 +62,21 @@ class FlowDefinitionError(VoxflowError):
         self.flow = flow
         self.method = method
         self.label = label
+
+
+class DeclarationError(VoxflowError, ValueError):
+    """A flow declaration (``Flow.from_declaration``) is invalid; nothing was run.
+
+    Attributes:
+        path: the dotted path of the (first) bad field, e.g. ``methods.handle.do.call``.
+        errors: every ``(path, message)`` found.
+    """
+
+    def __init__(self, errors: list[tuple[str, str]]) -> None:
+        lines = [f"{path or '<root>'}: {message}" for path, message in errors]
+        super().__init__("invalid flow declaration:\n  " + "\n  ".join(lines))
+        self.path = errors[0][0] if errors else ""
+        self.errors = list(errors)
 
 
 class FlowRuntimeError(VoxflowError, RuntimeError):
