@@ -44,7 +44,7 @@ from typing import Any, Literal, cast, get_args
 
 from voxflow.errors import TurnIdentityError
 from voxflow.ids import DeliveryId
-from voxflow.jobs.records import JobRecord, JobState, utc_now
+from voxflow.jobs.records import JobRecord, JobState, job_copy, utc_now
 from voxflow.replies.records import (
     ClientActivity,
     CoveredUpdate,
@@ -62,6 +62,7 @@ __all__ = ["ReplyQueue", "ReplyQueueStatistics"]
 logger = logging.getLogger("voxflow.replies")
 
 _SETTLE: frozenset[str] = frozenset(get_args(SettleStatus))
+_AnyJobState = JobState[JobRecord]  # subscripted once: a generic subscription is not free
 _TERMINAL: frozenset[str] = _SETTLE
 
 
@@ -69,6 +70,33 @@ def _reject(action: str, reason: str, **fields: object) -> Literal[False]:
     if logger.isEnabledFor(logging.DEBUG):
         logger.debug("%s rejected: %s", action, reason, extra={"voxflow": fields})
     return False
+
+
+@dataclass(slots=True, eq=False)
+class _Index:
+    """Pending deliveries (FIFO) and coverage → delivery, so per-call work stays flat.
+
+    Derived from ``state.deliveries``; rebuilt (once) when that dict is replaced or
+    grows behind the queue's back.
+    """
+
+    deliveries: dict[str, DeliveryRecord]
+    count: int
+    pending: dict[str, None]
+    coverage: dict[CoveredUpdate, DeliveryId]
+
+    @classmethod
+    def build(cls, deliveries: dict[str, DeliveryRecord]) -> _Index:
+        coverage: dict[CoveredUpdate, DeliveryId] = {}
+        for rec in deliveries.values():
+            for cov in rec.covered_updates:
+                coverage.setdefault(cov, rec.delivery_id)
+        return cls(
+            deliveries=deliveries,
+            count=len(deliveries),
+            pending={d.delivery_id: None for d in deliveries.values() if d.status == "pending"},
+            coverage=coverage,
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,6 +133,7 @@ class ReplyQueue:
         self._turns = turns
         self._is_relevant = is_relevant
         self._lock = threading.RLock()
+        self._idx: _Index | None = None
         self._state()
 
     # -- helpers ------------------------------------------------------------------
@@ -118,9 +147,31 @@ class ReplyQueue:
             )
         return state
 
+    def _index(self, state: ReplyQueueState) -> _Index:
+        idx = self._idx
+        if (
+            idx is None
+            or idx.deliveries is not state.deliveries
+            or idx.count != len(state.deliveries)
+        ):
+            idx = self._idx = _Index.build(state.deliveries)
+        return idx
+
+    def _pending(self, state: ReplyQueueState) -> list[DeliveryRecord]:
+        """Pending records in FIFO order (the index drops anything no longer pending)."""
+        idx = self._index(state)
+        out: list[DeliveryRecord] = []
+        for delivery_id in list(idx.pending):
+            rec = state.deliveries.get(delivery_id)
+            if rec is None or rec.status != "pending":
+                idx.pending.pop(delivery_id, None)
+            else:
+                out.append(rec)
+        return out
+
     @staticmethod
     def _jobs(state: ReplyQueueState) -> dict[str, JobRecord]:
-        return cast(JobState[JobRecord], state).jobs
+        return cast(_AnyJobState, state).jobs
 
     def _is_current(self, state: ReplyQueueState, cov: CoveredUpdate) -> bool:
         job = self._jobs(state).get(cov.job_id)
@@ -128,7 +179,7 @@ class ReplyQueue:
             return False
         if (job.revision, job.attempt, job.last_update_seq) != (cov.revision, cov.attempt, cov.seq):
             return False
-        return self._is_relevant is None or bool(self._is_relevant(job.model_copy(deep=True)))
+        return self._is_relevant is None or bool(self._is_relevant(job_copy(job)))
 
     @staticmethod
     def _is_covered(state: ReplyQueueState, cov: CoveredUpdate) -> bool:
@@ -153,10 +204,11 @@ class ReplyQueue:
             for c in rec.covered_updates
         )
 
-    @staticmethod
     def _set_status(
-        state: ReplyQueueState, rec: DeliveryRecord, status: DeliveryStatus, reason: str
+        self, state: ReplyQueueState, rec: DeliveryRecord, status: DeliveryStatus, reason: str
     ) -> None:
+        if self._idx is not None:
+            self._idx.pending.pop(rec.delivery_id, None)
         now = utc_now()
         rec.status = status
         rec.reason = reason
@@ -181,8 +233,8 @@ class ReplyQueue:
             )
 
     def _skip_ineligible_pending(self, state: ReplyQueueState, reason: str) -> None:
-        for rec in state.deliveries.values():
-            if rec.status == "pending" and not self._eligible(state, rec):
+        for rec in self._pending(state):
+            if not self._eligible(state, rec):
                 self._set_status(state, rec, "skipped", reason)
 
     # -- enqueue / claim / prepare ----------------------------------------------------
@@ -218,9 +270,10 @@ class ReplyQueue:
             if self._is_covered(state, cov):
                 _reject("enqueue", "version already covered", **ids)
                 return None
-            for rec in state.deliveries.values():
-                if cov in rec.covered_updates:
-                    return rec.delivery_id
+            idx = self._index(state)
+            existing = idx.coverage.get(cov)
+            if existing is not None:
+                return existing
             rec = DeliveryRecord(
                 session_id=state.id,
                 turn_id=turn.turn_id,
@@ -228,6 +281,9 @@ class ReplyQueue:
                 covered_updates=[cov],
             )
             state.deliveries[rec.delivery_id] = rec
+            idx.count += 1
+            idx.pending[rec.delivery_id] = None
+            idx.coverage[cov] = rec.delivery_id
             state.delivery_sequence += 1
             return rec.delivery_id
 
@@ -252,10 +308,10 @@ class ReplyQueue:
             if self._turns.running_turn_id() is not None:
                 _reject("claim", "a turn is running")
                 return None
-            for rec in state.deliveries.values():
-                if rec.status == "pending":
-                    self._set_status(state, rec, "scheduled", "")
-                    return rec.model_copy(deep=True)
+            for rec in self._pending(state):
+                self._set_status(state, rec, "scheduled", "")
+                # A copy: coverages are frozen, so a new list makes it independent.
+                return rec.model_copy(update={"covered_updates": list(rec.covered_updates)})
             return None
 
     def prepare(
@@ -304,7 +360,7 @@ class ReplyQueue:
                 return []
             started_at = self._turns.clock.now()
             jobs = self._jobs(state)
-            copies = [jobs[c.job_id].model_copy(deep=True) for c in rec.covered_updates]
+            copies = [job_copy(jobs[c.job_id]) for c in rec.covered_updates]
             try:
                 text = build_text(copies)
                 if not isinstance(text, str) or not text.strip():
@@ -423,10 +479,8 @@ class ReplyQueue:
                 return _reject("mark_covered", "not current", job_id=coverage.job_id)
             state.covered_updates[coverage.job_id] = coverage
             state.delivery_sequence += 1
-            for rec in state.deliveries.values():
-                if rec.status == "pending" and any(
-                    self._is_covered(state, c) for c in rec.covered_updates
-                ):
+            for rec in self._pending(state):
+                if any(self._is_covered(state, c) for c in rec.covered_updates):
                     self._set_status(
                         state, rec, "skipped", "Already covered by a requested summary."
                     )
@@ -545,6 +599,7 @@ class ReplyQueue:
                     "snapshot belongs to another session; restore the turn state first."
                 )
             state.deliveries = {d.delivery_id: d for d in deliveries}
+            self._idx = None
             state.covered_updates = {c.job_id: c for c in covered}
             state.delivery_floor = DeliveryFloor(closed=floor.closed)
             state.delivery_sequence = max(
@@ -566,7 +621,7 @@ class ReplyQueue:
             if busy is None and self._turns.running_turn_id() is not None:
                 busy = "a turn is running"
             return ReplyQueueStatistics(
-                pending=sum(1 for d in state.deliveries.values() if d.status == "pending"),
+                pending=len(self._pending(state)),
                 active_delivery_id=floor.active_delivery_id,
                 busy_reason=busy,
                 delivery_sequence=state.delivery_sequence,
