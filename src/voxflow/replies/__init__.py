@@ -4,13 +4,13 @@ See :mod:`voxflow.replies.queue` for the lock model and the delivery pattern.
 """
 
 from voxflow.replies.queue import ReplyQueue as ReplyQueue
-from voxflow.replies.queue import ReplyQueueStatistics as ReplyQueueStatistics
 from voxflow.replies.records import ClientActivity as ClientActivity
 from voxflow.replies.records import CoveredUpdate as CoveredUpdate
 from voxflow.replies.records import DeliveryFloor as DeliveryFloor
 from voxflow.replies.records import DeliveryRecord as DeliveryRecord
 from voxflow.replies.records import DeliveryStatus as DeliveryStatus
 from voxflow.replies.records import ReplyQueueState as ReplyQueueState
+from voxflow.replies.records import ReplyQueueStatistics as ReplyQueueStatistics
 from voxflow.replies.records import SettleStatus as SettleStatus
 
 __all__ = [

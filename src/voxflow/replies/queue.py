@@ -39,7 +39,6 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any, Literal, cast, get_args
 
 from voxflow.errors import TurnIdentityError
@@ -49,9 +48,11 @@ from voxflow.replies.records import (
     ClientActivity,
     CoveredUpdate,
     DeliveryFloor,
+    DeliveryIndex,
     DeliveryRecord,
     DeliveryStatus,
     ReplyQueueState,
+    ReplyQueueStatistics,
     SettleStatus,
 )
 from voxflow.turns.ledger import TurnLedger
@@ -70,44 +71,6 @@ def _reject(action: str, reason: str, **fields: object) -> Literal[False]:
     if logger.isEnabledFor(logging.DEBUG):
         logger.debug("%s rejected: %s", action, reason, extra={"voxflow": fields})
     return False
-
-
-@dataclass(slots=True, eq=False)
-class _Index:
-    """Pending deliveries (FIFO) and coverage → delivery, so per-call work stays flat.
-
-    Derived from ``state.deliveries``; rebuilt (once) when that dict is replaced or
-    grows behind the queue's back.
-    """
-
-    deliveries: dict[str, DeliveryRecord]
-    count: int
-    pending: dict[str, None]
-    coverage: dict[CoveredUpdate, DeliveryId]
-
-    @classmethod
-    def build(cls, deliveries: dict[str, DeliveryRecord]) -> _Index:
-        coverage: dict[CoveredUpdate, DeliveryId] = {}
-        for rec in deliveries.values():
-            for cov in rec.covered_updates:
-                coverage.setdefault(cov, rec.delivery_id)
-        return cls(
-            deliveries=deliveries,
-            count=len(deliveries),
-            pending={d.delivery_id: None for d in deliveries.values() if d.status == "pending"},
-            coverage=coverage,
-        )
-
-
-@dataclass(frozen=True, slots=True)
-class ReplyQueueStatistics:
-    """A read-only view of the queue for logs and tests."""
-
-    pending: int
-    active_delivery_id: DeliveryId | None
-    busy_reason: str | None
-    delivery_sequence: int
-    closed: bool
 
 
 class ReplyQueue:
@@ -133,7 +96,7 @@ class ReplyQueue:
         self._turns = turns
         self._is_relevant = is_relevant
         self._lock = threading.RLock()
-        self._idx: _Index | None = None
+        self._idx: DeliveryIndex | None = None
         self._state()
 
     # -- helpers ------------------------------------------------------------------
@@ -147,14 +110,14 @@ class ReplyQueue:
             )
         return state
 
-    def _index(self, state: ReplyQueueState) -> _Index:
+    def _index(self, state: ReplyQueueState) -> DeliveryIndex:
         idx = self._idx
         if (
             idx is None
             or idx.deliveries is not state.deliveries
             or idx.count != len(state.deliveries)
         ):
-            idx = self._idx = _Index.build(state.deliveries)
+            idx = self._idx = DeliveryIndex.build(state.deliveries)
         return idx
 
     def _pending(self, state: ReplyQueueState) -> list[DeliveryRecord]:

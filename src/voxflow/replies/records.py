@@ -4,10 +4,14 @@ A *delivery* is one background announcement waiting for (or holding) the speakin
 floor; its ``delivery_id`` becomes the identity of the public reply that speaks it. A
 *coverage* (:class:`CoveredUpdate`) names one accepted version of one job, so the same
 result is never announced twice and a newer version is never mistaken for an old one.
+:class:`DeliveryIndex` is derived from the records (pending FIFO, coverage → delivery), so
+``claim``/``enqueue``/``mark_covered`` cost the same on the thousandth delivery as on the
+first.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr
@@ -20,9 +24,11 @@ __all__ = [
     "ClientActivity",
     "CoveredUpdate",
     "DeliveryFloor",
+    "DeliveryIndex",
     "DeliveryRecord",
     "DeliveryStatus",
     "ReplyQueueState",
+    "ReplyQueueStatistics",
     "SettleStatus",
 ]
 
@@ -142,3 +148,41 @@ class ReplyQueueState(TurnState):
     )
     delivery_floor: DeliveryFloor = Field(default_factory=DeliveryFloor)
     delivery_sequence: int = Field(0, ge=0, description="bumped on every change")
+
+
+@dataclass(slots=True, eq=False)
+class DeliveryIndex:
+    """Pending deliveries (FIFO) and coverage → delivery, so per-call work stays flat.
+
+    Derived from ``state.deliveries``; rebuilt (once) when that dict is replaced or
+    grows behind the queue's back.
+    """
+
+    deliveries: dict[str, DeliveryRecord]
+    count: int
+    pending: dict[str, None]
+    coverage: dict[CoveredUpdate, DeliveryId]
+
+    @classmethod
+    def build(cls, deliveries: dict[str, DeliveryRecord]) -> DeliveryIndex:
+        coverage: dict[CoveredUpdate, DeliveryId] = {}
+        for rec in deliveries.values():
+            for cov in rec.covered_updates:
+                coverage.setdefault(cov, rec.delivery_id)
+        return cls(
+            deliveries=deliveries,
+            count=len(deliveries),
+            pending={d.delivery_id: None for d in deliveries.values() if d.status == "pending"},
+            coverage=coverage,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class ReplyQueueStatistics:
+    """A read-only view of the queue for logs and tests."""
+
+    pending: int
+    active_delivery_id: DeliveryId | None
+    busy_reason: str | None
+    delivery_sequence: int
+    closed: bool
