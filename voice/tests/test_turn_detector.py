@@ -16,6 +16,7 @@ from voxflow_voice import (
     TurnDetection,
     TurnDetector,
     TurnDetectorEvent,
+    UtterancePaused,
     UtteranceReady,
     WhisperStt,
 )
@@ -55,10 +56,12 @@ def test_one_utterance_gives_start_barge_in_end_and_audio() -> None:
     assert kinds(events) == [
         "speech_started",
         "barge_in_detected",
+        "utterance_paused",
         "speech_ended",
         "utterance_ready",
     ]
-    started, barge, ended, utterance = events
+    started, barge, paused, ended, utterance = events
+    assert isinstance(paused, UtterancePaused) and paused.end_sample == 48 * FRAME_SAMPLES
     assert isinstance(started, SpeechStarted) and started.onset_sample == 16 * FRAME_SAMPLES
     assert 0.1 * RATE <= started.at_sample - started.onset_sample < 0.1 * RATE + FRAME_SAMPLES
     assert isinstance(barge, BargeInDetected)
@@ -79,8 +82,10 @@ def test_turn_commits_after_the_configured_silence_and_not_before() -> None:
     assert kinds(started) == ["speech_started", "barge_in_detected"]
     assert detector.speaking
     silence_frames = int(np.ceil(0.4 * RATE / FRAME_SAMPLES))  # 13 frames of 32 ms
-    for _ in range(silence_frames - 1):
-        assert detector.push(quiet(1)) == []
+    pause_frames = int(np.ceil(0.1 * RATE / FRAME_SAMPLES))  # end_pad: 4 frames
+    for frame in range(1, silence_frames):
+        expected = ["utterance_paused"] if frame == pause_frames else []
+        assert kinds(detector.push(quiet(1))) == expected
     assert kinds(detector.push(quiet(1))) == ["speech_ended", "utterance_ready"]
 
 
@@ -101,7 +106,8 @@ def test_a_blip_shorter_than_min_speech_is_ignored() -> None:
 def test_short_speech_starts_a_turn_but_is_no_barge_in() -> None:
     settings = TurnDetection(min_speech=0.1, min_barge_in=0.5, end_of_turn_silence=0.3)
     events = run(TurnDetector(EnergyVad(), settings), np.concatenate([tone(10), quiet(20)]))
-    assert kinds(events) == ["speech_started", "speech_ended", "utterance_ready"]
+    assert "barge_in_detected" not in kinds(events)
+    assert kinds(events)[0] == "speech_started" and kinds(events)[-1] == "utterance_ready"
 
 
 def test_long_speech_is_cut_at_max_utterance() -> None:
@@ -156,3 +162,30 @@ def test_silero_turn_detection_ignores_noise() -> None:
     rng = np.random.default_rng(1)
     noise = (rng.standard_normal(3 * RATE) * 0.05).astype(np.float32)
     assert run(TurnDetector(SileroVad()), noise) == []
+
+
+def test_the_early_utterance_carries_the_very_audio_of_the_turn() -> None:
+    detector = TurnDetector(EnergyVad(), SETTINGS)
+    events = run(detector, np.concatenate([quiet(10), tone(20), quiet(20)]))
+    (paused,) = [e for e in events if isinstance(e, UtterancePaused)]
+    (ready,) = [e for e in events if isinstance(e, UtteranceReady)]
+    assert paused.matches(ready) and paused.audio == ready.audio
+    assert kinds(events).index("utterance_paused") < kinds(events).index("speech_ended")
+
+
+def test_a_pause_then_more_speech_supersedes_the_early_utterance() -> None:
+    detector = TurnDetector(EnergyVad(), SETTINGS)
+    events = run(detector, np.concatenate([tone(15), quiet(6), tone(15), quiet(20)]))
+    paused = [e for e in events if isinstance(e, UtterancePaused)]
+    (ready,) = [e for e in events if isinstance(e, UtteranceReady)]
+    assert len(paused) == 2
+    assert not paused[0].matches(ready) and paused[1].matches(ready)
+    assert paused[0].end_sample < ready.end_sample
+
+
+def test_early_utterances_can_be_switched_off() -> None:
+    settings = TurnDetection(
+        min_speech=0.1, end_of_turn_silence=0.4, pre_roll=0.2, end_pad=0.1, early_utterance=False
+    )
+    events = run(TurnDetector(EnergyVad(), settings), np.concatenate([tone(15), quiet(20)]))
+    assert "utterance_paused" not in kinds(events)

@@ -151,6 +151,9 @@ from .turn_detector import (
     TurnDetectorEvent as TurnDetectorEvent,
 )
 from .turn_detector import (
+    UtterancePaused as UtterancePaused,
+)
+from .turn_detector import (
     UtteranceReady as UtteranceReady,
 )
 from .vad import (
@@ -202,6 +205,7 @@ __all__ = [
     "TurnDetection",
     "TurnDetector",
     "TurnDetectorEvent",
+    "UtterancePaused",
     "UtteranceReady",
     "VadStream",
     "VoiceActivityDetector",

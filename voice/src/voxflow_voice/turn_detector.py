@@ -16,6 +16,15 @@ The rules (:class:`TurnDetection`):
   ``pre_roll`` seconds of audio before the onset) is handed out for STT;
 * an utterance longer than ``max_utterance`` is cut and handed out (``truncated``), and
   collection goes on, so STT never gets an unbounded input.
+
+Speculative transcription: with ``early_utterance``, the utterance is also handed out as
+:class:`UtterancePaused` as soon as ``end_pad`` seconds of silence follow the speech,
+well before the turn ends. Its audio is *bit-identical* to that of the
+:class:`UtteranceReady` that follows if the user stays silent (same ``end_sample`` and
+``audio.start_sample``), so a session may start STT on the pause and, at the turn end,
+use that transcript as is: the end-of-turn silence then hides the STT latency. If the user
+speaks again, the pause is simply superseded (a later pause or ready has another
+``end_sample``).
 """
 
 from __future__ import annotations
@@ -39,6 +48,7 @@ __all__ = [
     "TurnDetection",
     "TurnDetector",
     "TurnDetectorEvent",
+    "UtterancePaused",
     "UtteranceReady",
 ]
 
@@ -58,6 +68,9 @@ class TurnDetection(BaseModel):
     min_barge_in: float = Field(0.3, ge=0, description="speech (s) needed to interrupt a reply")
     pre_roll: float = Field(0.3, ge=0, description="audio (s) kept before the speech onset")
     end_pad: float = Field(0.2, ge=0, description="trailing silence (s) kept after the speech")
+    early_utterance: bool = Field(
+        True, description="also hand out the utterance after end_pad of silence (speculative STT)"
+    )
 
     @model_validator(mode="after")
     def _check(self) -> TurnDetection:
@@ -130,7 +143,33 @@ class UtteranceReady:
     kind: Literal["utterance_ready"] = "utterance_ready"
 
 
-TurnDetectorEvent = SpeechStarted | BargeInDetected | SpeechEnded | UtteranceReady
+@dataclass(frozen=True, slots=True)
+class UtterancePaused:
+    """``end_pad`` of silence followed speech: the utterance so far, for speculative STT.
+
+    Attributes:
+        audio: exactly the audio the :class:`UtteranceReady` for ``end_sample`` will carry.
+        onset_sample: first speech sample.
+        end_sample: sample after the last speech frame so far.
+    """
+
+    audio: AudioChunk
+    onset_sample: int
+    end_sample: int
+    kind: Literal["utterance_paused"] = "utterance_paused"
+
+    def matches(self, ready: UtteranceReady) -> bool:
+        """Whether ``ready`` carries the same audio (so a transcript of this one holds)."""
+        return (
+            ready.end_sample == self.end_sample
+            and ready.audio.start_sample == self.audio.start_sample
+            and ready.audio.num_samples == self.audio.num_samples
+        )
+
+
+TurnDetectorEvent = (
+    SpeechStarted | BargeInDetected | SpeechEnded | UtterancePaused | UtteranceReady
+)
 
 _State = Literal["idle", "pending", "speaking"]
 
@@ -168,6 +207,7 @@ class TurnDetector:
         self._last_speech_end = 0
         self._barge_in_sent = False
         self._last_probability = 0.0
+        self._paused_at: int | None = None  # speech end of the last UtterancePaused
 
     @property
     def position(self) -> int:
@@ -218,6 +258,7 @@ class TurnDetector:
         self._buffer_start = 0
         self._state = "idle"
         self._barge_in_sent = False
+        self._paused_at = None
 
     def _step(self, frame: NDArray[np.float32], prob: float, out: list[TurnDetectorEvent]) -> None:
         s = self.settings
@@ -249,7 +290,8 @@ class TurnDetector:
         if not self._barge_in_sent and self._last_speech_end - self._onset >= self._min_barge_in:
             self._barge_in_sent = True
             out.append(BargeInDetected(self._onset, end))
-        if end - self._last_speech_end >= self._silence:
+        silent = end - self._last_speech_end
+        if silent >= self._silence:
             out.append(SpeechEnded(self._last_speech_end, end))
             out.append(self._utterance(self._last_speech_end, truncated=False))
             self._to_idle()
@@ -258,6 +300,14 @@ class TurnDetector:
             self._frames = []
             self._buffer_start = end
             self._onset = end
+        elif (
+            s.early_utterance
+            and silent >= max(self._end_pad, 1)
+            and self._paused_at != self._last_speech_end
+        ):
+            self._paused_at = self._last_speech_end
+            ready = self._utterance(self._last_speech_end, truncated=False)
+            out.append(UtterancePaused(ready.audio, ready.onset_sample, ready.end_sample))
 
     def _utterance(self, speech_end: int, *, truncated: bool) -> UtteranceReady:
         stop = min(speech_end + self._end_pad, self._position)
@@ -271,6 +321,7 @@ class TurnDetector:
     def _to_idle(self) -> None:
         self._state = "idle"
         self._barge_in_sent = False
+        self._paused_at = None
         self._frames = []
         self._buffer_start = self._position
 
