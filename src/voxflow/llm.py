@@ -299,8 +299,9 @@ class LLM:
         model: a model id, a config mapping (``{model: ..., max_tokens: 512}``) or an
             ``LLMConfig``.
         mock_response: passed to litellm for offline tests: a string, an exception, a
-            response dict (``{"choices": [...]}``) or a list of these consumed one per
-            call (the last one repeats).
+            response dict (``{"choices": [...]}``), ``{"content": ..., "tool_calls":
+            [...]}``, or a list of these consumed one per call (the last one repeats). A
+            ``mock_response`` key of a config mapping is used the same way.
         **params: extra ``litellm.acompletion`` keyword arguments (``temperature=`` ...).
     """
 
@@ -315,6 +316,11 @@ class LLM:
         if params:
             merged = {**config.model_dump(exclude={"params"}), **config.params, **params}
             config = LLMConfig.from_value({k: v for k, v in merged.items() if v is not None})
+        if "mock_response" in config.params:  # e.g. from a declaration's llm mapping
+            rest = {k: v for k, v in config.params.items() if k != "mock_response"}
+            if mock_response is None:
+                mock_response = config.params["mock_response"]
+            config = LLMConfig(**{**config.model_dump(exclude={"params"}), "params": rest})
         self.config = config
         self._mocks: list[Any] | None = None
         self._mock: Any = None

@@ -1,0 +1,393 @@
+"""``Flow.from_declaration``: build a Flow class from a YAML/JSON declaration.
+
+The document (see :mod:`voxflow.conversation.declaration_schema`) is parsed, validated
+and fully resolved before the class exists: LLM configurations are built, the state model
+is composed, every ``python:`` reference is imported, template expressions are checked.
+Any problem raises :class:`~voxflow.errors.DeclarationError` naming the field's path, and
+nothing has run.
+
+**Python references.** A declaration cannot run arbitrary code on its own. ``python:``
+refs (``call: code``, agent ``tools``, ``state.python``, ``router.response_format``) are
+resolved only when the caller allows their module: ``allow_python=("my_project",)``
+allows ``my_project`` and every module under it (``my_project.tools.lookup``). With the
+default ``allow_python=()`` any ``python:`` ref is an error. An allowed ref must also be
+importable and name an existing attribute.
+
+**What the declaration builds.** With a ``conversational`` block (enabled by default)
+the class is a conversational Flow: the built-in graph is added, the state is
+``ConversationState`` (a ``json_schema`` or ``python`` state is composed with it), and
+the route catalog is inferred from the methods' ``listen`` labels (descriptions from
+``description:``). Declaring ``route_conversation`` (a ``call: code`` action returning a
+label) replaces the built-in router. Without the block, or with ``enabled: false``, it is
+a plain Flow that needs its own ``start`` method.
+
+Actions: ``call: agent`` runs an :class:`~voxflow.Agent` on the rendered ``input``;
+``call: llm`` sends the rendered ``prompt``; ``call: code`` calls ``f(flow, input,
+**with)``. Their result (an agent's or model's answer text) is the method's return value,
+so on a route handler it becomes the assistant reply. Templates: ``${state.<path>}`` and
+``${input}`` (the trigger's value).
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import json
+import os
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ValidationError, create_model
+
+from voxflow.conversation.config import ConversationConfig, RouterConfig
+from voxflow.conversation.declaration_schema import (
+    AgentAction,
+    AndCondition,
+    CodeAction,
+    ConditionSpec,
+    Declaration,
+    LLMAction,
+    MethodSpec,
+    parse_declaration,
+)
+from voxflow.conversation.graph import BUILTIN_METHODS
+from voxflow.conversation.routing import DESCRIPTION_ATTR
+from voxflow.conversation.state import ConversationState
+from voxflow.errors import DeclarationError
+from voxflow.flow.dsl import Condition, and_, listen, or_, router, start
+from voxflow.flow.state import FlowState
+from voxflow.llm import LLM, BaseLLM, LLMConfig
+
+__all__ = ["flow_class_from_declaration", "load_declaration_document", "render_template"]
+
+_JSON_TYPES: Mapping[str, tuple[Any, Any]] = {
+    "string": (str, ""),
+    "integer": (int, 0),
+    "number": (float, 0.0),
+    "boolean": (bool, False),
+    "array": (list[Any], None),
+    "object": (dict[str, Any], None),
+}
+
+
+def load_declaration_document(
+    path: str | os.PathLike[str] | None = None, contents: str | None = None
+) -> Any:
+    """Read a declaration from ``path`` (``.json`` or YAML) or from ``contents``.
+
+    Raises:
+        ValueError: not exactly one of ``path`` and ``contents``.
+        DeclarationError: the file is missing or not valid YAML/JSON.
+    """
+    if (path is None) == (contents is None):
+        raise ValueError("give exactly one of path= or contents=")
+    try:
+        if path is not None:
+            text = Path(path).read_text(encoding="utf-8")
+            if str(path).endswith(".json"):
+                return json.loads(text)
+        else:
+            if not isinstance(contents, str):
+                raise TypeError("contents must be a string")
+            text = contents
+        return yaml.safe_load(text)
+    except OSError as exc:
+        raise DeclarationError([("", f"cannot read {path}: {exc.strerror}")]) from exc
+    except (yaml.YAMLError, json.JSONDecodeError) as exc:
+        raise DeclarationError([("", f"not valid YAML/JSON: {exc}")]) from exc
+
+
+def render_template(text: str, state: Any, value: Any) -> str:
+    """Replace ``${state.a.b}`` and ``${input}`` in ``text`` (None renders as '')."""
+    import re
+
+    def resolve(match: re.Match[str]) -> str:
+        parts = match.group(1).strip().split(".")
+        current: Any = value if parts[0] == "input" else state
+        for part in parts[1:]:
+            if isinstance(current, Mapping):
+                current = current.get(part)
+            else:
+                current = getattr(current, part, None)
+        return "" if current is None else str(current)
+
+    return re.sub(r"\$\{([^}]*)\}", resolve, text)
+
+
+class _Resolver:
+    """Resolves LLM specs and python refs, collecting errors with their paths."""
+
+    def __init__(self, allow_python: Sequence[str]) -> None:
+        self.allow = tuple(allow_python)
+        self.errors: list[tuple[str, str]] = []
+
+    def python(self, ref: str, path: str) -> Any:
+        module_name, _, attr = ref.rpartition(".")
+        if not any(module_name == a or module_name.startswith(a + ".") for a in self.allow):
+            self.errors.append(
+                (
+                    path,
+                    f"python ref {ref!r} is not allowed: pass allow_python=[...] naming its module",
+                )
+            )
+            return None
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError as exc:
+            self.errors.append((path, f"cannot import {module_name!r}: {exc}"))
+            return None
+        if not hasattr(module, attr):
+            self.errors.append((path, f"{module_name!r} has no attribute {attr!r}"))
+            return None
+        return getattr(module, attr)
+
+    def llm(self, spec: str | dict[str, Any] | None, path: str) -> BaseLLM | None:
+        if spec is None:
+            return None
+        try:
+            return LLM(LLMConfig.from_value(spec))
+        except (TypeError, ValidationError) as exc:
+            self.errors.append((path, f"invalid llm configuration: {exc}"))
+            return None
+
+
+def _condition(spec: ConditionSpec) -> str | Condition:
+    if isinstance(spec, str):
+        return spec
+    if isinstance(spec, AndCondition):
+        return and_(*(_condition(m) for m in spec.and_))
+    return or_(*(_condition(m) for m in spec.or_))
+
+
+def _state_model(decl: Declaration, resolver: _Resolver) -> Any:
+    base: type[BaseModel] = ConversationState if decl.is_conversational else FlowState
+    spec = decl.state
+    if spec is None:
+        return ConversationState if decl.is_conversational else None
+    if spec.python is not None:
+        cls = resolver.python(spec.python, "state.python")
+        if cls is None:
+            return None
+        if not (isinstance(cls, type) and issubclass(cls, BaseModel)):
+            resolver.errors.append(("state.python", "must name a pydantic model class"))
+            return None
+        if issubclass(cls, base):
+            return cls
+        try:
+            return type(f"{decl.name}State", (cls, base), {})
+        except TypeError as exc:
+            resolver.errors.append(("state.python", f"cannot compose with {base.__name__}: {exc}"))
+            return None
+    assert spec.json_schema is not None
+    properties = spec.json_schema.get("properties", {})
+    if not isinstance(properties, dict):
+        resolver.errors.append(("state.json_schema.properties", "must be a mapping"))
+        return None
+    fields: dict[str, Any] = {}
+    for name, prop in properties.items():
+        path = f"state.json_schema.properties.{name}"
+        kind = prop.get("type") if isinstance(prop, dict) else None
+        if not isinstance(kind, str) or kind not in _JSON_TYPES:
+            resolver.errors.append((f"{path}.type", f"must be one of {sorted(_JSON_TYPES)}"))
+            continue
+        if name in base.model_fields:
+            resolver.errors.append((path, f"{name!r} is already a {base.__name__} field"))
+            continue
+        annotation, empty = _JSON_TYPES[kind]
+        default = prop.get("default", empty)
+        if default is None and kind in ("array", "object"):
+            fields[name] = (annotation, [] if kind == "array" else {})
+        else:
+            fields[name] = (annotation, default)
+    try:
+        return create_model(f"{decl.name}State", __base__=base, **fields)
+    except (TypeError, ValueError) as exc:
+        resolver.errors.append(("state.json_schema", str(exc)))
+        return None
+
+
+def _config(decl: Declaration, resolver: _Resolver) -> ConversationConfig | None:
+    spec = decl.conversational
+    if spec is None or not spec.enabled:
+        return None
+    router: dict[str, Any] | None = None
+    if spec.router is not None:
+        r = spec.router
+        fmt = None
+        if r.response_format is not None:
+            fmt = resolver.python(r.response_format.python, "conversational.router.response_format")
+        router = {
+            "prompt": r.prompt,
+            "response_format": fmt,
+            "llm": resolver.llm(r.llm, "conversational.router.llm"),
+            "routes": r.routes,
+            "route_descriptions": dict(r.route_descriptions),
+            "default_intent": r.default_intent,
+            "fallback_intent": r.fallback_intent,
+            "intent_field": r.intent_field,
+        }
+    values: dict[str, Any] = {
+        "system_prompt": spec.system_prompt,
+        "llm": resolver.llm(spec.llm, "conversational.llm"),
+        "router": None,
+        "intent_llm": resolver.llm(spec.intent_llm, "conversational.intent_llm"),
+        "default_intents": spec.default_intents,
+        "visible_agent_outputs": spec.visible_agent_outputs,
+        "defer_trace_finalization": spec.defer_trace_finalization,
+        "trace_scope": spec.trace_scope,
+        "answer_from_history_prompt": spec.answer_from_history_prompt,
+        "answer_from_history_llm": resolver.llm(
+            spec.answer_from_history_llm, "conversational.answer_from_history_llm"
+        ),
+    }
+    if resolver.errors:
+        return None
+    try:
+        if router is not None:
+            values["router"] = RouterConfig(**router)
+        return ConversationConfig(**values)
+    except ValidationError as exc:
+        for e in exc.errors():
+            where = ".".join(str(p) for p in e["loc"])
+            resolver.errors.append((f"conversational.{where}".rstrip("."), e["msg"]))
+        return None
+
+
+def _action(
+    name: str, method: MethodSpec, config: ConversationConfig | None, resolver: _Resolver
+) -> Callable[..., Any]:
+    action = method.do
+    base = f"methods.{name}.do"
+    if action is None:
+
+        async def noop(self: Any, input: Any = None) -> Any:
+            return None
+
+        return noop
+    if isinstance(action, AgentAction):
+        from voxflow.agent import Agent
+
+        w = action.with_
+        tools = [resolver.python(t.python, f"{base}.with.tools.{i}") for i, t in enumerate(w.tools)]
+        llm = resolver.llm(w.llm, f"{base}.with.llm") or (config.llm if config else None)
+        try:
+            agent = Agent(
+                w.role,
+                w.goal,
+                w.backstory,
+                llm,
+                [t for t in tools if t is not None],
+                max_iterations=w.max_iterations,
+            )
+        except (TypeError, ValueError) as exc:
+            resolver.errors.append((f"{base}.with", str(exc)))
+            agent = None
+
+        async def run_agent(self: Any, input: Any = None) -> Any:
+            assert agent is not None
+            result = await agent.akickoff(render_template(w.input, self.state, input))
+            return result.raw
+
+        return run_agent
+    if isinstance(action, LLMAction):
+        lw = action.with_
+        model = resolver.llm(lw.llm, f"{base}.with.llm") or (config.llm if config else None)
+
+        async def run_llm(self: Any, input: Any = None) -> Any:
+            assert model is not None
+            messages: list[dict[str, Any]] = []
+            if lw.system:
+                messages.append(
+                    {"role": "system", "content": render_template(lw.system, self.state, input)}
+                )
+            messages.append(
+                {"role": "user", "content": render_template(lw.prompt, self.state, input)}
+            )
+            return (await model.acall(messages)).content or ""
+
+        return run_llm
+    assert isinstance(action, CodeAction)
+    func = resolver.python(action.python, f"{base}.python")
+    if func is not None and not callable(func):
+        resolver.errors.append((f"{base}.python", f"{action.python!r} is not callable"))
+    kwargs = dict(action.with_)
+
+    async def run_code(self: Any, input: Any = None) -> Any:
+        result = func(self, input, **kwargs)
+        return await result if inspect.isawaitable(result) else result
+
+    return run_code
+
+
+def _method(
+    name: str, method: MethodSpec, config: ConversationConfig | None, resolver: _Resolver
+) -> Callable[..., Any]:
+    func = _action(name, method, config, resolver)
+    func.__name__ = func.__qualname__ = name
+    func.__doc__ = method.description
+    if method.description:
+        setattr(func, DESCRIPTION_ATTR, method.description)
+    if method.human_feedback is not None:
+        from voxflow.flow.feedback import human_feedback
+
+        fb = method.human_feedback
+        try:
+            func = human_feedback(
+                fb.message,
+                emit=fb.emit,
+                llm=resolver.llm(fb.llm, f"methods.{name}.human_feedback.llm"),
+                default_outcome=fb.default_outcome,
+            )(func)
+        except (TypeError, ValueError) as exc:
+            resolver.errors.append((f"methods.{name}.human_feedback", str(exc)))
+    is_router = method.router or (config is not None and name == "route_conversation")
+    if is_router:
+        func = router(_condition(method.listen) if method.listen else None, labels=method.labels)(
+            func
+        )
+    elif method.listen is not None:
+        func = listen(_condition(method.listen))(func)
+    if method.start is not False or (config is not None and name == "route_conversation"):
+        func = start(None if method.start in (True, False) else _condition(method.start))(func)  # type: ignore[arg-type]
+    return func
+
+
+def flow_class_from_declaration(
+    *,
+    path: str | os.PathLike[str] | None = None,
+    contents: str | None = None,
+    allow_python: Iterable[str] = (),
+) -> type[Any]:
+    """Build (and validate) the Flow class a declaration describes; nothing runs.
+
+    Raises:
+        DeclarationError: the declaration is invalid; ``.path`` names the field.
+        ValueError: not exactly one of ``path``/``contents``.
+    """
+    from voxflow.flow.runtime import Flow
+
+    if isinstance(allow_python, str):
+        raise TypeError("allow_python must be a list of module names, not one string")
+    data = load_declaration_document(path, contents)
+    reserved = frozenset(n for n in dir(Flow) if not n.startswith("_"))
+    decl = parse_declaration(data, reserved=reserved, builtins=frozenset(BUILTIN_METHODS))
+    resolver = _Resolver(list(allow_python))
+    config = _config(decl, resolver)
+    state_model = _state_model(decl, resolver)
+    namespace: dict[str, Any] = {"__doc__": decl.description or f"{decl.name} (declared)."}
+    for name, method in decl.methods.items():
+        namespace[name] = _method(name, method, config, resolver)
+    if resolver.errors:
+        raise DeclarationError(resolver.errors)
+    if state_model is not None:
+        namespace["initial_state"] = state_model
+    namespace["conversational"] = config is not None
+    try:
+        cls = type(decl.name, (Flow,), namespace)
+    except Exception as exc:  # a wiring error the schema could not see
+        raise DeclarationError([("methods", str(exc))]) from exc
+    if config is not None:
+        config(cls)
+    return cls
