@@ -39,6 +39,15 @@ from .audio import (
 from .audio import (
     write_wav as write_wav,
 )
+from .early_stt import (
+    EarlyTranscriber as EarlyTranscriber,
+)
+from .early_stt import (
+    EarlyTranscriberStatistics as EarlyTranscriberStatistics,
+)
+from .early_stt import (
+    Transcriber as Transcriber,
+)
 from .models import (
     BASE_PART_MODULES as BASE_PART_MODULES,
 )
@@ -187,6 +196,8 @@ __all__ = [
     "WHISPER_BASE_SIZE",
     "AudioChunk",
     "BargeInDetected",
+    "EarlyTranscriber",
+    "EarlyTranscriberStatistics",
     "EnergyVad",
     "InputConverter",
     "PiperTts",
@@ -199,6 +210,7 @@ __all__ = [
     "SttSettings",
     "SynthesizedSentence",
     "TextSegmenter",
+    "Transcriber",
     "Transcript",
     "TtsSettings",
     "TtsStatistics",

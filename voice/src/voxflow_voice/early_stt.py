@@ -1,0 +1,139 @@
+"""Speculative transcription: start STT in the pause, use it when the turn ends.
+
+The turn detector hands out :class:`~voxflow_voice.turn_detector.UtterancePaused` as soon as
+a little silence follows speech, with the exact audio the turn will have if the user stays
+silent. :class:`EarlyTranscriber` transcribes it right away, so when
+:class:`~voxflow_voice.turn_detector.UtteranceReady` arrives (after the whole end-of-turn
+silence) the transcript is already there, or partly done: the end-of-turn silence hides
+the STT latency. Nothing is approximated: a speculative transcript is used only for the
+very same audio; otherwise the final utterance is transcribed as usual.
+
+At most one transcription runs at a time (a thread cannot be stopped, and two would only
+slow each other down on a small machine): a pause that comes while one is running waits
+as the single *next* job, replacing an older waiting one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from dataclasses import dataclass
+from typing import Protocol
+
+from .audio import AudioChunk
+from .stt import Transcript
+from .turn_detector import UtterancePaused, UtteranceReady
+
+__all__ = ["EarlyTranscriber", "EarlyTranscriberStatistics", "Transcriber"]
+
+
+class Transcriber(Protocol):
+    """Anything that transcribes one 16 kHz utterance (e.g. :class:`WhisperStt`)."""
+
+    async def transcribe(self, audio: AudioChunk) -> Transcript | None:
+        """The words of the utterance, or ``None``."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class EarlyTranscriberStatistics:
+    """How speculation went.
+
+    Attributes:
+        started: speculative transcriptions started.
+        used: final utterances answered by a speculative transcript.
+        missed: final utterances transcribed afresh (the user spoke on, or no pause).
+    """
+
+    started: int
+    used: int
+    missed: int
+
+
+class EarlyTranscriber:
+    """Runs STT on pauses and answers turn ends from it when the audio is the same.
+
+    Use one per input stream; call :meth:`paused` for every ``UtterancePaused`` and
+    ``await`` :meth:`final` for every ``UtteranceReady``; :meth:`aclose` at the end.
+    """
+
+    def __init__(self, stt: Transcriber) -> None:
+        self._stt = stt
+        self._running: tuple[UtterancePaused, asyncio.Task[Transcript | None]] | None = None
+        self._waiting: UtterancePaused | None = None
+        self._done: tuple[UtterancePaused, Transcript | None] | None = None
+        self._closed = False
+        self._started = 0
+        self._used = 0
+        self._missed = 0
+
+    def statistics(self) -> EarlyTranscriberStatistics:
+        """Counters of speculation (started, used, missed)."""
+        return EarlyTranscriberStatistics(self._started, self._used, self._missed)
+
+    def paused(self, event: UtterancePaused) -> None:
+        """Start transcribing ``event`` now, or next if a transcription is running."""
+        if not isinstance(event, UtterancePaused):
+            raise TypeError(f"event must be an UtterancePaused, got {type(event).__name__}")
+        if self._closed:
+            raise RuntimeError("EarlyTranscriber is closed")
+        if self._running is None:
+            self._start(event)
+        else:
+            self._waiting = event  # the newest pause supersedes an older waiting one
+
+    async def final(self, event: UtteranceReady) -> Transcript | None:
+        """The transcript of the turn's utterance, reusing speculation when it matches."""
+        if not isinstance(event, UtteranceReady):
+            raise TypeError(f"event must be an UtteranceReady, got {type(event).__name__}")
+        if self._closed:
+            raise RuntimeError("EarlyTranscriber is closed")
+        waiting, self._waiting = self._waiting, None
+        if waiting is not None and waiting.matches(event):
+            # Its turn was next: run it now (after the running one, which is stale).
+            await self._settle_running()
+            self._start(waiting)
+        running = self._running
+        if running is not None and running[0].matches(event):
+            transcript = await running[1]
+            self._used += 1
+            return transcript
+        done, self._done = self._done, None
+        if done is not None and done[0].matches(event):
+            self._used += 1
+            return done[1]
+        await self._settle_running()  # stale: let it finish rather than compete for CPU
+        self._missed += 1
+        return await self._stt.transcribe(event.audio)
+
+    async def aclose(self) -> None:
+        """Stop speculating and wait for the running transcription to end."""
+        self._closed = True
+        self._waiting = None
+        running, self._running = self._running, None
+        if running is not None:
+            running[1].cancel()
+            await asyncio.gather(running[1], return_exceptions=True)
+
+    def _start(self, event: UtterancePaused) -> None:
+        self._started += 1
+        task = asyncio.create_task(self._stt.transcribe(event.audio), name="voice.early_stt")
+        self._running = (event, task)
+        task.add_done_callback(functools.partial(self._finished, event))
+
+    def _finished(self, event: UtterancePaused, task: asyncio.Task[Transcript | None]) -> None:
+        if self._running is not None and self._running[1] is task:
+            self._running = None
+        if not task.cancelled() and task.exception() is None:
+            self._done = (event, task.result())
+        if self._waiting is not None and not self._closed:
+            waiting, self._waiting = self._waiting, None
+            self._start(waiting)
+
+    async def _settle_running(self) -> None:
+        running = self._running
+        if running is not None:
+            await asyncio.gather(running[1], return_exceptions=True)
+
+    def __repr__(self) -> str:
+        return f"EarlyTranscriber({self.statistics()})"

@@ -1,0 +1,145 @@
+"""Speculative transcription on pauses, reused only for the very same audio."""
+
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+import pytest
+from voxflow_voice import (
+    FRAME_SAMPLES,
+    AudioChunk,
+    EarlyTranscriber,
+    EnergyVad,
+    SileroVad,
+    Transcript,
+    TurnDetection,
+    TurnDetector,
+    TurnDetectorEvent,
+    UtterancePaused,
+    UtteranceReady,
+    WhisperStt,
+)
+
+from .conftest import Speech
+
+pytestmark = pytest.mark.models
+
+RATE = 16000
+SETTINGS = TurnDetection(min_speech=0.1, end_of_turn_silence=0.4, pre_roll=0.2, end_pad=0.1)
+
+
+class GatedStt:
+    """A fake transcriber: names each utterance by its length, finishes when released."""
+
+    def __init__(self) -> None:
+        self.calls: list[int] = []
+        self.gate = asyncio.Event()
+
+    async def transcribe(self, audio: AudioChunk) -> Transcript | None:
+        self.calls.append(audio.num_samples)
+        await self.gate.wait()
+        return Transcript(f"{audio.num_samples} samples", audio.duration, 0.0, 0.0)
+
+
+def tone(frames: int) -> np.ndarray:
+    t = np.arange(frames * FRAME_SAMPLES) / RATE
+    return (0.3 * np.sin(2 * np.pi * 220 * t)).astype(np.float32)
+
+
+def quiet(frames: int) -> np.ndarray:
+    return np.zeros(frames * FRAME_SAMPLES, dtype=np.float32)
+
+
+def detect(audio: np.ndarray) -> list[TurnDetectorEvent]:
+    return TurnDetector(EnergyVad(), SETTINGS).push(audio)
+
+
+async def test_the_pause_transcript_answers_the_turn() -> None:
+    events = detect(np.concatenate([tone(20), quiet(20)]))
+    (paused,) = [e for e in events if isinstance(e, UtterancePaused)]
+    (ready,) = [e for e in events if isinstance(e, UtteranceReady)]
+    stt = GatedStt()
+    early = EarlyTranscriber(stt)
+    early.paused(paused)
+    await asyncio.sleep(0)
+    stt.gate.set()
+    transcript = await early.final(ready)
+    assert transcript is not None and transcript.text == f"{ready.audio.num_samples} samples"
+    assert stt.calls == [ready.audio.num_samples]  # transcribed once, in the pause
+    assert (early.statistics().used, early.statistics().missed) == (1, 0)
+    await early.aclose()
+
+
+async def test_speech_after_the_pause_means_a_fresh_transcription() -> None:
+    events = detect(np.concatenate([tone(15), quiet(6), tone(15), quiet(20)]))
+    first_pause, second_pause = [e for e in events if isinstance(e, UtterancePaused)]
+    (ready,) = [e for e in events if isinstance(e, UtteranceReady)]
+    stt = GatedStt()
+    early = EarlyTranscriber(stt)
+    early.paused(first_pause)
+    early.paused(second_pause)  # waits behind the first, which is still running
+    await asyncio.sleep(0)
+    assert stt.calls == [first_pause.audio.num_samples]
+    stt.gate.set()
+    transcript = await early.final(ready)
+    assert transcript is not None and transcript.text == f"{ready.audio.num_samples} samples"
+    assert stt.calls == [first_pause.audio.num_samples, ready.audio.num_samples]
+    assert early.statistics().used == 1
+    await early.aclose()
+
+
+async def test_without_a_matching_pause_the_turn_is_transcribed() -> None:
+    events = detect(np.concatenate([tone(15), quiet(6), tone(15), quiet(20)]))
+    first_pause = next(e for e in events if isinstance(e, UtterancePaused))
+    (ready,) = [e for e in events if isinstance(e, UtteranceReady)]
+    stt = GatedStt()
+    stt.gate.set()
+    early = EarlyTranscriber(stt)
+    early.paused(first_pause)
+    transcript = await early.final(ready)
+    assert transcript is not None and transcript.text == f"{ready.audio.num_samples} samples"
+    assert early.statistics().missed == 1
+    await early.aclose()
+    with pytest.raises(RuntimeError, match="closed"):
+        early.paused(first_pause)
+    with pytest.raises(TypeError, match="UtteranceReady"):
+        await EarlyTranscriber(stt).final(first_pause)  # type: ignore[arg-type]
+
+
+async def test_aclose_cancels_a_running_speculation() -> None:
+    events = detect(np.concatenate([tone(20), quiet(20)]))
+    paused = next(e for e in events if isinstance(e, UtterancePaused))
+    early = EarlyTranscriber(GatedStt())  # never released
+    early.paused(paused)
+    await asyncio.sleep(0)
+    await early.aclose()
+    assert early.statistics().started == 1
+
+
+async def test_with_whisper_the_speculative_transcript_is_the_turns(
+    speech: Speech, stt: WhisperStt
+) -> None:
+    text = "Set an alarm for seven tomorrow."
+    audio = np.concatenate([np.zeros(4000, np.float32), speech(text), np.zeros(RATE, np.float32)])
+    detector = TurnDetector(SileroVad())
+    early = EarlyTranscriber(stt)
+    transcripts = []
+    for i in range(0, audio.size, 1600):
+        for event in detector.push(audio[i : i + 1600]):
+            if isinstance(event, UtterancePaused):
+                early.paused(event)
+            elif isinstance(event, UtteranceReady):
+                transcripts.append(await early.final(event))
+        await asyncio.sleep(0)
+    await early.aclose()
+    assert len(transcripts) == 1 and transcripts[0] is not None
+    assert transcripts[0] == stt.transcribe_sync(audio_of(detector, audio))
+    assert early.statistics().used == 1
+
+
+def audio_of(detector: TurnDetector, audio: np.ndarray) -> AudioChunk:
+    """The utterance a fresh detector finds in ``audio`` (to transcribe it directly)."""
+    fresh = TurnDetector(SileroVad(), detector.settings)
+    ready = [e for e in fresh.push(audio) if isinstance(e, UtteranceReady)]
+    return ready[0].audio
