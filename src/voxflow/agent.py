@@ -28,9 +28,12 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 from voxflow.llm import (
     LLM,
     BaseLLM,
+    LLMEvent,
+    LLMEventType,
     Messages,
     agent_scope,
     coerce_llm,
+    emit_llm_event,
     normalize_messages,
     run_sync,
 )
@@ -214,7 +217,9 @@ class Agent:
                 )
                 for call in response.tool_calls:
                     tool_calls += 1
+                    self._tool_event("tool_call_started", call.id, call.name, call.arguments)
                     output = await self._run_tool(call.name, call.arguments)
+                    self._tool_event("tool_call_completed", call.id, call.name, output)
                     messages.append(
                         {
                             "role": "tool",
@@ -232,6 +237,19 @@ class Agent:
     def kickoff(self, input: Messages, *, context: str | None = None) -> AgentResult:
         """Sync wrapper of :meth:`akickoff`."""
         return run_sync(lambda: self.akickoff(input, context=context))
+
+    def _tool_event(self, kind: LLMEventType, call_id: str, name: str, content: str) -> None:
+        emit_llm_event(
+            LLMEvent(
+                kind,
+                call_id,
+                self.llm.model,
+                content=content,
+                has_tools=True,
+                agent_name=self.name,
+                tool_name=name,
+            )
+        )
 
     async def _run_tool(self, name: str, arguments: str) -> str:
         tool = self.tools.get(name)

@@ -43,12 +43,14 @@ __all__ = [
     "BaseLLM",
     "LLMConfig",
     "LLMEvent",
+    "LLMEventType",
     "LLMResponse",
     "LLMStream",
     "Messages",
     "ToolCall",
     "agent_scope",
     "coerce_llm",
+    "emit_llm_event",
     "normalize_messages",
     "observe_llm",
     "run_sync",
@@ -60,7 +62,12 @@ Messages = str | Sequence[Mapping[str, Any] | BaseModel]
 """A prompt: one user string, or chat messages (dicts or ``ConversationMessage``s)."""
 
 LLMEventType = Literal[
-    "llm_call_started", "llm_stream_chunk", "llm_call_completed", "llm_call_failed"
+    "llm_call_started",
+    "llm_stream_chunk",
+    "llm_call_completed",
+    "llm_call_failed",
+    "tool_call_started",
+    "tool_call_completed",
 ]
 
 
@@ -77,6 +84,8 @@ class LLMEvent:
     """whether the call offered tools (tool-enabled calls are never public speech)"""
     agent_name: str | None = None
     """the ``Agent`` that made the call, if any"""
+    tool_name: str | None = None
+    """for ``tool_call_*`` events: the tool run on behalf of call ``call_id``"""
 
 
 _observers: contextvars.ContextVar[tuple[Callable[[LLMEvent], None], ...]] = contextvars.ContextVar(
@@ -107,6 +116,11 @@ def observe_llm(callback: Callable[[LLMEvent], None]) -> Iterator[None]:
 def _emit(event: LLMEvent) -> None:
     for callback in _observers.get():
         callback(event)
+
+
+def emit_llm_event(event: LLMEvent) -> None:
+    """Deliver ``event`` to the current :func:`observe_llm` callbacks (tool activity)."""
+    _emit(event)
 
 
 class ToolCall(BaseModel):

@@ -10,15 +10,16 @@ from typing import Any
 
 import pytest
 
-from voxflow import ConversationConfig, ConversationState, Flow, listen
+from voxflow import Agent, ConversationConfig, ConversationState, Flow, listen
 from voxflow.conversation import (
     InMemoryTraceRecorder,
     JsonlTraceExporter,
     add_trace_exporter,
+    opentelemetry_exporter,
     remove_trace_exporter,
 )
 from voxflow.flow import FlowEventBus
-from voxflow.llm import LLM
+from voxflow.llm import LLM, LLMEvent, observe_llm
 from voxflow.testing import EventRecorder
 
 pytestmark = pytest.mark.unit
@@ -104,8 +105,10 @@ async def test_leaving_astream_turn_early_cancels_the_turn_and_the_llm_stream() 
         pass
 
     flow = Slow(suppress_flow_events=True)
+    events: list[LLMEvent] = []
     chunks = 0
-    stream = await flow.astream_turn("long answer please")
+    with observe_llm(events.append):  # the turn's task inherits this context
+        stream = await flow.astream_turn("long answer please")
     async with stream:
         async for frame in stream:
             if frame.type == "llm_stream_chunk":
@@ -115,9 +118,57 @@ async def test_leaving_astream_turn_early_cancels_the_turn_and_the_llm_stream() 
     assert stream.done
     with pytest.raises(asyncio.CancelledError):
         stream.result  # noqa: B018
-    assert chunks == 2
+    provider_chunks = sum(e.type == "llm_stream_chunk" for e in events)
+    assert 2 <= provider_chunks < 300  # about 334 were available: closed, not drained
+    assert not any(e.type == "llm_call_completed" for e in events)
     # The cancelled turn recorded no reply: the user line only.
     assert [m.role for m in flow.state.messages] == ["user"]
+
+
+def test_stream_turn_reports_agent_tool_activity() -> None:
+    def lookup(order_id: str) -> str:
+        """Look an order up."""
+        return f"order {order_id} shipped"
+
+    class WithAgent(Flow[ConversationState]):
+        conversational = True
+
+        def route_turn(self, context: Any) -> str | None:
+            return "order"
+
+        @listen("order")
+        async def handle_order(self) -> str:
+            agent = Agent(
+                "Clerk",
+                "Look orders up",
+                llm=LLM(
+                    "openai/gpt-4o-mini",
+                    mock_response=[
+                        {
+                            "tool_calls": [
+                                {"id": "t1", "name": "lookup", "arguments": {"order_id": "9"}}
+                            ]
+                        },
+                        "Order 9 shipped.",
+                    ],
+                ),
+                tools=[lookup],
+            )
+            return (await agent.akickoff("order 9?")).raw
+
+    flow = WithAgent(suppress_flow_events=True)
+    with flow.stream_turn("where is order 9") as stream:
+        frames = list(stream.events)
+    tools = [f for f in frames if f.channel == "tool"]
+    assert [(f.type, f.data["tool_name"]) for f in tools] == [
+        ("tool_call_started", "lookup"),
+        ("tool_call_completed", "lookup"),
+    ]
+    assert tools[1].data["content"] == "order 9 shipped"
+    llm_calls = [f for f in frames if f.type == "llm_call_started"]
+    assert len(llm_calls) == 2 and all(f.data["has_tools"] for f in llm_calls)
+    assert all(f.data["agent_name"] == "Clerk" for f in llm_calls)
+    assert stream.result == "Order 9 shipped."
 
 
 def scripted(*lines: Any) -> Any:
@@ -289,3 +340,13 @@ def test_per_turn_batches_without_deferral(support_module: Any) -> None:
     finally:
         remove_trace_exporter(recorder)
     assert [b.turns for b in recorder.batches] == [1, 1]
+
+
+def test_opentelemetry_exporter_only_when_importable() -> None:
+    import importlib.util
+
+    exporter = opentelemetry_exporter()
+    if importlib.util.find_spec("opentelemetry") is None:
+        assert exporter is None
+    else:
+        assert exporter is not None and callable(exporter.export)

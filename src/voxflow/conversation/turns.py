@@ -405,9 +405,10 @@ class ConversationTurns:
 
     def _llm_frame(self, event: LLMEvent) -> None:
         self.emit_frame(
-            "llm",
+            "tool" if event.type.startswith("tool_") else "llm",
             event.type,
             {
+                "tool_name": event.tool_name,
                 "call_id": event.call_id,
                 "model": event.model,
                 "content": event.content,
