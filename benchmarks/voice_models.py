@@ -9,7 +9,9 @@ Prints medians of several runs (no figure is asserted anywhere; the machine is s
 * STT latency of a 2 s utterance for tiny.en (and base) across the settings that matter
   on CPU: ``cpu_threads`` 1 vs 2, greedy vs beam 5, with and without timestamps;
 * TTS time to first chunk of a streamed sentence and its real-time factor;
-* VAD cost per 32 ms frame, streamed one frame per call (Silero v6, energy).
+* VAD cost per 32 ms frame, streamed one frame per call (Silero v6, energy);
+* the STT wait after the end of a turn (audio fed in real time, 32 ms frames), direct vs
+  speculative (:class:`EarlyTranscriber` starts on the pause, ``end_pad`` into the silence).
 """
 
 from __future__ import annotations
@@ -23,13 +25,18 @@ from collections.abc import Callable
 
 import numpy as np
 from voxflow_voice import (
+    DEFAULT_TURN_DETECTION,
     FRAME_SAMPLES,
     STT_SAMPLE_RATE,
+    EarlyTranscriber,
     EnergyVad,
     PiperTts,
     SileroVad,
     SttSettings,
     TtsSettings,
+    TurnDetector,
+    UtterancePaused,
+    UtteranceReady,
     WhisperStt,
     find_piper_voice,
     find_silero_vad,
@@ -170,6 +177,44 @@ def vad_cost(runs: int, audio: np.ndarray) -> None:
         row(label, f"{per_frame * 1e6:7.1f} µs  ({per_frame / 0.032 * 100:.2f}% of real time)")
 
 
+async def _turn_wait(stt: WhisperStt, audio: np.ndarray, speculative: bool) -> float:
+    """Seconds from the turn end (UtteranceReady) to its transcript, audio paced live."""
+    detector = TurnDetector(SileroVad(), DEFAULT_TURN_DETECTION)
+    early = EarlyTranscriber(stt)
+    start = time.perf_counter()
+    wait = float("nan")
+    for index in range(0, audio.size, FRAME_SAMPLES):
+        due = start + index / STT_SAMPLE_RATE
+        await asyncio.sleep(max(0.0, due - time.perf_counter()))
+        for event in detector.push(audio[index : index + FRAME_SAMPLES]):
+            if isinstance(event, UtterancePaused) and speculative:
+                early.paused(event)
+            elif isinstance(event, UtteranceReady):
+                ended = time.perf_counter()
+                if speculative:
+                    await early.final(event)
+                else:
+                    await stt.transcribe(event.audio)
+                wait = time.perf_counter() - ended
+    await early.aclose()
+    return wait
+
+
+def turn_wait(runs: int, audio: np.ndarray) -> None:
+    settings = DEFAULT_TURN_DETECTION
+    print(
+        f"STT wait after the turn ends, tiny.en, live audio (median of {runs}; end of turn "
+        f"{settings.end_of_turn_silence} s, pause at {settings.end_pad} s)"
+    )
+    stt = WhisperStt()
+    live = np.concatenate(
+        [np.zeros(8000, np.float32), audio, np.zeros(STT_SAMPLE_RATE, np.float32)]
+    )
+    for label, speculative in (("direct", False), ("speculative (EarlyTranscriber)", True)):
+        waits = [asyncio.run(_turn_wait(stt, live, speculative)) for _ in range(runs)]
+        row(label, f"{statistics.median(waits) * 1000:6.0f} ms")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=7, help="runs per figure (median)")
@@ -191,6 +236,8 @@ def main() -> None:
     tts_speed(runs)
     print()
     vad_cost(runs, audio)
+    print()
+    turn_wait(max(3, runs // 2), audio)
 
 
 if __name__ == "__main__":
