@@ -2,9 +2,11 @@
 
 Prints, for 1,000 tracked turns on one session (a hardcoded reply, then a streamed
 litellm ``mock_response`` reply): the median µs per turn, the medians of the first and
-last hundred turns, and events per turn; then the ReplyQueue claim → prepare → accept →
-settle cycle in µs (first and last hundred of 1,000 deliveries). Each figure is the
-median over ``--runs`` runs (default 3). Run: ``uv run python benchmarks/turn_runner.py``.
+last hundred turns, and events per turn, each next to the same turns through
+``flow.astream_turn`` alone (so TurnRunner's own share is visible); then the ReplyQueue
+claim → prepare → accept → settle cycle in µs (first and last hundred of 1,000
+deliveries). Each figure is the median over ``--runs`` runs (default 3).
+Run: ``uv run python benchmarks/turn_runner.py``.
 """
 
 from __future__ import annotations
@@ -110,6 +112,21 @@ def queue_cycles(cycles: int) -> list[float]:
     return durations
 
 
+async def run_flow_only(flow: Flow[Any], turns: int) -> tuple[list[float], list[int]]:
+    """The same turns through ``flow.astream_turn`` without TurnRunner: the baseline."""
+    durations: list[float] = []
+    counts: list[int] = []
+    for i in range(turns):
+        start = time.perf_counter()
+        stream = await flow.astream_turn(f"message {i}")
+        n = 0
+        async for _ in stream:
+            n += 1
+        durations.append((time.perf_counter() - start) * 1e6)
+        counts.append(n)
+    return durations, counts
+
+
 def summary(durations: list[float]) -> tuple[float, float, float]:
     return (
         statistics.median(durations),
@@ -124,11 +141,17 @@ def main() -> None:
     parser.add_argument("--turns", type=int, default=TURNS)
     args = parser.parse_args()
     print(f"{args.turns} tracked turns per run, median of {args.runs} runs")
-    for label, make in (("hardcoded reply", Chat), ("streamed mock_response", Talk)):
+    cases = (
+        ("hardcoded reply", Chat, run_turns),
+        ("  (flow alone, frames)", Chat, run_flow_only),
+        ("streamed mock_response", Talk, run_turns),
+        ("  (flow alone, frames)", Talk, run_flow_only),
+    )
+    for label, make, run in cases:
         runs = []
         events = 0.0
         for _ in range(args.runs):
-            durations, counts = asyncio.run(run_turns(make(suppress_flow_events=True), args.turns))
+            durations, counts = asyncio.run(run(make(suppress_flow_events=True), args.turns))
             runs.append(summary(durations))
             events = statistics.mean(counts)
         med, first, last = (statistics.median(r[i] for r in runs) for i in range(3))
