@@ -18,7 +18,14 @@ from .stt import SttSettings, Transcript, WhisperStt
 from .tts import PiperTts, TtsSettings
 from .vad import EnergyVad, SileroVad, VoiceActivityDetector
 
-__all__ = ["SpeechToText", "TextToSpeech", "VoiceEngines"]
+__all__ = ["DETERMINISTIC_TTS_SETTINGS", "SpeechToText", "TextToSpeech", "VoiceEngines"]
+
+DETERMINISTIC_TTS_SETTINGS = TtsSettings(noise_scale=0.0, noise_w_scale=0.0)
+"""Piper without sampling noise: the same text always gives the same samples.
+
+Piper's VITS decoder samples noise for prosody and durations (and onnxruntime's seed does
+not reach it), so deterministic runs (a virtual clock, ``voxflow demo --fast``, tests
+that compare event logs) use this; the voice is slightly flatter."""
 
 
 class SpeechToText(Protocol):
@@ -70,6 +77,7 @@ class VoiceEngines:
         tts: TtsSettings | None = None,
         voice: str | None = None,
         vad: Literal["silero", "energy"] = "silero",
+        deterministic: bool = False,
     ) -> VoiceEngines:
         """Load the bundled models (blocking: call from a thread or before the loop).
 
@@ -78,6 +86,8 @@ class VoiceEngines:
             tts: Piper settings.
             voice: a Piper ``.onnx`` path instead of the bundled voice.
             vad: ``silero`` (default) or the ``energy`` alternative.
+            deterministic: synthesize without sampling noise
+                (:data:`DETERMINISTIC_TTS_SETTINGS`) unless ``tts`` is given.
 
         Raises:
             voxflow.errors.ModelNotFoundError: a model package is missing (the message
@@ -86,6 +96,8 @@ class VoiceEngines:
         if vad not in ("silero", "energy"):
             raise ValueError(f"vad must be 'silero' or 'energy', got {vad!r}")
         stt_engine = WhisperStt(stt)
+        if tts is None and deterministic:
+            tts = DETERMINISTIC_TTS_SETTINGS
         tts_engine = PiperTts(voice, settings=tts)
         make_vad: Callable[[], VoiceActivityDetector]
         if vad == "silero":

@@ -1,0 +1,13 @@
+"""Shared fixtures for adapter tests: the real engines, loaded once per test session."""
+
+from __future__ import annotations
+
+import pytest
+from voxflow_voice.engines import VoiceEngines
+
+
+@pytest.fixture(scope="session")
+def engines() -> VoiceEngines:
+    """Whisper tiny.en + the bundled Piper voice + Silero VAD (real models), with
+    noise-free synthesis so that virtual-time runs are exactly repeatable."""
+    return VoiceEngines.load(deterministic=True)

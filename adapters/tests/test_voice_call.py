@@ -1,0 +1,110 @@
+"""End-to-end voice calls on the real models, on deterministic virtual time."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from voxflow_adapters.scenario import run_call
+from voxflow_adapters.script import CallScript
+from voxflow_voice.engines import VoiceEngines
+from voxflow_voice.history import INTERRUPTED_MARK
+
+from voxflow import ConversationConfig, Flow, listen
+from voxflow.conversation import RouterContext
+from voxflow.turns import TurnRunner, TurnState
+
+pytestmark = pytest.mark.models
+
+LONG = (
+    "Once upon a time, in a small harbour town, there lived a lighthouse keeper named Ada. "
+    "Every night she climbed one hundred and twelve steps to light the great lamp. "
+    "One stormy evening, the lamp went dark, and a fishing boat was still out at sea."
+)
+
+
+@ConversationConfig(system_prompt="")
+class Echo(Flow[TurnState]):
+    """Rule-based: a story on request, otherwise repeats what it understood."""
+
+    def route_turn(self, context: RouterContext) -> str | None:
+        text = (self.state.current_user_message or "").lower()
+        return "story" if "story" in text else "echo"
+
+    @listen("story")
+    def handle_story(self) -> str:
+        return LONG
+
+    @listen("echo")
+    def handle_echo(self) -> str:
+        return f"You said: {self.state.current_user_message}"
+
+
+def words(text: str) -> list[str]:
+    return re.findall(r"[a-z']+", text.lower())
+
+
+async def test_two_turns_are_transcribed_answered_and_played_whole(engines: VoiceEngines) -> None:
+    turns = TurnRunner(Echo())
+    script = CallScript().user_says(0.5, "Good morning.").user_says(5.0, "What is the weather?")
+    call = await run_call(turns, script, engines)
+    assert [words(t) for t in call.transcripts()] == [
+        ["good", "morning"], ["what", "is", "the", "weather"]
+    ]
+    replies = call.replies()
+    assert len(replies) == 2
+    assert [call.settled(d) for d in replies] == ["completed", "completed"]
+    for delivery in replies:
+        assert call.heard_seconds(delivery) > 0.5
+    messages = [(m.role, m.content) for m in turns.flow.state.messages]
+    assert [r for r, _ in messages] == ["user", "assistant", "user", "assistant"]
+    assert "You said" in str(messages[1][1])
+    metrics = call.metrics()
+    assert len(metrics) == 2
+    for m in metrics:
+        assert m.first_audio is not None and m.first_audio >= m.speech_end
+        assert not m.interrupted
+    assert call.stale_samples() == 0
+
+
+async def test_barge_in_cuts_the_reply_and_history_keeps_what_was_heard(
+    engines: VoiceEngines,
+) -> None:
+    turns = TurnRunner(Echo())
+    script = CallScript().user_says(0.3, "Tell me a story.").user_says(5.5, "Stop, please.")
+    call = await run_call(turns, script, engines)
+    story = call.replies()[0]
+    assert call.settled(story) == "interrupted"
+    assert call.stale_samples() == 0
+    flushes = [f for f in call.tape.flushes if f[1] == story]
+    assert len(flushes) == 1 and flushes[0][2] > 0  # queued audio was dropped at once
+    fenced_at = flushes[0][0]
+    assert all(r.at <= fenced_at for r in call.tape.receipts if r.delivery_id == story)
+    interrupted = call.of_kind("reply_interrupted")[0]
+    assert interrupted.heard_text and LONG.startswith(interrupted.heard_text.rstrip(".,"))
+    assert len(interrupted.heard_text) < len(LONG)
+    assert interrupted.stop_latency_ms is not None
+    # the history holds exactly what was heard, marked, with the full text kept
+    assistant = next(m for m in turns.flow.state.messages if m.role == "assistant")
+    assert assistant.content == f"{interrupted.heard_text} {INTERRUPTED_MARK}"
+    assert assistant.metadata["interrupted"] is True
+    assert assistant.metadata["generated_text"] == LONG
+    # the barge-in utterance itself became the next turn
+    assert words(call.transcripts()[-1])[:1] == ["stop"]
+
+
+async def test_noise_alone_commits_no_turn(engines: VoiceEngines) -> None:
+    turns = TurnRunner(Echo())
+    script = CallScript().with_noise(0.02, seed=7).until(3.0)
+    call = await run_call(turns, script, engines)
+    assert call.transcripts() == []
+    assert turns.flow.state.messages == []
+
+
+async def test_same_script_gives_the_same_event_log(engines: VoiceEngines) -> None:
+    async def once() -> list[tuple[str, float]]:
+        script = CallScript().user_says(0.3, "Tell me a story.").user_says(4.0, "Stop.")
+        call = await run_call(TurnRunner(Echo()), script, engines)
+        return [(e.kind, round(e.at, 6)) for e in call.events]
+
+    assert await once() == await once()

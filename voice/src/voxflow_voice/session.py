@@ -1,0 +1,590 @@
+"""VoiceSession: one call, from microphone audio to spoken, identity-fenced replies.
+
+Three tasks run in one task group (the caller owns the session's lifetime):
+
+* **listen**: microphone audio → 16 kHz → VAD/turn detector → recording observations,
+  barge-ins, and finished utterances (queued for the converse task);
+* **converse**: utterance → STT → a committed turn (fresh ``turn_id``) → the flow's reply
+  through ``TurnRunner.astream_turn``; only events that pass ``accept_event`` are
+  spoken: text is cut into segments, each synthesized as soon as it is complete, and
+  every chunk goes through the fenced :class:`~voxflow_voice.playback.Playback`;
+* **observe**: the adapter's receipts, drains and mute changes → playback accounting and
+  ``ClientActivity`` for the speaking floor;
+
+plus **deliver**, which speaks background announcements (completed jobs) from the
+``ReplyQueue`` whenever the floor is free, through the same TTS/fence path.
+
+Barge-in: speech for ``min_barge_in`` during a reply (generating or playing) interrupts
+exactly that reply: ``TurnRunner.interrupt`` (which cancels its LLM stream), the TTS
+task is cancelled, and playback is fenced and flushed. The history then keeps what the
+user heard, cut at the last word played.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from voxflow.clock import Clock, MonotonicClock, VirtualClock
+from voxflow.ids import DeliveryId, SessionId, TurnId, new_turn_id
+from voxflow.jobs import JobRecord, JobRunner
+from voxflow.replies import ClientActivity, ReplyQueue
+from voxflow.turns import ReplyEvent, TurnRunner
+
+from .audio import STT_SAMPLE_RATE, AudioChunk, InputConverter
+from .engines import VoiceEngines
+from .events import (
+    AudioStarted,
+    BargeIn,
+    DeliverySettled,
+    MuteObserved,
+    ReplyFinished,
+    ReplyInterrupted,
+    ReplyStarted,
+    ReplyTextStreamed,
+    SessionClosed,
+    SessionEvent,
+    SpeechEnded,
+    SpeechStarted,
+    TranscriptDiscarded,
+    TurnCommitted,
+    TurnMetrics,
+)
+from .history import record_heard
+from .playback import Playback
+from .segmenter import SegmenterSettings, TextSegmenter
+from .transport import AudioTransport, MuteChanged, PlaybackDrained, PlaybackReceipt
+from .turn_detector import (
+    BargeInDetected,
+    TurnDetection,
+    TurnDetector,
+    UtteranceReady,
+)
+from .turn_detector import SpeechEnded as DetectorSpeechEnded
+from .turn_detector import SpeechStarted as DetectorSpeechStarted
+
+__all__ = ["DEFAULT_VOICE_SETTINGS", "VoiceSession", "VoiceSettings"]
+
+logger = logging.getLogger(__name__)
+
+Announcer = Callable[[Sequence[JobRecord]], str]
+
+
+class VoiceSettings(BaseModel):
+    """How a voice session takes turns and speaks."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    turn_detection: TurnDetection = Field(
+        # Silero confirms a short first word ("Stop, ...") up to ~0.4 s late; 0.6 s of
+        # pre-roll keeps it in the audio handed to Whisper (which pads to 30 s anyway).
+        default_factory=lambda: TurnDetection(pre_roll=0.6)
+    )
+    interruptions: bool = Field(True, description="user speech may interrupt replies")
+    segmenter: SegmenterSettings = Field(default_factory=SegmenterSettings)
+    announcements: bool = Field(True, description="speak completed jobs when the floor is free")
+
+
+DEFAULT_VOICE_SETTINGS = VoiceSettings()
+
+
+@dataclass(slots=True)
+class _Reply:
+    """The reply being spoken (foreground answer or announcement)."""
+
+    turn_id: TurnId
+    input_revision: int
+    delivery_id: DeliveryId | None = None
+    announcement: bool = False
+    speaker: asyncio.Task[None] | None = None
+    interrupted: bool = False
+    onset_at: float | None = None  # barge-in speech onset
+    first_text: float | None = None
+    first_audio: float | None = None
+    last_audio_end: float | None = None
+    segments: list[str] = field(default_factory=list)
+
+
+def default_announcer(jobs: Sequence[JobRecord]) -> str:
+    """Speak each job's ``answer``/``summary``/``result`` field, whichever it has."""
+    parts: list[str] = []
+    for job in jobs:
+        for name in ("answer", "summary", "result"):
+            value = getattr(job, name, None)
+            if isinstance(value, str) and value.strip():
+                parts.append(value.strip())
+                break
+    return " ".join(parts)
+
+
+class VoiceSession:
+    """One voice call over an :class:`~voxflow_voice.transport.AudioTransport`.
+
+    Args:
+        turns: the TurnRunner of the conversational flow that answers.
+        transport: the adapter's side of the call.
+        engines: STT, TTS and VAD (shared by every session of the process).
+        settings: turn taking and speaking rules.
+        clock: the session clock (a :class:`~voxflow.clock.VirtualClock` for
+            deterministic runs); monotonic if ``None``.
+        replies: the ReplyQueue for background announcements (optional).
+        jobs: the JobRunner whose ``state_lock`` serialises turns, job commits and queue
+            operations (optional; a private lock otherwise).
+        announcer: builds announcement text from the current jobs.
+        on_event: called with every :data:`~voxflow_voice.events.SessionEvent`.
+    """
+
+    def __init__(
+        self,
+        turns: TurnRunner,
+        transport: AudioTransport,
+        engines: VoiceEngines,
+        *,
+        settings: VoiceSettings | None = None,
+        clock: Clock | None = None,
+        replies: ReplyQueue | None = None,
+        jobs: JobRunner | None = None,
+        announcer: Announcer = default_announcer,
+        on_event: Callable[[SessionEvent], None] | None = None,
+    ) -> None:
+        if not isinstance(turns, TurnRunner):
+            raise TypeError(f"turns must be a TurnRunner, got {type(turns).__name__}")
+        if settings is not None and not isinstance(settings, VoiceSettings):
+            raise TypeError(f"settings must be VoiceSettings, got {type(settings).__name__}")
+        self.turns = turns
+        self.transport = transport
+        self.engines = engines
+        self.settings = settings if settings is not None else DEFAULT_VOICE_SETTINGS
+        self.clock: Clock = clock if clock is not None else MonotonicClock()
+        self.replies = replies
+        self.jobs = jobs
+        self._lock = jobs.state_lock if jobs is not None else asyncio.Lock()
+        self._announcer = announcer
+        self._on_event = on_event
+        self.events: list[SessionEvent] = []
+        self.metrics: list[TurnMetrics] = []
+        self.playback = Playback(transport)
+        self._detector = TurnDetector(engines.make_vad(), self.settings.turn_detection)
+        self._converter = InputConverter()
+        self._utterances: asyncio.Queue[UtteranceReady | None] = asyncio.Queue()
+        self._reply: _Reply | None = None
+        self._anchor = (0.0, 0)  # (clock time, input sample) of the latest frame
+        self._recording = False
+        self._playing: DeliveryId | None = None
+        self._muted = False
+        self._client_seq = 0
+        self._floor_changed = asyncio.Event()  # wakes the delivery task
+        self._floor_report = asyncio.Event()  # wakes the floor reporter
+        self._closed = False
+
+    @property
+    def session_id(self) -> SessionId:
+        """The conversation's identity (the flow state's ``id``)."""
+        return SessionId(str(self.turns.flow.state.id))
+
+    # -- lifetime -----------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Listen, converse, observe and deliver until the transport's input ends."""
+        if self._closed:
+            raise RuntimeError("a VoiceSession runs once; create a new one per call")
+        try:
+            async with asyncio.TaskGroup() as tg:
+                observe = tg.create_task(self._observe(), name="voice.observe")
+                floor = tg.create_task(self._report_floor(), name="voice.floor")
+                deliver = tg.create_task(self._deliver(), name="voice.deliver")
+                converse = tg.create_task(self._converse(), name="voice.converse")
+                await self._listen()
+                await converse  # the last utterance is answered before we close
+                for task in (observe, floor, deliver):
+                    task.cancel()
+        finally:
+            await self._close()
+
+    async def _close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        reply = self._reply
+        if reply is not None and reply.delivery_id is not None:
+            self._fence(reply)
+        if self.replies is not None:
+            async with self._lock:
+                self.replies.close()
+        self._emit(SessionClosed(session_id=self.session_id, at=self.clock.now()))
+
+    # -- listen ---------------------------------------------------------------------
+
+    async def _listen(self) -> None:
+        try:
+            async for chunk in self.transport.audio_input():
+                audio = chunk
+                if chunk.sample_rate != STT_SAMPLE_RATE:
+                    audio = self._converter.convert(chunk.pcm, chunk.sample_rate)
+                self._anchor = (self.clock.now(), self._detector.position)
+                with self._hold():
+                    events = await asyncio.to_thread(self._detector.push, audio)
+                for event in events:
+                    await self._on_detector_event(event)
+            for event in self._detector.flush():
+                await self._on_detector_event(event)
+        finally:
+            self._utterances.put_nowait(None)
+
+    def _time_of(self, sample: int) -> float:
+        at, position = self._anchor
+        return at + (sample - position) / STT_SAMPLE_RATE
+
+    async def _on_detector_event(self, event: Any) -> None:
+        if isinstance(event, DetectorSpeechStarted):
+            self._recording = True
+            self._emit(SpeechStarted(session_id=self.session_id, at=self.clock.now(),
+                                     onset_at=self._time_of(event.onset_sample)))
+            self._floor_dirty()
+        elif isinstance(event, BargeInDetected):
+            await self._maybe_barge_in(self._time_of(event.onset_sample))
+        elif isinstance(event, DetectorSpeechEnded):
+            self._recording = False
+            self._emit(SpeechEnded(session_id=self.session_id, at=self.clock.now(),
+                                   end_at=self._time_of(event.end_sample)))
+            self._floor_dirty()
+        elif isinstance(event, UtteranceReady):
+            self._utterances.put_nowait(event)
+
+    async def _maybe_barge_in(self, onset_at: float) -> None:
+        reply = self._reply
+        if reply is None or reply.interrupted or not self.settings.interruptions:
+            return
+        if reply.delivery_id is None:
+            return
+        reply.interrupted = True
+        reply.onset_at = onset_at
+        self._emit(BargeIn(session_id=self.session_id, at=self.clock.now(),
+                           delivery_id=reply.delivery_id, onset_at=onset_at))
+        self._fence(reply)  # first: not one more frame of it is played
+        if reply.announcement and self.replies is not None:
+            async with self._lock:
+                self.replies.settle(reply.delivery_id, "interrupted", "User barged in.")
+        else:
+            # Thread-safe and lock-free: cancels the reply's LLM stream if still generating.
+            self.turns.interrupt(
+                session_id=self.session_id, turn_id=reply.turn_id,
+                input_revision=reply.input_revision, delivery_id=reply.delivery_id,
+            )
+
+    def _fence(self, reply: _Reply) -> None:
+        assert reply.delivery_id is not None
+        self.playback.fence(reply.delivery_id)
+        if reply.speaker is not None:
+            reply.speaker.cancel()  # stop synthesis too, not only playback
+
+    # -- converse -------------------------------------------------------------------
+
+    async def _converse(self) -> None:
+        while (utterance := await self._utterances.get()) is not None:
+            speech_end = self._time_of(utterance.end_sample)
+            with self._hold():
+                transcript = await self.engines.stt.transcribe(utterance.audio)
+            if transcript is None or not transcript.text.strip():
+                self._emit(TranscriptDiscarded(session_id=self.session_id, at=self.clock.now(),
+                                               reason="no words in the utterance"))
+                continue
+            if self.turns.flow.state.ended:
+                continue  # the conversation is over: nothing more is answered
+            await self._answer(transcript.text, speech_end)
+
+    async def _answer(self, text: str, speech_end: float) -> None:
+        turn_id = new_turn_id()
+        transcript_final = self.clock.now()
+        self._emit(TurnCommitted(session_id=self.session_id, at=transcript_final,
+                                 turn_id=turn_id, text=text, speech_end_at=speech_end))
+        reply = _Reply(turn_id=turn_id, input_revision=1)
+        self._reply = reply
+        await self._set_foreground(True)
+        try:
+            try:
+                # The flow runs with the state lock held, so job commits and queue
+                # operations never interleave with it; audio waits happen outside it.
+                async with self._lock:
+                    stream = self.turns.astream_turn(text, turn_id=turn_id)
+                    await self._generate(reply, self._held(stream))
+            except Exception:
+                # A failed reply (e.g. the LLM provider is down) ends this turn, not the
+                # call: the runner already issued its `failed` event.
+                logger.exception("reply failed", extra={"turn_id": turn_id})
+            await self._drain(reply)
+            played = await self._finish(reply)
+            if reply.delivery_id is not None:
+                await self._settle_history(reply, played)
+        finally:
+            self._reply = None
+            await self._set_foreground(False)
+        fenced = self.playback.statistics().chunks_dropped
+        metrics = TurnMetrics(
+            session_id=self.session_id, at=self.clock.now(), turn_id=turn_id,
+            delivery_id=reply.delivery_id, speech_end=speech_end,
+            transcript_final=transcript_final, first_text=reply.first_text,
+            first_audio=reply.first_audio, playback_end=reply.last_audio_end,
+            interrupted=reply.interrupted, fenced_chunks=fenced,
+        )
+        self.metrics.append(metrics)
+        self._emit(metrics)
+
+    async def _held(self, stream: AsyncIterator[ReplyEvent]) -> AsyncIterator[ReplyEvent]:
+        """Iterate ``stream`` with the virtual clock held, so generation takes no audio time."""
+        iterator = aiter(stream)
+        try:
+            while True:
+                with self._hold():
+                    try:
+                        event = await anext(iterator)
+                    except StopAsyncIteration:
+                        return
+                yield event
+        finally:
+            close = getattr(iterator, "aclose", None)
+            if close is not None:
+                await close()
+
+    async def _generate(self, reply: _Reply, events: AsyncIterator[ReplyEvent]) -> None:
+        """Accepted text events → segments, for a speaker task that synthesizes each
+        segment as soon as it is complete (TTS → playback) while generation goes on."""
+        segments: asyncio.Queue[tuple[int, str] | None] = asyncio.Queue()
+        segmenter = TextSegmenter(self.settings.segmenter)
+        try:
+            async for event in events:
+                if reply.delivery_id is None:
+                    reply.delivery_id = event.delivery_id
+                    self._emit(ReplyStarted(session_id=self.session_id, at=self.clock.now(),
+                                            turn_id=reply.turn_id, delivery_id=event.delivery_id,
+                                            reply_kind=event.kind))
+                    reply.speaker = asyncio.create_task(
+                        self._synthesize(reply, segments), name="voice.speak"
+                    )
+                if not await self._accept(reply, event):
+                    continue
+                if event.type == "text" and event.text:
+                    if reply.first_text is None:
+                        reply.first_text = self.clock.now()
+                    for seg in segmenter.push(event.text):
+                        segments.put_nowait((seg.segment_id, seg.text))
+                elif event.type == "completed":
+                    for seg in segmenter.flush():
+                        segments.put_nowait((seg.segment_id, seg.text))
+        finally:
+            segments.put_nowait(None)
+
+    async def _drain(self, reply: _Reply) -> None:
+        """Wait for the speaker to hand over the last chunk, then seal the delivery."""
+        speaker = reply.speaker
+        if speaker is not None:
+            await asyncio.wait({speaker})  # never raises: a fenced speaker was cancelled
+            if not speaker.cancelled() and speaker.exception() is not None:
+                logger.error("speech synthesis failed", exc_info=speaker.exception())
+        if reply.delivery_id is not None:
+            self.playback.seal(reply.delivery_id)
+
+    async def _accept(self, reply: _Reply, event: ReplyEvent) -> bool:
+        if reply.announcement and self.replies is not None:
+            async with self._lock:
+                if not self.replies.accepts_output(event.delivery_id):
+                    self.replies.settle(event.delivery_id, "skipped", "Floor lost before output.")
+                    return False
+                return self.turns.accept_event(event)
+        return self.turns.accept_event(event)
+
+    async def _synthesize(
+        self, reply: _Reply, segments: asyncio.Queue[tuple[int, str] | None]
+    ) -> None:
+        assert reply.delivery_id is not None
+        delivery = reply.delivery_id
+        while (item := await segments.get()) is not None:
+            segment_id, text = item
+            if self.playback.is_fenced(delivery):
+                return
+            self.playback.begin_segment(delivery, segment_id, text)
+            reply.segments.append(text)
+            self._emit(ReplyTextStreamed(session_id=self.session_id, at=self.clock.now(),
+                                         delivery_id=delivery, segment_id=segment_id, text=text))
+            chunks = self.engines.tts.stream(text, delivery_id=delivery, segment_id=segment_id)
+            async for chunk in self._held_chunks(chunks):
+                if not await self.playback.play(chunk):
+                    return
+            self.playback.end_segment(delivery, segment_id)
+
+    async def _held_chunks(self, chunks: AsyncIterator[AudioChunk]) -> AsyncIterator[AudioChunk]:
+        iterator = aiter(chunks)
+        try:
+            while True:
+                with self._hold():
+                    try:
+                        chunk = await anext(iterator)
+                    except StopAsyncIteration:
+                        return
+                yield chunk
+        finally:
+            close = getattr(iterator, "aclose", None)
+            if close is not None:
+                await close()
+
+    async def _finish(self, reply: _Reply) -> bool:
+        """Wait until the reply was played whole (True) or fenced (False)."""
+        if reply.delivery_id is None:
+            return False
+        return await self.playback.wait_played(reply.delivery_id)
+
+    async def _settle_history(self, reply: _Reply, played: bool) -> None:
+        assert reply.delivery_id is not None
+        heard = self.playback.heard_reply(reply.delivery_id)
+        now = self.clock.now()
+        if played:
+            self._emit(ReplyFinished(session_id=self.session_id, at=now, turn_id=reply.turn_id,
+                                     delivery_id=reply.delivery_id, text=heard.full_text))
+        elif reply.interrupted:
+            stop_ms = None
+            if reply.onset_at is not None and reply.last_audio_end is not None:
+                stop_ms = max(0.0, (reply.last_audio_end - reply.onset_at) * 1000.0)
+            self._emit(ReplyInterrupted(
+                session_id=self.session_id, at=now, turn_id=reply.turn_id,
+                delivery_id=reply.delivery_id, heard_text=heard.text, full_text=heard.full_text,
+                heard_seconds=heard.heard_seconds, stop_latency_ms=stop_ms,
+            ))
+            if not reply.announcement:
+                async with self._lock:
+                    record_heard(self.turns.flow.state, reply.turn_id, reply.delivery_id, heard)
+        self.playback.forget(reply.delivery_id)
+
+    # -- observe --------------------------------------------------------------------
+
+    async def _observe(self) -> None:
+        async for obs in self.transport.observations():
+            if isinstance(obs, PlaybackReceipt):
+                self.playback.on_receipt(obs)
+                reply = self._reply
+                if reply is not None and reply.delivery_id == obs.delivery_id:
+                    if reply.first_audio is None:
+                        reply.first_audio = obs.at
+                        self._emit(AudioStarted(session_id=self.session_id, at=obs.at,
+                                                delivery_id=obs.delivery_id))
+                    reply.last_audio_end = obs.at + obs.num_samples / obs.sample_rate
+                if self._playing != obs.delivery_id:
+                    self._playing = obs.delivery_id
+                    self._floor_dirty()
+            elif isinstance(obs, PlaybackDrained):
+                self._playing = None
+                self._floor_dirty()
+            elif isinstance(obs, MuteChanged):
+                self._muted = obs.muted
+                self._emit(MuteObserved(session_id=self.session_id, at=obs.at, muted=obs.muted))
+                self._floor_dirty()
+
+    def _floor_dirty(self) -> None:
+        """The client's state changed: report it (never waits, so listening never stalls)."""
+        self._floor_report.set()
+
+    async def _report_floor(self) -> None:
+        """Report the latest client state to the ReplyQueue as a new ClientActivity."""
+        while True:
+            await self._floor_report.wait()
+            self._floor_report.clear()
+            if self.replies is not None:
+                async with self._lock:
+                    self._client_seq += 1
+                    self.replies.observe_client(ClientActivity(
+                        session_id=self.session_id, seq=self._client_seq,
+                        recording=self._recording, playback=self._playing is not None,
+                        muted=self._muted, delivery_id=self._playing,
+                    ))
+            self._floor_changed.set()
+
+    async def _set_foreground(self, busy: bool) -> None:
+        if self.replies is not None:
+            async with self._lock:
+                self.replies.set_foreground(busy)
+        self._floor_changed.set()
+
+    # -- deliver --------------------------------------------------------------------
+
+    def notify(self) -> None:
+        """Wake the delivery task (call after enqueueing a job result)."""
+        self._floor_changed.set()
+
+    async def _deliver(self) -> None:
+        if self.replies is None or not self.settings.announcements:
+            return
+        replies = self.replies
+        while True:
+            await self._floor_changed.wait()
+            self._floor_changed.clear()
+            if self._reply is not None:
+                continue
+            async with self._lock:
+                delivery = replies.claim()
+                if delivery is None:
+                    continue
+                try:
+                    events = replies.prepare(delivery.delivery_id, self._announcer)
+                except Exception:
+                    logger.exception("announcement text failed", extra={
+                        "delivery_id": delivery.delivery_id})
+                    continue
+            if not events:
+                continue
+            await self._announce(delivery.turn_id, delivery.delivery_id, events)
+            self._floor_changed.set()  # look again: another may be pending
+
+    async def _announce(
+        self, turn_id: TurnId, delivery_id: DeliveryId, events: Sequence[ReplyEvent]
+    ) -> None:
+        reply = _Reply(turn_id=turn_id, input_revision=events[0].input_revision,
+                       announcement=True)
+        self._reply = reply
+        try:
+            await self._generate(reply, _iterate(events))
+            await self._drain(reply)
+            played = await self._finish(reply)
+            assert self.replies is not None
+            async with self._lock:
+                self.replies.settle(delivery_id, "completed" if played else "interrupted")
+                record = self.turns.flow.state.deliveries.get(delivery_id)
+            self._emit(DeliverySettled(session_id=self.session_id, at=self.clock.now(),
+                                       delivery_id=delivery_id,
+                                       status=record.status if record is not None else "unknown"))
+            await self._settle_history(reply, played)
+        finally:
+            self._reply = None
+
+    # -- helpers --------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def _hold(self) -> Iterator[None]:
+        if isinstance(self.clock, VirtualClock):
+            with self.clock.hold():
+                yield
+        else:
+            yield
+
+    def _emit(self, event: SessionEvent) -> None:
+        self.events.append(event)
+        if self._on_event is not None:
+            try:
+                self._on_event(event)
+            except Exception:  # a broken observer must not break the call
+                logger.exception("session event callback failed")
+
+    def __repr__(self) -> str:
+        return (
+            f"VoiceSession(session_id={self.session_id!r}, recording={self._recording}, "
+            f"playing={self._playing!r}, muted={self._muted}, {self.playback!r})"
+        )
+
+
+async def _iterate(events: Sequence[ReplyEvent]) -> AsyncIterator[ReplyEvent]:
+    for event in events:
+        yield event
