@@ -62,6 +62,13 @@ def tools_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
                 """Look up an order."""
                 return f"order {order_id}: shipped"
 
+            def pick(flow, value):
+                return "left"
+
+            def mark(flow, value, name):
+                flow.state.steps.append(name)
+                return name
+
             NOT_CALLABLE = 3
             '''
         )
@@ -322,3 +329,36 @@ def test_unreadable_sources_and_bad_arguments(tmp_path: Path, tools_module: str)
     assert "not callable" in messages["methods.a.do.python"]
     assert "no attribute" in messages["methods.b.do.python"]
     assert "cannot import" in messages["methods.c.do.python"]
+
+
+def test_plain_declaration_with_router_and_conditions(tools_module: str) -> None:
+    doc = f"""
+schema: voxflow.flow/v1
+name: Pipeline
+state:
+  json_schema: {{properties: {{steps: {{type: array}}}}}}
+methods:
+  begin:
+    start: true
+    do: {{call: code, python: {tools_module}.mark, with: {{name: begin}}}}
+  decide:
+    listen: begin
+    router: true
+    labels: [left, right]
+    do: {{call: code, python: {tools_module}.pick}}
+  on_left:
+    listen: left
+    do: {{call: code, python: {tools_module}.mark, with: {{name: left}}}}
+  joined:
+    listen: {{or: [on_left, never]}}
+    do: {{call: code, python: {tools_module}.mark, with: {{name: joined}}}}
+"""
+    flow = Flow.from_declaration(contents=doc, allow_python=[tools_module])
+    assert flow.kickoff() == "joined"
+    assert flow.state.steps == ["begin", "left", "joined"]
+    with pytest.raises(DeclarationError) as info:
+        Flow.from_declaration(
+            contents=doc.replace("labels: [left, right]", "labels: [on_left]"),
+            allow_python=[tools_module],
+        )
+    assert info.value.path == "methods.decide.labels"
