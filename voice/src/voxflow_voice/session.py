@@ -177,8 +177,11 @@ class VoiceSession:
         self._anchor = (0.0, 0)  # (clock time, input sample) of the latest frame
         self._recording = False
         self._playing: DeliveryId | None = None
+        self._stopped: DeliveryId | None = None  # the delivery whose playback stopped last
         self._muted = False
         self._client_seq = 0
+        self._foreground = 0  # utterances whose reply has not settled yet
+        self._speaking = asyncio.Lock()  # one reply (answer or announcement) at a time
         self._floor_changed = asyncio.Event()  # wakes the delivery task
         self._floor_report = asyncio.Event()  # wakes the floor reporter
         self._closed = False
@@ -255,6 +258,10 @@ class VoiceSession:
                                    end_at=self._time_of(event.end_sample)))
             self._floor_dirty()
         elif isinstance(event, UtteranceReady):
+            # From the end of the user's speech until its reply settles, the floor is
+            # the foreground's: no announcement may slip in while STT runs.
+            self._foreground += 1
+            self._floor_dirty()
             self._utterances.put_nowait(event)
 
     async def _maybe_barge_in(self, onset_at: float) -> None:
@@ -288,16 +295,23 @@ class VoiceSession:
 
     async def _converse(self) -> None:
         while (utterance := await self._utterances.get()) is not None:
-            speech_end = self._time_of(utterance.end_sample)
-            with self._hold():
-                transcript = await self.engines.stt.transcribe(utterance.audio)
-            if transcript is None or not transcript.text.strip():
-                self._emit(TranscriptDiscarded(session_id=self.session_id, at=self.clock.now(),
-                                               reason="no words in the utterance"))
-                continue
-            if self.turns.flow.state.ended:
-                continue  # the conversation is over: nothing more is answered
-            await self._answer(transcript.text, speech_end)
+            try:
+                speech_end = self._time_of(utterance.end_sample)
+                with self._hold():
+                    transcript = await self.engines.stt.transcribe(utterance.audio)
+                if transcript is None or not transcript.text.strip():
+                    self._emit(TranscriptDiscarded(
+                        session_id=self.session_id, at=self.clock.now(),
+                        reason="no words in the utterance",
+                    ))
+                    continue
+                if self.turns.flow.state.ended:
+                    continue  # the conversation is over: nothing more is answered
+                async with self._speaking:  # after an announcement that is still playing
+                    await self._answer(transcript.text, speech_end)
+            finally:
+                self._foreground -= 1
+                self._floor_dirty()
 
     async def _answer(self, text: str, speech_end: float) -> None:
         turn_id = new_turn_id()
@@ -306,7 +320,6 @@ class VoiceSession:
                                  turn_id=turn_id, text=text, speech_end_at=speech_end))
         reply = _Reply(turn_id=turn_id, input_revision=1)
         self._reply = reply
-        await self._set_foreground(True)
         try:
             try:
                 # The flow runs with the state lock held, so job commits and queue
@@ -324,7 +337,6 @@ class VoiceSession:
                 await self._settle_history(reply, played)
         finally:
             self._reply = None
-            await self._set_foreground(False)
         fenced = self.playback.statistics().chunks_dropped
         metrics = TurnMetrics(
             session_id=self.session_id, at=self.clock.now(), turn_id=turn_id,
@@ -477,6 +489,9 @@ class VoiceSession:
                     self._playing = obs.delivery_id
                     self._floor_dirty()
             elif isinstance(obs, PlaybackDrained):
+                # A stop names what stopped: the ReplyQueue refuses an anonymous stop
+                # while identified playback is on (a stale stop must not free newer audio).
+                self._stopped = obs.delivery_id or self._playing
                 self._playing = None
                 self._floor_dirty()
             elif isinstance(obs, MuteChanged):
@@ -495,25 +510,35 @@ class VoiceSession:
             self._floor_report.clear()
             if self.replies is not None:
                 async with self._lock:
+                    self.replies.set_foreground(self._foreground > 0)
                     self._client_seq += 1
                     self.replies.observe_client(ClientActivity(
                         session_id=self.session_id, seq=self._client_seq,
                         recording=self._recording, playback=self._playing is not None,
-                        muted=self._muted, delivery_id=self._playing,
+                        muted=self._muted,
+                        delivery_id=self._playing if self._playing is not None else self._stopped,
                     ))
             self._floor_changed.set()
-
-    async def _set_foreground(self, busy: bool) -> None:
-        if self.replies is not None:
-            async with self._lock:
-                self.replies.set_foreground(busy)
-        self._floor_changed.set()
 
     # -- deliver --------------------------------------------------------------------
 
     def notify(self) -> None:
         """Wake the delivery task (call after enqueueing a job result)."""
         self._floor_changed.set()
+
+    async def on_job_update(self, snapshot: Any = None) -> None:
+        """``JobRunner(on_update=...)`` target: queue completed jobs for announcement.
+
+        Enqueueing is idempotent (the ReplyQueue coalesces a job version it already
+        holds), so every snapshot can simply offer every completed job.
+        """
+        if self.replies is None:
+            return
+        async with self._lock:
+            for job in list(getattr(self.turns.flow.state, "jobs", {}).values()):
+                if job.status == "completed":
+                    self.replies.enqueue(job)
+        self.notify()
 
     async def _deliver(self) -> None:
         if self.replies is None or not self.settings.announcements:
@@ -522,21 +547,23 @@ class VoiceSession:
         while True:
             await self._floor_changed.wait()
             self._floor_changed.clear()
-            if self._reply is not None:
+            # The local view is always current; the ReplyQueue's may lag a report behind.
+            if self._foreground or self._recording or self._muted or self._speaking.locked():
                 continue
-            async with self._lock:
-                delivery = replies.claim()
-                if delivery is None:
+            async with self._speaking:
+                async with self._lock:
+                    delivery = replies.claim()
+                    if delivery is None:
+                        continue
+                    try:
+                        events = replies.prepare(delivery.delivery_id, self._announcer)
+                    except Exception:
+                        logger.exception("announcement text failed", extra={
+                            "delivery_id": delivery.delivery_id})
+                        continue
+                if not events:
                     continue
-                try:
-                    events = replies.prepare(delivery.delivery_id, self._announcer)
-                except Exception:
-                    logger.exception("announcement text failed", extra={
-                        "delivery_id": delivery.delivery_id})
-                    continue
-            if not events:
-                continue
-            await self._announce(delivery.turn_id, delivery.delivery_id, events)
+                await self._announce(delivery.turn_id, delivery.delivery_id, events)
             self._floor_changed.set()  # look again: another may be pending
 
     async def _announce(

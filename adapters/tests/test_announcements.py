@@ -1,0 +1,133 @@
+"""Background jobs announced through the ReplyQueue only when the floor is free."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any, ClassVar
+
+import pytest
+from voxflow_adapters.scenario import CallResult, run_call
+from voxflow_adapters.script import CallScript
+from voxflow_voice.engines import VoiceEngines
+from voxflow_voice.session import VoiceSession
+
+from voxflow import ConversationConfig, Flow, listen, start
+from voxflow.clock import VirtualClock
+from voxflow.conversation import RouterContext
+from voxflow.jobs import JobRecord, JobRunner, JobState, JobWorkFlow, JobWorkState, add_job
+from voxflow.replies import ReplyQueue, ReplyQueueState
+from voxflow.turns import TurnRunner
+
+pytestmark = pytest.mark.models
+
+ANSWER = "Your parcel arrives on Thursday."
+
+
+class Lookup(JobRecord):
+    output_fields: ClassVar[frozenset[str]] = frozenset({"answer"})
+    answer: str = ""
+
+
+class ShopState(ReplyQueueState, JobState[Lookup]):
+    pass
+
+
+class LookupWork(JobWorkFlow[JobWorkState[Lookup]]):
+    pause: Callable[[float], None] = staticmethod(lambda s: None)
+    seconds: ClassVar[float] = 2.0
+
+    @start()
+    def look_up(self) -> None:
+        self.publish_update("started")
+        self.publish_update("stage_started", stage="lookup")
+        self.pause(self.seconds)
+        self.publish_update("stage_completed", stage="lookup", outputs={"answer": ANSWER})
+        self.publish_update("completed")
+
+
+@ConversationConfig(system_prompt="")
+class Shop(Flow[ShopState]):
+    start_job: Callable[[Lookup], None] | None = None
+
+    def route_turn(self, context: RouterContext) -> str | None:
+        return "order" if "order" in (self.state.current_user_message or "").lower() else "chat"
+
+    @listen("order")
+    def handle_order(self) -> str:
+        running = [t for t in self.state.turns.values() if t.status == "running"]
+        job = Lookup(session_id=self.state.id, origin_turn_id=running[-1].turn_id)
+        assert add_job(self.state, job) and self.start_job is not None
+        self.start_job(job)
+        return "I'm checking your order."
+
+    @listen("chat")
+    def handle_chat(self) -> str:
+        return "Sure, let me think about that for a little while longer."
+
+
+async def call_with_jobs(engines: VoiceEngines, script: CallScript) -> CallResult:
+    flow = Shop()
+    turns = TurnRunner(flow)
+    replies = ReplyQueue(turns)
+    clock = VirtualClock(autojump=True)
+    loop = asyncio.get_running_loop()
+    holder: dict[str, VoiceSession] = {}
+
+    def pause(seconds: float) -> None:  # the worker thread waits on the call's clock
+        asyncio.run_coroutine_threadsafe(clock.sleep(seconds), loop).result()
+
+    def make_work(job: Lookup, inputs: Any, publish: Any) -> LookupWork:
+        work = LookupWork(state=JobWorkState[Lookup](job=job), publish=publish,
+                          suppress_flow_events=True)
+        work.pause = pause
+        return work
+
+    async def on_update(snapshot: dict[str, Any]) -> None:
+        await holder["session"].on_job_update(snapshot)
+
+    jobs = JobRunner(flow.state, make_work, on_update=on_update)
+    flow.start_job = lambda job: jobs.submit(job, {})
+    try:
+        return await run_call(
+            turns, script, engines, clock=clock, replies=replies, jobs=jobs,
+            on_session=lambda s: holder.__setitem__("session", s),
+        )
+    finally:
+        await jobs.aclose()
+
+
+def announcement_start(call: CallResult) -> tuple[str, float]:
+    started = [e for e in call.events if e.kind == "reply_started" and e.reply_kind == "progress"]
+    assert len(started) == 1
+    delivery = started[0].delivery_id
+    audio = [e.at for e in call.events if e.kind == "audio_started" and e.delivery_id == delivery]
+    assert audio, "the announcement was never heard"
+    return delivery, audio[0]
+
+
+async def test_job_result_is_announced_once_the_floor_is_free(engines: VoiceEngines) -> None:
+    script = (CallScript().user_says(0.3, "Where is my order?")
+              .user_says(3.0, "And can you tell me something else?").until(14.0))
+    call = await call_with_jobs(engines, script)
+    delivery, heard_at = announcement_start(call)
+    # Never over the user, never over another reply: it starts after the second answer
+    # finished playing, although the job completed while that answer was playing.
+    finished = [e.at for e in call.events if e.kind == "reply_finished"]
+    assert len(finished) >= 2 and heard_at >= finished[1]
+    for e in call.events:
+        if e.kind == "speech_started":
+            assert not (heard_at <= e.onset_at <= heard_at + 0.5)
+    settled = [e for e in call.events if e.kind == "delivery_settled"]
+    assert [(s.delivery_id, s.status) for s in settled] == [(delivery, "completed")]
+    assert call.of_kind("reply_text")[-1].text == ANSWER
+    assert call.stale_samples() == 0
+
+
+async def test_mute_holds_announcements_until_unmuted(engines: VoiceEngines) -> None:
+    script = CallScript().user_says(0.3, "Check my order please.").mute(2.5, 8.0).until(14.0)
+    call = await call_with_jobs(engines, script)
+    _, heard_at = announcement_start(call)
+    mutes = [(e.at, e.muted) for e in call.events if e.kind == "mute"]
+    assert [m for _, m in mutes] == [True, False]
+    assert heard_at >= mutes[1][0]  # nothing was announced while muted
