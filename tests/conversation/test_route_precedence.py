@@ -298,3 +298,44 @@ def test_answer_from_history_is_skipped_when_route_turn_or_intent_decide() -> No
     with warnings.catch_warnings():
         warnings.simplefilter("error", DeprecationWarning)
         assert flow.handle_turn("x") == "order reply"
+
+
+def test_spec_pattern_b_classify_inside_route_turn() -> None:
+    class Classifying(Flow[ConversationState]):
+        conversational = True
+
+        def _routing_prompt(self, message: str | None) -> str:
+            return f"Route this support message: {message}"
+
+        def route_turn(self, context: RouterContext) -> str | None:
+            intent = self.classify_intent(
+                self._routing_prompt(self.state.current_user_message),
+                ("GREETING", "ORDER", "RESEARCH", "GOODBYE"),
+                llm=LLM("openai/gpt-4o-mini", mock_response="RESEARCH"),
+            )
+            self.state.last_intent = intent
+            return intent
+
+        @listen("RESEARCH")
+        def handle_research(self) -> str:
+            """Multi-step research with tools."""
+            return "researching"
+
+    flow = Classifying()
+    assert flow.handle_turn("find papers on X") == "researching"
+    assert flow.state.last_intent == "RESEARCH"
+
+
+def test_spec_custom_router_side_effects_then_super() -> None:
+    buses: list[object] = []
+
+    @ConversationConfig(llm=intent_llm('{"intent": "DOCS"}'))
+    class SideEffects(AutoRouted):
+        def route_turn(self, context: RouterContext) -> Any:
+            buses.append(object())  # e.g. self.event_bus = MyBus(self)
+            return super().route_turn(context)
+
+    flow = SideEffects()
+    assert flow.handle_turn("docs?") == "docs reply"
+    assert flow.handle_turn("more docs?") == "docs reply"
+    assert len(buses) == 2
