@@ -369,3 +369,25 @@ def test_overriding_a_builtin_by_name_keeps_its_wiring() -> None:
     flow = Custom()
     assert flow.handle_turn("hi") == "custom converse"
     assert flow.state.messages[-1].content == "custom converse"
+
+
+def test_a_legacy_chat_state_flow_can_be_conversational() -> None:
+    from voxflow import ChatState
+
+    class LegacyChat(Flow[ChatState]):
+        conversational = True
+
+        def route_turn(self, context: Any) -> str | None:
+            return "end" if "bye" in (self.state.last_user_message or "") else None
+
+    flow = LegacyChat()
+    assert flow.handle_turn("hello") == NO_LLM_REPLY
+    assert flow.handle_turn("bye") == "Goodbye!"
+    assert flow.state.messages == [
+        {"role": "user", "content": "hello"},
+        {"role": "assistant", "content": NO_LLM_REPLY},
+        {"role": "user", "content": "bye"},
+        {"role": "assistant", "content": "Goodbye!"},
+    ]
+    with pytest.raises(ConversationEndedError):
+        flow.handle_turn("still there?")
