@@ -108,3 +108,23 @@ async def test_same_script_gives_the_same_event_log(engines: VoiceEngines) -> No
         return [(e.kind, round(e.at, 6)) for e in call.events]
 
     assert await once() == await once()
+
+
+async def test_reactive_steps_wait_for_the_assistant(engines: VoiceEngines) -> None:
+    turns = TurnRunner(Echo())
+    script = (CallScript().user_says(0.3, "Good morning.")
+              .then_says("Tell me a story.", gap=0.5)
+              .then_says("Stop, please.", after="reply_start", gap=2.0)
+              .then_mutes(1.0, after="reply_end", gap=0.3))
+    call = await run_call(turns, script, engines, tail=1.0)
+    log = call.client.step_log()
+    assert [a for _, a, _ in log] == ["say", "say", "mute"]
+    finished = call.of_kind("reply_finished")
+    started = call.of_kind("audio_started")
+    # the second line came 0.5 s after the first reply's audio ended, not at a fixed time
+    assert log[0][0] == pytest.approx(finished[0].at + 0.5, abs=0.05)
+    # the barge-in came 2 s into the story's audio and cut it
+    assert log[1][0] == pytest.approx(started[1].at + 2.0, abs=0.05)
+    assert call.settled(call.replies()[1]) == "interrupted"
+    assert [words(t)[:1] for t in call.transcripts()] == [["good"], ["tell"], ["stop"]]
+    assert call.of_kind("mute")[0].muted is True

@@ -7,15 +7,23 @@ background noise, an echo of the assistant). :meth:`CallScript.render` turns it 
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 import numpy as np
 from numpy.typing import NDArray
 from voxflow_voice.audio import STT_SAMPLE_RATE, AudioChunk, read_wav, resample
 
-__all__ = ["CallScript", "RenderedScript", "ScriptedUtterance"]
+__all__ = [
+    "CallScript",
+    "RenderedScript",
+    "RenderedStep",
+    "ScriptedStep",
+    "ScriptedUtterance",
+    "Trigger",
+]
 
 
 class _Synthesizer(Protocol):
@@ -43,6 +51,42 @@ class ScriptedUtterance:
     gain: float = 1.0
 
 
+Trigger = Literal["reply_end", "reply_start"]
+
+
+@dataclass(frozen=True, slots=True)
+class ScriptedStep:
+    """A step that waits for the assistant instead of a fixed time.
+
+    Steps run one after the other, after the timed utterances. A step is *armed* when
+    the previous one finished (its speech ended, or its mute was lifted) and fires:
+
+    * ``after="reply_end"``: ``gap`` s after the assistant's audio, started since the
+      step was armed, ran dry (or ``max_wait`` s after arming if nothing played);
+    * ``after="reply_start"``: ``gap`` s after the assistant's audio started (since
+      arming): a barge-in when the step speaks.
+
+    Attributes:
+        action: ``say`` (``text``/``audio``) or ``mute`` (for ``duration`` s).
+    """
+
+    action: Literal["say", "mute"]
+    after: Trigger
+    gap: float
+    text: str | None = None
+    audio: AudioChunk | None = None
+    duration: float = 0.0
+    max_wait: float = 8.0
+
+
+@dataclass(frozen=True, slots=True)
+class RenderedStep:
+    """A step with its speech rendered at 16 kHz (empty for a mute)."""
+
+    step: ScriptedStep
+    speech: NDArray[np.float32]
+
+
 @dataclass(frozen=True, slots=True)
 class RenderedScript:
     """A script as audio: the user's track, and the rest of the timeline."""
@@ -55,6 +99,7 @@ class RenderedScript:
     echo_delay_frames: int
     duration: float
     seed: int
+    steps: tuple[RenderedStep, ...] = ()
 
     def muted_at(self, t: float) -> bool:
         """Whether the microphone is muted at call time ``t``."""
@@ -85,6 +130,7 @@ class CallScript:
     echo_delay: float = 0.04
     seed: int = 0
     end_at: float | None = None
+    steps: list[ScriptedStep] = field(default_factory=list)
 
     def user_says(
         self, at: float, text: str | None = None, *, audio: AudioChunk | str | Path | None = None,
@@ -101,6 +147,31 @@ class CallScript:
             raise ValueError("gain must be > 0")
         chunk = read_wav(audio) if isinstance(audio, str | Path) else audio
         self.utterances.append(ScriptedUtterance(float(at), text, chunk, gain))
+        return self
+
+    def then_says(
+        self, text: str | None = None, *, audio: AudioChunk | str | Path | None = None,
+        after: Trigger = "reply_end", gap: float = 0.8,
+    ) -> CallScript:
+        """Then the user says ``text`` once the assistant has answered (see
+        :class:`ScriptedStep`); ``after="reply_start"`` speaks over the reply."""
+        if text is None and audio is None:
+            raise ValueError("then_says needs text, audio, or both")
+        if text is not None and (not isinstance(text, str) or not text.strip()):
+            raise ValueError("text must be a non-empty string")
+        _check_step(after, gap)
+        chunk = read_wav(audio) if isinstance(audio, str | Path) else audio
+        self.steps.append(ScriptedStep("say", after, float(gap), text, chunk))
+        return self
+
+    def then_mutes(
+        self, duration: float, *, after: Trigger = "reply_start", gap: float = 0.5
+    ) -> CallScript:
+        """Then the user mutes the microphone for ``duration`` s (see :class:`ScriptedStep`)."""
+        if not duration > 0:
+            raise ValueError("duration must be > 0")
+        _check_step(after, gap)
+        self.steps.append(ScriptedStep("mute", after, float(gap), duration=float(duration)))
         return self
 
     def mute(self, start: float, end: float) -> CallScript:
@@ -133,8 +204,6 @@ class CallScript:
 
     async def render(self, tts: _Synthesizer | None = None) -> RenderedScript:
         """Synthesize text utterances (with ``tts``) and lay everything on one track."""
-        import asyncio
-
         placed: list[tuple[ScriptedUtterance, NDArray[np.float32]]] = []
         for utt in sorted(self.utterances, key=lambda u: u.at):
             if utt.audio is not None:
@@ -154,7 +223,21 @@ class CallScript:
             begin = round(utt.at * STT_SAMPLE_RATE)
             track[begin : begin + samples.size] += samples[: track.size - begin]
             spans.append((utt, utt.at, end))
+        steps = []
+        for step in self.steps:
+            speech = np.zeros(0, np.float32)
+            if step.action == "say":
+                if step.audio is not None:
+                    speech = resample(step.audio.samples(), step.audio.sample_rate,
+                                      STT_SAMPLE_RATE)
+                else:
+                    if tts is None:
+                        raise ValueError("text steps need a tts to render them")
+                    assert step.text is not None
+                    speech = await asyncio.to_thread(_synthesize, tts, step.text)
+            steps.append(RenderedStep(step, speech))
         return RenderedScript(
+            steps=tuple(steps),
             user=track,
             utterances=tuple(spans),
             mutes=tuple(sorted(self.mutes)),
@@ -164,6 +247,13 @@ class CallScript:
             duration=duration,
             seed=self.seed,
         )
+
+
+def _check_step(after: str, gap: float) -> None:
+    if after not in ("reply_end", "reply_start"):
+        raise ValueError(f"after must be 'reply_end' or 'reply_start', got {after!r}")
+    if not isinstance(gap, int | float) or gap < 0:
+        raise ValueError(f"gap must be >= 0, got {gap!r}")
 
 
 def _synthesize(tts: _Synthesizer, text: str) -> NDArray[np.float32]:

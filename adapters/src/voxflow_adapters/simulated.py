@@ -110,10 +110,12 @@ class SimulatedClient:
         clock: the call's clock (virtual for deterministic runs).
         lead: seconds of reply audio the client buffers ahead of playout.
         tail: seconds the call goes on after the script's last event.
+        max_duration: the call ends by then whatever the steps wait for.
     """
 
     def __init__(
-        self, script: CallScript, *, clock: Clock, lead: float = 0.5, tail: float = 3.0
+        self, script: CallScript, *, clock: Clock, lead: float = 0.5, tail: float = 3.0,
+        max_duration: float = 300.0,
     ) -> None:
         if not isinstance(script, CallScript):
             raise TypeError(f"script must be a CallScript, got {type(script).__name__}")
@@ -138,6 +140,8 @@ class SimulatedClient:
         self._echo: deque[NDArray[np.float32]] = deque()
         self._muted = False
         self._ticker: asyncio.Task[None] | None = None
+        self._steps: _StepRunner | None = None
+        self._max_duration = max_duration
         self.finished = asyncio.Event()
 
     async def render(self, tts: Any | None = None) -> None:
@@ -218,16 +222,24 @@ class SimulatedClient:
     async def _tick_loop(self) -> None:
         assert self._rendered is not None
         rendered = self._rendered
-        total_ticks = round((rendered.duration + self._tail) / FRAME_SECONDS)
+        timed_ticks = round(rendered.duration / FRAME_SECONDS)
+        tail_ticks = round(self._tail / FRAME_SECONDS)
+        max_ticks = round(self._max_duration / FRAME_SECONDS)
         start = self.clock.now()
         self.tape.start = start
+        self._steps = _StepRunner(rendered, start_tick=timed_ticks)
+        tick = 0
         try:
-            for tick in range(total_ticks):
+            while tick < max_ticks:
+                end = max(timed_ticks, self._steps.done_tick or max_ticks) + tail_ticks
+                if tick >= end:
+                    break
                 target = start + tick * FRAME_SECONDS
                 delay = target - self.clock.now()
                 if delay > 0:
                     await self.clock.sleep(delay)
                 self._tick(tick, rendered)
+                tick += 1
         finally:
             self._end_streams()
 
@@ -235,14 +247,18 @@ class SimulatedClient:
         now = self.clock.now()
         begin = tick * _FRAME_IN
         t = tick * FRAME_SECONDS
-        muted = rendered.muted_at(t)
+        steps = self._steps
+        assert steps is not None
+        muted = rendered.muted_at(t) or steps.muted(tick)
         if muted != self._muted:
             self._muted = muted
             self._observations.put_nowait(MuteChanged(muted=muted, at=now))
         heard = self._play(now)
+        steps.observe(tick, playing=self._was_playing is not None)
         user = rendered.user[begin : begin + _FRAME_IN]
         if user.size < _FRAME_IN:
             user = np.pad(user, (0, _FRAME_IN - user.size))
+        user = user + steps.speech(tick)
         self.tape.user.append(user)
         self.tape.heard.append(heard)
         mic = user.copy()
@@ -314,8 +330,79 @@ class SimulatedClient:
         if self._queued_seconds < self._lead:
             self._writable.set()
 
+    def step_log(self) -> list[tuple[float, str, str]]:
+        """(call time, action, text) of every reactive step that fired, in order."""
+        return list(self._steps.log) if self._steps is not None else []
+
     def __repr__(self) -> str:
         return (
             f"SimulatedClient(queued={self._queued_seconds:.2f}s, "
             f"receipts={len(self.tape.receipts)}, muted={self._muted})"
         )
+
+
+class _StepRunner:
+    """Fires a script's reactive steps from what the client hears, tick by tick."""
+
+    def __init__(self, rendered: RenderedScript, *, start_tick: int) -> None:
+        self._steps = list(rendered.steps)
+        self._index = 0
+        self._armed = start_tick  # the tick the current step was armed at
+        self._started: int | None = None  # first playing tick since arming
+        self._drained: int | None = None  # first silent tick after that playback
+        self._speech: tuple[int, NDArray[np.float32]] | None = None  # (start tick, audio)
+        self._mute: tuple[int, int] | None = None  # [start, end) ticks
+        self.done_tick: int | None = start_tick if not self._steps else None
+        self.log: list[tuple[float, str, str]] = []
+
+    def observe(self, tick: int, *, playing: bool) -> None:
+        """Track the assistant's playback, then fire the current step if it is due."""
+        if tick < self._armed or self._index >= len(self._steps):
+            return
+        if playing:
+            if self._started is None:
+                self._started = tick
+            self._drained = None
+        elif self._started is not None and self._drained is None:
+            self._drained = tick
+        step = self._steps[self._index].step
+        gap = round(step.gap / FRAME_SECONDS)
+        due = False
+        if step.after == "reply_start":
+            due = self._started is not None and tick - self._started >= gap
+        elif self._drained is not None:
+            due = tick - self._drained >= gap
+        elif self._started is None:
+            due = tick - self._armed >= round(step.max_wait / FRAME_SECONDS)
+        if due:
+            self._fire(tick)
+
+    def _fire(self, tick: int) -> None:
+        rendered = self._steps[self._index]
+        step = rendered.step
+        self.log.append((tick * FRAME_SECONDS, step.action, step.text or ""))
+        if step.action == "say":
+            self._speech = (tick + 1, rendered.speech)
+            end = tick + 1 + -(-rendered.speech.size // _FRAME_IN)
+        else:
+            end = tick + 1 + round(step.duration / FRAME_SECONDS)
+            self._mute = (tick + 1, end)
+        self._index += 1
+        self._armed, self._started, self._drained = end, None, None
+        if self._index >= len(self._steps):
+            self.done_tick = end
+
+    def speech(self, tick: int) -> NDArray[np.float32]:
+        """The reactive speech of this tick's frame (zeros when none)."""
+        frame = np.zeros(_FRAME_IN, np.float32)
+        if self._speech is not None:
+            start, audio = self._speech
+            offset = (tick - start) * _FRAME_IN
+            if 0 <= offset < audio.size:
+                piece = audio[offset : offset + _FRAME_IN]
+                frame[: piece.size] = piece
+        return frame
+
+    def muted(self, tick: int) -> bool:
+        """Whether a reactive mute covers this tick."""
+        return self._mute is not None and self._mute[0] <= tick < self._mute[1]
