@@ -27,6 +27,7 @@ on turn 1.
 from __future__ import annotations
 
 import contextvars
+import functools
 import inspect
 import warnings
 from collections.abc import Awaitable, Callable, Iterator, Mapping
@@ -87,7 +88,11 @@ current_llm_method: contextvars.ContextVar[str | None] = contextvars.ContextVar(
 )
 """The built-in method making the current LLM call (stream frames carry it)."""
 
-_DEFAULT_CONFIG = ConversationConfig()
+
+@functools.cache
+def _default_config() -> ConversationConfig:
+    """The config of a conversational flow that declares none (built on first use)."""
+    return ConversationConfig()
 
 
 def _stub(name: str) -> Callable[..., Any]:
@@ -236,7 +241,7 @@ class ConversationGraph:
     @classmethod
     def _conversation_config(cls) -> ConversationConfig:
         config = getattr(cls, CONVERSATION_CONFIG_ATTR, None)
-        return config if isinstance(config, ConversationConfig) else _DEFAULT_CONFIG
+        return config if isinstance(config, ConversationConfig) else _default_config()
 
     @classmethod
     def route_catalog(cls) -> RouteCatalog:

@@ -50,7 +50,7 @@ class CheckpointConfig(BaseModel):
         restore_from: a checkpoint file to resume from (None: start fresh).
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     directory: Path | None = Field(default=None, description="where to write checkpoints")
     restore_from: Path | None = Field(default=None, description="checkpoint file to resume")

@@ -40,7 +40,9 @@ ConditionShape = Literal["single", "multi_or", "compound"]
 class MethodDefinition(BaseModel):
     """One wired method of a flow."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True)
+    model_config = ConfigDict(
+        frozen=True, extra="forbid", arbitrary_types_allowed=True, defer_build=True
+    )
 
     name: str
     index: int
@@ -78,7 +80,9 @@ class Plan:
 class FlowDefinition(BaseModel):
     """The compiled, validated trigger graph of a Flow class (see module docs)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True)
+    model_config = ConfigDict(
+        frozen=True, extra="forbid", arbitrary_types_allowed=True, defer_build=True
+    )
 
     name: str
     methods: dict[str, MethodDefinition]

@@ -48,7 +48,7 @@ class Condition(BaseModel):
     ``@listen("x")`` is stored as ``Condition(kind="or", items=("x",))``.
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     kind: Literal["or", "and"]
     items: tuple[str | Condition, ...]

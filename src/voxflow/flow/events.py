@@ -47,7 +47,9 @@ logger = logging.getLogger(__name__)
 class FlowEvent(BaseModel):
     """Base of every event on a :class:`FlowEventBus`."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True)
+    model_config = ConfigDict(
+        frozen=True, extra="forbid", arbitrary_types_allowed=True, defer_build=True
+    )
 
     kind: str
     at: float = Field(description="Clock.now() of the flow when it happened")

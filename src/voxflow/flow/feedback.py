@@ -57,7 +57,9 @@ F = TypeVar("F", bound=Callable[..., Any])
 class FeedbackContext(BaseModel):
     """What a provider is asked to get feedback on."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True)
+    model_config = ConfigDict(
+        frozen=True, extra="forbid", arbitrary_types_allowed=True, defer_build=True
+    )
 
     flow_name: str
     flow_id: str
@@ -71,7 +73,9 @@ class FeedbackContext(BaseModel):
 class HumanFeedbackResult(BaseModel):
     """The feedback given on one step, and the outcome it collapsed to."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True)
+    model_config = ConfigDict(
+        frozen=True, extra="forbid", arbitrary_types_allowed=True, defer_build=True
+    )
 
     method_name: str
     output: Any = None
@@ -82,7 +86,7 @@ class HumanFeedbackResult(BaseModel):
 class InputHistoryEntry(BaseModel):
     """One :meth:`Flow.ask` exchange."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     method_name: str | None
     prompt: str
@@ -158,7 +162,9 @@ class PauseForFeedback:
 class FeedbackConfig(BaseModel):
     """What ``@human_feedback`` stamped on a method."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True)
+    model_config = ConfigDict(
+        frozen=True, extra="forbid", arbitrary_types_allowed=True, defer_build=True
+    )
 
     message: str
     emit: tuple[str, ...] | None = None

@@ -79,7 +79,9 @@ class FlowPersistence(Protocol):
 class PersistConfig(BaseModel):
     """What ``@persist`` stamped: the backend (None: the runtime's default) and verbosity."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True)
+    model_config = ConfigDict(
+        frozen=True, extra="forbid", arbitrary_types_allowed=True, defer_build=True
+    )
 
     backend: Any = Field(default=None, description="a FlowPersistence, or None for the default")
     verbose: bool = Field(default=False, description="log each save at INFO")

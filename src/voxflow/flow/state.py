@@ -15,7 +15,7 @@ import uuid
 from collections.abc import Mapping
 from typing import Any, TypeAlias
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 __all__ = [
     "FlowState",
@@ -39,6 +39,8 @@ def new_state_id() -> str:
 
 class FlowState(BaseModel):
     """Base class for typed flow state; provides the ``id`` every state needs."""
+
+    model_config = ConfigDict(defer_build=True)  # validators built on first use: light import
 
     id: str = Field(default_factory=new_state_id, description="identity of the run/session")
 

@@ -35,7 +35,9 @@ _END = object()
 class StreamFrame(BaseModel):
     """One ordered frame of a streamed run."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True)
+    model_config = ConfigDict(
+        frozen=True, extra="forbid", arbitrary_types_allowed=True, defer_build=True
+    )
 
     seq: int = Field(default=0, description="order within the session, from 1")
     channel: str = Field(description='"flow", "method", or a custom channel such as "llm"')

@@ -78,7 +78,7 @@ class JobRecord(BaseModel):
         ...     notes: list[str] = Field(default_factory=list)
     """
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
     output_fields: ClassVar[frozenset[str]] = frozenset()
     """Fields a ``stage_completed`` update may write (base fields are always excluded)."""
@@ -114,6 +114,8 @@ class JobState(BaseModel, Generic[JobT]):
         ...     pass
     """
 
+    model_config = ConfigDict(defer_build=True)
+
     id: SessionId = Field(default_factory=new_session_id, description="the session identity")
     jobs: dict[str, JobT] = Field(default_factory=dict, description="job_id → record")
     job_sequence: int = Field(0, ge=0, description="bumped on every accepted change")
@@ -126,7 +128,7 @@ class JobUpdate(BaseModel):
     last accepted one (gaps are allowed).
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     session_id: SessionId
     job_id: JobId

@@ -63,7 +63,6 @@ __all__ = ["ReplyQueue", "ReplyQueueStatistics"]
 logger = logging.getLogger("voxflow.replies")
 
 _SETTLE: frozenset[str] = frozenset(get_args(SettleStatus))
-_AnyJobState = JobState[JobRecord]  # subscripted once: a generic subscription is not free
 _TERMINAL: frozenset[str] = _SETTLE
 
 
@@ -134,7 +133,8 @@ class ReplyQueue:
 
     @staticmethod
     def _jobs(state: ReplyQueueState) -> dict[str, JobRecord]:
-        return cast(_AnyJobState, state).jobs
+        # a string cast: subscripting the generic at run time would build its schema
+        return cast("JobState[JobRecord]", state).jobs
 
     def _is_current(self, state: ReplyQueueState, cov: CoveredUpdate) -> bool:
         job = self._jobs(state).get(cov.job_id)

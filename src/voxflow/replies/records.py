@@ -42,7 +42,7 @@ SettleStatus = Literal["completed", "interrupted", "skipped", "failed"]
 class CoveredUpdate(BaseModel):
     """One accepted version of one job: (job_id, revision, attempt, seq)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     job_id: JobId
     revision: StrictInt = Field(ge=1)
@@ -62,7 +62,7 @@ class CoveredUpdate(BaseModel):
 class DeliveryRecord(BaseModel):
     """One queued announcement and its scheduling lifecycle."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
     session_id: SessionId
     delivery_id: DeliveryId = Field(
@@ -87,7 +87,7 @@ class DeliveryFloor(BaseModel):
     one scheduled delivery that holds the floor.
     """
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
     foreground: bool = False
     recording: bool = False
@@ -122,7 +122,7 @@ class ClientActivity(BaseModel):
     is None for locally cached audio (e.g. a canned acknowledgment).
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     session_id: StrictStr
     seq: StrictInt = Field(gt=0)

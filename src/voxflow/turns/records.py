@@ -53,7 +53,7 @@ ReplyEventType = Literal[
 class TurnRecord(BaseModel):
     """One committed user input and what became of it."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
     session_id: SessionId
     turn_id: TurnId = Field(description="single use within the session")
@@ -66,7 +66,7 @@ class TurnRecord(BaseModel):
 class ReplyRecord(BaseModel):
     """One public reply (a delivery): its identity, text and transport fence."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
     session_id: SessionId
     turn_id: TurnId
@@ -97,7 +97,7 @@ class ReplyEvent(BaseModel):
     the first public text chunk, and includes SDK and network time.
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     type: ReplyEventType
     session_id: SessionId
