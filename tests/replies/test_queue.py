@@ -513,6 +513,16 @@ def test_snapshot_round_trips_and_restore_replays_nothing(session: Session) -> N
         ReplyQueue(TurnLedger(lambda: WorkChatState())).restore(data)
 
 
+def test_delivery_ids_are_type_checked(session: Session) -> None:
+    for call in (
+        lambda: session.queue.prepare(["x"], join_answers),  # type: ignore[arg-type]
+        lambda: session.queue.accepts_output(None),  # type: ignore[arg-type]
+        lambda: session.queue.settle(1, "completed"),  # type: ignore[arg-type]
+    ):
+        with pytest.raises(TypeError, match="delivery_id must be a str"):
+            call()
+
+
 def test_statistics_and_repr(session: Session) -> None:
     session.queue.enqueue(session.job())
     stats = session.queue.statistics()

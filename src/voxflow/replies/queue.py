@@ -1,18 +1,15 @@
 """ReplyQueue: background announcements and the speaking floor.
 
-Completed jobs are *enqueued* as pending deliveries; when the floor is free (nobody
-recording, nothing playing, not muted, no foreground work, no turn running, session
-open, no other delivery active) the application's delivery task *claims* one, *prepares*
-its public reply, re-checks :meth:`ReplyQueue.accepts_output` and
-``TurnLedger.accept_event`` before every handoff, and *settles* it once the client
-reported the whole message played (or on interruption).
+Completed jobs are *enqueued* as pending deliveries; when the floor is free the delivery
+task *claims* one, *prepares* its reply, re-checks ``accepts_output`` and
+``accept_event`` before every handoff, and *settles* it once the client reported the
+whole message played (or on interruption).
 
-Lock model (one lock for the application, one inside): hold ``JobRunner.state_lock``
-around every queue operation, every job commit and every foreground turn, so a job
-result cannot change between a check and a handoff. Each method here is synchronous and
-also takes the queue's own ``threading.RLock``, so two claims can never both get the
-floor even if a caller forgets. Never hold the queue (or the state lock) across an
-``await`` of the transport. The pattern, end to end::
+Lock model: hold ``JobRunner.state_lock`` around every queue operation, job commit and
+foreground turn, so a job result cannot change between a check and a handoff; never
+across an ``await`` of the transport. Each method also takes the queue's own
+``threading.RLock``, so two claims never both get the floor even if a caller forgets.
+The pattern, end to end::
 
     async def try_delivery() -> None:
         async with jobs.state_lock:
@@ -64,6 +61,11 @@ logger = logging.getLogger("voxflow.replies")
 
 _SETTLE: frozenset[str] = frozenset(get_args(SettleStatus))
 _TERMINAL: frozenset[str] = _SETTLE
+
+
+def _check_id(delivery_id: object) -> None:
+    if not isinstance(delivery_id, str):
+        raise TypeError(f"delivery_id must be a str, got {type(delivery_id).__name__}")
 
 
 def _reject(action: str, reason: str, **fields: object) -> Literal[False]:
@@ -294,6 +296,7 @@ class ReplyQueue:
             ValueError: ``build_text`` returned no text (the delivery becomes ``failed``).
             Exception: whatever ``build_text`` raised (the delivery becomes ``failed``).
         """
+        _check_id(delivery_id)
         if not callable(build_text):
             raise TypeError("build_text must be callable")
         ids = {"delivery_id": delivery_id}
@@ -361,6 +364,7 @@ class ReplyQueue:
         muted, and that is still eligible. Playback is not checked: the delivery's own
         playback must not stop it.
         """
+        _check_id(delivery_id)
         ids = {"delivery_id": delivery_id}
         with self._lock:
             state = self._state()
@@ -397,6 +401,7 @@ class ReplyQueue:
         Raises:
             ValueError: ``status`` is not a settle status.
         """
+        _check_id(delivery_id)
         if status not in _SETTLE:
             raise ValueError(f"status must be one of {sorted(_SETTLE)}, got {status!r}")
         if not isinstance(reason, str):
