@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from typing import Any, Literal, cast, get_args
 
 from voxflow.errors import TurnIdentityError
@@ -553,9 +553,7 @@ class ReplyQueue:
         """
         if not isinstance(snapshot, Mapping):
             raise TypeError("snapshot must be a mapping returned by snapshot()")
-        deliveries: Sequence[DeliveryRecord] = [
-            DeliveryRecord.model_validate(d) for d in snapshot.get("deliveries", [])
-        ]
+        deliveries = [DeliveryRecord.model_validate(d) for d in snapshot.get("deliveries", [])]
         covered = [CoveredUpdate.model_validate(c) for c in snapshot.get("covered_updates", [])]
         floor = DeliveryFloor.model_validate(snapshot.get("floor", {}))
         with self._lock:
@@ -597,8 +595,5 @@ class ReplyQueue:
             )
 
     def __repr__(self) -> str:
-        stats = self.statistics()
-        return (
-            f"ReplyQueue(pending={stats.pending}, active={stats.active_delivery_id!r}, "
-            f"busy={stats.busy_reason!r})"
-        )
+        s = self.statistics()
+        return f"ReplyQueue(pending={s.pending}, active={s.active_delivery_id!r}, busy={s.busy_reason!r})"  # noqa: E501
