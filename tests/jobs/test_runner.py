@@ -56,6 +56,21 @@ class LazyWork(JobWorkFlow[JobWorkState[ReportJob]]):
         self.publish_update("started")
 
 
+class SloppyWork(JobWorkFlow[JobWorkState[ReportJob]]):
+    """Claims completion before committing its stage: the parent rejects it."""
+
+    seen: ClassVar[list[str]] = []
+
+    @start()
+    def collect(self) -> None:
+        self.publish_update("started")
+        try:
+            self.publish_update("completed")
+        except JobUpdateRejectedError as exc:
+            self.seen.append(str(exc))
+            raise
+
+
 class GatedWork(JobWorkFlow[JobWorkState[ReportJob]]):
     """Publishes ``started``, then waits for the test before the next stage."""
 
@@ -130,6 +145,20 @@ async def test_a_worker_exception_fails_the_job_with_the_formatted_error() -> No
     assert state.jobs[job.job_id].error == "ConnectionError (details redacted)"
     assert [e["type"] for e in events] == ["worker_started", "worker_settled"]
     assert events[-1]["error"] == "ConnectionError (details redacted)"
+
+
+async def test_a_rejected_update_stops_the_worker_and_fails_the_job() -> None:
+    state = WorkChatState()
+    changes: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+    SloppyWork.seen = []
+    async with JobRunner(state, work_factory(SloppyWork), on_update=changes.put) as runner:
+        job = ReportJob(session_id=state.id, question="q")
+        assert add_job(state, job)
+        runner.submit(job)
+        await wait_for_status(changes, "failed")
+    assert SloppyWork.seen == ["Job session closed or update rejected."]
+    assert state.jobs[job.job_id].error == "Job session closed or update rejected."
+    assert state.jobs[job.job_id].committed_stages == []
 
 
 async def test_a_worker_that_returns_early_fails_the_job() -> None:

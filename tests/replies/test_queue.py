@@ -103,6 +103,13 @@ def test_enqueue_rejects_after_end_close_irrelevance_and_coverage(session: Sessi
     assert session.state.deliveries == {}
 
 
+def test_enqueue_rejects_a_job_whose_origin_turn_is_foreign(session: Session) -> None:
+    turn = session.turn()
+    job = session.job(turn)
+    session.state.turns[turn.turn_id] = turn.model_copy(update={"session_id": "other"})
+    assert session.queue.enqueue(job) is None
+
+
 def test_coalescing_holds_even_for_a_skipped_delivery(session: Session) -> None:
     job = session.job()
     delivery_id = session.queue.enqueue(job)
