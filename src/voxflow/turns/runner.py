@@ -16,6 +16,8 @@ turn (``flow.astream_turn``) and maps its frames to :class:`~voxflow.turns.Reply
 * the terminal event: ``completed`` (with the full text), ``interrupted`` or ``failed``.
 
 A hardcoded reply is exactly ``started``, ``route_selected``, ``text``, ``completed``.
+LLM frames name the method that made the call, so method frames are not needed and
+``suppress_flow_events`` stays as the flow has it (no per-method event, no state copy).
 
 :meth:`TurnRunner.interrupt` (from any thread) during generation cancels the flow's turn
 task, which closes the in-flight provider stream instead of draining it; the remaining
