@@ -25,12 +25,13 @@ pytestmark = pytest.mark.unit
 INIT = Path(voxflow.__file__)
 
 # Never loaded by the core, whatever is imported from ``voxflow``.
-HEAVY = ("litellm", "numpy", "yaml", "rich", "soxr", "faster_whisper", "piper", "aiortc")
-HEAVY += ("sounddevice", "onnxruntime", "ctranslate2", "aiohttp")
+HEAVY: tuple[str, ...] = ("litellm", "numpy", "yaml", "rich", "soxr", "faster_whisper")
+HEAVY += ("piper", "aiortc", "sounddevice", "onnxruntime", "ctranslate2", "aiohttp")
 
 # Needed by the turn, reply, job, agent and declaration APIs, not by the Flow core.
-NOT_FLOW_CORE = ("voxflow.agent", "voxflow.jobs", "voxflow.turns", "voxflow.replies")
-NOT_FLOW_CORE += ("voxflow.conversation.declaration", "voxflow.testing", "sqlite3")
+NOT_FLOW_CORE: tuple[str, ...] = ("voxflow.agent", "voxflow.jobs", "voxflow.turns")
+NOT_FLOW_CORE += ("voxflow.replies", "voxflow.conversation.declaration", "voxflow.testing")
+NOT_FLOW_CORE += ("sqlite3",)
 
 
 def _probe(statement: str) -> tuple[set[str], list[str]]:
@@ -127,7 +128,7 @@ def test_dir_lists_the_public_names_before_they_load() -> None:
 
 
 def test_subpackages_are_attributes_without_an_explicit_import() -> None:
-    assert voxflow.flow is importlib.import_module("voxflow.flow")  # type: ignore[attr-defined]
+    assert voxflow.flow is importlib.import_module("voxflow.flow")
     assert voxflow.testing is importlib.import_module("voxflow.testing")  # type: ignore[attr-defined]
 
 
