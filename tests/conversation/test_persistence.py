@@ -139,3 +139,19 @@ def test_a_plain_backend_still_gets_full_snapshots(tmp_path: Path) -> None:
     flow.handle_turn("two", session_id="p")
     stored = backend.load_state("p")
     assert stored is not None and len(stored["messages"]) == 4
+
+
+def test_per_turn_writes_do_not_grow_with_the_history(tmp_path: Path) -> None:
+    # Flaw 3, structurally (no timing): after turn 5 and after turn 60 a save writes the
+    # same small snapshot plus the turn's own two messages.
+    db = tmp_path / "c.db"
+    backend = SQLiteConversationPersistence(db)
+    flow = make_flow(backend)()
+    sizes: dict[int, int] = {}
+    for turn in range(1, 61):
+        flow.handle_turn("hi", session_id="s")
+        if turn in (5, 60):
+            [(size,)] = query(db, "SELECT length(state_json) FROM flow_states")
+            sizes[turn] = size
+            assert item_count(db, "s") == 2 * turn
+    assert abs(sizes[60] - sizes[5]) <= 8  # only counters' digits differ
