@@ -57,6 +57,7 @@ from .events import (
     TurnMetrics,
 )
 from .history import record_heard
+from .metrics import LatencySummary, summarize
 from .playback import Playback
 from .segmenter import SegmenterSettings, TextSegmenter
 from .transport import AudioTransport, MuteChanged, PlaybackDrained, PlaybackReceipt
@@ -104,6 +105,7 @@ class _Reply:
     announcement: bool = False
     speaker: asyncio.Task[None] | None = None
     interrupted: bool = False
+    failed: bool = False  # the runner's terminal event was `failed` (e.g. provider down)
     onset_at: float | None = None  # barge-in speech onset
     first_text: float | None = None
     first_audio: float | None = None
@@ -185,6 +187,7 @@ class VoiceSession:
         self._floor_changed = asyncio.Event()  # wakes the delivery task
         self._floor_report = asyncio.Event()  # wakes the floor reporter
         self._closed = False
+        self._input_ended = False  # the adapter's input ended: nobody hears us any more
 
     @property
     def session_id(self) -> SessionId:
@@ -204,7 +207,14 @@ class VoiceSession:
                 deliver = tg.create_task(self._deliver(), name="voice.deliver")
                 converse = tg.create_task(self._converse(), name="voice.converse")
                 await self._listen()
-                await converse  # the last utterance is answered before we close
+                # The client is gone (script over, peer disconnected): its receipts will
+                # never come, so the reply it was hearing is cut now, not waited for.
+                self._input_ended = True
+                if self._reply is not None:
+                    await self._cut(self._reply, "Session closed.")
+                await converse  # the last utterance is answered (and cut) before we close
+                async with self._speaking:  # and an announcement being cut settles
+                    pass
                 for task in (observe, floor, deliver):
                     task.cancel()
         finally:
@@ -270,14 +280,20 @@ class VoiceSession:
             return
         if reply.delivery_id is None:
             return
-        reply.interrupted = True
         reply.onset_at = onset_at
         self._emit(BargeIn(session_id=self.session_id, at=self.clock.now(),
                            delivery_id=reply.delivery_id, onset_at=onset_at))
+        await self._cut(reply, "User barged in.")
+
+    async def _cut(self, reply: _Reply, reason: str) -> None:
+        """Interrupt ``reply``: fence its audio, stop its synthesis and generation."""
+        if reply.interrupted or reply.delivery_id is None:
+            return
+        reply.interrupted = True
         self._fence(reply)  # first: not one more frame of it is played
         if reply.announcement and self.replies is not None:
             async with self._lock:
-                self.replies.settle(reply.delivery_id, "interrupted", "User barged in.")
+                self.replies.settle(reply.delivery_id, "interrupted", reason)
         else:
             # Thread-safe and lock-free: cancels the reply's LLM stream if still generating.
             self.turns.interrupt(
@@ -320,6 +336,7 @@ class VoiceSession:
                                  turn_id=turn_id, text=text, speech_end_at=speech_end))
         reply = _Reply(turn_id=turn_id, input_revision=1)
         self._reply = reply
+        dropped_before = self.playback.statistics().chunks_dropped
         try:
             try:
                 # The flow runs with the state lock held, so job commits and queue
@@ -337,7 +354,7 @@ class VoiceSession:
                 await self._settle_history(reply, played)
         finally:
             self._reply = None
-        fenced = self.playback.statistics().chunks_dropped
+        fenced = self.playback.statistics().chunks_dropped - dropped_before  # this turn's
         metrics = TurnMetrics(
             session_id=self.session_id, at=self.clock.now(), turn_id=turn_id,
             delivery_id=reply.delivery_id, speech_end=speech_end,
@@ -389,11 +406,15 @@ class VoiceSession:
                 elif event.type == "completed":
                     for seg in segmenter.flush():
                         segments.put_nowait((seg.segment_id, seg.text))
+                elif event.type == "failed":
+                    reply.failed = True
         finally:
             segments.put_nowait(None)
 
     async def _drain(self, reply: _Reply) -> None:
         """Wait for the speaker to hand over the last chunk, then seal the delivery."""
+        if self._input_ended:
+            await self._cut(reply, "Session closed.")  # no client left to play it
         speaker = reply.speaker
         if speaker is not None:
             await asyncio.wait({speaker})  # never raises: a fenced speaker was cancelled
@@ -455,7 +476,7 @@ class VoiceSession:
         assert reply.delivery_id is not None
         heard = self.playback.heard_reply(reply.delivery_id)
         now = self.clock.now()
-        if played:
+        if played and not reply.failed:  # a failed reply was never "played whole"
             self._emit(ReplyFinished(session_id=self.session_id, at=now, turn_id=reply.turn_id,
                                      delivery_id=reply.delivery_id, text=heard.full_text))
         elif reply.interrupted:
@@ -471,6 +492,12 @@ class VoiceSession:
                 async with self._lock:
                     record_heard(self.turns.flow.state, reply.turn_id, reply.delivery_id, heard)
         self.playback.forget(reply.delivery_id)
+
+    def summary(self) -> LatencySummary:
+        """Medians and p90s of this call's latency marks and barge-in stops so far."""
+        return summarize(
+            self.metrics, [e for e in self.events if isinstance(e, ReplyInterrupted)]
+        )
 
     # -- observe --------------------------------------------------------------------
 
@@ -548,7 +575,8 @@ class VoiceSession:
             await self._floor_changed.wait()
             self._floor_changed.clear()
             # The local view is always current; the ReplyQueue's may lag a report behind.
-            if self._foreground or self._recording or self._muted or self._speaking.locked():
+            if (self._foreground or self._recording or self._muted or self._speaking.locked()
+                    or self._input_ended):
                 continue
             async with self._speaking:
                 async with self._lock:
