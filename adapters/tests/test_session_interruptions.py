@@ -1,0 +1,179 @@
+"""Barge-in rules of a voice session on the real models, on deterministic virtual time.
+
+* with interruptions disabled, speech over a reply never cuts it: it is heard whole and
+  the user's words are answered after it;
+* a barge-in while a *later* segment of a reply is being synthesized stops that
+  synthesis (its TTS stream is closed before its end; later segments never start), not
+  only its playback.
+
+The story's timeline (bundled voice, noise-free): segment 1 "Once upon a time," plays
+from about 2.1 s, segment 2 from about 2.7 s, segment 3 ("Every night ...") is handed to
+TTS at about 6.4 s and plays until about 10.7 s, segment 4 would follow.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from voxflow_adapters.scenario import run_call
+from voxflow_adapters.script import CallScript
+from voxflow_voice.audio import AudioChunk
+from voxflow_voice.engines import TextToSpeech, VoiceEngines
+from voxflow_voice.history import INTERRUPTED_MARK
+from voxflow_voice.session import VoiceSettings
+
+from voxflow import ConversationConfig, Flow, listen
+from voxflow.conversation import RouterContext
+from voxflow.ids import DeliveryId
+from voxflow.turns import TurnRunner, TurnState
+
+pytestmark = pytest.mark.models
+
+STORY = (
+    "Once upon a time, in a small harbour town, there lived a lighthouse keeper named Ada. "
+    "Every night she climbed one hundred and twelve steps to light the great lamp. "
+    "One stormy evening, the lamp went dark, and a fishing boat was still out at sea."
+)
+
+
+@ConversationConfig(system_prompt="")
+class Teller(Flow[TurnState]):
+    """A story on request; anything else is acknowledged."""
+
+    def route_turn(self, context: RouterContext) -> str | None:
+        text = (self.state.current_user_message or "").lower()
+        return "story" if "story" in text else "ok"
+
+    @listen("story")
+    def handle_story(self) -> str:
+        return STORY
+
+    @listen("ok")
+    def handle_ok(self) -> str:
+        return "Okay."
+
+
+def words(text: str) -> list[str]:
+    return re.findall(r"[a-z']+", text.lower())
+
+
+async def test_with_interruptions_disabled_speech_never_cuts_a_reply(
+    engines: VoiceEngines,
+) -> None:
+    turns = TurnRunner(Teller())
+    script = (
+        CallScript().user_says(0.3, "Tell me a story.").user_says(8.0, "Stop, please.").until(17.0)
+    )  # the story ends at about 15.3 s
+    call = await run_call(turns, script, engines, settings=VoiceSettings(interruptions=False))
+    story, okay = call.replies()
+    kinds = [e.kind for e in call.events]
+    assert "barge_in" not in kinds and "reply_interrupted" not in kinds
+    assert call.tape.flushes == []  # nothing was fenced
+    assert call.settled(story) == "completed"
+    # Heard whole: every sample handed to the client was played.
+    sent = sum(r.num_samples for r in call.tape.receipts if r.delivery_id == story)
+    segments = [e for e in call.of_kind("reply_text") if e.delivery_id == story]
+    assert [e.segment_id for e in segments] == [1, 2, 3, 4]
+    assert sent > 0 and call.heard_seconds(story) > 10.0
+    # The user did speak over it (recording), and was answered after the story ended.
+    onsets = [e.onset_at for e in call.of_kind("speech_started")]
+    finished = next(e.at for e in call.of_kind("reply_finished") if e.delivery_id == story)
+    assert len(onsets) == 2 and onsets[1] < finished
+    assert words(call.transcripts()[1])[:1] == ["stop"]
+    committed = call.of_kind("turn_committed")[1]
+    assert committed.at >= finished
+    assert call.settled(okay) == "completed"
+    messages = turns.flow.state.messages
+    assert [m.content for m in messages if m.role == "assistant"] == [STORY, "Okay."]
+    assert not any(m.metadata.get("interrupted") for m in messages)
+    assert [m.interrupted for m in call.metrics()] == [False, False]
+    assert call.session.summary().interrupted == 0
+
+
+@dataclass(slots=True)
+class StreamLog:
+    """One TTS stream the session opened: for which segment, and how it ended."""
+
+    delivery_id: DeliveryId | None
+    segment_id: int | None
+    chunks: int = 0
+    finished: bool = False  # the voice produced all of the segment's audio
+    closed_early: bool = False  # the session closed the stream before its end
+
+
+class WatchedTts:
+    """The real Piper voice, with a log of each stream's fate (a spy, not a fake)."""
+
+    def __init__(self, inner: TextToSpeech) -> None:
+        self.inner = inner
+        self.streams: list[StreamLog] = []
+
+    @property
+    def sample_rate(self) -> int:
+        return self.inner.sample_rate
+
+    def synthesize(self, text: str) -> Iterator[Any]:
+        return self.inner.synthesize(text)
+
+    async def stream(
+        self, text: str, *, delivery_id: DeliveryId | None = None, segment_id: int | None = None
+    ) -> AsyncIterator[AudioChunk]:
+        log = StreamLog(delivery_id, segment_id)
+        self.streams.append(log)
+        inner = aiter(self.inner.stream(text, delivery_id=delivery_id, segment_id=segment_id))
+        try:
+            async for chunk in inner:
+                log.chunks += 1
+                yield chunk
+            log.finished = True
+        finally:
+            log.closed_early = not log.finished
+            close = getattr(inner, "aclose", None)
+            if close is not None:
+                await close()
+
+
+async def test_barge_in_during_synthesis_of_a_later_segment_stops_the_synthesis(
+    engines: VoiceEngines,
+) -> None:
+    tts = WatchedTts(engines.tts)
+    watched = VoiceEngines(stt=engines.stt, tts=tts, make_vad=engines.make_vad)
+    turns = TurnRunner(Teller())
+    # The barge-in lands at about 8.8 s: segment 3 is half played, half still to come.
+    script = CallScript().user_says(0.3, "Tell me a story.").user_says(8.0, "Stop, please.")
+    call = await run_call(turns, script, watched)
+    story = call.replies()[0]
+    barge_in = call.of_kind("barge_in")[0]
+    assert barge_in.delivery_id == story
+    streamed = [e for e in call.of_kind("reply_text") if e.delivery_id == story]
+    assert [e.segment_id for e in streamed] == [1, 2, 3]  # segment 4 was never synthesized
+    assert all(e.at < barge_in.at for e in streamed)
+    logs = {log.segment_id: log for log in tts.streams if log.delivery_id == story}
+    assert sorted(logs) == [1, 2, 3]
+    assert logs[1].finished and logs[2].finished
+    assert logs[3].closed_early and logs[3].chunks > 0  # cut mid-segment: synthesis stopped
+    # The fence: nothing of the story after it, and its queued audio was dropped at once.
+    assert call.stale_samples() == 0
+    (flush,) = [f for f in call.tape.flushes if f[1] == story]
+    assert flush[2] > 0
+    assert all(r.at <= flush[0] for r in call.tape.receipts if r.delivery_id == story)
+    # Heard: segments 1 and 2 whole, then the words of segment 3 played before the cut.
+    interrupted = call.of_kind("reply_interrupted")[0]
+    heard = interrupted.heard_text
+    first_two = STORY.split(" Every night")[0]
+    assert first_two.endswith("named Ada.") and heard.startswith(first_two + " Every")
+    assert STORY.startswith(heard)
+    assert interrupted.full_text == STORY.rsplit(" One stormy", 1)[0]  # segments 1 to 3
+    assistant = next(m for m in turns.flow.state.messages if m.role == "assistant")
+    assert assistant.content == f"{heard} {INTERRUPTED_MARK}"
+    assert assistant.metadata["generated_text"] == STORY
+    # The stop latency is measured from the barge-in speech onset to the last sample.
+    assert interrupted.stop_latency_ms is not None and interrupted.stop_latency_ms > 0
+    summary = call.session.summary()
+    assert summary.interrupted == 1 and summary.barge_in_stop.count == 1
+    assert summary.fenced_chunks == call.metrics()[0].fenced_chunks
+    assert call.settled(call.replies()[1]) == "completed"  # "Stop, please." was answered

@@ -1,0 +1,162 @@
+"""A voice session over a streaming LLM: barge-in while it generates, and its failures.
+
+:class:`PacedLLM` is a :class:`voxflow.llm.BaseLLM` standing in for the provider: it
+streams a scripted answer word by word with a delay between chunks (publishing each
+chunk like ``LLM`` does, so ``TurnRunner`` speaks it live), or raises a
+``ProviderError``. It counts what its "provider stream" produced, so a test can tell a
+stream that was closed from one that was drained.
+
+The barge-in-during-generation test runs on the real-time clock: on virtual time the
+session holds the clock while the flow generates (generation takes no audio time, so a
+result never depends on the machine's speed), so the user could never speak *during*
+generation there. It asserts no timing, only what happened, with wide margins: the
+generation lasts about 6 s and the user barges in about 2 s into it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import pytest
+from pydantic import BaseModel
+from voxflow_adapters.scenario import run_call
+from voxflow_adapters.script import CallScript
+from voxflow_voice.engines import VoiceEngines
+from voxflow_voice.history import INTERRUPTED_MARK
+
+from voxflow import ConversationConfig, Flow
+from voxflow.clock import MonotonicClock
+from voxflow.errors import ProviderError
+from voxflow.llm import LLMEvent, LLMResponse, Messages, emit_llm_event
+from voxflow.turns import TurnRunner, TurnState
+
+pytestmark = pytest.mark.models
+
+STORY = (
+    "Once upon a time, in a small harbour town, there lived a lighthouse keeper named Ada. "
+    "Every night she climbed one hundred and twelve steps to light the great lamp. "
+    "One stormy evening, the lamp went dark, and a fishing boat was still out at sea. "
+    "Ada ran down the steps, found the old oil lantern, and climbed back up in the dark."
+)
+
+
+class PacedLLM:
+    """Streams scripted answers word by word, ``delay`` seconds apart (real time).
+
+    Args:
+        answers: one per call (the last repeats); an exception makes that call fail.
+        delay: seconds between chunks.
+    """
+
+    _ids = itertools.count(1)
+
+    def __init__(self, answers: Sequence[str | Exception], *, delay: float) -> None:
+        self._answers = list(answers)
+        self.delay = delay
+        self.calls: list[dict[str, int | bool]] = []  # per call: total, produced, cancelled
+
+    @property
+    def model(self) -> str:
+        return "fake/paced"
+
+    async def acall(
+        self,
+        messages: Messages,
+        *,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        response_format: type[BaseModel] | Mapping[str, Any] | None = None,
+        stream: bool = False,
+    ) -> LLMResponse:
+        answer = self._answers.pop(0) if len(self._answers) > 1 else self._answers[0]
+        call_id = f"paced-{next(self._ids)}"
+        emit_llm_event(LLMEvent("llm_call_started", call_id, self.model))
+        if isinstance(answer, Exception):
+            emit_llm_event(LLMEvent("llm_call_failed", call_id, self.model))
+            raise ProviderError("fake/paced call failed", provider=self.model) from answer
+        chunks = [w + " " for w in answer.split(" ")]
+        chunks[-1] = chunks[-1].rstrip()
+        log: dict[str, int | bool] = {"total": len(chunks), "produced": 0, "cancelled": False}
+        self.calls.append(log)
+        try:
+            for chunk in chunks:
+                await asyncio.sleep(self.delay)
+                log["produced"] = int(log["produced"]) + 1
+                if stream:
+                    emit_llm_event(LLMEvent("llm_stream_chunk", call_id, self.model, chunk))
+        except asyncio.CancelledError:
+            log["cancelled"] = True
+            raise
+        emit_llm_event(LLMEvent("llm_call_completed", call_id, self.model, answer))
+        return LLMResponse(content=answer, model=self.model, call_id=call_id)
+
+
+def chat_flow(llm: PacedLLM) -> Flow[TurnState]:
+    @ConversationConfig(llm=llm)
+    class Chat(Flow[TurnState]):
+        pass
+
+    return Chat()
+
+
+async def test_barge_in_during_generation_closes_the_provider_stream(
+    engines: VoiceEngines,
+) -> None:
+    llm = PacedLLM([STORY, "Okay."], delay=0.1)  # about 6.5 s to generate the story
+    generating_when_cut: list[bool] = []
+    turns = TurnRunner(chat_flow(llm), on_interrupt=lambda: generating_when_cut.append(True))
+    script = CallScript().user_says(0.3, "Tell me a story.").user_says(5.0, "Stop, please.")
+    call = await asyncio.wait_for(
+        run_call(turns, script, engines, clock=MonotonicClock(), tail=5.0), timeout=120
+    )
+    story = call.replies()[0]
+    barge_in = call.of_kind("barge_in")[0]
+    assert barge_in.delivery_id == story
+    # The provider stream was cancelled part way, not drained.
+    first = llm.calls[0]
+    assert first["cancelled"] is True
+    assert 0 < int(first["produced"]) < int(first["total"])
+    assert generating_when_cut == [True]  # on_interrupt runs only while generating
+    state = turns.flow.state
+    assert state.replies[story].status == "interrupted"  # the runner's terminal event
+    assert state.turns[state.replies[story].turn_id].status == "interrupted"
+    # Audio had started, and not one sample of the story was played after the fence.
+    assert call.heard_seconds(story) > 0.3
+    assert call.stale_samples() == 0
+    (flush,) = [f for f in call.tape.flushes if f[1] == story]
+    assert all(r.at <= flush[0] for r in call.tape.receipts if r.delivery_id == story)
+    # History holds what was heard (the flow recorded no reply: generation was cancelled).
+    cut = call.of_kind("reply_interrupted")[0]
+    assert cut.heard_text and STORY.startswith(cut.heard_text)
+    assert STORY.startswith(cut.full_text) and len(cut.full_text) < len(STORY)
+    roles = [m.role for m in state.messages]
+    assert roles == ["user", "assistant", "user", "assistant"]
+    assistant = state.messages[1]
+    assert assistant.content == f"{cut.heard_text} {INTERRUPTED_MARK}"
+    assert assistant.metadata["interrupted"] is True
+    # The barge-in was answered, and that answer's stream ran to its end.
+    assert call.settled(call.replies()[1]) == "completed"
+    assert state.messages[3].content == "Okay."
+    assert llm.calls[1]["produced"] == llm.calls[1]["total"]
+
+
+async def test_a_failed_provider_call_ends_the_turn_not_the_call(engines: VoiceEngines) -> None:
+    llm = PacedLLM([ProviderError("down", provider="x"), "Yes, I am still here."], delay=0.0)
+    turns = TurnRunner(chat_flow(llm))
+    script = CallScript().user_says(0.3, "What is the time?").user_says(4.0, "Are you still there?")
+    call = await asyncio.wait_for(run_call(turns, script, engines), timeout=120)
+    first, second = call.replies()
+    state = turns.flow.state
+    assert state.replies[first].status == "failed"
+    assert state.turns[state.replies[first].turn_id].status == "failed"
+    assert call.settled(first) is None  # neither played whole nor cut: nothing was said
+    assert call.heard_seconds(first) == 0.0
+    assert call.settled(second) == "completed"
+    assert call.heard_seconds(second) > 0.5
+    assert [m.role for m in state.messages] == ["user", "user", "assistant"]
+    assert state.messages[-1].content == "Yes, I am still here."
+    metrics = call.metrics()
+    assert [m.first_audio is None for m in metrics] == [True, False]
+    assert call.stale_samples() == 0
