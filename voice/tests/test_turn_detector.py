@@ -189,3 +189,34 @@ def test_early_utterances_can_be_switched_off() -> None:
     )
     events = run(TurnDetector(EnergyVad(), settings), np.concatenate([tone(15), quiet(20)]))
     assert "utterance_paused" not in kinds(events)
+
+
+def level(frames: int, rms: float) -> np.ndarray:
+    return np.full(frames * FRAME_SAMPLES, rms, dtype=np.float32)
+
+
+def test_the_onset_is_backdated_over_rising_frames() -> None:
+    # EnergyVad(-40 dB, width 3 dB): 0.0075 RMS scores about 0.3, 0.0047 about 0.1.
+    rising = np.concatenate([quiet(10), level(1, 0.0047), level(2, 0.0075), tone(10), quiet(20)])
+    started = run(TurnDetector(EnergyVad(), SETTINGS), rising)[0]
+    assert isinstance(started, SpeechStarted) and started.onset_sample == 11 * FRAME_SAMPLES
+    strict = TurnDetection(
+        min_speech=0.1, end_of_turn_silence=0.4, pre_roll=0.2, end_pad=0.1, onset_threshold=0.5
+    )
+    started = run(TurnDetector(EnergyVad(), strict), rising)[0]
+    assert isinstance(started, SpeechStarted) and started.onset_sample == 13 * FRAME_SAMPLES
+    with pytest.raises(ValidationError):
+        TurnDetection(onset_threshold=0.6)
+
+
+def test_silero_onsets_come_earlier_with_backdating(speech: Speech) -> None:
+    # Deterministic synthesis: the frame before the first >= 0.5 scores about 0.25.
+    audio = np.concatenate([np.zeros(8123, np.float32), speech("Hey, hold on.")])
+    onsets = []
+    for onset_threshold in (0.15, 0.5):
+        settings = TurnDetection(onset_threshold=onset_threshold)
+        events = run(TurnDetector(SileroVad(), settings), audio)
+        onsets.append(next(e for e in events if isinstance(e, SpeechStarted)).onset_sample)
+    voiced = int(np.argmax(np.abs(audio) > 0.02))
+    assert onsets[0] < onsets[1]
+    assert onsets[0] - voiced < onsets[1] - voiced <= 0.1 * RATE
