@@ -7,7 +7,13 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 from numpy.typing import NDArray
-from voxflow_voice import STT_SAMPLE_RATE, PiperTts, TtsSettings, WhisperStt, resample
+from voxflow_voice import (
+    DETERMINISTIC_TTS_SETTINGS,
+    STT_SAMPLE_RATE,
+    PiperTts,
+    WhisperStt,
+    resample,
+)
 
 Speech = Callable[[str], NDArray[np.float32]]
 
@@ -19,7 +25,7 @@ def tts() -> PiperTts:
     Piper samples phoneme durations and voice variation at random; with both noise scales
     at 0 the same text gives the same samples, so a test's audio never varies by run.
     """
-    return PiperTts(settings=TtsSettings(noise_scale=0.0, noise_w_scale=0.0))
+    return PiperTts(settings=DETERMINISTIC_TTS_SETTINGS)
 
 
 @pytest.fixture(scope="session")

@@ -8,7 +8,14 @@ import re
 import numpy as np
 import pytest
 from pydantic import ValidationError
-from voxflow_voice import AudioChunk, PiperTts, SttSettings, TtsSettings, WhisperStt
+from voxflow_voice import (
+    DETERMINISTIC_TTS_SETTINGS,
+    AudioChunk,
+    PiperTts,
+    SttSettings,
+    TtsSettings,
+    WhisperStt,
+)
 
 from voxflow.ids import DeliveryId
 
@@ -171,3 +178,10 @@ def test_tts_settings_are_validated() -> None:
         TtsSettings(chunk_duration=0)
     with pytest.raises(TypeError, match="settings"):
         PiperTts(settings={"volume": 2})  # type: ignore[arg-type]
+
+
+def test_deterministic_settings_repeat_the_same_samples() -> None:
+    tts = PiperTts(settings=DETERMINISTIC_TTS_SETTINGS)
+    first = [s.samples for s in tts.synthesize("Same words, same sound.")]
+    again = [s.samples for s in tts.synthesize("Same words, same sound.")]
+    assert all(np.array_equal(a, b) for a, b in zip(first, again, strict=True))

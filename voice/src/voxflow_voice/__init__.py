@@ -124,6 +124,9 @@ from .tts import (
     DEFAULT_TTS_SETTINGS as DEFAULT_TTS_SETTINGS,
 )
 from .tts import (
+    DETERMINISTIC_TTS_SETTINGS as DETERMINISTIC_TTS_SETTINGS,
+)
+from .tts import (
     PiperTts as PiperTts,
 )
 from .tts import (
@@ -189,6 +192,7 @@ __all__ = [
     "DEFAULT_TINY_EN_MODULE",
     "DEFAULT_TTS_SETTINGS",
     "DEFAULT_TURN_DETECTION",
+    "DETERMINISTIC_TTS_SETTINGS",
     "FAST_TURN_DETECTION",
     "FRAME_SAMPLES",
     "KNOWN_HALLUCINATIONS",

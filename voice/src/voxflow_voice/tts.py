@@ -38,6 +38,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEFAULT_TTS_SETTINGS",
+    "DETERMINISTIC_TTS_SETTINGS",
     "PiperTts",
     "SynthesizedSentence",
     "TtsSettings",
@@ -64,6 +65,9 @@ class TtsSettings(BaseModel):
 
 
 DEFAULT_TTS_SETTINGS = TtsSettings()
+DETERMINISTIC_TTS_SETTINGS = TtsSettings(noise_scale=0.0, noise_w_scale=0.0)
+"""Piper samples durations and voice variation at random; without noise the same text
+always gives the same samples (for tests, scripted speech and reproducible event logs)."""
 
 
 @dataclass(frozen=True, slots=True)
