@@ -4,12 +4,13 @@ Run: ``uv run python benchmarks/flow_overhead.py``. Prints medians of several ru
 Targets on a 2-core machine: chain <= 200 µs, graph <= 500 µs, import <= 0.3 s.
 
 Import times are medians over fresh interpreters (``sys.executable -c``), timed inside the
-child around the import statement, so interpreter start-up is excluded. Two columns:
-"as run" inherits this environment (a sandbox with ``PYTHONDONTWRITEBYTECODE=1`` and an
-uncompiled venv recompiles pydantic and voxflow from source in every process), ".pyc"
-uses a private, pre-warmed bytecode cache (``PYTHONPYCACHEPREFIX``), as an installed
-package normally runs. Three statements: the bare ``import voxflow`` (names load lazily),
-the Flow core a flow author needs, and every name in ``voxflow.__all__``.
+child around the import statement (interpreter start-up excluded), as wall and CPU time
+(CPU time is the steadier figure on a loaded machine). Two conditions, alternated run by
+run: "as run" inherits this environment (a sandbox with ``PYTHONDONTWRITEBYTECODE=1`` and
+a venv without .pyc files recompiles pydantic and voxflow from source in every process);
+".pyc" uses a private, pre-warmed bytecode cache (``PYTHONPYCACHEPREFIX``), as an
+installed package normally runs. Three statements: the bare ``import voxflow`` (names load
+lazily), the Flow core a flow author needs, and every name in ``voxflow.__all__``.
 """
 
 from __future__ import annotations
@@ -109,20 +110,25 @@ _IMPORTS = (
 )
 
 
-def _import_seconds(statement: str, repeats: int, env: dict[str, str]) -> float:
-    """Median seconds of ``statement`` over ``repeats`` fresh interpreters."""
-    code = f"import time\nt = time.perf_counter()\n{statement}\nprint(time.perf_counter() - t)"
-    samples = []
-    for _ in range(repeats):
-        out = subprocess.run(
-            [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
-        ).stdout
-        samples.append(float(out))
-    return statistics.median(samples)
+def _import_once(statement: str, env: dict[str, str]) -> tuple[float, float]:
+    """Wall and CPU seconds of ``statement`` in one fresh interpreter (start-up excluded)."""
+    code = (
+        "import time\nt, c = time.perf_counter(), time.process_time()\n"
+        f"{statement}\nprint(time.perf_counter() - t, time.process_time() - c)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+    ).stdout
+    wall, cpu = out.split()
+    return float(wall), float(cpu)
 
 
-def _import_rows(repeats: int) -> list[tuple[str, float, float]]:
-    """(statement, median as run, median with a warm .pyc cache) per import statement."""
+def _import_rows(repeats: int) -> list[tuple[str, float, float, float, float]]:
+    """Per statement: median wall and CPU seconds as run, then with a warm .pyc cache.
+
+    The two conditions alternate run by run, so load from other processes on a shared
+    machine spreads over both.
+    """
     cache_dir = tempfile.mkdtemp(prefix="voxflow-pycache-")
     as_run = dict(os.environ)
     cached = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
@@ -130,12 +136,18 @@ def _import_rows(repeats: int) -> list[tuple[str, float, float]]:
     try:
         rows = []
         for name, statement in _IMPORTS:
-            _import_seconds(statement, 1, cached)  # writes the bytecode cache
+            _import_once(statement, cached)  # writes the bytecode cache
+            plain, warm = [], []
+            for _ in range(repeats):
+                plain.append(_import_once(statement, as_run))
+                warm.append(_import_once(statement, cached))
             rows.append(
                 (
                     name,
-                    _import_seconds(statement, repeats, as_run),
-                    _import_seconds(statement, repeats, cached),
+                    statistics.median(w for w, _ in plain),
+                    statistics.median(c for _, c in plain),
+                    statistics.median(w for w, _ in warm),
+                    statistics.median(c for _, c in warm),
                 )
             )
         return rows
@@ -166,9 +178,12 @@ def main() -> None:
         print(f"{name:36} {value:18.1f} {target:8d}")
     async_us = _async_chain_us(calls // 4, repeats)
     print(f"{'3-step chain, kickoff_async (info)':36} {async_us:18.1f} {'-':>8}")
-    print(f"\n{'import (fresh process, median of 7)':42} {'as run':>8} {'.pyc':>8} {'target':>8}")
-    for name, as_run, cached in _import_rows(7):
-        print(f"{name:42} {as_run:7.3f}s {cached:7.3f}s {0.3:7.1f}s")
+    print(
+        f"\n{'import, fresh process (median of 7)':40} {'as run: wall':>12} {'cpu':>6}"
+        f" {'.pyc: wall':>10} {'cpu':>6} {'target':>7}"
+    )
+    for name, wall, cpu, pyc_wall, pyc_cpu in _import_rows(7):
+        print(f"{name:40} {wall:11.3f}s {cpu:5.3f}s {pyc_wall:9.3f}s {pyc_cpu:5.3f}s {0.3:6.1f}s")
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(f"{'peak RSS of this process':36} {peak_mb:16.1f}MB")
 
