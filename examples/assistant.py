@@ -37,7 +37,7 @@ class OrderJob(JobRecord):
     """Look up an order in the (simulated) shop system."""
 
     output_fields: ClassVar[frozenset[str]] = frozenset({"answer"})
-    order_number: str = "4 1 7"
+    order_number: str = "417"
     answer: str = ""
 
 
@@ -51,7 +51,7 @@ class OrderLookup(JobWorkFlow[JobWorkState[OrderJob]]):
     pause: Callable[[float], None] = staticmethod(lambda seconds: None)
     """How the worker waits (the demo sets it to sleep on the call's clock)."""
 
-    work_seconds: ClassVar[float] = 2.5
+    work_seconds: ClassVar[float] = 2.0
 
     @start()
     def look_up(self) -> None:
@@ -61,8 +61,8 @@ class OrderLookup(JobWorkFlow[JobWorkState[OrderJob]]):
         self.pause(self.work_seconds)
         self.check_open()
         answer = (
-            f"Good news: your order number {self.state.job.order_number} has shipped "
-            "and will arrive on Thursday."
+            f"Good news: order {self.state.job.order_number} has shipped. "
+            "It arrives on Thursday."
         )
         self.publish_update("stage_completed", stage="lookup", outputs={"answer": answer})
         self.publish_update("completed")
@@ -86,6 +86,8 @@ class Assistant(Flow[AssistantState]):
             return "order"
         if "story" in text:
             return "story"
+        if text.startswith(("stop", "wait", "okay stop")):
+            return "stop"
         if any(w in text for w in ("hello", "hi ", "hey")) or text.startswith("hi"):
             return "greet"
         if "what can you do" in text or "help" in text:
@@ -95,17 +97,22 @@ class Assistant(Flow[AssistantState]):
     @listen("greet")
     def handle_greet(self) -> str:
         """Greetings."""
-        return "Hello! I'm the voxflow demo assistant. How can I help you today?"
+        return "Hello! How can I help you today?"
 
     @listen("help")
     def handle_help(self) -> str:
         """What the assistant can do."""
-        return "I can check on an order, tell you a story, or just chat."
+        return "I can check an order, or tell you a story."
 
     @listen("story")
     def handle_story(self) -> str:
         """A long answer (good for trying a barge-in)."""
         return STORY
+
+    @listen("stop")
+    def handle_stop(self) -> str:
+        """The user cut the assistant off."""
+        return "Okay."
 
     @listen("order")
     def handle_order(self) -> str:
@@ -119,7 +126,7 @@ class Assistant(Flow[AssistantState]):
         if self.start_job is None or not add_job(self.state, job):
             return "Sorry, I can't look up orders right now."
         self.start_job(job)
-        return "Sure, I'm checking your order now. I'll tell you as soon as I hear back."
+        return "Sure, I'm checking your order now."
 
     @listen("goodbye")
     def handle_goodbye(self) -> str:

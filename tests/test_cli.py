@@ -35,7 +35,7 @@ def test_text_demo_answers_every_scripted_line(capsys: pytest.CaptureFixture[str
 def test_chat_runs_a_flow_named_by_path() -> None:
     result = voxflow("chat", "examples/assistant.py:Assistant", stdin="hello\n\nexit\n")
     assert result.returncode == 0, result.stderr
-    assert "voxflow demo assistant" in result.stdout
+    assert "How can I help you today?" in result.stdout
 
 
 @pytest.mark.parametrize(

@@ -58,7 +58,8 @@ def _cmd_chat(args: argparse.Namespace) -> int:
 def _cmd_demo(args: argparse.Namespace) -> int:
     from .demo import run_demo
 
-    return run_demo(fast=args.fast, model=args.model, json_output=args.json)
+    return run_demo(fast=args.fast, model=args.model, json_output=args.json, out=args.out,
+                    script=args.script)
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
@@ -89,6 +90,10 @@ def _parser() -> argparse.ArgumentParser:
         "--model", default=None, help="a litellm model id (default: rule-based, no key)"
     )
     demo.add_argument("--json", action="store_true", help="print the summary as JSON")
+    demo.add_argument("--out", default="voxflow-demo", help="output folder (default: %(default)s)")
+    demo.add_argument(
+        "--script", default=None, help="a folder of WAV files to speak instead of the voice"
+    )
     demo.set_defaults(func=_cmd_demo)
 
     chat = sub.add_parser("chat", help="text chat with a flow (path.py:Class or module:Class)")

@@ -78,13 +78,22 @@ def run_text_demo(*, model: str | None = None, json_output: bool = False) -> int
     return 0
 
 
-def run_demo(*, fast: bool = False, model: str | None = None, json_output: bool = False) -> int:
+def run_demo(
+    *,
+    fast: bool = False,
+    model: str | None = None,
+    json_output: bool = False,
+    out: str = "voxflow-demo",
+    script: str | None = None,
+) -> int:
     """The voice call demo when voice is installed, else the text demo."""
     if (
         importlib.util.find_spec("voxflow_adapters") is not None
         and importlib.util.find_spec("voxflow_adapters.demo") is not None
     ):
         voice = importlib.import_module("voxflow_adapters.demo")
-        code: int = voice.run_voice_demo(fast=fast, model=model, json_output=json_output)
+        code: int = voice.run_voice_demo(
+            fast=fast, model=model, json_output=json_output, out=out, script=script
+        )
         return code
     return run_text_demo(model=model, json_output=json_output)

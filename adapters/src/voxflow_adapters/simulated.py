@@ -141,6 +141,7 @@ class SimulatedClient:
         self._muted = False
         self._ticker: asyncio.Task[None] | None = None
         self._steps: _StepRunner | None = None
+        self._active_tick = 0  # the last tick that played reply audio
         self._max_duration = max_duration
         self.finished = asyncio.Event()
 
@@ -231,8 +232,10 @@ class SimulatedClient:
         tick = 0
         try:
             while tick < max_ticks:
-                end = max(timed_ticks, self._steps.done_tick or max_ticks) + tail_ticks
-                if tick >= end:
+                # The call ends `tail` after the script is done *and* the assistant fell
+                # silent, so the last reply is heard whole.
+                last = max(timed_ticks, self._steps.done_tick or max_ticks, self._active_tick)
+                if tick >= last + tail_ticks:
                     break
                 target = start + tick * FRAME_SECONDS
                 delay = target - self.clock.now()
@@ -254,6 +257,8 @@ class SimulatedClient:
             self._muted = muted
             self._observations.put_nowait(MuteChanged(muted=muted, at=now))
         heard = self._play(now)
+        if self._was_playing is not None:
+            self._active_tick = tick
         steps.observe(tick, playing=self._was_playing is not None)
         user = rendered.user[begin : begin + _FRAME_IN]
         if user.size < _FRAME_IN:

@@ -1,0 +1,155 @@
+"""``voxflow demo``: a complete voice call, offline, on the bundled models.
+
+The example assistant (``examples/assistant.py``) answers a scripted caller through the
+real pipeline: Silero VAD, Whisper tiny.en, the flow, Piper, fenced playback. The call
+is printed live, summarized in a latency table, and written to an output folder as
+``call.wav`` (user left, assistant right), ``events.jsonl`` and ``timeline.png``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from voxflow_voice.engines import DETERMINISTIC_TTS_SETTINGS, VoiceEngines
+from voxflow_voice.stt import WhisperStt
+from voxflow_voice.tts import PiperTts
+from voxflow_voice.vad import SileroVad
+
+from .call import DEMO_LINES, DemoCall, default_clock, run_demo_call
+from .console import CallPrinter, latency_table, percentile
+from .outputs import write_call_wav, write_events, write_timeline
+
+__all__ = ["DEMO_LINES", "demo_figures", "load_engines", "run_voice_demo"]
+
+_TIME_FIELDS = ("at", "onset_at", "end_at", "speech_end_at", "speech_end", "transcript_final",
+                "first_text", "first_audio", "playback_end")
+
+
+def load_engines(console: Console, *, deterministic: bool) -> VoiceEngines:
+    """Load STT, TTS and VAD with a progress bar (once per process)."""
+    columns = (TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn())
+    with Progress(*columns, console=console, transient=False) as progress:
+        task = progress.add_task("loading models", total=3)
+        progress.update(task, description="loading Whisper tiny.en (speech to text)")
+        stt = WhisperStt()
+        progress.advance(task)
+        progress.update(task, description="loading Piper en_US-joe (text to speech)")
+        tts = PiperTts(settings=DETERMINISTIC_TTS_SETTINGS if deterministic else None)
+        progress.advance(task)
+        progress.update(task, description="loading Silero VAD v6 (voice activity)")
+        SileroVad()
+        progress.advance(task)
+        progress.update(task, description="models loaded")
+    return VoiceEngines(stt=stt, tts=tts, make_vad=SileroVad)
+
+
+def _normalized(event: Any, origin: float) -> dict[str, Any]:
+    data: dict[str, Any] = event.model_dump(mode="json")
+    for name in _TIME_FIELDS:
+        if isinstance(data.get(name), int | float):
+            data[name] = round(data[name] - origin, 4)
+    data["t"] = data["at"]
+    return data
+
+
+def demo_figures(call: DemoCall, events: list[dict[str, Any]]) -> tuple[list[dict[str, Any]],
+                                                                         dict[str, Any]]:
+    """Per-turn rows and the call's headline figures from the normalized events."""
+    first_audio = {e["delivery_id"]: e["t"] for e in events if e["kind"] == "audio_started"}
+    first_text: dict[str, float] = {}
+    for e in events:
+        if e["kind"] == "reply_text":
+            first_text.setdefault(e["delivery_id"], e["t"])
+    texts = {e["turn_id"]: e["text"] for e in events if e["kind"] == "turn_committed"}
+    rows = []
+    for e in events:
+        if e["kind"] != "turn_metrics":
+            continue
+        d = e.get("delivery_id")
+        audio = first_audio.get(d) if d else None
+        text_at = first_text.get(d) if d else None
+        rows.append({
+            "turn_id": e["turn_id"], "text": texts.get(e["turn_id"], ""),
+            "voice_to_voice_ms": None if audio is None else (audio - e["speech_end"]) * 1000,
+            "stt_ms": (e["transcript_final"] - e["speech_end"]) * 1000,
+            "reply_ms": None if text_at is None else (text_at - e["transcript_final"]) * 1000,
+            "tts_ms": None if audio is None or text_at is None else (audio - text_at) * 1000,
+            "outcome": "interrupted" if e["interrupted"] else "played whole",
+        })
+    v2v = [r["voice_to_voice_ms"] for r in rows if r["voice_to_voice_ms"] is not None]
+    stops = [e["stop_latency_ms"] for e in events
+             if e["kind"] == "reply_interrupted" and e.get("stop_latency_ms") is not None]
+    figures = {
+        "turns": len(rows),
+        "voice_to_voice_median_ms": percentile(v2v, 0.5),
+        "voice_to_voice_p90_ms": percentile(v2v, 0.9),
+        "barge_in_stop_ms": percentile(stops, 0.5),
+        "interruptions": len(stops),
+        "announcements": sum(1 for e in events if e["kind"] == "delivery_settled"),
+        "stale_samples": call.result.stale_samples(),
+        "fenced_chunks": call.result.session.playback.statistics().chunks_dropped,
+    }
+    return rows, figures
+
+
+def run_voice_demo(
+    *,
+    fast: bool = False,
+    model: str | None = None,
+    json_output: bool = False,
+    out: str | Path = "voxflow-demo",
+    script: str | Path | None = None,
+) -> int:
+    """Run the demo call; returns the process exit code."""
+    console = Console(stderr=json_output)
+    out_dir = Path(out)
+    wavs = None
+    if script is not None:
+        folder = Path(script)
+        if not folder.is_dir():
+            raise ValueError(f"--script must be a folder of WAV files, got {folder}")
+        wavs = sorted(folder.glob("*.wav"))
+    began = time.perf_counter()
+    console.rule("[bold]voxflow demo[/]: a voice call on bundled models, offline")
+    engines = load_engines(console, deterministic=fast)
+    mode = "virtual audio time (--fast)" if fast else "real time"
+    console.print(f"[dim]caller script: {len(DEMO_LINES)} lines · clock: {mode} · "
+                  f"replies: {'litellm ' + model if model else 'rule-based'}[/]")
+    clock = default_clock(fast)
+    printer = CallPrinter(console, origin=clock.now())
+
+    async def main() -> DemoCall:
+        printer.origin = clock.now()
+        return await run_demo_call(engines, clock=clock, model=model, wavs=wavs,
+                                   on_event=printer, on_job=printer.job)
+
+    call = asyncio.run(main())
+    origin = call.result.tape.start
+    events = [_normalized(e, origin) for e in call.result.events]
+    for at, kind, status in call.job_log:
+        events.append({"kind": "job", "job_kind": kind, "status": status,
+                       "at": round(at - origin, 4), "t": round(at - origin, 4)})
+    events.sort(key=lambda e: e["t"])
+    rows, figures = demo_figures(call, events)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    write_call_wav(out_dir / "call.wav", call.result.tape)
+    write_events(out_dir / "events.jsonl", events)
+    write_timeline(out_dir / "timeline.png", call.result.tape, events)
+    figures["wall_seconds"] = round(time.perf_counter() - began, 2)
+    figures["outputs"] = {name: str(out_dir / name)
+                          for name in ("call.wav", "events.jsonl", "timeline.png")}
+    if json_output:
+        print(json.dumps({"mode": "fast" if fast else "real-time", "turns": rows,
+                          "figures": figures}, indent=2))
+    else:
+        console.print(latency_table(rows, figures))
+        console.print(f"wrote [bold]{out_dir}/call.wav[/] (user left, assistant right), "
+                      f"[bold]events.jsonl[/], [bold]timeline.png[/] "
+                      f"in {figures['wall_seconds']:.1f} s")
+    return 0
