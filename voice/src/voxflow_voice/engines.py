@@ -15,17 +15,10 @@ from voxflow.ids import DeliveryId
 
 from .audio import AudioChunk
 from .stt import SttSettings, Transcript, WhisperStt
-from .tts import PiperTts, TtsSettings
+from .tts import DETERMINISTIC_TTS_SETTINGS, PiperTts, TtsSettings
 from .vad import EnergyVad, SileroVad, VoiceActivityDetector
 
-__all__ = ["DETERMINISTIC_TTS_SETTINGS", "SpeechToText", "TextToSpeech", "VoiceEngines"]
-
-DETERMINISTIC_TTS_SETTINGS = TtsSettings(noise_scale=0.0, noise_w_scale=0.0)
-"""Piper without sampling noise: the same text always gives the same samples.
-
-Piper's VITS decoder samples noise for prosody and durations (and onnxruntime's seed does
-not reach it), so deterministic runs (a virtual clock, ``voxflow demo --fast``, tests
-that compare event logs) use this; the voice is slightly flatter."""
+__all__ = ["SpeechToText", "TextToSpeech", "VoiceEngines"]
 
 
 class SpeechToText(Protocol):

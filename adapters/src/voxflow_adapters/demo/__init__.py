@@ -16,9 +16,9 @@ from typing import Any
 
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-from voxflow_voice.engines import DETERMINISTIC_TTS_SETTINGS, VoiceEngines
+from voxflow_voice.engines import VoiceEngines
 from voxflow_voice.stt import WhisperStt
-from voxflow_voice.tts import PiperTts
+from voxflow_voice.tts import DETERMINISTIC_TTS_SETTINGS, PiperTts
 from voxflow_voice.vad import SileroVad
 
 from .call import DEMO_LINES, DemoCall, default_clock, run_demo_call
