@@ -58,6 +58,10 @@ def _cmd_chat(args: argparse.Namespace) -> int:
 def _cmd_demo(args: argparse.Namespace) -> int:
     from .demo import run_demo
 
+    if args.script is not None and not Path(args.script).is_dir():
+        print(f"error: --script must be a folder of WAV files, got {args.script}",
+              file=sys.stderr)
+        return EXIT_USAGE
     return run_demo(fast=args.fast, model=args.model, json_output=args.json, out=args.out,
                     script=args.script)
 

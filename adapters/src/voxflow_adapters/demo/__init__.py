@@ -21,7 +21,7 @@ from voxflow_voice.stt import WhisperStt
 from voxflow_voice.tts import DETERMINISTIC_TTS_SETTINGS, PiperTts
 from voxflow_voice.vad import SileroVad
 
-from .call import DEMO_LINES, DemoCall, default_clock, run_demo_call
+from .call import DEMO_LINES, DemoCall, default_clock, demo_script, run_demo_call
 from .console import CallPrinter, latency_table, percentile
 from .outputs import write_call_wav, write_events, write_timeline
 
@@ -115,6 +115,7 @@ def run_voice_demo(
         if not folder.is_dir():
             raise ValueError(f"--script must be a folder of WAV files, got {folder}")
         wavs = sorted(folder.glob("*.wav"))
+        demo_script(wavs)  # checks the count before any model loads
     began = time.perf_counter()
     console.rule("[bold]voxflow demo[/]: a voice call on bundled models, offline")
     engines = load_engines(console, deterministic=fast)
