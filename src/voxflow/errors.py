@@ -19,6 +19,7 @@ third-party one (``litellm.*``, ``aiortc.*``)::
     + JobUpdateRejectedError     a job update rejected / job session closed (also RuntimeError)
     + ProviderError              LLM/STT/TTS failure; .retryable says whether to try again
     + ModelNotFoundError         a bundled model package is missing; names the package to install
+    + SignalingError             a WebRTC offer was refused (bad SDP, no audio track) (ValueError)
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ __all__ = [
     "ModelNotFoundError",
     "ProviderError",
     "ResourceClosedError",
+    "SignalingError",
     "TurnIdentityError",
     "TurnInProgressError",
     "TurnRestoreError",
@@ -155,3 +157,7 @@ class ModelNotFoundError(VoxflowError, LookupError):
     def __init__(self, message: str, *, package: str | None = None) -> None:
         super().__init__(message)
         self.package = package
+
+
+class SignalingError(VoxflowError, ValueError):
+    """A WebRTC offer was refused (not an SDP offer, no audio track, negotiation failed)."""
