@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -62,8 +63,15 @@ def _cmd_demo(args: argparse.Namespace) -> int:
         print(f"error: --script must be a folder of WAV files, got {args.script}",
               file=sys.stderr)
         return EXIT_USAGE
-    return run_demo(fast=args.fast, model=args.model, json_output=args.json, out=args.out,
-                    script=args.script)
+    settings = args.settings
+    return run_demo(
+        fast=args.fast,
+        model=args.model if args.model is not None else settings.model,
+        json_output=args.json,
+        out=args.out if args.out is not None else str(settings.demo_out),
+        script=args.script,
+        settings=settings,
+    )
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
@@ -94,7 +102,7 @@ def _parser() -> argparse.ArgumentParser:
         "--model", default=None, help="a litellm model id (default: rule-based, no key)"
     )
     demo.add_argument("--json", action="store_true", help="print the summary as JSON")
-    demo.add_argument("--out", default="voxflow-demo", help="output folder (default: %(default)s)")
+    demo.add_argument("--out", default=None, help="output folder (default: voxflow-demo)")
     demo.add_argument(
         "--script", default=None, help="a folder of WAV files to speak instead of the voice"
     )
@@ -117,6 +125,14 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the process exit code."""
     args = _parser().parse_args(argv)
+    from .settings import Settings, SettingsError
+
+    try:
+        args.settings = Settings.from_env()
+    except SettingsError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    logging.basicConfig(level=args.settings.log_level, format="%(levelname)s %(name)s: %(message)s")
     try:
         code: int = args.func(args)
     except VoxflowError as exc:

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ._loader import load_flow_class, module_name_for
+from .settings import Settings
 
 __all__ = [
     "TEXT_SCRIPT",
@@ -85,6 +86,7 @@ def run_demo(
     json_output: bool = False,
     out: str = "voxflow-demo",
     script: str | None = None,
+    settings: Settings | None = None,
 ) -> int:
     """The voice call demo when voice is installed, else the text demo."""
     if (
@@ -93,7 +95,8 @@ def run_demo(
     ):
         voice = importlib.import_module("voxflow_adapters.demo")
         code: int = voice.run_voice_demo(
-            fast=fast, model=model, json_output=json_output, out=out, script=script
+            fast=fast, model=model, json_output=json_output, out=out, script=script,
+            settings=settings,
         )
         return code
     return run_text_demo(model=model, json_output=json_output)

@@ -74,7 +74,9 @@ class TurnDetection(BaseModel):
     end_of_turn_silence: float = Field(0.6, gt=0, description="silence (s) that ends a turn")
     max_utterance: float = Field(30.0, gt=0, description="longest audio (s) handed to STT")
     min_barge_in: float = Field(0.3, ge=0, description="speech (s) needed to interrupt a reply")
-    pre_roll: float = Field(0.3, ge=0, description="audio (s) kept before the speech onset")
+    # Silero confirms a short first word ("Stop, ...") up to ~0.4 s late; 0.6 s of
+    # pre-roll keeps it in the audio handed to Whisper (which pads to 30 s anyway).
+    pre_roll: float = Field(0.6, ge=0, description="audio (s) kept before the speech onset")
     end_pad: float = Field(0.2, ge=0, description="trailing silence (s) kept after the speech")
     early_utterance: bool = Field(
         True, description="also hand out the utterance after end_pad of silence (speculative STT)"

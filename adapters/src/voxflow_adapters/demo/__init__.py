@@ -17,9 +17,13 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from voxflow_voice.engines import VoiceEngines
-from voxflow_voice.stt import WhisperStt
+from voxflow_voice.session import VoiceSettings
+from voxflow_voice.stt import SttSettings, WhisperStt
 from voxflow_voice.tts import DETERMINISTIC_TTS_SETTINGS, PiperTts
+from voxflow_voice.turn_detector import TurnDetection
 from voxflow_voice.vad import SileroVad
+
+from voxflow.settings import Settings
 
 from .call import DEMO_LINES, DemoCall, default_clock, demo_script, run_demo_call
 from .console import CallPrinter, latency_table, percentile
@@ -31,16 +35,20 @@ _TIME_FIELDS = ("at", "onset_at", "end_at", "speech_end_at", "speech_end", "tran
                 "first_text", "first_audio", "playback_end")
 
 
-def load_engines(console: Console, *, deterministic: bool) -> VoiceEngines:
+def load_engines(
+    console: Console, *, deterministic: bool, settings: Settings | None = None
+) -> VoiceEngines:
     """Load STT, TTS and VAD with a progress bar (once per process)."""
+    settings = settings if settings is not None else Settings()
     columns = (TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn())
     with Progress(*columns, console=console, transient=False) as progress:
         task = progress.add_task("loading models", total=3)
-        progress.update(task, description="loading Whisper tiny.en (speech to text)")
-        stt = WhisperStt()
+        progress.update(task, description=f"loading Whisper {settings.stt_model} (speech to text)")
+        stt = WhisperStt(SttSettings(model=settings.stt_model))
         progress.advance(task)
         progress.update(task, description="loading Piper en_US-joe (text to speech)")
-        tts = PiperTts(settings=DETERMINISTIC_TTS_SETTINGS if deterministic else None)
+        tts = PiperTts(settings.voice,
+                       settings=DETERMINISTIC_TTS_SETTINGS if deterministic else None)
         progress.advance(task)
         progress.update(task, description="loading Silero VAD v6 (voice activity)")
         SileroVad()
@@ -105,8 +113,14 @@ def run_voice_demo(
     json_output: bool = False,
     out: str | Path = "voxflow-demo",
     script: str | Path | None = None,
+    settings: Settings | None = None,
 ) -> int:
-    """Run the demo call; returns the process exit code."""
+    """Run the demo call; returns the process exit code.
+
+    ``settings`` supplies the STT model, the voice and the turn-taking times
+    (``VOXFLOW_*`` variables, see :mod:`voxflow.settings`).
+    """
+    settings = settings if settings is not None else Settings()
     console = Console(stderr=json_output)
     out_dir = Path(out)
     wavs = None
@@ -118,7 +132,10 @@ def run_voice_demo(
         demo_script(wavs)  # checks the count before any model loads
     began = time.perf_counter()
     console.rule("[bold]voxflow demo[/]: a voice call on bundled models, offline")
-    engines = load_engines(console, deterministic=fast)
+    engines = load_engines(console, deterministic=fast, settings=settings)
+    voice_settings = VoiceSettings(turn_detection=TurnDetection(
+        end_of_turn_silence=settings.end_of_turn_silence, min_barge_in=settings.min_barge_in,
+    ))
     mode = "virtual audio time (--fast)" if fast else "real time"
     console.print(f"[dim]caller script: {len(DEMO_LINES)} lines · clock: {mode} · "
                   f"replies: {'litellm ' + model if model else 'rule-based'}[/]")
@@ -128,7 +145,8 @@ def run_voice_demo(
     async def main() -> DemoCall:
         printer.origin = clock.now()
         return await run_demo_call(engines, clock=clock, model=model, wavs=wavs,
-                                   on_event=printer, on_job=printer.job)
+                                   settings=voice_settings, on_event=printer,
+                                   on_job=printer.job)
 
     call = asyncio.run(main())
     origin = call.result.tape.start

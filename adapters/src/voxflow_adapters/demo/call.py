@@ -82,6 +82,7 @@ async def run_demo_call(
     wavs: list[Path] | None = None,
     on_event: Callable[[SessionEvent], None] | None = None,
     on_job: Callable[[float, str, str], None] | None = None,
+    settings: VoiceSettings | None = None,
 ) -> DemoCall:
     """Run the demo call against the example assistant and return what happened."""
     example = load_example_module("assistant.py")
@@ -118,7 +119,6 @@ async def run_demo_call(
 
     jobs = JobRunner(flow.state, make_work, on_update=on_update)
     flow.start_job = lambda job: jobs.submit(job, {})
-    settings = VoiceSettings()
     try:
         result = await run_call(
             turns, demo_script(wavs), engines, clock=clock, settings=settings,

@@ -83,10 +83,11 @@ def percentile(values: Sequence[float], q: float) -> float | None:
 
 def latency_table(rows: list[dict[str, Any]], figures: dict[str, Any]) -> Table:
     """Per-turn latencies, then medians and p90s."""
-    table = Table(title="per-turn latency (ms)", show_lines=False)
-    for column in ("#", "user said", "voice-to-voice", "speech end → text",
-                   "text → first reply", "first reply → audio", "outcome"):
-        table.add_column(column, justify="right" if column != "user said" else "left")
+    table = Table(title="per-turn latency (ms): voice-to-voice = end of user speech → "
+                  "first reply audio heard = end-of-turn wait + STT, flow, TTS",
+                  show_lines=False)
+    for column in ("#", "user said", "voice-to-voice", "wait+STT", "flow", "TTS", "outcome"):
+        table.add_column(column, justify="left" if column == "user said" else "right")
 
     def ms(value: float | None) -> str:
         return "—" if value is None else f"{value:.0f}"

@@ -1,0 +1,83 @@
+"""voxflow's settings: one validated model, read from ``VOXFLOW_*`` variables at the edge.
+
+Library code never reads the environment; the CLI builds :class:`Settings` with
+:meth:`Settings.from_env` and passes values on. Command-line options override the
+environment, which overrides the defaults.
+
+======================================  ===========================  ==================
+variable                                setting                      default
+======================================  ===========================  ==================
+``VOXFLOW_HOME``                        ``home``                     platform data dir
+``VOXFLOW_MODEL``                       ``model``                    none (rule-based)
+``VOXFLOW_STT_MODEL``                   ``stt_model``                ``tiny.en``
+``VOXFLOW_VOICE``                       ``voice``                    bundled Piper voice
+``VOXFLOW_END_OF_TURN_SILENCE``         ``end_of_turn_silence``      ``0.6``
+``VOXFLOW_MIN_BARGE_IN``                ``min_barge_in``             ``0.3``
+``VOXFLOW_DEMO_OUT``                    ``demo_out``                 ``voxflow-demo``
+``VOXFLOW_HOST`` / ``VOXFLOW_PORT``     ``host`` / ``port``          ``127.0.0.1`` / 8080
+``VOXFLOW_LOG_LEVEL``                   ``log_level``                ``WARNING``
+======================================  ===========================  ==================
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from .errors import VoxflowError
+
+__all__ = ["ENV_PREFIX", "Settings", "SettingsError"]
+
+ENV_PREFIX = "VOXFLOW_"
+
+
+class SettingsError(VoxflowError, ValueError):
+    """A ``VOXFLOW_*`` variable holds a value its setting cannot take."""
+
+
+class Settings(BaseModel):
+    """Everything a voxflow command can be configured with."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
+
+    home: Path | None = Field(None, description="data folder: persistence, model cache")
+    model: str | None = Field(None, description="litellm model id for open questions")
+    stt_model: str = Field("tiny.en", description="'tiny.en', 'base' or a model folder")
+    voice: Path | None = Field(None, description="a Piper .onnx voice instead of the bundled one")
+    end_of_turn_silence: float = Field(0.6, gt=0, le=5, description="silence (s) ending a turn")
+    min_barge_in: float = Field(0.3, ge=0, le=5, description="speech (s) that interrupts a reply")
+    demo_out: Path = Field(Path("voxflow-demo"), description="where `voxflow demo` writes")
+    host: str = Field("127.0.0.1", description="`voxflow serve` bind address")
+    port: int = Field(8080, ge=1, le=65535, description="`voxflow serve` port")
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "WARNING"
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
+        """Settings from ``VOXFLOW_*`` variables (``os.environ`` if ``environ`` is None).
+
+        Raises:
+            SettingsError: a variable's value is invalid; the message names the variable.
+        """
+        env = os.environ if environ is None else environ
+        values: dict[str, Any] = {}
+        for name in cls.model_fields:
+            raw = env.get(ENV_PREFIX + name.upper())
+            if raw is not None and raw.strip() != "":
+                values[name] = raw.strip().upper() if name == "log_level" else raw.strip()
+        try:
+            return cls.model_validate(values)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            field = str(first["loc"][0]) if first["loc"] else "?"
+            raise SettingsError(
+                f"{ENV_PREFIX}{field.upper()}={values.get(field)!r}: {first['msg']}"
+            ) from None
+
+    @staticmethod
+    def variables() -> dict[str, str]:
+        """``VOXFLOW_*`` variable → setting name, for docs and ``doctor``."""
+        return {ENV_PREFIX + name.upper(): name for name in Settings.model_fields}

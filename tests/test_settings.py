@@ -1,0 +1,45 @@
+"""Settings from VOXFLOW_* variables: validated, and errors name the variable."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from voxflow.settings import Settings, SettingsError
+
+pytestmark = pytest.mark.unit
+
+
+def test_defaults_without_variables() -> None:
+    settings = Settings.from_env({})
+    assert settings.stt_model == "tiny.en"
+    assert settings.model is None
+    assert settings.end_of_turn_silence == 0.6
+    assert settings.demo_out == Path("voxflow-demo")
+
+
+def test_variables_override_defaults() -> None:
+    settings = Settings.from_env({
+        "VOXFLOW_MODEL": "gpt-4o-mini", "VOXFLOW_END_OF_TURN_SILENCE": "0.3",
+        "VOXFLOW_PORT": "9000", "VOXFLOW_LOG_LEVEL": "debug", "VOXFLOW_HOME": "/tmp/vf",
+        "UNRELATED": "x",
+    })
+    assert settings.model == "gpt-4o-mini"
+    assert settings.end_of_turn_silence == 0.3
+    assert settings.port == 9000
+    assert settings.log_level == "DEBUG"
+    assert settings.home == Path("/tmp/vf")
+
+
+@pytest.mark.parametrize(("name", "value"), [
+    ("VOXFLOW_PORT", "http"), ("VOXFLOW_PORT", "0"), ("VOXFLOW_END_OF_TURN_SILENCE", "-1"),
+    ("VOXFLOW_LOG_LEVEL", "LOUD"),
+])
+def test_bad_values_name_the_variable(name: str, value: str) -> None:
+    with pytest.raises(SettingsError, match=name):
+        Settings.from_env({name: value})
+
+
+def test_every_setting_has_a_variable() -> None:
+    assert set(Settings.variables().values()) == set(Settings.model_fields)
