@@ -13,6 +13,8 @@ third-party one (``litellm.*``, ``aiortc.*``)::
     + ConversationEndedError     a turn after the conversation ended (also RuntimeError)
     + ResourceClosedError        used after *we* closed it (also RuntimeError)
     + AdapterBrokenError         device/peer went away; original error in __cause__
+    + AudioBackendError          PortAudio missing; .install names the fix (also ImportError)
+    + AudioDeviceError           no/unknown audio device, or it refused the settings (LookupError)
     + TurnInProgressError        a second tracked turn before the first settled (also RuntimeError)
     + TurnIdentityError          a reused turn_id or a foreign session (also ValueError)
     + TurnRestoreError           a tracked turn asked to restore state (also ValueError)
@@ -26,6 +28,8 @@ from __future__ import annotations
 
 __all__ = [
     "AdapterBrokenError",
+    "AudioBackendError",
+    "AudioDeviceError",
     "ConversationEndedError",
     "ConversationModeError",
     "DeclarationError",
@@ -112,6 +116,32 @@ class ResourceClosedError(VoxflowError, RuntimeError):
 
 class AdapterBrokenError(VoxflowError):
     """The device or peer behind an adapter went away; the cause is in ``__cause__``."""
+
+
+class AudioBackendError(VoxflowError, ImportError):
+    """The native audio library is missing (e.g. PortAudio for sounddevice).
+
+    Attributes:
+        install: the command that fixes it, e.g. ``apt-get install libportaudio2``.
+    """
+
+    def __init__(self, message: str, *, install: str) -> None:
+        super().__init__(message)
+        self.install = install
+
+
+class AudioDeviceError(VoxflowError, LookupError):
+    """No audio device, an unknown one, or one that refused the stream settings.
+
+    Attributes:
+        device: the device asked for (index or name), None for the default one.
+        kind: ``"input"`` or ``"output"``.
+    """
+
+    def __init__(self, message: str, *, device: int | str | None, kind: str) -> None:
+        super().__init__(message)
+        self.device = device
+        self.kind = kind
 
 
 class TurnInProgressError(VoxflowError, RuntimeError):
