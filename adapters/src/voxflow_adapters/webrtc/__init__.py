@@ -1,0 +1,52 @@
+"""WebRTC browser calls: ``voxflow serve``.
+
+A person opens the page, clicks *Connect*, and talks to a voxflow assistant with
+barge-in, over WebRTC (aiortc on the server, the browser's own WebRTC on the page).
+
+* :class:`WebRtcServer` / :func:`serve`: the aiohttp app (page + ``POST /offer``);
+* :class:`WebRtcPeer`: one call's ``RTCPeerConnection``, an ``AudioTransport``;
+* :mod:`~voxflow_adapters.webrtc.protocol`: the versioned data-channel messages;
+* :func:`assistant_call_factory` / :func:`flow_call_factory`: what each call runs.
+"""
+
+from ._ice import host_addresses as host_addresses
+from .calls import Call as Call
+from .calls import CallFactory as CallFactory
+from .calls import assistant_call_factory as assistant_call_factory
+from .calls import flow_call_factory as flow_call_factory
+from .outbound import OutboundAudio as OutboundAudio
+from .outbound import OutboundStatistics as OutboundStatistics
+from .outbound import ReplyTrack as ReplyTrack
+from .peer import DEFAULT_PEER_SETTINGS as DEFAULT_PEER_SETTINGS
+from .peer import IceServer as IceServer
+from .peer import PeerSettings as PeerSettings
+from .peer import PeerStatistics as PeerStatistics
+from .peer import WebRtcPeer as WebRtcPeer
+from .protocol import PROTOCOL_VERSION as PROTOCOL_VERSION
+from .server import DEFAULT_SERVER_SETTINGS as DEFAULT_SERVER_SETTINGS
+from .server import ServerSettings as ServerSettings
+from .server import ServerStatistics as ServerStatistics
+from .server import WebRtcServer as WebRtcServer
+from .server import serve as serve
+
+__all__ = [
+    "DEFAULT_PEER_SETTINGS",
+    "DEFAULT_SERVER_SETTINGS",
+    "PROTOCOL_VERSION",
+    "Call",
+    "CallFactory",
+    "IceServer",
+    "OutboundAudio",
+    "OutboundStatistics",
+    "PeerSettings",
+    "PeerStatistics",
+    "ReplyTrack",
+    "ServerSettings",
+    "ServerStatistics",
+    "WebRtcPeer",
+    "WebRtcServer",
+    "assistant_call_factory",
+    "flow_call_factory",
+    "host_addresses",
+    "serve",
+]

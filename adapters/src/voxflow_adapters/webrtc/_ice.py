@@ -1,0 +1,77 @@
+"""Which local addresses a peer connection offers as ICE host candidates.
+
+aioice gathers host candidates from every interface *except* loopback
+(``aioice.ice.get_host_addresses`` skips ``127.0.0.1`` and ``::1``), and it has no
+per-connection option for it. A server bound to loopback, a machine with no other
+interface, and in-process tests all need a loopback candidate.
+
+:func:`host_addresses` scopes an override to the current task with a context variable;
+the wrapper installed once over ``aioice.ice.get_host_addresses`` consults it, so two
+calls in one process can use different address sets and code that does not ask keeps
+aioice's default. Candidates are gathered inside ``setLocalDescription``, which runs in
+the caller's task, so wrapping that call is enough.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import ipaddress
+from collections.abc import Callable, Iterator, Sequence
+
+__all__ = ["host_addresses", "validate_addresses"]
+
+_OVERRIDE: contextvars.ContextVar[tuple[str, ...] | None] = contextvars.ContextVar(
+    "voxflow_ice_host_addresses", default=None
+)
+_installed = False
+
+
+def validate_addresses(addresses: Sequence[str]) -> tuple[str, ...]:
+    """Check that every entry is an IP address literal; return them as a tuple."""
+    out: list[str] = []
+    for address in addresses:
+        if not isinstance(address, str):
+            raise TypeError(f"ice host addresses must be strings, got {type(address).__name__}")
+        try:
+            ipaddress.ip_address(address)
+        except ValueError:
+            raise ValueError(f"ice host address {address!r} is not an IP address") from None
+        out.append(address)
+    return tuple(out)
+
+
+def _install() -> None:
+    global _installed
+    if _installed:
+        return
+    import aioice.ice
+
+    original: Callable[[bool, bool], list[str]] = aioice.ice.get_host_addresses
+
+    def get_host_addresses(use_ipv4: bool, use_ipv6: bool) -> list[str]:
+        override = _OVERRIDE.get()
+        if override is None:
+            return original(use_ipv4, use_ipv6)
+        return [a for a in override
+                if (use_ipv4 and ipaddress.ip_address(a).version == 4)
+                or (use_ipv6 and ipaddress.ip_address(a).version == 6)]
+
+    aioice.ice.get_host_addresses = get_host_addresses
+    _installed = True
+
+
+@contextlib.contextmanager
+def host_addresses(addresses: Sequence[str] | None) -> Iterator[None]:
+    """Gather host candidates on exactly ``addresses`` inside the block (``None``: aioice's
+    default, every non-loopback interface)."""
+    if addresses is None:
+        yield
+        return
+    checked = validate_addresses(addresses)
+    _install()
+    token = _OVERRIDE.set(checked)
+    try:
+        yield
+    finally:
+        _OVERRIDE.reset(token)

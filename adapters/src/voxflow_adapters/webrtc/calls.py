@@ -1,0 +1,136 @@
+"""What one browser call runs: a fresh flow, its TurnRunner (and reply queue, jobs) and a
+``VoiceSession`` over the call's transport.
+
+A :data:`CallFactory` is called once per accepted offer. The engines are the server's,
+loaded once and shared by every call; everything else (flow state, turns, replies, jobs,
+the session) is the call's own and is closed with it.
+
+* :func:`flow_call_factory`: any conversational Flow class (a reply queue when its state
+  is a ``ReplyQueueState``);
+* :func:`assistant_call_factory`: the example assistant with its background order
+  lookup wired to a ``JobRunner``, as in ``voxflow demo``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from voxflow_voice.engines import VoiceEngines
+from voxflow_voice.events import SessionEvent
+from voxflow_voice.session import VoiceSession, VoiceSettings
+from voxflow_voice.transport import AudioTransport
+
+from voxflow.clock import Clock
+from voxflow.jobs import JobRunner, JobWorkState
+from voxflow.replies import ReplyQueue, ReplyQueueState
+from voxflow.turns import TurnRunner
+
+__all__ = ["Call", "CallFactory", "assistant_call_factory", "flow_call_factory"]
+
+EventSink = Callable[[SessionEvent], None]
+
+
+@dataclass(slots=True)
+class Call:
+    """One call's session and what must be closed with it.
+
+    Attributes:
+        session: the voice session (run it; it returns when the transport's input ends).
+        flow: the call's flow instance.
+        jobs: the call's JobRunner, if the flow uses background jobs.
+    """
+
+    session: VoiceSession
+    flow: Any
+    jobs: JobRunner | None = None
+    _closers: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
+
+    async def aclose(self) -> None:
+        """Stop the call's background work (idempotent)."""
+        closers, self._closers = self._closers, []
+        for close in closers:
+            await close()
+
+
+CallFactory = Callable[[AudioTransport, VoiceEngines, Clock, EventSink], Awaitable[Call]]
+"""``(transport, engines, clock, on_event) -> Call``, awaited once per accepted offer."""
+
+
+def flow_call_factory(
+    flow_class: type[Any], *, settings: VoiceSettings | None = None
+) -> CallFactory:
+    """Calls answered by a fresh ``flow_class()`` each.
+
+    Raises:
+        TypeError: ``flow_class`` is not a class.
+    """
+    if not isinstance(flow_class, type):
+        raise TypeError(f"flow_class must be a Flow class, got {type(flow_class).__name__}")
+
+    async def make(
+        transport: AudioTransport, engines: VoiceEngines, clock: Clock, on_event: EventSink
+    ) -> Call:
+        flow = flow_class()
+        if not getattr(flow, "conversational", False):
+            raise TypeError(f"{flow_class.__name__} is not a conversational flow")
+        turns = TurnRunner(flow)
+        replies = ReplyQueue(turns) if isinstance(flow.state, ReplyQueueState) else None
+        session = VoiceSession(turns, transport, engines, settings=settings, clock=clock,
+                               replies=replies, on_event=on_event)
+        return Call(session=session, flow=flow)
+
+    return make
+
+
+def assistant_call_factory(
+    model: str | None = None, *, settings: VoiceSettings | None = None,
+    work_seconds: float | None = None,
+) -> CallFactory:
+    """Calls answered by the example assistant (``examples/assistant.py``), its order
+    lookups run as background jobs and announced when the floor is free.
+
+    Args:
+        model: a litellm model for open questions (None: rule-based, no key needed).
+        settings: voice settings of every call.
+        work_seconds: how long an order lookup takes (the example's default if None).
+    """
+    from voxflow.demo import load_example_module
+
+    example = load_example_module("assistant.py")
+    flow_class = example.assistant_class(model)
+
+    async def make(
+        transport: AudioTransport, engines: VoiceEngines, clock: Clock, on_event: EventSink
+    ) -> Call:
+        flow = flow_class()
+        turns = TurnRunner(flow)
+        replies = ReplyQueue(turns)
+        holder: dict[str, VoiceSession] = {}
+
+        def make_work(job: Any, inputs: Any, publish: Any) -> Any:
+            state_cls: Any = JobWorkState[example.OrderJob]  # type: ignore[name-defined]
+            work = example.OrderLookup(state=state_cls(job=job), publish=publish,
+                                       suppress_flow_events=True)
+            work.pause = time.sleep  # the worker runs in a thread: real seconds
+            if work_seconds is not None:
+                work.work_seconds = work_seconds
+            return work
+
+        async def on_update(snapshot: dict[str, Any]) -> None:
+            session = holder.get("session")
+            if session is not None:
+                await session.on_job_update(snapshot)
+
+        jobs = JobRunner(flow.state, make_work, on_update=on_update)
+        flow.start_job = lambda job: jobs.submit(job, {})
+        session = VoiceSession(turns, transport, engines, settings=settings, clock=clock,
+                               replies=replies, jobs=jobs, on_event=on_event)
+        holder["session"] = session
+        call = Call(session=session, flow=flow, jobs=jobs)
+        call._closers.append(jobs.aclose)
+        return call
+
+    return make

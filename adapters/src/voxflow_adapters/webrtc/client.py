@@ -1,0 +1,274 @@
+"""A scripted aiortc caller for ``voxflow serve``: what tests and the load benchmark dial.
+
+:class:`LoopbackCaller` does what the page does, without a browser: it creates the
+``voxflow`` data channel and a microphone track, posts the offer with the token, and
+then speaks whatever audio it is given (paced at 20 ms, silence in between), records
+every frame of assistant audio it receives (its level and arrival time) and every
+data-channel message.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fractions
+import json
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
+from numpy.typing import NDArray
+from voxflow_voice.audio import AudioChunk, float_to_pcm16, resample
+
+from ._ice import host_addresses
+from .outbound import FRAME_SAMPLES, FRAME_SECONDS, OPUS_SAMPLE_RATE
+
+__all__ = ["LoopbackCaller", "OfferRejected", "ReceivedFrame"]
+
+AUDIBLE = 0.01
+"""Peak level above which a received frame counts as assistant audio (Opus silence
+decodes to near-zero samples)."""
+
+
+class OfferRejected(Exception):
+    """The server refused the offer; ``status`` is the HTTP status."""
+
+    def __init__(self, status: int, reason: str) -> None:
+        super().__init__(f"{status}: {reason}")
+        self.status = status
+        self.reason = reason
+
+
+@dataclass(frozen=True, slots=True)
+class ReceivedFrame:
+    """One frame of assistant audio as the caller received it.
+
+    Attributes:
+        at: ``time.monotonic()`` on arrival.
+        peak: the largest absolute sample, in [0, 1].
+        samples: samples per channel.
+    """
+
+    at: float
+    peak: float
+    samples: int
+
+    @property
+    def audible(self) -> bool:
+        """Whether the frame carries assistant audio."""
+        return self.peak > AUDIBLE
+
+
+class _MicTrack(MediaStreamTrack):
+    """The caller's microphone: queued speech at 48 kHz, silence otherwise, every 20 ms."""
+
+    kind = "audio"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._pending: deque[NDArray[np.float32]] = deque()
+        self._index = 0
+        self._start: float | None = None
+
+    def feed(self, samples: NDArray[np.float32]) -> None:
+        for begin in range(0, samples.size, FRAME_SAMPLES):
+            frame = samples[begin : begin + FRAME_SAMPLES]
+            if frame.size < FRAME_SAMPLES:
+                frame = np.pad(frame, (0, FRAME_SAMPLES - frame.size))
+            self._pending.append(frame)
+
+    @property
+    def speaking(self) -> bool:
+        return bool(self._pending)
+
+    async def recv(self) -> Any:
+        import av
+
+        if self.readyState != "live":
+            raise MediaStreamError
+        now = time.monotonic()
+        if self._start is None:
+            self._start = now
+        deadline = self._start + self._index * FRAME_SECONDS
+        if deadline > now:
+            await asyncio.sleep(deadline - now)
+        frame_samples = self._pending.popleft() if self._pending else None
+        pcm = float_to_pcm16(frame_samples) if frame_samples is not None \
+            else bytes(2 * FRAME_SAMPLES)
+        frame = av.AudioFrame(format="s16", layout="mono", samples=FRAME_SAMPLES)
+        frame.planes[0].update(pcm)
+        frame.sample_rate = OPUS_SAMPLE_RATE
+        frame.pts = self._index * FRAME_SAMPLES
+        frame.time_base = fractions.Fraction(1, OPUS_SAMPLE_RATE)
+        self._index += 1
+        return frame
+
+
+class LoopbackCaller:
+    """An aiortc peer that calls a :class:`~voxflow_adapters.webrtc.WebRtcServer`.
+
+    Args:
+        base_url: ``http://host:port``.
+        token: the server's token (sent as ``Authorization: Bearer``).
+        origin: an ``Origin`` header to send (None: none, as a non-browser client).
+        send_audio: offer a microphone track (False: receive only, a silent peer).
+        ice_host_addresses: local addresses for host candidates (loopback by default).
+    """
+
+    def __init__(
+        self, base_url: str, token: str, *, origin: str | None = None, send_audio: bool = True,
+        ice_host_addresses: Sequence[str] | None = ("127.0.0.1",),
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.token = token
+        self.origin = origin
+        self.send_audio = send_audio
+        self.ice_host_addresses = ice_host_addresses
+        self.mic = _MicTrack()
+        self.frames: list[ReceivedFrame] = []
+        self.messages: list[dict[str, Any]] = []
+        self.call_id: str | None = None
+        self._pc: Any = None
+        self._channel: Any = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self._changed = asyncio.Event()
+
+    async def connect(self, *, transform_offer: Callable[[str], str] | None = None) -> None:
+        """Offer, post, apply the answer; returns once the data channel is open.
+
+        Raises:
+            OfferRejected: the server answered with an error status.
+        """
+        import aiohttp
+        from aiortc import RTCConfiguration, RTCPeerConnection, RTCSessionDescription
+
+        pc = RTCPeerConnection(RTCConfiguration(iceServers=[]))
+        self._pc = pc
+        channel = pc.createDataChannel("voxflow")
+        self._channel = channel
+        opened = asyncio.Event()
+        channel.on("open", opened.set)
+        channel.on("message", self._on_message)
+        if self.send_audio:
+            pc.addTrack(self.mic)
+        else:
+            pc.addTransceiver("audio", direction="recvonly")
+        pc.on("track", self._on_track)
+        offer = await pc.createOffer()
+        with host_addresses(self.ice_host_addresses):
+            await pc.setLocalDescription(offer)
+        sdp = pc.localDescription.sdp
+        if transform_offer is not None:
+            sdp = transform_offer(sdp)
+        headers = {"Authorization": f"Bearer {self.token}"}
+        if self.origin is not None:
+            headers["Origin"] = self.origin
+        async with aiohttp.ClientSession() as http, http.post(
+            f"{self.base_url}/offer", json={"type": "offer", "sdp": sdp}, headers=headers
+        ) as response:
+            body = await response.json(content_type=None)
+            if response.status != 200:
+                raise OfferRejected(response.status, str(body.get("error", body)))
+        self.call_id = body["call_id"]
+        await pc.setRemoteDescription(RTCSessionDescription(sdp=body["sdp"], type="answer"))
+        await opened.wait()
+
+    def _on_track(self, track: Any) -> None:
+        if track.kind == "audio":
+            self._tasks.append(asyncio.get_running_loop().create_task(self._receive(track)))
+
+    async def _receive(self, track: Any) -> None:
+        with contextlib.suppress(MediaStreamError):
+            while True:
+                frame = await track.recv()
+                samples = frame.to_ndarray()
+                peak = float(np.abs(samples).max()) / 32768.0 if samples.size else 0.0
+                self.frames.append(ReceivedFrame(time.monotonic(), peak, frame.samples))
+                self._changed.set()
+
+    def _on_message(self, raw: Any) -> None:
+        try:
+            message = json.loads(raw)
+        except ValueError:
+            return
+        if isinstance(message, dict):
+            message["_at"] = time.monotonic()
+            self.messages.append(message)
+            self._changed.set()
+
+    # -- acting ---------------------------------------------------------------------
+
+    def say(self, audio: AudioChunk) -> None:
+        """Speak ``audio`` (any rate) into the microphone from the next frame on."""
+        samples = resample(audio.samples(), audio.sample_rate, OPUS_SAMPLE_RATE)
+        self.mic.feed(samples)
+
+    def send(self, message: dict[str, Any] | str) -> None:
+        """Send a data-channel message (a dict as JSON, a string as is)."""
+        self._channel.send(message if isinstance(message, str) else json.dumps(message))
+
+    async def wait_for(
+        self, condition: Callable[[], bool], *, within: float = 30.0, what: str = "condition"
+    ) -> None:
+        """Wait until ``condition()`` holds (checked on every frame or message).
+
+        Raises:
+            TimeoutError: it did not hold within ``within`` seconds.
+        """
+        try:
+            async with asyncio.timeout(within):
+                while not condition():
+                    self._changed.clear()
+                    await self._changed.wait()
+        except TimeoutError:
+            raise TimeoutError(f"{what} did not happen within {within} s") from None
+
+    async def wait_message(
+        self, kind: str, *, within: float = 30.0, **fields: Any
+    ) -> dict[str, Any]:
+        """The first message of type ``kind`` (with ``fields``), waiting for it."""
+        def find() -> dict[str, Any] | None:
+            for m in self.messages:
+                if m.get("type") == kind and all(m.get(k) == v for k, v in fields.items()):
+                    return m
+            return None
+
+        await self.wait_for(lambda: find() is not None, within=within, what=f"{kind!r} message")
+        found = find()
+        assert found is not None
+        return found
+
+    def of_type(self, kind: str) -> list[dict[str, Any]]:
+        """Every received message of type ``kind``."""
+        return [m for m in self.messages if m.get("type") == kind]
+
+    def audible_frames(self, *, after: float = 0.0) -> int:
+        """Frames of assistant audio received after ``after`` (monotonic time)."""
+        return sum(1 for f in self.frames if f.audible and f.at > after)
+
+    @property
+    def connection_state(self) -> str:
+        """The caller's ``connectionState``."""
+        return str(self._pc.connectionState) if self._pc is not None else "new"
+
+    async def aclose(self) -> None:
+        """Hang up (closes the peer connection, as closing a tab does)."""
+        self.mic.stop()
+        if self._pc is not None:
+            await self._pc.close()
+        for task in self._tasks:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._tasks.clear()
+
+    async def __aenter__(self) -> LoopbackCaller:
+        await self.connect()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()

@@ -1,0 +1,281 @@
+"""The outbound side of a call: reply audio queued, paced at 20 ms, receipted as sent.
+
+:class:`OutboundAudio` is the queue between the playback stage and the wire. Reply
+chunks (any rate, e.g. Piper's 22.05 kHz) are resampled to 48 kHz (Opus's rate) with a
+streaming resampler per delivery, so a reply's chunks join without clicks. Each call to
+:meth:`OutboundAudio.next_frame` takes exactly one 20 ms frame (960 samples) off the
+queue, padding with silence, and reports a :class:`PlaybackReceipt` for every piece of
+reply audio in it, in the chunk's own rate and sample positions: the receipts describe
+what actually went out on the track. :meth:`OutboundAudio.flush` drops every queued
+sample of one delivery at once; the frame being encoded when the fence falls is the last
+one that can carry it.
+
+:class:`ReplyTrack` is the aiortc ``MediaStreamTrack`` that pulls those frames: aiortc's
+RTP sender calls ``recv()`` in a loop, so the track itself waits for each frame's 20 ms
+deadline (measured from the first frame, so lateness never accumulates).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import fractions
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
+from numpy.typing import NDArray
+from voxflow_voice.audio import AudioChunk, Resampler, float_to_pcm16
+from voxflow_voice.transport import ClientObservation, PlaybackDrained, PlaybackReceipt
+
+from voxflow.clock import Clock
+from voxflow.ids import DeliveryId
+
+__all__ = [
+    "FRAME_SAMPLES",
+    "FRAME_SECONDS",
+    "OPUS_SAMPLE_RATE",
+    "OutboundAudio",
+    "OutboundStatistics",
+    "ReplyTrack",
+]
+
+OPUS_SAMPLE_RATE = 48_000
+FRAME_SECONDS = 0.02
+FRAME_SAMPLES = 960  # 20 ms at 48 kHz
+_SILENCE = bytes(2 * FRAME_SAMPLES)
+
+
+@dataclass(frozen=True, slots=True)
+class OutboundStatistics:
+    """Counters of one call's outbound audio.
+
+    Attributes:
+        frames_sent: 20 ms frames handed to the encoder (reply or silence).
+        reply_frames: frames that carried reply audio.
+        samples_flushed: 48 kHz samples dropped by fences.
+        stale_samples: samples of a delivery sent after its flush (always 0).
+        late_frames: frames produced more than one frame period after their deadline.
+        queued_seconds: reply audio waiting to be sent.
+    """
+
+    frames_sent: int
+    reply_frames: int
+    samples_flushed: int
+    stale_samples: int
+    late_frames: int
+    queued_seconds: float
+
+
+@dataclass(slots=True)
+class _Queued:
+    chunk: AudioChunk
+    out: NDArray[np.float32]  # the chunk at 48 kHz
+    offset: int = 0  # 48 kHz samples already sent
+    receipted: int = 0  # samples of the chunk (own rate) already receipted
+
+    @property
+    def remaining(self) -> int:
+        return self.out.size - self.offset
+
+
+class OutboundAudio:
+    """Reply audio waiting for the wire, taken 20 ms at a time.
+
+    Args:
+        clock: the session clock (receipt times).
+        on_observation: receives every receipt and drain, in order.
+        lead: seconds of queued audio above which :meth:`wait_writable` waits; small, so
+            that little audio sits between a fence and the wire.
+    """
+
+    def __init__(
+        self, *, clock: Clock, on_observation: Callable[[ClientObservation], None],
+        lead: float = 0.3,
+    ) -> None:
+        if lead <= 0:
+            raise ValueError(f"lead must be > 0, got {lead}")
+        self._clock = clock
+        self._emit = on_observation
+        self._lead = lead
+        self._queue: deque[_Queued] = deque()
+        self._resamplers: dict[DeliveryId, Resampler] = {}
+        self._queued = 0  # 48 kHz samples
+        self._writable = asyncio.Event()
+        self._writable.set()
+        self._flushed: set[DeliveryId] = set()
+        self._playing: DeliveryId | None = None
+        self._frames = 0
+        self._reply_frames = 0
+        self._samples_flushed = 0
+        self._stale = 0
+        self._late = 0
+        self.last_frame_of: dict[DeliveryId, int] = {}
+        """Index of the last frame that carried each delivery's audio."""
+        self.flush_frame_of: dict[DeliveryId, int] = {}
+        """Index of the next frame to be produced when each delivery was flushed."""
+
+    @property
+    def frame_index(self) -> int:
+        """Frames produced so far."""
+        return self._frames
+
+    async def wait_writable(self) -> None:
+        """Wait until less than ``lead`` seconds are queued."""
+        while self._queued >= self._lead * OPUS_SAMPLE_RATE:
+            self._writable.clear()
+            await self._writable.wait()
+
+    def write_nowait(self, chunk: AudioChunk) -> None:
+        """Queue a reply chunk (resampled to 48 kHz now, on the loop: chunks are short)."""
+        if not isinstance(chunk, AudioChunk):
+            raise TypeError(f"chunk must be an AudioChunk, got {type(chunk).__name__}")
+        delivery = chunk.delivery_id
+        if delivery is None:
+            raise ValueError("reply chunks must carry a delivery_id")
+        if delivery in self._flushed:
+            return  # the playback stage fences first; this is a second guard
+        resampler = self._resamplers.get(delivery)
+        if resampler is None or resampler.in_rate != chunk.sample_rate:
+            resampler = Resampler(chunk.sample_rate, OPUS_SAMPLE_RATE)
+            self._resamplers[delivery] = resampler
+        out = resampler.process(chunk.samples())
+        self._queue.append(_Queued(chunk, out))
+        self._queued += out.size
+
+    def flush(self, delivery_id: DeliveryId) -> int:
+        """Drop every queued sample of ``delivery_id`` now; returns the samples dropped
+        (at the chunks' own rate, as the playback stage counts them)."""
+        dropped = 0
+        kept: deque[_Queued] = deque()
+        for item in self._queue:
+            if item.chunk.delivery_id == delivery_id:
+                dropped += item.chunk.num_samples - item.receipted
+                self._samples_flushed += item.remaining
+            else:
+                kept.append(item)
+        self._queue = kept
+        self._flushed.add(delivery_id)
+        self._resamplers.pop(delivery_id, None)
+        self.flush_frame_of[delivery_id] = self._frames
+        self._recount()
+        return dropped
+
+    def next_frame(self, *, late: bool = False) -> bytes:
+        """Take the next 20 ms frame (48 kHz mono s16le), receipting its reply audio."""
+        index = self._frames
+        self._frames += 1
+        if late:
+            self._late += 1
+        if not self._queue:
+            if self._playing is not None:
+                self._emit(PlaybackDrained(at=self._clock.now(), delivery_id=self._playing))
+                self._playing = None
+            return _SILENCE
+        frame = np.zeros(FRAME_SAMPLES, np.float32)
+        filled = 0
+        at = self._clock.now()
+        while filled < FRAME_SAMPLES and self._queue:
+            item = self._queue[0]
+            take = min(FRAME_SAMPLES - filled, item.remaining)
+            frame[filled : filled + take] = item.out[item.offset : item.offset + take]
+            delivery = item.chunk.delivery_id
+            assert delivery is not None
+            if delivery in self._flushed:
+                self._stale += take
+            item.offset += take
+            self._receipt(item, at + filled / OPUS_SAMPLE_RATE)
+            self.last_frame_of[delivery] = index
+            self._playing = delivery
+            filled += take
+            if item.remaining == 0:
+                self._queue.popleft()
+        self._reply_frames += 1
+        self._recount()
+        return float_to_pcm16(frame)
+
+    def _receipt(self, item: _Queued, at: float) -> None:
+        """Receipt the chunk's own samples that the 48 kHz samples sent so far stand for."""
+        chunk = item.chunk
+        n = chunk.num_samples
+        upto = n if item.remaining == 0 else min(n, round(item.offset * n / item.out.size))
+        count = upto - item.receipted
+        if count <= 0:
+            return
+        assert chunk.delivery_id is not None
+        self._emit(PlaybackReceipt(
+            delivery_id=chunk.delivery_id, segment_id=chunk.segment_id,
+            start_sample=(chunk.start_sample or 0) + item.receipted, num_samples=count,
+            sample_rate=chunk.sample_rate, at=at,
+        ))
+        item.receipted = upto
+
+    def _recount(self) -> None:
+        self._queued = sum(item.remaining for item in self._queue)
+        if self._queued < self._lead * OPUS_SAMPLE_RATE:
+            self._writable.set()
+
+    def statistics(self) -> OutboundStatistics:
+        """Counters for tests, benchmarks and ``repr``."""
+        return OutboundStatistics(
+            frames_sent=self._frames, reply_frames=self._reply_frames,
+            samples_flushed=self._samples_flushed, stale_samples=self._stale,
+            late_frames=self._late, queued_seconds=self._queued / OPUS_SAMPLE_RATE,
+        )
+
+    def __repr__(self) -> str:
+        s = self.statistics()
+        return (f"OutboundAudio(frames={s.frames_sent}, reply_frames={s.reply_frames}, "
+                f"queued={s.queued_seconds:.2f}s, stale={s.stale_samples})")
+
+
+class ReplyTrack(MediaStreamTrack):
+    """The outbound aiortc audio track: one 20 ms, 48 kHz mono frame per ``recv()``.
+
+    Args:
+        outbound: the queue the frames come from.
+        keep_offsets: how many recent pacing offsets (ms after each frame's deadline) to
+            keep for :meth:`pacing_offsets`.
+    """
+
+    kind = "audio"
+
+    def __init__(self, outbound: OutboundAudio, *, keep_offsets: int = 3000) -> None:
+        super().__init__()
+        self._outbound = outbound
+        self._start: float | None = None
+        self._offsets: deque[float] = deque(maxlen=keep_offsets)
+
+    async def recv(self) -> Any:
+        """Wait for the next frame's deadline, then return it as an ``av.AudioFrame``."""
+        import av
+
+        if self.readyState != "live":
+            raise MediaStreamError
+        index = self._outbound.frame_index
+        now = time.monotonic()
+        if self._start is None:
+            self._start = now - index * FRAME_SECONDS
+        deadline = self._start + index * FRAME_SECONDS
+        if deadline > now:
+            await asyncio.sleep(deadline - now)
+            now = time.monotonic()
+        offset = now - deadline
+        if offset > 5 * FRAME_SECONDS:
+            # Far behind (a stalled loop): restart the schedule instead of bursting frames.
+            self._start = now - index * FRAME_SECONDS
+        self._offsets.append(offset * 1000.0)
+        pcm = self._outbound.next_frame(late=offset > FRAME_SECONDS)
+        frame = av.AudioFrame(format="s16", layout="mono", samples=FRAME_SAMPLES)
+        frame.planes[0].update(pcm)
+        frame.sample_rate = OPUS_SAMPLE_RATE
+        frame.pts = index * FRAME_SAMPLES
+        frame.time_base = fractions.Fraction(1, OPUS_SAMPLE_RATE)
+        return frame
+
+    def pacing_offsets(self) -> list[float]:
+        """Recent frame send times, ms after their deadline (jitter figures)."""
+        return list(self._offsets)

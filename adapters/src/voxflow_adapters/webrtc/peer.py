@@ -1,0 +1,412 @@
+"""One browser call: an aiortc ``RTCPeerConnection`` that implements ``AudioTransport``.
+
+:class:`WebRtcPeer` answers the page's offer and then moves audio both ways:
+
+* *in*: the page's microphone track (Opus, 48 kHz stereo s16) is converted to 16 kHz
+  mono by :class:`~voxflow_voice.audio.InputConverter` and yielded by
+  :meth:`WebRtcPeer.audio_input`; while the page is muted, silence is yielded instead;
+* *out*: :class:`~voxflow_adapters.webrtc.outbound.ReplyTrack` sends 20 ms frames from
+  the reply queue; receipts come from what was actually sent;
+* *data channel* ``voxflow``: session facts go to the page
+  (:mod:`~voxflow_adapters.webrtc.protocol`); page messages (mute, playback, hang-up)
+  are validated, and a bad one is rejected with a logged reason.
+
+A watchdog ends the call (with a ``bye`` message and a logged reason) when ICE/DTLS does
+not connect in time, when the peer sends no audio for ``media_timeout`` seconds, when
+the connection fails, or at the call length limit. Ending the call ends
+:meth:`audio_input`, so the ``VoiceSession`` on top cuts what it was saying, settles
+every delivery and returns.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+from collections import deque
+from collections.abc import AsyncIterator, Coroutine
+from typing import Any
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+from voxflow_voice.audio import AudioChunk, InputConverter
+from voxflow_voice.transport import ClientObservation, MuteChanged
+
+from voxflow.clock import Clock, MonotonicClock
+from voxflow.errors import SignalingError
+from voxflow.ids import DeliveryId
+
+from ._ice import host_addresses, validate_addresses
+from .outbound import OutboundAudio, OutboundStatistics, ReplyTrack
+from .protocol import (
+    ByeMessage,
+    ErrorMessage,
+    HangupMessage,
+    MuteMessage,
+    PlaybackMessage,
+    ProtocolError,
+    ServerMessage,
+    parse_page_message,
+)
+
+__all__ = ["DEFAULT_PEER_SETTINGS", "IceServer", "PeerSettings", "PeerStatistics", "WebRtcPeer"]
+
+logger = logging.getLogger(__name__)
+
+DATA_CHANNEL_LABEL = "voxflow"
+_MAX_REJECTED = 50  # malformed page messages tolerated before the call is ended
+_call_numbers = itertools.count(1)
+
+
+class IceServer(BaseModel):
+    """A STUN/TURN server (none are used unless configured: no public STUN by default)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    urls: tuple[str, ...] = Field(min_length=1, description="stun:/turn: URLs")
+    username: str | None = None
+    credential: str | None = None
+
+    @field_validator("urls")
+    @classmethod
+    def _check_urls(cls, urls: tuple[str, ...]) -> tuple[str, ...]:
+        for url in urls:
+            if not url.startswith(("stun:", "turn:", "turns:")):
+                raise ValueError(f"ICE server url {url!r} must start with stun:, turn: or turns:")
+        return urls
+
+
+class PeerSettings(BaseModel):
+    """Limits and network options of one call."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    ice_servers: tuple[IceServer, ...] = Field(
+        (), description="STUN/TURN servers; empty: host candidates only, no public STUN"
+    )
+    ice_host_addresses: tuple[str, ...] | None = Field(
+        None, description="local IPs offered as host candidates; None: every non-loopback "
+        "interface (aioice's default). ('127.0.0.1',) for same-machine calls without a network",
+    )
+    connect_timeout: float = Field(15.0, gt=0, description="ICE+DTLS must connect within (s)")
+    media_timeout: float = Field(20.0, gt=0, description="end the call after this much (s) "
+                                 "without audio from the peer")
+    max_call_seconds: float = Field(1800.0, gt=0, description="longest call (s)")
+    lead: float = Field(0.3, gt=0, description="reply audio (s) queued ahead of the wire")
+
+    @field_validator("ice_host_addresses")
+    @classmethod
+    def _check_addresses(cls, value: tuple[str, ...] | None) -> tuple[str, ...] | None:
+        return None if value is None else validate_addresses(value)
+
+
+DEFAULT_PEER_SETTINGS = PeerSettings()
+
+
+class PeerStatistics(BaseModel):
+    """What one call moved (for tests, benchmarks and logs)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    call_id: str
+    connection_state: str
+    frames_in: int
+    outbound: Any = Field(description="OutboundStatistics of the reply track")
+    page_messages: int
+    rejected_messages: int
+    muted: bool
+    page_playing: bool | None
+    close_reason: str | None
+
+
+class WebRtcPeer:
+    """The server side of one browser call (an :class:`AudioTransport`).
+
+    Args:
+        settings: limits, timeouts and ICE options.
+        clock: the session clock (receipt and observation times).
+        call_id: a name for logs; generated if omitted.
+    """
+
+    def __init__(
+        self, *, settings: PeerSettings = DEFAULT_PEER_SETTINGS, clock: Clock | None = None,
+        call_id: str | None = None,
+    ) -> None:
+        if not isinstance(settings, PeerSettings):
+            raise TypeError(f"settings must be PeerSettings, got {type(settings).__name__}")
+        self.settings = settings
+        self.clock: Clock = clock if clock is not None else MonotonicClock()
+        self.call_id = call_id or f"call-{next(_call_numbers)}"
+        self._input: asyncio.Queue[AudioChunk | None] = asyncio.Queue()
+        self._observations: asyncio.Queue[ClientObservation | None] = asyncio.Queue()
+        self.outbound = OutboundAudio(clock=self.clock, on_observation=self._observe,
+                                      lead=settings.lead)
+        self.track = ReplyTrack(self.outbound)
+        self._pc: Any = None
+        self._channel: Any = None
+        self._pending: deque[str] = deque(maxlen=256)  # messages before the channel opened
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._connected = asyncio.Event()
+        self.closed = asyncio.Event()
+        """Set once the call has ended (for whatever reason)."""
+        self.close_reason: str | None = None
+        self._closing: asyncio.Task[None] | None = None
+        self._muted = False
+        self._page_playing: bool | None = None
+        self._frames_in = 0
+        self._last_media: float | None = None
+        self._page_messages = 0
+        self._rejected = 0
+        self.input_ended = asyncio.Event()
+
+    # -- signaling ------------------------------------------------------------------
+
+    async def accept(self, offer_sdp: str) -> str:
+        """Answer the page's offer; returns the answer SDP (with all candidates).
+
+        Raises:
+            TypeError: ``offer_sdp`` is not a string.
+            SignalingError: the offer is not a valid SDP offer with an audio track.
+        """
+        from aiortc import RTCConfiguration, RTCIceServer, RTCPeerConnection, RTCSessionDescription
+
+        if not isinstance(offer_sdp, str):
+            raise TypeError(f"offer_sdp must be a str, got {type(offer_sdp).__name__}")
+        if self._pc is not None:
+            raise RuntimeError("accept() was already called; one offer per peer")
+        if "m=audio" not in offer_sdp:
+            raise SignalingError("the offer has no audio track (m=audio)")
+        servers = [RTCIceServer(urls=list(s.urls), username=s.username, credential=s.credential)
+                   for s in self.settings.ice_servers]
+        # iceServers=[] explicitly: aiortc adds a public STUN server when given None.
+        pc = RTCPeerConnection(RTCConfiguration(iceServers=servers))
+        self._pc = pc
+        pc.on("track", self._on_track)
+        pc.on("datachannel", self._on_datachannel)
+        pc.on("connectionstatechange", self._on_connection_state)
+        try:
+            await pc.setRemoteDescription(RTCSessionDescription(sdp=offer_sdp, type="offer"))
+            pc.addTrack(self.track)
+            answer = await pc.createAnswer()
+            with host_addresses(self.settings.ice_host_addresses):
+                await pc.setLocalDescription(answer)
+        except Exception as exc:
+            await self.aclose(f"signaling failed: {type(exc).__name__}")
+            raise SignalingError(f"the offer was refused: {exc}") from exc
+        self._spawn(self._watch(), "watch")
+        return str(pc.localDescription.sdp)
+
+    # -- AudioTransport -------------------------------------------------------------
+
+    async def audio_input(self) -> AsyncIterator[AudioChunk]:
+        """16 kHz mono microphone audio until the call ends."""
+        while (chunk := await self._input.get()) is not None:
+            yield chunk
+
+    async def wait_writable(self) -> None:
+        """Wait until the outbound queue has room."""
+        await self.outbound.wait_writable()
+
+    def write_nowait(self, chunk: AudioChunk) -> None:
+        """Queue one reply chunk for the outbound track."""
+        self.outbound.write_nowait(chunk)
+
+    def flush(self, delivery_id: DeliveryId) -> int:
+        """Drop the queued audio of ``delivery_id`` now."""
+        return self.outbound.flush(delivery_id)
+
+    async def observations(self) -> AsyncIterator[ClientObservation]:
+        """Receipts (from the outbound track), drains and mute changes, in order."""
+        while (item := await self._observations.get()) is not None:
+            yield item
+
+    def _observe(self, observation: ClientObservation) -> None:
+        if not self.closed.is_set():
+            self._observations.put_nowait(observation)
+
+    # -- the page -------------------------------------------------------------------
+
+    def send(self, message: ServerMessage) -> None:
+        """Send one message to the page (queued until the data channel is open)."""
+        text = message.model_dump_json()
+        channel = self._channel
+        if channel is not None and channel.readyState == "open":
+            channel.send(text)
+        elif not self.closed.is_set():
+            self._pending.append(text)
+
+    def _on_datachannel(self, channel: Any) -> None:
+        if channel.label != DATA_CHANNEL_LABEL or self._channel is not None:
+            logger.warning("unexpected data channel refused",
+                           extra={"call_id": self.call_id, "label": channel.label})
+            channel.close()
+            return
+        self._channel = channel
+        channel.on("message", self._on_page_message)
+        while self._pending and channel.readyState == "open":
+            channel.send(self._pending.popleft())
+
+    def _on_page_message(self, raw: Any) -> None:
+        self._page_messages += 1
+        try:
+            message = parse_page_message(raw)
+        except ProtocolError as exc:
+            self._rejected += 1
+            logger.warning("page message rejected: %s", exc.reason,
+                           extra={"call_id": self.call_id})
+            self.send(ErrorMessage(reason=exc.reason))
+            if self._rejected >= _MAX_REJECTED:
+                self.close_soon("too many malformed data-channel messages")
+            return
+        if isinstance(message, MuteMessage):
+            if message.muted != self._muted:
+                self._muted = message.muted
+                self._observe(MuteChanged(muted=message.muted, at=self.clock.now()))
+        elif isinstance(message, PlaybackMessage):
+            self._page_playing = message.playing
+        elif isinstance(message, HangupMessage):
+            self.close_soon("the page hung up")
+
+    # -- media ----------------------------------------------------------------------
+
+    def _on_track(self, track: Any) -> None:
+        if track.kind == "audio" and self._frames_in == 0 and not self._has_reader():
+            self._spawn(self._read_audio(track), "inbound")
+
+    def _has_reader(self) -> bool:
+        return any(t.get_name().endswith(".inbound") for t in self._tasks)
+
+    async def _read_audio(self, track: Any) -> None:
+        from aiortc.mediastreams import MediaStreamError
+
+        converter = InputConverter()
+        loop = asyncio.get_running_loop()
+        try:
+            while True:
+                try:
+                    frame = await track.recv()
+                except MediaStreamError:
+                    break
+                self._frames_in += 1
+                self._last_media = loop.time()
+                samples = frame.to_ndarray()
+                channels = len(frame.layout.channels)
+                if frame.format.is_planar:
+                    samples = samples.T  # (channels, n) → interleaved
+                pcm = np.ascontiguousarray(samples, dtype=np.int16)
+                if self._muted:
+                    pcm = np.zeros_like(pcm)
+                self._input.put_nowait(converter.convert(pcm.tobytes(), frame.sample_rate,
+                                                         channels))
+        finally:
+            self._end_input()
+        self.close_soon("the peer's audio track ended")
+
+    def _end_input(self) -> None:
+        if not self.input_ended.is_set():
+            self.input_ended.set()
+            self._input.put_nowait(None)
+
+    # -- supervision ----------------------------------------------------------------
+
+    def _on_connection_state(self) -> None:
+        state = self._pc.connectionState if self._pc is not None else "closed"
+        logger.info("connection state %s", state, extra={"call_id": self.call_id})
+        if state == "connected":
+            self._connected.set()
+        elif state == "failed":
+            self.close_soon("ICE/DTLS connection failed")
+        elif state == "closed":
+            self.close_soon("the connection was closed")
+
+    async def _watch(self) -> None:
+        loop = asyncio.get_running_loop()
+        settings = self.settings
+        started = loop.time()
+        try:
+            async with asyncio.timeout(settings.connect_timeout):
+                await self._connected.wait()
+        except TimeoutError:
+            self.close_soon(f"ICE/DTLS did not connect within {settings.connect_timeout:g} s")
+            return
+        connected = loop.time()
+        tick = min(0.5, settings.media_timeout / 4)
+        while not self.closed.is_set():
+            await asyncio.sleep(tick)
+            now = loop.time()
+            if now - started >= settings.max_call_seconds:
+                self.close_soon(f"the call reached its {settings.max_call_seconds:g} s limit")
+                return
+            last = self._last_media if self._last_media is not None else connected
+            if now - last >= settings.media_timeout:
+                self.close_soon(f"no audio from the peer for {settings.media_timeout:g} s")
+                return
+
+    def close_soon(self, reason: str) -> None:
+        """End the call in the background (safe from event handlers and our own tasks).
+
+        The first reason given is the one reported; later calls change nothing."""
+        if self._closing is None:
+            self._closing = asyncio.get_running_loop().create_task(
+                self._close(reason), name=f"{self.call_id}.close"
+            )
+
+    async def aclose(self, reason: str = "closed by the server") -> None:
+        """End the call and wait until it is closed (idempotent): bye to the page, input
+        and observations end, the peer connection closes, every task of ours is awaited."""
+        self.close_soon(reason)
+        assert self._closing is not None
+        if self._closing is not asyncio.current_task():
+            await asyncio.shield(self._closing)
+
+    async def _close(self, reason: str) -> None:
+        self.close_reason = reason
+        quiet = reason.startswith(("the page", "closed by", "the session ended"))
+        logger.log(logging.INFO if quiet else logging.WARNING, "call ended: %s", reason,
+                   extra={"call_id": self.call_id})
+        self.send(ByeMessage(reason=reason))
+        self.closed.set()
+        self._end_input()
+        self._observations.put_nowait(None)
+        self.track.stop()
+        tasks = [t for t in self._tasks if t is not asyncio.current_task()]
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        if self._pc is not None:
+            await self._pc.close()
+
+    async def wait_closed(self) -> None:
+        """Wait until the call has ended and its peer connection is closed."""
+        await self.closed.wait()
+        if self._closing is not None:
+            await asyncio.shield(self._closing)
+
+    def _spawn(self, coro: Coroutine[Any, Any, None], name: str) -> None:
+        task = asyncio.get_running_loop().create_task(coro, name=f"{self.call_id}.{name}")
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    # -- introspection --------------------------------------------------------------
+
+    @property
+    def connection_state(self) -> str:
+        """aiortc's ``connectionState`` (``new`` before :meth:`accept`)."""
+        return str(self._pc.connectionState) if self._pc is not None else "new"
+
+    def statistics(self) -> PeerStatistics:
+        """Counters of this call."""
+        outbound: OutboundStatistics = self.outbound.statistics()
+        return PeerStatistics(
+            call_id=self.call_id, connection_state=self.connection_state,
+            frames_in=self._frames_in, outbound=outbound, page_messages=self._page_messages,
+            rejected_messages=self._rejected, muted=self._muted,
+            page_playing=self._page_playing, close_reason=self.close_reason,
+        )
+
+    def __repr__(self) -> str:
+        return (f"WebRtcPeer({self.call_id!r}, state={self.connection_state}, "
+                f"frames_in={self._frames_in}, muted={self._muted}, {self.outbound!r})")

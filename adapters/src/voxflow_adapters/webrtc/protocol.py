@@ -1,0 +1,274 @@
+"""The data-channel protocol between the page and the server (version 1).
+
+Every message is one JSON object with ``"v": 1`` and a ``"type"``. The server sends
+what the session did (transcripts, reply text as it streams, state, interruptions,
+latency marks); the page sends what only it knows (the mute switch, whether its audio
+element is playing). Page messages are validated with pydantic (``extra="forbid"``, a
+size limit); an unknown or malformed message is rejected with a logged reason and an
+``error`` message back, and never touches the session.
+
+The README section "WebRTC browser calls" documents the messages for page authors.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+from voxflow_voice.events import (
+    AudioStarted,
+    BargeIn,
+    MuteObserved,
+    ReplyFinished,
+    ReplyInterrupted,
+    ReplyTextStreamed,
+    SessionClosed,
+    SessionEvent,
+    SpeechEnded,
+    SpeechStarted,
+    TurnCommitted,
+    TurnMetrics,
+)
+
+from voxflow.ids import DeliveryId, TurnId
+
+__all__ = [
+    "MAX_MESSAGE_BYTES",
+    "PROTOCOL_VERSION",
+    "ByeMessage",
+    "CallState",
+    "ErrorMessage",
+    "HangupMessage",
+    "HelloMessage",
+    "InterruptedMessage",
+    "LatencyMessage",
+    "MuteAckMessage",
+    "MuteMessage",
+    "PageMessage",
+    "PlaybackMessage",
+    "ProtocolError",
+    "ReplyDoneMessage",
+    "ReplyTextMessage",
+    "ServerMessage",
+    "StateMessage",
+    "TranscriptMessage",
+    "messages_for_event",
+    "parse_page_message",
+]
+
+PROTOCOL_VERSION = 1
+"""Bumped on any incompatible change; a page sending another version is rejected."""
+
+MAX_MESSAGE_BYTES = 4096
+"""Longest page message accepted (page messages are tiny; this bounds the parser)."""
+
+CallState = Literal["connecting", "listening", "user_speaking", "thinking", "speaking", "ended"]
+
+
+class _Message(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    v: Literal[1] = Field(1, description="protocol version (PROTOCOL_VERSION)")
+
+
+# -- page → server ----------------------------------------------------------------------
+
+
+class MuteMessage(_Message):
+    """The user switched the microphone off (``muted=true``) or on."""
+
+    type: Literal["mute"]
+    muted: bool
+
+
+class PlaybackMessage(_Message):
+    """The page's audio element started (``playing=true``) or stopped playing."""
+
+    type: Literal["playback"]
+    playing: bool
+
+
+class HangupMessage(_Message):
+    """The user hung up: end the call now (closing the tab ends it too, a bit later)."""
+
+    type: Literal["hangup"]
+
+
+PageMessage = Annotated[
+    MuteMessage | PlaybackMessage | HangupMessage, Field(discriminator="type")
+]
+_PAGE_ADAPTER: TypeAdapter[MuteMessage | PlaybackMessage | HangupMessage] = TypeAdapter(
+    PageMessage
+)
+
+
+class ProtocolError(ValueError):
+    """A page message was rejected; ``reason`` says why (safe to log and send back)."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+def parse_page_message(raw: str | bytes) -> MuteMessage | PlaybackMessage | HangupMessage:
+    """Validate one page message.
+
+    Raises:
+        ProtocolError: too long, not JSON, not an object, another version, an unknown
+            type, or bad fields (the reason names which).
+    """
+    if not isinstance(raw, str | bytes):
+        raise ProtocolError(f"message must be text, got {type(raw).__name__}")
+    size = len(raw.encode() if isinstance(raw, str) else raw)
+    if size > MAX_MESSAGE_BYTES:
+        raise ProtocolError(f"message of {size} bytes exceeds {MAX_MESSAGE_BYTES}")
+    try:
+        data = json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ProtocolError(f"not JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise ProtocolError(f"message must be a JSON object, got {type(data).__name__}")
+    if data.get("v") != PROTOCOL_VERSION:
+        raise ProtocolError(f"unsupported protocol version {data.get('v')!r}, "
+                            f"expected {PROTOCOL_VERSION}")
+    kind = data.get("type")
+    if kind not in ("mute", "playback", "hangup"):
+        raise ProtocolError(f"unknown message type {kind!r}")
+    try:
+        return _PAGE_ADAPTER.validate_python(data)
+    except ValidationError as exc:
+        fields = ", ".join(
+            f"{'.'.join(str(p) for p in err['loc'][1:]) or '<root>'}: {err['msg']}"
+            for err in exc.errors()
+        )
+        raise ProtocolError(f"invalid {kind} message ({fields})") from None
+
+
+# -- server → page ----------------------------------------------------------------------
+
+
+class HelloMessage(_Message):
+    """First message: the call is set up; limits the page should know."""
+
+    type: Literal["hello"] = "hello"
+    session_id: str
+    max_call_seconds: float
+
+
+class StateMessage(_Message):
+    """What the call is doing now."""
+
+    type: Literal["state"] = "state"
+    state: CallState
+
+
+class TranscriptMessage(_Message):
+    """A committed user turn (what the assistant understood)."""
+
+    type: Literal["transcript"] = "transcript"
+    role: Literal["user"] = "user"
+    turn_id: TurnId
+    text: str
+
+
+class ReplyTextMessage(_Message):
+    """A segment of the assistant's reply, sent as it is handed to speech synthesis."""
+
+    type: Literal["reply_text"] = "reply_text"
+    delivery_id: DeliveryId
+    segment_id: int
+    text: str
+
+
+class ReplyDoneMessage(_Message):
+    """The reply was played whole."""
+
+    type: Literal["reply_done"] = "reply_done"
+    delivery_id: DeliveryId
+
+
+class InterruptedMessage(_Message):
+    """The user barged in: the reply was cut; ``heard_text`` is what they heard."""
+
+    type: Literal["interrupted"] = "interrupted"
+    delivery_id: DeliveryId
+    heard_text: str | None = None
+
+
+class LatencyMessage(_Message):
+    """Latency marks of one turn, in ms after the end of the user's speech."""
+
+    type: Literal["latency"] = "latency"
+    turn_id: TurnId
+    transcript_ms: float
+    first_text_ms: float | None
+    first_audio_ms: float | None
+    interrupted: bool
+
+
+class MuteAckMessage(_Message):
+    """The server applied a mute change."""
+
+    type: Literal["mute"] = "mute"
+    muted: bool
+
+
+class ErrorMessage(_Message):
+    """A page message was rejected (the call goes on)."""
+
+    type: Literal["error"] = "error"
+    reason: str
+
+
+class ByeMessage(_Message):
+    """The server ends the call (time limit, silent peer, shutdown)."""
+
+    type: Literal["bye"] = "bye"
+    reason: str
+
+
+ServerMessage = (
+    HelloMessage | StateMessage | TranscriptMessage | ReplyTextMessage | ReplyDoneMessage
+    | InterruptedMessage | LatencyMessage | MuteAckMessage | ErrorMessage | ByeMessage
+)
+
+
+def _ms(later: float | None, earlier: float) -> float | None:
+    return None if later is None else round((later - earlier) * 1000.0, 1)
+
+
+def messages_for_event(event: SessionEvent) -> list[ServerMessage]:
+    """The page messages one session event turns into (none for internal events)."""
+    if isinstance(event, SpeechStarted):
+        return [StateMessage(state="user_speaking")]
+    if isinstance(event, SpeechEnded):
+        return [StateMessage(state="thinking")]
+    if isinstance(event, TurnCommitted):
+        return [TranscriptMessage(turn_id=event.turn_id, text=event.text)]
+    if isinstance(event, ReplyTextStreamed):
+        return [ReplyTextMessage(delivery_id=event.delivery_id, segment_id=event.segment_id,
+                                 text=event.text)]
+    if isinstance(event, AudioStarted):
+        return [StateMessage(state="speaking")]
+    if isinstance(event, BargeIn):
+        return [InterruptedMessage(delivery_id=event.delivery_id)]
+    if isinstance(event, ReplyInterrupted):
+        return [InterruptedMessage(delivery_id=event.delivery_id, heard_text=event.heard_text),
+                StateMessage(state="listening")]
+    if isinstance(event, ReplyFinished):
+        return [ReplyDoneMessage(delivery_id=event.delivery_id), StateMessage(state="listening")]
+    if isinstance(event, TurnMetrics):
+        transcript = _ms(event.transcript_final, event.speech_end)
+        assert transcript is not None
+        return [LatencyMessage(
+            turn_id=event.turn_id, transcript_ms=transcript,
+            first_text_ms=_ms(event.first_text, event.speech_end),
+            first_audio_ms=_ms(event.first_audio, event.speech_end),
+            interrupted=event.interrupted,
+        )]
+    if isinstance(event, MuteObserved):
+        return [MuteAckMessage(muted=event.muted)]
+    if isinstance(event, SessionClosed):
+        return [StateMessage(state="ended")]
+    return []

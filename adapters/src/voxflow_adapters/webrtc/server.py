@@ -1,0 +1,322 @@
+"""The ``voxflow serve`` web server: the call page and WebRTC signaling (aiohttp).
+
+Routes:
+
+* ``GET /``: the page (``static/index.html``), ``GET /static/...``: its script and style;
+* ``POST /offer``: ``{"type": "offer", "sdp": "..."}`` with ``Authorization: Bearer
+  <token>`` → ``{"type": "answer", "sdp": "...", "call_id": "..."}``. Candidates are
+  gathered before answering (no trickle ICE), so one round trip sets the call up.
+
+Safety: the server binds to loopback by default; ``/offer`` needs the token (generated
+and printed as part of the page URL unless given) and, when the request carries an
+``Origin``, one the server allows (its own loopback origins, or ``allowed_origins``);
+offers are size-limited; calls are limited in number and length; a call whose ICE/DTLS
+never connects or whose peer goes silent is ended and its slot freed
+(:class:`~voxflow_adapters.webrtc.peer.WebRtcPeer`).
+
+Every call gets a fresh flow and ``VoiceSession`` from the :data:`CallFactory`; the
+engines (Whisper, Piper, Silero) are loaded once and shared by all calls.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+import ipaddress
+import itertools
+import json
+import logging
+import secrets
+from collections import Counter, deque
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+from pydantic import BaseModel, ConfigDict, Field
+from voxflow_voice.engines import VoiceEngines
+from voxflow_voice.events import SessionEvent
+
+from voxflow.clock import MonotonicClock
+from voxflow.errors import SignalingError
+
+from .calls import Call, CallFactory
+from .peer import DEFAULT_PEER_SETTINGS, PeerSettings, PeerStatistics, WebRtcPeer
+from .protocol import HelloMessage, StateMessage, messages_for_event
+
+__all__ = ["DEFAULT_SERVER_SETTINGS", "ServerSettings", "ServerStatistics", "WebRtcServer",
+           "serve"]
+
+logger = logging.getLogger(__name__)
+
+STATIC_DIR = Path(__file__).with_name("static")
+
+
+class ServerSettings(BaseModel):
+    """Where the server listens and what it lets in."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    host: str = Field("127.0.0.1", min_length=1, description="bind address (loopback default)")
+    port: int = Field(8080, ge=0, le=65535, description="TCP port (0: any free port)")
+    token: str | None = Field(None, min_length=8, description="required for /offer; "
+                              "None: a random one is generated")
+    allowed_origins: tuple[str, ...] = Field(
+        (), description="extra page origins allowed to POST /offer (e.g. https://host:port)"
+    )
+    max_sdp_bytes: int = Field(20_000, gt=0, description="largest offer SDP accepted")
+    max_calls: int = Field(8, ge=1, description="concurrent calls")
+    peer: PeerSettings = Field(DEFAULT_PEER_SETTINGS, description="per-call limits and ICE")
+
+
+DEFAULT_SERVER_SETTINGS = ServerSettings()
+
+
+class ServerStatistics(BaseModel):
+    """What the server has done so far."""
+
+    model_config = ConfigDict(frozen=True)
+
+    active_calls: int
+    accepted: int
+    rejected: dict[str, int] = Field(description="refused offers by reason")
+    ended: list[PeerStatistics] = Field(description="the most recent ended calls")
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+class WebRtcServer:
+    """The page, the signaling endpoint and the calls of one process.
+
+    Args:
+        factory: builds each call's flow and session.
+        engines: the shared STT/TTS/VAD engines.
+        settings: bind address, token, limits.
+        on_call: called with each accepted call's peer and :class:`Call` (tests, metrics).
+    """
+
+    def __init__(
+        self, factory: CallFactory, engines: VoiceEngines, *,
+        settings: ServerSettings = DEFAULT_SERVER_SETTINGS,
+        on_call: Callable[[WebRtcPeer, Call], None] | None = None,
+    ) -> None:
+        if not callable(factory):
+            raise TypeError("factory must be a CallFactory (an async callable)")
+        if not isinstance(settings, ServerSettings):
+            raise TypeError(f"settings must be ServerSettings, got {type(settings).__name__}")
+        self.factory = factory
+        self.engines = engines
+        self.settings = settings
+        self.token = settings.token if settings.token is not None else secrets.token_urlsafe(18)
+        self._on_call = on_call
+        self._calls: dict[str, tuple[WebRtcPeer, asyncio.Task[None]]] = {}
+        self._reserved = 0
+        self._accepted = 0
+        self._rejected: Counter[str] = Counter()
+        self._ended: deque[PeerStatistics] = deque(maxlen=100)
+        self._numbers = itertools.count(1)
+        self._runner: web.AppRunner | None = None
+        self._idle_waiters: list[asyncio.Future[None]] = []
+        self.port: int | None = None
+
+    # -- the app --------------------------------------------------------------------
+
+    def app(self) -> web.Application:
+        """The aiohttp application (routes and body size limit)."""
+        app = web.Application(client_max_size=self.settings.max_sdp_bytes + 4096)
+        app.router.add_get("/", self._page)
+        app.router.add_static("/static/", STATIC_DIR, show_index=False)
+        app.router.add_post("/offer", self._offer)
+        return app
+
+    async def start(self) -> str:
+        """Listen; returns the page URL (with the token)."""
+        runner = web.AppRunner(self.app(), access_log=None)
+        await runner.setup()
+        site = web.TCPSite(runner, self.settings.host, self.settings.port)
+        await site.start()
+        self._runner = runner
+        addresses = runner.addresses
+        self.port = int(addresses[0][1]) if addresses else self.settings.port
+        return self.url
+
+    @property
+    def url(self) -> str:
+        """``http://host:port/?token=...`` (what a person opens)."""
+        host = self.settings.host
+        shown = "127.0.0.1" if host in ("0.0.0.0", "") else host
+        if ":" in shown:
+            shown = f"[{shown}]"
+        return f"http://{shown}:{self.port}/?token={self.token}"
+
+    async def aclose(self) -> None:
+        """End every call (each settles its deliveries) and stop listening."""
+        calls = list(self._calls.values())
+        for peer, _ in calls:
+            peer.close_soon("the server is shutting down")
+        for _, task in calls:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    async def __aenter__(self) -> WebRtcServer:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    # -- handlers -------------------------------------------------------------------
+
+    async def _page(self, request: web.Request) -> web.StreamResponse:
+        return web.FileResponse(STATIC_DIR / "index.html", headers={
+            "Cache-Control": "no-store",
+            "Content-Security-Policy": "default-src 'self'; connect-src 'self'; "
+                                       "media-src 'self' blob: mediastream:",
+            "X-Content-Type-Options": "nosniff",
+            "Referrer-Policy": "no-referrer",
+        })
+
+    def _reject(self, status: int, reason: str, key: str) -> web.Response:
+        self._rejected[key] += 1
+        logger.warning("offer rejected (%s): %s", key, reason)
+        return web.json_response({"error": reason}, status=status)
+
+    def _origin_allowed(self, request: web.Request, origin: str) -> bool:
+        allowed = set(self.settings.allowed_origins)
+        if _is_loopback(self.settings.host):
+            for name in ("127.0.0.1", "localhost", "[::1]"):
+                allowed.add(f"http://{name}:{self.port}")
+        else:
+            # Not bound to loopback: the page's own origin, as the client named the host.
+            allowed.add(f"http://{request.host}")
+            allowed.add(f"https://{request.host}")
+        return origin in allowed
+
+    async def _offer(self, request: web.Request) -> web.Response:
+        origin = request.headers.get("Origin")
+        if origin is not None and not self._origin_allowed(request, origin):
+            return self._reject(403, f"origin {origin!r} is not allowed", "origin")
+        auth = request.headers.get("Authorization", "")
+        given = auth[len("Bearer "):] if auth.startswith("Bearer ") else ""
+        if not hmac.compare_digest(given.encode(), self.token.encode()):
+            return self._reject(401, "missing or wrong token", "token")
+        limit = self.settings.max_sdp_bytes
+        if request.content_length is not None and request.content_length > limit + 4096:
+            return self._reject(413, f"offer larger than {limit} bytes", "size")
+        try:
+            body = await request.read()
+        except web.HTTPRequestEntityTooLarge:
+            return self._reject(413, f"offer larger than {limit} bytes", "size")
+        try:
+            data = json.loads(body)
+        except ValueError:
+            return self._reject(400, "the body must be JSON", "malformed")
+        if not isinstance(data, dict) or data.get("type") != "offer" \
+                or not isinstance(data.get("sdp"), str):
+            return self._reject(400, 'expected {"type": "offer", "sdp": "..."}', "malformed")
+        sdp: str = data["sdp"]
+        if len(sdp.encode()) > limit:
+            return self._reject(413, f"offer SDP larger than {limit} bytes", "size")
+        if len(self._calls) + self._reserved >= self.settings.max_calls:
+            return self._reject(503, f"too many calls (limit {self.settings.max_calls})", "busy")
+        self._reserved += 1
+        try:
+            return await self._start_call(sdp)
+        finally:
+            self._reserved -= 1
+
+    async def _start_call(self, sdp: str) -> web.Response:
+        call_id = f"call-{next(self._numbers)}"
+        clock = MonotonicClock()
+        peer = WebRtcPeer(settings=self.settings.peer, clock=clock, call_id=call_id)
+        try:
+            answer = await peer.accept(sdp)
+        except SignalingError as exc:
+            return self._reject(400, str(exc), "sdp")
+
+        def on_event(event: SessionEvent) -> None:
+            for message in messages_for_event(event):
+                peer.send(message)
+
+        try:
+            call = await self.factory(peer, self.engines, clock, on_event)
+        except Exception:
+            logger.exception("could not start the call's session", extra={"call_id": call_id})
+            await peer.aclose("the call could not start")
+            return self._reject(500, "the call could not start", "factory")
+        peer.send(HelloMessage(session_id=str(call.session.session_id),
+                               max_call_seconds=self.settings.peer.max_call_seconds))
+        peer.send(StateMessage(state="listening"))
+        task = asyncio.get_running_loop().create_task(self._run_call(peer, call),
+                                                      name=f"{call_id}.run")
+        self._calls[call_id] = (peer, task)
+        self._accepted += 1
+        if self._on_call is not None:
+            self._on_call(peer, call)
+        return web.json_response({"type": "answer", "sdp": answer, "call_id": call_id})
+
+    async def _run_call(self, peer: WebRtcPeer, call: Call) -> None:
+        try:
+            await call.session.run()
+        except Exception:
+            logger.exception("the call's session failed", extra={"call_id": peer.call_id})
+        finally:
+            await peer.aclose("the session ended")
+            await call.aclose()
+            self._calls.pop(peer.call_id, None)
+            self._ended.append(peer.statistics())
+            if not self._calls:
+                waiters, self._idle_waiters = self._idle_waiters, []
+                for waiter in waiters:
+                    if not waiter.done():
+                        waiter.set_result(None)
+
+    async def wait_idle(self) -> None:
+        """Return once no call is active (every ended call's session has closed)."""
+        if not self._calls:
+            return
+        waiter = asyncio.get_running_loop().create_future()
+        self._idle_waiters.append(waiter)
+        await waiter
+
+    # -- introspection --------------------------------------------------------------
+
+    def peers(self) -> list[WebRtcPeer]:
+        """The peers of the active calls."""
+        return [peer for peer, _ in self._calls.values()]
+
+    def statistics(self) -> ServerStatistics:
+        """Active calls, accepted and refused offers, the latest ended calls."""
+        return ServerStatistics(active_calls=len(self._calls), accepted=self._accepted,
+                                rejected=dict(self._rejected), ended=list(self._ended))
+
+    def __repr__(self) -> str:
+        return (f"WebRtcServer({self.settings.host}:{self.port}, calls={len(self._calls)}, "
+                f"accepted={self._accepted}, rejected={sum(self._rejected.values())})")
+
+
+async def serve(
+    factory: CallFactory, *, settings: ServerSettings = DEFAULT_SERVER_SETTINGS,
+    engines: VoiceEngines | None = None, announce: Callable[[str], Any] = print,
+) -> None:
+    """Load the engines (unless given), listen, announce the URL, run until cancelled."""
+    if engines is None:
+        engines = await asyncio.to_thread(VoiceEngines.load)
+    server = WebRtcServer(factory, engines, settings=settings)
+    async with server:
+        announce(f"voxflow is listening: open {server.url}")
+        if not _is_loopback(settings.host):
+            announce("warning: not bound to loopback; browsers need https (or localhost) "
+                     "for the microphone, and the token is all that guards /offer")
+        await asyncio.Event().wait()

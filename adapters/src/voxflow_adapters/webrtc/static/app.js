@@ -1,0 +1,235 @@
+// voxflow call page: one RTCPeerConnection, the "voxflow" data channel (protocol v1,
+// documented in the README), no build step and no external service.
+"use strict";
+
+const PROTOCOL = 1;
+const $ = (id) => document.getElementById(id);
+const state = {
+  pc: null, channel: null, mic: null, muted: false,
+  replies: new Map(),   // delivery_id -> <li>
+  lastUser: null,       // the <li> of the latest user turn
+  messages: [],         // every server message (for debugging and tests)
+};
+window.voxflow = state;
+
+function token() {
+  return new URLSearchParams(window.location.search).get("token") || "";
+}
+
+function notice(text) {
+  const el = $("notice");
+  el.textContent = text || "";
+  el.hidden = !text;
+}
+
+function setConnection(text) {
+  const el = $("connection");
+  el.textContent = text;
+  el.dataset.state = text;
+}
+
+function send(message) {
+  if (state.channel && state.channel.readyState === "open") {
+    state.channel.send(JSON.stringify({ v: PROTOCOL, ...message }));
+  }
+}
+
+function addLine(role, text) {
+  const li = document.createElement("li");
+  li.className = role;
+  const span = document.createElement("span");
+  span.className = "text";
+  span.textContent = text;
+  li.appendChild(span);
+  $("transcript").appendChild(li);
+  li.scrollIntoView({ block: "end" });
+  return li;
+}
+
+function addMeta(li, text) {
+  if (!li) return;
+  let meta = li.querySelector(".meta");
+  if (!meta) {
+    meta = document.createElement("span");
+    meta.className = "meta";
+    li.appendChild(meta);
+  }
+  meta.textContent = text;
+}
+
+const handlers = {
+  hello: () => {},
+  state: (m) => { $("call-state").textContent = m.state.replace("_", " "); },
+  transcript: (m) => { state.lastUser = addLine("user", m.text); },
+  reply_text: (m) => {
+    let li = state.replies.get(m.delivery_id);
+    if (!li) {
+      li = addLine("assistant", "");
+      li.dataset.deliveryId = m.delivery_id;
+      state.replies.set(m.delivery_id, li);
+    }
+    const text = li.querySelector(".text");
+    text.textContent = (text.textContent + " " + m.text).trim();
+  },
+  reply_done: () => {},
+  interrupted: (m) => {
+    const li = state.replies.get(m.delivery_id);
+    if (li) li.classList.add("interrupted");
+  },
+  latency: (m) => {
+    const parts = [`transcript ${Math.round(m.transcript_ms)} ms`];
+    if (m.first_audio_ms !== null) parts.push(`voice-to-voice ${Math.round(m.first_audio_ms)} ms`);
+    addMeta(state.lastUser, parts.join(" · "));
+  },
+  mute: (m) => { showMuted(m.muted); },
+  error: (m) => { console.warn("voxflow rejected a message:", m.reason); },
+  bye: (m) => { notice(`The call ended: ${m.reason}.`); hangUp(false); },
+};
+
+function onMessage(event) {
+  let message;
+  try { message = JSON.parse(event.data); } catch { return; }
+  if (!message || message.v !== PROTOCOL || !(message.type in handlers)) {
+    console.warn("ignored a message of an unknown shape", message);
+    return;
+  }
+  state.messages.push(message);
+  handlers[message.type](message);
+}
+
+function showMuted(muted) {
+  state.muted = muted;
+  const button = $("mute");
+  button.textContent = muted ? "Unmute" : "Mute";
+  button.setAttribute("aria-pressed", String(muted));
+}
+
+function micError(err) {
+  if (!window.isSecureContext || !navigator.mediaDevices) {
+    return "The browser only allows the microphone on secure pages: open the http://127.0.0.1 " +
+           "or http://localhost address the server printed, or serve it over https.";
+  }
+  switch (err && err.name) {
+    case "NotAllowedError":
+    case "SecurityError":
+      return "Microphone access was denied. Allow the microphone for this page (the icon " +
+             "in the address bar), then press Connect again.";
+    case "NotFoundError":
+    case "OverconstrainedError":
+      return "No microphone was found. Plug one in, then press Connect again.";
+    case "NotReadableError":
+      return "The microphone is in use by another application or could not be opened.";
+    default:
+      return `The microphone could not be opened (${err && err.name ? err.name : err}).`;
+  }
+}
+
+function gatheringComplete(pc) {
+  if (pc.iceGatheringState === "complete") return Promise.resolve();
+  return new Promise((resolve) => {
+    const check = () => {
+      if (pc.iceGatheringState === "complete") {
+        pc.removeEventListener("icegatheringstatechange", check);
+        resolve();
+      }
+    };
+    pc.addEventListener("icegatheringstatechange", check);
+    setTimeout(resolve, 5000); // answer with what we have rather than hang
+  });
+}
+
+async function connect() {
+  notice("");
+  const button = $("connect");
+  button.disabled = true;
+  if (!window.isSecureContext || !navigator.mediaDevices) {
+    notice(micError(null));
+    button.disabled = false;
+    return;
+  }
+  try {
+    state.mic = await navigator.mediaDevices.getUserMedia({
+      audio: { echoCancellation: true, noiseSuppression: true, autoGainControl: true },
+      video: false,
+    });
+  } catch (err) {
+    notice(micError(err));
+    button.disabled = false;
+    return;
+  }
+  setConnection("connecting");
+  const pc = new RTCPeerConnection({ iceServers: [] });
+  state.pc = pc;
+  state.channel = pc.createDataChannel("voxflow");
+  state.channel.onmessage = onMessage;
+  state.channel.onopen = () => { if (state.muted) send({ type: "mute", muted: true }); };
+  for (const track of state.mic.getAudioTracks()) pc.addTrack(track, state.mic);
+  pc.ontrack = (event) => {
+    const audio = $("remote");
+    audio.srcObject = event.streams[0] || new MediaStream([event.track]);
+    audio.play().catch(() => notice("Press anywhere on the page to hear the assistant."));
+  };
+  pc.onconnectionstatechange = () => {
+    setConnection(pc.connectionState);
+    if (pc.connectionState === "failed") {
+      notice("The connection failed (ICE/DTLS). Is the server reachable from this browser?");
+      hangUp(false);
+    }
+  };
+  try {
+    await pc.setLocalDescription(await pc.createOffer());
+    await gatheringComplete(pc);
+    const response = await fetch("/offer", {
+      method: "POST",
+      headers: { "Content-Type": "application/json", "Authorization": `Bearer ${token()}` },
+      body: JSON.stringify({ type: "offer", sdp: pc.localDescription.sdp }),
+    });
+    const body = await response.json().catch(() => ({}));
+    if (!response.ok) {
+      const hint = response.status === 401 ? " (open the exact URL the server printed, with its token)" : "";
+      throw new Error(`${body.error || response.statusText}${hint}`);
+    }
+    await pc.setRemoteDescription({ type: "answer", sdp: body.sdp });
+  } catch (err) {
+    notice(`Could not start the call: ${err.message || err}`);
+    hangUp(false);
+    return;
+  }
+  button.textContent = "Hang up";
+  button.disabled = false;
+  $("mute").disabled = false;
+}
+
+function hangUp(tell = true) {
+  if (tell) send({ type: "hangup" });
+  if (state.pc) state.pc.close();
+  if (state.mic) for (const track of state.mic.getTracks()) track.stop();
+  state.pc = null;
+  state.channel = null;
+  state.mic = null;
+  setConnection("closed");
+  $("call-state").textContent = "–";
+  const button = $("connect");
+  button.textContent = "Connect";
+  button.disabled = false;
+  $("mute").disabled = true;
+  showMuted(false);
+}
+
+function toggleMute() {
+  const muted = !state.muted;
+  if (state.mic) for (const track of state.mic.getAudioTracks()) track.enabled = !muted;
+  showMuted(muted);
+  send({ type: "mute", muted });
+}
+
+window.addEventListener("DOMContentLoaded", () => {
+  $("connect").addEventListener("click", () => (state.pc ? hangUp(true) : connect()));
+  $("mute").addEventListener("click", toggleMute);
+  const audio = $("remote");
+  audio.addEventListener("playing", () => send({ type: "playback", playing: true }));
+  audio.addEventListener("pause", () => send({ type: "playback", playing: false }));
+  document.addEventListener("click", () => { if (audio.paused && audio.srcObject) audio.play(); });
+  if (!token()) notice("This page needs the token: open the full URL the server printed.");
+});
+window.addEventListener("pagehide", () => { if (state.pc) hangUp(true); });

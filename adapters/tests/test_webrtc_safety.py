@@ -1,0 +1,175 @@
+"""What ``voxflow serve`` refuses and what it cleans up: bad token, foreign origin,
+oversized or broken SDP, too many calls, malformed data-channel messages, a peer that
+never connects and a peer that sends no audio."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+import aiohttp
+import pytest
+from aiortc import RTCConfiguration, RTCPeerConnection
+from voxflow_adapters.webrtc import (
+    PeerSettings,
+    ServerSettings,
+    WebRtcServer,
+    assistant_call_factory,
+    host_addresses,
+)
+from voxflow_adapters.webrtc.client import LoopbackCaller, OfferRejected
+from voxflow_voice.engines import VoiceEngines
+
+pytestmark = pytest.mark.models  # the server shares the real engines, as in production
+
+
+@contextlib.asynccontextmanager
+async def serving(engines: VoiceEngines, **options: Any) -> AsyncIterator[WebRtcServer]:
+    peer: dict[str, Any] = {"ice_host_addresses": ("127.0.0.1",), **options.pop("peer", {})}
+    settings = ServerSettings(port=0, peer=PeerSettings(**peer), **options)
+    async with WebRtcServer(assistant_call_factory(), engines, settings=settings) as server:
+        yield server
+
+
+async def rejected(caller: LoopbackCaller, **connect: Any) -> OfferRejected:
+    try:
+        with pytest.raises(OfferRejected) as info:
+            await caller.connect(**connect)
+    finally:
+        await caller.aclose()
+    return info.value
+
+
+async def until_no_calls(server: WebRtcServer) -> None:
+    async with asyncio.timeout(20):
+        await server.wait_idle()
+
+
+async def test_offers_without_the_token_or_from_a_foreign_origin_are_refused(
+    engines: VoiceEngines,
+) -> None:
+    async with serving(engines) as server:
+        base = f"http://127.0.0.1:{server.port}"
+        wrong = await rejected(LoopbackCaller(base, "not-the-token"))
+        foreign = await rejected(LoopbackCaller(base, server.token, origin="http://evil.example"))
+        stats = server.statistics()
+    assert (wrong.status, foreign.status) == (401, 403)
+    assert "token" in wrong.reason and "evil.example" in foreign.reason
+    assert stats.rejected == {"token": 1, "origin": 1}
+    assert stats.accepted == 0 and stats.active_calls == 0
+
+
+async def test_oversized_broken_and_audio_less_offers_are_refused(engines: VoiceEngines) -> None:
+    async with serving(engines, max_sdp_bytes=8000) as server:
+        base = f"http://127.0.0.1:{server.port}"
+        big = await rejected(LoopbackCaller(base, server.token),
+                             transform_offer=lambda sdp: sdp + "a=x-pad:" + "x" * 9000 + "\r\n")
+        no_audio = await rejected(LoopbackCaller(base, server.token),
+                                  transform_offer=lambda sdp: "v=0\r\n")
+        broken = await rejected(LoopbackCaller(base, server.token),
+                                transform_offer=lambda sdp: "v=0\r\nm=audio banana\r\n")
+        async with aiohttp.ClientSession() as http:
+            headers = {"Authorization": f"Bearer {server.token}"}
+            async with http.post(f"{base}/offer", data="{not json", headers=headers) as response:
+                not_json = (response.status, await response.json())
+            huge = json.dumps({"type": "offer", "sdp": "v" * 100_000})
+            async with http.post(f"{base}/offer", data=huge, headers=headers) as response:
+                huge_status = response.status
+        stats = server.statistics()
+    assert big.status == 413 and "8000" in big.reason
+    assert huge_status == 413
+    assert no_audio.status == 400 and "m=audio" in no_audio.reason
+    assert broken.status == 400
+    assert not_json[0] == 400 and "JSON" in not_json[1]["error"]
+    assert stats.rejected == {"size": 2, "sdp": 2, "malformed": 1}
+    assert stats.active_calls == 0
+
+
+async def test_calls_beyond_the_limit_are_refused_until_one_ends(engines: VoiceEngines) -> None:
+    async with serving(engines, max_calls=1) as server:
+        base = f"http://127.0.0.1:{server.port}"
+        first = LoopbackCaller(base, server.token)
+        await first.connect()
+        busy = await rejected(LoopbackCaller(base, server.token))
+        first.send({"v": 1, "type": "hangup"})
+        await until_no_calls(server)
+        await first.aclose()
+        async with LoopbackCaller(base, server.token) as again:
+            await again.wait_message("hello")
+        stats = server.statistics()
+    assert busy.status == 503 and "limit 1" in busy.reason
+    assert stats.accepted == 2
+    assert stats.ended[0].close_reason == "the page hung up"
+
+
+async def test_malformed_data_channel_messages_are_rejected_and_the_call_goes_on(
+    engines: VoiceEngines,
+) -> None:
+    bad = [
+        "not json",
+        "[1, 2]",
+        json.dumps({"v": 2, "type": "mute", "muted": True}),
+        json.dumps({"v": 1, "type": "self_destruct"}),
+        json.dumps({"v": 1, "type": "mute", "muted": "yes please"}),
+        json.dumps({"v": 1, "type": "mute", "muted": True, "extra": 1}),
+        json.dumps({"v": 1, "type": "mute", "muted": True, "pad": "x" * 5000}),
+    ]
+    async with serving(engines) as server, LoopbackCaller(
+        f"http://127.0.0.1:{server.port}", server.token
+    ) as caller:
+        for message in bad:
+            caller.send(message)
+        await caller.wait_for(lambda: len(caller.of_type("error")) == len(bad),
+                              what="an error reply per bad message")
+        caller.send({"v": 1, "type": "mute", "muted": True})  # still served
+        await caller.wait_message("mute", muted=True)
+        stats = server.peers()[0].statistics()
+    reasons = [m["reason"] for m in caller.of_type("error")]
+    assert reasons[0].startswith("not JSON")
+    assert "JSON object" in reasons[1]
+    assert "protocol version 2" in reasons[2]
+    assert "unknown message type 'self_destruct'" in reasons[3]
+    assert "muted" in reasons[4]
+    assert "extra" in reasons[5]
+    assert "exceeds" in reasons[6]
+    assert stats.rejected_messages == len(bad) and stats.muted
+    assert stats.connection_state == "connected" and stats.close_reason is None
+
+
+async def test_a_silent_peer_times_out_and_frees_its_call(engines: VoiceEngines) -> None:
+    async with serving(engines, peer={"media_timeout": 1.0}) as server:
+        caller = LoopbackCaller(f"http://127.0.0.1:{server.port}", server.token, send_audio=False)
+        async with caller:
+            bye = await caller.wait_message("bye")
+            await until_no_calls(server)
+        ended = server.statistics().ended
+    assert bye["reason"] == "no audio from the peer for 1 s"
+    assert [s.close_reason for s in ended] == ["no audio from the peer for 1 s"]
+    assert ended[0].connection_state == "closed"
+
+
+async def test_a_peer_that_never_connects_times_out_and_frees_its_call(
+    engines: VoiceEngines,
+) -> None:
+    async with serving(engines, peer={"connect_timeout": 1.0}) as server:
+        pc = RTCPeerConnection(RTCConfiguration(iceServers=[]))
+        try:
+            pc.createDataChannel("voxflow")
+            pc.addTransceiver("audio")
+            with host_addresses(("127.0.0.1",)):
+                await pc.setLocalDescription(await pc.createOffer())
+            async with aiohttp.ClientSession() as http, http.post(
+                f"http://127.0.0.1:{server.port}/offer",
+                json={"type": "offer", "sdp": pc.localDescription.sdp},
+                headers={"Authorization": f"Bearer {server.token}"},
+            ) as response:
+                assert response.status == 200
+            # The answer is never applied: ICE cannot complete.
+            await until_no_calls(server)
+            ended = server.statistics().ended
+        finally:
+            await pc.close()
+    assert [s.close_reason for s in ended] == ["ICE/DTLS did not connect within 1 s"]
