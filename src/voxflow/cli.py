@@ -1,6 +1,7 @@
 """The ``voxflow`` command line.
 
 Subcommands: ``demo`` (a complete call, offline), ``chat`` (text chat with a flow),
+``serve`` (browser calls over WebRTC),
 ``doctor`` (what is installed and how to fix what is missing) and ``bench`` (runs the
 benchmarks). Exit codes: 0 success, 1 the command failed, 2 bad usage or bad input.
 """
@@ -74,6 +75,22 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     )
 
 
+def _cmd_serve(args: argparse.Namespace) -> int:
+    import importlib
+
+    try:
+        command = importlib.import_module("voxflow_adapters.webrtc.command")
+    except ImportError as exc:
+        print(f"error: voxflow serve needs the WebRTC adapter ({exc}); "
+              "install it with: pip install 'voxflow[webrtc]'", file=sys.stderr)
+        return EXIT_FAILED
+    code: int = command.run_serve(
+        flow=args.flow, host=args.host, port=args.port, token=args.token, model=args.model,
+        ice_servers=args.ice_server, ice_host_addresses=args.ice_host, max_calls=args.max_calls,
+    )
+    return code
+
+
 def _cmd_bench(args: argparse.Namespace) -> int:
     root = Path(args.dir)
     scripts = sorted(p for p in root.glob("*.py") if not p.name.startswith("_"))
@@ -115,6 +132,21 @@ def _parser() -> argparse.ArgumentParser:
     doctor = sub.add_parser("doctor", help="what is installed, and how to fix what is missing")
     doctor.add_argument("--json", action="store_true", help="print the checks as JSON")
     doctor.set_defaults(func=_cmd_doctor)
+
+    serve = sub.add_parser("serve", help="talk to a flow from a browser (WebRTC)")
+    serve.add_argument("flow", nargs="?", default=None,
+                       help="path.py:Class or module:Class (default: the example assistant)")
+    serve.add_argument("--host", default="127.0.0.1", help="bind address (default: %(default)s)")
+    serve.add_argument("--port", type=int, default=8080, help="TCP port (default: %(default)s)")
+    serve.add_argument("--token", default=None, help="the /offer token (default: random)")
+    serve.add_argument("--model", default=None, help="a litellm model id for open questions")
+    serve.add_argument("--ice-server", action="append", default=[], metavar="URL",
+                       help="a stun:/turn: server (repeatable; default: none)")
+    serve.add_argument("--ice-host", action="append", default=None, metavar="IP",
+                       help="local IP offered as ICE host candidate (repeatable; default: "
+                       "every non-loopback interface)")
+    serve.add_argument("--max-calls", type=int, default=8, help="concurrent calls (default: 8)")
+    serve.set_defaults(func=_cmd_serve)
 
     bench = sub.add_parser("bench", help="run the benchmarks under benchmarks/")
     bench.add_argument("--dir", default="benchmarks", help="folder of benchmark scripts")
