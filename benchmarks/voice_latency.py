@@ -1,0 +1,323 @@
+"""Voice-to-voice and barge-in latency of a whole voice session, in real time.
+
+Run: ``uv run python benchmarks/voice_latency.py [--config default|reference|both]``
+
+A simulated caller (:class:`~voxflow_adapters.simulated.SimulatedClient` on the
+monotonic clock, so everything is paced by the wall clock) talks to a
+:class:`~voxflow_voice.session.VoiceSession` running the real models (faster-whisper,
+Piper, Silero) and a rule-based flow that answers instantly. The user's lines are
+synthesized with the bundled voice. The script has 5 plain questions and 5 story
+requests that the user cuts off with "Stop, please." (which is itself answered), so
+there are >= 10 turns to time and 5 barge-ins.
+
+Printed (medians and p90s; nothing is asserted, the machine is shared):
+
+* **voice to voice**, measured on the client's tape: the user's last speech sample in
+  (the last sample of the utterance above -40 dBFS) → the first reply sample played; and
+  the session's own view of it (from the VAD's speech end), with its parts: speech end →
+  transcript final (end-of-turn silence + STT), transcript → first text (the flow),
+  first text → first audio (TTS of the first clause + playout);
+* **barge-in stop**: the barge-in's first speech sample → the last sample of the cut
+  reply played (tape), and the session's own figure (from the VAD onset);
+* **stale samples**: reply audio played after its fence (must be 0), and fenced chunks;
+* **real-time factor** of STT (compute time / utterance length) and TTS (synthesis
+  time / audio length), measured around the engines as the session used them.
+
+``default`` is voxflow's defaults (tiny.en, 0.6 s end-of-turn silence, 0.25 s minimum
+speech, 0.3 s minimum barge-in). ``reference`` is the setup the leading framework was
+measured with on this machine (Whisper base, 0.2 s end-of-turn silence, 0.2 s minimum
+speech; its barge-in also needs 0.2 s of speech): it took 1.33 s voice to voice and
+385 ms to stop on a barge-in. Targets: voice to voice <= end-of-turn silence + 500 ms;
+barge-in stop <= minimum barge-in + 40 ms; stale samples 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import time
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from voxflow_adapters.scenario import CallResult, run_call
+from voxflow_adapters.script import CallScript
+from voxflow_voice.audio import STT_SAMPLE_RATE, AudioChunk
+from voxflow_voice.engines import SpeechToText, TextToSpeech, VoiceEngines
+from voxflow_voice.metrics import Distribution
+from voxflow_voice.session import VoiceSettings
+from voxflow_voice.stt import SttSettings, Transcript
+from voxflow_voice.turn_detector import TurnDetection
+
+from voxflow import ConversationConfig, Flow, listen
+from voxflow.clock import MonotonicClock
+from voxflow.conversation import RouterContext
+from voxflow.ids import DeliveryId
+from voxflow.turns import TurnRunner, TurnState
+
+STORY = (
+    "Once upon a time, in a small harbour town, there lived a lighthouse keeper named Ada. "
+    "Every night she climbed one hundred and twelve steps to light the great lamp. "
+    "One stormy evening, the lamp went dark, and a fishing boat was still out at sea."
+)
+QUESTIONS = (
+    "What time is it now?",
+    "Can you turn on the lights?",
+    "How is the weather today?",
+    "Please set a timer for ten minutes.",
+    "What is on my calendar?",
+)
+STORY_REQUESTS = (
+    "Tell me a story.",
+    "Tell me another story.",
+    "Tell me a story please.",
+    "Tell me a short story.",
+    "Tell me a story again.",
+)
+PLAIN_SLOT = 5.0  # seconds from one plain question to the next
+BARGE_AFTER = 4.5  # the user cuts a story off this long after asking for it
+STORY_SLOT = 8.5  # seconds from one story request to the next item
+SPEECH_LEVEL = 10 ** (-40 / 20)  # -40 dBFS: the user's speech (the script's track is clean)
+
+
+@ConversationConfig(system_prompt="")
+class Assistant(Flow[TurnState]):
+    """Instant rule-based replies: a long story on request, a short answer otherwise."""
+
+    def route_turn(self, context: RouterContext) -> str | None:
+        text = (self.state.current_user_message or "").lower()
+        if "story" in text:
+            return "story"
+        return "stop" if "stop" in text else "answer"
+
+    @listen("story")
+    def handle_story(self) -> str:
+        return STORY
+
+    @listen("stop")
+    def handle_stop(self) -> str:
+        return "Okay, I stopped."
+
+    @listen("answer")
+    def handle_answer(self) -> str:
+        return "Sure, I can help with that right away."
+
+
+@dataclass(slots=True)
+class Timings:
+    """Compute time and audio length of every STT and TTS call."""
+
+    stt: list[tuple[float, float]] = field(default_factory=list)  # (seconds, audio seconds)
+    tts: list[tuple[float, float]] = field(default_factory=list)
+
+
+class TimedStt:
+    """The session's STT, timed (compute time per utterance)."""
+
+    def __init__(self, inner: SpeechToText, timings: Timings) -> None:
+        self.inner, self.timings = inner, timings
+
+    async def transcribe(self, audio: AudioChunk) -> Transcript | None:
+        start = time.perf_counter()
+        result = await self.inner.transcribe(audio)
+        self.timings.stt.append((time.perf_counter() - start, audio.duration))
+        return result
+
+
+class TimedTts:
+    """The session's TTS, timed (time spent waiting for synthesized chunks)."""
+
+    def __init__(self, inner: TextToSpeech, timings: Timings) -> None:
+        self.inner, self.timings = inner, timings
+
+    @property
+    def sample_rate(self) -> int:
+        return self.inner.sample_rate
+
+    def synthesize(self, text: str) -> Iterator[Any]:
+        return self.inner.synthesize(text)
+
+    async def stream(
+        self, text: str, *, delivery_id: DeliveryId | None = None, segment_id: int | None = None
+    ) -> AsyncIterator[AudioChunk]:
+        busy = 0.0
+        audio = 0.0
+        chunks = aiter(self.inner.stream(text, delivery_id=delivery_id, segment_id=segment_id))
+        try:
+            while True:
+                start = time.perf_counter()
+                try:
+                    chunk = await anext(chunks)
+                except StopAsyncIteration:
+                    break
+                busy += time.perf_counter() - start
+                audio += chunk.duration
+                yield chunk
+        finally:
+            if audio > 0:
+                self.timings.tts.append((busy, audio))
+            close = getattr(chunks, "aclose", None)
+            if close is not None:
+                await close()
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    name: str
+    stt: SttSettings
+    turn_detection: TurnDetection
+
+
+CONFIGS = {
+    "default": Config("default (tiny.en, voxflow defaults)", SttSettings(), TurnDetection(
+        pre_roll=0.6)),
+    "reference": Config(
+        "reference (whisper base, 0.2 s end of turn, 0.2 s min speech / barge-in)",
+        SttSettings(model="base"),
+        TurnDetection(end_of_turn_silence=0.2, min_speech=0.2, min_barge_in=0.2, pre_roll=0.6),
+    ),
+}
+
+
+def build_script() -> tuple[CallScript, list[float]]:
+    """The call script, and the start time of each barge-in line."""
+    script = CallScript()
+    t = 0.5
+    barge_ins: list[float] = []
+    for question, story in zip(QUESTIONS, STORY_REQUESTS, strict=True):
+        script.user_says(t, question)
+        t += PLAIN_SLOT
+        script.user_says(t, story)
+        script.user_says(t + BARGE_AFTER, "Stop, please.")
+        barge_ins.append(t + BARGE_AFTER)
+        t += STORY_SLOT
+    return script, barge_ins
+
+
+def speech_span(track: np.ndarray, start: float, end: float) -> tuple[float, float]:
+    """Call times (s) of the first and last speech sample of the user between two times."""
+    a, b = round(start * STT_SAMPLE_RATE), round(end * STT_SAMPLE_RATE)
+    loud = np.flatnonzero(np.abs(track[a:b]) >= SPEECH_LEVEL)
+    if loud.size == 0:
+        raise RuntimeError(f"no speech between {start:.2f} s and {end:.2f} s")
+    return (a + loud[0]) / STT_SAMPLE_RATE, (a + loud[-1] + 1) / STT_SAMPLE_RATE
+
+
+@dataclass(slots=True)
+class TapeFigures:
+    """Figures measured on the client's tape (ms), and how far the VAD was off."""
+
+    v2v: list[float] = field(default_factory=list)
+    stops: list[float] = field(default_factory=list)
+    end_lag: list[float] = field(default_factory=list)  # VAD speech end - last sample
+    onset_lag: list[float] = field(default_factory=list)  # VAD onset - first sample
+
+
+def tape_figures(call: CallResult) -> TapeFigures:
+    """Voice-to-voice and barge-in stop (ms) measured on the client's tape."""
+    tape = call.tape
+    user = tape.track("user")
+    rendered = call.client._rendered  # the script's own timeline (start, end per line)
+    assert rendered is not None
+    spans = [(s, e) for _, s, e in rendered.utterances]
+    first_receipt: dict[DeliveryId, float] = {}
+    last_sample: dict[DeliveryId, float] = {}
+    for r in tape.receipts:
+        first_receipt.setdefault(r.delivery_id, r.at - tape.start)
+        last_sample[r.delivery_id] = r.at - tape.start + r.num_samples / r.sample_rate
+    out = TapeFigures()
+    for committed, started in zip(
+        call.of_kind("turn_committed"), call.of_kind("reply_started"), strict=False
+    ):
+        heard = first_receipt.get(started.delivery_id)
+        if heard is None:
+            continue
+        speech_end = committed.speech_end_at - tape.start
+        line = min(spans, key=lambda s: abs(s[1] - speech_end))
+        _, last_in = speech_span(user, *line)
+        out.v2v.append((heard - last_in) * 1000.0)
+        out.end_lag.append((speech_end - last_in) * 1000.0)
+    for barge in call.of_kind("barge_in"):
+        onset = barge.onset_at - tape.start
+        line = min(spans, key=lambda s: abs(s[0] - onset))
+        first_in, _ = speech_span(user, *line)
+        out.stops.append((last_sample[barge.delivery_id] - first_in) * 1000.0)
+        out.onset_lag.append((onset - first_in) * 1000.0)
+    return out
+
+
+async def measure(config: Config) -> None:
+    timings = Timings()
+    loaded = await asyncio.to_thread(VoiceEngines.load, stt=config.stt)
+    engines = VoiceEngines(
+        stt=TimedStt(loaded.stt, timings), tts=TimedTts(loaded.tts, timings),
+        make_vad=loaded.make_vad,
+    )
+    # Warm both models up (first inference allocates), off the measured call.
+    await loaded.stt.transcribe(AudioChunk.from_float(np.zeros(16_000, np.float32), 16_000))
+    async for _ in loaded.tts.stream("Warming up.", segment_id=1):
+        pass
+    script, barge_ins = build_script()
+    settings = VoiceSettings(turn_detection=config.turn_detection)
+    turns = TurnRunner(Assistant(suppress_flow_events=True))
+    started = time.perf_counter()
+    call = await run_call(turns, script, engines, clock=MonotonicClock(), settings=settings,
+                          tail=3.0)
+    wall = time.perf_counter() - started
+    summary = call.session.summary()
+    tape = tape_figures(call)
+    td = config.turn_detection
+    print(f"\n== {config.name}")
+    print(f"   call of {wall:.0f} s, {len(call.transcripts())} turns committed, "
+          f"{len(call.of_kind('barge_in'))} barge-ins ({len(barge_ins)} scripted), "
+          f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
+    v2v_target = td.end_of_turn_silence * 1000 + 500
+    stop_target = td.min_barge_in * 1000 + 40
+    rows = [
+        (f"voice to voice, tape (target <= {v2v_target:.0f} ms)", str(Distribution.of(tape.v2v))),
+        *summary.rows()[:4],
+        ("  VAD speech end - last speech sample", str(Distribution.of(tape.end_lag))),
+        (f"barge-in stop, tape (target <= {stop_target:.0f} ms)",
+         str(Distribution.of(tape.stops))),
+        ("barge-in stop, session (VAD onset → last sample)", str(summary.barge_in_stop)),
+        ("  VAD onset - first speech sample", str(Distribution.of(tape.onset_lag))),
+        ("stale samples after a fence (must be 0)", str(call.stale_samples())),
+        ("fenced chunks (dropped before playout)", str(summary.fenced_chunks)),
+    ]
+    stt_rtf = [busy / audio for busy, audio in timings.stt if audio > 0]
+    tts_rtf = [busy / audio for busy, audio in timings.tts if audio > 0]
+    stt_ms = Distribution.of(busy * 1000 for busy, _ in timings.stt)
+    rows += [
+        ("STT compute per utterance", str(stt_ms)),
+        ("STT real-time factor (compute / audio)", _ratio(stt_rtf)),
+        ("TTS real-time factor (synthesis / audio)", _ratio(tts_rtf)),
+    ]
+    for label, value in rows:
+        print(f"   {label:<52} {value}")
+    transcripts = call.transcripts()
+    print(f"   transcripts: {transcripts[:4]} ...")
+
+
+def _ratio(values: list[float]) -> str:
+    if not values:
+        return "n/a"
+    d = Distribution.of(values)
+    assert d.median_ms is not None and d.p90_ms is not None
+    return f"median {d.median_ms:.3f}, p90 {d.p90_ms:.3f} (n={d.count})"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--config", choices=["default", "reference", "both"], default="both")
+    args = parser.parse_args()
+    names = ["default", "reference"] if args.config == "both" else [args.config]
+    script, _ = build_script()
+    print(f"voice latency benchmark: real time, {len(script.utterances)} user lines per call")
+    for name in names:
+        asyncio.run(measure(CONFIGS[name]))
+
+
+if __name__ == "__main__":
+    main()
