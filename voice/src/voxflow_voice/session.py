@@ -38,6 +38,7 @@ from voxflow.replies import ClientActivity, ReplyQueue
 from voxflow.turns import ReplyEvent, TurnRunner
 
 from .audio import STT_SAMPLE_RATE, AudioChunk, InputConverter
+from .echo import EchoGate, EchoGateSettings
 from .engines import VoiceEngines
 from .events import (
     AudioStarted,
@@ -90,6 +91,10 @@ class VoiceSettings(BaseModel):
     interruptions: bool = Field(True, description="user speech may interrupt replies")
     segmenter: SegmenterSettings = Field(default_factory=SegmenterSettings)
     announcements: bool = Field(True, description="speak completed jobs when the floor is free")
+    echo_gate: bool = Field(
+        True, description="keep the assistant's own voice (speakers) from counting as the user"
+    )  # off for headphones; see voxflow_voice.echo
+    echo: EchoGateSettings = Field(default_factory=EchoGateSettings)
 
 
 DEFAULT_VOICE_SETTINGS = VoiceSettings()
@@ -174,6 +179,7 @@ class VoiceSession:
         self.playback = Playback(transport)
         self._detector = TurnDetector(engines.make_vad(), self.settings.turn_detection)
         self._converter = InputConverter()
+        self.echo_gate = EchoGate(self.settings.echo) if self.settings.echo_gate else None
         self._utterances: asyncio.Queue[UtteranceReady | None] = asyncio.Queue()
         self._reply: _Reply | None = None
         self._anchor = (0.0, 0)  # (clock time, input sample) of the latest frame
@@ -241,6 +247,8 @@ class VoiceSession:
                 if chunk.sample_rate != STT_SAMPLE_RATE:
                     audio = self._converter.convert(chunk.pcm, chunk.sample_rate)
                 self._anchor = (self.clock.now(), self._detector.position)
+                if self.echo_gate is not None:
+                    audio = self.echo_gate.process(audio, self._anchor[0])
                 with self._hold():
                     events = await asyncio.to_thread(self._detector.push, audio)
                 for event in events:
@@ -447,6 +455,8 @@ class VoiceSession:
                                          delivery_id=delivery, segment_id=segment_id, text=text))
             chunks = self.engines.tts.stream(text, delivery_id=delivery, segment_id=segment_id)
             async for chunk in self._held_chunks(chunks):
+                if self.echo_gate is not None:
+                    self.echo_gate.sent(chunk)
                 if not await self.playback.play(chunk):
                     return
             self.playback.end_segment(delivery, segment_id)
@@ -505,6 +515,8 @@ class VoiceSession:
         async for obs in self.transport.observations():
             if isinstance(obs, PlaybackReceipt):
                 self.playback.on_receipt(obs)
+                if self.echo_gate is not None:
+                    self.echo_gate.played(obs)
                 reply = self._reply
                 if reply is not None and reply.delivery_id == obs.delivery_id:
                     if reply.first_audio is None:

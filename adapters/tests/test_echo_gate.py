@@ -1,0 +1,208 @@
+"""The echo gate on speakers: the assistant's own voice never interrupts it, the user's does.
+
+Scripted calls on the real models and deterministic virtual time, with the simulated
+client's echo option (the assistant's played audio fed back into the microphone at gain
+0.3, i.e. about -10 dB, after 40 to 80 ms):
+
+* without the gate (``--headphones`` settings) the echo interrupts the story at once: the
+  control that shows the echo is loud enough to matter;
+* with the gate the story plays whole (0 self-interruptions, nothing of the echo is
+  transcribed), and a user barge-in over the echo is still detected, interrupts the story
+  and is transcribed;
+* the gate finds the echo path (delay and gain) from the played reference.
+
+Plus unit checks of :class:`~voxflow_voice.echo.EchoGate` on synthetic signals.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+from voxflow_adapters.scenario import CallResult, run_call
+from voxflow_adapters.script import CallScript
+from voxflow_adapters.simulated import SimulatedClient
+from voxflow_voice.audio import STT_SAMPLE_RATE, AudioChunk
+from voxflow_voice.echo import EchoGate, EchoGateSettings
+from voxflow_voice.engines import VoiceEngines
+from voxflow_voice.session import VoiceSession, VoiceSettings
+from voxflow_voice.transport import PlaybackReceipt
+
+from voxflow import ConversationConfig, Flow, listen
+from voxflow.clock import VirtualClock
+from voxflow.conversation import RouterContext
+from voxflow.ids import DeliveryId
+from voxflow.turns import TurnRunner, TurnState
+
+pytestmark = pytest.mark.models
+
+STORY = (
+    "Once upon a time, in a small harbour town, there lived a lighthouse keeper named Ada. "
+    "Every night she climbed one hundred and twelve steps to light the great lamp. "
+    "One stormy evening, the lamp went dark, and a fishing boat was still out at sea."
+)
+USER_BARGE_IN = 8.0  # the user starts "Stop, please." here, mid-story
+
+
+@ConversationConfig(system_prompt="")
+class Teller(Flow[TurnState]):
+    """A story on request; anything else is acknowledged."""
+
+    def route_turn(self, context: RouterContext) -> str | None:
+        text = (self.state.current_user_message or "").lower()
+        return "story" if "story" in text else "ok"
+
+    @listen("story")
+    def handle_story(self) -> str:
+        return STORY
+
+    @listen("ok")
+    def handle_ok(self) -> str:
+        return "Okay."
+
+
+def words(text: str) -> list[str]:
+    return re.findall(r"[a-z']+", text.lower())
+
+
+def self_interruptions(call: CallResult, user_onsets: list[float]) -> int:
+    """Barge-ins whose speech onset is not within a user utterance's first second."""
+    return sum(
+        1 for b in call.of_kind("barge_in")
+        if not any(u - 0.2 <= b.onset_at <= u + 1.0 for u in user_onsets)
+    )
+
+
+async def test_without_the_gate_the_echo_interrupts_the_assistant(engines: VoiceEngines) -> None:
+    script = CallScript().user_says(0.3, "Tell me a story.").until(6.0).with_echo(0.3, 0.06)
+    # Without the gate the call never ends by itself (each reply's echo interrupts it
+    # and becomes the next turn), so the client stops at 6 s.
+    clock = VirtualClock(autojump=True)
+    client = SimulatedClient(script, clock=clock, tail=0.0, max_duration=6.0)
+    await client.render(engines.tts)
+    session = VoiceSession(TurnRunner(Teller()), client, engines, clock=clock,
+                           settings=VoiceSettings(echo_gate=False))
+    async with clock, client:
+        await session.run()
+    call = CallResult(session=session, client=client)
+    story = call.replies()[0]
+    assert call.session.echo_gate is None
+    assert call.settled(story) == "interrupted"
+    assert self_interruptions(call, [0.3]) >= 1
+    assert call.heard_seconds(story) < 2.0  # cut in its first words
+
+
+@pytest.mark.parametrize("delay", [0.04, 0.08])
+async def test_gated_echo_never_interrupts_and_the_user_still_does(
+    engines: VoiceEngines, delay: float
+) -> None:
+    script = (
+        CallScript().user_says(0.3, "Tell me a story.")
+        .user_says(USER_BARGE_IN, "Stop, please.").until(12.0).with_echo(0.3, delay)
+    )
+    turns = TurnRunner(Teller())
+    call = await run_call(turns, script, engines)
+    story, okay = call.replies()
+    assert self_interruptions(call, [0.3, USER_BARGE_IN]) == 0
+    (barge_in,) = call.of_kind("barge_in")
+    assert barge_in.delivery_id == story
+    assert USER_BARGE_IN - 0.2 <= barge_in.onset_at <= USER_BARGE_IN + 1.0
+    assert call.settled(story) == "interrupted"
+    assert call.stale_samples() == 0
+    # Only the user's two utterances were committed: no transcript of the echo.
+    transcripts = call.transcripts()
+    assert len(transcripts) == 2
+    assert words(transcripts[0]) == ["tell", "me", "a", "story"]
+    assert words(transcripts[1])[:1] == ["stop"]
+    assert call.settled(okay) == "completed"
+    gate = call.session.echo_gate
+    assert gate is not None
+    stats = gate.statistics()
+    assert stats.delay == pytest.approx(delay, abs=0.002)
+    assert stats.gain == pytest.approx(0.3, abs=0.05)
+    assert stats.frames_gated > 0.8 * (USER_BARGE_IN - 2.5) / 0.02
+
+
+async def test_gated_echo_lets_the_whole_story_play(engines: VoiceEngines) -> None:
+    script = CallScript().user_says(0.3, "Tell me a story.").with_echo(0.3, 0.06)
+    call = await run_call(TurnRunner(Teller()), script, engines, tail=0.5)
+    (story,) = call.replies()
+    assert call.of_kind("barge_in") == []
+    assert call.settled(story) == "completed"
+    assert call.heard_seconds(story) > 12.0
+    assert len(call.of_kind("speech_started")) == 1  # only "Tell me a story."
+
+
+# -- the gate alone, on synthetic signals -------------------------------------------
+
+
+def _speechlike(seconds: float, seed: int) -> np.ndarray:
+    """Noise in 4 Hz syllable bursts: broadband like speech, never periodic."""
+    rng = np.random.default_rng(seed)
+    n = round(seconds * STT_SAMPLE_RATE)
+    t = np.arange(n) / STT_SAMPLE_RATE
+    envelope = 0.5 * (1 + np.sin(2 * np.pi * 4 * t + seed)) ** 2 / 4
+    return (0.3 * envelope * rng.standard_normal(n)).astype(np.float32)
+
+
+def _run_gate(gate: EchoGate, played: np.ndarray, mic: np.ndarray) -> np.ndarray:
+    """Play ``played`` from t=0 in 20 ms pieces; feed ``mic`` in 20 ms frames; return output."""
+    delivery = DeliveryId("d1")
+    frame = 320
+    out = []
+    for start in range(0, mic.size, frame):
+        if start < played.size:
+            piece = played[start : start + frame]
+            gate.sent(AudioChunk.from_float(piece, STT_SAMPLE_RATE, start_sample=start,
+                                            delivery_id=delivery, segment_id=1))
+            gate.played(PlaybackReceipt(delivery, 1, start, piece.size, STT_SAMPLE_RATE,
+                                        at=start / STT_SAMPLE_RATE))
+        chunk = AudioChunk.from_float(mic[start : start + frame], STT_SAMPLE_RATE,
+                                      start_sample=start)
+        out.append(gate.process(chunk, start / STT_SAMPLE_RATE).samples())
+    return np.concatenate(out)
+
+
+def _rms(x: np.ndarray) -> float:
+    return float(np.sqrt(np.mean(x.astype(np.float64) ** 2)))
+
+
+def test_gate_removes_a_delayed_echo_and_keeps_the_user() -> None:
+    played = _speechlike(3.0, seed=1)
+    delay = round(0.07 * STT_SAMPLE_RATE)
+    echo = np.zeros(played.size, np.float32)
+    echo[delay:] = 0.3 * played[:-delay]
+    user = np.zeros(played.size, np.float32)
+    user_part = slice(round(2.0 * STT_SAMPLE_RATE), played.size)
+    user[user_part] = _speechlike(1.0, seed=7)
+    gate = EchoGate()
+    out = _run_gate(gate, played, echo + user)
+    stats = gate.statistics()
+    assert stats.delay == pytest.approx(0.07, abs=1 / STT_SAMPLE_RATE)
+    assert stats.gain == pytest.approx(0.3, rel=0.02)
+    echo_only = slice(round(0.5 * STT_SAMPLE_RATE), round(1.9 * STT_SAMPLE_RATE))
+    assert _rms(out[echo_only]) < 0.01 * _rms(echo[echo_only])  # more than 40 dB down
+    # The user passes, cleaned of the echo.
+    assert _rms(out[user_part] - user[user_part]) < 0.1 * _rms(user[user_part])
+
+
+def test_gate_without_playback_returns_the_same_audio() -> None:
+    gate = EchoGate()
+    chunk = AudioChunk.from_float(_speechlike(0.1, seed=3), STT_SAMPLE_RATE, start_sample=0)
+    assert gate.process(chunk, 0.0) is chunk
+    assert gate.statistics().frames == 0
+
+
+def test_gate_validates_its_inputs() -> None:
+    gate = EchoGate()
+    with pytest.raises(TypeError, match="settings"):
+        EchoGate(settings={"max_delay": 0.3})  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="16000"):
+        gate.process(AudioChunk.from_float(np.zeros(480, np.float32), 24_000), 0.0)
+    with pytest.raises(ValueError, match="delivery_id"):
+        gate.sent(AudioChunk.from_float(np.zeros(320, np.float32), STT_SAMPLE_RATE))
+    with pytest.raises(TypeError, match="receipt"):
+        gate.played("receipt")  # type: ignore[arg-type]
+    with pytest.raises(ValueError):
+        EchoGateSettings(max_delay=0)
