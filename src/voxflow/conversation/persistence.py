@@ -1,166 +1,140 @@
-"""Persistence whose per-turn cost does not grow with the conversation.
+"""How a conversational flow is saved: only what the turn appended, whatever the length.
 
 A conversation's history only grows: ``state.messages`` and ``state.events`` are
-append-only. :class:`SQLiteConversationPersistence` stores those two lists as one row
-per item (``conversation_items``) and the rest of the state as the usual small snapshot
-(in ``flow_states``, with its bounded history), so a save after turn 1,000 writes the
-turn's new messages plus a few hundred bytes, not the whole transcript.
+append-only. :class:`~voxflow.flow.persistence.SQLiteFlowPersistence` (the default
+``@persist`` backend) stores those two lists one row per item and the rest of the state
+as a small snapshot, and offers ``save_state_delta``. :func:`prepare_state_save` (the
+``_prepare_state_save`` hook of a conversational flow) uses it: a save after turn 1,000
+writes the turn's new messages plus a few hundred bytes, not the whole transcript, in
+one transaction. Loading reassembles the full state, so ``load_state`` returns exactly
+what was saved. Any other :class:`~voxflow.flow.persistence.FlowPersistence` (without
+``save_state_delta``) still gets full snapshots.
 
-The conversational turn APIs save through :meth:`save_state_delta` when the backend has
-it (see ``ConversationTurns._prepare_state_save``); any other
-:class:`~voxflow.flow.persistence.FlowPersistence` still gets full snapshots. Loading
-reassembles the full state, so ``load_state`` returns exactly what was saved.
+When a save is a full one (the state is re-dumped and every item rewritten):
 
-Rules: a list is appended to in place. Reassigning or truncating ``state.messages``
-(e.g. trimming history) is detected and triggers one full save; replacing an element in
-the middle of the list in place is not supported (messages are frozen for that reason).
-One writer per session at a time, as with any snapshot store.
+* the first save of a Flow instance to a backend, and the first after a restore;
+* ``state.messages``/``state.events`` was reassigned or shrank (e.g. a trimmed history);
+* one of the last :data:`CHECKED_TAIL` saved items was replaced in place (e.g. an
+  interrupted assistant reply cut to what the user heard); replacing an older item in
+  place is not detected: reassign the list instead (``state.messages = [...]``).
+
+One writer per session at a time, as with any snapshot store. If another writer saved
+the session since (the stored counts differ), the backend refuses the delta and the
+save falls back to a full one: the last writer wins, as with plain snapshots, and the
+stored history never has gaps.
+
+``SQLiteConversationPersistence`` is the same class as ``SQLiteFlowPersistence``, kept
+as a name for code written when the item-wise store was opt-in.
 
 Example::
 
-    @persist(SQLiteConversationPersistence("chats.db"))
+    @persist()  # the default SQLite backend saves conversations incrementally
     class Support(Flow[ConversationState]): ...
 """
 
 from __future__ import annotations
 
-import json
-from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+import dataclasses
+from collections.abc import Callable
+from typing import Any
 
-from voxflow.flow.persistence import SQLiteFlowPersistence
+from voxflow.conversation.state import ConversationState
+from voxflow.flow.persistence import APPEND_ONLY_FIELDS, LISTS_KEY, SQLiteFlowPersistence
+from voxflow.flow.state import dump_state
 
-if TYPE_CHECKING:
-    import sqlite3
+__all__ = [
+    "APPEND_ONLY_FIELDS",
+    "CHECKED_TAIL",
+    "LISTS_KEY",
+    "SQLiteConversationPersistence",
+    "SavedLists",
+    "prepare_state_save",
+]
 
-__all__ = ["APPEND_ONLY_FIELDS", "LISTS_KEY", "SQLiteConversationPersistence"]
+SQLiteConversationPersistence = SQLiteFlowPersistence
+"""The default backend (the item-wise store is built in); kept as a name."""
 
-APPEND_ONLY_FIELDS = ("messages", "events")
-"""State fields stored item by item."""
-
-LISTS_KEY = "__voxflow_lists__"
-"""Snapshot key recording how many items of each list field belong to the snapshot."""
-
-_ITEMS_SCHEMA = """
-CREATE TABLE IF NOT EXISTS conversation_items (
-    flow_uuid TEXT NOT NULL,
-    field TEXT NOT NULL,
-    idx INTEGER NOT NULL,
-    item_json TEXT NOT NULL,
-    PRIMARY KEY (flow_uuid, field, idx)
-) WITHOUT ROWID;
-"""
+CHECKED_TAIL = 8
+"""How many of the last saved items of each list are checked for in-place replacement."""
 
 
-class SQLiteConversationPersistence(SQLiteFlowPersistence):
-    """:class:`SQLiteFlowPersistence` that appends history items instead of rewriting them.
+@dataclasses.dataclass(frozen=True, slots=True)
+class _ListMark:
+    """What one list looked like at the last successful save."""
+
+    list_id: int
+    length: int
+    tail: tuple[Any, ...]  # the last CHECKED_TAIL items (the objects, compared by identity)
+
+    @classmethod
+    def of(cls, items: list[Any]) -> _ListMark:
+        return cls(id(items), len(items), tuple(items[-CHECKED_TAIL:]))
+
+    def appended_to(self, items: list[Any]) -> bool:
+        """True when ``items`` is the saved list with items only appended since."""
+        n = self.length
+        if id(items) != self.list_id or len(items) < n:
+            return False
+        tail = self.tail
+        start = n - len(tail)
+        return all(items[start + i] is old for i, old in enumerate(tail))
+
+
+SavedLists = dict[tuple[int, str], tuple[_ListMark, ...]]
+"""Per ``(id(backend), flow_id)``: the lists' marks at the last successful save."""
+
+
+def prepare_state_save(
+    state: Any, flow_id: str, backend: Any, method_name: str, saved: SavedLists
+) -> Callable[[], None]:
+    """Snapshot ``state`` now (on the loop) and return the blocking write.
 
     Args:
-        path: the database file (None: the default data directory).
-        history_limit: older small snapshots kept per session.
+        state: the flow's state; only a :class:`ConversationState` is saved incrementally.
+        flow_id: the session id to save under.
+        backend: a ``FlowPersistence``; incremental only if it has ``save_state_delta``.
+        method_name: the method that triggered the save.
+        saved: the flow instance's marks, updated once a write succeeds.
     """
+    delta = getattr(backend, "save_state_delta", None)
+    if delta is None or not isinstance(state, ConversationState):
+        data = dump_state(state)
+        return lambda: backend.save_state(flow_id, method_name, data)
+    key = (id(backend), flow_id)
+    lists = [getattr(state, f) for f in APPEND_ONLY_FIELDS]
+    marks = tuple(_ListMark.of(items) for items in lists)
+    previous = saved.get(key)
 
-    _items_ready = False
+    def remember() -> None:
+        saved[key] = marks
 
-    def _connect(self, create: bool) -> sqlite3.Connection | None:
-        conn = super()._connect(create)
-        if conn is not None and not self._items_ready:
-            conn.executescript(_ITEMS_SCHEMA)
-            self._items_ready = True
-        return conn
-
-    def close(self) -> None:
-        """Close the connection (idempotent; the next call reopens it)."""
-        super().close()
-        self._items_ready = False
-
-    def save_state(self, flow_uuid: str, method_name: str, state_data: dict[str, Any]) -> None:
-        """Full save: every item of the list fields, then the small snapshot."""
-        self._check_uuid(flow_uuid)
-        if not isinstance(state_data, dict):
-            raise TypeError("state_data must be a dict")
-        lists = {
-            f: state_data[f] for f in APPEND_ONLY_FIELDS if isinstance(state_data.get(f), list)
+    if previous is not None and all(
+        mark.appended_to(items) for items, mark in zip(lists, previous, strict=True)
+    ):
+        snapshot = state.model_dump(mode="json", exclude=set(APPEND_ONLY_FIELDS))
+        appended = {
+            field: [item.model_dump(mode="json") for item in items[old.length :]]
+            for field, items, old in zip(APPEND_ONLY_FIELDS, lists, previous, strict=True)
         }
-        if not lists:
-            super().save_state(flow_uuid, method_name, state_data)
-            return
-        rows = [
-            (flow_uuid, field, i, json.dumps(item))
-            for field, items in lists.items()
-            for i, item in enumerate(items)
-        ]
+        counts = {f: old.length for f, old in zip(APPEND_ONLY_FIELDS, previous, strict=True)}
 
-        def write(conn: sqlite3.Connection) -> None:
-            conn.executemany(
-                "DELETE FROM conversation_items WHERE flow_uuid = ? AND field = ?",
-                [(flow_uuid, field) for field in lists],
-            )
-            conn.executemany("INSERT INTO conversation_items VALUES (?, ?, ?, ?)", rows)
+        def write_delta() -> None:
+            saved.pop(key, None)  # a failed write leaves no marks: the next save is full
+            if not delta(flow_id, method_name, snapshot, appended, counts):
+                # Another writer saved this session: rewrite it all (the lists' prefixes
+                # as of this save; their items are frozen models, safe to dump here).
+                full = dict(snapshot)
+                for field, items, mark in zip(APPEND_ONLY_FIELDS, lists, marks, strict=True):
+                    full[field] = [item.model_dump(mode="json") for item in items[: mark.length]]
+                backend.save_state(flow_id, method_name, full)
+            remember()
 
-        self._write(write)
-        snapshot = {k: v for k, v in state_data.items() if k not in lists}
-        snapshot[LISTS_KEY] = {field: len(items) for field, items in lists.items()}
-        super().save_state(flow_uuid, method_name, snapshot)
+        return write_delta
+    data = dump_state(state)
 
-    def save_state_delta(
-        self,
-        flow_uuid: str,
-        method_name: str,
-        snapshot: dict[str, Any],
-        appended: Mapping[str, Sequence[Any]],
-        counts: Mapping[str, int],
-    ) -> None:
-        """Append ``appended[field]`` after ``counts[field]`` stored items; save ``snapshot``.
+    def write_full() -> None:
+        saved.pop(key, None)
+        backend.save_state(flow_id, method_name, data)
+        remember()
 
-        Args:
-            flow_uuid: the session.
-            method_name: the method that triggered the save.
-            snapshot: the state without the list fields (JSON-compatible).
-            appended: new JSON-compatible items per list field.
-            counts: items of each field already stored (from the previous save).
-
-        Items are written before the snapshot that counts them, so a crash in between
-        leaves the previous snapshot valid (the extra items are ignored, then replaced).
-        """
-        self._check_uuid(flow_uuid)
-        if set(appended) != set(counts):
-            raise ValueError("appended and counts must name the same fields")
-        rows = [
-            (flow_uuid, field, counts[field] + i, json.dumps(item))
-            for field, items in appended.items()
-            for i, item in enumerate(items)
-        ]
-        if rows:
-            self._write(
-                lambda conn: conn.executemany(
-                    "INSERT OR REPLACE INTO conversation_items VALUES (?, ?, ?, ?)", rows
-                ).close()
-            )
-        data = dict(snapshot)
-        data[LISTS_KEY] = {field: counts[field] + len(items) for field, items in appended.items()}
-        super().save_state(flow_uuid, method_name, data)
-
-    def load_state(self, flow_uuid: str) -> dict[str, Any] | None:
-        """The latest state of ``flow_uuid`` with its list fields reassembled, or None."""
-        data = super().load_state(flow_uuid)
-        if data is None or LISTS_KEY not in data:
-            return data
-        marker = data.pop(LISTS_KEY)
-
-        def read(conn: sqlite3.Connection) -> dict[str, list[Any]]:
-            out: dict[str, list[Any]] = {}
-            for field, count in marker.items():
-                rows = conn.execute(
-                    "SELECT item_json FROM conversation_items WHERE flow_uuid = ? AND field = ? "
-                    "AND idx < ? ORDER BY idx",
-                    (flow_uuid, field, count),
-                ).fetchall()
-                out[field] = [json.loads(r[0]) for r in rows]
-            return out
-
-        data.update(self._read(read) or {})
-        return data
-
-    def __repr__(self) -> str:
-        return f"SQLiteConversationPersistence(path={str(self.path)!r})"
+    return write_full

@@ -43,9 +43,8 @@ from voxflow.conversation.events import (
 from voxflow.conversation.graph import current_llm_method
 from voxflow.conversation.helpers import get_state_field, validate_user_message
 from voxflow.conversation.history import result_text
-from voxflow.conversation.persistence import APPEND_ONLY_FIELDS
+from voxflow.conversation.persistence import SavedLists, prepare_state_save
 from voxflow.conversation.routing import aclassify_intent
-from voxflow.conversation.state import ConversationState
 from voxflow.conversation.tracing import SessionTracer
 from voxflow.errors import ConversationEndedError, ConversationModeError
 from voxflow.llm import BaseLLM, LLMEvent, coerce_llm, observe_llm
@@ -84,7 +83,7 @@ class ConversationTurns:
     _session_result: Any = None
     _tracer: SessionTracer | None = None
     _held_session: str | None = None
-    _saved_lists: dict[tuple[int, str], tuple[tuple[int, int, Any], ...]] | None = None
+    _saved_lists: SavedLists | None = None
 
     if TYPE_CHECKING:
         conversational: bool
@@ -367,41 +366,16 @@ class ConversationTurns:
     def _prepare_state_save(self, backend: Any, method_name: str) -> Callable[[], None]:
         """Runtime hook: snapshot the state now (on the loop); return the blocking write.
 
-        With a backend that has ``save_state_delta`` (:class:`SQLiteConversationPersistence`)
-        a conversation saves only what was appended to ``messages``/``events`` since this
-        instance's last save, so the cost of a save does not grow with the history. A
-        list that was reassigned or shrank since then gets a full save.
+        A conversation saves only what was appended to ``messages``/``events`` since this
+        instance's last save when the backend supports it (the default SQLite one does),
+        so the cost of a save does not grow with the history; see
+        :func:`voxflow.conversation.persistence.prepare_state_save`.
         """
-        from voxflow.flow.state import dump_state
-
-        flow_id = self.flow_id
-        state = self._state
-        delta = getattr(backend, "save_state_delta", None)
-        if delta is None or not isinstance(state, ConversationState):
-            data = dump_state(state)
-            return lambda: backend.save_state(flow_id, method_name, data)
         if self._saved_lists is None:
             self._saved_lists = {}
-        key = (id(backend), flow_id)
-        lists = [getattr(state, f) for f in APPEND_ONLY_FIELDS]
-        marks = tuple((id(items), len(items), items[-1] if items else None) for items in lists)
-        previous = self._saved_lists.get(key)
-        self._saved_lists[key] = marks
-        if previous is not None and all(
-            cur_id == old_id and n >= old_n and (old_n == 0 or items[old_n - 1] is old_last)
-            for items, (cur_id, n, _), (old_id, old_n, old_last) in zip(
-                lists, marks, previous, strict=True
-            )
-        ):
-            snapshot = state.model_dump(mode="json", exclude=set(APPEND_ONLY_FIELDS))
-            appended = {
-                field: [item.model_dump(mode="json") for item in items[old[1] :]]
-                for field, items, old in zip(APPEND_ONLY_FIELDS, lists, previous, strict=True)
-            }
-            counts = {f: old[1] for f, old in zip(APPEND_ONLY_FIELDS, previous, strict=True)}
-            return lambda: delta(flow_id, method_name, snapshot, appended, counts)
-        data = dump_state(state)
-        return lambda: backend.save_state(flow_id, method_name, data)
+        return prepare_state_save(
+            self._state, self.flow_id, backend, method_name, self._saved_lists
+        )
 
     def _llm_frame(self, event: LLMEvent) -> None:
         self.emit_frame(

@@ -16,6 +16,17 @@ snapshot per ``flow_uuid`` (an upsert), and ``flow_state_history`` keeps at most
 ``history_limit`` older snapshots per ``flow_uuid`` (pruned in the same transaction).
 Every save is one transaction, so a crash mid-save leaves the previous snapshot intact.
 Quiet by default: it logs, never prints.
+
+**Append-only lists.** The list fields named in :data:`APPEND_ONLY_FIELDS` (a
+conversation's ``messages`` and ``events``) are stored one row per item in
+``conversation_items``; the snapshot row keeps the rest of the state plus, under
+:data:`LISTS_KEY`, how many items of each list belong to it. :meth:`save_state_delta`
+then writes only the items appended since the previous save and the small snapshot, so
+the cost of a save does not grow with the history (a conversational flow saves this way
+automatically, see ``voxflow.conversation.persistence``). :meth:`load_state` reassembles
+the lists, so it returns exactly the state that was saved, whichever way it was saved.
+Items beyond a snapshot's counts (written by a transaction that never committed, or left
+by a shorter rewrite) are ignored and later overwritten.
 """
 
 from __future__ import annotations
@@ -25,7 +36,7 @@ import logging
 import os
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, overload, runtime_checkable
@@ -36,6 +47,8 @@ if TYPE_CHECKING:
     import sqlite3
 
 __all__ = [
+    "APPEND_ONLY_FIELDS",
+    "LISTS_KEY",
     "FlowPersistence",
     "PersistConfig",
     "SQLiteFlowPersistence",
@@ -47,6 +60,12 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
+
+APPEND_ONLY_FIELDS = ("messages", "events")
+"""State fields stored one row per item (when they hold a list)."""
+
+LISTS_KEY = "__voxflow_lists__"
+"""Snapshot key recording how many items of each item-stored list belong to the snapshot."""
 
 
 @runtime_checkable
@@ -132,6 +151,13 @@ CREATE TABLE IF NOT EXISTS flow_state_history (
     state_json TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS idx_history_uuid ON flow_state_history(flow_uuid, version);
+CREATE TABLE IF NOT EXISTS conversation_items (
+    flow_uuid TEXT NOT NULL,
+    field TEXT NOT NULL,
+    idx INTEGER NOT NULL,
+    item_json TEXT NOT NULL,
+    PRIMARY KEY (flow_uuid, field, idx)
+) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS pending_feedback (
     flow_uuid TEXT PRIMARY KEY,
     context_json TEXT NOT NULL,
@@ -206,63 +232,185 @@ class SQLiteFlowPersistence:
             raise ValueError("flow_uuid must be a non-empty string")
 
     def save_state(self, flow_uuid: str, method_name: str, state_data: dict[str, Any]) -> None:
-        """Upsert the latest snapshot; move the previous one to the bounded history."""
+        """Store ``state_data`` as the latest snapshot; the previous one joins the history.
+
+        The :data:`APPEND_ONLY_FIELDS` lists are (re)written one row per item, the rest as
+        the snapshot row, in one transaction.
+        """
         self._check_uuid(flow_uuid)
         if not isinstance(state_data, dict):
             raise TypeError("state_data must be a dict")
-        payload = json.dumps(state_data)
+        lists = {
+            f: state_data[f] for f in APPEND_ONLY_FIELDS if isinstance(state_data.get(f), list)
+        }
+        snapshot = state_data
+        if lists:
+            snapshot = {k: v for k, v in state_data.items() if k not in lists}
+            snapshot[LISTS_KEY] = {field: len(items) for field, items in lists.items()}
+        payload = json.dumps(snapshot)
+        rows = [
+            (flow_uuid, field, i, json.dumps(item))
+            for field, items in lists.items()
+            for i, item in enumerate(items)
+        ]
         now = datetime.now(UTC).isoformat()
-        limit = self.history_limit
 
         def write(conn: sqlite3.Connection) -> None:
-            row = conn.execute(
-                "SELECT version, method_name, saved_at, state_json FROM flow_states "
-                "WHERE flow_uuid = ?",
-                (flow_uuid,),
-            ).fetchone()
-            version = 1
-            if row is not None:
-                version = row[0] + 1
-                if limit:
-                    conn.execute(
-                        "INSERT INTO flow_state_history "
-                        "(flow_uuid, version, method_name, saved_at, state_json) "
-                        "VALUES (?, ?, ?, ?, ?)",
-                        (flow_uuid, row[0], row[1], row[2], row[3]),
-                    )
-                    conn.execute(
-                        "DELETE FROM flow_state_history WHERE flow_uuid = ? AND version <= ?",
-                        (flow_uuid, row[0] - limit),
-                    )
-            conn.execute(
-                "INSERT INTO flow_states (flow_uuid, method_name, saved_at, version, state_json) "
-                "VALUES (?, ?, ?, ?, ?) ON CONFLICT(flow_uuid) DO UPDATE SET "
-                "method_name = excluded.method_name, saved_at = excluded.saved_at, "
-                "version = excluded.version, state_json = excluded.state_json",
-                (flow_uuid, method_name, now, version, payload),
-            )
+            if lists:
+                conn.executemany(
+                    "DELETE FROM conversation_items WHERE flow_uuid = ? AND field = ?",
+                    [(flow_uuid, field) for field in lists],
+                )
+                conn.executemany("INSERT INTO conversation_items VALUES (?, ?, ?, ?)", rows)
+            self._replace_snapshot(conn, flow_uuid, method_name, now, payload)
 
         self._write(write)
 
-    def load_state(self, flow_uuid: str) -> dict[str, Any] | None:
-        """The latest snapshot of ``flow_uuid``, or None (never creates the file)."""
+    def save_state_delta(
+        self,
+        flow_uuid: str,
+        method_name: str,
+        snapshot: dict[str, Any],
+        appended: Mapping[str, Sequence[Any]],
+        counts: Mapping[str, int],
+    ) -> bool:
+        """Append ``appended[field]`` after ``counts[field]`` stored items; save ``snapshot``.
+
+        One transaction: a crash leaves the previous snapshot and its items intact.
+        Returns False, writing nothing, when the latest stored snapshot does not hold
+        exactly ``counts`` items (another writer saved the session since): save the full
+        state then.
+
+        Args:
+            flow_uuid: the session.
+            method_name: the method that triggered the save.
+            snapshot: the state without the list fields (JSON-compatible).
+            appended: new JSON-compatible items per list field.
+            counts: items of each field the latest stored snapshot holds.
+
+        Raises:
+            ValueError: ``flow_uuid`` is empty; ``appended`` and ``counts`` name different
+                fields or a count is negative.
+        """
         self._check_uuid(flow_uuid)
-        row = self._read(
-            lambda c: c.execute(
+        if not isinstance(snapshot, dict):
+            raise TypeError("snapshot must be a dict")
+        if set(appended) != set(counts):
+            raise ValueError("appended and counts must name the same fields")
+        if any(isinstance(n, bool) or not isinstance(n, int) or n < 0 for n in counts.values()):
+            raise ValueError("counts must be non-negative ints")
+        rows = [
+            (flow_uuid, field, counts[field] + i, json.dumps(item))
+            for field, items in appended.items()
+            for i, item in enumerate(items)
+        ]
+        data = {k: v for k, v in snapshot.items() if k not in counts}
+        data[LISTS_KEY] = {field: counts[field] + len(items) for field, items in appended.items()}
+        payload = json.dumps(data)
+        now = datetime.now(UTC).isoformat()
+
+        written = False
+
+        def write(conn: sqlite3.Connection) -> None:
+            nonlocal written
+            row = conn.execute(
                 "SELECT state_json FROM flow_states WHERE flow_uuid = ?", (flow_uuid,)
             ).fetchone()
+            stored = json.loads(row[0]).get(LISTS_KEY, {}) if row is not None else {}
+            stale = {f: stored.get(f, 0) for f, n in counts.items() if stored.get(f, 0) != n}
+            if stale:
+                logger.debug("%s: delta refused, %s items stored, not %s", flow_uuid, stale, counts)
+                return
+            conn.executemany("INSERT OR REPLACE INTO conversation_items VALUES (?, ?, ?, ?)", rows)
+            self._replace_snapshot(conn, flow_uuid, method_name, now, payload)
+            written = True
+
+        self._write(write)
+        return written
+
+    def _replace_snapshot(
+        self, conn: sqlite3.Connection, flow_uuid: str, method_name: str, now: str, payload: str
+    ) -> None:
+        """Upsert the latest snapshot; move the previous one to the bounded history."""
+        limit = self.history_limit
+        row = conn.execute(
+            "SELECT version, method_name, saved_at, state_json FROM flow_states "
+            "WHERE flow_uuid = ?",
+            (flow_uuid,),
+        ).fetchone()
+        version = 1
+        if row is not None:
+            version = row[0] + 1
+            if limit:
+                conn.execute(
+                    "INSERT INTO flow_state_history "
+                    "(flow_uuid, version, method_name, saved_at, state_json) "
+                    "VALUES (?, ?, ?, ?, ?)",
+                    (flow_uuid, row[0], row[1], row[2], row[3]),
+                )
+                conn.execute(
+                    "DELETE FROM flow_state_history WHERE flow_uuid = ? AND version <= ?",
+                    (flow_uuid, row[0] - limit),
+                )
+        conn.execute(
+            "INSERT INTO flow_states (flow_uuid, method_name, saved_at, version, state_json) "
+            "VALUES (?, ?, ?, ?, ?) ON CONFLICT(flow_uuid) DO UPDATE SET "
+            "method_name = excluded.method_name, saved_at = excluded.saved_at, "
+            "version = excluded.version, state_json = excluded.state_json",
+            (flow_uuid, method_name, now, version, payload),
         )
-        if row is None:
-            return None
-        data = json.loads(row[0])
+
+    @staticmethod
+    def _assemble(conn: sqlite3.Connection, flow_uuid: str, state_json: str) -> dict[str, Any]:
+        """A stored snapshot with its item-stored lists put back."""
+        data = json.loads(state_json)
         assert isinstance(data, dict)
+        marker = data.pop(LISTS_KEY, None)
+        for field, count in (marker or {}).items():
+            rows = conn.execute(
+                "SELECT item_json FROM conversation_items WHERE flow_uuid = ? AND field = ? "
+                "AND idx < ? ORDER BY idx",
+                (flow_uuid, field, count),
+            ).fetchall()
+            if len(rows) != count:
+                logger.warning("%s: %d of %d %s items stored", flow_uuid, len(rows), count, field)
+            data[field] = [json.loads(r[0]) for r in rows]
         return data
 
-    def history(self, flow_uuid: str) -> list[tuple[int, str, dict[str, Any]]]:
-        """``(version, method, snapshot)`` of the kept snapshots, oldest first, latest last."""
+    def _read_consistent(self, fn: Callable[[sqlite3.Connection], T]) -> T | None:
+        """``fn`` inside one read transaction: the snapshot and its items agree."""
+
+        def read(conn: sqlite3.Connection) -> T:
+            conn.execute("BEGIN")
+            try:
+                return fn(conn)
+            finally:
+                conn.execute("COMMIT")
+
+        return self._read(read)
+
+    def load_state(self, flow_uuid: str) -> dict[str, Any] | None:
+        """The latest state of ``flow_uuid`` (lists reassembled) or None; never creates a file."""
         self._check_uuid(flow_uuid)
 
-        def read(c: sqlite3.Connection) -> list[tuple[int, str, str]]:
+        def read(conn: sqlite3.Connection) -> dict[str, Any] | None:
+            row = conn.execute(
+                "SELECT state_json FROM flow_states WHERE flow_uuid = ?", (flow_uuid,)
+            ).fetchone()
+            return None if row is None else self._assemble(conn, flow_uuid, row[0])
+
+        return self._read_consistent(read)
+
+    def history(self, flow_uuid: str) -> list[tuple[int, str, dict[str, Any]]]:
+        """``(version, method, state)`` of the kept snapshots, oldest first, latest last.
+
+        Item-stored lists are reassembled from the current items: exact while the lists
+        were only appended to; after a rewrite (e.g. a trimmed history) older versions
+        show the rewritten items.
+        """
+        self._check_uuid(flow_uuid)
+
+        def read(c: sqlite3.Connection) -> list[tuple[int, str, dict[str, Any]]]:
             rows = c.execute(
                 "SELECT version, method_name, state_json FROM flow_state_history "
                 "WHERE flow_uuid = ? ORDER BY version",
@@ -272,9 +420,9 @@ class SQLiteFlowPersistence:
                 "SELECT version, method_name, state_json FROM flow_states WHERE flow_uuid = ?",
                 (flow_uuid,),
             ).fetchall()
-            return rows
+            return [(v, m, self._assemble(c, flow_uuid, s)) for v, m, s in rows]
 
-        return [(v, m, json.loads(s)) for v, m, s in self._read(read) or []]
+        return self._read_consistent(read) or []
 
     def save_pending_feedback(
         self, flow_uuid: str, context: dict[str, Any], state_data: dict[str, Any]

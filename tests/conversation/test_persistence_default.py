@@ -1,0 +1,195 @@
+"""The default ``@persist`` backend saves conversations incrementally (flaw 3 of the reference).
+
+Real SQLite files, read back independently with ``sqlite3``; real subprocesses for the
+cross-process restore and the crash in the middle of a save.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sqlite3
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from voxflow import ConversationState, Flow, SQLiteFlowPersistence, listen, persist
+from voxflow.conversation import ConversationMessage, SQLiteConversationPersistence
+from voxflow.flow.persistence import default_persistence
+
+pytestmark = pytest.mark.unit
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(autouse=True)
+def _voxflow_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The default backend lives in a per-test data directory."""
+    home = tmp_path / "voxflow-home"
+    monkeypatch.setenv("VOXFLOW_HOME", str(home))
+    return home
+
+
+@persist
+class Echo(Flow[ConversationState]):
+    conversational = True
+
+    def route_turn(self, context: Any) -> str | None:
+        return "reply"
+
+    @listen("reply")
+    def handle_reply(self) -> str:
+        return f"echo {self.state.current_user_message}"
+
+
+def query(path: Path, sql: str, *args: Any) -> list[Any]:
+    """Read the database file directly (an independent check of what was stored)."""
+    with contextlib.closing(sqlite3.connect(path)) as conn:
+        return conn.execute(sql, args).fetchall()
+
+
+def contents(stored: dict[str, Any] | None) -> list[str]:
+    assert stored is not None
+    return [m["content"] for m in stored["messages"]]
+
+
+def test_default_backend_writes_the_same_small_snapshot_at_turn_5_and_turn_60(
+    _voxflow_home: Path,
+) -> None:
+    flow = Echo()
+    db = _voxflow_home / "flow_states.db"
+    sizes: dict[int, int] = {}
+    for turn in range(1, 61):
+        flow.handle_turn(f"m{turn}", session_id="s")
+        if turn in (5, 60):
+            [(size,)] = query(db, "SELECT length(state_json) FROM flow_states")
+            sizes[turn] = size
+            [(items,)] = query(db, "SELECT COUNT(*) FROM conversation_items WHERE field='messages'")
+            assert items == 2 * turn
+    assert abs(sizes[60] - sizes[5]) <= 8  # only counters' digits differ
+    [(snapshot,)] = query(db, "SELECT state_json FROM flow_states")
+    assert "echo m1" not in snapshot
+    backend = default_persistence()
+    assert SQLiteConversationPersistence is SQLiteFlowPersistence
+    assert backend.load_state("s") == flow.state.model_dump(mode="json")
+    latest = backend.history("s")[-1][2]
+    assert contents(latest)[-2:] == ["m60", "echo m60"]
+
+
+def test_a_reply_replaced_in_place_is_saved_in_full() -> None:
+    # What the voice layer does after an interruption: the last assistant message is
+    # replaced by index with what the user heard; the next save must store it.
+    flow = Echo()
+    flow.handle_turn("one", session_id="r")
+    flow.handle_turn("two", session_id="r")
+    cut = ConversationMessage(role="assistant", content="ec [interrupted]")
+    flow.state.messages[-1] = cut
+    flow.handle_turn("three", session_id="r")
+    stored = default_persistence().load_state("r")
+    assert contents(stored) == ["one", "echo one", "two", "ec [interrupted]", "three", "echo three"]
+    restored = Echo()
+    restored.handle_turn("four", session_id="r")
+    assert restored.state.messages[3] == cut
+
+
+def test_two_writers_on_one_session_last_writer_wins_without_gaps() -> None:
+    first, second = Echo(), Echo()
+    first.handle_turn("a1", session_id="w")
+    second.handle_turn("b1", session_id="w")  # restores a1, saves in full
+    first.handle_turn("a2", session_id="w")  # holds a stale history: its delta is refused
+    stored = default_persistence().load_state("w")
+    assert contents(stored) == ["a1", "echo a1", "a2", "echo a2"]
+    assert stored == first.state.model_dump(mode="json")
+
+
+def test_a_stale_delta_writes_nothing(tmp_path: Path) -> None:
+    backend = SQLiteFlowPersistence(tmp_path / "d.db")
+    backend.save_state("s", "m", {"id": "s", "messages": [{"n": 0}, {"n": 1}], "events": []})
+    ok = backend.save_state_delta(
+        "s", "m", {"id": "s", "x": 1}, {"messages": [{"n": 9}], "events": []},
+        {"messages": 1, "events": 0},
+    )  # fmt: skip
+    assert ok is False
+    assert backend.load_state("s") == {"id": "s", "messages": [{"n": 0}, {"n": 1}], "events": []}
+    assert backend.save_state_delta(
+        "s", "m", {"id": "s", "x": 1}, {"messages": [{"n": 2}], "events": []},
+        {"messages": 2, "events": 0},
+    )  # fmt: skip
+    assert backend.load_state("s") == {
+        "id": "s",
+        "x": 1,
+        "messages": [{"n": 0}, {"n": 1}, {"n": 2}],
+        "events": [],
+    }
+    with pytest.raises(ValueError, match="counts"):
+        backend.save_state_delta("s", "m", {}, {"messages": []}, {"messages": -1})
+    with pytest.raises(TypeError, match="snapshot"):
+        backend.save_state_delta("s", "m", [], {}, {})  # type: ignore[arg-type]
+
+
+_CHAT_SRC = """
+import os, sys
+from typing import Any
+from voxflow import ConversationState, Flow, listen, persist
+from voxflow.flow.persistence import default_persistence
+
+@persist
+class Echo(Flow[ConversationState]):
+    conversational = True
+
+    def route_turn(self, context: Any) -> str | None:
+        return "reply"
+
+    @listen("reply")
+    def handle_reply(self) -> str:
+        return f"echo {self.state.current_user_message}"
+
+flow = Echo()
+"""
+
+
+def _run(code: str, home: Path) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "VOXFLOW_HOME": str(home)}
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=False,
+    )
+
+
+def test_another_process_continues_and_a_crash_mid_delta_loses_only_that_save(
+    tmp_path: Path,
+) -> None:
+    home = tmp_path / "xproc"
+    first = _run(_CHAT_SRC + "flow.handle_turn('p1', session_id='x')\n", home)
+    assert first.returncode == 0, first.stderr
+    # Turn 2 restores and saves in full; turn 3 saves deltas, and the process dies inside
+    # the first one's transaction (after its items are written, before COMMIT).
+    crash = _run(
+        _CHAT_SRC
+        + """
+flow.handle_turn('p2', session_id='x')
+def die(statement):
+    if statement.startswith("INSERT OR REPLACE INTO conversation_items"):
+        os._exit(17)
+default_persistence()._conn.set_trace_callback(die)
+flow.handle_turn('p3', session_id='x')
+""",
+        home,
+    )
+    assert crash.returncode == 17, crash.stderr
+    after = _run(
+        _CHAT_SRC
+        + "flow.handle_turn('p4', session_id='x')\n"
+        + "print([m.content for m in flow.state.messages])\n",
+        home,
+    )
+    assert after.returncode == 0, after.stderr
+    assert after.stdout.strip() == str(["p1", "echo p1", "p2", "echo p2", "p4", "echo p4"])
