@@ -25,6 +25,8 @@ import tempfile
 import time
 from collections.abc import Callable
 
+from _figures import figure
+
 from voxflow import Flow, and_, listen, or_, router, start
 
 
@@ -176,6 +178,7 @@ def main() -> None:
     print(f"{'case':36} {'median µs/kickoff':>18} {'target':>8}")
     for name, value, target in rows:
         print(f"{name:36} {value:18.1f} {target:8d}")
+        figure(f"kickoff: {name}", value, "µs", target=f"<= {target}")
     async_us = _async_chain_us(calls // 4, repeats)
     print(f"{'3-step chain, kickoff_async (info)':36} {async_us:18.1f} {'-':>8}")
     print(
@@ -184,8 +187,10 @@ def main() -> None:
     )
     for name, wall, cpu, pyc_wall, pyc_cpu in _import_rows(7):
         print(f"{name:40} {wall:11.3f}s {cpu:5.3f}s {pyc_wall:9.3f}s {pyc_cpu:5.3f}s {0.3:6.1f}s")
+        figure(f"import: {name}", wall, "s", target="<= 0.3")
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(f"{'peak RSS of this process':36} {peak_mb:16.1f}MB")
+    figure("peak RSS", peak_mb, "MB")
 
 
 if __name__ == "__main__":

@@ -19,11 +19,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import re
 import statistics
 import time
 from collections.abc import Callable
 
 import numpy as np
+from _figures import figure
 from voxflow_voice import (
     DEFAULT_TURN_DETECTION,
     FRAME_SAMPLES,
@@ -67,6 +69,9 @@ def median_time(fn: Callable[[], object], runs: int, warmup: int = 1) -> float:
 
 def row(label: str, value: str) -> None:
     print(f"  {label:<58} {value}")
+    match = re.match(r"\s*([0-9]+(?:\.[0-9]+)?)\s*(ms|µs|s|x)?", value)
+    if match:
+        figure(label, float(match.group(1)), match.group(2) or "")
 
 
 def load_times(runs: int, have_base: bool) -> None:

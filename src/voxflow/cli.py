@@ -92,17 +92,52 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
+    import os
+    import tempfile
+    import time
+
     root = Path(args.dir)
     scripts = sorted(p for p in root.glob("*.py") if not p.name.startswith("_"))
+    if args.only:
+        scripts = [p for p in scripts if p.stem in args.only]
     if not scripts:
         print(f"error: no benchmark scripts in {root}", file=sys.stderr)
         return EXIT_USAGE
-    failed = 0
-    for script in scripts:
-        print(f"== {script.name}", flush=True)
-        result = subprocess.run([sys.executable, str(script)], check=False)
-        failed += result.returncode != 0
-    return EXIT_FAILED if failed else EXIT_OK
+    figures: list[dict[str, object]] = []
+    runs: list[dict[str, object]] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        sink = Path(tmp) / "figures.jsonl"
+        env = {**os.environ, "VOXFLOW_BENCH_FIGURES": str(sink)}
+        for script in scripts:
+            print(f"== {script.name}", file=sys.stderr, flush=True)
+            began = time.perf_counter()
+            result = subprocess.run(
+                [sys.executable, str(script)], env=env, check=False,
+                stdout=sys.stderr if args.json else None,
+            )
+            runs.append({"benchmark": script.stem, "exit": result.returncode,
+                         "seconds": round(time.perf_counter() - began, 1)})
+        if sink.exists():
+            figures = [json.loads(line) for line in sink.read_text().splitlines() if line]
+    if args.json:
+        print(json.dumps({"runs": runs, "figures": figures}, indent=2))
+    else:
+        from rich.console import Console
+        from rich.table import Table
+
+        table = Table(title="voxflow benchmarks (medians; each script prints more)")
+        for column in ("benchmark", "figure", "value", "unit", "target"):
+            table.add_column(column, justify="right" if column == "value" else "left")
+        for f in figures:
+            value = f["value"]
+            shown = f"{value:.4g}" if isinstance(value, int | float) else str(value)
+            table.add_row(str(f["benchmark"]), str(f["name"]), shown, str(f["unit"]),
+                          str(f["target"]))
+        for r in runs:
+            if r["exit"] != 0:
+                table.add_row(str(r["benchmark"]), "[red]failed[/]", str(r["exit"]), "exit", "")
+        Console().print(table)
+    return EXIT_FAILED if any(r["exit"] != 0 for r in runs) else EXIT_OK
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -150,6 +185,9 @@ def _parser() -> argparse.ArgumentParser:
 
     bench = sub.add_parser("bench", help="run the benchmarks under benchmarks/")
     bench.add_argument("--dir", default="benchmarks", help="folder of benchmark scripts")
+    bench.add_argument("--only", nargs="*", default=None, metavar="NAME",
+                       help="run only these scripts (by name without .py)")
+    bench.add_argument("--json", action="store_true", help="print the figures as JSON")
     bench.set_defaults(func=_cmd_bench)
     return parser
 
