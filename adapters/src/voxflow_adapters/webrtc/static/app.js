@@ -6,6 +6,7 @@ const PROTOCOL = 1;
 const $ = (id) => document.getElementById(id);
 const state = {
   pc: null, channel: null, mic: null, muted: false,
+  playing: null,        // the audio element's state, reported to the server
   replies: new Map(),   // delivery_id -> <li>
   lastUser: null,       // the <li> of the latest user turn
   messages: [],         // every server message (for debugging and tests)
@@ -162,7 +163,11 @@ async function connect() {
   state.pc = pc;
   state.channel = pc.createDataChannel("voxflow");
   state.channel.onmessage = onMessage;
-  state.channel.onopen = () => { if (state.muted) send({ type: "mute", muted: true }); };
+  state.channel.onopen = () => {
+    // What happened before the channel opened (the audio element starts on ontrack).
+    if (state.muted) send({ type: "mute", muted: true });
+    if (state.playing !== null) send({ type: "playback", playing: state.playing });
+  };
   for (const track of state.mic.getAudioTracks()) pc.addTrack(track, state.mic);
   pc.ontrack = (event) => {
     const audio = $("remote");
@@ -207,6 +212,7 @@ function hangUp(tell = true) {
   state.pc = null;
   state.channel = null;
   state.mic = null;
+  state.playing = null;
   setConnection("closed");
   $("call-state").textContent = "–";
   const button = $("connect");
@@ -227,8 +233,12 @@ window.addEventListener("DOMContentLoaded", () => {
   $("connect").addEventListener("click", () => (state.pc ? hangUp(true) : connect()));
   $("mute").addEventListener("click", toggleMute);
   const audio = $("remote");
-  audio.addEventListener("playing", () => send({ type: "playback", playing: true }));
-  audio.addEventListener("pause", () => send({ type: "playback", playing: false }));
+  const playback = (playing) => {
+    state.playing = playing;
+    send({ type: "playback", playing });
+  };
+  audio.addEventListener("playing", () => playback(true));
+  audio.addEventListener("pause", () => playback(false));
   document.addEventListener("click", () => { if (audio.paused && audio.srcObject) audio.play(); });
   if (!token()) notice("This page needs the token: open the full URL the server printed.");
 });
