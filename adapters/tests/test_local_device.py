@@ -163,3 +163,13 @@ def test_real_streams_carry_the_samples_both_ways(alsa_home: Path) -> None:
         position = found + 320
     assert offsets[0] == 0
     assert sum(b - a == 320 for a, b in itertools.pairwise(offsets)) >= 12
+
+
+def test_voice_chat_names_a_missing_device_before_loading_models(alsa_home: Path) -> None:
+    env = {**os.environ, "HOME": str(alsa_home)}
+    code = "from voxflow.cli import main; raise SystemExit(main(sys.argv[1:]))"
+    done = subprocess.run(
+        [sys.executable, "-c", f"import sys; {code}", "chat", "--voice", "--input-device", "99"],
+        env=env, timeout=60, capture_output=True, text=True, check=False)
+    assert done.returncode == 1
+    assert "no input device 99 found" in done.stderr and "voxflow doctor" in done.stderr

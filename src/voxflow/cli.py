@@ -1,6 +1,7 @@
 """The ``voxflow`` command line.
 
-Subcommands: ``demo`` (a complete call, offline), ``chat`` (text chat with a flow),
+Subcommands: ``demo`` (a complete call, offline), ``chat`` (text chat with a flow;
+``--voice``: through the microphone and speakers),
 ``serve`` (browser calls over WebRTC),
 ``doctor`` (what is installed and how to fix what is missing) and ``bench`` (runs the
 benchmarks). Exit codes: 0 success, 1 the command failed, 2 bad usage or bad input.
@@ -46,6 +47,16 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
 
 
 def _cmd_chat(args: argparse.Namespace) -> int:
+    if args.voice:
+        return _cmd_voice_chat(args)
+    if args.headphones or args.input_device is not None or args.output_device is not None:
+        print("error: --headphones, --input-device and --output-device need --voice",
+              file=sys.stderr)
+        return EXIT_USAGE
+    if args.flow is None:
+        print("error: chat needs a FLOW (path.py:Class or module:Class) without --voice",
+              file=sys.stderr)
+        return EXIT_USAGE
     from ._loader import load_flow_class
 
     flow_cls = load_flow_class(args.flow)
@@ -55,6 +66,27 @@ def _cmd_chat(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     flow.chat()
     return EXIT_OK
+
+
+def _cmd_voice_chat(args: argparse.Namespace) -> int:
+    import importlib
+
+    try:
+        chat = importlib.import_module("voxflow_adapters.local_chat")
+    except ImportError as exc:
+        print(f"error: voxflow chat --voice needs the local audio adapter ({exc}); "
+              "install it with: pip install 'voxflow[local]'", file=sys.stderr)
+        return EXIT_FAILED
+    try:
+        devices = [chat.parse_device(d) for d in (args.input_device, args.output_device)]
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    code: int = chat.run_voice_chat(
+        flow=args.flow, input_device=devices[0], output_device=devices[1],
+        headphones=args.headphones, model=args.settings.model,
+    )
+    return code
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
@@ -161,7 +193,17 @@ def _parser() -> argparse.ArgumentParser:
     demo.set_defaults(func=_cmd_demo)
 
     chat = sub.add_parser("chat", help="text chat with a flow (path.py:Class or module:Class)")
-    chat.add_argument("flow", help="the flow class, e.g. examples/support.py:SupportFlow")
+    chat.add_argument("flow", nargs="?", default=None,
+                      help="the flow class, e.g. examples/support.py:SupportFlow "
+                           "(with --voice: the example assistant if omitted)")
+    chat.add_argument("--voice", action="store_true",
+                      help="talk through the microphone and speakers instead of typing")
+    chat.add_argument("--input-device", default=None, metavar="DEVICE",
+                      help="microphone index or name (see voxflow doctor)")
+    chat.add_argument("--output-device", default=None, metavar="DEVICE",
+                      help="speaker index or name (see voxflow doctor)")
+    chat.add_argument("--headphones", action="store_true",
+                      help="no echo gate: the assistant cannot hear itself")
     chat.set_defaults(func=_cmd_chat)
 
     doctor = sub.add_parser("doctor", help="what is installed, and how to fix what is missing")

@@ -159,13 +159,7 @@ class SoundDeviceBackend:
         """Open a mono float32 stream at the device's rate (or ``samplerate``)."""
         sd = self._sd
         label = "default" if device is None else repr(device)
-        try:
-            info = sd.query_devices(device, kind=kind)
-        except (ValueError, sd.PortAudioError) as exc:
-            raise AudioDeviceError(
-                f"no {kind} device {label} found ({exc}); list the devices with `voxflow doctor`",
-                device=device, kind=kind,
-            ) from exc
+        info = self._query(kind, device)
         rate = int(samplerate or round(float(info["default_samplerate"])))
         factory = sd.InputStream if kind == "input" else sd.OutputStream
         try:
@@ -179,6 +173,27 @@ class SoundDeviceBackend:
                 device=device, kind=kind,
             ) from exc
         return stream
+
+    def describe(self, kind: StreamKind, device: Device) -> str:
+        """The device's name and default rate, e.g. ``'USB Mic' (48000 Hz)``.
+
+        Raises:
+            AudioDeviceError: there is no such device (or none at all).
+        """
+        info = self._query(kind, device)
+        return f"{info.get('name', '?')!r} ({round(float(info['default_samplerate']))} Hz)"
+
+    def _query(self, kind: StreamKind, device: Device) -> dict[str, Any]:
+        sd = self._sd
+        label = "default" if device is None else repr(device)
+        try:
+            info: dict[str, Any] = dict(sd.query_devices(device, kind=kind))
+        except (ValueError, sd.PortAudioError) as exc:
+            raise AudioDeviceError(
+                f"no {kind} device {label} found ({exc}); list the devices with `voxflow doctor`",
+                device=device, kind=kind,
+            ) from exc
+        return info
 
     def refresh(self) -> None:
         """Re-initialise PortAudio so that its device list is current."""

@@ -1,0 +1,337 @@
+"""``voxflow chat --voice``: talk to a flow through the microphone and speakers.
+
+:class:`ChatView` turns :data:`~voxflow_voice.events.SessionEvent` s (and the local
+adapter's status) into what a terminal shows: live transcripts of both sides, the state
+(listening / hearing you / thinking / speaking / muted), interruptions and each turn's
+voice-to-voice latency. :func:`run_voice_chat` loads the models, opens
+:class:`~voxflow_adapters.local.LocalAudio` and runs a
+:class:`~voxflow_voice.session.VoiceSession` under a ``rich`` live display, with keys:
+``m`` mutes/unmutes, ``q`` quits (``r`` reconnects after a lost device).
+
+If the devices are lost for good mid-call (the adapter could not reopen them), the
+session ends but the conversation does not: the same TurnRunner (the flow and its
+history) answers in a new session once ``r`` is pressed.
+
+The core CLI imports this module only when ``chat --voice`` runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import sys
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from voxflow_voice.events import (
+    AudioStarted,
+    BargeIn,
+    MuteObserved,
+    ReplyFinished,
+    ReplyInterrupted,
+    ReplyTextStreamed,
+    SessionEvent,
+    SpeechEnded,
+    SpeechStarted,
+    TurnCommitted,
+    TurnMetrics,
+)
+
+from .local import LocalAudio, LocalAudioSettings, LocalAudioStatus, SoundDeviceBackend
+
+__all__ = ["ChatLine", "ChatState", "ChatView", "parse_device", "run_voice_chat"]
+
+logger = logging.getLogger(__name__)
+
+ChatState = Literal["listening", "hearing you", "thinking", "speaking", "muted", "reconnecting"]
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+_SHOWN_LINES = 14
+
+
+@dataclass(slots=True)
+class ChatLine:
+    """One line of the transcript.
+
+    Attributes:
+        who: ``you``, ``assistant`` or ``system``.
+        text: what was said (for the assistant: the text sent to speech so far).
+        note: e.g. ``interrupted after 1.2 s`` or ``780 ms``.
+    """
+
+    who: Literal["you", "assistant", "system"]
+    text: str
+    note: str = ""
+
+
+class ChatView:
+    """The state of a voice chat as a terminal shows it; a ``rich`` renderable.
+
+    Args:
+        title: shown in the panel's title (e.g. the flow's name).
+        headphones: whether the echo gate is off (shown in the footer).
+    """
+
+    def __init__(self, title: str = "voxflow voice chat", *, headphones: bool = False) -> None:
+        self.title = title
+        self.headphones = headphones
+        self.lines: list[ChatLine] = []
+        self.state: ChatState = "listening"
+        self.states: list[ChatState] = ["listening"]  # every change, for tests and replays
+        self.latencies_ms: list[float] = []
+        self.interruptions = 0
+        self.device_note = ""
+        self._muted = False
+        self._reply_line: dict[str, ChatLine] = {}
+
+    # -- inputs -------------------------------------------------------------------
+
+    def on_event(self, event: SessionEvent) -> None:
+        """Update from one session event (pass as ``VoiceSession(on_event=...)``)."""
+        if isinstance(event, SpeechStarted):
+            self._set("hearing you")
+        elif isinstance(event, SpeechEnded):
+            self._set("thinking")
+        elif isinstance(event, TurnCommitted):
+            self.lines.append(ChatLine("you", event.text))
+            self._set("thinking")
+        elif isinstance(event, ReplyTextStreamed):
+            line = self._reply_line.get(event.delivery_id)
+            if line is None:
+                line = ChatLine("assistant", event.text)
+                self._reply_line[event.delivery_id] = line
+                self.lines.append(line)
+            else:
+                line.text = f"{line.text} {event.text}"
+        elif isinstance(event, AudioStarted):
+            self._set("speaking")
+        elif isinstance(event, BargeIn):
+            self.interruptions += 1
+        elif isinstance(event, ReplyInterrupted):
+            line = self._reply_line.get(event.delivery_id)
+            if line is not None:
+                line.text = event.heard_text or "…"
+                line.note = f"interrupted after {event.heard_seconds:.1f} s"
+            self._set("hearing you")
+        elif isinstance(event, ReplyFinished):
+            self._set("listening")
+        elif isinstance(event, TurnMetrics):
+            self._on_metrics(event)
+        elif isinstance(event, MuteObserved):
+            self._muted = event.muted
+            self._set("muted" if event.muted else "listening")
+
+    def on_status(self, status: LocalAudioStatus) -> None:
+        """Update from the local adapter's device status."""
+        if status.state in ("stalled", "reopen_failed", "broken"):
+            self.lines.append(ChatLine("system", status.message))
+        if status.state == "stalled":
+            self._set("reconnecting")
+        elif status.state == "reopened":
+            self.lines.append(ChatLine("system", status.message))
+            self._set("listening")
+        self.device_note = status.message if status.state == "open" else self.device_note
+
+    def note(self, text: str) -> None:
+        """Add a system line (e.g. how to reconnect)."""
+        self.lines.append(ChatLine("system", text))
+
+    def _on_metrics(self, metrics: TurnMetrics) -> None:
+        if metrics.first_audio is not None:
+            latency = (metrics.first_audio - metrics.speech_end) * 1000.0
+            self.latencies_ms.append(latency)
+            line = self._reply_line.get(metrics.delivery_id or "")
+            if line is not None and not line.note:
+                line.note = f"{latency:.0f} ms"
+        if self.state not in ("hearing you", "muted"):
+            self._set("listening")
+
+    def _set(self, state: ChatState) -> None:
+        if self._muted and state != "muted":
+            return  # muted wins until unmuted
+        if state != self.state:
+            self.state = state
+            self.states.append(state)
+
+    # -- output -------------------------------------------------------------------
+
+    def __rich__(self) -> Any:
+        from rich.panel import Panel
+        from rich.table import Table
+        from rich.text import Text
+
+        body = Table.grid(padding=(0, 1))
+        body.add_column(justify="right", style="bold")
+        body.add_column()
+        body.add_column(justify="right", style="dim")
+        colours = {"you": "cyan", "assistant": "green", "system": "yellow"}
+        for line in self.lines[-_SHOWN_LINES:]:
+            body.add_row(Text(line.who, style=colours[line.who]), Text(line.text),
+                         Text(line.note))
+        state_colour = {"listening": "green", "hearing you": "cyan", "thinking": "magenta",
+                        "speaking": "blue", "muted": "red", "reconnecting": "yellow"}
+        ordered = sorted(self.latencies_ms)
+        median = ordered[len(ordered) // 2] if ordered else None
+        footer = Text.assemble(
+            ("● ", state_colour[self.state]), (self.state, f"bold {state_colour[self.state]}"),
+            f"   turns {len(self.latencies_ms)}",
+            f" · median voice-to-voice {median:.0f} ms" if median is not None else "",
+            f" · interruptions {self.interruptions}",
+            " · headphones (echo gate off)" if self.headphones else " · speakers (echo gate on)",
+            ("\n[m] mute/unmute  [q] quit", "dim"),
+        )
+        grid = Table.grid()
+        grid.add_row(body)
+        grid.add_row(footer)
+        subtitle = self.device_note or None
+        return Panel(grid, title=self.title, subtitle=subtitle, border_style="dim")
+
+
+@contextlib.contextmanager
+def _keys(loop: asyncio.AbstractEventLoop, on_key: Callable[[str], None]) -> Iterator[bool]:
+    """Single-key input from a terminal (cbreak mode); yields False when stdin is not one."""
+    if not sys.stdin.isatty():
+        yield False
+        return
+    import termios
+    import tty
+
+    fd = sys.stdin.fileno()
+    saved = termios.tcgetattr(fd)
+    tty.setcbreak(fd)
+
+    def read() -> None:
+        key = os.read(fd, 1).decode(errors="ignore")
+        if key:
+            on_key(key.lower())
+
+    loop.add_reader(fd, read)
+    try:
+        yield True
+    finally:
+        loop.remove_reader(fd)
+        termios.tcsetattr(fd, termios.TCSADRAIN, saved)
+
+
+async def _chat(flow_spec: str | None, model: str | None, audio_settings: LocalAudioSettings,
+                headphones: bool) -> int:
+    from rich.console import Console
+    from rich.live import Live
+    from voxflow_voice.engines import VoiceEngines
+    from voxflow_voice.session import VoiceSession, VoiceSettings
+
+    from voxflow.turns import TurnRunner
+
+    console = Console()
+    backend = SoundDeviceBackend()  # PortAudio missing: fails here, before the models load
+    devices = (backend.describe("input", audio_settings.input_device),
+               backend.describe("output", audio_settings.output_device))
+    flow = _make_flow(flow_spec, model)
+    turns = TurnRunner(flow)
+    settings = VoiceSettings(echo_gate=not headphones)
+    with console.status("loading the speech models…"):
+        engines = await asyncio.to_thread(VoiceEngines.load)
+    view = ChatView(f"voxflow · {type(flow).__name__}", headphones=headphones)
+    view.note(f"microphone: {devices[0]} · speakers: {devices[1]}")
+    loop = asyncio.get_running_loop()
+    quit_event, reconnect = asyncio.Event(), asyncio.Event()
+    audio_ref: dict[str, LocalAudio] = {}
+
+    def on_key(key: str) -> None:
+        audio = audio_ref.get("audio")
+        if key == "q":
+            quit_event.set()
+        elif key == "m" and audio is not None:
+            audio.set_muted(not audio.muted)
+        elif key == "r":
+            reconnect.set()
+
+    with _keys(loop, on_key) as interactive, Live(view, console=console, refresh_per_second=8):
+        if not interactive:
+            view.note("stdin is not a terminal: keys are off, Ctrl-C quits")
+        while True:
+            audio = LocalAudio(audio_settings, backend=backend, on_status=view.on_status)
+            await audio.open()
+            audio_ref["audio"] = audio
+            session = VoiceSession(turns, audio, engines, settings=settings,
+                                   on_event=view.on_event)
+            run = asyncio.create_task(session.run(), name="voice-chat.session")
+            quitter = asyncio.create_task(quit_event.wait())
+            try:
+                await asyncio.wait({run, quitter}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                await audio.aclose()  # ends the input: the session settles and closes
+                quitter.cancel()
+            await run
+            if quit_event.is_set() or audio.error is None:
+                break
+            view.note(f"{audio.error} Press r to reconnect, q to quit.")
+            reconnect.clear()
+            waiter = asyncio.create_task(reconnect.wait())
+            quitter = asyncio.create_task(quit_event.wait())
+            await asyncio.wait({waiter, quitter}, return_when=asyncio.FIRST_COMPLETED)
+            waiter.cancel()
+            quitter.cancel()
+            if quit_event.is_set():
+                break
+    messages = len(getattr(turns.flow.state, "messages", []))
+    console.print(f"[dim]call ended · {messages} messages in the conversation · "
+                  f"{view.interruptions} interruptions[/]")
+    return EXIT_OK
+
+
+def _make_flow(flow_spec: str | None, model: str | None) -> Any:
+    if flow_spec is None:
+        from voxflow.demo import load_example_module
+
+        return load_example_module("assistant.py").assistant_class(model)()
+    from voxflow._loader import load_flow_class
+    from voxflow.errors import ConversationModeError
+
+    flow = load_flow_class(flow_spec)()
+    if not getattr(flow, "conversational", False):
+        raise ConversationModeError(f"{flow_spec} is not a conversational flow")
+    return flow
+
+
+def run_voice_chat(
+    *, flow: str | None, input_device: int | str | None = None,
+    output_device: int | str | None = None, headphones: bool = False,
+    model: str | None = None,
+) -> int:
+    """Talk to ``flow`` (``path.py:Class``; the example assistant if None) until ``q``.
+
+    Returns:
+        the exit code: 0 done, 1 the devices or models failed, 2 bad input.
+    """
+    from voxflow.errors import AudioBackendError, AudioDeviceError, VoxflowError
+
+    try:
+        audio_settings = LocalAudioSettings(input_device=input_device,
+                                            output_device=output_device)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    logging.getLogger("faster_whisper").setLevel(logging.WARNING)
+    try:
+        return asyncio.run(_chat(flow, model, audio_settings, headphones))
+    except KeyboardInterrupt:
+        return EXIT_OK
+    except (AudioBackendError, AudioDeviceError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    except VoxflowError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE if isinstance(exc, ValueError) else EXIT_FAILED
+
+
+def parse_device(value: str | None) -> int | str | None:
+    """A ``--input-device``/``--output-device`` value: an index if numeric, else a name."""
+    if value is None:
+        return None
+    text = value.strip()
+    if not text:
+        raise ValueError("a device must be an index or a name, got an empty string")
+    return int(text) if text.isdigit() else text

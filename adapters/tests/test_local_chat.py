@@ -1,0 +1,104 @@
+"""``voxflow chat --voice``: the terminal view of a call, and the command's options.
+
+The view is driven by a real scripted call (simulated client, real models, virtual
+time) with a barge-in, so what it shows is what a session really reports.
+"""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+from rich.console import Console
+from voxflow_adapters.local import LocalAudioStatus
+from voxflow_adapters.local_chat import ChatView, parse_device
+from voxflow_adapters.scenario import run_call
+from voxflow_adapters.script import CallScript
+from voxflow_voice.engines import VoiceEngines
+
+from voxflow import ConversationConfig, Flow, listen
+from voxflow.cli import main
+from voxflow.conversation import RouterContext
+from voxflow.turns import TurnRunner, TurnState
+
+STORY = (
+    "Once upon a time, in a small harbour town, there lived a lighthouse keeper named Ada. "
+    "Every night she climbed one hundred and twelve steps to light the great lamp."
+)
+
+
+@ConversationConfig(system_prompt="")
+class Teller(Flow[TurnState]):
+    """A story on request; anything else is acknowledged."""
+
+    def route_turn(self, context: RouterContext) -> str | None:
+        text = (self.state.current_user_message or "").lower()
+        return "story" if "story" in text else "ok"
+
+    @listen("story")
+    def handle_story(self) -> str:
+        return STORY
+
+    @listen("ok")
+    def handle_ok(self) -> str:
+        return "Okay."
+
+
+def render(view: ChatView) -> str:
+    console = Console(file=io.StringIO(), width=100, record=True, color_system=None)
+    console.print(view)
+    return console.export_text()
+
+
+@pytest.mark.models
+async def test_the_view_follows_a_call_with_a_barge_in(engines: VoiceEngines) -> None:
+    view = ChatView("voxflow · Teller")
+    script = (CallScript().user_says(0.3, "Tell me a story.")
+              .user_says(5.0, "Stop, please.").with_echo(0.3, 0.05))
+    call = await run_call(TurnRunner(Teller()), script, engines, on_event=view.on_event)
+    assert len(call.replies()) == 2
+    assert [line.who for line in view.lines] == ["you", "assistant", "you", "assistant"]
+    assert view.lines[0].text == "Tell me a story."
+    heard = call.of_kind("reply_interrupted")[0].heard_text
+    assert view.lines[1].text == heard and view.lines[1].note.startswith("interrupted after")
+    assert view.lines[3].text == "Okay." and view.lines[3].note.endswith(" ms")
+    assert view.interruptions == 1
+    # State: hearing the user, thinking, speaking, cut by the user, ... back to listening.
+    assert view.states[:4] == ["listening", "hearing you", "thinking", "speaking"]
+    assert view.states[4] == "hearing you" and view.state == "listening"
+    metrics = call.metrics()
+    expected = [(m.first_audio - m.speech_end) * 1000 for m in metrics if m.first_audio]
+    assert view.latencies_ms == pytest.approx(expected)
+    text = render(view)
+    assert "Tell me a story." in text and "Okay." in text
+    assert "interruptions 1" in text and "speakers (echo gate on)" in text
+
+
+def test_mute_and_device_status_show() -> None:
+    view = ChatView(headphones=True)
+    view.on_status(LocalAudioStatus("open", "microphone at 48000 Hz", 0.0))
+    view.on_status(LocalAudioStatus("stalled", "the input stopped: reopening", 1.0))
+    assert view.state == "reconnecting"
+    view.on_status(LocalAudioStatus("reopened", "audio devices reopened (try 1)", 2.0))
+    assert view.state == "listening"
+    assert [line.text for line in view.lines] == [
+        "the input stopped: reopening", "audio devices reopened (try 1)"]
+    text = render(view)
+    assert "microphone at 48000 Hz" in text and "headphones (echo gate off)" in text
+
+
+def test_device_arguments() -> None:
+    assert parse_device(None) is None
+    assert parse_device("3") == 3
+    assert parse_device("USB Mic") == "USB Mic"
+    with pytest.raises(ValueError, match="device"):
+        parse_device(" ")
+
+
+def test_voice_options_need_voice(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["chat", "--headphones"]) == 2
+    assert "need --voice" in capsys.readouterr().err
+    assert main(["chat"]) == 2
+    assert "needs a FLOW" in capsys.readouterr().err
+    assert main(["chat", "--voice", "--input-device", " "]) == 2
+    assert "device" in capsys.readouterr().err
