@@ -48,6 +48,18 @@ from .early_stt import (
 from .early_stt import (
     Transcriber as Transcriber,
 )
+from .echo import (
+    DEFAULT_ECHO_GATE as DEFAULT_ECHO_GATE,
+)
+from .echo import (
+    EchoGate as EchoGate,
+)
+from .echo import (
+    EchoGateSettings as EchoGateSettings,
+)
+from .echo import (
+    EchoGateStatistics as EchoGateStatistics,
+)
 from .models import (
     BASE_PART_MODULES as BASE_PART_MODULES,
 )
@@ -186,6 +198,7 @@ from .vad import (
 
 __all__ = [
     "BASE_PART_MODULES",
+    "DEFAULT_ECHO_GATE",
     "DEFAULT_PIPER_MODULE",
     "DEFAULT_SEGMENTER_SETTINGS",
     "DEFAULT_STT_SETTINGS",
@@ -202,6 +215,9 @@ __all__ = [
     "BargeInDetected",
     "EarlyTranscriber",
     "EarlyTranscriberStatistics",
+    "EchoGate",
+    "EchoGateSettings",
+    "EchoGateStatistics",
     "EnergyVad",
     "InputConverter",
     "PiperTts",
