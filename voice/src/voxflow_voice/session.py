@@ -38,6 +38,7 @@ from voxflow.replies import ClientActivity, ReplyQueue
 from voxflow.turns import ReplyEvent, TurnRunner
 
 from .audio import STT_SAMPLE_RATE, AudioChunk, InputConverter
+from .early_stt import EarlyTranscriber
 from .echo import EchoGate, EchoGateSettings
 from .engines import VoiceEngines
 from .events import (
@@ -66,6 +67,7 @@ from .turn_detector import (
     BargeInDetected,
     TurnDetection,
     TurnDetector,
+    UtterancePaused,
     UtteranceReady,
 )
 from .turn_detector import SpeechEnded as DetectorSpeechEnded
@@ -83,11 +85,7 @@ class VoiceSettings(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    turn_detection: TurnDetection = Field(
-        # Silero confirms a short first word ("Stop, ...") up to ~0.4 s late; 0.6 s of
-        # pre-roll keeps it in the audio handed to Whisper (which pads to 30 s anyway).
-        default_factory=lambda: TurnDetection(pre_roll=0.6)
-    )
+    turn_detection: TurnDetection = Field(default_factory=TurnDetection)
     interruptions: bool = Field(True, description="user speech may interrupt replies")
     segmenter: SegmenterSettings = Field(default_factory=SegmenterSettings)
     announcements: bool = Field(True, description="speak completed jobs when the floor is free")
@@ -181,6 +179,7 @@ class VoiceSession:
         self._converter = InputConverter()
         self.echo_gate = EchoGate(self.settings.echo) if self.settings.echo_gate else None
         self._utterances: asyncio.Queue[UtteranceReady | None] = asyncio.Queue()
+        self._early = EarlyTranscriber(engines.stt)
         self._reply: _Reply | None = None
         self._anchor = (0.0, 0)  # (clock time, input sample) of the latest frame
         self._recording = False
@@ -230,6 +229,7 @@ class VoiceSession:
         if self._closed:
             return
         self._closed = True
+        await self._early.aclose()
         reply = self._reply
         if reply is not None and reply.delivery_id is not None:
             self._fence(reply)
@@ -275,6 +275,9 @@ class VoiceSession:
             self._emit(SpeechEnded(session_id=self.session_id, at=self.clock.now(),
                                    end_at=self._time_of(event.end_sample)))
             self._floor_dirty()
+        elif isinstance(event, UtterancePaused):
+            # Speculative STT in the end-of-turn silence: the silence hides its latency.
+            self._early.paused(event)
         elif isinstance(event, UtteranceReady):
             # From the end of the user's speech until its reply settles, the floor is
             # the foreground's: no announcement may slip in while STT runs.
@@ -322,7 +325,7 @@ class VoiceSession:
             try:
                 speech_end = self._time_of(utterance.end_sample)
                 with self._hold():
-                    transcript = await self.engines.stt.transcribe(utterance.audio)
+                    transcript = await self._early.final(utterance)
                 if transcript is None or not transcript.text.strip():
                     self._emit(TranscriptDiscarded(
                         session_id=self.session_id, at=self.clock.now(),
