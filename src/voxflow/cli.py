@@ -116,8 +116,13 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         print(f"error: voxflow serve needs the WebRTC adapter ({exc}); "
               "install it with: pip install 'voxflow[webrtc]'", file=sys.stderr)
         return EXIT_FAILED
+    settings = args.settings
     code: int = command.run_serve(
-        flow=args.flow, host=args.host, port=args.port, token=args.token, model=args.model,
+        flow=args.flow,
+        host=args.host if args.host is not None else settings.host,
+        port=args.port if args.port is not None else settings.port,
+        token=args.token,
+        model=args.model if args.model is not None else settings.model,
         ice_servers=args.ice_server, ice_host_addresses=args.ice_host, max_calls=args.max_calls,
     )
     return code
@@ -213,8 +218,8 @@ def _parser() -> argparse.ArgumentParser:
     serve = sub.add_parser("serve", help="talk to a flow from a browser (WebRTC)")
     serve.add_argument("flow", nargs="?", default=None,
                        help="path.py:Class or module:Class (default: the example assistant)")
-    serve.add_argument("--host", default="127.0.0.1", help="bind address (default: %(default)s)")
-    serve.add_argument("--port", type=int, default=8080, help="TCP port (default: %(default)s)")
+    serve.add_argument("--host", default=None, help="bind address (default: 127.0.0.1)")
+    serve.add_argument("--port", type=int, default=None, help="TCP port (default: 8080)")
     serve.add_argument("--token", default=None, help="the /offer token (default: random)")
     serve.add_argument("--model", default=None, help="a litellm model id for open questions")
     serve.add_argument("--ice-server", action="append", default=[], metavar="URL",

@@ -72,7 +72,6 @@ def run_serve(
     except (VoxflowError, TypeError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     for noisy in ("aioice", "aiortc", "faster_whisper"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
     try:

@@ -362,7 +362,9 @@ class WebRtcPeer:
 
     async def _close(self, reason: str) -> None:
         self.close_reason = reason
-        quiet = reason.startswith(("the page", "closed by", "the session ended"))
+        # A hang-up or a closed tab is the normal end; timeouts and failures are warnings.
+        quiet = reason.startswith(("the page", "closed by", "the session ended",
+                                   "the peer's audio track ended", "the connection was closed"))
         logger.log(logging.INFO if quiet else logging.WARNING, "call ended: %s", reason,
                    extra={"call_id": self.call_id})
         self.send(ByeMessage(reason=reason))
