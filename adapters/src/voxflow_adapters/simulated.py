@@ -111,11 +111,12 @@ class SimulatedClient:
         lead: seconds of reply audio the client buffers ahead of playout.
         tail: seconds the call goes on after the script's last event.
         max_duration: the call ends by then whatever the steps wait for.
+        answer_wait: after the last scripted step, how long to wait for a reply to start.
     """
 
     def __init__(
         self, script: CallScript, *, clock: Clock, lead: float = 0.5, tail: float = 3.0,
-        max_duration: float = 300.0,
+        max_duration: float = 300.0, answer_wait: float = 10.0,
     ) -> None:
         if not isinstance(script, CallScript):
             raise TypeError(f"script must be a CallScript, got {type(script).__name__}")
@@ -143,6 +144,7 @@ class SimulatedClient:
         self._steps: _StepRunner | None = None
         self._active_tick = 0  # the last tick that played reply audio
         self._max_duration = max_duration
+        self._answer_wait = answer_wait
         self.finished = asyncio.Event()
 
     async def render(self, tts: Any | None = None) -> None:
@@ -226,6 +228,7 @@ class SimulatedClient:
         timed_ticks = round(rendered.duration / FRAME_SECONDS)
         tail_ticks = round(self._tail / FRAME_SECONDS)
         max_ticks = round(self._max_duration / FRAME_SECONDS)
+        answer_ticks = round(self._answer_wait / FRAME_SECONDS)
         start = self.clock.now()
         self.tape.start = start
         self._steps = _StepRunner(rendered, start_tick=timed_ticks)
@@ -233,9 +236,14 @@ class SimulatedClient:
         try:
             while tick < max_ticks:
                 # The call ends `tail` after the script is done *and* the assistant fell
-                # silent, so the last reply is heard whole.
-                last = max(timed_ticks, self._steps.done_tick or max_ticks, self._active_tick)
-                if tick >= last + tail_ticks:
+                # silent, so the last reply is heard whole. A reply still being prepared
+                # (STT on a slow machine) is waited for up to `answer_wait`.
+                done = max(timed_ticks, self._steps.done_tick or max_ticks)
+                last = max(done, self._active_tick)
+                if tick >= last + tail_ticks and (
+                    self._active_tick > done or tick >= done + answer_ticks
+                    or not self._steps.steps
+                ):
                     break
                 target = start + tick * FRAME_SECONDS
                 delay = target - self.clock.now()
@@ -350,19 +358,19 @@ class _StepRunner:
     """Fires a script's reactive steps from what the client hears, tick by tick."""
 
     def __init__(self, rendered: RenderedScript, *, start_tick: int) -> None:
-        self._steps = list(rendered.steps)
+        self.steps = list(rendered.steps)
         self._index = 0
         self._armed = start_tick  # the tick the current step was armed at
         self._started: int | None = None  # first playing tick since arming
         self._drained: int | None = None  # first silent tick after that playback
         self._speech: tuple[int, NDArray[np.float32]] | None = None  # (start tick, audio)
         self._mute: tuple[int, int] | None = None  # [start, end) ticks
-        self.done_tick: int | None = start_tick if not self._steps else None
+        self.done_tick: int | None = start_tick if not self.steps else None
         self.log: list[tuple[float, str, str]] = []
 
     def observe(self, tick: int, *, playing: bool) -> None:
         """Track the assistant's playback, then fire the current step if it is due."""
-        if tick < self._armed or self._index >= len(self._steps):
+        if tick < self._armed or self._index >= len(self.steps):
             return
         if playing:
             if self._started is None:
@@ -370,7 +378,7 @@ class _StepRunner:
             self._drained = None
         elif self._started is not None and self._drained is None:
             self._drained = tick
-        step = self._steps[self._index].step
+        step = self.steps[self._index].step
         gap = round(step.gap / FRAME_SECONDS)
         due = False
         if step.after == "reply_start":
@@ -383,7 +391,7 @@ class _StepRunner:
             self._fire(tick)
 
     def _fire(self, tick: int) -> None:
-        rendered = self._steps[self._index]
+        rendered = self.steps[self._index]
         step = rendered.step
         self.log.append((tick * FRAME_SECONDS, step.action, step.text or ""))
         if step.action == "say":
@@ -394,7 +402,7 @@ class _StepRunner:
             self._mute = (tick + 1, end)
         self._index += 1
         self._armed, self._started, self._drained = end, None, None
-        if self._index >= len(self._steps):
+        if self._index >= len(self.steps):
             self.done_tick = end
 
     def speech(self, tick: int) -> NDArray[np.float32]:
