@@ -232,7 +232,10 @@ class WebRtcPeer:
         text = message.model_dump_json()
         channel = self._channel
         if channel is not None and channel.readyState == "open":
-            channel.send(text)
+            # Past "connected" the transport is going away: aiortc would fail the send in a
+            # background task nobody awaits, so the message is dropped here instead.
+            if self.connection_state == "connected":
+                channel.send(text)
         elif not self.closed.is_set():
             self._pending.append(text)
 

@@ -1,0 +1,248 @@
+"""N concurrent WebRTC calls in one ``voxflow serve`` process: frame loss, pacing, CPU.
+
+Run: ``uv run python benchmarks/webrtc_load.py [--calls 1 10 50] [--runs 3]``
+
+The server runs in a child process (so its CPU time is its own) with an *instant
+reply*: an STT that returns "Hello there!" at once, the Piper reply audio cached after
+the first synthesis, the energy VAD, and the example assistant's rule-based answer, so
+the figures are the transport's (aiortc, Opus, the 20 ms outbound pacing), not the
+models'. N aiortc callers (in this process) connect over loopback at once, each says one
+synthesized utterance, waits for the whole reply ("Hello! How can I help you today?",
+about 2 s of audio) and hangs up.
+
+Printed per N (medians over ``--runs``; nothing is asserted, the machine is shared):
+
+* **frames lost**: RTP packets (one 20 ms Opus frame each) the callers' receivers
+  counted as lost (sequence gaps), out of those received;
+* **pacing**: how late each outbound 20 ms frame was produced after its deadline
+  (p50/p99, ms), and frames more than one period late;
+* **CPU per call**: the server process's CPU seconds per second of call, as % of one core;
+* **setup**: offer posted → data channel open (median, ms).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import sys
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import numpy as np
+from _figures import figure
+
+CALL_LIMIT = 30.0  # seconds a caller waits for its reply before giving up
+TEXT = "Hello there!"
+
+
+# -- the server (child process) ---------------------------------------------------------
+
+
+class _InstantStt:
+    async def transcribe(self, audio: Any) -> Any:
+        from voxflow_voice.stt import Transcript
+
+        return Transcript(text=TEXT, duration=audio.duration, no_speech_prob=0.0,
+                          avg_logprob=0.0)
+
+
+class _CachedTts:
+    """The real Piper voice, each text synthesized once, then replayed at once."""
+
+    def __init__(self, tts: Any) -> None:
+        self._tts = tts
+        self._cache: dict[str, list[Any]] = {}
+
+    @property
+    def sample_rate(self) -> int:
+        return int(self._tts.sample_rate)
+
+    async def stream(self, text: str, *, delivery_id: Any = None,
+                     segment_id: int | None = None) -> AsyncIterator[Any]:
+        from dataclasses import replace
+
+        if text not in self._cache:
+            self._cache[text] = [c async for c in self._tts.stream(text)]
+        for chunk in self._cache[text]:
+            yield replace(chunk, delivery_id=delivery_id, segment_id=segment_id)
+
+    def synthesize(self, text: str) -> Any:
+        return self._tts.synthesize(text)
+
+
+async def _serve_child() -> None:
+    import logging
+    from concurrent.futures import ThreadPoolExecutor
+
+    logging.basicConfig(level=logging.ERROR)
+    if os.environ.get("WEBRTC_LOAD_WORKERS"):
+        asyncio.get_running_loop().set_default_executor(
+            ThreadPoolExecutor(int(os.environ["WEBRTC_LOAD_WORKERS"])))
+    from voxflow_adapters.webrtc import PeerSettings, ServerSettings, WebRtcServer
+    from voxflow_adapters.webrtc.calls import assistant_call_factory
+    from voxflow_voice.engines import VoiceEngines
+    from voxflow_voice.tts import DETERMINISTIC_TTS_SETTINGS, PiperTts
+    from voxflow_voice.vad import EnergyVad
+
+    tts = _CachedTts(PiperTts(settings=DETERMINISTIC_TTS_SETTINGS))
+    async for _ in tts.stream("Hello!"):  # warm the cache: the reply is instant
+        pass
+    async for _ in tts.stream("How can I help you today?"):
+        pass
+    engines = VoiceEngines(stt=_InstantStt(), tts=tts, make_vad=EnergyVad)
+    settings = ServerSettings(port=0, max_calls=200,
+                              peer=PeerSettings(ice_host_addresses=("127.0.0.1",)))
+    server = WebRtcServer(assistant_call_factory(), engines, settings=settings)
+    offsets: list[float] = []
+    server_calls: list[Any] = []
+    server._on_call = lambda peer, call: server_calls.append(peer)
+    async with server:
+        print(json.dumps({"port": server.port, "token": server.token}), flush=True)
+        loop = asyncio.get_running_loop()
+        line = await loop.run_in_executor(None, sys.stdin.readline)  # "start"
+        cpu0, wall0 = time.process_time(), time.monotonic()
+        line = await loop.run_in_executor(None, sys.stdin.readline)  # "report"
+        cpu, wall = time.process_time() - cpu0, time.monotonic() - wall0
+        await server.wait_idle()
+        for peer in server_calls:
+            offsets.extend(peer.track.pacing_offsets())
+        ended = server.statistics().ended
+        pace = np.asarray(offsets, dtype=np.float64)
+        print(json.dumps({
+            "cpu": cpu, "wall": wall,
+            "pacing_p50_ms": float(np.percentile(pace, 50)) if pace.size else float("nan"),
+            "pacing_p99_ms": float(np.percentile(pace, 99)) if pace.size else float("nan"),
+            "reply_frames": [s.outbound.reply_frames for s in ended],
+            "late_frames": sum(s.outbound.late_frames for s in ended),
+            "frames_sent": sum(s.outbound.frames_sent for s in ended),
+            "stale": sum(s.outbound.stale_samples for s in ended),
+        }), flush=True)
+        del line
+
+
+# -- the callers (this process) ---------------------------------------------------------
+
+
+async def _one_call(base: str, token: str, speech: Any) -> dict[str, Any]:
+    from voxflow_adapters.webrtc.client import LoopbackCaller
+
+    caller = LoopbackCaller(base, token)
+    began = time.monotonic()
+    try:
+        await caller.connect()
+        setup = time.monotonic() - began
+        caller.say(speech)
+        await caller.wait_message("reply_done", within=CALL_LIMIT)
+        await asyncio.sleep(0.2)  # the last frames in flight
+        lost = received = 0
+        for report in (await caller._pc.getStats()).values():
+            if getattr(report, "type", "") == "inbound-rtp":
+                lost += report.packetsLost
+                received += report.packetsReceived
+        return {"ok": True, "setup": setup, "lost": lost, "received": received,
+                "audible": caller.audible_frames(), "seconds": time.monotonic() - began}
+    except (TimeoutError, Exception) as exc:
+        return {"ok": False, "error": f"{type(exc).__name__}: {exc}",
+                "seconds": time.monotonic() - began}
+    finally:
+        await caller.aclose()
+
+
+async def _run(n: int, speech: Any) -> dict[str, Any]:
+    child = await asyncio.create_subprocess_exec(
+        sys.executable, __file__, "--serve-child", stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+    )
+    assert child.stdin is not None and child.stdout is not None
+    try:
+        hello = json.loads(await child.stdout.readline())
+        base = f"http://127.0.0.1:{hello['port']}"
+        child.stdin.write(b"start\n")
+        await child.stdin.drain()
+        results = await asyncio.gather(*(_one_call(base, hello["token"], speech)
+                                         for _ in range(n)))
+        child.stdin.write(b"report\n")
+        await child.stdin.drain()
+        report = json.loads(await child.stdout.readline())
+    finally:
+        child.stdin.close()
+        async with asyncio.timeout(30):
+            await child.wait()
+    ok = [r for r in results if r["ok"]]
+    call_seconds = sum(r["seconds"] for r in results)
+    return {
+        "calls": n, "completed": len(ok),
+        "errors": sorted({r["error"] for r in results if not r["ok"]}),
+        "packets_lost": sum(r["lost"] for r in ok),
+        "packets_received": sum(r["received"] for r in ok),
+        "pacing_p50_ms": report["pacing_p50_ms"],
+        "pacing_p99_ms": report["pacing_p99_ms"],
+        "late_frames_pct": 100.0 * report["late_frames"] / max(1, report["frames_sent"]),
+        "cpu_per_call_pct": 100.0 * report["cpu"] / max(1e-9, call_seconds),
+        "setup_ms": 1000.0 * statistics.median(r["setup"] for r in ok) if ok else float("nan"),
+        "stale_samples": report["stale"],
+    }
+
+
+def _speech() -> Any:
+    from voxflow_voice.audio import AudioChunk
+    from voxflow_voice.tts import DETERMINISTIC_TTS_SETTINGS, PiperTts
+
+    tts = PiperTts(settings=DETERMINISTIC_TTS_SETTINGS)
+    samples = np.concatenate([np.asarray(s.samples, np.float32) for s in tts.synthesize(TEXT)])
+    return AudioChunk.from_float(samples, tts.sample_rate)
+
+
+def _median(runs: list[dict[str, Any]], key: str) -> float:
+    return float(statistics.median(r[key] for r in runs))
+
+
+async def _main(calls: list[int], runs: int) -> None:
+    speech = _speech()
+    print(f"{'calls':>5} {'done':>6} {'lost':>6} {'received':>9} {'pace p50':>9} "
+          f"{'pace p99':>9} {'late %':>7} {'CPU/call':>9} {'setup':>8} {'stale':>6}")
+    for n in calls:
+        results = [await _run(n, speech) for _ in range(runs)]
+        errors = sorted({e for r in results for e in r["errors"]})
+        row = {k: _median(results, k) for k in (
+            "completed", "packets_lost", "packets_received", "pacing_p50_ms",
+            "pacing_p99_ms", "late_frames_pct", "cpu_per_call_pct", "setup_ms",
+            "stale_samples")}
+        print(f"{n:>5} {row['completed']:>4.0f}/{n:<1} {row['packets_lost']:>6.0f} "
+              f"{row['packets_received']:>9.0f} {row['pacing_p50_ms']:>7.2f}ms "
+              f"{row['pacing_p99_ms']:>7.2f}ms {row['late_frames_pct']:>6.2f}% "
+              f"{row['cpu_per_call_pct']:>8.1f}% {row['setup_ms']:>6.0f}ms "
+              f"{row['stale_samples']:>6.0f}", flush=True)
+        for error in errors:
+            print(f"      error: {error}")
+        figure(f"{n} calls: pacing p99", row["pacing_p99_ms"], "ms", target="<= 20")
+        figure(f"{n} calls: CPU per call", row["cpu_per_call_pct"], "% of a core")
+        figure(f"{n} calls: packets lost", row["packets_lost"], "packets", target="0")
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    print(f"(machine load average {load:.1f} on {os.cpu_count()} CPUs at the end)")
+    print(f"(medians of {runs} runs; lost/received: RTP packets at the callers, all calls; "
+          "pace: outbound frame produced after its 20 ms deadline; CPU: the server "
+          "process's, per second of call)")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--calls", type=int, nargs="+", default=[1, 10, 50])
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--serve-child", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.serve_child:
+        asyncio.run(_serve_child())
+        return
+    if any(n < 1 for n in args.calls) or args.runs < 1:
+        parser.error("--calls and --runs must be >= 1")
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    asyncio.run(_main(args.calls, args.runs))
+
+
+if __name__ == "__main__":
+    main()
