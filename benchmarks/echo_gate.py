@@ -17,6 +17,9 @@ Printed per configuration:
   session's ``barge_in`` event, beside the same call with no echo at all;
 * **transcripts**: the turns committed (the echo must never become a turn);
 * **path**: the delay and gain the gate estimated, and the share of frames it gated;
+* **room**: the gate alone on a synthetic reverberant echo (RT60 0 / 0.2 / 0.4 s) of
+  real TTS audio, a Silero turn detector on its output: false speech starts on the echo,
+  and whether the user's barge-in is still detected;
 * **cost**: median wall time of ``EchoGate.process`` per 20 ms frame with an echo path
   active (median of ``--runs`` runs of 3 s of audio).
 
@@ -123,6 +126,64 @@ def report(name: str, call: CallResult, *, barge_in: bool) -> dict[str, float]:
     return figures
 
 
+def room_impulse(delay: float, gain: float, rt60: float, seed: int = 0) -> np.ndarray:
+    """A direct path of ``gain`` after ``delay`` plus a diffuse tail decaying 60 dB in
+    ``rt60`` seconds, with as much energy as the direct path (a small, live room)."""
+    rate = STT_SAMPLE_RATE
+    start = round(delay * rate)
+    if rt60 <= 0:
+        ir = np.zeros(start + 1, np.float32)
+        ir[start] = gain
+        return ir
+    n = round(rt60 * rate)
+    t = np.arange(n) / rate
+    tail = np.random.default_rng(seed).standard_normal(n) * 10 ** (-3 * t / rt60)
+    tail *= gain / np.sqrt(np.sum(tail**2))  # tail energy == direct energy
+    ir = np.zeros(start + n, np.float32)
+    ir[start] += gain
+    ir[start + 1 :] += tail[: n - 1].astype(np.float32)
+    return ir
+
+
+async def room_echo(engines: VoiceEngines) -> None:
+    """The gate on a reverberant echo (beyond the simulated client's pure delay): the
+    assistant's real TTS audio through a synthetic room, the user's real TTS voice from
+    4.0 s. A fresh Silero turn detector runs on the gate's output, as in a session."""
+    from voxflow_voice.turn_detector import BargeInDetected, TurnDetector
+    from voxflow_voice.turn_detector import SpeechStarted as DetectorSpeechStarted
+
+    rate = STT_SAMPLE_RATE
+    played = (await CallScript().user_says(0.0, STORY).render(engines.tts)).user[: 8 * rate]
+    user = (await CallScript().user_says(4.0, "Stop, please.").until(8.0)
+            .render(engines.tts)).user[: played.size]
+    user_onset = int(np.flatnonzero(np.abs(user) > 0.01)[0])
+    for rt60 in (0.0, 0.2, 0.4):
+        echo = np.convolve(played, room_impulse(0.06, 0.3, rt60))[: played.size]
+        mic = np.clip(echo + user, -1, 1).astype(np.float32)
+        gate = EchoGate()
+        detector = TurnDetector(engines.make_vad())
+        delivery = DeliveryId("room")
+        false_starts, barge_in_ms = 0, None
+        for start in range(0, played.size, 320):
+            piece = played[start : start + 320]
+            gate.sent(AudioChunk.from_float(piece, rate, start_sample=start,
+                                            delivery_id=delivery, segment_id=1))
+            gate.played(PlaybackReceipt(delivery, 1, start, piece.size, rate, at=start / rate))
+            out = gate.process(AudioChunk.from_float(mic[start : start + 320], rate,
+                                                     start_sample=start), start / rate)
+            for event in detector.push(out):
+                if isinstance(event, DetectorSpeechStarted) and event.onset_sample < user_onset:
+                    false_starts += 1
+                if (isinstance(event, BargeInDetected) and barge_in_ms is None
+                        and event.onset_sample >= user_onset - 0.2 * rate):
+                    barge_in_ms = (event.at_sample - user_onset) / rate * 1000
+        s = gate.statistics()
+        found = "none" if s.delay is None else f"{s.delay * 1000:.0f} ms x {s.gain:.2f}"
+        detected = "NOT detected" if barge_in_ms is None else f"{barge_in_ms:.0f} ms after onset"
+        print(f"  RT60 {rt60:.1f} s: echo heard as speech {false_starts} times before the user; "
+              f"barge-in {detected}; path {found} (corr {s.correlation:.2f})")
+
+
 def gate_cost(runs: int) -> float:
     """Median wall seconds of ``EchoGate.process`` per 20 ms frame with a live echo path."""
     rng = np.random.default_rng(0)
@@ -178,6 +239,8 @@ async def main(runs: int) -> None:
                 report("  story only, gate off (12 s)",
                        await bounded_call(story().with_echo(gain, delay), engines, headphones,
                                           12), barge_in=False)
+    print("reverberant room (gain 0.3, 60 ms, diffuse tail as loud as the direct path)")
+    await room_echo(engines)
     cost = gate_cost(runs)
     print(f"gate cost: {cost * 1e6:.0f} us per 20 ms frame (median of {runs} runs), "
           f"{cost / 0.02:.1%} of real time")

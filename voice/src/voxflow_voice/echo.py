@@ -16,11 +16,13 @@ frame before the turn detector sees it:
 2. **cancel**: the delayed, scaled reference is subtracted from the microphone (unless
    that would add energy: a wrong path must never inject the reference).
 3. **gate**: a frame whose residual is no louder than the echo expected there (the
-   reference energy around the delay, times the path's gain squared, times
-   ``margin_db``) is echo only and is replaced by silence; louder residual is the user
-   and passes (and keeps passing for ``hangover`` seconds, so soft syllables of a
-   barge-in are not chopped). Gated frames keep the residual ``suppression_db`` down
-   rather than silence, so a soft first consonant of the user is not lost to STT.
+   reference energy around the delay times the path's gain squared, or the reverberant
+   reference of the last ``tail`` seconds times the residual coupling measured when the
+   path was confirmed; times ``margin_db``) is echo only and is attenuated; a louder
+   residual is the user and passes (and keeps passing for ``hangover`` seconds, so soft
+   syllables of a barge-in are not chopped). Gated frames keep the residual
+   ``suppression_db`` down rather than silence, so a soft first consonant of the user is
+   not lost to STT.
 
 Until a path is found, audio passes unchanged: the first estimate comes within about
 ``hop`` of the echo's start (well under the turn detector's ``min_speech``), and with no
@@ -75,10 +77,13 @@ class EchoGateSettings(BaseModel):
         3.0, ge=-20, le=30, description="residual above the expected echo (dB) that is the user"
     )
     spread: float = Field(
-        0.06, ge=0, le=0.5, description="reverb spread (s) around the delay for expected echo"
+        0.06, ge=0, le=0.5, description="jitter (s) around the delay for the expected echo"
+    )
+    tail: float = Field(
+        0.3, ge=0, le=2.0, description="reverberation (s) after the delay the residual may hold"
     )
     suppression_db: float = Field(
-        30.0, ge=0, le=120, description="attenuation (dB) of the residual in an echo-only frame"
+        60.0, ge=0, le=120, description="attenuation (dB) of the residual in an echo-only frame"
     )
     hangover: float = Field(0.2, ge=0, le=2.0, description="seconds a detected user keeps passing")
 
@@ -174,10 +179,11 @@ class EchoGate:
         self._hop = max(_FRAME, round(s.hop * rate))
         self._track_hop = max(_FRAME, round(s.track_hop * rate))
         self._spread = round(s.spread * rate)
+        self._tail = round(s.tail * rate)
         self._hangover = round(s.hangover * rate)
         self._margin = 10.0 ** (s.margin_db / 10.0)
         self._floor = 10.0 ** (-s.suppression_db / 20.0)
-        keep = self._max_delay + self._window + self._spread + 4 * _FRAME
+        keep = self._max_delay + self._window + self._spread + self._tail + 4 * _FRAME
         self._ref = _Timeline(keep + rate)  # a second of slack for late receipts
         self._mic = _Timeline(keep)
         self._origin: float | None = None  # clock time of index 0
@@ -190,6 +196,7 @@ class EchoGate:
         self._correlation = 0.0
         self._estimates = 0
         self._candidate: int | None = None  # delay of the last unconfirmed estimate
+        self._tail_coupling = 0.0  # residual energy / reverberant reference energy
         self._next_estimate = 0
         self._pass_until = -(10**12)
         self._frames = 0
@@ -264,7 +271,7 @@ class EchoGate:
         samples = audio.samples()
         self._mic.write(start, samples)
         stop = start + samples.size
-        if stop - self._max_delay - self._spread >= self._ref_last or samples.size == 0:
+        if stop - self._max_delay - self._spread - self._tail >= self._ref_last or not samples.size:
             return audio  # nothing played recently enough to echo here
         if stop >= self._next_estimate:
             self._estimate(stop)
@@ -292,6 +299,10 @@ class EchoGate:
         around = self._ref.read(index - self._delay - self._spread,
                                 index + n - self._delay + self._spread)
         expected = self._gain**2 * _max_frame_energy(around, n)
+        if self._tail_coupling > 0:
+            reverb = self._ref.read(index - self._delay - self._tail,
+                                    index + n - self._delay + self._spread)
+            expected = max(expected, self._tail_coupling * _max_frame_energy(reverb, n))
         if energy > expected * self._margin + _EPS:
             self._pass_until = index + n + self._hangover
             return residual
@@ -334,7 +345,31 @@ class EchoGate:
         self._delay = delay
         self._gain = gain
         self._correlation = float(ncc[best])
+        self._tail_coupling = self._residual_coupling(mic, ref, best, gain)
         self._estimates += 1
+
+    def _residual_coupling(self, mic: NDArray[np.float64], ref: NDArray[np.float64],
+                           best: int, gain: float) -> float:
+        """How loud the echo left after the subtraction is (reverberation the single tap
+        cannot remove), relative to the reference of the last ``tail`` seconds.
+
+        Measured on the window that just confirmed the path (the echo dominates it); the
+        75th percentile over its frames, capped at twice the direct path's energy gain so
+        that a quiet user talking in that window cannot make the gate deaf.
+        """
+        residual = mic - gain * ref[best : best + mic.size]
+        ratios: list[float] = []
+        floor = _EPS * _FRAME * 100
+        for lo in range(0, mic.size - _FRAME + 1, _FRAME):
+            energy = float(np.mean(residual[lo : lo + _FRAME] ** 2))
+            start = max(0, lo + best - self._tail)
+            stop = min(ref.size, lo + best + _FRAME + self._spread)
+            envelope = _max_frame_energy(ref[start:stop].astype(np.float32), _FRAME)
+            if envelope > floor:
+                ratios.append(energy / envelope)
+        if not ratios:
+            return 0.0
+        return min(float(np.percentile(ratios, 75)), 2.0 * gain * gain)
 
     # -- helpers --------------------------------------------------------------------
 
