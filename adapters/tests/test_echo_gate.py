@@ -206,3 +206,49 @@ def test_gate_validates_its_inputs() -> None:
         gate.played("receipt")  # type: ignore[arg-type]
     with pytest.raises(ValueError):
         EchoGateSettings(max_delay=0)
+
+
+async def test_reverberant_echo_is_not_speech_and_the_user_still_is(
+    engines: VoiceEngines,
+) -> None:
+    """Beyond the simulated client's pure delay: the assistant's real audio through a
+    small live room (60 ms, gain 0.3, a diffuse tail as loud as the direct path, RT60
+    0.3 s), the user's voice from 4 s; a Silero turn detector reads the gate's output."""
+    from voxflow_voice.turn_detector import BargeInDetected, TurnDetector
+    from voxflow_voice.turn_detector import SpeechStarted as DetectorSpeechStarted
+
+    rate = STT_SAMPLE_RATE
+    played = (await CallScript().user_says(0.0, STORY).render(engines.tts)).user[: 7 * rate]
+    user = (await CallScript().user_says(4.0, "Stop, please.").until(7.0)
+            .render(engines.tts)).user[: played.size]
+    onset = int(np.flatnonzero(np.abs(user) > 0.01)[0])
+    tail_n = round(0.3 * rate)
+    decay = 10 ** (-3 * np.arange(tail_n) / tail_n)
+    tail = np.random.default_rng(5).standard_normal(tail_n) * decay
+    room = np.zeros(960 + tail_n, np.float32)
+    room[960] = 0.3
+    room[961:] += (0.3 * tail / np.sqrt(np.sum(tail**2)))[: tail_n - 1].astype(np.float32)
+    echo = np.convolve(played, room)[: played.size].astype(np.float32)
+    for mic, has_user in ((echo, False), (np.clip(echo + user, -1, 1), True)):
+        gate, detector = EchoGate(), TurnDetector(engines.make_vad())
+        delivery = DeliveryId("room")
+        starts: list[int] = []
+        barge_ins: list[int] = []
+        for start in range(0, played.size, 320):
+            piece = played[start : start + 320]
+            gate.sent(AudioChunk.from_float(piece, rate, start_sample=start,
+                                            delivery_id=delivery, segment_id=1))
+            gate.played(PlaybackReceipt(delivery, 1, start, piece.size, rate, at=start / rate))
+            out = gate.process(AudioChunk.from_float(mic[start : start + 320], rate,
+                                                     start_sample=start), start / rate)
+            for event in detector.push(out):
+                if isinstance(event, DetectorSpeechStarted):
+                    starts.append(event.onset_sample)
+                elif isinstance(event, BargeInDetected):
+                    barge_ins.append(event.onset_sample)
+        assert gate.statistics().delay == pytest.approx(0.06, abs=0.002)
+        if not has_user:
+            assert starts == [] and barge_ins == []  # 7 s of reverberant echo: never speech
+        else:
+            assert all(s >= onset - 0.2 * rate for s in starts)
+            assert len(barge_ins) == 1 and abs(barge_ins[0] - onset) < 0.3 * rate
