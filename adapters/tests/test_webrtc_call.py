@@ -60,36 +60,48 @@ async def until_no_calls(server: WebRtcServer) -> None:
         await server.wait_idle()
 
 
-async def test_a_call_from_a_wav_commits_the_transcript_and_plays_the_reply(
+async def test_calls_from_a_wav_commit_the_transcript_and_play_the_reply(
     engines: VoiceEngines, tmp_path: Path
 ) -> None:
-    async with serving(engines) as (server, calls):
-        base = f"http://127.0.0.1:{server.port}"
-        # A browser sends its page's Origin; the server's own loopback origin is allowed.
-        caller = LoopbackCaller(base, server.token, origin=base)
+    hello = say(engines, "Hello there!", tmp_path)
+
+    async def one_call(caller: LoopbackCaller) -> tuple[dict[str, Any], ...]:
         async with caller:
-            caller.say(say(engines, "Hello there!", tmp_path))
+            caller.say(hello)
             transcript = await caller.wait_message("transcript")
             done = await caller.wait_message("reply_done")
             latency = await caller.wait_message("latency")
+        return transcript, done, latency
+
+    async with serving(engines) as (server, calls):
+        base = f"http://127.0.0.1:{server.port}"
+        # A browser sends its page's Origin; the server's own loopback origins are allowed.
+        callers = [LoopbackCaller(base, server.token, origin=base),
+                   LoopbackCaller(base, server.token, origin=f"http://localhost:{server.port}")]
+        results = await asyncio.gather(*(one_call(c) for c in callers))  # two at once
         await until_no_calls(server)
-    peer, call = calls[0]
-    assert "hello" in transcript["text"].lower()
-    assert caller.of_type("hello")[0]["session_id"] == str(call.session.session_id)
-    reply_text = " ".join(m["text"] for m in caller.of_type("reply_text")
-                          if m["delivery_id"] == done["delivery_id"])
-    assert reply_text == "Hello! How can I help you today?"
-    assert latency["first_audio_ms"] is not None and latency["interrupted"] is False
-    # The reply was heard: decoded audio arrived, and the session saw it played whole.
-    assert caller.audible_frames() > 25  # over half a second of assistant audio
-    committed = [e for e in call.session.events if isinstance(e, TurnCommitted)]
-    finished = [e for e in call.session.events if isinstance(e, ReplyFinished)]
-    assert [e.text for e in committed] == [transcript["text"]]
-    assert [e.delivery_id for e in finished] == [done["delivery_id"]]
-    stats = peer.statistics()
-    assert stats.frames_in > 0 and stats.outbound.reply_frames > 0
-    assert stats.outbound.stale_samples == 0
-    assert stats.close_reason is not None  # the hang-up freed the call
+    assert len(calls) == 2
+    by_id = {peer.call_id: (peer, call) for peer, call in calls}
+    for caller, (transcript, done, latency) in zip(callers, results, strict=True):
+        assert caller.call_id is not None
+        peer, call = by_id[caller.call_id]
+        assert call.session.engines is engines  # one set of models for every call
+        assert "hello" in transcript["text"].lower()
+        assert caller.of_type("hello")[0]["session_id"] == str(call.session.session_id)
+        reply_text = " ".join(m["text"] for m in caller.of_type("reply_text")
+                              if m["delivery_id"] == done["delivery_id"])
+        assert reply_text == "Hello! How can I help you today?"
+        assert latency["first_audio_ms"] is not None and latency["interrupted"] is False
+        # The reply was heard: decoded audio arrived, and the session saw it played whole.
+        assert caller.audible_frames() > 25  # over half a second of assistant audio
+        committed = [e for e in call.session.events if isinstance(e, TurnCommitted)]
+        finished = [e for e in call.session.events if isinstance(e, ReplyFinished)]
+        assert [e.text for e in committed] == [transcript["text"]]
+        assert [e.delivery_id for e in finished] == [done["delivery_id"]]
+        stats = peer.statistics()
+        assert stats.frames_in > 0 and stats.outbound.reply_frames > 0
+        assert stats.outbound.stale_samples == 0
+        assert stats.close_reason is not None  # the hang-up freed the call
 
 
 async def test_barge_in_stops_the_reply_at_the_fence(engines: VoiceEngines, tmp_path: Path) -> None:

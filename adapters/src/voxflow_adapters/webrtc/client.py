@@ -24,6 +24,8 @@ from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 from numpy.typing import NDArray
 from voxflow_voice.audio import AudioChunk, float_to_pcm16, resample
 
+from voxflow.errors import SignalingError
+
 from ._ice import host_addresses
 from .outbound import FRAME_SAMPLES, FRAME_SECONDS, OPUS_SAMPLE_RATE
 
@@ -34,8 +36,8 @@ AUDIBLE = 0.01
 decodes to near-zero samples)."""
 
 
-class OfferRejected(Exception):
-    """The server refused the offer; ``status`` is the HTTP status."""
+class OfferRejected(SignalingError):
+    """The server refused the offer; ``status`` is the HTTP status, ``reason`` its text."""
 
     def __init__(self, status: int, reason: str) -> None:
         super().__init__(f"{status}: {reason}")

@@ -112,7 +112,7 @@ class PeerStatistics(BaseModel):
     call_id: str
     connection_state: str
     frames_in: int
-    outbound: Any = Field(description="OutboundStatistics of the reply track")
+    outbound: OutboundStatistics = Field(description="the reply track's counters")
     page_messages: int
     rejected_messages: int
     muted: bool
