@@ -76,18 +76,16 @@ class _CachedTts:
 
 async def _serve_child() -> None:
     import logging
-    from concurrent.futures import ThreadPoolExecutor
 
-    logging.basicConfig(level=logging.ERROR)
-    if os.environ.get("WEBRTC_LOAD_WORKERS"):
-        asyncio.get_running_loop().set_default_executor(
-            ThreadPoolExecutor(int(os.environ["WEBRTC_LOAD_WORKERS"])))
     from voxflow_adapters.webrtc import PeerSettings, ServerSettings, WebRtcServer
     from voxflow_adapters.webrtc.calls import assistant_call_factory
+    from voxflow_adapters.webrtc.server import ignore_closed_transport_errors
     from voxflow_voice.engines import VoiceEngines
     from voxflow_voice.tts import DETERMINISTIC_TTS_SETTINGS, PiperTts
     from voxflow_voice.vad import EnergyVad
 
+    logging.basicConfig(level=logging.ERROR)
+    ignore_closed_transport_errors(asyncio.get_running_loop())
     tts = _CachedTts(PiperTts(settings=DETERMINISTIC_TTS_SETTINGS))
     async for _ in tts.stream("Hello!"):  # warm the cache: the reply is instant
         pass

@@ -45,8 +45,14 @@ from .calls import Call, CallFactory
 from .peer import DEFAULT_PEER_SETTINGS, PeerSettings, PeerStatistics, WebRtcPeer
 from .protocol import HelloMessage, StateMessage, messages_for_event
 
-__all__ = ["DEFAULT_SERVER_SETTINGS", "ServerSettings", "ServerStatistics", "WebRtcServer",
-           "serve"]
+__all__ = [
+    "DEFAULT_SERVER_SETTINGS",
+    "ServerSettings",
+    "ServerStatistics",
+    "WebRtcServer",
+    "ignore_closed_transport_errors",
+    "serve",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -306,11 +312,30 @@ class WebRtcServer:
                 f"accepted={self._accepted}, rejected={sum(self._rejected.values())})")
 
 
+def ignore_closed_transport_errors(loop: asyncio.AbstractEventLoop) -> None:
+    """Log at DEBUG the ``ConnectionError`` s aiortc's SCTP tasks raise, unawaited, when a
+    peer vanishes mid-send (its own background tasks; the call is already ending); every
+    other unhandled task error still goes to the loop's default handler."""
+
+    def handler(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        exc = context.get("exception")
+        task = context.get("future")
+        coro = getattr(task, "get_coro", lambda: None)()
+        name = getattr(coro, "__qualname__", "")
+        if isinstance(exc, ConnectionError) and name.startswith("RTCSctpTransport."):
+            logger.debug("aiortc SCTP send after the peer left: %s", exc)
+            return
+        loop.default_exception_handler(context)
+
+    loop.set_exception_handler(handler)
+
+
 async def serve(
     factory: CallFactory, *, settings: ServerSettings = DEFAULT_SERVER_SETTINGS,
     engines: VoiceEngines | None = None, announce: Callable[[str], Any] = print,
 ) -> None:
     """Load the engines (unless given), listen, announce the URL, run until cancelled."""
+    ignore_closed_transport_errors(asyncio.get_running_loop())
     if engines is None:
         engines = await asyncio.to_thread(VoiceEngines.load)
     server = WebRtcServer(factory, engines, settings=settings)
