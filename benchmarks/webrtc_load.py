@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 from _figures import figure
 
-CALL_LIMIT = 30.0  # seconds a caller waits for its reply before giving up
+CALL_LIMIT = 30.0  # default seconds a caller waits for its reply before giving up
 TEXT = "Hello there!"
 
 
@@ -125,7 +125,7 @@ async def _serve_child() -> None:
 # -- the callers (this process) ---------------------------------------------------------
 
 
-async def _one_call(base: str, token: str, speech: Any) -> dict[str, Any]:
+async def _one_call(base: str, token: str, speech: Any, limit: float) -> dict[str, Any]:
     from voxflow_adapters.webrtc.client import LoopbackCaller
 
     caller = LoopbackCaller(base, token)
@@ -134,7 +134,7 @@ async def _one_call(base: str, token: str, speech: Any) -> dict[str, Any]:
         await caller.connect()
         setup = time.monotonic() - began
         caller.say(speech)
-        await caller.wait_message("reply_done", within=CALL_LIMIT)
+        await caller.wait_message("reply_done", within=limit)
         await asyncio.sleep(0.2)  # the last frames in flight
         lost = received = 0
         for report in (await caller._pc.getStats()).values():
@@ -150,7 +150,7 @@ async def _one_call(base: str, token: str, speech: Any) -> dict[str, Any]:
         await caller.aclose()
 
 
-async def _run(n: int, speech: Any) -> dict[str, Any]:
+async def _run(n: int, speech: Any, limit: float) -> dict[str, Any]:
     child = await asyncio.create_subprocess_exec(
         sys.executable, __file__, "--serve-child", stdin=asyncio.subprocess.PIPE,
         stdout=asyncio.subprocess.PIPE,
@@ -161,7 +161,7 @@ async def _run(n: int, speech: Any) -> dict[str, Any]:
         base = f"http://127.0.0.1:{hello['port']}"
         child.stdin.write(b"start\n")
         await child.stdin.drain()
-        results = await asyncio.gather(*(_one_call(base, hello["token"], speech)
+        results = await asyncio.gather(*(_one_call(base, hello["token"], speech, limit)
                                          for _ in range(n)))
         child.stdin.write(b"report\n")
         await child.stdin.drain()
@@ -199,12 +199,12 @@ def _median(runs: list[dict[str, Any]], key: str) -> float:
     return float(statistics.median(r[key] for r in runs))
 
 
-async def _main(calls: list[int], runs: int) -> None:
+async def _main(calls: list[int], runs: int, limit: float) -> None:
     speech = _speech()
     print(f"{'calls':>5} {'done':>6} {'lost':>6} {'received':>9} {'pace p50':>9} "
           f"{'pace p99':>9} {'late %':>7} {'CPU/call':>9} {'setup':>8} {'stale':>6}")
     for n in calls:
-        results = [await _run(n, speech) for _ in range(runs)]
+        results = [await _run(n, speech, limit) for _ in range(runs)]
         errors = sorted({e for r in results for e in r["errors"]})
         row = {k: _median(results, k) for k in (
             "completed", "packets_lost", "packets_received", "pacing_p50_ms",
@@ -231,6 +231,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, nargs="+", default=[1, 10, 50])
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--call-limit", type=float, default=CALL_LIMIT,
+                        help="seconds a caller waits for its reply (default: %(default)s)")
     parser.add_argument("--serve-child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve_child:
@@ -239,7 +241,7 @@ def main() -> None:
     if any(n < 1 for n in args.calls) or args.runs < 1:
         parser.error("--calls and --runs must be >= 1")
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
-    asyncio.run(_main(args.calls, args.runs))
+    asyncio.run(_main(args.calls, args.runs, args.call_limit))
 
 
 if __name__ == "__main__":
