@@ -152,7 +152,9 @@ async def test_microphone_audio_is_converted_to_16k_in_order() -> None:
         chunks = [chunk async for chunk in audio.audio_input()]
     assert all(c.sample_rate == STT_SAMPLE_RATE and c.delivery_id is None for c in chunks)
     starts = [c.start_sample for c in chunks]
-    assert starts == sorted(starts) and starts[0] == 0
+    assert None not in starts
+    positions = [int(x or 0) for x in starts]
+    assert positions == sorted(positions) and positions[0] == 0
     got = np.concatenate([c.samples() for c in chunks])
     expected = tone(0.5, STT_SAMPLE_RATE, freq=300.0)
     # The resampler's look-ahead keeps back a few ms; what came out is the same tone.
@@ -361,3 +363,34 @@ def test_load_sounddevice_names_the_package_when_portaudio_is_missing(
         load_sounddevice()
     assert info.value.install == "apt-get install libportaudio2"
     assert isinstance(info.value.__cause__, OSError)
+
+
+async def test_pause_holds_playout_and_resume_goes_on_from_the_same_sample() -> None:
+    driver = FakeDriver(output_rate=16_000)
+    delivery = DeliveryId("d")
+    ramp = (np.arange(3200, dtype=np.float32) - 1600) / 4000
+    chunk = AudioChunk.from_float(ramp, 16_000, delivery_id=delivery, segment_id=1,
+                                  start_sample=0)
+    seen: list[ClientObservation] = []
+    async with LocalAudio(quiet_settings(lead=5.0), backend=driver) as audio:
+        audio.write_nowait(chunk)
+        first = driver.render(1000)
+        assert audio.pause(delivery) and not audio.pause(delivery)
+        held = np.concatenate([driver.render(320) for _ in range(5)])
+        await settle()
+        drain(seen, audio)
+        assert not any(isinstance(o, PlaybackDrained) for o in seen)  # the floor stays held
+        assert audio.statistics().queued_seconds == pytest.approx(2200 / 16_000)
+        assert audio.resume(delivery) and not audio.resume(delivery)
+        rest = np.concatenate([driver.render(1100), driver.render(1100), driver.render(320)])
+        await settle()
+        drain(seen, audio)
+        assert audio.pause(delivery)
+        assert audio.flush(delivery) == 0 and not audio.pause(delivery)  # flushed: no pause
+    samples = chunk.samples()
+    assert np.array_equal(first, samples[:1000])
+    assert np.all(held == 0.0)
+    assert np.array_equal(rest[:2200], samples[1000:])  # no gap, no repeat
+    receipts = [(o.start_sample, o.num_samples) for o in seen if isinstance(o, PlaybackReceipt)]
+    assert receipts == [(0, 1000), (1000, 1100), (2100, 1100)]
+    assert isinstance(seen[-1], PlaybackDrained)

@@ -78,9 +78,9 @@ def test_mute_and_device_status_show() -> None:
     view = ChatView(headphones=True)
     view.on_status(LocalAudioStatus("open", "microphone at 48000 Hz", 0.0))
     view.on_status(LocalAudioStatus("stalled", "the input stopped: reopening", 1.0))
-    assert view.state == "reconnecting"
+    assert view.states[-1:] == ["reconnecting"]
     view.on_status(LocalAudioStatus("reopened", "audio devices reopened (try 1)", 2.0))
-    assert view.state == "listening"
+    assert view.states[-1:] == ["listening"]
     assert [line.text for line in view.lines] == [
         "the input stopped: reopening", "audio devices reopened (try 1)"]
     text = render(view)

@@ -110,7 +110,10 @@ def to_s16(x: np.ndarray) -> np.ndarray:
 
 @pytest.fixture
 def alsa_home(tmp_path: Path) -> Path:
-    pytest.importorskip("sounddevice", exc_type=OSError)  # PortAudio: libportaudio2
+    try:
+        import sounddevice  # noqa: F401 - PortAudio loads here
+    except OSError as exc:  # CI installs libportaudio2 (.ci/run); say so if it is missing
+        pytest.skip(f"PortAudio is missing ({exc}): apt-get install libportaudio2")
     (tmp_path / ".asoundrc").write_text(ASOUNDRC.format(
         rate=RATE, out=tmp_path / "out.raw", inp=tmp_path / "in.raw"))
     to_s16(chirp(4.0, STT_SAMPLE_RATE)).tofile(tmp_path / "in.raw")
@@ -128,8 +131,8 @@ def run_call(home: Path) -> dict[str, object]:
 
 
 def test_real_streams_carry_the_samples_both_ways(alsa_home: Path) -> None:
-    reply = chirp(0.3, RATE) * 0.5
-    reply = to_s16(reply).astype(np.float32) / 32768.0  # exactly representable in s16
+    # Exactly representable in s16, so the file must hold the very same numbers.
+    reply = to_s16(chirp(0.3, RATE) * 0.5).astype(np.float32) / 32768.0
     np.save(alsa_home / "reply.npy", reply)
     result = run_call(alsa_home)
     # Playback: the file holds the reply, sample for sample, after the device's priming

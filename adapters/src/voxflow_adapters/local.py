@@ -11,6 +11,8 @@ input and one output stream, each at its device's own rate:
   :class:`~voxflow_voice.transport.PlaybackReceipt` for exactly the samples it consumed
   (mapped back to the chunk's own rate), a :class:`PlaybackDrained` when the queue ran
   dry, and :meth:`LocalAudio.flush` drops a fenced delivery's queued audio at once.
+* *pause*: :meth:`LocalAudio.pause` holds a delivery's playout (its audio stays queued)
+  and :meth:`LocalAudio.resume` plays on from the same sample, for barge-in arbitration.
 * *robustness*: PortAudio missing → :class:`~voxflow.errors.AudioBackendError` naming
   ``apt-get install libportaudio2``; no or unknown device →
   :class:`~voxflow.errors.AudioDeviceError`; a stream that stops calling back (a stall,
@@ -330,6 +332,8 @@ class LocalAudio:
         self._writable = asyncio.Event()
         self._writable.set()
         self._was_playing: DeliveryId | None = None
+        self._paused: set[DeliveryId] = set()  # read by the output callback, under the lock
+        self._flushed_ids: set[DeliveryId] = set()
         self._muted = False
         self._closed = False
         self._ended = False
@@ -470,8 +474,33 @@ class LocalAudio:
                 else:
                     kept.append(item)
             self._queue = kept
+            self._paused.discard(delivery_id)
+            self._flushed_ids.add(delivery_id)
         self._writable.set()
         return dropped
+
+    def pause(self, delivery_id: DeliveryId) -> bool:
+        """Hold ``delivery_id``'s playout from the next device buffer on; its queued audio
+        stays (and the floor stays held: no drain is reported while paused).
+
+        Returns:
+            False if it was already paused or was flushed.
+        """
+        if not isinstance(delivery_id, str):
+            raise TypeError(f"delivery_id must be a DeliveryId, got {type(delivery_id).__name__}")
+        with self._lock:
+            if delivery_id in self._paused or delivery_id in self._flushed_ids:
+                return False
+            self._paused.add(delivery_id)
+        return True
+
+    def resume(self, delivery_id: DeliveryId) -> bool:
+        """Play on from the exact sample where ``delivery_id`` paused; False if not paused."""
+        with self._lock:
+            if delivery_id not in self._paused:
+                return False
+            self._paused.discard(delivery_id)
+        return True
 
     async def observations(self) -> AsyncIterator[ClientObservation]:
         """Receipts, drains and mute changes, in order."""
@@ -526,9 +555,13 @@ class LocalAudio:
         out.fill(0.0)
         played: list[_Played] = []
         filled = 0
+        held = False
         with self._lock:
             while filled < frames and self._queue:
                 item = self._queue[0]
+                if item.chunk.delivery_id in self._paused:
+                    held = True  # nothing of it (or after it) plays until resumed
+                    break
                 take = min(frames - filled, item.remaining)
                 out[filled : filled + take] = item.device[item.offset : item.offset + take]
                 first, last = item.source_at(item.offset), item.source_at(item.offset + take)
@@ -548,7 +581,7 @@ class LocalAudio:
         dac = getattr(time_info, "outputBufferDacTime", 0.0) or 0.0
         now = getattr(time_info, "currentTime", 0.0) or 0.0
         at = self.clock.now() + max(0.0, float(dac) - float(now))
-        self._post(self._report_played, played, filled, at)
+        self._post(self._report_played, played, filled, at, held)
 
     def _post(self, handler: Callable[..., None], *args: Any) -> None:
         loop = self._loop
@@ -568,7 +601,8 @@ class LocalAudio:
         if chunk.num_samples:
             self._input.put_nowait(chunk)
 
-    def _report_played(self, played: list[_Played], filled: int, at: float) -> None:
+    def _report_played(self, played: list[_Played], filled: int, at: float,
+                       held: bool) -> None:
         if self._ended:
             return
         rate = self._output_rate or 1
@@ -580,7 +614,7 @@ class LocalAudio:
             ))
             self._was_playing = delivery
             offset += count / chunk_rate
-        if filled == 0 and self._was_playing is not None:
+        if filled == 0 and not held and self._was_playing is not None:
             self._observations.put_nowait(PlaybackDrained(at=at, delivery_id=self._was_playing))
             self._was_playing = None
         if self._queued / rate < self.settings.lead:
