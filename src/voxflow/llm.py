@@ -28,8 +28,10 @@ import contextvars
 import dataclasses
 import itertools
 import json
+import operator
 import os
 import threading
+import typing
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
 from types import TracebackType
 from typing import Any, Literal, Protocol, TypeVar, runtime_checkable
@@ -217,7 +219,11 @@ class BaseLLM(Protocol):
         response_format: type[BaseModel] | Mapping[str, Any] | None = None,
         stream: bool = False,
     ) -> LLMResponse:
-        """Complete ``messages``; with ``stream=True`` observers see chunks as they arrive."""
+        """Complete ``messages``; with ``stream=True`` observers see chunks as they arrive.
+
+        ``messages`` is read-only: copy a message before changing it (conversational
+        flows pass their cached history dicts, see ``get_conversation_messages``).
+        """
         ...
 
 
@@ -234,6 +240,12 @@ def normalize_messages(messages: Messages) -> list[dict[str, Any]]:
         return [{"role": "user", "content": messages}]
     if not isinstance(messages, Sequence):
         raise TypeError("messages must be a string or a sequence of chat messages")
+    if messages and set(map(type, messages)) == {dict}:
+        # The common case (a whole history of dicts): copied at C speed, no Python-level
+        # work per message, so a long conversation does not slow every call down.
+        copies = list(map(dict.copy, typing.cast("Sequence[dict[str, Any]]", messages)))
+        if all(map(operator.contains, copies, itertools.repeat("role"))):
+            return copies
     out: list[dict[str, Any]] = []
     for i, message in enumerate(messages):
         if isinstance(message, BaseModel):
@@ -252,8 +264,15 @@ def normalize_messages(messages: Messages) -> list[dict[str, Any]]:
 
 
 def _litellm() -> Any:
-    """Import litellm on first use, quietly and without fetching the cost map."""
+    """Import litellm on first use, quietly and without fetching the cost map.
+
+    Also defaults ``MAX_BASE64_LENGTH_FOR_LOGGING`` to 0: litellm otherwise walks and
+    copies the whole message list after every call to shorten base64 payloads for its
+    logging callbacks (voxflow registers none), a cost that grows with the conversation.
+    Set the variable yourself before the first call to keep litellm's behaviour.
+    """
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    os.environ.setdefault("MAX_BASE64_LENGTH_FOR_LOGGING", "0")
     import litellm
 
     litellm.suppress_debug_info = True

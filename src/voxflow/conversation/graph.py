@@ -406,7 +406,7 @@ class ConversationGraph:
                 "content": "Can the user's latest message be answered only from the "
                 "conversation so far? Answer yes or no.",
             },
-            *get_conversation_messages(self),
+            *get_conversation_messages(self, copy=False),
         ]
         response = await llm.acall(messages)
         return (response.content or "").strip().lower().startswith("yes")
@@ -443,7 +443,7 @@ class ConversationGraph:
         )
 
     async def _allm_reply(self, llm: BaseLLM, system: str | None, method: str) -> str:
-        messages = get_conversation_messages(self)
+        messages = get_conversation_messages(self, copy=False)  # the LLM copies them
         if system:
             messages.insert(0, {"role": "system", "content": system})
         token = current_llm_method.set(method)

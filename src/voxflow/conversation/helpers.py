@@ -36,6 +36,7 @@ __all__ = [
 
 _ROLES = frozenset(get_args(MessageRole))
 _BUFFER_ATTR = "_conversation_buffer"
+_LLM_CACHE_ATTR = "_conversation_llm_history"
 
 
 def validate_user_message(message: object, name: str = "message") -> str:
@@ -158,14 +159,32 @@ def append_message(flow: Any, role: str, content: Any, **extra: Any) -> Any:
     return message
 
 
-def get_conversation_messages(flow: Any) -> list[dict[str, Any]]:
-    """The canonical history as chat-completion dicts (a new list; O(history))."""
+def get_conversation_messages(flow: Any, *, copy: bool = True) -> list[dict[str, Any]]:
+    """The canonical history as chat-completion dicts (a new list).
+
+    For ``ConversationMessage`` histories the conversion is cached on the flow and only
+    messages appended (or replaced) since the last call are converted, so the per-turn
+    cost is a C-level pass over the list rather than a Python-level one per message.
+
+    Args:
+        flow: the flow whose history to read.
+        copy: True gives new dicts (change them freely); False gives the cached dicts
+            themselves, read-only, for an LLM call that copies them (``voxflow.LLM``
+            does): no per-message work at all.
+    """
     state = flow.state
     messages = (
         state.get("messages") if isinstance(state, dict) else getattr(state, "messages", None)
     )
     if messages is None:
         messages = getattr(flow, _BUFFER_ATTR, None) or []
+    cache = getattr(flow, _LLM_CACHE_ATTR, None)
+    if cache is None:
+        cache = _LLMHistory()
+        setattr(flow, _LLM_CACHE_ATTR, cache)
+    cached = cache.sync(messages)
+    if cached is not None:
+        return list(map(dict.copy, cached)) if copy else list(cached)
     out: list[dict[str, Any]] = []
     for m in messages:
         if isinstance(m, ConversationMessage):
@@ -173,6 +192,41 @@ def get_conversation_messages(flow: Any) -> list[dict[str, Any]]:
         elif isinstance(m, Mapping):
             out.append({k: v for k, v in m.items() if k != "metadata"})
     return out
+
+
+class _LLMHistory:
+    """``ConversationMessage.to_llm()`` of a history, kept in step with it.
+
+    Messages are frozen, so a message's dict never changes; the history is compared
+    with the messages last converted (identity first, at C speed) and only the
+    differing tail is converted again: appends, an in-place replacement (the voice
+    layer cuts an interrupted reply) and a trimmed or reassigned list all stay exact.
+    """
+
+    __slots__ = ("dicts", "messages")
+
+    def __init__(self) -> None:
+        self.messages: list[Any] = []
+        self.dicts: list[dict[str, Any]] = []
+
+    def sync(self, messages: Sequence[Any]) -> list[dict[str, Any]] | None:
+        """The cached dicts of ``messages`` (updated); None unless all are models."""
+        known = self.messages
+        k = len(known)
+        if len(messages) < k or messages[:k] != known:  # equal values give equal dicts
+            k = 0
+            while k < min(len(messages), len(known)) and messages[k] is known[k]:
+                k += 1
+            del known[k:]
+            del self.dicts[k:]
+        for m in messages[k:]:
+            if not isinstance(m, ConversationMessage):
+                known.clear()
+                self.dicts.clear()
+                return None
+            known.append(m)
+            self.dicts.append(m.to_llm())
+        return self.dicts
 
 
 def get_conversational_config(flow: Any) -> ConversationalConfig | None:
