@@ -11,7 +11,8 @@ echo. Each configuration is run with the gate (the default) and without it (what
 
 Printed per configuration:
 
-* **self-interruptions**: barge-ins whose onset is not the user's speech (target 0);
+* **self-interruptions/pauses**: barge-ins (or, with barge-in arbitration, pauses)
+  whose onset is not the user's speech (target 0);
 * **barge-in**: whether the user's barge-in was detected and interrupted the story, and
   the detection delay: the user's first speech sample (from the client's tape) → the
   session's ``barge_in`` event, beside the same call with no echo at all;
@@ -103,9 +104,12 @@ def user_onsets(call: CallResult) -> list[float]:
 def report(name: str, call: CallResult, *, barge_in: bool) -> dict[str, float]:
     onsets = user_onsets(call)
     barges = call.of_kind("barge_in")
-    own = [b for b in barges if not any(u - 0.2 <= b.onset_at <= u + 1.0 for u in onsets)]
+    # A cut (barge_in) or, with barge-in arbitration, a pause (barge_in_paused) whose
+    # onset is not the user's: the assistant reacting to its own voice.
+    reactions = [e for e in call.events if e.kind in ("barge_in", "barge_in_paused")]
+    own = [b for b in reactions if not any(u - 0.2 <= b.onset_at <= u + 1.0 for u in onsets)]
     figures: dict[str, float] = {"self_interruptions": float(len(own))}
-    line = f"{name:<34} self-interruptions {len(own):>3}"
+    line = f"{name:<34} self-interruptions/pauses {len(own):>3}"
     if barge_in:
         user_at = next((u for u in onsets if u >= BARGE_IN_AT - 0.1), None)
         hit = [b for b in barges if user_at is not None and b.onset_at >= user_at - 0.2]
@@ -192,7 +196,7 @@ def gate_cost(runs: int) -> float:
     mic = np.zeros(n, np.float32)
     mic[1120:] = 0.3 * played[:-1120]
     per_frame: list[float] = []
-    for _ in range(runs):
+    for run in range(runs + 1):  # run 0 warms up (numpy's lazy imports, caches)
         gate = EchoGate()
         delivery = DeliveryId("bench")
         spent = 0.0
@@ -208,7 +212,8 @@ def gate_cost(runs: int) -> float:
             gate.process(chunk, start / STT_SAMPLE_RATE)
             spent += time.perf_counter() - t
             frames += 1
-        per_frame.append(spent / frames)
+        if run:
+            per_frame.append(spent / frames)
     return statistics.median(per_frame)
 
 

@@ -24,9 +24,14 @@ frame before the turn detector sees it:
    ``suppression_db`` down rather than silence, so a soft first consonant of the user is
    not lost to STT.
 
-Until a path is found, audio passes unchanged: the first estimate comes within about
-``hop`` of the echo's start (well under the turn detector's ``min_speech``), and with no
-echo at all (headphones, a muted speaker) no path is ever found, so nothing is touched.
+Until a path is found (two estimates, about ``2 * hop`` after the echo starts), the first
+``acquire`` seconds of playback are gated by a prior: a frame no louder than
+``prior_coupling`` times the loudest reference within ``max_delay`` may be the echo, so
+even the first syllable of the first reply never reaches the turn detector (a barge-in
+arbiter pauses on a single speech frame). After that, with no path, audio passes
+unchanged: with no echo at all (headphones, a muted speaker) no path is ever found, and
+only a barge-in in a reply's first ``acquire`` seconds that is quieter than the reply
+itself is held back.
 
 Audio with no reference in range passes through unchanged (the same object), so without
 playback the gate costs nothing and changes nothing. This is a gate plus a single-tap
@@ -84,6 +89,13 @@ class EchoGateSettings(BaseModel):
     )
     suppression_db: float = Field(
         60.0, ge=0, le=120, description="attenuation (dB) of the residual in an echo-only frame"
+    )
+    acquire: float = Field(
+        0.6, ge=0, le=5.0, description="seconds after playback starts that are gated by the "
+        "prior while no echo path is known yet"
+    )
+    prior_coupling: float = Field(
+        1.0, gt=0, le=10.0, description="echo/reference energy ratio assumed while acquiring"
     )
     hangover: float = Field(0.2, ge=0, le=2.0, description="seconds a detected user keeps passing")
 
@@ -181,6 +193,7 @@ class EchoGate:
         self._spread = round(s.spread * rate)
         self._tail = round(s.tail * rate)
         self._hangover = round(s.hangover * rate)
+        self._acquire = round(s.acquire * rate)
         self._margin = 10.0 ** (s.margin_db / 10.0)
         self._floor = 10.0 ** (-s.suppression_db / 20.0)
         keep = self._max_delay + self._window + self._spread + self._tail + 4 * _FRAME
@@ -197,6 +210,7 @@ class EchoGate:
         self._estimates = 0
         self._candidate: int | None = None  # delay of the last unconfirmed estimate
         self._tail_coupling = 0.0  # residual energy / reverberant reference energy
+        self._active_since: int | None = None  # mic index where reference came in range
         self._next_estimate = 0
         self._pass_until = -(10**12)
         self._frames = 0
@@ -272,17 +286,38 @@ class EchoGate:
         self._mic.write(start, samples)
         stop = start + samples.size
         if stop - self._max_delay - self._spread - self._tail >= self._ref_last or not samples.size:
+            self._active_since = None
             return audio  # nothing played recently enough to echo here
+        if self._active_since is None:
+            self._active_since = start
         if stop >= self._next_estimate:
             self._estimate(stop)
             self._next_estimate = stop + (self._hop if self._delay is None else self._track_hop)
+        clean = self._clean
         if self._delay is None:
-            return audio  # no echo heard yet (or headphones after all): nothing to remove
+            if start - self._active_since >= self._acquire:
+                return audio  # no echo heard (or headphones after all): nothing to remove
+            clean = self._acquiring
         out = np.empty_like(samples)
         for lo in range(0, samples.size, _FRAME):
             hi = min(lo + _FRAME, samples.size)
-            out[lo:hi] = self._clean(samples[lo:hi], start + lo)
+            out[lo:hi] = clean(samples[lo:hi], start + lo)
         return AudioChunk.from_float(out, STT_SAMPLE_RATE, start_sample=audio.start_sample)
+
+    def _acquiring(self, frame: NDArray[np.float32], index: int) -> NDArray[np.float32]:
+        """No path yet: a frame no louder than ``prior_coupling`` times the loudest
+        reference within ``max_delay`` may be the echo, and is attenuated."""
+        n = frame.size
+        self._frames += 1
+        around = self._ref.read(index - self._max_delay - self._spread, index + n)
+        expected = self.settings.prior_coupling * _max_frame_energy(around, n)
+        energy = float(np.mean(frame.astype(np.float64) ** 2))
+        if energy > expected * self._margin + _EPS or index < self._pass_until:
+            if energy > expected * self._margin + _EPS:
+                self._pass_until = index + n + self._hangover
+            return frame
+        self._gated += 1
+        return (frame * np.float32(self._floor)).astype(np.float32)
 
     def _clean(self, frame: NDArray[np.float32], index: int) -> NDArray[np.float32]:
         assert self._delay is not None
@@ -358,18 +393,26 @@ class EchoGate:
         that a quiet user talking in that window cannot make the gate deaf.
         """
         residual = mic - gain * ref[best : best + mic.size]
+        frames = mic.size // _FRAME
+        if frames == 0:
+            return 0.0
+        energies = np.mean(residual[: frames * _FRAME].reshape(frames, _FRAME) ** 2, axis=1)
+        squares = np.concatenate([[0.0], np.cumsum(ref * ref)])
+        step = _FRAME // 2
+        starts = np.arange(0, ref.size - _FRAME + 1, step)
+        windows = (squares[starts + _FRAME] - squares[starts]) / _FRAME  # 20 ms, 10 ms hops
         ratios: list[float] = []
         floor = _EPS * _FRAME * 100
-        for lo in range(0, mic.size - _FRAME + 1, _FRAME):
-            energy = float(np.mean(residual[lo : lo + _FRAME] ** 2))
-            start = max(0, lo + best - self._tail)
-            stop = min(ref.size, lo + best + _FRAME + self._spread)
-            envelope = _max_frame_energy(ref[start:stop].astype(np.float32), _FRAME)
+        for f in range(frames):
+            lo = max(0, f * _FRAME + best - self._tail) // step
+            hi = (f * _FRAME + best + self._spread) // step + 1
+            envelope = float(np.max(windows[lo:hi])) if hi > lo else 0.0
             if envelope > floor:
-                ratios.append(energy / envelope)
+                ratios.append(float(energies[f]) / envelope)
         if not ratios:
             return 0.0
-        return min(float(np.percentile(ratios, 75)), 2.0 * gain * gain)
+        ratios.sort()
+        return min(ratios[(3 * (len(ratios) - 1)) // 4], 2.0 * gain * gain)
 
     # -- helpers --------------------------------------------------------------------
 
