@@ -2,11 +2,25 @@
 
 Prints, for 1,000 tracked turns on one session (a hardcoded reply, then a streamed
 litellm ``mock_response`` reply): the median µs per turn, the medians of the first and
-last hundred turns, and events per turn, each next to the same turns through
-``flow.astream_turn`` alone (so TurnRunner's own share is visible); then the ReplyQueue
-claim → prepare → accept → settle cycle in µs (first and last hundred of 1,000
-deliveries). Each figure is the median over ``--runs`` runs (default 3).
-Run: ``uv run python benchmarks/turn_runner.py``.
+last hundred turns (wall clock, and CPU time of the process, which a loaded machine
+disturbs less), and events per turn, each next to the same turns through
+``flow.astream_turn`` alone (so TurnRunner's own share is visible); then what voxflow
+itself does per turn with the history (``get_conversation_messages`` for the LLM call
+plus ``normalize_messages``) at 200 and 2,000 messages, against converting every message
+each turn as before; then the ReplyQueue claim → prepare → accept → settle cycle in µs
+(first and last hundred of 1,000 deliveries). Each figure is the median over ``--runs``
+runs (default 3). Run: ``uv run python benchmarks/turn_runner.py``.
+
+Measured on the shared 2-core machine (median of 3 runs; others' test suites running,
+so wall figures are noisy; first 100 → last 100 turns):
+
+* hardcoded reply: ~0.5 ms → ~0.5 ms, flat.
+* streamed ``mock_response`` reply, before: ~21 ms → ~43 ms (quiet machine; 13.5 → 146
+  ms under load). After: see the table; the growth left is litellm's own per-call work
+  over the message list (``function_setup`` copying every message to strip thought
+  signatures, building the logging payload) and the provider request that must carry
+  the whole history. voxflow's own history work per turn: ~1.3 ms at 2,000 messages
+  before, ~0.3 ms now (C-level copies only; each message is converted once).
 """
 
 from __future__ import annotations
@@ -18,10 +32,11 @@ import time
 from typing import Any, ClassVar
 
 from voxflow import Flow
-from voxflow.conversation import ConversationConfig
+from voxflow.conversation import ConversationConfig, ConversationMessage, get_conversation_messages
+from voxflow.conversation.state import MessageRole
 from voxflow.flow import listen
 from voxflow.jobs import JobRecord, JobState, JobUpdate, add_job, commit_job_update
-from voxflow.llm import LLM
+from voxflow.llm import LLM, normalize_messages
 from voxflow.replies import ReplyQueue, ReplyQueueState
 from voxflow.turns import TurnLedger, TurnRunner, TurnState
 
@@ -46,19 +61,25 @@ class Talk(Flow[TurnState]):
     pass
 
 
-async def run_turns(flow: Flow[Any], turns: int) -> tuple[list[float], list[int]]:
+Timings = tuple[list[float], list[float], list[int]]
+"""Wall µs per turn, CPU µs per turn, events per turn."""
+
+
+async def run_turns(flow: Flow[Any], turns: int) -> Timings:
     runner = TurnRunner(flow)
     durations: list[float] = []
+    cpu: list[float] = []
     counts: list[int] = []
     for i in range(turns):
-        start = time.perf_counter()
+        start, start_cpu = time.perf_counter(), time.process_time()
         n = 0
         async for event in runner.astream_turn(f"message {i}"):
             runner.accept_event(event)
             n += 1
         durations.append((time.perf_counter() - start) * 1e6)
+        cpu.append((time.process_time() - start_cpu) * 1e6)
         counts.append(n)
-    return durations, counts
+    return durations, cpu, counts
 
 
 class Job(JobRecord):
@@ -112,19 +133,43 @@ def queue_cycles(cycles: int) -> list[float]:
     return durations
 
 
-async def run_flow_only(flow: Flow[Any], turns: int) -> tuple[list[float], list[int]]:
+async def run_flow_only(flow: Flow[Any], turns: int) -> Timings:
     """The same turns through ``flow.astream_turn`` without TurnRunner: the baseline."""
     durations: list[float] = []
+    cpu: list[float] = []
     counts: list[int] = []
     for i in range(turns):
-        start = time.perf_counter()
+        start, start_cpu = time.perf_counter(), time.process_time()
         stream = await flow.astream_turn(f"message {i}")
         n = 0
         async for _ in stream:
             n += 1
         durations.append((time.perf_counter() - start) * 1e6)
+        cpu.append((time.process_time() - start_cpu) * 1e6)
         counts.append(n)
-    return durations, counts
+    return durations, cpu, counts
+
+
+def history_work(messages: int, repeats: int = 200) -> tuple[float, float]:
+    """µs voxflow spends per turn on a history of ``messages``: now, and uncached."""
+    flow = Talk()
+    history = flow.state.messages
+    for i in range(messages):
+        role: MessageRole = "user" if i % 2 == 0 else "assistant"
+        history.append(ConversationMessage(role=role, content=f"message {i}: some words"))
+    get_conversation_messages(flow, copy=False)  # the earlier turns' conversions
+    now: list[float] = []
+    before: list[float] = []
+    for i in range(repeats):
+        history.append(ConversationMessage(role="user", content=f"turn {i}"))
+        start = time.perf_counter()
+        normalize_messages(get_conversation_messages(flow, copy=False))
+        now.append((time.perf_counter() - start) * 1e6)
+        start = time.perf_counter()
+        normalize_messages([m.to_llm() for m in history])
+        before.append((time.perf_counter() - start) * 1e6)
+        history.pop()
+    return statistics.median(now), statistics.median(before)
 
 
 def summary(durations: list[float]) -> tuple[float, float, float]:
@@ -140,7 +185,13 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--turns", type=int, default=TURNS)
     args = parser.parse_args()
+    if args.turns < 200 or args.runs < 1:
+        parser.error("--turns must be >= 200 and --runs >= 1")
     print(f"{args.turns} tracked turns per run, median of {args.runs} runs")
+    print(
+        f"  {'':24s} {'wall µs/turn':>14} {'first 100':>10} {'last 100':>10} {'last/first':>10}"
+        f" {'CPU first':>10} {'CPU last':>10} {'events':>7}"
+    )
     cases = (
         ("hardcoded reply", Chat, run_turns),
         ("  (flow alone, frames)", Chat, run_flow_only),
@@ -148,16 +199,25 @@ def main() -> None:
         ("  (flow alone, frames)", Talk, run_flow_only),
     )
     for label, make, run in cases:
-        runs = []
+        walls, cpus = [], []
         events = 0.0
         for _ in range(args.runs):
-            durations, counts = asyncio.run(run(make(suppress_flow_events=True), args.turns))
-            runs.append(summary(durations))
+            durations, cpu, counts = asyncio.run(run(make(suppress_flow_events=True), args.turns))
+            walls.append(summary(durations))
+            cpus.append(summary(cpu))
             events = statistics.mean(counts)
-        med, first, last = (statistics.median(r[i] for r in runs) for i in range(3))
+        med, first, last = (statistics.median(r[i] for r in walls) for i in range(3))
+        cpu_first, cpu_last = (statistics.median(r[i] for r in cpus) for i in (1, 2))
         print(
-            f"  {label:24s} median {med:8.1f} µs/turn   first 100 {first:8.1f}   "
-            f"last 100 {last:8.1f}   events/turn {events:.1f}"
+            f"  {label:24s} {med:14.1f} {first:10.1f} {last:10.1f} {last / first:10.2f}"
+            f" {cpu_first:10.1f} {cpu_last:10.1f} {events:7.1f}"
+        )
+    for messages in (200, 2 * args.turns):
+        results = [history_work(messages) for _ in range(args.runs)]
+        now, before = (statistics.median(r[i] for r in results) for i in range(2))
+        print(
+            f"  history for the LLM call, {messages:5d} messages: {now:8.1f} µs "
+            f"(converting every message each turn: {before:8.1f} µs)"
         )
     runs = [summary(queue_cycles(args.turns)) for _ in range(args.runs)]
     med, first, last = (statistics.median(r[i] for r in runs) for i in range(3))
