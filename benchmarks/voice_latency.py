@@ -227,6 +227,7 @@ class TapeFigures:
     stops: list[float] = field(default_factory=list)
     end_lag: list[float] = field(default_factory=list)  # VAD speech end - last sample
     onset_lag: list[float] = field(default_factory=list)  # VAD onset - first sample
+    silent_cuts: int = 0  # barge-ins on replies not yet audible
 
 
 def tape_figures(call: CallResult) -> TapeFigures:
@@ -254,6 +255,9 @@ def tape_figures(call: CallResult) -> TapeFigures:
         out.v2v.append((heard - last_in) * 1000.0)
         out.end_lag.append((speech_end - last_in) * 1000.0)
     for barge in call.of_kind("barge_in"):
+        if barge.delivery_id not in last_sample:
+            out.silent_cuts += 1  # cut before any of it was played: no stop to time
+            continue
         onset = barge.onset_at - tape.start
         line = min(spans, key=lambda s: abs(s[0] - onset))
         first_in, _ = speech_span(user, *line)
@@ -285,7 +289,8 @@ async def measure(config: Config) -> None:
     td = config.turn_detection
     print(f"\n== {config.name}")
     print(f"   call of {wall:.0f} s, {len(call.transcripts())} turns committed, "
-          f"{len(call.of_kind('barge_in'))} barge-ins ({len(barge_ins)} scripted), "
+          f"{len(call.of_kind('barge_in'))} barge-ins ({len(barge_ins)} scripted, "
+          f"{tape.silent_cuts} before any audio), "
           f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
     v2v_target = td.end_of_turn_silence * 1000 + 500
     stop_target = td.min_barge_in * 1000 + 40

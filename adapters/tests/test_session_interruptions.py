@@ -173,7 +173,7 @@ async def test_barge_in_during_synthesis_of_a_later_segment_stops_the_synthesis(
     assert assistant.metadata["generated_text"] == STORY
     # The stop latency is measured from the barge-in speech onset to the last sample.
     assert interrupted.stop_latency_ms is not None and interrupted.stop_latency_ms > 0
-    summary = call.session.summary()
+    summary = call.summary()
     assert summary.interrupted == 1 and summary.barge_in_stop.count == 1
     assert summary.fenced_chunks == call.metrics()[0].fenced_chunks
     assert call.settled(call.replies()[1]) == "completed"  # "Stop, please." was answered

@@ -25,6 +25,7 @@ from voxflow_voice.events import (
     TurnCommitted,
     TurnMetrics,
 )
+from voxflow_voice.metrics import LatencySummary
 from voxflow_voice.session import Announcer, VoiceSession, VoiceSettings, default_announcer
 
 from voxflow.clock import Clock, VirtualClock
@@ -88,6 +89,10 @@ class CallResult:
     def metrics(self) -> list[TurnMetrics]:
         """Per-turn latency marks."""
         return self.session.metrics
+
+    def summary(self) -> LatencySummary:
+        """Medians and p90s of the latency marks and barge-in stops (see ``metrics``)."""
+        return self.session.summary()
 
 
 async def run_call(
