@@ -56,6 +56,7 @@ class Tape:
         heard: the assistant audio as the user heard it, at 16 kHz.
         receipts: every playback receipt sent, in order.
         flushes: (clock time, delivery, samples dropped) for every flush.
+        pauses: (clock time, delivery, ``"pause"``/``"resume"``) for every pause and resume.
         played_after_flush: samples of a delivery played after its flush (must be 0).
         start: clock time of the first tick.
     """
@@ -65,6 +66,7 @@ class Tape:
     heard: list[NDArray[np.float32]] = field(default_factory=list)
     receipts: list[PlaybackReceipt] = field(default_factory=list)
     flushes: list[tuple[float, DeliveryId, int]] = field(default_factory=list)
+    pauses: list[tuple[float, DeliveryId, str]] = field(default_factory=list)
     played_after_flush: dict[DeliveryId, int] = field(default_factory=dict)
     start: float = 0.0
 
@@ -137,6 +139,7 @@ class SimulatedClient:
         self._writable = asyncio.Event()
         self._writable.set()
         self._flushed: set[DeliveryId] = set()
+        self._paused: set[DeliveryId] = set()
         self._was_playing: DeliveryId | None = None
         self._echo: deque[NDArray[np.float32]] = deque()
         self._muted = False
@@ -186,8 +189,25 @@ class SimulatedClient:
         self._queue = kept
         self._recount()
         self._flushed.add(delivery_id)
+        self._paused.discard(delivery_id)
         self.tape.flushes.append((self.clock.now(), delivery_id, dropped))
         return dropped
+
+    def pause(self, delivery_id: DeliveryId) -> bool:
+        """Hold ``delivery_id``'s playout from the next frame on; its queued audio stays."""
+        if delivery_id in self._paused or delivery_id in self._flushed:
+            return False
+        self._paused.add(delivery_id)
+        self.tape.pauses.append((self.clock.now(), delivery_id, "pause"))
+        return True
+
+    def resume(self, delivery_id: DeliveryId) -> bool:
+        """Play on from the sample where ``delivery_id`` paused."""
+        if delivery_id not in self._paused:
+            return False
+        self._paused.discard(delivery_id)
+        self.tape.pauses.append((self.clock.now(), delivery_id, "resume"))
+        return True
 
     async def observations(self) -> AsyncIterator[ClientObservation]:
         """Receipts, drains and mute changes, in order."""
@@ -292,14 +312,16 @@ class SimulatedClient:
     def _play(self, now: float) -> NDArray[np.float32]:
         """Play one frame of queued reply audio; return it at 16 kHz."""
         pieces: list[NDArray[np.float32]] = []
-        if self._queue:
+        if self._queue and self._queue[0].chunk.delivery_id in self._paused:
+            pass  # paused: nothing plays, nothing is dropped, the floor stays held
+        elif self._queue:
             rate = self._queue[0].chunk.sample_rate
             need = round(rate * FRAME_SECONDS)
             at = now
             while need > 0 and self._queue:
                 item = self._queue[0]
-                if item.chunk.sample_rate != rate:
-                    break  # a rate change starts on the next frame
+                if item.chunk.sample_rate != rate or item.chunk.delivery_id in self._paused:
+                    break  # a rate change (or a paused delivery) starts on the next frame
                 take = min(need, item.remaining)
                 samples = item.chunk.samples()[item.offset : item.offset + take]
                 delivery = item.chunk.delivery_id

@@ -39,6 +39,24 @@ from .audio import (
 from .audio import (
     write_wav as write_wav,
 )
+from .barge_in import (
+    BACKCHANNEL_WORDS as BACKCHANNEL_WORDS,
+)
+from .barge_in import (
+    DEFAULT_BARGE_IN as DEFAULT_BARGE_IN,
+)
+from .barge_in import (
+    BargeInArbiter as BargeInArbiter,
+)
+from .barge_in import (
+    BargeInPolicy as BargeInPolicy,
+)
+from .barge_in import (
+    BargeInSettings as BargeInSettings,
+)
+from .barge_in import (
+    classify_overlap as classify_overlap,
+)
 from .early_stt import (
     EarlyTranscriber as EarlyTranscriber,
 )
@@ -197,7 +215,9 @@ from .vad import (
 )
 
 __all__ = [
+    "BACKCHANNEL_WORDS",
     "BASE_PART_MODULES",
+    "DEFAULT_BARGE_IN",
     "DEFAULT_ECHO_GATE",
     "DEFAULT_PIPER_MODULE",
     "DEFAULT_SEGMENTER_SETTINGS",
@@ -212,7 +232,10 @@ __all__ = [
     "STT_SAMPLE_RATE",
     "WHISPER_BASE_SIZE",
     "AudioChunk",
+    "BargeInArbiter",
     "BargeInDetected",
+    "BargeInPolicy",
+    "BargeInSettings",
     "EarlyTranscriber",
     "EarlyTranscriberStatistics",
     "EchoGate",
@@ -244,6 +267,7 @@ __all__ = [
     "WhisperStt",
     "WordTiming",
     "assemble_whisper_base",
+    "classify_overlap",
     "default_cache_dir",
     "find_piper_voice",
     "find_silero_vad",

@@ -82,6 +82,34 @@ class EarlyTranscriber:
         else:
             self._waiting = event  # the newest pause supersedes an older waiting one
 
+    async def transcript_of(self, event: UtterancePaused) -> Transcript | None:
+        """Speculate on ``event`` (as :meth:`paused`) and wait for its transcript.
+
+        For a look at the words before the turn ends (e.g. to tell a backchannel from a
+        request over a reply); the transcript stays available to :meth:`final`, so the
+        same audio is never transcribed twice.
+        """
+        if not isinstance(event, UtterancePaused):
+            raise TypeError(f"event must be an UtterancePaused, got {type(event).__name__}")
+        if self._closed:
+            raise RuntimeError("EarlyTranscriber is closed")
+        for _ in range(3):  # at most: a stale running job, then ours
+            done = self._done
+            if done is not None and done[0] is event:
+                return done[1]
+            running = self._running
+            if running is not None and running[0] is event:
+                await asyncio.gather(running[1], return_exceptions=True)
+                continue
+            if running is None:
+                self._start(event)
+                continue
+            if self._waiting is not event:
+                self._waiting = event  # next after the running (stale) one
+            await self._settle_running()
+        done = self._done
+        return done[1] if done is not None and done[0] is event else None
+
     async def final(self, event: UtteranceReady) -> Transcript | None:
         """The transcript of the turn's utterance, reusing speculation when it matches."""
         if not isinstance(event, UtteranceReady):

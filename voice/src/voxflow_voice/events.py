@@ -15,6 +15,8 @@ from voxflow.ids import DeliveryId, SessionId, TurnId
 __all__ = [
     "AudioStarted",
     "BargeIn",
+    "BargeInPaused",
+    "BargeInResumed",
     "DeliverySettled",
     "MuteObserved",
     "ReplyFinished",
@@ -101,6 +103,30 @@ class BargeIn(_Event):
     onset_at: float
 
 
+class BargeInPaused(_Event):
+    """User sound over a reply paused its playback, pending confirmation."""
+
+    kind: Literal["barge_in_paused"] = "barge_in_paused"
+    delivery_id: DeliveryId
+    onset_at: float
+
+
+class BargeInResumed(_Event):
+    """The paused reply plays on from the sample where it paused.
+
+    Attributes:
+        reason: ``false_alarm`` (the sound stopped short), ``unconfirmed`` (not confirmed
+            in the window), ``backchannel`` or ``noise`` (the overlap's words).
+        text: the overlap's transcript, when it decided.
+    """
+
+    kind: Literal["barge_in_resumed"] = "barge_in_resumed"
+    delivery_id: DeliveryId
+    onset_at: float
+    reason: str
+    text: str = ""
+
+
 class ReplyInterrupted(_Event):
     """A reply was cut; the history keeps what was heard."""
 
@@ -169,7 +195,8 @@ class SessionClosed(_Event):
 
 SessionEvent = Annotated[
     SpeechStarted | SpeechEnded | TranscriptDiscarded | TurnCommitted | ReplyStarted
-    | ReplyTextStreamed | AudioStarted | BargeIn | ReplyInterrupted | ReplyFinished
+    | ReplyTextStreamed | AudioStarted | BargeIn | BargeInPaused | BargeInResumed
+    | ReplyInterrupted | ReplyFinished
     | DeliverySettled | MuteObserved | TurnMetrics | SessionClosed,
     Field(discriminator="kind"),
 ]

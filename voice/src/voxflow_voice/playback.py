@@ -17,7 +17,7 @@ from voxflow.ids import DeliveryId
 
 from .audio import AudioChunk
 from .heard import HeardLedger, HeardReply
-from .transport import AudioTransport, PlaybackReceipt
+from .transport import AudioTransport, PausableTransport, PlaybackReceipt
 
 __all__ = ["Playback", "PlaybackStatistics"]
 
@@ -53,6 +53,7 @@ class Playback:
     def __init__(self, transport: AudioTransport) -> None:
         self._transport = transport
         self._fenced: set[DeliveryId] = set()
+        self._paused: set[DeliveryId] = set()
         self._sealed: set[DeliveryId] = set()
         self._done: dict[DeliveryId, asyncio.Future[bool]] = {}
         self.heard = HeardLedger()
@@ -104,11 +105,53 @@ class Playback:
         if delivery_id in self._fenced:
             return 0
         self._fenced.add(delivery_id)
+        self._paused.discard(delivery_id)
         dropped = self._transport.flush(delivery_id)
         self._flushed += dropped
         self._resolve(delivery_id, False)
         logger.debug("fenced delivery", extra={"delivery_id": delivery_id, "dropped": dropped})
         return dropped
+
+    @property
+    def can_pause(self) -> bool:
+        """Whether the adapter can hold a delivery's playout (a :class:`PausableTransport`)."""
+        return isinstance(self._transport, PausableTransport)
+
+    def pause(self, delivery_id: DeliveryId) -> bool:
+        """Hold ``delivery_id``'s playout at the adapter (its queued audio stays).
+
+        Returns:
+            True if paused now; False if fenced, already paused, or the adapter cannot.
+        """
+        if delivery_id in self._fenced or delivery_id in self._paused:
+            return False
+        if not isinstance(self._transport, PausableTransport):
+            return False
+        if not self._transport.pause(delivery_id):
+            return False
+        self._paused.add(delivery_id)
+        return True
+
+    def resume(self, delivery_id: DeliveryId) -> bool:
+        """Play on where ``delivery_id`` paused. Returns False if it was not paused."""
+        if delivery_id not in self._paused:
+            return False
+        self._paused.discard(delivery_id)
+        if delivery_id in self._fenced or not isinstance(self._transport, PausableTransport):
+            return False
+        return self._transport.resume(delivery_id)
+
+    def words_left(self, delivery_id: DeliveryId) -> bool:
+        """Whether words of ``delivery_id`` are still to be heard: it is not sealed yet,
+        or some synthesized word was not played (only trailing silence may be left)."""
+        if delivery_id not in self._sealed:
+            return True
+        heard = self.heard.heard(delivery_id)
+        return heard.text.split() != heard.full_text.split()
+
+    def is_paused(self, delivery_id: DeliveryId) -> bool:
+        """Whether ``delivery_id`` is paused now."""
+        return delivery_id in self._paused
 
     def on_receipt(self, receipt: PlaybackReceipt) -> bool:
         """Account for audio the client played. Returns False for a fenced delivery's

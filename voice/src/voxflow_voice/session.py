@@ -38,12 +38,15 @@ from voxflow.replies import ClientActivity, ReplyQueue
 from voxflow.turns import ReplyEvent, TurnRunner
 
 from .audio import STT_SAMPLE_RATE, AudioChunk, InputConverter
+from .barge_in import BargeInAction, BargeInArbiter, BargeInPolicy, BargeInSettings
 from .early_stt import EarlyTranscriber
 from .echo import EchoGate, EchoGateSettings
 from .engines import VoiceEngines
 from .events import (
     AudioStarted,
     BargeIn,
+    BargeInPaused,
+    BargeInResumed,
     DeliverySettled,
     MuteObserved,
     ReplyFinished,
@@ -93,6 +96,10 @@ class VoiceSettings(BaseModel):
         True, description="keep the assistant's own voice (speakers) from counting as the user"
     )  # off for headphones; see voxflow_voice.echo
     echo: EchoGateSettings = Field(default_factory=EchoGateSettings)
+    barge_in: BargeInSettings = Field(
+        default_factory=BargeInSettings,
+        description="pause, confirm, then fence or resume; backchannel policy",
+    )  # see voxflow_voice.barge_in
 
 
 DEFAULT_VOICE_SETTINGS = VoiceSettings()
@@ -180,6 +187,9 @@ class VoiceSession:
         self.echo_gate = EchoGate(self.settings.echo) if self.settings.echo_gate else None
         self._utterances: asyncio.Queue[UtteranceReady | None] = asyncio.Queue()
         self._early = EarlyTranscriber(engines.stt)
+        self.barge_in = BargeInArbiter(self.settings.barge_in)
+        self._reply_policies: dict[DeliveryId, BargeInPolicy] = {}
+        self._overlap_since: tuple[DeliveryId | None, int] = (None, 0)  # reply, first sample
         self._reply: _Reply | None = None
         self._anchor = (0.0, 0)  # (clock time, input sample) of the latest frame
         self._recording = False
@@ -253,6 +263,7 @@ class VoiceSession:
                     events = await asyncio.to_thread(self._detector.push, audio)
                 for event in events:
                     await self._on_detector_event(event)
+                await self._arbitrate()
             for event in self._detector.flush():
                 await self._on_detector_event(event)
         finally:
@@ -269,7 +280,7 @@ class VoiceSession:
                                      onset_at=self._time_of(event.onset_sample)))
             self._floor_dirty()
         elif isinstance(event, BargeInDetected):
-            await self._maybe_barge_in(self._time_of(event.onset_sample))
+            await self._maybe_barge_in(self._time_of(event.onset_sample), event.onset_sample)
         elif isinstance(event, DetectorSpeechEnded):
             self._recording = False
             self._emit(SpeechEnded(session_id=self.session_id, at=self.clock.now(),
@@ -278,6 +289,7 @@ class VoiceSession:
         elif isinstance(event, UtterancePaused):
             # Speculative STT in the end-of-turn silence: the silence hides its latency.
             self._early.paused(event)
+            await self._overlap_words(event)
         elif isinstance(event, UtteranceReady):
             # From the end of the user's speech until its reply settles, the floor is
             # the foreground's: no announcement may slip in while STT runs.
@@ -285,12 +297,115 @@ class VoiceSession:
             self._floor_dirty()
             self._utterances.put_nowait(event)
 
-    async def _maybe_barge_in(self, onset_at: float) -> None:
+    async def _maybe_barge_in(self, onset_at: float, onset_sample: int | None = None) -> None:
         reply = self._reply
         if reply is None or reply.interrupted or not self.settings.interruptions:
             return
         if reply.delivery_id is None:
             return
+        if onset_sample is not None:
+            # Confirmed speech: the arbiter decides (fence, or wait for the words).
+            await self._act(reply, self._begin_overlap(reply, onset_sample), onset_sample)
+            overlap = self.barge_in.overlap
+            first = overlap.first_onset if overlap is not None else onset_sample
+            await self._act(reply, self.barge_in.confirmed(), first)
+            return
+        await self._fence_barge_in(reply, onset_at)
+
+    # -- barge-in arbitration (voxflow_voice.barge_in) --------------------------------
+
+    def set_reply_policy(self, delivery_id: DeliveryId, policy: BargeInPolicy) -> None:
+        """Override the session's barge-in policy for one reply (``interrupt``,
+        ``ignore_backchannel`` or ``must_finish``), e.g. from ``on_event`` at its
+        ``ReplyStarted``.
+
+        Raises:
+            ValueError: ``policy`` is not one of the three.
+        """
+        if policy not in ("interrupt", "ignore_backchannel", "must_finish"):
+            raise ValueError(
+                f"policy must be interrupt, ignore_backchannel or must_finish, got {policy!r}"
+            )
+        self._reply_policies[delivery_id] = policy
+
+    def _begin_overlap(self, reply: _Reply, onset: int) -> BargeInAction:
+        assert reply.delivery_id is not None
+        since = self._reply_since(reply.delivery_id)
+        if onset < since - self._detector.settings.min_barge_in * STT_SAMPLE_RATE:
+            return "none"  # speech that began well before this reply: not a barge-in
+        overlap = self.barge_in.overlap
+        if (overlap is None or overlap.onset != onset) and not self.playback.words_left(
+            reply.delivery_id
+        ):
+            return "none"  # every word was heard: only trailing silence is left
+        policy = self._reply_policies.get(reply.delivery_id, self.settings.barge_in.policy)
+        return self.barge_in.begin(reply.delivery_id, onset, policy)
+
+    def _reply_since(self, delivery_id: DeliveryId) -> int:
+        """The input sample at which ``delivery_id`` was first seen active."""
+        delivery, since = self._overlap_since
+        if delivery != delivery_id:
+            since = self._detector.position
+            self._overlap_since = (delivery_id, since)
+        return since
+
+    async def _arbitrate(self) -> None:
+        """After each input push: start, follow and end overlaps of user sound and reply."""
+        reply = self._reply
+        delivery = None
+        if reply is not None and not reply.interrupted and self.settings.interruptions:
+            delivery = reply.delivery_id
+        onset = self._detector.active_onset
+        if reply is None or delivery is None:
+            self.barge_in.update(None, position=self._detector.position,
+                                 active=onset is not None, speech_end=self._detector.speech_end)
+            return
+        self._reply_since(delivery)
+        if onset is not None:
+            await self._act(reply, self._begin_overlap(reply, onset), onset)
+        overlap = self.barge_in.overlap
+        action = self.barge_in.update(
+            delivery, position=self._detector.position, active=onset is not None,
+            speech_end=self._detector.speech_end,
+        )
+        if overlap is not None:
+            await self._act(reply, action, overlap.first_onset, reason=overlap.outcome or "")
+
+    async def _overlap_words(self, event: UtterancePaused) -> None:
+        """Speech over a reply paused: its transcript tells a backchannel from a request."""
+        reply = self._reply
+        if reply is None or not self.barge_in.wants_words(event.onset_sample):
+            return
+        with self._hold():
+            transcript = await self._early.transcript_of(event)
+        text = transcript.text if transcript is not None else ""
+        overlap = self.barge_in.overlap
+        first = overlap.first_onset if overlap is not None else event.onset_sample
+        action, kind = self.barge_in.transcribed(text, event.end_sample)
+        await self._act(reply, action, first, reason=kind, text=text)
+
+    async def _act(
+        self, reply: _Reply, action: BargeInAction, onset: int, *, reason: str = "",
+        text: str = "",
+    ) -> None:
+        delivery = reply.delivery_id
+        if action == "none" or delivery is None:
+            return
+        onset_at = self._time_of(onset)
+        if action == "pause":
+            if self.playback.pause(delivery):
+                self._emit(BargeInPaused(session_id=self.session_id, at=self.clock.now(),
+                                         delivery_id=delivery, onset_at=onset_at))
+        elif action == "resume":
+            if self.playback.resume(delivery):
+                self._emit(BargeInResumed(session_id=self.session_id, at=self.clock.now(),
+                                          delivery_id=delivery, onset_at=onset_at,
+                                          reason=reason or "false_alarm", text=text))
+        elif action == "fence" and not reply.interrupted:
+            await self._fence_barge_in(reply, onset_at)
+
+    async def _fence_barge_in(self, reply: _Reply, onset_at: float) -> None:
+        assert reply.delivery_id is not None
         reply.onset_at = onset_at
         self._emit(BargeIn(session_id=self.session_id, at=self.clock.now(),
                            delivery_id=reply.delivery_id, onset_at=onset_at))
@@ -330,6 +445,12 @@ class VoiceSession:
                     self._emit(TranscriptDiscarded(
                         session_id=self.session_id, at=self.clock.now(),
                         reason="no words in the utterance",
+                    ))
+                    continue
+                if not self.barge_in.is_turn(utterance.onset_sample, transcript.text):
+                    self._emit(TranscriptDiscarded(
+                        session_id=self.session_id, at=self.clock.now(),
+                        reason=f"backchannel over a reply: {transcript.text.strip()!r}",
                     ))
                     continue
                 if self.turns.flow.state.ended:
@@ -505,6 +626,7 @@ class VoiceSession:
                 async with self._lock:
                     record_heard(self.turns.flow.state, reply.turn_id, reply.delivery_id, heard)
         self.playback.forget(reply.delivery_id)
+        self._reply_policies.pop(reply.delivery_id, None)
 
     def summary(self) -> LatencySummary:
         """Medians and p90s of this call's latency marks and barge-in stops so far."""

@@ -24,6 +24,7 @@ __all__ = [
     "AudioTransport",
     "ClientObservation",
     "MuteChanged",
+    "PausableTransport",
     "PlaybackDrained",
     "PlaybackReceipt",
 ]
@@ -108,4 +109,28 @@ class AudioTransport(Protocol):
 
     def observations(self) -> AsyncIterator[ClientObservation]:
         """What happened at the client (receipts, drains, mute), in order."""
+        ...
+
+
+@runtime_checkable
+class PausableTransport(AudioTransport, Protocol):
+    """An :class:`AudioTransport` that can also hold a reply's playout and go on later.
+
+    A separate protocol, so that adapters without it keep working: the playback stage
+    pauses only a transport that is an instance of this one (the session then simply
+    decides without pausing). Rules an implementation keeps:
+
+    * :meth:`pause` takes effect within one output frame: no further sample of that
+      delivery is played, and its queued audio stays queued (nothing is dropped);
+    * :meth:`resume` plays on from the exact sample where the pause stopped, so the
+      receipts of the delivery stay contiguous (no gap, no repeat);
+    * :meth:`flush` of a paused delivery drops its audio and forgets the pause.
+    """
+
+    def pause(self, delivery_id: DeliveryId) -> bool:
+        """Hold ``delivery_id``'s playout now; False if it was already paused."""
+        ...
+
+    def resume(self, delivery_id: DeliveryId) -> bool:
+        """Play on where ``delivery_id`` paused; False if it was not paused."""
         ...

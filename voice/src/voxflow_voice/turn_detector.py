@@ -234,6 +234,17 @@ class TurnDetector:
         return self._state == "speaking"
 
     @property
+    def active_onset(self) -> int | None:
+        """The onset sample of the speech being heard (from its first speech frame, before
+        ``min_speech``) or of the utterance still open; ``None`` when idle."""
+        return None if self._state == "idle" else self._onset
+
+    @property
+    def speech_end(self) -> int:
+        """The sample after the latest speech frame."""
+        return self._last_speech_end
+
+    @property
     def last_probability(self) -> float:
         """The latest frame's speech probability."""
         return self._last_probability

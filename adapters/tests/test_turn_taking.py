@@ -1,0 +1,241 @@
+"""Pause → confirm → fence or resume, and backchannels, on the real models and
+deterministic virtual time.
+
+Every call: the user asks for a short story (bundled voice, noise-free); 2 s after the
+story's audio starts, the user makes a sound over it. The checks are on the client's
+receipts (what was really played) and the session's events and history.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+
+import numpy as np
+import pytest
+from voxflow_adapters.scenario import CallResult, run_call
+from voxflow_adapters.script import CallScript
+from voxflow_adapters.simulated import SimulatedClient
+from voxflow_voice.audio import STT_SAMPLE_RATE, AudioChunk, resample
+from voxflow_voice.barge_in import BargeInSettings
+from voxflow_voice.engines import VoiceEngines
+from voxflow_voice.events import SessionEvent
+from voxflow_voice.history import INTERRUPTED_MARK
+from voxflow_voice.session import VoiceSession, VoiceSettings
+
+from voxflow import ConversationConfig, Flow, listen
+from voxflow.clock import VirtualClock
+from voxflow.conversation import RouterContext
+from voxflow.ids import DeliveryId
+from voxflow.turns import TurnRunner, TurnState
+
+pytestmark = pytest.mark.models
+
+STORY = (
+    "Once upon a time, in a small harbour town, there lived a lighthouse keeper named Ada. "
+    "Every night she climbed one hundred and twelve steps to light the great lamp."
+)
+
+
+@ConversationConfig(system_prompt="")
+class Teller(Flow[TurnState]):
+    """A story on request; anything else is acknowledged."""
+
+    def route_turn(self, context: RouterContext) -> str | None:
+        text = (self.state.current_user_message or "").lower()
+        return "story" if "story" in text else "ok"
+
+    @listen("story")
+    def handle_story(self) -> str:
+        return STORY
+
+    @listen("ok")
+    def handle_ok(self) -> str:
+        return "Okay."
+
+
+def words(text: str) -> list[str]:
+    return re.findall(r"[a-z']+", text.lower())
+
+
+def cough(engines: VoiceEngines) -> AudioChunk:
+    """A short voiced burst (the bundled voice's "Hah!" cut to 0.2 s with a fast decay):
+    enough for the VAD's first speech frame, not for an utterance."""
+    parts = [np.asarray(s.samples, np.float32) for s in engines.tts.synthesize("Hah!")]
+    audio = resample(np.concatenate(parts) * 0.5, engines.tts.sample_rate, STT_SAMPLE_RATE)
+    start = int(np.argmax(np.abs(audio) > 0.01))
+    burst = audio[start : start + int(0.2 * STT_SAMPLE_RATE)]
+    burst = burst * np.exp(-np.arange(burst.size) / (0.12 * STT_SAMPLE_RATE))
+    return AudioChunk.from_float(burst.astype(np.float32), STT_SAMPLE_RATE)
+
+
+def noise_burst() -> AudioChunk:
+    """0.4 s of loud white noise (a door, a bump): the VAD must not take it for speech."""
+    rng = np.random.default_rng(7)
+    samples = np.clip(rng.standard_normal(int(0.4 * STT_SAMPLE_RATE)) * 0.3, -1.0, 1.0)
+    return AudioChunk.from_float(samples.astype(np.float32), STT_SAMPLE_RATE)
+
+
+async def story_call(
+    engines: VoiceEngines, *, text: str | None = None, audio: AudioChunk | None = None,
+    settings: VoiceSettings | None = None,
+    on_event: Callable[[SessionEvent], None] | None = None,
+    on_session: Callable[[VoiceSession], None] | None = None,
+) -> tuple[CallResult, TurnRunner]:
+    turns = TurnRunner(Teller())
+    script = CallScript().user_says(0.3, "Tell me a story.")
+    script.then_says(text, audio=audio, after="reply_start", gap=2.0)
+    call = await run_call(turns, script, engines, settings=settings, on_event=on_event,
+                          on_session=on_session)
+    return call, turns
+
+
+def assert_played_whole_and_contiguous(call: CallResult, delivery: DeliveryId) -> None:
+    """Each segment's receipts follow on sample by sample (nothing lost, nothing
+    repeated), and the reply finished with its whole text heard."""
+    receipts = [r for r in call.tape.receipts if r.delivery_id == delivery]
+    position: dict[int | None, int] = {}
+    order: list[int | None] = []
+    for r in receipts:
+        assert r.start_sample == position.get(r.segment_id, 0), r
+        position[r.segment_id] = r.start_sample + r.num_samples
+        if not order or order[-1] != r.segment_id:
+            order.append(r.segment_id)
+    assert order == sorted(set(order), key=order.index) and len(order) == len(set(order))
+    assert call.settled(delivery) == "completed"
+    finished = next(e for e in call.of_kind("reply_finished") if e.delivery_id == delivery)
+    assert finished.text == STORY
+    assert call.tape.flushes == [] and call.stale_samples() == 0
+
+
+async def test_a_backchannel_pauses_then_resumes_and_is_not_a_turn(
+    engines: VoiceEngines,
+) -> None:
+    call, turns = await story_call(engines, text="Mm-hmm.")
+    story = call.replies()[0]
+    (paused,) = call.of_kind("barge_in_paused")
+    (resumed,) = call.of_kind("barge_in_resumed")
+    assert paused.delivery_id == resumed.delivery_id == story
+    assert resumed.reason == "backchannel" and words(resumed.text)  # decided from its words
+    assert [p[2] for p in call.tape.pauses] == ["pause", "resume"]
+    # Nothing of the story played between the pause and the resume.
+    assert not [r for r in call.tape.receipts
+                if r.delivery_id == story and paused.at < r.at < resumed.at]
+    assert_played_whole_and_contiguous(call, story)
+    # "Mm-hmm" is not a question: no turn, nothing answered, the history is the story.
+    assert call.transcripts() == ["Tell me a story."]
+    assert any("backchannel" in e.reason for e in call.of_kind("transcript_discarded"))
+    assert [m.content for m in turns.flow.state.messages] == ["Tell me a story.", STORY]
+    assert "barge_in" not in [e.kind for e in call.events]
+
+
+async def test_a_backchannel_interrupts_under_the_interrupt_policy(
+    engines: VoiceEngines,
+) -> None:
+    settings = VoiceSettings(barge_in=BargeInSettings(policy="interrupt"))
+    call, _turns = await story_call(engines, text="Mm-hmm.", settings=settings)
+    story = call.replies()[0]
+    assert call.settled(story) == "interrupted"
+    assert call.of_kind("barge_in")[0].delivery_id == story
+    assert call.stale_samples() == 0
+    assert len(call.transcripts()) == 2  # under `interrupt` it is a turn like any other
+
+
+async def test_wait_stop_fences_the_reply_and_history_matches_the_receipts(
+    engines: VoiceEngines,
+) -> None:
+    call, turns = await story_call(engines, text="Wait, stop.")
+    story = call.replies()[0]
+    assert call.settled(story) == "interrupted"
+    barge_in = call.of_kind("barge_in")[0]
+    first_pause = call.of_kind("barge_in_paused")[0]
+    # The audio stopped at the pause (the frame already playing ends), well before the
+    # fence: nothing played in between.
+    (flush,) = [f for f in call.tape.flushes if f[1] == story]
+    last_pause = [p for p in call.tape.pauses if p[2] == "pause"][-1]
+    assert first_pause.at <= last_pause[0] < flush[0] == barge_in.at
+    assert not [r for r in call.tape.receipts if r.delivery_id == story and r.at > last_pause[0]]
+    assert call.stale_samples() == 0
+    assert words(call.transcripts()[1]) == ["wait", "stop"]
+    # History = the words played, per the client's receipts and the voice's word timings.
+    interrupted = call.of_kind("reply_interrupted")[0]
+    played = played_words(call, engines, story)
+    assistant = next(m for m in turns.flow.state.messages if m.role == "assistant")
+    assert assistant.content == f"{interrupted.heard_text} {INTERRUPTED_MARK}"
+    assert words(interrupted.heard_text) == played
+    assert 0 < len(played) < len(words(STORY))
+    assert STORY.startswith(interrupted.heard_text)
+
+
+def played_words(call: CallResult, engines: VoiceEngines, delivery: DeliveryId) -> list[str]:
+    """The words whose audio ends within what the receipts say was played.
+
+    Word timings come from synthesizing each streamed segment again (noise-free voice:
+    the same samples), independently of the session's own ledger.
+    """
+    segments = {e.segment_id: e.text for e in call.of_kind("reply_text")
+                if e.delivery_id == delivery}
+    played: dict[int | None, int] = {}
+    for r in call.tape.receipts:
+        if r.delivery_id == delivery:
+            played[r.segment_id] = max(played.get(r.segment_id, 0), r.start_sample + r.num_samples)
+    heard: list[str] = []
+    for segment_id in sorted(segments):
+        timings: list[tuple[str, int]] = []
+        offset = 0
+        for sentence in engines.tts.synthesize(segments[segment_id]):
+            timings += [(w.word, offset + w.end) for w in sentence.words]
+            offset += len(sentence.samples)
+        upto = played.get(segment_id, 0)
+        heard += [w for w, end in timings if end <= upto]
+        if upto < offset:
+            break
+    return words(" ".join(heard))
+
+
+async def test_a_cough_pauses_and_resumes_with_nothing_lost_or_repeated(
+    engines: VoiceEngines,
+) -> None:
+    call, turns = await story_call(engines, audio=cough(engines))
+    story = call.replies()[0]
+    (paused,) = call.of_kind("barge_in_paused")
+    (resumed,) = call.of_kind("barge_in_resumed")
+    assert resumed.reason in ("false_alarm", "unconfirmed", "noise")
+    assert resumed.at > paused.at
+    assert_played_whole_and_contiguous(call, story)
+    assert call.transcripts() == ["Tell me a story."]
+    assert [m.content for m in turns.flow.state.messages] == ["Tell me a story.", STORY]
+
+
+async def test_a_noise_burst_neither_pauses_nor_cuts(engines: VoiceEngines) -> None:
+    call, _turns = await story_call(engines, audio=noise_burst())
+    story = call.replies()[0]
+    assert call.of_kind("barge_in_paused") == [] and call.tape.pauses == []
+    assert_played_whole_and_contiguous(call, story)
+    assert call.transcripts() == ["Tell me a story."]
+
+
+async def test_must_finish_ignores_even_a_real_request(engines: VoiceEngines) -> None:
+    sessions: list[VoiceSession] = []
+    first: list[DeliveryId] = []
+
+    def must_finish(event: SessionEvent) -> None:  # the story, not the later answer
+        if event.kind == "reply_started" and not first:
+            first.append(event.delivery_id)
+            sessions[0].set_reply_policy(event.delivery_id, "must_finish")
+
+    call, _turns = await story_call(engines, text="Wait, stop.", on_event=must_finish,
+                                   on_session=sessions.append)
+    story, answer = call.replies()
+    assert call.of_kind("barge_in_paused") == [] and call.of_kind("barge_in") == []
+    assert_played_whole_and_contiguous(call, story)
+    # The request is still heard and answered, after the story.
+    assert words(call.transcripts()[1]) == ["wait", "stop"]
+    assert call.settled(answer) == "completed"
+
+
+def test_set_reply_policy_names_the_bad_parameter(engines: VoiceEngines) -> None:
+    client = SimulatedClient(CallScript(), clock=VirtualClock())  # never started
+    session = VoiceSession(TurnRunner(Teller()), client, engines)
+    with pytest.raises(ValueError, match="policy"):
+        session.set_reply_policy(DeliveryId("d"), "sometimes")  # type: ignore[arg-type]
