@@ -77,14 +77,19 @@ class Teller(Flow[TurnState]):
 
 async def bounded_call(
     script: CallScript, engines: VoiceEngines, settings: VoiceSettings, max_duration: float
-) -> CallResult:
-    """A scripted call on virtual time that ends by ``max_duration`` whatever happens."""
+) -> CallResult | None:
+    """A scripted call on virtual time that ends by ``max_duration`` whatever happens
+    (None, with the error printed, if the session failed)."""
     clock = VirtualClock(autojump=True)
     client = SimulatedClient(script, clock=clock, tail=1.0, max_duration=max_duration)
     await client.render(engines.tts)
     session = VoiceSession(TurnRunner(Teller()), client, engines, settings=settings, clock=clock)
-    async with clock, client:
-        await session.run()
+    try:
+        async with clock, client:
+            await session.run()
+    except Exception as exc:  # a figure script reports a failed scenario and goes on
+        print(f"  the call failed: {exc!r}")
+        return None
     return CallResult(session=session, client=client)
 
 
@@ -101,7 +106,10 @@ def user_onsets(call: CallResult) -> list[float]:
     return onsets
 
 
-def report(name: str, call: CallResult, *, barge_in: bool) -> dict[str, float]:
+def report(name: str, call: CallResult | None, *, barge_in: bool) -> dict[str, float]:
+    if call is None:
+        print(f"{name:<34} no figures (the call failed)")
+        return {}
     onsets = user_onsets(call)
     barges = call.of_kind("barge_in")
     # A cut (barge_in) or, with barge-in arbitration, a pause (barge_in_paused) whose
