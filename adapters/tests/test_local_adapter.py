@@ -394,3 +394,14 @@ async def test_pause_holds_playout_and_resume_goes_on_from_the_same_sample() -> 
     receipts = [(o.start_sample, o.num_samples) for o in seen if isinstance(o, PlaybackReceipt)]
     assert receipts == [(0, 1000), (1000, 1100), (2100, 1100)]
     assert isinstance(seen[-1], PlaybackDrained)
+
+
+def test_importing_the_adapter_never_loads_portaudio() -> None:
+    import subprocess
+    import sys
+
+    code = ("import sys, voxflow_adapters.local, voxflow_adapters.local_chat; "
+            "print('sounddevice' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60, check=True)
+    assert done.stdout.strip() == "False"
