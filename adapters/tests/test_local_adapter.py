@@ -28,6 +28,7 @@ from voxflow_voice.transport import (
     AudioTransport,
     ClientObservation,
     MuteChanged,
+    PausableTransport,
     PlaybackDrained,
     PlaybackReceipt,
 )
@@ -133,6 +134,7 @@ async def test_opens_both_streams_at_the_device_rates() -> None:
     driver = FakeDriver()
     audio = LocalAudio(quiet_settings(input_device=3, output_device="Speakers"), backend=driver)
     assert isinstance(audio, AudioTransport)
+    assert isinstance(audio, PausableTransport)  # the session's arbiter may pause replies
     async with audio:
         stats = audio.statistics()
         assert (stats.input_rate, stats.output_rate) == (48_000, 44_100)
