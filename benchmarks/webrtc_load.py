@@ -8,7 +8,9 @@ the first synthesis, the energy VAD, and the example assistant's rule-based answ
 the figures are the transport's (aiortc, Opus, the 20 ms outbound pacing), not the
 models'. N aiortc callers (in this process) connect over loopback at once, each says one
 synthesized utterance, waits for the whole reply ("Hello! How can I help you today?",
-about 2 s of audio) and hangs up.
+about 2 s of audio) and hangs up. The callers share the machine with the server: on a
+2-core box their Opus decoding and encoding competes with it (in production they are
+browsers elsewhere), so the large-N rows are a floor on what the server alone manages.
 
 Printed per N (medians over ``--runs``; nothing is asserted, the machine is shared):
 
@@ -97,7 +99,9 @@ async def _serve_child() -> None:
     server = WebRtcServer(assistant_call_factory(), engines, settings=settings)
     offsets: list[float] = []
     server_calls: list[Any] = []
-    server._on_call = lambda peer, call: server_calls.append(peer)
+    server_calls_sessions: list[Any] = []
+    server._on_call = lambda peer, call: (server_calls.append(peer),
+                                          server_calls_sessions.append(call.session))
     async with server:
         print(json.dumps({"port": server.port, "token": server.token}), flush=True)
         loop = asyncio.get_running_loop()
@@ -118,6 +122,9 @@ async def _serve_child() -> None:
             "late_frames": sum(s.outbound.late_frames for s in ended),
             "frames_sent": sum(s.outbound.frames_sent for s in ended),
             "stale": sum(s.outbound.stale_samples for s in ended),
+            "frames_in": sum(s.frames_in for s in ended),
+            "turns": sum(1 for c in server_calls_sessions for e in c.events
+                         if e.kind == "turn_committed"),
         }), flush=True)
         del line
 
@@ -183,6 +190,7 @@ async def _run(n: int, speech: Any, limit: float) -> dict[str, Any]:
         "cpu_per_call_pct": 100.0 * report["cpu"] / max(1e-9, call_seconds),
         "setup_ms": 1000.0 * statistics.median(r["setup"] for r in ok) if ok else float("nan"),
         "stale_samples": report["stale"],
+        "frames_in": report["frames_in"], "turns": report["turns"],
     }
 
 
@@ -201,16 +209,17 @@ def _median(runs: list[dict[str, Any]], key: str) -> float:
 
 async def _main(calls: list[int], runs: int, limit: float) -> None:
     speech = _speech()
-    print(f"{'calls':>5} {'done':>6} {'lost':>6} {'received':>9} {'pace p50':>9} "
+    print(f"{'calls':>5} {'turns':>6} {'done':>6} {'lost':>6} {'received':>9} {'pace p50':>9} "
           f"{'pace p99':>9} {'late %':>7} {'CPU/call':>9} {'setup':>8} {'stale':>6}")
     for n in calls:
         results = [await _run(n, speech, limit) for _ in range(runs)]
         errors = sorted({e for r in results for e in r["errors"]})
         row = {k: _median(results, k) for k in (
-            "completed", "packets_lost", "packets_received", "pacing_p50_ms",
+            "turns", "completed", "packets_lost", "packets_received", "pacing_p50_ms",
             "pacing_p99_ms", "late_frames_pct", "cpu_per_call_pct", "setup_ms",
             "stale_samples")}
-        print(f"{n:>5} {row['completed']:>4.0f}/{n:<1} {row['packets_lost']:>6.0f} "
+        print(f"{n:>5} {row['turns']:>6.0f} {row['completed']:>4.0f}/{n:<1} "
+              f"{row['packets_lost']:>6.0f} "
               f"{row['packets_received']:>9.0f} {row['pacing_p50_ms']:>7.2f}ms "
               f"{row['pacing_p99_ms']:>7.2f}ms {row['late_frames_pct']:>6.2f}% "
               f"{row['cpu_per_call_pct']:>8.1f}% {row['setup_ms']:>6.0f}ms "
@@ -222,7 +231,9 @@ async def _main(calls: list[int], runs: int, limit: float) -> None:
         figure(f"{n} calls: packets lost", row["packets_lost"], "packets", target="0")
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     print(f"(machine load average {load:.1f} on {os.cpu_count()} CPUs at the end)")
-    print(f"(medians of {runs} runs; lost/received: RTP packets at the callers, all calls; "
+    print(f"(medians of {runs} runs; turns: user turns the server committed; done: callers "
+          f"that heard the whole reply within {limit:g} s; "
+          "lost/received: RTP packets at the callers, all calls; "
           "pace: outbound frame produced after its 20 ms deadline; CPU: the server "
           "process's, per second of call)")
 

@@ -10,6 +10,7 @@ barge-in, over WebRTC (aiortc on the server, the browser's own WebRTC on the pag
 """
 
 from ._ice import host_addresses as host_addresses
+from .calls import WEBRTC_VOICE_SETTINGS as WEBRTC_VOICE_SETTINGS
 from .calls import Call as Call
 from .calls import CallFactory as CallFactory
 from .calls import assistant_call_factory as assistant_call_factory
@@ -33,6 +34,7 @@ __all__ = [
     "DEFAULT_PEER_SETTINGS",
     "DEFAULT_SERVER_SETTINGS",
     "PROTOCOL_VERSION",
+    "WEBRTC_VOICE_SETTINGS",
     "Call",
     "CallFactory",
     "IceServer",

@@ -28,9 +28,21 @@ from voxflow.jobs import JobRunner, JobWorkState
 from voxflow.replies import ReplyQueue, ReplyQueueState
 from voxflow.turns import TurnRunner
 
-__all__ = ["Call", "CallFactory", "assistant_call_factory", "flow_call_factory"]
+__all__ = [
+    "WEBRTC_VOICE_SETTINGS",
+    "Call",
+    "CallFactory",
+    "assistant_call_factory",
+    "flow_call_factory",
+]
 
 EventSink = Callable[[SessionEvent], None]
+
+WEBRTC_VOICE_SETTINGS = VoiceSettings(echo_gate=False)
+"""Voice settings of browser calls unless a factory is given others. The page asks for
+the microphone with ``echoCancellation`` on, so the browser cancels the assistant's voice
+where it is actually played; the server-side gate would only see the send time of each
+frame, not the browser's playout (network and jitter-buffer delay in between)."""
 
 
 @dataclass(slots=True)
@@ -62,13 +74,15 @@ CallFactory = Callable[[AudioTransport, VoiceEngines, Clock, EventSink], Awaitab
 def flow_call_factory(
     flow_class: type[Any], *, settings: VoiceSettings | None = None
 ) -> CallFactory:
-    """Calls answered by a fresh ``flow_class()`` each.
+    """Calls answered by a fresh ``flow_class()`` each (``settings``: the voice settings
+    of every call, :data:`WEBRTC_VOICE_SETTINGS` if None).
 
     Raises:
         TypeError: ``flow_class`` is not a class.
     """
     if not isinstance(flow_class, type):
         raise TypeError(f"flow_class must be a Flow class, got {type(flow_class).__name__}")
+    settings = settings if settings is not None else WEBRTC_VOICE_SETTINGS
 
     async def make(
         transport: AudioTransport, engines: VoiceEngines, clock: Clock, on_event: EventSink
@@ -94,13 +108,14 @@ def assistant_call_factory(
 
     Args:
         model: a litellm model for open questions (None: rule-based, no key needed).
-        settings: voice settings of every call.
+        settings: voice settings of every call (:data:`WEBRTC_VOICE_SETTINGS` if None).
         work_seconds: how long an order lookup takes (the example's default if None).
     """
     from voxflow.demo import load_example_module
 
     example = load_example_module("assistant.py")
     flow_class = example.assistant_class(model)
+    settings = settings if settings is not None else WEBRTC_VOICE_SETTINGS
 
     async def make(
         transport: AudioTransport, engines: VoiceEngines, clock: Clock, on_event: EventSink

@@ -200,9 +200,28 @@ class WebRtcPeer:
     # -- AudioTransport -------------------------------------------------------------
 
     async def audio_input(self) -> AsyncIterator[AudioChunk]:
-        """16 kHz mono microphone audio until the call ends."""
+        """16 kHz mono microphone audio until the call ends.
+
+        Frames that queued up while the session was busy are joined into one chunk: a
+        session that fell behind (many calls on few cores) catches up with one VAD pass
+        instead of one thread hop per 20 ms frame, and one that keeps up gets every
+        frame as soon as it arrives.
+        """
         while (chunk := await self._input.get()) is not None:
+            backlog: list[AudioChunk] = []
+            ended = False
+            while not self._input.empty():
+                more = self._input.get_nowait()
+                if more is None:
+                    ended = True
+                    break
+                backlog.append(more)
+            if backlog:
+                chunk = AudioChunk(b"".join([chunk.pcm, *(c.pcm for c in backlog)]),
+                                   chunk.sample_rate, start_sample=chunk.start_sample)
             yield chunk
+            if ended:
+                return
 
     async def wait_writable(self) -> None:
         """Wait until the outbound queue has room."""
