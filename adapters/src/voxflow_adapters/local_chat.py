@@ -2,7 +2,8 @@
 
 :class:`ChatView` turns :data:`~voxflow_voice.events.SessionEvent` s (and the local
 adapter's status) into what a terminal shows: live transcripts of both sides, the state
-(listening / hearing you / thinking / speaking / muted), interruptions and each turn's
+(listening / hearing you / thinking / speaking / muted), interruptions (and replies
+paused for a backchannel, then resumed) and each turn's
 voice-to-voice latency. :func:`run_voice_chat` loads the models, opens
 :class:`~voxflow_adapters.local.LocalAudio` and runs a
 :class:`~voxflow_voice.session.VoiceSession` under a ``rich`` live display, with keys:
@@ -29,6 +30,8 @@ from typing import Any, Literal
 from voxflow_voice.events import (
     AudioStarted,
     BargeIn,
+    BargeInPaused,
+    BargeInResumed,
     MuteObserved,
     ReplyFinished,
     ReplyInterrupted,
@@ -109,6 +112,12 @@ class ChatView:
             self._set("speaking")
         elif isinstance(event, BargeIn):
             self.interruptions += 1
+        elif isinstance(event, BargeInPaused):
+            self._set("hearing you")  # the reply holds while we find out what it was
+        elif isinstance(event, BargeInResumed):
+            if event.reason in ("backchannel", "noise") and event.text:
+                self.lines.append(ChatLine("you", event.text, note=f"{event.reason}, kept on"))
+            self._set("speaking")
         elif isinstance(event, ReplyInterrupted):
             line = self._reply_line.get(event.delivery_id)
             if line is not None:
