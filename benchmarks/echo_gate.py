@@ -121,10 +121,15 @@ def report(name: str, call: CallResult | None, *, barge_in: bool) -> dict[str, f
     if barge_in:
         user_at = next((u for u in onsets if u >= BARGE_IN_AT - 0.1), None)
         hit = [b for b in barges if user_at is not None and b.onset_at >= user_at - 0.2]
+        paused = [e for e in call.events if e.kind == "barge_in_paused"
+                  and user_at is not None and e.onset_at >= user_at - 0.2]
+        if paused and user_at is not None:
+            figures["pause_ms"] = (paused[0].at - user_at) * 1000
+            line += f" · reply paused {figures['pause_ms']:.0f} ms"
         if hit and user_at is not None:
             delay = (hit[0].at - user_at) * 1000
             figures["detect_ms"] = delay
-            line += f" · barge-in detected {delay:.0f} ms after the user's first sample"
+            line += f" · barge-in (cut) {delay:.0f} ms after the user's first sample"
         else:
             line += " · barge-in NOT detected"
     gate = call.session.echo_gate
