@@ -23,7 +23,13 @@ from voxflow_adapters.webrtc import (
 from voxflow_adapters.webrtc.client import LoopbackCaller
 from voxflow_voice.audio import AudioChunk, read_wav, write_wav
 from voxflow_voice.engines import VoiceEngines
-from voxflow_voice.events import MuteObserved, ReplyFinished, ReplyInterrupted, TurnCommitted
+from voxflow_voice.events import (
+    BargeInPaused,
+    MuteObserved,
+    ReplyFinished,
+    ReplyInterrupted,
+    TurnCommitted,
+)
 
 pytestmark = pytest.mark.models
 
@@ -120,6 +126,10 @@ async def test_barge_in_stops_the_reply_at_the_fence(engines: VoiceEngines, tmp_
     interrupted = [e for e in call.session.events if isinstance(e, ReplyInterrupted)]
     assert [e.delivery_id for e in interrupted] == [story]
     assert 0 < interrupted[0].heard_seconds < 20  # cut early in a ~30 s story
+    # The peer is a PausableTransport: the story was held at the first speech frame,
+    # while the barge-in was confirmed, then fenced.
+    assert any(isinstance(e, BargeInPaused) and e.delivery_id == story
+               for e in call.session.events)
     out = peer.outbound
     # Not one sample of the story left the server after its fence: the last frame that
     # carried it is the one being produced when the fence fell, or an earlier one.

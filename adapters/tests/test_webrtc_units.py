@@ -76,6 +76,28 @@ async def test_flush_drops_one_delivery_at_once_and_keeps_the_other() -> None:
     assert out.statistics().stale_samples == 0
 
 
+async def test_pause_holds_a_delivery_and_resume_sends_on_from_the_same_sample() -> None:
+    out, seen = queue()
+    out.write_nowait(tone(0.2, 16000, A))
+    out.next_frame()
+    assert out.pause(A) and not out.pause(A)
+    held = [out.next_frame() for _ in range(5)]
+    assert all(frame == bytes(len(frame)) for frame in held)  # silence while paused
+    assert not any(isinstance(o, PlaybackDrained) for o in seen)  # the floor stays held
+    receipts_before = [o for o in seen if isinstance(o, PlaybackReceipt)]
+    assert out.resume(A) and not out.resume(A)
+    for _ in range(12):
+        out.next_frame()
+    receipts = [o for o in seen if isinstance(o, PlaybackReceipt)]
+    assert len(receipts) > len(receipts_before)
+    position = 0
+    for r in receipts:  # contiguous across the pause: no gap, no repeat
+        assert r.start_sample == position
+        position += r.num_samples
+    assert position == 3200
+    assert out.pause(A) is True and out.flush(A) == 0 and out.resume(A) is False
+
+
 async def test_wait_writable_blocks_above_the_lead_until_frames_go_out() -> None:
     out, _ = queue(lead=0.05)
     out.write_nowait(tone(0.1, 48000, A))

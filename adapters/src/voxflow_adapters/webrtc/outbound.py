@@ -8,7 +8,9 @@ queue, padding with silence, and reports a :class:`PlaybackReceipt` for every pi
 reply audio in it, in the chunk's own rate and sample positions: the receipts describe
 what actually went out on the track. :meth:`OutboundAudio.flush` drops every queued
 sample of one delivery at once; the frame being encoded when the fence falls is the last
-one that can carry it.
+one that can carry it. :meth:`OutboundAudio.pause` holds a delivery (silence goes out,
+its audio stays queued) and :meth:`OutboundAudio.resume` sends on from the same sample,
+for the session's pause-confirm-decide barge-in.
 
 :class:`ReplyTrack` is the aiortc ``MediaStreamTrack`` that pulls those frames: aiortc's
 RTP sender calls ``recv()`` in a loop, so the track itself waits for each frame's 20 ms
@@ -107,6 +109,7 @@ class OutboundAudio:
         self._writable = asyncio.Event()
         self._writable.set()
         self._flushed: set[DeliveryId] = set()
+        self._paused: set[DeliveryId] = set()
         self._playing: DeliveryId | None = None
         self._frames = 0
         self._reply_frames = 0
@@ -159,10 +162,26 @@ class OutboundAudio:
                 kept.append(item)
         self._queue = kept
         self._flushed.add(delivery_id)
+        self._paused.discard(delivery_id)
         self._resamplers.pop(delivery_id, None)
         self.flush_frame_of[delivery_id] = self._frames
         self._recount()
         return dropped
+
+    def pause(self, delivery_id: DeliveryId) -> bool:
+        """Hold ``delivery_id`` from the next frame on; its queued audio stays queued.
+        False if it is already paused or was flushed."""
+        if delivery_id in self._paused or delivery_id in self._flushed:
+            return False
+        self._paused.add(delivery_id)
+        return True
+
+    def resume(self, delivery_id: DeliveryId) -> bool:
+        """Send on from the sample where ``delivery_id`` paused; False if not paused."""
+        if delivery_id not in self._paused:
+            return False
+        self._paused.discard(delivery_id)
+        return True
 
     def next_frame(self, *, late: bool = False) -> bytes:
         """Take the next 20 ms frame (48 kHz mono s16le), receipting its reply audio."""
@@ -170,6 +189,8 @@ class OutboundAudio:
         self._frames += 1
         if late:
             self._late += 1
+        if self._queue and self._queue[0].chunk.delivery_id in self._paused:
+            return _SILENCE  # paused: nothing is sent or dropped, the floor stays held
         if not self._queue:
             if self._playing is not None:
                 self._emit(PlaybackDrained(at=self._clock.now(), delivery_id=self._playing))
@@ -180,6 +201,8 @@ class OutboundAudio:
         at = self._clock.now()
         while filled < FRAME_SAMPLES and self._queue:
             item = self._queue[0]
+            if item.chunk.delivery_id in self._paused:
+                break  # a paused delivery waits from here on
             take = min(FRAME_SAMPLES - filled, item.remaining)
             frame[filled : filled + take] = item.out[item.offset : item.offset + take]
             delivery = item.chunk.delivery_id

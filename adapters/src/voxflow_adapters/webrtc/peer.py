@@ -1,4 +1,5 @@
-"""One browser call: an aiortc ``RTCPeerConnection`` that implements ``AudioTransport``.
+"""One browser call: an aiortc ``RTCPeerConnection`` that implements ``AudioTransport``
+(and ``PausableTransport``, so a barge-in holds the reply at once while it is confirmed).
 
 :class:`WebRtcPeer` answers the page's offer and then moves audio both ways:
 
@@ -234,6 +235,14 @@ class WebRtcPeer:
     def flush(self, delivery_id: DeliveryId) -> int:
         """Drop the queued audio of ``delivery_id`` now."""
         return self.outbound.flush(delivery_id)
+
+    def pause(self, delivery_id: DeliveryId) -> bool:
+        """Hold ``delivery_id``'s audio from the next frame on (``PausableTransport``)."""
+        return self.outbound.pause(delivery_id)
+
+    def resume(self, delivery_id: DeliveryId) -> bool:
+        """Send on from the sample where ``delivery_id`` paused."""
+        return self.outbound.resume(delivery_id)
 
     async def observations(self) -> AsyncIterator[ClientObservation]:
         """Receipts (from the outbound track), drains and mute changes, in order."""
