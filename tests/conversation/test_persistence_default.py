@@ -193,3 +193,30 @@ flow.handle_turn('p3', session_id='x')
     )
     assert after.returncode == 0, after.stderr
     assert after.stdout.strip() == str(["p1", "echo p1", "p2", "echo p2", "p4", "echo p4"])
+
+
+def test_a_fresh_instance_per_turn_appends_instead_of_rewriting(tmp_path: Path) -> None:
+    # The stateless-server pattern: every turn a new Flow restores the session. The
+    # restored lists count as saved, so the turn's saves append its own messages only.
+    backend = SQLiteFlowPersistence(tmp_path / "stateless.db")
+
+    @persist(backend)
+    class Stateless(Echo):
+        pass
+
+    for turn in range(3):
+        Stateless().handle_turn(f"t{turn}", session_id="st")
+    assert backend.load_state("st") is not None
+    statements: list[str] = []
+    assert backend._conn is not None
+    backend._conn.set_trace_callback(statements.append)
+    last = Stateless()
+    last.handle_turn("t3", session_id="st")
+    backend._conn.set_trace_callback(None)
+    item_writes = [s for s in statements if "conversation_items" in s and "SELECT" not in s]
+    assert item_writes and all(s.startswith("INSERT OR REPLACE") for s in item_writes)
+    assert len(item_writes) == 2  # this turn's user message and reply, nothing older
+    assert contents(backend.load_state("st")) == [
+        m for t in range(4) for m in (f"t{t}", f"echo t{t}")
+    ]
+    assert backend.load_state("st") == last.state.model_dump(mode="json")

@@ -12,7 +12,8 @@ what was saved. Any other :class:`~voxflow.flow.persistence.FlowPersistence` (wi
 
 When a save is a full one (the state is re-dumped and every item rewritten):
 
-* the first save of a Flow instance to a backend, and the first after a restore;
+* the first save of a Flow instance to a backend that did not restore the session from
+  it (a turn that restores marks the restored lists as saved: :func:`remember_restored`);
 * ``state.messages``/``state.events`` was reassigned or shrank (e.g. a trimmed history);
 * one of the last :data:`CHECKED_TAIL` saved items was replaced in place (e.g. an
   interrupted assistant reply cut to what the user heard); replacing an older item in
@@ -49,6 +50,7 @@ __all__ = [
     "SQLiteConversationPersistence",
     "SavedLists",
     "prepare_state_save",
+    "remember_restored",
 ]
 
 SQLiteConversationPersistence = SQLiteFlowPersistence
@@ -138,3 +140,20 @@ def prepare_state_save(
         remember()
 
     return write_full
+
+
+def remember_restored(state: Any, flow_id: str, backend: Any, saved: SavedLists) -> None:
+    """Mark the lists of a state just loaded from ``backend`` as saved.
+
+    The next save is then a delta, so a fresh Flow instance per turn (a stateless server
+    restoring the session every time) does not rewrite the whole history. Safe even if
+    the stored lists were not what was loaded: the backend refuses a delta whose counts
+    do not match and the save falls back to a full one.
+    """
+    if getattr(backend, "save_state_delta", None) is None or not isinstance(
+        state, ConversationState
+    ):
+        return
+    saved[(id(backend), flow_id)] = tuple(
+        _ListMark.of(getattr(state, f)) for f in APPEND_ONLY_FIELDS
+    )

@@ -43,7 +43,11 @@ from voxflow.conversation.events import (
 from voxflow.conversation.graph import current_llm_method
 from voxflow.conversation.helpers import get_state_field, validate_user_message
 from voxflow.conversation.history import result_text
-from voxflow.conversation.persistence import SavedLists, prepare_state_save
+from voxflow.conversation.persistence import (
+    SavedLists,
+    prepare_state_save,
+    remember_restored,
+)
 from voxflow.conversation.routing import aclassify_intent
 from voxflow.conversation.tracing import SessionTracer
 from voxflow.errors import ConversationEndedError, ConversationModeError
@@ -84,6 +88,7 @@ class ConversationTurns:
     _tracer: SessionTracer | None = None
     _held_session: str | None = None
     _saved_lists: SavedLists | None = None
+    _state_before_restore: Any = None
 
     if TYPE_CHECKING:
         conversational: bool
@@ -271,6 +276,7 @@ class ConversationTurns:
             self.finalize_session_traces()
             self._state = self._initial_state(None)
             self._held_session = None
+            self._saved_lists = None  # marks of the previous session's lists
         session_id = request.session_id or self.flow_id
         # The instance that ran this session's last turn holds its live state: reloading
         # the same snapshot every turn would cost O(history) per turn for nothing.
@@ -284,6 +290,7 @@ class ConversationTurns:
         self._turn_assistant_appended = False
         self._turn_agent_results = ()
         self._pending_turn = request
+        self._state_before_restore = self._state
         tracer = self._session_tracer()
         with contextlib.ExitStack() as stack:
             if self._frame_sink is not None:
@@ -331,6 +338,16 @@ class ConversationTurns:
         request, self._pending_turn = self._pending_turn, None
         if request is None:
             return
+        before, self._state_before_restore = self._state_before_restore, None
+        if (
+            self._state is not before  # kickoff replaced it: restored from the backend
+            and request.restore_from_state_id is None  # a fork is stored under another id
+            and request.from_checkpoint is None
+            and self._persistence_configured()
+        ):
+            if self._saved_lists is None:
+                self._saved_lists = {}
+            remember_restored(self._state, self.flow_id, self._backend(), self._saved_lists)
         if get_state_field(self, "ended", False):
             raise ConversationEndedError(
                 "this conversation has ended (state.ended is true in the restored session)"
