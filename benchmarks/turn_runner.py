@@ -172,6 +172,27 @@ def history_work(messages: int, repeats: int = 200) -> tuple[float, float]:
     return statistics.median(now), statistics.median(before)
 
 
+def llm_call_cpu(messages: int, calls: int = 20) -> float:
+    """CPU ms of one streamed ``LLM.acall`` (litellm ``mock_response``) over a history."""
+    llm = LLM("openai/gpt-4o-mini", mock_response="Sure, your order ships on Tuesday morning.")
+    history = [
+        {"role": "user" if i % 2 == 0 else "assistant", "content": f"message {i}: some words"}
+        for i in range(messages)
+    ]
+
+    async def measure() -> list[float]:
+        for _ in range(3):
+            await llm.acall(history, stream=True)  # warm-up
+        cpu: list[float] = []
+        for _ in range(calls):
+            start = time.process_time()
+            await llm.acall(history, stream=True)
+            cpu.append((time.process_time() - start) * 1e3)
+        return cpu
+
+    return statistics.median(asyncio.run(measure()))
+
+
 def summary(durations: list[float]) -> tuple[float, float, float]:
     return (
         statistics.median(durations),
@@ -219,6 +240,13 @@ def main() -> None:
             f"  history for the LLM call, {messages:5d} messages: {now:8.1f} µs "
             f"(converting every message each turn: {before:8.1f} µs)"
         )
+    small, large = 200, 2 * args.turns
+    cpu = [(llm_call_cpu(small), llm_call_cpu(large)) for _ in range(args.runs)]
+    at_small, at_large = (statistics.median(r[i] for r in cpu) for i in range(2))
+    print(
+        f"  one streamed LLM.acall (litellm mock_response), CPU: {small} messages "
+        f"{at_small:.1f} ms, {large} messages {at_large:.1f} ms (litellm's per-call work)"
+    )
     runs = [summary(queue_cycles(args.turns)) for _ in range(args.runs)]
     med, first, last = (statistics.median(r[i] for r in runs) for i in range(3))
     print(
