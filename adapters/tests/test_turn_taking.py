@@ -22,6 +22,7 @@ from voxflow_voice.engines import VoiceEngines
 from voxflow_voice.events import SessionEvent
 from voxflow_voice.history import INTERRUPTED_MARK
 from voxflow_voice.session import VoiceSession, VoiceSettings
+from voxflow_voice.turn_detector import TurnDetection
 
 from voxflow import ConversationConfig, Flow, listen
 from voxflow.clock import VirtualClock
@@ -127,6 +128,21 @@ async def test_a_backchannel_pauses_then_resumes_and_is_not_a_turn(
     assert any("backchannel" in e.reason for e in call.of_kind("transcript_discarded"))
     assert [m.content for m in turns.flow.state.messages] == ["Tell me a story.", STORY]
     assert "barge_in" not in [e.kind for e in call.events]
+
+
+async def test_a_backchannel_resumes_with_a_short_end_of_turn_silence(
+    engines: VoiceEngines,
+) -> None:
+    # 0.2 s of end-of-turn silence leaves no room for speculative STT in a pause: the
+    # words are taken from the finished utterance, before the pause turns into a fence.
+    settings = VoiceSettings(turn_detection=TurnDetection(
+        end_of_turn_silence=0.2, min_speech=0.2, min_barge_in=0.2))
+    call, _ = await story_call(engines, text="Okay.", settings=settings)
+    story = call.replies()[0]
+    (resumed,) = call.of_kind("barge_in_resumed")
+    assert resumed.reason == "backchannel"
+    assert_played_whole_and_contiguous(call, story)
+    assert call.transcripts() == ["Tell me a story."]
 
 
 async def test_a_backchannel_interrupts_under_the_interrupt_policy(

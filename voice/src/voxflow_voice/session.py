@@ -291,6 +291,11 @@ class VoiceSession:
             self._early.paused(event)
             await self._overlap_words(event)
         elif isinstance(event, UtteranceReady):
+            # Speech over a paused reply with no speculative transcript yet (a short
+            # end-of-turn silence): decide from its words now (kept for the turn's STT).
+            await self._overlap_words(
+                UtterancePaused(event.audio, event.onset_sample, event.end_sample)
+            )
             # From the end of the user's speech until its reply settles, the floor is
             # the foreground's: no announcement may slip in while STT runs.
             self._foreground += 1
