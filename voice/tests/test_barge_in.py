@@ -1,10 +1,21 @@
 """BargeInArbiter and classify_overlap: the pause → confirm → fence/resume rules, in
-input samples (no models: the arbiter is pure bookkeeping driven by the session)."""
+input samples (no models: the arbiter is pure bookkeeping driven by the session); and
+EarlyTranscriber.transcript_of, which gives the arbiter an overlap's words early."""
 
 from __future__ import annotations
 
+import asyncio
+
+import numpy as np
 import pytest
 from pydantic import ValidationError
+from voxflow_voice import (
+    AudioChunk,
+    EarlyTranscriber,
+    Transcript,
+    UtterancePaused,
+    UtteranceReady,
+)
 from voxflow_voice.barge_in import (
     BargeInArbiter,
     BargeInSettings,
@@ -159,3 +170,48 @@ def test_overlap_records_stay_bounded() -> None:
     assert arbiter.is_turn(s(49), "Yeah.") is False
     # A finished utterance's record is dropped with every older one.
     assert arbiter.overlapped(s(10)) is None and arbiter.overlapped(s(49)) is None
+
+
+class CountingStt:
+    """A transcriber double (the dependency, not the unit under test): counts calls."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    async def transcribe(self, audio: AudioChunk) -> Transcript | None:
+        self.calls += 1
+        await asyncio.sleep(0)
+        return Transcript(f"{audio.num_samples} samples", audio.duration, 0.0, 0.0)
+
+
+def _utterance(end: int, samples: int = 4000) -> tuple[UtterancePaused, UtteranceReady]:
+    audio = AudioChunk.from_float(np.zeros(samples, np.float32), R, start_sample=0)
+    return UtterancePaused(audio, 100, end), UtteranceReady(audio, 100, end)
+
+
+async def test_transcript_of_a_pause_is_reused_by_the_turn_without_a_second_stt() -> None:
+    stt = CountingStt()
+    early = EarlyTranscriber(stt)
+    paused, ready = _utterance(3000)
+    early.paused(paused)
+    first = await early.transcript_of(paused)
+    assert first is not None and first.text == "4000 samples"
+    assert await early.transcript_of(paused) is first  # already done: no new job
+    assert await early.final(ready) is first
+    assert stt.calls == 1 and early.statistics().used == 1
+    await early.aclose()
+
+
+async def test_transcript_of_waits_behind_a_stale_running_job() -> None:
+    stt = CountingStt()
+    early = EarlyTranscriber(stt)
+    stale, _ = _utterance(1000, samples=2000)
+    paused, ready = _utterance(3000)
+    early.paused(stale)  # running
+    transcript = await early.transcript_of(paused)  # queued next, then awaited
+    assert transcript is not None and transcript.text == "4000 samples"
+    assert await early.final(ready) is transcript
+    assert stt.calls == 2
+    await early.aclose()
+    with pytest.raises(TypeError, match="UtterancePaused"):
+        await early.transcript_of(ready)  # type: ignore[arg-type]

@@ -14,10 +14,16 @@ Three tasks run in one task group (the caller owns the session's lifetime):
 plus **deliver**, which speaks background announcements (completed jobs) from the
 ``ReplyQueue`` whenever the floor is free, through the same TTS/fence path.
 
-Barge-in: speech for ``min_barge_in`` during a reply (generating or playing) interrupts
-exactly that reply: ``TurnRunner.interrupt`` (which cancels its LLM stream), the TTS
-task is cancelled, and playback is fenced and flushed. The history then keeps what the
-user heard, cut at the last word played.
+Barge-in (:mod:`voxflow_voice.barge_in`): at the first speech frame over a reply the
+adapter *pauses* it (a :class:`~voxflow_voice.transport.PausableTransport`), then the
+:class:`~voxflow_voice.barge_in.BargeInArbiter` confirms: a false alarm (cough, blip) or
+a backchannel ("uh-huh", judged from the overlap's transcript) *resumes* it from the
+exact sample, and never becomes a turn; a real request (or, under the ``interrupt``
+policy, any speech of ``min_barge_in``) interrupts exactly that reply:
+``TurnRunner.interrupt`` (which cancels its LLM stream), the TTS task is cancelled, and
+playback is fenced and flushed. ``must_finish`` replies are never cut
+(:meth:`VoiceSession.set_reply_policy`). The history then keeps what the user heard, cut
+at the last word played.
 """
 
 from __future__ import annotations
