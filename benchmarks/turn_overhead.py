@@ -50,45 +50,49 @@ def _support_flow() -> type[Any]:
     return flow_class
 
 
-def _one_run(flow_class: type[Any], turns: int) -> list[float]:
+def _one_run(flow_class: type[Any], turns: int) -> tuple[list[float], list[float]]:
+    """Wall and CPU (process) seconds of each turn of one session."""
     flow = flow_class()
     session = f"bench-{time.monotonic_ns()}"
-    times: list[float] = []
+    wall: list[float] = []
+    cpu: list[float] = []
     gc.collect()
     for i in range(turns):
         message = MESSAGES[i % len(MESSAGES)]
-        start = time.perf_counter()
+        start, start_cpu = time.perf_counter(), time.process_time()
         flow.handle_turn(message, session_id=session)
-        times.append(time.perf_counter() - start)
+        wall.append(time.perf_counter() - start)
+        cpu.append(time.process_time() - start_cpu)
     flow.finalize_session_traces()
     assert len(flow.state.messages) == 2 * turns
-    return times
+    return wall, cpu
 
 
 def _summary(times: list[float]) -> dict[str, float]:
     us = [t * 1e6 for t in times]
     ordered = sorted(us)
-    hundred = max(1, len(us) // 10)
+    window = min(100, len(us) // 2)
     return {
         "median": statistics.median(us),
         "p95": ordered[int(0.95 * (len(ordered) - 1))],
-        "first": statistics.median(us[:hundred]),
-        "last": statistics.median(us[-hundred:]),
+        "first": statistics.median(us[:window]),
+        "last": statistics.median(us[-window:]),
     }
 
 
-def _bench(name: str, flow_class: type[Any], turns: int, runs: int) -> dict[str, float]:
+def _bench(name: str, flow_class: type[Any], turns: int, runs: int) -> None:
     _one_run(flow_class, 20)  # warm-up: imports, pydantic schemas, SQLite file
-    results = [_summary(_one_run(flow_class, turns)) for _ in range(runs)]
-    merged = {key: statistics.median(r[key] for r in results) for key in results[0]}
-    ratio = merged["last"] / merged["first"]
-    print(
-        f"{name:<10} median {merged['median']:8.1f} us   p95 {merged['p95']:8.1f} us   "
-        f"turns 1-{turns // 10}: {merged['first']:8.1f} us   "
-        f"turns {turns - turns // 10 + 1}-{turns}: {merged['last']:8.1f} us   "
-        f"last/first {ratio:5.2f}"
-    )
-    return merged
+    runs_ = [_one_run(flow_class, turns) for _ in range(runs)]
+    window = min(100, turns // 2)
+    for clock, index in (("wall", 0), ("CPU", 1)):
+        results = [_summary(r[index]) for r in runs_]
+        merged = {key: statistics.median(r[key] for r in results) for key in results[0]}
+        print(
+            f"{name:<10} {clock:<4} median {merged['median']:8.1f} us   "
+            f"p95 {merged['p95']:8.1f} us   first {window} turns {merged['first']:8.1f} us   "
+            f"last {window} turns {merged['last']:8.1f} us   "
+            f"last/first {merged['last'] / merged['first']:5.2f}"
+        )
 
 
 def main() -> None:
