@@ -150,3 +150,16 @@ def test_settings_refuse_bad_values_by_name() -> None:
     with pytest.raises(ValueError, match="not an IP address"), host_addresses(["nope"]):
         pass
     assert ServerSettings().host == "127.0.0.1" and ServerSettings().peer.ice_servers == ()
+
+
+def test_voxflow_serve_refuses_bad_options_before_loading_anything(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from voxflow.cli import main
+
+    assert main(["serve", "--port", "70000"]) == 2
+    assert "port" in capsys.readouterr().err
+    assert main(["serve", "--ice-server", "stun.example.org"]) == 2
+    assert "stun:" in capsys.readouterr().err
+    assert main(["serve", "no/such/flow.py:Flow"]) == 2
+    assert "not found" in capsys.readouterr().err
