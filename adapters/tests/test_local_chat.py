@@ -6,19 +6,25 @@ time) with a barge-in, so what it shows is what a session really reports.
 
 from __future__ import annotations
 
+import asyncio
 import io
+from dataclasses import dataclass, field
+from typing import Any
 
 import pytest
 from rich.console import Console
-from voxflow_adapters.local import LocalAudioStatus
-from voxflow_adapters.local_chat import ChatView, parse_device
+from voxflow_adapters.local import LocalAudioSettings, LocalAudioStatus, StreamKind
+from voxflow_adapters.local_chat import ChatView, VoiceChat, parse_device
 from voxflow_adapters.scenario import run_call
 from voxflow_adapters.script import CallScript
 from voxflow_voice.engines import VoiceEngines
 
 from voxflow import ConversationConfig, Flow, listen
 from voxflow.cli import main
+from voxflow.clock import VirtualClock
 from voxflow.conversation import RouterContext
+from voxflow.errors import AudioDeviceError
+from voxflow.ids import new_turn_id
 from voxflow.turns import TurnRunner, TurnState
 
 STORY = (
@@ -102,3 +108,65 @@ def test_voice_options_need_voice(capsys: pytest.CaptureFixture[str]) -> None:
     assert "needs a FLOW" in capsys.readouterr().err
     assert main(["chat", "--voice", "--input-device", " "]) == 2
     assert "device" in capsys.readouterr().err
+
+
+@dataclass
+class _Stream:
+    samplerate: float
+    active: bool = False
+    closed: bool = False
+
+    def start(self) -> None:
+        self.active = True
+
+    def close(self, ignore_errors: bool = True) -> None:
+        self.active, self.closed = False, True
+
+
+@dataclass
+class _Driver:
+    """Streams that never call back (a silent, then unplugged, sound card)."""
+
+    missing: set[str] = field(default_factory=set)
+    opened: int = 0
+
+    def open(self, kind: StreamKind, *, device: Any, samplerate: int | None, block: float,
+             latency: Any, callback: Any) -> _Stream:
+        if kind in self.missing:
+            raise AudioDeviceError(f"no {kind} device", device=device, kind=kind)
+        self.opened += 1
+        return _Stream(float(samplerate or 16_000))
+
+    def refresh(self) -> None:
+        pass
+
+
+@pytest.mark.models
+async def test_a_lost_device_keeps_the_conversation_and_reconnect_goes_on(
+    engines: VoiceEngines,
+) -> None:
+    turns = TurnRunner(Teller())
+    async for _ in turns.astream_turn("Tell me a story.", turn_id=new_turn_id()):
+        pass  # one turn of conversation before the devices go
+    before = [m.content for m in turns.flow.state.messages]
+    assert before == ["Tell me a story.", STORY]
+    driver, view, clock = _Driver(), ChatView(), VirtualClock(autojump=True)
+    settings = LocalAudioSettings(stall_timeout=1.0, reopen_attempts=1, reopen_backoff=0.1)
+    chat = VoiceChat(turns, engines, view, audio_settings=settings, backend=driver, clock=clock)
+    async with clock:
+        task = asyncio.create_task(chat.run())
+        for _ in range(5):
+            await asyncio.sleep(0)
+        assert chat.sessions == 1
+        driver.missing = {"input"}  # unplugged: the stall's reopen fails
+        await clock.sleep(5.0)
+        assert not task.done()  # the chat waits for r or q
+        assert view.lines[-1].who == "system"
+        assert view.lines[-1].text.endswith("Press r to reconnect, q to quit.")
+        driver.missing = set()  # plugged back in
+        chat.on_key("r")
+        await clock.sleep(0.5)
+        assert chat.sessions == 2 and chat.audio is not None and chat.audio.error is None
+        chat.on_key("q")
+        await task
+    assert [m.content for m in turns.flow.state.messages] == before  # nothing was lost

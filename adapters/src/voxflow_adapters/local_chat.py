@@ -43,9 +43,12 @@ from voxflow_voice.events import (
     TurnMetrics,
 )
 
-from .local import LocalAudio, LocalAudioSettings, LocalAudioStatus, SoundDeviceBackend
+from voxflow.clock import Clock
 
-__all__ = ["ChatLine", "ChatState", "ChatView", "parse_device", "run_voice_chat"]
+from .local import LocalAudio, LocalAudioSettings, LocalAudioStatus
+from .local_backend import SoundDeviceBackend, StreamBackend
+
+__all__ = ["ChatLine", "ChatState", "ChatView", "VoiceChat", "parse_device", "run_voice_chat"]
 
 logger = logging.getLogger(__name__)
 
@@ -224,12 +227,104 @@ def _keys(loop: asyncio.AbstractEventLoop, on_key: Callable[[str], None]) -> Ite
         termios.tcsetattr(fd, termios.TCSADRAIN, saved)
 
 
+class VoiceChat:
+    """Sessions over the local devices for one conversation, until :meth:`quit`.
+
+    The TurnRunner (the flow and its history) lives as long as the chat; each
+    :class:`~voxflow_voice.session.VoiceSession` lives as long as its devices. When the
+    devices are lost for good, the session ends, a note says so, and :meth:`reconnect`
+    starts a new session on the same conversation.
+
+    Args:
+        turns: the conversation's TurnRunner.
+        engines: the speech models.
+        view: where events and device status go.
+        audio_settings: the devices.
+        voice_settings: the sessions' settings (``echo_gate=False`` for headphones).
+        backend: opens the streams (:class:`SoundDeviceBackend` if None).
+        clock: the call clock (monotonic if None).
+    """
+
+    def __init__(
+        self, turns: Any, engines: Any, view: ChatView, *,
+        audio_settings: LocalAudioSettings | None = None, voice_settings: Any = None,
+        backend: StreamBackend | None = None, clock: Clock | None = None,
+    ) -> None:
+        self.turns = turns
+        self.engines = engines
+        self.view = view
+        self.audio_settings = audio_settings or LocalAudioSettings()
+        self.voice_settings = voice_settings
+        self.backend = backend
+        self.clock = clock
+        self.audio: LocalAudio | None = None
+        self.sessions = 0
+        self._quit = asyncio.Event()
+        self._reconnect = asyncio.Event()
+
+    def quit(self) -> None:
+        """End the chat (the current session settles and closes)."""
+        self._quit.set()
+
+    def reconnect(self) -> None:
+        """After a lost device: open the devices again and go on with the conversation."""
+        self._reconnect.set()
+
+    def toggle_mute(self) -> None:
+        """Mute or unmute the microphone."""
+        if self.audio is not None:
+            self.audio.set_muted(not self.audio.muted)
+
+    def on_key(self, key: str) -> None:
+        """``q`` quits, ``m`` mutes/unmutes, ``r`` reconnects."""
+        actions = {"q": self.quit, "m": self.toggle_mute, "r": self.reconnect}
+        action = actions.get(key)
+        if action is not None:
+            action()
+
+    async def run(self) -> None:
+        """Run sessions until :meth:`quit` (or until a session ends on its own)."""
+        from voxflow_voice.session import VoiceSession
+
+        while True:
+            audio = LocalAudio(self.audio_settings, backend=self.backend, clock=self.clock,
+                               on_status=self.view.on_status)
+            await audio.open()
+            self.audio = audio
+            session = VoiceSession(self.turns, audio, self.engines, settings=self.voice_settings,
+                                   clock=self.clock, on_event=self.view.on_event)
+            self.sessions += 1
+            run = asyncio.create_task(session.run(), name="voice-chat.session")
+            if await self._first(run, self._quit.wait()):
+                await audio.aclose()  # ends the input: the session settles and closes
+            await run
+            await audio.aclose()
+            if self._quit.is_set() or audio.error is None:
+                return
+            self.view.note(f"{audio.error} Press r to reconnect, q to quit.")
+            self._reconnect.clear()
+            if await self._first(self._reconnect.wait(), self._quit.wait()):
+                return
+
+    @staticmethod
+    async def _first(first: Any, second: Any) -> bool:
+        """Wait for either; True if ``second`` finished first. The other is left running
+        if it is a task the caller owns, else cancelled."""
+        a = first if isinstance(first, asyncio.Task) else asyncio.ensure_future(first)
+        b = second if isinstance(second, asyncio.Task) else asyncio.ensure_future(second)
+        done, _ = await asyncio.wait({a, b}, return_when=asyncio.FIRST_COMPLETED)
+        for task, owned in ((a, first is a), (b, second is b)):
+            if not owned and not task.done():
+                task.cancel()
+        return b in done and a not in done
+
+
 async def _chat(flow_spec: str | None, model: str | None, audio_settings: LocalAudioSettings,
                 headphones: bool) -> int:
     from rich.console import Console
     from rich.live import Live
     from voxflow_voice.engines import VoiceEngines
-    from voxflow_voice.session import VoiceSession, VoiceSettings
+    from voxflow_voice.session import VoiceSettings
 
     from voxflow.turns import TurnRunner
 
@@ -239,52 +334,18 @@ async def _chat(flow_spec: str | None, model: str | None, audio_settings: LocalA
                backend.describe("output", audio_settings.output_device))
     flow = _make_flow(flow_spec, model)
     turns = TurnRunner(flow)
-    settings = VoiceSettings(echo_gate=not headphones)
     with console.status("loading the speech models…"):
         engines = await asyncio.to_thread(VoiceEngines.load)
     view = ChatView(f"voxflow · {type(flow).__name__}", headphones=headphones)
     view.note(f"microphone: {devices[0]} · speakers: {devices[1]}")
+    chat = VoiceChat(turns, engines, view, audio_settings=audio_settings,
+                     voice_settings=VoiceSettings(echo_gate=not headphones), backend=backend)
     loop = asyncio.get_running_loop()
-    quit_event, reconnect = asyncio.Event(), asyncio.Event()
-    audio_ref: dict[str, LocalAudio] = {}
-
-    def on_key(key: str) -> None:
-        audio = audio_ref.get("audio")
-        if key == "q":
-            quit_event.set()
-        elif key == "m" and audio is not None:
-            audio.set_muted(not audio.muted)
-        elif key == "r":
-            reconnect.set()
-
-    with _keys(loop, on_key) as interactive, Live(view, console=console, refresh_per_second=8):
+    with _keys(loop, chat.on_key) as interactive, Live(view, console=console,
+                                                        refresh_per_second=8):
         if not interactive:
             view.note("stdin is not a terminal: keys are off, Ctrl-C quits")
-        while True:
-            audio = LocalAudio(audio_settings, backend=backend, on_status=view.on_status)
-            await audio.open()
-            audio_ref["audio"] = audio
-            session = VoiceSession(turns, audio, engines, settings=settings,
-                                   on_event=view.on_event)
-            run = asyncio.create_task(session.run(), name="voice-chat.session")
-            quitter = asyncio.create_task(quit_event.wait())
-            try:
-                await asyncio.wait({run, quitter}, return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                await audio.aclose()  # ends the input: the session settles and closes
-                quitter.cancel()
-            await run
-            if quit_event.is_set() or audio.error is None:
-                break
-            view.note(f"{audio.error} Press r to reconnect, q to quit.")
-            reconnect.clear()
-            waiter = asyncio.create_task(reconnect.wait())
-            quitter = asyncio.create_task(quit_event.wait())
-            await asyncio.wait({waiter, quitter}, return_when=asyncio.FIRST_COMPLETED)
-            waiter.cancel()
-            quitter.cancel()
-            if quit_event.is_set():
-                break
+        await chat.run()
     messages = len(getattr(turns.flow.state, "messages", []))
     console.print(f"[dim]call ended · {messages} messages in the conversation · "
                   f"{view.interruptions} interruptions[/]")
