@@ -4,19 +4,23 @@ Runs 1,000 ``handle_turn`` calls in one session on the spec's rule-based ``Suppo
 (``examples/support.py``: no LLM, so this measures the runtime alone), in memory and with
 class-level ``@persist()`` on the default backend (``SQLiteFlowPersistence`` in a temporary
 ``$VOXFLOW_HOME``; a conversation saves only the messages a save appends), and prints for
-each: the median and p95 microseconds per turn, the median of turns 1-100 against turns
-901-1,000 (flat means within 20%), and the peak RSS of the process. Each figure is the
+each, as wall-clock and CPU-time rows: the median and p95 microseconds per turn, the
+median of turns 1-100 against turns 901-1,000 (flat means within 20%); then the peak RSS
+of the process. Each figure is the
 median over ``--runs`` runs.
 
 Targets: median <= 300 us and flat in memory; <= 2 ms and flat persisted. The reference
 measured 3.4 ms rising to 7-11 ms, and 10 ms rising to 40 ms persisted.
 
-Measured (2-core shared machine, median of 5 runs, turns 1-100 -> 901-1,000):
+Measured (2-core shared machine under load, median of 5 runs, first 100 -> last 100
+turns, wall clock; CPU within a few us of it):
 
-* in memory: ~94 us -> ~94 us (median ~94 us).
-* ``@persist()`` default backend: ~430 us -> ~440 us (median ~410 us; p95 5-25 ms: the
-  SQLite WAL checkpoints). Before the default backend stored conversations item by item
-  it rewrote the whole snapshot on every save: ~0.9 ms -> ~31 ms (median ~12.5 ms).
+* in memory: 96 us -> 95 us (median 95 us, p95 220 us), flat.
+* ``@persist()`` default backend: 394 us -> 432 us (median 421 us; last/first 0.97-1.10
+  over several runs). p95 wall ~4.5 ms, CPU 0.9 ms: preemption on the loaded machine,
+  plus a WAL checkpoint every ~90 turns. Before the default backend stored conversations
+  item by item it rewrote the whole snapshot on every save: 0.9 ms -> 31 ms (median
+  12.5 ms).
 
     uv run python benchmarks/turn_overhead.py [--turns 1000] [--runs 5]
 """

@@ -25,8 +25,9 @@ then writes only the items appended since the previous save and the small snapsh
 the cost of a save does not grow with the history (a conversational flow saves this way
 automatically, see ``voxflow.conversation.persistence``). :meth:`load_state` reassembles
 the lists, so it returns exactly the state that was saved, whichever way it was saved.
-Items beyond a snapshot's counts (written by a transaction that never committed, or left
-by a shorter rewrite) are ignored and later overwritten.
+Items beyond a snapshot's counts (none are written today: items and snapshot share one
+transaction; a database from an older two-step writer may hold some) are ignored and
+overwritten by the next delta.
 """
 
 from __future__ import annotations
