@@ -21,8 +21,9 @@ speech frame) on the deterministic :class:`~voxflow.clock.VirtualClock` and in r
 * **words of difference** between the history's assistant message and the words the
   client's receipts say were played (word timings from a fresh synthesis; target 0);
 * **onset → audible pause** (the sound's first sample above -40 dBFS on the tape → the
-  end of the last reply sample played; target <= 120 ms), **onset → fence** for requests,
-  **pause length** of resumed replies;
+  end of the last reply sample played; target <= 120 ms; only calls whose reply was
+  audible at the onset), **onset → fence** for requests, **pause length** of resumed
+  replies;
 * **voice to voice** of the story request (session marks: VAD speech end → first reply
   sample played), at the defaults (0.6 s end-of-turn silence) and at the anchor's 0.2 s.
 
@@ -201,7 +202,9 @@ async def one_call(
         before = [r for r in receipts if r.at <= stop_at]
         if before:
             end = before[-1].at + before[-1].num_samples / before[-1].sample_rate
-            pause_ms = max(0.0, (end - onset) * 1000)
+            # Timed only if the reply was audible at the onset (in real time, a slow
+            # synthesis may leave a gap in the reply: then there is no stop to time).
+            pause_ms = (end - onset) * 1000 if end >= onset else None
         if flushes:
             fence_ms = (flushes[0][0] - onset) * 1000
     if len(pauses) >= 2 and pauses[-1][2] == "resume":
