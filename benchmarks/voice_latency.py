@@ -31,6 +31,22 @@ speech; its barge-in also needs 0.2 s of speech): it took 1.33 s voice to voice 
 ``SttSettings(encoder_window=10.0)`` (faster STT at some accuracy: ``voxflow_voice.stt``).
 Targets: voice to voice <= end-of-turn silence + 500 ms; barge-in stop <= minimum
 barge-in + 40 ms; stale samples 0.
+
+Measured at 8ea023d..98b38c8 (2 CPUs shared with other test runs; load average in
+brackets; medians, tape figures):
+
+============================  ==============  ===============  =====  =============
+config                        voice to voice  barge-in stop    stale  STT/utterance
+============================  ==============  ===============  =====  =============
+default (tiny.en)             1046 ms [2.3]   156 ms (<= 340)  0      642 ms
+reference (base)              1591 ms [1.5]   156 ms (<= 240)  0      1175 ms
+default, 10 s STT window      785 ms [4.3]    160 ms           0      151 ms
+reference, 10 s STT window    688 ms [3.2]    160 ms           0      314 ms
+============================  ==============  ===============  =====  =============
+
+Targets: default 1100 / 340 ms, reference 700 / 240 ms; the leading framework took
+1330 / 385 ms. Under a load average of 7 to 10 the STT rows triple (tiny.en ~1.6 s,
+base 2 to 5 s per utterance) and voice to voice follows; the barge-in stop does not.
 """
 
 from __future__ import annotations
