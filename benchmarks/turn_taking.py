@@ -125,6 +125,7 @@ class Outcome:
     fence_ms: float | None
     paused_for_ms: float | None
     v2v_ms: float | None
+    heard_as: str = ""  # the overlap's transcript, as the session got it
 
 
 @dataclass(slots=True)
@@ -216,8 +217,9 @@ async def one_call(
     diff = sum(max(i2 - i1, j2 - j1) for op, i1, i2, j1, j2 in matcher.get_opcodes()
                if op != "equal")
     v2v = call.metrics()[0].voice_to_voice_ms if call.metrics() else None
+    texts = [e.text for e in call.of_kind("barge_in_resumed")] + call.transcripts()[1:]
     return Outcome(label, group, fenced, resumed, whole, contiguous(call, story), diff,
-                   pause_ms, fence_ms, paused_for, v2v)
+                   pause_ms, fence_ms, paused_for, v2v, " | ".join(texts))
 
 
 def dist(values: list[float | None]) -> str:
@@ -243,7 +245,8 @@ def summarize(name: str, outs: list[Outcome]) -> None:
         verdict = "FENCED" if o.fenced else ("resumed" if o.resumed else "untouched")
         print(f"  {o.group:11s} {o.label:22s} {verdict:9s} whole={o.whole!s:5s} "
               f"contiguous={o.contiguous!s:5s} word_diff={o.word_diff} "
-              f"pause_ms={_ms(o.pause_ms)} paused_for_ms={_ms(o.paused_for_ms)}")
+              f"pause_ms={_ms(o.pause_ms)} paused_for_ms={_ms(o.paused_for_ms)} "
+              f"heard_as={o.heard_as!r}")
     share = 100.0 * len(wrong) / max(1, len(benign))
     print(f"  wrongly fenced: {len(wrong)}/{len(benign)} = {share:.1f} % (target < 5 %): "
           f"{[o.label for o in wrong]}")
