@@ -38,6 +38,8 @@ def s(seconds: float) -> int:
         ("Uh-huh.", "backchannel"),
         ("Mm-hmm.", "backchannel"),
         ("MMM.", "backchannel"),
+        ("M-H-N.", "backchannel"),  # Whisper tiny.en's spelling of "Mhm." in one real run
+        ("Mm-hm, uhm.", "backchannel"),
         ("Yeah, okay.", "backchannel"),
         ("Right.", "backchannel"),
         ("I see.", "backchannel"),

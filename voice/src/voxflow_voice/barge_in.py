@@ -71,6 +71,7 @@ BACKCHANNEL_WORDS: frozenset[str] = frozenset({
 that Whisper writes out, like ``um`` or ``ahem``, count too)."""
 
 _WORD = re.compile(r"[a-z]+(?:[-'][a-z]+)*")
+_HUM = re.compile(r"[mhnu]+")  # "mhm", "M-H-N", "mmhmm", "uhm": a hum, however spelt
 _NON_SPEECH = re.compile(r"\[[^\]]*\]|\([^)]*\)|\*[^*]*\*")  # Whisper's "(coughing)", "[BLANK]"
 
 
@@ -128,6 +129,7 @@ def classify_overlap(text: str, settings: BargeInSettings = DEFAULT_BARGE_IN) ->
         return "noise"
     if len(words) <= settings.backchannel_max_words and all(
         w in settings.backchannel_words or w.replace("-", "") in settings.backchannel_words
+        or _HUM.fullmatch(w.replace("-", "")) is not None
         for w in words
     ):
         return "backchannel"
