@@ -99,7 +99,9 @@ def test_sound_never_confirmed_resumes_at_the_confirm_window() -> None:
     arbiter = BargeInArbiter(BargeInSettings(confirm_window=0.5))
     assert arbiter.begin(D, s(2.0), "ignore_backchannel") == "pause"
     assert arbiter.update(D, position=s(2.4), active=True, speech_end=s(2.3)) == "none"
-    assert arbiter.update(D, position=s(2.5), active=True, speech_end=s(2.3)) == "resume"
+    # past the window, but the last sound is more recent than resume_hold: wait
+    assert arbiter.update(D, position=s(2.5), active=True, speech_end=s(2.3)) == "none"
+    assert arbiter.update(D, position=s(2.7), active=True, speech_end=s(2.3)) == "resume"
     # Not an utterance to answer if its words are an acknowledgment.
     assert arbiter.is_turn(s(2.0), "Yeah.") is False
 
@@ -217,3 +219,19 @@ async def test_transcript_of_waits_behind_a_stale_running_job() -> None:
     await early.aclose()
     with pytest.raises(TypeError, match="UtterancePaused"):
         await early.transcript_of(ready)  # type: ignore[arg-type]
+
+
+def test_a_comma_pause_before_confirmation_does_not_resume_the_reply() -> None:
+    # "Stop, thanks": "Stop," is too short to confirm; "thanks" follows after the comma.
+    arbiter = BargeInArbiter()
+    assert arbiter.begin(D, s(1.0), "ignore_backchannel") == "pause"
+    assert arbiter.update(D, position=s(1.3), active=True, speech_end=s(1.25)) == "none"
+    # the confirm window (0.6 s) passes during the comma's pause: still paused
+    assert arbiter.update(D, position=s(1.62), active=True, speech_end=s(1.25)) == "none"
+    assert arbiter.update(D, position=s(1.7), active=True, speech_end=s(1.7)) == "none"
+    assert arbiter.confirmed() != "resume"  # "thanks" confirms the barge-in
+    # sound that never confirms resumes at the decide window at the latest
+    noisy = BargeInArbiter()
+    noisy.begin(D, s(1.0), "ignore_backchannel")
+    assert noisy.update(D, position=s(3.99), active=True, speech_end=s(3.95)) == "none"
+    assert noisy.update(D, position=s(4.0), active=True, speech_end=s(3.98)) == "resume"

@@ -254,7 +254,11 @@ class BargeInArbiter:
             return "none"
         elapsed = position - ov.onset
         if not ov.confirmed:
-            if ov.paused and elapsed >= self._confirm:
+            # Unconfirmed by the window: resume, but not while the user is mid-phrase
+            # ("Stop, thanks": the comma's pause is shorter than resume_hold), unless the
+            # sound has dragged on past the decide window.
+            recent = position - speech_end < self._hold and elapsed < self._decide
+            if ov.paused and elapsed >= self._confirm and not recent:
                 ov.paused = False
                 ov.outcome = "unconfirmed"
                 return "resume"
