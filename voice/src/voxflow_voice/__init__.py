@@ -78,6 +78,24 @@ from .echo import (
 from .echo import (
     EchoGateStatistics as EchoGateStatistics,
 )
+from .engines import (
+    VoiceEngines as VoiceEngines,
+)
+from .heard import (
+    HeardLedger as HeardLedger,
+)
+from .heard import (
+    HeardReply as HeardReply,
+)
+from .metrics import (
+    Distribution as Distribution,
+)
+from .metrics import (
+    LatencySummary as LatencySummary,
+)
+from .metrics import (
+    summarize as summarize,
+)
 from .models import (
     BASE_PART_MODULES as BASE_PART_MODULES,
 )
@@ -120,6 +138,12 @@ from .models import (
 from .models import (
     unload_models as unload_models,
 )
+from .playback import (
+    Playback as Playback,
+)
+from .playback import (
+    PlaybackStatistics as PlaybackStatistics,
+)
 from .segmenter import (
     DEFAULT_SEGMENTER_SETTINGS as DEFAULT_SEGMENTER_SETTINGS,
 )
@@ -135,6 +159,15 @@ from .segmenter import (
 from .segmenter import (
     strip_markdown as strip_markdown,
 )
+from .session import (
+    DEFAULT_VOICE_SETTINGS as DEFAULT_VOICE_SETTINGS,
+)
+from .session import (
+    VoiceSession as VoiceSession,
+)
+from .session import (
+    VoiceSettings as VoiceSettings,
+)
 from .stt import (
     DEFAULT_STT_SETTINGS as DEFAULT_STT_SETTINGS,
 )
@@ -149,6 +182,24 @@ from .stt import (
 )
 from .stt import (
     WhisperStt as WhisperStt,
+)
+from .transport import (
+    AudioTransport as AudioTransport,
+)
+from .transport import (
+    ClientObservation as ClientObservation,
+)
+from .transport import (
+    MuteChanged as MuteChanged,
+)
+from .transport import (
+    PausableTransport as PausableTransport,
+)
+from .transport import (
+    PlaybackDrained as PlaybackDrained,
+)
+from .transport import (
+    PlaybackReceipt as PlaybackReceipt,
 )
 from .tts import (
     DEFAULT_TTS_SETTINGS as DEFAULT_TTS_SETTINGS,
@@ -225,6 +276,7 @@ __all__ = [
     "DEFAULT_TINY_EN_MODULE",
     "DEFAULT_TTS_SETTINGS",
     "DEFAULT_TURN_DETECTION",
+    "DEFAULT_VOICE_SETTINGS",
     "DETERMINISTIC_TTS_SETTINGS",
     "FAST_TURN_DETECTION",
     "FRAME_SAMPLES",
@@ -232,18 +284,30 @@ __all__ = [
     "STT_SAMPLE_RATE",
     "WHISPER_BASE_SIZE",
     "AudioChunk",
+    "AudioTransport",
     "BargeInArbiter",
     "BargeInDetected",
     "BargeInPolicy",
     "BargeInSettings",
+    "ClientObservation",
+    "Distribution",
     "EarlyTranscriber",
     "EarlyTranscriberStatistics",
     "EchoGate",
     "EchoGateSettings",
     "EchoGateStatistics",
     "EnergyVad",
+    "HeardLedger",
+    "HeardReply",
     "InputConverter",
+    "LatencySummary",
+    "MuteChanged",
+    "PausableTransport",
     "PiperTts",
+    "Playback",
+    "PlaybackDrained",
+    "PlaybackReceipt",
+    "PlaybackStatistics",
     "Resampler",
     "Segment",
     "SegmenterSettings",
@@ -264,6 +328,9 @@ __all__ = [
     "UtteranceReady",
     "VadStream",
     "VoiceActivityDetector",
+    "VoiceEngines",
+    "VoiceSession",
+    "VoiceSettings",
     "WhisperStt",
     "WordTiming",
     "assemble_whisper_base",
@@ -281,6 +348,7 @@ __all__ = [
     "read_wav",
     "resample",
     "strip_markdown",
+    "summarize",
     "to_mono",
     "unload_models",
     "write_wav",
