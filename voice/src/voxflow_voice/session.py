@@ -33,7 +33,7 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -43,7 +43,7 @@ from voxflow.jobs import JobRecord, JobRunner
 from voxflow.replies import ClientActivity, ReplyQueue
 from voxflow.turns import ReplyEvent, TurnRunner
 
-from .audio import STT_SAMPLE_RATE, AudioChunk, InputConverter
+from .audio import STT_SAMPLE_RATE, InputConverter
 from .barge_in import BargeInAction, BargeInArbiter, BargeInPolicy, BargeInSettings
 from .early_stt import EarlyTranscriber
 from .echo import EchoGate, EchoGateSettings
@@ -83,6 +83,8 @@ from .turn_detector import SpeechEnded as DetectorSpeechEnded
 from .turn_detector import SpeechStarted as DetectorSpeechStarted
 
 __all__ = ["DEFAULT_VOICE_SETTINGS", "VoiceSession", "VoiceSettings"]
+
+_T = TypeVar("_T")
 
 logger = logging.getLogger(__name__)
 
@@ -508,17 +510,18 @@ class VoiceSession:
         self.metrics.append(metrics)
         self._emit(metrics)
 
-    async def _held(self, stream: AsyncIterator[ReplyEvent]) -> AsyncIterator[ReplyEvent]:
-        """Iterate ``stream`` with the virtual clock held, so generation takes no audio time."""
-        iterator = aiter(stream)
+    async def _held(self, items: AsyncIterator[_T]) -> AsyncIterator[_T]:
+        """Iterate ``items`` with a virtual clock held while each next item is awaited, so
+        generation and synthesis take no audio time; closes ``items`` when done."""
+        iterator = aiter(items)
         try:
             while True:
                 with self._hold():
                     try:
-                        event = await anext(iterator)
+                        item = await anext(iterator)
                     except StopAsyncIteration:
                         return
-                yield event
+                yield item
         finally:
             close = getattr(iterator, "aclose", None)
             if close is not None:
@@ -589,27 +592,12 @@ class VoiceSession:
             self._emit(ReplyTextStreamed(session_id=self.session_id, at=self.clock.now(),
                                          delivery_id=delivery, segment_id=segment_id, text=text))
             chunks = self.engines.tts.stream(text, delivery_id=delivery, segment_id=segment_id)
-            async for chunk in self._held_chunks(chunks):
+            async for chunk in self._held(chunks):
                 if self.echo_gate is not None:
                     self.echo_gate.sent(chunk)
                 if not await self.playback.play(chunk):
                     return
             self.playback.end_segment(delivery, segment_id)
-
-    async def _held_chunks(self, chunks: AsyncIterator[AudioChunk]) -> AsyncIterator[AudioChunk]:
-        iterator = aiter(chunks)
-        try:
-            while True:
-                with self._hold():
-                    try:
-                        chunk = await anext(iterator)
-                    except StopAsyncIteration:
-                        return
-                yield chunk
-        finally:
-            close = getattr(iterator, "aclose", None)
-            if close is not None:
-                await close()
 
     async def _finish(self, reply: _Reply) -> bool:
         """Wait until the reply was played whole (True) or fenced (False)."""
