@@ -197,3 +197,92 @@ def test_script_rejects_bad_input() -> None:
         CallScript().mute(3, 2)
     with pytest.raises(TypeError, match="CallScript"):
         SimulatedClient("not a script", clock=VirtualClock())  # type: ignore[arg-type]
+
+
+async def test_a_held_delivery_is_written_only_on_release_in_order() -> None:
+    clock = VirtualClock(autojump=True)
+    client = SimulatedClient(CallScript().until(3.0), clock=clock, tail=0.0)
+    playback = Playback(client)
+    a = DeliveryId("speculative")
+    chunks = tone_chunks(a, ["ready", "when", "you", "are"])
+    playback.hold(a)
+    async with clock, client:
+        observer = asyncio.create_task(pump(client, playback))
+        assert all(await feed(playback, chunks))
+        playback.seal(a)
+        waiter = asyncio.create_task(playback.wait_played(a))
+        await clock.sleep(0.5)
+        # held: nothing reached the client, and a sealed held reply is not "played"
+        assert not client.tape.receipts
+        assert not waiter.done()
+        assert playback.is_held(a)
+        assert await playback.release(a) == len(chunks)
+        assert not playback.is_held(a)
+        assert await waiter is True
+        observer.cancel()
+    starts = [r.start_sample for r in client.tape.receipts if r.delivery_id == a]
+    assert starts == sorted(starts)
+    assert client.tape.heard_seconds(a) == pytest.approx(1.2, abs=1e-6)
+    assert playback.statistics().chunks_written == len(chunks)
+
+
+async def test_a_fenced_held_delivery_is_never_heard() -> None:
+    clock = VirtualClock(autojump=True)
+    client = SimulatedClient(CallScript().until(2.0), clock=clock, tail=0.0)
+    playback = Playback(client)
+    a = DeliveryId("discarded")
+    chunks = tone_chunks(a, ["never", "heard"])
+    playback.hold(a)
+    async with clock, client:
+        observer = asyncio.create_task(pump(client, playback))
+        await feed(playback, chunks)
+        waiter = asyncio.create_task(playback.wait_played(a))
+        playback.fence(a)
+        assert await waiter is False
+        assert await playback.release(a) == 0  # nothing left to release
+        assert await playback.play(chunks[0]) is False  # and nothing more is taken
+        await client.finished.wait()
+        observer.cancel()
+    assert client.tape.heard_seconds(a) == 0.0
+    assert not [r for r in client.tape.receipts if r.delivery_id == a]
+    stats = playback.statistics()
+    assert (stats.chunks_written, stats.chunks_dropped) == (0, len(chunks) + 1)
+
+
+async def test_holding_stops_synthesis_running_ahead_until_released() -> None:
+    clock = VirtualClock(autojump=True)
+    client = SimulatedClient(CallScript().until(4.0), clock=clock, tail=0.0)
+    playback = Playback(client)
+    a = DeliveryId("long")
+    chunks = tone_chunks(a, ["w"] * 8)  # 2.4 s in 0.1 s chunks
+    playback.hold(a, limit_seconds=0.5)
+    async with clock, client:
+        observer = asyncio.create_task(pump(client, playback))
+        feeder = asyncio.create_task(feed(playback, chunks))
+        await clock.sleep(0.5)
+        assert not feeder.done()  # blocked at the limit, not queueing the whole reply
+        assert await playback.release(a) == 5  # the 0.5 s held, then the rest as usual
+        assert all(await feeder)
+        playback.seal(a)
+        assert await playback.wait_played(a) is True
+        observer.cancel()
+    assert client.tape.heard_seconds(a) == pytest.approx(2.4, abs=1e-6)
+
+
+async def test_hold_rejects_a_fenced_played_or_held_delivery() -> None:
+    clock = VirtualClock(autojump=True)
+    client = SimulatedClient(CallScript().until(1.0), clock=clock, tail=0.0)
+    playback = Playback(client)
+    fenced, played, held = DeliveryId("f"), DeliveryId("p"), DeliveryId("h")
+    playback.fence(fenced)
+    with pytest.raises(ValueError, match="fenced"):
+        playback.hold(fenced)
+    async with clock, client:
+        await playback.play(tone_chunks(played, ["x"])[0])
+        with pytest.raises(ValueError, match="already written"):
+            playback.hold(played)
+    playback.hold(held)
+    with pytest.raises(ValueError, match="already held"):
+        playback.hold(held)
+    with pytest.raises(ValueError, match="limit_seconds"):
+        playback.hold(DeliveryId("z"), limit_seconds=0)

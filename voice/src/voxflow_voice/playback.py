@@ -5,13 +5,18 @@ its chunks is written again and the adapter's buffered audio of it is flushed at
 A stale fence (for an older delivery) never touches newer playback. It also keeps the
 account of what the user heard (:class:`~voxflow_voice.heard.HeardLedger`) and tells
 waiters when a delivery has been played whole.
+
+A delivery can be *held* (:meth:`Playback.hold`): its chunks are kept here, not written,
+until :meth:`Playback.release` writes them in order (a speculative reply, synthesized
+before the user's turn is confirmed), or a fence drops them unheard.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import dataclass
+from collections import deque
+from dataclasses import dataclass, field
 
 from voxflow.ids import DeliveryId
 
@@ -43,6 +48,16 @@ class PlaybackStatistics:
     playing: DeliveryId | None
 
 
+@dataclass(slots=True)
+class _Held:
+    """Chunks of a held delivery, waiting for their release."""
+
+    limit: float  # seconds of audio held before play() waits
+    chunks: deque[AudioChunk] = field(default_factory=deque)
+    seconds: float = 0.0
+    opened: asyncio.Event = field(default_factory=asyncio.Event)
+
+
 class Playback:
     """Writes identity-tagged reply chunks to an adapter, with fencing.
 
@@ -61,6 +76,7 @@ class Playback:
         self._dropped = 0
         self._flushed = 0
         self._playing: DeliveryId | None = None
+        self._held: dict[DeliveryId, _Held] = {}
 
     def is_fenced(self, delivery_id: DeliveryId) -> bool:
         """Whether ``delivery_id`` was fenced."""
@@ -74,6 +90,15 @@ class Playback:
         """
         if chunk.delivery_id is None:
             raise ValueError("reply chunks must carry a delivery_id")
+        held = self._held.get(chunk.delivery_id)
+        if held is not None:
+            if held.seconds >= held.limit:
+                await held.opened.wait()  # enough is ready: wait for the release or fence
+            held = self._held.get(chunk.delivery_id)
+            if held is not None:  # still held (a release empties the queue, then forgets)
+                held.chunks.append(chunk)
+                held.seconds += chunk.num_samples / chunk.sample_rate
+                return True
         await self._transport.wait_writable()
         # No await between the fence check and the write: a fence can't slip between.
         if chunk.delivery_id in self._fenced:
@@ -92,6 +117,57 @@ class Playback:
         """All audio of a segment has been handed over."""
         self.heard.end_segment(delivery_id, segment_id)
 
+    def hold(self, delivery_id: DeliveryId, *, limit_seconds: float = 3.0) -> None:
+        """Keep ``delivery_id``'s chunks here instead of writing them, until :meth:`release`.
+
+        Once ``limit_seconds`` of audio is held, :meth:`play` waits (for the release or a
+        fence) rather than synthesizing further ahead of a reply nobody may hear.
+
+        Raises:
+            ValueError: the delivery is fenced, already written to, or already held;
+                ``limit_seconds`` is not positive.
+        """
+        if limit_seconds <= 0:
+            raise ValueError(f"limit_seconds must be positive, got {limit_seconds!r}")
+        if delivery_id in self._fenced:
+            raise ValueError(f"delivery {delivery_id!r} is fenced")
+        if delivery_id in self._held:
+            raise ValueError(f"delivery {delivery_id!r} is already held")
+        if self.heard.sent_samples(delivery_id):
+            raise ValueError(f"delivery {delivery_id!r} was already written to the adapter")
+        self._held[delivery_id] = _Held(limit=limit_seconds)
+
+    def is_held(self, delivery_id: DeliveryId) -> bool:
+        """Whether ``delivery_id``'s audio is being held back."""
+        return delivery_id in self._held
+
+    async def release(self, delivery_id: DeliveryId) -> int:
+        """Write ``delivery_id``'s held chunks in order, then play it as usual.
+
+        Chunks that arrive while the held ones are written join the queue, so the order
+        is kept. A fence during the release stops it. Returns the chunks written now.
+        """
+        held = self._held.get(delivery_id)
+        if held is None:
+            return 0
+        written = 0
+        try:
+            while held.chunks:
+                await self._transport.wait_writable()
+                if delivery_id in self._fenced:
+                    return written
+                chunk = held.chunks.popleft()  # no await between the fence check and write
+                self.heard.sent(chunk)
+                self._transport.write_nowait(chunk)
+                self._written += 1
+                written += 1
+            return written
+        finally:
+            if self._held.get(delivery_id) is held:
+                del self._held[delivery_id]
+            held.opened.set()
+            self._check_done(delivery_id)
+
     def seal(self, delivery_id: DeliveryId) -> None:
         """No more audio will come for ``delivery_id``; it is done once all is played."""
         self._sealed.add(delivery_id)
@@ -106,6 +182,11 @@ class Playback:
             return 0
         self._fenced.add(delivery_id)
         self._paused.discard(delivery_id)
+        held = self._held.pop(delivery_id, None)
+        if held is not None:  # never written: nobody heard a sample of it
+            self._dropped += len(held.chunks)
+            held.chunks.clear()
+            held.opened.set()
         dropped = self._transport.flush(delivery_id)
         self._flushed += dropped
         self._resolve(delivery_id, False)
@@ -210,7 +291,7 @@ class Playback:
         if delivery_id in self._fenced:
             self._resolve(delivery_id, False)
             return
-        if delivery_id not in self._sealed:
+        if delivery_id not in self._sealed or delivery_id in self._held:
             return
         if self.heard.played_samples(delivery_id) >= self.heard.sent_samples(delivery_id):
             self._resolve(delivery_id, True)
