@@ -1,0 +1,165 @@
+"""Flows and helpers for testing voice apps against the simulated adapter.
+
+A voice test needs a flow that answers at once (so the timeline is the pipeline's, not
+an LLM's) and a reply long enough to talk over. This module holds the one such flow that
+voxflow's own adapter tests and benchmarks use, and the helpers they check calls with:
+
+* :class:`Teller`: a rule-based ``Flow[TurnState]`` that tells a story when asked (a
+  turn whose text contains ``"story"``) and acknowledges anything else with ``"Okay."``;
+  the story, the acknowledgement and the trigger word are constructor options.
+* :data:`STORY`: the default story, three sentences (about 12 s with the bundled
+  voice); :data:`SHORT_STORY`: its first two sentences (about 8 s).
+* :func:`words`: a text's lower-cased words, for comparing transcripts and replies
+  without punctuation.
+* :func:`played_words`: the words of a reply that the simulated client really played,
+  from its receipts and a fresh synthesis of each segment.
+
+Example::
+
+    from voxflow_adapters.scenario import run_call
+    from voxflow_adapters.script import CallScript
+    from voxflow_adapters.testing import STORY, Teller
+
+    script = CallScript().user_says(0.3, "Tell me a story.").user_says(8.0, "Stop, please.")
+    call = await run_call(TurnRunner(Teller()), script, engines)
+    story, okay = call.replies()
+
+This module imports only voxflow's core; the engines and calls it reads are passed in.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING, Any, Final
+
+from voxflow import ConversationConfig, Flow, listen
+from voxflow.conversation import RouterContext
+from voxflow.turns import TurnState
+
+if TYPE_CHECKING:
+    from voxflow_voice.engines import VoiceEngines
+
+    from voxflow.ids import DeliveryId
+    from voxflow_adapters.scenario import CallResult
+
+__all__ = ["ACKNOWLEDGEMENT", "SHORT_STORY", "STORY", "Teller", "played_words", "words"]
+
+SHORT_STORY: Final[str] = (
+    "Once upon a time, in a small harbour town, there lived a lighthouse keeper named Ada. "
+    "Every night she climbed one hundred and twelve steps to light the great lamp."
+)
+"""The first two sentences of :data:`STORY` (segments 1 to 3 of the reply)."""
+
+STORY: Final[str] = (
+    f"{SHORT_STORY} "
+    "One stormy evening, the lamp went dark, and a fishing boat was still out at sea."
+)
+"""The default story: three sentences, about 12 s with the bundled voice."""
+
+ACKNOWLEDGEMENT: Final[str] = "Okay."
+"""What :class:`Teller` says to any turn that does not ask for the story."""
+
+_WORD = re.compile(r"[a-z']+")
+
+
+def _text(value: object, name: str) -> str:
+    """``value`` if it is a string with some non-space text, else a typed error naming ``name``."""
+    if not isinstance(value, str):
+        raise TypeError(f"{name} must be a str, not {type(value).__name__}")
+    if not value.strip():
+        raise ValueError(f"{name} must not be empty")
+    return value
+
+
+@ConversationConfig(system_prompt="")
+class Teller(Flow[TurnState]):
+    """A story on request; anything else is acknowledged. Replies at once, no LLM.
+
+    Args:
+        story: the reply to a turn that asks for the story.
+        acknowledgement: the reply to any other turn.
+        trigger: the word (matched case-insensitively anywhere in the user's text) that
+            asks for the story; None: every turn gets the story.
+        kwargs: the :class:`~voxflow.flow.runtime.Flow` constructor's options (``state``,
+            ``clock``, ...).
+
+    Raises:
+        TypeError: ``story``, ``acknowledgement`` or ``trigger`` is not a string.
+        ValueError: one of them is empty or blank.
+    """
+
+    def __init__(
+        self,
+        *,
+        story: str = STORY,
+        acknowledgement: str = ACKNOWLEDGEMENT,
+        trigger: str | None = "story",
+        **kwargs: Any,
+    ) -> None:
+        self.story = _text(story, "story")
+        self.acknowledgement = _text(acknowledgement, "acknowledgement")
+        self.trigger = None if trigger is None else _text(trigger, "trigger").lower()
+        super().__init__(**kwargs)
+
+    def route_turn(self, context: RouterContext) -> str | None:
+        """``"story"`` when the turn asks for it, else ``"ok"``."""
+        if self.trigger is None:
+            return "story"
+        text = (self.state.current_user_message or "").lower()
+        return "story" if self.trigger in text else "ok"
+
+    @listen("story")
+    def handle_story(self) -> str:
+        return self.story
+
+    @listen("ok")
+    def handle_ok(self) -> str:
+        return self.acknowledgement
+
+
+def words(text: str) -> list[str]:
+    """The lower-cased words of ``text`` (letters and apostrophes), punctuation dropped.
+
+    >>> words("Wait, stop! It's fine.")
+    ['wait', 'stop', "it's", 'fine']
+    """
+    if not isinstance(text, str):
+        raise TypeError(f"text must be a str, not {type(text).__name__}")
+    return _WORD.findall(text.lower())
+
+
+def played_words(call: CallResult, engines: VoiceEngines, delivery: DeliveryId) -> list[str]:
+    """The words of reply ``delivery`` whose audio ends within what the client played.
+
+    Reads the call's ``reply_text`` events (the segments handed to TTS) and the client's
+    playback receipts, and times each segment's words by synthesizing it again with
+    ``engines.tts`` (with a noise-free voice: the same samples), independently of the
+    session's own heard-text ledger. Counting stops at the first segment not played
+    to its end.
+
+    Args:
+        call: a finished scripted call (:func:`~voxflow_adapters.scenario.run_call`).
+        engines: the engines the call ran on (their TTS gives the word timings).
+        delivery: the reply's delivery id (one of ``call.replies()``).
+
+    Returns:
+        The played words, as :func:`words` spells them.
+    """
+    segments = {e.segment_id: e.text for e in call.of_kind("reply_text")
+                if e.delivery_id == delivery}
+    played: dict[int | None, int] = {}
+    for r in call.tape.receipts:
+        if r.delivery_id == delivery:
+            played[r.segment_id] = max(played.get(r.segment_id, 0), r.start_sample + r.num_samples)
+    heard: list[str] = []
+    for segment_id in sorted(segments):
+        timings: list[tuple[str, int]] = []
+        offset = 0
+        for sentence in engines.tts.synthesize(segments[segment_id]):
+            timings += [(w.word, offset + w.end) for w in sentence.words]
+            offset += len(sentence.samples)
+        upto = played.get(segment_id, 0)
+        heard += [w for w, end in timings if end <= upto]
+        if upto < offset:
+            break
+    return words(" ".join(heard))
