@@ -40,6 +40,7 @@ from voxflow.flow.persistence import FlowPersistence as FlowPersistence
 from voxflow.flow.persistence import SQLiteFlowPersistence as SQLiteFlowPersistence
 from voxflow.flow.persistence import default_data_dir as default_data_dir
 from voxflow.flow.persistence import persist as persist
+from voxflow.flow.rollback import RollbackPoint as RollbackPoint
 from voxflow.flow.runtime import Flow as Flow
 from voxflow.flow.state import FlowState as FlowState
 from voxflow.flow.streaming import StreamFrame as StreamFrame
@@ -70,6 +71,7 @@ __all__ = [
     "MethodFinished",
     "MethodStarted",
     "PauseForFeedback",
+    "RollbackPoint",
     "SQLiteFlowPersistence",
     "StreamFrame",
     "StreamSession",

@@ -1,0 +1,121 @@
+"""RollbackPoint: a discarded (speculative) turn leaves no trace, live or persisted."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from voxflow import Flow, SQLiteFlowPersistence, listen, persist, start
+from voxflow.flow import RollbackPoint
+from voxflow.turns import TurnRunner, TurnState
+
+pytestmark = pytest.mark.unit
+
+
+def persisted_chat(backend: SQLiteFlowPersistence) -> type[Flow[TurnState]]:
+    @persist(backend)
+    class Chat(Flow[TurnState]):
+        conversational = True
+
+        def route_turn(self, context: Any) -> str:
+            return "reply"
+
+        @listen("reply")
+        def handle_reply(self) -> str:
+            return f"echo {self.state.current_user_message}"
+
+    return Chat
+
+
+async def turn(runner: TurnRunner, text: str) -> list[str]:
+    return [e.type async for e in runner.astream_turn(text)]
+
+
+async def test_a_discarded_turn_leaves_no_trace_in_memory_or_storage(tmp_path: Path) -> None:
+    backend = SQLiteFlowPersistence(tmp_path / "flows.db")
+    runner = TurnRunner(persisted_chat(backend)())
+    await turn(runner, "one")
+    state = runner.flow.state
+    call = str(state.id)
+    before = state.model_dump()
+    stored_before = backend.load_state(call)
+    assert stored_before is not None and len(stored_before["messages"]) == 2
+
+    point = RollbackPoint.take(runner.flow)
+    assert "completed" in await turn(runner, "two, spoken too early")
+    assert len(state.messages) == 4 and len(state.turns) == 2
+    stored = backend.load_state(call)
+    assert stored is not None and len(stored["messages"]) == 4  # the turn was saved
+
+    await point.restore()
+    assert runner.flow.state is state  # the same object, put back as it was
+    assert state.model_dump() == before
+    stored_after = backend.load_state(call)
+    assert stored_after is not None
+    assert stored_after["messages"] == stored_before["messages"]
+    assert set(stored_after["turns"]) == set(before["turns"])
+
+    # and the conversation goes on from there, saved incrementally again
+    await turn(runner, "two")
+    assert [m.content for m in state.messages] == ["one", "echo one", "two", "echo two"]
+    stored_next = backend.load_state(call)
+    assert stored_next is not None
+    assert [m["content"] for m in stored_next["messages"]] == ["one", "echo one", "two", "echo two"]
+
+
+async def test_frozen_history_items_are_shared_and_mutable_records_copied() -> None:
+    class Chat(Flow[TurnState]):
+        conversational = True
+
+        def route_turn(self, context: Any) -> str:
+            return "reply"
+
+        @listen("reply")
+        def handle_reply(self) -> str:
+            return "ok"
+
+    runner = TurnRunner(Chat())
+    await turn(runner, "hello")
+    state = runner.flow.state
+    first_message = state.messages[0]
+    [record] = state.turns.values()
+    point = RollbackPoint.take(runner.flow)
+    record.status = "interrupted"  # an in-place change after the point...
+    await point.restore()
+    assert state.messages[0] is first_message  # frozen: shared, never copied
+    [restored] = state.turns.values()
+    assert restored.status == "completed"  # ...is undone
+
+
+async def test_dict_states_roll_back_in_place() -> None:
+    class Counter(Flow[dict[str, Any]]):
+        @start()
+        def bump(self) -> int:
+            self.state["n"] = self.state.get("n", 0) + 1
+            self.state.setdefault("log", []).append(self.state["n"])
+            return int(self.state["n"])
+
+    flow = Counter()
+    await flow.kickoff_async()
+    state = flow.state
+    point = RollbackPoint.take(flow)
+    await flow.kickoff_async()
+    assert state["log"] == [1, 2]
+    await point.restore()
+    assert flow.state is state and state["n"] == 1 and state["log"] == [1]
+
+
+async def test_a_point_restores_once_and_checks_its_input() -> None:
+    class Chat(Flow[TurnState]):
+        conversational = True
+
+    flow = Chat()
+    point = RollbackPoint.take(flow)
+    await point.restore()
+    assert point.used
+    with pytest.raises(RuntimeError, match="restores once"):
+        await point.restore()
+    with pytest.raises(TypeError, match="flow must be a Flow"):
+        RollbackPoint.take(object())  # type: ignore[arg-type]
