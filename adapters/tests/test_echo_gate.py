@@ -16,54 +16,25 @@ Plus unit checks of :class:`~voxflow_voice.echo.EchoGate` on synthetic signals.
 
 from __future__ import annotations
 
-import re
-
 import numpy as np
 import pytest
 from voxflow_adapters.scenario import CallResult, run_call
 from voxflow_adapters.script import CallScript
 from voxflow_adapters.simulated import SimulatedClient
+from voxflow_adapters.testing import STORY, Teller, words
 from voxflow_voice.audio import STT_SAMPLE_RATE, AudioChunk
 from voxflow_voice.echo import EchoGate, EchoGateSettings
 from voxflow_voice.engines import VoiceEngines
 from voxflow_voice.session import VoiceSession, VoiceSettings
 from voxflow_voice.transport import PlaybackReceipt
 
-from voxflow import ConversationConfig, Flow, listen
 from voxflow.clock import VirtualClock
-from voxflow.conversation import RouterContext
 from voxflow.ids import DeliveryId
-from voxflow.turns import TurnRunner, TurnState
+from voxflow.turns import TurnRunner
 
 pytestmark = pytest.mark.models
 
-STORY = (
-    "Once upon a time, in a small harbour town, there lived a lighthouse keeper named Ada. "
-    "Every night she climbed one hundred and twelve steps to light the great lamp. "
-    "One stormy evening, the lamp went dark, and a fishing boat was still out at sea."
-)
 USER_BARGE_IN = 8.0  # the user starts "Stop, please." here, mid-story
-
-
-@ConversationConfig(system_prompt="")
-class Teller(Flow[TurnState]):
-    """A story on request; anything else is acknowledged."""
-
-    def route_turn(self, context: RouterContext) -> str | None:
-        text = (self.state.current_user_message or "").lower()
-        return "story" if "story" in text else "ok"
-
-    @listen("story")
-    def handle_story(self) -> str:
-        return STORY
-
-    @listen("ok")
-    def handle_ok(self) -> str:
-        return "Okay."
-
-
-def words(text: str) -> list[str]:
-    return re.findall(r"[a-z']+", text.lower())
 
 
 # What the session does when it hears speech over a reply: cut it (``barge_in``) or, with

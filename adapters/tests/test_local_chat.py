@@ -17,37 +17,14 @@ from voxflow_adapters.local import LocalAudioSettings, LocalAudioStatus, StreamK
 from voxflow_adapters.local_chat import ChatView, VoiceChat, parse_device
 from voxflow_adapters.scenario import run_call
 from voxflow_adapters.script import CallScript
+from voxflow_adapters.testing import SHORT_STORY, Teller
 from voxflow_voice.engines import VoiceEngines
 
-from voxflow import ConversationConfig, Flow, listen
 from voxflow.cli import main
 from voxflow.clock import VirtualClock
-from voxflow.conversation import RouterContext
 from voxflow.errors import AudioDeviceError
 from voxflow.ids import new_turn_id
-from voxflow.turns import TurnRunner, TurnState
-
-STORY = (
-    "Once upon a time, in a small harbour town, there lived a lighthouse keeper named Ada. "
-    "Every night she climbed one hundred and twelve steps to light the great lamp."
-)
-
-
-@ConversationConfig(system_prompt="")
-class Teller(Flow[TurnState]):
-    """A story on request; anything else is acknowledged."""
-
-    def route_turn(self, context: RouterContext) -> str | None:
-        text = (self.state.current_user_message or "").lower()
-        return "story" if "story" in text else "ok"
-
-    @listen("story")
-    def handle_story(self) -> str:
-        return STORY
-
-    @listen("ok")
-    def handle_ok(self) -> str:
-        return "Okay."
+from voxflow.turns import TurnRunner
 
 
 def render(view: ChatView) -> str:
@@ -61,7 +38,8 @@ async def test_the_view_follows_a_call_with_a_barge_in(engines: VoiceEngines) ->
     view = ChatView("voxflow · Teller")
     script = (CallScript().user_says(0.3, "Tell me a story.")
               .user_says(5.0, "Stop, please.").with_echo(0.3, 0.05))
-    call = await run_call(TurnRunner(Teller()), script, engines, on_event=view.on_event)
+    turns = TurnRunner(Teller(story=SHORT_STORY))
+    call = await run_call(turns, script, engines, on_event=view.on_event)
     assert len(call.replies()) == 2
     assert [line.who for line in view.lines] == ["you", "assistant", "you", "assistant"]
     assert view.lines[0].text == "Tell me a story."
@@ -145,11 +123,11 @@ class _Driver:
 async def test_a_lost_device_keeps_the_conversation_and_reconnect_goes_on(
     engines: VoiceEngines,
 ) -> None:
-    turns = TurnRunner(Teller())
+    turns = TurnRunner(Teller(story=SHORT_STORY))
     async for _ in turns.astream_turn("Tell me a story.", turn_id=new_turn_id()):
         pass  # one turn of conversation before the devices go
     before = [m.content for m in turns.flow.state.messages]
-    assert before == ["Tell me a story.", STORY]
+    assert before == ["Tell me a story.", SHORT_STORY]
     driver, view, clock = _Driver(), ChatView(), VirtualClock(autojump=True)
     settings = LocalAudioSettings(stall_timeout=1.0, reopen_attempts=1, reopen_backoff=0.1)
     chat = VoiceChat(turns, engines, view, audio_settings=settings, backend=driver, clock=clock)

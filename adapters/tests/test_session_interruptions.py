@@ -13,7 +13,6 @@ TTS at about 6.4 s and plays until about 10.7 s, segment 4 would follow.
 
 from __future__ import annotations
 
-import re
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -21,44 +20,16 @@ from typing import Any
 import pytest
 from voxflow_adapters.scenario import run_call
 from voxflow_adapters.script import CallScript
+from voxflow_adapters.testing import STORY, Teller, words
 from voxflow_voice.audio import AudioChunk
 from voxflow_voice.engines import TextToSpeech, VoiceEngines
 from voxflow_voice.history import INTERRUPTED_MARK
 from voxflow_voice.session import VoiceSettings
 
-from voxflow import ConversationConfig, Flow, listen
-from voxflow.conversation import RouterContext
 from voxflow.ids import DeliveryId
-from voxflow.turns import TurnRunner, TurnState
+from voxflow.turns import TurnRunner
 
 pytestmark = pytest.mark.models
-
-STORY = (
-    "Once upon a time, in a small harbour town, there lived a lighthouse keeper named Ada. "
-    "Every night she climbed one hundred and twelve steps to light the great lamp. "
-    "One stormy evening, the lamp went dark, and a fishing boat was still out at sea."
-)
-
-
-@ConversationConfig(system_prompt="")
-class Teller(Flow[TurnState]):
-    """A story on request; anything else is acknowledged."""
-
-    def route_turn(self, context: RouterContext) -> str | None:
-        text = (self.state.current_user_message or "").lower()
-        return "story" if "story" in text else "ok"
-
-    @listen("story")
-    def handle_story(self) -> str:
-        return STORY
-
-    @listen("ok")
-    def handle_ok(self) -> str:
-        return "Okay."
-
-
-def words(text: str) -> list[str]:
-    return re.findall(r"[a-z']+", text.lower())
 
 
 async def test_with_interruptions_disabled_speech_never_cuts_a_reply(

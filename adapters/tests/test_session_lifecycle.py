@@ -13,6 +13,7 @@ from typing import Any, ClassVar
 import pytest
 from voxflow_adapters.scenario import CallResult, run_call
 from voxflow_adapters.script import CallScript
+from voxflow_adapters.testing import STORY, Teller
 from voxflow_voice.engines import VoiceEngines
 from voxflow_voice.history import INTERRUPTED_MARK
 from voxflow_voice.session import VoiceSession
@@ -22,31 +23,15 @@ from voxflow.clock import VirtualClock
 from voxflow.conversation import RouterContext
 from voxflow.jobs import JobRecord, JobRunner, JobState, JobWorkFlow, JobWorkState, add_job
 from voxflow.replies import ReplyQueue, ReplyQueueState
-from voxflow.turns import TurnRunner, TurnState
+from voxflow.turns import TurnRunner
 
 pytestmark = pytest.mark.models
-
-STORY = (
-    "Once upon a time, in a small harbour town, there lived a lighthouse keeper named Ada. "
-    "Every night she climbed one hundred and twelve steps to light the great lamp. "
-    "One stormy evening, the lamp went dark, and a fishing boat was still out at sea."
-)
-
-
-@ConversationConfig(system_prompt="")
-class Storyteller(Flow[TurnState]):
-    @listen("story")
-    def handle_story(self) -> str:
-        return STORY
-
-    def route_turn(self, context: RouterContext) -> str | None:
-        return "story"
 
 
 async def test_closing_mid_reply_cuts_it_and_keeps_the_committed_turn(
     engines: VoiceEngines,
 ) -> None:
-    turns = TurnRunner(Storyteller())
+    turns = TurnRunner(Teller(trigger=None))  # every turn: the story
     # The client leaves at 4 s, a second or two into a reply of about 12 s.
     script = CallScript().user_says(0.3, "Tell me a story.").until(4.0)
     call = await asyncio.wait_for(run_call(turns, script, engines, tail=0.0), timeout=120)

@@ -8,7 +8,6 @@ receipts (what was really played) and the session's events and history.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 
 import numpy as np
@@ -16,6 +15,7 @@ import pytest
 from voxflow_adapters.scenario import CallResult, run_call
 from voxflow_adapters.script import CallScript
 from voxflow_adapters.simulated import SimulatedClient
+from voxflow_adapters.testing import SHORT_STORY, Teller, played_words, words
 from voxflow_voice.audio import STT_SAMPLE_RATE, AudioChunk, resample
 from voxflow_voice.barge_in import BargeInSettings
 from voxflow_voice.engines import VoiceEngines
@@ -24,39 +24,11 @@ from voxflow_voice.history import INTERRUPTED_MARK
 from voxflow_voice.session import VoiceSession, VoiceSettings
 from voxflow_voice.turn_detector import TurnDetection
 
-from voxflow import ConversationConfig, Flow, listen
 from voxflow.clock import VirtualClock
-from voxflow.conversation import RouterContext
 from voxflow.ids import DeliveryId
-from voxflow.turns import TurnRunner, TurnState
+from voxflow.turns import TurnRunner
 
 pytestmark = pytest.mark.models
-
-STORY = (
-    "Once upon a time, in a small harbour town, there lived a lighthouse keeper named Ada. "
-    "Every night she climbed one hundred and twelve steps to light the great lamp."
-)
-
-
-@ConversationConfig(system_prompt="")
-class Teller(Flow[TurnState]):
-    """A story on request; anything else is acknowledged."""
-
-    def route_turn(self, context: RouterContext) -> str | None:
-        text = (self.state.current_user_message or "").lower()
-        return "story" if "story" in text else "ok"
-
-    @listen("story")
-    def handle_story(self) -> str:
-        return STORY
-
-    @listen("ok")
-    def handle_ok(self) -> str:
-        return "Okay."
-
-
-def words(text: str) -> list[str]:
-    return re.findall(r"[a-z']+", text.lower())
 
 
 def cough(engines: VoiceEngines) -> AudioChunk:
@@ -83,7 +55,7 @@ async def story_call(
     on_event: Callable[[SessionEvent], None] | None = None,
     on_session: Callable[[VoiceSession], None] | None = None,
 ) -> tuple[CallResult, TurnRunner]:
-    turns = TurnRunner(Teller())
+    turns = TurnRunner(Teller(story=SHORT_STORY))
     script = CallScript().user_says(0.3, "Tell me a story.")
     script.then_says(text, audio=audio, after="reply_start", gap=2.0)
     call = await run_call(turns, script, engines, settings=settings, on_event=on_event,
@@ -105,7 +77,7 @@ def assert_played_whole_and_contiguous(call: CallResult, delivery: DeliveryId) -
     assert order == sorted(set(order), key=order.index) and len(order) == len(set(order))
     assert call.settled(delivery) == "completed"
     finished = next(e for e in call.of_kind("reply_finished") if e.delivery_id == delivery)
-    assert finished.text == STORY
+    assert finished.text == SHORT_STORY
     assert call.tape.flushes == [] and call.stale_samples() == 0
 
 
@@ -126,7 +98,7 @@ async def test_a_backchannel_pauses_then_resumes_and_is_not_a_turn(
     # "Mm-hmm" is not a question: no turn, nothing answered, the history is the story.
     assert call.transcripts() == ["Tell me a story."]
     assert any("backchannel" in e.reason for e in call.of_kind("transcript_discarded"))
-    assert [m.content for m in turns.flow.state.messages] == ["Tell me a story.", STORY]
+    assert [m.content for m in turns.flow.state.messages] == ["Tell me a story.", SHORT_STORY]
     assert "barge_in" not in [e.kind for e in call.events]
 
 
@@ -179,34 +151,8 @@ async def test_wait_stop_fences_the_reply_and_history_matches_the_receipts(
     assistant = next(m for m in turns.flow.state.messages if m.role == "assistant")
     assert assistant.content == f"{interrupted.heard_text} {INTERRUPTED_MARK}"
     assert words(interrupted.heard_text) == played
-    assert 0 < len(played) < len(words(STORY))
-    assert STORY.startswith(interrupted.heard_text)
-
-
-def played_words(call: CallResult, engines: VoiceEngines, delivery: DeliveryId) -> list[str]:
-    """The words whose audio ends within what the receipts say was played.
-
-    Word timings come from synthesizing each streamed segment again (noise-free voice:
-    the same samples), independently of the session's own ledger.
-    """
-    segments = {e.segment_id: e.text for e in call.of_kind("reply_text")
-                if e.delivery_id == delivery}
-    played: dict[int | None, int] = {}
-    for r in call.tape.receipts:
-        if r.delivery_id == delivery:
-            played[r.segment_id] = max(played.get(r.segment_id, 0), r.start_sample + r.num_samples)
-    heard: list[str] = []
-    for segment_id in sorted(segments):
-        timings: list[tuple[str, int]] = []
-        offset = 0
-        for sentence in engines.tts.synthesize(segments[segment_id]):
-            timings += [(w.word, offset + w.end) for w in sentence.words]
-            offset += len(sentence.samples)
-        upto = played.get(segment_id, 0)
-        heard += [w for w, end in timings if end <= upto]
-        if upto < offset:
-            break
-    return words(" ".join(heard))
+    assert 0 < len(played) < len(words(SHORT_STORY))
+    assert SHORT_STORY.startswith(interrupted.heard_text)
 
 
 async def test_a_cough_pauses_and_resumes_with_nothing_lost_or_repeated(
@@ -220,7 +166,7 @@ async def test_a_cough_pauses_and_resumes_with_nothing_lost_or_repeated(
     assert resumed.at > paused.at
     assert_played_whole_and_contiguous(call, story)
     assert call.transcripts() == ["Tell me a story."]
-    assert [m.content for m in turns.flow.state.messages] == ["Tell me a story.", STORY]
+    assert [m.content for m in turns.flow.state.messages] == ["Tell me a story.", SHORT_STORY]
 
 
 async def test_a_noise_burst_neither_pauses_nor_cuts(engines: VoiceEngines) -> None:
@@ -252,6 +198,6 @@ async def test_must_finish_ignores_even_a_real_request(engines: VoiceEngines) ->
 
 def test_set_reply_policy_names_the_bad_parameter(engines: VoiceEngines) -> None:
     client = SimulatedClient(CallScript(), clock=VirtualClock())  # never started
-    session = VoiceSession(TurnRunner(Teller()), client, engines)
+    session = VoiceSession(TurnRunner(Teller(story=SHORT_STORY)), client, engines)
     with pytest.raises(ValueError, match="policy"):
         session.set_reply_policy(DeliveryId("d"), "sometimes")  # type: ignore[arg-type]
