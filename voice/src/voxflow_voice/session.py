@@ -9,10 +9,13 @@ Three tasks run in one task group (the caller owns the session's lifetime):
   spoken: text is cut into segments, each synthesized as soon as it is complete, and
   every chunk goes through the fenced :class:`~voxflow_voice.playback.Playback`;
 * **observe**: the adapter's receipts, drains and mute changes → playback accounting and
-  ``ClientActivity`` for the speaking floor;
+  the client's floor state;
 
-plus **deliver**, which speaks background announcements (completed jobs) from the
-``ReplyQueue`` whenever the floor is free, through the same TTS/fence path.
+plus **floor** (:class:`~voxflow_voice.floor.FloorReporter`: the user's recording,
+playback, mute and pending turns, reported to the ``ReplyQueue`` as ``ClientActivity``)
+and **deliver** (:class:`~voxflow_voice.delivery.AnnouncementDelivery`: background
+announcements of completed jobs, claimed whenever the floor is free and spoken through
+the same generate → drain → finish → settle path as answers, :meth:`VoiceSession._announce`).
 
 Barge-in (:mod:`voxflow_voice.barge_in`): at the first speech frame over a reply the
 adapter *pauses* it (a :class:`~voxflow_voice.transport.PausableTransport`), then the
@@ -31,7 +34,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -40,11 +43,14 @@ from pydantic import BaseModel, ConfigDict, Field
 from voxflow.clock import Clock, MonotonicClock, VirtualClock
 from voxflow.ids import DeliveryId, SessionId, TurnId, new_turn_id
 from voxflow.jobs import JobRecord, JobRunner
-from voxflow.replies import ClientActivity, ReplyQueue
+from voxflow.replies import ReplyQueue
 from voxflow.turns import ReplyEvent, TurnRunner
 
 from .audio import STT_SAMPLE_RATE, InputConverter
 from .barge_in import BargeInAction, BargeInArbiter, BargeInPolicy, BargeInSettings
+from .delivery import AnnouncementDelivery
+from .delivery import Announcer as Announcer  # re-exported: adapters import it from here
+from .delivery import default_announcer as default_announcer
 from .early_stt import EarlyTranscriber
 from .echo import EchoGate, EchoGateSettings
 from .engines import VoiceEngines
@@ -67,6 +73,7 @@ from .events import (
     TurnCommitted,
     TurnMetrics,
 )
+from .floor import FloorReporter
 from .history import record_heard
 from .metrics import LatencySummary, summarize
 from .playback import Playback
@@ -87,8 +94,6 @@ __all__ = ["DEFAULT_VOICE_SETTINGS", "VoiceSession", "VoiceSettings"]
 _T = TypeVar("_T")
 
 logger = logging.getLogger(__name__)
-
-Announcer = Callable[[Sequence[JobRecord]], str]
 
 
 class VoiceSettings(BaseModel):
@@ -129,18 +134,6 @@ class _Reply:
     first_audio: float | None = None
     last_audio_end: float | None = None
     segments: list[str] = field(default_factory=list)
-
-
-def default_announcer(jobs: Sequence[JobRecord]) -> str:
-    """Speak each job's ``answer``/``summary``/``result`` field, whichever it has."""
-    parts: list[str] = []
-    for job in jobs:
-        for name in ("answer", "summary", "result"):
-            value = getattr(job, name, None)
-            if isinstance(value, str) and value.strip():
-                parts.append(value.strip())
-                break
-    return " ".join(parts)
 
 
 class VoiceSession:
@@ -185,7 +178,6 @@ class VoiceSession:
         self.replies = replies
         self.jobs = jobs
         self._lock = jobs.state_lock if jobs is not None else asyncio.Lock()
-        self._announcer = announcer
         self._on_event = on_event
         self.events: list[SessionEvent] = []
         self.metrics: list[TurnMetrics] = []
@@ -200,17 +192,15 @@ class VoiceSession:
         self._overlap_since: tuple[DeliveryId | None, int] = (None, 0)  # reply, first sample
         self._reply: _Reply | None = None
         self._anchor = (0.0, 0)  # (clock time, input sample) of the latest frame
-        self._recording = False
-        self._playing: DeliveryId | None = None
-        self._stopped: DeliveryId | None = None  # the delivery whose playback stopped last
-        self._muted = False
-        self._client_seq = 0
-        self._foreground = 0  # utterances whose reply has not settled yet
         self._speaking = asyncio.Lock()  # one reply (answer or announcement) at a time
-        self._floor_changed = asyncio.Event()  # wakes the delivery task
-        self._floor_report = asyncio.Event()  # wakes the floor reporter
         self._closed = False
         self._input_ended = False  # the adapter's input ended: nobody hears us any more
+        self._floor = FloorReporter(lambda: self.session_id, replies, self._lock)
+        self._delivery = AnnouncementDelivery(
+            replies, self._lock, self._floor, self._speaking, self._announce,
+            jobs=self._flow_jobs, announcer=announcer,
+            enabled=self.settings.announcements, gone=lambda: self._input_ended,
+        )
 
     @property
     def session_id(self) -> SessionId:
@@ -226,8 +216,8 @@ class VoiceSession:
         try:
             async with asyncio.TaskGroup() as tg:
                 observe = tg.create_task(self._observe(), name="voice.observe")
-                floor = tg.create_task(self._report_floor(), name="voice.floor")
-                deliver = tg.create_task(self._deliver(), name="voice.deliver")
+                floor = tg.create_task(self._floor.run(), name="voice.floor")
+                deliver = tg.create_task(self._delivery.run(), name="voice.deliver")
                 converse = tg.create_task(self._converse(), name="voice.converse")
                 await self._listen()
                 # The client is gone (script over, peer disconnected): its receipts will
@@ -283,17 +273,15 @@ class VoiceSession:
 
     async def _on_detector_event(self, event: Any) -> None:
         if isinstance(event, DetectorSpeechStarted):
-            self._recording = True
+            self._floor.recording_changed(True)
             self._emit(SpeechStarted(session_id=self.session_id, at=self.clock.now(),
                                      onset_at=self._time_of(event.onset_sample)))
-            self._floor_dirty()
         elif isinstance(event, BargeInDetected):
             await self._maybe_barge_in(self._time_of(event.onset_sample), event.onset_sample)
         elif isinstance(event, DetectorSpeechEnded):
-            self._recording = False
+            self._floor.recording_changed(False)
             self._emit(SpeechEnded(session_id=self.session_id, at=self.clock.now(),
                                    end_at=self._time_of(event.end_sample)))
-            self._floor_dirty()
         elif isinstance(event, UtterancePaused):
             # Speculative STT in the end-of-turn silence: the silence hides its latency.
             self._early.paused(event)
@@ -306,8 +294,7 @@ class VoiceSession:
             )
             # From the end of the user's speech until its reply settles, the floor is
             # the foreground's: no announcement may slip in while STT runs.
-            self._foreground += 1
-            self._floor_dirty()
+            self._floor.foreground_entered()
             self._utterances.put_nowait(event)
 
     async def _maybe_barge_in(self, onset_at: float, onset_sample: int | None = None) -> None:
@@ -471,8 +458,7 @@ class VoiceSession:
                 async with self._speaking:  # after an announcement that is still playing
                     await self._answer(transcript.text, speech_end)
             finally:
-                self._foreground -= 1
-                self._floor_dirty()
+                self._floor.foreground_left()
 
     async def _answer(self, text: str, speech_end: float) -> None:
         turn_id = new_turn_id()
@@ -648,46 +634,18 @@ class VoiceSession:
                         self._emit(AudioStarted(session_id=self.session_id, at=obs.at,
                                                 delivery_id=obs.delivery_id))
                     reply.last_audio_end = obs.at + obs.num_samples / obs.sample_rate
-                if self._playing != obs.delivery_id:
-                    self._playing = obs.delivery_id
-                    self._floor_dirty()
+                self._floor.playback_observed(obs.delivery_id)
             elif isinstance(obs, PlaybackDrained):
-                # A stop names what stopped: the ReplyQueue refuses an anonymous stop
-                # while identified playback is on (a stale stop must not free newer audio).
-                self._stopped = obs.delivery_id or self._playing
-                self._playing = None
-                self._floor_dirty()
+                self._floor.playback_stopped(obs.delivery_id)
             elif isinstance(obs, MuteChanged):
-                self._muted = obs.muted
+                self._floor.muted_changed(obs.muted)
                 self._emit(MuteObserved(session_id=self.session_id, at=obs.at, muted=obs.muted))
-                self._floor_dirty()
-
-    def _floor_dirty(self) -> None:
-        """The client's state changed: report it (never waits, so listening never stalls)."""
-        self._floor_report.set()
-
-    async def _report_floor(self) -> None:
-        """Report the latest client state to the ReplyQueue as a new ClientActivity."""
-        while True:
-            await self._floor_report.wait()
-            self._floor_report.clear()
-            if self.replies is not None:
-                async with self._lock:
-                    self.replies.set_foreground(self._foreground > 0)
-                    self._client_seq += 1
-                    self.replies.observe_client(ClientActivity(
-                        session_id=self.session_id, seq=self._client_seq,
-                        recording=self._recording, playback=self._playing is not None,
-                        muted=self._muted,
-                        delivery_id=self._playing if self._playing is not None else self._stopped,
-                    ))
-            self._floor_changed.set()
 
     # -- deliver --------------------------------------------------------------------
 
     def notify(self) -> None:
         """Wake the delivery task (call after enqueueing a job result)."""
-        self._floor_changed.set()
+        self._delivery.wake()
 
     async def on_job_update(self, snapshot: Any = None) -> None:
         """``JobRunner(on_update=...)`` target: queue completed jobs for announcement.
@@ -695,40 +653,11 @@ class VoiceSession:
         Enqueueing is idempotent (the ReplyQueue coalesces a job version it already
         holds), so every snapshot can simply offer every completed job.
         """
-        if self.replies is None:
-            return
-        async with self._lock:
-            for job in list(getattr(self.turns.flow.state, "jobs", {}).values()):
-                if job.status == "completed":
-                    self.replies.enqueue(job)
-        self.notify()
+        await self._delivery.offer_completed()
 
-    async def _deliver(self) -> None:
-        if self.replies is None or not self.settings.announcements:
-            return
-        replies = self.replies
-        while True:
-            await self._floor_changed.wait()
-            self._floor_changed.clear()
-            # The local view is always current; the ReplyQueue's may lag a report behind.
-            if (self._foreground or self._recording or self._muted or self._speaking.locked()
-                    or self._input_ended):
-                continue
-            async with self._speaking:
-                async with self._lock:
-                    delivery = replies.claim()
-                    if delivery is None:
-                        continue
-                    try:
-                        events = replies.prepare(delivery.delivery_id, self._announcer)
-                    except Exception:
-                        logger.exception("announcement text failed", extra={
-                            "delivery_id": delivery.delivery_id})
-                        continue
-                if not events:
-                    continue
-                await self._announce(delivery.turn_id, delivery.delivery_id, events)
-            self._floor_changed.set()  # look again: another may be pending
+    def _flow_jobs(self) -> Iterable[JobRecord]:
+        jobs: dict[Any, JobRecord] = getattr(self.turns.flow.state, "jobs", {})
+        return jobs.values()
 
     async def _announce(
         self, turn_id: TurnId, delivery_id: DeliveryId, events: Sequence[ReplyEvent]
@@ -771,8 +700,8 @@ class VoiceSession:
 
     def __repr__(self) -> str:
         return (
-            f"VoiceSession(session_id={self.session_id!r}, recording={self._recording}, "
-            f"playing={self._playing!r}, muted={self._muted}, {self.playback!r})"
+            f"VoiceSession(session_id={self.session_id!r}, recording={self._floor.recording}, "
+            f"playing={self._floor.playing!r}, muted={self._floor.muted}, {self.playback!r})"
         )
 
 
