@@ -38,41 +38,18 @@ import numpy as np
 from voxflow_adapters.scenario import CallResult
 from voxflow_adapters.script import CallScript
 from voxflow_adapters.simulated import SimulatedClient
+from voxflow_adapters.testing import STORY, Teller
 from voxflow_voice.audio import STT_SAMPLE_RATE, AudioChunk
 from voxflow_voice.echo import EchoGate
 from voxflow_voice.engines import VoiceEngines
 from voxflow_voice.session import VoiceSession, VoiceSettings
 from voxflow_voice.transport import PlaybackReceipt
 
-from voxflow import ConversationConfig, Flow, listen
 from voxflow.clock import VirtualClock
-from voxflow.conversation import RouterContext
 from voxflow.ids import DeliveryId
-from voxflow.turns import TurnRunner, TurnState
+from voxflow.turns import TurnRunner
 
-STORY = (
-    "Once upon a time, in a small harbour town, there lived a lighthouse keeper named Ada. "
-    "Every night she climbed one hundred and twelve steps to light the great lamp. "
-    "One stormy evening, the lamp went dark, and a fishing boat was still out at sea."
-)
 BARGE_IN_AT = 8.0
-
-
-@ConversationConfig(system_prompt="")
-class Teller(Flow[TurnState]):
-    """A story on request; anything else is acknowledged."""
-
-    def route_turn(self, context: RouterContext) -> str | None:
-        text = (self.state.current_user_message or "").lower()
-        return "story" if "story" in text else "ok"
-
-    @listen("story")
-    def handle_story(self) -> str:
-        return STORY
-
-    @listen("ok")
-    def handle_ok(self) -> str:
-        return "Okay."
 
 
 async def bounded_call(

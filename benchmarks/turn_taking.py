@@ -35,7 +35,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import difflib
-import re
 import statistics
 import sys
 from dataclasses import dataclass, field
@@ -44,20 +43,21 @@ from pathlib import Path
 import numpy as np
 from voxflow_adapters.scenario import CallResult, run_call
 from voxflow_adapters.script import CallScript
+from voxflow_adapters.testing import Teller, played_words, words
 from voxflow_voice.audio import STT_SAMPLE_RATE, AudioChunk, resample
 from voxflow_voice.engines import VoiceEngines
 from voxflow_voice.session import VoiceSettings
 from voxflow_voice.turn_detector import TurnDetection
 
-from voxflow import ConversationConfig, Flow, listen
 from voxflow.clock import Clock, MonotonicClock, VirtualClock
-from voxflow.conversation import RouterContext
 from voxflow.ids import DeliveryId
-from voxflow.turns import TurnRunner, TurnState
+from voxflow.turns import TurnRunner
 
 sys.path.insert(0, str(Path(__file__).parent))
 from _figures import figure
 
+# Its own one-sentence wording, not voxflow_adapters.testing.STORY: the figures were
+# measured with it.
 STORY = (
     "Once upon a time, in a small harbour town, there lived a lighthouse keeper named Ada, "
     "who climbed one hundred and twelve steps every night to light the lamp."
@@ -67,27 +67,6 @@ BACKCHANNELS = ("Uh-huh.", "Mm-hmm.", "Yeah.", "Okay.", "Right.", "I see.", "Yea
 REQUESTS = ("Wait, stop.", "What about tomorrow?", "Stop, please.", "Hold on a second.",
             "No, that's wrong.", "Can you repeat that?")
 GAP = 1.5
-
-
-@ConversationConfig(system_prompt="")
-class Teller(Flow[TurnState]):
-    """A story on request; anything else is acknowledged."""
-
-    def route_turn(self, context: RouterContext) -> str | None:
-        text = (self.state.current_user_message or "").lower()
-        return "story" if "story" in text else "ok"
-
-    @listen("story")
-    def handle_story(self) -> str:
-        return STORY
-
-    @listen("ok")
-    def handle_ok(self) -> str:
-        return "Okay."
-
-
-def words(text: str) -> list[str]:
-    return re.findall(r"[a-z']+", text.lower())
 
 
 def spoken(engines: VoiceEngines, text: str) -> np.ndarray:
@@ -133,27 +112,6 @@ class Report:
     outcomes: list[Outcome] = field(default_factory=list)
 
 
-def played_words(call: CallResult, engines: VoiceEngines, delivery: DeliveryId) -> list[str]:
-    segments = {e.segment_id: e.text for e in call.of_kind("reply_text")
-                if e.delivery_id == delivery}
-    played: dict[int | None, int] = {}
-    for r in call.tape.receipts:
-        if r.delivery_id == delivery:
-            played[r.segment_id] = max(played.get(r.segment_id, 0), r.start_sample + r.num_samples)
-    heard: list[str] = []
-    for segment_id in sorted(segments):
-        timings: list[tuple[str, int]] = []
-        offset = 0
-        for sentence in engines.tts.synthesize(segments[segment_id]):
-            timings += [(w.word, offset + w.end) for w in sentence.words]
-            offset += len(sentence.samples)
-        upto = played.get(segment_id, 0)
-        heard += [w for w, end in timings if end <= upto]
-        if upto < offset:
-            break
-    return words(" ".join(heard))
-
-
 def contiguous(call: CallResult, delivery: DeliveryId) -> bool:
     position: dict[int | None, int] = {}
     for r in call.tape.receipts:
@@ -183,7 +141,7 @@ async def one_call(
     engines: VoiceEngines, label: str, group: str, *, text: str | None = None,
     audio: AudioChunk | None = None, clock: Clock, settings: VoiceSettings | None = None,
 ) -> Outcome:
-    turns = TurnRunner(Teller())
+    turns = TurnRunner(Teller(story=STORY))
     script = CallScript().user_says(0.3, "Tell me a story.")
     script.then_says(text, audio=audio, after="reply_start", gap=GAP)
     call = await run_call(turns, script, engines, clock=clock, settings=settings, tail=1.5)

@@ -62,6 +62,7 @@ from typing import Any
 import numpy as np
 from voxflow_adapters.scenario import CallResult, run_call
 from voxflow_adapters.script import CallScript
+from voxflow_adapters.testing import STORY
 from voxflow_voice.audio import STT_SAMPLE_RATE, AudioChunk
 from voxflow_voice.engines import SpeechToText, TextToSpeech, VoiceEngines
 from voxflow_voice.metrics import Distribution
@@ -75,11 +76,6 @@ from voxflow.conversation import RouterContext
 from voxflow.ids import DeliveryId
 from voxflow.turns import TurnRunner, TurnState
 
-STORY = (
-    "Once upon a time, in a small harbour town, there lived a lighthouse keeper named Ada. "
-    "Every night she climbed one hundred and twelve steps to light the great lamp. "
-    "One stormy evening, the lamp went dark, and a fishing boat was still out at sea."
-)
 QUESTIONS = (
     "What time is it now?",
     "Can you turn on the lights?",
