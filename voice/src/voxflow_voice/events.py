@@ -25,6 +25,7 @@ __all__ = [
     "ReplyTextStreamed",
     "SessionClosed",
     "SessionEvent",
+    "SpeculativeReplyDiscarded",
     "SpeechEnded",
     "SpeechStarted",
     "TranscriptDiscarded",
@@ -58,6 +59,19 @@ class TranscriptDiscarded(_Event):
     """An utterance gave no words (noise, a cough, silence); no turn was committed."""
 
     kind: Literal["transcript_discarded"] = "transcript_discarded"
+    reason: str
+
+
+class SpeculativeReplyDiscarded(_Event):
+    """A reply prepared in the user's pause was dropped unheard: the user spoke on.
+
+    Nothing of it was played, and the flow's state (history, turn and reply records,
+    the persisted snapshot) was rolled back to before it. Its turn was never committed.
+    """
+
+    kind: Literal["speculative_reply_discarded"] = "speculative_reply_discarded"
+    turn_id: TurnId
+    text: str = Field(description="the transcript it answered")
     reason: str
 
 
@@ -178,6 +192,9 @@ class TurnMetrics(_Event):
     playback_end: float | None
     interrupted: bool
     fenced_chunks: int
+    speculative: bool = Field(
+        False, description="answered in the pause, before the end of the turn was confirmed"
+    )
 
     @property
     def voice_to_voice_ms(self) -> float | None:
@@ -195,7 +212,8 @@ class SessionClosed(_Event):
 
 SessionEvent = Annotated[
     SpeechStarted | SpeechEnded | TranscriptDiscarded | TurnCommitted | ReplyStarted
-    | ReplyTextStreamed | AudioStarted | BargeIn | BargeInPaused | BargeInResumed
+    | ReplyTextStreamed | SpeculativeReplyDiscarded | AudioStarted | BargeIn | BargeInPaused
+    | BargeInResumed
     | ReplyInterrupted | ReplyFinished
     | DeliverySettled | MuteObserved | TurnMetrics | SessionClosed,
     Field(discriminator="kind"),

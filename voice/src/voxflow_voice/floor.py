@@ -71,6 +71,11 @@ class FloorReporter:
         return self._muted
 
     @property
+    def pending_turns(self) -> int:
+        """Finished utterances whose reply has not settled yet."""
+        return self._foreground
+
+    @property
     def held(self) -> bool:
         """The user holds the floor: a foreground turn is pending, or they speak, or mute.
 

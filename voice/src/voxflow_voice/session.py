@@ -41,6 +41,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ConfigDict, Field
 
 from voxflow.clock import Clock, MonotonicClock, VirtualClock
+from voxflow.flow import RollbackPoint
 from voxflow.ids import DeliveryId, SessionId, TurnId, new_turn_id
 from voxflow.jobs import JobRecord, JobRunner
 from voxflow.replies import ReplyQueue
@@ -67,6 +68,7 @@ from .events import (
     ReplyTextStreamed,
     SessionClosed,
     SessionEvent,
+    SpeculativeReplyDiscarded,
     SpeechEnded,
     SpeechStarted,
     TranscriptDiscarded,
@@ -78,6 +80,7 @@ from .history import record_heard
 from .metrics import LatencySummary, summarize
 from .playback import Playback
 from .segmenter import SegmenterSettings, TextSegmenter
+from .speculation import Speculation
 from .transport import AudioTransport, MuteChanged, PlaybackDrained, PlaybackReceipt
 from .turn_detector import (
     BargeInDetected,
@@ -109,6 +112,9 @@ class VoiceSettings(BaseModel):
         True, description="keep the assistant's own voice (speakers) from counting as the user"
     )  # off for headphones; see voxflow_voice.echo
     echo: EchoGateSettings = Field(default_factory=EchoGateSettings)
+    speculative_replies: bool = Field(
+        True, description="answer in the user's pause; speak only once the turn is confirmed"
+    )  # see voxflow_voice.speculation (off for flows whose turns act on the world directly)
     barge_in: BargeInSettings = Field(
         default_factory=BargeInSettings,
         description="pause, confirm, then fence or resume; backchannel policy",
@@ -134,6 +140,7 @@ class _Reply:
     first_audio: float | None = None
     last_audio_end: float | None = None
     segments: list[str] = field(default_factory=list)
+    speculation: Speculation | None = None  # until its turn is confirmed
 
 
 class VoiceSession:
@@ -185,7 +192,11 @@ class VoiceSession:
         self._detector = TurnDetector(engines.make_vad(), self.settings.turn_detection)
         self._converter = InputConverter()
         self.echo_gate = EchoGate(self.settings.echo) if self.settings.echo_gate else None
-        self._utterances: asyncio.Queue[UtteranceReady | None] = asyncio.Queue()
+        self._utterances: asyncio.Queue[tuple[UtteranceReady, Speculation | None] | None] = (
+            asyncio.Queue()
+        )
+        self._speculation: Speculation | None = None  # pending: no verdict yet
+        self._speculating: set[asyncio.Task[bool]] = set()
         self._early = EarlyTranscriber(engines.stt)
         self.barge_in = BargeInArbiter(self.settings.barge_in)
         self._reply_policies: dict[DeliveryId, BargeInPolicy] = {}
@@ -237,6 +248,10 @@ class VoiceSession:
         if self._closed:
             return
         self._closed = True
+        if self._speculation is not None:
+            self._speculation.discard("the session closed")
+        if self._speculating:
+            await asyncio.wait(self._speculating)
         await self._early.aclose()
         reply = self._reply
         if reply is not None and reply.delivery_id is not None:
@@ -261,10 +276,17 @@ class VoiceSession:
                     events = await asyncio.to_thread(self._detector.push, audio)
                 for event in events:
                     await self._on_detector_event(event)
+                spec = self._speculation
+                if spec is not None and spec.spoken_over(self._detector.speech_end):
+                    spec.discard("the user spoke on")
+                    self._speculation = None
                 await self._arbitrate()
             for event in self._detector.flush():
                 await self._on_detector_event(event)
         finally:
+            if self._speculation is not None:  # (a turn the flush ended confirmed it)
+                self._speculation.discard("the call ended")
+                self._speculation = None
             self._utterances.put_nowait(None)
 
     def _time_of(self, sample: int) -> float:
@@ -286,6 +308,7 @@ class VoiceSession:
             # Speculative STT in the end-of-turn silence: the silence hides its latency.
             self._early.paused(event)
             await self._overlap_words(event)
+            self._speculate(event)
         elif isinstance(event, UtteranceReady):
             # Speech over a paused reply with no speculative transcript yet (a short
             # end-of-turn silence): decide from its words now (kept for the turn's STT).
@@ -295,7 +318,13 @@ class VoiceSession:
             # From the end of the user's speech until its reply settles, the floor is
             # the foreground's: no announcement may slip in while STT runs.
             self._floor.foreground_entered()
-            self._utterances.put_nowait(event)
+            spec, self._speculation = self._speculation, None  # the pending one, if any
+            if spec is not None:
+                if spec.matches(event):
+                    spec.confirm()
+                else:
+                    spec.discard("the turn ended on other audio")
+            self._utterances.put_nowait((event, spec))
 
     async def _maybe_barge_in(self, onset_at: float, onset_sample: int | None = None) -> None:
         reply = self._reply
@@ -436,8 +465,11 @@ class VoiceSession:
     # -- converse -------------------------------------------------------------------
 
     async def _converse(self) -> None:
-        while (utterance := await self._utterances.get()) is not None:
+        while (item := await self._utterances.get()) is not None:
+            utterance, spec = item
             try:
+                if spec is not None and spec.task is not None and await spec.task:
+                    continue  # answered in the pause, and now the turn's reply
                 speech_end = self._time_of(utterance.end_sample)
                 with self._hold():
                     transcript = await self._early.final(utterance)
@@ -460,13 +492,88 @@ class VoiceSession:
             finally:
                 self._floor.foreground_left()
 
-    async def _answer(self, text: str, speech_end: float) -> None:
+    # -- speculative replies (voxflow_voice.speculation) ------------------------------
+
+    def _speculate(self, paused: UtterancePaused) -> None:
+        """Answer the utterance heard up to this pause, held unheard until the verdict."""
+        if (not self.settings.speculative_replies or self._speculation is not None
+                or self._reply is not None or self._speaking.locked() or self._floor.pending_turns
+                or self._input_ended or self.turns.flow.state.ended):
+            return
+        spec = Speculation(paused)
+        self._speculation = spec
+        spec.task = asyncio.create_task(self._run_speculation(spec), name="voice.speculate")
+        self._speculating.add(spec.task)
+        spec.task.add_done_callback(self._speculating.discard)
+
+    async def _run_speculation(self, spec: Speculation) -> bool:
+        """True if the speculative reply became the turn's reply (it was then spoken)."""
+        try:
+            with self._hold():
+                transcript = await self._early.transcript_of(spec.paused)
+        finally:
+            if self._speculation is spec:  # no reply to hold back: nothing to decide
+                self._speculation = None
+        text = transcript.text.strip() if transcript is not None else ""
+        if (spec.decided or not text or self._speaking.locked() or self._reply is not None
+                or not self.barge_in.is_turn(spec.paused.onset_sample, text)
+                or self.turns.flow.state.ended):
+            return False  # the turn, if it ends here, is answered the usual way
+        self._speculation = spec  # pending again: its verdict comes from listening
+        async with self._speaking:
+            return await self._answer(text, self._time_of(spec.paused.end_sample), spec)
+
+    async def _generate_speculatively(
+        self, reply: _Reply, events: AsyncIterator[ReplyEvent], spec: Speculation,
+        point: RollbackPoint, text: str,
+    ) -> bool:
+        """Generate with the audio held; on the verdict release it (True) or drop it and
+        roll the turn back (False). Runs with the state lock held throughout."""
+        generation = asyncio.create_task(self._generate(reply, events), name="voice.generate")
+        verdict = asyncio.ensure_future(spec.verdict())
+        await asyncio.wait({generation, verdict}, return_when=asyncio.FIRST_COMPLETED)
+        if not await verdict:
+            generation.cancel()  # closes the turn's stream: the runner interrupts it
+            if reply.delivery_id is not None:
+                self._fence(reply)  # drops the held audio unheard
+            await asyncio.wait({generation})
+            if not generation.cancelled() and generation.exception() is not None:
+                logger.warning("discarded speculative reply had failed",
+                               exc_info=generation.exception())
+            if reply.speaker is not None:
+                await asyncio.wait({reply.speaker})
+            await point.restore()
+            self._emit(SpeculativeReplyDiscarded(
+                session_id=self.session_id, at=self.clock.now(), turn_id=reply.turn_id,
+                text=text, reason=spec.reason,
+            ))
+            return False
+        self._reply = reply
+        reply.speculation = None
+        self._emit(TurnCommitted(session_id=self.session_id, at=self.clock.now(),
+                                 turn_id=reply.turn_id, text=text,
+                                 speech_end_at=self._time_of(spec.paused.end_sample)))
+        for event in spec.events:
+            self._emit(event)
+        if reply.delivery_id is not None:
+            await self.playback.release(reply.delivery_id)
+        await generation
+        return True
+
+    # -- replies ----------------------------------------------------------------------
+
+    async def _answer(
+        self, text: str, speech_end: float, spec: Speculation | None = None
+    ) -> bool:
+        """Answer a committed turn (or, with ``spec``, a speculative one): False if the
+        speculation was discarded, True once the reply settled."""
         turn_id = new_turn_id()
         transcript_final = self.clock.now()
-        self._emit(TurnCommitted(session_id=self.session_id, at=transcript_final,
-                                 turn_id=turn_id, text=text, speech_end_at=speech_end))
-        reply = _Reply(turn_id=turn_id, input_revision=1)
-        self._reply = reply
+        reply = _Reply(turn_id=turn_id, input_revision=1, speculation=spec)
+        if spec is None:
+            self._emit(TurnCommitted(session_id=self.session_id, at=transcript_final,
+                                     turn_id=turn_id, text=text, speech_end_at=speech_end))
+            self._reply = reply
         dropped_before = self.playback.statistics().chunks_dropped
         try:
             try:
@@ -474,7 +581,14 @@ class VoiceSession:
                 # operations never interleave with it; audio waits happen outside it.
                 async with self._lock:
                     stream = self.turns.astream_turn(text, turn_id=turn_id)
-                    await self._generate(reply, self._held(stream))
+                    if spec is None:
+                        await self._generate(reply, self._held(stream))
+                    else:
+                        point = RollbackPoint.take(self.turns.flow)
+                        if not await self._generate_speculatively(
+                            reply, self._held(stream), spec, point, text
+                        ):
+                            return False
             except Exception:
                 # A failed reply (e.g. the LLM provider is down) ends this turn, not the
                 # call: the runner already issued its `failed` event.
@@ -491,10 +605,11 @@ class VoiceSession:
             delivery_id=reply.delivery_id, speech_end=speech_end,
             transcript_final=transcript_final, first_text=reply.first_text,
             first_audio=reply.first_audio, playback_end=reply.last_audio_end,
-            interrupted=reply.interrupted, fenced_chunks=fenced,
+            interrupted=reply.interrupted, fenced_chunks=fenced, speculative=spec is not None,
         )
         self.metrics.append(metrics)
         self._emit(metrics)
+        return True
 
     async def _held(self, items: AsyncIterator[_T]) -> AsyncIterator[_T]:
         """Iterate ``items`` with a virtual clock held while each next item is awaited, so
@@ -522,9 +637,12 @@ class VoiceSession:
             async for event in events:
                 if reply.delivery_id is None:
                     reply.delivery_id = event.delivery_id
-                    self._emit(ReplyStarted(session_id=self.session_id, at=self.clock.now(),
-                                            turn_id=reply.turn_id, delivery_id=event.delivery_id,
-                                            reply_kind=event.kind))
+                    if reply.speculation is not None:
+                        self.playback.hold(event.delivery_id)
+                    self._emit_for(reply, ReplyStarted(
+                        session_id=self.session_id, at=self.clock.now(), turn_id=reply.turn_id,
+                        delivery_id=event.delivery_id, reply_kind=event.kind,
+                    ))
                     reply.speaker = asyncio.create_task(
                         self._synthesize(reply, segments), name="voice.speak"
                     )
@@ -575,7 +693,7 @@ class VoiceSession:
                 return
             self.playback.begin_segment(delivery, segment_id, text)
             reply.segments.append(text)
-            self._emit(ReplyTextStreamed(session_id=self.session_id, at=self.clock.now(),
+            self._emit_for(reply, ReplyTextStreamed(session_id=self.session_id, at=self.clock.now(),
                                          delivery_id=delivery, segment_id=segment_id, text=text))
             chunks = self.engines.tts.stream(text, delivery_id=delivery, segment_id=segment_id)
             async for chunk in self._held(chunks):
@@ -689,6 +807,13 @@ class VoiceSession:
                 yield
         else:
             yield
+
+    def _emit_for(self, reply: _Reply, event: SessionEvent) -> None:
+        """Emit an event of ``reply``; a speculative reply's wait for its verdict."""
+        if reply.speculation is not None:
+            reply.speculation.events.append(event)
+        else:
+            self._emit(event)
 
     def _emit(self, event: SessionEvent) -> None:
         self.events.append(event)

@@ -1,0 +1,110 @@
+"""Speculative replies on the real models, on deterministic virtual time.
+
+The session answers the utterance heard up to a short pause (``end_pad``) while it waits
+for the end of the turn, with the reply's audio held. If the turn ends there, that reply
+is the turn's and plays at once; if the user speaks on, it is dropped unheard and the
+flow's state (history, turn records, the persisted snapshot) is rolled back.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from voxflow_adapters.scenario import CallResult, run_call
+from voxflow_adapters.script import CallScript
+from voxflow_adapters.testing import ACKNOWLEDGEMENT, Teller, words
+from voxflow_voice.engines import VoiceEngines
+from voxflow_voice.events import ReplyStarted, SpeculativeReplyDiscarded, TurnCommitted
+from voxflow_voice.session import VoiceSettings
+from voxflow_voice.turn_detector import TurnDetection
+
+from voxflow import SQLiteFlowPersistence, persist
+from voxflow.turns import TurnRunner
+
+pytestmark = pytest.mark.models
+
+# A long end-of-turn wait, so a mid-sentence pause of ~0.5 s is a pause, not a turn end.
+PATIENT = VoiceSettings(turn_detection=TurnDetection(end_of_turn_silence=1.2))
+
+
+def spoken_seconds(engines: VoiceEngines, text: str) -> float:
+    """How long the bundled voice takes to say ``text``."""
+    chunks = list(engines.tts.synthesize(text))
+    return sum(c.samples.size for c in chunks) / engines.tts.sample_rate
+
+
+def delivered(call: CallResult) -> set[str]:
+    """Deliveries of which the client played at least one sample."""
+    return {r.delivery_id for r in call.tape.receipts if r.num_samples > 0}
+
+
+async def test_a_turn_that_ends_at_the_pause_is_answered_by_its_speculative_reply(
+    engines: VoiceEngines,
+) -> None:
+    turns = TurnRunner(Teller())
+    script = CallScript().user_says(0.3, "What time is it?").until(6.0)
+    call = await run_call(turns, script, engines)
+    [metrics] = call.metrics()
+    assert metrics.speculative
+    [committed] = call.of_kind("turn_committed")
+    [started] = call.of_kind("reply_started")
+    kinds = [e.kind for e in call.events]
+    assert kinds.index("turn_committed") < kinds.index("reply_started")  # held until confirmed
+    assert committed.turn_id == started.turn_id == metrics.turn_id
+    assert call.settled(started.delivery_id) == "completed"
+    assert not call.of_kind("speculative_reply_discarded")
+    # the audio waited for the end of the turn (about 0.6 s of silence), then came at once
+    assert metrics.first_audio is not None
+    assert metrics.first_audio - metrics.speech_end >= 0.6 - 0.04
+    assert [m.content for m in turns.flow.state.messages][1] == ACKNOWLEDGEMENT
+
+
+async def test_a_reply_the_user_talks_over_is_never_heard_nor_kept(
+    engines: VoiceEngines, tmp_path: Path,
+) -> None:
+    backend = SQLiteFlowPersistence(tmp_path / "calls.db")
+
+    class SavedTeller(Teller):
+        pass
+
+    turns = TurnRunner(persist(backend)(SavedTeller)())
+    first, second = "What time", "is it in Paris?"
+    resume = 0.3 + spoken_seconds(engines, first) + 0.35
+    script = CallScript().user_says(0.3, first).user_says(resume, second).until(9.0)
+    call = await run_call(turns, script, engines, settings=PATIENT)
+
+    [discarded] = call.of_kind("speculative_reply_discarded")
+    assert isinstance(discarded, SpeculativeReplyDiscarded)
+    assert words(discarded.text) == words(first)
+    assert discarded.reason == "the user spoke on"
+    # It was prepared (synthesized and held), then dropped: not a sample was played.
+    assert call.session.playback.statistics().chunks_dropped > 0
+    started = [e for e in call.events if isinstance(e, ReplyStarted)]
+    assert [e.turn_id for e in started] != [discarded.turn_id]
+    assert delivered(call) == {e.delivery_id for e in started}
+    assert call.stale_samples() == 0
+    # One turn, the whole sentence; the discarded one left no trace, live or stored.
+    [committed] = [e for e in call.events if isinstance(e, TurnCommitted)]
+    assert words(committed.text) == words(f"{first} {second}")
+    state = turns.flow.state
+    assert [m.role for m in state.messages] == ["user", "assistant"]
+    assert words(state.messages[0].content) == words(committed.text)
+    assert list(state.turns) == [committed.turn_id]
+    stored = backend.load_state(str(state.id))
+    assert stored is not None
+    assert [m["content"] for m in stored["messages"]] == [m.content for m in state.messages]
+    assert list(stored["turns"]) == [committed.turn_id]
+
+
+async def test_speculation_can_be_turned_off(engines: VoiceEngines) -> None:
+    turns = TurnRunner(Teller())
+    script = CallScript().user_says(0.3, "What time is it?").until(6.0)
+    call = await run_call(
+        turns, script, engines, settings=VoiceSettings(speculative_replies=False)
+    )
+    [metrics] = call.metrics()
+    assert not metrics.speculative
+    assert len(call.replies()) == 1
+    assert np.isfinite(metrics.speech_end)
