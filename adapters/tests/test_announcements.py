@@ -10,7 +10,8 @@ import pytest
 from voxflow_adapters.scenario import CallResult, run_call
 from voxflow_adapters.script import CallScript
 from voxflow_voice.engines import VoiceEngines
-from voxflow_voice.session import VoiceSession
+from voxflow_voice.session import VoiceSession, VoiceSettings
+from voxflow_voice.turn_detector import TurnDetection
 
 from voxflow import ConversationConfig, Flow, listen, start
 from voxflow.clock import VirtualClock
@@ -66,7 +67,9 @@ class Shop(Flow[ShopState]):
         return "Sure, let me think about that for a little while longer."
 
 
-async def call_with_jobs(engines: VoiceEngines, script: CallScript) -> CallResult:
+async def call_with_jobs(
+    engines: VoiceEngines, script: CallScript, settings: VoiceSettings | None = None
+) -> CallResult:
     flow = Shop()
     turns = TurnRunner(flow)
     replies = ReplyQueue(turns)
@@ -90,7 +93,7 @@ async def call_with_jobs(engines: VoiceEngines, script: CallScript) -> CallResul
     flow.start_job = lambda job: jobs.submit(job, {})
     try:
         return await run_call(
-            turns, script, engines, clock=clock, replies=replies, jobs=jobs,
+            turns, script, engines, clock=clock, settings=settings, replies=replies, jobs=jobs,
             on_session=lambda s: holder.__setitem__("session", s),
         )
     finally:
@@ -131,3 +134,26 @@ async def test_mute_holds_announcements_until_unmuted(engines: VoiceEngines) -> 
     mutes = [(e.at, e.muted) for e in call.events if e.kind == "mute"]
     assert [m for _, m in mutes] == [True, False]
     assert heard_at >= mutes[1][0]  # nothing was announced while muted
+
+
+async def test_a_job_asked_for_in_a_discarded_speculative_reply_never_starts(
+    engines: VoiceEngines,
+) -> None:
+    # "Check my order" [pause] "number twelve, please.": the reply prepared in the pause
+    # asked for a lookup; the user spoke on, so it was rolled back, and the job it
+    # submitted is refused at admission (it waits for the state lock, held until then).
+    first = "Check my order"
+    seconds = sum(s.samples.size for s in engines.tts.synthesize(first)) / engines.tts.sample_rate
+    script = (CallScript().user_says(0.3, first)
+              .user_says(0.3 + seconds + 0.35, "number twelve, please.").until(12.0))
+    patient = VoiceSettings(turn_detection=TurnDetection(end_of_turn_silence=1.2))
+    call = await call_with_jobs(engines, script, settings=patient)
+    [discarded] = call.of_kind("speculative_reply_discarded")
+    [committed] = call.of_kind("turn_committed")
+    assert "number" in committed.text.lower()  # the whole sentence is the turn
+    state = call.session.turns.flow.state
+    [job] = state.jobs.values()  # one lookup: the committed turn's
+    assert job.origin_turn_id == committed.turn_id != discarded.turn_id
+    assert job.status == "completed"
+    [settled] = call.of_kind("delivery_settled")
+    assert settled.status == "completed"
