@@ -60,6 +60,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+from _figures import figure
 from voxflow_adapters.scenario import CallResult, run_call
 from voxflow_adapters.script import CallScript
 from voxflow_adapters.testing import STORY
@@ -316,9 +317,13 @@ async def measure(config: Config) -> None:
           f"{tape.silent_cuts} with no reply playing), "
           f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
     v2v_target = td.end_of_turn_silence * 1000 + 500
+    v2v_stretch = td.end_of_turn_silence * 1000 + 150
     stop_target = td.min_barge_in * 1000 + 40
+    speculative = sum(1 for m in call.metrics() if m.speculative)
+    discarded = len(call.of_kind("speculative_reply_discarded"))
     rows = [
-        (f"voice to voice, tape (target <= {v2v_target:.0f} ms)", str(Distribution.of(tape.v2v))),
+        (f"voice to voice, tape (targets <= {v2v_target:.0f} / {v2v_stretch:.0f} ms)",
+         str(Distribution.of(tape.v2v))),
         *summary.rows()[:4],
         ("  VAD speech end - last speech sample", str(Distribution.of(tape.end_lag))),
         (f"barge-in stop, tape, scripted (target <= {stop_target:.0f} ms)",
@@ -327,6 +332,8 @@ async def measure(config: Config) -> None:
         ("  VAD onset - first speech sample", str(Distribution.of(tape.onset_lag))),
         ("stale samples after a fence (must be 0)", str(call.stale_samples())),
         ("fenced chunks (dropped before playout)", str(summary.fenced_chunks)),
+        ("turns answered by a speculative reply", f"{speculative} of {len(call.metrics())}"),
+        ("speculative replies discarded unheard", str(discarded)),
     ]
     stt_rtf = [busy / audio for busy, audio in timings.stt if audio > 0]
     tts_rtf = [busy / audio for busy, audio in timings.tts if audio > 0]
@@ -340,6 +347,10 @@ async def measure(config: Config) -> None:
         print(f"   {label:<52} {value}")
     transcripts = call.transcripts()
     print(f"   transcripts: {transcripts[:4]} ...")
+    v2v = Distribution.of(tape.v2v)
+    if v2v.median_ms is not None:
+        figure(f"voice to voice, {config.name}", v2v.median_ms, "ms",
+               target=f"<= {v2v_target:.0f} (stretch {v2v_stretch:.0f})")
 
 
 def _ratio(values: list[float]) -> str:
