@@ -14,19 +14,22 @@ from voxflow.turns import TurnRunner, TurnState
 pytestmark = pytest.mark.unit
 
 
+class Chat(Flow[TurnState]):
+    conversational = True
+
+    def route_turn(self, context: Any) -> str:
+        return "reply"
+
+    @listen("reply")
+    def handle_reply(self) -> str:
+        return f"echo {self.state.current_user_message}"
+
+
 def persisted_chat(backend: SQLiteFlowPersistence) -> type[Flow[TurnState]]:
-    @persist(backend)
-    class Chat(Flow[TurnState]):
-        conversational = True
+    class SavedChat(Chat):
+        pass
 
-        def route_turn(self, context: Any) -> str:
-            return "reply"
-
-        @listen("reply")
-        def handle_reply(self) -> str:
-            return f"echo {self.state.current_user_message}"
-
-    return Chat
+    return persist(backend)(SavedChat)
 
 
 async def turn(runner: TurnRunner, text: str) -> list[str]:
@@ -66,16 +69,6 @@ async def test_a_discarded_turn_leaves_no_trace_in_memory_or_storage(tmp_path: P
 
 
 async def test_frozen_history_items_are_shared_and_mutable_records_copied() -> None:
-    class Chat(Flow[TurnState]):
-        conversational = True
-
-        def route_turn(self, context: Any) -> str:
-            return "reply"
-
-        @listen("reply")
-        def handle_reply(self) -> str:
-            return "ok"
-
     runner = TurnRunner(Chat())
     await turn(runner, "hello")
     state = runner.flow.state
@@ -108,9 +101,6 @@ async def test_dict_states_roll_back_in_place() -> None:
 
 
 async def test_a_point_restores_once_and_checks_its_input() -> None:
-    class Chat(Flow[TurnState]):
-        conversational = True
-
     flow = Chat()
     point = RollbackPoint.take(flow)
     await point.restore()
