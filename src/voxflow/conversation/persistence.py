@@ -1,28 +1,45 @@
-"""How a conversational flow is saved: only what the turn appended, whatever the length.
+"""How a conversational or job flow is saved: only what changed, whatever the length.
 
 A conversation's history only grows: ``state.messages`` and ``state.events`` are
-append-only. :class:`~voxflow.flow.persistence.SQLiteFlowPersistence` (the default
-``@persist`` backend) stores those two lists one row per item and the rest of the state
-as a small snapshot, and offers ``save_state_delta``. :func:`prepare_state_save` (the
-``_prepare_state_save`` hook of a conversational flow) uses it: a save after turn 1,000
-writes the turn's new messages plus a few hundred bytes, not the whole transcript, in
-one transaction. Loading reassembles the full state, so ``load_state`` returns exactly
-what was saved. Any other :class:`~voxflow.flow.persistence.FlowPersistence` (without
-``save_state_delta``) still gets full snapshots.
+append-only. Its records (``turns``, ``replies``, ``deliveries``, ``covered_updates``,
+``jobs``: :data:`RECORD_FIELDS`) are dicts that grow by one or two entries a turn and
+whose entries change in place. :class:`~voxflow.flow.persistence.SQLiteFlowPersistence`
+(the default ``@persist`` backend) stores list items and records one row each and the
+rest of the state as a small snapshot, and offers ``save_state_changes``.
+:func:`prepare_state_save` (the ``_prepare_state_save`` hook of a flow) uses it: a save
+after turn 1,000 writes the turn's new messages, the records added, changed or removed
+since the last save, and a few hundred bytes, in one transaction. Loading reassembles
+the full state (each dict in its order), so ``load_state`` returns exactly what was
+saved. Any other :class:`~voxflow.flow.persistence.FlowPersistence` (without
+``save_state_changes``) still gets full snapshots.
 
-When a save is a full one (the state is re-dumped and every item rewritten):
+How changes are found (see ``voxflow.conversation._record_marks`` for records):
+
+* lists: the items after the saved length; the last :data:`CHECKED_TAIL` saved items are
+  checked for in-place replacement (e.g. an interrupted assistant reply cut to what the
+  user heard); replacing an older item in place is not detected: reassign the list
+  instead (``state.messages = [...]``);
+* records: added, removed and replaced entries by identity (a dict restored to an older
+  snapshot, older record objects put back), any field assignment anywhere (a saved
+  record is watched through its ``__pydantic_fields_set__``), and in-place changes
+  inside the containers of the 16 newest records of each dict. For an older record,
+  assign a container field rather than changing it in place.
+
+When a save is a full one (the state is re-dumped and every row rewritten):
 
 * the first save of a Flow instance to a backend that did not restore the session from
-  it (a turn that restores marks the restored lists as saved: :func:`remember_restored`);
-* ``state.messages``/``state.events`` was reassigned or shrank (e.g. a trimmed history);
-* one of the last :data:`CHECKED_TAIL` saved items was replaced in place (e.g. an
-  interrupted assistant reply cut to what the user heard); replacing an older item in
-  place is not detected: reassign the list instead (``state.messages = [...]``).
+  it (a turn that restores marks what it loaded as saved: :func:`remember_restored`);
+* ``state.messages``/``state.events`` was reassigned or shrank (e.g. a trimmed history),
+  or one of its last :data:`CHECKED_TAIL` saved items was replaced in place.
+
+A dict of records whose surviving keys were reordered is rewritten alone (its rows
+only).
 
 One writer per session at a time, as with any snapshot store. If another writer saved
-the session since (the stored counts differ), the backend refuses the delta and the
-save falls back to a full one: the last writer wins, as with plain snapshots, and the
-stored history never has gaps.
+the session since (the stored version is not the one this instance wrote, or after a
+restore the stored counts differ), the backend refuses the changes and the save falls
+back to a full one, snapshotted again on the state's event loop: the last writer wins,
+as with plain snapshots, and the stored history never has gaps.
 
 ``SQLiteConversationPersistence`` is the same class as ``SQLiteFlowPersistence``, kept
 as a name for code written when the item-wise store was opt-in.
@@ -35,18 +52,32 @@ Example::
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import dataclasses
-from collections.abc import Callable
-from typing import Any
+import logging
+from collections.abc import Callable, Hashable
+from typing import Any, TypeVar
 
+from pydantic import BaseModel
+
+from voxflow.conversation._record_marks import RecordsMark, record_dumper
 from voxflow.conversation.state import ConversationState
-from voxflow.flow.persistence import APPEND_ONLY_FIELDS, LISTS_KEY, SQLiteFlowPersistence
+from voxflow.flow.persistence import (
+    APPEND_ONLY_FIELDS,
+    LISTS_KEY,
+    RECORD_FIELDS,
+    RecordChanges,
+    SQLiteFlowPersistence,
+    StateChanges,
+)
 from voxflow.flow.state import dump_state
 
 __all__ = [
     "APPEND_ONLY_FIELDS",
     "CHECKED_TAIL",
     "LISTS_KEY",
+    "RECORD_FIELDS",
     "SQLiteConversationPersistence",
     "SavedLists",
     "prepare_state_save",
@@ -56,8 +87,15 @@ __all__ = [
 SQLiteConversationPersistence = SQLiteFlowPersistence
 """The default backend (the item-wise store is built in); kept as a name."""
 
+logger = logging.getLogger("voxflow.flow.persistence")
+
+T = TypeVar("T")
+
 CHECKED_TAIL = 8
 """How many of the last saved items of each list are checked for in-place replacement."""
+
+_LOOP_TIMEOUT = 10.0
+"""Seconds a write thread waits for the state's loop to snapshot a fallback full save."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -82,8 +120,117 @@ class _ListMark:
         return all(items[start + i] is old for i, old in enumerate(tail))
 
 
-SavedLists = dict[tuple[int, str], tuple[_ListMark, ...]]
-"""Per ``(id(backend), flow_id)``: the lists' marks at the last successful save."""
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Saved:
+    """What a flow instance last saved of one session to one backend."""
+
+    list_fields: tuple[str, ...]
+    lists: tuple[_ListMark, ...]
+    records: dict[str, RecordsMark]
+    version: int | None  # the stored version written; None after a restore (counts checked)
+
+
+SavedLists = dict[tuple[int, str], _Saved]
+"""Per ``(id(backend), flow_id)``: what the last successful save stored."""
+
+_Fields = tuple[tuple[str, ...], tuple[str, ...]]
+
+
+def _item_fields(state: Any, backend: Any) -> _Fields | None:
+    """``(list fields, record fields)`` saved incrementally, or None for a full snapshot."""
+    if not isinstance(state, BaseModel) or not (
+        hasattr(backend, "save_state_changes") and hasattr(backend, "save_full_state")
+    ):
+        return None
+    lists = APPEND_ONLY_FIELDS if isinstance(state, ConversationState) else ()
+    records = tuple(f for f in RECORD_FIELDS if type(getattr(state, f, None)) is dict)
+    return (lists, records) if lists or records else None
+
+
+def _full_marks(state: BaseModel, fields: _Fields, saver: Hashable) -> _Saved:
+    """The marks of every list and record dict of ``state`` as it is now."""
+    list_fields, record_fields = fields
+    records = {f: RecordsMark.of(getattr(state, f), (saver, f)) for f in record_fields}
+    return _Saved(
+        list_fields,
+        tuple(_ListMark.of(getattr(state, f)) for f in list_fields),
+        {f: m for f, m in records.items() if m is not None},  # non-str keys: full saves
+        None,
+    )
+
+
+def _full(state: BaseModel, fields: _Fields, saver: Hashable) -> tuple[dict[str, Any], _Saved]:
+    """The whole state, dumped now, and the marks it leaves once stored."""
+    return dump_state(state), _full_marks(state, fields, saver)
+
+
+def _delta(
+    state: BaseModel, fields: _Fields, previous: _Saved, saver: Hashable
+) -> tuple[StateChanges, _Saved] | None:
+    """What changed since ``previous`` (dumped now) and the marks after it, or None."""
+    list_fields, record_fields = fields
+    if previous.list_fields != list_fields or set(previous.records) != set(record_fields):
+        return None
+    lists = [getattr(state, f) for f in list_fields]
+    if not all(m.appended_to(items) for items, m in zip(lists, previous.lists, strict=True)):
+        return None
+    records: dict[str, RecordChanges] = {}
+    marks: dict[str, RecordsMark] = {}
+    for field in record_fields:
+        values = getattr(state, field)
+        old = previous.records[field]
+        found = old.diff(values)
+        dump = record_dumper(type(state), field)
+        if found is None:
+            mark = RecordsMark.of(values, (saver, field))
+            if mark is None:
+                return None
+            upserts = [(k, dump(v)) for k, v in values.items()]
+            change = RecordChanges(upserts, (), len(old.keys), len(upserts), replace=True)
+        else:
+            diff, mark = found
+            upserts = [(k, dump(values[k])) for k in diff.upserts]
+            change = RecordChanges(upserts, diff.deletes, diff.base_count, len(mark.keys))
+        records[field], marks[field] = change, mark
+    changes = StateChanges(
+        snapshot=state.model_dump(mode="json", exclude={*list_fields, *record_fields}),
+        appended={
+            f: [item.model_dump(mode="json") for item in items[m.length :]]
+            for f, items, m in zip(list_fields, lists, previous.lists, strict=True)
+        },
+        counts={f: m.length for f, m in zip(list_fields, previous.lists, strict=True)},
+        records=records,
+        base_version=previous.version,
+    )
+    new_lists = tuple(_ListMark.of(items) for items in lists)
+    return changes, _Saved(list_fields, new_lists, marks, None)
+
+
+def _on_loop(loop: asyncio.AbstractEventLoop | None, fn: Callable[[], T]) -> T:
+    """``fn()`` on ``loop`` (the state's owner) when called from another thread."""
+    try:
+        running = asyncio.get_running_loop()
+    except RuntimeError:
+        running = None
+    if loop is None or running is loop or not loop.is_running():
+        return fn()
+    future: concurrent.futures.Future[T] = concurrent.futures.Future()
+
+    def run() -> None:
+        if future.set_running_or_notify_cancel():
+            try:
+                future.set_result(fn())
+            except BaseException as exc:
+                future.set_exception(exc)
+
+    try:
+        loop.call_soon_threadsafe(run)
+        return future.result(timeout=_LOOP_TIMEOUT)
+    except (RuntimeError, concurrent.futures.TimeoutError):
+        if not future.cancel() and future.done():
+            return future.result()
+        logger.warning("state owner loop unavailable; snapshotting the state from this thread")
+        return fn()
 
 
 def prepare_state_save(
@@ -92,68 +239,66 @@ def prepare_state_save(
     """Snapshot ``state`` now (on the loop) and return the blocking write.
 
     Args:
-        state: the flow's state; only a :class:`ConversationState` is saved incrementally.
+        state: the flow's state; a pydantic state with append-only lists (a
+            :class:`ConversationState`) or record dicts (:data:`RECORD_FIELDS`) is saved
+            incrementally.
         flow_id: the session id to save under.
-        backend: a ``FlowPersistence``; incremental only if it has ``save_state_delta``.
+        backend: a ``FlowPersistence``; incremental only if it has ``save_state_changes``
+            and ``save_full_state`` (the default SQLite backend does).
         method_name: the method that triggered the save.
         saved: the flow instance's marks, updated once a write succeeds.
     """
-    delta = getattr(backend, "save_state_delta", None)
-    if delta is None or not isinstance(state, ConversationState):
+    fields = _item_fields(state, backend)
+    if fields is None:
         data = dump_state(state)
         return lambda: backend.save_state(flow_id, method_name, data)
     key = (id(backend), flow_id)
-    lists = [getattr(state, f) for f in APPEND_ONLY_FIELDS]
-    marks = tuple(_ListMark.of(items) for items in lists)
+    saver = (id(saved), *key)  # this flow instance saving this session to this backend
     previous = saved.get(key)
+    delta = _delta(state, fields, previous, saver) if previous is not None else None
 
-    def remember() -> None:
-        saved[key] = marks
+    def write_full(data: dict[str, Any], marks: _Saved) -> None:
+        version = backend.save_full_state(flow_id, method_name, data)
+        saved[key] = dataclasses.replace(marks, version=version)
 
-    if previous is not None and all(
-        mark.appended_to(items) for items, mark in zip(lists, previous, strict=True)
-    ):
-        snapshot = state.model_dump(mode="json", exclude=set(APPEND_ONLY_FIELDS))
-        appended = {
-            field: [item.model_dump(mode="json") for item in items[old.length :]]
-            for field, items, old in zip(APPEND_ONLY_FIELDS, lists, previous, strict=True)
-        }
-        counts = {f: old.length for f, old in zip(APPEND_ONLY_FIELDS, previous, strict=True)}
+    if delta is None:
+        data, marks = _full(state, fields, saver)
 
-        def write_delta() -> None:
+        def write_all() -> None:
             saved.pop(key, None)  # a failed write leaves no marks: the next save is full
-            if not delta(flow_id, method_name, snapshot, appended, counts):
-                # Another writer saved this session: rewrite it all (the lists' prefixes
-                # as of this save; their items are frozen models, safe to dump here).
-                full = dict(snapshot)
-                for field, items, mark in zip(APPEND_ONLY_FIELDS, lists, marks, strict=True):
-                    full[field] = [item.model_dump(mode="json") for item in items[: mark.length]]
-                backend.save_state(flow_id, method_name, full)
-            remember()
+            write_full(data, marks)
 
-        return write_delta
-    data = dump_state(state)
+        return write_all
+    changes, marks = delta
+    try:
+        loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+    except RuntimeError:
+        loop = None
 
-    def write_full() -> None:
+    def write_delta() -> None:
         saved.pop(key, None)
-        backend.save_state(flow_id, method_name, data)
-        remember()
+        version = backend.save_state_changes(flow_id, method_name, changes)
+        if version is None:
+            # Another writer saved this session: store all of it, snapshotted again where
+            # the state lives (records are mutable, never dumped from this thread).
+            write_full(*_on_loop(loop, lambda: _full(state, fields, saver)))
+            return
+        saved[key] = dataclasses.replace(marks, version=version)
 
-    return write_full
+    return write_delta
 
 
 def remember_restored(state: Any, flow_id: str, backend: Any, saved: SavedLists) -> None:
-    """Mark the lists of a state just loaded from ``backend`` as saved.
+    """Mark the lists and records of a state just loaded from ``backend`` as saved.
 
     The next save is then a delta, so a fresh Flow instance per turn (a stateless server
     restoring the session every time) does not rewrite the whole history. Safe even if
-    the stored lists were not what was loaded: the backend refuses a delta whose counts
-    do not match and the save falls back to a full one.
+    the stored state changed since it was loaded, as long as its counts did: the backend
+    refuses a delta whose list or record counts do not match, and the save falls back to
+    a full one.
     """
-    if getattr(backend, "save_state_delta", None) is None or not isinstance(
-        state, ConversationState
-    ):
+    fields = _item_fields(state, backend)
+    if fields is None:
         return
-    saved[(id(backend), flow_id)] = tuple(
-        _ListMark.of(getattr(state, f)) for f in APPEND_ONLY_FIELDS
-    )
+    key = (id(backend), flow_id)
+    saved[key] = _full_marks(state, fields, (id(saved), *key))

@@ -17,17 +17,23 @@ snapshot per ``flow_uuid`` (an upsert), and ``flow_state_history`` keeps at most
 Every save is one transaction, so a crash mid-save leaves the previous snapshot intact.
 Quiet by default: it logs, never prints.
 
-**Append-only lists.** The list fields named in :data:`APPEND_ONLY_FIELDS` (a
+**Item-stored fields.** The list fields named in :data:`APPEND_ONLY_FIELDS` (a
 conversation's ``messages`` and ``events``) are stored one row per item in
-``conversation_items``; the snapshot row keeps the rest of the state plus, under
-:data:`LISTS_KEY`, how many items of each list belong to it. :meth:`save_state_delta`
-then writes only the items appended since the previous save and the small snapshot, so
-the cost of a save does not grow with the history (a conversational flow saves this way
-automatically, see ``voxflow.conversation.persistence``). :meth:`load_state` reassembles
-the lists, so it returns exactly the state that was saved, whichever way it was saved.
-Items beyond a snapshot's counts (none are written today: items and snapshot share one
-transaction; a database from an older two-step writer may hold some) are ignored and
-overwritten by the next delta.
+``conversation_items``, and the dict-of-record fields named in :data:`RECORD_FIELDS`
+(``turns``, ``replies``, ``deliveries``, ``covered_updates``, ``jobs``) one row per key
+in ``state_records``; the snapshot row keeps the rest of the state plus, under
+:data:`LISTS_KEY` and :data:`RECORDS_KEY`, how many elements of each belong to it.
+:meth:`save_state_changes` then writes only the items appended and the records added,
+changed or removed since the previous save, plus the small snapshot, so the cost of a
+save does not grow with the session (conversational and job flows save this way
+automatically, see ``voxflow.conversation.persistence``); :meth:`save_state_delta` is
+its older list-only form. :meth:`load_state` reassembles the lists and dicts (each dict
+in its insertion order), so it returns exactly the state that was saved, whichever way
+it was saved. Items beyond a snapshot's counts (none are written today: rows and
+snapshot share one transaction; a database from an older two-step writer may hold some)
+are ignored and overwritten by the next delta. The tables are created if missing, so a
+database written before records were item-stored opens as is: its snapshots keep their
+dicts inline until the next full save.
 """
 
 from __future__ import annotations
@@ -44,15 +50,35 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar, overload, runtime_chec
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from voxflow.flow._item_rows import (
+    APPEND_ONLY_FIELDS,
+    LISTS_KEY,
+    RECORD_FIELDS,
+    RECORDS_KEY,
+    SCHEMA,
+    RecordChanges,
+    StateChanges,
+    assemble,
+    check_changes,
+    split_full,
+    stale_reason,
+    write_change_rows,
+    write_full_rows,
+)
+
 if TYPE_CHECKING:
     import sqlite3
 
 __all__ = [
     "APPEND_ONLY_FIELDS",
     "LISTS_KEY",
+    "RECORDS_KEY",
+    "RECORD_FIELDS",
     "FlowPersistence",
     "PersistConfig",
+    "RecordChanges",
     "SQLiteFlowPersistence",
+    "StateChanges",
     "default_data_dir",
     "default_persistence",
     "persist",
@@ -61,12 +87,6 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
-
-APPEND_ONLY_FIELDS = ("messages", "events")
-"""State fields stored one row per item (when they hold a list)."""
-
-LISTS_KEY = "__voxflow_lists__"
-"""Snapshot key recording how many items of each item-stored list belong to the snapshot."""
 
 
 @runtime_checkable
@@ -135,39 +155,6 @@ def default_persistence() -> SQLiteFlowPersistence:
         return backend
 
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS flow_states (
-    flow_uuid TEXT PRIMARY KEY,
-    method_name TEXT NOT NULL,
-    saved_at TEXT NOT NULL,
-    version INTEGER NOT NULL,
-    state_json TEXT NOT NULL
-);
-CREATE TABLE IF NOT EXISTS flow_state_history (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
-    flow_uuid TEXT NOT NULL,
-    version INTEGER NOT NULL,
-    method_name TEXT NOT NULL,
-    saved_at TEXT NOT NULL,
-    state_json TEXT NOT NULL
-);
-CREATE INDEX IF NOT EXISTS idx_history_uuid ON flow_state_history(flow_uuid, version);
-CREATE TABLE IF NOT EXISTS conversation_items (
-    flow_uuid TEXT NOT NULL,
-    field TEXT NOT NULL,
-    idx INTEGER NOT NULL,
-    item_json TEXT NOT NULL,
-    PRIMARY KEY (flow_uuid, field, idx)
-) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS pending_feedback (
-    flow_uuid TEXT PRIMARY KEY,
-    context_json TEXT NOT NULL,
-    state_json TEXT NOT NULL,
-    created_at TEXT NOT NULL
-);
-"""
-
-
 class SQLiteFlowPersistence:
     """:class:`FlowPersistence` on one SQLite file (WAL), safe across threads and processes.
 
@@ -204,7 +191,7 @@ class SQLiteFlowPersistence:
         )
         conn.execute("PRAGMA journal_mode=WAL")
         conn.execute("PRAGMA synchronous=NORMAL")
-        conn.executescript(_SCHEMA)
+        conn.executescript(SCHEMA)
         self._conn = conn
         return conn
 
@@ -235,37 +222,63 @@ class SQLiteFlowPersistence:
     def save_state(self, flow_uuid: str, method_name: str, state_data: dict[str, Any]) -> None:
         """Store ``state_data`` as the latest snapshot; the previous one joins the history.
 
-        The :data:`APPEND_ONLY_FIELDS` lists are (re)written one row per item, the rest as
-        the snapshot row, in one transaction.
+        The :data:`APPEND_ONLY_FIELDS` lists and :data:`RECORD_FIELDS` dicts are
+        (re)written one row per element, the rest as the snapshot row, in one transaction.
         """
+        self.save_full_state(flow_uuid, method_name, state_data)
+
+    def save_full_state(self, flow_uuid: str, method_name: str, state_data: dict[str, Any]) -> int:
+        """:meth:`save_state`, returning the stored version (a base for later changes)."""
         self._check_uuid(flow_uuid)
         if not isinstance(state_data, dict):
             raise TypeError("state_data must be a dict")
-        lists = {
-            f: state_data[f] for f in APPEND_ONLY_FIELDS if isinstance(state_data.get(f), list)
-        }
-        snapshot = state_data
-        if lists:
-            snapshot = {k: v for k, v in state_data.items() if k not in lists}
-            snapshot[LISTS_KEY] = {field: len(items) for field, items in lists.items()}
+        snapshot, lists, records = split_full(state_data)
         payload = json.dumps(snapshot)
-        rows = [
-            (flow_uuid, field, i, json.dumps(item))
-            for field, items in lists.items()
-            for i, item in enumerate(items)
-        ]
         now = datetime.now(UTC).isoformat()
+        version = 0
 
         def write(conn: sqlite3.Connection) -> None:
-            if lists:
-                conn.executemany(
-                    "DELETE FROM conversation_items WHERE flow_uuid = ? AND field = ?",
-                    [(flow_uuid, field) for field in lists],
-                )
-                conn.executemany("INSERT INTO conversation_items VALUES (?, ?, ?, ?)", rows)
-            self._replace_snapshot(conn, flow_uuid, method_name, now, payload)
+            nonlocal version
+            write_full_rows(conn, flow_uuid, lists, records)
+            version = self._replace_snapshot(conn, flow_uuid, method_name, now, payload)
 
         self._write(write)
+        return version
+
+    def save_state_changes(
+        self, flow_uuid: str, method_name: str, changes: StateChanges
+    ) -> int | None:
+        """Apply one incremental save (new list items, changed records, the small snapshot).
+
+        One transaction: a crash leaves the previous snapshot and its rows intact.
+        Returns the stored version, or None, writing nothing, when the stored snapshot is
+        not the one ``changes`` builds on (another writer saved the session since: its
+        version is not ``changes.base_version``, or its list or record counts differ):
+        save the full state then.
+
+        Raises:
+            ValueError: ``flow_uuid`` is empty or ``changes`` is inconsistent (named).
+            TypeError: ``changes`` is not a :class:`StateChanges` (or holds a bad part).
+        """
+        self._check_uuid(flow_uuid)
+        check_changes(changes)
+        now = datetime.now(UTC).isoformat()
+        version: int | None = None
+
+        def write(conn: sqlite3.Connection) -> None:
+            nonlocal version
+            row = conn.execute(
+                "SELECT version, state_json FROM flow_states WHERE flow_uuid = ?", (flow_uuid,)
+            ).fetchone()
+            reason = stale_reason(row, changes)
+            if reason is not None:
+                logger.debug("%s: incremental save refused, %s", flow_uuid, reason)
+                return
+            payload = write_change_rows(conn, flow_uuid, changes)
+            version = self._replace_snapshot(conn, flow_uuid, method_name, now, payload)
+
+        self._write(write)
+        return version
 
     def save_state_delta(
         self,
@@ -277,10 +290,11 @@ class SQLiteFlowPersistence:
     ) -> bool:
         """Append ``appended[field]`` after ``counts[field]`` stored items; save ``snapshot``.
 
-        One transaction: a crash leaves the previous snapshot and its items intact.
-        Returns False, writing nothing, when the latest stored snapshot does not hold
-        exactly ``counts`` items (another writer saved the session since): save the full
-        state then.
+        The list-only form of :meth:`save_state_changes` (stored counts checked, not the
+        version). One transaction: a crash leaves the previous snapshot and its items
+        intact. Returns False, writing nothing, when the latest stored snapshot does not
+        hold exactly ``counts`` items (another writer saved the session since): save the
+        full state then.
 
         Args:
             flow_uuid: the session.
@@ -293,46 +307,18 @@ class SQLiteFlowPersistence:
             ValueError: ``flow_uuid`` is empty; ``appended`` and ``counts`` name different
                 fields or a count is negative.
         """
-        self._check_uuid(flow_uuid)
         if not isinstance(snapshot, dict):
             raise TypeError("snapshot must be a dict")
-        if set(appended) != set(counts):
-            raise ValueError("appended and counts must name the same fields")
-        if any(isinstance(n, bool) or not isinstance(n, int) or n < 0 for n in counts.values()):
-            raise ValueError("counts must be non-negative ints")
-        rows = [
-            (flow_uuid, field, counts[field] + i, json.dumps(item))
-            for field, items in appended.items()
-            for i, item in enumerate(items)
-        ]
-        data = {k: v for k, v in snapshot.items() if k not in counts}
-        data[LISTS_KEY] = {field: counts[field] + len(items) for field, items in appended.items()}
-        payload = json.dumps(data)
-        now = datetime.now(UTC).isoformat()
-
-        written = False
-
-        def write(conn: sqlite3.Connection) -> None:
-            nonlocal written
-            row = conn.execute(
-                "SELECT state_json FROM flow_states WHERE flow_uuid = ?", (flow_uuid,)
-            ).fetchone()
-            stored = json.loads(row[0]).get(LISTS_KEY, {}) if row is not None else {}
-            stale = {f: stored.get(f, 0) for f, n in counts.items() if stored.get(f, 0) != n}
-            if stale:
-                logger.debug("%s: delta refused, %s items stored, not %s", flow_uuid, stale, counts)
-                return
-            conn.executemany("INSERT OR REPLACE INTO conversation_items VALUES (?, ?, ?, ?)", rows)
-            self._replace_snapshot(conn, flow_uuid, method_name, now, payload)
-            written = True
-
-        self._write(write)
-        return written
+        changes = StateChanges(snapshot=snapshot, appended=appended, counts=counts)
+        return self.save_state_changes(flow_uuid, method_name, changes) is not None
 
     def _replace_snapshot(
         self, conn: sqlite3.Connection, flow_uuid: str, method_name: str, now: str, payload: str
-    ) -> None:
-        """Upsert the latest snapshot; move the previous one to the bounded history."""
+    ) -> int:
+        """Upsert the latest snapshot; move the previous one to the bounded history.
+
+        Returns the new snapshot's version.
+        """
         limit = self.history_limit
         row = conn.execute(
             "SELECT version, method_name, saved_at, state_json FROM flow_states "
@@ -360,23 +346,7 @@ class SQLiteFlowPersistence:
             "version = excluded.version, state_json = excluded.state_json",
             (flow_uuid, method_name, now, version, payload),
         )
-
-    @staticmethod
-    def _assemble(conn: sqlite3.Connection, flow_uuid: str, state_json: str) -> dict[str, Any]:
-        """A stored snapshot with its item-stored lists put back."""
-        data = json.loads(state_json)
-        assert isinstance(data, dict)
-        marker = data.pop(LISTS_KEY, None)
-        for field, count in (marker or {}).items():
-            rows = conn.execute(
-                "SELECT item_json FROM conversation_items WHERE flow_uuid = ? AND field = ? "
-                "AND idx < ? ORDER BY idx",
-                (flow_uuid, field, count),
-            ).fetchall()
-            if len(rows) != count:
-                logger.warning("%s: %d of %d %s items stored", flow_uuid, len(rows), count, field)
-            data[field] = [json.loads(r[0]) for r in rows]
-        return data
+        return version
 
     def _read_consistent(self, fn: Callable[[sqlite3.Connection], T]) -> T | None:
         """``fn`` inside one read transaction: the snapshot and its items agree."""
@@ -398,16 +368,17 @@ class SQLiteFlowPersistence:
             row = conn.execute(
                 "SELECT state_json FROM flow_states WHERE flow_uuid = ?", (flow_uuid,)
             ).fetchone()
-            return None if row is None else self._assemble(conn, flow_uuid, row[0])
+            return None if row is None else assemble(conn, flow_uuid, row[0])
 
         return self._read_consistent(read)
 
     def history(self, flow_uuid: str) -> list[tuple[int, str, dict[str, Any]]]:
         """``(version, method, state)`` of the kept snapshots, oldest first, latest last.
 
-        Item-stored lists are reassembled from the current items: exact while the lists
-        were only appended to; after a rewrite (e.g. a trimmed history) older versions
-        show the rewritten items.
+        Item-stored lists and records are reassembled from the current rows: lists are
+        exact while they were only appended to (after a rewrite, e.g. a trimmed history,
+        older versions show the rewritten items); records always show their current
+        stored content.
         """
         self._check_uuid(flow_uuid)
 
@@ -421,7 +392,7 @@ class SQLiteFlowPersistence:
                 "SELECT version, method_name, state_json FROM flow_states WHERE flow_uuid = ?",
                 (flow_uuid,),
             ).fetchall()
-            return [(v, m, self._assemble(c, flow_uuid, s)) for v, m, s in rows]
+            return [(v, m, assemble(c, flow_uuid, s, latest=False)) for v, m, s in rows]
 
         return self._read_consistent(read) or []
 
