@@ -5,9 +5,11 @@ Three tasks run in one task group (the caller owns the session's lifetime):
 * **listen**: microphone audio → 16 kHz → VAD/turn detector → recording observations,
   barge-ins, and finished utterances (queued for the converse task);
 * **converse**: utterance → STT → a committed turn (fresh ``turn_id``) → the flow's reply
-  through ``TurnRunner.astream_turn``; only events that pass ``accept_event`` are
-  spoken: text is cut into segments, each synthesized as soon as it is complete, and
-  every chunk goes through the fenced :class:`~voxflow_voice.playback.Playback`;
+  through ``TurnRunner.astream_turn``, spoken by the
+  :class:`~voxflow_voice.speaker.ReplySpeaker` (:mod:`voxflow_voice.speaker`): only events
+  that pass ``accept_event`` are spoken, text is cut into segments, each synthesized as
+  soon as it is complete, and every chunk goes through the fenced
+  :class:`~voxflow_voice.playback.Playback`; then drain → finish → settle history;
 * **observe**: the adapter's receipts, drains and mute changes → playback accounting and
   the client's floor state;
 
@@ -15,16 +17,20 @@ plus **floor** (:class:`~voxflow_voice.floor.FloorReporter`: the user's recordin
 playback, mute and pending turns, reported to the ``ReplyQueue`` as ``ClientActivity``)
 and **deliver** (:class:`~voxflow_voice.delivery.AnnouncementDelivery`: background
 announcements of completed jobs, claimed whenever the floor is free and spoken through
-the same generate → drain → finish → settle path as answers, :meth:`VoiceSession._announce`).
+the same speaker path as answers, :meth:`VoiceSession._announce`).
 
-Barge-in (:mod:`voxflow_voice.barge_in`): at the first speech frame over a reply the
-adapter *pauses* it (a :class:`~voxflow_voice.transport.PausableTransport`), then the
-:class:`~voxflow_voice.barge_in.BargeInArbiter` confirms: a false alarm (cough, blip) or
-a backchannel ("uh-huh", judged from the overlap's transcript) *resumes* it from the
-exact sample, and never becomes a turn; a real request (or, under the ``interrupt``
-policy, any speech of ``min_barge_in``) interrupts exactly that reply:
-``TurnRunner.interrupt`` (which cancels its LLM stream), the TTS task is cancelled, and
-playback is fenced and flushed. ``must_finish`` replies are never cut
+Speculative replies (:mod:`voxflow_voice.speculation`, ``VoiceSettings.speculative_replies``):
+at the user's short pause the session answers what it heard with the audio held, releases
+it the instant the turn's end is confirmed on the same audio, or drops it unheard and rolls
+the flow back if the user speaks on (:meth:`VoiceSession._speculate`).
+
+Barge-in: user speech over a reply is fed to the
+:class:`~voxflow_voice.barge_in.BargeInArbiter` (``VoiceSession.barge_in``) by the
+:class:`~voxflow_voice.overlap.OverlapHandler` (:mod:`voxflow_voice.overlap`), which
+*pauses* the reply at the first speech frame, *resumes* it from the exact sample after a
+false alarm or a backchannel (which never becomes a turn), or *cuts* it for a real
+request: ``TurnRunner.interrupt`` (which cancels its LLM stream), the TTS task is
+cancelled, and playback is fenced and flushed. ``must_finish`` replies are never cut
 (:meth:`VoiceSession.set_reply_policy`). The history then keeps what the user heard, cut
 at the last word played.
 """
@@ -32,15 +38,13 @@ at the last word played.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from voxflow.clock import Clock, MonotonicClock, VirtualClock
+from voxflow.clock import Clock, MonotonicClock
 from voxflow.flow import RollbackPoint
 from voxflow.ids import DeliveryId, SessionId, TurnId, new_turn_id
 from voxflow.jobs import JobRecord, JobRunner
@@ -48,7 +52,7 @@ from voxflow.replies import ReplyQueue
 from voxflow.turns import ReplyEvent, TurnRunner
 
 from .audio import STT_SAMPLE_RATE, InputConverter
-from .barge_in import BargeInAction, BargeInArbiter, BargeInPolicy, BargeInSettings
+from .barge_in import BargeInArbiter, BargeInPolicy, BargeInSettings
 from .delivery import AnnouncementDelivery
 from .delivery import Announcer as Announcer  # re-exported: adapters import it from here
 from .delivery import default_announcer as default_announcer
@@ -57,15 +61,9 @@ from .echo import EchoGate, EchoGateSettings
 from .engines import VoiceEngines
 from .events import (
     AudioStarted,
-    BargeIn,
-    BargeInPaused,
-    BargeInResumed,
     DeliverySettled,
     MuteObserved,
-    ReplyFinished,
     ReplyInterrupted,
-    ReplyStarted,
-    ReplyTextStreamed,
     SessionClosed,
     SessionEvent,
     SpeculativeReplyDiscarded,
@@ -76,10 +74,11 @@ from .events import (
     TurnMetrics,
 )
 from .floor import FloorReporter
-from .history import record_heard
 from .metrics import LatencySummary, summarize
+from .overlap import OverlapHandler
 from .playback import Playback
-from .segmenter import SegmenterSettings, TextSegmenter
+from .segmenter import SegmenterSettings
+from .speaker import ReplySpeaker, SpokenReply, hold_clock, iterate_events
 from .speculation import Speculation
 from .transport import AudioTransport, MuteChanged, PlaybackDrained, PlaybackReceipt
 from .turn_detector import (
@@ -93,8 +92,6 @@ from .turn_detector import SpeechEnded as DetectorSpeechEnded
 from .turn_detector import SpeechStarted as DetectorSpeechStarted
 
 __all__ = ["DEFAULT_VOICE_SETTINGS", "VoiceSession", "VoiceSettings"]
-
-_T = TypeVar("_T")
 
 logger = logging.getLogger(__name__)
 
@@ -122,25 +119,6 @@ class VoiceSettings(BaseModel):
 
 
 DEFAULT_VOICE_SETTINGS = VoiceSettings()
-
-
-@dataclass(slots=True)
-class _Reply:
-    """The reply being spoken (foreground answer or announcement)."""
-
-    turn_id: TurnId
-    input_revision: int
-    delivery_id: DeliveryId | None = None
-    announcement: bool = False
-    speaker: asyncio.Task[None] | None = None
-    interrupted: bool = False
-    failed: bool = False  # the runner's terminal event was `failed` (e.g. provider down)
-    onset_at: float | None = None  # barge-in speech onset
-    first_text: float | None = None
-    first_audio: float | None = None
-    last_audio_end: float | None = None
-    segments: list[str] = field(default_factory=list)
-    speculation: Speculation | None = None  # until its turn is confirmed
 
 
 class VoiceSession:
@@ -199,9 +177,7 @@ class VoiceSession:
         self._speculating: set[asyncio.Task[bool]] = set()
         self._early = EarlyTranscriber(engines.stt)
         self.barge_in = BargeInArbiter(self.settings.barge_in)
-        self._reply_policies: dict[DeliveryId, BargeInPolicy] = {}
-        self._overlap_since: tuple[DeliveryId | None, int] = (None, 0)  # reply, first sample
-        self._reply: _Reply | None = None
+        self._reply: SpokenReply | None = None  # the reply being spoken, if any
         self._anchor = (0.0, 0)  # (clock time, input sample) of the latest frame
         self._speaking = asyncio.Lock()  # one reply (answer or announcement) at a time
         self._closed = False
@@ -211,6 +187,16 @@ class VoiceSession:
             replies, self._lock, self._floor, self._speaking, self._announce,
             jobs=self._flow_jobs, announcer=announcer,
             enabled=self.settings.announcements, gone=lambda: self._input_ended,
+        )
+        self._speaker = ReplySpeaker(
+            turns, self.playback, engines.tts, self.settings.segmenter, self.clock, self._lock,
+            emit=self._emit, session_id=lambda: self.session_id,
+            gone=lambda: self._input_ended, replies=replies, echo_gate=self.echo_gate,
+        )
+        self._overlap = OverlapHandler(
+            self.barge_in, self._detector, self.playback, self._early, self.clock,
+            cut=self._speaker.cut, emit=self._emit, session_id=lambda: self.session_id,
+            time_of=self._time_of, interruptions=self.settings.interruptions,
         )
 
     @property
@@ -235,7 +221,7 @@ class VoiceSession:
                 # never come, so the reply it was hearing is cut now, not waited for.
                 self._input_ended = True
                 if self._reply is not None:
-                    await self._cut(self._reply, "Session closed.")
+                    await self._speaker.cut(self._reply, "Session closed.")
                 await converse  # the last utterance is answered (and cut) before we close
                 async with self._speaking:  # and an announcement being cut settles
                     pass
@@ -255,7 +241,7 @@ class VoiceSession:
         await self._early.aclose()
         reply = self._reply
         if reply is not None and reply.delivery_id is not None:
-            self._fence(reply)
+            self._speaker.fence(reply)
         if self.replies is not None:
             async with self._lock:
                 self.replies.close()
@@ -272,7 +258,7 @@ class VoiceSession:
                 self._anchor = (self.clock.now(), self._detector.position)
                 if self.echo_gate is not None:
                     audio = self.echo_gate.process(audio, self._anchor[0])
-                with self._hold():
+                with hold_clock(self.clock):
                     events = await asyncio.to_thread(self._detector.push, audio)
                 for event in events:
                     await self._on_detector_event(event)
@@ -280,7 +266,7 @@ class VoiceSession:
                 if spec is not None and spec.spoken_over(self._detector.speech_end):
                     spec.discard("the user spoke on")
                     self._speculation = None
-                await self._arbitrate()
+                await self._overlap.arbitrate(self._reply)
             for event in self._detector.flush():
                 await self._on_detector_event(event)
         finally:
@@ -299,7 +285,9 @@ class VoiceSession:
             self._emit(SpeechStarted(session_id=self.session_id, at=self.clock.now(),
                                      onset_at=self._time_of(event.onset_sample)))
         elif isinstance(event, BargeInDetected):
-            await self._maybe_barge_in(self._time_of(event.onset_sample), event.onset_sample)
+            await self._overlap.speech_confirmed(
+                self._reply, self._time_of(event.onset_sample), event.onset_sample
+            )
         elif isinstance(event, DetectorSpeechEnded):
             self._floor.recording_changed(False)
             self._emit(SpeechEnded(session_id=self.session_id, at=self.clock.now(),
@@ -307,13 +295,13 @@ class VoiceSession:
         elif isinstance(event, UtterancePaused):
             # Speculative STT in the end-of-turn silence: the silence hides its latency.
             self._early.paused(event)
-            await self._overlap_words(event)
+            await self._overlap.words(self._reply, event)
             self._speculate(event)
         elif isinstance(event, UtteranceReady):
             # Speech over a paused reply with no speculative transcript yet (a short
             # end-of-turn silence): decide from its words now (kept for the turn's STT).
-            await self._overlap_words(
-                UtterancePaused(event.audio, event.onset_sample, event.end_sample)
+            await self._overlap.words(
+                self._reply, UtterancePaused(event.audio, event.onset_sample, event.end_sample)
             )
             # From the end of the user's speech until its reply settles, the floor is
             # the foreground's: no announcement may slip in while STT runs.
@@ -326,142 +314,6 @@ class VoiceSession:
                     spec.discard("the turn ended on other audio")
             self._utterances.put_nowait((event, spec))
 
-    async def _maybe_barge_in(self, onset_at: float, onset_sample: int | None = None) -> None:
-        reply = self._reply
-        if reply is None or reply.interrupted or not self.settings.interruptions:
-            return
-        if reply.delivery_id is None:
-            return
-        if onset_sample is not None:
-            # Confirmed speech: the arbiter decides (fence, or wait for the words).
-            await self._act(reply, self._begin_overlap(reply, onset_sample), onset_sample)
-            overlap = self.barge_in.overlap
-            first = overlap.first_onset if overlap is not None else onset_sample
-            await self._act(reply, self.barge_in.confirmed(), first)
-            return
-        await self._fence_barge_in(reply, onset_at)
-
-    # -- barge-in arbitration (voxflow_voice.barge_in) --------------------------------
-
-    def set_reply_policy(self, delivery_id: DeliveryId, policy: BargeInPolicy) -> None:
-        """Override the session's barge-in policy for one reply (``interrupt``,
-        ``ignore_backchannel`` or ``must_finish``), e.g. from ``on_event`` at its
-        ``ReplyStarted``.
-
-        Raises:
-            ValueError: ``policy`` is not one of the three.
-        """
-        if policy not in ("interrupt", "ignore_backchannel", "must_finish"):
-            raise ValueError(
-                f"policy must be interrupt, ignore_backchannel or must_finish, got {policy!r}"
-            )
-        self._reply_policies[delivery_id] = policy
-
-    def _begin_overlap(self, reply: _Reply, onset: int) -> BargeInAction:
-        assert reply.delivery_id is not None
-        since = self._reply_since(reply.delivery_id)
-        if onset < since - self._detector.settings.min_barge_in * STT_SAMPLE_RATE:
-            return "none"  # speech that began well before this reply: not a barge-in
-        overlap = self.barge_in.overlap
-        if (overlap is None or overlap.onset != onset) and not self.playback.words_left(
-            reply.delivery_id
-        ):
-            return "none"  # every word was heard: only trailing silence is left
-        policy = self._reply_policies.get(reply.delivery_id, self.settings.barge_in.policy)
-        return self.barge_in.begin(reply.delivery_id, onset, policy)
-
-    def _reply_since(self, delivery_id: DeliveryId) -> int:
-        """The input sample at which ``delivery_id`` was first seen active."""
-        delivery, since = self._overlap_since
-        if delivery != delivery_id:
-            since = self._detector.position
-            self._overlap_since = (delivery_id, since)
-        return since
-
-    async def _arbitrate(self) -> None:
-        """After each input push: start, follow and end overlaps of user sound and reply."""
-        reply = self._reply
-        delivery = None
-        if reply is not None and not reply.interrupted and self.settings.interruptions:
-            delivery = reply.delivery_id
-        onset = self._detector.active_onset
-        if reply is None or delivery is None:
-            self.barge_in.update(None, position=self._detector.position,
-                                 active=onset is not None, speech_end=self._detector.speech_end)
-            return
-        self._reply_since(delivery)
-        if onset is not None:
-            await self._act(reply, self._begin_overlap(reply, onset), onset)
-        overlap = self.barge_in.overlap
-        action = self.barge_in.update(
-            delivery, position=self._detector.position, active=onset is not None,
-            speech_end=self._detector.speech_end,
-        )
-        if overlap is not None:
-            await self._act(reply, action, overlap.first_onset, reason=overlap.outcome or "")
-
-    async def _overlap_words(self, event: UtterancePaused) -> None:
-        """Speech over a reply paused: its transcript tells a backchannel from a request."""
-        reply = self._reply
-        if reply is None or not self.barge_in.wants_words(event.onset_sample):
-            return
-        with self._hold():
-            transcript = await self._early.transcript_of(event)
-        text = transcript.text if transcript is not None else ""
-        overlap = self.barge_in.overlap
-        first = overlap.first_onset if overlap is not None else event.onset_sample
-        action, kind = self.barge_in.transcribed(text, event.end_sample)
-        await self._act(reply, action, first, reason=kind, text=text)
-
-    async def _act(
-        self, reply: _Reply, action: BargeInAction, onset: int, *, reason: str = "",
-        text: str = "",
-    ) -> None:
-        delivery = reply.delivery_id
-        if action == "none" or delivery is None:
-            return
-        onset_at = self._time_of(onset)
-        if action == "pause":
-            if self.playback.pause(delivery):
-                self._emit(BargeInPaused(session_id=self.session_id, at=self.clock.now(),
-                                         delivery_id=delivery, onset_at=onset_at))
-        elif action == "resume":
-            if self.playback.resume(delivery):
-                self._emit(BargeInResumed(session_id=self.session_id, at=self.clock.now(),
-                                          delivery_id=delivery, onset_at=onset_at,
-                                          reason=reason or "false_alarm", text=text))
-        elif action == "fence" and not reply.interrupted:
-            await self._fence_barge_in(reply, onset_at)
-
-    async def _fence_barge_in(self, reply: _Reply, onset_at: float) -> None:
-        assert reply.delivery_id is not None
-        reply.onset_at = onset_at
-        self._emit(BargeIn(session_id=self.session_id, at=self.clock.now(),
-                           delivery_id=reply.delivery_id, onset_at=onset_at))
-        await self._cut(reply, "User barged in.")
-
-    async def _cut(self, reply: _Reply, reason: str) -> None:
-        """Interrupt ``reply``: fence its audio, stop its synthesis and generation."""
-        if reply.interrupted or reply.delivery_id is None:
-            return
-        reply.interrupted = True
-        self._fence(reply)  # first: not one more frame of it is played
-        if reply.announcement and self.replies is not None:
-            async with self._lock:
-                self.replies.settle(reply.delivery_id, "interrupted", reason)
-        else:
-            # Thread-safe and lock-free: cancels the reply's LLM stream if still generating.
-            self.turns.interrupt(
-                session_id=self.session_id, turn_id=reply.turn_id,
-                input_revision=reply.input_revision, delivery_id=reply.delivery_id,
-            )
-
-    def _fence(self, reply: _Reply) -> None:
-        assert reply.delivery_id is not None
-        self.playback.fence(reply.delivery_id)
-        if reply.speaker is not None:
-            reply.speaker.cancel()  # stop synthesis too, not only playback
-
     # -- converse -------------------------------------------------------------------
 
     async def _converse(self) -> None:
@@ -471,7 +323,7 @@ class VoiceSession:
                 if spec is not None and spec.task is not None and await spec.task:
                     continue  # answered in the pause, and now the turn's reply
                 speech_end = self._time_of(utterance.end_sample)
-                with self._hold():
+                with hold_clock(self.clock):
                     transcript = await self._early.final(utterance)
                 if transcript is None or not transcript.text.strip():
                     self._emit(TranscriptDiscarded(
@@ -509,7 +361,7 @@ class VoiceSession:
     async def _run_speculation(self, spec: Speculation) -> bool:
         """True if the speculative reply became the turn's reply (it was then spoken)."""
         try:
-            with self._hold():
+            with hold_clock(self.clock):
                 transcript = await self._early.transcript_of(spec.paused)
         finally:
             if self._speculation is spec:  # no reply to hold back: nothing to decide
@@ -524,18 +376,20 @@ class VoiceSession:
             return await self._answer(text, self._time_of(spec.paused.end_sample), spec)
 
     async def _generate_speculatively(
-        self, reply: _Reply, events: AsyncIterator[ReplyEvent], spec: Speculation,
+        self, reply: SpokenReply, events: AsyncIterator[ReplyEvent], spec: Speculation,
         point: RollbackPoint, text: str,
     ) -> bool:
         """Generate with the audio held; on the verdict release it (True) or drop it and
         roll the turn back (False). Runs with the state lock held throughout."""
-        generation = asyncio.create_task(self._generate(reply, events), name="voice.generate")
+        generation = asyncio.create_task(
+            self._speaker.generate(reply, events), name="voice.generate"
+        )
         verdict = asyncio.ensure_future(spec.verdict())
         await asyncio.wait({generation, verdict}, return_when=asyncio.FIRST_COMPLETED)
         if not await verdict:
             generation.cancel()  # closes the turn's stream: the runner interrupts it
             if reply.delivery_id is not None:
-                self._fence(reply)  # drops the held audio unheard
+                self._speaker.fence(reply)  # drops the held audio unheard
             await asyncio.wait({generation})
             if not generation.cancelled() and generation.exception() is not None:
                 logger.warning("discarded speculative reply had failed",
@@ -569,7 +423,7 @@ class VoiceSession:
         speculation was discarded, True once the reply settled."""
         turn_id = new_turn_id()
         transcript_final = self.clock.now()
-        reply = _Reply(turn_id=turn_id, input_revision=1, speculation=spec)
+        reply = SpokenReply(turn_id=turn_id, input_revision=1, speculation=spec)
         if spec is None:
             self._emit(TurnCommitted(session_id=self.session_id, at=transcript_final,
                                      turn_id=turn_id, text=text, speech_end_at=speech_end))
@@ -582,21 +436,21 @@ class VoiceSession:
                 async with self._lock:
                     stream = self.turns.astream_turn(text, turn_id=turn_id)
                     if spec is None:
-                        await self._generate(reply, self._held(stream))
+                        await self._speaker.generate(reply, self._speaker.held(stream))
                     else:
                         point = RollbackPoint.take(self.turns.flow)
                         if not await self._generate_speculatively(
-                            reply, self._held(stream), spec, point, text
+                            reply, self._speaker.held(stream), spec, point, text
                         ):
                             return False
             except Exception:
                 # A failed reply (e.g. the LLM provider is down) ends this turn, not the
                 # call: the runner already issued its `failed` event.
                 logger.exception("reply failed", extra={"turn_id": turn_id})
-            await self._drain(reply)
-            played = await self._finish(reply)
+            await self._speaker.drain(reply)
+            played = await self._speaker.finish(reply)
             if reply.delivery_id is not None:
-                await self._settle_history(reply, played)
+                await self._settle(reply, played)
         finally:
             self._reply = None
         fenced = self.playback.statistics().chunks_dropped - dropped_before  # this turn's
@@ -611,125 +465,21 @@ class VoiceSession:
         self._emit(metrics)
         return True
 
-    async def _held(self, items: AsyncIterator[_T]) -> AsyncIterator[_T]:
-        """Iterate ``items`` with a virtual clock held while each next item is awaited, so
-        generation and synthesis take no audio time; closes ``items`` when done."""
-        iterator = aiter(items)
-        try:
-            while True:
-                with self._hold():
-                    try:
-                        item = await anext(iterator)
-                    except StopAsyncIteration:
-                        return
-                yield item
-        finally:
-            close = getattr(iterator, "aclose", None)
-            if close is not None:
-                await close()
-
-    async def _generate(self, reply: _Reply, events: AsyncIterator[ReplyEvent]) -> None:
-        """Accepted text events → segments, for a speaker task that synthesizes each
-        segment as soon as it is complete (TTS → playback) while generation goes on."""
-        segments: asyncio.Queue[tuple[int, str] | None] = asyncio.Queue()
-        segmenter = TextSegmenter(self.settings.segmenter)
-        try:
-            async for event in events:
-                if reply.delivery_id is None:
-                    reply.delivery_id = event.delivery_id
-                    if reply.speculation is not None:
-                        self.playback.hold(event.delivery_id)
-                    self._emit_for(reply, ReplyStarted(
-                        session_id=self.session_id, at=self.clock.now(), turn_id=reply.turn_id,
-                        delivery_id=event.delivery_id, reply_kind=event.kind,
-                    ))
-                    reply.speaker = asyncio.create_task(
-                        self._synthesize(reply, segments), name="voice.speak"
-                    )
-                if not await self._accept(reply, event):
-                    continue
-                if event.type == "text" and event.text:
-                    if reply.first_text is None:
-                        reply.first_text = self.clock.now()
-                    for seg in segmenter.push(event.text):
-                        segments.put_nowait((seg.segment_id, seg.text))
-                elif event.type == "completed":
-                    for seg in segmenter.flush():
-                        segments.put_nowait((seg.segment_id, seg.text))
-                elif event.type == "failed":
-                    reply.failed = True
-        finally:
-            segments.put_nowait(None)
-
-    async def _drain(self, reply: _Reply) -> None:
-        """Wait for the speaker to hand over the last chunk, then seal the delivery."""
-        if self._input_ended:
-            await self._cut(reply, "Session closed.")  # no client left to play it
-        speaker = reply.speaker
-        if speaker is not None:
-            await asyncio.wait({speaker})  # never raises: a fenced speaker was cancelled
-            if not speaker.cancelled() and speaker.exception() is not None:
-                logger.error("speech synthesis failed", exc_info=speaker.exception())
-        if reply.delivery_id is not None:
-            self.playback.seal(reply.delivery_id)
-
-    async def _accept(self, reply: _Reply, event: ReplyEvent) -> bool:
-        if reply.announcement and self.replies is not None:
-            async with self._lock:
-                if not self.replies.accepts_output(event.delivery_id):
-                    self.replies.settle(event.delivery_id, "skipped", "Floor lost before output.")
-                    return False
-                return self.turns.accept_event(event)
-        return self.turns.accept_event(event)
-
-    async def _synthesize(
-        self, reply: _Reply, segments: asyncio.Queue[tuple[int, str] | None]
-    ) -> None:
+    async def _settle(self, reply: SpokenReply, played: bool) -> None:
+        """Settle ``reply``'s history, then drop its barge-in policy override."""
         assert reply.delivery_id is not None
-        delivery = reply.delivery_id
-        while (item := await segments.get()) is not None:
-            segment_id, text = item
-            if self.playback.is_fenced(delivery):
-                return
-            self.playback.begin_segment(delivery, segment_id, text)
-            reply.segments.append(text)
-            self._emit_for(reply, ReplyTextStreamed(session_id=self.session_id, at=self.clock.now(),
-                                         delivery_id=delivery, segment_id=segment_id, text=text))
-            chunks = self.engines.tts.stream(text, delivery_id=delivery, segment_id=segment_id)
-            async for chunk in self._held(chunks):
-                if self.echo_gate is not None:
-                    self.echo_gate.sent(chunk)
-                if not await self.playback.play(chunk):
-                    return
-            self.playback.end_segment(delivery, segment_id)
+        await self._speaker.settle_history(reply, played)
+        self._overlap.forget(reply.delivery_id)
 
-    async def _finish(self, reply: _Reply) -> bool:
-        """Wait until the reply was played whole (True) or fenced (False)."""
-        if reply.delivery_id is None:
-            return False
-        return await self.playback.wait_played(reply.delivery_id)
+    def set_reply_policy(self, delivery_id: DeliveryId, policy: BargeInPolicy) -> None:
+        """Override the session's barge-in policy for one reply (``interrupt``,
+        ``ignore_backchannel`` or ``must_finish``), e.g. from ``on_event`` at its
+        ``ReplyStarted``.
 
-    async def _settle_history(self, reply: _Reply, played: bool) -> None:
-        assert reply.delivery_id is not None
-        heard = self.playback.heard_reply(reply.delivery_id)
-        now = self.clock.now()
-        if played and not reply.failed:  # a failed reply was never "played whole"
-            self._emit(ReplyFinished(session_id=self.session_id, at=now, turn_id=reply.turn_id,
-                                     delivery_id=reply.delivery_id, text=heard.full_text))
-        elif reply.interrupted:
-            stop_ms = None
-            if reply.onset_at is not None and reply.last_audio_end is not None:
-                stop_ms = max(0.0, (reply.last_audio_end - reply.onset_at) * 1000.0)
-            self._emit(ReplyInterrupted(
-                session_id=self.session_id, at=now, turn_id=reply.turn_id,
-                delivery_id=reply.delivery_id, heard_text=heard.text, full_text=heard.full_text,
-                heard_seconds=heard.heard_seconds, stop_latency_ms=stop_ms,
-            ))
-            if not reply.announcement:
-                async with self._lock:
-                    record_heard(self.turns.flow.state, reply.turn_id, reply.delivery_id, heard)
-        self.playback.forget(reply.delivery_id)
-        self._reply_policies.pop(reply.delivery_id, None)
+        Raises:
+            ValueError: ``policy`` is not one of the three.
+        """
+        self._overlap.set_policy(delivery_id, policy)
 
     def summary(self) -> LatencySummary:
         """Medians and p90s of this call's latency marks and barge-in stops so far."""
@@ -780,13 +530,13 @@ class VoiceSession:
     async def _announce(
         self, turn_id: TurnId, delivery_id: DeliveryId, events: Sequence[ReplyEvent]
     ) -> None:
-        reply = _Reply(turn_id=turn_id, input_revision=events[0].input_revision,
+        reply = SpokenReply(turn_id=turn_id, input_revision=events[0].input_revision,
                        announcement=True)
         self._reply = reply
         try:
-            await self._generate(reply, _iterate(events))
-            await self._drain(reply)
-            played = await self._finish(reply)
+            await self._speaker.generate(reply, iterate_events(events))
+            await self._speaker.drain(reply)
+            played = await self._speaker.finish(reply)
             assert self.replies is not None
             async with self._lock:
                 self.replies.settle(delivery_id, "completed" if played else "interrupted")
@@ -794,26 +544,11 @@ class VoiceSession:
             self._emit(DeliverySettled(session_id=self.session_id, at=self.clock.now(),
                                        delivery_id=delivery_id,
                                        status=record.status if record is not None else "unknown"))
-            await self._settle_history(reply, played)
+            await self._settle(reply, played)
         finally:
             self._reply = None
 
     # -- helpers --------------------------------------------------------------------
-
-    @contextlib.contextmanager
-    def _hold(self) -> Iterator[None]:
-        if isinstance(self.clock, VirtualClock):
-            with self.clock.hold():
-                yield
-        else:
-            yield
-
-    def _emit_for(self, reply: _Reply, event: SessionEvent) -> None:
-        """Emit an event of ``reply``; a speculative reply's wait for its verdict."""
-        if reply.speculation is not None:
-            reply.speculation.events.append(event)
-        else:
-            self._emit(event)
 
     def _emit(self, event: SessionEvent) -> None:
         self.events.append(event)
@@ -829,7 +564,3 @@ class VoiceSession:
             f"playing={self._floor.playing!r}, muted={self._floor.muted}, {self.playback!r})"
         )
 
-
-async def _iterate(events: Sequence[ReplyEvent]) -> AsyncIterator[ReplyEvent]:
-    for event in events:
-        yield event
