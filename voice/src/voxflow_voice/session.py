@@ -367,11 +367,12 @@ class VoiceSession:
             if self._speculation is spec:  # no reply to hold back: nothing to decide
                 self._speculation = None
         text = transcript.text.strip() if transcript is not None else ""
-        if (spec.decided or not text or self._speaking.locked() or self._reply is not None
+        if (spec.discarded or not text or self._speaking.locked() or self._reply is not None
                 or not self.barge_in.is_turn(spec.paused.onset_sample, text)
                 or self.turns.flow.state.ended):
             return False  # the turn, if it ends here, is answered the usual way
-        self._speculation = spec  # pending again: its verdict comes from listening
+        if not spec.decided:  # (confirmed already if the turn ended while STT ran)
+            self._speculation = spec  # pending again: its verdict comes from listening
         async with self._speaking:
             return await self._answer(text, self._time_of(spec.paused.end_sample), spec)
 
