@@ -70,13 +70,14 @@ class _Watch(set[str]):
 
     subscribers: dict[Hashable, tuple[Channel, str]]
 
+    # May run on any thread (e.g. ``TurnLedger.interrupt``): iterate a copy (one C call).
     def add(self, name: str) -> None:
-        for channel, key in self.subscribers.values():
+        for channel, key in tuple(self.subscribers.values()):
             channel.dirty.add(key)
         set.add(self, name)
 
     def discard(self, name: object) -> None:
-        for channel, key in self.subscribers.values():
+        for channel, key in tuple(self.subscribers.values()):
             channel.dirty.add(key)
         set.discard(self, name)
 
@@ -235,14 +236,14 @@ class RecordsMark:
         assert channel is not None
         if not all(map(_watchable, values[n:])):
             return None
-        head = values[:n]
         changed: set[int] = set()
-        if any(map(operator.is_not, head, old_values)):  # a record replaced (rare)
-            changed.update(compress(range(n), map(operator.is_not, head, old_values)))
+        # map() stops at the shorter list: values[:n] against old_values, without a copy.
+        if any(map(operator.is_not, values, old_values)):  # a record replaced (rare)
+            changed.update(compress(range(n), map(operator.is_not, values, old_values)))
             if not all(_watchable(values[i]) for i in changed):
                 return None
-        start = n - len(prints)  # prints[j] is the print of head[start + j]
-        hot_now = list(map(_DICT, head[start:]))
+        start = n - len(prints)  # prints[j] is the print of values[start + j]
+        hot_now = list(map(_DICT, values[start:n]))
         changed.update(
             start + j for j in compress(range(len(prints)), map(operator.ne, hot_now, prints))
         )

@@ -55,6 +55,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import dataclasses
+import functools
 import logging
 from collections.abc import Callable, Hashable
 from typing import Any, TypeVar
@@ -142,9 +143,17 @@ def _item_fields(state: Any, backend: Any) -> _Fields | None:
         hasattr(backend, "save_state_changes") and hasattr(backend, "save_full_state")
     ):
         return None
-    lists = APPEND_ONLY_FIELDS if isinstance(state, ConversationState) else ()
-    records = tuple(f for f in RECORD_FIELDS if type(getattr(state, f, None)) is dict)
+    lists, candidates = _field_names(type(state))
+    values = state.__dict__
+    records = tuple(f for f in candidates if type(values.get(f)) is dict)
     return (lists, records) if lists or records else None
+
+
+@functools.lru_cache(maxsize=256)
+def _field_names(state_type: type[BaseModel]) -> _Fields:
+    """The list fields and the possible record fields of a state class."""
+    lists = APPEND_ONLY_FIELDS if issubclass(state_type, ConversationState) else ()
+    return lists, tuple(f for f in RECORD_FIELDS if f in state_type.model_fields)
 
 
 def _full_marks(state: BaseModel, fields: _Fields, saver: Hashable) -> _Saved:

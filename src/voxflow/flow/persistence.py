@@ -142,16 +142,28 @@ def default_data_dir() -> Path:
 
 
 _defaults: dict[Path, SQLiteFlowPersistence] = {}
+_defaults_by_env: dict[tuple[str | None, ...], SQLiteFlowPersistence] = {}
 _defaults_lock = threading.Lock()
+_DATA_DIR_ENV = ("VOXFLOW_HOME", "XDG_DATA_HOME", "LOCALAPPDATA", "HOME", "USERPROFILE")
 
 
 def default_persistence() -> SQLiteFlowPersistence:
-    """The shared default backend for the current :func:`default_data_dir`."""
+    """The shared default backend for the current :func:`default_data_dir`.
+
+    Called on every save of a flow without a backend of its own, so the lookup is keyed
+    on the environment variables the data directory depends on (no path work).
+    """
+    environ = os.environ
+    env = tuple(map(environ.get, _DATA_DIR_ENV))
+    backend = _defaults_by_env.get(env)
+    if backend is not None:
+        return backend
     path = default_data_dir() / "flow_states.db"
     with _defaults_lock:
         backend = _defaults.get(path)
         if backend is None:
             backend = _defaults[path] = SQLiteFlowPersistence(path)
+        _defaults_by_env[env] = backend
         return backend
 
 
@@ -239,8 +251,9 @@ class SQLiteFlowPersistence:
 
         def write(conn: sqlite3.Connection) -> None:
             nonlocal version
+            row = self._latest_row(conn, flow_uuid)
             write_full_rows(conn, flow_uuid, lists, records)
-            version = self._replace_snapshot(conn, flow_uuid, method_name, now, payload)
+            version = self._replace_snapshot(conn, flow_uuid, method_name, now, payload, row)
 
         self._write(write)
         return version
@@ -267,15 +280,13 @@ class SQLiteFlowPersistence:
 
         def write(conn: sqlite3.Connection) -> None:
             nonlocal version
-            row = conn.execute(
-                "SELECT version, state_json FROM flow_states WHERE flow_uuid = ?", (flow_uuid,)
-            ).fetchone()
-            reason = stale_reason(row, changes)
+            row = self._latest_row(conn, flow_uuid)
+            reason = stale_reason(None if row is None else (row[0], row[3]), changes)
             if reason is not None:
                 logger.debug("%s: incremental save refused, %s", flow_uuid, reason)
                 return
             payload = write_change_rows(conn, flow_uuid, changes)
-            version = self._replace_snapshot(conn, flow_uuid, method_name, now, payload)
+            version = self._replace_snapshot(conn, flow_uuid, method_name, now, payload, row)
 
         self._write(write)
         return version
@@ -312,19 +323,31 @@ class SQLiteFlowPersistence:
         changes = StateChanges(snapshot=snapshot, appended=appended, counts=counts)
         return self.save_state_changes(flow_uuid, method_name, changes) is not None
 
-    def _replace_snapshot(
-        self, conn: sqlite3.Connection, flow_uuid: str, method_name: str, now: str, payload: str
-    ) -> int:
-        """Upsert the latest snapshot; move the previous one to the bounded history.
-
-        Returns the new snapshot's version.
-        """
-        limit = self.history_limit
-        row = conn.execute(
+    @staticmethod
+    def _latest_row(conn: sqlite3.Connection, flow_uuid: str) -> tuple[Any, ...] | None:
+        """``(version, method_name, saved_at, state_json)`` of the latest snapshot, or None."""
+        row: tuple[Any, ...] | None = conn.execute(
             "SELECT version, method_name, saved_at, state_json FROM flow_states "
             "WHERE flow_uuid = ?",
             (flow_uuid,),
         ).fetchone()
+        return row
+
+    def _replace_snapshot(
+        self,
+        conn: sqlite3.Connection,
+        flow_uuid: str,
+        method_name: str,
+        now: str,
+        payload: str,
+        row: tuple[Any, ...] | None,
+    ) -> int:
+        """Upsert the latest snapshot; move the previous one to the bounded history.
+
+        ``row`` is the previous snapshot (:meth:`_latest_row`, read in this transaction).
+        Returns the new snapshot's version.
+        """
+        limit = self.history_limit
         version = 1
         if row is not None:
             version = row[0] + 1
