@@ -33,7 +33,7 @@ from voxflow.turns import TurnLedger, TurnRunner, TurnState
 
 pytestmark = pytest.mark.unit
 
-MANY = 24  # more turns than the records compared field by field on every save (16)
+MANY = 24  # more turns than the records compared field by field on every save (8)
 
 
 class Chat(Flow[TurnState]):

@@ -38,7 +38,7 @@ from pydantic import BaseModel, TypeAdapter
 
 __all__ = ["HOT_RECORDS", "Channel", "RecordsDiff", "RecordsMark", "record_dumper"]
 
-HOT_RECORDS = 16
+HOT_RECORDS = 8
 """The newest records of a dict, compared field by field (containers too) on every save."""
 
 _ATOMIC: frozenset[type] = frozenset({str, int, float, bool, type(None), bytes})

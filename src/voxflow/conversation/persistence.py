@@ -22,7 +22,7 @@ How changes are found (see ``voxflow.conversation._record_marks`` for records):
 * records: added, removed and replaced entries by identity (a dict restored to an older
   snapshot, older record objects put back), any field assignment anywhere (a saved
   record is watched through its ``__pydantic_fields_set__``), and in-place changes
-  inside the containers of the 16 newest records of each dict. For an older record,
+  inside the containers of the 8 newest records of each dict. For an older record,
   assign a container field rather than changing it in place.
 
 When a save is a full one (the state is re-dumped and every row rewritten):
