@@ -22,11 +22,25 @@ Encoder window: Whisper pads every input to 30 s, and on a CPU the encoder pass 
 those 30 s is most of the cost (tiny.en: about 530 ms of a 600 ms transcription on a
 2-core machine, base over 1.3 s). A voice turn is a few seconds long, so with
 ``encoder_window`` below 30 an utterance up to that length is padded to the window
-instead; longer ones keep 30 s. It
-is a trade: 10 s makes tiny.en about 3 to 4x faster but, on 80 synthesized commands,
-raised its word error rate from 1.4% to 6% ("Please set a timer" heard as "Police at a
-time are"); a window that merely fits the speech makes Whisper repeat itself. So the
-default stays 30 s (Whisper's own behaviour).
+instead; longer ones keep 30 s. It is a trade with faster-whisper's own padding
+(``encoder_padding="zeros"``: the log-mel *features* are padded with 0, which is louder
+than the log-mel floor of real silence): 10 s makes tiny.en about 3 to 4x faster but, on
+80 synthesized commands (an earlier ad-hoc measurement), raised its word error rate from
+1.4% to 6% ("Please set a timer" heard as "Police at a time are"), and some utterances
+turn into long loops; a window that merely fits the speech makes Whisper repeat itself.
+With ``encoder_padding="silence"`` the *audio* is padded with silence to the window
+before the mel, as OpenAI's Whisper pads its 30 s, so the padded frames are what the
+model was trained on. ``benchmarks/stt_accuracy.py`` measures both on 67 synthesized
+turns (clean and 20 dB noise, three speaking rates): with ``silence``, a 10 s window
+keeps the 30 s word error rate (tiny.en 3.0% vs 3.4%, base 1.7% vs 2.3%) at about a
+fifth of the time (tiny.en ~100 ms vs ~500 ms, base ~200 ms vs ~1 s on a busy 2-core
+machine), while ``zeros`` at 10 s sent one tiny.en turn into a 150-word loop. A short
+window can still, rarely, send the decoder into a loop (tens of words for a 2 s turn, or
+the turn said twice); a windowed transcript with more than 4 + 6 words per second of
+audio, or made of one phrase of two words or more repeated, is thrown away and the turn
+decoded again in the 30 s window (logged as a warning), so a loop costs one more decode
+instead of a run-away transcript. The default stays 30 s with zero features
+(faster-whisper's usual behaviour).
 """
 
 from __future__ import annotations
@@ -37,7 +51,7 @@ import re
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 from numpy.typing import NDArray
@@ -81,6 +95,7 @@ KNOWN_HALLUCINATIONS = frozenset(
 """Normalized texts Whisper tends to produce on silence or noise."""
 
 _NORMALIZE = re.compile(r"[^a-z0-9 ]+")
+_HOP = STT_SAMPLE_RATE // 100  # samples per 10 ms mel frame
 
 
 class SttSettings(BaseModel):
@@ -109,6 +124,11 @@ class SttSettings(BaseModel):
     encoder_window: float = Field(
         30.0, ge=1.0, le=30.0,
         description="audio (s) up to which an utterance is padded to this window, not 30 s",
+    )
+    encoder_padding: Literal["zeros", "silence"] = Field(
+        "zeros",
+        description="pad to the window with zero log-mel features (faster-whisper) or by "
+        "padding the audio with silence before the mel (Whisper's training input)",
     )
 
 
@@ -201,18 +221,33 @@ class WhisperStt:
             samples = samples[:limit]
         if samples.size == 0:
             return None
-        frames = round(s.encoder_window * 100)  # 10 ms mel frames
-        if frames >= 3000:
-            return self._run_decoder(samples, truncated)
+        duration = samples.size / STT_SAMPLE_RATE
+        frames = min(round(s.encoder_window * 100), 3000)  # 10 ms mel frames
+        if frames >= 3000 or samples.size > frames * _HOP:
+            return self._run_decoder(self._pad(samples, 3000), truncated, duration)
         _install_window_hook()
         _window.frames = frames
         try:
-            return self._run_decoder(samples, truncated)
+            transcript = self._run_decoder(self._pad(samples, frames), truncated, duration)
         finally:
             _window.frames = None
+        if transcript is not None and _runs_away(transcript.text, duration):
+            _log.warning(
+                "windowed decode ran away; decoded again in the 30 s window",
+                extra={"encoder_window": s.encoder_window, "words": len(transcript.text.split())},
+            )
+            return self._run_decoder(self._pad(samples, 3000), truncated, duration)
+        return transcript
+
+    def _pad(self, samples: NDArray[np.float32], frames: int) -> NDArray[np.float32]:
+        """``samples`` silence-padded to ``frames`` mel frames if so configured."""
+        size = frames * _HOP  # exactly `frames` frames of content: never padded again
+        if self.settings.encoder_padding != "silence" or samples.size >= size:
+            return samples
+        return np.pad(samples, (0, size - samples.size))
 
     def _run_decoder(
-        self, samples: NDArray[np.float32], truncated: bool
+        self, samples: NDArray[np.float32], truncated: bool, duration: float
     ) -> Transcript | None:
         s = self.settings
         segments, _info = self._model.transcribe(
@@ -242,7 +277,7 @@ class WhisperStt:
             return None
         return Transcript(
             text=text,
-            duration=samples.size / STT_SAMPLE_RATE,
+            duration=duration,
             no_speech_prob=no_speech,
             avg_logprob=float(np.mean(logprobs)),
             truncated=truncated,
@@ -260,6 +295,26 @@ class WhisperStt:
     def __repr__(self) -> str:
         return f"WhisperStt(model={self.settings.model!r}, language={self._language!r})"
 
+
+def _runs_away(text: str, duration: float) -> bool:
+    """Whether a transcript loops: too many words, or one phrase said over again.
+
+    Nobody speaks 6 words a second for long; a decode that loops ("the the the ...",
+    a sentence over and over) produces tens to hundreds of words for a short turn, or
+    repeats the whole utterance ("Set the volume to 40%. Set the volume to 40%.").
+    """
+    words = _NORMALIZE.sub("", text.lower()).split()
+    if len(words) > _RUNAWAY_BASE_WORDS + _RUNAWAY_WORDS_PER_SECOND * duration:
+        return True
+    count = len(words)
+    return any(
+        count % period == 0 and words == words[:period] * (count // period)
+        for period in range(2, count // 2 + 1)
+    )
+
+
+_RUNAWAY_BASE_WORDS = 4
+_RUNAWAY_WORDS_PER_SECOND = 6.0
 
 _window = threading.local()
 """The encoder window (mel frames) of the transcription running in this thread."""

@@ -1,0 +1,547 @@
+"""Whisper accuracy against speed on this machine: which settings keep the words right.
+
+Run: ``uv run python benchmarks/stt_accuracy.py [--quick] [--runs N] [--models tiny.en base]``
+
+A fixed list of voice-assistant utterances (:data:`UTTERANCES`: 1-2 word replies,
+commands, questions, numbers, names and 6-8 s sentences) is spoken by the bundled Piper
+voice and handed to :class:`WhisperStt` the way the turn detector hands it over:
+
+* three speaking rates (Piper ``length_scale`` 0.9, 1.0, 1.15), noise-free Piper sampling
+  so the audio is the same every run;
+* Piper's own leading/trailing silence trimmed, then ``pre_roll`` (0.6 s) of silence before
+  the speech and ``end_pad`` after it (0.2 s, the default, or 0.1 s, the fast settings),
+  like the :class:`UtteranceReady` audio of ``turn_detector.py``;
+* every other utterance mixed with white or pink noise at 20 dB SNR (over the whole
+  clip, pre-roll included; fixed numpy seed);
+* resampled to 16 kHz with :func:`voxflow_voice.resample`.
+
+For each model it prints the word error rate (WER) and per-utterance latency (median and
+p90 over all utterances, one timing each) across ``encoder_window`` 30/20/15/12/10/8 s
+with two ways of padding the window:
+
+* ``zeros``: faster-whisper's own way: the log-mel features are padded with 0 (which is
+  *louder* than the log-mel floor of real silence);
+* ``silence``: the *audio* is padded with digital silence to the window before the mel,
+  as OpenAI's Whisper does for its 30 s (the padded frames get the log-mel floor, the
+  input the model was trained on).
+
+Then, at the two fastest (window, padding) pairs whose errors stay within two words of the
+30 s default, ``beam_size`` 2 (and at the fastest, ``cpu_threads`` 1), and the latency of
+those two and of the default, as the median of ``--runs`` timings of every third
+utterance. The utterances these got
+wrong are listed, with how many transcripts repeat themselves (a word or pair of words
+three times in a row, or 50% more words than said) and how many came back empty.
+
+WER normalizer (:func:`normalize`): lowercase; ``$N`` -> ``N dollars``, ``%`` -> percent,
+``°`` -> degrees, ``10:15`` -> ``10 15``, hyphens and other punctuation -> spaces,
+apostrophes dropped (``what's`` = ``whats``); ``ok`` = ``okay``, ``alright`` = ``all right``;
+numbers written in digits become words, as a cardinal (``4592`` -> four thousand five
+hundred ninety two), digit by digit (four five nine two) or as a time (``730`` -> seven
+thirty), and a transcript scores with whichever reading has fewer errors (one reading for
+the whole transcript); ordinals (``23rd``) become words. The references are
+written in words the way the voice speaks them.
+
+"loops" counts transcripts that still loop, "redone" the windowed decodes that looped and
+were done again in the 30 s window (:class:`WhisperStt` does that on its own).
+
+Measured on this 2-core machine on 2026-11-30, shared with other benchmarks (load average
+3 to 4, so the absolute times are high; each WER +-1 word between runs: CTranslate2's
+multi-threaded int8 is not bit-exact), 67 utterances, 474 words, greedy, 2 threads::
+
+    model    window padding  WER (words)  median  p90    loops/redone
+    tiny.en  30 s   zeros    3.4% (16)    666 ms  1049   0/0   (default)
+    tiny.en  30 s   silence  2.3% (11)    607 ms   682   0/0
+    tiny.en  15 s   silence  3.2% (15)    162 ms   238   0/0
+    tiny.en  10 s   zeros    3.8% (18)    133 ms   151   0/1   (loops without the redo)
+    tiny.en  10 s   silence  3.0% (14)     99 ms   178   0/0
+    tiny.en   8 s   silence  3.6% (17)     90 ms   131   0/1
+    base     30 s   zeros    2.3% (11)   1060 ms  1153   0/0
+    base     10 s   silence  1.7% (8)     197 ms   290   0/0
+    base      8 s   silence  2.3% (11)    165 ms   278   0/1
+
+Latency as the median of 3 runs (every third utterance): tiny.en 30 s 370 to 505 ms,
+10 s silence 94 to 132 ms; base 30 s 735 to 1074 ms, 10 s silence 226 ms, 8 s 185 ms (two
+runs; the full run took 752 s at that load, 987 s at a heavier one). With the audio padded by
+silence, a 10 s window keeps (slightly betters) the 30 s accuracy of both models at a
+fifth of the time; 8 s starts to loop. Beam 2 at 8/10 s loops more often (2-3 redone)
+for 0 to 2 fewer errors. 1 thread vs 2 came out mixed (tiny.en 8 s: 79 vs 90 ms, base
+8 s: 117 vs 153 ms, tiny.en 10 s in an earlier run: 210 vs 132 ms): with both cores busy
+with other work a second thread mostly waits; ``voice_models.py`` times it in isolation.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import re
+import statistics
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from _figures import figure
+from numpy.typing import NDArray
+from voxflow_voice import (
+    DETERMINISTIC_TTS_SETTINGS,
+    STT_SAMPLE_RATE,
+    PiperTts,
+    SttSettings,
+    WhisperStt,
+    find_whisper_model,
+    resample,
+)
+
+from voxflow.errors import ModelNotFoundError
+
+UTTERANCES: tuple[str, ...] = (
+    # short replies
+    "Yes.",
+    "No.",
+    "Stop.",
+    "No thanks.",
+    "Yes please.",
+    "Cancel.",
+    "Okay.",
+    "Wait.",
+    "Sure.",
+    "Thank you.",
+    "Next.",
+    "Go back.",
+    "Never mind.",
+    "Pause.",
+    # commands
+    "Turn on the lights in the kitchen.",
+    "Set a timer for five minutes.",
+    "Play some jazz in the living room.",
+    "Turn the volume down a little.",
+    "Call my mother on her mobile.",
+    "Add milk and eggs to my shopping list.",
+    "Remind me to water the plants at six.",
+    "Set an alarm for seven thirty tomorrow morning.",
+    "Switch off the bedroom lamp.",
+    "Send a message to Sarah saying I am running late.",
+    "Skip this song.",
+    "Open the garage door.",
+    "Lock the front door.",
+    "Book a table for four at eight o'clock.",
+    "Read me the news headlines.",
+    "Tell me a joke.",
+    # questions
+    "What's the weather like tomorrow?",
+    "How long will it take to drive to Boston?",
+    "What time is it in Tokyo?",
+    "Who wrote Pride and Prejudice?",
+    "How many ounces are in a pound?",
+    "Is the pharmacy on Main Street open now?",
+    "What is the capital of Australia?",
+    "When does the next train to London leave?",
+    "How far is the moon from the earth?",
+    "What's on my calendar today?",
+    "How do you say good morning in French?",
+    "Hey, what can you do?",
+    # numbers
+    "Set the thermostat to sixty eight degrees.",
+    "Call me back in fifteen minutes.",
+    "Set the volume to forty percent.",
+    "Transfer two hundred fifty dollars to my savings account.",
+    "The meeting is on the twenty third of March.",
+    "My flight leaves at ten fifteen.",
+    "Add three apples and twelve eggs.",
+    # names
+    "Text Priya that dinner is ready.",
+    "Email Jonathan Miller about the budget.",
+    "Play the latest album by Taylor Swift.",
+    "Navigate to Golden Gate Park.",
+    "Ask Alexander if he wants to come tonight.",
+    # conversational
+    "No, I said the other one.",
+    "Actually, make that ten minutes instead.",
+    "Repeat that, please.",
+    "Can you speak a bit slower?",
+    "I don't know, maybe later.",
+    # long sentences (6-8 s)
+    "Could you remind me tomorrow morning to pick up the dry cleaning before I go to the "
+    "office, and also buy some bread?",
+    "I would like to book a hotel room in Chicago for two nights starting next Friday, "
+    "preferably somewhere close to the lake.",
+    "Please read me the last three emails from my manager and tell me if any of them need "
+    "a reply today.",
+    "Turn off all the lights downstairs, lock the back door, and set the alarm for six "
+    "thirty in the morning.",
+    "What is the best way to get from the airport to the city center if I arrive late at "
+    "night on a Sunday?",
+    "Can you find a good Italian restaurant nearby that is open until eleven and has a "
+    "table for three people?",
+    "Tell my wife that I will be home around eight because the train is delayed by about "
+    "forty minutes.",
+    "I need a recipe for a quick vegetarian dinner that uses spinach, chickpeas, and "
+    "whatever rice we have left.",
+)
+"""The test utterances (fixed: figures are comparable between runs and commits)."""
+
+SPEEDS = (0.9, 1.0, 1.15)
+NOISES = ("clean", "white", "clean", "pink")
+END_PADS = (0.2, 0.1)
+PRE_ROLL = 0.6
+SNR_DB = 20.0
+WINDOWS = (30.0, 20.0, 15.0, 12.0, 10.0, 8.0)
+QUICK_WINDOWS = (30.0, 15.0, 10.0)
+PADDINGS = ("zeros", "silence")
+SEED = 20261130
+
+# ---------------------------------------------------------------- normalization
+
+_ONES = [
+    "zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten",
+    "eleven", "twelve", "thirteen", "fourteen", "fifteen", "sixteen", "seventeen", "eighteen",
+    "nineteen",
+]
+_TENS = ["_", "_", "twenty", "thirty", "forty", "fifty", "sixty", "seventy", "eighty", "ninety"]
+_ORDINALS = {
+    "one": "first", "two": "second", "three": "third", "five": "fifth", "eight": "eighth",
+    "nine": "ninth", "twelve": "twelfth", "twenty": "twentieth", "thirty": "thirtieth",
+}
+_SAME = {"ok": "okay", "alright": "all right", "mr": "mister", "dr": "doctor"}
+
+
+def cardinal(n: int) -> str:
+    """``n`` (0 to 999 999) in words, without "and" (as the voice says it)."""
+    if n < 20:
+        return _ONES[n]
+    if n < 100:
+        return _TENS[n // 10] + ("" if n % 10 == 0 else " " + _ONES[n % 10])
+    if n < 1000:
+        rest = "" if n % 100 == 0 else " " + cardinal(n % 100)
+        return _ONES[n // 100] + " hundred" + rest
+    rest = "" if n % 1000 == 0 else " " + cardinal(n % 1000)
+    return cardinal(n // 1000) + " thousand" + rest
+
+
+def _ordinal(n: int) -> str:
+    words = cardinal(n).split()
+    last = words[-1]
+    words[-1] = _ORDINALS.get(last, last[:-1] + "ieth" if last.endswith("y") else last + "th")
+    return " ".join(words)
+
+
+def normalize(text: str, *, reading: str = "cardinal") -> list[str]:
+    """The words of ``text`` for WER (see the module docstring).
+
+    ``reading`` says how a number in digits is read: ``cardinal`` (4592: four thousand
+    five hundred ninety two), ``digits`` (four five nine two) or ``clock`` (730: seven
+    thirty; a cardinal when it is no time of day).
+    """
+    text = text.lower()
+    text = re.sub(r"\$(\d+)", r"\1 dollars", text)
+    text = text.replace("%", " percent").replace("°", " degrees")
+    text = re.sub(r"(\d+)(st|nd|rd|th)\b", lambda m: _ordinal(int(m.group(1))), text)
+    text = text.replace("'", "").replace("\u2019", "")
+    text = re.sub(r"[^a-z0-9]+", " ", text)
+    words: list[str] = []
+    for word in text.split():
+        if word.isdigit() and len(word) <= 6:
+            hours, minutes = divmod(int(word), 100)
+            if reading == "digits" and len(word) > 1:
+                words.extend(_ONES[int(d)] for d in word)
+            elif reading == "clock" and len(word) in (3, 4) and 0 < minutes < 60 and hours < 24:
+                words.extend(f"{cardinal(hours)} {cardinal(minutes)}".split())
+            else:
+                words.extend(cardinal(int(word)).split())
+        else:
+            words.extend(_SAME.get(word, word).split())
+    return words
+
+
+def edit_distance(ref: Sequence[str], hyp: Sequence[str]) -> int:
+    """Word-level Levenshtein distance (substitutions + deletions + insertions)."""
+    previous = list(range(len(hyp) + 1))
+    for i, r in enumerate(ref, 1):
+        current = [i]
+        for j, h in enumerate(hyp, 1):
+            current.append(min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (r != h)))
+        previous = current
+    return previous[-1]
+
+
+def word_errors(reference: str, heard: str) -> int:
+    """Errors of ``heard`` against ``reference``, reading its digits the kinder way."""
+    ref = normalize(reference)
+    readings = ("cardinal", "digits", "clock")
+    return min(edit_distance(ref, normalize(heard, reading=r)) for r in readings)
+
+
+def repeats(reference: str, heard: str) -> bool:
+    """Whether ``heard`` loops: a word or word pair 3x in a row, or 50% more words."""
+    words = normalize(heard)
+    if len(words) > 1.5 * len(normalize(reference)) + 1:
+        return True
+    for size in (1, 2):
+        for i in range(len(words) - 3 * size + 1):
+            chunk = words[i : i + size]
+            if chunk == words[i + size : i + 2 * size] == words[i + 2 * size : i + 3 * size]:
+                return True
+    return False
+
+
+# ---------------------------------------------------------------- audio
+
+
+@dataclass(frozen=True, slots=True)
+class Clip:
+    """One test utterance as STT receives it."""
+
+    text: str
+    audio: NDArray[np.float32]
+    condition: str
+
+
+def _trim(samples: NDArray[np.float32], threshold: float = 0.01) -> NDArray[np.float32]:
+    loud = np.flatnonzero(np.abs(samples) > threshold)
+    if loud.size == 0:
+        return samples
+    return samples[loud[0] : loud[-1] + 1]
+
+
+def _noise(kind: str, size: int, rng: np.random.Generator) -> NDArray[np.float64]:
+    white = rng.standard_normal(size)
+    if kind == "white":
+        return white
+    spectrum = np.fft.rfft(white)
+    freqs = np.arange(spectrum.size, dtype=np.float64)
+    freqs[0] = 1.0
+    pink = np.fft.irfft(spectrum / np.sqrt(freqs), n=size)
+    return np.asarray(pink, dtype=np.float64)
+
+
+def build_clips(texts: Sequence[str]) -> list[Clip]:
+    """Speak, pad and (for half of them) add noise to every utterance; deterministic."""
+    rng = np.random.default_rng(SEED)
+    voices = {
+        speed: PiperTts(
+            settings=DETERMINISTIC_TTS_SETTINGS.model_copy(
+                update={"length_scale": speed, "alignments": False}
+            )
+        )
+        for speed in SPEEDS
+    }
+    clips = []
+    for index, text in enumerate(texts):
+        speed = SPEEDS[index % len(SPEEDS)]
+        noise = NOISES[index % len(NOISES)]
+        end_pad = END_PADS[index % len(END_PADS)]
+        tts = voices[speed]
+        spoken = np.concatenate([s.samples for s in tts.synthesize(text)])
+        speech = _trim(resample(spoken, tts.sample_rate, STT_SAMPLE_RATE))
+        before = np.zeros(round(PRE_ROLL * STT_SAMPLE_RATE), np.float32)
+        after = np.zeros(round(end_pad * STT_SAMPLE_RATE), np.float32)
+        audio = np.concatenate([before, speech, after]).astype(np.float64)
+        if noise != "clean":
+            shape = _noise(noise, audio.size, rng)
+            power = float(np.mean(speech.astype(np.float64) ** 2))
+            shape *= np.sqrt(power / 10 ** (SNR_DB / 10) / np.mean(shape**2))
+            audio = audio + shape
+        condition = f"x{speed:g} {noise} pad{end_pad:g}"
+        clips.append(Clip(text, np.clip(audio, -1, 1).astype(np.float32), condition))
+    return clips
+
+
+# ---------------------------------------------------------------- measurement
+
+
+@dataclass(frozen=True, slots=True)
+class Result:
+    """One configuration over all clips."""
+
+    label: str
+    errors: int
+    words: int
+    times: tuple[float, ...]
+    heard: tuple[str, ...]
+    repeats: int
+    empty: int
+    worst: int
+    redone: int
+
+    @property
+    def wer(self) -> float:
+        return 100.0 * self.errors / self.words
+
+    @property
+    def median_ms(self) -> float:
+        return 1000 * statistics.median(self.times)
+
+    @property
+    def p90_ms(self) -> float:
+        ordered = sorted(self.times)
+        return 1000 * ordered[min(len(ordered) - 1, round(0.9 * (len(ordered) - 1)))]
+
+
+class _Redone(logging.Handler):
+    """Counts the windowed decodes that ran away and were done again in 30 s."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.count = 0
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.getMessage().startswith("windowed decode ran away"):
+            self.count += 1
+
+
+def measure(
+    clips: Sequence[Clip],
+    model: str,
+    window: float,
+    padding: str,
+    runs: int,
+    *,
+    threads: int = 2,
+    beam: int = 1,
+) -> Result:
+    """Transcribe every clip ``runs`` times; errors from the first, time the median."""
+    stt = WhisperStt(
+        SttSettings(
+            model=model,
+            encoder_window=window,
+            encoder_padding=padding,  # type: ignore[arg-type]
+            cpu_threads=threads,
+            beam_size=beam,
+        )
+    )
+    inputs = [c.audio for c in clips]
+    redone = _Redone()
+    logging.getLogger("voxflow_voice.stt").addHandler(redone)
+    stt.transcribe_sync(inputs[-1])  # warm-up
+    timings: list[list[float]] = [[] for _ in clips]
+    heard: list[str] = []
+    for run in range(runs):
+        for index, samples in enumerate(inputs):
+            start = time.perf_counter()
+            transcript = stt.transcribe_sync(samples)
+            timings[index].append(time.perf_counter() - start)
+            if run == 0:
+                heard.append(transcript.text if transcript else "")
+    logging.getLogger("voxflow_voice.stt").removeHandler(redone)
+    errors = sum(word_errors(c.text, h) for c, h in zip(clips, heard, strict=True))
+    label = f"{model:<7} window {window:4.0f} s  {padding:<7}  threads {threads}  beam {beam}"
+    return Result(
+        label=label,
+        errors=errors,
+        words=sum(len(normalize(c.text)) for c in clips),
+        times=tuple(statistics.median(t) for t in timings),
+        heard=tuple(heard),
+        repeats=sum(repeats(c.text, h) for c, h in zip(clips, heard, strict=True) if h),
+        empty=sum(1 for h in heard if not h),
+        worst=max(word_errors(c.text, h) for c, h in zip(clips, heard, strict=True)),
+        redone=redone.count // runs,
+    )
+
+
+def show(result: Result, clips: Sequence[Clip]) -> None:
+    """One table row, then every transcript that loops (a run-away decode)."""
+    print(
+        f"  {result.label}  WER {result.wer:5.1f}% ({result.errors:3d} words)  "
+        f"median {result.median_ms:5.0f} ms  p90 {result.p90_ms:5.0f} ms  "
+        f"loops {result.repeats}  redone {result.redone}  empty {result.empty}  "
+        f"worst {result.worst}",
+        flush=True,
+    )
+    for clip, heard in zip(clips, result.heard, strict=True):
+        if heard and repeats(clip.text, heard):
+            print(f"      loop: {clip.condition} {clip.text!r} -> {heard[:90]!r}...")
+
+
+def show_wrong(result: Result, clips: Sequence[Clip]) -> None:
+    print(f"  wrong at {result.label}:")
+    for clip, heard in zip(clips, result.heard, strict=True):
+        errors = word_errors(clip.text, heard)
+        if errors:
+            print(f"    [{errors}] {clip.condition:<22} {clip.text!r} -> {heard!r}")
+
+
+def sweep(clips: Sequence[Clip], model: str, windows: Sequence[float], runs: int) -> None:
+    """Windows x paddings for one model, then threads and beam at the best two."""
+    print(f"\n{model}: {len(clips)} utterances, one timed run each")
+    results: dict[tuple[float, str], Result] = {}
+    for window in windows:
+        for padding in PADDINGS:
+            if window >= 30 and padding == "silence" and len(windows) < len(WINDOWS):
+                continue  # --quick: the 30 s silence variant is the slowest, skip it
+            result = measure(clips, model, window, padding, 1)
+            results[window, padding] = result
+            show(result, clips)
+    baseline = results[30.0, "zeros"]
+    figure(f"{model} WER, 30 s window (default)", round(baseline.wer, 2), "%")
+    figure(f"{model} median latency, 30 s window", round(baseline.median_ms), "ms")
+    keeping = [
+        key for key, r in results.items() if r.errors <= baseline.errors + 2 and key[0] < 30
+    ]
+    best = sorted(keeping, key=lambda key: results[key].median_ms)[:2]
+    if not best:
+        print(f"  no window below 30 s keeps {model}'s errors within two words of 30 s")
+        show_wrong(baseline, clips)
+        return
+    for window, padding in best:
+        kept = results[window, padding]
+        print(
+            f"  KEEPS ACCURACY: window {window:g} s, {padding} padding: {kept.errors} word errors "
+            f"vs {baseline.errors} at 30 s; median {kept.median_ms:.0f} ms vs "
+            f"{baseline.median_ms:.0f} ms ({baseline.median_ms - kept.median_ms:.0f} ms saved)"
+        )
+        figure(f"{model} WER, {window:g} s window, {padding} padding", round(kept.wer, 2), "%")
+        figure(
+            f"{model} median latency, {window:g} s window, {padding} padding",
+            round(kept.median_ms),
+            "ms",
+        )
+    print(f"  threads and beam at the best windows ({model}):")
+    for rank, (window, padding) in enumerate(best):
+        show(results[window, padding], clips)
+        if rank == 0:
+            show(measure(clips, model, window, padding, 1, threads=1), clips)
+        show(measure(clips, model, window, padding, 1, beam=2), clips)
+    if runs > 1:
+        subset = clips[::3]
+        print(f"  latency, median of {runs} runs per utterance ({len(subset)} utterances):")
+        for window, padding in [(30.0, "zeros"), *best]:
+            show(measure(subset, model, window, padding, runs), subset)
+    show_wrong(baseline, clips)
+    for window, padding in best:
+        show_wrong(results[window, padding], clips)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--runs", type=int, default=3, help="timings per utterance for the latency check"
+    )
+    parser.add_argument(
+        "--quick", action="store_true", help="half the utterances, windows 30/15/10, 1 run"
+    )
+    parser.add_argument("--models", nargs="+", default=["tiny.en", "base"])
+    args = parser.parse_args()
+    texts = UTTERANCES[::2] if args.quick else UTTERANCES
+    runs = 1 if args.quick else max(1, args.runs)
+    windows = QUICK_WINDOWS if args.quick else WINDOWS
+    started = time.perf_counter()
+    clips = build_clips(texts)
+    seconds = [c.audio.size / STT_SAMPLE_RATE for c in clips]
+    print(
+        f"STT accuracy benchmark: {os.cpu_count()} CPUs, {len(clips)} utterances "
+        f"({min(seconds):.1f} to {max(seconds):.1f} s of audio, median "
+        f"{statistics.median(seconds):.1f} s), built in {time.perf_counter() - started:.1f} s"
+    )
+    for model in args.models:
+        try:
+            find_whisper_model(model)
+        except ModelNotFoundError:
+            print(f"\n{model}: not installed, skipped")
+            continue
+        sweep(clips, model, windows, runs)
+    print(f"\ntotal {time.perf_counter() - started:.0f} s")
+
+
+if __name__ == "__main__":
+    main()
