@@ -32,8 +32,8 @@ With ``encoder_padding="silence"`` the *audio* is padded with silence to the win
 before the mel, as OpenAI's Whisper pads its 30 s, so the padded frames are what the
 model was trained on. ``benchmarks/stt_accuracy.py`` measures both on 67 synthesized
 turns (clean and 20 dB noise, three speaking rates): with ``silence``, a 10 s window
-keeps the 30 s word error rate (tiny.en 3.0% vs 3.4%, base 1.7% vs 2.3%) at about a
-fifth of the time (tiny.en ~100 ms vs ~500 ms, base ~200 ms vs ~1 s on a busy 2-core
+keeps the 30 s word error rate (tiny.en 2.8% vs 3.0%, base 1.7% vs 2.1%) at a quarter to
+a third of the time (tiny.en 100 ms vs 430 ms, base 240 ms vs 760 ms on a 2-core
 machine), while ``zeros`` at 10 s sent one tiny.en turn into a 150-word loop. A short
 window can still, rarely, send the decoder into a loop (tens of words for a 2 s turn, or
 the turn said twice); a windowed transcript with more than 4 + 6 words per second of
