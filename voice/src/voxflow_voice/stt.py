@@ -39,8 +39,10 @@ window can still, rarely, send the decoder into a loop (tens of words for a 2 s 
 the turn said twice); a windowed transcript with more than 4 + 6 words per second of
 audio, or made of one phrase of two words or more repeated, is thrown away and the turn
 decoded again in the 30 s window (logged as a warning), so a loop costs one more decode
-instead of a run-away transcript. The default stays 30 s with zero features
-(faster-whisper's usual behaviour).
+instead of a run-away transcript. So the defaults are a 10 s window padded with
+silence, chosen by that measurement (67 turns; tiny.en 2.8% WER at a median 100 ms vs
+3.0% at 432 ms for faster-whisper's 30 s; base 1.7% at 242 ms vs 2.1% at 755 ms);
+``encoder_window=30, encoder_padding="zeros"`` is faster-whisper's own behaviour.
 """
 
 from __future__ import annotations
@@ -122,11 +124,11 @@ class SttSettings(BaseModel):
     )
     initial_prompt: str | None = Field(None, description="vocabulary hint for the decoder")
     encoder_window: float = Field(
-        30.0, ge=1.0, le=30.0,
+        10.0, ge=1.0, le=30.0,
         description="audio (s) up to which an utterance is padded to this window, not 30 s",
     )
     encoder_padding: Literal["zeros", "silence"] = Field(
-        "zeros",
+        "silence",
         description="pad to the window with zero log-mel features (faster-whisper) or by "
         "padding the audio with silence before the mel (Whisper's training input)",
     )
