@@ -77,7 +77,11 @@ class TurnDetection(BaseModel):
     # Silero confirms a short first word ("Stop, ...") up to ~0.4 s late; 0.6 s of
     # pre-roll keeps it in the audio handed to Whisper (which pads to 30 s anyway).
     pre_roll: float = Field(0.6, ge=0, description="audio (s) kept before the speech onset")
-    end_pad: float = Field(0.2, ge=0, description="trailing silence (s) kept after the speech")
+    end_pad: float = Field(
+        0.2, ge=0,
+        description="trailing silence (s) kept after the speech, and the pause after which "
+        "the utterance is handed out early; at most half of end_of_turn_silence",
+    )
     early_utterance: bool = Field(
         True, description="also hand out the utterance after end_pad of silence (speculative STT)"
     )
@@ -211,7 +215,9 @@ class TurnDetector:
         self._silence = round(s.end_of_turn_silence * rate)
         self._max_utterance = round(s.max_utterance * rate)
         self._pre_roll = round(s.pre_roll * rate)
-        self._end_pad = min(round(s.end_pad * rate), self._silence)
+        # The early utterance (speculative STT and replies) comes halfway through the
+        # end-of-turn wait at the latest, so a short wait still leaves time to use it.
+        self._end_pad = min(round(s.end_pad * rate), self._silence // 2)
         self._position = 0  # samples scored so far
         self._state: _State = "idle"
         self._frames: list[NDArray[np.float32]] = []  # pre-roll + utterance so far
