@@ -185,11 +185,11 @@ class Config:
     turn_detection: TurnDetection
 
 
-# Our other settings stay at their defaults: with end_pad (0.2 s) equal to the 0.2 s
-# end-of-turn silence, speculative STT starts when the turn ends, i.e. it is plain STT.
-# (end_pad=0.1 was tried: every short pause inside a line then starts a decode that the
-# next word makes stale, and on a starved CPU Whisper base backs up behind them.)
+# Our other settings stay at their defaults. The early utterance (speculative STT and
+# replies) comes after end_pad = 0.2 s of silence, or halfway through a shorter
+# end-of-turn wait (0.1 s at the reference's 0.2 s).
 REFERENCE_TURNS = TurnDetection(end_of_turn_silence=0.2, min_speech=0.2, min_barge_in=0.2)
+WHISPER_30S = {"encoder_window": 30.0, "encoder_padding": "zeros"}  # faster-whisper's own
 CONFIGS = {
     "default": Config("default (tiny.en, voxflow defaults)", SttSettings(), TurnDetection()),
     "reference": Config(
@@ -197,12 +197,13 @@ CONFIGS = {
         SttSettings(model="base"),
         REFERENCE_TURNS,
     ),
-    "default-window": Config(
-        "default + STT encoder_window=10 s", SttSettings(encoder_window=10.0), TurnDetection()
+    "default-30s": Config(
+        "default, but Whisper's 30 s window (zero-padded features)",
+        SttSettings.model_validate(WHISPER_30S), TurnDetection(),
     ),
-    "reference-window": Config(
-        "reference + STT encoder_window=10 s",
-        SttSettings(model="base", encoder_window=10.0),
+    "reference-30s": Config(
+        "reference, but Whisper's 30 s window (zero-padded features)",
+        SttSettings.model_validate({"model": "base", **WHISPER_30S}),
         REFERENCE_TURNS,
     ),
 }
@@ -365,7 +366,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
         "--config", choices=[*CONFIGS, "both", "all"], default="both",
-        help="both: default and reference; all: also with the 10 s STT encoder window",
+        help="both: default and reference; all: also both with Whisper's 30 s window",
     )
     args = parser.parse_args()
     names = {"both": ["default", "reference"], "all": list(CONFIGS)}.get(
