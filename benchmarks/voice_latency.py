@@ -27,26 +27,27 @@ Printed (medians and p90s; nothing is asserted, the machine is shared):
 speech, 0.3 s minimum barge-in). ``reference`` is the setup the leading framework was
 measured with on this machine (Whisper base, 0.2 s end-of-turn silence, 0.2 s minimum
 speech; its barge-in also needs 0.2 s of speech): it took 1.33 s voice to voice and
-385 ms to stop on a barge-in. ``--config all`` adds both with the opt-in
-``SttSettings(encoder_window=10.0)`` (faster STT at some accuracy: ``voxflow_voice.stt``).
-Targets: voice to voice <= end-of-turn silence + 500 ms; barge-in stop <= minimum
-barge-in + 40 ms; stale samples 0.
+385 ms to stop on a barge-in. ``--config all`` adds both with Whisper's own 30 s window
+(zero-padded features) instead of voxflow's 10 s silence-padded one (``voxflow_voice.stt``).
+Targets: voice to voice <= end-of-turn silence + 500 ms (and the stretch target, + 150
+ms); barge-in stop <= minimum barge-in + 40 ms; stale samples 0.
 
-Measured at 8ea023d..98b38c8 (2 CPUs shared with other test runs; load average in
-brackets; medians, tape figures):
+Measured at dbca80b (speculative replies, 10 s silence-padded STT window), three runs of
+``--config both`` at load average 0.3 to 0.9 (medians of the three per-run medians, tape):
 
 ============================  ==============  ===============  =====  =============
 config                        voice to voice  barge-in stop    stale  STT/utterance
 ============================  ==============  ===============  =====  =============
-default (tiny.en)             1046 ms [2.3]   156 ms (<= 340)  0      642 ms
-reference (base)              1591 ms [1.5]   156 ms (<= 240)  0      1175 ms
-default, 10 s STT window      785 ms [4.3]    160 ms           0      151 ms
-reference, 10 s STT window    688 ms [3.2]    160 ms           0      314 ms
+default (tiny.en, 0.6 s)      687 ms          157 ms (<= 340)  0      238 ms
+reference (base, 0.2 s)       619 ms          160 ms (<= 240)  0      320 ms
 ============================  ==============  ===============  =====  =============
 
-Targets: default 1100 / 340 ms, reference 700 / 240 ms; the leading framework took
-1330 / 385 ms. Under a load average of 7 to 10 the STT rows triple (tiny.en ~1.6 s,
-base 2 to 5 s per utterance) and voice to voice follows; the barge-in stop does not.
+Speculative replies answered 10 of 15 default turns (the other 5 were spoken over a
+reply, which is never speculated on) and 13 to 15 of 15 reference turns; none was
+discarded (this script pauses only between lines). Before them and the 10 s window
+(cb72298, same script, load 0.5 to 0.7): 811 ms default, 1061 ms reference. Under a load
+average of 7 to 10, STT slows about 3x and voice to voice follows; the barge-in stop
+does not.
 """
 
 from __future__ import annotations
