@@ -65,7 +65,7 @@ from _figures import figure
 from voxflow_adapters.scenario import CallResult, run_call
 from voxflow_adapters.script import CallScript
 from voxflow_adapters.testing import STORY
-from voxflow_voice.audio import STT_SAMPLE_RATE, AudioChunk
+from voxflow_voice.audio import STT_SAMPLE_RATE, AudioChunk, resample
 from voxflow_voice.engines import SpeechToText, TextToSpeech, VoiceEngines
 from voxflow_voice.metrics import Distribution
 from voxflow_voice.session import VoiceSettings
@@ -92,6 +92,8 @@ STORY_REQUESTS = (
     "Tell me a short story.",
     "Tell me a story again.",
 )
+SPLIT_QUESTION = ("Can you turn on", "the radio in the kitchen?")
+SPLIT_GAP = 0.4  # seconds of silence inside it
 PLAIN_SLOT = 5.0  # seconds from one plain question to the next
 BARGE_AFTER = 4.5  # the user cuts a story off this long after asking for it
 STORY_SLOT = 8.5  # seconds from one story request to the next item
@@ -198,6 +200,13 @@ CONFIGS = {
         SttSettings(model="base"),
         REFERENCE_TURNS,
     ),
+    "default-1-thread": Config(
+        "default, but STT on 1 thread", SttSettings(cpu_threads=1), TurnDetection()
+    ),
+    "reference-1-thread": Config(
+        "reference, but STT on 1 thread", SttSettings(model="base", cpu_threads=1),
+        REFERENCE_TURNS,
+    ),
     "default-30s": Config(
         "default, but Whisper's 30 s window (zero-padded features)",
         SttSettings.model_validate(WHISPER_30S), TurnDetection(),
@@ -210,8 +219,14 @@ CONFIGS = {
 }
 
 
-def build_script() -> tuple[CallScript, list[float]]:
-    """The call script, and the start time of each barge-in line."""
+def build_script(tts: TextToSpeech) -> tuple[CallScript, list[float]]:
+    """The call script, and the start time of each barge-in line.
+
+    It ends with one question said in two parts, 0.4 s of silence apart (longer than
+    the 0.2 s pause that starts a speculative reply, shorter than the end of turn at
+    the defaults): the speculation started in that pause must be dropped unheard and
+    the question answered as one turn.
+    """
     script = CallScript()
     t = 0.5
     barge_ins: list[float] = []
@@ -222,7 +237,19 @@ def build_script() -> tuple[CallScript, list[float]]:
         script.user_says(t + BARGE_AFTER, "Stop, please.")
         barge_ins.append(t + BARGE_AFTER)
         t += STORY_SLOT
+    (first, _, first_end), (rest, rest_start, _) = (_speech(tts, x) for x in SPLIT_QUESTION)
+    script.user_says(t, audio=first).user_says(t + first_end + SPLIT_GAP - rest_start, audio=rest)
     return script, barge_ins
+
+
+def _speech(tts: TextToSpeech, text: str) -> tuple[AudioChunk, float, float]:
+    """``text`` said by the bundled voice at 16 kHz (as the script renders lines), with
+    the times (s) of its first and last sample above -40 dBFS."""
+    audio = np.concatenate([np.asarray(x.samples, np.float32) for x in tts.synthesize(text)])
+    audio = resample(audio * 0.5, tts.sample_rate, STT_SAMPLE_RATE)
+    loud = np.flatnonzero(np.abs(audio) >= SPEECH_LEVEL)
+    chunk = AudioChunk.from_float(audio, STT_SAMPLE_RATE)
+    return chunk, loud[0] / STT_SAMPLE_RATE, (loud[-1] + 1) / STT_SAMPLE_RATE
 
 
 def speech_span(track: np.ndarray, start: float, end: float) -> tuple[float, float]:
@@ -303,7 +330,7 @@ async def measure(config: Config) -> None:
     await loaded.stt.transcribe(AudioChunk.from_float(np.zeros(16_000, np.float32), 16_000))
     async for _ in loaded.tts.stream("Warming up.", segment_id=1):
         pass
-    script, barge_ins = build_script()
+    script, barge_ins = build_script(loaded.tts)
     settings = VoiceSettings(turn_detection=config.turn_detection)
     turns = TurnRunner(Assistant(suppress_flow_events=True))
     started = time.perf_counter()
@@ -313,7 +340,7 @@ async def measure(config: Config) -> None:
     summary = call.session.summary()
     tape = tape_figures(call, barge_ins)
     td = config.turn_detection
-    print(f"\n== {config.name}")
+    print(f"\n== {config.name} ({len(script.utterances)} user lines)")
     print(f"   call of {wall:.0f} s, {len(call.transcripts())} turns committed, "
           f"{len(call.of_kind('barge_in'))} barge-ins ({len(barge_ins)} scripted, "
           f"{tape.silent_cuts} with no reply playing), "
@@ -323,6 +350,9 @@ async def measure(config: Config) -> None:
     stop_target = td.min_barge_in * 1000 + 40
     speculative = sum(1 for m in call.metrics() if m.speculative)
     discarded = len(call.of_kind("speculative_reply_discarded"))
+    split = [t for t in call.transcripts() if "radio" in t.lower()]
+    begun = {e.delivery_id for e in call.of_kind("reply_started")}
+    unstarted = sum(r.num_samples for r in call.tape.receipts if r.delivery_id not in begun)
     rows = [
         (f"voice to voice, tape (targets <= {v2v_target:.0f} / {v2v_stretch:.0f} ms)",
          str(Distribution.of(tape.v2v))),
@@ -335,7 +365,9 @@ async def measure(config: Config) -> None:
         ("stale samples after a fence (must be 0)", str(call.stale_samples())),
         ("fenced chunks (dropped before playout)", str(summary.fenced_chunks)),
         ("turns answered by a speculative reply", f"{speculative} of {len(call.metrics())}"),
-        ("speculative replies discarded unheard", str(discarded)),
+        ("speculative replies discarded with a reply ready", str(discarded)),
+        ("  the split question, committed as", f"{split}"),
+        ("  samples played of replies never started (must be 0)", str(unstarted)),
     ]
     stt_rtf = [busy / audio for busy, audio in timings.stt if audio > 0]
     tts_rtf = [busy / audio for busy, audio in timings.tts if audio > 0]
@@ -373,8 +405,7 @@ def main() -> None:
     names = {"both": ["default", "reference"], "all": list(CONFIGS)}.get(
         args.config, [args.config]
     )
-    script, _ = build_script()
-    print(f"voice latency benchmark: real time, {len(script.utterances)} user lines per call")
+    print("voice latency benchmark: real time, one scripted call per configuration")
     for name in names:
         asyncio.run(measure(CONFIGS[name]))
 
