@@ -405,11 +405,11 @@ class VoiceSession:
             return False
         self._reply = reply
         reply.speculation = None
-        self._emit(TurnCommitted(session_id=self.session_id, at=self.clock.now(),
-                                 turn_id=reply.turn_id, text=text,
-                                 speech_end_at=self._time_of(spec.paused.end_sample)))
-        for event in spec.events:
-            self._emit(event)
+        now = self.clock.now()
+        self._emit(TurnCommitted(session_id=self.session_id, at=now, turn_id=reply.turn_id,
+                                 text=text, speech_end_at=self._time_of(spec.paused.end_sample)))
+        for event in spec.events:  # public from now on (when each was prepared: metrics)
+            self._emit(event.model_copy(update={"at": now}))
         if reply.delivery_id is not None:
             await self.playback.release(reply.delivery_id)
         await generation

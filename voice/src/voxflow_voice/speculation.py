@@ -9,7 +9,10 @@ playback stage (:meth:`~voxflow_voice.playback.Playback.hold`). Then exactly one
 
 * **confirmed**: the turn ends on the very same audio (the detector's ``UtteranceReady``
   matches the pause). The turn is committed, its held audio is released and plays at
-  once: the end-of-turn silence hid STT, the flow and the first synthesis.
+  once: the end-of-turn silence hid STT, the flow and the first synthesis. The reply's
+  events held back so far (``ReplyStarted``, ``ReplyTextStreamed``) follow the
+  ``TurnCommitted``, stamped with its time: that is when the reply became public
+  (``TurnMetrics`` keeps when its text and audio were really prepared).
 * **discarded**: the user spoke on (speech after the pause's end), or the turn ended on
   other audio. The reply is fenced (its held chunks are dropped: not a sample is heard),
   its generation is closed, and the flow's state is rolled back to before it
