@@ -51,24 +51,16 @@ from _figures import figure
 from voxflow import Flow, persist
 from voxflow.conversation import ConversationConfig, ConversationMessage, get_conversation_messages
 from voxflow.conversation.state import MessageRole
-from voxflow.flow import listen
 from voxflow.jobs import JobRecord, JobState, JobUpdate, add_job, commit_job_update
 from voxflow.llm import LLM, normalize_messages
 from voxflow.replies import ReplyQueue, ReplyQueueState
+from voxflow.testing import Acknowledger
 from voxflow.turns import TurnLedger, TurnRunner, TurnState
 
 TURNS = 1000
 
 
-class Chat(Flow[TurnState]):
-    conversational = True
-
-    def route_turn(self, context: Any) -> str:
-        return "acknowledge"
-
-    @listen("acknowledge")
-    def handle_acknowledge(self) -> str:
-        return "Request received."
+Chat = Acknowledger  # every turn: "Request received."
 
 
 @persist()

@@ -24,11 +24,11 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from voxflow import Flow, SQLiteFlowPersistence, persist
 from voxflow.conversation.persistence import SavedLists, prepare_state_save
-from voxflow.flow import listen
 from voxflow.flow.persistence import RECORDS_KEY, RecordChanges, StateChanges
 from voxflow.ids import SessionId
 from voxflow.jobs import JobRecord, JobState, JobUpdate, add_job, commit_job_update
 from voxflow.replies import ReplyQueue, ReplyQueueState
+from voxflow.testing import Acknowledger
 from voxflow.turns import TurnLedger, TurnRunner, TurnState
 
 pytestmark = pytest.mark.unit
@@ -36,15 +36,7 @@ pytestmark = pytest.mark.unit
 MANY = 24  # more turns than the records compared field by field on every save (8)
 
 
-class Chat(Flow[TurnState]):
-    conversational = True
-
-    def route_turn(self, context: Any) -> str:
-        return "acknowledge"
-
-    @listen("acknowledge")
-    def handle_acknowledge(self) -> str:
-        return "Request received."
+Chat = Acknowledger  # every turn: "Request received."
 
 
 def persisted(backend: SQLiteFlowPersistence) -> Flow[TurnState]:
@@ -330,23 +322,15 @@ def test_a_crash_inside_a_save_leaves_the_previous_state(tmp_path: Path) -> None
     script = textwrap.dedent(
         f"""
         import json, os, sys
-        from typing import Any
-        from voxflow import Flow, SQLiteFlowPersistence, persist
-        from voxflow.flow import listen
-        from voxflow.turns import TurnRunner, TurnState
+        from voxflow import SQLiteFlowPersistence, persist
+        from voxflow.testing import Acknowledger
+        from voxflow.turns import TurnRunner
 
         backend = SQLiteFlowPersistence({str(db)!r})
 
         @persist(backend)
-        class Chat(Flow[TurnState]):
-            conversational = True
-
-            def route_turn(self, context: Any) -> str:
-                return "acknowledge"
-
-            @listen("acknowledge")
-            def handle_acknowledge(self) -> str:
-                return "Request received."
+        class Chat(Acknowledger):
+            pass
 
         flow = Chat(suppress_flow_events=True)
         runner = TurnRunner(flow)

@@ -20,6 +20,7 @@ from voxflow.errors import (
 )
 from voxflow.flow import listen
 from voxflow.llm import LLM, LLMEvent, agent_scope, observe_llm
+from voxflow.testing import Acknowledger
 from voxflow.turns import ReplyEvent, TurnRunner, TurnState
 
 pytestmark = pytest.mark.unit
@@ -28,15 +29,7 @@ MODEL = "openai/gpt-4o-mini"
 LONG = "x" * 300  # litellm mocks stream 3 characters per chunk: 100 chunks
 
 
-class Chat(Flow[TurnState]):
-    conversational = True
-
-    def route_turn(self, context: Any) -> str:
-        return "acknowledge"
-
-    @listen("acknowledge")
-    def handle_acknowledge(self) -> str:
-        return "Request received."
+Chat = Acknowledger  # every turn: "Request received."
 
 
 def talk_flow(reply: Any) -> Flow[TurnState]:
