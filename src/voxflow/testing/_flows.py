@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
+from voxflow.conversation import ConversationConfig
 from voxflow.flow import Flow, listen
 from voxflow.turns import TurnState
 
 __all__ = ["Acknowledger"]
 
 
+@ConversationConfig(system_prompt="")
 class Acknowledger(Flow[TurnState]):
     """A conversational flow that answers every turn with :attr:`reply`.
 
@@ -21,7 +23,6 @@ class Acknowledger(Flow[TurnState]):
             reply = "Noted."
     """
 
-    conversational = True
     reply: ClassVar[str] = "Request received."
 
     def route_turn(self, context: Any) -> str:
