@@ -26,12 +26,12 @@ with two ways of padding the window:
   as OpenAI's Whisper does for its 30 s (the padded frames get the log-mel floor, the
   input the model was trained on).
 
-Then, at the two fastest (window, padding) pairs whose errors stay within two words of the
-30 s default, ``beam_size`` 2 (and at the fastest, ``cpu_threads`` 1), and the latency of
-those two and of the default, as the median of ``--runs`` timings of every third
-utterance. The utterances these got
-wrong are listed, with how many transcripts repeat themselves (a word or pair of words
-three times in a row, or 50% more words than said) and how many came back empty.
+Then, at the two fastest (window, padding) pairs whose errors stay within two words of
+faster-whisper's own 30 s, ``beam_size`` 2 (and at the fastest, ``cpu_threads`` 1), and
+the latency of those two and of the 30 s one, as the median of ``--runs`` timings of
+every third utterance. The utterances these got wrong are listed, with how many
+transcripts repeat themselves (a word or pair of words three times in a row, or 50% more
+words than said) and how many came back empty.
 
 WER normalizer (:func:`normalize`): lowercase; ``$N`` -> ``N dollars``, ``%`` -> percent,
 ``°`` -> degrees, ``10:15`` -> ``10 15``, hyphens and other punctuation -> spaces,
@@ -50,19 +50,19 @@ average about 2; each WER moves by +-1 word between runs: CTranslate2's multi-th
 int8 is not bit-exact), 67 utterances, 474 words, greedy, 2 threads, one timing each::
 
     model    window padding  WER (words)  median  p90 ms  redone
-    tiny.en  30 s   zeros    3.0% (14)    432 ms   532    0   (the default)
+    tiny.en  30 s   zeros    3.0% (14)    432 ms   532    0   (faster-whisper's own)
     tiny.en  30 s   silence  2.3% (11)    417 ms   536    0
     tiny.en  15 s   silence  2.8% (13)    195 ms   264    0
     tiny.en  12 s   silence  3.0% (14)    130 ms   192    0
     tiny.en  10 s   zeros    3.6% (17)     94 ms   150    1   (a 100+ word loop without it)
-    tiny.en  10 s   silence  2.8% (13)    100 ms   150    0
+    tiny.en  10 s   silence  2.8% (13)    100 ms   150    0   (voxflow's default)
     tiny.en   8 s   zeros    3.4% (16)     85 ms   146    3
     tiny.en   8 s   silence  3.0% (14)     82 ms   168    2
-    base     30 s   zeros    2.1% (10)    755 ms  1011    0   (the default)
+    base     30 s   zeros    2.1% (10)    755 ms  1011    0   (faster-whisper's own)
     base     30 s   silence  1.9% (9)     760 ms   912    0
     base     15 s   silence  1.5% (7)     330 ms   469    0
     base     10 s   zeros    1.9% (9)     231 ms   375    0
-    base     10 s   silence  1.7% (8)     242 ms   378    0
+    base     10 s   silence  1.7% (8)     242 ms   378    0   (voxflow's default)
     base      8 s   silence  1.9% (9)     173 ms   326    1
 
 No configuration left a transcript looping ("loops" 0): every loop was caught and redone
@@ -482,7 +482,7 @@ def sweep(clips: Sequence[Clip], model: str, windows: Sequence[float], runs: int
             results[window, padding] = result
             show(result, clips)
     baseline = results[30.0, "zeros"]
-    figure(f"{model} WER, 30 s window (default)", round(baseline.wer, 2), "%")
+    figure(f"{model} WER, 30 s window (faster-whisper's own)", round(baseline.wer, 2), "%")
     figure(f"{model} median latency, 30 s window", round(baseline.median_ms), "ms")
     keeping = [
         key for key, r in results.items() if r.errors <= baseline.errors + 2 and key[0] < 30
