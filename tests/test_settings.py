@@ -34,7 +34,7 @@ def test_variables_override_defaults() -> None:
 
 @pytest.mark.parametrize(("name", "value"), [
     ("VOXFLOW_PORT", "http"), ("VOXFLOW_PORT", "0"), ("VOXFLOW_END_OF_TURN_SILENCE", "-1"),
-    ("VOXFLOW_LOG_LEVEL", "LOUD"),
+    ("VOXFLOW_LOG_LEVEL", "LOUD"), ("VOXFLOW_SPECULATIVE_REPLIES", "maybe"),
 ])
 def test_bad_values_name_the_variable(name: str, value: str) -> None:
     with pytest.raises(SettingsError, match=name):
@@ -43,3 +43,14 @@ def test_bad_values_name_the_variable(name: str, value: str) -> None:
 
 def test_every_setting_has_a_variable() -> None:
     assert set(Settings.variables().values()) == set(Settings.model_fields)
+
+
+@pytest.mark.parametrize(("value", "expected"), [
+    ("false", False), ("0", False), ("no", False), ("NO", False),
+    ("true", True), ("1", True), ("yes", True), (" True ", True),
+])
+def test_speculative_replies_reads_booleans(value: str, expected: bool) -> None:
+    assert Settings.from_env({"VOXFLOW_SPECULATIVE_REPLIES": value}).speculative_replies is (
+        expected
+    )
+    assert Settings.from_env({}).speculative_replies is True

@@ -13,6 +13,7 @@ variable                                setting                      default
 ``VOXFLOW_VOICE``                       ``voice``                    bundled Piper voice
 ``VOXFLOW_END_OF_TURN_SILENCE``         ``end_of_turn_silence``      ``0.6``
 ``VOXFLOW_MIN_BARGE_IN``                ``min_barge_in``             ``0.3``
+``VOXFLOW_SPECULATIVE_REPLIES``         ``speculative_replies``      ``true``
 ``VOXFLOW_DEMO_OUT``                    ``demo_out``                 ``voxflow-demo``
 ``VOXFLOW_HOST`` / ``VOXFLOW_PORT``     ``host`` / ``port``          ``127.0.0.1`` / 8080
 ``VOXFLOW_LOG_LEVEL``                   ``log_level``                ``WARNING``
@@ -50,6 +51,9 @@ class Settings(BaseModel):
     voice: Path | None = Field(None, description="a Piper .onnx voice instead of the bundled one")
     end_of_turn_silence: float = Field(0.6, gt=0, le=5, description="silence (s) ending a turn")
     min_barge_in: float = Field(0.3, ge=0, le=5, description="speech (s) that interrupts a reply")
+    speculative_replies: bool = Field(
+        True, description="answer in the user's pause, spoken once the turn is confirmed"
+    )
     demo_out: Path = Field(Path("voxflow-demo"), description="where `voxflow demo` writes")
     host: str = Field("127.0.0.1", description="`voxflow serve` bind address")
     port: int = Field(8080, ge=1, le=65535, description="`voxflow serve` port")
