@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
 from voxflow.ids import DeliveryId
+from voxflow.settings import Settings
 
 from .audio import AudioChunk
 from .stt import SttSettings, Transcript, WhisperStt
@@ -99,3 +100,19 @@ class VoiceEngines:
         else:
             make_vad = EnergyVad
         return cls(stt=stt_engine, tts=tts_engine, make_vad=make_vad)
+
+    @classmethod
+    def from_settings(cls, settings: Settings, *, deterministic: bool = False) -> VoiceEngines:
+        """Load the engines a command's :class:`~voxflow.settings.Settings` name (blocking).
+
+        Whisper ``settings.stt_model``; ``settings.voice`` instead of the bundled voice.
+
+        Raises:
+            TypeError: ``settings`` is not a :class:`~voxflow.settings.Settings`.
+            voxflow.errors.ModelNotFoundError: as :meth:`load`.
+        """
+        if not isinstance(settings, Settings):
+            raise TypeError(f"settings must be voxflow Settings, got {type(settings).__name__}")
+        return cls.load(stt=SttSettings(model=settings.stt_model),
+                        voice=str(settings.voice) if settings.voice else None,
+                        deterministic=deterministic)

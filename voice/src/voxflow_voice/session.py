@@ -49,6 +49,7 @@ from voxflow.flow import RollbackPoint
 from voxflow.ids import DeliveryId, SessionId, TurnId, new_turn_id
 from voxflow.jobs import JobRecord, JobRunner
 from voxflow.replies import ReplyQueue
+from voxflow.settings import Settings
 from voxflow.turns import ReplyEvent, TurnRunner
 
 from .audio import STT_SAMPLE_RATE, InputConverter
@@ -116,6 +117,25 @@ class VoiceSettings(BaseModel):
         default_factory=BargeInSettings,
         description="pause, confirm, then fence or resume; backchannel policy",
     )  # see voxflow_voice.barge_in
+
+    @classmethod
+    def from_settings(cls, settings: Settings, **overrides: Any) -> VoiceSettings:
+        """The voice settings a command's :class:`~voxflow.settings.Settings` ask for.
+
+        Turn taking comes from ``end_of_turn_silence`` and ``min_barge_in``, plus
+        ``speculative_replies``; ``overrides`` (``echo_gate=False``, ...) then replace fields.
+
+        Raises:
+            TypeError: ``settings`` is not a :class:`~voxflow.settings.Settings`.
+            pydantic.ValidationError: an override is unknown or out of range.
+        """
+        if not isinstance(settings, Settings):
+            raise TypeError(f"settings must be voxflow Settings, got {type(settings).__name__}")
+        turn_detection = TurnDetection(end_of_turn_silence=settings.end_of_turn_silence,
+                                       min_barge_in=settings.min_barge_in)
+        values: dict[str, Any] = {"turn_detection": turn_detection,
+                                  "speculative_replies": settings.speculative_replies}
+        return cls.model_validate({**values, **overrides})
 
 
 DEFAULT_VOICE_SETTINGS = VoiceSettings()

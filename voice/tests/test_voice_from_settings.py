@@ -1,0 +1,80 @@
+"""Settings → voice objects: ``VoiceSettings.from_settings`` and ``VoiceEngines.from_settings``
+are the one place where the ``VOXFLOW_*`` values reach a voice session."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+from voxflow_voice.engines import VoiceEngines
+from voxflow_voice.session import VoiceSettings
+from voxflow_voice.stt import WhisperStt
+from voxflow_voice.turn_detector import TurnDetection
+
+from voxflow.errors import ModelNotFoundError
+from voxflow.settings import Settings
+
+TUNED = Settings(end_of_turn_silence=1.2, min_barge_in=0.05, speculative_replies=False)
+
+
+def test_each_setting_reaches_the_voice_settings() -> None:
+    voice = VoiceSettings.from_settings(TUNED)
+    assert voice.turn_detection.end_of_turn_silence == 1.2
+    assert voice.turn_detection.min_barge_in == 0.05
+    assert voice.speculative_replies is False
+    # every other turn-detection field keeps its default
+    rest = voice.turn_detection.model_dump(exclude={"end_of_turn_silence", "min_barge_in"})
+    assert rest == TurnDetection().model_dump(exclude={"end_of_turn_silence", "min_barge_in"})
+
+
+def test_default_settings_give_the_default_voice_settings() -> None:
+    assert VoiceSettings.from_settings(Settings()) == VoiceSettings()
+
+
+def test_overrides_replace_fields_and_are_validated() -> None:
+    voice = VoiceSettings.from_settings(TUNED, echo_gate=False, interruptions=False)
+    assert voice.echo_gate is False and voice.interruptions is False
+    assert voice.turn_detection.end_of_turn_silence == 1.2  # the settings still apply
+    assert VoiceSettings.from_settings(TUNED, speculative_replies=True).speculative_replies
+    with pytest.raises(ValidationError, match="no_such_field"):
+        VoiceSettings.from_settings(TUNED, no_such_field=True)
+    with pytest.raises(ValidationError, match="echo_gate"):
+        VoiceSettings.from_settings(TUNED, echo_gate="sometimes")
+
+
+@pytest.mark.parametrize("bad", [None, {"end_of_turn_silence": 1.0}, VoiceSettings()])
+def test_anything_but_settings_is_refused_by_name(bad: object) -> None:
+    with pytest.raises(TypeError, match="settings must be voxflow Settings"):
+        VoiceSettings.from_settings(bad)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="settings must be voxflow Settings"):
+        VoiceEngines.from_settings(bad)  # type: ignore[arg-type]
+
+
+def test_short_and_long_silences_still_validate() -> None:
+    """The extremes Settings allows build valid turn detection (end_pad is capped inside)."""
+    for silence in (0.01, 5.0):
+        voice = VoiceSettings.from_settings(Settings(end_of_turn_silence=silence,
+                                                     min_barge_in=0.0))
+        assert voice.turn_detection.end_of_turn_silence == silence
+
+
+@pytest.mark.models
+def test_engines_load_the_named_whisper_model() -> None:
+    engines = VoiceEngines.from_settings(Settings(stt_model="tiny.en"), deterministic=True)
+    assert isinstance(engines.stt, WhisperStt)
+    assert engines.stt.settings.model == "tiny.en"
+    assert engines.tts.sample_rate > 0
+    engines.make_vad()  # one fresh detector per session
+
+
+@pytest.mark.models
+def test_a_missing_voice_fails_as_load_does(tmp_path: Path) -> None:
+    missing = tmp_path / "no-such-voice.onnx"
+    with pytest.raises(ModelNotFoundError) as direct:
+        VoiceEngines.load(voice=str(missing))
+    with pytest.raises(ModelNotFoundError) as mapped:
+        VoiceEngines.from_settings(Settings(voice=missing))
+    assert str(mapped.value) == str(direct.value)
+    assert str(missing) in str(mapped.value)
+
