@@ -84,7 +84,7 @@ def _cmd_voice_chat(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     code: int = chat.run_voice_chat(
         flow=args.flow, input_device=devices[0], output_device=devices[1],
-        headphones=args.headphones, model=args.settings.model,
+        headphones=args.headphones, model=args.settings.model, settings=args.settings,
     )
     return code
 
@@ -124,6 +124,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         token=args.token,
         model=args.model if args.model is not None else settings.model,
         ice_servers=args.ice_server, ice_host_addresses=args.ice_host, max_calls=args.max_calls,
+        settings=settings,
     )
     return code
 

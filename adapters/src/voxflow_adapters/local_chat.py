@@ -25,7 +25,7 @@ import os
 import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from voxflow_voice.events import (
     AudioStarted,
@@ -44,11 +44,23 @@ from voxflow_voice.events import (
 )
 
 from voxflow.clock import Clock
+from voxflow.settings import Settings
 
 from .local import LocalAudio, LocalAudioSettings, LocalAudioStatus
 from .local_backend import SoundDeviceBackend, StreamBackend
 
-__all__ = ["ChatLine", "ChatState", "ChatView", "VoiceChat", "parse_device", "run_voice_chat"]
+if TYPE_CHECKING:
+    from voxflow_voice.session import VoiceSession, VoiceSettings
+
+__all__ = [
+    "ChatLine",
+    "ChatState",
+    "ChatView",
+    "VoiceChat",
+    "chat_voice_settings",
+    "parse_device",
+    "run_voice_chat",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -258,6 +270,7 @@ class VoiceChat:
         self.backend = backend
         self.clock = clock
         self.audio: LocalAudio | None = None
+        self.session: VoiceSession | None = None  # the current (or last) session
         self.sessions = 0
         self._quit = asyncio.Event()
         self._reconnect = asyncio.Event()
@@ -293,6 +306,7 @@ class VoiceChat:
             self.audio = audio
             session = VoiceSession(self.turns, audio, self.engines, settings=self.voice_settings,
                                    clock=self.clock, on_event=self.view.on_event)
+            self.session = session
             self.sessions += 1
             run = asyncio.create_task(session.run(), name="voice-chat.session")
             if await self._first(run, self._quit.wait()):
@@ -319,12 +333,27 @@ class VoiceChat:
         return b in done and a not in done
 
 
+def chat_voice_settings(
+    settings: Settings | None = None, *, headphones: bool = False
+) -> VoiceSettings:
+    """The voice settings of ``voxflow chat --voice`` sessions: turn taking and speculative
+    replies from ``settings`` (``VOXFLOW_*``; defaults if None), the echo gate on for
+    speakers and off for ``headphones``.
+
+    Raises:
+        TypeError: ``settings`` is not a :class:`~voxflow.settings.Settings`.
+    """
+    from voxflow_voice.session import VoiceSettings
+
+    settings = settings if settings is not None else Settings()
+    return VoiceSettings.from_settings(settings, echo_gate=not headphones)
+
+
 async def _chat(flow_spec: str | None, model: str | None, audio_settings: LocalAudioSettings,
-                headphones: bool) -> int:
+                headphones: bool, settings: Settings) -> int:
     from rich.console import Console
     from rich.live import Live
     from voxflow_voice.engines import VoiceEngines
-    from voxflow_voice.session import VoiceSettings
 
     from voxflow.turns import TurnRunner
 
@@ -332,14 +361,15 @@ async def _chat(flow_spec: str | None, model: str | None, audio_settings: LocalA
     backend = SoundDeviceBackend()  # PortAudio missing: fails here, before the models load
     devices = (backend.describe("input", audio_settings.input_device),
                backend.describe("output", audio_settings.output_device))
+    voice_settings = chat_voice_settings(settings, headphones=headphones)
     flow = _make_flow(flow_spec, model)
     turns = TurnRunner(flow)
     with console.status("loading the speech models…"):
-        engines = await asyncio.to_thread(VoiceEngines.load)
+        engines = await asyncio.to_thread(VoiceEngines.from_settings, settings)
     view = ChatView(f"voxflow · {type(flow).__name__}", headphones=headphones)
     view.note(f"microphone: {devices[0]} · speakers: {devices[1]}")
     chat = VoiceChat(turns, engines, view, audio_settings=audio_settings,
-                     voice_settings=VoiceSettings(echo_gate=not headphones), backend=backend)
+                     voice_settings=voice_settings, backend=backend)
     loop = asyncio.get_running_loop()
     with _keys(loop, chat.on_key) as interactive, Live(view, console=console,
                                                         refresh_per_second=8):
@@ -369,15 +399,21 @@ def _make_flow(flow_spec: str | None, model: str | None) -> Any:
 def run_voice_chat(
     *, flow: str | None, input_device: int | str | None = None,
     output_device: int | str | None = None, headphones: bool = False,
-    model: str | None = None,
+    model: str | None = None, settings: Settings | None = None,
 ) -> int:
     """Talk to ``flow`` (``path.py:Class``; the example assistant if None) until ``q``.
+
+    ``settings`` (``VOXFLOW_*``, see :mod:`voxflow.settings`; defaults if None) supplies
+    the STT model, the voice, the turn-taking times and speculative replies.
 
     Returns:
         the exit code: 0 done, 1 the devices or models failed, 2 bad input.
     """
     from voxflow.errors import AudioBackendError, AudioDeviceError, VoxflowError
 
+    settings = settings if settings is not None else Settings()
+    if not isinstance(settings, Settings):
+        raise TypeError(f"settings must be voxflow Settings, got {type(settings).__name__}")
     try:
         audio_settings = LocalAudioSettings(input_device=input_device,
                                             output_device=output_device)
@@ -386,7 +422,7 @@ def run_voice_chat(
         return EXIT_USAGE
     logging.getLogger("faster_whisper").setLevel(logging.WARNING)
     try:
-        return asyncio.run(_chat(flow, model, audio_settings, headphones))
+        return asyncio.run(_chat(flow, model, audio_settings, headphones, settings))
     except KeyboardInterrupt:
         return EXIT_OK
     except (AudioBackendError, AudioDeviceError) as exc:

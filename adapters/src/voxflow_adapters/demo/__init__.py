@@ -20,7 +20,6 @@ from voxflow_voice.engines import VoiceEngines
 from voxflow_voice.session import VoiceSettings
 from voxflow_voice.stt import SttSettings, WhisperStt
 from voxflow_voice.tts import DETERMINISTIC_TTS_SETTINGS, PiperTts
-from voxflow_voice.turn_detector import TurnDetection
 from voxflow_voice.vad import SileroVad
 
 from voxflow.settings import Settings
@@ -133,9 +132,7 @@ def run_voice_demo(
     began = time.perf_counter()
     console.rule("[bold]voxflow demo[/]: a voice call on bundled models, offline")
     engines = load_engines(console, deterministic=fast, settings=settings)
-    voice_settings = VoiceSettings(turn_detection=TurnDetection(
-        end_of_turn_silence=settings.end_of_turn_silence, min_barge_in=settings.min_barge_in,
-    ))
+    voice_settings = VoiceSettings.from_settings(settings)
     mode = "virtual audio time (--fast)" if fast else "real time"
     console.print(f"[dim]caller script: {len(DEMO_LINES)} lines · clock: {mode} · "
                   f"replies: {'litellm ' + model if model else 'rule-based'}[/]")

@@ -26,6 +26,7 @@ from voxflow_voice.transport import AudioTransport
 from voxflow.clock import Clock
 from voxflow.jobs import JobRunner, JobWorkState
 from voxflow.replies import ReplyQueue, ReplyQueueState
+from voxflow.settings import Settings
 from voxflow.turns import TurnRunner
 
 __all__ = [
@@ -34,15 +35,32 @@ __all__ = [
     "CallFactory",
     "assistant_call_factory",
     "flow_call_factory",
+    "webrtc_voice_settings",
 ]
 
 EventSink = Callable[[SessionEvent], None]
 
-WEBRTC_VOICE_SETTINGS = VoiceSettings(echo_gate=False)
-"""Voice settings of browser calls unless a factory is given others. The page asks for
-the microphone with ``echoCancellation`` on, so the browser cancels the assistant's voice
-where it is actually played; the server-side gate would only see the send time of each
-frame, not the browser's playout (network and jitter-buffer delay in between)."""
+
+
+def webrtc_voice_settings(settings: Settings | None = None) -> VoiceSettings:
+    """The voice settings of browser calls: turn taking and speculative replies from
+    ``settings`` (``VOXFLOW_*``; defaults if None), the server-side echo gate off.
+
+    The page asks for the microphone with ``echoCancellation`` on, so the browser cancels
+    the assistant's voice where it is actually played; the server-side gate would only see
+    the send time of each frame, not the browser's playout (network and jitter-buffer
+    delay in between).
+
+    Raises:
+        TypeError: ``settings`` is not a :class:`~voxflow.settings.Settings`.
+    """
+    settings = settings if settings is not None else Settings()
+    return VoiceSettings.from_settings(settings, echo_gate=False)
+
+
+WEBRTC_VOICE_SETTINGS = webrtc_voice_settings()
+"""Voice settings of browser calls unless a factory is given others (the defaults of
+:func:`webrtc_voice_settings`)."""
 
 
 @dataclass(slots=True)

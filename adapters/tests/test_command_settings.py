@@ -1,0 +1,116 @@
+"""``voxflow chat --voice`` and ``voxflow serve`` honour the ``VOXFLOW_*`` settings: the
+turn-taking times and speculative replies reach every session, the voice reaches the engines."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+from voxflow_adapters.local import LocalAudioSettings, StreamKind
+from voxflow_adapters.local_chat import ChatView, VoiceChat, chat_voice_settings
+from voxflow_adapters.script import CallScript
+from voxflow_adapters.simulated import SimulatedClient
+from voxflow_adapters.testing import Teller
+from voxflow_adapters.webrtc.calls import WEBRTC_VOICE_SETTINGS, webrtc_voice_settings
+from voxflow_adapters.webrtc.command import build_call_factory, run_serve
+from voxflow_voice.engines import VoiceEngines
+from voxflow_voice.session import VoiceSettings
+
+from voxflow.cli import main
+from voxflow.clock import VirtualClock
+from voxflow.settings import Settings
+from voxflow.turns import TurnRunner
+
+pytestmark = pytest.mark.models
+
+TUNED = Settings(end_of_turn_silence=1.1, min_barge_in=0.15, speculative_replies=False)
+
+
+def _assert_tuned(voice: VoiceSettings) -> None:
+    assert voice.turn_detection.end_of_turn_silence == 1.1
+    assert voice.turn_detection.min_barge_in == 0.15
+    assert voice.speculative_replies is False
+
+
+@pytest.mark.parametrize("flow", [None, "voxflow_adapters.testing:Teller"])
+async def test_serve_calls_get_the_settings_with_the_echo_gate_off(
+    engines: VoiceEngines, flow: str | None,
+) -> None:
+    factory = build_call_factory(flow=flow, settings=TUNED)
+    clock = VirtualClock()
+    call = await factory(SimulatedClient(CallScript(), clock=clock), engines, clock,
+                         lambda event: None)
+    try:
+        _assert_tuned(call.session.settings)
+        assert call.session.settings.echo_gate is False
+        assert call.session.echo_gate is None
+    finally:
+        await call.aclose()
+
+
+def test_serve_defaults_are_the_webrtc_defaults() -> None:
+    assert webrtc_voice_settings() == WEBRTC_VOICE_SETTINGS == VoiceSettings(echo_gate=False)
+    with pytest.raises(TypeError, match="settings must be voxflow Settings"):
+        build_call_factory(flow=None, settings=VoiceSettings())  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="settings must be voxflow Settings"):
+        run_serve(flow=None, host="127.0.0.1", port=8080, token=None,
+                  settings={"voice": "x"})  # type: ignore[arg-type]
+
+
+def test_voxflow_serve_loads_the_voice_it_is_given(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+) -> None:
+    """VOXFLOW_VOICE reaches the engines: a missing voice fails before anything listens."""
+    missing = tmp_path / "nobody.onnx"
+    monkeypatch.setenv("VOXFLOW_VOICE", str(missing))
+    assert main(["serve", "--port", "8765"]) == 1
+    err = capsys.readouterr().err
+    assert "piper voice file not found" in err and str(missing) in err
+
+
+class _Stream:
+    def __init__(self, samplerate: float) -> None:
+        self.samplerate, self.active = samplerate, False
+
+    def start(self) -> None:
+        self.active = True
+
+    def close(self, ignore_errors: bool = True) -> None:
+        self.active = False
+
+
+class _SilentCard:
+    """Streams that never call back: the session opens and waits."""
+
+    def open(self, kind: StreamKind, *, device: object, samplerate: int | None,
+             block: float, latency: object, callback: object) -> _Stream:
+        return _Stream(float(samplerate or 16_000))
+
+    def refresh(self) -> None:
+        pass
+
+
+def test_chat_voice_settings_map_the_settings_and_headphones() -> None:
+    _assert_tuned(chat_voice_settings(TUNED))
+    assert chat_voice_settings(TUNED).echo_gate is True  # speakers
+    assert chat_voice_settings(TUNED, headphones=True).echo_gate is False
+    assert chat_voice_settings() == VoiceSettings()
+    with pytest.raises(TypeError, match="settings must be voxflow Settings"):
+        chat_voice_settings("tiny.en")  # type: ignore[arg-type]
+
+
+async def test_chat_sessions_get_the_settings(engines: VoiceEngines) -> None:
+    clock = VirtualClock(autojump=True)
+    chat = VoiceChat(TurnRunner(Teller()), engines, ChatView(),
+                     audio_settings=LocalAudioSettings(), backend=_SilentCard(), clock=clock,
+                     voice_settings=chat_voice_settings(TUNED, headphones=True))
+    async with clock:
+        task = asyncio.create_task(chat.run())
+        for _ in range(5):
+            await asyncio.sleep(0)
+        assert chat.session is not None and chat.sessions == 1
+        _assert_tuned(chat.session.settings)
+        assert chat.session.echo_gate is None  # headphones
+        chat.on_key("q")
+        await task
