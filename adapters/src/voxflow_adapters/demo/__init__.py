@@ -80,7 +80,11 @@ def demo_figures(call: DemoCall, events: list[dict[str, Any]]) -> tuple[list[dic
             continue
         d = e.get("delivery_id")
         audio = first_audio.get(d) if d else None
-        text_at = first_text.get(d) if d else None
+        # when the flow's text came (a speculative reply's text events are emitted later,
+        # at the end of the turn, so the turn's own mark comes first)
+        text_at = e.get("first_text")
+        if text_at is None:
+            text_at = first_text.get(d) if d else None
         rows.append({
             "turn_id": e["turn_id"], "text": texts.get(e["turn_id"], ""),
             "voice_to_voice_ms": None if audio is None else (audio - e["speech_end"]) * 1000,
@@ -88,6 +92,7 @@ def demo_figures(call: DemoCall, events: list[dict[str, Any]]) -> tuple[list[dic
             "reply_ms": None if text_at is None else (text_at - e["transcript_final"]) * 1000,
             "tts_ms": None if audio is None or text_at is None else (audio - text_at) * 1000,
             "outcome": "interrupted" if e["interrupted"] else "played whole",
+            "speculative": bool(e.get("speculative")),
         })
     v2v = [r["voice_to_voice_ms"] for r in rows if r["voice_to_voice_ms"] is not None]
     stops = [e["stop_latency_ms"] for e in events

@@ -84,9 +84,10 @@ def percentile(values: Sequence[float], q: float) -> float | None:
 def latency_table(rows: list[dict[str, Any]], figures: dict[str, Any]) -> Table:
     """Per-turn latencies, then medians and p90s."""
     table = Table(title="per-turn latency (ms): voice-to-voice = end of user speech → "
-                  "first reply audio heard = end-of-turn wait + STT, flow, TTS",
-                  show_lines=False)
-    for column in ("#", "user said", "voice-to-voice", "wait+STT", "flow", "TTS", "outcome"):
+                  "first reply audio heard = STT + flow + TTS and what is left of the "
+                  "end-of-turn wait (* answered in the pause, audio held until the turn "
+                  "ended)", show_lines=False)
+    for column in ("#", "user said", "voice-to-voice", "STT", "flow", "TTS+wait", "outcome"):
         table.add_column(column, justify="left" if column == "user said" else "right")
 
     def ms(value: float | None) -> str:
@@ -94,7 +95,8 @@ def latency_table(rows: list[dict[str, Any]], figures: dict[str, Any]) -> Table:
 
     for i, row in enumerate(rows, 1):
         table.add_row(str(i), row["text"], ms(row["voice_to_voice_ms"]), ms(row["stt_ms"]),
-                      ms(row["reply_ms"]), ms(row["tts_ms"]), row["outcome"])
+                      ms(row["reply_ms"]), ms(row["tts_ms"]),
+                      row["outcome"] + (" *" if row.get("speculative") else ""))
     table.caption = (
         f"voice-to-voice median {ms(figures['voice_to_voice_median_ms'])} ms, "
         f"p90 {ms(figures['voice_to_voice_p90_ms'])} ms · barge-in stop "
