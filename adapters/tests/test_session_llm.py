@@ -26,6 +26,8 @@ from voxflow_adapters.scenario import run_call
 from voxflow_adapters.script import CallScript
 from voxflow_voice.engines import VoiceEngines
 from voxflow_voice.history import INTERRUPTED_MARK
+from voxflow_voice.session import VoiceSettings
+from voxflow_voice.turn_detector import TurnDetection
 
 from voxflow import ConversationConfig, Flow
 from voxflow.clock import MonotonicClock
@@ -160,3 +162,34 @@ async def test_a_failed_provider_call_ends_the_turn_not_the_call(engines: VoiceE
     metrics = call.metrics()
     assert [m.first_audio is None for m in metrics] == [True, False]
     assert call.stale_samples() == 0
+
+
+async def test_a_speculative_reply_spoken_over_mid_generation_closes_its_stream_unheard(
+    engines: VoiceEngines,
+) -> None:
+    # Real time: "Tell me" [1 s pause] "a story." with a 1.6 s end of turn. The reply to
+    # "Tell me" starts streaming in the pause (0.1 s a word, ~6.5 s in all); the user's
+    # next words discard it: its stream is cancelled, nothing of it is heard or kept.
+    llm = PacedLLM([STORY, "Okay."], delay=0.1)
+    turns = TurnRunner(chat_flow(llm))
+    first = "Tell me"
+    seconds = sum(s.samples.size for s in engines.tts.synthesize(first)) / engines.tts.sample_rate
+    script = CallScript().user_says(0.3, first).user_says(0.3 + seconds + 1.0, "a story.")
+    patient = VoiceSettings(turn_detection=TurnDetection(end_of_turn_silence=1.6))
+    call = await asyncio.wait_for(
+        run_call(turns, script, engines, clock=MonotonicClock(), settings=patient, tail=3.0),
+        timeout=120,
+    )
+    [discarded] = call.of_kind("speculative_reply_discarded")
+    assert discarded.reason == "the user spoke on"
+    spoken_over = llm.calls[0]
+    assert spoken_over["cancelled"] is True
+    assert 0 < int(spoken_over["produced"]) < int(spoken_over["total"])
+    [committed] = call.of_kind("turn_committed")
+    assert committed.turn_id != discarded.turn_id
+    [reply] = call.replies()
+    assert {r.delivery_id for r in call.tape.receipts} == {reply}
+    assert call.settled(reply) == "completed"
+    state = turns.flow.state
+    assert [(m.role, m.content) for m in state.messages][1:] == [("assistant", "Okay.")]
+    assert list(state.turns) == [committed.turn_id]
