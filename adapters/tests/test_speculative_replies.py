@@ -8,6 +8,7 @@ flow's state (history, turn records, the persisted snapshot) is rolled back.
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import numpy as np
@@ -108,3 +109,23 @@ async def test_speculation_can_be_turned_off(engines: VoiceEngines) -> None:
     assert not metrics.speculative
     assert len(call.replies()) == 1
     assert np.isfinite(metrics.speech_end)
+
+
+async def test_a_call_that_ends_in_the_pause_closes_with_its_held_reply_unheard(
+    engines: VoiceEngines,
+) -> None:
+    # The caller asks and hangs up within the end-of-turn silence: the end of input
+    # confirms the turn, but nobody plays audio any more. The held reply (longer than the
+    # client's buffer) must be cut, not released into a transport that never drains.
+    turns = TurnRunner(Teller())
+    script = CallScript().user_says(0.3, "Tell me a story.")
+    call = await asyncio.wait_for(
+        run_call(turns, script, engines, settings=PATIENT, tail=0.8), timeout=120
+    )
+    [committed] = call.of_kind("turn_committed")
+    [metrics] = call.metrics()
+    assert metrics.speculative and metrics.turn_id == committed.turn_id
+    [reply] = call.replies()
+    assert call.settled(reply) == "interrupted"
+    assert call.heard_seconds(reply) == 0.0
+    assert call.of_kind("session_closed")

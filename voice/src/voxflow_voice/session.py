@@ -430,7 +430,9 @@ class VoiceSession:
                                  text=text, speech_end_at=self._time_of(spec.paused.end_sample)))
         for event in spec.events:  # public from now on (when each was prepared: metrics)
             self._emit(event.model_copy(update={"at": now}))
-        if reply.delivery_id is not None:
+        if self._input_ended:  # confirmed by the end of input: nobody plays it any more
+            await self._speaker.cut(reply, "Session closed.")  # (a release would block)
+        elif reply.delivery_id is not None:
             await self.playback.release(reply.delivery_id)
         await generation
         return True
