@@ -9,10 +9,13 @@ flow's state (history, turn records, the persisted snapshot) is rolled back.
 from __future__ import annotations
 
 import asyncio
+import threading
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
+from pydantic import ConfigDict, Field
 from voxflow_adapters.scenario import CallResult, run_call
 from voxflow_adapters.script import CallScript
 from voxflow_adapters.testing import ACKNOWLEDGEMENT, Teller, words
@@ -22,7 +25,7 @@ from voxflow_voice.session import VoiceSettings
 from voxflow_voice.turn_detector import TurnDetection
 
 from voxflow import SQLiteFlowPersistence, persist
-from voxflow.turns import TurnRunner
+from voxflow.turns import TurnRunner, TurnState
 
 pytestmark = pytest.mark.models
 
@@ -129,3 +132,24 @@ async def test_a_call_that_ends_in_the_pause_closes_with_its_held_reply_unheard(
     assert call.settled(reply) == "interrupted"
     assert call.heard_seconds(reply) == 0.0
     assert call.of_kind("session_closed")
+
+
+class _GuardedState(TurnState):
+    """A state holding an object that cannot be copied (so no rollback point either)."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    guard: Any = Field(default_factory=threading.Lock)
+
+
+async def test_a_state_that_cannot_be_rolled_back_is_answered_the_usual_way(
+    engines: VoiceEngines,
+) -> None:
+    turns = TurnRunner(Teller(state=_GuardedState()))
+    script = CallScript().user_says(0.3, "What time is it?").until(6.0)
+    call = await run_call(turns, script, engines)
+    [metrics] = call.metrics()
+    assert not metrics.speculative  # no speculation without a rollback point
+    [reply] = call.replies()
+    assert call.settled(reply) == "completed"
+    assert [m.content for m in turns.flow.state.messages][1] == ACKNOWLEDGEMENT

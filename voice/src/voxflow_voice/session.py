@@ -459,7 +459,14 @@ class VoiceSession:
                 async with self._lock:
                     # A speculative turn may be undone: copy the state before it starts
                     # (~1.4 ms with 100 turns of records, ~15 ms with 1,000).
-                    point = RollbackPoint.take(self.turns.flow) if spec is not None else None
+                    point = None
+                    if spec is not None:
+                        try:
+                            point = RollbackPoint.take(self.turns.flow)
+                        except Exception as exc:  # e.g. an object that cannot be copied
+                            logger.warning("no speculative reply: the state cannot be "
+                                           "rolled back (%s)", exc)
+                            return False  # the turn, if it ends here, is answered as usual
                     stream = self.turns.astream_turn(text, turn_id=turn_id)
                     if spec is None or point is None:
                         await self._speaker.generate(reply, self._speaker.held(stream))
