@@ -153,3 +153,36 @@ async def test_a_state_that_cannot_be_rolled_back_is_answered_the_usual_way(
     [reply] = call.replies()
     assert call.settled(reply) == "completed"
     assert [m.content for m in turns.flow.state.messages][1] == ACKNOWLEDGEMENT
+
+
+class _RollbackFails(SQLiteFlowPersistence):
+    """A store whose rollback write fails (the disk is full, say)."""
+
+    def save_full_state(self, flow_uuid: str, method_name: str, state_data: dict[str, Any]) -> int:
+        if method_name == "rollback":
+            raise OSError("disk full")
+        return super().save_full_state(flow_uuid, method_name, state_data)
+
+    def save_state_changes(self, flow_uuid: str, method_name: str, changes: Any) -> int | None:
+        if method_name == "rollback":
+            raise OSError("disk full")
+        return super().save_state_changes(flow_uuid, method_name, changes)
+
+
+async def test_a_failed_rollback_write_still_discards_the_reply(
+    engines: VoiceEngines, tmp_path: Path,
+) -> None:
+    class SavedTeller(Teller):
+        pass
+
+    turns = TurnRunner(persist(_RollbackFails(tmp_path / "calls.db"))(SavedTeller)())
+    first, second = "What time", "is it in Paris?"
+    resume = 0.3 + spoken_seconds(engines, first) + 0.35
+    script = CallScript().user_says(0.3, first).user_says(resume, second).until(9.0)
+    call = await run_call(turns, script, engines, settings=PATIENT)
+    [discarded] = call.of_kind("speculative_reply_discarded")
+    assert discarded.reason == "the user spoke on"
+    # The live state was rolled back all the same, and only the real turn has metrics.
+    [committed] = call.of_kind("turn_committed")
+    assert [m.turn_id for m in call.metrics()] == [committed.turn_id]
+    assert list(turns.flow.state.turns) == [committed.turn_id]

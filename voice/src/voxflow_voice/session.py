@@ -417,7 +417,10 @@ class VoiceSession:
                                exc_info=generation.exception())
             if reply.speaker is not None:
                 await asyncio.wait({reply.speaker})
-            await point.restore()
+            try:
+                await point.restore()  # in memory first, then the store
+            except Exception:  # (a failed write: the next save is a full one)
+                logger.exception("saving a rolled-back speculative turn failed")
             self._emit(SpeculativeReplyDiscarded(
                 session_id=self.session_id, at=self.clock.now(), turn_id=reply.turn_id,
                 text=text, reason=spec.reason,
