@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -103,3 +106,70 @@ async def test_a_point_restores_once_and_checks_its_input() -> None:
         await point.restore()
     with pytest.raises(TypeError, match="flow must be a Flow"):
         RollbackPoint.take(object())  # type: ignore[arg-type]
+
+
+class SlowSaves(SQLiteFlowPersistence):
+    """SQLite whose saves wait for ``release`` once ``armed``: a turn's save in flight."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
+        self.armed = False
+        self.saving = threading.Event()
+        self.release = threading.Event()
+        self.landed = threading.Event()  # the held save was written
+
+    def _hold(self) -> bool:
+        if not self.armed:
+            return False
+        self.armed = False
+        self.saving.set()
+        self.release.wait(10)
+        return True
+
+    def save_state_changes(self, *args: Any, **kwargs: Any) -> Any:
+        held = self._hold()
+        try:
+            return super().save_state_changes(*args, **kwargs)
+        finally:
+            if held:
+                self.landed.set()
+
+    def save_full_state(self, *args: Any, **kwargs: Any) -> Any:
+        held = self._hold()
+        try:
+            return super().save_full_state(*args, **kwargs)
+        finally:
+            if held:
+                self.landed.set()
+
+
+async def test_a_save_still_running_for_the_undone_turn_cannot_overwrite_the_rollback(
+    tmp_path: Path,
+) -> None:
+    # The call's first turn is the speculative one, so its save is a full one (a delta
+    # would be refused by the store's version check once the rollback saved first).
+    backend = SlowSaves(tmp_path / "flows.db")
+    runner = TurnRunner(persisted_chat(backend)())
+    state = runner.flow.state
+    call = str(state.id)
+    point = RollbackPoint.take(runner.flow)
+    backend.armed = True  # the next save (the speculative turn's) hangs in its thread
+
+    async def speculative() -> None:
+        async for _ in runner.astream_turn("two, spoken too early"):
+            pass
+
+    task = asyncio.create_task(speculative())
+    await asyncio.to_thread(backend.saving.wait, 10)
+    task.cancel()  # the turn is discarded while its save is still being written
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+    restore = asyncio.create_task(point.restore())
+    await asyncio.sleep(0.05)
+    backend.release.set()  # the stale save lands now...
+    await restore  # ...and the rollback's own save after it
+    await asyncio.to_thread(backend.landed.wait, 10)
+    stored = backend.load_state(call)
+    assert stored is not None
+    assert stored["messages"] == [] and stored["turns"] == {}
+    assert state.messages == [] and state.turns == {}

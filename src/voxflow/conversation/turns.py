@@ -28,7 +28,6 @@ of a session, ``flow_finished`` once by :meth:`finalize_session_traces`.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import dataclasses
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -120,6 +119,7 @@ class ConversationTurns:
         def reset_execution(self) -> None: ...
         def _persistence_configured(self) -> bool: ...
         def _backend(self, method: Any = None) -> FlowPersistence: ...
+        async def _write_state(self, write: Callable[[], None]) -> None: ...
         def _emit(self, event_type: type[FlowEvent], **fields: Any) -> None: ...
         def _emit_conversation(self, event_type: type[Any], **fields: Any) -> None: ...
         def emit_frame(
@@ -378,7 +378,7 @@ class ConversationTurns:
         if self._inline:
             write()
         else:
-            await asyncio.to_thread(write)
+            await self._write_state(write)
 
     def _prepare_state_save(self, backend: Any, method_name: str) -> Callable[[], None]:
         """Runtime hook: snapshot the state now (on the loop); return the blocking write.

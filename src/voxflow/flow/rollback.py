@@ -25,7 +25,6 @@ Example::
 
 from __future__ import annotations
 
-import asyncio
 import copy
 from typing import TYPE_CHECKING, Any
 
@@ -99,8 +98,11 @@ class RollbackPoint:
                 object.__setattr__(state, slot, getattr(self._copy, slot))
         flow = self._flow
         if flow._persistence_configured():
+            # A save of the undone work may still be running in its thread (its turn was
+            # cancelled mid-save): let it land first, so it cannot overwrite this one.
+            await flow._writes_done()
             write = flow._prepare_state_save(flow._backend(), "rollback")
-            await asyncio.to_thread(write)
+            await flow._write_state(write)
 
     def __repr__(self) -> str:
         return f"RollbackPoint(state={type(self._state).__name__}, used={self._used})"

@@ -552,6 +552,22 @@ class Flow(ConversationMixin, HumanInput, Engine, Generic[StateT]):
 
     # ------------------------------------------------------------------ hooks
 
+    async def _write_state(self, write: Callable[[], None]) -> None:
+        """Run a state write in a worker thread. A write outlives a cancelled caller (a
+        thread cannot be stopped), so it is tracked until done: see :meth:`_writes_done`."""
+        pending: set[asyncio.Future[None]] = self.__dict__.setdefault("_state_writes", set())
+        future = asyncio.ensure_future(asyncio.to_thread(write))
+        pending.add(future)
+        future.add_done_callback(pending.discard)
+        await asyncio.shield(future)
+
+    async def _writes_done(self) -> None:
+        """Wait for state writes still running (e.g. of a turn cancelled mid-save), so a
+        later write cannot be overtaken by an older one."""
+        pending: set[asyncio.Future[None]] = self.__dict__.get("_state_writes", set())
+        if pending:
+            await asyncio.wait(set(pending))
+
     def _persistence_configured(self) -> bool:
         d = self._definition
         return (
@@ -586,7 +602,7 @@ class Flow(ConversationMixin, HumanInput, Engine, Generic[StateT]):
             if self._inline:
                 write()
             else:
-                await asyncio.to_thread(write)
+                await self._write_state(write)
             if cfg.verbose:
                 logger.info("saved state of %s after %s", self._definition.name, method.name)
         if self.checkpoint is not None and self.checkpoint.directory is not None:
