@@ -230,3 +230,24 @@ async def test_reverberant_echo_is_not_speech_and_the_user_still_is(
         else:
             assert all(s >= onset - 0.2 * rate for s in starts)
             assert len(barge_ins) == 1 and abs(barge_ins[0] - onset) < 0.3 * rate
+
+
+def test_a_fenced_reply_s_unplayed_audio_is_dropped_once_another_reply_plays() -> None:
+    rate = STT_SAMPLE_RATE
+    fenced, next_reply = DeliveryId("fenced"), DeliveryId("next")
+
+    def chunk(delivery: DeliveryId, start: int, seconds: float) -> AudioChunk:
+        samples = _speechlike(seconds, seed=start + len(delivery))
+        return AudioChunk.from_float(samples, rate, delivery_id=delivery, segment_id=1,
+                                     start_sample=start)
+
+    gate = EchoGate()
+    gate.sent(chunk(fenced, 0, 0.5))
+    gate.sent(chunk(fenced, 8000, 0.5))  # held or queued: never played
+    gate.forget(fenced)
+    # a receipt of audio that was already on its way still finds its reference
+    gate.played(PlaybackReceipt(fenced, 1, 0, 320, rate, at=0.0))
+    assert gate.statistics().unplayed == pytest.approx(1.0)
+    gate.sent(chunk(next_reply, 0, 0.5))
+    gate.played(PlaybackReceipt(next_reply, 1, 0, 8000, rate, at=1.0))
+    assert gate.statistics().unplayed == 0.0  # the fenced reply's chunks are gone too

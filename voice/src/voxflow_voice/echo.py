@@ -114,6 +114,7 @@ class EchoGateStatistics:
         gain: the echo path's amplitude gain (None until one was found).
         correlation: the normalised correlation of the latest accepted estimate.
         estimates: path estimates accepted so far.
+        unplayed: seconds of reply audio sent and still waiting for its receipts.
     """
 
     frames: int
@@ -122,6 +123,7 @@ class EchoGateStatistics:
     gain: float | None
     correlation: float
     estimates: int
+    unplayed: float = 0.0
 
 
 @dataclass(slots=True)
@@ -202,6 +204,7 @@ class EchoGate:
         self._origin: float | None = None  # clock time of index 0
         self._mic_next: int | None = None
         self._sent: deque[_Sent] = deque()
+        self._forgotten: deque[DeliveryId] = deque(maxlen=64)  # fenced: never played whole
         self._sent_samples = 0.0
         self._ref_last = -(10**12)  # index just after the last reference sample written
         self._delay: int | None = None
@@ -230,6 +233,13 @@ class EchoGate:
         while self._sent and self._sent_samples > _MAX_STORED_SECONDS:
             old = self._sent.popleft()
             self._sent_samples -= old.samples.size / old.sample_rate
+
+    def forget(self, delivery_id: DeliveryId) -> None:
+        """``delivery_id`` was fenced: its chunks still waiting for receipts never will
+        get them; drop them once a later delivery plays (a receipt of audio already on
+        its way still finds its reference until then)."""
+        if delivery_id not in self._forgotten:
+            self._forgotten.append(delivery_id)
 
     def played(self, receipt: PlaybackReceipt) -> None:
         """The client played a piece of reply audio at ``receipt.at``: it may echo now."""
@@ -260,7 +270,8 @@ class EchoGate:
         end = receipt.start_sample + receipt.num_samples
         while self._sent:
             head = self._sent[0]
-            done = (head.delivery_id == receipt.delivery_id
+            stale = head.delivery_id != receipt.delivery_id and head.delivery_id in self._forgotten
+            done = stale or (head.delivery_id == receipt.delivery_id
                     and head.segment_id == receipt.segment_id
                     and head.start_sample + head.samples.size <= end)
             if not done:
@@ -437,6 +448,7 @@ class EchoGate:
             delay=None if self._delay is None else self._delay / STT_SAMPLE_RATE,
             gain=None if self._delay is None else self._gain,
             correlation=self._correlation, estimates=self._estimates,
+            unplayed=round(self._sent_samples, 6),
         )
 
     def __repr__(self) -> str:

@@ -411,12 +411,12 @@ class VoiceSession:
             generation.cancel()  # closes the turn's stream: the runner interrupts it
             if reply.delivery_id is not None:
                 self._speaker.fence(reply)  # drops the held audio unheard
-            await asyncio.wait({generation})
-            if not generation.cancelled() and generation.exception() is not None:
-                logger.warning("discarded speculative reply had failed",
-                               exc_info=generation.exception())
-            if reply.speaker is not None:
-                await asyncio.wait({reply.speaker})
+            for task in (generation, reply.speaker):
+                if task is not None:
+                    await asyncio.wait({task})  # never raises; a failure is only logged
+                    if not task.cancelled() and task.exception() is not None:
+                        logger.warning("discarded speculative reply: %s failed",
+                                       task.get_name(), exc_info=task.exception())
             try:
                 await point.restore()  # in memory first, then the store
             except Exception:  # (a failed write: the next save is a full one)

@@ -333,6 +333,8 @@ class ReplySpeaker:
         """Drop the rest of ``reply``'s audio (held audio too) and stop its synthesis."""
         assert reply.delivery_id is not None
         self._playback.fence(reply.delivery_id)
+        if self._echo_gate is not None:
+            self._echo_gate.forget(reply.delivery_id)  # its unplayed chunks never echo
         if reply.speaker is not None:
             reply.speaker.cancel()  # stop synthesis too, not only playback
 
