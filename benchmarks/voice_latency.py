@@ -32,14 +32,14 @@ speech; its barge-in also needs 0.2 s of speech): it took 1.33 s voice to voice 
 Targets: voice to voice <= end-of-turn silence + 500 ms (and the stretch target, + 150
 ms); barge-in stop <= minimum barge-in + 40 ms; stale samples 0.
 
-Measured at dbca80b (speculative replies, 10 s silence-padded STT window), three runs of
-``--config both`` at load average 0.3 to 0.9 (medians of the three per-run medians, tape):
+Measured at dbca80b..a0729a8 (speculative replies, 10 s silence-padded STT window), four
+runs of ``--config both`` at load average 0.3 to 0.9 (medians of the per-run medians, tape):
 
 ============================  ==============  ===============  =====  =============
 config                        voice to voice  barge-in stop    stale  STT/utterance
 ============================  ==============  ===============  =====  =============
-default (tiny.en, 0.6 s)      687 ms          157 ms (<= 340)  0      238 ms
-reference (base, 0.2 s)       619 ms          160 ms (<= 240)  0      320 ms
+default (tiny.en, 0.6 s)      688 ms          157 ms (<= 340)  0      238 ms
+reference (base, 0.2 s)       599 ms          160 ms (<= 240)  0      320 ms
 ============================  ==============  ===============  =====  =============
 
 Speculative replies answered 10 of 15 default turns (the other 5 were spoken over a
