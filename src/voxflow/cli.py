@@ -16,6 +16,7 @@ import subprocess
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from types import ModuleType
 
 from .errors import VoxflowError
 
@@ -68,14 +69,22 @@ def _cmd_chat(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _cmd_voice_chat(args: argparse.Namespace) -> int:
+def _adapter(module: str, command: str, what: str, extra: str) -> ModuleType | None:
+    """Import an adapter module, or say which extra to install (None)."""
     import importlib
 
     try:
-        chat = importlib.import_module("voxflow_adapters.local_chat")
+        return importlib.import_module(module)
     except ImportError as exc:
-        print(f"error: voxflow chat --voice needs the local audio adapter ({exc}); "
-              "install it with: pip install 'voxflow[local]'", file=sys.stderr)
+        print(f"error: {command} needs the {what} ({exc}); "
+              f"install it with: pip install 'voxflow[{extra}]'", file=sys.stderr)
+        return None
+
+
+def _cmd_voice_chat(args: argparse.Namespace) -> int:
+    chat = _adapter("voxflow_adapters.local_chat", "voxflow chat --voice",
+                    "local audio adapter", "local")
+    if chat is None:
         return EXIT_FAILED
     try:
         devices = [chat.parse_device(d) for d in (args.input_device, args.output_device)]
@@ -108,13 +117,9 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
-    import importlib
-
-    try:
-        command = importlib.import_module("voxflow_adapters.webrtc.command")
-    except ImportError as exc:
-        print(f"error: voxflow serve needs the WebRTC adapter ({exc}); "
-              "install it with: pip install 'voxflow[webrtc]'", file=sys.stderr)
+    command = _adapter("voxflow_adapters.webrtc.command", "voxflow serve", "WebRTC adapter",
+                       "webrtc")
+    if command is None:
         return EXIT_FAILED
     settings = args.settings
     code: int = command.run_serve(
