@@ -38,7 +38,7 @@ import numpy as np
 from voxflow_adapters.scenario import CallResult
 from voxflow_adapters.script import CallScript
 from voxflow_adapters.simulated import SimulatedClient
-from voxflow_adapters.testing import STORY, Teller
+from voxflow_adapters.testing import STORY, Teller, gate_frames
 from voxflow_voice.audio import STT_SAMPLE_RATE, AudioChunk
 from voxflow_voice.echo import EchoGate
 from voxflow_voice.engines import VoiceEngines
@@ -156,15 +156,8 @@ async def room_echo(engines: VoiceEngines) -> None:
         mic = np.clip(echo + user, -1, 1).astype(np.float32)
         gate = EchoGate()
         detector = TurnDetector(engines.make_vad())
-        delivery = DeliveryId("room")
         false_starts, barge_in_ms = 0, None
-        for start in range(0, played.size, 320):
-            piece = played[start : start + 320]
-            gate.sent(AudioChunk.from_float(piece, rate, start_sample=start,
-                                            delivery_id=delivery, segment_id=1))
-            gate.played(PlaybackReceipt(delivery, 1, start, piece.size, rate, at=start / rate))
-            out = gate.process(AudioChunk.from_float(mic[start : start + 320], rate,
-                                                     start_sample=start), start / rate)
+        for out in gate_frames(gate, played, mic):
             for event in detector.push(out):
                 if isinstance(event, DetectorSpeechStarted) and event.onset_sample < user_onset:
                     false_starts += 1

@@ -21,7 +21,7 @@ import pytest
 from voxflow_adapters.scenario import CallResult, run_call
 from voxflow_adapters.script import CallScript
 from voxflow_adapters.simulated import SimulatedClient
-from voxflow_adapters.testing import STORY, Teller, words
+from voxflow_adapters.testing import STORY, Teller, gate_frames, words
 from voxflow_voice.audio import STT_SAMPLE_RATE, AudioChunk
 from voxflow_voice.echo import EchoGate, EchoGateSettings
 from voxflow_voice.engines import VoiceEngines
@@ -126,20 +126,7 @@ def _speechlike(seconds: float, seed: int) -> np.ndarray:
 
 def _run_gate(gate: EchoGate, played: np.ndarray, mic: np.ndarray) -> np.ndarray:
     """Play ``played`` from t=0 in 20 ms pieces; feed ``mic`` in 20 ms frames; return output."""
-    delivery = DeliveryId("d1")
-    frame = 320
-    out = []
-    for start in range(0, mic.size, frame):
-        if start < played.size:
-            piece = played[start : start + frame]
-            gate.sent(AudioChunk.from_float(piece, STT_SAMPLE_RATE, start_sample=start,
-                                            delivery_id=delivery, segment_id=1))
-            gate.played(PlaybackReceipt(delivery, 1, start, piece.size, STT_SAMPLE_RATE,
-                                        at=start / STT_SAMPLE_RATE))
-        chunk = AudioChunk.from_float(mic[start : start + frame], STT_SAMPLE_RATE,
-                                      start_sample=start)
-        out.append(gate.process(chunk, start / STT_SAMPLE_RATE).samples())
-    return np.concatenate(out)
+    return np.concatenate([out.samples() for out in gate_frames(gate, played, mic)])
 
 
 def _rms(x: np.ndarray) -> float:
@@ -209,16 +196,9 @@ async def test_reverberant_echo_is_not_speech_and_the_user_still_is(
     echo = np.convolve(played, room)[: played.size].astype(np.float32)
     for mic, has_user in ((echo, False), (np.clip(echo + user, -1, 1), True)):
         gate, detector = EchoGate(), TurnDetector(engines.make_vad())
-        delivery = DeliveryId("room")
         starts: list[int] = []
         barge_ins: list[int] = []
-        for start in range(0, played.size, 320):
-            piece = played[start : start + 320]
-            gate.sent(AudioChunk.from_float(piece, rate, start_sample=start,
-                                            delivery_id=delivery, segment_id=1))
-            gate.played(PlaybackReceipt(delivery, 1, start, piece.size, rate, at=start / rate))
-            out = gate.process(AudioChunk.from_float(mic[start : start + 320], rate,
-                                                     start_sample=start), start / rate)
+        for out in gate_frames(gate, played, mic):
             for event in detector.push(out):
                 if isinstance(event, DetectorSpeechStarted):
                     starts.append(event.onset_sample)
@@ -251,3 +231,14 @@ def test_a_fenced_reply_s_unplayed_audio_is_dropped_once_another_reply_plays() -
     gate.sent(chunk(next_reply, 0, 0.5))
     gate.played(PlaybackReceipt(next_reply, 1, 0, 8000, rate, at=1.0))
     assert gate.statistics().unplayed == 0.0  # the fenced reply's chunks are gone too
+
+
+def test_forget_names_a_bad_delivery_and_keeps_the_reference() -> None:
+    gate = EchoGate()
+    gate.sent(AudioChunk.from_float(_speechlike(0.5, seed=2), STT_SAMPLE_RATE,
+                                    delivery_id=DeliveryId("kept"), segment_id=1,
+                                    start_sample=0))
+    for bad in ("", None, 7):
+        with pytest.raises(TypeError, match="delivery_id"):
+            gate.forget(bad)  # type: ignore[arg-type]
+    assert gate.statistics().unplayed == pytest.approx(0.5)

@@ -73,3 +73,15 @@ def test_words_drop_punctuation_and_case() -> None:
     assert words("...") == []
     with pytest.raises(TypeError, match="text"):
         words(None)  # type: ignore[arg-type]
+
+
+def test_gate_frames_rejects_a_bad_frame_or_signal() -> None:
+    import numpy as np
+    from voxflow_adapters.testing import gate_frames
+    from voxflow_voice.echo import EchoGate
+
+    signal = np.zeros(640, np.float32)
+    with pytest.raises(ValueError, match="frame"):
+        list(gate_frames(EchoGate(), signal, signal, frame=0))
+    with pytest.raises(ValueError, match="1-D"):
+        list(gate_frames(EchoGate(), signal.reshape(2, 320), signal))

@@ -13,6 +13,9 @@ voxflow's own adapter tests and benchmarks use, and the helpers they check calls
   without punctuation.
 * :func:`played_words`: the words of a reply that the simulated client really played,
   from its receipts and a fresh synthesis of each segment.
+* :func:`gate_frames`: a microphone signal through an
+  :class:`~voxflow_voice.echo.EchoGate` while a reply plays, frame by frame, with the
+  sends and receipts a session would give it.
 
 Example::
 
@@ -24,12 +27,14 @@ Example::
     call = await run_call(TurnRunner(Teller()), script, engines)
     story, okay = call.replies()
 
-This module imports only voxflow's core; the engines and calls it reads are passed in.
+This module imports only voxflow's core at import time; the engines and calls it reads
+are passed in (:func:`gate_frames` imports the voice package when called).
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, Final
 
 from voxflow import ConversationConfig, Flow, listen
@@ -37,12 +42,24 @@ from voxflow.conversation import RouterContext
 from voxflow.turns import TurnState
 
 if TYPE_CHECKING:
+    import numpy as np
+    from numpy.typing import NDArray
+    from voxflow_voice.audio import AudioChunk
+    from voxflow_voice.echo import EchoGate
     from voxflow_voice.engines import VoiceEngines
 
     from voxflow.ids import DeliveryId
     from voxflow_adapters.scenario import CallResult
 
-__all__ = ["ACKNOWLEDGEMENT", "SHORT_STORY", "STORY", "Teller", "played_words", "words"]
+__all__ = [
+    "ACKNOWLEDGEMENT",
+    "SHORT_STORY",
+    "STORY",
+    "Teller",
+    "gate_frames",
+    "played_words",
+    "words",
+]
 
 SHORT_STORY: Final[str] = (
     "Once upon a time, in a small harbour town, there lived a lighthouse keeper named Ada. "
@@ -163,3 +180,39 @@ def played_words(call: CallResult, engines: VoiceEngines, delivery: DeliveryId) 
         if upto < offset:
             break
     return words(" ".join(heard))
+
+
+def gate_frames(
+    gate: EchoGate, played: NDArray[np.float32], mic: NDArray[np.float32], *,
+    delivery_id: str = "played", frame: int = 320,
+) -> Iterator[AudioChunk]:
+    """Play ``played`` from t=0 through ``gate`` and yield its output for ``mic``.
+
+    Both signals are 16 kHz mono on one timeline. Each ``frame`` of the reply is handed
+    to the gate as sent and receipted as played at its own time (a client with no output
+    latency), then the microphone frame of that time is cleaned; the cleaned frames are
+    yielded in order (to a VAD, or to be joined).
+
+    Raises:
+        ValueError: ``frame`` is not positive, or a signal is not one-dimensional.
+    """
+    import numpy as np
+    from voxflow_voice.audio import STT_SAMPLE_RATE, AudioChunk
+    from voxflow_voice.transport import PlaybackReceipt
+
+    from voxflow.ids import DeliveryId
+
+    if frame <= 0:
+        raise ValueError(f"frame must be a positive number of samples, got {frame!r}")
+    if np.ndim(played) != 1 or np.ndim(mic) != 1:
+        raise ValueError("played and mic must be 1-D sample arrays")
+    delivery = DeliveryId(delivery_id)
+    rate = STT_SAMPLE_RATE
+    for start in range(0, mic.size, frame):
+        if start < played.size:
+            piece = played[start : start + frame]
+            gate.sent(AudioChunk.from_float(piece, rate, start_sample=start,
+                                            delivery_id=delivery, segment_id=1))
+            gate.played(PlaybackReceipt(delivery, 1, start, piece.size, rate, at=start / rate))
+        chunk = AudioChunk.from_float(mic[start : start + frame], rate, start_sample=start)
+        yield gate.process(chunk, start / rate)
