@@ -237,7 +237,13 @@ class EchoGate:
     def forget(self, delivery_id: DeliveryId) -> None:
         """``delivery_id`` was fenced: its chunks still waiting for receipts never will
         get them; drop them once a later delivery plays (a receipt of audio already on
-        its way still finds its reference until then)."""
+        its way still finds its reference until then).
+
+        Raises:
+            TypeError: ``delivery_id`` is not a non-empty str.
+        """
+        if not isinstance(delivery_id, str) or not delivery_id:
+            raise TypeError(f"delivery_id must be a non-empty str, got {delivery_id!r}")
         if delivery_id not in self._forgotten:
             self._forgotten.append(delivery_id)
 
