@@ -1,10 +1,9 @@
 """A voice session over a streaming LLM: barge-in while it generates, and its failures.
 
-:class:`PacedLLM` is a :class:`voxflow.llm.BaseLLM` standing in for the provider: it
-streams a scripted answer word by word with a delay between chunks (publishing each
-chunk like ``LLM`` does, so ``TurnRunner`` speaks it live), or raises a
-``ProviderError``. It counts what its "provider stream" produced, so a test can tell a
-stream that was closed from one that was drained.
+The LLM is the public kit's :class:`voxflow.testing.ScriptedLLM`: the real ``LLM`` over
+litellm, whose provider (a litellm custom provider) streams a scripted answer a word at
+a time at a given pace, or fails. It logs what each provider stream produced, so a test
+can tell a stream that was closed from one that was drained.
 
 The barge-in-during-generation test runs on the real-time clock: on virtual time the
 session holds the clock while the flow generates (generation takes no audio time, so a
@@ -16,12 +15,8 @@ generation lasts about 6 s and the user barges in about 2 s into it.
 from __future__ import annotations
 
 import asyncio
-import itertools
-from collections.abc import Mapping, Sequence
-from typing import Any
 
 import pytest
-from pydantic import BaseModel
 from voxflow_adapters.scenario import run_call
 from voxflow_adapters.script import CallScript
 from voxflow_voice.engines import VoiceEngines
@@ -31,8 +26,7 @@ from voxflow_voice.turn_detector import TurnDetection
 
 from voxflow import ConversationConfig, Flow
 from voxflow.clock import MonotonicClock
-from voxflow.errors import ProviderError
-from voxflow.llm import LLMEvent, LLMResponse, Messages, emit_llm_event
+from voxflow.testing import ScriptedLLM, fail, reply
 from voxflow.turns import TurnRunner, TurnState
 
 pytestmark = pytest.mark.models
@@ -45,57 +39,7 @@ STORY = (
 )
 
 
-class PacedLLM:
-    """Streams scripted answers word by word, ``delay`` seconds apart (real time).
-
-    Args:
-        answers: one per call (the last repeats); an exception makes that call fail.
-        delay: seconds between chunks.
-    """
-
-    _ids = itertools.count(1)
-
-    def __init__(self, answers: Sequence[str | Exception], *, delay: float) -> None:
-        self._answers = list(answers)
-        self.delay = delay
-        self.calls: list[dict[str, int | bool]] = []  # per call: total, produced, cancelled
-
-    @property
-    def model(self) -> str:
-        return "fake/paced"
-
-    async def acall(
-        self,
-        messages: Messages,
-        *,
-        tools: Sequence[Mapping[str, Any]] | None = None,
-        response_format: type[BaseModel] | Mapping[str, Any] | None = None,
-        stream: bool = False,
-    ) -> LLMResponse:
-        answer = self._answers.pop(0) if len(self._answers) > 1 else self._answers[0]
-        call_id = f"paced-{next(self._ids)}"
-        emit_llm_event(LLMEvent("llm_call_started", call_id, self.model))
-        if isinstance(answer, Exception):
-            emit_llm_event(LLMEvent("llm_call_failed", call_id, self.model))
-            raise ProviderError("fake/paced call failed", provider=self.model) from answer
-        chunks = [w + " " for w in answer.split(" ")]
-        chunks[-1] = chunks[-1].rstrip()
-        log: dict[str, int | bool] = {"total": len(chunks), "produced": 0, "cancelled": False}
-        self.calls.append(log)
-        try:
-            for chunk in chunks:
-                await asyncio.sleep(self.delay)
-                log["produced"] = int(log["produced"]) + 1
-                if stream:
-                    emit_llm_event(LLMEvent("llm_stream_chunk", call_id, self.model, chunk))
-        except asyncio.CancelledError:
-            log["cancelled"] = True
-            raise
-        emit_llm_event(LLMEvent("llm_call_completed", call_id, self.model, answer))
-        return LLMResponse(content=answer, model=self.model, call_id=call_id)
-
-
-def chat_flow(llm: PacedLLM) -> Flow[TurnState]:
+def chat_flow(llm: ScriptedLLM) -> Flow[TurnState]:
     @ConversationConfig(llm=llm)
     class Chat(Flow[TurnState]):
         pass
@@ -106,7 +50,8 @@ def chat_flow(llm: PacedLLM) -> Flow[TurnState]:
 async def test_barge_in_during_generation_closes_the_provider_stream(
     engines: VoiceEngines,
 ) -> None:
-    llm = PacedLLM([STORY, "Okay."], delay=0.1)  # about 6.5 s to generate the story
+    llm = ScriptedLLM(reply(STORY, tokens_per_second=10, first_token_delay=0.1), "Okay.")
+    # about 6.5 s to generate the story
     generating_when_cut: list[bool] = []
     turns = TurnRunner(chat_flow(llm), on_interrupt=lambda: generating_when_cut.append(True))
     script = CallScript().user_says(0.3, "Tell me a story.").user_says(5.0, "Stop, please.")
@@ -118,8 +63,8 @@ async def test_barge_in_during_generation_closes_the_provider_stream(
     assert barge_in.delivery_id == story
     # The provider stream was cancelled part way, not drained.
     first = llm.calls[0]
-    assert first["cancelled"] is True
-    assert 0 < int(first["produced"]) < int(first["total"])
+    assert first.closed_early is True
+    assert 0 < first.produced < first.total
     assert generating_when_cut == [True]  # on_interrupt runs only while generating
     state = turns.flow.state
     assert state.replies[story].status == "interrupted"  # the runner's terminal event
@@ -141,11 +86,11 @@ async def test_barge_in_during_generation_closes_the_provider_stream(
     # The barge-in was answered, and that answer's stream ran to its end.
     assert call.settled(call.replies()[1]) == "completed"
     assert state.messages[3].content == "Okay."
-    assert llm.calls[1]["produced"] == llm.calls[1]["total"]
+    assert llm.calls[1].produced == llm.calls[1].total and llm.calls[1].finished
 
 
 async def test_a_failed_provider_call_ends_the_turn_not_the_call(engines: VoiceEngines) -> None:
-    llm = PacedLLM([ProviderError("down", provider="x"), "Yes, I am still here."], delay=0.0)
+    llm = ScriptedLLM(fail(status=503), "Yes, I am still here.")
     turns = TurnRunner(chat_flow(llm))
     script = CallScript().user_says(0.3, "What is the time?").user_says(4.0, "Are you still there?")
     call = await asyncio.wait_for(run_call(turns, script, engines), timeout=120)
@@ -170,7 +115,7 @@ async def test_a_speculative_reply_spoken_over_mid_generation_closes_its_stream_
     # Real time: "Tell me" [1 s pause] "a story." with a 1.6 s end of turn. The reply to
     # "Tell me" starts streaming in the pause (0.1 s a word, ~6.5 s in all); the user's
     # next words discard it: its stream is cancelled, nothing of it is heard or kept.
-    llm = PacedLLM([STORY, "Okay."], delay=0.1)
+    llm = ScriptedLLM(reply(STORY, tokens_per_second=10, first_token_delay=0.1), "Okay.")
     turns = TurnRunner(chat_flow(llm))
     first = "Tell me"
     seconds = sum(s.samples.size for s in engines.tts.synthesize(first)) / engines.tts.sample_rate
@@ -183,13 +128,13 @@ async def test_a_speculative_reply_spoken_over_mid_generation_closes_its_stream_
     [discarded] = call.of_kind("speculative_reply_discarded")
     assert discarded.reason == "the user spoke on"
     spoken_over = llm.calls[0]
-    assert spoken_over["cancelled"] is True
-    assert 0 < int(spoken_over["produced"]) < int(spoken_over["total"])
+    assert spoken_over.closed_early is True
+    assert 0 < spoken_over.produced < spoken_over.total
     [committed] = call.of_kind("turn_committed")
     assert committed.turn_id != discarded.turn_id
-    [reply] = call.replies()
-    assert {r.delivery_id for r in call.tape.receipts} == {reply}
-    assert call.settled(reply) == "completed"
+    [answer] = call.replies()
+    assert {r.delivery_id for r in call.tape.receipts} == {answer}
+    assert call.settled(answer) == "completed"
     state = turns.flow.state
     assert [(m.role, m.content) for m in state.messages][1:] == [("assistant", "Okay.")]
     assert list(state.turns) == [committed.turn_id]
