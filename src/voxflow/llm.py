@@ -683,30 +683,16 @@ def agent_scope(agent_name: str) -> Iterator[None]:
 def run_sync(make: Callable[[], Awaitable[_T]]) -> _T:
     """Run the coroutine ``make()`` to completion from sync code.
 
-    Without a running loop in this thread it uses ``asyncio.run``; inside one (a sync
-    method called from async code) it runs on a worker thread with its own loop, so the
-    caller's loop is never re-entered.
+    It runs on the calling thread's cached loop, the one sync ``kickoff()`` and
+    ``handle_turn()`` use (:func:`voxflow.flow._loops.run_blocking`): litellm keeps
+    per-loop workers, so a new loop per call would strand them ("event loop changed",
+    "Task was destroyed" at exit). Inside a running loop (a sync method called from
+    async code) it runs on a worker thread's cached loop, so the caller's loop is never
+    re-entered.
     """
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return asyncio.run(_await(make))
-    result: list[_T] = []
-    error: list[BaseException] = []
-    ctx = contextvars.copy_context()
+    from voxflow.flow._loops import run_blocking
 
-    def worker() -> None:
-        try:
-            result.append(ctx.run(asyncio.run, _await(make)))
-        except BaseException as exc:
-            error.append(exc)
-
-    thread = threading.Thread(target=worker, name="voxflow-run-sync", daemon=True)
-    thread.start()
-    thread.join()
-    if error:
-        raise error[0]
-    return result[0]
+    return run_blocking(lambda: _await(make))
 
 
 async def _await(make: Callable[[], Awaitable[_T]]) -> _T:

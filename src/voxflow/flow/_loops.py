@@ -5,14 +5,22 @@ no thread pool per call). When the calling thread already runs a loop, blocking 
 ``run_until_complete`` is impossible, so the coroutine runs on a small shared worker pool
 (each worker with its own cached loop) with the caller's copied context variables, and the
 caller blocks until it is done.
+
+At interpreter exit the cached loops are shut down properly: tasks still pending on them
+(litellm's logging worker parks one on every loop it has seen) are cancelled and awaited,
+async generators closed, then the loop is closed. Left to the garbage collector, such a
+task warns "Task was destroyed but it is pending" and can crash the interpreter's
+final collection.
 """
 
 from __future__ import annotations
 
 import asyncio
+import atexit
 import concurrent.futures
 import contextvars
 import threading
+import weakref
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
@@ -24,14 +32,39 @@ T = TypeVar("T")
 class _Holder:
     """Owns one thread's cached loop; closes it when the thread (and its locals) go away."""
 
-    __slots__ = ("loop",)
+    __slots__ = ("__weakref__", "loop")
 
     def __init__(self) -> None:
         self.loop = asyncio.new_event_loop()
+        _holders.add(self)
 
     def __del__(self) -> None:
         if not self.loop.is_closed() and not self.loop.is_running():
             self.loop.close()
+
+    def shutdown(self) -> None:
+        """Cancel and await what is still pending on the loop, then close it."""
+        loop = self.loop
+        if loop.is_closed() or loop.is_running():
+            return
+        try:
+            pending = [t for t in asyncio.all_tasks(loop) if not t.done()]
+            for task in pending:
+                task.cancel()
+            if pending:
+                loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+            loop.run_until_complete(loop.shutdown_asyncgens())
+        finally:
+            loop.close()
+
+
+_holders: weakref.WeakSet[_Holder] = weakref.WeakSet()
+
+
+@atexit.register
+def _shutdown_loops() -> None:
+    for holder in list(_holders):
+        holder.shutdown()
 
 
 _local = threading.local()
