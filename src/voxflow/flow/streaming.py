@@ -44,6 +44,13 @@ class StreamFrame(BaseModel):
     type: str = Field(description="the event kind, e.g. method_finished or llm_stream_chunk")
     data: dict[str, Any] = Field(default_factory=dict, description="event fields (by reference)")
 
+    @property
+    def content(self) -> str | None:
+        """The text a text frame carries (``data["content"]``: an ``llm_stream_chunk``'s
+        delta, a message's text), None for frames without text."""
+        value = self.data.get("content")
+        return value if isinstance(value, str) else None
+
 
 def frame_from_event(event: FlowEvent) -> StreamFrame:
     """The frame for a flow event (fields are referenced, not copied)."""
