@@ -184,6 +184,8 @@ class ConversationGraph:
     _turn_route: str | None = None
     _turn_reply: str | None = None
     _turn_assistant_appended: bool = False
+    _user_message_waiting: bool = False
+    """A user message was received and not routed yet (see ``route_conversation``)."""
 
     if TYPE_CHECKING:
         _voxflow_definition: ClassVar[FlowDefinition | None]
@@ -324,7 +326,17 @@ class ConversationGraph:
         )
 
     def route_conversation(self) -> Any:
-        """The built-in start/router: ``conversation_start()``, then choose the route."""
+        """The built-in start/router: ``conversation_start()``, then choose the route.
+
+        It routes only a user message received since the last routing (by a turn API,
+        ``receive_user_message`` or ``prepare_conversational_turn``). A bare
+        ``kickoff(inputs={"id": ...})`` that restores a session, or starts a new one,
+        has no message to answer: it selects no route and no handler runs (the
+        restored ``current_user_message`` was answered by the turn that received it).
+        """
+        if not self._user_message_waiting:
+            return None
+        self._user_message_waiting = False
         started = self.conversation_start()
         if inspect.isawaitable(started):
             return self._aroute_after(started)

@@ -156,6 +156,8 @@ def append_message(flow: Any, role: str, content: Any, **extra: Any) -> Any:
     else:
         message = {"role": role, "content": content, **extra}
     messages.append(message)
+    if role == "user" and hasattr(flow, "_user_message_waiting"):
+        flow._user_message_waiting = True  # route_conversation answers it on the next run
     return message
 
 

@@ -102,6 +102,7 @@ class ConversationTurns:
         _turn_reply: str | None
         _turn_assistant_appended: bool
         _turn_agent_results: tuple[int, ...]
+        _user_message_waiting: bool
 
         @property
         def state(self) -> Any: ...
@@ -116,6 +117,7 @@ class ConversationTurns:
         def _initial_state(self, state: Any) -> Any: ...
         def _check_kickoff_args(self, inputs: Any, fc: Any, rsid: Any) -> None: ...
         async def _kickoff(self, inputs: Any, fc: Any, rsid: Any, private_loop: bool) -> Any: ...
+        async def _load(self, flow_uuid: str) -> dict[str, Any] | None: ...
         def reset_execution(self) -> None: ...
         def _persistence_configured(self) -> bool: ...
         def _backend(self, method: Any = None) -> FlowPersistence: ...
@@ -290,6 +292,7 @@ class ConversationTurns:
         self._turn_assistant_appended = False
         self._turn_agent_results = ()
         self._pending_turn = request
+        self._user_message_waiting = False  # only this turn's message is routed
         self._state_before_restore = self._state
         tracer = self._session_tracer()
         with contextlib.ExitStack() as stack:
@@ -311,6 +314,7 @@ class ConversationTurns:
                     await self._persist_turn()
             except BaseException as exc:
                 self._pending_turn = None
+                self._user_message_waiting = False
                 self._held_session = None  # reload the last good snapshot next turn
                 self._skip_persistence_restore = skip_restore
                 self._emit_conversation(
@@ -332,6 +336,72 @@ class ConversationTurns:
                 reply=self._turn_reply,
             )
         return result
+
+    # ------------------------------------------------------------------ sessions
+
+    def load_session(self, session_id: str) -> bool:
+        """Load a persisted session into this flow without running anything.
+
+        No method, handler or LLM runs and no event is emitted: the state becomes the
+        session's latest snapshot (or a fresh state with that id when none is stored),
+        and the next ``handle_turn(..., session_id=session_id)`` continues from it
+        without reloading. ``kickoff(inputs={"id": ...})`` also restores, but it runs
+        the flow's ``@start`` methods (the built-in router answers nothing then).
+
+        Returns:
+            True when a snapshot was found.
+
+        Raises:
+            ValueError: ``session_id`` is not a non-empty string, or the flow has no
+                persistence (``@persist`` or ``persistence=``).
+            FlowRuntimeError: a run is in progress on this instance.
+        """
+        from voxflow.flow._loops import run_blocking
+
+        self._check_load_session(session_id)
+        return run_blocking(lambda: self._aload_session(session_id, inline=True))
+
+    async def aload_session(self, session_id: str) -> bool:
+        """:meth:`load_session` for async callers (the read runs in a worker thread)."""
+        self._check_load_session(session_id)
+        return await self._aload_session(session_id, inline=False)
+
+    def _check_load_session(self, session_id: Any) -> None:
+        from voxflow.errors import FlowRuntimeError
+
+        if not isinstance(session_id, str) or not session_id:
+            raise ValueError("session_id must be a non-empty string")
+        if not self._persistence_configured():
+            raise ValueError(
+                f"load_session() needs persistence: decorate {type(self).__name__} with "
+                "@persist() or pass persistence= to its constructor"
+            )
+        if self._running:
+            raise FlowRuntimeError(
+                f"{type(self).__name__}: a run is in progress; load the session before "
+                "or after it, or on another instance"
+            )
+
+    async def _aload_session(self, session_id: str, *, inline: bool) -> bool:
+        from voxflow.flow.state import load_state_like, stamp_id
+
+        if session_id != self.flow_id:
+            self.finalize_session_traces()
+        state = self._initial_state(None)
+        stamp_id(state, session_id)
+        self._inline = inline
+        data = await self._load(session_id)
+        if data is not None:
+            state = load_state_like(state, data)
+            stamp_id(state, session_id)
+        self._state = state
+        self._saved_lists = None
+        self._user_message_waiting = False
+        if data is not None:
+            self._saved_lists = {}
+            remember_restored(state, session_id, self._backend(), self._saved_lists)
+        self._held_session = session_id
+        return data is not None
 
     async def _before_starts(self) -> None:
         """Runtime hook, after the restore and before any start: hydrate the pending turn."""
