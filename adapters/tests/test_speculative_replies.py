@@ -158,10 +158,19 @@ async def test_a_state_that_cannot_be_rolled_back_is_answered_the_usual_way(
 class _RollbackFails(SQLiteFlowPersistence):
     """A store whose rollback write fails (the disk is full, say)."""
 
-    def save_full_state(self, flow_uuid: str, method_name: str, state_data: dict[str, Any]) -> int:
+    def save_full_state(
+        self,
+        flow_uuid: str,
+        method_name: str,
+        state_data: dict[str, Any],
+        *,
+        expected_revision: int | None = None,
+    ) -> int:
         if method_name == "rollback":
             raise OSError("disk full")
-        return super().save_full_state(flow_uuid, method_name, state_data)
+        return super().save_full_state(
+            flow_uuid, method_name, state_data, expected_revision=expected_revision
+        )
 
     def save_state_changes(self, flow_uuid: str, method_name: str, changes: Any) -> int | None:
         if method_name == "rollback":

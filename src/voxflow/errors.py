@@ -22,6 +22,9 @@ third-party one (``litellm.*``, ``aiortc.*``)::
     + ProviderError              LLM/STT/TTS failure; .retryable says whether to try again
     + ModelNotFoundError         a bundled model package is missing; names the package to install
     + SignalingError             a WebRTC offer was refused (bad SDP, no audio track) (ValueError)
+    + PersistenceError           the session store refused or failed a save
+      + PersistenceConflictError   a writer that is behind tried to save (nothing overwritten)
+      + PersistenceUnavailableError  the store cannot be written; .path and .fix name it (OSError)
 """
 
 from __future__ import annotations
@@ -38,6 +41,9 @@ __all__ = [
     "HumanFeedbackError",
     "JobUpdateRejectedError",
     "ModelNotFoundError",
+    "PersistenceConflictError",
+    "PersistenceError",
+    "PersistenceUnavailableError",
     "ProviderError",
     "ResourceClosedError",
     "SignalingError",
@@ -191,3 +197,47 @@ class ModelNotFoundError(VoxflowError, LookupError):
 
 class SignalingError(VoxflowError, ValueError):
     """A WebRTC offer was refused (not an SDP offer, no audio track, negotiation failed)."""
+
+
+class PersistenceError(VoxflowError):
+    """The session store refused or failed a save; the stored session is unchanged."""
+
+
+class PersistenceConflictError(PersistenceError, RuntimeError):
+    """A save from a writer that is behind: another writer saved the session since.
+
+    Nothing was written. Reload the session (a turn with its ``session_id`` on a fresh
+    Flow, or ``kickoff(inputs={"id": ...})``) and retry: the reload brings the other
+    writer's turns in.
+
+    Attributes:
+        session_id: the session (flow id) whose save was refused.
+        expected: the revision the writer built on (0: it never loaded the session).
+        stored: the revision in the store.
+    """
+
+    def __init__(self, session_id: str, *, expected: int, stored: int, detail: str = "") -> None:
+        what = "a session it never loaded" if expected == 0 else f"revision {expected}"
+        super().__init__(
+            f"session {session_id!r}: save refused, this writer built on {what} but the "
+            f"store holds revision {stored} (another writer saved it since){detail}; nothing "
+            "was overwritten. Reload the session (e.g. the next turn with its session_id on "
+            "a fresh Flow) and retry."
+        )
+        self.session_id = session_id
+        self.expected = expected
+        self.stored = stored
+
+
+class PersistenceUnavailableError(PersistenceError, OSError):
+    """The session store cannot be opened or written; raised before any method runs.
+
+    Attributes:
+        path: the file or URL that failed (a URL is shown without its password).
+        fix: what to change, e.g. set ``VOXFLOW_HOME`` to a writable directory.
+    """
+
+    def __init__(self, message: str, *, path: str, fix: str) -> None:
+        super().__init__(f"{message} ({path}); {fix}")
+        self.path = path
+        self.fix = fix

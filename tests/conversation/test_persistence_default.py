@@ -19,6 +19,7 @@ import pytest
 
 from voxflow import ConversationState, Flow, SQLiteFlowPersistence, listen, persist
 from voxflow.conversation import ConversationMessage, SQLiteConversationPersistence
+from voxflow.errors import PersistenceConflictError
 from voxflow.flow.persistence import default_persistence
 
 pytestmark = pytest.mark.unit
@@ -96,13 +97,19 @@ def test_a_reply_replaced_in_place_is_saved_in_full() -> None:
     assert restored.state.messages[3] == cut
 
 
-def test_two_writers_on_one_session_last_writer_wins_without_gaps() -> None:
+def test_two_writers_on_one_session_the_one_behind_gets_a_conflict() -> None:
     first, second = Echo(), Echo()
     first.handle_turn("a1", session_id="w")
-    second.handle_turn("b1", session_id="w")  # restores a1, saves in full
-    first.handle_turn("a2", session_id="w")  # holds a stale history: its delta is refused
+    second.handle_turn("b1", session_id="w")  # restores a1 (revision known), adds b1
+    # first holds a stale history: its save is refused, b1 is not overwritten.
+    with pytest.raises(PersistenceConflictError) as refused:
+        first.handle_turn("a2", session_id="w")
+    assert refused.value.session_id == "w" and refused.value.stored > refused.value.expected
     stored = default_persistence().load_state("w")
-    assert contents(stored) == ["a1", "echo a1", "a2", "echo a2"]
+    assert contents(stored) == ["a1", "echo a1", "b1", "echo b1"]
+    first.handle_turn("a2", session_id="w")  # the retry reloads the session first
+    stored = default_persistence().load_state("w")
+    assert contents(stored) == ["a1", "echo a1", "b1", "echo b1", "a2", "echo a2"]
     assert stored == first.state.model_dump(mode="json")
 
 

@@ -24,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from voxflow import Flow, SQLiteFlowPersistence, persist
 from voxflow.conversation.persistence import SavedLists, prepare_state_save
+from voxflow.errors import PersistenceConflictError
 from voxflow.flow.persistence import RECORDS_KEY, RecordChanges, StateChanges
 from voxflow.ids import SessionId
 from voxflow.jobs import JobRecord, JobState, JobUpdate, add_job, commit_job_update
@@ -111,15 +112,14 @@ def test_changes_upsert_delete_and_keep_each_dict_in_order(tmp_path: Path) -> No
         "s", "m", StateChanges({"id": "s"}, records={"turns": readd}, base_version=v2)
     )
     assert list(backend.load_state("s")["turns"]) == ["b", "d", "a"]  # type: ignore[index]
-    # A stale base (another writer saved since) writes nothing.
+    # A stale base (another writer saved since) is a typed conflict and writes nothing.
     before = backend.load_state("s")
     stale = RecordChanges(upserts=[("z", {})], base_count=3, count=4)
-    assert (
+    with pytest.raises(PersistenceConflictError) as refused:
         backend.save_state_changes(
             "s", "m", StateChanges({"id": "s"}, records={"turns": stale}, base_version=v1)
         )
-        is None
-    )
+    assert (refused.value.session_id, refused.value.expected, refused.value.stored) == ("s", 1, 3)
     wrong_count = RecordChanges(upserts=[("z", {})], base_count=2, count=3)
     assert (
         backend.save_state_changes(
@@ -297,7 +297,7 @@ async def test_a_rollback_point_restores_the_stored_state_too(tmp_path: Path) ->
     assert_round_trip(flow, backend)
 
 
-async def test_another_writer_makes_the_next_save_full(tmp_path: Path) -> None:
+async def test_another_writers_save_makes_the_next_save_a_conflict(tmp_path: Path) -> None:
     backend = SQLiteFlowPersistence(tmp_path / "two.db")
     other = SQLiteFlowPersistence(backend.path)  # e.g. another process on the same file
     flow = persisted(backend)
@@ -310,10 +310,11 @@ async def test_another_writer_makes_the_next_save_full(tmp_path: Path) -> None:
     first = next(iter(forged["replies"]))
     forged["replies"][first]["text"] = "forged"
     other.save_state(flow.state.id, "other", forged)
-    await turns(runner, 1, prefix="next-")
-    assert_round_trip(flow, backend)
+    # The flow is behind now: its next save is refused, and the other writer's state stays.
+    with pytest.raises(PersistenceConflictError, match="revision"):
+        await turns(runner, 1, prefix="next-")
     stored = other.load_state(flow.state.id)
-    assert stored is not None and stored["replies"][first]["text"] == "Request received."
+    assert stored is not None and stored["replies"][first]["text"] == "forged"
     other.close()
 
 
@@ -416,7 +417,7 @@ def test_jobs_and_deliveries_changed_by_their_rules_round_trip(tmp_path: Path) -
     active = ledger.begin()
     ledger.finish(active, text="ok")
     ledger.end(active)
-    saved: SavedLists = {}
+    saved = SavedLists()
 
     def check() -> None:
         prepare_state_save(state, state.id, backend, "check", saved)()
@@ -482,7 +483,7 @@ class LooseState(TurnState):
 def test_records_that_cannot_be_watched_are_compared_in_full(tmp_path: Path) -> None:
     backend = SQLiteFlowPersistence(tmp_path / "loose.db")
     state = LooseState()
-    saved: SavedLists = {}
+    saved = SavedLists()
     for i in range(MANY):
         state.jobs[f"j{i}"] = Loose(notes=[f"n{i}"])
     prepare_state_save(state, state.id, backend, "check", saved)()
@@ -519,7 +520,7 @@ def test_watching_is_scoped_to_the_saver(tmp_path: Path) -> None:
     second = SQLiteFlowPersistence(tmp_path / "b.db")
     state = TurnState()
     ledger = TurnLedger(lambda: state)
-    saved: SavedLists = {}
+    saved = SavedLists()
     for _ in range(MANY):
         active = ledger.begin()
         ledger.finish(active, text="hi")

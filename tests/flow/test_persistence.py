@@ -12,7 +12,9 @@ from pathlib import Path
 import pytest
 
 from voxflow import Flow, FlowState, SQLiteFlowPersistence, listen, persist, start
+from voxflow.errors import PersistenceConflictError
 from voxflow.flow import FlowPersistence, default_data_dir
+from voxflow.flow.persistence import default_persistence
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -73,8 +75,12 @@ def test_skip_persistence_restore_hook() -> None:
     Session().kickoff(inputs={"id": "s2"})
     flow = Session()
     flow._skip_persistence_restore = True
-    assert flow.kickoff(inputs={"id": "s2"}) == 1  # the saved turn was not reloaded
-    assert flow.state.id == "s2"
+    # The saved turn was not reloaded, so this writer is behind: its save is refused.
+    with pytest.raises(PersistenceConflictError, match="never loaded"):
+        flow.kickoff(inputs={"id": "s2"})
+    assert flow.state.turns == 1 and flow.state.id == "s2"
+    stored = default_persistence().load_state("s2")
+    assert stored is not None and stored["notes"] == ["note 1"]
 
 
 def test_restore_from_state_id_forks_with_a_new_id(tmp_path: Path) -> None:

@@ -35,11 +35,13 @@ When a save is a full one (the state is re-dumped and every row rewritten):
 A dict of records whose surviving keys were reordered is rewritten alone (its rows
 only).
 
-One writer per session at a time, as with any snapshot store. If another writer saved
-the session since (the stored version is not the one this instance wrote, or after a
-restore the stored counts differ), the backend refuses the changes and the save falls
-back to a full one, snapshotted again on the state's event loop: the last writer wins,
-as with plain snapshots, and the stored history never has gaps.
+Every save carries the session's **revision** (a per-session integer the backend stores
+with the snapshot and bumps in the save's transaction): the revision this Flow instance
+loaded or last wrote. If another writer saved the session since, the backend refuses the
+save with :class:`~voxflow.errors.PersistenceConflictError` and writes nothing, so two
+instances (or processes) writing one session never lose a turn silently: the one that is
+behind gets the error from its turn and reloads the session on its next one. A save
+whose stored counts differ at the same revision falls back to a full save.
 
 ``SQLiteConversationPersistence`` is the same class as ``SQLiteFlowPersistence``, kept
 as a name for code written when the item-wise store was opt-in.
@@ -57,13 +59,14 @@ import concurrent.futures
 import dataclasses
 import functools
 import logging
+import threading
 from collections.abc import Callable, Hashable
 from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
 from voxflow.conversation._record_marks import RecordsMark, record_dumper
-from voxflow.conversation.state import ConversationState
+from voxflow.conversation.state import ConversationEvent, ConversationState
 from voxflow.flow.persistence import (
     APPEND_ONLY_FIELDS,
     LISTS_KEY,
@@ -79,10 +82,13 @@ __all__ = [
     "CHECKED_TAIL",
     "LISTS_KEY",
     "RECORD_FIELDS",
+    "UNANSWERED_REASON",
     "SQLiteConversationPersistence",
     "SavedLists",
+    "mark_unanswered",
     "prepare_state_save",
     "remember_restored",
+    "remember_revision",
 ]
 
 SQLiteConversationPersistence = SQLiteFlowPersistence
@@ -128,11 +134,30 @@ class _Saved:
     list_fields: tuple[str, ...]
     lists: tuple[_ListMark, ...]
     records: dict[str, RecordsMark]
-    version: int | None  # the stored version written; None after a restore (counts checked)
+    version: int  # the stored revision this instance loaded or wrote (0: none)
 
 
-SavedLists = dict[tuple[int, str], _Saved]
-"""Per ``(id(backend), flow_id)``: what the last successful save stored."""
+class SavedLists(dict[tuple[int, str], _Saved]):
+    """Per ``(id(backend), flow_id)``: what the last successful save (or load) stored.
+
+    Its ``lock`` serialises this flow instance's writes, so each one builds on the
+    revision the previous one stored.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lock = threading.Lock()
+
+
+def _revision_only(version: int) -> _Saved:
+    """Marks that know the stored revision but no lists: the next save is a full one."""
+    return _Saved((), (), {}, version)
+
+
+def remember_revision(flow_id: str, backend: Any, saved: SavedLists, revision: int) -> None:
+    """Note that ``backend`` holds ``revision`` of ``flow_id`` (just loaded); no marks."""
+    saved[(id(backend), flow_id)] = _revision_only(revision)
+
 
 _Fields = tuple[tuple[str, ...], tuple[str, ...]]
 
@@ -156,7 +181,7 @@ def _field_names(state_type: type[BaseModel]) -> _Fields:
     return lists, tuple(f for f in RECORD_FIELDS if f in state_type.model_fields)
 
 
-def _full_marks(state: BaseModel, fields: _Fields, saver: Hashable) -> _Saved:
+def _full_marks(state: BaseModel, fields: _Fields, saver: Hashable, version: int = 0) -> _Saved:
     """The marks of every list and record dict of ``state`` as it is now."""
     list_fields, record_fields = fields
     records = {f: RecordsMark.of(getattr(state, f), (saver, f)) for f in record_fields}
@@ -164,7 +189,7 @@ def _full_marks(state: BaseModel, fields: _Fields, saver: Hashable) -> _Saved:
         list_fields,
         tuple(_ListMark.of(getattr(state, f)) for f in list_fields),
         {f: m for f, m in records.items() if m is not None},  # non-str keys: full saves
-        None,
+        version,
     )
 
 
@@ -212,7 +237,7 @@ def _delta(
         base_version=previous.version,
     )
     new_lists = tuple(_ListMark.of(items) for items in lists)
-    return changes, _Saved(list_fields, new_lists, marks, None)
+    return changes, _Saved(list_fields, new_lists, marks, previous.version)
 
 
 def _on_loop(loop: asyncio.AbstractEventLoop | None, fn: Callable[[], T]) -> T:
@@ -247,67 +272,120 @@ def prepare_state_save(
 ) -> Callable[[], None]:
     """Snapshot ``state`` now (on the loop) and return the blocking write.
 
+    Every save to a backend with ``save_full_state`` (the default SQLite one, the
+    PostgreSQL one) carries the revision this instance loaded or last wrote; a backend
+    holding another revision refuses it with
+    :class:`~voxflow.errors.PersistenceConflictError` and writes nothing. A failed write
+    keeps the known revision, so the next save (a full one) is checked the same way.
+
     Args:
         state: the flow's state; a pydantic state with append-only lists (a
             :class:`ConversationState`) or record dicts (:data:`RECORD_FIELDS`) is saved
             incrementally.
         flow_id: the session id to save under.
         backend: a ``FlowPersistence``; incremental only if it has ``save_state_changes``
-            and ``save_full_state`` (the default SQLite backend does).
+            and ``save_full_state``; revision-checked if it has ``save_full_state``.
         method_name: the method that triggered the save.
         saved: the flow instance's marks, updated once a write succeeds.
     """
+    key = (id(backend), flow_id)
+    checked = hasattr(backend, "save_full_state")
     fields = _item_fields(state, backend)
     if fields is None:
         data = dump_state(state)
-        return lambda: backend.save_state(flow_id, method_name, data)
-    key = (id(backend), flow_id)
+        if not checked:
+            return lambda: backend.save_state(flow_id, method_name, data)
+
+        def write_snapshot() -> None:
+            with saved.lock:
+                known = saved.get(key)
+                expected = 0 if known is None else known.version
+                version = backend.save_full_state(
+                    flow_id, method_name, data, expected_revision=expected
+                )
+                saved[key] = _revision_only(version)
+
+        return write_snapshot
     saver = (id(saved), *key)  # this flow instance saving this session to this backend
     previous = saved.get(key)
     delta = _delta(state, fields, previous, saver) if previous is not None else None
-
-    def write_full(data: dict[str, Any], marks: _Saved) -> None:
-        version = backend.save_full_state(flow_id, method_name, data)
-        saved[key] = dataclasses.replace(marks, version=version)
-
-    if delta is None:
-        data, marks = _full(state, fields, saver)
-
-        def write_all() -> None:
-            saved.pop(key, None)  # a failed write leaves no marks: the next save is full
-            write_full(data, marks)
-
-        return write_all
-    changes, marks = delta
     try:
         loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
     except RuntimeError:
         loop = None
+    full = None if delta is not None else _full(state, fields, saver)
 
-    def write_delta() -> None:
-        saved.pop(key, None)
-        version = backend.save_state_changes(flow_id, method_name, changes)
-        if version is None:
-            # Another writer saved this session: store all of it, snapshotted again where
-            # the state lives (records are mutable, never dumped from this thread).
-            write_full(*_on_loop(loop, lambda: _full(state, fields, saver)))
-            return
-        saved[key] = dataclasses.replace(marks, version=version)
+    def write() -> None:
+        with saved.lock:
+            known = saved.get(key)
+            expected = 0 if known is None else known.version
+            saved[key] = _revision_only(expected)  # a failed write leaves no list marks
+            if delta is not None:
+                changes, marks = delta
+                if changes.base_version == expected:
+                    version = backend.save_state_changes(flow_id, method_name, changes)
+                    if version is not None:
+                        saved[key] = dataclasses.replace(marks, version=version)
+                        return
+                # The stored counts differ from this instance's marks, or one of its own
+                # writes landed since the changes were taken: store all of it, snapshotted
+                # again where the state lives (records are mutable, never dumped here).
+                data, marks = _on_loop(loop, lambda: _full(state, fields, saver))
+            else:
+                assert full is not None
+                data, marks = full
+            version = backend.save_full_state(
+                flow_id, method_name, data, expected_revision=expected
+            )
+            saved[key] = dataclasses.replace(marks, version=version)
 
-    return write_delta
+    return write
 
 
 def remember_restored(state: Any, flow_id: str, backend: Any, saved: SavedLists) -> None:
     """Mark the lists and records of a state just loaded from ``backend`` as saved.
 
     The next save is then a delta, so a fresh Flow instance per turn (a stateless server
-    restoring the session every time) does not rewrite the whole history. Safe even if
-    the stored state changed since it was loaded, as long as its counts did: the backend
-    refuses a delta whose list or record counts do not match, and the save falls back to
-    a full one.
+    restoring the session every time) does not rewrite the whole history. It builds on
+    the revision the load noted (:func:`remember_revision`): if another writer saved the
+    session since, the save is refused (:class:`~voxflow.errors.PersistenceConflictError`).
     """
     fields = _item_fields(state, backend)
     if fields is None:
         return
     key = (id(backend), flow_id)
-    saved[key] = _full_marks(state, fields, (id(saved), *key))
+    known = saved.get(key)
+    version = 0 if known is None else known.version
+    saved[key] = _full_marks(state, fields, (id(saved), *key), version)
+
+
+UNANSWERED_REASON = "no reply was stored for this message (the process stopped mid-turn)"
+"""Why :func:`mark_unanswered` marked a restored user message interrupted."""
+
+
+def mark_unanswered(state: Any) -> bool:
+    """Mark a restored history's trailing, unanswered user message as interrupted.
+
+    A turn saves the user's message before its reply exists (``@persist`` saves after
+    each method); if the process died in between, the restored history ends with that
+    message. Its ``metadata`` gets ``turn_status="interrupted"`` and ``reason`` (the
+    message is replaced by a marked copy: messages are frozen), and a public
+    ``turn_interrupted`` event records it, so the next turn never leaves two user
+    messages in a row without a marker. Returns True when it marked one.
+    """
+    if not isinstance(state, ConversationState) or not state.messages:
+        return False
+    last = state.messages[-1]
+    if last.role != "user" or "turn_status" in last.metadata:
+        return False
+    index = len(state.messages) - 1
+    metadata = {**last.metadata, "turn_status": "interrupted", "reason": UNANSWERED_REASON}
+    state.messages[index] = last.model_copy(update={"metadata": metadata})
+    state.events.append(
+        ConversationEvent(
+            type="turn_interrupted",
+            payload={"message_index": index, "reason": UNANSWERED_REASON},
+            visibility="public",
+        )
+    )
+    return True

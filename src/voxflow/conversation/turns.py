@@ -12,8 +12,11 @@ on the thread's cached loop, ``stream_turn``/``astream_turn`` on a stream sessio
    checkpoint); ``kickoff(inputs={"id": session_id})``: the state id is stamped and, with
    persistence, the latest snapshot for it is loaded.
 4. Hydration (the runtime's ``_before_starts`` hook, after the restore): refuse an ended
-   conversation; append the user message; set ``current_user_message`` and
-   ``last_user_message``; classify this turn's intent when ``intents`` are given.
+   conversation; if the restored history ends with a user message no reply was stored
+   for (the process stopped mid-turn), mark it interrupted
+   (:func:`~voxflow.conversation.persistence.mark_unanswered`); append the user
+   message; set ``current_user_message`` and ``last_user_message``; classify this
+   turn's intent when ``intents`` are given.
 5. The graph: user ``@start`` methods, ``route_conversation`` last, the chosen handler.
 6. A string result (or a string ``.raw``) becomes the assistant reply unless the handler
    already appended one, it is a route label or ``last_intent``, or it was recorded with
@@ -44,8 +47,10 @@ from voxflow.conversation.helpers import get_state_field, validate_user_message
 from voxflow.conversation.history import result_text
 from voxflow.conversation.persistence import (
     SavedLists,
+    mark_unanswered,
     prepare_state_save,
     remember_restored,
+    remember_revision,
 )
 from voxflow.conversation.routing import aclassify_intent
 from voxflow.conversation.tracing import SessionTracer
@@ -390,16 +395,16 @@ class ConversationTurns:
         state = self._initial_state(None)
         stamp_id(state, session_id)
         self._inline = inline
+        self._saved_lists = SavedLists()  # the load notes the stored revision in it
         data = await self._load(session_id)
         if data is not None:
             state = load_state_like(state, data)
             stamp_id(state, session_id)
         self._state = state
-        self._saved_lists = None
         self._user_message_waiting = False
         if data is not None:
-            self._saved_lists = {}
             remember_restored(state, session_id, self._backend(), self._saved_lists)
+            mark_unanswered(state)
         self._held_session = session_id
         return data is not None
 
@@ -416,8 +421,9 @@ class ConversationTurns:
             and self._persistence_configured()
         ):
             if self._saved_lists is None:
-                self._saved_lists = {}
+                self._saved_lists = SavedLists()
             remember_restored(self._state, self.flow_id, self._backend(), self._saved_lists)
+            mark_unanswered(self._state)
         if get_state_field(self, "ended", False):
             raise ConversationEndedError(
                 "this conversation has ended (state.ended is true in the restored session)"
@@ -450,6 +456,13 @@ class ConversationTurns:
         else:
             await self._write_state(write)
 
+    def _remember_revision(self, backend: Any, flow_id: str, revision: int) -> None:
+        """Runtime hook: ``backend`` was just read at ``revision`` for ``flow_id``; the
+        next save of that session must build on it."""
+        if self._saved_lists is None:
+            self._saved_lists = SavedLists()
+        remember_revision(flow_id, backend, self._saved_lists, revision)
+
     def _prepare_state_save(self, backend: Any, method_name: str) -> Callable[[], None]:
         """Runtime hook: snapshot the state now (on the loop); return the blocking write.
 
@@ -459,7 +472,7 @@ class ConversationTurns:
         :func:`voxflow.conversation.persistence.prepare_state_save`.
         """
         if self._saved_lists is None:
-            self._saved_lists = {}
+            self._saved_lists = SavedLists()
         return prepare_state_save(
             self._state, self.flow_id, backend, method_name, self._saved_lists
         )

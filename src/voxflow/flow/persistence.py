@@ -50,6 +50,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar, overload, runtime_chec
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from voxflow.errors import PersistenceConflictError, PersistenceUnavailableError
 from voxflow.flow._item_rows import (
     APPEND_ONLY_FIELDS,
     LISTS_KEY,
@@ -189,6 +190,7 @@ class SQLiteFlowPersistence:
         self.history_limit = history_limit
         self._lock = threading.Lock()
         self._conn: sqlite3.Connection | None = None
+        self._writable = False
 
     def _connect(self, create: bool) -> sqlite3.Connection | None:
         if self._conn is not None:
@@ -197,10 +199,13 @@ class SQLiteFlowPersistence:
             return None
         import sqlite3
 
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        conn = sqlite3.connect(
-            self.path, timeout=30.0, check_same_thread=False, isolation_level=None
-        )
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            conn = sqlite3.connect(
+                self.path, timeout=30.0, check_same_thread=False, isolation_level=None
+            )
+        except (OSError, sqlite3.Error) as exc:
+            raise self._unavailable(exc) from exc
         conn.execute("PRAGMA journal_mode=WAL")
         conn.execute("PRAGMA synchronous=NORMAL")
         conn.executescript(SCHEMA)
@@ -239,9 +244,27 @@ class SQLiteFlowPersistence:
         """
         self.save_full_state(flow_uuid, method_name, state_data)
 
-    def save_full_state(self, flow_uuid: str, method_name: str, state_data: dict[str, Any]) -> int:
-        """:meth:`save_state`, returning the stored version (a base for later changes)."""
+    def save_full_state(
+        self,
+        flow_uuid: str,
+        method_name: str,
+        state_data: dict[str, Any],
+        *,
+        expected_revision: int | None = None,
+    ) -> int:
+        """:meth:`save_state`, returning the stored revision (a base for later changes).
+
+        Args:
+            expected_revision: the revision this writer loaded or last wrote (0: it never
+                saw the session); checked and bumped in the save's transaction. None
+                skips the check (last writer wins, as :meth:`save_state`).
+
+        Raises:
+            PersistenceConflictError: the stored revision is not ``expected_revision``
+                (another writer saved the session since); nothing was written.
+        """
         self._check_uuid(flow_uuid)
+        _check_expected(expected_revision)
         if not isinstance(state_data, dict):
             raise TypeError("state_data must be a dict")
         snapshot, lists, records = split_full(state_data)
@@ -252,6 +275,7 @@ class SQLiteFlowPersistence:
         def write(conn: sqlite3.Connection) -> None:
             nonlocal version
             row = self._latest_row(conn, flow_uuid)
+            _check_revision(flow_uuid, row, expected_revision)
             write_full_rows(conn, flow_uuid, lists, records)
             version = self._replace_snapshot(conn, flow_uuid, method_name, now, payload, row)
 
@@ -264,12 +288,14 @@ class SQLiteFlowPersistence:
         """Apply one incremental save (new list items, changed records, the small snapshot).
 
         One transaction: a crash leaves the previous snapshot and its rows intact.
-        Returns the stored version, or None, writing nothing, when the stored snapshot is
-        not the one ``changes`` builds on (another writer saved the session since: its
-        version is not ``changes.base_version``, or its list or record counts differ):
-        save the full state then.
+        Returns the stored revision, or None, writing nothing, when the stored list or
+        record counts are not the ones ``changes`` builds on (save the full state then,
+        with ``expected_revision``).
 
         Raises:
+            PersistenceConflictError: ``changes.base_version`` is set and the stored
+                revision differs (another writer saved the session since); nothing was
+                written.
             ValueError: ``flow_uuid`` is empty or ``changes`` is inconsistent (named).
             TypeError: ``changes`` is not a :class:`StateChanges` (or holds a bad part).
         """
@@ -281,6 +307,8 @@ class SQLiteFlowPersistence:
         def write(conn: sqlite3.Connection) -> None:
             nonlocal version
             row = self._latest_row(conn, flow_uuid)
+            if changes.base_version is not None:
+                _check_revision(flow_uuid, row, changes.base_version)
             reason = stale_reason(None if row is None else (row[0], row[3]), changes)
             if reason is not None:
                 logger.debug("%s: incremental save refused, %s", flow_uuid, reason)
@@ -385,15 +413,67 @@ class SQLiteFlowPersistence:
 
     def load_state(self, flow_uuid: str) -> dict[str, Any] | None:
         """The latest state of ``flow_uuid`` (lists reassembled) or None; never creates a file."""
+        found = self.load_state_revision(flow_uuid)
+        return None if found is None else found[0]
+
+    def load_state_revision(self, flow_uuid: str) -> tuple[dict[str, Any], int] | None:
+        """``(state, revision)`` of ``flow_uuid``, read in one transaction, or None.
+
+        The revision is what a writer passes back as ``expected_revision``.
+        """
         self._check_uuid(flow_uuid)
 
-        def read(conn: sqlite3.Connection) -> dict[str, Any] | None:
+        def read(conn: sqlite3.Connection) -> tuple[dict[str, Any], int] | None:
             row = conn.execute(
-                "SELECT state_json FROM flow_states WHERE flow_uuid = ?", (flow_uuid,)
+                "SELECT state_json, version FROM flow_states WHERE flow_uuid = ?", (flow_uuid,)
             ).fetchone()
-            return None if row is None else assemble(conn, flow_uuid, row[0])
+            return None if row is None else (assemble(conn, flow_uuid, row[0]), int(row[1]))
 
         return self._read_consistent(read)
+
+    def revision(self, flow_uuid: str) -> int:
+        """The stored revision of ``flow_uuid`` (0: never saved)."""
+        self._check_uuid(flow_uuid)
+        row = self._read(
+            lambda c: c.execute(
+                "SELECT version FROM flow_states WHERE flow_uuid = ?", (flow_uuid,)
+            ).fetchone()
+        )
+        return 0 if row is None else int(row[0])
+
+    def check_writable(self) -> None:
+        """Raise :class:`PersistenceUnavailableError` unless the database can be written.
+
+        Creates the data directory if missing (not the database); proves the directory
+        takes a new file. Called by the runtime before the first method of a persisted
+        flow runs, once per backend while it succeeds.
+        """
+        if self._writable:
+            return
+        import sqlite3
+        import tempfile
+
+        directory = self.path.parent
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+            with tempfile.TemporaryFile(dir=directory):
+                pass
+            if self.path.exists():
+                self._read(lambda c: c.execute("SELECT 1").fetchone())
+        except (OSError, sqlite3.Error) as exc:
+            raise self._unavailable(exc) from exc
+        self._writable = True
+
+    def _unavailable(self, exc: BaseException) -> PersistenceUnavailableError:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        return PersistenceUnavailableError(
+            f"cannot write the session store: {reason}",
+            path=str(self.path),
+            fix=(
+                "set VOXFLOW_HOME to a writable directory (or pass "
+                "SQLiteFlowPersistence(path) a writable path)"
+            ),
+        )
 
     def history(self, flow_uuid: str) -> list[tuple[int, str, dict[str, Any]]]:
         """``(version, method, state)`` of the kept snapshots, oldest first, latest last.
@@ -467,6 +547,26 @@ class SQLiteFlowPersistence:
 
     def __repr__(self) -> str:
         return f"SQLiteFlowPersistence(path={str(self.path)!r}, history_limit={self.history_limit})"
+
+
+def _check_expected(expected: object) -> None:
+    if expected is not None and (
+        isinstance(expected, bool) or not isinstance(expected, int) or expected < 0
+    ):
+        raise ValueError("expected_revision must be a non-negative int or None")
+
+
+def _check_revision(flow_uuid: str, row: tuple[Any, ...] | None, expected: int | None) -> None:
+    """Raise :class:`PersistenceConflictError` unless the stored revision is ``expected``.
+
+    ``row`` is the latest snapshot row (revision first) read in the save's transaction,
+    None when the session was never saved (revision 0).
+    """
+    if expected is None:
+        return
+    stored = 0 if row is None else int(row[0])
+    if stored != expected:
+        raise PersistenceConflictError(flow_uuid, expected=expected, stored=stored)
 
 
 @overload

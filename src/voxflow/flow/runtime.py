@@ -447,6 +447,8 @@ class Flow(ConversationMixin, HumanInput, Engine, Generic[StateT]):
         private_loop: bool,
     ) -> Any:
         self._check_kickoff_args(inputs, from_checkpoint, restore_from_state_id)
+        if self._persistence_configured():
+            self._check_store()
         self._running = True
         try:
             resuming = await self._prepare(inputs, from_checkpoint, restore_from_state_id)
@@ -589,11 +591,29 @@ class Flow(ConversationMixin, HumanInput, Engine, Generic[StateT]):
 
         return default_persistence()
 
+    def _check_store(self) -> None:
+        """Fail before any method runs when a persistence backend cannot be written
+        (``check_writable``, e.g. an unwritable ``VOXFLOW_HOME``): a method's work would
+        otherwise be lost at its save. Cached by the backend once it succeeds."""
+        backends = [self._backend()]
+        if self._persistence is None:
+            backends += [self._backend(m) for m in self._methods.values() if m.persist]
+        for backend in {id(b): b for b in backends}.values():
+            check = getattr(backend, "check_writable", None)
+            if check is not None:
+                check()
+
     async def _load(self, flow_uuid: str) -> dict[str, Any] | None:
         backend = self._backend()
-        if self._inline:
-            return backend.load_state(flow_uuid)
-        return await asyncio.to_thread(backend.load_state, flow_uuid)
+        load = getattr(backend, "load_state_revision", None)
+        if load is None:  # a backend without revisions: saves are not checked
+            if self._inline:
+                return backend.load_state(flow_uuid)
+            return await asyncio.to_thread(backend.load_state, flow_uuid)
+        found = load(flow_uuid) if self._inline else await asyncio.to_thread(load, flow_uuid)
+        data, revision = (None, 0) if found is None else found
+        self._remember_revision(backend, flow_uuid, revision)
+        return typing.cast("dict[str, Any] | None", data)
 
     async def _after_commit(self, method: MethodDefinition) -> None:
         cfg = method.persist or self._definition.persist

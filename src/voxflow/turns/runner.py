@@ -24,6 +24,10 @@ task, which closes the in-flight provider stream instead of draining it; the rem
 frames are dropped and the terminal event is ``interrupted``. Closing the iterator
 before its terminal event interrupts the reply the same way.
 
+With persistence, the state is saved once more after the terminal event (or the
+interruption), so the stored turn and reply carry their final statuses, never
+``running``/``generating``.
+
 During a tracked turn the live state is authoritative: the flow's persistence reload is
 skipped (``_skip_persistence_restore``), so stored snapshots never overwrite accepted
 turn, reply or job records. Hold ``JobRunner.state_lock`` around the whole iteration
@@ -34,6 +38,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
+import sys
 import threading
 from collections.abc import AsyncIterator, Callable, Collection, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
@@ -52,6 +58,8 @@ __all__ = ["DEFAULT_PUBLIC_METHODS", "TurnRunner"]
 
 DEFAULT_PUBLIC_METHODS: tuple[str, ...] = ("converse_turn", "answer_from_history_turn")
 """The built-in public responder methods: only their model text streams live."""
+
+logger = logging.getLogger(__name__)
 
 _RESTORE_OPTIONS = frozenset({"from_checkpoint", "restore_from_state_id"})
 _TURN_OPTIONS = frozenset({"intents", "intent_llm"})
@@ -261,6 +269,7 @@ class TurnRunner(TurnLedger):
             finally:
                 flow._skip_persistence_restore = saved_skip
                 self.end(active)
+                await _save_settled(flow, failing=sys.exc_info()[1] is not None)
 
     async def _map_frames(
         self, active: ActiveTurn, stream: StreamSession
@@ -301,6 +310,23 @@ class TurnRunner(TurnLedger):
             elif kind == "conversation_message_added" and data.get("role") == "assistant":
                 content = data.get("content")
                 active.final_text = content if isinstance(content, str) else _text_of(content)
+
+
+async def _save_settled(flow: Flow[Any], *, failing: bool) -> None:
+    """Persist the turn's final statuses (the flow saved the turn while it was running).
+
+    A save that fails while the turn is already failing (e.g. the same conflict that
+    failed it) is logged and the turn's own error goes on.
+    """
+    if not flow._persistence_configured():
+        return
+    try:
+        await flow._writes_done()
+        await flow._persist_turn()
+    except Exception:
+        if not failing:
+            raise
+        logger.warning("could not save the final statuses of a failed turn", exc_info=True)
 
 
 def _text_of(content: Any) -> str | None:

@@ -1,0 +1,432 @@
+"""Persistence integrity (issue 16): concurrent writers, final statuses, crashes, bad stores.
+
+Real SQLite files, separate connections (as two processes have) and real subprocesses.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from voxflow import ConversationState, Flow, SQLiteFlowPersistence, listen, persist, start
+from voxflow.conversation.persistence import UNANSWERED_REASON
+from voxflow.errors import PersistenceConflictError, PersistenceUnavailableError
+from voxflow.testing import Acknowledger
+from voxflow.turns import TurnRunner
+
+pytestmark = pytest.mark.unit
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@persist
+class Echo(Flow[ConversationState]):
+    conversational = True
+
+    def route_turn(self, context: Any) -> str | None:
+        return "reply"
+
+    @listen("reply")
+    def handle_reply(self) -> str:
+        return f"echo {self.state.current_user_message}"
+
+
+def pairs(stored: dict[str, Any] | None) -> list[tuple[str, str]]:
+    """``(role, content)`` of every stored message."""
+    assert stored is not None
+    return [(m["role"], m["content"]) for m in stored["messages"]]
+
+
+def assert_holds_exactly(stored: dict[str, Any] | None, returned: list[str]) -> None:
+    """Every returned turn is stored once, answered by its echo; nothing else is answered.
+
+    A turn that raised (its save was refused after an earlier save of the same turn
+    landed) may leave its user message, marked interrupted, and nothing else.
+    """
+    assert stored is not None
+    messages = stored["messages"]
+    answered = []
+    for i, message in enumerate(messages):
+        if message["role"] != "user":
+            assert messages[i - 1]["role"] == "user"  # a reply answers the message before
+            continue
+        after = messages[i + 1] if i + 1 < len(messages) else None
+        if after is not None and after["role"] == "assistant":
+            assert after["content"] == f"echo {message['content']}"
+            answered.append(message["content"])
+        else:
+            assert message["metadata"]["turn_status"] == "interrupted"
+    assert sorted(answered) == sorted(returned)  # none lost, none duplicated, none extra
+
+
+# -- two writers ----------------------------------------------------------------------
+
+
+def test_two_instances_writing_one_session_lose_no_returned_turn(tmp_path: Path) -> None:
+    path = tmp_path / "two.db"
+    # Two backends on one file: two connections, as two processes would have.
+    writers = [Echo(persistence=SQLiteFlowPersistence(path)) for _ in range(2)]
+    rng = random.Random(16)
+    returned: list[str] = []
+    conflicts = 0
+    for i in range(300):
+        message = f"turn {i}"
+        writer = writers[rng.randrange(2)]
+        try:
+            writer.handle_turn(message, session_id="shared")
+        except PersistenceConflictError as exc:
+            assert exc.session_id == "shared" and exc.stored > exc.expected
+            conflicts += 1
+            writer.handle_turn(message, session_id="shared")  # the retry reloads first
+        returned.append(message)
+    assert conflicts > 50  # the writers really interleaved
+    assert_holds_exactly(SQLiteFlowPersistence(path).load_state("shared"), returned)
+
+
+_WRITER = """
+import sys
+from typing import Any
+from voxflow import ConversationState, Flow, SQLiteFlowPersistence, listen, persist
+from voxflow.errors import PersistenceConflictError
+
+@persist
+class Echo(Flow[ConversationState]):
+    conversational = True
+
+    def route_turn(self, context: Any) -> str | None:
+        return "reply"
+
+    @listen("reply")
+    def handle_reply(self) -> str:
+        return f"echo {self.state.current_user_message}"
+
+name, path, turns = sys.argv[1], sys.argv[2], int(sys.argv[3])
+flow = Echo(persistence=SQLiteFlowPersistence(path))
+conflicts = 0
+for i in range(turns):
+    message = f"{name} {i}"
+    while True:
+        try:
+            flow.handle_turn(message, session_id="shared")
+            break
+        except PersistenceConflictError:
+            conflicts += 1
+    print(message, flush=True)  # reported only once the call returned
+print(f"conflicts {conflicts}", flush=True)
+"""
+
+
+def test_two_processes_writing_one_session_lose_no_returned_turn(tmp_path: Path) -> None:
+    path = tmp_path / "procs.db"
+    script = tmp_path / "writer.py"
+    script.write_text(_WRITER)
+    procs = [
+        subprocess.Popen(
+            [sys.executable, str(script), name, str(path), "80"],
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for name in ("a", "b")
+    ]
+    returned: list[str] = []
+    for proc in procs:
+        out, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0, err
+        lines = out.splitlines()
+        assert lines[-1].startswith("conflicts ")
+        returned += lines[:-1]
+    assert len(returned) == 160
+    assert_holds_exactly(SQLiteFlowPersistence(path).load_state("shared"), returned)
+
+
+def test_a_save_with_a_stale_revision_overwrites_nothing(tmp_path: Path) -> None:
+    backend = SQLiteFlowPersistence(tmp_path / "rev.db")
+    assert backend.revision("s") == 0
+    assert backend.save_full_state("s", "m", {"id": "s", "n": 1}, expected_revision=0) == 1
+    assert backend.save_full_state("s", "m", {"id": "s", "n": 2}, expected_revision=1) == 2
+    for stale in (0, 1, 3):
+        with pytest.raises(PersistenceConflictError, match="'s'") as refused:
+            backend.save_full_state("s", "m", {"id": "s", "n": 9}, expected_revision=stale)
+        assert (refused.value.expected, refused.value.stored) == (stale, 2)
+    assert backend.load_state_revision("s") == ({"id": "s", "n": 2}, 2)
+    with pytest.raises(ValueError, match="expected_revision"):
+        backend.save_full_state("s", "m", {}, expected_revision=-1)
+
+
+# -- final statuses -------------------------------------------------------------------
+
+
+async def test_a_persisted_tracked_turn_stores_its_final_statuses(tmp_path: Path) -> None:
+    path = tmp_path / "statuses.db"
+
+    @persist(SQLiteFlowPersistence(path))
+    class Saved(Acknowledger):
+        pass
+
+    flow = Saved(suppress_flow_events=True)
+    runner = TurnRunner(flow)
+    async for event in runner.astream_turn("first"):
+        runner.accept_event(event)
+    events = runner.astream_turn("second")
+    async for _ in events:  # the consumer goes away after the first event
+        break
+    await events.aclose()  # type: ignore[attr-defined]
+    stored = SQLiteFlowPersistence(path).load_state(flow.state.id)
+    assert stored is not None
+    turns, replies = list(stored["turns"].values()), list(stored["replies"].values())
+    assert [t["status"] for t in turns] == ["completed", "interrupted"]
+    assert [r["status"] for r in replies] == ["completed", "interrupted"]
+    assert replies[0]["text"] == "Request received."
+
+
+# -- a crash mid-turn -----------------------------------------------------------------
+
+_DIES_MID_TURN = """
+import os, signal, sys
+from typing import Any
+from voxflow import ConversationState, Flow, SQLiteFlowPersistence, listen, persist
+
+@persist
+class Echo(Flow[ConversationState]):
+    conversational = True
+
+    def route_turn(self, context: Any) -> str | None:
+        return "reply"
+
+    @listen("reply")
+    def handle_reply(self) -> str:
+        if self.state.current_user_message == "die":
+            os.kill(os.getpid(), signal.SIGKILL)  # after the route's save, before a reply
+        return f"echo {self.state.current_user_message}"
+
+flow = Echo(persistence=SQLiteFlowPersistence(sys.argv[1]))
+flow.handle_turn("hello", session_id="crashy")
+flow.handle_turn("die", session_id="crashy")
+"""
+
+
+def test_a_session_restored_after_a_crash_marks_the_unanswered_turn(tmp_path: Path) -> None:
+    path = tmp_path / "crash.db"
+    script = tmp_path / "dies.py"
+    script.write_text(_DIES_MID_TURN)
+    proc = subprocess.run(
+        [sys.executable, str(script), str(path)], cwd=ROOT, capture_output=True, timeout=60
+    )
+    assert proc.returncode == -9, proc.stderr
+    backend = SQLiteFlowPersistence(path)
+    assert pairs(backend.load_state("crashy"))[-1] == ("user", "die")  # what the crash left
+    flow = Echo(persistence=backend)
+    flow.handle_turn("are you there?", session_id="crashy")
+    stored = backend.load_state("crashy")
+    assert pairs(stored) == [
+        ("user", "hello"),
+        ("assistant", "echo hello"),
+        ("user", "die"),
+        ("user", "are you there?"),
+        ("assistant", "echo are you there?"),
+    ]
+    assert stored is not None
+    marked = stored["messages"][2]["metadata"]
+    assert marked == {"turn_status": "interrupted", "reason": UNANSWERED_REASON}
+    assert [e for e in stored["events"] if e["type"] == "turn_interrupted"] == [
+        {
+            "type": "turn_interrupted",
+            "payload": {"message_index": 2, "reason": UNANSWERED_REASON},
+            "agent_name": None,
+            "visibility": "public",
+        }
+    ]
+    assert flow.state.model_dump(mode="json") == stored
+    # The marker is added once: a later restore leaves the history as it is.
+    Echo(persistence=backend).handle_turn("again", session_id="crashy")
+    assert len(backend.load_state("crashy")["events"]) == 1  # type: ignore[index]
+
+
+# -- an unwritable store --------------------------------------------------------------
+
+ran: list[str] = []
+
+
+@persist
+class Counter(Flow[Any]):
+    @start()
+    def count(self) -> int:
+        ran.append("count")
+        return len(ran)
+
+
+def test_an_unwritable_store_fails_before_any_method_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    home = blocker / "voxflow"
+    monkeypatch.setenv("VOXFLOW_HOME", str(home))
+    ran.clear()
+    with pytest.raises(PersistenceUnavailableError) as failed:
+        Counter().kickoff()
+    assert ran == []  # the method never ran, so no work was lost at its save
+    assert failed.value.path == str(home / "flow_states.db")
+    assert "VOXFLOW_HOME" in failed.value.fix and str(home) in str(failed.value)
+    chat = Echo()
+    with pytest.raises(PersistenceUnavailableError):
+        chat.handle_turn("hello", session_id="nowhere")
+    assert chat.state.messages == []  # no user message kept without its reply
+    monkeypatch.setenv("VOXFLOW_HOME", str(tmp_path / "fine"))
+    assert Counter().kickoff() == 1 and ran == ["count"]
+
+
+# -- crash consistency: SIGKILL at seeded random points -------------------------------
+
+_ZYGOTE = """
+import os, sys
+from typing import Any
+from voxflow import ConversationState, Flow, SQLiteFlowPersistence, listen, persist
+
+@persist
+class Echo(Flow[ConversationState]):
+    conversational = True
+
+    def route_turn(self, context: Any) -> str | None:
+        return "reply"
+
+    @listen("reply")
+    def handle_reply(self) -> str:
+        return f"echo {self.state.current_user_message}"
+
+db, report = sys.argv[1], sys.argv[2]
+for line in sys.stdin:  # "run N": fork a writer, wait for the test to SIGKILL it
+    pid = os.fork()
+    if pid == 0:
+        fd = os.open(report, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+        flow = Echo(persistence=SQLiteFlowPersistence(db))  # its own connection
+        turn = 0
+        while True:
+            message = f"{line.split()[1]}-{turn}"
+            flow.handle_turn(message, session_id="crash")
+            os.write(fd, (message + "\\n").encode())  # only once the call returned
+            turn += 1
+    print(pid, flush=True)
+    _, status = os.waitpid(pid, 0)
+    print(status, flush=True)
+"""
+
+KILLS = 60
+
+
+def test_sigkill_at_random_points_loses_no_returned_turn(tmp_path: Path) -> None:
+    db, report = tmp_path / "crash.db", tmp_path / "returned.txt"
+    script = tmp_path / "zygote.py"
+    script.write_text(_ZYGOTE)
+    # One interpreter imports voxflow once and forks a fresh writer per kill.
+    zygote = subprocess.Popen(
+        [sys.executable, str(script), str(db), str(report)],
+        cwd=ROOT,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert zygote.stdin is not None and zygote.stdout is not None
+    rng = random.Random(1616)
+    backend = SQLiteFlowPersistence(db)
+    waited_for = 0
+    try:
+        for run in range(KILLS):
+            zygote.stdin.write(f"run {run}\n")
+            zygote.stdin.flush()
+            pid = int(zygote.stdout.readline())
+            # Kill point: after 0 to 3 of this writer's turns returned, then a random
+            # delay (the next turn is restoring, running or saving).
+            target = rng.randrange(4)
+            waited_for += target
+            deadline = time.monotonic() + 60  # a hang guard (a writer that died), not a figure
+            while returned_by(report, run) < target:
+                assert time.monotonic() < deadline, f"writer {run} stopped returning turns"
+                time.sleep(0.002)
+            time.sleep(rng.uniform(0.0, 0.03))
+            os.kill(pid, signal.SIGKILL)
+            status = int(zygote.stdout.readline())
+            assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL
+            returned = report.read_text().split() if report.exists() else []
+            stored = backend.load_state("crash")  # the database opens, every time
+            if stored is None:
+                assert returned == []
+                continue
+            assert_survives_a_crash(stored, returned)
+        assert backend._read(lambda c: c.execute("PRAGMA integrity_check").fetchone()) == ("ok",)
+    finally:
+        zygote.stdin.close()
+        zygote.wait(timeout=30)
+    assert len(report.read_text().split()) >= waited_for > KILLS  # not a vacuous check
+
+
+def returned_by(report: Path, run: int) -> int:
+    """How many turns writer ``run`` reported as returned."""
+    if not report.exists():
+        return 0
+    return sum(1 for line in report.read_text().split() if line.startswith(f"{run}-"))
+
+
+def assert_survives_a_crash(stored: dict[str, Any], returned: list[str]) -> None:
+    """Every returned turn is stored answered once; the history is well-formed.
+
+    Beyond the returned turns, the crash may leave the one turn in flight: answered
+    (its last save landed, its report did not) or as a last, unanswered user message
+    (marked interrupted by the next restore). Earlier unanswered ones are marked.
+    Writers are named by run: ``"<run>-<turn>"``.
+    """
+    messages = stored["messages"]
+    answered = []
+    for i, message in enumerate(messages):
+        if message["role"] != "user":
+            assert i > 0 and messages[i - 1]["role"] == "user"
+            assert message["content"] == f"echo {messages[i - 1]['content']}"
+            continue
+        if i + 1 < len(messages) and messages[i + 1]["role"] == "assistant":
+            answered.append(message["content"])
+        elif i + 1 < len(messages):  # a user message right after it: must be marked
+            assert message["metadata"]["turn_status"] == "interrupted", message
+    assert len(set(answered)) == len(answered)  # no duplicates
+    assert set(returned) <= set(answered)  # no returned turn lost
+    # Only a turn in flight when its writer was killed may be stored without having
+    # returned: the one after the last that writer reported.
+    per_run: dict[str, int] = {}
+    for message in returned:
+        run = message.split("-")[0]
+        per_run[run] = per_run.get(run, 0) + 1
+    for extra in set(answered) - set(returned):
+        run, turn = extra.split("-")
+        assert int(turn) == per_run.get(run, 0), extra
+
+
+async def test_load_session_builds_on_the_stored_revision(tmp_path: Path) -> None:
+    path = tmp_path / "load.db"
+
+    @persist(SQLiteFlowPersistence(path))
+    class Saved(Acknowledger):
+        pass
+
+    first = Saved(suppress_flow_events=True)
+    first.handle_turn("hello", session_id="s")
+    # A restarted process loads the session, then runs tracked turns on it.
+    restarted = Saved(suppress_flow_events=True)
+    assert await restarted.aload_session("s") is True
+    runner = TurnRunner(restarted)
+    async for event in runner.astream_turn("still there?"):
+        runner.accept_event(event)
+    stored = SQLiteFlowPersistence(path).load_state("s")
+    assert stored is not None and len(stored["messages"]) == 4
+    # The first instance is behind now: its save is refused, nothing is overwritten.
+    with pytest.raises(PersistenceConflictError):
+        first.handle_turn("late", session_id="s")
+    assert SQLiteFlowPersistence(path).load_state("s") == stored
