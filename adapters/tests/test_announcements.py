@@ -7,6 +7,11 @@ from collections.abc import Callable
 from typing import Any, ClassVar
 
 import pytest
+from voxflow_adapters.assertions import (
+    CallAssertionError,
+    assert_announcement_waited,
+    assert_floor_held,
+)
 from voxflow_adapters.scenario import CallResult, run_call
 from voxflow_adapters.script import CallScript
 from voxflow_voice.engines import VoiceEngines
@@ -125,6 +130,9 @@ async def test_job_result_is_announced_once_the_floor_is_free(engines: VoiceEngi
     assert [(s.delivery_id, s.status) for s in settled] == [(delivery, "completed")]
     assert call.of_kind("reply_text")[-1].text == ANSWER
     assert call.stale_samples() == 0
+    # The same, as the testing kit says it.
+    assert assert_announcement_waited(call, text=ANSWER) == delivery
+    assert_floor_held(call)
 
 
 async def test_mute_holds_announcements_until_unmuted(engines: VoiceEngines) -> None:
@@ -134,6 +142,25 @@ async def test_mute_holds_announcements_until_unmuted(engines: VoiceEngines) -> 
     mutes = [(e.at, e.muted) for e in call.events if e.kind == "mute"]
     assert [m for _, m in mutes] == [True, False]
     assert heard_at >= mutes[1][0]  # nothing was announced while muted
+    assert_floor_held(call)
+    assert_announcement_waited(call, text="arrives on Thursday")
+    # The kit's floor check catches an announcement over a mute (here: a later mute
+    # moved to cover the announcement's start, as if the queue had ignored it).
+    mute = next(e for e in call.events if e.kind == "mute" and e.muted)
+    index = call.events.index(mute)
+    call.events[index] = mute.model_copy(update={"at": heard_at - 0.5})
+    unmute = next(e for e in call.events if e.kind == "mute" and not e.muted)
+    call.events[call.events.index(unmute)] = unmute.model_copy(update={"at": heard_at + 0.5})
+    with pytest.raises(CallAssertionError) as over_mute:
+        assert_floor_held(call)
+    assert over_mute.value.reason.startswith(
+        f'announcement reply 2 ("{ANSWER}") started at {heard_at - call.tape.start:.2f} s '
+        "while the microphone was muted ("
+    )
+    with pytest.raises(CallAssertionError, match="did not wait for the floor"):
+        assert_announcement_waited(call)
+    with pytest.raises(CallAssertionError, match='expected an announcement saying "Hello"'):
+        assert_announcement_waited(call, text="Hello")
 
 
 async def test_a_job_asked_for_in_a_discarded_speculative_reply_never_starts(

@@ -1,0 +1,30 @@
+"""The README's "Testing your assistant" example (examples/test_assistant.py) runs as a user
+runs it: copied with the assistant into a folder of its own, no conftest, plain pytest
+(the plugin comes from the installed package's entry point)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.models
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+def test_the_example_test_passes_in_a_project_of_its_own(tmp_path: Path) -> None:
+    for name in ("assistant.py", "test_assistant.py"):
+        shutil.copy(EXAMPLES / name, tmp_path / name)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_assistant.py"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "2 passed" in result.stdout
+    assert not list(tmp_path.glob("conftest.py"))

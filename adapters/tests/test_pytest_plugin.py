@@ -1,0 +1,75 @@
+"""voxflow's pytest plugin (entry point ``pytest11``): fixtures, real-time switch, reports."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+pytest_plugins = ["pytester"]
+pytestmark = pytest.mark.models
+
+INI = "[pytest]\nasyncio_default_fixture_loop_scope = function\n"
+
+CHEAP = """
+import sys
+
+def test_realtime_is_off_by_default(voxflow_realtime):
+    assert voxflow_realtime is False
+
+@pytest.mark.voxflow_realtime
+def test_the_marker_turns_it_on(voxflow_realtime):
+    assert voxflow_realtime is True
+
+def test_no_model_was_loaded(virtual_clock):
+    assert virtual_clock.now() == 0.0
+    assert "faster_whisper" not in sys.modules and "piper" not in sys.modules
+"""
+
+
+def test_importing_the_plugin_loads_no_model_and_no_voice_pipeline() -> None:
+    code = (
+        "import sys, voxflow_adapters.pytest_plugin\n"
+        "heavy = [m for m in ('numpy', 'voxflow_voice', 'faster_whisper', 'piper', "
+        "'onnxruntime', 'litellm') if m in sys.modules]\n"
+        "print(heavy)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, timeout=60)
+    assert out.stdout.strip() == "[]"
+
+
+def test_the_realtime_switch_and_the_virtual_clock(pytester: pytest.Pytester) -> None:
+    pytester.makeini(INI)
+    pytester.makepyfile("import pytest\n" + CHEAP)
+    # In a process of its own, so "no model was loaded" is not about this one.
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+    result.assert_outcomes(passed=3)
+    result.stdout.fnmatch_lines(["voxflow: scripted calls on virtual audio time"])
+    everywhere = pytester.runpytest("-p", "no:cacheprovider", "--voxflow-realtime", "-k",
+                                    "default")
+    everywhere.assert_outcomes(failed=1)  # the option turns it on for every test
+    everywhere.stdout.fnmatch_lines(["voxflow: scripted calls on real time"])
+
+
+def test_a_plain_assert_failure_gets_the_call_timeline(pytester: pytest.Pytester) -> None:
+    pytester.makeini(INI)
+    pytester.makepyfile("""
+        from voxflow_adapters.script import CallScript
+        from voxflow.testing import Acknowledger
+
+        def test_wrong_expectation(voice_call):
+            call = voice_call(Acknowledger(), CallScript().user_says(0.3, "Hello there."))
+            assert voice_call.realtime is False and voice_call.calls == [call]
+            assert call.transcripts() == ["Goodbye."]
+    """)
+    result = pytester.runpytest("-p", "no:cacheprovider")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines([
+        "*- voxflow call 1 timeline -*",
+        "call timeline (s since the call started):",
+        '*user       turn 1 committed: "Hello there."',
+        '*assistant  reply 1 says: "Request received."',
+        "*assistant  reply 1 played whole",
+    ])
