@@ -25,20 +25,19 @@ Actions: ``call: agent`` runs an :class:`~voxflow.Agent` on the rendered ``input
 ``call: llm`` sends the rendered ``prompt``; ``call: code`` calls ``f(flow, input,
 **with)``. Their result (an agent's or model's answer text) is the method's return value,
 so on a route handler it becomes the assistant reply. Templates: ``${state.<path>}`` and
-``${input}`` (the trigger's value).
+``${input}`` (the trigger's value) resolve declared data only, by plain names and indexes
+(:mod:`voxflow.conversation.declaration_template`); the text itself is read with size
+and depth limits (:mod:`voxflow.conversation.declaration_source`).
 """
 
 from __future__ import annotations
 
 import importlib
 import inspect
-import json
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import BaseModel, ValidationError, create_model
 
 from voxflow.conversation.config import ConversationConfig, RouterConfig
@@ -51,7 +50,10 @@ from voxflow.conversation.declaration_schema import (
     LLMAction,
     MethodSpec,
     parse_declaration,
+    templated_fields,
 )
+from voxflow.conversation.declaration_source import load_declaration_document
+from voxflow.conversation.declaration_template import check_template, render
 from voxflow.conversation.graph import BUILTIN_METHODS
 from voxflow.conversation.routing import DESCRIPTION_ATTR
 from voxflow.conversation.state import ConversationState
@@ -72,48 +74,16 @@ _JSON_TYPES: Mapping[str, tuple[Any, Any]] = {
 }
 
 
-def load_declaration_document(
-    path: str | os.PathLike[str] | None = None, contents: str | None = None
-) -> Any:
-    """Read a declaration from ``path`` (``.json`` or YAML) or from ``contents``.
+def render_template(text: str, state: Any, value: Any, *, field: str = "") -> str:
+    """Replace ``${state.<path>}`` and ``${input<path>}`` in ``text`` with declared data.
+
+    See :mod:`voxflow.conversation.declaration_template` (``None`` renders as '').
 
     Raises:
-        ValueError: not exactly one of ``path`` and ``contents``.
-        DeclarationError: the file is missing or not valid YAML/JSON.
+        DeclarationError: an expression reaches something that is not declared data;
+            ``.path`` is ``field``.
     """
-    if (path is None) == (contents is None):
-        raise ValueError("give exactly one of path= or contents=")
-    try:
-        if path is not None:
-            text = Path(path).read_text(encoding="utf-8")
-            if str(path).endswith(".json"):
-                return json.loads(text)
-        else:
-            if not isinstance(contents, str):
-                raise TypeError("contents must be a string")
-            text = contents
-        return yaml.safe_load(text)
-    except OSError as exc:
-        raise DeclarationError([("", f"cannot read {path}: {exc.strerror}")]) from exc
-    except (yaml.YAMLError, json.JSONDecodeError) as exc:
-        raise DeclarationError([("", f"not valid YAML/JSON: {exc}")]) from exc
-
-
-def render_template(text: str, state: Any, value: Any) -> str:
-    """Replace ``${state.a.b}`` and ``${input}`` in ``text`` (None renders as '')."""
-    import re
-
-    def resolve(match: re.Match[str]) -> str:
-        parts = match.group(1).strip().split(".")
-        current: Any = value if parts[0] == "input" else state
-        for part in parts[1:]:
-            if isinstance(current, Mapping):
-                current = current.get(part)
-            else:
-                current = getattr(current, part, None)
-        return "" if current is None else str(current)
-
-    return re.sub(r"\$\{([^}]*)\}", resolve, text)
+    return render(text, state, value, field=field)
 
 
 class _Resolver:
@@ -287,7 +257,8 @@ def _action(
 
         async def run_agent(self: Any, input: Any = None) -> Any:
             assert agent is not None
-            result = await agent.akickoff(render_template(w.input, self.state, input))
+            text = render_template(w.input, self.state, input, field=f"{base}.with.input")
+            result = await agent.akickoff(text)
             return result.raw
 
         return run_agent
@@ -299,12 +270,10 @@ def _action(
             assert model is not None
             messages: list[dict[str, Any]] = []
             if lw.system:
-                messages.append(
-                    {"role": "system", "content": render_template(lw.system, self.state, input)}
-                )
-            messages.append(
-                {"role": "user", "content": render_template(lw.prompt, self.state, input)}
-            )
+                system = render_template(lw.system, self.state, input, field=f"{base}.with.system")
+                messages.append({"role": "system", "content": system})
+            prompt = render_template(lw.prompt, self.state, input, field=f"{base}.with.prompt")
+            messages.append({"role": "user", "content": prompt})
             return (await model.acall(messages)).content or ""
 
         return run_llm
@@ -376,6 +345,10 @@ def flow_class_from_declaration(
     resolver = _Resolver(list(allow_python))
     config = _config(decl, resolver)
     state_model = _state_model(decl, resolver)
+    if isinstance(state_model, type) and issubclass(state_model, BaseModel):
+        for name, method in decl.methods.items():
+            for field, text in templated_fields(method, f"methods.{name}"):
+                check_template(text, field, resolver.errors, state_model=state_model)
     namespace: dict[str, Any] = {"__doc__": decl.description or f"{decl.name} (declared)."}
     for name, method in decl.methods.items():
         namespace[name] = _method(name, method, config, resolver)

@@ -29,6 +29,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from voxflow.conversation.declaration_template import check_template
 from voxflow.errors import DeclarationError
 
 __all__ = [
@@ -45,13 +46,13 @@ __all__ = [
     "RouterSpec",
     "StateSpec",
     "parse_declaration",
+    "templated_fields",
 ]
 
 SCHEMA_ID = "voxflow.flow/v1"
 """The only declaration schema this version reads."""
 
 _DOTTED = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+$")
-_TEMPLATE = re.compile(r"\$\{([^}]*)\}")
 
 LLMSpec = str | dict[str, Any]
 """A model id or a configuration mapping such as ``{model: ..., max_tokens: 512}``."""
@@ -252,13 +253,17 @@ def _labels(cond: Any) -> list[str]:
     return [label for m in members for label in _labels(m)]
 
 
-def _templates(text: str, path: str, errors: list[tuple[str, str]]) -> None:
-    for expr in _TEMPLATE.findall(text):
-        root = expr.strip().split(".")[0]
-        if root not in ("state", "input"):
-            errors.append(
-                (path, f"unknown expression ${{{expr}}}: use ${{state.<field>}} or ${{input}}")
-            )
+def templated_fields(method: MethodSpec, base: str) -> list[tuple[str, str]]:
+    """``(path, text)`` of every templated field of one method (rendered at run time)."""
+    action = method.do
+    if isinstance(action, AgentAction):
+        return [(f"{base}.do.with.input", action.with_.input)]
+    if isinstance(action, LLMAction):
+        fields = [(f"{base}.do.with.prompt", action.with_.prompt)]
+        if action.with_.system is not None:
+            fields.append((f"{base}.do.with.system", action.with_.system))
+        return fields
+    return []
 
 
 def _check(
@@ -286,15 +291,15 @@ def _check(
         for label in method.labels or ():
             if label in decl.methods:
                 errors.append((f"{base}.labels", f"label {label!r} is also a method name"))
+        for path, text in templated_fields(method, base):
+            check_template(text, path, errors)
         action = method.do
-        if isinstance(action, AgentAction):
-            _templates(action.with_.input, f"{base}.do.with.input", errors)
-        elif isinstance(action, LLMAction):
-            _templates(action.with_.prompt, f"{base}.do.with.prompt", errors)
-            if action.with_.llm is None and (
-                decl.conversational is None or decl.conversational.llm is None
-            ):
-                errors.append((f"{base}.do.with.llm", "no llm here and no conversational.llm"))
+        if (
+            isinstance(action, LLMAction)
+            and action.with_.llm is None
+            and (decl.conversational is None or decl.conversational.llm is None)
+        ):
+            errors.append((f"{base}.do.with.llm", "no llm here and no conversational.llm"))
     if decl.state is not None and (decl.state.json_schema is None) == (decl.state.python is None):
         errors.append(("state", "give exactly one of json_schema or python"))
     if not conversational and not any(m.start is not False for m in decl.methods.values()):
