@@ -19,6 +19,7 @@ third-party one (``litellm.*``, ``aiortc.*``)::
     + TurnIdentityError          a reused turn_id or a foreign session (also ValueError)
     + TurnRestoreError           a tracked turn asked to restore state (also ValueError)
     + JobUpdateRejectedError     a job update rejected / job session closed (also RuntimeError)
+    + ClientActivityError        a client observation broke the protocol (also ValueError)
     + ProviderError              LLM/STT/TTS failure; .retryable says whether to try again
     + ModelNotFoundError         a bundled model package is missing; names the package to install
     + SignalingError             a WebRTC offer was refused (bad SDP, no audio track) (ValueError)
@@ -33,6 +34,7 @@ __all__ = [
     "AdapterBrokenError",
     "AudioBackendError",
     "AudioDeviceError",
+    "ClientActivityError",
     "ConversationEndedError",
     "ConversationModeError",
     "DeclarationError",
@@ -167,6 +169,20 @@ class TurnRestoreError(VoxflowError, ValueError):
 
 class JobUpdateRejectedError(VoxflowError, RuntimeError):
     """A job worker's update was rejected, or the job session closed; stop the work."""
+
+
+class ClientActivityError(VoxflowError, ValueError):
+    """A client observation broke the protocol (its ``seq`` jumped too far); nothing changed.
+
+    Attributes:
+        seq: the observation's sequence number.
+        last_seq: the last accepted one.
+    """
+
+    def __init__(self, message: str, *, seq: int, last_seq: int) -> None:
+        super().__init__(message)
+        self.seq = seq
+        self.last_seq = last_seq
 
 
 class ProviderError(VoxflowError):

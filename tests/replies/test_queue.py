@@ -8,9 +8,18 @@ import logging
 from typing import Any
 
 import pytest
+from pydantic import ValidationError
 
+from voxflow.errors import ClientActivityError
 from voxflow.ids import DeliveryId, SessionId, TurnId
-from voxflow.replies import ClientActivity, CoveredUpdate, ReplyQueue, ReplyQueueState
+from voxflow.replies import (
+    MAX_CLIENT_SEQ,
+    MAX_CLIENT_SEQ_STEP,
+    ClientActivity,
+    CoveredUpdate,
+    ReplyQueue,
+    ReplyQueueState,
+)
 from voxflow.turns import TurnLedger, TurnState
 
 from .conftest import AnswerJob, Session, WorkChatState, join_answers
@@ -432,6 +441,51 @@ def test_observe_client_rules(session: Session) -> None:
     assert floor.playback and floor.playback_delivery_id == mine
     assert q.observe_client(activity(session, 8, delivery_id=mine))
     assert (floor.playback, floor.playback_delivery_id, floor.client_seq) == (False, None, 8)
+
+
+def test_one_observation_cannot_wedge_the_floor(session: Session) -> None:
+    q, floor = session.queue, session.state.delivery_floor
+    assert q.observe_client(activity(session, 1))
+    before = (floor.model_dump(), session.state.delivery_sequence)
+    for seq in (2**80, MAX_CLIENT_SEQ + 1):  # not even a ClientActivity
+        with pytest.raises(ValidationError):
+            activity(session, seq, recording=True)
+    for seq in (MAX_CLIENT_SEQ, 2 + MAX_CLIENT_SEQ_STEP):  # valid, but too far ahead
+        with pytest.raises(ClientActivityError) as info:
+            q.observe_client(activity(session, seq, recording=True))
+        assert (info.value.seq, info.value.last_seq) == (seq, 1)
+        assert isinstance(info.value, ValueError)
+    assert (floor.model_dump(), session.state.delivery_sequence) == before  # nothing changed
+    assert q.observe_client(activity(session, 2, recording=True))  # the next real one
+    assert q.observe_client(activity(session, 2 + MAX_CLIENT_SEQ_STEP))  # the largest step
+    assert (floor.client_seq, floor.recording) == (2 + MAX_CLIENT_SEQ_STEP, False)
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"seq": True},
+        {"seq": 1.0},
+        {"seq": "1"},
+        {"seq": 0},
+        {"seq": -1},
+        {"recording": 1},
+        {"muted": "yes"},
+        {"playback": None},
+        {"session_id": 7},
+        {"session_id": ""},
+        {"session_id": "s" * 257},
+        {"delivery_id": 5},
+        {"delivery_id": ""},
+        {"extra": 1},
+    ],
+)
+def test_client_activity_fields_are_strictly_typed(fields: dict[str, Any]) -> None:
+    base: dict[str, Any] = {
+        "session_id": "s", "seq": 1, "recording": False, "playback": False, "muted": False,
+    }
+    with pytest.raises(ValidationError):
+        ClientActivity(**{**base, **fields})
 
 
 def test_a_stale_stop_never_releases_newer_playback(session: Session) -> None:

@@ -4,6 +4,8 @@ See :mod:`voxflow.replies.queue` for the lock model and the delivery pattern.
 """
 
 from voxflow.replies.queue import ReplyQueue as ReplyQueue
+from voxflow.replies.records import MAX_CLIENT_SEQ as MAX_CLIENT_SEQ
+from voxflow.replies.records import MAX_CLIENT_SEQ_STEP as MAX_CLIENT_SEQ_STEP
 from voxflow.replies.records import ClientActivity as ClientActivity
 from voxflow.replies.records import CoveredUpdate as CoveredUpdate
 from voxflow.replies.records import DeliveryFloor as DeliveryFloor
@@ -14,6 +16,8 @@ from voxflow.replies.records import ReplyQueueStatistics as ReplyQueueStatistics
 from voxflow.replies.records import SettleStatus as SettleStatus
 
 __all__ = [
+    "MAX_CLIENT_SEQ",
+    "MAX_CLIENT_SEQ_STEP",
     "ClientActivity",
     "CoveredUpdate",
     "DeliveryFloor",

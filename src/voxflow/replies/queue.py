@@ -38,10 +38,11 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import Any, Literal, cast, get_args
 
-from voxflow.errors import TurnIdentityError
+from voxflow.errors import ClientActivityError, TurnIdentityError
 from voxflow.ids import DeliveryId
 from voxflow.jobs.records import JobRecord, JobState, job_copy, utc_now
 from voxflow.replies.records import (
+    MAX_CLIENT_SEQ_STEP,
     ClientActivity,
     CoveredUpdate,
     DeliveryFloor,
@@ -457,10 +458,14 @@ class ReplyQueue:
     def observe_client(self, update: ClientActivity) -> bool:
         """Accept one client observation (recording, playback, mute) if it is valid.
 
-        Rejected: a closed floor, a foreign session, ``seq <= client_seq``, a
+        Rejected (False): a closed floor, a foreign session, ``seq <= client_seq``, a
         ``delivery_id`` that is not a reply of this session, and a stop (playback False)
         while the floor plays a different delivery: a stale stop never releases newer
         playback, and a null-id stop never releases identified playback.
+
+        Raises:
+            ClientActivityError: ``seq`` jumps more than :data:`MAX_CLIENT_SEQ_STEP` past
+                ``client_seq`` (a broken or hostile client); nothing changed.
         """
         if not isinstance(update, ClientActivity):
             raise TypeError(f"update must be a ClientActivity, got {type(update).__name__}")
@@ -474,6 +479,12 @@ class ReplyQueue:
                 return _reject("observe_client", "foreign session", **ids)
             if update.seq <= floor.client_seq:
                 return _reject("observe_client", "stale client seq", **ids)
+            if update.seq - floor.client_seq > MAX_CLIENT_SEQ_STEP:
+                raise ClientActivityError(
+                    f"client seq {update.seq} jumps more than {MAX_CLIENT_SEQ_STEP} past the "
+                    f"last accepted {floor.client_seq}; number observations consecutively",
+                    seq=update.seq, last_seq=floor.client_seq,
+                )
             if update.delivery_id is not None:
                 reply = state.replies.get(update.delivery_id)
                 if reply is None or reply.session_id != state.id:

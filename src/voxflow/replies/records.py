@@ -21,6 +21,8 @@ from voxflow.jobs.records import JobRecord, utc_now
 from voxflow.turns.records import TurnState
 
 __all__ = [
+    "MAX_CLIENT_SEQ",
+    "MAX_CLIENT_SEQ_STEP",
     "ClientActivity",
     "CoveredUpdate",
     "DeliveryFloor",
@@ -115,21 +117,36 @@ class DeliveryFloor(BaseModel):
         return None
 
 
+MAX_CLIENT_SEQ = 2**53 - 1
+"""The largest ``ClientActivity.seq`` (the largest integer a JSON client counts exactly)."""
+
+MAX_CLIENT_SEQ_STEP = 1024
+"""How far one observation's ``seq`` may jump past the last accepted one.
+
+Clients number observations 1, 2, 3...; a gap means observations were lost or merged,
+which is legitimate, but only up to this step: a larger jump is refused
+(:class:`~voxflow.errors.ClientActivityError`), so one message can never push the floor's
+``client_seq`` out of reach of the client's next real observation.
+"""
+
+
 class ClientActivity(BaseModel):
     """One client observation (strictly typed): what the user's side is doing now.
 
-    ``seq`` must increase per client; ``delivery_id`` names the reply being played, or
-    is None for locally cached audio (e.g. a canned acknowledgment).
+    ``seq`` must increase per client, from 1 to :data:`MAX_CLIENT_SEQ`, by at most
+    :data:`MAX_CLIENT_SEQ_STEP` at a time; ``delivery_id`` names the reply being played,
+    or is None for locally cached audio (e.g. a canned acknowledgment). Booleans are not
+    integers here, nor integers booleans: a wrong type is a ``ValidationError``.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
-    session_id: StrictStr
-    seq: StrictInt = Field(gt=0)
+    session_id: StrictStr = Field(min_length=1, max_length=256)
+    seq: StrictInt = Field(gt=0, le=MAX_CLIENT_SEQ)
     recording: StrictBool
     playback: StrictBool
     muted: StrictBool
-    delivery_id: StrictStr | None = None
+    delivery_id: StrictStr | None = Field(None, min_length=1, max_length=256)
 
 
 class ReplyQueueState(TurnState):
