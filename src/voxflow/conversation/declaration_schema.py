@@ -33,6 +33,7 @@ from voxflow.conversation.declaration_template import check_template
 from voxflow.errors import DeclarationError
 
 __all__ = [
+    "SCHEMA_ALIASES",
     "SCHEMA_ID",
     "AgentAction",
     "CodeAction",
@@ -50,7 +51,10 @@ __all__ = [
 ]
 
 SCHEMA_ID = "voxflow.flow/v1"
-"""The only declaration schema this version reads."""
+"""The declaration schema this version reads."""
+
+SCHEMA_ALIASES = frozenset({"crewai.flow/v1"})
+"""Schema ids read as :data:`SCHEMA_ID`: the spec's spelling of the same schema."""
 
 _DOTTED = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+$")
 
@@ -322,8 +326,11 @@ def parse_declaration(
     """
     if not isinstance(data, dict):
         raise DeclarationError([("", "a declaration must be a mapping at the top level")])
-    if data.get("schema") != SCHEMA_ID:
-        raise DeclarationError([("schema", f"must be {SCHEMA_ID!r}, got {data.get('schema')!r}")])
+    schema = data.get("schema")
+    if isinstance(schema, str) and schema in SCHEMA_ALIASES:
+        data = {**data, "schema": SCHEMA_ID}
+    elif schema != SCHEMA_ID:
+        raise DeclarationError([("schema", f"must be {SCHEMA_ID!r}, got {schema!r}")])
     try:
         decl = Declaration.model_validate(data)
     except ValidationError as exc:

@@ -114,6 +114,7 @@ class Flow(ConversationMixin, HumanInput, Engine, Generic[StateT]):
         state: the initial state (a pydantic model with ``id`` or a dict); by default
             built from ``initial_state``, the generic parameter (``Flow[MyState]``) or a
             dict with a fresh ``id``.
+        initial_state: the spec's spelling of ``state`` (an alias; give one of them).
         persistence: the :class:`~voxflow.flow.persistence.FlowPersistence` used by
             ``@persist`` and restores, overriding the decorator's backend.
         event_bus: where events go (default: the process-wide bus).
@@ -168,12 +169,20 @@ class Flow(ConversationMixin, HumanInput, Engine, Generic[StateT]):
         self,
         *,
         state: StateT | None = None,
+        initial_state: StateT | None = None,
         persistence: FlowPersistence | None = None,
         event_bus: FlowEventBus | None = None,
         clock: Clock | None = None,
         suppress_flow_events: bool | None = None,
         max_method_calls: int | None = None,
     ) -> None:
+        if initial_state is not None:
+            if state is not None:
+                raise TypeError(
+                    "give the initial state once: state= (initial_state= is the spec's "
+                    "spelling of the same argument)"
+                )
+            state = initial_state
         if event_bus is not None and not isinstance(event_bus, FlowEventBus):
             raise TypeError("event_bus must be a FlowEventBus")
         if clock is not None and not isinstance(clock, Clock):
