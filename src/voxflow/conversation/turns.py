@@ -558,19 +558,22 @@ class ConversationTurns:
         prompt: str = "You: ",
         assistant_prefix: str = "Assistant: ",
         exit_commands: Sequence[str] = DEFAULT_EXIT_COMMANDS,
-        input_fn: Callable[[str], str] = input,
-        output_fn: Callable[[str], Any] = print,
+        input_fn: Callable[[str], str] | None = None,
+        output_fn: Callable[[str], Any] | None = None,
         defer_trace_finalization: bool | None = None,
     ) -> None:
         """A local REPL over :meth:`handle_turn`.
 
-        Reads a line with ``input_fn(prompt)`` (stripped), skips blank lines, stops on an
+        Reads a line with ``input_fn(prompt)`` (default ``input``; stripped), skips blank lines, stops on an
         exit command (case-insensitive), EOF, Ctrl-C or an ended conversation, prints
         ``assistant_prefix + result`` with ``output_fn``, and always finalizes the session
         traces. ``defer_trace_finalization`` overrides the instance flag for the REPL
         and is restored on exit.
         """
         self._require_conversational("chat")
+        # Looked up per call, not bound at import: a replaced input/print is honoured.
+        input_fn = input if input_fn is None else input_fn
+        output_fn = print if output_fn is None else output_fn
         if not callable(input_fn) or not callable(output_fn):
             raise TypeError("input_fn and output_fn must be callable")
         if isinstance(exit_commands, str):

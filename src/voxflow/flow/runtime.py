@@ -299,8 +299,18 @@ class Flow(ConversationMixin, HumanInput, Engine, Generic[StateT]):
 
     @property
     def event_bus(self) -> FlowEventBus:
-        """The bus this flow emits on."""
+        """The bus this flow emits on (set it to another :class:`FlowEventBus` only)."""
         return self._bus
+
+    @event_bus.setter
+    def event_bus(self, bus: FlowEventBus) -> None:
+        if not isinstance(bus, FlowEventBus):
+            raise TypeError(
+                f"{type(self).__name__}.event_bus is the FlowEventBus this flow emits on, "
+                f"not {type(bus).__name__}: keep your own object under another attribute "
+                "(e.g. self.app_bus)"
+            )
+        self._bus = bus
 
     @property
     def clock(self) -> Clock:
