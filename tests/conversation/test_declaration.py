@@ -213,7 +213,7 @@ methods:
 @pytest.mark.parametrize(
     ("doc", "path"),
     [
-        ({"schema": "crewai.flow/v1", "name": "X"}, "schema"),
+        ({"schema": "crewai.flow/v2", "name": "X"}, "schema"),
         ({"schema": "voxflow.flow/v1", "name": "not an identifier"}, "name"),
         ({"schema": "voxflow.flow/v1", "name": "X", "bogus": 1}, "bogus"),
         (

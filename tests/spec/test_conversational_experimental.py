@@ -24,7 +24,7 @@ pytestmark = pytest.mark.unit
 def test_jobs_spanning_conversational_turns() -> None:
     # --- the spec's example (imports renamed) ---
     import asyncio
-    from typing import ClassVar
+    from typing import ClassVar  # noqa: F401 (shadowed by the module's import)
 
     from pydantic import Field
 

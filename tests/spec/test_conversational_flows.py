@@ -8,6 +8,9 @@ the example does. The experimental jobs/turns/replies examples are in
 ``test_conversational_experimental.py``.
 """
 
+# The examples keep the spec's import blocks as written (only the module names changed).
+# ruff: noqa: I001
+
 from __future__ import annotations
 
 import builtins

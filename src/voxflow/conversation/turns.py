@@ -564,10 +564,10 @@ class ConversationTurns:
     ) -> None:
         """A local REPL over :meth:`handle_turn`.
 
-        Reads a line with ``input_fn(prompt)`` (default ``input``; stripped), skips blank lines, stops on an
-        exit command (case-insensitive), EOF, Ctrl-C or an ended conversation, prints
-        ``assistant_prefix + result`` with ``output_fn``, and always finalizes the session
-        traces. ``defer_trace_finalization`` overrides the instance flag for the REPL
+        Reads a line with ``input_fn(prompt)`` (default ``input``; stripped), skips blank
+        lines, stops on an exit command (case-insensitive), EOF, Ctrl-C or an ended
+        conversation, prints ``assistant_prefix + result`` with ``output_fn`` (default
+        ``print``), and always finalizes the session traces. ``defer_trace_finalization`` overrides the instance flag for the REPL
         and is restored on exit.
         """
         self._require_conversational("chat")
