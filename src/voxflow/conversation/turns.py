@@ -567,8 +567,8 @@ class ConversationTurns:
         Reads a line with ``input_fn(prompt)`` (default ``input``; stripped), skips blank
         lines, stops on an exit command (case-insensitive), EOF, Ctrl-C or an ended
         conversation, prints ``assistant_prefix + result`` with ``output_fn`` (default
-        ``print``), and always finalizes the session traces. ``defer_trace_finalization`` overrides the instance flag for the REPL
-        and is restored on exit.
+        ``print``), and always finalizes the session traces. ``defer_trace_finalization``
+        overrides the instance flag for the REPL and is restored on exit.
         """
         self._require_conversational("chat")
         # Looked up per call, not bound at import: a replaced input/print is honoured.
