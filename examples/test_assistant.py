@@ -1,4 +1,5 @@
-"""Tests for the example assistant (examples/assistant.py): copy this file next to yours.
+"""Tests for the example assistant (``voxflow/examples/assistant.py``, shipped in the package):
+copy this file next to yours.
 
 Run with plain ``pytest`` once ``voxflow[voice]`` is installed: its pytest plugin gives
 the ``voice_call`` fixture (scripted calls on the bundled models, loaded once per test

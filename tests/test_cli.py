@@ -33,7 +33,7 @@ def test_text_demo_answers_every_scripted_line(capsys: pytest.CaptureFixture[str
 
 
 def test_chat_runs_a_flow_named_by_path() -> None:
-    result = voxflow("chat", "examples/assistant.py:Assistant", stdin="hello\n\nexit\n")
+    result = voxflow("chat", "voxflow.examples.assistant:Assistant", stdin="hello\n\nexit\n")
     assert result.returncode == 0, result.stderr
     assert "How can I help you today?" in result.stdout
 
@@ -43,8 +43,8 @@ def test_chat_runs_a_flow_named_by_path() -> None:
     [
         ("no_colon", "must look like"),
         ("missing.py:Flow", "flow file not found"),
-        ("examples/assistant.py:Nope", "has no attribute 'Nope'"),
-        ("examples/assistant.py:STORY", "not a voxflow Flow subclass"),
+        ("voxflow.examples.assistant:Nope", "has no attribute 'Nope'"),
+        ("voxflow.examples.assistant:STORY", "not a voxflow Flow subclass"),
         ("no_such_module_xyz:Flow", "cannot be imported"),
     ],
 )

@@ -12,14 +12,17 @@ from pathlib import Path
 
 import pytest
 
+import voxflow.examples.assistant as example_assistant
+
 pytestmark = pytest.mark.models
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
 def test_the_example_test_passes_in_a_project_of_its_own(tmp_path: Path) -> None:
-    for name in ("assistant.py", "test_assistant.py"):
-        shutil.copy(EXAMPLES / name, tmp_path / name)
+    # the example assistant ships in the package (voxflow.examples.assistant)
+    shutil.copy(Path(example_assistant.__file__), tmp_path / "assistant.py")
+    shutil.copy(EXAMPLES / "test_assistant.py", tmp_path / "test_assistant.py")
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
     result = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_assistant.py"],

@@ -176,7 +176,12 @@ async def test_closing_during_an_announcement_settles_every_delivery(
     assert 0.0 < heard < 5.0  # cut before its end (about 9 s of speech)
     assert call.stale_samples() == 0
     assert call.events[-1].kind == "session_closed"
-    # The foreground turn and both job results are kept.
-    assert [m.role for m in flow.state.messages] == ["user", "assistant"]
+    # The foreground turn and both job results are kept; of the cut announcement, the
+    # history keeps only the words heard, marked as an interrupted announcement.
+    assert [m.role for m in flow.state.messages] == ["user", "assistant", "assistant"]
+    cut = flow.state.messages[-1]
+    assert cut.metadata["announcement"] and cut.metadata["interrupted"]
+    assert cut.metadata["delivery_id"] == records[0].delivery_id
+    assert FIRST.startswith(cut.metadata["heard_text"]) and cut.metadata["heard_text"] != FIRST
     assert sorted(j.answer for j in flow.state.jobs.values()) == sorted([FIRST, SECOND])
     assert all(j.status == "completed" for j in flow.state.jobs.values())

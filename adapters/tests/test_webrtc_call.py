@@ -30,6 +30,7 @@ from voxflow_voice.events import (
     ReplyInterrupted,
     TurnCommitted,
 )
+from voxflow_voice.history import INTERRUPTED_MARK
 
 pytestmark = pytest.mark.models
 
@@ -158,6 +159,34 @@ async def test_mute_over_the_data_channel_silences_the_microphone(
     assert "what can you do" in first["text"].lower()  # the muted greeting never arrived
     mutes = [e.muted for e in call.session.events if isinstance(e, MuteObserved)]
     assert mutes == [True, False]
+
+
+async def test_a_mute_over_the_data_channel_cuts_the_reply_playing(
+    engines: VoiceEngines, tmp_path: Path
+) -> None:
+    async with serving(engines) as (server, calls):
+        caller = LoopbackCaller(f"http://127.0.0.1:{server.port}", server.token)
+        async with caller:
+            caller.say(say(engines, "Tell me a story.", tmp_path))
+            await caller.wait_message("state", state="speaking")
+            await caller.wait_for(lambda: caller.audible_frames() >= 50, what="story audio")
+            caller.send({"v": 1, "type": "mute", "muted": True})
+            cut = await caller.wait_message("interrupted")
+            await caller.wait_for(lambda: any(m["type"] == "interrupted" and m["heard_text"]
+                                              for m in caller.messages), what="heard text")
+        await until_no_calls(server)
+    peer, call = calls[0]
+    story = cut["delivery_id"]
+    [interrupted] = [e for e in call.session.events if isinstance(e, ReplyInterrupted)]
+    assert interrupted.delivery_id == story and 0 < interrupted.heard_seconds < 20
+    muted = [e for e in call.session.events if isinstance(e, MuteObserved) and e.muted]
+    assert muted and muted[0].at <= interrupted.at
+    said = call.flow.state.messages[-1]  # history: what was heard, marked cut
+    assert said.role == "assistant" and said.content.endswith(INTERRUPTED_MARK)
+    assert said.content.startswith(interrupted.heard_text)
+    out = peer.outbound
+    assert out.statistics().stale_samples == 0
+    assert out.last_frame_of[story] < out.flush_frame_of[story]
 
 
 async def test_the_peer_vanishing_mid_reply_settles_it_and_frees_the_call(

@@ -65,7 +65,11 @@ def _cmd_chat(args: argparse.Namespace) -> int:
     if not getattr(flow, "conversational", False):
         print(f"error: {args.flow} is not a conversational flow", file=sys.stderr)
         return EXIT_USAGE
-    flow.chat()
+    import asyncio
+
+    from .wiring import chat_text
+
+    asyncio.run(chat_text(flow))  # jobs, announcements and history as in a voice call
     return EXIT_OK
 
 
@@ -183,10 +187,20 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     return EXIT_FAILED if any(r["exit"] != 0 for r in runs) else EXIT_OK
 
 
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("voxflow")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return "unknown"
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="voxflow", description="voxflow: conversational flows with a real-time voice."
     )
+    parser.add_argument("--version", action="version", version=f"voxflow {_version()}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     demo = sub.add_parser("demo", help="run a complete scripted call, offline")

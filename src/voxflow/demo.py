@@ -11,17 +11,13 @@ import asyncio
 import importlib
 import importlib.util
 import json
-import sys
 import time
-from pathlib import Path
 from typing import Any
 
-from ._loader import load_flow_class, module_name_for
 from .settings import Settings
 
 __all__ = [
     "TEXT_SCRIPT",
-    "example_path",
     "load_example_module",
     "run_demo",
     "run_text_demo",
@@ -35,36 +31,27 @@ TEXT_SCRIPT = (
 )
 
 
-def example_path(name: str) -> Path:
-    """The path of a file in the repository's ``examples/`` folder."""
-    path = Path(__file__).resolve().parents[2] / "examples" / name
-    if not path.is_file():
-        raise FileNotFoundError(
-            f"{path} not found: run the demo from a voxflow checkout (examples/ is not installed)"
-        )
-    return path
-
-
-def load_example_module(name: str) -> Any:
-    """Import ``examples/<name>`` (once) and return the module."""
-    file = example_path(name)
-    load_flow_class(f"{file}:Assistant")  # imports it, checking it defines a Flow
-    return sys.modules[module_name_for(file)]
+def load_example_module(name: str = "assistant") -> Any:
+    """The example module ``voxflow.examples.<name>`` (shipped in the package)."""
+    return importlib.import_module(f"voxflow.examples.{name.removesuffix('.py')}")
 
 
 def run_text_demo(*, model: str | None = None, json_output: bool = False) -> int:
     """Run :data:`TEXT_SCRIPT` through the example assistant as text; print each turn."""
     from rich.console import Console
 
-    module = load_example_module("assistant.py")
+    from .wiring import AssistantWiring
+
+    module = load_example_module("assistant")
     flow = module.assistant_class(model)()
     console = Console()
     turns: list[dict[str, Any]] = []
 
     async def talk() -> None:
+        wiring = AssistantWiring(flow)
         for line in TEXT_SCRIPT:
             began = time.perf_counter()
-            reply = await flow.ahandle_turn(line)
+            reply = await wiring.text_turn(line)
             ms = (time.perf_counter() - began) * 1000
             turns.append({"user": line, "assistant": str(reply), "route": flow.state.last_intent,
                           "ms": round(ms, 3)})
@@ -72,6 +59,7 @@ def run_text_demo(*, model: str | None = None, json_output: bool = False) -> int
                 console.print(f"[bold cyan]user[/]      {line}")
                 console.print(f"[bold green]assistant[/] {reply}  "
                               f"[dim]({flow.state.last_intent}, {ms:.2f} ms)[/]")
+        await wiring.aclose()
 
     asyncio.run(talk())
     if json_output:

@@ -20,6 +20,7 @@ third-party one (``litellm.*``, ``aiortc.*``)::
     + TurnRestoreError           a tracked turn asked to restore state (also ValueError)
     + JobUpdateRejectedError     a job update rejected / job session closed (also RuntimeError)
     + ClientActivityError        a client observation broke the protocol (also ValueError)
+    + JobNotAnnounceableError    a job started where it cannot be announced (RuntimeError)
     + ProviderError              LLM/STT/TTS failure; .retryable says whether to try again
     + ModelNotFoundError         a bundled model package is missing; names the package to install
     + SignalingError             a WebRTC offer was refused (bad SDP, no audio track) (ValueError)
@@ -41,6 +42,7 @@ __all__ = [
     "FlowDefinitionError",
     "FlowRuntimeError",
     "HumanFeedbackError",
+    "JobNotAnnounceableError",
     "JobUpdateRejectedError",
     "ModelNotFoundError",
     "PersistenceConflictError",
@@ -183,6 +185,12 @@ class ClientActivityError(VoxflowError, ValueError):
         super().__init__(message)
         self.seq = seq
         self.last_seq = last_seq
+
+
+class JobNotAnnounceableError(VoxflowError, RuntimeError):
+    """A background job was started where its result could never be announced (no job
+    runner or reply queue wired for the flow, or no turn running); the message says which
+    and how to fix it. Nothing was started."""
 
 
 class ProviderError(VoxflowError):

@@ -45,6 +45,7 @@ from voxflow_voice.events import (
 
 from voxflow.clock import Clock
 from voxflow.settings import Settings
+from voxflow.wiring import AssistantWiring
 
 from .local import LocalAudio, LocalAudioSettings, LocalAudioStatus
 from .local_backend import SoundDeviceBackend, StreamBackend
@@ -248,7 +249,9 @@ class VoiceChat:
     starts a new session on the same conversation.
 
     Args:
-        turns: the conversation's TurnRunner.
+        turns: the conversation's :class:`~voxflow.wiring.AssistantWiring` (its reply
+            queue, jobs and announcements: what ``voxflow chat --voice`` passes), or a
+            bare TurnRunner.
         engines: the speech models.
         view: where events and device status go.
         audio_settings: the devices.
@@ -262,7 +265,8 @@ class VoiceChat:
         audio_settings: LocalAudioSettings | None = None, voice_settings: Any = None,
         backend: StreamBackend | None = None, clock: Clock | None = None,
     ) -> None:
-        self.turns = turns
+        self.wiring = turns if isinstance(turns, AssistantWiring) else None
+        self.turns = turns.turns if isinstance(turns, AssistantWiring) else turns
         self.engines = engines
         self.view = view
         self.audio_settings = audio_settings or LocalAudioSettings()
@@ -298,14 +302,21 @@ class VoiceChat:
     async def run(self) -> None:
         """Run sessions until :meth:`quit` (or until a session ends on its own)."""
         from voxflow_voice.session import VoiceSession
+        from voxflow_voice.wiring import assistant_session
 
         while True:
             audio = LocalAudio(self.audio_settings, backend=self.backend, clock=self.clock,
                                on_status=self.view.on_status)
             await audio.open()
             self.audio = audio
-            session = VoiceSession(self.turns, audio, self.engines, settings=self.voice_settings,
-                                   clock=self.clock, on_event=self.view.on_event)
+            if self.wiring is not None:  # the one assistant wiring: floor, jobs, history
+                session = assistant_session(self.wiring, audio, self.engines,
+                                            settings=self.voice_settings,
+                                            on_event=self.view.on_event)
+            else:
+                session = VoiceSession(self.turns, audio, self.engines,
+                                       settings=self.voice_settings, clock=self.clock,
+                                       on_event=self.view.on_event)
             self.session = session
             self.sessions += 1
             run = asyncio.create_task(session.run(), name="voice-chat.session")
@@ -355,28 +366,29 @@ async def _chat(flow_spec: str | None, model: str | None, audio_settings: LocalA
     from rich.live import Live
     from voxflow_voice.engines import VoiceEngines
 
-    from voxflow.turns import TurnRunner
-
     console = Console()
     backend = SoundDeviceBackend()  # PortAudio missing: fails here, before the models load
     devices = (backend.describe("input", audio_settings.input_device),
                backend.describe("output", audio_settings.output_device))
     voice_settings = chat_voice_settings(settings, headphones=headphones)
     flow = _make_flow(flow_spec, model)
-    turns = TurnRunner(flow)
+    wiring = AssistantWiring(flow)
     with console.status("loading the speech models…"):
         engines = await asyncio.to_thread(VoiceEngines.from_settings, settings)
     view = ChatView(f"voxflow · {type(flow).__name__}", headphones=headphones)
     view.note(f"microphone: {devices[0]} · speakers: {devices[1]}")
-    chat = VoiceChat(turns, engines, view, audio_settings=audio_settings,
+    chat = VoiceChat(wiring, engines, view, audio_settings=audio_settings,
                      voice_settings=voice_settings, backend=backend)
     loop = asyncio.get_running_loop()
     with _keys(loop, chat.on_key) as interactive, Live(view, console=console,
                                                         refresh_per_second=8):
         if not interactive:
             view.note("stdin is not a terminal: keys are off, Ctrl-C quits")
-        await chat.run()
-    messages = len(getattr(turns.flow.state, "messages", []))
+        try:
+            await chat.run()
+        finally:
+            await wiring.aclose()
+    messages = len(getattr(flow.state, "messages", []))
     console.print(f"[dim]call ended · {messages} messages in the conversation · "
                   f"{view.interruptions} interruptions[/]")
     return EXIT_OK
@@ -386,7 +398,7 @@ def _make_flow(flow_spec: str | None, model: str | None) -> Any:
     if flow_spec is None:
         from voxflow.demo import load_example_module
 
-        return load_example_module("assistant.py").assistant_class(model)()
+        return load_example_module("assistant").assistant_class(model)()
     from voxflow._loader import load_flow_class
     from voxflow.errors import ConversationModeError
 

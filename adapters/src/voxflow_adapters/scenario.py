@@ -27,12 +27,14 @@ from voxflow_voice.events import (
 )
 from voxflow_voice.metrics import LatencySummary
 from voxflow_voice.session import Announcer, VoiceSession, VoiceSettings, default_announcer
+from voxflow_voice.wiring import assistant_session
 
 from voxflow.clock import Clock, VirtualClock
 from voxflow.ids import DeliveryId
 from voxflow.jobs import JobRunner
 from voxflow.replies import ReplyQueue
 from voxflow.turns import TurnRunner
+from voxflow.wiring import AssistantWiring
 
 from .script import CallScript
 from .simulated import SimulatedClient, Tape
@@ -96,7 +98,7 @@ class CallResult:
 
 
 async def run_call(
-    turns: TurnRunner,
+    turns: TurnRunner | AssistantWiring | Any,
     script: CallScript,
     engines: VoiceEngines,
     *,
@@ -109,28 +111,49 @@ async def run_call(
     on_session: Callable[[VoiceSession], None] | None = None,
     tail: float = 3.0,
 ) -> CallResult:
-    """Play ``script`` against a voice session for ``turns``' flow and return the result.
+    """Play ``script`` against a voice session and return the result.
 
+    ``turns`` is what answers: a conversational flow instance (wired like every entry
+    point: :class:`~voxflow.wiring.AssistantWiring`, background jobs and announcements
+    included; closed after the call), an ``AssistantWiring`` of your own (its clock is the
+    call's; you close it), or a bare ``TurnRunner`` (with ``replies``/``jobs`` if any).
     Runs on a deterministic :class:`~voxflow.clock.VirtualClock` unless ``clock`` is given.
-    ``on_session`` is called with the session before the call starts (to wire jobs).
+    ``on_session`` is called with the session before the call starts.
     """
+    wiring: AssistantWiring | None = None
+    owned = False
+    if isinstance(turns, AssistantWiring):
+        wiring = turns
+        clock = wiring.clock
+    elif not isinstance(turns, TurnRunner):
+        clock = clock if clock is not None else VirtualClock(autojump=True)
+        wiring, owned = AssistantWiring(turns, clock=clock), True
     clock = clock if clock is not None else VirtualClock(autojump=True)
     client = SimulatedClient(script, clock=clock, tail=tail)
-    await client.render(engines.tts)
-    session = VoiceSession(
-        turns, client, engines, settings=settings, clock=clock, replies=replies, jobs=jobs,
-        announcer=announcer, on_event=on_event,
-    )
-    if on_session is not None:
-        on_session(session)
-    entered = clock if isinstance(clock, VirtualClock) else None
-    if entered is not None:
-        await entered.__aenter__()
     try:
-        async with client:
-            await session.run()
-    finally:
+        await client.render(engines.tts)
+        if wiring is not None:
+            session = assistant_session(wiring, client, engines, settings=settings,
+                                        on_event=on_event)
+        else:
+            assert isinstance(turns, TurnRunner)
+            session = VoiceSession(
+                turns, client, engines, settings=settings, clock=clock, replies=replies,
+                jobs=jobs, announcer=announcer, on_event=on_event,
+            )
+        if on_session is not None:
+            on_session(session)
+        entered = clock if isinstance(clock, VirtualClock) else None
         if entered is not None:
-            await entered.__aexit__(None, None, None)
+            await entered.__aenter__()
+        try:
+            async with client:
+                await session.run()
+        finally:
+            if entered is not None:
+                await entered.__aexit__(None, None, None)
+    finally:
+        if owned and wiring is not None:
+            await wiring.aclose()
     await asyncio.sleep(0)
     return CallResult(session=session, client=client)

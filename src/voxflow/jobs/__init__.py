@@ -2,11 +2,17 @@
 
 Records and rules (:class:`JobRecord`, :class:`JobState`, :class:`JobUpdate`,
 :func:`add_job`, :func:`commit_job_update`) are pure and synchronous; the caller
-serialises them with ``JobRunner.state_lock``. :class:`JobRunner` admits jobs, runs
+serialises them with ``JobRunner.state_lock``. The short way to write one:
+:func:`background_job` (:mod:`voxflow.jobs.background`). :class:`JobRunner` admits jobs, runs
 each :class:`JobWorkFlow` worker in a thread and commits its updates; its module
 docstring (:mod:`voxflow.jobs.runner`) states the lock model.
 """
 
+from voxflow.jobs.background import BackgroundJob as BackgroundJob
+from voxflow.jobs.background import JobContext as JobContext
+from voxflow.jobs.background import JobFunction as JobFunction
+from voxflow.jobs.background import announce_jobs as announce_jobs
+from voxflow.jobs.background import background_job as background_job
 from voxflow.jobs.records import JobRecord as JobRecord
 from voxflow.jobs.records import JobState as JobState
 from voxflow.jobs.records import JobStatus as JobStatus
@@ -21,6 +27,9 @@ from voxflow.jobs.work import JobWorkState as JobWorkState
 from voxflow.jobs.work import Publisher as Publisher
 
 __all__ = [
+    "BackgroundJob",
+    "JobContext",
+    "JobFunction",
     "JobRecord",
     "JobRunner",
     "JobState",
@@ -32,5 +41,7 @@ __all__ = [
     "MakeWork",
     "Publisher",
     "add_job",
+    "announce_jobs",
+    "background_job",
     "commit_job_update",
 ]

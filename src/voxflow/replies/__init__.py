@@ -3,6 +3,8 @@
 See :mod:`voxflow.replies.queue` for the lock model and the delivery pattern.
 """
 
+from voxflow.replies.announced import INTERRUPTED_MARK as INTERRUPTED_MARK
+from voxflow.replies.announced import record_announcement as record_announcement
 from voxflow.replies.queue import ReplyQueue as ReplyQueue
 from voxflow.replies.records import MAX_CLIENT_SEQ as MAX_CLIENT_SEQ
 from voxflow.replies.records import MAX_CLIENT_SEQ_STEP as MAX_CLIENT_SEQ_STEP
@@ -16,6 +18,7 @@ from voxflow.replies.records import ReplyQueueStatistics as ReplyQueueStatistics
 from voxflow.replies.records import SettleStatus as SettleStatus
 
 __all__ = [
+    "INTERRUPTED_MARK",
     "MAX_CLIENT_SEQ",
     "MAX_CLIENT_SEQ_STEP",
     "ClientActivity",
@@ -27,4 +30,5 @@ __all__ = [
     "ReplyQueueState",
     "ReplyQueueStatistics",
     "SettleStatus",
+    "record_announcement",
 ]

@@ -12,13 +12,12 @@ from typing import Any
 
 from voxflow.conversation import ConversationMessage
 from voxflow.ids import DeliveryId, TurnId
+from voxflow.replies.announced import INTERRUPTED_MARK
 
 from .heard import HeardReply
 
 __all__ = ["INTERRUPTED_MARK", "record_heard"]
 
-INTERRUPTED_MARK = "[interrupted by the user]"
-"""Appended to a cut reply's content, so the model sees where the user stopped it."""
 
 
 def record_heard(state: Any, turn_id: TurnId, delivery_id: DeliveryId, heard: HeardReply) -> None:

@@ -11,7 +11,7 @@ Three tasks run in one task group (the caller owns the session's lifetime):
   soon as it is complete, and every chunk goes through the fenced
   :class:`~voxflow_voice.playback.Playback`; then drain → finish → settle history;
 * **observe**: the adapter's receipts, drains and mute changes → playback accounting and
-  the client's floor state;
+  the client's floor state (a mute cuts the reply or announcement playing, by identity);
 
 plus **floor** (:class:`~voxflow_voice.floor.FloorReporter`: the user's recording,
 playback, mute and pending turns, reported to the ``ReplyQueue`` as ``ClientActivity``)
@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -47,7 +47,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from voxflow.clock import Clock, MonotonicClock
 from voxflow.flow import RollbackPoint
 from voxflow.ids import DeliveryId, SessionId, TurnId, new_turn_id
-from voxflow.jobs import JobRecord, JobRunner
+from voxflow.jobs import JobRunner
 from voxflow.replies import ReplyQueue
 from voxflow.settings import Settings
 from voxflow.turns import ReplyEvent, TurnRunner
@@ -205,7 +205,7 @@ class VoiceSession:
         self._floor = FloorReporter(lambda: self.session_id, replies, self._lock)
         self._delivery = AnnouncementDelivery(
             replies, self._lock, self._floor, self._speaking, self._announce,
-            jobs=self._flow_jobs, announcer=announcer,
+            jobs=lambda: getattr(self.turns.flow.state, "jobs", {}).values(), announcer=announcer,
             enabled=self.settings.announcements, gone=lambda: self._input_ended,
         )
         self._speaker = ReplySpeaker(
@@ -542,6 +542,8 @@ class VoiceSession:
             elif isinstance(obs, MuteChanged):
                 self._floor.muted_changed(obs.muted)
                 self._emit(MuteObserved(session_id=self.session_id, at=obs.at, muted=obs.muted))
+                if obs.muted and self._reply is not None:  # a mute cuts what is playing
+                    await self._speaker.cut(self._reply, "The user muted the microphone.")
 
     # -- deliver --------------------------------------------------------------------
 
@@ -556,10 +558,6 @@ class VoiceSession:
         holds), so every snapshot can simply offer every completed job.
         """
         await self._delivery.offer_completed()
-
-    def _flow_jobs(self) -> Iterable[JobRecord]:
-        jobs: dict[Any, JobRecord] = getattr(self.turns.flow.state, "jobs", {})
-        return jobs.values()
 
     async def _announce(
         self, turn_id: TurnId, delivery_id: DeliveryId, events: Sequence[ReplyEvent]

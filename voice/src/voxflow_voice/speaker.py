@@ -16,7 +16,8 @@ same path, with its state in one :class:`SpokenReply` record:
   the last chunk handed over, the delivery is sealed, then played whole or fenced;
 * **settle** (:meth:`ReplySpeaker.settle_history`): ``ReplyFinished``, or
   ``ReplyInterrupted`` with what the user heard, which the flow's history keeps (cut
-  at the last word played).
+  at the last word played); a heard announcement is appended to it
+  (:func:`voxflow.replies.record_announcement`).
 
 :meth:`ReplySpeaker.cut` interrupts a reply (barge-in, the client gone): its audio is
 fenced first, then its synthesis cancelled and its generation interrupted through the
@@ -38,7 +39,7 @@ from typing import TypeVar
 
 from voxflow.clock import Clock, VirtualClock
 from voxflow.ids import DeliveryId, SessionId, TurnId
-from voxflow.replies import ReplyQueue
+from voxflow.replies import ReplyQueue, record_announcement
 from voxflow.turns import ReplyEvent, TurnRunner
 
 from .echo import EchoGate
@@ -309,6 +310,15 @@ class ReplySpeaker:
                 async with self._lock:
                     record_heard(self._turns.flow.state, reply.turn_id, reply.delivery_id,
                                  heard)
+        if reply.announcement:  # heard announcements are conversation too
+            cut = not played or reply.failed
+            async with self._lock:
+                record_announcement(
+                    self._turns.flow, reply.delivery_id,
+                    heard_text=heard.text if cut else heard.full_text,
+                    full_text=heard.full_text, interrupted=cut,
+                    heard_seconds=heard.heard_seconds,
+                )
         self._playback.forget(reply.delivery_id)
 
     # -- interrupt ----------------------------------------------------------------------

@@ -9,7 +9,6 @@ assistant (reactive steps), so the call reads the same in real time and in virtu
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,13 +16,11 @@ from typing import Any
 
 from voxflow_voice.engines import VoiceEngines
 from voxflow_voice.events import SessionEvent
-from voxflow_voice.session import VoiceSession, VoiceSettings
+from voxflow_voice.session import VoiceSettings
 
 from voxflow.clock import Clock, VirtualClock
 from voxflow.demo import load_example_module
-from voxflow.jobs import JobRunner, JobWorkState
-from voxflow.replies import ReplyQueue
-from voxflow.turns import TurnRunner
+from voxflow.wiring import AssistantWiring
 
 from ..scenario import CallResult, run_call
 from ..script import CallScript
@@ -56,9 +53,9 @@ def demo_script(wavs: list[Path] | None = None) -> CallScript:
         .user_says(0.5, hello[0], audio=hello[1])
         .then_says(can[0], audio=can[1], gap=0.6)
         .then_says(order[0], audio=order[1], gap=0.6)
-        # The caller mutes while the "checking" answer plays; the job finishes during
+        # The caller mutes once the "checking" answer was heard; the job finishes during
         # the mute, so its announcement waits for the unmute.
-        .then_mutes(4.0, after="reply_start", gap=0.5)
+        .then_mutes(4.0, after="reply_end", gap=0.3)
         .then_says(story[0], audio=story[1], after="reply_end", gap=0.8)
         .then_says(stop[0], audio=stop[1], after="reply_start", gap=3.0)  # barge-in
         .then_says(bye[0], audio=bye[1], gap=0.6)
@@ -85,28 +82,12 @@ async def run_demo_call(
     settings: VoiceSettings | None = None,
 ) -> DemoCall:
     """Run the demo call against the example assistant and return what happened."""
-    example = load_example_module("assistant.py")
-    flow = example.assistant_class(model)()
-    turns = TurnRunner(flow)
-    replies = ReplyQueue(turns)
-    loop = asyncio.get_running_loop()
-    holder: dict[str, VoiceSession] = {}
+    # The lookup outlasts the caller's pause before the mute: its result comes in muted.
+    flow = load_example_module("assistant").assistant_class(model, lookup_seconds=4.0)()
     job_log: list[tuple[float, str, str]] = []
     seen: dict[str, str] = {}
 
-    def pause(seconds: float) -> None:  # the worker waits on the call's own clock
-        asyncio.run_coroutine_threadsafe(clock.sleep(seconds), loop).result()
-
-    def make_work(job: Any, inputs: Any, publish: Any) -> Any:
-        state_cls: Any = JobWorkState[example.OrderJob]  # type: ignore[name-defined]
-        work = example.OrderLookup(
-            state=state_cls(job=job), publish=publish,
-            suppress_flow_events=True,
-        )
-        work.pause = pause
-        return work
-
-    async def on_update(snapshot: dict[str, Any]) -> None:
+    async def log_jobs(snapshot: dict[str, Any]) -> None:
         for job in snapshot["jobs"]:
             status = str(job["status"])
             if seen.get(job["job_id"]) != status:
@@ -115,18 +96,11 @@ async def run_demo_call(
                 job_log.append(entry)
                 if on_job is not None:
                     on_job(*entry)
-        await holder["session"].on_job_update(snapshot)
 
-    jobs = JobRunner(flow.state, make_work, on_update=on_update)
-    flow.start_job = lambda job: jobs.submit(job, {})
-    try:
-        result = await run_call(
-            turns, demo_script(wavs), engines, clock=clock, settings=settings,
-            replies=replies, jobs=jobs, on_event=on_event,
-            on_session=lambda s: holder.__setitem__("session", s), tail=1.5,
-        )
-    finally:
-        await jobs.aclose()
+    async with AssistantWiring(flow, clock=clock) as wiring:
+        wiring.subscribe(log_jobs)
+        result = await run_call(wiring, demo_script(wavs), engines, settings=settings,
+                                on_event=on_event, tail=1.5)
     return DemoCall(result=result, flow=flow, job_log=job_log)
 
 

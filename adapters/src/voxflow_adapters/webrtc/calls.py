@@ -5,15 +5,13 @@ A :data:`CallFactory` is called once per accepted offer. The engines are the ser
 loaded once and shared by every call; everything else (flow state, turns, replies, jobs,
 the session) is the call's own and is closed with it.
 
-* :func:`flow_call_factory`: any conversational Flow class (a reply queue when its state
-  is a ``ReplyQueueState``);
-* :func:`assistant_call_factory`: the example assistant with its background order
-  lookup wired to a ``JobRunner``, as in ``voxflow demo``.
+* :func:`flow_call_factory`: any conversational Flow class, wired by
+  :class:`~voxflow.wiring.AssistantWiring` (reply queue, jobs, announcements);
+* :func:`assistant_call_factory`: the example assistant, as in ``voxflow demo``.
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,12 +20,12 @@ from voxflow_voice.engines import VoiceEngines
 from voxflow_voice.events import SessionEvent
 from voxflow_voice.session import VoiceSession, VoiceSettings
 from voxflow_voice.transport import AudioTransport
+from voxflow_voice.wiring import assistant_session
 
 from voxflow.clock import Clock
-from voxflow.jobs import JobRunner, JobWorkState
-from voxflow.replies import ReplyQueue, ReplyQueueState
+from voxflow.jobs import JobRunner
 from voxflow.settings import Settings
-from voxflow.turns import TurnRunner
+from voxflow.wiring import AssistantWiring
 
 __all__ = [
     "WEBRTC_VOICE_SETTINGS",
@@ -92,8 +90,10 @@ CallFactory = Callable[[AudioTransport, VoiceEngines, Clock, EventSink], Awaitab
 def flow_call_factory(
     flow_class: type[Any], *, settings: VoiceSettings | None = None
 ) -> CallFactory:
-    """Calls answered by a fresh ``flow_class()`` each (``settings``: the voice settings
-    of every call, :data:`WEBRTC_VOICE_SETTINGS` if None).
+    """Calls answered by a fresh ``flow_class()`` each, wired like every entry point
+    (:class:`~voxflow.wiring.AssistantWiring`: reply queue, background jobs and
+    announcements when its state has them); ``settings``: the voice settings of every
+    call, :data:`WEBRTC_VOICE_SETTINGS` if None.
 
     Raises:
         TypeError: ``flow_class`` is not a class.
@@ -105,14 +105,12 @@ def flow_call_factory(
     async def make(
         transport: AudioTransport, engines: VoiceEngines, clock: Clock, on_event: EventSink
     ) -> Call:
-        flow = flow_class()
-        if not getattr(flow, "conversational", False):
-            raise TypeError(f"{flow_class.__name__} is not a conversational flow")
-        turns = TurnRunner(flow)
-        replies = ReplyQueue(turns) if isinstance(flow.state, ReplyQueueState) else None
-        session = VoiceSession(turns, transport, engines, settings=settings, clock=clock,
-                               replies=replies, on_event=on_event)
-        return Call(session=session, flow=flow)
+        wiring = AssistantWiring(flow_class(), clock=clock)
+        session = assistant_session(wiring, transport, engines, settings=settings,
+                                    on_event=on_event)
+        call = Call(session=session, flow=wiring.flow, jobs=wiring.jobs)
+        call._closers.append(wiring.aclose)
+        return call
 
     return make
 
@@ -121,8 +119,8 @@ def assistant_call_factory(
     model: str | None = None, *, settings: VoiceSettings | None = None,
     work_seconds: float | None = None,
 ) -> CallFactory:
-    """Calls answered by the example assistant (``examples/assistant.py``), its order
-    lookups run as background jobs and announced when the floor is free.
+    """Calls answered by the example assistant (:mod:`voxflow.examples.assistant`), its
+    order lookups run as background jobs and announced when the floor is free.
 
     Args:
         model: a litellm model for open questions (None: rule-based, no key needed).
@@ -131,39 +129,6 @@ def assistant_call_factory(
     """
     from voxflow.demo import load_example_module
 
-    example = load_example_module("assistant.py")
-    flow_class = example.assistant_class(model)
-    settings = settings if settings is not None else WEBRTC_VOICE_SETTINGS
-
-    async def make(
-        transport: AudioTransport, engines: VoiceEngines, clock: Clock, on_event: EventSink
-    ) -> Call:
-        flow = flow_class()
-        turns = TurnRunner(flow)
-        replies = ReplyQueue(turns)
-        holder: dict[str, VoiceSession] = {}
-
-        def make_work(job: Any, inputs: Any, publish: Any) -> Any:
-            state_cls: Any = JobWorkState[example.OrderJob]  # type: ignore[name-defined]
-            work = example.OrderLookup(state=state_cls(job=job), publish=publish,
-                                       suppress_flow_events=True)
-            work.pause = time.sleep  # the worker runs in a thread: real seconds
-            if work_seconds is not None:
-                work.work_seconds = work_seconds
-            return work
-
-        async def on_update(snapshot: dict[str, Any]) -> None:
-            session = holder.get("session")
-            if session is not None:
-                await session.on_job_update(snapshot)
-
-        jobs = JobRunner(flow.state, make_work, on_update=on_update)
-        flow.start_job = lambda job: jobs.submit(job, {})
-        session = VoiceSession(turns, transport, engines, settings=settings, clock=clock,
-                               replies=replies, jobs=jobs, on_event=on_event)
-        holder["session"] = session
-        call = Call(session=session, flow=flow, jobs=jobs)
-        call._closers.append(jobs.aclose)
-        return call
-
-    return make
+    example = load_example_module("assistant")
+    return flow_call_factory(example.assistant_class(model, lookup_seconds=work_seconds),
+                             settings=settings)

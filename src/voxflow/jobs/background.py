@@ -1,0 +1,317 @@
+"""Background jobs written as async functions: declared once, started from a handler in
+one line, announced when the speaking floor is free.
+
+::
+
+    @background_job
+    async def look_up_order(job: JobContext, order_number: str) -> str:
+        await job.sleep(2.0)                    # the session's clock (virtual in tests)
+        return f"Order {order_number} has shipped."   # the text to announce
+
+    class Shop(Flow[AssistantState]):
+        @listen("order")
+        def handle_order(self) -> str:
+            look_up_order.start(self, order_number="417")
+            return "I'm checking your order."
+
+``start`` fills in what the job needs to be announced: the session (``state.id``), the
+origin turn (the turn running now) and the first revision; it registers the record
+(:class:`BackgroundJob`, in ``state.jobs``) and submits it to the session's
+:class:`~voxflow.jobs.JobRunner`. The function runs on the session's event loop (its
+sleeps on the session clock); the string it returns is the job's ``announcement``,
+spoken by the session once the floor is free (:func:`announce_jobs`). A job whose result
+could never be announced is refused at ``start`` with :class:`JobNotAnnounceableError`
+naming the reason.
+
+The session wiring (:class:`voxflow.wiring.AssistantWiring`: ``voxflow demo``, ``chat``,
+``serve``, ``run_call``) binds the runner, clock and loop to the flow
+(:func:`bind_jobs`); nothing else is needed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import functools
+import inspect
+import weakref
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, overload
+
+from pydantic import Field, JsonValue, TypeAdapter, ValidationError
+
+from voxflow.clock import Clock
+from voxflow.errors import JobNotAnnounceableError, ResourceClosedError
+from voxflow.flow.dsl import start
+from voxflow.ids import TurnId
+from voxflow.jobs.records import JobRecord, JobState, add_job
+from voxflow.jobs.runner import JobRunner
+from voxflow.jobs.work import JobWorkFlow, JobWorkState, Publisher
+
+__all__ = [
+    "BackgroundJob",
+    "JobBinding",
+    "JobContext",
+    "JobFunction",
+    "announce_jobs",
+    "background_job",
+    "bind_jobs",
+]
+
+_INPUTS: TypeAdapter[dict[str, JsonValue]] = TypeAdapter(dict[str, JsonValue])
+
+
+class BackgroundJob(JobRecord):
+    """The record of a job started with :meth:`JobFunction.start`.
+
+    Attributes:
+        inputs: the keyword arguments the function was started with (JSON values).
+        announcement: the text the function returned: what the session says.
+    """
+
+    output_fields: ClassVar[frozenset[str]] = frozenset({"announcement"})
+    inputs: dict[str, JsonValue] = Field(default_factory=dict)
+    announcement: str = ""
+
+
+class JobContext:
+    """What a running job function gets as its first argument.
+
+    Attributes:
+        job: a copy of the job's record (identity, kind, inputs).
+        clock: the session's clock.
+    """
+
+    def __init__(self, job: BackgroundJob, clock: Clock, work: JobWorkFlow[Any]) -> None:
+        self.job = job
+        self.clock = clock
+        self._work = work
+
+    async def sleep(self, seconds: float) -> None:
+        """Wait ``seconds`` on the session's clock (virtual time in deterministic calls)."""
+        await self.clock.sleep(seconds)
+
+    @property
+    def stop_requested(self) -> bool:
+        """True once the session is closing: return (or raise) soon."""
+        return self._work.stop_requested
+
+    def __repr__(self) -> str:
+        return f"JobContext(kind={self.job.kind!r}, job_id={self.job.job_id!r})"
+
+
+JobCallable = Callable[..., Awaitable[str]]
+
+
+class JobFunction:
+    """An async function declared as a background job (see :func:`background_job`).
+
+    Calling it directly (``await fn(ctx, **inputs)``) runs the function; :meth:`start`
+    runs it as a job of the flow's session.
+    """
+
+    def __init__(self, fn: JobCallable, kind: str) -> None:
+        if not inspect.iscoroutinefunction(fn):
+            raise TypeError(
+                f"@background_job needs an async function, got {getattr(fn, '__name__', fn)!r}"
+            )
+        if not isinstance(kind, str) or not kind.strip():
+            raise ValueError("kind must be a non-empty string")
+        self.fn = fn
+        self.kind = kind
+        self.__doc__ = fn.__doc__
+        self.__name__ = fn.__name__
+
+    async def __call__(self, job: JobContext, /, **inputs: Any) -> str:
+        return await self.fn(job, **inputs)
+
+    def start(self, flow: Any, /, **inputs: Any) -> BackgroundJob:
+        """Start this job for ``flow``'s session, from one of its turn handlers.
+
+        Args:
+            flow: the conversational flow whose handler is running (``self``).
+            inputs: the function's keyword arguments (JSON values: they are stored in
+                the job record).
+
+        Returns:
+            The registered record (``state.jobs[job.job_id]``), status ``queued``.
+
+        Raises:
+            JobNotAnnounceableError: no job runner is wired for ``flow``, its state has
+                no reply queue or does not hold :class:`BackgroundJob` records, or no turn
+                is running (the announcement belongs to the turn that asked).
+            TypeError: an input is not a JSON value.
+        """
+        where = f"{self.kind} for {type(flow).__name__}"
+        state = flow.state
+        problem = _state_problem(state)
+        if problem is not None:
+            raise JobNotAnnounceableError(f"cannot start {where}: {problem}")
+        binding = _BINDINGS.get(flow)
+        if binding is None:
+            raise JobNotAnnounceableError(
+                f"cannot start {where}: no job runner is wired for this flow; run it "
+                "through voxflow.wiring.AssistantWiring (voxflow demo/chat/serve and "
+                "voxflow_adapters.scenario.run_call do it for you)"
+            )
+        turn_id = binding.current_turn()
+        if turn_id is None:
+            raise JobNotAnnounceableError(
+                f"cannot start {where}: no turn is running; start jobs from a turn's "
+                "handler (the announcement answers that turn)"
+            )
+        try:
+            values = _INPUTS.validate_python(dict(inputs))
+        except ValidationError as exc:
+            raise TypeError(f"{where}: inputs must be JSON values ({exc.errors()[0]['msg']})"
+                            ) from None
+        job = BackgroundJob(session_id=state.id, origin_turn_id=turn_id, kind=self.kind,
+                            inputs=values)
+        if not add_job(state, job):
+            raise JobNotAnnounceableError(f"cannot start {where}: the job was not registered")
+        binding.functions[self.kind] = self
+        binding.runner.submit(job, values)
+        return job
+
+    def __repr__(self) -> str:
+        return f"JobFunction({self.kind!r})"
+
+
+@overload
+def background_job(fn: JobCallable, /) -> JobFunction: ...
+
+
+@overload
+def background_job(*, kind: str | None = None) -> Callable[[JobCallable], JobFunction]: ...
+
+
+def background_job(
+    fn: JobCallable | None = None, /, *, kind: str | None = None
+) -> JobFunction | Callable[[JobCallable], JobFunction]:
+    """Declare an async function ``fn(job: JobContext, **inputs) -> str`` as a background
+    job; the returned text is announced. ``kind`` labels its records (default: the
+    function's module and name).
+
+    Use as ``@background_job`` or ``@background_job(kind="order_lookup")``.
+    """
+
+    def wrap(f: JobCallable) -> JobFunction:
+        return JobFunction(f, kind if kind is not None else f"{f.__module__}.{f.__qualname__}")
+
+    return wrap(fn) if fn is not None else wrap
+
+
+def _state_problem(state: Any) -> str | None:
+    from voxflow.replies.records import ReplyQueueState  # (replies imports jobs)
+
+    if not isinstance(state, ReplyQueueState):
+        return ("its state has no reply queue to announce the result; derive the state "
+                "from voxflow.wiring.AssistantState")
+    if not isinstance(state, JobState):
+        return "its state holds no jobs; derive the state from voxflow.wiring.AssistantState"
+    annotation = type(state).model_fields["jobs"].annotation
+    if "BackgroundJob" not in str(annotation):
+        return (f"its state holds {annotation} records, not BackgroundJob; derive the state "
+                "from voxflow.wiring.AssistantState")
+    return None
+
+
+def announce_jobs(jobs: Sequence[JobRecord]) -> str:
+    """The text of an announcement: each job's ``announcement`` (what its function
+    returned), in order.
+
+    Raises:
+        ValueError: a job has no announcement text (nothing explicit to say).
+    """
+    parts: list[str] = []
+    for job in jobs:
+        text = getattr(job, "announcement", None)
+        if not isinstance(text, str) or not text.strip():
+            raise ValueError(
+                f"job {job.job_id} ({job.kind}) has no announcement text: a background "
+                "job function must return the text to say"
+            )
+        parts.append(text.strip())
+    return " ".join(parts)
+
+
+@dataclass(slots=True, eq=False)
+class JobBinding:
+    """What runs a flow's background jobs: its JobRunner, clock, loop and turn ledger.
+
+    Built by the session wiring (:func:`bind_jobs`); ``make_work`` is the runner's.
+    """
+
+    clock: Clock
+    current_turn: Callable[[], TurnId | None]
+    loop: asyncio.AbstractEventLoop
+    runner: JobRunner = field(init=False)
+    functions: dict[str, JobFunction] = field(default_factory=dict)
+
+    def make_work(self, job: Any, inputs: dict[str, Any], publish: Publisher) -> Any:
+        """``JobRunner``'s ``make_work``: the worker that runs one job's function."""
+        function = self.functions.get(job.kind)
+        if function is None or not isinstance(job, BackgroundJob):
+            raise LookupError(f"no background job function {job.kind!r} was started here")
+        work: Any = _work_class()(state=JobWorkState[BackgroundJob](job=job), publish=publish,
+                                  suppress_flow_events=True)
+        work.binding = self
+        work.function = function
+        work.inputs = dict(inputs)
+        return work
+
+
+_BINDINGS: weakref.WeakKeyDictionary[Any, JobBinding] = weakref.WeakKeyDictionary()
+
+
+def bind_jobs(flow: Any, binding: JobBinding) -> None:
+    """Let ``flow``'s handlers start jobs on ``binding`` (the session wiring calls it)."""
+    _BINDINGS[flow] = binding
+
+
+@functools.cache
+def _work_class() -> type[JobWorkFlow[Any]]:
+    """The worker flow class, built on first use (``import voxflow.jobs`` builds no model)."""
+
+    class _FunctionWork(JobWorkFlow[JobWorkState[BackgroundJob]]):
+        """Runs a job function on the session loop and publishes its stages and result."""
+
+        binding: JobBinding | None = None
+        function: JobFunction | None = None
+        inputs: Mapping[str, Any] = {}
+        _future: concurrent.futures.Future[str] | None = None
+
+        @start()
+        def run(self) -> None:
+            binding, function = self.binding, self.function
+            assert binding is not None and function is not None
+            self.check_open()
+            self.publish_update("started")
+            self.publish_update("stage_started", stage="run")
+            job: BackgroundJob = self.state.job
+            context = JobContext(job.model_copy(deep=True), binding.clock, self)
+            self._future = asyncio.run_coroutine_threadsafe(
+                function(context, **self.inputs), binding.loop
+            )
+            if self.stop_requested:
+                self._future.cancel()
+            try:
+                text = self._future.result()
+            except concurrent.futures.CancelledError:
+                raise ResourceClosedError("the session closed while the job ran") from None
+            if not isinstance(text, str) or not text.strip():
+                raise TypeError(
+                    f"background job {function.kind} returned {type(text).__name__}, not the "
+                    "text to announce (a non-empty str)"
+                )
+            self.check_open()
+            self.publish_update("stage_completed", stage="run", outputs={"announcement": text})
+            self.publish_update("completed")
+
+        def request_stop(self) -> None:
+            super().request_stop()
+            if self._future is not None:
+                self._future.cancel()
+
+    return _FunctionWork

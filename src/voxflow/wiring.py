@@ -1,0 +1,238 @@
+"""One assistant call, wired in one place: flow → TurnRunner, ReplyQueue, JobRunner and
+announcer.
+
+Every entry point builds its call here (``voxflow demo``, text ``voxflow chat``,
+``chat --voice``, ``serve``, and ``voxflow_adapters.scenario.run_call`` given a flow),
+so they all run the same assistant: background jobs started from handlers
+(:func:`~voxflow.jobs.background_job`), their results announced once the speaking floor
+is free, and each heard announcement kept in the history
+(:func:`~voxflow.replies.record_announcement`).
+
+* A voice session takes ``wiring.turns``, ``replies``, ``jobs`` and ``announcer`` and
+  subscribes its ``on_job_update`` (:func:`voxflow_voice.wiring.assistant_session`).
+* Text chat (:func:`chat_text`) runs turns with :meth:`AssistantWiring.text_turn` and,
+  before each prompt, speaks what is ready with :meth:`AssistantWiring.announce_ready`.
+
+The core never names an adapter: the voice side of the wiring lives in
+``voxflow_voice.wiring``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+from voxflow.clock import Clock, MonotonicClock
+from voxflow.jobs import JobRecord, JobRunner, JobState, MakeWork
+from voxflow.jobs.background import BackgroundJob, JobBinding, announce_jobs, bind_jobs
+from voxflow.replies import ReplyQueue, ReplyQueueState, record_announcement
+from voxflow.turns import TurnRunner
+
+__all__ = ["AssistantState", "AssistantWiring", "chat_text"]
+
+logger = logging.getLogger("voxflow.wiring")
+
+Subscriber = Callable[[dict[str, Any]], Awaitable[Any]]
+
+
+class AssistantState(ReplyQueueState, JobState[BackgroundJob]):
+    """A session's state for an assistant with background jobs: the conversation, turn
+    and reply records, the reply queue and the jobs started with ``background_job``."""
+
+
+class AssistantWiring:
+    """One call of a conversational flow, with its turns, reply queue and jobs.
+
+    Args:
+        flow: a conversational flow instance (one per call).
+        clock: the call's clock (a ``VirtualClock`` in deterministic runs; monotonic if
+            None); background jobs sleep on it.
+        make_work: builds workers for your own ``JobRecord`` kinds (jobs started with
+            :func:`~voxflow.jobs.background_job` need nothing).
+
+    A reply queue is built when the state is a ``ReplyQueueState`` and a ``JobState``, a
+    job runner when it is a ``JobState``. Construct it inside async code (the job runner
+    belongs to the running loop).
+
+    Raises:
+        TypeError: ``flow`` is not a conversational flow.
+        RuntimeError: no event loop is running.
+    """
+
+    def __init__(
+        self, flow: Any, *, clock: Clock | None = None, make_work: MakeWork | None = None
+    ) -> None:
+        if not getattr(flow, "conversational", False):
+            raise TypeError(f"{type(flow).__name__} is not a conversational flow")
+        self.flow = flow
+        self.clock: Clock = clock if clock is not None else MonotonicClock()
+        self.turns = TurnRunner(flow, clock=self.clock)
+        state = flow.state
+        self.replies: ReplyQueue | None = (
+            ReplyQueue(self.turns)
+            if isinstance(state, ReplyQueueState) and isinstance(state, JobState) else None
+        )
+        self.announcer: Callable[[Sequence[JobRecord]], str] = announce_jobs
+        self._subscribers: list[Subscriber] = []
+        self._warned: set[str] = set()
+        self.jobs: JobRunner | None = None
+        if isinstance(state, JobState):
+            binding = JobBinding(clock=self.clock, current_turn=self.turns.running_turn_id,
+                                 loop=asyncio.get_running_loop())
+            custom = make_work
+
+            def work(job: Any, inputs: dict[str, Any], publish: Any) -> Any:
+                if custom is not None and not isinstance(job, BackgroundJob):
+                    return custom(job, inputs, publish)
+                return binding.make_work(job, inputs, publish)
+
+            self.jobs = JobRunner(state, work, on_update=self._on_update)
+            binding.runner = self.jobs
+            bind_jobs(flow, binding)
+        self.state_lock: asyncio.Lock = (
+            self.jobs.state_lock if self.jobs is not None else asyncio.Lock()
+        )
+
+    # -- jobs -------------------------------------------------------------------------
+
+    def subscribe(self, callback: Subscriber) -> None:
+        """Await ``callback(snapshot)`` after every job change (a voice session's
+        ``on_job_update``)."""
+        if not callable(callback):
+            raise TypeError("callback must be an async callable")
+        self._subscribers.append(callback)
+
+    async def _on_update(self, snapshot: dict[str, Any]) -> None:
+        self._warn_unannounceable()
+        for callback in list(self._subscribers):
+            await callback(snapshot)
+
+    def _warn_unannounceable(self) -> None:
+        state = self.flow.state
+        for job in list(getattr(state, "jobs", {}).values()):
+            if job.status != "completed" or job.job_id in self._warned:
+                continue
+            reason = None
+            if self.replies is None:
+                reason = (f"{type(state).__name__} has no reply queue (derive it from "
+                          "voxflow.wiring.AssistantState)")
+            elif job.origin_turn_id is None:
+                reason = "its record has no origin_turn_id (the turn that asked for it)"
+            elif job.origin_turn_id not in state.turns:
+                reason = f"its origin turn {job.origin_turn_id} is not a turn of this session"
+            if reason is not None:
+                self._warned.add(job.job_id)
+                logger.warning("job %s (%s) completed but cannot be announced: %s",
+                               job.job_id, job.kind, reason)
+
+    async def wait_for_jobs(self, seconds: float) -> bool:
+        """Wait (on the call's clock) until no job is queued or running; False if some
+        still are after ``seconds``."""
+        deadline = self.clock.now() + seconds
+        while any(j.status in ("queued", "running")
+                  for j in getattr(self.flow.state, "jobs", {}).values()):
+            if self.clock.now() >= deadline:
+                return False
+            await self.clock.sleep(0.05)
+        return True
+
+    # -- text turns and announcements ---------------------------------------------------
+
+    async def text_turn(self, text: str) -> str:
+        """Run one committed text turn and return the reply text (what a voice call
+        would speak)."""
+        parts: list[str] = []
+        async with self.state_lock:
+            if self.replies is not None:
+                self.replies.set_foreground(True)
+            try:
+                async for event in self.turns.astream_turn(text):
+                    if self.turns.accept_event(event) and event.type == "text" and event.text:
+                        parts.append(event.text)
+            finally:
+                if self.replies is not None:
+                    self.replies.set_foreground(False)
+        return "".join(parts)
+
+    async def announce_ready(self) -> list[str]:
+        """Deliver every announcement that is ready now, as text: each is claimed,
+        prepared, settled ``completed`` and recorded in the history as heard."""
+        if self.replies is None:
+            return []
+        replies, spoken = self.replies, list[str]()
+        async with self.state_lock:
+            for job in list(getattr(self.flow.state, "jobs", {}).values()):
+                if job.status == "completed":
+                    replies.enqueue(job)
+        while True:
+            async with self.state_lock:
+                delivery = replies.claim()
+                if delivery is None:
+                    return spoken
+                try:
+                    events = replies.prepare(delivery.delivery_id, self.announcer)
+                except Exception as exc:
+                    logger.warning("announcement %s failed: %s", delivery.delivery_id, exc)
+                    continue
+                text = "".join(e.text or "" for e in events
+                               if self.turns.accept_event(e) and e.type == "text")
+                if replies.settle(delivery.delivery_id, "completed") and text:
+                    record_announcement(self.flow, delivery.delivery_id, heard_text=text,
+                                        full_text=text, interrupted=False)
+                    spoken.append(text)
+
+    # -- lifetime -----------------------------------------------------------------------
+
+    async def aclose(self) -> None:
+        """Stop the call's background jobs (idempotent)."""
+        if self.jobs is not None:
+            await self.jobs.aclose()
+
+    async def __aenter__(self) -> AssistantWiring:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    def __repr__(self) -> str:
+        return (f"AssistantWiring(flow={type(self.flow).__name__}, "
+                f"replies={self.replies is not None}, jobs={self.jobs!r})")
+
+
+async def chat_text(
+    flow: Any,
+    *,
+    read: Callable[[str], str] = input,
+    write: Callable[[str], Any] = print,
+    prompt: str = "You: ",
+    assistant_prefix: str = "Assistant: ",
+    exit_commands: Sequence[str] = ("exit", "quit"),
+    job_grace: float = 30.0,
+) -> None:
+    """A text chat with ``flow``, wired like a voice call: a finished background job is
+    announced before the next prompt, and at the end of input the chat waits up to
+    ``job_grace`` seconds for running jobs and announces them.
+
+    ``read(prompt)`` returns a line (EOFError ends the chat); ``write`` prints one.
+    """
+    exits = {c.strip().lower() for c in exit_commands}
+    async with AssistantWiring(flow) as wiring:
+        while not getattr(flow.state, "ended", False):
+            for text in await wiring.announce_ready():
+                write(f"{assistant_prefix}{text}")
+            try:
+                line = (await asyncio.to_thread(read, prompt)).strip()
+            except EOFError:
+                break
+            if not line:
+                continue
+            if line.lower() in exits:
+                break
+            write(f"{assistant_prefix}{await wiring.text_turn(line)}")
+        if not getattr(flow.state, "ended", False):  # (an ended call announces nothing)
+            if not await wiring.wait_for_jobs(job_grace):
+                logger.warning("chat ended with background jobs still running")
+            for text in await wiring.announce_ready():
+                write(f"{assistant_prefix}{text}")

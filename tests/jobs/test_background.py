@@ -1,0 +1,229 @@
+"""Background jobs as a first-class API: declared with @background_job, started from a
+handler in one line, announced by the session's wiring (here: text chat)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any, ClassVar
+
+import pytest
+
+from voxflow import Flow, listen, start
+from voxflow.conversation import RouterContext
+from voxflow.errors import JobNotAnnounceableError
+from voxflow.jobs import (
+    BackgroundJob,
+    JobContext,
+    JobRecord,
+    JobState,
+    JobWorkFlow,
+    JobWorkState,
+    add_job,
+    announce_jobs,
+    background_job,
+)
+from voxflow.replies import ReplyQueueState
+from voxflow.turns import TurnState
+from voxflow.wiring import AssistantState, AssistantWiring, chat_text
+
+pytestmark = pytest.mark.unit
+
+
+@background_job
+async def check_flight(job: JobContext, flight: str) -> str:
+    await job.sleep(0.2)
+    return f"Flight {flight} is on time."
+
+
+@background_job(kind="silent")
+async def says_nothing(job: JobContext) -> str:
+    return 42  # type: ignore[return-value]  # (a bug the runner must name)
+
+
+class Travel(Flow[AssistantState]):
+    conversational = True
+    job: ClassVar[Any] = check_flight
+    inputs: ClassVar[dict[str, Any]] = {"flight": "BA 117"}
+
+    def route_turn(self, context: RouterContext) -> str | None:
+        return "flight" if "flight" in (self.state.current_user_message or "") else None
+
+    @listen("flight")
+    def handle_flight(self) -> str:
+        type(self).job.start(self, **type(self).inputs)
+        return "I'm checking your flight."
+
+
+def scripted(lines: list[str]) -> Any:
+    it = iter(lines)
+
+    def read(prompt: str) -> str:
+        try:
+            return next(it)
+        except StopIteration:
+            raise EOFError from None
+
+    return read
+
+
+async def test_a_job_started_from_a_handler_is_announced_and_kept_in_history() -> None:
+    flow, out = Travel(), list[str]()
+    await chat_text(flow, read=scripted(["is my flight on time?"]), write=out.append)
+    assert out == ["Assistant: I'm checking your flight.",
+                   "Assistant: Flight BA 117 is on time."]
+    [job] = flow.state.jobs.values()
+    [turn] = flow.state.turns.values()
+    # session, origin turn and revision were filled in from the turn that asked
+    assert (job.session_id, job.origin_turn_id, job.revision) == (flow.state.id, turn.turn_id, 1)
+    assert job.kind.endswith("check_flight") and job.inputs == {"flight": "BA 117"}
+    assert job.status == "completed" and job.announcement == "Flight BA 117 is on time."
+    said = flow.state.messages[-1]
+    assert (said.role, said.content) == ("assistant", "Flight BA 117 is on time.")
+    assert said.metadata["announcement"] is True and said.metadata["job_ids"] == [job.job_id]
+    [delivery] = flow.state.deliveries.values()
+    assert said.metadata["delivery_id"] == delivery.delivery_id and delivery.status == "completed"
+
+
+async def test_a_finished_job_is_announced_before_the_next_prompt() -> None:
+    flow, out = Travel(), list[str]()
+    lines = iter(["flight?", "thanks"])
+
+    def read(prompt: str) -> str:
+        out.append(prompt)
+        if len(out) == 3:  # the job finishes while the user types the second line
+            asyncio.run_coroutine_threadsafe(asyncio.sleep(0.5), loop).result()
+        try:
+            return next(lines)
+        except StopIteration:
+            raise EOFError from None
+
+    loop = asyncio.get_running_loop()
+    await chat_text(flow, read=read, write=out.append)
+    assert out[:3] == ["You: ", "Assistant: I'm checking your flight.", "You: "]
+    assert out[3].startswith("Assistant: ")  # the answer to "thanks"
+    assert out[4] == "Assistant: Flight BA 117 is on time."
+    assert out[5] == "You: "  # the announcement came before the next prompt
+
+
+async def test_starting_a_job_outside_a_wired_session_names_the_reason() -> None:
+    flow = Travel()
+    with pytest.raises(JobNotAnnounceableError, match="no job runner is wired"):
+        check_flight.start(flow, flight="X")
+    async with AssistantWiring(flow):
+        with pytest.raises(JobNotAnnounceableError, match="no turn is running"):
+            check_flight.start(flow, flight="X")
+    assert flow.state.jobs == {}  # nothing was registered
+
+
+async def test_a_state_without_a_reply_queue_is_refused_at_start() -> None:
+    class Plain(Flow[TurnState]):
+        conversational = True
+
+        @listen("x")
+        def handle_x(self) -> None: ...
+
+    class Other(JobRecord):
+        pass
+
+    class Foreign(ReplyQueueState, JobState[Other]):
+        pass
+
+    class WrongJobs(Flow[Foreign]):
+        conversational = True
+
+        @listen("x")
+        def handle_x(self) -> None: ...
+
+    for cls, reason in ((Plain, "no reply queue"), (WrongJobs, "not BackgroundJob")):
+        flow = cls()
+        async with AssistantWiring(flow) as wiring:
+            turn = wiring.turns.astream_turn("hi")
+            await anext(turn)  # a turn is running now
+            with pytest.raises(JobNotAnnounceableError, match=reason):
+                check_flight.start(flow, flight="X")
+            await turn.aclose()  # type: ignore[attr-defined]
+
+
+async def test_inputs_must_be_json() -> None:
+    class Bad(Travel):
+        inputs: ClassVar[dict[str, Any]] = {"flight": object()}
+
+    flow = Bad()
+    async with AssistantWiring(flow) as wiring:
+        with pytest.raises(TypeError, match="inputs must be JSON values"):
+            await wiring.text_turn("flight please")
+    assert flow.state.jobs == {}
+
+
+async def test_a_job_function_that_returns_no_text_fails_naming_it() -> None:
+    class Quiet(Travel):
+        job: ClassVar[Any] = says_nothing
+        inputs: ClassVar[dict[str, Any]] = {}
+
+    flow = Quiet()
+    async with AssistantWiring(flow) as wiring:
+        await wiring.text_turn("flight")
+        await wiring.wait_for_jobs(5.0)
+        assert await wiring.announce_ready() == []
+    [job] = flow.state.jobs.values()
+    assert job.status == "failed" and "silent returned int" in (job.error or "")
+
+
+def test_announce_jobs_speaks_only_explicit_text() -> None:
+    done = BackgroundJob(session_id="s", announcement=" Done. ")
+    assert announce_jobs([done, done]) == "Done. Done."
+    with pytest.raises(ValueError, match="has no announcement text"):
+        announce_jobs([BackgroundJob(session_id="s")])
+    with pytest.raises(TypeError, match="async function"):
+        background_job(lambda job: "x")  # type: ignore[arg-type]
+
+
+class Lookup(JobRecord):
+    output_fields: ClassVar[frozenset[str]] = frozenset({"announcement"})
+    announcement: str = ""
+
+
+class LookupState(ReplyQueueState, JobState[Lookup]):
+    pass
+
+
+class LookupWork(JobWorkFlow[JobWorkState[Lookup]]):
+    @start()
+    def run(self) -> None:
+        self.publish_update("started")
+        self.publish_update("stage_started", stage="s")
+        self.publish_update("stage_completed", stage="s", outputs={"announcement": "Done."})
+        self.publish_update("completed")
+
+
+class Shop(Flow[LookupState]):
+    conversational = True
+
+    @listen("x")
+    def handle_x(self) -> None: ...
+
+
+async def test_a_completed_job_that_cannot_be_announced_logs_a_warning(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    flow = Shop()
+
+    def make_work(job: Lookup, inputs: Any, publish: Any) -> LookupWork:
+        return LookupWork(state=JobWorkState[Lookup](job=job), publish=publish,
+                          suppress_flow_events=True)
+
+    async with AssistantWiring(flow, make_work=make_work) as wiring:
+        assert wiring.jobs is not None
+        job = Lookup(session_id=flow.state.id)  # no origin turn: nobody asked for it
+        async with wiring.state_lock:
+            assert add_job(flow.state, job)
+        with caplog.at_level(logging.WARNING, logger="voxflow.wiring"):
+            wiring.jobs.submit(job)
+            assert await wiring.wait_for_jobs(5.0)
+            await asyncio.sleep(0.05)
+        assert await wiring.announce_ready() == []
+    assert flow.state.jobs[job.job_id].status == "completed"
+    [record] = [r for r in caplog.records if r.name == "voxflow.wiring"]
+    assert record.levelno == logging.WARNING
+    assert job.job_id in record.getMessage() and "no origin_turn_id" in record.getMessage()
