@@ -12,6 +12,8 @@ variable                                setting                      default
 ``VOXFLOW_STT_MODEL``                   ``stt_model``                ``tiny.en``
 ``VOXFLOW_VOICE``                       ``voice``                    bundled Piper voice
 ``VOXFLOW_END_OF_TURN_SILENCE``         ``end_of_turn_silence``      ``0.6``
+``VOXFLOW_END_OF_TURN_MODEL``           ``end_of_turn_model``        ``none``
+``VOXFLOW_MAX_END_OF_TURN_SILENCE``     ``max_end_of_turn_silence``  ``1.6``
 ``VOXFLOW_MIN_BARGE_IN``                ``min_barge_in``             ``0.3``
 ``VOXFLOW_SPECULATIVE_REPLIES``         ``speculative_replies``      ``true``
 ``VOXFLOW_DEMO_OUT``                    ``demo_out``                 ``voxflow-demo``
@@ -50,6 +52,14 @@ class Settings(BaseModel):
     stt_model: str = Field("tiny.en", description="'tiny.en', 'base' or a model folder")
     voice: Path | None = Field(None, description="a Piper .onnx voice instead of the bundled one")
     end_of_turn_silence: float = Field(0.6, gt=0, le=5, description="silence (s) ending a turn")
+    end_of_turn_model: Literal["none", "smart-turn"] = Field(
+        "none", description="'smart-turn': a model judges each short pause (complete: the turn "
+        "ends at once; else it waits up to max_end_of_turn_silence)",
+    )
+    max_end_of_turn_silence: float = Field(
+        1.6, gt=0, le=10, description="with an end-of-turn model: silence (s) ending a turn it "
+        "judged incomplete",
+    )
     min_barge_in: float = Field(0.3, ge=0, le=5, description="speech (s) that interrupts a reply")
     speculative_replies: bool = Field(
         True, description="answer in the user's pause, spoken once the turn is confirmed"

@@ -78,6 +78,18 @@ from .echo import (
 from .echo import (
     EchoGateStatistics as EchoGateStatistics,
 )
+from .end_of_turn import (
+    EndOfTurnModel as EndOfTurnModel,
+)
+from .end_of_turn import (
+    EndOfTurnVerdict as EndOfTurnVerdict,
+)
+from .end_of_turn import (
+    SmartTurn as SmartTurn,
+)
+from .end_of_turn import (
+    words_verdict as words_verdict,
+)
 from .engines import (
     VoiceEngines as VoiceEngines,
 )
@@ -121,6 +133,9 @@ from .models import (
     find_silero_vad as find_silero_vad,
 )
 from .models import (
+    find_smart_turn as find_smart_turn,
+)
+from .models import (
     find_whisper_model as find_whisper_model,
 )
 from .models import (
@@ -128,6 +143,9 @@ from .models import (
 )
 from .models import (
     load_silero_session as load_silero_session,
+)
+from .models import (
+    load_smart_turn_session as load_smart_turn_session,
 )
 from .models import (
     load_whisper_model as load_whisper_model,
@@ -296,6 +314,8 @@ __all__ = [
     "EchoGate",
     "EchoGateSettings",
     "EchoGateStatistics",
+    "EndOfTurnModel",
+    "EndOfTurnVerdict",
     "EnergyVad",
     "HeardLedger",
     "HeardReply",
@@ -312,6 +332,7 @@ __all__ = [
     "Segment",
     "SegmenterSettings",
     "SileroVad",
+    "SmartTurn",
     "SpeechEnded",
     "SpeechStarted",
     "SttSettings",
@@ -338,10 +359,12 @@ __all__ = [
     "default_cache_dir",
     "find_piper_voice",
     "find_silero_vad",
+    "find_smart_turn",
     "find_whisper_model",
     "float_to_pcm16",
     "load_piper_voice",
     "load_silero_session",
+    "load_smart_turn_session",
     "load_whisper_model",
     "loaded_models",
     "pcm16_to_float",
@@ -351,5 +374,6 @@ __all__ = [
     "summarize",
     "to_mono",
     "unload_models",
+    "words_verdict",
     "write_wav",
 ]

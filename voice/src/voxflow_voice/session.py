@@ -21,8 +21,8 @@ the same speaker path as answers, :meth:`VoiceSession._announce`).
 
 Speculative replies (:mod:`voxflow_voice.speculation`, ``VoiceSettings.speculative_replies``):
 at the user's short pause the session answers what it heard with the audio held, releases
-it the instant the turn's end is confirmed on the same audio, or drops it unheard and rolls
-the flow back if the user speaks on (:meth:`VoiceSession._speculate`).
+it the instant the turn's end is confirmed on the same audio (``VoiceEngines.end_of_turn``
+may confirm it at once), or drops it unheard and rolls the flow back if the user speaks on.
 
 Barge-in: user speech over a reply is fed to the
 :class:`~voxflow_voice.barge_in.BargeInArbiter` (``VoiceSession.barge_in``) by the
@@ -39,7 +39,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from functools import partial
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -122,7 +123,7 @@ class VoiceSettings(BaseModel):
     def from_settings(cls, settings: Settings, **overrides: Any) -> VoiceSettings:
         """The voice settings a command's :class:`~voxflow.settings.Settings` ask for.
 
-        Turn taking comes from ``end_of_turn_silence`` and ``min_barge_in``, plus
+        Turn taking comes from ``[max_]end_of_turn_silence`` and ``min_barge_in``, plus
         ``speculative_replies``; ``overrides`` (``echo_gate=False``, ...) then replace fields.
 
         Raises:
@@ -131,8 +132,9 @@ class VoiceSettings(BaseModel):
         """
         if not isinstance(settings, Settings):
             raise TypeError(f"settings must be voxflow Settings, got {type(settings).__name__}")
-        turn_detection = TurnDetection(end_of_turn_silence=settings.end_of_turn_silence,
-                                       min_barge_in=settings.min_barge_in)
+        turn_detection = TurnDetection(
+            end_of_turn_silence=settings.end_of_turn_silence, min_barge_in=settings.min_barge_in,
+            max_end_of_turn_silence=settings.max_end_of_turn_silence)
         values: dict[str, Any] = {"turn_detection": turn_detection,
                                   "speculative_replies": settings.speculative_replies}
         return cls.model_validate({**values, **overrides})
@@ -187,7 +189,8 @@ class VoiceSession:
         self.events: list[SessionEvent] = []
         self.metrics: list[TurnMetrics] = []
         self.playback = Playback(transport)
-        self._detector = TurnDetector(engines.make_vad(), self.settings.turn_detection)
+        self._detector = TurnDetector(engines.make_vad(), self.settings.turn_detection,
+                                      end_of_turn_model=engines.end_of_turn)
         self._converter = InputConverter()
         self.echo_gate = EchoGate(self.settings.echo) if self.settings.echo_gate else None
         self._utterances: asyncio.Queue[tuple[UtteranceReady, Speculation | None] | None] = (
@@ -278,10 +281,16 @@ class VoiceSession:
                 self._anchor = (self.clock.now(), self._detector.position)
                 if self.echo_gate is not None:
                     audio = self.echo_gate.process(audio, self._anchor[0])
-                with hold_clock(self.clock):
-                    events = await asyncio.to_thread(self._detector.push, audio)
-                for event in events:
-                    await self._on_detector_event(event)
+                step: Callable[[], Awaitable[list[Any]]] | None = partial(
+                    asyncio.to_thread, self._detector.push, audio)
+                while step is not None:  # then the end-of-turn model's verdicts on pauses
+                    with hold_clock(self.clock):
+                        events = await step()
+                    for event in events:
+                        await self._on_detector_event(event)
+                    pause = self._detector.undecided  # judged with its speculative words
+                    step = None if pause is None else partial(
+                        self._detector.adecide, self._early.transcript_of(pause))
                 spec = self._speculation
                 if spec is not None and spec.spoken_over(self._detector.speech_end):
                     spec.discard("the user spoke on")

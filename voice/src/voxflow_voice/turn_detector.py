@@ -29,11 +29,26 @@ well before the turn ends. Its audio is *bit-identical* to that of the
 use that transcript as is: the end-of-turn silence then hides the STT latency. If the user
 speaks again, the pause is simply superseded (a later pause or ready has another
 ``end_sample``).
+
+Semantic end of turn (:mod:`voxflow_voice.end_of_turn`): with an ``end_of_turn_model``, the
+silence timer is replaced. At the short pause (``end_pad`` of silence, where
+:class:`UtterancePaused` comes) the detector owes a decision (:attr:`TurnDetector.undecided`)
+and :meth:`TurnDetector.decide` asks the model about the turn's audio so far: complete
+(probability >= ``complete_threshold``, or a closed answer the model agrees with), the turn
+ends right there, on exactly the paused audio; incomplete, it ends only after
+``max_end_of_turn_silence`` of silence, unless the user speaks on (the next pause is judged
+again, on the whole turn); a closed answer the model doubts ("No," may open "No, thanks")
+ends after ``closed_answer_silence``. ``decide`` is a
+separate call so the caller can start the pause's speculative STT first and run both at
+once; positions are still audio time: the verdict applies at the pause's sample, and
+the caller pushes no audio before it has decided.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections import deque
+from collections.abc import Awaitable
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -42,6 +57,8 @@ from numpy.typing import NDArray
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from .audio import STT_SAMPLE_RATE, AudioChunk
+from .end_of_turn import EndOfTurnModel, EndOfTurnVerdict
+from .stt import Transcript
 from .vad import VadStream, VoiceActivityDetector
 
 __all__ = [
@@ -85,6 +102,20 @@ class TurnDetection(BaseModel):
     early_utterance: bool = Field(
         True, description="also hand out the utterance after end_pad of silence (speculative STT)"
     )
+    max_end_of_turn_silence: float = Field(
+        1.6, gt=0, le=10,
+        description="with an end-of-turn model: silence (s) after which a turn it judged "
+        "incomplete ends anyway",
+    )
+    complete_threshold: float = Field(
+        0.5, gt=0, lt=1,
+        description="with an end-of-turn model: probability from which a turn is complete",
+    )
+    closed_answer_silence: float = Field(
+        0.4, gt=0, le=10,
+        description="with an end-of-turn model: silence (s) ending a closed answer ('No.') "
+        "the model doubts",
+    )
 
     @model_validator(mode="after")
     def _check(self) -> TurnDetection:
@@ -94,6 +125,10 @@ class TurnDetection(BaseModel):
             raise ValueError("neg_threshold must be <= threshold")
         if self.max_utterance <= self.min_speech + self.pre_roll:
             raise ValueError("max_utterance must be longer than min_speech + pre_roll")
+        pause = min(self.end_pad, self.end_of_turn_silence / 2)
+        if min(self.max_end_of_turn_silence, self.closed_answer_silence) <= pause:
+            raise ValueError("max_end_of_turn_silence and closed_answer_silence must be longer "
+                             "than the short pause (end_pad)")
         return self
 
 
@@ -197,22 +232,38 @@ class TurnDetector:
     Args:
         vad: the per-stream detector (e.g. a new :class:`~voxflow_voice.vad.SileroVad`).
         settings: the rules; :data:`DEFAULT_TURN_DETECTION` if ``None``.
+        end_of_turn_model: judges the turn at each short pause (e.g. the shared
+            :class:`~voxflow_voice.end_of_turn.SmartTurn`); the silence timer alone if ``None``.
     """
 
     def __init__(
-        self, vad: VoiceActivityDetector, settings: TurnDetection | None = None
+        self,
+        vad: VoiceActivityDetector,
+        settings: TurnDetection | None = None,
+        *,
+        end_of_turn_model: EndOfTurnModel | None = None,
     ) -> None:
         if vad.sample_rate != STT_SAMPLE_RATE:
             raise ValueError(f"vad must work at {STT_SAMPLE_RATE} Hz, got {vad.sample_rate}")
         if settings is not None and not isinstance(settings, TurnDetection):
             raise TypeError(f"settings must be a TurnDetection, got {type(settings).__name__}")
+        if end_of_turn_model is not None and not isinstance(end_of_turn_model, EndOfTurnModel):
+            raise TypeError("end_of_turn_model must have a probability(audio) method, got "
+                            f"{type(end_of_turn_model).__name__}")
         self.settings = settings if settings is not None else DEFAULT_TURN_DETECTION
+        self._model = end_of_turn_model
         self._stream = VadStream(vad)
         rate = STT_SAMPLE_RATE
         s = self.settings
         self._min_speech = round(s.min_speech * rate)
         self._min_barge_in = max(round(s.min_barge_in * rate), self._min_speech)
         self._silence = round(s.end_of_turn_silence * rate)
+        # With a model, only a turn it judged incomplete waits out the silence (the long
+        # one); the timer starts at the short pause, where the model decides.
+        self._max_wait = self._silence if end_of_turn_model is None else round(
+            s.max_end_of_turn_silence * rate
+        )
+        self._timeout = self._max_wait  # for the pause being heard (a verdict may shorten it)
         self._max_utterance = round(s.max_utterance * rate)
         self._pre_roll = round(s.pre_roll * rate)
         # The early utterance (speculative STT and replies) comes halfway through the
@@ -228,6 +279,9 @@ class TurnDetector:
         self._last_probability = 0.0
         self._recent: deque[tuple[int, float]] = deque(maxlen=_ONSET_LOOKBACK_FRAMES)
         self._paused_at: int | None = None  # speech end of the last UtterancePaused
+        self._undecided: UtterancePaused | None = None  # a pause the model must judge
+        self._decisions: list[EndOfTurnVerdict] = []
+        self._backlog: deque[tuple[NDArray[np.float32], float]] = deque()  # after a pause
 
     @property
     def position(self) -> int:
@@ -251,6 +305,86 @@ class TurnDetector:
         return self._last_speech_end
 
     @property
+    def undecided(self) -> UtterancePaused | None:
+        """The pause just heard, while the end-of-turn model owes a verdict on it (call
+        :meth:`decide` or :meth:`adecide` before pushing more audio); its audio is that of
+        the :class:`UtterancePaused` handed out (the same object, when one was)."""
+        return self._undecided
+
+    @property
+    def decisions(self) -> list[EndOfTurnVerdict]:
+        """The verdicts so far, oldest first."""
+        return list(self._decisions)
+
+    def decide(
+        self, *, transcript: str | None = None, probability: float | None = None
+    ) -> list[TurnDetectorEvent]:
+        """Judge the pause just heard (blocking: runs the model unless ``probability`` is
+        given, ~40-150 ms).
+
+        Args:
+            transcript: the words of the pause's audio (its speculative transcript), if
+                known: a turn that ends on an unfinished phrase ("... for", "and", "wait")
+                is incomplete and a closed answer ("No, thanks.") complete, whatever the
+                audio says (:func:`~voxflow_voice.end_of_turn.words_verdict`).
+            probability: the model's probability for the pause's audio, if already
+                computed (as :meth:`adecide` does).
+
+        Returns ``SpeechEnded`` and an ``UtteranceReady`` carrying exactly the paused
+        audio if the turn is complete; nothing if it is not (it then ends after
+        ``max_end_of_turn_silence``, or goes on), or if no verdict was owed. Then the
+        audio pushed after the pause is processed (its events follow).
+
+        Raises:
+            TypeError: ``transcript`` is not a string.
+            ValueError: ``probability`` is not between 0 and 1.
+        """
+        if transcript is not None and not isinstance(transcript, str):
+            raise TypeError(f"transcript must be a string, got {type(transcript).__name__}")
+        if probability is not None and not 0.0 <= probability <= 1.0:
+            raise ValueError(f"probability must be between 0 and 1, got {probability}")
+        pause, self._undecided = self._undecided, None
+        if pause is None or self._model is None:
+            return []
+        if probability is None:
+            probability = self._model.probability(pause.audio)
+        verdict = EndOfTurnVerdict.of(
+            pause.end_sample, probability, transcript, self.settings.complete_threshold
+        )
+        self._decisions.append(verdict)
+        events: list[TurnDetectorEvent] = []
+        self._timeout = self._max_wait
+        if verdict.words is True:  # the model doubts a closed answer: a shorter wait
+            self._timeout = round(self.settings.closed_answer_silence * STT_SAMPLE_RATE)
+        if verdict.complete:
+            events += [SpeechEnded(pause.end_sample, self._position),
+                       UtteranceReady(pause.audio, pause.onset_sample, pause.end_sample)]
+            self._to_idle()
+        self._run(events)  # the audio pushed after the pause
+        return events
+
+    async def adecide(
+        self, transcript: Awaitable[Transcript | None] | None = None
+    ) -> list[TurnDetectorEvent]:
+        """:meth:`decide`, with the model in a worker thread while ``transcript`` (e.g.
+        the pause's speculative STT) is awaited, so the two take the time of the longer."""
+        pause = self._undecided
+        if pause is None or self._model is None:
+            if transcript is not None:
+                await transcript
+            return self.decide()
+        model = self._model
+        if transcript is None:
+            probability = await asyncio.to_thread(model.probability, pause.audio)
+            return self.decide(probability=probability)
+        probability, words = await asyncio.gather(
+            asyncio.to_thread(model.probability, pause.audio), transcript
+        )
+        return self.decide(
+            probability=probability, transcript=words.text if words is not None else None
+        )
+
+    @property
     def last_probability(self) -> float:
         """The latest frame's speech probability."""
         return self._last_probability
@@ -266,15 +400,29 @@ class TurnDetector:
             samples = audio.samples()
         else:
             samples = np.asarray(audio, dtype=np.float32).reshape(-1)
+        if self._undecided is not None:
+            raise RuntimeError("call decide() on the pause just heard before pushing audio")
         frames, probs = self._stream.push(samples)
+        self._backlog.extend(zip(frames, probs.tolist(), strict=True))
         events: list[TurnDetectorEvent] = []
-        for frame, prob in zip(frames, probs, strict=True):
-            self._step(frame, float(prob), events)
+        self._run(events)
         return events
 
+    def _run(self, out: list[TurnDetectorEvent], *, judge: bool = True) -> None:
+        """Step through the scored frames; stop at a pause the model must judge, so the
+        verdict applies there whatever the size of the pushes."""
+        while self._backlog and not (judge and self._undecided is not None):
+            frame, prob = self._backlog.popleft()
+            self._step(frame, prob, out)
+            if not judge:
+                self._undecided = None
+
     def flush(self) -> list[TurnDetectorEvent]:
-        """End of input: end an utterance in progress as if the silence had come."""
+        """End of input: end an utterance in progress as if the silence had come (a pause
+        still owed a verdict gets none: the turn ends here anyway)."""
         events: list[TurnDetectorEvent] = []
+        self._undecided = None
+        self._run(events, judge=False)
         if self._state == "speaking":
             events.append(SpeechEnded(self._last_speech_end, self._position))
             events.append(self._utterance(self._last_speech_end, truncated=False))
@@ -290,6 +438,8 @@ class TurnDetector:
         self._state = "idle"
         self._barge_in_sent = False
         self._paused_at = None
+        self._undecided = None
+        self._backlog.clear()
         self._recent.clear()
 
     def _step(self, frame: NDArray[np.float32], prob: float, out: list[TurnDetectorEvent]) -> None:
@@ -324,7 +474,7 @@ class TurnDetector:
             self._barge_in_sent = True
             out.append(BargeInDetected(self._onset, end))
         silent = end - self._last_speech_end
-        if silent >= self._silence:
+        if silent >= self._timeout:
             out.append(SpeechEnded(self._last_speech_end, end))
             out.append(self._utterance(self._last_speech_end, truncated=False))
             self._to_idle()
@@ -334,13 +484,17 @@ class TurnDetector:
             self._buffer_start = end
             self._onset = end
         elif (
-            s.early_utterance
+            (s.early_utterance or self._model is not None)
             and silent >= max(self._end_pad, 1)
             and self._paused_at != self._last_speech_end
         ):
             self._paused_at = self._last_speech_end
             ready = self._utterance(self._last_speech_end, truncated=False)
-            out.append(UtterancePaused(ready.audio, ready.onset_sample, ready.end_sample))
+            paused = UtterancePaused(ready.audio, ready.onset_sample, ready.end_sample)
+            if s.early_utterance:
+                out.append(paused)
+            if self._model is not None:
+                self._undecided = paused
 
     def _backdated_onset(self, start: int) -> int:
         """The onset: ``start``, or earlier over the rising frames just before it."""
@@ -363,9 +517,11 @@ class TurnDetector:
         return UtteranceReady(chunk, max(self._onset, self._buffer_start), speech_end, truncated)
 
     def _to_idle(self) -> None:
+        self._timeout = self._max_wait
         self._state = "idle"
         self._barge_in_sent = False
         self._paused_at = None
+        self._undecided = None
         self._frames = []
         self._buffer_start = self._position
 

@@ -1,0 +1,329 @@
+"""The semantic end of turn: Smart Turn v3.2 (real model), the words' verdict, and the turn
+detector that asks them at each short pause, in audio time.
+
+Speech comes from the bundled Piper voice at other speaking rates (``length_scale``), not
+its own: the benchmark (``benchmarks/end_of_turn.py``) adds espeak-ng voices and noise.
+"""
+
+from __future__ import annotations
+
+from importlib.metadata import PackageNotFoundError
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from numpy.typing import NDArray
+from pydantic import ValidationError
+from voxflow_voice import (
+    STT_SAMPLE_RATE,
+    AudioChunk,
+    EndOfTurnVerdict,
+    PiperTts,
+    SileroVad,
+    SmartTurn,
+    SpeechEnded,
+    TtsSettings,
+    TurnDetection,
+    TurnDetector,
+    TurnDetectorEvent,
+    UtterancePaused,
+    UtteranceReady,
+    WhisperStt,
+    find_smart_turn,
+    resample,
+    words_verdict,
+)
+from voxflow_voice.end_of_turn import log_mel_features
+
+from voxflow.errors import ModelNotFoundError
+
+pytestmark = pytest.mark.models
+
+CHUNK = 320  # 20 ms, as a session pushes
+SLOW = TtsSettings(length_scale=1.3, noise_scale=0.0, noise_w_scale=0.0)
+FAST = TtsSettings(length_scale=0.8, noise_scale=0.0, noise_w_scale=0.0)
+TIMER = TurnDetection(end_of_turn_silence=0.2, min_speech=0.2, min_barge_in=0.2)
+SMART = TurnDetection(min_speech=0.2)
+
+
+@pytest.fixture(scope="module")
+def model() -> SmartTurn:
+    return SmartTurn()
+
+
+@pytest.fixture(scope="module")
+def voices() -> dict[str, PiperTts]:
+    return {"slow": PiperTts(settings=SLOW), "fast": PiperTts(settings=FAST)}
+
+
+def say(tts: PiperTts, text: str) -> NDArray[np.float32]:
+    audio = np.concatenate([np.asarray(c.samples, np.float32) for c in tts.synthesize(text)])
+    audio = resample(audio * 0.5, tts.sample_rate, STT_SAMPLE_RATE)
+    loud = np.flatnonzero(np.abs(audio) >= 0.01)
+    return audio[loud[0] : loud[-1] + 1]
+
+
+def silence(seconds: float) -> NDArray[np.float32]:
+    return np.zeros(round(seconds * STT_SAMPLE_RATE), np.float32)
+
+
+def call_audio(*parts: NDArray[np.float32]) -> NDArray[np.float32]:
+    return np.concatenate([silence(0.5), *parts, silence(2.5)])
+
+
+async def listen(detector: TurnDetector, audio: NDArray[np.float32],
+                 stt: WhisperStt | None = None, piece: int = CHUNK) -> list[TurnDetectorEvent]:
+    """Push ``audio`` as a session does: each pause judged (with its words) before more."""
+    events: list[TurnDetectorEvent] = []
+    for start in range(0, audio.size, piece):
+        events += detector.push(audio[start : start + piece])
+        while (pause := detector.undecided) is not None:
+            events += await detector.adecide(
+                stt.transcribe(pause.audio) if stt is not None else None
+            )
+    return events + detector.flush()
+
+
+def turns(events: list[TurnDetectorEvent]) -> list[UtteranceReady]:
+    return [e for e in events if isinstance(e, UtteranceReady)]
+
+
+# -- the model ------------------------------------------------------------------------
+
+
+def test_the_model_is_found_in_the_installed_wheel_without_importing_pipecat() -> None:
+    path = find_smart_turn()
+    assert path.name == "smart-turn-v3.2-cpu.onnx" and path.stat().st_size > 8_000_000
+    with pytest.raises(ModelNotFoundError, match=r"voxflow-voice\[smart-turn\]") as info:
+        find_smart_turn("voxflow-no-such-distribution")
+    assert isinstance(info.value.__cause__, PackageNotFoundError)
+
+
+def test_features_are_whisper_log_mel_of_the_last_8_seconds() -> None:
+    rng = np.random.default_rng(0)
+    tail = rng.standard_normal(16_000).astype(np.float32) * 0.1
+    long = np.concatenate([rng.standard_normal(10 * 16_000).astype(np.float32), tail])
+    features = log_mel_features(long)
+    assert features.shape == (80, 800) and features.dtype == np.float32
+    # Only the last 8 s count: audio before them changes nothing.
+    other = np.concatenate([np.zeros(10 * 16_000, np.float32), tail])
+    np.testing.assert_array_equal(log_mel_features(other[-8 * 16_000 :]), log_mel_features(other))
+    assert not np.array_equal(features, log_mel_features(tail))
+    # Clamped to 8 (log10 units) below the peak, then scaled by (x + 4) / 4.
+    assert features.max() - features.min() <= 2.0 + 1e-6
+
+
+def test_a_finished_question_is_complete_and_a_cut_one_is_not(
+    model: SmartTurn, voices: dict[str, PiperTts]
+) -> None:
+    whole = say(voices["slow"], "What is the weather going to be like in Paris tomorrow?")
+    cut = say(voices["slow"], "What is the weather going to be like in")
+    assert model.probability(np.concatenate([whole, silence(0.2)])) > 0.5
+    assert model.probability(np.concatenate([cut, silence(0.2)])) < 0.5
+    chunk = AudioChunk.from_float(np.concatenate([whole, silence(0.2)]), STT_SAMPLE_RATE)
+    assert model.probability(chunk) == model.probability(chunk.samples())
+
+
+@pytest.mark.parametrize(
+    ("audio", "error", "match"),
+    [
+        (np.zeros((2, 800), np.float32), ValueError, "one-dimensional"),
+        (np.zeros(0, np.float32), ValueError, "empty"),
+        (np.array([0.0, np.nan], np.float32), ValueError, "NaN or an infinity"),
+        (np.array([0.0, np.inf]), ValueError, "NaN or an infinity"),
+        (np.array(["a", "b"]), TypeError, "numbers"),
+        ([0.0, 0.1], TypeError, "AudioChunk or a numpy array"),
+        (AudioChunk.from_float(np.zeros(800, np.float32), 8000), ValueError, "16000 Hz"),
+    ],
+)
+def test_the_model_refuses_what_is_not_16_khz_mono_audio(
+    model: SmartTurn, audio: object, error: type[Exception], match: str
+) -> None:
+    with pytest.raises(error, match=match):
+        model.probability(audio)  # type: ignore[arg-type]
+
+
+@settings(max_examples=8, derandomize=True, deadline=None)
+@given(
+    st.integers(1, 3 * STT_SAMPLE_RATE),
+    st.floats(0.0, 2.0),
+    st.sampled_from([np.float32, np.float64, np.int16]),
+)
+def test_any_finite_audio_gets_a_probability(
+    model: SmartTurn, size: int, scale: float, dtype: type[np.generic]
+) -> None:
+    audio = (np.random.default_rng(size).standard_normal(size) * scale).astype(dtype)
+    assert 0.0 <= model.probability(audio) <= 1.0
+
+
+# -- the words ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "verdict"),
+    [
+        ("I would like to book a table for", False),
+        ("I need a flight to Boston and", False),
+        ("Can you tell me?", False),
+        ("My number is, ", False),
+        ("Wait, stop.", False),
+        ("Hmm, let me think.", False),
+        ("Hold on.", False),
+        ("No.", True),
+        ("No, thanks.", True),
+        ("Yes, please!", True),
+        ("That\u2019s all.", True),
+        ("Stop.", None),
+        ("Tell me about the train times instead.", None),
+        ("", None),
+        ("...", None),
+    ],
+)
+def test_the_words_say_more_is_coming_or_the_answer_is_closed(
+    text: str, verdict: bool | None
+) -> None:
+    assert words_verdict(text) is verdict
+
+
+@settings(max_examples=200, derandomize=True)
+@given(st.text(max_size=200))
+def test_any_text_gets_a_words_verdict(text: str) -> None:
+    assert words_verdict(text) in (True, False, None)
+
+
+def test_open_words_overrule_the_model_and_the_model_decides_the_rest() -> None:
+    assert not EndOfTurnVerdict.of(0, 0.99, "a table for", 0.5).complete
+    doubted = EndOfTurnVerdict.of(0, 0.01, "No.", 0.5)  # (a shorter wait: detector)
+    assert doubted.words is True and not doubted.complete
+    assert EndOfTurnVerdict.of(0, 0.6, "No.", 0.5).complete
+    assert EndOfTurnVerdict.of(0, 0.7, "Tell me about the trains.", 0.5).complete
+    assert not EndOfTurnVerdict.of(0, 0.3, "Tell me about the trains.", 0.5).complete
+    assert EndOfTurnVerdict.of(0, 0.5, None, 0.5).complete
+    with pytest.raises(TypeError, match="transcript must be a string"):
+        words_verdict(b"no")  # type: ignore[arg-type]
+
+
+# -- the detector ---------------------------------------------------------------------
+
+
+def test_the_detector_checks_its_model_and_settings(model: SmartTurn) -> None:
+    with pytest.raises(TypeError, match="probability"):
+        TurnDetector(SileroVad(), SMART, end_of_turn_model=object())  # type: ignore[arg-type]
+    with pytest.raises(ValidationError, match="max_end_of_turn_silence"):
+        TurnDetection(max_end_of_turn_silence=0.1, end_pad=0.2)
+    with pytest.raises(ValidationError):
+        TurnDetection(complete_threshold=1.0)
+    with pytest.raises(ValidationError, match="closed_answer_silence"):
+        TurnDetection(closed_answer_silence=0.15, end_pad=0.2)
+
+
+async def test_a_pause_must_be_judged_before_more_audio_and_verdicts_are_checked(
+    model: SmartTurn, voices: dict[str, PiperTts]
+) -> None:
+    detector = TurnDetector(SileroVad(), SMART, end_of_turn_model=model)
+    audio = call_audio(say(voices["slow"], "What time is it?"))
+    events: list[TurnDetectorEvent] = []
+    start = 0
+    while detector.undecided is None:
+        events += detector.push(audio[start : start + CHUNK])
+        start += CHUNK
+    pause = detector.undecided
+    assert [e for e in events if isinstance(e, UtterancePaused)] == [pause]  # the same object
+    with pytest.raises(RuntimeError, match="decide"):
+        detector.push(audio[start : start + CHUNK])
+    with pytest.raises(ValueError, match="probability"):
+        detector.decide(probability=1.5)
+    with pytest.raises(TypeError, match="transcript"):
+        detector.decide(transcript=3)  # type: ignore[arg-type]
+    assert detector.undecided is pause  # a refused call changes nothing
+    ended = detector.decide(probability=0.9)
+    assert [e.kind for e in ended] == ["speech_ended", "utterance_ready"]
+    assert isinstance(ended[1], UtteranceReady) and pause.matches(ended[1])
+    assert detector.decide() == []  # nothing owed any more
+
+
+async def test_the_verdicts_do_not_depend_on_the_size_of_the_pushes(
+    model: SmartTurn, voices: dict[str, PiperTts]
+) -> None:
+    audio = call_audio(say(voices["slow"], "Can you tell me"), silence(0.5),
+                       say(voices["slow"], "what the weather is like in Paris?"))
+    small = await listen(TurnDetector(SileroVad(), SMART, end_of_turn_model=model), audio)
+    large = await listen(TurnDetector(SileroVad(), SMART, end_of_turn_model=model), audio,
+                         piece=16_000)
+    assert small == large
+
+
+async def test_an_utterance_with_a_pause_inside_is_one_turn(
+    model: SmartTurn, voices: dict[str, PiperTts], stt: WhisperStt
+) -> None:
+    for voice in ("slow", "fast"):
+        audio = call_audio(say(voices[voice], "I would like to book a table for"), silence(0.5),
+                           say(voices[voice], "two people tonight at eight."))
+        # The silence timer at the leading framework's 0.2 s cuts it in two ...
+        assert len(turns(await listen(TurnDetector(SileroVad(), TIMER), audio))) == 2
+        # ... the model, with the pause's words, keeps it whole.
+        detector = TurnDetector(SileroVad(), SMART, end_of_turn_model=model)
+        [turn] = turns(await listen(detector, audio, stt))
+        first = detector.decisions[0]
+        assert not first.complete and first.transcript is not None
+        assert first.transcript.rstrip(".").endswith("table for")
+        assert (await stt.transcribe(turn.audio)) is not None
+
+
+async def test_a_short_answer_is_committed_at_the_short_pause(
+    model: SmartTurn, voices: dict[str, PiperTts], stt: WhisperStt
+) -> None:
+    for voice in ("slow", "fast"):
+        for text in ("No.", "Yes."):
+            detector = TurnDetector(SileroVad(), SMART, end_of_turn_model=model)
+            events = await listen(detector, call_audio(say(voices[voice], text)), stt)
+            [ended] = [e for e in events if isinstance(e, SpeechEnded)]
+            [turn] = turns(events)
+            # at end_pad (0.2 s) of silence plus at most a frame, not the 1.6 s maximum
+            assert ended.at_sample - ended.end_sample <= round(0.2 * STT_SAMPLE_RATE) + 512
+            assert detector.decisions[-1].complete
+            assert turn.end_sample == ended.end_sample
+
+
+async def test_a_turn_judged_incomplete_ends_after_the_maximum_silence(
+    model: SmartTurn, voices: dict[str, PiperTts]
+) -> None:
+    detector = TurnDetector(SileroVad(), SMART, end_of_turn_model=model)
+    events = await listen(detector, call_audio(say(voices["slow"], "What time is it?")))
+    # The same audio, with words that say more is coming: it waits out 1.6 s of silence.
+    held = TurnDetector(SileroVad(), SMART, end_of_turn_model=model)
+    audio = call_audio(say(voices["slow"], "What time is it?"))
+    out: list[TurnDetectorEvent] = []
+    for start in range(0, audio.size, CHUNK):
+        out += held.push(audio[start : start + CHUNK])
+        if held.undecided is not None:
+            out += held.decide(transcript="What time is it and")
+    [quick] = [e for e in events if isinstance(e, SpeechEnded)]
+    [slow] = [e for e in out if isinstance(e, SpeechEnded)]
+    assert quick.end_sample == slow.end_sample
+    assert quick.at_sample - quick.end_sample <= round(0.2 * STT_SAMPLE_RATE) + 512
+    assert slow.at_sample - slow.end_sample >= round(1.6 * STT_SAMPLE_RATE)
+    assert [t.audio.num_samples for t in turns(events)] == [
+        t.audio.num_samples for t in turns(out)
+    ]
+
+
+async def test_a_closed_answer_the_model_doubts_waits_less_than_an_unfinished_turn(
+    model: SmartTurn, voices: dict[str, PiperTts]
+) -> None:
+    audio = call_audio(say(voices["slow"], "No."))
+    ends: dict[str, SpeechEnded] = {}
+    for words in ("No.", "No and"):
+        detector = TurnDetector(SileroVad(), SMART, end_of_turn_model=model)
+        out: list[TurnDetectorEvent] = []
+        for start in range(0, audio.size, CHUNK):
+            out += detector.push(audio[start : start + CHUNK])
+            if detector.undecided is not None:
+                out += detector.decide(transcript=words, probability=0.1)
+        [ends[words]] = [e for e in out if isinstance(e, SpeechEnded)]
+    closed, open_ = ends["No."], ends["No and"]
+    assert closed.end_sample == open_.end_sample
+    frame = 512
+    assert 0 <= closed.at_sample - closed.end_sample - round(0.4 * STT_SAMPLE_RATE) < frame
+    assert 0 <= open_.at_sample - open_.end_sample - round(1.6 * STT_SAMPLE_RATE) < frame
