@@ -78,3 +78,22 @@ def test_a_missing_voice_fails_as_load_does(tmp_path: Path) -> None:
     assert str(mapped.value) == str(direct.value)
     assert str(missing) in str(mapped.value)
 
+
+
+@pytest.mark.models
+def test_the_end_of_turn_model_and_its_longest_wait_come_from_the_settings() -> None:
+    from voxflow_voice.end_of_turn import SmartTurn
+
+    from voxflow.settings import SettingsError
+
+    settings = Settings.from_env({"VOXFLOW_END_OF_TURN_MODEL": "smart-turn",
+                                  "VOXFLOW_MAX_END_OF_TURN_SILENCE": "1.2"})
+    voice = VoiceSettings.from_settings(settings)
+    assert voice.turn_detection.max_end_of_turn_silence == 1.2
+    engines = VoiceEngines.from_settings(settings, deterministic=True)
+    assert isinstance(engines.end_of_turn, SmartTurn)
+    assert VoiceEngines.from_settings(Settings(), deterministic=True).end_of_turn is None
+    with pytest.raises(SettingsError, match="VOXFLOW_END_OF_TURN_MODEL"):
+        Settings.from_env({"VOXFLOW_END_OF_TURN_MODEL": "smart"})
+    with pytest.raises(ValueError, match="end_of_turn"):
+        VoiceEngines.load(end_of_turn="smart")  # type: ignore[arg-type]
