@@ -1,0 +1,122 @@
+"""The README code blocks, executed: a snippet can never go stale.
+
+Every ```python block of ``README.md`` and ``voice/README.md`` runs, in order, in one
+namespace per file (a block may use what an earlier one defined), from a temporary
+folder with a temporary ``VOXFLOW_HOME``. Top-level ``await`` is allowed: a block is
+compiled with ``PyCF_ALLOW_TOP_LEVEL_AWAIT`` and, when it awaits, run to completion on
+the file's event loop. Blocks that load the speech models (they name ``VoiceEngines``,
+``PiperTts``, ``WhisperStt``, ``SileroVad`` or ``run_call``) carry the ``models``
+marker's logic: ``tests/docs/test_readme_blocks.py`` (unit) runs every other block,
+``tests/docs/test_readme_voice_blocks.py`` (models) runs them all. A ```bash block
+is not Python and is never run.
+
+A failure names the block: its file, section heading and first line.
+"""
+
+from __future__ import annotations
+
+import ast
+import asyncio
+import inspect
+import re
+import traceback
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+READMES = (ROOT / "README.md", ROOT / "voice" / "README.md")
+MODELS = re.compile(r"\b(VoiceEngines|PiperTts|WhisperStt|SileroVad|run_call)\b")
+FENCE = re.compile(r"^```(\w*)\s*$")
+
+
+@dataclass(frozen=True, slots=True)
+class Block:
+    """One fenced code block of a README."""
+
+    path: Path
+    line: int  # 1-based line of its first code line
+    heading: str
+    language: str
+    code: str
+
+    @property
+    def name(self) -> str:
+        first = next((ln.strip() for ln in self.code.splitlines() if ln.strip()), "")
+        where = self.path.relative_to(ROOT) if self.path.is_relative_to(ROOT) else self.path
+        return f"{where}:{self.line} § {self.heading} «{first}»"
+
+    @property
+    def needs_models(self) -> bool:
+        return MODELS.search(self.code) is not None
+
+
+def blocks_of(path: Path) -> list[Block]:
+    """Every fenced block of ``path``, with the heading of the section it sits in."""
+    blocks: list[Block] = []
+    heading, language, start, lines = "(top)", None, 0, list[str]()
+    for number, text in enumerate(path.read_text().splitlines(), 1):
+        fence = FENCE.match(text)
+        if language is None:
+            if fence is not None:
+                language, start, lines = fence.group(1), number + 1, []
+            elif text.startswith("#"):
+                heading = text.lstrip("#").strip()
+        elif fence is not None and not fence.group(1):
+            blocks.append(Block(path, start, heading, language, "\n".join(lines) + "\n"))
+            language = None
+        else:
+            lines.append(text)
+    assert language is None, f"{path}: a code block opened at line {start} is never closed"
+    return blocks
+
+
+def python_blocks(path: Path) -> list[Block]:
+    return [b for b in blocks_of(path) if b.language in ("python", "py")]
+
+
+def run_blocks(blocks: list[Block], *, with_models: bool) -> list[Block]:
+    """Run ``blocks`` in order in one namespace; returns those run. A failing block fails
+    the test with its name and the traceback inside it."""
+    namespace: dict[str, Any] = {"__name__": "__readme__"}
+    ran: list[Block] = []
+    with asyncio.Runner() as runner:
+        for block in blocks:
+            if block.needs_models and not with_models:
+                continue
+            try:
+                code = compile(block.code, block.name, "exec",
+                               flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT, dont_inherit=True)
+                result = eval(code, namespace)  # exec, or a coroutine if it awaits
+                if inspect.iscoroutine(result):
+                    runner.run(result)
+            except Exception as exc:
+                trace = "".join(traceback.format_exception(exc)[-6:])
+                pytest.fail(f"README block failed: {block.name}\n{type(exc).__name__}: {exc}"
+                            f"\n{trace}", pytrace=False)
+            ran.append(block)
+    return ran
+
+
+@pytest.fixture
+def readme_sandbox(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A temporary working folder and ``VOXFLOW_HOME`` for the blocks."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("VOXFLOW_HOME", str(tmp_path / "home"))
+    yield tmp_path
+
+
+@pytest.fixture
+def readme() -> Callable[..., Any]:
+    """``readme.blocks(path)``, ``readme.run(blocks, with_models=...)``, ``readme.READMES``."""
+
+    class Readme:
+        READMES = READMES
+        blocks = staticmethod(python_blocks)
+        all_blocks = staticmethod(blocks_of)
+        run = staticmethod(run_blocks)
+
+    return Readme  # type: ignore[return-value]

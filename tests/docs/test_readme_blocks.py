@@ -1,0 +1,43 @@
+"""Every Python block of the READMEs that needs no speech model runs (see conftest)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytestmark = pytest.mark.unit
+
+
+@pytest.mark.parametrize("name", ["README.md", "voice/README.md"])
+def test_the_readme_python_blocks_run(name: str, readme: Any, readme_sandbox: Path) -> None:
+    path = next(p for p in readme.READMES if p.as_posix().endswith(name))
+    blocks = readme.blocks(path)
+    ran = readme.run(blocks, with_models=False)
+    assert len(ran) == sum(not b.needs_models for b in blocks)
+
+
+def test_blocks_are_found_by_language_and_named_by_section(
+    readme: Any, tmp_path: Path
+) -> None:
+    doc = tmp_path / "README.md"
+    doc.write_text("# Top\n\n## Jobs\n\n```bash\nuv run voxflow demo\n```\n\n"
+                   "```python\nx = await run_call(flow)\n```\n\n### Deep\n\n```python\n\n"
+                   "y = 1\n```\n")
+    bash, first, second = readme.all_blocks(doc)
+    assert bash.language == "bash"
+    assert [b.code for b in readme.blocks(doc)] == [first.code, second.code]
+    assert first.needs_models and not second.needs_models
+    assert first.name.endswith("§ Jobs «x = await run_call(flow)»")
+    assert second.name.endswith("§ Deep «y = 1»") and second.line == 16
+
+
+def test_a_failing_block_is_named_in_the_failure(readme: Any, tmp_path: Path) -> None:
+    doc = tmp_path / "README.md"
+    doc.write_text("## Awaiting\n\n```python\nimport asyncio\nawait asyncio.sleep(0)\n"
+                   "value = 1\n```\n\n## Broken\n\n```python\nassert value == 2, 'stale'\n```\n")
+    with pytest.raises(pytest.fail.Exception) as failure:
+        readme.run(readme.blocks(doc), with_models=False)
+    message = str(failure.value)
+    assert "§ Broken «assert value == 2, 'stale'»" in message and "stale" in message
