@@ -13,7 +13,9 @@ with ``litellm.acompletion``:
   ``LLMResponse.parsed``) or a JSON-schema dict;
 * tool calls: ``tools=`` OpenAI-style tool specs; requested calls come back in
   ``LLMResponse.tool_calls`` (``voxflow.Agent`` runs the loop);
-* provider failures become :class:`voxflow.errors.ProviderError` with ``retryable``.
+* provider failures become :class:`voxflow.errors.ProviderError` with ``retryable`` and
+  a message that states the cause; every request has a timeout, and transient failures
+  before the first token are retried with backoff (:mod:`voxflow.llm_policy`).
 
 litellm is imported lazily on the first call (it takes seconds to import), so
 ``import voxflow`` stays light. ``mock_response=`` is passed through to litellm for
@@ -38,6 +40,7 @@ from typing import Any, Literal, Protocol, TypeVar, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from voxflow import llm_policy
 from voxflow.errors import ProviderError
 
 __all__ = [
@@ -178,7 +181,18 @@ class LLMConfig(BaseModel):
     model: str = Field(min_length=1, description="litellm model id, e.g. 'openai/gpt-4o-mini'")
     temperature: float | None = Field(default=None, ge=0, le=2)
     max_tokens: int | None = Field(default=None, gt=0)
-    timeout: float | None = Field(default=None, gt=0, description="seconds per request")
+    timeout: float | None = Field(
+        default=None, gt=0, le=3600,
+        description="seconds per request (None: llm_policy's default, 30 s unless configured)",
+    )
+    retries: int | None = Field(
+        default=None, ge=0, le=10,
+        description="extra attempts after a transient failure before the first token "
+        "(None: llm_policy's default, 2)",
+    )
+    retry_backoff: float | None = Field(
+        default=None, ge=0, le=60, description="seconds before the first retry, then doubled"
+    )
     api_base: str | None = Field(default=None, description="custom endpoint (e.g. a local server)")
     params: dict[str, Any] = Field(
         default_factory=dict, description="other litellm.acompletion keyword arguments"
@@ -280,28 +294,6 @@ def _litellm() -> Any:
     return litellm
 
 
-def _translate(exc: Exception, model: str) -> ProviderError:
-    """A voxflow ProviderError for a litellm/provider failure, retryable when transient."""
-    litellm = _litellm()
-    transient = tuple(
-        cls
-        for name in (
-            "RateLimitError",
-            "Timeout",
-            "APIConnectionError",
-            "ServiceUnavailableError",
-            "InternalServerError",
-        )
-        if isinstance(cls := getattr(litellm, name, None), type)
-    )
-    status = getattr(exc, "status_code", None)
-    retryable = isinstance(exc, transient) or (
-        isinstance(status, int) and (status in (408, 409, 429) or status >= 500)
-    )
-    kind = type(exc).__name__
-    return ProviderError(f"{model} call failed ({kind})", provider=model, retryable=retryable)
-
-
 def _response_format_arg(
     response_format: type[BaseModel] | Mapping[str, Any] | None,
 ) -> Any:
@@ -392,6 +384,8 @@ class LLM:
             value = getattr(config, name)
             if value is not None:
                 kwargs[name] = value
+        kwargs.setdefault("timeout", llm_policy.llm_defaults().timeout)
+        kwargs["max_retries"] = 0  # voxflow retries (before the first token only)
         kwargs.update(config.params)
         if tools:
             kwargs["tools"] = [dict(t) for t in tools]
@@ -406,6 +400,14 @@ class LLM:
                 mock = _mock_dict(mock)
             kwargs["mock_response"] = mock
         return kwargs
+
+    def _attempts(self) -> _Attempts:
+        defaults = llm_policy.llm_defaults()
+        retries = self.config.retries if self.config.retries is not None else defaults.retries
+        backoff = (self.config.retry_backoff if self.config.retry_backoff is not None
+                   else defaults.backoff)
+        return _Attempts(self.model, retries, backoff,
+                         secrets=(self.config.params.get("api_key"),))
 
     async def acall(
         self,
@@ -426,7 +428,8 @@ class LLM:
                 events as text arrives; the return value is the same.
 
         Raises:
-            ProviderError: the provider failed; ``retryable`` tells whether to retry.
+            ProviderError: the provider failed (after the retries of a transient failure);
+                the message states the cause, ``retryable`` whether to try again later.
         """
         if stream:
             async with self.astream(messages, tools=tools, response_format=response_format) as s:
@@ -443,13 +446,20 @@ class LLM:
             )
         )
         litellm = _litellm()
-        try:
-            raw = await litellm.acompletion(**kwargs)
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:
-            _emit(LLMEvent("llm_call_failed", call_id, self.model, agent_name=agent))
-            raise _translate(exc, self.model) from exc
+        attempts = self._attempts()
+        while True:
+            try:
+                attempts.check_credentials(kwargs)
+                raw = await litellm.acompletion(**kwargs)
+                break
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                error = await attempts.failed(exc)
+                if error is not None:
+                    _emit(LLMEvent("llm_call_failed", call_id, self.model, agent_name=agent))
+                    raise error from _cause_of(exc)
+            kwargs = self._kwargs(messages, tools, response_format, stream=False)
         message = raw.choices[0].message
         calls = tuple(
             ToolCall(
@@ -483,8 +493,12 @@ class LLM:
         provider stream without draining it. ``s.response`` holds the whole answer once
         the stream is exhausted.
         """
-        kwargs = self._kwargs(messages, tools, response_format, stream=True)
-        return LLMStream(self.model, kwargs, has_tools=bool(tools))
+        return LLMStream(
+            self.model,
+            lambda: self._kwargs(messages, tools, response_format, stream=True),
+            has_tools=bool(tools),
+            attempts=self._attempts(),
+        )
 
     def call(
         self,
@@ -519,15 +533,75 @@ def _mock_dict(spec: Mapping[str, Any]) -> dict[str, Any]:
     return {"choices": [{"index": 0, "message": message, "finish_reason": finish}]}
 
 
+class _Attempts:
+    """The attempts of one call: credentials checked first, transient failures retried
+    with backoff while attempts remain; the caller decides what "before the first token"
+    means and calls :meth:`failed` only then."""
+
+    def __init__(self, model: str, retries: int, backoff: float, *,
+                 secrets: Sequence[object] = ()) -> None:
+        self.model = model
+        self.retries = retries
+        self.backoff = backoff
+        self.secrets = tuple(secrets)
+        self.made = 0
+
+    def check_credentials(self, kwargs: Mapping[str, Any]) -> None:
+        """Raise (no request made) when the provider's key variable is not set."""
+        self.made += 1
+        if self.made == 1:
+            missing = llm_policy.missing_credentials(self.model, kwargs)
+            if missing:
+                raise _CredentialsMissing(llm_policy.credentials_error(self.model, missing))
+
+    async def failed(self, exc: Exception) -> ProviderError | None:
+        """The error to raise, or None after waiting for the next attempt."""
+        if isinstance(exc, _CredentialsMissing):
+            return exc.error
+        error = llm_policy.provider_error(exc, self.model, attempts=self.made,
+                                          secrets=self.secrets)
+        if not error.retryable or self.made > self.retries:
+            return error
+        delay = llm_policy.backoff_delay(self.made, self.backoff, exc)
+        llm_policy.log_retry(self.model, self.made, self.retries + 1, delay, exc, self.secrets)
+        await asyncio.sleep(delay)
+        return None
+
+    def final(self, exc: Exception) -> ProviderError:
+        """The error for a failure that must not be retried (tokens were already out)."""
+        if isinstance(exc, _CredentialsMissing):
+            return exc.error
+        return llm_policy.provider_error(exc, self.model, attempts=self.made,
+                                         secrets=self.secrets)
+
+
+def _cause_of(exc: Exception) -> Exception | None:
+    """The exception to chain: none for a check voxflow made itself."""
+    return None if isinstance(exc, _CredentialsMissing) else exc
+
+
+class _CredentialsMissing(Exception):
+    def __init__(self, error: ProviderError) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
 class LLMStream:
     """An in-flight streamed completion; an async iterator of text deltas.
 
-    Use it as an async context manager so the provider stream is always closed.
+    Use it as an async context manager so the provider stream is always closed. A
+    transient failure before the first token is retried (:mod:`voxflow.llm_policy`); one
+    after it ends the stream with :class:`~voxflow.errors.ProviderError`.
     """
 
-    def __init__(self, model: str, kwargs: dict[str, Any], *, has_tools: bool) -> None:
+    def __init__(
+        self, model: str, make_kwargs: Callable[[], dict[str, Any]], *, has_tools: bool,
+        attempts: _Attempts,
+    ) -> None:
         self._model = model
-        self._kwargs = kwargs
+        self._make_kwargs = make_kwargs
+        self._kwargs = make_kwargs()
+        self._attempts = attempts
         self._has_tools = has_tools
         self._provider: Any = None
         self._iter: AsyncIterator[str] | None = None
@@ -567,6 +641,17 @@ class LLMStream:
         if provider is not None and hasattr(provider, "aclose"):
             await provider.aclose()
 
+    async def _retry(self, exc: Exception) -> ProviderError | None:
+        """Before the first token: close this attempt's stream, then the error to raise,
+        or None once the backoff has passed and the next attempt is ready."""
+        await self._close_provider()
+        error = await self._attempts.failed(exc)
+        if error is None:
+            self.closed = False
+            self.chunks_received = 0
+            self._kwargs = self._make_kwargs()
+        return error
+
     async def _run(self) -> AsyncIterator[str]:
         agent = _agent_name.get()
         _emit(
@@ -582,44 +667,53 @@ class LLMStream:
         text: list[str] = []
         calls: dict[int, dict[str, str]] = {}
         try:
-            try:
-                self._provider = await litellm.acompletion(**self._kwargs)
-                async for chunk in self._provider:
-                    self.chunks_received += 1
-                    delta = chunk.choices[0].delta if chunk.choices else None
-                    if delta is None:
-                        continue
-                    for tc in getattr(delta, "tool_calls", None) or ():
-                        slot = calls.setdefault(
-                            tc.index or 0, {"id": "", "name": "", "arguments": ""}
-                        )
-                        slot["id"] = tc.id or slot["id"]
-                        if tc.function is not None:
-                            slot["name"] += tc.function.name or ""
-                            slot["arguments"] += tc.function.arguments or ""
-                    piece = delta.content
-                    if piece:
-                        text.append(piece)
-                        _emit(
-                            LLMEvent(
-                                "llm_stream_chunk",
-                                self.call_id,
-                                self._model,
-                                piece,
-                                self._has_tools,
-                                agent,
+            while True:
+                try:
+                    self._attempts.check_credentials(self._kwargs)
+                    self._provider = await litellm.acompletion(**self._kwargs)
+                    async for chunk in self._provider:
+                        self.chunks_received += 1
+                        delta = chunk.choices[0].delta if chunk.choices else None
+                        if delta is None:
+                            continue
+                        for tc in getattr(delta, "tool_calls", None) or ():
+                            slot = calls.setdefault(
+                                tc.index or 0, {"id": "", "name": "", "arguments": ""}
                             )
-                        )
-                        yield piece
-                    # A checkpoint per chunk: listeners (TurnRunner, TTS) see text live and
-                    # a cancel lands between chunks even when the provider's iterator never
-                    # suspends (mock streams, SDKs that buffer a whole response).
-                    await asyncio.sleep(0)
-            except (asyncio.CancelledError, GeneratorExit):
-                raise
-            except Exception as exc:
-                _emit(LLMEvent("llm_call_failed", self.call_id, self._model, agent_name=agent))
-                raise _translate(exc, self._model) from exc
+                            slot["id"] = tc.id or slot["id"]
+                            if tc.function is not None:
+                                slot["name"] += tc.function.name or ""
+                                slot["arguments"] += tc.function.arguments or ""
+                        piece = delta.content
+                        if piece:
+                            text.append(piece)
+                            _emit(
+                                LLMEvent(
+                                    "llm_stream_chunk",
+                                    self.call_id,
+                                    self._model,
+                                    piece,
+                                    self._has_tools,
+                                    agent,
+                                )
+                            )
+                            yield piece
+                        # A checkpoint per chunk: listeners (TurnRunner, TTS) see text live
+                        # and a cancel lands between chunks even when the provider's
+                        # iterator never suspends (mock streams, SDKs that buffer a whole
+                        # response).
+                        await asyncio.sleep(0)
+                    break
+                except (asyncio.CancelledError, GeneratorExit):
+                    raise
+                except Exception as exc:
+                    # Tokens are out (spoken, shown): never stream a second answer.
+                    error = (self._attempts.final(exc) if text or calls
+                             else await self._retry(exc))
+                    if error is not None:
+                        _emit(LLMEvent("llm_call_failed", self.call_id, self._model,
+                                       agent_name=agent))
+                        raise error from _cause_of(exc)
         finally:
             # Shielded so a cancelled consumer still releases the provider connection.
             await asyncio.shield(self._close_provider())
