@@ -146,9 +146,15 @@ class SoundDeviceBackend:
         try:
             info: dict[str, Any] = dict(sd.query_devices(device, kind=kind))
         except (ValueError, sd.PortAudioError) as exc:
+            option = "--input-device" if kind == "input" else "--output-device"
+            fix = (
+                f"pick one that `voxflow doctor` lists with {option}" if device is not None
+                else "connect a microphone and speakers, talk from a browser with "
+                "`voxflow serve` instead, or try it without a sound card (README: Local "
+                "microphone)"
+            )
             raise AudioDeviceError(
-                f"no {kind} device {label} found ({exc}); list the devices with `voxflow doctor`",
-                device=device, kind=kind,
+                f"no {kind} device {label} found ({exc}); {fix}", device=device, kind=kind,
             ) from exc
         return info
 
