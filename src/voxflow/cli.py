@@ -1,30 +1,151 @@
 """The ``voxflow`` command line.
 
 Subcommands: ``demo`` (a complete call, offline), ``chat`` (text chat with a flow;
-``--voice``: through the microphone and speakers),
-``serve`` (browser calls over WebRTC),
-``doctor`` (what is installed and how to fix what is missing) and ``bench`` (runs the
-benchmarks). Exit codes: 0 success, 1 the command failed, 2 bad usage or bad input.
+``--voice``: through the microphone and speakers), ``serve`` (browser calls over
+WebRTC), ``doctor`` (what is installed and how to fix what is missing) and ``bench``
+(runs the benchmarks). Exit codes: 0 success, 1 the command failed, 2 bad usage or bad
+input, 130 interrupted (Ctrl-C).
+
+The commands that run an assistant (``demo``, ``chat``, ``serve``) share one option set
+(:func:`_assistant_options`: ``FLOW``, ``--model``, ``--log-level``, ``--log-format``,
+and the ``VOXFLOW_*`` variables listed in their ``--help``), and every option and path
+is checked before anything runs: a bad value is one line naming it and the fix, never a
+traceback, and never after a call has played.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import logging
-import subprocess
+import os
 import sys
+import wave
 from collections.abc import Sequence
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 from .errors import VoxflowError
+from .settings import Settings, SettingsError
 
 __all__ = ["main"]
 
 EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130
+
+EXAMPLE_ASSISTANT = "the example assistant (voxflow.examples.assistant:Assistant)"
+
+
+class UsageError(Exception):
+    """A bad option or path, found before the command ran; the message says the fix."""
+
+
+# -- the option set shared by every command that runs an assistant -----------------------
+
+
+def _variables_epilog() -> str:
+    rows = Settings.describe()
+    width = max(len(name) for name, _, _ in rows)
+    lines = [f"  {name:<{width}}  {meaning} (default: {default})"
+             for name, meaning, default in rows]
+    return ("environment (options override these, which override the defaults):\n"
+            + "\n".join(lines))
+
+
+def _assistant_options(parser: argparse.ArgumentParser, *, flow: bool = True) -> None:
+    """``FLOW``, ``--model``, ``--log-level``, ``--log-format``: defined here only."""
+    if flow:
+        parser.add_argument(
+            "flow", nargs="?", default=None, metavar="FLOW",
+            help="the flow: path/to/file.py:Class or package.module:Class "
+                 f"(default: {EXAMPLE_ASSISTANT})",
+        )
+    parser.add_argument(
+        "--model", default=None, metavar="MODEL",
+        help="a litellm model id that answers open questions, e.g. gpt-4o-mini; the "
+             "provider's key comes from its usual variable (default: $VOXFLOW_MODEL, "
+             "else rule-based, no key needed)",
+    )
+    parser.add_argument(
+        "--log-level", default=None, type=str.upper, metavar="LEVEL",
+        choices=("DEBUG", "INFO", "WARNING", "ERROR"),
+        help="DEBUG, INFO, WARNING or ERROR (default: $VOXFLOW_LOG_LEVEL, else WARNING)",
+    )
+    parser.add_argument(
+        "--log-format", default=None, type=str.lower, choices=("text", "json"),
+        help="log lines as text, or one JSON object per line for production "
+             "(default: $VOXFLOW_LOG_FORMAT, else text)",
+    )
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.epilog = _variables_epilog()
+
+
+def _settings(args: argparse.Namespace) -> Settings:
+    """``VOXFLOW_*`` variables with the command's options over them, applied to logging
+    and the LLM policy.
+
+    Raises:
+        UsageError: a variable or option is invalid.
+    """
+    from .llm_policy import set_llm_defaults
+    from .logs import configure_logging
+
+    try:
+        settings = Settings.from_env()
+        settings = settings.with_options(
+            model=getattr(args, "model", None), log_level=getattr(args, "log_level", None),
+            log_format=getattr(args, "log_format", None), demo_out=getattr(args, "out", None),
+            host=getattr(args, "host", None), port=getattr(args, "port", None),
+        )
+    except SettingsError as exc:
+        raise UsageError(str(exc)) from None
+    configure_logging(settings.log_level, settings.log_format)
+    set_llm_defaults(timeout=settings.llm_timeout, retries=settings.llm_retries)
+    return settings
+
+
+def _check_assistant(args: argparse.Namespace, settings: Settings) -> str | None:
+    """The model the example assistant will use, after checking FLOW and the model.
+
+    Raises:
+        UsageError: FLOW cannot be loaded or is not conversational, ``--model`` was given
+            with a FLOW (which configures its own LLM), or the model's provider key is
+            not set.
+    """
+    flow = getattr(args, "flow", None)
+    if flow is not None:
+        if args.model is not None:
+            raise UsageError(
+                f"--model applies to {EXAMPLE_ASSISTANT}; {flow} configures its own LLM "
+                "(ConversationConfig(llm=...)): drop --model, or drop FLOW"
+            )
+        from ._loader import load_flow_class
+
+        try:
+            flow_cls = load_flow_class(flow)
+        except VoxflowError as exc:
+            raise UsageError(str(exc)) from None
+        if not getattr(flow_cls, "conversational", False):
+            raise UsageError(f"{flow} is not a conversational flow: set `conversational = True`"
+                             " on the class (see the README's Conversational flows)")
+        return None
+    model = settings.model
+    if model is not None:
+        from .llm_policy import missing_credentials
+
+        missing = missing_credentials(model, {})
+        if missing:
+            source = "--model" if args.model is not None else "VOXFLOW_MODEL"
+            raise UsageError(
+                f"{source} {model} needs {' or '.join(missing)}, which is not set: "
+                f"export {missing[0]}=... (or leave out {source} for the rule-based assistant)"
+            )
+    return model
+
+
+# -- commands -----------------------------------------------------------------------------
 
 
 def _cmd_doctor(args: argparse.Namespace) -> int:
@@ -48,29 +169,16 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
 
 
 def _cmd_chat(args: argparse.Namespace) -> int:
+    if not args.voice and (args.headphones or args.input_device is not None
+                           or args.output_device is not None):
+        raise UsageError("--headphones, --input-device and --output-device need --voice")
+    settings = _settings(args)
+    model = _check_assistant(args, settings)
     if args.voice:
-        return _cmd_voice_chat(args)
-    if args.headphones or args.input_device is not None or args.output_device is not None:
-        print("error: --headphones, --input-device and --output-device need --voice",
-              file=sys.stderr)
-        return EXIT_USAGE
-    if args.flow is None:
-        print("error: chat needs a FLOW (path.py:Class or module:Class) without --voice",
-              file=sys.stderr)
-        return EXIT_USAGE
-    from ._loader import load_flow_class
+        return _cmd_voice_chat(args, settings, model)
+    from .repl import run_repl
 
-    flow_cls = load_flow_class(args.flow)
-    flow = flow_cls()
-    if not getattr(flow, "conversational", False):
-        print(f"error: {args.flow} is not a conversational flow", file=sys.stderr)
-        return EXIT_USAGE
-    import asyncio
-
-    from .wiring import chat_text
-
-    asyncio.run(chat_text(flow))  # jobs, announcements and history as in a voice call
-    return EXIT_OK
+    return run_repl(args.flow, model)
 
 
 def _adapter(module: str, command: str, what: str, extra: str) -> ModuleType | None:
@@ -85,7 +193,7 @@ def _adapter(module: str, command: str, what: str, extra: str) -> ModuleType | N
         return None
 
 
-def _cmd_voice_chat(args: argparse.Namespace) -> int:
+def _cmd_voice_chat(args: argparse.Namespace, settings: Settings, model: str | None) -> int:
     chat = _adapter("voxflow_adapters.local_chat", "voxflow chat --voice",
                     "local audio adapter", "local")
     if chat is None:
@@ -93,45 +201,73 @@ def _cmd_voice_chat(args: argparse.Namespace) -> int:
     try:
         devices = [chat.parse_device(d) for d in (args.input_device, args.output_device)]
     except ValueError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+        raise UsageError(str(exc)) from None
     code: int = chat.run_voice_chat(
         flow=args.flow, input_device=devices[0], output_device=devices[1],
-        headphones=args.headphones, model=args.settings.model, settings=args.settings,
+        headphones=args.headphones, model=model, settings=settings,
     )
     return code
+
+
+def _writable_folder(path: Path, option: str) -> None:
+    """Create ``path`` if needed and check a file can be written in it."""
+    probe = path / ".voxflow-write-check"
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as exc:
+        reason = exc.strerror or type(exc).__name__
+        raise UsageError(f"{option} {path}: cannot write there ({reason}); "
+                         f"choose a folder you can write to with {option}") from None
+
+
+def _script_wavs(folder: Path) -> None:
+    """Check ``--script``: a folder with one readable WAV file per line of the demo."""
+    if not folder.is_dir():
+        raise UsageError(f"--script {folder}: not a folder; give a folder of WAV files, "
+                         "one per line the caller says")
+    try:
+        from voxflow_adapters.demo.call import DEMO_LINES
+    except ImportError:
+        raise UsageError("--script needs the voice call demo: "
+                         "pip install 'voxflow[all]'") from None
+    wavs = sorted(folder.glob("*.wav"))
+    if len(wavs) != len(DEMO_LINES):
+        lines = "; ".join(f"{i}. {line}" for i, line in enumerate(DEMO_LINES, 1))
+        raise UsageError(f"--script {folder}: needs {len(DEMO_LINES)} WAV files, found "
+                         f"{len(wavs)}; one per line, in name order: {lines}")
+    for wav in wavs:
+        try:
+            with wave.open(str(wav), "rb") as reader:
+                reader.getnframes()
+        except (wave.Error, EOFError, OSError) as exc:
+            raise UsageError(f"--script {wav}: not a readable PCM WAV file ({exc}); "
+                             "record or convert it as 16-bit PCM WAV") from None
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
     from .demo import run_demo
 
-    if args.script is not None and not Path(args.script).is_dir():
-        print(f"error: --script must be a folder of WAV files, got {args.script}",
-              file=sys.stderr)
-        return EXIT_USAGE
-    settings = args.settings
-    return run_demo(
-        fast=args.fast,
-        model=args.model if args.model is not None else settings.model,
-        json_output=args.json,
-        out=args.out if args.out is not None else str(settings.demo_out),
-        script=args.script,
-        settings=settings,
-    )
+    settings = _settings(args)
+    model = _check_assistant(args, settings)
+    if args.script is not None:
+        _script_wavs(Path(args.script))
+    out = settings.demo_out
+    _writable_folder(out, "--out" if args.out is not None else "VOXFLOW_DEMO_OUT")
+    return run_demo(fast=args.fast, model=model, json_output=args.json, out=str(out),
+                    script=args.script, settings=settings)
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
+    settings = _settings(args)
+    model = _check_assistant(args, settings)
     command = _adapter("voxflow_adapters.webrtc.command", "voxflow serve", "WebRTC adapter",
                        "webrtc")
     if command is None:
         return EXIT_FAILED
-    settings = args.settings
     code: int = command.run_serve(
-        flow=args.flow,
-        host=args.host if args.host is not None else settings.host,
-        port=args.port if args.port is not None else settings.port,
-        token=args.token,
-        model=args.model if args.model is not None else settings.model,
+        flow=args.flow, host=settings.host, port=settings.port, token=args.token, model=model,
         ice_servers=args.ice_server, ice_host_addresses=args.ice_host, max_calls=args.max_calls,
         settings=settings,
     )
@@ -139,52 +275,55 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
-    import os
-    import tempfile
-    import time
+    from .bench import benchmark_scripts, default_benchmark_dir, run_bench
 
-    root = Path(args.dir)
-    scripts = sorted(p for p in root.glob("*.py") if not p.name.startswith("_"))
-    if args.only:
-        scripts = [p for p in scripts if p.stem in args.only]
+    root = Path(args.dir) if args.dir is not None else default_benchmark_dir()
+    scripts = benchmark_scripts(root)
     if not scripts:
-        print(f"error: no benchmark scripts in {root}", file=sys.stderr)
-        return EXIT_USAGE
-    figures: list[dict[str, object]] = []
-    runs: list[dict[str, object]] = []
-    with tempfile.TemporaryDirectory() as tmp:
-        sink = Path(tmp) / "figures.jsonl"
-        env = {**os.environ, "VOXFLOW_BENCH_FIGURES": str(sink)}
-        for script in scripts:
-            print(f"== {script.name}", file=sys.stderr, flush=True)
-            began = time.perf_counter()
-            result = subprocess.run(
-                [sys.executable, str(script)], env=env, check=False,
-                stdout=sys.stderr if args.json else None,
-            )
-            runs.append({"benchmark": script.stem, "exit": result.returncode,
-                         "seconds": round(time.perf_counter() - began, 1)})
-        if sink.exists():
-            figures = [json.loads(line) for line in sink.read_text().splitlines() if line]
+        raise UsageError(f"no benchmark scripts in {root}: run from a voxflow checkout, "
+                         "or point --dir at its benchmarks/ folder")
+    names = [p.stem for p in scripts]
+    if args.list:
+        print("\n".join(names))
+        return EXIT_OK
+    if args.only:
+        unknown = [n for n in args.only if n not in names]
+        if unknown:
+            raise UsageError(f"no benchmark named {', '.join(unknown)} in {root}; "
+                             f"available: {', '.join(names)}")
+        scripts = [p for p in scripts if p.stem in args.only]
+    result = run_bench(scripts, progress=sys.stderr, quiet=args.json)
     if args.json:
-        print(json.dumps({"runs": runs, "figures": figures}, indent=2))
+        print(json.dumps({"runs": result.runs, "figures": result.figures}, indent=2))
     else:
-        from rich.console import Console
-        from rich.table import Table
+        _print_bench(result.runs, result.figures)
+    if result.missed:
+        print(f"{len(result.missed)} figure(s) miss their target: "
+              + "; ".join(f"{f['benchmark']} {f['name']} = {f['value']} {f['unit']} "
+                          f"(target {f['target']})" for f in result.missed), file=sys.stderr)
+    return EXIT_FAILED if result.failed else EXIT_OK
 
-        table = Table(title="voxflow benchmarks (medians; each script prints more)")
-        for column in ("benchmark", "figure", "value", "unit", "target"):
-            table.add_column(column, justify="right" if column == "value" else "left")
-        for f in figures:
-            value = f["value"]
-            shown = f"{value:.4g}" if isinstance(value, int | float) else str(value)
-            table.add_row(str(f["benchmark"]), str(f["name"]), shown, str(f["unit"]),
-                          str(f["target"]))
-        for r in runs:
-            if r["exit"] != 0:
-                table.add_row(str(r["benchmark"]), "[red]failed[/]", str(r["exit"]), "exit", "")
-        Console().print(table)
-    return EXIT_FAILED if any(r["exit"] != 0 for r in runs) else EXIT_OK
+
+def _print_bench(runs: list[dict[str, Any]], figures: list[dict[str, Any]]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="voxflow benchmarks (medians; each script prints more)")
+    for column in ("benchmark", "figure", "value", "unit", "target", "met"):
+        table.add_column(column, justify="right" if column == "value" else "left")
+    marks = {True: "[green]yes[/]", False: "[bold red]MISSED[/]", None: ""}
+    for f in figures:
+        value = f["value"]
+        shown = f"{value:.4g}" if isinstance(value, int | float) else str(value)
+        table.add_row(str(f["benchmark"]), str(f["name"]), shown, str(f["unit"]),
+                      str(f["target"]), marks[f.get("meets_target")])
+    for r in runs:
+        if r["exit"] != 0:
+            table.add_row(str(r["benchmark"]), "[red]failed[/]", str(r["exit"]), "exit", "", "")
+    Console().print(table)
+
+
+# -- the parser ----------------------------------------------------------------------------
 
 
 def _version() -> str:
@@ -198,31 +337,35 @@ def _version() -> str:
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="voxflow", description="voxflow: conversational flows with a real-time voice."
+        prog="voxflow", description="voxflow: conversational flows with a real-time voice.",
+        epilog="exit codes: 0 success, 1 the command failed, 2 bad usage or input, "
+               "130 interrupted",
     )
     parser.add_argument("--version", action="version", version=f"voxflow {_version()}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    demo = sub.add_parser("demo", help="run a complete scripted call, offline")
-    demo.add_argument(
-        "--fast", action="store_true", help="deterministic clock: seconds, not real time"
-    )
-    demo.add_argument(
-        "--model", default=None, help="a litellm model id (default: rule-based, no key)"
-    )
+    demo = sub.add_parser("demo", help="run a complete scripted call, offline",
+                          description="A scripted caller talks to the example assistant "
+                                      "through the real voice pipeline.")
+    _assistant_options(demo, flow=False)
+    demo.add_argument("--fast", action="store_true",
+                      help="virtual audio time: seconds, not real time (latencies are "
+                           "simulated, not measured)")
     demo.add_argument("--json", action="store_true", help="print the summary as JSON")
-    demo.add_argument("--out", default=None, help="output folder (default: voxflow-demo)")
-    demo.add_argument(
-        "--script", default=None, help="a folder of WAV files to speak instead of the voice"
-    )
+    demo.add_argument("--out", default=None, metavar="DIR",
+                      help="output folder (default: $VOXFLOW_DEMO_OUT, else voxflow-demo)")
+    demo.add_argument("--script", default=None, metavar="WAVDIR",
+                      help="a folder of WAV files (one per line, in name order) to speak "
+                           "instead of the bundled voice")
     demo.set_defaults(func=_cmd_demo)
 
-    chat = sub.add_parser("chat", help="text chat with a flow (path.py:Class or module:Class)")
-    chat.add_argument("flow", nargs="?", default=None,
-                      help="the flow class, e.g. examples/support.py:SupportFlow "
-                           "(with --voice: the example assistant if omitted)")
+    chat = sub.add_parser("chat", help="chat with a flow: typed, or by voice (--voice)",
+                          description="Text chat with a conversational flow; with --voice, "
+                                      "through the microphone and speakers.")
+    _assistant_options(chat)
     chat.add_argument("--voice", action="store_true",
-                      help="talk through the microphone and speakers instead of typing")
+                      help="talk through the microphone and speakers instead of typing "
+                           "(keys: m mute, q quit, r reconnect)")
     chat.add_argument("--input-device", default=None, metavar="DEVICE",
                       help="microphone index or name (see voxflow doctor)")
     chat.add_argument("--output-device", default=None, metavar="DEVICE",
@@ -231,17 +374,14 @@ def _parser() -> argparse.ArgumentParser:
                       help="no echo gate: the assistant cannot hear itself")
     chat.set_defaults(func=_cmd_chat)
 
-    doctor = sub.add_parser("doctor", help="what is installed, and how to fix what is missing")
-    doctor.add_argument("--json", action="store_true", help="print the checks as JSON")
-    doctor.set_defaults(func=_cmd_doctor)
-
-    serve = sub.add_parser("serve", help="talk to a flow from a browser (WebRTC)")
-    serve.add_argument("flow", nargs="?", default=None,
-                       help="path.py:Class or module:Class (default: the example assistant)")
-    serve.add_argument("--host", default=None, help="bind address (default: 127.0.0.1)")
-    serve.add_argument("--port", type=int, default=None, help="TCP port (default: 8080)")
+    serve = sub.add_parser("serve", help="talk to a flow from a browser (WebRTC)",
+                           description="Browser calls over WebRTC, on loopback by default.")
+    _assistant_options(serve)
+    serve.add_argument("--host", default=None,
+                       help="bind address (default: $VOXFLOW_HOST, else 127.0.0.1)")
+    serve.add_argument("--port", type=int, default=None,
+                       help="TCP port (default: $VOXFLOW_PORT, else 8080)")
     serve.add_argument("--token", default=None, help="the /offer token (default: random)")
-    serve.add_argument("--model", default=None, help="a litellm model id for open questions")
     serve.add_argument("--ice-server", action="append", default=[], metavar="URL",
                        help="a stun:/turn: server (repeatable; default: none)")
     serve.add_argument("--ice-host", action="append", default=None, metavar="IP",
@@ -250,33 +390,46 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--max-calls", type=int, default=8, help="concurrent calls (default: 8)")
     serve.set_defaults(func=_cmd_serve)
 
+    doctor = sub.add_parser("doctor", help="what is installed, and how to fix what is missing")
+    doctor.add_argument("--json", action="store_true", help="print the checks as JSON")
+    doctor.set_defaults(func=_cmd_doctor)
+
     bench = sub.add_parser("bench", help="run the benchmarks under benchmarks/")
-    bench.add_argument("--dir", default="benchmarks", help="folder of benchmark scripts")
-    bench.add_argument("--only", nargs="*", default=None, metavar="NAME",
-                       help="run only these scripts (by name without .py)")
+    bench.add_argument("--dir", default=None,
+                       help="folder of benchmark scripts (default: ./benchmarks, else the "
+                            "checkout's)")
+    bench.add_argument("--list", action="store_true", help="list the benchmarks and exit")
+    bench.add_argument("--only", nargs="+", default=None, metavar="NAME",
+                       help="run only these scripts (names from --list)")
     bench.add_argument("--json", action="store_true", help="print the figures as JSON")
     bench.set_defaults(func=_cmd_bench)
     return parser
 
 
+def _silence_stdout() -> None:
+    """After a closed pipe (``voxflow doctor --json | head``): no error at exit either."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the process exit code."""
     args = _parser().parse_args(argv)
-    from .settings import Settings, SettingsError
-
-    try:
-        args.settings = Settings.from_env()
-    except SettingsError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    logging.basicConfig(level=args.settings.log_level, format="%(levelname)s %(name)s: %(message)s")
     try:
         code: int = args.func(args)
+        sys.stdout.flush()  # a closed pipe shows here, not as noise at exit
+    except UsageError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     except VoxflowError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE if isinstance(exc, ValueError) else EXIT_FAILED
+    except BrokenPipeError:
+        _silence_stdout()
+        return EXIT_OK
     except KeyboardInterrupt:
-        return 130
+        print(file=sys.stderr)
+        return EXIT_INTERRUPTED
     return code
 
 

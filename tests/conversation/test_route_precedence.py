@@ -12,6 +12,7 @@ import pytest
 
 from voxflow import ConversationConfig, ConversationState, Flow, RouterConfig, listen
 from voxflow.conversation import RouterContext
+from voxflow.conversation.graph import NO_LLM_REPLY
 from voxflow.flow import FlowEventBus
 from voxflow.llm import LLM
 from voxflow.testing import EventRecorder
@@ -167,10 +168,8 @@ def test_invalid_router_answer_falls_back_and_failures_use_default_intent() -> N
 
 def test_custom_routes_without_any_llm_land_on_converse() -> None:
     flow = AutoRouted()
-    assert (
-        flow.handle_turn("docs please")
-        == "I can continue the conversation once an LLM is configured."
-    )
+    assert flow.handle_turn("docs please") == NO_LLM_REPLY
+    assert "--model" in NO_LLM_REPLY  # the reply says how to configure one
     assert flow.state.last_intent == "converse"
 
 
@@ -188,9 +187,7 @@ def test_explicit_routes_limit_what_the_router_may_pick(recording_llm: Any) -> N
         pass
 
     assert Limited.route_catalog().labels == ("BILLING", "converse", "end")
-    assert (
-        Limited().handle_turn("x") == "I can continue the conversation once an LLM is configured."
-    )
+    assert Limited().handle_turn("x") == NO_LLM_REPLY
 
 
 def test_converse_sends_system_prompt_and_history(recording_llm: Any) -> None:

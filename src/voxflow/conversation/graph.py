@@ -65,7 +65,10 @@ __all__ = [
     "current_llm_method",
 ]
 
-NO_LLM_REPLY = "I can continue the conversation once an LLM is configured."
+NO_LLM_REPLY = (
+    "I can only answer that once a language model is configured: start voxflow with"
+    " --model, for example --model gpt-4o-mini, and the provider's API key."
+)
 """What ``converse_turn`` replies when no conversation LLM is configured."""
 
 END_REPLY = "Goodbye!"

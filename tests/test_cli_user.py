@@ -1,0 +1,270 @@
+"""The command line as a person meets it: every command run as a subprocess (a
+pseudo-terminal for the REPL), checking exit codes and the first lines of output."""
+
+from __future__ import annotations
+
+import os
+import pty
+import re
+import select
+import signal
+import subprocess
+import sys
+import time
+import wave
+from pathlib import Path
+
+import pytest
+
+from voxflow.bench import meets_target
+from voxflow.doctor import run_checks
+from voxflow.settings import Settings
+
+pytestmark = pytest.mark.unit
+
+ROOT = Path(__file__).resolve().parents[1]
+NO_KEYS = {k: v for k, v in os.environ.items()
+           if not k.endswith("_API_KEY") and not k.startswith("VOXFLOW_")}
+
+
+def voxflow(*args: str, cwd: Path = ROOT, env: dict[str, str] | None = None,
+            stdin: str = "", timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "voxflow.cli", *args], cwd=cwd, input=stdin,
+        env={**NO_KEYS, **(env or {})}, capture_output=True, text=True, timeout=timeout,
+        check=False,
+    )
+
+
+def one_line_error(result: subprocess.CompletedProcess[str], *needles: str) -> str:
+    assert result.returncode == 2, (result.stdout, result.stderr)
+    assert "Traceback" not in result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
+    for needle in needles:
+        assert needle in lines[0], lines[0]
+    return lines[0]
+
+
+def write_wav(path: Path, seconds: float = 0.2) -> None:
+    with wave.open(str(path), "wb") as out:
+        out.setnchannels(1)
+        out.setsampwidth(2)
+        out.setframerate(16000)
+        out.writeframes(b"\0\0" * int(16000 * seconds))
+
+
+# -- bad arguments and paths: one line, exit 2, before anything runs ----------------------
+
+
+def test_demo_out_that_cannot_be_written_fails_before_the_call() -> None:
+    result = voxflow("demo", "--fast", "--out", "/proc/voxflow-demo")
+    one_line_error(result, "--out /proc/voxflow-demo", "choose a folder")
+    assert result.stdout == ""  # nothing loaded, nothing played
+
+
+def test_demo_out_from_the_environment_is_named_as_such() -> None:
+    result = voxflow("demo", "--fast", env={"VOXFLOW_DEMO_OUT": "/proc/nope"})
+    one_line_error(result, "VOXFLOW_DEMO_OUT /proc/nope")
+
+
+@pytest.mark.parametrize("command", ["demo", "chat", "serve"])
+def test_an_empty_model_is_a_usage_error(command: str) -> None:
+    one_line_error(voxflow(command, "--model", ""), "--model", "gpt-4o-mini")
+
+
+def test_a_model_without_its_key_names_the_variable_before_the_call() -> None:
+    result = voxflow("demo", "--fast", "--model", "gpt-4o-mini")
+    one_line_error(result, "OPENAI_API_KEY", "export OPENAI_API_KEY=")
+    assert result.stdout == ""
+    result = voxflow("chat", env={"VOXFLOW_MODEL": "anthropic/claude-3-5-haiku-latest"})
+    one_line_error(result, "VOXFLOW_MODEL", "ANTHROPIC_API_KEY")
+
+
+def test_demo_script_with_the_wrong_number_of_wavs(tmp_path: Path) -> None:
+    for i in range(8):
+        write_wav(tmp_path / f"{i}.wav")
+    result = voxflow("demo", "--fast", "--script", str(tmp_path))
+    one_line_error(result, "needs 6 WAV files, found 8", "1. ")
+
+
+def test_demo_script_with_a_file_that_is_not_a_wav(tmp_path: Path) -> None:
+    for i in range(5):
+        write_wav(tmp_path / f"{i}.wav")
+    (tmp_path / "5.wav").write_text("not audio")
+    one_line_error(voxflow("demo", "--fast", "--script", str(tmp_path)), "5.wav",
+                   "not a readable PCM WAV")
+    one_line_error(voxflow("demo", "--script", str(tmp_path / "nope")), "not a folder")
+
+
+@pytest.mark.parametrize(("variable", "value"), [
+    ("VOXFLOW_LLM_TIMEOUT", "soon"), ("VOXFLOW_LLM_TIMEOUT", "0"),
+    ("VOXFLOW_LLM_RETRIES", "-1"), ("VOXFLOW_LOG_FORMAT", "xml"), ("VOXFLOW_PORT", "http"),
+])
+def test_bad_variables_are_named(variable: str, value: str) -> None:
+    one_line_error(voxflow("chat", env={variable: value}), variable)
+
+
+def test_flow_with_model_is_refused_and_bad_flows_name_the_fix() -> None:
+    one_line_error(voxflow("chat", "examples/assistant.py:Assistant", "--model", "m"),
+                   "drop --model")
+    one_line_error(voxflow("serve", "missing.py:Flow"), "flow file not found")
+
+
+def test_a_closed_pipe_is_not_an_error() -> None:
+    read, write = os.pipe()
+    os.close(read)  # like `| head` that already exited
+    try:
+        proc = subprocess.run([sys.executable, "-m", "voxflow.cli", "doctor", "--json"],
+                              cwd=ROOT, stdout=write, stderr=subprocess.PIPE, text=True,
+                              timeout=120, check=False)
+    finally:
+        os.close(write)
+    assert proc.stderr == ""
+    assert proc.returncode == 0
+
+
+# -- one option set, and help that lists it -------------------------------------------------
+
+
+def readme_variables() -> set[str]:
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = text.split("### Configuration", 1)[1].split("\n## ", 1)[0]
+    return set(re.findall(r"`(VOXFLOW_[A-Z_]+)`", section))
+
+
+def test_the_readme_lists_every_variable() -> None:
+    assert readme_variables() == set(Settings.variables())
+
+
+@pytest.mark.parametrize("command", ["demo", "chat", "serve"])
+def test_help_lists_the_shared_options_and_every_variable(command: str) -> None:
+    result = voxflow(command, "--help")
+    assert result.returncode == 0
+    for option in ("--model", "--log-level", "--log-format"):
+        assert option in result.stdout
+    for variable in Settings.variables():
+        assert variable in result.stdout, variable
+    if command != "demo":
+        assert "FLOW" in result.stdout and "example assistant" in result.stdout
+
+
+def test_chat_without_flow_talks_to_the_example_assistant() -> None:
+    result = voxflow("chat", stdin="hello\nwhat is the meaning of life?\nexit\n")
+    assert result.returncode == 0, result.stderr
+    first = result.stdout.splitlines()[0]
+    assert first.startswith("voxflow chat · the example assistant · rule-based")
+    assert "exit" in result.stdout.splitlines()[1] and "Ctrl-D" in result.stdout
+    assert "--model" in result.stdout.split("meaning of life", 1)[-1]  # how to add an LLM
+
+
+# -- the REPL in a terminal -----------------------------------------------------------------
+
+
+def _read_until(fd: int, needle: bytes, timeout: float = 60) -> bytes:
+    seen = b""
+    deadline = time.monotonic() + timeout
+    while needle not in seen:
+        left = deadline - time.monotonic()
+        assert left > 0, seen
+        ready, _, _ = select.select([fd], [], [], left)
+        if ready:
+            try:
+                chunk = os.read(fd, 1024)
+            except OSError:
+                break
+            if not chunk:
+                break
+            seen += chunk
+    return seen
+
+
+def _repl_in_a_terminal(key: bytes) -> tuple[int, bytes]:
+    pid, fd = pty.fork()
+    if pid == 0:  # the child: a terminal user's shell runs voxflow chat
+        os.chdir(ROOT)
+        os.execve(sys.executable, [sys.executable, "-m", "voxflow.cli", "chat"], NO_KEYS)
+    try:
+        banner = _read_until(fd, b"You: ")
+        os.write(fd, key)
+        rest = _read_until(fd, b"\n", timeout=30)
+        _, status = os.waitpid(pid, 0)
+    finally:
+        os.close(fd)
+    return os.waitstatus_to_exitcode(status), banner + rest
+
+
+def test_repl_banner_and_ctrl_d_ends_with_a_new_line_and_exit_0() -> None:
+    code, output = _repl_in_a_terminal(b"\x04")
+    assert output.startswith(b"voxflow chat")
+    assert output.split(b"You: ", 1)[1].startswith(b"\r\n")  # the shell prompt on its own line
+    assert code == 0
+
+
+def test_repl_ctrl_c_exits_130_on_a_new_line() -> None:
+    code, output = _repl_in_a_terminal(b"\x03")
+    assert b"Traceback" not in output
+    assert output.split(b"You: ", 1)[1].lstrip(b"^C").startswith(b"\r\n")
+    assert code == 130 or code == -signal.SIGINT
+
+
+# -- doctor and bench -------------------------------------------------------------------------
+
+
+def test_doctor_without_portaudio_warns_for_chat_voice_only() -> None:
+    checks = {c.name: c for c in run_checks(portaudio="")}
+    assert checks["PortAudio"].status == "warning"
+    assert "chat --voice" in checks["PortAudio"].detail
+    assert "apt-get install libportaudio2" in checks["PortAudio"].fix
+    assert not [c for c in checks.values() if c.status == "missing"]
+
+
+def test_doctor_exits_0_here() -> None:
+    result = voxflow("doctor", "--json")
+    assert result.returncode == 0, result.stdout
+
+
+def test_bench_lists_and_names_unknown_benchmarks_from_any_folder(tmp_path: Path) -> None:
+    listed = voxflow("bench", "--list", cwd=tmp_path)
+    assert listed.returncode == 0
+    names = listed.stdout.split()
+    assert "flow_overhead" in names and "_figures" not in names
+    line = one_line_error(voxflow("bench", "--only", "nosuch", cwd=tmp_path), "nosuch")
+    assert "available: " in line and "flow_overhead" in line
+
+
+def test_bench_flags_missed_targets_with_a_progress_line_per_script(tmp_path: Path) -> None:
+    (tmp_path / "quick.py").write_text(
+        "import json, os\n"
+        "with open(os.environ['VOXFLOW_BENCH_FIGURES'], 'a') as f:\n"
+        "    f.write(json.dumps({'benchmark': 'quick', 'name': 'import', 'value': 0.39,"
+        " 'unit': 's', 'target': '<= 0.3'}) + '\\n')\n"
+        "    f.write(json.dumps({'benchmark': 'quick', 'name': 'turn', 'value': 90,"
+        " 'unit': 'us', 'target': '<= 100'}) + '\\n')\n"
+    )
+    result = voxflow("bench", "--dir", str(tmp_path), "--json")
+    assert result.returncode == 0, result.stderr
+    assert "[1/1] quick" in result.stderr and "ok in" in result.stderr
+    assert "1 figure(s) miss their target: quick import = 0.39 s (target <= 0.3)" in (
+        result.stderr)
+    table = voxflow("bench", "--dir", str(tmp_path))
+    assert "MISSED" in table.stdout
+
+
+@pytest.mark.parametrize(("value", "target", "met"), [
+    (0.39, "<= 0.3", False), (0.3, "<= 0.3", True), (4, "< 5", True), (0, "0", True),
+    (1.0, "0", False), (700, "<= 650 (stretch 600)", False), (5, "flat", None),
+    ("n/a", "<= 1", None), (True, "<= 1", None), (6, ">= 5", True),
+])
+def test_targets_are_read_as_comparisons(value: object, target: str, met: bool | None) -> None:
+    assert meets_target(value, target) is met
+
+
+@pytest.mark.skipif(Path("/dev/snd").exists(), reason="this machine has a sound card")
+def test_chat_voice_without_a_sound_card_says_what_to_do(tmp_path: Path) -> None:
+    result = voxflow("chat", "--voice", env={"HOME": str(tmp_path)})
+    assert result.returncode == 1
+    assert "Traceback" not in result.stderr
+    line = result.stderr.strip().splitlines()[-1]
+    assert line.startswith("error: no input device default found")
+    assert "voxflow serve" in line and "without a sound card" in line
