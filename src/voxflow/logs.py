@@ -59,12 +59,30 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(data, default=str)
 
 
+class _Handler(logging.StreamHandler):  # type: ignore[type-arg]
+    """A stream handler writing to ``stream``, or to whatever ``sys.stderr`` is at the time
+    of each record (so a replaced stderr, e.g. a test's capture, is never written after
+    it was closed)."""
+
+    def __init__(self, stream: TextIO | None) -> None:
+        super().__init__(stream if stream is not None else sys.stderr)
+        self._fixed = stream
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.stream = self._fixed if self._fixed is not None else sys.stderr
+        super().emit(record)
+
+
+_installed: logging.Handler | None = None
+
+
 def configure_logging(
     level: str = "WARNING", fmt: LogFormat = "text", *, stream: TextIO | None = None
 ) -> None:
     """Send every log record at ``level`` or above to ``stream`` (stderr) in ``fmt``.
 
-    Replaces the root logger's handlers (call once, at the edge of the program).
+    Replaces the handler an earlier call installed; other handlers (a test runner's, an
+    application's) stay. Call it at the edge of the program.
 
     Raises:
         ValueError: ``level`` or ``fmt`` is not one of the known values.
@@ -73,10 +91,12 @@ def configure_logging(
         raise ValueError(f"log level must be DEBUG, INFO, WARNING or ERROR, got {level!r}")
     if fmt not in ("text", "json"):
         raise ValueError(f"log format must be 'text' or 'json', got {fmt!r}")
-    handler = logging.StreamHandler(stream if stream is not None else sys.stderr)
+    global _installed
+    handler = _Handler(stream)
     handler.setFormatter(JsonFormatter() if fmt == "json" else TextFormatter())
     root = logging.getLogger()
-    for old in list(root.handlers):
-        root.removeHandler(old)
+    if _installed is not None:
+        root.removeHandler(_installed)
     root.addHandler(handler)
     root.setLevel(level)
+    _installed = handler
