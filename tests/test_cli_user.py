@@ -106,7 +106,7 @@ def test_bad_variables_are_named(variable: str, value: str) -> None:
 
 
 def test_flow_with_model_is_refused_and_bad_flows_name_the_fix() -> None:
-    one_line_error(voxflow("chat", "examples/assistant.py:Assistant", "--model", "m"),
+    one_line_error(voxflow("chat", "voxflow.examples.assistant:Assistant", "--model", "m"),
                    "drop --model")
     one_line_error(voxflow("serve", "missing.py:Flow"), "flow file not found")
 
