@@ -11,6 +11,7 @@ third-party one (``litellm.*``, ``aiortc.*``)::
     + HumanFeedbackPending       (voxflow.flow.feedback) a provider paused; kickoff returns it
     + ConversationModeError      turn APIs on a non-conversational flow (also ValueError)
     + ConversationEndedError     a turn after the conversation ended (also RuntimeError)
+    + InputFileError             an input file was refused; .name names it (also ValueError)
     + ResourceClosedError        used after *we* closed it (also RuntimeError)
     + AdapterBrokenError         device/peer went away; original error in __cause__
     + AudioBackendError          PortAudio missing; .install names the fix (also ImportError)
@@ -42,6 +43,7 @@ __all__ = [
     "FlowDefinitionError",
     "FlowRuntimeError",
     "HumanFeedbackError",
+    "InputFileError",
     "JobNotAnnounceableError",
     "JobUpdateRejectedError",
     "ModelNotFoundError",
@@ -118,6 +120,21 @@ class ConversationModeError(VoxflowError, ValueError):
 
 class ConversationEndedError(VoxflowError, RuntimeError):
     """A turn was started after the conversation ended (``state.ended`` is true)."""
+
+
+class InputFileError(VoxflowError, ValueError):
+    """An ``input_files`` entry was refused (missing, too large, not a file, a path
+    outside the allowed folders, an unsupported type); nothing was changed.
+
+    Attributes:
+        name: the file's name (its key in ``input_files``).
+        reason: what was wrong, and what to do instead.
+    """
+
+    def __init__(self, name: str, reason: str) -> None:
+        super().__init__(f"input file {name!r}: {reason}")
+        self.name = name
+        self.reason = reason
 
 
 class ResourceClosedError(VoxflowError, RuntimeError):

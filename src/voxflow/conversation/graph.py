@@ -50,6 +50,7 @@ from voxflow.conversation.routing import (
     route_with_llm,
 )
 from voxflow.conversation.state import ConversationState
+from voxflow.files import model_supports_vision, without_images
 from voxflow.flow.dsl import listen, marks_of, router, start
 from voxflow.llm import BaseLLM
 
@@ -459,6 +460,8 @@ class ConversationGraph:
 
     async def _allm_reply(self, llm: BaseLLM, system: str | None, method: str) -> str:
         messages = get_conversation_messages(self, copy=False)  # the LLM copies them
+        if not model_supports_vision(str(getattr(llm, "model", ""))):
+            messages = without_images(messages)  # input-file images: a note instead
         if system:
             messages.insert(0, {"role": "system", "content": system})
         token = current_llm_method.set(method)

@@ -192,7 +192,7 @@ def get_conversation_messages(flow: Any, *, copy: bool = True) -> list[dict[str,
         if isinstance(m, ConversationMessage):
             out.append(m.to_llm())
         elif isinstance(m, Mapping):
-            out.append({k: v for k, v in m.items() if k != "metadata"})
+            out.append({k: v for k, v in m.items() if k not in ("metadata", "files")})
     return out
 
 

@@ -185,8 +185,11 @@ class ConversationHistory:
         set_state_field(self, "last_intent", intent)
         return intent
 
-    def _record_user_message(self, text: str) -> None:
-        self.append_message("user", text)
+    def _record_user_message(self, text: str, files: Sequence[Any] = ()) -> None:
+        if files:
+            self.append_message("user", text, files=list(files))
+        else:
+            self.append_message("user", text)
         state = self.state
         if isinstance(state, dict):
             state["current_user_message"] = text

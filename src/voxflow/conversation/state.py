@@ -15,6 +15,7 @@ from typing import Any, Literal, TypedDict
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from voxflow.files import FileRef, file_parts
 from voxflow.ids import SessionId, new_session_id
 
 __all__ = [
@@ -54,8 +55,10 @@ class ConversationMessage(BaseModel):
     tool_calls: list[dict[str, Any]] | None = Field(
         default=None, description="for role='assistant': tool calls the model requested"
     )
-    files: list[str] | None = Field(
-        default=None, description="paths or URLs of files attached to this message"
+    files: list[FileRef | str] | None = Field(
+        default=None,
+        description="files attached to this message: FileRef records of input_files "
+        "(stored by reference), or paths/URLs",
     )
     metadata: dict[str, Any] = Field(
         default_factory=dict,
@@ -65,6 +68,16 @@ class ConversationMessage(BaseModel):
     def to_llm(self) -> dict[str, Any]:
         """This message as a litellm/OpenAI chat message dict (no metadata, no Nones)."""
         out: dict[str, Any] = {"role": self.role, "content": self.content}
+        refs = [f for f in self.files or () if isinstance(f, FileRef)]
+        if refs:  # input files: litellm multimodal content parts
+            parts: list[dict[str, Any]] = (
+                [{"type": "text", "text": self.content}]
+                if isinstance(self.content, str) and self.content
+                else list(self.content or [])
+            )
+            for ref in refs:
+                parts.extend(file_parts(ref))
+            out["content"] = parts
         if self.name is not None:
             out["name"] = self.name
         if self.tool_call_id is not None:

@@ -34,7 +34,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from voxflow.conversation.events import (
     ConversationTurnCompleted,
@@ -55,6 +55,7 @@ from voxflow.conversation.persistence import (
 from voxflow.conversation.routing import aclassify_intent
 from voxflow.conversation.tracing import SessionTracer
 from voxflow.errors import ConversationEndedError, ConversationModeError
+from voxflow.files import FileRef, InputFilePolicy, prepare_input_files
 from voxflow.llm import BaseLLM, LLMEvent, coerce_llm, observe_llm
 
 if TYPE_CHECKING:
@@ -69,7 +70,7 @@ __all__ = ["DEFAULT_EXIT_COMMANDS", "ConversationTurns"]
 DEFAULT_EXIT_COMMANDS = ("exit", "quit")
 """What ends ``chat()`` (case-insensitive)."""
 
-_KICKOFF_OPTIONS = frozenset({"from_checkpoint", "restore_from_state_id"})
+_KICKOFF_OPTIONS = frozenset({"from_checkpoint", "restore_from_state_id", "input_files"})
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -80,6 +81,7 @@ class _TurnRequest:
     intent_llm: BaseLLM | None
     from_checkpoint: Any
     restore_from_state_id: str | None
+    files: dict[str, FileRef]
 
 
 class ConversationTurns:
@@ -123,6 +125,8 @@ class ConversationTurns:
         def _check_kickoff_args(self, inputs: Any, fc: Any, rsid: Any) -> None: ...
         async def _kickoff(self, inputs: Any, fc: Any, rsid: Any, private_loop: bool) -> Any: ...
         async def _load(self, flow_uuid: str) -> dict[str, Any] | None: ...
+        _input_files: dict[str, FileRef]
+        input_file_policy: ClassVar[InputFilePolicy]
         def reset_execution(self) -> None: ...
         def _persistence_configured(self) -> bool: ...
         def _backend(self, method: Any = None) -> FlowPersistence: ...
@@ -133,7 +137,7 @@ class ConversationTurns:
             self, channel: str, type: str, data: Mapping[str, Any] | None = None
         ) -> None: ...
         def append_assistant_message(self, content: Any, **extra: Any) -> Any: ...
-        def _record_user_message(self, text: str) -> None: ...
+        def _record_user_message(self, text: str, files: Sequence[Any] = ()) -> None: ...
 
     # ------------------------------------------------------------------ validation
 
@@ -182,7 +186,9 @@ class ConversationTurns:
                 "this conversation has ended (state.ended is true); start a new session "
                 "with another session_id"
             )
-        return _TurnRequest(message, session_id, intents, llm, fc, rsid)
+        files = kickoff_kwargs.get("input_files")
+        refs = {} if files is None else prepare_input_files(files, self.input_file_policy)
+        return _TurnRequest(message, session_id, intents, llm, fc, rsid, refs)
 
     # ------------------------------------------------------------------ one turn
 
@@ -202,7 +208,10 @@ class ConversationTurns:
             session_id: the conversation (``state.id``); None continues the current one.
             intents: outcome labels to pre-classify this message into.
             intent_llm: the LLM for that classification (required with ``intents``).
-            **kickoff_kwargs: ``from_checkpoint`` or ``restore_from_state_id``.
+            **kickoff_kwargs: ``from_checkpoint``, ``restore_from_state_id`` or
+                ``input_files`` ({name: path, bytes or binary file object}: validated,
+                stored by reference and attached to this turn's user message; see
+                :mod:`voxflow.files`).
 
         Raises:
             ConversationModeError: the flow is not conversational (a ValueError).
@@ -297,6 +306,7 @@ class ConversationTurns:
         self._turn_assistant_appended = False
         self._turn_agent_results = ()
         self._pending_turn = request
+        self._input_files = dict(request.files)
         self._user_message_waiting = False  # only this turn's message is routed
         self._state_before_restore = self._state
         tracer = self._session_tracer()
@@ -428,7 +438,7 @@ class ConversationTurns:
             raise ConversationEndedError(
                 "this conversation has ended (state.ended is true in the restored session)"
             )
-        self._record_user_message(request.message)
+        self._record_user_message(request.message, tuple(request.files.values()))
         if request.intents is not None:
             assert request.intent_llm is not None
             self._turn_intent = await aclassify_intent(

@@ -72,6 +72,7 @@ from pydantic import BaseModel
 from voxflow.clock import Clock, MonotonicClock
 from voxflow.conversation.mixin import ConversationMixin
 from voxflow.errors import FlowDefinitionError, FlowRuntimeError
+from voxflow.files import FileRef, InputFilePolicy, prepare_input_files
 from voxflow.flow._engine import Engine, Execution
 from voxflow.flow._human import HumanInput
 from voxflow.flow._loops import run_blocking
@@ -132,6 +133,9 @@ class Flow(ConversationMixin, HumanInput, Engine, Generic[StateT]):
     """Default provider for ``@human_feedback`` steps without their own (None: console)."""
     input_provider: Callable[[str], Any] | None = None
     """What :meth:`ask` reads answers from (sync or async callable; None: ``input``)."""
+    input_file_policy: ClassVar[InputFilePolicy] = InputFilePolicy()
+    """What ``input_files`` accepts: size and count limits, allowed folders, where files
+    are stored (:class:`voxflow.files.InputFilePolicy`)."""
     _sequential_starts: ClassVar[bool] = False
     _skip_persistence_restore: bool = False
     _voxflow_definition: ClassVar[FlowDefinition | None] = None
@@ -213,6 +217,7 @@ class Flow(ConversationMixin, HumanInput, Engine, Generic[StateT]):
         self._running = False
         self._frame_sink: Callable[[StreamFrame], None] | None = None
         self._pending_feedback: Any = None
+        self._input_files: dict[str, FileRef] = {}
         self._resume_checkpoint = False
         self.input_history: list[Any] = []
         """Audit trail of :meth:`ask` prompts and answers (``InputHistoryEntry``)."""
@@ -318,6 +323,12 @@ class Flow(ConversationMixin, HumanInput, Engine, Generic[StateT]):
         return self._clock
 
     @property
+    def input_files(self) -> dict[str, FileRef]:
+        """The files of the current/last run or turn (``input_files=``), by name: stored
+        :class:`~voxflow.files.FileRef` records (``read_bytes()`` gives the content)."""
+        return dict(self._input_files)
+
+    @property
     def method_outputs(self) -> list[tuple[str, Any]]:
         """``(method, output)`` of the current/last execution, in completion order."""
         return list(self._ex.outputs)
@@ -409,6 +420,7 @@ class Flow(ConversationMixin, HumanInput, Engine, Generic[StateT]):
         self,
         inputs: Mapping[str, Any] | None = None,
         *,
+        input_files: Mapping[str, Any] | None = None,
         from_checkpoint: CheckpointConfig | None = None,
         restore_from_state_id: str | None = None,
     ) -> Any:
@@ -419,12 +431,19 @@ class Flow(ConversationMixin, HumanInput, Engine, Generic[StateT]):
                 the run (and restores its persisted snapshot when persistence is set).
             from_checkpoint: resume a checkpoint (``restore_from``) or enable checkpoints.
             restore_from_state_id: fork the persisted state of another run (new id).
+            input_files: ``{name: path, bytes or binary file object}``, validated and
+                stored before anything runs; methods read them from :attr:`input_files`
+                (see :mod:`voxflow.files`; the turn APIs attach them to the user message).
+
+        Raises:
+            InputFileError: a file was refused (nothing ran); it names the file.
 
         Returns:
             The result (see module docs), a ``HumanFeedbackPending`` when a feedback step
             paused, or a :class:`StreamSession` when ``stream`` is true.
         """
         self._check_kickoff_args(inputs, from_checkpoint, restore_from_state_id)
+        self._take_input_files(input_files)
         if self.stream:
             from voxflow.flow.streaming import StreamSession
 
@@ -442,11 +461,17 @@ class Flow(ConversationMixin, HumanInput, Engine, Generic[StateT]):
         self,
         inputs: Mapping[str, Any] | None = None,
         *,
+        input_files: Mapping[str, Any] | None = None,
         from_checkpoint: CheckpointConfig | None = None,
         restore_from_state_id: str | None = None,
     ) -> Any:
         """:meth:`kickoff` for async callers; sync methods run in the default executor."""
         self._check_kickoff_args(inputs, from_checkpoint, restore_from_state_id)
+        if input_files is not None:  # reading them blocks: off the caller's loop
+            refs = await asyncio.to_thread(prepare_input_files, input_files, self.input_file_policy)
+            self._input_files = refs
+        else:
+            self._input_files = {}
         if self.stream:
             from voxflow.flow.streaming import StreamSession
 
@@ -457,6 +482,11 @@ class Flow(ConversationMixin, HumanInput, Engine, Generic[StateT]):
                 ),
             )
         return await self._kickoff(inputs, from_checkpoint, restore_from_state_id, False)
+
+    def _take_input_files(self, input_files: Mapping[str, Any] | None) -> None:
+        self._input_files = (
+            {} if input_files is None else prepare_input_files(input_files, self.input_file_policy)
+        )
 
     async def _kickoff(
         self,

@@ -62,7 +62,7 @@ DEFAULT_PUBLIC_METHODS: tuple[str, ...] = ("converse_turn", "answer_from_history
 logger = logging.getLogger(__name__)
 
 _RESTORE_OPTIONS = frozenset({"from_checkpoint", "restore_from_state_id"})
-_TURN_OPTIONS = frozenset({"intents", "intent_llm"})
+_TURN_OPTIONS = frozenset({"intents", "intent_llm", "input_files"})
 
 
 class TurnRunner(TurnLedger):
@@ -139,7 +139,8 @@ class TurnRunner(TurnLedger):
             input_revision: the input's version (an int >= 1).
             kind: ``acknowledgment``, ``answer`` or ``progress``.
             session_id: must equal ``flow.state.id`` when given.
-            options: ``intents`` / ``intent_llm``, passed to the flow's turn.
+            options: ``intents`` / ``intent_llm`` / ``input_files``, passed to the flow's
+                turn.
 
         Returns:
             An async iterator of events; iterate it to its terminal event (or close it,
