@@ -407,3 +407,21 @@ def test_importing_the_adapter_never_loads_portaudio() -> None:
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=60, check=True)
     assert done.stdout.strip() == "False"
+
+
+async def test_a_nan_block_from_the_driver_is_passed_on_as_counted_silence() -> None:
+    driver = FakeDriver(input_rate=16_000)
+    async with LocalAudio(quiet_settings(), backend=driver) as audio:
+        source = tone(0.2, 16_000, freq=300.0)
+        source[960:1000] = np.nan  # a driver glitch inside the 4th 20 ms block
+        source[2000] = np.inf
+        driver.capture(source)
+        await settle()
+        stats = audio.statistics()
+        await audio.aclose()
+        chunks = [chunk async for chunk in audio.audio_input()]
+    assert (stats.input_frames_zeroed, stats.input_frames_dropped) == (2, 0)
+    got = np.concatenate([c.samples() for c in chunks])
+    assert got.size == source.size  # the timeline is kept
+    assert not np.any(got[960:1280]) and not np.any(got[1920:2240])  # those blocks: silence
+    assert np.any(got[:960]) and np.any(got[1280:1920])  # the rest: the tone

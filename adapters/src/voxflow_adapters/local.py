@@ -40,7 +40,8 @@ from typing import Any, Literal
 import numpy as np
 from numpy.typing import NDArray
 from pydantic import BaseModel, ConfigDict, Field
-from voxflow_voice.audio import AudioChunk, InputConverter, resample
+from voxflow_voice.audio import AudioChunk, resample
+from voxflow_voice.input_guard import InputGuard
 from voxflow_voice.transport import (
     ClientObservation,
     MuteChanged,
@@ -132,6 +133,8 @@ class LocalAudioStatistics:
         queued_seconds: reply audio waiting for the device.
         samples_played: device samples of reply audio played.
         samples_flushed: device samples dropped by flushes.
+        input_frames_dropped: input blocks refused at the audio boundary (bad shape, rate).
+        input_frames_zeroed: input blocks holding NaN/infinity, passed on as silence.
     """
 
     input_rate: int
@@ -143,6 +146,8 @@ class LocalAudioStatistics:
     queued_seconds: float
     samples_played: int
     samples_flushed: int
+    input_frames_dropped: int = 0
+    input_frames_zeroed: int = 0
 
 
 @dataclass(slots=True)
@@ -201,7 +206,7 @@ class LocalAudio:
         self._output_stream: AudioStream | None = None
         self._input_rate = 0
         self._output_rate = 0
-        self._converter = InputConverter()
+        self._guard = InputGuard()
         self._input: asyncio.Queue[AudioChunk | None] = asyncio.Queue()
         self._observations: asyncio.Queue[ClientObservation | None] = asyncio.Queue()
         self._lock = threading.Lock()  # the queue is shared with the output callback
@@ -407,11 +412,13 @@ class LocalAudio:
 
     def statistics(self) -> LocalAudioStatistics:
         """Counters of the call so far."""
+        guarded = self._guard.statistics()
         return LocalAudioStatistics(
             input_rate=self._input_rate, output_rate=self._output_rate,
             input_blocks=self._input_blocks, output_blocks=self._output_blocks,
             xruns=self._xruns, reopens=self._reopens, queued_seconds=self._queued_seconds(),
             samples_played=self._played, samples_flushed=self._flushed,
+            input_frames_dropped=guarded.dropped, input_frames_zeroed=guarded.zeroed,
         )
 
     # -- device callbacks (PortAudio's thread) -----------------------------------------
@@ -473,10 +480,8 @@ class LocalAudio:
     def _take_input(self, block: NDArray[np.float32], rate: int) -> None:
         if self._ended or not rate:
             return
-        if self._muted:
-            block = np.zeros_like(block)
-        chunk = self._converter.convert_float(block, rate)
-        if chunk.num_samples:
+        chunk = self._guard.convert(block, rate, muted=self._muted)  # validated, counted
+        if chunk is not None and chunk.num_samples:
             self._input.put_nowait(chunk)
 
     def _report_played(self, played: list[_Played], filled: int, at: float,

@@ -8,6 +8,7 @@ background noise, an echo of the assistant). :meth:`CallScript.render` turns it 
 from __future__ import annotations
 
 import asyncio
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol
@@ -183,15 +184,15 @@ class CallScript:
 
     def with_noise(self, rms: float, *, seed: int = 0) -> CallScript:
         """Add white background noise of ``rms`` amplitude to the microphone."""
-        if rms < 0:
-            raise ValueError("rms must be >= 0")
+        if not 0 <= rms < math.inf:
+            raise ValueError(f"rms must be a finite amplitude >= 0, got {rms!r}")
         self.noise, self.seed = float(rms), seed
         return self
 
     def with_echo(self, gain: float, delay: float = 0.04) -> CallScript:
         """Feed the assistant's played audio back into the microphone (speakers)."""
-        if gain < 0 or delay < 0:
-            raise ValueError("gain and delay must be >= 0")
+        if not (0 <= gain < math.inf and 0 <= delay < math.inf):
+            raise ValueError(f"gain and delay must be finite and >= 0, got {gain!r}, {delay!r}")
         self.echo_gain, self.echo_delay = float(gain), float(delay)
         return self
 

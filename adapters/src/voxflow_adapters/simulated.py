@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 from voxflow_voice.audio import STT_SAMPLE_RATE, AudioChunk, resample
+from voxflow_voice.input_guard import InputGuard, InputStatistics
 from voxflow_voice.transport import (
     ClientObservation,
     MuteChanged,
@@ -135,6 +136,7 @@ class SimulatedClient:
         self._queue: deque[_Queued] = deque()
         self._queued_seconds = 0.0
         self._input: asyncio.Queue[AudioChunk | None] = asyncio.Queue()
+        self._guard = InputGuard()
         self._observations: asyncio.Queue[ClientObservation | None] = asyncio.Queue()
         self._writable = asyncio.Event()
         self._writable.set()
@@ -305,9 +307,9 @@ class SimulatedClient:
             mic = np.zeros(_FRAME_IN, np.float32)
         mic = np.clip(mic, -1.0, 1.0).astype(np.float32)
         self.tape.mic.append(mic)
-        self._input.put_nowait(
-            AudioChunk.from_float(mic, STT_SAMPLE_RATE, start_sample=begin)
-        )
+        chunk = self._guard.convert(mic, STT_SAMPLE_RATE)  # validated like a real device's
+        if chunk is not None:
+            self._input.put_nowait(chunk)
 
     def _play(self, now: float) -> NDArray[np.float32]:
         """Play one frame of queued reply audio; return it at 16 kHz."""
@@ -364,6 +366,10 @@ class SimulatedClient:
         self._queued_seconds = sum(q.remaining / q.chunk.sample_rate for q in self._queue)
         if self._queued_seconds < self._lead:
             self._writable.set()
+
+    def input_statistics(self) -> InputStatistics:
+        """The microphone frames the audio boundary dropped or zeroed (NaN, bad shapes)."""
+        return self._guard.statistics()
 
     def step_log(self) -> list[tuple[float, str, str]]:
         """(call time, action, text) of every reactive step that fired, in order."""

@@ -99,6 +99,12 @@ from .heard import (
 from .heard import (
     HeardReply as HeardReply,
 )
+from .input_guard import (
+    InputGuard as InputGuard,
+)
+from .input_guard import (
+    InputStatistics as InputStatistics,
+)
 from .metrics import (
     Distribution as Distribution,
 )
@@ -320,6 +326,8 @@ __all__ = [
     "HeardLedger",
     "HeardReply",
     "InputConverter",
+    "InputGuard",
+    "InputStatistics",
     "LatencySummary",
     "MuteChanged",
     "PausableTransport",

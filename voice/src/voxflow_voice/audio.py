@@ -87,10 +87,15 @@ class AudioChunk:
             raise TypeError(f"pcm must be bytes, got {type(self.pcm).__name__}")
         if len(self.pcm) % 2:
             raise ValueError(f"pcm must hold whole 16-bit samples, got {len(self.pcm)} bytes")
-        if not isinstance(self.sample_rate, int) or self.sample_rate <= 0:
-            raise ValueError(f"sample_rate must be a positive int, got {self.sample_rate!r}")
+        _check_rate("sample_rate", self.sample_rate)
+        for name in ("segment_id", "start_sample"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+                raise ValueError(f"{name} must be an int or None, got {value!r}")
         if self.segment_id is not None and self.segment_id < 1:
             raise ValueError(f"segment_id must be >= 1, got {self.segment_id}")
+        if self.start_sample is not None and self.start_sample < 0:
+            raise ValueError(f"start_sample must be >= 0, got {self.start_sample}")
 
     @property
     def num_samples(self) -> int:
@@ -126,8 +131,12 @@ def pcm16_to_float(pcm: bytes | NDArray[np.int16]) -> NDArray[np.float32]:
 
 
 def float_to_pcm16(samples: NDArray[np.floating[Any]]) -> bytes:
-    """Float samples in [-1, 1] → s16le bytes, clipping what lies outside."""
-    array = np.asarray(samples, dtype=np.float32)
+    """Float samples in [-1, 1] → s16le bytes, clipping what lies outside.
+
+    Raises:
+        ValueError: a sample is NaN or infinite (it has no 16-bit value).
+    """
+    array = _finite(samples)
     scaled = np.clip(np.round(array * _INT16_SCALE), -32768, 32767)
     return scaled.astype("<i2").tobytes()
 
@@ -139,9 +148,11 @@ def to_mono(samples: NDArray[Any], channels: int) -> NDArray[np.float32]:
         samples: interleaved samples (1-D) or a ``(frames, channels)`` array.
         channels: number of interleaved channels (>= 1).
     """
-    if channels < 1:
-        raise ValueError(f"channels must be >= 1, got {channels}")
+    if isinstance(channels, bool) or not isinstance(channels, int) or channels < 1:
+        raise ValueError(f"channels must be an int >= 1, got {channels!r}")
     array = np.asarray(samples, dtype=np.float32)
+    if array.ndim > 2 or (array.ndim == 2 and array.shape[1] != channels):
+        raise ValueError(f"samples must be 1-D or (frames, {channels}), got {array.shape}")
     if channels == 1:
         return array.reshape(-1)
     if array.size % channels:
@@ -151,10 +162,15 @@ def to_mono(samples: NDArray[Any], channels: int) -> NDArray[np.float32]:
 
 
 def resample(samples: NDArray[Any], in_rate: int, out_rate: int) -> NDArray[np.float32]:
-    """Resample a whole mono float signal at once (soxr, high quality)."""
+    """Resample a whole mono float signal at once (soxr, high quality).
+
+    Raises:
+        ValueError: ``samples`` is not 1-D (mix channels with :func:`to_mono` first), or
+            holds NaN/infinity (the filter would spread it over the whole signal).
+    """
     _check_rate("in_rate", in_rate)
     _check_rate("out_rate", out_rate)
-    array = np.asarray(samples, dtype=np.float32).reshape(-1)
+    array = _mono_1d(samples)
     if in_rate == out_rate:
         return array
     import soxr
@@ -163,8 +179,24 @@ def resample(samples: NDArray[Any], in_rate: int, out_rate: int) -> NDArray[np.f
 
 
 def _check_rate(name: str, rate: int) -> None:
-    if not isinstance(rate, int) or rate <= 0:
+    if isinstance(rate, bool) or not isinstance(rate, int) or rate <= 0:
         raise ValueError(f"{name} must be a positive int, got {rate!r}")
+
+
+def _finite(samples: NDArray[Any]) -> NDArray[np.float32]:
+    array = np.asarray(samples, dtype=np.float32)
+    if not np.isfinite(array).all():
+        raise ValueError("samples must be finite: NaN or infinity found")
+    return array
+
+
+def _mono_1d(samples: NDArray[Any]) -> NDArray[np.float32]:
+    array = _finite(samples)
+    if array.ndim != 1:
+        raise ValueError(
+            f"samples must be mono 1-D, got shape {array.shape}: mix channels with to_mono first"
+        )
+    return array
 
 
 class Resampler:
@@ -186,8 +218,8 @@ class Resampler:
             self._stream = soxr.ResampleStream(in_rate, out_rate, 1, dtype="float32", quality="HQ")
 
     def process(self, samples: NDArray[Any]) -> NDArray[np.float32]:
-        """Resample the next piece of the stream (mono float)."""
-        array = np.ascontiguousarray(samples, dtype=np.float32).reshape(-1)
+        """Resample the next piece of the stream (mono 1-D float, finite)."""
+        array = np.ascontiguousarray(_mono_1d(samples))
         if self._stream is None:
             return array
         return np.asarray(self._stream.resample_chunk(array), dtype=np.float32)

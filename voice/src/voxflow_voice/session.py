@@ -53,7 +53,7 @@ from voxflow.replies import ReplyQueue
 from voxflow.settings import Settings
 from voxflow.turns import ReplyEvent, TurnRunner
 
-from .audio import STT_SAMPLE_RATE, InputConverter
+from .audio import STT_SAMPLE_RATE
 from .barge_in import BargeInArbiter, BargeInPolicy, BargeInSettings
 from .delivery import AnnouncementDelivery
 from .delivery import Announcer as Announcer  # re-exported: adapters import it from here
@@ -76,6 +76,7 @@ from .events import (
     TurnMetrics,
 )
 from .floor import FloorReporter
+from .input_guard import InputGuard, InputStatistics
 from .metrics import LatencySummary, summarize
 from .overlap import OverlapHandler
 from .playback import Playback
@@ -191,7 +192,7 @@ class VoiceSession:
         self.playback = Playback(transport)
         self._detector = TurnDetector(engines.make_vad(), self.settings.turn_detection,
                                       end_of_turn_model=engines.end_of_turn)
-        self._converter = InputConverter()
+        self._input_guard = InputGuard()
         self.echo_gate = EchoGate(self.settings.echo) if self.settings.echo_gate else None
         self._utterances: asyncio.Queue[tuple[UtteranceReady, Speculation | None] | None] = (
             asyncio.Queue()
@@ -275,9 +276,9 @@ class VoiceSession:
     async def _listen(self) -> None:
         try:
             async for chunk in self.transport.audio_input():
-                audio = chunk
-                if chunk.sample_rate != STT_SAMPLE_RATE:
-                    audio = self._converter.convert(chunk.pcm, chunk.sample_rate)
+                audio = self._input_guard.convert_chunk(chunk)  # any adapter's frames
+                if audio is None:
+                    continue
                 self._anchor = (self.clock.now(), self._detector.position)
                 if self.echo_gate is not None:
                     audio = self.echo_gate.process(audio, self._anchor[0])
@@ -523,6 +524,13 @@ class VoiceSession:
             ValueError: ``policy`` is not one of the three.
         """
         self._overlap.set_policy(delivery_id, policy)
+
+    def input_statistics(self) -> InputStatistics:
+        """Input chunks the session's own audio boundary dropped (wrong type or rate).
+
+        Transports validate their raw frames first (their statistics count those).
+        """
+        return self._input_guard.statistics()
 
     def summary(self) -> LatencySummary:
         """Medians and p90s of this call's latency marks and barge-in stops so far."""

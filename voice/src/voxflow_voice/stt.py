@@ -212,6 +212,8 @@ class WhisperStt:
         array = np.asarray(audio, dtype=np.float32)
         if array.ndim != 1:
             raise ValueError(f"audio must be 1-D mono samples, got shape {array.shape}")
+        if not np.isfinite(array).all():
+            raise ValueError("audio must be finite: NaN or infinity found (Whisper hears nothing)")
         return array
 
     def _decode(self, samples: NDArray[np.float32]) -> Transcript | None:

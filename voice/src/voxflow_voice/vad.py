@@ -79,7 +79,15 @@ def _check_frames(frames: NDArray[Any], frame_samples: int) -> NDArray[np.float3
         raise ValueError(
             f"frames must have shape (n, {frame_samples}), got {tuple(array.shape)}"
         )
+    _check_finite(array)
     return array
+
+
+def _check_finite(array: NDArray[np.float32]) -> None:
+    # A NaN would live on in Silero's recurrent state: every later frame, noise
+    # included, would score as speech. Refuse it before anything changes.
+    if not np.isfinite(array).all():
+        raise ValueError("frames must be finite: NaN or infinity found (nothing was scored)")
 
 
 class SileroVad:
@@ -230,12 +238,18 @@ class VadStream:
     def push(self, samples: NDArray[Any]) -> tuple[NDArray[np.float32], NDArray[np.float32]]:
         """Add samples; score every frame that is now complete.
 
+        Raises:
+            ValueError: ``samples`` is not 1-D or holds NaN/infinity (nothing changed).
+
         Returns:
             ``(frames, probabilities)``: the completed ``(n, frame_samples)`` frames and
             their ``n`` speech probabilities (``n`` may be 0).
         """
         size = self.detector.frame_samples
-        data = np.asarray(samples, dtype=np.float32).reshape(-1)
+        data = np.asarray(samples, dtype=np.float32)
+        if data.ndim != 1:
+            raise ValueError(f"samples must be mono 1-D, got shape {data.shape}")
+        _check_finite(data)
         if self._pending.size:
             data = np.concatenate([self._pending, data])
         count = data.size // size

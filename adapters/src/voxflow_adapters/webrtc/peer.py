@@ -31,7 +31,8 @@ from typing import Any
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator
-from voxflow_voice.audio import AudioChunk, InputConverter
+from voxflow_voice.audio import AudioChunk
+from voxflow_voice.input_guard import InputGuard
 from voxflow_voice.transport import ClientObservation, MuteChanged
 
 from voxflow.clock import Clock, MonotonicClock
@@ -113,6 +114,8 @@ class PeerStatistics(BaseModel):
     call_id: str
     connection_state: str
     frames_in: int
+    frames_dropped: int = Field(0, description="inbound frames refused (dtype, rate, shape)")
+    frames_zeroed: int = Field(0, description="inbound frames with NaN/inf, passed as silence")
     outbound: OutboundStatistics = Field(description="the reply track's counters")
     page_messages: int
     rejected_messages: int
@@ -156,6 +159,7 @@ class WebRtcPeer:
         self._muted = False
         self._page_playing: bool | None = None
         self._frames_in = 0
+        self._guard = InputGuard()  # the inbound audio boundary
         self._last_media: float | None = None
         self._page_messages = 0
         self._rejected = 0
@@ -311,7 +315,7 @@ class WebRtcPeer:
     async def _read_audio(self, track: Any) -> None:
         from aiortc.mediastreams import MediaStreamError
 
-        converter = InputConverter()
+        guard = self._guard
         loop = asyncio.get_running_loop()
         try:
             while True:
@@ -325,11 +329,11 @@ class WebRtcPeer:
                 channels = len(frame.layout.channels)
                 if frame.format.is_planar:
                     samples = samples.T  # (channels, n) → interleaved
-                pcm = np.ascontiguousarray(samples, dtype=np.int16)
-                if self._muted:
-                    pcm = np.zeros_like(pcm)
-                self._input.put_nowait(converter.convert(pcm.tobytes(), frame.sample_rate,
-                                                         channels))
+                # validated (dtype, rate, channels, NaN) and counted at the boundary
+                chunk = guard.convert(np.reshape(samples, -1), frame.sample_rate, channels,
+                                      muted=self._muted)
+                if chunk is not None:
+                    self._input.put_nowait(chunk)
         finally:
             self._end_input()
         self.close_soon("the peer's audio track ended")
@@ -433,9 +437,11 @@ class WebRtcPeer:
     def statistics(self) -> PeerStatistics:
         """Counters of this call."""
         outbound: OutboundStatistics = self.outbound.statistics()
+        guarded = self._guard.statistics()
         return PeerStatistics(
             call_id=self.call_id, connection_state=self.connection_state,
-            frames_in=self._frames_in, outbound=outbound, page_messages=self._page_messages,
+            frames_in=self._frames_in, frames_dropped=guarded.dropped,
+            frames_zeroed=guarded.zeroed, outbound=outbound, page_messages=self._page_messages,
             rejected_messages=self._rejected, muted=self._muted,
             page_playing=self._page_playing, close_reason=self.close_reason,
         )
