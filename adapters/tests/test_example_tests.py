@@ -31,3 +31,14 @@ def test_the_example_test_passes_in_a_project_of_its_own(tmp_path: Path) -> None
     assert result.returncode == 0, result.stdout + result.stderr
     assert "2 passed" in result.stdout
     assert not list(tmp_path.glob("conftest.py"))
+
+
+def test_the_readme_shows_the_example_file_as_it_is() -> None:
+    readme = (EXAMPLES.parent / "README.md").read_text(encoding="utf-8")
+    section = readme.split("## Testing your assistant", 1)[1]
+    block = section.split("```python\n", 1)[1].split("```", 1)[0]
+    header, code = block.split("\n", 1)
+    assert header == "# examples/test_assistant.py"
+    source = (EXAMPLES / "test_assistant.py").read_text(encoding="utf-8")
+    docstring_end = source.index('"""', 3) + 3
+    assert code == source[docstring_end:].lstrip("\n")
