@@ -31,6 +31,7 @@ of a session, ``flow_finished`` once by :meth:`finalize_session_traces`.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import dataclasses
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -156,7 +157,11 @@ class ConversationTurns:
         intents: Any,
         intent_llm: Any,
         kickoff_kwargs: Mapping[str, Any],
+        *,
+        read_files: bool = True,
     ) -> _TurnRequest:
+        """Validate a turn's arguments; ``read_files=False`` leaves ``input_files`` to
+        :meth:`_aread_files` (async callers read them off the loop)."""
         self._require_conversational(api)
         validate_user_message(message)
         if session_id is not None and (not isinstance(session_id, str) or not session_id):
@@ -187,8 +192,20 @@ class ConversationTurns:
                 "with another session_id"
             )
         files = kickoff_kwargs.get("input_files")
-        refs = {} if files is None else prepare_input_files(files, self.input_file_policy)
+        refs = {} if files is None or not read_files else self._read_files(files)
         return _TurnRequest(message, session_id, intents, llm, fc, rsid, refs)
+
+    def _read_files(self, files: Any) -> dict[str, FileRef]:
+        return prepare_input_files(files, self.input_file_policy)
+
+    async def _aread_files(
+        self, request: _TurnRequest, kickoff_kwargs: Mapping[str, Any]
+    ) -> _TurnRequest:
+        files = kickoff_kwargs.get("input_files")
+        if files is None:
+            return request
+        refs = await asyncio.to_thread(self._read_files, files)
+        return dataclasses.replace(request, files=refs)
 
     # ------------------------------------------------------------------ one turn
 
@@ -236,8 +253,10 @@ class ConversationTurns:
     ) -> Any:
         """:meth:`handle_turn` for async callers (sync methods run in the executor)."""
         request = self._turn_request(
-            "ahandle_turn", message, session_id, intents, intent_llm, kickoff_kwargs
+            "ahandle_turn", message, session_id, intents, intent_llm, kickoff_kwargs,
+            read_files=False,
         )
+        request = await self._aread_files(request, kickoff_kwargs)
         return await self._aturn(request, private_loop=False)
 
     def stream_turn(
@@ -282,8 +301,10 @@ class ConversationTurns:
         from voxflow.flow.streaming import StreamSession
 
         request = self._turn_request(
-            "astream_turn", message, session_id, intents, intent_llm, kickoff_kwargs
+            "astream_turn", message, session_id, intents, intent_llm, kickoff_kwargs,
+            read_files=False,
         )
+        request = await self._aread_files(request, kickoff_kwargs)
         return StreamSession.run_async(self, lambda private: self._aturn(request, False))  # type: ignore[arg-type]
 
     async def _aturn(self, request: _TurnRequest, private_loop: bool) -> Any:
