@@ -581,13 +581,20 @@ def test_imports() -> None:
         RouterConfig,
     )
 
-    assert issubclass(ConversationState, ChatState) or "current_user_message" in (
-        ConversationState.model_fields
-    )
+    # ChatState: id, messages, last_user_message, last_intent, session_ready; the
+    # ConversationState additionally has current_user_message, ended, events, agent_threads
+    chat_fields = {"id", "messages", "last_user_message", "last_intent", "session_ready"}
+    assert set(ChatState.model_fields) >= chat_fields
+    assert set(ConversationState.model_fields) >= chat_fields | {
+        "current_user_message",
+        "ended",
+        "events",
+        "agent_threads",
+    }
     assert set(ConversationalInputs.__annotations__) >= {"id", "user_message", "last_intent"}
     assert callable(prepare_conversational_turn)
     assert all(callable(d) for d in (listen, persist, router, start))
     assert ConversationConfig().defer_trace_finalization is True
     assert RouterConfig().default_intent == "converse"
     assert ConversationalConfig is not ConversationConfig
-    assert issubclass(Flow, object)
+    assert Flow.conversational is False  # opt-in

@@ -4,8 +4,11 @@ A Flow class opts in with ``conversational = True`` or ``@ConversationConfig(...
 then are four built-in methods wired (through the runtime's ``_extra_flow_methods``
 extension point), so a plain Flow carries none of them:
 
-* ``route_conversation``: ``@start()`` + router. Calls ``conversation_start()`` then
-  ``route_turn(context)`` and picks the route by this precedence: a non-empty
+* ``route_conversation``: ``@start()`` + router. When a user message awaits an answer
+  (received by a turn API or ``receive_user_message`` since the last routing; a bare
+  ``kickoff`` that restores or starts a session has none, and routes nothing), calls
+  ``conversation_start()`` then ``route_turn(context)`` and picks the route by this
+  precedence: a non-empty
   ``route_turn`` result; else the intent pre-classified for *this* turn; else the
   deprecated ``answer_from_history`` check when configured; else ``converse``. The
   previous turn's ``last_intent`` is router context, never a fallback.
