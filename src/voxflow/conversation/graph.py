@@ -8,10 +8,9 @@ extension point), so a plain Flow carries none of them:
   (received by a turn API or ``receive_user_message`` since the last routing; a bare
   ``kickoff`` that restores or starts a session has none, and routes nothing), calls
   ``conversation_start()`` then ``route_turn(context)`` and picks the route by this
-  precedence: a non-empty
-  ``route_turn`` result; else the intent pre-classified for *this* turn; else the
-  deprecated ``answer_from_history`` check when configured; else ``converse``. The
-  previous turn's ``last_intent`` is router context, never a fallback.
+  precedence: a non-empty ``route_turn`` result; else the intent pre-classified for
+  *this* turn; else the deprecated ``answer_from_history`` check when configured; else
+  ``converse``. The previous turn's ``last_intent`` is router context, never a fallback.
 * ``converse_turn`` (listens to ``converse``): the conversation LLM over the system prompt
   and the canonical history; without an LLM it replies :data:`NO_LLM_REPLY`.
 * ``end_conversation`` (listens to ``end``): sets ``state.ended`` and says goodbye.
