@@ -359,7 +359,7 @@ def test_any_input_is_accepted_or_refused_by_name(place: Path, name: str, data: 
 
 async def test_async_turn_apis_refuse_bad_files_before_anything_changes(hostile: Any) -> None:
     before = hostile.state.model_dump()
-    with pytest.raises(InputFileError, match="'x.bin'") as info:
+    with pytest.raises(InputFileError, match=r"'x\.bin'") as info:
         await hostile.ahandle_turn("hi", input_files={"x.bin": b"\x00\x01"})
     assert info.value.name == "x.bin"
     with pytest.raises(InputFileError, match="outside the allowed folders"):
