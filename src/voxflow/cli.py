@@ -71,7 +71,8 @@ def _assistant_options(parser: argparse.ArgumentParser, *, flow: bool = True) ->
     parser.add_argument(
         "--log-level", default=None, type=str.upper, metavar="LEVEL",
         choices=("DEBUG", "INFO", "WARNING", "ERROR"),
-        help="DEBUG, INFO, WARNING or ERROR (default: $VOXFLOW_LOG_LEVEL, else WARNING)",
+        help="DEBUG, INFO, WARNING or ERROR (default: $VOXFLOW_LOG_LEVEL, else WARNING; "
+             "serve: INFO, a line per call)",
     )
     parser.add_argument(
         "--log-format", default=None, type=str.lower, choices=("text", "json"),
@@ -82,9 +83,10 @@ def _assistant_options(parser: argparse.ArgumentParser, *, flow: bool = True) ->
     parser.epilog = _variables_epilog()
 
 
-def _settings(args: argparse.Namespace) -> Settings:
+def _settings(args: argparse.Namespace, *, log_level: str | None = None) -> Settings:
     """``VOXFLOW_*`` variables with the command's options over them, applied to logging
-    and the LLM policy.
+    and the LLM policy; ``log_level`` is the command's own default (serve: INFO, one line
+    per call), used when neither ``--log-level`` nor ``VOXFLOW_LOG_LEVEL`` is given.
 
     Raises:
         UsageError: a variable or option is invalid.
@@ -94,6 +96,8 @@ def _settings(args: argparse.Namespace) -> Settings:
 
     try:
         settings = Settings.from_env()
+        if log_level is not None and not os.environ.get("VOXFLOW_LOG_LEVEL", "").strip():
+            settings = settings.with_options(log_level=log_level)
         settings = settings.with_options(
             model=getattr(args, "model", None), log_level=getattr(args, "log_level", None),
             log_format=getattr(args, "log_format", None), demo_out=getattr(args, "out", None),
@@ -260,7 +264,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
-    settings = _settings(args)
+    settings = _settings(args, log_level="INFO")
     model = _check_assistant(args, settings)
     command = _adapter("voxflow_adapters.webrtc.command", "voxflow serve", "WebRTC adapter",
                        "webrtc")

@@ -347,7 +347,7 @@ class WebRtcPeer:
 
     def _on_connection_state(self) -> None:
         state = self._pc.connectionState if self._pc is not None else "closed"
-        logger.info("connection state %s", state, extra={"call_id": self.call_id})
+        logger.debug("connection state %s", state, extra={"call_id": self.call_id})
         if state == "connected":
             self._connected.set()
         elif state == "failed":
@@ -400,7 +400,8 @@ class WebRtcPeer:
         # A hang-up or a closed tab is the normal end; timeouts and failures are warnings.
         quiet = reason.startswith(("the page", "closed by", "the session ended",
                                    "the peer's audio track ended", "the connection was closed"))
-        logger.log(logging.INFO if quiet else logging.WARNING, "call ended: %s", reason,
+        # (the server logs the INFO line of a call's end, with its figures)
+        logger.log(logging.DEBUG if quiet else logging.WARNING, "call ended: %s", reason,
                    extra={"call_id": self.call_id})
         self.send(ByeMessage(reason=reason))
         self.closed.set()

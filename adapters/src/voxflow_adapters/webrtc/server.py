@@ -36,7 +36,7 @@ from typing import Any
 from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field
 from voxflow_voice.engines import VoiceEngines
-from voxflow_voice.events import SessionEvent
+from voxflow_voice.events import ReplyInterrupted, SessionEvent, TurnMetrics
 
 from voxflow.clock import MonotonicClock
 from voxflow.errors import SignalingError
@@ -139,6 +139,7 @@ class WebRtcServer:
         """The aiohttp application (routes and body size limit)."""
         app = web.Application(client_max_size=self.settings.max_sdp_bytes + 4096)
         app.router.add_get("/", self._page)
+        app.router.add_get("/favicon.ico", self._favicon)
         app.router.add_static("/static/", STATIC_DIR, show_index=False)
         app.router.add_post("/offer", self._offer)
         return app
@@ -191,6 +192,12 @@ class WebRtcServer:
                                        "media-src 'self' blob: mediastream:",
             "X-Content-Type-Options": "nosniff",
             "Referrer-Policy": "no-referrer",
+        })
+
+    async def _favicon(self, request: web.Request) -> web.StreamResponse:
+        return web.FileResponse(STATIC_DIR / "favicon.svg", headers={
+            "Content-Type": "image/svg+xml", "Cache-Control": "max-age=86400",
+            "X-Content-Type-Options": "nosniff",
         })
 
     def _reject(self, status: int, reason: str, key: str) -> web.Response:
@@ -268,11 +275,15 @@ class WebRtcServer:
                                                       name=f"{call_id}.run")
         self._calls[call_id] = (peer, task)
         self._accepted += 1
+        logger.info("call started", extra={"call_id": call_id,
+                                           "session_id": str(call.session.session_id),
+                                           "calls": len(self._calls)})
         if self._on_call is not None:
             self._on_call(peer, call)
         return web.json_response({"type": "answer", "sdp": answer, "call_id": call_id})
 
     async def _run_call(self, peer: WebRtcPeer, call: Call) -> None:
+        began = peer.clock.now()
         try:
             await call.session.run()
         except Exception:
@@ -282,6 +293,7 @@ class WebRtcServer:
             await call.aclose()
             self._calls.pop(peer.call_id, None)
             self._ended.append(peer.statistics())
+            logger.info("call ended", extra=_call_summary(peer, call, peer.clock.now() - began))
             if not self._calls:
                 waiters, self._idle_waiters = self._idle_waiters, []
                 for waiter in waiters:
@@ -345,3 +357,19 @@ async def serve(
             announce("warning: not bound to loopback; browsers need https (or localhost) "
                      "for the microphone, and the token is all that guards /offer")
         await asyncio.Event().wait()
+
+
+def _call_summary(peer: WebRtcPeer, call: Call, seconds: float) -> dict[str, Any]:
+    """The figures of the one INFO line that ends a call (``extra=`` of the log record)."""
+    events = list(getattr(call.session, "events", ()))
+    latencies = sorted(v for m in events
+                       if isinstance(m, TurnMetrics) and (v := m.voice_to_voice_ms) is not None)
+    median = latencies[len(latencies) // 2] if latencies else None
+    return {
+        "call_id": peer.call_id, "session_id": str(call.session.session_id),
+        "reason": peer.close_reason, "duration_s": round(seconds, 1),
+        "turns": sum(1 for e in events if isinstance(e, TurnMetrics)),
+        "interruptions": sum(1 for e in events if isinstance(e, ReplyInterrupted)),
+        "voice_to_voice_median_ms": None if median is None else round(median),
+        "rejected_messages": peer.statistics().rejected_messages,
+    }

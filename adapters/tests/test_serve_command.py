@@ -1,0 +1,87 @@
+"""``voxflow serve`` as an operator runs it: a subprocess, a favicon, and one structured
+log line per call start and end (JSON with ``--log-format json``)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+from voxflow_adapters.webrtc.client import LoopbackCaller
+
+pytestmark = pytest.mark.models
+
+ROOT = Path(__file__).resolve().parents[2]
+TOKEN = "serve-test-token"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_for_listening(proc: subprocess.Popen[str], timeout: float = 120) -> str:
+    assert proc.stdout is not None
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if "listening" in line:
+            return line
+        if not line and proc.poll() is not None:
+            raise AssertionError(f"serve exited {proc.returncode}: {proc.stderr.read()}")  # type: ignore[union-attr]
+    raise AssertionError("serve did not start")
+
+
+def test_serve_logs_each_call_as_json_and_serves_a_favicon() -> None:
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("VOXFLOW_")}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "voxflow.cli", "serve", "--port", str(port), "--token", TOKEN,
+         "--ice-host", "127.0.0.1", "--log-format", "json"],
+        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        first = wait_for_listening(proc)
+        assert f"http://127.0.0.1:{port}/" in first
+        base = f"http://127.0.0.1:{port}"
+        with urllib.request.urlopen(f"{base}/favicon.ico", timeout=10) as icon:
+            assert icon.status == 200 and icon.headers["Content-Type"] == "image/svg+xml"
+            assert icon.read().startswith(b"<svg")
+        with urllib.request.urlopen(f"{base}/?token={TOKEN}", timeout=10) as page:
+            assert b'rel="icon"' in page.read()
+
+        async def one_call() -> str:
+            caller = LoopbackCaller(base, TOKEN, send_audio=False)
+            async with caller:
+                await caller.wait_message("hello")
+                caller.send({"v": 1, "type": "hangup"})
+                await caller.wait_message("bye")
+            assert caller.call_id is not None
+            return caller.call_id
+
+        call_id = asyncio.run(one_call())
+        time.sleep(1.0)  # the server logs the end once the session has closed
+    finally:
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    records = [json.loads(line) for line in err.splitlines() if line.startswith("{")]
+    assert all("time" in r and "level" in r and "logger" in r for r in records)
+    assert "Traceback" not in err
+    started = [r for r in records if r["message"] == "call started"]
+    ended = [r for r in records if r["message"] == "call ended"]
+    assert [r["call_id"] for r in started] == [call_id] == [r["call_id"] for r in ended]
+    assert started[0]["session_id"] == ended[0]["session_id"]
+    assert ended[0]["level"] == "INFO" and "hung up" in ended[0]["reason"]
+    assert ended[0]["turns"] == 0 and ended[0]["duration_s"] >= 0
+    info = [r for r in records if r["level"] == "INFO" and r.get("call_id") == call_id]
+    assert info == started + ended  # one line at the start, one at the end
