@@ -1,19 +1,19 @@
-"""Shared helpers for the conversation tests: the spec's flows and a recording LLM."""
+"""Shared helpers for the conversation tests: the spec's flows, an event bus, history.
+
+An LLM that records its prompts is the public kit's :class:`voxflow.testing.ScriptedLLM`.
+"""
 
 from __future__ import annotations
 
 import importlib.util
 import sys
-from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
-from pydantic import BaseModel
 
 from voxflow import Flow
 from voxflow.flow import FlowEventBus
-from voxflow.llm import LLM, LLMResponse, Messages, normalize_messages
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -29,43 +29,10 @@ def load_example(name: str) -> Any:
     return module
 
 
-class RecordingLLM:
-    """A real ``voxflow.LLM`` (litellm ``mock_response``) that keeps the prompts it got."""
-
-    def __init__(self, mock_response: Any, model: str = "openai/gpt-4o-mini") -> None:
-        self._llm = LLM(model, mock_response=mock_response)
-        self.calls: list[list[dict[str, Any]]] = []
-        self.streamed: list[bool] = []
-
-    @property
-    def model(self) -> str:
-        return self._llm.model
-
-    async def acall(
-        self,
-        messages: Messages,
-        *,
-        tools: Sequence[Mapping[str, Any]] | None = None,
-        response_format: type[BaseModel] | Mapping[str, Any] | None = None,
-        stream: bool = False,
-    ) -> LLMResponse:
-        self.calls.append(normalize_messages(messages))
-        self.streamed.append(stream)
-        return await self._llm.acall(
-            messages, tools=tools, response_format=response_format, stream=stream
-        )
-
-
 @pytest.fixture
 def bus() -> FlowEventBus:
     """A private event bus per test."""
     return FlowEventBus()
-
-
-@pytest.fixture
-def recording_llm() -> type[RecordingLLM]:
-    """The :class:`RecordingLLM` class (fixtures are how tests share helpers here)."""
-    return RecordingLLM
 
 
 @pytest.fixture(scope="session")

@@ -1,6 +1,7 @@
 """Route selection inside a flow: precedence, the LLM router, converse, deprecated paths.
 
-Every LLM here is real litellm with ``mock_response=`` (no network).
+Every LLM here is real litellm, with ``mock_response=`` or the public kit's
+``ScriptedLLM`` (a litellm custom provider that logs each prompt); no network.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from voxflow.conversation import RouterContext
 from voxflow.conversation.graph import NO_LLM_REPLY
 from voxflow.flow import FlowEventBus
 from voxflow.llm import LLM
-from voxflow.testing import EventRecorder
+from voxflow.testing import EventRecorder, ScriptedLLM
 
 pytestmark = pytest.mark.unit
 
@@ -113,8 +114,8 @@ class AutoRouted(Flow[ConversationState]):
         return "docs reply"
 
 
-def test_custom_routes_and_an_llm_auto_enable_the_router(recording_llm: Any) -> None:
-    llm = recording_llm('{"intent": "DOCS"}')
+def test_custom_routes_and_an_llm_auto_enable_the_router() -> None:
+    llm = ScriptedLLM('{"intent": "DOCS"}')
 
     @ConversationConfig(llm=llm)
     class WithLLM(AutoRouted):
@@ -122,15 +123,15 @@ def test_custom_routes_and_an_llm_auto_enable_the_router(recording_llm: Any) -> 
 
     flow = WithLLM()
     assert flow.handle_turn("how do I configure X?") == "docs reply"
-    system = llm.calls[0][0]["content"]
+    system = llm.calls[0].messages[0]["content"]
     assert "Routes:\n- DOCS: Look up the documentation." in system
     assert "- converse: Ordinary chat" in system
     assert "- end: User signals the conversation is finished" in system
-    assert llm.calls[0][-1]["content"].endswith("how do I configure X?")
+    assert llm.calls[0].messages[-1]["content"].endswith("how do I configure X?")
 
 
-def test_router_prompt_includes_framing_and_the_previous_intent(recording_llm: Any) -> None:
-    llm = recording_llm('{"intent": "DOCS"}')
+def test_router_prompt_includes_framing_and_the_previous_intent() -> None:
+    llm = ScriptedLLM('{"intent": "DOCS"}')
 
     @ConversationConfig(router=RouterConfig(llm=llm, prompt="You are ACME's router."))
     class Framed(AutoRouted):
@@ -139,10 +140,10 @@ def test_router_prompt_includes_framing_and_the_previous_intent(recording_llm: A
     flow = Framed()
     flow.handle_turn("one")
     flow.handle_turn("two")
-    system = llm.calls[1][0]["content"]
+    system = llm.calls[1].messages[0]["content"]
     assert system.startswith("You are ACME's router.")
     assert "previous turn was routed to: DOCS" in system
-    assert "user: one" in llm.calls[1][1]["content"]  # recent history, not the whole
+    assert "user: one" in llm.calls[1].messages[1]["content"]  # recent history, not the whole
 
 
 def test_invalid_router_answer_falls_back_and_failures_use_default_intent() -> None:
@@ -173,8 +174,8 @@ def test_custom_routes_without_any_llm_land_on_converse() -> None:
     assert flow.state.last_intent == "converse"
 
 
-def test_explicit_routes_limit_what_the_router_may_pick(recording_llm: Any) -> None:
-    llm = recording_llm('{"intent": "DOCS"}')
+def test_explicit_routes_limit_what_the_router_may_pick() -> None:
+    llm = ScriptedLLM('{"intent": "DOCS"}')
 
     class TwoRoutes(AutoRouted):
         @listen("BILLING")
@@ -190,8 +191,8 @@ def test_explicit_routes_limit_what_the_router_may_pick(recording_llm: Any) -> N
     assert Limited().handle_turn("x") == NO_LLM_REPLY
 
 
-def test_converse_sends_system_prompt_and_history(recording_llm: Any) -> None:
-    llm = recording_llm("Sure, happy to help.")
+def test_converse_sends_system_prompt_and_history() -> None:
+    llm = ScriptedLLM("Sure, happy to help.")
 
     @ConversationConfig(llm=llm, system_prompt="You are terse.")
     class Chat(Flow[ConversationState]):
@@ -200,18 +201,18 @@ def test_converse_sends_system_prompt_and_history(recording_llm: Any) -> None:
     flow = Chat()
     flow.handle_turn("hello")
     assert flow.handle_turn("again") == "Sure, happy to help."
-    assert llm.calls[-1] == [
+    assert llm.calls[-1].messages == [
         {"role": "system", "content": "You are terse."},
         {"role": "user", "content": "hello"},
         {"role": "assistant", "content": "Sure, happy to help."},
         {"role": "user", "content": "again"},
     ]
-    assert llm.streamed == [False, False]  # streaming only when the turn is streamed
+    assert [c.stream for c in llm.calls] == [False, False]  # streamed only in a streamed turn
 
 
-def test_system_prompt_none_uses_the_default_and_empty_means_none(recording_llm: Any) -> None:
-    default_llm = recording_llm("a")
-    none_llm = recording_llm("b")
+def test_system_prompt_none_uses_the_default_and_empty_means_none() -> None:
+    default_llm = ScriptedLLM("a")
+    none_llm = ScriptedLLM("b")
 
     @ConversationConfig(llm=default_llm)
     class Default(Flow[ConversationState]):
@@ -223,8 +224,8 @@ def test_system_prompt_none_uses_the_default_and_empty_means_none(recording_llm:
 
     Default().handle_turn("x")
     NoPrompt().handle_turn("x")
-    assert default_llm.calls[0][0]["role"] == "system"
-    assert none_llm.calls[0] == [{"role": "user", "content": "x"}]
+    assert default_llm.calls[0].messages[0]["role"] == "system"
+    assert none_llm.calls[0].messages == [{"role": "user", "content": "x"}]
 
 
 def test_router_context_is_lazy() -> None:
@@ -268,8 +269,8 @@ async def test_async_route_turn_and_conversation_start() -> None:
     assert flow.state.session_ready
 
 
-def test_deprecated_answer_from_history_path(recording_llm: Any) -> None:
-    llm = recording_llm(["yes", "It was 42."])
+def test_deprecated_answer_from_history_path() -> None:
+    llm = ScriptedLLM("yes", "It was 42.")
     with pytest.warns(DeprecationWarning):
 
         @ConversationConfig(answer_from_history_llm=llm)
