@@ -365,3 +365,36 @@ async def test_async_turn_apis_refuse_bad_files_before_anything_changes(hostile:
     with pytest.raises(InputFileError, match="outside the allowed folders"):
         await hostile.astream_turn("hi", input_files={"p": "/etc/passwd"})
     assert hostile.state.model_dump() == before
+
+
+def test_the_router_sees_the_messages_text_not_the_files(
+    place: Path, sent: list[list[dict[str, Any]]]
+) -> None:
+    from voxflow import RouterConfig, listen
+
+    router_llm = LLM("openai/gpt-4o-mini", mock_response='{"intent": "orders"}')
+
+    @ConversationConfig(
+        llm=LLM("openai/gpt-4o-mini", mock_response="Noted."),
+        router=RouterConfig(llm=router_llm),
+    )
+    class Routed(Flow[ConversationState]):
+        input_file_policy = InputFilePolicy(allowed_dirs=(place,), store_dir=place / "s")
+
+        @listen("orders")
+        def handle_orders(self) -> str:
+            """Questions about orders."""
+            return "order desk"
+
+    flow = Routed()
+    assert flow.handle_turn("my list", input_files={"notes.md": place / "notes.md"}) == (
+        "order desk"
+    )
+    assert flow.handle_turn("and the photo", input_files={"p.png": PNG}) == "order desk"
+    assert flow.handle_turn("anything else?") == "order desk"
+    router_prompts = [m for m in sent if "You route each user message" in m[0]["content"]]
+    assert len(router_prompts) == 3
+    last = "\n".join(str(m["content"]) for m in router_prompts[-1])
+    assert "my list" in last and "and the photo" in last  # the history's text
+    assert "ZEBRA-42" not in last  # not the file content
+    assert base64.b64encode(PNG).decode()[:24] not in last

@@ -51,7 +51,7 @@ from voxflow.conversation.routing import (
     build_route_catalog,
     route_with_llm,
 )
-from voxflow.conversation.state import ConversationState
+from voxflow.conversation.state import ConversationMessage, ConversationState
 from voxflow.files import model_supports_vision, without_images
 from voxflow.flow.dsl import listen, marks_of, router, start
 from voxflow.llm import BaseLLM
@@ -121,6 +121,15 @@ def _builtin_wiring() -> dict[str, Callable[..., Any]]:
     }
 
 
+def _router_dict(message: Any) -> dict[str, Any]:
+    """A message for the router's prompt: its text only, never attached file content."""
+    if isinstance(message, ConversationMessage):
+        if message.files:
+            return {"role": message.role, "content": message.text}
+        return message.to_llm()
+    return {k: v for k, v in dict(message).items() if k not in ("files", "metadata")}
+
+
 class RouterContext(Mapping[str, Any]):
     """What ``route_turn(context)`` receives, computed on first access of each key.
 
@@ -168,7 +177,7 @@ class RouterContext(Mapping[str, Any]):
         """The last ``count`` messages *before* the current user message, as chat dicts."""
         messages = get_state_field(self._flow, "messages", None) or []
         window = messages[-(count + 1) : -1] if count > 0 else []
-        return [m.to_llm() if hasattr(m, "to_llm") else dict(m) for m in window]
+        return [_router_dict(m) for m in window]
 
 
 class ConversationGraph:
