@@ -7,8 +7,10 @@ compiled with ``PyCF_ALLOW_TOP_LEVEL_AWAIT`` and, when it awaits, run to complet
 the file's event loop. Blocks that load the speech models (they name ``VoiceEngines``,
 ``PiperTts``, ``WhisperStt``, ``SileroVad`` or ``run_call``) carry the ``models``
 marker's logic: ``tests/docs/test_readme_blocks.py`` (unit) runs every other block,
-``tests/docs/test_readme_voice_blocks.py`` (models) runs them all. A ```bash block
-is not Python and is never run.
+``tests/docs/test_readme_voice_blocks.py`` (models) runs them all. A block whose first
+line is a comment naming a file of the repository (``# examples/test_assistant.py``)
+shows that file: it is not run here (the file has its own test) but must match it,
+line for line. A ```bash block is not Python and is never run.
 
 A failure names the block: its file, section heading and first line.
 """
@@ -31,6 +33,7 @@ ROOT = Path(__file__).resolve().parents[2]
 READMES = (ROOT / "README.md", ROOT / "voice" / "README.md")
 MODELS = re.compile(r"\b(VoiceEngines|PiperTts|WhisperStt|SileroVad|run_call)\b")
 FENCE = re.compile(r"^```(\w*)\s*$")
+SHOWN_FILE = re.compile(r"^# ((?:[\w.-]+/)*[\w.-]+\.py)\s*$")
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +51,13 @@ class Block:
         first = next((ln.strip() for ln in self.code.splitlines() if ln.strip()), "")
         where = self.path.relative_to(ROOT) if self.path.is_relative_to(ROOT) else self.path
         return f"{where}:{self.line} § {self.heading} «{first}»"
+
+    @property
+    def shows_file(self) -> Path | None:
+        """The repository file this block is a copy of, if its first line names one."""
+        first = self.code.lstrip("\n").split("\n", 1)[0]
+        match = SHOWN_FILE.match(first)
+        return ROOT / match.group(1) if match is not None else None
 
     @property
     def needs_models(self) -> bool:
@@ -85,6 +95,15 @@ def run_blocks(blocks: list[Block], *, with_models: bool) -> list[Block]:
     ran: list[Block] = []
     with asyncio.Runner() as runner:
         for block in blocks:
+            shown = block.shows_file
+            if shown is not None:
+                body = block.code.lstrip("\n").split("\n", 1)[1].strip()
+                if not shown.is_file() or body not in shown.read_text():
+                    pytest.fail(f"README block {block.name} shows {shown.relative_to(ROOT)}, "
+                                "but that file does not contain it: copy the file's code "
+                                "into the block again", pytrace=False)
+                ran.append(block)
+                continue
             if block.needs_models and not with_models:
                 continue
             try:

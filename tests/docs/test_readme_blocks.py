@@ -15,7 +15,7 @@ def test_the_readme_python_blocks_run(name: str, readme: Any, readme_sandbox: Pa
     path = next(p for p in readme.READMES if p.as_posix().endswith(name))
     blocks = readme.blocks(path)
     ran = readme.run(blocks, with_models=False)
-    assert len(ran) == sum(not b.needs_models for b in blocks)
+    assert len(ran) == sum(not b.needs_models or b.shows_file is not None for b in blocks)
 
 
 def test_blocks_are_found_by_language_and_named_by_section(
@@ -41,3 +41,14 @@ def test_a_failing_block_is_named_in_the_failure(readme: Any, tmp_path: Path) ->
         readme.run(readme.blocks(doc), with_models=False)
     message = str(failure.value)
     assert "§ Broken «assert value == 2, 'stale'»" in message and "stale" in message
+
+
+def test_a_block_showing_a_file_must_match_it(readme: Any, tmp_path: Path) -> None:
+    doc = tmp_path / "README.md"
+    doc.write_text("## Example\n\n```python\n# examples/support.py\n"
+                   "from voxflow import Flow\n```\n")
+    [block] = readme.blocks(doc)
+    assert block.shows_file is not None and block.shows_file.name == "support.py"
+    doc.write_text("## Example\n\n```python\n# examples/support.py\nimport os  # stale\n```\n")
+    with pytest.raises(pytest.fail.Exception, match="does not contain it"):
+        readme.run(readme.blocks(doc), with_models=False)
