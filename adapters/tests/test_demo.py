@@ -124,3 +124,29 @@ def test_script_folder_must_hold_one_wav_per_line(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match=f"needs {len(DEMO_LINES)} WAV files"):
         run_voice_demo(fast=True, out=tmp_path / "o", script=tmp_path)
     assert not (tmp_path / "o").exists()  # rejected before anything was written
+
+
+def test_fast_latencies_are_labelled_simulated(demo: tuple[Path, dict[str, Any]]) -> None:
+    assert demo[1]["mode"] == "fast" and demo[1]["latencies"] == "simulated"
+
+
+def test_the_fast_demo_as_a_user_runs_it_says_its_latencies_are_simulated(
+    tmp_path: Path,
+) -> None:
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("VOXFLOW_")}
+    result = subprocess.run(
+        [sys.executable, "-m", "voxflow.cli", "demo", "--fast", "--out", str(tmp_path)],
+        env={**env, "COLUMNS": "200"}, capture_output=True, text=True, timeout=600,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "voxflow demo" in result.stdout.splitlines()[0]
+    assert "SIMULATED per-turn latency" in result.stdout
+    assert "simulated (--fast): voice-to-voice median" in result.stdout
+    live = [line for line in result.stdout.splitlines()
+            if re.match(r"\d\d:\d\d\.\d latency ", line)]
+    assert live and all("simulated voice-to-voice" in line for line in live)

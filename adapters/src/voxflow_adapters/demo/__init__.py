@@ -142,7 +142,7 @@ def run_voice_demo(
     console.print(f"[dim]caller script: {len(DEMO_LINES)} lines · clock: {mode} · "
                   f"replies: {'litellm ' + model if model else 'rule-based'}[/]")
     clock = default_clock(fast)
-    printer = CallPrinter(console, origin=clock.now())
+    printer = CallPrinter(console, origin=clock.now(), simulated=fast)
 
     async def main() -> DemoCall:
         printer.origin = clock.now()
@@ -166,10 +166,11 @@ def run_voice_demo(
     figures["outputs"] = {name: str(out_dir / name)
                           for name in ("call.wav", "events.jsonl", "timeline.png")}
     if json_output:
-        print(json.dumps({"mode": "fast" if fast else "real-time", "turns": rows,
+        print(json.dumps({"mode": "fast" if fast else "real-time",
+                          "latencies": "simulated" if fast else "measured", "turns": rows,
                           "figures": figures}, indent=2))
     else:
-        console.print(latency_table(rows, figures))
+        console.print(latency_table(rows, figures, simulated=fast))
         console.print(f"wrote [bold]{out_dir}/call.wav[/] (user left, assistant right), "
                       f"[bold]events.jsonl[/], [bold]timeline.png[/] "
                       f"in {figures['wall_seconds']:.1f} s")

@@ -23,11 +23,15 @@ class CallPrinter:
     Args:
         console: where to print.
         origin: the clock reading of call time 0.
+        simulated: the call runs on virtual audio time (``--fast``): latencies are
+            labelled simulated, since the pipeline's compute takes no call time.
     """
 
-    def __init__(self, console: Console, origin: float = 0.0) -> None:
+    def __init__(self, console: Console, origin: float = 0.0, *,
+                 simulated: bool = False) -> None:
         self.console = console
         self.origin = origin
+        self.simulated = simulated
         self._announcements: set[str] = set()
 
     def job(self, at: float, kind: str, status: str) -> None:
@@ -68,7 +72,8 @@ class CallPrinter:
         if kind == "delivery_settled":
             return f"[magenta]announce[/]  delivery settled: {e.status}"
         if kind == "turn_metrics" and e.voice_to_voice_ms is not None:
-            return f"[dim]latency   voice-to-voice {e.voice_to_voice_ms:.0f} ms[/]"
+            what = "simulated voice-to-voice" if self.simulated else "voice-to-voice"
+            return f"[dim]latency   {what} {e.voice_to_voice_ms:.0f} ms[/]"
         return None
 
 
@@ -81,9 +86,13 @@ def percentile(values: Sequence[float], q: float) -> float | None:
     return ordered[index]
 
 
-def latency_table(rows: list[dict[str, Any]], figures: dict[str, Any]) -> Table:
-    """Per-turn latencies, then medians and p90s."""
-    table = Table(title="per-turn latency (ms): voice-to-voice = end of user speech → "
+def latency_table(rows: list[dict[str, Any]], figures: dict[str, Any], *,
+                  simulated: bool = False) -> Table:
+    """Per-turn latencies, then medians and p90s; ``simulated`` (virtual audio time, where
+    STT, the flow and TTS take no call time) says so in the title and the caption."""
+    kind = ("SIMULATED per-turn latency (ms, virtual audio time: compute takes no call "
+            "time; run without --fast to measure)" if simulated else "per-turn latency (ms)")
+    table = Table(title=f"{kind}: voice-to-voice = end of user speech → "
                   "first reply audio heard = STT + flow + TTS and what is left of the "
                   "end-of-turn wait (* answered in the pause, audio held until the turn "
                   "ended)", show_lines=False)
@@ -98,7 +107,8 @@ def latency_table(rows: list[dict[str, Any]], figures: dict[str, Any]) -> Table:
                       ms(row["reply_ms"]), ms(row["tts_ms"]),
                       row["outcome"] + (" *" if row.get("speculative") else ""))
     table.caption = (
-        f"voice-to-voice median {ms(figures['voice_to_voice_median_ms'])} ms, "
+        ("simulated (--fast): " if simulated else "measured in real time: ")
+        + f"voice-to-voice median {ms(figures['voice_to_voice_median_ms'])} ms, "
         f"p90 {ms(figures['voice_to_voice_p90_ms'])} ms · barge-in stop "
         f"{ms(figures['barge_in_stop_ms'])} ms · stale audio after a fence: "
         f"{figures['stale_samples']} samples"
