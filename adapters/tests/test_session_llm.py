@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from voxflow_adapters.call_runner import CallRunner
 from voxflow_adapters.scenario import run_call
 from voxflow_adapters.script import CallScript
 from voxflow_voice.engines import VoiceEngines
@@ -47,17 +48,17 @@ def chat_flow(llm: ScriptedLLM) -> Flow[TurnState]:
     return Chat()
 
 
+@pytest.mark.voxflow_realtime  # the plugin's voice_call runs it on the wall clock
 async def test_barge_in_during_generation_closes_the_provider_stream(
-    engines: VoiceEngines,
+    voice_call: CallRunner,
 ) -> None:
     llm = ScriptedLLM(reply(STORY, tokens_per_second=10, first_token_delay=0.1), "Okay.")
     # about 6.5 s to generate the story
     generating_when_cut: list[bool] = []
     turns = TurnRunner(chat_flow(llm), on_interrupt=lambda: generating_when_cut.append(True))
     script = CallScript().user_says(0.3, "Tell me a story.").user_says(5.0, "Stop, please.")
-    call = await asyncio.wait_for(
-        run_call(turns, script, engines, clock=MonotonicClock(), tail=5.0), timeout=120
-    )
+    assert voice_call.realtime
+    call = await voice_call.arun(turns, script, tail=5.0)
     story = call.replies()[0]
     barge_in = call.of_kind("barge_in")[0]
     assert barge_in.delivery_id == story
