@@ -176,3 +176,47 @@ def test_voice_chat_names_a_missing_device_before_loading_models(alsa_home: Path
         env=env, timeout=60, capture_output=True, text=True, check=False)
     assert done.returncode == 1
     assert "no input device 99 found" in done.stderr and "voxflow doctor" in done.stderr
+
+
+def _read_until(fd: int, needle: bytes, seen: bytearray, timeout: float) -> None:
+    import select
+    import time
+
+    deadline = time.monotonic() + timeout
+    while needle not in seen:
+        left = deadline - time.monotonic()
+        assert left > 0, f"no {needle!r} in {bytes(seen[-2000:])!r}"
+        ready, _, _ = select.select([fd], [], [], left)
+        if ready:
+            try:
+                chunk = os.read(fd, 4096)
+            except OSError:  # the child closed the terminal
+                assert needle in seen, f"no {needle!r} in {bytes(seen[-2000:])!r}"
+                return
+            if not chunk:
+                return
+            seen += chunk
+
+
+def test_voice_chat_keys_in_a_terminal_mute_and_quit(alsa_home: Path) -> None:
+    import pty
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("VOXFLOW_")}
+    env.update(HOME=str(alsa_home), COLUMNS="120", LINES="40", TERM="xterm")
+    env.pop("ALSA_CONFIG_PATH", None)
+    pid, fd = pty.fork()
+    if pid == 0:  # a person at a terminal runs `voxflow chat --voice`
+        os.execve(sys.executable, [sys.executable, "-m", "voxflow.cli", "chat", "--voice"], env)
+    seen = bytearray()
+    try:
+        _read_until(fd, b"[q] quit", seen, timeout=180)  # models loaded, the call is live
+        assert b"listening" in seen
+        os.write(fd, b"m")
+        _read_until(fd, b"muted", seen, timeout=30)
+        os.write(fd, b"q")
+        _read_until(fd, b"call ended", seen, timeout=60)
+        _, status = os.waitpid(pid, 0)
+    finally:
+        os.close(fd)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert b"Traceback" not in seen
