@@ -268,3 +268,18 @@ def test_chat_voice_without_a_sound_card_says_what_to_do(tmp_path: Path) -> None
     line = result.stderr.strip().splitlines()[-1]
     assert line.startswith("error: no input device default found")
     assert "voxflow serve" in line and "without a sound card" in line
+
+
+def test_serve_checks_its_address_before_loading_anything() -> None:
+    import socket
+
+    result = voxflow("serve", "--host", "999.1.1.1")
+    one_line_error(result, "--host 999.1.1.1", "127.0.0.1")
+    assert result.stdout == ""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = str(taken.getsockname()[1])
+        result = voxflow("serve", "--port", port)
+    one_line_error(result, f"127.0.0.1:{port}", "choose another --port")
+    assert result.stdout == ""

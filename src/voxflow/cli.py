@@ -263,9 +263,32 @@ def _cmd_demo(args: argparse.Namespace) -> int:
                     script=args.script, settings=settings)
 
 
+def _check_listen(host: str, port: int) -> None:
+    """Bind ``host:port`` once, before the models load, so a bad address or a taken port
+    is said at once."""
+    import socket
+
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except (socket.gaierror, UnicodeError) as exc:
+        raise UsageError(f"--host {host}: not an address of this machine ({exc}); "
+                         "use 127.0.0.1 (this machine only) or 0.0.0.0 (every interface)"
+                         ) from None
+    family, kind, proto, _, address = infos[0]
+    with socket.socket(family, kind, proto) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(address)
+        except OSError as exc:
+            raise UsageError(f"cannot listen on {host}:{port} ({exc.strerror or exc}); "
+                             "choose another --port, or --host an address of this machine"
+                             ) from None
+
+
 def _cmd_serve(args: argparse.Namespace) -> int:
     settings = _settings(args, log_level="INFO")
     model = _check_assistant(args, settings)
+    _check_listen(settings.host, settings.port)
     command = _adapter("voxflow_adapters.webrtc.command", "voxflow serve", "WebRTC adapter",
                        "webrtc")
     if command is None:
