@@ -15,6 +15,7 @@ from typing import Any
 
 import litellm
 import pytest
+import yaml
 from litellm.integrations.custom_logger import CustomLogger
 
 from voxflow import Flow
@@ -215,6 +216,20 @@ def test_bad_expressions_are_refused_at_load(template: str, message: str) -> Non
         Flow.from_declaration(contents=_llm_doc(template, "hi", state))
     assert info.value.path == "methods.handle_x.do.with.system"
     assert message in str(info.value)
+
+
+@pytest.mark.parametrize("name", ["_x", "__class__", "model_config", "copy", "1", 1, "a-b"])
+def test_state_properties_are_plain_names_that_shadow_nothing(name: Any) -> None:
+    doc = {
+        "schema": "voxflow.flow/v1",
+        "name": "X",
+        "conversational": {},
+        "state": {"json_schema": {"properties": {name: {"type": "string"}}}},
+    }
+    with pytest.raises(DeclarationError) as info:
+        Flow.from_declaration(contents=yaml.safe_dump(doc))
+    assert info.value.path == f"state.json_schema.properties.{name}"
+    assert "plain identifier" in str(info.value)
 
 
 def test_a_method_of_a_declared_value_is_refused_at_render_time(provider: _ProviderSpy) -> None:

@@ -102,6 +102,7 @@ def test_the_guard_zeroes_and_counts_a_nan_frame_and_keeps_the_timeline() -> Non
         ([0.0] * 320, 16000, 1, "numpy array or bytes"),
         (None, 16000, 1, "numpy array or bytes"),
         (b"\x00" * 321, 16000, 1, "whole samples"),
+        (b"\x00" * 4, 8000, 3, "do not divide"),  # found by the fuzz test
         (np.zeros(3 * 16000, np.float32), 16000, 1, "too long"),
     ],
 )

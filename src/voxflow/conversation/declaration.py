@@ -34,7 +34,9 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import keyword
 import os
+import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
@@ -63,6 +65,8 @@ from voxflow.flow.state import FlowState
 from voxflow.llm import LLM, BaseLLM, LLMConfig
 
 __all__ = ["flow_class_from_declaration", "load_declaration_document", "render_template"]
+
+_PROPERTY = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
 
 _JSON_TYPES: Mapping[str, tuple[Any, Any]] = {
     "string": (str, ""),
@@ -164,6 +168,13 @@ def _state_model(decl: Declaration, resolver: _Resolver) -> Any:
             continue
         if name in base.model_fields:
             resolver.errors.append((path, f"{name!r} is already a {base.__name__} field"))
+            continue
+        plain = isinstance(name, str) and _PROPERTY.match(name) and not keyword.iskeyword(name)
+        if not plain or hasattr(base, name):
+            resolver.errors.append(
+                (path, "a property name must be a plain identifier (not starting with '_') "
+                 f"that is not a {base.__name__} attribute")
+            )
             continue
         annotation, empty = _JSON_TYPES[kind]
         default = prop.get("default", empty)

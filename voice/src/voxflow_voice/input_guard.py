@@ -97,7 +97,7 @@ def _samples(value: Any, channels: int) -> NDArray[Any]:
     if isinstance(value, bytes | bytearray | memoryview):
         if len(value) % 2:
             raise _Bad(f"s16le bytes must hold whole samples, got {len(value)} bytes")
-        return np.frombuffer(value, dtype="<i2")
+        value = np.frombuffer(value, dtype="<i2")
     if not isinstance(value, np.ndarray):
         raise _Bad(f"samples must be a numpy array or bytes, got {type(value).__name__}")
     if value.dtype != _INT16 and value.dtype not in _FLOATS:
