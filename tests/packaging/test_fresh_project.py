@@ -45,7 +45,8 @@ def test_a_barge_in_test_runs_in_a_new_project(installed_voxflow: Path, tmp_path
     project = tmp_path / "my-assistant"
     project.mkdir()
     for name in ("assistant.py", "test_assistant.py"):
-        shutil.copy(ROOT / "examples" / name, project / name)
+        source = ROOT / ("src/voxflow/examples" if name == "assistant.py" else "examples")
+        shutil.copy(source / name, project / name)
     python = str(installed_voxflow / "python")
     where = run([python, "-c", "import voxflow_adapters.pytest_plugin as p; print(p.__file__)"],
                 cwd=project)
