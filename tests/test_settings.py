@@ -5,6 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from voxflow.settings import Settings, SettingsError
 
@@ -54,3 +56,36 @@ def test_speculative_replies_reads_booleans(value: str, expected: bool) -> None:
         expected
     )
     assert Settings.from_env({}).speculative_replies is True
+
+
+# -- fuzz: any value of any variable is a Settings or a SettingsError naming it ---------------
+
+_VARIABLES = sorted(Settings.variables())
+
+
+@settings(max_examples=300, derandomize=True, deadline=None)
+@given(st.dictionaries(st.sampled_from(_VARIABLES), st.text(max_size=40), max_size=4))
+def test_any_environment_gives_settings_or_an_error_naming_a_variable(
+    env: dict[str, str],
+) -> None:
+    try:
+        result = Settings.from_env(env)
+    except SettingsError as exc:
+        message = str(exc)
+        assert message.startswith("VOXFLOW_") and message.split("=", 1)[0] in env
+        assert "\n" not in message.strip()  # one line
+    else:
+        assert isinstance(result, Settings)
+
+
+@settings(max_examples=200, derandomize=True, deadline=None)
+@given(st.sampled_from(["model", "log_level", "log_format", "port", "host", "demo_out"]),
+       st.one_of(st.text(max_size=30), st.integers(-10, 70000)))
+def test_any_option_value_gives_settings_or_an_error_naming_the_option(
+    name: str, value: object,
+) -> None:
+    try:
+        Settings().with_options(**{name: value})
+    except SettingsError as exc:
+        flag = {"demo_out": "--out"}.get(name, "--" + name.replace("_", "-"))
+        assert str(exc).startswith(flag + " ")

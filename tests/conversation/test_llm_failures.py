@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # never fetch it (no network)
 from litellm.exceptions import BadRequestError, RateLimitError
@@ -275,3 +277,15 @@ def test_default_policy_is_a_timeout_and_two_retries() -> None:
     defaults = llm_policy.LLMDefaults()
     assert (defaults.timeout, defaults.retries) == (llm_policy.DEFAULT_TIMEOUT, 2)
     assert 0 < defaults.timeout <= 60
+
+
+@settings(max_examples=200, derandomize=True, deadline=None)
+@given(secret=st.text(st.characters(codec="ascii", exclude_categories=("Cc",)),
+                      min_size=6, max_size=40),
+       before=st.text(max_size=30), after=st.text(max_size=30))
+def test_a_secret_never_survives_redaction(secret: str, before: str, after: str) -> None:
+    error = BadRequestError(message=f"{before}{secret}{after}", llm_provider="openai",
+                            model="m")
+    message = str(llm_policy.provider_error(error, "openai/m", secrets=[secret]))
+    assert secret not in message
+    assert secret not in llm_policy.redact(before + secret + after + secret, secrets=[secret])
