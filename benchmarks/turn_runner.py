@@ -17,13 +17,14 @@ Measured on the shared 2-core machine (median of 3 runs, others' test suites run
 so wall figures are noisy; first 100 → last 100 turns, wall / CPU):
 
 * hardcoded reply: 0.53 → 0.50 ms / 0.52 → 0.50 ms, flat.
-* hardcoded reply, ``@persist()`` (three saves per turn: after each method and the
-  turn), ``--persisted-only``, load 3.4 to 3.9: 1.78 → 2.05 ms wall / 1.78 → 2.05 ms CPU
-  (last/first 1.15; median 1.94 ms; 1.12 to 1.19 across runs). Before turns and
-  replies were stored one row per record, every save re-dumped every record: 4.30 →
-  82.2 ms wall / 4.10 → 62.1 ms CPU (median 43 ms), same machine and load. What still
-  grows is a C-level identity check of each record dict per save (~30 ns a record: keys
-  and record objects), ~0.2 ms per turn at 1,000 turns.
+* hardcoded reply, ``@persist()`` (four saves per turn: after each method, the turn,
+  and TurnRunner's final statuses), ``--persisted-only``, CPU first 100 → last 100 turns,
+  four invocations at load 6.5 to 8.3 on 2 cores: 1.89 → 1.95, 1.98 → 2.10, 2.02 → 1.92,
+  2.01 → 2.48 ms (last/first 1.03, 1.06, 0.95, 1.24: median 1.045; wall 1.03, 1.10,
+  0.89, 1.16). Before the record dicts logged their own changes (``RecordDict``), each
+  save compared every record's key and object (~0.12 µs a record, 8 dict diffs a turn):
+  2.05 → 2.85 ms CPU, 2.26 → 3.33 ms wall (1.39 / 1.47) at load 8. Split in one process
+  (thread CPU): the turn's own work 1.44 → 1.31 ms, its SQLite saves 0.63 → 0.60 ms.
 * streamed ``mock_response`` reply: 21 → 58 ms / 14.8 → 38.2 ms. Before this change:
   ~21 → ~43 ms wall on a quiet machine, 18.4 → 43.6 ms wall / 13.5 → 38.8 ms CPU in a
   same-load A/B run. The growth left is litellm's: one streamed ``LLM.acall`` alone costs

@@ -23,6 +23,7 @@ import pytest
 from pydantic import BaseModel, ConfigDict, Field
 
 from voxflow import Flow, SQLiteFlowPersistence, persist
+from voxflow.conversation._record_marks import HOT_RECORDS, RecordDict
 from voxflow.conversation.persistence import SavedLists, prepare_state_save
 from voxflow.errors import PersistenceConflictError
 from voxflow.flow.persistence import RECORDS_KEY, RecordChanges, StateChanges
@@ -532,3 +533,66 @@ def test_watching_is_scoped_to_the_saver(tmp_path: Path) -> None:
     for backend in (first, second):
         prepare_state_save(state, state.id, backend, "m", saved)()
         assert backend.load_state(state.id) == state.model_dump(mode="json")
+
+
+# -- RecordDict: changes found from the dict's own logs -------------------------------
+
+
+async def test_a_save_finds_record_changes_without_scanning_old_records(tmp_path: Path) -> None:
+    backend = SQLiteFlowPersistence(tmp_path / "tracked.db")
+    flow = persisted(backend)
+    runner = TurnRunner(flow)
+    await turns(runner, 40)
+    state = flow.state
+    assert isinstance(state.turns, RecordDict) and isinstance(state.replies, RecordDict)
+    saved = flow._saved_lists
+    assert saved is not None
+    [marks] = saved.values()
+    for field in ("turns", "replies"):
+        mark = marks.records[field]
+        # The mark holds the hot records only, not one entry per record of the session.
+        assert mark.tracked is getattr(state, field) and mark.size == 40
+        assert len(mark.keys) == len(mark.values) == HOT_RECORDS
+    with statements(backend) as sql:
+        await turns(runner, 1, prefix="next-")
+    upserts = [s for s in sql if "INTO state_records" in s]
+    assert upserts and all("next-" not in s for s in upserts)  # rows, not the whole dict
+    assert_round_trip(flow, backend)
+
+
+async def test_record_dict_edits_of_every_kind_round_trip(tmp_path: Path) -> None:
+    backend = SQLiteFlowPersistence(tmp_path / "edits.db")
+    flow = persisted(backend)
+    runner = TurnRunner(flow)
+    await turns(runner, 12)
+    state = flow.state
+    first, second, *_ = list(state.turns)
+    edits = [
+        lambda: state.turns.pop(first),  # a delete: the field is rewritten
+        lambda: state.turns.__setitem__(second, state.turns[second].model_copy()),  # replaced
+        lambda: setattr(state.turns[second], "route", "moved"),  # an assignment (old record)
+        lambda: setattr(state.replies[next(iter(state.replies))], "text", "edited"),
+        lambda: state.replies[next(reversed(state.replies))].segments.append("x"),  # hot
+        lambda: state.turns.update({second: state.turns[second].model_copy(), **{}}),
+        lambda: state.turns.setdefault(second, state.turns[second]),
+        lambda: state.replies.clear(),
+        lambda: setattr(state, "turns", dict(state.turns)),  # a plain dict assigned
+    ]
+    for edit in edits:
+        edit()
+        await turns(runner, 1, prefix=f"after-{len(state.turns)}-")
+        assert_round_trip(flow, backend)
+
+
+def test_record_dict_copies_are_fresh_and_plain_to_json() -> None:
+    records = RecordDict(a=1)
+    records["b"] = 2
+    records["a"] = 3
+    assert records.added == ["b"] and records.replaced == ["a"]
+    for copied in (copy.copy(records), copy.deepcopy(records), pickle.loads(pickle.dumps(records))):
+        assert type(copied) is RecordDict and copied == {"a": 3, "b": 2}
+        assert copied.added == [] and copied.replaced == [] and copied.reshaped == 0
+    del records["a"]
+    records |= {"c": 4}
+    assert records.reshaped == 1 and records.added == ["b", "c"]
+    assert json.dumps(records) == '{"b": 2, "c": 4}'

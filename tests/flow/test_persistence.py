@@ -7,9 +7,11 @@ import sqlite3
 import subprocess
 import sys
 import textwrap
+import uuid
 from pathlib import Path
 
 import pytest
+from pydantic import BaseModel
 
 from voxflow import Flow, FlowState, SQLiteFlowPersistence, listen, persist, start
 from voxflow.errors import PersistenceConflictError
@@ -217,3 +219,27 @@ def test_verbose_persist_logs_instead_of_printing(
         Loud().kickoff()
     assert any("saved state of Loud after step" in r.getMessage() for r in caplog.records)
     assert capsys.readouterr().out == ""
+
+
+class BlankId(BaseModel):
+    id: str = ""  # a state ported from code that leaves the id to the runtime
+    n: int = 0
+
+
+@persist
+class Blank(Flow[BlankId]):
+    @start()
+    def bump(self) -> int:
+        self.state.n += 1
+        return self.state.n
+
+
+def test_an_empty_state_id_gets_a_fresh_uuid_and_the_save_succeeds() -> None:
+    flow = Blank()
+    assert flow.kickoff() == 1  # before: ValueError at the save, after the method ran
+    assert uuid.UUID(flow.state.id).version == 4
+    stored = default_persistence().load_state(flow.state.id)
+    assert stored == {"id": flow.state.id, "n": 1}
+    given = Blank(state=BlankId(n=5))
+    assert given.kickoff() == 6 and given.state.id not in ("", flow.state.id)
+    assert Blank(state=BlankId(id="kept")).flow_id == "kept"

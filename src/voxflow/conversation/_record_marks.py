@@ -18,6 +18,12 @@ any field assignment (``reply.status = ...``). A change *inside* a container fie
 assign the field instead (``rec.items = [*rec.items, x]``). Writes that bypass
 pydantic (``object.__setattr__``) are not seen.
 
+A :class:`RecordDict` (what the record fields of the turn, job and reply-queue states
+hold) also logs the keys added to it and the values replaced in it, so a watched save
+of such a dict reads its logs from the mark's positions and compares only the hot
+records: its cost does not grow with the session. A delete (or another dict assigned
+to the field) makes the next save rewrite the field.
+
 Records that cannot be watched (not pydantic models, extra fields allowed,
 ``validate_assignment`` which replaces the set, or a pydantic whose assignment no longer
 calls ``fields_set.add``, checked once) make the dict *exact*: every record is compared
@@ -31,18 +37,95 @@ import dataclasses
 import functools
 import operator
 from collections.abc import Callable, Hashable
-from itertools import compress
+from itertools import compress, islice
 from typing import Any, get_args, get_origin
 
 from pydantic import BaseModel, TypeAdapter
 
-__all__ = ["HOT_RECORDS", "Channel", "RecordsDiff", "RecordsMark", "record_dumper"]
+__all__ = [
+    "HOT_RECORDS",
+    "Channel",
+    "RecordDict",
+    "RecordsDiff",
+    "RecordsMark",
+    "record_dumper",
+]
 
 HOT_RECORDS = 8
 """The newest records of a dict, compared field by field (containers too) on every save."""
 
 _ATOMIC: frozenset[type] = frozenset({str, int, float, bool, type(None), bytes})
 _DICT = operator.attrgetter("__dict__")
+
+
+class RecordDict(dict[str, Any]):
+    """A dict of records that logs its keys as they are added or replaced.
+
+    The record fields of :class:`~voxflow.turns.TurnState`, ``JobState`` and
+    ``ReplyQueueState`` hold one, so a save finds what changed in time proportional to
+    the changes, not to the session: new keys are ``added[n:]``, replaced values
+    ``replaced[m:]``; anything else (a delete, ``pop``, ``clear``) bumps ``reshaped``
+    and the next save rewrites the field. It is a plain ``dict`` to everything else
+    (equality, JSON, pydantic); copies and pickles are fresh ``RecordDict`` s.
+    """
+
+    __slots__ = ("added", "replaced", "reshaped")
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        dict.__init__(self, *args, **kwargs)
+        self.added: list[str] = []
+        self.replaced: list[str] = []
+        self.reshaped = 0
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        if key not in self:
+            self.added.append(key)
+        elif dict.__getitem__(self, key) is not value:
+            self.replaced.append(key)
+        dict.__setitem__(self, key, value)
+
+    def __delitem__(self, key: str) -> None:
+        dict.__delitem__(self, key)
+        self.reshaped += 1
+
+    def pop(self, *args: Any) -> Any:
+        self.reshaped += 1
+        return dict.pop(self, *args)
+
+    def popitem(self) -> tuple[str, Any]:
+        self.reshaped += 1
+        return dict.popitem(self)
+
+    def clear(self) -> None:
+        self.reshaped += 1
+        dict.clear(self)
+
+    def update(self, *args: Any, **kwargs: Any) -> None:
+        for key, value in dict(*args, **kwargs).items():
+            self[key] = value
+
+    def setdefault(self, key: str, default: Any = None) -> Any:
+        if key not in self:
+            self[key] = default
+        return dict.__getitem__(self, key)
+
+    def __ior__(self, other: Any) -> RecordDict:  # type: ignore[override,misc]
+        self.update(other)
+        return self
+
+    def __copy__(self) -> RecordDict:
+        return RecordDict(self)
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> RecordDict:
+        return RecordDict({k: copy.deepcopy(v, memo) for k, v in self.items()})
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (RecordDict, (dict(self),))
+
+
+def as_record_dict(value: Any) -> Any:
+    """``value`` as a :class:`RecordDict` (a pydantic after-validator of record fields)."""
+    return RecordDict(value) if type(value) is dict else value
 
 
 class Channel:
@@ -171,6 +254,18 @@ class RecordsMark:
     channel: Channel | None
     saver: Hashable
     generic: bool
+    # Tracked mode (a watched RecordDict): keys/values/prints are the hot records only,
+    # and the dict's logs from these positions on are what changed since.
+    tracked: RecordDict | None = None
+    added_at: int = 0
+    replaced_at: int = 0
+    reshaped_at: int = 0
+    count: int = 0
+
+    @property
+    def size(self) -> int:
+        """How many records the dict held at this mark."""
+        return self.count if self.tracked is not None else len(self.keys)
 
     @classmethod
     def of(cls, records: dict[Any, Any], saver: Hashable) -> RecordsMark | None:
@@ -184,6 +279,21 @@ class RecordsMark:
             for key, value in zip(keys, values, strict=True):
                 _watch(value, saver, channel, key)
             prints = [_print_of(v, False) for v in values[-HOT_RECORDS:]]
+            if isinstance(records, RecordDict):
+                return cls(
+                    keys[-HOT_RECORDS:],
+                    values[-HOT_RECORDS:],
+                    [],
+                    prints,
+                    channel,
+                    saver,
+                    False,
+                    records,
+                    len(records.added),
+                    len(records.replaced),
+                    records.reshaped,
+                    len(keys),
+                )
             return cls(keys, values, [], prints, channel, saver, False)
         generic = not all(map(_is_plain_model, values))
         prints = [_print_of(v, generic) for v in values]
@@ -196,6 +306,10 @@ class RecordsMark:
         a new key is not a string, or a new record cannot be handled in this mark's mode.
         Save the field in full then (``RecordsMark.of``).
         """
+        if self.tracked is not None:
+            if records is not self.tracked or self.tracked.reshaped != self.reshaped_at:
+                return None  # another dict, or keys deleted: rewrite the field
+            return self._tracked(self.tracked)
         keys = list(records)
         values = list(records.values())
         old_keys, old_values, types, prints = self.keys, self.values, self.types, self.prints
@@ -221,6 +335,54 @@ class RecordsMark:
         if self.channel is None:
             return self._exact(keys, values, n, types, prints, deletes)
         return self._watched(records, keys, values, n, old_values, prints, deletes)
+
+    def _tracked(self, records: RecordDict) -> tuple[RecordsDiff, RecordsMark] | None:
+        """:meth:`diff` from the dict's logs: O(changes + hot records), whatever its size."""
+        channel, saver = self.channel, self.saver
+        assert channel is not None
+        added = records.added[self.added_at :]
+        added_set = set(added)
+        if not all(_watchable(records[k]) for k in added):
+            return None
+        changed: list[str] = []
+        seen = set(added_set)
+        for key in records.replaced[self.replaced_at :]:
+            if key not in seen:  # a record replaced by another object
+                seen.add(key)
+                changed.append(key)
+                value = records[key]
+                if not _watchable(value):
+                    return None
+                _watch(value, saver, channel, key)
+        for key, value, before in zip(self.keys, self.values, self.prints, strict=True):
+            if key not in seen and (records[key] is not value or _DICT(value) != before):
+                seen.add(key)  # a hot record changed inside a container
+                changed.append(key)
+        changed.extend(k for k in channel.drain() if k not in seen and k in records)
+        for key in added:
+            _watch(records[key], saver, channel, key)
+        hot_keys = list(islice(reversed(records), HOT_RECORDS))[::-1]
+        hot_values = [records[k] for k in hot_keys]
+        kept = {k: p for k, p in zip(self.keys, self.prints, strict=True) if k not in seen}
+        prints = [
+            kept[k] if k in kept else _print_of(v, False)
+            for k, v in zip(hot_keys, hot_values, strict=True)
+        ]
+        mark = RecordsMark(
+            hot_keys,
+            hot_values,
+            [],
+            prints,
+            channel,
+            saver,
+            False,
+            records,
+            len(records.added),
+            len(records.replaced),
+            records.reshaped,
+            len(records),
+        )
+        return RecordsDiff([*changed, *added], [], self.count), mark
 
     def _watched(
         self,

@@ -170,7 +170,7 @@ def _item_fields(state: Any, backend: Any) -> _Fields | None:
         return None
     lists, candidates = _field_names(type(state))
     values = state.__dict__
-    records = tuple(f for f in candidates if type(values.get(f)) is dict)
+    records = tuple(f for f in candidates if isinstance(values.get(f), dict))
     return (lists, records) if lists or records else None
 
 
@@ -220,11 +220,11 @@ def _delta(
             if mark is None:
                 return None
             upserts = [(k, dump(v)) for k, v in values.items()]
-            change = RecordChanges(upserts, (), len(old.keys), len(upserts), replace=True)
+            change = RecordChanges(upserts, (), old.size, len(upserts), replace=True)
         else:
             diff, mark = found
             upserts = [(k, dump(values[k])) for k in diff.upserts]
-            change = RecordChanges(upserts, diff.deletes, diff.base_count, len(mark.keys))
+            change = RecordChanges(upserts, diff.deletes, diff.base_count, mark.size)
         records[field], marks[field] = change, mark
     changes = StateChanges(
         snapshot=state.model_dump(mode="json", exclude={*list_fields, *record_fields}),
@@ -322,7 +322,8 @@ def prepare_state_save(
             saved[key] = _revision_only(expected)  # a failed write leaves no list marks
             if delta is not None:
                 changes, marks = delta
-                if changes.base_version == expected:
+                # Applied only on top of the marks it was taken from (still the latest).
+                if known is previous and changes.base_version == expected:
                     version = backend.save_state_changes(flow_id, method_name, changes)
                     if version is not None:
                         saved[key] = dataclasses.replace(marks, version=version)

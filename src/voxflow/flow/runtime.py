@@ -281,12 +281,16 @@ class Flow(ConversationMixin, HumanInput, Engine, Generic[StateT]):
                     flow=flow,
                 )
         if isinstance(state, dict):
-            state.setdefault("id", new_state_id())
+            if state.get("id") in (None, ""):  # an empty id gets a fresh one
+                state["id"] = new_state_id()
         elif isinstance(state, BaseModel):
             if "id" not in type(state).model_fields:
                 raise TypeError(
                     f"state: {type(state).__name__} has no 'id' field; subclass voxflow.FlowState"
                 )
+            if state.id in (None, ""):  # type: ignore[attr-defined]
+                # e.g. ``id: str = ""``: persistence needs an identity to save under.
+                stamp_id(state, new_state_id())
         else:
             raise TypeError("state must be a pydantic model (with an id) or a dict")
         result: StateLike = state

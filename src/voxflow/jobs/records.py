@@ -28,8 +28,10 @@ from pydantic import (
     JsonValue,
     StrictInt,
     ValidationError,
+    field_validator,
 )
 
+from voxflow.conversation._record_marks import RecordDict, as_record_dict
 from voxflow.ids import JobId, SessionId, TurnId, new_session_id
 
 __all__ = [
@@ -117,8 +119,11 @@ class JobState(BaseModel, Generic[JobT]):
     model_config = ConfigDict(defer_build=True)
 
     id: SessionId = Field(default_factory=new_session_id, description="the session identity")
-    jobs: dict[str, JobT] = Field(default_factory=dict, description="job_id → record")
+    jobs: dict[str, JobT] = Field(default_factory=RecordDict, description="job_id → record")
     job_sequence: int = Field(0, ge=0, description="bumped on every accepted change")
+
+    # A RecordDict logs its changes: a save finds them without scanning every record.
+    _track_records = field_validator("jobs", mode="after")(as_record_dict)
 
 
 class JobUpdate(BaseModel):

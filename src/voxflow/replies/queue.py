@@ -38,6 +38,7 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import Any, Literal, cast, get_args
 
+from voxflow.conversation._record_marks import RecordDict
 from voxflow.errors import ClientActivityError, TurnIdentityError
 from voxflow.ids import DeliveryId
 from voxflow.jobs.records import JobRecord, JobState, job_copy, utc_now
@@ -575,9 +576,9 @@ class ReplyQueue:
                 raise TurnIdentityError(
                     "snapshot belongs to another session; restore the turn state first."
                 )
-            state.deliveries = {d.delivery_id: d for d in deliveries}
+            state.deliveries = RecordDict((d.delivery_id, d) for d in deliveries)
             self._idx = None
-            state.covered_updates = {c.job_id: c for c in covered}
+            state.covered_updates = RecordDict((c.job_id, c) for c in covered)
             state.delivery_floor = DeliveryFloor(closed=floor.closed)
             state.delivery_sequence = max(
                 state.delivery_sequence, int(snapshot.get("delivery_sequence", 0))

@@ -14,8 +14,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictInt,
+    StrictStr,
+    field_validator,
+)
 
+from voxflow.conversation._record_marks import RecordDict, as_record_dict
 from voxflow.ids import DeliveryId, JobId, SessionId, TurnId, new_delivery_id
 from voxflow.jobs.records import JobRecord, utc_now
 from voxflow.turns.records import TurnState
@@ -158,10 +167,13 @@ class ReplyQueueState(TurnState):
     """
 
     deliveries: dict[str, DeliveryRecord] = Field(
-        default_factory=dict, description="delivery_id → record, FIFO"
+        default_factory=RecordDict, description="delivery_id → record, FIFO"
     )
     covered_updates: dict[str, CoveredUpdate] = Field(
-        default_factory=dict, description="job_id → the newest delivered version"
+        default_factory=RecordDict, description="job_id → the newest delivered version"
+    )
+    _track_queue_records = field_validator("deliveries", "covered_updates", mode="after")(
+        as_record_dict
     )
     delivery_floor: DeliveryFloor = Field(default_factory=DeliveryFloor)
     delivery_sequence: int = Field(0, ge=0, description="bumped on every change")

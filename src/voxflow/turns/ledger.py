@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, get_args
 
 from voxflow.clock import Clock, MonotonicClock
+from voxflow.conversation._record_marks import RecordDict
 from voxflow.errors import ConversationEndedError, TurnIdentityError, TurnInProgressError
 from voxflow.ids import DeliveryId, SessionId, TurnId, new_turn_id
 from voxflow.jobs.records import JobRecord
@@ -483,8 +484,8 @@ class TurnLedger:
                     "snapshot belongs to another session; set flow.state.id (or restore the "
                     "whole state) first."
                 )
-            state.turns = {t.turn_id: t for t in turns}
-            state.replies = {r.delivery_id: r for r in replies}
+            state.turns = RecordDict((t.turn_id, t) for t in turns)
+            state.replies = RecordDict((r.delivery_id, r) for r in replies)
             self._reconcile(state)
 
     def __repr__(self) -> str:

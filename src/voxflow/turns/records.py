@@ -12,8 +12,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictInt
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, field_validator
 
+from voxflow.conversation._record_marks import RecordDict, as_record_dict
 from voxflow.conversation.state import ConversationState
 from voxflow.ids import DeliveryId, JobId, SessionId, TurnId, new_delivery_id
 
@@ -125,7 +126,12 @@ class TurnState(ConversationState):
     ``class WorkChatState(ReplyQueueState, JobState[MyJob])``.
     """
 
-    turns: dict[str, TurnRecord] = Field(default_factory=dict, description="turn_id → record")
-    replies: dict[str, ReplyRecord] = Field(
-        default_factory=dict, description="delivery_id → record"
+    turns: dict[str, TurnRecord] = Field(
+        default_factory=RecordDict, description="turn_id → record"
     )
+    replies: dict[str, ReplyRecord] = Field(
+        default_factory=RecordDict, description="delivery_id → record"
+    )
+
+    # A RecordDict logs its changes: a save finds them without scanning every record.
+    _track_records = field_validator("turns", "replies", mode="after")(as_record_dict)
