@@ -1,6 +1,7 @@
 """How long the README's example test takes: examples/test_assistant.py, run as a user runs it.
 
-Copies the example assistant and its test file into a fresh folder (no conftest) and runs
+Copies the example test file into a fresh folder (no conftest; the assistant is
+``voxflow.examples.assistant``) and runs
 ``python -m pytest`` there ``--runs`` times (default 5) with this interpreter, then prints
 the median of: the whole pytest process (interpreter start, plugin, model loading, both
 tests) and each phase pytest times (``--durations``): the setup of the first test (the
@@ -62,8 +63,7 @@ def main() -> None:
     per_test: dict[str, list[float]] = {}
     with tempfile.TemporaryDirectory(prefix="voxflow-example-") as folder:
         project = Path(folder)
-        for name in ("assistant.py", "test_assistant.py"):
-            shutil.copy(ROOT / "examples" / name, project / name)
+        shutil.copy(ROOT / "examples" / "test_assistant.py", project / "test_assistant.py")
         for _ in range(args.runs):
             wall, tests = one_run(project, args.realtime)
             walls.append(wall)

@@ -1,5 +1,5 @@
-"""Tests for the example assistant (``voxflow/examples/assistant.py``, shipped in the package):
-copy this file next to yours.
+"""Tests for the example assistant (``voxflow.examples.assistant``, shipped in the package):
+copy this file and import your own assistant instead.
 
 Run with plain ``pytest`` once ``voxflow[voice]`` is installed: its pytest plugin gives
 the ``voice_call`` fixture (scripted calls on the bundled models, loaded once per test
@@ -7,7 +7,6 @@ session, on virtual audio time; ``pytest --voxflow-realtime`` runs the same call
 wall clock). No conftest needed.
 """
 
-from assistant import STORY, SYSTEM_PROMPT, Assistant
 from voxflow_adapters.assertions import (
     assert_completed,
     assert_history_is_heard,
@@ -18,6 +17,7 @@ from voxflow_adapters.assertions import (
 from voxflow_adapters.script import CallScript
 
 from voxflow import ConversationConfig
+from voxflow.examples.assistant import STORY, SYSTEM_PROMPT, Assistant
 from voxflow.testing import ScriptedLLM, reply
 
 
