@@ -160,19 +160,24 @@ def _read_path(name: str, value: str | os.PathLike[str], policy: InputFilePolicy
             f"{raw} is outside the allowed folders ({', '.join(str(f) for f in folders)}); "
             "pass its bytes instead, or widen Flow.input_file_policy.allowed_dirs",
         )
+    # Open the resolved path without following a symlink swapped in since, and without
+    # blocking on a FIFO; then check what was actually opened.
+    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
     try:
-        info = path.stat()
+        fd = os.open(path, flags)
     except OSError as exc:
-        raise InputFileError(name, f"{raw} cannot be read ({exc.strerror})") from None
-    if not stat.S_ISREG(info.st_mode):
-        raise InputFileError(name, f"{raw} is not a regular file")
-    if info.st_size > policy.max_bytes:
+        raise InputFileError(name, f"{raw} cannot be opened ({exc.strerror})") from None
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode) or info.st_size > policy.max_bytes:
+        os.close(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise InputFileError(name, f"{raw} is not a regular file")
         raise InputFileError(name, _too_big(info.st_size, policy))
-    try:
-        with path.open("rb") as handle:
+    with os.fdopen(fd, "rb") as handle:
+        try:
             return handle.read(policy.max_bytes + 1)
-    except OSError as exc:
-        raise InputFileError(name, f"{raw} cannot be read ({exc.strerror})") from None
+        except OSError as exc:
+            raise InputFileError(name, f"{raw} cannot be read ({exc.strerror})") from None
 
 
 def _read_object(name: str, value: Any, policy: InputFilePolicy) -> bytes:
