@@ -11,10 +11,12 @@ import json
 import os
 from typing import Any
 
+import litellm
 import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from litellm.integrations.custom_logger import CustomLogger
 from pydantic import BaseModel
 
 from voxflow import ConversationState, Flow
@@ -259,4 +261,53 @@ def test_random_templates_render_declared_data_or_refuse_and_never_a_secret(
     else:
         assert SECRET not in text
     finally:
+        del os.environ["VOXFLOW_FUZZ_SECRET"]
+
+
+class _ProviderSpy(CustomLogger):
+    """Keeps every message list litellm was about to send."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.requests: list[Any] = []
+
+    def log_pre_api_call(self, model: Any, messages: Any, kwargs: Any) -> None:
+        self.requests.append(messages)
+
+
+@settings(max_examples=40, derandomize=True, deadline=None, database=None,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(system=TEMPLATES, prompt=TEMPLATES, agent_input=TEMPLATES)
+def test_random_templates_in_a_running_flow_never_send_a_secret(
+    system: str, prompt: str, agent_input: str
+) -> None:
+    llm = {"model": "openai/gpt-4o-mini", "mock_response": "ok"}
+    document = {
+        "schema": "voxflow.flow/v1",
+        "name": "Fuzzed",
+        "state": {"json_schema": {"properties": {"tier": {"type": "string", "default": "gold"},
+                                                 "items": {"type": "array"}}}},
+        "methods": {
+            "begin": {"start": True, "do": {"call": "llm", "with": {
+                "system": system, "prompt": prompt, "llm": llm}}},
+            "then": {"listen": "begin", "do": {"call": "agent", "with": {
+                "role": "r", "goal": "g", "input": agent_input, "llm": llm}}},
+        },
+    }
+    spy = _ProviderSpy()
+    before = list(litellm.callbacks)
+    litellm.callbacks = [*before, spy]
+    os.environ["VOXFLOW_FUZZ_SECRET"] = SECRET
+    try:
+        try:
+            flow = Flow.from_declaration(contents=json.dumps(document))
+        except DeclarationError:
+            return
+        try:
+            flow.kickoff()
+        except DeclarationError as exc:
+            assert exc.path.startswith("methods.")
+        assert SECRET not in json.dumps(spy.requests)
+    finally:
+        litellm.callbacks = before
         del os.environ["VOXFLOW_FUZZ_SECRET"]

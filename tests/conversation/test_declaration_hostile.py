@@ -315,3 +315,26 @@ def test_aliases_cannot_expand_past_the_value_limit() -> None:
         load_declaration_document(contents="\n".join(chain))
     assert f"nested deeper than {MAX_DECLARATION_DEPTH}" in str(info.value)
     assert info.value.path == "l3" + ".0" * (MAX_DECLARATION_DEPTH - 1)
+
+
+def test_an_agent_input_that_renders_empty_names_its_field(provider: _ProviderSpy) -> None:
+    doc = {
+        "schema": "voxflow.flow/v1",
+        "name": "Empty",
+        "state": {"json_schema": {"properties": {"topic": {"type": "string"}}}},
+        "methods": {
+            "begin": {
+                "start": True,
+                "do": {"call": "agent", "with": {
+                    "role": "r", "goal": "g", "input": "${state.topic}",
+                    "llm": {"model": "openai/gpt-4o-mini", "mock_response": "ok"},
+                }},
+            }
+        },
+    }
+    flow = Flow.from_declaration(contents=json.dumps(doc))
+    with pytest.raises(DeclarationError) as info:
+        flow.kickoff()
+    assert info.value.path == "methods.begin.do.with.input"
+    assert "rendered to empty text" in str(info.value)
+    assert provider.requests == []

@@ -269,6 +269,11 @@ def _action(
         async def run_agent(self: Any, input: Any = None) -> Any:
             assert agent is not None
             text = render_template(w.input, self.state, input, field=f"{base}.with.input")
+            if not text.strip():
+                raise DeclarationError(
+                    [(f"{base}.with.input", f"{w.input!r} rendered to empty text: the agent "
+                      "has nothing to answer (is the state field set?)")]
+                )
             result = await agent.akickoff(text)
             return result.raw
 
