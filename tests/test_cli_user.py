@@ -283,3 +283,19 @@ def test_serve_checks_its_address_before_loading_anything() -> None:
         result = voxflow("serve", "--port", port)
     one_line_error(result, f"127.0.0.1:{port}", "choose another --port")
     assert result.stdout == ""
+
+
+def test_a_failed_llm_turn_is_said_and_the_chat_goes_on() -> None:
+    import socket
+
+    with socket.socket() as closed:  # a port nothing listens on: connection refused
+        closed.bind(("127.0.0.1", 0))
+        base = f"http://127.0.0.1:{closed.getsockname()[1]}/v1"
+    result = voxflow("chat", "--model", "openai/gpt-4o-mini",
+                     stdin="what is the meaning of life?\nhello\nexit\n",
+                     env={"OPENAI_API_KEY": "sk-test-0123456789", "OPENAI_API_BASE": base,
+                          "VOXFLOW_LLM_RETRIES": "0"})
+    assert result.returncode == 0, result.stderr
+    assert "(no answer: openai/gpt-4o-mini call failed" in result.stdout
+    assert "How can I help you today?" in result.stdout.split("no answer", 1)[1]
+    assert "sk-test-0123456789" not in result.stdout + result.stderr

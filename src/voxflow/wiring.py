@@ -25,6 +25,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from voxflow.clock import Clock, MonotonicClock
+from voxflow.errors import ProviderError
 from voxflow.jobs import JobRecord, JobRunner, JobState, MakeWork
 from voxflow.jobs.background import BackgroundJob, JobBinding, announce_jobs, bind_jobs
 from voxflow.replies import ReplyQueue, ReplyQueueState, record_announcement
@@ -215,7 +216,9 @@ async def chat_text(
     announced before the next prompt, and at the end of input the chat waits up to
     ``job_grace`` seconds for running jobs and announces them.
 
-    ``read(prompt)`` returns a line (EOFError ends the chat); ``write`` prints one.
+    ``read(prompt)`` returns a line (EOFError ends the chat); ``write`` prints one. A
+    turn whose LLM call fails (:class:`~voxflow.errors.ProviderError`) is written as
+    ``(no answer: <the cause>)`` and the chat goes on, as a call does.
     """
     exits = {c.strip().lower() for c in exit_commands}
     async with AssistantWiring(flow) as wiring:
@@ -230,7 +233,12 @@ async def chat_text(
                 continue
             if line.lower() in exits:
                 break
-            write(f"{assistant_prefix}{await wiring.text_turn(line)}")
+            try:
+                answer = await wiring.text_turn(line)
+            except ProviderError as exc:  # the turn failed, not the chat (as in a call)
+                write(f"(no answer: {exc})")
+                continue
+            write(f"{assistant_prefix}{answer}")
         if not getattr(flow.state, "ended", False):  # (an ended call announces nothing)
             if not await wiring.wait_for_jobs(job_grace):
                 logger.warning("chat ended with background jobs still running")
