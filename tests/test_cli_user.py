@@ -299,3 +299,16 @@ def test_a_failed_llm_turn_is_said_and_the_chat_goes_on() -> None:
     assert "(no answer: openai/gpt-4o-mini call failed" in result.stdout
     assert "How can I help you today?" in result.stdout.split("no answer", 1)[1]
     assert "sk-test-0123456789" not in result.stdout + result.stderr
+
+
+def test_every_option_the_readme_lists_is_in_the_commands_help() -> None:
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    table = text.split("## The command line", 1)[1].split("### Configuration", 1)[0]
+    rows = re.findall(r"^\| `voxflow (\w+)([^`]*)` \|", table, flags=re.MULTILINE)
+    assert {command for command, _ in rows} >= {"demo", "chat", "serve", "doctor", "bench"}
+    helps: dict[str, str] = {}
+    for command, usage in rows:
+        if command not in helps:
+            helps[command] = voxflow(command, "--help").stdout
+        for option in re.findall(r"--[a-z][a-z-]*", usage):
+            assert option in helps[command], (command, option)
