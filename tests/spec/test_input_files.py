@@ -398,3 +398,20 @@ def test_the_router_sees_the_messages_text_not_the_files(
     assert "my list" in last and "and the photo" in last  # the history's text
     assert "ZEBRA-42" not in last  # not the file content
     assert base64.b64encode(PNG).decode()[:24] not in last
+
+
+def test_a_dict_history_sends_its_files_too(
+    place: Path, sent: list[list[dict[str, Any]]]
+) -> None:
+    from voxflow import ChatState
+
+    @ConversationConfig(llm=LLM("openai/gpt-4o-mini", mock_response="Noted."))
+    class Legacy(Flow[ChatState]):
+        input_file_policy = InputFilePolicy(store_dir=place / "s")
+
+    flow = Legacy()
+    flow.handle_turn("read this", input_files={"a.txt": b"ALPHA-7"})
+    assert flow.state.messages[0]["files"][0].name == "a.txt"
+    parts = user_parts(sent[-1])
+    assert parts[0] == {"type": "text", "text": "read this"}
+    assert "ALPHA-7" in parts[1]["text"]

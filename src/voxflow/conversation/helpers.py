@@ -192,7 +192,11 @@ def get_conversation_messages(flow: Any, *, copy: bool = True) -> list[dict[str,
         if isinstance(m, ConversationMessage):
             out.append(m.to_llm())
         elif isinstance(m, Mapping):
-            out.append({k: v for k, v in m.items() if k not in ("metadata", "files")})
+            if m.get("files"):  # a dict history: the same parts as ConversationMessage
+                known = {k: v for k, v in m.items() if k in ConversationMessage.model_fields}
+                out.append(ConversationMessage.model_validate(known).to_llm())
+            else:
+                out.append({k: v for k, v in m.items() if k != "metadata"})
     return out
 
 
