@@ -598,3 +598,36 @@ def test_imports() -> None:
     assert RouterConfig().default_intent == "converse"
     assert ConversationalConfig is not ConversationConfig
     assert Flow.conversational is False  # opt-in
+
+
+# ---------------------------------------------------------------- A. pre-classify
+
+
+def test_pre_classify_via_conversation_config() -> None:
+    """Pattern A (described, no code in the spec): default_intents + intent_llm classify
+    each message before the graph; a non-empty route_turn result takes precedence; a
+    per-turn ``intents=`` / ``intent_llm=`` overrides the configuration."""
+
+    @ConversationConfig(
+        default_intents=["ORDER", "HELP"],
+        intent_llm=LLM("gpt-4o-mini", mock_response="ORDER"),
+    )
+    class PreClassified(Flow[ConversationState]):
+        def route_turn(self, context: Any) -> str | None:
+            text = self.state.current_user_message or ""
+            return "HELP" if text.startswith("!") else None
+
+        @listen("ORDER")
+        def handle_order(self) -> str:
+            return "order route"
+
+        @listen("HELP")
+        def handle_help(self) -> str:
+            return "help route"
+
+    flow = PreClassified()
+    assert flow.handle_turn("where is it?") == "order route"  # the classified intent
+    assert flow.handle_turn("!help") == "help route"  # route_turn wins
+    other = LLM("gpt-4o-mini", mock_response="HELP")
+    assert flow.handle_turn("hmm", intents=["ORDER", "HELP"], intent_llm=other) == "help route"
+    assert flow.state.last_intent == "HELP"
