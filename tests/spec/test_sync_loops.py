@@ -36,6 +36,10 @@ SCRIPT = textwrap.dedent(
         print(receive_user_message(flow, "again", outcomes=["GREETING", "ORDER"], llm=llm))
         print(llm.call("hi").content)
         print(flow.handle_turn("and now?"))
+        stream = flow.stream_turn("streamed?")
+        with stream:
+            chunks = [f.content for f in stream.events if f.type == "llm_stream_chunk"]
+        print("".join(chunks))
     print("messages", len(flow.state.messages))
     """
 )
@@ -52,8 +56,9 @@ def test_sync_llm_helpers_leave_no_loop_warnings_at_exit() -> None:
     assert proc.returncode == 0, proc.stderr[-3000:]
     lines = proc.stdout.split()
     assert lines.count("ORDER") == 15  # every call answered
-    # two received messages and a user + assistant pair per round, three rounds
-    assert proc.stdout.strip().endswith("messages 12")
+    assert lines.count("way.") == 6  # "On its way." from handle_turn and stream_turn
+    # two received messages and two user + assistant pairs per round, three rounds
+    assert proc.stdout.strip().endswith("messages 18")
     assert "event loop changed" not in proc.stderr, proc.stderr[-3000:]
     assert "Task was destroyed" not in proc.stderr, proc.stderr[-3000:]
     assert "was never awaited" not in proc.stderr, proc.stderr[-3000:]
