@@ -238,3 +238,30 @@ def test_an_awaited_action_is_just_the_method_result() -> None:
             return f"got {value}"
 
     assert Outer().kickoff() == "got inner result"
+
+
+def test_a_state_whose_id_defaults_to_empty_gets_one_and_persists(tmp_path: Path) -> None:
+    """Issue 15 item 4 (done by harden-persist): an empty ``id`` is given a fresh uuid,
+    so ``@persist`` saves the method's work instead of failing after it ran."""
+    from uuid import UUID
+
+    from pydantic import BaseModel
+
+    class Counter(BaseModel):
+        id: str = ""
+        count: int = 0
+
+    @persist(SQLiteFlowPersistence(tmp_path / "runs.db"))
+    class Count(Flow[Counter]):
+        @start()
+        def bump(self) -> int:
+            self.state.count += 1
+            return self.state.count
+
+    flow = Count()
+    assert flow.kickoff() == 1
+    UUID(flow.state.id)
+    assert Count().kickoff(inputs={"id": flow.state.id}) == 2  # the first run was saved
+    given = Count(state=Counter())
+    UUID(given.state.id)
+    assert given.state.id != flow.state.id
