@@ -25,7 +25,18 @@ same on any machine, at any load): it counts the turns each utterance was commit
 * **model time**: the wall time per Smart Turn decision (the only real-time figure here).
 
 Configurations: the silence timer at 0.2 s (the leading framework's VAD stop) and 0.6 s
-(voxflow's default), and Smart Turn deciding at a 0.2 s pause, with a 1.6 s maximum.
+(voxflow's default), Smart Turn alone, and Smart Turn with the pause's words (Whisper
+tiny.en, as a session has them from its speculative STT), deciding at a 0.2 s pause with
+a 1.6 s maximum.
+
+``--v2v N`` measures voice to voice in **real time** instead, on the leading framework's
+own Smart Turn audio (``/work/shared/anchors/pipecat/audio/user_q.wav``, or ``--wav``; if
+absent, the same sentence rendered the same way: the bundled Piper voice at 16 kHz): a
+simulated caller says it N times to a whole :class:`~voxflow_voice.session.VoiceSession`
+(the reference setup: Whisper base, 0.2 s minimum speech and barge-in; instant rule-based
+replies), once with the 0.2 s silence timer and once with Smart Turn, and the tape gives
+the last speech sample in -> the first reply sample out (as ``voice_latency.py``). Run
+it under ``flock /tmp/voxflow-bench.lock`` and note the load average it prints.
 """
 
 from __future__ import annotations
@@ -283,10 +294,16 @@ def _verdicts(out: Outcome) -> str:
     )
 
 
-async def measure(samples: list[Sample], stt_model: str) -> None:
+async def measure(samples: list[Sample], stt_model: str, end_pad: float, only_smart: bool) -> None:
     model = SmartTurn()
     stt = WhisperStt(SttSettings(model=stt_model))
     await stt.transcribe(AudioChunk.from_float(np.zeros(16_000, np.float32), STT_SAMPLE_RATE))
+    smart = TurnDetection(min_speech=0.2, max_end_of_turn_silence=1.6, end_pad=end_pad)
+    name = (f"Smart Turn at a 0.2 s pause + the words ({stt_model}) of a {end_pad} s pause, "
+            "1.6 s maximum")
+    if only_smart:
+        await evaluate(name, samples, smart, model, stt)
+        return
     timer_02 = TurnDetection(end_of_turn_silence=0.2, min_speech=0.2, min_barge_in=0.2)
     await evaluate("silence timer 0.2 s (the leading framework's VAD stop)", samples,
                    timer_02, None)
@@ -294,10 +311,74 @@ async def measure(samples: list[Sample], stt_model: str) -> None:
                    TurnDetection(min_speech=0.2), None)
     # voxflow's defaults but the reference's 0.2 s minimum speech: a quick "No." from a
     # fast voice holds less than the default 0.25 s of speech and would not be a turn.
-    smart = TurnDetection(min_speech=0.2, max_end_of_turn_silence=1.6)
     await evaluate("Smart Turn alone at a 0.2 s pause, 1.6 s maximum", samples, smart, model)
-    await evaluate(f"Smart Turn + the pause's words ({stt_model}), 0.2 s pause, 1.6 s maximum",
-                   samples, smart, model, stt)
+    await evaluate(name, samples, smart, model, stt)
+
+
+ANCHOR_WAV = Path("/work/shared/anchors/pipecat/audio/user_q.wav")
+ANCHOR_TEXT = "What is the weather going to be like in Paris tomorrow?"
+
+
+async def voice_to_voice(turns: int, wav: Path | None) -> None:
+    """``wav``: the utterance (None: render the anchor's sentence as it did)."""
+    from voice_latency import Assistant, tape_figures
+    from voxflow_adapters.scenario import run_call
+    from voxflow_adapters.script import CallScript
+    from voxflow_voice.engines import VoiceEngines
+    from voxflow_voice.session import VoiceSettings
+
+    from voxflow.clock import MonotonicClock
+    from voxflow.turns import TurnRunner
+
+    engines = await asyncio.to_thread(VoiceEngines.load, stt=SttSettings(model="base"),
+                                      end_of_turn="smart-turn")
+    if wav is not None:
+        audio: AudioChunk | str = str(wav)
+        source = str(wav)
+    else:
+        tts = PiperTts(settings=TtsSettings(noise_scale=0.0, noise_w_scale=0.0))
+        parts = [np.asarray(c.samples, np.float32) for c in tts.synthesize(ANCHOR_TEXT)]
+        speech = _trim(resample(np.concatenate(parts) * 0.5, tts.sample_rate, STT_SAMPLE_RATE))
+        audio = AudioChunk.from_float(speech, STT_SAMPLE_RATE)
+        source = f"{ANCHOR_TEXT!r}, bundled Piper voice (no anchor WAV)"
+    await engines.stt.transcribe(AudioChunk.from_float(np.zeros(16_000, np.float32), 16_000))
+    async for _ in engines.tts.stream("Warming up.", segment_id=1):
+        pass
+    reference = {"min_speech": 0.2, "min_barge_in": 0.2}
+    configs = [
+        ("silence timer 0.2 s (the leading framework's settings)",
+         TurnDetection(end_of_turn_silence=0.2, **reference), False),
+        ("Smart Turn + the pause's words at a 0.2 s pause, 1.6 s maximum",
+         TurnDetection(max_end_of_turn_silence=1.6, **reference), True),
+        ("the same, speculative STT from a 0.1 s pause (end_pad 0.1)",
+         TurnDetection(max_end_of_turn_silence=1.6, end_pad=0.1, **reference), True),
+    ]
+    print(f"voice to voice, real time: {turns} turns of {source}; Whisper base")
+    for name, detection, smart in configs:
+        script = CallScript()
+        for i in range(turns):
+            script.user_says(0.5 + 5.0 * i, audio=audio)
+        used = engines if smart else VoiceEngines(stt=engines.stt, tts=engines.tts,
+                                                  make_vad=engines.make_vad)
+        call = await run_call(TurnRunner(Assistant(suppress_flow_events=True)), script, used,
+                              clock=MonotonicClock(),
+                              settings=VoiceSettings(turn_detection=detection), tail=3.0)
+        tape = tape_figures(call, [])
+        v2v = Distribution.of(tape.v2v)
+        decided = call.session._detector.decisions
+        print(f"\n== {name}")
+        print(f"   voice to voice, tape (targets median <= 500, p90 <= 700 ms)  {v2v}")
+        for label, value in call.session.summary().rows()[:4]:
+            print(f"   {label:<60} {value}")
+        print(f"   turns committed {len(call.transcripts())} of {turns}; answered in the pause "
+              f"{sum(m.speculative for m in call.metrics())}; stale samples "
+              f"{call.stale_samples()}; verdicts complete "
+              f"{sum(v.complete for v in decided)} of {len(decided)}")
+        print(f"   load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs "
+              f"(a machine shared by several engineers)")
+        if v2v.median_ms is not None:
+            figure(f"voice to voice on the anchor's audio, {name}", v2v.median_ms, "ms",
+                   target="<= 500 (p90 <= 700)")
 
 
 def main() -> None:
@@ -305,7 +386,18 @@ def main() -> None:
     parser.add_argument("--set", choices=["paused", "short", "all"], default="all")
     parser.add_argument("--quick", action="store_true", help="two voices, half the sentences")
     parser.add_argument("--stt", default="tiny.en", help="Whisper model of the pause's words")
+    parser.add_argument("--end-pad", type=float, default=0.1,
+                        help="the pause (s) at which the speculative STT starts (Smart Turn "
+                        "decides at 0.2 s)")
+    parser.add_argument("--only-smart", action="store_true",
+                        help="only Smart Turn with the words (not the timers)")
+    parser.add_argument("--v2v", type=int, metavar="N", default=0,
+                        help="instead: voice to voice in real time over N turns")
+    parser.add_argument("--wav", type=Path, default=ANCHOR_WAV, help="the --v2v utterance")
     args = parser.parse_args()
+    if args.v2v:
+        asyncio.run(voice_to_voice(args.v2v, args.wav if args.wav.is_file() else None))
+        return
     kinds = {"paused", "short"} if args.set == "all" else {args.set}
     began = time.perf_counter()
     samples = build_set(kinds, quick=args.quick)
@@ -315,7 +407,7 @@ def main() -> None:
           f"{sum(s.kind == 'short' for s in samples)} short answers), voices: "
           f"{', '.join(voices)}; clean and at {SNR_DB:.0f} dB SNR; built in "
           f"{time.perf_counter() - began:.0f} s")
-    asyncio.run(measure(samples, args.stt))
+    asyncio.run(measure(samples, args.stt, args.end_pad, args.only_smart))
 
 
 if __name__ == "__main__":

@@ -327,3 +327,24 @@ async def test_a_closed_answer_the_model_doubts_waits_less_than_an_unfinished_tu
     frame = 512
     assert 0 <= closed.at_sample - closed.end_sample - round(0.4 * STT_SAMPLE_RATE) < frame
     assert 0 <= open_.at_sample - open_.end_sample - round(1.6 * STT_SAMPLE_RATE) < frame
+
+
+async def test_the_speculative_stt_may_start_before_the_model_decides(
+    model: SmartTurn, voices: dict[str, PiperTts]
+) -> None:
+    early = TurnDetection(min_speech=0.2, end_pad=0.1, decision_pause=0.2)
+    detector = TurnDetector(SileroVad(), early, end_of_turn_model=model)
+    audio = call_audio(say(voices["slow"], "What time is it?"))
+    events: list[TurnDetectorEvent] = []
+    start = 0
+    while detector.undecided is None:
+        events += detector.push(audio[start : start + CHUNK])
+        start += CHUNK
+    [paused] = [e for e in events if isinstance(e, UtterancePaused)]
+    assert detector.undecided is paused
+    # the pause came 0.1 s into the silence; the verdict is owed 0.2 s in
+    assert detector.position - paused.end_sample >= round(0.2 * STT_SAMPLE_RATE)
+    assert paused.audio.start_sample + paused.audio.num_samples < detector.position
+    ended = detector.decide()
+    assert [e.kind for e in ended] == ["speech_ended", "utterance_ready"]
+    assert isinstance(ended[1], UtteranceReady) and paused.matches(ended[1])

@@ -90,6 +90,8 @@ def test_the_end_of_turn_model_and_its_longest_wait_come_from_the_settings() -> 
                                   "VOXFLOW_MAX_END_OF_TURN_SILENCE": "1.2"})
     voice = VoiceSettings.from_settings(settings)
     assert voice.turn_detection.max_end_of_turn_silence == 1.2
+    assert voice.turn_detection.end_pad == 0.1  # speculative STT before the model decides
+    assert voice.turn_detection.decision_pause == 0.2
     engines = VoiceEngines.from_settings(settings, deterministic=True)
     assert isinstance(engines.end_of_turn, SmartTurn)
     assert VoiceEngines.from_settings(Settings(), deterministic=True).end_of_turn is None

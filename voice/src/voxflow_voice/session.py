@@ -124,8 +124,9 @@ class VoiceSettings(BaseModel):
     def from_settings(cls, settings: Settings, **overrides: Any) -> VoiceSettings:
         """The voice settings a command's :class:`~voxflow.settings.Settings` ask for.
 
-        Turn taking comes from ``[max_]end_of_turn_silence`` and ``min_barge_in``, plus
-        ``speculative_replies``; ``overrides`` (``echo_gate=False``, ...) then replace fields.
+        Turn taking comes from ``[max_]end_of_turn_silence``, ``min_barge_in`` and (with an
+        ``end_of_turn_model``, the speculative STT starting at a 0.1 s pause) ``end_pad``,
+        plus ``speculative_replies``; ``overrides`` (``echo_gate=False``, ...) then replace.
 
         Raises:
             TypeError: ``settings`` is not a :class:`~voxflow.settings.Settings`.
@@ -135,7 +136,8 @@ class VoiceSettings(BaseModel):
             raise TypeError(f"settings must be voxflow Settings, got {type(settings).__name__}")
         turn_detection = TurnDetection(
             end_of_turn_silence=settings.end_of_turn_silence, min_barge_in=settings.min_barge_in,
-            max_end_of_turn_silence=settings.max_end_of_turn_silence)
+            max_end_of_turn_silence=settings.max_end_of_turn_silence,
+            end_pad=0.2 if settings.end_of_turn_model == "none" else 0.1)
         values: dict[str, Any] = {"turn_detection": turn_detection,
                                   "speculative_replies": settings.speculative_replies}
         return cls.model_validate({**values, **overrides})

@@ -31,9 +31,10 @@ speaks again, the pause is simply superseded (a later pause or ready has another
 ``end_sample``).
 
 Semantic end of turn (:mod:`voxflow_voice.end_of_turn`): with an ``end_of_turn_model``, the
-silence timer is replaced. At the short pause (``end_pad`` of silence, where
-:class:`UtterancePaused` comes) the detector owes a decision (:attr:`TurnDetector.undecided`)
-and :meth:`TurnDetector.decide` asks the model about the turn's audio so far: complete
+silence timer is replaced. After ``decision_pause`` of silence (at least ``end_pad``, where
+:class:`UtterancePaused` comes and the speculative STT starts) the detector owes a decision
+(:attr:`TurnDetector.undecided`) and :meth:`TurnDetector.decide` asks the model about the
+turn's audio so far (the words of the paused audio may join in): complete
 (probability >= ``complete_threshold``, or a closed answer the model agrees with), the turn
 ends right there, on exactly the paused audio; incomplete, it ends only after
 ``max_end_of_turn_silence`` of silence, unless the user speaks on (the next pause is judged
@@ -111,6 +112,11 @@ class TurnDetection(BaseModel):
         0.5, gt=0, lt=1,
         description="with an end-of-turn model: probability from which a turn is complete",
     )
+    decision_pause: float = Field(
+        0.2, ge=0, le=2,
+        description="with an end-of-turn model: silence (s) after which it judges the turn "
+        "(at least end_pad, where the speculative STT starts)",
+    )
     closed_answer_silence: float = Field(
         0.4, gt=0, le=10,
         description="with an end-of-turn model: silence (s) ending a closed answer ('No.') "
@@ -125,10 +131,10 @@ class TurnDetection(BaseModel):
             raise ValueError("neg_threshold must be <= threshold")
         if self.max_utterance <= self.min_speech + self.pre_roll:
             raise ValueError("max_utterance must be longer than min_speech + pre_roll")
-        pause = min(self.end_pad, self.end_of_turn_silence / 2)
+        pause = max(min(self.end_pad, self.end_of_turn_silence / 2), self.decision_pause)
         if min(self.max_end_of_turn_silence, self.closed_answer_silence) <= pause:
             raise ValueError("max_end_of_turn_silence and closed_answer_silence must be longer "
-                             "than the short pause (end_pad)")
+                             "than the pause where the model decides (end_pad, decision_pause)")
         return self
 
 
@@ -279,6 +285,9 @@ class TurnDetector:
         self._last_probability = 0.0
         self._recent: deque[tuple[int, float]] = deque(maxlen=_ONSET_LOOKBACK_FRAMES)
         self._paused_at: int | None = None  # speech end of the last UtterancePaused
+        self._paused: UtterancePaused | None = None  # the last one
+        self._judged_at: int | None = None  # speech end of the last pause judged
+        self._decision_pause = max(round(s.decision_pause * rate), self._end_pad, 1)
         self._undecided: UtterancePaused | None = None  # a pause the model must judge
         self._decisions: list[EndOfTurnVerdict] = []
         self._backlog: deque[tuple[NDArray[np.float32], float]] = deque()  # after a pause
@@ -347,7 +356,7 @@ class TurnDetector:
         if pause is None or self._model is None:
             return []
         if probability is None:
-            probability = self._model.probability(pause.audio)
+            probability = self._model.probability(self._heard())
         verdict = EndOfTurnVerdict.of(
             pause.end_sample, probability, transcript, self.settings.complete_threshold
         )
@@ -373,12 +382,12 @@ class TurnDetector:
             if transcript is not None:
                 await transcript
             return self.decide()
-        model = self._model
+        model, heard = self._model, self._heard()
         if transcript is None:
-            probability = await asyncio.to_thread(model.probability, pause.audio)
+            probability = await asyncio.to_thread(model.probability, heard)
             return self.decide(probability=probability)
         probability, words = await asyncio.gather(
-            asyncio.to_thread(model.probability, pause.audio), transcript
+            asyncio.to_thread(model.probability, heard), transcript
         )
         return self.decide(
             probability=probability, transcript=words.text if words is not None else None
@@ -438,6 +447,8 @@ class TurnDetector:
         self._state = "idle"
         self._barge_in_sent = False
         self._paused_at = None
+        self._paused = None
+        self._judged_at = None
         self._undecided = None
         self._backlog.clear()
         self._recent.clear()
@@ -490,11 +501,20 @@ class TurnDetector:
         ):
             self._paused_at = self._last_speech_end
             ready = self._utterance(self._last_speech_end, truncated=False)
-            paused = UtterancePaused(ready.audio, ready.onset_sample, ready.end_sample)
+            self._paused = UtterancePaused(ready.audio, ready.onset_sample, ready.end_sample)
             if s.early_utterance:
-                out.append(paused)
-            if self._model is not None:
-                self._undecided = paused
+                out.append(self._paused)
+        paused = self._paused
+        if (
+            self._model is not None
+            and self._state == "speaking"
+            and paused is not None
+            and paused.end_sample == self._last_speech_end
+            and silent >= self._decision_pause
+            and self._judged_at != self._last_speech_end
+        ):
+            self._judged_at = self._last_speech_end
+            self._undecided = paused
 
     def _backdated_onset(self, start: int) -> int:
         """The onset: ``start``, or earlier over the rising frames just before it."""
@@ -506,6 +526,12 @@ class TurnDetector:
             onset = frame_start
         self._recent.clear()
         return onset
+
+    def _heard(self) -> NDArray[np.float32]:
+        """The turn's audio up to now (the decision point): what the model judges."""
+        if not self._frames:
+            return np.zeros(0, dtype=np.float32)
+        return np.concatenate(self._frames)
 
     def _utterance(self, speech_end: int, *, truncated: bool) -> UtteranceReady:
         stop = min(speech_end + self._end_pad, self._position)
@@ -521,6 +547,8 @@ class TurnDetector:
         self._state = "idle"
         self._barge_in_sent = False
         self._paused_at = None
+        self._paused = None
+        self._judged_at = None
         self._undecided = None
         self._frames = []
         self._buffer_start = self._position
