@@ -352,6 +352,8 @@ async def voice_to_voice(turns: int, wav: Path | None) -> None:
          TurnDetection(max_end_of_turn_silence=1.6, **reference), True),
         ("the same, speculative STT from a 0.1 s pause (end_pad 0.1)",
          TurnDetection(max_end_of_turn_silence=1.6, end_pad=0.1, **reference), True),
+        ("the same, and a Whisper warm-up at each speech onset",
+         TurnDetection(max_end_of_turn_silence=1.6, end_pad=0.1, **reference), True),
     ]
     print(f"voice to voice, real time: {turns} turns of {source}; Whisper base")
     for name, detection, smart in configs:
@@ -362,7 +364,9 @@ async def voice_to_voice(turns: int, wav: Path | None) -> None:
                                                   make_vad=engines.make_vad)
         call = await run_call(TurnRunner(Assistant(suppress_flow_events=True)), script, used,
                               clock=MonotonicClock(),
-                              settings=VoiceSettings(turn_detection=detection), tail=3.0)
+                              settings=VoiceSettings(turn_detection=detection,
+                                                     stt_warm_up="warm-up" in name),
+                              tail=3.0)
         tape = tape_figures(call, [])
         v2v = Distribution.of(tape.v2v)
         decided = call.session._detector.decisions

@@ -143,3 +143,24 @@ def audio_of(detector: TurnDetector, audio: np.ndarray) -> AudioChunk:
     fresh = TurnDetector(SileroVad(), detector.settings)
     ready = [e for e in fresh.push(audio) if isinstance(e, UtteranceReady)]
     return ready[0].audio
+
+
+async def test_a_warm_up_runs_one_dummy_transcription_when_none_is_running() -> None:
+    stt = GatedStt()
+    early = EarlyTranscriber(stt)
+    assert early.warm_up()
+    await asyncio.sleep(0)
+    assert stt.calls == [RATE // 2]  # 0.5 s of silence
+    assert not early.warm_up()  # one at a time
+    events = detect(np.concatenate([tone(20), quiet(20)]))
+    (paused,) = [e for e in events if isinstance(e, UtterancePaused)]
+    early.paused(paused)  # the pause does not wait for the warm-up
+    await asyncio.sleep(0)
+    assert stt.calls == [RATE // 2, paused.audio.num_samples]
+    assert not early.warm_up()  # a real transcription is running: no need
+    stt.gate.set()
+    (ready,) = [e for e in events if isinstance(e, UtteranceReady)]
+    assert await early.final(ready) is not None
+    assert early.statistics().started == 1  # the warm-up is not a speculation
+    await early.aclose()
+    assert not early.warm_up()  # closed

@@ -20,11 +20,15 @@ import functools
 from dataclasses import dataclass
 from typing import Protocol
 
-from .audio import AudioChunk
+import numpy as np
+
+from .audio import STT_SAMPLE_RATE, AudioChunk
 from .stt import Transcript
 from .turn_detector import UtterancePaused, UtteranceReady
 
 __all__ = ["EarlyTranscriber", "EarlyTranscriberStatistics", "Transcriber"]
+
+_WARM_UP_SAMPLES = STT_SAMPLE_RATE // 2
 
 
 class Transcriber(Protocol):
@@ -63,6 +67,7 @@ class EarlyTranscriber:
         self._waiting: UtterancePaused | None = None
         self._done: tuple[UtterancePaused, Transcript | None] | None = None
         self._closed = False
+        self._warming: asyncio.Task[Transcript | None] | None = None
         self._started = 0
         self._used = 0
         self._missed = 0
@@ -81,6 +86,23 @@ class EarlyTranscriber:
             self._start(event)
         else:
             self._waiting = event  # the newest pause supersedes an older waiting one
+
+    def warm_up(self) -> bool:
+        """Start a dummy transcription (0.5 s of silence) if none is running, so the first
+        real one of the turn (at the pause) finds the model and the CPU warm; True if it
+        started. (Called at speech onset; a pause does not wait for it.)"""
+        if self._closed or self._running is not None or self._warming is not None:
+            return False
+        silence = AudioChunk.from_float(np.zeros(_WARM_UP_SAMPLES, np.float32), STT_SAMPLE_RATE)
+        task = asyncio.create_task(self._stt.transcribe(silence), name="voice.stt_warm_up")
+        self._warming = task
+        task.add_done_callback(self._warmed)
+        return True
+
+    def _warmed(self, task: asyncio.Task[Transcript | None]) -> None:
+        self._warming = None
+        if not task.cancelled():
+            task.exception()  # retrieved: a failed warm-up changes nothing
 
     async def transcript_of(self, event: UtterancePaused) -> Transcript | None:
         """Speculate on ``event`` (as :meth:`paused`) and wait for its transcript.
@@ -138,6 +160,8 @@ class EarlyTranscriber:
         """Stop speculating and wait for the running transcription to end."""
         self._closed = True
         self._waiting = None
+        if self._warming is not None:
+            await asyncio.gather(self._warming, return_exceptions=True)
         running, self._running = self._running, None
         if running is not None:
             running[1].cancel()

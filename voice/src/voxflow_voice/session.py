@@ -115,6 +115,7 @@ class VoiceSettings(BaseModel):
     speculative_replies: bool = Field(
         True, description="answer in the user's pause; speak only once the turn is confirmed"
     )  # see voxflow_voice.speculation (off for flows whose turns act on the world directly)
+    stt_warm_up: bool = Field(False, description="a dummy STT run at each speech onset")
     barge_in: BargeInSettings = Field(
         default_factory=BargeInSettings,
         description="pause, confirm, then fence or resume; backchannel policy",
@@ -313,6 +314,8 @@ class VoiceSession:
 
     async def _on_detector_event(self, event: Any) -> None:
         if isinstance(event, DetectorSpeechStarted):
+            if self.settings.stt_warm_up:
+                self._early.warm_up()
             self._floor.recording_changed(True)
             self._emit(SpeechStarted(session_id=self.session_id, at=self.clock.now(),
                                      onset_at=self._time_of(event.onset_sample)))
