@@ -27,7 +27,9 @@ Printed (medians and p90s; nothing is asserted, the machine is shared):
 speech, 0.3 s minimum barge-in). ``reference`` is the setup the leading framework was
 measured with on this machine (Whisper base, 0.2 s end-of-turn silence, 0.2 s minimum
 speech; its barge-in also needs 0.2 s of speech): it took 1.33 s voice to voice and
-385 ms to stop on a barge-in. ``--config all`` adds both with Whisper's own 30 s window
+385 ms to stop on a barge-in. ``--config smart-turn`` is the reference with the
+semantic end of turn (Smart Turn and the pause's words, ``voxflow_voice.end_of_turn``).
+``--config all`` adds both with Whisper's own 30 s window
 (zero-padded features) instead of voxflow's 10 s silence-padded one (``voxflow_voice.stt``).
 Targets: voice to voice <= end-of-turn silence + 500 ms (and the stretch target, + 150
 ms); barge-in stop <= minimum barge-in + 40 ms; stale samples 0.
@@ -58,7 +60,7 @@ import os
 import time
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 from _figures import figure
@@ -186,6 +188,7 @@ class Config:
     name: str
     stt: SttSettings
     turn_detection: TurnDetection
+    end_of_turn: Literal["none", "smart-turn"] = "none"
 
 
 # Our other settings stay at their defaults. The early utterance (speculative STT and
@@ -199,6 +202,12 @@ CONFIGS = {
         "reference (whisper base, 0.2 s end of turn, 0.2 s min speech / barge-in)",
         SttSettings(model="base"),
         REFERENCE_TURNS,
+    ),
+    "smart-turn": Config(
+        "reference, with Smart Turn and the pause's words (speculative STT from 0.1 s)",
+        SttSettings(model="base"),
+        TurnDetection(min_speech=0.2, min_barge_in=0.2, end_pad=0.1),
+        "smart-turn",
     ),
     "default-1-thread": Config(
         "default, but STT on 1 thread", SttSettings(cpu_threads=1), TurnDetection()
@@ -321,10 +330,11 @@ def tape_figures(call: CallResult, barge_ins: list[float]) -> TapeFigures:
 
 async def measure(config: Config) -> None:
     timings = Timings()
-    loaded = await asyncio.to_thread(VoiceEngines.load, stt=config.stt)
+    loaded = await asyncio.to_thread(VoiceEngines.load, stt=config.stt,
+                                     end_of_turn=config.end_of_turn)
     engines = VoiceEngines(
         stt=TimedStt(loaded.stt, timings), tts=TimedTts(loaded.tts, timings),
-        make_vad=loaded.make_vad,
+        make_vad=loaded.make_vad, end_of_turn=loaded.end_of_turn,
     )
     # Warm both models up (first inference allocates), off the measured call.
     await loaded.stt.transcribe(AudioChunk.from_float(np.zeros(16_000, np.float32), 16_000))
@@ -345,8 +355,9 @@ async def measure(config: Config) -> None:
           f"{len(call.of_kind('barge_in'))} barge-ins ({len(barge_ins)} scripted, "
           f"{tape.silent_cuts} with no reply playing), "
           f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
-    v2v_target = td.end_of_turn_silence * 1000 + 500
-    v2v_stretch = td.end_of_turn_silence * 1000 + 150
+    wait = td.end_of_turn_silence if config.end_of_turn == "none" else td.decision_pause
+    v2v_target = wait * 1000 + 500
+    v2v_stretch = wait * 1000 + 150
     stop_target = td.min_barge_in * 1000 + 40
     speculative = sum(1 for m in call.metrics() if m.speculative)
     discarded = len(call.of_kind("speculative_reply_discarded"))
