@@ -72,7 +72,7 @@ class AssistantWiring:
         self.turns = TurnRunner(flow, clock=self.clock)
         state = flow.state
         self.replies: ReplyQueue | None = (
-            ReplyQueue(self.turns)
+            ReplyQueue(self.turns, is_relevant=self._is_relevant)
             if isinstance(state, ReplyQueueState) and isinstance(state, JobState) else None
         )
         self.announcer: Callable[[Sequence[JobRecord]], str] = announce_jobs
@@ -91,6 +91,7 @@ class AssistantWiring:
 
             self.jobs = JobRunner(state, work, on_update=self._on_update)
             binding.runner = self.jobs
+            binding.notify = self._on_update
             bind_jobs(flow, binding)
         self.state_lock: asyncio.Lock = (
             self.jobs.state_lock if self.jobs is not None else asyncio.Lock()
@@ -109,6 +110,14 @@ class AssistantWiring:
         self._warn_unannounceable()
         for callback in list(self._subscribers):
             await callback(snapshot)
+
+    def _is_relevant(self, job: JobRecord) -> bool:
+        """A progress announcement is dropped once its job's result is in."""
+        parent_id = getattr(job, "inputs", {}).get("progress_of")
+        if not job.kind.endswith(".progress") or not isinstance(parent_id, str):
+            return True
+        parent = getattr(self.flow.state, "jobs", {}).get(parent_id)
+        return parent is None or parent.status not in ("completed", "failed")
 
     def _warn_unannounceable(self) -> None:
         state = self.flow.state

@@ -227,3 +227,44 @@ async def test_a_completed_job_that_cannot_be_announced_logs_a_warning(
     [record] = [r for r in caplog.records if r.name == "voxflow.wiring"]
     assert record.levelno == logging.WARNING
     assert job.job_id in record.getMessage() and "no origin_turn_id" in record.getMessage()
+
+
+@background_job
+async def slow_search(job: JobContext) -> str:
+    await job.progress("Still looking, one moment.")
+    await job.sleep(0.6)
+    return "Found it."
+
+
+async def test_progress_is_announced_while_the_job_runs_and_dropped_once_it_is_done() -> None:
+    class Search(Travel):
+        job: ClassVar[Any] = slow_search
+        inputs: ClassVar[dict[str, Any]] = {}
+
+    flow, out = Search(), list[str]()
+    lines = iter(["flight?", ""])  # then an empty line: the prompt comes again
+    loop = asyncio.get_running_loop()
+
+    def read(prompt: str) -> str:
+        if out:  # the user waits a while: the progress is in, the result is not
+            asyncio.run_coroutine_threadsafe(asyncio.sleep(0.2), loop).result()
+        try:
+            return next(lines)
+        except StopIteration:
+            raise EOFError from None
+
+    await chat_text(flow, read=read, write=out.append)
+    assert out[0] == "Assistant: I'm checking your flight."
+    assert out[1:] == ["Assistant: Still looking, one moment.",  # before the next prompt
+                       "Assistant: Found it."]
+    search, progress = sorted(flow.state.jobs.values(), key=lambda j: j.kind)
+    assert progress.kind == f"{search.kind}.progress"
+    assert progress.inputs == {"progress_of": search.job_id}
+    assert progress.origin_turn_id == search.origin_turn_id
+
+    # a progress that comes in after the result would be stale: never said
+    flow, out = Search(), []
+    await chat_text(flow, read=scripted(["flight?"]), write=out.append)
+    assert out == ["Assistant: I'm checking your flight.", "Assistant: Found it."]
+    [delivery] = flow.state.deliveries.values()  # the progress was never queued
+    assert len(flow.state.jobs) == 2 and delivery.status == "completed"

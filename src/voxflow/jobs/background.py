@@ -19,7 +19,8 @@ origin turn (the turn running now) and the first revision; it registers the reco
 (:class:`BackgroundJob`, in ``state.jobs``) and submits it to the session's
 :class:`~voxflow.jobs.JobRunner`. The function runs on the session's event loop (its
 sleeps on the session clock); the string it returns is the job's ``announcement``,
-spoken by the session once the floor is free (:func:`announce_jobs`). A job whose result
+spoken by the session once the floor is free (:func:`announce_jobs`); ``await
+job.progress("...")`` announces progress the same way. A job whose result
 could never be announced is refused at ``start`` with :class:`JobNotAnnounceableError`
 naming the reason.
 
@@ -45,7 +46,14 @@ from voxflow.clock import Clock
 from voxflow.errors import JobNotAnnounceableError, ResourceClosedError
 from voxflow.flow.dsl import start
 from voxflow.ids import TurnId
-from voxflow.jobs.records import JobRecord, JobState, add_job
+from voxflow.jobs.records import (
+    JobRecord,
+    JobState,
+    JobUpdate,
+    JobUpdateKind,
+    add_job,
+    commit_job_update,
+)
 from voxflow.jobs.runner import JobRunner
 from voxflow.jobs.work import JobWorkFlow, JobWorkState, Publisher
 
@@ -83,14 +91,29 @@ class JobContext:
         clock: the session's clock.
     """
 
-    def __init__(self, job: BackgroundJob, clock: Clock, work: JobWorkFlow[Any]) -> None:
+    def __init__(self, job: BackgroundJob, binding: JobBinding, work: JobWorkFlow[Any]) -> None:
         self.job = job
-        self.clock = clock
+        self.clock = binding.clock
+        self._binding = binding
         self._work = work
 
     async def sleep(self, seconds: float) -> None:
         """Wait ``seconds`` on the session's clock (virtual time in deterministic calls)."""
         await self.clock.sleep(seconds)
+
+    async def progress(self, text: str) -> bool:
+        """Announce ``text`` while the job goes on ("Still looking, one moment."), when the
+        floor is free, like a result; it is dropped if the job's result comes first.
+
+        Returns:
+            False when the session is closing (nothing will be said).
+
+        Raises:
+            ValueError: ``text`` is empty.
+        """
+        if not isinstance(text, str) or not text.strip():
+            raise ValueError("progress needs the text to announce")
+        return await self._binding.announce_progress(self.job, text.strip())
 
     @property
     def stop_requested(self) -> bool:
@@ -247,7 +270,34 @@ class JobBinding:
     current_turn: Callable[[], TurnId | None]
     loop: asyncio.AbstractEventLoop
     runner: JobRunner = field(init=False)
+    notify: Callable[[dict[str, Any]], Awaitable[Any]] | None = None
     functions: dict[str, JobFunction] = field(default_factory=dict)
+
+    async def announce_progress(self, parent: BackgroundJob, text: str) -> bool:
+        """Commit a completed progress record of ``parent`` (kind ``<kind>.progress``,
+        ``inputs["progress_of"]``) whose announcement is ``text``, then notify the session.
+        Runs on the session loop (a job function's)."""
+        state: Any = self.runner.state
+        child = BackgroundJob(session_id=parent.session_id, origin_turn_id=parent.origin_turn_id,
+                              kind=f"{parent.kind}.progress",
+                              inputs={"progress_of": parent.job_id})
+        said: dict[str, JsonValue] = {"announcement": text}
+        plan: list[tuple[JobUpdateKind, str | None, dict[str, JsonValue]]] = [
+            ("started", None, {}), ("stage_started", "progress", {}),
+            ("stage_completed", "progress", said), ("completed", None, {}),
+        ]
+        steps = [JobUpdate(session_id=child.session_id, job_id=child.job_id, revision=1,
+                           attempt=1, seq=seq, kind=kind, stage=stage, outputs=outputs)
+                 for seq, (kind, stage, outputs) in enumerate(plan, 1)]
+        async with self.runner.state_lock:
+            if self.runner.closed or not add_job(state, child):
+                return False
+            for update in steps:
+                if not commit_job_update(state, update):
+                    return False
+        if self.notify is not None:
+            await self.notify(self.runner.snapshot())
+        return True
 
     def make_work(self, job: Any, inputs: dict[str, Any], publish: Publisher) -> Any:
         """``JobRunner``'s ``make_work``: the worker that runs one job's function."""
@@ -290,7 +340,7 @@ def _work_class() -> type[JobWorkFlow[Any]]:
             self.publish_update("started")
             self.publish_update("stage_started", stage="run")
             job: BackgroundJob = self.state.job
-            context = JobContext(job.model_copy(deep=True), binding.clock, self)
+            context = JobContext(job.model_copy(deep=True), binding, self)
             self._future = asyncio.run_coroutine_threadsafe(
                 function(context, **self.inputs), binding.loop
             )

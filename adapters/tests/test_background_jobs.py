@@ -1,0 +1,50 @@
+"""Background jobs in a voice call (real models, virtual clock), started from a handler
+with ``@background_job``: progress and result announced when the floor is free, in order,
+and each heard announcement kept in the history."""
+
+from __future__ import annotations
+
+import pytest
+from voxflow_adapters.scenario import run_call
+from voxflow_adapters.script import CallScript
+from voxflow_voice.engines import VoiceEngines
+
+from voxflow import Flow, listen
+from voxflow.conversation import RouterContext
+from voxflow.jobs import JobContext, background_job
+from voxflow.wiring import AssistantState
+
+pytestmark = pytest.mark.models
+
+
+@background_job
+async def book_table(job: JobContext, guests: int) -> str:
+    await job.sleep(1.0)
+    await job.progress("Still waiting for the restaurant.")
+    await job.sleep(4.0)
+    return f"Your table for {guests} is booked."
+
+
+class Restaurant(Flow[AssistantState]):
+    conversational = True
+
+    def route_turn(self, context: RouterContext) -> str | None:
+        return "book" if "table" in (self.state.current_user_message or "").lower() else None
+
+    @listen("book")
+    def handle_book(self) -> str:
+        book_table.start(self, guests=2)
+        return "Sure."
+
+
+async def test_progress_then_result_are_announced_in_a_call(engines: VoiceEngines) -> None:
+    flow = Restaurant()
+    call = await run_call(flow, CallScript().user_says(0.3, "Book a table for two."), engines)
+    texts = [e.text for e in call.events if e.kind == "reply_finished"]
+    assert texts == ["Sure.", "Still waiting for the restaurant.",
+                     "Your table for 2 is booked."]
+    starts = [e.at for e in call.events if e.kind == "audio_started"]
+    assert starts == sorted(starts)
+    said = [m for m in flow.state.messages if m.metadata.get("announcement")]
+    assert [m.content for m in said] == texts[1:]
+    assert call.stale_samples() == 0
