@@ -7,10 +7,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
+import signal
+import sys
+import time
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import aiohttp
+import numpy as np
 import pytest
 from aiortc import RTCConfiguration, RTCPeerConnection
 from voxflow_adapters.webrtc import (
@@ -21,6 +27,7 @@ from voxflow_adapters.webrtc import (
     host_addresses,
 )
 from voxflow_adapters.webrtc.client import LoopbackCaller, OfferRejected
+from voxflow_voice.audio import AudioChunk, write_wav
 from voxflow_voice.engines import VoiceEngines
 
 pytestmark = pytest.mark.models  # the server shares the real engines, as in production
@@ -116,6 +123,11 @@ async def test_malformed_data_channel_messages_are_rejected_and_the_call_goes_on
         json.dumps({"v": 1, "type": "mute", "muted": "yes please"}),
         json.dumps({"v": 1, "type": "mute", "muted": True, "extra": 1}),
         json.dumps({"v": 1, "type": "mute", "muted": True, "pad": "x" * 5000}),
+        "[" * 1500 + "]" * 1500,  # 3 KB; json.loads' RecursionError killed the call
+        json.dumps({"v": True, "type": "mute", "muted": True}),
+        json.dumps({"v": 1, "type": "mute", "muted": 1}),
+        '{"v": 1, "type": "mute", "type": "hangup"}',  # the last key won: it hung up
+        b"\xff not utf-8",
     ]
     async with serving(engines) as server, LoopbackCaller(
         f"http://127.0.0.1:{server.port}", server.token
@@ -135,8 +147,49 @@ async def test_malformed_data_channel_messages_are_rejected_and_the_call_goes_on
     assert "muted" in reasons[4]
     assert "extra" in reasons[5]
     assert "exceeds" in reasons[6]
+    assert reasons[7:] == [
+        "JSON nested deeper than 4 levels", "unsupported protocol version True, expected 1",
+        "invalid mute message (muted: Input should be a valid boolean)",
+        "duplicate key 'type'", "not JSON: the bytes are not UTF-8",
+    ]
     assert stats.rejected_messages == len(bad) and stats.muted
     assert stats.connection_state == "connected" and stats.close_reason is None
+
+
+async def test_many_malformed_messages_end_the_call_with_a_bye(engines: VoiceEngines) -> None:
+    async with serving(engines) as server, LoopbackCaller(
+        f"http://127.0.0.1:{server.port}", server.token
+    ) as caller:
+        for n in range(50):
+            caller.send(f"garbage {n}")
+        bye = await caller.wait_message("bye", within=10)
+        await until_no_calls(server)
+        ended = server.statistics().ended
+    assert bye["reason"] == "too many malformed data-channel messages"
+    assert len(caller.of_type("error")) == 50
+    assert caller.messages[-1]["type"] == "bye"  # the last word
+    assert [s.close_reason for s in ended] == [bye["reason"]]
+
+
+async def test_a_deeply_nested_offer_body_is_a_400_with_a_one_line_reason(
+    engines: VoiceEngines,
+) -> None:
+    nested = '{"type": "offer", "sdp": ' + "[" * 10_000 + "]" * 10_000 + "}"  # 20 kB
+    async with serving(engines) as server, aiohttp.ClientSession() as http:
+        base = f"http://127.0.0.1:{server.port}"
+        headers = {"Authorization": f"Bearer {server.token}"}
+        replies = []
+        for body in (nested, '{"type": "offer", "type": "offer", "sdp": "v=0"}',
+                     '{"type": "offer", "sdp": 1}'):
+            async with http.post(f"{base}/offer", data=body, headers=headers) as response:
+                replies.append((response.status, await response.text()))
+        stats = server.statistics()
+    for status, text in replies:
+        assert status == 400 and "\n" not in text, text
+        assert json.loads(text)["error"].startswith('the body must be JSON {"type": "offer"')
+    assert json.loads(replies[0][1])["error"].endswith("JSON nested deeper than 4 levels")
+    assert json.loads(replies[1][1])["error"].endswith("duplicate key 'type'")
+    assert stats.rejected == {"malformed": 3} and stats.accepted == 0
 
 
 async def test_a_silent_peer_times_out_and_frees_its_call(engines: VoiceEngines) -> None:
@@ -173,3 +226,56 @@ async def test_a_peer_that_never_connects_times_out_and_frees_its_call(
         finally:
             await pc.close()
     assert [s.close_reason for s in ended] == ["ICE/DTLS did not connect within 1 s"]
+
+
+# A caller in its own process: says its WAV, prints "hearing" once the reply is audible.
+_CALLER = """
+import asyncio, os, sys
+from voxflow_adapters.webrtc.client import LoopbackCaller
+from voxflow_voice.audio import read_wav
+
+async def main() -> None:
+    caller = LoopbackCaller(sys.argv[1], os.environ["VOXFLOW_TEST_TOKEN"])
+    await caller.connect()
+    caller.say(read_wav(sys.argv[2]))
+    await caller.wait_for(lambda: caller.audible_frames() >= 5, within=90, what="the reply")
+    print("hearing", flush=True)
+    await asyncio.Event().wait()
+
+asyncio.run(main())
+"""
+
+
+async def test_a_caller_killed_mid_reply_is_detected_from_the_transport_not_the_audio_timeout(
+    engines: VoiceEngines, tmp_path: Path,
+) -> None:
+    speech = np.concatenate([np.asarray(s.samples, np.float32)
+                             for s in engines.tts.synthesize("Hello there!")])
+    wav = tmp_path / "hello.wav"
+    write_wav(wav, AudioChunk.from_float(speech, engines.tts.sample_rate))
+    async with serving(engines) as server:
+        child = await asyncio.create_subprocess_exec(
+            sys.executable, "-c", _CALLER, f"http://127.0.0.1:{server.port}", str(wav),
+            stdout=asyncio.subprocess.PIPE,
+            env={**os.environ, "VOXFLOW_TEST_TOKEN": server.token},
+        )
+        try:
+            assert child.stdout is not None
+            async with asyncio.timeout(120):
+                line = await child.stdout.readline()
+            assert line == b"hearing\n"
+            peer = server.peers()[0]
+            assert peer.statistics().outbound.reply_frames > 0  # mid-reply
+            killed = time.monotonic()
+            os.kill(child.pid, signal.SIGKILL)
+            await peer.wait_closed()
+            detected = time.monotonic() - killed
+            await until_no_calls(server)
+        finally:
+            if child.returncode is None:
+                child.kill()
+            await child.wait()
+        ended = server.statistics().ended
+    print(f"vanished caller detected after {detected:.2f} s "
+          f"(load {os.getloadavg()[0]:.2f})")
+    assert ended[0].close_reason == "the peer vanished: nothing received for 4 s"

@@ -209,9 +209,9 @@ class LoopbackCaller:
         samples = resample(audio.samples(), audio.sample_rate, OPUS_SAMPLE_RATE)
         self.mic.feed(samples)
 
-    def send(self, message: dict[str, Any] | str) -> None:
-        """Send a data-channel message (a dict as JSON, a string as is)."""
-        self._channel.send(message if isinstance(message, str) else json.dumps(message))
+    def send(self, message: dict[str, Any] | str | bytes) -> None:
+        """Send a data-channel message (a dict as JSON, a string or bytes as is)."""
+        self._channel.send(message if isinstance(message, str | bytes) else json.dumps(message))
 
     async def wait_for(
         self, condition: Callable[[], bool], *, within: float = 30.0, what: str = "condition"

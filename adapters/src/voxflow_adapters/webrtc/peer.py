@@ -14,7 +14,11 @@
 
 A watchdog ends the call (with a ``bye`` message and a logged reason) when ICE/DTLS does
 not connect in time, when the peer sends no audio for ``media_timeout`` seconds, when
-the connection fails, or at the call length limit. Ending the call ends
+nothing at all arrives from it (RTP, RTCP, DTLS/SCTP: the DTLS transport's packet
+counter) for ``peer_timeout`` seconds (a vanished peer), when the connection or ICE
+fails, or at the call length limit. The ``bye`` is the last message, and it is given
+``bye_grace`` to leave before the connection closes (closing aborts the SCTP
+association and drops what is still queued). Ending the call ends
 :meth:`audio_input`, so the ``VoiceSession`` on top cuts what it was saying, settles
 every delivery and returns.
 """
@@ -94,6 +98,13 @@ class PeerSettings(BaseModel):
     connect_timeout: float = Field(15.0, gt=0, description="ICE+DTLS must connect within (s)")
     media_timeout: float = Field(20.0, gt=0, description="end the call after this much (s) "
                                  "without audio from the peer")
+    peer_timeout: float = Field(
+        4.0, gt=0, description="end the call when nothing at all (RTP, RTCP, DTLS/SCTP) has "
+        "arrived from the peer for this long (s): the peer vanished (a killed browser or "
+        "process, a dropped network), well before the ICE consent expiry (~30 s)",
+    )
+    bye_grace: float = Field(1.0, ge=0, description="how long (s) the last messages (the "
+                             "bye) may take to leave before the connection is closed")
     max_call_seconds: float = Field(1800.0, gt=0, description="longest call (s)")
     lead: float = Field(0.3, gt=0, description="reply audio (s) queued ahead of the wire")
 
@@ -156,6 +167,7 @@ class WebRtcPeer:
         """Set once the call has ended (for whatever reason)."""
         self.close_reason: str | None = None
         self._closing: asyncio.Task[None] | None = None
+        self._said_bye = False
         self._muted = False
         self._page_playing: bool | None = None
         self._frames_in = 0
@@ -190,6 +202,7 @@ class WebRtcPeer:
         pc.on("track", self._on_track)
         pc.on("datachannel", self._on_datachannel)
         pc.on("connectionstatechange", self._on_connection_state)
+        pc.on("iceconnectionstatechange", self._on_ice_state)
         try:
             await pc.setRemoteDescription(RTCSessionDescription(sdp=offer_sdp, type="offer"))
             pc.addTrack(self.track)
@@ -260,7 +273,11 @@ class WebRtcPeer:
     # -- the page -------------------------------------------------------------------
 
     def send(self, message: ServerMessage) -> None:
-        """Send one message to the page (queued until the data channel is open)."""
+        """Send one message to the page (queued until the data channel is open); nothing
+        follows the ``bye``."""
+        if self._said_bye:
+            return
+        self._said_bye = isinstance(message, ByeMessage)
         text = message.model_dump_json()
         channel = self._channel
         if channel is not None and channel.readyState == "open":
@@ -355,6 +372,19 @@ class WebRtcPeer:
         elif state == "closed":
             self.close_soon("the connection was closed")
 
+    def _on_ice_state(self) -> None:
+        state = self._pc.iceConnectionState if self._pc is not None else "closed"
+        if state in ("failed", "closed"):
+            self.close_soon(f"ICE {state}: the peer is unreachable")
+
+    async def _packets_received(self) -> int:
+        """Datagrams received on the call's DTLS transport(s): RTP, RTCP and DTLS (SCTP)."""
+        from aiortc.stats import RTCTransportStats
+
+        report = await self._pc.getStats()
+        return sum(s.packetsReceived for s in report.values()
+                   if isinstance(s, RTCTransportStats))
+
     async def _watch(self) -> None:
         loop = asyncio.get_running_loop()
         settings = self.settings
@@ -366,7 +396,9 @@ class WebRtcPeer:
             self.close_soon(f"ICE/DTLS did not connect within {settings.connect_timeout:g} s")
             return
         connected = loop.time()
-        tick = min(0.5, settings.media_timeout / 4)
+        tick = min(0.5, settings.media_timeout / 4, settings.peer_timeout / 4)
+        received = await self._packets_received()
+        heard = woke = loop.time()
         while not self.closed.is_set():
             await asyncio.sleep(tick)
             now = loop.time()
@@ -376,6 +408,16 @@ class WebRtcPeer:
             last = self._last_media if self._last_media is not None else connected
             if now - last >= settings.media_timeout:
                 self.close_soon(f"no audio from the peer for {settings.media_timeout:g} s")
+                return
+            count = await self._packets_received()
+            # A stalled event loop (a busy machine) leaves datagrams unread in the socket:
+            # silence is only counted across ticks that woke on time.
+            if count != received or now - woke > tick + 1.0:
+                received, heard = count, now
+            woke = now
+            if now - heard >= settings.peer_timeout:
+                self.close_soon(f"the peer vanished: nothing received for "
+                                f"{settings.peer_timeout:g} s")
                 return
 
     def close_soon(self, reason: str) -> None:
@@ -404,6 +446,7 @@ class WebRtcPeer:
         logger.log(logging.DEBUG if quiet else logging.WARNING, "call ended: %s", reason,
                    extra={"call_id": self.call_id})
         self.send(ByeMessage(reason=reason))
+        await self._drain_channel()
         self.closed.set()
         self._end_input()
         self._observations.put_nowait(None)
@@ -416,6 +459,25 @@ class WebRtcPeer:
                 await task
         if self._pc is not None:
             await self._pc.close()
+
+    async def _drain_channel(self) -> None:
+        """Give the queued messages (the bye last) up to ``bye_grace`` to leave: closing the
+        connection aborts the SCTP association and drops whatever is still queued."""
+        channel = self._channel
+        if channel is None or channel.readyState != "open" or self.connection_state != "connected":
+            return
+        if channel.bufferedAmount == 0:
+            return
+        drained = asyncio.Event()
+        channel.on("bufferedamountlow", drained.set)  # fired when it falls to 0
+        try:
+            async with asyncio.timeout(self.settings.bye_grace):
+                await drained.wait()
+        except TimeoutError:
+            logger.info("the bye may not have left within %g s", self.settings.bye_grace,
+                        extra={"call_id": self.call_id})
+        finally:
+            channel.remove_listener("bufferedamountlow", drained.set)
 
     async def wait_closed(self) -> None:
         """Wait until the call has ended and its peer connection is closed."""

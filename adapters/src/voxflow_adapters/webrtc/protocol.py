@@ -5,17 +5,18 @@ what the session did (transcripts, reply text as it streams, state, interruption
 latency marks); the page sends what only it knows (the mute switch, whether its audio
 element is playing). Page messages are validated with pydantic (``extra="forbid"``, a
 size limit); an unknown or malformed message is rejected with a logged reason and an
-``error`` message back, and never touches the session.
+``error`` message back, and never touches the session. Page messages are read by the
+strict reader of :mod:`~voxflow_adapters.webrtc.wire` (size and nesting limits,
+duplicate keys refused, no type coercion: ``"v"`` is exactly the integer 1).
 
 The README section "WebRTC browser calls" documents the messages for page authors.
 """
 
 from __future__ import annotations
 
-import json
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 from voxflow_voice.events import (
     AudioStarted,
     BargeIn,
@@ -32,6 +33,8 @@ from voxflow_voice.events import (
 )
 
 from voxflow.ids import DeliveryId, TurnId
+
+from .wire import ProtocolError, read_json, read_model
 
 __all__ = [
     "MAX_MESSAGE_BYTES",
@@ -98,51 +101,38 @@ class HangupMessage(_Message):
 PageMessage = Annotated[
     MuteMessage | PlaybackMessage | HangupMessage, Field(discriminator="type")
 ]
-_PAGE_ADAPTER: TypeAdapter[MuteMessage | PlaybackMessage | HangupMessage] = TypeAdapter(
-    PageMessage
-)
 
 
-class ProtocolError(ValueError):
-    """A page message was rejected; ``reason`` says why (safe to log and send back)."""
+_PAGE_TYPES: dict[str, type[MuteMessage | PlaybackMessage | HangupMessage]] = {
+    "mute": MuteMessage, "playback": PlaybackMessage, "hangup": HangupMessage,
+}
 
-    def __init__(self, reason: str) -> None:
-        super().__init__(reason)
-        self.reason = reason
+
+def _short(value: object, limit: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def parse_page_message(raw: str | bytes) -> MuteMessage | PlaybackMessage | HangupMessage:
-    """Validate one page message.
+    """Validate one page message (never raises anything but :class:`ProtocolError`).
 
     Raises:
-        ProtocolError: too long, not JSON, not an object, another version, an unknown
-            type, or bad fields (the reason names which).
+        ProtocolError: too long, nested too deep, not UTF-8 JSON, a duplicate key, not an
+            object, a version other than the integer 1, an unknown type, or missing,
+            extra or mistyped fields (the reason names which).
     """
-    if not isinstance(raw, str | bytes):
-        raise ProtocolError(f"message must be text, got {type(raw).__name__}")
-    size = len(raw.encode() if isinstance(raw, str) else raw)
-    if size > MAX_MESSAGE_BYTES:
-        raise ProtocolError(f"message of {size} bytes exceeds {MAX_MESSAGE_BYTES}")
-    try:
-        data = json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise ProtocolError(f"not JSON: {exc}") from None
+    data = read_json(raw, max_bytes=MAX_MESSAGE_BYTES)
     if not isinstance(data, dict):
         raise ProtocolError(f"message must be a JSON object, got {type(data).__name__}")
-    if data.get("v") != PROTOCOL_VERSION:
-        raise ProtocolError(f"unsupported protocol version {data.get('v')!r}, "
+    version = data.get("v")
+    if type(version) is not int or version != PROTOCOL_VERSION:  # True and 1.0 are not 1
+        raise ProtocolError(f"unsupported protocol version {_short(version)}, "
                             f"expected {PROTOCOL_VERSION}")
     kind = data.get("type")
-    if kind not in ("mute", "playback", "hangup"):
-        raise ProtocolError(f"unknown message type {kind!r}")
-    try:
-        return _PAGE_ADAPTER.validate_python(data)
-    except ValidationError as exc:
-        fields = ", ".join(
-            f"{'.'.join(str(p) for p in err['loc'][1:]) or '<root>'}: {err['msg']}"
-            for err in exc.errors()
-        )
-        raise ProtocolError(f"invalid {kind} message ({fields})") from None
+    model = _PAGE_TYPES.get(kind) if isinstance(kind, str) else None
+    if model is None:
+        raise ProtocolError(f"unknown message type {_short(kind)}")
+    return read_model(data, model, what=f"{kind} message")
 
 
 # -- server → page ----------------------------------------------------------------------

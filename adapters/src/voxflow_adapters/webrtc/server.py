@@ -25,7 +25,6 @@ import contextlib
 import hmac
 import ipaddress
 import itertools
-import json
 import logging
 import secrets
 from collections import Counter, deque
@@ -44,6 +43,7 @@ from voxflow.errors import SignalingError
 from .calls import Call, CallFactory
 from .peer import DEFAULT_PEER_SETTINGS, PeerSettings, PeerStatistics, WebRtcPeer
 from .protocol import HelloMessage, StateMessage, messages_for_event
+from .wire import ProtocolError, parse_offer
 
 __all__ = [
     "DEFAULT_SERVER_SETTINGS",
@@ -57,6 +57,7 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 STATIC_DIR = Path(__file__).with_name("static")
+_OFFER_SHAPE = '{"type": "offer", "sdp": "..."}'
 
 
 class ServerSettings(BaseModel):
@@ -232,13 +233,11 @@ class WebRtcServer:
         except web.HTTPRequestEntityTooLarge:
             return self._reject(413, f"offer larger than {limit} bytes", "size")
         try:
-            data = json.loads(body)
-        except ValueError:
-            return self._reject(400, "the body must be JSON", "malformed")
-        if not isinstance(data, dict) or data.get("type") != "offer" \
-                or not isinstance(data.get("sdp"), str):
-            return self._reject(400, 'expected {"type": "offer", "sdp": "..."}', "malformed")
-        sdp: str = data["sdp"]
+            offer = parse_offer(body, max_bytes=limit + 4096)
+        except ProtocolError as exc:
+            return self._reject(400, f"the body must be JSON {_OFFER_SHAPE}: {exc.reason}",
+                                "malformed")
+        sdp = offer.sdp
         if len(sdp.encode()) > limit:
             return self._reject(413, f"offer SDP larger than {limit} bytes", "size")
         if len(self._calls) + self._reserved >= self.settings.max_calls:
