@@ -296,7 +296,8 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     code: int = command.run_serve(
         flow=args.flow, host=settings.host, port=settings.port, token=args.token, model=model,
         ice_servers=args.ice_server, ice_host_addresses=args.ice_host, max_calls=args.max_calls,
-        settings=settings,
+        settings=settings, tls_cert=args.tls_cert, tls_key=args.tls_key,
+        self_signed=args.self_signed, trust_forwarded=args.trust_forwarded,
     )
     return code
 
@@ -410,11 +411,20 @@ def _parser() -> argparse.ArgumentParser:
                        help="TCP port (default: $VOXFLOW_PORT, else 8080)")
     serve.add_argument("--token", default=None, help="the /offer token (default: random)")
     serve.add_argument("--ice-server", action="append", default=[], metavar="URL",
-                       help="a stun:/turn: server (repeatable; default: none)")
+                       help="a stun:/turn: server (repeatable; default: none; TURN "
+                       "credentials from VOXFLOW_TURN_USERNAME/VOXFLOW_TURN_CREDENTIAL)")
     serve.add_argument("--ice-host", action="append", default=None, metavar="IP",
                        help="local IP offered as ICE host candidate (repeatable; default: "
                        "every non-loopback interface)")
     serve.add_argument("--max-calls", type=int, default=8, help="concurrent calls (default: 8)")
+    serve.add_argument("--tls-cert", default=None, metavar="PEM",
+                       help="serve HTTPS with this certificate (chain) ...")
+    serve.add_argument("--tls-key", default=None, metavar="PEM", help="... and its private key")
+    serve.add_argument("--self-signed", action="store_true",
+                       help="serve HTTPS with a generated 7-day certificate (a LAN trial)")
+    serve.add_argument("--trust-forwarded", action="store_true",
+                       help="behind a reverse proxy: trust its X-Forwarded-Proto/-Host "
+                       "for the Origin check")
     serve.set_defaults(func=_cmd_serve)
 
     doctor = sub.add_parser("doctor", help="what is installed, and how to fix what is missing")

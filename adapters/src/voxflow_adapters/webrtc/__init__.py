@@ -5,7 +5,9 @@ barge-in, over WebRTC (aiortc on the server, the browser's own WebRTC on the pag
 
 * :class:`WebRtcServer` / :func:`serve`: the aiohttp app (page + ``POST /offer``);
 * :class:`WebRtcPeer`: one call's ``RTCPeerConnection``, an ``AudioTransport``;
-* :mod:`~voxflow_adapters.webrtc.protocol`: the versioned data-channel messages;
+* :mod:`~voxflow_adapters.webrtc.protocol`: the versioned data-channel messages, read by
+  the strict :mod:`~voxflow_adapters.webrtc.wire` reader (also the ``/offer`` body);
+* :mod:`~voxflow_adapters.webrtc.tls`: HTTPS certificates (given or self-signed);
 * :func:`assistant_call_factory` / :func:`flow_call_factory`: what each call runs.
 """
 

@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import fractions
 import json
+import ssl as ssl_module
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -119,17 +120,23 @@ class LoopbackCaller:
         origin: an ``Origin`` header to send (None: none, as a non-browser client).
         send_audio: offer a microphone track (False: receive only, a silent peer).
         ice_host_addresses: local addresses for host candidates (loopback by default).
+        ssl: for ``https://``: the TLS context that verifies the server (None: the
+            system's trusted certificates).
     """
 
     def __init__(
         self, base_url: str, token: str, *, origin: str | None = None, send_audio: bool = True,
         ice_host_addresses: Sequence[str] | None = ("127.0.0.1",),
+        ssl: ssl_module.SSLContext | None = None,
     ) -> None:
         self.base_url = base_url.rstrip("/")
         self.token = token
         self.origin = origin
         self.send_audio = send_audio
         self.ice_host_addresses = ice_host_addresses
+        self.ssl = ssl
+        self.answer_sdp: str | None = None
+        """The server's answer (its ICE candidates), once connected."""
         self.mic = _MicTrack()
         self.frames: list[ReceivedFrame] = []
         self.messages: list[dict[str, Any]] = []
@@ -170,12 +177,14 @@ class LoopbackCaller:
         if self.origin is not None:
             headers["Origin"] = self.origin
         async with aiohttp.ClientSession() as http, http.post(
-            f"{self.base_url}/offer", json={"type": "offer", "sdp": sdp}, headers=headers
+            f"{self.base_url}/offer", json={"type": "offer", "sdp": sdp}, headers=headers,
+            ssl=self.ssl if self.ssl is not None else True,
         ) as response:
             body = await response.json(content_type=None)
             if response.status != 200:
                 raise OfferRejected(response.status, str(body.get("error", body)))
         self.call_id = body["call_id"]
+        self.answer_sdp = body["sdp"]
         await pc.setRemoteDescription(RTCSessionDescription(sdp=body["sdp"], type="answer"))
         await opened.wait()
 

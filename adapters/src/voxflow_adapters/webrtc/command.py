@@ -8,40 +8,120 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 
 from pydantic import ValidationError
 from voxflow_voice.engines import VoiceEngines
 
 from voxflow.errors import VoxflowError
+from voxflow.flow.persistence import default_data_dir
 from voxflow.settings import Settings
 
 from .calls import CallFactory, assistant_call_factory, flow_call_factory, webrtc_voice_settings
 from .peer import IceServer, PeerSettings
 from .server import ServerSettings, serve
+from .tls import TlsError, certificate_names, self_signed_certificate, ssl_context
 
-__all__ = ["build_call_factory", "build_settings", "run_serve"]
+__all__ = [
+    "TURN_CREDENTIAL_ENV",
+    "TURN_USERNAME_ENV",
+    "ServeOptionError",
+    "build_call_factory",
+    "build_settings",
+    "ice_servers_from",
+    "run_serve",
+    "tls_files",
+]
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+
+
+TURN_USERNAME_ENV, TURN_CREDENTIAL_ENV = "VOXFLOW_TURN_USERNAME", "VOXFLOW_TURN_CREDENTIAL"
+
+
+class ServeOptionError(ValueError):
+    """A ``serve`` option cannot be used; the message says the fix (exit code 2)."""
+
+
+def ice_servers_from(urls: Sequence[str], environ: Mapping[str, str]) -> tuple[IceServer, ...]:
+    """``--ice-server`` URLs as ICE servers; TURN ones get the credentials from
+    ``VOXFLOW_TURN_USERNAME``/``VOXFLOW_TURN_CREDENTIAL`` (never from the command line,
+    where every user of the machine can read them).
+
+    Raises:
+        ServeOptionError: a URL carries credentials, or a TURN URL has none in the
+            environment.
+    """
+    servers = []
+    for url in urls:
+        if "@" in url or "credential" in url.lower() or "password" in url.lower():
+            raise ServeOptionError(
+                f"--ice-server {url.split('@')[-1]!r}: put TURN credentials in "
+                f"{TURN_USERNAME_ENV} and {TURN_CREDENTIAL_ENV}, not in the URL")
+        if url.startswith(("turn:", "turns:")):
+            username, credential = environ.get(TURN_USERNAME_ENV), environ.get(TURN_CREDENTIAL_ENV)
+            if not username or not credential:
+                raise ServeOptionError(
+                    f"--ice-server {url}: a TURN server needs {TURN_USERNAME_ENV} and "
+                    f"{TURN_CREDENTIAL_ENV} set in the environment")
+            servers.append(IceServer(urls=(url,), username=username, credential=credential))
+        else:
+            servers.append(IceServer(urls=(url,)))
+    return tuple(servers)
 
 
 def build_settings(
     *, host: str, port: int, token: str | None, ice_servers: Sequence[str] = (),
     ice_host_addresses: Sequence[str] | None = None, max_calls: int = 8,
-    max_call_seconds: float = 1800.0,
+    max_call_seconds: float = 1800.0, tls_cert: Path | None = None, tls_key: Path | None = None,
+    trust_forwarded: bool = False, environ: Mapping[str, str] | None = None,
 ) -> ServerSettings:
-    """Server settings from command-line values.
+    """Server settings from command-line values (TURN credentials from ``environ``,
+    ``os.environ`` if None).
 
     Raises:
         pydantic.ValidationError: a value is out of range (the message names it).
+        ServeOptionError: an ICE server option cannot be used.
     """
     peer = PeerSettings(
-        ice_servers=tuple(IceServer(urls=(url,)) for url in ice_servers),
+        ice_servers=ice_servers_from(ice_servers, os.environ if environ is None else environ),
         ice_host_addresses=tuple(ice_host_addresses) if ice_host_addresses else None,
         max_call_seconds=max_call_seconds,
     )
-    return ServerSettings(host=host, port=port, token=token, max_calls=max_calls, peer=peer)
+    return ServerSettings(host=host, port=port, token=token, max_calls=max_calls, peer=peer,
+                          tls_cert=tls_cert, tls_key=tls_key, trust_forwarded=trust_forwarded)
+
+
+def tls_files(
+    *, host: str, tls_cert: str | None, tls_key: str | None, self_signed: bool,
+    settings: Settings, announce: Callable[[str], object],
+) -> tuple[Path | None, Path | None]:
+    """The certificate and key to serve with: given, generated (``self_signed``, under
+    ``VOXFLOW_HOME``/tls) or none; each checked by loading it.
+
+    Raises:
+        ServeOptionError: options that do not go together.
+        TlsError: a file is missing, unreadable or not a matching PEM pair.
+    """
+    if self_signed and (tls_cert or tls_key):
+        raise ServeOptionError("--self-signed makes its own certificate: drop --tls-cert/"
+                               "--tls-key, or drop --self-signed to use yours")
+    if (tls_cert is None) != (tls_key is None):
+        raise ServeOptionError("--tls-cert and --tls-key go together: give the certificate "
+                               "and its private key (PEM files)")
+    if self_signed:
+        home = settings.home if settings.home is not None else default_data_dir()
+        made = self_signed_certificate(certificate_names(host), home / "tls")
+        announce(made.how_to_trust())
+        return made.cert, made.key
+    if tls_cert is None or tls_key is None:
+        return None, None
+    cert, key = Path(tls_cert).expanduser(), Path(tls_key).expanduser()
+    ssl_context(cert, key)
+    return cert, key
 
 
 def build_call_factory(
@@ -68,6 +148,8 @@ def run_serve(
     *, flow: str | None, host: str, port: int, token: str | None, model: str | None = None,
     ice_servers: Sequence[str] = (), ice_host_addresses: Sequence[str] | None = None,
     max_calls: int = 8, max_call_seconds: float = 1800.0, settings: Settings | None = None,
+    tls_cert: str | None = None, tls_key: str | None = None, self_signed: bool = False,
+    trust_forwarded: bool = False,
 ) -> int:
     """Run the server until interrupted; returns the exit code (2 for bad options).
 
@@ -78,11 +160,17 @@ def run_serve(
     if not isinstance(settings, Settings):
         raise TypeError(f"settings must be voxflow Settings, got {type(settings).__name__}")
     try:
+        cert, key = tls_files(host=host, tls_cert=tls_cert, tls_key=tls_key,
+                              self_signed=self_signed, settings=settings, announce=_announce)
         server_settings = build_settings(
             host=host, port=port, token=token, ice_servers=ice_servers,
             ice_host_addresses=ice_host_addresses, max_calls=max_calls,
-            max_call_seconds=max_call_seconds,
+            max_call_seconds=max_call_seconds, tls_cert=cert, tls_key=key,
+            trust_forwarded=trust_forwarded,
         )
+    except (ServeOptionError, TlsError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     except ValidationError as exc:
         for err in exc.errors():
             where = ".".join(str(p) for p in err["loc"])

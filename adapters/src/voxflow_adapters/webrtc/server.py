@@ -7,6 +7,11 @@ Routes:
   <token>`` → ``{"type": "answer", "sdp": "...", "call_id": "..."}``. Candidates are
   gathered before answering (no trickle ICE), so one round trip sets the call up.
 
+HTTPS: with ``tls_cert``/``tls_key`` (:mod:`~voxflow_adapters.webrtc.tls`) the same app
+is served over TLS and the Origin check expects ``https://`` origins. Behind a reverse
+proxy, ``trust_forwarded`` lets the origin named by ``X-Forwarded-Proto``/``-Host``
+through (never by default). ICE host candidates follow the bound interface.
+
 Safety: the server binds to loopback by default; ``/offer`` needs the token (generated
 and printed as part of the page URL unless given) and, when the request carries an
 ``Origin``, one the server allows (its own loopback origins, or ``allowed_origins``);
@@ -33,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from aiohttp import web
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 from voxflow_voice.engines import VoiceEngines
 from voxflow_voice.events import ReplyInterrupted, SessionEvent, TurnMetrics
 
@@ -43,6 +48,7 @@ from voxflow.errors import SignalingError
 from .calls import Call, CallFactory
 from .peer import DEFAULT_PEER_SETTINGS, PeerSettings, PeerStatistics, WebRtcPeer
 from .protocol import HelloMessage, StateMessage, messages_for_event
+from .tls import ssl_context
 from .wire import ProtocolError, parse_offer
 
 __all__ = [
@@ -75,6 +81,24 @@ class ServerSettings(BaseModel):
     max_sdp_bytes: int = Field(20_000, gt=0, description="largest offer SDP accepted")
     max_calls: int = Field(8, ge=1, description="concurrent calls")
     peer: PeerSettings = Field(DEFAULT_PEER_SETTINGS, description="per-call limits and ICE")
+    tls_cert: Path | None = Field(None, description="PEM certificate (chain): serve HTTPS")
+    tls_key: Path | None = Field(None, description="PEM private key of tls_cert")
+    trust_forwarded: bool = Field(
+        False, description="behind a reverse proxy: the page's origin is the one the "
+        "proxy names in X-Forwarded-Proto/X-Forwarded-Host (ignored unless set: anyone "
+        "can send those headers to a server reached directly)",
+    )
+
+    @model_validator(mode="after")
+    def _tls_pair(self) -> ServerSettings:
+        if (self.tls_cert is None) != (self.tls_key is None):
+            raise ValueError("tls_cert and tls_key go together (the certificate and its key)")
+        return self
+
+    @property
+    def scheme(self) -> str:
+        """``https`` with a certificate, else ``http``."""
+        return "http" if self.tls_cert is None else "https"
 
 
 DEFAULT_SERVER_SETTINGS = ServerSettings()
@@ -89,6 +113,28 @@ class ServerStatistics(BaseModel):
     accepted: int
     rejected: dict[str, int] = Field(description="refused offers by reason")
     ended: list[PeerStatistics] = Field(description="the most recent ended calls")
+
+
+def _first(header: str | None) -> str:
+    """The first (the client-side proxy's) value of a comma-separated forwarding header."""
+    return header.split(",", 1)[0].strip() if header else ""
+
+
+def _bound_host_addresses(settings: ServerSettings) -> PeerSettings:
+    """ICE host candidates follow the bound interface: a server bound to one non-loopback
+    address offers that address (unless ``ice_host_addresses`` says otherwise); loopback
+    and wildcard binds keep every non-loopback interface (browsers ignore loopback
+    candidates, and the same-machine path over the machine's own address stays local)."""
+    peer = settings.peer
+    if peer.ice_host_addresses is not None:
+        return peer
+    try:
+        address = ipaddress.ip_address(settings.host)
+    except ValueError:
+        return peer
+    if address.is_loopback or address.is_unspecified:
+        return peer
+    return peer.model_copy(update={"ice_host_addresses": (str(address),)})
 
 
 def _is_loopback(host: str) -> bool:
@@ -123,6 +169,7 @@ class WebRtcServer:
         self.engines = engines
         self.settings = settings
         self.token = settings.token if settings.token is not None else secrets.token_urlsafe(18)
+        self._peer_settings = _bound_host_addresses(settings)
         self._on_call = on_call
         self._calls: dict[str, tuple[WebRtcPeer, asyncio.Task[None]]] = {}
         self._reserved = 0
@@ -147,9 +194,13 @@ class WebRtcServer:
 
     async def start(self) -> str:
         """Listen; returns the page URL (with the token)."""
+        settings = self.settings
+        context = None
+        if settings.tls_cert is not None and settings.tls_key is not None:
+            context = ssl_context(settings.tls_cert, settings.tls_key)
         runner = web.AppRunner(self.app(), access_log=None)
         await runner.setup()
-        site = web.TCPSite(runner, self.settings.host, self.settings.port)
+        site = web.TCPSite(runner, settings.host, settings.port, ssl_context=context)
         await site.start()
         self._runner = runner
         addresses = runner.addresses
@@ -158,12 +209,15 @@ class WebRtcServer:
 
     @property
     def url(self) -> str:
-        """``http://host:port/?token=...`` (what a person opens)."""
-        host = self.settings.host
-        shown = "127.0.0.1" if host in ("0.0.0.0", "") else host
+        """``http(s)://host:port/?token=...`` (what a person opens)."""
+        return self.url_for(self.settings.host)
+
+    def url_for(self, host: str) -> str:
+        """The page URL with ``host`` in it (an address the server is reached by)."""
+        shown = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
         if ":" in shown:
             shown = f"[{shown}]"
-        return f"http://{shown}:{self.port}/?token={self.token}"
+        return f"{self.settings.scheme}://{shown}:{self.port}/?token={self.token}"
 
     async def aclose(self) -> None:
         """End every call (each settles its deliveries) and stop listening."""
@@ -207,14 +261,20 @@ class WebRtcServer:
         return web.json_response({"error": reason}, status=status)
 
     def _origin_allowed(self, request: web.Request, origin: str) -> bool:
-        allowed = set(self.settings.allowed_origins)
-        if _is_loopback(self.settings.host):
+        settings = self.settings
+        allowed = set(settings.allowed_origins)
+        scheme = settings.scheme
+        if _is_loopback(settings.host):
             for name in ("127.0.0.1", "localhost", "[::1]"):
-                allowed.add(f"http://{name}:{self.port}")
+                allowed.add(f"{scheme}://{name}:{self.port}")
         else:
             # Not bound to loopback: the page's own origin, as the client named the host.
-            allowed.add(f"http://{request.host}")
-            allowed.add(f"https://{request.host}")
+            allowed.add(f"{scheme}://{request.host}")
+        if settings.trust_forwarded:
+            proto = _first(request.headers.get("X-Forwarded-Proto"))
+            host = _first(request.headers.get("X-Forwarded-Host"))
+            if proto in ("http", "https") and host:
+                allowed.add(f"{proto}://{host}")
         return origin in allowed
 
     async def _offer(self, request: web.Request) -> web.Response:
@@ -251,7 +311,7 @@ class WebRtcServer:
     async def _start_call(self, sdp: str) -> web.Response:
         call_id = f"call-{next(self._numbers)}"
         clock = MonotonicClock()
-        peer = WebRtcPeer(settings=self.settings.peer, clock=clock, call_id=call_id)
+        peer = WebRtcPeer(settings=self._peer_settings, clock=clock, call_id=call_id)
         try:
             answer = await peer.accept(sdp)
         except SignalingError as exc:
@@ -353,8 +413,16 @@ async def serve(
     async with server:
         announce(f"voxflow is listening: open {server.url}")
         if not _is_loopback(settings.host):
-            announce("warning: not bound to loopback; browsers need https (or localhost) "
-                     "for the microphone, and the token is all that guards /offer")
+            if settings.host in ("0.0.0.0", "::", ""):
+                import aioice.ice
+
+                for address in aioice.ice.get_host_addresses(use_ipv4=True, use_ipv6=False):
+                    announce(f"  from another device: {server.url_for(address)}")
+            if settings.tls_cert is None:
+                announce("warning: not bound to loopback and not https: browsers on other "
+                         "devices will not open the microphone (use --tls-cert/--tls-key, "
+                         "--self-signed, or an https reverse proxy); the token is all that "
+                         "guards /offer")
         await asyncio.Event().wait()
 
 

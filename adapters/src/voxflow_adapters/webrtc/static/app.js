@@ -3,6 +3,7 @@
 "use strict";
 
 const PROTOCOL = 1;
+const CONNECT_TIMEOUT_MS = 15000;
 const $ = (id) => document.getElementById(id);
 const state = {
   pc: null, channel: null, mic: null, muted: false,
@@ -174,12 +175,11 @@ async function connect() {
     audio.srcObject = event.streams[0] || new MediaStream([event.track]);
     audio.play().catch(() => notice("Press anywhere on the page to hear the assistant."));
   };
+  pc.oniceconnectionstatechange = () => { showIce(pc); };
   pc.onconnectionstatechange = () => {
     setConnection(pc.connectionState);
-    if (pc.connectionState === "failed") {
-      notice("The connection failed (ICE/DTLS). Is the server reachable from this browser?");
-      hangUp(false);
-    }
+    if (pc.connectionState === "connected") showIce(pc);
+    if (pc.connectionState === "failed") failed(pc, "failed");
   };
   try {
     await pc.setLocalDescription(await pc.createOffer());
@@ -195,6 +195,10 @@ async function connect() {
       throw new Error(`${body.error || response.statusText}${hint}`);
     }
     await pc.setRemoteDescription({ type: "answer", sdp: body.sdp });
+    // The server gives up after 15 s too; ICE can sit in "checking" for much longer.
+    setTimeout(() => {
+      if (state.pc === pc && pc.connectionState !== "connected") failed(pc, "did not connect within 15 s");
+    }, CONNECT_TIMEOUT_MS);
   } catch (err) {
     notice(`Could not start the call: ${err.message || err}`);
     hangUp(false);
@@ -203,6 +207,68 @@ async function connect() {
   button.textContent = "Hang up";
   button.disabled = false;
   $("mute").disabled = false;
+}
+
+// The ICE candidate pair in use (or the last one tried): its local/remote types.
+async function selectedPair(pc) {
+  const stats = await pc.getStats();
+  let pair = null;
+  stats.forEach((s) => {
+    if (s.type === "transport" && s.selectedCandidatePairId) pair = stats.get(s.selectedCandidatePairId);
+  });
+  if (!pair) {
+    stats.forEach((s) => {
+      if (s.type === "candidate-pair" && (s.nominated || s.state === "succeeded") && !pair) pair = s;
+    });
+  }
+  const local = pair && stats.get(pair.localCandidateId);
+  const remote = pair && stats.get(pair.remoteCandidateId);
+  const offered = [];
+  stats.forEach((s) => { if (s.type === "remote-candidate") offered.push(s.candidateType); });
+  return {
+    local: local ? local.candidateType : null,
+    remote: remote ? remote.candidateType : null,
+    offered: [...new Set(offered)],
+  };
+}
+
+async function showIce(pc) {
+  const el = $("ice");
+  const state = pc.iceConnectionState;
+  let text = state;
+  if (state === "connected" || state === "completed") {
+    const pair = await selectedPair(pc).catch(() => null);
+    if (pair && pair.local) text = `${state} (${pair.local} ↔ ${pair.remote})`;
+  }
+  el.textContent = text;
+  el.dataset.state = state;
+}
+
+function failed(pc, what) {
+  if (pc.voxflowFailed) return;
+  pc.voxflowFailed = true;
+  connectionFailed(pc, what).finally(() => { if (state.pc === pc) hangUp(false); });
+}
+
+// Why a call did not connect, and the likely fix (shown on the page).
+async function connectionFailed(pc, what) {
+  const pair = await selectedPair(pc).catch(() => ({ local: null, offered: [] }));
+  const ice = pc.iceConnectionState;
+  const offered = pair.offered.length ? pair.offered.join(", ") : "none";
+  let fix;
+  if (!pair.local) {
+    fix = "The browser could not reach any address the server offered " +
+          `(server candidates: ${offered}). On the same network, start the server with ` +
+          "--host set to an address this device can reach (or --ice-host); across networks " +
+          "or through a strict firewall, add a TURN server (--ice-server turn:… with " +
+          "VOXFLOW_TURN_USERNAME/VOXFLOW_TURN_CREDENTIAL).";
+  } else {
+    fix = `The ${pair.local} ↔ ${pair.remote} path stopped working (network change ` +
+          "or a firewall timeout); press Connect again, or add a TURN server.";
+  }
+  $("ice").textContent = `${ice} (${pair.local ? `${pair.local} \u2194 ${pair.remote}` : "no candidate pair"})`;
+  $("ice").dataset.state = "failed";
+  notice(`The connection ${what} (ICE state: ${ice}). ${fix}`);
 }
 
 function hangUp(tell = true) {
@@ -215,6 +281,10 @@ function hangUp(tell = true) {
   state.playing = null;
   setConnection("closed");
   $("call-state").textContent = "–";
+  if ($("ice").dataset.state !== "failed") {
+    $("ice").textContent = "–";
+    $("ice").dataset.state = "idle";
+  }
   const button = $("connect");
   button.textContent = "Connect";
   button.disabled = false;
