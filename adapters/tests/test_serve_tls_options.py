@@ -11,7 +11,12 @@ from pathlib import Path
 
 import pytest
 from cryptography import x509
-from voxflow_adapters.webrtc.command import ServeOptionError, build_settings, ice_servers_from
+from voxflow_adapters.webrtc.command import (
+    ServeOptionError,
+    build_settings,
+    ice_servers_from,
+    run_serve,
+)
 from voxflow_adapters.webrtc.tls import (
     TlsError,
     certificate_names,
@@ -20,6 +25,7 @@ from voxflow_adapters.webrtc.tls import (
 )
 
 from voxflow.cli import main
+from voxflow.settings import Settings
 
 pytestmark = pytest.mark.unit
 
@@ -64,16 +70,27 @@ def test_turn_credentials_come_from_the_environment_never_the_url(
     assert "VOXFLOW_TURN_USERNAME and VOXFLOW_TURN_CREDENTIAL" in needs
     in_url = serve_error(capsys, "--ice-server", "turn:alice:s3cret@turn.example:3478")
     assert "not in the URL" in in_url and "s3cret" not in in_url
-    env = {"VOXFLOW_TURN_USERNAME": "alice", "VOXFLOW_TURN_CREDENTIAL": "s3cret"}
-    stun, turn = ice_servers_from(["stun:stun.example:3478", "turns:turn.example:5349"], env)
+    stun, turn = ice_servers_from(["stun:stun.example:3478", "turns:turn.example:5349"],
+                                  username="alice", credential="s3cret")
     assert (stun.username, stun.credential) == (None, None)
     assert (turn.urls, turn.username, turn.credential) == (("turns:turn.example:5349",),
                                                            "alice", "s3cret")
     with pytest.raises(ServeOptionError):
-        ice_servers_from(["turn:turn.example?credential=x"], env)
-    settings = build_settings(host="127.0.0.1", port=0, token=None,
-                              ice_servers=["turn:turn.example:3478"], environ=env)
-    assert settings.peer.ice_servers[0].credential == "s3cret"
+        ice_servers_from(["turn:turn.example?credential=x"], username="a", credential="b")
+    # The variables reach the server settings through voxflow's Settings, the secret hidden.
+    settings = Settings.from_env({"VOXFLOW_TURN_USERNAME": "alice",
+                                  "VOXFLOW_TURN_CREDENTIAL": "s3cret"})
+    assert "s3cret" not in repr(settings)
+    built = build_settings(host="127.0.0.1", port=0, token=None,
+                           ice_servers=["turn:turn.example:3478"],
+                           turn_username=settings.turn_username,
+                           turn_credential="s3cret")
+    assert built.peer.ice_servers[0].credential == "s3cret"
+    # run_serve hands Settings' credentials on: the TURN URL passes, the bad port is next.
+    code = run_serve(flow=None, host="127.0.0.1", port=70_000, token=None,
+                     ice_servers=["turn:turn.example:3478"], settings=settings)
+    err = capsys.readouterr().err
+    assert code == 2 and "port" in err and "TURN" not in err, err
 
 
 def test_self_signed_certificates_name_the_bound_host_and_are_short_lived(

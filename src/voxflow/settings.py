@@ -19,6 +19,8 @@ variable                                setting                      default
 ``VOXFLOW_DEMO_OUT``                    ``demo_out``                 ``voxflow-demo``
 ``VOXFLOW_HOST`` / ``VOXFLOW_PORT``     ``host`` / ``port``          ``127.0.0.1`` / 8080
 ``VOXFLOW_LOG_LEVEL``                   ``log_level``                ``WARNING``
+``VOXFLOW_TURN_USERNAME``               ``turn_username``            none
+``VOXFLOW_TURN_CREDENTIAL``             ``turn_credential``          none (secret)
 ======================================  ===========================  ==================
 """
 
@@ -29,7 +31,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
 
 from .errors import VoxflowError
 
@@ -90,6 +92,13 @@ class Settings(BaseModel):
     )
     llm_retries: int = Field(
         2, ge=0, le=10, description="retries of a transient LLM failure before the first token"
+    )
+    turn_username: str | None = Field(
+        None, description="`voxflow serve --ice-server turn:...`: the TURN user name"
+    )
+    turn_credential: SecretStr | None = Field(
+        None, description="`voxflow serve --ice-server turn:...`: the TURN password (never "
+        "on the command line)",
     )
 
     @classmethod

@@ -8,9 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from pydantic import ValidationError
@@ -46,14 +45,15 @@ class ServeOptionError(ValueError):
     """A ``serve`` option cannot be used; the message says the fix (exit code 2)."""
 
 
-def ice_servers_from(urls: Sequence[str], environ: Mapping[str, str]) -> tuple[IceServer, ...]:
-    """``--ice-server`` URLs as ICE servers; TURN ones get the credentials from
-    ``VOXFLOW_TURN_USERNAME``/``VOXFLOW_TURN_CREDENTIAL`` (never from the command line,
+def ice_servers_from(
+    urls: Sequence[str], *, username: str | None = None, credential: str | None = None,
+) -> tuple[IceServer, ...]:
+    """``--ice-server`` URLs as ICE servers; TURN ones get ``username``/``credential``
+    (``VOXFLOW_TURN_USERNAME``/``VOXFLOW_TURN_CREDENTIAL``: never from the command line,
     where every user of the machine can read them).
 
     Raises:
-        ServeOptionError: a URL carries credentials, or a TURN URL has none in the
-            environment.
+        ServeOptionError: a URL carries credentials, or a TURN URL is given without them.
     """
     servers = []
     for url in urls:
@@ -62,7 +62,6 @@ def ice_servers_from(urls: Sequence[str], environ: Mapping[str, str]) -> tuple[I
                 f"--ice-server {url.split('@')[-1]!r}: put TURN credentials in "
                 f"{TURN_USERNAME_ENV} and {TURN_CREDENTIAL_ENV}, not in the URL")
         if url.startswith(("turn:", "turns:")):
-            username, credential = environ.get(TURN_USERNAME_ENV), environ.get(TURN_CREDENTIAL_ENV)
             if not username or not credential:
                 raise ServeOptionError(
                     f"--ice-server {url}: a TURN server needs {TURN_USERNAME_ENV} and "
@@ -77,17 +76,18 @@ def build_settings(
     *, host: str, port: int, token: str | None, ice_servers: Sequence[str] = (),
     ice_host_addresses: Sequence[str] | None = None, max_calls: int = 8,
     max_call_seconds: float = 1800.0, tls_cert: Path | None = None, tls_key: Path | None = None,
-    trust_forwarded: bool = False, environ: Mapping[str, str] | None = None,
+    trust_forwarded: bool = False, turn_username: str | None = None,
+    turn_credential: str | None = None,
 ) -> ServerSettings:
-    """Server settings from command-line values (TURN credentials from ``environ``,
-    ``os.environ`` if None).
+    """Server settings from command-line values (and the TURN credentials).
 
     Raises:
         pydantic.ValidationError: a value is out of range (the message names it).
         ServeOptionError: an ICE server option cannot be used.
     """
     peer = PeerSettings(
-        ice_servers=ice_servers_from(ice_servers, os.environ if environ is None else environ),
+        ice_servers=ice_servers_from(ice_servers, username=turn_username,
+                                     credential=turn_credential),
         ice_host_addresses=tuple(ice_host_addresses) if ice_host_addresses else None,
         max_call_seconds=max_call_seconds,
     )
@@ -166,7 +166,9 @@ def run_serve(
             host=host, port=port, token=token, ice_servers=ice_servers,
             ice_host_addresses=ice_host_addresses, max_calls=max_calls,
             max_call_seconds=max_call_seconds, tls_cert=cert, tls_key=key,
-            trust_forwarded=trust_forwarded,
+            trust_forwarded=trust_forwarded, turn_username=settings.turn_username,
+            turn_credential=(settings.turn_credential.get_secret_value()
+                             if settings.turn_credential is not None else None),
         )
     except (ServeOptionError, TlsError) as exc:
         print(f"error: {exc}", file=sys.stderr)
