@@ -28,6 +28,8 @@ third-party one (``litellm.*``, ``aiortc.*``)::
     + PersistenceError           the session store refused or failed a save
       + PersistenceConflictError   a writer that is behind tried to save (nothing overwritten)
       + PersistenceUnavailableError  the store cannot be written; .path and .fix name it (OSError)
+      + SessionLeaseError          another worker holds the session's lease
+      + FencedWriteError           a save or renewal with a lease epoch that was taken over
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ __all__ = [
     "ConversationEndedError",
     "ConversationModeError",
     "DeclarationError",
+    "FencedWriteError",
     "FlowDefinitionError",
     "FlowRuntimeError",
     "HumanFeedbackError",
@@ -52,6 +55,7 @@ __all__ = [
     "PersistenceUnavailableError",
     "ProviderError",
     "ResourceClosedError",
+    "SessionLeaseError",
     "SignalingError",
     "TurnIdentityError",
     "TurnInProgressError",
@@ -282,3 +286,39 @@ class PersistenceUnavailableError(PersistenceError, OSError):
         super().__init__(f"{message} ({path}); {fix}")
         self.path = path
         self.fix = fix
+
+
+class SessionLeaseError(PersistenceError, RuntimeError):
+    """Another owner holds an unexpired lease on the session.
+
+    Attributes:
+        session_id: the session asked for.
+        holder: the owner holding it.
+    """
+
+    def __init__(self, message: str, *, session_id: str, holder: str) -> None:
+        super().__init__(message)
+        self.session_id = session_id
+        self.holder = holder
+
+
+class FencedWriteError(PersistenceError, RuntimeError):
+    """A save (or renewal) carried a lease epoch another owner has taken over since.
+
+    Nothing was written: this writer lost the session (e.g. it was paused past its
+    lease); stop writing it. Acquire the lease again to continue, from a fresh load.
+
+    Attributes:
+        session_id: the session.
+        epoch: the epoch this writer held.
+        current: the session's epoch now.
+    """
+
+    def __init__(self, session_id: str, *, epoch: int, current: int) -> None:
+        super().__init__(
+            f"session {session_id!r}: write refused, this writer's lease epoch {epoch} was "
+            f"taken over (the session is at epoch {current}); nothing was written"
+        )
+        self.session_id = session_id
+        self.epoch = epoch
+        self.current = current

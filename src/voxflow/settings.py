@@ -21,21 +21,30 @@ variable                                setting                      default
 ``VOXFLOW_LOG_LEVEL``                   ``log_level``                ``WARNING``
 ``VOXFLOW_TURN_USERNAME``               ``turn_username``            none
 ``VOXFLOW_TURN_CREDENTIAL``             ``turn_credential``          none (secret)
+``VOXFLOW_DATABASE_URL``                ``database_url``             none (SQLite)
 ======================================  ===========================  ==================
 """
 
 from __future__ import annotations
 
 import os
+import urllib.parse
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
 
 from .errors import VoxflowError
 
-__all__ = ["ENV_PREFIX", "Settings", "SettingsError"]
+__all__ = [
+    "DATABASE_URL_VARIABLE",
+    "ENV_PREFIX",
+    "Settings",
+    "SettingsError",
+    "check_database_url",
+    "redact_url",
+]
 
 ENV_PREFIX = "VOXFLOW_"
 
@@ -47,6 +56,10 @@ _FIXES = {
     "llm_timeout": "give seconds, more than 0 and at most 600",
     "llm_retries": "give a whole number from 0 to 10",
     "speculative_replies": "use true or false",
+    "database_url": (
+        "give postgresql://user[:password]@host[:port]/database, or unset it for the "
+        "embedded SQLite store"
+    ),
 }
 
 
@@ -101,6 +114,17 @@ class Settings(BaseModel):
         "on the command line)",
     )
 
+    database_url: SecretStr | None = Field(
+        None, description="PostgreSQL session store (postgresql://…); unset: embedded SQLite"
+    )
+
+    @field_validator("database_url")
+    @classmethod
+    def _check_database_url(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None:
+            check_database_url(value.get_secret_value())
+        return value
+
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
         """Settings from ``VOXFLOW_*`` variables (``os.environ`` if ``environ`` is None).
@@ -124,8 +148,8 @@ class Settings(BaseModel):
             field = str(first["loc"][0]) if first["loc"] else "?"
             fix = _FIXES.get(field)
             raise SettingsError(
-                f"{ENV_PREFIX}{field.upper()}={values.get(field)!r}: {first['msg']}"
-                + (f"; {fix}" if fix else "")
+                f"{ENV_PREFIX}{field.upper()}={_shown(field, values.get(field))!r}: "
+                f"{first['msg']}" + (f"; {fix}" if fix else "")
             ) from None
 
     def with_options(self, **options: Any) -> Settings:
@@ -144,7 +168,8 @@ class Settings(BaseModel):
             flag = {"demo_out": "--out"}.get(field, "--" + field.replace("_", "-"))
             fix = _FIXES.get(field)
             raise SettingsError(
-                f"{flag} {given.get(field)!r}: {first['msg']}" + (f"; {fix}" if fix else "")
+                f"{flag} {_shown(field, given.get(field))!r}: {first['msg']}"
+                + (f"; {fix}" if fix else "")
             ) from None
 
     @staticmethod
@@ -161,3 +186,55 @@ class Settings(BaseModel):
     def variables() -> dict[str, str]:
         """``VOXFLOW_*`` variable → setting name, for docs and ``doctor``."""
         return {ENV_PREFIX + name.upper(): name for name in Settings.model_fields}
+
+
+def _shown(field: str, value: Any) -> Any:
+    """A rejected value as an error message may show it (a URL without its password)."""
+    if field == "database_url" and isinstance(value, str):
+        return redact_url(value)
+    return value
+
+
+DATABASE_URL_VARIABLE = "VOXFLOW_DATABASE_URL"
+"""The environment variable that selects PostgreSQL persistence."""
+
+
+def redact_url(url: str) -> str:
+    """``url`` with its password (if any) replaced by ``***``: safe for messages and logs."""
+    try:
+        parts = urllib.parse.urlsplit(url)
+    except ValueError:
+        return "<unparsable URL>"
+    if parts.password is None:
+        return url
+    user = parts.username or ""
+    host = parts.netloc.rpartition("@")[2]
+    return urllib.parse.urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
+
+
+def check_database_url(url: object) -> str:
+    """``url`` if it is a usable PostgreSQL URL, else a ValueError saying what is wrong.
+
+    Accepted: ``postgresql://`` or ``postgres://``, a host (or ``?host=`` for a socket
+    directory), an optional port in 1..65535, an optional database name; no whitespace.
+    The message never contains the password.
+    """
+    if not isinstance(url, str) or not url:
+        raise ValueError("must be a non-empty postgresql:// URL")
+    if len(url) > 2048 or any(c.isspace() or not c.isprintable() for c in url):
+        raise ValueError("must be one line of at most 2048 characters, without spaces")
+    try:
+        parts = urllib.parse.urlsplit(url)
+        port = parts.port
+    except ValueError as exc:
+        raise ValueError(f"is not a valid URL ({exc})") from None
+    if parts.scheme not in ("postgresql", "postgres"):
+        raise ValueError("must start with postgresql:// (or postgres://)")
+    query = urllib.parse.parse_qs(parts.query)
+    if not parts.hostname and "host" not in query:
+        raise ValueError("names no host (postgresql://user@host:5432/database)")
+    if port is not None and not 1 <= port <= 65535:
+        raise ValueError("has a port outside 1..65535")
+    if parts.fragment:
+        raise ValueError("must not have a #fragment")
+    return url

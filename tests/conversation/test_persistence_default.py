@@ -184,7 +184,7 @@ def test_another_process_continues_and_a_crash_mid_delta_loses_only_that_save(
         + """
 flow.handle_turn('p2', session_id='x')
 def die(statement):
-    if statement.startswith("INSERT OR REPLACE INTO conversation_items"):
+    if statement.startswith("INSERT INTO conversation_items") and "ON CONFLICT" in statement:
         os._exit(17)
 default_persistence()._conn.set_trace_callback(die)
 flow.handle_turn('p3', session_id='x')
@@ -221,7 +221,7 @@ def test_a_fresh_instance_per_turn_appends_instead_of_rewriting(tmp_path: Path) 
     last.handle_turn("t3", session_id="st")
     backend._conn.set_trace_callback(None)
     item_writes = [s for s in statements if "conversation_items" in s and "SELECT" not in s]
-    assert item_writes and all(s.startswith("INSERT OR REPLACE") for s in item_writes)
+    assert item_writes and all("ON CONFLICT" in s for s in item_writes)
     assert len(item_writes) == 2  # this turn's user message and reply, nothing older
     assert contents(backend.load_state("st")) == [
         m for t in range(4) for m in (f"t{t}", f"echo t{t}")

@@ -63,7 +63,7 @@ def save_now(flow: Flow[TurnState], backend: SQLiteFlowPersistence) -> dict[str,
 
 def assert_round_trip(flow: Flow[TurnState], backend: SQLiteFlowPersistence) -> None:
     expected = save_now(flow, backend)
-    reader = SQLiteFlowPersistence(backend.path)  # a second connection: what is on disk
+    reader = reopen(backend)  # a second connection: what is stored
     try:
         stored = reader.load_state(flow.state.id)
     finally:
@@ -72,6 +72,15 @@ def assert_round_trip(flow: Flow[TurnState], backend: SQLiteFlowPersistence) -> 
     assert stored is not None
     for field in ("turns", "replies"):
         assert list(stored[field]) == list(expected[field])  # dict order kept
+
+
+def reopen(backend: Any) -> Any:
+    """Another backend on the same database."""
+    if isinstance(backend, SQLiteFlowPersistence):
+        return SQLiteFlowPersistence(backend.path)
+    from voxflow.flow.postgres import PostgresFlowPersistence
+
+    return PostgresFlowPersistence(backend.url, schema=backend.schema)
 
 
 @contextlib.contextmanager
@@ -256,8 +265,10 @@ async def test_deletions_pruning_and_reordering_are_saved(tmp_path: Path) -> Non
     assert rows == 0
 
 
-async def test_restoring_an_older_snapshot_is_saved_exactly(tmp_path: Path) -> None:
-    backend = SQLiteFlowPersistence(tmp_path / "spec.db")
+async def test_restoring_an_older_snapshot_is_saved_exactly(
+    tmp_path: Path, make_store: Any
+) -> None:
+    backend = make_store("spec")
     flow = persisted(backend)
     runner = TurnRunner(flow)
     await turns(runner, MANY)
@@ -279,10 +290,12 @@ async def test_restoring_an_older_snapshot_is_saved_exactly(tmp_path: Path) -> N
     assert_round_trip(flow, backend)
 
 
-async def test_a_rollback_point_restores_the_stored_state_too(tmp_path: Path) -> None:
+async def test_a_rollback_point_restores_the_stored_state_too(
+    tmp_path: Path, make_store: Any
+) -> None:
     from voxflow.flow.rollback import RollbackPoint
 
-    backend = SQLiteFlowPersistence(tmp_path / "rollback.db")
+    backend = make_store("rollback")
     flow = persisted(backend)
     runner = TurnRunner(flow)
     await turns(runner, MANY)
@@ -298,9 +311,11 @@ async def test_a_rollback_point_restores_the_stored_state_too(tmp_path: Path) ->
     assert_round_trip(flow, backend)
 
 
-async def test_another_writers_save_makes_the_next_save_a_conflict(tmp_path: Path) -> None:
-    backend = SQLiteFlowPersistence(tmp_path / "two.db")
-    other = SQLiteFlowPersistence(backend.path)  # e.g. another process on the same file
+async def test_another_writers_save_makes_the_next_save_a_conflict(
+    tmp_path: Path, make_store: Any
+) -> None:
+    backend = make_store("two")
+    other = make_store("two")  # e.g. another process on the same database
     flow = persisted(backend)
     runner = TurnRunner(flow)
     await turns(runner, 6)
@@ -410,8 +425,10 @@ class WorkState(ReplyQueueState, JobState[Job]):
     pass
 
 
-def test_jobs_and_deliveries_changed_by_their_rules_round_trip(tmp_path: Path) -> None:
-    backend = SQLiteFlowPersistence(tmp_path / "jobs.db")
+def test_jobs_and_deliveries_changed_by_their_rules_round_trip(
+    tmp_path: Path, make_store: Any
+) -> None:
+    backend = make_store("jobs")
     state = WorkState()
     ledger = TurnLedger(lambda: state)
     queue = ReplyQueue(ledger)
@@ -481,8 +498,10 @@ class LooseState(TurnState):
     jobs: dict[str, Loose] = Field(default_factory=dict)
 
 
-def test_records_that_cannot_be_watched_are_compared_in_full(tmp_path: Path) -> None:
-    backend = SQLiteFlowPersistence(tmp_path / "loose.db")
+def test_records_that_cannot_be_watched_are_compared_in_full(
+    tmp_path: Path, make_store: Any
+) -> None:
+    backend = make_store("loose")
     state = LooseState()
     saved = SavedLists()
     for i in range(MANY):
@@ -494,8 +513,8 @@ def test_records_that_cannot_be_watched_are_compared_in_full(tmp_path: Path) -> 
     assert backend.load_state(state.id) == state.model_dump(mode="json")
 
 
-async def test_saved_records_keep_their_pydantic_behaviour(tmp_path: Path) -> None:
-    backend = SQLiteFlowPersistence(tmp_path / "watch.db")
+async def test_saved_records_keep_their_pydantic_behaviour(tmp_path: Path, make_store: Any) -> None:
+    backend = make_store("watch")
     flow = persisted(backend)
     runner = TurnRunner(flow)
     await turns(runner, 2)
@@ -514,11 +533,11 @@ async def test_saved_records_keep_their_pydantic_behaviour(tmp_path: Path) -> No
     assert_round_trip(flow, backend)
 
 
-def test_watching_is_scoped_to_the_saver(tmp_path: Path) -> None:
+def test_watching_is_scoped_to_the_saver(tmp_path: Path, make_store: Any) -> None:
     # Two backends saving the same state (e.g. a method-level @persist elsewhere): each
     # sees every change.
-    first = SQLiteFlowPersistence(tmp_path / "a.db")
-    second = SQLiteFlowPersistence(tmp_path / "b.db")
+    first = make_store("a")
+    second = make_store("b")
     state = TurnState()
     ledger = TurnLedger(lambda: state)
     saved = SavedLists()
@@ -560,8 +579,8 @@ async def test_a_save_finds_record_changes_without_scanning_old_records(tmp_path
     assert_round_trip(flow, backend)
 
 
-async def test_record_dict_edits_of_every_kind_round_trip(tmp_path: Path) -> None:
-    backend = SQLiteFlowPersistence(tmp_path / "edits.db")
+async def test_record_dict_edits_of_every_kind_round_trip(tmp_path: Path, make_store: Any) -> None:
+    backend = make_store("edits")
     flow = persisted(backend)
     runner = TurnRunner(flow)
     await turns(runner, 12)

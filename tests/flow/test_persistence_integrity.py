@@ -70,10 +70,9 @@ def assert_holds_exactly(stored: dict[str, Any] | None, returned: list[str]) -> 
 # -- two writers ----------------------------------------------------------------------
 
 
-def test_two_instances_writing_one_session_lose_no_returned_turn(tmp_path: Path) -> None:
-    path = tmp_path / "two.db"
-    # Two backends on one file: two connections, as two processes would have.
-    writers = [Echo(persistence=SQLiteFlowPersistence(path)) for _ in range(2)]
+def test_two_instances_writing_one_session_lose_no_returned_turn(make_store: Any) -> None:
+    # Two backends on one database: two connections, as two processes would have.
+    writers = [Echo(persistence=make_store("two")) for _ in range(2)]
     rng = random.Random(16)
     returned: list[str] = []
     conflicts = 0
@@ -88,7 +87,7 @@ def test_two_instances_writing_one_session_lose_no_returned_turn(tmp_path: Path)
             writer.handle_turn(message, session_id="shared")  # the retry reloads first
         returned.append(message)
     assert conflicts > 50  # the writers really interleaved
-    assert_holds_exactly(SQLiteFlowPersistence(path).load_state("shared"), returned)
+    assert_holds_exactly(make_store("two").load_state("shared"), returned)
 
 
 _WRITER = """
@@ -108,8 +107,15 @@ class Echo(Flow[ConversationState]):
     def handle_reply(self) -> str:
         return f"echo {self.state.current_user_message}"
 
-name, path, turns = sys.argv[1], sys.argv[2], int(sys.argv[3])
-flow = Echo(persistence=SQLiteFlowPersistence(path))
+name, where, turns = sys.argv[1], sys.argv[2], int(sys.argv[3])
+if where.startswith("postgresql://"):
+    from voxflow.flow.postgres import PostgresFlowPersistence
+
+    url, schema = where.rsplit("#", 1)
+    store = PostgresFlowPersistence(url, schema=schema)
+else:
+    store = SQLiteFlowPersistence(where)
+flow = Echo(persistence=store)
 conflicts = 0
 for i in range(turns):
     message = f"{name} {i}"
@@ -124,13 +130,17 @@ print(f"conflicts {conflicts}", flush=True)
 """
 
 
-def test_two_processes_writing_one_session_lose_no_returned_turn(tmp_path: Path) -> None:
-    path = tmp_path / "procs.db"
+def test_two_processes_writing_one_session_lose_no_returned_turn(
+    tmp_path: Path, make_store: Any
+) -> None:
+    store = make_store("procs")
+    store.check_writable()  # creates the database (and its schema)
+    where = f"{store.url}#{store.schema}" if hasattr(store, "schema") else str(store.path)
     script = tmp_path / "writer.py"
     script.write_text(_WRITER)
     procs = [
         subprocess.Popen(
-            [sys.executable, str(script), name, str(path), "80"],
+            [sys.executable, str(script), name, where, "80"],
             cwd=ROOT,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -146,11 +156,11 @@ def test_two_processes_writing_one_session_lose_no_returned_turn(tmp_path: Path)
         assert lines[-1].startswith("conflicts ")
         returned += lines[:-1]
     assert len(returned) == 160
-    assert_holds_exactly(SQLiteFlowPersistence(path).load_state("shared"), returned)
+    assert_holds_exactly(make_store("procs").load_state("shared"), returned)
 
 
-def test_a_save_with_a_stale_revision_overwrites_nothing(tmp_path: Path) -> None:
-    backend = SQLiteFlowPersistence(tmp_path / "rev.db")
+def test_a_save_with_a_stale_revision_overwrites_nothing(make_store: Any) -> None:
+    backend = make_store()
     assert backend.revision("s") == 0
     assert backend.save_full_state("s", "m", {"id": "s", "n": 1}, expected_revision=0) == 1
     assert backend.save_full_state("s", "m", {"id": "s", "n": 2}, expected_revision=1) == 2
@@ -166,10 +176,8 @@ def test_a_save_with_a_stale_revision_overwrites_nothing(tmp_path: Path) -> None
 # -- final statuses -------------------------------------------------------------------
 
 
-async def test_a_persisted_tracked_turn_stores_its_final_statuses(tmp_path: Path) -> None:
-    path = tmp_path / "statuses.db"
-
-    @persist(SQLiteFlowPersistence(path))
+async def test_a_persisted_tracked_turn_stores_its_final_statuses(make_store: Any) -> None:
+    @persist(make_store("statuses"))
     class Saved(Acknowledger):
         pass
 
@@ -181,7 +189,7 @@ async def test_a_persisted_tracked_turn_stores_its_final_statuses(tmp_path: Path
     async for _ in events:  # the consumer goes away after the first event
         break
     await events.aclose()  # type: ignore[attr-defined]
-    stored = SQLiteFlowPersistence(path).load_state(flow.state.id)
+    stored = make_store("statuses").load_state(flow.state.id)  # another connection
     assert stored is not None
     turns, replies = list(stored["turns"].values()), list(stored["replies"].values())
     assert [t["status"] for t in turns] == ["completed", "interrupted"]
@@ -409,10 +417,8 @@ def assert_survives_a_crash(stored: dict[str, Any], returned: list[str]) -> None
         assert int(turn) == per_run.get(run, 0), extra
 
 
-async def test_load_session_builds_on_the_stored_revision(tmp_path: Path) -> None:
-    path = tmp_path / "load.db"
-
-    @persist(SQLiteFlowPersistence(path))
+async def test_load_session_builds_on_the_stored_revision(make_store: Any) -> None:
+    @persist(make_store("load"))
     class Saved(Acknowledger):
         pass
 
@@ -424,9 +430,9 @@ async def test_load_session_builds_on_the_stored_revision(tmp_path: Path) -> Non
     runner = TurnRunner(restarted)
     async for event in runner.astream_turn("still there?"):
         runner.accept_event(event)
-    stored = SQLiteFlowPersistence(path).load_state("s")
+    stored = make_store("load").load_state("s")
     assert stored is not None and len(stored["messages"]) == 4
     # The first instance is behind now: its save is refused, nothing is overwritten.
     with pytest.raises(PersistenceConflictError):
         first.handle_turn("late", session_id="s")
-    assert SQLiteFlowPersistence(path).load_state("s") == stored
+    assert make_store("load").load_state("s") == stored

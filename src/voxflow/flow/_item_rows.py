@@ -22,17 +22,16 @@ import dataclasses
 import json
 import logging
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    import sqlite3
+from typing import Any, Protocol
 
 __all__ = [
     "APPEND_ONLY_FIELDS",
     "LISTS_KEY",
+    "PG_SCHEMA",
     "RECORDS_KEY",
     "RECORD_FIELDS",
     "SCHEMA",
+    "Conn",
     "RecordChanges",
     "StateChanges",
     "assemble",
@@ -96,13 +95,84 @@ CREATE TABLE IF NOT EXISTS pending_feedback (
     state_json TEXT NOT NULL,
     created_at TEXT NOT NULL
 );
+CREATE TABLE IF NOT EXISTS session_leases (
+    flow_uuid TEXT PRIMARY KEY,
+    owner TEXT NOT NULL,
+    epoch INTEGER NOT NULL,
+    expires_at REAL NOT NULL
+);
 """
 
+PG_SCHEMA = """
+CREATE TABLE IF NOT EXISTS flow_states (
+    flow_uuid TEXT PRIMARY KEY,
+    method_name TEXT NOT NULL,
+    saved_at TEXT NOT NULL,
+    version BIGINT NOT NULL,
+    state_json TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS flow_state_history (
+    id BIGSERIAL PRIMARY KEY,
+    flow_uuid TEXT NOT NULL,
+    version BIGINT NOT NULL,
+    method_name TEXT NOT NULL,
+    saved_at TEXT NOT NULL,
+    state_json TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS idx_history_uuid ON flow_state_history(flow_uuid, version);
+CREATE TABLE IF NOT EXISTS conversation_items (
+    flow_uuid TEXT NOT NULL,
+    field TEXT NOT NULL,
+    idx BIGINT NOT NULL,
+    item_json TEXT NOT NULL,
+    PRIMARY KEY (flow_uuid, field, idx)
+);
+CREATE TABLE IF NOT EXISTS state_records (
+    flow_uuid TEXT NOT NULL,
+    field TEXT NOT NULL,
+    key TEXT NOT NULL,
+    pos BIGINT NOT NULL,
+    record_json TEXT NOT NULL,
+    PRIMARY KEY (flow_uuid, field, key)
+);
+CREATE INDEX IF NOT EXISTS idx_records_pos ON state_records(flow_uuid, field, pos);
+CREATE TABLE IF NOT EXISTS pending_feedback (
+    flow_uuid TEXT PRIMARY KEY,
+    context_json TEXT NOT NULL,
+    state_json TEXT NOT NULL,
+    created_at TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS session_leases (
+    flow_uuid TEXT PRIMARY KEY,
+    owner TEXT NOT NULL,
+    epoch BIGINT NOT NULL,
+    expires_at DOUBLE PRECISION NOT NULL
+);
+"""
+"""The same tables on PostgreSQL (``?`` placeholders are translated by the backend)."""
+
+# Portable SQL (SQLite >= 3.24 and PostgreSQL): ``?`` placeholders, ON CONFLICT upserts.
 _UPSERT_RECORD = (
     "INSERT INTO state_records (flow_uuid, field, key, pos, record_json) VALUES (?, ?, ?, "
-    "(SELECT COALESCE(MAX(pos), -1) + 1 FROM state_records WHERE flow_uuid = ?1 AND field = ?2)"
+    "(SELECT COALESCE(MAX(pos), -1) + 1 FROM state_records WHERE flow_uuid = ? AND field = ?)"
     ", ?) ON CONFLICT (flow_uuid, field, key) DO UPDATE SET record_json = excluded.record_json"
 )
+_UPSERT_ITEM = (
+    "INSERT INTO conversation_items (flow_uuid, field, idx, item_json) VALUES (?, ?, ?, ?) "
+    "ON CONFLICT (flow_uuid, field, idx) DO UPDATE SET item_json = excluded.item_json"
+)
+
+
+class Cursor(Protocol):
+    def fetchone(self) -> Any: ...
+    def fetchall(self) -> list[Any]: ...
+
+
+class Conn(Protocol):
+    """The part of a DB-API connection the row helpers use (``?`` placeholders)."""
+
+    def execute(self, sql: str, parameters: Sequence[Any] = ..., /) -> Cursor: ...
+    def executemany(self, sql: str, parameters: Sequence[Sequence[Any]], /) -> Any: ...
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -197,7 +267,7 @@ def split_full(
 
 
 def write_full_rows(
-    conn: sqlite3.Connection,
+    conn: Conn,
     flow_uuid: str,
     lists: dict[str, list[Any]],
     records: dict[str, dict[str, Any]],
@@ -209,7 +279,8 @@ def write_full_rows(
             [(flow_uuid, field) for field in lists],
         )
         conn.executemany(
-            "INSERT INTO conversation_items VALUES (?, ?, ?, ?)",
+            "INSERT INTO conversation_items (flow_uuid, field, idx, item_json) "
+            "VALUES (?, ?, ?, ?)",
             [
                 (flow_uuid, field, i, json.dumps(item))
                 for field, items in lists.items()
@@ -252,7 +323,7 @@ def stale_reason(row: tuple[int, str] | None, changes: StateChanges) -> str | No
     return None
 
 
-def write_change_rows(conn: sqlite3.Connection, flow_uuid: str, changes: StateChanges) -> str:
+def write_change_rows(conn: Conn, flow_uuid: str, changes: StateChanges) -> str:
     """Apply ``changes``' item rows; return the new snapshot's JSON (with its markers)."""
     counts = changes.counts
     rows = [
@@ -261,7 +332,7 @@ def write_change_rows(conn: sqlite3.Connection, flow_uuid: str, changes: StateCh
         for i, item in enumerate(items)
     ]
     if rows:
-        conn.executemany("INSERT OR REPLACE INTO conversation_items VALUES (?, ?, ?, ?)", rows)
+        conn.executemany(_UPSERT_ITEM, rows)
     for field, change in changes.records.items():
         if change.replace:
             conn.execute(
@@ -275,7 +346,10 @@ def write_change_rows(conn: sqlite3.Connection, flow_uuid: str, changes: StateCh
         if change.upserts:
             conn.executemany(
                 _UPSERT_RECORD,
-                [(flow_uuid, field, key, json.dumps(value)) for key, value in change.upserts],
+                [
+                    (flow_uuid, field, key, flow_uuid, field, json.dumps(value))
+                    for key, value in change.upserts
+                ],
             )
     skip = set(changes.appended) | set(changes.records)
     data = {k: v for k, v in changes.snapshot.items() if k not in skip}
@@ -287,7 +361,7 @@ def write_change_rows(conn: sqlite3.Connection, flow_uuid: str, changes: StateCh
 
 
 def assemble(
-    conn: sqlite3.Connection, flow_uuid: str, state_json: str, *, latest: bool = True
+    conn: Conn, flow_uuid: str, state_json: str, *, latest: bool = True
 ) -> dict[str, Any]:
     """A stored snapshot with its item-stored lists and record dicts put back.
 

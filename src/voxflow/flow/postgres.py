@@ -1,0 +1,222 @@
+""":class:`PostgresFlowPersistence`: the item-row store on PostgreSQL (psycopg 3, a pool).
+
+The same rows as SQLite (:mod:`voxflow.flow._item_rows`: a small snapshot row per
+session, list items and records one row each, appended and upserted, never whole
+snapshots), the same revision check and lease fencing (:mod:`voxflow.flow._row_store`),
+so several worker processes or machines can share one database. Writers of one session
+are serialised by a transaction-level advisory lock on the session id; reads see one
+consistent snapshot (``REPEATABLE READ``).
+
+Chosen by ``VOXFLOW_DATABASE_URL`` (``postgresql://user@host:5432/db``; see
+:func:`voxflow.flow.persistence.default_persistence`); SQLite stays the embedded
+default. Needs the ``postgres`` extra: ``pip install 'voxflow[postgres]'``.
+
+Example::
+
+    store = PostgresFlowPersistence("postgresql://postgres@127.0.0.1:5432/test")
+
+    @persist(store)
+    class Support(Flow[ConversationState]): ...
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from voxflow.errors import PersistenceUnavailableError
+from voxflow.flow._item_rows import PG_SCHEMA, Conn, Cursor
+from voxflow.flow._row_store import RowStore
+from voxflow.settings import DATABASE_URL_VARIABLE, check_database_url, redact_url
+
+if TYPE_CHECKING:
+    from psycopg import Connection
+    from psycopg_pool import ConnectionPool
+
+__all__ = ["PostgresFlowPersistence"]
+
+T = TypeVar("T")
+
+_SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
+_FIX = (
+    f"check {DATABASE_URL_VARIABLE} (postgresql://user[:password]@host[:port]/database) and "
+    "that the server is running; unset it to use the embedded SQLite store"
+)
+
+
+class _PgConn:
+    """A psycopg connection seen as :class:`~voxflow.flow._item_rows.Conn` (``?`` → ``%s``)."""
+
+    __slots__ = ("_conn",)
+    _sql: dict[str, str] = {}
+
+    def __init__(self, conn: Connection[Any]) -> None:
+        self._conn = conn
+
+    @classmethod
+    def _translate(cls, sql: str) -> str:
+        found = cls._sql.get(sql)
+        if found is None:
+            found = cls._sql[sql] = sql.replace("%", "%%").replace("?", "%s")
+        return found
+
+    def execute(self, sql: str, parameters: Sequence[Any] = (), /) -> Cursor:
+        return self._conn.execute(self._translate(sql), parameters)
+
+    def executemany(self, sql: str, parameters: Sequence[Sequence[Any]], /) -> Any:
+        with self._conn.cursor() as cursor:
+            cursor.executemany(self._translate(sql), parameters)
+
+
+class PostgresFlowPersistence(RowStore):
+    """:class:`~voxflow.flow.persistence.FlowPersistence` on PostgreSQL, shared by processes.
+
+    The pool opens and the tables are created on first use (not in the constructor).
+
+    Args:
+        url: a ``postgresql://`` URL (validated: :func:`check_database_url`).
+        schema: the schema holding the tables (created if missing), e.g. one per test
+            run or per deployment; default ``public``.
+        history_limit: older snapshots kept per session besides the latest (>= 0).
+        max_connections: the pool's size (>= 1).
+        connect_timeout: seconds to wait for a connection before failing.
+
+    Raises:
+        ValueError: a bad ``url`` (the message never shows its password) or argument.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        schema: str = "public",
+        history_limit: int = 10,
+        max_connections: int = 4,
+        connect_timeout: float = 10.0,
+    ) -> None:
+        check_database_url(url)
+        if not isinstance(schema, str) or not _SCHEMA_NAME.fullmatch(schema):
+            raise ValueError("schema must be a lower-case SQL identifier ([a-z_][a-z0-9_]*)")
+        for name, value, low in (("history_limit", history_limit, 0), ("max_connections",
+                                 max_connections, 1)):  # fmt: skip
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                raise ValueError(f"{name} must be an int >= {low}")
+        if isinstance(connect_timeout, bool) or not isinstance(connect_timeout, int | float):
+            raise ValueError("connect_timeout must be a number of seconds")
+        self.url = url
+        self.schema = schema
+        self.history_limit = history_limit
+        self.max_connections = max_connections
+        self.connect_timeout = float(connect_timeout)
+        self._pool: ConnectionPool[Any] | None = None
+        self._open_lock = threading.Lock()
+
+    # -- connections -----------------------------------------------------------------
+
+    def _unavailable(self, exc: BaseException) -> PersistenceUnavailableError:
+        reason = str(exc).replace(self.url, redact_url(self.url)).strip().splitlines()
+        return PersistenceUnavailableError(
+            f"cannot use the PostgreSQL session store: {reason[0] if reason else exc}",
+            path=redact_url(self.url),
+            fix=_FIX,
+        )
+
+    def _open(self) -> ConnectionPool[Any]:
+        pool = self._pool
+        if pool is not None:
+            return pool
+        with self._open_lock:
+            if self._pool is not None:
+                return self._pool
+            try:
+                import psycopg
+                from psycopg_pool import ConnectionPool, PoolTimeout
+            except ImportError as exc:
+                raise PersistenceUnavailableError(
+                    "PostgreSQL persistence needs psycopg",
+                    path=redact_url(self.url),
+                    fix="pip install 'voxflow[postgres]'",
+                ) from exc
+            pool = ConnectionPool(
+                self.url,
+                min_size=1,
+                max_size=self.max_connections,
+                kwargs={"autocommit": True, "options": f"-c search_path={self.schema}"},
+                timeout=self.connect_timeout,
+                open=False,
+                name=f"voxflow-{self.schema}",
+            )
+            try:
+                pool.open(wait=True, timeout=self.connect_timeout)
+                with pool.connection() as conn:
+                    conn.execute("BEGIN")
+                    conn.execute(
+                        "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))",
+                        (f"voxflow-schema:{self.schema}",),
+                    )
+                    conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{self.schema}"')
+                    conn.execute(PG_SCHEMA)
+                    conn.execute("COMMIT")
+            except (psycopg.Error, PoolTimeout, OSError) as exc:
+                pool.close()
+                raise self._unavailable(exc) from None
+            self._pool = pool
+            return pool
+
+    def _transaction(self, begin: str, fn: Callable[[Conn], T]) -> T:
+        import psycopg
+        from psycopg_pool import PoolTimeout
+
+        try:
+            pool = self._open()
+            with pool.connection() as conn:
+                conn.execute(begin)
+                try:
+                    result = fn(_PgConn(conn))
+                except BaseException:
+                    conn.execute("ROLLBACK")
+                    raise
+                conn.execute("COMMIT")
+                return result
+        except (psycopg.OperationalError, PoolTimeout) as exc:
+            raise self._unavailable(exc) from None
+
+    def _write(self, fn: Callable[[Conn], None]) -> None:
+        self._transaction("BEGIN", fn)
+
+    def _read(self, fn: Callable[[Conn], T]) -> T | None:
+        return self._transaction("BEGIN READ ONLY", fn)
+
+    def _read_consistent(self, fn: Callable[[Conn], T]) -> T | None:
+        return self._transaction("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY", fn)
+
+    def _lock_session(self, conn: Conn, flow_uuid: str) -> None:
+        conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(?, 0))", (flow_uuid,))
+
+    def check_writable(self) -> None:
+        """Open the pool and create the tables now: a typed error before any method runs.
+
+        Raises:
+            PersistenceUnavailableError: the server is unreachable or refused (the URL
+                is shown without its password).
+        """
+        self._transaction("BEGIN", lambda c: None)
+
+    def drop_schema(self) -> None:
+        """Drop this store's schema and everything in it (tests, benchmarks); then close."""
+        if self.schema == "public":
+            raise ValueError("refusing to drop the public schema")
+        self._transaction("BEGIN", lambda c: c.execute(f'DROP SCHEMA "{self.schema}" CASCADE'))
+        self.close()
+
+    def close(self) -> None:
+        """Close the pool (idempotent; the next call reopens it)."""
+        with self._open_lock:
+            if self._pool is not None:
+                self._pool.close()
+                self._pool = None
+
+    def __repr__(self) -> str:
+        return f"PostgresFlowPersistence({redact_url(self.url)!r}, schema={self.schema!r})"

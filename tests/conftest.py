@@ -1,0 +1,77 @@
+"""Fixtures shared by every test package: the persistence backends under test.
+
+``make_store`` is parametrized over SQLite (a file in ``tmp_path``) and PostgreSQL
+(``VOXFLOW_TEST_DATABASE_URL``, default ``postgresql://postgres@127.0.0.1:5432/test``,
+one fresh schema per test, dropped afterwards, so parallel runs never collide). The
+PostgreSQL variant skips with a one-line reason when no server answers.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import urllib.parse
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from voxflow.flow._row_store import RowStore
+from voxflow.flow.persistence import SQLiteFlowPersistence
+
+PG_URL = os.environ.get("VOXFLOW_TEST_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/test")
+
+StoreFactory = Callable[..., RowStore]
+
+
+def postgres_unreachable() -> str | None:
+    """Why the test PostgreSQL server cannot be used, or None."""
+    parts = urllib.parse.urlsplit(PG_URL)
+    host, port = parts.hostname or "127.0.0.1", parts.port or 5432
+    try:
+        socket.create_connection((host, port), timeout=1.0).close()
+    except OSError as exc:
+        return f"PostgreSQL not reachable at {host}:{port} ({exc.strerror or exc})"
+    try:
+        import psycopg
+
+        psycopg.connect(PG_URL, connect_timeout=3).close()
+    except ImportError:
+        return "psycopg is not installed (uv sync installs the dev group)"
+    except Exception as exc:
+        return f"PostgreSQL at {host}:{port} refused the test URL ({type(exc).__name__})"
+    return None
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def make_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[StoreFactory]:
+    """``make_store(name="store")``: a new backend (its own connections, as a process
+    has); the same name is the same database."""
+    made: list[RowStore] = []
+    if request.param == "sqlite":
+
+        def make(name: str = "store") -> RowStore:
+            store = SQLiteFlowPersistence(tmp_path / f"{name}.db")
+            made.append(store)
+            return store
+
+    else:
+        reason = postgres_unreachable()
+        if reason is not None:
+            pytest.skip(reason)
+        from voxflow.flow.postgres import PostgresFlowPersistence
+
+        run = f"vx_{os.getpid()}_{uuid.uuid4().hex[:8]}"
+
+        def make(name: str = "store") -> RowStore:
+            store = PostgresFlowPersistence(PG_URL, schema=f"{run}_{name}"[:63])
+            made.append(store)
+            return store
+
+    yield make
+    for store in made:
+        store.close()
+    if request.param == "postgres" and made:
+        for schema in {s.schema for s in made}:  # type: ignore[attr-defined]
+            PostgresFlowPersistence(PG_URL, schema=schema).drop_schema()
