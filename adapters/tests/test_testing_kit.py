@@ -4,6 +4,8 @@ shows the call's timeline (who spoke when, what was heard), not a bare assert Fa
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from voxflow_adapters.assertions import (
     CallAssertionError,
     assert_completed,
@@ -16,7 +18,7 @@ from voxflow_adapters.assertions import (
 from voxflow_adapters.call_runner import CallRunner
 from voxflow_adapters.scenario import CallResult
 from voxflow_adapters.script import CallScript
-from voxflow_adapters.testing import SHORT_STORY, STORY, Teller
+from voxflow_adapters.testing import SHORT_STORY, STORY, Teller, words
 from voxflow_adapters.timeline import call_timeline
 from voxflow_voice.engines import VoiceEngines
 
@@ -158,3 +160,19 @@ def test_stale_audio_after_a_fence_is_caught(barge_in: CallResult) -> None:
 )
 def test_word_error_rate(reference: str, hypothesis: str, rate: float) -> None:
     assert word_error_rate(reference, hypothesis) == rate
+
+
+WORDS = st.lists(st.sampled_from(["tell", "me", "a", "story", "stop", "please", "Okay."]),
+                 max_size=8).map(" ".join)
+
+
+@settings(max_examples=200, derandomize=True, deadline=None)
+@given(reference=WORDS, hypothesis_text=WORDS)
+def test_word_error_rate_is_an_edit_distance(reference: str, hypothesis_text: str) -> None:
+    rate = word_error_rate(reference, hypothesis_text)
+    ref, hyp = words(reference), words(hypothesis_text)
+    assert word_error_rate(reference, reference) == 0.0
+    assert (rate == 0.0) == (ref == hyp)
+    if ref:
+        assert 0.0 <= rate <= max(len(ref), len(hyp)) / len(ref)
+        assert abs(rate * len(ref) - round(rate * len(ref))) < 1e-9  # whole edits
