@@ -11,6 +11,7 @@ from voxflow_adapters.assertions import (
     CallAssertionError,
     assert_announcement_waited,
     assert_floor_held,
+    assert_history_is_heard,
 )
 from voxflow_adapters.scenario import CallResult, run_call
 from voxflow_adapters.script import CallScript
@@ -133,6 +134,15 @@ async def test_job_result_is_announced_once_the_floor_is_free(engines: VoiceEngi
     # The same, as the testing kit says it.
     assert assert_announcement_waited(call, text=ANSWER) == delivery
     assert_floor_held(call)
+    assert_history_is_heard(call)  # the announcement, heard whole, is in the history
+    messages = call.session.turns.flow.state.messages
+    [said] = [m for m in messages if m.metadata.get("delivery_id") == delivery]
+    messages.remove(said)  # as if the heard announcement had not entered the history
+    with pytest.raises(CallAssertionError) as forgotten:
+        assert_history_is_heard(call)
+    assert forgotten.value.reason.startswith(
+        f'the history has no message for reply 3; expected "{ANSWER}"'
+    )
 
 
 async def test_mute_holds_announcements_until_unmuted(engines: VoiceEngines) -> None:

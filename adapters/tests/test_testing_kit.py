@@ -125,7 +125,7 @@ def test_a_history_keeping_unheard_words_is_caught(barge_in: CallResult) -> None
     finally:
         messages[index] = original
     reason = failed.value.reason
-    assert reason.startswith("the history differs from what was heard for reply 1 (heard):")
+    assert reason.startswith("the history differs from what was heard for reply 1:")
     assert f"history:  \"{STORY[:40]}" in reason
     cut = call.of_kind("reply_interrupted")[0]
     assert f'heard:    "{cut.heard_text} [interrupted by the user]"' in reason

@@ -15,7 +15,7 @@ message says what was expected, what happened, and then shows the whole call
 * :func:`assert_completed`: a reply was played whole;
 * :func:`assert_no_stale_audio`: not one sample of a reply was played after its fence;
 * :func:`assert_history_is_heard`: the flow's history holds what the user heard of each
-  reply (a cut reply: the words played, marked interrupted);
+  reply and announcement (a cut one: the words played, marked interrupted);
 * :func:`assert_floor_held`: no background announcement started while the user was
   speaking, had the microphone muted, or another reply was playing;
 * :func:`assert_announcement_waited`: an announcement was heard, once the floor was free;
@@ -251,31 +251,42 @@ def assert_no_stale_audio(call: CallResult) -> None:
 class _Expected:
     delivery: DeliveryId
     content: str
-    interrupted: bool
+    by_id_only: bool  # found by its delivery id only (cut replies, announcements)
 
 
 def assert_history_is_heard(call: CallResult) -> None:
-    """The flow's history holds exactly what the user heard of each answer, in order.
+    """The flow's history holds exactly what the user heard of each reply, in order.
 
-    A reply played whole is its text; a cut reply is the words played, followed by
-    ``[interrupted by the user]`` (and never the words that were not played). Background
-    announcements are not checked. Reads the flow of the call's ``TurnRunner``.
+    An answer played whole is its text; a cut answer is the words played, followed by
+    ``[interrupted by the user]`` (and never the words that were not played). A background
+    announcement that was heard is in the history the same way (marked by its
+    ``delivery_id``); one cut before a word was heard is not. Reads the flow of the
+    call's ``TurnRunner``.
 
     Raises:
         CallAssertionError: a reply's message is missing or differs from what was heard.
     """
     labels = Labels.of(call)
     background = announcements(call)
-    answers = {e.delivery_id for e in call.of_kind("reply_started")} - background
     expected: list[_Expected] = []
+    unheard: list[DeliveryId] = []
     for e in call.events:
-        if e.kind == "reply_interrupted" and e.delivery_id in answers:
-            content = f"{e.heard_text} {INTERRUPTED_MARK}".strip()
+        if e.kind == "reply_interrupted":
+            if e.delivery_id in background and not e.heard_text.strip():
+                unheard.append(e.delivery_id)
+                continue
+            content = f"{e.heard_text.strip()} {INTERRUPTED_MARK}".strip()
             expected.append(_Expected(e.delivery_id, content, True))
-        elif e.kind == "reply_finished" and e.delivery_id in answers:
-            expected.append(_Expected(e.delivery_id, e.text, False))
+        elif e.kind == "reply_finished":
+            expected.append(_Expected(e.delivery_id, e.text, e.delivery_id in background))
     messages = [m for m in call.session.turns.flow.state.messages if m.role == "assistant"]
     history = "\n".join(f"    assistant: {quote(str(m.content), 200)}" for m in messages)
+    for delivery in unheard:
+        if any(m.metadata.get("delivery_id") == delivery for m in messages):
+            raise _fail(call, labels, (
+                f"announcement {labels.reply(delivery)} was cut before a word was heard, "
+                f"but the history has a message for it:\n{history}"
+            ))
     position = 0
     for item in expected:
         name = labels.reply(item.delivery)
@@ -283,7 +294,7 @@ def assert_history_is_heard(call: CallResult) -> None:
         for index in range(position, len(messages)):
             message = messages[index]
             by_id = message.metadata.get("delivery_id") == item.delivery
-            if by_id or (not item.interrupted and message.content == item.content):
+            if by_id or (not item.by_id_only and message.content == item.content):
                 found = index
                 break
         if found is None:
@@ -293,9 +304,8 @@ def assert_history_is_heard(call: CallResult) -> None:
             ))
         content = messages[found].content
         if content != item.content:
-            heard = "heard" if item.interrupted else "played whole"
             raise _fail(call, labels, (
-                f"the history differs from what was heard for {name} ({heard}):\n"
+                f"the history differs from what was heard for {name}:\n"
                 f"    history:  {quote(str(content), 200)}\n"
                 f"    heard:    {quote(item.content, 200)}"
             ))
