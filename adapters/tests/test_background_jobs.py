@@ -4,15 +4,19 @@ and each heard announcement kept in the history."""
 
 from __future__ import annotations
 
+import asyncio
+from typing import Any
+
 import pytest
 from voxflow_adapters.scenario import run_call
 from voxflow_adapters.script import CallScript
 from voxflow_voice.engines import VoiceEngines
 
 from voxflow import Flow, listen
+from voxflow.clock import VirtualClock
 from voxflow.conversation import RouterContext
 from voxflow.jobs import JobContext, background_job
-from voxflow.wiring import AssistantState
+from voxflow.wiring import AssistantState, AssistantWiring
 
 pytestmark = pytest.mark.models
 
@@ -48,3 +52,35 @@ async def test_progress_then_result_are_announced_in_a_call(engines: VoiceEngine
     said = [m for m in flow.state.messages if m.metadata.get("announcement")]
     assert [m.content for m in said] == texts[1:]
     assert call.stale_samples() == 0
+
+
+@background_job
+async def confirm_table(job: JobContext) -> str:
+    return "Your table is confirmed."
+
+
+class QuickRestaurant(Restaurant):
+    @listen("book")
+    def handle_book(self) -> str:
+        confirm_table.start(self)
+        return "Sure."
+
+
+async def test_a_job_that_completed_before_the_call_is_announced_in_it(
+    engines: VoiceEngines,
+) -> None:
+    flow = QuickRestaurant()
+    done = asyncio.Event()
+
+    async def seen(snapshot: dict[str, Any]) -> None:
+        if all(job["status"] == "completed" for job in snapshot["jobs"]):
+            done.set()
+
+    async with AssistantWiring(flow, clock=VirtualClock(autojump=True)) as wiring:
+        wiring.subscribe(seen)
+        assert await wiring.text_turn("A table, please.") == "Sure."  # typed, not spoken
+        await asyncio.wait_for(done.wait(), 10)  # no clock sleeps in the job: wall time
+        call = await run_call(wiring, CallScript().until(6.0), engines)  # then a call
+    texts = [e.text for e in call.events if e.kind == "reply_finished"]
+    assert texts == ["Your table is confirmed."]
+    assert flow.state.messages[-1].content == texts[0]

@@ -108,6 +108,7 @@ class AnnouncementDelivery:
             return
         replies = self._replies
         changed = self._floor.changed
+        await self.offer_completed()  # jobs that completed before this session started
         while True:
             await changed.wait()
             changed.clear()
