@@ -68,3 +68,15 @@ def test_unknown_command_exits_2() -> None:
     with pytest.raises(SystemExit) as exc:
         main(["no-such-command"])
     assert exc.value.code == 2
+
+
+def test_the_voice_commands_are_found_through_entry_points() -> None:
+    """The core names no adapter: the `voxflow.commands` entry points of the installed
+    voxflow-adapters give each voice command, with the attributes the CLI calls."""
+    from voxflow.commands import load_command
+
+    chat, serve, demo = load_command("chat"), load_command("serve"), load_command("demo")
+    assert chat.parse_device("3") == 3 and chat.parse_device("USB mic") == "USB mic"
+    assert getattr(chat, "__name__", "") == "voxflow_adapters.local_chat"
+    assert getattr(serve, "__name__", "") == "voxflow_adapters.webrtc.command"
+    assert len(demo.DEMO_LINES) >= 4 and all(isinstance(x, str) for x in demo.DEMO_LINES)

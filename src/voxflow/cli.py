@@ -22,9 +22,9 @@ import sys
 import wave
 from collections.abc import Sequence
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
+from .commands import CommandName, MissingCommandError, Serve, VoiceChat, load_command
 from .errors import VoxflowError
 from .settings import Settings, SettingsError
 
@@ -185,32 +185,28 @@ def _cmd_chat(args: argparse.Namespace) -> int:
     return run_repl(args.flow, model)
 
 
-def _adapter(module: str, command: str, what: str, extra: str) -> ModuleType | None:
-    """Import an adapter module, or say which extra to install (None)."""
-    import importlib
-
+def _command(name: CommandName, command: str) -> Any:
+    """The voice command ``name`` (:mod:`voxflow.commands`), or None after saying which
+    extra installs it."""
     try:
-        return importlib.import_module(module)
-    except ImportError as exc:
-        print(f"error: {command} needs the {what} ({exc}); "
-              f"install it with: pip install 'voxflow[{extra}]'", file=sys.stderr)
+        return load_command(name)
+    except MissingCommandError as exc:
+        print(f"error: {command} is not installed: {exc}", file=sys.stderr)
         return None
 
 
 def _cmd_voice_chat(args: argparse.Namespace, settings: Settings, model: str | None) -> int:
-    chat = _adapter("voxflow_adapters.local_chat", "voxflow chat --voice",
-                    "local audio adapter", "local")
+    chat: VoiceChat | None = _command("chat", "voxflow chat --voice")
     if chat is None:
         return EXIT_FAILED
     try:
         devices = [chat.parse_device(d) for d in (args.input_device, args.output_device)]
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-    code: int = chat.run_voice_chat(
+    return chat.run_voice_chat(
         flow=args.flow, input_device=devices[0], output_device=devices[1],
         headphones=args.headphones, model=model, settings=settings,
     )
-    return code
 
 
 def _writable_folder(path: Path, option: str) -> None:
@@ -232,10 +228,9 @@ def _script_wavs(folder: Path) -> None:
         raise UsageError(f"--script {folder}: not a folder; give a folder of WAV files, "
                          "one per line the caller says")
     try:
-        from voxflow_adapters.demo.call import DEMO_LINES
-    except ImportError:
-        raise UsageError("--script needs the voice call demo: "
-                         "pip install 'voxflow[all]'") from None
+        DEMO_LINES = load_command("demo").DEMO_LINES
+    except MissingCommandError as exc:
+        raise UsageError(f"--script needs the voice call demo: {exc}") from None
     wavs = sorted(folder.glob("*.wav"))
     if len(wavs) != len(DEMO_LINES):
         lines = "; ".join(f"{i}. {line}" for i, line in enumerate(DEMO_LINES, 1))
@@ -289,17 +284,15 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     settings = _settings(args, log_level="INFO")
     model = _check_assistant(args, settings)
     _check_listen(settings.host, settings.port)
-    command = _adapter("voxflow_adapters.webrtc.command", "voxflow serve", "WebRTC adapter",
-                       "webrtc")
+    command: Serve | None = _command("serve", "voxflow serve")
     if command is None:
         return EXIT_FAILED
-    code: int = command.run_serve(
+    return command.run_serve(
         flow=args.flow, host=settings.host, port=settings.port, token=args.token, model=model,
         ice_servers=args.ice_server, ice_host_addresses=args.ice_host, max_calls=args.max_calls,
         settings=settings, tls_cert=args.tls_cert, tls_key=args.tls_key,
         self_signed=args.self_signed, trust_forwarded=args.trust_forwarded,
     )
-    return code
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:

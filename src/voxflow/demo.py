@@ -1,19 +1,20 @@
 """``voxflow demo``: a scripted conversation with the example assistant.
 
 With the voice packages installed (the default in this repository), the demo is a
-complete simulated voice call (see :mod:`voxflow_adapters.demo`). Without them it runs
-the same conversation as text, so ``voxflow demo`` always shows a working flow.
+complete simulated voice call (the ``demo`` command of :mod:`voxflow.commands`). Without
+them it runs the same conversation as text, so ``voxflow demo`` always shows a working flow.
 """
 
 from __future__ import annotations
 
 import asyncio
 import importlib
-import importlib.util
 import json
+import sys
 import time
 from typing import Any
 
+from .commands import MissingCommandError, load_command
 from .settings import Settings
 
 __all__ = [
@@ -77,14 +78,13 @@ def run_demo(
     settings: Settings | None = None,
 ) -> int:
     """The voice call demo when voice is installed, else the text demo."""
-    if (
-        importlib.util.find_spec("voxflow_adapters") is not None
-        and importlib.util.find_spec("voxflow_adapters.demo") is not None
-    ):
-        voice = importlib.import_module("voxflow_adapters.demo")
-        code: int = voice.run_voice_demo(
-            fast=fast, model=model, json_output=json_output, out=out, script=script,
-            settings=settings,
-        )
-        return code
-    return run_text_demo(model=model, json_output=json_output)
+    try:
+        voice = load_command("demo")
+    except MissingCommandError as exc:
+        print(f"the voice call demo is not installed ({exc}); the same conversation "
+              "as text:", file=sys.stderr)
+        return run_text_demo(model=model, json_output=json_output)
+    return voice.run_voice_demo(
+        fast=fast, model=model, json_output=json_output, out=out, script=script,
+        settings=settings,
+    )

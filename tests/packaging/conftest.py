@@ -84,3 +84,10 @@ def installed_voxflow(
         home / "venv", f"voxflow[voice] @ {core.as_uri()}",
         str(voxflow_wheels["voxflow_voice"]), str(voxflow_wheels["voxflow_adapters"]), "pytest",
     )
+
+
+@pytest.fixture(scope="session")
+def installed_core(tmp_path_factory: pytest.TempPathFactory, voxflow_wheels: dict[str, Path]) -> Path:
+    """The core ``voxflow`` wheel alone (no extra) in a fresh virtual environment; its bin."""
+    home = tmp_path_factory.mktemp("venv-core")
+    return make_venv(home / "venv", str(voxflow_wheels["voxflow"]))

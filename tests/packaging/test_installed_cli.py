@@ -74,3 +74,49 @@ def test_voxflow_serve_help_and_doctor(installed_voxflow: Path, empty_dir: Path)
     # what is missing in a voxflow[voice]-only install is named with its fix
     assert all(c["fix"] for c in checks if c["status"] == "missing")
     assert doctor.returncode == (1 if any(c["status"] == "missing" for c in checks) else 0)
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+    return port
+
+
+def test_the_voice_commands_come_from_the_adapters_wheel(
+    installed_voxflow: Path, empty_dir: Path
+) -> None:
+    found = subprocess.run(
+        [str(installed_voxflow / "python"), "-c",
+         "from importlib.metadata import entry_points as e; "
+         "print(sorted((p.name, p.value, p.dist.name) for p in e(group='voxflow.commands')))"],
+        cwd=empty_dir, env=clean_env(), capture_output=True, text=True, check=True)
+    assert found.stdout.strip() == str(sorted([
+        ("chat", "voxflow_adapters.local_chat", "voxflow-adapters"),
+        ("demo", "voxflow_adapters.demo", "voxflow-adapters"),
+        ("serve", "voxflow_adapters.webrtc.command", "voxflow-adapters"),
+    ]))
+    # voxflow[voice] has the adapters without the `local` extra (sounddevice): named
+    chat = voxflow(installed_voxflow, "chat", "--voice", cwd=empty_dir, timeout=120)
+    assert chat.returncode == 1, chat.stderr
+    assert "pip install 'voxflow[local]'" in chat.stderr and "Traceback" not in chat.stderr
+
+
+def test_the_core_alone_names_the_extra_for_each_voice_command(
+    installed_core: Path, empty_dir: Path
+) -> None:
+    serve = voxflow(installed_core, "serve", "--port", str(_free_port()), cwd=empty_dir)
+    assert serve.returncode == 1 and "Traceback" not in serve.stderr, serve.stderr
+    assert "voxflow serve is not installed" in serve.stderr
+    assert "pip install 'voxflow[webrtc]'" in serve.stderr
+    chat = voxflow(installed_core, "chat", "--voice", cwd=empty_dir)
+    assert chat.returncode == 1 and "pip install 'voxflow[local]'" in chat.stderr, chat.stderr
+    script = voxflow(installed_core, "demo", "--script", str(empty_dir), cwd=empty_dir)
+    assert script.returncode == 2 and "pip install 'voxflow[voice]'" in script.stderr
+    # the demo itself still runs: the same conversation as text
+    demo = voxflow(installed_core, "demo", "--json", cwd=empty_dir, timeout=120)
+    assert demo.returncode == 0, demo.stderr
+    assert "pip install 'voxflow[voice]'" in demo.stderr
+    assert __import__("json").loads(demo.stdout)["mode"] == "text"
