@@ -1,7 +1,9 @@
-"""ruff and mypy (strict, pydantic plugin) over all three packages."""
+"""ruff and mypy (strict, pydantic plugin) over all three packages; the import contracts
+of ``.importlinter`` (the layers adapters -> voice -> core, no cycles) with import-linter."""
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import sys
@@ -30,3 +32,21 @@ def test_ruff_is_clean() -> None:
 def test_mypy_strict_is_clean() -> None:
     result = _run(sys.executable, "-m", "mypy")
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_the_import_contracts_are_kept() -> None:
+    lint_imports = shutil.which("lint-imports") or str(
+        Path(sys.executable).with_name("lint-imports"))
+    result = _run(lint_imports, "--no-cache")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert re.search(r"Contracts: [1-9]\d* kept, 0 broken", result.stdout)  # they ran
+
+
+def test_the_core_names_no_adapter_package() -> None:
+    """What import-linter cannot see: an adapter imported by its name in a string
+    (importlib); the core finds its voice commands through entry points instead."""
+    by_name = re.compile(r"""(import_module|find_spec|__import__)\(\s*["']voxflow_""")
+    named = [f"{path.relative_to(ROOT)}:{n}"
+             for path in sorted((ROOT / "src" / "voxflow").rglob("*.py"))
+             for n, line in enumerate(path.read_text().splitlines(), 1) if by_name.search(line)]
+    assert named == []

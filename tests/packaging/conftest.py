@@ -87,7 +87,9 @@ def installed_voxflow(
 
 
 @pytest.fixture(scope="session")
-def installed_core(tmp_path_factory: pytest.TempPathFactory, voxflow_wheels: dict[str, Path]) -> Path:
+def installed_core(
+    tmp_path_factory: pytest.TempPathFactory, voxflow_wheels: dict[str, Path]
+) -> Path:
     """The core ``voxflow`` wheel alone (no extra) in a fresh virtual environment; its bin."""
     home = tmp_path_factory.mktemp("venv-core")
     return make_venv(home / "venv", str(voxflow_wheels["voxflow"]))
