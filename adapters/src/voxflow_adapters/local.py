@@ -32,7 +32,6 @@ import asyncio
 import contextlib
 import logging
 import threading
-from collections import deque
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -42,11 +41,10 @@ from numpy.typing import NDArray
 from pydantic import BaseModel, ConfigDict, Field
 from voxflow_voice.audio import AudioChunk, resample
 from voxflow_voice.input_guard import InputGuard
+from voxflow_voice.playout import PlayoutQueue, Pulled
 from voxflow_voice.transport import (
     ClientObservation,
     MuteChanged,
-    PlaybackDrained,
-    PlaybackReceipt,
 )
 
 from voxflow.clock import Clock, MonotonicClock
@@ -150,30 +148,6 @@ class LocalAudioStatistics:
     input_frames_zeroed: int = 0
 
 
-@dataclass(slots=True)
-class _Queued:
-    """A reply chunk's samples from ``base`` on, at the device rate, and how much was played."""
-
-    chunk: AudioChunk
-    device: NDArray[np.float32]
-    base: int = 0  # the chunk sample (its own rate) that device[0] starts at
-    offset: int = 0
-
-    @property
-    def remaining(self) -> int:
-        return self.device.size - self.offset
-
-    def source_at(self, device_index: int) -> int:
-        """The chunk sample (its own rate) that device sample ``device_index`` maps to."""
-        span = self.chunk.num_samples - self.base
-        if device_index >= self.device.size:
-            return self.chunk.num_samples
-        return self.base + device_index * span // max(1, self.device.size)
-
-
-_Played = tuple[DeliveryId, int | None, int, int, int]  # delivery, segment, start, count, rate
-
-
 class LocalAudio:
     """The computer's microphone and speakers as an :class:`AudioTransport`.
 
@@ -210,13 +184,9 @@ class LocalAudio:
         self._input: asyncio.Queue[AudioChunk | None] = asyncio.Queue()
         self._observations: asyncio.Queue[ClientObservation | None] = asyncio.Queue()
         self._lock = threading.Lock()  # the queue is shared with the output callback
-        self._queue: deque[_Queued] = deque()
-        self._queued = 0  # device samples queued
+        self._playout: PlayoutQueue | None = None  # at the device rate, made on open
         self._writable = asyncio.Event()
         self._writable.set()
-        self._was_playing: DeliveryId | None = None
-        self._paused: set[DeliveryId] = set()  # read by the output callback, under the lock
-        self._flushed_ids: set[DeliveryId] = set()
         self._muted = False
         self._closed = False
         self._ended = False
@@ -225,8 +195,6 @@ class LocalAudio:
         self._output_blocks = 0
         self._xruns = 0
         self._reopens = 0
-        self._played = 0
-        self._flushed = 0
 
     # -- lifetime -------------------------------------------------------------------
 
@@ -284,8 +252,12 @@ class LocalAudio:
                 latency=s.latency, callback=self._on_output,
             )
             output_rate = round(self._output_stream.samplerate)
-            if self._output_rate and output_rate != self._output_rate:
-                self._requeue(output_rate)  # a reopen at another rate: queued audio follows
+            with self._lock:
+                if self._playout is None:
+                    self._playout = PlayoutQueue(clock=self.clock, rate=output_rate)
+                elif output_rate != self._playout.rate:  # a reopen at another rate:
+                    self._playout.convert(  # the queued audio follows
+                        lambda rest: self._to_device(rest, output_rate), output_rate)
             self._input_rate = round(self._input_stream.samplerate)
             self._output_rate = output_rate
             self._input_stream.start()
@@ -336,29 +308,25 @@ class LocalAudio:
             raise ValueError("reply chunks must carry a delivery_id")
         if self._ended:
             raise ResourceClosedError("LocalAudio is closed: no more reply audio is played")
-        if not self._output_rate:
+        playout = self._playout
+        if playout is None:
             raise ResourceClosedError("LocalAudio is not open yet: use `async with LocalAudio()`")
-        device = self._to_device(chunk, self._output_rate)
         with self._lock:
-            self._queue.append(_Queued(chunk, device))
-            self._queued += device.size
+            rate = playout.rate
+        device = self._to_device(chunk, rate)
+        with self._lock:
+            if playout.rate == rate:
+                playout.put(chunk, device)
+                return
+        self.write_nowait(chunk)  # the device reopened at another rate meanwhile
 
     def flush(self, delivery_id: DeliveryId) -> int:
         """Drop the queued audio of ``delivery_id`` now; returns its samples dropped
         (at the chunks' own rate)."""
-        dropped = 0
+        if self._playout is None:
+            return 0
         with self._lock:
-            kept: deque[_Queued] = deque()
-            for item in self._queue:
-                if item.chunk.delivery_id == delivery_id:
-                    dropped += item.chunk.num_samples - item.source_at(item.offset)
-                    self._queued -= item.remaining
-                    self._flushed += item.remaining
-                else:
-                    kept.append(item)
-            self._queue = kept
-            self._paused.discard(delivery_id)
-            self._flushed_ids.add(delivery_id)
+            dropped = self._playout.flush(delivery_id)
         self._writable.set()
         return dropped
 
@@ -371,19 +339,17 @@ class LocalAudio:
         """
         if not isinstance(delivery_id, str):
             raise TypeError(f"delivery_id must be a DeliveryId, got {type(delivery_id).__name__}")
+        if self._playout is None:
+            return False
         with self._lock:
-            if delivery_id in self._paused or delivery_id in self._flushed_ids:
-                return False
-            self._paused.add(delivery_id)
-        return True
+            return self._playout.pause(delivery_id)
 
     def resume(self, delivery_id: DeliveryId) -> bool:
         """Play on from the exact sample where ``delivery_id`` paused; False if not paused."""
+        if self._playout is None:
+            return False
         with self._lock:
-            if delivery_id not in self._paused:
-                return False
-            self._paused.discard(delivery_id)
-        return True
+            return self._playout.resume(delivery_id)
 
     async def observations(self) -> AsyncIterator[ClientObservation]:
         """Receipts, drains and mute changes, in order."""
@@ -417,7 +383,8 @@ class LocalAudio:
             input_rate=self._input_rate, output_rate=self._output_rate,
             input_blocks=self._input_blocks, output_blocks=self._output_blocks,
             xruns=self._xruns, reopens=self._reopens, queued_seconds=self._queued_seconds(),
-            samples_played=self._played, samples_flushed=self._flushed,
+            samples_played=self._playout.samples_played if self._playout else 0,
+            samples_flushed=self._playout.samples_flushed if self._playout else 0,
             input_frames_dropped=guarded.dropped, input_frames_zeroed=guarded.zeroed,
         )
 
@@ -437,36 +404,18 @@ class LocalAudio:
         if status:
             self._xruns += 1
         out = outdata[:frames, 0]
-        out.fill(0.0)
-        played: list[_Played] = []
-        filled = 0
-        held = False
-        with self._lock:
-            while filled < frames and self._queue:
-                item = self._queue[0]
-                if item.chunk.delivery_id in self._paused:
-                    held = True  # nothing of it (or after it) plays until resumed
-                    break
-                take = min(frames - filled, item.remaining)
-                out[filled : filled + take] = item.device[item.offset : item.offset + take]
-                first, last = item.source_at(item.offset), item.source_at(item.offset + take)
-                chunk = item.chunk
-                assert chunk.delivery_id is not None
-                if last > first:
-                    played.append((chunk.delivery_id, chunk.segment_id,
-                                   (chunk.start_sample or 0) + first, last - first,
-                                   chunk.sample_rate))
-                item.offset += take
-                filled += take
-                if item.remaining == 0:
-                    self._queue.popleft()
-            self._queued -= filled
-            self._played += filled
         # When the first sample of this buffer reaches the speaker, on the call's clock.
         dac = getattr(time_info, "outputBufferDacTime", 0.0) or 0.0
         now = getattr(time_info, "currentTime", 0.0) or 0.0
         at = self.clock.now() + max(0.0, float(dac) - float(now))
-        self._post(self._report_played, played, filled, at, held)
+        playout = self._playout
+        if playout is None:
+            out.fill(0.0)
+            return
+        with self._lock:
+            pulled = playout.pull(frames, at=at)
+        out[:] = pulled.samples
+        self._post(self._report_played, pulled)
 
     def _post(self, handler: Callable[..., None], *args: Any) -> None:
         loop = self._loop
@@ -484,23 +433,14 @@ class LocalAudio:
         if chunk is not None and chunk.num_samples:
             self._input.put_nowait(chunk)
 
-    def _report_played(self, played: list[_Played], filled: int, at: float,
-                       held: bool) -> None:
+    def _report_played(self, pulled: Pulled) -> None:
         if self._ended:
             return
-        rate = self._output_rate or 1
-        offset = 0.0
-        for delivery, segment, start, count, chunk_rate in played:
-            self._observations.put_nowait(PlaybackReceipt(
-                delivery_id=delivery, segment_id=segment, start_sample=start,
-                num_samples=count, sample_rate=chunk_rate, at=at + offset,
-            ))
-            self._was_playing = delivery
-            offset += count / chunk_rate
-        if filled == 0 and not held and self._was_playing is not None:
-            self._observations.put_nowait(PlaybackDrained(at=at, delivery_id=self._was_playing))
-            self._was_playing = None
-        if self._queued / rate < self.settings.lead:
+        for receipt in pulled.receipts:
+            self._observations.put_nowait(receipt)
+        if pulled.drained is not None:
+            self._observations.put_nowait(pulled.drained)
+        if self._queued_seconds() < self.settings.lead:
             self._writable.set()
 
     # -- stalls and lost devices -------------------------------------------------------
@@ -566,7 +506,7 @@ class LocalAudio:
                 logger.exception("status callback failed")
 
     def _queued_seconds(self) -> float:
-        return self._queued / self._output_rate if self._output_rate else 0.0
+        return self._playout.queued_seconds if self._playout is not None else 0.0
 
     @staticmethod
     def _to_device(chunk: AudioChunk, rate: int) -> NDArray[np.float32]:
@@ -576,17 +516,6 @@ class LocalAudio:
         # Each chunk is resampled whole, so its device samples map back to its own
         # samples exactly (receipts) and nothing is held back in a resampler's tail.
         return resample(samples, chunk.sample_rate, rate)
-
-    def _requeue(self, rate: int) -> None:
-        """Convert the queued audio to a new device rate, from where playing stopped."""
-        with self._lock:
-            queued: deque[_Queued] = deque()
-            for item in self._queue:
-                base = item.source_at(item.offset)
-                rest = AudioChunk(item.chunk.pcm[2 * base :], item.chunk.sample_rate)
-                queued.append(_Queued(item.chunk, self._to_device(rest, rate), base=base))
-            self._queue = queued
-            self._queued = sum(item.remaining for item in queued)
 
     def __repr__(self) -> str:
         s = self.statistics()

@@ -27,10 +27,10 @@ import numpy as np
 from numpy.typing import NDArray
 from voxflow_voice.audio import STT_SAMPLE_RATE, AudioChunk, resample
 from voxflow_voice.input_guard import InputGuard, InputStatistics
+from voxflow_voice.playout import PlayoutQueue
 from voxflow_voice.transport import (
     ClientObservation,
     MuteChanged,
-    PlaybackDrained,
     PlaybackReceipt,
 )
 
@@ -95,16 +95,6 @@ class Tape:
         return sum(self.played_after_flush.values())
 
 
-@dataclass(slots=True)
-class _Queued:
-    chunk: AudioChunk
-    offset: int = 0  # samples of the chunk already played
-
-    @property
-    def remaining(self) -> int:
-        return self.chunk.num_samples - self.offset
-
-
 class SimulatedClient:
     """A scripted caller that speaks, listens at 1x and reports what it heard.
 
@@ -133,15 +123,12 @@ class SimulatedClient:
         self._lead = lead
         self._tail = tail
         self._rendered: RenderedScript | None = None
-        self._queue: deque[_Queued] = deque()
-        self._queued_seconds = 0.0
+        self._playout = PlayoutQueue(clock=clock, rate=STT_SAMPLE_RATE)
         self._input: asyncio.Queue[AudioChunk | None] = asyncio.Queue()
         self._guard = InputGuard()
         self._observations: asyncio.Queue[ClientObservation | None] = asyncio.Queue()
         self._writable = asyncio.Event()
         self._writable.set()
-        self._flushed: set[DeliveryId] = set()
-        self._paused: set[DeliveryId] = set()
         self._was_playing: DeliveryId | None = None
         self._echo: deque[NDArray[np.float32]] = deque()
         self._muted = False
@@ -168,46 +155,36 @@ class SimulatedClient:
 
     async def wait_writable(self) -> None:
         """Wait until less than ``lead`` seconds of reply audio is queued."""
-        while self._queued_seconds >= self._lead:
+        while self._playout.queued_seconds >= self._lead:
             self._writable.clear()
             await self._writable.wait()
 
     def write_nowait(self, chunk: AudioChunk) -> None:
-        """Queue a reply chunk for playout."""
+        """Queue a reply chunk for playout (at 16 kHz, the rate the user hears)."""
         if chunk.delivery_id is None:
             raise ValueError("reply chunks must carry a delivery_id")
-        self._queue.append(_Queued(chunk))
-        self._queued_seconds += chunk.duration
+        # Each chunk is resampled whole, so its 16 kHz samples map back to its own
+        # samples exactly (receipts) and every frame stays aligned to its tick.
+        self._playout.put(chunk, resample(chunk.samples(), chunk.sample_rate, STT_SAMPLE_RATE))
 
     def flush(self, delivery_id: DeliveryId) -> int:
         """Drop every queued chunk of ``delivery_id`` now."""
-        dropped = 0
-        kept: deque[_Queued] = deque()
-        for item in self._queue:
-            if item.chunk.delivery_id == delivery_id:
-                dropped += item.remaining
-            else:
-                kept.append(item)
-        self._queue = kept
-        self._recount()
-        self._flushed.add(delivery_id)
-        self._paused.discard(delivery_id)
+        dropped = self._playout.flush(delivery_id)
+        self._wake_writer()
         self.tape.flushes.append((self.clock.now(), delivery_id, dropped))
         return dropped
 
     def pause(self, delivery_id: DeliveryId) -> bool:
         """Hold ``delivery_id``'s playout from the next frame on; its queued audio stays."""
-        if delivery_id in self._paused or delivery_id in self._flushed:
+        if not self._playout.pause(delivery_id):
             return False
-        self._paused.add(delivery_id)
         self.tape.pauses.append((self.clock.now(), delivery_id, "pause"))
         return True
 
     def resume(self, delivery_id: DeliveryId) -> bool:
         """Play on from the sample where ``delivery_id`` paused."""
-        if delivery_id not in self._paused:
+        if not self._playout.resume(delivery_id):
             return False
-        self._paused.discard(delivery_id)
         self.tape.pauses.append((self.clock.now(), delivery_id, "resume"))
         return True
 
@@ -313,58 +290,20 @@ class SimulatedClient:
 
     def _play(self, now: float) -> NDArray[np.float32]:
         """Play one frame of queued reply audio; return it at 16 kHz."""
-        pieces: list[NDArray[np.float32]] = []
-        if self._queue and self._queue[0].chunk.delivery_id in self._paused:
-            pass  # paused: nothing plays, nothing is dropped, the floor stays held
-        elif self._queue:
-            rate = self._queue[0].chunk.sample_rate
-            need = round(rate * FRAME_SECONDS)
-            at = now
-            while need > 0 and self._queue:
-                item = self._queue[0]
-                if item.chunk.sample_rate != rate or item.chunk.delivery_id in self._paused:
-                    break  # a rate change (or a paused delivery) starts on the next frame
-                take = min(need, item.remaining)
-                samples = item.chunk.samples()[item.offset : item.offset + take]
-                delivery = item.chunk.delivery_id
-                assert delivery is not None
-                if delivery in self._flushed:
-                    self.tape.played_after_flush[delivery] = (
-                        self.tape.played_after_flush.get(delivery, 0) + take
-                    )
-                start = (item.chunk.start_sample or 0) + item.offset
-                receipt = PlaybackReceipt(
-                    delivery_id=delivery, segment_id=item.chunk.segment_id,
-                    start_sample=start, num_samples=take, sample_rate=rate, at=at,
-                )
-                self.tape.receipts.append(receipt)
-                self._observations.put_nowait(receipt)
-                self._was_playing = delivery
-                pieces.append(self._to_16k_frame(samples, rate))
-                at += take / rate
-                item.offset += take
-                need -= take
-                if item.remaining == 0:
-                    self._queue.popleft()
-            self._recount()
-        elif self._was_playing is not None:
-            self._observations.put_nowait(PlaybackDrained(at=now, delivery_id=self._was_playing))
+        pulled = self._playout.pull(_FRAME_IN, at=now)
+        for receipt in pulled.receipts:
+            self.tape.receipts.append(receipt)
+            self._observations.put_nowait(receipt)
+            self._was_playing = receipt.delivery_id
+        if pulled.drained is not None:
+            self._observations.put_nowait(pulled.drained)
             self._was_playing = None
-        frame = np.concatenate(pieces) if pieces else np.zeros(0, np.float32)
-        if frame.size < _FRAME_IN:
-            frame = np.pad(frame, (0, _FRAME_IN - frame.size))
-        return frame[:_FRAME_IN]
+        self.tape.played_after_flush = dict(self._playout.stale)
+        self._wake_writer()
+        return pulled.samples
 
-    def _to_16k_frame(self, samples: NDArray[np.float32], rate: int) -> NDArray[np.float32]:
-        if rate == STT_SAMPLE_RATE:
-            return samples
-        # Whole-frame resampling keeps every frame aligned to its tick (a streaming
-        # resampler's look-ahead would shift the echo and the recording by a few ms).
-        return resample(samples, rate, STT_SAMPLE_RATE)
-
-    def _recount(self) -> None:
-        self._queued_seconds = sum(q.remaining / q.chunk.sample_rate for q in self._queue)
-        if self._queued_seconds < self._lead:
+    def _wake_writer(self) -> None:
+        if self._playout.queued_seconds < self._lead:
             self._writable.set()
 
     def input_statistics(self) -> InputStatistics:
@@ -377,7 +316,7 @@ class SimulatedClient:
 
     def __repr__(self) -> str:
         return (
-            f"SimulatedClient(queued={self._queued_seconds:.2f}s, "
+            f"SimulatedClient(queued={self._playout.queued_seconds:.2f}s, "
             f"receipts={len(self.tape.receipts)}, muted={self._muted})"
         )
 

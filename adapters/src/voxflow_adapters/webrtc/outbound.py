@@ -27,11 +27,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
-from numpy.typing import NDArray
 from voxflow_voice.audio import AudioChunk, Resampler, float_to_pcm16
-from voxflow_voice.transport import ClientObservation, PlaybackDrained, PlaybackReceipt
+from voxflow_voice.playout import PlayoutQueue
+from voxflow_voice.transport import ClientObservation
 
 from voxflow.clock import Clock
 from voxflow.ids import DeliveryId
@@ -72,18 +71,6 @@ class OutboundStatistics:
     queued_seconds: float
 
 
-@dataclass(slots=True)
-class _Queued:
-    chunk: AudioChunk
-    out: NDArray[np.float32]  # the chunk at 48 kHz
-    offset: int = 0  # 48 kHz samples already sent
-    receipted: int = 0  # samples of the chunk (own rate) already receipted
-
-    @property
-    def remaining(self) -> int:
-        return self.out.size - self.offset
-
-
 class OutboundAudio:
     """Reply audio waiting for the wire, taken 20 ms at a time.
 
@@ -103,18 +90,12 @@ class OutboundAudio:
         self._clock = clock
         self._emit = on_observation
         self._lead = lead
-        self._queue: deque[_Queued] = deque()
+        self._playout = PlayoutQueue(clock=clock, rate=OPUS_SAMPLE_RATE)
         self._resamplers: dict[DeliveryId, Resampler] = {}
-        self._queued = 0  # 48 kHz samples
         self._writable = asyncio.Event()
         self._writable.set()
-        self._flushed: set[DeliveryId] = set()
-        self._paused: set[DeliveryId] = set()
-        self._playing: DeliveryId | None = None
         self._frames = 0
         self._reply_frames = 0
-        self._samples_flushed = 0
-        self._stale = 0
         self._late = 0
         self.last_frame_of: dict[DeliveryId, int] = {}
         """Index of the last frame that carried each delivery's audio."""
@@ -128,7 +109,7 @@ class OutboundAudio:
 
     async def wait_writable(self) -> None:
         """Wait until less than ``lead`` seconds are queued."""
-        while self._queued >= self._lead * OPUS_SAMPLE_RATE:
+        while self._playout.queued_seconds >= self._lead:
             self._writable.clear()
             await self._writable.wait()
 
@@ -139,49 +120,31 @@ class OutboundAudio:
         delivery = chunk.delivery_id
         if delivery is None:
             raise ValueError("reply chunks must carry a delivery_id")
-        if delivery in self._flushed:
+        if self._playout.is_flushed(delivery):
             return  # the playback stage fences first; this is a second guard
         resampler = self._resamplers.get(delivery)
         if resampler is None or resampler.in_rate != chunk.sample_rate:
             resampler = Resampler(chunk.sample_rate, OPUS_SAMPLE_RATE)
             self._resamplers[delivery] = resampler
-        out = resampler.process(chunk.samples())
-        self._queue.append(_Queued(chunk, out))
-        self._queued += out.size
+        self._playout.put(chunk, resampler.process(chunk.samples()))
 
     def flush(self, delivery_id: DeliveryId) -> int:
         """Drop every queued sample of ``delivery_id`` now; returns the samples dropped
         (at the chunks' own rate, as the playback stage counts them)."""
-        dropped = 0
-        kept: deque[_Queued] = deque()
-        for item in self._queue:
-            if item.chunk.delivery_id == delivery_id:
-                dropped += item.chunk.num_samples - item.receipted
-                self._samples_flushed += item.remaining
-            else:
-                kept.append(item)
-        self._queue = kept
-        self._flushed.add(delivery_id)
-        self._paused.discard(delivery_id)
+        dropped = self._playout.flush(delivery_id)
         self._resamplers.pop(delivery_id, None)
         self.flush_frame_of[delivery_id] = self._frames
-        self._recount()
+        self._wake_writer()
         return dropped
 
     def pause(self, delivery_id: DeliveryId) -> bool:
         """Hold ``delivery_id`` from the next frame on; its queued audio stays queued.
         False if it is already paused or was flushed."""
-        if delivery_id in self._paused or delivery_id in self._flushed:
-            return False
-        self._paused.add(delivery_id)
-        return True
+        return self._playout.pause(delivery_id)
 
     def resume(self, delivery_id: DeliveryId) -> bool:
         """Send on from the sample where ``delivery_id`` paused; False if not paused."""
-        if delivery_id not in self._paused:
-            return False
-        self._paused.discard(delivery_id)
-        return True
+        return self._playout.resume(delivery_id)
 
     def next_frame(self, *, late: bool = False) -> bytes:
         """Take the next 20 ms frame (48 kHz mono s16le), receipting its reply audio."""
@@ -189,64 +152,29 @@ class OutboundAudio:
         self._frames += 1
         if late:
             self._late += 1
-        if self._queue and self._queue[0].chunk.delivery_id in self._paused:
-            return _SILENCE  # paused: nothing is sent or dropped, the floor stays held
-        if not self._queue:
-            if self._playing is not None:
-                self._emit(PlaybackDrained(at=self._clock.now(), delivery_id=self._playing))
-                self._playing = None
-            return _SILENCE
-        frame = np.zeros(FRAME_SAMPLES, np.float32)
-        filled = 0
-        at = self._clock.now()
-        while filled < FRAME_SAMPLES and self._queue:
-            item = self._queue[0]
-            if item.chunk.delivery_id in self._paused:
-                break  # a paused delivery waits from here on
-            take = min(FRAME_SAMPLES - filled, item.remaining)
-            frame[filled : filled + take] = item.out[item.offset : item.offset + take]
-            delivery = item.chunk.delivery_id
-            assert delivery is not None
-            if delivery in self._flushed:
-                self._stale += take
-            item.offset += take
-            self._receipt(item, at + filled / OPUS_SAMPLE_RATE)
-            self.last_frame_of[delivery] = index
-            self._playing = delivery
-            filled += take
-            if item.remaining == 0:
-                self._queue.popleft()
+        pulled = self._playout.pull(FRAME_SAMPLES)
+        for receipt in pulled.receipts:
+            self.last_frame_of[receipt.delivery_id] = index
+            self._emit(receipt)
+        if pulled.drained is not None:
+            self._emit(pulled.drained)
+        self._wake_writer()
+        if not pulled.filled:
+            return _SILENCE  # nothing queued, or paused: the floor stays held
         self._reply_frames += 1
-        self._recount()
-        return float_to_pcm16(frame)
+        return float_to_pcm16(pulled.samples)
 
-    def _receipt(self, item: _Queued, at: float) -> None:
-        """Receipt the chunk's own samples that the 48 kHz samples sent so far stand for."""
-        chunk = item.chunk
-        n = chunk.num_samples
-        upto = n if item.remaining == 0 else min(n, round(item.offset * n / item.out.size))
-        count = upto - item.receipted
-        if count <= 0:
-            return
-        assert chunk.delivery_id is not None
-        self._emit(PlaybackReceipt(
-            delivery_id=chunk.delivery_id, segment_id=chunk.segment_id,
-            start_sample=(chunk.start_sample or 0) + item.receipted, num_samples=count,
-            sample_rate=chunk.sample_rate, at=at,
-        ))
-        item.receipted = upto
-
-    def _recount(self) -> None:
-        self._queued = sum(item.remaining for item in self._queue)
-        if self._queued < self._lead * OPUS_SAMPLE_RATE:
+    def _wake_writer(self) -> None:
+        if self._playout.queued_seconds < self._lead:
             self._writable.set()
 
     def statistics(self) -> OutboundStatistics:
         """Counters for tests, benchmarks and ``repr``."""
         return OutboundStatistics(
             frames_sent=self._frames, reply_frames=self._reply_frames,
-            samples_flushed=self._samples_flushed, stale_samples=self._stale,
-            late_frames=self._late, queued_seconds=self._queued / OPUS_SAMPLE_RATE,
+            samples_flushed=self._playout.samples_flushed,
+            stale_samples=sum(self._playout.stale.values()),
+            late_frames=self._late, queued_seconds=self._playout.queued_seconds,
         )
 
     def __repr__(self) -> str:
