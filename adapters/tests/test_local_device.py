@@ -24,6 +24,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from voxflow_voice.audio import STT_SAMPLE_RATE
+from voxflow_voice.testing import CHECKS
 
 pytestmark = pytest.mark.device
 
@@ -99,6 +100,24 @@ CALL = textwrap.dedent("""
 """)
 
 
+CONFORMANCE = textwrap.dedent("""
+    import asyncio, contextlib, json, sys
+    from voxflow_adapters.local import LocalAudio, LocalAudioSettings
+    from voxflow_voice.testing import TransportHarness, check_transport
+
+    @contextlib.asynccontextmanager
+    async def local():
+        settings = LocalAudioSettings(input_rate=16000, output_rate=48000, stall_timeout=30)
+        async with LocalAudio(settings) as audio:
+            async def mute(muted):
+                audio.set_muted(muted)
+            yield TransportHarness(audio, sleep=asyncio.sleep, close=audio.aclose, mute=mute)
+
+    report = asyncio.run(check_transport(local))
+    json.dump(report, open(sys.argv[1] + "/result.json", "w"))
+""")
+
+
 def chirp(seconds: float, rate: int) -> np.ndarray:
     t = np.arange(round(seconds * rate)) / rate
     return (0.4 * np.sin(2 * np.pi * (200 * t + 300 * t * t))).astype(np.float32)
@@ -120,10 +139,10 @@ def alsa_home(tmp_path: Path) -> Path:
     return tmp_path
 
 
-def run_call(home: Path) -> dict[str, object]:
+def run_call(home: Path, code: str = CALL) -> dict[str, object]:
     env = {**os.environ, "HOME": str(home)}
     env.pop("ALSA_CONFIG_PATH", None)
-    done = subprocess.run([sys.executable, "-c", CALL, str(home)], env=env, timeout=120,
+    done = subprocess.run([sys.executable, "-c", code, str(home)], env=env, timeout=120,
                           capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stderr[-3000:]
     result: dict[str, object] = json.loads((home / "result.json").read_text())
@@ -166,6 +185,13 @@ def test_real_streams_carry_the_samples_both_ways(alsa_home: Path) -> None:
         position = found + 320
     assert offsets[0] == 0
     assert sum(b - a == 320 for a, b in itertools.pairwise(offsets)) >= 12
+
+
+def test_real_streams_keep_the_transport_contract(alsa_home: Path) -> None:
+    # voxflow_voice.testing's suite (fencing, pause/resume, receipts, drain, mute, close)
+    # on the real PortAudio callback cadence, as for the simulated and WebRTC adapters.
+    report = run_call(alsa_home, CONFORMANCE)
+    assert report == {name: "passed" for name in CHECKS}
 
 
 def test_voice_chat_names_a_missing_device_before_loading_models(alsa_home: Path) -> None:

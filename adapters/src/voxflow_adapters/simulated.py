@@ -132,6 +132,7 @@ class SimulatedClient:
         self._was_playing: DeliveryId | None = None
         self._echo: deque[NDArray[np.float32]] = deque()
         self._muted = False
+        self._mute_switch = False  # set_muted: the user's own mute button
         self._ticker: asyncio.Task[None] | None = None
         self._steps: _StepRunner | None = None
         self._active_tick = 0  # the last tick that played reply audio
@@ -196,6 +197,13 @@ class SimulatedClient:
                 return
             yield item
 
+    def set_muted(self, muted: bool) -> None:
+        """Mute or unmute the microphone from the next tick on, as the user's own button
+        (besides the script's mutes); the change is observed as a :class:`MuteChanged`."""
+        if not isinstance(muted, bool):
+            raise TypeError(f"muted must be a bool, got {type(muted).__name__}")
+        self._mute_switch = muted
+
     # -- the call -----------------------------------------------------------------
 
     async def __aenter__(self) -> SimulatedClient:
@@ -259,7 +267,7 @@ class SimulatedClient:
         t = tick * FRAME_SECONDS
         steps = self._steps
         assert steps is not None
-        muted = rendered.muted_at(t) or steps.muted(tick)
+        muted = rendered.muted_at(t) or steps.muted(tick) or self._mute_switch
         if muted != self._muted:
             self._muted = muted
             self._observations.put_nowait(MuteChanged(muted=muted, at=now))

@@ -168,6 +168,12 @@ from .playback import (
 from .playback import (
     PlaybackStatistics as PlaybackStatistics,
 )
+from .playout import (
+    PlayoutQueue as PlayoutQueue,
+)
+from .playout import (
+    Pulled as Pulled,
+)
 from .segmenter import (
     DEFAULT_SEGMENTER_SETTINGS as DEFAULT_SEGMENTER_SETTINGS,
 )
@@ -336,6 +342,8 @@ __all__ = [
     "PlaybackDrained",
     "PlaybackReceipt",
     "PlaybackStatistics",
+    "PlayoutQueue",
+    "Pulled",
     "Resampler",
     "Segment",
     "SegmenterSettings",

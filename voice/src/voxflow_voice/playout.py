@@ -97,6 +97,7 @@ class PlayoutQueue:
         self._paused: set[DeliveryId] = set()
         self._flushed: set[DeliveryId] = set()
         self._playing: DeliveryId | None = None
+        self._played_until = float("-inf")  # when the audio pulled so far ends playing
         self.samples_played = 0
         """Output samples of reply audio pulled so far."""
         self.samples_flushed = 0
@@ -192,11 +193,13 @@ class PlayoutQueue:
 
         A paused delivery stops the pull where it starts (the audio queued after it
         waits too: order is kept). ``at`` is when the first sample plays (clock now if
-        None); each receipt's time is offset by the output samples before it.
+        None, but never before the audio pulled earlier ends: a cadence that catches up
+        in a burst keeps receipt times in playing order); each receipt's time is offset by
+        the output samples before it.
         """
         if isinstance(n, bool) or not isinstance(n, int) or n < 0:
             raise ValueError(f"n must be an int >= 0, got {n!r}")
-        start = self._clock.now() if at is None else at
+        start = max(self._clock.now() if at is None else at, self._played_until)
         samples = np.zeros(n, np.float32)
         receipts: list[PlaybackReceipt] = []
         filled = 0
@@ -222,6 +225,8 @@ class PlayoutQueue:
                 self._queue.popleft()
         self._queued -= filled
         self.samples_played += filled
+        if filled:
+            self._played_until = start + filled / self._rate
         drained = None
         if not self._queue and filled == 0 and self._playing is not None:
             drained = PlaybackDrained(at=start, delivery_id=self._playing)

@@ -87,8 +87,15 @@ class AudioTransport(Protocol):
     * ``write_nowait`` never blocks; :meth:`wait_writable` is where back-pressure waits.
       Keeping the two apart makes "check the fence, then write" atomic on the loop.
     * :meth:`flush` drops every buffered chunk of that delivery *at once*, so nothing of
-      it is played afterwards; chunks of other deliveries stay queued.
-    * Receipts describe audio that was really played, in playing order.
+      it is played afterwards, not even a chunk written later; chunks of other deliveries
+      stay queued.
+    * Receipts describe audio that was really played, in playing order, in the chunk's
+      own rate and sample positions; a :class:`PlaybackDrained` follows once the output
+      ran dry after playing.
+
+    :class:`~voxflow_voice.playout.PlayoutQueue` keeps these rules for an adapter (which
+    then adds only its cadence and resampling), and :func:`voxflow_voice.testing.
+    check_transport` checks them against any transport.
     """
 
     def audio_input(self) -> AsyncIterator[AudioChunk]:
