@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,7 @@ from voxflow_voice.audio import AudioChunk, read_wav, write_wav
 from voxflow_voice.engines import VoiceEngines
 from voxflow_voice.events import (
     BargeInPaused,
+    DeliverySettled,
     MuteObserved,
     ReplyFinished,
     ReplyInterrupted,
@@ -187,6 +189,42 @@ async def test_a_mute_over_the_data_channel_cuts_the_reply_playing(
     out = peer.outbound
     assert out.statistics().stale_samples == 0
     assert out.last_frame_of[story] < out.flush_frame_of[story]
+
+
+async def test_a_mute_over_the_data_channel_cuts_the_announcement_playing(
+    engines: VoiceEngines, tmp_path: Path
+) -> None:
+    async with serving(engines) as (server, calls):
+        caller = LoopbackCaller(f"http://127.0.0.1:{server.port}", server.token)
+        async with caller:
+            caller.say(say(engines, "Where is my order?", tmp_path))
+            checking = await caller.wait_message("reply_done")  # "I'm checking" played
+            await caller.wait_for(lambda: any(
+                m["type"] == "reply_text" and m["delivery_id"] != checking["delivery_id"]
+                for m in caller.messages), what="the announcement")
+            began = time.monotonic()
+            await caller.wait_for(lambda: caller.audible_frames(after=began) >= 25,
+                                  what="announcement audio")
+            caller.send({"v": 1, "type": "mute", "muted": True})
+            cut = await caller.wait_message("interrupted")
+            await caller.wait_for(lambda: any(m["type"] == "interrupted" and m["heard_text"]
+                                              for m in caller.messages), what="heard text")
+        await until_no_calls(server)
+    peer, call = calls[0]
+    announcement = cut["delivery_id"]
+    assert announcement != checking["delivery_id"]
+    settled = [e for e in call.session.events if isinstance(e, DeliverySettled)]
+    assert [(e.delivery_id, e.status) for e in settled] == [(announcement, "interrupted")]
+    said = call.flow.state.messages[-1]  # what was heard of it, marked as an announcement
+    assert said.metadata["announcement"] and said.metadata["interrupted"]
+    assert said.metadata["delivery_id"] == announcement
+    [job] = call.flow.state.jobs.values()
+    assert said.metadata["job_ids"] == [job.job_id]
+    assert job.announcement.startswith(said.metadata["heard_text"].rstrip(".,"))
+    assert said.metadata["heard_text"] != job.announcement
+    out = peer.outbound
+    assert out.statistics().stale_samples == 0
+    assert out.last_frame_of[announcement] < out.flush_frame_of[announcement]
 
 
 async def test_the_peer_vanishing_mid_reply_settles_it_and_frees_the_call(
