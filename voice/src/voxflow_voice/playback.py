@@ -68,7 +68,6 @@ class Playback:
     def __init__(self, transport: AudioTransport) -> None:
         self._transport = transport
         self._fenced: set[DeliveryId] = set()
-        self._paused: set[DeliveryId] = set()
         self._sealed: set[DeliveryId] = set()
         self._done: dict[DeliveryId, asyncio.Future[bool]] = {}
         self.heard = HeardLedger()
@@ -181,7 +180,6 @@ class Playback:
         if delivery_id in self._fenced:
             return 0
         self._fenced.add(delivery_id)
-        self._paused.discard(delivery_id)
         held = self._held.pop(delivery_id, None)
         if held is not None:  # never written: nobody heard a sample of it
             self._dropped += len(held.chunks)
@@ -199,25 +197,18 @@ class Playback:
         return isinstance(self._transport, PausableTransport)
 
     def pause(self, delivery_id: DeliveryId) -> bool:
-        """Hold ``delivery_id``'s playout at the adapter (its queued audio stays).
+        """Hold ``delivery_id``'s playout at the adapter (its queued audio stays). The
+        pause state is the adapter's (its :class:`~voxflow_voice.playout.PlayoutQueue`).
 
         Returns:
             True if paused now; False if fenced, already paused, or the adapter cannot.
         """
-        if delivery_id in self._fenced or delivery_id in self._paused:
+        if delivery_id in self._fenced or not isinstance(self._transport, PausableTransport):
             return False
-        if not isinstance(self._transport, PausableTransport):
-            return False
-        if not self._transport.pause(delivery_id):
-            return False
-        self._paused.add(delivery_id)
-        return True
+        return self._transport.pause(delivery_id)
 
     def resume(self, delivery_id: DeliveryId) -> bool:
         """Play on where ``delivery_id`` paused. Returns False if it was not paused."""
-        if delivery_id not in self._paused:
-            return False
-        self._paused.discard(delivery_id)
         if delivery_id in self._fenced or not isinstance(self._transport, PausableTransport):
             return False
         return self._transport.resume(delivery_id)
@@ -229,10 +220,6 @@ class Playback:
             return True
         heard = self.heard.heard(delivery_id)
         return heard.text.split() != heard.full_text.split()
-
-    def is_paused(self, delivery_id: DeliveryId) -> bool:
-        """Whether ``delivery_id`` is paused now."""
-        return delivery_id in self._paused
 
     def on_receipt(self, receipt: PlaybackReceipt) -> bool:
         """Account for audio the client played. Returns False for a fenced delivery's
