@@ -7,12 +7,14 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import litellm
 import pytest
+from litellm.integrations.custom_logger import CustomLogger
 from voxflow_adapters.scenario import run_call
 from voxflow_adapters.script import CallScript
 from voxflow_voice.engines import VoiceEngines
 
-from voxflow import Flow, listen
+from voxflow import LLM, ConversationConfig, Flow, listen
 from voxflow.clock import VirtualClock
 from voxflow.conversation import RouterContext
 from voxflow.jobs import JobContext, background_job
@@ -84,3 +86,56 @@ async def test_a_job_that_completed_before_the_call_is_announced_in_it(
     texts = [e.text for e in call.events if e.kind == "reply_finished"]
     assert texts == ["Your table is confirmed."]
     assert flow.state.messages[-1].content == texts[0]
+
+
+class Sent(CustomLogger):
+    """What litellm itself was asked to send."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[list[dict[str, Any]]] = []
+
+    def log_pre_api_call(self, model: Any, messages: Any, kwargs: Any) -> None:
+        self.calls.append(list(messages))
+
+
+@background_job
+async def track_parcel(job: JobContext) -> str:
+    await job.sleep(1.0)
+    return "Your parcel arrives on Thursday."
+
+
+@ConversationConfig(system_prompt="Be brief.",
+                    llm=LLM("openai/gpt-4o-mini", mock_response="Anything else?"))
+class Parcels(Flow[AssistantState]):
+    conversational = True
+
+    def route_turn(self, context: RouterContext) -> str | None:
+        return "track" if "parcel" in (self.state.current_user_message or "").lower() else None
+
+    @listen("track")
+    def handle_track(self) -> str:
+        track_parcel.start(self)
+        return "Let me check."
+
+
+async def test_the_next_turns_llm_is_sent_the_announcement_the_caller_heard(
+    engines: VoiceEngines,
+) -> None:
+    sent, saved = Sent(), list(litellm.callbacks)
+    litellm.callbacks = [*saved, sent]
+    try:
+        script = (CallScript().user_says(0.3, "Where is my parcel?")
+                  .then_mutes(0.1, after="reply_end", gap=0.1)  # (waits out "Let me check")
+                  .then_says("And my refund?", after="reply_end", gap=0.5))
+        flow = Parcels()
+        call = await run_call(flow, script, engines)
+    finally:
+        litellm.callbacks = saved
+    finished = [e.text for e in call.events if e.kind == "reply_finished"]
+    assert finished == ["Let me check.", "Your parcel arrives on Thursday.", "Anything else?"]
+    last = sent.calls[-1]  # the refund turn's request (a speculative one may precede it)
+    assert [(m["role"], m["content"]) for m in last[1:3]] == [
+        ("user", call.transcripts()[0]), ("assistant", "Let me check.")]
+    assert last[3] == {"role": "assistant", "content": "Your parcel arrives on Thursday."}
+    assert last[4]["role"] == "user" and "refund" in last[4]["content"].lower()
