@@ -26,7 +26,7 @@ from voxflow_adapters.webrtc import (
     assistant_call_factory,
     host_addresses,
 )
-from voxflow_adapters.webrtc.client import LoopbackCaller, OfferRejected
+from voxflow_adapters.webrtc.client import CALLER_TOKEN_ENV, LoopbackCaller, OfferRejected
 from voxflow_voice.audio import AudioChunk, write_wav
 from voxflow_voice.engines import VoiceEngines
 
@@ -228,24 +228,6 @@ async def test_a_peer_that_never_connects_times_out_and_frees_its_call(
     assert [s.close_reason for s in ended] == ["ICE/DTLS did not connect within 1 s"]
 
 
-# A caller in its own process: says its WAV, prints "hearing" once the reply is audible.
-_CALLER = """
-import asyncio, os, sys
-from voxflow_adapters.webrtc.client import LoopbackCaller
-from voxflow_voice.audio import read_wav
-
-async def main() -> None:
-    caller = LoopbackCaller(sys.argv[1], os.environ["VOXFLOW_TEST_TOKEN"])
-    await caller.connect()
-    caller.say(read_wav(sys.argv[2]))
-    await caller.wait_for(lambda: caller.audible_frames() >= 5, within=90, what="the reply")
-    print("hearing", flush=True)
-    await asyncio.Event().wait()
-
-asyncio.run(main())
-"""
-
-
 async def test_a_caller_killed_mid_reply_is_detected_from_the_transport_not_the_audio_timeout(
     engines: VoiceEngines, tmp_path: Path,
 ) -> None:
@@ -255,9 +237,9 @@ async def test_a_caller_killed_mid_reply_is_detected_from_the_transport_not_the_
     write_wav(wav, AudioChunk.from_float(speech, engines.tts.sample_rate))
     async with serving(engines) as server:
         child = await asyncio.create_subprocess_exec(
-            sys.executable, "-c", _CALLER, f"http://127.0.0.1:{server.port}", str(wav),
-            stdout=asyncio.subprocess.PIPE,
-            env={**os.environ, "VOXFLOW_TEST_TOKEN": server.token},
+            sys.executable, "-m", "voxflow_adapters.webrtc.client",
+            f"http://127.0.0.1:{server.port}", str(wav), stdout=asyncio.subprocess.PIPE,
+            env={**os.environ, CALLER_TOKEN_ENV: server.token},
         )
         try:
             assert child.stdout is not None

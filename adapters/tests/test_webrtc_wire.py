@@ -4,17 +4,22 @@ with a typed reason (never another exception), fuzzed with hypothesis."""
 from __future__ import annotations
 
 import json
-from typing import Any
+import re
+from pathlib import Path
+from typing import Any, get_args
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from pydantic import BaseModel
 from voxflow_adapters.webrtc.protocol import (
     MAX_MESSAGE_BYTES,
     HangupMessage,
     MuteMessage,
+    PageMessage,
     PlaybackMessage,
     ProtocolError,
+    ServerMessage,
     parse_page_message,
 )
 from voxflow_adapters.webrtc.wire import MAX_DEPTH, OfferBody, parse_offer, read_json
@@ -151,3 +156,37 @@ def test_fuzz_offer_bodies_only_ever_parse_or_raise_protocol_error(raw: str | by
         assert exc.reason and "\n" not in exc.reason
     else:
         assert offer.type == "offer" and isinstance(offer.sdp, str)
+
+
+# -- the README's protocol table --------------------------------------------------------
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+
+
+def _readme_protocol_rows() -> set[tuple[str, str, frozenset[str]]]:
+    section = README.read_text(encoding="utf-8").split(
+        "### The data-channel protocol (version 1)", 1)[1].split("\n#", 1)[0]
+    rows = set()
+    for line in section.splitlines():
+        if not line.startswith(("| server → page", "| page → server")):
+            continue
+        direction, kind, fields = (cell.strip() for cell in line.strip("|").split("|")[:3])
+        if re.match(r"^`\w+`: ", fields):  # `state`: `listening`, ... (the values)
+            names = set(re.findall(r"^`(\w+)`", fields))
+        else:
+            top_level = re.sub(r"\([^)]*\)", "", fields)  # drop "(null at the barge-in...)"
+            names = set(re.findall(r"`(\w+)`", top_level))
+        rows.add((direction, kind.strip("`"), frozenset(names)))
+    return rows
+
+
+def test_the_readme_protocol_table_is_exactly_the_protocol() -> None:
+    def fields(model: type[BaseModel]) -> frozenset[str]:
+        return frozenset(model.model_fields) - {"v", "type"}
+
+    def kind(model: type[BaseModel]) -> str:
+        return str(get_args(model.model_fields["type"].annotation)[0])
+
+    expected = {("page → server", kind(m), fields(m)) for m in get_args(PageMessage.__origin__)}
+    expected |= {("server → page", kind(m), fields(m)) for m in get_args(ServerMessage)}
+    assert _readme_protocol_rows() == expected

@@ -13,7 +13,9 @@ import asyncio
 import contextlib
 import fractions
 import json
+import os
 import ssl as ssl_module
+import sys
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -30,7 +32,11 @@ from voxflow.errors import SignalingError
 from ._ice import host_addresses
 from .outbound import FRAME_SAMPLES, FRAME_SECONDS, OPUS_SAMPLE_RATE
 
-__all__ = ["LoopbackCaller", "OfferRejected", "ReceivedFrame"]
+__all__ = ["CALLER_TOKEN_ENV", "LoopbackCaller", "OfferRejected", "ReceivedFrame"]
+
+CALLER_TOKEN_ENV = "VOXFLOW_CALLER_TOKEN"
+"""Where ``python -m voxflow_adapters.webrtc.client`` reads the server's token (not argv,
+which every user of the machine can read)."""
 
 AUDIBLE = 0.01
 """Peak level above which a received frame counts as assistant audio (Opus silence
@@ -283,3 +289,22 @@ class LoopbackCaller:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
+
+
+async def _call_until_heard(base_url: str, wav: str) -> None:
+    from voxflow_voice.audio import read_wav
+
+    caller = LoopbackCaller(base_url, os.environ[CALLER_TOKEN_ENV])
+    await caller.connect()
+    caller.say(read_wav(wav))
+    await caller.wait_for(lambda: caller.audible_frames() >= 5, within=90, what="the reply")
+    print("hearing", flush=True)
+    await asyncio.Event().wait()
+
+
+if __name__ == "__main__":
+    # A caller in its own process (tests and benchmarks kill it mid-reply):
+    # ``python -m voxflow_adapters.webrtc.client URL WAV`` with the token in
+    # VOXFLOW_CALLER_TOKEN; says the WAV, prints "hearing" once the reply is audible,
+    # then stays on the call until killed.
+    asyncio.run(_call_until_heard(sys.argv[1], sys.argv[2]))
