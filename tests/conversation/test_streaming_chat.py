@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -11,9 +12,11 @@ from typing import Any
 import pytest
 
 from voxflow import Agent, ConversationConfig, ConversationState, Flow, listen
+from voxflow.clock import VirtualClock
 from voxflow.conversation import (
     InMemoryTraceRecorder,
     JsonlTraceExporter,
+    RouterContext,
     add_trace_exporter,
     opentelemetry_exporter,
     remove_trace_exporter,
@@ -21,6 +24,7 @@ from voxflow.conversation import (
 from voxflow.flow import FlowEventBus
 from voxflow.llm import LLM, LLMEvent, observe_llm
 from voxflow.testing import EventRecorder
+from voxflow.turns import TurnState
 
 pytestmark = pytest.mark.unit
 
@@ -350,3 +354,35 @@ def test_opentelemetry_exporter_only_when_importable() -> None:
         assert exporter is None
     else:
         assert exporter is not None and callable(exporter.export)
+
+
+class _OnTheClock(Flow[TurnState]):
+    conversational = True
+
+    def route_turn(self, context: RouterContext) -> str | None:
+        return "slow"
+
+    @listen("slow")
+    async def answer(self) -> str:
+        await self.clock.sleep(1.5)
+        return "done"
+
+
+async def test_trace_times_are_read_on_the_flow_clock() -> None:
+    """A span lasts what the flow's clock says (a VirtualClock here), in Unix seconds."""
+    clock = VirtualClock(start=100.0, autojump=True)
+    recorder = add_trace_exporter(InMemoryTraceRecorder())
+    try:
+        flow = _OnTheClock(clock=clock)
+        async with clock:
+            assert await flow.ahandle_turn("hi", session_id="s") == "done"
+            await clock.advance(0.25)
+        flow.finalize_session_traces()
+    finally:
+        remove_trace_exporter(recorder)
+    [batch] = recorder.batches
+    [turn] = batch.spans
+    assert turn.end is not None and batch.finished_at is not None
+    assert turn.end - turn.start == pytest.approx(1.5, abs=1e-6)
+    assert batch.finished_at - turn.end == pytest.approx(0.25, abs=1e-6)
+    assert abs(turn.start - time.time()) < 3600  # Unix seconds, as OpenTelemetry takes

@@ -34,6 +34,8 @@ from typing import Any, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from voxflow.clock import Clock, MonotonicClock
+from voxflow.ids import SessionId
 from voxflow.llm import LLMEvent, observe_llm
 
 __all__ = [
@@ -73,7 +75,7 @@ class TraceBatch(BaseModel):
 
     batch_id: str = Field(default_factory=lambda: str(uuid.uuid4()))
     flow_name: str
-    session_id: str = ""
+    session_id: SessionId = SessionId("")
     started_at: float
     finished_at: float | None = None
     turns: int = 0
@@ -194,31 +196,49 @@ def opentelemetry_exporter() -> TraceExporter | None:
 
 @dataclasses.dataclass(slots=True)
 class SessionTracer:
-    """The trace batch of one conversational Flow instance (internal to the turn APIs)."""
+    """The trace batch of one conversational Flow instance (internal to the turn APIs).
+
+    Times are read on the flow's ``clock`` and given as Unix seconds (what OpenTelemetry
+    takes): the wall time when the tracer was made, plus the clock's time since. Spans
+    therefore last what the clock says (a :class:`~voxflow.clock.VirtualClock`'s time
+    in tests), and a wall-clock step never makes a span negative.
+    """
 
     flow_name: str
+    clock: Clock = dataclasses.field(default_factory=MonotonicClock)
     deferred: bool = True
     batch: TraceBatch | None = None
     _ids: Iterator[int] = dataclasses.field(default_factory=lambda: itertools.count(1))
+    _origin: tuple[float, float] = (0.0, 0.0)
+
+    def __post_init__(self) -> None:
+        self._origin = (time.time(), self.clock.now())
 
     @classmethod
-    def for_flow(cls, flow_name: str) -> SessionTracer | None:
+    def for_flow(cls, flow_name: str, clock: Clock | None = None) -> SessionTracer | None:
         """A tracer when at least one exporter is registered, else None (no cost)."""
-        return cls(flow_name) if _exporters else None
+        if not _exporters:
+            return None
+        return cls(flow_name) if clock is None else cls(flow_name, clock)
+
+    def now(self) -> float:
+        """Unix seconds, on the clock."""
+        wall, reading = self._origin
+        return wall + (self.clock.now() - reading)
 
     @contextlib.contextmanager
-    def turn(self, index: int, session_id: str) -> Iterator[TraceSpan]:
+    def turn(self, index: int, session_id: SessionId) -> Iterator[TraceSpan]:
         """Record one turn (and the LLM calls made in it) in the open batch."""
         if self.batch is not None and self.batch.session_id != session_id:
             self.finalize()
         if self.batch is None:
             self.batch = TraceBatch(
-                flow_name=self.flow_name, session_id=session_id, started_at=time.time()
+                flow_name=self.flow_name, session_id=session_id, started_at=self.now()
             )
         batch = self.batch
         batch.turns += 1
         span = TraceSpan(
-            span_id=next(self._ids), name=f"turn {index}", kind="turn", start=time.time()
+            span_id=next(self._ids), name=f"turn {index}", kind="turn", start=self.now()
         )
         batch.spans.append(span)
         calls: dict[str, TraceSpan] = {}
@@ -230,7 +250,7 @@ class SessionTracer:
                     parent_id=span.span_id,
                     name=f"llm {event.model}",
                     kind="llm",
-                    start=time.time(),
+                    start=self.now(),
                     attributes={"model": event.model, "has_tools": event.has_tools},
                 )
                 if event.agent_name:
@@ -240,7 +260,7 @@ class SessionTracer:
             elif event.type in ("llm_call_completed", "llm_call_failed"):
                 started = calls.pop(event.call_id, None)
                 if started is not None:
-                    started.end = time.time()
+                    started.end = self.now()
                     started.attributes["status"] = (
                         "ok" if event.type == "llm_call_completed" else "error"
                     )
@@ -252,7 +272,7 @@ class SessionTracer:
             span.attributes["error_type"] = type(exc).__name__
             raise
         finally:
-            span.end = time.time()
+            span.end = self.now()
             if not self.deferred:
                 self.finalize()
 
@@ -269,7 +289,7 @@ class SessionTracer:
         batch, self.batch = self.batch, None
         if batch is None:
             return
-        batch.finished_at = time.time()
+        batch.finished_at = self.now()
         for exporter in _exporters:
             try:
                 exporter.export(batch)

@@ -57,9 +57,11 @@ from voxflow.conversation.routing import aclassify_intent
 from voxflow.conversation.tracing import SessionTracer
 from voxflow.errors import ConversationEndedError, ConversationModeError
 from voxflow.files import FileRef, InputFilePolicy, prepare_input_files
+from voxflow.ids import SessionId
 from voxflow.llm import BaseLLM, LLMEvent, coerce_llm, observe_llm
 
 if TYPE_CHECKING:
+    from voxflow.clock import Clock
     from voxflow.conversation.config import ConversationConfig
     from voxflow.flow.definition import FlowDefinition
     from voxflow.flow.events import FlowEvent
@@ -116,6 +118,8 @@ class ConversationTurns:
         def state(self) -> Any: ...
         @property
         def flow_id(self) -> str: ...
+        @property
+        def clock(self) -> Clock: ...
         @classmethod
         def flow_definition(cls) -> FlowDefinition: ...
         @classmethod
@@ -314,7 +318,7 @@ class ConversationTurns:
             self._state = self._initial_state(None)
             self._held_session = None
             self._saved_lists = None  # marks of the previous session's lists
-        session_id = request.session_id or self.flow_id
+        session_id = SessionId(request.session_id or self.flow_id)
         # The instance that ran this session's last turn holds its live state: reloading
         # the same snapshot every turn would cost O(history) per turn for nothing.
         skip_restore = self._skip_persistence_restore
@@ -557,7 +561,7 @@ class ConversationTurns:
     def _session_tracer(self) -> SessionTracer | None:
         tracer = self._tracer
         if tracer is None:
-            tracer = SessionTracer.for_flow(type(self).__name__)
+            tracer = SessionTracer.for_flow(type(self).__name__, self.clock)
             if tracer is None:
                 return None
             self._tracer = tracer

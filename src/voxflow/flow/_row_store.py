@@ -37,6 +37,7 @@ from voxflow.flow._item_rows import (
     write_change_rows,
     write_full_rows,
 )
+from voxflow.ids import SessionId
 
 __all__ = ["FencedPersistence", "RowStore", "SessionLease"]
 
@@ -49,7 +50,7 @@ T = TypeVar("T")
 class SessionLease:
     """A granted lease: ``owner`` writes ``session_id`` as ``epoch`` until ``expires_at``."""
 
-    session_id: str
+    session_id: SessionId
     owner: str
     epoch: int
     expires_at: float
@@ -394,7 +395,7 @@ class RowStore:
                     "WHERE flow_uuid = ?",
                     (owner, epoch, now + ttl, flow_uuid),
                 )
-            granted = SessionLease(flow_uuid, owner, epoch, now + ttl)
+            granted = SessionLease(SessionId(flow_uuid), owner, epoch, now + ttl)
 
         self._write(write)
         assert granted is not None
@@ -444,7 +445,7 @@ class RowStore:
         row = self._read(lambda c: _lease_row(c, flow_uuid))
         if row is None:
             return None
-        return SessionLease(flow_uuid, row[0], row[1], row[2])
+        return SessionLease(SessionId(flow_uuid), row[0], row[1], row[2])
 
     def fenced(self, lease: SessionLease) -> FencedPersistence:
         """This backend, every save of ``lease.session_id`` checked against its epoch."""

@@ -11,6 +11,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from voxflow.ids import DeliveryId, SessionId, TurnId
+from voxflow.replies.records import SettleStatus
 
 __all__ = [
     "AudioStarted",
@@ -165,11 +166,12 @@ class ReplyFinished(_Event):
 
 
 class DeliverySettled(_Event):
-    """A background announcement's delivery settled."""
+    """A background announcement's delivery settled (never emitted for a delivery that is
+    still pending or scheduled)."""
 
     kind: Literal["delivery_settled"] = "delivery_settled"
     delivery_id: DeliveryId
-    status: str
+    status: SettleStatus
 
 
 class MuteObserved(_Event):

@@ -595,9 +595,10 @@ class VoiceSession:
             async with self._lock:
                 self.replies.settle(delivery_id, "completed" if played else "interrupted")
                 record = self.turns.flow.state.deliveries.get(delivery_id)
-            self._emit(DeliverySettled(session_id=self.session_id, at=self.clock.now(),
-                                       delivery_id=delivery_id,
-                                       status=record.status if record is not None else "unknown"))
+            status = record.status if record is not None else None
+            if status is not None and status != "pending" and status != "scheduled":
+                self._emit(DeliverySettled(session_id=self.session_id, at=self.clock.now(),
+                                           delivery_id=delivery_id, status=status))
             await self._settle(reply, played)
         finally:
             self._reply = None

@@ -32,7 +32,7 @@ from voxflow_voice.events import (
     TurnMetrics,
 )
 
-from voxflow.ids import DeliveryId, TurnId
+from voxflow.ids import DeliveryId, SessionId, TurnId
 
 from .wire import ProtocolError, read_json, read_model
 
@@ -142,7 +142,7 @@ class HelloMessage(_Message):
     """First message: the call is set up; limits the page should know."""
 
     type: Literal["hello"] = "hello"
-    session_id: str
+    session_id: SessionId
     max_call_seconds: float
 
 

@@ -327,7 +327,7 @@ class WebRtcServer:
             logger.exception("could not start the call's session", extra={"call_id": call_id})
             await peer.aclose("the call could not start")
             return self._reject(500, "the call could not start", "factory")
-        peer.send(HelloMessage(session_id=str(call.session.session_id),
+        peer.send(HelloMessage(session_id=call.session.session_id,
                                max_call_seconds=self.settings.peer.max_call_seconds))
         peer.send(StateMessage(state="listening"))
         task = asyncio.get_running_loop().create_task(self._run_call(peer, call),
