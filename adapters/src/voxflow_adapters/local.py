@@ -7,7 +7,9 @@ input and one output stream, each at its device's own rate:
   16 kHz mono (:class:`~voxflow_voice.audio.InputConverter`) and handed out in order.
   While muted, silence is handed out instead (time keeps flowing for the turn detector).
 * *out*: reply chunks are resampled to the device rate when written and queued with
-  their identity; the output callback takes what the device asks for and reports a
+  their identity in a :class:`~voxflow_voice.playout.PlayoutQueue` (used under a lock:
+  the callback runs on PortAudio's thread); the output callback pulls what the device
+  asks for and reports a
   :class:`~voxflow_voice.transport.PlaybackReceipt` for exactly the samples it consumed
   (mapped back to the chunk's own rate), a :class:`PlaybackDrained` when the queue ran
   dry, and :meth:`LocalAudio.flush` drops a fenced delivery's queued audio at once.

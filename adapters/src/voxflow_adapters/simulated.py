@@ -5,7 +5,8 @@ One tick task drives both directions in 20 ms steps on the session's clock:
 
 * *in*: the microphone frame is the scripted user speech (plus optional noise and an
   echo of what the assistant is playing), or silence while muted;
-* *out*: 20 ms of queued reply audio is played, a :class:`PlaybackReceipt` per piece is
+* *out*: 20 ms of reply audio is pulled from a :class:`~voxflow_voice.playout.PlayoutQueue`
+  (chunks are resampled whole to 16 kHz when written), a :class:`PlaybackReceipt` per piece is
   reported (exactly like a real client), and everything is written to a :class:`Tape`.
 
 With a :class:`~voxflow.clock.MonotonicClock` the call runs in real time (latency

@@ -1,6 +1,7 @@
 """The outbound side of a call: reply audio queued, paced at 20 ms, receipted as sent.
 
-:class:`OutboundAudio` is the queue between the playback stage and the wire. Reply
+:class:`OutboundAudio` is the cadence and resampling between the playback stage and the
+wire, around a :class:`~voxflow_voice.playout.PlayoutQueue` (fencing, pause, receipts). Reply
 chunks (any rate, e.g. Piper's 22.05 kHz) are resampled to 48 kHz (Opus's rate) with a
 streaming resampler per delivery, so a reply's chunks join without clicks. Each call to
 :meth:`OutboundAudio.next_frame` takes exactly one 20 ms frame (960 samples) off the
