@@ -215,6 +215,7 @@ async def evaluate(name: str, samples: list[Sample], settings: TurnDetection,
     paused = [s for s in samples if s.kind == "paused"]
     short = [s for s in samples if s.kind == "short"]
     split_by_pause: Counter[float] = Counter()
+    split_by_text: Counter[str] = Counter()
     count_by_pause: Counter[float] = Counter()
     decide: list[float] = []
     paused_delay: list[float] = []
@@ -226,6 +227,7 @@ async def evaluate(name: str, samples: list[Sample], settings: TurnDetection,
         count_by_pause[s.pause] += 1
         if len(out.turns) != 1:
             split_by_pause[s.pause] += 1
+            split_by_text[s.text] += 1
             if len(split_examples) < 8:
                 split_examples.append(f"{s.voice}{' +noise' if s.noisy else ''}: {s.text!r}"
                                       f" ({s.pause} s) -> {len(out.turns)} turns"
@@ -261,6 +263,9 @@ async def evaluate(name: str, samples: list[Sample], settings: TurnDetection,
                         if count_by_pause[p])
         print(f"   split rate (paused utterances as > 1 turn)    {rate:.1f} % "
               f"({splits} of {len(paused)}; per pause {per})")
+        per_text = len(paused) // len({s.text for s in paused})
+        for text, count in split_by_text.most_common():
+            print(f"     {count:>3} of {per_text}: {text!r}")
         for example in split_examples:
             print(f"     e.g. {example}")
         print(f"   paused utterances: last word -> turn end       "

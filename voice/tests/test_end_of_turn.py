@@ -7,6 +7,7 @@ its own: the benchmark (``benchmarks/end_of_turn.py``) adds espeak-ng voices and
 
 from __future__ import annotations
 
+from collections.abc import Awaitable
 from importlib.metadata import PackageNotFoundError
 
 import numpy as np
@@ -23,6 +24,7 @@ from voxflow_voice import (
     SileroVad,
     SmartTurn,
     SpeechEnded,
+    Transcript,
     TtsSettings,
     TurnDetection,
     TurnDetector,
@@ -76,12 +78,16 @@ async def listen(detector: TurnDetector, audio: NDArray[np.float32],
                  stt: WhisperStt | None = None, piece: int = CHUNK) -> list[TurnDetectorEvent]:
     """Push ``audio`` as a session does: each pause judged (with its words) before more."""
     events: list[TurnDetectorEvent] = []
+
+    def words(pause: UtterancePaused) -> Awaitable[Transcript | None]:
+        assert stt is not None
+        return stt.transcribe(pause.audio)
+
     for start in range(0, audio.size, piece):
-        events += detector.push(audio[start : start + piece])
-        while (pause := detector.undecided) is not None:
-            events += await detector.adecide(
-                stt.transcribe(pause.audio) if stt is not None else None
-            )
+        async for step in detector.apush(audio[start : start + piece],
+                                         words if stt is not None else None):
+            events += step
+        assert detector.undecided is None
     return events + detector.flush()
 
 

@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from functools import partial
 from typing import Any
 
@@ -285,16 +285,11 @@ class VoiceSession:
                 self._anchor = (self.clock.now(), self._detector.position)
                 if self.echo_gate is not None:
                     audio = self.echo_gate.process(audio, self._anchor[0])
-                step: Callable[[], Awaitable[list[Any]]] | None = partial(
-                    asyncio.to_thread, self._detector.push, audio)
-                while step is not None:  # then the end-of-turn model's verdicts on pauses
-                    with hold_clock(self.clock):
-                        events = await step()
+                # (then the end-of-turn model's verdict on a pause, with its words)
+                async for events in self._detector.apush(
+                        audio, self._early.transcript_of, hold=partial(hold_clock, self.clock)):
                     for event in events:
                         await self._on_detector_event(event)
-                    pause = self._detector.undecided  # judged with its speculative words
-                    step = None if pause is None else partial(
-                        self._detector.adecide, self._early.transcript_of(pause))
                 spec = self._speculation
                 if spec is not None and spec.spoken_over(self._detector.speech_end):
                     spec.discard("the user spoke on")

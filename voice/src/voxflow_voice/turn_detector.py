@@ -49,7 +49,8 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import Awaitable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -371,6 +372,28 @@ class TurnDetector:
             self._to_idle()
         self._run(events)  # the audio pushed after the pause
         return events
+
+    async def apush(
+        self,
+        audio: AudioChunk | NDArray[Any],
+        words: Callable[[UtterancePaused], Awaitable[Transcript | None]] | None = None,
+        *,
+        hold: Callable[[], AbstractContextManager[object]] = nullcontext,
+    ) -> AsyncIterator[list[TurnDetectorEvent]]:
+        """:meth:`push` in a worker thread, then every verdict owed (:meth:`adecide`, on
+        ``words(pause)`` if given): yields each step's events, so the caller handles a
+        pause (and starts its STT) before the verdict on it is asked for.
+
+        Args:
+            hold: a context entered around each wait (a session holds its virtual clock).
+        """
+        with hold():
+            events = await asyncio.to_thread(self.push, audio)
+        yield events
+        while (pause := self._undecided) is not None:
+            with hold():
+                events = await self.adecide(words(pause) if words is not None else None)
+            yield events
 
     async def adecide(
         self, transcript: Awaitable[Transcript | None] | None = None
