@@ -27,7 +27,8 @@ speech frame) on the deterministic :class:`~voxflow.clock.VirtualClock` and in r
 * **voice to voice** of the story request (session marks: VAD speech end → first reply
   sample played), at the defaults (0.6 s end-of-turn silence) and at the anchor's 0.2 s.
 
-Medians and p90s of every call; nothing is asserted (shared machine).
+``--end-of-turn smart-turn`` runs the same with the semantic end of turn (Smart Turn and
+the pause's words). Medians and p90s of every call; nothing is asserted (shared machine).
 """
 
 from __future__ import annotations
@@ -229,8 +230,13 @@ def make_clock(kind: str) -> Clock:
     return VirtualClock(autojump=True) if kind == "virtual" else MonotonicClock()
 
 
-async def run(clock_kind: str, runs: int, quick: bool) -> None:
-    engines = VoiceEngines.load(deterministic=True)
+async def run(clock_kind: str, runs: int, quick: bool, end_of_turn: str) -> None:
+    smart = end_of_turn == "smart-turn"
+    engines = VoiceEngines.load(deterministic=True,
+                                end_of_turn="smart-turn" if smart else "none")
+    # With the end-of-turn model, the speculative STT starts at 0.1 s (as from_settings).
+    defaults = VoiceSettings(turn_detection=TurnDetection(end_pad=0.1)) if smart else None
+    tag = ", Smart Turn" if smart else ""
     sounds: list[tuple[str, str, str | None, AudioChunk | None]] = []
     backchannels = BACKCHANNELS[:4] if quick else BACKCHANNELS
     requests = REQUESTS[:3] if quick else REQUESTS
@@ -245,11 +251,14 @@ async def run(clock_kind: str, runs: int, quick: bool) -> None:
             for label, group, text, audio in sounds:
                 clock = make_clock(kind)
                 outs.append(await one_call(engines, label, group, text=text, audio=audio,
-                                           clock=clock))
-        summarize(f"{kind} clock, defaults", outs)
+                                           clock=clock, settings=defaults))
+        summarize(f"{kind} clock, defaults{tag}", outs)
     # At the anchor's end-of-turn silence (0.2 s): three backchannels, three requests.
     fast = VoiceSettings(turn_detection=TurnDetection(end_of_turn_silence=0.2, min_speech=0.2,
                                                       min_barge_in=0.2))
+    if smart:  # the model decides at 0.2 s instead
+        fast = VoiceSettings(turn_detection=TurnDetection(min_speech=0.2, min_barge_in=0.2,
+                                                          end_pad=0.1))
     for kind in kinds:
         outs = []
         subset = ([s for s in sounds if s[1] == "backchannel"][:3]
@@ -258,7 +267,7 @@ async def run(clock_kind: str, runs: int, quick: bool) -> None:
             clock = make_clock(kind)
             outs.append(await one_call(engines, label, group, text=text, audio=audio,
                                        clock=clock, settings=fast))
-        summarize(f"{kind}-0.2s end-of-turn silence", outs)
+        summarize(f"{kind}-0.2s end-of-turn silence{tag}", outs)
 
 
 def main() -> None:
@@ -266,8 +275,10 @@ def main() -> None:
     parser.add_argument("--clock", choices=["virtual", "real", "both"], default="both")
     parser.add_argument("--runs", type=int, default=1, help="repeats of the real-time set")
     parser.add_argument("--quick", action="store_true", help="a smaller set of sounds")
+    parser.add_argument("--end-of-turn", choices=["none", "smart-turn"], default="none",
+                        help="smart-turn: the semantic end of turn (voxflow_voice.end_of_turn)")
     args = parser.parse_args()
-    asyncio.run(run(args.clock, args.runs, args.quick))
+    asyncio.run(run(args.clock, args.runs, args.quick, args.end_of_turn))
 
 
 if __name__ == "__main__":

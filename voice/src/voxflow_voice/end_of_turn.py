@@ -99,17 +99,19 @@ _ANSWER = frozenset({
     "absolutely", "never", "mind", "good", "cool",
 })
 _OPEN_PAIRS = frozenset({("tell", "me"), ("show", "me"), ("give", "me"), ("remind", "me"),
-                         ("let", "me"), ("i", "want"), ("i", "need"), ("would", "like")})
+                         ("let", "me"), ("i", "want"), ("i", "need"), ("would", "like"),
+                         ("number", "is"), ("name", "is"), ("address", "is"), ("code", "is"),
+                         ("email", "is")})
 _WORD = re.compile(r"[a-z']+")
 
 
 def words_verdict(transcript: str) -> bool | None:
     """What the words alone say of a turn: ``False`` (more to come) if they end on a
-    comma or a dash, on a word or pair after which a request goes on ("... a table
-    for", "and", "the", "um", "can you tell me"), or hold only holding words ("Wait,
-    stop.", "Hmm, let me think.", "Hold on."); ``True`` (complete) for a closed answer of
-    at most four words ("No.", "Yes, please.", "No, thanks.", "That's all."); ``None``
-    otherwise (the model decides).
+    comma, a dash or an ellipsis (Whisper's trailing off), on a word or pair after which
+    a request goes on ("... a table for", "and", "the", "um", "can you tell me", "my
+    number is"), or hold only holding words ("Wait, stop.", "Hmm, let me think.", "Hold
+    on."); ``True`` (complete) for a closed answer of at most four words ("No.", "Yes,
+    please.", "No, thanks.", "That's all."); ``None`` otherwise (the model decides).
 
     Raises:
         TypeError: ``transcript`` is not a string.
@@ -120,8 +122,8 @@ def words_verdict(transcript: str) -> bool | None:
     words = _WORD.findall(text.replace("\u2019", "'"))
     if not words:
         return None  # nothing to go by
-    if (text.endswith((",", "-", "\u2013", "\u2014")) or words[-1] in _OPEN_ENDINGS
-            or tuple(words[-2:]) in _OPEN_PAIRS):
+    if (text.endswith((",", "-", "\u2013", "\u2014", "...", "\u2026"))
+            or words[-1] in _OPEN_ENDINGS or tuple(words[-2:]) in _OPEN_PAIRS):
         return False
     if all(w in _HOLDING for w in words) and any(w in _HOLD for w in words):
         return False
