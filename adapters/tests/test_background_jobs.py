@@ -139,3 +139,19 @@ async def test_the_next_turns_llm_is_sent_the_announcement_the_caller_heard(
         ("user", call.transcripts()[0]), ("assistant", "Let me check.")]
     assert last[3] == {"role": "assistant", "content": "Your parcel arrives on Thursday."}
     assert last[4]["role"] == "user" and "refund" in last[4]["content"].lower()
+
+
+async def test_a_job_still_running_when_a_session_ends_is_announced_in_the_next(
+    engines: VoiceEngines,
+) -> None:
+    # chat --voice after a lost device and `r`: a new session on the same conversation
+    flow = Restaurant()
+    async with AssistantWiring(flow, clock=VirtualClock(autojump=True)) as wiring:
+        first = await run_call(wiring, CallScript().user_says(0.3, "A table for two."),
+                               engines, tail=1.0)
+        second = await run_call(wiring, CallScript().until(8.0), engines)
+    heard = [[e.text for e in call.events if e.kind == "reply_finished"]
+             for call in (first, second)]
+    assert heard[0][0] == "Sure." and "Your table for 2 is booked." not in heard[0]
+    assert heard[1][-1] == "Your table for 2 is booked."
+    assert flow.state.messages[-1].content == "Your table for 2 is booked."

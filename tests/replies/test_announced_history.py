@@ -108,3 +108,28 @@ async def test_a_cut_announcement_keeps_only_what_was_heard() -> None:
     assert record_announcement(flow, "d-2", heard_text=" ", full_text=RESULT,  # type: ignore[arg-type]
                                interrupted=True) is None
     assert list(flow.state.messages) == [message]
+
+
+async def test_reopen_gives_the_next_client_a_fresh_floor_unless_the_call_ended() -> None:
+    from voxflow.replies import ClientActivity
+
+    flow = Shop(suppress_flow_events=True)
+    async with AssistantWiring(flow) as wiring:
+        replies = wiring.replies
+        assert replies is not None
+        sid = flow.state.id
+        def seen(seq: int, muted: bool) -> ClientActivity:
+            return ClientActivity(session_id=sid, seq=seq, recording=False, playback=False,
+                                  muted=muted)
+
+        assert replies.observe_client(seen(5, muted=True))
+        replies.close()
+        assert replies.statistics().busy_reason == "floor closed"
+        replies.reopen()
+        floor = flow.state.delivery_floor
+        assert (floor.closed, floor.muted, floor.client_seq) == (False, False, 0)
+        assert replies.observe_client(seen(1, muted=False))  # a new client: from seq 1
+        replies.close()
+        flow.state.ended = True
+        replies.reopen()
+        assert flow.state.delivery_floor.closed  # an ended conversation stays closed

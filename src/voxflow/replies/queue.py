@@ -537,6 +537,17 @@ class ReplyQueue:
                 elif rec.status == "pending":
                     self._set_status(state, rec, "skipped", "Session closed.")
 
+    def reopen(self) -> None:
+        """Open a closed floor for the next client of the same conversation (a reconnect):
+        a fresh floor, whose client reports from seq 1; pending and settled deliveries are
+        kept. Nothing happens once the conversation ended or while a delivery holds it."""
+        with self._lock:
+            state = self._state()
+            floor = state.delivery_floor
+            if floor.closed and not state.ended and floor.active_delivery_id is None:
+                state.delivery_floor = DeliveryFloor()
+                state.delivery_sequence += 1
+
     # -- snapshots ------------------------------------------------------------------
 
     def snapshot(self) -> dict[str, Any]:

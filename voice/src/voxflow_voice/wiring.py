@@ -29,12 +29,16 @@ def assistant_session(
 ) -> VoiceSession:
     """A voice session for ``wiring``'s call: its turns, reply queue, jobs, announcer and
     clock, with job updates forwarded to the session (announced when the floor is free).
+    Sessions of one wiring run one after the other (``chat --voice`` reconnects): each
+    reopens the floor the previous one closed.
 
     Raises:
         TypeError: ``wiring`` is not an :class:`~voxflow.wiring.AssistantWiring`.
     """
     if not isinstance(wiring, AssistantWiring):
         raise TypeError(f"wiring must be an AssistantWiring, got {type(wiring).__name__}")
+    if wiring.replies is not None:
+        wiring.replies.reopen()  # a previous session of this conversation closed it
     session = VoiceSession(
         wiring.turns, transport, engines, settings=settings, clock=wiring.clock,
         replies=wiring.replies, jobs=wiring.jobs, announcer=wiring.announcer,
