@@ -155,3 +155,17 @@ async def test_a_job_still_running_when_a_session_ends_is_announced_in_the_next(
     assert heard[0][0] == "Sure." and "Your table for 2 is booked." not in heard[0]
     assert heard[1][-1] == "Your table for 2 is booked."
     assert flow.state.messages[-1].content == "Your table for 2 is booked."
+
+
+async def test_the_testing_kits_call_runner_wires_the_flow_like_every_entry_point(
+    engines: VoiceEngines,
+) -> None:
+    from voxflow_adapters.call_runner import CallRunner
+
+    from voxflow.examples.assistant import assistant_class
+
+    flow = assistant_class(lookup_seconds=1.0)()
+    call = await CallRunner(engines).arun(flow, CallScript().user_says(0.3, "Where is my order?"))
+    heard = [e.text for e in call.events if e.kind == "reply_finished"]
+    assert heard == ["Sure, I'm checking your order now.",
+                     "Good news: order 417 has shipped. It arrives on Thursday."]
