@@ -205,11 +205,17 @@ def redact_url(url: str) -> str:
         parts = urllib.parse.urlsplit(url)
     except ValueError:
         return "<unparsable URL>"
-    if parts.password is None:
+    query = urllib.parse.parse_qsl(parts.query, keep_blank_values=True)
+    secret_keys = ("password", "sslpassword")  # libpq also reads these from the query
+    if parts.password is None and not any(k in secret_keys for k, _ in query):
         return url
-    user = parts.username or ""
-    host = parts.netloc.rpartition("@")[2]
-    return urllib.parse.urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
+    if parts.password is not None:
+        user = parts.username or ""
+        parts = parts._replace(netloc=f"{user}:***@{parts.netloc.rpartition('@')[2]}")
+    hidden = [(k, "***" if k in secret_keys else v) for k, v in query]
+    return urllib.parse.urlunsplit(
+        parts._replace(query=urllib.parse.urlencode(hidden, safe="*"))
+    )
 
 
 def check_database_url(url: object) -> str:

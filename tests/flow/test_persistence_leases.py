@@ -192,3 +192,23 @@ def test_the_database_url_selects_postgresql(monkeypatch: pytest.MonkeyPatch) ->
     assert flow_persistence.default_persistence() is store  # shared, like the SQLite one
     monkeypatch.delenv("VOXFLOW_DATABASE_URL")
     assert isinstance(flow_persistence.default_persistence(), flow_persistence.RowStore)
+
+
+def test_a_password_in_the_url_query_is_never_echoed() -> None:
+    # libpq also reads the password from the query (?password=...): an unreachable
+    # server's error, its path and the store's repr must not show it.
+    from voxflow.errors import PersistenceUnavailableError
+    from voxflow.flow.postgres import PostgresFlowPersistence
+    from voxflow.settings import redact_url
+
+    assert redact_url("postgresql://u@h/db?sslmode=disable&password=hunter2") == (
+        "postgresql://u@h/db?sslmode=disable&password=***"
+    )
+    assert "hunter2" not in redact_url("postgresql://u:hunter2@h/db?password=hunter2")
+    url = "postgresql://postgres@127.0.0.1:1/test?password=hunter2"
+    store = PostgresFlowPersistence(url, connect_timeout=1)
+    assert "hunter2" not in repr(store)
+    with pytest.raises(PersistenceUnavailableError) as down:
+        store.load_state("call")
+    assert "hunter2" not in str(down.value)
+    assert "hunter2" not in str(getattr(down.value, "path", ""))
