@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import numpy as np
@@ -161,3 +162,18 @@ def test_convert_chunk_passes_16k_chunks_and_drops_what_is_not_a_chunk() -> None
     assert guard.convert_chunk(np.zeros(320, np.float32)) is None
     stats = guard.statistics()
     assert (stats.frames, stats.dropped) == (4, 2)
+
+
+def test_each_kind_of_bad_frame_is_logged_once(caplog: pytest.LogCaptureFixture) -> None:
+    # Once per kind of problem: a too-long frame must not silence the NaN warning.
+    guard = InputGuard()
+    with caplog.at_level(logging.WARNING, logger="voxflow_voice.input_guard"):
+        for _ in range(2):
+            guard.convert(np.zeros(3 * 16_000, dtype=np.float32), 16_000)  # too long
+            guard.convert(np.full(320, np.nan, dtype=np.float32), 16_000)  # zeroed
+            guard.convert(np.zeros(320, dtype=np.float32), 1)  # a bad rate
+    problems = [r.getMessage() for r in caplog.records]
+    assert len(problems) == 3, problems
+    assert any("too long" in p for p in problems)
+    assert any("NaN" in p for p in problems)
+    assert any("sample_rate" in p for p in problems)

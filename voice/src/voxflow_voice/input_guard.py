@@ -24,6 +24,7 @@ speech) and Whisper returns nothing for an utterance that holds one.
 from __future__ import annotations
 
 import logging
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -57,6 +58,7 @@ MAX_FRAME_SECONDS = 2.0
 
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 _INT16 = np.dtype(np.int16)
+_NUMBERS = re.compile(r"\d+(?:\.\d+)?")
 
 
 @dataclass(frozen=True, slots=True)
@@ -198,7 +200,7 @@ class InputGuard:
 
     def _note(self, problem: str) -> None:
         self._last = problem
-        key = problem.split(" ", 2)[0]
+        key = _NUMBERS.sub("#", problem)  # the kind: the problem without its numbers
         if key not in self._logged:  # once per kind of problem, not per frame
             self._logged.add(key)
             logger.warning("bad input audio frame: %s", problem)
