@@ -73,3 +73,32 @@ def test_a_plain_assert_failure_gets_the_call_timeline(pytester: pytest.Pytester
         '*assistant  reply 1 says: "Request received."',
         "*assistant  reply 1 played whole",
     ])
+
+
+NO_NETWORK = """
+import socket
+
+looked_up = []
+_getaddrinfo = socket.getaddrinfo
+
+def _record(host, *args, **kwargs):
+    looked_up.append(host)
+    return _getaddrinfo(host, *args, **kwargs)
+
+socket.getaddrinfo = _record
+import litellm  # noqa: E402  (a user's test module importing litellm before voxflow does)
+
+def test_importing_litellm_looked_nothing_up():
+    assert looked_up == []
+"""
+
+
+def test_a_test_run_never_fetches_litellms_cost_map(pytester: pytest.Pytester,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """litellm fetches its model cost map from the internet on import unless told not to:
+    the plugin tells it, before any test module is imported."""
+    monkeypatch.delenv("LITELLM_LOCAL_MODEL_COST_MAP", raising=False)
+    pytester.makeini(INI)
+    pytester.makepyfile(NO_NETWORK)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1)

@@ -28,10 +28,17 @@ first used, so a test session that never asks for one never pays for them.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Generator
 from typing import TYPE_CHECKING, Any
 
 import pytest
+
+# A test run reaches no network: litellm fetches its model cost map from the internet
+# when it is first imported unless told otherwise, and a test module may import it
+# before voxflow does (voxflow.llm sets the same default). Plugins load before any test
+# module is collected.
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 if TYPE_CHECKING:
     from voxflow_voice.engines import VoiceEngines
