@@ -14,6 +14,7 @@ import urllib.parse
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -46,13 +47,13 @@ def postgres_unreachable() -> str | None:
 
 @pytest.fixture(params=["sqlite", "postgres"])
 def make_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[StoreFactory]:
-    """``make_store(name="store")``: a new backend (its own connections, as a process
+    """``make_store(name="store", **options)``: a new backend (its own connections, as a process
     has); the same name is the same database."""
     made: list[RowStore] = []
     if request.param == "sqlite":
 
-        def make(name: str = "store") -> RowStore:
-            store = SQLiteFlowPersistence(tmp_path / f"{name}.db")
+        def make(name: str = "store", **options: Any) -> RowStore:
+            store = SQLiteFlowPersistence(tmp_path / f"{name}.db", **options)
             made.append(store)
             return store
 
@@ -64,8 +65,8 @@ def make_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store
 
         run = f"vx_{os.getpid()}_{uuid.uuid4().hex[:8]}"
 
-        def make(name: str = "store") -> RowStore:
-            store = PostgresFlowPersistence(PG_URL, schema=f"{run}_{name}"[:63])
+        def make(name: str = "store", **options: Any) -> RowStore:
+            store = PostgresFlowPersistence(PG_URL, schema=f"{run}_{name}"[:63], **options)
             made.append(store)
             return store
 

@@ -9,6 +9,7 @@ import sys
 import textwrap
 import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
 from pydantic import BaseModel
@@ -64,8 +65,8 @@ def test_restore_by_id_continues_the_session(capsys: pytest.CaptureFixture[str])
     assert capsys.readouterr().out == ""  # quiet by default
 
 
-def test_method_level_persist_saves_after_that_method(tmp_path: Path) -> None:
-    backend = SQLiteFlowPersistence(tmp_path / "m.db")
+def test_method_level_persist_saves_after_that_method(make_store: Any) -> None:
+    backend = make_store()
     flow = MethodOnly(persistence=backend)
     flow.kickoff(inputs={"id": "m1"})
     saved = backend.load_state("m1")
@@ -85,8 +86,8 @@ def test_skip_persistence_restore_hook() -> None:
     assert stored is not None and stored["notes"] == ["note 1"]
 
 
-def test_restore_from_state_id_forks_with_a_new_id(tmp_path: Path) -> None:
-    backend = SQLiteFlowPersistence(tmp_path / "fork.db")
+def test_restore_from_state_id_forks_with_a_new_id(make_store: Any) -> None:
+    backend = make_store()
     Session(persistence=backend).kickoff(inputs={"id": "source"})
     fork = Session(persistence=backend)
     assert fork.kickoff(restore_from_state_id="source") == 2
@@ -103,26 +104,30 @@ def test_restore_from_unknown_id_carries_on() -> None:
     assert flow.kickoff(restore_from_state_id="missing") == 1
 
 
-def test_storage_per_session_stays_bounded(tmp_path: Path) -> None:
+def test_storage_per_session_stays_bounded(make_store: Any) -> None:
     # Flaw 3: the reference appended a full snapshot per save forever (O(n^2) per session).
-    backend = SQLiteFlowPersistence(tmp_path / "bounded.db", history_limit=3)
+    backend = make_store(history_limit=3)
     flow = Session(persistence=backend)
     for _ in range(40):
         flow.kickoff(inputs={"id": "long"})
-    with sqlite3.connect(backend.path) as conn:
-        (latest,) = conn.execute("SELECT COUNT(*) FROM flow_states").fetchone()
-        (history,) = conn.execute("SELECT COUNT(*) FROM flow_state_history").fetchone()
-    assert (latest, history) == (1, 3)
-    with sqlite3.connect(backend.path) as conn:
-        assert conn.execute("PRAGMA journal_mode").fetchone() == ("wal",)
+    counts = backend._read(
+        lambda c: [
+            c.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0]
+            for table in ("flow_states", "flow_state_history")
+        ]
+    )
+    assert counts == [1, 3]
+    if isinstance(backend, SQLiteFlowPersistence):
+        with sqlite3.connect(backend.path) as conn:
+            assert conn.execute("PRAGMA journal_mode").fetchone() == ("wal",)
     versions = [v for v, _, _ in backend.history("long")]
     assert versions == [37, 38, 39, 40]
     loaded = backend.load_state("long")
     assert loaded is not None and loaded["turns"] == 40
 
 
-def test_backend_validates_input(tmp_path: Path) -> None:
-    backend = SQLiteFlowPersistence(tmp_path / "v.db")
+def test_backend_validates_input(tmp_path: Path, make_store: Any) -> None:
+    backend = make_store()
     assert isinstance(backend, FlowPersistence)
     with pytest.raises(ValueError, match="flow_uuid"):
         backend.save_state("", "m", {})
@@ -133,7 +138,10 @@ def test_backend_validates_input(tmp_path: Path) -> None:
     with pytest.raises(TypeError, match="backend"):
         persist(object())  # type: ignore[call-overload]
     assert backend.load_state("never") is None
-    assert not backend.path.exists()  # reading never creates the file
+    if isinstance(backend, SQLiteFlowPersistence):
+        assert not backend.path.exists()  # reading never creates the file
+    with pytest.raises(ValueError, match="history_limit"):
+        make_store(history_limit=-1)
 
 
 def _run(code: str, env_home: Path) -> subprocess.CompletedProcess[str]:
@@ -205,9 +213,9 @@ Session().kickoff(inputs={'id': 'crashy'})
 
 
 def test_verbose_persist_logs_instead_of_printing(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture, capsys: pytest.CaptureFixture[str]
+    make_store: Any, caplog: pytest.LogCaptureFixture, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    backend = SQLiteFlowPersistence(tmp_path / "verbose.db")
+    backend = make_store()
 
     @persist(backend, verbose=True)
     class Loud(Flow[Notes]):
