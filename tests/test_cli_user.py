@@ -158,6 +158,26 @@ def test_chat_without_flow_talks_to_the_example_assistant() -> None:
     assert "--model" in result.stdout.split("meaning of life", 1)[-1]  # how to add an LLM
 
 
+def test_chat_with_a_flow_on_the_plain_conversation_state(tmp_path: Path) -> None:
+    # The spec's state (ConversationState, no turn records) is what a ported flow has;
+    # `voxflow chat path.py:Class` (the README's `crewai run`) must chat with it, as
+    # flow.chat() does, not end in a TurnState traceback.
+    (tmp_path / "echo.py").write_text(
+        "from voxflow import ConversationState, Flow, listen\n"
+        "class Echo(Flow[ConversationState]):\n"
+        "    conversational = True\n"
+        "    def route_turn(self, context: object) -> str:\n"
+        "        return 'echo'\n"
+        "    @listen('echo')\n"
+        "    def answer(self) -> str:\n"
+        "        return f'echo {self.state.current_user_message}'\n"
+    )
+    result = voxflow("chat", "echo.py:Echo", cwd=tmp_path, stdin="one\ntwo\nexit\n")
+    assert result.returncode == 0, result.stderr
+    assert "Traceback" not in result.stderr
+    assert "Assistant: echo one" in result.stdout and "Assistant: echo two" in result.stdout
+
+
 # -- the REPL in a terminal -----------------------------------------------------------------
 
 

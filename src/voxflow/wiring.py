@@ -29,7 +29,7 @@ from voxflow.errors import ProviderError
 from voxflow.jobs import JobRecord, JobRunner, JobState, MakeWork
 from voxflow.jobs.background import BackgroundJob, JobBinding, announce_jobs, bind_jobs
 from voxflow.replies import ReplyQueue, ReplyQueueState, record_announcement
-from voxflow.turns import TurnRunner
+from voxflow.turns import TurnRunner, TurnState
 
 __all__ = ["AssistantState", "AssistantWiring", "chat_text"]
 
@@ -227,12 +227,29 @@ async def chat_text(
 
     ``read(prompt)`` returns a line (EOFError ends the chat); ``write`` prints one. A
     turn whose LLM call fails (:class:`~voxflow.errors.ProviderError`) is written as
-    ``(no answer: <the cause>)`` and the chat goes on, as a call does.
+    ``(no answer: <the cause>)`` and the chat goes on, as a call does. A flow whose
+    state is not a :class:`~voxflow.turns.TurnState` (the plain ``ConversationState``)
+    has no turn records for jobs: its lines are plain turns, as in ``flow.chat()``.
     """
     exits = {c.strip().lower() for c in exit_commands}
-    async with AssistantWiring(flow) as wiring:
+    if not isinstance(getattr(flow, "state", None), TurnState):
+        # A flow on the plain ConversationState (the spec's) keeps no turn records, so
+        # it has no jobs to announce: each line is one turn, as in flow.chat().
+        wiring: AssistantWiring | None = None
+        session: list[str | None] = [None]
+
+        async def plain_turn(line: str) -> str:
+            result = await flow.ahandle_turn(line, session_id=session[0])
+            session[0] = flow.flow_id
+            return str(result)
+
+        text_turn: Callable[[str], Awaitable[str]] = plain_turn
+    else:
+        wiring = AssistantWiring(flow)
+        text_turn = wiring.text_turn
+    try:
         while not getattr(flow.state, "ended", False):
-            for text in await wiring.announce_ready():
+            for text in await wiring.announce_ready() if wiring is not None else ():
                 write(f"{assistant_prefix}{text}")
             try:
                 line = (await asyncio.to_thread(read, prompt)).strip()
@@ -243,13 +260,17 @@ async def chat_text(
             if line.lower() in exits:
                 break
             try:
-                answer = await wiring.text_turn(line)
+                answer = await text_turn(line)
             except ProviderError as exc:  # the turn failed, not the chat (as in a call)
                 write(f"(no answer: {exc})")
                 continue
             write(f"{assistant_prefix}{answer}")
-        if not getattr(flow.state, "ended", False):  # (an ended call announces nothing)
+        # (an ended call announces nothing)
+        if wiring is not None and not getattr(flow.state, "ended", False):
             if not await wiring.wait_for_jobs(job_grace):
                 logger.warning("chat ended with background jobs still running")
             for text in await wiring.announce_ready():
                 write(f"{assistant_prefix}{text}")
+    finally:
+        if wiring is not None:
+            await wiring.aclose()
