@@ -178,6 +178,22 @@ def test_chat_with_a_flow_on_the_plain_conversation_state(tmp_path: Path) -> Non
     assert "Assistant: echo one" in result.stdout and "Assistant: echo two" in result.stdout
 
 
+
+@pytest.mark.parametrize("command", [("serve",), ("chat", "--voice")])
+def test_a_voice_command_names_the_state_a_plain_conversation_flow_needs(
+    tmp_path: Path, command: tuple[str, ...]
+) -> None:
+    # A call keeps turn records (TurnState); a plain ConversationState flow is refused
+    # before any model loads, with the fix (it was a traceback once a call started).
+    (tmp_path / "plain.py").write_text(
+        "from voxflow import ConversationState, Flow\n"
+        "class Plain(Flow[ConversationState]):\n"
+        "    conversational = True\n"
+    )
+    result = voxflow(*command, "plain.py:Plain", cwd=tmp_path)
+    one_line_error(result, "plain.py:Plain", "ConversationState", "voxflow.turns.TurnState")
+
+
 # -- the REPL in a terminal -----------------------------------------------------------------
 
 

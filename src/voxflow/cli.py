@@ -110,13 +110,15 @@ def _settings(args: argparse.Namespace, *, log_level: str | None = None) -> Sett
     return settings
 
 
-def _check_assistant(args: argparse.Namespace, settings: Settings) -> str | None:
+def _check_assistant(
+    args: argparse.Namespace, settings: Settings, *, voice: bool = False
+) -> str | None:
     """The model the example assistant will use, after checking FLOW and the model.
 
     Raises:
-        UsageError: FLOW cannot be loaded or is not conversational, ``--model`` was given
-            with a FLOW (which configures its own LLM), or the model's provider key is
-            not set.
+        UsageError: FLOW cannot be loaded or is not conversational, its state keeps no
+            turn records for a ``voice`` call, ``--model`` was given with a FLOW (which
+            configures its own LLM), or the model's provider key is not set.
     """
     flow = getattr(args, "flow", None)
     if flow is not None:
@@ -134,6 +136,15 @@ def _check_assistant(args: argparse.Namespace, settings: Settings) -> str | None
         if not getattr(flow_cls, "conversational", False):
             raise UsageError(f"{flow} is not a conversational flow: set `conversational = True`"
                              " on the class (see the README's Conversational flows)")
+        if voice:
+            from .turns import TurnState
+
+            state = flow_cls._state_type()
+            if state is not None and not issubclass(state, TurnState):
+                raise UsageError(
+                    f"{flow} keeps its state in {state.__name__}, which has no turn records "
+                    "for a call: derive it from voxflow.turns.TurnState (or "
+                    "voxflow.wiring.AssistantState for background jobs)")
         return None
     model = settings.model
     if model is not None:
@@ -177,7 +188,7 @@ def _cmd_chat(args: argparse.Namespace) -> int:
                            or args.output_device is not None):
         raise UsageError("--headphones, --input-device and --output-device need --voice")
     settings = _settings(args)
-    model = _check_assistant(args, settings)
+    model = _check_assistant(args, settings, voice=args.voice)
     if args.voice:
         return _cmd_voice_chat(args, settings, model)
     from .repl import run_repl
@@ -282,7 +293,7 @@ def _check_listen(host: str, port: int) -> None:
 
 def _cmd_serve(args: argparse.Namespace) -> int:
     settings = _settings(args, log_level="INFO")
-    model = _check_assistant(args, settings)
+    model = _check_assistant(args, settings, voice=True)
     _check_listen(settings.host, settings.port)
     command: Serve | None = _command("serve", "voxflow serve")
     if command is None:
