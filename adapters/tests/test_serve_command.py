@@ -63,6 +63,8 @@ def test_serve_logs_each_call_as_json_and_serves_a_favicon() -> None:
             caller = LoopbackCaller(base, TOKEN, send_audio=False)
             async with caller:
                 await caller.wait_message("hello")
+                caller.send({"v": 2, "type": "mute", "muted": True})  # refused: logged
+                await caller.wait_message("error")
                 caller.send({"v": 1, "type": "hangup"})
                 await caller.wait_message("bye")
             assert caller.call_id is not None
@@ -83,5 +85,8 @@ def test_serve_logs_each_call_as_json_and_serves_a_favicon() -> None:
     assert started[0]["session_id"] == ended[0]["session_id"]
     assert ended[0]["level"] == "INFO" and "hung up" in ended[0]["reason"]
     assert ended[0]["turns"] == 0 and ended[0]["duration_s"] >= 0
+    # the peer logs without extra=: the call's id reaches it through the bound log context
+    rejected = [r for r in records if r["message"].startswith("page message rejected")]
+    assert [(r["level"], r.get("call_id")) for r in rejected] == [("WARNING", call_id)]
     info = [r for r in records if r["level"] == "INFO" and r.get("call_id") == call_id]
     assert info == started + ended  # one line at the start, one at the end

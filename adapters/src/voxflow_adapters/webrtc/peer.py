@@ -305,8 +305,7 @@ class WebRtcPeer:
             message = parse_page_message(raw)
         except ProtocolError as exc:
             self._rejected += 1
-            logger.warning("page message rejected: %s", exc.reason,
-                           extra={"call_id": self.call_id})
+            logger.warning("page message rejected: %s", exc.reason)  # call_id: bound by serve
             self.send(ErrorMessage(reason=exc.reason))
             if self._rejected >= _MAX_REJECTED:
                 self.close_soon("too many malformed data-channel messages")

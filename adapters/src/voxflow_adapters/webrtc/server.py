@@ -44,6 +44,7 @@ from voxflow_voice.events import ReplyInterrupted, SessionEvent, TurnMetrics
 
 from voxflow.clock import MonotonicClock
 from voxflow.errors import SignalingError
+from voxflow.logs import bind_log_context
 
 from .calls import Call, CallFactory
 from .peer import DEFAULT_PEER_SETTINGS, PeerSettings, PeerStatistics, WebRtcPeer
@@ -310,6 +311,8 @@ class WebRtcServer:
 
     async def _start_call(self, sdp: str) -> web.Response:
         call_id = f"call-{next(self._numbers)}"
+        # this request's task starts the peer's and the session's tasks: their lines too
+        bind_log_context(call_id=call_id)
         clock = MonotonicClock()
         peer = WebRtcPeer(settings=self._peer_settings, clock=clock, call_id=call_id)
         try:
