@@ -111,11 +111,6 @@ def _pace(tokens_per_second: float | None, first_token_delay: float) -> None:
         raise ValueError(f"first_token_delay must be a number >= 0, got {first_token_delay!r}")
 
 
-def _count(after_tokens: int) -> None:
-    if isinstance(after_tokens, bool) or not isinstance(after_tokens, int) or after_tokens < 0:
-        raise ValueError(f"after_tokens must be an int >= 0, got {after_tokens!r}")
-
-
 def reply(
     text: str, *, tokens_per_second: float | None = None, first_token_delay: float = 0.0
 ) -> ScriptedReply:
