@@ -105,10 +105,47 @@ def test_bad_variables_are_named(variable: str, value: str) -> None:
     one_line_error(voxflow("chat", env={variable: value}), variable)
 
 
-def test_flow_with_model_is_refused_and_bad_flows_name_the_fix() -> None:
-    one_line_error(voxflow("chat", "voxflow.examples.assistant:Assistant", "--model", "m"),
-                   "drop --model")
+OWN_LLM_FLOW = """
+from voxflow import Flow
+from voxflow.conversation import ConversationConfig
+from voxflow.turns import TurnState
+
+@ConversationConfig(llm="openai/gpt-4o-mini")
+class Own(Flow[TurnState]):
+    conversational = True
+
+class Bare(Flow[TurnState]):
+    conversational = True
+"""
+
+
+def test_model_with_a_flow_that_has_its_own_llm_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "flows.py"
+    path.write_text(OWN_LLM_FLOW)
+    one_line_error(voxflow("chat", f"{path}:Own", "--model", "openai/gpt-4o"), "drop --model")
     one_line_error(voxflow("serve", "missing.py:Flow"), "flow file not found")
+
+
+def test_model_answers_a_users_flow_that_has_no_llm(tmp_path: Path) -> None:
+    """``voxflow chat my.py:Flow --model M``: the flow's open questions go to M (here a
+    port nothing listens on, so the failure names the model the flow really called)."""
+    import socket
+
+    path = tmp_path / "flows.py"
+    path.write_text(OWN_LLM_FLOW)
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        base = f"http://127.0.0.1:{closed.getsockname()[1]}/v1"
+    env = {"OPENAI_API_KEY": "sk-test-0123456789", "OPENAI_API_BASE": base,
+           "VOXFLOW_LLM_RETRIES": "0"}
+    result = voxflow("chat", f"{path}:Bare", "--model", "openai/gpt-4o-mini",
+                     stdin="what is the meaning of life?\nexit\n", env=env)
+    assert result.returncode == 0, result.stderr
+    assert "(no answer: openai/gpt-4o-mini call failed" in result.stdout
+    # VOXFLOW_MODEL gives way to a flow's own LLM (it is a default, not an order)
+    own = voxflow("chat", f"{path}:Own", stdin="exit\n",
+                  env={**env, "VOXFLOW_MODEL": "anthropic/claude-3-5-haiku-latest"})
+    assert own.returncode == 0, own.stderr
 
 
 def test_a_closed_pipe_is_not_an_error() -> None:

@@ -18,16 +18,41 @@ class FlowReferenceError(VoxflowError, ValueError):
     """A flow reference could not be resolved; the message says which part was wrong."""
 
 
-def load_flow_class(ref: str) -> type[Any]:
+def load_flow_class(ref: str, *, model: str | None = None) -> type[Any]:
     """Import the class named by ``ref``.
 
     Args:
         ref: ``path/to/file.py:ClassName`` or ``package.module:ClassName``.
+        model: a litellm model id for a conversational flow that configures no LLM of
+            its own: the class returned is a subclass whose router and ``converse`` use it.
 
     Raises:
         FlowReferenceError: the reference is malformed, the file or module does not
-            exist, the name is missing, or it is not a Flow subclass.
+            exist, the name is missing, or it is not a Flow subclass; with ``model``, the
+            flow is not conversational or already configures its own LLM.
     """
+    cls = _load(ref)
+    return cls if model is None else _with_model(cls, ref, model)
+
+
+def _with_model(cls: type[Any], ref: str, model: str) -> type[Any]:
+    if not getattr(cls, "conversational", False):
+        raise FlowReferenceError(f"{ref} is not a conversational flow: a model answers only "
+                                 "conversational flows (set `conversational = True`)")
+    config = cls._conversation_config()
+    if config.llm is not None:
+        raise FlowReferenceError(
+            f"{ref} configures its own LLM (ConversationConfig(llm=...)): drop --model "
+            "(or VOXFLOW_MODEL), or remove the flow's llm=")
+    from .llm import LLM
+
+    configured = type(cls.__name__, (cls,), {"__module__": cls.__module__,
+                                             "__qualname__": cls.__qualname__})
+    config.model_copy(update={"llm": LLM(model)})(configured)
+    return configured
+
+
+def _load(ref: str) -> type[Any]:
     if not isinstance(ref, str) or ref.count(":") != 1:
         raise FlowReferenceError(
             f"flow reference {ref!r} must look like 'path.py:Class' or 'module:Class'"

@@ -113,20 +113,18 @@ def _settings(args: argparse.Namespace, *, log_level: str | None = None) -> Sett
 def _check_assistant(
     args: argparse.Namespace, settings: Settings, *, voice: bool = False
 ) -> str | None:
-    """The model the example assistant will use, after checking FLOW and the model.
+    """The model the assistant (FLOW, or the example assistant) will use, after checking
+    FLOW and the model: ``--model`` / ``VOXFLOW_MODEL`` answer a FLOW that configures no
+    LLM of its own (``VOXFLOW_MODEL`` gives way to a FLOW's own LLM).
 
     Raises:
         UsageError: FLOW cannot be loaded or is not conversational, its state keeps no
-            turn records for a ``voice`` call, ``--model`` was given with a FLOW (which
-            configures its own LLM), or the model's provider key is not set.
+            turn records for a ``voice`` call, ``--model`` was given with a FLOW that
+            configures its own LLM, or the model's provider key is not set.
     """
     flow = getattr(args, "flow", None)
+    model = settings.model
     if flow is not None:
-        if args.model is not None:
-            raise UsageError(
-                f"--model applies to {EXAMPLE_ASSISTANT}; {flow} configures its own LLM "
-                "(ConversationConfig(llm=...)): drop --model, or drop FLOW"
-            )
         from ._loader import load_flow_class
 
         try:
@@ -145,8 +143,12 @@ def _check_assistant(
                     f"{flow} keeps its state in {state.__name__}, which has no turn records "
                     "for a call: derive it from voxflow.turns.TurnState (or "
                     "voxflow.wiring.AssistantState for background jobs)")
-        return None
-    model = settings.model
+        if model is not None and flow_cls._conversation_config().llm is not None:
+            if args.model is not None:
+                raise UsageError(
+                    f"{flow} configures its own LLM (ConversationConfig(llm=...)): drop "
+                    "--model, or remove the flow's llm=")
+            model = None  # VOXFLOW_MODEL is a default: the flow's own LLM wins
     if model is not None:
         from .llm_policy import missing_credentials
 

@@ -30,7 +30,7 @@ def _make_flow(flow_ref: str | None, model: str | None) -> Any:
         return load_example_module().assistant_class(model)()
     from ._loader import load_flow_class
 
-    return load_flow_class(flow_ref)()
+    return load_flow_class(flow_ref, model=model)()
 
 
 class _Lines:

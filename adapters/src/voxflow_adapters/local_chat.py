@@ -402,7 +402,7 @@ def _make_flow(flow_spec: str | None, model: str | None) -> Any:
     from voxflow._loader import load_flow_class
     from voxflow.errors import ConversationModeError
 
-    flow = load_flow_class(flow_spec)()
+    flow = load_flow_class(flow_spec, model=model)()
     if not getattr(flow, "conversational", False):
         raise ConversationModeError(f"{flow_spec} is not a conversational flow")
     return flow

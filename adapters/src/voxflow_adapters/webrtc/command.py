@@ -141,7 +141,7 @@ def build_call_factory(
         return assistant_call_factory(model, settings=voice_settings)
     from voxflow._loader import load_flow_class
 
-    return flow_call_factory(load_flow_class(flow), settings=voice_settings)
+    return flow_call_factory(load_flow_class(flow, model=model), settings=voice_settings)
 
 
 def run_serve(
