@@ -55,8 +55,21 @@ timer: 0, 0, 60). 27 of its 43 splits are "I need a flight to Boston | and a hot
 the airport.", whose first clause is a complete request; 10 are "a table for" garbled by
 tiny.en on espeak with noise ("I'm a black turmo cafe"). Decision time (Smart Turn with
 the STT beside it): median 385 ms, p90 772 ms at a load average of 7.8 (the model alone:
-~50 ms on an idle core). ``--v2v 10`` at load 3.7-4.7: the 0.2 s timer 545 ms (p90 633),
-Smart Turn + words with the speculative STT from 0.1 s 646 ms (p90 811), from 0.2 s 895 ms.
+~50 ms on an idle core).
+
+``--v2v 10``, three runs (load average 4.7, 6.4, 1.4), medians (ms):
+
+==============================================  =====  =====  =====
+configuration                                   run 1  run 2  run 3
+==============================================  =====  =====  =====
+silence timer 0.2 s                             545    928    555
+Smart Turn + words, speculative STT from 0.2 s  895    946    686
+Smart Turn + words, speculative STT from 0.1 s  646    945    595
+the same with a Whisper warm-up at each onset   745    705    585
+==============================================  =====  =====  =====
+
+The leading framework takes 1.33 s on this audio. The warm-up does not pay clearly, so
+``VoiceSettings.stt_warm_up`` stays off.
 """
 
 from __future__ import annotations
