@@ -86,6 +86,7 @@ def test_turn_credentials_come_from_the_environment_never_the_url(
                            turn_username=settings.turn_username,
                            turn_credential="s3cret")
     assert built.peer.ice_servers[0].credential == "s3cret"
+    assert "s3cret" not in repr(built) and "s3cret" not in str(built.peer)  # logs, errors
     # run_serve hands Settings' credentials on: the TURN URL passes, the bad port is next.
     code = run_serve(flow=None, host="127.0.0.1", port=70_000, token=None,
                      ice_servers=["turn:turn.example:3478"], settings=settings)

@@ -72,7 +72,7 @@ class IceServer(BaseModel):
 
     urls: tuple[str, ...] = Field(min_length=1, description="stun:/turn: URLs")
     username: str | None = None
-    credential: str | None = None
+    credential: str | None = Field(None, repr=False)  # a TURN password: never in a repr
 
     @field_validator("urls")
     @classmethod
