@@ -216,6 +216,31 @@ def test_chat_with_a_flow_on_the_plain_conversation_state(tmp_path: Path) -> Non
 
 
 
+def test_a_handler_that_raises_is_said_and_the_chat_goes_on(tmp_path: Path) -> None:
+    # As in a call (the session logs the failed reply and listens on): one line that
+    # names the exception and how to see where it came from, no traceback, exit 0.
+    (tmp_path / "fragile.py").write_text(
+        "from voxflow import Flow, listen\n"
+        "from voxflow.turns import TurnState\n"
+        "class Fragile(Flow[TurnState]):\n"
+        "    conversational = True\n"
+        "    def route_turn(self, context: object) -> str:\n"
+        "        return 'answer'\n"
+        "    @listen('answer')\n"
+        "    def handle_answer(self) -> str:\n"
+        "        if self.state.current_user_message == 'boom':\n"
+        "            raise RuntimeError('handler boom')\n"
+        "        return 'fine'\n"
+    )
+    result = voxflow("chat", "fragile.py:Fragile", cwd=tmp_path, stdin="boom\nhello\nexit\n")
+    assert result.returncode == 0, result.stderr
+    assert "Traceback" not in result.stderr + result.stdout
+    said = result.stdout.split("(no answer: the turn failed: RuntimeError: handler boom", 1)
+    assert len(said) == 2, result.stdout
+    assert "--log-level DEBUG" in said[1].splitlines()[0]
+    assert "Assistant: fine" in said[1]
+
+
 @pytest.mark.parametrize("command", [("serve",), ("chat", "--voice")])
 def test_a_voice_command_names_the_state_a_plain_conversation_flow_needs(
     tmp_path: Path, command: tuple[str, ...]

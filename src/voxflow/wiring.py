@@ -227,7 +227,8 @@ async def chat_text(
 
     ``read(prompt)`` returns a line (EOFError ends the chat); ``write`` prints one. A
     turn whose LLM call fails (:class:`~voxflow.errors.ProviderError`) is written as
-    ``(no answer: <the cause>)`` and the chat goes on, as a call does. A flow whose
+    ``(no answer: <the cause>)`` and the chat goes on, as a call does; so does a turn
+    whose handler raises (its traceback is logged at DEBUG). A flow whose
     state is not a :class:`~voxflow.turns.TurnState` (the plain ``ConversationState``)
     has no turn records for jobs: its lines are plain turns, as in ``flow.chat()``.
     """
@@ -263,6 +264,11 @@ async def chat_text(
                 answer = await text_turn(line)
             except ProviderError as exc:  # the turn failed, not the chat (as in a call)
                 write(f"(no answer: {exc})")
+                continue
+            except Exception as exc:  # a handler's bug: said, the chat goes on (as in a call)
+                logger.debug("the turn failed", exc_info=True)
+                write(f"(no answer: the turn failed: {type(exc).__name__}: {exc}; "
+                      "--log-level DEBUG shows where)")
                 continue
             write(f"{assistant_prefix}{answer}")
         # (an ended call announces nothing)
