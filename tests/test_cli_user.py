@@ -241,6 +241,19 @@ def test_a_handler_that_raises_is_said_and_the_chat_goes_on(tmp_path: Path) -> N
     assert "Assistant: fine" in said[1]
 
 
+def test_a_flow_whose_constructor_raises_is_one_line(tmp_path: Path) -> None:
+    (tmp_path / "broken.py").write_text(
+        "from voxflow import Flow\n"
+        "from voxflow.turns import TurnState\n"
+        "class Broken(Flow[TurnState]):\n"
+        "    conversational = True\n"
+        "    def __init__(self) -> None:\n"
+        "        raise RuntimeError('no config file')\n"
+    )
+    one_line_error(voxflow("chat", "broken.py:Broken", cwd=tmp_path, stdin="hi\n"),
+                   "broken.py:Broken", "RuntimeError", "no config file")
+
+
 @pytest.mark.parametrize("command", [("serve",), ("chat", "--voice")])
 def test_a_voice_command_names_the_state_a_plain_conversation_flow_needs(
     tmp_path: Path, command: tuple[str, ...]
