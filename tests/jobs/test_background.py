@@ -268,3 +268,36 @@ async def test_progress_is_announced_while_the_job_runs_and_dropped_once_it_is_d
     assert out == ["Assistant: I'm checking your flight.", "Assistant: Found it."]
     [delivery] = flow.state.deliveries.values()  # the progress was never queued
     assert len(flow.state.jobs) == 2 and delivery.status == "completed"
+
+
+@background_job(kind="lookup")
+async def look_up_hotel(job: JobContext) -> str:
+    return "The hotel is booked."
+
+
+@background_job(kind="lookup")
+async def look_up_train(job: JobContext) -> str:
+    return "The train is on time."
+
+
+class Trip(Flow[AssistantState]):
+    conversational = True
+
+    def route_turn(self, context: RouterContext) -> str | None:
+        return "trip"
+
+    @listen("trip")
+    def handle_trip(self) -> str:
+        look_up_hotel.start(self)
+        look_up_train.start(self)  # the same kind: it must not run in the hotel's place
+        return "Checking."
+
+
+async def test_two_job_functions_of_one_kind_each_run_their_own() -> None:
+    # A kind is a label of the records: it must not pick which function runs.
+    flow, out = Trip(), list[str]()
+    await chat_text(flow, read=scripted(["my trip?"]), write=out.append)
+    said = " ".join(out[1:])
+    assert said.count("The hotel is booked.") == 1 and said.count("The train is on time.") == 1
+    assert sorted(j.announcement for j in flow.state.jobs.values()) == [
+        "The hotel is booked.", "The train is on time."]

@@ -193,7 +193,7 @@ class JobFunction:
                             inputs=values)
         if not add_job(state, job):
             raise JobNotAnnounceableError(f"cannot start {where}: the job was not registered")
-        binding.functions[self.kind] = self
+        binding.functions[job.job_id] = self  # by job: two functions may share a kind
         binding.runner.submit(job, values)
         return job
 
@@ -301,9 +301,10 @@ class JobBinding:
 
     def make_work(self, job: Any, inputs: dict[str, Any], publish: Publisher) -> Any:
         """``JobRunner``'s ``make_work``: the worker that runs one job's function."""
-        function = self.functions.get(job.kind)
+        function = self.functions.get(job.job_id)
         if function is None or not isinstance(job, BackgroundJob):
-            raise LookupError(f"no background job function {job.kind!r} was started here")
+            raise LookupError(f"no background job function started job {job.job_id} "
+                              f"({job.kind!r}) here")
         work: Any = _work_class()(state=JobWorkState[BackgroundJob](job=job), publish=publish,
                                   suppress_flow_events=True)
         work.binding = self
