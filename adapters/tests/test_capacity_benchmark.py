@@ -1,0 +1,55 @@
+"""``benchmarks/capacity.py``'s core, for one call of two turns on the virtual clock.
+
+The benchmark's figures (voice to voice, CPU, RSS per call) are real-time measurements
+it prints; this test only checks that its load is what it claims: every question asked
+is committed and answered, the reply is the long fixed one, and no stale sample plays.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+from voxflow_voice.engines import VoiceEngines
+
+from voxflow.clock import VirtualClock
+
+pytestmark = pytest.mark.models
+
+BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
+
+
+def _capacity() -> ModuleType:
+    """benchmarks/capacity.py, imported as its own script would be (its folder on the path)."""
+    if str(BENCHMARKS) not in sys.path:
+        sys.path.insert(0, str(BENCHMARKS))
+    name = "voxflow_benchmark_capacity"
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, BENCHMARKS / "capacity.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # its dataclasses look their module up while being built
+    spec.loader.exec_module(module)
+    return module
+
+
+async def test_one_call_of_two_turns_commits_both_and_plays_no_stale_sample(
+    engines: VoiceEngines,
+) -> None:
+    capacity = _capacity()
+    row, calls = await capacity.run_calls(engines, 1, 2, clock=VirtualClock(autojump=True))
+    (call,) = calls
+    assert (row.calls, row.asked, row.committed) == (1, 2, 2)
+    assert row.turns_lost == 0 and row.stale_samples == 0 == call.stale_samples()
+    assert len(call.transcripts()) == 2
+    assert all("calendar" in t.lower() for t in call.transcripts())
+    replies = call.replies()
+    assert len(replies) == 2
+    assert all(call.settled(r) == "completed" for r in replies)
+    # Each reply is the long fixed one, heard whole (about 9 s of the bundled voice).
+    assert all(call.heard_seconds(r) > 6.0 for r in replies)
+    assert len(capacity.voice_to_voice(call)) == 2

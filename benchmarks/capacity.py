@@ -1,0 +1,284 @@
+"""How many concurrent voice calls one process holds: N simulated callers, shared models.
+
+Run: ``uv run python benchmarks/capacity.py [--calls 1,4,8,16] [--turns 3] [--json]``
+
+One process loads the real models once (tiny.en, Piper, Silero: ``VoiceEngines.load()``)
+and runs N calls at once, each a :class:`~voxflow_adapters.simulated.SimulatedClient` on
+the monotonic clock (real time) talking to its own voice session. Every caller asks the
+same question (synthesized once with the bundled voice), hears the flow's fixed reply of
+about 9 s to the end, waits :data:`GAP` s and asks again, ``--turns`` times (a dense
+load: a caller is always either speaking or listening). The callers' first questions are
+spread evenly over one cycle (question + reply) so their turns do not all end together.
+The flow is :class:`~voxflow_adapters.testing.Teller` answering every turn at once with
+:data:`REPLY`, so the figures are the voice pipeline's (VAD, STT, TTS, playout).
+
+Printed per N (nothing is asserted, the machine is shared):
+
+* **turns committed**: user turns the sessions committed / questions the callers asked;
+* **voice to voice** p50 and p95 over all turns of all calls, on each caller's tape: the
+  user's last speech sample (above -40 dBFS) → the first reply sample played, as
+  ``voice_latency.py`` measures it;
+* **CPU per call**: the process's CPU time (all threads) / wall time / N, in % of a core;
+* **RSS**: the peak resident set during the run, and (peak - the idle process with its
+  models loaded) / N;
+* **stale samples**: reply audio played after its fence (must be 0);
+* **turns lost**: questions no reply was heard to;
+* **STT / TTS**: compute per utterance (median) and TTS synthesis time / audio length,
+  timed around the shared engines: how much of the time the models take as N grows.
+
+Each N is bounded: a call ends by :data:`CALL_LIMIT` s whatever it waits for, and the
+time each N took is printed. The headline figure (``voxflow bench``) is the largest N
+measured whose p95 is <= 1 s with 0 stale samples and no turn lost.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import resource
+import statistics
+import sys
+import time
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+from _figures import figure
+from voice_latency import SPEECH_LEVEL, TimedStt, TimedTts, Timings
+from voxflow_adapters.scenario import CallResult, run_call
+from voxflow_adapters.script import CallScript
+from voxflow_adapters.testing import Teller
+from voxflow_voice.audio import STT_SAMPLE_RATE, AudioChunk, resample
+from voxflow_voice.engines import VoiceEngines
+
+from voxflow.clock import Clock, MonotonicClock
+
+QUESTION = "Can you tell me what is on my calendar this afternoon?"
+REPLY = (
+    "Sure. This afternoon you have a design review at two, with the whole product team. "
+    "At four you are meeting Ada about the harbour project, and at five thirty "
+    "you have a call with the bank."
+)
+"""The flow's reply to every question: about 9 s with the bundled voice."""
+GAP = 0.8  # s: the caller asks again this long after the reply ran dry
+CYCLE = 12.0  # s: about one question and its reply; the first questions spread over it
+CALL_LIMIT = 300.0  # s: a call ends by then whatever it waits for
+P95_TARGET_MS = 1000.0
+
+
+@dataclass(frozen=True, slots=True)
+class CapacityRow:
+    """The figures of one run of N concurrent calls."""
+
+    calls: int
+    asked: int  # questions the callers asked (scripted)
+    committed: int  # user turns the sessions committed
+    v2v_p50_ms: float | None
+    v2v_p95_ms: float | None
+    cpu_per_call_pct: float
+    rss_peak_mb: float
+    rss_per_call_mb: float
+    stale_samples: int
+    turns_lost: int  # questions no reply was heard to
+    stt_ms_p50: float | None
+    tts_rtf_p50: float | None
+    seconds: float  # wall time of the run
+
+    @property
+    def within_target(self) -> bool:
+        """p95 <= 1 s, no stale sample, no turn lost."""
+        return (self.v2v_p95_ms is not None and self.v2v_p95_ms <= P95_TARGET_MS
+                and self.stale_samples == 0 and self.turns_lost == 0)
+
+
+def question_audio(engines: VoiceEngines) -> AudioChunk:
+    """:data:`QUESTION` said by the bundled voice at 16 kHz (as scripts render lines)."""
+    tts = engines.tts
+    audio = np.concatenate([np.asarray(x.samples, np.float32) for x in tts.synthesize(QUESTION)])
+    return AudioChunk.from_float(resample(audio * 0.5, tts.sample_rate, STT_SAMPLE_RATE),
+                                 STT_SAMPLE_RATE)
+
+
+def caller_script(question: AudioChunk, turns: int, start: float) -> CallScript:
+    """Ask at ``start``, then again :data:`GAP` s after each reply, ``turns`` times."""
+    script = CallScript().user_says(start, audio=question)
+    for _ in range(turns - 1):
+        script.then_says(audio=question, after="reply_end", gap=GAP)
+    return script
+
+
+def voice_to_voice(call: CallResult) -> list[float]:
+    """Per reply heard (ms): the user's last speech sample before its first sample played
+    → that first sample, on the caller's tape."""
+    tape = call.tape
+    user = tape.track("user")
+    loud = np.flatnonzero(np.abs(user) >= SPEECH_LEVEL)
+    first_heard: dict[Any, float] = {}
+    for r in tape.receipts:
+        first_heard.setdefault(r.delivery_id, r.at - tape.start)
+    out: list[float] = []
+    for heard in sorted(first_heard.values()):
+        before = loud[loud < round(heard * STT_SAMPLE_RATE)]
+        if before.size:
+            out.append((heard - (before[-1] + 1) / STT_SAMPLE_RATE) * 1000.0)
+    return out
+
+
+def _rss_mb() -> float:
+    """The current resident set (MB): /proc on Linux, else the peak so far."""
+    try:
+        with open("/proc/self/statm", encoding="ascii") as statm:
+            pages = int(statm.read().split()[1])
+        return pages * os.sysconf("SC_PAGE_SIZE") / 1e6
+    except (OSError, ValueError, IndexError):
+        scale = 1.0 if sys.platform == "darwin" else 1024.0  # bytes on macOS, KiB elsewhere
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * scale / 1e6
+
+
+def _percentile(values: list[float], q: float) -> float | None:
+    return float(np.percentile(values, q)) if values else None
+
+
+async def run_calls(
+    engines: VoiceEngines, calls: int, turns: int, *, clock: Clock | None = None,
+    idle_rss_mb: float | None = None,
+) -> tuple[CapacityRow, list[CallResult]]:
+    """Run ``calls`` concurrent callers of ``turns`` questions each on shared ``engines``.
+
+    ``clock`` is the calls' clock (monotonic, i.e. real time, unless given: a
+    :class:`~voxflow.clock.VirtualClock` works for one call only, and its CPU and
+    latency figures are then meaningless). ``idle_rss_mb`` is the process's RSS before
+    the calls (measured now if None).
+    """
+    if calls < 1 or turns < 1:
+        raise ValueError(f"calls and turns must be >= 1, got {calls} and {turns}")
+    clock = clock if clock is not None else MonotonicClock()
+    idle = idle_rss_mb if idle_rss_mb is not None else _rss_mb()
+    timings = Timings()
+    timed = VoiceEngines(stt=TimedStt(engines.stt, timings), tts=TimedTts(engines.tts, timings),
+                         make_vad=engines.make_vad, end_of_turn=engines.end_of_turn)
+    question = question_audio(engines)
+    peak = idle
+    done = asyncio.Event()
+
+    async def sample_rss() -> None:
+        nonlocal peak
+        while not done.is_set():
+            peak = max(peak, _rss_mb())
+            await asyncio.sleep(0.25)
+
+    cpu0, wall0 = time.process_time(), time.perf_counter()
+    sampler = asyncio.create_task(sample_rss())
+    try:
+        results = await asyncio.gather(*(
+            run_call(Teller(story=REPLY, trigger=None),
+                     caller_script(question, turns, 0.5 + i * CYCLE / calls), timed,
+                     clock=clock, tail=1.0)
+            for i in range(calls)))
+    finally:
+        done.set()
+        await sampler
+    cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
+    peak = max(peak, _rss_mb())
+    v2v = [ms for call in results for ms in voice_to_voice(call)]
+    heard = sum(len({r.delivery_id for r in call.tape.receipts}) for call in results)
+    asked = calls * turns
+    stt = [busy * 1000.0 for busy, _ in timings.stt]
+    tts = [busy / audio for busy, audio in timings.tts if audio > 0]
+    row = CapacityRow(
+        calls=calls, asked=asked,
+        committed=sum(len(call.of_kind("turn_committed")) for call in results),
+        v2v_p50_ms=_percentile(v2v, 50), v2v_p95_ms=_percentile(v2v, 95),
+        cpu_per_call_pct=100.0 * cpu / max(wall, 1e-9) / calls,
+        rss_peak_mb=peak, rss_per_call_mb=(peak - idle) / calls,
+        stale_samples=sum(call.stale_samples() for call in results),
+        turns_lost=max(0, asked - heard),
+        stt_ms_p50=statistics.median(stt) if stt else None,
+        tts_rtf_p50=statistics.median(tts) if tts else None,
+        seconds=wall,
+    )
+    return row, results
+
+
+async def load_engines() -> tuple[VoiceEngines, float]:
+    """The shared models, warmed up (first inference allocates), and the idle RSS (MB)."""
+    engines = await asyncio.to_thread(VoiceEngines.load)
+    await engines.stt.transcribe(AudioChunk.from_float(np.zeros(16_000, np.float32), 16_000))
+    async for _ in engines.tts.stream("Warming up.", segment_id=1):
+        pass
+    return engines, _rss_mb()
+
+
+def _ms(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:,.0f} ms"
+
+
+def print_row(row: CapacityRow) -> None:
+    rtf = "n/a" if row.tts_rtf_p50 is None else f"{row.tts_rtf_p50:.2f}"
+    print(f"{row.calls:>5} {f'{row.committed}/{row.asked}':>9} {_ms(row.v2v_p50_ms):>9} "
+          f"{_ms(row.v2v_p95_ms):>9} {row.cpu_per_call_pct:>7.1f}% "
+          f"{row.rss_peak_mb:>7.0f} MB {row.rss_per_call_mb:>7.1f} MB {row.stale_samples:>6} "
+          f"{row.turns_lost:>5} {_ms(row.stt_ms_p50):>9} {rtf:>6} {row.seconds:>6.0f} s",
+          flush=True)
+
+
+async def _main(calls: list[int], turns: int, as_json: bool) -> None:
+    engines, idle = await load_engines()
+    if not as_json:
+        print(f"capacity: {turns} turns per caller, one process, shared models "
+              f"(idle RSS {idle:.0f} MB), real time")
+        print(f"{'calls':>5} {'committed':>9} {'v2v p50':>9} {'v2v p95':>9} {'CPU/call':>8} "
+              f"{'RSS peak':>10} {'RSS/call':>10} {'stale':>6} {'lost':>5} {'STT p50':>9} "
+              f"{'TTS rtf':>6} {'took':>8}", flush=True)
+    rows: list[CapacityRow] = []
+    for n in calls:
+        row, _ = await asyncio.wait_for(run_calls(engines, n, turns, idle_rss_mb=idle),
+                                        timeout=CALL_LIMIT + 60.0)
+        rows.append(row)
+        if not as_json:
+            print_row(row)
+        figure(f"{n} calls: voice to voice p95", row.v2v_p95_ms or float("nan"), "ms",
+               target=f"<= {P95_TARGET_MS:.0f}")
+        figure(f"{n} calls: stale samples", row.stale_samples, "samples", target="0")
+    best = max((r.calls for r in rows if r.within_target), default=0)
+    figure("calls per process at p95 <= 1 s", best, "calls", target=">= 20")
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    if as_json:
+        print(json.dumps({"rows": [asdict(r) for r in rows], "calls_within_target": best,
+                          "load_average": load, "cpus": os.cpu_count()}))
+        return
+    print(f"calls per process at p95 <= 1 s (0 stale, none lost), of those measured: {best}")
+    print(f"(machine load average {load:.1f} on {os.cpu_count()} CPUs at the end; "
+          "v2v: last user speech sample → first reply sample, all turns of all calls; "
+          "CPU: process CPU time / wall / calls; RSS/call: (peak - idle) / calls; "
+          "STT p50: compute per utterance; TTS rtf: synthesis time / audio length)")
+
+
+def _calls(text: str) -> list[int]:
+    try:
+        values = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"--calls takes numbers separated by commas, such as 1,4,8; got {text!r}") from None
+    if not values or any(v < 1 for v in values):
+        raise argparse.ArgumentTypeError(f"--calls needs numbers >= 1, such as 1,4,8; got {text!r}")
+    return values
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--calls", type=_calls, default=[1, 4, 8],
+                        help="numbers of concurrent calls, comma-separated (default: 1,4,8)")
+    parser.add_argument("--turns", type=int, default=3,
+                        help="questions each caller asks (default: %(default)s)")
+    parser.add_argument("--json", action="store_true", help="print the rows as JSON")
+    args = parser.parse_args()
+    if args.turns < 1:
+        parser.error("--turns must be >= 1, such as --turns 3")
+    asyncio.run(_main(args.calls, args.turns, args.json))
+
+
+if __name__ == "__main__":
+    main()
