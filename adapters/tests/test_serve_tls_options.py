@@ -122,3 +122,13 @@ def test_an_unwritable_folder_is_a_tls_error(tmp_path: Path) -> None:
     blocker.write_text("")
     with pytest.raises(TlsError, match="VOXFLOW_HOME"):
         self_signed_certificate(["localhost"], blocker / "tls")
+
+
+def test_a_replaced_self_signed_key_is_private_whatever_was_there(tmp_path: Path) -> None:
+    # O_CREAT's mode applies only to a new file: a key file left readable by others
+    # (an older run, a copy) must not keep its mode when a new key is written into it.
+    stale = tmp_path / "self-signed.key"
+    stale.write_text("old")
+    stale.chmod(0o644)
+    made = self_signed_certificate(["localhost"], tmp_path)
+    assert made.key == stale and made.key.stat().st_mode & 0o777 == 0o600

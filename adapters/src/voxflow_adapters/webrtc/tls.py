@@ -149,8 +149,11 @@ def self_signed_certificate(names: Sequence[str], directory: Path, *,
     )
     try:
         directory.mkdir(parents=True, exist_ok=True)
-        fd = os.open(key_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0)
+        fd = os.open(key_path, flags, 0o600)
         with os.fdopen(fd, "wb") as out:
+            if hasattr(os, "fchmod"):  # (O_CREAT's mode is only for a new file)
+                os.fchmod(fd, 0o600)
             out.write(key.private_bytes(serialization.Encoding.PEM,
                                         serialization.PrivateFormat.PKCS8,
                                         serialization.NoEncryption()))
