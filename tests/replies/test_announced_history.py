@@ -133,3 +133,26 @@ async def test_reopen_gives_the_next_client_a_fresh_floor_unless_the_call_ended(
         flow.state.ended = True
         replies.reopen()
         assert flow.state.delivery_floor.closed  # an ended conversation stays closed
+
+
+async def test_a_result_left_unsaid_when_a_session_closed_is_said_after_reopen() -> None:
+    # The job completed and its announcement waited for the floor when the client went
+    # (a reconnect): close() skipped it, and the next client must still hear it.
+    flow = Shop(suppress_flow_events=True)
+    async with AssistantWiring(flow) as wiring:
+        replies = wiring.replies
+        assert replies is not None
+        assert await wiring.text_turn("where is my parcel?") == "Let me check."
+        assert await wiring.wait_for_jobs(5.0)
+        [job] = flow.state.jobs.values()
+        waiting = replies.enqueue(job)
+        assert waiting is not None
+        replies.close()
+        assert flow.state.deliveries[waiting].status == "skipped"
+        replies.reopen()
+        assert await wiring.announce_ready() == [RESULT]
+        assert flow.state.deliveries[waiting].status == "completed"
+        replies.close()  # and once the conversation ended, nothing comes back
+        flow.state.ended = True
+        replies.reopen()
+        assert flow.state.deliveries[waiting].status == "completed"

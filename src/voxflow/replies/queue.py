@@ -62,6 +62,7 @@ __all__ = ["ReplyQueue", "ReplyQueueStatistics"]
 logger = logging.getLogger("voxflow.replies")
 
 _SETTLE: frozenset[str] = frozenset(get_args(SettleStatus))
+_CLOSED = "Session closed."  # the reason close() gives the deliveries it skips
 _TERMINAL: frozenset[str] = _SETTLE
 
 
@@ -535,17 +536,25 @@ class ReplyQueue:
                     self._fence(state, rec)
                     self._set_status(state, rec, "interrupted", "Session closed.")
                 elif rec.status == "pending":
-                    self._set_status(state, rec, "skipped", "Session closed.")
+                    self._set_status(state, rec, "skipped", _CLOSED)
 
     def reopen(self) -> None:
         """Open a closed floor for the next client of the same conversation (a reconnect):
-        a fresh floor, whose client reports from seq 1; pending and settled deliveries are
-        kept. Nothing happens once the conversation ended or while a delivery holds it."""
+        a fresh floor, whose client reports from seq 1; settled deliveries are kept, and
+        those :meth:`close` skipped unsaid are pending again (the new client hears them,
+        if still eligible). Nothing happens once the conversation ended or while a
+        delivery holds it."""
         with self._lock:
             state = self._state()
             floor = state.delivery_floor
             if floor.closed and not state.ended and floor.active_delivery_id is None:
                 state.delivery_floor = DeliveryFloor()
+                idx = self._index(state)
+                for rec in state.deliveries.values():
+                    if rec.status == "skipped" and rec.reason == _CLOSED:
+                        rec.status, rec.reason, rec.settled_at = "pending", "", None
+                        rec.updated_at = utc_now()
+                        idx.pending[rec.delivery_id] = None
                 state.delivery_sequence += 1
 
     # -- snapshots ------------------------------------------------------------------
