@@ -254,6 +254,17 @@ def test_a_flow_whose_constructor_raises_is_one_line(tmp_path: Path) -> None:
                    "broken.py:Broken", "RuntimeError", "no config file")
 
 
+@pytest.mark.parametrize(("args", "option"), [
+    (("--token", "short"), "--token"), (("--max-calls", "0"), "--max-calls"),
+    (("--ice-server", "foo"), "--ice-server"), (("--ice-host", "bad"), "--ice-host"),
+])
+def test_a_bad_serve_option_is_named_as_typed_with_the_fix(
+    args: tuple[str, ...], option: str
+) -> None:
+    line = one_line_error(voxflow("serve", *args), option, "voxflow serve --help")
+    assert "short" not in line  # a token is never echoed
+
+
 @pytest.mark.parametrize("command", [("serve",), ("chat", "--voice")])
 def test_a_voice_command_names_the_state_a_plain_conversation_flow_needs(
     tmp_path: Path, command: tuple[str, ...]

@@ -72,6 +72,14 @@ def ice_servers_from(
     return tuple(servers)
 
 
+# The option (or variable) behind each settings field a bad value can come from.
+_OPTIONS = {
+    "host": "--host", "port": "--port", "token": "--token", "max_calls": "--max-calls",
+    "urls": "--ice-server", "ice_servers": "--ice-server", "ice_host_addresses": "--ice-host",
+    "tls_cert": "--tls-cert", "tls_key": "--tls-key",
+}
+
+
 def build_settings(
     *, host: str, port: int, token: str | None, ice_servers: Sequence[str] = (),
     ice_host_addresses: Sequence[str] | None = None, max_calls: int = 8,
@@ -175,8 +183,9 @@ def run_serve(
         return EXIT_USAGE
     except ValidationError as exc:
         for err in exc.errors():
-            where = ".".join(str(p) for p in err["loc"])
-            print(f"error: {where}: {err['msg']}", file=sys.stderr)
+            field = str(err["loc"][0]) if err["loc"] else ""
+            where = _OPTIONS.get(field, ".".join(str(p) for p in err["loc"]))
+            print(f"error: {where}: {err['msg']} (see voxflow serve --help)", file=sys.stderr)
         return EXIT_USAGE
     try:
         factory = build_call_factory(flow=flow, model=model, settings=settings)
