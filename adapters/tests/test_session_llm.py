@@ -17,6 +17,12 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from voxflow_adapters.assertions import (
+    assert_completed,
+    assert_history_is_heard,
+    assert_interrupted,
+    assert_no_stale_audio,
+)
 from voxflow_adapters.call_runner import CallRunner
 from voxflow_adapters.scenario import run_call
 from voxflow_adapters.script import CallScript
@@ -27,7 +33,7 @@ from voxflow_voice.turn_detector import TurnDetection
 
 from voxflow import ConversationConfig, Flow
 from voxflow.clock import MonotonicClock
-from voxflow.testing import ScriptedLLM, fail, reply
+from voxflow.testing import ScriptedLLM, fail, hang, reply
 from voxflow.turns import TurnRunner, TurnState
 
 pytestmark = pytest.mark.models
@@ -140,3 +146,20 @@ async def test_a_speculative_reply_spoken_over_mid_generation_closes_its_stream_
     state = turns.flow.state
     assert [(m.role, m.content) for m in state.messages][1:] == [("assistant", "Okay.")]
     assert list(state.turns) == [committed.turn_id]
+
+
+@pytest.mark.voxflow_realtime  # a hung generation holds a virtual clock: real time only
+async def test_a_hung_provider_is_cut_when_the_user_speaks_again(voice_call: CallRunner) -> None:
+    # The provider streams a few words (no sentence end yet: nothing to say) and hangs.
+    llm = ScriptedLLM(hang(partial="Let me think about"), "Yes, I am here.")
+    script = (CallScript().user_says(0.3, "What is the meaning of life?")
+              .user_says(6.0, "Hello, are you there?"))
+    call = await voice_call.arun(chat_flow(llm), script)
+    first, second = call.replies()
+    cut = assert_interrupted(call, first)
+    assert cut.heard_text == "" and call.heard_seconds(first) == 0.0
+    hung = llm.calls[0]
+    assert hung.closed_early and not hung.finished and hung.produced == 4
+    assert assert_completed(call, second).text == "Yes, I am here."
+    assert_no_stale_audio(call)
+    assert_history_is_heard(call)

@@ -24,6 +24,7 @@ import asyncio
 from typing import Any
 
 from voxflow_voice.engines import VoiceEngines
+from voxflow_voice.session import VoiceSession
 
 from voxflow.clock import Clock, MonotonicClock
 from voxflow.flow import Flow
@@ -32,6 +33,8 @@ from voxflow.turns import TurnRunner
 
 from .scenario import CallResult, run_call
 from .script import CallScript
+from .simulated import SimulatedClient
+from .timeline import call_timeline
 
 __all__ = ["CallRunner"]
 
@@ -80,7 +83,8 @@ class CallRunner:
         Raises:
             TypeError: ``flow`` is neither a Flow nor a TurnRunner, or ``script`` is not a
                 CallScript.
-            TimeoutError: the call took longer than ``timeout`` wall-clock seconds.
+            TimeoutError: the call took longer than ``timeout`` wall-clock seconds (the
+                message shows the call's timeline until then).
         """
         turns: Flow[Any] | TurnRunner
         if isinstance(flow, Flow):
@@ -97,13 +101,28 @@ class CallRunner:
             raise TypeError(f"script must be a CallScript, not {type(script).__name__}")
         if clock is None and self.realtime:
             clock = MonotonicClock()
+        sessions: list[VoiceSession] = []
+        given = options.pop("on_session", None)
+
+        def on_session(session: VoiceSession) -> None:
+            sessions.append(session)
+            if given is not None:
+                given(session)
+
         try:
             result = await asyncio.wait_for(
-                run_call(turns, script, self.engines, clock=clock, **options), self.timeout
+                run_call(turns, script, self.engines, clock=clock, on_session=on_session,
+                         **options),
+                self.timeout,
             )
         except TimeoutError:
+            so_far = ""
+            if sessions and isinstance(sessions[0].transport, SimulatedClient):
+                partial = CallResult(session=sessions[0], client=sessions[0].transport)
+                so_far = "; what happened until then:\n\n" + call_timeline(partial)
             raise TimeoutError(
                 f"the scripted call did not end within {self.timeout:.0f} s (wall clock)"
+                + so_far
             ) from None
         self.calls.append(result)
         return result

@@ -28,7 +28,8 @@ can tell a stream that was cancelled by a barge-in from one that was drained.
 
 Pace is wall-clock time (``asyncio.sleep``). On a :class:`~voxflow.clock.VirtualClock`
 a voice session holds the clock while the flow generates, so generation takes no audio
-time there: the pace matters in real-time runs (``pytest --voxflow-realtime``).
+time there: the pace matters in real-time runs (``pytest --voxflow-realtime``), and a
+:func:`hang` in a voice call needs one (on virtual time the call waits for it forever).
 A *token* here is a word with its following space.
 """
 
