@@ -204,6 +204,27 @@ def test_voice_chat_names_a_missing_device_before_loading_models(alsa_home: Path
     assert "no input device 99 found" in done.stderr and "voxflow doctor" in done.stderr
 
 
+def test_voice_chat_says_a_flow_constructor_failure_in_one_line(alsa_home: Path) -> None:
+    (alsa_home / "broken.py").write_text(
+        "from voxflow import Flow\n"
+        "from voxflow.turns import TurnState\n"
+        "class Broken(Flow[TurnState]):\n"
+        "    conversational = True\n"
+        "    def __init__(self) -> None:\n"
+        "        raise RuntimeError('no config file')\n"
+    )
+    env = {**os.environ, "HOME": str(alsa_home)}
+    env.pop("ALSA_CONFIG_PATH", None)
+    done = subprocess.run(
+        [sys.executable, "-m", "voxflow.cli", "chat", "--voice", "broken.py:Broken"],
+        cwd=alsa_home, env=env, timeout=60, capture_output=True, text=True, check=False)
+    assert done.returncode == 2, done.stderr[-3000:]
+    assert "Traceback" not in done.stderr
+    assert done.stderr.strip().splitlines() == [
+        "error: creating broken.py:Broken failed: RuntimeError: no config file (the command "
+        "line builds the flow with no arguments: give every __init__ parameter a default)"]
+
+
 def _read_until(fd: int, needle: bytes, seen: bytearray, timeout: float) -> None:
     import select
     import time

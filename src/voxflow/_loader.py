@@ -11,7 +11,7 @@ from typing import Any
 
 from .errors import VoxflowError
 
-__all__ = ["FlowReferenceError", "load_flow_class", "module_name_for"]
+__all__ = ["FlowReferenceError", "load_flow", "load_flow_class", "module_name_for"]
 
 
 class FlowReferenceError(VoxflowError, ValueError):
@@ -33,6 +33,23 @@ def load_flow_class(ref: str, *, model: str | None = None) -> type[Any]:
     """
     cls = _load(ref)
     return cls if model is None else _with_model(cls, ref, model)
+
+
+def load_flow(ref: str, *, model: str | None = None) -> Any:
+    """An instance of :func:`load_flow_class`'s class, built with no arguments.
+
+    Raises:
+        FlowReferenceError: as :func:`load_flow_class`, or the class's constructor
+            raised (named, with the fix), so a command line shows one line.
+    """
+    flow_cls = load_flow_class(ref, model=model)
+    try:
+        return flow_cls()
+    except Exception as exc:  # the user's constructor: one line, as an import failure is
+        raise FlowReferenceError(
+            f"creating {ref} failed: {type(exc).__name__}: {exc} (the command line "
+            "builds the flow with no arguments: give every __init__ parameter a default)"
+        ) from None
 
 
 def _with_model(cls: type[Any], ref: str, model: str) -> type[Any]:

@@ -28,16 +28,9 @@ def _make_flow(flow_ref: str | None, model: str | None) -> Any:
         from .demo import load_example_module
 
         return load_example_module().assistant_class(model)()
-    from ._loader import FlowReferenceError, load_flow_class
+    from ._loader import load_flow
 
-    flow_cls = load_flow_class(flow_ref, model=model)
-    try:
-        return flow_cls()
-    except Exception as exc:  # the user's constructor: one line, as an import failure is
-        raise FlowReferenceError(
-            f"creating {flow_ref} failed: {type(exc).__name__}: {exc} (the command line "
-            "builds the flow with no arguments: give every __init__ parameter a default)"
-        ) from None
+    return load_flow(flow_ref, model=model)
 
 
 class _Lines:

@@ -399,10 +399,10 @@ def _make_flow(flow_spec: str | None, model: str | None) -> Any:
         from voxflow.demo import load_example_module
 
         return load_example_module("assistant").assistant_class(model)()
-    from voxflow._loader import load_flow_class
+    from voxflow._loader import load_flow
     from voxflow.errors import ConversationModeError
 
-    flow = load_flow_class(flow_spec, model=model)()
+    flow = load_flow(flow_spec, model=model)  # a constructor that raises: one error line
     if not getattr(flow, "conversational", False):
         raise ConversationModeError(f"{flow_spec} is not a conversational flow")
     return flow
