@@ -23,7 +23,11 @@ Printed per N (nothing is asserted, the machine is shared):
   previous row's peak (the first row: over the idle process with its models loaded) /
   the extra calls (memory is not handed back between rows, so N ascending);
 * **stale samples**: reply audio played after its fence (must be 0);
-* **turns lost**: questions no reply was heard to;
+* **turns lost**: questions no reply was heard to. The callers never wait forever: one
+  who hears nothing for 8 s after asking asks again (the script step's ``max_wait``),
+  and one whose reply stops playing for :data:`GAP` s (a TTS underrun under load) takes
+  it as ended and asks again, speaking over the rest (counted as **barge-ins**, which a
+  caller only makes that way here);
 * **STT / TTS**: compute per utterance (median) and TTS synthesis time / audio length,
   timed around the shared engines: how much of the time the models take as N grows.
 
@@ -41,6 +45,12 @@ calls  committed  v2v p50     v2v p95     CPU/call  RSS peak  RSS/+call  stale  
 1      3/3        667 ms      669 ms      14.2 %    594 MB    200 MB     0      0
 4      12/12      670 ms      674 ms      9.3 %     734 MB    47 MB      0      0
 =====  =========  ==========  ==========  ========  ========  =========  =====  ====
+
+The same at 8 and 16 calls (``--calls 8,16``, one run, load average 1.2 at the start,
+6.9 at the end, partly this process's own threads): 8 calls 24/24, 799 / 1,387 ms,
+8.8 % per call, +73 MB per extra call, STT 359 ms and TTS real-time factor 0.22 (median);
+16 calls 48/48 committed, 3,505 / 6,751 ms, 24 of 48 questions lost, STT 771 ms, TTS
+real-time factor 0.83; 0 stale samples in both.
 
 (A second 4-call run, under py-spy: 659 / 677 ms, 9.0 % per call.) The first call's
 200 MB over the idle process is the models' working memory on real utterances and
@@ -101,6 +111,7 @@ class CapacityRow:
     rss_per_extra_call_mb: float
     stale_samples: int
     turns_lost: int  # questions no reply was heard to
+    barge_ins: int  # replies the caller spoke over (it took an underrun for their end)
     stt_ms_p50: float | None
     tts_rtf_p50: float | None
     seconds: float  # wall time of the run
@@ -217,6 +228,7 @@ async def run_calls(
         rss_peak_mb=peak, rss_per_extra_call_mb=(peak - base_rss) / max(1, calls - base_calls),
         stale_samples=sum(call.stale_samples() for call in results),
         turns_lost=lost,
+        barge_ins=sum(len(call.of_kind("barge_in")) for call in results),
         stt_ms_p50=statistics.median(stt) if stt else None,
         tts_rtf_p50=statistics.median(tts) if tts else None,
         seconds=wall,
@@ -242,7 +254,8 @@ def print_row(row: CapacityRow) -> None:
     print(f"{row.calls:>5} {f'{row.committed}/{row.asked}':>9} {_ms(row.v2v_p50_ms):>9} "
           f"{_ms(row.v2v_p95_ms):>9} {row.cpu_per_call_pct:>7.1f}% "
           f"{row.rss_peak_mb:>7.0f} MB {row.rss_per_extra_call_mb:>7.1f} MB {row.stale_samples:>6} "
-          f"{row.turns_lost:>5} {_ms(row.stt_ms_p50):>9} {rtf:>6} {row.seconds:>6.0f} s",
+          f"{row.turns_lost:>5} {row.barge_ins:>6} {_ms(row.stt_ms_p50):>9} {rtf:>6} "
+          f"{row.seconds:>6.0f} s",
           flush=True)
 
 
@@ -252,7 +265,8 @@ async def _main(calls: list[int], turns: int, as_json: bool) -> None:
         print(f"capacity: {turns} turns per caller, one process, shared models "
               f"(idle RSS {idle:.0f} MB), real time")
         print(f"{'calls':>5} {'committed':>9} {'v2v p50':>9} {'v2v p95':>9} {'CPU/call':>8} "
-              f"{'RSS peak':>10} {'RSS/+call':>10} {'stale':>6} {'lost':>5} {'STT p50':>9} "
+              f"{'RSS peak':>10} {'RSS/+call':>10} {'stale':>6} {'lost':>5} {'barge':>6} "
+              f"{'STT p50':>9} "
               f"{'TTS rtf':>6} {'took':>8}", flush=True)
     rows: list[CapacityRow] = []
     for n in calls:

@@ -45,6 +45,7 @@ async def test_one_call_of_two_turns_commits_both_and_plays_no_stale_sample(
     (call,) = calls
     assert (row.calls, row.asked, row.committed) == (1, 2, 2)
     assert row.turns_lost == 0 and row.stale_samples == 0 == call.stale_samples()
+    assert row.barge_ins == 0  # the caller waited for each reply to end
     assert len(call.transcripts()) == 2
     assert all("calendar" in t.lower() for t in call.transcripts())
     replies = call.replies()
