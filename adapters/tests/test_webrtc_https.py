@@ -20,6 +20,7 @@ import aiohttp
 import pytest
 from voxflow_adapters.webrtc import (
     Call,
+    IceServer,
     PeerSettings,
     ServerSettings,
     WebRtcPeer,
@@ -330,3 +331,54 @@ async def test_a_call_that_cannot_connect_shows_the_ice_state_and_the_fix(
                               "The connection did not connect within 15 s (ICE state: ")), notice
     assert "could not reach any address the server offered (server candidates: none)" in notice
     assert "--host" in notice and "TURN" in notice
+
+
+TURN = IceServer(urls=("turn:127.0.0.1:9",), username="voxflow", credential="turn-secret")
+
+
+async def test_the_page_gets_the_servers_ice_servers_only_with_the_token(
+    engines: VoiceEngines, certificate: SelfSigned,
+) -> None:
+    context = trusting(certificate)
+    peer = PeerSettings(ice_host_addresses=("127.0.0.1",), ice_servers=(TURN,))
+    async with https_server(engines, certificate, peer=peer) as (server, _), \
+            aiohttp.ClientSession() as http:
+        url = f"https://127.0.0.1:{server.port}/ice-servers"
+
+        async def get(token: str, **headers: str) -> tuple[int, Any]:
+            async with http.get(url, ssl=context, headers={
+                "Authorization": f"Bearer {token}", **headers}) as response:
+                return response.status, await response.json()
+
+        given = await get(server.token, Origin=f"https://localhost:{server.port}")
+        no_token = await get("")
+        foreign = await get(server.token, Origin="https://evil.example")
+    assert given == (200, {"ice_servers": [{"urls": ["turn:127.0.0.1:9"], "username": "voxflow",
+                                             "credential": "turn-secret"}]})
+    assert no_token[0] == 401 and "turn-secret" not in str(no_token[1])
+    assert foreign[0] == 403 and "turn-secret" not in str(foreign[1])
+
+
+@pytest.mark.skipif(not CHROMIUM.exists(),
+                    reason="Debian's chromium is missing (/usr/bin/chromium); "
+                           ".ci/run installs it with apt-get")
+async def test_the_pages_peer_connection_uses_the_servers_ice_servers(
+    engines: VoiceEngines, certificate: SelfSigned,
+) -> None:
+    from playwright.async_api import async_playwright
+
+    peer = PeerSettings(ice_host_addresses=("127.0.0.1",), ice_servers=(TURN,))
+    async with https_server(engines, certificate, peer=peer) as (server, _), \
+            async_playwright() as playwright:
+        browser = await playwright.chromium.launch(executable_path=str(CHROMIUM),
+                                                   headless=True, args=_ARGS)
+        try:
+            page = await browser.new_page(bypass_csp=True)
+            await page.goto(server.url)
+            await page.click("#connect")
+            await page.wait_for_function("window.voxflow.pc", timeout=20_000)
+            used = await page.evaluate("window.voxflow.pc.getConfiguration().iceServers")
+        finally:
+            await browser.close()
+    assert used == [{"urls": ["turn:127.0.0.1:9"], "username": "voxflow",
+                     "credential": "turn-secret"}]

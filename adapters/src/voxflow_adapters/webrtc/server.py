@@ -5,7 +5,9 @@ Routes:
 * ``GET /``: the page (``static/index.html``), ``GET /static/...``: its script and style;
 * ``POST /offer``: ``{"type": "offer", "sdp": "..."}`` with ``Authorization: Bearer
   <token>`` → ``{"type": "answer", "sdp": "...", "call_id": "..."}``. Candidates are
-  gathered before answering (no trickle ICE), so one round trip sets the call up.
+  gathered before answering (no trickle ICE), so one round trip sets the call up;
+* ``GET /ice-servers`` (same token and Origin checks): ``{"ice_servers": [{"urls": [...],
+  "username": ..., "credential": ...}]}``, the STUN/TURN servers the page uses too.
 
 HTTPS: with ``tls_cert``/``tls_key`` (:mod:`~voxflow_adapters.webrtc.tls`) the same app
 is served over TLS and the Origin check expects ``https://`` origins. Behind a reverse
@@ -190,6 +192,7 @@ class WebRtcServer:
         app.router.add_get("/", self._page)
         app.router.add_get("/favicon.ico", self._favicon)
         app.router.add_static("/static/", STATIC_DIR, show_index=False)
+        app.router.add_get("/ice-servers", self._ice_servers)
         app.router.add_post("/offer", self._offer)
         return app
 
@@ -278,7 +281,9 @@ class WebRtcServer:
                 allowed.add(f"{proto}://{host}")
         return origin in allowed
 
-    async def _offer(self, request: web.Request) -> web.Response:
+    def _refused(self, request: web.Request) -> web.Response | None:
+        """The response refusing ``request`` (a foreign Origin, a missing or wrong token),
+        or None when it may go on."""
         origin = request.headers.get("Origin")
         if origin is not None and not self._origin_allowed(request, origin):
             return self._reject(403, f"origin {origin!r} is not allowed", "origin")
@@ -286,6 +291,24 @@ class WebRtcServer:
         given = auth[len("Bearer "):] if auth.startswith("Bearer ") else ""
         if not hmac.compare_digest(given.encode(), self.token.encode()):
             return self._reject(401, "missing or wrong token", "token")
+        return None
+
+    async def _ice_servers(self, request: web.Request) -> web.Response:
+        """The STUN/TURN servers the page's own RTCPeerConnection should use (the ones the
+        server uses: both ends then gather server-reflexive and relay candidates). TURN
+        credentials go only to a caller holding the token."""
+        refused = self._refused(request)
+        if refused is not None:
+            return refused
+        servers = [server.model_dump(exclude_none=True, mode="json")
+                   for server in self._peer_settings.ice_servers]
+        return web.json_response({"ice_servers": servers},
+                                 headers={"Cache-Control": "no-store"})
+
+    async def _offer(self, request: web.Request) -> web.Response:
+        refused = self._refused(request)
+        if refused is not None:
+            return refused
         limit = self.settings.max_sdp_bytes
         if request.content_length is not None and request.content_length > limit + 4096:
             return self._reject(413, f"offer larger than {limit} bytes", "size")

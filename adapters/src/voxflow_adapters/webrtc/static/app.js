@@ -160,7 +160,15 @@ async function connect() {
     return;
   }
   setConnection("connecting");
-  const pc = new RTCPeerConnection({ iceServers: [] });
+  let iceServers = [];
+  try {
+    iceServers = await fetchIceServers();
+  } catch (err) {
+    notice(`Could not start the call: ${err.message || err}`);
+    hangUp(false);
+    return;
+  }
+  const pc = new RTCPeerConnection({ iceServers });
   state.pc = pc;
   state.channel = pc.createDataChannel("voxflow");
   state.channel.onmessage = onMessage;
@@ -207,6 +215,20 @@ async function connect() {
   button.textContent = "Hang up";
   button.disabled = false;
   $("mute").disabled = false;
+}
+
+// The STUN/TURN servers the server uses (none unless `voxflow serve --ice-server`), so
+// this end gathers server-reflexive and relay candidates too.
+async function fetchIceServers() {
+  const response = await fetch("/ice-servers", {
+    headers: { "Authorization": `Bearer ${token()}` },
+  });
+  const body = await response.json().catch(() => ({}));
+  if (!response.ok) {
+    const hint = response.status === 401 ? " (open the exact URL the server printed, with its token)" : "";
+    throw new Error(`${body.error || response.statusText}${hint}`);
+  }
+  return body.ice_servers || [];
 }
 
 // The ICE candidate pair in use (or the last one tried): its local/remote types.
