@@ -10,7 +10,10 @@ ScriptedLLM test's call (which includes importing litellm, on the first Scripted
 ``--realtime`` runs the same tests on the wall clock.
 Run: ``flock /tmp/voxflow-bench.lock uv run python benchmarks/testing_kit.py``.
 
-Measured on the shared 2-core machine, load average 6.1 to 8.5, median of 7 runs: the
+Measured on the shared 2-core machine, load average 3.2 to 4.0, median of 5 runs: the
+whole pytest process 12.38 s (10.27 to 12.76); the barge-in test's call 1.61 s (1.56 to
+2.10); the models' loading 1.35 s; the ScriptedLLM test's call 4.35 s.
+At load average 6.1 to 8.5, median of 7 runs: the
 whole pytest process 23.3 s (15.3 to 37.2); the barge-in test's call 3.19 s (2.22 to
 5.30); the models' loading (its setup) 2.55 s; the ScriptedLLM test's call 8.81 s, most
 of it importing litellm (10 s alone at that load, ~3 s on a quiet machine).
