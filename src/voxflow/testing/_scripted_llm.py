@@ -42,7 +42,7 @@ import math
 import threading
 import weakref
 from collections.abc import AsyncIterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from voxflow.llm import LLM
@@ -202,6 +202,8 @@ class ScriptedCall:
         produced: tokens the provider handed out so far.
         closed_early: the stream was closed (cancelled) before it ended.
         finished: the provider ended the call (answer given, or failure raised).
+        waits: the pauses (s) the provider took before each token it handed out: the
+            first-token delay, then one gap per token at the scripted pace.
     """
 
     messages: list[dict[str, Any]]
@@ -210,6 +212,7 @@ class ScriptedCall:
     produced: int = 0
     closed_early: bool = False
     finished: bool = False
+    waits: list[float] = field(default_factory=list)
 
     @property
     def total(self) -> int:
@@ -333,10 +336,12 @@ def _make_handler(base: type[Any], litellm: Any) -> Any:
         tokens = scripted.tokens()
         limit = len(tokens) if scripted.outcome == "answer" else scripted.after_tokens
         if scripted.first_token_delay:
+            call.waits.append(scripted.first_token_delay)
             await asyncio.sleep(scripted.first_token_delay)
         gap = 1.0 / scripted.tokens_per_second if scripted.tokens_per_second else 0.0
         for i, token in enumerate(tokens[:limit]):
             if i and gap:
+                call.waits.append(gap)
                 await asyncio.sleep(gap)
             call.produced += 1
             yield token
