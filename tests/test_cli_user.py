@@ -63,6 +63,10 @@ def test_demo_out_that_cannot_be_written_fails_before_the_call() -> None:
     assert result.stdout == ""  # nothing loaded, nothing played
 
 
+def test_an_empty_demo_out_is_refused_not_the_current_folder() -> None:
+    one_line_error(voxflow("demo", "--fast", "--out", ""), "--out", "voxflow-demo")
+
+
 def test_demo_out_from_the_environment_is_named_as_such() -> None:
     result = voxflow("demo", "--fast", env={"VOXFLOW_DEMO_OUT": "/proc/nope"})
     one_line_error(result, "VOXFLOW_DEMO_OUT /proc/nope")

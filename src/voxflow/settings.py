@@ -49,6 +49,7 @@ __all__ = [
 ENV_PREFIX = "VOXFLOW_"
 
 _FIXES = {
+    "demo_out": "give the folder the demo writes its call to, e.g. voxflow-demo",
     "model": "give a litellm model id such as gpt-4o-mini, or leave it out (rule-based)",
     "port": "give a TCP port from 1 to 65535",
     "log_level": "use DEBUG, INFO, WARNING or ERROR",
@@ -117,6 +118,13 @@ class Settings(BaseModel):
     database_url: SecretStr | None = Field(
         None, description="PostgreSQL session store (postgresql://…); unset: embedded SQLite"
     )
+
+    @field_validator("demo_out", mode="before")
+    @classmethod
+    def _check_demo_out(cls, value: object) -> object:
+        if isinstance(value, str) and not value.strip():  # Path("") would be the cwd
+            raise ValueError("is empty")
+        return value
 
     @field_validator("database_url")
     @classmethod
