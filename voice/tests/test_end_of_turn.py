@@ -357,3 +357,26 @@ async def test_the_speculative_stt_may_start_before_the_model_decides(
     ended = detector.decide()
     assert [e.kind for e in ended] == ["speech_ended", "utterance_ready"]
     assert isinstance(ended[1], UtteranceReady) and paused.matches(ended[1])
+
+
+class _BrokenModel:
+    """An end-of-turn model that fails on every pause (a user's model with a bug)."""
+
+    def probability(self, audio: NDArray[np.float32]) -> float:
+        raise RuntimeError("model crashed")
+
+
+async def test_a_failing_model_never_ends_the_call_the_turn_ends_after_the_maximum(
+    voices: dict[str, PiperTts], caplog: pytest.LogCaptureFixture
+) -> None:
+    audio = call_audio(say(voices["slow"], "What time is it?"), silence(2.0))
+    detector = TurnDetector(SileroVad(), SMART, end_of_turn_model=_BrokenModel())
+    with caplog.at_level("WARNING", logger="voxflow_voice.turn_detector"):
+        events = await listen(detector, audio)
+    [ended] = [e for e in events if isinstance(e, SpeechEnded)]
+    assert len(turns(events)) == 1
+    # judged incomplete at the short pause, so it ended at the maximum silence
+    waited = (ended.at_sample - ended.end_sample) / STT_SAMPLE_RATE
+    assert waited >= SMART.max_end_of_turn_silence - 0.05
+    assert [d.complete for d in detector.decisions] == [False]
+    assert "end-of-turn model failed" in caplog.text

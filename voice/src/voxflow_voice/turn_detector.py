@@ -48,6 +48,7 @@ the caller pushes no audio before it has decided.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractContextManager, nullcontext
@@ -62,6 +63,8 @@ from .audio import STT_SAMPLE_RATE, AudioChunk
 from .end_of_turn import EndOfTurnModel, EndOfTurnVerdict
 from .stt import Transcript
 from .vad import VadStream, VoiceActivityDetector
+
+logger = logging.getLogger(__name__)
 
 __all__ = [
     "DEFAULT_TURN_DETECTION",
@@ -406,12 +409,20 @@ class TurnDetector:
                 await transcript
             return self.decide()
         model, heard = self._model, self._heard()
+
+        async def judged() -> float:
+            # A failing model never ends the call: the pause counts as incomplete (the
+            # turn then ends after max_end_of_turn_silence, or on a closed answer's words).
+            try:
+                return float(await asyncio.to_thread(model.probability, heard))
+            except Exception:
+                logger.warning("the end-of-turn model failed; the pause counts as "
+                               "incomplete", exc_info=True)
+                return 0.0
+
         if transcript is None:
-            probability = await asyncio.to_thread(model.probability, heard)
-            return self.decide(probability=probability)
-        probability, words = await asyncio.gather(
-            asyncio.to_thread(model.probability, heard), transcript
-        )
+            return self.decide(probability=await judged())
+        probability, words = await asyncio.gather(judged(), transcript)
         return self.decide(
             probability=probability, transcript=words.text if words is not None else None
         )
