@@ -30,13 +30,14 @@ from __future__ import annotations
 
 import base64
 import dataclasses
+import errno
 import functools
 import hashlib
 import io
 import os
 import stat
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -138,8 +139,28 @@ def _check_name(name: Any) -> str:
     return name
 
 
-def _inside(path: Path, folders: Sequence[Path]) -> bool:
-    return any(path == d or d in path.parents for d in folders)
+def _open_beneath(folder: Path, path: Path) -> int:
+    """Open ``path`` (resolved, inside ``folder``) one component at a time from ``folder``,
+    following no symlink on the way: a folder or the file swapped for a symlink after
+    ``path`` was resolved cannot lead outside ``folder``. Never blocks on a FIFO.
+
+    Raises:
+        OSError: a component is a symlink (ELOOP/ENOTDIR), missing, or unreadable.
+    """
+    parts = path.relative_to(folder).parts
+    if not parts:
+        raise IsADirectoryError(errno.EISDIR, "is a folder", str(path))
+    nofollow = getattr(os, "O_NOFOLLOW", 0)
+    directory = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for part in parts[:-1]:
+            inner = os.open(part, os.O_RDONLY | os.O_DIRECTORY | nofollow, dir_fd=directory)
+            os.close(directory)
+            directory = inner
+        flags = os.O_RDONLY | nofollow | getattr(os, "O_NONBLOCK", 0)
+        return os.open(parts[-1], flags, dir_fd=directory)
+    finally:
+        os.close(directory)
 
 
 def _read_path(name: str, value: str | os.PathLike[str], policy: InputFilePolicy) -> bytes:
@@ -154,17 +175,15 @@ def _read_path(name: str, value: str | os.PathLike[str], policy: InputFilePolicy
         raise InputFileError(name, f"{raw} cannot be resolved ({exc})") from None
     dirs = policy.allowed_dirs if policy.allowed_dirs is not None else (Path.cwd(),)
     folders = [Path(d).expanduser().resolve() for d in dirs]
-    if not _inside(path, folders):
+    folder = next((d for d in folders if path == d or d in path.parents), None)
+    if folder is None:
         raise InputFileError(
             name,
             f"{raw} is outside the allowed folders ({', '.join(str(f) for f in folders)}); "
             "pass its bytes instead, or widen Flow.input_file_policy.allowed_dirs",
         )
-    # Open the resolved path without following a symlink swapped in since, and without
-    # blocking on a FIFO; then check what was actually opened.
-    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
     try:
-        fd = os.open(path, flags)
+        fd = _open_beneath(folder, path)
     except OSError as exc:
         raise InputFileError(name, f"{raw} cannot be opened ({exc.strerror})") from None
     info = os.fstat(fd)

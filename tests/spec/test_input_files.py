@@ -284,6 +284,28 @@ def test_paths_outside_the_allowed_folders_are_refused(hostile: Any, place: Path
     refused(hostile, {"innocent.txt": link}, "innocent.txt", "outside the allowed folders")
 
 
+def test_a_folder_swapped_for_a_symlink_after_the_check_cannot_lead_outside(
+    place: Path,
+) -> None:
+    """The path is checked resolved, then opened component by component from the allowed
+    folder without following a symlink: a folder on the way replaced by a symlink to
+    elsewhere between the two steps (a race, played here in order) is refused."""
+    from voxflow.files import _open_beneath
+
+    outside = place.parent / "elsewhere"
+    outside.mkdir()
+    (outside / "secret.txt").write_text("top secret")
+    (place / "sub").mkdir()
+    (place / "sub" / "secret.txt").write_text("fine")
+    checked = (place / "sub" / "secret.txt").resolve(strict=True)  # what the check saw
+    os.close(_open_beneath(place.resolve(), checked))  # opens while nothing was swapped
+    (place / "sub" / "secret.txt").unlink()
+    (place / "sub").rmdir()
+    (place / "sub").symlink_to(outside, target_is_directory=True)  # the swap
+    with pytest.raises(OSError):
+        _open_beneath(place.resolve(), checked)
+
+
 def test_non_files_and_missing_files_are_refused(hostile: Any, place: Path) -> None:
     (place / "folder").mkdir()
     refused(hostile, {"d": place / "folder"}, "d", "not a regular file")
