@@ -18,7 +18,8 @@ Printed per N (nothing is asserted, the machine is shared):
 * **voice to voice** p50 and p95 over all turns of all calls, on each caller's tape: the
   user's last speech sample (above -40 dBFS) → the first reply sample played, as
   ``voice_latency.py`` measures it;
-* **CPU per call**: the process's CPU time (all threads) / wall time / N, in % of a core;
+* **CPU per call**: the process's CPU time (all threads) / the calls' total duration
+  (each from its start to its last reply sample), in % of a core;
 * **RSS**: the peak resident set during the run, and per extra call: its growth over the
   previous row's peak (the first row: over the idle process with its models loaded) /
   the extra calls (memory is not handed back between rows, so N ascending);
@@ -71,7 +72,6 @@ import statistics
 import sys
 import time
 from dataclasses import asdict, dataclass
-from typing import Any
 
 import numpy as np
 from _figures import figure
@@ -83,6 +83,7 @@ from voxflow_voice.audio import STT_SAMPLE_RATE, AudioChunk, resample
 from voxflow_voice.engines import VoiceEngines
 
 from voxflow.clock import Clock, MonotonicClock
+from voxflow.ids import DeliveryId
 
 QUESTION = "Can you tell me what is on my calendar this afternoon?"
 REPLY = (
@@ -93,6 +94,7 @@ REPLY = (
 """The flow's reply to every question: about 9 s with the bundled voice."""
 GAP = 0.8  # s: the caller asks again this long after the reply ran dry
 CYCLE = 12.0  # s: about one question and its reply; the first questions spread over it
+TAIL = 10.0  # s: how long a call waits after the last audio (a slow last reply is heard)
 CALL_LIMIT = 300.0  # s: a call ends by then whatever it waits for
 P95_TARGET_MS = 1000.0
 
@@ -141,20 +143,32 @@ def caller_script(question: AudioChunk, turns: int, start: float) -> CallScript:
 
 
 def voice_to_voice(call: CallResult) -> list[float]:
-    """Per reply heard (ms): the user's last speech sample before its first sample played
-    → that first sample, on the caller's tape."""
+    """Per committed turn whose reply was heard (ms): the user's last speech sample up to
+    the turn's speech end (the VAD's, which follows it) → the reply's first sample played,
+    on the caller's tape."""
     tape = call.tape
-    user = tape.track("user")
-    loud = np.flatnonzero(np.abs(user) >= SPEECH_LEVEL)
-    first_heard: dict[Any, float] = {}
+    loud = np.flatnonzero(np.abs(tape.track("user")) >= SPEECH_LEVEL)
+    first_heard: dict[DeliveryId, float] = {}
     for r in tape.receipts:
         first_heard.setdefault(r.delivery_id, r.at - tape.start)
+    speech_end = {e.turn_id: e.speech_end_at - tape.start for e in call.of_kind("turn_committed")}
     out: list[float] = []
-    for heard in sorted(first_heard.values()):
-        before = loud[loud < round(heard * STT_SAMPLE_RATE)]
+    for started in call.of_kind("reply_started"):
+        end, heard = speech_end.get(started.turn_id), first_heard.get(started.delivery_id)
+        if end is None or heard is None:
+            continue
+        before = loud[loud < round(end * STT_SAMPLE_RATE)]
         if before.size:
             out.append((heard - (before[-1] + 1) / STT_SAMPLE_RATE) * 1000.0)
     return out
+
+
+def _call_seconds(call: CallResult) -> float:
+    """How long ``call`` lasted: from its start to the end of the last reply sample played
+    (its final wait for a reply that never came excluded)."""
+    tape = call.tape
+    ends = [r.at - tape.start + r.num_samples / r.sample_rate for r in tape.receipts]
+    return max(ends, default=len(tape.track("user")) / STT_SAMPLE_RATE)
 
 
 def _rss_mb() -> float:
@@ -207,7 +221,7 @@ async def run_calls(
         results = await asyncio.gather(*(
             run_call(Teller(story=REPLY, trigger=None),
                      caller_script(question, turns, 0.5 + i * CYCLE / calls), timed,
-                     clock=clock, tail=1.0)
+                     clock=clock, tail=TAIL)
             for i in range(calls)))
     finally:
         done.set()
@@ -224,7 +238,7 @@ async def run_calls(
         calls=calls, asked=asked,
         committed=sum(len(call.of_kind("turn_committed")) for call in results),
         v2v_p50_ms=_percentile(v2v, 50), v2v_p95_ms=_percentile(v2v, 95),
-        cpu_per_call_pct=100.0 * cpu / max(wall, 1e-9) / calls,
+        cpu_per_call_pct=100.0 * cpu / max(sum(_call_seconds(call) for call in results), 1e-9),
         rss_peak_mb=peak, rss_per_extra_call_mb=(peak - base_rss) / max(1, calls - base_calls),
         stale_samples=sum(call.stale_samples() for call in results),
         turns_lost=lost,
@@ -293,7 +307,7 @@ async def _main(calls: list[int], turns: int, as_json: bool) -> None:
     print(f"calls per process at p95 <= 1 s (0 stale, none lost), of those measured: {best}")
     print(f"(machine load average {load:.1f} on {os.cpu_count()} CPUs at the end; "
           "v2v: last user speech sample → first reply sample, all turns of all calls; "
-          "CPU: process CPU time / wall / calls; "
+          "CPU: process CPU time / total call time; "
           "RSS/+call: peak growth over the row above (or idle) / extra calls; "
           "STT p50: compute per utterance; TTS rtf: synthesis time / audio length)")
 
