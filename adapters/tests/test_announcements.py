@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import copy
 from collections.abc import Callable
 from typing import Any, ClassVar
 
 import pytest
 from voxflow_adapters.assertions import (
+    AnnouncementWait,
     CallAssertionError,
     assert_announcement_waited,
     assert_floor_held,
@@ -15,6 +17,8 @@ from voxflow_adapters.assertions import (
 )
 from voxflow_adapters.scenario import CallResult, run_call
 from voxflow_adapters.script import CallScript
+from voxflow_adapters.timeline import call_timeline
+from voxflow_voice.events import SessionEvent
 from voxflow_voice.engines import VoiceEngines
 from voxflow_voice.session import VoiceSession, VoiceSettings
 from voxflow_voice.turn_detector import TurnDetection
@@ -131,8 +135,18 @@ async def test_job_result_is_announced_once_the_floor_is_free(engines: VoiceEngi
     assert [(s.delivery_id, s.status) for s in settled] == [(delivery, "completed")]
     assert call.of_kind("reply_text")[-1].text == ANSWER
     assert call.stale_samples() == 0
-    # The same, as the testing kit says it.
-    assert assert_announcement_waited(call, text=ANSWER) == delivery
+    # The same, as the testing kit says it: the job's result was queued while the floor
+    # was taken (the user's second question, then its answer), and held back until free.
+    waited = assert_announcement_waited(call, text=ANSWER)
+    print(call_timeline(call), "\n", waited)
+    assert waited.delivery_id == delivery and waited.text == ANSWER
+    [queued] = call.of_kind("announcement_queued")
+    [job] = call.session.turns.flow.state.jobs.values()
+    assert (queued.delivery_id, queued.job_ids) == (delivery, (job.job_id,))
+    assert waited.held_by, "the job was meant to finish while the floor was taken"
+    assert waited.queued_at < waited.floor_free_at <= waited.started_at
+    assert waited.queued_at == queued.at - call.tape.start
+    assert f"announcement queued: reply 3 (job {job.job_id}, for turn 1)" in call_timeline(call)
     assert_floor_held(call)
     assert_history_is_heard(call)  # the announcement, heard whole, is in the history
     messages = call.session.turns.flow.state.messages
@@ -145,6 +159,59 @@ async def test_job_result_is_announced_once_the_floor_is_free(engines: VoiceEngi
     )
 
 
+def with_events(call: CallResult, events: list[SessionEvent]) -> CallResult:
+    """The same call with an edited copy of its events (the recording is untouched):
+    the assertions are pure functions of the events and the client's tape."""
+    session = copy.copy(call.session)
+    session.events = events
+    return CallResult(session, call.client)
+
+
+async def test_an_announcement_that_did_not_wait_is_caught(engines: VoiceEngines) -> None:
+    # The job finishes (2 s after "Check my order") while the user asks a long second
+    # question: its result is queued while they speak, and the queue holds it back.
+    script = (CallScript().user_says(0.3, "Check my order please.")
+              .user_says(2.6, "And while you are at it, tell me about the weather tomorrow.")
+              .until(16.0))
+    call = await call_with_jobs(engines, script)
+    waited = assert_announcement_waited(call, text=ANSWER)
+    print(call_timeline(call), "\n", waited)
+    assert isinstance(waited, AnnouncementWait)
+    assert any(h.startswith("the user was speaking") for h in waited.held_by), waited
+    assert waited.started_at >= waited.floor_free_at > waited.queued_at
+    assert_floor_held(call)
+
+    # The failing cases are built from this call's events, edited in a copy (the
+    # assertion reads only the events and the tape): as if the session had started the
+    # announcement's audio the moment it was queued, while the user was speaking.
+    delivery = waited.delivery_id
+    events = list(call.events)
+    [queued] = [e for e in events if e.kind == "announcement_queued"]
+    audio = next(e for e in events if e.kind == "audio_started" and e.delivery_id == delivery)
+    events[events.index(audio)] = audio.model_copy(update={"at": queued.at})
+    with pytest.raises(CallAssertionError) as over_user:
+        assert_announcement_waited(with_events(call, events), text=ANSWER)
+    at = queued.at - call.tape.start
+    assert over_user.value.reason.startswith(
+        f'announcement reply 3 ("{ANSWER}") did not wait for the floor: it was queued at '
+        f"{at:.2f} s while the user was speaking ("
+    ), over_user.value.reason
+    assert f"and started at {at:.2f} s while the user was speaking (" in over_user.value.reason
+    assert "announcement queued: reply 3" in over_user.value.timeline
+    with pytest.raises(CallAssertionError):
+        assert_floor_held(with_events(call, events))
+    # Started before it was queued: the queued fact moved after the audio.
+    late = [e.model_copy(update={"at": audio.at + 1.0}) if e is queued else e
+            for e in call.events]
+    with pytest.raises(CallAssertionError, match=r"started at [\d.]+ s, before it was queued"):
+        assert_announcement_waited(with_events(call, late))
+    # No record of when it was queued: nothing to prove the wait with.
+    unqueued = [e for e in call.events if e is not queued]
+    with pytest.raises(CallAssertionError, match="no record of when it was queued"):
+        assert_announcement_waited(with_events(call, unqueued))
+    assert assert_announcement_waited(call) == waited  # the recording itself is untouched
+
+
 async def test_mute_holds_announcements_until_unmuted(engines: VoiceEngines) -> None:
     script = CallScript().user_says(0.3, "Check my order please.").mute(2.5, 8.0).until(14.0)
     call = await call_with_jobs(engines, script)
@@ -153,7 +220,9 @@ async def test_mute_holds_announcements_until_unmuted(engines: VoiceEngines) -> 
     assert [m for _, m in mutes] == [True, False]
     assert heard_at >= mutes[1][0]  # nothing was announced while muted
     assert_floor_held(call)
-    assert_announcement_waited(call, text="arrives on Thursday")
+    waited = assert_announcement_waited(call, text="arrives on Thursday")
+    assert any(h.startswith("the microphone was muted") for h in waited.held_by), waited
+    assert waited.started_at >= waited.floor_free_at == mutes[1][0] - call.tape.start
     # The kit's floor check catches an announcement over a mute (here: a later mute
     # moved to cover the announcement's start, as if the queue had ignored it).
     mute = next(e for e in call.events if e.kind == "mute" and e.muted)

@@ -17,8 +17,11 @@ message says what was expected, what happened, and then shows the whole call
 * :func:`assert_history_is_heard`: the flow's history holds what the user heard of each
   reply and announcement (a cut one: the words played, marked interrupted);
 * :func:`assert_floor_held`: no background announcement started while the user was
-  speaking, had the microphone muted, or another reply was playing;
-* :func:`assert_announcement_waited`: an announcement was heard, once the floor was free;
+  speaking, had the microphone muted, another reply was playing, or a turn waited for
+  its answer;
+* :func:`assert_announcement_waited`: an announcement was queued, waited while the floor
+  was busy, and started only once it was free (an :class:`AnnouncementWait`: when it
+  was queued, what held the floor, when it started);
 * :func:`assert_turn_committed`: a turn was committed with a transcript within a word
   error rate of the script (:func:`word_error_rate`).
 """
@@ -42,6 +45,7 @@ if TYPE_CHECKING:
     from .scenario import CallResult
 
 __all__ = [
+    "AnnouncementWait",
     "CallAssertionError",
     "assert_announcement_waited",
     "assert_completed",
@@ -363,22 +367,57 @@ def _announcements(call: CallResult) -> list[tuple[DeliveryId, float, str]]:
     return out
 
 
+@dataclass(frozen=True, slots=True)
+class _Busy:
+    begin: float
+    end: float
+    what: str  # who held the floor, e.g. "the user was speaking"
+
+    def covers(self, at: float) -> bool:
+        return self.begin <= at < self.end - 1e-6
+
+
+def _busy_spans(call: CallResult, labels: Labels, delivery: DeliveryId) -> list[_Busy]:
+    """Every stretch of the call when the floor was not free for ``delivery``."""
+    speech, mutes = _spans(call)
+    background = announcements(call)
+    out = [_Busy(a, b, "the user was speaking") for a, b in speech]
+    out += [_Busy(a, b, "the microphone was muted") for a, b in mutes]
+    out += [_Busy(a, b, f"{labels.reply(d)} was playing")
+            for d, (a, b) in _playing(call).items() if d != delivery]
+    # A user's turn holds the floor from the end of its speech until its answer settled.
+    settled = {e.delivery_id: e.at for e in call.events
+               if e.kind in ("reply_finished", "reply_interrupted")}
+    answers = {e.turn_id: e.delivery_id for e in call.of_kind("reply_started")
+               if e.delivery_id not in background}
+    for turn in call.of_kind("turn_committed"):
+        answer = answers.get(turn.turn_id)
+        if answer is not None and answer in settled:
+            out.append(_Busy(turn.speech_end_at, settled[answer],
+                             f"{labels.turn(turn.turn_id)} waited for its answer"))
+    return out
+
+
 def _floor_busy(call: CallResult, labels: Labels, delivery: DeliveryId, at: float) -> list[str]:
     """Why the floor was not free at ``at`` for ``delivery`` (empty: it was free)."""
-    speech, mutes = _spans(call)
     start = call.tape.start
-    why = [f"the user was speaking ({a - start:.2f}-{b - start:.2f} s)"
-           for a, b in speech if a <= at < b]
-    why += [f"the microphone was muted ({a - start:.2f}-{b - start:.2f} s)"
-            for a, b in mutes if a <= at < b]
-    why += [f"{labels.reply(d)} was playing ({a - start:.2f}-{b - start:.2f} s)"
-            for d, (a, b) in _playing(call).items() if d != delivery and a <= at < b - 1e-6]
-    return why
+    return [f"{b.what} ({b.begin - start:.2f}-{b.end - start:.2f} s)"
+            for b in _busy_spans(call, labels, delivery) if b.covers(at)]
+
+
+def _free_from(spans: Sequence[_Busy], at: float) -> float:
+    """The first moment at or after ``at`` when no span holds the floor."""
+    while True:
+        holding = [b.end for b in spans if b.covers(at)]
+        if not holding:
+            return at
+        at = max(holding)
 
 
 def assert_floor_held(call: CallResult) -> None:
     """No background announcement started while the floor was taken: the user speaking,
-    the microphone muted, or another reply playing.
+    the microphone muted, another reply playing, or a user's turn waiting for its answer
+    (from the end of its speech until its answer settled).
 
     Raises:
         CallAssertionError: one did; the message says when and what held the floor.
@@ -393,16 +432,60 @@ def assert_floor_held(call: CallResult) -> None:
             ))
 
 
-def assert_announcement_waited(call: CallResult, *, text: str | None = None) -> DeliveryId:
+@dataclass(frozen=True, slots=True)
+class AnnouncementWait:
+    """What :func:`assert_announcement_waited` proved, on call time (seconds since the
+    call started, as in the timeline).
+
+    Attributes:
+        delivery_id: the announcement's delivery (and reply) id.
+        text: what it said.
+        queued_at: when its job's result was queued for announcement.
+        started_at: when its audio started playing at the client.
+        held_by: what held the floor when it was queued, with each stretch (empty: the
+            floor was free then).
+        floor_free_at: when the floor was next free (``queued_at`` if it was free then);
+            ``started_at`` is never before it.
+    """
+
+    delivery_id: DeliveryId
+    text: str
+    queued_at: float
+    started_at: float
+    held_by: tuple[str, ...]
+    floor_free_at: float
+
+    @property
+    def waited(self) -> float:
+        """Seconds from queued to started."""
+        return self.started_at - self.queued_at
+
+    def __str__(self) -> str:
+        held = " and ".join(self.held_by) if self.held_by else "nothing (the floor was free)"
+        return (f"queued at {self.queued_at:.2f} s while {held}; floor free at "
+                f"{self.floor_free_at:.2f} s; started at {self.started_at:.2f} s "
+                f"(waited {self.waited:.2f} s)")
+
+
+def assert_announcement_waited(
+    call: CallResult, *, text: str | None = None
+) -> AnnouncementWait:
     """A background announcement (whose text contains ``text``, if given) was heard, and
-    it started only once the floor was free (see :func:`assert_floor_held`).
+    it waited for the floor.
+
+    From the call's events it proves: the announcement was queued at ``q`` (its
+    ``announcement_queued`` event: its job's result was ready), its audio started at
+    ``s >= q``, and the floor was free at ``s`` (as :func:`assert_floor_held` sees it:
+    nobody speaking per the session's VAD, no mute, no other reply playing, no turn
+    waiting for its answer). If the floor was busy at ``q``, ``s`` is therefore not before
+    the floor became free again (:attr:`AnnouncementWait.floor_free_at`).
 
     Returns:
-        Its delivery id.
+        What was found: when it was queued, what held the floor then, when it started.
 
     Raises:
-        CallAssertionError: none was heard, or it started over the user, a mute or
-            another reply.
+        CallAssertionError: none was heard, its queueing was not recorded, or it started
+            before it was queued or while the floor was busy.
     """
     if text is not None and not isinstance(text, str):
         raise TypeError(f"text must be a str, not {type(text).__name__}")
@@ -417,13 +500,34 @@ def assert_announcement_waited(call: CallResult, *, text: str | None = None) -> 
         raise _fail(call, labels, f"expected an announcement{wanted} to be heard; "
                                   f"announcements heard: {said}")
     delivery, at, said = matching[0]
+    name = f"announcement {labels.reply(delivery)} ({quote(said)})"
+    start = call.tape.start
+    queued = [e.at for e in call.of_kind("announcement_queued") if e.delivery_id == delivery]
+    if not queued:
+        raise _fail(call, labels, (
+            f"{name} was heard, but the call has no record of when it was queued "
+            "(no announcement_queued event), so its wait for the floor cannot be proved"
+        ))
+    queued_at = queued[0]
+    if at < queued_at:
+        raise _fail(call, labels, (
+            f"{name} started at {at - start:.2f} s, before it was queued at "
+            f"{queued_at - start:.2f} s"
+        ))
+    spans = _busy_spans(call, labels, delivery)
+    held_by = tuple(_floor_busy(call, labels, delivery, queued_at))
+    free_at = _free_from(spans, queued_at)
     why = _floor_busy(call, labels, delivery, at)
     if why:
+        when = (f"while {' and '.join(held_by)}" if held_by else "with the floor free")
         raise _fail(call, labels, (
-            f"announcement {labels.reply(delivery)} ({quote(said)}) did not wait for the "
-            f"floor: it started at {at - call.tape.start:.2f} s while " + " and ".join(why)
+            f"{name} did not wait for the floor: it was queued at {queued_at - start:.2f} s "
+            f"{when}, and started at {at - start:.2f} s while " + " and ".join(why)
         ))
-    return delivery
+    return AnnouncementWait(
+        delivery_id=delivery, text=said, queued_at=queued_at - start, started_at=at - start,
+        held_by=held_by, floor_free_at=free_at - start,
+    )
 
 
 def _find(haystack: Sequence[str], needle: str) -> list[str]:

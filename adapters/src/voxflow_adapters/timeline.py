@@ -15,6 +15,10 @@ for the identities (``turn 1``, ``reply 2``) in order of appearance::
      5.33  client     reply 1 flushed (41280 samples dropped)
      5.34  assistant  reply 1 interrupted after 3.80 s; heard: "Once upon a time, in ..."
 
+A background announcement shows when its job's result was queued (``announcement
+queued: reply 2 (job ..., for turn 1), waits for the floor``), then when it started and
+was heard, so the wait for the floor is on the page.
+
 The assertions of :mod:`voxflow_adapters.assertions` put it under every failure, so a
 failed call test shows the call, not a bare ``assert False``. :class:`Labels` gives the
 same short names to use in messages.
@@ -50,8 +54,11 @@ class Labels:
             if e.kind in ("turn_committed", "speculative_reply_discarded"):
                 labels.turn(e.turn_id)
             delivery_id = getattr(e, "delivery_id", None)
-            if delivery_id is not None:
-                labels.reply(delivery_id)
+            if delivery_id is not None and e.kind != "announcement_queued":
+                labels.reply(delivery_id)  # replies are numbered as they start
+        for e in call.events:  # then those queued but never started
+            if e.kind == "announcement_queued":
+                labels.reply(e.delivery_id)
         return labels
 
     def turn(self, turn_id: str) -> str:
@@ -124,6 +131,12 @@ def _lines(call: CallResult, labels: Labels) -> Iterable[tuple[float, int, str, 
             )
         elif kind == "reply_finished":
             yield e.at, order, "assistant", f"{labels.reply(e.delivery_id)} played whole"
+        elif kind == "announcement_queued":
+            jobs = ", ".join(e.job_ids)
+            yield e.at, order, "assistant", (
+                f"announcement queued: {labels.reply(e.delivery_id)} (job {jobs}, for "
+                f"{labels.turn(e.turn_id)}), waits for the floor"
+            )
         elif kind == "delivery_settled":
             yield e.at, order, "assistant", f"{labels.reply(e.delivery_id)} settled {e.status}"
         elif kind == "mute":

@@ -8,17 +8,22 @@ session's local view of the floor (the user holds it, a reply is being spoken, o
 client is gone) and otherwise claims the next delivery, builds its text with an
 :data:`Announcer` and hands the ready reply events to the session's ``speak`` callable,
 the same generate → drain → finish → settle path foreground answers use.
+
+Each delivery is reported once, when the task first sees it pending (``queued``, the
+session's :class:`~voxflow_voice.events.AnnouncementQueued`): after a job update offered
+it, or at the next wake for one enqueued by other code. With its ``reply_started`` and
+``audio_started`` that shows how long an announcement waited for the floor.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 
 from voxflow.ids import DeliveryId, TurnId
 from voxflow.jobs import JobRecord
-from voxflow.replies import ReplyQueue
+from voxflow.replies import DeliveryRecord, ReplyQueue
 from voxflow.turns import ReplyEvent
 
 from .floor import FloorReporter
@@ -59,6 +64,9 @@ class AnnouncementDelivery:
         announcer: builds announcement text from the jobs.
         enabled: deliver at all (``VoiceSettings.announcements``).
         gone: returns True once the client is gone (nobody would hear it).
+        deliveries: returns the flow's delivery records (read under ``lock``, or between
+            awaits).
+        queued: called once per delivery, when it is first seen pending.
     """
 
     def __init__(
@@ -73,6 +81,8 @@ class AnnouncementDelivery:
         announcer: Announcer = default_announcer,
         enabled: bool = True,
         gone: Callable[[], bool] = lambda: False,
+        deliveries: Callable[[], Mapping[DeliveryId, DeliveryRecord]] = dict,
+        queued: Callable[[DeliveryRecord], None] = lambda record: None,
     ) -> None:
         self._replies = replies
         self._lock = lock
@@ -83,6 +93,9 @@ class AnnouncementDelivery:
         self._announcer = announcer
         self._enabled = enabled
         self._gone = gone
+        self._deliveries = deliveries
+        self._queued = queued
+        self._reported: set[DeliveryId] = set()
 
     def wake(self) -> None:
         """Look at the queue again (e.g. after a job result was enqueued)."""
@@ -100,7 +113,15 @@ class AnnouncementDelivery:
             for job in list(self._jobs()):
                 if job.status == "completed":
                     self._replies.enqueue(job)
+            self._note_queued()
         self.wake()
+
+    def _note_queued(self) -> None:
+        """Report each pending delivery not reported yet (once per delivery)."""
+        for record in list(self._deliveries().values()):
+            if record.status == "pending" and record.delivery_id not in self._reported:
+                self._reported.add(record.delivery_id)
+                self._queued(record)
 
     async def run(self) -> None:
         """Deliver announcements whenever the floor may be free (until cancelled)."""
@@ -112,6 +133,7 @@ class AnnouncementDelivery:
         while True:
             await changed.wait()
             changed.clear()
+            self._note_queued()  # one enqueued by other code, then woken
             # The local view is always current; the ReplyQueue's may lag a report behind.
             if self._floor.held or self._speaking.locked() or self._gone():
                 continue

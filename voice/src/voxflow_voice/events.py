@@ -10,10 +10,11 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from voxflow.ids import DeliveryId, SessionId, TurnId
+from voxflow.ids import DeliveryId, JobId, SessionId, TurnId
 from voxflow.replies.records import SettleStatus
 
 __all__ = [
+    "AnnouncementQueued",
     "AudioStarted",
     "BargeIn",
     "BargeInPaused",
@@ -165,6 +166,20 @@ class ReplyFinished(_Event):
     text: str
 
 
+class AnnouncementQueued(_Event):
+    """A completed job's result was queued for announcement in the ReplyQueue.
+
+    Emitted once per delivery, when the session first sees it pending: ``at`` is when it
+    became ready to announce. It is spoken when the floor is free (a ``reply_started``
+    with the same ``delivery_id``), or settled unsaid.
+    """
+
+    kind: Literal["announcement_queued"] = "announcement_queued"
+    delivery_id: DeliveryId
+    turn_id: TurnId = Field(description="the turn that asked for the job(s)")
+    job_ids: tuple[JobId, ...] = Field(description="the jobs whose results it reports")
+
+
 class DeliverySettled(_Event):
     """A background announcement's delivery settled (never emitted for a delivery that is
     still pending or scheduled)."""
@@ -217,6 +232,6 @@ SessionEvent = Annotated[
     | ReplyTextStreamed | SpeculativeReplyDiscarded | AudioStarted | BargeIn | BargeInPaused
     | BargeInResumed
     | ReplyInterrupted | ReplyFinished
-    | DeliverySettled | MuteObserved | TurnMetrics | SessionClosed,
+    | AnnouncementQueued | DeliverySettled | MuteObserved | TurnMetrics | SessionClosed,
     Field(discriminator="kind"),
 ]

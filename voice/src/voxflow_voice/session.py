@@ -49,7 +49,7 @@ from voxflow.clock import Clock, MonotonicClock
 from voxflow.flow import RollbackPoint
 from voxflow.ids import DeliveryId, SessionId, TurnId, new_turn_id
 from voxflow.jobs import JobRunner
-from voxflow.replies import ReplyQueue
+from voxflow.replies import DeliveryRecord, ReplyQueue
 from voxflow.settings import Settings
 from voxflow.turns import ReplyEvent, TurnRunner
 
@@ -62,6 +62,7 @@ from .early_stt import EarlyTranscriber
 from .echo import EchoGate, EchoGateSettings
 from .engines import VoiceEngines
 from .events import (
+    AnnouncementQueued,
     AudioStarted,
     DeliverySettled,
     MuteObserved,
@@ -214,6 +215,8 @@ class VoiceSession:
             replies, self._lock, self._floor, self._speaking, self._announce,
             jobs=lambda: getattr(self.turns.flow.state, "jobs", {}).values(), announcer=announcer,
             enabled=self.settings.announcements, gone=lambda: self._input_ended,
+            deliveries=lambda: getattr(self.turns.flow.state, "deliveries", {}),
+            queued=self._queued,
         )
         self._speaker = ReplySpeaker(
             turns, self.playback, engines.tts, self.settings.segmenter, self.clock, self._lock,
@@ -575,6 +578,12 @@ class VoiceSession:
         holds), so every snapshot can simply offer every completed job.
         """
         await self._delivery.offer_completed()
+
+    def _queued(self, record: DeliveryRecord) -> None:
+        self._emit(AnnouncementQueued(
+            session_id=self.session_id, at=self.clock.now(), delivery_id=record.delivery_id,
+            turn_id=record.turn_id, job_ids=tuple(c.job_id for c in record.covered_updates),
+        ))
 
     async def _announce(
         self, turn_id: TurnId, delivery_id: DeliveryId, events: Sequence[ReplyEvent]
