@@ -18,8 +18,8 @@ from voxflow_adapters.assertions import (
 from voxflow_adapters.scenario import CallResult, run_call
 from voxflow_adapters.script import CallScript
 from voxflow_adapters.timeline import call_timeline
-from voxflow_voice.events import SessionEvent
 from voxflow_voice.engines import VoiceEngines
+from voxflow_voice.events import SessionEvent
 from voxflow_voice.session import VoiceSession, VoiceSettings
 from voxflow_voice.turn_detector import TurnDetection
 
