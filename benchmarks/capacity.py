@@ -37,28 +37,33 @@ time each N took is printed. The headline figure (``voxflow bench``) is the larg
 measured, below the first that misses, whose p95 is <= 1 s with every question
 committed, 0 stale samples and no turn lost.
 
-Measured at 11a83d6 (``--calls 1,4 --turns 3``, one run; load average 2.6 at the start,
-2.2 at the end, the 2 cores shared with other work, so the figures are pessimistic):
+Measured at 32351c4 (``--calls 1,4,8,16 --turns 3``, one run; load average 2.6 at the
+start, 8.0 at the end: the 2 cores were shared with other engineers' jobs as well as
+this process's own threads, so the figures are pessimistic):
 
-=====  =========  ==========  ==========  ========  ========  =========  =====  ====
-calls  committed  v2v p50     v2v p95     CPU/call  RSS peak  RSS/+call  stale  lost
-=====  =========  ==========  ==========  ========  ========  =========  =====  ====
-1      3/3        667 ms      669 ms      14.2 %    594 MB    200 MB     0      0
-4      12/12      670 ms      674 ms      9.3 %     734 MB    47 MB      0      0
-=====  =========  ==========  ==========  ========  ========  =========  =====  ====
+=====  =========  ==========  ==========  ========  ========  =========  =====  ====  =====
+calls  committed  v2v p50     v2v p95     CPU/call  RSS peak  RSS/+call  stale  lost  barge
+=====  =========  ==========  ==========  ========  ========  =========  =====  ====  =====
+1      3/3        668 ms      669 ms      15.4 %    513 MB    122 MB     0      0     0
+4      12/12      694 ms      867 ms      11.3 %    766 MB    85 MB      0      0     0
+8      24/24      2,305 ms    12,682 ms   8.4 %     1336 MB   143 MB     0      0     16
+16     48/48      5,960 ms    25,921 ms   7.7 %     1809 MB   59 MB      0      19    22
+=====  =========  ==========  ==========  ========  ========  =========  =====  ====  =====
 
-The same at 8 and 16 calls (``--calls 8,16``, one run, load average 1.2 at the start,
-6.9 at the end, partly this process's own threads): 8 calls 24/24, 799 / 1,387 ms,
-8.8 % per call, +73 MB per extra call, STT 359 ms and TTS real-time factor 0.22 (median);
-16 calls 48/48 committed, 3,505 / 6,751 ms, 24 of 48 questions lost, STT 771 ms, TTS
-real-time factor 0.83; 0 stale samples in both.
+Earlier runs of the first version (replies timed by their first sample, CPU over wall
+time): 1 and 4 calls at 11a83d6 (load 2.2 to 2.6) 667 / 669 ms and 670 / 674 ms; 8
+calls at 1925b00 (load 1.2 to 6.9) 799 / 1,387 ms, 0 lost. So on this shared machine one
+process holds 4 such calls within p95 <= 1 s; at 8 the p95 is past 1 s even when the
+machine is quieter. STT per utterance (median) grows from ~150 ms at
+1 call to ~1 s at 8-16, and the TTS real-time factor from 0.1 to 0.7-0.95: at 8+ calls
+Piper barely keeps ahead of playout, replies underrun, and callers who take the pause
+for the end speak over the rest (barge).
 
-(A second 4-call run, under py-spy: 659 / 677 ms, 9.0 % per call.) The first call's
-200 MB over the idle process is the models' working memory on real utterances and
-replies, not the call's own. Where the CPU went at 4 calls (py-spy, 35 s, active samples
-of all threads): Piper 57 %, Whisper 13 %, the turn detector and Silero VAD 12 %, soxr
-resampling and the echo timeline on the event loop 11 %; the event loop thread was busy
-10 % of the time.
+Where the CPU went at 4 calls (py-spy, 35 s, active samples of all threads): Piper 57 %,
+Whisper 13 %, the turn detector and Silero VAD 12 %, soxr resampling and the echo
+timeline on the event loop 11 %; the event loop thread was busy 10 % of the time. At 16
+calls: Piper 56 %, Whisper 32 %, the rest ~12 %; all 6 threads of the default executor
+busy ~85 % of the time on 2 cores, the event loop ~50 %.
 """
 
 from __future__ import annotations
