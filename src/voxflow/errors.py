@@ -29,7 +29,7 @@ third-party one (``litellm.*``, ``aiortc.*``)::
       + PersistenceConflictError   a writer that is behind tried to save (nothing overwritten)
       + PersistenceUnavailableError  the store cannot be written; .path and .fix name it (OSError)
       + SessionLeaseError          another worker holds the session's lease
-      + FencedWriteError           a save or renewal with a lease epoch that was taken over
+      + FencedWriteError           a write of a leased session without its live lease
 """
 
 from __future__ import annotations
@@ -303,22 +303,45 @@ class SessionLeaseError(PersistenceError, RuntimeError):
 
 
 class FencedWriteError(PersistenceError, RuntimeError):
-    """A save (or renewal) carried a lease epoch another owner has taken over since.
+    """A write of a leased session was refused: this writer does not hold its live lease.
 
-    Nothing was written: this writer lost the session (e.g. it was paused past its
-    lease); stop writing it. Acquire the lease again to continue, from a fresh load.
+    Nothing was written. ``reason`` says why: ``"taken over"`` (another owner acquired
+    the session since: this writer was paused past its lease), ``"expired"`` (the lease
+    ran out at the database's clock, even if nobody took it yet), ``"released"``, or
+    ``"unfenced"`` (a writer without a lease saved a session whose live lease another
+    owner holds: write a leased session only through ``store.fenced(lease)``). Stop
+    writing the session; acquire the lease again to continue, from a fresh load.
 
     Attributes:
         session_id: the session.
-        epoch: the epoch this writer held.
+        epoch: the epoch this writer held (None: an unfenced writer).
         current: the session's epoch now.
+        reason: why the write was refused (one of the four above).
     """
 
-    def __init__(self, session_id: str, *, epoch: int, current: int) -> None:
-        super().__init__(
-            f"session {session_id!r}: write refused, this writer's lease epoch {epoch} was "
-            f"taken over (the session is at epoch {current}); nothing was written"
-        )
+    def __init__(
+        self,
+        session_id: str,
+        *,
+        epoch: int | None,
+        current: int,
+        reason: str = "taken over",
+        detail: str = "",
+    ) -> None:
+        if reason == "unfenced":
+            why = (
+                f"an unfenced write, but the session is leased at epoch {current}{detail}; "
+                "write it through store.fenced(lease)"
+            )
+        elif reason == "taken over":
+            why = (
+                f"this writer's lease epoch {epoch} was taken over "
+                f"(the session is at epoch {current})"
+            )
+        else:
+            why = f"this writer's lease epoch {epoch} was {reason}{detail}"
+        super().__init__(f"session {session_id!r}: write refused, {why}; nothing was written")
         self.session_id = session_id
         self.epoch = epoch
         self.current = current
+        self.reason = reason

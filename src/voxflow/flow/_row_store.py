@@ -9,11 +9,23 @@ bumped in the save's transaction) and the same **lease epoch**.
 
 **Leases and fencing.** :meth:`RowStore.acquire_lease` makes one owner (a worker) the
 writer of a session until ``expires_at``; taking over a session from another owner
-(its lease expired or was released) bumps the session's epoch. A save made through
-:meth:`RowStore.fenced` carries the epoch it was granted and is refused with
-:class:`~voxflow.errors.FencedWriteError` once the epoch moved on, in the save's own
-transaction: a paused ("zombie") worker whose lease was taken over can never overwrite
-the new owner's state. Expiry uses the workers' wall clocks (``time.time()``).
+(its lease expired or was released) bumps the session's epoch. Every write of a session
+(full save, incremental save, delta, paused feedback) checks its lease row in the
+write's own transaction and raises :class:`~voxflow.errors.FencedWriteError`, writing
+nothing, when:
+
+* it is made through :meth:`RowStore.fenced` and its epoch moved on (``"taken over"``),
+  the lease was released (``"released"``) or it expired (``"expired"``, even if nobody
+  took it yet): a paused ("zombie") worker can never write once its lease is gone;
+* it is made without a lease (an unfenced store) while another owner holds a live lease
+  on the session (``"unfenced"``): **a session with a live lease is written only through
+  ``store.fenced(lease)``**. A session without a lease row, or whose lease expired or was
+  released, takes unfenced writes (the revision still checks them).
+
+Expiry is judged by the **database's clock**, never a worker's: ``expires_at`` is
+stored, and compared, in the database server's Unix seconds (SQLite's
+``julianday('now')``, the machine of the file; PostgreSQL's ``clock_timestamp()``, read
+after the session lock), so workers with skewed clocks agree on who holds a session.
 """
 
 from __future__ import annotations
@@ -21,7 +33,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-import time
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, TypeVar
@@ -48,7 +59,8 @@ T = TypeVar("T")
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class SessionLease:
-    """A granted lease: ``owner`` writes ``session_id`` as ``epoch`` until ``expires_at``."""
+    """A granted lease: ``owner`` writes ``session_id`` as ``epoch`` until ``expires_at``
+    (Unix seconds of the database's clock, not this process's)."""
 
     session_id: SessionId
     owner: str
@@ -60,6 +72,9 @@ class RowStore:
     """The backend operations, over ``_write``/``_read`` transactions a subclass provides."""
 
     history_limit: int = 10
+    #: an SQL expression of the database's clock in Unix seconds (a float): lease
+    #: expiry is judged by it (each backend sets it).
+    _now_sql: str
 
     # -- what a backend provides -----------------------------------------------------
 
@@ -117,7 +132,8 @@ class RowStore:
         Raises:
             PersistenceConflictError: the stored revision is not ``expected_revision``
                 (another writer saved the session since); nothing was written.
-            FencedWriteError: ``epoch`` is no longer the session's lease epoch.
+            FencedWriteError: ``epoch`` does not hold the session's live lease, or
+                ``epoch`` is None and another owner holds a live lease on it.
         """
         self._check_uuid(flow_uuid)
         _check_count("expected_revision", expected_revision)
@@ -132,7 +148,7 @@ class RowStore:
         def write(conn: Conn) -> None:
             nonlocal version
             self._lock_session(conn, flow_uuid)
-            _check_epoch(conn, flow_uuid, epoch)
+            self._fence(conn, flow_uuid, epoch)
             row = self._latest_row(conn, flow_uuid)
             _check_revision(flow_uuid, row, expected_revision)
             write_full_rows(conn, flow_uuid, lists, records)
@@ -160,7 +176,8 @@ class RowStore:
             PersistenceConflictError: ``changes.base_version`` is set and the stored
                 revision differs (another writer saved the session since); nothing was
                 written.
-            FencedWriteError: ``epoch`` is no longer the session's lease epoch.
+            FencedWriteError: ``epoch`` does not hold the session's live lease, or
+                ``epoch`` is None and another owner holds a live lease on it.
             ValueError: ``flow_uuid`` is empty or ``changes`` is inconsistent (named).
             TypeError: ``changes`` is not a :class:`StateChanges` (or holds a bad part).
         """
@@ -173,7 +190,7 @@ class RowStore:
         def write(conn: Conn) -> None:
             nonlocal version
             self._lock_session(conn, flow_uuid)
-            _check_epoch(conn, flow_uuid, epoch)
+            self._fence(conn, flow_uuid, epoch)
             row = self._latest_row(conn, flow_uuid)
             if changes.base_version is not None:
                 _check_revision(flow_uuid, row, changes.base_version)
@@ -194,6 +211,8 @@ class RowStore:
         snapshot: dict[str, Any],
         appended: Mapping[str, Sequence[Any]],
         counts: Mapping[str, int],
+        *,
+        epoch: int | None = None,
     ) -> bool:
         """Append ``appended[field]`` after ``counts[field]`` stored items; save ``snapshot``.
 
@@ -204,11 +223,12 @@ class RowStore:
         Raises:
             ValueError: ``flow_uuid`` is empty; ``appended`` and ``counts`` name different
                 fields or a count is negative.
+            FencedWriteError: as :meth:`save_state_changes` (``epoch``: the lease's).
         """
         if not isinstance(snapshot, dict):
             raise TypeError("snapshot must be a dict")
         changes = StateChanges(snapshot=snapshot, appended=appended, counts=counts)
-        return self.save_state_changes(flow_uuid, method_name, changes) is not None
+        return self.save_state_changes(flow_uuid, method_name, changes, epoch=epoch) is not None
 
     @staticmethod
     def _latest_row(conn: Conn, flow_uuid: str) -> tuple[Any, ...] | None:
@@ -317,14 +337,22 @@ class RowStore:
     # -- paused feedback -------------------------------------------------------------
 
     def save_pending_feedback(
-        self, flow_uuid: str, context: dict[str, Any], state_data: dict[str, Any]
+        self,
+        flow_uuid: str,
+        context: dict[str, Any],
+        state_data: dict[str, Any],
+        *,
+        epoch: int | None = None,
     ) -> None:
-        """Store (replace) the paused feedback step of ``flow_uuid``."""
+        """Store (replace) the paused feedback step of ``flow_uuid`` (fenced as saves are)."""
         self._check_uuid(flow_uuid)
+        _check_count("epoch", epoch)
         ctx, state = json.dumps(context), json.dumps(state_data)
         now = datetime.now(UTC).isoformat()
         self._write(
-            _exec(
+            self._fenced_exec(
+                flow_uuid,
+                epoch,
                 "INSERT INTO pending_feedback (flow_uuid, context_json, state_json, created_at) "
                 "VALUES (?, ?, ?, ?) ON CONFLICT (flow_uuid) DO UPDATE SET "
                 "context_json = excluded.context_json, state_json = excluded.state_json, "
@@ -346,10 +374,80 @@ class RowStore:
             return None
         return json.loads(row[0]), json.loads(row[1])
 
-    def clear_pending_feedback(self, flow_uuid: str) -> None:
-        """Forget the paused step of ``flow_uuid`` (idempotent)."""
+    def clear_pending_feedback(self, flow_uuid: str, *, epoch: int | None = None) -> None:
+        """Forget the paused step of ``flow_uuid`` (idempotent; fenced as saves are)."""
         self._check_uuid(flow_uuid)
-        self._write(_exec("DELETE FROM pending_feedback WHERE flow_uuid = ?", (flow_uuid,)))
+        _check_count("epoch", epoch)
+        self._write(
+            self._fenced_exec(
+                flow_uuid, epoch, "DELETE FROM pending_feedback WHERE flow_uuid = ?", (flow_uuid,)
+            )
+        )
+
+    def _fenced_exec(
+        self, flow_uuid: str, epoch: int | None, sql: str, params: Sequence[Any]
+    ) -> Callable[[Conn], None]:
+        """A write transaction body: the session locked and fenced, then one statement."""
+
+        def run(conn: Conn) -> None:
+            self._lock_session(conn, flow_uuid)
+            self._fence(conn, flow_uuid, epoch)
+            conn.execute(sql, params)
+
+        return run
+
+    def _lease_now(self, conn: Conn, flow_uuid: str) -> tuple[tuple[str, int, float] | None, float]:
+        """The session's lease row ``(owner, epoch, expires_at)`` (or None) and the
+        database's clock, in one query when the row exists."""
+        row = conn.execute(
+            f"SELECT owner, epoch, expires_at, {self._now_sql} FROM session_leases "
+            "WHERE flow_uuid = ?",
+            (flow_uuid,),
+        ).fetchone()
+        if row is None:
+            now = conn.execute(f"SELECT {self._now_sql}").fetchone()
+            return None, float(now[0])
+        return (str(row[0]), int(row[1]), float(row[2])), float(row[3])
+
+    def _fence(self, conn: Conn, flow_uuid: str, epoch: int | None) -> None:
+        """Raise :class:`FencedWriteError` unless this write may change ``flow_uuid``.
+
+        ``epoch`` given (a fenced writer): it must be the session's epoch, the lease not
+        released and unexpired at the database's clock. ``epoch`` None (unfenced): the
+        session must have no live lease.
+        """
+        row = conn.execute(
+            f"SELECT owner, epoch, expires_at, {self._now_sql} FROM session_leases "
+            "WHERE flow_uuid = ?",
+            (flow_uuid,),
+        ).fetchone()
+        if row is None:
+            if epoch is not None:  # a lease of another database, or its row was deleted
+                raise FencedWriteError(flow_uuid, epoch=epoch, current=0)
+            return
+        holder, current, expires_at, now = str(row[0]), int(row[1]), float(row[2]), float(row[3])
+        if epoch is None:
+            if holder and expires_at > now:
+                raise FencedWriteError(
+                    flow_uuid,
+                    epoch=None,
+                    current=current,
+                    reason="unfenced",
+                    detail=f" by {holder!r} for another {expires_at - now:.1f} s",
+                )
+            return
+        if current != epoch:
+            raise FencedWriteError(flow_uuid, epoch=epoch, current=current)
+        if not holder:
+            raise FencedWriteError(flow_uuid, epoch=epoch, current=current, reason="released")
+        if expires_at <= now:
+            raise FencedWriteError(
+                flow_uuid,
+                epoch=epoch,
+                current=current,
+                reason="expired",
+                detail=f" {now - expires_at:.1f} s ago (database clock)",
+            )
 
     # -- leases ----------------------------------------------------------------------
 
@@ -370,8 +468,7 @@ class RowStore:
         def write(conn: Conn) -> None:
             nonlocal granted
             self._lock_session(conn, flow_uuid)
-            now = time.time()
-            row = _lease_row(conn, flow_uuid)
+            row, now = self._lease_now(conn, flow_uuid)
             if row is None:
                 epoch = 1
                 conn.execute(
@@ -402,10 +499,11 @@ class RowStore:
         return granted
 
     def renew_lease(self, lease: SessionLease, *, ttl: float = 30.0) -> SessionLease:
-        """Extend ``lease`` by ``ttl`` seconds from now.
+        """Extend ``lease`` by ``ttl`` seconds from now (the database's clock).
 
         Raises:
-            FencedWriteError: the lease was taken over (its epoch moved on).
+            FencedWriteError: the lease was taken over (its epoch moved on), released, or
+                expired (acquire it again: the same epoch if nobody took it since).
         """
         if not isinstance(lease, SessionLease):
             raise TypeError("lease must be a SessionLease")
@@ -415,8 +513,8 @@ class RowStore:
         def write(conn: Conn) -> None:
             nonlocal renewed
             self._lock_session(conn, lease.session_id)
-            _check_epoch(conn, lease.session_id, lease.epoch, owner=lease.owner)
-            expires_at = time.time() + ttl
+            self._fence(conn, lease.session_id, lease.epoch)
+            expires_at = self._lease_now(conn, lease.session_id)[1] + ttl
             conn.execute(
                 "UPDATE session_leases SET expires_at = ? WHERE flow_uuid = ?",
                 (expires_at, lease.session_id),
@@ -442,7 +540,7 @@ class RowStore:
     def lease_of(self, flow_uuid: str) -> SessionLease | None:
         """The session's current lease row (owner ``""`` once released), or None."""
         self._check_uuid(flow_uuid)
-        row = self._read(lambda c: _lease_row(c, flow_uuid))
+        row = self._read(lambda c: self._lease_now(c, flow_uuid)[0])
         if row is None:
             return None
         return SessionLease(SessionId(flow_uuid), row[0], row[1], row[2])
@@ -455,12 +553,16 @@ class RowStore:
 
 
 class FencedPersistence:
-    """A backend view whose saves of the leased session carry the lease's epoch.
+    """A complete :class:`~voxflow.flow.persistence.FlowPersistence` whose every write of
+    the leased session carries the lease's epoch.
 
     Give it to the flow of a leased session (``MyFlow(persistence=store.fenced(lease))``):
-    once another owner takes the session over, this flow's saves raise
-    :class:`~voxflow.errors.FencedWriteError` and write nothing. Other sessions are
-    saved unfenced. Reads go straight to the backend.
+    once the lease is taken over, released or expired (the database's clock), each write
+    of that session (full, incremental and delta saves, paused feedback) raises
+    :class:`~voxflow.errors.FencedWriteError` and writes nothing. Other sessions are
+    written unfenced (refused while another owner leases them). Reads (``load_state``,
+    ``load_state_revision``, ``revision``, ``history``, paused feedback) and ``close``
+    go straight to the backend.
     """
 
     def __init__(self, store: RowStore, lease: SessionLease) -> None:
@@ -469,6 +571,8 @@ class FencedPersistence:
 
     def _epoch(self, flow_uuid: str) -> int | None:
         return self.lease.epoch if flow_uuid == self.lease.session_id else None
+
+    # -- writes: fenced ----------------------------------------------------------------
 
     def save_state(self, flow_uuid: str, method_name: str, state_data: dict[str, Any]) -> None:
         self.store.save_full_state(flow_uuid, method_name, state_data, epoch=self._epoch(flow_uuid))
@@ -496,27 +600,53 @@ class FencedPersistence:
             flow_uuid, method_name, changes, epoch=self._epoch(flow_uuid)
         )
 
+    def save_state_delta(
+        self,
+        flow_uuid: str,
+        method_name: str,
+        snapshot: dict[str, Any],
+        appended: Mapping[str, Sequence[Any]],
+        counts: Mapping[str, int],
+    ) -> bool:
+        return self.store.save_state_delta(
+            flow_uuid, method_name, snapshot, appended, counts, epoch=self._epoch(flow_uuid)
+        )
+
+    def save_pending_feedback(
+        self, flow_uuid: str, context: dict[str, Any], state_data: dict[str, Any]
+    ) -> None:
+        self.store.save_pending_feedback(
+            flow_uuid, context, state_data, epoch=self._epoch(flow_uuid)
+        )
+
+    def clear_pending_feedback(self, flow_uuid: str) -> None:
+        self.store.clear_pending_feedback(flow_uuid, epoch=self._epoch(flow_uuid))
+
+    # -- reads and the rest: the backend's ---------------------------------------------
+
     def load_state(self, flow_uuid: str) -> dict[str, Any] | None:
         return self.store.load_state(flow_uuid)
 
     def load_state_revision(self, flow_uuid: str) -> tuple[dict[str, Any], int] | None:
         return self.store.load_state_revision(flow_uuid)
 
-    def save_pending_feedback(
-        self, flow_uuid: str, context: dict[str, Any], state_data: dict[str, Any]
-    ) -> None:
-        self.store.save_pending_feedback(flow_uuid, context, state_data)
+    def revision(self, flow_uuid: str) -> int:
+        return self.store.revision(flow_uuid)
+
+    def history(self, flow_uuid: str) -> list[tuple[int, str, dict[str, Any]]]:
+        return self.store.history(flow_uuid)
 
     def load_pending_feedback(self, flow_uuid: str) -> tuple[dict[str, Any], dict[str, Any]] | None:
         return self.store.load_pending_feedback(flow_uuid)
-
-    def clear_pending_feedback(self, flow_uuid: str) -> None:
-        self.store.clear_pending_feedback(flow_uuid)
 
     def check_writable(self) -> None:
         check = getattr(self.store, "check_writable", None)
         if check is not None:
             check()
+
+    def close(self) -> None:
+        """Close the backend's connections (idempotent; the next call reopens them)."""
+        self.store.close()
 
     def __repr__(self) -> str:
         return f"FencedPersistence({self.store!r}, epoch={self.lease.epoch})"
@@ -541,23 +671,6 @@ def _check_lease_args(owner: object, ttl: object) -> None:
         raise ValueError("owner must be a non-empty string")
     if isinstance(ttl, bool) or not isinstance(ttl, int | float) or not 0 < ttl <= 86400:
         raise ValueError("ttl must be a number of seconds in (0, 86400]")
-
-
-def _lease_row(conn: Conn, flow_uuid: str) -> tuple[str, int, float] | None:
-    row = conn.execute(
-        "SELECT owner, epoch, expires_at FROM session_leases WHERE flow_uuid = ?", (flow_uuid,)
-    ).fetchone()
-    return None if row is None else (str(row[0]), int(row[1]), float(row[2]))
-
-
-def _check_epoch(conn: Conn, flow_uuid: str, epoch: int | None, owner: str | None = None) -> None:
-    """Raise :class:`FencedWriteError` unless ``epoch`` is the session's lease epoch."""
-    if epoch is None:
-        return
-    row = _lease_row(conn, flow_uuid)
-    current = 0 if row is None else row[1]
-    if current != epoch or (owner is not None and row is not None and row[0] != owner):
-        raise FencedWriteError(flow_uuid, epoch=epoch, current=current)
 
 
 def _check_revision(flow_uuid: str, row: tuple[Any, ...] | None, expected: int | None) -> None:

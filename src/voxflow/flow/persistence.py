@@ -207,6 +207,10 @@ class SQLiteFlowPersistence(RowStore):
         history_limit: older snapshots kept per flow_uuid besides the latest (>= 0).
     """
 
+    # SQLite runs in the writing process: the clock is the machine's (a WAL file is
+    # shared by the processes of one machine only).
+    _now_sql = "((julianday('now') - 2440587.5) * 86400.0)"
+
     def __init__(
         self, path: str | os.PathLike[str] | None = None, *, history_limit: int = 10
     ) -> None:

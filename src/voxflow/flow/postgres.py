@@ -87,6 +87,8 @@ class PostgresFlowPersistence(RowStore):
         ValueError: a bad ``url`` (the message never shows its password) or argument.
     """
 
+    _now_sql = "extract(epoch FROM clock_timestamp())::float8"  # the server's clock
+
     def __init__(
         self,
         url: str,
