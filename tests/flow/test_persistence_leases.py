@@ -7,6 +7,7 @@ a paused ("zombie") worker's late save is refused once another worker took over.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -87,15 +88,187 @@ def test_a_zombie_writers_late_save_is_refused_after_a_takeover(make_store: Any)
         fresh_zombie.handle_turn("again", session_id="call")
 
 
-def test_an_unleased_writer_behind_a_leased_one_still_gets_a_conflict(make_store: Any) -> None:
+def test_an_unfenced_writer_cannot_write_a_live_leased_session(make_store: Any) -> None:
+    # The rule: a session with a live lease is written only through store.fenced(lease).
     store = make_store()
+    unleased = persist(Echo)(persistence=make_store())
+    unleased.handle_turn("first", session_id="c")  # no lease yet: unfenced saves are fine
     lease = store.acquire_lease("c", "w", ttl=30)
     leased = persist(Echo)(persistence=store.fenced(lease))
-    unleased = persist(Echo)(persistence=make_store())
-    unleased.handle_turn("first", session_id="c")
     leased.handle_turn("second", session_id="c")
-    with pytest.raises(PersistenceConflictError):
+    before = store.load_state_revision("c")
+    with pytest.raises(FencedWriteError, match="unfenced.*'w'.*store.fenced") as refused:
         unleased.handle_turn("third", session_id="c")
+    assert refused.value.reason == "unfenced" and refused.value.epoch is None
+    assert (refused.value.session_id, refused.value.current) == ("c", lease.epoch)
+    for write in (
+        lambda: store.save_state("c", "m", {"id": "c"}),
+        lambda: store.save_state_delta("c", "m", {"id": "c"}, {}, {}),
+        lambda: store.save_pending_feedback("c", {"step": 1}, {"id": "c"}),
+        lambda: store.clear_pending_feedback("c"),
+    ):
+        with pytest.raises(FencedWriteError, match="unfenced"):
+            write()
+    assert store.load_state_revision("c") == before  # nothing was written
+    store.save_state("other", "m", {"id": "other"})  # an unleased session: unaffected
+    store.release_lease(lease)
+    # Released: unfenced writes are allowed again (the refused turn's flow reloads first).
+    unleased.handle_turn("fourth", session_id="c")
+    stored = store.load_state("c")
+    assert stored is not None
+    assert [m["content"] for m in stored["messages"] if m["role"] == "user"] == [
+        "first",
+        "second",
+        "fourth",
+    ]
+
+
+def test_an_expired_or_released_lease_can_no_longer_save(make_store: Any) -> None:
+    store = make_store()
+    lease = store.acquire_lease("s", "worker-a", ttl=0.3)
+    fenced = store.fenced(lease)
+    fenced.save_state("s", "m", {"id": "s", "n": 1})
+    time.sleep(0.4)  # expired, and nobody took the session over yet
+    assert store.lease_of("s") == lease
+    with pytest.raises(FencedWriteError, match=r"'s'.*epoch 1 was expired.*database clock") as e:
+        fenced.save_state("s", "m", {"id": "s", "n": 2})
+    assert (e.value.session_id, e.value.epoch, e.value.reason) == ("s", 1, "expired")
+    with pytest.raises(FencedWriteError, match="expired"):
+        fenced.save_state_delta("s", "m", {"id": "s"}, {}, {})
+    with pytest.raises(FencedWriteError, match="expired"):
+        store.renew_lease(lease)
+    assert store.load_state("s") == {"id": "s", "n": 1}  # nothing was written
+    # The same owner acquires it again (nobody took it: the same epoch) and writes on.
+    again = store.acquire_lease("s", "worker-a", ttl=30)
+    assert again.epoch == lease.epoch
+    fenced.save_state("s", "m", {"id": "s", "n": 3})
+    store.release_lease(again)
+    with pytest.raises(FencedWriteError, match="was released") as released:
+        fenced.save_state("s", "m", {"id": "s", "n": 4})
+    assert released.value.reason == "released"
+    with pytest.raises(FencedWriteError, match="released"):
+        fenced.save_pending_feedback("s", {"step": 1}, {"id": "s"})
+    assert store.load_state("s") == {"id": "s", "n": 3}
+    assert store.load_pending_feedback("s") is None
+
+
+def test_lease_expiry_is_judged_by_the_database_clock(make_store: Any) -> None:
+    store = make_store()
+    lease = store.acquire_lease("s", "w", ttl=10)
+    # expires_at is in the database's Unix seconds: the server's clock read in SQL.
+    db_now = store._read(lambda c: c.execute(f"SELECT {store._now_sql}").fetchone()[0])
+    assert 9.0 < lease.expires_at - float(db_now) <= 10.0
+    # A lease row whose expires_at is past at the database's clock is expired, whatever
+    # the worker thinks: written in SQL, relative to the database's own now.
+    store._write(
+        lambda c: c.execute(
+            f"UPDATE session_leases SET expires_at = {store._now_sql} - 1 WHERE flow_uuid = ?",
+            ("s",),
+        )
+    )
+    with pytest.raises(FencedWriteError, match="expired"):
+        store.fenced(lease).save_state("s", "m", {"id": "s"})
+    store._write(
+        lambda c: c.execute(
+            f"UPDATE session_leases SET expires_at = {store._now_sql} + 5 WHERE flow_uuid = ?",
+            ("s",),
+        )
+    )
+    store.fenced(lease).save_state("s", "m", {"id": "s"})
+
+
+def test_a_fenced_store_is_a_complete_flow_persistence(make_store: Any) -> None:
+    from voxflow.flow._row_store import FencedPersistence
+    from voxflow.flow.persistence import FlowPersistence
+
+    store = make_store()
+    lease = store.acquire_lease("s", "w", ttl=30)
+    fenced = store.fenced(lease)
+    assert isinstance(fenced, FlowPersistence)
+    public = {n for n in dir(store) if not n.startswith("_") and callable(getattr(store, n))}
+    leases = {"acquire_lease", "renew_lease", "release_lease", "lease_of", "fenced"}
+    backend_only = {"drop_schema"}  # PostgreSQL: a test helper, not persistence
+    missing = public - leases - backend_only - set(dir(FencedPersistence))
+    assert not missing, f"FencedPersistence lacks {sorted(missing)}"
+    fenced.save_state("s", "first", {"id": "s", "messages": [{"content": "a"}]})
+    assert fenced.save_state_delta(
+        "s", "second", {"id": "s"}, {"messages": [{"content": "b"}]}, {"messages": 1}
+    )
+    assert fenced.revision("s") == store.revision("s") == 2
+    assert fenced.history("s") == store.history("s")
+    assert [m for _, m, _ in fenced.history("s")] == ["first", "second"]
+    fenced.save_pending_feedback("s", {"step": 1}, {"id": "s"})
+    assert fenced.load_pending_feedback("s") == ({"step": 1}, {"id": "s"})
+    fenced.clear_pending_feedback("s")
+    fenced.close()
+    assert fenced.load_state("s") == {"id": "s", "messages": [{"content": "a"}, {"content": "b"}]}
+    # Taken over: every write of the session through the old view is refused.
+    store.release_lease(lease)
+    taken = make_store().acquire_lease("s", "other", ttl=30)
+    before = store.load_state_revision("s")
+    for write in (
+        lambda: fenced.save_state("s", "m", {"id": "s"}),
+        lambda: fenced.save_full_state("s", "m", {"id": "s"}, expected_revision=2),
+        lambda: fenced.save_state_delta(
+            "s", "m", {"id": "s"}, {"messages": [{"content": "z"}]}, {"messages": 2}
+        ),
+        lambda: fenced.save_pending_feedback("s", {"step": 2}, {"id": "s"}),
+        lambda: fenced.clear_pending_feedback("s"),
+    ):
+        with pytest.raises(FencedWriteError, match="taken over") as refused:
+            write()
+        assert (refused.value.epoch, refused.value.current) == (lease.epoch, taken.epoch)
+    assert store.load_state_revision("s") == before
+
+
+async def test_a_zombie_runners_turn_is_refused_and_nothing_of_it_is_stored(
+    make_store: Any,
+) -> None:
+    from voxflow.testing import Acknowledger
+    from voxflow.turns import TurnRunner, TurnState
+
+    class Saved(Acknowledger):
+        pass
+
+    store_a = make_store("conv")
+    lease_a = store_a.acquire_lease("call-1", "worker-a", ttl=30)
+    flow_a = persist(Saved)(persistence=store_a.fenced(lease_a), state=TurnState(id="call-1"))
+    runner_a = TurnRunner(flow_a)
+    for text in ("one", "two", "three"):
+        async for event in runner_a.astream_turn(text):
+            runner_a.accept_event(event)
+    stored = store_a.load_state("call-1")
+    assert stored is not None
+    assert [t["status"] for t in stored["turns"].values()] == ["completed"] * 3
+    # Worker a pauses past its (now short) lease: expired, its next turn is refused even
+    # before anybody takes the call over.
+    store_a.renew_lease(lease_a, ttl=0.2)
+    time.sleep(0.3)
+    expired = store_a.load_state_revision("call-1")
+    with pytest.raises(FencedWriteError, match="expired"):
+        async for event in runner_a.astream_turn("late"):
+            runner_a.accept_event(event)
+    assert store_a.load_state_revision("call-1") == expired
+    # Worker b takes the call over and answers a turn.
+    store_b = make_store("conv")
+    lease_b = store_b.acquire_lease("call-1", "worker-b", ttl=30)
+    assert lease_b.epoch == lease_a.epoch + 1
+    flow_b = persist(Saved)(persistence=store_b.fenced(lease_b))
+    assert await flow_b.aload_session("call-1")  # the new owner resumes the stored call
+    runner_b = TurnRunner(flow_b)
+    async for event in runner_b.astream_turn("four"):
+        runner_b.accept_event(event)
+    before = store_b.load_state_revision("call-1")
+    assert before is not None and len(before[0]["turns"]) == 4
+    with pytest.raises(FencedWriteError, match="taken over"):
+        async for event in runner_a.astream_turn("zombie"):  # worker a resumes
+            runner_a.accept_event(event)
+    assert store_b.load_state_revision("call-1") == before  # nothing of it is stored
+    history = store_b.history("call-1")
+    assert all('"zombie"' not in json.dumps(state) for _, _, state in history)
+    assert all('"late"' not in json.dumps(state) for _, _, state in history)
+    user = [m["content"] for m in before[0]["messages"] if m["role"] == "user"]
+    assert user == ["one", "two", "three", "four"]
 
 
 _PAUSED = """

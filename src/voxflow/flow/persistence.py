@@ -309,12 +309,12 @@ class SQLiteFlowPersistence(RowStore):
             ),
         )
 
-    def clear_pending_feedback(self, flow_uuid: str) -> None:
+    def clear_pending_feedback(self, flow_uuid: str, *, epoch: int | None = None) -> None:
         """Forget the paused step of ``flow_uuid`` (idempotent; creates no file)."""
         self._check_uuid(flow_uuid)
         if self._connect(create=False) is None:
             return
-        super().clear_pending_feedback(flow_uuid)
+        super().clear_pending_feedback(flow_uuid, epoch=epoch)
 
     def close(self) -> None:
         """Close the connection (idempotent; the next call reopens it)."""
