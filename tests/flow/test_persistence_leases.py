@@ -1,8 +1,10 @@
 """Session leases with fencing (issue 17), on SQLite and PostgreSQL alike.
 
 A lease makes one worker the writer of a session; taking it over bumps the epoch, and
-every save through ``store.fenced(lease)`` checks the epoch in its own transaction, so
-a paused ("zombie") worker's late save is refused once another worker took over.
+every write through ``store.fenced(lease)`` checks the epoch, the release and the expiry
+(the database's clock) in its own transaction, so a paused ("zombie") worker's late
+save is refused once its lease ran out, whether or not another worker took over. A
+writer without a lease cannot write a session whose live lease someone holds.
 """
 
 from __future__ import annotations
