@@ -9,6 +9,7 @@ writer without a lease cannot write a session whose live lease someone holds.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -21,7 +22,7 @@ from typing import Any
 import pytest
 
 from voxflow import ConversationState, Flow, listen, persist
-from voxflow.errors import FencedWriteError, PersistenceConflictError, SessionLeaseError
+from voxflow.errors import FencedWriteError, SessionLeaseError
 from voxflow.flow import persistence as flow_persistence
 from voxflow.settings import SettingsError
 
@@ -99,7 +100,7 @@ def test_an_unfenced_writer_cannot_write_a_live_leased_session(make_store: Any) 
     leased = persist(Echo)(persistence=store.fenced(lease))
     leased.handle_turn("second", session_id="c")
     before = store.load_state_revision("c")
-    with pytest.raises(FencedWriteError, match="unfenced.*'w'.*store.fenced") as refused:
+    with pytest.raises(FencedWriteError, match=r"unfenced.*'w'.*store\.fenced") as refused:
         unleased.handle_turn("third", session_id="c")
     assert refused.value.reason == "unfenced" and refused.value.epoch is None
     assert (refused.value.session_id, refused.value.current) == ("c", lease.epoch)
@@ -245,7 +246,7 @@ async def test_a_zombie_runners_turn_is_refused_and_nothing_of_it_is_stored(
     # Worker a pauses past its (now short) lease: expired, its next turn is refused even
     # before anybody takes the call over.
     store_a.renew_lease(lease_a, ttl=0.2)
-    time.sleep(0.3)
+    await asyncio.sleep(0.3)
     expired = store_a.load_state_revision("call-1")
     with pytest.raises(FencedWriteError, match="expired"):
         async for event in runner_a.astream_turn("late"):
