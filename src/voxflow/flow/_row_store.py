@@ -399,15 +399,20 @@ class RowStore:
     def _lease_now(self, conn: Conn, flow_uuid: str) -> tuple[tuple[str, int, float] | None, float]:
         """The session's lease row ``(owner, epoch, expires_at)`` (or None) and the
         database's clock, in one query when the row exists."""
-        row = conn.execute(
-            f"SELECT owner, epoch, expires_at, {self._now_sql} FROM session_leases "
-            "WHERE flow_uuid = ?",
-            (flow_uuid,),
-        ).fetchone()
+        row = self._lease_row(conn, flow_uuid)
         if row is None:
             now = conn.execute(f"SELECT {self._now_sql}").fetchone()
             return None, float(now[0])
         return (str(row[0]), int(row[1]), float(row[2])), float(row[3])
+
+    def _lease_row(self, conn: Conn, flow_uuid: str) -> tuple[Any, ...] | None:
+        """``(owner, epoch, expires_at, database now)`` of the session's lease, or None."""
+        row: tuple[Any, ...] | None = conn.execute(
+            f"SELECT owner, epoch, expires_at, {self._now_sql} FROM session_leases "
+            "WHERE flow_uuid = ?",
+            (flow_uuid,),
+        ).fetchone()
+        return row
 
     def _fence(self, conn: Conn, flow_uuid: str, epoch: int | None) -> None:
         """Raise :class:`FencedWriteError` unless this write may change ``flow_uuid``.
@@ -416,11 +421,7 @@ class RowStore:
         released and unexpired at the database's clock. ``epoch`` None (unfenced): the
         session must have no live lease.
         """
-        row = conn.execute(
-            f"SELECT owner, epoch, expires_at, {self._now_sql} FROM session_leases "
-            "WHERE flow_uuid = ?",
-            (flow_uuid,),
-        ).fetchone()
+        row = self._lease_row(conn, flow_uuid)
         if row is None:
             if epoch is not None:  # a lease of another database, or its row was deleted
                 raise FencedWriteError(flow_uuid, epoch=epoch, current=0)
