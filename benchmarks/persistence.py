@@ -7,7 +7,8 @@ write, on this thread): an incremental save of the turn's two messages, its turn
 reply records and the small snapshot, revision-checked, in one transaction. The first
 save (a full one) is left out. Prints p50 and p99 in ms per backend, each the median
 over ``--runs`` runs, and ``--fenced`` adds the same through ``store.fenced(lease)``
-(the lease epoch checked in each save's transaction).
+(the lease epoch, release and expiry at the database's clock checked in each save's
+transaction; an unfenced save reads the lease row too, refusing a live-leased session).
 
 PostgreSQL: ``VOXFLOW_BENCH_DATABASE_URL`` (default
 ``postgresql://postgres@127.0.0.1:5432/test``), a fresh schema per run, dropped after;
@@ -21,6 +22,12 @@ other engineers' suites and PostgreSQL tests running): SQLite p50 0.31 ms / p99 
 is the machine's noise, not fencing). PostgreSQL's commit waits for its WAL flush
 (``synchronous_commit=on``); SQLite's WAL with ``synchronous=NORMAL`` does not fsync
 each commit.
+
+With expiry and the unfenced-writer check (one lease-row SELECT in every save, fenced or
+not), at a504c38 against the code before it, 300 turns, median of 5, two interleaved
+rounds each, load 2.9 to 4.4: SQLite p50 0.27-0.28 ms both before and after (fenced
+0.27-0.29 vs 0.28-0.30); PostgreSQL p50 1.88-1.96 ms after vs 1.88-2.38 before (fenced
+1.90-1.93 vs 1.55-1.92): within the machine's noise.
 """
 
 from __future__ import annotations
