@@ -161,3 +161,17 @@ def test_no_stale_no_gap_no_repeat_under_any_interleaving(
         if delivery in flushed_at:
             assert spans(receipts[flushed_at[delivery]:], delivery) == []
     assert queue.stale == {}
+
+
+def test_a_paused_delivery_whose_queued_audio_was_all_played_reports_no_drain() -> None:
+    # Paused between two chunks (the playback stage had not written the next one yet):
+    # the floor stays held until it is resumed and runs dry, or is flushed.
+    queue = PlayoutQueue(clock=VirtualClock(), rate=22_050)
+    put(queue, chunk(A, 0, 441))
+    assert queue.pull(441).filled == 441
+    assert queue.pause(A)
+    held = queue.pull(441)
+    assert held.drained is None and held.held and held.filled == 0
+    assert queue.resume(A)
+    drained = queue.pull(441).drained
+    assert drained is not None and drained.delivery_id == A

@@ -47,7 +47,8 @@ class Pulled:
         filled: how many of them are reply audio.
         receipts: one per piece of a chunk played, in the chunks' own rate and positions.
         drained: set when the queue ran dry after playing (reported once).
-        held: the head of the queue is paused (silence, but the floor stays held).
+        held: the head of the queue, or the delivery that played last when nothing is
+            queued, is paused (silence, but the floor stays held: no drain).
     """
 
     samples: NDArray[np.float32]
@@ -228,7 +229,9 @@ class PlayoutQueue:
         if filled:
             self._played_until = start + filled / self._rate
         drained = None
-        if not self._queue and filled == 0 and self._playing is not None:
+        if not self._queue and filled == 0 and self._playing in self._paused:
+            held = True  # paused between two chunks: no drain, the floor stays held
+        elif not self._queue and filled == 0 and self._playing is not None:
             drained = PlaybackDrained(at=start, delivery_id=self._playing)
             self._playing = None
         return Pulled(samples, filled, tuple(receipts), drained, held)
