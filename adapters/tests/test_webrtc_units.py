@@ -18,7 +18,7 @@ from voxflow_adapters.webrtc.protocol import (
     messages_for_event,
     parse_page_message,
 )
-from voxflow_voice.audio import AudioChunk
+from voxflow_voice.audio import AudioChunk, float_to_pcm16, resample
 from voxflow_voice.events import BargeIn, ReplyInterrupted, TurnCommitted
 from voxflow_voice.transport import ClientObservation, PlaybackDrained, PlaybackReceipt
 
@@ -56,6 +56,20 @@ async def test_receipts_cover_exactly_the_chunks_sent_in_their_own_rate() -> Non
         position += r.num_samples
     assert isinstance(seen[-1], PlaybackDrained) and seen[-1].delivery_id == A
     assert out.statistics().reply_frames < 12  # the rest was silence
+
+
+async def test_every_sample_of_a_reply_is_sent_none_held_in_a_resampler_tail() -> None:
+    # The receipts say the whole chunk played: so must the track. A streaming resampler
+    # kept its look-ahead (~33 ms at 22.05 -> 48 kHz) back, and the reply's end was never
+    # sent, while its receipts claimed it.
+    out, seen = queue()
+    chunk = tone(0.1, 22050, A)
+    out.write_nowait(chunk)
+    sent = np.frombuffer(b"".join(out.next_frame() for _ in range(8)), np.int16)
+    expected = np.frombuffer(float_to_pcm16(resample(chunk.samples(), 22050, 48000)), np.int16)
+    assert np.array_equal(sent[: expected.size], expected)
+    assert not sent[expected.size :].any()
+    assert sum(r.num_samples for r in seen if isinstance(r, PlaybackReceipt)) == 2205
 
 
 async def test_flush_drops_one_delivery_at_once_and_keeps_the_other() -> None:

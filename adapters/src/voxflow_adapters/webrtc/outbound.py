@@ -2,8 +2,11 @@
 
 :class:`OutboundAudio` is the cadence and resampling between the playback stage and the
 wire, around a :class:`~voxflow_voice.playout.PlayoutQueue` (fencing, pause, receipts). Reply
-chunks (any rate, e.g. Piper's 22.05 kHz) are resampled to 48 kHz (Opus's rate) with a
-streaming resampler per delivery, so a reply's chunks join without clicks. Each call to
+chunks (any rate, e.g. Piper's 22.05 kHz) are resampled to 48 kHz (Opus's rate) each
+whole, as the local adapter does: every sample of a chunk goes out and its receipts map
+back to its own samples exactly (a streaming resampler kept its last ~33 ms back, so a
+reply's end was receipted but never sent). At Piper's 100 ms chunks the joins differ from
+one continuous resampling by ~0.6 % of full scale (a 440 Hz tone). Each call to
 :meth:`OutboundAudio.next_frame` takes exactly one 20 ms frame (960 samples) off the
 queue, padding with silence, and reports a :class:`PlaybackReceipt` for every piece of
 reply audio in it, in the chunk's own rate and sample positions: the receipts describe
@@ -29,7 +32,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
-from voxflow_voice.audio import AudioChunk, Resampler, float_to_pcm16
+from voxflow_voice.audio import AudioChunk, float_to_pcm16, resample
 from voxflow_voice.playout import PlayoutQueue
 from voxflow_voice.transport import ClientObservation
 
@@ -92,7 +95,6 @@ class OutboundAudio:
         self._emit = on_observation
         self._lead = lead
         self._playout = PlayoutQueue(clock=clock, rate=OPUS_SAMPLE_RATE)
-        self._resamplers: dict[DeliveryId, Resampler] = {}
         self._writable = asyncio.Event()
         self._writable.set()
         self._frames = 0
@@ -123,17 +125,12 @@ class OutboundAudio:
             raise ValueError("reply chunks must carry a delivery_id")
         if self._playout.is_flushed(delivery):
             return  # the playback stage fences first; this is a second guard
-        resampler = self._resamplers.get(delivery)
-        if resampler is None or resampler.in_rate != chunk.sample_rate:
-            resampler = Resampler(chunk.sample_rate, OPUS_SAMPLE_RATE)
-            self._resamplers[delivery] = resampler
-        self._playout.put(chunk, resampler.process(chunk.samples()))
+        self._playout.put(chunk, resample(chunk.samples(), chunk.sample_rate, OPUS_SAMPLE_RATE))
 
     def flush(self, delivery_id: DeliveryId) -> int:
         """Drop every queued sample of ``delivery_id`` now; returns the samples dropped
         (at the chunks' own rate, as the playback stage counts them)."""
         dropped = self._playout.flush(delivery_id)
-        self._resamplers.pop(delivery_id, None)
         self.flush_frame_of[delivery_id] = self._frames
         self._wake_writer()
         return dropped
