@@ -9,6 +9,7 @@ import pytest
 
 from voxflow import ConversationConfig, Flow
 from voxflow.agent import Agent
+from voxflow.clock import VirtualClock
 from voxflow.errors import ProviderError
 from voxflow.llm import LLM, LLMEvent, observe_llm
 from voxflow.testing import ScriptedLLM, ScriptedReply, fail, hang, reply, tool_call
@@ -38,11 +39,16 @@ async def test_a_reply_streams_token_by_token_through_the_real_llm() -> None:
 
 
 async def test_the_pace_is_the_scripted_one() -> None:
-    # The pauses the provider took, not wall-clock arrivals (no timed assertion).
-    llm = ScriptedLLM(reply("a b c d e", tokens_per_second=20, first_token_delay=0.15))
-    async with llm.astream("go") as stream:
-        chunks = [chunk async for chunk in stream]
-    assert chunks == ["a ", "b ", "c ", "d ", "e"]
+    # On a virtual clock the pace is exact: each token arrives at its scripted time
+    # (no wall-clock timing in the test).
+    clock = VirtualClock(autojump=True)
+    llm = ScriptedLLM(reply("a b c d e", tokens_per_second=20, first_token_delay=0.15),
+                      clock=clock)
+    arrivals: list[tuple[str, float]] = []
+    async with clock, llm.astream("go") as stream:
+        async for chunk in stream:
+            arrivals.append((chunk, round(clock.now(), 6)))
+    assert arrivals == [("a ", 0.15), ("b ", 0.2), ("c ", 0.25), ("d ", 0.3), ("e", 0.35)]
     assert llm.calls[-1].waits == [0.15, 0.05, 0.05, 0.05, 0.05]
 
 

@@ -26,8 +26,9 @@ Replies are used one per call, in order; the last one repeats. Each call is logg
 many tokens the provider produced, and whether the stream was closed early), so a test
 can tell a stream that was cancelled by a barge-in from one that was drained.
 
-Pace is wall-clock time (``asyncio.sleep``). On a :class:`~voxflow.clock.VirtualClock`
-a voice session holds the clock while the flow generates, so generation takes no audio
+Pace is wall-clock time (``asyncio.sleep``) unless ``clock=`` says otherwise. On a
+:class:`~voxflow.clock.VirtualClock` a voice session holds the clock while the flow
+generates, so generation takes no audio
 time there: the pace matters in real-time runs (``pytest --voxflow-realtime``), and a
 :func:`hang` in a voice call needs one (on virtual time the call waits for it forever).
 A *token* here is a word with its following space.
@@ -41,10 +42,11 @@ import json
 import math
 import threading
 import weakref
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from voxflow.clock import Clock
 from voxflow.llm import LLM
 
 __all__ = [
@@ -233,6 +235,8 @@ class ScriptedLLM(LLM):
     Args:
         replies: one per call (a string is ``reply(text)``); the last one repeats.
         name: the model name after ``voxflow-scripted/`` (default: a unique one).
+        clock: the clock the pace is kept on (default: the wall clock, ``asyncio.sleep``);
+            a :class:`~voxflow.clock.VirtualClock` makes the pace exact and instant.
         **params: other :class:`~voxflow.llm.LLM` options (``temperature=`` ...).
 
     Raises:
@@ -240,7 +244,8 @@ class ScriptedLLM(LLM):
         TypeError: a reply is neither a string nor a :class:`ScriptedReply`.
     """
 
-    def __init__(self, *replies: _Spec, name: str | None = None, **params: Any) -> None:
+    def __init__(self, *replies: _Spec, name: str | None = None, clock: Clock | None = None,
+                 **params: Any) -> None:
         if not replies:
             raise ValueError("ScriptedLLM needs at least one reply")
         script = [self._coerce(i, r) for i, r in enumerate(replies)]
@@ -260,6 +265,7 @@ class ScriptedLLM(LLM):
                 raise ValueError(f"a ScriptedLLM named {name!r} exists already")
             _registry[model] = self
         self._script = script
+        self._sleep = clock.sleep if clock is not None else asyncio.sleep
         self._script_lock = threading.Lock()
         self.calls: list[ScriptedCall] = []
         """every call, in order"""
@@ -330,19 +336,20 @@ def _make_handler(base: type[Any], litellm: Any) -> Any:
         ))
         return made
 
-    async def play(call: ScriptedCall) -> AsyncIterator[str]:
+    async def play(call: ScriptedCall,
+                   sleep: Callable[[float], Awaitable[None]]) -> AsyncIterator[str]:
         """The tokens of ``call``'s reply at its pace; fails or hangs where it says."""
         scripted = call.reply
         tokens = scripted.tokens()
         limit = len(tokens) if scripted.outcome == "answer" else scripted.after_tokens
         if scripted.first_token_delay:
             call.waits.append(scripted.first_token_delay)
-            await asyncio.sleep(scripted.first_token_delay)
+            await sleep(scripted.first_token_delay)
         gap = 1.0 / scripted.tokens_per_second if scripted.tokens_per_second else 0.0
         for i, token in enumerate(tokens[:limit]):
             if i and gap:
                 call.waits.append(gap)
-                await asyncio.sleep(gap)
+                await sleep(gap)
             call.produced += 1
             yield token
         if scripted.outcome == "fail":
@@ -367,10 +374,11 @@ def _make_handler(base: type[Any], litellm: Any) -> Any:
     class ScriptedProvider(base):  # type: ignore[misc]
         async def acompletion(self, model: str, messages: list[Any], *args: Any,
                               **kwargs: Any) -> Any:
-            call = _lookup(model)._begin(messages, stream=False)
+            llm = _lookup(model)
+            call = llm._begin(messages, stream=False)
             text: list[str] = []
             try:
-                async for token in play(call):
+                async for token in play(call, llm._sleep):
                     text.append(token)
             except asyncio.CancelledError:
                 call.closed_early = True
@@ -379,9 +387,10 @@ def _make_handler(base: type[Any], litellm: Any) -> Any:
 
         async def astreaming(self, model: str, messages: list[Any], *args: Any,
                              **kwargs: Any) -> AsyncIterator[dict[str, Any]]:
-            call = _lookup(model)._begin(messages, stream=True)
+            llm = _lookup(model)
+            call = llm._begin(messages, stream=True)
             try:
-                async for token in play(call):
+                async for token in play(call, llm._sleep):
                     yield {"text": token, "is_finished": False, "finish_reason": "",
                            "usage": None, "index": 0, "tool_use": None}
                 for i, (name, arguments) in enumerate(call.reply.tool_calls):
