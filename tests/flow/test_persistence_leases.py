@@ -128,9 +128,10 @@ def test_an_unfenced_writer_cannot_write_a_live_leased_session(make_store: Any) 
 
 def test_an_expired_or_released_lease_can_no_longer_save(make_store: Any) -> None:
     store = make_store()
-    lease = store.acquire_lease("s", "worker-a", ttl=0.3)
-    fenced = store.fenced(lease)
+    fenced = store.fenced(store.acquire_lease("s", "worker-a", ttl=30))
     fenced.save_state("s", "m", {"id": "s", "n": 1})
+    # shortened only after the first save, so a slow machine cannot expire it early
+    lease = store.renew_lease(store.lease_of("s"), ttl=0.3)
     time.sleep(0.4)  # expired, and nobody took the session over yet
     assert store.lease_of("s") == lease
     with pytest.raises(FencedWriteError, match=r"'s'.*epoch 1 was expired.*database clock") as e:
