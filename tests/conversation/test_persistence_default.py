@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from voxflow import ConversationState, Flow, SQLiteFlowPersistence, listen, persist
+from voxflow import SQLiteFlowPersistence, persist, testing
 from voxflow.conversation import ConversationMessage, SQLiteConversationPersistence
 from voxflow.errors import PersistenceConflictError
 from voxflow.flow.persistence import default_persistence
@@ -36,15 +36,8 @@ def _voxflow_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 @persist
-class Echo(Flow[ConversationState]):
-    conversational = True
-
-    def route_turn(self, context: Any) -> str | None:
-        return "reply"
-
-    @listen("reply")
-    def handle_reply(self) -> str:
-        return f"echo {self.state.current_user_message}"
+class Echo(testing.Echo):  # the kit's echo flow, saved after every method
+    pass
 
 
 def query(path: Path, sql: str, *args: Any) -> list[Any]:
@@ -140,20 +133,12 @@ def test_a_stale_delta_writes_nothing(tmp_path: Path) -> None:
 
 _CHAT_SRC = """
 import os, sys
-from typing import Any
-from voxflow import ConversationState, Flow, listen, persist
+from voxflow import persist, testing
 from voxflow.flow.persistence import default_persistence
 
 @persist
-class Echo(Flow[ConversationState]):
-    conversational = True
-
-    def route_turn(self, context: Any) -> str | None:
-        return "reply"
-
-    @listen("reply")
-    def handle_reply(self) -> str:
-        return f"echo {self.state.current_user_message}"
+class Echo(testing.Echo):  # the kit's echo flow, saved after every method
+    pass
 
 flow = Echo()
 """

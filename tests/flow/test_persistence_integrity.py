@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from voxflow import ConversationState, Flow, SQLiteFlowPersistence, listen, persist, start
+from voxflow import Flow, SQLiteFlowPersistence, persist, start, testing
 from voxflow.conversation.persistence import UNANSWERED_REASON
 from voxflow.errors import PersistenceConflictError, PersistenceUnavailableError
 from voxflow.testing import Acknowledger
@@ -28,15 +28,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 @persist
-class Echo(Flow[ConversationState]):
-    conversational = True
-
-    def route_turn(self, context: Any) -> str | None:
-        return "reply"
-
-    @listen("reply")
-    def handle_reply(self) -> str:
-        return f"echo {self.state.current_user_message}"
+class Echo(testing.Echo):  # the kit's echo flow, saved after every method
+    pass
 
 
 def pairs(stored: dict[str, Any] | None) -> list[tuple[str, str]]:
@@ -92,20 +85,12 @@ def test_two_instances_writing_one_session_lose_no_returned_turn(make_store: Any
 
 _WRITER = """
 import sys
-from typing import Any
-from voxflow import ConversationState, Flow, SQLiteFlowPersistence, listen, persist
+from voxflow import SQLiteFlowPersistence, persist, testing
 from voxflow.errors import PersistenceConflictError
 
 @persist
-class Echo(Flow[ConversationState]):
-    conversational = True
-
-    def route_turn(self, context: Any) -> str | None:
-        return "reply"
-
-    @listen("reply")
-    def handle_reply(self) -> str:
-        return f"echo {self.state.current_user_message}"
+class Echo(testing.Echo):  # the kit's echo flow, saved after every method
+    pass
 
 name, where, turns = sys.argv[1], sys.argv[2], int(sys.argv[3])
 if where.startswith("postgresql://"):
@@ -298,19 +283,11 @@ def test_an_unwritable_store_fails_before_any_method_runs(
 
 _ZYGOTE = """
 import os, sys
-from typing import Any
-from voxflow import ConversationState, Flow, SQLiteFlowPersistence, listen, persist
+from voxflow import SQLiteFlowPersistence, persist, testing
 
 @persist
-class Echo(Flow[ConversationState]):
-    conversational = True
-
-    def route_turn(self, context: Any) -> str | None:
-        return "reply"
-
-    @listen("reply")
-    def handle_reply(self) -> str:
-        return f"echo {self.state.current_user_message}"
+class Echo(testing.Echo):  # the kit's echo flow, saved after every method
+    pass
 
 db, report = sys.argv[1], sys.argv[2]
 for line in sys.stdin:  # "run N": fork a writer, wait for the test to SIGKILL it

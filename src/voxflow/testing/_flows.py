@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from voxflow.conversation import ConversationConfig
+from voxflow.conversation import ConversationConfig, ConversationState
 from voxflow.flow import Flow, listen
 from voxflow.turns import TurnState
 
-__all__ = ["Acknowledger"]
+__all__ = ["Acknowledger", "Echo"]
 
 
 @ConversationConfig(system_prompt="")
@@ -33,3 +33,25 @@ class Acknowledger(Flow[TurnState]):
     def handle_acknowledge(self) -> str:
         """The fixed reply."""
         return self.reply
+
+
+@ConversationConfig(system_prompt="")
+class Echo(Flow[ConversationState]):
+    """A conversational flow that answers every turn with ``echo <what the user said>``.
+
+    For tests of persistence and restore, where each stored reply must name its turn.
+    ``@persist`` marks the class it decorates, so persist a subclass::
+
+        @persist
+        class Saved(Echo):
+            pass
+    """
+
+    def route_turn(self, context: Any) -> str:
+        """Every turn goes to :meth:`handle_reply`."""
+        return "reply"
+
+    @listen("reply")
+    def handle_reply(self) -> str:
+        """The user's words, echoed."""
+        return f"echo {self.state.current_user_message}"
