@@ -2,7 +2,8 @@
 
 Subcommands: ``demo`` (a complete call, offline), ``chat`` (text chat with a flow;
 ``--voice``: through the microphone and speakers), ``serve`` (browser calls over
-WebRTC), ``doctor`` (what is installed and how to fix what is missing) and ``bench``
+WebRTC), ``jobs worker`` (background jobs in a job-worker process), ``doctor`` (what
+is installed and how to fix what is missing) and ``bench``
 (runs the benchmarks). Exit codes: 0 success, 1 the command failed, 2 bad usage or bad
 input, 130 interrupted (Ctrl-C).
 
@@ -308,6 +309,42 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     )
 
 
+def _positive(value: float | None, option: str) -> float | None:
+    if value is not None and not value > 0:
+        raise UsageError(f"{option} {value}: give a positive number of seconds")
+    return value
+
+
+def _cmd_jobs_worker(args: argparse.Namespace) -> int:
+    """Run the background jobs that call workers queued, until SIGTERM/SIGINT."""
+    import asyncio
+
+    settings = _settings(args, log_level="INFO")
+    if settings.database_url is None:
+        raise UsageError("voxflow jobs worker needs the job queue's database: export "
+                         "VOXFLOW_DATABASE_URL=postgresql://user@host:5432/database "
+                         "(the one the call workers use)")
+    heartbeat = _positive(args.heartbeat, "--heartbeat") or 2.0
+    stalled = _positive(args.stalled_after, "--stalled-after") or 5 * heartbeat
+    if stalled <= heartbeat:
+        raise UsageError(f"--stalled-after {stalled} must be longer than --heartbeat "
+                         f"{heartbeat} (a few heartbeats, e.g. {5 * heartbeat:g})")
+    if args.concurrency < 1:
+        raise UsageError(f"--concurrency {args.concurrency}: give 1 or more")
+    _check_assistant(args, settings)  # imports FLOW: its module declares the job functions
+    if args.flow is None:
+        import voxflow.examples.assistant  # noqa: F401  # the example assistant's jobs
+    from .jobs.queue import PostgresJobQueue
+
+    try:
+        queue = PostgresJobQueue(settings.database_url.get_secret_value(), schema=args.schema)
+    except ValueError as exc:
+        raise UsageError(f"--schema {args.schema}: {exc}") from None
+    asyncio.run(queue.run_worker(concurrency=args.concurrency, heartbeat=heartbeat,
+                                 stalled_after=stalled, install_signal_handlers=True))
+    return EXIT_OK
+
+
 def _cmd_bench(args: argparse.Namespace) -> int:
     from .bench import benchmark_scripts, default_benchmark_dir, run_bench
 
@@ -432,6 +469,28 @@ def _parser() -> argparse.ArgumentParser:
                        help="behind a reverse proxy: trust its X-Forwarded-Proto/-Host "
                        "for the Origin check")
     serve.set_defaults(func=_cmd_serve)
+
+    jobs = sub.add_parser("jobs", help="background jobs in job-worker processes (PostgreSQL)",
+                          description="Background jobs on the PostgreSQL job queue.")
+    jobs_sub = jobs.add_subparsers(dest="jobs_command", required=True, metavar="COMMAND")
+    worker = jobs_sub.add_parser(
+        "worker", help="run the jobs that call workers queued (VOXFLOW_DATABASE_URL)",
+        description="Run the background jobs of FLOW that call workers queued in "
+                    "VOXFLOW_DATABASE_URL, until SIGTERM or Ctrl-C (running jobs finish "
+                    "first). A job whose worker stops heartbeating is run again, as its "
+                    "next attempt, by another worker.")
+    _assistant_options(worker)
+    worker.add_argument("--schema", default="public",
+                        help="the database schema of the queue and the inboxes "
+                             "(default: public)")
+    worker.add_argument("--concurrency", type=int, default=8,
+                        help="jobs run at once (default: 8)")
+    worker.add_argument("--heartbeat", type=float, default=None, metavar="SECONDS",
+                        help="seconds between two heartbeats (default: 2)")
+    worker.add_argument("--stalled-after", type=float, default=None, metavar="SECONDS",
+                        help="seconds without a heartbeat before a worker's jobs run again "
+                             "(default: 5 heartbeats)")
+    worker.set_defaults(func=_cmd_jobs_worker)
 
     doctor = sub.add_parser("doctor", help="what is installed, and how to fix what is missing")
     doctor.add_argument("--json", action="store_true", help="print the checks as JSON")

@@ -48,6 +48,7 @@ __all__ = [
     "HumanFeedbackError",
     "InputFileError",
     "JobNotAnnounceableError",
+    "JobPayloadError",
     "JobUpdateRejectedError",
     "ModelNotFoundError",
     "PersistenceConflictError",
@@ -192,6 +193,12 @@ class TurnRestoreError(VoxflowError, ValueError):
 
 class JobUpdateRejectedError(VoxflowError, RuntimeError):
     """A job worker's update was rejected, or the job session closed; stop the work."""
+
+
+class JobPayloadError(VoxflowError, ValueError):
+    """A queued job's payload or a job inbox row is malformed (a missing or mistyped
+    field, a kind no job function declares); the message names what was wrong. Nothing
+    ran and nothing changed."""
 
 
 class ClientActivityError(VoxflowError, ValueError):

@@ -28,6 +28,8 @@ from voxflow.clock import Clock, MonotonicClock
 from voxflow.errors import ProviderError
 from voxflow.jobs import JobRecord, JobRunner, JobState, MakeWork
 from voxflow.jobs.background import BackgroundJob, JobBinding, announce_jobs, bind_jobs
+from voxflow.jobs.queue import PostgresJobQueue
+from voxflow.jobs.reader import InboxReader
 from voxflow.replies import ReplyQueue, ReplyQueueState, record_announcement
 from voxflow.turns import TurnRunner, TurnState
 
@@ -52,6 +54,12 @@ class AssistantWiring:
             None); background jobs sleep on it.
         make_work: builds workers for your own ``JobRecord`` kinds (jobs started with
             :func:`~voxflow.jobs.background_job` need nothing).
+        job_queue: run the jobs started with ``background_job`` in job-worker processes
+            (``voxflow jobs worker``) instead of this process: they are queued, and an
+            :class:`~voxflow.jobs.InboxReader` (``wiring.inbox_reader``) reads their
+            updates into the state. None (the default): in-process, as embedded.
+        save_jobs: with ``job_queue``, awaited after inbox rows were applied and before
+            they are acknowledged (persist the state, fenced when leased).
 
     A reply queue is built when the state is a ``ReplyQueueState`` and a ``JobState``, a
     job runner when it is a ``JobState``. Construct it inside async code (the job runner
@@ -63,7 +71,13 @@ class AssistantWiring:
     """
 
     def __init__(
-        self, flow: Any, *, clock: Clock | None = None, make_work: MakeWork | None = None
+        self,
+        flow: Any,
+        *,
+        clock: Clock | None = None,
+        make_work: MakeWork | None = None,
+        job_queue: PostgresJobQueue | None = None,
+        save_jobs: Callable[[], Awaitable[Any]] | None = None,
     ) -> None:
         if not getattr(flow, "conversational", False):
             raise TypeError(f"{type(flow).__name__} is not a conversational flow")
@@ -96,6 +110,20 @@ class AssistantWiring:
         self.state_lock: asyncio.Lock = (
             self.jobs.state_lock if self.jobs is not None else asyncio.Lock()
         )
+        self.inbox_reader: InboxReader | None = None
+        if job_queue is not None:
+            if self.jobs is None:
+                raise TypeError(f"{type(state).__name__} holds no jobs: a job_queue needs a "
+                                "JobState (derive it from voxflow.wiring.AssistantState)")
+            binding.submit = job_queue.enqueue
+            jobs = self.jobs
+
+            async def announce() -> None:
+                await self._on_update(jobs.snapshot())
+
+            self.inbox_reader = InboxReader(job_queue.inbox, state, lock=self.state_lock,
+                                            on_update=announce, save=save_jobs)
+            self.inbox_reader.start()
 
     # -- jobs -------------------------------------------------------------------------
 
@@ -196,7 +224,10 @@ class AssistantWiring:
     # -- lifetime -----------------------------------------------------------------------
 
     async def aclose(self) -> None:
-        """Stop the call's background jobs (idempotent)."""
+        """Stop the call's background jobs (idempotent); queued jobs go on in their job
+        workers, their updates waiting in the inbox for the session's next owner."""
+        if self.inbox_reader is not None:
+            await self.inbox_reader.aclose()
         if self.jobs is not None:
             await self.jobs.aclose()
 

@@ -45,7 +45,7 @@ from pydantic import Field, JsonValue, TypeAdapter, ValidationError
 from voxflow.clock import Clock
 from voxflow.errors import JobNotAnnounceableError, ResourceClosedError
 from voxflow.flow.dsl import start
-from voxflow.ids import TurnId
+from voxflow.ids import JobId, TurnId
 from voxflow.jobs.records import (
     JobRecord,
     JobState,
@@ -65,6 +65,8 @@ __all__ = [
     "announce_jobs",
     "background_job",
     "bind_jobs",
+    "commit_progress",
+    "job_function",
 ]
 
 _INPUTS: TypeAdapter[dict[str, JsonValue]] = TypeAdapter(dict[str, JsonValue])
@@ -87,15 +89,22 @@ class JobContext:
     """What a running job function gets as its first argument.
 
     Attributes:
-        job: a copy of the job's record (identity, kind, inputs).
-        clock: the session's clock.
+        job: a copy of the job's record (identity, kind, inputs, attempt).
+        clock: the session's clock (in a job-worker process: the worker's own).
     """
 
-    def __init__(self, job: BackgroundJob, binding: JobBinding, work: JobWorkFlow[Any]) -> None:
+    def __init__(
+        self,
+        job: BackgroundJob,
+        *,
+        clock: Clock,
+        progress: Callable[[BackgroundJob, str], Awaitable[bool]],
+        stop_requested: Callable[[], bool],
+    ) -> None:
         self.job = job
-        self.clock = binding.clock
-        self._binding = binding
-        self._work = work
+        self.clock = clock
+        self._progress = progress
+        self._stop_requested = stop_requested
 
     async def sleep(self, seconds: float) -> None:
         """Wait ``seconds`` on the session's clock (virtual time in deterministic calls)."""
@@ -113,12 +122,12 @@ class JobContext:
         """
         if not isinstance(text, str) or not text.strip():
             raise ValueError("progress needs the text to announce")
-        return await self._binding.announce_progress(self.job, text.strip())
+        return await self._progress(self.job, text.strip())
 
     @property
     def stop_requested(self) -> bool:
-        """True once the session is closing: return (or raise) soon."""
-        return self._work.stop_requested
+        """True once the session (or the job worker) is closing: return (or raise) soon."""
+        return self._stop_requested()
 
     def __repr__(self) -> str:
         return f"JobContext(kind={self.job.kind!r}, job_id={self.job.job_id!r})"
@@ -145,6 +154,7 @@ class JobFunction:
         self.kind = kind
         self.__doc__ = fn.__doc__
         self.__name__ = fn.__name__
+        _REGISTRY.setdefault(kind, []).append(weakref.ref(self))
 
     async def __call__(self, job: JobContext, /, **inputs: Any) -> str:
         return await self.fn(job, **inputs)
@@ -194,11 +204,34 @@ class JobFunction:
         if not add_job(state, job):
             raise JobNotAnnounceableError(f"cannot start {where}: the job was not registered")
         binding.functions[job.job_id] = self  # by job: two functions may share a kind
-        binding.runner.submit(job, values)
+        if binding.submit is not None:  # a job queue: a job-worker process runs it
+            binding.submit(job, values)
+        else:
+            binding.runner.submit(job, values)
         return job
 
     def __repr__(self) -> str:
         return f"JobFunction({self.kind!r})"
+
+
+_REGISTRY: dict[str, list[weakref.ref[JobFunction]]] = {}
+
+
+def job_function(kind: str) -> JobFunction:
+    """The job function declared with ``kind`` in this process (a job worker finds the
+    function of a queued job by its kind, after importing the flow's module).
+
+    Raises:
+        LookupError: no live function has that kind, or two do (give one ``kind=``).
+    """
+    found = [f for ref in _REGISTRY.get(kind, []) if (f := ref()) is not None]
+    if len({id(f.fn) for f in found}) > 1:
+        raise LookupError(f"two background job functions share the kind {kind!r}: give "
+                          "one of them its own @background_job(kind=...)")
+    if not found:
+        raise LookupError(f"no background job function of kind {kind!r} here: the job "
+                          "worker must load the flow (or module) that declares it")
+    return found[-1]
 
 
 @overload
@@ -259,6 +292,35 @@ def announce_jobs(jobs: Sequence[JobRecord]) -> str:
     return " ".join(parts)
 
 
+def commit_progress(
+    state: Any, parent: BackgroundJob, text: str, *, job_id: str | None = None
+) -> BackgroundJob | None:
+    """Register and complete a progress record of ``parent`` (kind ``<kind>.progress``,
+    ``inputs["progress_of"]``) whose announcement is ``text``; it is announced like a result.
+
+    ``job_id`` makes it idempotent (a progress report read twice from a job inbox is
+    registered once). Returns the record, or None when it was refused (already there).
+    Not locked: hold the session's state lock.
+    """
+    child = BackgroundJob(session_id=parent.session_id, origin_turn_id=parent.origin_turn_id,
+                          kind=f"{parent.kind}.progress", inputs={"progress_of": parent.job_id})
+    if job_id is not None:
+        child.job_id = JobId(job_id)
+    said: dict[str, JsonValue] = {"announcement": text}
+    plan: list[tuple[JobUpdateKind, str | None, dict[str, JsonValue]]] = [
+        ("started", None, {}), ("stage_started", "progress", {}),
+        ("stage_completed", "progress", said), ("completed", None, {}),
+    ]
+    if not add_job(state, child):
+        return None
+    for seq, (kind, stage, outputs) in enumerate(plan, 1):
+        update = JobUpdate(session_id=child.session_id, job_id=child.job_id, revision=1,
+                           attempt=1, seq=seq, kind=kind, stage=stage, outputs=outputs)
+        if not commit_job_update(state, update):
+            return None
+    return child
+
+
 @dataclass(slots=True, eq=False)
 class JobBinding:
     """What runs a flow's background jobs: its JobRunner, clock, loop and turn ledger.
@@ -272,29 +334,15 @@ class JobBinding:
     runner: JobRunner = field(init=False)
     notify: Callable[[dict[str, Any]], Awaitable[Any]] | None = None
     functions: dict[str, JobFunction] = field(default_factory=dict)
+    submit: Callable[[BackgroundJob, dict[str, JsonValue]], object] | None = None
+    """Set when a job queue runs the jobs (job-worker processes), instead of the runner."""
 
     async def announce_progress(self, parent: BackgroundJob, text: str) -> bool:
-        """Commit a completed progress record of ``parent`` (kind ``<kind>.progress``,
-        ``inputs["progress_of"]``) whose announcement is ``text``, then notify the session.
-        Runs on the session loop (a job function's)."""
-        state: Any = self.runner.state
-        child = BackgroundJob(session_id=parent.session_id, origin_turn_id=parent.origin_turn_id,
-                              kind=f"{parent.kind}.progress",
-                              inputs={"progress_of": parent.job_id})
-        said: dict[str, JsonValue] = {"announcement": text}
-        plan: list[tuple[JobUpdateKind, str | None, dict[str, JsonValue]]] = [
-            ("started", None, {}), ("stage_started", "progress", {}),
-            ("stage_completed", "progress", said), ("completed", None, {}),
-        ]
-        steps = [JobUpdate(session_id=child.session_id, job_id=child.job_id, revision=1,
-                           attempt=1, seq=seq, kind=kind, stage=stage, outputs=outputs)
-                 for seq, (kind, stage, outputs) in enumerate(plan, 1)]
+        """Commit a completed progress record of ``parent`` whose announcement is ``text``
+        (:func:`commit_progress`), then notify the session. Runs on the session loop."""
         async with self.runner.state_lock:
-            if self.runner.closed or not add_job(state, child):
+            if self.runner.closed or commit_progress(self.runner.state, parent, text) is None:
                 return False
-            for update in steps:
-                if not commit_job_update(state, update):
-                    return False
         if self.notify is not None:
             await self.notify(self.runner.snapshot())
         return True
@@ -341,7 +389,9 @@ def _work_class() -> type[JobWorkFlow[Any]]:
             self.publish_update("started")
             self.publish_update("stage_started", stage="run")
             job: BackgroundJob = self.state.job
-            context = JobContext(job.model_copy(deep=True), binding, self)
+            context = JobContext(job.model_copy(deep=True), clock=binding.clock,
+                                 progress=binding.announce_progress,
+                                 stop_requested=lambda: self.stop_requested)
             self._future = asyncio.run_coroutine_threadsafe(
                 function(context, **self.inputs), binding.loop
             )

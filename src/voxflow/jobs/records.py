@@ -41,6 +41,7 @@ __all__ = [
     "JobUpdate",
     "JobUpdateKind",
     "add_job",
+    "begin_attempt",
     "commit_job_update",
     "job_copy",
     "utc_now",
@@ -273,6 +274,41 @@ def commit_job_update(state: JobState[JobT], update: JobUpdate) -> bool:
         return _reject("job update", f"candidate record invalid ({type(exc).__name__})", **ids)
     for name in changes:
         setattr(job, name, getattr(candidate, name))
+    state.job_sequence += 1
+    return True
+
+
+def begin_attempt(state: JobState[JobT], job_id: str, *, revision: int, attempt: int) -> bool:
+    """Move an unfinished job to a later execution ``attempt`` of the same ``revision``.
+
+    A job queue re-runs a job whose worker died (its heartbeats stopped) as the next
+    attempt; its first update names that attempt. The record goes back to ``queued``
+    with no stage and ``last_update_seq`` 0, so the new attempt's updates (seq from 1)
+    are accepted by :func:`commit_job_update`, and every update of an earlier attempt
+    (a late or duplicate one from the dead worker) is refused by it from now on.
+
+    Rejected (False, nothing changed): an unknown job, another revision, an attempt that
+    is not later than the record's, or a job already completed or failed.
+
+    Not locked: serialise it like :func:`commit_job_update`.
+    """
+    if not isinstance(state, JobState):
+        raise TypeError(f"state must be a JobState, got {type(state).__name__}")
+    ids = {"job_id": job_id, "revision": revision, "attempt": attempt}
+    job = state.jobs.get(job_id)
+    if job is None:
+        return _reject("begin_attempt", "unknown job", **ids)
+    if revision != job.revision:
+        return _reject("begin_attempt", "another revision", **ids)
+    if isinstance(attempt, bool) or not isinstance(attempt, int) or attempt <= job.attempt:
+        return _reject("begin_attempt", "not a later attempt", **ids)
+    if job.status in TERMINAL_JOB_STATUSES:
+        return _reject("begin_attempt", f"job already {job.status}", **ids)
+    changes: dict[str, Any] = {"attempt": attempt, "status": "queued", "stage": None,
+                               "committed_stages": [], "last_update_seq": 0, "error": None,
+                               "updated_at": utc_now()}
+    for name, value in changes.items():
+        setattr(job, name, value)
     state.job_sequence += 1
     return True
 

@@ -1,0 +1,420 @@
+"""Background jobs on a PostgreSQL job queue, run by job-worker processes.
+
+With ``VOXFLOW_DATABASE_URL`` set, a call worker does not run the background jobs its
+calls start: :meth:`PostgresJobQueue.enqueue` queues them (one row of Procrastinate's
+``procrastinate_jobs`` table) and any number of job-worker processes
+(``voxflow jobs worker FLOW``, :meth:`PostgresJobQueue.run_worker`) run them. A job
+therefore survives the death of the call worker that started it. Its updates go to the
+session's durable inbox (:mod:`voxflow.jobs.inbox`), read by whichever worker owns the
+call (:class:`~voxflow.jobs.reader.InboxReader`).
+
+**Stalled jobs.** Each job worker heartbeats (a row of ``procrastinate_workers``, every
+``heartbeat`` seconds, on its event loop). A job whose worker has not heartbeaten for
+``stalled_after`` seconds (killed, its machine gone) is put back in the queue as its
+next attempt, in one statement that locks the job and checks it is still that attempt
+(:meth:`PostgresJobQueue.retry_stalled`; every job worker runs it every
+``stalled_after / 2`` seconds). A job that runs long on a live worker is never re-run:
+there is no redelivery timer, only the heartbeat. The dead attempt's late writes are
+refused by the inbox (the queue no longer runs that attempt) and, should one be read,
+by :func:`~voxflow.jobs.commit_job_update`. A job function must therefore not block the
+worker's event loop (no CPU-bound work without ``asyncio.to_thread``): a blocked loop
+misses heartbeats.
+
+Why Procrastinate (MIT): psycopg 3 native (the ``voxflow[postgres]`` driver already),
+small dependencies (attrs, asgiref, croniter, python-dateutil), versioned SQL functions
+and shipped migrations, ``LISTEN/NOTIFY`` wake-ups, worker heartbeats and an attempt
+counter that a retry bumps. Imported only when a queue is used (``import voxflow``
+stays fast).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import threading
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError, field_validator
+
+from voxflow.clock import Clock, MonotonicClock
+from voxflow.errors import JobPayloadError, PersistenceUnavailableError
+from voxflow.ids import JobId, SessionId, TurnId
+from voxflow.jobs.inbox import JobInbox, check_schema
+from voxflow.jobs.records import JobUpdate, JobUpdateKind
+from voxflow.settings import check_database_url, redact_url
+
+if TYPE_CHECKING:
+    import procrastinate
+
+    from voxflow.jobs.background import BackgroundJob
+
+__all__ = ["TASK_NAME", "PostgresJobQueue", "QueuedJob"]
+
+logger = logging.getLogger("voxflow.jobs")
+
+TASK_NAME = "voxflow.background_job"
+"""The one Procrastinate task every voxflow job is queued as (its kind is in the payload)."""
+
+_FIX = "pip install 'voxflow[postgres]'"
+
+
+class QueuedJob(BaseModel):
+    """The payload of a queued job: what a job worker needs to run it and report on it."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+    session_id: SessionId = Field(min_length=1, max_length=200)
+    job_id: JobId = Field(min_length=1, max_length=200)
+    kind: str = Field(min_length=1, max_length=500)
+    revision: int = Field(ge=1)
+    origin_turn_id: TurnId | None = Field(None, max_length=200)
+    inputs: dict[str, JsonValue] = Field(default_factory=dict)
+
+    @field_validator("inputs")
+    @classmethod
+    def _strict_json(cls, value: dict[str, JsonValue]) -> dict[str, JsonValue]:
+        try:
+            json.dumps(value, allow_nan=False)
+        except ValueError:
+            raise ValueError("inputs must be JSON values (no NaN or infinity)") from None
+        return value
+
+    @classmethod
+    def parse(cls, payload: Mapping[str, Any]) -> QueuedJob:
+        """Validate a payload from the queue.
+
+        Raises:
+            JobPayloadError: a field is missing, unknown or mistyped (named).
+        """
+        try:
+            return cls.model_validate(dict(payload))
+        except (ValidationError, TypeError, ValueError) as exc:
+            if isinstance(exc, ValidationError):
+                first = exc.errors()[0]
+                where = ".".join(str(p) for p in first["loc"]) or "payload"
+                raise JobPayloadError(f"bad queued job payload: {where}: {first['msg']}"
+                                      ) from None
+            raise JobPayloadError(f"bad queued job payload: {exc}") from None
+
+
+class _DeadAttempt(Exception):
+    """The queue no longer runs this attempt (it was retried): stop quietly."""
+
+
+class PostgresJobQueue:
+    """Voxflow's background jobs on Procrastinate, with the session inboxes beside them.
+
+    Args:
+        url: a ``postgresql://`` URL (validated; never shown with its password).
+        schema: the schema holding the queue's and the inbox's tables (created, with
+            Procrastinate's schema, on first use); default ``public``.
+        queue: the Procrastinate queue name of voxflow's jobs.
+        connect_timeout: seconds to wait for a connection before failing.
+
+    Raises:
+        ValueError: a bad argument.
+    """
+
+    def __init__(self, url: str, *, schema: str = "public", queue: str = "voxflow",
+                 connect_timeout: float = 10.0) -> None:
+        check_database_url(url)
+        self.url = url
+        self.schema = check_schema(schema)
+        if not isinstance(queue, str) or not queue.isidentifier():
+            raise ValueError("queue must be an identifier (letters, digits, _)")
+        self.queue = queue
+        self.inbox = JobInbox(url, schema=schema, connect_timeout=connect_timeout)
+        self.connect_timeout = float(connect_timeout)
+        self._sync_app: procrastinate.App | None = None
+        self._sync_lock = threading.Lock()
+
+    # -- schema ------------------------------------------------------------------------
+
+    def _connector_kwargs(self, size: int) -> dict[str, Any]:
+        """Procrastinate connector (pool) arguments: this schema, ``size`` connections."""
+        return {"conninfo": self.url, "kwargs": {"options": f"-c search_path={self.schema}"},
+                "timeout": self.connect_timeout, "min_size": 1, "max_size": size}
+
+    def _unavailable(self, exc: BaseException) -> PersistenceUnavailableError:
+        return self.inbox.unavailable(exc)
+
+    async def migrate(self) -> None:
+        """Create the inbox table and, if missing, Procrastinate's schema (idempotent,
+        safe from several processes at once).
+
+        Raises:
+            PersistenceUnavailableError: the server is unreachable, or Procrastinate is
+                not installed (the fix says which extra installs it).
+        """
+        try:
+            import procrastinate
+            import psycopg
+        except ImportError as exc:
+            raise PersistenceUnavailableError("the job queue needs procrastinate",
+                                              path=redact_url(self.url), fix=_FIX) from exc
+        await self.inbox.open()
+        try:
+            async with await psycopg.AsyncConnection.connect(
+                    self.url, connect_timeout=max(1, int(self.connect_timeout)),
+                    **self.inbox.connect_options) as conn, conn.transaction():
+                await conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))",
+                                   (f"voxflow-queue:{self.schema}",))
+                cursor = await conn.execute("SELECT to_regclass('procrastinate_jobs')")
+                row = await cursor.fetchone()
+                if row is None or row[0] is None:
+                    schema_sql = procrastinate.schema.SchemaManager.get_schema()
+                    await conn.execute(schema_sql)
+        except psycopg.Error as exc:
+            raise self._unavailable(exc) from None
+
+    # -- the call worker's side --------------------------------------------------------
+
+    def _defer_args(self, job: BackgroundJob, inputs: Mapping[str, Any] | None) -> dict[str, Any]:
+        from voxflow.jobs.background import BackgroundJob
+
+        if not isinstance(job, BackgroundJob):
+            raise TypeError(f"job must be a BackgroundJob, got {type(job).__name__}")
+        payload = QueuedJob.parse({
+            "session_id": job.session_id, "job_id": job.job_id, "kind": job.kind,
+            "revision": job.revision, "origin_turn_id": job.origin_turn_id,
+            "inputs": dict(job.inputs if inputs is None else inputs)})
+        return payload.model_dump(mode="json")
+
+    def enqueue(self, job: BackgroundJob, inputs: Mapping[str, Any] | None = None) -> int:
+        """Queue ``job`` for a job worker (blocking: call it from a handler, which runs in
+        a thread, or use :meth:`enqueue_async` on an event loop).
+
+        Returns:
+            The queue's job id.
+
+        Raises:
+            JobPayloadError: the job's fields or inputs are not a valid payload.
+            PersistenceUnavailableError: the database is unreachable.
+        """
+        args = self._defer_args(job, inputs)
+        import psycopg
+
+        try:
+            app = self._open_sync()
+            job_id: int = app.configure_task(TASK_NAME, queue=self.queue).defer(**args)
+        except psycopg.Error as exc:
+            raise self._unavailable(exc) from None
+        except Exception as exc:  # procrastinate wraps driver errors in ConnectorException
+            raise self._unavailable(exc.__cause__ or exc) from None
+        return job_id
+
+    async def enqueue_async(self, job: BackgroundJob, inputs: Mapping[str, Any] | None = None
+                            ) -> int:
+        """:meth:`enqueue` off the event loop."""
+        return await asyncio.to_thread(self.enqueue, job, inputs)
+
+    def _open_sync(self) -> procrastinate.App:
+        with self._sync_lock:
+            if self._sync_app is None:
+                try:
+                    import procrastinate
+                except ImportError as exc:
+                    raise PersistenceUnavailableError(
+                        "the job queue needs procrastinate", path=redact_url(self.url),
+                        fix=_FIX) from exc
+                connector = procrastinate.SyncPsycopgConnector(**self._connector_kwargs(2))
+                app = procrastinate.App(connector=connector)
+                app.open()
+                self._sync_app = app
+            return self._sync_app
+
+    def close(self) -> None:
+        """Close the blocking side's connections (idempotent)."""
+        with self._sync_lock:
+            app, self._sync_app = self._sync_app, None
+        if app is not None:
+            app.close()
+
+    # -- the job worker's side ---------------------------------------------------------
+
+    async def retry_stalled(self, stalled_after: float) -> list[int]:
+        """Put every job whose worker has not heartbeaten for ``stalled_after`` seconds
+        back in the queue as its next attempt; returns their queue ids.
+
+        One statement: each job is locked and re-checked (still running, still the
+        same attempt) before its retry, so two workers never retry one job twice and a
+        job re-run by a live worker is never taken from it.
+        """
+        sql = """
+        WITH stalled AS (
+            SELECT j.id, j.attempts FROM procrastinate_jobs j
+            LEFT JOIN procrastinate_workers w ON w.id = j.worker_id
+            WHERE j.status = 'doing' AND j.task_name = %s
+              AND (w.id IS NULL OR w.last_heartbeat < now() - make_interval(secs => %s))
+        ), locked AS (
+            SELECT j.id, j.queue_name FROM procrastinate_jobs j JOIN stalled s ON s.id = j.id
+            WHERE j.status = 'doing' AND j.attempts = s.attempts
+            FOR UPDATE OF j SKIP LOCKED
+        ), retried AS (
+            SELECT id, queue_name, procrastinate_retry_job_v2(id, now(), NULL, NULL, NULL)
+            FROM locked
+        )
+        SELECT id, pg_notify('procrastinate_queue_v1#' || queue_name,
+                             json_build_object('type', 'job_inserted', 'job_id', id)::text)
+        FROM retried
+        """
+        rows = await self.inbox._execute(sql, (TASK_NAME, float(stalled_after)))
+        return [int(r[0]) for r in rows]
+
+    def _app(self, connections: int) -> procrastinate.App:
+        import procrastinate
+
+        connector = procrastinate.PsycopgConnector(**self._connector_kwargs(connections))
+        return procrastinate.App(connector=connector)
+
+    async def run_worker(
+        self,
+        *,
+        concurrency: int = 8,
+        heartbeat: float = 2.0,
+        stalled_after: float = 10.0,
+        clock: Clock | None = None,
+        format_error: Callable[[BaseException], str] = str,
+        install_signal_handlers: bool = False,
+        name: str | None = None,
+    ) -> None:
+        """Run queued jobs until cancelled (or, with ``install_signal_handlers``, until
+        SIGTERM/SIGINT: running jobs finish first).
+
+        The job functions are found by kind (:func:`~voxflow.jobs.background.job_function`):
+        import the flow (or module) that declares them before. Each job reports
+        ``started``, its stage, its announcement and ``completed`` (or ``failed`` with
+        ``format_error(exc)``) to the session's inbox.
+
+        Args:
+            concurrency: jobs run at once by this process.
+            heartbeat: seconds between two heartbeats of this worker.
+            stalled_after: seconds without a heartbeat after which a worker's jobs are
+                re-run (greater than ``heartbeat``; a few heartbeats).
+            clock: what ``job.sleep`` waits on (monotonic by default).
+            format_error: turns a job's exception into its stored error text.
+            install_signal_handlers: stop gracefully on SIGTERM/SIGINT (a CLI process).
+            name: the worker's name in the logs.
+
+        Raises:
+            ValueError: a bad argument.
+            PersistenceUnavailableError: the database is unreachable.
+        """
+        for label, value in (("heartbeat", heartbeat), ("stalled_after", stalled_after)):
+            if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+                raise ValueError(f"{label} must be a positive number of seconds")
+        if stalled_after <= heartbeat:
+            raise ValueError("stalled_after must be longer than heartbeat (a few heartbeats)")
+        if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
+            raise ValueError("concurrency must be an int >= 1")
+        await self.migrate()
+        app = self._app(concurrency + 3)
+        job_clock = clock if clock is not None else MonotonicClock()
+        stopping = threading.Event()
+
+        async def execute(context: Any, /, **payload: Any) -> None:
+            await self._execute(context, payload, job_clock, format_error, stopping.is_set)
+
+        app.task(name=TASK_NAME, pass_context=True, queue=self.queue)(execute)
+        try:
+            async with app.open_async():
+                sweeper = asyncio.create_task(self._sweep(stalled_after), name="stalled jobs")
+                try:
+                    await app.run_worker_async(
+                        queues=[self.queue], concurrency=concurrency,
+                        name=name or f"voxflow-jobs-{self.schema}",
+                        update_heartbeat_interval=heartbeat,
+                        stalled_worker_timeout=stalled_after,
+                        install_signal_handlers=install_signal_handlers,
+                        fetch_job_polling_interval=max(0.5, stalled_after / 4))
+                finally:
+                    stopping.set()
+                    sweeper.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await sweeper
+        finally:
+            await self.inbox.close()
+
+    async def _sweep(self, stalled_after: float) -> None:
+        while True:
+            try:
+                retried = await self.retry_stalled(stalled_after)
+                if retried:
+                    logger.warning("re-queued %d stalled job(s) as their next attempt: %s",
+                                   len(retried), retried)
+            except PersistenceUnavailableError as exc:
+                logger.warning("stalled-job check failed: %s", exc)
+            await asyncio.sleep(stalled_after / 2)
+
+    async def _execute(self, context: Any, payload: Mapping[str, Any], clock: Clock,
+                       format_error: Callable[[BaseException], str],
+                       stop_requested: Callable[[], bool]) -> None:
+        from voxflow.jobs.background import BackgroundJob, JobContext, job_function
+
+        queued = QueuedJob.parse(payload)  # a JobPayloadError fails the queue job, logged
+        attempt = int(context.job.attempts) + 1
+        where = (int(context.job.id), attempt)
+        if await self.inbox.finished(queued.job_id, queued.revision):
+            logger.info("job %s already reported its end; attempt %d has nothing to do",
+                        queued.job_id, attempt)
+            return
+        record = BackgroundJob(session_id=queued.session_id, kind=queued.kind,
+                               origin_turn_id=queued.origin_turn_id, revision=queued.revision,
+                               attempt=attempt, inputs=queued.inputs)
+        record.job_id = queued.job_id
+        seq = 0
+
+        def next_seq() -> int:
+            nonlocal seq
+            seq += 1
+            return seq
+
+        async def publish(kind: JobUpdateKind, stage: str | None = None,
+                          outputs: dict[str, JsonValue] | None = None,
+                          error: str | None = None) -> None:
+            update = JobUpdate(session_id=queued.session_id, job_id=queued.job_id,
+                               revision=queued.revision, attempt=attempt, seq=next_seq(),
+                               kind=kind, stage=stage, outputs=outputs or {}, error=error)
+            if not await self.inbox.write(update, queue_job=where):
+                raise _DeadAttempt
+
+        async def progress(job: BackgroundJob, text: str) -> bool:
+            ids = (queued.job_id, queued.revision, attempt, next_seq())
+            return await self.inbox.write_progress(queued.session_id, ids, text,
+                                                   queue_job=where)
+
+        try:
+            try:
+                function = job_function(queued.kind)
+            except LookupError as exc:
+                await publish("failed", error=str(exc))
+                return
+            await publish("started")
+            await publish("stage_started", stage="run")
+            job_context = JobContext(record.model_copy(deep=True), clock=clock,
+                                     progress=progress, stop_requested=stop_requested)
+            try:
+                text = await function(job_context, **queued.inputs)
+            except _DeadAttempt:
+                raise
+            except Exception as exc:
+                await publish("failed", error=format_error(exc) or type(exc).__name__)
+                return
+            if not isinstance(text, str) or not text.strip():
+                await publish("failed", error=(
+                    f"background job {queued.kind} returned {type(text).__name__}, not the "
+                    "text to announce (a non-empty str)"))
+                return
+            await publish("stage_completed", stage="run", outputs={"announcement": text})
+            await publish("completed")
+        except _DeadAttempt:
+            logger.warning("job %s attempt %d was re-queued meanwhile (its worker looked "
+                           "dead): this execution stops, its late updates refused",
+                           queued.job_id, attempt)
+
+    def __repr__(self) -> str:
+        return (f"PostgresJobQueue({redact_url(self.url)!r}, schema={self.schema!r}, "
+                f"queue={self.queue!r})")

@@ -1,0 +1,148 @@
+""":class:`InboxReader`: the call worker's side of the job inbox.
+
+The worker that owns a session runs one reader for it. Woken by ``LISTEN/NOTIFY`` (and
+on a timer, since the table, not the notification, is the truth), it reads the
+session's unacknowledged inbox rows and, in this order:
+
+1. applies them under the session's state lock (:func:`~voxflow.jobs.inbox.apply_inbox`:
+   duplicates, rows from a dead attempt and rows already in the state are refused);
+2. saves the state (``save``; with a fenced store a worker that lost the session gets
+   :class:`~voxflow.errors.FencedWriteError` here, and stops: nothing acknowledged, it
+   announces nothing);
+3. acknowledges the rows (:meth:`~voxflow.jobs.inbox.JobInbox.ack`);
+4. tells the session (``on_update``): a completed job is announced through the reply
+   queue, which never announces a version it already covered.
+
+A reader that dies anywhere before 3 leaves the rows to the next owner, who applies
+them to its restored state: at-least-once delivery, idempotent application, so each
+result is applied, and announced, once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from voxflow.jobs.inbox import JobInbox, apply_inbox
+from voxflow.jobs.records import JobState
+
+__all__ = ["InboxReader"]
+
+logger = logging.getLogger("voxflow.jobs")
+
+
+class InboxReader:
+    """Read one session's job inbox into its state.
+
+    Args:
+        inbox: the inbox (:attr:`voxflow.jobs.queue.PostgresJobQueue.inbox`).
+        state: the session's state (a ``JobState``).
+        lock: the session's state lock (``AssistantWiring.state_lock``).
+        on_update: awaited after rows were applied and acknowledged (the session
+            announces what completed).
+        save: awaited after applying, before acknowledging (persist the state; fenced
+            when the session is leased). None: rows are acknowledged once applied.
+        poll: seconds between two reads when no notification comes (a missed one).
+
+    Raises:
+        TypeError: ``state`` is not a JobState, or a callback is not callable.
+    """
+
+    def __init__(
+        self,
+        inbox: JobInbox,
+        state: JobState[Any],
+        *,
+        lock: asyncio.Lock,
+        on_update: Callable[[], Awaitable[Any]] | None = None,
+        save: Callable[[], Awaitable[Any]] | None = None,
+        poll: float = 5.0,
+    ) -> None:
+        if not isinstance(state, JobState):
+            raise TypeError(f"state must be a JobState, got {type(state).__name__}")
+        for name, fn in (("on_update", on_update), ("save", save)):
+            if fn is not None and not callable(fn):
+                raise TypeError(f"{name} must be an async callable or None")
+        if isinstance(poll, bool) or not isinstance(poll, int | float) or poll <= 0:
+            raise ValueError("poll must be a positive number of seconds")
+        self.inbox = inbox
+        self.state = state
+        self.lock = lock
+        self.on_update = on_update
+        self.save = save
+        self.poll = float(poll)
+        self.applied = 0
+        """How many rows this reader applied (accepted by the job rules)."""
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._listener: asyncio.Task[None] | None = None
+
+    async def read_once(self) -> int:
+        """Apply, save, acknowledge and announce the pending rows once; returns how many
+        were accepted.
+
+        Raises:
+            FencedWriteError: ``save`` found the session taken over (nothing acknowledged).
+            PersistenceUnavailableError: the database is unreachable.
+        """
+        entries = await self.inbox.pending(self.state.id)
+        if not entries:
+            return 0
+        async with self.lock:
+            results = apply_inbox(self.state, entries)
+        if self.save is not None:
+            await self.save()
+        await self.inbox.ack(self.state.id, [e.id for e in entries])
+        accepted = sum(results)
+        self.applied += accepted
+        if accepted and self.on_update is not None:
+            await self.on_update()
+        return accepted
+
+    def start(self) -> None:
+        """Read in the background: now, on every notification for this session and every
+        ``poll`` seconds (idempotent; call on the session's event loop)."""
+        if self._task is None:
+            self._listener = asyncio.create_task(self._listen(), name="job inbox listen")
+            self._task = asyncio.create_task(self._run(), name="job inbox read")
+
+    async def _listen(self) -> None:
+        while True:
+            try:
+                async for session_id in self.inbox.notifications():
+                    if session_id == self.state.id:
+                        self._wake.set()
+            except Exception as exc:  # a lost connection: listen again, polling meanwhile
+                logger.warning("job inbox listener stopped (%s); listening again", exc)
+                await asyncio.sleep(self.poll)
+
+    async def _run(self) -> None:
+        while True:
+            self._wake.clear()
+            try:
+                await self.read_once()
+            except Exception as exc:
+                from voxflow.errors import FencedWriteError
+
+                if isinstance(exc, FencedWriteError):
+                    logger.warning("job inbox reader stopped: %s", exc)
+                    return
+                logger.warning("job inbox read failed (%s); retrying", exc)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), self.poll)
+
+    async def aclose(self) -> None:
+        """Stop reading (idempotent)."""
+        tasks = [t for t in (self._task, self._listener) if t is not None]
+        self._task = self._listener = None
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    def __repr__(self) -> str:
+        return f"InboxReader(session={self.state.id!r}, applied={self.applied})"

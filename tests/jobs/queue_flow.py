@@ -1,0 +1,37 @@
+"""The flow and job functions the job-queue tests run in job-worker subprocesses
+(``voxflow jobs worker tests/jobs/queue_flow.py:Travel``)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from pathlib import Path
+
+from voxflow import Flow, listen
+from voxflow.conversation import RouterContext
+from voxflow.jobs import JobContext, background_job
+from voxflow.wiring import AssistantState
+
+
+@background_job(kind="queue_tests.check_flight")
+async def check_flight(job: JobContext, flight: str, seconds: float = 0.2,
+                       marker: str | None = None) -> str:
+    """Sleeps ``seconds``; touches ``marker``-<attempt> when it starts (a test waits for
+    it before killing the worker)."""
+    if marker is not None:
+        await asyncio.to_thread(Path(f"{marker}-{job.job.attempt}").write_text,
+                                str(os.getpid()))
+    await job.sleep(seconds)
+    return f"Flight {flight} is on time (attempt {job.job.attempt})."
+
+
+class Travel(Flow[AssistantState]):
+    conversational = True
+
+    def route_turn(self, context: RouterContext) -> str | None:
+        return "flight" if "flight" in (self.state.current_user_message or "") else None
+
+    @listen("flight")
+    def handle_flight(self) -> str:
+        check_flight.start(self, flight="BA 117", seconds=0.5)
+        return "I'm checking your flight."

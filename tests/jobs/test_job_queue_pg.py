@@ -1,0 +1,396 @@
+"""Background jobs on the PostgreSQL job queue (Procrastinate), run by job-worker
+subprocesses (``voxflow jobs worker``), their updates read from the session's durable
+inbox and announced once. Real PostgreSQL (a fresh schema per test); skipped with the
+reason where none answers."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tests.conftest import PG_URL, postgres_unreachable
+from voxflow.cli import main as cli_main
+from voxflow.errors import JobPayloadError
+from voxflow.jobs import (
+    BackgroundJob,
+    InboxReader,
+    JobInbox,
+    JobUpdate,
+    PostgresJobQueue,
+    QueuedJob,
+    add_job,
+    apply_inbox,
+)
+from voxflow.jobs.inbox import _entry
+from voxflow.jobs.queue import TASK_NAME
+from voxflow.wiring import AssistantState, AssistantWiring
+
+FLOW = str(Path(__file__).with_name("queue_flow.py")) + ":Travel"
+ROOT = Path(__file__).resolve().parents[2]
+KIND = "queue_tests.check_flight"
+HEARTBEAT, STALLED_AFTER = 0.5, 3.0
+
+pytestmark = pytest.mark.unit
+
+
+@pytest.fixture
+def schema() -> Iterator[str]:
+    reason = postgres_unreachable()
+    if reason is not None:
+        pytest.skip(reason)
+    name = f"vxq_{os.getpid()}_{uuid.uuid4().hex[:8]}"
+    yield name
+    import psycopg
+
+    with psycopg.connect(PG_URL, autocommit=True) as conn:
+        conn.execute(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')
+
+
+@pytest.fixture
+async def queue(schema: str) -> AsyncIterator[PostgresJobQueue]:
+    q = PostgresJobQueue(PG_URL, schema=schema)
+    await q.migrate()
+    yield q
+    q.close()
+    await q.inbox.close()
+
+
+def start_job_worker(schema: str, *extra: str) -> subprocess.Popen[bytes]:
+    """A job-worker process, as a user starts it."""
+    env = {**os.environ, "VOXFLOW_DATABASE_URL": PG_URL, "PYTHONPATH": str(ROOT)}
+    return subprocess.Popen(
+        [sys.executable, "-m", "voxflow.cli", "jobs", "worker", FLOW, "--schema", schema,
+         "--heartbeat", str(HEARTBEAT), "--stalled-after", str(STALLED_AFTER),
+         "--log-level", "WARNING", *extra],
+        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
+def stop(process: subprocess.Popen[bytes]) -> tuple[int, str]:
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+    try:
+        _, err = process.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        _, err = process.communicate()
+    return process.returncode, err.decode(errors="replace")
+
+
+def owner_state(**inputs: Any) -> tuple[AssistantState, BackgroundJob]:
+    state = AssistantState()
+    job = BackgroundJob(session_id=state.id, kind=KIND, inputs=inputs)
+    assert add_job(state, job)
+    return state, job
+
+
+async def all_rows(inbox: JobInbox, session_id: str) -> list[Any]:
+    """Every inbox row of the session, acknowledged or not."""
+    rows = await inbox._execute(
+        "SELECT id, session_id, job_id, revision, attempt, seq, body FROM voxflow_job_inbox "
+        "WHERE session_id = %s ORDER BY id", (session_id,))
+    return [_entry(r) for r in rows]
+
+
+async def wait_for(predicate: Any, seconds: float, what: str) -> None:
+    deadline = time.monotonic() + seconds
+    while not await predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {seconds} s waiting for {what}")
+        await asyncio.sleep(0.1)
+
+
+async def test_a_job_started_in_a_call_runs_in_a_job_worker_process_and_is_announced_once(
+    schema: str, queue: PostgresJobQueue
+) -> None:
+    from voxflow._loader import load_flow_class
+
+    Travel = load_flow_class(FLOW)
+    worker = start_job_worker(schema)
+    try:
+        flow = Travel()
+        async with AssistantWiring(flow, job_queue=queue) as wiring:
+            reply = await wiring.text_turn("is my flight on time?")
+            assert reply == "I'm checking your flight."
+            (job,) = flow.state.jobs.values()
+            assert job.status == "queued"  # queued, not run in this process
+            assert wiring.jobs is not None and wiring.jobs._workers == {}
+            assert await wiring.wait_for_jobs(60), "the job worker never finished the job"
+            said = await wiring.announce_ready()
+            assert said == ["Flight BA 117 is on time (attempt 1)."]
+            assert await wiring.announce_ready() == []  # once
+            # the inbox rows read again (a second reader, a restart) change nothing
+            rows = await all_rows(queue.inbox, flow.state.id)
+            assert [r.update.kind for r in rows] == [
+                "started", "stage_started", "stage_completed", "completed"]
+            assert await queue.inbox.pending(flow.state.id) == []  # acknowledged
+            before = flow.state.job_sequence
+            async with wiring.state_lock:
+                assert apply_inbox(flow.state, rows) == [False] * 4
+            assert flow.state.job_sequence == before
+            assert await wiring.announce_ready() == []
+    finally:
+        code, err = stop(worker)
+    assert code == 0, err
+
+
+async def test_a_job_worker_killed_mid_job_is_rerun_as_the_next_attempt_and_finishes(
+    schema: str, queue: PostgresJobQueue, tmp_path: Path
+) -> None:
+    marker = str(tmp_path / "started")
+    state, job = owner_state(flight="LH 400", seconds=2.0, marker=marker)
+    queue_id = await queue.enqueue_async(job)
+    first = start_job_worker(schema)
+    second: subprocess.Popen[bytes] | None = None
+    try:
+        await wait_for(lambda: asyncio.sleep(0, Path(f"{marker}-1").exists()), 60,
+                       "attempt 1 to start")
+        first.send_signal(signal.SIGKILL)
+        first.wait(10)
+        second = start_job_worker(schema)
+        await wait_for(lambda: asyncio.sleep(0, Path(f"{marker}-2").exists()), 60,
+                       "attempt 2 to start on the other worker")
+
+        # the dead attempt's late update is refused by the queue's fence ...
+        late = JobUpdate(session_id=state.id, job_id=job.job_id, revision=1, attempt=1,
+                         seq=3, kind="stage_completed", stage="run",
+                         outputs={"announcement": "a dead worker's result"})
+        assert await queue.inbox.write(late, queue_job=(queue_id, 1)) is False
+
+        async def completed() -> bool:
+            return any(r.update is not None and r.update.kind == "completed"
+                       for r in await all_rows(queue.inbox, state.id))
+
+        await wait_for(completed, 60, "attempt 2 to complete")
+    finally:
+        if second is not None:
+            code, err = stop(second)
+            assert code == 0, err
+        stop(first)
+    rows = await all_rows(queue.inbox, state.id)
+    assert {r.attempt for r in rows} == {1, 2}
+    assert all(r.update is not None for r in rows)
+    assert [r.update.kind for r in rows if r.attempt == 1] == ["started", "stage_started"]
+    applied = apply_inbox(state, rows)
+    assert all(applied)
+    final = state.jobs[job.job_id]
+    assert (final.status, final.attempt) == ("completed", 2)
+    assert final.announcement == "Flight LH 400 is on time (attempt 2)."
+    # ... and, should the dead attempt's rows be read again, by commit_job_update
+    dead = [r for r in rows if r.attempt == 1]
+    assert apply_inbox(state, dead) == [False, False]
+    forged = _entry((10**9, state.id, job.job_id, 1, 1, 3,
+                     {"type": "update", "update": late.model_dump(mode="json")}))
+    assert apply_inbox(state, [forged]) == [False]
+    assert state.jobs[job.job_id].announcement == "Flight LH 400 is on time (attempt 2)."
+
+
+async def test_a_long_job_on_a_live_worker_is_never_rerun(
+    schema: str, queue: PostgresJobQueue, tmp_path: Path
+) -> None:
+    marker = str(tmp_path / "started")
+    state, job = owner_state(flight="AF 12", seconds=3 * STALLED_AFTER, marker=marker)
+    await queue.enqueue_async(job)
+    workers = [start_job_worker(schema), start_job_worker(schema)]  # one could steal it
+    try:
+        async def completed() -> bool:
+            return any(r.update is not None and r.update.kind == "completed"
+                       for r in await all_rows(queue.inbox, state.id))
+
+        await wait_for(completed, 90, "the long job to complete")
+    finally:
+        for w in workers:
+            code, err = stop(w)
+            assert code == 0, err
+    rows = await all_rows(queue.inbox, state.id)
+    assert {r.attempt for r in rows} == {1}
+    assert not await asyncio.to_thread(os.path.exists, f"{marker}-2")
+    assert all(apply_inbox(state, rows))
+    assert state.jobs[job.job_id].status == "completed"
+
+
+async def test_listen_notify_wakes_the_owner_long_before_its_poll(
+    schema: str, queue: PostgresJobQueue
+) -> None:
+    state, job = owner_state(flight="KL 1")
+    woke = asyncio.Event()
+
+    async def on_update() -> None:
+        woke.set()
+
+    reader = InboxReader(queue.inbox, state, lock=asyncio.Lock(), on_update=on_update,
+                         poll=3600)  # only a notification can wake it within the test
+    reader.start()
+    try:
+        await asyncio.sleep(1.0)  # its first read found nothing; it is listening now
+        assert state.jobs[job.job_id].status == "queued"
+        update = JobUpdate(session_id=state.id, job_id=job.job_id, revision=1, attempt=1,
+                           seq=1, kind="started")
+        assert await queue.inbox.write(update) is True
+        assert await queue.inbox.write(update) is True  # written twice: one row
+        await asyncio.wait_for(woke.wait(), 30)
+    finally:
+        await reader.aclose()
+    assert state.jobs[job.job_id].status == "running"
+    assert reader.applied == 1
+    assert len(await all_rows(queue.inbox, state.id)) == 1
+    assert await queue.inbox.pending(state.id) == []
+
+
+async def test_two_readers_of_one_inbox_apply_each_update_once(
+    queue: PostgresJobQueue,
+) -> None:
+    state, job = owner_state(flight="BA 9")
+    copy = AssistantState.model_validate(state.model_dump())  # a second worker's copy
+    updates = [("started", None, {}), ("stage_started", "run", {}),
+               ("stage_completed", "run", {"announcement": "Done."}), ("completed", None, {})]
+    for seq, (kind, stage, outputs) in enumerate(updates, 1):
+        await queue.inbox.write(JobUpdate(session_id=state.id, job_id=job.job_id, revision=1,
+                                          attempt=1, seq=seq, kind=kind, stage=stage,  # type: ignore[arg-type]
+                                          outputs=outputs))
+    first = InboxReader(queue.inbox, state, lock=asyncio.Lock())
+    rows = await queue.inbox.pending(state.id)
+    assert await first.read_once() == 4
+    assert await first.read_once() == 0  # acknowledged: nothing pending
+    # a second reader that had read the same rows before the acknowledgement
+    async with asyncio.Lock():
+        assert apply_inbox(copy, rows) == [True] * 4
+        assert apply_inbox(copy, rows) == [False] * 4
+    assert state.jobs[job.job_id].status == copy.jobs[job.job_id].status == "completed"
+
+
+# -- hostile inputs --------------------------------------------------------------------
+
+
+def test_a_bad_database_url_is_a_typed_error_that_never_echoes_the_password() -> None:
+    for url in ("mysql://u:hunter2@h/db", "postgresql://u:hunter2@", "", "postgresql://"):
+        with pytest.raises(ValueError) as err:
+            PostgresJobQueue(url)
+        assert "hunter2" not in str(err.value)
+    with pytest.raises(ValueError, match="schema"):
+        PostgresJobQueue(PG_URL, schema="Robert'); DROP TABLE x;--")
+
+
+async def test_an_unreachable_database_is_a_typed_error_naming_the_fix() -> None:
+    from voxflow.errors import PersistenceUnavailableError
+
+    queue = PostgresJobQueue("postgresql://u:hunter2@127.0.0.1:1/db", connect_timeout=2)
+    with pytest.raises(PersistenceUnavailableError) as err:
+        await queue.migrate()
+    assert "hunter2" not in str(err.value) and "VOXFLOW_DATABASE_URL" in str(err.value)
+
+
+def test_the_job_worker_command_says_the_fix_for_bad_options(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.delenv("VOXFLOW_DATABASE_URL", raising=False)
+    assert cli_main(["jobs", "worker", FLOW]) == 2
+    assert "export VOXFLOW_DATABASE_URL=" in capsys.readouterr().err
+    monkeypatch.setenv("VOXFLOW_DATABASE_URL", "postgresql://u:hunter2@127.0.0.1:1/db")
+    assert cli_main(["jobs", "worker", FLOW, "--heartbeat", "2", "--stalled-after", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "--stalled-after 1.0 must be longer than --heartbeat" in err and "hunter2" not in err
+    assert cli_main(["jobs", "worker", FLOW, "--schema", "No-Such"]) == 2
+    assert "--schema No-Such" in capsys.readouterr().err
+    assert cli_main(["jobs", "worker", "nowhere.py:Nothing"]) == 2
+    assert "Traceback" not in capsys.readouterr().err
+
+
+def test_a_bad_job_payload_is_a_typed_error_naming_the_field() -> None:
+    good = {"session_id": "s", "job_id": "j", "kind": KIND, "revision": 1, "inputs": {}}
+    assert QueuedJob.parse(good).kind == KIND
+    for bad, field in (({**good, "revision": "1"}, "revision"), ({**good, "evil": 1}, "evil"),
+                       ({k: v for k, v in good.items() if k != "job_id"}, "job_id"),
+                       ({**good, "inputs": {"x": float("nan")}}, "inputs")):
+        with pytest.raises(JobPayloadError, match=field):
+            QueuedJob.parse(bad)
+
+
+async def test_a_bad_payload_in_the_queue_fails_that_job_and_the_worker_goes_on(
+    schema: str, queue: PostgresJobQueue
+) -> None:
+    app = queue._open_sync()
+    await asyncio.to_thread(app.configure_task(TASK_NAME, queue=queue.queue).defer,
+                            session_id=["not", "a", "string"], evil=True)
+    state, job = owner_state(flight="IB 3", seconds=0.1)
+    unknown = BackgroundJob(session_id=state.id, kind="no.such.kind")
+    assert add_job(state, unknown)
+    await queue.enqueue_async(job)
+    await queue.enqueue_async(unknown)
+    worker = start_job_worker(schema)
+    try:
+        async def both_ended() -> bool:
+            rows = await all_rows(queue.inbox, state.id)
+            return sum(r.update is not None and r.update.kind in ("completed", "failed")
+                       for r in rows) == 2
+
+        await wait_for(both_ended, 60, "both good-shaped jobs to end")
+    finally:
+        code, err = stop(worker)
+    assert code == 0, err
+    assert "bad queued job payload: session_id" in err
+    assert all(apply_inbox(state, await all_rows(queue.inbox, state.id)))
+    assert state.jobs[job.job_id].status == "completed"
+    failed = state.jobs[unknown.job_id]
+    assert failed.status == "failed" and "no background job function of kind" in (
+        failed.error or "")
+    rows = await queue.inbox._execute(
+        "SELECT status, count(*) FROM procrastinate_jobs GROUP BY status ORDER BY status")
+    assert dict(rows) == {"failed": 1, "succeeded": 2}
+
+
+async def test_malformed_inbox_rows_are_refused_not_raised(queue: PostgresJobQueue) -> None:
+    state, job = owner_state(flight="X")
+    for body in ('{"type": "update", "update": {"kind": "completed"}}', '"text"',
+                 '{"type": "progress", "text": ""}', '{"type": "shell", "cmd": "rm"}'):
+        await queue.inbox._execute(
+            "INSERT INTO voxflow_job_inbox (session_id, job_id, revision, attempt, seq, body) "
+            "VALUES (%s, %s, 1, 1, %s, %s::jsonb)",
+            (state.id, job.job_id, len(body), body))
+    entries = await queue.inbox.pending(state.id)
+    assert len(entries) == 4 and all(e.problem for e in entries)
+    assert apply_inbox(state, entries) == [False] * 4
+    assert state.jobs[job.job_id].status == "queued"
+
+
+@settings(max_examples=200, derandomize=True, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(st.dictionaries(st.sampled_from(["session_id", "job_id", "kind", "revision",
+                                        "origin_turn_id", "inputs", "other"]),
+                       st.recursive(st.none() | st.booleans() | st.integers() | st.floats()
+                                    | st.text(max_size=20),
+                                    lambda c: st.lists(c, max_size=3)
+                                    | st.dictionaries(st.text(max_size=5), c, max_size=3),
+                                    max_leaves=8)))
+def test_fuzz_queued_job_payloads_parse_or_raise_job_payload_error(payload: dict[str, Any]
+                                                                    ) -> None:
+    try:
+        parsed = QueuedJob.parse(payload)
+    except JobPayloadError:
+        return
+    assert json.loads(parsed.model_dump_json())["kind"] == parsed.kind
+
+
+@settings(max_examples=200, derandomize=True, deadline=None)
+@given(st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=20),
+                    lambda c: st.lists(c, max_size=3)
+                    | st.dictionaries(st.sampled_from(["type", "update", "text", "kind",
+                                                       "seq", "x"]), c, max_size=4),
+                    max_leaves=10))
+def test_fuzz_inbox_bodies_become_entries_never_exceptions(body: Any) -> None:
+    entry = _entry((1, "s", "j", 1, 1, 1, body))
+    assert (entry.update is None) or entry.problem is None
+    state, _ = owner_state()
+    apply_inbox(state, [entry])  # never raises
