@@ -242,3 +242,30 @@ def test_state_round_trips_through_json(state: WorkState, job: ReportJob) -> Non
     restored = WorkState.model_validate_json(state.model_dump_json())
     assert restored.jobs[job.job_id] == job
     assert isinstance(restored.jobs[job.job_id], ReportJob)
+
+
+def test_begin_attempt_moves_an_unfinished_job_on_and_refuses_the_dead_attempt(
+    state: WorkState, job: ReportJob
+) -> None:
+    from voxflow.jobs import begin_attempt
+
+    assert commit_job_update(state, update(job, 1, "started"))
+    dead = update(job, 2, "stage_completed", stage="collect", outputs={"notes": ["late"]})
+    before = state.job_sequence
+    assert begin_attempt(state, job.job_id, revision=1, attempt=2)
+    assert (job.attempt, job.status, job.stage, job.last_update_seq) == (2, "queued", None, 0)
+    assert state.job_sequence == before + 1
+    assert not commit_job_update(state, dead)  # the dead attempt's late update
+    assert job.notes == []
+    again = JobUpdate(session_id=state.id, job_id=job.job_id, revision=1, attempt=2, seq=1,
+                      kind="started")
+    assert commit_job_update(state, again)
+    # not a later attempt, another revision, an unknown job: refused, nothing changed
+    for kwargs in ({"revision": 1, "attempt": 2}, {"revision": 1, "attempt": 1},
+                   {"revision": 2, "attempt": 3}):
+        assert not begin_attempt(state, job.job_id, **kwargs)
+    assert not begin_attempt(state, "no-such-job", revision=1, attempt=5)
+    assert job.status == "running" and job.attempt == 2
+    assert commit_job_update(state, JobUpdate(session_id=state.id, job_id=job.job_id,
+                                              revision=1, attempt=2, seq=2, kind="failed"))
+    assert not begin_attempt(state, job.job_id, revision=1, attempt=3)  # terminal
