@@ -64,7 +64,7 @@ _FIX = "pip install 'voxflow[postgres]'"
 class QueuedJob(BaseModel):
     """The payload of a queued job: what a job worker needs to run it and report on it."""
 
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True, defer_build=True)
 
     session_id: SessionId = Field(min_length=1, max_length=200)
     job_id: JobId = Field(min_length=1, max_length=200)
