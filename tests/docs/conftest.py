@@ -19,7 +19,9 @@ from __future__ import annotations
 
 import ast
 import asyncio
+import functools
 import inspect
+import os
 import re
 import traceback
 from collections.abc import Callable, Iterator
@@ -34,6 +36,20 @@ READMES = (ROOT / "README.md", ROOT / "voice" / "README.md")
 MODELS = re.compile(r"\b(VoiceEngines|PiperTts|WhisperStt|SileroVad|run_call)\b")
 FENCE = re.compile(r"^```(\w*)\s*$")
 SHOWN_FILE = re.compile(r"^# ((?:[\w.-]+/)*[\w.-]+\.py)\s*$")
+POSTGRES = 'os.environ["VOXFLOW_DATABASE_URL"]'
+PG_URL = os.environ.get("VOXFLOW_TEST_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/test")
+
+
+@functools.cache
+def postgres_url() -> str | None:
+    """The test PostgreSQL server's URL, or None when it does not answer."""
+    try:
+        import psycopg
+
+        psycopg.connect(PG_URL, connect_timeout=3).close()
+    except Exception:
+        return None
+    return PG_URL
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +78,15 @@ class Block:
     @property
     def needs_models(self) -> bool:
         return MODELS.search(self.code) is not None
+
+    @property
+    def needs_postgres(self) -> bool:
+        return POSTGRES in self.code
+
+    @property
+    def runnable(self) -> bool:
+        """False for a PostgreSQL block where no test server answers."""
+        return not self.needs_postgres or postgres_url() is not None
 
 
 def blocks_of(path: Path) -> list[Block]:
@@ -104,8 +129,11 @@ def run_blocks(blocks: list[Block], *, with_models: bool) -> list[Block]:
                                 "into the block again", pytrace=False)
                 ran.append(block)
                 continue
-            if block.needs_models and not with_models:
+            if (block.needs_models and not with_models) or not block.runnable:
                 continue
+            saved = os.environ.get("VOXFLOW_DATABASE_URL")
+            if block.needs_postgres:
+                os.environ["VOXFLOW_DATABASE_URL"] = PG_URL
             try:
                 code = compile(block.code, block.name, "exec",
                                flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT, dont_inherit=True)
@@ -116,6 +144,11 @@ def run_blocks(blocks: list[Block], *, with_models: bool) -> list[Block]:
                 trace = "".join(traceback.format_exception(exc)[-6:])
                 pytest.fail(f"README block failed: {block.name}\n{type(exc).__name__}: {exc}"
                             f"\n{trace}", pytrace=False)
+            finally:
+                if saved is None:
+                    os.environ.pop("VOXFLOW_DATABASE_URL", None)
+                else:
+                    os.environ["VOXFLOW_DATABASE_URL"] = saved
             ran.append(block)
     return ran
 

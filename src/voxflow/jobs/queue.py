@@ -42,7 +42,7 @@ from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError, f
 from voxflow.clock import Clock, MonotonicClock
 from voxflow.errors import JobPayloadError, PersistenceUnavailableError
 from voxflow.ids import JobId, SessionId, TurnId
-from voxflow.jobs.inbox import JobInbox, check_schema
+from voxflow.jobs.inbox import INBOX_SCHEMA, JobInbox, check_schema
 from voxflow.jobs.records import JobUpdate, JobUpdateKind
 from voxflow.settings import check_database_url, redact_url
 
@@ -149,24 +149,26 @@ class PostgresJobQueue:
             PersistenceUnavailableError: the server is unreachable, or Procrastinate is
                 not installed (the fix says which extra installs it).
         """
+        await asyncio.to_thread(self._migrate)
+        await self.inbox.open()
+
+    def _migrate(self) -> None:
         try:
             import procrastinate
             import psycopg
         except ImportError as exc:
             raise PersistenceUnavailableError("the job queue needs procrastinate",
                                               path=redact_url(self.url), fix=_FIX) from exc
-        await self.inbox.open()
         try:
-            async with await psycopg.AsyncConnection.connect(
-                    self.url, connect_timeout=max(1, int(self.connect_timeout)),
-                    **self.inbox.connect_options) as conn, conn.transaction():
-                await conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))",
-                                   (f"voxflow-queue:{self.schema}",))
-                cursor = await conn.execute("SELECT to_regclass('procrastinate_jobs')")
-                row = await cursor.fetchone()
+            with psycopg.connect(self.url, connect_timeout=max(1, int(self.connect_timeout)),
+                                 **self.inbox.connect_options) as conn, conn.transaction():
+                conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))",
+                             (f"voxflow-schema:{self.schema}",))
+                conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{self.schema}"')
+                conn.execute(INBOX_SCHEMA)
+                row = conn.execute("SELECT to_regclass('procrastinate_jobs')").fetchone()
                 if row is None or row[0] is None:
-                    schema_sql = procrastinate.schema.SchemaManager.get_schema()
-                    await conn.execute(schema_sql)
+                    conn.execute(procrastinate.schema.SchemaManager.get_schema())
         except psycopg.Error as exc:
             raise self._unavailable(exc) from None
 
@@ -222,6 +224,7 @@ class PostgresJobQueue:
                         fix=_FIX) from exc
                 connector = procrastinate.SyncPsycopgConnector(**self._connector_kwargs(2))
                 app = procrastinate.App(connector=connector)
+                self._migrate()
                 app.open()
                 self._sync_app = app
             return self._sync_app
