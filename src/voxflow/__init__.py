@@ -1,8 +1,9 @@
 """voxflow: a conversational Flow runtime for voice assistants.
 
 The names in ``__all__`` are the public surface. They load lazily (PEP 562): ``import
-voxflow`` runs no submodule, and ``from voxflow import Flow`` imports the Flow core (with
-the conversational mixin it inherits) but not the turn, reply-queue, job or agent APIs.
+voxflow`` runs no submodule, and ``from voxflow import Flow`` imports the Flow core and the
+conversation built on it (:mod:`voxflow.conversation.flow`) but not the turn, reply-queue,
+job or agent APIs.
 The first access to a name imports its module once and caches the name here.
 
 To re-export a name, add it in three places, kept in step by ``tests/test_import.py``:
@@ -21,13 +22,13 @@ if TYPE_CHECKING:
     from voxflow.conversation.config import ConversationalConfig as ConversationalConfig
     from voxflow.conversation.config import ConversationConfig as ConversationConfig
     from voxflow.conversation.config import RouterConfig as RouterConfig
+    from voxflow.conversation.flow import Flow as Flow
     from voxflow.conversation.state import ChatState as ChatState
     from voxflow.conversation.state import ConversationalInputs as ConversationalInputs
     from voxflow.conversation.state import ConversationEvent as ConversationEvent
     from voxflow.conversation.state import ConversationMessage as ConversationMessage
     from voxflow.conversation.state import ConversationState as ConversationState
     from voxflow.flow import CheckpointConfig as CheckpointConfig
-    from voxflow.flow import Flow as Flow
     from voxflow.flow import FlowDefinition as FlowDefinition
     from voxflow.flow import FlowEventBus as FlowEventBus
     from voxflow.flow import FlowPersistence as FlowPersistence
@@ -135,7 +136,7 @@ _LAZY: dict[str, str] = {
     "CoveredUpdate": "voxflow.replies",
     "DeliveryFloor": "voxflow.replies",
     "DeliveryRecord": "voxflow.replies",
-    "Flow": "voxflow.flow",
+    "Flow": "voxflow.conversation.flow",
     "FlowDefinition": "voxflow.flow",
     "FlowEventBus": "voxflow.flow",
     "FlowPersistence": "voxflow.flow",

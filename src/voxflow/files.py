@@ -44,6 +44,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from voxflow.errors import InputFileError
+from voxflow.paths import default_data_dir
 
 __all__ = [
     "FileRef",
@@ -270,8 +271,6 @@ def _sniff(name: str, data: bytes) -> str:
 def _store_dir(policy: InputFilePolicy) -> Path:
     if policy.store_dir is not None:
         return Path(policy.store_dir)
-    from voxflow.flow.persistence import default_data_dir
-
     return default_data_dir() / "files"
 
 

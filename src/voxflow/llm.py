@@ -41,6 +41,7 @@ from typing import Any, Literal, Protocol, TypeVar, runtime_checkable
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from voxflow import llm_policy
+from voxflow._loops import run_blocking
 from voxflow.errors import ProviderError
 
 __all__ = [
@@ -778,14 +779,12 @@ def run_sync(make: Callable[[], Awaitable[_T]]) -> _T:
     """Run the coroutine ``make()`` to completion from sync code.
 
     It runs on the calling thread's cached loop, the one sync ``kickoff()`` and
-    ``handle_turn()`` use (:func:`voxflow.flow._loops.run_blocking`): litellm keeps
+    ``handle_turn()`` use (:func:`voxflow._loops.run_blocking`): litellm keeps
     per-loop workers, so a new loop per call would strand them ("event loop changed",
     "Task was destroyed" at exit). Inside a running loop (a sync method called from
     async code) it runs on a worker thread's cached loop, so the caller's loop is never
     re-entered.
     """
-    from voxflow.flow._loops import run_blocking
-
     return run_blocking(lambda: _await(make))
 
 

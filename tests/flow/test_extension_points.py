@@ -6,11 +6,15 @@ import json
 import subprocess
 import sys
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
+import pytest
 from pydantic import BaseModel
 
-from voxflow import Flow, listen, router, start
+from voxflow import ConversationConfig, Flow, SQLiteFlowPersistence, listen, persist, router, start
+from voxflow.errors import FlowDefinitionError
+from voxflow.flow import Flow as CoreFlow
 from voxflow.flow import FlowEventBus
 from voxflow.testing import EventRecorder
 
@@ -90,3 +94,57 @@ def test_import_is_light_and_offline() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
     )
     assert json.loads(out.stdout) == []
+
+
+def test_the_flow_core_loads_no_conversation_and_voxflow_flow_builds_on_it() -> None:
+    """Conversation builds on the core (issue 19): importing the core loads none of it."""
+    code = (
+        "import sys, json, voxflow.flow; "
+        "print(json.dumps(sorted(m for m in sys.modules if m.startswith('voxflow.conversation'))))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+    )
+    assert json.loads(out.stdout) == []
+    assert issubclass(Flow, CoreFlow) and Flow is not CoreFlow
+    assert not hasattr(CoreFlow, "handle_turn") and hasattr(Flow, "handle_turn")
+
+
+def test_a_conversational_class_on_the_core_is_refused_with_the_fix() -> None:
+    with pytest.raises(FlowDefinitionError, match=r"subclass voxflow\.Flow"):
+
+        class Chatty(CoreFlow):  # type: ignore[type-arg]
+            conversational = True
+
+            @start()
+            def begin(self) -> None:
+                pass
+
+    class Plain(CoreFlow):  # type: ignore[type-arg]
+        @start()
+        def begin(self) -> str:
+            return "done"
+
+    with pytest.raises(FlowDefinitionError, match=r"subclass voxflow\.Flow"):
+        ConversationConfig(system_prompt="")(Plain)
+    assert Plain().kickoff() == "done"
+
+
+def test_the_core_saves_a_full_snapshot_through_its_save_hook(tmp_path: Path) -> None:
+    """The core's default ``_prepare_state_save``: ``save_state`` with the whole state."""
+    backend = SQLiteFlowPersistence(tmp_path / "core.db")
+
+    @persist(backend)
+    class Counter(CoreFlow[dict[str, Any]]):
+        @start()
+        def bump(self) -> int:
+            self.state["count"] = self.state.get("count", 0) + 1
+            return int(self.state["count"])
+
+    flow = Counter()
+    assert flow.kickoff() == 1
+    assert backend.load_state(flow.flow_id) == {"id": flow.flow_id, "count": 1}
+    again = Counter()
+    assert again.kickoff(inputs={"id": flow.flow_id}) == 2
+    assert backend.load_state(flow.flow_id) == {"id": flow.flow_id, "count": 2}
+    backend.close()

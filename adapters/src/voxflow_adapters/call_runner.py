@@ -27,7 +27,7 @@ from voxflow_voice.engines import VoiceEngines
 from voxflow_voice.session import VoiceSession
 
 from voxflow.clock import Clock, MonotonicClock
-from voxflow.flow import Flow
+from voxflow.conversation.flow import Flow
 from voxflow.llm import run_sync
 from voxflow.turns import TurnRunner
 

@@ -9,9 +9,6 @@ for custom orchestration and tests. Declarative flows are built with
 ``Flow.from_declaration`` (:mod:`voxflow.conversation.declaration`).
 """
 
-# The Flow core first: its runtime imports this package's mixin, so importing
-# voxflow.conversation on its own must not start from a half-initialised package.
-import voxflow.flow  # noqa: F401
 from voxflow.conversation.config import ConversationalConfig as ConversationalConfig
 from voxflow.conversation.config import ConversationConfig as ConversationConfig
 from voxflow.conversation.config import RouterConfig as RouterConfig

@@ -344,19 +344,22 @@ def flow_class_from_declaration(
     path: str | os.PathLike[str] | None = None,
     contents: str | None = None,
     allow_python: Iterable[str] = (),
+    base: type[Any],
 ) -> type[Any]:
     """Build (and validate) the Flow class a declaration describes; nothing runs.
+
+    Args:
+        base: the class it subclasses (``voxflow.Flow``: ``Flow.from_declaration``
+            passes it, so this module does not import the class that imports it).
 
     Raises:
         DeclarationError: the declaration is invalid; ``.path`` names the field.
         ValueError: not exactly one of ``path``/``contents``.
     """
-    from voxflow.flow.runtime import Flow
-
     if isinstance(allow_python, str):
         raise TypeError("allow_python must be a list of module names, not one string")
     data = load_declaration_document(path, contents)
-    reserved = frozenset(n for n in dir(Flow) if not n.startswith("_"))
+    reserved = frozenset(n for n in dir(base) if not n.startswith("_"))
     decl = parse_declaration(data, reserved=reserved, builtins=frozenset(BUILTIN_METHODS))
     resolver = _Resolver(list(allow_python))
     config = _config(decl, resolver)
@@ -374,7 +377,7 @@ def flow_class_from_declaration(
         namespace["initial_state"] = state_model
     namespace["conversational"] = config is not None
     try:
-        cls = type(decl.name, (Flow,), namespace)
+        cls = type(decl.name, (base,), namespace)
     except Exception as exc:  # a wiring error the schema could not see
         raise DeclarationError([("methods", str(exc))]) from exc
     if config is not None:

@@ -37,6 +37,7 @@ import dataclasses
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from voxflow._loops import run_blocking
 from voxflow.conversation.events import (
     ConversationTurnCompleted,
     ConversationTurnFailed,
@@ -239,8 +240,6 @@ class ConversationTurns:
             ConversationEndedError: the conversation has ended.
             TypeError / ValueError: an invalid argument, named in the message.
         """
-        from voxflow.flow._loops import run_blocking
-
         request = self._turn_request(
             "handle_turn", message, session_id, intents, intent_llm, kickoff_kwargs
         )
@@ -396,8 +395,6 @@ class ConversationTurns:
                 persistence (``@persist`` or ``persistence=``).
             FlowRuntimeError: a run is in progress on this instance.
         """
-        from voxflow.flow._loops import run_blocking
-
         self._check_load_session(session_id)
         return run_blocking(lambda: self._aload_session(session_id, inline=True))
 

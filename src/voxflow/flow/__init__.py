@@ -1,7 +1,10 @@
 """The Flow core: an event-driven graph of methods sharing one state.
 
 Public names are re-exported here and from :mod:`voxflow`; the submodules are
-implementation detail (see ``runtime.py`` for the documented behaviour).
+implementation detail (see ``runtime.py`` for the documented behaviour). ``Flow`` here is
+the core, without conversation; :class:`voxflow.Flow` builds conversational mode on it
+(:mod:`voxflow.conversation.flow`). Nothing in this package imports
+:mod:`voxflow.conversation`.
 """
 
 from __future__ import annotations

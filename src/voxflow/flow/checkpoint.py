@@ -28,12 +28,11 @@ from voxflow.flow._engine import Execution
 from voxflow.flow.state import dump_state, load_state_like
 
 if TYPE_CHECKING:
-    from voxflow.flow.runtime import Flow
+    from voxflow.flow.host import FlowHost
 
 __all__ = [
     "CheckpointConfig",
     "export_execution",
-    "from_checkpoint",
     "import_execution",
     "load_checkpoint",
     "write_checkpoint",
@@ -101,7 +100,7 @@ def import_execution(data: dict[str, Any], *, replay: bool) -> Execution:
     return ex
 
 
-def write_checkpoint(flow: Flow[Any], config: CheckpointConfig) -> Path:
+def write_checkpoint(flow: FlowHost, config: CheckpointConfig) -> Path:
     """Atomically write the flow's checkpoint into ``config.directory``; returns the path."""
     if config.directory is None:
         raise ValueError("config.directory is None: nowhere to write the checkpoint")
@@ -127,7 +126,7 @@ def write_checkpoint(flow: Flow[Any], config: CheckpointConfig) -> Path:
     return path
 
 
-def load_checkpoint(flow: Flow[Any], config: CheckpointConfig) -> None:
+def load_checkpoint(flow: FlowHost, config: CheckpointConfig) -> None:
     """Restore ``config.restore_from`` into ``flow`` (state and tracking, set to resume)."""
     if config.restore_from is None:
         raise ValueError("config.restore_from is None: nothing to restore")
@@ -141,10 +140,3 @@ def load_checkpoint(flow: Flow[Any], config: CheckpointConfig) -> None:
         )
     flow._state = load_state_like(flow._state, payload["state"])
     flow._ex = import_execution(payload["execution"], replay=True)
-
-
-def from_checkpoint(cls: type[Flow[Any]], path: str | os.PathLike[str], **kwargs: Any) -> Flow[Any]:
-    """Build a ``cls`` instance restored from the checkpoint at ``path`` (ready to resume)."""
-    flow = cls(**kwargs)
-    load_checkpoint(flow, CheckpointConfig(restore_from=Path(path)))
-    return flow

@@ -31,12 +31,15 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from voxflow.errors import FlowRuntimeError, HumanFeedbackError, VoxflowError
+from voxflow.errors import FlowRuntimeError, HumanFeedbackError, ProviderError, VoxflowError
+from voxflow.flow._engine import current_method
+from voxflow.flow.checkpoint import export_execution, import_execution
 from voxflow.flow.dsl import Misdecorated, stamp_marks
+from voxflow.flow.state import dump_state, load_state_like
 
 if TYPE_CHECKING:
     from voxflow.flow.definition import MethodDefinition
-    from voxflow.flow.runtime import Flow
+    from voxflow.flow.host import FlowHost
 
 __all__ = [
     "ConsoleFeedbackProvider",
@@ -202,7 +205,7 @@ def human_feedback(
     if default_outcome is not None and (outcomes is None or default_outcome not in outcomes):
         raise ValueError("human_feedback(): default_outcome must be one of emit")
     if llm is not None:
-        from voxflow.llm import coerce_llm
+        from voxflow.llm import coerce_llm  # here: the Flow core loads no LLM code
 
         coerce_llm(llm, name="human_feedback(): llm")  # validate now, at decoration
     if provider is not None and not isinstance(provider, FeedbackProvider):
@@ -225,7 +228,7 @@ def human_feedback(
 
 
 async def _ask_llm(llm: Any, text: str, outcomes: tuple[str, ...]) -> str:
-    from voxflow.llm import coerce_llm
+    from voxflow.llm import coerce_llm  # here: the Flow core loads no LLM code
 
     model = coerce_llm(llm, name="llm")
     assert model is not None
@@ -260,8 +263,6 @@ async def collapse_feedback(
     if not key and default is not None:
         return default
     if llm is not None:
-        from voxflow.errors import ProviderError
-
         try:
             answer = await _ask_llm(llm, text, allowed)
         except (TypeError, ProviderError):
@@ -281,7 +282,7 @@ async def collapse_feedback(
 
 
 async def finish_feedback(
-    flow: Flow[Any], config: FeedbackConfig, method_name: str, output: Any, text: str
+    flow: FlowHost, config: FeedbackConfig, method_name: str, output: Any, text: str
 ) -> HumanFeedbackResult:
     """Collapse ``text`` (when outcomes are declared) and record the result on ``flow``."""
     outcome = None
@@ -301,7 +302,7 @@ async def finish_feedback(
 
 
 async def run_feedback_step(
-    flow: Flow[Any], method: MethodDefinition, output: Any, depth: int
+    flow: FlowHost, method: MethodDefinition, output: Any, depth: int
 ) -> HumanFeedbackResult:
     """The runtime's hook: ask the provider, then collapse (may raise Pending)."""
     config: FeedbackConfig = method.feedback
@@ -321,11 +322,8 @@ async def run_feedback_step(
     return await finish_feedback(flow, config, method.name, output, text)
 
 
-async def save_pending(flow: Flow[Any], pending: HumanFeedbackPending) -> None:
+async def save_pending(flow: FlowHost, pending: HumanFeedbackPending) -> None:
     """Save the paused step (context, tracking, state) so any process can resume it."""
-    from voxflow.flow.checkpoint import export_execution
-    from voxflow.flow.state import dump_state
-
     flow._pending_feedback = pending
     context = pending.context.model_dump(mode="json", fallback=repr)
     context["execution"] = export_execution(flow._ex)
@@ -335,11 +333,8 @@ async def save_pending(flow: Flow[Any], pending: HumanFeedbackPending) -> None:
     )
 
 
-async def resume_flow(flow: Flow[Any], feedback: str) -> Any:
+async def resume_flow(flow: FlowHost, feedback: str) -> Any:
     """Continue the paused step of ``flow`` with ``feedback`` (see :meth:`Flow.resume_async`)."""
-    from voxflow.flow.checkpoint import import_execution
-    from voxflow.flow.state import load_state_like
-
     if not isinstance(feedback, str):
         raise TypeError("feedback must be a string")
     backend = flow._backend()
@@ -371,10 +366,8 @@ async def resume_flow(flow: Flow[Any], feedback: str) -> Any:
     return await flow._run_resumed(proceed)
 
 
-async def ask_async(flow: Flow[Any], prompt: str) -> str | None:
+async def ask_async(flow: FlowHost, prompt: str) -> str | None:
     """Ask ``prompt`` through the flow's ``input_provider`` and record the exchange."""
-    from voxflow.flow._engine import current_method
-
     if not isinstance(prompt, str) or not prompt:
         raise ValueError("prompt must be a non-empty string")
     provider: Callable[[str], str | Awaitable[str | None] | None] = flow.input_provider or input
@@ -384,6 +377,23 @@ async def ask_async(flow: Flow[Any], prompt: str) -> str | None:
         response = await asyncio.to_thread(provider, prompt)
         if inspect.isawaitable(response):
             response = await response
+    if response is not None and not isinstance(response, str):
+        raise TypeError("input_provider must return a str or None")
+    flow.input_history.append(
+        InputHistoryEntry(method_name=current_method.get(), prompt=prompt, response=response)
+    )
+    return response
+
+
+def ask(flow: FlowHost, prompt: str) -> str | None:
+    """:func:`ask_async` for sync steps: blocks until the provider answers."""
+    if not isinstance(prompt, str) or not prompt:
+        raise ValueError("prompt must be a non-empty string")
+    provider = flow.input_provider or input
+    response = provider(prompt)
+    if asyncio.iscoroutine(response):
+        response.close()
+        raise TypeError("input_provider is async: call `await self.ask_async(prompt)`")
     if response is not None and not isinstance(response, str):
         raise TypeError("input_provider must return a str or None")
     flow.input_history.append(

@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import logging
 import os
-import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -60,6 +59,7 @@ from voxflow.flow._item_rows import (
     StateChanges,
 )
 from voxflow.flow._row_store import FencedPersistence, RowStore, SessionLease
+from voxflow.paths import default_data_dir
 
 if TYPE_CHECKING:
     import sqlite3
@@ -123,19 +123,6 @@ class PersistConfig(BaseModel):
     backend: Any = Field(default=None, description="a FlowPersistence, or None for the default")
     verbose: bool = Field(default=False, description="log each save at INFO")
 
-
-def default_data_dir() -> Path:
-    """Where voxflow keeps data by default (see module docs); not created here."""
-    home = os.environ.get("VOXFLOW_HOME")
-    if home:
-        return Path(home).expanduser()
-    if sys.platform == "win32":
-        base = os.environ.get("LOCALAPPDATA") or str(Path.home() / "AppData" / "Local")
-        return Path(base) / "voxflow"
-    if sys.platform == "darwin":
-        return Path.home() / "Library" / "Application Support" / "voxflow"
-    xdg = os.environ.get("XDG_DATA_HOME")
-    return (Path(xdg) if xdg else Path.home() / ".local" / "share") / "voxflow"
 
 
 _defaults: dict[str, RowStore] = {}

@@ -50,10 +50,16 @@ stable:
   the loop) and return the blocking write; conversations save only what they appended.
 * ``_before_starts()`` (async): runs after restore/hydration and ``FlowStarted``, right
   before the starts (not when resuming); conversational turns append the user message here.
-* Conversational mode lives in :class:`voxflow.conversation.mixin.ConversationMixin`, a
-  base class of ``Flow``: the hooks above delegate to it (``super()``), and it returns the
-  plain-Flow defaults unless the class is conversational.
-* ``_open_stream()`` / :class:`voxflow.flow.streaming.StreamSession`: a frame sink for a run.
+* ``_remember_revision(backend, flow_id, revision)``: a load just read that revision.
+* Conversational mode is such a layer: :class:`voxflow.Flow` is this class with the
+  conversation built on top (:mod:`voxflow.conversation.flow`); this module never imports
+  it. ``conversational = True`` on a class built on this core alone is a
+  :class:`~voxflow.errors.FlowDefinitionError` naming the fix.
+
+Parts: human feedback and ``ask`` (:mod:`voxflow.flow.feedback`), checkpoints
+(:mod:`voxflow.flow.checkpoint`) and streaming (:class:`voxflow.flow.streaming.StreamSession`)
+are functions and objects working on a :class:`~voxflow.flow.host.FlowHost`, which this
+class is; they never import this module.
 """
 
 from __future__ import annotations
@@ -69,13 +75,13 @@ from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
 from pydantic import BaseModel
 
+from voxflow._loops import run_blocking
 from voxflow.clock import Clock, MonotonicClock
-from voxflow.conversation.mixin import ConversationMixin
 from voxflow.errors import FlowDefinitionError, FlowRuntimeError
 from voxflow.files import FileRef, InputFilePolicy, prepare_input_files
+from voxflow.flow import feedback as human
 from voxflow.flow._engine import Engine, Execution
-from voxflow.flow._human import HumanInput
-from voxflow.flow._loops import run_blocking
+from voxflow.flow.checkpoint import CheckpointConfig, load_checkpoint, write_checkpoint
 from voxflow.flow.definition import FlowDefinition, MethodDefinition, compile_definition
 from voxflow.flow.events import (
     FlowEvent,
@@ -86,20 +92,21 @@ from voxflow.flow.events import (
     FlowStarted,
     flow_event_bus,
 )
+from voxflow.flow.feedback import HumanFeedbackPending
+from voxflow.flow.persistence import FlowPersistence, default_persistence
 from voxflow.flow.state import (
     StateLike,
+    dump_state,
     load_state_like,
     merge_inputs,
     new_state_id,
     stamp_id,
     state_id,
 )
+from voxflow.flow.streaming import StreamFrame, StreamSession, frame_from_event
 
 if TYPE_CHECKING:
-    from voxflow.flow.checkpoint import CheckpointConfig
     from voxflow.flow.feedback import FeedbackProvider, HumanFeedbackResult
-    from voxflow.flow.persistence import FlowPersistence
-    from voxflow.flow.streaming import StreamFrame
 
 __all__ = ["Flow", "StateT"]
 
@@ -108,7 +115,7 @@ logger = logging.getLogger("voxflow.flow")
 StateT = TypeVar("StateT", bound="BaseModel | dict[str, Any]")
 
 
-class Flow(ConversationMixin, HumanInput, Engine, Generic[StateT]):
+class Flow(Engine, Generic[StateT]):
     """An event-driven graph of methods sharing one state (see the module docs).
 
     Args:
@@ -140,14 +147,21 @@ class Flow(ConversationMixin, HumanInput, Engine, Generic[StateT]):
     _skip_persistence_restore: bool = False
     _voxflow_definition: ClassVar[FlowDefinition | None] = None
     _voxflow_state_type: ClassVar[type[BaseModel] | bool | None] = False
+    _conversation_layer: ClassVar[bool] = False
+    """True on :class:`voxflow.Flow`, which builds conversational mode on this core."""
 
-    def __init_subclass__(cls, **kwargs: Any) -> None:
+    def __init_subclass__(cls, *, layer: bool = False, **kwargs: Any) -> None:
+        """Validate the wiring when the class is created; ``layer=True`` marks a base
+        class built on the core (``voxflow.Flow``): compiled on first use instead."""
         super().__init_subclass__(**kwargs)
+        if getattr(cls, "conversational", False) and not cls._conversation_layer:
+            cls._enable_conversation()
         for name, func in cls._extra_flow_methods().items():
             if getattr(cls, name, None) is None:  # not reachable yet: install the function
                 setattr(cls, name, func)
         cls._voxflow_definition = None
-        cls.flow_definition()  # validate the wiring now, when the class is created
+        if not layer:
+            cls.flow_definition()
 
     @classmethod
     def flow_definition(cls) -> FlowDefinition:
@@ -167,7 +181,18 @@ class Flow(ConversationMixin, HumanInput, Engine, Generic[StateT]):
         base (e.g. a mixin) is called. When no attribute of that name exists, the
         function itself is installed on the class.
         """
-        return super()._extra_flow_methods()
+        return {}
+
+    @classmethod
+    def _enable_conversation(cls) -> None:
+        """Extension point: conversational mode (``@ConversationConfig`` calls it); the
+        core has none, so a conversational class must be built on :class:`voxflow.Flow`."""
+        raise FlowDefinitionError(
+            f"{cls.__name__} is conversational but built on the Flow core "
+            "(voxflow.flow.Flow), which has no conversation: subclass voxflow.Flow "
+            "(`from voxflow import Flow`)",
+            flow=cls.__name__,
+        )
 
     def __init__(
         self,
@@ -234,8 +259,6 @@ class Flow(ConversationMixin, HumanInput, Engine, Generic[StateT]):
             path: a file written by a run with ``CheckpointConfig(directory=...)``.
             kwargs: constructor arguments.
         """
-        from voxflow.flow.checkpoint import CheckpointConfig, load_checkpoint
-
         flow = cls(**kwargs)
         load_checkpoint(flow, CheckpointConfig(restore_from=Path(path)))
         flow._resume_checkpoint = True
@@ -361,8 +384,6 @@ class Flow(ConversationMixin, HumanInput, Engine, Generic[StateT]):
         event = event_type(**self._event_fields(), **fields)
         self._bus.emit(event)
         if self._frame_sink is not None:
-            from voxflow.flow.streaming import frame_from_event
-
             self._frame_sink(frame_from_event(event))
 
     def _emit_method_event(self, event_type: type[FlowEvent], **fields: Any) -> None:
@@ -372,17 +393,26 @@ class Flow(ConversationMixin, HumanInput, Engine, Generic[StateT]):
     def emit_frame(self, channel: str, type: str, data: Mapping[str, Any] | None = None) -> None:
         """Add a frame to the active :class:`StreamSession` (no-op when not streaming)."""
         if self._frame_sink is not None:
-            from voxflow.flow.streaming import StreamFrame
-
             self._frame_sink(StreamFrame(channel=channel, type=type, data=dict(data or {})))
+
+    def _emit_flow_started(self) -> bool:
+        """Extension point: False skips ``FlowStarted`` (e.g. a session's later turns)."""
+        return True
+
+    def _emit_flow_failed(self) -> bool:
+        """Extension point: False skips ``FlowFailed`` (e.g. a deferred turn's failure)."""
+        return True
 
     def _emit_flow_finished(self) -> bool:
         """Extension point: False defers ``FlowFinished`` (e.g. per-turn trace deferral)."""
-        return super()._emit_flow_finished()
+        return True
 
     def _order_starts(self, names: list[str]) -> list[str]:
         """Extension point: the order starts run in (used when they run sequentially)."""
-        return super()._order_starts(names)
+        return names
+
+    async def _before_starts(self) -> None:
+        """Extension point: runs after restore and ``FlowStarted``, right before the starts."""
 
     # ------------------------------------------------------------------ kickoff
 
@@ -405,11 +435,8 @@ class Flow(ConversationMixin, HumanInput, Engine, Generic[StateT]):
                 raise TypeError("inputs keys must be strings")
             if "id" in inputs and (not isinstance(inputs["id"], str) or not inputs["id"]):
                 raise ValueError("inputs['id'] must be a non-empty string")
-        if from_checkpoint is not None:
-            from voxflow.flow.checkpoint import CheckpointConfig
-
-            if not isinstance(from_checkpoint, CheckpointConfig):
-                raise TypeError("from_checkpoint must be a CheckpointConfig")
+        if from_checkpoint is not None and not isinstance(from_checkpoint, CheckpointConfig):
+            raise TypeError("from_checkpoint must be a CheckpointConfig")
         if restore_from_state_id is not None and (
             not isinstance(restore_from_state_id, str) or not restore_from_state_id
         ):
@@ -449,8 +476,6 @@ class Flow(ConversationMixin, HumanInput, Engine, Generic[StateT]):
         self._check_kickoff_args(inputs, from_checkpoint, restore_from_state_id)
         self._take_input_files(input_files)
         if self.stream:
-            from voxflow.flow.streaming import StreamSession
-
             return StreamSession.run_sync(
                 self,
                 lambda private: self._kickoff(
@@ -477,8 +502,6 @@ class Flow(ConversationMixin, HumanInput, Engine, Generic[StateT]):
         else:
             self._input_files = {}
         if self.stream:
-            from voxflow.flow.streaming import StreamSession
-
             return StreamSession.run_async(
                 self,
                 lambda private: self._kickoff(
@@ -524,8 +547,6 @@ class Flow(ConversationMixin, HumanInput, Engine, Generic[StateT]):
         resuming = False
         if from_checkpoint is not None:
             if from_checkpoint.restore_from is not None:
-                from voxflow.flow.checkpoint import load_checkpoint
-
                 load_checkpoint(self, from_checkpoint)
                 resuming = True
             self.checkpoint = from_checkpoint
@@ -551,8 +572,6 @@ class Flow(ConversationMixin, HumanInput, Engine, Generic[StateT]):
 
     async def _run(self, input_keys: tuple[str, ...], resume: Any) -> Any:
         """Run starts (or continue a resumed step) and the dispatch loop; emit flow events."""
-        from voxflow.flow.feedback import HumanFeedbackPending
-
         if self._emit_flow_started():
             self._emit(FlowStarted, input_keys=input_keys)
         try:
@@ -571,8 +590,6 @@ class Flow(ConversationMixin, HumanInput, Engine, Generic[StateT]):
             if self.checkpoint is not None and self.checkpoint.directory is not None:
                 # Record the bookkeeping done since the last completion (e.g. pending
                 # and_ events), so a resume continues exactly where the run stopped.
-                from voxflow.flow.checkpoint import write_checkpoint
-
                 write_checkpoint(self, self.checkpoint)
             raise
         result = self._ex.result
@@ -593,7 +610,47 @@ class Flow(ConversationMixin, HumanInput, Engine, Generic[StateT]):
             return
         await self._run_batch(starts, None, 0)
 
-    # ------------------------------------------------------------------ feedback
+    # ------------------------------------------------------------------ human input
+
+    def resume(self, feedback: str, *, flow_id: str | None = None) -> Any:
+        """Continue a run paused by a feedback provider with the person's ``feedback``.
+
+        Args:
+            feedback: the free text (collapsed to an outcome when the step declares ``emit``).
+            flow_id: resume the run with this state id (e.g. in another process).
+
+        Returns:
+            The kickoff result, or another ``HumanFeedbackPending``.
+        """
+        return run_blocking(lambda: self.resume_async(feedback, flow_id=flow_id))
+
+    async def resume_async(self, feedback: str, *, flow_id: str | None = None) -> Any:
+        """:meth:`resume` for async callers."""
+        if not isinstance(feedback, str):
+            raise TypeError("feedback must be a string")
+        if flow_id is not None:
+            if not isinstance(flow_id, str) or not flow_id:
+                raise ValueError("flow_id must be a non-empty string")
+            stamp_id(self._state, flow_id)
+        return await human.resume_flow(self, feedback)
+
+    def ask(self, prompt: str) -> str | None:
+        """Ask a question from inside a sync step; recorded in :attr:`input_history`.
+
+        Blocks the step until ``input_provider`` (default ``input``) answers; use
+        :meth:`ask_async` from async steps.
+        """
+        return human.ask(self, prompt)
+
+    async def ask_async(self, prompt: str) -> str | None:
+        """:meth:`ask` for async steps (a sync provider runs in a worker thread)."""
+        return await human.ask_async(self, prompt)
+
+    async def _feedback_step(self, method: MethodDefinition, output: Any, depth: int) -> Any:
+        return await human.run_feedback_step(self, method, output, depth)
+
+    async def _save_pending(self, pending: HumanFeedbackPending) -> None:
+        await human.save_pending(self, pending)
 
     async def _run_resumed(self, proceed: Callable[[], Any]) -> Any:
         if self._running:
@@ -640,8 +697,6 @@ class Flow(ConversationMixin, HumanInput, Engine, Generic[StateT]):
         for m in self._definition.methods.values():
             if m.persist is not None and m.persist.backend is not None:
                 return typing.cast("FlowPersistence", m.persist.backend)
-        from voxflow.flow.persistence import default_persistence
-
         return default_persistence()
 
     def _check_store(self) -> None:
@@ -668,6 +723,18 @@ class Flow(ConversationMixin, HumanInput, Engine, Generic[StateT]):
         self._remember_revision(backend, flow_uuid, revision)
         return typing.cast("dict[str, Any] | None", data)
 
+    def _remember_revision(self, backend: Any, flow_id: str, revision: int) -> None:
+        """Extension point: ``backend`` was just read at ``revision`` for ``flow_id``."""
+
+    def _prepare_state_save(self, backend: Any, method_name: str) -> Callable[[], None]:
+        """Extension point: snapshot the state now (on the loop); return the blocking write.
+
+        The core writes a full snapshot with ``save_state``; :class:`voxflow.Flow` saves
+        only what changed and checks the session's revision.
+        """
+        flow_id, data = self.flow_id, dump_state(self._state)
+        return lambda: backend.save_state(flow_id, method_name, data)
+
     async def _after_commit(self, method: MethodDefinition) -> None:
         cfg = method.persist or self._definition.persist
         if cfg is not None:
@@ -679,8 +746,6 @@ class Flow(ConversationMixin, HumanInput, Engine, Generic[StateT]):
             if cfg.verbose:
                 logger.info("saved state of %s after %s", self._definition.name, method.name)
         if self.checkpoint is not None and self.checkpoint.directory is not None:
-            from voxflow.flow.checkpoint import write_checkpoint
-
             if self._inline:
                 write_checkpoint(self, self.checkpoint)
             else:

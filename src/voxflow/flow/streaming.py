@@ -25,7 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 if TYPE_CHECKING:
     from voxflow.flow.events import FlowEvent
-    from voxflow.flow.runtime import Flow
+    from voxflow.flow.host import FlowHost
 
 __all__ = ["StreamFrame", "StreamSession", "frame_from_event"]
 
@@ -62,7 +62,7 @@ def frame_from_event(event: FlowEvent) -> StreamFrame:
 class StreamSession:
     """Ordered frames of one run, then its result (see module docs)."""
 
-    def __init__(self, flow: Flow[Any]) -> None:
+    def __init__(self, flow: FlowHost) -> None:
         self._flow = flow
         self._seq = 0
         self._sync_queue: queue.SimpleQueue[object] | None = None
@@ -96,7 +96,7 @@ class StreamSession:
 
     @classmethod
     def run_sync(
-        cls, flow: Flow[Any], make: Callable[[bool], Coroutine[Any, Any, Any]]
+        cls, flow: FlowHost, make: Callable[[bool], Coroutine[Any, Any, Any]]
     ) -> StreamSession:
         """Start ``make(private_loop)`` on a new thread; frames go to a thread-safe queue."""
         session = cls(flow)
@@ -120,7 +120,7 @@ class StreamSession:
 
     @classmethod
     def run_async(
-        cls, flow: Flow[Any], make: Callable[[bool], Coroutine[Any, Any, Any]]
+        cls, flow: FlowHost, make: Callable[[bool], Coroutine[Any, Any, Any]]
     ) -> StreamSession:
         """Start ``make(False)`` as a task on the running loop."""
         session = cls(flow)

@@ -16,8 +16,8 @@ from typing import Any, Generic, TypeVar
 
 from pydantic import Field, JsonValue
 
+from voxflow.conversation.flow import Flow
 from voxflow.errors import JobUpdateRejectedError, ResourceClosedError
-from voxflow.flow.runtime import Flow
 from voxflow.flow.state import FlowState
 from voxflow.jobs.records import JobRecord, JobUpdate, JobUpdateKind
 

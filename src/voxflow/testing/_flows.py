@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from voxflow.conversation import ConversationConfig, ConversationState
-from voxflow.flow import Flow, listen
+from voxflow.conversation.flow import Flow
+from voxflow.flow import listen
 from voxflow.turns import TurnState
 
 __all__ = ["Acknowledger", "Echo"]

@@ -51,7 +51,7 @@ from voxflow.turns.ledger import ActiveTurn, TurnLedger
 from voxflow.turns.records import ReplyEvent, ReplyKind
 
 if TYPE_CHECKING:
-    from voxflow.flow.runtime import Flow
+    from voxflow.conversation.flow import Flow
     from voxflow.flow.streaming import StreamSession
 
 __all__ = ["DEFAULT_PUBLIC_METHODS", "TurnRunner"]
@@ -91,7 +91,8 @@ class TurnRunner(TurnLedger):
         should_interrupt: Callable[[], bool] | None = None,
         clock: Clock | None = None,
     ) -> None:
-        from voxflow.flow.runtime import Flow
+        # Here: the turn records (`from voxflow import TurnState`) load no Flow.
+        from voxflow.conversation.flow import Flow
 
         if not isinstance(flow, Flow):
             raise TypeError(f"flow must be a voxflow Flow, got {type(flow).__name__}")
@@ -354,7 +355,7 @@ def _canceller(stream: StreamSession) -> Callable[[], None]:
 
 
 def _drive(events: AsyncIterator[ReplyEvent]) -> Iterator[ReplyEvent]:
-    from voxflow.flow._loops import _thread_loop
+    from voxflow._loops import _thread_loop
 
     loop = _thread_loop()
     agen: Any = events

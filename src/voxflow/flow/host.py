@@ -1,0 +1,53 @@
+"""``FlowHost``: what the parts of a Flow use of the Flow that holds them.
+
+The Flow runtime (:mod:`voxflow.flow.runtime`) is the host; its parts (human feedback and
+``ask``: :mod:`voxflow.flow.feedback`; checkpoints: :mod:`voxflow.flow.checkpoint`;
+streaming: :mod:`voxflow.flow.streaming`) are functions and objects that work on any
+host. They depend on this protocol, never on the runtime module, so the runtime can
+import them and the import graph of ``voxflow.flow`` has no cycle. Nothing here is public
+API: the members are the runtime's internal attributes, named as the runtime names them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from voxflow.flow._engine import Execution
+    from voxflow.flow.definition import FlowDefinition, MethodDefinition
+    from voxflow.flow.persistence import FlowPersistence
+    from voxflow.flow.state import StateLike
+
+__all__ = ["FlowHost"]
+
+
+class FlowHost(Protocol):
+    """A Flow as its parts see it (see the module docs).
+
+    The feedback part's own types (``HumanFeedbackResult``, ``InputHistoryEntry``,
+    ``HumanFeedbackPending``, ``FeedbackProvider``) are ``Any`` here: that module imports
+    this one.
+    """
+
+    _state: StateLike
+    _ex: Execution
+    _definition: FlowDefinition
+    _frame_sink: Callable[[Any], None] | None
+    _pending_feedback: Any
+    feedback_provider: Any
+    input_provider: Callable[[str], Any] | None
+    input_history: list[Any]
+    last_human_feedback: Any
+    human_feedback_history: list[Any]
+
+    @property
+    def flow_id(self) -> str: ...
+
+    def _backend(self, method: MethodDefinition | None = None) -> FlowPersistence: ...
+
+    async def _commit(self, name: str, output: Any, depth: int) -> None: ...
+
+    async def _dispatch(self, name: str, output: Any, depth: int) -> None: ...
+
+    async def _run_resumed(self, proceed: Callable[[], Awaitable[None]]) -> Any: ...
