@@ -26,12 +26,11 @@ Example::
 from __future__ import annotations
 
 import copy
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pydantic import BaseModel
 
-if TYPE_CHECKING:
-    from voxflow.flow.runtime import Flow
+from voxflow.flow.runtime import Flow
 
 __all__ = ["RollbackPoint"]
 
@@ -63,8 +62,6 @@ class RollbackPoint:
             TypeError: ``flow`` is not a Flow, or its state is neither a pydantic model
                 nor a dict.
         """
-        from voxflow.flow.runtime import Flow
-
         if not isinstance(flow, Flow):
             raise TypeError(f"flow must be a Flow, got {type(flow).__name__}")
         state = flow.state
