@@ -4,6 +4,7 @@ and the assistant's audio arrive."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
@@ -90,6 +91,9 @@ async def test_chromium_calls_the_page_and_hears_the_assistant(
             await page.wait_for_selector("#transcript li.assistant", timeout=20_000)
             await page.wait_for_function(
                 "window.voxflow.messages.some(m => m.type === 'latency')", timeout=30_000)
+            await page.wait_for_function("window.voxflow.latency.length > 0", timeout=10_000)
+            ear: dict[str, Any] = await page.evaluate("window.voxflow.latency[0]")
+            meta = await page.inner_text("#transcript li.user .meta")
             heard: dict[str, Any] = await page.evaluate(_INBOUND_AUDIO)
             user_line = await page.inner_text("#transcript li.user")
             reply_line = await page.inner_text("#transcript li.assistant")
@@ -108,3 +112,11 @@ async def test_chromium_calls_the_page_and_hears_the_assistant(
     assert stats.outbound.reply_frames > 25 and stats.outbound.stale_samples == 0
     assert stats.page_playing is True, console  # the page reported its audio playing
     assert stats.close_reason == "the page hung up"
+    # The page's voice-to-voice is the time at the user's ear: the server's figure plus
+    # the inbound path the server measured and what getStats() says this browser adds
+    # (its jitter buffer holds every received frame for a while: never 0).
+    assert ear["server_ms"] is not None and ear["receive_ms"] >= 0
+    assert ear["jitter_ms"] > 0 and ear["buffer_ms"] >= ear["jitter_ms"]
+    assert ear["ear_ms"] == pytest.approx(ear["server_ms"] + ear["receive_ms"] + ear["rtt_ms"]
+                                          + ear["buffer_ms"])
+    assert f"voice-to-voice {math.floor(ear['ear_ms'] + 0.5)} ms at your ear" in meta  # Math.round

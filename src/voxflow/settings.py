@@ -22,6 +22,7 @@ variable                                setting                      default
 ``VOXFLOW_TURN_USERNAME``               ``turn_username``            none
 ``VOXFLOW_TURN_CREDENTIAL``             ``turn_credential``          none (secret)
 ``VOXFLOW_DATABASE_URL``                ``database_url``             none (SQLite)
+``VOXFLOW_WEBRTC_RECEIVE_HOLD``         ``webrtc_receive_hold``      ``3``
 ======================================  ===========================  ==================
 """
 
@@ -56,6 +57,8 @@ _FIXES = {
     "log_format": "use text or json",
     "llm_timeout": "give seconds, more than 0 and at most 600",
     "llm_retries": "give a whole number from 0 to 10",
+    "webrtc_receive_hold": "give a whole number of 20 ms packets from 0 to 15 (3: a lost "
+    "packet holds the audio behind it at most 60 ms; packets in order are never held)",
     "speculative_replies": "use true or false",
     "database_url": (
         "give postgresql://user[:password]@host[:port]/database, or unset it for the "
@@ -113,6 +116,12 @@ class Settings(BaseModel):
     turn_credential: SecretStr | None = Field(
         None, description="`voxflow serve --ice-server turn:...`: the TURN password (never "
         "on the command line)",
+    )
+
+    webrtc_receive_hold: int = Field(
+        3, ge=0, le=15, description="`voxflow serve`: inbound RTP packets a "
+        "lost or overtaken packet may hold before it is skipped (packets in order are "
+        "decoded at once)",
     )
 
     database_url: SecretStr | None = Field(

@@ -23,6 +23,8 @@ from numpy.typing import NDArray
 
 from voxflow.ids import DeliveryId
 
+from .decimator import Decimator
+
 if TYPE_CHECKING:
     import soxr
 
@@ -243,13 +245,15 @@ class InputConverter:
     One converter per input stream: it keeps the resampler state and counts samples, so
     every output chunk's ``start_sample`` is its position in the 16 kHz stream. If the
     input rate or channel count changes mid-stream (a device switch), the resampler is
-    rebuilt for the new rate.
+    rebuilt for the new rate. A whole multiple of the output rate (48 kHz: browsers,
+    most sound cards) goes through a :class:`~voxflow_voice.decimator.Decimator`, which
+    hands each frame on at once (soxr's streaming filter batches ~40 ms of output).
     """
 
     def __init__(self, out_rate: int = STT_SAMPLE_RATE) -> None:
         _check_rate("out_rate", out_rate)
         self.out_rate = out_rate
-        self._resampler: Resampler | None = None
+        self._resampler: Resampler | Decimator | None = None
         self._position = 0
 
     @property
@@ -271,7 +275,9 @@ class InputConverter:
         """Like :meth:`convert`, for mono float input."""
         _check_rate("sample_rate", sample_rate)
         if self._resampler is None or self._resampler.in_rate != sample_rate:
-            self._resampler = Resampler(sample_rate, self.out_rate)
+            whole = sample_rate % self.out_rate == 0 and sample_rate > self.out_rate
+            self._resampler = (Decimator(sample_rate, self.out_rate) if whole
+                               else Resampler(sample_rate, self.out_rate))
         out = self._resampler.process(samples)
         chunk = AudioChunk.from_float(out, self.out_rate, start_sample=self._position)
         self._position += chunk.num_samples
@@ -279,7 +285,8 @@ class InputConverter:
 
     def flush(self) -> AudioChunk:
         """End of input: the samples the resampler still holds."""
-        tail = self._resampler.flush() if self._resampler is not None else np.zeros(0, np.float32)
+        held = self._resampler
+        tail = held.flush() if isinstance(held, Resampler) else np.zeros(0, np.float32)
         self._resampler = None
         chunk = AudioChunk.from_float(tail, self.out_rate, start_sample=self._position)
         self._position += chunk.num_samples

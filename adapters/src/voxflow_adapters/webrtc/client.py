@@ -31,6 +31,8 @@ from voxflow.errors import SignalingError
 
 from ._ice import host_addresses
 from .outbound import FRAME_SAMPLES, FRAME_SECONDS, OPUS_SAMPLE_RATE
+from .peer import DEFAULT_RECEIVE_HOLD
+from .receive import ReceiveTimings, ReorderWindow, install_receive_path
 
 __all__ = ["CALLER_TOKEN_ENV", "LoopbackCaller", "OfferRejected", "ReceivedFrame"]
 
@@ -60,11 +62,14 @@ class ReceivedFrame:
         at: ``time.monotonic()`` on arrival.
         peak: the largest absolute sample, in [0, 1].
         samples: samples per channel.
+        pts: the frame's RTP time (48 kHz samples from the stream's first packet): frame
+            ``pts // 960`` is the server's outbound frame of that index.
     """
 
     at: float
     peak: float
     samples: int
+    pts: int | None = None
 
     @property
     def audible(self) -> bool:
@@ -82,13 +87,18 @@ class _MicTrack(MediaStreamTrack):
         self._pending: deque[NDArray[np.float32]] = deque()
         self._index = 0
         self._start: float | None = None
+        self.sent_at: list[float] = []
+        """When each frame (by index) was handed to the encoder (``time.monotonic()``)."""
 
-    def feed(self, samples: NDArray[np.float32]) -> None:
+    def feed(self, samples: NDArray[np.float32]) -> int:
+        """Queue ``samples`` (48 kHz); returns the index of the frame they start in."""
+        first = self._index + len(self._pending)
         for begin in range(0, samples.size, FRAME_SAMPLES):
             frame = samples[begin : begin + FRAME_SAMPLES]
             if frame.size < FRAME_SAMPLES:
                 frame = np.pad(frame, (0, FRAME_SAMPLES - frame.size))
             self._pending.append(frame)
+        return first
 
     @property
     def speaking(self) -> bool:
@@ -114,6 +124,7 @@ class _MicTrack(MediaStreamTrack):
         frame.pts = self._index * FRAME_SAMPLES
         frame.time_base = fractions.Fraction(1, OPUS_SAMPLE_RATE)
         self._index += 1
+        self.sent_at.append(time.monotonic())
         return frame
 
 
@@ -128,12 +139,15 @@ class LoopbackCaller:
         ice_host_addresses: local addresses for host candidates (loopback by default).
         ssl: for ``https://``: the TLS context that verifies the server (None: the
             system's trusted certificates).
+        receive_hold: the receive path of the assistant's audio, as the server's
+            (:class:`~voxflow_adapters.webrtc.PeerSettings` ``receive_hold``; None:
+            aiortc's own jitter buffer, 80 ms).
     """
 
     def __init__(
         self, base_url: str, token: str, *, origin: str | None = None, send_audio: bool = True,
         ice_host_addresses: Sequence[str] | None = ("127.0.0.1",),
-        ssl: ssl_module.SSLContext | None = None,
+        ssl: ssl_module.SSLContext | None = None, receive_hold: int | None = DEFAULT_RECEIVE_HOLD,
     ) -> None:
         self.base_url = base_url.rstrip("/")
         self.token = token
@@ -141,6 +155,11 @@ class LoopbackCaller:
         self.send_audio = send_audio
         self.ice_host_addresses = ice_host_addresses
         self.ssl = ssl
+        self.receive_hold = receive_hold
+        self.receive_timings = ReceiveTimings()
+        """Arrival time of each packet of the assistant's audio."""
+        self.receive_windows: list[ReorderWindow] = []
+        """The receive path's reorder window (none with aiortc's jitter buffer)."""
         self.answer_sdp: str | None = None
         """The server's answer (its ICE candidates), once connected."""
         self.mic = _MicTrack()
@@ -173,6 +192,12 @@ class LoopbackCaller:
         else:
             pc.addTransceiver("audio", direction="recvonly")
         pc.on("track", self._on_track)
+        for transceiver in pc.getTransceivers():
+            if transceiver.kind == "audio":
+                window = install_receive_path(transceiver.receiver, hold=self.receive_hold,
+                                              timings=self.receive_timings)
+                if window is not None:
+                    self.receive_windows.append(window)
         offer = await pc.createOffer()
         with host_addresses(self.ice_host_addresses):
             await pc.setLocalDescription(offer)
@@ -204,7 +229,8 @@ class LoopbackCaller:
                 frame = await track.recv()
                 samples = frame.to_ndarray()
                 peak = float(np.abs(samples).max()) / 32768.0 if samples.size else 0.0
-                self.frames.append(ReceivedFrame(time.monotonic(), peak, frame.samples))
+                self.frames.append(ReceivedFrame(time.monotonic(), peak, frame.samples,
+                                                 frame.pts))
                 self._changed.set()
 
     def _on_message(self, raw: Any) -> None:
@@ -219,10 +245,11 @@ class LoopbackCaller:
 
     # -- acting ---------------------------------------------------------------------
 
-    def say(self, audio: AudioChunk) -> None:
-        """Speak ``audio`` (any rate) into the microphone from the next frame on."""
+    def say(self, audio: AudioChunk) -> int:
+        """Speak ``audio`` (any rate) into the microphone after what is queued; returns
+        the index of the microphone frame it starts in (``mic.sent_at`` times it)."""
         samples = resample(audio.samples(), audio.sample_rate, OPUS_SAMPLE_RATE)
-        self.mic.feed(samples)
+        return self.mic.feed(samples)
 
     def send(self, message: dict[str, Any] | str | bytes) -> None:
         """Send a data-channel message (a dict as JSON, a string or bytes as is)."""

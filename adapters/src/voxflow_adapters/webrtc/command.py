@@ -20,7 +20,7 @@ from voxflow.flow.persistence import default_data_dir
 from voxflow.settings import Settings
 
 from .calls import CallFactory, assistant_call_factory, flow_call_factory, webrtc_voice_settings
-from .peer import IceServer, PeerSettings
+from .peer import DEFAULT_RECEIVE_HOLD, IceServer, PeerSettings
 from .server import ServerSettings, serve
 from .tls import TlsError, certificate_names, self_signed_certificate, ssl_context
 
@@ -85,7 +85,7 @@ def build_settings(
     ice_host_addresses: Sequence[str] | None = None, max_calls: int = 8,
     max_call_seconds: float = 1800.0, tls_cert: Path | None = None, tls_key: Path | None = None,
     trust_forwarded: bool = False, turn_username: str | None = None,
-    turn_credential: str | None = None,
+    turn_credential: str | None = None, receive_hold: int | None = DEFAULT_RECEIVE_HOLD,
 ) -> ServerSettings:
     """Server settings from command-line values (and the TURN credentials).
 
@@ -97,7 +97,7 @@ def build_settings(
         ice_servers=ice_servers_from(ice_servers, username=turn_username,
                                      credential=turn_credential),
         ice_host_addresses=tuple(ice_host_addresses) if ice_host_addresses else None,
-        max_call_seconds=max_call_seconds,
+        max_call_seconds=max_call_seconds, receive_hold=receive_hold,
     )
     return ServerSettings(host=host, port=port, token=token, max_calls=max_calls, peer=peer,
                           tls_cert=tls_cert, tls_key=tls_key, trust_forwarded=trust_forwarded)
@@ -177,6 +177,7 @@ def run_serve(
             trust_forwarded=trust_forwarded, turn_username=settings.turn_username,
             turn_credential=(settings.turn_credential.get_secret_value()
                              if settings.turn_credential is not None else None),
+            receive_hold=settings.webrtc_receive_hold,
         )
     except (ServeOptionError, TlsError) as exc:
         print(f"error: {exc}", file=sys.stderr)

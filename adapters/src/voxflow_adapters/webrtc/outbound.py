@@ -52,6 +52,7 @@ OPUS_SAMPLE_RATE = 48_000
 FRAME_SECONDS = 0.02
 FRAME_SAMPLES = 960  # 20 ms at 48 kHz
 _SILENCE = bytes(2 * FRAME_SAMPLES)
+_KEEP_FRAME_TIMES = 30_000  # 10 minutes of frames
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,6 +105,13 @@ class OutboundAudio:
         """Index of the last frame that carried each delivery's audio."""
         self.flush_frame_of: dict[DeliveryId, int] = {}
         """Index of the next frame to be produced when each delivery was flushed."""
+        self.first_frame_of: dict[DeliveryId, int] = {}
+        """Index of the first frame that carried each delivery's audio."""
+        self.first_written_at: dict[DeliveryId, float] = {}
+        """When each delivery's first chunk was queued (clock time)."""
+        self.paused_at: dict[DeliveryId, float] = {}
+        """When each delivery was last paused (clock time)."""
+        self._frame_times: deque[float] = deque(maxlen=_KEEP_FRAME_TIMES)
 
     @property
     def frame_index(self) -> int:
@@ -125,6 +133,7 @@ class OutboundAudio:
             raise ValueError("reply chunks must carry a delivery_id")
         if self._playout.is_flushed(delivery):
             return  # the playback stage fences first; this is a second guard
+        self.first_written_at.setdefault(delivery, self._clock.now())
         self._playout.put(chunk, resample(chunk.samples(), chunk.sample_rate, OPUS_SAMPLE_RATE))
 
     def flush(self, delivery_id: DeliveryId) -> int:
@@ -138,7 +147,10 @@ class OutboundAudio:
     def pause(self, delivery_id: DeliveryId) -> bool:
         """Hold ``delivery_id`` from the next frame on; its queued audio stays queued.
         False if it is already paused or was flushed."""
-        return self._playout.pause(delivery_id)
+        paused = self._playout.pause(delivery_id)
+        if paused:
+            self.paused_at[delivery_id] = self._clock.now()
+        return paused
 
     def resume(self, delivery_id: DeliveryId) -> bool:
         """Send on from the sample where ``delivery_id`` paused; False if not paused."""
@@ -150,8 +162,10 @@ class OutboundAudio:
         self._frames += 1
         if late:
             self._late += 1
+        self._frame_times.append(self._clock.now())
         pulled = self._playout.pull(FRAME_SAMPLES)
         for receipt in pulled.receipts:
+            self.first_frame_of.setdefault(receipt.delivery_id, index)
             self.last_frame_of[receipt.delivery_id] = index
             self._emit(receipt)
         if pulled.drained is not None:
@@ -161,6 +175,14 @@ class OutboundAudio:
             return _SILENCE  # nothing queued, or paused: the floor stays held
         self._reply_frames += 1
         return float_to_pcm16(pulled.samples)
+
+    def frame_time(self, index: int) -> float | None:
+        """When frame ``index`` was taken for the encoder (clock time; None: not yet, or
+        forgotten after ten minutes)."""
+        first = self._frames - len(self._frame_times)
+        if not first <= index < self._frames:
+            return None
+        return self._frame_times[index - first]
 
     def _wake_writer(self) -> None:
         if self._playout.queued_seconds < self._lead:

@@ -3,9 +3,12 @@
 
 :class:`WebRtcPeer` answers the page's offer and then moves audio both ways:
 
-* *in*: the page's microphone track (Opus, 48 kHz stereo s16) is converted to 16 kHz
-  mono by :class:`~voxflow_voice.audio.InputConverter` and yielded by
-  :meth:`WebRtcPeer.audio_input`; while the page is muted, silence is yielded instead;
+* *in*: the page's microphone track (Opus, 48 kHz stereo s16) goes through the receive
+  path of :mod:`~voxflow_adapters.webrtc.receive` (each packet decoded as it arrives; a
+  gap holds at most ``receive_hold`` packets), is converted to 16 kHz mono once by
+  :class:`~voxflow_voice.audio.InputConverter` (a frame in, its 320 samples out) and
+  yielded by :meth:`WebRtcPeer.audio_input`; while the page is muted, silence is yielded
+  instead;
 * *out*: :class:`~voxflow_adapters.webrtc.outbound.ReplyTrack` sends 20 ms frames from
   the reply queue; receipts come from what was actually sent;
 * *data channel* ``voxflow``: session facts go to the page
@@ -29,6 +32,8 @@ import asyncio
 import contextlib
 import itertools
 import logging
+import statistics
+import time
 from collections import deque
 from collections.abc import AsyncIterator, Coroutine
 from typing import Any
@@ -55,14 +60,20 @@ from .protocol import (
     ServerMessage,
     parse_page_message,
 )
+from .receive import MAX_RECEIVE_HOLD, ReceiveTimings, install_receive_path
 
-__all__ = ["DEFAULT_PEER_SETTINGS", "IceServer", "PeerSettings", "PeerStatistics", "WebRtcPeer"]
+__all__ = [
+    "DEFAULT_PEER_SETTINGS", "DEFAULT_RECEIVE_HOLD", "IceServer", "PeerSettings",
+    "PeerStatistics", "WebRtcPeer",
+]
 
 logger = logging.getLogger(__name__)
 
 DATA_CHANNEL_LABEL = "voxflow"
 _MAX_REJECTED = 50  # malformed page messages tolerated before the call is ended
 _call_numbers = itertools.count(1)
+DEFAULT_RECEIVE_HOLD = 3
+"""Packets a gap may hold by default (60 ms, only after a loss or reordering)."""
 
 
 class IceServer(BaseModel):
@@ -107,6 +118,11 @@ class PeerSettings(BaseModel):
                              "bye) may take to leave before the connection is closed")
     max_call_seconds: float = Field(1800.0, gt=0, description="longest call (s)")
     lead: float = Field(0.3, gt=0, description="reply audio (s) queued ahead of the wire")
+    receive_hold: int | None = Field(
+        DEFAULT_RECEIVE_HOLD, ge=0, le=MAX_RECEIVE_HOLD, description="inbound RTP packets "
+        "a gap (a lost or overtaken packet) may hold before it is skipped; packets in order "
+        "are decoded at once. None: aiortc's own jitter buffer (80 ms on every packet)",
+    )
 
     @field_validator("ice_host_addresses")
     @classmethod
@@ -127,6 +143,12 @@ class PeerStatistics(BaseModel):
     frames_in: int
     frames_dropped: int = Field(0, description="inbound frames refused (dtype, rate, shape)")
     frames_zeroed: int = Field(0, description="inbound frames with NaN/inf, passed as silence")
+    packets_late: int = Field(0, description="inbound RTP packets dropped: older than one "
+                              "already decoded (late or duplicated)")
+    packets_skipped: int = Field(0, description="inbound RTP sequence numbers given up on "
+                                 "(lost, or later than receive_hold allowed)")
+    receive_ms: float | None = Field(None, description="median inbound delay (ms): RTP "
+                                     "packet arrival → its audio handed to the session")
     outbound: OutboundStatistics = Field(description="the reply track's counters")
     page_messages: int
     rejected_messages: int
@@ -160,6 +182,7 @@ class WebRtcPeer:
         self.track = ReplyTrack(self.outbound)
         self._pc: Any = None
         self._channel: Any = None
+        self._windows: list[Any] = []  # the receive path's reorder windows
         self._pending: deque[str] = deque(maxlen=256)  # messages before the channel opened
         self._tasks: set[asyncio.Task[Any]] = set()
         self._connected = asyncio.Event()
@@ -176,6 +199,11 @@ class WebRtcPeer:
         self._page_messages = 0
         self._rejected = 0
         self.input_ended = asyncio.Event()
+        self.receive_timings = ReceiveTimings()
+        """Arrival and decode time of each inbound packet (for latency figures)."""
+        self.inbound_delays: deque[tuple[float, float]] = deque(maxlen=3000)
+        """(arrived, handed to the session): the newest packet in each chunk yielded."""
+        self._newest_arrival: float | None = None
 
     # -- signaling ------------------------------------------------------------------
 
@@ -205,6 +233,11 @@ class WebRtcPeer:
         pc.on("iceconnectionstatechange", self._on_ice_state)
         try:
             await pc.setRemoteDescription(RTCSessionDescription(sdp=offer_sdp, type="offer"))
+            for transceiver in pc.getTransceivers():
+                if transceiver.kind == "audio":
+                    self._windows.append(install_receive_path(
+                        transceiver.receiver, hold=self.settings.receive_hold,
+                        timings=self.receive_timings))
             pc.addTrack(self.track)
             answer = await pc.createAnswer()
             with host_addresses(self.settings.ice_host_addresses):
@@ -237,6 +270,8 @@ class WebRtcPeer:
             if backlog:
                 chunk = AudioChunk(b"".join([chunk.pcm, *(c.pcm for c in backlog)]),
                                    chunk.sample_rate, start_sample=chunk.start_sample)
+            if self._newest_arrival is not None:
+                self.inbound_delays.append((self._newest_arrival, time.monotonic()))
             yield chunk
             if ended:
                 return
@@ -341,6 +376,9 @@ class WebRtcPeer:
                     break
                 self._frames_in += 1
                 self._last_media = loop.time()
+                arrived = self.receive_timings.frame_decoded(frame.pts, time.monotonic())
+                if arrived is not None:
+                    self._newest_arrival = arrived
                 samples = frame.to_ndarray()
                 channels = len(frame.layout.channels)
                 if frame.format.is_planar:
@@ -496,6 +534,15 @@ class WebRtcPeer:
         """aiortc's ``connectionState`` (``new`` before :meth:`accept`)."""
         return str(self._pc.connectionState) if self._pc is not None else "new"
 
+    def receive_delay_ms(self, recent: int = 250) -> float | None:
+        """Median inbound delay (ms) over the last ``recent`` chunks: an RTP packet's
+        arrival → its audio handed to the session (receive buffer, decoder, resampling,
+        waiting for the session); None before any audio."""
+        delays = list(itertools.islice(reversed(self.inbound_delays), recent))
+        if not delays:
+            return None
+        return round(statistics.median((out - arrived) * 1000.0 for arrived, out in delays), 1)
+
     def statistics(self) -> PeerStatistics:
         """Counters of this call."""
         outbound: OutboundStatistics = self.outbound.statistics()
@@ -503,7 +550,11 @@ class WebRtcPeer:
         return PeerStatistics(
             call_id=self.call_id, connection_state=self.connection_state,
             frames_in=self._frames_in, frames_dropped=guarded.dropped,
-            frames_zeroed=guarded.zeroed, outbound=outbound, page_messages=self._page_messages,
+            frames_zeroed=guarded.zeroed,
+            packets_late=sum(w.late for w in self._windows if w is not None),
+            packets_skipped=sum(w.skipped for w in self._windows if w is not None),
+            receive_ms=self.receive_delay_ms(), outbound=outbound,
+            page_messages=self._page_messages,
             rejected_messages=self._rejected, muted=self._muted,
             page_playing=self._page_playing, close_reason=self.close_reason,
         )

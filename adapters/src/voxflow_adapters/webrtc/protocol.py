@@ -187,7 +187,10 @@ class InterruptedMessage(_Message):
 
 
 class LatencyMessage(_Message):
-    """Latency marks of one turn, in ms after the end of the user's speech."""
+    """Latency marks of one turn, in ms after the end of the user's speech as the server's
+    VAD heard it; ``receive_ms`` is how long the user's audio took from its RTP packet's
+    arrival to the VAD (the page adds it, the network and its own jitter buffer to
+    ``first_audio_ms`` for the time at the user's ear)."""
 
     type: Literal["latency"] = "latency"
     turn_id: TurnId
@@ -195,6 +198,7 @@ class LatencyMessage(_Message):
     first_text_ms: float | None
     first_audio_ms: float | None
     interrupted: bool
+    receive_ms: float | None = None
 
 
 class MuteAckMessage(_Message):

@@ -50,7 +50,7 @@ from voxflow.logs import bind_log_context
 
 from .calls import Call, CallFactory
 from .peer import DEFAULT_PEER_SETTINGS, PeerSettings, PeerStatistics, WebRtcPeer
-from .protocol import HelloMessage, StateMessage, messages_for_event
+from .protocol import HelloMessage, LatencyMessage, StateMessage, messages_for_event
 from .tls import ssl_context
 from .wire import ProtocolError, parse_offer
 
@@ -345,6 +345,8 @@ class WebRtcServer:
 
         def on_event(event: SessionEvent) -> None:
             for message in messages_for_event(event):
+                if isinstance(message, LatencyMessage):
+                    message = message.model_copy(update={"receive_ms": peer.receive_delay_ms()})
                 peer.send(message)
 
         try:

@@ -11,6 +11,8 @@ const state = {
   replies: new Map(),   // delivery_id -> <li>
   lastUser: null,       // the <li> of the latest user turn
   messages: [],         // every server message (for debugging and tests)
+  latency: [],          // per turn: the server's marks and the figure at the user's ear
+  buffer: null,         // the last getStats() totals of the received audio (deltas)
 };
 window.voxflow = state;
 
@@ -79,14 +81,61 @@ const handlers = {
     if (li) li.classList.add("interrupted");
   },
   latency: (m) => {
-    const parts = [`transcript ${Math.round(m.transcript_ms)} ms`];
-    if (m.first_audio_ms !== null) parts.push(`voice-to-voice ${Math.round(m.first_audio_ms)} ms`);
-    addMeta(state.lastUser, parts.join(" · "));
+    const li = state.lastUser;
+    atTheEar(m).then((ear) => {
+      state.latency.push(ear);
+      const parts = [`transcript ${Math.round(m.transcript_ms)} ms`];
+      if (ear.ear_ms !== null) {
+        parts.push(`voice-to-voice ${Math.round(ear.ear_ms)} ms at your ear ` +
+                   `(${Math.round(ear.buffer_ms)} ms of it in this browser's buffers)`);
+      }
+      addMeta(li, parts.join(" · "));
+    });
   },
   mute: (m) => { showMuted(m.muted); },
   error: (m) => { console.warn("voxflow rejected a message:", m.reason); },
   bye: (m) => { notice(`The call ended: ${m.reason}.`); hangUp(false); },
 };
+
+// The browser's receive side from getStats(): the jitter buffer's mean delay per sample
+// emitted since the last call (its recent size), the audio device's playout delay where
+// reported ("media-playout"), and the round trip (each direction's network share).
+async function receiveSide() {
+  const out = { jitter_ms: 0, playout_ms: 0, rtt_ms: 0 };
+  if (!state.pc) return out;
+  const stats = await state.pc.getStats();
+  let delay = 0, emitted = 0, playout = 0, played = 0;
+  stats.forEach((s) => {
+    if (s.type === "inbound-rtp" && s.kind === "audio") {
+      delay += s.jitterBufferDelay || 0; emitted += s.jitterBufferEmittedCount || 0;
+    } else if (s.type === "media-playout") {
+      playout += s.totalPlayoutDelay || 0; played += s.totalSamplesCount || 0;
+    } else if (s.type === "candidate-pair" && s.nominated && s.currentRoundTripTime !== undefined) {
+      out.rtt_ms = s.currentRoundTripTime * 1000;
+    }
+  });
+  const last = state.buffer || { delay: 0, emitted: 0, playout: 0, played: 0 };
+  if (emitted > last.emitted) out.jitter_ms = 1000 * (delay - last.delay) / (emitted - last.emitted);
+  else if (emitted > 0) out.jitter_ms = 1000 * delay / emitted;
+  if (played > last.played) out.playout_ms = 1000 * (playout - last.playout) / (played - last.played);
+  state.buffer = { delay, emitted, playout, played };
+  return out;
+}
+
+// One turn's voice-to-voice at the user's ear: the server's figure runs from its VAD's
+// speech end to the first reply frame sent; the user's last word left the browser
+// receive_ms + half a round trip before that VAD saw it, and the reply's first frame
+// reaches the ear half a round trip, the jitter buffer and the playout delay after it
+// was sent.
+async function atTheEar(m) {
+  const side = await receiveSide().catch(() => ({ jitter_ms: 0, playout_ms: 0, rtt_ms: 0 }));
+  const buffer = side.jitter_ms + side.playout_ms;
+  const ear = m.first_audio_ms === null ? null
+    : m.first_audio_ms + (m.receive_ms || 0) + side.rtt_ms + buffer;
+  return { turn_id: m.turn_id, server_ms: m.first_audio_ms, receive_ms: m.receive_ms || 0,
+           rtt_ms: side.rtt_ms, jitter_ms: side.jitter_ms, playout_ms: side.playout_ms,
+           buffer_ms: buffer, ear_ms: ear };
+}
 
 function onMessage(event) {
   let message;
@@ -301,6 +350,7 @@ function hangUp(tell = true) {
   state.channel = null;
   state.mic = null;
   state.playing = null;
+  state.buffer = null;
   setConnection("closed");
   $("call-state").textContent = "–";
   if ($("ice").dataset.state !== "failed") {

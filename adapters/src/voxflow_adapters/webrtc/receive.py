@@ -1,0 +1,213 @@
+"""The receive path of a call's audio: RTP packets to decoded frames with no buffering
+beyond what the link needs.
+
+aiortc's audio receiver holds every packet until four later ones have arrived
+(``JitterBuffer(capacity=16, prefetch=4)``): 80 ms on every frame of every call, on
+each side, whether or not a packet was ever missing, and after a lost packet it stalls
+until 16 have piled up. The server does not play the caller's audio (its VAD and STT
+take it as it comes), so timing jitter costs it nothing; only order matters.
+:func:`install_receive_path` replaces that buffer on one ``RTCRtpReceiver``:
+
+* a packet in order is decoded at once (no prefetch, not even the one packet aiortc's
+  buffer waits for to know a frame is complete: an Opus packet is a whole frame);
+* a gap (a packet missing or overtaken) holds what comes after it until the missing
+  packet arrives or ``hold`` later packets are waiting, then the gap is skipped and the
+  held packets go on, in order, together: the delay of a loss is at most ``hold`` x 20
+  ms and never outlasts it (nothing is left behind to catch up);
+* a packet older than one already passed on (too late, or a duplicate) is dropped and
+  counted.
+
+:class:`ReceiveTimings` records, for the benchmark and the page's latency figures, when
+each packet arrived and when its frame came out of the decoder.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections import deque
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = [
+    "MAX_RECEIVE_HOLD",
+    "ReceiveTimings",
+    "ReorderWindow",
+    "install_receive_path",
+]
+
+MAX_RECEIVE_HOLD = 15
+"""Most packets a gap may hold (300 ms at 20 ms a packet)."""
+
+_SEQ = 1 << 16
+_TS = 1 << 32
+
+
+def _ahead(seq: int, of: int) -> int:
+    """How far ``seq`` is after ``of`` on the 16-bit sequence circle (negative: before)."""
+    delta = (seq - of) % _SEQ
+    return delta - _SEQ if delta >= _SEQ // 2 else delta
+
+
+class ReorderWindow:
+    """In-order release of sequence-numbered items with a bounded wait on a gap.
+
+    Args:
+        hold: how many items may wait behind a missing one before it is skipped
+            (0: never wait; an overtaken item is then dropped).
+
+    Raises:
+        ValueError: ``hold`` is not an int in 0..:data:`MAX_RECEIVE_HOLD`.
+    """
+
+    def __init__(self, hold: int) -> None:
+        if isinstance(hold, bool) or not isinstance(hold, int) \
+                or not 0 <= hold <= MAX_RECEIVE_HOLD:
+            raise ValueError(f"hold must be an int from 0 to {MAX_RECEIVE_HOLD}, got {hold!r}")
+        self.hold = hold
+        self._next: int | None = None  # the sequence number expected next
+        self._waiting: dict[int, Any] = {}
+        self.late = 0
+        """Items dropped: older than one already released (late or duplicated)."""
+        self.skipped = 0
+        """Sequence numbers given up on (lost, or later than the wait allowed)."""
+
+    @property
+    def waiting(self) -> int:
+        """Items held behind a gap."""
+        return len(self._waiting)
+
+    def push(self, seq: int, item: Any) -> list[Any]:
+        """Add item number ``seq`` (16-bit, wrapping); returns the items to pass on now,
+        in order."""
+        if isinstance(seq, bool) or not isinstance(seq, int) or not 0 <= seq < _SEQ:
+            raise ValueError(f"seq must be a 16-bit sequence number, got {seq!r}")
+        if self._next is None:
+            self._next = seq
+        ahead = _ahead(seq, self._next)
+        if ahead < 0 or seq in self._waiting:
+            self.late += 1
+            return []
+        self._waiting[seq] = item
+        out: list[Any] = []
+        while True:
+            out.extend(self._release_run())
+            if not self._waiting or len(self._waiting) <= self.hold:
+                return out
+            # the wait is over: skip to the oldest waiting item
+            oldest = min(self._waiting, key=lambda s: _ahead(s, self._next or 0))
+            self.skipped += _ahead(oldest, self._next)
+            self._next = oldest
+
+    def _release_run(self) -> list[Any]:
+        out = []
+        assert self._next is not None
+        while self._next in self._waiting:
+            out.append(self._waiting.pop(self._next))
+            self._next = (self._next + 1) % _SEQ
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class _Arrival:
+    at: float
+
+
+class ReceiveTimings:
+    """When each packet of one stream arrived and when its frame was decoded.
+
+    Keyed by the frame's ``pts`` as aiortc's decoder stamps it (the RTP timestamp from
+    the stream's first packet on). Keeps the last ``keep`` frames.
+    """
+
+    def __init__(self, keep: int = 3000) -> None:
+        self._first_ts: int | None = None
+        self._arrived: dict[int, float] = {}
+        self._order: deque[int] = deque()
+        self._keep = keep
+        self.decoded: deque[tuple[int, float, float]] = deque(maxlen=keep)
+        """(pts, arrived, decoded) per frame, ``time.monotonic()`` seconds."""
+
+    def arrived(self, timestamp: int, at: float) -> None:
+        """A packet with RTP ``timestamp`` arrived at ``at``."""
+        if self._first_ts is None:
+            self._first_ts = timestamp
+        pts = (timestamp - self._first_ts) % _TS
+        if pts not in self._arrived:
+            self._arrived[pts] = at
+            self._order.append(pts)
+            while len(self._order) > self._keep:
+                self._arrived.pop(self._order.popleft(), None)
+
+    def frame_decoded(self, pts: int | None, at: float) -> float | None:
+        """A frame came out of the decoder at ``at``; returns its packet's arrival."""
+        if pts is None:
+            return None
+        arrived = self._arrived.get(pts)
+        if arrived is not None:
+            self.decoded.append((pts, arrived, at))
+        return arrived
+
+    def arrival_of(self, pts: int) -> float | None:
+        """When the packet of frame ``pts`` arrived (None: unknown or forgotten)."""
+        return self._arrived.get(pts)
+
+    def decode_delay_ms(self) -> float | None:
+        """Median packet arrival → decoded frame (ms) over the recent frames."""
+        if not self.decoded:
+            return None
+        return statistics.median((d - a) * 1000.0 for _, a, d in self.decoded)
+
+
+class _PassThrough:
+    """Stands in for aiortc's ``JitterBuffer``: each packet (an Opus packet is a whole
+    frame) goes to the decoder at once; order is kept by the window in front of it."""
+
+    capacity = 1
+
+    def add(self, packet: Any) -> tuple[bool, Any]:
+        from aiortc.jitterbuffer import JitterFrame
+
+        return False, JitterFrame(data=packet._data, timestamp=packet.timestamp)
+
+
+_BUFFER_ATTRIBUTE = "_RTCRtpReceiver__jitter_buffer"
+
+
+def install_receive_path(
+    receiver: Any, *, hold: int | None, timings: ReceiveTimings | None = None
+) -> ReorderWindow | None:
+    """Put the receive path on an audio ``RTCRtpReceiver`` (before media flows).
+
+    Args:
+        receiver: the receiver (``transceiver.receiver``).
+        hold: packets a gap may hold (see :class:`ReorderWindow`); None keeps aiortc's
+            own buffer (80 ms prefetch), for comparison.
+        timings: records arrival times (and, through the caller, decode times).
+
+    Returns:
+        The window in use (None with aiortc's buffer).
+
+    Raises:
+        ValueError: ``hold`` is out of range.
+        RuntimeError: this aiortc version's receiver is not the one this was written for.
+    """
+    window = ReorderWindow(hold) if hold is not None else None
+    handle = getattr(receiver, "_handle_rtp_packet", None)
+    if handle is None or not hasattr(receiver, _BUFFER_ATTRIBUTE):
+        raise RuntimeError("aiortc's RTCRtpReceiver changed: the receive path cannot be "
+                           "installed (pin aiortc to the locked version)")
+    if window is not None:
+        setattr(receiver, _BUFFER_ATTRIBUTE, _PassThrough())
+
+    async def handle_packet(packet: Any, arrival_time_ms: int) -> None:
+        if timings is not None:
+            timings.arrived(packet.timestamp, time.monotonic())
+        if window is None:
+            await handle(packet, arrival_time_ms)
+            return
+        for released in window.push(packet.sequence_number, packet):
+            await handle(released, arrival_time_ms)
+
+    receiver._handle_rtp_packet = handle_packet
+    return window

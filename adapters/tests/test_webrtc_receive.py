@@ -1,0 +1,245 @@
+"""The WebRTC receive path (issue 20): packets in order are decoded at once, a gap holds
+at most ``receive_hold`` packets, the setting is validated at every entry point, and the
+outbound queue stays bounded and fenceable."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from pydantic import ValidationError
+from voxflow_adapters.webrtc import (
+    PeerSettings,
+    ServerSettings,
+    WebRtcPeer,
+    WebRtcServer,
+    assistant_call_factory,
+)
+from voxflow_adapters.webrtc.client import LoopbackCaller, _MicTrack
+from voxflow_adapters.webrtc.command import build_settings
+from voxflow_adapters.webrtc.outbound import FRAME_SECONDS, OutboundAudio
+from voxflow_adapters.webrtc.receive import MAX_RECEIVE_HOLD, ReorderWindow
+from voxflow_voice.audio import AudioChunk
+from voxflow_voice.engines import VoiceEngines
+from voxflow_voice.transport import ClientObservation
+
+from voxflow.clock import MonotonicClock
+from voxflow.ids import DeliveryId
+from voxflow.settings import Settings, SettingsError
+
+# -- the reorder window ---------------------------------------------------------------------
+
+
+def test_packets_in_order_are_released_at_once_whatever_the_hold() -> None:
+    for hold in (0, 3, MAX_RECEIVE_HOLD):
+        window = ReorderWindow(hold)
+        assert [window.push(s, s) for s in (7, 8, 9)] == [[7], [8], [9]]
+        assert window.waiting == 0 and window.late == 0 and window.skipped == 0
+
+
+def test_a_gap_holds_at_most_hold_packets_then_is_skipped() -> None:
+    window = ReorderWindow(2)
+    assert window.push(10, "a") == ["a"]
+    # 11 is lost: 12 and 13 wait for it (hold=2) ...
+    assert window.push(12, "c") == [] and window.push(13, "d") == []
+    assert window.waiting == 2
+    # ... the third packet behind the gap gives up on 11, and all three go on together
+    assert window.push(14, "e") == ["c", "d", "e"]
+    assert window.skipped == 1 and window.waiting == 0
+    # 11 arriving now is too late
+    assert window.push(11, "b") == [] and window.late == 1
+
+
+def test_an_overtaken_packet_that_arrives_in_time_is_put_back_in_order() -> None:
+    window = ReorderWindow(3)
+    assert window.push(65534, 1) == [1]
+    assert window.push(0, 3) == []  # 65535 overtaken, across the 16-bit wrap
+    assert window.push(65535, 2) == [2, 3]
+    assert window.push(1, 4) == [4]
+    assert window.skipped == 0 and window.late == 0
+
+
+def test_hold_zero_never_waits_and_drops_what_was_overtaken() -> None:
+    window = ReorderWindow(0)
+    assert window.push(5, 5) == [5]
+    assert window.push(7, 7) == [7] and window.skipped == 1
+    assert window.push(6, 6) == [] and window.late == 1
+    assert window.push(7, 7) == [] and window.late == 2  # a duplicate
+
+
+@pytest.mark.parametrize("hold", [-1, MAX_RECEIVE_HOLD + 1, 1.5, "3", True, None])
+def test_a_bad_hold_is_a_value_error(hold: Any) -> None:
+    with pytest.raises(ValueError, match="hold must be an int"):
+        ReorderWindow(hold)
+
+
+@pytest.mark.parametrize("seq", [-1, 65536, 2.0, "1", None])
+def test_a_bad_sequence_number_is_a_value_error(seq: Any) -> None:
+    with pytest.raises(ValueError, match="16-bit"):
+        ReorderWindow(3).push(seq, None)
+
+
+@settings(max_examples=300, deadline=None)
+@given(hold=st.integers(0, MAX_RECEIVE_HOLD), start=st.integers(0, 65535),
+       moves=st.lists(st.integers(-20, 40), max_size=200))
+def test_whatever_arrives_releases_in_order_once_and_never_holds_more_than_hold(
+    hold: int, start: int, moves: list[int]
+) -> None:
+    window = ReorderWindow(hold)
+    released: list[int] = []
+    for move in [0, *moves]:
+        seq = (start + move) % 65536
+        released += window.push(seq, start + move)  # the item: its unwrapped number
+        assert window.waiting <= hold
+    assert released == sorted(set(released))  # increasing: in order, each once
+    pushed = 1 + len(moves)
+    assert len(released) + window.waiting + window.late == pushed
+
+
+# -- settings ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("raw", ["abc", "-1", "16", "1.5", "1e9", "0x3", "true", "3 ms"])
+def test_a_hostile_receive_hold_variable_names_the_variable_and_the_fix(raw: str) -> None:
+    with pytest.raises(SettingsError) as caught:
+        Settings.from_env({"VOXFLOW_WEBRTC_RECEIVE_HOLD": raw})
+    message = str(caught.value)
+    assert "VOXFLOW_WEBRTC_RECEIVE_HOLD" in message and "from 0 to 15" in message
+
+
+def test_the_receive_hold_variable_reaches_the_server_settings() -> None:
+    settings = Settings.from_env({"VOXFLOW_WEBRTC_RECEIVE_HOLD": " 0 "})
+    built = build_settings(host="127.0.0.1", port=0, token=None,
+                           receive_hold=settings.webrtc_receive_hold)
+    assert built.peer.receive_hold == 0
+    assert build_settings(host="127.0.0.1", port=0, token=None).peer.receive_hold == 3
+
+
+@pytest.mark.parametrize("hold", [-1, 16, "many", 2.5])
+def test_peer_settings_refuse_a_bad_receive_hold(hold: Any) -> None:
+    with pytest.raises(ValidationError, match="receive_hold"):
+        PeerSettings(receive_hold=hold)
+
+
+# -- over a real aiortc call -------------------------------------------------------------------
+
+
+class _CountedMic(_MicTrack):
+    """A microphone that sends ``count`` frames of a tone, then nothing at all."""
+
+    def __init__(self, count: int) -> None:
+        super().__init__()
+        self.count = count
+        self.feed(np.full(960 * count, 0.2, np.float32))
+
+    async def recv(self) -> Any:
+        if self._index >= self.count:
+            await asyncio.Event().wait()  # no more packets (the connection stays up)
+        return await super().recv()
+
+
+async def test_the_server_decodes_the_last_packet_without_waiting_for_later_ones(
+    engines: VoiceEngines,
+) -> None:
+    """aiortc's jitter buffer releases a packet only once four later ones have come, so
+    the last four frames before a pause reached the VAD only when speech resumed. Here
+    the caller sends 30 frames and stops: all 30 are decoded and handed on."""
+    peers: list[WebRtcPeer] = []
+    peer_settings = PeerSettings(ice_host_addresses=("127.0.0.1",), receive_hold=3)
+    server = WebRtcServer(assistant_call_factory(), engines,
+                          settings=ServerSettings(port=0, peer=peer_settings),
+                          on_call=lambda peer, call: peers.append(peer))
+    async with server:
+        caller = LoopbackCaller(server.url.split("/?")[0], server.token)
+        caller.mic = _CountedMic(30)
+        await caller.connect()
+        try:
+            for _ in range(400):  # up to 20 s
+                if peers and peers[0].statistics().frames_in >= 30:
+                    break
+                await asyncio.sleep(0.05)
+            peer = peers[0]
+            stats = peer.statistics()
+            assert stats.frames_in == 30
+            assert stats.packets_late == 0 and stats.packets_skipped == 0
+            # every decoded frame was matched to its packet's arrival
+            assert len(peer.receive_timings.decoded) == 30
+            assert peer.receive_delay_ms() is not None
+        finally:
+            await caller.aclose()
+        async with asyncio.timeout(20):
+            await server.wait_idle()
+
+
+# -- the outbound queue --------------------------------------------------------------------
+
+
+def _chunk(delivery: str, seconds: float, start: int = 0, rate: int = 22050) -> AudioChunk:
+    samples = np.full(round(seconds * rate), 0.3, np.float32)
+    return AudioChunk.from_float(samples, rate, delivery_id=DeliveryId(delivery), segment_id=1,
+                                 start_sample=start)
+
+
+async def test_the_outbound_queue_holds_at_most_lead_plus_one_chunk() -> None:
+    """A writer that respects wait_writable never queues more than ``lead`` + one chunk
+    ahead of the wire, however fast it writes (no timing: frames are pulled by hand)."""
+    seen: list[ClientObservation] = []
+    lead, chunk_seconds = 0.1, 0.05
+    outbound = OutboundAudio(clock=MonotonicClock(), on_observation=seen.append, lead=lead)
+    depth: list[float] = []
+
+    async def writer() -> None:
+        for i in range(40):
+            await outbound.wait_writable()
+            outbound.write_nowait(_chunk("d1", chunk_seconds, start=i * 1102))
+            depth.append(outbound.statistics().queued_seconds)
+
+    task = asyncio.create_task(writer())
+    for _ in range(200):
+        await asyncio.sleep(0)  # let the writer fill up to the bound
+        await asyncio.sleep(0)
+        outbound.next_frame()
+        depth.append(outbound.statistics().queued_seconds)
+        if task.done():
+            break
+    await task
+    assert max(depth) <= lead + chunk_seconds + 1e-6
+    assert max(depth) >= lead  # the writer did run ahead (the bound was reached)
+
+
+def test_a_flush_drops_every_frame_not_yet_sent_and_nothing_of_it_goes_out_after() -> None:
+    seen: list[ClientObservation] = []
+    outbound = OutboundAudio(clock=MonotonicClock(), on_observation=seen.append, lead=1.0)
+    outbound.write_nowait(_chunk("d1", 0.3))
+    sent = [outbound.next_frame() for _ in range(3)]  # 60 ms went out
+    assert all(any(sent_frame) for sent_frame in sent)
+    queued = outbound.statistics().queued_seconds
+    assert queued == pytest.approx(0.3 - 3 * FRAME_SECONDS, abs=1e-3)
+    dropped = outbound.flush(DeliveryId("d1"))
+    assert dropped == pytest.approx(round(0.3 * 22050) - round(0.06 * 22050), abs=2)
+    after = [outbound.next_frame() for _ in range(20)]
+    assert not any(any(frame) for frame in after)  # silence only
+    stats = outbound.statistics()
+    assert stats.stale_samples == 0 and stats.queued_seconds == 0
+    assert stats.samples_flushed == pytest.approx(queued * 48_000, abs=2)
+    assert outbound.last_frame_of[DeliveryId("d1")] == 2 < outbound.flush_frame_of[DeliveryId("d1")]
+    outbound.write_nowait(_chunk("d1", 0.1))  # a late chunk of the fenced delivery
+    assert outbound.statistics().queued_seconds == 0
+
+
+def test_a_pause_holds_the_next_frame_and_resume_sends_on_from_the_same_sample() -> None:
+    seen: list[ClientObservation] = []
+    outbound = OutboundAudio(clock=MonotonicClock(), on_observation=seen.append, lead=1.0)
+    outbound.write_nowait(_chunk("d1", 0.1))
+    outbound.next_frame()
+    assert outbound.pause(DeliveryId("d1"))
+    assert DeliveryId("d1") in outbound.paused_at
+    assert not any(outbound.next_frame())  # the very next frame is silence
+    assert outbound.resume(DeliveryId("d1"))
+    assert any(outbound.next_frame())
+    assert outbound.first_frame_of[DeliveryId("d1")] == 0
+    assert outbound.frame_time(0) is not None and outbound.frame_time(99) is None

@@ -1,0 +1,480 @@
+"""Where the time of a WebRTC call goes: a per-stage breakdown, beside the simulated transport.
+
+Run: ``flock /tmp/voxflow-bench.lock uv run python benchmarks/webrtc_latency.py
+[--turns 3] [--hold 3 none] [--no-chromium]``
+
+One process, the real models at the leading framework's settings (Whisper base, 0.2 s
+end of turn, 0.2 s minimum speech and barge-in, the echo gate off as for browsers), a
+rule-based flow that answers at once ("Sure, I can help with that right away.", a long
+story on request, "Okay, I stopped." when cut off). Each turn the caller asks "What
+time is it now?", waits for the answer, asks for a story and, 2 s into it, says "Stop,
+please.". The same lines go, in the same run:
+
+* through the **simulated transport** (:func:`~voxflow_adapters.scenario.run_call`,
+  wall clock): voice to voice and barge-in stop on the client's tape;
+* over **WebRTC on loopback with the aiortc caller**
+  (:class:`~voxflow_adapters.webrtc.client.LoopbackCaller`), once per ``--hold``
+  (``PeerSettings.receive_hold`` on both ends; ``none``: aiortc's own jitter buffer, as
+  before issue 20). Every mark is ``time.monotonic()`` in this process, in ms after the
+  user's last speech sample left the caller's microphone: its RTP packet at the server
+  → decoded → handed to the VAD → the VAD's speech end → commit → first reply text →
+  first TTS chunk queued → first reply frame sent → that frame decoded at the caller
+  (the aiortc caller has no playout device: decoded is its ear). Barge-in, in ms after
+  the barge-in's first speech sample left the microphone: its packet at the server →
+  the VAD onset (the onset's own audio time) → the reply paused → the last reply frame
+  sent → that frame decoded at the caller;
+* over **WebRTC with headless Chromium** (Debian's ``/usr/bin/chromium`` through
+  Playwright, its fake microphone playing the same lines from a WAV): the page's own
+  ``latency`` figures at the ear (server marks + ``receive_ms`` + the round trip + the
+  jitter-buffer and playout delays ``getStats()`` reports) and the server's barge-in
+  marks; Chromium's capture and encode time is not visible to either side.
+
+Also printed: RTP packets lost, late or skipped on both ends, outbound frames produced
+late (> 20 ms after their deadline), and stale samples after a fence (must be 0).
+Targets (issue 20): WebRTC voice to voice <= simulated + 100 ms; barge-in stop at the
+caller <= 120 ms; 0 stale samples; no frame lost on loopback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import os
+import statistics
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from _figures import figure
+from voice_latency import REFERENCE_TURNS, Assistant, _speech, tape_figures
+from voxflow_adapters.scenario import run_call
+from voxflow_adapters.script import CallScript
+from voxflow_adapters.webrtc import PeerSettings, ServerSettings, WebRtcPeer, WebRtcServer
+from voxflow_adapters.webrtc.calls import Call, flow_call_factory
+from voxflow_adapters.webrtc.client import LoopbackCaller
+from voxflow_voice.audio import AudioChunk, resample, write_wav
+from voxflow_voice.engines import VoiceEngines
+from voxflow_voice.events import (
+    BargeIn,
+    BargeInPaused,
+    ReplyStarted,
+    ReplyTextStreamed,
+    SpeechEnded,
+    TurnCommitted,
+)
+from voxflow_voice.session import VoiceSettings
+from voxflow_voice.stt import SttSettings
+
+from voxflow.clock import MonotonicClock
+from voxflow.turns import TurnRunner
+
+QUESTION = "What time is it now?"
+STORY = "Tell me a story."
+STOP = "Stop, please."
+BARGE_AFTER_AUDIO = 2.0  # s of story heard before the caller cuts in
+SETTINGS = VoiceSettings(turn_detection=REFERENCE_TURNS, echo_gate=False)
+FRAME = 960  # 20 ms at 48 kHz
+CHROMIUM = Path("/usr/bin/chromium")
+
+V2V_MARKS = ("packet at server", "decoded", "to the VAD", "VAD speech end", "commit",
+             "first text", "first TTS chunk", "first frame sent", "at the caller")
+BARGE_MARKS = ("packet at server", "VAD onset (audio time)", "pause",
+               "last reply frame sent", "last reply audio at the caller")
+
+
+@dataclass(frozen=True, slots=True)
+class Line:
+    """A user line at 16 kHz and the times (s) of its first and last loud sample."""
+
+    audio: AudioChunk
+    first: float
+    last: float
+
+
+@dataclass(slots=True)
+class Breakdown:
+    """Marks (ms) per turn of one configuration, and its counters."""
+
+    v2v: list[dict[str, float | None]] = field(default_factory=list)
+    barge: list[dict[str, float | None]] = field(default_factory=list)
+    counters: dict[str, int] = field(default_factory=dict)
+
+
+def lines(engines: VoiceEngines) -> dict[str, Line]:
+    return {text: Line(*_speech(engines.tts, text)) for text in (QUESTION, STORY, STOP)}
+
+
+def _ms(later: float | None, earlier: float) -> float | None:
+    return None if later is None else (later - earlier) * 1000.0
+
+
+# -- simulated transport ------------------------------------------------------------------
+
+
+async def simulated(engines: VoiceEngines, said: dict[str, Line], turns: int
+                    ) -> tuple[list[float], list[float], int]:
+    script = CallScript()
+    t = 0.5
+    barge_ins = []
+    for _ in range(turns):
+        script.user_says(t, audio=said[QUESTION].audio)
+        t += 5.0
+        script.user_says(t, audio=said[STORY].audio)
+        # the story's first audio comes ~0.7 s after the request ends
+        barge = t + said[STORY].last + 1.5 + BARGE_AFTER_AUDIO
+        script.user_says(barge, audio=said[STOP].audio)
+        barge_ins.append(barge)
+        t = barge + 5.0
+    call = await run_call(TurnRunner(Assistant(suppress_flow_events=True)), script, engines,
+                          clock=MonotonicClock(), settings=SETTINGS, tail=3.0)
+    tape = tape_figures(call, barge_ins)
+    if len(tape.stops) < len(barge_ins):
+        print(f"   (simulated: {len(tape.stops)} of {len(barge_ins)} barge-ins timed, "
+              f"{tape.silent_cuts} with no reply playing, "
+              f"{len(call.of_kind('barge_in'))} confirmed)")
+    return tape.v2v, tape.stops, call.stale_samples()
+
+
+# -- WebRTC, aiortc caller ------------------------------------------------------------------
+
+
+def _spoken_at(caller: LoopbackCaller, start_frame: int, offset: float) -> float:
+    """When the microphone sample ``offset`` s into a line said from ``start_frame`` was
+    captured: its frame left at ``sent_at``, after its last sample was captured."""
+    sample = round(offset * 48_000)
+    frame, within = start_frame + sample // FRAME, sample % FRAME
+    return caller.mic.sent_at[frame] - (FRAME - within) / 48_000
+
+
+def _caller_frame_at(caller: LoopbackCaller, index: int) -> float | None:
+    pts = index * FRAME
+    return next((f.at for f in caller.frames if f.pts == pts), None)
+
+
+def _server_arrival(peer: WebRtcPeer, frame: int) -> tuple[float | None, float | None]:
+    pts = frame * FRAME
+    arrived = peer.receive_timings.arrival_of(pts)
+    decoded = next((d for p, _, d in peer.receive_timings.decoded if p == pts), None)
+    return arrived, decoded
+
+
+def _to_vad(peer: WebRtcPeer, arrived: float | None) -> float | None:
+    if arrived is None:
+        return None
+    return next((out for a, out in peer.inbound_delays if a >= arrived), None)
+
+
+async def _wait(condition: Callable[[], bool], within: float) -> None:
+    for _ in range(round(within / 0.02)):
+        if condition():
+            return
+        await asyncio.sleep(0.02)
+    raise TimeoutError(f"a call event did not come within {within:g} s")
+
+
+async def aiortc_call(engines: VoiceEngines, said: dict[str, Line], turns: int,
+                      hold: int | None) -> Breakdown:
+    calls: list[tuple[WebRtcPeer, Call]] = []
+    peer_settings = PeerSettings(ice_host_addresses=("127.0.0.1",), receive_hold=hold)
+    server = WebRtcServer(flow_call_factory(Assistant, settings=SETTINGS), engines,
+                          settings=ServerSettings(port=0, peer=peer_settings),
+                          on_call=lambda peer, call: calls.append((peer, call)))
+    out = Breakdown()
+    async with server:
+        caller = LoopbackCaller(server.url.split("/?")[0], server.token, receive_hold=hold)
+        await caller.connect()
+        await _wait(lambda: bool(calls) and len(caller.mic.sent_at) > 25, 20)
+        peer, call = calls[0]
+        events = call.session.events
+        outbound = peer.outbound
+
+        def after(kind: type, since: int) -> list[Any]:
+            return [e for e in events[since:] if isinstance(e, kind)]
+
+        for _ in range(turns):
+            # -- a plain question: voice to voice -------------------------------------
+            mark = len(events)
+            line = said[QUESTION]
+            start = caller.say(line.audio)
+            await _wait(lambda m=mark: bool(after(ReplyStarted, m)), 20)
+            delivery = after(ReplyStarted, mark)[0].delivery_id
+            await _wait(lambda d=delivery: d in outbound.first_frame_of
+                        and _caller_frame_at(caller, outbound.first_frame_of[d]) is not None, 20)
+            last_in = _spoken_at(caller, start, line.last)
+            last_frame = start + round(line.last * 48_000) // FRAME
+            arrived, decoded = _server_arrival(peer, last_frame)
+            ended = after(SpeechEnded, mark)
+            committed = after(TurnCommitted, mark)
+            text = [e for e in after(ReplyTextStreamed, mark) if e.delivery_id == delivery]
+            first = outbound.first_frame_of[delivery]
+            out.v2v.append(dict(zip(V2V_MARKS, (
+                _ms(arrived, last_in), _ms(decoded, last_in), _ms(_to_vad(peer, arrived), last_in),
+                _ms(ended[0].at if ended else None, last_in),
+                _ms(committed[0].at if committed else None, last_in),
+                _ms(text[0].at if text else None, last_in),
+                _ms(outbound.first_written_at.get(delivery), last_in),
+                _ms(outbound.frame_time(first), last_in),
+                _ms(_caller_frame_at(caller, first), last_in),
+            ), strict=True)))
+            await asyncio.sleep(4.0)  # the answer plays out
+            # -- a story, cut off -----------------------------------------------------
+            mark = len(events)
+            caller.say(said[STORY].audio)
+            await _wait(lambda m=mark: bool(after(ReplyStarted, m)), 20)
+            story = after(ReplyStarted, mark)[0].delivery_id
+            await _wait(lambda d=story: d in outbound.first_frame_of, 20)
+            heard_from = time.monotonic()
+            await _wait(lambda h=heard_from: caller.audible_frames(after=h) >= 1, 10)
+            await asyncio.sleep(BARGE_AFTER_AUDIO)
+            line = said[STOP]
+            start = caller.say(line.audio)
+            await _wait(lambda m=mark: bool(after(BargeIn, m)), 10)
+            story = after(BargeIn, mark)[0].delivery_id  # the reply it cut
+            await asyncio.sleep(1.0)
+            first_in = _spoken_at(caller, start, line.first)
+            arrived, _ = _server_arrival(peer, start + round(line.first * 48_000) // FRAME)
+            paused = [e for e in after(BargeInPaused, mark) if e.delivery_id == story]
+            last = outbound.last_frame_of.get(story)
+            out.barge.append(dict(zip(BARGE_MARKS, (
+                _ms(arrived, first_in), _ms(paused[0].onset_at if paused else None, first_in),
+                _ms(outbound.paused_at.get(story), first_in),
+                _ms(outbound.frame_time(last) if last is not None else None, first_in),
+                _ms(_caller_frame_at(caller, last) if last is not None else None, first_in),
+            ), strict=True)))
+            await asyncio.sleep(3.0)  # "Okay, I stopped."
+        stats = peer.statistics()
+        lost = await _packets_lost(caller._pc)
+        out.counters = {
+            "server: packets late/skipped": stats.packets_late + stats.packets_skipped,
+            "caller: packets lost (RTCP)": lost,
+            "caller: packets late/skipped": _window_drops(caller),
+            "server: outbound frames late": stats.outbound.late_frames,
+            "stale samples after a fence": stats.outbound.stale_samples,
+        }
+        await caller.aclose()
+        async with asyncio.timeout(20):
+            await server.wait_idle()
+    return out
+
+
+async def _packets_lost(pc: Any) -> int:
+    from aiortc.stats import RTCInboundRtpStreamStats
+
+    report = await pc.getStats()
+    return sum(max(0, s.packetsLost) for s in report.values()
+               if isinstance(s, RTCInboundRtpStreamStats))
+
+
+def _window_drops(caller: LoopbackCaller) -> int:
+    return sum(w.late + w.skipped for w in caller.receive_windows)
+
+
+# -- WebRTC, headless Chromium --------------------------------------------------------------
+
+_PAGE_STATS = """() => {
+  return {latency: window.voxflow.latency, messages: window.voxflow.messages.length};
+}"""
+
+
+def _chromium_wav(said: dict[str, Line], turns: int, path: Path) -> float:
+    """The caller's lines as one 48 kHz WAV (Chromium loops it: it ends in silence)."""
+    parts: list[np.ndarray] = []
+
+    def add(line: Line | None, seconds: float) -> None:
+        if line is not None:
+            parts.append(resample(line.audio.samples(), 16_000, 48_000))
+        parts.append(np.zeros(round(seconds * 48_000), np.float32))
+
+    add(None, 2.0)
+    for _ in range(turns):
+        add(said[QUESTION], 5.0)
+        add(said[STORY], 0.7 + BARGE_AFTER_AUDIO)
+        add(said[STOP], 5.0)
+    add(None, 60.0)
+    samples = np.concatenate(parts)
+    write_wav(path, AudioChunk.from_float(samples, 48_000))
+    return (samples.size / 48_000) - 58.0
+
+
+async def chromium_call(engines: VoiceEngines, said: dict[str, Line], turns: int,
+                        hold: int | None) -> tuple[list[dict[str, Any]], Breakdown]:
+    from playwright.async_api import async_playwright
+
+    calls: list[tuple[WebRtcPeer, Call]] = []
+    server = WebRtcServer(flow_call_factory(Assistant, settings=SETTINGS), engines,
+                          settings=ServerSettings(port=0, peer=PeerSettings(receive_hold=hold)),
+                          on_call=lambda peer, call: calls.append((peer, call)))
+    out = Breakdown()
+    with tempfile.TemporaryDirectory() as tmp:
+        wav = Path(tmp) / "caller.wav"
+        length = _chromium_wav(said, turns, wav)
+        async with server, async_playwright() as playwright:
+            browser = await playwright.chromium.launch(
+                executable_path=str(CHROMIUM), headless=True,
+                args=["--use-fake-ui-for-media-stream", "--use-fake-device-for-media-stream",
+                      f"--use-file-for-fake-audio-capture={wav}", "--no-sandbox",
+                      "--disable-gpu", "--autoplay-policy=no-user-gesture-required"])
+            try:
+                page = await browser.new_page(bypass_csp=True)
+                await page.goto(server.url)
+                await page.click("#connect")
+                await page.wait_for_function(
+                    "document.querySelector('#connection').dataset.state === 'connected'",
+                    timeout=20_000)
+                await asyncio.sleep(length + 2.0)
+                got: dict[str, Any] = await page.evaluate(_PAGE_STATS)
+                peer, call = calls[0]
+                events = call.session.events
+                cut = {e.delivery_id for e in events if isinstance(e, BargeIn)}
+                for barge in (e for e in events if isinstance(e, BargeInPaused)
+                              and e.delivery_id in cut):
+                    last = peer.outbound.last_frame_of.get(barge.delivery_id)
+                    out.barge.append({
+                        "pause": _ms(peer.outbound.paused_at.get(barge.delivery_id),
+                                     barge.onset_at),
+                        "last reply frame sent": _ms(peer.outbound.frame_time(last), barge.onset_at)
+                        if last is not None else None,
+                    })
+                stats = peer.statistics()
+                out.counters = {
+                    "server: packets late/skipped": stats.packets_late + stats.packets_skipped,
+                    "server: outbound frames late": stats.outbound.late_frames,
+                    "stale samples after a fence": stats.outbound.stale_samples,
+                }
+                await page.click("#connect")
+                async with asyncio.timeout(20):
+                    await server.wait_idle()
+            finally:
+                await browser.close()
+    return got["latency"], out
+
+
+# -- report -------------------------------------------------------------------------------
+
+
+def _median(values: list[float | None]) -> float | None:
+    known = [v for v in values if v is not None]
+    return statistics.median(known) if known else None
+
+
+def _fmt(value: float | None) -> str:
+    return "    n/a" if value is None else f"{value:7.0f}"
+
+
+def report(name: str, rows: list[dict[str, float | None]], marks: tuple[str, ...]) -> None:
+    print(f"   {name} (median ms over {len(rows)}; each mark after the previous: +step)")
+    previous: float | None = 0.0
+    for mark in marks:
+        value = _median([r.get(mark) for r in rows])
+        step = None if value is None or previous is None else value - previous
+        print(f"     {mark:<34} {_fmt(value)}   (+{_fmt(step).strip()})")
+        previous = value if value is not None else previous
+
+
+@contextlib.contextmanager
+def receive_path(hold: int | str | None) -> Iterator[int | None]:
+    """The receive path to measure: ``before`` also puts back soxr's streaming filter
+    for 48 -> 16 kHz (the Decimator replaced it in InputConverter)."""
+    if hold != "before":
+        assert not isinstance(hold, str)
+        yield hold
+        return
+    import voxflow_voice.audio as audio
+
+    kept = audio.Decimator
+    audio.Decimator = audio.Resampler  # type: ignore[misc, assignment]
+    try:
+        yield None
+    finally:
+        audio.Decimator = kept  # type: ignore[misc]
+
+
+async def measure(turns: int, holds: list[int | str | None], chromium: bool) -> None:
+    from voxflow_voice.engines import VoiceEngines as Engines
+
+    engines = await asyncio.to_thread(Engines.load, stt=SttSettings(model="base"))
+    await engines.stt.transcribe(AudioChunk.from_float(np.zeros(16_000, np.float32), 16_000))
+    said = lines(engines)
+    load = os.getloadavg()
+    print(f"webrtc latency benchmark: {turns} turns per transport, load average "
+          f"{load[0]:.1f} {load[1]:.1f} {load[2]:.1f} on {os.cpu_count()} CPUs")
+    sim_v2v, sim_stops, sim_stale = await simulated(engines, said, turns)
+    sim = _median(list(sim_v2v))
+    print(f"\n== simulated transport: voice to voice {_fmt(sim).strip()} ms "
+          f"(n={len(sim_v2v)}), barge-in stop {_fmt(_median(list(sim_stops))).strip()} ms "
+          f"(n={len(sim_stops)}), stale {sim_stale}")
+    for setting in holds:
+        label = {None: "aiortc's jitter buffer", "before": "before (aiortc's jitter buffer, "
+                 "soxr streaming 48->16 kHz)"}.get(setting, f"receive_hold={setting}")
+        with receive_path(setting) as hold:
+            await measure_one(engines, said, turns, hold, label, sim, chromium)
+
+
+async def measure_one(engines: VoiceEngines, said: dict[str, Line], turns: int,
+                      hold: int | None, label: str, sim: float | None, chromium: bool) -> None:
+    result = await aiortc_call(engines, said, turns, hold)
+    print(f"\n== WebRTC loopback, aiortc caller, {label}")
+    report("voice to voice, after the last speech sample left the mic", result.v2v,
+           V2V_MARKS)
+    report("barge-in, after its first speech sample left the mic", result.barge,
+           BARGE_MARKS)
+    for what, count in result.counters.items():
+        print(f"     {what:<34} {count}")
+    v2v = _median([r["at the caller"] for r in result.v2v])
+    stop = _median([r["last reply audio at the caller"] for r in result.barge])
+    if v2v is not None and sim is not None:
+        print(f"   WebRTC - simulated voice to voice: {v2v - sim:+.0f} ms (target <= +100)")
+        figure(f"WebRTC v2v minus simulated, aiortc caller, {label}", v2v - sim, "ms",
+               target="<= 100")
+    if stop is not None:
+        figure(f"WebRTC barge-in stop at the caller, {label}", stop, "ms", target="<= 120")
+    if chromium:
+        page, server_side = await chromium_call(engines, said, turns, hold)
+        print(f"\n== WebRTC, headless Chromium, {label} (the page's own figures)")
+        for key in ("server_ms", "receive_ms", "rtt_ms", "jitter_ms", "playout_ms",
+                    "ear_ms"):
+            print(f"     {key:<34} {_fmt(_median([p.get(key) for p in page]))}")
+        ear = _median([p.get("ear_ms") for p in page])
+        if ear is not None and sim is not None:
+            print(f"   Chromium (at the ear) - simulated voice to voice: {ear - sim:+.0f} ms")
+        report("barge-in, after the VAD onset (audio time)", server_side.barge,
+               ("pause", "last reply frame sent"))
+        for what, count in server_side.counters.items():
+            print(f"     {what:<34} {count}")
+
+
+def _hold(text: str) -> int | str | None:
+    if text in ("none", "before"):
+        return None if text == "none" else text
+    if not text.isdigit() or not 0 <= int(text) <= 15:
+        raise argparse.ArgumentTypeError(f"{text!r}: give 0 to 15, none (aiortc's buffer) "
+                                         "or before")
+    return int(text)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--turns", type=int, choices=range(1, 21), default=3, metavar="1..20",
+                        help="question + barge-in pairs")
+    parser.add_argument("--hold", nargs="+", type=_hold, default=[3],
+                        help="receive_hold values to compare; none: aiortc's jitter buffer; "
+                        "before: aiortc's buffer and soxr's streaming 48->16 kHz filter, "
+                        "the receive path before issue 20")
+    parser.add_argument("--no-chromium", action="store_true", help="aiortc caller only")
+    args = parser.parse_args()
+    holds: list[int | str | None] = args.hold
+    chromium = not args.no_chromium and CHROMIUM.exists()
+    if not args.no_chromium and not chromium:
+        print("(no /usr/bin/chromium: the Chromium calls are skipped)")
+    logging.getLogger("aioice").setLevel(logging.WARNING)
+    asyncio.run(measure(args.turns, holds, chromium))
+
+
+if __name__ == "__main__":
+    main()
