@@ -298,6 +298,53 @@ async def test_async_or_race_cancels_and_awaits_losers(recorder: EventRecorder) 
     assert [(e.method_name, e.reason) for e in cancelled] == [("slow", "lost_race")]
 
 
+async def test_a_cancelled_kickoff_leaves_no_listener_or_racer_running() -> None:
+    """Concurrent listeners and ``or_`` racers live inside their batch: when the kickoff
+    is cancelled, each one's cleanup has finished by the time the cancellation arrives."""
+    started: list[str] = []
+    cleaned: list[str] = []
+    all_started = asyncio.Event()
+
+    async def hold(name: str) -> str:
+        started.append(name)
+        if len(started) == 3:
+            all_started.set()
+        try:
+            await asyncio.Event().wait()
+        finally:
+            await asyncio.sleep(0.01)  # a cleanup that itself awaits
+            cleaned.append(name)
+        return name
+
+    class Busy(Flow):
+        @start()
+        async def begin(self) -> None:
+            return None
+
+        @listen(begin)
+        async def left(self) -> str:
+            return await hold("left")
+
+        @listen(begin)
+        async def right(self) -> str:
+            return await hold("right")
+
+        @listen(begin)
+        async def third(self) -> str:
+            return await hold("third")
+
+        @listen(or_(left, right))
+        async def either(self) -> str:
+            return "either"
+
+    task = asyncio.ensure_future(Busy().kickoff_async())
+    await asyncio.wait_for(all_started.wait(), timeout=30)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert sorted(cleaned) == ["left", "right", "third"]
+
+
 async def test_race_loser_failure_is_reported(recorder: EventRecorder) -> None:
     class Race(Flow):
         @start()

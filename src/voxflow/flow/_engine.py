@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import dataclasses
 import enum
 import inspect
 import logging
@@ -48,6 +49,26 @@ current_method: contextvars.ContextVar[str | None] = contextvars.ContextVar(
     "voxflow_current_method", default=None
 )
 """The flow method running in this context (for ``ask()`` history and tracing)."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Failed:
+    """The exception a concurrent listener or ``or_`` member raised, as its result."""
+
+    error: Exception
+
+
+async def _captured(job: Coroutine[Any, Any, Any]) -> Any:
+    """``job``'s output, or its exception as :class:`_Failed`: in a task group, a failing
+    listener must not cancel its siblings."""
+    try:
+        return await job
+    except Exception as exc:
+        return _Failed(exc)
+
+
+def _failed(task: asyncio.Task[Any]) -> bool:
+    return isinstance(task.result(), _Failed)
 
 
 class Execution:
@@ -301,13 +322,11 @@ class Engine:
                 except Exception as exc:
                     errors.append(exc)
         else:
-            tasks = [asyncio.ensure_future(job) for job in jobs]
-            results = await asyncio.gather(*tasks, return_exceptions=True)
-            for result in results:
-                if isinstance(result, BaseException):
-                    if not isinstance(result, Exception):
-                        raise result
-                    errors.append(result)
+            # Every listener finishes (a failure does not cancel its siblings) and none
+            # outlives the batch, even when the batch itself is cancelled.
+            async with asyncio.TaskGroup() as group:
+                tasks = [group.create_task(_captured(job)) for job in jobs]
+            errors = [r.error for t in tasks if isinstance(r := t.result(), _Failed)]
         if errors:
             for extra in errors[1:]:
                 logger.warning("another listener also failed: %s", type(extra).__name__)
@@ -333,32 +352,29 @@ class Engine:
                 await self._dispatch(name, output, depth)
                 return
             raise failures[0]
-        tasks = [asyncio.ensure_future(self._invoke(name, value, depth)) for name in members]
         winner: int | None = None
-        try:
-            pending: set[asyncio.Future[Any]] = set(tasks)
+        # Losers are cancelled and awaited in the group: none outlives the race (nor a
+        # cancelled race), and each failure is seen below.
+        async with asyncio.TaskGroup() as group:
+            tasks = [group.create_task(_captured(self._invoke(n, value, depth))) for n in members]
+            pending: set[asyncio.Task[Any]] = set(tasks)
             while pending and winner is None:
                 done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
                 for i, task in enumerate(tasks):  # ties go to the earliest declared member
-                    if task in done and not task.cancelled() and task.exception() is None:
+                    if task in done and not task.cancelled() and not _failed(task):
                         winner = i
                         break
-        finally:
-            for task in tasks:
-                if not task.done():
-                    task.cancel()
-            # Losers are awaited: none outlives the race, and each failure is seen below.
-            await asyncio.gather(*tasks, return_exceptions=True)
+            for task in pending:
+                task.cancel()
         for i, task in enumerate(tasks):
             if i == winner:
                 continue
-            if task.cancelled() or task.exception() is None:
+            outcome = None if task.cancelled() else task.result()
+            if not isinstance(outcome, _Failed):
                 self._emit_method_event(MethodCancelled, method_name=members[i], reason="lost_race")
             else:
-                error = task.exception()
-                assert isinstance(error, Exception)
-                failures.append(error)
-                logger.warning("or_ racer %s failed: %s", members[i], type(error).__name__)
+                failures.append(outcome.error)
+                logger.warning("or_ racer %s failed: %s", members[i], type(outcome.error).__name__)
         if winner is None:
             raise failures[0]
         output = tasks[winner].result()
