@@ -35,3 +35,10 @@ class Travel(Flow[AssistantState]):
     def handle_flight(self) -> str:
         check_flight.start(self, flight="BA 117", seconds=0.5)
         return "I'm checking your flight."
+
+
+@background_job(kind="queue_tests.with_progress")
+async def with_progress(job: JobContext) -> str:
+    """Reports progress once, then its result."""
+    assert await job.progress("Still looking, one moment.")
+    return "Found it."

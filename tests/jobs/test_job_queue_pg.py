@@ -78,6 +78,13 @@ def start_job_worker(schema: str, *extra: str) -> subprocess.Popen[bytes]:
         cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 
 
+def start_call_worker(schema: str) -> subprocess.Popen[bytes]:
+    """A call worker that starts one job, then waits to be killed (queue_call_worker.py)."""
+    return subprocess.Popen(
+        [sys.executable, str(Path(__file__).with_name("queue_call_worker.py")), PG_URL, schema,
+         FLOW], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
 def stop(process: subprocess.Popen[bytes]) -> tuple[int, str]:
     if process.poll() is None:
         process.send_signal(signal.SIGTERM)
@@ -143,6 +150,52 @@ async def test_a_job_started_in_a_call_runs_in_a_job_worker_process_and_is_annou
             assert await wiring.announce_ready() == []
     finally:
         code, err = stop(worker)
+    assert code == 0, err
+
+
+async def test_a_queued_job_survives_the_death_of_the_call_worker_that_started_it(
+    schema: str, queue: PostgresJobQueue
+) -> None:
+    from voxflow import persist
+    from voxflow._loader import load_flow_class
+    from voxflow.flow.postgres import PostgresFlowPersistence
+
+    call_worker = start_call_worker(schema)
+    try:
+        assert call_worker.stdout is not None
+        line = await asyncio.wait_for(asyncio.to_thread(call_worker.stdout.readline), 120)
+        session_id = line.decode().strip()
+        assert session_id, call_worker.stderr.read().decode() if call_worker.stderr else ""
+    finally:
+        call_worker.send_signal(signal.SIGKILL)
+        call_worker.wait(10)
+    worker = start_job_worker(schema)  # only now: the job ran nowhere before the death
+    store = PostgresFlowPersistence(PG_URL, schema=schema)
+    try:
+        saved = persist(store)(type("SavedTravel", (load_flow_class(FLOW),), {}))
+        flow = saved()
+        assert await flow.aload_session(session_id)
+        (job,) = flow.state.jobs.values()
+        assert job.status == "queued"
+        async with AssistantWiring(flow, job_queue=queue, save_jobs=flow._persist_turn) as call:
+            assert call.replies is not None
+            async with call.state_lock:  # a new client: the dead worker's floor is gone
+                call.replies.close()
+                call.replies.reopen()
+            assert await call.wait_for_jobs(60), "the job worker never finished the job"
+            assert await call.announce_ready() == ["Flight BA 117 is on time (attempt 1)."]
+            assert await call.announce_ready() == []
+            await flow._persist_turn()
+        # the session as stored: the job completed, its announcement heard once
+        again = saved()
+        assert await again.aload_session(session_id)
+        assert again.state.jobs[job.job_id].status == "completed"
+        heard = [m for m in again.state.messages if m.metadata.get("announcement")]
+        assert [m.content for m in heard] == ["Flight BA 117 is on time (attempt 1)."]
+        assert await queue.inbox.pending(session_id) == []
+    finally:
+        code, err = stop(worker)
+        store.close()
     assert code == 0, err
 
 
@@ -221,6 +274,34 @@ async def test_a_long_job_on_a_live_worker_is_never_rerun(
     assert state.jobs[job.job_id].status == "completed"
 
 
+async def test_progress_from_a_job_worker_is_registered_once_and_announceable(
+    schema: str, queue: PostgresJobQueue
+) -> None:
+    state = AssistantState()
+    job = BackgroundJob(session_id=state.id, kind="queue_tests.with_progress")
+    assert add_job(state, job)
+    await queue.enqueue_async(job)
+    worker = start_job_worker(schema)
+    try:
+        async def completed() -> bool:
+            return any(r.update is not None and r.update.kind == "completed"
+                       for r in await all_rows(queue.inbox, state.id))
+
+        await wait_for(completed, 60, "the job to complete")
+    finally:
+        code, err = stop(worker)
+    assert code == 0, err
+    rows = await all_rows(queue.inbox, state.id)
+    assert [r.progress for r in rows if r.update is None] == ["Still looking, one moment."]
+    assert all(apply_inbox(state, rows))
+    progress = [j for j in state.jobs.values() if j.kind.endswith(".progress")]
+    assert len(progress) == 1 and progress[0].status == "completed"
+    assert progress[0].announcement == "Still looking, one moment."
+    assert progress[0].inputs == {"progress_of": job.job_id}
+    assert apply_inbox(state, rows) == [False] * len(rows)  # read twice: registered once
+    assert len(state.jobs) == 2
+
+
 async def test_listen_notify_wakes_the_owner_long_before_its_poll(
     schema: str, queue: PostgresJobQueue
 ) -> None:
@@ -269,6 +350,30 @@ async def test_two_readers_of_one_inbox_apply_each_update_once(
         assert apply_inbox(copy, rows) == [True] * 4
         assert apply_inbox(copy, rows) == [False] * 4
     assert state.jobs[job.job_id].status == copy.jobs[job.job_id].status == "completed"
+
+
+async def test_a_reader_whose_save_is_fenced_acknowledges_nothing(
+    queue: PostgresJobQueue,
+) -> None:
+    from voxflow.errors import FencedWriteError
+
+    state, job = owner_state(flight="AZ 7")
+    await queue.inbox.write(JobUpdate(session_id=state.id, job_id=job.job_id, revision=1,
+                                      attempt=1, seq=1, kind="started"))
+    told: list[str] = []
+
+    async def fenced_save() -> None:
+        raise FencedWriteError(state.id, epoch=1, current=2)
+
+    async def on_update() -> None:
+        told.append("announce")
+
+    reader = InboxReader(queue.inbox, state, lock=asyncio.Lock(), save=fenced_save,
+                         on_update=on_update)
+    with pytest.raises(FencedWriteError):
+        await reader.read_once()
+    assert told == []  # a worker that lost the session announces nothing
+    assert len(await queue.inbox.pending(state.id)) == 1  # left to the session's owner
 
 
 # -- hostile inputs --------------------------------------------------------------------

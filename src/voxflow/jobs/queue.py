@@ -12,9 +12,9 @@ call (:class:`~voxflow.jobs.reader.InboxReader`).
 ``heartbeat`` seconds, on its event loop). A job whose worker has not heartbeaten for
 ``stalled_after`` seconds (killed, its machine gone) is put back in the queue as its
 next attempt, in one statement that locks the job and checks it is still that attempt
-(:meth:`PostgresJobQueue.retry_stalled`; every job worker runs it every
-``stalled_after / 2`` seconds). A job that runs long on a live worker is never re-run:
-there is no redelivery timer, only the heartbeat. The dead attempt's late writes are
+(:meth:`PostgresJobQueue.retry_stalled`; every job worker runs it once a heartbeat).
+A job that runs long on a live worker is never re-run: there is no redelivery timer,
+only the heartbeat. The dead attempt's late writes are
 refused by the inbox (the queue no longer runs that attempt) and, should one be read,
 by :func:`~voxflow.jobs.commit_job_update`. A job function must therefore not block the
 worker's event loop (no CPU-bound work without ``asyncio.to_thread``): a blocked loop
@@ -324,7 +324,8 @@ class PostgresJobQueue:
         app.task(name=TASK_NAME, pass_context=True, queue=self.queue)(execute)
         try:
             async with app.open_async():
-                sweeper = asyncio.create_task(self._sweep(stalled_after), name="stalled jobs")
+                sweeper = asyncio.create_task(self._sweep(stalled_after, heartbeat),
+                                              name="stalled jobs")
                 try:
                     await app.run_worker_async(
                         queues=[self.queue], concurrency=concurrency,
@@ -341,7 +342,7 @@ class PostgresJobQueue:
         finally:
             await self.inbox.close()
 
-    async def _sweep(self, stalled_after: float) -> None:
+    async def _sweep(self, stalled_after: float, period: float) -> None:
         while True:
             try:
                 retried = await self.retry_stalled(stalled_after)
@@ -350,7 +351,7 @@ class PostgresJobQueue:
                                    len(retried), retried)
             except PersistenceUnavailableError as exc:
                 logger.warning("stalled-job check failed: %s", exc)
-            await asyncio.sleep(stalled_after / 2)
+            await asyncio.sleep(period)
 
     async def _execute(self, context: Any, payload: Mapping[str, Any], clock: Clock,
                        format_error: Callable[[BaseException], str],
