@@ -42,6 +42,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError, create_model
 
+from voxflow.agent import Agent
 from voxflow.conversation.config import ConversationConfig, RouterConfig
 from voxflow.conversation.declaration_schema import (
     AgentAction,
@@ -61,6 +62,7 @@ from voxflow.conversation.routing import DESCRIPTION_ATTR
 from voxflow.conversation.state import ConversationState
 from voxflow.errors import DeclarationError
 from voxflow.flow.dsl import Condition, and_, listen, or_, router, start
+from voxflow.flow.feedback import human_feedback
 from voxflow.flow.state import FlowState
 from voxflow.llm import LLM, BaseLLM, LLMConfig
 
@@ -248,8 +250,6 @@ def _action(
 
         return noop
     if isinstance(action, AgentAction):
-        from voxflow.agent import Agent
-
         w = action.with_
         tools = [resolver.python(t.python, f"{base}.with.tools.{i}") for i, t in enumerate(w.tools)]
         llm = resolver.llm(w.llm, f"{base}.with.llm") or (config.llm if config else None)
@@ -315,8 +315,6 @@ def _method(
     if method.description:
         setattr(func, DESCRIPTION_ATTR, method.description)
     if method.human_feedback is not None:
-        from voxflow.flow.feedback import human_feedback
-
         fb = method.human_feedback
         try:
             func = human_feedback(

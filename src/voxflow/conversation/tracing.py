@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import importlib
 import itertools
 import json
 import logging
@@ -185,8 +186,6 @@ class _OpenTelemetryExporter:
 
 def opentelemetry_exporter() -> TraceExporter | None:
     """An OpenTelemetry exporter, or None when ``opentelemetry`` is not importable."""
-    import importlib
-
     try:
         otel_trace = importlib.import_module("opentelemetry.trace")
     except ImportError:

@@ -56,8 +56,11 @@ from voxflow.conversation.persistence import (
 )
 from voxflow.conversation.routing import aclassify_intent
 from voxflow.conversation.tracing import SessionTracer
-from voxflow.errors import ConversationEndedError, ConversationModeError
+from voxflow.errors import ConversationEndedError, ConversationModeError, FlowRuntimeError
 from voxflow.files import FileRef, InputFilePolicy, prepare_input_files
+from voxflow.flow.events import FlowFinished
+from voxflow.flow.state import load_state_like, stamp_id
+from voxflow.flow.streaming import StreamSession
 from voxflow.ids import SessionId
 from voxflow.llm import BaseLLM, LLMEvent, coerce_llm, observe_llm
 
@@ -67,7 +70,6 @@ if TYPE_CHECKING:
     from voxflow.flow.definition import FlowDefinition
     from voxflow.flow.events import FlowEvent
     from voxflow.flow.persistence import FlowPersistence
-    from voxflow.flow.streaming import StreamSession
 
 __all__ = ["DEFAULT_EXIT_COMMANDS", "ConversationTurns"]
 
@@ -280,8 +282,6 @@ class ConversationTurns:
         frames, ``conversation_message_added`` (assistant), ``conversation_turn_completed``.
         ``with stream: for frame in stream.events: ...``; then ``stream.result``.
         """
-        from voxflow.flow.streaming import StreamSession
-
         request = self._turn_request(
             "stream_turn", message, session_id, intents, intent_llm, kickoff_kwargs
         )
@@ -301,8 +301,6 @@ class ConversationTurns:
         Leaving ``async with stream`` early cancels the turn, which closes an in-flight
         LLM stream instead of draining it.
         """
-        from voxflow.flow.streaming import StreamSession
-
         request = self._turn_request(
             "astream_turn", message, session_id, intents, intent_llm, kickoff_kwargs,
             read_files=False,
@@ -404,8 +402,6 @@ class ConversationTurns:
         return await self._aload_session(session_id, inline=False)
 
     def _check_load_session(self, session_id: Any) -> None:
-        from voxflow.errors import FlowRuntimeError
-
         if not isinstance(session_id, str) or not session_id:
             raise ValueError("session_id must be a non-empty string")
         if not self._persistence_configured():
@@ -420,8 +416,6 @@ class ConversationTurns:
             )
 
     async def _aload_session(self, session_id: str, *, inline: bool) -> bool:
-        from voxflow.flow.state import load_state_like, stamp_id
-
         if session_id != self.flow_id:
             self.finalize_session_traces()
         state = self._initial_state(None)
@@ -571,8 +565,6 @@ class ConversationTurns:
         Idempotent; a later turn opens a new session batch. Call it in a ``finally`` when
         you own the loop (``chat()`` calls it for you).
         """
-        from voxflow.flow.events import FlowFinished
-
         if self._tracer is not None:
             self._tracer.finalize()
         if not self._session_open:

@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from typing import Any, TypeAlias
 
 from pydantic import BaseModel, ConfigDict, Field
+from pydantic_core import to_jsonable_python
 
 __all__ = [
     "FlowState",
@@ -63,8 +64,6 @@ def stamp_id(state: StateLike, value: str) -> None:
 def dump_state(state: StateLike) -> dict[str, Any]:
     """A JSON-compatible snapshot of the state (a copy; used for persistence only)."""
     if isinstance(state, dict):
-        from pydantic_core import to_jsonable_python
-
         dumped = to_jsonable_python(state, fallback=repr)
         assert isinstance(dumped, dict)
         return dumped
