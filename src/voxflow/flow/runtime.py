@@ -65,7 +65,6 @@ class is; they never import this module.
 from __future__ import annotations
 
 import asyncio
-import copy
 import logging
 import os
 import typing
@@ -96,7 +95,10 @@ from voxflow.flow.feedback import HumanFeedbackPending
 from voxflow.flow.persistence import FlowPersistence, default_persistence
 from voxflow.flow.state import (
     StateLike,
+    checked_state,
     dump_state,
+    fresh_state,
+    generic_state_model,
     load_state_like,
     merge_inputs,
     new_state_id,
@@ -270,54 +272,16 @@ class Flow(Engine, Generic[StateT]):
     def _state_type(cls) -> type[BaseModel] | None:
         """The model class given as generic parameter (``Flow[MyState]``), cached per class."""
         cached = cls.__dict__.get("_voxflow_state_type", False)
-        if cached is not False:
-            return typing.cast("type[BaseModel] | None", cached)
-        found: type[BaseModel] | None = None
-        for klass in cls.__mro__:
-            for base in getattr(klass, "__orig_bases__", ()):
-                origin = typing.get_origin(base)
-                if found is None and isinstance(origin, type) and issubclass(origin, Flow):
-                    for arg in typing.get_args(base):
-                        if isinstance(arg, type) and issubclass(arg, BaseModel):
-                            found = arg
-                            break
-        cls._voxflow_state_type = found
-        return found
+        if cached is False:
+            cached = cls._voxflow_state_type = generic_state_model(cls, Flow)
+        return typing.cast("type[BaseModel] | None", cached)
 
     def _initial_state(self, state: Any) -> StateLike:
-        flow = type(self).__name__
+        cls = type(self)
         if state is None:
-            initial = type(self).initial_state
-            if initial is None:
-                initial = type(self)._state_type()
-            if initial is None:
-                state = {"id": new_state_id()}
-            elif isinstance(initial, type) and issubclass(initial, BaseModel):
-                state = initial()
-            elif isinstance(initial, BaseModel):
-                state = initial.model_copy(deep=True)
-            elif isinstance(initial, dict):
-                state = copy.deepcopy(initial)
-            else:
-                raise FlowDefinitionError(
-                    f"{flow}.initial_state must be a pydantic model class, a model or a dict",
-                    flow=flow,
-                )
-        if isinstance(state, dict):
-            if state.get("id") in (None, ""):  # an empty id gets a fresh one
-                state["id"] = new_state_id()
-        elif isinstance(state, BaseModel):
-            if "id" not in type(state).model_fields:
-                raise TypeError(
-                    f"state: {type(state).__name__} has no 'id' field; subclass voxflow.FlowState"
-                )
-            if state.id in (None, ""):  # type: ignore[attr-defined]
-                # e.g. ``id: str = ""``: persistence needs an identity to save under.
-                stamp_id(state, new_state_id())
-        else:
-            raise TypeError("state must be a pydantic model (with an id) or a dict")
-        result: StateLike = state
-        return result
+            default = cls.initial_state if cls.initial_state is not None else cls._state_type()
+            return fresh_state(default, cls.__name__)
+        return checked_state(state)
 
     @property
     def state(self) -> StateT:

@@ -11,6 +11,7 @@ restore and merge a state of either shape without caring which one it is.
 from __future__ import annotations
 
 import copy
+import typing
 import uuid
 from collections.abc import Mapping
 from typing import Any, TypeAlias
@@ -18,10 +19,15 @@ from typing import Any, TypeAlias
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic_core import to_jsonable_python
 
+from voxflow.errors import FlowDefinitionError
+
 __all__ = [
     "FlowState",
     "StateLike",
+    "checked_state",
     "dump_state",
+    "fresh_state",
+    "generic_state_model",
     "load_state_like",
     "merge_inputs",
     "new_state_id",
@@ -104,3 +110,58 @@ def merge_inputs(state: StateLike, inputs: Mapping[str, Any]) -> StateLike:
         if key in model.model_fields:
             setattr(state, key, getattr(merged, key))
     return state
+
+
+def generic_state_model(cls: type, root: type) -> type[BaseModel] | None:
+    """The pydantic model given as ``root``'s generic parameter in ``cls``'s bases
+    (``class Chat(Flow[MyState])``), or None."""
+    for klass in cls.__mro__:
+        for base in getattr(klass, "__orig_bases__", ()):
+            origin = typing.get_origin(base)
+            if isinstance(origin, type) and issubclass(origin, root):
+                for arg in typing.get_args(base):
+                    if isinstance(arg, type) and issubclass(arg, BaseModel):
+                        return arg
+    return None
+
+
+def fresh_state(default: Any, flow: str) -> StateLike:
+    """A fresh state from a Flow's ``initial_state`` (a model class, a model or a dict,
+    copied) or, when None, a dict with a fresh id.
+
+    Raises:
+        FlowDefinitionError: ``default`` is none of these (``flow`` names the class).
+    """
+    if default is None:
+        return {"id": new_state_id()}
+    if isinstance(default, type) and issubclass(default, BaseModel):
+        return checked_state(default())
+    if isinstance(default, BaseModel):
+        return checked_state(default.model_copy(deep=True))
+    if isinstance(default, dict):
+        return checked_state(copy.deepcopy(default))
+    raise FlowDefinitionError(
+        f"{flow}.initial_state must be a pydantic model class, a model or a dict", flow=flow
+    )
+
+
+def checked_state(state: Any) -> StateLike:
+    """``state`` with an id (an empty one gets a fresh one: persistence saves under it).
+
+    Raises:
+        TypeError: neither a pydantic model with an ``id`` field nor a dict.
+    """
+    if isinstance(state, dict):
+        if state.get("id") in (None, ""):
+            state["id"] = new_state_id()
+    elif isinstance(state, BaseModel):
+        if "id" not in type(state).model_fields:
+            raise TypeError(
+                f"state: {type(state).__name__} has no 'id' field; subclass voxflow.FlowState"
+            )
+        if state.id in (None, ""):  # type: ignore[attr-defined]
+            stamp_id(state, new_state_id())
+    else:
+        raise TypeError("state must be a pydantic model (with an id) or a dict")
+    result: StateLike = state
+    return result
