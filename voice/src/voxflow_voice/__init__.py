@@ -274,6 +274,9 @@ from .turn_detector import (
     TurnDetectorEvent as TurnDetectorEvent,
 )
 from .turn_detector import (
+    TurnResumed as TurnResumed,
+)
+from .turn_detector import (
     UtterancePaused as UtterancePaused,
 )
 from .turn_detector import (
@@ -361,6 +364,7 @@ __all__ = [
     "TurnDetection",
     "TurnDetector",
     "TurnDetectorEvent",
+    "TurnResumed",
     "UtterancePaused",
     "UtteranceReady",
     "VadStream",

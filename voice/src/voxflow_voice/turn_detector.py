@@ -43,6 +43,15 @@ ends after ``closed_answer_silence``. ``decide`` is a
 separate call so the caller can start the pause's speculative STT first and run both at
 once; positions are still audio time: the verdict applies at the pause's sample, and
 the caller pushes no audio before it has decided.
+
+Provisional commits (``resume_grace``): a turn that ended at a short pause may still be
+taken back. Until :meth:`TurnDetector.seal` (the caller seals it once any of its reply
+was heard) or ``resume_grace`` of silence after its end, the turn's audio is kept; speech
+that starts within that window brings :class:`TurnResumed` (before its
+:class:`SpeechStarted`), and the utterance goes on from the committed turn's onset: the
+next :class:`UtteranceReady` carries the whole of it, pause included, and the model
+judges the whole of it. A caller that cannot take the turn back any more (its reply was
+heard meanwhile) calls :meth:`TurnDetector.detach`: the speech is a new utterance.
 """
 
 from __future__ import annotations
@@ -52,7 +61,6 @@ import logging
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass
 from typing import Any, Literal
 
 import numpy as np
@@ -62,6 +70,15 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from .audio import STT_SAMPLE_RATE, AudioChunk
 from .end_of_turn import EndOfTurnModel, EndOfTurnVerdict
 from .stt import Transcript
+from .turn_events import (
+    BargeInDetected,
+    SpeechEnded,
+    SpeechStarted,
+    TurnDetectorEvent,
+    TurnResumed,
+    UtterancePaused,
+    UtteranceReady,
+)
 from .vad import VadStream, VoiceActivityDetector
 
 logger = logging.getLogger(__name__)
@@ -75,6 +92,7 @@ __all__ = [
     "TurnDetection",
     "TurnDetector",
     "TurnDetectorEvent",
+    "TurnResumed",
     "UtterancePaused",
     "UtteranceReady",
 ]
@@ -127,6 +145,12 @@ class TurnDetection(BaseModel):
         "the model doubts",
     )
 
+    resume_grace: float = Field(
+        0.0, ge=0, le=3,
+        description="after a turn ended, speech starting within this silence (s) of its "
+        "end continues it (TurnResumed) unless the caller sealed it; 0: never",
+    )
+
     @model_validator(mode="after")
     def _check(self) -> TurnDetection:
         if self.onset_threshold > self.threshold:
@@ -148,89 +172,6 @@ FAST_TURN_DETECTION = TurnDetection(
 )
 """Short settings for tests and the low-latency benchmark (validated like any other)."""
 
-
-@dataclass(frozen=True, slots=True)
-class SpeechStarted:
-    """Speech went on for ``min_speech``: the user is speaking (``recording``).
-
-    Attributes:
-        onset_sample: the first speech sample, in the input stream.
-        at_sample: where the decision was made (end of the deciding frame).
-    """
-
-    onset_sample: int
-    at_sample: int
-    kind: Literal["speech_started"] = "speech_started"
-
-
-@dataclass(frozen=True, slots=True)
-class BargeInDetected:
-    """Speech went on for ``min_barge_in``: enough to interrupt an active reply."""
-
-    onset_sample: int
-    at_sample: int
-    kind: Literal["barge_in_detected"] = "barge_in_detected"
-
-
-@dataclass(frozen=True, slots=True)
-class SpeechEnded:
-    """``end_of_turn_silence`` of silence followed the speech: the turn may commit.
-
-    Attributes:
-        end_sample: the sample after the last speech frame.
-        at_sample: where the silence was long enough.
-    """
-
-    end_sample: int
-    at_sample: int
-    kind: Literal["speech_ended"] = "speech_ended"
-
-
-@dataclass(frozen=True, slots=True)
-class UtteranceReady:
-    """Audio of one utterance, ready for STT (16 kHz mono).
-
-    Attributes:
-        audio: the utterance, ``start_sample`` set to its place in the input stream.
-        onset_sample: first speech sample (the audio starts up to ``pre_roll`` earlier).
-        end_sample: sample after the last speech frame (the audio may run ``end_pad`` on).
-        truncated: cut at ``max_utterance`` while the user was still speaking.
-    """
-
-    audio: AudioChunk
-    onset_sample: int
-    end_sample: int
-    truncated: bool = False
-    kind: Literal["utterance_ready"] = "utterance_ready"
-
-
-@dataclass(frozen=True, slots=True)
-class UtterancePaused:
-    """``end_pad`` of silence followed speech: the utterance so far, for speculative STT.
-
-    Attributes:
-        audio: exactly the audio the :class:`UtteranceReady` for ``end_sample`` will carry.
-        onset_sample: first speech sample.
-        end_sample: sample after the last speech frame so far.
-    """
-
-    audio: AudioChunk
-    onset_sample: int
-    end_sample: int
-    kind: Literal["utterance_paused"] = "utterance_paused"
-
-    def matches(self, ready: UtteranceReady) -> bool:
-        """Whether ``ready`` carries the same audio (so a transcript of this one holds)."""
-        return (
-            ready.end_sample == self.end_sample
-            and ready.audio.start_sample == self.audio.start_sample
-            and ready.audio.num_samples == self.audio.num_samples
-        )
-
-
-TurnDetectorEvent = (
-    SpeechStarted | BargeInDetected | SpeechEnded | UtterancePaused | UtteranceReady
-)
 
 _State = Literal["idle", "pending", "speaking"]
 _ONSET_LOOKBACK_FRAMES = 3
@@ -295,6 +236,9 @@ class TurnDetector:
         self._undecided: UtterancePaused | None = None  # a pause the model must judge
         self._decisions: list[EndOfTurnVerdict] = []
         self._backlog: deque[tuple[NDArray[np.float32], float]] = deque()  # after a pause
+        self._grace = round(s.resume_grace * rate)
+        # (onset, end, commit position) of the committed turn that may still be resumed
+        self._provisional: tuple[int, int, int] | None = None
 
     @property
     def position(self) -> int:
@@ -323,6 +267,39 @@ class TurnDetector:
         :meth:`decide` or :meth:`adecide` before pushing more audio); its audio is that of
         the :class:`UtterancePaused` handed out (the same object, when one was)."""
         return self._undecided
+
+    @property
+    def provisional(self) -> int | None:
+        """The end sample of the last committed turn while it may still be resumed
+        (``resume_grace``, not sealed); ``None`` otherwise."""
+        return None if self._provisional is None else self._provisional[1]
+
+    def seal(self) -> None:
+        """The last committed turn stands: speech after it is a new turn (idempotent)."""
+        if self._provisional is None:
+            return
+        committed_at = self._provisional[2]
+        self._provisional = None
+        self._drop_before(committed_at)  # as if idle from the commit on
+        if self._state == "idle":
+            self._trim_pre_roll()
+        else:  # a new speech onset pending: keep its pre-roll only
+            self._drop_before(self._onset - self._pre_roll)
+
+    def detach(self, resumed: TurnResumed) -> None:
+        """Undo ``resumed``: the speech from its onset on is a new utterance, apart from
+        the committed turn (for a caller that could not take that turn back).
+
+        Raises:
+            TypeError: ``resumed`` is not a :class:`TurnResumed`.
+        """
+        if not isinstance(resumed, TurnResumed):
+            raise TypeError(f"resumed must be a TurnResumed, got {type(resumed).__name__}")
+        if self._state == "idle" or self._onset >= resumed.onset_sample:
+            return  # that utterance ended already, or it was detached
+        self._onset = resumed.onset_sample
+        self._drop_before(max(resumed.committed_at, resumed.onset_sample - self._pre_roll))
+        self._paused_at = self._paused = self._judged_at = self._undecided = None
 
     @property
     def decisions(self) -> list[EndOfTurnVerdict]:
@@ -372,7 +349,7 @@ class TurnDetector:
         if verdict.complete:
             events += [SpeechEnded(pause.end_sample, self._position),
                        UtteranceReady(pause.audio, pause.onset_sample, pause.end_sample)]
-            self._to_idle()
+            self._committed(pause.end_sample)
         self._run(events)  # the audio pushed after the pause
         return events
 
@@ -484,6 +461,7 @@ class TurnDetector:
         self._paused = None
         self._judged_at = None
         self._undecided = None
+        self._provisional = None
         self._backlog.clear()
         self._recent.clear()
 
@@ -494,6 +472,9 @@ class TurnDetector:
         self._position = end
         self._last_probability = prob
         self._frames.append(frame)
+        if (self._provisional is not None and self._state == "idle"
+                and end - self._provisional[1] > self._grace):
+            self.seal()  # (also trims the kept audio)
         if self._state == "idle":
             if prob >= s.threshold:
                 self._state = "pending"
@@ -512,6 +493,14 @@ class TurnDetector:
             return
         if self._state == "pending" and end - self._onset >= self._min_speech:
             self._state = "speaking"
+            if self._provisional is not None:
+                onset, turn_end, committed_at = self._provisional
+                if self._onset - turn_end <= self._grace:  # the committed turn goes on
+                    out.append(TurnResumed(turn_end, self._onset, end, committed_at))
+                    self._provisional = None
+                    self._onset = onset
+                else:
+                    self.seal()
             out.append(SpeechStarted(self._onset, end))
         if self._state != "speaking":
             return
@@ -522,7 +511,7 @@ class TurnDetector:
         if silent >= self._timeout:
             out.append(SpeechEnded(self._last_speech_end, end))
             out.append(self._utterance(self._last_speech_end, truncated=False))
-            self._to_idle()
+            self._committed(self._last_speech_end)
         elif end - self._buffer_start >= self._max_utterance:
             out.append(self._utterance(end, truncated=True))
             self._frames = []
@@ -576,7 +565,22 @@ class TurnDetector:
         chunk = AudioChunk.from_float(audio, STT_SAMPLE_RATE, start_sample=self._buffer_start)
         return UtteranceReady(chunk, max(self._onset, self._buffer_start), speech_end, truncated)
 
+    def _committed(self, end_sample: int) -> None:
+        """A turn ended at ``end_sample``: idle, its audio kept while it may be resumed."""
+        frames, start, onset = self._frames, self._buffer_start, self._onset
+        self._to_idle()
+        if self._grace > 0:
+            self._provisional = (onset, end_sample, self._position)
+            self._frames, self._buffer_start = frames, start
+
+    def _drop_before(self, sample: int) -> None:
+        """Drop the kept frames that end before ``sample``."""
+        while self._frames and self._buffer_start + self._frames[0].size <= sample:
+            self._buffer_start += self._frames[0].size
+            self._frames.pop(0)
+
     def _to_idle(self) -> None:
+        self._provisional = None
         self._timeout = self._max_wait
         self._state = "idle"
         self._barge_in_sent = False
@@ -588,7 +592,9 @@ class TurnDetector:
         self._buffer_start = self._position
 
     def _trim_pre_roll(self) -> None:
-        """Keep only the last ``pre_roll`` samples while idle."""
+        """Keep only the last ``pre_roll`` samples while idle (all, while provisional)."""
+        if self._provisional is not None:
+            return
         total = sum(f.size for f in self._frames)
         while self._frames and total - self._frames[0].size >= self._pre_roll:
             total -= self._frames[0].size
