@@ -92,6 +92,14 @@ def test_the_end_of_turn_model_and_its_longest_wait_come_from_the_settings() -> 
     assert voice.turn_detection.max_end_of_turn_silence == 1.2
     assert voice.turn_detection.end_pad == 0.1  # speculative STT before the model decides
     assert voice.turn_detection.decision_pause == 0.2
+    # A turn the model ends may be taken back for 1 s (VOXFLOW_RESUME_GRACE); never
+    # without the model.
+    assert voice.turn_detection.resume_grace == 1.0
+    assert VoiceSettings.from_settings(
+        Settings.from_env({"VOXFLOW_END_OF_TURN_MODEL": "smart-turn",
+                           "VOXFLOW_RESUME_GRACE": "0.5"})).turn_detection.resume_grace == 0.5
+    assert VoiceSettings.from_settings(
+        Settings.from_env({"VOXFLOW_RESUME_GRACE": "0.5"})).turn_detection.resume_grace == 0
     engines = VoiceEngines.from_settings(settings, deterministic=True)
     assert isinstance(engines.end_of_turn, SmartTurn)
     assert VoiceEngines.from_settings(Settings(), deterministic=True).end_of_turn is None

@@ -33,6 +33,7 @@ __all__ = [
     "TranscriptDiscarded",
     "TurnCommitted",
     "TurnMetrics",
+    "TurnRevoked",
 ]
 
 
@@ -74,6 +75,21 @@ class SpeculativeReplyDiscarded(_Event):
     kind: Literal["speculative_reply_discarded"] = "speculative_reply_discarded"
     turn_id: TurnId
     text: str = Field(description="the transcript it answered")
+    reason: str
+
+
+class TurnRevoked(_Event):
+    """A committed turn was taken back: the user went on speaking before a sample of its
+    reply was heard (``TurnDetection.resume_grace``).
+
+    Its reply was fenced unheard, its generation closed, and the flow's state rolled back
+    to before the turn (history, turn and reply records, the persisted snapshot): the
+    continuation is committed as one turn with the whole utterance, under a new identity.
+    """
+
+    kind: Literal["turn_revoked"] = "turn_revoked"
+    turn_id: TurnId
+    text: str = Field(description="the transcript of the turn taken back")
     reason: str
 
 
@@ -229,8 +245,8 @@ class SessionClosed(_Event):
 
 SessionEvent = Annotated[
     SpeechStarted | SpeechEnded | TranscriptDiscarded | TurnCommitted | ReplyStarted
-    | ReplyTextStreamed | SpeculativeReplyDiscarded | AudioStarted | BargeIn | BargeInPaused
-    | BargeInResumed
+    | ReplyTextStreamed | SpeculativeReplyDiscarded | TurnRevoked | AudioStarted | BargeIn
+    | BargeInPaused | BargeInResumed
     | ReplyInterrupted | ReplyFinished
     | AnnouncementQueued | DeliverySettled | MuteObserved | TurnMetrics | SessionClosed,
     Field(discriminator="kind"),

@@ -23,6 +23,10 @@ Speculative replies (:mod:`voxflow_voice.speculation`, ``VoiceSettings.speculati
 at the user's short pause the session answers what it heard with the audio held, releases
 it the instant the turn's end is confirmed on the same audio (``VoiceEngines.end_of_turn``
 may confirm it at once), or drops it unheard and rolls the flow back if the user speaks on.
+With ``TurnDetection.resume_grace`` a confirmed turn stays *provisional* until the first
+sample of its reply is heard: if the user goes on speaking before that, the turn is taken
+back (``TurnRevoked``: the reply fenced unheard, the flow rolled back) and the whole
+utterance becomes one turn; once a sample was heard, speech over the reply is a barge-in.
 
 Barge-in: user speech over a reply is fed to the
 :class:`~voxflow_voice.barge_in.BargeInArbiter` (``VoiceSession.barge_in``) by the
@@ -75,6 +79,7 @@ from .events import (
     TranscriptDiscarded,
     TurnCommitted,
     TurnMetrics,
+    TurnRevoked,
 )
 from .floor import FloorReporter
 from .input_guard import InputGuard, InputStatistics
@@ -89,6 +94,7 @@ from .turn_detector import (
     BargeInDetected,
     TurnDetection,
     TurnDetector,
+    TurnResumed,
     UtterancePaused,
     UtteranceReady,
 )
@@ -127,8 +133,9 @@ class VoiceSettings(BaseModel):
         """The voice settings a command's :class:`~voxflow.settings.Settings` ask for.
 
         Turn taking comes from ``[max_]end_of_turn_silence``, ``min_barge_in`` and (with an
-        ``end_of_turn_model``, the speculative STT starting at a 0.1 s pause) ``end_pad``,
-        plus ``speculative_replies``; ``overrides`` (``echo_gate=False``, ...) then replace.
+        ``end_of_turn_model``, the speculative STT starting at a 0.1 s pause) ``end_pad``
+        and ``resume_grace``, plus ``speculative_replies``; ``overrides``
+        (``echo_gate=False``, ...) then replace.
 
         Raises:
             TypeError: ``settings`` is not a :class:`~voxflow.settings.Settings`.
@@ -136,10 +143,12 @@ class VoiceSettings(BaseModel):
         """
         if not isinstance(settings, Settings):
             raise TypeError(f"settings must be voxflow Settings, got {type(settings).__name__}")
+        model = settings.end_of_turn_model
         turn_detection = TurnDetection(
             end_of_turn_silence=settings.end_of_turn_silence, min_barge_in=settings.min_barge_in,
             max_end_of_turn_silence=settings.max_end_of_turn_silence,
-            end_pad=0.2 if settings.end_of_turn_model == "none" else 0.1)
+            end_pad=0.2 if model == "none" else 0.1,
+            resume_grace=0.0 if model == "none" else settings.resume_grace)
         values: dict[str, Any] = {"turn_detection": turn_detection,
                                   "speculative_replies": settings.speculative_replies}
         return cls.model_validate({**values, **overrides})
@@ -202,6 +211,9 @@ class VoiceSession:
             asyncio.Queue()
         )
         self._speculation: Speculation | None = None  # pending: no verdict yet
+        self._provisional: Speculation | None = None  # confirmed, may be taken back
+        self._seal_at: int | None = None  # a provisional turn's end to seal (it was heard)
+        self._revoked: set[int] = set()  # end samples of the utterances taken back
         self._speculating: set[asyncio.Task[bool]] = set()
         self._early = EarlyTranscriber(engines.stt)
         self.barge_in = BargeInArbiter(self.settings.barge_in)
@@ -266,6 +278,8 @@ class VoiceSession:
         self._closed = True
         if self._speculation is not None:
             self._speculation.discard("the session closed")
+        if self._provisional is not None:
+            self._seal(self._provisional)
         if self._speculating:
             await asyncio.wait(self._speculating)
         await self._early.aclose()
@@ -286,6 +300,10 @@ class VoiceSession:
                 if audio is None:
                     continue
                 self._anchor = (self.clock.now(), self._detector.position)
+                if self._seal_at is not None:  # a provisional turn's reply was heard
+                    if self._detector.provisional == self._seal_at:
+                        self._detector.seal()
+                    self._seal_at = None
                 if self.echo_gate is not None:
                     audio = self.echo_gate.process(audio, self._anchor[0])
                 # (then the end-of-turn model's verdict on a pause, with its words)
@@ -297,6 +315,9 @@ class VoiceSession:
                 if spec is not None and spec.spoken_over(self._detector.speech_end):
                     spec.discard("the user spoke on")
                     self._speculation = None
+                held = self._provisional
+                if held is not None and self._detector.provisional != held.paused.end_sample:
+                    self._seal(held)  # resume_grace is over
                 await self._overlap.arbitrate(self._reply)
             for event in self._detector.flush():
                 await self._on_detector_event(event)
@@ -304,14 +325,46 @@ class VoiceSession:
             if self._speculation is not None:  # (a turn the flush ended confirmed it)
                 self._speculation.discard("the call ended")
                 self._speculation = None
+            if self._provisional is not None:
+                self._seal(self._provisional)
             self._utterances.put_nowait(None)
 
     def _time_of(self, sample: int) -> float:
         at, position = self._anchor
         return at + (sample - position) / STT_SAMPLE_RATE
 
+    def _seal(self, spec: Speculation) -> None:
+        """``spec``'s turn is final: speech after it is a new turn."""
+        spec.seal()
+        if self._provisional is spec:
+            self._provisional = None
+            self._seal_at = spec.paused.end_sample  # (the listen task seals the detector)
+
+    def _resumed(self, event: TurnResumed) -> None:
+        """The user went on after a committed turn: take it back if nothing of its reply
+        was heard (the continuation then makes one turn with it), else keep it (the speech
+        is a new turn, over the reply: a barge-in)."""
+        spec = self._provisional
+        reply = self._reply
+        if reply is not None and (spec is None or reply.provisional is not spec):
+            reply = None  # (an announcement, or the reply of another turn)
+        if (spec is None or spec.sealed or spec.paused.end_sample != event.end_sample
+                or (reply is not None and reply.first_audio is not None)):
+            self._detector.detach(event)
+            if spec is not None:
+                self._seal(spec)
+            return
+        if reply is not None and reply.delivery_id is not None:
+            self._speaker.fence(reply)  # not one sample more (none was heard)
+            self._reply = None
+        spec.revoke("the user went on speaking before a sample of the reply was heard")
+        self._provisional = None
+        self._revoked.add(event.end_sample)
+
     async def _on_detector_event(self, event: Any) -> None:
-        if isinstance(event, DetectorSpeechStarted):
+        if isinstance(event, TurnResumed):
+            self._resumed(event)
+        elif isinstance(event, DetectorSpeechStarted):
             if self.settings.stt_warm_up:
                 self._early.warm_up()
             self._floor.recording_changed(True)
@@ -345,6 +398,15 @@ class VoiceSession:
                     spec.confirm()
                 else:
                     spec.discard("the turn ended on other audio")
+            if self._provisional is not None:  # (sealed already: a turn came after it)
+                self._seal(self._provisional)
+            if (self._detector.provisional == event.end_sample and spec is not None
+                    and not spec.discarded):
+                self._provisional = spec  # may be taken back until its reply is heard
+            else:  # final: no grace, or answered the usual way (nothing to take back)
+                self._detector.seal()
+                if spec is not None:
+                    spec.seal()
             self._utterances.put_nowait((event, spec))
 
     # -- converse -------------------------------------------------------------------
@@ -355,6 +417,11 @@ class VoiceSession:
             try:
                 if spec is not None and spec.task is not None and await spec.task:
                     continue  # answered in the pause, and now the turn's reply
+                if utterance.end_sample in self._revoked:
+                    self._revoked.discard(utterance.end_sample)
+                    continue  # taken back: the user went on (a later utterance has it all)
+                if spec is not None:
+                    self._seal(spec)  # answered the usual way from here: not taken back
                 speech_end = self._time_of(utterance.end_sample)
                 with hold_clock(self.clock):
                     transcript = await self._early.final(utterance)
@@ -420,20 +487,8 @@ class VoiceSession:
         )
         verdict = asyncio.ensure_future(spec.verdict())
         await asyncio.wait({generation, verdict}, return_when=asyncio.FIRST_COMPLETED)
-        if not await verdict:
-            generation.cancel()  # closes the turn's stream: the runner interrupts it
-            if reply.delivery_id is not None:
-                self._speaker.fence(reply)  # drops the held audio unheard
-            for task in (generation, reply.speaker):
-                if task is not None:
-                    await asyncio.wait({task})  # never raises; a failure is only logged
-                    if not task.cancelled() and task.exception() is not None:
-                        logger.warning("discarded speculative reply: %s failed",
-                                       task.get_name(), exc_info=task.exception())
-            try:
-                await point.restore()  # in memory first, then the store
-            except Exception:  # (a failed write: the next save is a full one)
-                logger.exception("saving a rolled-back speculative turn failed")
+        if not await verdict or spec.revoked:
+            await self._drop(reply, generation, point)
             self._emit(SpeculativeReplyDiscarded(
                 session_id=self.session_id, at=self.clock.now(), turn_id=reply.turn_id,
                 text=text, reason=spec.reason,
@@ -441,6 +496,8 @@ class VoiceSession:
             return False
         self._reply = reply
         reply.speculation = None
+        if not spec.sealed:
+            reply.provisional = spec  # until a sample of it is heard (or resume_grace)
         now = self.clock.now()
         self._emit(TurnCommitted(session_id=self.session_id, at=now, turn_id=reply.turn_id,
                                  text=text, speech_end_at=self._time_of(spec.paused.end_sample)))
@@ -450,8 +507,32 @@ class VoiceSession:
             await self._speaker.cut(reply, "Session closed.")  # (a release would block)
         elif reply.delivery_id is not None:
             await self.playback.release(reply.delivery_id)
+        if not await spec.final():  # the user went on before a sample of it was heard
+            await self._drop(reply, generation, point)
+            self._emit(TurnRevoked(session_id=self.session_id, at=self.clock.now(),
+                                   turn_id=reply.turn_id, text=text, reason=spec.reason))
+            return False
+        reply.provisional = None
         await generation
         return True
+
+    async def _drop(
+        self, reply: SpokenReply, generation: asyncio.Task[None], point: RollbackPoint
+    ) -> None:
+        """Drop an unheard reply: close its generation, fence its audio, roll back."""
+        generation.cancel()  # closes the turn's stream: the runner interrupts it
+        if reply.delivery_id is not None:
+            self._speaker.fence(reply)  # drops the held audio unheard
+        for task in (generation, reply.speaker):
+            if task is not None:
+                await asyncio.wait({task})  # never raises; a failure is only logged
+                if not task.cancelled() and task.exception() is not None:
+                    logger.warning("dropped reply: %s failed", task.get_name(),
+                                   exc_info=task.exception())
+        try:
+            await point.restore()  # in memory first, then the store
+        except Exception:  # (a failed write: the next save is a full one)
+            logger.exception("saving a rolled-back turn failed")
 
     # -- replies ----------------------------------------------------------------------
 
@@ -553,6 +634,8 @@ class VoiceSession:
                 if reply is not None and reply.delivery_id == obs.delivery_id:
                     if reply.first_audio is None:
                         reply.first_audio = obs.at
+                        if reply.provisional is not None:  # heard: the turn is final
+                            self._seal(reply.provisional)
                         self._emit(AudioStarted(session_id=self.session_id, at=obs.at,
                                                 delivery_id=obs.delivery_id))
                     reply.last_audio_end = obs.at + obs.num_samples / obs.sample_rate

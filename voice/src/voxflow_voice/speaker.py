@@ -81,6 +81,8 @@ class SpokenReply:
         last_audio_end: when the audio played so far ends.
         segments: the text segments handed to synthesis.
         speculation: its speculation, until the turn is confirmed.
+        provisional: its speculation while the confirmed turn may still be taken back
+            (until a sample of it is heard: ``TurnDetection.resume_grace``).
     """
 
     turn_id: TurnId
@@ -96,6 +98,7 @@ class SpokenReply:
     last_audio_end: float | None = None
     segments: list[str] = field(default_factory=list)
     speculation: Speculation | None = None
+    provisional: Speculation | None = None
 
 
 @contextlib.contextmanager

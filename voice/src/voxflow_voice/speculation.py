@@ -19,7 +19,14 @@ playback stage (:meth:`~voxflow_voice.playback.Playback.hold`). Then exactly one
   (:class:`~voxflow.flow.RollbackPoint`: history, turn and reply records, the persisted
   snapshot). Its events are never emitted; a ``SpeculativeReplyDiscarded`` says so.
 
-The state lock is held from the rollback point until the verdict, so nothing else (a job
+* **provisional**: with ``TurnDetection.resume_grace``, a confirmed turn may still be
+  taken back until the first sample of its reply is heard (or the grace is over):
+  :meth:`Speculation.seal` makes it final, :meth:`Speculation.revoke` drops it as a
+  discarded one is dropped (fenced before a sample was heard, rolled back), and the
+  detector's continuation of the utterance becomes the turn (``TurnRevoked``).
+
+The state lock is held from the rollback point until the verdict (a provisional one's
+seal), so nothing else (a job
 commit, a queue operation) can change the state in between and be rolled back with it.
 Side effects outside the flow's state cannot be undone: turn speculation off for flows
 whose turns act on the world directly (use jobs, whose submissions wait for the verdict).
@@ -42,13 +49,15 @@ class Speculation:
         paused: the pause whose audio is answered.
     """
 
-    __slots__ = ("_verdict", "events", "paused", "reason", "task")
+    __slots__ = ("_final", "_verdict", "events", "paused", "reason", "task")
 
     def __init__(self, paused: UtterancePaused) -> None:
         if not isinstance(paused, UtterancePaused):
             raise TypeError(f"paused must be an UtterancePaused, got {type(paused).__name__}")
         self.paused = paused
-        self._verdict: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        self._verdict: asyncio.Future[bool] = loop.create_future()
+        self._final: asyncio.Future[bool] = loop.create_future()  # sealed or revoked
         self.events: list[SessionEvent] = []  # held back until the verdict
         self.task: asyncio.Task[bool] | None = None  # True once it answered the turn
         self.reason = ""
@@ -84,10 +93,38 @@ class Speculation:
             self.reason = reason
             self._verdict.set_result(False)
 
+    @property
+    def sealed(self) -> bool:
+        """Whether the confirmed turn is final (no longer revocable)."""
+        return self._final.done() and self._final.result()
+
+    @property
+    def revoked(self) -> bool:
+        """Whether the confirmed turn was taken back."""
+        return self._final.done() and not self._final.result()
+
+    def seal(self) -> None:
+        """The turn can no longer be taken back (idempotent; a revoked one stays revoked)."""
+        if not self._final.done():
+            self._final.set_result(True)
+
+    def revoke(self, reason: str) -> None:
+        """Take the confirmed turn back: its reply is dropped unheard and rolled back
+        (idempotent; a sealed one stays sealed; before a verdict, a discard)."""
+        self.discard(reason)
+        if not self._final.done():
+            self.reason = reason
+            self._final.set_result(False)
+
+    async def final(self) -> bool:
+        """Wait for :meth:`seal` (True) or :meth:`revoke` (False)."""
+        return await asyncio.shield(self._final)
+
     async def verdict(self) -> bool:
         """Wait for :meth:`confirm` (True) or :meth:`discard` (False)."""
         return await asyncio.shield(self._verdict)
 
     def __repr__(self) -> str:
-        state = "pending" if not self.decided else "discarded" if self.discarded else "confirmed"
+        state = ("pending" if not self.decided else "discarded" if self.discarded
+                 else "revoked" if self.revoked else "sealed" if self.sealed else "confirmed")
         return f"Speculation(end_sample={self.paused.end_sample}, {state})"
