@@ -84,6 +84,7 @@ import wave
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from _figures import figure
@@ -93,7 +94,13 @@ from voxflow_voice.end_of_turn import EndOfTurnModel, EndOfTurnVerdict, SmartTur
 from voxflow_voice.metrics import Distribution
 from voxflow_voice.stt import SttSettings, WhisperStt
 from voxflow_voice.tts import PiperTts, TtsSettings
-from voxflow_voice.turn_detector import SpeechEnded, TurnDetection, TurnDetector, UtteranceReady
+from voxflow_voice.turn_detector import (
+    SpeechEnded,
+    TurnDetection,
+    TurnDetector,
+    TurnResumed,
+    UtteranceReady,
+)
 from voxflow_voice.vad import SileroVad
 
 PAUSED = [
@@ -214,6 +221,7 @@ class Outcome:
     ended_at: list[int]  # the sample at which each turn ended (SpeechEnded.at_sample)
     decide_seconds: list[float]
     verdicts: list[EndOfTurnVerdict]
+    resumed: int  # committed turns taken back (TurnResumed)
 
     def delay(self, sample: Sample) -> float:
         """Seconds of audio from the last word to the end of the last turn."""
@@ -221,30 +229,48 @@ class Outcome:
 
 
 async def run(sample: Sample, settings: TurnDetection, model: EndOfTurnModel | None,
-              stt: WhisperStt | None) -> Outcome:
+              stt: WhisperStt | None, heard_after: float | None = None) -> Outcome:
     """Feed one sample to a detector in 20 ms chunks, as a session does: at each pause
     the model judges the audio while STT transcribes it (the session's speculative
-    transcript), and the verdict takes both."""
+    transcript), and the verdict takes both.
+
+    With ``settings.resume_grace``, a committed turn is sealed ``heard_after`` seconds
+    (of audio) after its commit, as a session seals it when the first sample of its reply
+    is heard; speech resuming it before then takes it back (``TurnResumed``)."""
     detector = TurnDetector(SileroVad(), settings, end_of_turn_model=model)
-    turns: list[UtteranceReady] = []
-    ended: list[int] = []
-    decide: list[float] = []
+    out = Outcome([], [], [], [], 0)
+    seal_at: int | None = None
     step = 320
     for start in range(0, sample.audio.size, step):
+        if seal_at is not None and detector.position >= seal_at:
+            detector.seal()
+            seal_at = None
         events = detector.push(sample.audio[start : start + step])
         while (pause := detector.undecided) is not None:
             began = time.perf_counter()
             words = stt.transcribe(pause.audio) if stt is not None else None
             events += await detector.adecide(words)
-            decide.append(time.perf_counter() - began)
+            out.decide_seconds.append(time.perf_counter() - began)
         events += [] if start + step < sample.audio.size else detector.flush()
-        turns += [e for e in events if isinstance(e, UtteranceReady)]
-        ended += [e.at_sample for e in events if isinstance(e, SpeechEnded)]
-    return Outcome(turns, ended, decide, detector.decisions)
+        for event in events:
+            if isinstance(event, TurnResumed):
+                out.turns.pop()
+                out.ended_at.pop()
+                out.resumed += 1
+                seal_at = None
+            elif isinstance(event, SpeechEnded):
+                out.ended_at.append(event.at_sample)
+                if heard_after is not None:
+                    seal_at = event.at_sample + round(heard_after * STT_SAMPLE_RATE)
+            elif isinstance(event, UtteranceReady):
+                out.turns.append(event)
+    out.verdicts += detector.decisions
+    return out
 
 
 async def evaluate(name: str, samples: list[Sample], settings: TurnDetection,
-                   model: EndOfTurnModel | None, stt: WhisperStt | None = None) -> None:
+                   model: EndOfTurnModel | None, stt: WhisperStt | None = None,
+                   heard_after: float | None = None) -> None:
     paused = [s for s in samples if s.kind == "paused"]
     short = [s for s in samples if s.kind == "short"]
     split_by_pause: Counter[float] = Counter()
@@ -254,11 +280,17 @@ async def evaluate(name: str, samples: list[Sample], settings: TurnDetection,
     paused_delay: list[float] = []
     split_examples: list[str] = []
     slow: list[str] = []
+    split_by_voice: Counter[str] = Counter()
+    count_by_voice: Counter[str] = Counter()
+    resumed = 0
     for s in paused:
-        out = await run(s, settings, model, stt)
+        out = await run(s, settings, model, stt, heard_after)
         decide += out.decide_seconds
+        resumed += out.resumed
         count_by_pause[s.pause] += 1
+        count_by_voice[s.voice] += 1
         if len(out.turns) != 1:
+            split_by_voice[s.voice] += 1
             split_by_pause[s.pause] += 1
             split_by_text[s.text] += 1
             if len(split_examples) < 8:
@@ -273,9 +305,11 @@ async def evaluate(name: str, samples: list[Sample], settings: TurnDetection,
     short_delay: list[float] = []
     short_split = 0
     missed: list[str] = []
+    short_resumed = 0
     for s in short:
-        out = await run(s, settings, model, stt)
+        out = await run(s, settings, model, stt, heard_after)
         decide += out.decide_seconds
+        short_resumed += out.resumed
         if len(out.turns) != 1:
             short_split += 1
             missed.append(f"{s.text!r} ({s.voice}{' +noise' if s.noisy else ''}): "
@@ -296,6 +330,10 @@ async def evaluate(name: str, samples: list[Sample], settings: TurnDetection,
                         if count_by_pause[p])
         print(f"   split rate (paused utterances as > 1 turn)    {rate:.1f} % "
               f"({splits} of {len(paused)}; per pause {per})")
+        print("     per voice: " + ", ".join(f"{v} {split_by_voice[v]}/{n}"
+                                             for v, n in count_by_voice.items()))
+        if settings.resume_grace:
+            print(f"     committed turns taken back (TurnResumed, merged): {resumed}")
         per_text = len(paused) // len({s.text for s in paused})
         for text, count in split_by_text.most_common():
             print(f"     {count:>3} of {per_text}: {text!r}")
@@ -311,7 +349,8 @@ async def evaluate(name: str, samples: list[Sample], settings: TurnDetection,
         print(f"   short answers: last word -> turn end           {dist}")
         late = sum(d > PROMPT_ANSWER for d in short_delay)
         print(f"   short answers committed later than {PROMPT_ANSWER} s   "
-              f"{late} of {len(short)}; split in two: {short_split}")
+              f"{late} of {len(short)}; split in two: {short_split}"
+              + (f"; taken back: {short_resumed}" if settings.resume_grace else ""))
         for m in missed[:8]:
             print(f"     {m}")
         if dist.median_ms is not None:
@@ -332,25 +371,32 @@ def _verdicts(out: Outcome) -> str:
     )
 
 
-async def measure(samples: list[Sample], stt_model: str, end_pad: float, only_smart: bool) -> None:
+async def measure(samples: list[Sample], stt_model: str, end_pad: float, only_smart: bool,
+                  grace: float, heard_after: list[float]) -> None:
     model = SmartTurn()
     stt = WhisperStt(SttSettings(model=stt_model))
     await stt.transcribe(AudioChunk.from_float(np.zeros(16_000, np.float32), STT_SAMPLE_RATE))
     smart = TurnDetection(min_speech=0.2, max_end_of_turn_silence=1.6, end_pad=end_pad)
     name = (f"Smart Turn at a 0.2 s pause + the words ({stt_model}) of a {end_pad} s pause, "
             "1.6 s maximum")
-    if only_smart:
-        await evaluate(name, samples, smart, model, stt)
-        return
-    timer_02 = TurnDetection(end_of_turn_silence=0.2, min_speech=0.2, min_barge_in=0.2)
-    await evaluate("silence timer 0.2 s (the leading framework's VAD stop)", samples,
-                   timer_02, None)
-    await evaluate("silence timer 0.6 s (voxflow's default, 0.2 s minimum speech)", samples,
-                   TurnDetection(min_speech=0.2), None)
-    # voxflow's defaults but the reference's 0.2 s minimum speech: a quick "No." from a
-    # fast voice holds less than the default 0.25 s of speech and would not be a turn.
-    await evaluate("Smart Turn alone at a 0.2 s pause, 1.6 s maximum", samples, smart, model)
+    if not only_smart:
+        timer_02 = TurnDetection(end_of_turn_silence=0.2, min_speech=0.2, min_barge_in=0.2)
+        await evaluate("silence timer 0.2 s (the leading framework's VAD stop)", samples,
+                       timer_02, None)
+        await evaluate("silence timer 0.6 s (voxflow's default, 0.2 s minimum speech)",
+                       samples, TurnDetection(min_speech=0.2), None)
+        # voxflow's defaults but the reference's 0.2 s minimum speech: a quick "No." from a
+        # fast voice holds less than the default 0.25 s of speech and would not be a turn.
+        await evaluate("Smart Turn alone at a 0.2 s pause, 1.6 s maximum", samples, smart,
+                       model)
     await evaluate(name, samples, smart, model, stt)
+    if grace <= 0:
+        return
+    for heard in heard_after:
+        resumable = smart.model_copy(update={"resume_grace": grace})
+        await evaluate(f"{name}; provisional: taken back if resumed within {grace} s, "
+                       f"sealed {heard} s after the commit (its reply heard)", samples,
+                       resumable, model, stt, heard)
 
 
 ANCHOR_WAV = Path("/work/shared/anchors/pipecat/audio/user_q.wav")
@@ -382,23 +428,26 @@ async def voice_to_voice(turns: int, wav: Path | None) -> None:
     await engines.stt.transcribe(AudioChunk.from_float(np.zeros(16_000, np.float32), 16_000))
     async for _ in engines.tts.stream("Warming up.", segment_id=1):
         pass
-    reference = {"min_speech": 0.2, "min_barge_in": 0.2}
+    reference: dict[str, Any] = {"min_speech": 0.2, "min_barge_in": 0.2}
+    smart: dict[str, Any] = {"max_end_of_turn_silence": 1.6, "end_pad": 0.1, "resume_grace": 1.0,
+             **reference}
     configs = [
         ("silence timer 0.2 s (the leading framework's settings)",
          TurnDetection(end_of_turn_silence=0.2, **reference), False),
-        ("Smart Turn + the pause's words at a 0.2 s pause, 1.6 s maximum",
-         TurnDetection(max_end_of_turn_silence=1.6, **reference), True),
-        ("the same, speculative STT from a 0.1 s pause (end_pad 0.1)",
-         TurnDetection(max_end_of_turn_silence=1.6, end_pad=0.1, **reference), True),
-        ("the same, and a Whisper warm-up at each speech onset",
-         TurnDetection(max_end_of_turn_silence=1.6, end_pad=0.1, **reference), True),
+        ("silence timer 0.6 s (voxflow's default timer)", TurnDetection(**reference), False),
+        ("Smart Turn + words at a 0.2 s pause, speculative STT from 0.1 s, provisional",
+         TurnDetection(**smart), True),
+        ("the same, the verdict at a 0.15 s pause",
+         TurnDetection(decision_pause=0.15, **smart), True),
+        ("the same (0.2 s), and a Whisper warm-up at each speech onset",
+         TurnDetection(**smart), True),
     ]
     print(f"voice to voice, real time: {turns} turns of {source}; Whisper base")
-    for name, detection, smart in configs:
+    for name, detection, with_model in configs:
         script = CallScript()
         for i in range(turns):
             script.user_says(0.5 + 5.0 * i, audio=audio)
-        used = engines if smart else VoiceEngines(stt=engines.stt, tts=engines.tts,
+        used = engines if with_model else VoiceEngines(stt=engines.stt, tts=engines.tts,
                                                   make_vad=engines.make_vad)
         call = await run_call(TurnRunner(Assistant(suppress_flow_events=True)), script, used,
                               clock=MonotonicClock(),
@@ -412,6 +461,8 @@ async def voice_to_voice(turns: int, wav: Path | None) -> None:
         print(f"   voice to voice, tape (targets median <= 500, p90 <= 700 ms)  {v2v}")
         for label, value in call.session.summary().rows()[:4]:
             print(f"   {label:<60} {value}")
+        for label, value in _breakdown(call, tape.end_lag):
+            print(f"   {label:<60} {value}")
         print(f"   turns committed {len(call.transcripts())} of {turns}; answered in the pause "
               f"{sum(m.speculative for m in call.metrics())}; stale samples "
               f"{call.stale_samples()}; verdicts complete "
@@ -423,6 +474,35 @@ async def voice_to_voice(turns: int, wav: Path | None) -> None:
                    target="<= 500 (p90 <= 700)")
 
 
+def _breakdown(call: Any, end_lag: list[float]) -> list[tuple[str, str]]:
+    """Where voice to voice goes: the VAD's speech end after the last sample, the commit
+    after the speech end (the pause and the verdict), the first sample played after the
+    commit, and whether the reply's text was ready before the commit."""
+    from voxflow_voice.events import AudioStarted, ReplyStarted, TurnCommitted, TurnMetrics
+
+    events = call.events
+    delivery = {e.turn_id: e.delivery_id for e in events if isinstance(e, ReplyStarted)}
+    audio = {e.delivery_id: e.at for e in events if isinstance(e, AudioStarted)}
+    text = {m.turn_id: m.first_text for m in events if isinstance(m, TurnMetrics)}
+    decided: list[float] = []
+    played: list[float] = []
+    ready = 0
+    for c in (e for e in events if isinstance(e, TurnCommitted)):
+        turn_delivery = delivery.get(c.turn_id)
+        heard = audio.get(turn_delivery) if turn_delivery is not None else None
+        if heard is None:
+            continue  # (taken back, or never played)
+        decided.append((c.at - c.speech_end_at) * 1000.0)
+        played.append((heard - c.at) * 1000.0)
+        first = text.get(c.turn_id)
+        ready += first is not None and first <= c.at
+    return [("  VAD speech end after the last sample (tape)", str(Distribution.of(end_lag))),
+            ("  speech end -> turn committed (pause + verdict)",
+             str(Distribution.of(decided))),
+            ("  turn committed -> first sample played", str(Distribution.of(played))),
+            ("  reply text ready before the commit", f"{ready} of {len(decided)}")]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--set", choices=["paused", "short", "all"], default="all")
@@ -432,7 +512,12 @@ def main() -> None:
                         help="the pause (s) at which the speculative STT starts (Smart Turn "
                         "decides at 0.2 s)")
     parser.add_argument("--only-smart", action="store_true",
-                        help="only Smart Turn with the words (not the timers)")
+                        help="only Smart Turn with the words (not the timers nor the model alone)")
+    parser.add_argument("--grace", type=float, default=1.0,
+                        help="resume_grace (s) of the provisional configurations (0: none)")
+    parser.add_argument("--heard-after", type=float, nargs="+", default=[0.3],
+                        help="seconds from a commit to its reply's first sample heard "
+                        "(when the turn is sealed); one configuration each")
     parser.add_argument("--v2v", type=int, metavar="N", default=0,
                         help="instead: voice to voice in real time over N turns")
     parser.add_argument("--wav", type=Path, default=ANCHOR_WAV, help="the --v2v utterance")
@@ -449,7 +534,8 @@ def main() -> None:
           f"{sum(s.kind == 'short' for s in samples)} short answers), voices: "
           f"{', '.join(voices)}; clean and at {SNR_DB:.0f} dB SNR; built in "
           f"{time.perf_counter() - began:.0f} s")
-    asyncio.run(measure(samples, args.stt, args.end_pad, args.only_smart))
+    asyncio.run(measure(samples, args.stt, args.end_pad, args.only_smart, args.grace,
+                        args.heard_after))
 
 
 if __name__ == "__main__":

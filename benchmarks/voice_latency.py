@@ -299,10 +299,10 @@ def tape_figures(call: CallResult, barge_ins: list[float]) -> TapeFigures:
         first_receipt.setdefault(r.delivery_id, r.at - tape.start)
         last_sample[r.delivery_id] = r.at - tape.start + r.num_samples / r.sample_rate
     out = TapeFigures()
-    for committed, started in zip(
-        call.of_kind("turn_committed"), call.of_kind("reply_started"), strict=False
-    ):
-        heard = first_receipt.get(started.delivery_id)
+    started_for = {e.turn_id: e for e in call.of_kind("reply_started")}
+    for committed in call.of_kind("turn_committed"):  # (a turn taken back: none heard)
+        started = started_for.get(committed.turn_id)
+        heard = first_receipt.get(started.delivery_id) if started is not None else None
         if heard is None:
             continue
         speech_end = committed.speech_end_at - tape.start
