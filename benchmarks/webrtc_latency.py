@@ -52,7 +52,7 @@ from typing import Any
 
 import numpy as np
 from _figures import figure
-from voice_latency import REFERENCE_TURNS, Assistant, _speech, tape_figures
+from voice_latency import REFERENCE_TURNS, Assistant, _speech, speech_span, tape_figures
 from voxflow_adapters.scenario import run_call
 from voxflow_adapters.script import CallScript
 from voxflow_adapters.webrtc import PeerSettings, ServerSettings, WebRtcPeer, WebRtcServer
@@ -126,19 +126,38 @@ async def simulated(engines: VoiceEngines, said: dict[str, Line], turns: int
         script.user_says(t, audio=said[QUESTION].audio)
         t += 5.0
         script.user_says(t, audio=said[STORY].audio)
-        # the story's first audio comes ~0.7 s after the request ends
-        barge = t + said[STORY].last + 1.5 + BARGE_AFTER_AUDIO
+        # the story's first audio comes ~0.6-2 s after the request ends (load)
+        barge = t + said[STORY].last + 2.5 + BARGE_AFTER_AUDIO
         script.user_says(barge, audio=said[STOP].audio)
         barge_ins.append(barge)
         t = barge + 5.0
     call = await run_call(TurnRunner(Assistant(suppress_flow_events=True)), script, engines,
                           clock=MonotonicClock(), settings=SETTINGS, tail=3.0)
     tape = tape_figures(call, barge_ins)
+    # voice to voice of the plain questions only, as over WebRTC (the "Stop, please."
+    # turns wait for the barge-in's confirmation, the story requests may speak over a reply)
+    receipts = call.tape.receipts
+    first_receipt: dict[Any, float] = {}
+    for r in receipts:
+        first_receipt.setdefault(r.delivery_id, r.at - call.tape.start)
+    user = call.tape.track("user")
+    rendered = call.client._rendered
+    assert rendered is not None
+    spans = [(s, e) for _, s, e in rendered.utterances]
+    v2v = []
+    for committed, started in zip(call.of_kind("turn_committed"), call.of_kind("reply_started"),
+                                  strict=False):
+        heard = first_receipt.get(started.delivery_id)
+        if heard is None or "time" not in committed.text.lower():
+            continue
+        speech_end = committed.speech_end_at - call.tape.start
+        _, last_in = speech_span(user, *min(spans, key=lambda s: abs(s[1] - speech_end)))
+        v2v.append((heard - last_in) * 1000.0)
     if len(tape.stops) < len(barge_ins):
         print(f"   (simulated: {len(tape.stops)} of {len(barge_ins)} barge-ins timed, "
               f"{tape.silent_cuts} with no reply playing, "
               f"{len(call.of_kind('barge_in'))} confirmed)")
-    return tape.v2v, tape.stops, call.stale_samples()
+    return v2v, tape.stops, call.stale_samples()
 
 
 # -- WebRTC, aiortc caller ------------------------------------------------------------------
@@ -294,7 +313,7 @@ def _chromium_wav(said: dict[str, Line], turns: int, path: Path) -> float:
     add(None, 2.0)
     for _ in range(turns):
         add(said[QUESTION], 5.0)
-        add(said[STORY], 0.7 + BARGE_AFTER_AUDIO)
+        add(said[STORY], 2.5 + BARGE_AFTER_AUDIO)
         add(said[STOP], 5.0)
     add(None, 60.0)
     samples = np.concatenate(parts)
@@ -380,19 +399,23 @@ def report(name: str, rows: list[dict[str, float | None]], marks: tuple[str, ...
 @contextlib.contextmanager
 def receive_path(hold: int | str | None) -> Iterator[int | None]:
     """The receive path to measure: ``before`` also puts back soxr's streaming filter
-    for 48 -> 16 kHz (the Decimator replaced it in InputConverter)."""
+    for 48 -> 16 kHz (the Decimator replaced it in InputConverter) and the outbound grid
+    that a reply's first frame waited for."""
     if hold != "before":
         assert not isinstance(hold, str)
         yield hold
         return
     import voxflow_voice.audio as audio
+    from voxflow_adapters.webrtc.outbound import ReplyTrack
 
     kept = audio.Decimator
     audio.Decimator = audio.Resampler  # type: ignore[misc, assignment]
+    ReplyTrack.wake_on_audio = False
     try:
         yield None
     finally:
         audio.Decimator = kept  # type: ignore[misc]
+        ReplyTrack.wake_on_audio = True
 
 
 async def measure(turns: int, holds: list[int | str | None], chromium: bool) -> None:
@@ -411,7 +434,8 @@ async def measure(turns: int, holds: list[int | str | None], chromium: bool) -> 
           f"(n={len(sim_stops)}), stale {sim_stale}")
     for setting in holds:
         label = {None: "aiortc's jitter buffer", "before": "before (aiortc's jitter buffer, "
-                 "soxr streaming 48->16 kHz)"}.get(setting, f"receive_hold={setting}")
+                 "soxr streaming 48->16 kHz, fixed outbound grid)"}.get(
+                     setting, f"receive_hold={setting}")
         with receive_path(setting) as hold:
             await measure_one(engines, said, turns, hold, label, sim, chromium)
 
@@ -464,8 +488,8 @@ def main() -> None:
                         help="question + barge-in pairs")
     parser.add_argument("--hold", nargs="+", type=_hold, default=[3],
                         help="receive_hold values to compare; none: aiortc's jitter buffer; "
-                        "before: aiortc's buffer and soxr's streaming 48->16 kHz filter, "
-                        "the receive path before issue 20")
+                        "before: aiortc's buffer, soxr's streaming 48->16 kHz filter and "
+                        "the fixed outbound grid, as before issue 20")
     parser.add_argument("--no-chromium", action="store_true", help="aiortc caller only")
     args = parser.parse_args()
     holds: list[int | str | None] = args.hold
