@@ -185,7 +185,8 @@ async def test_a_queued_job_survives_the_death_of_the_call_worker_that_started_i
             assert await call.wait_for_jobs(60), "the job worker never finished the job"
             assert await call.announce_ready() == ["Flight BA 117 is on time (attempt 1)."]
             assert await call.announce_ready() == []
-            await flow._persist_turn()
+            async with call.state_lock:
+                await flow._persist_turn()
         # the session as stored: the job completed, its announcement heard once
         again = saved()
         assert await again.aload_session(session_id)
@@ -306,26 +307,37 @@ async def test_listen_notify_wakes_the_owner_long_before_its_poll(
     schema: str, queue: PostgresJobQueue
 ) -> None:
     state, job = owner_state(flight="KL 1")
-    woke = asyncio.Event()
+    other, _ = owner_state(flight="KL 2")
+    woke: dict[str, asyncio.Event] = {state.id: asyncio.Event(), other.id: asyncio.Event()}
 
-    async def on_update() -> None:
-        woke.set()
+    def told(session_id: str) -> Any:
+        async def on_update() -> None:
+            woke[session_id].set()
+        return on_update
 
-    reader = InboxReader(queue.inbox, state, lock=asyncio.Lock(), on_update=on_update,
-                         poll=3600)  # only a notification can wake it within the test
-    reader.start()
+    # poll=3600: only a notification can wake a reader within the test
+    readers = [InboxReader(queue.inbox, s, lock=asyncio.Lock(), on_update=told(s.id),
+                           poll=3600) for s in (state, other)]
+    for reader in readers:
+        reader.start()
     try:
-        await asyncio.sleep(1.0)  # its first read found nothing; it is listening now
+        await asyncio.sleep(1.0)  # their first reads found nothing; they are listening now
+        listening = await queue.inbox._execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE query = %s",
+            (f'LISTEN "{queue.inbox.channel}"',))
+        assert listening[0][0] == 1  # one connection listens for every session
         assert state.jobs[job.job_id].status == "queued"
         update = JobUpdate(session_id=state.id, job_id=job.job_id, revision=1, attempt=1,
                            seq=1, kind="started")
         assert await queue.inbox.write(update) is True
         assert await queue.inbox.write(update) is True  # written twice: one row
-        await asyncio.wait_for(woke.wait(), 30)
+        await asyncio.wait_for(woke[state.id].wait(), 30)
     finally:
-        await reader.aclose()
+        for reader in readers:
+            await reader.aclose()
     assert state.jobs[job.job_id].status == "running"
-    assert reader.applied == 1
+    assert readers[0].applied == 1 and readers[1].applied == 0
+    assert not woke[other.id].is_set()
     assert len(await all_rows(queue.inbox, state.id)) == 1
     assert await queue.inbox.pending(state.id) == []
 

@@ -30,6 +30,7 @@ The rows stay (acknowledged) for audit; :meth:`JobInbox.purge` deletes old ones.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import json
 import logging
@@ -218,6 +219,8 @@ class JobInbox:
         self.channel = inbox_channel(self.schema)
         self._pool: AsyncConnectionPool[Any] | None = None
         self._open_lock = asyncio.Lock()
+        self._watchers: dict[str, set[asyncio.Event]] = {}
+        self._listener: asyncio.Task[None] | None = None
 
     # -- connections -------------------------------------------------------------------
 
@@ -286,7 +289,12 @@ class JobInbox:
         await self._open()
 
     async def close(self) -> None:
-        """Close the pool (idempotent; the next call reopens it)."""
+        """Stop listening and close the pool (idempotent; the next call reopens it)."""
+        listener, self._listener = self._listener, None
+        if listener is not None:
+            listener.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await listener
         async with self._open_lock:
             pool, self._pool = self._pool, None
         if pool is not None:
@@ -415,6 +423,42 @@ class JobInbox:
         finally:
             if conn is not None:
                 await conn.close()
+
+    def watch(self, session_id: str) -> asyncio.Event:
+        """An event set whenever a row for ``session_id`` is written (and whenever the
+        listener (re)connects, since rows may have come meanwhile). One ``LISTEN``
+        connection serves every watched session of this inbox; call on the event loop
+        that uses the inbox, and :meth:`unwatch` when done."""
+        event = asyncio.Event()
+        self._watchers.setdefault(session_id, set()).add(event)
+        if self._listener is None or self._listener.done():
+            self._listener = asyncio.create_task(self._listen(), name="job inbox listener")
+        return event
+
+    def unwatch(self, session_id: str, event: asyncio.Event) -> None:
+        """Stop setting ``event`` (the listener stops with the last watcher)."""
+        events = self._watchers.get(session_id)
+        if events is not None:
+            events.discard(event)
+            if not events:
+                del self._watchers[session_id]
+        if not self._watchers and self._listener is not None:
+            self._listener.cancel()
+            self._listener = None
+
+    async def _listen(self) -> None:
+        while True:
+            try:
+                notes = self.notifications()
+                for events in list(self._watchers.values()):
+                    for event in events:
+                        event.set()
+                async for session_id in notes:
+                    for event in self._watchers.get(session_id, ()):
+                        event.set()
+            except Exception as exc:  # a lost connection: listen again (readers poll)
+                logger.warning("job inbox listener stopped (%s); listening again", exc)
+                await asyncio.sleep(1.0)
 
     def __repr__(self) -> str:
         return f"JobInbox({redact_url(self.url)!r}, schema={self.schema!r})"

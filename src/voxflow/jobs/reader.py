@@ -1,12 +1,15 @@
 """:class:`InboxReader`: the call worker's side of the job inbox.
 
-The worker that owns a session runs one reader for it. Woken by ``LISTEN/NOTIFY`` (and
-on a timer, since the table, not the notification, is the truth), it reads the
+The worker that owns a session runs one reader for it. Woken by ``LISTEN/NOTIFY`` (one
+listening connection per inbox, shared by every session it reads: :meth:`JobInbox.watch
+<voxflow.jobs.inbox.JobInbox.watch>`) and on a timer, since the table, not the
+notification, is the truth, it reads the
 session's unacknowledged inbox rows and, in this order:
 
 1. applies them under the session's state lock (:func:`~voxflow.jobs.inbox.apply_inbox`:
    duplicates, rows from a dead attempt and rows already in the state are refused);
-2. saves the state (``save``; with a fenced store a worker that lost the session gets
+2. saves the state, still under the lock (``save``, when a row was accepted; with a
+   fenced store a worker that lost the session gets
    :class:`~voxflow.errors.FencedWriteError` here, and stops: nothing acknowledged, it
    announces nothing);
 3. acknowledges the rows (:meth:`~voxflow.jobs.inbox.JobInbox.ack`);
@@ -43,8 +46,9 @@ class InboxReader:
         lock: the session's state lock (``AssistantWiring.state_lock``).
         on_update: awaited after rows were applied and acknowledged (the session
             announces what completed).
-        save: awaited after applying, before acknowledging (persist the state; fenced
-            when the session is leased). None: rows are acknowledged once applied.
+        save: awaited under ``lock`` after applying, before acknowledging, when a row
+            was accepted (persist the state; fenced when the session is leased). None:
+            rows are acknowledged once applied.
         poll: seconds between two reads when no notification comes (a missed one).
 
     Raises:
@@ -76,9 +80,8 @@ class InboxReader:
         self.poll = float(poll)
         self.applied = 0
         """How many rows this reader applied (accepted by the job rules)."""
-        self._wake = asyncio.Event()
+        self._wake: asyncio.Event | None = None
         self._task: asyncio.Task[None] | None = None
-        self._listener: asyncio.Task[None] | None = None
 
     async def read_once(self) -> int:
         """Apply, save, acknowledge and announce the pending rows once; returns how many
@@ -91,10 +94,10 @@ class InboxReader:
         entries = await self.inbox.pending(self.state.id)
         if not entries:
             return 0
-        async with self.lock:
+        async with self.lock:  # saves of a session are serialised with its turns
             results = apply_inbox(self.state, entries)
-        if self.save is not None:
-            await self.save()
+            if self.save is not None and any(results):
+                await self.save()
         await self.inbox.ack(self.state.id, [e.id for e in entries])
         accepted = sum(results)
         self.applied += accepted
@@ -106,22 +109,12 @@ class InboxReader:
         """Read in the background: now, on every notification for this session and every
         ``poll`` seconds (idempotent; call on the session's event loop)."""
         if self._task is None:
-            self._listener = asyncio.create_task(self._listen(), name="job inbox listen")
-            self._task = asyncio.create_task(self._run(), name="job inbox read")
+            self._wake = self.inbox.watch(self.state.id)
+            self._task = asyncio.create_task(self._run(self._wake), name="job inbox read")
 
-    async def _listen(self) -> None:
+    async def _run(self, wake: asyncio.Event) -> None:
         while True:
-            try:
-                async for session_id in self.inbox.notifications():
-                    if session_id == self.state.id:
-                        self._wake.set()
-            except Exception as exc:  # a lost connection: listen again, polling meanwhile
-                logger.warning("job inbox listener stopped (%s); listening again", exc)
-                await asyncio.sleep(self.poll)
-
-    async def _run(self) -> None:
-        while True:
-            self._wake.clear()
+            wake.clear()
             try:
                 await self.read_once()
             except Exception as exc:
@@ -132,15 +125,16 @@ class InboxReader:
                     return
                 logger.warning("job inbox read failed (%s); retrying", exc)
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), self.poll)
+                await asyncio.wait_for(wake.wait(), self.poll)
 
     async def aclose(self) -> None:
         """Stop reading (idempotent)."""
-        tasks = [t for t in (self._task, self._listener) if t is not None]
-        self._task = self._listener = None
-        for task in tasks:
+        task, self._task = self._task, None
+        if self._wake is not None:
+            self.inbox.unwatch(self.state.id, self._wake)
+            self._wake = None
+        if task is not None:
             task.cancel()
-        for task in tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
 
