@@ -511,3 +511,22 @@ def test_fuzz_inbox_bodies_become_entries_never_exceptions(body: Any) -> None:
     assert (entry.update is None) or entry.problem is None
     state, _ = owner_state()
     apply_inbox(state, [entry])  # never raises
+
+
+def test_the_default_job_queue_follows_voxflow_database_url(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from voxflow.jobs import default_job_queue
+    from voxflow.settings import SettingsError
+
+    monkeypatch.delenv("VOXFLOW_DATABASE_URL", raising=False)
+    assert default_job_queue() is None  # embedded: jobs in the call's process
+    monkeypatch.setenv("VOXFLOW_DATABASE_URL", "postgresql://u:hunter2@db.example:5432/v")
+    queue = default_job_queue(schema="calls")
+    assert queue is not None and (queue.schema, queue.url) == (
+        "calls", "postgresql://u:hunter2@db.example:5432/v")
+    assert "hunter2" not in repr(queue)
+    monkeypatch.setenv("VOXFLOW_DATABASE_URL", "mysql://u:hunter2@db/v")
+    with pytest.raises(SettingsError) as err:
+        default_job_queue()
+    assert "hunter2" not in str(err.value)

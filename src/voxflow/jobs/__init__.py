@@ -23,6 +23,7 @@ from voxflow.jobs.inbox import JobInbox as JobInbox
 from voxflow.jobs.inbox import apply_inbox as apply_inbox
 from voxflow.jobs.queue import PostgresJobQueue as PostgresJobQueue
 from voxflow.jobs.queue import QueuedJob as QueuedJob
+from voxflow.jobs.queue import default_job_queue as default_job_queue
 from voxflow.jobs.reader import InboxReader as InboxReader
 from voxflow.jobs.records import JobRecord as JobRecord
 from voxflow.jobs.records import JobState as JobState
@@ -63,4 +64,5 @@ __all__ = [
     "background_job",
     "begin_attempt",
     "commit_job_update",
+    "default_job_queue",
 ]

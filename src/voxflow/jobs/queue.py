@@ -51,7 +51,7 @@ if TYPE_CHECKING:
 
     from voxflow.jobs.background import BackgroundJob
 
-__all__ = ["TASK_NAME", "PostgresJobQueue", "QueuedJob"]
+__all__ = ["TASK_NAME", "PostgresJobQueue", "QueuedJob", "default_job_queue"]
 
 logger = logging.getLogger("voxflow.jobs")
 
@@ -422,3 +422,18 @@ class PostgresJobQueue:
     def __repr__(self) -> str:
         return (f"PostgresJobQueue({redact_url(self.url)!r}, schema={self.schema!r}, "
                 f"queue={self.queue!r})")
+
+
+def default_job_queue(*, schema: str = "public") -> PostgresJobQueue | None:
+    """The job queue of ``VOXFLOW_DATABASE_URL``, or None when it is unset (jobs then run
+    in the call's own process, as embedded): what a call worker passes as
+    ``AssistantWiring(flow, job_queue=default_job_queue())``.
+
+    Raises:
+        SettingsError: the variable is set but not a ``postgresql://`` URL (named, the
+            password never shown).
+    """
+    from voxflow.settings import Settings
+
+    url = Settings.from_env().database_url
+    return None if url is None else PostgresJobQueue(url.get_secret_value(), schema=schema)
