@@ -388,6 +388,27 @@ async def test_a_reader_whose_save_is_fenced_acknowledges_nothing(
     assert len(await queue.inbox.pending(state.id)) == 1  # left to the session's owner
 
 
+async def test_a_started_reader_tells_the_session_once_even_with_nothing_to_read(
+    queue: PostgresJobQueue,
+) -> None:
+    """A restored session may hold a completed job whose rows its dead owner applied and
+    acknowledged but never announced: the new owner's reader offers it once at start."""
+    state, _ = owner_state(flight="OS 1")
+    told: list[int] = []
+
+    async def on_update() -> None:
+        told.append(len(told))
+
+    reader = InboxReader(queue.inbox, state, lock=asyncio.Lock(), on_update=on_update,
+                         poll=0.2)
+    reader.start()
+    try:
+        await asyncio.sleep(2.0)  # ~10 polls, each finding nothing
+    finally:
+        await reader.aclose()
+    assert told == [0]
+
+
 # -- hostile inputs --------------------------------------------------------------------
 
 

@@ -17,7 +17,9 @@ session's unacknowledged inbox rows and, in this order:
    queue, which never announces a version it already covered.
 
 A reader that dies anywhere before 3 leaves the rows to the next owner, who applies
-them to its restored state: at-least-once delivery, idempotent application, so each
+them to its restored state (one that dies after 3 but before 4 left a completed job in
+the saved state: a started reader tells the session once, whatever it read, so it is
+announced then): at-least-once delivery, idempotent application, so each
 result is applied, and announced, once.
 """
 
@@ -113,10 +115,16 @@ class InboxReader:
             self._task = asyncio.create_task(self._run(self._wake), name="job inbox read")
 
     async def _run(self, wake: asyncio.Event) -> None:
+        first = True
         while True:
             wake.clear()
             try:
-                await self.read_once()
+                accepted = await self.read_once()
+                if first and not accepted and self.on_update is not None:
+                    # a restored session may hold a job its last owner applied (rows
+                    # acknowledged) but never announced: offer it once
+                    await self.on_update()
+                first = False
             except Exception as exc:
                 from voxflow.errors import FencedWriteError
 
