@@ -322,6 +322,9 @@ async def test_listen_notify_wakes_the_owner_long_before_its_poll(
         reader.start()
     try:
         await asyncio.sleep(1.0)  # their first reads found nothing; they are listening now
+        assert all(event.is_set() for event in woke.values())  # the offer at start
+        for event in woke.values():
+            event.clear()
         listening = await queue.inbox._execute(
             "SELECT count(*) FROM pg_stat_activity WHERE query = %s",
             (f'LISTEN "{queue.inbox.channel}"',))
