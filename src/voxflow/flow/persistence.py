@@ -59,6 +59,7 @@ from voxflow.flow._item_rows import (
     StateChanges,
 )
 from voxflow.flow._row_store import FencedPersistence, RowStore, SessionLease
+from voxflow.flow.dsl import stamp_marks
 from voxflow.paths import default_data_dir
 
 if TYPE_CHECKING:
@@ -156,6 +157,7 @@ def default_persistence() -> RowStore:
         return backend
     url = (env[0] or "").strip()
     if url:
+        # Here: `from voxflow import Flow` builds no settings model.
         from voxflow.settings import DATABASE_URL_VARIABLE, SettingsError, check_database_url
 
         try:
@@ -172,6 +174,7 @@ def default_persistence() -> RowStore:
         backend = _defaults.get(key)
         if backend is None:
             if url:
+                # Here: only a database URL loads the PostgreSQL backend.
                 from voxflow.flow.postgres import PostgresFlowPersistence
 
                 backend = PostgresFlowPersistence(url)
@@ -218,7 +221,7 @@ class SQLiteFlowPersistence(RowStore):
             return self._conn
         if not create and not self.path.exists():
             return None
-        import sqlite3
+        import sqlite3  # here: `from voxflow import Flow` loads no sqlite3
 
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -271,7 +274,7 @@ class SQLiteFlowPersistence(RowStore):
         """
         if self._writable:
             return
-        import sqlite3
+        import sqlite3  # here: `from voxflow import Flow` loads no sqlite3
         import tempfile
 
         directory = self.path.parent
@@ -346,8 +349,6 @@ def persist(backend: Any = None, *, verbose: bool = False) -> Any:
             return target
         if not callable(target):
             raise TypeError("@persist applies to a Flow class or a flow method")
-        from voxflow.flow.dsl import stamp_marks
-
         stamp_marks(target, "persist").persist = config
         return target
 

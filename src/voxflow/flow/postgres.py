@@ -132,7 +132,7 @@ class PostgresFlowPersistence(RowStore):
         with self._open_lock:
             if self._pool is not None:
                 return self._pool
-            try:
+            try:  # here: psycopg is the optional voxflow[postgres] extra
                 import psycopg
                 from psycopg_pool import ConnectionPool, PoolTimeout
             except ImportError as exc:
@@ -168,7 +168,7 @@ class PostgresFlowPersistence(RowStore):
             return pool
 
     def _transaction(self, begin: str, fn: Callable[[Conn], T]) -> T:
-        import psycopg
+        import psycopg  # here: the optional voxflow[postgres] extra (loaded by _pool)
         from psycopg_pool import PoolTimeout
 
         try:
