@@ -626,6 +626,18 @@ class Flow(Engine, Generic[StateT]):
         finally:
             self._running = False
 
+    async def asave_state(self, method_name: str = "save") -> None:
+        """Save the state now through the flow's persistence (a no-op without one),
+        after any write still in flight; the write runs in a worker thread.
+
+        Call it with the state quiet (e.g. under the session's state lock): the
+        snapshot is taken on the loop before the write starts.
+        """
+        if not self._persistence_configured():
+            return
+        await self._writes_done()
+        await self._write_state(self._prepare_state_save(self._backend(), method_name))
+
     # ------------------------------------------------------------------ hooks
 
     async def _write_state(self, write: Callable[[], None]) -> None:
