@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import importlib.util
+from pathlib import Path
+from typing import Any
+
 import pytest
 from voxflow_voice.engines import VoiceEngines
 
@@ -12,3 +16,20 @@ def engines(voice_engines: VoiceEngines) -> VoiceEngines:
     noise-free synthesis so that virtual-time runs are exactly repeatable: the
     ``voice_engines`` fixture of voxflow's own pytest plugin (voxflow_adapters.pytest_plugin)."""
     return voice_engines
+
+
+def _root_conftest() -> Any:
+    """The repository's ``tests/conftest.py`` (its ``make_store`` fixture: SQLite, and
+    PostgreSQL skipped with its reason when none answers)."""
+    path = Path(__file__).resolve().parents[2] / "tests" / "conftest.py"
+    spec = importlib.util.spec_from_file_location("_voxflow_root_conftest", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+_ROOT = _root_conftest()
+make_store = _ROOT.make_store
+postgres_unreachable = _ROOT.postgres_unreachable
+PG_URL: str = _ROOT.PG_URL

@@ -82,9 +82,17 @@ def test_valid_messages_still_parse() -> None:
     assert parse_page_message('{"v":1,"type":"hangup"}') == HangupMessage(type="hangup")
 
 
+def _resume(resume: object) -> str:
+    return json.dumps({"type": "offer", "sdp": "v=0", "resume": resume})
+
+
 def test_offer_bodies_are_read_by_the_same_strict_reader() -> None:
     assert parse_offer(b'{"type": "offer", "sdp": "v=0"}', max_bytes=OFFER_LIMIT) == \
         OfferBody(type="offer", sdp="v=0")
+    resumed = parse_offer(_resume({"v": 1, "session_id": "s-1", "token": "A" * 43}).encode(),
+                          max_bytes=OFFER_LIMIT)
+    assert resumed.resume is not None and resumed.resume.session_id == "s-1"
+    assert "A" * 43 not in repr(resumed)  # the token never shows in a repr (or a log)
     cases = {
         json.dumps({"type": "offer", "sdp": "v=0"})[:-1] + "[" * 10_000: "nested deeper",
         '{"type": "offer", "type": "answer", "sdp": ""}': "duplicate key 'type'",
@@ -93,6 +101,15 @@ def test_offer_bodies_are_read_by_the_same_strict_reader() -> None:
         '{"type": "answer", "sdp": ""}': "type: Input should be 'offer'",
         '["offer"]': "must be a JSON object",
         "{not json": "not JSON",
+        # the resume object (versioned, strict: a typed reason naming the field)
+        _resume({"v": 2, "session_id": "s", "token": "A" * 43}): "resume.v: Input should be 1",
+        _resume({"v": 1, "session_id": "s"}): "resume.token: Field required",
+        _resume({"v": 1, "session_id": "s", "token": "short"}): "resume.token: String should",
+        _resume({"v": 1, "session_id": "s", "token": "A" * 43 + "!"}): "resume.token: String",
+        _resume({"v": 1, "session_id": "", "token": "A" * 43}): "resume.session_id: String",
+        _resume({"v": 1, "session_id": "s", "token": "A" * 43, "x": 1}): "resume.x: Extra",
+        _resume({"v": True, "session_id": "s", "token": "A" * 43}): "should be 1 (the integer)",
+        _resume("s"): "resume: Input should be",
     }
     for body, reason in cases.items():
         with pytest.raises(ProtocolError) as info:
@@ -156,6 +173,26 @@ def test_fuzz_offer_bodies_only_ever_parse_or_raise_protocol_error(raw: str | by
         assert exc.reason and "\n" not in exc.reason
     else:
         assert offer.type == "offer" and isinstance(offer.sdp, str)
+
+
+_resume_keys = st.sampled_from(["v", "session_id", "token", "x"])
+_resume_values = st.one_of(_json_values, st.just(1), st.just("A" * 43), st.just("s-1"),
+                           st.text(alphabet="Az09_-!.", min_size=0, max_size=140))
+
+
+@_FUZZ
+@given(st.one_of(st.dictionaries(_resume_keys, _resume_values, max_size=4), _json_values))
+def test_fuzz_resume_objects_only_ever_parse_or_raise_protocol_error(resume: object) -> None:
+    try:
+        offer = parse_offer(_resume(resume).encode(), max_bytes=OFFER_LIMIT)
+    except ProtocolError as exc:
+        assert exc.reason and "\n" not in exc.reason
+    else:
+        if resume is None:  # "resume": null is an offer without one
+            assert offer.resume is None
+            return
+        assert offer.resume is not None and offer.resume.v == 1
+        assert 16 <= len(offer.resume.token) <= 128 and offer.resume.session_id
 
 
 # -- the README's protocol table --------------------------------------------------------

@@ -8,13 +8,22 @@ the session) is the call's own and is closed with it.
 * :func:`flow_call_factory`: any conversational Flow class, wired by
   :class:`~voxflow.wiring.AssistantWiring` (reply queue, jobs, announcements);
 * :func:`assistant_call_factory`: the example assistant, as in ``voxflow demo``.
+
+A server with a store (``WebRtcServer(store=...)``) passes each call a
+:class:`CallSession`: the session id, the call's fenced persistence and whether the call
+resumes a stored session. The flow then saves every turn through that store, its
+session gets a resume token (new sessions), and a resumed one is loaded (nothing runs)
+and its answers cut off by the drop are settled at what was heard
+(:mod:`~voxflow_adapters.webrtc.resume`) before the call goes on.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from voxflow_voice.engines import VoiceEngines
 from voxflow_voice.events import SessionEvent
@@ -23,14 +32,19 @@ from voxflow_voice.transport import AudioTransport
 from voxflow_voice.wiring import assistant_session
 
 from voxflow.clock import Clock
+from voxflow.errors import FencedWriteError
 from voxflow.jobs import JobRunner
 from voxflow.settings import Settings
 from voxflow.wiring import AssistantWiring
+
+from .resume import HeardJournal, issue_resume_token, settle_dropped_replies
 
 __all__ = [
     "WEBRTC_VOICE_SETTINGS",
     "Call",
     "CallFactory",
+    "CallSession",
+    "ResumeUnavailableError",
     "assistant_call_factory",
     "flow_call_factory",
     "webrtc_voice_settings",
@@ -61,6 +75,25 @@ WEBRTC_VOICE_SETTINGS = webrtc_voice_settings()
 :func:`webrtc_voice_settings`)."""
 
 
+class ResumeUnavailableError(LookupError):
+    """A call was to resume a session that is not stored (or its flow cannot persist)."""
+
+
+@dataclass(frozen=True, slots=True)
+class CallSession:
+    """The persisted session a call runs on (given by a server that has a store).
+
+    Attributes:
+        session_id: the session's id.
+        persistence: the call's fenced store (every save checks the call's lease).
+        resume: load the stored session and go on with it (else a new session).
+    """
+
+    session_id: str
+    persistence: Any = field(repr=False)
+    resume: bool = False
+
+
 @dataclass(slots=True)
 class Call:
     """One call's session and what must be closed with it.
@@ -74,6 +107,10 @@ class Call:
     session: VoiceSession
     flow: Any
     jobs: JobRunner | None = None
+    resume_token: str | None = field(default=None, repr=False)
+    """A new persisted session's resume token (None: not persisted, or resumed)."""
+    dropped: tuple[str, ...] = ()
+    """A resumed session's answers that were cut off by the drop (their delivery ids)."""
     _closers: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
 
     async def aclose(self) -> None:
@@ -83,8 +120,15 @@ class Call:
             await close()
 
 
-CallFactory = Callable[[AudioTransport, VoiceEngines, Clock, EventSink], Awaitable[Call]]
-"""``(transport, engines, clock, on_event) -> Call``, awaited once per accepted offer."""
+class CallFactory(Protocol):
+    """``(transport, engines, clock, on_event, session=None) -> Call``, awaited once per
+    accepted offer; ``session`` is given by a server with a store (a factory that takes
+    no ``session`` keyword is called without one, its calls not persisted)."""
+
+    def __call__(
+        self, transport: AudioTransport, engines: VoiceEngines, clock: Clock,
+        on_event: EventSink, /, *, session: CallSession | None = None,
+    ) -> Awaitable[Call]: ...
 
 
 def flow_call_factory(
@@ -103,16 +147,68 @@ def flow_call_factory(
     settings = settings if settings is not None else WEBRTC_VOICE_SETTINGS
 
     async def make(
-        transport: AudioTransport, engines: VoiceEngines, clock: Clock, on_event: EventSink
+        transport: AudioTransport, engines: VoiceEngines, clock: Clock, on_event: EventSink,
+        /, *, session: CallSession | None = None,
     ) -> Call:
-        wiring = AssistantWiring(flow_class(), clock=clock)
-        session = assistant_session(wiring, transport, engines, settings=settings,
-                                    on_event=on_event)
-        call = Call(session=session, flow=wiring.flow, jobs=wiring.jobs)
-        call._closers.append(wiring.aclose)
-        return call
+        if session is None:
+            wiring = AssistantWiring(flow_class(), clock=clock)
+            voice = assistant_session(wiring, transport, engines, settings=settings,
+                                      on_event=on_event)
+            call = Call(session=voice, flow=wiring.flow, jobs=wiring.jobs)
+            call._closers.append(wiring.aclose)
+            return call
+        return await _persisted_call(flow_class, session, transport, engines, clock,
+                                     on_event, settings)
 
     return make
+
+
+async def _persisted_call(
+    flow_class: type[Any], session: CallSession, transport: AudioTransport,
+    engines: VoiceEngines, clock: Clock, on_event: EventSink, settings: VoiceSettings,
+) -> Call:
+    """A call whose flow saves through ``session.persistence`` (see the module)."""
+    flow = flow_class(persistence=session.persistence)
+    found = await flow.aload_session(session.session_id)
+    if session.resume and not found:
+        raise ResumeUnavailableError(f"session {session.session_id!r} is not stored")
+    token: str | None = None
+    dropped: tuple[str, ...] = ()
+    if session.resume:
+        dropped = tuple(settle_dropped_replies(flow.state))
+    else:
+        token = issue_resume_token(flow.state)
+    await flow.asave_state("call_started")  # the token, or the settled drop, first
+    wiring = AssistantWiring(flow, clock=clock)
+    voice: VoiceSession | None = None
+
+    def heard(delivery_id: Any) -> Any:
+        assert voice is not None
+        return voice.playback.heard_reply(delivery_id)
+
+    journal = HeardJournal(flow, wiring.state_lock, heard)
+
+    def events(event: SessionEvent) -> None:
+        journal.on_event(event)
+        on_event(event)
+
+    voice = assistant_session(wiring, transport, engines, settings=settings, on_event=events)
+    task = asyncio.get_running_loop().create_task(journal.run(), name="call.heard-journal")
+
+    async def close_journal() -> None:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        # the last reply's settlement (refused, and already reported, once the lease
+        # was lost: the call then writes nothing more)
+        with contextlib.suppress(FencedWriteError):
+            await journal.flush()
+
+    call = Call(session=voice, flow=flow, jobs=wiring.jobs, resume_token=token,
+                dropped=dropped)
+    call._closers.append(close_journal)
+    call._closers.append(wiring.aclose)
+    return call
 
 
 def assistant_call_factory(

@@ -5,6 +5,13 @@
 then speaks whatever audio it is given (paced at 20 ms, silence in between), records
 every frame of assistant audio it receives (its level and arrival time) and every
 data-channel message.
+
+It resumes like the page: it keeps the session id and resume token of the ``hello``
+message, and :meth:`LoopbackCaller.reconnect` (or, with :meth:`LoopbackCaller.
+keep_connected`, automatically once nothing arrived from the server for
+``peer_timeout`` seconds) offers again with them, retrying with backoff while the
+server is down or the session's old lease is still held; each reconnection's timing is
+kept in :attr:`LoopbackCaller.reconnects` (detection, reconnect).
 """
 
 from __future__ import annotations
@@ -34,7 +41,8 @@ from .outbound import FRAME_SAMPLES, FRAME_SECONDS, OPUS_SAMPLE_RATE
 from .peer import DEFAULT_RECEIVE_HOLD
 from .receive import ReceiveTimings, ReorderWindow, install_receive_path
 
-__all__ = ["CALLER_TOKEN_ENV", "LoopbackCaller", "OfferRejected", "ReceivedFrame"]
+__all__ = ["CALLER_TOKEN_ENV", "LoopbackCaller", "OfferRejected", "ReceivedFrame",
+           "Reconnection"]
 
 CALLER_TOKEN_ENV = "VOXFLOW_CALLER_TOKEN"
 """Where ``python -m voxflow_adapters.webrtc.client`` reads the server's token (not argv,
@@ -75,6 +83,36 @@ class ReceivedFrame:
     def audible(self) -> bool:
         """Whether the frame carries assistant audio."""
         return self.peak > AUDIBLE
+
+
+@dataclass(frozen=True, slots=True)
+class Reconnection:
+    """One reconnection of a caller (``time.monotonic()`` instants).
+
+    Attributes:
+        last_heard: the last frame or message from the old connection.
+        detected: when the caller decided the connection was gone.
+        connected: when the new connection's data channel opened (its offer answered).
+        attempts: offers made (the refused ones included).
+    """
+
+    last_heard: float
+    detected: float
+    connected: float
+    attempts: int
+
+    @property
+    def detection_seconds(self) -> float:
+        """From the last thing heard to the decision to reconnect."""
+        return self.detected - self.last_heard
+
+    @property
+    def reconnect_seconds(self) -> float:
+        """From the decision to the new connection's open data channel."""
+        return self.connected - self.detected
+
+
+_RETRY_STATUSES = (409, 502, 503, 504)  # the session's old lease, a server not up yet
 
 
 class _MicTrack(MediaStreamTrack):
@@ -170,16 +208,42 @@ class LoopbackCaller:
         self._channel: Any = None
         self._tasks: list[asyncio.Task[None]] = []
         self._changed = asyncio.Event()
+        self.session_id: str | None = None
+        """The call's session (from the ``hello`` message), for resuming."""
+        self._resume_token: str | None = None  # never printed, never logged
+        self.connections = 0
+        self.reconnects: list[Reconnection] = []
+        self.last_heard = time.monotonic()
+        self._watch: asyncio.Task[None] | None = None
 
-    async def connect(self, *, transform_offer: Callable[[str], str] | None = None) -> None:
+    async def connect(
+        self, *, transform_offer: Callable[[str], str] | None = None, resume: bool = False,
+        resume_as: tuple[str, str] | None = None,
+    ) -> None:
         """Offer, post, apply the answer; returns once the data channel is open.
+
+        Args:
+            transform_offer: changes the offer SDP before it is posted (tests).
+            resume: go on with this caller's session (its ``hello``'s id and token).
+            resume_as: ``(session_id, token)`` to send instead (tests of refusals).
 
         Raises:
             OfferRejected: the server answered with an error status.
+            RuntimeError: ``resume`` before any ``hello`` gave a session and token.
         """
         import aiohttp
         from aiortc import RTCConfiguration, RTCPeerConnection, RTCSessionDescription
 
+        body_resume: dict[str, Any] | None = None
+        if resume_as is not None:
+            body_resume = {"v": 1, "session_id": resume_as[0], "token": resume_as[1]}
+        elif resume:
+            if self.session_id is None or self._resume_token is None:
+                raise RuntimeError("nothing to resume: no hello with a resume token yet")
+            body_resume = {"v": 1, "session_id": self.session_id, "token": self._resume_token}
+        if self.mic.readyState != "live":  # a new connection: a new microphone, with the
+            pending, self.mic = self.mic._pending, _MicTrack()  # speech not yet sent
+            self.mic._pending = pending
         pc = RTCPeerConnection(RTCConfiguration(iceServers=[]))
         self._pc = pc
         channel = pc.createDataChannel("voxflow")
@@ -207,17 +271,94 @@ class LoopbackCaller:
         headers = {"Authorization": f"Bearer {self.token}"}
         if self.origin is not None:
             headers["Origin"] = self.origin
-        async with aiohttp.ClientSession() as http, http.post(
-            f"{self.base_url}/offer", json={"type": "offer", "sdp": sdp}, headers=headers,
-            ssl=self.ssl if self.ssl is not None else True,
-        ) as response:
-            body = await response.json(content_type=None)
-            if response.status != 200:
-                raise OfferRejected(response.status, str(body.get("error", body)))
+        offer_body: dict[str, Any] = {"type": "offer", "sdp": sdp}
+        if body_resume is not None:
+            offer_body["resume"] = body_resume
+        try:
+            async with aiohttp.ClientSession() as http, http.post(
+                f"{self.base_url}/offer", json=offer_body, headers=headers,
+                ssl=self.ssl if self.ssl is not None else True,
+            ) as response:
+                body = await response.json(content_type=None)
+                if response.status != 200:
+                    raise OfferRejected(response.status, str(body.get("error", body)))
+        except BaseException:
+            await pc.close()
+            raise
         self.call_id = body["call_id"]
         self.answer_sdp = body["sdp"]
+        self.connections += 1
         await pc.setRemoteDescription(RTCSessionDescription(sdp=body["sdp"], type="answer"))
         await opened.wait()
+        self.last_heard = time.monotonic()
+
+    async def reconnect(
+        self, *, backoff: Sequence[float] = (0.1, 0.25, 0.5, 1.0, 2.0), within: float = 60.0,
+        last_heard: float | None = None,
+    ) -> Reconnection:
+        """Drop the current connection and resume the session in a new one, retrying
+        (with ``backoff`` delays, the last one repeated) while the server is unreachable
+        or answers 409/5xx, for up to ``within`` seconds.
+
+        Raises:
+            OfferRejected: refused for good (e.g. 403: the token is not the session's),
+                or still refused after ``within`` seconds.
+        """
+        import aiohttp
+
+        detected = time.monotonic()
+        heard = last_heard if last_heard is not None else self.last_heard
+        await self._drop_connection()
+        attempts, deadline = 0, detected + within
+        while True:
+            attempts += 1
+            try:
+                await self.connect(resume=True)
+                break
+            except OfferRejected as exc:
+                if exc.status not in _RETRY_STATUSES or time.monotonic() >= deadline:
+                    raise
+            except (aiohttp.ClientError, OSError):
+                if time.monotonic() >= deadline:
+                    raise OfferRejected(0, "the server did not answer") from None
+            await asyncio.sleep(backoff[min(attempts - 1, len(backoff) - 1)])
+        done = Reconnection(last_heard=heard, detected=detected, connected=time.monotonic(),
+                            attempts=attempts)
+        self.reconnects.append(done)
+        return done
+
+    def keep_connected(self, *, peer_timeout: float = 2.0, within: float = 60.0) -> None:
+        """Reconnect automatically (as the page does) whenever nothing (no audio frame, no
+        message) arrived from the server for ``peer_timeout`` seconds (the server sends
+        a frame every 20 ms, silence included). A ``bye`` on the current connection (the
+        server ended the call on purpose) stops it."""
+
+        async def watch() -> None:
+            while True:
+                await asyncio.sleep(min(0.1, peer_timeout / 4))
+                if self.of_type("bye") and self._said_bye_on_current():
+                    return
+                if time.monotonic() - self.last_heard >= peer_timeout:
+                    await self.reconnect(within=within)
+
+        if self._watch is None:
+            self._watch = asyncio.get_running_loop().create_task(watch(), name="caller.watch")
+
+    def _said_bye_on_current(self) -> bool:
+        return any(m.get("type") == "bye" and m.get("_conn") == self.connections
+                   for m in self.messages)
+
+    async def _drop_connection(self) -> None:
+        """Close the current peer connection (the server sees the page vanish)."""
+        old, self._pc = self._pc, None
+        self.mic.stop()
+        for task in self._tasks:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._tasks.clear()
+        if old is not None:
+            await old.close()
 
     def _on_track(self, track: Any) -> None:
         if track.kind == "audio":
@@ -229,8 +370,9 @@ class LoopbackCaller:
                 frame = await track.recv()
                 samples = frame.to_ndarray()
                 peak = float(np.abs(samples).max()) / 32768.0 if samples.size else 0.0
-                self.frames.append(ReceivedFrame(time.monotonic(), peak, frame.samples,
-                                                 frame.pts))
+                now = time.monotonic()
+                self.frames.append(ReceivedFrame(now, peak, frame.samples, frame.pts))
+                self.last_heard = now
                 self._changed.set()
 
     def _on_message(self, raw: Any) -> None:
@@ -239,7 +381,11 @@ class LoopbackCaller:
         except ValueError:
             return
         if isinstance(message, dict):
-            message["_at"] = time.monotonic()
+            message["_at"] = self.last_heard = time.monotonic()
+            message["_conn"] = self.connections
+            if message.get("type") == "hello":
+                self.session_id = message.get("session_id")
+                self._resume_token = message.pop("resume_token", None) or self._resume_token
             self.messages.append(message)
             self._changed.set()
 
@@ -295,12 +441,22 @@ class LoopbackCaller:
         return sum(1 for f in self.frames if f.audible and f.at > after)
 
     @property
+    def resumable(self) -> bool:
+        """Whether a ``hello`` gave this caller a session and resume token."""
+        return self.session_id is not None and self._resume_token is not None
+
+    @property
     def connection_state(self) -> str:
         """The caller's ``connectionState``."""
         return str(self._pc.connectionState) if self._pc is not None else "new"
 
     async def aclose(self) -> None:
         """Hang up (closes the peer connection, as closing a tab does)."""
+        if self._watch is not None:
+            self._watch.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._watch
+            self._watch = None
         self.mic.stop()
         if self._pc is not None:
             await self._pc.close()

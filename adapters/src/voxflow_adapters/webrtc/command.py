@@ -210,8 +210,15 @@ def run_serve(
 
 async def _serve(factory: CallFactory, server_settings: ServerSettings,
                  settings: Settings) -> None:
+    from voxflow.flow.persistence import default_persistence
+
+    store = default_persistence()  # VOXFLOW_DATABASE_URL, else SQLite under VOXFLOW_HOME
+    check = getattr(store, "check_writable", None)
+    if check is not None:  # an unwritable store fails now, naming the fix
+        await asyncio.to_thread(check)
     engines = await asyncio.to_thread(VoiceEngines.from_settings, settings)
-    await serve(factory, settings=server_settings, engines=engines, announce=_announce)
+    await serve(factory, settings=server_settings, engines=engines, announce=_announce,
+                store=store)
 
 
 def _announce(line: str) -> None:

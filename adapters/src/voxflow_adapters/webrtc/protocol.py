@@ -139,11 +139,16 @@ def parse_page_message(raw: str | bytes) -> MuteMessage | PlaybackMessage | Hang
 
 
 class HelloMessage(_Message):
-    """First message: the call is set up; limits the page should know."""
+    """First message: the call is set up; limits the page should know. With a server
+    that stores sessions, ``resume_token`` (the same for the whole session) lets the page
+    resume the call after a drop (see the ``resume`` field of ``POST /offer``), and
+    ``resumed`` says this call goes on with a stored session."""
 
     type: Literal["hello"] = "hello"
     session_id: SessionId
     max_call_seconds: float
+    resume_token: str | None = Field(None, repr=False)
+    resumed: bool = False
 
 
 class StateMessage(_Message):

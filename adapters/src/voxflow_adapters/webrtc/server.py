@@ -23,6 +23,17 @@ never connects or whose peer goes silent is ended and its slot freed
 
 Every call gets a fresh flow and ``VoiceSession`` from the :data:`CallFactory`; the
 engines (Whisper, Piper, Silero) are loaded once and shared by all calls.
+
+With a ``store`` (``voxflow serve`` gives the default one: ``VOXFLOW_DATABASE_URL`` or
+the SQLite file), each call owns its session through a lease
+(:class:`~voxflow_adapters.webrtc.ownership.SessionOwnership`: acquired at call start,
+renewed in the background, released at the end; every save fenced by it; a lost lease
+ends the call, "the call lost its session"). An offer with ``resume`` (session id and
+resume token) goes on with a stored session: the token is checked (403 if it is not that
+session's), the lease is acquired (a live lease of another worker is waited out up to
+``resume_wait``, never stolen: 409 if it is still held; a live call of the same session
+on this server is the same page reconnecting, and it is ended first), and the call
+continues from the stored history (:mod:`~voxflow_adapters.webrtc.resume`).
 """
 
 from __future__ import annotations
@@ -33,7 +44,10 @@ import hmac
 import ipaddress
 import itertools
 import logging
+import os
 import secrets
+import socket
+import uuid
 from collections import Counter, deque
 from collections.abc import Callable
 from pathlib import Path
@@ -45,14 +59,16 @@ from voxflow_voice.engines import VoiceEngines
 from voxflow_voice.events import ReplyInterrupted, SessionEvent, TurnMetrics
 
 from voxflow.clock import MonotonicClock
-from voxflow.errors import SignalingError
+from voxflow.errors import FencedWriteError, SignalingError
 from voxflow.logs import bind_log_context
 
-from .calls import Call, CallFactory
+from .calls import Call, CallFactory, CallSession
+from .ownership import DEFAULT_LEASE_SECONDS, SessionBusyError, SessionOwnership
 from .peer import DEFAULT_PEER_SETTINGS, PeerSettings, PeerStatistics, WebRtcPeer
 from .protocol import HelloMessage, LatencyMessage, StateMessage, messages_for_event
+from .resume import check_resume_token
 from .tls import ssl_context
-from .wire import ProtocolError, parse_offer
+from .wire import ProtocolError, ResumeRequest, parse_offer
 
 __all__ = [
     "DEFAULT_SERVER_SETTINGS",
@@ -91,6 +107,10 @@ class ServerSettings(BaseModel):
         "proxy names in X-Forwarded-Proto/X-Forwarded-Host (ignored unless set: anyone "
         "can send those headers to a server reached directly)",
     )
+    lease_seconds: float = Field(DEFAULT_LEASE_SECONDS, gt=0, description="a call's "
+                                 "session lease (renewed every third of it)")
+    resume_wait: float = Field(DEFAULT_LEASE_SECONDS + 2.0, ge=0, description="how long "
+                               "(s) a resume waits for another worker's live lease")
 
     @model_validator(mode="after")
     def _tls_pair(self) -> ServerSettings:
@@ -157,12 +177,16 @@ class WebRtcServer:
         engines: the shared STT/TTS/VAD engines.
         settings: bind address, token, limits.
         on_call: called with each accepted call's peer and :class:`Call` (tests, metrics).
+        store: where calls' sessions are kept (a ``RowStore``: SQLite or PostgreSQL);
+            None: calls are not persisted and cannot be resumed.
+        worker_id: this server's name in lease owners (default: host, pid, random).
     """
 
     def __init__(
         self, factory: CallFactory, engines: VoiceEngines, *,
         settings: ServerSettings = DEFAULT_SERVER_SETTINGS,
         on_call: Callable[[WebRtcPeer, Call], None] | None = None,
+        store: Any | None = None, worker_id: str | None = None,
     ) -> None:
         if not callable(factory):
             raise TypeError("factory must be a CallFactory (an async callable)")
@@ -174,6 +198,10 @@ class WebRtcServer:
         self.token = settings.token if settings.token is not None else secrets.token_urlsafe(18)
         self._peer_settings = _bound_host_addresses(settings)
         self._on_call = on_call
+        self.store = store
+        self.worker_id = worker_id or f"{socket.gethostname()}:{os.getpid()}:" \
+                                      f"{secrets.token_hex(3)}"
+        self._sessions: dict[str, str] = {}  # session id -> call id (live calls)
         self._calls: dict[str, tuple[WebRtcPeer, asyncio.Task[None]]] = {}
         self._reserved = 0
         self._accepted = 0
@@ -326,21 +354,74 @@ class WebRtcServer:
             return self._reject(413, f"offer SDP larger than {limit} bytes", "size")
         if len(self._calls) + self._reserved >= self.settings.max_calls:
             return self._reject(503, f"too many calls (limit {self.settings.max_calls})", "busy")
+        if offer.resume is not None and self.store is None:
+            return self._reject(400, "this server keeps no sessions: a call cannot be "
+                                "resumed here (offer without \"resume\" for a new call)",
+                                "resume")
         self._reserved += 1
         try:
-            return await self._start_call(sdp)
+            return await self._start_call(sdp, offer.resume)
         finally:
             self._reserved -= 1
 
-    async def _start_call(self, sdp: str) -> web.Response:
+    async def _own(
+        self, call_id: str, resume: ResumeRequest | None, on_lost: Callable[[FencedWriteError],
+                                                                            None],
+    ) -> SessionOwnership | web.Response:
+        """The lease of the call's session (a new one, or the resumed one once its token
+        is checked), or the response refusing the offer."""
+        assert self.store is not None
+        settings, owner = self.settings, f"{self.worker_id}/{call_id}"
+        if resume is None:
+            return await SessionOwnership.acquire(
+                self.store, str(uuid.uuid4()), owner, ttl=settings.lease_seconds,
+                on_lost=on_lost)
+        stored = await asyncio.to_thread(self.store.load_state, resume.session_id)
+        if not check_resume_token(stored, resume.token):
+            return self._reject(403, "resume refused: no such session, or the resume token "
+                                "is not this session's (start a new call)", "resume_token")
+        live = self._sessions.get(resume.session_id)
+        if live is not None and live in self._calls:  # the same page reconnecting
+            old_peer, old_task = self._calls[live]
+            old_peer.close_soon("the page reconnected: the call goes on in a new connection")
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.shield(old_task)
+        try:
+            return await SessionOwnership.acquire(
+                self.store, resume.session_id, owner, ttl=settings.lease_seconds,
+                wait=settings.resume_wait, on_lost=on_lost)
+        except SessionBusyError:
+            return self._reject(409, f"the session is live on another worker (still held "
+                                f"after {settings.resume_wait:g} s); retry the resume later",
+                                "resume_busy")
+
+    async def _start_call(self, sdp: str, resume: ResumeRequest | None = None) -> web.Response:
         call_id = f"call-{next(self._numbers)}"
         # this request's task starts the peer's and the session's tasks: their lines too
         bind_log_context(call_id=call_id)
         clock = MonotonicClock()
         peer = WebRtcPeer(settings=self._peer_settings, clock=clock, call_id=call_id)
+        ownership: SessionOwnership | None = None
+        if self.store is not None:
+            def lost(exc: FencedWriteError) -> None:
+                peer.close_soon(f"the call lost its session ({exc.reason}): another worker "
+                                "took it over or its lease ran out; nothing more is saved")
+
+            try:
+                owned = await self._own(call_id, resume, lost)
+            except Exception as exc:  # the database is down or unreachable
+                logger.warning("the session store failed: %s", type(exc).__name__,
+                               exc_info=True, extra={"call_id": call_id})
+                return self._reject(503, "the session store is unavailable; try again "
+                                    "shortly", "store")
+            if isinstance(owned, web.Response):
+                return owned
+            ownership = owned
         try:
             answer = await peer.accept(sdp)
         except SignalingError as exc:
+            if ownership is not None:
+                await ownership.release()
             return self._reject(400, str(exc), "sdp")
 
         def on_event(event: SessionEvent) -> None:
@@ -350,34 +431,60 @@ class WebRtcServer:
                 peer.send(message)
 
         try:
-            call = await self.factory(peer, self.engines, clock, on_event)
+            if ownership is None:
+                call = await self.factory(peer, self.engines, clock, on_event)
+            else:
+                session = CallSession(ownership.session_id, ownership.persistence,
+                                      resume=resume is not None)
+                call = await self.factory(peer, self.engines, clock, on_event, session=session)
         except Exception:
             logger.exception("could not start the call's session", extra={"call_id": call_id})
             await peer.aclose("the call could not start")
+            if ownership is not None:
+                await ownership.release()
             return self._reject(500, "the call could not start", "factory")
+        token = call.resume_token if resume is None else resume.token
         peer.send(HelloMessage(session_id=call.session.session_id,
-                               max_call_seconds=self.settings.peer.max_call_seconds))
+                               max_call_seconds=self.settings.peer.max_call_seconds,
+                               resume_token=token, resumed=resume is not None))
         peer.send(StateMessage(state="listening"))
-        task = asyncio.get_running_loop().create_task(self._run_call(peer, call),
+        task = asyncio.get_running_loop().create_task(self._run_call(peer, call, ownership),
                                                       name=f"{call_id}.run")
         self._calls[call_id] = (peer, task)
+        if ownership is not None:
+            self._sessions[ownership.session_id] = call_id
         self._accepted += 1
-        logger.info("call started", extra={"call_id": call_id,
-                                           "session_id": str(call.session.session_id),
-                                           "calls": len(self._calls)})
+        logger.info("call %s", "resumed" if resume is not None else "started",
+                    extra={"call_id": call_id, "session_id": str(call.session.session_id),
+                           "calls": len(self._calls)})
         if self._on_call is not None:
             self._on_call(peer, call)
         return web.json_response({"type": "answer", "sdp": answer, "call_id": call_id})
 
-    async def _run_call(self, peer: WebRtcPeer, call: Call) -> None:
+    async def _run_call(
+        self, peer: WebRtcPeer, call: Call, ownership: SessionOwnership | None = None
+    ) -> None:
         began = peer.clock.now()
+        renewing = None
+        if ownership is not None:
+            renewing = asyncio.get_running_loop().create_task(
+                ownership.run(), name=f"{peer.call_id}.lease")
         try:
             await call.session.run()
         except Exception:
             logger.exception("the call's session failed", extra={"call_id": peer.call_id})
         finally:
             await peer.aclose("the session ended")
-            await call.aclose()
+            try:
+                await call.aclose()  # (its last saves, while the lease is still held)
+            finally:
+                if renewing is not None and ownership is not None:
+                    renewing.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await renewing
+                    await ownership.release()
+                    if self._sessions.get(ownership.session_id) == peer.call_id:
+                        del self._sessions[ownership.session_id]
             self._calls.pop(peer.call_id, None)
             self._ended.append(peer.statistics())
             logger.info("call ended", extra=_call_summary(peer, call, peer.clock.now() - began))
@@ -432,12 +539,14 @@ def ignore_closed_transport_errors(loop: asyncio.AbstractEventLoop) -> None:
 async def serve(
     factory: CallFactory, *, settings: ServerSettings = DEFAULT_SERVER_SETTINGS,
     engines: VoiceEngines | None = None, announce: Callable[[str], Any] = print,
+    store: Any | None = None,
 ) -> None:
-    """Load the engines (unless given), listen, announce the URL, run until cancelled."""
+    """Load the engines (unless given), listen, announce the URL, run until cancelled;
+    ``store``: where calls' sessions are kept (resumable), None: not kept."""
     ignore_closed_transport_errors(asyncio.get_running_loop())
     if engines is None:
         engines = await asyncio.to_thread(VoiceEngines.load)
-    server = WebRtcServer(factory, engines, settings=settings)
+    server = WebRtcServer(factory, engines, settings=settings, store=store)
     async with server:
         announce(f"voxflow is listening: open {server.url}")
         if not _is_loopback(settings.host):

@@ -24,12 +24,14 @@ import json
 import re
 from typing import Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 __all__ = [
     "MAX_DEPTH",
+    "RESUME_VERSION",
     "OfferBody",
     "ProtocolError",
+    "ResumeRequest",
     "parse_offer",
     "read_json",
     "read_model",
@@ -149,13 +151,38 @@ def _one_line(text: str, limit: int = 300) -> str:
     return line if len(line) <= limit else line[: limit - 1] + "…"
 
 
+RESUME_VERSION = 1
+"""Version of the ``resume`` object of an offer (bumped on an incompatible change)."""
+
+
+class ResumeRequest(BaseModel):
+    """``{"v": 1, "session_id": "...", "token": "..."}``: go on with a stored session."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
+
+    v: Literal[1] = Field(description="the resume object's version (RESUME_VERSION)")
+    session_id: str = Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9._:-]+$")
+    token: str = Field(min_length=16, max_length=128, pattern=r"^[A-Za-z0-9_-]+$",
+                       repr=False)
+
+    @field_validator("v", mode="before")
+    @classmethod
+    def _exactly_one(cls, value: object) -> object:
+        if type(value) is not int:  # true and 1.0 are not 1
+            raise ValueError(f"Input should be 1 (the integer), got {type(value).__name__}")
+        return value
+
+
 class OfferBody(BaseModel):
-    """The body of ``POST /offer``: exactly ``{"type": "offer", "sdp": "..."}``."""
+    """The body of ``POST /offer``: ``{"type": "offer", "sdp": "..."}``, and to resume a
+    call ``"resume": {"v": 1, "session_id": "...", "token": "..."}`` (optional: a page
+    that never resumes sends the body it always did)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
 
     type: Literal["offer"]
     sdp: str
+    resume: ResumeRequest | None = None
 
 
 def parse_offer(body: bytes, *, max_bytes: int) -> OfferBody:

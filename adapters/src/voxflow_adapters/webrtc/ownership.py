@@ -1,0 +1,183 @@
+"""A call's hold on its session: a lease acquired at call start, renewed in the
+background, released at call end; every save of the call goes through it, fenced.
+
+:meth:`SessionOwnership.acquire` makes the call the writer of its session
+(:meth:`~voxflow.flow._row_store.RowStore.acquire_lease`). A lease another owner holds
+live is waited out (up to ``wait`` seconds: the lease of a worker that died expires
+within its ``ttl``), never stolen. :meth:`SessionOwnership.run` renews the lease every
+``ttl / 3`` seconds until the call ends. Every database call (acquire, renew, release)
+runs on the ownership's own one-thread executor, never the event loop and never the
+default executor that speech recognition and synthesis fill (``asyncio.to_thread``): a
+busy call cannot starve its heartbeat.
+
+:attr:`SessionOwnership.persistence` is ``store.fenced(lease)`` wrapped so that a
+refused write (:class:`~voxflow.errors.FencedWriteError`: taken over, expired,
+released) is reported once to ``on_lost`` as well as raised, and so is a renewal that
+fails: the call is then ended with a clear reason, and nothing more of it is written.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import functools
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from voxflow.errors import FencedWriteError, SessionLeaseError
+from voxflow.flow.persistence import SessionLease
+
+__all__ = ["DEFAULT_LEASE_SECONDS", "SessionBusyError", "SessionOwnership"]
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_LEASE_SECONDS = 6.0
+"""How long a call's lease lasts without renewal: the longest a resumed call waits for
+the lease of a worker that died (renewed every third of it)."""
+
+_executor: concurrent.futures.ThreadPoolExecutor | None = None
+
+
+def _lease_executor() -> concurrent.futures.ThreadPoolExecutor:
+    """The process's lease thread (shared by its calls: renewals are tiny transactions)."""
+    global _executor
+    if _executor is None:
+        _executor = concurrent.futures.ThreadPoolExecutor(
+            max_workers=2, thread_name_prefix="voxflow-lease"
+        )
+    return _executor
+
+
+class SessionBusyError(SessionLeaseError):
+    """The session's lease is held live by another owner and was not freed in time."""
+
+
+class SessionOwnership:
+    """One call's lease on its session (build it with :meth:`acquire`).
+
+    Attributes:
+        lease: the lease held now (renewals replace it).
+        lost: the refusal that ended the ownership (None while it holds).
+    """
+
+    def __init__(
+        self, store: Any, lease: SessionLease, *, ttl: float,
+        on_lost: Callable[[FencedWriteError], None] | None = None,
+    ) -> None:
+        self.store = store
+        self.lease = lease
+        self.ttl = ttl
+        self.lost: FencedWriteError | None = None
+        self._on_lost = on_lost
+        self._released = False
+        self._loop = asyncio.get_running_loop()
+        self.persistence = _NoticingPersistence(store.fenced(lease), self._lose)
+
+    @classmethod
+    async def acquire(
+        cls, store: Any, session_id: str, owner: str, *, ttl: float = DEFAULT_LEASE_SECONDS,
+        wait: float = 0.0, on_lost: Callable[[FencedWriteError], None] | None = None,
+    ) -> SessionOwnership:
+        """Lease ``session_id`` for ``owner``, waiting up to ``wait`` seconds for another
+        owner's live lease to expire or be released (polled every 0.1 s).
+
+        Raises:
+            SessionBusyError: it is still held live by another owner after ``wait``.
+        """
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + wait
+        call = functools.partial(store.acquire_lease, session_id, owner, ttl=ttl)
+        while True:
+            try:
+                lease = await loop.run_in_executor(_lease_executor(), call)
+            except SessionLeaseError as exc:
+                if loop.time() >= deadline:
+                    raise SessionBusyError(str(exc), session_id=exc.session_id,
+                                           holder=exc.holder) from None
+                await asyncio.sleep(min(0.1, max(0.0, deadline - loop.time())))
+                continue
+            return cls(store, lease, ttl=ttl, on_lost=on_lost)
+
+    @property
+    def session_id(self) -> str:
+        """The owned session."""
+        return str(self.lease.session_id)
+
+    def _lose(self, exc: FencedWriteError) -> None:
+        """Record the loss once and report it on the loop (saves run in threads)."""
+        try:
+            on_loop = asyncio.get_running_loop() is self._loop
+        except RuntimeError:
+            on_loop = False
+        if not on_loop:
+            self._loop.call_soon_threadsafe(self._lose, exc)
+            return
+        if self.lost is not None:
+            return
+        self.lost = exc
+        logger.warning("the call lost its session (%s): it writes nothing more", exc.reason,
+                       extra={"session_id": self.session_id})
+        if self._on_lost is not None:
+            self._on_lost(exc)
+
+    async def run(self) -> None:
+        """Renew the lease every ``ttl / 3`` seconds until cancelled or lost."""
+        loop = asyncio.get_running_loop()
+        while self.lost is None and not self._released:
+            await asyncio.sleep(self.ttl / 3)
+            if self._released:
+                return
+            renew = functools.partial(self.store.renew_lease, self.lease, ttl=self.ttl)
+            try:
+                self.lease = await loop.run_in_executor(_lease_executor(), renew)
+            except FencedWriteError as exc:
+                self._lose(exc)
+                return
+            except Exception:  # the database is unreachable: retried until the lease ends
+                logger.warning("could not renew the session lease", exc_info=True,
+                               extra={"session_id": self.session_id})
+
+    async def release(self) -> None:
+        """Give the lease up (idempotent; a lease already lost is left alone)."""
+        if self._released:
+            return
+        self._released = True
+        if self.lost is not None:
+            return
+        loop = asyncio.get_running_loop()
+        try:
+            await loop.run_in_executor(_lease_executor(), self.store.release_lease, self.lease)
+        except Exception:  # it expires on its own within ttl
+            logger.warning("could not release the session lease", exc_info=True,
+                           extra={"session_id": self.session_id})
+
+    def __repr__(self) -> str:
+        return (f"SessionOwnership({self.session_id!r}, owner={self.lease.owner!r}, "
+                f"epoch={self.lease.epoch}, lost={self.lost is not None})")
+
+
+class _NoticingPersistence:
+    """A fenced store whose refused writes are also reported (then raised as they are)."""
+
+    def __init__(self, fenced: Any, on_refused: Callable[[FencedWriteError], None]) -> None:
+        self._fenced = fenced
+        self._on_refused = on_refused
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._fenced, name)
+        if not callable(attr):
+            return attr
+
+        @functools.wraps(attr)
+        def call(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return attr(*args, **kwargs)
+            except FencedWriteError as exc:
+                self._on_refused(exc)
+                raise
+
+        return call
+
+    def __repr__(self) -> str:
+        return f"Noticing({self._fenced!r})"

@@ -1,0 +1,215 @@
+"""Resuming a call: the resume token, and what was heard, kept in the session itself.
+
+**The resume token.** A persisted call's session gets one token when it is created
+(:func:`issue_resume_token`: 256 random bits, URL-safe). The page receives it in the
+``hello`` message (over the encrypted data channel) and sends it back, with the session
+id, in the ``resume`` field of a later ``POST /offer``. Only its SHA-256 is stored, as a
+``resume_token`` event in the session's own events, so any worker sharing the database
+can check it (:func:`check_resume_token`, constant-time) and none can recover it. The
+token is never logged (it is not in any repr or log line).
+
+**What was heard.** While a reply plays, :class:`HeardJournal` appends ``reply_heard``
+events (the words heard so far, from the transport's receipts) and saves them, at most
+once per ``interval``; when the reply settles (played whole or cut: the session's
+``TurnMetrics``), a ``reply_settled`` event. The answer saved by the turn carries the
+full generated text, so after a worker's death :func:`settle_dropped_replies` (run on
+the restored state before the call goes on) cuts every answer without a
+``reply_settled`` event to its last saved ``reply_heard`` words (none saved: nothing was
+heard), marked interrupted: the history never claims words the user did not hear; at
+most one ``interval`` of heard words can be missing from it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+import logging
+import secrets
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from voxflow_voice.events import ReplyTextStreamed, SessionEvent, TurnMetrics
+from voxflow_voice.heard import HeardReply
+
+from voxflow.conversation import ConversationEvent, ConversationMessage
+from voxflow.ids import DeliveryId
+
+__all__ = [
+    "DROPPED_MARK",
+    "HeardJournal",
+    "check_resume_token",
+    "issue_resume_token",
+    "settle_dropped_replies",
+]
+
+logger = logging.getLogger(__name__)
+
+DROPPED_MARK = "[cut off: the call dropped]"
+"""Ends an answer that was cut because the call dropped (the worker died, the network)."""
+
+_TOKEN_EVENT, _HEARD_EVENT, _SETTLED_EVENT = "resume_token", "reply_heard", "reply_settled"
+
+
+def _digest(token: str) -> str:
+    return hashlib.sha256(token.encode("utf-8")).hexdigest()
+
+
+def issue_resume_token(state: Any) -> str:
+    """A new resume token for ``state``'s session; its hash is appended to its events
+    (saved with the state's next save)."""
+    token = secrets.token_urlsafe(32)
+    state.events.append(ConversationEvent(type=_TOKEN_EVENT,
+                                          payload={"sha256": _digest(token)}))
+    return token
+
+
+def check_resume_token(stored: Mapping[str, Any] | None, token: str) -> bool:
+    """Whether ``token`` is the resume token of the stored session ``stored`` (a loaded
+    state; None: no such session). Constant-time in the token."""
+    if stored is None:
+        return False
+    hashes = [e.get("payload", {}).get("sha256") for e in stored.get("events", ())
+              if isinstance(e, Mapping) and e.get("type") == _TOKEN_EVENT]
+    expected = hashes[-1] if hashes and isinstance(hashes[-1], str) else "0" * 64
+    return hmac.compare_digest(_digest(token), expected) and bool(hashes)
+
+
+def _events_of(state: Any, kind: str) -> list[dict[str, Any]]:
+    return [e.payload for e in state.events if e.type == kind]
+
+
+def settle_dropped_replies(state: Any) -> list[DeliveryId]:
+    """Cut every answer that never settled (its call dropped mid-reply) to the words
+    saved as heard, marked interrupted; returns their delivery ids.
+
+    The answer's assistant message (the last one carrying the reply's full text) becomes
+    ``"<heard words> [cut off: the call dropped]"`` with ``metadata.interrupted``,
+    ``heard_text``, ``generated_text`` and ``delivery_id``; its reply record is marked
+    interrupted; a ``reply_settled`` event (``"dropped"``) records it.
+    """
+    settled = {p.get("delivery_id") for p in _events_of(state, _SETTLED_EVENT)}
+    heard: dict[str, dict[str, Any]] = {}
+    for payload in _events_of(state, _HEARD_EVENT):
+        heard[str(payload.get("delivery_id"))] = payload
+    cut: list[DeliveryId] = []
+    for reply in list(getattr(state, "replies", {}).values()):
+        if reply.kind != "answer" or reply.delivery_id in settled:
+            continue
+        mark = heard.get(reply.delivery_id, {})
+        words = str(mark.get("heard_text", "")).strip()
+        full = reply.text or "".join(reply.segments)
+        _cut_message(state, full, words, reply.delivery_id, mark.get("heard_seconds", 0.0))
+        reply.interrupted = True
+        state.events.append(ConversationEvent(
+            type=_SETTLED_EVENT, payload={"delivery_id": reply.delivery_id, "how": "dropped",
+                                          "heard_text": words}))
+        cut.append(reply.delivery_id)
+    return cut
+
+
+def _cut_message(state: Any, full: str, words: str, delivery_id: str, seconds: Any) -> None:
+    messages: list[ConversationMessage] = state.messages
+    for index in range(len(messages) - 1, -1, -1):
+        message = messages[index]
+        if message.role == "assistant" and full and message.content == full:
+            fields = message.model_dump()
+            fields.update(
+                content=f"{words} {DROPPED_MARK}".strip(),
+                metadata={**message.metadata, "interrupted": True, "dropped": True,
+                          "heard_text": words, "heard_seconds": seconds,
+                          "generated_text": full, "delivery_id": delivery_id},
+            )
+            messages[index] = ConversationMessage(**fields)
+            return
+
+
+class HeardJournal:
+    """Saves, while a call's answers play, what the user heard of them (see the module).
+
+    Args:
+        flow: the call's (persisted) flow.
+        lock: the session's state lock (held around each mark and its save).
+        heard: the words heard so far of a delivery (``VoiceSession.playback.heard_reply``).
+        interval: the longest time (s) between two saved marks of a playing answer.
+    """
+
+    def __init__(
+        self, flow: Any, lock: asyncio.Lock, heard: Callable[[DeliveryId], HeardReply], *,
+        interval: float = 0.5,
+    ) -> None:
+        self.flow = flow
+        self.lock = lock
+        self.interval = interval
+        self._heard = heard
+        self._playing: DeliveryId | None = None
+        self._saved_words: str | None = None
+        self._wake = asyncio.Event()
+        self._settles: asyncio.Queue[DeliveryId] = asyncio.Queue()
+        self.saves = 0
+
+    def on_event(self, event: SessionEvent) -> None:
+        """Follow the session (its ``on_event``): which answer plays, when it settles."""
+        if isinstance(event, ReplyTextStreamed) and self._playing != event.delivery_id:
+            replies = getattr(self.flow.state, "replies", {})
+            record = replies.get(event.delivery_id)
+            if record is not None and record.kind == "answer":
+                self._playing, self._saved_words = event.delivery_id, None
+                self._wake.set()
+        elif isinstance(event, TurnMetrics) and event.delivery_id is not None:
+            if event.delivery_id == self._playing:
+                self._playing = None
+            self._settles.put_nowait(event.delivery_id)
+            self._wake.set()
+
+    async def run(self) -> None:
+        """Save heard marks and settlements until cancelled (a failed save is logged; a
+        refused one, the lease lost, ends the journal)."""
+        from voxflow.errors import FencedWriteError
+
+        while True:
+            try:
+                await self._step()
+            except FencedWriteError:
+                return
+            except Exception:
+                logger.warning("could not save what was heard", exc_info=True)
+            self._wake.clear()
+            if self._playing is None and self._settles.empty():
+                await self._wake.wait()
+            else:
+                await asyncio.sleep(self.interval)
+
+    async def _step(self) -> None:
+        settled: list[DeliveryId] = []
+        while not self._settles.empty():
+            settled.append(self._settles.get_nowait())
+        playing = self._playing
+        words = None
+        if playing is not None:
+            mark = self._heard(playing)
+            words = mark.text.strip()
+            if words == (self._saved_words or "") and self._saved_words is not None:
+                words = None
+        if not settled and (playing is None or words is None):
+            return
+        async with self.lock:
+            events = self.flow.state.events
+            if playing is not None and words is not None:
+                heard = self._heard(playing)
+                events.append(ConversationEvent(type=_HEARD_EVENT, payload={
+                    "delivery_id": playing, "heard_text": heard.text.strip(),
+                    "heard_seconds": round(heard.heard_seconds, 3)}))
+                self._saved_words = heard.text.strip()
+            for delivery_id in settled:
+                events.append(ConversationEvent(type=_SETTLED_EVENT,
+                                                payload={"delivery_id": delivery_id}))
+            await self.flow.asave_state("heard")
+            self.saves += 1
+
+    async def flush(self) -> None:
+        """Save what is pending now (at the call's end)."""
+        await self._step()
+
+    def __repr__(self) -> str:
+        return f"HeardJournal(playing={self._playing!r}, saves={self.saves})"

@@ -1,0 +1,241 @@
+"""Failover across processes: a serve process dies (kill -9) or is paused (SIGSTOP) in the
+middle of a reply; another one, on the same database, takes the call over when the
+caller reconnects with its resume token. Real aiortc caller, real models, real SQLite
+and PostgreSQL (the PostgreSQL half skips with its reason when no server answers)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from voxflow_adapters.webrtc.client import LoopbackCaller
+from voxflow_adapters.webrtc.resume import DROPPED_MARK
+from voxflow_voice.audio import AudioChunk
+from voxflow_voice.engines import VoiceEngines
+
+pytestmark = pytest.mark.models
+
+ROOT = Path(__file__).resolve().parents[2]
+TOKEN = "failover-test-token"
+
+# One serve process on a given store (the CLI's server, with the test's store).
+_SERVE = """
+import asyncio, logging, sys
+from voxflow_adapters.webrtc import (
+    PeerSettings, ServerSettings, WebRtcServer, assistant_call_factory)
+from voxflow_adapters.webrtc.server import ignore_closed_transport_errors
+from voxflow_voice.engines import VoiceEngines
+
+port, token, where = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+if where.startswith("postgresql://"):
+    from voxflow.flow.postgres import PostgresFlowPersistence
+    url, schema = where.rsplit("#", 1)
+    store = PostgresFlowPersistence(url, schema=schema)
+else:
+    from voxflow.flow.persistence import SQLiteFlowPersistence
+    store = SQLiteFlowPersistence(where)
+
+async def main() -> None:
+    ignore_closed_transport_errors(asyncio.get_running_loop())
+    engines = await asyncio.to_thread(VoiceEngines.load)
+    settings = ServerSettings(port=port, token=token,
+                              peer=PeerSettings(ice_host_addresses=("127.0.0.1",)))
+    async with WebRtcServer(assistant_call_factory(), engines, settings=settings,
+                            store=store, worker_id=f"worker-{port}"):
+        print("listening", flush=True)
+        await asyncio.Event().wait()
+
+asyncio.run(main())
+"""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def where_of(store: Any) -> str:
+    return f"{store.url}#{store.schema}" if hasattr(store, "schema") else str(store.path)
+
+
+@contextmanager
+def serve_process(
+    tmp_path: Path, where: str, name: str
+) -> Iterator[tuple[str, subprocess.Popen[str], Path]]:
+    """A serve process on ``where``: (its base URL, the process, its stderr log)."""
+    port = free_port()
+    script = tmp_path / "serve_worker.py"
+    script.write_text(_SERVE)
+    log = tmp_path / f"{name}.log"
+    with log.open("w") as err:
+        proc = subprocess.Popen([sys.executable, str(script), str(port), TOKEN, where],
+                                cwd=ROOT, stdout=subprocess.PIPE, stderr=err, text=True)
+    try:
+        assert proc.stdout is not None
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline:
+            line = proc.stdout.readline()
+            if "listening" in line:
+                break
+            if not line and proc.poll() is not None:
+                raise AssertionError(f"{name} exited {proc.returncode}: {log.read_text()}")
+        else:
+            raise AssertionError(f"{name} did not start")
+        yield f"http://127.0.0.1:{port}", proc, log
+    finally:
+        if proc.poll() is None:
+            os.kill(proc.pid, signal.SIGCONT)
+            proc.kill()
+        proc.wait(timeout=30)
+
+
+def say(engines: VoiceEngines, text: str) -> AudioChunk:
+    samples = np.concatenate([np.asarray(s.samples, np.float32)
+                              for s in engines.tts.synthesize(text)])
+    return AudioChunk.from_float(samples, engines.tts.sample_rate)
+
+
+async def story_playing(caller: LoopbackCaller, engines: VoiceEngines) -> None:
+    """Ask a question (answered whole), then for a story, and hear ~2 s of it."""
+    caller.say(say(engines, "What are your opening hours?"))
+    await caller.wait_message("reply_done", within=90)
+    caller.say(say(engines, "Tell me a story."))
+    await caller.wait_for(lambda: len([m for m in caller.of_type("state")
+                                       if m["state"] == "speaking"]) == 2,
+                          within=90, what="the story")
+    began = caller.of_type("state")[-1]["_at"]
+    await caller.wait_for(lambda: caller.audible_frames(after=began) > 100, within=30,
+                          what="two seconds of the story")
+
+
+async def heard_saved(store: Any, session_id: str, within: float = 30) -> str:
+    """Wait until some words of the story were saved as heard; returns them."""
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        stored = await asyncio.to_thread(store.load_state, session_id)
+        marks = [e["payload"]["heard_text"] for e in (stored or {}).get("events", [])
+                 if e["type"] == "reply_heard"]
+        if marks and marks[-1]:
+            return str(marks[-1])
+        await asyncio.sleep(0.2)
+    raise AssertionError("no heard words of the story were saved")
+
+
+async def resumed_on(caller: LoopbackCaller, within: float = 60) -> dict[str, Any]:
+    await caller.wait_for(lambda: any(m.get("resumed") for m in caller.of_type("hello")),
+                          within=within, what="the resumed hello")
+    return next(m for m in caller.of_type("hello") if m.get("resumed"))
+
+
+def user_turns(state: dict[str, Any]) -> list[str]:
+    return [m["content"] for m in state["messages"] if m["role"] == "user"]
+
+
+def check_story_cut_at_heard(state: dict[str, Any]) -> str:
+    """The story (the second answer) is cut to words heard, marked; returns them."""
+    story = [m for m in state["messages"] if m["role"] == "assistant"][1]
+    assert story["content"].endswith(DROPPED_MARK) and story["metadata"]["dropped"]
+    heard, full = story["metadata"]["heard_text"], story["metadata"]["generated_text"]
+    assert heard and full.startswith(heard) and len(heard) < len(full), [  # never unheard words
+        e for e in state["events"] if e["type"] in ("reply_heard", "reply_settled")]
+    return str(heard)
+
+
+def test_a_call_resumes_on_another_process_after_a_kill_9_mid_reply(
+    engines: VoiceEngines, make_store: Any, tmp_path: Path
+) -> None:
+    store = make_store("failover")
+    store.check_writable()
+    where = where_of(store)
+    with serve_process(tmp_path, where, "a") as (url_a, proc_a, _), \
+            serve_process(tmp_path, where, "b") as (url_b, _, _):
+
+        async def call() -> str:
+            caller = LoopbackCaller(url_a, TOKEN)
+            await caller.connect()
+            session_id = (await caller.wait_message("hello"))["session_id"]
+            caller.keep_connected(peer_timeout=2.0)
+            await story_playing(caller, engines)
+            saved = await heard_saved(store, session_id)
+            caller.base_url = url_b  # (a front door would route the new offer there)
+            proc_a.kill()  # kill -9 mid-reply
+            hello = await resumed_on(caller)
+            assert hello["session_id"] == session_id
+            stored = store.load_state(session_id)
+            assert stored is not None
+            heard = check_story_cut_at_heard(stored)  # settled before the call went on
+            assert heard.startswith(saved)  # at least what was saved when it died
+            caller.say(say(engines, "What are your opening hours?"))
+            await caller.wait_for(
+                lambda: any(m["_conn"] == 2 for m in caller.of_type("reply_done")),
+                within=90, what="the answer on the new worker")
+            caller.send({"v": 1, "type": "hangup"})
+            await caller.wait_message("bye", _conn=2)
+            await caller.aclose()
+            assert len(caller.reconnects) == 1
+            return str(session_id)
+
+        session_id = asyncio.run(call())
+        time.sleep(1.0)  # the call's last save and its lease's release
+    stored = store.load_state(session_id)
+    assert stored is not None
+    assert user_turns(stored) == ["What are your opening hours?", "Tell me a story.",
+                                  "What are your opening hours?"]
+    assert len(stored["turns"]) == 3  # turns 1..3, each exactly once
+    assert [t["status"] for t in stored["turns"].values()] == ["completed"] * 3
+    check_story_cut_at_heard(stored)
+    lease = store.lease_of(session_id)
+    assert lease is not None and lease.owner == "" and lease.epoch == 2  # taken over once
+
+
+def test_a_paused_owner_resumed_after_the_takeover_writes_nothing(
+    engines: VoiceEngines, make_store: Any, tmp_path: Path
+) -> None:
+    store = make_store("zombie")
+    store.check_writable()
+    where = where_of(store)
+    with serve_process(tmp_path, where, "a") as (url_a, proc_a, log_a), \
+            serve_process(tmp_path, where, "b") as (url_b, _, _):
+
+        async def call() -> None:
+            caller = LoopbackCaller(url_a, TOKEN)
+            await caller.connect()
+            session_id = (await caller.wait_message("hello"))["session_id"]
+            caller.keep_connected(peer_timeout=2.0)
+            await story_playing(caller, engines)
+            await heard_saved(store, session_id)
+            caller.base_url = url_b
+            os.kill(proc_a.pid, signal.SIGSTOP)  # a zombie: paused, its lease runs out
+            await resumed_on(caller)  # b waited the lease out, then took the call over
+            await asyncio.sleep(1.0)
+            before = store.load_state_revision(session_id)
+            os.kill(proc_a.pid, signal.SIGCONT)  # a wakes up mid-reply and tries to go on
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                if "lost its session" in log_a.read_text():
+                    break
+                await asyncio.sleep(0.2)
+            assert "lost its session" in log_a.read_text(), log_a.read_text()
+            await asyncio.sleep(1.0)
+            assert store.load_state_revision(session_id) == before  # a wrote nothing
+            stored = store.load_state(session_id)
+            assert stored is not None and len(stored["turns"]) == 2
+            check_story_cut_at_heard(stored)
+            caller.send({"v": 1, "type": "hangup"})
+            await caller.wait_message("bye", _conn=2)
+            await caller.aclose()
+
+        asyncio.run(call())
