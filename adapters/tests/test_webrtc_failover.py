@@ -169,7 +169,7 @@ def test_a_call_resumes_on_another_process_after_a_kill_9_mid_reply(
             caller = LoopbackCaller(url_a, TOKEN)
             await caller.connect()
             session_id = (await caller.wait_message("hello"))["session_id"]
-            caller.keep_connected(peer_timeout=2.0)
+            caller.keep_connected(peer_timeout=4.0)
             await story_playing(caller, engines)
             saved = await heard_saved(store, session_id)
             caller.base_url = url_b  # (a front door would route the new offer there)
@@ -216,7 +216,7 @@ def test_a_paused_owner_resumed_after_the_takeover_writes_nothing(
             caller = LoopbackCaller(url_a, TOKEN)
             await caller.connect()
             session_id = (await caller.wait_message("hello"))["session_id"]
-            caller.keep_connected(peer_timeout=2.0)
+            caller.keep_connected(peer_timeout=4.0)
             await story_playing(caller, engines)
             await heard_saved(store, session_id)
             caller.base_url = url_b
