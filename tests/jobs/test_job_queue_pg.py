@@ -251,6 +251,51 @@ async def test_a_job_worker_killed_mid_job_is_rerun_as_the_next_attempt_and_fini
     assert state.jobs[job.job_id].announcement == "Flight LH 400 is on time (attempt 2)."
 
 
+async def test_a_paused_job_worker_resumed_after_its_job_moved_on_lands_nothing(
+    schema: str, queue: PostgresJobQueue, tmp_path: Path
+) -> None:
+    """A SIGSTOPped ("zombie") job worker: its job re-runs elsewhere as attempt 2; woken
+    while attempt 2 runs, its attempt-1 result is refused by the inbox, and the queue
+    job is not finished by it (Procrastinate's finish_job alone would end attempt 2 and
+    bump the attempt counter, fencing the live attempt out: the job was lost)."""
+    marker = str(tmp_path / "started")
+    seconds = STALLED_AFTER + 2.0  # attempt 1 is stopped longer than that: it goes on
+    state, job = owner_state(flight="SK 5", seconds=seconds, marker=marker)
+    await queue.enqueue_async(job)
+    zombie = start_job_worker(schema)
+    other: subprocess.Popen[bytes] | None = None
+    try:
+        await wait_for(lambda: asyncio.sleep(0, Path(f"{marker}-1").exists()), 60,
+                       "attempt 1 to start")
+        zombie.send_signal(signal.SIGSTOP)
+        stopped = time.monotonic()
+        other = start_job_worker(schema)
+        await wait_for(lambda: asyncio.sleep(0, Path(f"{marker}-2").exists()), 90,
+                       "attempt 2 to start on the other worker")
+        await asyncio.sleep(max(0.0, seconds - (time.monotonic() - stopped)))
+        zombie.send_signal(signal.SIGCONT)  # attempt 2 still runs
+
+        async def completed() -> bool:
+            return any(r.update is not None and r.update.kind == "completed"
+                       for r in await all_rows(queue.inbox, state.id))
+
+        await wait_for(completed, 90, "attempt 2 to complete on the other worker")
+        await asyncio.sleep(1.0)
+    finally:
+        zombie.send_signal(signal.SIGCONT)
+        _, err = stop(zombie)
+        if other is not None:
+            stop(other)
+    assert "attempt 1 was re-queued meanwhile" in err, err
+    assert "attempt 1 not finished: the queue runs a later attempt" in err, err
+    rows = await all_rows(queue.inbox, state.id)
+    assert [(r.attempt, r.update.kind) for r in rows if r.update is not None] == [
+        (1, "started"), (1, "stage_started"), (2, "started"), (2, "stage_started"),
+        (2, "stage_completed"), (2, "completed")]
+    assert all(apply_inbox(state, rows))
+    assert state.jobs[job.job_id].announcement == "Flight SK 5 is on time (attempt 2)."
+
+
 async def test_a_long_job_on_a_live_worker_is_never_rerun(
     schema: str, queue: PostgresJobQueue, tmp_path: Path
 ) -> None:

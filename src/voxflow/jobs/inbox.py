@@ -307,9 +307,12 @@ class JobInbox:
         job_id, revision, attempt, seq = ids
         params: list[Any] = [session_id, job_id, revision, attempt, seq, json.dumps(body)]
         guard = ""
-        if queue_job is not None:  # the queue still runs this attempt: not a dead one's write
+        if queue_job is not None:
+            # the queue's attempt counter is still this attempt's: not a dead one's write.
+            # (Not the status: a resumed zombie's queue library may mark the job finished
+            # under the live attempt, whose updates must still land.)
             guard = ("WHERE EXISTS (SELECT 1 FROM procrastinate_jobs WHERE id = %s "
-                     "AND status = 'doing' AND attempts = %s)")
+                     "AND attempts = %s)")
             params += [queue_job[0], queue_job[1] - 1]
         sql = ("WITH row AS (INSERT INTO voxflow_job_inbox "
                "(session_id, job_id, revision, attempt, seq, body) "

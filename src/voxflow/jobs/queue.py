@@ -16,9 +16,10 @@ next attempt, in one statement that locks the job and checks it is still that at
 A job that runs long on a live worker is never re-run: there is no redelivery timer,
 only the heartbeat. The dead attempt's late writes are
 refused by the inbox (the queue no longer runs that attempt) and, should one be read,
-by :func:`~voxflow.jobs.commit_job_update`. A job function must therefore not block the
-worker's event loop (no CPU-bound work without ``asyncio.to_thread``): a blocked loop
-misses heartbeats.
+by :func:`~voxflow.jobs.commit_job_update`; a resumed zombie cannot finish the queue
+job either (a live later attempt owns it: ``FencedJobManager``). A job function must
+therefore not block the worker's event loop (no CPU-bound work without
+``asyncio.to_thread``): a blocked loop misses heartbeats.
 
 Why Procrastinate (MIT): psycopg 3 native (the ``voxflow[postgres]`` driver already),
 small dependencies (attrs, asgiref, croniter, python-dateutil), versioned SQL functions
@@ -269,9 +270,29 @@ class PostgresJobQueue:
 
     def _app(self, connections: int) -> procrastinate.App:
         import procrastinate
+        from procrastinate.manager import JobManager
+
+        class FencedJobManager(JobManager):
+            """Finishes a job only while the queue still runs the attempt that finishes
+            it. Procrastinate's ``finish_job`` goes by job id alone (and bumps the attempt
+            counter): a resumed zombie would end, and fence out, the live next attempt."""
+
+            async def finish_job(self, job: Any, status: Any, delete_job: bool) -> None:
+                rows = await self.connector.execute_query_all_async(
+                    "WITH mine AS (SELECT id FROM procrastinate_jobs WHERE id = %(job_id)s "
+                    "AND status = 'doing' AND attempts = %(attempts)s FOR UPDATE) "
+                    "SELECT procrastinate_finish_job_v1(id, %(status)s, %(delete_job)s) "
+                    "FROM mine",
+                    job_id=job.id, status=status.value, delete_job=delete_job,
+                    attempts=job.attempts)
+                if not rows:
+                    logger.warning("queue job %s attempt %d not finished: the queue runs a "
+                                   "later attempt", job.id, job.attempts + 1)
 
         connector = procrastinate.PsycopgConnector(**self._connector_kwargs(connections))
-        return procrastinate.App(connector=connector)
+        app = procrastinate.App(connector=connector)
+        app.job_manager = FencedJobManager(connector=connector)
+        return app
 
     async def run_worker(
         self,
