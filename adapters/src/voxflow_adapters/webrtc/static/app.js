@@ -3,7 +3,15 @@
 "use strict";
 
 const PROTOCOL = 1;
+const RESUME_VERSION = 1;
 const CONNECT_TIMEOUT_MS = 15000;
+// Resume: nothing received (RTP: the server sends a frame every 20 ms, silence included)
+// for this long means the connection is gone (a dead server, a dropped network); the
+// page then offers again with the session id and resume token of its hello, retrying
+// with these delays (the last one repeated) for up to RESUME_WITHIN_MS.
+const PEER_TIMEOUT_MS = 3000;
+const RESUME_BACKOFF_MS = [250, 500, 1000, 2000, 4000];
+const RESUME_WITHIN_MS = 60000;
 const $ = (id) => document.getElementById(id);
 const state = {
   pc: null, channel: null, mic: null, muted: false,
@@ -13,6 +21,10 @@ const state = {
   messages: [],         // every server message (for debugging and tests)
   latency: [],          // per turn: the server's marks and the figure at the user's ear
   buffer: null,         // the last getStats() totals of the received audio (deltas)
+  resume: null,         // {session_id, token} from the hello (memory only, never logged)
+  reconnects: 0,        // calls resumed after a drop (tests read it)
+  resuming: false,      // a reconnection is under way
+  watch: null,          // the interval that watches the received packets
 };
 window.voxflow = state;
 
@@ -62,7 +74,10 @@ function addMeta(li, text) {
 }
 
 const handlers = {
-  hello: () => {},
+  hello: (m) => {
+    if (m.resume_token) state.resume = { session_id: m.session_id, token: m.resume_token };
+    if (m.resumed) notice("");
+  },
   state: (m) => { $("call-state").textContent = m.state.replace("_", " "); },
   transcript: (m) => { state.lastUser = addLine("user", m.text); },
   reply_text: (m) => {
@@ -138,13 +153,15 @@ async function atTheEar(m) {
 }
 
 function onMessage(event) {
+  if (event.target !== state.channel) return; // a connection given up for a new one
   let message;
   try { message = JSON.parse(event.data); } catch { return; }
   if (!message || message.v !== PROTOCOL || !(message.type in handlers)) {
-    console.warn("ignored a message of an unknown shape", message);
+    console.warn("ignored a message of an unknown shape");
     return;
   }
-  state.messages.push(message);
+  // (the resume token is kept in state.resume only: not in the message log)
+  state.messages.push(message.type === "hello" ? { ...message, resume_token: undefined } : message);
   handlers[message.type](message);
 }
 
@@ -208,15 +225,28 @@ async function connect() {
     button.disabled = false;
     return;
   }
-  setConnection("connecting");
-  let iceServers = [];
   try {
-    iceServers = await fetchIceServers();
+    await startPeer(null);
   } catch (err) {
     notice(`Could not start the call: ${err.message || err}`);
     hangUp(false);
     return;
   }
+  button.textContent = "Hang up";
+  button.disabled = false;
+  $("mute").disabled = false;
+}
+
+class OfferRefused extends Error {
+  constructor(status, message) { super(message); this.status = status; }
+}
+
+// One peer connection over the microphone already open; `resume`: {session_id, token}
+// to go on with that session, null for a new call. Throws OfferRefused (or a network
+// error) when the server does not answer the offer.
+async function startPeer(resume) {
+  setConnection(resume ? "reconnecting" : "connecting");
+  const iceServers = await fetchIceServers();
   const pc = new RTCPeerConnection({ iceServers });
   state.pc = pc;
   state.channel = pc.createDataChannel("voxflow");
@@ -234,36 +264,92 @@ async function connect() {
   };
   pc.oniceconnectionstatechange = () => { showIce(pc); };
   pc.onconnectionstatechange = () => {
+    if (state.pc !== pc) return;
     setConnection(pc.connectionState);
     if (pc.connectionState === "connected") showIce(pc);
-    if (pc.connectionState === "failed") failed(pc, "failed");
+    if (pc.connectionState === "failed") {
+      if (state.resume && pc.voxflowConnected) lost(pc);
+      else failed(pc, "failed");
+    }
   };
   try {
     await pc.setLocalDescription(await pc.createOffer());
     await gatheringComplete(pc);
+    const offer = { type: "offer", sdp: pc.localDescription.sdp };
+    if (resume) offer.resume = { v: RESUME_VERSION, session_id: resume.session_id, token: resume.token };
     const response = await fetch("/offer", {
       method: "POST",
       headers: { "Content-Type": "application/json", "Authorization": `Bearer ${token()}` },
-      body: JSON.stringify({ type: "offer", sdp: pc.localDescription.sdp }),
+      body: JSON.stringify(offer),
     });
     const body = await response.json().catch(() => ({}));
     if (!response.ok) {
       const hint = response.status === 401 ? " (open the exact URL the server printed, with its token)" : "";
-      throw new Error(`${body.error || response.statusText}${hint}`);
+      throw new OfferRefused(response.status, `${body.error || response.statusText}${hint}`);
     }
     await pc.setRemoteDescription({ type: "answer", sdp: body.sdp });
-    // The server gives up after 15 s too; ICE can sit in "checking" for much longer.
-    setTimeout(() => {
-      if (state.pc === pc && pc.connectionState !== "connected") failed(pc, "did not connect within 15 s");
-    }, CONNECT_TIMEOUT_MS);
   } catch (err) {
-    notice(`Could not start the call: ${err.message || err}`);
-    hangUp(false);
-    return;
+    pc.close();
+    if (state.pc === pc) { state.pc = null; state.channel = null; }
+    throw err;
   }
-  button.textContent = "Hang up";
-  button.disabled = false;
-  $("mute").disabled = false;
+  // The server gives up after 15 s too; ICE can sit in "checking" for much longer.
+  setTimeout(() => {
+    if (state.pc === pc && pc.connectionState !== "connected") failed(pc, "did not connect within 15 s");
+  }, CONNECT_TIMEOUT_MS);
+  watchPackets(pc);
+}
+
+// Watch the packets received: none for PEER_TIMEOUT_MS on a connected call is a drop.
+function watchPackets(pc) {
+  if (state.watch) clearInterval(state.watch);
+  let received = -1;
+  let heard = performance.now();
+  state.watch = setInterval(async () => {
+    if (state.pc !== pc) return;
+    const stats = await pc.getStats().catch(() => null);
+    if (!stats || state.pc !== pc) return;
+    let packets = 0;
+    stats.forEach((s) => { if (s.type === "inbound-rtp" && s.kind === "audio") packets += s.packetsReceived || 0; });
+    const now = performance.now();
+    if (packets !== received) {
+      if (packets > 0) pc.voxflowConnected = true;
+      received = packets;
+      heard = now;
+    } else if (pc.voxflowConnected && now - heard >= PEER_TIMEOUT_MS) {
+      lost(pc);
+    }
+  }, 250);
+}
+
+// The connection is gone: offer again with the session's resume token, with backoff.
+async function lost(pc) {
+  if (state.pc !== pc || state.resuming) return;
+  if (!state.resume) { failed(pc, "was lost"); return; }
+  state.resuming = true;
+  pc.close();
+  state.pc = null;
+  state.channel = null;
+  state.buffer = null;
+  notice("The connection dropped: reconnecting…");
+  const started = performance.now();
+  for (let attempt = 0; state.mic; attempt++) {
+    try {
+      await startPeer(state.resume);
+      state.reconnects += 1;
+      notice("");
+      break;
+    } catch (err) {
+      const retry = !(err instanceof OfferRefused) || [409, 502, 503, 504].includes(err.status);
+      if (!retry || performance.now() - started > RESUME_WITHIN_MS) {
+        notice(`The call could not be resumed: ${err.message || err}`);
+        hangUp(false);
+        break;
+      }
+    }
+    await new Promise((r) => setTimeout(r, RESUME_BACKOFF_MS[Math.min(attempt, RESUME_BACKOFF_MS.length - 1)]));
+  }
+  state.resuming = false;
 }
 
 // The STUN/TURN servers the server uses (none unless `voxflow serve --ice-server`), so
@@ -344,6 +430,9 @@ async function connectionFailed(pc, what) {
 
 function hangUp(tell = true) {
   if (tell) send({ type: "hangup" });
+  if (state.watch) clearInterval(state.watch);
+  state.watch = null;
+  state.resume = null;
   if (state.pc) state.pc.close();
   if (state.mic) for (const track of state.mic.getTracks()) track.stop();
   state.pc = null;

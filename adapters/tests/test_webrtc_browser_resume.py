@@ -1,0 +1,142 @@
+"""The page resumes its call after ``voxflow serve`` is killed (-9) and started again on
+the same SQLite file: Debian's Chromium, driven by Playwright, with a fake microphone
+that says "Hello there!" every few seconds."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from voxflow_voice.audio import AudioChunk, resample, write_wav
+from voxflow_voice.engines import VoiceEngines
+
+from voxflow.flow.persistence import SQLiteFlowPersistence
+
+CHROMIUM = Path("/usr/bin/chromium")
+ROOT = Path(__file__).resolve().parents[2]
+TOKEN = "page-resume-token"
+
+pytestmark = [
+    pytest.mark.models,
+    pytest.mark.skipif(not CHROMIUM.exists(),
+                       reason="Debian's chromium is missing (/usr/bin/chromium); "
+                              ".ci/run installs it with apt-get"),
+]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextmanager
+def voxflow_serve(home: Path, port: int) -> Iterator[subprocess.Popen[str]]:
+    """``voxflow serve`` with its sessions in ``home`` (VOXFLOW_HOME: flow_states.db)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("VOXFLOW_")}
+    env["VOXFLOW_HOME"] = str(home)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "voxflow.cli", "serve", "--port", str(port), "--token", TOKEN],
+        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        assert proc.stdout is not None
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline:
+            line = proc.stdout.readline()
+            if "listening" in line:
+                break
+            if not line and proc.poll() is not None:
+                raise AssertionError(f"voxflow serve exited {proc.returncode}")
+        else:
+            raise AssertionError("voxflow serve did not start")
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGINT)
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=30)
+
+
+def greeting_wav(engines: VoiceEngines, path: Path) -> Path:
+    speech = np.concatenate([np.asarray(s.samples, np.float32)
+                             for s in engines.tts.synthesize("Hello there!")])
+    speech = resample(speech, engines.tts.sample_rate, 48_000)
+    samples = np.concatenate([np.zeros(24_000, np.float32), speech,
+                              np.zeros(3 * 48_000, np.float32)])
+    write_wav(path, AudioChunk.from_float(samples, 48_000))
+    return path
+
+
+async def test_the_page_resumes_its_call_after_serve_is_killed_and_restarted(
+    engines: VoiceEngines, tmp_path: Path
+) -> None:
+    from playwright.async_api import async_playwright
+
+    wav = greeting_wav(engines, tmp_path / "hello.wav")
+    home, port = tmp_path / "home", free_port()
+    url = f"http://127.0.0.1:{port}/?token={TOKEN}"
+    async with async_playwright() as playwright:
+        browser = await playwright.chromium.launch(
+            executable_path=str(CHROMIUM), headless=True,
+            args=[
+                "--use-fake-ui-for-media-stream", "--use-fake-device-for-media-stream",
+                f"--use-file-for-fake-audio-capture={wav}",
+                "--headless", "--no-sandbox", "--disable-gpu",
+                "--disable-background-networking", "--disable-component-update",
+                "--disable-sync", "--no-first-run",
+                "--autoplay-policy=no-user-gesture-required",
+            ],
+        )
+        try:
+            page = await browser.new_page(bypass_csp=True)
+            with voxflow_serve(home, port) as first:
+                await page.goto(url)
+                await page.click("#connect")
+                await page.wait_for_function(
+                    "window.voxflow.messages.some(m => m.type === 'transcript')",
+                    timeout=60_000)
+                hello: dict[str, Any] = await page.evaluate(
+                    "window.voxflow.messages.find(m => m.type === 'hello')")
+                assert not hello.get("resume_token")  # kept out of the page's message log
+                assert await page.evaluate("window.voxflow.resume !== null")
+                first.kill()  # kill -9: no bye, the page only sees the packets stop
+                first.wait(timeout=30)
+            with voxflow_serve(home, port):
+                await page.wait_for_function(
+                    "window.voxflow.reconnects === 1 && "
+                    "window.voxflow.messages.some(m => m.type === 'hello' && m.resumed)",
+                    timeout=60_000)
+                resumed: dict[str, Any] = await page.evaluate(
+                    "window.voxflow.messages.find(m => m.type === 'hello' && m.resumed)")
+                assert resumed["session_id"] == hello["session_id"]
+                turns_before = await page.evaluate(
+                    "window.voxflow.messages.filter(m => m.type === 'transcript').length")
+                await page.wait_for_function(  # the call goes on: the next "Hello there!"
+                    f"window.voxflow.messages.filter(m => m.type === 'transcript').length"
+                    f" > {turns_before}", timeout=60_000)
+                store = SQLiteFlowPersistence(home / "flow_states.db")
+                lease = store.lease_of(hello["session_id"])
+                assert lease is not None and lease.epoch == 2 and lease.owner  # taken over
+                await page.click("#connect")  # hang up
+                await asyncio.sleep(2.0)
+        finally:
+            await browser.close()
+    stored = store.load_state(hello["session_id"])
+    assert stored is not None
+    users = [m["content"] for m in stored["messages"] if m["role"] == "user"]
+    assert len(users) >= 2 and len(stored["turns"]) == len(users)  # each turn once
+    assert all("hello" in text.lower() for text in users), users
