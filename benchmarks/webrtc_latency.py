@@ -260,6 +260,14 @@ async def aiortc_call(engines: VoiceEngines, said: dict[str, Line], turns: int,
             arrived, _ = _server_arrival(peer, start + round(line.first * 48_000) // FRAME)
             paused = [e for e in after(BargeInPaused, mark) if e.delivery_id == story]
             last = outbound.last_frame_of.get(story)
+            sent = outbound.frame_time(last) if last is not None else None
+            if sent is None or sent < first_in - 0.1:
+                # the reply was not sending when the user cut in (a gap between its
+                # sentences, or TTS behind on a loaded machine): no stop to time
+                out.counters["barge-ins with no reply playing"] = \
+                    out.counters.get("barge-ins with no reply playing", 0) + 1
+                await asyncio.sleep(3.0)
+                continue
             out.barge.append(dict(zip(BARGE_MARKS, (
                 _ms(arrived, first_in), _ms(paused[0].onset_at if paused else None, first_in),
                 _ms(outbound.paused_at.get(story), first_in),
@@ -269,7 +277,7 @@ async def aiortc_call(engines: VoiceEngines, said: dict[str, Line], turns: int,
             await asyncio.sleep(3.0)  # "Okay, I stopped."
         stats = peer.statistics()
         lost = await _packets_lost(caller._pc)
-        out.counters = {
+        out.counters |= {
             "server: packets late/skipped": stats.packets_late + stats.packets_skipped,
             "caller: packets lost (RTCP)": lost,
             "caller: packets late/skipped": _window_drops(caller),
@@ -296,8 +304,17 @@ def _window_drops(caller: LoopbackCaller) -> int:
 
 # -- WebRTC, headless Chromium --------------------------------------------------------------
 
-_PAGE_STATS = """() => {
-  return {latency: window.voxflow.latency, messages: window.voxflow.messages.length};
+_PAGE_STATS = """async () => {
+  const out = {latency: window.voxflow.latency, lost: 0, concealed: 0, received: 0,
+               delay: 0, emitted: 0};
+  (await window.voxflow.pc.getStats()).forEach((s) => {
+    if (s.type === "inbound-rtp" && s.kind === "audio") {
+      out.lost += s.packetsLost || 0; out.concealed += s.concealedSamples || 0;
+      out.received += s.totalSamplesReceived || 0;
+      out.delay += s.jitterBufferDelay || 0; out.emitted += s.jitterBufferEmittedCount || 0;
+    }
+  });
+  return out;
 }"""
 
 
@@ -362,6 +379,10 @@ async def chromium_call(engines: VoiceEngines, said: dict[str, Line], turns: int
                     })
                 stats = peer.statistics()
                 out.counters = {
+                    "page: packets lost": int(got["lost"]),
+                    "page: concealed samples (48 kHz)": int(got["concealed"]),
+                    "page: mean jitter buffer (ms)": round(
+                        1000 * got["delay"] / max(1, got["emitted"])),
                     "server: packets late/skipped": stats.packets_late + stats.packets_skipped,
                     "server: outbound frames late": stats.outbound.late_frames,
                     "stale samples after a fence": stats.outbound.stale_samples,
@@ -450,6 +471,13 @@ async def measure_one(engines: VoiceEngines, said: dict[str, Line], turns: int,
            BARGE_MARKS)
     for what, count in result.counters.items():
         print(f"     {what:<34} {count}")
+    inbound = _median([r["to the VAD"] for r in result.v2v])
+    outbound = _median([None if r["at the caller"] is None or r["first frame sent"] is None
+                        else r["at the caller"] - r["first frame sent"] for r in result.v2v])
+    if inbound is not None and outbound is not None:
+        print(f"   transport share of voice to voice: mic -> VAD input {inbound:.0f} ms + first "
+              f"frame sent -> at the caller {outbound:.0f} ms = {inbound + outbound:.0f} ms "
+              "(the rest is the session: VAD, STT, flow, TTS)")
     v2v = _median([r["at the caller"] for r in result.v2v])
     stop = _median([r["last reply audio at the caller"] for r in result.barge])
     if v2v is not None and sim is not None:
@@ -464,6 +492,9 @@ async def measure_one(engines: VoiceEngines, said: dict[str, Line], turns: int,
         for key in ("server_ms", "receive_ms", "rtt_ms", "jitter_ms", "playout_ms",
                     "ear_ms"):
             print(f"     {key:<34} {_fmt(_median([p.get(key) for p in page]))}")
+        share = _median([None if p.get("ear_ms") is None else p["ear_ms"] - p["server_ms"]
+                         for p in page])
+        print(f"     {'transport share (ear - server)':<34} {_fmt(share)}")
         ear = _median([p.get("ear_ms") for p in page])
         if ear is not None and sim is not None:
             print(f"   Chromium (at the ear) - simulated voice to voice: {ear - sim:+.0f} ms")
