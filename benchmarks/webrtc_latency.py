@@ -157,6 +157,9 @@ async def simulated(engines: VoiceEngines, said: dict[str, Line], turns: int
         print(f"   (simulated: {len(tape.stops)} of {len(barge_ins)} barge-ins timed, "
               f"{tape.silent_cuts} with no reply playing, "
               f"{len(call.of_kind('barge_in'))} confirmed)")
+    onset = _median(list(tape.onset_lag))
+    print(f"   (simulated: the VAD onset came {_fmt(onset).strip()} ms after the barge-in's "
+          "first speech sample)")
     return v2v, tape.stops, call.stale_samples()
 
 
