@@ -335,6 +335,9 @@ class PostgresJobQueue:
         if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
             raise ValueError("concurrency must be an int >= 1")
         await self.migrate()
+        import procrastinate
+        import psycopg
+
         app = self._app(concurrency + 3)
         job_clock = clock if clock is not None else MonotonicClock()
         stopping = threading.Event()
@@ -360,6 +363,9 @@ class PostgresJobQueue:
                     sweeper.cancel()
                     with contextlib.suppress(asyncio.CancelledError):
                         await sweeper
+        except (psycopg.Error, procrastinate.exceptions.ProcrastinateException) as exc:
+            # the database went away (or refused) under the worker: one typed error
+            raise self._unavailable(exc.__cause__ or exc) from None
         finally:
             await self.inbox.close()
 
