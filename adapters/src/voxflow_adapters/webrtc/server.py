@@ -47,6 +47,7 @@ import logging
 import os
 import secrets
 import socket
+import time
 import uuid
 from collections import Counter, deque
 from collections.abc import Callable
@@ -402,13 +403,16 @@ class WebRtcServer:
         clock = MonotonicClock()
         peer = WebRtcPeer(settings=self._peer_settings, clock=clock, call_id=call_id)
         ownership: SessionOwnership | None = None
+        timing: dict[str, float] = {}  # (for the log line: how long a resume took where)
         if self.store is not None:
             def lost(exc: FencedWriteError) -> None:
                 peer.close_soon(f"the call lost its session ({exc.reason}): another worker "
                                 "took it over or its lease ran out; nothing more is saved")
 
             try:
+                began = time.monotonic()
                 owned = await self._own(call_id, resume, lost)
+                timing["lease_ms"] = round((time.monotonic() - began) * 1000.0, 1)
             except Exception as exc:  # the database is down or unreachable
                 logger.warning("the session store failed: %s", type(exc).__name__,
                                exc_info=True, extra={"call_id": call_id})
@@ -436,7 +440,9 @@ class WebRtcServer:
             else:
                 session = CallSession(ownership.session_id, ownership.persistence,
                                       resume=resume is not None)
+                began = time.monotonic()
                 call = await self.factory(peer, self.engines, clock, on_event, session=session)
+                timing["state_load_ms"] = round((time.monotonic() - began) * 1000.0, 1)
         except Exception:
             logger.exception("could not start the call's session", extra={"call_id": call_id})
             await peer.aclose("the call could not start")
@@ -456,7 +462,7 @@ class WebRtcServer:
         self._accepted += 1
         logger.info("call %s", "resumed" if resume is not None else "started",
                     extra={"call_id": call_id, "session_id": str(call.session.session_id),
-                           "calls": len(self._calls)})
+                           "calls": len(self._calls), **timing})
         if self._on_call is not None:
             self._on_call(peer, call)
         return web.json_response({"type": "answer", "sdp": answer, "call_id": call_id})
