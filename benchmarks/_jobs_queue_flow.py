@@ -30,3 +30,9 @@ class Bench(Flow[AssistantState]):
     @listen("never")
     def handle_never(self) -> str:
         return ""
+
+
+@background_job(kind="bench.instant")
+async def instant(job: JobContext) -> str:
+    """Returns at once: what is measured is the queue's and the inbox's round trip."""
+    return "Done."

@@ -13,6 +13,11 @@ and the inbox rows):
 * **recovery**: kill → attempt 2 started (detection + pickup), the headline;
 * **finished**: kill → attempt 2's ``completed`` row in the session's inbox.
 
+Then ``--jobs`` jobs that return at once, one after the other, with one job worker
+running: **enqueue** (the blocking insert a handler makes) and **round trip** (enqueue →
+the job's ``completed`` applied to the session's state by an ``InboxReader`` woken by
+``NOTIFY``; its poll is an hour, so only the notification can wake it), p50 and p90.
+
 Prints the median (and min/max) of ``--runs`` runs and the load average. Expected:
 detection between ``stalled_after - heartbeat`` and ``stalled_after + heartbeat`` (the
 last heartbeat came up to one heartbeat before the kill; the check runs once a
@@ -141,12 +146,64 @@ async def one_run(heartbeat: float, stalled_after: float, folder: Path) -> dict[
         await queue.inbox.close()
 
 
+async def round_trips(jobs: int, heartbeat: float, stalled_after: float
+                      ) -> tuple[list[float], list[float]]:
+    """(enqueue ms, round trip ms) of ``jobs`` instant jobs, one at a time."""
+    from voxflow.jobs import InboxReader, add_job
+    from voxflow.wiring import AssistantState
+
+    schema = f"vx_bench_jobs_{uuid.uuid4().hex[:10]}"
+    queue = PostgresJobQueue(PG_URL, schema=schema)
+    await queue.migrate()
+    worker = job_worker(schema, heartbeat, stalled_after)
+    state = AssistantState()
+    done = asyncio.Event()
+
+    async def on_update() -> None:
+        done.set()
+
+    reader = InboxReader(queue.inbox, state, lock=asyncio.Lock(), on_update=on_update,
+                         poll=3600)
+    enqueue_ms: list[float] = []
+    trip_ms: list[float] = []
+    try:
+        reader.start()
+        for n in range(jobs + 2):  # the first two warm the worker up, not counted
+            job = BackgroundJob(session_id=state.id, kind="bench.instant")
+            assert add_job(state, job)
+            await asyncio.sleep(0.2)
+            done.clear()
+            start = time.perf_counter()
+            await queue.enqueue_async(job)
+            queued = time.perf_counter()
+            while state.jobs[job.job_id].status != "completed":
+                await asyncio.wait_for(done.wait(), 60)
+                done.clear()
+            if n >= 2:
+                enqueue_ms.append((queued - start) * 1000)
+                trip_ms.append((time.perf_counter() - start) * 1000)
+    finally:
+        await reader.aclose()
+        worker.send_signal(signal.SIGTERM)
+        worker.wait(30)
+        await queue.inbox._execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+        queue.close()
+        await queue.inbox.close()
+    return enqueue_ms, trip_ms
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--heartbeat", type=float, default=2.0)
     parser.add_argument("--stalled-after", type=float, default=10.0)
+    parser.add_argument("--jobs", type=int, default=30, help="instant jobs timed (0: none)")
     args = parser.parse_args()
     if args.runs < 1 or not 0 < args.heartbeat < args.stalled_after:
         parser.error("--runs >= 1 and 0 < --heartbeat < --stalled-after")
@@ -173,6 +230,14 @@ def main() -> None:
     figure("job recovery (kill -9 -> next attempt running)",
            round(statistics.median(r["recovery"] for r in results), 2), "s",
            target=f"<= {args.stalled_after + 2 * args.heartbeat:g}")
+    if args.jobs > 0:
+        enqueue, trips = asyncio.run(round_trips(args.jobs, args.heartbeat,
+                                                 args.stalled_after))
+        print(f"{args.jobs} instant jobs, one job worker:  p50 ms   p90 ms")
+        print(f"  enqueue (handler's insert)   {pct(enqueue, 0.5):7.1f}  {pct(enqueue, 0.9):7.1f}")
+        print(f"  enqueue -> result applied   {pct(trips, 0.5):7.1f}  {pct(trips, 0.9):7.1f}")
+        figure("job round trip p50 (enqueue -> result in the session)",
+               round(pct(trips, 0.5), 1), "ms")
     print(f"  load average after: {os.getloadavg()[0]:.1f}")
 
 
