@@ -1,0 +1,125 @@
+"""The parts of resuming a call without a call: the resume token, cutting an answer the
+drop interrupted to what was saved as heard, and a lease heartbeat that speech work
+cannot starve (real SQLite and PostgreSQL stores)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from typing import Any
+
+import pytest
+from voxflow_adapters.webrtc.ownership import SessionOwnership
+from voxflow_adapters.webrtc.resume import (
+    DROPPED_MARK,
+    check_resume_token,
+    issue_resume_token,
+    settle_dropped_replies,
+)
+
+from voxflow import persist
+from voxflow.conversation import ConversationEvent
+from voxflow.testing import Acknowledger
+from voxflow.turns import TurnRunner, TurnState
+
+pytestmark = pytest.mark.unit
+
+
+def test_only_the_tokens_hash_is_stored_and_only_that_token_resumes() -> None:
+    state, other = TurnState(id="s-1"), TurnState(id="s-2")
+    token, other_token = issue_resume_token(state), issue_resume_token(other)
+    stored = json.loads(state.model_dump_json())
+    assert token not in json.dumps(stored) and len(token) >= 43
+    assert check_resume_token(stored, token)
+    assert not check_resume_token(stored, other_token)  # another session's token
+    assert not check_resume_token(stored, token[:-1] + ("A" if token[-1] != "A" else "B"))
+    assert not check_resume_token(None, token)  # no such session
+    assert not check_resume_token(json.loads(TurnState(id="s-3").model_dump_json()), token)
+
+
+async def answered(texts: list[str]) -> Any:
+    flow = Acknowledger(state=TurnState(id="call"))
+    runner = TurnRunner(flow)
+    for text in texts:
+        async for event in runner.astream_turn(text):
+            runner.accept_event(event)
+    return flow
+
+
+async def test_an_answer_the_drop_cut_keeps_only_the_words_saved_as_heard() -> None:
+    flow = await answered(["first", "second"])
+    state = flow.state
+    first, second = list(state.replies.values())
+    full = second.text
+    assert full and len(full.split()) >= 2
+    heard = full.split()[0]
+    state.events.append(ConversationEvent(type="reply_settled",
+                                          payload={"delivery_id": first.delivery_id}))
+    state.events.append(ConversationEvent(type="reply_heard", payload={
+        "delivery_id": second.delivery_id, "heard_text": "", "heard_seconds": 0.0}))
+    state.events.append(ConversationEvent(type="reply_heard", payload={
+        "delivery_id": second.delivery_id, "heard_text": heard, "heard_seconds": 0.4}))
+    before = [m.content for m in state.messages]
+    assert settle_dropped_replies(state) == [second.delivery_id]
+    after = [m.content for m in state.messages]
+    assert after[:-1] == before[:-1]  # the settled answer and the questions are untouched
+    assert after[-1] == f"{heard} {DROPPED_MARK}"
+    message = state.messages[-1]
+    assert message.metadata["generated_text"] == full and message.metadata["dropped"]
+    assert state.replies[second.delivery_id].interrupted
+    assert settle_dropped_replies(state) == []  # settled once: a second resume cuts nothing
+
+
+async def test_an_answer_with_nothing_saved_as_heard_keeps_no_word_of_it() -> None:
+    flow = await answered(["only"])
+    (reply,) = flow.state.replies.values()
+    assert settle_dropped_replies(flow.state) == [reply.delivery_id]
+    assert flow.state.messages[-1].content == DROPPED_MARK
+
+
+async def test_the_heartbeat_renews_while_speech_work_fills_the_default_executor(
+    make_store: Any,
+) -> None:
+    store = make_store("heartbeat")
+    lost: list[Any] = []
+    owner = await SessionOwnership.acquire(store, "call", "worker-a", ttl=0.9,
+                                           on_lost=lost.append)
+    renewing = asyncio.create_task(owner.run())
+    # What STT/TTS do: blocking work on the default executor (asyncio.to_thread), more of
+    # it than the executor has threads, for longer than the lease lasts.
+    busy = [asyncio.create_task(asyncio.to_thread(time.sleep, 2.5)) for _ in range(24)]
+    try:
+        await asyncio.sleep(2.0)
+        assert not lost and owner.lost is None
+        held = store.lease_of("call")
+        assert held is not None and held.owner == "worker-a" and held.epoch == owner.lease.epoch
+        flow = persist(Acknowledger)(persistence=owner.persistence, state=TurnState(id="call"))
+        await flow.asave_state("check")  # still the writer: a fenced save goes through
+    finally:
+        renewing.cancel()
+        await asyncio.gather(*busy, return_exceptions=True)
+        await owner.release()
+    released = store.lease_of("call")
+    assert released is not None and released.owner == ""
+
+
+async def test_a_lost_lease_is_reported_once_and_refuses_the_calls_saves(
+    make_store: Any,
+) -> None:
+    from voxflow.errors import FencedWriteError
+
+    store = make_store("lost")
+    lost: list[FencedWriteError] = []
+    owner = await SessionOwnership.acquire(store, "call", "worker-a", ttl=30,
+                                           on_lost=lost.append)
+    store.release_lease(owner.lease)
+    store.acquire_lease("call", "worker-b", ttl=30)  # taken over
+    flow = persist(Acknowledger)(persistence=owner.persistence, state=TurnState(id="call"))
+    with pytest.raises(FencedWriteError):
+        await flow.asave_state("late")
+    with pytest.raises(FencedWriteError):
+        await flow.asave_state("later")
+    await asyncio.sleep(0)  # (reported on the loop: the save ran in a thread)
+    assert len(lost) == 1 and lost[0].reason == "taken over"
+    assert store.load_state("call") is None  # nothing written
