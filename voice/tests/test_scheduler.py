@@ -1,0 +1,226 @@
+"""ModelScheduler: earliest deadline first over per-call queues, bounded threads.
+
+Deterministic: deadlines come from a clock the test sets, the single worker is held by
+a gate job while the others queue, and the order the jobs ran in is what is checked
+(no timing is asserted).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Callable
+
+import pytest
+from voxflow_voice.scheduler import ModelScheduler, Work, current_work, scheduled
+
+
+class FakeClock:
+    """A clock the test moves by hand (the scheduler reads it from its threads)."""
+
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _recorder(order: list[str], name: str) -> Callable[[], str]:
+    def job() -> str:
+        order.append(name)
+        return name
+
+    return job
+
+
+async def _gated(scheduler: ModelScheduler) -> tuple[threading.Event, asyncio.Task[None]]:
+    """Occupy the scheduler's worker(s) until the returned event is set."""
+    gate, started = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        started.set()
+        gate.wait()
+
+    task = asyncio.create_task(scheduler.run(hold))
+    await asyncio.to_thread(started.wait)
+    return gate, task
+
+
+async def _submit(scheduler: ModelScheduler, work: Work, job: Callable[[], str],
+                  resource: str | None = None) -> asyncio.Task[str]:
+    with scheduled(work):
+        task = asyncio.create_task(scheduler.run_on(resource, job))
+    await asyncio.sleep(0)  # let it reach the queue
+    await asyncio.sleep(0)
+    return task
+
+
+async def test_jobs_run_earliest_deadline_first_across_calls() -> None:
+    clock = FakeClock()
+    scheduler = ModelScheduler(1, clock=clock)
+    order: list[str] = []
+    gate, holder = await _gated(scheduler)
+    tasks = [
+        await _submit(scheduler, Work("a", "ahead", 3.0), _recorder(order, "a+3")),
+        await _submit(scheduler, Work("b", "ahead", 1.0), _recorder(order, "b+1")),
+        await _submit(scheduler, Work("a", "ahead", 2.0), _recorder(order, "a+2")),
+    ]
+    clock.now += 1.5  # submitted now: due at 101.5, after b+1 (101) and before a+2 (102)
+    tasks.append(await _submit(scheduler, Work("c", "ahead", 0.0), _recorder(order, "c+0")))
+    assert scheduler.statistics().queued["ahead"] == 4
+    gate.set()
+    await holder
+    assert await asyncio.gather(*tasks) == ["a+3", "b+1", "a+2", "c+0"]
+    assert order == ["b+1", "c+0", "a+2", "a+3"]
+    scheduler.close()
+
+
+async def test_an_urgent_job_runs_before_queued_later_clauses_of_other_calls() -> None:
+    clock = FakeClock()
+    scheduler = ModelScheduler(1, clock=clock)
+    order: list[str] = []
+    gate, holder = await _gated(scheduler)
+    later = [await _submit(scheduler, Work(f"call{i}", "ahead", 0.4),
+                           _recorder(order, f"clause{i}")) for i in range(3)]
+    first_clause = await _submit(scheduler, Work("new", "urgent"), _recorder(order, "first"))
+    stt = await _submit(scheduler, Work("other", "urgent"), _recorder(order, "stt"), "stt")
+    gate.set()
+    await asyncio.gather(holder, first_clause, stt, *later)
+    assert order == ["first", "stt", "clause0", "clause1", "clause2"]
+    scheduler.close()
+
+
+async def test_a_late_clause_goes_before_urgent_work_submitted_after_its_deadline() -> None:
+    clock = FakeClock()
+    scheduler = ModelScheduler(1, clock=clock)
+    order: list[str] = []
+    gate, holder = await _gated(scheduler)
+    clause = await _submit(scheduler, Work("a", "ahead", 0.5), _recorder(order, "clause"))
+    clock.now += 2.0  # the clause's playout ran dry before this urgent job came
+    urgent = await _submit(scheduler, Work("b", "urgent"), _recorder(order, "urgent"))
+    gate.set()
+    await asyncio.gather(holder, clause, urgent)
+    assert order == ["clause", "urgent"]
+    assert scheduler.statistics().late == 1  # the clause started after its deadline
+    scheduler.close()
+
+
+async def test_speculative_work_yields_until_it_is_made_urgent() -> None:
+    clock = FakeClock()
+    scheduler = ModelScheduler(1, clock=clock)
+    order: list[str] = []
+    gate, holder = await _gated(scheduler)
+    pause_a = Work("a", "speculative")
+    pause_b = Work("b", "speculative")
+    tasks = [
+        await _submit(scheduler, pause_a, _recorder(order, "spec-a"), "stt"),
+        await _submit(scheduler, pause_b, _recorder(order, "spec-b"), "stt"),
+        await _submit(scheduler, Work("c", "ahead", 30.0), _recorder(order, "far-clause")),
+        await _submit(scheduler, Work("d", "urgent"), _recorder(order, "urgent")),
+    ]
+    clock.now += 0.1
+    pause_b.update("urgent", 0.0)  # b's turn ended on the paused audio, 0.1 s after d
+    stats = scheduler.statistics()
+    assert (stats.queued["speculative"], stats.queued["urgent"]) == (1, 2)
+    gate.set()
+    await asyncio.gather(holder, *tasks)
+    # b's job is due at the update (after d's submission), the clause 30 s later, and
+    # a's speculation waits for everything else though it was submitted first.
+    assert order == ["urgent", "spec-b", "far-clause", "spec-a"]
+    scheduler.close()
+
+
+async def test_no_more_threads_than_workers_and_one_decode_per_model() -> None:
+    scheduler = ModelScheduler(2)
+    lock = threading.Lock()
+    running: list[str] = []
+    most = 0
+    gate = threading.Event()
+    two_running = threading.Event()
+
+    def job(name: str) -> Callable[[], str]:
+        def run() -> str:
+            nonlocal most
+            with lock:
+                running.append(name)
+                most = max(most, len(running))
+                if len(running) == 2:
+                    two_running.set()
+            gate.wait()
+            with lock:
+                running.remove(name)
+            return name
+
+        return run
+
+    tasks = [await _submit(scheduler, Work(f"call{i}", "urgent"), job(f"stt{i}"), "stt")
+             for i in range(3)]
+    tasks += [await _submit(scheduler, Work(f"call{i}", "urgent"), job(f"tts{i}"))
+              for i in range(3)]
+    await asyncio.to_thread(two_running.wait)
+    stats = scheduler.statistics()
+    assert stats.workers == 2 and stats.running == 2
+    assert stats.queued["urgent"] == 4
+    with lock:
+        # stt1 came before tts0, but Whisper is busy with stt0: the free worker took TTS.
+        assert sorted(running) == ["stt0", "tts0"]
+    gate.set()
+    assert await asyncio.gather(*tasks) == [f"stt{i}" for i in range(3)] + [
+        f"tts{i}" for i in range(3)]
+    assert most == 2
+    assert sum(scheduler.statistics().completed.values()) == 6
+    scheduler.close()
+
+
+async def test_cancelling_a_queued_job_drops_it_and_errors_reach_the_caller() -> None:
+    scheduler = ModelScheduler(1)
+    order: list[str] = []
+    gate, holder = await _gated(scheduler)
+    dropped = await _submit(scheduler, Work("a"), _recorder(order, "dropped"))
+    kept = await _submit(scheduler, Work("b"), _recorder(order, "kept"))
+
+    def fails() -> str:
+        raise ValueError("model failed")
+
+    failing = await _submit(scheduler, Work("c"), fails)
+    dropped.cancel()
+    await asyncio.wait({dropped})  # the cancellation reached the queue
+    gate.set()
+    await holder
+    assert await kept == "kept"
+    with pytest.raises(ValueError, match="model failed"):
+        await failing
+    with pytest.raises(asyncio.CancelledError):
+        await dropped
+    assert order == ["kept"]
+    scheduler.close()
+
+
+async def test_the_ticket_travels_in_the_context_into_tasks() -> None:
+    work = Work("a", "ahead", 1.0)
+    assert current_work() is None
+    with scheduled(work):
+        task = asyncio.create_task(asyncio.sleep(0, result=current_work()))
+    assert current_work() is None
+    assert await task is work
+
+
+def test_tickets_and_schedulers_refuse_bad_values() -> None:
+    with pytest.raises(ValueError, match="urgency"):
+        Work("a", "soon")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="slack"):
+        Work("a", "ahead", -1.0)
+    with pytest.raises(ValueError, match="slack"):
+        Work("a", "ahead", float("nan"))
+    with pytest.raises(ValueError, match="slack"):
+        Work("a").update(slack=float("inf"))
+    with pytest.raises(ValueError, match="workers"):
+        ModelScheduler(0)
+    with pytest.raises(ValueError, match="limit"):
+        ModelScheduler(1, limits={"stt": 0})
+    with pytest.raises(TypeError, match="Work"), scheduled("urgent"):  # type: ignore[arg-type]
+        pass
+    scheduler = ModelScheduler(1)
+    scheduler.close()
+    with pytest.raises(RuntimeError, match="closed"):
+        scheduler.submit(lambda: None, Work(), done=lambda ok, value: None)
