@@ -11,6 +11,11 @@ very same audio; otherwise the final utterance is transcribed as usual.
 At most one transcription runs at a time (a thread cannot be stopped, and two would only
 slow each other down on a small machine): a pause that comes while one is running waits
 as the single *next* job, replacing an older waiting one.
+
+On a :class:`~voxflow_voice.scheduler.ModelScheduler` a transcription at a pause is
+``speculative`` work (it yields to every call's urgent work: the turn may not end), made
+``urgent`` the moment the turn ends on that very audio; a turn whose audio was not
+transcribed yet is transcribed as ``urgent`` work.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from typing import Protocol
 import numpy as np
 
 from .audio import STT_SAMPLE_RATE, AudioChunk
+from .scheduler import Work, scheduled
 from .stt import Transcript
 from .turn_detector import UtterancePaused, UtteranceReady
 
@@ -59,10 +65,16 @@ class EarlyTranscriber:
 
     Use one per input stream; call :meth:`paused` for every ``UtterancePaused`` and
     ``await`` :meth:`final` for every ``UtteranceReady``; :meth:`aclose` at the end.
+
+    Args:
+        stt: the transcriber.
+        call: the call its work is queued for on a model scheduler.
     """
 
-    def __init__(self, stt: Transcriber) -> None:
+    def __init__(self, stt: Transcriber, *, call: str = "") -> None:
         self._stt = stt
+        self._call = str(call)
+        self._work: Work | None = None  # the running transcription's ticket
         self._running: tuple[UtterancePaused, asyncio.Task[Transcript | None]] | None = None
         self._waiting: UtterancePaused | None = None
         self._done: tuple[UtterancePaused, Transcript | None] | None = None
@@ -94,7 +106,8 @@ class EarlyTranscriber:
         if self._closed or self._running is not None or self._warming is not None:
             return False
         silence = AudioChunk.from_float(np.zeros(_WARM_UP_SAMPLES, np.float32), STT_SAMPLE_RATE)
-        task = asyncio.create_task(self._stt.transcribe(silence), name="voice.stt_warm_up")
+        with scheduled(Work(self._call, "speculative")):
+            task = asyncio.create_task(self._stt.transcribe(silence), name="voice.stt_warm_up")
         self._warming = task
         task.add_done_callback(self._warmed)
         return True
@@ -145,6 +158,8 @@ class EarlyTranscriber:
             self._start(waiting)
         running = self._running
         if running is not None and running[0].matches(event):
+            if self._work is not None:
+                self._work.update("urgent", 0.0)  # the turn ended on this audio
             transcript = await running[1]
             self._used += 1
             return transcript
@@ -154,7 +169,8 @@ class EarlyTranscriber:
             return done[1]
         await self._settle_running()  # stale: let it finish rather than compete for CPU
         self._missed += 1
-        return await self._stt.transcribe(event.audio)
+        with scheduled(Work(self._call, "urgent")):
+            return await self._stt.transcribe(event.audio)
 
     async def aclose(self) -> None:
         """Stop speculating and wait for the running transcription to end."""
@@ -169,7 +185,9 @@ class EarlyTranscriber:
 
     def _start(self, event: UtterancePaused) -> None:
         self._started += 1
-        task = asyncio.create_task(self._stt.transcribe(event.audio), name="voice.early_stt")
+        self._work = Work(self._call, "speculative")
+        with scheduled(self._work):
+            task = asyncio.create_task(self._stt.transcribe(event.audio), name="voice.early_stt")
         self._running = (event, task)
         task.add_done_callback(functools.partial(self._finished, event))
 

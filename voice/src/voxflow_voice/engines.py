@@ -17,6 +17,7 @@ from voxflow.settings import Settings
 
 from .audio import AudioChunk
 from .end_of_turn import EndOfTurnModel, SmartTurn
+from .scheduler import ModelScheduler
 from .stt import SttSettings, Transcript, WhisperStt
 from .tts import DETERMINISTIC_TTS_SETTINGS, PiperTts, TtsSettings
 from .vad import EnergyVad, SileroVad, VoiceActivityDetector
@@ -61,12 +62,16 @@ class VoiceEngines:
         make_vad: builds one fresh detector per session.
         end_of_turn: judges the user's pauses (:mod:`voxflow_voice.end_of_turn`); the
             silence timer alone if ``None``.
+        scheduler: the :class:`~voxflow_voice.scheduler.ModelScheduler` running ``stt``
+            and ``tts`` work, deadline first (for its statistics); ``None`` when they run
+            first come, first served on the default executor.
     """
 
     stt: SpeechToText
     tts: TextToSpeech
     make_vad: Callable[[], VoiceActivityDetector]
     end_of_turn: EndOfTurnModel | None = None
+    scheduler: ModelScheduler | None = None
 
     @classmethod
     def load(
@@ -78,6 +83,7 @@ class VoiceEngines:
         vad: Literal["silero", "energy"] = "silero",
         deterministic: bool = False,
         end_of_turn: Literal["none", "smart-turn"] = "none",
+        scheduling: bool = True,
     ) -> VoiceEngines:
         """Load the bundled models (blocking: call from a thread or before the loop).
 
@@ -90,6 +96,9 @@ class VoiceEngines:
                 (:data:`DETERMINISTIC_TTS_SETTINGS`) unless ``tts`` is given.
             end_of_turn: ``smart-turn`` loads :class:`~voxflow_voice.end_of_turn.SmartTurn`
                 (the extra ``voxflow-voice[smart-turn]``); ``none``, the default, does not.
+            scheduling: run STT and TTS on one deadline-aware
+                :class:`~voxflow_voice.scheduler.ModelScheduler` (a worker per core);
+                ``False``: a default-executor thread per call, first come first served.
 
         Raises:
             voxflow.errors.ModelNotFoundError: a model package is missing (the message
@@ -100,17 +109,19 @@ class VoiceEngines:
         if end_of_turn not in ("none", "smart-turn"):
             raise ValueError(f"end_of_turn must be 'none' or 'smart-turn', got {end_of_turn!r}")
         judge = SmartTurn() if end_of_turn == "smart-turn" else None  # fails first if missing
-        stt_engine = WhisperStt(stt)
+        scheduler = ModelScheduler() if scheduling else None
+        stt_engine = WhisperStt(stt, scheduler=scheduler)
         if tts is None and deterministic:
             tts = DETERMINISTIC_TTS_SETTINGS
-        tts_engine = PiperTts(voice, settings=tts)
+        tts_engine = PiperTts(voice, settings=tts, scheduler=scheduler)
         make_vad: Callable[[], VoiceActivityDetector]
         if vad == "silero":
             SileroVad()  # load the shared ONNX session now, not on the first frame
             make_vad = SileroVad
         else:
             make_vad = EnergyVad
-        return cls(stt=stt_engine, tts=tts_engine, make_vad=make_vad, end_of_turn=judge)
+        return cls(stt=stt_engine, tts=tts_engine, make_vad=make_vad, end_of_turn=judge,
+                   scheduler=scheduler)
 
     @classmethod
     def from_settings(cls, settings: Settings, *, deterministic: bool = False) -> VoiceEngines:

@@ -215,7 +215,7 @@ class VoiceSession:
         self._seal_at: int | None = None  # a provisional turn's end to seal (it was heard)
         self._revoked: set[int] = set()  # end samples of the utterances taken back
         self._speculating: set[asyncio.Task[bool]] = set()
-        self._early = EarlyTranscriber(engines.stt)
+        self._early = EarlyTranscriber(engines.stt, call=str(self.session_id))
         self.barge_in = BargeInArbiter(self.settings.barge_in)
         self._reply: SpokenReply | None = None  # the reply being spoken, if any
         self._anchor = (0.0, 0)  # (clock time, input sample) of the latest frame
@@ -498,6 +498,7 @@ class VoiceSession:
         reply.speculation = None
         if not spec.sealed:
             reply.provisional = spec  # until a sample of it is heard (or resume_grace)
+        self._speaker.confirmed(reply)  # its synthesis is no longer speculative work
         now = self.clock.now()
         self._emit(TurnCommitted(session_id=self.session_id, at=now, turn_id=reply.turn_id,
                                  text=text, speech_end_at=self._time_of(spec.paused.end_sample)))

@@ -33,6 +33,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar
@@ -53,6 +54,7 @@ from .events import (
 )
 from .history import record_heard
 from .playback import Playback
+from .scheduler import Work, scheduled
 from .segmenter import SegmenterSettings, TextSegmenter
 from .speculation import Speculation
 
@@ -83,6 +85,9 @@ class SpokenReply:
         speculation: its speculation, until the turn is confirmed.
         provisional: its speculation while the confirmed turn may still be taken back
             (until a sample of it is heard: ``TurnDetection.resume_grace``).
+        work: the model-scheduler ticket of the segment being synthesized.
+        played_from: when (``time.monotonic``) its audio started going out, for the
+            deadline of later segments; ``audio_seconds``: how much was handed over.
     """
 
     turn_id: TurnId
@@ -99,6 +104,24 @@ class SpokenReply:
     segments: list[str] = field(default_factory=list)
     speculation: Speculation | None = None
     provisional: Speculation | None = None
+    work: Work | None = None
+    played_from: float | None = None
+    audio_seconds: float = 0.0
+
+    def synthesis_work(self, call: str) -> Work:
+        """The ticket of the next segment's synthesis (see :mod:`voxflow_voice.scheduler`):
+        speculative while the turn is unconfirmed; urgent until audio goes out (the first
+        clause: someone waits in silence); then due when playout runs dry."""
+        if self.speculation is not None:
+            return Work(call, "speculative")
+        slack = self.ahead_seconds()
+        return Work(call, "urgent") if slack is None else Work(call, "ahead", slack)
+
+    def ahead_seconds(self) -> float | None:
+        """Seconds of its audio handed over but not yet played (None before any)."""
+        if self.played_from is None:
+            return None
+        return max(0.0, self.played_from + self.audio_seconds - time.monotonic())
 
 
 @contextlib.contextmanager
@@ -251,13 +274,35 @@ class ReplySpeaker:
                 session_id=self._session_id(), at=self._clock.now(), delivery_id=delivery,
                 segment_id=segment_id, text=text,
             ))
-            chunks = self._tts.stream(text, delivery_id=delivery, segment_id=segment_id)
-            async for chunk in self.held(chunks):
-                if self._echo_gate is not None:
-                    self._echo_gate.sent(chunk)
-                if not await self._playback.play(chunk):
-                    return
+            reply.work = work = reply.synthesis_work(str(self._session_id()))
+            with scheduled(work):  # the stream's model jobs carry this ticket
+                chunks = self._tts.stream(text, delivery_id=delivery, segment_id=segment_id)
+                async for chunk in self.held(chunks):
+                    if self._echo_gate is not None:
+                        self._echo_gate.sent(chunk)
+                    if not await self._playback.play(chunk):
+                        return
+                    self._played_out(reply, chunk.num_samples / chunk.sample_rate)
             self._playback.end_segment(delivery, segment_id)
+
+    @staticmethod
+    def _played_out(reply: SpokenReply, seconds: float) -> None:
+        """Account ``seconds`` of audio handed over; the segment's next sentences are
+        due when it has played (unless the reply is still held, speculative)."""
+        if reply.speculation is not None:
+            return
+        now = time.monotonic()
+        if reply.played_from is None or reply.played_from + reply.audio_seconds < now:
+            reply.played_from, reply.audio_seconds = now, 0.0  # started, or ran dry
+        reply.audio_seconds += seconds
+        work = reply.work
+        if work is not None:
+            work.update("ahead", reply.ahead_seconds())
+
+    def confirmed(self, reply: SpokenReply) -> None:
+        """``reply``'s turn was confirmed: its held synthesis is urgent now."""
+        if reply.work is not None:
+            reply.work.update("urgent", 0.0)
 
     def _emit_for(self, reply: SpokenReply, event: SessionEvent) -> None:
         """Emit an event of ``reply``; a speculative reply's wait for its verdict."""

@@ -66,6 +66,7 @@ from .models import (
     find_whisper_model,
     load_whisper_model,
 )
+from .scheduler import ModelScheduler
 
 if TYPE_CHECKING:
     from faster_whisper import WhisperModel
@@ -164,6 +165,9 @@ class WhisperStt:
         cache_dir: where ``base`` is reassembled (default cache if ``None``).
         tiny_en_module: module providing ``tiny.en``.
         base_modules: modules providing the ``base`` parts.
+        scheduler: runs the decodes (on its ``stt`` resource, by the context's
+            :class:`~voxflow_voice.scheduler.Work` ticket); a default-executor thread
+            each if ``None``.
     """
 
     def __init__(
@@ -173,7 +177,11 @@ class WhisperStt:
         cache_dir: Path | None = None,
         tiny_en_module: str = DEFAULT_TINY_EN_MODULE,
         base_modules: tuple[str, str] = BASE_PART_MODULES,
+        scheduler: ModelScheduler | None = None,
     ) -> None:
+        if scheduler is not None and not isinstance(scheduler, ModelScheduler):
+            raise TypeError(f"scheduler must be a ModelScheduler, got {type(scheduler).__name__}")
+        self.scheduler = scheduler
         if settings is not None and not isinstance(settings, SttSettings):
             raise TypeError(f"settings must be an SttSettings, got {type(settings).__name__}")
         self.settings = settings if settings is not None else DEFAULT_STT_SETTINGS
@@ -196,6 +204,8 @@ class WhisperStt:
     async def transcribe(self, audio: AudioChunk | NDArray[Any]) -> Transcript | None:
         """Transcribe one utterance in a worker thread; ``None`` if it holds no words."""
         samples = self._samples(audio)
+        if self.scheduler is not None:
+            return await self.scheduler.run_on("stt", self._decode, samples)
         return await asyncio.to_thread(self._decode, samples)
 
     def transcribe_sync(self, audio: AudioChunk | NDArray[Any]) -> Transcript | None:

@@ -32,6 +32,7 @@ from voxflow.ids import DeliveryId
 
 from .audio import AudioChunk, WordTiming, float_to_pcm16
 from .models import DEFAULT_PIPER_MODULE, find_piper_voice, load_piper_voice
+from .scheduler import ModelScheduler
 
 if TYPE_CHECKING:
     from piper import PiperVoice
@@ -103,6 +104,9 @@ class PiperTts:
         voice: a Piper ``.onnx`` path; the voice bundled by ``module`` if ``None``.
         settings: synthesis and chunking; :data:`DEFAULT_TTS_SETTINGS` if ``None``.
         module: the package module providing the default voice.
+        scheduler: runs each sentence's synthesis (by the context's
+            :class:`~voxflow_voice.scheduler.Work` ticket); a default-executor thread
+            each if ``None``.
     """
 
     def __init__(
@@ -111,7 +115,11 @@ class PiperTts:
         *,
         settings: TtsSettings | None = None,
         module: str = DEFAULT_PIPER_MODULE,
+        scheduler: ModelScheduler | None = None,
     ) -> None:
+        if scheduler is not None and not isinstance(scheduler, ModelScheduler):
+            raise TypeError(f"scheduler must be a ModelScheduler, got {type(scheduler).__name__}")
+        self.scheduler = scheduler
         if settings is not None and not isinstance(settings, TtsSettings):
             raise TypeError(f"settings must be a TtsSettings, got {type(settings).__name__}")
         self.settings = settings if settings is not None else DEFAULT_TTS_SETTINGS
@@ -183,10 +191,11 @@ class PiperTts:
             raise ValueError(f"segment_id must be >= 1, got {segment_id}")
         if not isinstance(text, str):
             raise TypeError(f"text must be a str, got {type(text).__name__}")
-        sentences = await asyncio.to_thread(self.sentences, text)  # espeak, off the loop
+        run = self.scheduler.run if self.scheduler is not None else asyncio.to_thread
+        sentences = await run(self.sentences, text)  # espeak, off the loop
         position = 0
         for phonemes, words in zip(sentences, _split_words(text, sentences), strict=True):
-            sentence = await asyncio.to_thread(self._synthesize_sentence, phonemes, words)
+            sentence = await run(self._synthesize_sentence, phonemes, words)
             for chunk in self._chunks(sentence, position, delivery_id, segment_id):
                 yield chunk
             position += sentence.samples.size
