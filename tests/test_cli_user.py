@@ -171,7 +171,7 @@ def test_a_closed_pipe_is_not_an_error() -> None:
 def readme_variables() -> set[str]:
     text = (ROOT / "README.md").read_text(encoding="utf-8")
     section = text.split("### Configuration", 1)[1].split("\n## ", 1)[0]
-    return set(re.findall(r"`(VOXFLOW_[A-Z_]+)`", section))
+    return set(re.findall(r"`(VOXFLOW_[A-Z0-9_]+)`", section))
 
 
 def test_the_readme_lists_every_variable() -> None:

@@ -261,3 +261,29 @@ async def test_a_caller_killed_mid_reply_is_detected_from_the_transport_not_the_
     print(f"vanished caller detected after {detected:.2f} s "
           f"(load {os.getloadavg()[0]:.2f})")
     assert ended[0].close_reason == "the peer vanished: nothing received for 4 s"
+
+
+async def test_offers_are_refused_while_answers_are_slower_than_the_target_and_load_says_so(
+    engines: VoiceEngines,
+) -> None:
+    async with serving(engines, max_calls=4, p95_target_ms=800.0) as server:
+        base = f"http://127.0.0.1:{server.port}"
+        async with aiohttp.ClientSession() as http:
+            async with http.get(f"{base}/load") as response:
+                no_token = response.status
+            headers = {"Authorization": f"Bearer {server.token}"}
+            async with http.get(f"{base}/load", headers=headers) as response:
+                idle = await response.json()
+            for _ in range(12):  # the process's recent turns answered in 1.5 s
+                server.admission.record(1500.0)
+            slow = await rejected(LoopbackCaller(base, server.token))
+            async with http.get(f"{base}/load", headers=headers) as response:
+                loaded = await response.json()
+        stats = server.statistics()
+    assert no_token == 401
+    assert (idle["accepting"], idle["headroom"], idle["max_calls"]) == (True, 4, 4)
+    assert idle["p95_ms"] is None and idle["active_calls"] == 0
+    assert slow.status == 503 and "1,500 ms" in slow.reason and "800 ms" in slow.reason
+    assert (loaded["accepting"], loaded["headroom"], loaded["p95_ms"]) == (False, 0, 1500.0)
+    assert "too busy" in loaded["reason"]
+    assert stats.rejected == {"busy": 1, "token": 1} and stats.accepted == 0

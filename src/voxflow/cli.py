@@ -303,7 +303,8 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         return EXIT_FAILED
     return command.run_serve(
         flow=args.flow, host=settings.host, port=settings.port, token=args.token, model=model,
-        ice_servers=args.ice_server, ice_host_addresses=args.ice_host, max_calls=args.max_calls,
+        ice_servers=args.ice_server, ice_host_addresses=args.ice_host,
+        max_calls=args.max_calls if args.max_calls is not None else settings.max_calls,
         settings=settings, tls_cert=args.tls_cert, tls_key=args.tls_key,
         self_signed=args.self_signed, trust_forwarded=args.trust_forwarded,
     )
@@ -459,7 +460,8 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--ice-host", action="append", default=None, metavar="IP",
                        help="local IP offered as ICE host candidate (repeatable; default: "
                        "every non-loopback interface)")
-    serve.add_argument("--max-calls", type=int, default=8, help="concurrent calls (default: 8)")
+    serve.add_argument("--max-calls", type=int, default=None,
+                       help="concurrent calls (default: $VOXFLOW_MAX_CALLS, else 8)")
     serve.add_argument("--tls-cert", default=None, metavar="PEM",
                        help="serve HTTPS with this certificate (chain) ...")
     serve.add_argument("--tls-key", default=None, metavar="PEM", help="... and its private key")

@@ -38,6 +38,7 @@ __all__ = [
     "AdapterBrokenError",
     "AudioBackendError",
     "AudioDeviceError",
+    "CapacityExceededError",
     "ClientActivityError",
     "ConversationEndedError",
     "ConversationModeError",
@@ -245,6 +246,20 @@ class ModelNotFoundError(VoxflowError, LookupError):
     def __init__(self, message: str, *, package: str | None = None) -> None:
         super().__init__(message)
         self.package = package
+
+
+class CapacityExceededError(VoxflowError, RuntimeError):
+    """A process refused a call: it has no headroom left (the message says why).
+
+    Attributes:
+        active_calls: the calls it holds.
+        max_calls: its limit.
+    """
+
+    def __init__(self, message: str, *, active_calls: int, max_calls: int) -> None:
+        super().__init__(message)
+        self.active_calls = active_calls
+        self.max_calls = max_calls
 
 
 class SignalingError(VoxflowError, ValueError):

@@ -19,6 +19,8 @@ variable                                setting                      default
 ``VOXFLOW_SPECULATIVE_REPLIES``         ``speculative_replies``      ``true``
 ``VOXFLOW_DEMO_OUT``                    ``demo_out``                 ``voxflow-demo``
 ``VOXFLOW_HOST`` / ``VOXFLOW_PORT``     ``host`` / ``port``          ``127.0.0.1`` / 8080
+``VOXFLOW_MAX_CALLS``                   ``max_calls``                8
+``VOXFLOW_P95_TARGET_MS``               ``p95_target_ms``            1000
 ``VOXFLOW_LOG_LEVEL``                   ``log_level``                ``WARNING``
 ``VOXFLOW_TURN_USERNAME``               ``turn_username``            none
 ``VOXFLOW_TURN_CREDENTIAL``             ``turn_credential``          none (secret)
@@ -104,6 +106,14 @@ class Settings(BaseModel):
     demo_out: Path = Field(Path("voxflow-demo"), description="where `voxflow demo` writes")
     host: str = Field("127.0.0.1", description="`voxflow serve` bind address")
     port: int = Field(8080, ge=1, le=65535, description="`voxflow serve` port")
+    max_calls: int = Field(
+        8, ge=1, le=10_000, description="`voxflow serve`: concurrent calls a process takes; "
+        "the next is refused (503) rather than slowing every call down",
+    )
+    p95_target_ms: float = Field(
+        1000.0, gt=0, le=60_000, description="`voxflow serve`: refuse calls while the recent "
+        "voice-to-voice p95 (ms) is above this",
+    )
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field(
         "WARNING", description="DEBUG, INFO, WARNING or ERROR"
     )

@@ -6,6 +6,18 @@ used, so importing this package is cheap.
 
 from __future__ import annotations
 
+from .admission import (
+    Admission as Admission,
+)
+from .admission import (
+    AdmissionController as AdmissionController,
+)
+from .admission import (
+    AdmissionSettings as AdmissionSettings,
+)
+from .admission import (
+    Load as Load,
+)
 from .audio import (
     STT_SAMPLE_RATE as STT_SAMPLE_RATE,
 )
@@ -174,6 +186,12 @@ from .playout import (
 from .playout import (
     Pulled as Pulled,
 )
+from .scheduler import (
+    ModelScheduler as ModelScheduler,
+)
+from .scheduler import (
+    Work as Work,
+)
 from .segmenter import (
     DEFAULT_SEGMENTER_SETTINGS as DEFAULT_SEGMENTER_SETTINGS,
 )
@@ -316,6 +334,9 @@ __all__ = [
     "KNOWN_HALLUCINATIONS",
     "STT_SAMPLE_RATE",
     "WHISPER_BASE_SIZE",
+    "Admission",
+    "AdmissionController",
+    "AdmissionSettings",
     "AudioChunk",
     "AudioTransport",
     "BargeInArbiter",
@@ -338,6 +359,8 @@ __all__ = [
     "InputGuard",
     "InputStatistics",
     "LatencySummary",
+    "Load",
+    "ModelScheduler",
     "MuteChanged",
     "PausableTransport",
     "PiperTts",
@@ -374,6 +397,7 @@ __all__ = [
     "VoiceSettings",
     "WhisperStt",
     "WordTiming",
+    "Work",
     "assemble_whisper_base",
     "classify_overlap",
     "default_cache_dir",

@@ -86,6 +86,7 @@ def build_settings(
     max_call_seconds: float = 1800.0, tls_cert: Path | None = None, tls_key: Path | None = None,
     trust_forwarded: bool = False, turn_username: str | None = None,
     turn_credential: str | None = None, receive_hold: int | None = DEFAULT_RECEIVE_HOLD,
+    p95_target_ms: float = 1000.0,
 ) -> ServerSettings:
     """Server settings from command-line values (and the TURN credentials).
 
@@ -100,7 +101,8 @@ def build_settings(
         max_call_seconds=max_call_seconds, receive_hold=receive_hold,
     )
     return ServerSettings(host=host, port=port, token=token, max_calls=max_calls, peer=peer,
-                          tls_cert=tls_cert, tls_key=tls_key, trust_forwarded=trust_forwarded)
+                          tls_cert=tls_cert, tls_key=tls_key, trust_forwarded=trust_forwarded,
+                          p95_target_ms=p95_target_ms)
 
 
 def tls_files(
@@ -175,6 +177,7 @@ def run_serve(
             ice_host_addresses=ice_host_addresses, max_calls=max_calls,
             max_call_seconds=max_call_seconds, tls_cert=cert, tls_key=key,
             trust_forwarded=trust_forwarded, turn_username=settings.turn_username,
+            p95_target_ms=settings.p95_target_ms,
             turn_credential=(settings.turn_credential.get_secret_value()
                              if settings.turn_credential is not None else None),
             receive_hold=settings.webrtc_receive_hold,

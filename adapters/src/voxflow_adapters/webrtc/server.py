@@ -7,7 +7,13 @@ Routes:
   <token>`` → ``{"type": "answer", "sdp": "...", "call_id": "..."}``. Candidates are
   gathered before answering (no trickle ICE), so one round trip sets the call up;
 * ``GET /ice-servers`` (same token and Origin checks): ``{"ice_servers": [{"urls": [...],
-  "username": ..., "credential": ...}]}``, the STUN/TURN servers the page uses too.
+  "username": ..., "credential": ...}]}``, the STUN/TURN servers the page uses too;
+* ``GET /load`` (same checks): the process's :class:`~voxflow_voice.admission.Load` as
+  JSON (active calls, cap, headroom, recent voice-to-voice p95, model utilisation).
+
+Admission (:mod:`voxflow_voice.admission`): an offer is refused with 503 and a message
+the page shows when the process is at ``max_calls`` or its recent answers are slower
+than ``p95_target_ms``, rather than taking a call that slows every call down.
 
 HTTPS: with ``tls_cert``/``tls_key`` (:mod:`~voxflow_adapters.webrtc.tls`) the same app
 is served over TLS and the Origin check expects ``https://`` origins. Behind a reverse
@@ -56,11 +62,12 @@ from typing import Any
 
 from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field, model_validator
+from voxflow_voice.admission import Admission, AdmissionController, AdmissionSettings, Load
 from voxflow_voice.engines import VoiceEngines
 from voxflow_voice.events import ReplyInterrupted, SessionEvent, TurnMetrics
 
 from voxflow.clock import MonotonicClock
-from voxflow.errors import FencedWriteError, SignalingError
+from voxflow.errors import CapacityExceededError, FencedWriteError, SignalingError
 from voxflow.logs import bind_log_context
 
 from .calls import Call, CallFactory, CallSession
@@ -100,6 +107,10 @@ class ServerSettings(BaseModel):
     )
     max_sdp_bytes: int = Field(20_000, gt=0, description="largest offer SDP accepted")
     max_calls: int = Field(8, ge=1, description="concurrent calls")
+    p95_target_ms: float = Field(
+        1000.0, gt=0, le=60_000, description="refuse calls while the recent voice-to-voice "
+        "p95 is above this (ms)",
+    )
     peer: PeerSettings = Field(DEFAULT_PEER_SETTINGS, description="per-call limits and ICE")
     tls_cert: Path | None = Field(None, description="PEM certificate (chain): serve HTTPS")
     tls_key: Path | None = Field(None, description="PEM private key of tls_cert")
@@ -181,6 +192,8 @@ class WebRtcServer:
         store: where calls' sessions are kept (a ``RowStore``: SQLite or PostgreSQL);
             None: calls are not persisted and cannot be resumed.
         worker_id: this server's name in lease owners (default: host, pid, random).
+        admission: decides which calls are taken; one from ``settings.max_calls`` and
+            ``settings.p95_target_ms`` if ``None``.
     """
 
     def __init__(
@@ -188,6 +201,7 @@ class WebRtcServer:
         settings: ServerSettings = DEFAULT_SERVER_SETTINGS,
         on_call: Callable[[WebRtcPeer, Call], None] | None = None,
         store: Any | None = None, worker_id: str | None = None,
+        admission: AdmissionController | None = None,
     ) -> None:
         if not callable(factory):
             raise TypeError("factory must be a CallFactory (an async callable)")
@@ -203,14 +217,21 @@ class WebRtcServer:
         self.worker_id = worker_id or f"{socket.gethostname()}:{os.getpid()}:" \
                                       f"{secrets.token_hex(3)}"
         self._sessions: dict[str, str] = {}  # session id -> call id (live calls)
+        if admission is not None and not isinstance(admission, AdmissionController):
+            raise TypeError(
+                f"admission must be an AdmissionController, got {type(admission).__name__}")
+        self.admission = admission if admission is not None else AdmissionController(
+            AdmissionSettings(max_calls=settings.max_calls,
+                              p95_target_ms=settings.p95_target_ms),
+            scheduler=engines.scheduler)
         self._calls: dict[str, tuple[WebRtcPeer, asyncio.Task[None]]] = {}
-        self._reserved = 0
         self._accepted = 0
         self._rejected: Counter[str] = Counter()
         self._ended: deque[PeerStatistics] = deque(maxlen=100)
         self._numbers = itertools.count(1)
         self._runner: web.AppRunner | None = None
         self._idle_waiters: list[asyncio.Future[None]] = []
+        self._admissions: dict[str, Admission] = {}
         self.port: int | None = None
 
     # -- the app --------------------------------------------------------------------
@@ -223,6 +244,7 @@ class WebRtcServer:
         app.router.add_static("/static/", STATIC_DIR, show_index=False)
         app.router.add_get("/ice-servers", self._ice_servers)
         app.router.add_post("/offer", self._offer)
+        app.router.add_get("/load", self._load)
         return app
 
     async def start(self) -> str:
@@ -334,6 +356,12 @@ class WebRtcServer:
         return web.json_response({"ice_servers": servers},
                                  headers={"Cache-Control": "no-store"})
 
+    async def _load(self, request: web.Request) -> web.Response:
+        refused = self._refused(request)
+        if refused is not None:
+            return refused
+        return web.json_response(self.load().as_dict(), headers={"Cache-Control": "no-store"})
+
     async def _offer(self, request: web.Request) -> web.Response:
         refused = self._refused(request)
         if refused is not None:
@@ -353,17 +381,23 @@ class WebRtcServer:
         sdp = offer.sdp
         if len(sdp.encode()) > limit:
             return self._reject(413, f"offer SDP larger than {limit} bytes", "size")
-        if len(self._calls) + self._reserved >= self.settings.max_calls:
-            return self._reject(503, f"too many calls (limit {self.settings.max_calls})", "busy")
         if offer.resume is not None and self.store is None:
             return self._reject(400, "this server keeps no sessions: a call cannot be "
                                 "resumed here (offer without \"resume\" for a new call)",
                                 "resume")
-        self._reserved += 1
+        call_id = f"call-{next(self._numbers)}"
         try:
-            return await self._start_call(sdp, offer.resume)
+            admission = self.admission.admit(call_id)
+        except CapacityExceededError as exc:
+            return self._reject(503, str(exc), "busy")
+        try:
+            response = await self._start_call(sdp, call_id, offer.resume)
         finally:
-            self._reserved -= 1
+            if call_id not in self._calls:
+                admission.release()  # it did not start
+        if call_id in self._calls:
+            self._admissions[call_id] = admission
+        return response
 
     async def _own(
         self, call_id: str, resume: ResumeRequest | None, on_lost: Callable[[FencedWriteError],
@@ -396,8 +430,9 @@ class WebRtcServer:
                                 f"after {settings.resume_wait:g} s); retry the resume later",
                                 "resume_busy")
 
-    async def _start_call(self, sdp: str, resume: ResumeRequest | None = None) -> web.Response:
-        call_id = f"call-{next(self._numbers)}"
+    async def _start_call(
+        self, sdp: str, call_id: str, resume: ResumeRequest | None = None
+    ) -> web.Response:
         # this request's task starts the peer's and the session's tasks: their lines too
         bind_log_context(call_id=call_id)
         clock = MonotonicClock()
@@ -429,6 +464,8 @@ class WebRtcServer:
             return self._reject(400, str(exc), "sdp")
 
         def on_event(event: SessionEvent) -> None:
+            if isinstance(event, TurnMetrics) and (ms := event.voice_to_voice_ms) is not None:
+                self.admission.record(ms)
             for message in messages_for_event(event):
                 if isinstance(message, LatencyMessage):
                     message = message.model_copy(update={"receive_ms": peer.receive_delay_ms()})
@@ -492,6 +529,9 @@ class WebRtcServer:
                     if self._sessions.get(ownership.session_id) == peer.call_id:
                         del self._sessions[ownership.session_id]
             self._calls.pop(peer.call_id, None)
+            admission = self._admissions.pop(peer.call_id, None)
+            if admission is not None:
+                admission.release()
             self._ended.append(peer.statistics())
             logger.info("call ended", extra=_call_summary(peer, call, peer.clock.now() - began))
             if not self._calls:
@@ -513,6 +553,10 @@ class WebRtcServer:
     def peers(self) -> list[WebRtcPeer]:
         """The peers of the active calls."""
         return [peer for peer, _ in self._calls.values()]
+
+    def load(self) -> Load:
+        """This process's load and headroom (what ``GET /load`` returns)."""
+        return self.admission.load()
 
     def statistics(self) -> ServerStatistics:
         """Active calls, accepted and refused offers, the latest ended calls."""

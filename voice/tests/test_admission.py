@@ -1,0 +1,108 @@
+"""AdmissionController: calls past the cap, or while answers are slow, are refused typed."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from pydantic import ValidationError
+from voxflow_voice.admission import AdmissionController, AdmissionSettings, Load
+from voxflow_voice.scheduler import ModelScheduler
+
+from voxflow.errors import CapacityExceededError, VoxflowError
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_calls_past_the_cap_are_refused_until_one_is_released() -> None:
+    admission = AdmissionController(AdmissionSettings(max_calls=2))
+    first, second = admission.admit("a"), admission.admit("b")
+    with pytest.raises(CapacityExceededError, match=r"limit 2") as info:
+        admission.admit("c")
+    assert isinstance(info.value, VoxflowError)
+    assert (info.value.active_calls, info.value.max_calls) == (2, 2)
+    load = admission.load()
+    assert (load.active_calls, load.headroom, load.accepting) == (2, 0, False)
+    assert load.reason is not None and "full" in load.reason
+    first.release()
+    first.release()  # idempotent: b keeps its slot
+    assert admission.load().headroom == 1
+    with admission.admit("c"):
+        assert admission.load().active_calls == 2
+    second.release()
+    assert admission.load() == Load(
+        active_calls=0, max_calls=2, headroom=2, accepting=True, reason=None, p95_ms=None,
+        p95_target_ms=1000.0, turns=0, utilization=None, urgent_wait_p95_ms=None)
+    assert admission.refused == 1
+
+
+def test_a_slow_recent_p95_refuses_calls_until_the_slow_turns_age_out() -> None:
+    clock = FakeClock()
+    admission = AdmissionController(
+        AdmissionSettings(max_calls=50, p95_target_ms=1000.0, min_turns=10,
+                          window_seconds=60.0), clock=clock)
+    for _ in range(9):
+        admission.record(3000.0)
+    assert admission.load().accepting  # 9 turns: too few to judge
+    admission.record(3000.0)
+    with pytest.raises(CapacityExceededError, match=r"3,000 ms .* 1,000 ms target"):
+        admission.admit("a")
+    assert admission.load().p95_ms == 3000.0
+    clock.now = 30.0
+    for _ in range(20):
+        admission.record(700.0)
+    assert not admission.load().accepting  # 10 of 30 recent turns still slow: p95 3 s
+    clock.now = 61.0  # the slow turns are older than the window
+    load = admission.load()
+    assert (load.accepting, load.p95_ms, load.turns) == (True, 700.0, 20)
+    admission.admit("a").release()
+
+
+def test_load_reports_the_scheduler_figures() -> None:
+    clock = FakeClock()
+    scheduler = ModelScheduler(2)
+    admission = AdmissionController(scheduler=scheduler, clock=clock)
+    first = admission.load()
+    clock.now = 10.0
+    second = admission.load()
+    assert first.utilization is None  # no earlier mark to measure from
+    assert second.utilization == 0.0  # idle workers
+    assert second.urgent_wait_p95_ms is None  # no urgent job yet
+    scheduler.close()
+
+
+def test_admission_refuses_bad_input() -> None:
+    admission = AdmissionController()
+    admission.admit("a")
+    with pytest.raises(ValueError, match="already admitted"):
+        admission.admit("a")
+    with pytest.raises(ValueError, match="non-empty"):
+        admission.admit("")
+    with pytest.raises(ValueError, match="finite"):
+        admission.record(float("nan"))
+    with pytest.raises(ValueError, match="finite"):
+        admission.record(-1.0)
+    with pytest.raises(TypeError, match="AdmissionSettings"):
+        AdmissionController({"max_calls": 3})  # type: ignore[arg-type]
+    with pytest.raises(ValidationError):
+        AdmissionSettings(max_calls=0)
+
+
+@given(st.lists(st.one_of(st.floats(allow_nan=True, allow_infinity=True),
+                          st.integers(-10, 10**6)), max_size=40))
+def test_any_recorded_values_keep_load_consistent(values: list[float]) -> None:
+    admission = AdmissionController(AdmissionSettings(min_turns=1, max_calls=3))
+    for value in values:
+        try:
+            admission.record(value)
+        except ValueError:
+            assert not (value >= 0 and value != float("inf"))
+    load = admission.load()
+    assert load.accepting == (load.reason is None) == (load.headroom > 0)
+    assert load.p95_ms is None or load.p95_ms >= 0
