@@ -4,7 +4,9 @@
   the user's words are answered after it;
 * a barge-in while a *later* segment of a reply is being synthesized stops that
   synthesis (its TTS stream is closed before its end; later segments never start), not
-  only its playback.
+  only its playback (synthesis paced by playback here: ``synthesis_ahead=0``);
+* with synthesis ahead of playback (the default), a barge-in drops the audio made ahead
+  unheard and the rest of the reply is never synthesized.
 
 The story's timeline (bundled voice, noise-free): segment 1 "Once upon a time," plays
 from about 2.1 s, segment 2 from about 2.7 s, segment 3 ("Every night ...") is handed to
@@ -116,7 +118,10 @@ async def test_barge_in_during_synthesis_of_a_later_segment_stops_the_synthesis(
     turns = TurnRunner(Teller())
     # The barge-in lands at about 8.8 s: segment 3 is half played, half still to come.
     script = CallScript().user_says(0.3, "Tell me a story.").user_says(8.0, "Stop, please.")
-    call = await run_call(turns, script, watched)
+    # Each sentence synthesized once the one before was handed over: at the barge-in,
+    # segment 3's synthesis is under way (with synthesis ahead it would be done).
+    call = await run_call(turns, script, watched,
+                          settings=VoiceSettings(synthesis_ahead=0.0))
     story = call.replies()[0]
     barge_in = call.of_kind("barge_in")[0]
     assert barge_in.delivery_id == story
@@ -147,4 +152,33 @@ async def test_barge_in_during_synthesis_of_a_later_segment_stops_the_synthesis(
     summary = call.summary()
     assert summary.interrupted == 1 and summary.barge_in_stop.count == 1
     assert summary.fenced_chunks == call.metrics()[0].fenced_chunks
+    assert call.settled(call.replies()[1]) == "completed"  # "Stop, please." was answered
+
+
+async def test_a_barge_in_drops_the_audio_synthesized_ahead_and_stops_the_synthesis(
+    engines: VoiceEngines,
+) -> None:
+    tts = WatchedTts(engines.tts)
+    watched = VoiceEngines(stt=engines.stt, tts=tts, make_vad=engines.make_vad,
+                           scheduler=engines.scheduler)
+    turns = TurnRunner(Teller())
+    # The barge-in lands at about 8.8 s, in segment 3; 3 s ahead reaches into segment 4.
+    script = CallScript().user_says(0.3, "Tell me a story.").user_says(8.0, "Stop, please.")
+    call = await run_call(turns, script, watched)  # synthesis up to 3 s ahead (default)
+    story = call.replies()[0]
+    barge_in = call.of_kind("barge_in")[0]
+    assert barge_in.delivery_id == story
+    logs = [log for log in tts.streams if log.delivery_id == story]
+    streamed = [e.segment_id for e in call.of_kind("reply_text") if e.delivery_id == story]
+    # Segment 4 was being synthesized ahead when the barge-in came: its stream was closed
+    # before its end, and none of it was ever handed to playback (no reply_text).
+    assert [log.segment_id for log in logs] == [1, 2, 3, 4]
+    assert logs[2].finished and logs[3].closed_early and logs[3].chunks > 0
+    assert streamed == [1, 2, 3]
+    assert call.stale_samples() == 0  # nothing of it played after the fence
+    (flush,) = [f for f in call.tape.flushes if f[1] == story]
+    assert all(r.at <= flush[0] for r in call.tape.receipts if r.delivery_id == story)
+    interrupted = call.of_kind("reply_interrupted")[0]
+    assert STORY.startswith(interrupted.heard_text)
+    assert len(interrupted.heard_text) < len(STORY)
     assert call.settled(call.replies()[1]) == "completed"  # "Stop, please." was answered

@@ -123,6 +123,10 @@ class VoiceSettings(BaseModel):
         True, description="answer in the user's pause; speak only once the turn is confirmed"
     )  # see voxflow_voice.speculation (off for flows whose turns act on the world directly)
     stt_warm_up: bool = Field(False, description="a dummy STT run at each speech onset")
+    synthesis_ahead: float = Field(
+        3.0, ge=0, le=60, description="seconds of a reply's audio synthesized ahead of "
+        "playback (later sentences are ready before playout needs them)",
+    )
     barge_in: BargeInSettings = Field(
         default_factory=BargeInSettings,
         description="pause, confirm, then fence or resume; backchannel policy",
@@ -234,6 +238,7 @@ class VoiceSession:
             turns, self.playback, engines.tts, self.settings.segmenter, self.clock, self._lock,
             emit=self._emit, session_id=lambda: self.session_id,
             gone=lambda: self._input_ended, replies=replies, echo_gate=self.echo_gate,
+            synthesis_ahead=self.settings.synthesis_ahead,
         )
         self._overlap = OverlapHandler(
             self.barge_in, self._detector, self.playback, self._early, self.clock,

@@ -43,6 +43,7 @@ from voxflow.ids import DeliveryId, SessionId, TurnId
 from voxflow.replies import ReplyQueue, record_announcement
 from voxflow.turns import ReplyEvent, TurnRunner
 
+from .audio import AudioChunk
 from .echo import EchoGate
 from .engines import TextToSpeech
 from .events import (
@@ -61,6 +62,9 @@ from .speculation import Speculation
 __all__ = ["ReplySpeaker", "SpokenReply", "hold_clock", "iterate_events", "iterate_held"]
 
 _T = TypeVar("_T")
+_Item = AudioChunk | tuple[int, str | None] | None
+"""What the synthesis producer queues: a chunk, a segment's start (its id and text) or
+end (its id and None), and None after the last."""
 
 logger = logging.getLogger(__name__)
 
@@ -88,6 +92,8 @@ class SpokenReply:
         work: the model-scheduler ticket of the segment being synthesized.
         played_from: when (``time.monotonic``) its audio started going out, for the
             deadline of later segments; ``audio_seconds``: how much was handed over.
+        buffered_seconds: audio synthesized ahead, not yet handed over.
+        synthesized: whether any of its audio was synthesized yet.
     """
 
     turn_id: TurnId
@@ -107,21 +113,26 @@ class SpokenReply:
     work: Work | None = None
     played_from: float | None = None
     audio_seconds: float = 0.0
+    buffered_seconds: float = 0.0
+    synthesized: bool = False
 
     def synthesis_work(self, call: str) -> Work:
         """The ticket of the next segment's synthesis (see :mod:`voxflow_voice.scheduler`):
-        speculative while the turn is unconfirmed; urgent until audio goes out (the first
-        clause: someone waits in silence); then due when playout runs dry."""
+        speculative while the turn is unconfirmed; urgent until its first audio exists
+        (the first clause: someone waits in silence); then due when playout runs dry."""
         if self.speculation is not None:
             return Work(call, "speculative")
-        slack = self.ahead_seconds()
-        return Work(call, "urgent") if slack is None else Work(call, "ahead", slack)
+        if not self.synthesized:
+            return Work(call, "urgent")
+        return Work(call, "ahead", self.ahead_seconds())
 
-    def ahead_seconds(self) -> float | None:
-        """Seconds of its audio handed over but not yet played (None before any)."""
-        if self.played_from is None:
-            return None
-        return max(0.0, self.played_from + self.audio_seconds - time.monotonic())
+    def ahead_seconds(self) -> float:
+        """Seconds of its audio ready before playout runs dry: handed over and not yet
+        played, plus synthesized and not yet handed over."""
+        played = 0.0
+        if self.played_from is not None:
+            played = max(0.0, self.played_from + self.audio_seconds - time.monotonic())
+        return played + self.buffered_seconds
 
 
 @contextlib.contextmanager
@@ -173,6 +184,9 @@ class ReplySpeaker:
         gone: whether the client is gone (its input ended): a drained reply is cut.
         replies: the ReplyQueue of announcements (optional).
         echo_gate: told of every chunk sent, if the session has one.
+        synthesis_ahead: seconds of a reply's audio synthesized ahead of what was handed
+            to playback (later sentences are synthesized while earlier ones play, so they
+            are ready before playout needs them; a fence drops them unheard).
     """
 
     def __init__(
@@ -189,7 +203,10 @@ class ReplySpeaker:
         gone: Callable[[], bool],
         replies: ReplyQueue | None = None,
         echo_gate: EchoGate | None = None,
+        synthesis_ahead: float = 3.0,
     ) -> None:
+        if not synthesis_ahead >= 0.0:
+            raise ValueError(f"synthesis_ahead must be >= 0 seconds, got {synthesis_ahead!r}")
         if not isinstance(turns, TurnRunner):
             raise TypeError(f"turns must be a TurnRunner, got {type(turns).__name__}")
         if not isinstance(playback, Playback):
@@ -209,6 +226,7 @@ class ReplySpeaker:
         self._gone = gone
         self._replies = replies
         self._echo_gate = echo_gate
+        self._ahead = float(synthesis_ahead)
 
     def held(self, items: AsyncIterator[_T]) -> AsyncIterator[_T]:
         """``items`` iterated with the session clock held (see :func:`iterate_held`)."""
@@ -262,28 +280,73 @@ class ReplySpeaker:
     async def _synthesize(
         self, reply: SpokenReply, segments: asyncio.Queue[tuple[int, str] | None]
     ) -> None:
+        """Hand the reply's audio to playback while the next sentences are synthesized
+        (up to ``synthesis_ahead`` seconds ahead) by a producer task."""
         assert reply.delivery_id is not None
         delivery = reply.delivery_id
-        while (item := await segments.get()) is not None:
-            segment_id, text = item
-            if self._playback.is_fenced(delivery):
-                return
-            self._playback.begin_segment(delivery, segment_id, text)
-            reply.segments.append(text)
-            self._emit_for(reply, ReplyTextStreamed(
-                session_id=self._session_id(), at=self._clock.now(), delivery_id=delivery,
-                segment_id=segment_id, text=text,
-            ))
-            reply.work = work = reply.synthesis_work(str(self._session_id()))
-            with scheduled(work):  # the stream's model jobs carry this ticket
-                chunks = self._tts.stream(text, delivery_id=delivery, segment_id=segment_id)
-                async for chunk in self.held(chunks):
-                    if self._echo_gate is not None:
-                        self._echo_gate.sent(chunk)
-                    if not await self._playback.play(chunk):
+        ready: asyncio.Queue[_Item] = asyncio.Queue()
+        room = asyncio.Event()
+        producer = asyncio.create_task(self._produce(reply, segments, ready, room),
+                                       name="voice.synthesize")
+        try:
+            while (item := await ready.get()) is not None:
+                if isinstance(item, tuple):
+                    segment_id, text = item
+                    if text is None:
+                        self._playback.end_segment(delivery, segment_id)
+                        continue
+                    if self._playback.is_fenced(delivery):
                         return
-                    self._played_out(reply, chunk.num_samples / chunk.sample_rate)
-            self._playback.end_segment(delivery, segment_id)
+                    self._playback.begin_segment(delivery, segment_id, text)
+                    reply.segments.append(text)
+                    self._emit_for(reply, ReplyTextStreamed(
+                        session_id=self._session_id(), at=self._clock.now(),
+                        delivery_id=delivery, segment_id=segment_id, text=text,
+                    ))
+                    continue
+                seconds = item.num_samples / item.sample_rate
+                reply.buffered_seconds = max(0.0, reply.buffered_seconds - seconds)
+                room.set()
+                if self._echo_gate is not None:
+                    self._echo_gate.sent(item)
+                if not await self._playback.play(item):
+                    return
+                self._played_out(reply, seconds)
+            await producer  # (done: it queued the end) its failure, if any, is ours
+        finally:
+            if not producer.done():
+                producer.cancel()
+            await asyncio.wait({producer})
+
+    async def _produce(
+        self, reply: SpokenReply, segments: asyncio.Queue[tuple[int, str] | None],
+        ready: asyncio.Queue[_Item], room: asyncio.Event,
+    ) -> None:
+        """Synthesize each segment as it comes, its chunks queued for :meth:`_synthesize`;
+        waits while ``synthesis_ahead`` seconds are queued."""
+        assert reply.delivery_id is not None
+        delivery = reply.delivery_id
+        try:
+            while (item := await segments.get()) is not None:
+                segment_id, text = item
+                if self._playback.is_fenced(delivery):
+                    return
+                ready.put_nowait((segment_id, text))
+                reply.work = work = reply.synthesis_work(str(self._session_id()))
+                with scheduled(work):  # the stream's model jobs carry this ticket
+                    chunks = self._tts.stream(text, delivery_id=delivery, segment_id=segment_id)
+                    async for chunk in self.held(chunks):
+                        reply.synthesized = True
+                        reply.buffered_seconds += chunk.num_samples / chunk.sample_rate
+                        ready.put_nowait(chunk)
+                        while reply.buffered_seconds > self._ahead:
+                            room.clear()
+                            await room.wait()
+                        if reply.speculation is None:
+                            work.update("ahead", reply.ahead_seconds())
+                ready.put_nowait((segment_id, None))
+        finally:
+            ready.put_nowait(None)
 
     @staticmethod
     def _played_out(reply: SpokenReply, seconds: float) -> None:
@@ -295,9 +358,6 @@ class ReplySpeaker:
         if reply.played_from is None or reply.played_from + reply.audio_seconds < now:
             reply.played_from, reply.audio_seconds = now, 0.0  # started, or ran dry
         reply.audio_seconds += seconds
-        work = reply.work
-        if work is not None:
-            work.update("ahead", reply.ahead_seconds())
 
     def confirmed(self, reply: SpokenReply) -> None:
         """``reply``'s turn was confirmed: its held synthesis is urgent now."""
