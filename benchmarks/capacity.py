@@ -1,6 +1,19 @@
 """How many concurrent voice calls one process holds: N simulated callers, shared models.
 
-Run: ``uv run python benchmarks/capacity.py [--calls 1,4,8,16] [--turns 3] [--json]``
+Run: ``uv run python benchmarks/capacity.py [--calls 1,4,8,16] [--turns 3]
+[--scheduler on|off|both] [--offered 24 --max-calls 8] [--json]``
+
+``--scheduler`` runs the model work on the deadline-aware
+:class:`~voxflow_voice.scheduler.ModelScheduler` (``on``, the default, as
+``VoiceEngines.load`` does, with replies synthesized up to 3 s ahead of playback:
+``VoiceSettings.synthesis_ahead``), first come first served on the default executor
+without synthesis ahead (``off``, as before), or each N both ways in the same run
+(``both``: the before/after ratio under the same machine load; the models are the same
+objects either way). ``--offered``
+then offers that many calls, one every CYCLE / offered seconds, to an
+:class:`~voxflow_voice.admission.AdmissionController` (``--max-calls``, p95 target 1 s,
+fed with every turn's voice to voice as ``voxflow serve`` feeds it) and prints how many
+were admitted and refused, and the admitted calls' row.
 
 One process loads the real models once (tiny.en, Piper, Silero: ``VoiceEngines.load()``)
 and runs N calls at once, each a :class:`~voxflow_adapters.simulated.SimulatedClient` on
@@ -84,10 +97,14 @@ from voice_latency import SPEECH_LEVEL, TimedStt, TimedTts, Timings
 from voxflow_adapters.scenario import CallResult, run_call
 from voxflow_adapters.script import CallScript
 from voxflow_adapters.testing import Teller
+from voxflow_voice.admission import AdmissionController, AdmissionSettings
 from voxflow_voice.audio import STT_SAMPLE_RATE, AudioChunk, resample
 from voxflow_voice.engines import VoiceEngines
+from voxflow_voice.events import SessionEvent, TurnMetrics
+from voxflow_voice.session import VoiceSettings
 
 from voxflow.clock import Clock, MonotonicClock
+from voxflow.errors import CapacityExceededError
 from voxflow.ids import DeliveryId
 
 QUESTION = "Can you tell me what is on my calendar this afternoon?"
@@ -102,6 +119,9 @@ CYCLE = 12.0  # s: about one question and its reply; the first questions spread 
 TAIL = 10.0  # s: how long a call waits after the last audio (a slow last reply is heard)
 CALL_LIMIT = 300.0  # s: a call ends by then whatever it waits for
 P95_TARGET_MS = 1000.0
+BEFORE = VoiceSettings(synthesis_ahead=0.0)
+"""The session as it was before the scheduler (``--scheduler off``): each sentence
+synthesized only once the one before was handed to playback."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,6 +129,7 @@ class CapacityRow:
     """The figures of one run of N concurrent calls."""
 
     calls: int
+    scheduler: bool  # model work on the deadline-aware ModelScheduler (else first come)
     asked: int  # questions the callers asked (scripted)
     committed: int  # user turns the sessions committed
     v2v_p50_ms: float | None
@@ -122,6 +143,8 @@ class CapacityRow:
     stt_ms_p50: float | None
     tts_rtf_p50: float | None
     seconds: float  # wall time of the run
+    offered: int = 0  # calls offered (with admission; else = calls)
+    refused: int = 0  # of those, refused by the AdmissionController
 
     @property
     def within_target(self) -> bool:
@@ -193,7 +216,8 @@ def _percentile(values: list[float], q: float) -> float | None:
 
 async def run_calls(
     engines: VoiceEngines, calls: int, turns: int, *, clock: Clock | None = None,
-    baseline: tuple[int, float] | None = None,
+    baseline: tuple[int, float] | None = None, admission: AdmissionController | None = None,
+    settings: VoiceSettings | None = None,
 ) -> tuple[CapacityRow, list[CallResult]]:
     """Run ``calls`` concurrent callers of ``turns`` questions each on shared ``engines``.
 
@@ -201,6 +225,11 @@ async def run_calls(
     :class:`~voxflow.clock.VirtualClock` works for one call only, and its CPU and
     latency figures are then meaningless). ``baseline`` is (calls, peak RSS in MB) of the
     previous row, for the RSS per extra call: (0, the RSS now) if None.
+
+    With ``admission``, the ``calls`` are *offered*: one arrives every CYCLE / calls
+    seconds and asks 0.5 s after it is admitted, or goes away refused; the
+    controller hears every turn's voice to voice (as ``voxflow serve`` does). The row is
+    the admitted calls'.
     """
     if calls < 1 or turns < 1:
         raise ValueError(f"calls and turns must be >= 1, got {calls} and {turns}")
@@ -209,7 +238,8 @@ async def run_calls(
     idle = _rss_mb()
     timings = Timings()
     timed = VoiceEngines(stt=TimedStt(engines.stt, timings), tts=TimedTts(engines.tts, timings),
-                         make_vad=engines.make_vad, end_of_turn=engines.end_of_turn)
+                         make_vad=engines.make_vad, end_of_turn=engines.end_of_turn,
+                         scheduler=engines.scheduler)
     question = question_audio(engines)
     peak = idle
     done = asyncio.Event()
@@ -220,17 +250,35 @@ async def run_calls(
             peak = max(peak, _rss_mb())
             await asyncio.sleep(0.25)
 
+    def record(event: SessionEvent) -> None:
+        if (admission is not None and isinstance(event, TurnMetrics)
+                and (ms := event.voice_to_voice_ms) is not None):
+            admission.record(ms)
+
+    async def offer(i: int) -> CallResult | None:
+        if admission is None:
+            return await run_call(Teller(story=REPLY, trigger=None),
+                                  caller_script(question, turns, 0.5 + i * CYCLE / calls),
+                                  timed, clock=clock, tail=TAIL, settings=settings)
+        await asyncio.sleep(i * CYCLE / calls)
+        try:
+            slot = admission.admit(f"call-{i}")
+        except CapacityExceededError:
+            return None
+        with slot:
+            return await run_call(Teller(story=REPLY, trigger=None),
+                                  caller_script(question, turns, 0.5), timed, clock=clock,
+                                  tail=TAIL, on_event=record, settings=settings)
+
     cpu0, wall0 = time.process_time(), time.perf_counter()
     sampler = asyncio.create_task(sample_rss())
     try:
-        results = await asyncio.gather(*(
-            run_call(Teller(story=REPLY, trigger=None),
-                     caller_script(question, turns, 0.5 + i * CYCLE / calls), timed,
-                     clock=clock, tail=TAIL)
-            for i in range(calls)))
+        offered = await asyncio.gather(*(offer(i) for i in range(calls)))
     finally:
         done.set()
         await sampler
+    results = [call for call in offered if call is not None]
+    refused, calls = calls - len(results), len(results)
     cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
     peak = max(peak, _rss_mb())
     v2v = [ms for call in results for ms in voice_to_voice(call)]
@@ -240,7 +288,7 @@ async def run_calls(
     stt = [busy * 1000.0 for busy, _ in timings.stt]
     tts = [busy / audio for busy, audio in timings.tts if audio > 0]
     row = CapacityRow(
-        calls=calls, asked=asked,
+        calls=calls, scheduler=engines.scheduler is not None, asked=asked,
         committed=sum(len(call.of_kind("turn_committed")) for call in results),
         v2v_p50_ms=_percentile(v2v, 50), v2v_p95_ms=_percentile(v2v, 95),
         cpu_per_call_pct=100.0 * cpu / max(sum(_call_seconds(call) for call in results), 1e-9),
@@ -250,14 +298,18 @@ async def run_calls(
         barge_ins=sum(len(call.of_kind("barge_in")) for call in results),
         stt_ms_p50=statistics.median(stt) if stt else None,
         tts_rtf_p50=statistics.median(tts) if tts else None,
-        seconds=wall,
+        seconds=wall, offered=calls + refused, refused=refused,
     )
     return row, results
 
 
-async def load_engines() -> tuple[VoiceEngines, float]:
-    """The shared models, warmed up (first inference allocates), and the idle RSS (MB)."""
-    engines = await asyncio.to_thread(VoiceEngines.load)
+async def load_engines(*, scheduling: bool = True) -> tuple[VoiceEngines, float]:
+    """The shared models, warmed up (first inference allocates), and the idle RSS (MB).
+
+    With ``scheduling`` their work runs on the deadline-aware ModelScheduler; without,
+    on the default executor, first come first served (the models themselves are the
+    same objects either way: loaded once per process)."""
+    engines = await asyncio.to_thread(VoiceEngines.load, scheduling=scheduling)
     await engines.stt.transcribe(AudioChunk.from_float(np.zeros(16_000, np.float32), 16_000))
     async for _ in engines.tts.stream("Warming up.", segment_id=1):
         pass
@@ -270,7 +322,8 @@ def _ms(value: float | None) -> str:
 
 def print_row(row: CapacityRow) -> None:
     rtf = "n/a" if row.tts_rtf_p50 is None else f"{row.tts_rtf_p50:.2f}"
-    print(f"{row.calls:>5} {f'{row.committed}/{row.asked}':>9} {_ms(row.v2v_p50_ms):>9} "
+    print(f"{row.calls:>5} {'EDF' if row.scheduler else 'FIFO':>5} "
+          f"{f'{row.committed}/{row.asked}':>9} {_ms(row.v2v_p50_ms):>9} "
           f"{_ms(row.v2v_p95_ms):>9} {row.cpu_per_call_pct:>7.1f}% "
           f"{row.rss_peak_mb:>7.0f} MB {row.rss_per_extra_call_mb:>7.1f} MB {row.stale_samples:>6} "
           f"{row.turns_lost:>5} {row.barge_ins:>6} {_ms(row.stt_ms_p50):>9} {rtf:>6} "
@@ -278,43 +331,90 @@ def print_row(row: CapacityRow) -> None:
           flush=True)
 
 
-async def _main(calls: list[int], turns: int, as_json: bool) -> None:
+async def _main(calls: list[int], turns: int, as_json: bool, modes: list[bool],
+                offered: int | None = None, max_calls: int = 8) -> None:
     engines, idle = await load_engines()
+    by_mode = {True: engines}
+    if False in modes:
+        by_mode[False], _ = await load_engines(scheduling=False)
     if not as_json:
         print(f"capacity: {turns} turns per caller, one process, shared models "
-              f"(idle RSS {idle:.0f} MB), real time")
-        print(f"{'calls':>5} {'committed':>9} {'v2v p50':>9} {'v2v p95':>9} {'CPU/call':>8} "
+              f"(idle RSS {idle:.0f} MB), real time; load average {_load():.1f}")
+        print(f"{'calls':>5} {'sched':>5} {'committed':>9} {'v2v p50':>9} {'v2v p95':>9} "
+              f"{'CPU/call':>8} "
               f"{'RSS peak':>10} {'RSS/+call':>10} {'stale':>6} {'lost':>5} {'barge':>6} "
               f"{'STT p50':>9} "
               f"{'TTS rtf':>6} {'took':>8}", flush=True)
     rows: list[CapacityRow] = []
     for n in calls:
-        baseline = (rows[-1].calls, rows[-1].rss_peak_mb) if rows else (0, idle)
-        row, _ = await asyncio.wait_for(run_calls(engines, n, turns, baseline=baseline),
-                                        timeout=CALL_LIMIT + 60.0)
-        rows.append(row)
+        for mode in modes:  # interleaved: both modes see about the same machine load
+            previous = [r for r in rows if r.scheduler == mode]
+            baseline = ((previous[-1].calls, previous[-1].rss_peak_mb) if previous
+                        else (0, idle))
+            row, _ = await asyncio.wait_for(
+                run_calls(by_mode[mode], n, turns, baseline=baseline,
+                          settings=None if mode else BEFORE),
+                timeout=CALL_LIMIT + 60.0)
+            rows.append(row)
+            if not as_json:
+                print_row(row)
+            name = f"{n} calls{'' if mode else ' (first come)'}"
+            figure(f"{name}: voice to voice p95", row.v2v_p95_ms or float("nan"), "ms",
+                   target=f"<= {P95_TARGET_MS:.0f}")
+            figure(f"{name}: stale samples", row.stale_samples, "samples", target="0")
+    admitted: CapacityRow | None = None
+    if offered is not None:
+        admission = AdmissionController(
+            AdmissionSettings(max_calls=max_calls, p95_target_ms=P95_TARGET_MS),
+            scheduler=engines.scheduler)
+        row, _ = await asyncio.wait_for(
+            run_calls(engines, offered, turns, admission=admission),
+            timeout=CALL_LIMIT + CYCLE + 60.0)
+        admitted = row
         if not as_json:
+            print(f"offered {row.offered} calls (one every {CYCLE / offered:.2f} s), "
+                  f"admission max_calls={max_calls}, p95 target {P95_TARGET_MS:.0f} ms: "
+                  f"admitted {row.calls}, refused {row.refused}; the admitted:")
             print_row(row)
-        figure(f"{n} calls: voice to voice p95", row.v2v_p95_ms or float("nan"), "ms",
-               target=f"<= {P95_TARGET_MS:.0f}")
-        figure(f"{n} calls: stale samples", row.stale_samples, "samples", target="0")
-    best = 0  # the largest N before the first row that misses the target
-    for r in rows:
-        if not r.within_target:
-            break
-        best = r.calls
-    figure("calls per process at p95 <= 1 s", best, "calls", target=">= 20")
-    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+        figure(f"{offered} offered calls: admitted", row.calls, "calls")
+        figure(f"{offered} offered calls: admitted p95", row.v2v_p95_ms or float("nan"),
+               "ms", target=f"<= {P95_TARGET_MS:.0f}")
+    best = {mode: _within_target([r for r in rows if r.scheduler == mode]) for mode in modes}
+    figure("calls per process at p95 <= 1 s", best[modes[0]], "calls", target=">= 20")
+    load = _load()
     if as_json:
-        print(json.dumps({"rows": [asdict(r) for r in rows], "calls_within_target": best,
+        print(json.dumps({"rows": [asdict(r) for r in rows],
+                          "admission": None if admitted is None else asdict(admitted),
+                          "calls_within_target": best[modes[0]],
+                          "calls_within_target_by_mode": {
+                              "EDF" if m else "FIFO": b for m, b in best.items()},
                           "load_average": load, "cpus": os.cpu_count()}))
         return
-    print(f"calls per process at p95 <= 1 s (0 stale, none lost), of those measured: {best}")
+    for mode, value in best.items():
+        print(f"calls per process at p95 <= 1 s (0 stale, none lost), of those measured, "
+              f"{'deadline scheduler' if mode else 'first come, first served'}: {value}")
     print(f"(machine load average {load:.1f} on {os.cpu_count()} CPUs at the end; "
           "v2v: last user speech sample → first reply sample, all turns of all calls; "
           "CPU: process CPU time / total call time; "
           "RSS/+call: peak growth over the row above (or idle) / extra calls; "
           "STT p50: compute per utterance; TTS rtf: synthesis time / audio length)")
+
+
+def _within_target(rows: list[CapacityRow]) -> int:
+    """The largest N before the first row that misses the target (0 if the first does)."""
+    best = 0
+    for r in rows:
+        if not r.within_target:
+            break
+        best = r.calls
+    return best
+
+
+def _load() -> float:
+    return os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+
+
+_MODES = {"on": [True], "off": [False], "both": [False, True]}
 
 
 def _calls(text: str) -> list[int]:
@@ -334,11 +434,24 @@ def main() -> None:
                         help="numbers of concurrent calls, comma-separated (default: 1,4,8)")
     parser.add_argument("--turns", type=int, default=3,
                         help="questions each caller asks (default: %(default)s)")
+    parser.add_argument("--scheduler", choices=sorted(_MODES), default="on",
+                        help="model work on the deadline scheduler (on), first come first "
+                        "served (off), or each N both ways in the same run (default: %(default)s)")
+    parser.add_argument("--offered", type=int, default=None,
+                        help="then offer this many calls to an AdmissionController (one "
+                        "every CYCLE / offered s) and show admitted vs refused")
+    parser.add_argument("--max-calls", type=int, default=8,
+                        help="the admission cap for --offered (default: %(default)s)")
     parser.add_argument("--json", action="store_true", help="print the rows as JSON")
     args = parser.parse_args()
     if args.turns < 1:
         parser.error("--turns must be >= 1, such as --turns 3")
-    asyncio.run(_main(args.calls, args.turns, args.json))
+    if args.offered is not None and args.offered < 1:
+        parser.error("--offered must be >= 1, such as --offered 24")
+    if args.max_calls < 1:
+        parser.error("--max-calls must be >= 1, such as --max-calls 8")
+    asyncio.run(_main(args.calls, args.turns, args.json, _MODES[args.scheduler],
+                      args.offered, args.max_calls))
 
 
 if __name__ == "__main__":

@@ -54,3 +54,29 @@ async def test_one_call_of_two_turns_commits_both_and_plays_no_stale_sample(
     # Each reply is the long fixed one, heard whole (about 9 s of the bundled voice).
     assert all(call.heard_seconds(r) > 6.0 for r in replies)
     assert len(capacity.voice_to_voice(call)) == 2
+
+
+async def test_offered_calls_in_real_time_on_the_scheduler_admit_two_refuse_one_lose_nothing(
+    engines: VoiceEngines,
+) -> None:
+    """Three calls offered (one every 4 s) to an admission cap of 2, in real time with the
+    real models on the shared ModelScheduler: the third is refused while the two others
+    run; each admitted question is committed and answered, no stale sample plays, and the
+    model work went through the scheduler by urgency (the replies' first clauses urgent,
+    their later sentences ahead of playout)."""
+    from voxflow_voice.admission import AdmissionController, AdmissionSettings
+
+    capacity = _capacity()
+    scheduler = engines.scheduler
+    assert scheduler is not None  # VoiceEngines.load schedules by default
+    before = scheduler.statistics().completed
+    admission = AdmissionController(AdmissionSettings(max_calls=2), scheduler=scheduler)
+    row, calls = await capacity.run_calls(engines, 3, 1, admission=admission)
+    after = scheduler.statistics().completed
+    assert (row.offered, row.calls, row.refused, admission.refused) == (3, 2, 1, 1)
+    assert (row.asked, row.committed, row.turns_lost, row.stale_samples) == (2, 2, 0, 0)
+    assert all("calendar" in t.lower() for call in calls for t in call.transcripts())
+    assert all(call.settled(r) == "completed" for call in calls for r in call.replies())
+    assert after["urgent"] - before["urgent"] >= 2
+    assert after["ahead"] - before["ahead"] >= 2 * 3  # the reply's other sentences
+    assert admission.load().active_calls == 0  # both slots released
