@@ -62,8 +62,7 @@ async def test_offered_calls_in_real_time_on_the_scheduler_admit_two_refuse_one_
     """Three calls offered (one every 4 s) to an admission cap of 2, in real time with the
     real models on the shared ModelScheduler: the third is refused while the two others
     run; each admitted question is committed and answered, no stale sample plays, and the
-    model work went through the scheduler by urgency (the replies' first clauses urgent,
-    their later sentences ahead of playout)."""
+    replies' later sentences went through the scheduler as work due ahead of playout."""
     from voxflow_voice.admission import AdmissionController, AdmissionSettings
 
     capacity = _capacity()
@@ -77,6 +76,6 @@ async def test_offered_calls_in_real_time_on_the_scheduler_admit_two_refuse_one_
     assert (row.asked, row.committed, row.turns_lost, row.stale_samples) == (2, 2, 0, 0)
     assert all("calendar" in t.lower() for call in calls for t in call.transcripts())
     assert all(call.settled(r) == "completed" for call in calls for r in call.replies())
-    assert after["urgent"] - before["urgent"] >= 2
-    assert after["ahead"] - before["ahead"] >= 2 * 3  # the reply's other sentences
+    # (a first clause or STT may run as speculative work, made urgent only once done)
+    assert after["ahead"] - before["ahead"] >= 2 * 3  # the reply's later sentences
     assert admission.load().active_calls == 0  # both slots released

@@ -115,18 +115,20 @@ async def test_speculative_work_yields_until_it_is_made_urgent() -> None:
     tasks = [
         await _submit(scheduler, pause_a, _recorder(order, "spec-a"), "stt"),
         await _submit(scheduler, pause_b, _recorder(order, "spec-b"), "stt"),
-        await _submit(scheduler, Work("c", "ahead", 30.0), _recorder(order, "far-clause")),
-        await _submit(scheduler, Work("d", "urgent"), _recorder(order, "urgent")),
+        await _submit(scheduler, Work("c", "ahead", 3.0), _recorder(order, "far-clause")),
+        await _submit(scheduler, Work("d", "ahead", 0.5), _recorder(order, "near-clause")),
     ]
-    clock.now += 0.1
-    pause_b.update("urgent", 0.0)  # b's turn ended on the paused audio, 0.1 s after d
+    clock.now += 0.9  # submitted after both speculations, still goes first
+    tasks.append(await _submit(scheduler, Work("e", "urgent"), _recorder(order, "urgent")))
+    clock.now += 0.2
+    pause_b.update("urgent", 0.0)  # b's turn ended on the paused audio, after e's job
     stats = scheduler.statistics()
     assert (stats.queued["speculative"], stats.queued["urgent"]) == (1, 2)
     gate.set()
     await asyncio.gather(holder, *tasks)
-    # b's job is due at the update (after d's submission), the clause 30 s later, and
-    # a's speculation waits for everything else though it was submitted first.
-    assert order == ["urgent", "spec-b", "far-clause", "spec-a"]
+    # near-clause due at 100.5, urgent at 100.9, a's speculation at 101 (submission +
+    # SPECULATIVE_SLACK), b's (made urgent) at 101.1, the clause with 3 s left at 103.
+    assert order == ["near-clause", "urgent", "spec-a", "spec-b", "far-clause"]
     scheduler.close()
 
 

@@ -10,11 +10,14 @@ before another call's finished turn, so every turn waits behind everyone's playo
 * ``ahead``: later clauses of a reply, due when playout will need them
   (``slack`` seconds from submission: the audio still queued ahead of the listener);
 * ``speculative``: an STT at a pause (the turn may not end) or a reply held until its
-  turn is confirmed; it yields to every other job, whatever its deadline, until
-  :meth:`Work.update` makes it urgent (the turn ended on that very audio).
+  turn is confirmed: due :data:`SPECULATIVE_SLACK` after submission at the earliest
+  (about when the turn would end), so it yields to urgent work submitted meanwhile and
+  to clauses whose playout runs dry sooner, and goes before clauses with seconds of
+  audio still queued; :meth:`Work.update` makes it urgent when the turn ends on that
+  very audio.
 
-Jobs wait in per-call queues; a free worker takes, of the queues' heads, the one with
-the earliest deadline (speculative ones last), among jobs whose *resource* has room: a
+Jobs wait in per-call queues; a free worker takes, of the queued jobs, the one with
+the earliest deadline, among jobs whose resource has room: a
 resource (``stt``) is a model that runs one job at a time (faster-whisper's CTranslate2
 model has one replica, so a second decode would only block a worker). Work already
 running is never interrupted (onnxruntime and CTranslate2 cannot stop mid-run); jobs
@@ -43,6 +46,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, ParamSpec, TypeVar
 
 __all__ = [
+    "SPECULATIVE_SLACK",
     "ModelScheduler",
     "SchedulerStatistics",
     "Urgency",
@@ -52,6 +56,10 @@ __all__ = [
 ]
 
 Urgency = Literal["urgent", "ahead", "speculative"]
+SPECULATIVE_SLACK = 1.0
+"""Seconds after submission a speculative job is due, at the earliest: a pause's STT
+would be needed when the turn ends (end-of-turn silence after the pause), and anything
+urgent that comes meanwhile goes first."""
 _URGENCIES: tuple[Urgency, ...] = ("urgent", "ahead", "speculative")
 
 _P = ParamSpec("_P")
@@ -103,6 +111,12 @@ class Work:
 
     def __repr__(self) -> str:
         return f"Work(call={self.call!r}, urgency={self.urgency!r}, slack={self.slack:.2f})"
+
+
+def _slack(work: Work) -> float:
+    if work.urgency == "speculative":
+        return max(work.slack, SPECULATIVE_SLACK)
+    return work.slack
 
 
 def _check(urgency: object, slack: float) -> None:
@@ -170,12 +184,12 @@ class _Job:
         self.resource = resource
         self.seq = seq
         self.submitted = now
-        self.deadline = now + work.slack
+        self.deadline = now + _slack(work)
         self.done = done
         self.cancelled = False
 
     def key(self) -> tuple[int, float, int]:
-        return (1 if self.work.urgency == "speculative" else 0, self.deadline, self.seq)
+        return (0, self.deadline, self.seq)
 
 
 _RECENT = 256  # waits kept per urgency for the p95
@@ -299,7 +313,7 @@ class ModelScheduler:
             now = self._clock()
             for job in self._queues.get(work.call, ()):
                 if job.work is work:
-                    job.deadline = now + work.slack
+                    job.deadline = now + _slack(work)
             self._cond.notify_all()
 
     # -- running ----------------------------------------------------------------------

@@ -62,6 +62,8 @@ from .speculation import Speculation
 __all__ = ["ReplySpeaker", "SpokenReply", "hold_clock", "iterate_events", "iterate_held"]
 
 _T = TypeVar("_T")
+SYNTHESIS_MARGIN = 0.5
+"""Seconds a later sentence's synthesis is started before playout would run dry."""
 _Item = AudioChunk | tuple[int, str | None] | None
 """What the synthesis producer queues: a chunk, a segment's start (its id and text) or
 end (its id and None), and None after the last."""
@@ -124,7 +126,12 @@ class SpokenReply:
             return Work(call, "speculative")
         if not self.synthesized:
             return Work(call, "urgent")
-        return Work(call, "ahead", self.ahead_seconds())
+        return Work(call, "ahead", self.slack())
+
+    def slack(self) -> float:
+        """Seconds until the next sentence's synthesis must start for playout not to run
+        dry (:meth:`ahead_seconds`, less the time a synthesis takes under load)."""
+        return max(0.0, self.ahead_seconds() - SYNTHESIS_MARGIN)
 
     def ahead_seconds(self) -> float:
         """Seconds of its audio ready before playout runs dry: handed over and not yet
@@ -343,7 +350,7 @@ class ReplySpeaker:
                             room.clear()
                             await room.wait()
                         if reply.speculation is None:
-                            work.update("ahead", reply.ahead_seconds())
+                            work.update("ahead", reply.slack())
                 ready.put_nowait((segment_id, None))
         finally:
             ready.put_nowait(None)
