@@ -57,7 +57,7 @@ async def _submit(scheduler: ModelScheduler, work: Work, job: Callable[[], str],
 
 async def test_jobs_run_earliest_deadline_first_across_calls() -> None:
     clock = FakeClock()
-    scheduler = ModelScheduler(1, clock=clock)
+    scheduler = ModelScheduler(1, urgent_lanes=0, clock=clock)
     order: list[str] = []
     gate, holder = await _gated(scheduler)
     tasks = [
@@ -77,7 +77,7 @@ async def test_jobs_run_earliest_deadline_first_across_calls() -> None:
 
 async def test_an_urgent_job_runs_before_queued_later_clauses_of_other_calls() -> None:
     clock = FakeClock()
-    scheduler = ModelScheduler(1, clock=clock)
+    scheduler = ModelScheduler(1, urgent_lanes=0, clock=clock)
     order: list[str] = []
     gate, holder = await _gated(scheduler)
     later = [await _submit(scheduler, Work(f"call{i}", "ahead", 0.4),
@@ -92,7 +92,7 @@ async def test_an_urgent_job_runs_before_queued_later_clauses_of_other_calls() -
 
 async def test_a_late_clause_goes_before_urgent_work_submitted_after_its_deadline() -> None:
     clock = FakeClock()
-    scheduler = ModelScheduler(1, clock=clock)
+    scheduler = ModelScheduler(1, urgent_lanes=0, clock=clock)
     order: list[str] = []
     gate, holder = await _gated(scheduler)
     clause = await _submit(scheduler, Work("a", "ahead", 0.5), _recorder(order, "clause"))
@@ -107,7 +107,7 @@ async def test_a_late_clause_goes_before_urgent_work_submitted_after_its_deadlin
 
 async def test_speculative_work_yields_until_it_is_made_urgent() -> None:
     clock = FakeClock()
-    scheduler = ModelScheduler(1, clock=clock)
+    scheduler = ModelScheduler(1, urgent_lanes=0, clock=clock)
     order: list[str] = []
     gate, holder = await _gated(scheduler)
     pause_a = Work("a", "speculative")
@@ -133,7 +133,7 @@ async def test_speculative_work_yields_until_it_is_made_urgent() -> None:
 
 
 async def test_no_more_threads_than_workers_and_one_decode_per_model() -> None:
-    scheduler = ModelScheduler(2)
+    scheduler = ModelScheduler(2, urgent_lanes=0)
     lock = threading.Lock()
     running: list[str] = []
     most = 0
@@ -175,7 +175,7 @@ async def test_no_more_threads_than_workers_and_one_decode_per_model() -> None:
 
 
 async def test_cancelling_a_queued_job_drops_it_and_errors_reach_the_caller() -> None:
-    scheduler = ModelScheduler(1)
+    scheduler = ModelScheduler(1, urgent_lanes=0)
     order: list[str] = []
     gate, holder = await _gated(scheduler)
     dropped = await _submit(scheduler, Work("a"), _recorder(order, "dropped"))
@@ -222,7 +222,32 @@ def test_tickets_and_schedulers_refuse_bad_values() -> None:
         ModelScheduler(1, limits={"stt": 0})
     with pytest.raises(TypeError, match="Work"), scheduled("urgent"):  # type: ignore[arg-type]
         pass
-    scheduler = ModelScheduler(1)
+    scheduler = ModelScheduler(1, urgent_lanes=0)
     scheduler.close()
     with pytest.raises(RuntimeError, match="closed"):
         scheduler.submit(lambda: None, Work(), done=lambda ok, value: None)
+
+
+async def test_an_urgent_lane_runs_urgent_work_while_every_worker_is_busy() -> None:
+    scheduler = ModelScheduler(1, urgent_lanes=1)
+    order: list[str] = []
+    gate, started = threading.Event(), threading.Event()
+
+    def long_sentence() -> str:
+        started.set()
+        gate.wait()
+        order.append("long-sentence")
+        return "long-sentence"
+
+    sentence = await _submit(scheduler, Work("a", "ahead", 2.0), long_sentence)
+    await asyncio.to_thread(started.wait)  # the only worker is busy with a later sentence
+    later = await _submit(scheduler, Work("b", "ahead", 0.0), _recorder(order, "clause"))
+    stt = await _submit(scheduler, Work("c", "urgent"), _recorder(order, "stt"), "stt")
+    assert await stt == "stt"  # ran on the lane, the worker still busy
+    stats = scheduler.statistics()
+    assert (stats.running, stats.queued["ahead"]) == (1, 1)  # the lane took no clause
+    gate.set()
+    assert await asyncio.gather(sentence, later) == ["long-sentence", "clause"]
+    assert order == ["stt", "long-sentence", "clause"]
+    assert stats.workers == 1 and scheduler.urgent_lanes == 1
+    scheduler.close()

@@ -21,8 +21,11 @@ the earliest deadline, among jobs whose resource has room: a
 resource (``stt``) is a model that runs one job at a time (faster-whisper's CTranslate2
 model has one replica, so a second decode would only block a worker). Work already
 running is never interrupted (onnxruntime and CTranslate2 cannot stop mid-run); jobs
-are short (a sentence, an utterance of a few seconds), so an urgent job waits at most
-for one of them per worker.
+are short (a sentence, an utterance of a few seconds), but on a loaded machine a
+sentence takes a second or two: so besides the workers, ``urgent_lanes`` threads (one
+by default) run urgent jobs only, and a turn's STT or a reply's first clause never waits
+for a worker to finish someone's later sentence (the lane shares the cores with the
+workers meanwhile: at most workers + lanes model threads, never one per call).
 
 Bounded threads: ``workers`` threads run model work (the number of cores by default),
 and each model is loaded with few intra-op threads (Piper 1, Whisper
@@ -153,7 +156,7 @@ class SchedulerStatistics:
     """What a :class:`ModelScheduler` has done so far.
 
     Attributes:
-        workers: worker threads.
+        workers: worker threads (urgent lanes not counted).
         running: jobs running now.
         queued: jobs waiting now, by urgency.
         completed: jobs finished, by urgency.
@@ -200,6 +203,7 @@ class ModelScheduler:
 
     Args:
         workers: worker threads (the machine's CPU count if ``None``).
+        urgent_lanes: extra threads that run urgent jobs only.
         limits: resources that run at most that many jobs at once (``{"stt": 1}``:
             one Whisper decode at a time, its model has one replica).
         clock: seconds, for deadlines (``time.monotonic``; tests pass their own).
@@ -209,12 +213,15 @@ class ModelScheduler:
     """
 
     def __init__(
-        self, workers: int | None = None, *, limits: Mapping[str, int] | None = None,
-        clock: Callable[[], float] = time.monotonic,
+        self, workers: int | None = None, *, urgent_lanes: int = 1,
+        limits: Mapping[str, int] | None = None, clock: Callable[[], float] = time.monotonic,
     ) -> None:
         count = workers if workers is not None else (os.cpu_count() or 2)
         if not isinstance(count, int) or count < 1:
             raise ValueError(f"workers must be an int >= 1, got {workers!r}")
+        if not isinstance(urgent_lanes, int) or urgent_lanes < 0:
+            raise ValueError(f"urgent_lanes must be an int >= 0, got {urgent_lanes!r}")
+        self.urgent_lanes = urgent_lanes
         limits = dict(limits) if limits is not None else {"stt": 1}
         for name, limit in limits.items():
             if not isinstance(limit, int) or limit < 1:
@@ -291,7 +298,7 @@ class ModelScheduler:
             self._start_workers()
             job = _Job(fn, work, resource, next(self._seq), self._clock(), done)
             self._queues.setdefault(job.call, []).append(job)
-            self._cond.notify()
+            self._cond.notify_all()  # a lane woken for a job it may not run must not eat it
         return job
 
     def cancel(self, handle: object) -> bool:
@@ -319,17 +326,21 @@ class ModelScheduler:
     # -- running ----------------------------------------------------------------------
 
     def _start_workers(self) -> None:
-        while len(self._threads) < self.workers:
-            thread = threading.Thread(target=self._work, daemon=True,
-                                      name=f"voxflow-model-{len(self._threads)}")
+        while len(self._threads) < self.workers + self.urgent_lanes:
+            lane = len(self._threads) >= self.workers
+            thread = threading.Thread(
+                target=self._work, args=(lane,), daemon=True,
+                name=f"voxflow-model-{'urgent-' if lane else ''}{len(self._threads)}")
             self._threads.append(thread)
             thread.start()
 
-    def _next(self) -> _Job | None:
+    def _next(self, urgent_only: bool = False) -> _Job | None:
         """The queued job to run next (the caller holds the condition)."""
         best: _Job | None = None
         for queue in self._queues.values():
             for job in queue:  # a call queues a few jobs: a scan beats keeping heaps fresh
+                if urgent_only and job.work.urgency != "urgent":
+                    continue
                 limit = self._limits.get(job.resource) if job.resource is not None else None
                 if limit is not None and self._in_use.get(job.resource or "", 0) >= limit:
                     continue
@@ -337,15 +348,15 @@ class ModelScheduler:
                     best = job
         return best
 
-    def _work(self) -> None:
+    def _work(self, urgent_only: bool) -> None:
         while True:
             with self._cond:
-                job = self._next()
+                job = self._next(urgent_only)
                 while job is None:
                     if self._closed:
                         return
                     self._cond.wait()
-                    job = self._next()
+                    job = self._next(urgent_only)
                 queue = self._queues[job.call]
                 queue.remove(job)
                 if not queue:
