@@ -457,6 +457,20 @@ async def test_a_started_reader_tells_the_session_once_even_with_nothing_to_read
     assert told == [0]
 
 
+async def test_purge_deletes_only_acknowledged_rows_past_their_age(
+    queue: PostgresJobQueue,
+) -> None:
+    state, job = owner_state(flight="EI 2")
+    for seq, kind in ((1, "started"), (2, "failed")):
+        await queue.inbox.write(JobUpdate(session_id=state.id, job_id=job.job_id, revision=1,
+                                          attempt=1, seq=seq, kind=kind))  # type: ignore[arg-type]
+    (first, _) = await queue.inbox.pending(state.id)
+    assert await queue.inbox.ack(state.id, [first.id]) == 1
+    assert await queue.inbox.purge(3600) == 0  # acknowledged, but not an hour ago
+    assert await queue.inbox.purge(0) == 1  # the unacknowledged row stays
+    assert [e.seq for e in await all_rows(queue.inbox, state.id)] == [2]
+
+
 # -- hostile inputs --------------------------------------------------------------------
 
 

@@ -35,6 +35,7 @@ import contextlib
 import json
 import logging
 import threading
+import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -60,6 +61,9 @@ TASK_NAME = "voxflow.background_job"
 """The one Procrastinate task every voxflow job is queued as (its kind is in the payload)."""
 
 _FIX = "pip install 'voxflow[postgres]'"
+INBOX_KEEP = 7 * 86400.0
+"""Seconds an acknowledged inbox row is kept (for audit) before a job worker deletes it."""
+INBOX_PURGE_EVERY = 3600.0
 
 
 class QueuedJob(BaseModel):
@@ -370,12 +374,16 @@ class PostgresJobQueue:
             await self.inbox.close()
 
     async def _sweep(self, stalled_after: float, period: float) -> None:
+        purged_at = float("-inf")
         while True:
             try:
                 retried = await self.retry_stalled(stalled_after)
                 if retried:
                     logger.warning("re-queued %d stalled job(s) as their next attempt: %s",
                                    len(retried), retried)
+                if time.monotonic() - purged_at > INBOX_PURGE_EVERY:
+                    purged_at = time.monotonic()
+                    await self.inbox.purge(INBOX_KEEP)
             except PersistenceUnavailableError as exc:
                 logger.warning("stalled-job check failed: %s", exc)
             await asyncio.sleep(period)
