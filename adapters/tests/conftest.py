@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import importlib.util
+import os
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -33,3 +36,22 @@ _ROOT = _root_conftest()
 make_store = _ROOT.make_store
 postgres_unreachable = _ROOT.postgres_unreachable
 PG_URL: str = _ROOT.PG_URL
+
+
+@pytest.fixture
+def pg_schema_url() -> Iterator[str]:
+    """A PostgreSQL URL whose ``search_path`` is a fresh schema (dropped afterwards), for
+    processes that share tables: the test database of the core tests, skipped with a
+    one-line reason when none answers."""
+    reason = postgres_unreachable()
+    if reason is not None:
+        pytest.skip(reason)
+    import psycopg
+
+    schema = f"vxd_{os.getpid()}_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(PG_URL, autocommit=True) as conn:
+        conn.execute(f'CREATE SCHEMA "{schema}"')
+    joiner = "&" if "?" in PG_URL else "?"
+    yield f"{PG_URL}{joiner}options=-csearch_path%3D{schema}"
+    with psycopg.connect(PG_URL, autocommit=True) as conn:
+        conn.execute(f'DROP SCHEMA "{schema}" CASCADE')

@@ -296,8 +296,19 @@ def _check_listen(host: str, port: int) -> None:
 
 def _cmd_serve(args: argparse.Namespace) -> int:
     settings = _settings(args, log_level="INFO")
-    model = _check_assistant(args, settings, voice=True)
-    _check_listen(settings.host, settings.port)
+    if (args.front_door or args.worker) and settings.database_url is None:
+        raise UsageError(f"--{'front-door' if args.front_door else 'worker'} dispatches calls "
+                         "through PostgreSQL: set VOXFLOW_DATABASE_URL=postgresql://user@host"
+                         ":5432/database (the same for every front door and worker), or drop "
+                         "the option to serve everything from this one process")
+    for name in ("offer_timeout", "drain_seconds", "stale_after"):
+        value = getattr(args, name)
+        if not (value > 0 or (name == "drain_seconds" and value == 0)) or value > 86400:
+            raise UsageError(f"--{name.replace('_', '-')} {value:g}: give seconds, more than 0 "
+                             "and at most 86400")
+    model = _check_assistant(args, settings, voice=not args.front_door)
+    if not args.worker:
+        _check_listen(settings.host, settings.port)
     command: Serve | None = _command("serve", "voxflow serve")
     if command is None:
         return EXIT_FAILED
@@ -307,6 +318,9 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         max_calls=args.max_calls if args.max_calls is not None else settings.max_calls,
         settings=settings, tls_cert=args.tls_cert, tls_key=args.tls_key,
         self_signed=args.self_signed, trust_forwarded=args.trust_forwarded,
+        role="front-door" if args.front_door else "worker" if args.worker else "all",
+        offer_timeout=args.offer_timeout, drain_seconds=args.drain_seconds,
+        stale_after=args.stale_after,
     )
 
 
@@ -470,6 +484,21 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--trust-forwarded", action="store_true",
                        help="behind a reverse proxy: trust its X-Forwarded-Proto/-Host "
                        "for the Origin check")
+    scale = serve.add_argument_group(
+        "scale out (several processes or machines on one PostgreSQL: VOXFLOW_DATABASE_URL)")
+    role = scale.add_mutually_exclusive_group()
+    role.add_argument("--front-door", action="store_true",
+                      help="serve the page and POST /offer only; calls go to call workers")
+    role.add_argument("--worker", action="store_true",
+                      help="a call worker: no HTTP port, answers the calls front doors "
+                      "dispatch (--max-calls slots)")
+    scale.add_argument("--offer-timeout", type=float, default=10.0, metavar="SECONDS",
+                       help="front door: how long an offer waits for a worker (default: 10)")
+    scale.add_argument("--drain-seconds", type=float, default=60.0, metavar="SECONDS",
+                       help="worker: on SIGTERM, how long running calls may go on "
+                       "(default: 60)")
+    scale.add_argument("--stale-after", type=float, default=5.0, metavar="SECONDS",
+                       help="a worker silent this long gets no call (default: 5)")
     serve.set_defaults(func=_cmd_serve)
 
     jobs = sub.add_parser("jobs", help="background jobs in job-worker processes (PostgreSQL)",

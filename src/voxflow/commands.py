@@ -69,9 +69,11 @@ class Serve(Protocol):
         self, *, flow: str | None, host: str, port: int, token: str | None,
         model: str | None, ice_servers: Sequence[str], ice_host_addresses: Sequence[str] | None,
         max_calls: int, settings: Settings, tls_cert: str | None, tls_key: str | None,
-        self_signed: bool, trust_forwarded: bool,
+        self_signed: bool, trust_forwarded: bool, role: str = "all",
+        offer_timeout: float = 10.0, drain_seconds: float = 60.0, stale_after: float = 5.0,
     ) -> int:
-        """Serve calls until interrupted; the exit code."""
+        """Serve calls until interrupted; the exit code. ``role``: ``all`` (one process),
+        ``front-door`` or ``worker`` (dispatch through ``VOXFLOW_DATABASE_URL``)."""
         ...
 
 

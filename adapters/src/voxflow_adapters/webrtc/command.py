@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import signal
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -17,14 +18,18 @@ from voxflow_voice.engines import VoiceEngines
 
 from voxflow.errors import VoxflowError
 from voxflow.flow.persistence import default_data_dir
-from voxflow.settings import Settings
+from voxflow.settings import DATABASE_URL_VARIABLE, Settings
 
 from .calls import CallFactory, assistant_call_factory, flow_call_factory, webrtc_voice_settings
+from .dispatch import DispatchStore, DispatchUnavailableError
+from .front_door import FrontDoor
 from .peer import DEFAULT_RECEIVE_HOLD, IceServer, PeerSettings
-from .server import ServerSettings, serve
+from .server import ServerSettings, WebRtcServer, ignore_closed_transport_errors, serve
 from .tls import TlsError, certificate_names, self_signed_certificate, ssl_context
+from .worker import CallWorker
 
 __all__ = [
+    "ROLES",
     "TURN_CREDENTIAL_ENV",
     "TURN_USERNAME_ENV",
     "ServeOptionError",
@@ -36,6 +41,7 @@ __all__ = [
 ]
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+ROLES = ("all", "front-door", "worker")
 
 
 TURN_USERNAME_ENV, TURN_CREDENTIAL_ENV = "VOXFLOW_TURN_USERNAME", "VOXFLOW_TURN_CREDENTIAL"
@@ -159,13 +165,20 @@ def run_serve(
     ice_servers: Sequence[str] = (), ice_host_addresses: Sequence[str] | None = None,
     max_calls: int = 8, max_call_seconds: float = 1800.0, settings: Settings | None = None,
     tls_cert: str | None = None, tls_key: str | None = None, self_signed: bool = False,
-    trust_forwarded: bool = False,
+    trust_forwarded: bool = False, role: str = "all", offer_timeout: float = 10.0,
+    drain_seconds: float = 60.0, stale_after: float = 5.0,
 ) -> int:
     """Run the server until interrupted; returns the exit code (2 for bad options).
 
     ``settings`` (``VOXFLOW_*``, see :mod:`voxflow.settings`; defaults if None) supplies
     the STT model, the voice, the turn-taking times and speculative replies.
+
+    ``role``: ``all`` (the page and the calls in this process), ``front-door`` (the page
+    and ``POST /offer``, calls dispatched to workers) or ``worker`` (calls only, no HTTP
+    port), the last two through ``VOXFLOW_DATABASE_URL`` (:mod:`.dispatch`).
     """
+    if role not in ROLES:
+        raise ValueError(f"role must be one of {', '.join(ROLES)}, got {role!r}")
     settings = settings if settings is not None else Settings()
     if not isinstance(settings, Settings):
         raise TypeError(f"settings must be voxflow Settings, got {type(settings).__name__}")
@@ -191,17 +204,38 @@ def run_serve(
             where = _OPTIONS.get(field, ".".join(str(p) for p in err["loc"]))
             print(f"error: {where}: {err['msg']} (see voxflow serve --help)", file=sys.stderr)
         return EXIT_USAGE
-    try:
-        factory = build_call_factory(flow=flow, model=model, settings=settings)
-    except (VoxflowError, TypeError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
+    database_url = (settings.database_url.get_secret_value()
+                    if settings.database_url is not None else None)
+    if role != "all" and database_url is None:
+        print(f"error: --{role} dispatches calls through PostgreSQL: set "
+              f"{DATABASE_URL_VARIABLE}=postgresql://user@host:5432/database", file=sys.stderr)
         return EXIT_USAGE
+    factory: CallFactory | None = None
+    if role != "front-door":
+        try:
+            factory = build_call_factory(flow=flow, model=model, settings=settings)
+        except (VoxflowError, TypeError) as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return EXIT_USAGE
     for noisy in ("aioice", "aiortc", "faster_whisper"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
     try:
-        asyncio.run(_serve(factory, server_settings, settings))
+        if role == "all":
+            assert factory is not None
+            asyncio.run(_serve(factory, server_settings, settings))
+        else:
+            assert database_url is not None
+            store = DispatchStore(database_url, stale_after=stale_after)
+            if role == "front-door":
+                asyncio.run(_front_door(store, server_settings, offer_timeout))
+            else:
+                assert factory is not None
+                asyncio.run(_worker(factory, server_settings, settings, store, drain_seconds))
     except KeyboardInterrupt:
         return EXIT_OK
+    except DispatchUnavailableError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_FAILED
     except VoxflowError as exc:  # a model or the voice is missing
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_FAILED
@@ -222,6 +256,47 @@ async def _serve(factory: CallFactory, server_settings: ServerSettings,
     engines = await asyncio.to_thread(VoiceEngines.from_settings, settings)
     await serve(factory, settings=server_settings, engines=engines, announce=_announce,
                 store=store)
+
+
+def _stop_on_signals() -> asyncio.Event:
+    """An event set by SIGTERM or SIGINT (the handlers of the running loop)."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    return stop
+
+
+async def _front_door(store: DispatchStore, server_settings: ServerSettings,
+                      offer_timeout: float) -> None:
+    ignore_closed_transport_errors(asyncio.get_running_loop())
+    stop = _stop_on_signals()
+    async with FrontDoor(store, settings=server_settings, offer_timeout=offer_timeout) as door:
+        _announce(f"voxflow front door is listening: open {door.url}")
+        await stop.wait()
+
+
+async def _worker(factory: CallFactory, server_settings: ServerSettings, settings: Settings,
+                  store: DispatchStore, drain_seconds: float) -> None:
+    ignore_closed_transport_errors(asyncio.get_running_loop())
+    stop = _stop_on_signals()
+    from voxflow.flow.persistence import default_persistence
+
+    sessions = default_persistence()  # VOXFLOW_DATABASE_URL: shared by every worker
+    check = getattr(sessions, "check_writable", None)
+    if check is not None:
+        await asyncio.to_thread(check)
+    engines = await asyncio.to_thread(VoiceEngines.from_settings, settings)
+    host = WebRtcServer(factory, engines, settings=server_settings, store=sessions)
+    worker = CallWorker(host, store, drain_seconds=drain_seconds)
+    await worker.start()
+    try:
+        _announce(f"voxflow call worker {worker.worker_id} is ready "
+                  f"({worker.slots} slot(s)); stop it with SIGTERM to drain")
+        await stop.wait()
+        _announce(f"draining: running calls may go on for {drain_seconds:g} s")
+    finally:
+        await worker.aclose()
 
 
 def _announce(line: str) -> None:

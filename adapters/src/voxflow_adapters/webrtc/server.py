@@ -46,8 +46,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hmac
-import ipaddress
 import itertools
 import logging
 import os
@@ -55,13 +53,12 @@ import secrets
 import socket
 import time
 import uuid
-from collections import Counter, deque
+from collections import deque
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from aiohttp import web
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field
 from voxflow_voice.admission import Admission, AdmissionController, AdmissionSettings, Load
 from voxflow_voice.engines import VoiceEngines
 from voxflow_voice.events import ReplyInterrupted, SessionEvent, TurnMetrics
@@ -71,72 +68,33 @@ from voxflow.errors import CapacityExceededError, FencedWriteError, SignalingErr
 from voxflow.logs import bind_log_context
 
 from .calls import Call, CallFactory, CallSession
-from .ownership import DEFAULT_LEASE_SECONDS, SessionBusyError, SessionOwnership
-from .peer import DEFAULT_PEER_SETTINGS, PeerSettings, PeerStatistics, WebRtcPeer
+from .ownership import SessionBusyError, SessionOwnership
+from .peer import PeerStatistics, WebRtcPeer
 from .protocol import HelloMessage, LatencyMessage, StateMessage, messages_for_event
 from .resume import check_resume_token
-from .tls import ssl_context
-from .wire import ProtocolError, ResumeRequest, parse_offer
+from .signaling import (
+    DEFAULT_SERVER_SETTINGS,
+    CallRefused,
+    OfferAnswer,
+    ServerSettings,
+    SignalingServer,
+    is_loopback,
+)
+from .wire import ResumeRequest
 
 __all__ = [
     "DEFAULT_SERVER_SETTINGS",
+    "CallRefused",
+    "OfferAnswer",
     "ServerSettings",
     "ServerStatistics",
+    "SignalingServer",
     "WebRtcServer",
     "ignore_closed_transport_errors",
     "serve",
 ]
 
 logger = logging.getLogger(__name__)
-
-STATIC_DIR = Path(__file__).with_name("static")
-_OFFER_SHAPE = '{"type": "offer", "sdp": "..."}'
-
-
-class ServerSettings(BaseModel):
-    """Where the server listens and what it lets in."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    host: str = Field("127.0.0.1", min_length=1, description="bind address (loopback default)")
-    port: int = Field(8080, ge=0, le=65535, description="TCP port (0: any free port)")
-    token: str | None = Field(None, min_length=8, description="required for /offer; "
-                              "None: a random one is generated")
-    allowed_origins: tuple[str, ...] = Field(
-        (), description="extra page origins allowed to POST /offer (e.g. https://host:port)"
-    )
-    max_sdp_bytes: int = Field(20_000, gt=0, description="largest offer SDP accepted")
-    max_calls: int = Field(8, ge=1, description="concurrent calls")
-    p95_target_ms: float = Field(
-        1000.0, gt=0, le=60_000, description="refuse calls while the recent voice-to-voice "
-        "p95 is above this (ms)",
-    )
-    peer: PeerSettings = Field(DEFAULT_PEER_SETTINGS, description="per-call limits and ICE")
-    tls_cert: Path | None = Field(None, description="PEM certificate (chain): serve HTTPS")
-    tls_key: Path | None = Field(None, description="PEM private key of tls_cert")
-    trust_forwarded: bool = Field(
-        False, description="behind a reverse proxy: the page's origin is the one the "
-        "proxy names in X-Forwarded-Proto/X-Forwarded-Host (ignored unless set: anyone "
-        "can send those headers to a server reached directly)",
-    )
-    lease_seconds: float = Field(DEFAULT_LEASE_SECONDS, gt=0, description="a call's "
-                                 "session lease (renewed every third of it)")
-    resume_wait: float = Field(DEFAULT_LEASE_SECONDS + 2.0, ge=0, description="how long "
-                               "(s) a resume waits for another worker's live lease")
-
-    @model_validator(mode="after")
-    def _tls_pair(self) -> ServerSettings:
-        if (self.tls_cert is None) != (self.tls_key is None):
-            raise ValueError("tls_cert and tls_key go together (the certificate and its key)")
-        return self
-
-    @property
-    def scheme(self) -> str:
-        """``https`` with a certificate, else ``http``."""
-        return "http" if self.tls_cert is None else "https"
-
-
-DEFAULT_SERVER_SETTINGS = ServerSettings()
 
 
 class ServerStatistics(BaseModel):
@@ -150,39 +108,12 @@ class ServerStatistics(BaseModel):
     ended: list[PeerStatistics] = Field(description="the most recent ended calls")
 
 
-def _first(header: str | None) -> str:
-    """The first (the client-side proxy's) value of a comma-separated forwarding header."""
-    return header.split(",", 1)[0].strip() if header else ""
-
-
-def _bound_host_addresses(settings: ServerSettings) -> PeerSettings:
-    """ICE host candidates follow the bound interface: a server bound to one non-loopback
-    address offers that address (unless ``ice_host_addresses`` says otherwise); loopback
-    and wildcard binds keep every non-loopback interface (browsers ignore loopback
-    candidates, and the same-machine path over the machine's own address stays local)."""
-    peer = settings.peer
-    if peer.ice_host_addresses is not None:
-        return peer
-    try:
-        address = ipaddress.ip_address(settings.host)
-    except ValueError:
-        return peer
-    if address.is_loopback or address.is_unspecified:
-        return peer
-    return peer.model_copy(update={"ice_host_addresses": (str(address),)})
-
-
-def _is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
-class WebRtcServer:
+class WebRtcServer(SignalingServer):
     """The page, the signaling endpoint and the calls of one process.
+
+    Without :meth:`start` (no HTTP), it is the call host of a call worker
+    (:class:`~voxflow_adapters.webrtc.worker.CallWorker`): offers come to
+    :meth:`answer_offer` from the database.
 
     Args:
         factory: builds each call's flow and session.
@@ -205,13 +136,9 @@ class WebRtcServer:
     ) -> None:
         if not callable(factory):
             raise TypeError("factory must be a CallFactory (an async callable)")
-        if not isinstance(settings, ServerSettings):
-            raise TypeError(f"settings must be ServerSettings, got {type(settings).__name__}")
+        super().__init__(settings=settings)
         self.factory = factory
         self.engines = engines
-        self.settings = settings
-        self.token = settings.token if settings.token is not None else secrets.token_urlsafe(18)
-        self._peer_settings = _bound_host_addresses(settings)
         self._on_call = on_call
         self.store = store
         self.worker_id = worker_id or f"{socket.gethostname()}:{os.getpid()}:" \
@@ -224,137 +151,56 @@ class WebRtcServer:
             AdmissionSettings(max_calls=settings.max_calls,
                               p95_target_ms=settings.p95_target_ms),
             scheduler=engines.scheduler)
+        self._admissions: dict[str, Admission] = {}
         self._calls: dict[str, tuple[WebRtcPeer, asyncio.Task[None]]] = {}
+        self._reserved = 0
         self._accepted = 0
-        self._rejected: Counter[str] = Counter()
         self._ended: deque[PeerStatistics] = deque(maxlen=100)
         self._numbers = itertools.count(1)
-        self._runner: web.AppRunner | None = None
         self._idle_waiters: list[asyncio.Future[None]] = []
-        self._admissions: dict[str, Admission] = {}
-        self.port: int | None = None
-
-    # -- the app --------------------------------------------------------------------
-
-    def app(self) -> web.Application:
-        """The aiohttp application (routes and body size limit)."""
-        app = web.Application(client_max_size=self.settings.max_sdp_bytes + 4096)
-        app.router.add_get("/", self._page)
-        app.router.add_get("/favicon.ico", self._favicon)
-        app.router.add_static("/static/", STATIC_DIR, show_index=False)
-        app.router.add_get("/ice-servers", self._ice_servers)
-        app.router.add_post("/offer", self._offer)
-        app.router.add_get("/load", self._load)
-        return app
-
-    async def start(self) -> str:
-        """Listen; returns the page URL (with the token)."""
-        settings = self.settings
-        context = None
-        if settings.tls_cert is not None and settings.tls_key is not None:
-            context = ssl_context(settings.tls_cert, settings.tls_key)
-        runner = web.AppRunner(self.app(), access_log=None)
-        await runner.setup()
-        site = web.TCPSite(runner, settings.host, settings.port, ssl_context=context)
-        await site.start()
-        self._runner = runner
-        addresses = runner.addresses
-        self.port = int(addresses[0][1]) if addresses else self.settings.port
-        return self.url
+        self.call_prefix = "call"
+        """Call ids are ``<call_prefix>-<n>`` (a call worker puts its id in them)."""
+        self.on_call_ended: Callable[[str], None] | None = None
+        """Called with the call id once a call has ended and its slot is free."""
 
     @property
-    def url(self) -> str:
-        """``http(s)://host:port/?token=...`` (what a person opens)."""
-        return self.url_for(self.settings.host)
+    def calls_held(self) -> int:
+        """Calls running plus offers being answered (what counts against ``max_calls``)."""
+        return len(self._calls) + self._reserved
 
-    def url_for(self, host: str) -> str:
-        """The page URL with ``host`` in it (an address the server is reached by)."""
-        shown = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
-        if ":" in shown:
-            shown = f"[{shown}]"
-        return f"{self.settings.scheme}://{shown}:{self.port}/?token={self.token}"
+    async def answer_offer(self, sdp: str, resume: ResumeRequest | None = None) -> OfferAnswer:
+        """Start a call of this process for ``sdp`` (``resume``: going on with a stored
+        session).
 
-    async def aclose(self) -> None:
-        """End every call (each settles its deliveries) and stop listening."""
-        calls = list(self._calls.values())
-        for peer, _ in calls:
-            peer.close_soon("the server is shutting down")
-        for _, task in calls:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-        if self._runner is not None:
-            await self._runner.cleanup()
-            self._runner = None
+        Raises:
+            CallRefused: every slot is taken (503), the SDP is refused (400), a resume is
+                refused (400, 403, 409), the session store is unavailable (503), or the
+                call's session could not start (500).
+        """
+        if resume is not None and self.store is None:
+            raise CallRefused(400, "this server keeps no sessions: a call cannot be "
+                              "resumed here (offer without \"resume\" for a new call)",
+                              "resume")
+        call_id = f"{self.call_prefix}-{next(self._numbers)}"
+        try:
+            admission = self.admission.admit(call_id)
+        except CapacityExceededError as exc:
+            raise CallRefused(503, str(exc), "busy") from None
+        self._reserved += 1
+        try:
+            answer = await self._start_call(sdp, call_id, resume)
+        finally:
+            self._reserved -= 1
+            if call_id not in self._calls:
+                admission.release()  # it did not start
+        self._admissions[call_id] = admission
+        return answer
 
-    async def __aenter__(self) -> WebRtcServer:
-        await self.start()
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.aclose()
-
-    # -- handlers -------------------------------------------------------------------
-
-    async def _page(self, request: web.Request) -> web.StreamResponse:
-        return web.FileResponse(STATIC_DIR / "index.html", headers={
-            "Cache-Control": "no-store",
-            "Content-Security-Policy": "default-src 'self'; connect-src 'self'; "
-                                       "media-src 'self' blob: mediastream:",
-            "X-Content-Type-Options": "nosniff",
-            "Referrer-Policy": "no-referrer",
-        })
-
-    async def _favicon(self, request: web.Request) -> web.StreamResponse:
-        return web.FileResponse(STATIC_DIR / "favicon.svg", headers={
-            "Content-Type": "image/svg+xml", "Cache-Control": "max-age=86400",
-            "X-Content-Type-Options": "nosniff",
-        })
-
-    def _reject(self, status: int, reason: str, key: str) -> web.Response:
-        self._rejected[key] += 1
-        logger.warning("offer rejected (%s): %s", key, reason)
-        return web.json_response({"error": reason}, status=status)
-
-    def _origin_allowed(self, request: web.Request, origin: str) -> bool:
-        settings = self.settings
-        allowed = set(settings.allowed_origins)
-        scheme = settings.scheme
-        if _is_loopback(settings.host):
-            for name in ("127.0.0.1", "localhost", "[::1]"):
-                allowed.add(f"{scheme}://{name}:{self.port}")
-        else:
-            # Not bound to loopback: the page's own origin, as the client named the host.
-            allowed.add(f"{scheme}://{request.host}")
-        if settings.trust_forwarded:
-            proto = _first(request.headers.get("X-Forwarded-Proto"))
-            host = _first(request.headers.get("X-Forwarded-Host"))
-            if proto in ("http", "https") and host:
-                allowed.add(f"{proto}://{host}")
-        return origin in allowed
-
-    def _refused(self, request: web.Request) -> web.Response | None:
-        """The response refusing ``request`` (a foreign Origin, a missing or wrong token),
-        or None when it may go on."""
-        origin = request.headers.get("Origin")
-        if origin is not None and not self._origin_allowed(request, origin):
-            return self._reject(403, f"origin {origin!r} is not allowed", "origin")
-        auth = request.headers.get("Authorization", "")
-        given = auth[len("Bearer "):] if auth.startswith("Bearer ") else ""
-        if not hmac.compare_digest(given.encode(), self.token.encode()):
-            return self._reject(401, "missing or wrong token", "token")
-        return None
-
-    async def _ice_servers(self, request: web.Request) -> web.Response:
-        """The STUN/TURN servers the page's own RTCPeerConnection should use (the ones the
-        server uses: both ends then gather server-reflexive and relay candidates). TURN
-        credentials go only to a caller holding the token."""
-        refused = self._refused(request)
-        if refused is not None:
-            return refused
-        servers = [server.model_dump(exclude_none=True, mode="json")
-                   for server in self._peer_settings.ice_servers]
-        return web.json_response({"ice_servers": servers},
-                                 headers={"Cache-Control": "no-store"})
+    def app(self) -> web.Application:
+        """The signalling app, and ``GET /load``."""
+        app = super().app()
+        app.router.add_get("/load", self._load)
+        return app
 
     async def _load(self, request: web.Request) -> web.Response:
         refused = self._refused(request)
@@ -362,49 +208,42 @@ class WebRtcServer:
             return refused
         return web.json_response(self.load().as_dict(), headers={"Cache-Control": "no-store"})
 
-    async def _offer(self, request: web.Request) -> web.Response:
-        refused = self._refused(request)
-        if refused is not None:
-            return refused
-        limit = self.settings.max_sdp_bytes
-        if request.content_length is not None and request.content_length > limit + 4096:
-            return self._reject(413, f"offer larger than {limit} bytes", "size")
-        try:
-            body = await request.read()
-        except web.HTTPRequestEntityTooLarge:
-            return self._reject(413, f"offer larger than {limit} bytes", "size")
-        try:
-            offer = parse_offer(body, max_bytes=limit + 4096)
-        except ProtocolError as exc:
-            return self._reject(400, f"the body must be JSON {_OFFER_SHAPE}: {exc.reason}",
-                                "malformed")
-        sdp = offer.sdp
-        if len(sdp.encode()) > limit:
-            return self._reject(413, f"offer SDP larger than {limit} bytes", "size")
-        if offer.resume is not None and self.store is None:
-            return self._reject(400, "this server keeps no sessions: a call cannot be "
-                                "resumed here (offer without \"resume\" for a new call)",
-                                "resume")
-        call_id = f"call-{next(self._numbers)}"
-        try:
-            admission = self.admission.admit(call_id)
-        except CapacityExceededError as exc:
-            return self._reject(503, str(exc), "busy")
-        try:
-            response = await self._start_call(sdp, call_id, offer.resume)
-        finally:
-            if call_id not in self._calls:
-                admission.release()  # it did not start
-        if call_id in self._calls:
-            self._admissions[call_id] = admission
-        return response
+    def load(self) -> Load:
+        """This process's load and headroom (what ``GET /load`` returns)."""
+        return self.admission.load()
+
+    async def aclose(self) -> None:
+        """End every call (each settles its deliveries) and stop listening."""
+        await self.end_calls("the server is shutting down")
+        await super().aclose()
+
+    def end_call(self, call_id: str, reason: str) -> bool:
+        """End one running call (a ``bye`` with ``reason``); False if there is none."""
+        found = self._calls.get(call_id)
+        if found is not None:
+            found[0].close_soon(reason)
+        return found is not None
+
+    async def end_calls(self, reason: str) -> None:
+        """End every running call (a ``bye`` with ``reason``) and wait until each closed."""
+        calls = list(self._calls.values())
+        for peer, _ in calls:
+            peer.close_soon(reason)
+        for _, task in calls:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
 
     async def _own(
         self, call_id: str, resume: ResumeRequest | None, on_lost: Callable[[FencedWriteError],
                                                                             None],
-    ) -> SessionOwnership | web.Response:
+    ) -> SessionOwnership:
         """The lease of the call's session (a new one, or the resumed one once its token
-        is checked), or the response refusing the offer."""
+        is checked).
+
+        Raises:
+            CallRefused: the resume token is not the session's (403), or its lease is
+                still held by a live worker (409).
+        """
         assert self.store is not None
         settings, owner = self.settings, f"{self.worker_id}/{call_id}"
         if resume is None:
@@ -413,8 +252,8 @@ class WebRtcServer:
                 on_lost=on_lost)
         stored = await asyncio.to_thread(self.store.load_state, resume.session_id)
         if not check_resume_token(stored, resume.token):
-            return self._reject(403, "resume refused: no such session, or the resume token "
-                                "is not this session's (start a new call)", "resume_token")
+            raise CallRefused(403, "resume refused: no such session, or the resume token "
+                              "is not this session's (start a new call)", "resume_token")
         live = self._sessions.get(resume.session_id)
         if live is not None and live in self._calls:  # the same page reconnecting
             old_peer, old_task = self._calls[live]
@@ -426,13 +265,13 @@ class WebRtcServer:
                 self.store, resume.session_id, owner, ttl=settings.lease_seconds,
                 wait=settings.resume_wait, on_lost=on_lost)
         except SessionBusyError:
-            return self._reject(409, f"the session is live on another worker (still held "
-                                f"after {settings.resume_wait:g} s); retry the resume later",
-                                "resume_busy")
+            raise CallRefused(409, f"the session is live on another worker (still held "
+                              f"after {settings.resume_wait:g} s); retry the resume later",
+                              "resume_busy") from None
 
     async def _start_call(
         self, sdp: str, call_id: str, resume: ResumeRequest | None = None
-    ) -> web.Response:
+    ) -> OfferAnswer:
         # this request's task starts the peer's and the session's tasks: their lines too
         bind_log_context(call_id=call_id)
         clock = MonotonicClock()
@@ -446,22 +285,21 @@ class WebRtcServer:
 
             try:
                 began = time.monotonic()
-                owned = await self._own(call_id, resume, lost)
+                ownership = await self._own(call_id, resume, lost)
                 timing["lease_ms"] = round((time.monotonic() - began) * 1000.0, 1)
+            except CallRefused:
+                raise
             except Exception as exc:  # the database is down or unreachable
                 logger.warning("the session store failed: %s", type(exc).__name__,
                                exc_info=True, extra={"call_id": call_id})
-                return self._reject(503, "the session store is unavailable; try again "
-                                    "shortly", "store")
-            if isinstance(owned, web.Response):
-                return owned
-            ownership = owned
+                raise CallRefused(503, "the session store is unavailable; try again "
+                                  "shortly", "store") from None
         try:
             answer = await peer.accept(sdp)
         except SignalingError as exc:
             if ownership is not None:
                 await ownership.release()
-            return self._reject(400, str(exc), "sdp")
+            raise CallRefused(400, str(exc), "sdp") from None
 
         def on_event(event: SessionEvent) -> None:
             if isinstance(event, TurnMetrics) and (ms := event.voice_to_voice_ms) is not None:
@@ -485,7 +323,7 @@ class WebRtcServer:
             await peer.aclose("the call could not start")
             if ownership is not None:
                 await ownership.release()
-            return self._reject(500, "the call could not start", "factory")
+            raise CallRefused(500, "the call could not start", "factory") from None
         token = call.resume_token if resume is None else resume.token
         peer.send(HelloMessage(session_id=call.session.session_id,
                                max_call_seconds=self.settings.peer.max_call_seconds,
@@ -502,7 +340,7 @@ class WebRtcServer:
                            "calls": len(self._calls), **timing})
         if self._on_call is not None:
             self._on_call(peer, call)
-        return web.json_response({"type": "answer", "sdp": answer, "call_id": call_id})
+        return OfferAnswer(sdp=answer, call_id=call_id)
 
     async def _run_call(
         self, peer: WebRtcPeer, call: Call, ownership: SessionOwnership | None = None
@@ -533,6 +371,8 @@ class WebRtcServer:
             if admission is not None:
                 admission.release()
             self._ended.append(peer.statistics())
+            if self.on_call_ended is not None:
+                self.on_call_ended(peer.call_id)
             logger.info("call ended", extra=_call_summary(peer, call, peer.clock.now() - began))
             if not self._calls:
                 waiters, self._idle_waiters = self._idle_waiters, []
@@ -553,10 +393,6 @@ class WebRtcServer:
     def peers(self) -> list[WebRtcPeer]:
         """The peers of the active calls."""
         return [peer for peer, _ in self._calls.values()]
-
-    def load(self) -> Load:
-        """This process's load and headroom (what ``GET /load`` returns)."""
-        return self.admission.load()
 
     def statistics(self) -> ServerStatistics:
         """Active calls, accepted and refused offers, the latest ended calls."""
@@ -599,7 +435,7 @@ async def serve(
     server = WebRtcServer(factory, engines, settings=settings, store=store)
     async with server:
         announce(f"voxflow is listening: open {server.url}")
-        if not _is_loopback(settings.host):
+        if not is_loopback(settings.host):
             if settings.host in ("0.0.0.0", "::", ""):
                 import aioice.ice
 

@@ -1,0 +1,436 @@
+"""Call dispatch through PostgreSQL: the tables, and what front doors and call workers do
+with them (psycopg 3, async).
+
+No cluster of our own: the database is the only shared thing.
+
+* ``voxflow_call_workers``: one row per call worker (its slots, the slots it holds, the
+  headroom it reports, draining or not, its last heartbeat on the database clock). A
+  CHECK keeps ``used <= slots``: no path can over-admit.
+* ``voxflow_call_offers``: one row per offer a front door is waiting on. A worker claims
+  the oldest pending offer with ``SELECT … FOR UPDATE SKIP LOCKED`` and, in the same
+  transaction, takes one of its own slots (``used + 1`` only while ``used < slots``, it
+  is not draining and its heartbeat is fresh), so an offer is answered by exactly one
+  worker and a worker never holds more calls than its slots. The answer (or the refusal)
+  is written to the row; ``NOTIFY`` wakes the front door, which reads the row (the table
+  is the truth: a missed notification costs one poll interval) and deletes it (the SDPs
+  carry ICE credentials). A front door that gives up deletes the row; a worker whose
+  answer then finds no row ends that call.
+
+The reserved slot is what LiveKit Agents' workers had to add (``_reserved_slots``) after
+over-admission from a CPU load sampled every few seconds: here the reservation is a row
+update in the claim's transaction, not a sample.
+
+Needs the ``postgres`` extra (``pip install 'voxflow[postgres]'``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import uuid
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from voxflow.errors import VoxflowError
+from voxflow.settings import DATABASE_URL_VARIABLE, check_database_url, redact_url
+
+if TYPE_CHECKING:
+    import psycopg
+    from psycopg_pool import AsyncConnectionPool
+
+__all__ = [
+    "ClaimedOffer",
+    "DispatchStore",
+    "DispatchUnavailableError",
+    "OfferResult",
+    "WorkerRow",
+]
+
+logger = logging.getLogger(__name__)
+
+_NOW = "extract(epoch FROM clock_timestamp())::float8"
+
+SCHEMA_SQL = """
+CREATE TABLE IF NOT EXISTS voxflow_call_workers (
+    worker_id text PRIMARY KEY,
+    host text NOT NULL,
+    pid integer NOT NULL,
+    slots integer NOT NULL CHECK (slots >= 1),
+    used integer NOT NULL DEFAULT 0 CHECK (used >= 0 AND used <= slots),
+    headroom double precision,
+    draining boolean NOT NULL DEFAULT false,
+    started_at double precision NOT NULL,
+    heartbeat_at double precision NOT NULL
+);
+CREATE TABLE IF NOT EXISTS voxflow_call_offers (
+    offer_id text PRIMARY KEY,
+    sdp text NOT NULL,
+    resume text,
+    state text NOT NULL DEFAULT 'pending'
+        CHECK (state IN ('pending', 'claimed', 'answered', 'failed')),
+    created_at double precision NOT NULL,
+    expires_at double precision NOT NULL,
+    worker_id text,
+    answer_sdp text,
+    call_id text,
+    status integer,
+    error text
+);
+CREATE INDEX IF NOT EXISTS voxflow_call_offers_pending
+    ON voxflow_call_offers (created_at) WHERE state = 'pending';
+"""
+
+_FIX = (f"check {DATABASE_URL_VARIABLE} (postgresql://user[:password]@host[:port]/database) "
+        "and that the server is running")
+
+
+class DispatchUnavailableError(VoxflowError):
+    """The dispatch database cannot be used (unreachable, refused, psycopg missing); the
+    message says the fix and never shows a password."""
+
+
+class WorkerRow(BaseModel):
+    """A call worker as the database sees it."""
+
+    model_config = ConfigDict(frozen=True)
+
+    worker_id: str
+    host: str
+    pid: int
+    slots: int
+    used: int
+    headroom: float | None
+    draining: bool
+    heartbeat_age: float
+    """Seconds since its last heartbeat (database clock)."""
+
+
+class ClaimedOffer(BaseModel):
+    """An offer this worker claimed (and holds a slot for)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    offer_id: str
+    sdp: str
+    resume: str | None = Field(None, repr=False)
+    """The ``resume`` object of the offer (JSON), if it goes on with a stored session."""
+
+
+class OfferResult(BaseModel):
+    """What became of an offer: answered (``answer_sdp``, ``call_id``), failed
+    (``status``, ``error``), or still ``pending``/``claimed`` when the front door gave up."""
+
+    model_config = ConfigDict(frozen=True)
+
+    state: str
+    worker_id: str | None = None
+    answer_sdp: str | None = None
+    call_id: str | None = None
+    status: int | None = None
+    error: str | None = None
+
+
+def _channel(kind: str, schema: str) -> str:
+    """A NOTIFY channel per schema (channels are database-wide; identifiers <= 63)."""
+    return f"voxflow_{kind}_{hashlib.sha1(schema.encode()).hexdigest()[:16]}"
+
+
+class DispatchStore:
+    """The dispatch tables, in the first schema of the URL's ``search_path`` (``public``
+    unless the URL says ``?options=-csearch_path%3D...``).
+
+    Args:
+        url: a ``postgresql://`` URL (validated; never shown with its password).
+        stale_after: a worker whose last heartbeat is older (s) is not offered calls.
+        max_connections: the pool's size.
+        connect_timeout: seconds to wait for the server.
+
+    Raises:
+        ValueError: a bad ``url`` or argument.
+    """
+
+    def __init__(
+        self, url: str, *, stale_after: float = 5.0, max_connections: int = 4,
+        connect_timeout: float = 10.0,
+    ) -> None:
+        check_database_url(url)
+        if not stale_after > 0:
+            raise ValueError("stale_after must be > 0 seconds")
+        self.url = url
+        self.stale_after = float(stale_after)
+        self.max_connections = max_connections
+        self.connect_timeout = float(connect_timeout)
+        self.schema = "public"
+        self._pool: AsyncConnectionPool[Any] | None = None
+        self._listeners: list[psycopg.AsyncConnection[Any]] = []
+
+    # -- connections ------------------------------------------------------------------
+
+    def _unavailable(self, exc: BaseException) -> DispatchUnavailableError:
+        text = str(exc).replace(self.url, redact_url(self.url)).strip().splitlines()
+        reason = text[0] if text else type(exc).__name__
+        return DispatchUnavailableError(
+            f"cannot use the dispatch database at {redact_url(self.url)}: {reason}; {_FIX}")
+
+    async def open(self) -> None:
+        """Connect and create the tables (idempotent).
+
+        Raises:
+            DispatchUnavailableError: psycopg is missing, or the server is unreachable.
+        """
+        if self._pool is not None:
+            return
+        try:
+            import psycopg
+            from psycopg_pool import AsyncConnectionPool, PoolTimeout
+        except ImportError:
+            raise DispatchUnavailableError(
+                "dispatch through PostgreSQL needs psycopg: pip install 'voxflow[postgres]'"
+            ) from None
+        pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
+            self.url, min_size=1, max_size=self.max_connections, open=False,
+            kwargs={"autocommit": True}, timeout=self.connect_timeout, name="voxflow-dispatch",
+        )
+        try:
+            await pool.open(wait=True, timeout=self.connect_timeout)
+            async with pool.connection() as conn, conn.transaction():
+                await conn.execute("SELECT pg_advisory_xact_lock(hashtextextended("
+                                   "'voxflow-dispatch-schema:' || current_schema(), 0))")
+                await conn.execute(SCHEMA_SQL)
+                row = await (await conn.execute("SELECT current_schema()")).fetchone()
+        except (psycopg.Error, PoolTimeout, OSError) as exc:
+            await pool.close()
+            raise self._unavailable(exc) from None
+        self.schema = str(row[0]) if row and row[0] else "public"
+        self._pool = pool
+
+    async def aclose(self) -> None:
+        """Close the listeners and the pool."""
+        listeners, self._listeners = self._listeners, []
+        for conn in listeners:
+            await conn.close()
+        if self._pool is not None:
+            await self._pool.close()
+            self._pool = None
+
+    async def _run(self, fn: Callable[[psycopg.AsyncConnection[Any]], Any]) -> Any:
+        """``await fn(conn)`` in one transaction; connection failures as
+        :class:`DispatchUnavailableError`."""
+        import psycopg
+        from psycopg_pool import PoolTimeout
+
+        if self._pool is None:
+            await self.open()
+        assert self._pool is not None
+        try:
+            async with self._pool.connection() as conn, conn.transaction():
+                return await fn(conn)
+        except (psycopg.OperationalError, PoolTimeout) as exc:
+            raise self._unavailable(exc) from None
+
+    @property
+    def offers_channel(self) -> str:
+        """Notified (payload: the offer id) when an offer is posted."""
+        return _channel("offers", self.schema)
+
+    @property
+    def answers_channel(self) -> str:
+        """Notified (payload: the offer id) when an offer is answered or refused."""
+        return _channel("answers", self.schema)
+
+    async def listen(self, channel: str, on_notify: Callable[[str], None]) -> Any:
+        """A task calling ``on_notify(payload)`` for every notification on ``channel``
+        (its own connection, closed by :meth:`aclose`). Returns the task."""
+        import asyncio
+
+        import psycopg
+
+        try:
+            conn = await psycopg.AsyncConnection.connect(
+                self.url, autocommit=True, connect_timeout=int(self.connect_timeout))
+            await conn.execute(f'LISTEN "{channel}"')
+        except psycopg.Error as exc:
+            raise self._unavailable(exc) from None
+        self._listeners.append(conn)
+
+        async def pump() -> None:
+            try:
+                async for notify in conn.notifies():
+                    on_notify(notify.payload)
+            except psycopg.Error as exc:
+                if not conn.closed:
+                    logger.warning("dispatch: stopped listening on %s: %s", channel,
+                                   type(exc).__name__)
+
+        return asyncio.get_running_loop().create_task(pump(), name=f"listen.{channel}")
+
+    # -- workers ----------------------------------------------------------------------
+
+    async def register(self, worker_id: str, *, slots: int, host: str, pid: int) -> None:
+        """Add (or renew) this worker's row with no slot held; forget workers whose
+        heartbeat stopped an hour ago."""
+        async def run(conn: psycopg.AsyncConnection[Any]) -> None:
+            await conn.execute(
+                f"DELETE FROM voxflow_call_workers WHERE heartbeat_at < {_NOW} - 3600")
+            await conn.execute(
+                "INSERT INTO voxflow_call_workers (worker_id, host, pid, slots, used, "
+                f"draining, started_at, heartbeat_at) VALUES (%s, %s, %s, %s, 0, false, {_NOW}, "
+                f"{_NOW}) ON CONFLICT (worker_id) DO UPDATE SET host = excluded.host, "
+                "pid = excluded.pid, slots = excluded.slots, used = 0, draining = false, "
+                "started_at = excluded.started_at, heartbeat_at = excluded.heartbeat_at",
+                (worker_id, host, pid, slots))
+
+        await self._run(run)
+
+    async def claim(self, worker_id: str) -> ClaimedOffer | None:
+        """The oldest unexpired pending offer, claimed by ``worker_id`` together with one
+        of its slots; None if there is no offer, or the worker has no free slot, is
+        draining or its heartbeat is stale (nothing changes then)."""
+        async def run(conn: psycopg.AsyncConnection[Any]) -> ClaimedOffer | None:
+            offer = await (await conn.execute(
+                "SELECT offer_id, sdp, resume FROM voxflow_call_offers WHERE state = 'pending' "
+                f"AND expires_at > {_NOW} ORDER BY created_at LIMIT 1 "
+                "FOR UPDATE SKIP LOCKED")).fetchone()
+            if offer is None:
+                return None
+            slot = await (await conn.execute(
+                "UPDATE voxflow_call_workers SET used = used + 1 WHERE worker_id = %s "
+                f"AND used < slots AND NOT draining AND heartbeat_at > {_NOW} - %s "
+                "RETURNING used", (worker_id, self.stale_after))).fetchone()
+            if slot is None:
+                return None
+            await conn.execute(
+                "UPDATE voxflow_call_offers SET state = 'claimed', worker_id = %s "
+                "WHERE offer_id = %s", (worker_id, offer[0]))
+            return ClaimedOffer(offer_id=offer[0], sdp=offer[1], resume=offer[2])
+
+        result: ClaimedOffer | None = await self._run(run)
+        return result
+
+    async def answer(self, offer_id: str, worker_id: str, *, sdp: str, call_id: str) -> bool:
+        """Write the answer of a claimed offer and wake its front door; False when the
+        front door gave up on it (the call must then be ended)."""
+        return await self._settle(offer_id, worker_id, "answered",
+                                  "answer_sdp = %s, call_id = %s", (sdp, call_id))
+
+    async def refuse(self, offer_id: str, worker_id: str, *, status: int, error: str) -> bool:
+        """Record that a claimed offer could not be answered (``status``, ``error``)."""
+        return await self._settle(offer_id, worker_id, "failed", "status = %s, error = %s",
+                                  (status, error))
+
+    async def _settle(self, offer_id: str, worker_id: str, state: str, columns: str,
+                      values: tuple[Any, ...]) -> bool:
+        async def run(conn: psycopg.AsyncConnection[Any]) -> bool:
+            row = await (await conn.execute(
+                f"UPDATE voxflow_call_offers SET state = %s, {columns} WHERE offer_id = %s "
+                "AND worker_id = %s AND state = 'claimed' RETURNING offer_id",
+                (state, *values, offer_id, worker_id))).fetchone()
+            if row is not None:
+                await conn.execute("SELECT pg_notify(%s, %s)", (self.answers_channel, offer_id))
+            return row is not None
+
+        settled: bool = await self._run(run)
+        return settled
+
+    async def release(self, worker_id: str) -> None:
+        """Give back one slot of ``worker_id`` (a call ended, or a claim was not answered)."""
+        await self._run(lambda conn: conn.execute(
+            "UPDATE voxflow_call_workers SET used = greatest(used - 1, 0) WHERE worker_id = %s",
+            (worker_id,)))
+
+    async def set_draining(self, worker_id: str) -> None:
+        """Take no more calls: claims by ``worker_id`` are refused from now on."""
+        await self._run(lambda conn: conn.execute(
+            "UPDATE voxflow_call_workers SET draining = true WHERE worker_id = %s",
+            (worker_id,)))
+
+    async def deregister(self, worker_id: str) -> None:
+        """Remove the worker's row (it has stopped)."""
+        await self._run(lambda conn: conn.execute(
+            "DELETE FROM voxflow_call_workers WHERE worker_id = %s", (worker_id,)))
+
+    def heartbeat_sql(self) -> str:
+        """The heartbeat statement (run by :class:`~voxflow_adapters.webrtc.worker.Heartbeat`
+        on its own connection and thread): ``(headroom, worker_id)``."""
+        return (f"UPDATE voxflow_call_workers SET heartbeat_at = {_NOW}, headroom = %s "
+                "WHERE worker_id = %s")
+
+    async def workers(self) -> list[WorkerRow]:
+        """Every registered worker, its load and heartbeat age."""
+        async def run(conn: psycopg.AsyncConnection[Any]) -> list[WorkerRow]:
+            rows = await (await conn.execute(
+                "SELECT worker_id, host, pid, slots, used, headroom, draining, "
+                f"{_NOW} - heartbeat_at FROM voxflow_call_workers ORDER BY worker_id"
+            )).fetchall()
+            return [WorkerRow(worker_id=r[0], host=r[1], pid=r[2], slots=r[3], used=r[4],
+                              headroom=r[5], draining=r[6], heartbeat_age=r[7]) for r in rows]
+
+        found: list[WorkerRow] = await self._run(run)
+        return found
+
+    # -- front doors ------------------------------------------------------------------
+
+    async def free_slots(self) -> tuple[int, int]:
+        """``(free slots, live workers)`` over workers with a fresh heartbeat that are
+        not draining."""
+        async def run(conn: psycopg.AsyncConnection[Any]) -> tuple[int, int]:
+            row = await (await conn.execute(
+                "SELECT coalesce(sum(slots - used), 0), count(*) FROM voxflow_call_workers "
+                f"WHERE NOT draining AND heartbeat_at > {_NOW} - %s",
+                (self.stale_after,))).fetchone()
+            return (int(row[0]), int(row[1])) if row else (0, 0)
+
+        free: tuple[int, int] = await self._run(run)
+        return free
+
+    async def post_offer(self, sdp: str, *, expires_in: float, resume: str | None = None
+                         ) -> str:
+        """Queue an offer for ``expires_in`` seconds and wake the workers; its id.
+        ``resume``: the offer's resume object (JSON; its token is checked by the worker
+        against the session's stored hash, and the row is deleted once answered)."""
+        offer_id = uuid.uuid4().hex
+
+        async def run(conn: psycopg.AsyncConnection[Any]) -> None:
+            await conn.execute(
+                "INSERT INTO voxflow_call_offers (offer_id, sdp, resume, created_at, "
+                f"expires_at) VALUES (%s, %s, %s, {_NOW}, {_NOW} + %s)",
+                (offer_id, sdp, resume, expires_in))
+            await conn.execute("SELECT pg_notify(%s, %s)", (self.offers_channel, offer_id))
+
+        await self._run(run)
+        return offer_id
+
+    async def take_result(self, offer_id: str, *, give_up: bool = False) -> OfferResult | None:
+        """The offer's result once answered or refused (its row is then deleted); None
+        while pending or claimed. ``give_up``: delete it whatever its state and return
+        that state (a worker answering afterwards finds no row)."""
+        where = "" if give_up else " AND state IN ('answered', 'failed')"
+
+        async def run(conn: psycopg.AsyncConnection[Any]) -> OfferResult | None:
+            row = await (await conn.execute(
+                f"DELETE FROM voxflow_call_offers WHERE offer_id = %s{where} RETURNING "
+                "state, worker_id, answer_sdp, call_id, status, error", (offer_id,)
+            )).fetchone()
+            if row is None:
+                return None
+            return OfferResult(state=row[0], worker_id=row[1], answer_sdp=row[2],
+                               call_id=row[3], status=row[4], error=row[5])
+
+        result: OfferResult | None = await self._run(run)
+        return result
+
+    async def forget_expired(self) -> int:
+        """Delete offers that expired a minute ago (a front door died while waiting)."""
+        async def run(conn: psycopg.AsyncConnection[Any]) -> int:
+            cursor = await conn.execute(
+                f"DELETE FROM voxflow_call_offers WHERE expires_at < {_NOW} - 60")
+            return int(cursor.rowcount)
+
+        deleted: int = await self._run(run)
+        return deleted
+
+    def __repr__(self) -> str:
+        return f"DispatchStore({redact_url(self.url)!r}, stale_after={self.stale_after})"
+

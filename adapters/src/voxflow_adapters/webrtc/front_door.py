@@ -1,0 +1,153 @@
+"""A front door (``voxflow serve --front-door``): the page and ``POST /offer``, with the
+offer handed to a call worker through PostgreSQL.
+
+The HTTP contract, the token and the Origin checks are those of ``voxflow serve``
+(:class:`~voxflow_adapters.webrtc.server.SignalingServer`). A valid offer is posted to
+the offers table (:mod:`~voxflow_adapters.webrtc.dispatch`); a call worker with a free
+slot claims it and writes its answer, whose ICE candidates are the worker's: the media
+go between the caller and that worker, never through the front door. The front door
+holds no call state, so any number of them can serve one database (behind any load
+balancer, no sticky sessions).
+
+Refusals are immediate when no live worker has a free slot (503, saying so), and after
+``offer_timeout`` seconds when no worker answered (503): the offer is then withdrawn, and
+a worker that answers late ends the call it started.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+
+from .dispatch import DispatchStore, DispatchUnavailableError, OfferResult
+from .signaling import (
+    DEFAULT_SERVER_SETTINGS,
+    CallRefused,
+    OfferAnswer,
+    ServerSettings,
+    SignalingServer,
+)
+from .wire import ResumeRequest
+
+__all__ = ["FrontDoor"]
+
+logger = logging.getLogger(__name__)
+
+
+class FrontDoor(SignalingServer):
+    """The page and signalling, with calls answered by call workers.
+
+    Args:
+        store: the dispatch tables.
+        settings: bind address, token, Origin rules, size limits (``max_calls`` is not
+            used: the workers' slots are).
+        offer_timeout: how long (s) an offer waits for a worker's answer.
+        poll_interval: seconds between looks at the offer's row when no ``NOTIFY`` came.
+    """
+
+    def __init__(
+        self, store: DispatchStore, *, settings: ServerSettings = DEFAULT_SERVER_SETTINGS,
+        offer_timeout: float = 10.0, poll_interval: float = 0.5,
+    ) -> None:
+        super().__init__(settings=settings)
+        if not offer_timeout > 0 or not poll_interval > 0:
+            raise ValueError("offer_timeout and poll_interval must be > 0 seconds")
+        self.store = store
+        self.offer_timeout = float(offer_timeout)
+        self.poll_interval = float(poll_interval)
+        self.dispatched = 0
+        """Offers answered by a worker so far."""
+        self._waiting: dict[str, asyncio.Event] = {}
+        self._listen_task: asyncio.Task[None] | None = None
+
+    async def start(self) -> str:
+        """Connect to the database, listen for answers, then serve HTTP.
+
+        Raises:
+            DispatchUnavailableError: the database cannot be used.
+        """
+        await self.store.open()
+        await self.store.forget_expired()
+        self._listen_task = await self.store.listen(self.store.answers_channel, self._notified)
+        return await super().start()
+
+    async def aclose(self) -> None:
+        """Stop serving and close the database connections."""
+        await super().aclose()
+        if self._listen_task is not None:
+            self._listen_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._listen_task
+        await self.store.aclose()
+
+    def _notified(self, offer_id: str) -> None:
+        event = self._waiting.get(offer_id)
+        if event is not None:
+            event.set()
+
+    async def answer_offer(self, sdp: str, resume: ResumeRequest | None = None) -> OfferAnswer:
+        """Hand ``sdp`` (and ``resume``: the stored session it goes on with, checked by
+        the worker) to a call worker and return its answer.
+
+        Raises:
+            CallRefused: 503 when no live worker has a free slot, none answered in time
+                or the database is unreachable; the worker's own refusal otherwise.
+        """
+        try:
+            free, live = await self.store.free_slots()
+            if free <= 0:
+                raise CallRefused(
+                    503, f"no call worker has a free slot ({live} live worker(s), all busy "
+                    "or draining): start another with `voxflow serve --worker`, or retry",
+                    "busy")
+            result = await self._dispatch(
+                sdp, None if resume is None else resume.model_dump_json())
+        except DispatchUnavailableError as exc:
+            logger.error("dispatch failed: %s", exc)
+            raise CallRefused(503, "the call dispatch database is unreachable; retry shortly",
+                              "database") from None
+        if result.state == "answered" and result.answer_sdp and result.call_id:
+            self.dispatched += 1
+            logger.info("offer dispatched", extra={"call_id": result.call_id,
+                                                   "worker_id": result.worker_id})
+            return OfferAnswer(sdp=result.answer_sdp, call_id=result.call_id)
+        if result.state == "failed":
+            raise CallRefused(result.status or 500, result.error or "the call worker refused "
+                              "the offer", "worker")
+        raise CallRefused(503, f"no call worker answered within {self.offer_timeout:g} s "
+                          "(every worker busy, or none reachable): retry", "timeout")
+
+    async def _dispatch(self, sdp: str, resume: str | None) -> OfferResult:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.offer_timeout
+        woken = asyncio.Event()
+        offer_id = await self.store.post_offer(sdp, expires_in=self.offer_timeout,
+                                               resume=resume)
+        self._waiting[offer_id] = woken
+        done = False
+        try:
+            while True:
+                woken.clear()
+                result = await self.store.take_result(offer_id)
+                if result is not None:
+                    done = True
+                    return result
+                remaining = deadline - loop.time()
+                if remaining <= 0:
+                    break
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(min(self.poll_interval, remaining)):
+                        await woken.wait()
+            given_up = await self.store.take_result(offer_id, give_up=True)
+            done = True
+            return given_up if given_up is not None else OfferResult(state="pending")
+        finally:
+            self._waiting.pop(offer_id, None)
+            if not done:  # cancelled: withdraw the offer (a late answer ends its call)
+                with contextlib.suppress(DispatchUnavailableError):
+                    await asyncio.shield(self.store.take_result(offer_id, give_up=True))
+
+    def __repr__(self) -> str:
+        return (f"FrontDoor({self.settings.host}:{self.port}, dispatched={self.dispatched}, "
+                f"rejected={sum(self._rejected.values())})")

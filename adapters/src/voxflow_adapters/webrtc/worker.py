@@ -1,0 +1,313 @@
+"""A call worker (``voxflow serve --worker``): calls dispatched through PostgreSQL.
+
+The worker has no HTTP port: it claims the offers front doors post
+(:mod:`~voxflow_adapters.webrtc.dispatch`), answers each with a call of its own
+:class:`~voxflow_adapters.webrtc.server.WebRtcServer` (the engines loaded once, shared
+by its calls) and writes the answer back. The media then flow between the caller and
+this worker directly: the answer carries the worker's ICE candidates, the front door
+only relays the signalling.
+
+* **Slots.** A claim takes one of the worker's slots in the claim's own transaction
+  (:meth:`DispatchStore.claim`), and the worker only claims while it holds fewer calls
+  (running, being answered, being claimed) than its slots. Each claimed slot is given
+  back exactly once: when the offer could not be answered, or when its call ends.
+* **Who claims first.** Every worker is woken by ``NOTIFY`` (and polls, the table being
+  the truth); a worker waits ``spread * held / slots`` seconds before claiming, so the
+  least loaded worker usually wins. A preference only: correctness never depends on it.
+* **Heartbeat.** :class:`Heartbeat` writes it from its own thread and connection, so a
+  busy event loop (speech models, many calls) never delays it; a worker whose heartbeat
+  is stale cannot claim and is not counted by the front doors.
+* **Drain** (SIGTERM): :meth:`CallWorker.drain` marks the worker draining (no claim
+  succeeds after that), lets the running calls finish up to ``drain_seconds``, ends the
+  rest with a ``bye``, removes the worker's row and stops.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from .dispatch import ClaimedOffer, DispatchStore, DispatchUnavailableError
+from .server import CallRefused, WebRtcServer
+from .wire import ResumeRequest
+
+__all__ = ["CallWorker", "Heartbeat"]
+
+logger = logging.getLogger(__name__)
+
+Headroom = Callable[[], float | None]
+"""The spare capacity the worker reports with each heartbeat (None: not measured)."""
+
+
+class Heartbeat:
+    """Renews a worker's heartbeat every ``interval`` seconds from a thread of its own
+    (its own database connection): the event loop's load cannot make it miss.
+
+    Args:
+        store: the dispatch store (its URL and heartbeat statement).
+        worker_id: the row to renew.
+        interval: seconds between beats.
+        headroom: reported with each beat (called on the heartbeat thread).
+    """
+
+    def __init__(self, store: DispatchStore, worker_id: str, *, interval: float,
+                 headroom: Headroom | None = None) -> None:
+        if not interval > 0:
+            raise ValueError("interval must be > 0 seconds")
+        self.store = store
+        self.worker_id = worker_id
+        self.interval = float(interval)
+        self.headroom = headroom
+        self.beats = 0
+        """Heartbeats written so far."""
+        self.failures = 0
+        """Heartbeats that could not be written (the database was unreachable)."""
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        """Start beating (idempotent)."""
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, daemon=True,
+                                            name=f"heartbeat-{self.worker_id}")
+            self._thread.start()
+
+    def stop(self) -> None:
+        """Stop beating and wait for the thread."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=self.interval + self.store.connect_timeout)
+            self._thread = None
+
+    def _run(self) -> None:
+        import psycopg
+
+        sql = self.store.heartbeat_sql()
+        conn: psycopg.Connection[Any] | None = None
+        while not self._stop.is_set():
+            try:
+                if conn is None or conn.closed:
+                    conn = psycopg.connect(self.store.url, autocommit=True,
+                                           connect_timeout=int(self.store.connect_timeout))
+                headroom = self.headroom() if self.headroom is not None else None
+                conn.execute(sql, (headroom, self.worker_id))
+                self.beats += 1
+            except psycopg.Error as exc:
+                self.failures += 1
+                logger.warning("heartbeat not written (%s); retrying", type(exc).__name__)
+                if conn is not None:
+                    conn.close()
+                conn = None
+            self._stop.wait(self.interval)
+        if conn is not None:
+            conn.close()
+
+
+class CallWorker:
+    """Claims dispatched offers and answers them with calls of ``host``.
+
+    Args:
+        host: this process's calls (its ``max_calls`` are the worker's slots); not
+            listening on HTTP.
+        store: the dispatch tables.
+        worker_id: this worker's name (default: ``host.worker_id``, its lease owner name).
+        drain_seconds: how long running calls may go on after :meth:`drain` starts.
+        poll_interval: seconds between looks at the table when no ``NOTIFY`` came.
+        spread: the longest head start (s) a less loaded worker gets when claiming.
+        headroom: the spare capacity reported with each heartbeat (default
+            :meth:`headroom`: the host's admission headroom).
+    """
+
+    def __init__(
+        self, host: WebRtcServer, store: DispatchStore, *, worker_id: str | None = None,
+        drain_seconds: float = 60.0, poll_interval: float = 1.0, spread: float = 0.05,
+        headroom: Headroom | None = None,
+    ) -> None:
+        if not isinstance(host, WebRtcServer):
+            raise TypeError(f"host must be a WebRtcServer, got {type(host).__name__}")
+        if drain_seconds < 0 or not poll_interval > 0 or spread < 0:
+            raise ValueError("drain_seconds and spread must be >= 0, poll_interval > 0")
+        self.host = host
+        self.store = store
+        self.hostname = socket.gethostname()
+        self.worker_id = worker_id or host.worker_id
+        self.slots = host.settings.max_calls
+        self.drain_seconds = float(drain_seconds)
+        self.poll_interval = float(poll_interval)
+        self.spread = float(spread)
+        self.heartbeat = Heartbeat(store, self.worker_id, interval=store.stale_after / 4,
+                                   headroom=headroom if headroom is not None else self.headroom)
+        host.call_prefix = self.worker_id
+        host.on_call_ended = self._on_call_ended
+        self.draining = False
+        self._claiming = 0
+        self._owed_releases = 0
+        self._wake = asyncio.Event()
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._loop_task: asyncio.Task[None] | None = None
+        self._listen_task: asyncio.Task[Any] | None = None
+
+    @property
+    def held(self) -> int:
+        """Slots held: calls running, offers being answered or claimed."""
+        return self.host.calls_held + self._claiming
+
+    async def start(self) -> None:
+        """Register, start the heartbeat, listen for offers and claim them.
+
+        Raises:
+            DispatchUnavailableError: the database cannot be used.
+        """
+        await self.store.open()
+        await self.store.register(self.worker_id, slots=self.slots, host=self.hostname,
+                                  pid=os.getpid())
+        self.heartbeat.start()
+        self._listen_task = await self.store.listen(self.store.offers_channel,
+                                                    lambda _: self._wake.set())
+        self._loop_task = asyncio.get_running_loop().create_task(
+            self._claim_loop(), name=f"{self.worker_id}.claims")
+        logger.info("call worker ready", extra={"worker_id": self.worker_id,
+                                                "slots": self.slots})
+
+    async def drain(self) -> None:
+        """No new calls; running calls finish (up to ``drain_seconds``, then each gets a
+        ``bye``); the worker's row is removed and the heartbeat stops."""
+        if self.draining:
+            return
+        self.draining = True
+        logger.info("draining", extra={"worker_id": self.worker_id,
+                                       "calls": self.host.calls_held,
+                                       "deadline_s": self.drain_seconds})
+        with contextlib.suppress(DispatchUnavailableError):
+            await self.store.set_draining(self.worker_id)
+        if self._loop_task is not None:
+            self._loop_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._loop_task
+        if self._tasks:  # offers being answered become calls (or are refused) first
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+        try:
+            async with asyncio.timeout(self.drain_seconds):
+                await self.host.wait_idle()
+        except TimeoutError:
+            logger.warning("drain deadline reached: ending %d call(s)", self.host.calls_held)
+            await self.host.end_calls("the worker is shutting down")
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        with contextlib.suppress(DispatchUnavailableError):
+            await self.store.deregister(self.worker_id)
+        self.heartbeat.stop()
+        logger.info("drained", extra={"worker_id": self.worker_id})
+
+    async def aclose(self) -> None:
+        """Drain (if not done) and close the store."""
+        await self.drain()
+        if self._listen_task is not None:
+            self._listen_task.cancel()
+        await self.store.aclose()
+
+    # -- claiming ---------------------------------------------------------------------
+
+    async def _claim_loop(self) -> None:
+        while not self.draining:
+            self._wake.clear()
+            await self._pay_releases()
+            try:
+                await self._claim_available()
+            except DispatchUnavailableError as exc:
+                logger.warning("cannot claim offers: %s", exc)
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self.poll_interval):
+                    await self._wake.wait()
+
+    def can_take(self) -> bool:
+        """Whether a claim may be made now: not draining, a slot free, and the host's
+        admission accepting (its recent voice-to-voice p95 within target)."""
+        return (not self.draining and self.held < self.slots
+                and self.host.load().accepting)
+
+    def headroom(self) -> float:
+        """Calls this worker can still take (its admission's headroom less the offers
+        being claimed); 0 while admission refuses."""
+        load = self.host.load()
+        return float(max(0, load.headroom - self._claiming)) if load.accepting else 0.0
+
+    async def _claim_available(self) -> None:
+        while self.can_take():
+            if self.held and self.spread:
+                await asyncio.sleep(self.spread * self.held / self.slots)
+                if not self.can_take():
+                    return
+            self._claiming += 1
+            try:
+                offer = await self.store.claim(self.worker_id)
+            except BaseException:
+                self._claiming -= 1
+                raise
+            if offer is None:
+                self._claiming -= 1
+                return
+            self._spawn(self._answer(offer))
+
+    async def _answer(self, offer: ClaimedOffer) -> None:
+        # the claim's slot passes to the host in one step (no await in between)
+        self._claiming -= 1
+        try:
+            resume = (None if offer.resume is None
+                      else ResumeRequest.model_validate_json(offer.resume))
+            answer = await self.host.answer_offer(offer.sdp, resume)
+        except CallRefused as exc:
+            await self._refuse(offer, exc.status, exc.reason)
+            return
+        except Exception as exc:
+            logger.exception("answering a dispatched offer failed")
+            await self._refuse(offer, 500, f"the call could not start ({type(exc).__name__})")
+            return
+        try:
+            delivered = await self.store.answer(offer.offer_id, self.worker_id,
+                                                sdp=answer.sdp, call_id=answer.call_id)
+        except DispatchUnavailableError as exc:
+            logger.warning("the answer could not be written: %s", exc)
+            delivered = False
+        if not delivered:  # the front door stopped waiting: nobody will connect
+            self.host.end_call(answer.call_id, "the front door stopped waiting for the answer")
+
+    async def _refuse(self, offer: ClaimedOffer, status: int, reason: str) -> None:
+        with contextlib.suppress(DispatchUnavailableError):
+            await self.store.refuse(offer.offer_id, self.worker_id, status=status, error=reason)
+        self._owed_releases += 1
+        await self._pay_releases()
+
+    def _on_call_ended(self, call_id: str) -> None:
+        self._owed_releases += 1
+        self._spawn(self._pay_releases())
+
+    async def _pay_releases(self) -> None:
+        """Give back the slots owed to the database (kept owed, and retried by the claim
+        loop, while it is unreachable)."""
+        paid = 0
+        while self._owed_releases > 0:
+            self._owed_releases -= 1
+            try:
+                await self.store.release(self.worker_id)
+            except DispatchUnavailableError as exc:
+                self._owed_releases += 1
+                logger.warning("a slot could not be given back yet: %s", exc)
+                break
+            paid += 1
+        if paid:
+            self._wake.set()  # a slot is free: look for offers now
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def __repr__(self) -> str:
+        return (f"CallWorker({self.worker_id!r}, held={self.held}/{self.slots}, "
+                f"draining={self.draining})")

@@ -1,0 +1,185 @@
+"""Call dispatch through PostgreSQL, in one process: a front door and call workers share
+one real database schema; real aiortc callers dial the front door and talk to the worker
+that answered (the example assistant on the real models)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from voxflow_adapters.webrtc import (
+    PeerSettings,
+    ServerSettings,
+    WebRtcServer,
+    assistant_call_factory,
+)
+from voxflow_adapters.webrtc.client import LoopbackCaller, OfferRejected
+from voxflow_adapters.webrtc.dispatch import DispatchStore, DispatchUnavailableError
+from voxflow_adapters.webrtc.front_door import FrontDoor
+from voxflow_adapters.webrtc.worker import CallWorker
+from voxflow_voice.engines import VoiceEngines
+
+LOOPBACK = PeerSettings(ice_host_addresses=("127.0.0.1",))
+TOKEN = "dispatch-test-token"
+
+
+@contextlib.asynccontextmanager
+async def worker(engines: VoiceEngines, url: str, slots: int, **options: Any
+                 ) -> AsyncIterator[CallWorker]:
+    host = WebRtcServer(assistant_call_factory(), engines,
+                        settings=ServerSettings(max_calls=slots, peer=LOOPBACK))
+    worker = CallWorker(host, DispatchStore(url, stale_after=options.pop("stale_after", 2.0)),
+                        **options)
+    await worker.start()
+    try:
+        yield worker
+    finally:
+        await worker.aclose()
+
+
+@contextlib.asynccontextmanager
+async def front_door(url: str, **options: Any) -> AsyncIterator[FrontDoor]:
+    door = FrontDoor(DispatchStore(url, stale_after=options.pop("stale_after", 2.0)),
+                     settings=ServerSettings(port=0, token=TOKEN), **options)
+    async with door:
+        yield door
+
+
+def dial(door: FrontDoor) -> LoopbackCaller:
+    return LoopbackCaller(f"http://127.0.0.1:{door.port}", TOKEN)
+
+
+@pytest.mark.models
+async def test_concurrent_offers_fill_every_slot_and_no_more(
+    engines: VoiceEngines, pg_schema_url: str
+) -> None:
+    async with worker(engines, pg_schema_url, 2) as one, \
+            worker(engines, pg_schema_url, 1) as two, \
+            front_door(pg_schema_url, offer_timeout=4.0) as door:
+        most = {one.worker_id: 0, two.worker_id: 0}
+
+        def watch(w: CallWorker) -> None:
+            most[w.worker_id] = max(most[w.worker_id], w.host.calls_held)
+
+        callers = [dial(door) for _ in range(6)]
+        outcomes = await asyncio.gather(*(c.connect() for c in callers), return_exceptions=True)
+        watch(one)
+        watch(two)
+        connected = [c for c, o in zip(callers, outcomes, strict=True) if o is None]
+        refused = [o for o in outcomes if isinstance(o, OfferRejected)]
+        try:
+            assert len(connected) == 3, outcomes
+            assert len(refused) == 3 and all(r.status == 503 for r in refused)
+            assert all("no call worker" in r.reason for r in refused)
+            assert most == {one.worker_id: 2, two.worker_id: 1}
+            # the call ids name the worker holding them, and the data channel (media path)
+            # is open between the caller and that worker: its hello came through
+            by_worker = sorted(c.call_id.rsplit("-", 1)[0] for c in connected if c.call_id)
+            assert by_worker == sorted([one.worker_id] * 2 + [two.worker_id])
+            for caller in connected:
+                await caller.wait_message("hello", within=10)
+            rows = {r.worker_id: r for r in await door.store.workers()}
+            assert rows[one.worker_id].used == 2 and rows[two.worker_id].used == 1
+        finally:
+            await asyncio.gather(*(c.aclose() for c in connected))
+        async with asyncio.timeout(30):
+            await one.host.wait_idle()
+            await two.host.wait_idle()
+            while any(r.used for r in await door.store.workers()):  # noqa: ASYNC110  # a table
+                await asyncio.sleep(0.1)  # each ended call gave its slot back
+        async with dial(door) as again:  # and the slots are offered again
+            await again.wait_message("hello", within=10)
+
+
+@pytest.mark.models
+async def test_a_worker_with_a_stale_heartbeat_gets_no_call(
+    engines: VoiceEngines, pg_schema_url: str
+) -> None:
+    async with worker(engines, pg_schema_url, 2, stale_after=1.0) as stale, \
+            front_door(pg_schema_url, offer_timeout=3.0, stale_after=1.0) as door:
+        stale.heartbeat.stop()  # as if its heartbeat could not reach the database
+        await asyncio.sleep(1.5)
+        [row] = await door.store.workers()
+        assert row.heartbeat_age > 1.0
+        with pytest.raises(OfferRejected) as refused:
+            await dial(door).connect()
+        assert refused.value.status == 503
+        assert "0 live worker(s)" in refused.value.reason
+        # even an offer already in the table is not claimed by it
+        store = DispatchStore(pg_schema_url, stale_after=1.0)
+        try:
+            offer_id = await store.post_offer("v=0", expires_in=5)
+            assert await store.claim(stale.worker_id) is None
+            assert (await store.take_result(offer_id, give_up=True)).state == "pending"
+        finally:
+            await store.aclose()
+        async with worker(engines, pg_schema_url, 1) as fresh, dial(door) as caller:
+            await caller.wait_message("hello", within=10)
+            assert caller.call_id is not None
+            assert caller.call_id.startswith(fresh.worker_id)
+
+
+@pytest.mark.models
+async def test_a_draining_worker_takes_no_call_and_finishes_its_own(
+    engines: VoiceEngines, pg_schema_url: str
+) -> None:
+    async with worker(engines, pg_schema_url, 2, drain_seconds=30.0) as w, \
+            front_door(pg_schema_url, offer_timeout=3.0) as door:
+        async with dial(door) as caller:
+            await caller.wait_message("hello", within=10)
+            draining = asyncio.get_running_loop().create_task(w.drain())
+            async with asyncio.timeout(10):
+                while not (await door.store.workers())[0].draining:  # noqa: ASYNC110
+                    await asyncio.sleep(0.05)
+            with pytest.raises(OfferRejected) as refused:
+                await dial(door).connect()
+            assert refused.value.status == 503
+            await asyncio.sleep(0.5)
+            assert not draining.done()  # the running call goes on
+            assert caller.connection_state == "connected"
+        async with asyncio.timeout(30):
+            await draining  # it returns once the caller hung up
+        assert await door.store.workers() == []  # and the worker's row is gone
+
+
+@pytest.mark.models
+async def test_the_drain_deadline_ends_the_calls_left_with_a_bye(
+    engines: VoiceEngines, pg_schema_url: str
+) -> None:
+    async with worker(engines, pg_schema_url, 1, drain_seconds=0.5) as w, \
+            front_door(pg_schema_url, offer_timeout=3.0) as door, dial(door) as caller:
+        await caller.wait_message("hello", within=10)
+        async with asyncio.timeout(30):
+            await w.drain()
+        bye = await caller.wait_message("bye", within=10)
+        assert bye["reason"] == "the worker is shutting down"
+
+
+async def test_an_unreachable_database_is_a_typed_error_without_the_password() -> None:
+    store = DispatchStore("postgresql://voxflow:s3cret@127.0.0.1:9/nowhere", connect_timeout=1)
+    with pytest.raises(DispatchUnavailableError) as failure:
+        await store.open()
+    assert "s3cret" not in str(failure.value)
+    assert "VOXFLOW_DATABASE_URL" in str(failure.value)
+
+
+def test_front_door_and_worker_need_the_database_url_and_say_so(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from voxflow.cli import main
+
+    monkeypatch.delenv("VOXFLOW_DATABASE_URL", raising=False)
+    for role in ("--front-door", "--worker"):
+        assert main(["serve", role]) == 2
+        err = capsys.readouterr().err
+        assert "VOXFLOW_DATABASE_URL=postgresql://" in err and "drop the option" in err
+    with pytest.raises(SystemExit) as usage:  # one role per process
+        main(["serve", "--front-door", "--worker"])
+    assert usage.value.code == 2
+    assert "not allowed with" in capsys.readouterr().err
+    monkeypatch.setenv("VOXFLOW_DATABASE_URL", "postgresql://u@127.0.0.1:5432/db")
+    assert main(["serve", "--worker", "--drain-seconds", "-1"]) == 2
+    assert "--drain-seconds -1: give seconds" in capsys.readouterr().err
