@@ -33,6 +33,33 @@ Also printed: RTP packets lost, late or skipped on both ends, outbound frames pr
 late (> 20 ms after their deadline), and stale samples after a fence (must be 0).
 Targets (issue 20): WebRTC voice to voice <= simulated + 100 ms; barge-in stop at the
 caller <= 120 ms; 0 stale samples; no frame lost on loopback.
+
+Measured Dec 1 (three runs of ``--hold before 3`` under the benchmark lock, load average
+13.6, 6.5-9.1 and 6.6; medians of the per-run medians, ms after the user's last speech
+sample left the aiortc caller's microphone; STT/TTS steps swing with the load and are
+left out):
+
+===================================  ==============  ==============
+step (aiortc caller)                 before          after
+===================================  ==============  ==============
+packet at server -> decoded          +80             +0
+decoded -> handed to the VAD         +1              +0
+first TTS chunk -> first frame sent  +14             +1
+first frame sent -> at the caller    +83             +4
+transport share of voice to voice    182             25 (8 at load 6.6)
+voice to voice at the caller         933             741
+barge-in: last frame sent -> caller  +90             +5
+barge-in stop at the caller          363             165
+===================================  ==============  ==============
+
+Headless Chromium (the page's figures, medians of the three runs): ``receive_ms`` 81 ->
+1, jitter buffer 158 -> 147 (59 in the quietest run; it grows with the server's late
+frames under load), playout 30 -> 30, transport share at the ear 289 -> 190 (91 in the
+quietest run). In every run: 0 packets lost or skipped, 0 stale samples; Chromium
+concealed 7-12 k samples per call before and after (the server's outbound frames late
+on a loaded machine). The barge-in stop's remaining 165 ms is the VAD onset (144 ms
+after the first barge packet; the simulated transport's stop was 196-235 ms in the same
+runs), so the 120 ms target is not met by the transport alone.
 """
 
 from __future__ import annotations
