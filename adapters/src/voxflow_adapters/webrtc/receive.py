@@ -26,7 +26,6 @@ from __future__ import annotations
 import statistics
 import time
 from collections import deque
-from dataclasses import dataclass
 from typing import Any
 
 __all__ = [
@@ -108,11 +107,6 @@ class ReorderWindow:
         return out
 
 
-@dataclass(frozen=True, slots=True)
-class _Arrival:
-    at: float
-
-
 class ReceiveTimings:
     """When each packet of one stream arrived and when its frame was decoded.
 
@@ -143,6 +137,7 @@ class ReceiveTimings:
         """A frame came out of the decoder at ``at``; returns its packet's arrival."""
         if pts is None:
             return None
+        pts %= _TS  # aiortc's mapper keeps counting past a wrap of the RTP timestamp
         arrived = self._arrived.get(pts)
         if arrived is not None:
             self.decoded.append((pts, arrived, at))
@@ -150,7 +145,7 @@ class ReceiveTimings:
 
     def arrival_of(self, pts: int) -> float | None:
         """When the packet of frame ``pts`` arrived (None: unknown or forgotten)."""
-        return self._arrived.get(pts)
+        return self._arrived.get(pts % _TS)
 
     def decode_delay_ms(self) -> float | None:
         """Median packet arrival → decoded frame (ms) over the recent frames."""
