@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -33,7 +34,7 @@ from voxflow_voice.wiring import assistant_session
 
 from voxflow.clock import Clock
 from voxflow.errors import FencedWriteError
-from voxflow.jobs import JobRunner
+from voxflow.jobs import JobRunner, PostgresJobQueue
 from voxflow.settings import Settings
 from voxflow.wiring import AssistantWiring
 
@@ -132,12 +133,15 @@ class CallFactory(Protocol):
 
 
 def flow_call_factory(
-    flow_class: type[Any], *, settings: VoiceSettings | None = None
+    flow_class: type[Any], *, settings: VoiceSettings | None = None,
+    job_queue: PostgresJobQueue | None = None,
 ) -> CallFactory:
     """Calls answered by a fresh ``flow_class()`` each, wired like every entry point
     (:class:`~voxflow.wiring.AssistantWiring`: reply queue, background jobs and
     announcements when its state has them); ``settings``: the voice settings of every
-    call, :data:`WEBRTC_VOICE_SETTINGS` if None.
+    call, :data:`WEBRTC_VOICE_SETTINGS` if None; ``job_queue``: the background jobs of
+    persisted calls run in job-worker processes (``voxflow jobs worker``) and their
+    updates come back through the session's inbox (None: in the call's process).
 
     Raises:
         TypeError: ``flow_class`` is not a class.
@@ -158,7 +162,7 @@ def flow_call_factory(
             call._closers.append(wiring.aclose)
             return call
         return await _persisted_call(flow_class, session, transport, engines, clock,
-                                     on_event, settings)
+                                     on_event, settings, job_queue)
 
     return make
 
@@ -166,6 +170,7 @@ def flow_call_factory(
 async def _persisted_call(
     flow_class: type[Any], session: CallSession, transport: AudioTransport,
     engines: VoiceEngines, clock: Clock, on_event: EventSink, settings: VoiceSettings,
+    job_queue: PostgresJobQueue | None = None,
 ) -> Call:
     """A call whose flow saves through ``session.persistence`` (see the module)."""
     flow = flow_class(persistence=session.persistence)
@@ -179,7 +184,10 @@ async def _persisted_call(
     else:
         token = issue_resume_token(flow.state)
     await flow.asave_state("call_started")  # the token, or the settled drop, first
-    wiring = AssistantWiring(flow, clock=clock)
+    wiring = AssistantWiring(
+        flow, clock=clock, job_queue=job_queue,
+        save_jobs=None if job_queue is None else functools.partial(flow.asave_state,
+                                                                   "job_update"))
     voice: VoiceSession | None = None
 
     def heard(delivery_id: Any) -> Any:
@@ -213,7 +221,7 @@ async def _persisted_call(
 
 def assistant_call_factory(
     model: str | None = None, *, settings: VoiceSettings | None = None,
-    work_seconds: float | None = None,
+    work_seconds: float | None = None, job_queue: PostgresJobQueue | None = None,
 ) -> CallFactory:
     """Calls answered by the example assistant (:mod:`voxflow.examples.assistant`), its
     order lookups run as background jobs and announced when the floor is free.
@@ -222,9 +230,10 @@ def assistant_call_factory(
         model: a litellm model for open questions (None: rule-based, no key needed).
         settings: voice settings of every call (:data:`WEBRTC_VOICE_SETTINGS` if None).
         work_seconds: how long an order lookup takes (the example's default if None).
+        job_queue: run the lookups in job-worker processes (see :func:`flow_call_factory`).
     """
     from voxflow.demo import load_example_module
 
     example = load_example_module("assistant")
     return flow_call_factory(example.assistant_class(model, lookup_seconds=work_seconds),
-                             settings=settings)
+                             settings=settings, job_queue=job_queue)

@@ -18,6 +18,7 @@ from voxflow_voice.engines import VoiceEngines
 
 from voxflow.errors import VoxflowError
 from voxflow.flow.persistence import default_data_dir
+from voxflow.jobs import PostgresJobQueue, default_job_queue
 from voxflow.settings import DATABASE_URL_VARIABLE, Settings
 
 from .calls import CallFactory, assistant_call_factory, flow_call_factory, webrtc_voice_settings
@@ -141,11 +142,13 @@ def tls_files(
 
 
 def build_call_factory(
-    *, flow: str | None, model: str | None = None, settings: Settings | None = None
+    *, flow: str | None, model: str | None = None, settings: Settings | None = None,
+    job_queue: PostgresJobQueue | None = None,
 ) -> CallFactory:
     """The calls ``voxflow serve`` answers: ``flow`` (``path.py:Class`` or ``module:Class``)
     or the example assistant if None, with the voice settings of
-    :func:`~voxflow_adapters.webrtc.calls.webrtc_voice_settings` (``settings``).
+    :func:`~voxflow_adapters.webrtc.calls.webrtc_voice_settings` (``settings``);
+    ``job_queue``: their background jobs run in job-worker processes.
 
     Raises:
         TypeError: ``settings`` is not a :class:`~voxflow.settings.Settings`, or ``flow``
@@ -154,10 +157,11 @@ def build_call_factory(
     """
     voice_settings = webrtc_voice_settings(settings)
     if flow is None:
-        return assistant_call_factory(model, settings=voice_settings)
+        return assistant_call_factory(model, settings=voice_settings, job_queue=job_queue)
     from voxflow._loader import load_flow_class
 
-    return flow_call_factory(load_flow_class(flow, model=model), settings=voice_settings)
+    return flow_call_factory(load_flow_class(flow, model=model), settings=voice_settings,
+                             job_queue=job_queue)
 
 
 def run_serve(
@@ -213,7 +217,10 @@ def run_serve(
     factory: CallFactory | None = None
     if role != "front-door":
         try:
-            factory = build_call_factory(flow=flow, model=model, settings=settings)
+            # a call worker's jobs go to the job workers (voxflow jobs worker)
+            job_queue = default_job_queue() if role == "worker" else None
+            factory = build_call_factory(flow=flow, model=model, settings=settings,
+                                         job_queue=job_queue)
         except (VoxflowError, TypeError) as exc:
             print(f"error: {exc}", file=sys.stderr)
             return EXIT_USAGE
