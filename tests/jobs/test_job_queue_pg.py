@@ -366,14 +366,25 @@ async def test_listen_notify_wakes_the_owner_long_before_its_poll(
     for reader in readers:
         reader.start()
     try:
-        await asyncio.sleep(1.0)  # their first reads found nothing; they are listening now
-        assert all(event.is_set() for event in woke.values())  # the offer at start
-        for event in woke.values():
-            event.clear()
-        listening = await queue.inbox._execute(
+        async def offered() -> bool:  # their first reads found nothing: the offer at start
+            return all(event.is_set() for event in woke.values())
+
+        async def listening() -> bool:
+            rows = await queue.inbox._execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE query = %s",
+                (f'LISTEN "{queue.inbox.channel}"',))
+            return bool(rows[0][0] >= 1)
+
+        await wait_for(offered, 30, "the readers' first reads")
+        await wait_for(listening, 30, "the LISTEN")
+        await asyncio.sleep(0.5)
+        assert await listening()
+        rows = await queue.inbox._execute(
             "SELECT count(*) FROM pg_stat_activity WHERE query = %s",
             (f'LISTEN "{queue.inbox.channel}"',))
-        assert listening[0][0] == 1  # one connection listens for every session
+        assert rows[0][0] == 1  # one connection listens for every session
+        for event in woke.values():
+            event.clear()
         assert state.jobs[job.job_id].status == "queued"
         update = JobUpdate(session_id=state.id, job_id=job.job_id, revision=1, attempt=1,
                            seq=1, kind="started")
@@ -451,7 +462,8 @@ async def test_a_started_reader_tells_the_session_once_even_with_nothing_to_read
                          poll=0.2)
     reader.start()
     try:
-        await asyncio.sleep(2.0)  # ~10 polls, each finding nothing
+        await wait_for(lambda: asyncio.sleep(0, bool(told)), 30, "the offer at start")
+        await asyncio.sleep(2.0)  # ~10 more polls, each finding nothing
     finally:
         await reader.aclose()
     assert told == [0]
