@@ -234,8 +234,10 @@ async def run(clock_kind: str, runs: int, quick: bool, end_of_turn: str) -> None
     smart = end_of_turn == "smart-turn"
     engines = VoiceEngines.load(deterministic=True,
                                 end_of_turn="smart-turn" if smart else "none")
-    # With the end-of-turn model, the speculative STT starts at 0.1 s (as from_settings).
-    defaults = VoiceSettings(turn_detection=TurnDetection(end_pad=0.1)) if smart else None
+    # With the end-of-turn model, the speculative STT starts at 0.1 s and a committed turn
+    # may be taken back for 1 s until its reply is heard (as from_settings).
+    defaults = VoiceSettings(turn_detection=TurnDetection(end_pad=0.1, resume_grace=1.0)
+                             ) if smart else None
     tag = ", Smart Turn" if smart else ""
     sounds: list[tuple[str, str, str | None, AudioChunk | None]] = []
     backchannels = BACKCHANNELS[:4] if quick else BACKCHANNELS
@@ -258,7 +260,7 @@ async def run(clock_kind: str, runs: int, quick: bool, end_of_turn: str) -> None
                                                       min_barge_in=0.2))
     if smart:  # the model decides at 0.2 s instead
         fast = VoiceSettings(turn_detection=TurnDetection(min_speech=0.2, min_barge_in=0.2,
-                                                          end_pad=0.1))
+                                                          end_pad=0.1, resume_grace=1.0))
     for kind in kinds:
         outs = []
         subset = ([s for s in sounds if s[1] == "backchannel"][:3]

@@ -27,6 +27,7 @@ import pytest
 from voxflow_adapters.scenario import CallResult, run_call
 from voxflow_adapters.script import CallScript
 from voxflow_adapters.testing import ACKNOWLEDGEMENT, Teller, words
+from voxflow_adapters.timeline import call_timeline
 from voxflow_voice.audio import STT_SAMPLE_RATE, AudioChunk, resample
 from voxflow_voice.end_of_turn import SmartTurn
 from voxflow_voice.engines import VoiceEngines
@@ -125,6 +126,8 @@ async def test_speech_resuming_before_the_reply_is_heard_takes_the_turn_back(
     assert stored is not None
     assert [m["content"] for m in stored["messages"]] == [m.content for m in state.messages]
     assert list(stored["turns"]) == [whole.turn_id]
+    # The call's timeline tells it.
+    assert "turn 1 taken back, its answer unheard" in call_timeline(call)
 
 
 async def test_once_a_sample_of_the_reply_was_heard_the_turn_stands(

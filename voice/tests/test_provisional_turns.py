@@ -20,6 +20,7 @@ from pydantic import ValidationError
 from voxflow_voice import (
     FRAME_SAMPLES,
     STT_SAMPLE_RATE,
+    AudioChunk,
     SileroVad,
     SmartTurn,
     SpeechStarted,
@@ -204,7 +205,7 @@ async def test_smart_turn_commits_a_complete_clause_and_the_continuation_takes_i
     """The split the model alone cannot avoid: "I need a flight to Boston" is a complete
     request (the model and the words say so), and the user goes on after 0.3 s."""
     smart = TurnDetection(min_speech=0.2, end_pad=0.1, resume_grace=1.0)
-    model = SmartTurn()
+    model = HeardSizes(SmartTurn())
     without = await listen(
         TurnDetector(SileroVad(), smart.model_copy(update={"resume_grace": 0.0}),
                      end_of_turn_model=model), paused(halves, 0.3), stt=stt)
@@ -215,9 +216,35 @@ async def test_smart_turn_commits_a_complete_clause_and_the_continuation_takes_i
     [whole] = turns(events)
     text = await text_of(stt, whole)
     assert "flight" in text and second_half(text)
-    # The model judged the whole turn again at its end (its verdict on all of it: whole,
-    # or incomplete and the turn ended after max_end_of_turn_silence).
-    assert detector.decisions[-1].end_sample == whole.end_sample
+    # The resumed turn was judged again at its end: the model on the continuation's
+    # audio (judge_continuation: from the resumption's pre-roll on, none of the committed
+    # turn's), the words on all of it.
+    [resumed] = [e for e in events if isinstance(e, TurnResumed)]
+    last = detector.decisions[-1]
+    assert last.end_sample == whole.end_sample and last.transcript is not None
+    assert "flight" in last.transcript.lower()
+    continuation = whole.end_sample - max(resumed.committed_at,
+                                          resumed.onset_sample - round(0.6 * STT_SAMPLE_RATE))
+    assert 0 < model.sizes[-1] - continuation < round(0.3 * STT_SAMPLE_RATE)  # + its pause
+    assert model.sizes[-1] < whole.end_sample - whole.audio.start_sample
+    # Judged whole instead, the model hears all of it.
+    whole_model = HeardSizes(model.model)
+    judged_whole = TurnDetector(SileroVad(), smart.model_copy(
+        update={"judge_continuation": False}), end_of_turn_model=whole_model)
+    await listen(judged_whole, paused(halves, 0.3), stt=stt)
+    assert whole_model.sizes[-1] > whole.end_sample - whole.audio.start_sample
+
+
+class HeardSizes:
+    """The real model, recording how many samples it was asked to judge each time."""
+
+    def __init__(self, model: SmartTurn) -> None:
+        self.model = model
+        self.sizes: list[int] = []
+
+    def probability(self, audio: AudioChunk | NDArray[np.float32]) -> float:
+        self.sizes.append(audio.num_samples if isinstance(audio, AudioChunk) else audio.size)
+        return self.model.probability(audio)
 
 
 def test_resume_grace_is_validated() -> None:

@@ -107,6 +107,10 @@ def _lines(call: CallResult, labels: Labels) -> Iterable[tuple[float, int, str, 
             yield e.at, order, "assistant", (
                 f"speculative answer to {quote(e.text)} discarded unheard ({e.reason})"
             )
+        elif kind == "turn_revoked":
+            yield e.at, order, "user", (
+                f"{labels.turn(e.turn_id)} taken back, its answer unheard ({e.reason})"
+            )
         elif kind == "reply_started":
             what = (f"announcement, for {labels.turn(e.turn_id)}"
                     if e.delivery_id in background else f"answer to {labels.turn(e.turn_id)}")

@@ -151,6 +151,11 @@ class TurnDetection(BaseModel):
         "end continues it (TurnResumed) unless the caller sealed it; 0: never",
     )
 
+    judge_continuation: bool = Field(
+        True, description="in a resumed turn, the model judges the continuation's audio "
+        "(the part before was judged complete already) instead of the whole",
+    )
+
     @model_validator(mode="after")
     def _check(self) -> TurnDetection:
         if self.onset_threshold > self.threshold:
@@ -237,6 +242,7 @@ class TurnDetector:
         self._decisions: list[EndOfTurnVerdict] = []
         self._backlog: deque[tuple[NDArray[np.float32], float]] = deque()  # after a pause
         self._grace = round(s.resume_grace * rate)
+        self._judged_from = 0  # in a resumed turn: where the continuation's audio starts
         # (onset, end, commit position) of the committed turn that may still be resumed
         self._provisional: tuple[int, int, int] | None = None
 
@@ -300,6 +306,7 @@ class TurnDetector:
         self._onset = resumed.onset_sample
         self._drop_before(max(resumed.committed_at, resumed.onset_sample - self._pre_roll))
         self._paused_at = self._paused = self._judged_at = self._undecided = None
+        self._judged_from = 0
 
     @property
     def decisions(self) -> list[EndOfTurnVerdict]:
@@ -462,6 +469,7 @@ class TurnDetector:
         self._judged_at = None
         self._undecided = None
         self._provisional = None
+        self._judged_from = 0
         self._backlog.clear()
         self._recent.clear()
 
@@ -498,6 +506,7 @@ class TurnDetector:
                 if self._onset - turn_end <= self._grace:  # the committed turn goes on
                     out.append(TurnResumed(turn_end, self._onset, end, committed_at))
                     self._provisional = None
+                    self._judged_from = max(self._onset - self._pre_roll, committed_at)
                     self._onset = onset
                 else:
                     self.seal()
@@ -551,10 +560,14 @@ class TurnDetector:
         return onset
 
     def _heard(self) -> NDArray[np.float32]:
-        """The turn's audio up to now (the decision point): what the model judges."""
+        """The turn's audio up to now (the decision point): what the model judges (from
+        the resumption on, in a resumed turn, with ``judge_continuation``)."""
         if not self._frames:
             return np.zeros(0, dtype=np.float32)
-        return np.concatenate(self._frames)
+        audio = np.concatenate(self._frames)
+        if self.settings.judge_continuation and self._judged_from > self._buffer_start:
+            return audio[self._judged_from - self._buffer_start :]
+        return audio
 
     def _utterance(self, speech_end: int, *, truncated: bool) -> UtteranceReady:
         stop = min(speech_end + self._end_pad, self._position)
@@ -581,6 +594,7 @@ class TurnDetector:
 
     def _to_idle(self) -> None:
         self._provisional = None
+        self._judged_from = 0
         self._timeout = self._max_wait
         self._state = "idle"
         self._barge_in_sent = False
