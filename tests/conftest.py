@@ -8,6 +8,7 @@ PostgreSQL variant skips with a one-line reason when no server answers.
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 import urllib.parse
@@ -24,6 +25,27 @@ from voxflow.flow.persistence import SQLiteFlowPersistence
 PG_URL = os.environ.get("VOXFLOW_TEST_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/test")
 
 StoreFactory = Callable[..., RowStore]
+
+
+@pytest.fixture(autouse=True)
+def _root_logging_restored() -> Iterator[None]:
+    """Undo what a test running the CLI in-process did to logging (``configure_logging``).
+
+    ``voxflow jobs worker`` and ``serve`` log at INFO: left behind, the root level would
+    let a later test's litellm INFO lines into its captured stdout. The handler voxflow
+    installed goes too; pytest's own capture handlers are left alone.
+    """
+    from voxflow import logs
+
+    root = logging.getLogger()
+    level, installed = root.level, logs._installed
+    yield
+    if logs._installed is not installed and logs._installed is not None:
+        root.removeHandler(logs._installed)
+        logs._installed = installed
+        if installed is not None and installed not in root.handlers:
+            root.addHandler(installed)
+    root.setLevel(level)
 
 
 def postgres_unreachable() -> str | None:
