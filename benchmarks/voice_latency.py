@@ -205,9 +205,10 @@ CONFIGS = {
         REFERENCE_TURNS,
     ),
     "smart-turn": Config(
-        "reference, with Smart Turn and the pause's words (speculative STT from 0.1 s)",
+        "reference, with Smart Turn and the pause's words (speculative STT from 0.1 s), "
+        "provisional commits (resume_grace 1 s, as from_settings)",
         SttSettings(model="base"),
-        TurnDetection(min_speech=0.2, min_barge_in=0.2, end_pad=0.1),
+        TurnDetection(min_speech=0.2, min_barge_in=0.2, end_pad=0.1, resume_grace=1.0),
         "smart-turn",
     ),
     "default-1-thread": Config(
