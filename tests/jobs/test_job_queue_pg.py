@@ -447,6 +447,46 @@ async def test_a_reader_whose_save_is_fenced_acknowledges_nothing(
     assert len(await queue.inbox.pending(state.id)) == 1  # left to the session's owner
 
 
+async def test_a_reader_whose_save_failed_saves_and_announces_on_its_next_read(
+    queue: PostgresJobQueue,
+) -> None:
+    """A save that fails (the database away for a moment) leaves the rows applied in
+    memory but unsaved and unacknowledged: the next read finds them already applied
+    (refused as duplicates), and must still save the state before acknowledging them and
+    tell the session, or the completed job is acknowledged unsaved and never announced."""
+    from voxflow.errors import PersistenceUnavailableError
+
+    state, job = owner_state(flight="LH 3")
+    updates = [("started", None, {}), ("stage_started", "run", {}),
+               ("stage_completed", "run", {"announcement": "Done."}), ("completed", None, {})]
+    for seq, (kind, stage, outputs) in enumerate(updates, 1):
+        await queue.inbox.write(JobUpdate(session_id=state.id, job_id=job.job_id, revision=1,
+                                          attempt=1, seq=seq, kind=kind, stage=stage,  # type: ignore[arg-type]
+                                          outputs=outputs))
+    saved: list[str] = []
+    told: list[str] = []
+
+    async def save() -> None:
+        if not saved:
+            saved.append("failed")
+            raise PersistenceUnavailableError("the database went away", path="test",
+                                              fix="none")
+        saved.append(state.jobs[job.job_id].status)
+
+    async def on_update() -> None:
+        told.append(state.jobs[job.job_id].status)
+
+    reader = InboxReader(queue.inbox, state, lock=asyncio.Lock(), save=save,
+                         on_update=on_update)
+    with pytest.raises(PersistenceUnavailableError):
+        await reader.read_once()
+    assert len(await queue.inbox.pending(state.id)) == 4  # nothing acknowledged unsaved
+    await reader.read_once()
+    assert saved == ["failed", "completed"]  # saved before the acknowledgement
+    assert told == ["completed"]  # and the session told once
+    assert await queue.inbox.pending(state.id) == []
+
+
 async def test_a_started_reader_tells_the_session_once_even_with_nothing_to_read(
     queue: PostgresJobQueue,
 ) -> None:

@@ -82,6 +82,7 @@ class InboxReader:
         self.poll = float(poll)
         self.applied = 0
         """How many rows this reader applied (accepted by the job rules)."""
+        self._unsaved = False  # rows applied in memory whose save failed
         self._wake: asyncio.Event | None = None
         self._task: asyncio.Task[None] | None = None
 
@@ -98,12 +99,18 @@ class InboxReader:
             return 0
         async with self.lock:  # saves of a session are serialised with its turns
             results = apply_inbox(self.state, entries)
-            if self.save is not None and any(results):
+            # rows applied by a read whose save failed are refused now (already in the
+            # state) but still unsaved: save them before acknowledging, and tell the
+            # session (it was not told then)
+            unsaved = self._unsaved
+            if self.save is not None and (any(results) or unsaved):
+                self._unsaved = True
                 await self.save()
+            self._unsaved = False
         await self.inbox.ack(self.state.id, [e.id for e in entries])
         accepted = sum(results)
         self.applied += accepted
-        if accepted and self.on_update is not None:
+        if (accepted or unsaved) and self.on_update is not None:
             await self.on_update()
         return accepted
 
