@@ -401,6 +401,31 @@ async def test_listen_notify_wakes_the_owner_long_before_its_poll(
     assert await queue.inbox.pending(state.id) == []
 
 
+async def test_a_watch_first_fires_only_once_the_inbox_listens(
+    queue: PostgresJobQueue,
+) -> None:
+    """The listener's first wake-up (rows may have come before it listened) must come
+    after its LISTEN: a reader woken by it reads, and a row written right after that read
+    is then notified, not left for the next poll."""
+    state, job = owner_state(flight="SK 5")
+    await queue.inbox.open()
+    event = queue.inbox.watch(state.id)
+    try:
+        await asyncio.wait_for(event.wait(), 30)  # the first wake-up: read now
+        rows = await queue.inbox._execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE query = %s",
+            (f'LISTEN "{queue.inbox.channel}"',))
+        assert rows[0][0] == 1  # already listening when it woke the reader
+        event.clear()
+        assert await queue.inbox.write(JobUpdate(
+            session_id=state.id, job_id=job.job_id, revision=1, attempt=1, seq=1,
+            kind="started")) is True
+        # only the notification sets it again (a missed one would wait forever)
+        await asyncio.wait_for(event.wait(), 30)
+    finally:
+        queue.inbox.unwatch(state.id, event)
+
+
 async def test_two_readers_of_one_inbox_apply_each_update_once(
     queue: PostgresJobQueue,
 ) -> None:

@@ -36,7 +36,7 @@ import json
 import logging
 import re
 import uuid
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
@@ -410,6 +410,13 @@ class JobInbox:
         Raises:
             PersistenceUnavailableError: the database is unreachable.
         """
+        async for session_id in self._notifications(None):
+            yield session_id
+
+    async def _notifications(self, on_listening: Callable[[], None] | None
+                             ) -> AsyncIterator[str]:
+        """:meth:`notifications`, calling ``on_listening`` once the ``LISTEN`` is in
+        place (a row written after that call is notified)."""
         import psycopg
 
         await self._open()
@@ -419,6 +426,8 @@ class JobInbox:
                 self.url, connect_timeout=max(1, int(self.connect_timeout)),
                 **self.connect_options)
             await conn.execute(f'LISTEN "{self.channel}"')
+            if on_listening is not None:
+                on_listening()
             async for note in conn.notifies():
                 yield note.payload
         except psycopg.OperationalError as exc:
@@ -451,12 +460,13 @@ class JobInbox:
 
     async def _listen(self) -> None:
         while True:
-            try:
-                notes = self.notifications()
+            def wake_all() -> None:  # rows may have come while nobody listened
                 for events in list(self._watchers.values()):
                     for event in events:
                         event.set()
-                async for session_id in notes:
+
+            try:
+                async for session_id in self._notifications(wake_all):
                     for event in self._watchers.get(session_id, ()):
                         event.set()
             except Exception as exc:  # a lost connection: listen again (readers poll)
