@@ -690,3 +690,26 @@ def test_the_default_job_queue_follows_voxflow_database_url(
     with pytest.raises(SettingsError) as err:
         default_job_queue()
     assert "hunter2" not in str(err.value)
+
+
+def test_a_job_worker_finds_a_job_function_by_its_kind() -> None:
+    from voxflow.jobs import JobContext, background_job
+    from voxflow.jobs.background import job_function
+
+    def declare() -> Any:
+        @background_job(kind="queue_tests.twice")
+        async def twice(job: JobContext) -> str:
+            return "again"
+        return twice
+
+    first, second = declare(), declare()  # the same function declared again: the latest
+    assert job_function("queue_tests.twice") is second and first is not second
+
+    @background_job(kind="queue_tests.twice")
+    async def other(job: JobContext) -> str:
+        return "other"
+
+    with pytest.raises(LookupError, match="two background job functions share the kind"):
+        job_function("queue_tests.twice")
+    with pytest.raises(LookupError, match="no background job function of kind"):
+        job_function("queue_tests.nobody")

@@ -222,10 +222,13 @@ def job_function(kind: str) -> JobFunction:
     function of a queued job by its kind, after importing the flow's module).
 
     Raises:
-        LookupError: no live function has that kind, or two do (give one ``kind=``).
+        LookupError: no live function has that kind, or two different functions do
+            (give one ``kind=``); the same function declared twice is its latest.
     """
     found = [f for ref in _REGISTRY.get(kind, []) if (f := ref()) is not None]
-    if len({id(f.fn) for f in found}) > 1:
+    # the same function declared again (a module or a notebook cell run twice): the
+    # latest declaration; two different functions of one kind: ambiguous
+    if len({(f.fn.__module__, f.fn.__qualname__) for f in found}) > 1:
         raise LookupError(f"two background job functions share the kind {kind!r}: give "
                           "one of them its own @background_job(kind=...)")
     if not found:
