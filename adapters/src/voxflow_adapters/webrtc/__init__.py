@@ -8,13 +8,16 @@ barge-in, over WebRTC (aiortc on the server, the browser's own WebRTC on the pag
 * :mod:`~voxflow_adapters.webrtc.protocol`: the versioned data-channel messages, read by
   the strict :mod:`~voxflow_adapters.webrtc.wire` reader (also the ``/offer`` body);
 * :mod:`~voxflow_adapters.webrtc.tls`: HTTPS certificates (given or self-signed);
-* :func:`assistant_call_factory` / :func:`flow_call_factory`: what each call runs.
+* :func:`assistant_call_factory` / :func:`flow_call_factory`: what each call runs;
+* :mod:`~voxflow_adapters.webrtc.ownership` / :mod:`~voxflow_adapters.webrtc.resume`: a
+  call's lease on its session, and resuming it after a drop (:class:`CallSession`).
 """
 
 from ._ice import host_addresses as host_addresses
 from .calls import WEBRTC_VOICE_SETTINGS as WEBRTC_VOICE_SETTINGS
 from .calls import Call as Call
 from .calls import CallFactory as CallFactory
+from .calls import CallSession as CallSession
 from .calls import assistant_call_factory as assistant_call_factory
 from .calls import flow_call_factory as flow_call_factory
 from .outbound import OutboundAudio as OutboundAudio
@@ -39,6 +42,7 @@ __all__ = [
     "WEBRTC_VOICE_SETTINGS",
     "Call",
     "CallFactory",
+    "CallSession",
     "IceServer",
     "OutboundAudio",
     "OutboundStatistics",
