@@ -8,7 +8,7 @@ fresh schema of the PostgreSQL at ``VOXFLOW_TEST_DATABASE_URL`` /
 ``postgresql://postgres@127.0.0.1:5432/test``), with the example assistant on the real
 models. An aiortc caller (:class:`~voxflow_adapters.webrtc.client.LoopbackCaller`, with
 ``keep_connected``, as the page does) asks a question on A, then for a story; about 2 s
-into the story (once some heard words were saved), A is SIGKILLed and the caller resumes
+into the story (once some of its heard words were saved), A is SIGKILLed and the caller resumes
 on B (a front door would route it there; here the caller is pointed at B). The split:
 
 * **detection**: the kill → the caller decides the connection is gone (nothing received
@@ -152,12 +152,12 @@ def _speech(engines: Any, text: str) -> Any:
     return AudioChunk.from_float(samples, engines.tts.sample_rate)
 
 
-async def _heard_saved(store: Any, session_id: str) -> str:
+async def _heard_saved(store: Any, session_id: str, delivery_id: str) -> str:
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         stored = await asyncio.to_thread(store.load_state, session_id)
         marks = [e["payload"]["heard_text"] for e in (stored or {}).get("events", [])
-                 if e["type"] == "reply_heard"]
+                 if e["type"] == "reply_heard" and e["payload"]["delivery_id"] == delivery_id]
         if marks and marks[-1]:
             return str(marks[-1])
         await asyncio.sleep(0.1)
@@ -184,7 +184,7 @@ async def measure_failover(
                                            if m["state"] == "speaking"]) == 2, within=90)
         began = caller.of_type("state")[-1]["_at"]
         await caller.wait_for(lambda: caller.audible_frames(after=began) > 100, within=30)
-        await _heard_saved(store, session_id)
+        await _heard_saved(store, session_id, caller.of_type("reply_text")[-1]["delivery_id"])
         caller.base_url = b.url
         killed = time.monotonic()
         os.kill(a.proc.pid, signal.SIGKILL)
@@ -202,7 +202,8 @@ async def measure_failover(
         await caller.aclose()
         resumed = next(r for r in b.records if r.get("message") == "call resumed")
         stored = await asyncio.to_thread(store.load_state, session_id)
-        story = [m for m in (stored or {}).get("messages", []) if m["role"] == "assistant"][1]
+        story = next(m for m in (stored or {}).get("messages", [])
+                     if m.get("metadata", {}).get("dropped"))
         return FailoverTiming(
             detection=reconnection.detected - killed,
             reconnect=reconnection.connected - reconnection.detected,

@@ -121,13 +121,17 @@ async def story_playing(caller: LoopbackCaller, engines: VoiceEngines) -> None:
                           what="two seconds of the story")
 
 
-async def heard_saved(store: Any, session_id: str, within: float = 30) -> str:
-    """Wait until some words of the story were saved as heard; returns them."""
+async def heard_saved(caller: LoopbackCaller, store: Any, session_id: str,
+                      within: float = 30) -> str:
+    """Wait until some words of the story (the reply playing) were saved as heard;
+    returns them. (The marks wait for the state lock, which the turn holds while its
+    answer is still being generated.)"""
+    story = caller.of_type("reply_text")[-1]["delivery_id"]
     deadline = time.monotonic() + within
     while time.monotonic() < deadline:
         stored = await asyncio.to_thread(store.load_state, session_id)
         marks = [e["payload"]["heard_text"] for e in (stored or {}).get("events", [])
-                 if e["type"] == "reply_heard"]
+                 if e["type"] == "reply_heard" and e["payload"]["delivery_id"] == story]
         if marks and marks[-1]:
             return str(marks[-1])
         await asyncio.sleep(0.2)
@@ -171,7 +175,7 @@ def test_a_call_resumes_on_another_process_after_a_kill_9_mid_reply(
             session_id = (await caller.wait_message("hello"))["session_id"]
             caller.keep_connected(peer_timeout=4.0)
             await story_playing(caller, engines)
-            saved = await heard_saved(store, session_id)
+            saved = await heard_saved(caller, store, session_id)
             caller.base_url = url_b  # (a front door would route the new offer there)
             proc_a.kill()  # kill -9 mid-reply
             hello = await resumed_on(caller)
@@ -218,7 +222,7 @@ def test_a_paused_owner_resumed_after_the_takeover_writes_nothing(
             session_id = (await caller.wait_message("hello"))["session_id"]
             caller.keep_connected(peer_timeout=4.0)
             await story_playing(caller, engines)
-            await heard_saved(store, session_id)
+            await heard_saved(caller, store, session_id)
             caller.base_url = url_b
             os.kill(proc_a.pid, signal.SIGSTOP)  # a zombie: paused, its lease runs out
             await resumed_on(caller)  # b waited the lease out, then took the call over

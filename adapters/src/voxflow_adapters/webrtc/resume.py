@@ -15,8 +15,10 @@ once per ``interval``; when the reply settles (played whole or cut: the session'
 full generated text, so after a worker's death :func:`settle_dropped_replies` (run on
 the restored state before the call goes on) cuts every answer without a
 ``reply_settled`` event to its last saved ``reply_heard`` words (none saved: nothing was
-heard), marked interrupted: the history never claims words the user did not hear; at
-most one ``interval`` of heard words can be missing from it.
+heard), marked interrupted: the history never claims words the user did not hear. A
+mark waits for the session's state lock, which the turn holds while its answer is
+still being generated: up to one ``interval`` of heard words, or those heard before the
+generation ended, can be missing from it.
 """
 
 from __future__ import annotations
