@@ -100,6 +100,31 @@ the same with a Whisper warm-up at each onset   745    705    585
 
 The leading framework takes 1.33 s on this audio. The warm-up does not pay clearly, so
 ``VoiceSettings.stt_warm_up`` stays off.
+
+With provisional commits, the 0.6 s timer and a voice-to-voice breakdown (Dec 1, 03:25 and
+03:45 UTC, each run after the leading framework's own ``harness.py --scenario v2v --turns
+10`` under the same lock; load average 5-8.5, then 2-4), medians (p90) in ms:
+
+==================================================  ===========  ==========
+configuration                                       run 1        run 2
+==================================================  ===========  ==========
+silence timer 0.2 s                                 826 (1052)   857 (1035)
+silence timer 0.6 s (voxflow's default)             1027 (1411)  820 (1052)
+Smart Turn + words, STT from 0.1 s, provisional     1415 (1633)  686 (956)
+the same, the verdict at a 0.15 s pause             1149 (1800)  691 (757)
+the same (0.2 s), Whisper warm-up at each onset     1075 (2059)  736 (829)
+the leading framework (its harness, same run)       8440         4182
+==================================================  ===========  ==========
+
+Where it goes (run 2, Smart Turn): the VAD's speech end ~55 ms after the last sample,
+Whisper base on the pause's audio (the verdict waits for its words, and the reply for its
+text: ~500 ms at this load), then 83 ms (p90 115) from the commit to the first sample
+played; the reply's text was never ready before the commit. The session's own marks
+(``speech end -> committed``) run late when the listen loop waits for a verdict (its
+clock anchor is the frame's processing time), so the tape is the figure. The leading
+framework's Whisper took 2.8-5.4 s a turn in these runs (its README's 1.33 s was measured
+at a lower load). Neither the 500 ms target nor a clear win over the 0.6 s timer: the
+model stays off by default.
 """
 
 from __future__ import annotations
