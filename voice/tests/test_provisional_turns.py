@@ -252,3 +252,23 @@ def test_resume_grace_is_validated() -> None:
         with pytest.raises(ValidationError, match="resume_grace"):
             TurnDetection(resume_grace=bad)
     assert TurnDetection().resume_grace == 0.0  # off unless asked for
+
+
+@pytest.mark.parametrize("piece", [480, 1_000, 4_096])
+def test_the_take_back_is_the_same_whatever_the_size_of_the_pushes(
+    halves: tuple[NDArray[np.float32], ...], piece: int
+) -> None:
+    """Audio time: the same audio gives the same events (resumption, merged audio) however
+    it is cut into pushes."""
+    audio = paused(halves, 0.4)
+
+    def events_of(size: int) -> list[TurnDetectorEvent]:
+        detector = TurnDetector(SileroVad(), TIMER)
+        out: list[TurnDetectorEvent] = []
+        for start in range(0, audio.size, size):
+            out += detector.push(audio[start : start + size])
+        return out + detector.flush()
+
+    reference = events_of(CHUNK)
+    assert [e.kind for e in reference].count("turn_resumed") == 1
+    assert events_of(piece) == reference
