@@ -123,3 +123,44 @@ async def test_a_lost_lease_is_reported_once_and_refuses_the_calls_saves(
     await asyncio.sleep(0)  # (reported on the loop: the save ran in a thread)
     assert len(lost) == 1 and lost[0].reason == "taken over"
     assert store.load_state("call") is None  # nothing written
+
+
+async def test_a_settlement_the_call_end_cancelled_mid_save_is_still_saved_by_the_flush(
+    make_store: Any,
+) -> None:
+    """The call's end cancels the journal wherever it is (here: waiting for the state
+    lock a turn holds, with the settlement already taken from its queue); the flush that
+    follows must still save it, or a resume cuts an answer that was played out."""
+    from voxflow_adapters.webrtc.resume import HeardJournal
+    from voxflow_voice.events import TurnMetrics
+
+    from voxflow.ids import DeliveryId, SessionId, TurnId
+
+    store = make_store("journal")
+    flow = persist(Acknowledger)(persistence=store, state=TurnState(id="call-j"))
+    await flow.asave_state("start")
+    lock = asyncio.Lock()
+    nothing_heard: Any = lambda _delivery: None  # noqa: E731 (no answer plays here)
+    journal = HeardJournal(flow, lock, nothing_heard, interval=0.05)
+    task = asyncio.create_task(journal.run())
+    await lock.acquire()  # a turn holds the state lock
+    journal.on_event(TurnMetrics(
+        session_id=SessionId("call-j"), at=0.0, turn_id=TurnId("t-1"),
+        delivery_id=DeliveryId("d-1"), speech_end=0.0, transcript_final=0.0,
+        first_text=None, first_audio=None, playback_end=None, interrupted=False,
+        fenced_chunks=0))
+    for _ in range(1000):  # until the journal took it (it then waits for the lock)
+        if not journal._settles.qsize():
+            break
+        await asyncio.sleep(0.01)
+    assert not journal._settles.qsize()
+    task.cancel()  # the call ends
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    lock.release()
+    await journal.flush()
+    stored = store.load_state("call-j")
+    assert stored is not None
+    settled = [e["payload"].get("delivery_id") for e in stored["events"]
+               if e["type"] == "reply_settled"]
+    assert settled == ["d-1"]

@@ -148,6 +148,10 @@ class HeardJournal:
         self._saved_words: str | None = None
         self._wake = asyncio.Event()
         self._settles: asyncio.Queue[DeliveryId] = asyncio.Queue()
+        # taken from the queue, not yet in the state's events; in the events, not yet
+        # saved (a step cancelled by the call's end leaves them to the flush)
+        self._owed: list[DeliveryId] = []
+        self._unsaved = False
         self.saves = 0
 
     def on_event(self, event: SessionEvent) -> None:
@@ -183,9 +187,8 @@ class HeardJournal:
                 await asyncio.sleep(self.interval)
 
     async def _step(self) -> None:
-        settled: list[DeliveryId] = []
         while not self._settles.empty():
-            settled.append(self._settles.get_nowait())
+            self._owed.append(self._settles.get_nowait())
         playing = self._playing
         words = None
         if playing is not None:
@@ -193,7 +196,7 @@ class HeardJournal:
             words = mark.text.strip()
             if words == (self._saved_words or "") and self._saved_words is not None:
                 words = None
-        if not settled and (playing is None or words is None):
+        if not self._owed and not self._unsaved and (playing is None or words is None):
             return
         async with self.lock:
             events = self.flow.state.events
@@ -203,10 +206,13 @@ class HeardJournal:
                     "delivery_id": playing, "heard_text": heard.text.strip(),
                     "heard_seconds": round(heard.heard_seconds, 3)}))
                 self._saved_words = heard.text.strip()
+            settled, self._owed = self._owed, []
             for delivery_id in settled:
                 events.append(ConversationEvent(type=_SETTLED_EVENT,
                                                 payload={"delivery_id": delivery_id}))
+            self._unsaved = True
             await self.flow.asave_state("heard")
+            self._unsaved = False
             self.saves += 1
 
     async def flush(self) -> None:
