@@ -581,6 +581,10 @@ def test_the_job_worker_command_says_the_fix_for_bad_options(
     assert "--stalled-after 1.0 must be longer than --heartbeat" in err and "hunter2" not in err
     assert cli_main(["jobs", "worker", FLOW, "--schema", "No-Such"]) == 2
     assert "--schema No-Such" in capsys.readouterr().err
+    # PostgreSQL reserves pg_*: named as the option's fault, not the database's
+    assert cli_main(["jobs", "worker", FLOW, "--schema", "pg_catalog"]) == 2
+    err = capsys.readouterr().err
+    assert "--schema pg_catalog" in err and "reserved" in err
     assert cli_main(["jobs", "worker", "nowhere.py:Nothing"]) == 2
     assert "Traceback" not in capsys.readouterr().err
 

@@ -84,13 +84,16 @@ def inbox_channel(schema: str) -> str:
 
 
 def check_schema(schema: object) -> str:
-    """``schema`` if it is a lower-case SQL identifier.
+    """``schema`` if it is a lower-case SQL identifier PostgreSQL lets us create.
 
     Raises:
-        ValueError: it is not.
+        ValueError: it is not (or it is reserved: ``pg_*``).
     """
     if not isinstance(schema, str) or not _SCHEMA_NAME.fullmatch(schema):
         raise ValueError("schema must be a lower-case SQL identifier ([a-z_][a-z0-9_]*)")
+    if schema.startswith("pg_"):
+        raise ValueError("schema names starting with pg_ are reserved by PostgreSQL; "
+                         "choose another (e.g. voxflow)")
     return schema
 
 
