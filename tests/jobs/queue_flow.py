@@ -42,3 +42,12 @@ async def with_progress(job: JobContext) -> str:
     """Reports progress once, then its result."""
     assert await job.progress("Still looking, one moment.")
     return "Found it."
+
+
+@background_job(kind="queue_tests.until_stopped")
+async def until_stopped(job: JobContext, marker: str) -> str:
+    """Runs until its worker stops (touches ``marker``-<attempt> when it starts)."""
+    await asyncio.to_thread(Path(f"{marker}-{job.job.attempt}").write_text, str(os.getpid()))
+    while not job.stop_requested:
+        await job.sleep(0.05)
+    return "Stopped as asked."

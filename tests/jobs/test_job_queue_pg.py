@@ -320,6 +320,31 @@ async def test_a_long_job_on_a_live_worker_is_never_rerun(
     assert state.jobs[job.job_id].status == "completed"
 
 
+async def test_sigterm_tells_a_running_job_to_stop_and_the_worker_exits(
+    schema: str, queue: PostgresJobQueue, tmp_path: Path
+) -> None:
+    """``JobContext.stop_requested`` turns True when the job worker is asked to stop, so
+    a job that waits for it lets SIGTERM end the worker (it was set only after every
+    running job had finished: such a job, and its worker, never ended)."""
+    marker = str(tmp_path / "started")
+    state = AssistantState()
+    job = BackgroundJob(session_id=state.id, kind="queue_tests.until_stopped",
+                        inputs={"marker": marker})
+    assert add_job(state, job)
+    await queue.enqueue_async(job)
+    worker = start_job_worker(schema)
+    try:
+        async def started() -> bool:
+            return await asyncio.to_thread(os.path.exists, f"{marker}-1")
+
+        await wait_for(started, 60, "the job to start")
+    finally:
+        code, err = await asyncio.to_thread(stop, worker)
+    assert code == 0, err
+    rows = await all_rows(queue.inbox, state.id)
+    assert [r.update.kind for r in rows if r.update is not None][-1] == "completed"
+
+
 async def test_progress_from_a_job_worker_is_registered_once_and_announceable(
     schema: str, queue: PostgresJobQueue
 ) -> None:

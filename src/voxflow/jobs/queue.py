@@ -34,6 +34,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import signal
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -310,7 +311,8 @@ class PostgresJobQueue:
         name: str | None = None,
     ) -> None:
         """Run queued jobs until cancelled (or, with ``install_signal_handlers``, until
-        SIGTERM/SIGINT: running jobs finish first).
+        SIGTERM/SIGINT: running jobs finish first; from the stop on, their
+        ``JobContext.stop_requested`` is True).
 
         The job functions are found by kind (:func:`~voxflow.jobs.background.job_function`):
         import the flow (or module) that declares them before. Each job reports
@@ -354,14 +356,15 @@ class PostgresJobQueue:
             async with app.open_async():
                 sweeper = asyncio.create_task(self._sweep(stalled_after, heartbeat),
                                               name="stalled jobs")
+                worker = asyncio.ensure_future(app.run_worker_async(
+                    queues=[self.queue], concurrency=concurrency,
+                    name=name or f"voxflow-jobs-{self.schema}",
+                    update_heartbeat_interval=heartbeat,
+                    stalled_worker_timeout=stalled_after,
+                    install_signal_handlers=False,
+                    fetch_job_polling_interval=max(0.5, stalled_after / 4)))
                 try:
-                    await app.run_worker_async(
-                        queues=[self.queue], concurrency=concurrency,
-                        name=name or f"voxflow-jobs-{self.schema}",
-                        update_heartbeat_interval=heartbeat,
-                        stalled_worker_timeout=stalled_after,
-                        install_signal_handlers=install_signal_handlers,
-                        fetch_job_polling_interval=max(0.5, stalled_after / 4))
+                    await _run_until_stopped(worker, stopping, install_signal_handlers)
                 finally:
                     stopping.set()
                     sweeper.cancel()
@@ -457,6 +460,39 @@ class PostgresJobQueue:
     def __repr__(self) -> str:
         return (f"PostgresJobQueue({redact_url(self.url)!r}, schema={self.schema!r}, "
                 f"queue={self.queue!r})")
+
+
+async def _run_until_stopped(worker: asyncio.Future[None], stopping: threading.Event,
+                             on_signals: bool) -> None:
+    """Await the Procrastinate worker; a stop (SIGTERM/SIGINT with ``on_signals``, or
+    this task's cancellation) sets ``stopping`` first, so running jobs see
+    ``JobContext.stop_requested``, then stops the worker gracefully (cancelling its run:
+    it waits for the running jobs). A signal's stop returns normally."""
+    loop = asyncio.get_running_loop()
+    signalled = False
+
+    def stop() -> None:
+        nonlocal signalled
+        signalled = True
+        stopping.set()
+        worker.cancel()
+
+    signals = (signal.SIGTERM, signal.SIGINT) if on_signals else ()
+    for number in signals:
+        loop.add_signal_handler(number, stop)
+    try:
+        try:
+            await asyncio.shield(worker)
+        except asyncio.CancelledError:
+            stopping.set()
+            worker.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await worker
+            if not signalled:
+                raise
+    finally:
+        for number in signals:
+            loop.remove_signal_handler(number)
 
 
 def default_job_queue(*, schema: str = "public") -> PostgresJobQueue | None:
