@@ -477,7 +477,9 @@ async def _run_until_stopped(worker: asyncio.Future[None], stopping: threading.E
         stopping.set()
         worker.cancel()
 
-    signals = (signal.SIGTERM, signal.SIGINT) if on_signals else ()
+    # (signal handlers only exist on the main thread: elsewhere, cancel the task)
+    main = threading.current_thread() is threading.main_thread()
+    signals = (signal.SIGTERM, signal.SIGINT) if on_signals and main else ()
     for number in signals:
         loop.add_signal_handler(number, stop)
     try:
