@@ -34,32 +34,34 @@ late (> 20 ms after their deadline), and stale samples after a fence (must be 0)
 Targets (issue 20): WebRTC voice to voice <= simulated + 100 ms; barge-in stop at the
 caller <= 120 ms; 0 stale samples; no frame lost on loopback.
 
-Measured Dec 1 (three runs of ``--hold before 3`` under the benchmark lock, load average
-13.6, 6.5-9.1 and 6.6; medians of the per-run medians, ms after the user's last speech
-sample left the aiortc caller's microphone; STT/TTS steps swing with the load and are
-left out):
+Measured Dec 1 (four runs of ``--hold before 3`` under the benchmark lock, load average
+13.6, 6.5-9.1, 6.6 and 2.5; medians of the per-run medians, ms after the user's last
+speech sample left the aiortc caller's microphone; the STT/TTS steps swing by hundreds
+of ms with the load and are left out):
 
 ===================================  ==============  ==============
 step (aiortc caller)                 before          after
 ===================================  ==============  ==============
 packet at server -> decoded          +80             +0
 decoded -> handed to the VAD         +1              +0
-first TTS chunk -> first frame sent  +14             +1
 first frame sent -> at the caller    +83             +4
-transport share of voice to voice    182             25 (8 at load 6.6)
-voice to voice at the caller         933             741
-barge-in: last frame sent -> caller  +90             +5
-barge-in stop at the caller          363             165
+transport share of voice to voice    182             27
+barge-in: last frame sent -> caller  +87             +4
+barge-in stop at the caller          362             165
 ===================================  ==============  ==============
 
-Headless Chromium (the page's figures, medians of the three runs): ``receive_ms`` 81 ->
-1, jitter buffer 158 -> 147 (59 in the quietest run; it grows with the server's late
-frames under load), playout 30 -> 30, transport share at the ear 289 -> 190 (91 in the
-quietest run). In every run: 0 packets lost or skipped, 0 stale samples; Chromium
-concealed 7-12 k samples per call before and after (the server's outbound frames late
-on a loaded machine). The barge-in stop's remaining 165 ms is the VAD onset (144 ms
-after the first barge packet; the simulated transport's stop was 196-235 ms in the same
-runs), so the 120 ms target is not met by the transport alone.
+In the quietest run (load 2.5) the simulated transport took 499 ms voice to voice; over
+WebRTC 723 ms before (+224) and 600 ms after (+101; that run also sent a reply's first
+frame at once instead of on the next 20 ms tick, which gained ~10 ms at the aiortc
+caller only and was taken out, see ``outbound``); Chromium at the ear 717 (+218) ->
+656 ms (+157). Headless Chromium (the page's figures, medians of the four runs):
+``receive_ms`` 81 -> 1, jitter buffer 109 -> 103 (39-54 ms at load 2.5; it grows with
+the server's late frames under load), playout 30, transport share at the ear (ear -
+server) 283 -> 141. In every run: 0 packets lost or skipped, 0 stale samples; Chromium
+concealed 0.4-12 k samples per call, most where the server's outbound frames were late.
+The barge-in stop's remaining 165 ms is the VAD onset (128-161 ms after the first barge
+packet; the simulated transport's stop was 178-235 ms in the same runs), so the 120 ms
+target is not met by the transport alone.
 """
 
 from __future__ import annotations
@@ -450,23 +452,19 @@ def report(name: str, rows: list[dict[str, float | None]], marks: tuple[str, ...
 @contextlib.contextmanager
 def receive_path(hold: int | str | None) -> Iterator[int | None]:
     """The receive path to measure: ``before`` also puts back soxr's streaming filter
-    for 48 -> 16 kHz (the Decimator replaced it in InputConverter) and the outbound grid
-    that a reply's first frame waited for."""
+    for 48 -> 16 kHz (the Decimator replaced it in InputConverter)."""
     if hold != "before":
         assert not isinstance(hold, str)
         yield hold
         return
     import voxflow_voice.audio as audio
-    from voxflow_adapters.webrtc.outbound import ReplyTrack
 
     kept = audio.Decimator
     audio.Decimator = audio.Resampler  # type: ignore[misc, assignment]
-    ReplyTrack.wake_on_audio = False
     try:
         yield None
     finally:
         audio.Decimator = kept  # type: ignore[misc]
-        ReplyTrack.wake_on_audio = True
 
 
 async def measure(turns: int, holds: list[int | str | None], chromium: bool) -> None:
@@ -485,7 +483,7 @@ async def measure(turns: int, holds: list[int | str | None], chromium: bool) -> 
           f"(n={len(sim_stops)}), stale {sim_stale}")
     for setting in holds:
         label = {None: "aiortc's jitter buffer", "before": "before (aiortc's jitter buffer, "
-                 "soxr streaming 48->16 kHz, fixed outbound grid)"}.get(
+                 "soxr streaming 48->16 kHz)"}.get(
                      setting, f"receive_hold={setting}")
         with receive_path(setting) as hold:
             await measure_one(engines, said, turns, hold, label, sim, chromium)
@@ -549,8 +547,8 @@ def main() -> None:
                         help="question + barge-in pairs")
     parser.add_argument("--hold", nargs="+", type=_hold, default=[3],
                         help="receive_hold values to compare; none: aiortc's jitter buffer; "
-                        "before: aiortc's buffer, soxr's streaming 48->16 kHz filter and "
-                        "the fixed outbound grid, as before issue 20")
+                        "before: aiortc's buffer and soxr's streaming 48->16 kHz filter, "
+                        "as before issue 20")
     parser.add_argument("--no-chromium", action="store_true", help="aiortc caller only")
     args = parser.parse_args()
     holds: list[int | str | None] = args.hold

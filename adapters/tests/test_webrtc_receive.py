@@ -244,30 +244,3 @@ def test_a_pause_holds_the_next_frame_and_resume_sends_on_from_the_same_sample()
     assert outbound.first_frame_of[DeliveryId("d1")] == 0
     assert outbound.frame_time(0) is not None and outbound.frame_time(99) is None
 
-
-async def test_a_reply_queued_on_a_silent_line_goes_out_without_waiting_for_the_grid() -> None:
-    """The track's next 20 ms tick is moved a minute away: a reply queued meanwhile
-    still leaves at once (the grid moves to it), and the pacing counts it on time."""
-    import time
-
-    from voxflow_adapters.webrtc.outbound import ReplyTrack
-
-    seen: list[ClientObservation] = []
-    outbound = OutboundAudio(clock=MonotonicClock(), on_observation=seen.append)
-    track = ReplyTrack(outbound)
-    first = await track.recv()  # silence: starts the grid
-    assert not first.to_ndarray().any()
-    track._start = time.monotonic() + 60.0  # the next tick, a minute away
-
-    async def reply_soon() -> None:
-        await asyncio.sleep(0.05)
-        outbound.write_nowait(_chunk("d1", 0.1))
-
-    writer = asyncio.create_task(reply_soon())
-    async with asyncio.timeout(30):  # far less than the minute the old grid would wait
-        frame = await track.recv()
-    await writer
-    assert frame.to_ndarray().any()  # the reply's first frame
-    assert outbound.first_frame_of[DeliveryId("d1")] == 1
-    assert outbound.statistics().late_frames == 0
-    track.stop()

@@ -18,10 +18,12 @@ for the session's pause-confirm-decide barge-in.
 
 :class:`ReplyTrack` is the aiortc ``MediaStreamTrack`` that pulls those frames: aiortc's
 RTP sender calls ``recv()`` in a loop, so the track itself waits for each frame's 20 ms
-deadline (measured from the first frame, so lateness never accumulates). While nothing is
-queued (silence goes out) it also wakes when reply audio is queued and sends that frame
-at once, moving the 20 ms grid to it: a reply's first frame does not wait up to 20 ms
-for the old grid's next tick.
+deadline (measured from the first frame, so lateness never accumulates). A reply's first
+frame waits for the grid's next tick (10 ms on average): the RTP timestamps run on with
+the grid and the receiver plays each frame by its timestamp, so a frame sent earlier
+only waits longer in the receiver's jitter buffer (measured: sending it at once gained
+~10 ms at the aiortc caller, which has no playout clock, nothing in Chromium, and
+Chromium then concealed more samples).
 
 Queued ahead of the wire: up to ``lead`` (0.3 s, 15 frames) plus one chunk of reply
 audio, in the playout queue, where a pause or flush reaches all of it at once; aiortc's
@@ -32,7 +34,6 @@ frame being encoded when a fence falls is the only one that can still carry it.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import fractions
 import time
 from collections import deque
@@ -107,8 +108,6 @@ class OutboundAudio:
         self._playout = PlayoutQueue(clock=clock, rate=OPUS_SAMPLE_RATE)
         self._writable = asyncio.Event()
         self._writable.set()
-        self.audio_queued = asyncio.Event()
-        """Set when reply audio is queued (the track waits on it while the line is silent)."""
         self._frames = 0
         self._reply_frames = 0
         self._late = 0
@@ -146,7 +145,6 @@ class OutboundAudio:
             return  # the playback stage fences first; this is a second guard
         self.first_written_at.setdefault(delivery, self._clock.now())
         self._playout.put(chunk, resample(chunk.samples(), chunk.sample_rate, OPUS_SAMPLE_RATE))
-        self.audio_queued.set()
 
     def flush(self, delivery_id: DeliveryId) -> int:
         """Drop every queued sample of ``delivery_id`` now; returns the samples dropped
@@ -188,11 +186,6 @@ class OutboundAudio:
         self._reply_frames += 1
         return float_to_pcm16(pulled.samples)
 
-    @property
-    def idle(self) -> bool:
-        """Nothing queued: the next frame would be silence."""
-        return self._playout.queued_samples == 0
-
     def frame_time(self, index: int) -> float | None:
         """When frame ``index`` was taken for the encoder (clock time; None: not yet, or
         forgotten after ten minutes)."""
@@ -230,9 +223,6 @@ class ReplyTrack(MediaStreamTrack):
     """
 
     kind = "audio"
-    wake_on_audio = True
-    """Send a reply's first frame when it is queued on a silent line (False: on the next
-    tick of the grid, as before issue 20; the latency benchmark compares both)."""
 
     def __init__(self, outbound: OutboundAudio, *, keep_offsets: int = 3000) -> None:
         super().__init__()
@@ -251,18 +241,7 @@ class ReplyTrack(MediaStreamTrack):
         if self._start is None:
             self._start = now - index * FRAME_SECONDS
         deadline = self._start + index * FRAME_SECONDS
-        if deadline > now and self.wake_on_audio and self._outbound.idle:
-            # silence on the line: a reply's first frame goes out when it is queued
-            ready = self._outbound.audio_queued
-            ready.clear()
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(deadline - now):
-                    await ready.wait()
-            now = time.monotonic()
-            if ready.is_set() and now < deadline:
-                self._start = now - index * FRAME_SECONDS
-                deadline = now
-        elif deadline > now:
+        if deadline > now:
             await asyncio.sleep(deadline - now)
             now = time.monotonic()
         offset = now - deadline
