@@ -345,6 +345,36 @@ async def test_sigterm_tells_a_running_job_to_stop_and_the_worker_exits(
     assert [r.update.kind for r in rows if r.update is not None][-1] == "completed"
 
 
+async def test_a_job_a_stopping_worker_finishes_is_not_rerun_elsewhere(
+    schema: str, queue: PostgresJobQueue, tmp_path: Path
+) -> None:
+    """SIGTERM lets the running job finish; while it does, the stopping worker's
+    heartbeat goes on (Procrastinate stops it at once), so no sweep takes the job for
+    stalled and runs it again on another worker."""
+    marker = str(tmp_path / "started")
+    state, job = owner_state(flight="IB 4", seconds=2.5 * STALLED_AFTER, marker=marker)
+    await queue.enqueue_async(job)
+    first = start_job_worker(schema)
+    other: subprocess.Popen[bytes] | None = None
+    try:
+        async def started() -> bool:
+            return await asyncio.to_thread(os.path.exists, f"{marker}-1")
+
+        await wait_for(started, 60, "the job to start")
+        other = start_job_worker(schema)  # would run a re-queued attempt
+        first.send_signal(signal.SIGTERM)
+        code, err = await asyncio.to_thread(stop, first)  # waits for the job (30 s)
+        assert code == 0, err
+    finally:
+        stop(first)
+        if other is not None:
+            assert stop(other)[0] == 0
+    rows = await all_rows(queue.inbox, state.id)
+    assert {r.attempt for r in rows} == {1}
+    assert [r.update.kind for r in rows if r.update is not None][-1] == "completed"
+    assert not await asyncio.to_thread(os.path.exists, f"{marker}-2")
+
+
 async def test_progress_from_a_job_worker_is_registered_once_and_announceable(
     schema: str, queue: PostgresJobQueue
 ) -> None:

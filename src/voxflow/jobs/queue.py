@@ -348,14 +348,19 @@ class PostgresJobQueue:
         job_clock = clock if clock is not None else MonotonicClock()
         stopping = threading.Event()
 
+        workers: set[int] = set()  # this process's Procrastinate worker (its row id)
+
         async def execute(context: Any, /, **payload: Any) -> None:
+            if context.job.worker_id is not None:
+                workers.add(int(context.job.worker_id))
             await self._execute(context, payload, job_clock, format_error, stopping.is_set)
 
         app.task(name=TASK_NAME, pass_context=True, queue=self.queue)(execute)
         try:
             async with app.open_async():
-                sweeper = asyncio.create_task(self._sweep(stalled_after, heartbeat),
-                                              name="stalled jobs")
+                sweeper = asyncio.create_task(
+                    self._sweep(stalled_after, heartbeat, stopping, workers),
+                    name="stalled jobs")
                 worker = asyncio.ensure_future(app.run_worker_async(
                     queues=[self.queue], concurrency=concurrency,
                     name=name or f"voxflow-jobs-{self.schema}",
@@ -376,10 +381,18 @@ class PostgresJobQueue:
         finally:
             await self.inbox.close()
 
-    async def _sweep(self, stalled_after: float, period: float) -> None:
+    async def _sweep(self, stalled_after: float, period: float, stopping: threading.Event,
+                     workers: set[int]) -> None:
         purged_at = float("-inf")
         while True:
             try:
+                if stopping.is_set() and workers:
+                    # Procrastinate's heartbeat ends when its stop begins, while it waits
+                    # for the running jobs: beat for them, or every worker's sweep takes
+                    # them for stalled and runs them again elsewhere
+                    await self.inbox._execute(
+                        "UPDATE procrastinate_workers SET last_heartbeat = now() "
+                        "WHERE id = ANY(%s)", (sorted(workers),))
                 retried = await self.retry_stalled(stalled_after)
                 if retried:
                     logger.warning("re-queued %d stalled job(s) as their next attempt: %s",
