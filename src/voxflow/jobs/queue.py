@@ -486,6 +486,8 @@ async def _run_until_stopped(worker: asyncio.Future[None], stopping: threading.E
 
     def stop() -> None:
         nonlocal signalled
+        if signalled:  # once: a second signal must not cut the running jobs short
+            return
         signalled = True
         stopping.set()
         worker.cancel()
