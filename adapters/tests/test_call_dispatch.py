@@ -183,3 +183,53 @@ def test_front_door_and_worker_need_the_database_url_and_say_so(
     monkeypatch.setenv("VOXFLOW_DATABASE_URL", "postgresql://u@127.0.0.1:5432/db")
     assert main(["serve", "--worker", "--drain-seconds", "-1"]) == 2
     assert "--drain-seconds -1: give seconds" in capsys.readouterr().err
+
+
+class _SlowReplies(DispatchStore):
+    """The real store whose claims reach the worker late (a slow network): the claim is
+    committed, its reply not yet back."""
+
+    def __init__(self, url: str) -> None:
+        super().__init__(url, stale_after=2.0)
+        self.committed = asyncio.Event()
+        self.reply = asyncio.Event()
+
+    async def claim(self, worker_id: str) -> Any:
+        claimed = await super().claim(worker_id)
+        if claimed is not None:
+            self.committed.set()
+            await self.reply.wait()
+        return claimed
+
+
+@pytest.mark.models
+async def test_a_drain_during_a_claim_answers_or_refuses_the_claimed_offer(
+    engines: VoiceEngines, pg_schema_url: str
+) -> None:
+    """An offer claimed (slot taken, row 'claimed') when the drain starts is still
+    answered or refused: cancelling the claim's reply left it claimed, its front door
+    waiting for nothing until its timeout."""
+    host = WebRtcServer(assistant_call_factory(), engines,
+                        settings=ServerSettings(max_calls=1, peer=LOOPBACK))
+    slow = _SlowReplies(pg_schema_url)
+    w = CallWorker(host, slow, drain_seconds=5.0)
+    poster = DispatchStore(pg_schema_url)
+    try:
+        await w.start()
+        offer_id = await poster.post_offer("v=0 (not an SDP)", expires_in=30)
+        async with asyncio.timeout(30):
+            await slow.committed.wait()
+        draining = asyncio.get_running_loop().create_task(w.drain())
+        async with asyncio.timeout(30):  # the drain has begun: the worker's row says so
+            while not (await poster.workers())[0].draining:  # noqa: ASYNC110  # a table
+                await asyncio.sleep(0.05)
+        slow.reply.set()
+        async with asyncio.timeout(30):
+            await draining
+        result = await poster.take_result(offer_id)
+        assert result is not None and result.state == "failed", result
+        assert result.status == 400  # the worker's own refusal reached the front door
+    finally:
+        slow.reply.set()
+        await w.aclose()
+        await poster.aclose()

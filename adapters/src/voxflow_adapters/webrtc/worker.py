@@ -187,7 +187,14 @@ class CallWorker:
         with contextlib.suppress(DispatchUnavailableError):
             await self.store.set_draining(self.worker_id)
         if self._loop_task is not None:
-            self._loop_task.cancel()
+            # the loop ends by itself now (draining): a claim in flight is committed in
+            # the database and must become a call or a refusal, not be cancelled (its
+            # offer would stay claimed, its front door waiting until its timeout)
+            self._wake.set()
+            done, _ = await asyncio.wait({self._loop_task},
+                                         timeout=self.store.connect_timeout + 5.0)
+            if not done:
+                self._loop_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._loop_task
         if self._tasks:  # offers being answered become calls (or are refused) first
