@@ -230,7 +230,8 @@ def test_a_call_worker_killed_mid_reply_while_a_job_runs(
                     pytest.xfail(
                         "known gap: the job finished once, its updates were applied from "
                         "the inbox by the worker that resumed the call (completed, attempt "
-                        "1), but that call never announced it")
+                        "1), but that call never announced it (the same call, not killed, "
+                        "announces it: the gap is the resumed call's)")
                 await asyncio.sleep(3.0)  # (an announcement made twice would come now)
                 caller.send({"v": 1, "type": "hangup"})
                 await asyncio.sleep(1.0)
