@@ -164,3 +164,45 @@ async def test_a_warm_up_runs_one_dummy_transcription_when_none_is_running() -> 
     assert early.statistics().started == 1  # the warm-up is not a speculation
     await early.aclose()
     assert not early.warm_up()  # closed
+
+
+class WorkSpy(GatedStt):
+    """GatedStt that also keeps the scheduler ticket each transcription was submitted with."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.works: list[object] = []
+
+    async def transcribe(self, audio: AudioChunk) -> Transcript | None:
+        from voxflow_voice.scheduler import current_work
+
+        self.works.append(current_work())
+        return await super().transcribe(audio)
+
+
+async def test_a_pause_transcription_is_speculative_until_the_turn_ends_on_its_audio() -> None:
+    events = detect(np.concatenate([tone(15), quiet(6), tone(15), quiet(20)]))
+    first_pause, second_pause = [e for e in events if isinstance(e, UtterancePaused)]
+    (ready,) = [e for e in events if isinstance(e, UtteranceReady)]
+    stt = WorkSpy()
+    early = EarlyTranscriber(stt, call="call-1")
+    early.paused(first_pause)
+    await asyncio.sleep(0)
+    (work,) = stt.works
+    assert (work.call, work.urgency) == ("call-1", "speculative")  # type: ignore[attr-defined]
+    assert not early.turn_ended(ready)  # the turn ended on other (longer) audio
+    assert work.urgency == "speculative"  # type: ignore[attr-defined]
+    stt.gate.set()
+    for _ in range(5):  # the first transcription finishes
+        await asyncio.sleep(0)
+    stt.gate.clear()
+    early.paused(second_pause)
+    await asyncio.sleep(0)
+    assert len(stt.works) == 2
+    assert stt.works[1].urgency == "speculative"  # type: ignore[attr-defined]
+    assert early.turn_ended(ready)  # a speculative reply waits on it: urgent now
+    assert stt.works[1].urgency == "urgent"  # type: ignore[attr-defined]
+    stt.gate.set()
+    transcript = await early.final(ready)
+    assert transcript is not None and early.statistics().used == 1
+    await early.aclose()

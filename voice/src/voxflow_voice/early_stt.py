@@ -145,6 +145,19 @@ class EarlyTranscriber:
         done = self._done
         return done[1] if done is not None and done[0] is event else None
 
+    def turn_ended(self, event: UtteranceReady) -> bool:
+        """The turn ended on ``event``: the transcription running on that very audio is
+        no longer speculative work but urgent (someone waits for the answer); True if
+        one was. (:meth:`final` does it too; a speculative reply awaits the transcript
+        through :meth:`transcript_of` and never calls it.)"""
+        if not isinstance(event, UtteranceReady):
+            raise TypeError(f"event must be an UtteranceReady, got {type(event).__name__}")
+        running = self._running
+        if running is None or self._work is None or not running[0].matches(event):
+            return False
+        self._work.update("urgent", 0.0)
+        return True
+
     async def final(self, event: UtteranceReady) -> Transcript | None:
         """The transcript of the turn's utterance, reusing speculation when it matches."""
         if not isinstance(event, UtteranceReady):

@@ -398,6 +398,7 @@ class VoiceSession:
             # the foreground's: no announcement may slip in while STT runs.
             self._floor.foreground_entered()
             spec, self._speculation = self._speculation, None  # the pending one, if any
+            self._early.turn_ended(event)  # its STT (if on this audio) is urgent now
             if spec is not None:
                 if spec.matches(event):
                     spec.confirm()
