@@ -50,6 +50,37 @@ time each N took is printed. The headline figure (``voxflow bench``) is the larg
 measured, below the first that misses, whose p95 is <= 1 s with every question
 committed, 0 stale samples and no turn lost.
 
+With the model scheduler (issue 21), ``--turns 2 --scheduler both`` (each N first come
+first served, then on the scheduler, in the same run; the 2 cores shared with other
+engineers' jobs, load average as noted):
+
+=====  =====  =========  ==========  ==========  ========  =====  ====  =====  =========
+calls  sched  committed  v2v p50     v2v p95     CPU/call  stale  lost  barge  load avg
+=====  =====  =========  ==========  ==========  ========  =====  ====  =====  =========
+4      FIFO   8/8        670 ms      786 ms      15.2 %    0      0     0      4.9 - 5.3
+4      EDF    8/8        698 ms      960 ms      13.9 %    0      0     0      4.9 - 5.3
+8      FIFO   16/16      722 ms      1,019 ms    11.4 %    0      0     0      3.3 - 2.5
+8      EDF    16/16      691 ms      840 ms      12.0 %    0      0     0      3.3 - 2.5
+16     FIFO   32/32      7,640 ms    25,927 ms   7.3 %     0      17    11     3.3 - 4.2
+16     EDF    32/32      7,332 ms    11,840 ms   9.0 %     0      2     9      3.3 - 4.2
+=====  =====  =========  ==========  ==========  ========  =====  ====  =====  =========
+
+(4 calls at 87a68fd; 8 calls at cb46d1d; 16 calls at 87a68fd, before cb46d1d made a
+confirmed pause's STT urgent: at 8 calls that version was at 2,553 / 3,520 ms against
+678 / 1,148 ms first come.) ``--offered 24 --max-calls 8`` (87a68fd, one arriving every
+0.5 s): 8 admitted, 16 refused with CapacityExceededError; the admitted 8 (whose first
+questions came within 4 s of each other) at 1,108 / 1,654 ms, 0 stale, 0 lost. So on
+this shared machine one process holds about 8 such calls within p95 <= 1 s on the
+scheduler (4 to 8 first come), not the 20 of the issue: Piper alone takes about 7 % of a
+core per call on this load (a 9 s reply every 12 s at a real-time factor of about 0.1),
+so 2 cores saturate near 16-20 calls whatever the order; past that the scheduler keeps
+the p95 at half of first come's and loses far fewer turns, and admission keeps the
+admitted calls out of that regime. Batching measured and dropped
+(``benchmarks/model_batching.py --batch 4``, load 13): Whisper's encoder on 4 utterances
+at once took 1.43x the time of 4 one by one, its greedy decode 2.49x, Piper 0.87x (13 %
+saved, but a batch ends with its longest sentence, so a first clause would wait for
+others' later ones).
+
 Measured at 32351c4 (``--calls 1,4,8,16 --turns 3``, one run; load average 2.6 at the
 start, 8.0 at the end: the 2 cores were shared with other engineers' jobs as well as
 this process's own threads, so the figures are pessimistic):
