@@ -603,12 +603,37 @@ class ReplyQueue:
             state.delivery_sequence = max(
                 state.delivery_sequence, int(snapshot.get("delivery_sequence", 0))
             )
-            for rec in state.deliveries.values():
-                if rec.status == "scheduled":
-                    self._fence(state, rec)
-                    self._set_status(
-                        state, rec, "interrupted", "Restored from a snapshot; not replayed."
-                    )
+            self._interrupt_scheduled(state, "Restored from a snapshot; not replayed.")
+
+    def take_over(self) -> list[DeliveryId]:
+        """Release the floor a session's previous process held when it died (a session
+        loaded from its store by the worker that resumes its call).
+
+        The saved floor is that process's: its foreground turn (the reply its death cut,
+        settled interrupted at what was heard by the resume) and its client's
+        observations (playback, recording, mute, and a ``client_seq`` the new client's
+        reports, from 1, would never pass) hold nothing any more. The floor becomes a
+        fresh one (``closed`` is kept: :meth:`reopen` opens it); the delivery that held
+        it ends ``interrupted``, not replayed (its lease died with the process), as in
+        :meth:`restore`; pending deliveries stay pending and may now be claimed.
+
+        Returns:
+            The deliveries it interrupted.
+        """
+        with self._lock:
+            state = self._state()
+            state.delivery_floor = DeliveryFloor(closed=state.delivery_floor.closed)
+            state.delivery_sequence += 1
+            return self._interrupt_scheduled(state, "Its call's process died; not replayed.")
+
+    def _interrupt_scheduled(self, state: ReplyQueueState, reason: str) -> list[DeliveryId]:
+        cut: list[DeliveryId] = []
+        for rec in state.deliveries.values():
+            if rec.status == "scheduled":
+                self._fence(state, rec)
+                self._set_status(state, rec, "interrupted", reason)
+                cut.append(rec.delivery_id)
+        return cut
 
     def statistics(self) -> ReplyQueueStatistics:
         """Pending count, floor holder and why the floor is busy (if it is)."""
