@@ -11,7 +11,9 @@ token is never logged (it is not in any repr or log line).
 **What was heard.** While a reply plays, :class:`HeardJournal` appends ``reply_heard``
 events (the words heard so far, from the transport's receipts) and saves them, at most
 once per ``interval``; when the reply settles (played whole or cut: the session's
-``TurnMetrics``), a ``reply_settled`` event. The answer saved by the turn carries the
+``TurnMetrics``), a ``reply_settled`` event; so does a background announcement (its
+``DeliverySettled``): what it covered, and the history it was heard into, are saved
+then, so that a next owner never announces it again. The answer saved by the turn carries the
 full generated text, so after a worker's death :func:`settle_dropped_replies` (run on
 the restored state before the call goes on) cuts every answer without a
 ``reply_settled`` event to its last saved ``reply_heard`` words (none saved: nothing was
@@ -31,7 +33,7 @@ import secrets
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from voxflow_voice.events import ReplyTextStreamed, SessionEvent, TurnMetrics
+from voxflow_voice.events import DeliverySettled, ReplyTextStreamed, SessionEvent, TurnMetrics
 from voxflow_voice.heard import HeardReply
 
 from voxflow.conversation import ConversationEvent, ConversationMessage
@@ -165,6 +167,11 @@ class HeardJournal:
         elif isinstance(event, TurnMetrics) and event.delivery_id is not None:
             if event.delivery_id == self._playing:
                 self._playing = None
+            self._settles.put_nowait(event.delivery_id)
+            self._wake.set()
+        elif isinstance(event, DeliverySettled):
+            # an announcement settled: its coverage (and, recorded next under the lock,
+            # its history) saved now, or the session's next owner announces it again
             self._settles.put_nowait(event.delivery_id)
             self._wake.set()
 
