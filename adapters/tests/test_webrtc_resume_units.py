@@ -164,3 +164,139 @@ async def test_a_settlement_the_call_end_cancelled_mid_save_is_still_saved_by_th
     settled = [e["payload"].get("delivery_id") for e in stored["events"]
                if e["type"] == "reply_settled"]
     assert settled == ["d-1"]
+
+
+async def test_a_resumed_session_saved_mid_reply_announces_its_finished_job_once(
+    make_store: Any,
+) -> None:
+    """Issue 17's failover gap without processes: the dead owner saved its state mid-reply
+    (its foreground turn holding the floor, its client playing at seq 40) after the
+    call's job completed and before it was announced. Restored by another worker, that
+    floor held every announcement back; released (``take_over``, as a resumed call does),
+    the result is announced once, and a later owner does not announce it again."""
+    from voxflow.examples.assistant import assistant_class
+    from voxflow.replies import ClientActivity
+    from voxflow.wiring import AssistantWiring
+
+    store = make_store("announce")
+    flow_class = assistant_class(None, lookup_seconds=0.05)
+    dead = flow_class(persistence=store)
+    wiring = AssistantWiring(dead)
+    assert wiring.replies is not None
+    assert "checking your order" in await wiring.text_turn("Where is my order?")
+    (answer,) = dead.state.replies.values()
+    async with wiring.state_lock:  # the story's turn and its playback, as the call had them
+        wiring.replies.set_foreground(True)
+        assert wiring.replies.observe_client(ClientActivity(
+            session_id=dead.state.id, seq=40, recording=False, playback=True, muted=False,
+            delivery_id=answer.delivery_id))
+    assert await wiring.wait_for_jobs(10)  # completed, not announced (the floor is busy)
+    await dead.asave_state("heard")
+    await wiring.aclose()
+    session_id = dead.state.id
+
+    async def resumed() -> tuple[Any, AssistantWiring]:
+        flow = flow_class(persistence=store)
+        assert await flow.aload_session(session_id)
+        settle_dropped_replies(flow.state)
+        return flow, AssistantWiring(flow)
+
+    flow, heir = await resumed()
+    assert heir.replies is not None
+    [job] = flow.state.jobs.values()
+    assert job.status == "completed" and job.attempt == 1
+    assert await heir.announce_ready() == []  # the dead owner's floor holds it back
+    assert heir.replies.statistics().busy_reason == "foreground turn"
+    assert heir.replies.take_over() == []
+    [spoken] = await heir.announce_ready()
+    assert "order 417 has shipped" in spoken
+    assert await heir.announce_ready() == []  # once
+    await flow.asave_state("announced")
+    await heir.aclose()
+
+    later, third = await resumed()  # the next failover: covered, not announced twice
+    assert third.replies is not None
+    third.replies.take_over()
+    assert await third.announce_ready() == []
+    announced = [m for m in later.state.messages
+                 if m.role == "assistant" and "has shipped" in m.content]
+    assert len(announced) == 1, announced
+    await third.aclose()
+
+
+async def test_take_over_ends_the_dead_owners_announcement_interrupted_and_frees_the_floor(
+) -> None:
+    """The dead owner held the floor for an announcement (scheduled, never settled): its
+    lease died with it, so the heir ends it interrupted (not replayed, as a restore
+    does) and the floor is free; its client's observations are gone (a new client
+    reports from seq 1)."""
+    from voxflow.examples.assistant import assistant_class
+    from voxflow.replies import ClientActivity
+    from voxflow.wiring import AssistantWiring
+
+    flow = assistant_class(None, lookup_seconds=0.01)()
+    wiring = AssistantWiring(flow)
+    replies = wiring.replies
+    assert replies is not None
+    await wiring.text_turn("Where is my order?")
+    assert await wiring.wait_for_jobs(10)
+    async with wiring.state_lock:
+        [job] = flow.state.jobs.values()
+        assert replies.enqueue(job) is not None
+        delivery = replies.claim()
+        assert delivery is not None
+        assert replies.observe_client(ClientActivity(
+            session_id=flow.state.id, seq=9, recording=True, playback=False, muted=True))
+        assert replies.take_over() == [delivery.delivery_id]
+        assert flow.state.deliveries[delivery.delivery_id].status == "interrupted"
+        stats = replies.statistics()
+        assert stats.active_delivery_id is None and stats.busy_reason is None
+        assert replies.observe_client(ClientActivity(  # the new client, from seq 1
+            session_id=flow.state.id, seq=1, recording=False, playback=False, muted=False))
+        assert replies.take_over() == []
+    await wiring.aclose()
+
+
+async def test_the_journal_saves_an_announcements_settlement_and_its_history(
+    make_store: Any,
+) -> None:
+    """An announcement is no turn (no ``TurnMetrics``): its ``DeliverySettled`` makes the
+    journal save, so its coverage and the history it was heard into are stored and the
+    session's next owner does not announce it again."""
+    from voxflow_adapters.webrtc.resume import HeardJournal
+    from voxflow_voice.events import DeliverySettled
+
+    from voxflow.examples.assistant import assistant_class
+    from voxflow.ids import SessionId
+    from voxflow.wiring import AssistantWiring
+
+    store = make_store("journal_announce")
+    flow_class = assistant_class(None, lookup_seconds=0.01)
+    flow = flow_class(persistence=store)
+    wiring = AssistantWiring(flow)
+    await wiring.text_turn("Where is my order?")
+    assert await wiring.wait_for_jobs(10)
+    await flow.asave_state("job")
+    nothing_heard: Any = lambda _delivery: None  # noqa: E731 (no answer plays here)
+    journal = HeardJournal(flow, wiring.state_lock, nothing_heard, interval=0.05)
+    task = asyncio.create_task(journal.run())
+    [spoken] = await wiring.announce_ready()  # settled and recorded in the history
+    [delivery_id] = [d for d, r in flow.state.deliveries.items() if r.status == "completed"]
+    journal.on_event(DeliverySettled(session_id=SessionId(flow.state.id), at=0.0,
+                                     delivery_id=delivery_id, status="completed"))
+    for _ in range(1000):
+        if journal.saves:
+            break
+        await asyncio.sleep(0.01)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    await wiring.aclose()
+    heir = flow_class(persistence=store)
+    assert await heir.aload_session(flow.state.id)
+    assert [m.content for m in heir.state.messages if m.role == "assistant"][-1] == spoken
+    again = AssistantWiring(heir)
+    assert again.replies is not None
+    again.replies.take_over()
+    assert await again.announce_ready() == []
+    await again.aclose()
