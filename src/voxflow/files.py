@@ -43,6 +43,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from voxflow._litellm import load_litellm
 from voxflow.errors import InputFileError
 from voxflow.paths import default_data_dir
 
@@ -355,10 +356,9 @@ def file_parts(ref: FileRef) -> list[dict[str, Any]]:
 @functools.lru_cache(maxsize=64)
 def model_supports_vision(model: str) -> bool:
     """Whether litellm knows ``model`` to accept image parts (unknown models: no)."""
-    from voxflow.llm import _litellm
 
     try:
-        return bool(_litellm().supports_vision(model=model))
+        return bool(load_litellm().supports_vision(model=model))
     except Exception:
         return False
 

@@ -31,7 +31,6 @@ import dataclasses
 import itertools
 import json
 import operator
-import os
 import threading
 import typing
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
@@ -41,6 +40,7 @@ from typing import Any, Literal, Protocol, TypeVar, runtime_checkable
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from voxflow import llm_policy
+from voxflow._litellm import load_litellm
 from voxflow._loops import run_blocking
 from voxflow.errors import ProviderError
 
@@ -278,23 +278,6 @@ def normalize_messages(messages: Messages) -> list[dict[str, Any]]:
     return out
 
 
-def _litellm() -> Any:
-    """Import litellm on first use, quietly and without fetching the cost map.
-
-    Also defaults ``MAX_BASE64_LENGTH_FOR_LOGGING`` to 0: litellm otherwise walks and
-    copies the whole message list after every call to shorten base64 payloads for its
-    logging callbacks (voxflow registers none), a cost that grows with the conversation.
-    Set the variable yourself before the first call to keep litellm's behaviour.
-    """
-    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-    os.environ.setdefault("MAX_BASE64_LENGTH_FOR_LOGGING", "0")
-    import litellm
-
-    litellm.suppress_debug_info = True
-    litellm.telemetry = False
-    return litellm
-
-
 def _response_format_arg(
     response_format: type[BaseModel] | Mapping[str, Any] | None,
 ) -> Any:
@@ -446,7 +429,7 @@ class LLM:
                 "llm_call_started", call_id, self.model, has_tools=bool(tools), agent_name=agent
             )
         )
-        litellm = _litellm()
+        litellm = load_litellm()
         attempts = self._attempts()
         while True:
             try:
@@ -664,7 +647,7 @@ class LLMStream:
                 agent_name=agent,
             )
         )
-        litellm = _litellm()
+        litellm = load_litellm()
         text: list[str] = []
         calls: dict[int, dict[str, str]] = {}
         try:

@@ -31,6 +31,7 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from voxflow._litellm import load_litellm
 from voxflow.errors import ProviderError
 
 __all__ = [
@@ -145,10 +146,9 @@ def missing_credentials(model: str, kwargs: Mapping[str, Any]) -> list[str]:
     """
     if kwargs.get("mock_response") is not None or kwargs.get("api_key") or kwargs.get("api_base"):
         return []
-    from voxflow.llm import _litellm
 
     try:
-        report = _litellm().validate_environment(model)
+        report = load_litellm().validate_environment(model)
     except Exception:  # an unknown provider: the request reports it with litellm's words
         return []
     missing = report.get("missing_keys") or []
@@ -157,9 +157,8 @@ def missing_credentials(model: str, kwargs: Mapping[str, Any]) -> list[str]:
 
 def is_transient(exc: BaseException) -> bool:
     """Whether the same request may succeed if sent again (rate limit, timeout, 5xx...)."""
-    from voxflow.llm import _litellm
 
-    litellm = _litellm()
+    litellm = load_litellm()
     kinds = tuple(c for n in _TRANSIENT if isinstance(c := getattr(litellm, n, None), type))
     status = getattr(exc, "status_code", None)
     return isinstance(exc, kinds) or (

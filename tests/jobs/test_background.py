@@ -301,3 +301,12 @@ async def test_two_job_functions_of_one_kind_each_run_their_own() -> None:
     assert said.count("The hotel is booked.") == 1 and said.count("The train is on time.") == 1
     assert sorted(j.announcement for j in flow.state.jobs.values()) == [
         "The hotel is booked.", "The train is on time."]
+
+
+def test_starting_a_job_checks_the_reply_queue_by_the_fields_the_reply_state_declares() -> None:
+    # jobs reads the reply queue's fields, not its class (replies builds on jobs): the
+    # two lists must not drift apart.
+    from voxflow.jobs.background import _REPLY_QUEUE_FIELDS
+    from voxflow.replies.records import ReplyQueueState
+
+    assert set(_REPLY_QUEUE_FIELDS) <= set(ReplyQueueState.model_fields)

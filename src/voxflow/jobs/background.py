@@ -261,10 +261,14 @@ def background_job(
     return wrap(fn) if fn is not None else wrap
 
 
-def _state_problem(state: Any) -> str | None:
-    from voxflow.replies.records import ReplyQueueState  # (replies imports jobs)
+_REPLY_QUEUE_FIELDS = ("deliveries", "covered_updates", "delivery_floor", "delivery_sequence")
 
-    if not isinstance(state, ReplyQueueState):
+
+def _state_problem(state: Any) -> str | None:
+    # The reply queue's fields, not its class: voxflow.replies builds on jobs, not the
+    # reverse (ReplyQueueState declares exactly these).
+    fields = getattr(type(state), "model_fields", {})
+    if not all(name in fields for name in _REPLY_QUEUE_FIELDS):
         return ("its state has no reply queue to announce the result; derive the state "
                 "from voxflow.wiring.AssistantState")
     if not isinstance(state, JobState):

@@ -46,6 +46,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from voxflow._litellm import load_litellm
 from voxflow.clock import Clock
 from voxflow.llm import LLM
 
@@ -301,9 +302,8 @@ def _register_provider() -> None:
     with _setup_lock:
         if _registered:
             return
-        from voxflow.llm import _litellm
 
-        litellm = _litellm()
+        litellm = load_litellm()
         from litellm.llms.custom_llm import CustomLLM
 
         handler = _make_handler(CustomLLM, litellm)

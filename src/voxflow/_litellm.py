@@ -1,0 +1,30 @@
+"""Loading litellm: on first use, quietly, never fetching anything at import.
+
+Its own module so that the LLM client (:mod:`voxflow.llm`), its policy
+(:mod:`voxflow.llm_policy`), file parts and the test kit share one loader without
+importing each other.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+__all__ = ["load_litellm"]
+
+
+def load_litellm() -> Any:
+    """Import litellm on first use, quietly and without fetching the cost map.
+
+    Also defaults ``MAX_BASE64_LENGTH_FOR_LOGGING`` to 0: litellm otherwise walks and
+    copies the whole message list after every call to shorten base64 payloads for its
+    logging callbacks (voxflow registers none), a cost that grows with the conversation.
+    Set the variable yourself before the first call to keep litellm's behaviour.
+    """
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    os.environ.setdefault("MAX_BASE64_LENGTH_FOR_LOGGING", "0")
+    import litellm
+
+    litellm.suppress_debug_info = True
+    litellm.telemetry = False
+    return litellm
