@@ -4,9 +4,9 @@ Run: ``uv run python benchmarks/capacity.py [--calls 1,4,8,16] [--turns 3]
 [--scheduler on|off|both] [--offered 24 --max-calls 8] [--json]``
 
 ``--scheduler`` runs the model work on the deadline-aware
-:class:`~voxflow_voice.scheduler.ModelScheduler` (``on``, the default, as
-``VoiceEngines.load`` does, with replies synthesized up to 3 s ahead of playback:
-``VoiceSettings.synthesis_ahead``), first come first served on the default executor
+:class:`~voxflow_voice.scheduler.ModelScheduler` (``on``, the default here:
+``VoiceEngines.load(scheduling=True)``, with replies synthesized up to 3 s ahead of
+playback: ``VoiceSettings(synthesis_ahead=3)``), first come first served on the default executor
 without synthesis ahead (``off``, as before), or each N both ways in the same run
 (``both``: the before/after ratio under the same machine load; the models are the same
 objects either way). ``--offered``
@@ -64,6 +64,13 @@ calls  sched  committed  v2v p50     v2v p95     CPU/call  stale  lost  barge  l
 16     FIFO   32/32      7,640 ms    25,927 ms   7.3 %     0      17    11     3.3 - 4.2
 16     EDF    32/32      7,332 ms    11,840 ms   9.0 %     0      2     9      3.3 - 4.2
 =====  =====  =========  ==========  ==========  ========  =====  ====  =====  =========
+
+12      FIFO / EDF (cb46d1d, load 1.4 - 3.6): 666 / 973 ms vs 696 / 1,100 ms, 0 lost
+16      FIFO / EDF (same run): 2,579 / 3,425 ms vs 3,597 / 5,609 ms, 0 lost each
+(so on a quiet machine the scheduler did not pay at 12 and 16 calls: first come, first
+served stays the default, ``VoiceEngines.load(scheduling=False)``, the scheduler opt-in;
+``--offered 24 --max-calls 10`` in that run: 10 admitted, 14 refused, the admitted at
+1,600 / 2,918 ms, their first questions bunched within 5 s.)
 
 (4 calls at 87a68fd; 8 calls at cb46d1d; 16 calls at 87a68fd, before cb46d1d made a
 confirmed pause's STT urgent: at 8 calls that version was at 2,553 / 3,520 ms against
@@ -151,6 +158,8 @@ TAIL = 10.0  # s: how long a call waits after the last audio (a slow last reply 
 CALL_LIMIT = 300.0  # s: a call ends by then whatever it waits for
 P95_TARGET_MS = 1000.0
 BEFORE = VoiceSettings(synthesis_ahead=0.0)
+AFTER = VoiceSettings(synthesis_ahead=3.0)
+"""``--scheduler on``: later sentences synthesized up to 3 s ahead of playback."""
 """The session as it was before the scheduler (``--scheduler off``): each sentence
 synthesized only once the one before was handed to playback."""
 
@@ -384,7 +393,7 @@ async def _main(calls: list[int], turns: int, as_json: bool, modes: list[bool],
                         else (0, idle))
             row, _ = await asyncio.wait_for(
                 run_calls(by_mode[mode], n, turns, baseline=baseline,
-                          settings=None if mode else BEFORE),
+                          settings=AFTER if mode else BEFORE),
                 timeout=CALL_LIMIT + 60.0)
             rows.append(row)
             if not as_json:
@@ -399,7 +408,7 @@ async def _main(calls: list[int], turns: int, as_json: bool, modes: list[bool],
             AdmissionSettings(max_calls=max_calls, p95_target_ms=P95_TARGET_MS),
             scheduler=engines.scheduler)
         row, _ = await asyncio.wait_for(
-            run_calls(engines, offered, turns, admission=admission),
+            run_calls(engines, offered, turns, admission=admission, settings=AFTER),
             timeout=CALL_LIMIT + CYCLE + 60.0)
         admitted = row
         if not as_json:

@@ -63,14 +63,21 @@ async def test_offered_calls_in_real_time_on_the_scheduler_admit_two_refuse_one_
     real models on the shared ModelScheduler: the third is refused while the two others
     run; each admitted question is committed and answered, no stale sample plays, and the
     replies' later sentences went through the scheduler as work due ahead of playout."""
+    from voxflow_voice import PiperTts, WhisperStt
     from voxflow_voice.admission import AdmissionController, AdmissionSettings
+    from voxflow_voice.scheduler import ModelScheduler
+    from voxflow_voice.tts import DETERMINISTIC_TTS_SETTINGS
 
     capacity = _capacity()
-    scheduler = engines.scheduler
-    assert scheduler is not None  # VoiceEngines.load schedules by default
+    scheduler = ModelScheduler()  # the same shared models, their work on the scheduler
+    scheduled = VoiceEngines(
+        stt=WhisperStt(scheduler=scheduler),
+        tts=PiperTts(settings=DETERMINISTIC_TTS_SETTINGS, scheduler=scheduler),
+        make_vad=engines.make_vad, scheduler=scheduler)
     before = scheduler.statistics().completed
     admission = AdmissionController(AdmissionSettings(max_calls=2), scheduler=scheduler)
-    row, calls = await capacity.run_calls(engines, 3, 1, admission=admission)
+    row, calls = await capacity.run_calls(scheduled, 3, 1, admission=admission,
+                                          settings=capacity.AFTER)
     after = scheduler.statistics().completed
     assert (row.offered, row.calls, row.refused, admission.refused) == (3, 2, 1, 1)
     assert (row.asked, row.committed, row.turns_lost, row.stale_samples) == (2, 2, 0, 0)

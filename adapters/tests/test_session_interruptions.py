@@ -5,7 +5,7 @@
 * a barge-in while a *later* segment of a reply is being synthesized stops that
   synthesis (its TTS stream is closed before its end; later segments never start), not
   only its playback (synthesis paced by playback here: ``synthesis_ahead=0``);
-* with synthesis ahead of playback (the default), a barge-in drops the audio made ahead
+* with synthesis ahead of playback (``synthesis_ahead=3``), a barge-in drops the audio made ahead
   unheard and the rest of the reply is never synthesized.
 
 The story's timeline (bundled voice, noise-free): segment 1 "Once upon a time," plays
@@ -164,7 +164,8 @@ async def test_a_barge_in_drops_the_audio_synthesized_ahead_and_stops_the_synthe
     turns = TurnRunner(Teller())
     # The barge-in lands at about 8.8 s, in segment 3; 3 s ahead reaches into segment 4.
     script = CallScript().user_says(0.3, "Tell me a story.").user_says(8.0, "Stop, please.")
-    call = await run_call(turns, script, watched)  # synthesis up to 3 s ahead (default)
+    call = await run_call(turns, script, watched,
+                          settings=VoiceSettings(synthesis_ahead=3.0))  # 3 s ahead
     story = call.replies()[0]
     barge_in = call.of_kind("barge_in")[0]
     assert barge_in.delivery_id == story

@@ -83,7 +83,7 @@ class VoiceEngines:
         vad: Literal["silero", "energy"] = "silero",
         deterministic: bool = False,
         end_of_turn: Literal["none", "smart-turn"] = "none",
-        scheduling: bool = True,
+        scheduling: bool = False,
     ) -> VoiceEngines:
         """Load the bundled models (blocking: call from a thread or before the loop).
 
@@ -97,8 +97,10 @@ class VoiceEngines:
             end_of_turn: ``smart-turn`` loads :class:`~voxflow_voice.end_of_turn.SmartTurn`
                 (the extra ``voxflow-voice[smart-turn]``); ``none``, the default, does not.
             scheduling: run STT and TTS on one deadline-aware
-                :class:`~voxflow_voice.scheduler.ModelScheduler` (a worker per core);
-                ``False``: a default-executor thread per call, first come first served.
+                :class:`~voxflow_voice.scheduler.ModelScheduler` (a worker per core and
+                an urgent lane); ``False`` (the default: ``benchmarks/capacity.py`` found
+                it no better at 12 and 16 calls on an idle 2-core machine): a
+                default-executor thread per job, first come first served.
 
         Raises:
             voxflow.errors.ModelNotFoundError: a model package is missing (the message

@@ -124,8 +124,9 @@ class VoiceSettings(BaseModel):
     )  # see voxflow_voice.speculation (off for flows whose turns act on the world directly)
     stt_warm_up: bool = Field(False, description="a dummy STT run at each speech onset")
     synthesis_ahead: float = Field(
-        3.0, ge=0, le=60, description="seconds of a reply's audio synthesized ahead of "
-        "playback (later sentences are ready before playout needs them)",
+        0.0, ge=0, le=60, description="seconds of a reply's audio synthesized ahead of "
+        "playback (later sentences are ready before playout needs them); 0: each sentence "
+        "once the one before was handed over",
     )
     barge_in: BargeInSettings = Field(
         default_factory=BargeInSettings,

@@ -210,7 +210,7 @@ class ReplySpeaker:
         gone: Callable[[], bool],
         replies: ReplyQueue | None = None,
         echo_gate: EchoGate | None = None,
-        synthesis_ahead: float = 3.0,
+        synthesis_ahead: float = 0.0,
     ) -> None:
         if not synthesis_ahead >= 0.0:
             raise ValueError(f"synthesis_ahead must be >= 0 seconds, got {synthesis_ahead!r}")
