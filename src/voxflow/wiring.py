@@ -20,6 +20,7 @@ The core never names an adapter: the voice side of the wiring lives in
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
@@ -59,7 +60,8 @@ class AssistantWiring:
             :class:`~voxflow.jobs.InboxReader` (``wiring.inbox_reader``) reads their
             updates into the state. None (the default): in-process, as embedded.
         save_jobs: with ``job_queue``, awaited after inbox rows were applied and before
-            they are acknowledged (persist the state, fenced when leased).
+            they are acknowledged (persist the state, fenced when leased); default: the
+            flow's own save (``flow.asave_state``) when the flow persists.
 
     A reply queue is built when the state is a ``ReplyQueueState`` and a ``JobState``, a
     job runner when it is a ``JobState``. Construct it inside async code (the job runner
@@ -93,6 +95,7 @@ class AssistantWiring:
         self._subscribers: list[Subscriber] = []
         self._warned: set[str] = set()
         self.jobs: JobRunner | None = None
+        self._binding: JobBinding | None = None
         if isinstance(state, JobState):
             binding = JobBinding(clock=self.clock, current_turn=self.turns.running_turn_id,
                                  loop=asyncio.get_running_loop())
@@ -107,6 +110,7 @@ class AssistantWiring:
             binding.runner = self.jobs
             binding.notify = self._on_update
             bind_jobs(flow, binding)
+            self._binding = binding
         self.state_lock: asyncio.Lock = (
             self.jobs.state_lock if self.jobs is not None else asyncio.Lock()
         )
@@ -121,6 +125,9 @@ class AssistantWiring:
             async def announce() -> None:
                 await self._on_update(jobs.snapshot())
 
+            if save_jobs is None and flow._persistence_configured():
+                # acknowledged rows must be in the stored session: the flow's own save
+                save_jobs = functools.partial(flow.asave_state, "job_update")
             self.inbox_reader = InboxReader(job_queue.inbox, state, lock=self.state_lock,
                                             on_update=announce, save=save_jobs)
             self.inbox_reader.start()
@@ -226,6 +233,8 @@ class AssistantWiring:
     async def aclose(self) -> None:
         """Stop the call's background jobs (idempotent); queued jobs go on in their job
         workers, their updates waiting in the inbox for the session's next owner."""
+        if self._binding is not None:
+            await self._binding.drain()  # jobs handed to the queue from the loop
         if self.inbox_reader is not None:
             await self.inbox_reader.aclose()
         if self.jobs is not None:

@@ -51,3 +51,17 @@ async def until_stopped(job: JobContext, marker: str) -> str:
     while not job.stop_requested:
         await job.sleep(0.05)
     return "Stopped as asked."
+
+
+class AsyncTravel(Flow[AssistantState]):
+    """Travel with an async flight handler: it runs on the session's event loop."""
+
+    conversational = True
+
+    def route_turn(self, context: RouterContext) -> str | None:
+        return "flight" if "flight" in (self.state.current_user_message or "") else None
+
+    @listen("flight")
+    async def handle_flight(self) -> str:
+        check_flight.start(self, flight="BA 117", seconds=0.5)
+        return "I'm checking your flight."

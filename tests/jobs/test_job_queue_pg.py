@@ -11,6 +11,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -774,3 +775,89 @@ def test_a_job_worker_finds_a_job_function_by_its_kind() -> None:
         job_function("queue_tests.twice")
     with pytest.raises(LookupError, match="no background job function of kind"):
         job_function("queue_tests.nobody")
+
+
+class _ThreadRecordingQueue(PostgresJobQueue):
+    """The real queue, noting the thread each enqueue (a database round trip) ran on."""
+
+    threads: list[int]
+
+    def enqueue(self, job: BackgroundJob, inputs: Any = None) -> int:
+        self.threads.append(threading.get_ident())
+        return super().enqueue(job, inputs)
+
+
+async def test_a_job_started_from_an_async_handler_is_queued_off_the_event_loop(
+    schema: str,
+) -> None:
+    from voxflow._loader import load_flow_class
+
+    queue = _ThreadRecordingQueue(PG_URL, schema=schema)
+    queue.threads = []
+    await queue.migrate()
+    try:
+        flow = load_flow_class(FLOW.replace(":Travel", ":AsyncTravel"))()
+        async with AssistantWiring(flow, job_queue=queue) as wiring:
+            assert await wiring.text_turn("is my flight on time?") == "I'm checking your flight."
+            (job,) = flow.state.jobs.values()
+            assert job.status == "queued"  # the turn returned its queued record
+        # closing waited for the submission: the job is in the queue, queued elsewhere
+        assert queue.threads and threading.get_ident() not in queue.threads
+        rows = await queue.inbox._execute(
+            "SELECT args->>'job_id' FROM procrastinate_jobs WHERE task_name = %s",
+            (TASK_NAME,))
+        assert [r[0] for r in rows] == [job.job_id]
+    finally:
+        queue.close()
+        await queue.inbox.close()
+
+
+async def test_a_job_an_async_handler_could_not_queue_is_recorded_failed(schema: str) -> None:
+    from voxflow._loader import load_flow_class
+
+    queue = PostgresJobQueue(PG_URL, schema=schema)
+    await queue.migrate()
+    try:
+        flow = load_flow_class(FLOW.replace(":Travel", ":AsyncTravel"))()
+        # the database goes away between the call's start and the handler's enqueue
+        queue.url = "postgresql://nobody@127.0.0.1:1/test"
+        async with AssistantWiring(flow, job_queue=queue) as wiring:
+            assert await wiring.text_turn("is my flight on time?") == "I'm checking your flight."
+            (job,) = flow.state.jobs.values()
+            assert wiring._binding is not None
+            await wiring._binding.drain()  # the submission's thread, then its failure
+            assert job.status == "failed"
+            assert job.error is not None and job.error.startswith("not queued:")
+    finally:
+        queue.close()
+        await queue.inbox.close()
+
+
+async def test_inbox_rows_are_saved_with_a_persisted_flow_before_they_are_acknowledged(
+    queue: PostgresJobQueue, tmp_path: Path
+) -> None:
+    from voxflow import persist
+    from voxflow._loader import load_flow_class
+    from voxflow.flow.persistence import SQLiteFlowPersistence
+
+    store = SQLiteFlowPersistence(tmp_path / "calls.db")
+    saved = persist(store)(type("SavedTravel", (load_flow_class(FLOW),), {}))
+    try:
+        flow = saved()
+        async with AssistantWiring(flow, job_queue=queue) as wiring:  # no save_jobs
+            await wiring.text_turn("is my flight on time?")
+            (job,) = flow.state.jobs.values()
+            update = JobUpdate(session_id=flow.state.id, job_id=job.job_id, revision=1,
+                               attempt=1, seq=1, kind="started")
+            assert await queue.inbox.write(update) is True
+
+            async def acknowledged() -> bool:
+                return await queue.inbox.pending(flow.state.id) == []
+
+            await wait_for(acknowledged, 30, "the inbox row's acknowledgement")
+        # acknowledged only once saved: the stored session has the update
+        again = saved()
+        assert await again.aload_session(flow.state.id)
+        assert again.state.jobs[job.job_id].status == "running"
+    finally:
+        store.close()

@@ -35,6 +35,7 @@ import asyncio
 import concurrent.futures
 import functools
 import inspect
+import logging
 import weakref
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -68,6 +69,8 @@ __all__ = [
     "commit_progress",
     "job_function",
 ]
+
+logger = logging.getLogger("voxflow.jobs")
 
 _INPUTS: TypeAdapter[dict[str, JsonValue]] = TypeAdapter(dict[str, JsonValue])
 
@@ -205,7 +208,7 @@ class JobFunction:
             raise JobNotAnnounceableError(f"cannot start {where}: the job was not registered")
         binding.functions[job.job_id] = self  # by job: two functions may share a kind
         if binding.submit is not None:  # a job queue: a job-worker process runs it
-            binding.submit(job, values)
+            binding.queue(job, values)
         else:
             binding.runner.submit(job, values)
         return job
@@ -343,6 +346,39 @@ class JobBinding:
     functions: dict[str, JobFunction] = field(default_factory=dict)
     submit: Callable[[BackgroundJob, dict[str, JsonValue]], object] | None = None
     """Set when a job queue runs the jobs (job-worker processes), instead of the runner."""
+    pending: set[asyncio.Future[Any]] = field(default_factory=set)
+    """Queue submissions handed to a thread from the event loop, not finished yet."""
+
+    def queue(self, job: BackgroundJob, inputs: dict[str, JsonValue]) -> None:
+        """Hand ``job`` to ``submit`` (a blocking database round trip) without blocking
+        an event loop: from a sync handler (a worker thread) it is called here, its error
+        raised to the handler; from an async handler (on the running loop) it runs in a
+        thread, and a failure marks the job ``failed`` (the turn has its queued record)."""
+        submit = self.submit
+        assert submit is not None
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            submit(job, inputs)
+            return
+        future = running.run_in_executor(None, submit, job, inputs)
+        self.pending.add(future)
+        future.add_done_callback(functools.partial(self._queued, job.job_id))
+
+    def _queued(self, job_id: str, future: asyncio.Future[Any]) -> None:
+        self.pending.discard(future)
+        if future.cancelled() or future.exception() is None:
+            return
+        error = f"not queued: {future.exception()}"
+        logger.warning("background job %s %s", job_id, error)
+        task = self.loop.create_task(self.runner._commit_failure(job_id, error))
+        self.pending.add(task)
+        task.add_done_callback(self.pending.discard)
+
+    async def drain(self) -> None:
+        """Wait for the queue submissions still in flight (a call closing)."""
+        while self.pending:
+            await asyncio.gather(*self.pending, return_exceptions=True)
 
     async def announce_progress(self, parent: BackgroundJob, text: str) -> bool:
         """Commit a completed progress record of ``parent`` whose announcement is ``text``
