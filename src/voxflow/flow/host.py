@@ -2,7 +2,8 @@
 
 The Flow runtime (:mod:`voxflow.flow.runtime`) is the host; its parts (human feedback and
 ``ask``: :mod:`voxflow.flow.feedback`; checkpoints: :mod:`voxflow.flow.checkpoint`;
-streaming: :mod:`voxflow.flow.streaming`) are functions and objects that work on any
+streaming: :mod:`voxflow.flow.streaming`; saving and restoring the state:
+:mod:`voxflow.flow.saving`) are functions and objects that work on any
 host. They depend on this protocol, never on the runtime module, so the runtime can
 import them and the import graph of ``voxflow.flow`` has no cycle. Nothing here is public
 API: the members are the runtime's internal attributes, named as the runtime names them.
@@ -26,8 +27,8 @@ class FlowHost(Protocol):
     """A Flow as its parts see it (see the module docs).
 
     The feedback part's own types (``HumanFeedbackResult``, ``InputHistoryEntry``,
-    ``HumanFeedbackPending``, ``FeedbackProvider``) are ``Any`` here: that module imports
-    this one.
+    ``HumanFeedbackPending``, ``FeedbackProvider``) and ``checkpoint`` (a
+    ``CheckpointConfig`` or None) are ``Any`` here: those modules import this one.
     """
 
     _state: StateLike
@@ -35,6 +36,10 @@ class FlowHost(Protocol):
     _definition: FlowDefinition
     _frame_sink: Callable[[Any], None] | None
     _pending_feedback: Any
+    _persistence: FlowPersistence | None
+    _inline: bool
+    _skip_persistence_restore: bool
+    checkpoint: Any
     feedback_provider: Any
     input_provider: Callable[[str], Any] | None
     input_history: list[Any]
@@ -45,6 +50,18 @@ class FlowHost(Protocol):
     def flow_id(self) -> str: ...
 
     def _backend(self, method: MethodDefinition | None = None) -> FlowPersistence: ...
+
+    def _persistence_configured(self) -> bool: ...
+
+    async def _load(self, flow_uuid: str) -> dict[str, Any] | None: ...
+
+    def _remember_revision(self, backend: Any, flow_id: str, revision: int) -> None: ...
+
+    def _prepare_state_save(self, backend: Any, method_name: str) -> Callable[[], None]: ...
+
+    async def _write_state(self, write: Callable[[], None]) -> None: ...
+
+    async def _writes_done(self) -> None: ...
 
     async def _commit(self, name: str, output: Any, depth: int) -> None: ...
 

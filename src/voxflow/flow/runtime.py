@@ -79,6 +79,7 @@ from voxflow.clock import Clock, MonotonicClock
 from voxflow.errors import FlowDefinitionError, FlowRuntimeError
 from voxflow.files import FileRef, InputFilePolicy, prepare_input_files
 from voxflow.flow import feedback as human
+from voxflow.flow import saving
 from voxflow.flow._engine import Engine, Execution
 from voxflow.flow.checkpoint import CheckpointConfig, load_checkpoint, write_checkpoint
 from voxflow.flow.definition import FlowDefinition, MethodDefinition, compile_definition
@@ -92,16 +93,12 @@ from voxflow.flow.events import (
     flow_event_bus,
 )
 from voxflow.flow.feedback import HumanFeedbackPending
-from voxflow.flow.persistence import FlowPersistence, default_persistence
+from voxflow.flow.persistence import FlowPersistence
 from voxflow.flow.state import (
     StateLike,
     checked_state,
-    dump_state,
     fresh_state,
     generic_state_model,
-    load_state_like,
-    merge_inputs,
-    new_state_id,
     stamp_id,
     state_id,
 )
@@ -488,10 +485,12 @@ class Flow(Engine, Generic[StateT]):
     ) -> Any:
         self._check_kickoff_args(inputs, from_checkpoint, restore_from_state_id)
         if self._persistence_configured():
-            self._check_store()
+            saving.check_store(self)
         self._running = True
         try:
-            resuming = await self._prepare(inputs, from_checkpoint, restore_from_state_id)
+            resuming = await saving.prepare_kickoff(
+                self, inputs, from_checkpoint, restore_from_state_id
+            )
             resuming = resuming or self._resume_checkpoint
             self._resume_checkpoint = False
             if not resuming:
@@ -500,39 +499,6 @@ class Flow(Engine, Generic[StateT]):
             return await self._run(tuple(inputs or ()), resume=None)
         finally:
             self._running = False
-
-    async def _prepare(
-        self,
-        inputs: Mapping[str, Any] | None,
-        from_checkpoint: CheckpointConfig | None,
-        restore_from_state_id: str | None,
-    ) -> bool:
-        """Restore and hydrate the state; True when resuming a checkpoint."""
-        resuming = False
-        if from_checkpoint is not None:
-            if from_checkpoint.restore_from is not None:
-                load_checkpoint(self, from_checkpoint)
-                resuming = True
-            self.checkpoint = from_checkpoint
-        if restore_from_state_id is not None:
-            data = await self._load(restore_from_state_id)
-            if data is None:
-                logger.warning("restore_from_state_id: no persisted state for that id")
-            else:
-                self._state = load_state_like(self._state, data)
-            new_id = (inputs or {}).get("id") or new_state_id()
-            stamp_id(self._state, new_id)
-        elif inputs and "id" in inputs:
-            stamp_id(self._state, inputs["id"])
-            if self._persistence_configured() and not self._skip_persistence_restore:
-                data = await self._load(inputs["id"])
-                if data is not None:
-                    self._state = load_state_like(self._state, data)
-                    stamp_id(self._state, inputs["id"])
-        if inputs:
-            rest = {k: v for k, v in inputs.items() if k != "id"}
-            self._state = merge_inputs(self._state, rest)
-        return resuming
 
     async def _run(self, input_keys: tuple[str, ...], resume: Any) -> Any:
         """Run starts (or continue a resumed step) and the dispatch loop; emit flow events."""
@@ -626,6 +592,9 @@ class Flow(Engine, Generic[StateT]):
         finally:
             self._running = False
 
+    # ------------------------------------------------------------------ persistence
+    # The hooks of voxflow.flow.saving (conversations override some of them).
+
     async def asave_state(self, method_name: str = "save") -> None:
         """Save the state now through the flow's persistence (a no-op without one),
         after any write still in flight; the write runs in a worker thread.
@@ -633,71 +602,22 @@ class Flow(Engine, Generic[StateT]):
         Call it with the state quiet (e.g. under the session's state lock): the
         snapshot is taken on the loop before the write starts.
         """
-        if not self._persistence_configured():
-            return
-        await self._writes_done()
-        await self._write_state(self._prepare_state_save(self._backend(), method_name))
-
-    # ------------------------------------------------------------------ hooks
+        await saving.save_now(self, method_name)
 
     async def _write_state(self, write: Callable[[], None]) -> None:
-        """Run a state write in a worker thread. A write outlives a cancelled caller (a
-        thread cannot be stopped), so it is tracked until done: see :meth:`_writes_done`."""
-        pending: set[asyncio.Future[None]] = self.__dict__.setdefault("_state_writes", set())
-        future = asyncio.ensure_future(asyncio.to_thread(write))
-        pending.add(future)
-        future.add_done_callback(pending.discard)
-        await asyncio.shield(future)
+        await saving.write_state(self, write)
 
     async def _writes_done(self) -> None:
-        """Wait for state writes still running (e.g. of a turn cancelled mid-save), so a
-        later write cannot be overtaken by an older one."""
-        pending: set[asyncio.Future[None]] = self.__dict__.get("_state_writes", set())
-        if pending:
-            await asyncio.wait(set(pending))
+        await saving.writes_done(self)
 
     def _persistence_configured(self) -> bool:
-        d = self._definition
-        return (
-            self._persistence is not None
-            or d.persist is not None
-            or any(m.persist is not None for m in d.methods.values())
-        )
+        return saving.persistence_configured(self)
 
     def _backend(self, method: MethodDefinition | None = None) -> FlowPersistence:
-        if self._persistence is not None:
-            return self._persistence
-        for cfg in (getattr(method, "persist", None), self._definition.persist):
-            if cfg is not None and cfg.backend is not None:
-                return typing.cast("FlowPersistence", cfg.backend)
-        for m in self._definition.methods.values():
-            if m.persist is not None and m.persist.backend is not None:
-                return typing.cast("FlowPersistence", m.persist.backend)
-        return default_persistence()
-
-    def _check_store(self) -> None:
-        """Fail before any method runs when a persistence backend cannot be written
-        (``check_writable``, e.g. an unwritable ``VOXFLOW_HOME``): a method's work would
-        otherwise be lost at its save. Cached by the backend once it succeeds."""
-        backends = [self._backend()]
-        if self._persistence is None:
-            backends += [self._backend(m) for m in self._methods.values() if m.persist]
-        for backend in {id(b): b for b in backends}.values():
-            check = getattr(backend, "check_writable", None)
-            if check is not None:
-                check()
+        return saving.backend(self, method)
 
     async def _load(self, flow_uuid: str) -> dict[str, Any] | None:
-        backend = self._backend()
-        load = getattr(backend, "load_state_revision", None)
-        if load is None:  # a backend without revisions: saves are not checked
-            if self._inline:
-                return backend.load_state(flow_uuid)
-            return await asyncio.to_thread(backend.load_state, flow_uuid)
-        found = load(flow_uuid) if self._inline else await asyncio.to_thread(load, flow_uuid)
-        data, revision = (None, 0) if found is None else found
-        self._remember_revision(backend, flow_uuid, revision)
-        return typing.cast("dict[str, Any] | None", data)
+        return await saving.load(self, flow_uuid)
 
     def _remember_revision(self, backend: Any, flow_id: str, revision: int) -> None:
         """Extension point: ``backend`` was just read at ``revision`` for ``flow_id``."""
@@ -708,24 +628,10 @@ class Flow(Engine, Generic[StateT]):
         The core writes a full snapshot with ``save_state``; :class:`voxflow.Flow` saves
         only what changed and checks the session's revision.
         """
-        flow_id, data = self.flow_id, dump_state(self._state)
-        return lambda: backend.save_state(flow_id, method_name, data)
+        return saving.full_state_save(self, backend, method_name)
 
     async def _after_commit(self, method: MethodDefinition) -> None:
-        cfg = method.persist or self._definition.persist
-        if cfg is not None:
-            write = self._prepare_state_save(self._backend(method), method.name)
-            if self._inline:
-                write()
-            else:
-                await self._write_state(write)
-            if cfg.verbose:
-                logger.info("saved state of %s after %s", self._definition.name, method.name)
-        if self.checkpoint is not None and self.checkpoint.directory is not None:
-            if self._inline:
-                write_checkpoint(self, self.checkpoint)
-            else:
-                await asyncio.to_thread(write_checkpoint, self, self.checkpoint)
+        await saving.after_commit(self, method)
 
     def __repr__(self) -> str:
         return (

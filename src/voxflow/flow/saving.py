@@ -1,0 +1,191 @@
+"""Saving and restoring a Flow's state through its persistence (``@persist``).
+
+A part of the Flow, like :mod:`voxflow.flow.checkpoint`: functions working on a
+:class:`~voxflow.flow.host.FlowHost`. The runtime's hooks (``_backend``, ``_load``,
+``_write_state``, ``_writes_done``, ``_prepare_state_save``, ``_after_commit``) are thin
+methods delegating here; layers built on the core (:class:`voxflow.Flow`) override those
+hooks, so these functions always call back through the flow, never each other directly.
+
+* **Kickoff** (:func:`prepare_kickoff`): checkpoint restore (``from_checkpoint``) or fork
+  (``restore_from_state_id``); ``inputs["id"]`` stamps ``state.id`` and, when persistence
+  is configured, reloads the latest snapshot for that id, unless the flow's
+  ``_skip_persistence_restore`` is true (tracked live turns); other inputs are merged.
+* **After a method** (:func:`after_commit`): a persisted method's state is snapshotted on
+  the loop by ``_prepare_state_save(backend, method_name)`` (conversations save only what
+  they appended) and written in a worker thread (inline on a private all-sync loop), then
+  the checkpoint when one is configured.
+* **Writes** (:func:`write_state`) outlive a cancelled caller (a thread cannot be
+  stopped), so they are tracked until done and :func:`writes_done` waits for them: a
+  later write is never overtaken by an older one.
+* **Loads** (:func:`load`) tell the flow the revision they read
+  (``_remember_revision(backend, flow_id, revision)``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import typing
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from voxflow.flow.checkpoint import CheckpointConfig, load_checkpoint, write_checkpoint
+from voxflow.flow.persistence import FlowPersistence, default_persistence
+from voxflow.flow.state import dump_state, load_state_like, merge_inputs, new_state_id, stamp_id
+
+if TYPE_CHECKING:
+    from voxflow.flow.definition import MethodDefinition
+    from voxflow.flow.host import FlowHost
+
+__all__ = [
+    "after_commit",
+    "backend",
+    "check_store",
+    "full_state_save",
+    "load",
+    "persistence_configured",
+    "prepare_kickoff",
+    "save_now",
+    "write_state",
+    "writes_done",
+]
+
+logger = logging.getLogger("voxflow.flow")
+
+
+def persistence_configured(flow: FlowHost) -> bool:
+    """True when the flow has a backend of its own or any ``@persist``."""
+    d = flow._definition
+    return (
+        flow._persistence is not None
+        or d.persist is not None
+        or any(m.persist is not None for m in d.methods.values())
+    )
+
+
+def backend(flow: FlowHost, method: MethodDefinition | None = None) -> FlowPersistence:
+    """The backend a save of ``method`` (None: of the flow) goes to: the flow's own, else
+    the method's or the class's ``@persist`` backend, else any method's, else the default."""
+    if flow._persistence is not None:
+        return flow._persistence
+    for cfg in (getattr(method, "persist", None), flow._definition.persist):
+        if cfg is not None and cfg.backend is not None:
+            return typing.cast("FlowPersistence", cfg.backend)
+    for m in flow._definition.methods.values():
+        if m.persist is not None and m.persist.backend is not None:
+            return typing.cast("FlowPersistence", m.persist.backend)
+    return default_persistence()
+
+
+def check_store(flow: FlowHost) -> None:
+    """Fail before any method runs when a persistence backend cannot be written
+    (``check_writable``, e.g. an unwritable ``VOXFLOW_HOME``): a method's work would
+    otherwise be lost at its save. Cached by the backend once it succeeds."""
+    backends = [flow._backend()]
+    if flow._persistence is None:
+        backends += [flow._backend(m) for m in flow._definition.methods.values() if m.persist]
+    for store in {id(b): b for b in backends}.values():
+        check = getattr(store, "check_writable", None)
+        if check is not None:
+            check()
+
+
+async def load(flow: FlowHost, flow_uuid: str) -> dict[str, Any] | None:
+    """The latest snapshot saved under ``flow_uuid`` (None: none), read off the loop."""
+    store = flow._backend()
+    load_revision = getattr(store, "load_state_revision", None)
+    if load_revision is None:  # a backend without revisions: saves are not checked
+        if flow._inline:
+            return store.load_state(flow_uuid)
+        return await asyncio.to_thread(store.load_state, flow_uuid)
+    if flow._inline:
+        found = load_revision(flow_uuid)
+    else:
+        found = await asyncio.to_thread(load_revision, flow_uuid)
+    data, revision = (None, 0) if found is None else found
+    flow._remember_revision(store, flow_uuid, revision)
+    return typing.cast("dict[str, Any] | None", data)
+
+
+async def prepare_kickoff(
+    flow: FlowHost,
+    inputs: Mapping[str, Any] | None,
+    from_checkpoint: CheckpointConfig | None,
+    restore_from_state_id: str | None,
+) -> bool:
+    """Restore and hydrate the state before a kickoff; True when resuming a checkpoint."""
+    resuming = False
+    if from_checkpoint is not None:
+        if from_checkpoint.restore_from is not None:
+            load_checkpoint(flow, from_checkpoint)
+            resuming = True
+        flow.checkpoint = from_checkpoint
+    if restore_from_state_id is not None:
+        data = await flow._load(restore_from_state_id)
+        if data is None:
+            logger.warning("restore_from_state_id: no persisted state for that id")
+        else:
+            flow._state = load_state_like(flow._state, data)
+        new_id = (inputs or {}).get("id") or new_state_id()
+        stamp_id(flow._state, new_id)
+    elif inputs and "id" in inputs:
+        stamp_id(flow._state, inputs["id"])
+        if flow._persistence_configured() and not flow._skip_persistence_restore:
+            data = await flow._load(inputs["id"])
+            if data is not None:
+                flow._state = load_state_like(flow._state, data)
+                stamp_id(flow._state, inputs["id"])
+    if inputs:
+        rest = {k: v for k, v in inputs.items() if k != "id"}
+        flow._state = merge_inputs(flow._state, rest)
+    return resuming
+
+
+def full_state_save(flow: FlowHost, store: Any, method_name: str) -> Callable[[], None]:
+    """The core's ``_prepare_state_save``: snapshot the whole state now (on the loop);
+    the returned blocking write saves it with ``save_state``."""
+    flow_id, data = flow.flow_id, dump_state(flow._state)
+    return lambda: store.save_state(flow_id, method_name, data)
+
+
+async def write_state(flow: FlowHost, write: Callable[[], None]) -> None:
+    """Run a state write in a worker thread, tracked until done (see the module docs)."""
+    pending: set[asyncio.Future[None]] = flow.__dict__.setdefault("_state_writes", set())
+    future = asyncio.ensure_future(asyncio.to_thread(write))
+    pending.add(future)
+    future.add_done_callback(pending.discard)
+    await asyncio.shield(future)
+
+
+async def writes_done(flow: FlowHost) -> None:
+    """Wait for state writes still running (e.g. of a turn cancelled mid-save)."""
+    pending: set[asyncio.Future[None]] = flow.__dict__.get("_state_writes", set())
+    if pending:
+        await asyncio.wait(set(pending))
+
+
+async def save_now(flow: FlowHost, method_name: str) -> None:
+    """``asave_state``: save after any write still in flight (no-op without persistence)."""
+    if not flow._persistence_configured():
+        return
+    await flow._writes_done()
+    await flow._write_state(flow._prepare_state_save(flow._backend(), method_name))
+
+
+async def after_commit(flow: FlowHost, method: MethodDefinition) -> None:
+    """After ``method`` completed: its ``@persist`` save, then the checkpoint if any."""
+    cfg = method.persist or flow._definition.persist
+    if cfg is not None:
+        write = flow._prepare_state_save(flow._backend(method), method.name)
+        if flow._inline:
+            write()
+        else:
+            await flow._write_state(write)
+        if cfg.verbose:
+            logger.info("saved state of %s after %s", flow._definition.name, method.name)
+    checkpoint = flow.checkpoint
+    if checkpoint is not None and checkpoint.directory is not None:
+        if flow._inline:
+            write_checkpoint(flow, checkpoint)
+        else:
+            await asyncio.to_thread(write_checkpoint, flow, checkpoint)
