@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import logging
 import os
+import tempfile
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -275,7 +276,6 @@ class SQLiteFlowPersistence(RowStore):
         if self._writable:
             return
         import sqlite3  # here: `from voxflow import Flow` loads no sqlite3
-        import tempfile
 
         directory = self.path.parent
         try:
