@@ -233,3 +233,30 @@ async def test_a_drain_during_a_claim_answers_or_refuses_the_claimed_offer(
         slow.reply.set()
         await w.aclose()
         await poster.aclose()
+
+
+async def test_a_running_front_door_purges_expired_offers_without_a_restart(
+    pg_schema_url: str
+) -> None:
+    async def offers(store: DispatchStore) -> list[str]:
+        async def run(conn: Any) -> list[str]:
+            rows = await (await conn.execute("SELECT offer_id FROM voxflow_call_offers")
+                          ).fetchall()
+            return [r[0] for r in rows]
+        result: list[str] = await store._run(run)
+        return result
+
+    async with front_door(pg_schema_url, purge_interval=0.2):
+        store = DispatchStore(pg_schema_url)
+        try:
+            # left by a front door that died while waiting: expired two minutes ago
+            expired = await store.post_offer("v=0", expires_in=-120, resume='{"token": "x"}')
+            live = await store.post_offer("v=0", expires_in=60)
+            assert sorted(await offers(store)) == sorted([expired, live])
+            for _ in range(100):
+                if expired not in await offers(store):
+                    break
+                await asyncio.sleep(0.1)
+            assert await offers(store) == [live]  # the expired row gone, the live one kept
+        finally:
+            await store.aclose()

@@ -422,7 +422,8 @@ class DispatchStore:
         return result
 
     async def forget_expired(self) -> int:
-        """Delete offers that expired a minute ago (a front door died while waiting)."""
+        """Delete offers that expired a minute ago (a front door died while waiting); the
+        front doors call it at start and every ``purge_interval`` seconds."""
         async def run(conn: psycopg.AsyncConnection[Any]) -> int:
             cursor = await conn.execute(
                 f"DELETE FROM voxflow_call_offers WHERE expires_at < {_NOW} - 60")

@@ -44,15 +44,20 @@ class FrontDoor(SignalingServer):
             used: the workers' slots are).
         offer_timeout: how long (s) an offer waits for a worker's answer.
         poll_interval: seconds between looks at the offer's row when no ``NOTIFY`` came.
+        purge_interval: seconds between purges of offers expired a minute ago (their
+            rows hold resume tokens and ICE credentials; a front door that died while
+            waiting leaves them), besides the purge at start.
     """
 
     def __init__(
         self, store: DispatchStore, *, settings: ServerSettings = DEFAULT_SERVER_SETTINGS,
-        offer_timeout: float = 10.0, poll_interval: float = 0.5,
+        offer_timeout: float = 10.0, poll_interval: float = 0.5, purge_interval: float = 60.0,
     ) -> None:
         super().__init__(settings=settings)
-        if not offer_timeout > 0 or not poll_interval > 0:
-            raise ValueError("offer_timeout and poll_interval must be > 0 seconds")
+        if not offer_timeout > 0 or not poll_interval > 0 or not purge_interval > 0:
+            raise ValueError("offer_timeout, poll_interval and purge_interval must be > 0 "
+                             "seconds")
+        self.purge_interval = float(purge_interval)
         self.store = store
         self.offer_timeout = float(offer_timeout)
         self.poll_interval = float(poll_interval)
@@ -60,6 +65,7 @@ class FrontDoor(SignalingServer):
         """Offers answered by a worker so far."""
         self._waiting: dict[str, asyncio.Event] = {}
         self._listen_task: asyncio.Task[None] | None = None
+        self._purge_task: asyncio.Task[None] | None = None
 
     async def start(self) -> str:
         """Connect to the database, listen for answers, then serve HTTP.
@@ -70,15 +76,30 @@ class FrontDoor(SignalingServer):
         await self.store.open()
         await self.store.forget_expired()
         self._listen_task = await self.store.listen(self.store.answers_channel, self._notified)
+        self._purge_task = asyncio.get_running_loop().create_task(
+            self._purge_expired(), name="front-door.purge")
         return await super().start()
+
+    async def _purge_expired(self) -> None:
+        """Every ``purge_interval`` seconds, delete the offers that expired a minute ago."""
+        while True:
+            await asyncio.sleep(self.purge_interval)
+            try:
+                deleted = await self.store.forget_expired()
+            except DispatchUnavailableError as exc:  # the next round tries again
+                logger.warning("purging expired offers failed: %s", exc)
+                continue
+            if deleted:
+                logger.info("purged %d expired offer(s)", deleted)
 
     async def aclose(self) -> None:
         """Stop serving and close the database connections."""
         await super().aclose()
-        if self._listen_task is not None:
-            self._listen_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._listen_task
+        for task in (self._listen_task, self._purge_task):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
         await self.store.aclose()
 
     def _notified(self, offer_id: str) -> None:
