@@ -2,8 +2,9 @@
 command line (``voxflow serve --front-door`` / ``--worker``) on one PostgreSQL schema;
 real aiortc callers dial the front door and talk to the workers directly (loopback ICE).
 Then the issue's kill test, its first part: with a job worker (``voxflow jobs worker``)
-too, a call worker killed mid-reply while the call's job runs. Skips with its reason when
-no PostgreSQL answers."""
+too, a call worker killed mid-reply while the call's job runs; its second part: a paused
+(SIGSTOP) call worker fenced out after its call moved on, and the job worker killed
+mid-job (the job re-run as attempt 2). Skips with its reason when no PostgreSQL answers."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -242,6 +244,135 @@ def test_a_call_worker_killed_mid_reply_while_a_job_runs(
     assert stored is not None
     assert [m["content"] for m in stored["messages"] if m["role"] == "user"] == transcripts
     announced = [m for m in stored["messages"]
+                 if m["role"] == "assistant" and SHIPPED in m["content"]]
+    assert len(announced) == 1, announced
+    sessions.close()
+
+
+def job_worker(flow_arg: str, env: dict[str, str], log: Path) -> subprocess.Popen[str]:
+    """``voxflow jobs worker FLOW``, beating twice a second: a dead one's job is stalled
+    (and re-run by another) after 5 s."""
+    with log.open("a") as out:
+        return subprocess.Popen([VOXFLOW, "jobs", "worker", flow_arg, "--heartbeat", "0.5",
+                                 "--stalled-after", "5"], cwd=ROOT, env=env, stdout=out,
+                                stderr=out, text=True)
+
+
+def test_a_zombie_call_worker_is_fenced_and_a_killed_job_worker_reruns_its_job(
+    engines: VoiceEngines, pg_schema_url: str, tmp_path: Path
+) -> None:
+    """The issue's kill test, its second part, on the same processes: (a) a SIGSTOPped call
+    worker's call resumes on the other worker through the front door; woken, the zombie
+    writes nothing (its call ends, taken over); (b) the job worker killed -9 mid-job,
+    another one runs the job again as attempt 2, announced once on the resumed call."""
+    from voxflow.flow.postgres import PostgresFlowPersistence
+
+    env = {**os.environ, "VOXFLOW_DATABASE_URL": pg_schema_url, "VOXFLOW_LOG_LEVEL": "INFO"}
+    port = free_port()
+    worker_args = ["--worker", "--max-calls", "2", "--ice-host", "127.0.0.1",
+                   "--stale-after", "2"]
+    sessions = PostgresFlowPersistence(pg_schema_url.split("?", 1)[0])
+    flow = tmp_path / "slow_lookup.py"  # the lookup runs long enough to be killed in
+    flow.write_text("from voxflow.examples.assistant import assistant_class\n\n"
+                    "SlowLookup = assistant_class(None, lookup_seconds=12.0)\n")
+    flow_arg = f"{flow}:SlowLookup"
+    logs = {"a": tmp_path / "a.log", "b": tmp_path / "b.log"}
+    with ExitStack() as stack:
+        a = stack.enter_context(process([flow_arg, *worker_args], "is ready", env, logs["a"]))
+        b = stack.enter_context(process([flow_arg, *worker_args], "is ready", env, logs["b"]))
+        stack.enter_context(process(
+            ["--front-door", "--port", str(port), "--token", TOKEN, "--offer-timeout", "15"],
+            "front door is listening", env, tmp_path / "door.log"))
+        jobs: list[subprocess.Popen[str]] = [job_worker(flow_arg, env, tmp_path / "jobs.log")]
+
+        async def stored(session_id: str) -> dict[str, Any]:
+            state = await asyncio.to_thread(sessions.load_state, session_id)
+            assert state is not None
+            return state
+
+        async def call() -> tuple[str, list[str]]:
+            caller = LoopbackCaller(f"http://127.0.0.1:{port}", TOKEN)
+            await caller.connect()
+            session_id = str((await caller.wait_message("hello"))["session_id"])
+            zombie, other = (a, b) if worker_pid(caller.call_id) == a.pid else (b, a)
+            zombie_log = logs["a" if zombie is a else "b"]
+            caller.keep_connected(peer_timeout=4.0)
+
+            # (a) the story playing, some of it saved as heard: SIGSTOP its worker
+            caller.say(say(engines, "Tell me a story."))
+            await caller.wait_message("reply_text", within=90)
+            story = caller.of_type("reply_text")[-1]["delivery_id"]
+            async with asyncio.timeout(60):
+                while not any(e["type"] == "reply_heard"  # noqa: ASYNC110
+                              and e["payload"]["delivery_id"] == story
+                              and e["payload"]["heard_text"]
+                              for e in (await stored(session_id))["events"]):
+                    await asyncio.sleep(0.2)
+            os.kill(zombie.pid, signal.SIGSTOP)
+            await caller.wait_for(
+                lambda: any(m.get("resumed") for m in caller.of_type("hello")),
+                within=90, what="the resumed hello")
+            assert worker_pid(caller.call_id) == other.pid  # through the front door
+            await asyncio.sleep(1.0)
+            before = await asyncio.to_thread(sessions.load_state_revision, session_id)
+            assert before is not None
+            os.kill(zombie.pid, signal.SIGCONT)  # wakes mid-story and tries to go on
+            async with asyncio.timeout(60):
+                while "lost its session (taken over)" not in zombie_log.read_text():  # noqa: ASYNC110
+                    await asyncio.sleep(0.2)
+            await asyncio.sleep(1.0)
+            after = await asyncio.to_thread(sessions.load_state_revision, session_id)
+            assert after == before  # the zombie wrote nothing
+            transcripts = [m["text"] for m in caller.of_type("transcript")]
+            users = [m["content"] for m in before[0]["messages"] if m["role"] == "user"]
+            assert users == transcripts and len(users) == 1 and len(before[0]["turns"]) == 1
+
+            # (b) on the resumed call, an order lookup; its job worker killed mid-job
+            caller.say(say(engines, "Where is my order?"))
+
+            def job_record(state: dict[str, Any]) -> dict[str, Any] | None:
+                records = list(state["jobs"].values())
+                assert len(records) <= 1, records
+                return records[0] if records else None
+
+            async with asyncio.timeout(90):
+                while True:
+                    record = job_record(await stored(session_id))
+                    if record is not None and record["status"] == "running":
+                        break
+                    await asyncio.sleep(0.2)
+            assert record["attempt"] == 1
+            jobs[0].kill()  # kill -9 mid-job (a 12 s lookup, seconds in)
+            jobs[0].wait(timeout=30)
+            jobs.append(job_worker(flow_arg, env, tmp_path / "jobs.log"))
+            await caller.wait_for(  # the re-run's result, spoken on the resumed call
+                lambda: any(SHIPPED in m.get("text", "") for m in caller.of_type(
+                    "reply_text")), within=120, what="the job's announcement")
+            record = job_record(await stored(session_id))
+            assert record is not None
+            assert (record["status"], record["attempt"]) == ("completed", 2)
+            await asyncio.sleep(3.0)  # (an announcement made twice would come now)
+            caller.send({"v": 1, "type": "hangup"})
+            await asyncio.sleep(1.0)
+            await caller.aclose()
+            shipped = [m for m in caller.of_type("reply_text") if SHIPPED in m["text"]]
+            assert len(shipped) == 1, shipped
+            return session_id, [m["text"] for m in caller.of_type("transcript")]
+
+        try:
+            session_id, transcripts = asyncio.run(call())
+        finally:
+            for worker in jobs:
+                if worker.poll() is None:
+                    worker.send_signal(signal.SIGTERM)
+            for worker in jobs:
+                worker.wait(timeout=60)
+        time.sleep(1.0)
+    final = sessions.load_state(session_id)
+    assert final is not None
+    assert [m["content"] for m in final["messages"] if m["role"] == "user"] == transcripts
+    assert len(transcripts) == 2
+    announced = [m for m in final["messages"]
                  if m["role"] == "assistant" and SHIPPED in m["content"]]
     assert len(announced) == 1, announced
     sessions.close()
