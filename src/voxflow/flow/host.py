@@ -39,6 +39,7 @@ class FlowHost(Protocol):
     _persistence: FlowPersistence | None
     _inline: bool
     _skip_persistence_restore: bool
+    _resume_checkpoint: bool
     checkpoint: Any
     feedback_provider: Any
     input_provider: Callable[[str], Any] | None

@@ -5,12 +5,11 @@ Behaviour (the reference contract, minus its flaws):
 * **Definition.** Compiled from the decorators when the class is created (wiring errors
   surface at import), cached per class; inheritance follows the MRO. See
   :mod:`voxflow.flow.definition`.
-* **Kickoff order.** Argument checks; checkpoint restore (``from_checkpoint``) or fork
-  (``restore_from_state_id``); ``inputs["id"]`` stamps ``state.id`` and, when persistence
-  is configured, the latest snapshot for that id is loaded; other inputs are merged into
-  the state; ``FlowStarted``; starts run (unconditional ones, else conditional ones;
-  concurrently, or one at a time when ``_sequential_starts``); then the dispatch loop of
-  :mod:`voxflow.flow._engine`. Everything above happens before any method runs.
+* **Kickoff order.** Argument checks; the state is restored and hydrated (checkpoint, fork,
+  ``inputs["id"]``, other inputs merged: :mod:`voxflow.flow.saving`); ``FlowStarted``;
+  starts run (unconditional ones, else conditional ones; concurrently, or one at a time
+  when ``_sequential_starts``); then the dispatch loop of :mod:`voxflow.flow._engine`.
+  Everything above happens before any method runs.
 * **Result.** ``kickoff`` returns the output of the *deepest* method run in the dispatch
   tree (depth = hops from a start), ties going to the method declared last. It does not
   depend on timing: for ``begin → decide → a, b → join_or(a), join_and(b)`` it is
@@ -36,8 +35,6 @@ stable:
   class, as if declared on it (built-in conversation methods).
 * ``_sequential_starts`` (class attribute) and ``_order_starts(names)``: run starts one at a
   time, in the returned order (e.g. ``route_conversation`` last).
-* ``_skip_persistence_restore`` (instance attribute): when true, ``inputs["id"]`` stamps
-  the id but does not reload the persisted snapshot (tracked live turns).
 * ``suppress_flow_events``: constructor argument or class attribute.
 * ``event_bus``: emit your own events there (``self.event_bus.emit(evt)``), they go to the
   same subscribers; ``emit_frame(channel, type, data)`` adds a frame to the active stream.
@@ -46,18 +43,18 @@ stable:
   resuming a checkpoint or a paused feedback step.
 * ``_emit_flow_finished()``: return False to defer ``FlowFinished`` (trace deferral);
   likewise ``_emit_flow_started()`` and ``_emit_flow_failed()``.
-* ``_prepare_state_save(backend, method_name)``: snapshot the state for ``@persist`` (on
-  the loop) and return the blocking write; conversations save only what they appended.
 * ``_before_starts()`` (async): runs after restore/hydration and ``FlowStarted``, right
   before the starts (not when resuming); conversational turns append the user message here.
-* ``_remember_revision(backend, flow_id, revision)``: a load just read that revision.
+* Persistence: ``_prepare_state_save``, ``_remember_revision``, ``_skip_persistence_restore``
+  (see :mod:`voxflow.flow.saving`).
 * Conversational mode is such a layer: :class:`voxflow.Flow` is this class with the
   conversation built on top (:mod:`voxflow.conversation.flow`); this module never imports
   it. ``conversational = True`` on a class built on this core alone is a
   :class:`~voxflow.errors.FlowDefinitionError` naming the fix.
 
 Parts: human feedback and ``ask`` (:mod:`voxflow.flow.feedback`), checkpoints
-(:mod:`voxflow.flow.checkpoint`) and streaming (:class:`voxflow.flow.streaming.StreamSession`)
+(:mod:`voxflow.flow.checkpoint`), saving and restoring the state (:mod:`voxflow.flow.saving`)
+and streaming (:class:`voxflow.flow.streaming.StreamSession`)
 are functions and objects working on a :class:`~voxflow.flow.host.FlowHost`, which this
 class is; they never import this module.
 """
@@ -81,7 +78,7 @@ from voxflow.files import FileRef, InputFilePolicy, prepare_input_files
 from voxflow.flow import feedback as human
 from voxflow.flow import saving
 from voxflow.flow._engine import Engine, Execution
-from voxflow.flow.checkpoint import CheckpointConfig, load_checkpoint, write_checkpoint
+from voxflow.flow.checkpoint import CheckpointConfig, load_checkpoint
 from voxflow.flow.definition import FlowDefinition, MethodDefinition, compile_definition
 from voxflow.flow.events import (
     FlowEvent,
@@ -223,10 +220,7 @@ class Flow(Engine, Generic[StateT]):
             self.max_method_calls = max_method_calls
         if suppress_flow_events is not None:
             self.suppress_flow_events = bool(suppress_flow_events)
-        if persistence is not None:
-            for attr in ("save_state", "load_state"):
-                if not callable(getattr(persistence, attr, None)):
-                    raise TypeError(f"persistence must implement FlowPersistence ({attr} missing)")
+        saving.check_backend(persistence)
         self._definition = type(self).flow_definition()
         # Plain attributes: the dispatch loop reads them on every step, and pydantic's
         # private-attribute lookup on the definition is slow.
@@ -377,31 +371,8 @@ class Flow(Engine, Generic[StateT]):
 
     # ------------------------------------------------------------------ kickoff
 
-    def _check_kickoff_args(
-        self,
-        inputs: Any,
-        from_checkpoint: Any,
-        restore_from_state_id: Any,
-    ) -> None:
-        if from_checkpoint is not None and restore_from_state_id is not None:
-            raise ValueError(
-                "Cannot combine `from_checkpoint` and `restore_from_state_id`: they target "
-                "different state systems (checkpointing and @persist) and cannot be used "
-                "together."
-            )
-        if inputs is not None:
-            if not isinstance(inputs, Mapping):
-                raise TypeError(f"inputs must be a mapping, got {type(inputs).__name__}")
-            if not all(isinstance(k, str) for k in inputs):
-                raise TypeError("inputs keys must be strings")
-            if "id" in inputs and (not isinstance(inputs["id"], str) or not inputs["id"]):
-                raise ValueError("inputs['id'] must be a non-empty string")
-        if from_checkpoint is not None and not isinstance(from_checkpoint, CheckpointConfig):
-            raise TypeError("from_checkpoint must be a CheckpointConfig")
-        if restore_from_state_id is not None and (
-            not isinstance(restore_from_state_id, str) or not restore_from_state_id
-        ):
-            raise ValueError("restore_from_state_id must be a non-empty string")
+    def _check_kickoff_args(self, inputs: Any, from_checkpoint: Any, restore_from: Any) -> None:
+        saving.check_kickoff_inputs(inputs, from_checkpoint, restore_from)
         if self._running:
             raise FlowRuntimeError(
                 f"{self._definition.name}: kickoff() is already running on this instance; "
@@ -484,15 +455,12 @@ class Flow(Engine, Generic[StateT]):
         private_loop: bool,
     ) -> Any:
         self._check_kickoff_args(inputs, from_checkpoint, restore_from_state_id)
-        if self._persistence_configured():
-            saving.check_store(self)
+        saving.check_store(self)
         self._running = True
         try:
             resuming = await saving.prepare_kickoff(
                 self, inputs, from_checkpoint, restore_from_state_id
             )
-            resuming = resuming or self._resume_checkpoint
-            self._resume_checkpoint = False
             if not resuming:
                 self._ex = Execution()
             self._inline = private_loop and self._plan.all_sync
@@ -511,16 +479,13 @@ class Flow(Engine, Generic[StateT]):
                 await self._before_starts()
                 await self._run_starts()
         except HumanFeedbackPending as pending:
-            await self._save_pending(pending)
+            await human.save_pending(self, pending)
             self._emit(FlowPaused, method_name=pending.method_name, message=pending.message)
             return pending
         except BaseException as exc:
             if self._emit_flow_failed():
                 self._emit(FlowFailed, error_type=type(exc).__name__, error=str(exc))
-            if self.checkpoint is not None and self.checkpoint.directory is not None:
-                # Record the bookkeeping done since the last completion (e.g. pending
-                # and_ events), so a resume continues exactly where the run stopped.
-                write_checkpoint(self, self.checkpoint)
+            saving.checkpoint_failed_run(self)
             raise
         result = self._ex.result
         if self._emit_flow_finished():
@@ -579,9 +544,6 @@ class Flow(Engine, Generic[StateT]):
     async def _feedback_step(self, method: MethodDefinition, output: Any, depth: int) -> Any:
         return await human.run_feedback_step(self, method, output, depth)
 
-    async def _save_pending(self, pending: HumanFeedbackPending) -> None:
-        await human.save_pending(self, pending)
-
     async def _run_resumed(self, proceed: Callable[[], Any]) -> Any:
         if self._running:
             raise FlowRuntimeError(f"{self._definition.name}: a run is already in progress")
@@ -592,8 +554,7 @@ class Flow(Engine, Generic[StateT]):
         finally:
             self._running = False
 
-    # ------------------------------------------------------------------ persistence
-    # The hooks of voxflow.flow.saving (conversations override some of them).
+    # ------------------------------------ persistence: the hooks of voxflow.flow.saving
 
     async def asave_state(self, method_name: str = "save") -> None:
         """Save the state now through the flow's persistence (a no-op without one),
@@ -623,11 +584,8 @@ class Flow(Engine, Generic[StateT]):
         """Extension point: ``backend`` was just read at ``revision`` for ``flow_id``."""
 
     def _prepare_state_save(self, backend: Any, method_name: str) -> Callable[[], None]:
-        """Extension point: snapshot the state now (on the loop); return the blocking write.
-
-        The core writes a full snapshot with ``save_state``; :class:`voxflow.Flow` saves
-        only what changed and checks the session's revision.
-        """
+        """Extension point: snapshot the state now (on the loop), return the blocking write
+        (the core: a full ``save_state``; :class:`voxflow.Flow`: only what changed)."""
         return saving.full_state_save(self, backend, method_name)
 
     async def _after_commit(self, method: MethodDefinition) -> None:

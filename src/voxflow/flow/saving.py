@@ -6,10 +6,11 @@ A part of the Flow, like :mod:`voxflow.flow.checkpoint`: functions working on a
 methods delegating here; layers built on the core (:class:`voxflow.Flow`) override those
 hooks, so these functions always call back through the flow, never each other directly.
 
-* **Kickoff** (:func:`prepare_kickoff`): checkpoint restore (``from_checkpoint``) or fork
-  (``restore_from_state_id``); ``inputs["id"]`` stamps ``state.id`` and, when persistence
-  is configured, reloads the latest snapshot for that id, unless the flow's
-  ``_skip_persistence_restore`` is true (tracked live turns); other inputs are merged.
+* **Kickoff** (:func:`check_kickoff_inputs`, then :func:`prepare_kickoff`): checkpoint
+  restore (``from_checkpoint``) or fork (``restore_from_state_id``); ``inputs["id"]``
+  stamps ``state.id`` and, when persistence is configured, reloads the latest snapshot
+  for that id, unless the flow's ``_skip_persistence_restore`` is true (tracked live
+  turns); other inputs are merged.
 * **After a method** (:func:`after_commit`): a persisted method's state is snapshotted on
   the loop by ``_prepare_state_save(backend, method_name)`` (conversations save only what
   they appended) and written in a worker thread (inline on a private all-sync loop), then
@@ -40,7 +41,10 @@ if TYPE_CHECKING:
 __all__ = [
     "after_commit",
     "backend",
+    "check_backend",
+    "check_kickoff_inputs",
     "check_store",
+    "checkpoint_failed_run",
     "full_state_save",
     "load",
     "persistence_configured",
@@ -51,6 +55,14 @@ __all__ = [
 ]
 
 logger = logging.getLogger("voxflow.flow")
+
+
+def check_backend(persistence: object) -> None:
+    """Refuse a ``persistence=`` argument that is not a :class:`FlowPersistence`."""
+    if persistence is not None:
+        for attr in ("save_state", "load_state"):
+            if not callable(getattr(persistence, attr, None)):
+                raise TypeError(f"persistence must implement FlowPersistence ({attr} missing)")
 
 
 def persistence_configured(flow: FlowHost) -> bool:
@@ -80,7 +92,10 @@ def backend(flow: FlowHost, method: MethodDefinition | None = None) -> FlowPersi
 def check_store(flow: FlowHost) -> None:
     """Fail before any method runs when a persistence backend cannot be written
     (``check_writable``, e.g. an unwritable ``VOXFLOW_HOME``): a method's work would
-    otherwise be lost at its save. Cached by the backend once it succeeds."""
+    otherwise be lost at its save. Cached by the backend once it succeeds; a no-op
+    without persistence."""
+    if not flow._persistence_configured():
+        return
     backends = [flow._backend()]
     if flow._persistence is None:
         backends += [flow._backend(m) for m in flow._definition.methods.values() if m.persist]
@@ -107,13 +122,38 @@ async def load(flow: FlowHost, flow_uuid: str) -> dict[str, Any] | None:
     return typing.cast("dict[str, Any] | None", data)
 
 
+def check_kickoff_inputs(inputs: Any, from_checkpoint: Any, restore_from_state_id: Any) -> None:
+    """Check what :func:`prepare_kickoff` takes, before anything runs (hostile input:
+    ``TypeError`` or ``ValueError`` naming the argument)."""
+    if from_checkpoint is not None and restore_from_state_id is not None:
+        raise ValueError(
+            "Cannot combine `from_checkpoint` and `restore_from_state_id`: they target "
+            "different state systems (checkpointing and @persist) and cannot be used "
+            "together."
+        )
+    if inputs is not None:
+        if not isinstance(inputs, Mapping):
+            raise TypeError(f"inputs must be a mapping, got {type(inputs).__name__}")
+        if not all(isinstance(k, str) for k in inputs):
+            raise TypeError("inputs keys must be strings")
+        if "id" in inputs and (not isinstance(inputs["id"], str) or not inputs["id"]):
+            raise ValueError("inputs['id'] must be a non-empty string")
+    if from_checkpoint is not None and not isinstance(from_checkpoint, CheckpointConfig):
+        raise TypeError("from_checkpoint must be a CheckpointConfig")
+    if restore_from_state_id is not None and (
+        not isinstance(restore_from_state_id, str) or not restore_from_state_id
+    ):
+        raise ValueError("restore_from_state_id must be a non-empty string")
+
+
 async def prepare_kickoff(
     flow: FlowHost,
     inputs: Mapping[str, Any] | None,
     from_checkpoint: CheckpointConfig | None,
     restore_from_state_id: str | None,
 ) -> bool:
-    """Restore and hydrate the state before a kickoff; True when resuming a checkpoint."""
+    """Restore and hydrate the state before a kickoff; True when resuming a checkpoint
+    (``from_checkpoint`` here, or the flow built by ``Flow.from_checkpoint``)."""
     resuming = False
     if from_checkpoint is not None:
         if from_checkpoint.restore_from is not None:
@@ -138,6 +178,8 @@ async def prepare_kickoff(
     if inputs:
         rest = {k: v for k, v in inputs.items() if k != "id"}
         flow._state = merge_inputs(flow._state, rest)
+    resuming = resuming or flow._resume_checkpoint
+    flow._resume_checkpoint = False
     return resuming
 
 
@@ -170,6 +212,15 @@ async def save_now(flow: FlowHost, method_name: str) -> None:
         return
     await flow._writes_done()
     await flow._write_state(flow._prepare_state_save(flow._backend(), method_name))
+
+
+def checkpoint_failed_run(flow: FlowHost) -> None:
+    """When checkpoints are written, record the bookkeeping a failed run did since its last
+    completion (e.g. pending ``and_`` events), so a resume continues exactly where it
+    stopped."""
+    checkpoint = flow.checkpoint
+    if checkpoint is not None and checkpoint.directory is not None:
+        write_checkpoint(flow, checkpoint)
 
 
 async def after_commit(flow: FlowHost, method: MethodDefinition) -> None:
