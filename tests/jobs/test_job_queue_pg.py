@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 
 from tests.conftest import PG_URL, postgres_unreachable
 from voxflow.cli import main as cli_main
-from voxflow.errors import JobPayloadError
+from voxflow.errors import JobPayloadError, PersistenceUnavailableError
 from voxflow.jobs import (
     BackgroundJob,
     InboxReader,
@@ -860,4 +860,110 @@ async def test_inbox_rows_are_saved_with_a_persisted_flow_before_they_are_acknow
         assert await again.aload_session(flow.state.id)
         assert again.state.jobs[job.job_id].status == "running"
     finally:
+        store.close()
+
+
+class _GatedQueue(PostgresJobQueue):
+    """The real queue whose enqueue (in its thread) waits for ``gate``: the window in
+    which a call worker killed -9 would leave its stored session behind."""
+
+    entered: threading.Event
+    gate: threading.Event
+
+    def enqueue(self, job: BackgroundJob, inputs: Any = None) -> int:
+        self.entered.set()
+        self.gate.wait(60)
+        return super().enqueue(job, inputs)
+
+
+async def test_a_turn_never_stores_a_queued_job_before_it_is_in_the_queue(
+    schema: str, tmp_path: Path
+) -> None:
+    """Issue 17, "nothing lost": a job started from an async handler is enqueued in a
+    thread; the turn's save must not land before the enqueue (a kill -9 between the two
+    would leave a stored ``queued`` job nothing ever runs). Checked at the moment of the
+    window: whatever the store holds then, each ``queued`` job in it is in the queue."""
+    from voxflow import persist
+    from voxflow._loader import load_flow_class
+    from voxflow.flow.persistence import SQLiteFlowPersistence
+
+    queue = _GatedQueue(PG_URL, schema=schema)
+    queue.entered, queue.gate = threading.Event(), threading.Event()
+    await queue.migrate()
+    store = SQLiteFlowPersistence(tmp_path / "calls.db")
+    saved = persist(store)(type("SavedAsyncTravel",
+                                (load_flow_class(FLOW.replace(":Travel", ":AsyncTravel")),), {}))
+
+    async def in_queue() -> list[str]:
+        rows = await queue.inbox._execute(
+            "SELECT args->>'job_id' FROM procrastinate_jobs WHERE task_name = %s",
+            (TASK_NAME,))
+        return [r[0] for r in rows]
+
+    async def stored_queued(session_id: str) -> list[str]:
+        again = saved()
+        if not await again.aload_session(session_id):
+            return []
+        return [j for j, rec in again.state.jobs.items() if rec.status == "queued"]
+
+    try:
+        flow = saved()
+        async with AssistantWiring(flow, job_queue=queue) as wiring:
+            turn = asyncio.ensure_future(wiring.text_turn("is my flight on time?"))
+            try:
+                assert await asyncio.to_thread(queue.entered.wait, 60)
+                # the enqueue is blocked in its thread; the loop runs (this test runs on
+                # it): let the turn go as far as it can, up to its return
+                await asyncio.wait({turn}, timeout=3.0)
+                # a process killed -9 now leaves this store and this queue behind
+                stranded = set(await stored_queued(flow.state.id)) - set(await in_queue())
+                assert stranded == set(), "a stored queued job is not in the queue"
+                assert not turn.done()  # its save waits for the enqueue
+            finally:
+                queue.gate.set()
+            assert await turn == "I'm checking your flight."
+            (job,) = flow.state.jobs.values()
+            assert await stored_queued(flow.state.id) == [job.job_id]
+            assert await in_queue() == [job.job_id]  # queued once
+    finally:
+        queue.gate.set()
+        queue.close()
+        await queue.inbox.close()
+        store.close()
+
+
+async def test_a_job_that_could_not_be_queued_is_never_stored_queued(
+    schema: str, tmp_path: Path
+) -> None:
+    """The enqueue fails (the database went away): the turn's save refuses the state
+    naming a queued job that is not in the queue; the job's failure is stored next."""
+    from voxflow import persist
+    from voxflow._loader import load_flow_class
+    from voxflow.flow.persistence import SQLiteFlowPersistence
+
+    queue = PostgresJobQueue(PG_URL, schema=schema)
+    await queue.migrate()
+    store = SQLiteFlowPersistence(tmp_path / "calls.db")
+    saved = persist(store)(type("SavedAsyncTravel",
+                                (load_flow_class(FLOW.replace(":Travel", ":AsyncTravel")),), {}))
+    try:
+        flow = saved()
+        queue.url = "postgresql://nobody@127.0.0.1:1/test"
+        async with AssistantWiring(flow, job_queue=queue) as wiring:
+            with pytest.raises(PersistenceUnavailableError):
+                await wiring.text_turn("is my flight on time?")
+            (job,) = flow.state.jobs.values()
+            assert wiring._binding is not None
+            await wiring._binding.drain()
+            assert job.status == "failed"
+            again = saved()
+            if await again.aload_session(flow.state.id):
+                assert again.state.jobs.get(job.job_id) is None
+            await flow.asave_state("job_update")
+        again = saved()
+        assert await again.aload_session(flow.state.id)
+        assert again.state.jobs[job.job_id].status == "failed"
+    finally:
+        queue.close()
+        await queue.inbox.close()
         store.close()

@@ -18,6 +18,9 @@ hooks, so these functions always call back through the flow, never each other di
 * **Writes** (:func:`write_state`) outlive a cancelled caller (a thread cannot be
   stopped), so they are tracked until done and :func:`writes_done` waits for them: a
   later write is never overtaken by an older one.
+* **Barrier** (:func:`set_write_barrier`): a layer built on the flow (the background
+  jobs handed to a queue) makes every write wait until what its snapshot refers to
+  exists outside the process: a stored state never names a queued job not queued.
 * **Loads** (:func:`load`) tell the flow the revision they read
   (``_remember_revision(backend, flow_id, revision)``).
 """
@@ -27,7 +30,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import typing
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from voxflow.flow.checkpoint import CheckpointConfig, load_checkpoint, write_checkpoint
@@ -50,6 +53,7 @@ __all__ = [
     "persistence_configured",
     "prepare_kickoff",
     "save_now",
+    "set_write_barrier",
     "write_state",
     "writes_done",
 ]
@@ -190,8 +194,24 @@ def full_state_save(flow: FlowHost, store: Any, method_name: str) -> Callable[[]
     return lambda: store.save_state(flow_id, method_name, data)
 
 
+def set_write_barrier(
+    flow: FlowHost, barrier: Callable[[], Awaitable[None]] | None
+) -> None:
+    """Await ``barrier()`` before each of ``flow``'s state writes (None: no barrier).
+
+    The snapshot is already taken; the write waits, so the store never holds it before
+    what it refers to exists (a job in its queue). An error raised by the barrier fails
+    the save: nothing is written.
+    """
+    flow.__dict__["_write_barrier"] = barrier
+
+
 async def write_state(flow: FlowHost, write: Callable[[], None]) -> None:
-    """Run a state write in a worker thread, tracked until done (see the module docs)."""
+    """Run a state write in a worker thread, tracked until done (see the module docs),
+    after the flow's write barrier (:func:`set_write_barrier`) if any."""
+    barrier: Callable[[], Awaitable[None]] | None = flow.__dict__.get("_write_barrier")
+    if barrier is not None:
+        await barrier()
     pending: set[asyncio.Future[None]] = flow.__dict__.setdefault("_state_writes", set())
     future = asyncio.ensure_future(asyncio.to_thread(write))
     pending.add(future)

@@ -46,6 +46,7 @@ from pydantic import Field, JsonValue, TypeAdapter, ValidationError
 from voxflow.clock import Clock
 from voxflow.errors import JobNotAnnounceableError, ResourceClosedError
 from voxflow.flow.dsl import start
+from voxflow.flow.saving import set_write_barrier
 from voxflow.ids import JobId, TurnId
 from voxflow.jobs.records import (
     JobRecord,
@@ -347,13 +348,22 @@ class JobBinding:
     submit: Callable[[BackgroundJob, dict[str, JsonValue]], object] | None = None
     """Set when a job queue runs the jobs (job-worker processes), instead of the runner."""
     pending: set[asyncio.Future[Any]] = field(default_factory=set)
-    """Queue submissions handed to a thread from the event loop, not finished yet."""
+    """Queue submissions handed to a thread from the event loop, not finished yet (and
+    the failures they record)."""
+    submitting: set[asyncio.Future[Any]] = field(default_factory=set)
+    """The submissions alone: each state write of the flow waits for them (:meth:`queued`)."""
+    unqueued: dict[str, BaseException] = field(default_factory=dict)
+    """Jobs whose submission failed, until their record is no longer ``queued``."""
 
     def queue(self, job: BackgroundJob, inputs: dict[str, JsonValue]) -> None:
         """Hand ``job`` to ``submit`` (a blocking database round trip) without blocking
         an event loop: from a sync handler (a worker thread) it is called here, its error
         raised to the handler; from an async handler (on the running loop) it runs in a
-        thread, and a failure marks the job ``failed`` (the turn has its queued record)."""
+        thread, and a failure marks the job ``failed`` (the turn has its queued record).
+
+        The flow's state writes wait for the submissions (:meth:`queued`, its write
+        barrier): a stored session never holds a ``queued`` job that is not in the queue,
+        even when the process dies right after the turn's save."""
         submit = self.submit
         assert submit is not None
         try:
@@ -363,13 +373,36 @@ class JobBinding:
             return
         future = running.run_in_executor(None, submit, job, inputs)
         self.pending.add(future)
+        self.submitting.add(future)
         future.add_done_callback(functools.partial(self._queued, job.job_id))
+
+    async def queued(self) -> None:
+        """The flow's write barrier: wait for the submissions in flight (never for the
+        state lock: a turn saves holding it).
+
+        Raises:
+            Exception: the error of a failed submission whose job is still ``queued`` in
+                the state (its failure not recorded yet): that state must not be stored.
+        """
+        while self.submitting:
+            await asyncio.gather(*self.submitting, return_exceptions=True)
+        jobs = getattr(self.runner.state, "jobs", {}) if hasattr(self, "runner") else {}
+        for job_id, error in list(self.unqueued.items()):
+            job = jobs.get(job_id)
+            if job is None or job.status != "queued":
+                del self.unqueued[job_id]
+            else:
+                raise error
 
     def _queued(self, job_id: str, future: asyncio.Future[Any]) -> None:
         self.pending.discard(future)
+        self.submitting.discard(future)
         if future.cancelled() or future.exception() is None:
             return
-        error = f"not queued: {future.exception()}"
+        exc = future.exception()
+        assert exc is not None
+        self.unqueued[job_id] = exc
+        error = f"not queued: {exc}"
         logger.warning("background job %s %s", job_id, error)
         task = self.loop.create_task(self.runner._commit_failure(job_id, error))
         self.pending.add(task)
@@ -408,8 +441,10 @@ _BINDINGS: weakref.WeakKeyDictionary[Any, JobBinding] = weakref.WeakKeyDictionar
 
 
 def bind_jobs(flow: Any, binding: JobBinding) -> None:
-    """Let ``flow``'s handlers start jobs on ``binding`` (the session wiring calls it)."""
+    """Let ``flow``'s handlers start jobs on ``binding`` (the session wiring calls it);
+    the flow's state writes wait for the jobs handed to a queue (:meth:`JobBinding.queued`)."""
     _BINDINGS[flow] = binding
+    set_write_barrier(flow, binding.queued)
 
 
 @functools.cache
