@@ -9,7 +9,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
+from voxflow_voice.audio import AudioChunk, resample, write_wav
 from voxflow_voice.engines import VoiceEngines
 
 
@@ -19,6 +21,20 @@ def engines(voice_engines: VoiceEngines) -> VoiceEngines:
     noise-free synthesis so that virtual-time runs are exactly repeatable: the
     ``voice_engines`` fixture of voxflow's own pytest plugin (voxflow_adapters.pytest_plugin)."""
     return voice_engines
+
+
+@pytest.fixture
+def hello_wav(engines: VoiceEngines, tmp_path: Path) -> Path:
+    """"Hello there!" in the bundled voice, then 3 s of silence, at 48 kHz: the fake
+    microphone of the Chromium tests (Chromium loops the file)."""
+    speech = np.concatenate([np.asarray(s.samples, np.float32)
+                             for s in engines.tts.synthesize("Hello there!")])
+    speech = resample(speech, engines.tts.sample_rate, 48_000)
+    samples = np.concatenate([np.zeros(24_000, np.float32), speech,
+                              np.zeros(3 * 48_000, np.float32)])
+    path = tmp_path / "hello.wav"
+    write_wav(path, AudioChunk.from_float(samples, 48_000))
+    return path
 
 
 def _root_conftest() -> Any:

@@ -8,7 +8,6 @@ import math
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
 from voxflow_adapters.webrtc import (
     Call,
@@ -17,7 +16,6 @@ from voxflow_adapters.webrtc import (
     WebRtcServer,
     assistant_call_factory,
 )
-from voxflow_voice.audio import AudioChunk, resample, write_wav
 from voxflow_voice.engines import VoiceEngines
 from voxflow_voice.events import AudioStarted, TurnCommitted
 
@@ -43,23 +41,12 @@ _INBOUND_AUDIO = """async () => {
 }"""
 
 
-def greeting_wav(engines: VoiceEngines, path: Path) -> Path:
-    """"Hello there!" then 3 s of silence, at 48 kHz (Chromium loops the file)."""
-    speech = np.concatenate([np.asarray(s.samples, np.float32)
-                             for s in engines.tts.synthesize("Hello there!")])
-    speech = resample(speech, engines.tts.sample_rate, 48_000)
-    samples = np.concatenate([np.zeros(24_000, np.float32), speech,
-                              np.zeros(3 * 48_000, np.float32)])
-    write_wav(path, AudioChunk.from_float(samples, 48_000))
-    return path
-
-
 async def test_chromium_calls_the_page_and_hears_the_assistant(
-    engines: VoiceEngines, tmp_path: Path
+    engines: VoiceEngines, tmp_path: Path, hello_wav: Path
 ) -> None:
     from playwright.async_api import async_playwright
 
-    wav = greeting_wav(engines, tmp_path / "hello.wav")
+    wav = hello_wav
     calls: list[tuple[WebRtcPeer, Call]] = []
     # Default ICE host addresses: Chromium ignores loopback interfaces, so both sides
     # meet on the machine's own (non-loopback) address, which never leaves the host.

@@ -16,10 +16,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
-from voxflow_voice.audio import AudioChunk, resample, write_wav
-from voxflow_voice.engines import VoiceEngines
 
 from voxflow.flow.persistence import SQLiteFlowPersistence
 
@@ -71,22 +68,12 @@ def voxflow_serve(home: Path, port: int) -> Iterator[subprocess.Popen[str]]:
                 proc.wait(timeout=30)
 
 
-def greeting_wav(engines: VoiceEngines, path: Path) -> Path:
-    speech = np.concatenate([np.asarray(s.samples, np.float32)
-                             for s in engines.tts.synthesize("Hello there!")])
-    speech = resample(speech, engines.tts.sample_rate, 48_000)
-    samples = np.concatenate([np.zeros(24_000, np.float32), speech,
-                              np.zeros(3 * 48_000, np.float32)])
-    write_wav(path, AudioChunk.from_float(samples, 48_000))
-    return path
-
-
 async def test_the_page_resumes_its_call_after_serve_is_killed_and_restarted(
-    engines: VoiceEngines, tmp_path: Path
+    tmp_path: Path, hello_wav: Path
 ) -> None:
     from playwright.async_api import async_playwright
 
-    wav = greeting_wav(engines, tmp_path / "hello.wav")
+    wav = hello_wav
     home, port = tmp_path / "home", free_port()
     url = f"http://127.0.0.1:{port}/?token={TOKEN}"
     async with async_playwright() as playwright:
