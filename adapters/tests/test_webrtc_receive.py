@@ -71,6 +71,22 @@ def test_hold_zero_never_waits_and_drops_what_was_overtaken() -> None:
     assert window.push(7, 7) == [] and window.late == 2  # a duplicate
 
 
+@pytest.mark.parametrize("hold", [0, 3, MAX_RECEIVE_HOLD])
+def test_a_sequence_restart_more_than_half_the_circle_away_is_followed(hold: int) -> None:
+    # the sender restarts its sequence numbers (a new SSRC on the same receiver, a
+    # restarted encoder): 40000 is 'behind' 100 on the 16-bit circle, and so is every
+    # packet after it; the window must not drop the rest of the call as late
+    window = ReorderWindow(hold)
+    assert [window.push(s, s) for s in (98, 99, 100)] == [[98], [99], [100]]
+    released = [item for s in range(40000, 40010) for item in window.push(s, s)]
+    assert released == list(range(40001, 40010))  # one stray packet, then followed
+    assert window.late == 1 and window.waiting == 0
+    # a single stray packet of the old numbers costs at most one more packet
+    window.push(100, 100)
+    after = [item for s in range(40010, 40015) for item in window.push(s, s)]
+    assert after[-4:] == [40011, 40012, 40013, 40014]
+
+
 @pytest.mark.parametrize("hold", [-1, MAX_RECEIVE_HOLD + 1, 1.5, "3", True, None])
 def test_a_bad_hold_is_a_value_error(hold: Any) -> None:
     with pytest.raises(ValueError, match="hold must be an int"):

@@ -15,7 +15,11 @@ take it as it comes), so timing jitter costs it nothing; only order matters.
   held packets go on, in order, together: the delay of a loss is at most ``hold`` x 20
   ms and never outlasts it (nothing is left behind to catch up);
 * a packet older than one already passed on (too late, or a duplicate) is dropped and
-  counted.
+  counted;
+* two consecutive packets more than 1000 behind (20 s) are a restart of the
+  sender's sequence numbers (a new SSRC, a restarted encoder), not late packets: what
+  was held goes on and the window follows the new numbers (else every packet after a
+  jump of more than half the 16-bit circle was 'late' and the rest of the call dropped).
 
 :class:`ReceiveTimings` records, for the benchmark and the page's latency figures, when
 each packet arrived and when its frame came out of the decoder.
@@ -39,6 +43,7 @@ MAX_RECEIVE_HOLD = 15
 """Most packets a gap may hold (300 ms at 20 ms a packet)."""
 
 _SEQ = 1 << 16
+_RESTART_DISTANCE = 1000  # packets (20 s): far past any reordering, well inside the circle
 _TS = 1 << 32
 
 
@@ -66,6 +71,7 @@ class ReorderWindow:
         self.hold = hold
         self._next: int | None = None  # the sequence number expected next
         self._waiting: dict[int, Any] = {}
+        self._stray: int | None = None  # the last packet far behind (a restart's first?)
         self.late = 0
         """Items dropped: older than one already released (late or duplicated)."""
         self.skipped = 0
@@ -84,19 +90,35 @@ class ReorderWindow:
         if self._next is None:
             self._next = seq
         ahead = _ahead(seq, self._next)
+        out: list[Any] = []
+        if ahead < -_RESTART_DISTANCE:
+            stray, self._stray = self._stray, seq
+            if stray is None or seq != (stray + 1) % _SEQ:
+                self.late += 1
+                return []
+            # the sender restarted its numbers: pass on what was held, follow the new ones
+            self._stray = None
+            while self._waiting:
+                out.extend(self._skip_to_oldest())
+            self._next = seq
+            ahead = 0
         if ahead < 0 or seq in self._waiting:
             self.late += 1
-            return []
+            return out
         self._waiting[seq] = item
-        out: list[Any] = []
         while True:
             out.extend(self._release_run())
             if not self._waiting or len(self._waiting) <= self.hold:
                 return out
-            # the wait is over: skip to the oldest waiting item
-            oldest = min(self._waiting, key=lambda s: _ahead(s, self._next or 0))
-            self.skipped += _ahead(oldest, self._next)
-            self._next = oldest
+            out.extend(self._skip_to_oldest())
+
+    def _skip_to_oldest(self) -> list[Any]:
+        """Give up on the gap: the oldest waiting item and its run go on."""
+        assert self._next is not None
+        oldest = min(self._waiting, key=lambda s: _ahead(s, self._next or 0))
+        self.skipped += _ahead(oldest, self._next)
+        self._next = oldest
+        return self._release_run()
 
     def _release_run(self) -> list[Any]:
         out = []
