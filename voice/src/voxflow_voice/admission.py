@@ -161,7 +161,10 @@ class AdmissionController:
 
     def record(self, voice_to_voice_ms: float) -> None:
         """One answered turn's voice-to-voice latency (from ``TurnMetrics``)."""
-        value = float(voice_to_voice_ms)
+        try:
+            value = float(voice_to_voice_ms)
+        except OverflowError:  # an int past any float
+            value = float("inf")
         if not value >= 0.0 or value == float("inf"):
             raise ValueError(f"voice_to_voice_ms must be a finite number >= 0, got {value!r}")
         with self._lock:
