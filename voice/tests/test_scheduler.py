@@ -251,3 +251,62 @@ async def test_an_urgent_lane_runs_urgent_work_while_every_worker_is_busy() -> N
     assert order == ["stt", "long-sentence", "clause"]
     assert stats.workers == 1 and scheduler.urgent_lanes == 1
     scheduler.close()
+
+
+def test_close_runs_a_queued_job_waiting_for_a_resource_the_urgent_lane_holds() -> None:
+    # the worker is busy with B; the urgent lane decodes A (stt); C (stt, speculative)
+    # waits for the model. close() then B ends: the worker must not stop while C is
+    # queued (it saw no runnable job, the stt model being held), nor the lane after A
+    # (C is not urgent): C runs, its caller is answered
+    scheduler = ModelScheduler(1, urgent_lanes=1, limits={"stt": 1})
+    b_gate, a_gate, b_started, a_started = (threading.Event() for _ in range(4))
+    results: dict[str, tuple[bool, object]] = {}
+    finished = threading.Event()
+
+    def blocked(started: threading.Event, gate: threading.Event, name: str) -> Callable[[], str]:
+        def job() -> str:
+            started.set()
+            gate.wait()
+            return name
+        return job
+
+    def done_for(name: str) -> Callable[[bool, object], None]:
+        def done(ok: bool, value: object) -> None:
+            results[name] = (ok, value)
+            if name == "C":
+                finished.set()
+        return done
+
+    scheduler.submit(blocked(b_started, b_gate, "B"), Work("b", "ahead", 5.0), done=done_for("B"))
+    assert b_started.wait(30)
+    scheduler.submit(blocked(a_started, a_gate, "A"), Work("a"), resource="stt",
+                     done=done_for("A"))
+    assert a_started.wait(30)
+    scheduler.submit(lambda: "C", Work("c", "speculative"), resource="stt", done=done_for("C"))
+    closing = threading.Thread(target=scheduler.close)
+    closing.start()
+    while True:  # until close() has begun (a submission is refused; probes just run)
+        try:
+            scheduler.submit(lambda: None, Work("probe"), done=lambda ok, value: None)
+        except RuntimeError:
+            break
+        closing.join(0.01)
+    b_gate.set()
+    a_gate.set()
+    closing.join(30)
+    assert not closing.is_alive()
+    assert finished.wait(5), f"C never ran: {results}"
+    assert results == {"A": (True, "A"), "B": (True, "B"), "C": (True, "C")}
+
+
+def test_a_done_callback_that_raises_does_not_kill_the_worker() -> None:
+    scheduler = ModelScheduler(1, urgent_lanes=0)
+    answered = threading.Event()
+
+    def broken(ok: bool, value: object) -> None:
+        raise RuntimeError("the caller's callback failed")
+
+    scheduler.submit(lambda: 1, Work("a"), done=broken)
+    scheduler.submit(lambda: 2, Work("b"), done=lambda ok, value: answered.set())
+    assert answered.wait(10), "the only worker died with the first job's callback"
+    scheduler.close()

@@ -41,6 +41,7 @@ import asyncio
 import contextlib
 import contextvars
 import itertools
+import logging
 import os
 import threading
 import time
@@ -64,6 +65,8 @@ SPECULATIVE_SLACK = 1.0
 would be needed when the turn ends (end-of-turn silence after the pause), and anything
 urgent that comes meanwhile goes first."""
 _URGENCIES: tuple[Urgency, ...] = ("urgent", "ahead", "speculative")
+
+logger = logging.getLogger(__name__)
 
 _P = ParamSpec("_P")
 _T = TypeVar("_T")
@@ -353,7 +356,9 @@ class ModelScheduler:
             with self._cond:
                 job = self._next(urgent_only)
                 while job is None:
-                    if self._closed:
+                    # closed: a lane leaves the rest to the workers; a worker stays while
+                    # any job is queued (waiting for a resource another thread holds)
+                    if self._closed and (urgent_only or not self._queues):
                         return
                     self._cond.wait()
                     job = self._next(urgent_only)
@@ -384,7 +389,10 @@ class ModelScheduler:
                 if job.resource is not None:
                     self._in_use[job.resource] -= 1
                 self._cond.notify_all()
-            job.done(ok, value)
+            try:
+                job.done(ok, value)
+            except Exception:  # the submitter's callback: the worker must live on
+                logger.exception("a model job's done callback failed")
 
     # -- state --------------------------------------------------------------------------
 
