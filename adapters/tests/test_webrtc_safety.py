@@ -86,6 +86,7 @@ async def test_oversized_broken_and_audio_less_offers_are_refused(engines: Voice
             async with http.post(f"{base}/offer", data=huge, headers=headers) as response:
                 huge_status = response.status
         stats = server.statistics()
+        load = server.load()
     assert big.status == 413 and "8000" in big.reason
     assert huge_status == 413
     assert no_audio.status == 400 and "m=audio" in no_audio.reason
@@ -93,6 +94,24 @@ async def test_oversized_broken_and_audio_less_offers_are_refused(engines: Voice
     assert not_json[0] == 400 and "JSON" in not_json[1]["error"]
     assert stats.rejected == {"size": 2, "sdp": 2, "malformed": 1}
     assert stats.active_calls == 0
+    assert (load.active_calls, load.headroom) == (0, load.max_calls)  # no slot kept
+
+
+async def test_a_call_whose_session_fails_to_start_gives_its_slot_back(
+    engines: VoiceEngines,
+) -> None:
+    async def failing_factory(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("the flow could not load")
+
+    settings = ServerSettings(port=0, max_calls=1,
+                              peer=PeerSettings(ice_host_addresses=("127.0.0.1",)))
+    async with WebRtcServer(failing_factory, engines, settings=settings) as server:
+        base = f"http://127.0.0.1:{server.port}"
+        # with one slot, the second offer is refused 'busy' if the first kept its slot
+        refusals = [await rejected(LoopbackCaller(base, server.token)) for _ in range(2)]
+        load = server.load()
+    assert [(r.status, r.reason) for r in refusals] == [(500, "the call could not start")] * 2
+    assert (load.active_calls, load.headroom, load.accepting) == (0, 1, True)
 
 
 async def test_calls_beyond_the_limit_are_refused_until_one_ends(engines: VoiceEngines) -> None:
