@@ -69,6 +69,8 @@ class Decimator:
             raise ValueError(f"samples must be 1-D (mono), got shape {x.shape}")
         if self._taps is None:
             return x.copy()
+        if x.size == 0:  # (a 'valid' convolution of the history alone gave 2 samples)
+            return np.zeros(0, np.float32)
         padded = np.concatenate([self._history, x])
         self._history = padded[-(_TAPS - 1):]
         # output k (at input index i = phase + k * factor) is sum taps * padded[i : i+_TAPS]
