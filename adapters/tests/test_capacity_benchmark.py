@@ -83,6 +83,10 @@ async def test_offered_calls_in_real_time_on_the_scheduler_admit_two_refuse_one_
     assert (row.asked, row.committed, row.turns_lost, row.stale_samples) == (2, 2, 0, 0)
     assert all("calendar" in t.lower() for call in calls for t in call.transcripts())
     assert all(call.settled(r) == "completed" for call in calls for r in call.replies())
-    # (a first clause or STT may run as speculative work, made urgent only once done)
-    assert after["ahead"] - before["ahead"] >= 2 * 3  # the reply's later sentences
+    # The reply is three segments: "Sure." is urgent; "This afternoon…" may still be
+    # synthesized while the turn is held in its pause (speculative work: how much depends
+    # on the machine's speed); "At four…" cannot start before the 3 s of audio that
+    # synthesis_ahead allows has begun to play, so its synthesis is due ahead of playout:
+    # at least one such job per reply (2 to 4 per reply measured, fewer under load).
+    assert after["ahead"] - before["ahead"] >= 2
     assert admission.load().active_calls == 0  # both slots released
