@@ -51,25 +51,12 @@ import uuid
 from pathlib import Path
 
 from _figures import figure
+from persistence import PG_URL, postgres_unreachable
 
 from voxflow.jobs import BackgroundJob, PostgresJobQueue
 
-PG_URL = os.environ.get("VOXFLOW_BENCH_DATABASE_URL",
-                        "postgresql://postgres@127.0.0.1:5432/test")
 HERE = Path(__file__).resolve().parent
 FLOW = str(HERE / "_jobs_queue_flow.py") + ":Bench"
-
-
-def postgres_unreachable() -> str | None:
-    try:
-        import psycopg
-
-        psycopg.connect(PG_URL, connect_timeout=3).close()
-    except ImportError:
-        return "psycopg is not installed (pip install 'voxflow[postgres]')"
-    except Exception as exc:
-        return f"PostgreSQL not reachable ({type(exc).__name__})"
-    return None
 
 
 def job_worker(schema: str, heartbeat: float, stalled_after: float) -> subprocess.Popen[bytes]:
