@@ -119,7 +119,7 @@ def test_two_processes_writing_one_session_lose_no_returned_turn(
     tmp_path: Path, make_store: Any
 ) -> None:
     store = make_store("procs")
-    store.check_writable()  # creates the database (and its schema)
+    store.check_writable()  # proves the store writable (PostgreSQL: creates the schema)
     where = f"{store.url}#{store.schema}" if hasattr(store, "schema") else str(store.path)
     script = tmp_path / "writer.py"
     script.write_text(_WRITER)
@@ -142,6 +142,34 @@ def test_two_processes_writing_one_session_lose_no_returned_turn(
         returned += lines[:-1]
     assert len(returned) == 160
     assert_holds_exactly(make_store("procs").load_state("shared"), returned)
+
+
+def test_a_new_store_waits_for_another_writer_to_switch_the_file_to_wal(
+    tmp_path: Path,
+) -> None:
+    # Two processes creating one database: the second found the first mid-write on a
+    # file not yet in WAL mode, and SQLite refused the switch at once ("database is
+    # locked", no busy wait) -- a CI failure of the test above.
+    import sqlite3
+    import threading
+
+    path = tmp_path / "fresh.db"
+    other = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    other.execute("CREATE TABLE elsewhere (x)")  # a rollback-journal database ...
+    other.execute("BEGIN IMMEDIATE")  # ... with a write under way
+    other.execute("INSERT INTO elsewhere VALUES (1)")
+    released = threading.Timer(0.3, lambda: other.execute("COMMIT"))
+    released.start()
+    try:
+        store = SQLiteFlowPersistence(path)
+        store.save_state("s", "m", {"id": "s", "n": 1})
+    finally:
+        released.join()
+        other.close()
+    assert store.load_state("s") == {"id": "s", "n": 1}
+    with sqlite3.connect(path) as check:
+        assert check.execute("PRAGMA journal_mode").fetchone() == ("wal",)
+        assert check.execute("SELECT x FROM elsewhere").fetchall() == [(1,)]
 
 
 def test_a_save_with_a_stale_revision_overwrites_nothing(make_store: Any) -> None:

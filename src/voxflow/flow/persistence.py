@@ -42,6 +42,7 @@ import logging
 import os
 import tempfile
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, overload, runtime_checkable
@@ -186,6 +187,37 @@ def default_persistence() -> RowStore:
         return backend
 
 
+_BUSY_TIMEOUT_S = 30.0
+
+
+def _prepare(conn: sqlite3.Connection, *, timeout: float) -> None:
+    """Put a new connection in WAL mode and create the tables, waiting out other writers.
+
+    Switching a database to WAL needs it to itself, and SQLite answers "database is
+    locked" at once, without its busy handler, when another connection is in a write
+    (two processes creating one database together). So the switch is retried, up to
+    ``timeout``; a database already in WAL mode is left as is.
+    """
+    import sqlite3
+
+    deadline = time.monotonic() + timeout
+    pause = 0.005
+    while True:
+        try:
+            (mode,) = conn.execute("PRAGMA journal_mode").fetchone()
+            if str(mode).lower() != "wal":
+                conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=NORMAL")
+            conn.executescript(SCHEMA)
+            return
+        except sqlite3.OperationalError as exc:
+            busy = "locked" in str(exc) or "busy" in str(exc)
+            if not busy or time.monotonic() + pause > deadline:
+                raise
+        time.sleep(pause)
+        pause = min(pause * 2, 0.1)
+
+
 class SQLiteFlowPersistence(RowStore):
     """:class:`FlowPersistence` on one SQLite file (WAL), safe across threads and processes.
 
@@ -227,13 +259,18 @@ class SQLiteFlowPersistence(RowStore):
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             conn = sqlite3.connect(
-                self.path, timeout=30.0, check_same_thread=False, isolation_level=None
+                self.path,
+                timeout=_BUSY_TIMEOUT_S,
+                check_same_thread=False,
+                isolation_level=None,
             )
         except (OSError, sqlite3.Error) as exc:
             raise self._unavailable(exc) from exc
-        conn.execute("PRAGMA journal_mode=WAL")
-        conn.execute("PRAGMA synchronous=NORMAL")
-        conn.executescript(SCHEMA)
+        try:
+            _prepare(conn, timeout=_BUSY_TIMEOUT_S)
+        except sqlite3.Error as exc:
+            conn.close()
+            raise self._unavailable(exc) from exc
         self._conn = conn
         return conn
 
