@@ -175,8 +175,7 @@ def test_lease_expiry_is_judged_by_the_database_clock(make_store: Any) -> None:
 
 
 def test_a_fenced_store_is_a_complete_flow_persistence(make_store: Any) -> None:
-    from voxflow.flow._row_store import FencedPersistence
-    from voxflow.flow.persistence import FlowPersistence
+    from voxflow.flow.persistence import FencedPersistence, FlowPersistence
 
     store = make_store()
     lease = store.acquire_lease("s", "w", ttl=30)

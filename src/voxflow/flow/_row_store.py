@@ -7,37 +7,21 @@ Both backends therefore store the same rows (see :mod:`voxflow.flow._item_rows`)
 the same **revision** (a per-session integer stored with the snapshot row, checked and
 bumped in the save's transaction) and the same **lease epoch**.
 
-**Leases and fencing.** :meth:`RowStore.acquire_lease` makes one owner (a worker) the
-writer of a session until ``expires_at``; taking over a session from another owner
-(its lease expired or was released) bumps the session's epoch. Every write of a session
-(full save, incremental save, delta, paused feedback) checks its lease row in the
-write's own transaction and raises :class:`~voxflow.errors.FencedWriteError`, writing
-nothing, when:
-
-* it is made through :meth:`RowStore.fenced` and its epoch moved on (``"taken over"``),
-  the lease was released (``"released"``) or it expired (``"expired"``, even if nobody
-  took it yet): a paused ("zombie") worker can never write once its lease is gone;
-* it is made without a lease (an unfenced store) while another owner holds a live lease
-  on the session (``"unfenced"``): **a session with a live lease is written only through
-  ``store.fenced(lease)``**. A session without a lease row, or whose lease expired or was
-  released, takes unfenced writes (the revision still checks them).
-
-Expiry is judged by the **database's clock**, never a worker's: ``expires_at`` is
-stored, and compared, in the database server's Unix seconds (SQLite's
-``julianday('now')``, the machine of the file; PostgreSQL's ``clock_timestamp()``, read
-after the session lock), so workers with skewed clocks agree on who holds a session.
+**Leases and fencing** (:mod:`voxflow.flow._leases`): every write of a session checks
+its lease row in the write's own transaction; :meth:`RowStore.acquire_lease` and its
+siblings run the lease operations in the backend's transactions, and
+:meth:`RowStore.fenced` is the store seen through one lease.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
-from voxflow.errors import FencedWriteError, PersistenceConflictError, SessionLeaseError
+from voxflow.errors import PersistenceConflictError
 from voxflow.flow._item_rows import (
     Conn,
     StateChanges,
@@ -48,24 +32,23 @@ from voxflow.flow._item_rows import (
     write_change_rows,
     write_full_rows,
 )
+from voxflow.flow._leases import (
+    FencedPersistence,
+    SessionLease,
+    check_lease_args,
+    extend,
+    fence,
+    grant,
+    lease_now,
+    release,
+)
 from voxflow.ids import SessionId
 
-__all__ = ["FencedPersistence", "RowStore", "SessionLease"]
+__all__ = ["RowStore"]
 
 logger = logging.getLogger("voxflow.flow.persistence")
 
 T = TypeVar("T")
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class SessionLease:
-    """A granted lease: ``owner`` writes ``session_id`` as ``epoch`` until ``expires_at``
-    (Unix seconds of the database's clock, not this process's)."""
-
-    session_id: SessionId
-    owner: str
-    epoch: int
-    expires_at: float
 
 
 class RowStore:
@@ -148,7 +131,7 @@ class RowStore:
         def write(conn: Conn) -> None:
             nonlocal version
             self._lock_session(conn, flow_uuid)
-            self._fence(conn, flow_uuid, epoch)
+            fence(conn, flow_uuid, epoch, self._now_sql)
             row = self._latest_row(conn, flow_uuid)
             _check_revision(flow_uuid, row, expected_revision)
             write_full_rows(conn, flow_uuid, lists, records)
@@ -190,7 +173,7 @@ class RowStore:
         def write(conn: Conn) -> None:
             nonlocal version
             self._lock_session(conn, flow_uuid)
-            self._fence(conn, flow_uuid, epoch)
+            fence(conn, flow_uuid, epoch, self._now_sql)
             row = self._latest_row(conn, flow_uuid)
             if changes.base_version is not None:
                 _check_revision(flow_uuid, row, changes.base_version)
@@ -391,66 +374,12 @@ class RowStore:
 
         def run(conn: Conn) -> None:
             self._lock_session(conn, flow_uuid)
-            self._fence(conn, flow_uuid, epoch)
+            fence(conn, flow_uuid, epoch, self._now_sql)
             conn.execute(sql, params)
 
         return run
 
-    def _lease_now(self, conn: Conn, flow_uuid: str) -> tuple[tuple[str, int, float] | None, float]:
-        """The session's lease row ``(owner, epoch, expires_at)`` (or None) and the
-        database's clock, in one query when the row exists."""
-        row = self._lease_row(conn, flow_uuid)
-        if row is None:
-            now = conn.execute(f"SELECT {self._now_sql}").fetchone()
-            return None, float(now[0])
-        return (str(row[0]), int(row[1]), float(row[2])), float(row[3])
-
-    def _lease_row(self, conn: Conn, flow_uuid: str) -> tuple[Any, ...] | None:
-        """``(owner, epoch, expires_at, database now)`` of the session's lease, or None."""
-        row: tuple[Any, ...] | None = conn.execute(
-            f"SELECT owner, epoch, expires_at, {self._now_sql} FROM session_leases "
-            "WHERE flow_uuid = ?",
-            (flow_uuid,),
-        ).fetchone()
-        return row
-
-    def _fence(self, conn: Conn, flow_uuid: str, epoch: int | None) -> None:
-        """Raise :class:`FencedWriteError` unless this write may change ``flow_uuid``.
-
-        ``epoch`` given (a fenced writer): it must be the session's epoch, the lease not
-        released and unexpired at the database's clock. ``epoch`` None (unfenced): the
-        session must have no live lease.
-        """
-        row = self._lease_row(conn, flow_uuid)
-        if row is None:
-            if epoch is not None:  # a lease of another database, or its row was deleted
-                raise FencedWriteError(flow_uuid, epoch=epoch, current=0)
-            return
-        holder, current, expires_at, now = str(row[0]), int(row[1]), float(row[2]), float(row[3])
-        if epoch is None:
-            if holder and expires_at > now:
-                raise FencedWriteError(
-                    flow_uuid,
-                    epoch=None,
-                    current=current,
-                    reason="unfenced",
-                    detail=f" by {holder!r} for another {expires_at - now:.1f} s",
-                )
-            return
-        if current != epoch:
-            raise FencedWriteError(flow_uuid, epoch=epoch, current=current)
-        if not holder:
-            raise FencedWriteError(flow_uuid, epoch=epoch, current=current, reason="released")
-        if expires_at <= now:
-            raise FencedWriteError(
-                flow_uuid,
-                epoch=epoch,
-                current=current,
-                reason="expired",
-                detail=f" {now - expires_at:.1f} s ago (database clock)",
-            )
-
-    # -- leases ----------------------------------------------------------------------
+    # -- leases (see voxflow.flow._leases) -------------------------------------------
 
     def acquire_lease(self, flow_uuid: str, owner: str, *, ttl: float = 30.0) -> SessionLease:
         """Make ``owner`` the writer of ``flow_uuid`` for ``ttl`` seconds.
@@ -463,41 +392,10 @@ class RowStore:
                 expiry).
         """
         self._check_uuid(flow_uuid)
-        _check_lease_args(owner, ttl)
-        granted: SessionLease | None = None
-
-        def write(conn: Conn) -> None:
-            nonlocal granted
-            self._lock_session(conn, flow_uuid)
-            row, now = self._lease_now(conn, flow_uuid)
-            if row is None:
-                epoch = 1
-                conn.execute(
-                    "INSERT INTO session_leases (flow_uuid, owner, epoch, expires_at) "
-                    "VALUES (?, ?, ?, ?)",
-                    (flow_uuid, owner, epoch, now + ttl),
-                )
-            else:
-                holder, epoch, expires_at = row
-                if holder not in ("", owner) and expires_at > now:
-                    raise SessionLeaseError(
-                        f"session {flow_uuid!r} is leased to {holder!r} for another "
-                        f"{expires_at - now:.1f} s (epoch {epoch})",
-                        session_id=flow_uuid,
-                        holder=holder,
-                    )
-                if holder != owner:
-                    epoch += 1  # a takeover: every save of the previous owner is fenced
-                conn.execute(
-                    "UPDATE session_leases SET owner = ?, epoch = ?, expires_at = ? "
-                    "WHERE flow_uuid = ?",
-                    (owner, epoch, now + ttl, flow_uuid),
-                )
-            granted = SessionLease(SessionId(flow_uuid), owner, epoch, now + ttl)
-
-        self._write(write)
-        assert granted is not None
-        return granted
+        check_lease_args(owner, ttl)
+        return self._leased(
+            flow_uuid, lambda conn: grant(conn, flow_uuid, owner, ttl, self._now_sql)
+        )
 
     def renew_lease(self, lease: SessionLease, *, ttl: float = 30.0) -> SessionLease:
         """Extend ``lease`` by ``ttl`` seconds from now (the database's clock).
@@ -508,40 +406,30 @@ class RowStore:
         """
         if not isinstance(lease, SessionLease):
             raise TypeError("lease must be a SessionLease")
-        _check_lease_args(lease.owner, ttl)
-        renewed: SessionLease | None = None
+        check_lease_args(lease.owner, ttl)
+        return self._leased(lease.session_id, lambda conn: extend(conn, lease, ttl, self._now_sql))
+
+    def _leased(self, flow_uuid: str, fn: Callable[[Conn], SessionLease]) -> SessionLease:
+        """``fn``'s lease, written in one transaction with ``flow_uuid`` locked."""
+        leases: list[SessionLease] = []
 
         def write(conn: Conn) -> None:
-            nonlocal renewed
-            self._lock_session(conn, lease.session_id)
-            self._fence(conn, lease.session_id, lease.epoch)
-            expires_at = self._lease_now(conn, lease.session_id)[1] + ttl
-            conn.execute(
-                "UPDATE session_leases SET expires_at = ? WHERE flow_uuid = ?",
-                (expires_at, lease.session_id),
-            )
-            renewed = dataclasses.replace(lease, expires_at=expires_at)
+            self._lock_session(conn, flow_uuid)
+            leases.append(fn(conn))
 
         self._write(write)
-        assert renewed is not None
-        return renewed
+        return leases[0]
 
     def release_lease(self, lease: SessionLease) -> None:
         """Give ``lease`` up (idempotent; a lease already taken over is left alone)."""
         if not isinstance(lease, SessionLease):
             raise TypeError("lease must be a SessionLease")
-        self._write(
-            _exec(
-                "UPDATE session_leases SET owner = '', expires_at = 0 "
-                "WHERE flow_uuid = ? AND owner = ? AND epoch = ?",
-                (lease.session_id, lease.owner, lease.epoch),
-            )
-        )
+        self._write(lambda conn: release(conn, lease))
 
     def lease_of(self, flow_uuid: str) -> SessionLease | None:
         """The session's current lease row (owner ``""`` once released), or None."""
         self._check_uuid(flow_uuid)
-        row = self._read(lambda c: self._lease_now(c, flow_uuid)[0])
+        row = self._read(lambda c: lease_now(c, flow_uuid, self._now_sql)[0])
         if row is None:
             return None
         return SessionLease(SessionId(flow_uuid), row[0], row[1], row[2])
@@ -553,125 +441,9 @@ class RowStore:
         return FencedPersistence(self, lease)
 
 
-class FencedPersistence:
-    """A complete :class:`~voxflow.flow.persistence.FlowPersistence` whose every write of
-    the leased session carries the lease's epoch.
-
-    Give it to the flow of a leased session (``MyFlow(persistence=store.fenced(lease))``):
-    once the lease is taken over, released or expired (the database's clock), each write
-    of that session (full, incremental and delta saves, paused feedback) raises
-    :class:`~voxflow.errors.FencedWriteError` and writes nothing. Other sessions are
-    written unfenced (refused while another owner leases them). Reads (``load_state``,
-    ``load_state_revision``, ``revision``, ``history``, paused feedback) and ``close``
-    go straight to the backend.
-    """
-
-    def __init__(self, store: RowStore, lease: SessionLease) -> None:
-        self.store = store
-        self.lease = lease
-
-    def _epoch(self, flow_uuid: str) -> int | None:
-        return self.lease.epoch if flow_uuid == self.lease.session_id else None
-
-    # -- writes: fenced ----------------------------------------------------------------
-
-    def save_state(self, flow_uuid: str, method_name: str, state_data: dict[str, Any]) -> None:
-        self.store.save_full_state(flow_uuid, method_name, state_data, epoch=self._epoch(flow_uuid))
-
-    def save_full_state(
-        self,
-        flow_uuid: str,
-        method_name: str,
-        state_data: dict[str, Any],
-        *,
-        expected_revision: int | None = None,
-    ) -> int:
-        return self.store.save_full_state(
-            flow_uuid,
-            method_name,
-            state_data,
-            expected_revision=expected_revision,
-            epoch=self._epoch(flow_uuid),
-        )
-
-    def save_state_changes(
-        self, flow_uuid: str, method_name: str, changes: StateChanges
-    ) -> int | None:
-        return self.store.save_state_changes(
-            flow_uuid, method_name, changes, epoch=self._epoch(flow_uuid)
-        )
-
-    def save_state_delta(
-        self,
-        flow_uuid: str,
-        method_name: str,
-        snapshot: dict[str, Any],
-        appended: Mapping[str, Sequence[Any]],
-        counts: Mapping[str, int],
-    ) -> bool:
-        return self.store.save_state_delta(
-            flow_uuid, method_name, snapshot, appended, counts, epoch=self._epoch(flow_uuid)
-        )
-
-    def save_pending_feedback(
-        self, flow_uuid: str, context: dict[str, Any], state_data: dict[str, Any]
-    ) -> None:
-        self.store.save_pending_feedback(
-            flow_uuid, context, state_data, epoch=self._epoch(flow_uuid)
-        )
-
-    def clear_pending_feedback(self, flow_uuid: str) -> None:
-        self.store.clear_pending_feedback(flow_uuid, epoch=self._epoch(flow_uuid))
-
-    # -- reads and the rest: the backend's ---------------------------------------------
-
-    def load_state(self, flow_uuid: str) -> dict[str, Any] | None:
-        return self.store.load_state(flow_uuid)
-
-    def load_state_revision(self, flow_uuid: str) -> tuple[dict[str, Any], int] | None:
-        return self.store.load_state_revision(flow_uuid)
-
-    def revision(self, flow_uuid: str) -> int:
-        return self.store.revision(flow_uuid)
-
-    def history(self, flow_uuid: str) -> list[tuple[int, str, dict[str, Any]]]:
-        return self.store.history(flow_uuid)
-
-    def load_pending_feedback(self, flow_uuid: str) -> tuple[dict[str, Any], dict[str, Any]] | None:
-        return self.store.load_pending_feedback(flow_uuid)
-
-    def check_writable(self) -> None:
-        check = getattr(self.store, "check_writable", None)
-        if check is not None:
-            check()
-
-    def close(self) -> None:
-        """Close the backend's connections (idempotent; the next call reopens them)."""
-        self.store.close()
-
-    def __repr__(self) -> str:
-        return f"FencedPersistence({self.store!r}, epoch={self.lease.epoch})"
-
-
-def _exec(sql: str, params: Sequence[Any]) -> Callable[[Conn], None]:
-    """A write transaction body running one statement."""
-
-    def run(conn: Conn) -> None:
-        conn.execute(sql, params)
-
-    return run
-
-
 def _check_count(name: str, value: object) -> None:
     if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
         raise ValueError(f"{name} must be a non-negative int or None")
-
-
-def _check_lease_args(owner: object, ttl: object) -> None:
-    if not isinstance(owner, str) or not owner:
-        raise ValueError("owner must be a non-empty string")
-    if isinstance(ttl, bool) or not isinstance(ttl, int | float) or not 0 < ttl <= 86400:
-        raise ValueError("ttl must be a number of seconds in (0, 86400]")
 
 
 def _check_revision(flow_uuid: str, row: tuple[Any, ...] | None, expected: int | None) -> None:

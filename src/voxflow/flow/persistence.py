@@ -60,7 +60,8 @@ from voxflow.flow._item_rows import (
     RecordChanges,
     StateChanges,
 )
-from voxflow.flow._row_store import FencedPersistence, RowStore, SessionLease
+from voxflow.flow._leases import FencedPersistence, SessionLease
+from voxflow.flow._row_store import RowStore
 from voxflow.flow.dsl import stamp_marks
 from voxflow.paths import default_data_dir
 
