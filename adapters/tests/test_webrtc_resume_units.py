@@ -172,8 +172,9 @@ async def test_a_resumed_session_saved_mid_reply_announces_its_finished_job_once
     """Issue 17's failover gap without processes: the dead owner saved its state mid-reply
     (its foreground turn holding the floor, its client playing at seq 40) after the
     call's job completed and before it was announced. Restored by another worker, that
-    floor held every announcement back; released (``take_over``, as a resumed call does),
-    the result is announced once, and a later owner does not announce it again."""
+    floor held every announcement back; the heir's wiring releases it (``take_over``, as
+    every entry point's does), the result is announced once, and a later owner does not
+    announce it again."""
     from voxflow.examples.assistant import assistant_class
     from voxflow.replies import ClientActivity
     from voxflow.wiring import AssistantWiring
@@ -205,9 +206,8 @@ async def test_a_resumed_session_saved_mid_reply_announces_its_finished_job_once
     assert heir.replies is not None
     [job] = flow.state.jobs.values()
     assert job.status == "completed" and job.attempt == 1
-    assert await heir.announce_ready() == []  # the dead owner's floor holds it back
-    assert heir.replies.statistics().busy_reason == "foreground turn"
-    assert heir.replies.take_over() == []
+    assert heir.replies.statistics().busy_reason is None  # the dead owner's floor: gone
+    assert heir.replies.take_over() == []  # (taken over already: nothing left to cut)
     [spoken] = await heir.announce_ready()
     assert "order 417 has shipped" in spoken
     assert await heir.announce_ready() == []  # once
@@ -216,7 +216,6 @@ async def test_a_resumed_session_saved_mid_reply_announces_its_finished_job_once
 
     later, third = await resumed()  # the next failover: covered, not announced twice
     assert third.replies is not None
-    third.replies.take_over()
     assert await third.announce_ready() == []
     announced = [m for m in later.state.messages
                  if m.role == "assistant" and "has shipped" in m.content]
@@ -297,6 +296,5 @@ async def test_the_journal_saves_an_announcements_settlement_and_its_history(
     assert [m.content for m in heir.state.messages if m.role == "assistant"][-1] == spoken
     again = AssistantWiring(heir)
     assert again.replies is not None
-    again.replies.take_over()
     assert await again.announce_ready() == []
     await again.aclose()

@@ -31,7 +31,7 @@ from voxflow.jobs import JobRecord, JobRunner, JobState, MakeWork
 from voxflow.jobs.background import BackgroundJob, JobBinding, announce_jobs, bind_jobs
 from voxflow.jobs.queue import PostgresJobQueue
 from voxflow.jobs.reader import InboxReader
-from voxflow.replies import ReplyQueue, ReplyQueueState, record_announcement
+from voxflow.replies import DeliveryFloor, ReplyQueue, ReplyQueueState, record_announcement
 from voxflow.turns import TurnRunner, TurnState
 
 __all__ = ["AssistantState", "AssistantWiring", "chat_text"]
@@ -44,6 +44,14 @@ Subscriber = Callable[[dict[str, Any]], Awaitable[Any]]
 class AssistantState(ReplyQueueState, JobState[BackgroundJob]):
     """A session's state for an assistant with background jobs: the conversation, turn
     and reply records, the reply queue and the jobs started with ``background_job``."""
+
+
+def _held_by_a_previous_call(state: ReplyQueueState) -> bool:
+    """Whether ``state`` (a wiring's, before its call starts) holds a floor or a scheduled
+    delivery: a call that is not running any more (its process died mid-reply) left them."""
+    floor = state.delivery_floor
+    return floor != DeliveryFloor(closed=floor.closed) or any(
+        d.status == "scheduled" for d in state.deliveries.values())
 
 
 class AssistantWiring:
@@ -64,8 +72,12 @@ class AssistantWiring:
             flow's own save (``flow.asave_state``) when the flow persists.
 
     A reply queue is built when the state is a ``ReplyQueueState`` and a ``JobState``, a
-    job runner when it is a ``JobState``. Construct it inside async code (the job runner
-    belongs to the running loop).
+    job runner when it is a ``JobState``. A state restored from a store (``load_session``)
+    is taken over (:meth:`~voxflow.replies.ReplyQueue.take_over`) whatever the entry
+    point: the speaking floor its previous process held when it died (its foreground
+    turn, its client's playback and observation count) is released and the announcement
+    it was playing ends interrupted, so ready announcements are not held back for good.
+    Construct it inside async code (the job runner belongs to the running loop).
 
     Raises:
         TypeError: ``flow`` is not a conversational flow.
@@ -91,6 +103,10 @@ class AssistantWiring:
             ReplyQueue(self.turns, is_relevant=self._is_relevant)
             if isinstance(state, ReplyQueueState) and isinstance(state, JobState) else None
         )
+        if self.replies is not None and _held_by_a_previous_call(state):
+            # a restored session: the floor its previous process held (dead, or its call
+            # over) holds nothing now; released, saved with the next save
+            self.replies.take_over()
         self.announcer: Callable[[Sequence[JobRecord]], str] = announce_jobs
         self._subscribers: list[Subscriber] = []
         self._warned: set[str] = set()

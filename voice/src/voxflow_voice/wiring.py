@@ -2,7 +2,9 @@
 :class:`~voxflow_voice.session.VoiceSession` over an :class:`~voxflow.wiring.AssistantWiring`.
 
 Every voice entry point (the demo, ``chat --voice``, ``serve``, ``run_call`` given a flow)
-builds its session here, so each gets the same floor, jobs, announcer and history.
+builds its session here, so each gets the same floor, jobs, announcer and history; a
+stored session's floor, held by a process that died, was already taken over by the
+``AssistantWiring`` (whatever the entry point).
 """
 
 from __future__ import annotations

@@ -15,7 +15,8 @@ resumes a stored session. The flow then saves every turn through that store, its
 session gets a resume token (new sessions), and a resumed one is loaded (nothing runs)
 and its answers cut off by the drop are settled at what was heard
 (:mod:`~voxflow_adapters.webrtc.resume`), and the floor its dead process held released
-(:meth:`~voxflow.replies.ReplyQueue.take_over`), before the call goes on.
+(by :class:`~voxflow.wiring.AssistantWiring`, as for every entry point), before the call
+goes on.
 """
 
 from __future__ import annotations
@@ -189,10 +190,6 @@ async def _persisted_call(
         flow, clock=clock, job_queue=job_queue,
         save_jobs=None if job_queue is None else functools.partial(flow.asave_state,
                                                                    "job_update"))
-    if session.resume and wiring.replies is not None:
-        # the dead owner's floor (its foreground turn, its client's playback and seq)
-        # would hold every announcement back: released, saved with the next save
-        wiring.replies.take_over()
     voice: VoiceSession | None = None
 
     def heard(delivery_id: Any) -> Any:
