@@ -166,63 +166,6 @@ async def test_a_settlement_the_call_end_cancelled_mid_save_is_still_saved_by_th
     assert settled == ["d-1"]
 
 
-async def test_a_resumed_session_saved_mid_reply_announces_its_finished_job_once(
-    make_store: Any,
-) -> None:
-    """Issue 17's failover gap without processes: the dead owner saved its state mid-reply
-    (its foreground turn holding the floor, its client playing at seq 40) after the
-    call's job completed and before it was announced. Restored by another worker, that
-    floor held every announcement back; the heir's wiring releases it (``take_over``, as
-    every entry point's does), the result is announced once, and a later owner does not
-    announce it again."""
-    from voxflow.examples.assistant import assistant_class
-    from voxflow.replies import ClientActivity
-    from voxflow.wiring import AssistantWiring
-
-    store = make_store("announce")
-    flow_class = assistant_class(None, lookup_seconds=0.05)
-    dead = flow_class(persistence=store)
-    wiring = AssistantWiring(dead)
-    assert wiring.replies is not None
-    assert "checking your order" in await wiring.text_turn("Where is my order?")
-    (answer,) = dead.state.replies.values()
-    async with wiring.state_lock:  # the story's turn and its playback, as the call had them
-        wiring.replies.set_foreground(True)
-        assert wiring.replies.observe_client(ClientActivity(
-            session_id=dead.state.id, seq=40, recording=False, playback=True, muted=False,
-            delivery_id=answer.delivery_id))
-    assert await wiring.wait_for_jobs(10)  # completed, not announced (the floor is busy)
-    await dead.asave_state("heard")
-    await wiring.aclose()
-    session_id = dead.state.id
-
-    async def resumed() -> tuple[Any, AssistantWiring]:
-        flow = flow_class(persistence=store)
-        assert await flow.aload_session(session_id)
-        settle_dropped_replies(flow.state)
-        return flow, AssistantWiring(flow)
-
-    flow, heir = await resumed()
-    assert heir.replies is not None
-    [job] = flow.state.jobs.values()
-    assert job.status == "completed" and job.attempt == 1
-    assert heir.replies.statistics().busy_reason is None  # the dead owner's floor: gone
-    assert heir.replies.take_over() == []  # (taken over already: nothing left to cut)
-    [spoken] = await heir.announce_ready()
-    assert "order 417 has shipped" in spoken
-    assert await heir.announce_ready() == []  # once
-    await flow.asave_state("announced")
-    await heir.aclose()
-
-    later, third = await resumed()  # the next failover: covered, not announced twice
-    assert third.replies is not None
-    assert await third.announce_ready() == []
-    announced = [m for m in later.state.messages
-                 if m.role == "assistant" and "has shipped" in m.content]
-    assert len(announced) == 1, announced
-    await third.aclose()
-
-
 async def test_take_over_ends_the_dead_owners_announcement_interrupted_and_frees_the_floor(
 ) -> None:
     """The dead owner held the floor for an announcement (scheduled, never settled): its

@@ -10,11 +10,8 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import threading
 import time
-import uuid
-from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,13 +19,26 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.conftest import PG_URL, postgres_unreachable
+from tests.conftest import PG_URL
+from tests.jobs.queue_kit import (
+    FLOW,
+    KIND,
+    STALLED_AFTER,
+    all_rows,
+    owner_state,
+    start_call_worker,
+    start_job_worker,
+    stop,
+    wait_for,
+    wait_for_marker,
+    wait_for_update,
+    write_completed_run,
+)
 from voxflow.cli import main as cli_main
 from voxflow.errors import JobPayloadError, PersistenceUnavailableError
 from voxflow.jobs import (
     BackgroundJob,
     InboxReader,
-    JobInbox,
     JobUpdate,
     PostgresJobQueue,
     QueuedJob,
@@ -39,85 +49,7 @@ from voxflow.jobs.inbox import _entry
 from voxflow.jobs.queue import TASK_NAME
 from voxflow.wiring import AssistantState, AssistantWiring
 
-FLOW = str(Path(__file__).with_name("queue_flow.py")) + ":Travel"
-ROOT = Path(__file__).resolve().parents[2]
-KIND = "queue_tests.check_flight"
-HEARTBEAT, STALLED_AFTER = 0.5, 5.0  # 10 heartbeats: a loaded machine delays some
-
 pytestmark = pytest.mark.unit
-
-
-@pytest.fixture
-def schema() -> Iterator[str]:
-    reason = postgres_unreachable()
-    if reason is not None:
-        pytest.skip(reason)
-    name = f"vxq_{os.getpid()}_{uuid.uuid4().hex[:8]}"
-    yield name
-    import psycopg
-
-    with psycopg.connect(PG_URL, autocommit=True) as conn:
-        conn.execute(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')
-
-
-@pytest.fixture
-async def queue(schema: str) -> AsyncIterator[PostgresJobQueue]:
-    q = PostgresJobQueue(PG_URL, schema=schema)
-    await q.migrate()
-    yield q
-    q.close()
-    await q.inbox.close()
-
-
-def start_job_worker(schema: str, *extra: str) -> subprocess.Popen[bytes]:
-    """A job-worker process, as a user starts it."""
-    env = {**os.environ, "VOXFLOW_DATABASE_URL": PG_URL, "PYTHONPATH": str(ROOT)}
-    return subprocess.Popen(
-        [sys.executable, "-m", "voxflow.cli", "jobs", "worker", FLOW, "--schema", schema,
-         "--heartbeat", str(HEARTBEAT), "--stalled-after", str(STALLED_AFTER),
-         "--log-level", "WARNING", *extra],
-        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-
-
-def start_call_worker(schema: str) -> subprocess.Popen[bytes]:
-    """A call worker that starts one job, then waits to be killed (queue_call_worker.py)."""
-    return subprocess.Popen(
-        [sys.executable, str(Path(__file__).with_name("queue_call_worker.py")), PG_URL, schema,
-         FLOW], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-
-
-def stop(process: subprocess.Popen[bytes]) -> tuple[int, str]:
-    if process.poll() is None:
-        process.send_signal(signal.SIGTERM)
-    try:
-        _, err = process.communicate(timeout=30)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        _, err = process.communicate()
-    return process.returncode, err.decode(errors="replace")
-
-
-def owner_state(**inputs: Any) -> tuple[AssistantState, BackgroundJob]:
-    state = AssistantState()
-    job = BackgroundJob(session_id=state.id, kind=KIND, inputs=inputs)
-    assert add_job(state, job)
-    return state, job
-
-
-async def all_rows(inbox: JobInbox, session_id: str) -> list[Any]:
-    """Every inbox row of the session, acknowledged or not."""
-    rows = await inbox._execute(
-        "SELECT id, session_id, job_id, revision, attempt, seq, body FROM voxflow_job_inbox "
-        "WHERE session_id = %s ORDER BY id", (session_id,))
-    return [_entry(r) for r in rows]
-
-
-async def wait_for(predicate: Any, seconds: float, what: str) -> None:
-    deadline = time.monotonic() + seconds
-    while not await predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {seconds} s waiting for {what}")
-        await asyncio.sleep(0.1)
 
 
 async def test_a_job_started_in_a_call_runs_in_a_job_worker_process_and_is_announced_once(
@@ -179,10 +111,7 @@ async def test_a_queued_job_survives_the_death_of_the_call_worker_that_started_i
         (job,) = flow.state.jobs.values()
         assert job.status == "queued"
         async with AssistantWiring(flow, job_queue=queue, save_jobs=flow._persist_turn) as call:
-            assert call.replies is not None
-            async with call.state_lock:  # a new client: the dead worker's floor is gone
-                call.replies.close()
-                call.replies.reopen()
+            assert call.replies is not None  # (the dead worker's floor: taken over)
             assert await call.wait_for_jobs(60), "the job worker never finished the job"
             assert await call.announce_ready() == ["Flight BA 117 is on time (attempt 1)."]
             assert await call.announce_ready() == []
@@ -210,13 +139,11 @@ async def test_a_job_worker_killed_mid_job_is_rerun_as_the_next_attempt_and_fini
     first = start_job_worker(schema)
     second: subprocess.Popen[bytes] | None = None
     try:
-        await wait_for(lambda: asyncio.sleep(0, Path(f"{marker}-1").exists()), 60,
-                       "attempt 1 to start")
+        await wait_for_marker(marker, 1, 60, "attempt 1 to start")
         first.send_signal(signal.SIGKILL)
         first.wait(10)
         second = start_job_worker(schema)
-        await wait_for(lambda: asyncio.sleep(0, Path(f"{marker}-2").exists()), 60,
-                       "attempt 2 to start on the other worker")
+        await wait_for_marker(marker, 2, 60, "attempt 2 to start on the other worker")
 
         # the dead attempt's late update is refused by the queue's fence ...
         late = JobUpdate(session_id=state.id, job_id=job.job_id, revision=1, attempt=1,
@@ -224,11 +151,7 @@ async def test_a_job_worker_killed_mid_job_is_rerun_as_the_next_attempt_and_fini
                          outputs={"announcement": "a dead worker's result"})
         assert await queue.inbox.write(late, queue_job=(queue_id, 1)) is False
 
-        async def completed() -> bool:
-            return any(r.update is not None and r.update.kind == "completed"
-                       for r in await all_rows(queue.inbox, state.id))
-
-        await wait_for(completed, 60, "attempt 2 to complete")
+        await wait_for_update(queue.inbox, state.id, "completed", 60, "attempt 2 to complete")
     finally:
         if second is not None:
             code, err = stop(second)
@@ -266,21 +189,16 @@ async def test_a_paused_job_worker_resumed_after_its_job_moved_on_lands_nothing(
     zombie = start_job_worker(schema)
     other: subprocess.Popen[bytes] | None = None
     try:
-        await wait_for(lambda: asyncio.sleep(0, Path(f"{marker}-1").exists()), 60,
-                       "attempt 1 to start")
+        await wait_for_marker(marker, 1, 60, "attempt 1 to start")
         zombie.send_signal(signal.SIGSTOP)
         stopped = time.monotonic()
         other = start_job_worker(schema)
-        await wait_for(lambda: asyncio.sleep(0, Path(f"{marker}-2").exists()), 90,
-                       "attempt 2 to start on the other worker")
+        await wait_for_marker(marker, 2, 90, "attempt 2 to start on the other worker")
         await asyncio.sleep(max(0.0, seconds - (time.monotonic() - stopped)))
         zombie.send_signal(signal.SIGCONT)  # attempt 2 still runs
 
-        async def completed() -> bool:
-            return any(r.update is not None and r.update.kind == "completed"
-                       for r in await all_rows(queue.inbox, state.id))
-
-        await wait_for(completed, 90, "attempt 2 to complete on the other worker")
+        await wait_for_update(queue.inbox, state.id, "completed", 90,
+                              "attempt 2 to complete on the other worker")
         await asyncio.sleep(1.0)
     finally:
         zombie.send_signal(signal.SIGCONT)
@@ -305,11 +223,7 @@ async def test_a_long_job_on_a_live_worker_is_never_rerun(
     await queue.enqueue_async(job)
     workers = [start_job_worker(schema), start_job_worker(schema)]  # one could steal it
     try:
-        async def completed() -> bool:
-            return any(r.update is not None and r.update.kind == "completed"
-                       for r in await all_rows(queue.inbox, state.id))
-
-        await wait_for(completed, 90, "the long job to complete")
+        await wait_for_update(queue.inbox, state.id, "completed", 90, "the long job to complete")
     finally:
         for w in workers:
             code, err = stop(w)
@@ -387,11 +301,7 @@ async def test_progress_from_a_job_worker_is_registered_once_and_announceable(
     await queue.enqueue_async(job)
     worker = start_job_worker(schema)
     try:
-        async def completed() -> bool:
-            return any(r.update is not None and r.update.kind == "completed"
-                       for r in await all_rows(queue.inbox, state.id))
-
-        await wait_for(completed, 60, "the job to complete")
+        await wait_for_update(queue.inbox, state.id, "completed", 60, "the job to complete")
     finally:
         code, err = stop(worker)
     assert code == 0, err
@@ -489,12 +399,7 @@ async def test_two_readers_of_one_inbox_apply_each_update_once(
 ) -> None:
     state, job = owner_state(flight="BA 9")
     copy = AssistantState.model_validate(state.model_dump())  # a second worker's copy
-    updates = [("started", None, {}), ("stage_started", "run", {}),
-               ("stage_completed", "run", {"announcement": "Done."}), ("completed", None, {})]
-    for seq, (kind, stage, outputs) in enumerate(updates, 1):
-        await queue.inbox.write(JobUpdate(session_id=state.id, job_id=job.job_id, revision=1,
-                                          attempt=1, seq=seq, kind=kind, stage=stage,  # type: ignore[arg-type]
-                                          outputs=outputs))
+    await write_completed_run(queue.inbox, job, "Done.")
     first = InboxReader(queue.inbox, state, lock=asyncio.Lock())
     rows = await queue.inbox.pending(state.id)
     assert await first.read_once() == 4
@@ -540,12 +445,7 @@ async def test_a_reader_whose_save_failed_saves_and_announces_on_its_next_read(
     from voxflow.errors import PersistenceUnavailableError
 
     state, job = owner_state(flight="LH 3")
-    updates = [("started", None, {}), ("stage_started", "run", {}),
-               ("stage_completed", "run", {"announcement": "Done."}), ("completed", None, {})]
-    for seq, (kind, stage, outputs) in enumerate(updates, 1):
-        await queue.inbox.write(JobUpdate(session_id=state.id, job_id=job.job_id, revision=1,
-                                          attempt=1, seq=seq, kind=kind, stage=stage,  # type: ignore[arg-type]
-                                          outputs=outputs))
+    await write_completed_run(queue.inbox, job, "Done.")
     saved: list[str] = []
     told: list[str] = []
 
