@@ -54,6 +54,20 @@ def _held_by_a_previous_call(state: ReplyQueueState) -> bool:
         d.status == "scheduled" for d in state.deliveries.values())
 
 
+async def _requeue(job_queue: PostgresJobQueue, jobs: Sequence[BackgroundJob]) -> None:
+    """Queue again each job a restored session records as ``queued``: one its previous
+    process stored but never got into the queue (a sync handler's failed submission it
+    caught, a queue row lost). :meth:`~voxflow.jobs.PostgresJobQueue.enqueue` is
+    idempotent by job id and revision, so a job already queued (or run) is not queued
+    twice. A failure is logged and the job stays ``queued``: its next owner tries again."""
+    for job in jobs:
+        try:
+            await asyncio.to_thread(job_queue.enqueue, job)
+        except Exception as exc:
+            logger.warning("restored job %s (%s) could not be queued again: %s",
+                           job.job_id, job.kind, exc)
+
+
 class AssistantWiring:
     """One call of a conversational flow, with its turns, reply queue and jobs.
 
@@ -66,7 +80,10 @@ class AssistantWiring:
         job_queue: run the jobs started with ``background_job`` in job-worker processes
             (``voxflow jobs worker``) instead of this process: they are queued, and an
             :class:`~voxflow.jobs.InboxReader` (``wiring.inbox_reader``) reads their
-            updates into the state. None (the default): in-process, as embedded.
+            updates into the state. None (the default): in-process, as embedded. A
+            restored session's ``queued`` jobs are queued again (once: the queue keeps
+            one job per job id and revision), so one its previous process never got into
+            the queue still runs.
         save_jobs: with ``job_queue``, awaited after inbox rows were applied and before
             they are acknowledged (persist the state, fenced when leased); default: the
             flow's own save (``flow.asave_state``) when the flow persists.
@@ -147,6 +164,13 @@ class AssistantWiring:
             self.inbox_reader = InboxReader(job_queue.inbox, state, lock=self.state_lock,
                                             on_update=announce, save=save_jobs)
             self.inbox_reader.start()
+            restored = [job for job in state.jobs.values()
+                        if isinstance(job, BackgroundJob) and job.status == "queued"]
+            if restored:  # drained by aclose, like the turns' own submissions
+                task = asyncio.get_running_loop().create_task(
+                    _requeue(job_queue, restored), name="wiring.requeue")
+                binding.pending.add(task)
+                task.add_done_callback(binding.pending.discard)
 
     # -- jobs -------------------------------------------------------------------------
 

@@ -62,6 +62,11 @@ TASK_NAME = "voxflow.background_job"
 """The one Procrastinate task every voxflow job is queued as (its kind is in the payload)."""
 
 _FIX = "pip install 'voxflow[postgres]'"
+_ONE_PER_VERSION = "voxflow_jobs_one_per_version"
+"""The unique index that keeps one queue job per voxflow job id and revision."""
+_ONE_PER_VERSION_SQL = (
+    f"CREATE UNIQUE INDEX IF NOT EXISTS {_ONE_PER_VERSION} ON procrastinate_jobs "
+    f"((args->>'job_id'), (args->>'revision')) WHERE task_name = '{TASK_NAME}'")
 INBOX_KEEP = 7 * 86400.0
 """Seconds an acknowledged inbox row is kept (for audit) before a job worker deletes it."""
 INBOX_PURGE_EVERY = 3600.0
@@ -175,6 +180,7 @@ class PostgresJobQueue:
                 row = conn.execute("SELECT to_regclass('procrastinate_jobs')").fetchone()
                 if row is None or row[0] is None:
                     conn.execute(procrastinate.schema.SchemaManager.get_schema())
+                conn.execute(_ONE_PER_VERSION_SQL)
         except psycopg.Error as exc:
             raise self._unavailable(exc) from None
 
@@ -195,24 +201,44 @@ class PostgresJobQueue:
         """Queue ``job`` for a job worker (blocking: call it from a handler, which runs in
         a thread, or use :meth:`enqueue_async` on an event loop).
 
+        Idempotent by job id and revision: a job already in the queue (waiting, running
+        or finished) is not queued again (a unique index of the queue's table says so
+        atomically, across processes), so a restored session may queue every job it
+        records as ``queued`` without running any twice.
+
         Returns:
-            The queue's job id.
+            The queue's job id (the existing one when it was queued before).
 
         Raises:
             JobPayloadError: the job's fields or inputs are not a valid payload.
             PersistenceUnavailableError: the database is unreachable.
         """
         args = self._defer_args(job, inputs)
-        import psycopg
-
         try:
             app = self._open_sync()
             job_id: int = app.configure_task(TASK_NAME, queue=self.queue).defer(**args)
-        except psycopg.Error as exc:
-            raise self._unavailable(exc) from None
-        except Exception as exc:  # procrastinate wraps driver errors in ConnectorException
-            raise self._unavailable(exc.__cause__ or exc) from None
+        except Exception as exc:
+            if getattr(exc, "constraint_name", None) != _ONE_PER_VERSION:
+                raise self._defer_failed(exc) from None
+            try:  # queued before: its queue job (it may have run since)
+                row = app.connector.execute_query_one(
+                    "SELECT id FROM procrastinate_jobs WHERE task_name = %(task)s AND "
+                    "args->>'job_id' = %(job_id)s AND args->>'revision' = %(revision)s",
+                    task=TASK_NAME, job_id=args["job_id"], revision=str(args["revision"]))
+            except Exception as lookup_exc:
+                raise self._defer_failed(lookup_exc) from None
+            return int(row["id"])
         return job_id
+
+    def _defer_failed(self, exc: BaseException) -> BaseException:
+        import psycopg
+
+        if isinstance(exc, PersistenceUnavailableError | JobPayloadError):
+            return exc
+        if isinstance(exc, psycopg.Error):
+            return self._unavailable(exc)
+        # procrastinate wraps driver errors in ConnectorException
+        return self._unavailable(exc.__cause__ or exc)
 
     async def enqueue_async(self, job: BackgroundJob, inputs: Mapping[str, Any] | None = None
                             ) -> int:
