@@ -213,7 +213,6 @@ async def evaluate(name: str, samples: list[Sample], settings: TurnDetection,
                    model: EndOfTurnModel | None, stt: WhisperStt | None = None,
                    heard_after: float | None = None) -> None:
     paused = [s for s in samples if s.kind == "paused"]
-    short = [s for s in samples if s.kind == "short"]
     split_by_pause: Counter[float] = Counter()
     split_by_text: Counter[str] = Counter()
     count_by_pause: Counter[float] = Counter()
@@ -243,26 +242,6 @@ async def evaluate(name: str, samples: list[Sample], settings: TurnDetection,
             if out.delay(s) > 1.0 and len(slow) < 6:
                 slow.append(f"{s.voice}{' +noise' if s.noisy else ''}: {s.text!r} "
                             f"({s.pause} s){_verdicts(out)}")
-    short_delay: list[float] = []
-    short_split = 0
-    missed: list[str] = []
-    short_resumed = 0
-    for s in short:
-        out = await run(s, settings, model, stt, heard_after)
-        decide += out.decide_seconds
-        short_resumed += out.resumed
-        if len(out.turns) != 1:
-            short_split += 1
-            missed.append(f"{s.text!r} ({s.voice}{' +noise' if s.noisy else ''}): "
-                          f"{len(out.turns)} turns{_verdicts(out)}")
-        if not out.turns:
-            missed.append(f"{s.text!r} ({s.voice}): no turn")
-            continue
-        delay = out.delay(s)
-        short_delay.append(delay)
-        if delay > PROMPT_ANSWER:
-            missed.append(f"{s.text!r} ({s.voice}{' +noise' if s.noisy else ''}): "
-                          f"{delay * 1000:.0f} ms{_verdicts(out)}")
     print(f"\n== {name}")
     if paused:
         splits = sum(split_by_pause.values())
@@ -285,22 +264,51 @@ async def evaluate(name: str, samples: list[Sample], settings: TurnDetection,
         for example in slow:
             print(f"     slower than 1 s: {example}")
         figure(f"split rate, {name}", rate, "%", target="0")
-    if short:
-        dist = Distribution.of(d * 1000 for d in short_delay)
-        print(f"   short answers: last word -> turn end           {dist}")
-        late = sum(d > PROMPT_ANSWER for d in short_delay)
-        print(f"   short answers committed later than {PROMPT_ANSWER} s   "
-              f"{late} of {len(short)}; split in two: {short_split}"
-              + (f"; taken back: {short_resumed}" if settings.resume_grace else ""))
-        for m in missed[:8]:
-            print(f"     {m}")
-        if dist.median_ms is not None:
-            figure(f"short answer commit delay, {name}", dist.median_ms, "ms",
-                   target=f"<= {PROMPT_ANSWER * 1000:.0f}")
+    for kind, label in (("short", "short answers"), ("complete", "complete requests")):
+        group = [s for s in samples if s.kind == kind]
+        if group:
+            decide += await _answers(f"{label}, {name}", label, group, settings, model, stt,
+                                     heard_after)
     if decide:
         print(f"   decision time (model with STT beside it, wall) "
               f"{Distribution.of(d * 1000 for d in decide)}  ({len(decide)} decisions, "
               f"load average {os.getloadavg()[0]:.1f})")
+
+
+async def _answers(name: str, label: str, group: list[Sample], settings: TurnDetection,
+                   model: EndOfTurnModel | None, stt: WhisperStt | None,
+                   heard_after: float | None) -> list[float]:
+    """Complete utterances (short answers, or requests): each must be one turn, committed
+    soon after its last word (a short answer within ``PROMPT_ANSWER``)."""
+    delays: list[float] = []
+    decide: list[float] = []
+    split = resumed = 0
+    missed: list[str] = []
+    for s in group:
+        out = await run(s, settings, model, stt, heard_after)
+        decide += out.decide_seconds
+        resumed += out.resumed
+        where = f"{s.text!r} ({s.voice}{' +noise' if s.noisy else ''})"
+        if len(out.turns) != 1:
+            split += 1
+            missed.append(f"{where}: {len(out.turns)} turns{_verdicts(out)}")
+        if not out.turns:
+            continue
+        delays.append(out.delay(s))
+        if delays[-1] > PROMPT_ANSWER:
+            missed.append(f"{where}: {delays[-1] * 1000:.0f} ms{_verdicts(out)}")
+    dist = Distribution.of(d * 1000 for d in delays)
+    print(f"   {label}: last word -> turn end{' ' * (27 - len(label))}{dist}")
+    late = sum(d > PROMPT_ANSWER for d in delays)
+    print(f"   {label} committed later than {PROMPT_ANSWER} s   {late} of {len(group)}; "
+          f"split in two: {split}" + (f"; taken back: {resumed}" if settings.resume_grace
+                                      else ""))
+    for m in missed[:8]:
+        print(f"     {m}")
+    if dist.median_ms is not None:
+        figure(f"{label} commit delay, {name}", dist.median_ms, "ms",
+               target=f"<= {PROMPT_ANSWER * 1000:.0f}" if label == "short answers" else "")
+    return decide
 
 
 def _verdicts(out: Outcome) -> str:
@@ -314,7 +322,7 @@ def _verdicts(out: Outcome) -> str:
 
 async def measure(samples: list[Sample], stt_model: str, end_pad: float, only_smart: bool,
                   grace: float, heard_after: list[float], judge_continuation: bool,
-                  provisional_only: bool = False) -> None:
+                  provisional_only: bool = False, holds: tuple[float, ...] = (0.0,)) -> None:
     model = SmartTurn()
     stt = WhisperStt(SttSettings(model=stt_model))
     await stt.transcribe(AudioChunk.from_float(np.zeros(16_000, np.float32), STT_SAMPLE_RATE))
@@ -335,13 +343,14 @@ async def measure(samples: list[Sample], stt_model: str, end_pad: float, only_sm
         await evaluate(name, samples, smart, model, stt)
     if grace <= 0:
         return
-    for heard in heard_after:
-        for continuation in (judge_continuation,):
-            resumable = smart.model_copy(update={"resume_grace": grace,
-                                                 "judge_continuation": continuation})
+    for hold in holds:
+        for heard in heard_after:
+            resumable = smart.model_copy(update={"resume_grace": grace, "complete_silence": hold,
+                                                 "judge_continuation": judge_continuation})
             await evaluate(f"{name}; provisional: taken back if resumed within {grace} s, "
                            f"sealed {heard} s after the commit (its reply heard)"
-                           + ("" if continuation else "; a resumed turn judged whole"),
+                           + ("" if judge_continuation else "; a resumed turn judged whole")
+                           + (f"; a complete turn held {hold} s" if hold else ""),
                            samples, resumable, model, stt, heard)
 
 
@@ -349,8 +358,10 @@ ANCHOR_WAV = Path("/work/shared/anchors/pipecat/audio/user_q.wav")
 ANCHOR_TEXT = "What is the weather going to be like in Paris tomorrow?"
 
 
-async def voice_to_voice(turns: int, wav: Path | None) -> None:
-    """``wav``: the utterance (None: render the anchor's sentence as it did)."""
+async def voice_to_voice(turns: int, wav: Path | None, text: str = ANCHOR_TEXT,
+                         holds: tuple[float, ...] = ()) -> None:
+    """``wav``: the utterance (None: render ``text`` as the anchor did its sentence);
+    ``holds``: Smart Turn configurations holding a complete turn (``complete_silence``)."""
     from voice_latency import Assistant, tape_figures
     from voxflow_adapters.scenario import run_call
     from voxflow_adapters.script import CallScript
@@ -367,10 +378,10 @@ async def voice_to_voice(turns: int, wav: Path | None) -> None:
         source = str(wav)
     else:
         tts = PiperTts(settings=TtsSettings(noise_scale=0.0, noise_w_scale=0.0))
-        parts = [np.asarray(c.samples, np.float32) for c in tts.synthesize(ANCHOR_TEXT)]
+        parts = [np.asarray(c.samples, np.float32) for c in tts.synthesize(text)]
         speech = trim(resample(np.concatenate(parts) * 0.5, tts.sample_rate, STT_SAMPLE_RATE))
         audio = AudioChunk.from_float(speech, STT_SAMPLE_RATE)
-        source = f"{ANCHOR_TEXT!r}, bundled Piper voice (no anchor WAV)"
+        source = f"{text!r}, bundled Piper voice"
     await engines.stt.transcribe(AudioChunk.from_float(np.zeros(16_000, np.float32), 16_000))
     async for _ in engines.tts.stream("Warming up.", segment_id=1):
         pass
@@ -388,6 +399,10 @@ async def voice_to_voice(turns: int, wav: Path | None) -> None:
         ("the same (0.2 s), and a Whisper warm-up at each speech onset",
          TurnDetection(**smart), True),
     ]
+    if holds:  # (the timers, Smart Turn without a hold, then each hold: one lock's hold)
+        configs = configs[:3] + [
+            (f"the same, a complete turn held {hold} s (not a question nor a closed answer)",
+             TurnDetection(complete_silence=hold, **smart), True) for hold in holds]
     print(f"voice to voice, real time: {turns} turns of {source}; Whisper base")
     for name, detection, with_model in configs:
         script = CallScript()
@@ -451,7 +466,7 @@ def _breakdown(call: Any, end_lag: list[float]) -> list[tuple[str, str]]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--set", choices=["paused", "short", "all"], default="all")
+    parser.add_argument("--set", choices=["paused", "short", "complete", "all"], default="all")
     parser.add_argument("--quick", action="store_true", help="two voices, half the sentences")
     parser.add_argument("--stt", default="tiny.en", help="Whisper model of the pause's words")
     parser.add_argument("--end-pad", type=float, default=0.1,
@@ -469,24 +484,32 @@ def main() -> None:
     parser.add_argument("--judge-whole", action="store_true",
                         help="the provisional configurations judge a resumed turn on all "
                         "its audio (not only the continuation's, the default)")
+    parser.add_argument("--hold", type=float, nargs="+", default=[0.0],
+                        help="complete_silence (s) of the provisional configurations: a turn "
+                        "judged complete (not a closed answer nor a question) ends after it; "
+                        "one configuration each")
     parser.add_argument("--v2v", type=int, metavar="N", default=0,
                         help="instead: voice to voice in real time over N turns")
     parser.add_argument("--wav", type=Path, default=ANCHOR_WAV, help="the --v2v utterance")
+    parser.add_argument("--text", help="--v2v: this sentence in the bundled voice instead")
     args = parser.parse_args()
     if args.v2v:
-        asyncio.run(voice_to_voice(args.v2v, args.wav if args.wav.is_file() else None))
+        wav = args.wav if args.wav.is_file() and args.text is None else None
+        asyncio.run(voice_to_voice(args.v2v, wav, args.text or ANCHOR_TEXT, tuple(args.hold)))
         return
-    kinds = {"paused", "short"} if args.set == "all" else {args.set}
+    kinds = {"paused", "short", "complete"} if args.set == "all" else {args.set}
     began = time.perf_counter()
     samples = build_set(kinds, quick=args.quick)
     voices = sorted({s.voice for s in samples})
     print(f"end-of-turn benchmark: {len(samples)} utterances "
           f"({sum(s.kind == 'paused' for s in samples)} paused, "
-          f"{sum(s.kind == 'short' for s in samples)} short answers), voices: "
+          f"{sum(s.kind == 'short' for s in samples)} short answers, "
+          f"{sum(s.kind == 'complete' for s in samples)} complete requests), voices: "
           f"{', '.join(voices)}; clean and at {SNR_DB:.0f} dB SNR; built in "
           f"{time.perf_counter() - began:.0f} s")
     asyncio.run(measure(samples, args.stt, args.end_pad, args.only_smart, args.grace,
-                        args.heard_after, not args.judge_whole, args.provisional_only))
+                        args.heard_after, not args.judge_whole, args.provisional_only,
+                        tuple(args.hold)))
 
 
 if __name__ == "__main__":

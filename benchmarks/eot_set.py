@@ -7,7 +7,9 @@ white noise at 20 dB SNR (seeded). Two kinds of utterance:
 
 * **paused**: two clauses of one request with 0.3, 0.5 or 0.8 s of silence between them
   ("Wait, stop." <pause> "Tell me about the train times instead.");
-* **short**: complete short answers ("Yes.", "No, thanks.", "Sure.").
+* **short**: complete short answers ("Yes.", "No, thanks.", "Sure.");
+* **complete**: complete one-clause requests, statements and questions ("I need a flight
+  to Boston.", "What time does the museum open?").
 
 Each sample is 0.5 s of silence, the utterance, 3 s of silence, at 16 kHz.
 """
@@ -34,6 +36,12 @@ PAUSED = [
     ("Hmm, let me think.", "Actually, make it Tuesday."),
 ]
 SHORT = ["Yes.", "No.", "No, thanks.", "Sure.", "That's all.", "Okay, thank you."]
+# Complete one-clause requests, statements and questions: what holding a complete turn
+# (``TurnDetection.complete_silence``) costs in dead air.
+COMPLETE = ["I need a flight to Boston.", "Book a table for two at eight.",
+            "Tell me about the train times.", "What time does the museum open?",
+            "What is the weather going to be like in Paris tomorrow?",
+            "Cancel my reservation for Friday."]
 PAUSES = (0.3, 0.5, 0.8)
 ESPEAK_VOICES = (("en-us+f3", 150), ("en-gb+m3", 130), ("en-us+m7", 175))
 PIPER_RATES = (0.8, 1.3)  # length_scale: faster and slower than the bundled voice's 1.0
@@ -47,7 +55,7 @@ PROMPT_ANSWER = 0.6  # a short answer must be committed within this (s) of its l
 class Sample:
     """One utterance of the evaluation set (16 kHz, with silence around it)."""
 
-    kind: str  # "paused" or "short"
+    kind: str  # "paused", "short" or "complete"
     voice: str
     noisy: bool
     pause: float  # internal silence (s); 0 for short answers
@@ -124,6 +132,13 @@ def build_set(kinds: set[str], *, quick: bool = False) -> list[Sample]:
                 for text in SHORT[:3] if quick else SHORT:
                     samples.append(_sample("short", voice, noisy, 0.0, text,
                                            voices.say(voice, text), seed))
+                    seed += 1
+    if "complete" in kinds:  # (seeded apart: the other samples stay as they were)
+        for voice in names:
+            for noisy in (False, True):
+                for text in COMPLETE[:3] if quick else COMPLETE:
+                    samples.append(_sample("complete", voice, noisy, 0.0, text,
+                                           voices.say(voice, text), 10_000 + seed))
                     seed += 1
     return samples
 

@@ -38,7 +38,8 @@ def test_variables_override_defaults() -> None:
     ("VOXFLOW_PORT", "http"), ("VOXFLOW_PORT", "0"), ("VOXFLOW_END_OF_TURN_SILENCE", "-1"),
     ("VOXFLOW_LOG_LEVEL", "LOUD"), ("VOXFLOW_SPECULATIVE_REPLIES", "maybe"),
     ("VOXFLOW_RESUME_GRACE", "-0.5"), ("VOXFLOW_RESUME_GRACE", "4"),
-    ("VOXFLOW_RESUME_GRACE", "soon"),
+    ("VOXFLOW_RESUME_GRACE", "soon"), ("VOXFLOW_COMPLETE_SILENCE", "-0.1"),
+    ("VOXFLOW_COMPLETE_SILENCE", "11"), ("VOXFLOW_COMPLETE_SILENCE", "later"),
 ])
 def test_bad_values_name_the_variable(name: str, value: str) -> None:
     with pytest.raises(SettingsError, match=name):

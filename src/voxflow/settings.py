@@ -15,6 +15,7 @@ variable                                setting                      default
 ``VOXFLOW_END_OF_TURN_MODEL``           ``end_of_turn_model``        ``none``
 ``VOXFLOW_MAX_END_OF_TURN_SILENCE``     ``max_end_of_turn_silence``  ``1.6``
 ``VOXFLOW_RESUME_GRACE``                ``resume_grace``             ``1.0``
+``VOXFLOW_COMPLETE_SILENCE``            ``complete_silence``         ``0.8``
 ``VOXFLOW_MIN_BARGE_IN``                ``min_barge_in``             ``0.3``
 ``VOXFLOW_SPECULATIVE_REPLIES``         ``speculative_replies``      ``true``
 ``VOXFLOW_DEMO_OUT``                    ``demo_out``                 ``voxflow-demo``
@@ -98,6 +99,11 @@ class Settings(BaseModel):
         1.0, ge=0, le=3, description="with an end-of-turn model: speech resuming within this "
         "silence (s) after a turn ended, before any of its reply was heard, takes the turn back "
         "and makes one turn of it all (0: never)",
+    )
+    complete_silence: float = Field(
+        0.8, ge=0, le=10, description="with an end-of-turn model: silence (s) ending a turn it "
+        "judged complete whose words do not close it (not a closed answer such as 'No, "
+        "thanks.', not a question); speech before then goes on in the turn (0: at once)",
     )
     min_barge_in: float = Field(0.3, ge=0, le=5, description="speech (s) that interrupts a reply")
     speculative_replies: bool = Field(

@@ -183,6 +183,10 @@ def test_any_finite_audio_gets_a_probability(
         ("No, thanks.", True),
         ("Yes, please!", True),
         ("That\u2019s all.", True),
+        ("What time does the museum open?", True),
+        ("Welcome to Animal 14 and 8.", None),
+        ("My count number is 4 5 6 7", None),
+        ("Book it for 8 and", False),
         ("Stop.", None),
         ("Tell me about the train times instead.", None),
         ("", None),
@@ -209,6 +213,11 @@ def test_open_words_overrule_the_model_and_the_model_decides_the_rest() -> None:
     assert EndOfTurnVerdict.of(0, 0.7, "Tell me about the trains.", 0.5).complete
     assert not EndOfTurnVerdict.of(0, 0.3, "Tell me about the trains.", 0.5).complete
     assert EndOfTurnVerdict.of(0, 0.5, None, 0.5).complete
+    # Complete, and nothing in the words closes it: it may go on ("and a hotel").
+    assert EndOfTurnVerdict.of(0, 0.9, "I need a flight to Boston.", 0.5).may_go_on
+    assert not EndOfTurnVerdict.of(0, 0.9, "What time is it?", 0.5).may_go_on
+    assert not EndOfTurnVerdict.of(0, 0.9, "No, thanks.", 0.5).may_go_on
+    assert not EndOfTurnVerdict.of(0, 0.3, "I need a flight to Boston.", 0.5).may_go_on
     with pytest.raises(TypeError, match="transcript must be a string"):
         words_verdict(b"no")  # type: ignore[arg-type]
 
@@ -380,3 +389,42 @@ async def test_a_failing_model_never_ends_the_call_the_turn_ends_after_the_maxim
     assert waited >= SMART.max_end_of_turn_silence - 0.05
     assert [d.complete for d in detector.decisions] == [False]
     assert "end-of-turn model failed" in caplog.text
+
+
+async def test_a_complete_turn_holds_for_complete_silence_and_a_closed_answer_does_not(
+    model: SmartTurn, voices: dict[str, PiperTts], stt: WhisperStt
+) -> None:
+    # "I need a flight to Boston" is a complete request to the model and to its words: at
+    # the verdict it is a turn, and "and a hotel" 0.5 s later another one ...
+    audio = call_audio(say(voices["slow"], "I need a flight to Boston"), silence(0.5),
+                       say(voices["slow"], "and a hotel near the airport."))
+    at_once = TurnDetector(SileroVad(), SMART, end_of_turn_model=model)
+    assert len(turns(await listen(at_once, audio, stt))) == 2
+    assert at_once.decisions[0].complete and at_once.decisions[0].words is None
+    # ... held for complete_silence, the speech goes on in the same turn: one turn.
+    hold = SMART.model_copy(update={"complete_silence": 0.8})
+    held = TurnDetector(SileroVad(), hold, end_of_turn_model=model)
+    [turn] = turns(await listen(held, audio, stt))
+    assert held.decisions[0].complete
+    whole = await stt.transcribe(turn.audio)
+    assert whole is not None and "hotel" in whole.text.lower()
+    assert "boston" in whole.text.lower()
+    # A complete turn alone ends after complete_silence, on the very audio of the pause.
+    alone = TurnDetector(SileroVad(), hold, end_of_turn_model=model)
+    events = await listen(alone, call_audio(say(voices["slow"], "I need a flight to Boston")),
+                          stt)
+    [ended] = [e for e in events if isinstance(e, SpeechEnded)]
+    frame = 512
+    assert 0 <= ended.at_sample - ended.end_sample - round(0.8 * STT_SAMPLE_RATE) < frame
+    # A closed answer ("No.") is not held: it ends at the verdict.
+    closed = TurnDetector(SileroVad(), hold, end_of_turn_model=model)
+    events = await listen(closed, call_audio(say(voices["slow"], "No.")), stt)
+    [ended] = [e for e in events if isinstance(e, SpeechEnded)]
+    assert closed.decisions[-1].words is True
+    assert ended.at_sample - ended.end_sample <= round(0.2 * STT_SAMPLE_RATE) + frame
+
+
+def test_a_complete_turn_cannot_wait_longer_than_an_incomplete_one() -> None:
+    with pytest.raises(ValidationError, match="complete_silence"):
+        TurnDetection(complete_silence=2.0, max_end_of_turn_silence=1.6)
+    assert TurnDetection(complete_silence=1.6).complete_silence == 1.6

@@ -100,6 +100,13 @@ def test_the_end_of_turn_model_and_its_longest_wait_come_from_the_settings() -> 
                            "VOXFLOW_RESUME_GRACE": "0.5"})).turn_detection.resume_grace == 0.5
     assert VoiceSettings.from_settings(
         Settings.from_env({"VOXFLOW_RESUME_GRACE": "0.5"})).turn_detection.resume_grace == 0
+    # A turn judged complete whose words close nothing is held VOXFLOW_COMPLETE_SILENCE
+    # (0.8 s) with the model; the setting means nothing without it.
+    assert voice.turn_detection.complete_silence == 0.8
+    assert VoiceSettings.from_settings(
+        Settings.from_env({"VOXFLOW_END_OF_TURN_MODEL": "smart-turn",
+                           "VOXFLOW_COMPLETE_SILENCE": "0"})).turn_detection.complete_silence == 0
+    assert VoiceSettings.from_settings(Settings()).turn_detection.complete_silence == 0
     engines = VoiceEngines.from_settings(settings, deterministic=True)
     assert isinstance(engines.end_of_turn, SmartTurn)
     assert VoiceEngines.from_settings(Settings(), deterministic=True).end_of_turn is None

@@ -24,9 +24,11 @@ so the pause's speculative transcript (already being computed: it takes about as
 a second opinion (:func:`words_verdict`): a turn whose words end on a phrase that cannot
 end a request ("a table for", "... and", "my number is, ...") or that holds only holding
 words ("Wait, stop.", "Hmm, let me think.") is incomplete whatever the audio says; a
-closed answer ("No.", "No, thanks.") that the model doubts (it hears a flat, synthetic
-"No." as unfinished, and cannot tell it from the "No," of "No, thanks") gets a shorter
-wait than other incomplete turns.
+closed answer ("No.", "No, thanks.") or a question that the model doubts (it hears a
+flat, synthetic "No." as unfinished, and cannot tell it from the "No," of "No, thanks")
+gets a shorter wait than other incomplete turns. A turn the model judges complete whose
+words close nothing ("I need a flight to Boston.", which may go on "and a hotel") is
+held ``complete_silence`` before it ends (:attr:`EndOfTurnVerdict.may_go_on`).
 """
 
 from __future__ import annotations
@@ -102,7 +104,7 @@ _OPEN_PAIRS = frozenset({("tell", "me"), ("show", "me"), ("give", "me"), ("remin
                          ("let", "me"), ("i", "want"), ("i", "need"), ("would", "like"),
                          ("number", "is"), ("name", "is"), ("address", "is"), ("code", "is"),
                          ("email", "is")})
-_WORD = re.compile(r"[a-z']+")
+_WORD = re.compile(r"[a-z0-9']+")  # (Whisper writes numbers as digits: "at 8.")
 
 
 def words_verdict(transcript: str) -> bool | None:
@@ -111,7 +113,9 @@ def words_verdict(transcript: str) -> bool | None:
     a request goes on ("... a table for", "and", "the", "um", "can you tell me", "my
     number is"), or hold only holding words ("Wait, stop.", "Hmm, let me think.", "Hold
     on."); ``True`` (complete) for a closed answer of at most four words ("No.", "Yes,
-    please.", "No, thanks.", "That's all."); ``None`` otherwise (the model decides).
+    please.", "No, thanks.", "That's all.") or a question (Whisper heard one: "What time
+    does the museum open?" waits for its answer, however flat the voice that asks it);
+    ``None`` otherwise (the model decides).
 
     Raises:
         TypeError: ``transcript`` is not a string.
@@ -128,6 +132,8 @@ def words_verdict(transcript: str) -> bool | None:
     if all(w in _HOLDING for w in words) and any(w in _HOLD for w in words):
         return False
     if len(words) <= 4 and all(w in _ANSWER for w in words):
+        return True
+    if text.endswith("?"):
         return True
     return None
 
@@ -151,6 +157,13 @@ class EndOfTurnVerdict:
     transcript: str | None
     words: bool | None
     complete: bool
+
+    @property
+    def may_go_on(self) -> bool:
+        """Complete, but nothing in the words closes the turn (not a closed answer, not a
+        question): "I need a flight to Boston." may go on "and a hotel"; the turn detector
+        holds such a turn ``complete_silence``."""
+        return self.complete and self.words is None
 
     @classmethod
     def of(cls, end_sample: int, probability: float, transcript: str | None,

@@ -138,8 +138,8 @@ class VoiceSettings(BaseModel):
         """The voice settings a command's :class:`~voxflow.settings.Settings` ask for.
 
         Turn taking comes from ``[max_]end_of_turn_silence``, ``min_barge_in`` and (with an
-        ``end_of_turn_model``, the speculative STT starting at a 0.1 s pause) ``end_pad``
-        and ``resume_grace``, plus ``speculative_replies``; ``overrides``
+        ``end_of_turn_model``, the speculative STT starting at a 0.1 s pause) ``end_pad``,
+        ``complete_silence`` and ``resume_grace``, plus ``speculative_replies``; ``overrides``
         (``echo_gate=False``, ...) then replace.
 
         Raises:
@@ -148,12 +148,12 @@ class VoiceSettings(BaseModel):
         """
         if not isinstance(settings, Settings):
             raise TypeError(f"settings must be voxflow Settings, got {type(settings).__name__}")
-        model = settings.end_of_turn_model
+        judged = settings.end_of_turn_model != "none"
         turn_detection = TurnDetection(
             end_of_turn_silence=settings.end_of_turn_silence, min_barge_in=settings.min_barge_in,
             max_end_of_turn_silence=settings.max_end_of_turn_silence,
-            end_pad=0.2 if model == "none" else 0.1,
-            resume_grace=0.0 if model == "none" else settings.resume_grace)
+            end_pad=0.1 if judged else 0.2, complete_silence=settings.complete_silence * judged,
+            resume_grace=settings.resume_grace if judged else 0.0)
         values: dict[str, Any] = {"turn_detection": turn_detection,
                                   "speculative_replies": settings.speculative_replies}
         return cls.model_validate({**values, **overrides})

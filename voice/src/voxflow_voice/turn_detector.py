@@ -144,6 +144,12 @@ class TurnDetection(BaseModel):
         description="with an end-of-turn model: silence (s) ending a closed answer ('No.') "
         "the model doubts",
     )
+    complete_silence: float = Field(
+        0.0, ge=0, le=10,
+        description="with an end-of-turn model: silence (s) after which a turn judged "
+        "complete ends, unless its words close it (a closed answer, 'No, thanks.', or a "
+        "question: at once); up to it, speech goes on in the same turn; 0: at the verdict",
+    )
 
     resume_grace: float = Field(
         0.0, ge=0, le=3,
@@ -168,6 +174,9 @@ class TurnDetection(BaseModel):
         if min(self.max_end_of_turn_silence, self.closed_answer_silence) <= pause:
             raise ValueError("max_end_of_turn_silence and closed_answer_silence must be longer "
                              "than the pause where the model decides (end_pad, decision_pause)")
+        if self.complete_silence > self.max_end_of_turn_silence:
+            raise ValueError("complete_silence must be at most max_end_of_turn_silence (a turn "
+                             "judged complete cannot wait longer than one judged incomplete)")
         return self
 
 
@@ -353,7 +362,15 @@ class TurnDetector:
         self._timeout = self._max_wait
         if verdict.words is True:  # the model doubts a closed answer: a shorter wait
             self._timeout = round(self.settings.closed_answer_silence * STT_SAMPLE_RATE)
-        if verdict.complete:
+        hold = round(self.settings.complete_silence * STT_SAMPLE_RATE)
+        if verdict.may_go_on and self._position - pause.end_sample < hold:
+            # Complete, but nothing in the words closes it ("I need a flight to Boston."
+            # may go on "and a hotel"; not "No, thanks." nor a question): the turn ends
+            # after complete_silence, and speech before then goes on in it (judged on its
+            # own, as a resumed turn is: the model doubts a turn with a pause inside).
+            self._timeout = hold
+            self._judged_from = self._position
+        elif verdict.complete:
             events += [SpeechEnded(pause.end_sample, self._position),
                        UtteranceReady(pause.audio, pause.onset_sample, pause.end_sample)]
             self._committed(pause.end_sample)
