@@ -1,6 +1,7 @@
 """Semantic end of turn (Smart Turn v3.2) against the silence timer, on voices not ours.
 
-Run: ``uv run python benchmarks/end_of_turn.py [--set paused|short|all] [--quick]``
+Run: ``uv run python benchmarks/end_of_turn.py [--set paused|short|complete|all] [--quick]
+[--hold S ...]``
 
 The evaluation set (``eot_set.py``) is generated at run time (nothing is stored): **espeak-ng**
 (Debian's, three voices at 130-175 words per minute) and **Piper** at speaking rates other
@@ -86,6 +87,28 @@ whenever the reply came faster than the pause (19 of the 30 splits at 0.3 s; a r
 heard is an interruption, never taken back). Judged whole, a resumed turn (a silence
 inside) is doubted by Smart Turn and waits out the 1.6 s maximum (paused utterances
 994 -> ~1.5 s median); judged on the continuation, it ends as fast as before.
+
+Holding a complete turn whose words close nothing (``--hold``, ``complete_silence``; a
+question or a closed answer is not held) and, from then on, questions closing a turn and
+digits counted as words (Dec 1, ``--only-smart --provisional-only --hold 0 0.4 0.6 0.8
+--heard-after 0.3 0.1``; the complete set: four statements and two questions):
+
+======  =====================  =================  ===================  ============
+hold    split rate (180),      per pause 0.3 /    complete requests:   short answers
+(s)     sealed 0.3 / 0.1 s     0.5 / 0.8 s (0.3)  last word -> end,    > 0.6 s (60)
+                                                  median (p90)
+======  =====================  =================  ===================  ============
+0       17.2 % / 24.4 %        3 / 13 / 15        279 ms (572)         3
+0.4     8.9 % / 15.0 %         0 / 1 / 15         457 ms (572)         3
+0.6     6.7 % / 8.3 %          0 / 0 / 12         643 ms (697)         5
+0.8     0.0 % / 0.6 %          0 / 0 / 0          835 ms (889)         5
+======  =====================  =================  ===================  ============
+
+Before questions closed a turn, 17 of the 60 complete requests waited the 1.6 s maximum
+(p90 1681 ms: Smart Turn doubts espeak's flat questions). The two more late short
+answers at a hold are "No, thanks." in noise, heard by tiny.en as "No end." / "No,
+aren't." (open words, held). The 0.8 s default buys 0 % at the price of ~0.55 s more
+on statements; the 0.6 s timer makes every turn wait ~0.66 s and splits 33.3 %.
 
 ``--v2v 10``, three runs (load average 4.7, 6.4, 1.4), medians (ms):
 
