@@ -152,3 +152,38 @@ async def test_once_a_sample_of_the_reply_was_heard_the_turn_stands(
     # Only what was heard, marked as cut.
     assert state.messages[1].content == f"{interrupted.heard_text} [interrupted by the user]"
     assert list(state.turns) == [first.turn_id, second.turn_id]
+
+
+async def test_a_complete_turn_held_goes_on_with_the_speech_after_its_pause(
+    smart_engines: VoiceEngines, tmp_path: Path
+) -> None:
+    """Virtual time, as above, but a complete turn whose words close nothing is held
+    ``complete_silence`` (0.8 s): "and a hotel" 0.6 s later goes on in it, so one turn is
+    answered, with all the words; nothing of a reply to the first clause alone is heard.
+    A question is not held: it is answered at the short pause."""
+    held = VoiceSettings(turn_detection=PROVISIONAL.turn_detection.model_copy(
+        update={"complete_silence": 0.8}))
+    script = CallScript().user_says(0.5, audio=utterance(tmp_path, 0.6)).until(12.0)
+    # Not held, the first clause is answered on its own, its reply heard and cut ...
+    alone = await run_call(TurnRunner(Teller(trigger=None)), script, smart_engines,
+                           settings=PROVISIONAL)
+    assert len([e for e in alone.events if isinstance(e, TurnCommitted)]) == 2
+    # ... held, it is one turn and one reply.
+    turns = TurnRunner(Teller(trigger=None))
+    call = await run_call(turns, script, smart_engines, settings=held)
+    [whole] = [e for e in call.events if isinstance(e, TurnCommitted)]
+    assert "flight" in words(whole.text) and "airport" in words(whole.text)
+    assert not call.of_kind("reply_interrupted") and not call.of_kind("turn_revoked")
+    assert [e.turn_id for e in call.events if isinstance(e, ReplyStarted)] == [whole.turn_id]
+    assert call.stale_samples() == 0
+    for dropped in call.of_kind("speculative_reply_discarded"):
+        assert dropped.reason == "the user spoke on"
+    assert [m.role for m in turns.flow.state.messages] == ["user", "assistant"]
+    question = AudioChunk.from_float(espeak(tmp_path, "What time does the museum open?"),
+                                     STT_SAMPLE_RATE)
+    asked = await run_call(TurnRunner(Teller(trigger=None)),
+                           CallScript().user_says(0.5, audio=question).until(6.0),
+                           smart_engines, settings=held)
+    [turn] = [e for e in asked.events if isinstance(e, TurnCommitted)]
+    assert turn.text.rstrip().endswith("?")
+    assert turn.at - turn.speech_end_at < 0.8  # not held (at most closed_answer_silence)
