@@ -372,7 +372,8 @@ def print_row(row: CapacityRow) -> None:
 
 
 async def _main(calls: list[int], turns: int, as_json: bool, modes: list[bool],
-                offered: int | None = None, max_calls: int = 8) -> None:
+                offered: int | None = None, max_calls: int = 8,
+                ramps: tuple[float, ...] = (0.0,)) -> None:
     engines, idle = await load_engines()
     by_mode = {True: engines}
     if False in modes:
@@ -402,35 +403,45 @@ async def _main(calls: list[int], turns: int, as_json: bool, modes: list[bool],
             figure(f"{name}: voice to voice p95", row.v2v_p95_ms or float("nan"), "ms",
                    target=f"<= {P95_TARGET_MS:.0f}")
             figure(f"{name}: stale samples", row.stale_samples, "samples", target="0")
-    admitted: CapacityRow | None = None
-    if offered is not None:
-        admission = AdmissionController(
-            AdmissionSettings(max_calls=max_calls, p95_target_ms=P95_TARGET_MS),
-            scheduler=engines.scheduler)
-        row, _ = await asyncio.wait_for(
-            run_calls(engines, offered, turns, admission=admission, settings=AFTER),
-            timeout=CALL_LIMIT + CYCLE + 60.0)
-        admitted = row
-        if not as_json:
-            print(f"offered {row.offered} calls (one every {CYCLE / offered:.2f} s), "
-                  f"admission max_calls={max_calls}, p95 target {P95_TARGET_MS:.0f} ms: "
-                  f"admitted {row.calls}, refused {row.refused}; the admitted:")
-            print_row(row)
-        figure(f"{offered} offered calls: admitted", row.calls, "calls")
-        figure(f"{offered} offered calls: admitted p95", row.v2v_p95_ms or float("nan"),
-               "ms", target=f"<= {P95_TARGET_MS:.0f}")
+    admitted: list[dict[str, object]] = []
+    for ramp in ramps if offered is not None else ():
+        for mode in modes:
+            assert offered is not None
+            admission = AdmissionController(
+                AdmissionSettings(max_calls=max_calls, p95_target_ms=P95_TARGET_MS,
+                                  ramp_seconds=ramp),
+                scheduler=by_mode[mode].scheduler)
+            load0 = _load()
+            row, _ = await asyncio.wait_for(
+                run_calls(by_mode[mode], offered, turns, admission=admission,
+                          settings=AFTER if mode else BEFORE),
+                timeout=CALL_LIMIT + CYCLE + 60.0)
+            admitted.append({**asdict(row), "ramp_seconds": ramp, "max_calls": max_calls,
+                             "load_average": [load0, _load()]})
+            if not as_json:
+                print(f"offered {row.offered} calls (one every {CYCLE / offered:.2f} s), "
+                      f"admission max_calls={max_calls}, ramp {ramp:g} s, p95 target "
+                      f"{P95_TARGET_MS:.0f} ms: admitted {row.calls}, refused "
+                      f"{row.refused} (load average {load0:.1f} -> {_load():.1f}); the "
+                      "admitted:")
+                print_row(row)
+            name = f"{offered} offered calls, ramp {ramp:g} s{'' if mode else ' (first come)'}"
+            figure(f"{name}: admitted", row.calls, "calls")
+            figure(f"{name}: admitted p95", row.v2v_p95_ms or float("nan"),
+                   "ms", target=f"<= {P95_TARGET_MS:.0f}")
     best = {mode: _within_target([r for r in rows if r.scheduler == mode]) for mode in modes}
-    figure("calls per process at p95 <= 1 s", best[modes[0]], "calls", target=">= 20")
+    if rows:
+        figure("calls per process at p95 <= 1 s", best[modes[0]], "calls", target=">= 20")
     load = _load()
     if as_json:
         print(json.dumps({"rows": [asdict(r) for r in rows],
-                          "admission": None if admitted is None else asdict(admitted),
+                          "admission": admitted,
                           "calls_within_target": best[modes[0]],
                           "calls_within_target_by_mode": {
                               "EDF" if m else "FIFO": b for m, b in best.items()},
                           "load_average": load, "cpus": os.cpu_count()}))
         return
-    for mode, value in best.items():
+    for mode, value in best.items() if rows else ():
         print(f"calls per process at p95 <= 1 s (0 stale, none lost), of those measured, "
               f"{'deadline scheduler' if mode else 'first come, first served'}: {value}")
     print(f"(machine load average {load:.1f} on {os.cpu_count()} CPUs at the end; "
@@ -468,10 +479,22 @@ def _calls(text: str) -> list[int]:
     return sorted(set(values))  # ascending: RSS growth is measured row over row
 
 
+def _ramps(text: str) -> tuple[float, ...]:
+    try:
+        values = tuple(float(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"--ramp takes seconds separated by commas, such as 0,1.5; got {text!r}") from None
+    if not values or any(not 0 <= v <= 3600 for v in values):
+        raise argparse.ArgumentTypeError(f"--ramp needs seconds in 0..3600; got {text!r}")
+    return values
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--calls", type=_calls, default=[1, 4, 8],
-                        help="numbers of concurrent calls, comma-separated (default: 1,4,8)")
+    parser.add_argument("--calls", type=_calls, default=None,
+                        help="numbers of concurrent calls, comma-separated (default: 1,4,8; "
+                        "none with --offered unless given)")
     parser.add_argument("--turns", type=int, default=3,
                         help="questions each caller asks (default: %(default)s)")
     parser.add_argument("--scheduler", choices=sorted(_MODES), default="on",
@@ -482,6 +505,9 @@ def main() -> None:
                         "every CYCLE / offered s) and show admitted vs refused")
     parser.add_argument("--max-calls", type=int, default=8,
                         help="the admission cap for --offered (default: %(default)s)")
+    parser.add_argument("--ramp", type=_ramps, default=(0.0,),
+                        help="for --offered: the admission ramp_seconds, comma-separated to "
+                        "compare several in one run (default: 0)")
     parser.add_argument("--json", action="store_true", help="print the rows as JSON")
     args = parser.parse_args()
     if args.turns < 1:
@@ -490,8 +516,9 @@ def main() -> None:
         parser.error("--offered must be >= 1, such as --offered 24")
     if args.max_calls < 1:
         parser.error("--max-calls must be >= 1, such as --max-calls 8")
-    asyncio.run(_main(args.calls, args.turns, args.json, _MODES[args.scheduler],
-                      args.offered, args.max_calls))
+    calls = args.calls if args.calls is not None else [] if args.offered else [1, 4, 8]
+    asyncio.run(_main(calls, args.turns, args.json, _MODES[args.scheduler],
+                      args.offered, args.max_calls, args.ramp))
 
 
 if __name__ == "__main__":

@@ -280,6 +280,11 @@ def report(b: Budget, calls: int, load: tuple[float, float]) -> None:
     print(f"  whole call measured (simulated, 1 call, real time): {b.call_pct:.1f} %; "
           f"a silent call: {b.silent_pct:.2f} %")
     cores = os.cpu_count() or 1
+    models = sum(v for name, v in parts(b, webrtc=False)
+                 if name.startswith(("Silero", "Whisper", "Piper")))
+    figure("models alone: CPU per dense call", models, "% of a core")
+    print(f"  the models alone (Silero, Whisper, Piper): {models:.2f} % per call -> "
+          f"{calls} calls: {models * calls:.0f} % of {100 * cores} %")
     for webrtc, total in sums.items():
         name = "WebRTC" if webrtc else "simulated"
         figure(f"{name}: CPU per dense call", total, "% of a core",

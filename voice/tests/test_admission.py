@@ -66,6 +66,34 @@ def test_a_slow_recent_p95_refuses_calls_until_the_slow_turns_age_out() -> None:
     admission.admit("a").release()
 
 
+def test_the_ramp_spaces_admissions_so_calls_arriving_together_do_not_all_start() -> None:
+    clock = FakeClock()
+    admission = AdmissionController(AdmissionSettings(max_calls=8, ramp_seconds=1.5),
+                                     clock=clock)
+    admission.admit("a")
+    clock.now = 1.0
+    with pytest.raises(CapacityExceededError, match=r"one per 1.5 s and took one 1.0 s ago"):
+        admission.admit("b")
+    load = admission.load()
+    assert (load.active_calls, load.headroom, load.accepting) == (1, 0, False)
+    clock.now = 1.5
+    admission.admit("b")  # the ramp runs from the last admission, not the last refusal
+    clock.now = 2.9
+    with pytest.raises(CapacityExceededError):
+        admission.admit("c")
+    assert admission.refused == 2
+    clock.now = 3.0
+    assert admission.load().headroom == 6
+    admission.admit("c")
+
+
+def test_without_a_ramp_calls_are_admitted_back_to_back() -> None:
+    admission = AdmissionController(AdmissionSettings(max_calls=3), clock=FakeClock())
+    for call in "abc":
+        admission.admit(call)
+    assert admission.load().active_calls == 3
+
+
 def test_load_reports_the_scheduler_figures() -> None:
     clock = FakeClock()
     scheduler = ModelScheduler(2)
@@ -94,6 +122,9 @@ def test_admission_refuses_bad_input() -> None:
         AdmissionController({"max_calls": 3})  # type: ignore[arg-type]
     with pytest.raises(ValidationError):
         AdmissionSettings(max_calls=0)
+    for ramp in (-1.0, float("nan"), float("inf")):
+        with pytest.raises(ValidationError):
+            AdmissionSettings(ramp_seconds=ramp)
 
 
 @given(st.lists(st.one_of(st.floats(allow_nan=True, allow_infinity=True),

@@ -9,6 +9,10 @@ message; a scaled-out front door hands the call to a worker with headroom):
 
 * **the cap**: ``max_calls`` concurrent calls (``VOXFLOW_MAX_CALLS``), set from the
   capacity benchmark for the machine;
+* **the ramp**: at least ``ramp_seconds`` between two admissions. Calls admitted
+  together ask their first questions together, and callers on the same rhythm keep
+  asking together: each turn's urgent work (Whisper, the first clause's synthesis)
+  then queues behind the others' (``benchmarks/capacity.py --offered``);
 * **the measurement**: the recent voice-to-voice p95 of this process's turns
   (:meth:`AdmissionController.record`, fed with every ``TurnMetrics``) over
   ``p95_target_ms`` (``VOXFLOW_P95_TARGET_MS``): the machine is slower than the cap
@@ -51,6 +55,10 @@ class AdmissionSettings(BaseModel):
     window_turns: int = Field(40, ge=1, description="recent turns the p95 is taken over")
     window_seconds: float = Field(60.0, gt=0, description="turns older than this are forgotten")
     min_turns: int = Field(10, ge=1, description="turns needed before the p95 counts")
+    ramp_seconds: float = Field(
+        0.0, ge=0, le=3600, description="at least this long between two admissions (0: "
+        "none), so calls arriving together do not all speak together",
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,6 +145,7 @@ class AdmissionController:
         self._turns: deque[tuple[float, float]] = deque(maxlen=self.settings.window_turns)
         self._busy_mark: tuple[float, float] | None = None  # (clock, scheduler busy seconds)
         self._refused = 0
+        self._admitted_at: float | None = None  # clock of the last admission
 
     def admit(self, call_id: str) -> Admission:
         """A slot for ``call_id``, or a refusal.
@@ -157,6 +166,7 @@ class AdmissionController:
                 raise CapacityExceededError(reason, active_calls=len(self._active),
                                             max_calls=self.settings.max_calls)
             self._active.add(call_id)
+            self._admitted_at = self._clock()
         return Admission(self, call_id)
 
     def record(self, voice_to_voice_ms: float) -> None:
@@ -210,6 +220,11 @@ class AdmissionController:
         if len(self._active) >= s.max_calls:
             return (f"this server is full: {len(self._active)} calls (limit {s.max_calls}), "
                     "more would slow every call down; try again in a moment")
+        if self._admitted_at is not None and s.ramp_seconds > 0:
+            since = self._clock() - self._admitted_at
+            if since < s.ramp_seconds:
+                return (f"this server takes on calls one per {s.ramp_seconds:g} s and took "
+                        f"one {since:.1f} s ago; try again in a moment")
         p95, turns = self._p95()
         if p95 is not None and p95 > s.p95_target_ms:
             return (f"this server is too busy: answers take {p95:,.0f} ms (p95 of the last "
