@@ -351,6 +351,12 @@ def test_a_zombie_call_worker_is_fenced_and_a_killed_job_worker_reruns_its_job(
             record = job_record(await stored(session_id))
             assert record is not None
             assert (record["status"], record["attempt"]) == ("completed", 2)
+            announcement = next(m["delivery_id"] for m in caller.of_type("reply_text")
+                                if SHIPPED in m["text"])
+            await caller.wait_for(  # heard whole before the hangup (slow under load)
+                lambda: any(m["delivery_id"] == announcement
+                            for m in caller.of_type("reply_done")),
+                within=120, what="the announcement played whole")
             await asyncio.sleep(3.0)  # (an announcement made twice would come now)
             caller.send({"v": 1, "type": "hangup"})
             await asyncio.sleep(1.0)
