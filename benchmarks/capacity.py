@@ -78,15 +78,25 @@ confirmed pause's STT urgent: at 8 calls that version was at 2,553 / 3,520 ms ag
 0.5 s): 8 admitted, 16 refused with CapacityExceededError; the admitted 8 (whose first
 questions came within 4 s of each other) at 1,108 / 1,654 ms, 0 stale, 0 lost. So on
 this shared machine one process holds about 8 such calls within p95 <= 1 s on the
-scheduler (4 to 8 first come), not the 20 of the issue: Piper alone takes about 7 % of a
-core per call on this load (a 9 s reply every 12 s at a real-time factor of about 0.1),
-so 2 cores saturate near 16-20 calls whatever the order; past that the scheduler keeps
+scheduler (4 to 8 first come), not the 20 of the issue: ``cpu_budget.py`` measured a
+call at 19.9 % of a core, Piper 8.7 % of it (103 ms of CPU per second of reply, a 9.6 s
+reply every 11.3 s), Whisper 1.5 %, Silero 0.5 %: the models alone need 2.1 cores for 20
+calls, so 2 cores saturate near 10 whatever the order; past that the scheduler keeps
 the p95 at half of first come's and loses far fewer turns, and admission keeps the
 admitted calls out of that regime. Batching measured and dropped
 (``benchmarks/model_batching.py --batch 4``, load 13): Whisper's encoder on 4 utterances
 at once took 1.43x the time of 4 one by one, its greedy decode 2.49x, Piper 0.87x (13 %
 saved, but a batch ends with its longest sentence, so a first clause would wait for
 others' later ones).
+
+``--offered 24 --max-calls 8 --ramp 0,1.5 --scheduler both --turns 3`` (57c016e, one
+run; the machine shared with other engineers' benchmarks and test suites, load average
+9.4 -> 16.7 -> 10.5 during it): no row holds p95 <= 1 s at that load. Without a ramp 8
+admitted, 16 refused: first come 4,630 / 20,593 ms, 14 turns lost; EDF 5,490 / 11,519
+ms, 13 lost. With ``ramp_seconds=1.5`` 7 admitted (spread over 10.5 s), 17 refused:
+first come 6,518 / 26,801 ms, 6 lost; EDF 1,943 / 3,151 ms, 0 lost. (The TTS real-time
+factor was 0.6 to 2.6 in those rows: the process got a fraction of 2 cores; a p95 guard
+refuses new calls then but cannot shed admitted ones.)
 
 Measured at 32351c4 (``--calls 1,4,8,16 --turns 3``, one run; load average 2.6 at the
 start, 8.0 at the end: the 2 cores were shared with other engineers' jobs as well as

@@ -79,6 +79,7 @@ class Budget:
     call_pct: float  # whole call: process CPU / call seconds, % of a core
     call_cycle_s: float  # seconds of call per question (question + wait + reply + gap)
     silent_pct: float  # a silent call: % of a core
+    loop_pct: float  # the event loop thread during the whole call, % of a core
 
 
 def _median_cpu(work: Callable[[], object], repeat: int) -> float:
@@ -147,18 +148,22 @@ def _opus_ms_per_s(seconds: float, repeat: int) -> tuple[float, float]:
     return enc * 1000.0 / seconds, dec * 1000.0 / seconds
 
 
-async def _stt_per_turn(engines: VoiceEngines, question: AudioChunk) -> tuple[float, float, float]:
-    """One call of 2 turns, real time: (transcriptions per turn, CPU %, s per question)."""
+async def _whole_call(engines: VoiceEngines) -> tuple[float, float, float, float]:
+    """One call of 3 turns, real time: (transcriptions per turn, CPU %, s per question,
+    the event loop thread's CPU %: ``time.thread_time`` of this thread, which runs it)."""
     from voice_latency import TimedStt, Timings
 
     timings = Timings()
     counting = VoiceEngines(stt=TimedStt(engines.stt, timings), tts=engines.tts,
                             make_vad=engines.make_vad, end_of_turn=engines.end_of_turn,
                             scheduler=engines.scheduler)
+    loop0, wall0 = time.thread_time(), time.perf_counter()
     row, calls = await run_calls(counting, 1, 3)
+    loop, wall = time.thread_time() - loop0, time.perf_counter() - wall0
     turns = max(1, row.committed)
     cycle = max(r.at for r in calls[0].tape.receipts) - calls[0].tape.start
-    return len(timings.stt) / turns, row.cpu_per_call_pct, cycle / 3 + GAP / 3
+    return (len(timings.stt) / turns, row.cpu_per_call_pct, cycle / 3 + GAP / 3,
+            100.0 * loop / wall)
 
 
 async def _silent_pct(engines: VoiceEngines, question: AudioChunk) -> float:
@@ -210,7 +215,7 @@ async def measure(repeat: int) -> Budget:
 
     dec = _median_cpu(decimate, repeat) * 1000.0 / (mic48.size / OPUS_RATE)
     opus_enc, opus_dec = _opus_ms_per_s(5.0, repeat)
-    stt_per_turn, call_pct, cycle = await _stt_per_turn(engines, question)
+    stt_per_turn, call_pct, cycle, loop_pct = await _whole_call(engines)
     silent = await _silent_pct(engines, question)
     return Budget(
         vad_frame_speech_us=vad_speech, vad_frame_silence_us=vad_silence,
@@ -220,7 +225,7 @@ async def measure(repeat: int) -> Budget:
         resample_16k_ms_per_s=r16 * 1000.0 / reply_s,
         resample_48k_ms_per_s=r48 * 1000.0 / reply_s, decimate_ms_per_s=dec,
         opus_encode_ms_per_s=opus_enc, opus_decode_ms_per_s=opus_dec,
-        call_pct=call_pct, call_cycle_s=cycle, silent_pct=silent,
+        call_pct=call_pct, call_cycle_s=cycle, silent_pct=silent, loop_pct=loop_pct,
     )
 
 
@@ -277,8 +282,9 @@ def report(b: Budget, calls: int, load: tuple[float, float]) -> None:
             print(f"    {name:<58} {value:6.2f} %")
         print(f"    {'total':<58} {total:6.2f} %  -> {calls} calls: {total * calls:.0f} % "
               f"of {100 * (os.cpu_count() or 1)} %")
-    print(f"  whole call measured (simulated, 1 call, real time): {b.call_pct:.1f} %; "
-          f"a silent call: {b.silent_pct:.2f} %")
+    print(f"  whole call measured (simulated, 1 call, real time): {b.call_pct:.1f} %, "
+          f"of it the event loop thread {b.loop_pct:.1f} % (the caller's simulation "
+          f"included); a silent call: {b.silent_pct:.2f} %")
     cores = os.cpu_count() or 1
     models = sum(v for name, v in parts(b, webrtc=False)
                  if name.startswith(("Silero", "Whisper", "Piper")))
