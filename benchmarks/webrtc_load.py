@@ -1,6 +1,7 @@
 """N concurrent WebRTC calls in one ``voxflow serve`` process: frame loss, pacing, CPU.
 
-Run: ``uv run python benchmarks/webrtc_load.py [--calls 1 10 50] [--runs 3]``
+Run: ``uv run python benchmarks/webrtc_load.py [--calls 1 10 50] [--runs 3]
+[--models instant|real] [--turns 1]``
 
 The server runs in a child process (so its CPU time is its own) with an *instant
 reply*: an STT that returns "Hello there!" at once, the Piper reply audio cached after
@@ -19,7 +20,15 @@ Printed per N (medians over ``--runs``; nothing is asserted, the machine is shar
 * **pacing**: how late each outbound 20 ms frame was produced after its deadline
   (p50/p99, ms), and frames more than one period late;
 * **CPU per call**: the server process's CPU seconds per second of call, as % of one core;
-* **setup**: offer posted → data channel open (median, ms).
+* **setup**: offer posted → data channel open (median, ms);
+* **v2v p50 / p95**: at the callers, over all turns of all calls, the mic frame that held
+  the user's last speech sample (above -40 dBFS) handed to the encoder → the first
+  audible reply frame received.
+
+``--models real`` is the capacity table of the WebRTC transport (issue 21): the server
+loads the real models (``VoiceEngines.load()``: tiny.en, Piper, Silero) instead of the
+instant ones, and each caller asks ``--turns`` times, 0.8 s after each reply ends (the
+reply is the example assistant's, ~2 s, shorter than ``capacity.py``'s 9 s one).
 """
 
 from __future__ import annotations
@@ -76,7 +85,7 @@ class _CachedTts:
         return self._tts.synthesize(text)
 
 
-async def _serve_child() -> None:
+async def _serve_child(real: bool) -> None:
     import logging
 
     from voxflow_adapters.webrtc import PeerSettings, ServerSettings, WebRtcServer
@@ -94,6 +103,14 @@ async def _serve_child() -> None:
     async for _ in tts.stream("How can I help you today?"):
         pass
     engines = VoiceEngines(stt=_InstantStt(), tts=tts, make_vad=EnergyVad)
+    if real:
+        from voxflow_voice.audio import AudioChunk
+
+        engines = await asyncio.to_thread(VoiceEngines.load)
+        await engines.stt.transcribe(AudioChunk.from_float(np.zeros(16_000, np.float32),
+                                                           16_000))
+        async for _ in engines.tts.stream("Warming up."):
+            pass
     settings = ServerSettings(port=0, max_calls=200,
                               peer=PeerSettings(ice_host_addresses=("127.0.0.1",)))
     server = WebRtcServer(assistant_call_factory(), engines, settings=settings)
@@ -132,16 +149,32 @@ async def _serve_child() -> None:
 # -- the callers (this process) ---------------------------------------------------------
 
 
-async def _one_call(base: str, token: str, speech: Any, limit: float) -> dict[str, Any]:
+async def _one_call(base: str, token: str, speech: Any, limit: float,
+                    turns: int = 1) -> dict[str, Any]:
     from voxflow_adapters.webrtc.client import LoopbackCaller
+    from voxflow_voice.audio import resample
 
     caller = LoopbackCaller(base, token)
     began = time.monotonic()
+    loud = np.flatnonzero(np.abs(resample(speech.samples(), speech.sample_rate, 48_000))
+                          >= 10 ** (-40 / 20))
+    last_loud_frame = int(loud[-1]) // 960 if loud.size else 0
+    v2v: list[float] = []
     try:
         await caller.connect()
         setup = time.monotonic() - began
-        caller.say(speech)
-        await caller.wait_message("reply_done", within=limit)
+        for turn in range(turns):
+            if turn:
+                await asyncio.sleep(0.8)
+            start = caller.say(speech)
+            await caller.wait_for(lambda t=turn: len(caller.of_type("reply_done")) > t,
+                                  within=limit, what="reply_done")
+            frame = start + last_loud_frame
+            if frame < len(caller.mic.sent_at):
+                spoke = caller.mic.sent_at[frame]
+                heard = [f.at for f in caller.frames if f.audible and f.at > spoke]
+                if heard:
+                    v2v.append((min(heard) - spoke) * 1000.0)
         await asyncio.sleep(0.2)  # the last frames in flight
         lost = received = 0
         for report in (await caller._pc.getStats()).values():
@@ -149,7 +182,8 @@ async def _one_call(base: str, token: str, speech: Any, limit: float) -> dict[st
                 lost += report.packetsLost
                 received += report.packetsReceived
         return {"ok": True, "setup": setup, "lost": lost, "received": received,
-                "audible": caller.audible_frames(), "seconds": time.monotonic() - began}
+                "audible": caller.audible_frames(), "seconds": time.monotonic() - began,
+                "v2v": v2v}
     except (TimeoutError, Exception) as exc:
         return {"ok": False, "error": f"{type(exc).__name__}: {exc}",
                 "seconds": time.monotonic() - began}
@@ -157,9 +191,11 @@ async def _one_call(base: str, token: str, speech: Any, limit: float) -> dict[st
         await caller.aclose()
 
 
-async def _run(n: int, speech: Any, limit: float) -> dict[str, Any]:
+async def _run(n: int, speech: Any, limit: float, *, real: bool = False,
+               turns: int = 1) -> dict[str, Any]:
     child = await asyncio.create_subprocess_exec(
-        sys.executable, __file__, "--serve-child", stdin=asyncio.subprocess.PIPE,
+        sys.executable, __file__, "--serve-child", "--models", "real" if real else "instant",
+        stdin=asyncio.subprocess.PIPE,
         stdout=asyncio.subprocess.PIPE,
     )
     assert child.stdin is not None and child.stdout is not None
@@ -168,8 +204,8 @@ async def _run(n: int, speech: Any, limit: float) -> dict[str, Any]:
         base = f"http://127.0.0.1:{hello['port']}"
         child.stdin.write(b"start\n")
         await child.stdin.drain()
-        results = await asyncio.gather(*(_one_call(base, hello["token"], speech, limit)
-                                         for _ in range(n)))
+        results = await asyncio.gather(*(_one_call(base, hello["token"], speech, limit,
+                                                   turns) for _ in range(n)))
         child.stdin.write(b"report\n")
         await child.stdin.drain()
         report = json.loads(await child.stdout.readline())
@@ -178,6 +214,7 @@ async def _run(n: int, speech: Any, limit: float) -> dict[str, Any]:
         async with asyncio.timeout(30):
             await child.wait()
     ok = [r for r in results if r["ok"]]
+    v2v = [ms for r in ok for ms in r["v2v"]]
     call_seconds = sum(r["seconds"] for r in results)
     return {
         "calls": n, "completed": len(ok),
@@ -191,6 +228,8 @@ async def _run(n: int, speech: Any, limit: float) -> dict[str, Any]:
         "setup_ms": 1000.0 * statistics.median(r["setup"] for r in ok) if ok else float("nan"),
         "stale_samples": report["stale"],
         "frames_in": report["frames_in"], "turns": report["turns"],
+        "v2v_p50_ms": float(np.percentile(v2v, 50)) if v2v else float("nan"),
+        "v2v_p95_ms": float(np.percentile(v2v, 95)) if v2v else float("nan"),
     }
 
 
@@ -207,23 +246,28 @@ def _median(runs: list[dict[str, Any]], key: str) -> float:
     return float(statistics.median(r[key] for r in runs))
 
 
-async def _main(calls: list[int], runs: int, limit: float) -> None:
+async def _main(calls: list[int], runs: int, limit: float, *, real: bool = False,
+                turns: int = 1) -> None:
     speech = _speech()
+    print(f"models: {'real (tiny.en, Piper, Silero)' if real else 'instant'}, {turns} "
+          f"turn(s) per caller; load average {os.getloadavg()[0]:.1f}")
     print(f"{'calls':>5} {'turns':>6} {'done':>6} {'lost':>6} {'received':>9} {'pace p50':>9} "
-          f"{'pace p99':>9} {'late %':>7} {'CPU/call':>9} {'setup':>8} {'stale':>6}")
+          f"{'pace p99':>9} {'late %':>7} {'CPU/call':>9} {'setup':>8} {'stale':>6} "
+          f"{'v2v p50':>8} {'v2v p95':>8}")
     for n in calls:
-        results = [await _run(n, speech, limit) for _ in range(runs)]
+        results = [await _run(n, speech, limit, real=real, turns=turns) for _ in range(runs)]
         errors = sorted({e for r in results for e in r["errors"]})
         row = {k: _median(results, k) for k in (
             "turns", "completed", "packets_lost", "packets_received", "pacing_p50_ms",
             "pacing_p99_ms", "late_frames_pct", "cpu_per_call_pct", "setup_ms",
-            "stale_samples")}
+            "stale_samples", "v2v_p50_ms", "v2v_p95_ms")}
         print(f"{n:>5} {row['turns']:>6.0f} {row['completed']:>4.0f}/{n:<1} "
               f"{row['packets_lost']:>6.0f} "
               f"{row['packets_received']:>9.0f} {row['pacing_p50_ms']:>7.2f}ms "
               f"{row['pacing_p99_ms']:>7.2f}ms {row['late_frames_pct']:>6.2f}% "
               f"{row['cpu_per_call_pct']:>8.1f}% {row['setup_ms']:>6.0f}ms "
-              f"{row['stale_samples']:>6.0f}", flush=True)
+              f"{row['stale_samples']:>6.0f} {row['v2v_p50_ms']:>6.0f}ms "
+              f"{row['v2v_p95_ms']:>6.0f}ms", flush=True)
         for error in errors:
             print(f"      error: {error}")
         figure(f"{n} calls: pacing p99", row["pacing_p99_ms"], "ms", target="<= 20")
@@ -244,15 +288,21 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--call-limit", type=float, default=CALL_LIMIT,
                         help="seconds a caller waits for its reply (default: %(default)s)")
+    parser.add_argument("--models", choices=("instant", "real"), default="instant",
+                        help="instant STT/TTS (the transport alone) or the real models "
+                        "(the WebRTC capacity table; default: %(default)s)")
+    parser.add_argument("--turns", type=int, default=1,
+                        help="questions each caller asks (default: %(default)s)")
     parser.add_argument("--serve-child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve_child:
-        asyncio.run(_serve_child())
+        asyncio.run(_serve_child(args.models == "real"))
         return
-    if any(n < 1 for n in args.calls) or args.runs < 1:
-        parser.error("--calls and --runs must be >= 1")
+    if any(n < 1 for n in args.calls) or args.runs < 1 or args.turns < 1:
+        parser.error("--calls, --runs and --turns must be >= 1, such as --calls 4 8 --runs 1")
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
-    asyncio.run(_main(args.calls, args.runs, args.call_limit))
+    asyncio.run(_main(args.calls, args.runs, args.call_limit, real=args.models == "real",
+                      turns=args.turns))
 
 
 if __name__ == "__main__":
