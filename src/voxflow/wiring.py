@@ -158,7 +158,7 @@ class AssistantWiring:
             async def announce() -> None:
                 await self._on_update(jobs.snapshot())
 
-            if save_jobs is None and flow._persistence_configured():
+            if save_jobs is None and flow.persistence_configured():
                 # acknowledged rows must be in the stored session: the flow's own save
                 save_jobs = functools.partial(flow.asave_state, "job_update")
             self.inbox_reader = InboxReader(job_queue.inbox, state, lock=self.state_lock,

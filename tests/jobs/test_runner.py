@@ -357,3 +357,23 @@ async def test_constructor_validation() -> None:
         ReportWork(
             state=JobWorkState[ReportJob](job=ReportJob(session_id="s", question="q")), publish=None
         )  # type: ignore[arg-type]
+
+
+async def test_fail_job_settles_a_job_once_and_leaves_a_settled_one() -> None:
+    """``fail_job``: the public way a layer above (a job queue that refused a job) settles
+    one; a second call, or a call for a completed or unknown job, changes nothing."""
+    state = WorkChatState()
+    changes: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+    async with JobRunner(state, work_factory(ReportWork), on_update=changes.put) as runner:
+        queued = ReportJob(session_id=state.id, question="never ran")
+        assert add_job(state, queued)
+        await runner.fail_job(queued.job_id, "not queued: the queue is full")
+        snapshot = await changes.get()
+        assert snapshot["jobs"][0]["status"] == "failed"
+        assert state.jobs[queued.job_id].error == "not queued: the queue is full"
+        assert state.jobs[queued.job_id].last_update_seq == 1
+        await runner.fail_job(queued.job_id, "again")
+        await runner.fail_job("no-such-job", "nothing")
+        assert state.jobs[queued.job_id].error == "not queued: the queue is full"
+        assert state.jobs[queued.job_id].last_update_seq == 1
+        assert changes.empty()

@@ -136,7 +136,7 @@ class ConversationTurns:
         _input_files: dict[str, FileRef]
         input_file_policy: ClassVar[InputFilePolicy]
         def reset_execution(self) -> None: ...
-        def _persistence_configured(self) -> bool: ...
+        def persistence_configured(self) -> bool: ...
         def _backend(self, method: Any = None) -> FlowPersistence: ...
         async def _write_state(self, write: Callable[[], None]) -> None: ...
         def _emit(self, event_type: type[FlowEvent], **fields: Any) -> None: ...
@@ -404,7 +404,7 @@ class ConversationTurns:
     def _check_load_session(self, session_id: Any) -> None:
         if not isinstance(session_id, str) or not session_id:
             raise ValueError("session_id must be a non-empty string")
-        if not self._persistence_configured():
+        if not self.persistence_configured():
             raise ValueError(
                 f"load_session() needs persistence: decorate {type(self).__name__} with "
                 "@persist() or pass persistence= to its constructor"
@@ -444,7 +444,7 @@ class ConversationTurns:
             self._state is not before  # kickoff replaced it: restored from the backend
             and request.restore_from_state_id is None  # a fork is stored under another id
             and request.from_checkpoint is None
-            and self._persistence_configured()
+            and self.persistence_configured()
         ):
             if self._saved_lists is None:
                 self._saved_lists = SavedLists()
@@ -474,7 +474,7 @@ class ConversationTurns:
         return True
 
     async def _persist_turn(self) -> None:
-        if not self._persistence_configured():
+        if not self.persistence_configured():
             return
         write = self._prepare_state_save(self._backend(), "handle_turn")
         if self._inline:

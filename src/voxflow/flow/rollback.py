@@ -94,7 +94,7 @@ class RollbackPoint:
             for slot in _MODEL_SLOTS:
                 object.__setattr__(state, slot, getattr(self._copy, slot))
         flow = self._flow
-        if flow._persistence_configured():
+        if flow.persistence_configured():
             # A save of the undone work may still be running in its thread (its turn was
             # cancelled mid-save): let it land first, so it cannot overwrite this one.
             await flow._writes_done()

@@ -571,7 +571,8 @@ class Flow(Engine, Generic[StateT]):
     async def _writes_done(self) -> None:
         await saving.writes_done(self)
 
-    def _persistence_configured(self) -> bool:
+    def persistence_configured(self) -> bool:
+        """True when this flow saves its state: a ``persistence`` of its own or ``@persist``."""
         return saving.persistence_configured(self)
 
     def _backend(self, method: MethodDefinition | None = None) -> FlowPersistence:

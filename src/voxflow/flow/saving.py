@@ -98,7 +98,7 @@ def check_store(flow: FlowHost) -> None:
     (``check_writable``, e.g. an unwritable ``VOXFLOW_HOME``): a method's work would
     otherwise be lost at its save. Cached by the backend once it succeeds; a no-op
     without persistence."""
-    if not flow._persistence_configured():
+    if not flow.persistence_configured():
         return
     backends = [flow._backend()]
     if flow._persistence is None:
@@ -174,7 +174,7 @@ async def prepare_kickoff(
         stamp_id(flow._state, new_id)
     elif inputs and "id" in inputs:
         stamp_id(flow._state, inputs["id"])
-        if flow._persistence_configured() and not flow._skip_persistence_restore:
+        if flow.persistence_configured() and not flow._skip_persistence_restore:
             data = await flow._load(inputs["id"])
             if data is not None:
                 flow._state = load_state_like(flow._state, data)
@@ -228,7 +228,7 @@ async def writes_done(flow: FlowHost) -> None:
 
 async def save_now(flow: FlowHost, method_name: str) -> None:
     """``asave_state``: save after any write still in flight (no-op without persistence)."""
-    if not flow._persistence_configured():
+    if not flow.persistence_configured():
         return
     await flow._writes_done()
     await flow._write_state(flow._prepare_state_save(flow._backend(), method_name))

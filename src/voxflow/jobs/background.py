@@ -404,7 +404,7 @@ class JobBinding:
         self.unqueued[job_id] = exc
         error = f"not queued: {exc}"
         logger.warning("background job %s %s", job_id, error)
-        task = self.loop.create_task(self.runner._commit_failure(job_id, error))
+        task = self.loop.create_task(self.runner.fail_job(job_id, error))
         self.pending.add(task)
         task.add_done_callback(self.pending.discard)
 

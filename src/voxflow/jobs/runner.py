@@ -124,6 +124,29 @@ class JobRunner:
         command: _Command = ("admit", job_copy(job), dict(inputs or {}))
         self._send(command)
 
+    async def fail_job(self, job_id: str, error: str) -> None:
+        """Settle ``job_id`` as failed with ``error`` unless it already settled: a job
+        whose work never started or never finished (its worker could not be built, or a
+        job queue refused it). Committed under :attr:`state_lock` through the same rules
+        as a worker's updates (the next ``seq`` of its revision and attempt); subscribers
+        are notified when it lands. An unknown ``job_id`` is ignored."""
+        async with self.state_lock:
+            job = self.state.jobs.get(job_id)
+            if job is None or job.status in ("completed", "failed"):
+                return
+            update = JobUpdate(
+                session_id=job.session_id,
+                job_id=job.job_id,
+                revision=job.revision,
+                attempt=job.attempt,
+                seq=job.last_update_seq + 1,
+                kind="failed",
+                error=error,
+            )
+            accepted = commit_job_update(self.state, update)
+        if accepted:
+            await self._notify()
+
     def snapshot(self) -> dict[str, Any]:
         """JSON-compatible records of every job (what ``on_update`` receives)."""
         return {
@@ -238,24 +261,6 @@ class JobRunner:
             if not fut.done():
                 fut.set_result(accepted if not self._closing else False)
 
-    async def _commit_failure(self, job_id: str, error: str) -> None:
-        async with self.state_lock:
-            job = self.state.jobs.get(job_id)
-            if job is None or job.status in ("completed", "failed"):
-                return
-            update = JobUpdate(
-                session_id=job.session_id,
-                job_id=job.job_id,
-                revision=job.revision,
-                attempt=job.attempt,
-                seq=job.last_update_seq + 1,
-                kind="failed",
-                error=error,
-            )
-            accepted = commit_job_update(self.state, update)
-        if accepted:
-            await self._notify()
-
     def _admission_error(self, job: JobRecord) -> str | None:
         if self._closing:
             return "runner closed"
@@ -289,10 +294,10 @@ class JobRunner:
             work = self._make_work(work_copy, dict(inputs), self._publisher(job.job_id))
             problem = _work_problem(work, work_copy)
         except Exception as exc:
-            await self._commit_failure(job.job_id, self._format_error(exc))
+            await self.fail_job(job.job_id, self._format_error(exc))
             return
         if problem is not None:
-            await self._commit_failure(job.job_id, problem)
+            await self.fail_job(job.job_id, problem)
             return
         task = self._loop.create_task(self._run_worker(job.job_id, work), name=f"job.{job.job_id}")
         self._workers[job.job_id] = (work, task)
@@ -311,7 +316,7 @@ class JobRunner:
             if error is None and job is not None and job.status not in ("completed", "failed"):
                 error = "Worker finished without completing the job."
             if error is not None and not self._closing:
-                await self._commit_failure(job_id, error)
+                await self.fail_job(job_id, error)
             await self._worker_event({"type": "worker_settled", "job_id": job_id, "error": error})
         finally:
             self._workers.pop(job_id, None)

@@ -320,7 +320,7 @@ async def _save_settled(flow: Flow[Any], *, failing: bool) -> None:
     A save that fails while the turn is already failing (e.g. the same conflict that
     failed it) is logged and the turn's own error goes on.
     """
-    if not flow._persistence_configured():
+    if not flow.persistence_configured():
         return
     try:
         await flow._writes_done()
