@@ -28,7 +28,9 @@ The pattern, end to end::
         # Settle "completed" only after the client reported the whole message played.
 
 Every rejection returns the documented ``None``/``False``/``[]`` and logs its reason at
-DEBUG on ``voxflow.replies``.
+DEBUG on ``voxflow.replies``. Whether a delivery may still speak is
+:mod:`voxflow.replies.eligibility`; its status transitions and the floor's lifecycle
+(close, reopen, snapshot, restore, takeover) are :mod:`voxflow.replies.floor`.
 """
 
 from __future__ import annotations
@@ -36,17 +38,17 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Mapping
-from typing import Any, Literal, cast, get_args
+from typing import Any, Literal
 
-from voxflow.conversation._record_marks import RecordDict
-from voxflow.errors import ClientActivityError, TurnIdentityError
+from voxflow.errors import ClientActivityError
 from voxflow.ids import DeliveryId
-from voxflow.jobs.records import JobRecord, JobState, job_copy, utc_now
+from voxflow.jobs.records import JobRecord, JobState, job_copy
+from voxflow.replies import floor as floors
+from voxflow.replies.eligibility import eligible, is_covered, is_current, jobs_of
 from voxflow.replies.records import (
     MAX_CLIENT_SEQ_STEP,
     ClientActivity,
     CoveredUpdate,
-    DeliveryFloor,
     DeliveryIndex,
     DeliveryRecord,
     DeliveryStatus,
@@ -61,9 +63,7 @@ __all__ = ["ReplyQueue", "ReplyQueueStatistics"]
 
 logger = logging.getLogger("voxflow.replies")
 
-_SETTLE: frozenset[str] = frozenset(get_args(SettleStatus))
-_CLOSED = "Session closed."  # the reason close() gives the deliveries it skips
-_TERMINAL: frozenset[str] = _SETTLE
+_SETTLE = floors.TERMINAL
 
 
 def _check_id(delivery_id: object) -> None:
@@ -136,59 +136,16 @@ class ReplyQueue:
                 out.append(rec)
         return out
 
-    @staticmethod
-    def _jobs(state: ReplyQueueState) -> dict[str, JobRecord]:
-        # a string cast: subscripting the generic at run time would build its schema
-        return cast("JobState[JobRecord]", state).jobs
-
     def _is_current(self, state: ReplyQueueState, cov: CoveredUpdate) -> bool:
-        job = self._jobs(state).get(cov.job_id)
-        if job is None or job.session_id != state.id or job.status != "completed":
-            return False
-        if (job.revision, job.attempt, job.last_update_seq) != (cov.revision, cov.attempt, cov.seq):
-            return False
-        return self._is_relevant is None or bool(self._is_relevant(job_copy(job)))
-
-    @staticmethod
-    def _is_covered(state: ReplyQueueState, cov: CoveredUpdate) -> bool:
-        stored = state.covered_updates.get(cov.job_id)
-        return (
-            stored is not None
-            and (stored.revision, stored.attempt) == (cov.revision, cov.attempt)
-            and stored.seq >= cov.seq
-        )
+        return is_current(state, cov, self._is_relevant)
 
     def _eligible(self, state: ReplyQueueState, rec: DeliveryRecord) -> bool:
-        if state.ended or rec.session_id != state.id:
-            return False
-        turn = state.turns.get(rec.turn_id)
-        if turn is None or (turn.session_id, turn.input_revision) != (
-            rec.session_id,
-            rec.input_revision,
-        ):
-            return False
-        return bool(rec.covered_updates) and all(
-            self._is_current(state, c) and not self._is_covered(state, c)
-            for c in rec.covered_updates
-        )
+        return eligible(state, rec, self._is_relevant)
 
     def _set_status(
         self, state: ReplyQueueState, rec: DeliveryRecord, status: DeliveryStatus, reason: str
     ) -> None:
-        if self._idx is not None:
-            self._idx.pending.pop(rec.delivery_id, None)
-        now = utc_now()
-        rec.status = status
-        rec.reason = reason
-        rec.updated_at = now
-        if status == "scheduled":
-            rec.scheduled_at = now
-            state.delivery_floor.active_delivery_id = rec.delivery_id
-        elif status in _TERMINAL:
-            rec.settled_at = now
-            if state.delivery_floor.active_delivery_id == rec.delivery_id:
-                state.delivery_floor.active_delivery_id = None
-        state.delivery_sequence += 1
+        floors.set_status(state, self._idx, rec, status, reason)
 
     def _fence(self, state: ReplyQueueState, rec: DeliveryRecord) -> None:
         reply = state.replies.get(rec.delivery_id)
@@ -235,7 +192,7 @@ class ReplyQueue:
             if turn is None or turn.session_id != state.id:
                 _reject("enqueue", "origin turn missing or foreign", **ids)
                 return None
-            if self._is_covered(state, cov):
+            if is_covered(state, cov):
                 _reject("enqueue", "version already covered", **ids)
                 return None
             idx = self._index(state)
@@ -328,7 +285,7 @@ class ReplyQueue:
                 _reject("prepare", busy, **ids)
                 return []
             started_at = self._turns.clock.now()
-            jobs = self._jobs(state)
+            jobs = jobs_of(state)
             copies = [job_copy(jobs[c.job_id]) for c in rec.covered_updates]
             try:
                 text = build_text(copies)
@@ -451,7 +408,7 @@ class ReplyQueue:
             state.covered_updates[coverage.job_id] = coverage
             state.delivery_sequence += 1
             for rec in self._pending(state):
-                if any(self._is_covered(state, c) for c in rec.covered_updates):
+                if any(is_covered(state, c) for c in rec.covered_updates):
                     self._set_status(
                         state, rec, "skipped", "Already covered by a requested summary."
                     )
@@ -485,7 +442,8 @@ class ReplyQueue:
                 raise ClientActivityError(
                     f"client seq {update.seq} jumps more than {MAX_CLIENT_SEQ_STEP} past the "
                     f"last accepted {floor.client_seq}; number observations consecutively",
-                    seq=update.seq, last_seq=floor.client_seq,
+                    seq=update.seq,
+                    last_seq=floor.client_seq,
                 )
             if update.delivery_id is not None:
                 reply = state.replies.get(update.delivery_id)
@@ -529,14 +487,7 @@ class ReplyQueue:
         the application's delivery tasks.
         """
         with self._lock:
-            state = self._state()
-            state.delivery_floor.closed = True
-            for rec in state.deliveries.values():
-                if rec.status == "scheduled":
-                    self._fence(state, rec)
-                    self._set_status(state, rec, "interrupted", "Session closed.")
-                elif rec.status == "pending":
-                    self._set_status(state, rec, "skipped", _CLOSED)
+            floors.close(self._state(), self._idx, self._fence)
 
     def reopen(self) -> None:
         """Open a closed floor for the next client of the same conversation (a reconnect):
@@ -546,32 +497,14 @@ class ReplyQueue:
         delivery holds it."""
         with self._lock:
             state = self._state()
-            floor = state.delivery_floor
-            if floor.closed and not state.ended and floor.active_delivery_id is None:
-                state.delivery_floor = DeliveryFloor()
-                idx = self._index(state)
-                for rec in state.deliveries.values():
-                    if rec.status == "skipped" and rec.reason == _CLOSED:
-                        rec.status, rec.reason, rec.settled_at = "pending", "", None
-                        rec.updated_at = utc_now()
-                        idx.pending[rec.delivery_id] = None
-                state.delivery_sequence += 1
+            floors.reopen(state, self._index(state))
 
     # -- snapshots ------------------------------------------------------------------
 
     def snapshot(self) -> dict[str, Any]:
         """The session, sequence, deliveries, coverage and floor as JSON-compatible data."""
         with self._lock:
-            state = self._state()
-            return {
-                "session_id": state.id,
-                "delivery_sequence": state.delivery_sequence,
-                "deliveries": [d.model_dump(mode="json") for d in state.deliveries.values()],
-                "covered_updates": [
-                    c.model_dump(mode="json") for c in state.covered_updates.values()
-                ],
-                "floor": state.delivery_floor.model_dump(mode="json"),
-            }
+            return floors.snapshot(self._state())
 
     def restore(self, snapshot: Mapping[str, Any]) -> None:
         """Load a :meth:`snapshot` without restarting or replaying any delivery.
@@ -583,27 +516,10 @@ class ReplyQueue:
         Raises:
             TurnIdentityError: the snapshot belongs to another session.
         """
-        if not isinstance(snapshot, Mapping):
-            raise TypeError("snapshot must be a mapping returned by snapshot()")
-        deliveries = [DeliveryRecord.model_validate(d) for d in snapshot.get("deliveries", [])]
-        covered = [CoveredUpdate.model_validate(c) for c in snapshot.get("covered_updates", [])]
-        floor = DeliveryFloor.model_validate(snapshot.get("floor", {}))
         with self._lock:
             state = self._state()
-            if snapshot.get("session_id") != state.id or any(
-                d.session_id != state.id for d in deliveries
-            ):
-                raise TurnIdentityError(
-                    "snapshot belongs to another session; restore the turn state first."
-                )
-            state.deliveries = RecordDict((d.delivery_id, d) for d in deliveries)
+            floors.restore(state, snapshot, self._fence)
             self._idx = None
-            state.covered_updates = RecordDict((c.job_id, c) for c in covered)
-            state.delivery_floor = DeliveryFloor(closed=floor.closed)
-            state.delivery_sequence = max(
-                state.delivery_sequence, int(snapshot.get("delivery_sequence", 0))
-            )
-            self._interrupt_scheduled(state, "Restored from a snapshot; not replayed.")
 
     def take_over(self) -> list[DeliveryId]:
         """Release the floor a session's previous process held when it died (a session
@@ -621,19 +537,7 @@ class ReplyQueue:
             The deliveries it interrupted.
         """
         with self._lock:
-            state = self._state()
-            state.delivery_floor = DeliveryFloor(closed=state.delivery_floor.closed)
-            state.delivery_sequence += 1
-            return self._interrupt_scheduled(state, "Its call's process died; not replayed.")
-
-    def _interrupt_scheduled(self, state: ReplyQueueState, reason: str) -> list[DeliveryId]:
-        cut: list[DeliveryId] = []
-        for rec in state.deliveries.values():
-            if rec.status == "scheduled":
-                self._fence(state, rec)
-                self._set_status(state, rec, "interrupted", reason)
-                cut.append(rec.delivery_id)
-        return cut
+            return floors.take_over(self._state(), self._idx, self._fence)
 
     def statistics(self) -> ReplyQueueStatistics:
         """Pending count, floor holder and why the floor is busy (if it is)."""
