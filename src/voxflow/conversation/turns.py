@@ -34,10 +34,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from voxflow._loops import run_blocking
+from voxflow.conversation.chat import DEFAULT_EXIT_COMMANDS, run_chat
 from voxflow.conversation.events import (
     ConversationTurnCompleted,
     ConversationTurnFailed,
@@ -45,7 +46,7 @@ from voxflow.conversation.events import (
     SessionTracesFinalized,
 )
 from voxflow.conversation.graph import current_llm_method
-from voxflow.conversation.helpers import get_state_field, validate_user_message
+from voxflow.conversation.helpers import get_state_field
 from voxflow.conversation.history import result_text
 from voxflow.conversation.persistence import (
     SavedLists,
@@ -56,13 +57,14 @@ from voxflow.conversation.persistence import (
 )
 from voxflow.conversation.routing import aclassify_intent
 from voxflow.conversation.tracing import SessionTracer
+from voxflow.conversation.turn_request import TurnRequest, check_call, resolve_intents
 from voxflow.errors import ConversationEndedError, ConversationModeError, FlowRuntimeError
 from voxflow.files import FileRef, InputFilePolicy, prepare_input_files
 from voxflow.flow.events import FlowFinished
 from voxflow.flow.state import load_state_like, stamp_id
 from voxflow.flow.streaming import StreamSession
 from voxflow.ids import SessionId
-from voxflow.llm import BaseLLM, LLMEvent, coerce_llm, observe_llm
+from voxflow.llm import BaseLLM, LLMEvent, observe_llm
 
 if TYPE_CHECKING:
     from voxflow.clock import Clock
@@ -73,27 +75,10 @@ if TYPE_CHECKING:
 
 __all__ = ["DEFAULT_EXIT_COMMANDS", "ConversationTurns"]
 
-DEFAULT_EXIT_COMMANDS = ("exit", "quit")
-"""What ends ``chat()`` (case-insensitive)."""
-
-_KICKOFF_OPTIONS = frozenset({"from_checkpoint", "restore_from_state_id", "input_files"})
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class _TurnRequest:
-    message: str
-    session_id: str | None
-    intents: tuple[str, ...] | None
-    intent_llm: BaseLLM | None
-    from_checkpoint: Any
-    restore_from_state_id: str | None
-    files: dict[str, FileRef]
-
-
 class ConversationTurns:
     """Mixin of :class:`voxflow.Flow`: the turn APIs (see the module docs)."""
 
-    _pending_turn: _TurnRequest | None = None
+    _pending_turn: TurnRequest | None = None
     _turn_index: int = 0
     _session_open: bool = False
     _session_result: Any = None
@@ -166,30 +151,12 @@ class ConversationTurns:
         kickoff_kwargs: Mapping[str, Any],
         *,
         read_files: bool = True,
-    ) -> _TurnRequest:
+    ) -> TurnRequest:
         """Validate a turn's arguments; ``read_files=False`` leaves ``input_files`` to
         :meth:`_aread_files` (async callers read them off the loop)."""
         self._require_conversational(api)
-        validate_user_message(message)
-        if session_id is not None and (not isinstance(session_id, str) or not session_id):
-            raise ValueError("session_id must be a non-empty string or None")
-        unknown = set(kickoff_kwargs) - _KICKOFF_OPTIONS
-        if unknown:
-            raise TypeError(f"{api}() got unexpected keyword argument(s): {sorted(unknown)}")
-        config = self._conversation_config()
-        if intents is not None:
-            if isinstance(intents, str) or not isinstance(intents, Sequence) or not intents:
-                raise ValueError("intents must be a non-empty list of labels")
-            if not all(isinstance(i, str) and i for i in intents):
-                raise ValueError("intents must contain non-empty strings only")
-            intents = tuple(intents)
-        else:
-            intents = config.default_intents
-        llm = coerce_llm(intent_llm, name="intent_llm") or config.intent_llm
-        if intents is not None and llm is None:
-            raise ValueError(
-                "intent_llm is required with intents (or ConversationConfig.intent_llm)"
-            )
+        check_call(api, message, session_id, kickoff_kwargs)
+        intents, llm = resolve_intents(intents, intent_llm, self._conversation_config())
         fc = kickoff_kwargs.get("from_checkpoint")
         rsid = kickoff_kwargs.get("restore_from_state_id")
         self._check_kickoff_args({"id": session_id or "x"}, fc, rsid)
@@ -200,14 +167,14 @@ class ConversationTurns:
             )
         files = kickoff_kwargs.get("input_files")
         refs = {} if files is None or not read_files else self._read_files(files)
-        return _TurnRequest(message, session_id, intents, llm, fc, rsid, refs)
+        return TurnRequest(message, session_id, intents, llm, fc, rsid, refs)
 
     def _read_files(self, files: Any) -> dict[str, FileRef]:
         return prepare_input_files(files, self.input_file_policy)
 
     async def _aread_files(
-        self, request: _TurnRequest, kickoff_kwargs: Mapping[str, Any]
-    ) -> _TurnRequest:
+        self, request: TurnRequest, kickoff_kwargs: Mapping[str, Any]
+    ) -> TurnRequest:
         files = kickoff_kwargs.get("input_files")
         if files is None:
             return request
@@ -308,7 +275,7 @@ class ConversationTurns:
         request = await self._aread_files(request, kickoff_kwargs)
         return StreamSession.run_async(self, lambda private: self._aturn(request, False))  # type: ignore[arg-type]
 
-    async def _aturn(self, request: _TurnRequest, private_loop: bool) -> Any:
+    async def _aturn(self, request: TurnRequest, private_loop: bool) -> Any:
         if request.session_id is not None and request.session_id != self.flow_id:
             # Another conversation: never carry this one's history into it.
             self.finalize_session_traces()
@@ -595,40 +562,13 @@ class ConversationTurns:
         overrides the instance flag for the REPL and is restored on exit.
         """
         self._require_conversational("chat")
-        # Looked up per call, not bound at import: a replaced input/print is honoured.
-        input_fn = input if input_fn is None else input_fn
-        output_fn = print if output_fn is None else output_fn
-        if not callable(input_fn) or not callable(output_fn):
-            raise TypeError("input_fn and output_fn must be callable")
-        if isinstance(exit_commands, str):
-            raise TypeError("exit_commands must be a list of commands, not one string")
-        exits = {str(c).strip().lower() for c in exit_commands}
-        previous = self.defer_trace_finalization
-        if defer_trace_finalization is not None:
-            self.defer_trace_finalization = defer_trace_finalization
-        try:
-            for line in self._lines(input_fn, prompt):
-                if not line:
-                    continue
-                if line.lower() in exits:
-                    break
-                try:
-                    result = self.handle_turn(line, session_id=session_id)
-                except KeyboardInterrupt:
-                    break
-                session_id = self.flow_id
-                output_fn(f"{assistant_prefix}{result}")
-                if get_state_field(self, "ended", False):
-                    break
-        finally:
-            self.finalize_session_traces()
-            self.defer_trace_finalization = previous
-
-    @staticmethod
-    def _lines(input_fn: Callable[[str], str], prompt: str) -> Iterator[str]:
-        while True:
-            try:
-                raw = input_fn(prompt)
-            except (EOFError, KeyboardInterrupt):
-                return
-            yield str(raw).strip()
+        run_chat(
+            self,
+            session_id=session_id,
+            prompt=prompt,
+            assistant_prefix=assistant_prefix,
+            exit_commands=exit_commands,
+            input_fn=input_fn,
+            output_fn=output_fn,
+            defer_trace_finalization=defer_trace_finalization,
+        )
