@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from voxflow_adapters.scenario import CallResult, run_call
 from voxflow_adapters.script import CallScript
-from voxflow_adapters.simulated import SimulatedClient
+from voxflow_adapters.simulated import FRAME_SECONDS, SimulatedClient
 from voxflow_adapters.testing import SHORT_STORY, Teller, played_words, words
 from voxflow_voice.audio import STT_SAMPLE_RATE, AudioChunk, resample
 from voxflow_voice.barge_in import BargeInSettings
@@ -23,6 +23,7 @@ from voxflow_voice.events import SessionEvent
 from voxflow_voice.history import INTERRUPTED_MARK
 from voxflow_voice.session import VoiceSession, VoiceSettings
 from voxflow_voice.turn_detector import TurnDetection
+from voxflow_voice.vad import EnergyVad
 
 from voxflow.clock import VirtualClock
 from voxflow.ids import DeliveryId
@@ -167,6 +168,54 @@ async def test_a_cough_pauses_and_resumes_with_nothing_lost_or_repeated(
     assert_played_whole_and_contiguous(call, story)
     assert call.transcripts() == ["Tell me a story."]
     assert [m.content for m in turns.flow.state.messages] == ["Tell me a story.", SHORT_STORY]
+
+
+def murmur() -> AudioChunk:
+    """0.2 s of a faint 220 Hz tone at 0.0075 RMS: an EnergyVad (-40 dBFS) scores it
+    about 0.3, over ``onset_threshold`` (0.15) but under ``threshold`` (0.5)."""
+    t = np.arange(int(0.2 * STT_SAMPLE_RATE)) / STT_SAMPLE_RATE
+    tone = 0.0075 * np.sqrt(2) * np.sin(2 * np.pi * 220 * t)
+    return AudioChunk.from_float(tone.astype(np.float32), STT_SAMPLE_RATE)
+
+
+async def test_a_murmur_under_the_speech_threshold_pauses_and_resumes_at_the_same_sample(
+    engines: VoiceEngines,
+) -> None:
+    energy = VoiceEngines(stt=engines.stt, tts=engines.tts, make_vad=EnergyVad)
+    call, turns = await story_call(energy, audio=murmur())
+    story = call.replies()[0]
+    (paused,) = call.of_kind("barge_in_paused")
+    (resumed,) = call.of_kind("barge_in_resumed")
+    assert resumed.reason == "false_alarm" and resumed.at > paused.at
+    (pause_at, _, _), (resume_at, _, _) = call.tape.pauses
+    # Silence at the client from the pause (once the frame playing ends) to the resume.
+    assert not [r for r in call.tape.receipts
+                if r.delivery_id == story and pause_at + FRAME_SECONDS <= r.at < resume_at]
+    assert_played_whole_and_contiguous(call, story)
+    assert call.transcripts() == ["Tell me a story."]
+    assert [m.content for m in turns.flow.state.messages] == ["Tell me a story.", SHORT_STORY]
+    # Without pause_on_rise the murmur never reaches the speech threshold: no pause.
+    settings = VoiceSettings(barge_in=BargeInSettings(pause_on_rise=False))
+    call, _ = await story_call(energy, audio=murmur(), settings=settings)
+    assert call.of_kind("barge_in_paused") == [] and call.tape.pauses == []
+    assert_played_whole_and_contiguous(call, call.replies()[0])
+
+
+async def test_stop_pauses_at_its_hiss_not_at_its_vowel(engines: VoiceEngines) -> None:
+    firsts = []
+    for rise in (True, False):
+        settings = VoiceSettings(barge_in=BargeInSettings(pause_on_rise=rise))
+        call, _ = await story_call(engines, text="Stop, please.", settings=settings)
+        story = call.replies()[0]
+        assert call.settled(story) == "interrupted" and call.stale_samples() == 0
+        fired = round(call.client.step_log()[0][0] * STT_SAMPLE_RATE)  # "Stop, please."
+        loud = fired + int(np.argmax(np.abs(call.tape.track("user")[fired:]) > 0.01))
+        spoken_at = call.tape.start + loud / STT_SAMPLE_RATE
+        firsts.append(call.of_kind("barge_in_paused")[0].at - spoken_at)
+    # Audio time (virtual clock): Silero scores the "s" of "Stop" under 0.5 until the
+    # vowel (~130 ms in); one of its frames reaches onset_threshold (measured: paused
+    # 75 ms after the first loud sample, 135 ms without pause_on_rise).
+    assert firsts[0] <= firsts[1] - 0.032  # at least one VAD frame earlier
 
 
 async def test_a_noise_burst_neither_pauses_nor_cuts(engines: VoiceEngines) -> None:

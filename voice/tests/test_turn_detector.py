@@ -209,6 +209,27 @@ def test_the_onset_is_backdated_over_rising_frames() -> None:
         TurnDetection(onset_threshold=0.6)
 
 
+def test_the_rising_onset_is_where_the_onset_will_be_backdated_to() -> None:
+    # EnergyVad(-40 dB, width 3 dB): 0.0075 RMS scores about 0.3, 0.0047 about 0.1.
+    detector = TurnDetector(EnergyVad(), SETTINGS)
+    risings = []
+    for piece in (quiet(10), level(1, 0.0047), level(1, 0.0075), level(1, 0.0075)):
+        run(detector, piece, piece=FRAME_SAMPLES)
+        risings.append(detector.rising_onset)
+    assert risings == [None, None, 11 * FRAME_SAMPLES, 11 * FRAME_SAMPLES]
+    started = run(detector, tone(10), piece=FRAME_SAMPLES)[0]
+    assert isinstance(started, SpeechStarted) and started.onset_sample == 11 * FRAME_SAMPLES
+    assert detector.rising_onset is None  # speech now: active_onset takes over
+    # A long sub-threshold sound keeps its first frame (the backdating looks 3 back).
+    hum = TurnDetector(EnergyVad(), SETTINGS)
+    run(hum, np.concatenate([quiet(10), level(8, 0.0075)]), piece=FRAME_SAMPLES)
+    assert hum.rising_onset == 10 * FRAME_SAMPLES and hum.active_onset is None
+    run(hum, quiet(1), piece=FRAME_SAMPLES)
+    assert hum.rising_onset is None
+    run(hum, level(1, 0.0075), piece=FRAME_SAMPLES)
+    assert hum.rising_onset == 19 * FRAME_SAMPLES
+
+
 def test_silero_onsets_come_earlier_with_backdating(speech: Speech) -> None:
     # Deterministic synthesis: the frame before the first >= 0.5 scores about 0.25.
     audio = np.concatenate([np.zeros(8123, np.float32), speech("Hey, hold on.")])

@@ -3,7 +3,8 @@
 Speech over a reply no longer cuts it on a fixed timer. :class:`BargeInArbiter` follows
 one *overlap* (user sound while a reply is active) through these steps:
 
-1. **pause** at the first evidence (the VAD's first speech frame): the adapter stops
+1. **pause** at the first evidence (the VAD's first speech frame, or with
+   ``pause_on_rise`` the first of the rising frames just before it): the adapter stops
    playing the reply within one frame and keeps its queued audio (see
    :class:`~voxflow_voice.transport.PausableTransport`);
 2. **confirm**: the sound must go on for ``min_barge_in`` (the turn detector's
@@ -85,6 +86,10 @@ class BargeInSettings(BaseModel):
     )
     pause_on_onset: bool = Field(
         True, description="pause playback at the first speech frame, before confirming"
+    )
+    pause_on_rise: bool = Field(
+        True,
+        description="pause already at the first rising frame (the detector's onset_threshold)",
     )
     confirm_window: float = Field(
         0.6, gt=0, description="s after the onset within which min_barge_in must be reached"

@@ -6,7 +6,11 @@ real request. :class:`OverlapHandler` feeds it from the session's turn detector 
 *acts* on its decisions for the reply being spoken:
 
 * at the first speech frame over a reply, the reply is *paused* at the client
-  (``BargeInPaused``), unless the reply's policy is ``must_finish``;
+  (``BargeInPaused``), unless the reply's policy is ``must_finish``; with
+  ``BargeInSettings.pause_on_rise`` (the default) already at the first of the rising
+  frames that score the detector's ``onset_threshold`` (Silero scores the "s" of "Stop"
+  0.2-0.4 for ~100 ms before its vowel reaches 0.5), a tentative pause that the arbiter
+  undoes like any false alarm when no speech follows;
 * a false alarm (cough, blip) or a backchannel ("uh-huh", judged from the overlap's
   transcript) *resumes* it from the exact sample (``BargeInResumed``);
 * a real request (or, under the ``interrupt`` policy, any speech of ``min_barge_in``)
@@ -132,6 +136,8 @@ class OverlapHandler:
                                  speech_end=detector.speech_end)
             return
         self._reply_since(delivery)
+        if onset is None and self._arbiter.settings.pause_on_rise:
+            onset = detector.rising_onset  # tentative: undone if speech does not follow
         if onset is not None:
             await self._act(reply, self._begin(reply, onset), onset)
         overlap = self._arbiter.overlap

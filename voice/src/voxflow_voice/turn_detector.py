@@ -243,6 +243,7 @@ class TurnDetector:
         self._barge_in_sent = False
         self._last_probability = 0.0
         self._recent: deque[tuple[int, float]] = deque(maxlen=_ONSET_LOOKBACK_FRAMES)
+        self._rising: tuple[int, int] | None = None  # (start, end) of idle frames >= onset_t.
         self._paused_at: int | None = None  # speech end of the last UtterancePaused
         self._paused: UtterancePaused | None = None  # the last one
         self._judged_at: int | None = None  # speech end of the last pause judged
@@ -270,6 +271,17 @@ class TurnDetector:
         """The onset sample of the speech being heard (from its first speech frame, before
         ``min_speech``) or of the utterance still open; ``None`` when idle."""
         return None if self._state == "idle" else self._onset
+
+    @property
+    def rising_onset(self) -> int | None:
+        """While idle, the start of the run of latest frames that all score at least
+        ``onset_threshold`` (the rising frames an onset is backdated over: the same sample
+        when speech starts within three frames of it); ``None`` otherwise. It stays put
+        while the run goes on, however long."""
+        rising = self._rising
+        if self._state != "idle" or rising is None or rising[1] != self._position:
+            return None
+        return rising[0]
 
     @property
     def speech_end(self) -> int:
@@ -489,6 +501,7 @@ class TurnDetector:
         self._judged_from = 0
         self._backlog.clear()
         self._recent.clear()
+        self._rising = None
 
     def _step(self, frame: NDArray[np.float32], prob: float, out: list[TurnDetectorEvent]) -> None:
         s = self.settings
@@ -507,6 +520,10 @@ class TurnDetector:
                 self._last_speech_end = end
             else:
                 self._recent.append((start, prob))
+                if prob >= s.onset_threshold:
+                    rising = self._rising
+                    self._rising = (start if rising is None or rising[1] != start
+                                    else rising[0], end)
                 self._trim_pre_roll()
                 return
         elif prob >= s.neg_threshold:
