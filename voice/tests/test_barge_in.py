@@ -82,6 +82,37 @@ def test_a_blip_pauses_then_resumes_after_the_hold() -> None:
     assert arbiter.overlap is None
 
 
+def test_a_rising_sound_that_never_becomes_speech_resumes_after_the_rise_hold() -> None:
+    arbiter = BargeInArbiter()
+    assert arbiter.begin(D, s(1.0), "ignore_backchannel", rising=True) == "pause"
+    assert arbiter.update(D, position=s(1.064), active=True, speech_end=0) == "none"
+    # Quiet again, no speech frame: resume after rise_hold (0.1 s), not resume_hold.
+    assert arbiter.update(D, position=s(1.1), active=False, speech_end=0) == "none"
+    assert arbiter.update(D, position=s(1.21), active=False, speech_end=0) == "resume"
+    assert arbiter.overlap is None
+    # Speech from the same onset (the detector backdates it there): resume_hold again.
+    assert arbiter.begin(D, s(2.0), "ignore_backchannel", rising=True) == "pause"
+    assert arbiter.begin(D, s(2.0), "ignore_backchannel") == "none"
+    assert arbiter.update(D, position=s(2.1), active=False, speech_end=s(2.08)) == "none"
+    assert arbiter.update(D, position=s(2.3), active=False, speech_end=s(2.08)) == "none"
+    assert arbiter.update(D, position=s(2.52), active=False, speech_end=s(2.08)) == "resume"
+    # Speech from a later onset takes the rising pause over ("s... top"), as any onset.
+    assert arbiter.begin(D, s(3.0), "ignore_backchannel", rising=True) == "pause"
+    assert arbiter.update(D, position=s(3.05), active=False, speech_end=0) == "none"
+    assert arbiter.begin(D, s(3.08), "ignore_backchannel") == "none"
+    assert arbiter.overlap is not None and arbiter.overlap.paused
+    assert arbiter.overlap.first_onset == s(3.0) and not arbiter.overlap.rising
+    # Rising frames after a speech blip keep the blip's resume_hold ("Wa... it, stop").
+    arbiter = BargeInArbiter()
+    assert arbiter.begin(D, s(1.0), "ignore_backchannel") == "pause"
+    assert arbiter.begin(D, s(1.2), "ignore_backchannel", rising=True) == "none"
+    assert arbiter.update(D, position=s(1.3), active=False, speech_end=s(1.1)) == "none"
+    assert arbiter.update(D, position=s(1.6), active=False, speech_end=s(1.1)) == "none"
+    assert arbiter.update(D, position=s(1.72), active=False, speech_end=s(1.1)) == "resume"
+    with pytest.raises(ValidationError):
+        BargeInSettings(rise_hold=-0.1)
+
+
 def test_more_sound_within_the_hold_keeps_the_pause() -> None:
     arbiter = BargeInArbiter()
     assert arbiter.begin(D, s(1.0), "ignore_backchannel") == "pause"

@@ -97,6 +97,11 @@ class BargeInSettings(BaseModel):
     resume_hold: float = Field(
         0.4, ge=0, description="silence (s) after an unconfirmed sound before playback resumes"
     )
+    rise_hold: float = Field(
+        0.1, ge=0,
+        description="silence (s) after a rising sound that never became speech before "
+        "playback resumes (pause_on_rise)",
+    )
     backchannel_max: float = Field(
         1.0, ge=0, description="speech (s) longer than this is a request, whatever its words"
     )
@@ -157,6 +162,7 @@ class Overlap:
         idle_since: where the sound stopped short of an utterance (waiting to resume).
         first_onset: onset of the first sound of a run of overlaps that kept the reply
             paused ("Wa... it, stop"): where the user's interruption really began.
+        rising: begun at rising frames (``pause_on_rise``) and no speech frame since.
     """
 
     delivery_id: DeliveryId
@@ -169,6 +175,7 @@ class Overlap:
     pauses: int = 0
     idle_since: int | None = None
     first_onset: int = -1
+    rising: bool = False
 
     def __post_init__(self) -> None:
         if self.first_onset < 0:
@@ -191,21 +198,26 @@ class BargeInArbiter:
         self._decide = round(self.settings.decide_window * rate)
         self._backchannel_max = round(self.settings.backchannel_max * rate)
         self._hold = round(self.settings.resume_hold * rate)
+        self._rise_hold = round(self.settings.rise_hold * rate)
         self.overlap: Overlap | None = None
         self._overlapped: dict[int, BargeInPolicy] = {}  # onset → policy, recent overlaps
 
     def begin(
-        self, delivery_id: DeliveryId, onset: int, policy: BargeInPolicy
+        self, delivery_id: DeliveryId, onset: int, policy: BargeInPolicy, *,
+        rising: bool = False,
     ) -> BargeInAction:
-        """User sound starts at ``onset`` while ``delivery_id`` is the active reply."""
+        """User sound starts at ``onset`` while ``delivery_id`` is the active reply
+        (``rising``: only frames over the detector's ``onset_threshold`` so far)."""
         current = self.overlap
         if current is not None and current.delivery_id == delivery_id and current.onset == onset:
+            current.rising = current.rising and rising
             return "none"
-        self.overlap = Overlap(delivery_id, onset, policy)
+        self.overlap = Overlap(delivery_id, onset, policy, rising=rising)
         self._overlapped[onset] = policy
         if current is not None and current.paused and current.delivery_id == delivery_id:
             self.overlap.paused = True  # more sound right after a short one: still paused
             self.overlap.first_onset = current.first_onset
+            self.overlap.rising = rising and current.rising  # after speech: resume_hold
             return "none"
         if policy == "must_finish" or not self.settings.pause_on_onset:
             return "none"
@@ -248,7 +260,8 @@ class BargeInArbiter:
                 # stay paused for resume_hold, a new onset takes the pause over.
                 if ov.idle_since is None:
                     ov.idle_since = position
-                if position - ov.idle_since < self._hold:
+                hold = self._rise_hold if ov.rising else self._hold
+                if position - ov.idle_since < hold:
                     return "none"
                 self.overlap = None
                 ov.outcome = "false_alarm"

@@ -9,8 +9,8 @@ real request. :class:`OverlapHandler` feeds it from the session's turn detector 
   (``BargeInPaused``), unless the reply's policy is ``must_finish``; with
   ``BargeInSettings.pause_on_rise`` (the default) already at the first of the rising
   frames that score the detector's ``onset_threshold`` (Silero scores the "s" of "Stop"
-  0.2-0.4 for ~100 ms before its vowel reaches 0.5), a tentative pause that the arbiter
-  undoes like any false alarm when no speech follows;
+  0.05-0.4 for ~110 ms before its vowel reaches 0.5), a tentative pause that the arbiter
+  undoes when no speech follows (after ``rise_hold``, 0.1 s of quiet);
 * a false alarm (cough, blip) or a backchannel ("uh-huh", judged from the overlap's
   transcript) *resumes* it from the exact sample (``BargeInResumed``);
 * a real request (or, under the ``interrupt`` policy, any speech of ``min_barge_in``)
@@ -136,10 +136,11 @@ class OverlapHandler:
                                  speech_end=detector.speech_end)
             return
         self._reply_since(delivery)
-        if onset is None and self._arbiter.settings.pause_on_rise:
+        rising = onset is None and self._arbiter.settings.pause_on_rise
+        if rising:
             onset = detector.rising_onset  # tentative: undone if speech does not follow
         if onset is not None:
-            await self._act(reply, self._begin(reply, onset), onset)
+            await self._act(reply, self._begin(reply, onset, rising=rising), onset)
         overlap = self._arbiter.overlap
         action = self._arbiter.update(
             delivery, position=detector.position, active=onset is not None,
@@ -162,7 +163,7 @@ class OverlapHandler:
 
     # -- helpers ------------------------------------------------------------------------
 
-    def _begin(self, reply: SpokenReply, onset: int) -> BargeInAction:
+    def _begin(self, reply: SpokenReply, onset: int, *, rising: bool = False) -> BargeInAction:
         assert reply.delivery_id is not None
         since = self._reply_since(reply.delivery_id)
         if onset < since - self._detector.settings.min_barge_in * STT_SAMPLE_RATE:
@@ -173,7 +174,7 @@ class OverlapHandler:
         ):
             return "none"  # every word was heard: only trailing silence is left
         policy = self._policies.get(reply.delivery_id, self._arbiter.settings.policy)
-        return self._arbiter.begin(reply.delivery_id, onset, policy)
+        return self._arbiter.begin(reply.delivery_id, onset, policy, rising=rising)
 
     def _reply_since(self, delivery_id: DeliveryId) -> int:
         """The input sample at which ``delivery_id`` was first seen active."""
