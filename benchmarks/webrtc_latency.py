@@ -88,10 +88,12 @@ from voxflow_adapters.webrtc import PeerSettings, ServerSettings, WebRtcPeer, We
 from voxflow_adapters.webrtc.calls import Call, flow_call_factory
 from voxflow_adapters.webrtc.client import LoopbackCaller
 from voxflow_voice.audio import AudioChunk, resample, write_wav
+from voxflow_voice.barge_in import BargeInSettings
 from voxflow_voice.engines import VoiceEngines
 from voxflow_voice.events import (
     BargeIn,
     BargeInPaused,
+    BargeInResumed,
     ReplyStarted,
     ReplyTextStreamed,
     SpeechEnded,
@@ -107,14 +109,16 @@ QUESTION = "What time is it now?"
 STORY = "Tell me a story."
 STOP = "Stop, please."
 BARGE_AFTER_AUDIO = 2.0  # s of story heard before the caller cuts in
-SETTINGS = VoiceSettings(turn_detection=REFERENCE_TURNS, echo_gate=False)
+SETTINGS = VoiceSettings(turn_detection=REFERENCE_TURNS, echo_gate=False)  # per --rise
+
 FRAME = 960  # 20 ms at 48 kHz
+FRAME_S = 0.02
 CHROMIUM = Path("/usr/bin/chromium")
 
 V2V_MARKS = ("packet at server", "decoded", "to the VAD", "VAD speech end", "commit",
              "first text", "first TTS chunk", "first frame sent", "at the caller")
-BARGE_MARKS = ("packet at server", "VAD onset (audio time)", "pause",
-               "last reply frame sent", "last reply audio at the caller")
+BARGE_MARKS = ("first packet sent", "packet at server", "VAD onset (audio time)",
+               "first pause", "last reply frame sent", "last reply audio at the caller")
 
 
 @dataclass(frozen=True, slots=True)
@@ -289,27 +293,30 @@ async def aiortc_call(engines: VoiceEngines, said: dict[str, Line], turns: int,
             story = after(BargeIn, mark)[0].delivery_id  # the reply it cut
             await asyncio.sleep(1.0)
             first_in = _spoken_at(caller, start, line.first)
-            arrived, _ = _server_arrival(peer, start + round(line.first * 48_000) // FRAME)
-            paused = [e for e in after(BargeInPaused, mark) if e.delivery_id == story]
+            first_frame = start + round(line.first * 48_000) // FRAME
+            arrived, _ = _server_arrival(peer, first_frame)
+            paused = [e for e in after(BargeInPaused, mark)
+                      if e.delivery_id == story and e.at >= first_in]
             last = outbound.last_frame_of.get(story)
             sent = outbound.frame_time(last) if last is not None else None
-            if sent is None or sent < first_in - 0.1:
-                # the reply was not sending when the user cut in (a gap between its
+            if sent is None or not paused or sent < paused[0].at - 2 * FRAME_S:
+                # the reply was not sending when the pause came (a gap between its
                 # sentences, or TTS behind on a loaded machine): no stop to time
                 out.counters["barge-ins with no reply playing"] = \
                     out.counters.get("barge-ins with no reply playing", 0) + 1
                 await asyncio.sleep(3.0)
                 continue
             out.barge.append(dict(zip(BARGE_MARKS, (
+                _ms(caller.mic.sent_at[first_frame], first_in),
                 _ms(arrived, first_in), _ms(paused[0].onset_at if paused else None, first_in),
-                _ms(outbound.paused_at.get(story), first_in),
+                _ms(paused[0].at if paused else None, first_in),
                 _ms(outbound.frame_time(last) if last is not None else None, first_in),
                 _ms(_caller_frame_at(caller, last) if last is not None else None, first_in),
             ), strict=True)))
             await asyncio.sleep(3.0)  # "Okay, I stopped."
         stats = peer.statistics()
         lost = await _packets_lost(caller._pc)
-        out.counters |= {
+        out.counters |= _pause_counts(events) | {
             "server: packets late/skipped": stats.packets_late + stats.packets_skipped,
             "caller: packets lost (RTCP)": lost,
             "caller: packets late/skipped": _window_drops(caller),
@@ -320,6 +327,13 @@ async def aiortc_call(engines: VoiceEngines, said: dict[str, Line], turns: int,
         async with asyncio.timeout(20):
             await server.wait_idle()
     return out
+
+
+def _pause_counts(events: list[Any]) -> dict[str, int]:
+    """Pauses, and pauses undone (the reply played on from the same sample): with only
+    requests said over replies, every one undone was a false pause."""
+    return {"pauses": sum(isinstance(e, BargeInPaused) for e in events),
+            "pauses undone (false)": sum(isinstance(e, BargeInResumed) for e in events)}
 
 
 async def _packets_lost(pc: Any) -> int:
@@ -400,17 +414,19 @@ async def chromium_call(engines: VoiceEngines, said: dict[str, Line], turns: int
                 peer, call = calls[0]
                 events = call.session.events
                 cut = {e.delivery_id for e in events if isinstance(e, BargeIn)}
-                for barge in (e for e in events if isinstance(e, BargeInPaused)
-                              and e.delivery_id in cut):
+                first_pauses: dict[Any, BargeInPaused] = {}
+                for e in events:
+                    if isinstance(e, BargeInPaused) and e.delivery_id in cut:
+                        first_pauses.setdefault(e.delivery_id, e)
+                for barge in first_pauses.values():
                     last = peer.outbound.last_frame_of.get(barge.delivery_id)
                     out.barge.append({
-                        "pause": _ms(peer.outbound.paused_at.get(barge.delivery_id),
-                                     barge.onset_at),
+                        "first pause": _ms(barge.at, barge.onset_at),
                         "last reply frame sent": _ms(peer.outbound.frame_time(last), barge.onset_at)
                         if last is not None else None,
                     })
                 stats = peer.statistics()
-                out.counters = {
+                out.counters = _pause_counts(events) | {
                     "page: packets lost": int(got["lost"]),
                     "page: concealed samples (48 kHz)": int(got["concealed"]),
                     "page: mean jitter buffer (ms)": round(
@@ -467,8 +483,11 @@ def receive_path(hold: int | str | None) -> Iterator[int | None]:
         audio.Decimator = kept  # type: ignore[misc]
 
 
-async def measure(turns: int, holds: list[int | str | None], chromium: bool) -> None:
+async def measure(turns: int, holds: list[int | str | None], chromium: bool,
+                  rises: list[bool]) -> None:
     from voxflow_voice.engines import VoiceEngines as Engines
+
+    global SETTINGS
 
     engines = await asyncio.to_thread(Engines.load, stt=SttSettings(model="base"))
     await engines.stt.transcribe(AudioChunk.from_float(np.zeros(16_000, np.float32), 16_000))
@@ -476,17 +495,21 @@ async def measure(turns: int, holds: list[int | str | None], chromium: bool) -> 
     load = os.getloadavg()
     print(f"webrtc latency benchmark: {turns} turns per transport, load average "
           f"{load[0]:.1f} {load[1]:.1f} {load[2]:.1f} on {os.cpu_count()} CPUs")
-    sim_v2v, sim_stops, sim_stale = await simulated(engines, said, turns)
-    sim = _median(list(sim_v2v))
-    print(f"\n== simulated transport: voice to voice {_fmt(sim).strip()} ms "
-          f"(n={len(sim_v2v)}), barge-in stop {_fmt(_median(list(sim_stops))).strip()} ms "
-          f"(n={len(sim_stops)}), stale {sim_stale}")
-    for setting in holds:
-        label = {None: "aiortc's jitter buffer", "before": "before (aiortc's jitter buffer, "
-                 "soxr streaming 48->16 kHz)"}.get(
-                     setting, f"receive_hold={setting}")
-        with receive_path(setting) as hold:
-            await measure_one(engines, said, turns, hold, label, sim, chromium)
+    for rise in rises:
+        SETTINGS = VoiceSettings(turn_detection=REFERENCE_TURNS, echo_gate=False,
+                                 barge_in=BargeInSettings(pause_on_rise=rise))
+        tag = f", pause_on_rise={'on' if rise else 'off'}"
+        sim_v2v, sim_stops, sim_stale = await simulated(engines, said, turns)
+        sim = _median(list(sim_v2v))
+        print(f"\n== simulated transport{tag}: voice to voice {_fmt(sim).strip()} ms "
+              f"(n={len(sim_v2v)}), barge-in stop {_fmt(_median(list(sim_stops))).strip()} ms "
+              f"(n={len(sim_stops)}), stale {sim_stale}")
+        for setting in holds:
+            label = {None: "aiortc's jitter buffer", "before": "before (aiortc's jitter "
+                     "buffer, soxr streaming 48->16 kHz)"}.get(
+                         setting, f"receive_hold={setting}") + tag
+            with receive_path(setting) as hold:
+                await measure_one(engines, said, turns, hold, label, sim, chromium)
 
 
 async def measure_one(engines: VoiceEngines, said: dict[str, Line], turns: int,
@@ -514,6 +537,13 @@ async def measure_one(engines: VoiceEngines, said: dict[str, Line], turns: int,
                target="<= 100")
     if stop is not None:
         figure(f"WebRTC barge-in stop at the caller, {label}", stop, "ms", target="<= 120")
+        from_packet = _median([None if r["last reply audio at the caller"] is None
+                               or r["first packet sent"] is None
+                               else r["last reply audio at the caller"] - r["first packet sent"]
+                               for r in result.barge])
+        print(f"   barge-in stop at the caller from the first barge packet sent: "
+              f"{_fmt(from_packet).strip()} ms (target <= 120; the figure above counts from "
+              "its first speech sample, up to a 20 ms frame earlier)")
     if chromium:
         page, server_side = await chromium_call(engines, said, turns, hold)
         print(f"\n== WebRTC, headless Chromium, {label} (the page's own figures)")
@@ -527,9 +557,17 @@ async def measure_one(engines: VoiceEngines, said: dict[str, Line], turns: int,
         if ear is not None and sim is not None:
             print(f"   Chromium (at the ear) - simulated voice to voice: {ear - sim:+.0f} ms")
         report("barge-in, after the VAD onset (audio time)", server_side.barge,
-               ("pause", "last reply frame sent"))
+               ("first pause", "last reply frame sent"))
         for what, count in server_side.counters.items():
             print(f"     {what:<34} {count}")
+        sent = _median([r.get("last reply frame sent") for r in server_side.barge])
+        held = [_median([p.get(key) for p in page]) for key in ("jitter_ms", "playout_ms")]
+        if sent is not None and None not in held:
+            jitter, playout = (float(h) for h in held if h is not None)
+            print(f"   barge-in stop at the ear (Chromium, estimated): VAD onset -> last reply "
+                  f"frame sent {sent:.0f} + the page's jitter buffer {jitter:.0f} + playout "
+                  f"{playout:.0f} = {sent + jitter + playout:.0f} ms after the onset (the "
+                  "last two hold audio already sent: the browser's own buffer)")
 
 
 def _hold(text: str) -> int | str | None:
@@ -550,13 +588,16 @@ def main() -> None:
                         "before: aiortc's buffer and soxr's streaming 48->16 kHz filter, "
                         "as before issue 20")
     parser.add_argument("--no-chromium", action="store_true", help="aiortc caller only")
+    parser.add_argument("--rise", nargs="+", choices=["on", "off"], default=["on"],
+                        help="BargeInSettings.pause_on_rise values to compare (off: pause "
+                        "only at the first frame over the speech threshold, as before)")
     args = parser.parse_args()
     holds: list[int | str | None] = args.hold
     chromium = not args.no_chromium and CHROMIUM.exists()
     if not args.no_chromium and not chromium:
         print("(no /usr/bin/chromium: the Chromium calls are skipped)")
     logging.getLogger("aioice").setLevel(logging.WARNING)
-    asyncio.run(measure(args.turns, holds, chromium))
+    asyncio.run(measure(args.turns, holds, chromium, [r == "on" for r in args.rise]))
 
 
 if __name__ == "__main__":
