@@ -31,12 +31,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import signal
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -106,30 +105,19 @@ def _worker(port: int, where: str) -> None:
     asyncio.run(main())
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 class _Process:
     """A worker process and the JSON log records it printed."""
 
     def __init__(self, where: str) -> None:
-        self.port = _free_port()
+        from voxflow_adapters.testing import free_port, serve_process
+
+        self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.records: list[dict[str, Any]] = []
-        self.proc = subprocess.Popen(
+        self._running = contextlib.ExitStack()
+        self.proc = self._running.enter_context(serve_process(
             [sys.executable, __file__, "--worker", str(self.port), where], cwd=ROOT,
-            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-        assert self.proc.stdout is not None
-        deadline = time.monotonic() + 180
-        while time.monotonic() < deadline:
-            line = self.proc.stdout.readline()
-            if "listening" in line:
-                break
-            if not line and self.proc.poll() is not None:
-                raise RuntimeError(f"the worker exited {self.proc.returncode}")
+            name=f"the worker on port {self.port}"))
         threading.Thread(target=self._read, daemon=True).start()
 
     def _read(self) -> None:
@@ -139,9 +127,7 @@ class _Process:
                 self.records.append(json.loads(line))
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-        self.proc.wait(timeout=30)
+        self._running.close()  # killed (-9) if it still runs
 
 
 def _speech(engines: Any, text: str) -> Any:

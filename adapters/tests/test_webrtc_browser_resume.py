@@ -7,16 +7,15 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
+from voxflow_adapters.testing import free_port, serve_process
 
 from voxflow.flow.persistence import SQLiteFlowPersistence
 
@@ -32,40 +31,16 @@ pytestmark = [
 ]
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @contextmanager
 def voxflow_serve(home: Path, port: int) -> Iterator[subprocess.Popen[str]]:
     """``voxflow serve`` with its sessions in ``home`` (VOXFLOW_HOME: flow_states.db)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("VOXFLOW_")}
     env["VOXFLOW_HOME"] = str(home)
-    proc = subprocess.Popen(
+    with serve_process(
         [sys.executable, "-m", "voxflow.cli", "serve", "--port", str(port), "--token", TOKEN],
-        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-    try:
-        assert proc.stdout is not None
-        deadline = time.monotonic() + 180
-        while time.monotonic() < deadline:
-            line = proc.stdout.readline()
-            if "listening" in line:
-                break
-            if not line and proc.poll() is not None:
-                raise AssertionError(f"voxflow serve exited {proc.returncode}")
-        else:
-            raise AssertionError("voxflow serve did not start")
+        cwd=ROOT, env=env, stop=signal.SIGINT, name="voxflow serve",
+    ) as proc:
         yield proc
-    finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGINT)
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(timeout=30)
 
 
 async def test_the_page_resumes_its_call_after_serve_is_killed_and_restarted(

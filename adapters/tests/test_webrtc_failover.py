@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -19,6 +18,8 @@ from typing import Any
 
 import numpy as np
 import pytest
+from voxflow_adapters import testing
+from voxflow_adapters.testing import free_port
 from voxflow_adapters.webrtc.client import LoopbackCaller
 from voxflow_adapters.webrtc.resume import DROPPED_MARK
 from voxflow_voice.audio import AudioChunk
@@ -61,12 +62,6 @@ asyncio.run(main())
 """
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def where_of(store: Any) -> str:
     return f"{store.url}#{store.schema}" if hasattr(store, "schema") else str(store.path)
 
@@ -80,26 +75,9 @@ def serve_process(
     script = tmp_path / "serve_worker.py"
     script.write_text(_SERVE)
     log = tmp_path / f"{name}.log"
-    with log.open("w") as err:
-        proc = subprocess.Popen([sys.executable, str(script), str(port), TOKEN, where],
-                                cwd=ROOT, stdout=subprocess.PIPE, stderr=err, text=True)
-    try:
-        assert proc.stdout is not None
-        deadline = time.monotonic() + 180
-        while time.monotonic() < deadline:
-            line = proc.stdout.readline()
-            if "listening" in line:
-                break
-            if not line and proc.poll() is not None:
-                raise AssertionError(f"{name} exited {proc.returncode}: {log.read_text()}")
-        else:
-            raise AssertionError(f"{name} did not start")
+    with testing.serve_process([sys.executable, str(script), str(port), TOKEN, where],
+                               cwd=ROOT, log=log, name=name) as proc:
         yield f"http://127.0.0.1:{port}", proc, log
-    finally:
-        if proc.poll() is None:
-            os.kill(proc.pid, signal.SIGCONT)
-            proc.kill()
-        proc.wait(timeout=30)
 
 
 def say(engines: VoiceEngines, text: str) -> AudioChunk:

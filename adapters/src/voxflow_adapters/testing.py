@@ -16,6 +16,11 @@ voxflow's own adapter tests and benchmarks use, and the helpers they check calls
 * :func:`gate_frames`: a microphone signal through an
   :class:`~voxflow_voice.echo.EchoGate` while a reply plays, frame by frame, with the
   sends and receipts a session would give it.
+* :func:`serve_process`: a server subprocess (``voxflow serve``, or a script that
+  serves), started and waited for until it says it listens, stopped on exit; with
+  :func:`free_port` to give it a port. For tests and benchmarks that kill (``-9``) or
+  pause (``SIGSTOP``) a server under a :class:`~voxflow_adapters.webrtc.client.LoopbackCaller`
+  or a browser.
 
 Example::
 
@@ -33,8 +38,15 @@ are passed in (:func:`gate_frames` imports the voice package when called).
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
-from collections.abc import Iterator
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 from voxflow import ConversationConfig, Flow, listen
@@ -55,9 +67,12 @@ __all__ = [
     "ACKNOWLEDGEMENT",
     "SHORT_STORY",
     "STORY",
+    "ServeStartError",
     "Teller",
+    "free_port",
     "gate_frames",
     "played_words",
+    "serve_process",
     "words",
 ]
 
@@ -216,3 +231,78 @@ def gate_frames(
             gate.played(PlaybackReceipt(delivery, 1, start, piece.size, rate, at=start / rate))
         chunk = AudioChunk.from_float(mic[start : start + frame], rate, start_sample=start)
         yield gate.process(chunk, start / rate)
+
+
+class ServeStartError(RuntimeError):
+    """A server process exited, or did not say it listens, before its deadline (the
+    message names it and ends with its log, when it has one)."""
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port free on ``host`` now (for a server process to bind)."""
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+@contextlib.contextmanager
+def serve_process(
+    argv: Sequence[str], *, cwd: str | Path | None = None, env: Mapping[str, str] | None = None,
+    log: Path | None = None, ready: str = "listening", within: float = 180.0,
+    stop: signal.Signals = signal.SIGKILL, name: str | None = None,
+) -> Iterator[subprocess.Popen[str]]:
+    """Start the server process ``argv`` and wait until a line of its stdout contains
+    ``ready`` (``voxflow serve`` and :class:`~voxflow_adapters.webrtc.WebRtcServer`
+    scripts print ``listening`` once they accept offers); yield it, then stop it.
+
+    Its stdout stays the yielded process's (read on, or leave it: a server that prints
+    more than a pipe holds blocks); its stderr goes to ``log`` (a file, overwritten) or
+    nowhere. On exit a process still running is continued (``SIGCONT``: a paused one would
+    not act on the stop), sent ``stop`` (``SIGINT`` for a graceful stop) and killed if it
+    has not ended 30 s later.
+
+    Args:
+        argv: the command (``[sys.executable, "-m", "voxflow.cli", "serve", ...]``).
+        cwd, env: its working folder and environment (this process's if None).
+        log: where its stderr goes.
+        ready: what its stdout says when it is ready.
+        within: seconds to wait for ``ready`` (model loading included).
+        stop: the signal that stops it on exit.
+        name: how errors name it (its command if None).
+
+    Raises:
+        ServeStartError: it exited, or said nothing with ``ready`` within ``within`` s.
+    """
+    label = name if name is not None else " ".join(map(str, argv))
+    with contextlib.ExitStack() as files:
+        err: Any = files.enter_context(log.open("w")) if log is not None else subprocess.DEVNULL
+        proc = subprocess.Popen(list(argv), cwd=cwd, env=None if env is None else dict(env),
+                                stdout=subprocess.PIPE, stderr=err, text=True)
+    try:
+        _wait_ready(proc, ready, within, label, log)
+        yield proc
+    finally:
+        if proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(proc.pid, signal.SIGCONT)
+                proc.send_signal(stop)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=30)
+
+
+def _wait_ready(proc: subprocess.Popen[str], ready: str, within: float, label: str,
+                log: Path | None) -> None:
+    assert proc.stdout is not None
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if ready in line:
+            return
+        if not line and proc.poll() is not None:
+            tail = f": {log.read_text(errors='replace')[-4000:]}" if log is not None else ""
+            raise ServeStartError(f"{label} exited {proc.returncode} before it said "
+                                  f"{ready!r}{tail}")
+    raise ServeStartError(f"{label} did not say {ready!r} within {within:g} s")
