@@ -1,7 +1,7 @@
 """Packaging tests: voxflow as a user gets it, built into wheels and installed with uv.
 
 ``installed_voxflow`` (session) builds the three wheels of the checkout with
-``uv build`` and installs ``voxflow[voice]`` from them, with pytest, into a fresh
+``uv build`` and installs ``voxflow[voice,postgres]`` from them, with pytest, into a fresh
 virtual environment outside the checkout (dependencies from PyPI, through uv's cache).
 It returns the environment's ``bin`` directory. Tests using it carry the ``packaging``
 marker; they are skipped, with the reason, when ``uv`` is not on the PATH.
@@ -76,12 +76,12 @@ def make_venv(path: Path, *requirements: str) -> Path:
 def installed_voxflow(
     tmp_path_factory: pytest.TempPathFactory, voxflow_wheels: dict[str, Path]
 ) -> Path:
-    """``voxflow[voice]`` and pytest installed from this checkout's wheels into a fresh
-    virtual environment outside the checkout; returns its ``bin`` directory."""
+    """``voxflow[voice,postgres]`` and pytest installed from this checkout's wheels into a
+    fresh virtual environment outside the checkout; returns its ``bin`` directory."""
     home = tmp_path_factory.mktemp("venv-voice")
     core = voxflow_wheels["voxflow"]
     return make_venv(
-        home / "venv", f"voxflow[voice] @ {core.as_uri()}",
+        home / "venv", f"voxflow[voice,postgres] @ {core.as_uri()}",
         str(voxflow_wheels["voxflow_voice"]), str(voxflow_wheels["voxflow_adapters"]), "pytest",
     )
 

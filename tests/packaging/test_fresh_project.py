@@ -3,7 +3,7 @@
 The project is a folder outside the checkout holding one test file for the example
 assistant (examples/test_assistant.py, the README's "Testing your assistant" example;
 the assistant is ``voxflow.examples.assistant``), no conftest; pytest runs there in a
-fresh virtual environment where ``voxflow[voice]`` was installed from the built wheels.
+fresh virtual environment where ``voxflow[voice,postgres]`` was installed from the built wheels.
 The plugin's fixtures come from the installed package's ``pytest11`` entry point, and
 the models from their PyPI packages.
 """

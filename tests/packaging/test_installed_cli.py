@@ -71,7 +71,7 @@ def test_voxflow_serve_help_and_doctor(installed_voxflow: Path, empty_dir: Path)
     checks = __import__("json").loads(doctor.stdout)
     by_name = {c["name"]: c for c in checks}
     assert by_name["Whisper tiny.en (default STT)"]["status"] == "ok"
-    # what is missing in a voxflow[voice]-only install is named with its fix
+    # what is missing in a voxflow[voice,postgres] install is named with its fix
     assert all(c["fix"] for c in checks if c["status"] == "missing")
     assert doctor.returncode == (1 if any(c["status"] == "missing" for c in checks) else 0)
 
