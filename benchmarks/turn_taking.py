@@ -28,7 +28,9 @@ speech frame) on the deterministic :class:`~voxflow.clock.VirtualClock` and in r
   sample played), at the defaults (0.6 s end-of-turn silence) and at the anchor's 0.2 s.
 
 ``--end-of-turn smart-turn`` runs the same with the semantic end of turn (Smart Turn and
-the pause's words). Medians and p90s of every call; nothing is asserted (shared machine).
+the pause's words), a complete turn whose words close nothing held 0.8 s and provisional
+commits, as ``VoiceSettings.from_settings`` sets them. Medians and p90s of every call;
+nothing is asserted (shared machine).
 """
 
 from __future__ import annotations
@@ -234,10 +236,11 @@ async def run(clock_kind: str, runs: int, quick: bool, end_of_turn: str) -> None
     smart = end_of_turn == "smart-turn"
     engines = VoiceEngines.load(deterministic=True,
                                 end_of_turn="smart-turn" if smart else "none")
-    # With the end-of-turn model, the speculative STT starts at 0.1 s and a committed turn
-    # may be taken back for 1 s until its reply is heard (as from_settings).
-    defaults = VoiceSettings(turn_detection=TurnDetection(end_pad=0.1, resume_grace=1.0)
-                             ) if smart else None
+    # With the end-of-turn model, the speculative STT starts at 0.1 s, a complete turn whose
+    # words close nothing is held 0.8 s, and a committed turn may be taken back for 1 s
+    # until its reply is heard (as from_settings).
+    defaults = VoiceSettings(turn_detection=TurnDetection(
+        end_pad=0.1, resume_grace=1.0, complete_silence=0.8)) if smart else None
     tag = ", Smart Turn" if smart else ""
     sounds: list[tuple[str, str, str | None, AudioChunk | None]] = []
     backchannels = BACKCHANNELS[:4] if quick else BACKCHANNELS
@@ -260,7 +263,8 @@ async def run(clock_kind: str, runs: int, quick: bool, end_of_turn: str) -> None
                                                       min_barge_in=0.2))
     if smart:  # the model decides at 0.2 s instead
         fast = VoiceSettings(turn_detection=TurnDetection(min_speech=0.2, min_barge_in=0.2,
-                                                          end_pad=0.1, resume_grace=1.0))
+                                                          end_pad=0.1, resume_grace=1.0,
+                                                          complete_silence=0.8))
     for kind in kinds:
         outs = []
         subset = ([s for s in sounds if s[1] == "backchannel"][:3]
