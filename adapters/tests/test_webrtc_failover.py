@@ -138,6 +138,18 @@ def check_story_cut_at_heard(state: dict[str, Any]) -> str:
     return str(heard)
 
 
+async def story_heard_on(url: str, engines: VoiceEngines, store: Any
+                         ) -> tuple[LoopbackCaller, str, str]:
+    """A call to the server at ``url`` that reconnects by itself, ~2 s into the story
+    with some of its words saved as heard: (the caller, the session id, those words)."""
+    caller = LoopbackCaller(url, TOKEN)
+    await caller.connect()
+    session_id = str((await caller.wait_message("hello"))["session_id"])
+    caller.keep_connected(peer_timeout=4.0)
+    await story_playing(caller, engines)
+    return caller, session_id, await heard_saved(caller, store, session_id)
+
+
 def test_a_call_resumes_on_another_process_after_a_kill_9_mid_reply(
     engines: VoiceEngines, make_store: Any, tmp_path: Path
 ) -> None:
@@ -148,12 +160,7 @@ def test_a_call_resumes_on_another_process_after_a_kill_9_mid_reply(
             serve_process(tmp_path, where, "b") as (url_b, _, _):
 
         async def call() -> str:
-            caller = LoopbackCaller(url_a, TOKEN)
-            await caller.connect()
-            session_id = (await caller.wait_message("hello"))["session_id"]
-            caller.keep_connected(peer_timeout=4.0)
-            await story_playing(caller, engines)
-            saved = await heard_saved(caller, store, session_id)
+            caller, session_id, saved = await story_heard_on(url_a, engines, store)
             caller.base_url = url_b  # (a front door would route the new offer there)
             proc_a.kill()  # kill -9 mid-reply
             hello = await resumed_on(caller)
@@ -195,12 +202,7 @@ def test_a_paused_owner_resumed_after_the_takeover_writes_nothing(
             serve_process(tmp_path, where, "b") as (url_b, _, _):
 
         async def call() -> None:
-            caller = LoopbackCaller(url_a, TOKEN)
-            await caller.connect()
-            session_id = (await caller.wait_message("hello"))["session_id"]
-            caller.keep_connected(peer_timeout=4.0)
-            await story_playing(caller, engines)
-            await heard_saved(caller, store, session_id)
+            caller, session_id, _ = await story_heard_on(url_a, engines, store)
             caller.base_url = url_b
             os.kill(proc_a.pid, signal.SIGSTOP)  # a zombie: paused, its lease runs out
             await resumed_on(caller)  # b waited the lease out, then took the call over
