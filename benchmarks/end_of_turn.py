@@ -122,6 +122,9 @@ load 7-8.5), medians (p90): the 0.2 s timer 599 ms (924), the 0.6 s timer 796 (1
 Smart Turn + words, provisional 697 (1155), the same held 0.8 s 837 (869). Held, the
 reply is ready at the commit (16 ms to its first sample): the hold costs what the
 pause's STT did not take already (~140 ms at this load, up to ~0.5 s on an idle core).
+A question is not held: ``--v2v 8 --hold 0.8`` on the anchor's ``user_q.wav`` (load
+1.4-3.8): Smart Turn 715 (843), held 757 (847; committed 225 ms after the speech end in
+both), the 0.6 s timer 837 (1267), the 0.2 s timer 667 (745).
 
 ``--v2v 10``, three runs (load average 4.7, 6.4, 1.4), medians (ms):
 
