@@ -96,7 +96,11 @@ admitted, 16 refused: first come 4,630 / 20,593 ms, 14 turns lost; EDF 5,490 / 1
 ms, 13 lost. With ``ramp_seconds=1.5`` 7 admitted (spread over 10.5 s), 17 refused:
 first come 6,518 / 26,801 ms, 6 lost; EDF 1,943 / 3,151 ms, 0 lost. (The TTS real-time
 factor was 0.6 to 2.6 in those rows: the process got a fraction of 2 cores; a p95 guard
-refuses new calls then but cannot shed admitted ones.)
+refuses new calls then but cannot shed admitted ones.) Again with ``--scheduler on`` at
+load 5.3 -> 7.1 -> 5.7: no ramp, 8 admitted: 3,625 / 6,639 ms, 0 lost, TTS real-time
+factor 1.08; ramp 1.5 s, 7 admitted: 3,584 / 5,253 ms, 0 lost, 0.75. So spacing the
+admissions did not hold the p95 either: at that load 7 to 8 dense calls are more CPU
+than the process gets (``cpu_budget.py``: ~20 % of a core each).
 
 Measured at 32351c4 (``--calls 1,4,8,16 --turns 3``, one run; load average 2.6 at the
 start, 8.0 at the end: the 2 cores were shared with other engineers' jobs as well as
