@@ -93,3 +93,22 @@ def installed_core(
     """The core ``voxflow`` wheel alone (no extra) in a fresh virtual environment; its bin."""
     home = tmp_path_factory.mktemp("venv-core")
     return make_venv(home / "venv", str(voxflow_wheels["voxflow"]))
+
+
+def voxflow(bin_dir: Path, *args: str, cwd: Path, stdin: str | None = None,
+            timeout: float = 600, env: Mapping[str, str] | None = None
+            ) -> subprocess.CompletedProcess[str]:
+    """The installed ``voxflow`` command in ``bin_dir``, run in ``cwd`` (``env``: the clean
+    environment if None)."""
+    return subprocess.run([str(bin_dir / "voxflow"), *args], cwd=cwd, input=stdin,
+                          env=clean_env() if env is None else dict(env),
+                          capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture
+def empty_dir(tmp_path: Path) -> Path:
+    """An empty folder outside the checkout (where a user types the commands)."""
+    folder = tmp_path / "empty"
+    folder.mkdir()
+    assert not folder.is_relative_to(ROOT)
+    return folder

@@ -9,23 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import ROOT, clean_env
+from .conftest import clean_env, voxflow
 
 pytestmark = pytest.mark.packaging
-
-
-def voxflow(bin_dir: Path, *args: str, cwd: Path, stdin: str | None = None,
-            timeout: float = 600) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([str(bin_dir / "voxflow"), *args], cwd=cwd, input=stdin,
-                          env=clean_env(), capture_output=True, text=True, timeout=timeout)
-
-
-@pytest.fixture
-def empty_dir(tmp_path: Path) -> Path:
-    folder = tmp_path / "empty"
-    folder.mkdir()
-    assert not folder.is_relative_to(ROOT)
-    return folder
 
 
 def test_the_version_and_the_packaged_example(installed_voxflow: Path, empty_dir: Path) -> None:

@@ -15,23 +15,9 @@ import pytest
 
 from tests.conftest import PG_URL, postgres_unreachable
 
-from .conftest import ROOT, clean_env
+from .conftest import clean_env, voxflow
 
 pytestmark = pytest.mark.packaging
-
-
-@pytest.fixture
-def empty_dir(tmp_path: Path) -> Path:
-    folder = tmp_path / "empty"
-    folder.mkdir()
-    assert not folder.is_relative_to(ROOT)
-    return folder
-
-
-def voxflow(bin_dir: Path, *args: str, cwd: Path, env: dict[str, str]
-            ) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([str(bin_dir / "voxflow"), *args], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=120)
 
 
 def no_database() -> dict[str, str]:
