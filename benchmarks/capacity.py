@@ -100,7 +100,9 @@ refuses new calls then but cannot shed admitted ones.) Again with ``--scheduler 
 load 5.3 -> 7.1 -> 5.7: no ramp, 8 admitted: 3,625 / 6,639 ms, 0 lost, TTS real-time
 factor 1.08; ramp 1.5 s, 7 admitted: 3,584 / 5,253 ms, 0 lost, 0.75. So spacing the
 admissions did not hold the p95 either: at that load 7 to 8 dense calls are more CPU
-than the process gets (``cpu_budget.py``: ~20 % of a core each).
+than the process gets (``cpu_budget.py``: ~20 % of a core each). ``--max-calls 5``
+(same command, the machine quiet: load 0.7 -> 1.2): 5 admitted, 19 refused, 676 / 923
+ms without a ramp, 676 / 754 ms with 1.5 s, 0 lost, TTS real-time factor 0.12-0.13.
 
 Measured at 32351c4 (``--calls 1,4,8,16 --turns 3``, one run; load average 2.6 at the
 start, 8.0 at the end: the 2 cores were shared with other engineers' jobs as well as
