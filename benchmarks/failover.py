@@ -36,7 +36,6 @@ import json
 import os
 import signal
 import statistics
-import sys
 import tempfile
 import threading
 import time
@@ -66,49 +65,11 @@ class FailoverTiming:
     heard_words: int
 
 
-def _worker(port: int, where: str) -> None:
-    """A serve process on ``where`` (``python failover.py --worker PORT WHERE``): prints
-    "listening", then its INFO log as JSON lines on stdout."""
-    from voxflow_adapters.webrtc import (
-        PeerSettings,
-        ServerSettings,
-        WebRtcServer,
-        assistant_call_factory,
-    )
-    from voxflow_adapters.webrtc.server import ignore_closed_transport_errors
-    from voxflow_voice.engines import VoiceEngines
-
-    from voxflow.logs import configure_logging
-
-    store: Any
-    if where.startswith("postgresql://"):
-        from voxflow.flow.postgres import PostgresFlowPersistence
-
-        url, schema = where.rsplit("#", 1)
-        store = PostgresFlowPersistence(url, schema=schema)
-    else:
-        from voxflow.flow.persistence import SQLiteFlowPersistence
-
-        store = SQLiteFlowPersistence(where)
-
-    async def main() -> None:
-        ignore_closed_transport_errors(asyncio.get_running_loop())
-        engines = await asyncio.to_thread(VoiceEngines.load)
-        settings = ServerSettings(port=port, token=TOKEN,
-                                  peer=PeerSettings(ice_host_addresses=("127.0.0.1",)))
-        async with WebRtcServer(assistant_call_factory(), engines, settings=settings,
-                                store=store, worker_id=f"worker-{port}"):
-            print("listening", flush=True)
-            configure_logging("INFO", "json", stream=sys.stdout)
-            await asyncio.Event().wait()
-
-    asyncio.run(main())
-
-
 class _Process:
     """A worker process and the JSON log records it printed."""
 
     def __init__(self, where: str) -> None:
+        from voxflow_adapters import store_server
         from voxflow_adapters.testing import free_port, serve_process
 
         self.port = free_port()
@@ -116,7 +77,7 @@ class _Process:
         self.records: list[dict[str, Any]] = []
         self._running = contextlib.ExitStack()
         self.proc = self._running.enter_context(serve_process(
-            [sys.executable, __file__, "--worker", str(self.port), where], cwd=ROOT,
+            store_server.command(self.port, TOKEN, where, json_logs=True), cwd=ROOT,
             name=f"the worker on port {self.port}"))
         threading.Thread(target=self._read, daemon=True).start()
 
@@ -250,9 +211,6 @@ async def main(runs: int, database: str, peer_timeout: float) -> None:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) == 4 and sys.argv[1] == "--worker":
-        _worker(int(sys.argv[2]), sys.argv[3])
-        sys.exit(0)
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=3, help="kills to time (default: 3)")
     parser.add_argument("--database", choices=("sqlite", "postgres"), default="sqlite")

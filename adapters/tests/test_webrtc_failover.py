@@ -9,7 +9,6 @@ import asyncio
 import os
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -18,7 +17,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from voxflow_adapters import testing
+from voxflow_adapters import store_server, testing
 from voxflow_adapters.testing import free_port
 from voxflow_adapters.webrtc.client import LoopbackCaller
 from voxflow_adapters.webrtc.resume import DROPPED_MARK
@@ -30,38 +29,6 @@ pytestmark = pytest.mark.models
 ROOT = Path(__file__).resolve().parents[2]
 TOKEN = "failover-test-token"
 
-# One serve process on a given store (the CLI's server, with the test's store).
-_SERVE = """
-import asyncio, logging, sys
-from voxflow_adapters.webrtc import (
-    PeerSettings, ServerSettings, WebRtcServer, assistant_call_factory)
-from voxflow_adapters.webrtc.server import ignore_closed_transport_errors
-from voxflow_voice.engines import VoiceEngines
-
-port, token, where = int(sys.argv[1]), sys.argv[2], sys.argv[3]
-logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-if where.startswith("postgresql://"):
-    from voxflow.flow.postgres import PostgresFlowPersistence
-    url, schema = where.rsplit("#", 1)
-    store = PostgresFlowPersistence(url, schema=schema)
-else:
-    from voxflow.flow.persistence import SQLiteFlowPersistence
-    store = SQLiteFlowPersistence(where)
-
-async def main() -> None:
-    ignore_closed_transport_errors(asyncio.get_running_loop())
-    engines = await asyncio.to_thread(VoiceEngines.load)
-    settings = ServerSettings(port=port, token=token,
-                              peer=PeerSettings(ice_host_addresses=("127.0.0.1",)))
-    async with WebRtcServer(assistant_call_factory(), engines, settings=settings,
-                            store=store, worker_id=f"worker-{port}"):
-        print("listening", flush=True)
-        await asyncio.Event().wait()
-
-asyncio.run(main())
-"""
-
-
 def where_of(store: Any) -> str:
     return f"{store.url}#{store.schema}" if hasattr(store, "schema") else str(store.path)
 
@@ -72,11 +39,9 @@ def serve_process(
 ) -> Iterator[tuple[str, subprocess.Popen[str], Path]]:
     """A serve process on ``where``: (its base URL, the process, its stderr log)."""
     port = free_port()
-    script = tmp_path / "serve_worker.py"
-    script.write_text(_SERVE)
     log = tmp_path / f"{name}.log"
-    with testing.serve_process([sys.executable, str(script), str(port), TOKEN, where],
-                               cwd=ROOT, log=log, name=name) as proc:
+    with testing.serve_process(store_server.command(port, TOKEN, where), cwd=ROOT, log=log,
+                               name=name) as proc:
         yield f"http://127.0.0.1:{port}", proc, log
 
 
