@@ -101,4 +101,6 @@ async def test_the_page_resumes_its_call_after_serve_is_killed_and_restarted(
     assert stored is not None
     users = [m["content"] for m in stored["messages"] if m["role"] == "user"]
     assert len(users) >= 2 and len(stored["turns"]) == len(users)  # each turn once
-    assert all("hello" in text.lower() for text in users), users
+    # The fake microphone loops "Hello there!": a resumed call may start mid-phrase and
+    # hear only "there" (seen once under load), so each turn holds one of the two words.
+    assert all("hello" in text.lower() or "there" in text.lower() for text in users), users
