@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from tests.jobs.queue_kit import FLOW, owner_state, start_job_worker, stop
+from tests.jobs.queue_kit import FLOW, owner_state, start_job_worker, stop, wait_for
 from voxflow import persist
 from voxflow._loader import load_flow_class
 from voxflow.flow.persistence import SQLiteFlowPersistence
@@ -70,6 +70,13 @@ async def test_a_restored_queued_job_never_enqueued_runs_once_and_is_announced_o
             assert await call.announce_ready() == ["Flight LX 8 is on time (attempt 1)."]
             assert await call.announce_ready() == []
             await flow.asave_state("announced")
+        # the job worker reports the update before procrastinate marks its queue job
+        # finished: wait for the final state (under load the row reads 'doing' a while)
+        async def finished() -> bool:
+            rows = await queue_rows(queue, job.job_id)
+            return bool(rows) and all(r[1] not in ("todo", "doing") for r in rows)
+
+        await wait_for(finished, 60, "the queue job's final state")
         assert [r[1] for r in await queue_rows(queue, job.job_id)] == ["succeeded"]
 
         # a later owner (its state still says queued: a save lost after the run) queues
