@@ -92,3 +92,32 @@ def test_any_option_value_gives_settings_or_an_error_naming_the_option(
     except SettingsError as exc:
         flag = {"demo_out": "--out"}.get(name, "--" + name.replace("_", "-"))
         assert str(exc).startswith(flag + " ")
+
+
+# -- turn-taking values the voice settings cannot take together ------------------------------
+
+@pytest.mark.parametrize(("env", "named"), [
+    ({"VOXFLOW_END_OF_TURN_MODEL": "smart-turn", "VOXFLOW_MAX_END_OF_TURN_SILENCE": "0.6"},
+     "VOXFLOW_MAX_END_OF_TURN_SILENCE"),
+    ({"VOXFLOW_END_OF_TURN_MODEL": "smart-turn", "VOXFLOW_COMPLETE_SILENCE": "1.7"},
+     "VOXFLOW_COMPLETE_SILENCE"),
+    ({"VOXFLOW_MAX_END_OF_TURN_SILENCE": "0.2"}, "VOXFLOW_MAX_END_OF_TURN_SILENCE"),
+])
+def test_turn_taking_values_that_conflict_are_a_settings_error_naming_the_variable(
+    env: dict[str, str], named: str,
+) -> None:
+    """A ``complete_silence`` longer than ``max_end_of_turn_silence`` (with a model), or a
+    maximum no longer than the 0.2 s pause where the model decides, is refused where the
+    variables are read, not later by the voice settings (a traceback from ``voxflow demo``)."""
+    with pytest.raises(SettingsError) as caught:
+        Settings.from_env(env)
+    message = str(caught.value)
+    assert message.startswith(named + "=")
+    assert "\n" not in message
+
+
+def test_a_long_complete_silence_is_fine_without_an_end_of_turn_model() -> None:
+    """Without a model the hold is unused (the voice settings take 0), so it conflicts
+    with nothing."""
+    settings = Settings.from_env({"VOXFLOW_MAX_END_OF_TURN_SILENCE": "0.6"})
+    assert settings.complete_silence == 0.8

@@ -38,7 +38,15 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from .errors import VoxflowError
 
@@ -64,11 +72,18 @@ _FIXES = {
     "webrtc_receive_hold": "give a whole number of 20 ms packets from 0 to 15 (3: a lost "
     "packet holds the audio behind it at most 60 ms; packets in order are never held)",
     "speculative_replies": "use true or false",
+    "max_end_of_turn_silence": "give seconds, more than 0.2 (the pause where the model "
+    "decides) and at most 10",
     "database_url": (
         "give postgresql://user[:password]@host[:port]/database, or unset it for the "
         "embedded SQLite store"
     ),
 }
+
+
+_TURN_TAKING = ("complete_silence", "max_end_of_turn_silence", "end_of_turn_model")
+"""The settings a cross-field rule (:meth:`Settings._check_turn_taking`) names: the first
+one given is the variable its error starts with."""
 
 
 class SettingsError(VoxflowError, ValueError):
@@ -91,8 +106,8 @@ class Settings(BaseModel):
         "none", description="'smart-turn': a model judges each short pause (complete: the turn "
         "ends at once; else it waits up to max_end_of_turn_silence)",
     )
-    max_end_of_turn_silence: float = Field(
-        1.6, gt=0, le=10, description="with an end-of-turn model: silence (s) ending a turn it "
+    max_end_of_turn_silence: float = Field(  # the model decides at a 0.2 s pause
+        1.6, gt=0.2, le=10, description="with an end-of-turn model: silence (s) ending a turn it "
         "judged incomplete",
     )
     resume_grace: float = Field(
@@ -164,6 +179,17 @@ class Settings(BaseModel):
             check_database_url(value.get_secret_value())
         return value
 
+    @model_validator(mode="after")
+    def _check_turn_taking(self) -> Settings:
+        if (self.end_of_turn_model != "none"
+                and self.complete_silence > self.max_end_of_turn_silence):
+            raise ValueError(
+                f"VOXFLOW_COMPLETE_SILENCE ({self.complete_silence}) is longer than "
+                f"VOXFLOW_MAX_END_OF_TURN_SILENCE ({self.max_end_of_turn_silence}): a turn "
+                "judged complete cannot wait longer than one judged incomplete; lower "
+                "VOXFLOW_COMPLETE_SILENCE or raise VOXFLOW_MAX_END_OF_TURN_SILENCE")
+        return self
+
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
         """Settings from ``VOXFLOW_*`` variables (``os.environ`` if ``environ`` is None).
@@ -184,11 +210,12 @@ class Settings(BaseModel):
             return cls.model_validate(values)
         except ValidationError as exc:
             first = exc.errors()[0]
-            field = str(first["loc"][0]) if first["loc"] else "?"
-            fix = _FIXES.get(field)
+            field = str(first["loc"][0]) if first["loc"] else next(
+                (name for name in _TURN_TAKING if name in values), _TURN_TAKING[0])
+            fix = _FIXES.get(field) if first["loc"] else None
             raise SettingsError(
                 f"{ENV_PREFIX}{field.upper()}={_shown(field, values.get(field))!r}: "
-                f"{first['msg']}" + (f"; {fix}" if fix else "")
+                f"{first['msg'].removeprefix('Value error, ')}" + (f"; {fix}" if fix else "")
             ) from None
 
     def with_options(self, **options: Any) -> Settings:

@@ -6,6 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import settings as hyp_settings
+from hypothesis import strategies as st
 from pydantic import ValidationError
 from voxflow_voice.engines import VoiceEngines
 from voxflow_voice.session import VoiceSettings
@@ -13,7 +16,7 @@ from voxflow_voice.stt import WhisperStt
 from voxflow_voice.turn_detector import TurnDetection
 
 from voxflow.errors import ModelNotFoundError
-from voxflow.settings import Settings
+from voxflow.settings import Settings, SettingsError
 
 TUNED = Settings(end_of_turn_silence=1.2, min_barge_in=0.05, speculative_replies=False)
 
@@ -114,3 +117,27 @@ def test_the_end_of_turn_model_and_its_longest_wait_come_from_the_settings() -> 
         Settings.from_env({"VOXFLOW_END_OF_TURN_MODEL": "smart"})
     with pytest.raises(ValueError, match="end_of_turn"):
         VoiceEngines.load(end_of_turn="smart")  # type: ignore[arg-type]
+
+
+_TURN_TAKING_VALUES = st.sampled_from(["0", "0.1", "0.2", "0.21", "0.4", "0.6", "0.8", "1.0",
+                                       "1.6", "2", "5", "10"])
+
+
+@hyp_settings(max_examples=200, derandomize=True, deadline=None)
+@given(st.fixed_dictionaries({}, optional={
+    "VOXFLOW_END_OF_TURN_MODEL": st.sampled_from(["none", "smart-turn"]),
+    "VOXFLOW_END_OF_TURN_SILENCE": _TURN_TAKING_VALUES,
+    "VOXFLOW_MAX_END_OF_TURN_SILENCE": _TURN_TAKING_VALUES,
+    "VOXFLOW_COMPLETE_SILENCE": _TURN_TAKING_VALUES,
+    "VOXFLOW_RESUME_GRACE": _TURN_TAKING_VALUES,
+    "VOXFLOW_MIN_BARGE_IN": _TURN_TAKING_VALUES}))
+def test_settings_the_variables_accept_are_voice_settings(env: dict[str, str]) -> None:
+    """Whatever turn-taking variables ``Settings.from_env`` accepts, the voice settings
+    take (a conflict is a SettingsError naming a variable, never a ValidationError from
+    ``from_settings`` after the command started: a traceback)."""
+    try:
+        settings = Settings.from_env(env)
+    except SettingsError as exc:
+        assert str(exc).split("=", 1)[0] in env
+        return
+    assert isinstance(VoiceSettings.from_settings(settings), VoiceSettings)
