@@ -40,11 +40,12 @@ from __future__ import annotations
 
 import contextlib
 import os
+import queue
 import re
 import signal
 import socket
 import subprocess
-import time
+import threading
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
@@ -295,14 +296,27 @@ def serve_process(
 
 def _wait_ready(proc: subprocess.Popen[str], ready: str, within: float, label: str,
                 log: Path | None) -> None:
-    assert proc.stdout is not None
-    deadline = time.monotonic() + within
-    while time.monotonic() < deadline:
-        line = proc.stdout.readline()
-        if ready in line:
+    """Wait for a stdout line containing ``ready``. The lines are read in a thread that
+    stops at that line (the rest of stdout stays the caller's), so a silent process
+    cannot block the wait past ``within``: a blocked ``readline`` would."""
+    stdout = proc.stdout
+    assert stdout is not None
+    said: queue.Queue[bool] = queue.Queue()
+
+    def read() -> None:
+        for line in iter(stdout.readline, ""):
+            if ready in line:
+                said.put(True)
+                return
+        said.put(False)  # end of its stdout
+
+    threading.Thread(target=read, name=f"serve_process {label}", daemon=True).start()
+    try:
+        if said.get(timeout=within):
             return
-        if not line and proc.poll() is not None:
-            tail = f": {log.read_text(errors='replace')[-4000:]}" if log is not None else ""
-            raise ServeStartError(f"{label} exited {proc.returncode} before it said "
-                                  f"{ready!r}{tail}")
-    raise ServeStartError(f"{label} did not say {ready!r} within {within:g} s")
+    except queue.Empty:
+        raise ServeStartError(f"{label} did not say {ready!r} within {within:g} s") from None
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=30)
+    tail = f": {log.read_text(errors='replace')[-4000:]}" if log is not None else ""
+    raise ServeStartError(f"{label} exited {proc.returncode} before it said {ready!r}{tail}")
