@@ -368,6 +368,43 @@ async def test_the_speculative_stt_may_start_before_the_model_decides(
     assert isinstance(ended[1], UtteranceReady) and paused.matches(ended[1])
 
 
+class _Ordered:
+    """The real model, noting whether the pause's transcript was in when it ran."""
+
+    def __init__(self, model: SmartTurn) -> None:
+        self.model = model
+        self.transcribed: list[bool] = []  # per pause: its words were in first
+        self.words_in = False
+
+    def probability(self, audio: NDArray[np.float32]) -> float:
+        self.transcribed.append(self.words_in)
+        return self.model.probability(audio)
+
+
+async def test_the_model_judges_once_the_pauses_words_are_in_not_beside_their_stt(
+    model: SmartTurn, voices: dict[str, PiperTts], stt: WhisperStt
+) -> None:
+    """On two cores the model's thread beside Whisper's two made the STT take twice as
+    long, and the verdict (and the reply) wait for the words anyway: one after the other."""
+    ordered = _Ordered(model)
+    detector = TurnDetector(SileroVad(), SMART, end_of_turn_model=ordered)
+    audio = call_audio(say(voices["slow"], "What time is it?"))
+
+    async def words(pause: UtterancePaused) -> Transcript | None:
+        ordered.words_in = False
+        transcript = await stt.transcribe(pause.audio)
+        ordered.words_in = True
+        return transcript
+
+    events: list[TurnDetectorEvent] = []
+    for start in range(0, audio.size, CHUNK):
+        async for step in detector.apush(audio[start : start + CHUNK], words):
+            events += step
+    assert len(turns(events)) == 1
+    assert ordered.transcribed and all(ordered.transcribed)
+    assert [d.transcript for d in detector.decisions][-1] == "What time is it?"
+
+
 class _BrokenModel:
     """An end-of-turn model that fails on every pause (a user's model with a bug)."""
 
