@@ -164,6 +164,31 @@ clock anchor is the frame's processing time), so the tape is the figure. The lea
 framework's Whisper took 2.8-5.4 s a turn in these runs (its README's 1.33 s was measured
 at a lower load). Neither the 500 ms target nor a clear win over the 0.6 s timer: the
 model stays off by default.
+
+Stage by stage (Dec 1, ``--v2v 10 --configs ... smart``; each call's STT, Smart Turn and
+first TTS chunk stamped, ms after the last speech sample on the tape, medians, load 1.1-1.3):
+
+=====================================  ==============  ============================
+stage                                  model beside    model after the words
+                                       the STT         (``TurnDetector.adecide``)
+=====================================  ==============  ============================
+the pause's STT starts (0.1 s pause)   160             159
+Smart Turn (start -> end)              271 -> 584      616 -> 772
+STT end (the reply's text)             851             613
+turn committed                         853             775
+TTS first chunk                        957             797
+first sample played                    968 (p90 1275)  805 (p90 973)
+silence timer 0.6 s, same run          687 (p90 897)   836 (p90 943)
+=====================================  ==============  ============================
+
+Side by side on two cores, Smart Turn's thread took one of Whisper's two: the STT took
+690 ms instead of ~340-450 alone, and the verdict waits for the words anyway. One after
+the other, Whisper base on the pause's audio (10 s window, ~450 ms here) is the critical
+path; Smart Turn and the first synthesis then run side by side (~150-180 ms each, one
+thread each). Tried and dropped: a Whisper window sized to the turn (the turn + 1 to 3 s
+of silence, base and tiny.en) repeats the sentence up to the token limit on every turn
+tried and is redone in 30 s; Whisper on 1 thread (837 vs 968 ms beside the model); the
+warm-up at onset (1098 ms); the STT from a 0.05 s pause (1344 vs 1208 at load 9).
 """
 
 from __future__ import annotations
@@ -397,10 +422,33 @@ ANCHOR_WAV = Path("/work/shared/anchors/pipecat/audio/user_q.wav")
 ANCHOR_TEXT = "What is the weather going to be like in Paris tomorrow?"
 
 
-async def voice_to_voice(turns: int, wav: Path | None, text: str = ANCHOR_TEXT,
-                         holds: tuple[float, ...] = ()) -> None:
+_REFERENCE: dict[str, Any] = {"min_speech": 0.2, "min_barge_in": 0.2}
+_SMART: dict[str, Any] = {"max_end_of_turn_silence": 1.6, "end_pad": 0.1, "resume_grace": 1.0,
+                          **_REFERENCE}
+# name: (label, turn detection, Smart Turn on, Whisper base settings, warm-up at onset)
+V2V_CONFIGS: dict[str, tuple[str, TurnDetection, bool, dict[str, Any], bool]] = {
+    "timer-0.2": ("silence timer 0.2 s (the leading framework's settings)",
+                  TurnDetection(end_of_turn_silence=0.2, **_REFERENCE), False, {}, False),
+    "timer-0.6": ("silence timer 0.6 s (voxflow's default timer)",
+                  TurnDetection(**_REFERENCE), False, {}, False),
+    "smart": ("Smart Turn + words at a 0.2 s pause, speculative STT from 0.1 s, provisional; "
+              "10 s Whisper window", TurnDetection(**_SMART), True, {}, False),
+    "smart-1t": ("the same, Whisper on 1 thread (not 2)", TurnDetection(**_SMART), True,
+                 {"cpu_threads": 1}, False),
+    "smart-warm": ("the same (2 threads), a Whisper warm-up at each speech onset",
+                   TurnDetection(**_SMART), True, {}, True),
+    "smart-0.05": ("the same, speculative STT from a 0.05 s pause",
+                   TurnDetection(**{**_SMART, "end_pad": 0.05}), True, {}, False),
+}
+V2V_DEFAULT = ("timer-0.2", "timer-0.6", "smart")
+
+
+async def voice_to_voice(turns: int, wav: Path | None, names: list[str],
+                         text: str = ANCHOR_TEXT, holds: tuple[float, ...] = ()) -> None:
     """``wav``: the utterance (None: render ``text`` as the anchor did its sentence);
-    ``holds``: Smart Turn configurations holding a complete turn (``complete_silence``)."""
+    ``names``: the configurations (:data:`V2V_CONFIGS`); ``holds``: Smart Turn
+    configurations holding a complete turn (``complete_silence``) after them."""
+    from _v2v_stages import StampedModel, StampedStt, StampedTts, Stamps, stages
     from voice_latency import Assistant, tape_figures
     from voxflow_adapters.scenario import run_call
     from voxflow_adapters.script import CallScript
@@ -412,6 +460,7 @@ async def voice_to_voice(turns: int, wav: Path | None, text: str = ANCHOR_TEXT,
 
     engines = await asyncio.to_thread(VoiceEngines.load, stt=SttSettings(model="base"),
                                       end_of_turn="smart-turn")
+    assert engines.end_of_turn is not None
     if wav is not None:
         audio: AudioChunk | str = str(wav)
         source = str(wav)
@@ -421,86 +470,49 @@ async def voice_to_voice(turns: int, wav: Path | None, text: str = ANCHOR_TEXT,
         speech = trim(resample(np.concatenate(parts) * 0.5, tts.sample_rate, STT_SAMPLE_RATE))
         audio = AudioChunk.from_float(speech, STT_SAMPLE_RATE)
         source = f"{text!r}, bundled Piper voice"
-    await engines.stt.transcribe(AudioChunk.from_float(np.zeros(16_000, np.float32), 16_000))
     async for _ in engines.tts.stream("Warming up.", segment_id=1):
         pass
-    reference: dict[str, Any] = {"min_speech": 0.2, "min_barge_in": 0.2}
-    smart: dict[str, Any] = {"max_end_of_turn_silence": 1.6, "end_pad": 0.1, "resume_grace": 1.0,
-             **reference}
-    configs = [
-        ("silence timer 0.2 s (the leading framework's settings)",
-         TurnDetection(end_of_turn_silence=0.2, **reference), False),
-        ("silence timer 0.6 s (voxflow's default timer)", TurnDetection(**reference), False),
-        ("Smart Turn + words at a 0.2 s pause, speculative STT from 0.1 s, provisional",
-         TurnDetection(**smart), True),
-        ("the same, the verdict at a 0.15 s pause",
-         TurnDetection(decision_pause=0.15, **smart), True),
-        ("the same (0.2 s), and a Whisper warm-up at each speech onset",
-         TurnDetection(**smart), True),
-    ]
-    if holds:  # (the timers, Smart Turn without a hold, then each hold: one lock's hold)
-        configs = configs[:3] + [
-            (f"the same, a complete turn held {hold} s (not a question nor a closed answer)",
-             TurnDetection(complete_silence=hold, **smart), True) for hold in holds]
-    print(f"voice to voice, real time: {turns} turns of {source}; Whisper base")
-    for name, detection, with_model in configs:
+    print(f"voice to voice, real time: {turns} turns of {source}; Whisper base; "
+          f"Smart Turn's decisions and every STT call stamped")
+    configs = {key: V2V_CONFIGS[key] for key in names}
+    for hold in holds:
+        configs[f"smart-hold-{hold:g}"] = (
+            f"Smart Turn, a complete turn held {hold} s (not a question nor a closed answer)",
+            TurnDetection(complete_silence=hold, **_SMART), True, {}, False)
+    for key, (name, detection, with_model, stt_options, warm_up) in configs.items():
+        stt = WhisperStt(SttSettings(model="base", **stt_options))
+        await stt.transcribe(AudioChunk.from_float(np.zeros(16_000, np.float32), 16_000))
+        stamps = Stamps()
         script = CallScript()
         for i in range(turns):
             script.user_says(0.5 + 5.0 * i, audio=audio)
-        used = engines if with_model else VoiceEngines(stt=engines.stt, tts=engines.tts,
-                                                  make_vad=engines.make_vad)
+        used = VoiceEngines(
+            stt=StampedStt(stt, stamps), tts=StampedTts(engines.tts, stamps),
+            make_vad=engines.make_vad,
+            end_of_turn=StampedModel(engines.end_of_turn, stamps) if with_model else None)
         call = await run_call(TurnRunner(Assistant(suppress_flow_events=True)), script, used,
                               clock=MonotonicClock(),
                               settings=VoiceSettings(turn_detection=detection,
-                                                     stt_warm_up="warm-up" in name),
+                                                     stt_warm_up=warm_up),
                               tail=3.0)
         tape = tape_figures(call, [])
         v2v = Distribution.of(tape.v2v)
         decided = call.session._detector.decisions
-        print(f"\n== {name}")
+        print(f"\n== {key}: {name}")
         print(f"   voice to voice, tape (targets median <= 500, p90 <= 700 ms)  {v2v}")
-        for label, value in call.session.summary().rows()[:4]:
-            print(f"   {label:<60} {value}")
-        for label, value in _breakdown(call, tape.end_lag):
-            print(f"   {label:<60} {value}")
+        print("   stages, ms after the last speech sample (tape):")
+        for label, value in stages(call, stamps):
+            print(f"   {label:<40} {value}")
         print(f"   turns committed {len(call.transcripts())} of {turns}; answered in the pause "
               f"{sum(m.speculative for m in call.metrics())}; stale samples "
               f"{call.stale_samples()}; verdicts complete "
-              f"{sum(v.complete for v in decided)} of {len(decided)}")
+              f"{sum(v.complete for v in decided)} of {len(decided)}; transcripts "
+              f"{sorted(set(call.transcripts()))}")
         print(f"   load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs "
               f"(a machine shared by several engineers)")
         if v2v.median_ms is not None:
-            figure(f"voice to voice on the anchor's audio, {name}", v2v.median_ms, "ms",
+            figure(f"voice to voice on the anchor's audio, {key}", v2v.median_ms, "ms",
                    target="<= 500 (p90 <= 700)")
-
-
-def _breakdown(call: Any, end_lag: list[float]) -> list[tuple[str, str]]:
-    """Where voice to voice goes: the VAD's speech end after the last sample, the commit
-    after the speech end (the pause and the verdict), the first sample played after the
-    commit, and whether the reply's text was ready before the commit."""
-    from voxflow_voice.events import AudioStarted, ReplyStarted, TurnCommitted, TurnMetrics
-
-    events = call.events
-    delivery = {e.turn_id: e.delivery_id for e in events if isinstance(e, ReplyStarted)}
-    audio = {e.delivery_id: e.at for e in events if isinstance(e, AudioStarted)}
-    text = {m.turn_id: m.first_text for m in events if isinstance(m, TurnMetrics)}
-    decided: list[float] = []
-    played: list[float] = []
-    ready = 0
-    for c in (e for e in events if isinstance(e, TurnCommitted)):
-        turn_delivery = delivery.get(c.turn_id)
-        heard = audio.get(turn_delivery) if turn_delivery is not None else None
-        if heard is None:
-            continue  # (taken back, or never played)
-        decided.append((c.at - c.speech_end_at) * 1000.0)
-        played.append((heard - c.at) * 1000.0)
-        first = text.get(c.turn_id)
-        ready += first is not None and first <= c.at
-    return [("  VAD speech end after the last sample (tape)", str(Distribution.of(end_lag))),
-            ("  speech end -> turn committed (pause + verdict)",
-             str(Distribution.of(decided))),
-            ("  turn committed -> first sample played", str(Distribution.of(played))),
-            ("  reply text ready before the commit", f"{ready} of {len(decided)}")]
 
 
 def main() -> None:
@@ -531,10 +543,13 @@ def main() -> None:
                         help="instead: voice to voice in real time over N turns")
     parser.add_argument("--wav", type=Path, default=ANCHOR_WAV, help="the --v2v utterance")
     parser.add_argument("--text", help="--v2v: this sentence in the bundled voice instead")
+    parser.add_argument("--configs", nargs="+", choices=sorted(V2V_CONFIGS),
+                        default=list(V2V_DEFAULT), help="the --v2v configurations, in order")
     args = parser.parse_args()
     if args.v2v:
         wav = args.wav if args.wav.is_file() and args.text is None else None
-        asyncio.run(voice_to_voice(args.v2v, wav, args.text or ANCHOR_TEXT, tuple(args.hold)))
+        asyncio.run(voice_to_voice(args.v2v, wav, args.configs, args.text or ANCHOR_TEXT,
+                                   tuple(h for h in args.hold if h)))
         return
     kinds = {"paused", "short", "complete"} if args.set == "all" else {args.set}
     began = time.perf_counter()
