@@ -73,13 +73,15 @@ run                                    off        on         load average
 "Stop, please.", 4 turns               171        157        7-10
 "Stop, please.", 3 turns (two runs)    164        86         2.2 / 1.3
 "Stop, please.", 4 turns               177 (n=2)  243 (n=1)  11 (TTS behind)
+"Stop, please.", 4 turns               167        172        1.9-2.5
+median of the four "Stop" runs         169        165
 "Wait, stop.", 4 turns                 54         53         4.8
 =====================================  =========  =========  ================
 
 Step by step ("Stop, please."): its packet at the server 2-3 ms after it was sent
 (16-19 ms after its first sample: the 20 ms frame fills first), VAD onset 128-178 ms
-(off), 100-159 ms (on: earlier when Silero scores one of the "s" frames over
-``onset_threshold`` through Opus, which it did in the quiet run only), the pause at
+(off), 100-185 ms (on: earlier when Silero scores one of the "s" frames over
+``onset_threshold`` through Opus, which it did in one run of four), the pause at
 once, the last reply frame on the wire at most 20 ms after the pause (the frame being
 encoded; the pause holds every frame not yet taken, aiortc's sender queues none),
 decoded at the caller 2-8 ms later. The line's "s" lasts 65 ms and the "t" closure 45
