@@ -181,6 +181,9 @@ first sample played                    968 (p90 1275)  805 (p90 973)
 silence timer 0.6 s, same run          687 (p90 897)   836 (p90 943)
 =====================================  ==============  ============================
 
+A second run after the change (load 1.1-1.3): Smart Turn 945 ms (p90 1261), the 0.6 s timer
+1037 (p90 1112); the STT 512 ms (the timer's 666), Smart Turn's end 236 ms after it.
+
 Side by side on two cores, Smart Turn's thread took one of Whisper's two: the STT took
 690 ms instead of ~340-450 alone, and the verdict waits for the words anyway. One after
 the other, Whisper base on the pause's audio (10 s window, ~450 ms here) is the critical
