@@ -23,6 +23,7 @@ def schema() -> Iterator[str]:
     import psycopg
 
     with psycopg.connect(PG_URL, autocommit=True) as conn:
+        conn.execute("SET lock_timeout = '60s'")  # a connection left open fails, not hangs
         conn.execute(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')
 
 

@@ -173,6 +173,7 @@ class PostgresJobQueue:
         try:
             with psycopg.connect(self.url, connect_timeout=max(1, int(self.connect_timeout)),
                                  **self.inbox.connect_options) as conn, conn.transaction():
+                conn.execute("SET LOCAL lock_timeout = '30s'")  # a stuck lock: an error
                 conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))",
                              (f"voxflow-schema:{self.schema}",))
                 conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{self.schema}"')
@@ -180,7 +181,9 @@ class PostgresJobQueue:
                 row = conn.execute("SELECT to_regclass('procrastinate_jobs')").fetchone()
                 if row is None or row[0] is None:
                     conn.execute(procrastinate.schema.SchemaManager.get_schema())
-                conn.execute(_ONE_PER_VERSION_SQL)
+                row = conn.execute("SELECT to_regclass(%s)", (_ONE_PER_VERSION,)).fetchone()
+                if row is None or row[0] is None:  # (creating it share-locks the jobs table)
+                    conn.execute(_ONE_PER_VERSION_SQL)
         except psycopg.Error as exc:
             raise self._unavailable(exc) from None
 
