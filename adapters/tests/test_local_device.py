@@ -74,8 +74,10 @@ CALL = textwrap.dedent("""
             stats = audio.statistics()
             delivery = DeliveryId("d-1")
             half = reply.size // 2
+            # Both halves in one step: the file PCM is unpaced, so an await between them
+            # let it play the first half and then 480 samples of silence (seen once in CI).
+            await audio.wait_writable()
             for start, part in ((0, reply[:half]), (half, reply[half:])):
-                await audio.wait_writable()
                 audio.write_nowait(AudioChunk.from_float(
                     part, 48000, delivery_id=delivery, segment_id=1, start_sample=start))
             receipts, drained = [], False
