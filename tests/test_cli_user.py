@@ -109,6 +109,20 @@ def test_bad_variables_are_named(variable: str, value: str) -> None:
     one_line_error(voxflow("chat", env={variable: value}), variable)
 
 
+@pytest.mark.parametrize(("command", "variable", "value", "fix"), [
+    ("chat", "VOXFLOW_MIN_BARGE_IN", "1e9", "give seconds, at least 0 and at most 5"),
+    ("chat", "VOXFLOW_RESUME_GRACE", "nan", "give seconds, at least 0 and at most 3"),
+    ("serve", "VOXFLOW_MAX_CALLS", "-1", "give a whole number from 1 to 10000"),
+    ("serve", "VOXFLOW_P95_TARGET_MS", "inf", "give milliseconds, more than 0 and at most 60000"),
+])
+def test_an_out_of_range_number_names_the_variable_and_the_range(
+    command: str, variable: str, value: str, fix: str,
+) -> None:
+    result = voxflow(command, env={variable: value})
+    assert result.stdout == ""  # refused before anything ran
+    assert one_line_error(result, variable).endswith(fix)
+
+
 OWN_LLM_FLOW = """
 from voxflow import Flow
 from voxflow.conversation import ConversationConfig

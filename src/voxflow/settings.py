@@ -81,6 +81,25 @@ _FIXES = {
 }
 
 
+def _fix(field: str) -> str | None:
+    """How to correct ``field``: its entry in ``_FIXES``, else its range read from its
+    bounds ("give seconds, at least 0 and at most 3"), so a bound and its message agree."""
+    if field in _FIXES:
+        return _FIXES[field]
+    info = Settings.model_fields.get(field)
+    if info is None or info.annotation not in (int, float):
+        return None
+    bounds = {k: getattr(m, k) for m in info.metadata for k in ("ge", "gt", "le")
+              if getattr(m, k, None) is not None}  # annotated_types' Ge, Gt, Le
+    if "le" not in bounds or not {"ge", "gt"} & set(bounds):
+        return None
+    if info.annotation is int and "ge" in bounds:
+        return f"give a whole number from {bounds['ge']} to {bounds['le']}"
+    unit = "milliseconds" if field.endswith("_ms") else "seconds"
+    low = f"at least {bounds['ge']:g}" if "ge" in bounds else f"more than {bounds['gt']:g}"
+    return f"give {unit}, {low} and at most {bounds['le']:g}"
+
+
 _TURN_TAKING = ("complete_silence", "max_end_of_turn_silence", "end_of_turn_model")
 """The settings a cross-field rule (:meth:`Settings._check_turn_taking`) names: the first
 one given is the variable its error starts with."""
@@ -93,7 +112,7 @@ class SettingsError(VoxflowError, ValueError):
 class Settings(BaseModel):
     """Everything a voxflow command can be configured with."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True, allow_inf_nan=False)
 
     home: Path | None = Field(None, description="data folder: persistence, model cache")
     model: str | None = Field(
@@ -212,7 +231,7 @@ class Settings(BaseModel):
             first = exc.errors()[0]
             field = str(first["loc"][0]) if first["loc"] else next(
                 (name for name in _TURN_TAKING if name in values), _TURN_TAKING[0])
-            fix = _FIXES.get(field) if first["loc"] else None
+            fix = _fix(field) if first["loc"] else None
             raise SettingsError(
                 f"{ENV_PREFIX}{field.upper()}={_shown(field, values.get(field))!r}: "
                 f"{first['msg'].removeprefix('Value error, ')}" + (f"; {fix}" if fix else "")
@@ -232,7 +251,7 @@ class Settings(BaseModel):
             first = exc.errors()[0]
             field = str(first["loc"][0]) if first["loc"] else "?"
             flag = {"demo_out": "--out"}.get(field, "--" + field.replace("_", "-"))
-            fix = _FIXES.get(field)
+            fix = _fix(field)
             raise SettingsError(
                 f"{flag} {_shown(field, given.get(field))!r}: {first['msg']}"
                 + (f"; {fix}" if fix else "")

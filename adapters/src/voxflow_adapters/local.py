@@ -36,7 +36,7 @@ import logging
 import threading
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import numpy as np
 from numpy.typing import NDArray
@@ -87,14 +87,20 @@ logger = logging.getLogger(__name__)
 class LocalAudioSettings(BaseModel):
     """Which devices a local call uses and how it buffers."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     input_device: int | str | None = Field(None, description="microphone (index or name)")
     output_device: int | str | None = Field(None, description="speakers (index or name)")
-    input_rate: int | None = Field(None, gt=0, description="input rate; None: the device's")
-    output_rate: int | None = Field(None, gt=0, description="output rate; None: the device's")
+    input_rate: int | None = Field(
+        None, gt=0, le=384_000, description="input rate; None: the device's"
+    )
+    output_rate: int | None = Field(
+        None, gt=0, le=384_000, description="output rate; None: the device's"
+    )
     block: float = Field(0.02, gt=0, le=0.5, description="seconds per device callback")
-    latency: Literal["low", "high"] | float = Field("low", description="PortAudio latency")
+    latency: Literal["low", "high"] | Annotated[float, Field(gt=0, le=10)] = Field(
+        "low", description="PortAudio latency: low, high or seconds"
+    )
     lead: float = Field(0.4, gt=0, le=10, description="seconds of reply audio queued ahead")
     stall_timeout: float = Field(
         1.5, gt=0, le=60, description="seconds without a callback that count as a stall"

@@ -33,7 +33,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from voxflow.errors import CapacityExceededError
 
@@ -45,20 +45,34 @@ __all__ = ["Admission", "AdmissionController", "AdmissionSettings", "Load"]
 class AdmissionSettings(BaseModel):
     """When a process takes one more call."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     max_calls: int = Field(8, ge=1, le=10_000, description="concurrent calls at most")
     p95_target_ms: float = Field(
         1000.0, gt=0, le=60_000, description="refuse calls while the recent p95 voice to "
         "voice is above this",
     )
-    window_turns: int = Field(40, ge=1, description="recent turns the p95 is taken over")
-    window_seconds: float = Field(60.0, gt=0, description="turns older than this are forgotten")
-    min_turns: int = Field(10, ge=1, description="turns needed before the p95 counts")
+    window_turns: int = Field(
+        40, ge=1, le=10_000, description="recent turns the p95 is taken over"
+    )
+    window_seconds: float = Field(
+        60.0, gt=0, le=86_400, description="turns older than this are forgotten"
+    )
+    min_turns: int = Field(
+        10, ge=1, le=10_000, description="turns needed before the p95 counts (at most "
+        "window_turns)",
+    )
     ramp_seconds: float = Field(
         0.0, ge=0, le=3600, description="at least this long between two admissions (0: "
         "none), so calls arriving together do not all speak together",
     )
+
+    @model_validator(mode="after")
+    def _check(self) -> AdmissionSettings:
+        if self.min_turns > self.window_turns:  # the p95 would never count
+            raise ValueError(f"min_turns ({self.min_turns}) must be at most window_turns "
+                             f"({self.window_turns}): the window never holds more turns")
+        return self
 
 
 @dataclass(frozen=True, slots=True)

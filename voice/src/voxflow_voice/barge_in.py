@@ -79,7 +79,7 @@ _NON_SPEECH = re.compile(r"\[[^\]]*\]|\([^)]*\)|\*[^*]*\*")  # Whisper's "(cough
 class BargeInSettings(BaseModel):
     """How a voice session arbitrates user sound over its replies."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     policy: BargeInPolicy = Field(
         "ignore_backchannel", description="interrupt, ignore_backchannel or must_finish"
@@ -92,24 +92,25 @@ class BargeInSettings(BaseModel):
         description="pause already at the first rising frame (the detector's onset_threshold)",
     )
     confirm_window: float = Field(
-        0.6, gt=0, description="s after the onset within which min_barge_in must be reached"
+        0.6, gt=0, le=10, description="s after the onset within which min_barge_in must be reached"
     )
     resume_hold: float = Field(
-        0.4, ge=0, description="silence (s) after an unconfirmed sound before playback resumes"
+        0.4, ge=0, le=5,
+        description="silence (s) after an unconfirmed sound before playback resumes",
     )
     rise_hold: float = Field(
-        0.1, ge=0,
+        0.1, ge=0, le=5,
         description="silence (s) after a rising sound that never became speech before "
         "playback resumes (pause_on_rise)",
     )
     backchannel_max: float = Field(
-        1.0, ge=0, description="speech (s) longer than this is a request, whatever its words"
+        1.0, ge=0, le=10, description="speech (s) longer than this is a request, whatever its words"
     )
     backchannel_max_words: int = Field(
-        4, ge=1, description="a backchannel has at most this many words"
+        4, ge=1, le=50, description="a backchannel has at most this many words"
     )
     decide_window: float = Field(
-        3.0, gt=0, description="s after the onset by which the decision falls without words"
+        3.0, gt=0, le=30, description="s after the onset by which the decision falls without words"
     )
     backchannel_words: frozenset[str] = Field(
         BACKCHANNEL_WORDS, description="the words a backchannel may consist of"

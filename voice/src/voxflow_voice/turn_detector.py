@@ -101,7 +101,7 @@ __all__ = [
 class TurnDetection(BaseModel):
     """When the voice pipeline starts and ends a user utterance and what counts as a barge-in."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     threshold: float = Field(0.5, gt=0, lt=1, description="speech probability that starts speech")
     neg_threshold: float = Field(
@@ -110,15 +110,19 @@ class TurnDetection(BaseModel):
     onset_threshold: float = Field(
         0.15, ge=0, lt=1, description="probability of the frames just before an onset that count"
     )
-    min_speech: float = Field(0.25, ge=0, description="speech (s) needed before speech starts")
-    end_of_turn_silence: float = Field(0.6, gt=0, description="silence (s) that ends a turn")
-    max_utterance: float = Field(30.0, gt=0, description="longest audio (s) handed to STT")
-    min_barge_in: float = Field(0.3, ge=0, description="speech (s) needed to interrupt a reply")
+    min_speech: float = Field(
+        0.25, ge=0, le=5, description="speech (s) needed before speech starts"
+    )
+    end_of_turn_silence: float = Field(0.6, gt=0, le=10, description="silence (s) that ends a turn")
+    max_utterance: float = Field(30.0, gt=0, le=120, description="longest audio (s) handed to STT")
+    min_barge_in: float = Field(
+        0.3, ge=0, le=5, description="speech (s) needed to interrupt a reply"
+    )
     # Silero confirms a short first word ("Stop, ...") up to ~0.4 s late; 0.6 s of
     # pre-roll keeps it in the audio handed to Whisper (which pads to 30 s anyway).
-    pre_roll: float = Field(0.6, ge=0, description="audio (s) kept before the speech onset")
+    pre_roll: float = Field(0.6, ge=0, le=5, description="audio (s) kept before the speech onset")
     end_pad: float = Field(
-        0.2, ge=0,
+        0.2, ge=0, le=5,
         description="trailing silence (s) kept after the speech, and the pause after which "
         "the utterance is handed out early; at most half of end_of_turn_silence",
     )

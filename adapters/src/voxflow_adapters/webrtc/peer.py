@@ -97,7 +97,7 @@ class IceServer(BaseModel):
 class PeerSettings(BaseModel):
     """Limits and network options of one call."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     ice_servers: tuple[IceServer, ...] = Field(
         (), description="STUN/TURN servers; empty: host candidates only, no public STUN"
@@ -106,18 +106,21 @@ class PeerSettings(BaseModel):
         None, description="local IPs offered as host candidates; None: every non-loopback "
         "interface (aioice's default). ('127.0.0.1',) for same-machine calls without a network",
     )
-    connect_timeout: float = Field(15.0, gt=0, description="ICE+DTLS must connect within (s)")
-    media_timeout: float = Field(20.0, gt=0, description="end the call after this much (s) "
-                                 "without audio from the peer")
-    peer_timeout: float = Field(
-        4.0, gt=0, description="end the call when nothing at all (RTP, RTCP, DTLS/SCTP) has "
-        "arrived from the peer for this long (s): the peer vanished (a killed browser or "
-        "process, a dropped network), well before the ICE consent expiry (~30 s)",
+    connect_timeout: float = Field(
+        15.0, gt=0, le=300, description="ICE+DTLS must connect within (s)"
     )
-    bye_grace: float = Field(1.0, ge=0, description="how long (s) the last messages (the "
-                             "bye) may take to leave before the connection is closed")
-    max_call_seconds: float = Field(1800.0, gt=0, description="longest call (s)")
-    lead: float = Field(0.3, gt=0, description="reply audio (s) queued ahead of the wire")
+    media_timeout: float = Field(20.0, gt=0, le=3600, description="end the call after this "
+                                 "much (s) without audio from the peer")
+    peer_timeout: float = Field(
+        4.0, gt=0, le=300, description="end the call when nothing at all (RTP, RTCP, "
+        "DTLS/SCTP) has arrived from the peer for this long (s): the peer vanished (a "
+        "killed browser or process, a dropped network), well before the ICE consent expiry "
+        "(~30 s)",
+    )
+    bye_grace: float = Field(1.0, ge=0, le=30, description="how long (s) the last messages "
+                             "(the bye) may take to leave before the connection is closed")
+    max_call_seconds: float = Field(1800.0, gt=0, le=86_400, description="longest call (s)")
+    lead: float = Field(0.3, gt=0, le=10, description="reply audio (s) queued ahead of the wire")
     receive_hold: int | None = Field(
         DEFAULT_RECEIVE_HOLD, ge=0, le=MAX_RECEIVE_HOLD, description="inbound RTP packets "
         "a gap (a lost or overtaken packet) may hold before it is skipped; packets in order "

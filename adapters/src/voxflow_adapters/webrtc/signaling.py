@@ -44,7 +44,7 @@ _OFFER_SHAPE = '{"type": "offer", "sdp": "..."}'
 class ServerSettings(BaseModel):
     """Where the server listens and what it lets in."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     host: str = Field("127.0.0.1", min_length=1, description="bind address (loopback default)")
     port: int = Field(8080, ge=0, le=65535, description="TCP port (0: any free port)")
@@ -53,8 +53,8 @@ class ServerSettings(BaseModel):
     allowed_origins: tuple[str, ...] = Field(
         (), description="extra page origins allowed to POST /offer (e.g. https://host:port)"
     )
-    max_sdp_bytes: int = Field(20_000, gt=0, description="largest offer SDP accepted")
-    max_calls: int = Field(8, ge=1, description="concurrent calls")
+    max_sdp_bytes: int = Field(20_000, gt=0, le=1_000_000, description="largest offer SDP accepted")
+    max_calls: int = Field(8, ge=1, le=10_000, description="concurrent calls")
     p95_target_ms: float = Field(
         1000.0, gt=0, le=60_000, description="refuse calls while the recent voice-to-voice "
         "p95 is above this (ms)",
@@ -67,9 +67,9 @@ class ServerSettings(BaseModel):
         "proxy names in X-Forwarded-Proto/X-Forwarded-Host (ignored unless set: anyone "
         "can send those headers to a server reached directly)",
     )
-    lease_seconds: float = Field(DEFAULT_LEASE_SECONDS, gt=0, description="a call's "
+    lease_seconds: float = Field(DEFAULT_LEASE_SECONDS, gt=0, le=3600, description="a call's "
                                  "session lease (renewed every third of it)")
-    resume_wait: float = Field(DEFAULT_LEASE_SECONDS + 2.0, ge=0, description="how long "
+    resume_wait: float = Field(DEFAULT_LEASE_SECONDS + 2.0, ge=0, le=3600, description="how long "
                                "(s) a resume waits for another worker's live lease")
 
     @model_validator(mode="after")
