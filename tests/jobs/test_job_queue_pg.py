@@ -506,6 +506,44 @@ async def test_purge_deletes_only_acknowledged_rows_past_their_age(
     assert [e.seq for e in await all_rows(queue.inbox, state.id)] == [2]
 
 
+async def test_a_reader_closes_when_a_wake_up_and_its_close_come_together(
+    queue: PostgresJobQueue, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A notification that lands in the same loop step as the call's close (a job worker
+    reporting while the call hangs up): the reader stops there and reads nothing more.
+    On Python 3.11 ``asyncio.wait_for`` returns a wait that finished beside the
+    cancellation and drops the cancellation: the reader read on, and when its next
+    wait was not cut short either, the call's close (``AssistantWiring.aclose``) never
+    returned (a CI run stalled there for 90 minutes)."""
+    state, _ = owner_state(flight="OS 2")
+    reads: list[str] = []
+    parked = asyncio.Event()
+    pending = queue.inbox.pending
+
+    async def counted(session_id: str, **kwargs: Any) -> Any:
+        reads.append(session_id)
+        entries = await pending(session_id, **kwargs)
+        if len(reads) >= 2:
+            parked.set()
+        return entries
+
+    monkeypatch.setattr(queue.inbox, "pending", counted)
+    reader = InboxReader(queue.inbox, state, lock=asyncio.Lock(), poll=60.0)
+    reader.start()
+    # it reads at its start and once the inbox listens (rows may have come before); then
+    # it waits for a notification (its poll is a minute away)
+    await asyncio.wait_for(parked.wait(), 30)
+    await asyncio.sleep(0.5)
+    wake = reader._wake  # the event a notification for this session sets
+    assert wake is not None
+    read_before = len(reads)
+    closing = asyncio.create_task(reader.aclose())  # runs first in the next step
+    wake.set()  # the wake-up, in the same step
+    done, _ = await asyncio.wait({closing}, timeout=30)
+    assert done, "the reader went on after its close"
+    assert len(reads) == read_before, "the reader read again after its close"
+
+
 # -- hostile inputs --------------------------------------------------------------------
 
 

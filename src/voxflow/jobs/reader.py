@@ -85,6 +85,7 @@ class InboxReader:
         self._unsaved = False  # rows applied in memory whose save failed
         self._wake: asyncio.Event | None = None
         self._task: asyncio.Task[None] | None = None
+        self._closing = False  # set by aclose: the loop ends even if a cancel is lost
 
     async def read_once(self) -> int:
         """Apply, save, acknowledge and announce the pending rows once; returns how many
@@ -118,12 +119,13 @@ class InboxReader:
         """Read in the background: now, on every notification for this session and every
         ``poll`` seconds (idempotent; call on the session's event loop)."""
         if self._task is None:
+            self._closing = False
             self._wake = self.inbox.watch(self.state.id)
             self._task = asyncio.create_task(self._run(self._wake), name="job inbox read")
 
     async def _run(self, wake: asyncio.Event) -> None:
         first = True
-        while True:
+        while not self._closing:
             wake.clear()
             try:
                 accepted = await self.read_once()
@@ -139,12 +141,18 @@ class InboxReader:
                     logger.warning("job inbox reader stopped: %s", exc)
                     return
                 logger.warning("job inbox read failed (%s); retrying", exc)
+            if self._closing:
+                return
+            # asyncio.timeout, not wait_for: on Python 3.11 wait_for drops a cancellation
+            # that comes beside the wake-up (the close would wait for this loop forever)
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(wake.wait(), self.poll)
+                async with asyncio.timeout(self.poll):
+                    await wake.wait()
 
     async def aclose(self) -> None:
         """Stop reading (idempotent)."""
         task, self._task = self._task, None
+        self._closing = True
         if self._wake is not None:
             self.inbox.unwatch(self.state.id, self._wake)
             self._wake = None
