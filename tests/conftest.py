@@ -3,7 +3,9 @@
 ``make_store`` is parametrized over SQLite (a file in ``tmp_path``) and PostgreSQL
 (``VOXFLOW_TEST_DATABASE_URL``, default ``postgresql://postgres@127.0.0.1:5432/test``,
 one fresh schema per test, dropped afterwards, so parallel runs never collide). The
-PostgreSQL variant skips with a one-line reason when no server answers.
+PostgreSQL variant skips with a one-line reason when no server answers, unless
+``VOXFLOW_REQUIRE_POSTGRES=1`` (``.ci/run`` sets it): then it fails, naming the fix, so
+CI can never stay green with every PostgreSQL test skipped (:func:`skip_without_postgres`).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from voxflow.flow._row_store import RowStore
 from voxflow.flow.persistence import SQLiteFlowPersistence
 
 PG_URL = os.environ.get("VOXFLOW_TEST_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/test")
+REQUIRE_POSTGRES = "VOXFLOW_REQUIRE_POSTGRES"
 
 StoreFactory = Callable[..., RowStore]
 
@@ -67,6 +70,29 @@ def postgres_unreachable() -> str | None:
     return None
 
 
+def postgres_required() -> bool:
+    """Whether a PostgreSQL test must fail, not skip, without a server (``=1``: CI)."""
+    return os.environ.get(REQUIRE_POSTGRES, "").strip() == "1"
+
+
+def missing_postgres_message(reason: str) -> str:
+    """The failure of a PostgreSQL test under ``VOXFLOW_REQUIRE_POSTGRES=1``: the fix."""
+    return (f"{reason}; {REQUIRE_POSTGRES}=1 requires it: start PostgreSQL 15 there (trust "
+            "auth, database test), point VOXFLOW_TEST_DATABASE_URL at a server, or unset "
+            f"{REQUIRE_POSTGRES} to skip the PostgreSQL tests")
+
+
+def skip_without_postgres() -> None:
+    """Skip the calling test, with the one-line reason, when the test PostgreSQL server
+    cannot be used; fail it instead under ``VOXFLOW_REQUIRE_POSTGRES=1``."""
+    reason = postgres_unreachable()
+    if reason is None:
+        return
+    if postgres_required():
+        pytest.fail(missing_postgres_message(reason), pytrace=False)
+    pytest.skip(reason)
+
+
 @pytest.fixture(params=["sqlite", "postgres"])
 def make_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[StoreFactory]:
     """``make_store(name="store", **options)``: a new backend (its own connections, as a process
@@ -80,9 +106,7 @@ def make_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store
             return store
 
     else:
-        reason = postgres_unreachable()
-        if reason is not None:
-            pytest.skip(reason)
+        skip_without_postgres()
         from voxflow.flow.postgres import PostgresFlowPersistence
 
         run = f"vx_{os.getpid()}_{uuid.uuid4().hex[:8]}"

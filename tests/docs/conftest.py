@@ -10,7 +10,10 @@ marker's logic: ``tests/docs/test_readme_blocks.py`` (unit) runs every other blo
 ``tests/docs/test_readme_voice_blocks.py`` (models) runs them all. A block whose first
 line is a comment naming a file of the repository (``# examples/test_assistant.py``)
 shows that file: it is not run here (the file has its own test) but must match it,
-line for line. A ```bash block is not Python and is never run.
+line for line. A ```bash block is not Python and is never run. A block that reads
+``os.environ["VOXFLOW_DATABASE_URL"]`` runs against the test PostgreSQL server; where none
+answers, the test runs the others and then skips, naming the blocks it could not run and
+why (under ``VOXFLOW_REQUIRE_POSTGRES=1`` it fails at the first of them instead).
 
 A failure names the block: its file, section heading and first line.
 """
@@ -31,25 +34,20 @@ from typing import Any
 
 import pytest
 
+from tests.conftest import PG_URL, missing_postgres_message, postgres_required, postgres_unreachable
+
 ROOT = Path(__file__).resolve().parents[2]
 READMES = (ROOT / "README.md", ROOT / "voice" / "README.md")
 MODELS = re.compile(r"\b(VoiceEngines|PiperTts|WhisperStt|SileroVad|run_call)\b")
 FENCE = re.compile(r"^```(\w*)\s*$")
 SHOWN_FILE = re.compile(r"^# ((?:[\w.-]+/)*[\w.-]+\.py)\s*$")
 POSTGRES = 'os.environ["VOXFLOW_DATABASE_URL"]'
-PG_URL = os.environ.get("VOXFLOW_TEST_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/test")
 
 
 @functools.cache
-def postgres_url() -> str | None:
-    """The test PostgreSQL server's URL, or None when it does not answer."""
-    try:
-        import psycopg
-
-        psycopg.connect(PG_URL, connect_timeout=3).close()
-    except Exception:
-        return None
-    return PG_URL
+def postgres_reason() -> str | None:
+    """Why the test PostgreSQL server cannot be used (asked once), or None."""
+    return postgres_unreachable()
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,7 +84,7 @@ class Block:
     @property
     def runnable(self) -> bool:
         """False for a PostgreSQL block where no test server answers."""
-        return not self.needs_postgres or postgres_url() is not None
+        return not self.needs_postgres or postgres_reason() is None
 
 
 def blocks_of(path: Path) -> list[Block]:
@@ -129,6 +127,10 @@ def run_blocks(blocks: list[Block], *, with_models: bool) -> list[Block]:
                                 "into the block again", pytrace=False)
                 ran.append(block)
                 continue
+            if not block.runnable and postgres_required():
+                pytest.fail(f"README block {block.name} needs PostgreSQL: "
+                            f"{missing_postgres_message(postgres_reason() or '')}",
+                            pytrace=False)
             if (block.needs_models and not with_models) or not block.runnable:
                 continue
             saved = os.environ.get("VOXFLOW_DATABASE_URL")
@@ -153,6 +155,15 @@ def run_blocks(blocks: list[Block], *, with_models: bool) -> list[Block]:
     return ran
 
 
+def skip_unrunnable(blocks: list[Block]) -> None:
+    """Skip the test, naming the blocks and the reason, when some of ``blocks`` could not
+    run for want of PostgreSQL (call it after the blocks that could run have passed)."""
+    unrun = [b.name for b in blocks if not b.runnable]
+    if unrun:
+        pytest.skip(f"{len(unrun)} block(s) need PostgreSQL, not run ({postgres_reason()}): "
+                    + "; ".join(unrun))
+
+
 @pytest.fixture
 def readme_sandbox(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     """A temporary working folder and ``VOXFLOW_HOME`` for the blocks."""
@@ -163,12 +174,14 @@ def readme_sandbox(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[
 
 @pytest.fixture
 def readme() -> Callable[..., Any]:
-    """``readme.blocks(path)``, ``readme.run(blocks, with_models=...)``, ``readme.READMES``."""
+    """``readme.blocks(path)``, ``readme.run(blocks, with_models=...)``,
+    ``readme.skip_unrunnable(blocks)``, ``readme.READMES``."""
 
     class Readme:
         READMES = READMES
         blocks = staticmethod(python_blocks)
         all_blocks = staticmethod(blocks_of)
         run = staticmethod(run_blocks)
+        skip_unrunnable = staticmethod(skip_unrunnable)
 
     return Readme  # type: ignore[return-value]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,7 @@ def test_the_readme_python_blocks_run(name: str, readme: Any, readme_sandbox: Pa
     ran = readme.run(blocks, with_models=False)
     assert len(ran) == sum((not b.needs_models and b.runnable) or b.shows_file is not None
                            for b in blocks)
+    readme.skip_unrunnable(blocks)
 
 
 def test_blocks_are_found_by_language_and_named_by_section(
@@ -53,3 +55,25 @@ def test_a_block_showing_a_file_must_match_it(readme: Any, tmp_path: Path) -> No
     doc.write_text("## Example\n\n```python\n# examples/support.py\nimport os  # stale\n```\n")
     with pytest.raises(pytest.fail.Exception, match="does not contain it"):
         readme.run(readme.blocks(doc), with_models=False)
+
+
+def test_a_postgres_block_without_a_server_skips_naming_it_or_fails_under_ci(
+    readme: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    docs = sys.modules[readme.run.__module__]
+    monkeypatch.setattr(docs, "postgres_reason", lambda: "PostgreSQL not reachable (test)")
+    doc = tmp_path / "README.md"
+    doc.write_text("## Plain\n\n```python\nx = 1\n```\n\n## Queue\n\n```python\nimport os\n"
+                   'url = os.environ["VOXFLOW_DATABASE_URL"]\n```\n')
+    blocks = readme.blocks(doc)
+    monkeypatch.delenv("VOXFLOW_REQUIRE_POSTGRES", raising=False)
+    assert readme.run(blocks, with_models=False) == blocks[:1]  # the others still run
+    with pytest.raises(pytest.skip.Exception) as skipped:
+        readme.skip_unrunnable(blocks)
+    assert "PostgreSQL not reachable (test)" in str(skipped.value)
+    assert "§ Queue «import os»" in str(skipped.value)
+    monkeypatch.setenv("VOXFLOW_REQUIRE_POSTGRES", "1")
+    with pytest.raises(pytest.fail.Exception) as failed:
+        readme.run(blocks, with_models=False)
+    assert "§ Queue «import os» needs PostgreSQL" in str(failed.value)
+    assert "VOXFLOW_REQUIRE_POSTGRES=1 requires it" in str(failed.value)

@@ -9,15 +9,13 @@ from collections.abc import AsyncIterator, Iterator
 
 import pytest
 
-from tests.conftest import PG_URL, postgres_unreachable
+from tests.conftest import PG_URL, skip_without_postgres
 from voxflow.jobs import PostgresJobQueue
 
 
 @pytest.fixture
 def schema() -> Iterator[str]:
-    reason = postgres_unreachable()
-    if reason is not None:
-        pytest.skip(reason)
+    skip_without_postgres()
     name = f"vxq_{os.getpid()}_{uuid.uuid4().hex[:8]}"
     yield name
     import psycopg

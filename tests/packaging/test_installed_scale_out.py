@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import PG_URL, postgres_unreachable
+from tests.conftest import PG_URL, skip_without_postgres
 
 from .conftest import clean_env, voxflow
 
@@ -46,9 +46,7 @@ def test_the_scale_out_commands_run_from_the_wheels(
 def test_a_job_worker_from_the_wheels_starts_and_stops_on_postgresql(
     installed_voxflow: Path, empty_dir: Path
 ) -> None:
-    reason = postgres_unreachable()
-    if reason is not None:
-        pytest.skip(reason)
+    skip_without_postgres()
     import psycopg
 
     schema = f"vxpkg_{uuid.uuid4().hex[:10]}"
