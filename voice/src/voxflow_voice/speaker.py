@@ -33,7 +33,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar
@@ -92,7 +91,7 @@ class SpokenReply:
         provisional: its speculation while the confirmed turn may still be taken back
             (until a sample of it is heard: ``TurnDetection.resume_grace``).
         work: the model-scheduler ticket of the segment being synthesized.
-        played_from: when (``time.monotonic``) its audio started going out, for the
+        played_from: when (on the session clock) its audio started going out, for the
             deadline of later segments; ``audio_seconds``: how much was handed over.
         buffered_seconds: audio synthesized ahead, not yet handed over.
         synthesized: whether any of its audio was synthesized yet.
@@ -118,27 +117,29 @@ class SpokenReply:
     buffered_seconds: float = 0.0
     synthesized: bool = False
 
-    def synthesis_work(self, call: str) -> Work:
+    def synthesis_work(self, call: str, now: float) -> Work:
         """The ticket of the next segment's synthesis (see :mod:`voxflow_voice.scheduler`):
         speculative while the turn is unconfirmed; urgent until its first audio exists
-        (the first clause: someone waits in silence); then due when playout runs dry."""
+        (the first clause: someone waits in silence); then due when playout runs dry.
+        ``now``: the session clock's reading."""
         if self.speculation is not None:
             return Work(call, "speculative")
         if not self.synthesized:
             return Work(call, "urgent")
-        return Work(call, "ahead", self.slack())
+        return Work(call, "ahead", self.slack(now))
 
-    def slack(self) -> float:
+    def slack(self, now: float) -> float:
         """Seconds until the next sentence's synthesis must start for playout not to run
         dry (:meth:`ahead_seconds`, less the time a synthesis takes under load)."""
-        return max(0.0, self.ahead_seconds() - SYNTHESIS_MARGIN)
+        return max(0.0, self.ahead_seconds(now) - SYNTHESIS_MARGIN)
 
-    def ahead_seconds(self) -> float:
-        """Seconds of its audio ready before playout runs dry: handed over and not yet
-        played, plus synthesized and not yet handed over."""
+    def ahead_seconds(self, now: float) -> float:
+        """Seconds of its audio ready before playout runs dry at ``now`` (the session
+        clock's reading: audio time, virtual in a deterministic run): handed over and not
+        yet played, plus synthesized and not yet handed over."""
         played = 0.0
         if self.played_from is not None:
-            played = max(0.0, self.played_from + self.audio_seconds - time.monotonic())
+            played = max(0.0, self.played_from + self.audio_seconds - now)
         return played + self.buffered_seconds
 
 
@@ -339,7 +340,8 @@ class ReplySpeaker:
                 if self._playback.is_fenced(delivery):
                     return
                 ready.put_nowait((segment_id, text))
-                reply.work = work = reply.synthesis_work(str(self._session_id()))
+                reply.work = work = reply.synthesis_work(str(self._session_id()),
+                                                          self._clock.now())
                 with scheduled(work):  # the stream's model jobs carry this ticket
                     chunks = self._tts.stream(text, delivery_id=delivery, segment_id=segment_id)
                     async for chunk in self.held(chunks):
@@ -350,18 +352,17 @@ class ReplySpeaker:
                             room.clear()
                             await room.wait()
                         if reply.speculation is None:
-                            work.update("ahead", reply.slack())
+                            work.update("ahead", reply.slack(self._clock.now()))
                 ready.put_nowait((segment_id, None))
         finally:
             ready.put_nowait(None)
 
-    @staticmethod
-    def _played_out(reply: SpokenReply, seconds: float) -> None:
+    def _played_out(self, reply: SpokenReply, seconds: float) -> None:
         """Account ``seconds`` of audio handed over; the segment's next sentences are
         due when it has played (unless the reply is still held, speculative)."""
         if reply.speculation is not None:
             return
-        now = time.monotonic()
+        now = self._clock.now()
         if reply.played_from is None or reply.played_from + reply.audio_seconds < now:
             reply.played_from, reply.audio_seconds = now, 0.0  # started, or ran dry
         reply.audio_seconds += seconds
