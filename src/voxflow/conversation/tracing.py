@@ -161,7 +161,7 @@ class _OpenTelemetryExporter:
     def export(self, batch: TraceBatch) -> None:
         """Emit one root span per batch with its spans as children."""
         ns = 1_000_000_000
-        end = batch.finished_at or time.time()
+        end = batch.finished_at if batch.finished_at is not None else _last_time(batch)
         root = self._tracer.start_span(
             f"{batch.flow_name} session", start_time=int(batch.started_at * ns)
         )
@@ -182,6 +182,16 @@ class _OpenTelemetryExporter:
         for span in reversed(batch.spans):
             parents[span.span_id].end(end_time=int((span.end or end) * ns))
         root.end(end_time=int(end * ns))
+
+
+def _last_time(batch: TraceBatch) -> float:
+    """The latest time a batch that was never finished records (on its tracer's clock:
+    an exporter has no clock of its own, and the wall time would stretch its root span
+    to whenever the batch happened to be exported)."""
+    times = [batch.started_at]
+    for span in batch.spans:
+        times.append(span.start if span.end is None else span.end)
+    return max(times)
 
 
 def opentelemetry_exporter() -> TraceExporter | None:
