@@ -1,0 +1,90 @@
+"""Block-scoped tasks (voxflow._tasks): cancelled and waited for when the block ends, the
+block's exception unwrapped, the helper's own failure never lost."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import pytest
+
+from voxflow._tasks import background, cancel_and_wait
+
+pytestmark = pytest.mark.unit
+
+
+async def test_the_helper_is_cancelled_and_waited_for_when_the_block_ends() -> None:
+    ended: list[str] = []
+
+    async def helper() -> None:
+        try:
+            await asyncio.Event().wait()
+        finally:
+            await asyncio.sleep(0)  # its cleanup awaits: the block waits for it
+            ended.append("helper")
+
+    async with background(helper(), name="helper") as task:
+        await asyncio.sleep(0)
+    assert ended == ["helper"] and task.cancelled()
+
+
+async def test_the_blocks_exception_goes_on_unwrapped() -> None:
+    async def helper() -> None:
+        await asyncio.Event().wait()
+
+    with pytest.raises(KeyError):  # a TaskGroup would raise an ExceptionGroup
+        async with background(helper(), name="helper"):
+            raise KeyError("block")
+
+
+async def test_the_helpers_own_failure_is_raised_where_the_block_ends() -> None:
+    async def helper() -> None:
+        raise RuntimeError("lease lost")
+
+    with pytest.raises(RuntimeError, match="lease lost"):
+        async with background(helper(), name="helper"):
+            await asyncio.sleep(0.01)
+
+
+async def test_with_both_failing_the_blocks_goes_on_and_the_helpers_is_logged(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    async def helper() -> None:
+        raise RuntimeError("helper broke")
+
+    with caplog.at_level(logging.ERROR, logger="voxflow._tasks"), pytest.raises(KeyError):
+        async with background(helper(), name="the-helper"):
+            await asyncio.sleep(0.01)
+            raise KeyError("block")
+    (record,) = caplog.records
+    assert "the-helper" in record.getMessage() and record.exc_info is not None
+    assert str(record.exc_info[1]) == "helper broke"
+
+
+async def test_a_helper_that_returned_is_not_cancelled() -> None:
+    async def helper() -> int:
+        return 7
+
+    async with background(helper(), name="helper") as task:
+        assert await task == 7
+    assert not task.cancelled() and task.result() == 7
+
+
+async def test_cancel_and_wait_holds_the_callers_cancellation_until_the_tasks_ended() -> None:
+    ended = asyncio.Event()
+
+    async def slow_cleanup() -> None:
+        try:
+            await asyncio.Event().wait()
+        finally:
+            await asyncio.sleep(0.05)
+            ended.set()
+
+    task = asyncio.create_task(slow_cleanup())
+    await asyncio.sleep(0)
+    owner = asyncio.create_task(cancel_and_wait([task]))
+    await asyncio.sleep(0.01)
+    owner.cancel()  # the owner is cancelled while its task still cleans up
+    with pytest.raises(asyncio.CancelledError):
+        await owner
+    assert ended.is_set() and task.cancelled()  # the task ended before its owner did
