@@ -9,7 +9,9 @@ the boundary: what the microphone gave, what the speaker got, and what was repor
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,6 +26,7 @@ from voxflow_adapters.local import (
     load_sounddevice,
 )
 from voxflow_voice.audio import STT_SAMPLE_RATE, AudioChunk
+from voxflow_voice.testing import CHECKS, TransportHarness, check_transport
 from voxflow_voice.transport import (
     AudioTransport,
     ClientObservation,
@@ -33,6 +36,7 @@ from voxflow_voice.transport import (
     PlaybackReceipt,
 )
 
+from voxflow._tasks import background
 from voxflow.clock import VirtualClock
 from voxflow.errors import AudioBackendError, AudioDeviceError, ResourceClosedError
 from voxflow.ids import DeliveryId
@@ -425,3 +429,31 @@ async def test_a_nan_block_from_the_driver_is_passed_on_as_counted_silence() -> 
     assert got.size == source.size  # the timeline is kept
     assert not np.any(got[960:1280]) and not np.any(got[1920:2240])  # those blocks: silence
     assert np.any(got[:960]) and np.any(got[1280:1920])  # the rest: the tone
+
+
+@contextlib.asynccontextmanager
+async def fake_sound_card() -> AsyncIterator[TransportHarness]:
+    """LocalAudio on the fake driver, its output callback run every 20 ms of a virtual
+    clock (the cadence PortAudio's audio thread gives the real one)."""
+    clock = VirtualClock(autojump=True)
+    driver = FakeDriver(output_rate=48_000)
+    async with clock, LocalAudio(quiet_settings(), backend=driver, clock=clock) as audio:
+
+        async def cadence() -> None:
+            block = driver.current("output").blocksize
+            while True:
+                driver.render(block)
+                await clock.sleep(block / 48_000)
+
+        async def mute(muted: bool) -> None:
+            audio.set_muted(muted)
+
+        async with background(cadence(), name="fake-device"):
+            yield TransportHarness(audio, sleep=clock.sleep, close=audio.aclose, mute=mute)
+
+
+async def test_the_transport_contract_on_the_fake_driver() -> None:
+    # voxflow_voice.testing's suite, as run for the simulated and WebRTC adapters (and on
+    # a real sound card in test_local_device.py), in every run: no PortAudio needed.
+    report = await check_transport(fake_sound_card)
+    assert report == {name: "passed" for name in CHECKS}

@@ -1,7 +1,8 @@
 """The transport contract (``voxflow_voice.testing``) run against the simulated client
 (virtual time) and the WebRTC peer over a real aiortc loopback call (the reply track's
 20 ms RTP tick drives the queue; mute arrives over the data channel). The local sound
-card runs the same suite in test_local_conformance.py (ALSA's file PCM)."""
+card runs the same suite on its fake driver in test_local_adapter.py (every run) and on
+real PortAudio streams in test_local_device.py (ALSA's file PCM)."""
 
 from __future__ import annotations
 
