@@ -3,6 +3,7 @@ of ``.importlinter`` (the layers adapters -> voice -> core, no cycles) with impo
 
 from __future__ import annotations
 
+import ast
 import re
 import shutil
 import subprocess
@@ -50,3 +51,34 @@ def test_the_core_names_no_adapter_package() -> None:
              for path in sorted((ROOT / "src" / "voxflow").rglob("*.py"))
              for n, line in enumerate(path.read_text().splitlines(), 1) if by_name.search(line)]
     assert named == []
+
+
+def _function_level_imports(path: Path) -> list[tuple[int, bool]]:
+    """``(line, commented)`` of every import inside a function of ``path``: commented when
+    its line carries a ``#`` comment, or the line above it (or above the run of import
+    lines it belongs to) is one, saying what the import is for."""
+    source = path.read_text()
+    lines = source.splitlines()
+    found: list[tuple[int, bool]] = []
+    for func in ast.walk(ast.parse(source, str(path))):
+        if not isinstance(func, ast.FunctionDef | ast.AsyncFunctionDef):
+            continue
+        for node in ast.walk(func):
+            if isinstance(node, ast.Import | ast.ImportFrom):
+                first = node.lineno - 1  # 0-based; a run of imports shares one comment
+                while first > 0 and lines[first - 1].strip().startswith(("import ", "from ")):
+                    first -= 1
+                above = lines[first - 1].strip() if first > 0 else ""
+                here = lines[node.lineno - 1][node.col_offset:]
+                found.append((node.lineno, "#" in here or above.startswith("#")))
+    return sorted(set(found))
+
+
+def test_every_function_level_import_says_why() -> None:
+    """An import inside a function of src/voxflow keeps ``import voxflow`` fast, defers an
+    optional dependency or breaks a layer's load order: a comment on its line or the line
+    above says which. One without a comment belongs at the top of its module."""
+    bare = [f"{path.relative_to(ROOT)}:{line}"
+            for path in sorted((ROOT / "src" / "voxflow").rglob("*.py"))
+            for line, commented in _function_level_imports(path) if not commented]
+    assert bare == []

@@ -23,7 +23,7 @@ def load_litellm() -> Any:
     """
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     os.environ.setdefault("MAX_BASE64_LENGTH_FOR_LOGGING", "0")
-    import litellm
+    import litellm  # here: litellm costs ~1 s to import; `import voxflow` never loads it
 
     litellm.suppress_debug_info = True
     litellm.telemetry = False

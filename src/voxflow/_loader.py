@@ -10,6 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from .errors import VoxflowError
+from .flow import Flow
+from .llm import LLM
 
 __all__ = ["FlowReferenceError", "load_flow", "load_flow_class", "module_name_for"]
 
@@ -61,8 +63,6 @@ def _with_model(cls: type[Any], ref: str, model: str) -> type[Any]:
         raise FlowReferenceError(
             f"{ref} configures its own LLM (ConversationConfig(llm=...)): drop --model "
             "(or VOXFLOW_MODEL), or remove the flow's llm=")
-    from .llm import LLM
-
     configured = type(cls.__name__, (cls,), {"__module__": cls.__module__,
                                              "__qualname__": cls.__qualname__})
     config.model_copy(update={"llm": LLM(model)})(configured)
@@ -116,8 +116,6 @@ def _flow_class(module: Any, ref: str, target: str, name: str) -> type[Any]:
         obj = getattr(module, name)
     except AttributeError:
         raise FlowReferenceError(f"{target} has no attribute {name!r}") from None
-    from .flow import Flow
-
     if not (isinstance(obj, type) and issubclass(obj, Flow)):
         raise FlowReferenceError(f"{ref} is not a voxflow Flow subclass")
     return obj

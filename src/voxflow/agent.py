@@ -20,6 +20,7 @@ import asyncio
 import dataclasses
 import inspect
 import json
+import typing
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -108,8 +109,6 @@ def tool_from_callable(func: Callable[..., Any], *, name: str | None = None) -> 
 
 
 def _hints(func: Callable[..., Any]) -> dict[str, Any]:
-    import typing
-
     try:
         return typing.get_type_hints(func)
     except Exception:  # unresolvable annotation: describe the argument as "any"

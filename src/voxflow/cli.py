@@ -19,9 +19,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import socket
 import sys
 import wave
 from collections.abc import Sequence
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
@@ -92,6 +94,7 @@ def _settings(args: argparse.Namespace, *, log_level: str | None = None) -> Sett
     Raises:
         UsageError: a variable or option is invalid.
     """
+    # here, as in every command: the CLI loads only what the command runs (fast --help)
     from .llm_policy import set_llm_defaults
     from .logs import configure_logging
 
@@ -126,7 +129,7 @@ def _check_assistant(
     flow = getattr(args, "flow", None)
     model = settings.model
     if flow is not None:
-        from ._loader import load_flow_class
+        from ._loader import load_flow_class  # here: a command loads only what it runs
 
         try:
             flow_cls = load_flow_class(flow)
@@ -136,7 +139,7 @@ def _check_assistant(
             raise UsageError(f"{flow} is not a conversational flow: set `conversational = True`"
                              " on the class (see the README's Conversational flows)")
         if voice:
-            from .turns import TurnState
+            from .turns import TurnState  # here: a command loads only what it runs
 
             state = flow_cls._state_type()
             if state is not None and not issubclass(state, TurnState):
@@ -151,7 +154,7 @@ def _check_assistant(
                     "--model, or remove the flow's llm=")
             model = None  # VOXFLOW_MODEL is a default: the flow's own LLM wins
     if model is not None:
-        from .llm_policy import missing_credentials
+        from .llm_policy import missing_credentials  # here: a command loads only what it runs
 
         missing = missing_credentials(model, {})
         if missing:
@@ -167,12 +170,13 @@ def _check_assistant(
 
 
 def _cmd_doctor(args: argparse.Namespace) -> int:
-    from .doctor import run_checks
+    from .doctor import run_checks  # here: a command loads only what it runs
 
     checks = run_checks()
     if args.json:
         print(json.dumps([c.as_dict() for c in checks], indent=2))
     else:
+        # here: only a table on the terminal needs rich
         from rich.console import Console
         from rich.table import Table
 
@@ -194,7 +198,7 @@ def _cmd_chat(args: argparse.Namespace) -> int:
     model = _check_assistant(args, settings, voice=args.voice)
     if args.voice:
         return _cmd_voice_chat(args, settings, model)
-    from .repl import run_repl
+    from .repl import run_repl  # here: a command loads only what it runs
 
     return run_repl(args.flow, model)
 
@@ -260,7 +264,7 @@ def _script_wavs(folder: Path) -> None:
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
-    from .demo import run_demo
+    from .demo import run_demo  # here: a command loads only what it runs
 
     settings = _settings(args)
     model = _check_assistant(args, settings)
@@ -275,8 +279,6 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 def _check_listen(host: str, port: int) -> None:
     """Bind ``host:port`` once, before the models load, so a bad address or a taken port
     is said at once."""
-    import socket
-
     try:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
     except (socket.gaierror, UnicodeError) as exc:
@@ -332,7 +334,7 @@ def _positive(value: float | None, option: str) -> float | None:
 
 def _cmd_jobs_worker(args: argparse.Namespace) -> int:
     """Run the background jobs that call workers queued, until SIGTERM/SIGINT."""
-    import asyncio
+    import asyncio  # here: a command loads only what it runs
 
     settings = _settings(args, log_level="INFO")
     if settings.database_url is None:
@@ -349,7 +351,7 @@ def _cmd_jobs_worker(args: argparse.Namespace) -> int:
     _check_assistant(args, settings)  # imports FLOW: its module declares the job functions
     if args.flow is None:
         import voxflow.examples.assistant  # noqa: F401  # the example assistant's jobs
-    from .jobs.queue import PostgresJobQueue
+    from .jobs.queue import PostgresJobQueue  # here: a command loads only what it runs
 
     try:
         queue = PostgresJobQueue(settings.database_url.get_secret_value(), schema=args.schema)
@@ -361,7 +363,11 @@ def _cmd_jobs_worker(args: argparse.Namespace) -> int:
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
-    from .bench import benchmark_scripts, default_benchmark_dir, run_bench
+    from .bench import (  # here: a command loads only what it runs
+        benchmark_scripts,
+        default_benchmark_dir,
+        run_bench,
+    )
 
     root = Path(args.dir) if args.dir is not None else default_benchmark_dir()
     scripts = benchmark_scripts(root)
@@ -391,6 +397,7 @@ def _cmd_bench(args: argparse.Namespace) -> int:
 
 
 def _print_bench(runs: list[dict[str, Any]], figures: list[dict[str, Any]]) -> None:
+    # here: only the bench command's table needs rich
     from rich.console import Console
     from rich.table import Table
 
@@ -413,8 +420,6 @@ def _print_bench(runs: list[dict[str, Any]], figures: list[dict[str, Any]]) -> N
 
 
 def _version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
     try:
         return version("voxflow")
     except PackageNotFoundError:  # run from a source tree that was never installed

@@ -16,6 +16,7 @@ from typing import Any
 
 from .commands import MissingCommandError, load_command
 from .settings import Settings
+from .wiring import AssistantWiring
 
 __all__ = [
     "TEXT_SCRIPT",
@@ -39,9 +40,7 @@ def load_example_module(name: str = "assistant") -> Any:
 
 def run_text_demo(*, model: str | None = None, json_output: bool = False) -> int:
     """Run :data:`TEXT_SCRIPT` through the example assistant as text; print each turn."""
-    from rich.console import Console
-
-    from .wiring import AssistantWiring
+    from rich.console import Console  # here: only the text demo prints through rich
 
     module = load_example_module("assistant")
     flow = module.assistant_class(model)()

@@ -17,6 +17,10 @@ import threading
 from types import FrameType
 from typing import Any
 
+from ._loader import load_flow
+from .demo import load_example_module
+from .wiring import chat_text
+
 __all__ = ["run_repl"]
 
 EXIT_OK, EXIT_INTERRUPTED = 0, 130
@@ -25,11 +29,7 @@ _POLL = 0.1
 
 def _make_flow(flow_ref: str | None, model: str | None) -> Any:
     if flow_ref is None:
-        from .demo import load_example_module
-
         return load_example_module().assistant_class(model)()
-    from ._loader import load_flow
-
     return load_flow(flow_ref, model=model)
 
 
@@ -59,8 +59,6 @@ class _Lines:
 
 def run_repl(flow_ref: str | None, model: str | None) -> int:
     """Chat with ``flow_ref`` (the example assistant if None) on stdin/stdout."""
-    from .wiring import chat_text
-
     flow = _make_flow(flow_ref, model)
     name = type(flow).__name__ if flow_ref is not None else "the example assistant"
     brain = f"open questions go to {model}" if model else (

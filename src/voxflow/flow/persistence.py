@@ -199,7 +199,7 @@ def _prepare(conn: sqlite3.Connection, *, timeout: float) -> None:
     (two processes creating one database together). So the switch is retried, up to
     ``timeout``; a database already in WAL mode is left as is.
     """
-    import sqlite3
+    import sqlite3  # here: `from voxflow import Flow` loads no sqlite3
 
     deadline = time.monotonic() + timeout
     pause = 0.005

@@ -132,7 +132,8 @@ class PostgresFlowPersistence(RowStore):
         with self._open_lock:
             if self._pool is not None:
                 return self._pool
-            try:  # here: psycopg is the optional voxflow[postgres] extra
+            try:
+                # here: psycopg is the optional voxflow[postgres] extra
                 import psycopg
                 from psycopg_pool import ConnectionPool, PoolTimeout
             except ImportError as exc:
@@ -168,7 +169,8 @@ class PostgresFlowPersistence(RowStore):
             return pool
 
     def _transaction(self, begin: str, fn: Callable[[Conn], T]) -> T:
-        import psycopg  # here: the optional voxflow[postgres] extra (loaded by _pool)
+        # here: the optional voxflow[postgres] extra (loaded by _pool)
+        import psycopg
         from psycopg_pool import PoolTimeout
 
         try:

@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import ValidationError
 
 from voxflow.errors import JobPayloadError, PersistenceUnavailableError
+from voxflow.jobs.background import BackgroundJob, commit_progress
 from voxflow.jobs.records import JobState, JobUpdate, begin_attempt, commit_job_update
 from voxflow.settings import DATABASE_URL_VARIABLE, check_database_url, redact_url
 
@@ -166,8 +167,6 @@ def apply_inbox(state: JobState[Any], entries: Iterable[InboxEntry]) -> list[boo
 
     Not locked: hold the session's state lock (``AssistantWiring.state_lock``).
     """
-    from voxflow.jobs.background import BackgroundJob, commit_progress
-
     results: list[bool] = []
     for entry in entries:
         if entry.problem is not None or entry.session_id != state.id:
@@ -246,6 +245,7 @@ class JobInbox:
             if self._pool is not None:
                 return self._pool
             try:
+                # here: psycopg is the optional voxflow[postgres] extra
                 import psycopg
                 from psycopg_pool import AsyncConnectionPool, PoolTimeout
             except ImportError as exc:
@@ -272,6 +272,7 @@ class JobInbox:
             return pool
 
     async def _execute(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        # here: the optional voxflow[postgres] extra (loaded by _open)
         import psycopg
         from psycopg_pool import PoolTimeout
 
@@ -420,7 +421,7 @@ class JobInbox:
                              ) -> AsyncIterator[str]:
         """:meth:`notifications`, calling ``on_listening`` once the ``LISTEN`` is in
         place (a row written after that call is notified)."""
-        import psycopg
+        import psycopg  # here: the optional voxflow[postgres] extra (loaded by _open)
 
         await self._open()
         conn: AsyncConnection[Any] | None = None

@@ -45,14 +45,13 @@ from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError, f
 from voxflow.clock import Clock, MonotonicClock
 from voxflow.errors import JobPayloadError, PersistenceUnavailableError
 from voxflow.ids import JobId, SessionId, TurnId
+from voxflow.jobs.background import BackgroundJob, JobContext, job_function
 from voxflow.jobs.inbox import INBOX_SCHEMA, JobInbox, check_schema
 from voxflow.jobs.records import JobUpdate, JobUpdateKind
-from voxflow.settings import check_database_url, redact_url
+from voxflow.settings import Settings, check_database_url, redact_url
 
 if TYPE_CHECKING:
     import procrastinate
-
-    from voxflow.jobs.background import BackgroundJob
 
 __all__ = ["TASK_NAME", "PostgresJobQueue", "QueuedJob", "default_job_queue"]
 
@@ -165,6 +164,7 @@ class PostgresJobQueue:
 
     def _migrate(self) -> None:
         try:
+            # here: procrastinate and psycopg are the optional voxflow[postgres] extra
             import procrastinate
             import psycopg
         except ImportError as exc:
@@ -190,8 +190,6 @@ class PostgresJobQueue:
     # -- the call worker's side --------------------------------------------------------
 
     def _defer_args(self, job: BackgroundJob, inputs: Mapping[str, Any] | None) -> dict[str, Any]:
-        from voxflow.jobs.background import BackgroundJob
-
         if not isinstance(job, BackgroundJob):
             raise TypeError(f"job must be a BackgroundJob, got {type(job).__name__}")
         payload = QueuedJob.parse({
@@ -234,7 +232,7 @@ class PostgresJobQueue:
         return job_id
 
     def _defer_failed(self, exc: BaseException) -> BaseException:
-        import psycopg
+        import psycopg  # here: the optional voxflow[postgres] extra (the queue is open)
 
         if isinstance(exc, PersistenceUnavailableError | JobPayloadError):
             return exc
@@ -252,7 +250,7 @@ class PostgresJobQueue:
         with self._sync_lock:
             if self._sync_app is None:
                 try:
-                    import procrastinate
+                    import procrastinate  # here: the optional voxflow[postgres] extra
                 except ImportError as exc:
                     raise PersistenceUnavailableError(
                         "the job queue needs procrastinate", path=redact_url(self.url),
@@ -303,6 +301,7 @@ class PostgresJobQueue:
         return [int(r[0]) for r in rows]
 
     def _app(self, connections: int) -> procrastinate.App:
+        # here: the optional voxflow[postgres] extra (checked by migrate)
         import procrastinate
         from procrastinate.manager import JobManager
 
@@ -370,6 +369,7 @@ class PostgresJobQueue:
         if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
             raise ValueError("concurrency must be an int >= 1")
         await self.migrate()
+        # here: the optional voxflow[postgres] extra (migrate() said if it is missing)
         import procrastinate
         import psycopg
 
@@ -436,8 +436,6 @@ class PostgresJobQueue:
     async def _execute(self, context: Any, payload: Mapping[str, Any], clock: Clock,
                        format_error: Callable[[BaseException], str],
                        stop_requested: Callable[[], bool]) -> None:
-        from voxflow.jobs.background import BackgroundJob, JobContext, job_function
-
         queued = QueuedJob.parse(payload)  # a JobPayloadError fails the queue job, logged
         attempt = int(context.job.attempts) + 1
         where = (int(context.job.id), attempt)
@@ -550,7 +548,5 @@ def default_job_queue(*, schema: str = "public") -> PostgresJobQueue | None:
         SettingsError: the variable is set but not a ``postgresql://`` URL (named, the
             password never shown).
     """
-    from voxflow.settings import Settings
-
     url = Settings.from_env().database_url
     return None if url is None else PostgresJobQueue(url.get_secret_value(), schema=schema)

@@ -31,6 +31,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from voxflow.errors import FencedWriteError
 from voxflow.jobs.inbox import JobInbox, apply_inbox
 from voxflow.jobs.records import JobState
 
@@ -135,8 +136,6 @@ class InboxReader:
                     await self.on_update()
                 first = False
             except Exception as exc:
-                from voxflow.errors import FencedWriteError
-
                 if isinstance(exc, FencedWriteError):
                     logger.warning("job inbox reader stopped: %s", exc)
                     return

@@ -304,6 +304,7 @@ def _register_provider() -> None:
             return
 
         litellm = load_litellm()
+        # here: litellm loads only when a scripted LLM is first used (import-time cost)
         from litellm.llms.custom_llm import CustomLLM
 
         handler = _make_handler(CustomLLM, litellm)
@@ -325,7 +326,7 @@ def _lookup(model: str) -> ScriptedLLM:
 
 def _make_handler(base: type[Any], litellm: Any) -> Any:
     """The litellm ``CustomLLM`` that plays each ScriptedLLM's replies."""
-    from litellm.llms import custom_llm
+    from litellm.llms import custom_llm  # here: loaded with litellm, on first use
 
     make_error: Any = custom_llm.CustomLLMError  # untyped in litellm
 
