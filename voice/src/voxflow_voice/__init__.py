@@ -111,6 +111,9 @@ from .heard import (
 from .heard import (
     HeardReply as HeardReply,
 )
+from .hiss import (
+    HissDetector as HissDetector,
+)
 from .input_guard import (
     InputGuard as InputGuard,
 )
@@ -355,6 +358,7 @@ __all__ = [
     "EnergyVad",
     "HeardLedger",
     "HeardReply",
+    "HissDetector",
     "InputConverter",
     "InputGuard",
     "InputStatistics",

@@ -22,6 +22,12 @@ class TurnDetection(BaseModel):
     onset_threshold: float = Field(
         0.15, ge=0, lt=1, description="probability of the frames just before an onset that count"
     )
+    hiss_rise: float | None = Field(
+        12.0, ge=0, le=80,
+        description="a frame whose high-frequency energy stays this far (dB) over the recent "
+        "floor for 24 ms also counts as rising, like onset_threshold (an unvoiced first "
+        "consonant: 's', 'sh', 'f'; see voxflow_voice.hiss); None: the VAD alone",
+    )
     min_speech: float = Field(
         0.25, ge=0, le=5, description="speech (s) needed before speech starts"
     )

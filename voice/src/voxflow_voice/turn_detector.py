@@ -12,7 +12,9 @@ The rules (:class:`TurnDetection`):
 * the onset is backdated over up to three frames just before the first speech frame
   that score at least ``onset_threshold``: Silero's probability rises over a frame or two
   (measured 40 to 100 ms behind the first voiced sample on the bundled voice), and the
-  durations below count from the onset;
+  durations below count from the onset; with ``hiss_rise`` a frame of sustained
+  high-frequency noise (:class:`~voxflow_voice.hiss.HissDetector`: the 's' of "Stop",
+  which Silero scores low for up to ~140 ms) counts as rising too;
 * speech *starts* after ``min_speech`` seconds of it (shorter blips are ignored);
 * a *barge-in* is signalled once per utterance after ``min_barge_in`` seconds of speech
   (never before the start); the session acts on it only while a reply is active;
@@ -68,6 +70,7 @@ from numpy.typing import NDArray
 
 from .audio import STT_SAMPLE_RATE, AudioChunk
 from .end_of_turn import EndOfTurnModel, EndOfTurnVerdict
+from .hiss import HissDetector
 from .stt import Transcript
 from .turn_detection import DEFAULT_TURN_DETECTION, FAST_TURN_DETECTION, TurnDetection
 from .turn_events import (
@@ -129,6 +132,8 @@ class TurnDetector:
         self.settings = settings if settings is not None else DEFAULT_TURN_DETECTION
         self._model = end_of_turn_model
         self._stream = VadStream(vad)
+        self._hiss = None if self.settings.hiss_rise is None else HissDetector(
+            rise_db=self.settings.hiss_rise)
         rate = STT_SAMPLE_RATE
         s = self.settings
         self._min_speech = round(s.min_speech * rate)
@@ -418,6 +423,8 @@ class TurnDetector:
         self._backlog.clear()
         self._recent.clear()
         self._rising = None
+        if self._hiss is not None:
+            self._hiss.reset()
 
     def _step(self, frame: NDArray[np.float32], prob: float, out: list[TurnDetectorEvent]) -> None:
         s = self.settings
@@ -426,6 +433,7 @@ class TurnDetector:
         self._position = end
         self._last_probability = prob
         self._frames.append(frame)
+        hiss = self._hiss is not None and self._hiss.push(frame)  # (its floor: every frame)
         if (self._provisional is not None and self._state == "idle"
                 and end - self._provisional[1] > self._grace):
             self.seal()  # (also trims the kept audio)
@@ -435,6 +443,8 @@ class TurnDetector:
                 self._onset = self._backdated_onset(start)
                 self._last_speech_end = end
             else:
+                if hiss:  # an unvoiced first consonant: rising like a frame the VAD scores
+                    prob = max(prob, s.onset_threshold)
                 self._recent.append((start, prob))
                 if prob >= s.onset_threshold:
                     rising = self._rising
