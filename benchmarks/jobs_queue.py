@@ -60,9 +60,11 @@ FLOW = str(HERE / "_jobs_queue_flow.py") + ":Bench"
 
 
 def job_worker(schema: str, heartbeat: float, stalled_after: float) -> subprocess.Popen[bytes]:
-    env = {**os.environ, "VOXFLOW_DATABASE_URL": PG_URL}
+    # the queue's schema is the first of the URL's search_path
+    url = f"{PG_URL}{'&' if '?' in PG_URL else '?'}options=-csearch_path%3D{schema}"
+    env = {**os.environ, "VOXFLOW_DATABASE_URL": url}
     return subprocess.Popen(
-        [sys.executable, "-m", "voxflow.cli", "jobs", "worker", FLOW, "--schema", schema,
+        [sys.executable, "-m", "voxflow.cli", "jobs", "worker", FLOW,
          "--heartbeat", str(heartbeat), "--stalled-after", str(stalled_after),
          "--log-level", "ERROR"], env=env, stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL)

@@ -30,6 +30,12 @@ REQUIRE_POSTGRES = "VOXFLOW_REQUIRE_POSTGRES"
 StoreFactory = Callable[..., RowStore]
 
 
+def schema_url(schema: str, url: str = PG_URL) -> str:
+    """``url`` whose ``search_path`` starts with ``schema``: where every voxflow store given
+    it (sessions, job queue, inbox, dispatch) keeps its tables."""
+    return f"{url}{'&' if '?' in url else '?'}options=-csearch_path%3D{schema}"
+
+
 @pytest.fixture(autouse=True)
 def _root_logging_restored() -> Iterator[None]:
     """Undo what a test running the CLI in-process did to logging (``configure_logging``).

@@ -57,8 +57,10 @@ PG_URL: str = _ROOT.PG_URL
 @pytest.fixture
 def pg_schema_url() -> Iterator[str]:
     """A PostgreSQL URL whose ``search_path`` is a fresh schema (dropped afterwards), for
-    processes that share tables: the test database of the core tests, skipped with a
-    one-line reason when none answers (failed under ``VOXFLOW_REQUIRE_POSTGRES=1``)."""
+    processes that share tables: every voxflow store given it (dispatch, sessions, job
+    queue, inbox) keeps its tables there, so suites running at once on the test database
+    of the core tests share nothing. Skipped with a one-line reason when none answers
+    (failed under ``VOXFLOW_REQUIRE_POSTGRES=1``)."""
     skip_without_postgres()
     import psycopg
 
@@ -68,4 +70,5 @@ def pg_schema_url() -> Iterator[str]:
     joiner = "&" if "?" in PG_URL else "?"
     yield f"{PG_URL}{joiner}options=-csearch_path%3D{schema}"
     with psycopg.connect(PG_URL, autocommit=True) as conn:
-        conn.execute(f'DROP SCHEMA "{schema}" CASCADE')
+        conn.execute("SET lock_timeout = '60s'")  # a connection left open fails, not hangs
+        conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')

@@ -260,3 +260,58 @@ async def test_a_running_front_door_purges_expired_offers_without_a_restart(
             assert await offers(store) == [live]  # the expired row gone, the live one kept
         finally:
             await store.aclose()
+
+
+async def test_the_dispatch_tables_go_to_the_urls_schema_beside_the_sessions_and_jobs(
+) -> None:
+    """The first schema of the URL's search_path (created if missing), with the URL's
+    other options kept on every connection: the pool's, a listener's, the heartbeat's."""
+    import os
+    import urllib.parse
+    import uuid
+
+    from voxflow_adapters.webrtc.worker import Heartbeat
+
+    from voxflow.flow.postgres import PostgresFlowPersistence
+    from voxflow.jobs import PostgresJobQueue
+
+    from .conftest import PG_URL, skip_without_postgres
+
+    skip_without_postgres()
+    schema = f"vxd_{os.getpid()}_{uuid.uuid4().hex[:8]}"
+    options = urllib.parse.quote(f"-c statement_timeout=4321 -c search_path={schema}")
+    url = f"{PG_URL}{'&' if '?' in PG_URL else '?'}options={options}"
+    store = DispatchStore(url)
+    assert store.schema == PostgresFlowPersistence(url).schema == PostgresJobQueue(url).schema
+    assert store.schema == schema
+    beat = Heartbeat(store, "w-1", interval=0.05)
+    try:
+        await store.register("w-1", slots=1, host="h", pid=1)
+        shown = await store._run(lambda c: _fetch(c, "SELECT current_schema(), "
+                                                  "current_setting('statement_timeout')"))
+        assert shown == (schema, "4321ms")
+        tables = await store._run(lambda c: _fetch(
+            c, "SELECT to_regclass(%s), to_regclass(%s)",
+            (f"{schema}.voxflow_call_workers", f"{schema}.voxflow_call_offers")))
+        assert None not in tables
+        at = "SELECT heartbeat_at FROM voxflow_call_workers WHERE worker_id = 'w-1'"
+        (registered,) = await store._run(lambda c: _fetch(c, at))
+        beat.start()
+        async with asyncio.timeout(30):
+            while beat.beats < 2:  # noqa: ASYNC110  # a thread's counter
+                await asyncio.sleep(0.05)
+        assert beat.failures == 0
+        (renewed,) = await store._run(lambda c: _fetch(c, at))
+        assert renewed > registered  # the heartbeat's own connection found the row
+    finally:
+        beat.stop()
+        await store.aclose()
+        import psycopg
+
+        with psycopg.connect(PG_URL, autocommit=True) as conn:
+            conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+
+
+async def _fetch(conn: Any, sql: str, params: tuple[Any, ...] = ()) -> tuple[Any, ...]:
+    row = await (await conn.execute(sql, params)).fetchone()
+    return tuple(row)

@@ -1,5 +1,7 @@
 """Dispatch across processes: a front door and two call workers started with the real
-command line (``voxflow serve --front-door`` / ``--worker``) on one PostgreSQL schema;
+command line (``voxflow serve --front-door`` / ``--worker``) on one PostgreSQL schema
+(a fresh one per test, the first of their URL's search_path: dispatch, sessions, job
+queue and inbox all in it, dropped after the test);
 real aiortc callers dial the front door and talk to the workers directly (loopback ICE).
 Then the issue's kill test, its first part: with a job worker (``voxflow jobs worker``)
 too, a call worker killed mid-reply while the call's job runs; its second part: a paused
@@ -173,8 +175,8 @@ def test_a_call_worker_killed_mid_reply_while_a_job_runs(
     port = free_port()
     worker_args = ["--worker", "--max-calls", "2", "--ice-host", "127.0.0.1",
                    "--stale-after", "2"]
-    # the workers' session store (default_persistence: the URL's database, schema public)
-    sessions = PostgresFlowPersistence(pg_schema_url.split("?", 1)[0])
+    # the workers' session store (default_persistence: the URL's schema, as every table)
+    sessions = PostgresFlowPersistence(pg_schema_url)
     flow = tmp_path / "slow_lookup.py"  # the example assistant, its lookup running 15 s
     flow.write_text("from voxflow.examples.assistant import assistant_class\n\n"
                     "SlowLookup = assistant_class(None, lookup_seconds=15.0)\n")
@@ -271,7 +273,7 @@ def test_a_zombie_call_worker_is_fenced_and_a_killed_job_worker_reruns_its_job(
     port = free_port()
     worker_args = ["--worker", "--max-calls", "2", "--ice-host", "127.0.0.1",
                    "--stale-after", "2"]
-    sessions = PostgresFlowPersistence(pg_schema_url.split("?", 1)[0])
+    sessions = PostgresFlowPersistence(pg_schema_url)
     flow = tmp_path / "slow_lookup.py"  # the lookup runs long enough to be killed in
     flow.write_text("from voxflow.examples.assistant import assistant_class\n\n"
                     "SlowLookup = assistant_class(None, lookup_seconds=12.0)\n")

@@ -353,10 +353,8 @@ def _cmd_jobs_worker(args: argparse.Namespace) -> int:
         import voxflow.examples.assistant  # noqa: F401  # the example assistant's jobs
     from .jobs.queue import PostgresJobQueue  # here: a command loads only what it runs
 
-    try:
-        queue = PostgresJobQueue(settings.database_url.get_secret_value(), schema=args.schema)
-    except ValueError as exc:
-        raise UsageError(f"--schema {args.schema}: {exc}") from None
+    # the schema is the URL's (its search_path's first): the one the call workers use
+    queue = PostgresJobQueue(settings.database_url.get_secret_value())
     asyncio.run(queue.run_worker(concurrency=args.concurrency, heartbeat=heartbeat,
                                  stalled_after=stalled, install_signal_handlers=True))
     return EXIT_OK
@@ -514,11 +512,10 @@ def _parser() -> argparse.ArgumentParser:
         description="Run the background jobs of FLOW that call workers queued in "
                     "VOXFLOW_DATABASE_URL, until SIGTERM or Ctrl-C (running jobs finish "
                     "first). A job whose worker stops heartbeating is run again, as its "
-                    "next attempt, by another worker.")
+                    "next attempt, by another worker. The queue is in the first schema of "
+                    "the URL's search_path (public when it names none), where every "
+                    "process given that URL keeps its tables.")
     _assistant_options(worker)
-    worker.add_argument("--schema", default="public",
-                        help="the database schema of the queue and the inboxes "
-                             "(default: public)")
     worker.add_argument("--concurrency", type=int, default=8,
                         help="jobs run at once (default: 8)")
     worker.add_argument("--heartbeat", type=float, default=None, metavar="SECONDS",

@@ -22,11 +22,13 @@ from __future__ import annotations
 
 import ast
 import asyncio
+import contextlib
 import functools
 import inspect
 import os
 import re
 import traceback
+import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -111,9 +113,34 @@ def python_blocks(path: Path) -> list[Block]:
     return [b for b in blocks_of(path) if b.language in ("python", "py")]
 
 
+@contextlib.contextmanager
+def fresh_schema_url() -> Iterator[str]:
+    """The test server's URL with a fresh schema first on its ``search_path`` (where the
+    blocks' stores keep their tables), dropped afterwards: README runs at once on one
+    database share no queue and no session."""
+    import psycopg
+
+    schema = f"vx_readme_{os.getpid()}_{uuid.uuid4().hex[:8]}"
+    try:
+        yield f"{PG_URL}{'&' if '?' in PG_URL else '?'}options=-csearch_path%3D{schema}"
+    finally:
+        with psycopg.connect(PG_URL, autocommit=True) as conn:
+            conn.execute("SET lock_timeout = '60s'")  # a connection left open fails
+            conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+
+
 def run_blocks(blocks: list[Block], *, with_models: bool) -> list[Block]:
     """Run ``blocks`` in order in one namespace; returns those run. A failing block fails
-    the test with its name and the traceback inside it."""
+    the test with its name and the traceback inside it. The PostgreSQL blocks get
+    ``VOXFLOW_DATABASE_URL`` naming a fresh schema, dropped once the blocks' event loop
+    is closed."""
+    with contextlib.ExitStack() as stack:
+        url = (stack.enter_context(fresh_schema_url())
+               if any(b.needs_postgres and b.runnable for b in blocks) else None)
+        return _run_blocks(blocks, with_models=with_models, url=url)
+
+
+def _run_blocks(blocks: list[Block], *, with_models: bool, url: str | None) -> list[Block]:
     namespace: dict[str, Any] = {"__name__": "__readme__"}
     ran: list[Block] = []
     with asyncio.Runner() as runner:
@@ -135,7 +162,8 @@ def run_blocks(blocks: list[Block], *, with_models: bool) -> list[Block]:
                 continue
             saved = os.environ.get("VOXFLOW_DATABASE_URL")
             if block.needs_postgres:
-                os.environ["VOXFLOW_DATABASE_URL"] = PG_URL
+                assert url is not None
+                os.environ["VOXFLOW_DATABASE_URL"] = url
             try:
                 code = compile(block.code, block.name, "exec",
                                flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT, dont_inherit=True)

@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-from tests.conftest import PG_URL
+from tests.conftest import PG_URL, schema_url
 from voxflow.jobs import BackgroundJob, JobInbox, JobUpdate, add_job
 from voxflow.jobs.inbox import _entry
 from voxflow.wiring import AssistantState
@@ -26,10 +26,11 @@ HEARTBEAT, STALLED_AFTER = 0.5, 5.0  # 10 heartbeats: a loaded machine delays so
 
 
 def start_job_worker(schema: str, *extra: str) -> subprocess.Popen[bytes]:
-    """A job-worker process, as a user starts it."""
-    env = {**os.environ, "VOXFLOW_DATABASE_URL": PG_URL, "PYTHONPATH": str(ROOT)}
+    """A job-worker process, as a user starts it: its queue in ``schema``, the first of
+    its URL's search_path."""
+    env = {**os.environ, "VOXFLOW_DATABASE_URL": schema_url(schema), "PYTHONPATH": str(ROOT)}
     return subprocess.Popen(
-        [sys.executable, "-m", "voxflow.cli", "jobs", "worker", FLOW, "--schema", schema,
+        [sys.executable, "-m", "voxflow.cli", "jobs", "worker", FLOW,
          "--heartbeat", str(HEARTBEAT), "--stalled-after", str(STALLED_AFTER),
          "--log-level", "WARNING", *extra],
         cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)

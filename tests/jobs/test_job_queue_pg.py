@@ -575,12 +575,13 @@ def test_the_job_worker_command_says_the_fix_for_bad_options(
     assert cli_main(["jobs", "worker", FLOW, "--heartbeat", "2", "--stalled-after", "1"]) == 2
     err = capsys.readouterr().err
     assert "--stalled-after 1.0 must be longer than --heartbeat" in err and "hunter2" not in err
-    assert cli_main(["jobs", "worker", FLOW, "--schema", "No-Such"]) == 2
-    assert "--schema No-Such" in capsys.readouterr().err
-    # PostgreSQL reserves pg_*: named as the option's fault, not the database's
-    assert cli_main(["jobs", "worker", FLOW, "--schema", "pg_catalog"]) == 2
+    # PostgreSQL reserves pg_*: named as the URL's fault, not the database's
+    monkeypatch.setenv("VOXFLOW_DATABASE_URL", "postgresql://u:hunter2@127.0.0.1:1/db"
+                       "?options=-csearch_path%3Dpg_catalog")
+    assert cli_main(["jobs", "worker", FLOW]) == 2
     err = capsys.readouterr().err
-    assert "--schema pg_catalog" in err and "reserved" in err
+    assert "VOXFLOW_DATABASE_URL" in err and "'pg_catalog'" in err and "reserved" in err
+    assert "hunter2" not in err
     assert cli_main(["jobs", "worker", "nowhere.py:Nothing"]) == 2
     assert "Traceback" not in capsys.readouterr().err
 
@@ -681,11 +682,14 @@ def test_the_default_job_queue_follows_voxflow_database_url(
 
     monkeypatch.delenv("VOXFLOW_DATABASE_URL", raising=False)
     assert default_job_queue() is None  # embedded: jobs in the call's process
-    monkeypatch.setenv("VOXFLOW_DATABASE_URL", "postgresql://u:hunter2@db.example:5432/v")
-    queue = default_job_queue(schema="calls")
-    assert queue is not None and (queue.schema, queue.url) == (
-        "calls", "postgresql://u:hunter2@db.example:5432/v")
+    url = "postgresql://u:hunter2@db.example:5432/v"
+    monkeypatch.setenv("VOXFLOW_DATABASE_URL", url)
+    queue = default_job_queue()
+    assert queue is not None and (queue.schema, queue.url) == ("public", url)
     assert "hunter2" not in repr(queue)
+    monkeypatch.setenv("VOXFLOW_DATABASE_URL", f"{url}?options=-csearch_path%3Dcalls")
+    queue = default_job_queue()  # the URL's schema: the sessions' and the dispatch's
+    assert queue is not None and queue.schema == queue.inbox.schema == "calls"
     monkeypatch.setenv("VOXFLOW_DATABASE_URL", "mysql://u:hunter2@db/v")
     with pytest.raises(SettingsError) as err:
         default_job_queue()

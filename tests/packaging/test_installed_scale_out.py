@@ -1,7 +1,8 @@
 """The scale-out commands as a user installs them: ``voxflow serve --front-door``,
 ``serve --worker`` and ``voxflow jobs worker`` run from the built wheels (their help, the
 fix they name without a database), and a job worker from the wheels starts on the test
-PostgreSQL, registers, and stops on SIGTERM (skipped with the reason where none answers)."""
+PostgreSQL, registers in the schema its URL names (a fresh one, dropped after), and stops
+on SIGTERM (skipped with the reason where none answers)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import PG_URL, skip_without_postgres
+from tests.conftest import PG_URL, schema_url, skip_without_postgres
 
 from .conftest import clean_env, voxflow
 
@@ -29,7 +30,7 @@ def no_database() -> dict[str, str]:
 @pytest.mark.parametrize(("command", "options"), [
     (("serve", "--front-door", "--help"), ("--front-door", "--offer-timeout")),
     (("serve", "--worker", "--help"), ("--worker", "--drain-seconds", "--stale-after")),
-    (("jobs", "worker", "--help"), ("--schema", "--concurrency", "--stalled-after")),
+    (("jobs", "worker", "--help"), ("--concurrency", "--stalled-after", "search_path")),
 ])
 def test_the_scale_out_commands_run_from_the_wheels(
     installed_voxflow: Path, empty_dir: Path, command: tuple[str, ...], options: tuple[str, ...]
@@ -61,8 +62,8 @@ def test_a_job_worker_from_the_wheels_starts_and_stops_on_postgresql(
             return int(row[0]) if row else 0
 
     worker = subprocess.Popen(
-        [str(installed_voxflow / "voxflow"), "jobs", "worker", "--schema", schema,
-         "--heartbeat", "0.5"], cwd=empty_dir, env=clean_env({"VOXFLOW_DATABASE_URL": PG_URL}),
+        [str(installed_voxflow / "voxflow"), "jobs", "worker", "--heartbeat", "0.5"],
+        cwd=empty_dir, env=clean_env({"VOXFLOW_DATABASE_URL": schema_url(schema)}),
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 120

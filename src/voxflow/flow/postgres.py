@@ -21,7 +21,6 @@ Example::
 
 from __future__ import annotations
 
-import re
 import threading
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -29,7 +28,14 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from voxflow.errors import PersistenceUnavailableError
 from voxflow.flow._item_rows import PG_SCHEMA, Conn, Cursor
 from voxflow.flow._row_store import RowStore
-from voxflow.settings import DATABASE_URL_VARIABLE, check_database_url, redact_url
+from voxflow.settings import (
+    DATABASE_URL_VARIABLE,
+    check_database_url,
+    check_schema,
+    connection_options,
+    database_schema,
+    redact_url,
+)
 
 if TYPE_CHECKING:
     from psycopg import Connection
@@ -39,7 +45,6 @@ __all__ = ["PostgresFlowPersistence"]
 
 T = TypeVar("T")
 
-_SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 _FIX = (
     f"check {DATABASE_URL_VARIABLE} (postgresql://user[:password]@host[:port]/database) and "
     "that the server is running; unset it to use the embedded SQLite store"
@@ -76,9 +81,12 @@ class PostgresFlowPersistence(RowStore):
     The pool opens and the tables are created on first use (not in the constructor).
 
     Args:
-        url: a ``postgresql://`` URL (validated: :func:`check_database_url`).
-        schema: the schema holding the tables (created if missing), e.g. one per test
-            run or per deployment; default ``public``.
+        url: a ``postgresql://`` URL (validated: :func:`check_database_url`); its own
+            ``options`` (``-c statement_timeout=…``) apply to every connection.
+        schema: the schema holding the tables (created if missing); None (the default):
+            the first schema of the URL's ``search_path``
+            (:func:`~voxflow.settings.database_schema`, ``public`` when it names none),
+            the schema every voxflow store given that URL uses.
         history_limit: older snapshots kept per session besides the latest (>= 0).
         max_connections: the pool's size (>= 1).
         connect_timeout: seconds to wait for a connection before failing.
@@ -93,14 +101,13 @@ class PostgresFlowPersistence(RowStore):
         self,
         url: str,
         *,
-        schema: str = "public",
+        schema: str | None = None,
         history_limit: int = 10,
         max_connections: int = 4,
         connect_timeout: float = 10.0,
     ) -> None:
         check_database_url(url)
-        if not isinstance(schema, str) or not _SCHEMA_NAME.fullmatch(schema):
-            raise ValueError("schema must be a lower-case SQL identifier ([a-z_][a-z0-9_]*)")
+        schema = database_schema(url) if schema is None else check_schema(schema)
         for name, value, low in (("history_limit", history_limit, 0), ("max_connections",
                                  max_connections, 1)):  # fmt: skip
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
@@ -146,7 +153,8 @@ class PostgresFlowPersistence(RowStore):
                 self.url,
                 min_size=1,
                 max_size=self.max_connections,
-                kwargs={"autocommit": True, "options": f"-c search_path={self.schema}"},
+                kwargs={"autocommit": True,
+                        "options": connection_options(self.url, self.schema)},
                 timeout=self.connect_timeout,
                 open=False,
                 name=f"voxflow-{self.schema}",

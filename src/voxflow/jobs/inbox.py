@@ -34,7 +34,6 @@ import contextlib
 import dataclasses
 import json
 import logging
-import re
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
@@ -44,7 +43,14 @@ from pydantic import ValidationError
 from voxflow.errors import JobPayloadError, PersistenceUnavailableError
 from voxflow.jobs.background import BackgroundJob, commit_progress
 from voxflow.jobs.records import JobState, JobUpdate, begin_attempt, commit_job_update
-from voxflow.settings import DATABASE_URL_VARIABLE, check_database_url, redact_url
+from voxflow.settings import (
+    DATABASE_URL_VARIABLE,
+    check_database_url,
+    check_schema,
+    connection_options,
+    database_schema,
+    redact_url,
+)
 
 if TYPE_CHECKING:
     from psycopg import AsyncConnection
@@ -54,7 +60,6 @@ __all__ = ["InboxEntry", "JobInbox", "apply_inbox", "inbox_channel"]
 
 logger = logging.getLogger("voxflow.jobs")
 
-_SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 _PROGRESS_NAMESPACE = uuid.UUID("6f1e0c52-6b57-4a59-9d3c-8f3b0e3d7a11")
 MAX_PROGRESS_CHARS = 2000
 
@@ -82,20 +87,6 @@ _FIX = (f"check {DATABASE_URL_VARIABLE} (postgresql://user[:password]@host[:port
 def inbox_channel(schema: str) -> str:
     """The ``LISTEN``/``NOTIFY`` channel of a schema's inbox (payload: the session id)."""
     return f"voxflow_inbox_{schema}"[:63]
-
-
-def check_schema(schema: object) -> str:
-    """``schema`` if it is a lower-case SQL identifier PostgreSQL lets us create.
-
-    Raises:
-        ValueError: it is not (or it is reserved: ``pg_*``).
-    """
-    if not isinstance(schema, str) or not _SCHEMA_NAME.fullmatch(schema):
-        raise ValueError("schema must be a lower-case SQL identifier ([a-z_][a-z0-9_]*)")
-    if schema.startswith("pg_"):
-        raise ValueError("schema names starting with pg_ are reserved by PostgreSQL; "
-                         "choose another (e.g. voxflow)")
-    return schema
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -197,8 +188,9 @@ class JobInbox:
 
     Args:
         url: a ``postgresql://`` URL (validated; never shown with its password).
-        schema: the schema holding the table (created if missing); the same one as the
-            job queue's and, usually, the session store's.
+        schema: the schema holding the table (created if missing); None (the default):
+            the first schema of the URL's ``search_path``
+            (:func:`~voxflow.settings.database_schema`), as for every voxflow store.
         max_connections: the pool's size (>= 1).
         connect_timeout: seconds to wait for a connection before failing.
 
@@ -206,11 +198,11 @@ class JobInbox:
         ValueError: a bad argument (the message never shows the URL's password).
     """
 
-    def __init__(self, url: str, *, schema: str = "public", max_connections: int = 4,
+    def __init__(self, url: str, *, schema: str | None = None, max_connections: int = 4,
                  connect_timeout: float = 10.0) -> None:
         check_database_url(url)
         self.url = url
-        self.schema = check_schema(schema)
+        self.schema = database_schema(url) if schema is None else check_schema(schema)
         if isinstance(max_connections, bool) or not isinstance(max_connections, int) or (
                 max_connections < 1):
             raise ValueError("max_connections must be an int >= 1")
@@ -228,8 +220,9 @@ class JobInbox:
 
     @property
     def connect_options(self) -> dict[str, Any]:
-        """The psycopg connection options (autocommit, this schema on the search path)."""
-        return {"autocommit": True, "options": f"-c search_path={self.schema}"}
+        """The psycopg connection options (autocommit; the URL's own options, with this
+        schema first on the search path)."""
+        return {"autocommit": True, "options": connection_options(self.url, self.schema)}
 
     def unavailable(self, exc: BaseException) -> PersistenceUnavailableError:
         """The typed error for a database failure (the URL without its password)."""

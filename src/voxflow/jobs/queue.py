@@ -46,9 +46,15 @@ from voxflow.clock import Clock, MonotonicClock
 from voxflow.errors import JobPayloadError, PersistenceUnavailableError
 from voxflow.ids import JobId, SessionId, TurnId
 from voxflow.jobs.background import BackgroundJob, JobContext, job_function
-from voxflow.jobs.inbox import INBOX_SCHEMA, JobInbox, check_schema
+from voxflow.jobs.inbox import INBOX_SCHEMA, JobInbox
 from voxflow.jobs.records import JobUpdate, JobUpdateKind
-from voxflow.settings import Settings, check_database_url, redact_url
+from voxflow.settings import (
+    Settings,
+    check_database_url,
+    check_schema,
+    database_schema,
+    redact_url,
+)
 
 if TYPE_CHECKING:
     import procrastinate
@@ -120,7 +126,9 @@ class PostgresJobQueue:
     Args:
         url: a ``postgresql://`` URL (validated; never shown with its password).
         schema: the schema holding the queue's and the inbox's tables (created, with
-            Procrastinate's schema, on first use); default ``public``.
+            Procrastinate's schema, on first use); None (the default): the first schema
+            of the URL's ``search_path`` (:func:`~voxflow.settings.database_schema`,
+            ``public`` when it names none), as for every voxflow store given that URL.
         queue: the Procrastinate queue name of voxflow's jobs.
         connect_timeout: seconds to wait for a connection before failing.
 
@@ -128,15 +136,15 @@ class PostgresJobQueue:
         ValueError: a bad argument.
     """
 
-    def __init__(self, url: str, *, schema: str = "public", queue: str = "voxflow",
+    def __init__(self, url: str, *, schema: str | None = None, queue: str = "voxflow",
                  connect_timeout: float = 10.0) -> None:
         check_database_url(url)
         self.url = url
-        self.schema = check_schema(schema)
+        self.schema = database_schema(url) if schema is None else check_schema(schema)
         if not isinstance(queue, str) or not queue.isidentifier():
             raise ValueError("queue must be an identifier (letters, digits, _)")
         self.queue = queue
-        self.inbox = JobInbox(url, schema=schema, connect_timeout=connect_timeout)
+        self.inbox = JobInbox(url, schema=self.schema, connect_timeout=connect_timeout)
         self.connect_timeout = float(connect_timeout)
         self._sync_app: procrastinate.App | None = None
         self._sync_lock = threading.Lock()
@@ -145,7 +153,8 @@ class PostgresJobQueue:
 
     def _connector_kwargs(self, size: int) -> dict[str, Any]:
         """Procrastinate connector (pool) arguments: this schema, ``size`` connections."""
-        return {"conninfo": self.url, "kwargs": {"options": f"-c search_path={self.schema}"},
+        return {"conninfo": self.url,
+                "kwargs": {"options": self.inbox.connect_options["options"]},
                 "timeout": self.connect_timeout, "min_size": 1, "max_size": size}
 
     def _unavailable(self, exc: BaseException) -> PersistenceUnavailableError:
@@ -373,6 +382,9 @@ class PostgresJobQueue:
         import procrastinate
         import psycopg
 
+        logger.info("running the jobs queued in schema %s of %s", self.schema,
+                    redact_url(self.url))
+
         app = self._app(concurrency + 3)
         job_clock = clock if clock is not None else MonotonicClock()
         stopping = threading.Event()
@@ -539,14 +551,17 @@ async def _run_until_stopped(worker: asyncio.Future[None], stopping: threading.E
             loop.remove_signal_handler(number)
 
 
-def default_job_queue(*, schema: str = "public") -> PostgresJobQueue | None:
-    """The job queue of ``VOXFLOW_DATABASE_URL``, or None when it is unset (jobs then run
-    in the call's own process, as embedded): what a call worker passes as
-    ``AssistantWiring(flow, job_queue=default_job_queue())``.
+def default_job_queue() -> PostgresJobQueue | None:
+    """The job queue of ``VOXFLOW_DATABASE_URL``, in the first schema of its
+    ``search_path`` (the one the session store and the dispatch of that URL use), or None
+    when it is unset (jobs then run in the call's own process, as embedded): what a call
+    worker passes as ``AssistantWiring(flow, job_queue=default_job_queue())``, and the
+    queue ``voxflow jobs worker`` runs.
 
     Raises:
-        SettingsError: the variable is set but not a ``postgresql://`` URL (named, the
-            password never shown).
+        SettingsError: the variable is set but not a ``postgresql://`` URL, or its
+            ``search_path`` names no schema voxflow can use (named, the password never
+            shown).
     """
     url = Settings.from_env().database_url
-    return None if url is None else PostgresJobQueue(url.get_secret_value(), schema=schema)
+    return None if url is None else PostgresJobQueue(url.get_secret_value())

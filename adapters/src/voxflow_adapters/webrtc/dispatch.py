@@ -34,7 +34,14 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from voxflow.errors import VoxflowError
-from voxflow.settings import DATABASE_URL_VARIABLE, check_database_url, redact_url
+from voxflow.settings import (
+    DATABASE_URL_VARIABLE,
+    check_database_url,
+    check_schema,
+    connection_options,
+    database_schema,
+    redact_url,
+)
 
 if TYPE_CHECKING:
     import psycopg
@@ -139,10 +146,13 @@ def _channel(kind: str, schema: str) -> str:
 
 class DispatchStore:
     """The dispatch tables, in the first schema of the URL's ``search_path`` (``public``
-    unless the URL says ``?options=-csearch_path%3D...``).
+    unless the URL says ``?options=-csearch_path%3D...``), beside the sessions and the job
+    queue of that URL (:func:`~voxflow.settings.database_schema`).
 
     Args:
         url: a ``postgresql://`` URL (validated; never shown with its password).
+        schema: the schema of the tables (created if missing); None (the default): the
+            URL's.
         stale_after: a worker whose last heartbeat is older (s) is not offered calls.
         max_connections: the pool's size.
         connect_timeout: seconds to wait for the server.
@@ -152,17 +162,17 @@ class DispatchStore:
     """
 
     def __init__(
-        self, url: str, *, stale_after: float = 5.0, max_connections: int = 4,
-        connect_timeout: float = 10.0,
+        self, url: str, *, schema: str | None = None, stale_after: float = 5.0,
+        max_connections: int = 4, connect_timeout: float = 10.0,
     ) -> None:
         check_database_url(url)
         if not stale_after > 0:
             raise ValueError("stale_after must be > 0 seconds")
         self.url = url
+        self.schema = database_schema(url) if schema is None else check_schema(schema)
         self.stale_after = float(stale_after)
         self.max_connections = max_connections
         self.connect_timeout = float(connect_timeout)
-        self.schema = "public"
         self._pool: AsyncConnectionPool[Any] | None = None
         self._listeners: list[psycopg.AsyncConnection[Any]] = []
 
@@ -191,20 +201,26 @@ class DispatchStore:
             ) from None
         pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
             self.url, min_size=1, max_size=self.max_connections, open=False,
-            kwargs={"autocommit": True}, timeout=self.connect_timeout, name="voxflow-dispatch",
+            kwargs=self.connect_options, timeout=self.connect_timeout,
+            name="voxflow-dispatch",
         )
         try:
             await pool.open(wait=True, timeout=self.connect_timeout)
             async with pool.connection() as conn, conn.transaction():
-                await conn.execute("SELECT pg_advisory_xact_lock(hashtextextended("
-                                   "'voxflow-dispatch-schema:' || current_schema(), 0))")
+                await conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))",
+                                   (f"voxflow-schema:{self.schema}",))
+                await conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{self.schema}"')
                 await conn.execute(SCHEMA_SQL)
-                row = await (await conn.execute("SELECT current_schema()")).fetchone()
         except (psycopg.Error, PoolTimeout, OSError) as exc:
             await pool.close()
             raise self._unavailable(exc) from None
-        self.schema = str(row[0]) if row and row[0] else "public"
         self._pool = pool
+
+    @property
+    def connect_options(self) -> dict[str, Any]:
+        """The psycopg connection options of every connection to the tables (autocommit;
+        the URL's own options, with this schema first on the search path)."""
+        return {"autocommit": True, "options": connection_options(self.url, self.schema)}
 
     async def aclose(self) -> None:
         """Close the listeners and the pool."""
@@ -249,7 +265,7 @@ class DispatchStore:
 
         try:
             conn = await psycopg.AsyncConnection.connect(
-                self.url, autocommit=True, connect_timeout=int(self.connect_timeout))
+                self.url, connect_timeout=int(self.connect_timeout), **self.connect_options)
             await conn.execute(f'LISTEN "{channel}"')
         except psycopg.Error as exc:
             raise self._unavailable(exc) from None

@@ -93,8 +93,9 @@ class Heartbeat:
         while not self._stop.is_set():
             try:
                 if conn is None or conn.closed:
-                    conn = psycopg.connect(self.store.url, autocommit=True,
-                                           connect_timeout=int(self.store.connect_timeout))
+                    conn = psycopg.connect(self.store.url,
+                                           connect_timeout=int(self.store.connect_timeout),
+                                           **self.store.connect_options)
                 headroom = self.headroom() if self.headroom is not None else None
                 conn.execute(sql, (headroom, self.worker_id))
                 self.beats += 1
