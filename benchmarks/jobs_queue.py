@@ -24,7 +24,8 @@ last heartbeat came up to one heartbeat before the kill; the check runs once a
 heartbeat). PostgreSQL: ``VOXFLOW_BENCH_DATABASE_URL`` (default
 ``postgresql://postgres@127.0.0.1:5432/test``); skipped with its reason when none answers.
 Run: ``uv run python benchmarks/jobs_queue.py [--runs 5] [--heartbeat 2]
-[--stalled-after 10]`` (the CLI's defaults).
+[--stalled-after 10]`` (the CLI's defaults). ``scale_out.py`` prints the recovery too,
+with these functions (:func:`recovery_runs`, :func:`print_recovery`).
 
 Measured on the shared 2-core machine (5 runs, load average 10.7 at the start, under
 ``flock /tmp/voxflow-bench.lock``), defaults: recovery median 11.00 s (9.00 to 11.06),
@@ -188,6 +189,33 @@ def pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
+def recovery_runs(runs: int, heartbeat: float, stalled_after: float) -> list[dict[str, float]]:
+    """``runs`` job recoveries (:func:`one_run`), each printed as it ends."""
+    results: list[dict[str, float]] = []
+    with tempfile.TemporaryDirectory() as folder:
+        for run in range(runs):
+            result = asyncio.run(one_run(heartbeat, stalled_after, Path(folder)))
+            results.append(result)
+            print(f"  run {run + 1}: " + ", ".join(f"{k} {v:.2f} s" for k, v in result.items()),
+                  flush=True)
+    return results
+
+
+def print_recovery(results: list[dict[str, float]], heartbeat: float,
+                   stalled_after: float) -> None:
+    """The median, min and max of each mark, and the headline figure for ``voxflow bench``."""
+    print(f"  {'':10s} {'median':>8} {'min':>8} {'max':>8}")
+    for key in ("detection", "pickup", "recovery", "finished"):
+        values = [r[key] for r in results]
+        print(f"  {key:10s} {statistics.median(values):8.2f} {min(values):8.2f} "
+              f"{max(values):8.2f}  s")
+    figure("job recovery (kill -9 -> next attempt running)",
+           round(statistics.median(r["recovery"] for r in results), 2), "s",
+           target=f"<= {stalled_after + 2 * heartbeat:g}")
+    figure("job recovery, finished (kill -9 -> next attempt completed)",
+           round(statistics.median(r["finished"] for r in results), 2), "s")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -206,21 +234,8 @@ def main() -> None:
     print(f"job recovery after kill -9 of its job worker (heartbeat {args.heartbeat:g} s, "
           f"stalled after {args.stalled_after:g} s), {args.runs} runs, load average "
           f"{load[0]:.1f} {load[1]:.1f} {load[2]:.1f}")
-    results: list[dict[str, float]] = []
-    with tempfile.TemporaryDirectory() as folder:
-        for run in range(args.runs):
-            result = asyncio.run(one_run(args.heartbeat, args.stalled_after, Path(folder)))
-            results.append(result)
-            print(f"  run {run + 1}: " + ", ".join(f"{k} {v:.2f} s" for k, v in result.items()),
-                  flush=True)
-    print(f"  {'':10s} {'median':>8} {'min':>8} {'max':>8}")
-    for key in ("detection", "pickup", "recovery", "finished"):
-        values = [r[key] for r in results]
-        print(f"  {key:10s} {statistics.median(values):8.2f} {min(values):8.2f} "
-              f"{max(values):8.2f}  s")
-    figure("job recovery (kill -9 -> next attempt running)",
-           round(statistics.median(r["recovery"] for r in results), 2), "s",
-           target=f"<= {args.stalled_after + 2 * args.heartbeat:g}")
+    print_recovery(recovery_runs(args.runs, args.heartbeat, args.stalled_after),
+                   args.heartbeat, args.stalled_after)
     if args.jobs > 0:
         enqueue, trips = asyncio.run(round_trips(args.jobs, args.heartbeat,
                                                  args.stalled_after))
