@@ -1,14 +1,12 @@
 """The example assistant's WebRTC server on a given session store, as a process: what
-the failover tests and ``benchmarks/failover.py`` start twice on one database, kill (-9)
-or pause (SIGSTOP) mid-reply, and resume the call on the other.
+the failover tests start twice on one database, kill (-9) or pause (SIGSTOP) mid-reply,
+and resume the call on the other.
 
-``python -m voxflow_adapters.store_server PORT TOKEN WHERE [--json-logs]``; ``WHERE`` is a
-SQLite file, or ``postgresql://…#SCHEMA`` (a PostgreSQL URL and the schema of the
-sessions). It loads the bundled models, serves on ``127.0.0.1:PORT`` (offers need
-``TOKEN``; a loopback ICE candidate is added), prints ``listening`` once it accepts
-offers and runs until killed. Its log goes to stderr at WARNING, or with ``--json-logs``
-to stdout at INFO as JSON lines, after ``listening`` (a benchmark reads the servers'
-timings from them). Start it with :func:`command` and
+``python -m voxflow_adapters.store_server PORT TOKEN WHERE``; ``WHERE`` is a SQLite file,
+or ``postgresql://…#SCHEMA`` (a PostgreSQL URL and the schema of the sessions). It loads
+the bundled models, serves on ``127.0.0.1:PORT`` (offers need ``TOKEN``; a loopback ICE
+candidate is added), prints ``listening`` once it accepts offers and runs until killed.
+Its log goes to stderr at WARNING. Start it with :func:`command` and
 :func:`~voxflow_adapters.testing.serve_process`.
 """
 
@@ -24,10 +22,9 @@ from typing import Any
 __all__ = ["command", "main", "open_store"]
 
 
-def command(port: int, token: str, where: str, *, json_logs: bool = False) -> list[str]:
+def command(port: int, token: str, where: str) -> list[str]:
     """The command line of a store server (see the module)."""
-    return [sys.executable, "-m", "voxflow_adapters.store_server", str(port), token, where,
-            *(["--json-logs"] if json_logs else [])]
+    return [sys.executable, "-m", "voxflow_adapters.store_server", str(port), token, where]
 
 
 def open_store(where: str) -> Any:
@@ -42,10 +39,8 @@ def open_store(where: str) -> Any:
     return SQLiteFlowPersistence(where)
 
 
-async def _serve(port: int, token: str, store: Any, json_logs: bool) -> None:
+async def _serve(port: int, token: str, store: Any) -> None:
     from voxflow_voice.engines import VoiceEngines
-
-    from voxflow.logs import configure_logging
 
     from .webrtc import PeerSettings, ServerSettings, WebRtcServer, assistant_call_factory
     from .webrtc.server import ignore_closed_transport_errors
@@ -57,8 +52,6 @@ async def _serve(port: int, token: str, store: Any, json_logs: bool) -> None:
     async with WebRtcServer(assistant_call_factory(), engines, settings=settings,
                             store=store, worker_id=f"worker-{port}"):
         print("listening", flush=True)
-        if json_logs:
-            configure_logging("INFO", "json", stream=sys.stdout)
         await asyncio.Event().wait()
 
 
@@ -68,10 +61,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("port", type=int)
     parser.add_argument("token")
     parser.add_argument("where", help="a SQLite file, or postgresql://...#SCHEMA")
-    parser.add_argument("--json-logs", action="store_true")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    asyncio.run(_serve(args.port, args.token, open_store(args.where), args.json_logs))
+    asyncio.run(_serve(args.port, args.token, open_store(args.where)))
 
 
 if __name__ == "__main__":
