@@ -36,7 +36,6 @@ import signal
 import statistics
 import sys
 import time
-import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -129,64 +128,53 @@ def _env(**extra: str) -> dict[str, str]:
 @contextlib.contextmanager
 def front_door_shape(pg_url: str, folder: Path) -> Iterator[tuple[Shape, Any]]:
     """A front door and two call workers (``voxflow serve --front-door`` / ``--worker``,
-    the defaults otherwise) on PostgreSQL: the dispatch tables in a fresh schema
-    (dropped after), the sessions where a call worker keeps them (the URL's database,
-    schema ``public``); yields the shape and that session store."""
-    import psycopg
+    the defaults otherwise) on PostgreSQL, every table (dispatch, sessions, jobs) in a
+    fresh schema, dropped after; yields the shape and the session store."""
+    from persistence import fresh_schema
     from voxflow_adapters.testing import free_port
 
     from voxflow.flow.postgres import PostgresFlowPersistence
 
-    schema = f"vx_failover_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(pg_url, autocommit=True) as conn:
-        conn.execute(f'CREATE SCHEMA "{schema}"')
-    joiner = "&" if "?" in pg_url else "?"
-    env = _env(VOXFLOW_DATABASE_URL=f"{pg_url}{joiner}options=-csearch_path%3D{schema}")
-    sessions = PostgresFlowPersistence(pg_url)
     port = free_port()
-    try:
-        with contextlib.ExitStack() as stack:
-            workers = tuple(Worker(stack, ["--worker", "--ice-host", "127.0.0.1"], env,
-                                   folder / f"worker-{name}.log", "is ready")
-                            for name in "ab")
-            Worker(stack, ["--front-door", "--port", str(port), "--token", TOKEN], env,
-                   folder / "front-door.log", "front door is listening")
-            yield Shape((workers[0], workers[1]), f"http://127.0.0.1:{port}"), sessions
-    finally:
-        sessions.close()
-        with psycopg.connect(pg_url, autocommit=True) as conn:
-            conn.execute(f'DROP SCHEMA "{schema}" CASCADE')
+    with fresh_schema("vx_failover_", pg_url) as url, contextlib.ExitStack() as stack:
+        env = _env(VOXFLOW_DATABASE_URL=url)
+        sessions = PostgresFlowPersistence(url)
+        stack.callback(sessions.close)
+        workers = tuple(Worker(stack, ["--worker", "--ice-host", "127.0.0.1"], env,
+                               folder / f"worker-{name}.log", "is ready") for name in "ab")
+        Worker(stack, ["--front-door", "--port", str(port), "--token", TOKEN], env,
+               folder / "front-door.log", "front door is listening")
+        yield Shape((workers[0], workers[1]), f"http://127.0.0.1:{port}"), sessions
 
 
 @contextlib.contextmanager
 def serve_shape(database: str, pg_url: str, folder: Path) -> Iterator[tuple[Shape, Any]]:
     """Two one-process ``voxflow serve`` on one store: a SQLite file under a fresh
-    ``VOXFLOW_HOME`` (``database="sqlite"``), or PostgreSQL (``VOXFLOW_DATABASE_URL``,
-    the sessions in its ``public`` schema); yields the shape and that session store."""
+    ``VOXFLOW_HOME`` (``database="sqlite"``), or PostgreSQL (``VOXFLOW_DATABASE_URL``
+    with a fresh schema, dropped after); yields the shape and that session store."""
+    from persistence import fresh_schema
     from voxflow_adapters.testing import free_port
 
-    sessions: Any
-    if database == "postgres":
-        from voxflow.flow.postgres import PostgresFlowPersistence
+    from voxflow.flow.persistence import SQLiteFlowPersistence
+    from voxflow.flow.postgres import PostgresFlowPersistence
 
-        env, sessions = _env(VOXFLOW_DATABASE_URL=pg_url), PostgresFlowPersistence(pg_url)
-    else:
-        from voxflow.flow.persistence import SQLiteFlowPersistence
-
-        (folder / "home").mkdir(exist_ok=True)
-        env = _env(VOXFLOW_HOME=str(folder / "home"))
-        sessions = SQLiteFlowPersistence(folder / "home" / "flow_states.db")
-    try:
-        with contextlib.ExitStack() as stack:
-            workers = []
-            for name in "ab":
-                port = free_port()
-                workers.append(Worker(
-                    stack, ["--port", str(port), "--token", TOKEN, "--ice-host", "127.0.0.1"],
-                    env, folder / f"serve-{name}.log", "listening", f"http://127.0.0.1:{port}"))
-            yield Shape((workers[0], workers[1]), None), sessions
-    finally:
-        sessions.close()
+    with contextlib.ExitStack() as stack:
+        sessions: Any
+        if database == "postgres":
+            url = stack.enter_context(fresh_schema("vx_failover_", pg_url))
+            env, sessions = _env(VOXFLOW_DATABASE_URL=url), PostgresFlowPersistence(url)
+        else:
+            (folder / "home").mkdir(exist_ok=True)
+            env = _env(VOXFLOW_HOME=str(folder / "home"))
+            sessions = SQLiteFlowPersistence(folder / "home" / "flow_states.db")
+        stack.callback(sessions.close)
+        workers = []
+        for name in "ab":
+            port = free_port()
+            workers.append(Worker(
+                stack, ["--port", str(port), "--token", TOKEN, "--ice-host", "127.0.0.1"],
+                env, folder / f"serve-{name}.log", "listening", f"http://127.0.0.1:{port}"))
+        yield Shape((workers[0], workers[1]), None), sessions
 
 
 def _speech(engines: Any, text: str) -> Any:

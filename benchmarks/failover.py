@@ -6,8 +6,8 @@ Run: ``uv run python benchmarks/failover.py [--runs 3] [--database sqlite|postgr
 
 Each run starts two ``voxflow serve`` processes, A and B, on one store (a SQLite file in
 a fresh ``VOXFLOW_HOME``, or the PostgreSQL at ``VOXFLOW_BENCH_DATABASE_URL`` /
-``postgresql://postgres@127.0.0.1:5432/test``, the sessions in its ``public`` schema as
-``voxflow serve`` keeps them) with the example assistant on the real models; the caller
+``postgresql://postgres@127.0.0.1:5432/test``, a fresh schema first on the URL's
+``search_path``, dropped after) with the example assistant on the real models; the caller
 dials A, and when A is killed it is pointed at B (no front door here: the deployed
 shape, a front door and call workers on PostgreSQL, is ``scale_out.py``'s failover
 section; both use ``_failover.py``, whose docstring defines each mark: detection,

@@ -52,7 +52,7 @@ import uuid
 from pathlib import Path
 
 from _figures import figure
-from persistence import PG_URL, postgres_unreachable
+from persistence import PG_URL, postgres_unreachable, schema_url
 
 from voxflow.jobs import BackgroundJob, PostgresJobQueue
 
@@ -62,8 +62,7 @@ FLOW = str(HERE / "_jobs_queue_flow.py") + ":Bench"
 
 def job_worker(schema: str, heartbeat: float, stalled_after: float) -> subprocess.Popen[bytes]:
     # the queue's schema is the first of the URL's search_path
-    url = f"{PG_URL}{'&' if '?' in PG_URL else '?'}options=-csearch_path%3D{schema}"
-    env = {**os.environ, "VOXFLOW_DATABASE_URL": url}
+    env = {**os.environ, "VOXFLOW_DATABASE_URL": schema_url(schema)}
     return subprocess.Popen(
         [sys.executable, "-m", "voxflow.cli", "jobs", "worker", FLOW,
          "--heartbeat", str(heartbeat), "--stalled-after", str(stalled_after),

@@ -34,12 +34,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import statistics
 import tempfile
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -131,6 +132,28 @@ def postgres_store() -> tuple[RowStore, Callable[[], None]]:
     store = PostgresFlowPersistence(PG_URL, schema=f"vx_bench_{uuid.uuid4().hex[:12]}")
     store.check_writable()
     return store, store.drop_schema
+
+
+def schema_url(schema: str, url: str = PG_URL) -> str:
+    """``url`` with ``schema`` first on its ``search_path``: where every voxflow store (and
+    process) given that URL keeps its tables."""
+    return f"{url}{'&' if '?' in url else '?'}options=-csearch_path%3D{schema}"
+
+
+@contextlib.contextmanager
+def fresh_schema(prefix: str, url: str = PG_URL) -> Iterator[str]:
+    """A new schema named ``prefix`` + random hex, dropped afterwards with everything in
+    it; yields :func:`schema_url` of it."""
+    import psycopg
+
+    schema = f"{prefix}{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(f'CREATE SCHEMA "{schema}"')
+    try:
+        yield schema_url(schema, url)
+    finally:
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
 
 
 def postgres_unreachable() -> str | None:

@@ -31,8 +31,7 @@ One section each, each with the machine's load average at its start and its end:
   real aiortc caller (each hung up before the next).
 * **failover** (``_failover.py``, as ``failover.py`` uses it): the deployed shape, a front
   door and two call workers (``voxflow serve --front-door`` / ``--worker``, processes)
-  on PostgreSQL (the dispatch tables in a fresh schema, dropped after; the sessions in
-  the database's ``public`` schema, where call workers keep them), an aiortc caller
+  on PostgreSQL (every table in a fresh schema, dropped after), an aiortc caller
   dialing the front door; the worker holding the call is killed (-9) mid-reply. Kill →
   the resumed call's first reply audio, split into detection, reconnect (of it the lease
   wait and the state load), hello, and the resumed call's next commit → its first reply
@@ -57,13 +56,12 @@ import os
 import statistics
 import tempfile
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from _figures import figure
-from persistence import PG_URL, postgres_unreachable
+from persistence import PG_URL, fresh_schema, postgres_unreachable
 
 TOKEN = "scale-out-bench-token"
 SECTIONS = ("capacity", "dispatch", "failover", "jobs", "saves")
@@ -198,7 +196,6 @@ async def _offer_times(base_url: str, offers: int) -> list[float]:
 
 
 async def dispatch_section(offers: int) -> None:
-    import psycopg
     from voxflow_adapters.webrtc import PeerSettings, ServerSettings, WebRtcServer
     from voxflow_adapters.webrtc.calls import assistant_call_factory
     from voxflow_adapters.webrtc.dispatch import DispatchStore
@@ -208,11 +205,7 @@ async def dispatch_section(offers: int) -> None:
 
     engines = await asyncio.to_thread(VoiceEngines.load)
     loopback = PeerSettings(ice_host_addresses=("127.0.0.1",))
-    schema = f"vx_scale_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(PG_URL, autocommit=True) as conn:
-        conn.execute(f'CREATE SCHEMA "{schema}"')
-    url = f"{PG_URL}?options=-csearch_path%3D{schema}"
-    try:
+    with fresh_schema("vx_scale_") as url:
         direct = WebRtcServer(assistant_call_factory(), engines,
                               settings=ServerSettings(port=0, token=TOKEN, peer=loopback))
         async with direct:
@@ -227,9 +220,6 @@ async def dispatch_section(offers: int) -> None:
                 dispatched = await _offer_times(f"http://127.0.0.1:{door.port}", offers)
         finally:
             await worker.aclose()
-    finally:
-        with psycopg.connect(PG_URL, autocommit=True) as conn:
-            conn.execute(f'DROP SCHEMA "{schema}" CASCADE')
     a, b = statistics.median(straight), statistics.median(dispatched)
     print(f"  offer → data channel open, median of {offers}:")
     print(f"  straight to a serve process:           {a:7.0f} ms")
