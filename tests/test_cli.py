@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -72,11 +73,81 @@ def test_unknown_command_exits_2() -> None:
 
 def test_the_voice_commands_are_found_through_entry_points() -> None:
     """The core names no adapter: the `voxflow.commands` entry points of the installed
-    voxflow-adapters give each voice command, with the attributes the CLI calls."""
-    from voxflow.commands import load_command
+    voxflow-adapters give `serve` and the voice modes of `chat` and `demo`."""
+    from voxflow.commands import installed_commands
 
-    chat, serve, demo = load_command("chat"), load_command("serve"), load_command("demo")
-    assert chat.parse_device("3") == 3 and chat.parse_device("USB mic") == "USB mic"
-    assert getattr(chat, "__name__", "") == "voxflow_adapters.local_chat"
-    assert getattr(serve, "__name__", "") == "voxflow_adapters.webrtc.command"
-    assert len(demo.DEMO_LINES) >= 4 and all(isinstance(x, str) for x in demo.DEMO_LINES)
+    found = installed_commands(core=("demo", "chat", "jobs", "doctor", "bench"))
+    assert sorted(found.commands) == ["serve"] and sorted(found.modes) == ["chat", "demo"]
+    assert found.missing == {}
+    assert type(found.commands["serve"]).__module__ == "voxflow_adapters.commands"
+    assert found.commands["serve"].help == "talk to a flow from a browser (WebRTC)"
+
+
+HEAVY = ("numpy", "aiortc", "sounddevice", "voxflow_voice", "faster_whisper", "piper",
+         "voxflow_adapters.webrtc", "voxflow_adapters.local_chat", "voxflow_adapters.demo")
+
+
+@pytest.mark.parametrize("args", [["--help"], ["serve", "--help"], ["chat", "--help"],
+                                  ["doctor", "--help"]])
+def test_help_imports_no_voice_implementation(args: list[str]) -> None:
+    # Listing the commands loads each entry point's small command module only; the
+    # models, aiortc and sounddevice are imported when a voice command runs.
+    probe = ("import sys\nfrom voxflow.cli import main\ntry:\n    main(sys.argv[1:])\n"
+             "except SystemExit:\n    pass\nprint(' '.join(sorted(sys.modules)), "
+             "file=sys.stderr)")
+    result = subprocess.run([sys.executable, "-c", probe, *args], cwd=ROOT,
+                            capture_output=True, text=True, timeout=120, check=True)
+    loaded = set(result.stderr.split())
+    assert "usage: voxflow" in result.stdout
+    assert not {m for m in loaded if m in HEAVY or m.split(".")[0] in HEAVY}
+
+
+_PHONE = """
+import argparse
+
+class Phone:
+    help = "answer calls on a phone line"
+    description = "Phone calls, from a package of one's own."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--line", type=int, default=1, help="the line to answer")
+
+    def run(self, args, cli):
+        settings = cli.settings(log_level="INFO")
+        model = cli.check_assistant(settings)
+        print(f"line {args.line} flow {args.flow} model {model} level {settings.log_level}")
+        return 0
+
+phone = Phone()
+"""
+
+
+def test_a_package_adds_a_command_of_its_own(tmp_path: Path) -> None:
+    """A fourth transport's package declares `phone` in the voxflow.commands group: the
+    core lists it, gives it the shared options and runs it, without being edited."""
+    (tmp_path / "phone_commands.py").write_text(_PHONE)
+    info = tmp_path / "voxflow_phone-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: voxflow-phone\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text("[voxflow.commands]\nphone = phone_commands:phone\n")
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("VOXFLOW_")}
+        return subprocess.run([sys.executable, "-m", "voxflow.cli", *args], cwd=ROOT,
+                              env={**env, "PYTHONPATH": str(tmp_path)},
+                              capture_output=True, text=True, timeout=120, check=False)
+
+    listed = run("--help")
+    assert "phone     answer calls on a phone line" in listed.stdout, listed.stdout
+    helped = run("phone", "--help")
+    assert helped.returncode == 0 and "Phone calls, from a package" in helped.stdout
+    for option in ("--line", "FLOW", "--model", "--log-level", "--log-format",
+                   "VOXFLOW_MODEL"):
+        assert option in helped.stdout, option
+    ran = run("phone", "--line", "3", "voxflow.examples.assistant:Assistant")
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout.strip() == ("line 3 flow voxflow.examples.assistant:Assistant "
+                                  "model None level INFO")
+    bad = run("phone", "no_colon")  # the shared checks are the core's: one line, exit 2
+    assert bad.returncode == 2 and bad.stderr.startswith("error: ")
+    assert "must look like" in bad.stderr

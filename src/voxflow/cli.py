@@ -1,33 +1,42 @@
 """The ``voxflow`` command line.
 
 Subcommands: ``demo`` (a complete call, offline), ``chat`` (text chat with a flow;
-``--voice``: through the microphone and speakers), ``serve`` (browser calls over
-WebRTC), ``jobs worker`` (background jobs in a job-worker process), ``doctor`` (what
-is installed and how to fix what is missing) and ``bench``
-(runs the benchmarks). Exit codes: 0 success, 1 the command failed, 2 bad usage or bad
-input, 130 interrupted (Ctrl-C).
+``--voice``: through the microphone and speakers), ``jobs worker`` (background jobs in a
+job-worker process), ``doctor`` (what is installed and how to fix what is missing) and
+``bench`` (runs the benchmarks), plus the commands installed packages supply through
+:mod:`voxflow.commands` (``serve``: browser calls over WebRTC, from voxflow-adapters),
+which also supply the voice modes of ``chat`` and ``demo``. Exit codes: 0 success, 1 the
+command failed, 2 bad usage or bad input, 130 interrupted (Ctrl-C).
 
-The commands that run an assistant (``demo``, ``chat``, ``serve``) share one option set
-(:func:`_assistant_options`: ``FLOW``, ``--model``, ``--log-level``, ``--log-format``,
-and the ``VOXFLOW_*`` variables listed in their ``--help``), and every option and path
-is checked before anything runs: a bad value is one line naming it and the fix, never a
-traceback, and never after a call has played.
+The commands that run an assistant (``demo``, ``chat``, ``jobs worker`` and every
+supplied command) share one option set (:func:`_assistant_options`: ``FLOW``,
+``--model``, ``--log-level``, ``--log-format``, and the ``VOXFLOW_*`` variables listed in
+their ``--help``), and every option and path is checked before anything runs: a bad
+value is one line naming it and the fix, never a traceback, and never after a call has
+played.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
-import socket
 import sys
-import wave
 from collections.abc import Sequence
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
-from .commands import CommandName, MissingCommandError, Serve, VoiceChat, load_command
+from .commands import (
+    MODES,
+    Command,
+    CommandMode,
+    InstalledCommands,
+    MissingCommandError,
+    UsageError,
+    installed_commands,
+)
 from .errors import VoxflowError
 from .settings import Settings, SettingsError
 
@@ -39,10 +48,7 @@ EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
 
 EXAMPLE_ASSISTANT = "the example assistant (voxflow.examples.assistant:Assistant)"
-
-
-class UsageError(Exception):
-    """A bad option or path, found before the command ran; the message says the fix."""
+_CORE_COMMANDS = ("demo", "chat", "jobs", "doctor", "bench")
 
 
 # -- the option set shared by every command that runs an assistant -----------------------
@@ -190,41 +196,26 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
     return EXIT_FAILED if any(c.status == "missing" for c in checks) else EXIT_OK
 
 
-def _cmd_chat(args: argparse.Namespace) -> int:
-    if not args.voice and (args.headphones or args.input_device is not None
-                           or args.output_device is not None):
-        raise UsageError("--headphones, --input-device and --output-device need --voice")
+def _and(words: Sequence[str]) -> str:
+    return words[0] if len(words) == 1 else f"{', '.join(words[:-1])} and {words[-1]}"
+
+
+def _cmd_chat(
+    args: argparse.Namespace, *, voice: CommandMode | None,
+    voice_options: Sequence[argparse.Action], missing: MissingCommandError | None,
+) -> int:
+    if not args.voice and any(getattr(args, a.dest) != a.default for a in voice_options):
+        names = sorted(a.option_strings[0] for a in voice_options)
+        raise UsageError(f"{_and(names)} need --voice")
     settings = _settings(args)
     model = _check_assistant(args, settings, voice=args.voice)
     if args.voice:
-        return _cmd_voice_chat(args, settings, model)
+        if voice is None:
+            raise missing or MissingCommandError("chat", "no installed package provides it")
+        return voice.run(args, settings, model)
     from .repl import run_repl  # here: a command loads only what it runs
 
     return run_repl(args.flow, model)
-
-
-def _command(name: CommandName, command: str) -> Any:
-    """The voice command ``name`` (:mod:`voxflow.commands`), or None after saying which
-    extra installs it."""
-    try:
-        return load_command(name)
-    except MissingCommandError as exc:
-        print(f"error: {command} is not installed: {exc}", file=sys.stderr)
-        return None
-
-
-def _cmd_voice_chat(args: argparse.Namespace, settings: Settings, model: str | None) -> int:
-    chat: VoiceChat | None = _command("chat", "voxflow chat --voice")
-    if chat is None:
-        return EXIT_FAILED
-    try:
-        devices = [chat.parse_device(d) for d in (args.input_device, args.output_device)]
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
-    return chat.run_voice_chat(
-        flow=args.flow, input_device=devices[0], output_device=devices[1],
-        headphones=args.headphones, model=model, settings=settings,
-    )
 
 
 def _writable_folder(path: Path, option: str) -> None:
@@ -240,90 +231,50 @@ def _writable_folder(path: Path, option: str) -> None:
                          f"choose a folder you can write to with {option}") from None
 
 
-def _script_wavs(folder: Path) -> None:
-    """Check ``--script``: a folder with one readable WAV file per line of the demo."""
-    if not folder.is_dir():
-        raise UsageError(f"--script {folder}: not a folder; give a folder of WAV files, "
-                         "one per line the caller says")
-    try:
-        DEMO_LINES = load_command("demo").DEMO_LINES
-    except MissingCommandError as exc:
-        raise UsageError(f"--script needs the voice call demo: {exc}") from None
-    wavs = sorted(folder.glob("*.wav"))
-    if len(wavs) != len(DEMO_LINES):
-        lines = "; ".join(f"{i}. {line}" for i, line in enumerate(DEMO_LINES, 1))
-        raise UsageError(f"--script {folder}: needs {len(DEMO_LINES)} WAV files, found "
-                         f"{len(wavs)}; one per line, in name order: {lines}")
-    for wav in wavs:
-        try:
-            with wave.open(str(wav), "rb") as reader:
-                reader.getnframes()
-        except (wave.Error, EOFError, OSError) as exc:
-            raise UsageError(f"--script {wav}: not a readable PCM WAV file ({exc}); "
-                             "record or convert it as 16-bit PCM WAV") from None
-
-
-def _cmd_demo(args: argparse.Namespace) -> int:
-    from .demo import run_demo  # here: a command loads only what it runs
+def _cmd_demo(
+    args: argparse.Namespace, *, voice: CommandMode | None, missing: MissingCommandError | None,
+) -> int:
+    from .demo import run_text_demo  # here: a command loads only what it runs
 
     settings = _settings(args)
     model = _check_assistant(args, settings)
-    if args.script is not None:
-        _script_wavs(Path(args.script))
+    problem = missing or MissingCommandError("demo", "no installed package provides it")
+    if voice is None and args.script is not None:
+        raise UsageError(f"--script needs the voice call demo: {problem}")
     out = settings.demo_out
     _writable_folder(out, "--out" if args.out is not None else "VOXFLOW_DEMO_OUT")
-    return run_demo(fast=args.fast, model=model, json_output=args.json, out=str(out),
-                    script=args.script, settings=settings)
-
-
-def _check_listen(host: str, port: int) -> None:
-    """Bind ``host:port`` once, before the models load, so a bad address or a taken port
-    is said at once."""
-    try:
-        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-    except (socket.gaierror, UnicodeError) as exc:
-        raise UsageError(f"--host {host}: not an address of this machine ({exc}); "
-                         "use 127.0.0.1 (this machine only) or 0.0.0.0 (every interface)"
-                         ) from None
-    family, kind, proto, _, address = infos[0]
-    with socket.socket(family, kind, proto) as probe:
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    if voice is not None:
         try:
-            probe.bind(address)
-        except OSError as exc:
-            raise UsageError(f"cannot listen on {host}:{port} ({exc.strerror or exc}); "
-                             "choose another --port, or --host an address of this machine"
-                             ) from None
+            return voice.run(args, settings, model)
+        except MissingCommandError as exc:
+            if args.script is not None:
+                raise UsageError(f"--script needs the voice call demo: {exc}") from None
+            problem = exc
+    print(f"the voice call demo is not installed ({problem}); the same conversation "
+          "as text:", file=sys.stderr)
+    return run_text_demo(model=model, json_output=args.json)
 
 
-def _cmd_serve(args: argparse.Namespace) -> int:
-    settings = _settings(args, log_level="INFO")
-    if (args.front_door or args.worker) and settings.database_url is None:
-        raise UsageError(f"--{'front-door' if args.front_door else 'worker'} dispatches calls "
-                         "through PostgreSQL: set VOXFLOW_DATABASE_URL=postgresql://user@host"
-                         ":5432/database (the same for every front door and worker), or drop "
-                         "the option to serve everything from this one process")
-    for name in ("offer_timeout", "drain_seconds", "stale_after"):
-        value = getattr(args, name)
-        if not (value > 0 or (name == "drain_seconds" and value == 0)) or value > 86400:
-            raise UsageError(f"--{name.replace('_', '-')} {value:g}: give seconds, more than 0 "
-                             "and at most 86400")
-    model = _check_assistant(args, settings, voice=not args.front_door)
-    if not args.worker:
-        _check_listen(settings.host, settings.port)
-    command: Serve | None = _command("serve", "voxflow serve")
-    if command is None:
-        return EXIT_FAILED
-    return command.run_serve(
-        flow=args.flow, host=settings.host, port=settings.port, token=args.token, model=model,
-        ice_servers=args.ice_server, ice_host_addresses=args.ice_host,
-        max_calls=args.max_calls if args.max_calls is not None else settings.max_calls,
-        settings=settings, tls_cert=args.tls_cert, tls_key=args.tls_key,
-        self_signed=args.self_signed, trust_forwarded=args.trust_forwarded,
-        role="front-door" if args.front_door else "worker" if args.worker else "all",
-        offer_timeout=args.offer_timeout, drain_seconds=args.drain_seconds,
-        stale_after=args.stale_after,
-    )
+class _CommandLine:
+    """The shared options of one command's arguments, checked (see
+    :class:`voxflow.commands.CommandLine`)."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self._args = args
+
+    def settings(self, *, log_level: str | None = None) -> Settings:
+        return _settings(self._args, log_level=log_level)
+
+    def check_assistant(self, settings: Settings, *, voice: bool = True) -> str | None:
+        return _check_assistant(self._args, settings, voice=voice)
+
+
+def _cmd_supplied(args: argparse.Namespace, *, command: Command) -> int:
+    return command.run(args, _CommandLine(args))
+
+
+def _cmd_not_installed(args: argparse.Namespace, *, problem: MissingCommandError) -> int:
+    raise problem
 
 
 def _positive(value: float | None, option: str) -> float | None:
@@ -424,7 +375,7 @@ def _version() -> str:
         return "unknown"
 
 
-def _parser() -> argparse.ArgumentParser:
+def _parser(installed: InstalledCommands) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="voxflow", description="voxflow: conversational flows with a real-time voice.",
         epilog="exit codes: 0 success, 1 the command failed, 2 bad usage or input, "
@@ -446,7 +397,11 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument("--script", default=None, metavar="WAVDIR",
                       help="a folder of WAV files (one per line, in name order) to speak "
                            "instead of the bundled voice")
-    demo.set_defaults(func=_cmd_demo)
+    demo_voice = installed.modes.get("demo")
+    if demo_voice is not None:
+        demo_voice.add_arguments(demo)
+    demo.set_defaults(func=functools.partial(_cmd_demo, voice=demo_voice,
+                                             missing=installed.missing.get("demo")))
 
     chat = sub.add_parser("chat", help="chat with a flow: typed, or by voice (--voice)",
                           description="Text chat with a conversational flow; with --voice, "
@@ -455,54 +410,22 @@ def _parser() -> argparse.ArgumentParser:
     chat.add_argument("--voice", action="store_true",
                       help="talk through the microphone and speakers instead of typing "
                            "(keys: m mute, q quit, r reconnect)")
-    chat.add_argument("--input-device", default=None, metavar="DEVICE",
-                      help="microphone index or name (see voxflow doctor)")
-    chat.add_argument("--output-device", default=None, metavar="DEVICE",
-                      help="speaker index or name (see voxflow doctor)")
-    chat.add_argument("--headphones", action="store_true",
-                      help="no echo gate: the assistant cannot hear itself")
-    chat.set_defaults(func=_cmd_chat)
+    chat_voice = installed.modes.get("chat")
+    voice_options = chat_voice.add_arguments(chat) if chat_voice is not None else ()
+    chat.set_defaults(func=functools.partial(
+        _cmd_chat, voice=chat_voice, voice_options=tuple(voice_options),
+        missing=installed.missing.get("chat")))
 
-    serve = sub.add_parser("serve", help="talk to a flow from a browser (WebRTC)",
-                           description="Browser calls over WebRTC, on loopback by default.")
-    _assistant_options(serve)
-    serve.add_argument("--host", default=None,
-                       help="bind address (default: $VOXFLOW_HOST, else 127.0.0.1)")
-    serve.add_argument("--port", type=int, default=None,
-                       help="TCP port (default: $VOXFLOW_PORT, else 8080)")
-    serve.add_argument("--token", default=None, help="the /offer token (default: random)")
-    serve.add_argument("--ice-server", action="append", default=[], metavar="URL",
-                       help="a stun:/turn: server (repeatable; default: none; TURN "
-                       "credentials from VOXFLOW_TURN_USERNAME/VOXFLOW_TURN_CREDENTIAL)")
-    serve.add_argument("--ice-host", action="append", default=None, metavar="IP",
-                       help="local IP offered as ICE host candidate (repeatable; default: "
-                       "every non-loopback interface)")
-    serve.add_argument("--max-calls", type=int, default=None,
-                       help="concurrent calls (default: $VOXFLOW_MAX_CALLS, else 8)")
-    serve.add_argument("--tls-cert", default=None, metavar="PEM",
-                       help="serve HTTPS with this certificate (chain) ...")
-    serve.add_argument("--tls-key", default=None, metavar="PEM", help="... and its private key")
-    serve.add_argument("--self-signed", action="store_true",
-                       help="serve HTTPS with a generated 7-day certificate (a LAN trial)")
-    serve.add_argument("--trust-forwarded", action="store_true",
-                       help="behind a reverse proxy: trust its X-Forwarded-Proto/-Host "
-                       "for the Origin check")
-    scale = serve.add_argument_group(
-        "scale out (several processes or machines on one PostgreSQL: VOXFLOW_DATABASE_URL)")
-    role = scale.add_mutually_exclusive_group()
-    role.add_argument("--front-door", action="store_true",
-                      help="serve the page and POST /offer only; calls go to call workers")
-    role.add_argument("--worker", action="store_true",
-                      help="a call worker: no HTTP port, answers the calls front doors "
-                      "dispatch (--max-calls slots)")
-    scale.add_argument("--offer-timeout", type=float, default=10.0, metavar="SECONDS",
-                       help="front door: how long an offer waits for a worker (default: 10)")
-    scale.add_argument("--drain-seconds", type=float, default=60.0, metavar="SECONDS",
-                       help="worker: on SIGTERM, how long running calls may go on "
-                       "(default: 60)")
-    scale.add_argument("--stale-after", type=float, default=5.0, metavar="SECONDS",
-                       help="a worker silent this long gets no call (default: 5)")
-    serve.set_defaults(func=_cmd_serve)
+    for name, command in installed.commands.items():
+        supplied = sub.add_parser(name, help=command.help, description=command.description)
+        _assistant_options(supplied)
+        command.add_arguments(supplied)
+        supplied.set_defaults(func=functools.partial(_cmd_supplied, command=command))
+    for name, problem in installed.missing.items():
+        if name not in MODES:  # typed, it says what to install; not listed in --help
+            absent = sub.add_parser(name, add_help=False, prefix_chars="\0")
+            absent.add_argument("ignored", nargs=argparse.REMAINDER)
+            absent.set_defaults(func=functools.partial(_cmd_not_installed, problem=problem))
 
     jobs = sub.add_parser("jobs", help="background jobs in job-worker processes (PostgreSQL)",
                           description="Background jobs on the PostgreSQL job queue.")
@@ -549,13 +472,17 @@ def _silence_stdout() -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the process exit code."""
-    args = _parser().parse_args(argv)
+    args = _parser(installed_commands(core=_CORE_COMMANDS)).parse_args(argv)
     try:
         code: int = args.func(args)
         sys.stdout.flush()  # a closed pipe shows here, not as noise at exit
     except UsageError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    except MissingCommandError as exc:
+        command = "voxflow chat --voice" if exc.name == "chat" else f"voxflow {exc.name}"
+        print(f"error: {command} is not installed: {exc}", file=sys.stderr)
+        return EXIT_FAILED
     except VoxflowError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE if isinstance(exc, ValueError) else EXIT_FAILED

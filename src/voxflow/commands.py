@@ -1,132 +1,213 @@
-"""The voice commands the ``voxflow`` CLI offers but does not implement.
+"""The commands of the ``voxflow`` CLI that installed packages supply.
 
-The core parses and checks every command's options (:mod:`voxflow.cli`), and never
-names the package that runs a voice call: the packages that implement one declare it in
-the ``voxflow.commands`` entry-point group (``voxflow-adapters`` declares all three), and
-the CLI finds it there by the command's name:
+The core (:mod:`voxflow.cli`) never names the package that runs a voice call. A package
+declares its commands in the ``voxflow.commands`` entry-point group; the CLI loads each
+entry point when it builds its parser. An entry named like no command of the core is a
+command of its own (:class:`Command`: ``voxflow serve``, or a fourth transport's); an
+entry named ``chat`` or ``demo`` is the voice mode of that core command
+(:class:`CommandMode`: ``chat --voice``, ``demo``'s voice call). ``voxflow-adapters``
+declares all three:
 
-========== ========================================= ===============================
-name       what it loads                             the extra that installs it
-========== ========================================= ===============================
-``chat``   :class:`VoiceChat` (``chat --voice``)     ``voxflow[local]``
-``serve``  :class:`Serve` (``serve``)                ``voxflow[webrtc]``
-``demo``   :class:`VoiceDemo` (``demo``'s voice call) ``voxflow[voice]``
-========== ========================================= ===============================
+========== ==================================== ===============================
+name       what it is                           the extra that installs it
+========== ==================================== ===============================
+``chat``   the mode of ``chat --voice``         ``voxflow[local]``
+``serve``  the command ``serve``                ``voxflow[webrtc]``
+``demo``   the mode of ``demo``'s voice call    ``voxflow[voice]``
+========== ==================================== ===============================
 
 A package that provides a command adds, in its ``pyproject.toml``::
 
     [project.entry-points."voxflow.commands"]
-    serve = "my_package.serve_module"
+    phone = "my_package.commands:phone"
 
-where the module (or object) named has the attributes of the command's protocol.
+where the object named is a :class:`Command`. It is loaded for every ``voxflow``
+invocation (to list it in ``voxflow --help``), so its module imports nothing heavy: its
+:meth:`Command.run` imports the implementation, and turns an ``ImportError`` there into
+a :class:`MissingCommandError` (:func:`implementation`).
+
+Each command gets the options every command that runs an assistant shares, defined once
+in the core (``FLOW``, ``--model``, ``--log-level``, ``--log-format`` and the
+``VOXFLOW_*`` variables in its ``--help``), then adds its own
+(:meth:`Command.add_arguments`); its :meth:`Command.run` reads the shared ones checked
+through the :class:`CommandLine` it is given.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import argparse
+import contextlib
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from importlib.metadata import entry_points
-from typing import Any, Literal, Protocol, cast, overload
+from typing import Protocol
 
 from .settings import Settings
 
 __all__ = [
     "COMMAND_GROUP",
-    "CommandName",
+    "MODES",
+    "Command",
+    "CommandLine",
+    "CommandMode",
+    "InstalledCommands",
     "MissingCommandError",
-    "Serve",
-    "VoiceChat",
-    "VoiceDemo",
-    "load_command",
+    "UsageError",
+    "implementation",
+    "installed_commands",
 ]
 
 COMMAND_GROUP = "voxflow.commands"
 
-CommandName = Literal["chat", "serve", "demo"]
+MODES = ("chat", "demo")
+"""The core commands whose voice mode an entry point of the group supplies."""
 
 _EXTRA: dict[str, str] = {"chat": "local", "serve": "webrtc", "demo": "voice"}
 
 
-class VoiceChat(Protocol):
-    """``voxflow chat --voice``: the microphone and speakers."""
-
-    def parse_device(self, value: str | None) -> int | str | None:
-        """A device option: an index if numeric, else a name; ValueError if empty."""
-        ...
-
-    def run_voice_chat(
-        self, *, flow: str | None, input_device: int | str | None,
-        output_device: int | str | None, headphones: bool, model: str | None,
-        settings: Settings,
-    ) -> int:
-        """Talk to ``flow`` until the user quits; the exit code."""
-        ...
-
-
-class Serve(Protocol):
-    """``voxflow serve``: browser calls."""
-
-    def run_serve(
-        self, *, flow: str | None, host: str, port: int, token: str | None,
-        model: str | None, ice_servers: Sequence[str], ice_host_addresses: Sequence[str] | None,
-        max_calls: int, settings: Settings, tls_cert: str | None, tls_key: str | None,
-        self_signed: bool, trust_forwarded: bool, role: str = "all",
-        offer_timeout: float = 10.0, drain_seconds: float = 60.0, stale_after: float = 5.0,
-    ) -> int:
-        """Serve calls until interrupted; the exit code. ``role``: ``all`` (one process),
-        ``front-door`` or ``worker`` (dispatch through ``VOXFLOW_DATABASE_URL``)."""
-        ...
-
-
-class VoiceDemo(Protocol):
-    """``voxflow demo``'s simulated voice call."""
-
-    @property
-    def DEMO_LINES(self) -> Sequence[str]:
-        """What the scripted caller says, in order (``--script`` gives one WAV per line)."""
-        ...
-
-    def run_voice_demo(
-        self, *, fast: bool, model: str | None, json_output: bool, out: str,
-        script: str | None, settings: Settings | None,
-    ) -> int:
-        """Run the call, print it and write its outputs; the exit code."""
-        ...
+class UsageError(Exception):
+    """A bad option or path, found before the command ran; the message says the fix
+    (the CLI prints it on one line and exits 2)."""
 
 
 class MissingCommandError(Exception):
     """No installed package provides the command, or its package failed to import; the
-    message names the extra that installs it."""
+    message says what to install (the CLI prints it and exits 1).
 
-    def __init__(self, name: str, reason: str) -> None:
-        self.name = name
-        self.extra = _EXTRA.get(name, "all")
-        super().__init__(f"{reason}; install it with: pip install 'voxflow[{self.extra}]'")
-
-
-def _load(name: str) -> Any:
-    found = entry_points(group=COMMAND_GROUP, name=name)
-    if not found:
-        raise MissingCommandError(name, "no installed package provides it")
-    (entry, *_) = tuple(found)
-    try:
-        return entry.load()
-    except ImportError as exc:
-        raise MissingCommandError(
-            name, f"{entry.value} (from {entry.dist.name if entry.dist else 'unknown'}) "
-                  f"cannot be imported ({exc})") from None
-
-
-@overload
-def load_command(name: Literal["chat"]) -> VoiceChat: ...
-@overload
-def load_command(name: Literal["serve"]) -> Serve: ...
-@overload
-def load_command(name: Literal["demo"]) -> VoiceDemo: ...
-def load_command(name: CommandName) -> VoiceChat | Serve | VoiceDemo:
-    """The command ``name`` from the ``voxflow.commands`` entry points.
-
-    Raises:
-        MissingCommandError: no installed package provides it, or it cannot be imported
-            (a missing extra); the message says what to install.
+    Args:
+        name: the entry point's name (``serve``).
+        reason: what is missing.
+        install: the fix; for voxflow's own commands, the extra that installs them.
     """
-    return cast("VoiceChat | Serve | VoiceDemo", _load(name))
+
+    def __init__(self, name: str, reason: str, *, install: str | None = None) -> None:
+        self.name = name
+        if install is None:
+            install = f"pip install 'voxflow[{_EXTRA.get(name, 'all')}]'"
+        self.install = install
+        super().__init__(f"{reason}; install it with: {install}")
+
+
+class CommandLine(Protocol):
+    """What the core CLI offers a command's :meth:`Command.run`: the shared options,
+    checked (each raises :class:`UsageError` with the fix)."""
+
+    def settings(self, *, log_level: str | None = None) -> Settings:
+        """The ``VOXFLOW_*`` variables with the command's options over them, applied to
+        logging and the LLM policy; ``log_level``: the command's own default level,
+        used when neither ``--log-level`` nor ``VOXFLOW_LOG_LEVEL`` is given."""
+        ...
+
+    def check_assistant(self, settings: Settings, *, voice: bool = True) -> str | None:
+        """Check ``FLOW`` and the model; returns the model the assistant uses.
+        ``voice``: the flow must keep turn records (a call)."""
+        ...
+
+
+class Command(Protocol):
+    """A command of its own (``voxflow <name>``), supplied by an installed package."""
+
+    @property
+    def help(self) -> str:
+        """Its line in ``voxflow --help``."""
+        ...
+
+    @property
+    def description(self) -> str:
+        """The first line of its own ``--help``."""
+        ...
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        """Add its own options (the shared ones are there already)."""
+        ...
+
+    def run(self, args: argparse.Namespace, cli: CommandLine) -> int:
+        """Check the options, then run; the exit code.
+
+        Raises:
+            UsageError: a bad option, before anything ran.
+            MissingCommandError: its implementation cannot be imported.
+        """
+        ...
+
+
+class CommandMode(Protocol):
+    """The voice mode of a core command (``chat --voice``, ``demo``'s voice call)."""
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> Sequence[argparse.Action]:
+        """Add the mode's own options to the core command's parser; returns them (the
+        core refuses them when the mode is not chosen)."""
+        ...
+
+    def run(self, args: argparse.Namespace, settings: Settings, model: str | None) -> int:
+        """Run the mode with the checked shared options (``model``: the assistant's); the
+        exit code.
+
+        Raises:
+            UsageError: a bad option, before anything ran.
+            MissingCommandError: its implementation cannot be imported.
+        """
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class InstalledCommands:
+    """The entry points of :data:`COMMAND_GROUP`, loaded.
+
+    Attributes:
+        commands: the commands of their own, by name (in name order).
+        modes: the modes of the core commands in :data:`MODES`, by name.
+        missing: each of voxflow's own voice commands that no installed package provides
+            or whose entry point cannot be imported: why, with what to install.
+    """
+
+    commands: Mapping[str, Command]
+    modes: Mapping[str, CommandMode]
+    missing: Mapping[str, MissingCommandError]
+
+
+def installed_commands(*, core: Sequence[str] = ()) -> InstalledCommands:
+    """Load the entry points of :data:`COMMAND_GROUP` (the first of each name).
+
+    Args:
+        core: the core's own commands; an entry point named like one of them that is not
+            in :data:`MODES` is ignored (the core's command stays).
+    """
+    commands: dict[str, Command] = {}
+    modes: dict[str, CommandMode] = {}
+    missing: dict[str, MissingCommandError] = {}
+    for entry in sorted(entry_points(group=COMMAND_GROUP), key=lambda e: e.name):
+        name = entry.name
+        if name in commands or name in modes or name in missing:
+            continue
+        if name in core and name not in MODES:
+            continue
+        try:
+            loaded = entry.load()
+        except ImportError as exc:
+            dist = entry.dist.name if entry.dist else "unknown"
+            missing[name] = MissingCommandError(
+                name, f"{entry.value} (from {dist}) cannot be imported ({exc})",
+                install=None if name in _EXTRA else f"pip install --force-reinstall {dist}")
+            continue
+        if name in MODES:
+            modes[name] = loaded
+        else:
+            commands[name] = loaded
+    for name in _EXTRA:
+        if name not in commands and name not in modes and name not in missing:
+            missing[name] = MissingCommandError(name, "no installed package provides it")
+    return InstalledCommands(commands=commands, modes=modes, missing=missing)
+
+
+@contextlib.contextmanager
+def implementation(name: str) -> Iterator[None]:
+    """Around the import of the implementation of the command ``name`` (in its
+    :meth:`Command.run`, so listing the commands imports nothing heavy): an
+    ``ImportError`` there (a missing extra or native library) becomes a
+    :class:`MissingCommandError` that says what to install."""
+    try:
+        yield
+    except ImportError as exc:
+        raise MissingCommandError(name, f"{exc.name or 'a module'} cannot be imported ({exc})"
+                                  ) from None

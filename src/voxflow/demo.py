@@ -1,8 +1,9 @@
 """``voxflow demo``: a scripted conversation with the example assistant.
 
 With the voice packages installed (the default in this repository), the demo is a
-complete simulated voice call (the ``demo`` command of :mod:`voxflow.commands`). Without
-them it runs the same conversation as text, so ``voxflow demo`` always shows a working flow.
+complete simulated voice call (the ``demo`` mode of :mod:`voxflow.commands`). Without
+them the CLI runs the same conversation as text (:func:`run_text_demo`), so
+``voxflow demo`` always shows a working flow.
 """
 
 from __future__ import annotations
@@ -10,18 +11,14 @@ from __future__ import annotations
 import asyncio
 import importlib
 import json
-import sys
 import time
 from typing import Any
 
-from .commands import MissingCommandError, load_command
-from .settings import Settings
 from .wiring import AssistantWiring
 
 __all__ = [
     "TEXT_SCRIPT",
     "load_example_module",
-    "run_demo",
     "run_text_demo",
 ]
 
@@ -65,25 +62,3 @@ def run_text_demo(*, model: str | None = None, json_output: bool = False) -> int
     if json_output:
         print(json.dumps({"mode": "text", "turns": turns}, indent=2))
     return 0
-
-
-def run_demo(
-    *,
-    fast: bool = False,
-    model: str | None = None,
-    json_output: bool = False,
-    out: str = "voxflow-demo",
-    script: str | None = None,
-    settings: Settings | None = None,
-) -> int:
-    """The voice call demo when voice is installed, else the text demo."""
-    try:
-        voice = load_command("demo")
-    except MissingCommandError as exc:
-        print(f"the voice call demo is not installed ({exc}); the same conversation "
-              "as text:", file=sys.stderr)
-        return run_text_demo(model=model, json_output=json_output)
-    return voice.run_voice_demo(
-        fast=fast, model=model, json_output=json_output, out=out, script=script,
-        settings=settings,
-    )

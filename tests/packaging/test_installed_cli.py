@@ -80,9 +80,9 @@ def test_the_voice_commands_come_from_the_adapters_wheel(
          "print(sorted((p.name, p.value, p.dist.name) for p in e(group='voxflow.commands')))"],
         cwd=empty_dir, env=clean_env(), capture_output=True, text=True, check=True)
     assert found.stdout.strip() == str(sorted([
-        ("chat", "voxflow_adapters.local_chat", "voxflow-adapters"),
-        ("demo", "voxflow_adapters.demo", "voxflow-adapters"),
-        ("serve", "voxflow_adapters.webrtc.command", "voxflow-adapters"),
+        ("chat", "voxflow_adapters.commands:voice_chat", "voxflow-adapters"),
+        ("demo", "voxflow_adapters.commands:voice_demo", "voxflow-adapters"),
+        ("serve", "voxflow_adapters.commands:serve", "voxflow-adapters"),
     ]))
     # voxflow[voice] has the adapters without the `local` extra (sounddevice): named
     chat = voxflow(installed_voxflow, "chat", "--voice", cwd=empty_dir, timeout=120)
@@ -93,6 +93,9 @@ def test_the_voice_commands_come_from_the_adapters_wheel(
 def test_the_core_alone_names_the_extra_for_each_voice_command(
     installed_core: Path, empty_dir: Path
 ) -> None:
+    listed = voxflow(installed_core, "--help", cwd=empty_dir)  # no voice command listed
+    assert listed.returncode == 0 and "    chat " in listed.stdout
+    assert "serve" not in listed.stdout and "WebRTC" not in listed.stdout
     serve = voxflow(installed_core, "serve", "--port", str(_free_port()), cwd=empty_dir)
     assert serve.returncode == 1 and "Traceback" not in serve.stderr, serve.stderr
     assert "voxflow serve is not installed" in serve.stderr

@@ -1,18 +1,18 @@
 """voxflow adapters.
 
 This package provides the ``voxflow`` CLI's voice commands through the
-``voxflow.commands`` entry points in its ``pyproject.toml`` (see :mod:`voxflow.commands`);
-the block below makes mypy check that each module named there has its command's shape.
+``voxflow.commands`` entry points in its ``pyproject.toml`` (see :mod:`voxflow.commands`
+and :mod:`voxflow_adapters.commands`); the block below makes mypy check that each object
+named there has its command's shape.
 """
 
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from voxflow.commands import Serve, VoiceChat, VoiceDemo
+    from voxflow.commands import Command, CommandMode
 
-    from . import demo, local_chat
-    from .webrtc import command
+    from . import commands
 
-    _chat: VoiceChat = local_chat
-    _serve: Serve = command
-    _demo: VoiceDemo = demo
+    _chat: CommandMode = commands.voice_chat
+    _serve: Command = commands.serve
+    _demo: CommandMode = commands.voice_demo

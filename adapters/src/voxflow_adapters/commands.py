@@ -1,0 +1,198 @@
+"""The ``voxflow`` CLI commands this package supplies (see :mod:`voxflow.commands`).
+
+``voxflow serve`` (:data:`serve`), and the voice modes of ``voxflow chat --voice``
+(:data:`voice_chat`) and ``voxflow demo`` (:data:`voice_demo`): their options and the
+checks that need no model, so a bad value is said before anything loads. The CLI
+imports this module for every invocation (to list ``serve`` in ``voxflow --help``), so
+it imports nothing heavy: each ``run`` imports its implementation (aiortc, sounddevice,
+the models), and a missing extra there is said with the extra to install.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+from pathlib import Path
+
+from voxflow.commands import CommandLine, UsageError, implementation
+from voxflow.settings import Settings
+
+__all__ = ["ServeCommand", "VoiceChatMode", "VoiceDemoMode", "serve", "voice_chat",
+           "voice_demo"]
+
+
+class ServeCommand:
+    """``voxflow serve``: browser calls over WebRTC (:mod:`voxflow_adapters.webrtc`)."""
+
+    help = "talk to a flow from a browser (WebRTC)"
+    description = "Browser calls over WebRTC, on loopback by default."
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        """``--host``, ``--port``, ``--token``, ICE, TLS, ``--max-calls`` and the scale-out
+        roles."""
+        parser.add_argument("--host", default=None,
+                            help="bind address (default: $VOXFLOW_HOST, else 127.0.0.1)")
+        parser.add_argument("--port", type=int, default=None,
+                            help="TCP port (default: $VOXFLOW_PORT, else 8080)")
+        parser.add_argument("--token", default=None, help="the /offer token (default: random)")
+        parser.add_argument(
+            "--ice-server", action="append", default=[], metavar="URL",
+            help="a stun:/turn: server (repeatable; default: none; TURN credentials from "
+                 "VOXFLOW_TURN_USERNAME/VOXFLOW_TURN_CREDENTIAL)")
+        parser.add_argument(
+            "--ice-host", action="append", default=None, metavar="IP",
+            help="local IP offered as ICE host candidate (repeatable; default: every "
+                 "non-loopback interface)")
+        parser.add_argument("--max-calls", type=int, default=None,
+                            help="concurrent calls (default: $VOXFLOW_MAX_CALLS, else 8)")
+        parser.add_argument("--tls-cert", default=None, metavar="PEM",
+                            help="serve HTTPS with this certificate (chain) ...")
+        parser.add_argument("--tls-key", default=None, metavar="PEM",
+                            help="... and its private key")
+        parser.add_argument("--self-signed", action="store_true",
+                            help="serve HTTPS with a generated 7-day certificate (a LAN trial)")
+        parser.add_argument("--trust-forwarded", action="store_true",
+                            help="behind a reverse proxy: trust its X-Forwarded-Proto/-Host "
+                                 "for the Origin check")
+        scale = parser.add_argument_group(
+            "scale out (several processes or machines on one PostgreSQL: VOXFLOW_DATABASE_URL)")
+        role = scale.add_mutually_exclusive_group()
+        role.add_argument("--front-door", action="store_true",
+                          help="serve the page and POST /offer only; calls go to call workers")
+        role.add_argument("--worker", action="store_true",
+                          help="a call worker: no HTTP port, answers the calls front doors "
+                               "dispatch (--max-calls slots)")
+        scale.add_argument("--offer-timeout", type=float, default=10.0, metavar="SECONDS",
+                           help="front door: how long an offer waits for a worker "
+                                "(default: 10)")
+        scale.add_argument("--drain-seconds", type=float, default=60.0, metavar="SECONDS",
+                           help="worker: on SIGTERM, how long running calls may go on "
+                                "(default: 60)")
+        scale.add_argument("--stale-after", type=float, default=5.0, metavar="SECONDS",
+                           help="a worker silent this long gets no call (default: 5)")
+
+    def run(self, args: argparse.Namespace, cli: CommandLine) -> int:
+        """Check the options and the address, then serve until interrupted."""
+        settings = cli.settings(log_level="INFO")  # a line per call
+        if (args.front_door or args.worker) and settings.database_url is None:
+            raise UsageError(
+                f"--{'front-door' if args.front_door else 'worker'} dispatches calls "
+                "through PostgreSQL: set VOXFLOW_DATABASE_URL=postgresql://user@host"
+                ":5432/database (the same for every front door and worker), or drop "
+                "the option to serve everything from this one process")
+        for name in ("offer_timeout", "drain_seconds", "stale_after"):
+            value = getattr(args, name)
+            if not (value > 0 or (name == "drain_seconds" and value == 0)) or value > 86400:
+                raise UsageError(f"--{name.replace('_', '-')} {value:g}: give seconds, more "
+                                 "than 0 and at most 86400")
+        model = cli.check_assistant(settings, voice=not args.front_door)
+        if not args.worker:
+            _check_listen(settings.host, settings.port)
+        with implementation("serve"):
+            from .webrtc.command import run_serve  # aiortc and the models: only to serve
+        return run_serve(
+            flow=args.flow, host=settings.host, port=settings.port, token=args.token,
+            model=model, ice_servers=args.ice_server, ice_host_addresses=args.ice_host,
+            max_calls=args.max_calls if args.max_calls is not None else settings.max_calls,
+            settings=settings, tls_cert=args.tls_cert, tls_key=args.tls_key,
+            self_signed=args.self_signed, trust_forwarded=args.trust_forwarded,
+            role="front-door" if args.front_door else "worker" if args.worker else "all",
+            offer_timeout=args.offer_timeout, drain_seconds=args.drain_seconds,
+            stale_after=args.stale_after,
+        )
+
+
+def _check_listen(host: str, port: int) -> None:
+    """Bind ``host:port`` once, before the models load, so a bad address or a taken port
+    is said at once."""
+    import socket  # (only serve binds; the CLI's other commands never pay for it)
+
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except (socket.gaierror, UnicodeError) as exc:
+        raise UsageError(f"--host {host}: not an address of this machine ({exc}); "
+                         "use 127.0.0.1 (this machine only) or 0.0.0.0 (every interface)"
+                         ) from None
+    family, kind, proto, _, address = infos[0]
+    with socket.socket(family, kind, proto) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(address)
+        except OSError as exc:
+            raise UsageError(f"cannot listen on {host}:{port} ({exc.strerror or exc}); "
+                             "choose another --port, or --host an address of this machine"
+                             ) from None
+
+
+class VoiceChatMode:
+    """``voxflow chat --voice``: the microphone and speakers
+    (:mod:`voxflow_adapters.local_chat`)."""
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> Sequence[argparse.Action]:
+        """The devices and ``--headphones`` (refused by the CLI without ``--voice``)."""
+        return (
+            parser.add_argument("--input-device", default=None, metavar="DEVICE",
+                                help="microphone index or name (see voxflow doctor)"),
+            parser.add_argument("--output-device", default=None, metavar="DEVICE",
+                                help="speaker index or name (see voxflow doctor)"),
+            parser.add_argument("--headphones", action="store_true",
+                                help="no echo gate: the assistant cannot hear itself"),
+        )
+
+    def run(self, args: argparse.Namespace, settings: Settings, model: str | None) -> int:
+        """Talk to FLOW until the user quits."""
+        with implementation("chat"):
+            # sounddevice and the models: only for a voice chat
+            from .local_chat import parse_device, run_voice_chat
+        try:
+            devices = [parse_device(d) for d in (args.input_device, args.output_device)]
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+        return run_voice_chat(
+            flow=args.flow, input_device=devices[0], output_device=devices[1],
+            headphones=args.headphones, model=model, settings=settings,
+        )
+
+
+class VoiceDemoMode:
+    """``voxflow demo``'s simulated voice call (:mod:`voxflow_adapters.demo`)."""
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> Sequence[argparse.Action]:
+        """None: the demo's options are the core's (its text demo takes them too)."""
+        return ()
+
+    def run(self, args: argparse.Namespace, settings: Settings, model: str | None) -> int:
+        """Check ``--script``, run the call, print it and write its outputs."""
+        with implementation("demo"):
+            from .demo import DEMO_LINES, run_voice_demo  # the models: only for the call
+        if args.script is not None:
+            _script_wavs(Path(args.script), DEMO_LINES)
+        return run_voice_demo(fast=args.fast, model=model, json_output=args.json,
+                              out=str(settings.demo_out), script=args.script,
+                              settings=settings)
+
+
+def _script_wavs(folder: Path, lines: Sequence[str]) -> None:
+    """Check ``--script``: a folder with one readable WAV file per line of the demo."""
+    import wave  # (only a --script demo reads WAV files here)
+
+    if not folder.is_dir():
+        raise UsageError(f"--script {folder}: not a folder; give a folder of WAV files, "
+                         "one per line the caller says")
+    wavs = sorted(folder.glob("*.wav"))
+    if len(wavs) != len(lines):
+        said = "; ".join(f"{i}. {line}" for i, line in enumerate(lines, 1))
+        raise UsageError(f"--script {folder}: needs {len(lines)} WAV files, found "
+                         f"{len(wavs)}; one per line, in name order: {said}")
+    for wav in wavs:
+        try:
+            with wave.open(str(wav), "rb") as reader:
+                reader.getnframes()
+        except (wave.Error, EOFError, OSError) as exc:
+            raise UsageError(f"--script {wav}: not a readable PCM WAV file ({exc}); "
+                             "record or convert it as 16-bit PCM WAV") from None
+
+
+serve = ServeCommand()
+voice_chat = VoiceChatMode()
+voice_demo = VoiceDemoMode()
