@@ -34,6 +34,8 @@ third-party one (``litellm.*``, ``aiortc.*``)::
 
 from __future__ import annotations
 
+from .ids import SessionId
+
 __all__ = [
     "AdapterBrokenError",
     "AudioBackendError",
@@ -291,7 +293,7 @@ class PersistenceConflictError(PersistenceError, RuntimeError):
             "was overwritten. Reload the session (e.g. the next turn with its session_id on "
             "a fresh Flow) and retry."
         )
-        self.session_id = session_id
+        self.session_id = SessionId(session_id)
         self.expected = expected
         self.stored = stored
 
@@ -320,7 +322,7 @@ class SessionLeaseError(PersistenceError, RuntimeError):
 
     def __init__(self, message: str, *, session_id: str, holder: str) -> None:
         super().__init__(message)
-        self.session_id = session_id
+        self.session_id = SessionId(session_id)
         self.holder = holder
 
 
@@ -363,7 +365,7 @@ class FencedWriteError(PersistenceError, RuntimeError):
         else:
             why = f"this writer's lease epoch {epoch} was {reason}{detail}"
         super().__init__(f"session {session_id!r}: write refused, {why}; nothing was written")
-        self.session_id = session_id
+        self.session_id = SessionId(session_id)
         self.epoch = epoch
         self.current = current
         self.reason = reason

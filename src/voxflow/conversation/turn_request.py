@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from voxflow.conversation.helpers import validate_user_message
 from voxflow.files import FileRef
+from voxflow.ids import SessionId
 from voxflow.llm import BaseLLM, coerce_llm
 
 if TYPE_CHECKING:
@@ -30,7 +31,7 @@ class TurnRequest:
     """One turn's validated arguments (``files``: the input files, read)."""
 
     message: str
-    session_id: str | None
+    session_id: SessionId | None
     intents: tuple[str, ...] | None
     intent_llm: BaseLLM | None
     from_checkpoint: Any

@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import ValidationError
 
 from voxflow.errors import JobPayloadError, PersistenceUnavailableError
+from voxflow.ids import JobId, SessionId
 from voxflow.jobs.background import BackgroundJob, commit_progress
 from voxflow.jobs.records import JobState, JobUpdate, begin_attempt, commit_job_update
 from voxflow.settings import (
@@ -103,8 +104,8 @@ class InboxEntry:
     """
 
     id: int
-    session_id: str
-    job_id: str
+    session_id: SessionId
+    job_id: JobId
     revision: int
     attempt: int
     seq: int
@@ -113,11 +114,11 @@ class InboxEntry:
     problem: str | None = None
 
     @property
-    def progress_job_id(self) -> str:
+    def progress_job_id(self) -> JobId:
         """The id of the progress record this report makes (the same every time it is
         read, so it is registered once)."""
         key = f"{self.job_id}:{self.revision}:{self.attempt}:{self.seq}"
-        return str(uuid.uuid5(_PROGRESS_NAMESPACE, key))
+        return JobId(str(uuid.uuid5(_PROGRESS_NAMESPACE, key)))
 
 
 def _entry(row: Sequence[Any]) -> InboxEntry:

@@ -36,6 +36,7 @@ from voxflow_voice.wiring import assistant_session
 
 from voxflow.clock import Clock
 from voxflow.errors import FencedWriteError
+from voxflow.ids import SessionId
 from voxflow.jobs import JobRunner, PostgresJobQueue
 from voxflow.settings import Settings
 from voxflow.wiring import AssistantWiring
@@ -92,7 +93,7 @@ class CallSession:
         resume: load the stored session and go on with it (else a new session).
     """
 
-    session_id: str
+    session_id: SessionId
     persistence: Any = field(repr=False)
     resume: bool = False
 

@@ -27,6 +27,7 @@ from typing import Any
 
 from voxflow.errors import FencedWriteError, SessionLeaseError
 from voxflow.flow.persistence import SessionLease
+from voxflow.ids import SessionId
 
 __all__ = ["DEFAULT_LEASE_SECONDS", "SessionBusyError", "SessionOwnership"]
 
@@ -100,9 +101,9 @@ class SessionOwnership:
             return cls(store, lease, ttl=ttl, on_lost=on_lost)
 
     @property
-    def session_id(self) -> str:
+    def session_id(self) -> SessionId:
         """The owned session."""
-        return str(self.lease.session_id)
+        return SessionId(str(self.lease.session_id))
 
     def _lose(self, exc: FencedWriteError) -> None:
         """Record the loss once and report it on the loop (saves run in threads)."""

@@ -26,6 +26,8 @@ from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from voxflow.ids import SessionId
+
 __all__ = [
     "MAX_DEPTH",
     "RESUME_VERSION",
@@ -161,7 +163,7 @@ class ResumeRequest(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
 
     v: Literal[1] = Field(description="the resume object's version (RESUME_VERSION)")
-    session_id: str = Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9._:-]+$")
+    session_id: SessionId = Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9._:-]+$")
     token: str = Field(min_length=16, max_length=128, pattern=r"^[A-Za-z0-9_-]+$",
                        repr=False)
 
