@@ -15,7 +15,7 @@ import contextlib
 import json
 import os
 import sqlite3
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from voxflow.flow._row_store import RowStore
@@ -93,10 +93,10 @@ def _render(sql: str, params: Sequence[Any] | None) -> str:
     return sql if not params else f"{sql} -- {json.dumps(list(params), default=str)}"
 
 
-@contextlib.contextmanager
-def _watch_psycopg(store: RowStore, seen: Any) -> Iterator[None]:
+def _watch_psycopg(store: RowStore, seen: Callable[[str], None]) -> Callable[[], None]:
     """Call ``seen(statement)`` for every statement ``store``'s connections execute, before
-    it runs (one call per parameter row of an ``executemany``, values shown)."""
+    it runs (one call per parameter row of an ``executemany``, values shown); returns the
+    function that stops it."""
     import psycopg
 
     mark = f"search_path={store.schema}"  # type: ignore[attr-defined]
@@ -117,13 +117,13 @@ def _watch_psycopg(store: RowStore, seen: Any) -> Iterator[None]:
                 seen(_render(str(query), params))
         return executemany(cursor, query, params_seq, **kw)
 
-    psycopg.Cursor.execute = watched_execute  # type: ignore[method-assign]
-    psycopg.Cursor.executemany = watched_executemany  # type: ignore[method-assign]
-    try:
-        yield
-    finally:
+    def stop() -> None:
         psycopg.Cursor.execute = execute  # type: ignore[method-assign]
         psycopg.Cursor.executemany = executemany  # type: ignore[method-assign]
+
+    psycopg.Cursor.execute = watched_execute  # type: ignore[method-assign]
+    psycopg.Cursor.executemany = watched_executemany  # type: ignore[method-assign]
+    return stop
 
 
 def _sqlite_connection(store: SQLiteFlowPersistence) -> sqlite3.Connection:
@@ -146,8 +146,11 @@ def statements(store: RowStore) -> Iterator[list[str]]:
         finally:
             conn.set_trace_callback(None)
         return
-    with _watch_psycopg(store, seen.append):
+    stop = _watch_psycopg(store, seen.append)
+    try:
         yield seen
+    finally:
+        stop()
 
 
 def crash_at(store: RowStore, prefix: str, *, containing: str = "", code: int = 17) -> None:
@@ -164,4 +167,4 @@ def crash_at(store: RowStore, prefix: str, *, containing: str = "", code: int = 
     if lite is not None:
         _sqlite_connection(lite).set_trace_callback(die)
     else:
-        _watch_psycopg(store, die).__enter__()  # for the rest of the process
+        _watch_psycopg(store, die)  # for the rest of the process

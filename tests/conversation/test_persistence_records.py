@@ -1,7 +1,8 @@
 """Dicts of records (turns, replies, deliveries, jobs) are stored one row per key.
 
-Real SQLite files throughout, read back through a second backend or ``sqlite3``; real
-TurnRunner turns; a real subprocess for the crash in the middle of a save. Every
+On SQLite and PostgreSQL (``make_store``), read back through a second backend or a
+connection of its own (``tests.stores``); real TurnRunner turns; a real subprocess for
+the crash in the middle of a save. Every
 round trip compares what ``load_state`` returns with ``state.model_dump(mode="json")``
 taken right after the save, so "exactly the saved state" includes each dict's order.
 """
@@ -11,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import json
+import os
 import pickle
 import sqlite3
 import subprocess
@@ -22,10 +24,12 @@ from typing import Any, ClassVar
 import pytest
 from pydantic import BaseModel, ConfigDict, Field
 
+from tests.stores import reopen, rows, statements, where
 from voxflow import Flow, SQLiteFlowPersistence, persist
 from voxflow.conversation._record_marks import HOT_RECORDS, RecordDict
 from voxflow.conversation.persistence import SavedLists, prepare_state_save
 from voxflow.errors import PersistenceConflictError
+from voxflow.flow._row_store import RowStore
 from voxflow.flow.persistence import RECORDS_KEY, RecordChanges, StateChanges
 from voxflow.ids import SessionId
 from voxflow.jobs import JobRecord, JobState, JobUpdate, add_job, commit_job_update
@@ -35,13 +39,15 @@ from voxflow.turns import TurnLedger, TurnRunner, TurnState
 
 pytestmark = pytest.mark.unit
 
+ROOT = Path(__file__).resolve().parents[2]
+
 MANY = 24  # more turns than the records compared field by field on every save (8)
 
 
 Chat = Acknowledger  # every turn: "Request received."
 
 
-def persisted(backend: SQLiteFlowPersistence) -> Flow[TurnState]:
+def persisted(backend: RowStore) -> Flow[TurnState]:
     @persist(backend)
     class Saved(Chat):
         pass
@@ -55,13 +61,13 @@ async def turns(runner: TurnRunner, count: int, prefix: str = "m") -> None:
             runner.accept_event(event)
 
 
-def save_now(flow: Flow[TurnState], backend: SQLiteFlowPersistence) -> dict[str, Any]:
+def save_now(flow: Flow[TurnState], backend: RowStore) -> dict[str, Any]:
     """Save through the runtime's hook (as ``@persist`` does); return the expected dump."""
     flow._prepare_state_save(backend, "check")()
     return flow.state.model_dump(mode="json")
 
 
-def assert_round_trip(flow: Flow[TurnState], backend: SQLiteFlowPersistence) -> None:
+def assert_round_trip(flow: Flow[TurnState], backend: RowStore) -> None:
     expected = save_now(flow, backend)
     reader = reopen(backend)  # a second connection: what is stored
     try:
@@ -74,26 +80,6 @@ def assert_round_trip(flow: Flow[TurnState], backend: SQLiteFlowPersistence) -> 
         assert list(stored[field]) == list(expected[field])  # dict order kept
 
 
-def reopen(backend: Any) -> Any:
-    """Another backend on the same database."""
-    if isinstance(backend, SQLiteFlowPersistence):
-        return SQLiteFlowPersistence(backend.path)
-    from voxflow.flow.postgres import PostgresFlowPersistence
-
-    return PostgresFlowPersistence(backend.url, schema=backend.schema)
-
-
-@contextlib.contextmanager
-def statements(backend: SQLiteFlowPersistence) -> Any:
-    seen: list[str] = []
-    assert backend._conn is not None
-    backend._conn.set_trace_callback(seen.append)
-    try:
-        yield seen
-    finally:
-        backend._conn.set_trace_callback(None)
-
-
 def record_writes(seen: list[str]) -> int:
     return sum(1 for s in seen if s.startswith(("INSERT INTO state_records", "DELETE FROM state")))
 
@@ -101,11 +87,11 @@ def record_writes(seen: list[str]) -> int:
 # -- the backend ----------------------------------------------------------------------
 
 
-def test_changes_upsert_delete_and_keep_each_dict_in_order(tmp_path: Path) -> None:
-    backend = SQLiteFlowPersistence(tmp_path / "r.db")
+def test_changes_upsert_delete_and_keep_each_dict_in_order(make_store: Any) -> None:
+    backend = make_store("r")
     state = {"id": "s", "turns": {"a": {"n": 1}, "b": {"n": 2}, "c": {"n": 3}}, "x": 0}
     v1 = backend.save_full_state("s", "m", state)
-    [(snapshot,)] = sqlite3.connect(backend.path).execute("SELECT state_json FROM flow_states")
+    [(snapshot,)] = rows(backend, "SELECT state_json FROM flow_states")
     assert '"n"' not in snapshot and RECORDS_KEY in snapshot  # records are rows, not JSON
     change = RecordChanges(
         upserts=[("b", {"n": 20}), ("d", {"n": 4})], deletes=["a"], base_count=3, count=3
@@ -141,8 +127,8 @@ def test_changes_upsert_delete_and_keep_each_dict_in_order(tmp_path: Path) -> No
     assert [v for v, _, _ in backend.history("s")] == [1, 2, 3]
 
 
-def test_changes_are_validated(tmp_path: Path) -> None:
-    backend = SQLiteFlowPersistence(tmp_path / "v.db")
+def test_changes_are_validated(make_store: Any) -> None:
+    backend = make_store("v")
     with pytest.raises(TypeError, match="StateChanges"):
         backend.save_state_changes("s", "m", {"id": "s"})  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="counts"):
@@ -156,10 +142,14 @@ def test_changes_are_validated(tmp_path: Path) -> None:
         backend.save_state_changes("s", "m", StateChanges({}, base_version=-2))
     with pytest.raises(ValueError, match="flow_uuid"):
         backend.save_state_changes("", "m", StateChanges({}))
-    assert not backend.path.exists()  # nothing was written
+    if isinstance(backend, SQLiteFlowPersistence):
+        assert not backend.path.exists()  # nothing was written: not even the file
+    assert backend.load_state("s") is None and backend.revision("s") == 0
 
 
 def test_a_database_from_before_record_rows_opens_and_migrates(tmp_path: Path) -> None:
+    # SQLite only: databases from before record rows exist only as SQLite files (the
+    # PostgreSQL backend has stored records as rows from its first version).
     path = tmp_path / "old.db"
     with contextlib.closing(sqlite3.connect(path)) as conn:
         conn.executescript(
@@ -193,8 +183,8 @@ def test_a_database_from_before_record_rows_opens_and_migrates(tmp_path: Path) -
 # -- tracked turns, saved incrementally -------------------------------------------------
 
 
-async def test_tracked_turns_write_only_their_records_and_round_trip(tmp_path: Path) -> None:
-    backend = SQLiteFlowPersistence(tmp_path / "t.db")
+async def test_tracked_turns_write_only_their_records_and_round_trip(make_store: Any) -> None:
+    backend = make_store("t")
     flow = persisted(backend)
     runner = TurnRunner(flow)
     writes: dict[int, int] = {}
@@ -209,12 +199,12 @@ async def test_tracked_turns_write_only_their_records_and_round_trip(tmp_path: P
     # records the turn changed after a save; never the older ones.
     assert writes[5] == writes[30]
     assert 2 <= writes[30] <= 12
-    [(size,)] = sqlite3.connect(backend.path).execute("SELECT length(state_json) FROM flow_states")
+    [(size,)] = rows(backend, "SELECT length(state_json) FROM flow_states")
     assert size < 1500  # the snapshot row holds no records
 
 
-async def test_older_records_changed_in_place_are_saved(tmp_path: Path) -> None:
-    backend = SQLiteFlowPersistence(tmp_path / "old.db")
+async def test_older_records_changed_in_place_are_saved(make_store: Any) -> None:
+    backend = make_store("old")
     flow = persisted(backend)
     runner = TurnRunner(flow)
     await turns(runner, MANY)
@@ -242,8 +232,8 @@ async def test_older_records_changed_in_place_are_saved(tmp_path: Path) -> None:
     assert record_writes(seen) == 0
 
 
-async def test_deletions_pruning_and_reordering_are_saved(tmp_path: Path) -> None:
-    backend = SQLiteFlowPersistence(tmp_path / "del.db")
+async def test_deletions_pruning_and_reordering_are_saved(make_store: Any) -> None:
+    backend = make_store("del")
     flow = persisted(backend)
     runner = TurnRunner(flow)
     await turns(runner, MANY)
@@ -259,10 +249,7 @@ async def test_deletions_pruning_and_reordering_are_saved(tmp_path: Path) -> Non
     assert_round_trip(flow, backend)
     state.replies.clear()
     assert_round_trip(flow, backend)
-    [(rows,)] = sqlite3.connect(backend.path).execute(
-        "SELECT COUNT(*) FROM state_records WHERE field = 'replies'"
-    )
-    assert rows == 0
+    assert rows(backend, "SELECT COUNT(*) FROM state_records WHERE field = 'replies'") == [(0,)]
 
 
 async def test_restoring_an_older_snapshot_is_saved_exactly(
@@ -334,16 +321,22 @@ async def test_another_writers_save_makes_the_next_save_a_conflict(
     other.close()
 
 
-def test_a_crash_inside_a_save_leaves_the_previous_state(tmp_path: Path) -> None:
-    db = tmp_path / "crash.db"
+@pytest.mark.parametrize("point", ["INSERT INTO state_records", "INSERT INTO flow_states "],
+                         ids=["before-its-records", "after-its-rows"])
+def test_a_crash_inside_a_save_leaves_the_previous_state(make_store: Any, point: str) -> None:
+    # Killed as the save starts on its records, or once its item and record rows are
+    # written and only the snapshot row is left: nothing of that save may be loaded.
+    store = make_store("crash")
+    store.check_writable()  # PostgreSQL: creates the schema the subprocess writes to
     script = textwrap.dedent(
         f"""
-        import json, os, sys
-        from voxflow import SQLiteFlowPersistence, persist
+        import json, sys
+        from tests.stores import crash_at, open_store
+        from voxflow import persist
         from voxflow.testing import Acknowledger
         from voxflow.turns import TurnRunner
 
-        backend = SQLiteFlowPersistence({str(db)!r})
+        backend = open_store({where(store)!r})
 
         @persist(backend)
         class Chat(Acknowledger):
@@ -360,22 +353,17 @@ def test_a_crash_inside_a_save_leaves_the_previous_state(tmp_path: Path) -> None
             turn(f"m{{i}}")
         flow._prepare_state_save(backend, "check")()
         print(json.dumps(flow.state.model_dump(mode="json")), flush=True)
-
-        def die(statement):
-            if statement.startswith("INSERT INTO state_records"):
-                os._exit(17)
-
-        backend._conn.set_trace_callback(die)
+        crash_at(backend, {point!r})  # the next save dies mid-way
         turn("lost")
         """
     )
     done = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=False
+        [sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True,
+        timeout=120, check=False, env={**os.environ, "PYTHONPATH": str(ROOT)},
     )
     assert done.returncode == 17, done.stderr
     before = json.loads(done.stdout)
-    backend = SQLiteFlowPersistence(db)
-    stored = backend.load_state(before["id"])
+    stored = reopen(store).load_state(before["id"])
     assert stored == before
     assert len(stored["turns"]) == 20 and stored["messages"][-1]["content"] == "Request received."
 
@@ -557,8 +545,10 @@ def test_watching_is_scoped_to_the_saver(tmp_path: Path, make_store: Any) -> Non
 # -- RecordDict: changes found from the dict's own logs -------------------------------
 
 
-async def test_a_save_finds_record_changes_without_scanning_old_records(tmp_path: Path) -> None:
-    backend = SQLiteFlowPersistence(tmp_path / "tracked.db")
+async def test_a_save_finds_record_changes_without_scanning_old_records(
+    make_store: Any,
+) -> None:
+    backend = make_store("tracked")
     flow = persisted(backend)
     runner = TurnRunner(flow)
     await turns(runner, 40)
