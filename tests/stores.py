@@ -15,13 +15,14 @@ import contextlib
 import json
 import os
 import sqlite3
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from voxflow.flow._row_store import RowStore
 from voxflow.flow.persistence import SQLiteFlowPersistence
 
-__all__ = ["crash_at", "execute", "open_store", "reopen", "rows", "statements", "where"]
+__all__ = ["crash_at", "default_env", "execute", "open_store", "reopen", "rows", "statements",
+           "where"]
 
 
 def _sqlite(store: RowStore) -> SQLiteFlowPersistence | None:
@@ -87,6 +88,25 @@ def open_store(location: str) -> RowStore:
         url, schema = location.rsplit("#", 1)
         return PostgresFlowPersistence(url, schema=schema)
     return SQLiteFlowPersistence(location)
+
+
+def default_env(store: RowStore, base: Mapping[str, str] | None = None) -> dict[str, str]:
+    """``base`` (default: ``os.environ``) changed so that the default backend
+    (:func:`~voxflow.flow.persistence.default_persistence`, what ``@persist`` saves to when
+    a flow names no store) is ``store``'s database: ``VOXFLOW_HOME`` the folder of a SQLite
+    ``flow_states.db``, or ``VOXFLOW_DATABASE_URL`` with the store's schema first on its
+    ``search_path``."""
+    env = dict(os.environ if base is None else base)
+    lite = _sqlite(store)
+    if lite is not None:
+        assert lite.path.name == "flow_states.db", "the default SQLite file is flow_states.db"
+        env.pop("VOXFLOW_DATABASE_URL", None)
+        env["VOXFLOW_HOME"] = str(lite.path.parent)
+        return env
+    url: str = store.url  # type: ignore[attr-defined]
+    joiner = "&" if "?" in url else "?"
+    env["VOXFLOW_DATABASE_URL"] = f"{url}{joiner}options=-csearch_path%3D{store.schema}"  # type: ignore[attr-defined]
+    return env
 
 
 def _render(sql: str, params: Sequence[Any] | None) -> str:

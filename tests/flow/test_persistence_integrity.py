@@ -1,6 +1,7 @@
 """Persistence integrity (issue 16): concurrent writers, final statuses, crashes, bad stores.
 
-Real SQLite files, separate connections (as two processes have) and real subprocesses.
+On SQLite and PostgreSQL (``make_store``): separate connections (as two processes have)
+and real subprocesses; the SQLite-only tests say why.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from tests.stores import rows, where
 from voxflow import Flow, SQLiteFlowPersistence, persist, start, testing
 from voxflow.conversation.persistence import UNANSWERED_REASON
 from voxflow.errors import PersistenceConflictError, PersistenceUnavailableError
@@ -147,6 +149,7 @@ def test_two_processes_writing_one_session_lose_no_returned_turn(
 def test_a_new_store_waits_for_another_writer_to_switch_the_file_to_wal(
     tmp_path: Path,
 ) -> None:
+    # SQLite only: the switch of a file to WAL mode (PostgreSQL has no such step).
     # Two processes creating one database: the second found the first mid-write on a
     # file not yet in WAL mode, and SQLite refused the switch at once ("database is
     # locked", no busy wait) -- a CI failure of the test above.
@@ -215,7 +218,8 @@ async def test_a_persisted_tracked_turn_stores_its_final_statuses(make_store: An
 _DIES_MID_TURN = """
 import os, signal, sys
 from typing import Any
-from voxflow import ConversationState, Flow, SQLiteFlowPersistence, listen, persist
+from tests.stores import open_store
+from voxflow import ConversationState, Flow, listen, persist
 
 @persist
 class Echo(Flow[ConversationState]):
@@ -230,21 +234,24 @@ class Echo(Flow[ConversationState]):
             os.kill(os.getpid(), signal.SIGKILL)  # after the route's save, before a reply
         return f"echo {self.state.current_user_message}"
 
-flow = Echo(persistence=SQLiteFlowPersistence(sys.argv[1]))
+flow = Echo(persistence=open_store(sys.argv[1]))
 flow.handle_turn("hello", session_id="crashy")
 flow.handle_turn("die", session_id="crashy")
 """
 
 
-def test_a_session_restored_after_a_crash_marks_the_unanswered_turn(tmp_path: Path) -> None:
-    path = tmp_path / "crash.db"
+def test_a_session_restored_after_a_crash_marks_the_unanswered_turn(
+    tmp_path: Path, make_store: Any
+) -> None:
+    backend = make_store("crash")
+    backend.check_writable()  # PostgreSQL: creates the schema the subprocess writes to
     script = tmp_path / "dies.py"
     script.write_text(_DIES_MID_TURN)
     proc = subprocess.run(
-        [sys.executable, str(script), str(path)], cwd=ROOT, capture_output=True, timeout=60
+        [sys.executable, str(script), where(backend)], cwd=ROOT, capture_output=True,
+        timeout=60, env={**os.environ, "PYTHONPATH": str(ROOT)},
     )
     assert proc.returncode == -9, proc.stderr
-    backend = SQLiteFlowPersistence(path)
     assert pairs(backend.load_state("crashy"))[-1] == ("user", "die")  # what the crash left
     flow = Echo(persistence=backend)
     flow.handle_turn("are you there?", session_id="crashy")
@@ -286,23 +293,37 @@ class Counter(Flow[Any]):
         return len(ran)
 
 
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
 def test_an_unwritable_store_fails_before_any_method_runs(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, backend: str
 ) -> None:
+    # The default store unusable: SQLite's VOXFLOW_HOME on a file, or a PostgreSQL URL
+    # where no server listens (port 1: this variant needs none).
     blocker = tmp_path / "a-file"
     blocker.write_text("not a directory")
     home = blocker / "voxflow"
     monkeypatch.setenv("VOXFLOW_HOME", str(home))
+    nowhere = "postgresql://voxflow:hunter2@127.0.0.1:1/test"
+    if backend == "postgres":
+        monkeypatch.setenv("VOXFLOW_DATABASE_URL", nowhere)
+    else:
+        monkeypatch.delenv("VOXFLOW_DATABASE_URL", raising=False)
     ran.clear()
     with pytest.raises(PersistenceUnavailableError) as failed:
         Counter().kickoff()
     assert ran == []  # the method never ran, so no work was lost at its save
-    assert failed.value.path == str(home / "flow_states.db")
-    assert "VOXFLOW_HOME" in failed.value.fix and str(home) in str(failed.value)
+    if backend == "sqlite":
+        assert failed.value.path == str(home / "flow_states.db")
+        assert "VOXFLOW_HOME" in failed.value.fix and str(home) in str(failed.value)
+    else:
+        assert failed.value.path == "postgresql://voxflow:***@127.0.0.1:1/test"
+        assert "VOXFLOW_DATABASE_URL" in failed.value.fix
+        assert "hunter2" not in str(failed.value) + failed.value.fix
     chat = Echo()
     with pytest.raises(PersistenceUnavailableError):
         chat.handle_turn("hello", session_id="nowhere")
     assert chat.state.messages == []  # no user message kept without its reply
+    monkeypatch.delenv("VOXFLOW_DATABASE_URL", raising=False)
     monkeypatch.setenv("VOXFLOW_HOME", str(tmp_path / "fine"))
     assert Counter().kickoff() == 1 and ran == ["count"]
 
@@ -311,7 +332,8 @@ def test_an_unwritable_store_fails_before_any_method_runs(
 
 _ZYGOTE = """
 import os, sys
-from voxflow import SQLiteFlowPersistence, persist, testing
+from tests.stores import open_store
+from voxflow import persist, testing
 
 @persist
 class Echo(testing.Echo):  # the kit's echo flow, saved after every method
@@ -322,7 +344,7 @@ for line in sys.stdin:  # "run N": fork a writer, wait for the test to SIGKILL i
     pid = os.fork()
     if pid == 0:
         fd = os.open(report, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
-        flow = Echo(persistence=SQLiteFlowPersistence(db))  # its own connection
+        flow = Echo(persistence=open_store(db))  # its own connection
         turn = 0
         while True:
             message = f"{line.split()[1]}-{turn}"
@@ -337,21 +359,25 @@ for line in sys.stdin:  # "run N": fork a writer, wait for the test to SIGKILL i
 KILLS = 60
 
 
-def test_sigkill_at_random_points_loses_no_returned_turn(tmp_path: Path) -> None:
-    db, report = tmp_path / "crash.db", tmp_path / "returned.txt"
+def test_sigkill_at_random_points_loses_no_returned_turn(
+    tmp_path: Path, make_store: Any
+) -> None:
+    backend = make_store("crash")
+    backend.check_writable()  # PostgreSQL: creates the schema before the writers fork
+    report = tmp_path / "returned.txt"
     script = tmp_path / "zygote.py"
     script.write_text(_ZYGOTE)
     # One interpreter imports voxflow once and forks a fresh writer per kill.
     zygote = subprocess.Popen(
-        [sys.executable, str(script), str(db), str(report)],
+        [sys.executable, str(script), where(backend), str(report)],
         cwd=ROOT,
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
     )
     assert zygote.stdin is not None and zygote.stdout is not None
     rng = random.Random(1616)
-    backend = SQLiteFlowPersistence(db)
     waited_for = 0
     try:
         for run in range(KILLS):
@@ -376,7 +402,8 @@ def test_sigkill_at_random_points_loses_no_returned_turn(tmp_path: Path) -> None
                 assert returned == []
                 continue
             assert_survives_a_crash(stored, returned)
-        assert backend._read(lambda c: c.execute("PRAGMA integrity_check").fetchone()) == ("ok",)
+        if isinstance(backend, SQLiteFlowPersistence):  # (PostgreSQL has no such check)
+            assert rows(backend, "PRAGMA integrity_check") == [("ok",)]
     finally:
         zygote.stdin.close()
         zygote.wait(timeout=30)
