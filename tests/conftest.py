@@ -128,3 +128,27 @@ def make_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store
     if request.param == "postgres" and made:
         for schema in {s.schema for s in made}:  # type: ignore[attr-defined]
             PostgresFlowPersistence(PG_URL, schema=schema).drop_schema()
+
+
+@pytest.fixture
+def default_store(make_store: StoreFactory, monkeypatch: pytest.MonkeyPatch) -> Iterator[RowStore]:
+    """The store ``@persist`` saves to when a flow names none (``default_persistence()``),
+    on each backend of ``make_store``: SQLite at ``$VOXFLOW_HOME/flow_states.db``, or
+    PostgreSQL through ``VOXFLOW_DATABASE_URL`` naming a fresh schema (dropped afterwards).
+    Subprocesses get the same with ``tests.stores.default_env(store)``."""
+    from tests.stores import default_env
+    from voxflow.flow.persistence import default_persistence
+
+    store = make_store("flow_states")
+    env = default_env(store, {})
+    for name in ("VOXFLOW_HOME", "VOXFLOW_DATABASE_URL"):
+        if name in env:
+            monkeypatch.setenv(name, env[name])
+        else:
+            monkeypatch.delenv(name, raising=False)
+    default = default_persistence()
+    same = (getattr(default, "path", None) == getattr(store, "path", None)
+            and getattr(default, "schema", None) == getattr(store, "schema", None))
+    assert same, f"the default backend is {default!r}, not the test's {store!r}"
+    yield default
+    default.close()

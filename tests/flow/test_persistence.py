@@ -1,8 +1,8 @@
-"""@persist and SQLiteFlowPersistence: real SQLite files, real subprocesses."""
+"""@persist and its backends: SQLite files and PostgreSQL schemas (``make_store``; the
+default backend through ``default_store``), real subprocesses."""
 
 from __future__ import annotations
 
-import os
 import sqlite3
 import subprocess
 import sys
@@ -14,10 +14,10 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
+from tests.stores import default_env, rows
 from voxflow import Flow, FlowState, SQLiteFlowPersistence, listen, persist, start
 from voxflow.errors import PersistenceConflictError
 from voxflow.flow import FlowPersistence, default_data_dir
-from voxflow.flow.persistence import default_persistence
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -48,6 +48,8 @@ class MethodOnly(Flow[Notes]):
 
 
 def test_persist_creates_nothing_until_first_write(_voxflow_home: Path) -> None:
+    # SQLite only: the embedded default's file and folder (PostgreSQL creates its schema
+    # on first use too, proved with the database URL in test_persistence_leases.py).
     assert not _voxflow_home.exists()  # decorating the classes above created nothing
     flow = Session()
     assert not _voxflow_home.exists()
@@ -56,7 +58,9 @@ def test_persist_creates_nothing_until_first_write(_voxflow_home: Path) -> None:
     assert default_data_dir() == _voxflow_home
 
 
-def test_restore_by_id_continues_the_session(capsys: pytest.CaptureFixture[str]) -> None:
+def test_restore_by_id_continues_the_session(
+    default_store: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
     Session().kickoff(inputs={"id": "s1"})
     Session().kickoff(inputs={"id": "s1"})
     third = Session()
@@ -74,7 +78,7 @@ def test_method_level_persist_saves_after_that_method(make_store: Any) -> None:
     assert [m for _, m, _ in backend.history("m1")] == ["keep"]
 
 
-def test_skip_persistence_restore_hook() -> None:
+def test_skip_persistence_restore_hook(default_store: Any) -> None:
     Session().kickoff(inputs={"id": "s2"})
     flow = Session()
     flow._skip_persistence_restore = True
@@ -82,7 +86,7 @@ def test_skip_persistence_restore_hook() -> None:
     with pytest.raises(PersistenceConflictError, match="never loaded"):
         flow.kickoff(inputs={"id": "s2"})
     assert flow.state.turns == 1 and flow.state.id == "s2"
-    stored = default_persistence().load_state("s2")
+    stored = default_store.load_state("s2")
     assert stored is not None and stored["notes"] == ["note 1"]
 
 
@@ -99,9 +103,12 @@ def test_restore_from_state_id_forks_with_a_new_id(make_store: Any) -> None:
     assert named.state.id == "fork-2" and named.state.turns == 2
 
 
-def test_restore_from_unknown_id_carries_on() -> None:
+def test_restore_from_unknown_id_carries_on(default_store: Any) -> None:
     flow = Session()
     assert flow.kickoff(restore_from_state_id="missing") == 1
+    assert default_store.load_state("missing") is None
+    stored = default_store.load_state(flow.state.id)
+    assert stored is not None and stored["turns"] == 1
 
 
 def test_storage_per_session_stays_bounded(make_store: Any) -> None:
@@ -110,12 +117,8 @@ def test_storage_per_session_stays_bounded(make_store: Any) -> None:
     flow = Session(persistence=backend)
     for _ in range(40):
         flow.kickoff(inputs={"id": "long"})
-    counts = backend._read(
-        lambda c: [
-            c.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0]
-            for table in ("flow_states", "flow_state_history")
-        ]
-    )
+    counts = [rows(backend, f"SELECT COUNT(*) FROM {table}")[0][0]
+              for table in ("flow_states", "flow_state_history")]
     assert counts == [1, 3]
     if isinstance(backend, SQLiteFlowPersistence):
         with sqlite3.connect(backend.path) as conn:
@@ -144,10 +147,12 @@ def test_backend_validates_input(tmp_path: Path, make_store: Any) -> None:
         make_store(history_limit=-1)
 
 
-def _run(code: str, env_home: Path) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "VOXFLOW_HOME": str(env_home), "PYTHONPATH": str(ROOT / "tests" / "flow")}
+def _run(code: str, store: Any) -> subprocess.CompletedProcess[str]:
+    """``code`` in a new interpreter whose default backend is ``store``'s database."""
+    env = {**default_env(store), "PYTHONPATH": str(ROOT)}
     return subprocess.run(
         [sys.executable, "-c", textwrap.dedent(code)],
+        cwd=ROOT,
         capture_output=True,
         text=True,
         env=env,
@@ -173,43 +178,45 @@ class Session(Flow[Notes]):
 """
 
 
-def test_second_process_restores_what_the_first_saved(tmp_path: Path) -> None:
-    home = tmp_path / "shared-home"
-    first = _run(_FLOW_SRC + "print(Session().kickoff(inputs={'id': 'xproc'}))", home)
+def test_second_process_restores_what_the_first_saved(default_store: Any) -> None:
+    first = _run(_FLOW_SRC + "print(Session().kickoff(inputs={'id': 'xproc'}))", default_store)
     assert first.returncode == 0, first.stderr
     second = _run(
         _FLOW_SRC + "f = Session(); print(f.kickoff(inputs={'id': 'xproc'})); print(f.state.notes)",
-        home,
+        default_store,
     )
     assert second.returncode == 0, second.stderr
     assert second.stdout.split("\n")[:2] == ["2", "['note 1', 'note 2']"]
 
 
-def test_crash_between_save_steps_keeps_the_previous_snapshot(tmp_path: Path) -> None:
-    # The process dies (os._exit) right after the history row is written, before the
-    # latest snapshot is replaced and before COMMIT: the next process must load turn 1.
-    home = tmp_path / "crash-home"
-    ok = _run(_FLOW_SRC + "Session().kickoff(inputs={'id': 'crashy'})", home)
+@pytest.mark.parametrize("point", ["INSERT INTO flow_state_history", "INSERT INTO flow_states "],
+                         ids=["at-the-history-row", "at-the-snapshot-row"])
+def test_crash_between_save_steps_keeps_the_previous_snapshot(
+    default_store: Any, point: str
+) -> None:
+    # The process dies (os._exit) as the save writes the history row, or once it is
+    # written and only the latest snapshot is left, before COMMIT: the next process must
+    # load turn 1.
+    ok = _run(_FLOW_SRC + "Session().kickoff(inputs={'id': 'crashy'})", default_store)
     assert ok.returncode == 0, ok.stderr
     crash = _run(
         _FLOW_SRC
-        + """
-import os
+        + f"""
+from tests.stores import crash_at
 from voxflow.flow.persistence import default_persistence
 backend = default_persistence()
 backend.load_state("crashy")  # opens the connection
-def die(statement):
-    if statement.startswith("INSERT INTO flow_state_history"):
-        os._exit(17)
-backend._conn.set_trace_callback(die)
-Session().kickoff(inputs={'id': 'crashy'})
+crash_at(backend, {point!r})
+Session().kickoff(inputs={{'id': 'crashy'}})
 """,
-        home,
+        default_store,
     )
     assert crash.returncode == 17, crash.stderr
-    after = _run(_FLOW_SRC + "f = Session(); print(f.kickoff(inputs={'id': 'crashy'}))", home)
+    after = _run(_FLOW_SRC + "f = Session(); print(f.kickoff(inputs={'id': 'crashy'}))",
+                 default_store)
     assert after.returncode == 0, after.stderr
     assert after.stdout.strip() == "2"  # turn 1 restored intact, this is turn 2
+    assert [v for v, _, _ in default_store.history("crashy")] == [1, 2]
 
 
 def test_verbose_persist_logs_instead_of_printing(
@@ -242,11 +249,11 @@ class Blank(Flow[BlankId]):
         return self.state.n
 
 
-def test_an_empty_state_id_gets_a_fresh_uuid_and_the_save_succeeds() -> None:
+def test_an_empty_state_id_gets_a_fresh_uuid_and_the_save_succeeds(default_store: Any) -> None:
     flow = Blank()
     assert flow.kickoff() == 1  # before: ValueError at the save, after the method ran
     assert uuid.UUID(flow.state.id).version == 4
-    stored = default_persistence().load_state(flow.state.id)
+    stored = default_store.load_state(flow.state.id)
     assert stored == {"id": flow.state.id, "n": 1}
     given = Blank(state=BlankId(n=5))
     assert given.kickoff() == 6 and given.state.id not in ("", flow.state.id)
