@@ -455,3 +455,67 @@ def test_every_option_the_readme_lists_is_in_the_commands_help() -> None:
             helps[words] = voxflow(*words, "--help").stdout
         for option in re.findall(r"--[a-z][a-z-]*", usage):
             assert option in helps[words], (words, option)
+
+
+# -- the scale-out commands: bounded numbers, options that fit the role -------------------
+
+UNREACHABLE_DB = {"VOXFLOW_DATABASE_URL": "postgresql://u:hunter2@127.0.0.1:1/db"}
+
+
+@pytest.mark.parametrize(("args", "said"), [
+    (("--stalled-after", "inf"), "--stalled-after inf: give seconds, at least 1 and at most 86400"),
+    (("--stalled-after", "nan"), "--stalled-after nan: give seconds"),
+    (("--stalled-after", "0.5"), "--stalled-after 0.5: give seconds, at least 1"),
+    (("--heartbeat", "0.001"), "--heartbeat 0.001: give seconds, at least 0.1 and at most 3600"),
+    (("--heartbeat", "inf"), "--heartbeat inf: give seconds"),
+    (("--heartbeat", "3", "--stalled-after", "2"), "must be longer than --heartbeat 3"),
+    (("--concurrency", "0"), "--concurrency 0: give a whole number from 1 to 64"),
+    (("--concurrency", "100000"), "--concurrency 100000: give a whole number from 1 to 64"),
+])
+def test_the_job_worker_refuses_numbers_out_of_bounds(args: tuple[str, ...], said: str) -> None:
+    line = one_line_error(voxflow("jobs", "worker", *args, env=UNREACHABLE_DB), said)
+    assert "hunter2" not in line
+
+
+@pytest.mark.parametrize(("args", "said"), [
+    (("--worker", "--stale-after", "0.001"), "--stale-after 0.001: give seconds, at least 1 "
+                                             "and at most 86400"),
+    (("--worker", "--stale-after", "inf"), "--stale-after inf: give seconds"),
+    (("--front-door", "--stale-after", "nan"), "--stale-after nan: give seconds"),
+    (("--front-door", "--offer-timeout", "0.01"), "--offer-timeout 0.01: give seconds, at "
+                                                  "least 1"),
+    (("--front-door", "--offer-timeout", "1e9"), "--offer-timeout 1e+09: give seconds"),
+    (("--worker", "--drain-seconds", "inf"), "--drain-seconds inf: give seconds, at least 0"),
+])
+def test_serve_refuses_dispatch_seconds_out_of_bounds(args: tuple[str, ...], said: str) -> None:
+    one_line_error(voxflow("serve", *args, env=UNREACHABLE_DB), said)
+
+
+@pytest.mark.parametrize(("args", "said"), [
+    (("--front-door", "--max-calls", "4"), "--max-calls: the front door holds no call"),
+    (("--front-door", "--ice-host", "127.0.0.1"), "--ice-host: the media go to the call "
+                                                  "workers"),
+    (("--front-door", "nowhere.py:Flow"), "FLOW: the front door runs no call"),
+    (("--front-door", "--drain-seconds", "5"), "--drain-seconds: only a call worker drains"),
+    (("--worker", "--port", "8081"), "--port: a call worker has no HTTP port"),
+    (("--worker", "--host", "0.0.0.0"), "--host: a call worker has no HTTP port"),
+    (("--worker", "--token", "a-long-enough-token"), "--token: the front door checks"),
+    (("--worker", "--self-signed"), "--self-signed: a call worker serves no HTTP"),
+    (("--worker", "--offer-timeout", "5"), "--offer-timeout: only a front door waits"),
+    (("--offer-timeout", "5",), "--offer-timeout: only a front door waits"),
+    (("--stale-after", "5",), "--stale-after: only front doors and call workers dispatch"),
+])
+def test_serve_refuses_an_option_its_role_would_ignore(args: tuple[str, ...], said: str) -> None:
+    role = ("with --front-door" if "--front-door" in args else "with --worker"
+            if "--worker" in args else "without --front-door or --worker")
+    line = one_line_error(voxflow("serve", *args, env=UNREACHABLE_DB), said, f"drop it {role}")
+    assert "a-long-enough-token" not in line
+
+
+def test_variables_shared_by_every_process_are_not_refused_as_options() -> None:
+    # VOXFLOW_PORT / VOXFLOW_MAX_CALLS are set once for every process of a deployment: a
+    # worker ignores the port, a front door the slots; neither refuses them. (Each stops
+    # at the dispatch-seconds check, before anything loads, to show it got that far.)
+    env = {**UNREACHABLE_DB, "VOXFLOW_PORT": "8081", "VOXFLOW_MAX_CALLS": "4"}
+    for role in ("--worker", "--front-door"):
+        one_line_error(voxflow("serve", role, "--stale-after", "0", env=env), "--stale-after 0")

@@ -166,6 +166,17 @@ async def test_an_unreachable_database_is_a_typed_error_without_the_password() -
     assert "VOXFLOW_DATABASE_URL" in str(failure.value)
 
 
+def test_dispatch_seconds_must_be_finite() -> None:
+    from voxflow_adapters.webrtc.worker import Heartbeat
+
+    url = "postgresql://u@127.0.0.1:1/db"
+    for bad in (0.0, float("inf"), float("nan")):
+        with pytest.raises(ValueError, match="stale_after must be a positive, finite"):
+            DispatchStore(url, stale_after=bad)
+        with pytest.raises(ValueError, match="interval must be a positive, finite"):
+            Heartbeat(DispatchStore(url), "w", interval=bad)
+
+
 def test_front_door_and_worker_need_the_database_url_and_say_so(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

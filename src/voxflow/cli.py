@@ -35,6 +35,7 @@ from .commands import (
     InstalledCommands,
     MissingCommandError,
     UsageError,
+    check_seconds,
     installed_commands,
 )
 from .errors import VoxflowError
@@ -277,10 +278,9 @@ def _cmd_not_installed(args: argparse.Namespace, *, problem: MissingCommandError
     raise problem
 
 
-def _positive(value: float | None, option: str) -> float | None:
-    if value is not None and not value > 0:
-        raise UsageError(f"{option} {value}: give a positive number of seconds")
-    return value
+MAX_JOB_CONCURRENCY = 64
+"""The most jobs one job worker runs at once: its pool holds a connection per running job
+(plus 3), and PostgreSQL's default ``max_connections`` is 100; run more job workers."""
 
 
 def _cmd_jobs_worker(args: argparse.Namespace) -> int:
@@ -292,13 +292,18 @@ def _cmd_jobs_worker(args: argparse.Namespace) -> int:
         raise UsageError("voxflow jobs worker needs the job queue's database: export "
                          "VOXFLOW_DATABASE_URL=postgresql://user@host:5432/database "
                          "(the one the call workers use)")
-    heartbeat = _positive(args.heartbeat, "--heartbeat") or 2.0
-    stalled = _positive(args.stalled_after, "--stalled-after") or 5 * heartbeat
+    # (a heartbeat is an UPDATE: ten a second at most; a stalled job is re-run within a day)
+    heartbeat = check_seconds(2.0 if args.heartbeat is None else args.heartbeat,
+                              "--heartbeat", 0.1, 3600.0)
+    stalled = check_seconds(5 * heartbeat if args.stalled_after is None else args.stalled_after,
+                            "--stalled-after", 1.0, 86400.0)
     if stalled <= heartbeat:
-        raise UsageError(f"--stalled-after {stalled} must be longer than --heartbeat "
-                         f"{heartbeat} (a few heartbeats, e.g. {5 * heartbeat:g})")
-    if args.concurrency < 1:
-        raise UsageError(f"--concurrency {args.concurrency}: give 1 or more")
+        raise UsageError(f"--stalled-after {stalled:g} must be longer than --heartbeat "
+                         f"{heartbeat:g} (a few heartbeats, e.g. {5 * heartbeat:g})")
+    if not 1 <= args.concurrency <= MAX_JOB_CONCURRENCY:
+        raise UsageError(f"--concurrency {args.concurrency}: give a whole number from 1 to "
+                         f"{MAX_JOB_CONCURRENCY} (a running job may hold a database "
+                         "connection; run more job workers for more)")
     _check_assistant(args, settings)  # imports FLOW: its module declares the job functions
     if args.flow is None:
         import voxflow.examples.assistant  # noqa: F401  # the example assistant's jobs
@@ -440,12 +445,12 @@ def _parser(installed: InstalledCommands) -> argparse.ArgumentParser:
                     "process given that URL keeps its tables.")
     _assistant_options(worker)
     worker.add_argument("--concurrency", type=int, default=8,
-                        help="jobs run at once (default: 8)")
+                        help=f"jobs run at once, 1 to {MAX_JOB_CONCURRENCY} (default: 8)")
     worker.add_argument("--heartbeat", type=float, default=None, metavar="SECONDS",
-                        help="seconds between two heartbeats (default: 2)")
+                        help="seconds between two heartbeats, 0.1 to 3600 (default: 2)")
     worker.add_argument("--stalled-after", type=float, default=None, metavar="SECONDS",
-                        help="seconds without a heartbeat before a worker's jobs run again "
-                             "(default: 5 heartbeats)")
+                        help="seconds without a heartbeat before a worker's jobs run again, "
+                             "1 to 86400 and more than --heartbeat (default: 5 heartbeats)")
     worker.set_defaults(func=_cmd_jobs_worker)
 
     doctor = sub.add_parser("doctor", help="what is installed, and how to fix what is missing")

@@ -53,6 +53,7 @@ __all__ = [
     "InstalledCommands",
     "MissingCommandError",
     "UsageError",
+    "check_seconds",
     "implementation",
     "installed_commands",
 ]
@@ -68,6 +69,19 @@ _EXTRA: dict[str, str] = {"chat": "local", "serve": "webrtc", "demo": "voice"}
 class UsageError(Exception):
     """A bad option or path, found before the command ran; the message says the fix
     (the CLI prints it on one line and exits 2)."""
+
+
+def check_seconds(value: float, option: str, least: float, most: float) -> float:
+    """``value`` if it is seconds from ``least`` to ``most``, both included (NaN and
+    infinity never are): the check of a command's seconds option.
+
+    Raises:
+        UsageError: it is not; the message names ``option`` and gives the range.
+    """
+    if not least <= value <= most:
+        raise UsageError(f"{option} {value:g}: give seconds, at least {least:g} and at most "
+                         f"{most:g}")
+    return value
 
 
 class MissingCommandError(Exception):

@@ -565,6 +565,20 @@ async def test_an_unreachable_database_is_a_typed_error_naming_the_fix() -> None
     assert "hunter2" not in str(err.value) and "VOXFLOW_DATABASE_URL" in str(err.value)
 
 
+@pytest.mark.parametrize(("option", "value"), [
+    ("stalled_after", float("inf")), ("stalled_after", float("nan")), ("heartbeat", 0.0),
+    ("heartbeat", float("inf")),
+])
+async def test_run_worker_refuses_seconds_that_are_not_finite_before_connecting(
+    option: str, value: float
+) -> None:
+    # (make_interval(secs => inf) in the stalled-job check: a stalled job never re-run)
+    queue = PostgresJobQueue("postgresql://u:hunter2@127.0.0.1:1/db", connect_timeout=1)
+    seconds = {"heartbeat": 0.5, "stalled_after": 5.0, option: value}
+    with pytest.raises(ValueError, match=f"{option} must be a positive, finite number"):
+        await queue.run_worker(**seconds)
+
+
 def test_the_job_worker_command_says_the_fix_for_bad_options(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -574,7 +588,7 @@ def test_the_job_worker_command_says_the_fix_for_bad_options(
     monkeypatch.setenv("VOXFLOW_DATABASE_URL", "postgresql://u:hunter2@127.0.0.1:1/db")
     assert cli_main(["jobs", "worker", FLOW, "--heartbeat", "2", "--stalled-after", "1"]) == 2
     err = capsys.readouterr().err
-    assert "--stalled-after 1.0 must be longer than --heartbeat" in err and "hunter2" not in err
+    assert "--stalled-after 1 must be longer than --heartbeat 2" in err and "hunter2" not in err
     # PostgreSQL reserves pg_*: named as the URL's fault, not the database's
     monkeypatch.setenv("VOXFLOW_DATABASE_URL", "postgresql://u:hunter2@127.0.0.1:1/db"
                        "?options=-csearch_path%3Dpg_catalog")

@@ -14,7 +14,7 @@ import argparse
 from collections.abc import Sequence
 from pathlib import Path
 
-from voxflow.commands import CommandLine, UsageError, implementation
+from voxflow.commands import CommandLine, UsageError, check_seconds, implementation
 from voxflow.settings import Settings
 
 __all__ = ["ServeCommand", "VoiceChatMode", "VoiceDemoMode", "serve", "voice_chat",
@@ -62,17 +62,20 @@ class ServeCommand:
         role.add_argument("--worker", action="store_true",
                           help="a call worker: no HTTP port, answers the calls front doors "
                                "dispatch (--max-calls slots)")
-        scale.add_argument("--offer-timeout", type=float, default=10.0, metavar="SECONDS",
-                           help="front door: how long an offer waits for a worker "
-                                "(default: 10)")
-        scale.add_argument("--drain-seconds", type=float, default=60.0, metavar="SECONDS",
-                           help="worker: on SIGTERM, how long running calls may go on "
-                                "(default: 60)")
-        scale.add_argument("--stale-after", type=float, default=5.0, metavar="SECONDS",
-                           help="a worker silent this long gets no call (default: 5)")
+        scale.add_argument("--offer-timeout", type=float, default=None, metavar="SECONDS",
+                           help="front door: how long an offer waits for a worker, 1 to "
+                                "86400 (default: 10)")
+        scale.add_argument("--drain-seconds", type=float, default=None, metavar="SECONDS",
+                           help="worker: on SIGTERM, how long running calls may go on, 0 "
+                                "to 86400 (default: 60)")
+        scale.add_argument("--stale-after", type=float, default=None, metavar="SECONDS",
+                           help="a worker silent this long gets no call, 1 to 86400; "
+                                "workers heartbeat 4 times as often (default: 5)")
 
     def run(self, args: argparse.Namespace, cli: CommandLine) -> int:
         """Check the options and the address, then serve until interrupted."""
+        role = "front-door" if args.front_door else "worker" if args.worker else "all"
+        _check_role_options(args, role)
         settings = cli.settings(log_level="INFO")  # a line per call
         if (args.front_door or args.worker) and settings.database_url is None:
             raise UsageError(
@@ -80,12 +83,17 @@ class ServeCommand:
                 "through PostgreSQL: set VOXFLOW_DATABASE_URL=postgresql://user@host"
                 ":5432/database (the same for every front door and worker), or drop "
                 "the option to serve everything from this one process")
-        for name in ("offer_timeout", "drain_seconds", "stale_after"):
-            value = getattr(args, name)
-            if not (value > 0 or (name == "drain_seconds" and value == 0)) or value > 86400:
-                raise UsageError(f"--{name.replace('_', '-')} {value:g}: give seconds, more "
-                                 "than 0 and at most 86400")
-        model = cli.check_assistant(settings, voice=not args.front_door)
+        # (a worker heartbeats every stale_after/4: at least a second keeps that >= 0.25 s;
+        # an offer is never answered in under a second: ICE gathering alone takes longer)
+        offer_timeout = check_seconds(10.0 if args.offer_timeout is None
+                                      else args.offer_timeout, "--offer-timeout", 1.0, 86400.0)
+        drain_seconds = check_seconds(60.0 if args.drain_seconds is None
+                                      else args.drain_seconds, "--drain-seconds", 0.0, 86400.0)
+        stale_after = check_seconds(5.0 if args.stale_after is None else args.stale_after,
+                                    "--stale-after", 1.0, 86400.0)
+        # (a front door runs no call: VOXFLOW_MODEL, shared by every process, is not its
+        # concern)
+        model = None if args.front_door else cli.check_assistant(settings, voice=True)
         if not args.worker:
             _check_listen(settings.host, settings.port)
         with implementation("serve"):
@@ -96,10 +104,60 @@ class ServeCommand:
             max_calls=args.max_calls if args.max_calls is not None else settings.max_calls,
             settings=settings, tls_cert=args.tls_cert, tls_key=args.tls_key,
             self_signed=args.self_signed, trust_forwarded=args.trust_forwarded,
-            role="front-door" if args.front_door else "worker" if args.worker else "all",
-            offer_timeout=args.offer_timeout, drain_seconds=args.drain_seconds,
-            stale_after=args.stale_after,
+            role=role, offer_timeout=offer_timeout, drain_seconds=drain_seconds,
+            stale_after=stale_after,
         )
+
+
+# What each option of `serve` is for, by role ("all": one process; the others dispatch),
+# and why it does not apply elsewhere.
+_ROLE_OPTIONS: dict[str, tuple[tuple[str, ...], str]] = {
+    "flow": (("all", "worker"), "FLOW: the front door runs no call (give FLOW to the call "
+                                "workers: voxflow serve --worker FLOW)"),
+    "model": (("all", "worker"), "--model: the front door runs no call (give --model to the "
+                                 "call workers)"),
+    "max_calls": (("all", "worker"), "--max-calls: the front door holds no call (each call "
+                                     "worker has its slots: voxflow serve --worker "
+                                     "--max-calls N)"),
+    "ice_server": (("all", "worker"), "--ice-server: the media go to the call workers, not "
+                                      "through the front door (give it to each worker)"),
+    "ice_host": (("all", "worker"), "--ice-host: the media go to the call workers, not "
+                                    "through the front door (give it to each worker)"),
+    "host": (("all", "front-door"), "--host: a call worker has no HTTP port (callers reach "
+                                    "the front door's --host; a worker's media address is "
+                                    "--ice-host)"),
+    "port": (("all", "front-door"), "--port: a call worker has no HTTP port (callers use the "
+                                    "front door's --port)"),
+    "token": (("all", "front-door"), "--token: the front door checks the offers' token; a "
+                                     "call worker takes no offer from the network"),
+    "tls_cert": (("all", "front-door"), "--tls-cert: a call worker serves no HTTP (give "
+                                        "the certificate to the front door)"),
+    "tls_key": (("all", "front-door"), "--tls-key: a call worker serves no HTTP (give the "
+                                       "key to the front door)"),
+    "self_signed": (("all", "front-door"), "--self-signed: a call worker serves no HTTP "
+                                           "(give it to the front door)"),
+    "trust_forwarded": (("all", "front-door"), "--trust-forwarded: a call worker serves no "
+                                               "HTTP (give it to the front door)"),
+    "offer_timeout": (("front-door",), "--offer-timeout: only a front door waits for offers "
+                                       "to be answered"),
+    "drain_seconds": (("worker",), "--drain-seconds: only a call worker drains on SIGTERM"),
+    "stale_after": (("front-door", "worker"), "--stale-after: only front doors and call "
+                                              "workers dispatch"),
+}
+_ROLE_FLAGS = {"all": "without --front-door or --worker", "front-door": "with --front-door",
+               "worker": "with --worker"}
+
+
+def _check_role_options(args: argparse.Namespace, role: str) -> None:
+    """Refuse an option given on the command line that ``role`` would ignore (the
+    ``VOXFLOW_*`` variables, shared by every process of a deployment, are not options).
+
+    Raises:
+        UsageError: naming the option, why it does not apply and where it goes.
+    """
+    for name, (roles, why) in _ROLE_OPTIONS.items():
+        if role not in roles and getattr(args, name, None) not in (None, False, []):
+            raise UsageError(f"{why}; drop it {_ROLE_FLAGS[role]}")
 
 
 def _check_listen(host: str, port: int) -> None:

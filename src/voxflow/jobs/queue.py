@@ -34,6 +34,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import math
 import signal
 import threading
 import time
@@ -371,8 +372,9 @@ class PostgresJobQueue:
             PersistenceUnavailableError: the database is unreachable.
         """
         for label, value in (("heartbeat", heartbeat), ("stalled_after", stalled_after)):
-            if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
-                raise ValueError(f"{label} must be a positive number of seconds")
+            if (isinstance(value, bool) or not isinstance(value, int | float)
+                    or not 0 < value < math.inf):  # (inf: a stalled job never re-run)
+                raise ValueError(f"{label} must be a positive, finite number of seconds")
         if stalled_after <= heartbeat:
             raise ValueError("stalled_after must be longer than heartbeat (a few heartbeats)")
         if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:

@@ -166,8 +166,8 @@ class DispatchStore:
         max_connections: int = 4, connect_timeout: float = 10.0,
     ) -> None:
         check_database_url(url)
-        if not stale_after > 0:
-            raise ValueError("stale_after must be > 0 seconds")
+        if not 0 < stale_after < float("inf"):
+            raise ValueError("stale_after must be a positive, finite number of seconds")
         self.url = url
         self.schema = database_schema(url) if schema is None else check_schema(schema)
         self.stale_after = float(stale_after)

@@ -58,8 +58,8 @@ class Heartbeat:
 
     def __init__(self, store: DispatchStore, worker_id: str, *, interval: float,
                  headroom: Headroom | None = None) -> None:
-        if not interval > 0:
-            raise ValueError("interval must be > 0 seconds")
+        if not 0 < interval < float("inf"):
+            raise ValueError("interval must be a positive, finite number of seconds")
         self.store = store
         self.worker_id = worker_id
         self.interval = float(interval)
