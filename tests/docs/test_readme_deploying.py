@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from voxflow.cli import _parser, main
+from voxflow.cli import _CORE_COMMANDS, _parser, main
+from voxflow.commands import installed_commands
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 
@@ -43,7 +44,7 @@ def test_the_section_shows_every_shape() -> None:
 
 @pytest.mark.parametrize("argv", deploying_commands(), ids=" ".join)
 def test_each_command_parses_with_the_real_command_line(argv: list[str]) -> None:
-    args = _parser().parse_args(argv)
+    args = _parser(installed_commands(core=_CORE_COMMANDS)).parse_args(argv)
     assert args.command == argv[0]
     if "--max-calls" in argv:
         assert args.max_calls == int(argv[argv.index("--max-calls") + 1])
