@@ -326,3 +326,39 @@ async def test_the_dispatch_tables_go_to_the_urls_schema_beside_the_sessions_and
 async def _fetch(conn: Any, sql: str, params: tuple[Any, ...] = ()) -> tuple[Any, ...]:
     row = await (await conn.execute(sql, params)).fetchone()
     return tuple(row)
+
+
+async def test_a_failing_headroom_never_stops_the_heartbeat(
+    pg_schema_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The headroom callback raising (anything, not only a database error) or returning
+    nonsense: the beat is written without it and the thread beats on; the log names the
+    error's type, never its message."""
+    from voxflow_adapters.webrtc.worker import Heartbeat
+
+    answers: list[Any] = [RuntimeError("password=hunter2"), float("nan"), "lots", 0.5]
+
+    def headroom() -> float | None:
+        answer = answers.pop(0) if len(answers) > 1 else answers[0]
+        if isinstance(answer, Exception):
+            raise answer
+        return answer  # type: ignore[no-any-return]
+
+    store = DispatchStore(pg_schema_url)
+    beat = Heartbeat(store, "w-1", interval=0.05, headroom=headroom)
+    at = "SELECT heartbeat_at, headroom FROM voxflow_call_workers WHERE worker_id = 'w-1'"
+    try:
+        await store.register("w-1", slots=1, host="h", pid=1)
+        (registered, _) = await store._run(lambda c: _fetch(c, at))
+        beat.start()
+        async with asyncio.timeout(30):
+            while beat.beats < 5:  # noqa: ASYNC110  # a thread's counter
+                await asyncio.sleep(0.05)
+        assert beat.failures == 0 and beat.headroom_failures == 3
+        renewed, reported = await store._run(lambda c: _fetch(c, at))
+        assert renewed > registered and reported == 0.5
+    finally:
+        beat.stop()
+        await store.aclose()
+    logged = caplog.text
+    assert "RuntimeError" in logged and "hunter2" not in logged

@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import os
 import socket
 import threading
@@ -68,6 +69,8 @@ class Heartbeat:
         """Heartbeats written so far."""
         self.failures = 0
         """Heartbeats that could not be written (the database was unreachable)."""
+        self.headroom_failures = 0
+        """Heartbeats written without a headroom, its callback having failed."""
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -86,7 +89,7 @@ class Heartbeat:
             self._thread = None
 
     def _run(self) -> None:
-        import psycopg
+        import psycopg  # here: the optional voxflow[postgres] extra
 
         sql = self.store.heartbeat_sql()
         conn: psycopg.Connection[Any] | None = None
@@ -96,11 +99,11 @@ class Heartbeat:
                     conn = psycopg.connect(self.store.url,
                                            connect_timeout=int(self.store.connect_timeout),
                                            **self.store.connect_options)
-                headroom = self.headroom() if self.headroom is not None else None
-                conn.execute(sql, (headroom, self.worker_id))
+                conn.execute(sql, (self._headroom(), self.worker_id))
                 self.beats += 1
-            except psycopg.Error as exc:
+            except Exception as exc:  # the thread must live on: a dead one is a stale worker
                 self.failures += 1
+                # the type only: a driver's or a callback's message may carry a secret
                 logger.warning("heartbeat not written (%s); retrying", type(exc).__name__)
                 if conn is not None:
                     conn.close()
@@ -108,6 +111,24 @@ class Heartbeat:
             self._stop.wait(self.interval)
         if conn is not None:
             conn.close()
+
+    def _headroom(self) -> float | None:
+        """The headroom to report, or None (not measured) when its callback fails: the
+        beat itself, which keeps the worker live, is written anyway."""
+        if self.headroom is None:
+            return None
+        try:
+            value = self.headroom()
+            if value is not None and not (isinstance(value, int | float)
+                                          and math.isfinite(value)):
+                raise TypeError(f"headroom must be a finite number or None, got "
+                                f"{type(value).__name__}")
+            return value
+        except Exception as exc:
+            self.headroom_failures += 1
+            logger.warning("headroom not measured (%s); heartbeat written without it",
+                           type(exc).__name__)
+            return None
 
 
 class CallWorker:
