@@ -107,6 +107,33 @@ def test_load_reports_the_scheduler_figures() -> None:
     scheduler.close()
 
 
+async def test_the_utilization_is_measured_over_a_window_whoever_looked_last() -> None:
+    """A heartbeat (and the claim loop) look at the load every second or so; a GET /load
+    right after one must not divide the busy time of a job that ended since by a few
+    milliseconds (it reported 20 times the workers' capacity)."""
+    import time
+
+    clock = FakeClock()
+    scheduler = ModelScheduler(1)
+    admission = AdmissionController(scheduler=scheduler, clock=clock)
+    try:
+        admission.load()                       # t = 0
+        clock.now = 1.25
+        assert admission.load().utilization == 0.0  # the heartbeat's look: idle so far
+        await scheduler.run(time.sleep, 0.2)  # 0.2 s of model work
+        busy = scheduler.statistics().busy_seconds
+        clock.now = 1.26
+        shown = admission.load().utilization    # GET /load, 10 ms after the heartbeat
+        assert shown == pytest.approx(busy / 1.26)  # over the window, not the 10 ms
+        assert 0.0 < shown < 1.0
+        clock.now = 30.0  # looks far apart: from the newest look at least 10 s old
+        assert admission.load().utilization == pytest.approx(busy / 28.75)
+        clock.now = 45.0  # (the look at 30 s is that one now, and nothing ran since)
+        assert admission.load().utilization == 0.0
+    finally:
+        scheduler.close()
+
+
 def test_admission_refuses_bad_input() -> None:
     admission = AdmissionController()
     admission.admit("a")

@@ -39,7 +39,13 @@ from voxflow.errors import CapacityExceededError
 
 from .scheduler import ModelScheduler
 
-__all__ = ["Admission", "AdmissionController", "AdmissionSettings", "Load"]
+__all__ = ["UTILIZATION_WINDOW", "Admission", "AdmissionController", "AdmissionSettings",
+           "Load"]
+
+UTILIZATION_WINDOW = 10.0
+"""Seconds :attr:`Load.utilization` is measured over (at least, when the load is looked
+at less often)."""
+_SAMPLE_EVERY = 0.5  # seconds between two kept samples of the scheduler's busy time
 
 
 class AdmissionSettings(BaseModel):
@@ -88,8 +94,11 @@ class Load:
         p95_ms: recent voice-to-voice p95 (None until ``min_turns`` turns were seen).
         p95_target_ms: the target the p95 is held to.
         turns: turns the p95 is taken over.
-        utilization: share of the model workers' time spent running model work since
-            the previous :meth:`AdmissionController.load` (None without a scheduler).
+        utilization: share of the model workers' time spent running model work over
+            about the last :data:`UTILIZATION_WINDOW` seconds: since the newest look at
+            the load at least that old, else the oldest look since (whoever looked: a
+            heartbeat, a claim, ``GET /load``); None without a scheduler, or before two
+            looks half a second apart.
         urgent_wait_p95_ms: how long urgent model work waited for a worker (recent p95;
             None without a scheduler or before any).
     """
@@ -157,7 +166,9 @@ class AdmissionController:
         self._lock = threading.Lock()
         self._active: set[str] = set()
         self._turns: deque[tuple[float, float]] = deque(maxlen=self.settings.window_turns)
-        self._busy_mark: tuple[float, float] | None = None  # (clock, scheduler busy seconds)
+        # (clock, the scheduler's busy seconds) samples of the last UTILIZATION_WINDOW
+        self._busy_marks: deque[tuple[float, float]] = deque(
+            maxlen=int(UTILIZATION_WINDOW / _SAMPLE_EVERY) + 2)
         self._refused = 0
         self._admitted_at: float | None = None  # clock of the last admission
 
@@ -252,10 +263,18 @@ class AdmissionController:
         stats = self._scheduler.statistics()
         now = self._clock()
         with self._lock:
-            mark, self._busy_mark = self._busy_mark, (now, stats.busy_seconds)
+            # Measured from a sample about a window old, never from the previous look:
+            # the heartbeat and the claim loop look every second or so, and a GET /load
+            # right after one would divide a job's busy time by a few milliseconds.
+            marks = self._busy_marks
+            while len(marks) >= 2 and marks[1][0] <= now - UTILIZATION_WINDOW:
+                marks.popleft()
+            base = marks[0] if marks else None
+            if not marks or now - marks[-1][0] >= _SAMPLE_EVERY:
+                marks.append((now, stats.busy_seconds))
         utilization = None
-        if mark is not None and now > mark[0]:
-            utilization = (stats.busy_seconds - mark[1]) / ((now - mark[0]) * stats.workers)
+        if base is not None and now - base[0] >= _SAMPLE_EVERY:
+            utilization = (stats.busy_seconds - base[1]) / ((now - base[0]) * stats.workers)
         return utilization, stats.waited_p95_ms.get("urgent")
 
     def __repr__(self) -> str:
