@@ -9,6 +9,7 @@ accept a model id, a config mapping (``{model: ..., max_tokens: 512}``) or a ``B
 
 from __future__ import annotations
 
+import functools
 import warnings
 from collections.abc import Mapping
 from typing import Any, Literal, TypeVar
@@ -24,6 +25,7 @@ __all__ = [
     "ConversationalConfig",
     "RouterConfig",
     "TraceScope",
+    "class_config",
 ]
 
 _C = TypeVar("_C", bound=type)
@@ -239,3 +241,16 @@ class ConversationalConfig(BaseModel):
     @classmethod
     def _intents(cls, value: Any) -> tuple[str, ...] | None:
         return _labels(value, "intents")
+
+
+@functools.cache
+def _default_config() -> ConversationConfig:
+    """The config of a conversational flow that declares none (built on first use)."""
+    return ConversationConfig()
+
+
+def class_config(flow_cls: type[Any]) -> ConversationConfig:
+    """The ``ConversationConfig`` of a Flow class: the one it was decorated with (its
+    ``conversation_config``), else the defaults."""
+    config = getattr(flow_cls, CONVERSATION_CONFIG_ATTR, None)
+    return config if isinstance(config, ConversationConfig) else _default_config()

@@ -15,21 +15,24 @@ raise ``ConversationModeError``.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
-from typing import Any, ClassVar
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, ClassVar, Literal
 
 from voxflow.conversation.graph import ConversationGraph
-from voxflow.conversation.history import ConversationHistory
+from voxflow.conversation.helpers import get_conversation_messages
+from voxflow.conversation.part import Conversation
+from voxflow.conversation.routing import aclassify_intent, classify_intent
+from voxflow.conversation.state import ConversationEvent
 from voxflow.conversation.turns import ConversationTurns
+from voxflow.flow.parts import FlowPart
 from voxflow.flow.runtime import Flow as FlowCore
 from voxflow.flow.runtime import StateT
+from voxflow.llm import BaseLLM
 
 __all__ = ["Flow"]
 
 
-class Flow(
-    ConversationTurns, ConversationHistory, ConversationGraph, FlowCore[StateT], layer=True
-):
+class Flow(ConversationTurns, ConversationGraph, FlowCore[StateT], layer=True):
     """An event-driven graph of methods sharing one state, conversational on request.
 
     The constructor arguments are the core's (:class:`voxflow.flow.Flow`); set
@@ -38,6 +41,10 @@ class Flow(
     """
 
     _conversation_layer: ClassVar[bool] = True
+    _part_types: ClassVar[tuple[type[FlowPart], ...]] = (Conversation,)
+    conversation: Conversation
+    """This flow's conversation: its history, graph and turns (the methods below are
+    thin delegates to it)."""
 
     @classmethod
     def from_declaration(
@@ -71,3 +78,85 @@ class Flow(
             path=path, contents=contents, allow_python=allow_python, base=Flow
         )
         return flow_class(**flow_kwargs)
+
+    # ------------------------------------------------------------------ history
+
+    def append_message(self, role: str, content: Any, **extra: Any) -> Any:
+        """Append a message (role user/assistant/system/tool) to ``state.messages``.
+
+        Lower level than :meth:`append_assistant_message`; ``extra`` are message fields
+        (``name``, ``tool_call_id``, ``tool_calls``, ``files``, ``metadata``). Every
+        append is O(1) and emits ``conversation_message_added`` (on the event bus, and
+        as a ``conversation`` frame when the turn is streamed).
+
+        Raises:
+            ValueError: unknown role.
+        """
+        return self.conversation.history.append_message(role, content, **extra)
+
+    def append_assistant_message(self, content: Any, **extra: Any) -> Any:
+        """Append a user-visible assistant reply; the next turn's ``converse`` sees it.
+
+        A handler that calls it is not given a second copy from its return value.
+        """
+        return self.conversation.history.append_assistant_message(content, **extra)
+
+    def append_agent_result(
+        self,
+        agent_name: str,
+        result: Any,
+        visibility: Literal["private", "public"] = "private",
+    ) -> ConversationEvent:
+        """Record an agent's result in ``state.events`` and ``state.agent_threads``.
+
+        Private agent work stays out of the canonical history. Public results
+        (``visibility="public"``, or the agent listed in
+        ``ConversationConfig.visible_agent_outputs``) are also appended as an assistant
+        message. Either way the result object is never promoted a second time from the
+        handler's return value.
+
+        Raises:
+            ValueError: empty ``agent_name`` or an unknown ``visibility``.
+        """
+        return self.conversation.history.append_agent_result(agent_name, result, visibility)
+
+    @property
+    def conversation_messages(self) -> list[dict[str, Any]]:
+        """The canonical history as chat dicts, ready for an LLM (a new list)."""
+        return get_conversation_messages(self)
+
+    def receive_user_message(
+        self,
+        text: str,
+        *,
+        outcomes: Sequence[str] | None = None,
+        llm: BaseLLM | str | Mapping[str, Any] | None = None,
+    ) -> str | None:
+        """Append a user message and set ``current``/``last_user_message``.
+
+        With ``outcomes`` the text is classified (``llm`` required) and ``last_intent``
+        set; returns that intent, else None. ``handle_turn`` does this for you.
+        """
+        return self.conversation.history.receive_user_message(text, outcomes, llm)
+
+    def classify_intent(
+        self,
+        text: str,
+        outcomes: Sequence[str],
+        *,
+        llm: BaseLLM | str | Mapping[str, Any],
+        context: str | None = None,
+    ) -> str:
+        """Map ``text`` to one of ``outcomes`` with ``llm`` (unmatched: the first outcome)."""
+        return classify_intent(text, outcomes, llm=llm, context=context)
+
+    async def aclassify_intent(
+        self,
+        text: str,
+        outcomes: Sequence[str],
+        *,
+        llm: BaseLLM | str | Mapping[str, Any],
+        context: str | None = None,
+    ) -> str:
+        """Async :meth:`classify_intent`."""
+        return await aclassify_intent(text, outcomes, llm=llm, context=context)

@@ -29,18 +29,17 @@ on turn 1.
 from __future__ import annotations
 
 import contextvars
-import functools
 import inspect
 import warnings
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from voxflow.conversation.config import (
-    CONVERSATION_CONFIG_ATTR,
     DEFAULT_SYSTEM_PROMPT,
     ConversationalConfig,
     ConversationConfig,
     RouterConfig,
+    class_config,
 )
 from voxflow.conversation.events import ConversationRouteSelected
 from voxflow.conversation.helpers import get_conversation_messages, get_state_field
@@ -57,6 +56,7 @@ from voxflow.flow.dsl import listen, marks_of, router, start
 from voxflow.llm import BaseLLM
 
 if TYPE_CHECKING:
+    from voxflow.conversation.part import Conversation
     from voxflow.flow.definition import FlowDefinition
 
 __all__ = [
@@ -93,12 +93,6 @@ current_llm_method: contextvars.ContextVar[str | None] = contextvars.ContextVar(
     "voxflow_current_llm_method", default=None
 )
 """The built-in method making the current LLM call (stream frames carry it)."""
-
-
-@functools.cache
-def _default_config() -> ConversationConfig:
-    """The config of a conversational flow that declares none (built on first use)."""
-    return ConversationConfig()
 
 
 def _stub(name: str) -> Callable[..., Any]:
@@ -195,12 +189,6 @@ class ConversationGraph:
     """Instance override of ``ConversationConfig.defer_trace_finalization``."""
 
     _route_catalog_cache: ClassVar[RouteCatalog | None] = None
-    _turn_intent: str | None = None
-    _turn_route: str | None = None
-    _turn_reply: str | None = None
-    _turn_assistant_appended: bool = False
-    _user_message_waiting: bool = False
-    """A user message was received and not routed yet (see ``route_conversation``)."""
 
     if TYPE_CHECKING:
         _voxflow_definition: ClassVar[FlowDefinition | None]
@@ -215,7 +203,7 @@ class ConversationGraph:
         @property
         def state(self) -> Any: ...
         def append_assistant_message(self, content: Any, **extra: Any) -> Any: ...
-        def _emit_conversation(self, event_type: type[Any], **fields: Any) -> None: ...
+        conversation: Conversation
 
     # ------------------------------------------------------------------ class set-up
 
@@ -257,8 +245,7 @@ class ConversationGraph:
 
     @classmethod
     def _conversation_config(cls) -> ConversationConfig:
-        config = getattr(cls, CONVERSATION_CONFIG_ATTR, None)
-        return config if isinstance(config, ConversationConfig) else _default_config()
+        return class_config(cls)
 
     @classmethod
     def route_catalog(cls) -> RouteCatalog:
@@ -323,7 +310,8 @@ class ConversationGraph:
         config = self._conversation_config()
         catalog = self.route_catalog()
         configured = config.router
-        if configured is None and (self._turn_intent is not None or config.default_intents):
+        pre_classified = self.conversation.turn.intent is not None or config.default_intents
+        if configured is None and pre_classified:
             return None  # legacy pre-classification path
         if configured is None and not catalog.custom_labels():
             return None
@@ -349,9 +337,10 @@ class ConversationGraph:
         has no message to answer: it selects no route and no handler runs (the
         restored ``current_user_message`` was answered by the turn that received it).
         """
-        if not self._user_message_waiting:
+        turn = self.conversation.turn
+        if not turn.user_message_waiting:
             return None
-        self._user_message_waiting = False
+        turn.user_message_waiting = False
         started = self.conversation_start()
         if inspect.isawaitable(started):
             return self._aroute_after(started)
@@ -378,8 +367,8 @@ class ConversationGraph:
             raise TypeError(f"route_turn() must return a route label (str) or None, not {value!r}")
         if value:
             return self._commit_route(value, "route_turn")
-        if self._turn_intent:
-            return self._commit_route(self._turn_intent, "intent")
+        if self.conversation.turn.intent:
+            return self._commit_route(self.conversation.turn.intent, "intent")
         if self._answer_from_history_llm() is not None:
             return self._aanswer_from_history_route()
         return self._commit_route("converse", "default")
@@ -391,9 +380,9 @@ class ConversationGraph:
             state["last_intent"] = route
         else:
             state.last_intent = route
-        self._turn_route = route
+        self.conversation.turn.route = route
         messages = get_state_field(self, "messages", None) or []
-        self._emit_conversation(
+        self.conversation.history.emit(
             ConversationRouteSelected,
             route=route,
             previous_intent=previous,

@@ -22,6 +22,7 @@ from voxflow.conversation.state import ConversationMessage, ConversationState, M
 from voxflow.llm import BaseLLM
 
 __all__ = [
+    "TurnFacts",
     "append_message",
     "get_conversation_messages",
     "get_conversational_config",
@@ -37,6 +38,34 @@ __all__ = [
 _ROLES = frozenset(get_args(MessageRole))
 _BUFFER_ATTR = "_conversation_buffer"
 _LLM_CACHE_ATTR = "_conversation_llm_history"
+
+
+class TurnFacts:
+    """What the current turn of a conversation has done so far: its pre-classified
+    intent, the route chosen, the reply appended, the agent results recorded, and
+    whether a user message awaits routing. Held by the conversation part
+    (``flow.conversation.turn``), shared by its history, graph and turn APIs."""
+
+    __slots__ = (
+        "agent_results",
+        "assistant_appended",
+        "intent",
+        "reply",
+        "route",
+        "user_message_waiting",
+    )
+
+    def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        """A new turn: nothing done yet."""
+        self.intent: str | None = None
+        self.route: str | None = None
+        self.reply: str | None = None
+        self.assistant_appended = False
+        self.agent_results: tuple[int, ...] = ()
+        self.user_message_waiting = False
 
 
 def validate_user_message(message: object, name: str = "message") -> str:
@@ -156,8 +185,10 @@ def append_message(flow: Any, role: str, content: Any, **extra: Any) -> Any:
     else:
         message = {"role": role, "content": content, **extra}
     messages.append(message)
-    if role == "user" and hasattr(flow, "_user_message_waiting"):
-        flow._user_message_waiting = True  # route_conversation answers it on the next run
+    if role == "user":
+        facts = getattr(getattr(flow, "conversation", None), "turn", None)
+        if isinstance(facts, TurnFacts):
+            facts.user_message_waiting = True  # route_conversation answers it next run
     return message
 
 

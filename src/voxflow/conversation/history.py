@@ -1,4 +1,9 @@
-"""The history API of a conversational Flow: appending messages and agent results.
+"""The history of a conversation: appending messages and agent results.
+
+:class:`History` belongs to the conversation part (:mod:`voxflow.conversation.part`);
+:class:`voxflow.Flow`'s history methods (``append_message``, ``append_assistant_message``,
+``append_agent_result``, ``conversation_messages``, ``receive_user_message``,
+``classify_intent``) delegate to it.
 
 Every append is O(1) and emits ``conversation_message_added`` (on the event bus, and as a
 ``conversation`` frame when the turn is streamed). ``append_agent_result`` keeps private
@@ -14,23 +19,23 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel
 
+from voxflow.conversation.config import class_config
 from voxflow.conversation.events import ConversationMessageAdded
 from voxflow.conversation.helpers import (
+    TurnFacts,
     append_message,
-    get_conversation_messages,
     get_state_field,
     set_state_field,
     validate_user_message,
 )
-from voxflow.conversation.routing import aclassify_intent, classify_intent
+from voxflow.conversation.routing import classify_intent
 from voxflow.conversation.state import ConversationEvent, ConversationMessage
 from voxflow.llm import BaseLLM
 
 if TYPE_CHECKING:
-    from voxflow.conversation.config import ConversationConfig
-    from voxflow.flow.events import FlowEventBus
+    from voxflow.flow.host import FlowHost
 
-__all__ = ["ConversationHistory", "result_text"]
+__all__ = ["History", "result_text"]
 
 
 def result_text(result: Any) -> str | None:
@@ -41,61 +46,38 @@ def result_text(result: Any) -> str | None:
     return raw if isinstance(raw, str) else None
 
 
-class ConversationHistory:
-    """Mixin of :class:`voxflow.Flow`: history and agent-result helpers."""
+class History:
+    """The history API of one Flow's conversation (see the module docs).
 
-    _turn_assistant_appended: bool = False
-    _turn_reply: str | None = None
-    _turn_agent_results: tuple[int, ...] = ()
+    Every append is O(1) and emits ``conversation_message_added`` (on the event bus,
+    and as a ``conversation`` frame when the turn is streamed).
 
-    if TYPE_CHECKING:
-        _frame_sink: Any
+    Args:
+        host: the Flow, as its parts see it.
+        turn: what the current turn has done (appends note the reply here).
+    """
 
-        @property
-        def state(self) -> Any: ...
-        @property
-        def event_bus(self) -> FlowEventBus: ...
-        @event_bus.setter
-        def event_bus(self, bus: FlowEventBus) -> None: ...
-        def _event_fields(self) -> dict[str, Any]: ...
-        def emit_frame(
-            self, channel: str, type: str, data: Mapping[str, Any] | None = None
-        ) -> None: ...
-        @classmethod
-        def _conversation_config(cls) -> ConversationConfig: ...
+    __slots__ = ("_host", "_turn")
 
-    def _emit_conversation(self, event_type: type[BaseModel], **fields: Any) -> None:
-        """Emit a conversation event on the bus and, when streaming, as a frame.
+    def __init__(self, host: FlowHost, turn: TurnFacts) -> None:
+        self._host = host
+        self._turn = turn
 
-        Nothing is built when nobody listens, so an idle bus costs nothing per turn.
-        """
-        bus = self.event_bus
-        if not bus.active and self._frame_sink is None:
-            return
-        event = event_type(**self._event_fields(), **fields)
-        if bus.active:
-            bus.emit(event)
-        if self._frame_sink is not None:
-            data = {k: getattr(event, k) for k in type(event).model_fields if k != "kind"}
-            self.emit_frame("conversation", str(getattr(event, "kind", "")), data)
+    def emit(self, event_type: type[BaseModel], **fields: Any) -> None:
+        """Emit a conversation event on the bus and, when streaming, as a
+        ``conversation`` frame; nothing is built when nobody listens."""
+        self._host.emit(event_type, channel="conversation", **fields)
 
     def append_message(self, role: str, content: Any, **extra: Any) -> Any:
-        """Append a message (role user/assistant/system/tool) to ``state.messages``.
-
-        Lower level than :meth:`append_assistant_message`; ``extra`` are message fields
-        (``name``, ``tool_call_id``, ``tool_calls``, ``files``, ``metadata``).
-
-        Raises:
-            ValueError: unknown role.
-        """
-        message = append_message(self, role, content, **extra)
+        """:meth:`voxflow.Flow.append_message`."""
+        flow = self._host.flow
+        message = append_message(flow, role, content, **extra)
         if role == "assistant":
-            self._turn_assistant_appended = True
-            text = content if isinstance(content, str) else None
-            self._turn_reply = text
-        messages = get_state_field(self, "messages", None)
+            self._turn.assistant_appended = True
+            self._turn.reply = content if isinstance(content, str) else None
+        messages = get_state_field(flow, "messages", None)
         index = len(messages) - 1 if isinstance(messages, list) else 0
-        self._emit_conversation(
+        self.emit(
             ConversationMessageAdded,
             role=role,
             content=content,
@@ -105,94 +87,72 @@ class ConversationHistory:
         return message
 
     def append_assistant_message(self, content: Any, **extra: Any) -> Any:
-        """Append a user-visible assistant reply; the next turn's ``converse`` sees it.
-
-        A handler that calls it is not given a second copy from its return value.
-        """
+        """:meth:`voxflow.Flow.append_assistant_message`."""
         if content is not None and not isinstance(content, str | list):
             raise TypeError("content must be a string, a list of content parts or None")
-        return self.append_message("assistant", content, **extra)
+        return self._host.flow.append_message("assistant", content, **extra)
 
     def append_agent_result(
-        self,
-        agent_name: str,
-        result: Any,
-        visibility: Literal["private", "public"] = "private",
+        self, agent_name: str, result: Any, visibility: Literal["private", "public"]
     ) -> ConversationEvent:
-        """Record an agent's result in ``state.events`` and ``state.agent_threads``.
-
-        Public results (``visibility="public"``, or the agent listed in
-        ``ConversationConfig.visible_agent_outputs``) are also appended as an assistant
-        message. Either way the result object is never promoted a second time from the
-        handler's return value.
-
-        Raises:
-            ValueError: empty ``agent_name`` or an unknown ``visibility``.
-        """
+        """:meth:`voxflow.Flow.append_agent_result`."""
         if not isinstance(agent_name, str) or not agent_name.strip():
             raise ValueError("agent_name must be a non-empty string")
         if visibility not in ("private", "public"):
             raise ValueError("visibility must be 'private' or 'public'")
+        flow = self._host.flow
         text = result_text(result)
         if text is None:
             text = result.model_dump_json() if isinstance(result, BaseModel) else str(result)
-        public = visibility == "public" or self._conversation_config().agent_is_visible(agent_name)
+        public = visibility == "public" or class_config(type(flow)).agent_is_visible(agent_name)
         event = ConversationEvent(
             type="agent_result",
             payload={"content": text},
             agent_name=agent_name,
             visibility="public" if public else "private",
         )
-        events = get_state_field(self, "events", None)
+        events = get_state_field(flow, "events", None)
         if events is None:
-            set_state_field(self, "events", [event])
+            set_state_field(flow, "events", [event])
         else:
             events.append(event)
-        threads = get_state_field(self, "agent_threads", None)
+        threads = get_state_field(flow, "agent_threads", None)
         message = ConversationMessage(role="assistant", content=text, name=agent_name)
         if threads is None:
-            set_state_field(self, "agent_threads", {agent_name: [message]})
+            set_state_field(flow, "agent_threads", {agent_name: [message]})
         else:
             threads.setdefault(agent_name, []).append(message)
-        self._turn_agent_results = (*self._turn_agent_results, id(result))
+        self._turn.agent_results = (*self._turn.agent_results, id(result))
         if public:
-            self.append_assistant_message(text, name=agent_name)
+            flow.append_assistant_message(text, name=agent_name)
         return event
-
-    @property
-    def conversation_messages(self) -> list[dict[str, Any]]:
-        """The canonical history as chat dicts, ready for an LLM (a new list)."""
-        return get_conversation_messages(self)
 
     def receive_user_message(
         self,
         text: str,
-        *,
-        outcomes: Sequence[str] | None = None,
-        llm: BaseLLM | str | Mapping[str, Any] | None = None,
+        outcomes: Sequence[str] | None,
+        llm: BaseLLM | str | Mapping[str, Any] | None,
     ) -> str | None:
-        """Append a user message and set ``current``/``last_user_message``.
-
-        With ``outcomes`` the text is classified (``llm`` required) and ``last_intent``
-        set; returns that intent, else None. ``handle_turn`` does this for you.
-        """
+        """:meth:`voxflow.Flow.receive_user_message`."""
         validate_user_message(text, "text")
         if outcomes is not None and llm is None:
             raise ValueError("llm is required with outcomes")
-        self._record_user_message(text)
+        self.record_user_message(text)
         if outcomes is None:
             return None
         assert llm is not None
         intent = classify_intent(text, outcomes, llm=llm)
-        set_state_field(self, "last_intent", intent)
+        set_state_field(self._host.flow, "last_intent", intent)
         return intent
 
-    def _record_user_message(self, text: str, files: Sequence[Any] = ()) -> None:
+    def record_user_message(self, text: str, files: Sequence[Any] = ()) -> None:
+        """Append the user's message and set ``current``/``last_user_message``."""
+        flow = self._host.flow
         if files:
-            self.append_message("user", text, files=list(files))
+            flow.append_message("user", text, files=list(files))
         else:
-            self.append_message("user", text)
-        state = self.state
+            flow.append_message("user", text)
+        state = flow.state
         if isinstance(state, dict):
             state["current_user_message"] = text
             state["last_user_message"] = text
@@ -202,25 +162,3 @@ class ConversationHistory:
             state.current_user_message = text
         if "last_user_message" in fields:
             state.last_user_message = text
-
-    def classify_intent(
-        self,
-        text: str,
-        outcomes: Sequence[str],
-        *,
-        llm: BaseLLM | str | Mapping[str, Any],
-        context: str | None = None,
-    ) -> str:
-        """Map ``text`` to one of ``outcomes`` with ``llm`` (unmatched: the first outcome)."""
-        return classify_intent(text, outcomes, llm=llm, context=context)
-
-    async def aclassify_intent(
-        self,
-        text: str,
-        outcomes: Sequence[str],
-        *,
-        llm: BaseLLM | str | Mapping[str, Any],
-        context: str | None = None,
-    ) -> str:
-        """Async :meth:`classify_intent`."""
-        return await aclassify_intent(text, outcomes, llm=llm, context=context)

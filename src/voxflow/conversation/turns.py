@@ -69,8 +69,8 @@ from voxflow.llm import BaseLLM, LLMEvent, observe_llm
 if TYPE_CHECKING:
     from voxflow.clock import Clock
     from voxflow.conversation.config import ConversationConfig
+    from voxflow.conversation.part import Conversation
     from voxflow.flow.definition import FlowDefinition
-    from voxflow.flow.events import FlowEvent
     from voxflow.flow.persistence import FlowPersistence
 
 __all__ = ["DEFAULT_EXIT_COMMANDS", "ConversationTurns"]
@@ -95,12 +95,7 @@ class ConversationTurns:
         _inline: bool
         _running: bool
         _skip_persistence_restore: bool
-        _turn_intent: str | None
-        _turn_route: str | None
-        _turn_reply: str | None
-        _turn_assistant_appended: bool
-        _turn_agent_results: tuple[int, ...]
-        _user_message_waiting: bool
+        conversation: Conversation
 
         @property
         def state(self) -> Any: ...
@@ -124,13 +119,11 @@ class ConversationTurns:
         def persistence_configured(self) -> bool: ...
         def _backend(self, method: Any = None) -> FlowPersistence: ...
         async def _write_state(self, write: Callable[[], None]) -> None: ...
-        def _emit(self, event_type: type[FlowEvent], **fields: Any) -> None: ...
-        def _emit_conversation(self, event_type: type[Any], **fields: Any) -> None: ...
+        def _emit(self, event_type: type[Any], channel: str | None = None, **f: Any) -> None: ...
         def emit_frame(
             self, channel: str, type: str, data: Mapping[str, Any] | None = None
         ) -> None: ...
         def append_assistant_message(self, content: Any, **extra: Any) -> Any: ...
-        def _record_user_message(self, text: str, files: Sequence[Any] = ()) -> None: ...
 
     # ------------------------------------------------------------------ validation
 
@@ -289,14 +282,9 @@ class ConversationTurns:
         self._skip_persistence_restore = skip_restore or self._held_session == session_id
         self._turn_index += 1
         index = self._turn_index
-        self._turn_intent = None
-        self._turn_route = None
-        self._turn_reply = None
-        self._turn_assistant_appended = False
-        self._turn_agent_results = ()
+        self.conversation.turn.reset()  # only this turn's message is routed
         self._pending_turn = request
         self._input_files = dict(request.files)
-        self._user_message_waiting = False  # only this turn's message is routed
         self._state_before_restore = self._state
         tracer = self._session_tracer()
         with contextlib.ExitStack() as stack:
@@ -304,7 +292,7 @@ class ConversationTurns:
                 stack.enter_context(observe_llm(self._llm_frame))
             if tracer is not None:
                 stack.enter_context(tracer.turn(index, session_id))
-            self._emit_conversation(ConversationTurnStarted, turn_index=index)
+            self.conversation.history.emit(ConversationTurnStarted, turn_index=index)
             try:
                 if request.from_checkpoint is None:
                     self.reset_execution()
@@ -318,10 +306,10 @@ class ConversationTurns:
                     await self._persist_turn()
             except BaseException as exc:
                 self._pending_turn = None
-                self._user_message_waiting = False
+                self.conversation.turn.user_message_waiting = False
                 self._held_session = None  # reload the last good snapshot next turn
                 self._skip_persistence_restore = skip_restore
-                self._emit_conversation(
+                self.conversation.history.emit(
                     ConversationTurnFailed,
                     turn_index=index,
                     error_type=type(exc).__name__,
@@ -332,12 +320,12 @@ class ConversationTurns:
             self._held_session = session_id
             self._session_result = result
             if tracer is not None:
-                tracer.annotate(route=self._turn_route or "", turn_index=index)
-            self._emit_conversation(
+                tracer.annotate(route=self.conversation.turn.route or "", turn_index=index)
+            self.conversation.history.emit(
                 ConversationTurnCompleted,
                 turn_index=index,
-                route=self._turn_route,
-                reply=self._turn_reply,
+                route=self.conversation.turn.route,
+                reply=self.conversation.turn.reply,
             )
         return result
 
@@ -394,7 +382,7 @@ class ConversationTurns:
             state = load_state_like(state, data)
             stamp_id(state, session_id)
         self._state = state
-        self._user_message_waiting = False
+        self.conversation.turn.user_message_waiting = False
         if data is not None:
             remember_restored(state, session_id, self._backend(), self._saved_lists)
             mark_unanswered(state)
@@ -421,19 +409,20 @@ class ConversationTurns:
             raise ConversationEndedError(
                 "this conversation has ended (state.ended is true in the restored session)"
             )
-        self._record_user_message(request.message, tuple(request.files.values()))
+        files = tuple(request.files.values())
+        self.conversation.history.record_user_message(request.message, files)
         if request.intents is not None:
             assert request.intent_llm is not None
-            self._turn_intent = await aclassify_intent(
+            self.conversation.turn.intent = await aclassify_intent(
                 request.message, request.intents, llm=request.intent_llm
             )
 
     def _promote(self, result: Any) -> bool:
         """Record a string result as the assistant reply (see module docs, step 6)."""
-        if self._turn_assistant_appended:
+        if self.conversation.turn.assistant_appended:
             return False
         text = result_text(result)
-        if not text or id(result) in self._turn_agent_results:
+        if not text or id(result) in self.conversation.turn.agent_results:
             return False
         if text in type(self)._route_labels() or text == get_state_field(self, "last_intent"):
             return False
@@ -538,7 +527,7 @@ class ConversationTurns:
             return
         self._session_open = False
         self._emit(FlowFinished, result=self._session_result)
-        self._emit_conversation(SessionTracesFinalized, turns=self._turn_index)
+        self.conversation.history.emit(SessionTracesFinalized, turns=self._turn_index)
 
     # ------------------------------------------------------------------ chat
 

@@ -28,7 +28,7 @@ from voxflow.flow._engine import Execution
 from voxflow.flow.state import dump_state, load_state_like
 
 if TYPE_CHECKING:
-    from voxflow.flow.host import FlowHost
+    from voxflow.flow.host import FlowInternals
 
 __all__ = [
     "CheckpointConfig",
@@ -100,7 +100,7 @@ def import_execution(data: dict[str, Any], *, replay: bool) -> Execution:
     return ex
 
 
-def write_checkpoint(flow: FlowHost, config: CheckpointConfig) -> Path:
+def write_checkpoint(flow: FlowInternals, config: CheckpointConfig) -> Path:
     """Atomically write the flow's checkpoint into ``config.directory``; returns the path."""
     if config.directory is None:
         raise ValueError("config.directory is None: nowhere to write the checkpoint")
@@ -126,7 +126,7 @@ def write_checkpoint(flow: FlowHost, config: CheckpointConfig) -> Path:
     return path
 
 
-def load_checkpoint(flow: FlowHost, config: CheckpointConfig) -> None:
+def load_checkpoint(flow: FlowInternals, config: CheckpointConfig) -> None:
     """Restore ``config.restore_from`` into ``flow`` (state and tracking, set to resume)."""
     if config.restore_from is None:
         raise ValueError("config.restore_from is None: nothing to restore")

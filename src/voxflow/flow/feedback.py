@@ -39,7 +39,7 @@ from voxflow.flow.state import dump_state, load_state_like
 
 if TYPE_CHECKING:
     from voxflow.flow.definition import MethodDefinition
-    from voxflow.flow.host import FlowHost
+    from voxflow.flow.host import FlowInternals
 
 __all__ = [
     "ConsoleFeedbackProvider",
@@ -282,7 +282,7 @@ async def collapse_feedback(
 
 
 async def finish_feedback(
-    flow: FlowHost, config: FeedbackConfig, method_name: str, output: Any, text: str
+    flow: FlowInternals, config: FeedbackConfig, method_name: str, output: Any, text: str
 ) -> HumanFeedbackResult:
     """Collapse ``text`` (when outcomes are declared) and record the result on ``flow``."""
     outcome = None
@@ -302,7 +302,7 @@ async def finish_feedback(
 
 
 async def run_feedback_step(
-    flow: FlowHost, method: MethodDefinition, output: Any, depth: int
+    flow: FlowInternals, method: MethodDefinition, output: Any, depth: int
 ) -> HumanFeedbackResult:
     """The runtime's hook: ask the provider, then collapse (may raise Pending)."""
     config: FeedbackConfig = method.feedback
@@ -322,7 +322,7 @@ async def run_feedback_step(
     return await finish_feedback(flow, config, method.name, output, text)
 
 
-async def save_pending(flow: FlowHost, pending: HumanFeedbackPending) -> None:
+async def save_pending(flow: FlowInternals, pending: HumanFeedbackPending) -> None:
     """Save the paused step (context, tracking, state) so any process can resume it."""
     flow._pending_feedback = pending
     context = pending.context.model_dump(mode="json", fallback=repr)
@@ -333,7 +333,7 @@ async def save_pending(flow: FlowHost, pending: HumanFeedbackPending) -> None:
     )
 
 
-async def resume_flow(flow: FlowHost, feedback: str) -> Any:
+async def resume_flow(flow: FlowInternals, feedback: str) -> Any:
     """Continue the paused step of ``flow`` with ``feedback`` (see :meth:`Flow.resume_async`)."""
     if not isinstance(feedback, str):
         raise TypeError("feedback must be a string")
@@ -366,7 +366,7 @@ async def resume_flow(flow: FlowHost, feedback: str) -> Any:
     return await flow._run_resumed(proceed)
 
 
-async def ask_async(flow: FlowHost, prompt: str) -> str | None:
+async def ask_async(flow: FlowInternals, prompt: str) -> str | None:
     """Ask ``prompt`` through the flow's ``input_provider`` and record the exchange."""
     if not isinstance(prompt, str) or not prompt:
         raise ValueError("prompt must be a non-empty string")
@@ -385,7 +385,7 @@ async def ask_async(flow: FlowHost, prompt: str) -> str | None:
     return response
 
 
-def ask(flow: FlowHost, prompt: str) -> str | None:
+def ask(flow: FlowInternals, prompt: str) -> str | None:
     """:func:`ask_async` for sync steps: blocks until the provider answers."""
     if not isinstance(prompt, str) or not prompt:
         raise ValueError("prompt must be a non-empty string")

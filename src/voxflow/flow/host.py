@@ -1,4 +1,4 @@
-"""``FlowHost``: what the parts of a Flow use of the Flow that holds them.
+"""``FlowInternals``: what the parts of a Flow use of the Flow that holds them.
 
 The Flow runtime (:mod:`voxflow.flow.runtime`) is the host; its parts (human feedback and
 ``ask``: :mod:`voxflow.flow.feedback`; checkpoints: :mod:`voxflow.flow.checkpoint`;
@@ -20,10 +20,10 @@ if TYPE_CHECKING:
     from voxflow.flow.persistence import FlowPersistence
     from voxflow.flow.state import StateLike
 
-__all__ = ["FlowHost"]
+__all__ = ["FlowHost", "FlowInternals"]
 
 
-class FlowHost(Protocol):
+class FlowInternals(Protocol):
     """A Flow as its parts see it (see the module docs).
 
     The feedback part's own types (``HumanFeedbackResult``, ``InputHistoryEntry``,
@@ -69,3 +69,25 @@ class FlowHost(Protocol):
     async def _dispatch(self, name: str, output: Any, depth: int) -> None: ...
 
     async def _run_resumed(self, proceed: Callable[[], Awaitable[None]]) -> Any: ...
+
+
+class FlowHost(Protocol):
+    """A Flow as the parts it holds see it (:mod:`voxflow.flow.parts`): its public API
+    (:attr:`flow`) and the few operations on its run a part needs, nothing private."""
+
+    @property
+    def flow(self) -> Any:
+        """The Flow itself, for its public API (``state``, ``flow_id``, ``clock``,
+        ``emit_frame``, the methods a subclass may override)."""
+        ...
+
+    @property
+    def streaming(self) -> bool:
+        """True while the run is streamed (a :class:`StreamSession` takes its frames)."""
+        ...
+
+    def emit(self, event_type: type[Any], *, channel: str | None = None, **fields: Any) -> None:
+        """Emit ``event_type(**fields)`` (stamped with the flow's time, name and id) on
+        the flow's bus and, when streaming, as a frame (on ``channel``; by default the
+        flow event's own, ``flow`` or ``method``). Nothing is built when nobody listens."""
+        ...

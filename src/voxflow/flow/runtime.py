@@ -55,7 +55,7 @@ stable:
 Parts: human feedback and ``ask`` (:mod:`voxflow.flow.feedback`), checkpoints
 (:mod:`voxflow.flow.checkpoint`), saving and restoring the state (:mod:`voxflow.flow.saving`)
 and streaming (:class:`voxflow.flow.streaming.StreamSession`)
-are functions and objects working on a :class:`~voxflow.flow.host.FlowHost`, which this
+are functions and objects working on a :class:`~voxflow.flow.host.FlowInternals`, which this
 class is; they never import this module.
 """
 
@@ -90,6 +90,7 @@ from voxflow.flow.events import (
     flow_event_bus,
 )
 from voxflow.flow.feedback import HumanFeedbackPending
+from voxflow.flow.parts import FlowPart
 from voxflow.flow.persistence import FlowPersistence
 from voxflow.flow.state import (
     StateLike,
@@ -145,6 +146,8 @@ class Flow(Engine, Generic[StateT]):
     _voxflow_state_type: ClassVar[type[BaseModel] | bool | None] = False
     _conversation_layer: ClassVar[bool] = False
     """True on :class:`voxflow.Flow`, which builds conversational mode on this core."""
+    _part_types: ClassVar[tuple[type[FlowPart], ...]] = ()
+    """The parts every instance holds (:mod:`voxflow.flow.parts`)."""
 
     def __init_subclass__(cls, *, layer: bool = False, **kwargs: Any) -> None:
         """Validate the wiring when the class is created; ``layer=True`` marks a base
@@ -221,7 +224,8 @@ class Flow(Engine, Generic[StateT]):
         if suppress_flow_events is not None:
             self.suppress_flow_events = bool(suppress_flow_events)
         saving.check_backend(persistence)
-        self._definition = type(self).flow_definition()
+        cls = type(self)
+        self._definition = cls.flow_definition()
         # Plain attributes: the dispatch loop reads them on every step, and pydantic's
         # private-attribute lookup on the definition is slow.
         self._plan = self._definition.plan
@@ -243,6 +247,10 @@ class Flow(Engine, Generic[StateT]):
         """The most recent feedback result of this flow."""
         self.human_feedback_history: list[HumanFeedbackResult] = []
         """Every feedback result of this flow, oldest first."""
+        host = _Host(self)
+        self._parts: tuple[FlowPart, ...] = tuple(kind(host) for kind in cls._part_types)
+        for part in self._parts:
+            setattr(self, part.attribute, part)
 
     @classmethod
     def from_checkpoint(cls, path: str | os.PathLike[str], **kwargs: Any) -> Flow[Any]:
@@ -333,13 +341,13 @@ class Flow(Engine, Generic[StateT]):
             "flow_id": state_id(self._state),
         }
 
-    def _emit(self, event_type: type[FlowEvent], **fields: Any) -> None:
+    def _emit(self, event_type: type[Any], channel: str | None = None, **fields: Any) -> None:
         if not self._bus.active and self._frame_sink is None:
             return
         event = event_type(**self._event_fields(), **fields)
         self._bus.emit(event)
         if self._frame_sink is not None:
-            self._frame_sink(frame_from_event(event))
+            self._frame_sink(frame_from_event(event, channel))
 
     def _emit_method_event(self, event_type: type[FlowEvent], **fields: Any) -> None:
         if not self.suppress_flow_events:
@@ -597,3 +605,24 @@ class Flow(Engine, Generic[StateT]):
             f"{type(self).__name__}(id={self.flow_id!r}, methods={len(self._definition.methods)}, "
             f"completed={len(self._ex.completed)})"
         )
+
+
+class _Host:
+    """What the parts of a Flow see of it (:class:`~voxflow.flow.host.FlowHost`): the
+    only object outside this class that works on the Flow's run."""
+
+    __slots__ = ("_flow",)
+
+    def __init__(self, flow: Flow[Any]) -> None:
+        self._flow = flow
+
+    @property
+    def flow(self) -> Flow[Any]:
+        return self._flow
+
+    @property
+    def streaming(self) -> bool:
+        return self._flow._frame_sink is not None
+
+    def emit(self, event_type: type[Any], *, channel: str | None = None, **fields: Any) -> None:
+        self._flow._emit(event_type, channel, **fields)

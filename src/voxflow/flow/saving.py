@@ -1,7 +1,7 @@
 """Saving and restoring a Flow's state through its persistence (``@persist``).
 
 A part of the Flow, like :mod:`voxflow.flow.checkpoint`: functions working on a
-:class:`~voxflow.flow.host.FlowHost`. The runtime's hooks (``_backend``, ``_load``,
+:class:`~voxflow.flow.host.FlowInternals`. The runtime's hooks (``_backend``, ``_load``,
 ``_write_state``, ``_writes_done``, ``_prepare_state_save``, ``_after_commit``) are thin
 methods delegating here; layers built on the core (:class:`voxflow.Flow`) override those
 hooks, so these functions always call back through the flow, never each other directly.
@@ -39,7 +39,7 @@ from voxflow.flow.state import dump_state, load_state_like, merge_inputs, new_st
 
 if TYPE_CHECKING:
     from voxflow.flow.definition import MethodDefinition
-    from voxflow.flow.host import FlowHost
+    from voxflow.flow.host import FlowInternals
 
 __all__ = [
     "after_commit",
@@ -69,7 +69,7 @@ def check_backend(persistence: object) -> None:
                 raise TypeError(f"persistence must implement FlowPersistence ({attr} missing)")
 
 
-def persistence_configured(flow: FlowHost) -> bool:
+def persistence_configured(flow: FlowInternals) -> bool:
     """True when the flow has a backend of its own or any ``@persist``."""
     d = flow._definition
     return (
@@ -79,7 +79,7 @@ def persistence_configured(flow: FlowHost) -> bool:
     )
 
 
-def backend(flow: FlowHost, method: MethodDefinition | None = None) -> FlowPersistence:
+def backend(flow: FlowInternals, method: MethodDefinition | None = None) -> FlowPersistence:
     """The backend a save of ``method`` (None: of the flow) goes to: the flow's own, else
     the method's or the class's ``@persist`` backend, else any method's, else the default."""
     if flow._persistence is not None:
@@ -93,7 +93,7 @@ def backend(flow: FlowHost, method: MethodDefinition | None = None) -> FlowPersi
     return default_persistence()
 
 
-def check_store(flow: FlowHost) -> None:
+def check_store(flow: FlowInternals) -> None:
     """Fail before any method runs when a persistence backend cannot be written
     (``check_writable``, e.g. an unwritable ``VOXFLOW_HOME``): a method's work would
     otherwise be lost at its save. Cached by the backend once it succeeds; a no-op
@@ -109,7 +109,7 @@ def check_store(flow: FlowHost) -> None:
             check()
 
 
-async def load(flow: FlowHost, flow_uuid: str) -> dict[str, Any] | None:
+async def load(flow: FlowInternals, flow_uuid: str) -> dict[str, Any] | None:
     """The latest snapshot saved under ``flow_uuid`` (None: none), read off the loop."""
     store = flow._backend()
     load_revision = getattr(store, "load_state_revision", None)
@@ -151,7 +151,7 @@ def check_kickoff_inputs(inputs: Any, from_checkpoint: Any, restore_from_state_i
 
 
 async def prepare_kickoff(
-    flow: FlowHost,
+    flow: FlowInternals,
     inputs: Mapping[str, Any] | None,
     from_checkpoint: CheckpointConfig | None,
     restore_from_state_id: str | None,
@@ -187,7 +187,7 @@ async def prepare_kickoff(
     return resuming
 
 
-def full_state_save(flow: FlowHost, store: Any, method_name: str) -> Callable[[], None]:
+def full_state_save(flow: FlowInternals, store: Any, method_name: str) -> Callable[[], None]:
     """The core's ``_prepare_state_save``: snapshot the whole state now (on the loop);
     the returned blocking write saves it with ``save_state``."""
     flow_id, data = flow.flow_id, dump_state(flow._state)
@@ -195,7 +195,7 @@ def full_state_save(flow: FlowHost, store: Any, method_name: str) -> Callable[[]
 
 
 def set_write_barrier(
-    flow: FlowHost, barrier: Callable[[], Awaitable[None]] | None
+    flow: FlowInternals, barrier: Callable[[], Awaitable[None]] | None
 ) -> None:
     """Await ``barrier()`` before each of ``flow``'s state writes (None: no barrier).
 
@@ -206,7 +206,7 @@ def set_write_barrier(
     flow.__dict__["_write_barrier"] = barrier
 
 
-async def write_state(flow: FlowHost, write: Callable[[], None]) -> None:
+async def write_state(flow: FlowInternals, write: Callable[[], None]) -> None:
     """Run a state write in a worker thread, tracked until done (see the module docs),
     after the flow's write barrier (:func:`set_write_barrier`) if any."""
     barrier: Callable[[], Awaitable[None]] | None = flow.__dict__.get("_write_barrier")
@@ -219,14 +219,14 @@ async def write_state(flow: FlowHost, write: Callable[[], None]) -> None:
     await asyncio.shield(future)
 
 
-async def writes_done(flow: FlowHost) -> None:
+async def writes_done(flow: FlowInternals) -> None:
     """Wait for state writes still running (e.g. of a turn cancelled mid-save)."""
     pending: set[asyncio.Future[None]] = flow.__dict__.get("_state_writes", set())
     if pending:
         await asyncio.wait(set(pending))
 
 
-async def save_now(flow: FlowHost, method_name: str) -> None:
+async def save_now(flow: FlowInternals, method_name: str) -> None:
     """``asave_state``: save after any write still in flight (no-op without persistence)."""
     if not flow.persistence_configured():
         return
@@ -234,7 +234,7 @@ async def save_now(flow: FlowHost, method_name: str) -> None:
     await flow._write_state(flow._prepare_state_save(flow._backend(), method_name))
 
 
-def checkpoint_failed_run(flow: FlowHost) -> None:
+def checkpoint_failed_run(flow: FlowInternals) -> None:
     """When checkpoints are written, record the bookkeeping a failed run did since its last
     completion (e.g. pending ``and_`` events), so a resume continues exactly where it
     stopped."""
@@ -243,7 +243,7 @@ def checkpoint_failed_run(flow: FlowHost) -> None:
         write_checkpoint(flow, checkpoint)
 
 
-async def after_commit(flow: FlowHost, method: MethodDefinition) -> None:
+async def after_commit(flow: FlowInternals, method: MethodDefinition) -> None:
     """After ``method`` completed: its ``@persist`` save, then the checkpoint if any."""
     cfg = method.persist or flow._definition.persist
     if cfg is not None:

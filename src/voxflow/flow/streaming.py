@@ -25,7 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 if TYPE_CHECKING:
     from voxflow.flow.events import FlowEvent
-    from voxflow.flow.host import FlowHost
+    from voxflow.flow.host import FlowInternals
 
 __all__ = ["StreamFrame", "StreamSession", "frame_from_event"]
 
@@ -52,17 +52,20 @@ class StreamFrame(BaseModel):
         return value if isinstance(value, str) else None
 
 
-def frame_from_event(event: FlowEvent) -> StreamFrame:
-    """The frame for a flow event (fields are referenced, not copied)."""
-    channel = "method" if event.kind.startswith("method_") else "flow"
+def frame_from_event(event: FlowEvent, channel: str | None = None) -> StreamFrame:
+    """The frame for an event (fields are referenced, not copied), on ``channel``; by
+    default a flow event's own: ``method`` for a method's events, else ``flow``."""
+    kind = str(getattr(event, "kind", ""))
+    if channel is None:
+        channel = "method" if kind.startswith("method_") else "flow"
     data = {name: getattr(event, name) for name in type(event).model_fields if name != "kind"}
-    return StreamFrame(channel=channel, type=event.kind, data=data)
+    return StreamFrame(channel=channel, type=kind, data=data)
 
 
 class StreamSession:
     """Ordered frames of one run, then its result (see module docs)."""
 
-    def __init__(self, flow: FlowHost) -> None:
+    def __init__(self, flow: FlowInternals) -> None:
         self._flow = flow
         self._seq = 0
         self._sync_queue: queue.SimpleQueue[object] | None = None
@@ -96,7 +99,7 @@ class StreamSession:
 
     @classmethod
     def run_sync(
-        cls, flow: FlowHost, make: Callable[[bool], Coroutine[Any, Any, Any]]
+        cls, flow: FlowInternals, make: Callable[[bool], Coroutine[Any, Any, Any]]
     ) -> StreamSession:
         """Start ``make(private_loop)`` on a new thread; frames go to a thread-safe queue."""
         session = cls(flow)
@@ -120,7 +123,7 @@ class StreamSession:
 
     @classmethod
     def run_async(
-        cls, flow: FlowHost, make: Callable[[bool], Coroutine[Any, Any, Any]]
+        cls, flow: FlowInternals, make: Callable[[bool], Coroutine[Any, Any, Any]]
     ) -> StreamSession:
         """Start ``make(False)`` as a task on the running loop."""
         session = cls(flow)
