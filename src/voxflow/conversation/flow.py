@@ -15,13 +15,19 @@ raise ``ConversationModeError``.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Iterable, Mapping, Sequence
 from typing import Any, ClassVar, Literal
 
-from voxflow.conversation.graph import ConversationGraph
+from voxflow.conversation.config import ConversationalConfig, ConversationConfig, class_config
+from voxflow.conversation.graph import RouterContext, route_catalog
 from voxflow.conversation.helpers import get_conversation_messages
 from voxflow.conversation.part import Conversation
-from voxflow.conversation.routing import aclassify_intent, classify_intent
+from voxflow.conversation.routing import (
+    BUILTIN_ROUTE_DESCRIPTIONS,
+    RouteCatalog,
+    aclassify_intent,
+    classify_intent,
+)
 from voxflow.conversation.state import ConversationEvent
 from voxflow.conversation.turns import ConversationTurns
 from voxflow.flow.parts import FlowPart
@@ -32,7 +38,7 @@ from voxflow.llm import BaseLLM
 __all__ = ["Flow"]
 
 
-class Flow(ConversationTurns, ConversationGraph, FlowCore[StateT], layer=True):
+class Flow(ConversationTurns, FlowCore[StateT], layer=True):
     """An event-driven graph of methods sharing one state, conversational on request.
 
     The constructor arguments are the core's (:class:`voxflow.flow.Flow`); set
@@ -40,11 +46,38 @@ class Flow(ConversationTurns, ConversationGraph, FlowCore[StateT], layer=True):
     the turn APIs (``handle_turn``, ``stream_turn``, ``chat``; :mod:`voxflow.conversation`).
     """
 
+    conversational: ClassVar[bool] = False
+    """Set to True (or use ``@ConversationConfig``) to enable the conversational graph."""
+    conversation_config: ClassVar[ConversationConfig | None] = None
+    """The class's ``ConversationConfig`` (set by the decorator)."""
+    conversational_config: ClassVar[ConversationalConfig | None] = None
+    """Legacy configuration read by ``prepare_conversational_turn``."""
+    builtin_route_descriptions: ClassVar[Mapping[str, str]] = BUILTIN_ROUTE_DESCRIPTIONS
+    """Router descriptions of the built-in routes (override per class)."""
+    defer_trace_finalization: bool | None = None
+    """Instance override of ``ConversationConfig.defer_trace_finalization``."""
     _conversation_layer: ClassVar[bool] = True
     _part_types: ClassVar[tuple[type[FlowPart], ...]] = (Conversation,)
     conversation: Conversation
     """This flow's conversation: its history, graph and turns (the methods below are
     thin delegates to it)."""
+
+    @classmethod
+    def _enable_conversation(cls) -> None:
+        """Turn conversational mode on after the class was created (the decorator)."""
+        cls.conversational = True
+        cls._reconfigure()
+
+    @classmethod
+    def _conversation_config(cls) -> ConversationConfig:
+        """The class's ``ConversationConfig`` or the defaults (for the CLI and the flow
+        loader, which do not import the conversation package)."""
+        return class_config(cls)
+
+    @classmethod
+    def route_catalog(cls) -> RouteCatalog:
+        """The routes the LLM router may choose from (cached per class)."""
+        return route_catalog(cls)
 
     @classmethod
     def from_declaration(
@@ -160,3 +193,54 @@ class Flow(ConversationTurns, ConversationGraph, FlowCore[StateT], layer=True):
     ) -> str:
         """Async :meth:`classify_intent`."""
         return await aclassify_intent(text, outcomes, llm=llm, context=context)
+
+    # ------------------------------------------------------------------ the built-in graph
+
+    def conversation_start(self) -> Any:
+        """Called by ``route_conversation`` before routing, every turn.
+
+        The default marks ``state.session_ready`` on the first turn. Override for
+        per-session bootstrap (may be async).
+        """
+        return self.conversation.graph.conversation_start()
+
+    def route_turn(self, context: RouterContext) -> str | Awaitable[str | None] | None:
+        """Pick this turn's route; a falsy result defers to the precedence rules.
+
+        The default runs the LLM router when ``ConversationConfig.router`` is set, or when
+        the flow has custom routes and no ``default_intents``. Without a router LLM it
+        returns ``RouterConfig.default_intent``. Override to route by rules (return a
+        label) or to add side effects (then call ``super().route_turn(context)``).
+        """
+        return self.conversation.graph.route_turn(context)
+
+    def route_conversation(self) -> Any:
+        """The built-in start/router: ``conversation_start()``, then choose the route.
+
+        It routes only a user message received since the last routing (by a turn API,
+        ``receive_user_message`` or ``prepare_conversational_turn``). A bare
+        ``kickoff(inputs={"id": ...})`` that restores a session, or starts a new one,
+        has no message to answer: it selects no route and no handler runs (the
+        restored ``current_user_message`` was answered by the turn that received it).
+        The route: a non-empty ``route_turn`` result; else the intent pre-classified for
+        this turn; else the deprecated ``answer_from_history`` check when configured;
+        else ``converse``.
+        """
+        return self.conversation.graph.route_conversation()
+
+    async def can_answer_from_history(self) -> bool:
+        """Deprecated eligibility check: does the history already answer the message?"""
+        return await self.conversation.graph.can_answer_from_history()
+
+    def converse_turn(self) -> Any:
+        """Default chat handler: the conversation LLM over the system prompt + history
+        (without an LLM it replies ``NO_LLM_REPLY``)."""
+        return self.conversation.graph.converse_turn()
+
+    def end_conversation(self) -> str:
+        """Mark the conversation ended (``state.ended``) and say goodbye."""
+        return self.conversation.graph.end_conversation()
+
+    def answer_from_history_turn(self) -> Any:
+        """Deprecated: answer from the history. Use ``converse`` instead."""
+        return self.conversation.graph.answer_from_history_turn()

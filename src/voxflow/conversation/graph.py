@@ -1,8 +1,8 @@
-"""The built-in conversational graph and the history API of a conversational Flow.
+"""The built-in conversational graph of a Flow, and how its class is prepared for it.
 
 A Flow class opts in with ``conversational = True`` or ``@ConversationConfig(...)``. Only
-then are four built-in methods wired (through the runtime's ``_extra_flow_methods``
-extension point), so a plain Flow carries none of them:
+then are four built-in methods wired (by the conversation part's ``extra_methods`` hook,
+:mod:`voxflow.flow.parts`), so a plain Flow carries none of them:
 
 * ``route_conversation``: ``@start()`` + router. When a user message awaits an answer
   (received by a turn API or ``receive_user_message`` since the last routing; a bare
@@ -21,6 +21,11 @@ an undecorated override keeps the built-in wiring). The built-ins are sync funct
 return a coroutine only when they must wait for an LLM, so a rule-based flow stays an
 all-sync graph that the runtime runs inline, without thread hops.
 
+:class:`Graph` (held by the conversation part, ``flow.conversation.graph``) runs them;
+``voxflow.Flow``'s methods of those names are delegates to it. The module functions
+prepare a class: :func:`builtin_methods`, :func:`default_state`, :func:`route_catalog`
+(cached per class, dropped by :func:`forget_class`).
+
 The router context is a lazy mapping (:class:`RouterContext`): ``message_history`` is
 only converted when a ``route_turn`` reads it, so routing costs the same on turn 1,000 as
 on turn 1.
@@ -31,20 +36,15 @@ from __future__ import annotations
 import contextvars
 import inspect
 import warnings
+import weakref
 from collections.abc import Awaitable, Callable, Iterator, Mapping
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any
 
-from voxflow.conversation.config import (
-    DEFAULT_SYSTEM_PROMPT,
-    ConversationalConfig,
-    ConversationConfig,
-    RouterConfig,
-    class_config,
-)
+from voxflow.conversation.config import DEFAULT_SYSTEM_PROMPT, RouterConfig, class_config
 from voxflow.conversation.events import ConversationRouteSelected
-from voxflow.conversation.helpers import get_conversation_messages, get_state_field
+from voxflow.conversation.helpers import TurnFacts, get_conversation_messages, get_state_field
+from voxflow.conversation.history import History
 from voxflow.conversation.routing import (
-    BUILTIN_ROUTE_DESCRIPTIONS,
     ROUTER_HISTORY_WINDOW,
     RouteCatalog,
     build_route_catalog,
@@ -56,16 +56,22 @@ from voxflow.flow.dsl import listen, marks_of, router, start
 from voxflow.llm import BaseLLM
 
 if TYPE_CHECKING:
-    from voxflow.conversation.part import Conversation
-    from voxflow.flow.definition import FlowDefinition
+    from pydantic import BaseModel
+
+    from voxflow.flow.host import FlowHost
 
 __all__ = [
     "BUILTIN_METHODS",
     "END_REPLY",
     "NO_LLM_REPLY",
-    "ConversationGraph",
+    "Graph",
     "RouterContext",
+    "builtin_methods",
     "current_llm_method",
+    "default_state",
+    "forget_class",
+    "route_catalog",
+    "route_labels",
 ]
 
 NO_LLM_REPLY = (
@@ -100,7 +106,7 @@ def _stub(name: str) -> Callable[..., Any]:
         raise NotImplementedError(name)
 
     method.__name__ = name
-    method.__qualname__ = f"ConversationGraph.{name}"
+    method.__qualname__ = f"Graph.{name}"
     return method
 
 
@@ -134,8 +140,9 @@ class RouterContext(Mapping[str, Any]):
 
     KEYS = ("system_prompt", "current_user_message", "message_history", "events", "last_intent")
 
-    def __init__(self, flow: ConversationGraph) -> None:
+    def __init__(self, flow: Any, system_prompt: Callable[[], str | None]) -> None:
         self._flow = flow
+        self._system_prompt = system_prompt
         self._cache: dict[str, Any] = {}
 
     def __getitem__(self, key: str) -> Any:
@@ -143,7 +150,7 @@ class RouterContext(Mapping[str, Any]):
             return self._cache[key]
         flow = self._flow
         if key == "system_prompt":
-            value: Any = flow._system_prompt()
+            value: Any = self._system_prompt()
         elif key == "message_history":
             value = get_conversation_messages(flow)
         elif key == "events":
@@ -174,125 +181,107 @@ class RouterContext(Mapping[str, Any]):
         return [_router_dict(m) for m in window]
 
 
-class ConversationGraph:
-    """Mixin of :class:`voxflow.Flow`: conversational mode and the built-in graph."""
+# ---------------------------------------------------------------------- the class
 
-    conversational: ClassVar[bool] = False
-    """Set to True (or use ``@ConversationConfig``) to enable the conversational graph."""
-    conversation_config: ClassVar[ConversationConfig | None] = None
-    """The class's ``ConversationConfig`` (set by the decorator)."""
-    conversational_config: ClassVar[ConversationalConfig | None] = None
-    """Legacy configuration read by ``prepare_conversational_turn``."""
-    builtin_route_descriptions: ClassVar[Mapping[str, str]] = BUILTIN_ROUTE_DESCRIPTIONS
-    """Router descriptions of the built-in routes (override per class)."""
-    defer_trace_finalization: bool | None = None
-    """Instance override of ``ConversationConfig.defer_trace_finalization``."""
+_CATALOGS: weakref.WeakKeyDictionary[type[Any], RouteCatalog] = weakref.WeakKeyDictionary()
 
-    _route_catalog_cache: ClassVar[RouteCatalog | None] = None
 
-    if TYPE_CHECKING:
-        _voxflow_definition: ClassVar[FlowDefinition | None]
-        _sequential_starts: ClassVar[bool]
-        initial_state: ClassVar[Any]
-        _frame_sink: Any
+def forget_class(flow_cls: type[Any]) -> None:
+    """``flow_cls`` was created or reconfigured: drop its cached route catalog."""
+    _CATALOGS.pop(flow_cls, None)
 
-        @classmethod
-        def flow_definition(cls) -> FlowDefinition: ...
-        @classmethod
-        def _state_type(cls) -> Any: ...
-        @property
-        def state(self) -> Any: ...
-        def append_assistant_message(self, content: Any, **extra: Any) -> Any: ...
-        conversation: Conversation
 
-    # ------------------------------------------------------------------ class set-up
+def builtin_methods(flow_cls: type[Any]) -> Mapping[str, Callable[..., Any]]:
+    """The wiring of the built-in methods a conversational class registers (none for
+    another class); a decorated override of the same name keeps its own."""
+    if not getattr(flow_cls, "conversational", False):
+        return {}
+    return {
+        name: stub
+        for name, stub in _builtin_wiring().items()
+        if marks_of(getattr(flow_cls, name, None)) is None
+    }
 
-    def __init_subclass__(cls, **kwargs: Any) -> None:
-        super().__init_subclass__(**kwargs)
-        cls._route_catalog_cache = None
-        if cls.conversational:
-            cls._prepare_conversational_class()
 
-    @classmethod
-    def _prepare_conversational_class(cls) -> None:
-        cls._sequential_starts = True
-        if cls.initial_state is None and cls._state_type() is None:
-            cls.initial_state = ConversationState
+def default_state(flow_cls: type[Any]) -> type[BaseModel] | None:
+    """A conversational class that names no state keeps a :class:`ConversationState`."""
+    return ConversationState if getattr(flow_cls, "conversational", False) else None
 
-    @classmethod
-    def _enable_conversation(cls) -> None:
-        """Turn conversational mode on after the class was created (the decorator)."""
-        cls.conversational = True
-        cls._prepare_conversational_class()
-        cls._route_catalog_cache = None
-        cls._voxflow_definition = None
-        cls.flow_definition()
 
-    @classmethod
-    def _extra_flow_methods(cls) -> Mapping[str, Callable[..., Any]]:
-        if not cls.conversational:
-            return {}
-        return {
-            name: stub
-            for name, stub in _builtin_wiring().items()
-            if marks_of(getattr(cls, name, None)) is None  # a decorated override wins
-        }
+def route_catalog(flow_cls: type[Any]) -> RouteCatalog:
+    """The routes the LLM router of ``flow_cls`` may choose from (cached per class)."""
+    catalog = _CATALOGS.get(flow_cls)
+    if catalog is None:
+        definition = flow_cls.flow_definition()
+        handlers: dict[str, list[Callable[..., Any]]] = {}
+        for name, method in definition.methods.items():
+            if method.router or method.listen is None:
+                continue
+            for label in method.listen.labels():
+                handlers.setdefault(label, []).append(getattr(flow_cls, name))
+        catalog = build_route_catalog(
+            handlers,
+            method_names=definition.methods,
+            router=class_config(flow_cls).router,
+            builtin_descriptions=flow_cls.builtin_route_descriptions,
+        )
+        _CATALOGS[flow_cls] = catalog
+    return catalog
 
-    def _order_starts(self, names: list[str]) -> list[str]:
-        if not type(self).conversational or "route_conversation" not in names:
-            return names
-        return [n for n in names if n != "route_conversation"] + ["route_conversation"]
 
-    @classmethod
-    def _conversation_config(cls) -> ConversationConfig:
-        return class_config(cls)
+def route_labels(flow_cls: type[Any]) -> frozenset[str]:
+    """Every label a route of ``flow_cls`` may be (a handler's result equal to one is a
+    route label, not a reply)."""
+    definition = flow_cls.flow_definition()
+    labels: set[str] = set(route_catalog(flow_cls).labels)
+    for method in definition.methods.values():
+        if method.listen is not None:
+            labels |= method.listen.labels() - set(definition.methods)
+    return frozenset(labels)
 
-    @classmethod
-    def route_catalog(cls) -> RouteCatalog:
-        """The routes the LLM router may choose from (cached per class)."""
-        catalog = cls.__dict__.get("_route_catalog_cache")
-        if catalog is None:
-            definition = cls.flow_definition()
-            handlers: dict[str, list[Callable[..., Any]]] = {}
-            for name, method in definition.methods.items():
-                if method.router or method.listen is None:
-                    continue
-                for label in method.listen.labels():
-                    handlers.setdefault(label, []).append(getattr(cls, name))
-            catalog = build_route_catalog(
-                handlers,
-                method_names=definition.methods,
-                router=cls._conversation_config().router,
-                builtin_descriptions=cls.builtin_route_descriptions,
-            )
-            cls._route_catalog_cache = catalog
-        return catalog
 
-    @classmethod
-    def _route_labels(cls) -> frozenset[str]:
-        definition = cls.flow_definition()
-        labels: set[str] = set(cls.route_catalog().labels)
-        for method in definition.methods.values():
-            if method.listen is not None:
-                labels |= method.listen.labels() - set(definition.methods)
-        return frozenset(labels)
+# ---------------------------------------------------------------------- one flow
 
-    def _system_prompt(self) -> str | None:
-        prompt = self._conversation_config().system_prompt
+
+class Graph:
+    """The built-in graph of one Flow's conversation (see the module docs).
+
+    Args:
+        host: the Flow, as its parts see it.
+        turn: what the current turn has done (the route chosen is noted there).
+        history: the conversation's history (replies are appended through the Flow).
+    """
+
+    __slots__ = ("_history", "_host", "_turn")
+
+    def __init__(self, host: FlowHost, turn: TurnFacts, history: History) -> None:
+        self._host = host
+        self._turn = turn
+        self._history = history
+
+    def order_starts(self, names: list[str]) -> list[str] | None:
+        """A conversational flow's starts run one at a time, ``route_conversation`` last."""
+        if not getattr(type(self._host.flow), "conversational", False):
+            return None
+        return [n for n in names if n != "route_conversation"] + [
+            n for n in names if n == "route_conversation"
+        ]
+
+    def system_prompt(self) -> str | None:
+        """The system prompt of ``converse_turn`` (the default one when unset, none when
+        set to "")."""
+        prompt = class_config(type(self._host.flow)).system_prompt
         if prompt is None:
             return DEFAULT_SYSTEM_PROMPT
         return prompt or None
 
-    # ------------------------------------------------------------------ built-in graph
+    # ------------------------------------------------------------------ routing
 
     def conversation_start(self) -> Any:
-        """Called by ``route_conversation`` before routing, every turn.
-
-        The default marks ``state.session_ready`` on the first turn. Override for
-        per-session bootstrap (may be async).
-        """
-        state = self.state
-        if not get_state_field(self, "session_ready", True):
+        """:meth:`voxflow.Flow.conversation_start`."""
+        flow = self._host.flow
+        if not get_state_field(flow, "session_ready", True):
+            state = flow.state
             if isinstance(state, dict):
                 state["session_ready"] = True
             else:
@@ -300,17 +289,12 @@ class ConversationGraph:
         return None
 
     def route_turn(self, context: RouterContext) -> str | Awaitable[str | None] | None:
-        """Pick this turn's route; a falsy result defers to the precedence rules.
-
-        The default runs the LLM router when ``ConversationConfig.router`` is set, or when
-        the flow has custom routes and no ``default_intents``. Without a router LLM it
-        returns ``RouterConfig.default_intent``. Override to route by rules (return a
-        label) or to add side effects (then call ``super().route_turn(context)``).
-        """
-        config = self._conversation_config()
-        catalog = self.route_catalog()
+        """:meth:`voxflow.Flow.route_turn`."""
+        flow_cls = type(self._host.flow)
+        config = class_config(flow_cls)
+        catalog = route_catalog(flow_cls)
         configured = config.router
-        pre_classified = self.conversation.turn.intent is not None or config.default_intents
+        pre_classified = self._turn.intent is not None or config.default_intents
         if configured is None and pre_classified:
             return None  # legacy pre-classification path
         if configured is None and not catalog.custom_labels():
@@ -329,19 +313,12 @@ class ConversationGraph:
         )
 
     def route_conversation(self) -> Any:
-        """The built-in start/router: ``conversation_start()``, then choose the route.
-
-        It routes only a user message received since the last routing (by a turn API,
-        ``receive_user_message`` or ``prepare_conversational_turn``). A bare
-        ``kickoff(inputs={"id": ...})`` that restores a session, or starts a new one,
-        has no message to answer: it selects no route and no handler runs (the
-        restored ``current_user_message`` was answered by the turn that received it).
-        """
-        turn = self.conversation.turn
+        """:meth:`voxflow.Flow.route_conversation`."""
+        turn = self._turn
         if not turn.user_message_waiting:
             return None
         turn.user_message_waiting = False
-        started = self.conversation_start()
+        started = self._host.flow.conversation_start()
         if inspect.isawaitable(started):
             return self._aroute_after(started)
         return self._route()
@@ -352,7 +329,8 @@ class ConversationGraph:
         return await route if inspect.isawaitable(route) else route
 
     def _route(self) -> str | Awaitable[str]:
-        label = self.route_turn(RouterContext(self))
+        flow = self._host.flow
+        label = flow.route_turn(RouterContext(flow, self.system_prompt))
         if inspect.isawaitable(label):
             return self._aselect(label)
         return self._select(label)
@@ -367,22 +345,23 @@ class ConversationGraph:
             raise TypeError(f"route_turn() must return a route label (str) or None, not {value!r}")
         if value:
             return self._commit_route(value, "route_turn")
-        if self.conversation.turn.intent:
-            return self._commit_route(self.conversation.turn.intent, "intent")
+        if self._turn.intent:
+            return self._commit_route(self._turn.intent, "intent")
         if self._answer_from_history_llm() is not None:
             return self._aanswer_from_history_route()
         return self._commit_route("converse", "default")
 
     def _commit_route(self, route: str, source: Any) -> str:
-        previous = get_state_field(self, "last_intent", None)
-        state = self.state
+        flow = self._host.flow
+        previous = get_state_field(flow, "last_intent", None)
+        state = flow.state
         if isinstance(state, dict):
             state["last_intent"] = route
         else:
             state.last_intent = route
-        self.conversation.turn.route = route
-        messages = get_state_field(self, "messages", None) or []
-        self.conversation.history.emit(
+        self._turn.route = route
+        messages = get_state_field(flow, "messages", None) or []
+        self._history.emit(
             ConversationRouteSelected,
             route=route,
             previous_intent=previous,
@@ -392,7 +371,7 @@ class ConversationGraph:
         return route
 
     def _answer_from_history_llm(self) -> BaseLLM | None:
-        config = self._conversation_config()
+        config = class_config(type(self._host.flow))
         if config.answer_from_history_llm is None and config.answer_from_history_prompt is None:
             return None
         return config.answer_from_history_llm or config.llm
@@ -404,7 +383,7 @@ class ConversationGraph:
             DeprecationWarning,
             stacklevel=2,
         )
-        can: Any = self.can_answer_from_history()
+        can: Any = self._host.flow.can_answer_from_history()
         if inspect.isawaitable(can):
             can = await can
         if can:
@@ -412,7 +391,7 @@ class ConversationGraph:
         return self._commit_route("converse", "default")
 
     async def can_answer_from_history(self) -> bool:
-        """Deprecated eligibility check: does the history already answer the message?"""
+        """:meth:`voxflow.Flow.can_answer_from_history`."""
         llm = self._answer_from_history_llm()
         if llm is None:
             return False
@@ -422,21 +401,23 @@ class ConversationGraph:
                 "content": "Can the user's latest message be answered only from the "
                 "conversation so far? Answer yes or no.",
             },
-            *get_conversation_messages(self, copy=False),
+            *get_conversation_messages(self._host.flow, copy=False),
         ]
         response = await llm.acall(messages)
         return (response.content or "").strip().lower().startswith("yes")
 
+    # ------------------------------------------------------------------ handlers
+
     def converse_turn(self) -> Any:
-        """Default chat handler: the conversation LLM over the system prompt + history."""
-        llm = self._conversation_config().llm
+        """:meth:`voxflow.Flow.converse_turn`."""
+        llm = class_config(type(self._host.flow)).llm
         if llm is None:
             return self._reply(NO_LLM_REPLY)
-        return self._allm_reply(llm, self._system_prompt(), "converse_turn")
+        return self._allm_reply(llm, self.system_prompt(), "converse_turn")
 
     def end_conversation(self) -> str:
-        """Mark the conversation ended (``state.ended``) and say goodbye."""
-        state = self.state
+        """:meth:`voxflow.Flow.end_conversation`."""
+        state = self._host.flow.state
         if isinstance(state, dict):
             state["ended"] = True
         else:
@@ -444,22 +425,22 @@ class ConversationGraph:
         return self._reply(END_REPLY)
 
     def answer_from_history_turn(self) -> Any:
-        """Deprecated: answer from the history. Use ``converse`` instead."""
+        """:meth:`voxflow.Flow.answer_from_history_turn`."""
         warnings.warn(
             "answer_from_history_turn is deprecated; use converse_turn",
             DeprecationWarning,
-            stacklevel=2,
+            stacklevel=3,
         )
         llm = self._answer_from_history_llm()
         if llm is None:
             return self._reply(NO_LLM_REPLY)
-        prompt = self._conversation_config().answer_from_history_prompt
+        prompt = class_config(type(self._host.flow)).answer_from_history_prompt
         return self._allm_reply(
             llm, prompt or ANSWER_FROM_HISTORY_PROMPT, "answer_from_history_turn"
         )
 
     async def _allm_reply(self, llm: BaseLLM, system: str | None, method: str) -> str:
-        messages = get_conversation_messages(self, copy=False)  # the LLM copies them
+        messages = get_conversation_messages(self._host.flow, copy=False)  # the LLM copies
         if not model_supports_vision(str(getattr(llm, "model", ""))):
             messages = without_images(messages)  # input-file images: a note instead
         if system:
@@ -467,11 +448,11 @@ class ConversationGraph:
         token = current_llm_method.set(method)
         try:
             # Stream only when a turn is streamed: observers then see every chunk.
-            response = await llm.acall(messages, stream=self._frame_sink is not None)
+            response = await llm.acall(messages, stream=self._host.streaming)
         finally:
             current_llm_method.reset(token)
         return self._reply(response.content or "")
 
     def _reply(self, text: str) -> str:
-        self.append_assistant_message(text)
+        self._host.flow.append_assistant_message(text)
         return text

@@ -45,7 +45,7 @@ from voxflow.conversation.events import (
     ConversationTurnStarted,
     SessionTracesFinalized,
 )
-from voxflow.conversation.graph import current_llm_method
+from voxflow.conversation.graph import current_llm_method, route_labels
 from voxflow.conversation.helpers import get_state_field
 from voxflow.conversation.history import result_text
 from voxflow.conversation.persistence import (
@@ -88,7 +88,7 @@ class ConversationTurns:
     _state_before_restore: Any = None
 
     if TYPE_CHECKING:
-        conversational: bool
+        conversational: ClassVar[bool]
         defer_trace_finalization: bool | None
         _frame_sink: Any
         _state: Any
@@ -107,8 +107,6 @@ class ConversationTurns:
         def flow_definition(cls) -> FlowDefinition: ...
         @classmethod
         def _conversation_config(cls) -> ConversationConfig: ...
-        @classmethod
-        def _route_labels(cls) -> frozenset[str]: ...
         def _initial_state(self, state: Any) -> Any: ...
         def _check_kickoff_args(self, inputs: Any, fc: Any, rsid: Any) -> None: ...
         async def _kickoff(self, inputs: Any, fc: Any, rsid: Any, private_loop: bool) -> Any: ...
@@ -424,7 +422,7 @@ class ConversationTurns:
         text = result_text(result)
         if not text or id(result) in self.conversation.turn.agent_results:
             return False
-        if text in type(self)._route_labels() or text == get_state_field(self, "last_intent"):
+        if text in route_labels(type(self)) or text == get_state_field(self, "last_intent"):
             return False
         self.append_assistant_message(text)
         return True

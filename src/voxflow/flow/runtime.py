@@ -155,12 +155,33 @@ class Flow(Engine, Generic[StateT]):
         super().__init_subclass__(**kwargs)
         if getattr(cls, "conversational", False) and not cls._conversation_layer:
             cls._enable_conversation()
+        cls._prepare_parts()
+        if not layer:
+            cls.flow_definition()
+
+    @classmethod
+    def _prepare_parts(cls) -> None:
+        """Let the part types prepare the class (:mod:`voxflow.flow.parts`): their caches,
+        the default state, the methods they register."""
+        for kind in cls._part_types:
+            kind.prepare_class(cls)
+        if cls.initial_state is None and cls._state_type() is None:
+            for kind in cls._part_types:
+                default = kind.default_state(cls)
+                if default is not None:
+                    cls.initial_state = default
+                    break
         for name, func in cls._extra_flow_methods().items():
             if getattr(cls, name, None) is None:  # not reachable yet: install the function
                 setattr(cls, name, func)
         cls._voxflow_definition = None
-        if not layer:
-            cls.flow_definition()
+
+    @classmethod
+    def _reconfigure(cls) -> None:
+        """The class changed after it was created (e.g. ``@ConversationConfig``): its
+        parts prepare it again and its definition is compiled again."""
+        cls._prepare_parts()
+        cls.flow_definition()
 
     @classmethod
     def flow_definition(cls) -> FlowDefinition:
@@ -177,10 +198,13 @@ class Flow(Engine, Generic[StateT]):
 
         The returned function supplies the wiring (its decorator marks); what runs is
         ``getattr(self, name)``, so an undecorated method of that name on the class or a
-        base (e.g. a mixin) is called. When no attribute of that name exists, the
-        function itself is installed on the class.
+        base is called. When no attribute of that name exists, the function itself is
+        installed on the class. By default: what the part types register.
         """
-        return {}
+        extra: dict[str, Callable[..., Any]] = {}
+        for kind in cls._part_types:
+            extra.update(kind.extra_methods(cls))
+        return extra
 
     @classmethod
     def _enable_conversation(cls) -> None:
@@ -370,9 +394,13 @@ class Flow(Engine, Generic[StateT]):
         """Extension point: False defers ``FlowFinished`` (e.g. per-turn trace deferral)."""
         return True
 
-    def _order_starts(self, names: list[str]) -> list[str]:
-        """Extension point: the order starts run in (used when they run sequentially)."""
-        return names
+    def _order_starts(self, names: list[str]) -> list[str] | None:
+        """The order the starts run in, one at a time (None: concurrently); a part's."""
+        for part in self._parts:
+            order = part.order_starts(names)
+            if order is not None:
+                return order
+        return names if self._sequential_starts else None
 
     async def _before_starts(self) -> None:
         """Extension point: runs after restore and ``FlowStarted``, right before the starts."""
@@ -507,8 +535,9 @@ class Flow(Engine, Generic[StateT]):
                 f"{self._definition.name} has no @start() method to kick off",
                 flow=self._definition.name,
             )
-        if self._sequential_starts or len(starts) == 1:
-            for name in self._order_starts(starts):
+        order = self._order_starts(starts) if len(starts) > 1 else starts
+        if order is not None:
+            for name in order:
                 await self._run_listener(name, None, 0)
             return
         await self._run_batch(starts, None, 0)
