@@ -519,3 +519,19 @@ def test_variables_shared_by_every_process_are_not_refused_as_options() -> None:
     env = {**UNREACHABLE_DB, "VOXFLOW_PORT": "8081", "VOXFLOW_MAX_CALLS": "4"}
     for role in ("--worker", "--front-door"):
         one_line_error(voxflow("serve", role, "--stale-after", "0", env=env), "--stale-after 0")
+
+
+def test_bench_finds_the_checkouts_benchmarks_from_a_subfolder_or_says_where_they_live(
+    tmp_path: Path,
+) -> None:
+    from voxflow.bench import NOT_IN_A_CHECKOUT, default_benchmark_dir
+
+    assert default_benchmark_dir(cwd=ROOT / "voice" / "src") == ROOT / "benchmarks"
+    # installed from wheels: site-packages has no benchmarks/ above it
+    installed = tmp_path / "venv" / "lib" / "python3.11" / "site-packages" / "voxflow"
+    installed.mkdir(parents=True)
+    elsewhere = tmp_path / "project"
+    elsewhere.mkdir()
+    found = default_benchmark_dir(cwd=elsewhere, package_file=installed / "bench.py")
+    assert found is None
+    assert "source checkout" in NOT_IN_A_CHECKOUT and "--dir" in NOT_IN_A_CHECKOUT

@@ -20,17 +20,52 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
-__all__ = ["BenchRun", "benchmark_scripts", "default_benchmark_dir", "meets_target", "run_bench"]
+__all__ = [
+    "NOT_IN_A_CHECKOUT",
+    "BenchRun",
+    "benchmark_scripts",
+    "default_benchmark_dir",
+    "meets_target",
+    "run_bench",
+]
 
 _TARGET = re.compile(r"^\s*(<=|>=|<|>|=|==)?\s*(-?\d+(?:\.\d+)?)\b")
 
 
-def default_benchmark_dir() -> Path:
-    """``benchmarks/`` of the current directory if it has one, else of this checkout."""
-    here = Path("benchmarks")
-    if here.is_dir():
-        return here
-    return Path(__file__).resolve().parents[2] / "benchmarks"
+NOT_IN_A_CHECKOUT = (
+    "the benchmarks live in the voxflow source checkout (its benchmarks/ folder), not in "
+    "the installed package: run voxflow bench from a checkout (git clone the voxflow "
+    "repository), or point --dir at its benchmarks/ folder"
+)
+"""What ``voxflow bench`` says when it finds no benchmarks (an install from wheels)."""
+
+
+def _benchmarks_in(folder: Path) -> Path | None:
+    found = folder / "benchmarks"
+    return found if (found / "_figures.py").is_file() else None
+
+
+def default_benchmark_dir(
+    cwd: Path | None = None, package_file: Path | None = None
+) -> Path | None:
+    """The ``benchmarks/`` folder ``voxflow bench`` runs: that of the current directory,
+    else voxflow's own (``_figures.py`` in it) in a folder above it (anywhere inside a
+    checkout) or above this package (an editable install); None when there is none
+    (installed from wheels: the benchmarks are not shipped).
+
+    Args:
+        cwd: where to look first (the current directory if None).
+        package_file: a file of this package (this module if None).
+    """
+    here = (cwd if cwd is not None else Path.cwd()).resolve()
+    if (here / "benchmarks").is_dir():  # ./benchmarks, whatever it holds
+        return here / "benchmarks"
+    source = (package_file if package_file is not None else Path(__file__)).resolve()
+    for folder in (*here.parents, *source.parents):  # voxflow's own: _figures.py in it
+        found = _benchmarks_in(folder)
+        if found is not None:
+            return found
+    return None
 
 
 def benchmark_scripts(folder: Path) -> list[Path]:

@@ -318,12 +318,15 @@ def _cmd_jobs_worker(args: argparse.Namespace) -> int:
 
 def _cmd_bench(args: argparse.Namespace) -> int:
     from .bench import (  # here: a command loads only what it runs
+        NOT_IN_A_CHECKOUT,
         benchmark_scripts,
         default_benchmark_dir,
         run_bench,
     )
 
     root = Path(args.dir) if args.dir is not None else default_benchmark_dir()
+    if root is None:
+        raise UsageError(NOT_IN_A_CHECKOUT)
     scripts = benchmark_scripts(root)
     if not scripts:
         raise UsageError(f"no benchmark scripts in {root}: run from a voxflow checkout, "

@@ -109,3 +109,15 @@ def test_the_core_alone_names_the_extra_for_each_voice_command(
     assert demo.returncode == 0, demo.stderr
     assert "pip install 'voxflow[voice]'" in demo.stderr
     assert __import__("json").loads(demo.stdout)["mode"] == "text"
+
+
+def test_bench_says_the_benchmarks_live_in_the_source_checkout(
+    installed_voxflow: Path, empty_dir: Path
+) -> None:
+    # The wheels ship no benchmarks/: one line saying where they are, not a search in
+    # some folder of the virtual environment.
+    result = voxflow(installed_voxflow, "bench", "--list", cwd=empty_dir)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith("error: the benchmarks live in the voxflow source checkout")
+    assert "site-packages" not in line and str(installed_voxflow.parent) not in line
