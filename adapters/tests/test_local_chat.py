@@ -146,3 +146,23 @@ async def test_a_lost_device_keeps_the_conversation_and_reconnect_goes_on(
         chat.on_key("q")
         await task
     assert [m.content for m in turns.flow.state.messages] == before  # nothing was lost
+
+
+@pytest.mark.models
+async def test_a_cancelled_voice_chat_leaves_no_session_running(engines: VoiceEngines) -> None:
+    # Ctrl-C (the chat's task cancelled) ends the session task with it: its owner waits
+    # for it, and nothing of the call is left on the loop.
+    driver, view, clock = _Driver(), ChatView(), VirtualClock(autojump=True)
+    chat = VoiceChat(TurnRunner(Teller(story=SHORT_STORY)), engines, view,
+                     audio_settings=LocalAudioSettings(stall_timeout=60.0),
+                     backend=driver, clock=clock)
+    async with clock:
+        task = asyncio.create_task(chat.run())
+        for _ in range(5):
+            await asyncio.sleep(0)
+        assert chat.sessions == 1
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        left = [t.get_name() for t in asyncio.all_tasks() if t.get_name().startswith("voice")]
+        assert left == []

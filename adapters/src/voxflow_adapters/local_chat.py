@@ -43,6 +43,7 @@ from voxflow_voice.events import (
     TurnMetrics,
 )
 
+from voxflow._tasks import background
 from voxflow.clock import Clock
 from voxflow.settings import Settings
 from voxflow.wiring import AssistantWiring
@@ -319,10 +320,11 @@ class VoiceChat:
                                        on_event=self.view.on_event)
             self.session = session
             self.sessions += 1
-            run = asyncio.create_task(session.run(), name="voice-chat.session")
-            if await self._first(run, self._quit.wait()):
-                await audio.aclose()  # ends the input: the session settles and closes
-            await run
+            # the session is over when this block is (cancelled with us, never left behind)
+            async with background(session.run(), name="voice-chat.session") as run:
+                if await self._first(run, self._quit.wait()):
+                    await audio.aclose()  # ends the input: the session settles and closes
+                await run
             await audio.aclose()
             if self._quit.is_set() or audio.error is None:
                 return

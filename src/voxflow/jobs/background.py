@@ -384,8 +384,8 @@ class JobBinding:
             Exception: the error of a failed submission whose job is still ``queued`` in
                 the state (its failure not recorded yet): that state must not be stored.
         """
-        while self.submitting:
-            await asyncio.gather(*self.submitting, return_exceptions=True)
+        while self.submitting:  # (their failures are _queued's: kept in unqueued)
+            await asyncio.wait(self.submitting)
         jobs = getattr(self.runner.state, "jobs", {}) if hasattr(self, "runner") else {}
         for job_id, error in list(self.unqueued.items()):
             job = jobs.get(job_id)
@@ -407,11 +407,12 @@ class JobBinding:
         task = self.loop.create_task(self.runner.fail_job(job_id, error))
         self.pending.add(task)
         task.add_done_callback(self.pending.discard)
+        task.add_done_callback(_log_failure)
 
     async def drain(self) -> None:
         """Wait for the queue submissions still in flight (a call closing)."""
-        while self.pending:
-            await asyncio.gather(*self.pending, return_exceptions=True)
+        while self.pending:  # (a failure is logged, or kept in unqueued, as it happens)
+            await asyncio.wait(self.pending)
 
     async def announce_progress(self, parent: BackgroundJob, text: str) -> bool:
         """Commit a completed progress record of ``parent`` whose announcement is ``text``
@@ -438,6 +439,13 @@ class JobBinding:
 
 
 _BINDINGS: weakref.WeakKeyDictionary[Any, JobBinding] = weakref.WeakKeyDictionary()
+
+
+def _log_failure(task: asyncio.Future[Any]) -> None:
+    """A failed job's failure record that could not be written, logged as it ends
+    (:meth:`JobBinding.drain` only waits for it)."""
+    if not task.cancelled() and (failure := task.exception()) is not None:
+        logger.error("recording a job's failure failed", exc_info=failure)
 
 
 def bind_jobs(flow: Any, binding: JobBinding) -> None:

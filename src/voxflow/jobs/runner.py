@@ -172,8 +172,8 @@ class JobRunner:
         """:meth:`request_close`, then await every worker task and stop the processor."""
         self.request_close()
         tasks = [task for _, task in self._workers.values()]
-        if tasks:
-            await asyncio.gather(*tasks, return_exceptions=True)
+        if tasks:  # a worker settles its own job's failure: here we only wait for them
+            await asyncio.wait(tasks)
         processor, self._processor = self._processor, None
         if processor is not None:
             processor.cancel()

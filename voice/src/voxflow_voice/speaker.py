@@ -37,6 +37,7 @@ from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar
 
+from voxflow._tasks import background
 from voxflow.clock import Clock, VirtualClock
 from voxflow.ids import DeliveryId, SessionId, TurnId
 from voxflow.replies import ReplyQueue, record_announcement
@@ -294,9 +295,10 @@ class ReplySpeaker:
         delivery = reply.delivery_id
         ready: asyncio.Queue[_Item] = asyncio.Queue()
         room = asyncio.Event()
-        producer = asyncio.create_task(self._produce(reply, segments, ready, room),
-                                       name="voice.synthesize")
-        try:
+        # The producer lives as long as this loop: cancelled (and waited for) when the
+        # reply is fenced or cut; done, its failure raised here, when it queued the end.
+        async with background(self._produce(reply, segments, ready, room),
+                              name="voice.synthesize"):
             while (item := await ready.get()) is not None:
                 if isinstance(item, tuple):
                     segment_id, text = item
@@ -320,11 +322,6 @@ class ReplySpeaker:
                 if not await self._playback.play(item):
                     return
                 self._played_out(reply, seconds)
-            await producer  # (done: it queued the end) its failure, if any, is ours
-        finally:
-            if not producer.done():
-                producer.cancel()
-            await asyncio.wait({producer})
 
     async def _produce(
         self, reply: SpokenReply, segments: asyncio.Queue[tuple[int, str] | None],

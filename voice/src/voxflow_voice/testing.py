@@ -26,13 +26,13 @@ observations end). ``pause`` needs a :class:`PausableTransport` and ``mute`` a
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from voxflow._tasks import background
 from voxflow.ids import DeliveryId
 
 from .audio import AudioChunk
@@ -213,16 +213,14 @@ async def _drain(call: _Call) -> None:
 
 async def _fencing(call: _Call) -> None:
     a, b = DeliveryId("conformance-a"), DeliveryId("conformance-b")
-    writer = asyncio.create_task(call.write(reply_chunks(a, 1.0) + reply_chunks(b, 0.3)))
-    try:
+    async with background(call.write(reply_chunks(a, 1.0) + reply_chunks(b, 0.3)),
+                          name="conformance.writer") as writer:
         await call.until("fencing", "0.1 s of the first reply played",
                          lambda: call.received(a) >= REPLY_RATE // 10)
         before = call.written.get(a, 0)
         dropped = call.transport.flush(a)  # (0 only if the device ate the queue already)
         await writer  # the rest of A is offered after the flush: it must never play
         await call.until("fencing", "the second reply played whole", call.whole(b))
-    finally:
-        writer.cancel()
     played = call.received(a)
     if played + dropped != before:
         raise _fail("fencing", f"{played} samples played + {dropped} dropped != {before} "
@@ -242,8 +240,7 @@ async def _pause(call: _Call) -> None:
     transport = call.transport
     assert isinstance(transport, PausableTransport)
     a, c = DeliveryId("conformance-a"), DeliveryId("conformance-c")
-    writer = asyncio.create_task(call.write(reply_chunks(a, 0.6)))
-    try:
+    async with background(call.write(reply_chunks(a, 0.6)), name="conformance.writer") as writer:
         await call.until("pause", "0.1 s played", lambda: call.received(a) >= REPLY_RATE // 10)
         if not transport.pause(a) or transport.pause(a):
             raise _fail("pause", "pause() must be True once, then False while paused")
@@ -258,8 +255,6 @@ async def _pause(call: _Call) -> None:
             raise _fail("pause", "resume() must be True once, then False")
         await writer
         await call.until("pause", "the resumed reply played whole", call.whole(a))
-    finally:
-        writer.cancel()
     _contiguous("pause", call, a, call.written[a])  # resumed at the exact sample
     call.put(reply_chunks(c, 0.3))
     await call.until("pause", "a reply played", lambda: call.received(c) > 0)
@@ -297,16 +292,15 @@ async def _close(call: _Call) -> None:
         async for _ in call.transport.audio_input():
             pass
 
-    reader = asyncio.create_task(read_input())
-    await call.harness.close()
-    try:
-        await asyncio.wait_for(asyncio.shield(reader), 10.0)
-        assert call.collector is not None
-        await asyncio.wait_for(asyncio.shield(call.collector), 10.0)
-    except TimeoutError:
-        raise _fail("close", "audio_input() or observations() did not end on close") from None
-    finally:
-        reader.cancel()
+    async with background(read_input(), name="conformance.reader") as reader:
+        await call.harness.close()
+        try:
+            await asyncio.wait_for(asyncio.shield(reader), 10.0)
+            assert call.collector is not None
+            await asyncio.wait_for(asyncio.shield(call.collector), 10.0)
+        except TimeoutError:
+            raise _fail("close", "audio_input() or observations() did not end on close"
+                        ) from None
 
 
 _RUN: dict[str, Callable[[_Call], Awaitable[None]]] = {
@@ -339,13 +333,9 @@ async def check_transport(factory: TransportFactory, *,
                 report[name] = "skipped: the harness cannot mute"
                 continue
             call = _Call(harness)
-            call.collector = asyncio.create_task(call._collect())
-            try:
+            async with background(call._collect(), name="conformance.collector") as collector:
+                call.collector = collector
                 await _RUN[name](call)
-            finally:
-                call.collector.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await call.collector
         report[name] = "passed"
     return report
 

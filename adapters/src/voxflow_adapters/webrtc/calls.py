@@ -34,6 +34,7 @@ from voxflow_voice.session import VoiceSession, VoiceSettings
 from voxflow_voice.transport import AudioTransport
 from voxflow_voice.wiring import assistant_session
 
+from voxflow._tasks import cancel_and_wait
 from voxflow.clock import Clock
 from voxflow.errors import FencedWriteError
 from voxflow.ids import SessionId
@@ -207,9 +208,11 @@ async def _persisted_call(
     task = asyncio.get_running_loop().create_task(journal.run(), name="call.heard-journal")
 
     async def close_journal() -> None:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+        # The journal lives as long as the call (its closers end it): stopped and waited
+        # for, even if the close itself is cancelled meanwhile; its own failure is ours.
+        await cancel_and_wait([task])
+        if not task.cancelled() and (failure := task.exception()) is not None:
+            raise failure
         # the last reply's settlement (refused, and already reported, once the lease
         # was lost: the call then writes nothing more)
         with contextlib.suppress(FencedWriteError):

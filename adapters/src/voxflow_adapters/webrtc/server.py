@@ -63,6 +63,7 @@ from voxflow_voice.admission import Admission, AdmissionController, AdmissionSet
 from voxflow_voice.engines import VoiceEngines
 from voxflow_voice.events import ReplyInterrupted, SessionEvent, TurnMetrics
 
+from voxflow._tasks import background
 from voxflow.clock import MonotonicClock
 from voxflow.errors import CapacityExceededError, FencedWriteError, SignalingError
 from voxflow.logs import bind_log_context
@@ -346,26 +347,24 @@ class WebRtcServer(SignalingServer):
         self, peer: WebRtcPeer, call: Call, ownership: SessionOwnership | None = None
     ) -> None:
         began = peer.clock.now()
-        renewing = None
-        if ownership is not None:
-            renewing = asyncio.get_running_loop().create_task(
-                ownership.run(), name=f"{peer.call_id}.lease")
         try:
-            await call.session.run()
-        except Exception:
-            logger.exception("the call's session failed", extra={"call_id": peer.call_id})
+            async with contextlib.AsyncExitStack() as lease:
+                if ownership is not None:  # renewed while the call runs and closes
+                    await lease.enter_async_context(
+                        background(ownership.run(), name=f"{peer.call_id}.lease"))
+                try:
+                    await call.session.run()
+                except Exception:
+                    logger.exception("the call's session failed",
+                                     extra={"call_id": peer.call_id})
+                finally:
+                    await peer.aclose("the session ended")
+                    await call.aclose()  # (its last saves, while the lease is still held)
         finally:
-            await peer.aclose("the session ended")
-            try:
-                await call.aclose()  # (its last saves, while the lease is still held)
-            finally:
-                if renewing is not None and ownership is not None:
-                    renewing.cancel()
-                    with contextlib.suppress(asyncio.CancelledError):
-                        await renewing
-                    await ownership.release()
-                    if self._sessions.get(ownership.session_id) == peer.call_id:
-                        del self._sessions[ownership.session_id]
+            if ownership is not None:
+                await ownership.release()
+                if self._sessions.get(ownership.session_id) == peer.call_id:
+                    del self._sessions[ownership.session_id]
             self._calls.pop(peer.call_id, None)
             admission = self._admissions.pop(peer.call_id, None)
             if admission is not None:

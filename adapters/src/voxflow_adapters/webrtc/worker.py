@@ -220,14 +220,15 @@ class CallWorker:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._loop_task
         if self._tasks:  # offers being answered become calls (or are refused) first
-            await asyncio.gather(*self._tasks, return_exceptions=True)
+            await asyncio.wait(self._tasks)  # (a failure is logged as it happens)
         try:
             async with asyncio.timeout(self.drain_seconds):
                 await self.host.wait_idle()
         except TimeoutError:
             logger.warning("drain deadline reached: ending %d call(s)", self.host.calls_held)
             await self.host.end_calls("the worker is shutting down")
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self._tasks:
+            await asyncio.wait(self._tasks)
         with contextlib.suppress(DispatchUnavailableError):
             await self.store.deregister(self.worker_id)
         self.heartbeat.stop()
@@ -336,7 +337,14 @@ class CallWorker:
         task = asyncio.get_running_loop().create_task(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+        task.add_done_callback(_log_failure)
 
     def __repr__(self) -> str:
         return (f"CallWorker({self.worker_id!r}, held={self.held}/{self.slots}, "
                 f"draining={self.draining})")
+
+
+def _log_failure(task: asyncio.Task[Any]) -> None:
+    """A spawned task's own failure, logged when it ends (drain only waits for them)."""
+    if not task.cancelled() and (failure := task.exception()) is not None:
+        logger.error("%s failed", task.get_name(), exc_info=failure)
