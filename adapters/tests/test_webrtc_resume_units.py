@@ -104,8 +104,11 @@ async def test_the_heartbeat_renews_while_speech_work_fills_the_default_executor
     assert released is not None and released.owner == ""
 
 
+REFUSED = "refused a write of the session (taken over)"
+
+
 async def test_a_lost_lease_is_reported_once_and_refuses_the_calls_saves(
-    make_store: Any,
+    make_store: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
     from voxflow.errors import FencedWriteError
 
@@ -116,13 +119,38 @@ async def test_a_lost_lease_is_reported_once_and_refuses_the_calls_saves(
     store.release_lease(owner.lease)
     store.acquire_lease("call", "worker-b", ttl=30)  # taken over
     flow = persist(Acknowledger)(persistence=owner.persistence, state=TurnState(id="call"))
-    with pytest.raises(FencedWriteError):
-        await flow.asave_state("late")
-    with pytest.raises(FencedWriteError):
-        await flow.asave_state("later")
-    await asyncio.sleep(0)  # (reported on the loop: the save ran in a thread)
+    with caplog.at_level("WARNING", logger="voxflow_adapters.webrtc.ownership"):
+        with pytest.raises(FencedWriteError):
+            await flow.asave_state("late")
+        with pytest.raises(FencedWriteError):
+            await flow.asave_state("later")
+        await asyncio.sleep(0)  # (reported on the loop: the save ran in a thread)
     assert len(lost) == 1 and lost[0].reason == "taken over"
     assert store.load_state("call") is None  # nothing written
+    # every refused write has its own line, naming the operation; the loss is logged once
+    refused = [r for r in caplog.records if r.getMessage().startswith(REFUSED)]
+    assert [r.getMessage() for r in refused] == [
+        f"{REFUSED}: save_full_state stored nothing"] * 2
+    assert all(r.session_id == "call" and (r.epoch, r.current_epoch) == (1, 2)  # type: ignore[attr-defined]
+               for r in refused)
+    assert sum("lost its session" in r.getMessage() for r in caplog.records) == 1
+
+
+async def test_a_lease_lost_at_its_renewal_logs_no_refused_write(
+    make_store: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    # What a zombie's log shows when only its heartbeat found the lease gone: the loss,
+    # and no refused write (it tried none).
+    store = make_store("renewal")
+    owner = await SessionOwnership.acquire(store, "call", "worker-a", ttl=0.3)
+    store.release_lease(owner.lease)
+    store.acquire_lease("call", "worker-b", ttl=30)
+    with caplog.at_level("WARNING", logger="voxflow_adapters.webrtc.ownership"):
+        await asyncio.wait_for(owner.run(), 10)  # returns once the renewal is refused
+    assert owner.lost is not None and owner.lost.reason == "taken over"
+    messages = [r.getMessage() for r in caplog.records]
+    assert "the call lost its session (taken over): it writes nothing more" in messages
+    assert not any(m.startswith("refused a write") for m in messages)
 
 
 async def test_a_settlement_the_call_end_cancelled_mid_save_is_still_saved_by_the_flush(

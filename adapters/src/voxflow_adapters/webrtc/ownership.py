@@ -14,6 +14,9 @@ busy call cannot starve its heartbeat.
 refused write (:class:`~voxflow.errors.FencedWriteError`: taken over, expired,
 released) is reported once to ``on_lost`` as well as raised, and so is a renewal that
 fails: the call is then ended with a clear reason, and nothing more of it is written.
+Every refused write is also logged on its own line, ``refused a write of the session
+(<reason>)``, naming the operation: a late write that was tried and stopped can be told
+from a lease that was merely found lost at its renewal.
 """
 
 from __future__ import annotations
@@ -175,6 +178,10 @@ class _NoticingPersistence:
             try:
                 return attr(*args, **kwargs)
             except FencedWriteError as exc:
+                logger.warning("refused a write of the session (%s): %s stored nothing",
+                               exc.reason, name, extra={"session_id": exc.session_id,
+                                                        "epoch": exc.epoch,
+                                                        "current_epoch": exc.current})
                 self._on_refused(exc)
                 raise
 
