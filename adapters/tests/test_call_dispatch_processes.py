@@ -26,6 +26,7 @@ import numpy as np
 import pytest
 from voxflow_adapters.webrtc.client import LoopbackCaller, OfferRejected
 from voxflow_adapters.webrtc.dispatch import DispatchStore
+from voxflow_adapters.webrtc.resume import DROPPED_MARK
 from voxflow_voice.audio import AudioChunk
 from voxflow_voice.engines import VoiceEngines
 
@@ -165,6 +166,50 @@ def say(engines: VoiceEngines, text: str) -> AudioChunk:
     return AudioChunk.from_float(samples, engines.tts.sample_rate)
 
 
+def only_job(state: dict[str, Any]) -> dict[str, Any] | None:
+    """The session's one job record (None before the lookup queued it)."""
+    records = list(state["jobs"].values())
+    assert len(records) <= 1, records
+    return records[0] if records else None
+
+
+def queue_status(url: str, job_id: str) -> str:
+    """The job's status in the queue's own table (Procrastinate's: ``doing`` while a job
+    worker runs it), read on a connection of its own."""
+    import psycopg
+
+    with psycopg.connect(url) as conn:
+        row = conn.execute("SELECT status FROM procrastinate_jobs WHERE args->>'job_id' = %s",
+                           (job_id,)).fetchone()
+    assert row is not None, f"job {job_id} is not in the queue"
+    return str(row[0])
+
+
+async def heard_saved(sessions: Any, session_id: str, delivery_id: str) -> str:
+    """Wait until some words of ``delivery_id`` were saved as heard; returns them."""
+    async with asyncio.timeout(60):
+        while True:
+            state = await asyncio.to_thread(sessions.load_state, session_id)
+            marks = [e["payload"]["heard_text"] for e in (state or {}).get("events", [])
+                     if e["type"] == "reply_heard" and e["payload"]["delivery_id"] == delivery_id]
+            if marks and marks[-1]:
+                return str(marks[-1])
+            await asyncio.sleep(0.2)
+
+
+def story_cut_at_heard(state: dict[str, Any], delivery_id: str) -> str:
+    """The answer ``delivery_id`` (the story, cut by the worker's death) holds only words
+    heard, marked as cut, its reply interrupted; returns those words."""
+    [story] = [m for m in state["messages"] if m["metadata"].get("delivery_id") == delivery_id]
+    assert story["content"].endswith(DROPPED_MARK) and story["metadata"]["dropped"], story
+    heard, full = story["metadata"]["heard_text"], story["metadata"]["generated_text"]
+    words, generated = heard.split(), full.split()
+    # never an unheard word: the heard words are a strict prefix of the generated ones
+    assert words and generated[: len(words)] == words and len(words) < len(generated), story
+    assert state["replies"][delivery_id]["interrupted"] is True
+    return str(heard)
+
+
 def test_a_call_worker_killed_mid_reply_while_a_job_runs(
     engines: VoiceEngines, pg_schema_url: str, tmp_path: Path
 ) -> None:
@@ -177,9 +222,9 @@ def test_a_call_worker_killed_mid_reply_while_a_job_runs(
                    "--stale-after", "2"]
     # the workers' session store (default_persistence: the URL's schema, as every table)
     sessions = PostgresFlowPersistence(pg_schema_url)
-    flow = tmp_path / "slow_lookup.py"  # the example assistant, its lookup running 15 s
+    flow = tmp_path / "slow_lookup.py"  # the example assistant, its lookup running 30 s
     flow.write_text("from voxflow.examples.assistant import assistant_class\n\n"
-                    "SlowLookup = assistant_class(None, lookup_seconds=15.0)\n")
+                    "SlowLookup = assistant_class(None, lookup_seconds=30.0)\n")
     flow_arg = f"{flow}:SlowLookup"
     with ExitStack() as stack:
         a = stack.enter_context(process([flow_arg, *worker_args], "is ready", env,
@@ -194,58 +239,100 @@ def test_a_call_worker_killed_mid_reply_while_a_job_runs(
         job_worker = subprocess.Popen([VOXFLOW, "jobs", "worker", flow_arg], env=env,
                                       stdout=jobs_log, stderr=jobs_log, text=True)
 
+        async def stored(session_id: str) -> dict[str, Any]:
+            state = await asyncio.to_thread(sessions.load_state, session_id)
+            assert state is not None
+            return state
+
         async def call() -> tuple[str, list[str]]:
             try:
                 caller = LoopbackCaller(f"http://127.0.0.1:{port}", TOKEN)
                 await caller.connect()
-                session_id = (await caller.wait_message("hello"))["session_id"]
+                session_id = str((await caller.wait_message("hello"))["session_id"])
                 first = worker_pid(caller.call_id)
                 killed, other = (a, b) if first == a.pid else (b, a)
                 caller.keep_connected(peer_timeout=4.0)
                 caller.say(say(engines, "Where is my order?"))
                 await caller.wait_message("reply_done", within=90)
+                async with asyncio.timeout(60):  # the lookup started in the job worker
+                    while (record := only_job(await stored(session_id))) is None \
+                            or record["status"] != "running":  # noqa: ASYNC110
+                        await asyncio.sleep(0.2)
                 caller.say(say(engines, "Tell me a story."))
                 await caller.wait_for(lambda: len([m for m in caller.of_type("state")
                                                    if m["state"] == "speaking"]) >= 2,
                                       within=90, what="the story")
                 began = caller.of_type("state")[-1]["_at"]
+                story = caller.of_type("reply_text")[-1]["delivery_id"]
                 await caller.wait_for(lambda: caller.audible_frames(after=began) > 50,
                                       within=30, what="a second of the story")
+                saved = await heard_saved(sessions, session_id, story)
+                # "while a job runs", checked just before the kill: the session's record
+                # of the lookup and the queue's own row both say it is running
+                record = only_job(await stored(session_id))
+                assert record is not None and record["status"] == "running", record
+                job_id = str(record["job_id"])
+                assert await asyncio.to_thread(queue_status, pg_schema_url, job_id) == "doing"
                 killed.kill()  # kill -9 mid-reply, the lookup still running
                 transcripts = [m["text"] for m in caller.of_type("transcript")]
                 await caller.wait_for(
                     lambda: any(m.get("resumed") for m in caller.of_type("hello")),
                     within=90, what="the resumed hello")
                 assert worker_pid(caller.call_id) == other.pid
-                stored = await asyncio.to_thread(sessions.load_state, session_id)
-                assert stored is not None
-                users = [m["content"] for m in stored["messages"] if m["role"] == "user"]
+                state = await stored(session_id)
+                users = [m["content"] for m in state["messages"] if m["role"] == "user"]
                 assert users == transcripts and len(users) == 2, (users, transcripts)
-                assert len(stored["turns"]) == 2  # turns 1..2, each exactly once
+                assert len(state["turns"]) == 2  # turns 1..2, each exactly once
+                # the reply that was playing: cut at what was heard (at least what was
+                # saved as heard before the kill), settled before the call went on
+                heard = story_cut_at_heard(state, story)
+                assert heard.split()[: len(saved.split())] == saved.split(), (heard, saved)
                 await caller.wait_for(  # the job's result, spoken by the resumed call
                     lambda: any(SHIPPED in m.get("text", "") for m in caller.of_type(
-                        "reply_text")), within=60, what="the job's announcement")
-                job = await asyncio.to_thread(sessions.load_state, session_id)
-                assert job is not None
-                [record] = job["jobs"].values()
-                assert record["status"] == "completed" and record["attempt"] == 1
+                        "reply_text")), within=90, what="the job's announcement")
+                announcement = next(m["delivery_id"] for m in caller.of_type("reply_text")
+                                    if SHIPPED in m["text"])
+                await caller.wait_message("reply_done", within=120, delivery_id=announcement)
+                record = only_job(await stored(session_id))
+                assert record is not None
+                assert (record["status"], record["attempt"]) == ("completed", 1)
+                # a turn after the failover: numbered on, answered, stored once
+                caller.say(say(engines, "What are your opening hours?"))
+                await caller.wait_for(lambda: len(caller.of_type("transcript")) == 3,
+                                      within=90, what="the third turn's transcript")
+                third = caller.messages.index(caller.of_type("transcript")[2])
+
+                def answered() -> bool:
+                    after = caller.messages[third:]
+                    replies = {m["delivery_id"] for m in after if m.get("type") == "reply_text"}
+                    return any(m.get("type") == "reply_done" and m["delivery_id"] in replies
+                               for m in after)
+
+                await caller.wait_for(answered, within=90, what="the third turn's answer")
+                transcripts = [m["text"] for m in caller.of_type("transcript")]
+                state = await stored(session_id)
+                assert [m["content"] for m in state["messages"] if m["role"] == "user"] \
+                    == transcripts
+                assert len(state["turns"]) == 3  # turns 1..3, each exactly once
+                assert [t["status"] for t in state["turns"].values()] == ["completed"] * 3
                 await asyncio.sleep(3.0)  # (an announcement made twice would come now)
                 caller.send({"v": 1, "type": "hangup"})
                 await asyncio.sleep(1.0)
                 await caller.aclose()
                 shipped = [m for m in caller.of_type("reply_text") if SHIPPED in m["text"]]
                 assert len(shipped) == 1, shipped
-                return str(session_id), transcripts
+                return session_id, transcripts
             finally:
                 job_worker.send_signal(signal.SIGTERM)
 
         session_id, transcripts = asyncio.run(call())
         job_worker.wait(timeout=60)
         time.sleep(1.0)
-    stored = sessions.load_state(session_id)
-    assert stored is not None
-    assert [m["content"] for m in stored["messages"] if m["role"] == "user"] == transcripts
-    announced = [m for m in stored["messages"]
+    final = sessions.load_state(session_id)
+    assert final is not None
+    assert [m["content"] for m in final["messages"] if m["role"] == "user"] == transcripts
+    assert len(transcripts) == 3 and len(final["turns"]) == 3
+    announced = [m for m in final["messages"]
                  if m["role"] == "assistant" and SHIPPED in m["content"]]
     assert len(announced) == 1, announced
     sessions.close()
