@@ -75,10 +75,13 @@ def _function_level_imports(path: Path) -> list[tuple[int, bool]]:
 
 
 def test_every_function_level_import_says_why() -> None:
-    """An import inside a function of src/voxflow keeps ``import voxflow`` fast, defers an
-    optional dependency or breaks a layer's load order: a comment on its line or the line
-    above says which. One without a comment belongs at the top of its module."""
+    """An import inside a function of src/voxflow, voice/ or adapters/ keeps an import
+    fast, defers an optional or native dependency or breaks a layer's load order: a
+    comment on its line or the line above says which. One without a comment belongs at
+    the top of its module."""
+    packages = (ROOT / "src" / "voxflow", ROOT / "voice" / "src" / "voxflow_voice",
+                ROOT / "adapters" / "src" / "voxflow_adapters")
     bare = [f"{path.relative_to(ROOT)}:{line}"
-            for path in sorted((ROOT / "src" / "voxflow").rglob("*.py"))
+            for package in packages for path in sorted(package.rglob("*.py"))
             for line, commented in _function_level_imports(path) if not commented]
     assert bare == []

@@ -25,8 +25,14 @@ import os
 import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
+from rich.console import Console
+from rich.live import Live
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+from voxflow_voice.engines import VoiceEngines
 from voxflow_voice.events import (
     AudioStarted,
     BargeIn,
@@ -42,17 +48,19 @@ from voxflow_voice.events import (
     TurnCommitted,
     TurnMetrics,
 )
+from voxflow_voice.session import VoiceSession, VoiceSettings
+from voxflow_voice.wiring import assistant_session
 
+from voxflow._loader import load_flow
 from voxflow._tasks import background
 from voxflow.clock import Clock
+from voxflow.demo import load_example_module
+from voxflow.errors import AudioBackendError, AudioDeviceError, ConversationModeError, VoxflowError
 from voxflow.settings import Settings
 from voxflow.wiring import AssistantWiring
 
 from .local import LocalAudio, LocalAudioSettings, LocalAudioStatus
 from .local_backend import SoundDeviceBackend, StreamBackend
-
-if TYPE_CHECKING:
-    from voxflow_voice.session import VoiceSession, VoiceSettings
 
 __all__ = [
     "ChatLine",
@@ -184,10 +192,6 @@ class ChatView:
     # -- output -------------------------------------------------------------------
 
     def __rich__(self) -> Any:
-        from rich.panel import Panel
-        from rich.table import Table
-        from rich.text import Text
-
         body = Table.grid(padding=(0, 1))
         body.add_column(justify="right", style="bold")
         body.add_column()
@@ -221,6 +225,7 @@ def _keys(loop: asyncio.AbstractEventLoop, on_key: Callable[[str], None]) -> Ite
     if not sys.stdin.isatty():
         yield False
         return
+    # POSIX only: the terminal's raw mode for the keys
     import termios
     import tty
 
@@ -302,9 +307,6 @@ class VoiceChat:
 
     async def run(self) -> None:
         """Run sessions until :meth:`quit` (or until a session ends on its own)."""
-        from voxflow_voice.session import VoiceSession
-        from voxflow_voice.wiring import assistant_session
-
         while True:
             audio = LocalAudio(self.audio_settings, backend=self.backend, clock=self.clock,
                                on_status=self.view.on_status)
@@ -356,18 +358,12 @@ def chat_voice_settings(
     Raises:
         TypeError: ``settings`` is not a :class:`~voxflow.settings.Settings`.
     """
-    from voxflow_voice.session import VoiceSettings
-
     settings = settings if settings is not None else Settings()
     return VoiceSettings.from_settings(settings, echo_gate=not headphones)
 
 
 async def _chat(flow_spec: str | None, model: str | None, audio_settings: LocalAudioSettings,
                 headphones: bool, settings: Settings) -> int:
-    from rich.console import Console
-    from rich.live import Live
-    from voxflow_voice.engines import VoiceEngines
-
     console = Console()
     backend = SoundDeviceBackend()  # PortAudio missing: fails here, before the models load
     devices = (backend.describe("input", audio_settings.input_device),
@@ -398,11 +394,7 @@ async def _chat(flow_spec: str | None, model: str | None, audio_settings: LocalA
 
 def _make_flow(flow_spec: str | None, model: str | None) -> Any:
     if flow_spec is None:
-        from voxflow.demo import load_example_module
-
         return load_example_module("assistant").assistant_class(model)()
-    from voxflow._loader import load_flow
-    from voxflow.errors import ConversationModeError
 
     flow = load_flow(flow_spec, model=model)  # a constructor that raises: one error line
     if not getattr(flow, "conversational", False):
@@ -423,8 +415,6 @@ def run_voice_chat(
     Returns:
         the exit code: 0 done, 1 the devices or models failed, 2 bad input.
     """
-    from voxflow.errors import AudioBackendError, AudioDeviceError, VoxflowError
-
     settings = settings if settings is not None else Settings()
     if not isinstance(settings, Settings):
         raise TypeError(f"settings must be voxflow Settings, got {type(settings).__name__}")

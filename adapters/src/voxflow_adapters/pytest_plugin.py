@@ -34,6 +34,8 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from voxflow.clock import VirtualClock
+
 # A test run reaches no network: litellm fetches its model cost map from the internet
 # when it is first imported unless told otherwise, and a test module may import it
 # before voxflow does (voxflow.llm sets the same default). Plugins load before any test
@@ -43,7 +45,6 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 if TYPE_CHECKING:
     from voxflow_voice.engines import VoiceEngines
 
-    from voxflow.clock import VirtualClock
     from voxflow_adapters.call_runner import CallRunner
 
 __all__ = [
@@ -85,6 +86,8 @@ def pytest_report_header(config: pytest.Config) -> str:
 @pytest.fixture(scope="session")
 def voice_engines() -> VoiceEngines:
     """The bundled models, loaded once per test session (deterministic synthesis)."""
+    # the plugin loads in every pytest run of a project that installs it: the models
+    # only when the fixture is used
     from voxflow_voice.engines import VoiceEngines
 
     return VoiceEngines.load(deterministic=True)
@@ -103,6 +106,7 @@ def voice_call(
     request: pytest.FixtureRequest, voice_engines: VoiceEngines, voxflow_realtime: bool
 ) -> CallRunner:
     """Runs scripted calls: ``call = voice_call(flow, script)`` (see ``CallRunner``)."""
+    # the voice pipeline (numpy, the session) only when the fixture is used
     from voxflow_adapters.call_runner import CallRunner
 
     runner = CallRunner(voice_engines, realtime=voxflow_realtime)
@@ -114,8 +118,6 @@ def voice_call(
 def virtual_clock() -> VirtualClock:
     """A fresh virtual clock that jumps to the next sleeper when the loop is idle
     (enter it with ``async with`` to start jumping)."""
-    from voxflow.clock import VirtualClock
-
     return VirtualClock(autojump=True)
 
 
@@ -128,6 +130,7 @@ def pytest_runtest_makereport(
     report = yield
     runner = item.stash.get(_RUNNER_KEY, None)
     if report.failed and runner is not None and runner.calls:
+        # only for a failed test with scripted calls
         from voxflow_adapters.assertions import CallAssertionError
         from voxflow_adapters.timeline import call_timeline
 

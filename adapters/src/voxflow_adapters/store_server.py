@@ -30,18 +30,22 @@ def command(port: int, token: str, where: str) -> list[str]:
 def open_store(where: str) -> Any:
     """The session store ``where`` names: ``postgresql://…#SCHEMA`` or a SQLite file."""
     if where.startswith("postgresql://"):
+        # the optional voxflow[postgres] extra
         from voxflow.flow.postgres import PostgresFlowPersistence
 
         url, schema = where.rsplit("#", 1)
         return PostgresFlowPersistence(url, schema=schema)
+    # the server process only: command() stays light for the tests that start it
     from voxflow.flow.persistence import SQLiteFlowPersistence
 
     return SQLiteFlowPersistence(where)
 
 
 async def _serve(port: int, token: str, store: Any) -> None:
+    # the server process only: command() stays light for the tests that start it
     from voxflow_voice.engines import VoiceEngines
 
+    # (aiortc and the server: the same)
     from .webrtc import PeerSettings, ServerSettings, WebRtcServer, assistant_call_factory
     from .webrtc.server import ignore_closed_transport_errors
 

@@ -212,11 +212,12 @@ def gate_frames(
     Raises:
         ValueError: ``frame`` is not positive, or a signal is not one-dimensional.
     """
+    # numpy and the voice kit: only this helper; the module's flows (Teller) import light
     import numpy as np
     from voxflow_voice.audio import STT_SAMPLE_RATE, AudioChunk
     from voxflow_voice.transport import PlaybackReceipt
 
-    from voxflow.ids import DeliveryId
+    from voxflow.ids import DeliveryId  # (with the kit's types above)
 
     if frame <= 0:
         raise ValueError(f"frame must be a positive number of samples, got {frame!r}")

@@ -175,6 +175,7 @@ def resample(samples: NDArray[Any], in_rate: int, out_rate: int) -> NDArray[np.f
     array = _mono_1d(samples)
     if in_rate == out_rate:
         return array
+    # soxr takes ~0.3-0.6 s to import: only resampling pays for it
     import soxr
 
     return np.asarray(soxr.resample(array, in_rate, out_rate, quality="HQ"), dtype=np.float32)
@@ -215,6 +216,7 @@ class Resampler:
         self.out_rate = out_rate
         self._stream: soxr.ResampleStream | None = None
         if in_rate != out_rate:
+            # soxr takes ~0.3-0.6 s to import: only resampling pays for it
             import soxr
 
             self._stream = soxr.ResampleStream(in_rate, out_rate, 1, dtype="float32", quality="HQ")

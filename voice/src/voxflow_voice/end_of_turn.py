@@ -42,6 +42,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from .audio import STT_SAMPLE_RATE, AudioChunk
+from .models import load_smart_turn_session
 
 if TYPE_CHECKING:
     import onnxruntime
@@ -272,8 +273,6 @@ class SmartTurn:
         model_path: Path | None = None,
     ) -> None:
         if session is None:
-            from .models import load_smart_turn_session
-
             session = load_smart_turn_session(model_path)
         self._session = session
 

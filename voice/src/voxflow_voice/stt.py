@@ -343,6 +343,7 @@ def _install_window_hook() -> None:
     nothing outside a :class:`WhisperStt` decode (the thread-local is unset there) and
     never trims: features longer than the window keep the 30 s default.
     """
+    # faster-whisper (~0.4 s, CTranslate2): loaded with the model
     import faster_whisper.transcribe as fw
 
     with _hook_lock:

@@ -127,6 +127,7 @@ class PiperTts:
         self._voice: PiperVoice = load_piper_voice(
             model_path, config_path, alignments=self.settings.alignments
         )
+        # piper (~0.3 s, onnxruntime): loaded with the voice
         from piper.config import SynthesisConfig
         from piper.const import BOS, EOS, PAD
 

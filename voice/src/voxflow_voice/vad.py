@@ -25,6 +25,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from .audio import STT_SAMPLE_RATE
+from .models import load_silero_session
 
 if TYPE_CHECKING:
     import onnxruntime
@@ -107,8 +108,6 @@ class SileroVad:
         model_path: Path | None = None,
     ) -> None:
         if session is None:
-            from .models import load_silero_session
-
             session = load_silero_session(model_path)
         self._session = session
         self._h = np.zeros(_STATE_SHAPE, dtype=np.float32)

@@ -18,7 +18,7 @@ from voxflow_voice.engines import VoiceEngines
 from voxflow_voice.events import SessionEvent
 from voxflow_voice.session import VoiceSettings
 
-from voxflow.clock import Clock, VirtualClock
+from voxflow.clock import Clock, MonotonicClock, VirtualClock
 from voxflow.demo import load_example_module
 from voxflow.wiring import AssistantWiring
 
@@ -106,6 +106,4 @@ async def run_demo_call(
 
 def default_clock(fast: bool) -> Clock:
     """Virtual audio time for ``--fast``, the monotonic clock otherwise."""
-    from voxflow.clock import MonotonicClock
-
     return VirtualClock(autojump=True) if fast else MonotonicClock()

@@ -47,10 +47,11 @@ def _envelope(track: NDArray[np.float32]) -> NDArray[np.float32]:
 
 def write_timeline(path: Path, tape: Tape, events: list[dict[str, Any]]) -> None:
     """A picture of the call: both sides' speech, turns, cuts, announcements, latency."""
+    # matplotlib (~0.4 s): only the timeline picture needs it
     import matplotlib
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # (after choosing the backend that draws to a file)
 
     user, heard = _envelope(tape.track("user")), _envelope(tape.track("heard"))
     t_user = np.arange(user.size) * FRAME_SECONDS

@@ -19,6 +19,8 @@ import contextvars
 import ipaddress
 from collections.abc import Callable, Iterator, Sequence
 
+import aioice.ice
+
 __all__ = ["host_addresses", "validate_addresses"]
 
 _OVERRIDE: contextvars.ContextVar[tuple[str, ...] | None] = contextvars.ContextVar(
@@ -45,7 +47,6 @@ def _install() -> None:
     global _installed
     if _installed:
         return
-    import aioice.ice
 
     original: Callable[[bool, bool], list[str]] = aioice.ice.get_host_addresses
 

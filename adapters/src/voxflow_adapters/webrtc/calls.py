@@ -36,6 +36,7 @@ from voxflow_voice.wiring import assistant_session
 
 from voxflow._tasks import cancel_and_wait
 from voxflow.clock import Clock
+from voxflow.demo import load_example_module
 from voxflow.errors import FencedWriteError
 from voxflow.ids import SessionId
 from voxflow.jobs import JobRunner, PostgresJobQueue
@@ -238,8 +239,6 @@ def assistant_call_factory(
         work_seconds: how long an order lookup takes (the example's default if None).
         job_queue: run the lookups in job-worker processes (see :func:`flow_call_factory`).
     """
-    from voxflow.demo import load_example_module
-
     example = load_example_module("assistant")
     return flow_call_factory(example.assistant_class(model, lookup_seconds=work_seconds),
                              settings=settings, job_queue=job_queue)

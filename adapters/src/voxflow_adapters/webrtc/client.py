@@ -29,10 +29,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import aiohttp
+import av
 import numpy as np
+from aiortc import RTCConfiguration, RTCPeerConnection, RTCSessionDescription
 from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 from numpy.typing import NDArray
-from voxflow_voice.audio import AudioChunk, float_to_pcm16, resample
+from voxflow_voice.audio import AudioChunk, float_to_pcm16, read_wav, resample
 
 from voxflow.errors import SignalingError
 
@@ -143,8 +146,6 @@ class _MicTrack(MediaStreamTrack):
         return bool(self._pending)
 
     async def recv(self) -> Any:
-        import av
-
         if self.readyState != "live":
             raise MediaStreamError
         now = time.monotonic()
@@ -231,9 +232,6 @@ class LoopbackCaller:
             OfferRejected: the server answered with an error status.
             RuntimeError: ``resume`` before any ``hello`` gave a session and token.
         """
-        import aiohttp
-        from aiortc import RTCConfiguration, RTCPeerConnection, RTCSessionDescription
-
         body_resume: dict[str, Any] | None = None
         if resume_as is not None:
             body_resume = {"v": 1, "session_id": resume_as[0], "token": resume_as[1]}
@@ -304,8 +302,6 @@ class LoopbackCaller:
             OfferRejected: refused for good (e.g. 403: the token is not the session's),
                 or still refused after ``within`` seconds.
         """
-        import aiohttp
-
         detected = time.monotonic()
         heard = last_heard if last_heard is not None else self.last_heard
         await self._drop_connection()
@@ -475,8 +471,6 @@ class LoopbackCaller:
 
 
 async def _call_until_heard(base_url: str, wav: str) -> None:
-    from voxflow_voice.audio import read_wav
-
     caller = LoopbackCaller(base_url, os.environ[CALLER_TOKEN_ENV])
     await caller.connect()
     caller.say(read_wav(wav))

@@ -16,8 +16,9 @@ from pathlib import Path
 from pydantic import ValidationError
 from voxflow_voice.engines import VoiceEngines
 
+from voxflow._loader import load_flow_class
 from voxflow.errors import VoxflowError
-from voxflow.flow.persistence import default_data_dir
+from voxflow.flow.persistence import default_data_dir, default_persistence
 from voxflow.jobs import PostgresJobQueue, default_job_queue
 from voxflow.settings import DATABASE_URL_VARIABLE, Settings
 
@@ -158,7 +159,6 @@ def build_call_factory(
     voice_settings = webrtc_voice_settings(settings)
     if flow is None:
         return assistant_call_factory(model, settings=voice_settings, job_queue=job_queue)
-    from voxflow._loader import load_flow_class
 
     return flow_call_factory(load_flow_class(flow, model=model), settings=voice_settings,
                              job_queue=job_queue)
@@ -254,8 +254,6 @@ def run_serve(
 
 async def _serve(factory: CallFactory, server_settings: ServerSettings,
                  settings: Settings) -> None:
-    from voxflow.flow.persistence import default_persistence
-
     store = default_persistence()  # VOXFLOW_DATABASE_URL, else SQLite under VOXFLOW_HOME
     check = getattr(store, "check_writable", None)
     if check is not None:  # an unwritable store fails now, naming the fix
@@ -287,7 +285,6 @@ async def _worker(factory: CallFactory, server_settings: ServerSettings, setting
                   store: DispatchStore, drain_seconds: float) -> None:
     ignore_closed_transport_errors(asyncio.get_running_loop())
     stop = _stop_on_signals()
-    from voxflow.flow.persistence import default_persistence
 
     sessions = default_persistence()  # VOXFLOW_DATABASE_URL: shared by every worker
     check = getattr(sessions, "check_writable", None)

@@ -25,6 +25,7 @@ Needs the ``postgres`` extra (``pip install 'voxflow[postgres]'``).
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import logging
 import uuid
@@ -193,6 +194,7 @@ class DispatchStore:
         if self._pool is not None:
             return
         try:
+            # the optional voxflow[postgres] extra
             import psycopg
             from psycopg_pool import AsyncConnectionPool, PoolTimeout
         except ImportError:
@@ -234,6 +236,7 @@ class DispatchStore:
     async def _run(self, fn: Callable[[psycopg.AsyncConnection[Any]], Any]) -> Any:
         """``await fn(conn)`` in one transaction; connection failures as
         :class:`DispatchUnavailableError`."""
+        # the optional voxflow[postgres] extra
         import psycopg
         from psycopg_pool import PoolTimeout
 
@@ -259,8 +262,7 @@ class DispatchStore:
     async def listen(self, channel: str, on_notify: Callable[[str], None]) -> Any:
         """A task calling ``on_notify(payload)`` for every notification on ``channel``
         (its own connection, closed by :meth:`aclose`). Returns the task."""
-        import asyncio
-
+        # the optional voxflow[postgres] extra
         import psycopg
 
         try:

@@ -41,6 +41,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import av
 from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 from voxflow_voice.audio import AudioChunk, float_to_pcm16, resample
 from voxflow_voice.playout import PlayoutQueue
@@ -232,8 +233,6 @@ class ReplyTrack(MediaStreamTrack):
 
     async def recv(self) -> Any:
         """Wait for the next frame's deadline, then return it as an ``av.AudioFrame``."""
-        import av
-
         if self.readyState != "live":
             raise MediaStreamError
         index = self._outbound.frame_index

@@ -39,6 +39,9 @@ from collections.abc import AsyncIterator, Coroutine
 from typing import Any
 
 import numpy as np
+from aiortc import RTCConfiguration, RTCIceServer, RTCPeerConnection, RTCSessionDescription
+from aiortc.mediastreams import MediaStreamError
+from aiortc.stats import RTCTransportStats
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from voxflow_voice.audio import AudioChunk
 from voxflow_voice.input_guard import InputGuard
@@ -217,8 +220,6 @@ class WebRtcPeer:
             TypeError: ``offer_sdp`` is not a string.
             SignalingError: the offer is not a valid SDP offer with an audio track.
         """
-        from aiortc import RTCConfiguration, RTCIceServer, RTCPeerConnection, RTCSessionDescription
-
         if not isinstance(offer_sdp, str):
             raise TypeError(f"offer_sdp must be a str, got {type(offer_sdp).__name__}")
         if self._pc is not None:
@@ -367,8 +368,6 @@ class WebRtcPeer:
         return any(t.get_name().endswith(".inbound") for t in self._tasks)
 
     async def _read_audio(self, track: Any) -> None:
-        from aiortc.mediastreams import MediaStreamError
-
         guard = self._guard
         loop = asyncio.get_running_loop()
         try:
@@ -419,8 +418,6 @@ class WebRtcPeer:
 
     async def _packets_received(self) -> int:
         """Datagrams received on the call's DTLS transport(s): RTP, RTCP and DTLS (SCTP)."""
-        from aiortc.stats import RTCTransportStats
-
         report = await self._pc.getStats()
         return sum(s.packetsReceived for s in report.values()
                    if isinstance(s, RTCTransportStats))

@@ -32,6 +32,8 @@ import time
 from collections import deque
 from typing import Any
 
+from aiortc.jitterbuffer import JitterFrame
+
 __all__ = [
     "MAX_RECEIVE_HOLD",
     "ReceiveTimings",
@@ -183,8 +185,6 @@ class _PassThrough:
     capacity = 1
 
     def add(self, packet: Any) -> tuple[bool, Any]:
-        from aiortc.jitterbuffer import JitterFrame
-
         return False, JitterFrame(data=packet._data, timestamp=packet.timestamp)
 
 

@@ -37,6 +37,7 @@ from voxflow_voice.events import DeliverySettled, ReplyTextStreamed, SessionEven
 from voxflow_voice.heard import HeardReply
 
 from voxflow.conversation import ConversationEvent, ConversationMessage
+from voxflow.errors import FencedWriteError
 from voxflow.ids import DeliveryId
 
 __all__ = [
@@ -178,8 +179,6 @@ class HeardJournal:
     async def run(self) -> None:
         """Save heard marks and settlements until cancelled (a failed save is logged; a
         refused one, the lease lost, ends the journal)."""
-        from voxflow.errors import FencedWriteError
-
         while True:
             try:
                 await self._step()

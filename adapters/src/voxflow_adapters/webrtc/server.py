@@ -57,6 +57,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
+import aioice.ice
 from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field
 from voxflow_voice.admission import Admission, AdmissionController, AdmissionSettings, Load
@@ -436,8 +437,6 @@ async def serve(
         announce(f"voxflow is listening: open {server.url}")
         if not is_loopback(settings.host):
             if settings.host in ("0.0.0.0", "::", ""):
-                import aioice.ice
-
                 for address in aioice.ice.get_host_addresses(use_ipv4=True, use_ipv6=False):
                     announce(f"  from another device: {server.url_for(address)}")
             if settings.tls_cert is None:

@@ -19,6 +19,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import aioice.ice
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
 from voxflow.errors import VoxflowError
 
 __all__ = ["SelfSigned", "TlsError", "certificate_names", "self_signed_certificate",
@@ -72,8 +78,6 @@ def certificate_names(host: str) -> tuple[str, ...]:
     interface addresses."""
     names = ["localhost", "127.0.0.1", "::1"]
     if host in ("0.0.0.0", "::", ""):
-        import aioice.ice
-
         names.append(socket.gethostname())
         names.extend(aioice.ice.get_host_addresses(use_ipv4=True, use_ipv6=host == "::"))
     else:
@@ -116,11 +120,6 @@ def self_signed_certificate(names: Sequence[str], directory: Path, *,
     Raises:
         TlsError: the directory cannot be written.
     """
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
-
     names = tuple(dict.fromkeys(names))
     cert_path, key_path = directory / "self-signed.pem", directory / "self-signed.key"
     now = datetime.datetime.now(datetime.UTC)
@@ -165,9 +164,6 @@ def self_signed_certificate(names: Sequence[str], directory: Path, *,
 
 
 def _described(cert_path: Path, key_path: Path, certificate: object) -> SelfSigned:
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes
-
     assert isinstance(certificate, x509.Certificate)
     alternative = certificate.extensions.get_extension_for_class(x509.SubjectAlternativeName)
     names = tuple(str(v) for v in alternative.value.get_values_for_type(x509.DNSName)) + tuple(
@@ -180,8 +176,6 @@ def _described(cert_path: Path, key_path: Path, certificate: object) -> SelfSign
 
 def _reusable(cert_path: Path, key_path: Path, names: tuple[str, ...],
               now: datetime.datetime) -> SelfSigned | None:
-    from cryptography import x509
-
     try:
         certificate = x509.load_pem_x509_certificate(cert_path.read_bytes())
         if not key_path.is_file():
