@@ -151,3 +151,25 @@ def test_a_package_adds_a_command_of_its_own(tmp_path: Path) -> None:
     bad = run("phone", "no_colon")  # the shared checks are the core's: one line, exit 2
     assert bad.returncode == 2 and bad.stderr.startswith("error: ")
     assert "must look like" in bad.stderr
+
+
+def test_a_package_whose_command_fails_to_load_breaks_no_other_command(tmp_path: Path) -> None:
+    (tmp_path / "broken_commands.py").write_text("raise RuntimeError('half installed')\n")
+    info = tmp_path / "voxflow_broken-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: voxflow-broken\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text("[voxflow.commands]\nphone = broken_commands:phone\n")
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "voxflow.cli", *args], cwd=ROOT,
+                              env={**os.environ, "PYTHONPATH": str(tmp_path)},
+                              capture_output=True, text=True, timeout=120, check=False)
+
+    listed = run("--help")
+    assert listed.returncode == 0 and "serve" in listed.stdout and "phone" not in listed.stdout
+    typed = run("phone", "--line", "1")
+    assert typed.returncode == 1 and "Traceback" not in typed.stderr
+    assert typed.stderr.strip() == (
+        "error: voxflow phone is not installed: broken_commands:phone (from voxflow-broken) "
+        "failed to load (RuntimeError: half installed); install it with: "
+        "pip install --force-reinstall voxflow-broken")

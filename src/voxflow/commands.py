@@ -171,8 +171,8 @@ class InstalledCommands:
     Attributes:
         commands: the commands of their own, by name (in name order).
         modes: the modes of the core commands in :data:`MODES`, by name.
-        missing: each of voxflow's own voice commands that no installed package provides
-            or whose entry point cannot be imported: why, with what to install.
+        missing: each of voxflow's own voice commands that no installed package provides,
+            and each command whose entry point cannot be loaded: why, with what to install.
     """
 
     commands: Mapping[str, Command]
@@ -198,10 +198,11 @@ def installed_commands(*, core: Sequence[str] = ()) -> InstalledCommands:
             continue
         try:
             loaded = entry.load()
-        except ImportError as exc:
+        except Exception as exc:  # a broken package: said when its command is typed
             dist = entry.dist.name if entry.dist else "unknown"
+            why = "cannot be imported" if isinstance(exc, ImportError) else "failed to load"
             missing[name] = MissingCommandError(
-                name, f"{entry.value} (from {dist}) cannot be imported ({exc})",
+                name, f"{entry.value} (from {dist}) {why} ({type(exc).__name__}: {exc})",
                 install=None if name in _EXTRA else f"pip install --force-reinstall {dist}")
             continue
         if name in MODES:
