@@ -152,3 +152,23 @@ def default_store(make_store: StoreFactory, monkeypatch: pytest.MonkeyPatch) -> 
     assert same, f"the default backend is {default!r}, not the test's {store!r}"
     yield default
     default.close()
+
+
+@pytest.fixture
+def pg_schema_url() -> Iterator[str]:
+    """A PostgreSQL URL whose ``search_path`` is a fresh schema (dropped afterwards), for
+    processes that share tables: every voxflow store given it (dispatch, sessions, job
+    queue, inbox) keeps its tables there, so suites running at once on the test database
+    of the core tests share nothing. Skipped with a one-line reason when none answers
+    (failed under ``VOXFLOW_REQUIRE_POSTGRES=1``)."""
+    skip_without_postgres()
+    import psycopg
+
+    schema = f"vxd_{os.getpid()}_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(PG_URL, autocommit=True) as conn:
+        conn.execute(f'CREATE SCHEMA "{schema}"')
+    joiner = "&" if "?" in PG_URL else "?"
+    yield f"{PG_URL}{joiner}options=-csearch_path%3D{schema}"
+    with psycopg.connect(PG_URL, autocommit=True) as conn:
+        conn.execute("SET lock_timeout = '60s'")  # a connection left open fails, not hangs
+        conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')

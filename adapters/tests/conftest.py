@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import importlib.util
-import os
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -50,25 +47,6 @@ def _root_conftest() -> Any:
 
 _ROOT = _root_conftest()
 make_store = _ROOT.make_store
+pg_schema_url = _ROOT.pg_schema_url
 skip_without_postgres = _ROOT.skip_without_postgres
 PG_URL: str = _ROOT.PG_URL
-
-
-@pytest.fixture
-def pg_schema_url() -> Iterator[str]:
-    """A PostgreSQL URL whose ``search_path`` is a fresh schema (dropped afterwards), for
-    processes that share tables: every voxflow store given it (dispatch, sessions, job
-    queue, inbox) keeps its tables there, so suites running at once on the test database
-    of the core tests share nothing. Skipped with a one-line reason when none answers
-    (failed under ``VOXFLOW_REQUIRE_POSTGRES=1``)."""
-    skip_without_postgres()
-    import psycopg
-
-    schema = f"vxd_{os.getpid()}_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(PG_URL, autocommit=True) as conn:
-        conn.execute(f'CREATE SCHEMA "{schema}"')
-    joiner = "&" if "?" in PG_URL else "?"
-    yield f"{PG_URL}{joiner}options=-csearch_path%3D{schema}"
-    with psycopg.connect(PG_URL, autocommit=True) as conn:
-        conn.execute("SET lock_timeout = '60s'")  # a connection left open fails, not hangs
-        conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')

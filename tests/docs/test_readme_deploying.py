@@ -1,6 +1,7 @@
 """The commands of the README's "Deploying" section: every ``voxflow`` line of its shell
 blocks parses with the real command line (each option exists and takes its value), and
-each subcommand's ``--help`` runs. (The dispatch itself, with these commands, runs in
+each subcommand's ``--help`` runs. (The block of the second shape runs as written in
+``test_readme_deploying_run.py``; dispatch and failover across these processes in
 ``adapters/tests/test_call_dispatch_processes.py``.)"""
 
 from __future__ import annotations
