@@ -2,8 +2,8 @@
 
 Each run drives ``--turns`` tracked turns (``voxflow.testing.Acknowledger``, a fixed
 reply) on one session and, after each turn, times one save of the flow's state exactly
-as ``@persist`` does it (``flow._prepare_state_save(backend, ...)`` then the blocking
-write, on this thread): an incremental save of the turn's two messages, its turn and
+as ``@persist`` does it (``flow.conversation.prepare_state_save(backend, ...)``, then
+the blocking write, on this thread): an incremental save of the turn's two messages, its turn and
 reply records and the small snapshot, revision-checked, in one transaction. The first
 save (a full one) is left out. Prints p50 and p99 in ms per backend, each the median
 over ``--runs`` runs, and ``--fenced`` adds the same through ``store.fenced(lease)``
@@ -70,7 +70,7 @@ async def save_latencies(store: Any, turns: int) -> list[float]:
         async for event in runner.astream_turn(f"message {i}"):
             runner.accept_event(event)
         start = time.perf_counter()
-        flow._prepare_state_save(store, "bench")()
+        flow.conversation.prepare_state_save(store, "bench")()
         latencies.append((time.perf_counter() - start) * 1000.0)
     return latencies[1:]
 

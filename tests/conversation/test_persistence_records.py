@@ -63,7 +63,7 @@ async def turns(runner: TurnRunner, count: int, prefix: str = "m") -> None:
 
 def save_now(flow: Flow[TurnState], backend: RowStore) -> dict[str, Any]:
     """Save through the runtime's hook (as ``@persist`` does); return the expected dump."""
-    flow._prepare_state_save(backend, "check")()
+    flow.conversation.prepare_state_save(backend, "check")()
     return flow.state.model_dump(mode="json")
 
 
@@ -351,7 +351,7 @@ def test_a_crash_inside_a_save_leaves_the_previous_state(make_store: Any, point:
 
         for i in range(20):
             turn(f"m{{i}}")
-        flow._prepare_state_save(backend, "check")()
+        flow.conversation.prepare_state_save(backend, "check")()
         print(json.dumps(flow.state.model_dump(mode="json")), flush=True)
         crash_at(backend, {point!r})  # the next save dies mid-way
         turn("lost")
@@ -554,9 +554,7 @@ async def test_a_save_finds_record_changes_without_scanning_old_records(
     await turns(runner, 40)
     state = flow.state
     assert isinstance(state.turns, RecordDict) and isinstance(state.replies, RecordDict)
-    saved = flow._saved_lists
-    assert saved is not None
-    [marks] = saved.values()
+    [marks] = flow.conversation.saved_lists.values()
     for field in ("turns", "replies"):
         mark = marks.records[field]
         # The mark holds the hot records only, not one entry per record of the session.

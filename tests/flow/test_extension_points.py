@@ -1,4 +1,4 @@
-"""The documented hooks the conversational layer builds on, and a light import."""
+"""The part interface the conversational layer builds on, and a light import."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from voxflow import ConversationConfig, Flow, SQLiteFlowPersistence, listen, per
 from voxflow.errors import FlowDefinitionError
 from voxflow.flow import Flow as CoreFlow
 from voxflow.flow import FlowEventBus
+from voxflow.flow.parts import FlowPart
 from voxflow.testing import EventRecorder
 
 
@@ -30,20 +31,24 @@ def _converse_builtin(self: Flow[Any]) -> str:
     return "reply"
 
 
-class LayerBase(Flow):
-    """What a layer on top does: register built-ins, run starts sequentially."""
+class Layer(FlowPart):
+    """What a layer on top does: register built-ins, run starts in order, defer the end."""
 
-    _sequential_starts = True
+    attribute = "layer"
 
     @classmethod
-    def _extra_flow_methods(cls) -> Mapping[str, Callable[..., Any]]:
+    def extra_methods(cls, flow_cls: type[Any]) -> Mapping[str, Callable[..., Any]]:
         return {"route_layer": _route_builtin, "layer_turn": _converse_builtin}
 
-    def _order_starts(self, names: list[str]) -> list[str]:
+    def order_starts(self, names: list[str]) -> list[str] | None:
         return [n for n in names if n != "route_layer"] + ["route_layer"]
 
-    def _emit_flow_finished(self) -> bool:
+    def emits_flow_finished(self) -> bool:
         return False
+
+
+class LayerBase(CoreFlow[Any], parts=(Layer,)):
+    """A layer built on the core holds its part; it needs nothing of the conversation."""
 
 
 class Chat(LayerBase):
@@ -61,6 +66,7 @@ def test_extra_methods_sequential_starts_and_deferred_finish() -> None:
     bus = FlowEventBus()
     with EventRecorder(bus) as rec:
         flow = Chat(event_bus=bus)
+        assert isinstance(flow.layer, Layer)  # held under its attribute name
         assert flow.kickoff() == "reply"
     assert rec.methods("method_started")[:2] == ["bootstrap", "route_layer"]
     assert "flow_finished" not in rec.kinds()
@@ -148,3 +154,42 @@ def test_the_core_saves_a_full_snapshot_through_its_save_hook(tmp_path: Path) ->
     assert again.kickoff(inputs={"id": flow.flow_id}) == 2
     assert backend.load_state(flow.flow_id) == {"id": flow.flow_id, "count": 2}
     backend.close()
+
+
+class Restoring(FlowPart):
+    """A part that holds a session's state live: ``inputs["id"]`` restores nothing."""
+
+    attribute = "restoring"
+
+    def skips_restore(self, flow_id: str) -> bool:
+        return flow_id == "live"
+
+
+class Counted(CoreFlow[dict[str, Any]], parts=(Restoring,)):
+    @start()
+    def bump(self) -> int:
+        self.state["count"] = self.state.get("count", 0) + 1
+        return int(self.state["count"])
+
+
+def test_a_part_that_holds_the_state_live_skips_the_restore(tmp_path: Path) -> None:
+    backend = SQLiteFlowPersistence(tmp_path / "live.db")
+    backend.save_state("live", "seed", {"id": "live", "count": 10})
+    backend.save_state("stored", "seed", {"id": "stored", "count": 10})
+    assert Counted(persistence=backend).kickoff(inputs={"id": "stored"}) == 11  # restored
+    flow = Counted(persistence=backend)
+    flow.state["count"] = 1
+    assert flow.kickoff(inputs={"id": "live"}) == 2  # the live state, not the stored one
+    backend.close()
+
+
+def test_parts_are_checked_when_the_class_is_created() -> None:
+    with pytest.raises(FlowDefinitionError, match="FlowPart subclasses"):
+
+        class NotAPart(CoreFlow[Any], parts=(object,)):  # type: ignore[arg-type]
+            pass
+
+    with pytest.raises(FlowDefinitionError, match="two parts under one attribute"):
+
+        class Twice(LayerBase, parts=(Layer,)):
+            pass

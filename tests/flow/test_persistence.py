@@ -18,6 +18,7 @@ from tests.stores import default_env, rows
 from voxflow import Flow, FlowState, SQLiteFlowPersistence, listen, persist, start
 from voxflow.errors import PersistenceConflictError
 from voxflow.flow import FlowPersistence, default_data_dir
+from voxflow.flow.parts import FlowPart
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -78,10 +79,22 @@ def test_method_level_persist_saves_after_that_method(make_store: Any) -> None:
     assert [m for _, m, _ in backend.history("m1")] == ["keep"]
 
 
-def test_skip_persistence_restore_hook(default_store: Any) -> None:
+class HoldsLive(FlowPart):
+    """A part holding every session's state live (as a tracked conversation does)."""
+
+    attribute = "holds_live"
+
+    def skips_restore(self, flow_id: str) -> bool:
+        return True
+
+
+class LiveSession(Session, parts=(HoldsLive,)):
+    pass
+
+
+def test_a_part_that_skips_the_restore_writes_behind_the_store(default_store: Any) -> None:
     Session().kickoff(inputs={"id": "s2"})
-    flow = Session()
-    flow._skip_persistence_restore = True
+    flow = LiveSession()
     # The saved turn was not reloaded, so this writer is behind: its save is refused.
     with pytest.raises(PersistenceConflictError, match="never loaded"):
         flow.kickoff(inputs={"id": "s2"})

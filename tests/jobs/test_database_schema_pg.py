@@ -6,6 +6,7 @@ fresh schema per test, dropped after it); skipped with the reason where none ans
 
 from __future__ import annotations
 
+import functools
 import os
 import subprocess
 import sys
@@ -145,13 +146,13 @@ async def test_a_call_worker_and_a_job_worker_given_only_the_url_run_a_job_in_it
     try:
         saved = persist(type("SavedTravel", (load_flow_class(FLOW),), {}))
         flow = saved()
-        async with AssistantWiring(flow, job_queue=queue,
-                                   save_jobs=flow._persist_turn) as call:
+        save = functools.partial(flow.asave_state, "handle_turn")
+        async with AssistantWiring(flow, job_queue=queue, save_jobs=save) as call:
             assert await call.text_turn("is my flight on time?") == "I'm checking your flight."
             assert await call.wait_for_jobs(60), "the job worker never ran the job"
             assert await call.announce_ready() == ["Flight BA 117 is on time (attempt 1)."]
             async with call.state_lock:
-                await flow._persist_turn()
+                await save()
     finally:
         code, err = stop(worker)
         queue.close()

@@ -6,6 +6,7 @@ reason where none answers."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import os
 import signal
@@ -110,13 +111,14 @@ async def test_a_queued_job_survives_the_death_of_the_call_worker_that_started_i
         assert await flow.aload_session(session_id)
         (job,) = flow.state.jobs.values()
         assert job.status == "queued"
-        async with AssistantWiring(flow, job_queue=queue, save_jobs=flow._persist_turn) as call:
+        save = functools.partial(flow.asave_state, "handle_turn")
+        async with AssistantWiring(flow, job_queue=queue, save_jobs=save) as call:
             assert call.replies is not None  # (the dead worker's floor: taken over)
             assert await call.wait_for_jobs(60), "the job worker never finished the job"
             assert await call.announce_ready() == ["Flight BA 117 is on time (attempt 1)."]
             assert await call.announce_ready() == []
             async with call.state_lock:
-                await flow._persist_turn()
+                await save()
         # the session as stored: the job completed, its announcement heard once
         again = saved()
         assert await again.aload_session(session_id)

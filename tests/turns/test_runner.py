@@ -345,7 +345,8 @@ async def test_tracked_turns_never_reload_a_persisted_snapshot(tmp_path: Any) ->
         assert (await collect(runner, message))[-1].type == "completed"
     assert flow.state is live  # never replaced by a stored snapshot
     assert len(flow.state.turns) == 3
-    assert flow._skip_persistence_restore is False  # restored after each turn
+    assert not flow.conversation.holds_state_live  # released after each turn
+    assert not flow.conversation.skips_restore(flow.flow_id)
 
 
 async def test_a_restored_session_starts_new_turns_and_replays_nothing() -> None:

@@ -3,10 +3,10 @@
 A ``Flow`` becomes conversational with ``conversational = True`` or
 ``@ConversationConfig(...)``; then ``handle_turn``/``ahandle_turn``,
 ``stream_turn``/``astream_turn`` and ``chat`` run one user message at a time through the
-built-in graph (see :mod:`voxflow.conversation.turns` and
-:mod:`voxflow.conversation.graph`). The module helpers below work on any state shape,
-for custom orchestration and tests. Declarative flows are built with
-``Flow.from_declaration`` (:mod:`voxflow.conversation.declaration`).
+built-in graph, held by every Flow as ``flow.conversation`` (see
+:mod:`voxflow.conversation.part` and :mod:`voxflow.conversation.graph`). The module
+helpers below work on any state shape, for custom orchestration and tests. Declarative
+flows are built with ``Flow.from_declaration`` (:mod:`voxflow.conversation.declaration`).
 """
 
 from voxflow.conversation.config import ConversationalConfig as ConversationalConfig

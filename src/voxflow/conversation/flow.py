@@ -1,12 +1,13 @@
-"""``voxflow.Flow``: the Flow core with conversational mode built on top.
+"""``voxflow.Flow``: the Flow core with the conversation it holds.
 
 The Flow core (:class:`voxflow.flow.Flow`: the dispatch loop, state, persistence, human
-feedback, checkpoints, streaming) knows nothing of conversations; it offers extension
-points (see :mod:`voxflow.flow.runtime`). This module attaches the conversation through
-them: the turn APIs (:mod:`.turns`), the history API (:mod:`.history`) and the built-in
-graph (:mod:`.graph`) override the core's hooks (extra built-in methods, start order,
-hydration before the starts, trace deferral, incremental and revision-checked saves).
-The import goes one way: conversation builds on flow, never the reverse.
+feedback, checkpoints, streaming) knows nothing of conversations. ``voxflow.Flow`` is
+the core holding one more part (:mod:`voxflow.flow.parts`): its
+:class:`~voxflow.conversation.part.Conversation` (``flow.conversation``), which owns the
+turns, the history and the built-in graph and takes the core's hooks (built-in
+methods, start order, hydration before the starts, trace deferral, incremental and
+revision-checked saves). The methods below are its public API, thin delegates to the
+part. The import goes one way: conversation builds on flow, never the reverse.
 
 A Flow that is not conversational carries the turn APIs but none of the wiring: they
 raise ``ConversationModeError``.
@@ -15,9 +16,10 @@ raise ``ConversationModeError``.
 from __future__ import annotations
 
 import os
-from collections.abc import Awaitable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any, ClassVar, Literal
 
+from voxflow.conversation.chat import DEFAULT_EXIT_COMMANDS
 from voxflow.conversation.config import ConversationalConfig, ConversationConfig, class_config
 from voxflow.conversation.graph import RouterContext, route_catalog
 from voxflow.conversation.helpers import get_conversation_messages
@@ -29,16 +31,15 @@ from voxflow.conversation.routing import (
     classify_intent,
 )
 from voxflow.conversation.state import ConversationEvent
-from voxflow.conversation.turns import ConversationTurns
-from voxflow.flow.parts import FlowPart
 from voxflow.flow.runtime import Flow as FlowCore
 from voxflow.flow.runtime import StateT
+from voxflow.flow.streaming import StreamSession
 from voxflow.llm import BaseLLM
 
 __all__ = ["Flow"]
 
 
-class Flow(ConversationTurns, FlowCore[StateT], layer=True):
+class Flow(FlowCore[StateT], layer=True, parts=(Conversation,)):
     """An event-driven graph of methods sharing one state, conversational on request.
 
     The constructor arguments are the core's (:class:`voxflow.flow.Flow`); set
@@ -57,10 +58,9 @@ class Flow(ConversationTurns, FlowCore[StateT], layer=True):
     defer_trace_finalization: bool | None = None
     """Instance override of ``ConversationConfig.defer_trace_finalization``."""
     _conversation_layer: ClassVar[bool] = True
-    _part_types: ClassVar[tuple[type[FlowPart], ...]] = (Conversation,)
     conversation: Conversation
-    """This flow's conversation: its history, graph and turns (the methods below are
-    thin delegates to it)."""
+    """This flow's conversation: its turns, history and built-in graph (the methods
+    below are thin delegates to it)."""
 
     @classmethod
     def _enable_conversation(cls) -> None:
@@ -111,6 +111,174 @@ class Flow(ConversationTurns, FlowCore[StateT], layer=True):
             path=path, contents=contents, allow_python=allow_python, base=Flow
         )
         return flow_class(**flow_kwargs)
+
+    # ------------------------------------------------------------------ turns
+
+    def handle_turn(
+        self,
+        message: str,
+        session_id: str | None = None,
+        *,
+        intents: Sequence[str] | None = None,
+        intent_llm: BaseLLM | str | Mapping[str, Any] | None = None,
+        **kickoff_kwargs: Any,
+    ) -> Any:
+        """Run one conversational turn from sync code and return the kickoff result.
+
+        See :mod:`voxflow.conversation.part` for what a turn does, in order.
+
+        Args:
+            message: the user's text (non-empty).
+            session_id: the conversation (``state.id``); None continues the current one.
+            intents: outcome labels to pre-classify this message into.
+            intent_llm: the LLM for that classification (required with ``intents``).
+            **kickoff_kwargs: ``from_checkpoint``, ``restore_from_state_id`` or
+                ``input_files`` ({name: path, bytes or binary file object}: validated,
+                stored by reference and attached to this turn's user message; see
+                :mod:`voxflow.files`).
+
+        Raises:
+            ConversationModeError: the flow is not conversational (a ValueError).
+            ConversationEndedError: the conversation has ended.
+            TypeError / ValueError: an invalid argument, named in the message.
+        """
+        conversation = self.conversation
+        request = conversation.turn_request(
+            "handle_turn", message, session_id, intents, intent_llm, kickoff_kwargs
+        )
+        return conversation.handle_turn(request)
+
+    async def ahandle_turn(
+        self,
+        message: str,
+        session_id: str | None = None,
+        *,
+        intents: Sequence[str] | None = None,
+        intent_llm: BaseLLM | str | Mapping[str, Any] | None = None,
+        **kickoff_kwargs: Any,
+    ) -> Any:
+        """:meth:`handle_turn` for async callers (sync methods run in the executor)."""
+        conversation = self.conversation
+        request = conversation.turn_request(
+            "ahandle_turn", message, session_id, intents, intent_llm, kickoff_kwargs,
+            read_files=False,
+        )
+        request = await conversation.aread_files(request, kickoff_kwargs)
+        return await conversation.ahandle_turn(request)
+
+    def stream_turn(
+        self,
+        message: str,
+        session_id: str | None = None,
+        *,
+        intents: Sequence[str] | None = None,
+        intent_llm: BaseLLM | str | Mapping[str, Any] | None = None,
+        **kickoff_kwargs: Any,
+    ) -> StreamSession:
+        """Run one turn on a worker thread and stream its ordered ``StreamFrame``s.
+
+        Frames: ``conversation_turn_started``, ``flow_started`` (first turn of a session),
+        method frames (unless ``suppress_flow_events``), ``conversation_message_added``
+        (user), ``conversation_route_selected``, ``llm`` frames of the reply
+        (``llm_call_started``, ``llm_stream_chunk``..., ``llm_call_completed``), tool
+        frames, ``conversation_message_added`` (assistant), ``conversation_turn_completed``.
+        ``with stream: for frame in stream.events: ...``; then ``stream.result``.
+        """
+        conversation = self.conversation
+        request = conversation.turn_request(
+            "stream_turn", message, session_id, intents, intent_llm, kickoff_kwargs
+        )
+        return conversation.stream_turn(request, sync=True)
+
+    async def astream_turn(
+        self,
+        message: str,
+        session_id: str | None = None,
+        *,
+        intents: Sequence[str] | None = None,
+        intent_llm: BaseLLM | str | Mapping[str, Any] | None = None,
+        **kickoff_kwargs: Any,
+    ) -> StreamSession:
+        """:meth:`stream_turn` as a task on the running loop: ``async for frame in stream``.
+
+        Leaving ``async with stream`` early cancels the turn, which closes an in-flight
+        LLM stream instead of draining it.
+        """
+        conversation = self.conversation
+        request = conversation.turn_request(
+            "astream_turn", message, session_id, intents, intent_llm, kickoff_kwargs,
+            read_files=False,
+        )
+        request = await conversation.aread_files(request, kickoff_kwargs)
+        return conversation.stream_turn(request, sync=False)
+
+    def chat(
+        self,
+        *,
+        session_id: str | None = None,
+        prompt: str = "You: ",
+        assistant_prefix: str = "Assistant: ",
+        exit_commands: Sequence[str] = DEFAULT_EXIT_COMMANDS,
+        input_fn: Callable[[str], str] | None = None,
+        output_fn: Callable[[str], Any] | None = None,
+        defer_trace_finalization: bool | None = None,
+    ) -> None:
+        """A local REPL over :meth:`handle_turn`.
+
+        Reads a line with ``input_fn(prompt)`` (default ``input``; stripped), skips blank
+        lines, stops on an exit command (case-insensitive), EOF, Ctrl-C or an ended
+        conversation, prints ``assistant_prefix + result`` with ``output_fn`` (default
+        ``print``), and always finalizes the session traces. ``defer_trace_finalization``
+        overrides the instance flag for the REPL and is restored on exit.
+        """
+        self.conversation.chat(
+            session_id=session_id,
+            prompt=prompt,
+            assistant_prefix=assistant_prefix,
+            exit_commands=exit_commands,
+            input_fn=input_fn,
+            output_fn=output_fn,
+            defer_trace_finalization=defer_trace_finalization,
+        )
+
+    # ------------------------------------------------------------------ sessions
+
+    def load_session(self, session_id: str) -> bool:
+        """Load a persisted session into this flow without running anything.
+
+        No method, handler or LLM runs and no event is emitted: the state becomes the
+        session's latest snapshot (or a fresh state with that id when none is stored),
+        and the next ``handle_turn(..., session_id=session_id)`` continues from it
+        without reloading. ``kickoff(inputs={"id": ...})`` also restores, but it runs
+        the flow's ``@start`` methods (the built-in router answers nothing then).
+
+        Returns:
+            True when a snapshot was found.
+
+        Raises:
+            ValueError: ``session_id`` is not a non-empty string, or the flow has no
+                persistence (``@persist`` or ``persistence=``).
+            FlowRuntimeError: a run is in progress on this instance.
+        """
+        return self.conversation.load_session(session_id)
+
+    async def aload_session(self, session_id: str) -> bool:
+        """:meth:`load_session` for async callers (the read runs in a worker thread)."""
+        return await self.conversation.aload_session(session_id)
+
+    def finalize_session_traces(self) -> None:
+        """Close the session: emit the deferred ``flow_finished`` and export the trace batch.
+
+        Idempotent; a later turn opens a new session batch. Call it in a ``finally`` when
+        you own the loop (``chat()`` calls it for you).
+        """
+        self.conversation.finalize_session_traces()
+
+    def _should_defer_trace_finalization(self) -> bool:
+        """Whether per-turn ``flow_finished`` and trace export wait for the session end
+        (the spec's advanced hook: ``defer_trace_finalization``, else the config's
+        ``trace_scope``, else its ``defer_trace_finalization``)."""
+        return self.conversation.should_defer_trace_finalization()
 
     # ------------------------------------------------------------------ history
 

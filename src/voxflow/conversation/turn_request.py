@@ -3,7 +3,7 @@
 ``handle_turn``, ``ahandle_turn``, ``stream_turn`` and ``astream_turn`` validate what
 they were given (:func:`check_call`, :func:`resolve_intents`) and carry it as one
 :class:`TurnRequest` into the turn, so a rejected turn leaves no trace (step 1 of
-:mod:`voxflow.conversation.turns`).
+:mod:`voxflow.conversation.part`).
 """
 
 from __future__ import annotations

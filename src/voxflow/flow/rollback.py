@@ -93,13 +93,9 @@ class RollbackPoint:
         else:
             for slot in _MODEL_SLOTS:
                 object.__setattr__(state, slot, getattr(self._copy, slot))
-        flow = self._flow
-        if flow.persistence_configured():
-            # A save of the undone work may still be running in its thread (its turn was
-            # cancelled mid-save): let it land first, so it cannot overwrite this one.
-            await flow._writes_done()
-            write = flow._prepare_state_save(flow._backend(), "rollback")
-            await flow._write_state(write)
+        # A save of the undone work may still be running in its thread (its turn was
+        # cancelled mid-save): asave_state lets it land first, so it cannot overwrite this.
+        await self._flow.asave_state("rollback")
 
     def __repr__(self) -> str:
         return f"RollbackPoint(state={type(self._state).__name__}, used={self._used})"

@@ -8,7 +8,8 @@ Behaviour (the reference contract, minus its flaws):
 * **Kickoff order.** Argument checks; the state is restored and hydrated (checkpoint, fork,
   ``inputs["id"]``, other inputs merged: :mod:`voxflow.flow.saving`); ``FlowStarted``;
   starts run (unconditional ones, else conditional ones; concurrently, or one at a time
-  when ``_sequential_starts``); then the dispatch loop of :mod:`voxflow.flow._engine`.
+  when a part orders them, e.g. ``route_conversation`` last); then the dispatch loop of
+  :mod:`voxflow.flow._engine`.
   Everything above happens before any method runs.
 * **Result.** ``kickoff`` returns the output of the *deepest* method run in the dispatch
   tree (depth = hops from a start), ties going to the method declared last. It does not
@@ -28,29 +29,18 @@ Behaviour (the reference contract, minus its flaws):
 * **Events** go to :attr:`Flow.event_bus` (default :data:`~voxflow.flow.events.flow_event_bus`)
   without blocking dispatch; ``suppress_flow_events`` drops the per-method events only.
 
-Extension points for layers built on top (e.g. conversational flows); all documented and
-stable:
-
-* ``_extra_flow_methods()`` (classmethod): more decorated functions to register on the
-  class, as if declared on it (built-in conversation methods).
-* ``_sequential_starts`` (class attribute) and ``_order_starts(names)``: run starts one at a
-  time, in the returned order (e.g. ``route_conversation`` last).
-* ``suppress_flow_events``: constructor argument or class attribute.
-* ``event_bus``: emit your own events there (``self.event_bus.emit(evt)``), they go to the
-  same subscribers; ``emit_frame(channel, type, data)`` adds a frame to the active stream.
-* ``reset_execution()``: clear per-execution tracking (completed methods, outputs, pending
-  ``and_`` events, fired ``or_`` set, call counts). Every kickoff does it, except when
-  resuming a checkpoint or a paused feedback step.
-* ``_emit_flow_finished()``: return False to defer ``FlowFinished`` (trace deferral);
-  likewise ``_emit_flow_started()`` and ``_emit_flow_failed()``.
-* ``_before_starts()`` (async): runs after restore/hydration and ``FlowStarted``, right
-  before the starts (not when resuming); conversational turns append the user message here.
-* Persistence: ``_prepare_state_save``, ``_remember_revision``, ``_skip_persistence_restore``
-  (see :mod:`voxflow.flow.saving`).
-* Conversational mode is such a layer: :class:`voxflow.Flow` is this class with the
-  conversation built on top (:mod:`voxflow.conversation.flow`); this module never imports
-  it. ``conversational = True`` on a class built on this core alone is a
-  :class:`~voxflow.errors.FlowDefinitionError` naming the fix.
+A layer built on the core (conversational flows) adds **parts** (:mod:`voxflow.flow.parts`):
+``class Layer(Flow, parts=(MyPart,))``; every instance holds one of each, which the
+runtime calls at fixed points (built-in methods, start order, before the starts, flow
+events, restores and saves) and which reach the Flow through a
+:class:`~voxflow.flow.host.FlowHost` only. :class:`voxflow.Flow` is this class holding a
+:class:`~voxflow.conversation.part.Conversation`; this module never imports it.
+``conversational = True`` on a class built on this core alone is a
+:class:`~voxflow.errors.FlowDefinitionError` naming the fix. Besides parts:
+``suppress_flow_events`` (constructor argument or class attribute); ``event_bus``, where
+your own events go to the same subscribers; ``emit_frame(channel, type, data)`` adds a
+frame to the active stream; ``reset_execution()`` clears per-execution tracking (every
+kickoff does it, except when resuming a checkpoint or a paused feedback step).
 
 Parts: human feedback and ``ask`` (:mod:`voxflow.flow.feedback`), checkpoints
 (:mod:`voxflow.flow.checkpoint`), saving and restoring the state (:mod:`voxflow.flow.saving`)
@@ -100,7 +90,7 @@ from voxflow.flow.state import (
     stamp_id,
     state_id,
 )
-from voxflow.flow.streaming import StreamFrame, StreamSession, frame_from_event
+from voxflow.flow.streaming import FrameSink, StreamFrame, StreamSession, frame_from_event
 
 if TYPE_CHECKING:
     from voxflow.flow.feedback import FeedbackProvider, HumanFeedbackResult
@@ -140,19 +130,23 @@ class Flow(Engine, Generic[StateT]):
     input_file_policy: ClassVar[InputFilePolicy] = InputFilePolicy()
     """What ``input_files`` accepts: size and count limits, allowed folders, where files
     are stored (:class:`voxflow.files.InputFilePolicy`)."""
-    _sequential_starts: ClassVar[bool] = False
-    _skip_persistence_restore: bool = False
     _voxflow_definition: ClassVar[FlowDefinition | None] = None
     _voxflow_state_type: ClassVar[type[BaseModel] | bool | None] = False
     _conversation_layer: ClassVar[bool] = False
     """True on :class:`voxflow.Flow`, which builds conversational mode on this core."""
     _part_types: ClassVar[tuple[type[FlowPart], ...]] = ()
-    """The parts every instance holds (:mod:`voxflow.flow.parts`)."""
+    """The parts every instance holds (:mod:`voxflow.flow.parts`): the base's, then the
+    class's own ``parts=``."""
 
-    def __init_subclass__(cls, *, layer: bool = False, **kwargs: Any) -> None:
+    def __init_subclass__(
+        cls, *, layer: bool = False, parts: tuple[type[FlowPart], ...] = (), **kwargs: Any
+    ) -> None:
         """Validate the wiring when the class is created; ``layer=True`` marks a base
-        class built on the core (``voxflow.Flow``): compiled on first use instead."""
+        class built on the core (``voxflow.Flow``): compiled on first use instead;
+        ``parts`` adds part types to the base's (:mod:`voxflow.flow.parts`)."""
         super().__init_subclass__(**kwargs)
+        if parts:
+            cls._part_types = _part_types(cls, parts)
         if getattr(cls, "conversational", False) and not cls._conversation_layer:
             cls._enable_conversation()
         cls._prepare_parts()
@@ -261,7 +255,7 @@ class Flow(Engine, Generic[StateT]):
         self._ex = Execution()
         self._inline = False
         self._running = False
-        self._frame_sink: Callable[[StreamFrame], None] | None = None
+        self._frame_sink: FrameSink | None = None
         self._pending_feedback: Any = None
         self._input_files: dict[str, FileRef] = {}
         self._resume_checkpoint = False
@@ -377,33 +371,13 @@ class Flow(Engine, Generic[StateT]):
         if not self.suppress_flow_events:
             self._emit(event_type, **fields)
 
+    def _attach_frames(self, sink: FrameSink | None) -> None:
+        self._frame_sink = sink
+
     def emit_frame(self, channel: str, type: str, data: Mapping[str, Any] | None = None) -> None:
         """Add a frame to the active :class:`StreamSession` (no-op when not streaming)."""
         if self._frame_sink is not None:
             self._frame_sink(StreamFrame(channel=channel, type=type, data=dict(data or {})))
-
-    def _emit_flow_started(self) -> bool:
-        """Extension point: False skips ``FlowStarted`` (e.g. a session's later turns)."""
-        return True
-
-    def _emit_flow_failed(self) -> bool:
-        """Extension point: False skips ``FlowFailed`` (e.g. a deferred turn's failure)."""
-        return True
-
-    def _emit_flow_finished(self) -> bool:
-        """Extension point: False defers ``FlowFinished`` (e.g. per-turn trace deferral)."""
-        return True
-
-    def _order_starts(self, names: list[str]) -> list[str] | None:
-        """The order the starts run in, one at a time (None: concurrently); a part's."""
-        for part in self._parts:
-            order = part.order_starts(names)
-            if order is not None:
-                return order
-        return names if self._sequential_starts else None
-
-    async def _before_starts(self) -> None:
-        """Extension point: runs after restore and ``FlowStarted``, right before the starts."""
 
     # ------------------------------------------------------------------ kickoff
 
@@ -445,7 +419,7 @@ class Flow(Engine, Generic[StateT]):
         self._take_input_files(input_files)
         if self.stream:
             return StreamSession.run_sync(
-                self,
+                self._attach_frames,
                 lambda private: self._kickoff(
                     inputs, from_checkpoint, restore_from_state_id, private
                 ),
@@ -471,7 +445,7 @@ class Flow(Engine, Generic[StateT]):
             self._input_files = {}
         if self.stream:
             return StreamSession.run_async(
-                self,
+                self._attach_frames,
                 lambda private: self._kickoff(
                     inputs, from_checkpoint, restore_from_state_id, private
                 ),
@@ -505,26 +479,29 @@ class Flow(Engine, Generic[StateT]):
             self._running = False
 
     async def _run(self, input_keys: tuple[str, ...], resume: Any) -> Any:
-        """Run starts (or continue a resumed step) and the dispatch loop; emit flow events."""
-        if self._emit_flow_started():
+        """Run starts (or continue a resumed step) and the dispatch loop; emit flow events
+        (unless a part defers them)."""
+        parts = self._parts
+        if all([part.emits_flow_started() for part in parts]):
             self._emit(FlowStarted, input_keys=input_keys)
         try:
             if resume is not None:
                 await resume()
             else:
-                await self._before_starts()
+                for part in parts:
+                    await part.before_starts()
                 await self._run_starts()
         except HumanFeedbackPending as pending:
             await human.save_pending(self, pending)
             self._emit(FlowPaused, method_name=pending.method_name, message=pending.message)
             return pending
         except BaseException as exc:
-            if self._emit_flow_failed():
+            if all([part.emits_flow_failed() for part in parts]):
                 self._emit(FlowFailed, error_type=type(exc).__name__, error=str(exc))
             saving.checkpoint_failed_run(self)
             raise
         result = self._ex.result
-        if self._emit_flow_finished():
+        if all([part.emits_flow_finished() for part in parts]):
             self._emit(FlowFinished, result=result)
         return result
 
@@ -535,7 +512,9 @@ class Flow(Engine, Generic[StateT]):
                 f"{self._definition.name} has no @start() method to kick off",
                 flow=self._definition.name,
             )
-        order = self._order_starts(starts) if len(starts) > 1 else starts
+        order = None if len(starts) > 1 else starts
+        for part in self._parts:  # a part may run them one at a time, in its order
+            order = order or part.order_starts(starts)
         if order is not None:
             for name in order:
                 await self._run_listener(name, None, 0)
@@ -619,12 +598,20 @@ class Flow(Engine, Generic[StateT]):
         return await saving.load(self, flow_uuid)
 
     def _remember_revision(self, backend: Any, flow_id: str, revision: int) -> None:
-        """Extension point: ``backend`` was just read at ``revision`` for ``flow_id``."""
+        for part in self._parts:
+            part.revision_read(backend, flow_id, revision)
 
     def _prepare_state_save(self, backend: Any, method_name: str) -> Callable[[], None]:
-        """Extension point: snapshot the state now (on the loop), return the blocking write
-        (the core: a full ``save_state``; :class:`voxflow.Flow`: only what changed)."""
+        """Snapshot the state now (on the loop), return the blocking write: a part's
+        (:class:`voxflow.Flow`'s saves only what changed), else a full ``save_state``."""
+        for part in self._parts:
+            write = part.prepare_state_save(backend, method_name)
+            if write is not None:
+                return write
         return saving.full_state_save(self, backend, method_name)
+
+    def _skips_restore(self, flow_id: str) -> bool:
+        return any([part.skips_restore(flow_id) for part in self._parts])
 
     async def _after_commit(self, method: MethodDefinition) -> None:
         await saving.after_commit(self, method)
@@ -636,9 +623,28 @@ class Flow(Engine, Generic[StateT]):
         )
 
 
+def _part_types(cls: type, parts: Any) -> tuple[type[FlowPart], ...]:
+    """The base's part types, then ``parts`` (checked: FlowPart types, one per attribute)."""
+    kinds = tuple(parts) if isinstance(parts, tuple | list) else (parts,)
+    for kind in kinds:
+        if not (isinstance(kind, type) and issubclass(kind, FlowPart)) or not kind.attribute:
+            raise FlowDefinitionError(
+                f"{cls.__name__}: parts= takes FlowPart subclasses with an attribute name, "
+                f"not {kind!r}",
+                flow=cls.__name__,
+            )
+    every = (*getattr(cls, "_part_types", ()), *kinds)
+    names = [kind.attribute for kind in every]
+    if len(set(names)) != len(names):
+        raise FlowDefinitionError(
+            f"{cls.__name__}: two parts under one attribute name ({names})", flow=cls.__name__
+        )
+    return every
+
+
 class _Host:
     """What the parts of a Flow see of it (:class:`~voxflow.flow.host.FlowHost`): the
-    only object outside this class that works on the Flow's run."""
+    one object besides the Flow itself that works on the Flow's run."""
 
     __slots__ = ("_flow",)
 
@@ -650,8 +656,64 @@ class _Host:
         return self._flow
 
     @property
+    def state(self) -> StateLike:
+        return self._flow._state
+
+    @state.setter
+    def state(self, state: StateLike) -> None:
+        self._flow._state = state
+
+    @property
+    def running(self) -> bool:
+        return self._flow._running
+
+    @property
     def streaming(self) -> bool:
         return self._flow._frame_sink is not None
 
+    def fresh_state(self) -> StateLike:
+        return self._flow._initial_state(None)
+
+    def check_kickoff(self, inputs: Any, from_checkpoint: Any, restore_from_state_id: Any) -> None:
+        self._flow._check_kickoff_args(inputs, from_checkpoint, restore_from_state_id)
+
+    async def kickoff(
+        self,
+        inputs: Mapping[str, Any],
+        from_checkpoint: CheckpointConfig | None,
+        restore_from_state_id: str | None,
+        private_loop: bool,
+    ) -> Any:
+        return await self._flow._kickoff(
+            inputs, from_checkpoint, restore_from_state_id, private_loop
+        )
+
+    def stream(self, make: Callable[[bool], Any], *, sync: bool) -> StreamSession:
+        if sync:
+            return StreamSession.run_sync(self._flow._attach_frames, make)
+        return StreamSession.run_async(self._flow._attach_frames, make)
+
+    def set_input_files(self, files: Mapping[str, FileRef]) -> None:
+        self._flow._input_files = dict(files)
+
     def emit(self, event_type: type[Any], *, channel: str | None = None, **fields: Any) -> None:
         self._flow._emit(event_type, channel, **fields)
+
+    def backend(self) -> FlowPersistence:
+        return self._flow._backend()
+
+    async def load(self, flow_id: str, *, inline: bool) -> dict[str, Any] | None:
+        flow = self._flow
+        flow._inline, was = inline, flow._inline
+        try:
+            return await flow._load(flow_id)
+        finally:
+            flow._inline = was
+
+    async def save(self, method_name: str) -> None:
+        flow = self._flow
+        write = flow._prepare_state_save(flow._backend(), method_name)
+        if flow._inline:
+            write()
+        else:
+            await flow._write_state(write)

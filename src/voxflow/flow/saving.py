@@ -9,8 +9,8 @@ hooks, so these functions always call back through the flow, never each other di
 * **Kickoff** (:func:`check_kickoff_inputs`, then :func:`prepare_kickoff`): checkpoint
   restore (``from_checkpoint``) or fork (``restore_from_state_id``); ``inputs["id"]``
   stamps ``state.id`` and, when persistence is configured, reloads the latest snapshot
-  for that id, unless the flow's ``_skip_persistence_restore`` is true (tracked live
-  turns); other inputs are merged.
+  for that id, unless a part of the flow holds that id's state live (``skips_restore``:
+  tracked turns); other inputs are merged.
 * **After a method** (:func:`after_commit`): a persisted method's state is snapshotted on
   the loop by ``_prepare_state_save(backend, method_name)`` (conversations save only what
   they appended) and written in a worker thread (inline on a private all-sync loop), then
@@ -174,7 +174,7 @@ async def prepare_kickoff(
         stamp_id(flow._state, new_id)
     elif inputs and "id" in inputs:
         stamp_id(flow._state, inputs["id"])
-        if flow.persistence_configured() and not flow._skip_persistence_restore:
+        if flow.persistence_configured() and not flow._skips_restore(inputs["id"]):
             data = await flow._load(inputs["id"])
             if data is not None:
                 flow._state = load_state_like(flow._state, data)

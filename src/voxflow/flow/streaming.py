@@ -25,9 +25,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 if TYPE_CHECKING:
     from voxflow.flow.events import FlowEvent
-    from voxflow.flow.host import FlowInternals
 
-__all__ = ["StreamFrame", "StreamSession", "frame_from_event"]
+__all__ = ["FrameSink", "StreamFrame", "StreamSession", "frame_from_event"]
 
 _END = object()
 
@@ -52,6 +51,10 @@ class StreamFrame(BaseModel):
         return value if isinstance(value, str) else None
 
 
+FrameSink = Callable[["StreamFrame"], None]
+"""Where a streamed run's frames go (``StreamSession`` installs its own)."""
+
+
 def frame_from_event(event: FlowEvent, channel: str | None = None) -> StreamFrame:
     """The frame for an event (fields are referenced, not copied), on ``channel``; by
     default a flow event's own: ``method`` for a method's events, else ``flow``."""
@@ -65,8 +68,8 @@ def frame_from_event(event: FlowEvent, channel: str | None = None) -> StreamFram
 class StreamSession:
     """Ordered frames of one run, then its result (see module docs)."""
 
-    def __init__(self, flow: FlowInternals) -> None:
-        self._flow = flow
+    def __init__(self, attach: Callable[[FrameSink | None], None]) -> None:
+        self._attach = attach
         self._seq = 0
         self._sync_queue: queue.SimpleQueue[object] | None = None
         self._async_queue: asyncio.Queue[object] | None = None
@@ -93,18 +96,23 @@ class StreamSession:
 
     def _finish(self, result: Any, error: BaseException | None) -> None:
         self._result, self._error = result, error
-        self._flow._frame_sink = None
+        self._attach(None)
         self._done.set()
         self._put(_END)
 
     @classmethod
     def run_sync(
-        cls, flow: FlowInternals, make: Callable[[bool], Coroutine[Any, Any, Any]]
+        cls,
+        attach: Callable[[FrameSink | None], None],
+        make: Callable[[bool], Coroutine[Any, Any, Any]],
     ) -> StreamSession:
-        """Start ``make(private_loop)`` on a new thread; frames go to a thread-safe queue."""
-        session = cls(flow)
+        """Start ``make(private_loop)`` on a new thread; frames go to a thread-safe queue.
+
+        ``attach(sink)`` makes the flow send its frames to ``sink`` (None: nowhere); the
+        session attaches itself now and detaches when the run ends."""
+        session = cls(attach)
         session._sync_queue = queue.SimpleQueue()
-        flow._frame_sink = session._push
+        attach(session._push)
 
         def run() -> None:
             try:
@@ -123,12 +131,14 @@ class StreamSession:
 
     @classmethod
     def run_async(
-        cls, flow: FlowInternals, make: Callable[[bool], Coroutine[Any, Any, Any]]
+        cls,
+        attach: Callable[[FrameSink | None], None],
+        make: Callable[[bool], Coroutine[Any, Any, Any]],
     ) -> StreamSession:
-        """Start ``make(False)`` as a task on the running loop."""
-        session = cls(flow)
+        """Start ``make(False)`` as a task on the running loop (``attach``: as above)."""
+        session = cls(attach)
         session._async_queue = asyncio.Queue()
-        flow._frame_sink = session._push
+        attach(session._push)
 
         async def run() -> None:
             try:

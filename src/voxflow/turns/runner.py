@@ -29,7 +29,7 @@ interruption), so the stored turn and reply carry their final statuses, never
 ``running``/``generating``.
 
 During a tracked turn the live state is authoritative: the flow's persistence reload is
-skipped (``_skip_persistence_restore``), so stored snapshots never overwrite accepted
+skipped (``flow.conversation.keep_state_live()``), so stored snapshots never overwrite accepted
 turn, reply or job records. Hold ``JobRunner.state_lock`` around the whole iteration
 when background jobs share the state (see :mod:`voxflow.jobs.runner`).
 """
@@ -230,49 +230,47 @@ class TurnRunner(TurnLedger):
     ) -> AsyncIterator[ReplyEvent]:
         active = self.begin(**params)
         flow = self._flow
-        saved_skip = flow._skip_persistence_restore
-        flow._skip_persistence_restore = True
-        stream: StreamSession | None = None
-        terminal = False
-        try:
-            yield self.issue(active, "started")
-            stream = await flow.astream_turn(message, **options)
-            active.cancel = _canceller(stream)
-            if active.reply.interrupted:
-                stream.cancel()
-            async for event in self._map_frames(active, stream):
-                yield event
-            if active.reply.status != "interrupted":
-                await stream.aresult()  # raises the turn's error, if it failed
-                if active.segments == 0 and active.final_text:
-                    # Hardcoded or final-only replies: the same text/completed contract.
-                    yield self.text(active, active.final_text)
-            terminal = True
-            yield self.finish(active, text=active.final_text)
-        except GeneratorExit:
-            raise
-        except Exception as exc:
-            if terminal:
-                raise
-            terminal = True
-            yield self.finish(active, error=exc)
-            raise
-        finally:
+        with flow.conversation.keep_state_live():  # our accepted turns are newer
+            stream: StreamSession | None = None
+            terminal = False
             try:
-                if not terminal:  # closed (or cancelled) before the terminal event
-                    reply = active.reply
-                    self.interrupt(
-                        session_id=reply.session_id,
-                        turn_id=reply.turn_id,
-                        input_revision=reply.input_revision,
-                        delivery_id=reply.delivery_id,
-                    )
-                if stream is not None:
-                    await stream.aclose()
+                yield self.issue(active, "started")
+                stream = await flow.astream_turn(message, **options)
+                active.cancel = _canceller(stream)
+                if active.reply.interrupted:
+                    stream.cancel()
+                async for event in self._map_frames(active, stream):
+                    yield event
+                if active.reply.status != "interrupted":
+                    await stream.aresult()  # raises the turn's error, if it failed
+                    if active.segments == 0 and active.final_text:
+                        # Hardcoded or final-only replies: the same text/completed contract.
+                        yield self.text(active, active.final_text)
+                terminal = True
+                yield self.finish(active, text=active.final_text)
+            except GeneratorExit:
+                raise
+            except Exception as exc:
+                if terminal:
+                    raise
+                terminal = True
+                yield self.finish(active, error=exc)
+                raise
             finally:
-                flow._skip_persistence_restore = saved_skip
-                self.end(active)
-                await _save_settled(flow, failing=sys.exc_info()[1] is not None)
+                try:
+                    if not terminal:  # closed (or cancelled) before the terminal event
+                        reply = active.reply
+                        self.interrupt(
+                            session_id=reply.session_id,
+                            turn_id=reply.turn_id,
+                            input_revision=reply.input_revision,
+                            delivery_id=reply.delivery_id,
+                        )
+                    if stream is not None:
+                        await stream.aclose()
+                finally:
+                    self.end(active)
+                    await _save_settled(flow, failing=sys.exc_info()[1] is not None)
 
     async def _map_frames(
         self, active: ActiveTurn, stream: StreamSession
@@ -324,8 +322,7 @@ async def _save_settled(flow: Flow[Any], *, failing: bool) -> None:
     if not flow.persistence_configured():
         return
     try:
-        await flow._writes_done()
-        await flow._persist_turn()
+        await flow.asave_state("handle_turn")  # after any write still in flight
     except Exception:
         if not failing:
             raise
