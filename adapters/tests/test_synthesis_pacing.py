@@ -18,13 +18,19 @@ from voxflow_adapters.script import CallScript
 from voxflow_adapters.testing import Teller
 from voxflow_voice.audio import AudioChunk
 from voxflow_voice.engines import TextToSpeech, VoiceEngines
-from voxflow_voice.scheduler import current_work
+from voxflow_voice.events import SessionEvent, TurnCommitted
+from voxflow_voice.playback import HOLD_LIMIT_SECONDS
+from voxflow_voice.scheduler import Work, current_work
 from voxflow_voice.session import VoiceSettings
+from voxflow_voice.speaker import SYNTHESIS_MARGIN
+from voxflow_voice.tts import DETERMINISTIC_TTS_SETTINGS
 
 from voxflow.ids import DeliveryId
 from voxflow.turns import TurnRunner
 
 pytestmark = pytest.mark.models
+
+LEAD = 0.5  # s: the simulated client's buffer ahead of playout (SimulatedClient's lead)
 
 
 class TicketedTts:
@@ -34,6 +40,7 @@ class TicketedTts:
     def __init__(self, inner: TextToSpeech) -> None:
         self.inner = inner
         self.tickets: list[tuple[int | None, str, float]] = []
+        self.works: list[Work] = []  # each segment's ticket, as it is now
 
     @property
     def sample_rate(self) -> int:
@@ -48,6 +55,7 @@ class TicketedTts:
         work = current_work()
         assert work is not None
         self.tickets.append((segment_id, work.urgency, work.slack))
+        self.works.append(work)
         inner = aiter(self.inner.stream(text, delivery_id=delivery_id, segment_id=segment_id))
         try:
             async for chunk in inner:
@@ -79,9 +87,46 @@ async def test_later_sentences_are_due_when_the_audio_before_them_has_played(
     # turn was confirmed); 3 and 4 once the audio before them was handed over.
     assert [(segment, urgency) for segment, urgency, _ in first] == [
         (1, "speculative"), (2, "speculative"), (3, "ahead"), (4, "ahead")]
-    # Paced by playback, each later sentence starts when playout is about to run dry
-    # (within the transport's own buffer), in audio time: no slack left. On the wall
-    # clock the virtual call outran, the tickets said 1 and 4 s of audio still queued.
-    assert [slack for _, _, slack in first[2:]] == [0.0, 0.0], first
+    # Paced by playback, each later sentence starts when playout is about to run dry, in
+    # audio time: what is left is the client's own buffer (its lead, 0.5 s, and a chunk
+    # it took) less the margin. On the wall clock the virtual call outran, the tickets
+    # said 1 and 4 s of audio still queued; before the held audio was counted from the
+    # verdict on, they said 0 (the client's buffer was missing).
+    buffered = LEAD + DETERMINISTIC_TTS_SETTINGS.chunk_duration
+    assert all(0.0 < slack <= buffered - SYNTHESIS_MARGIN + 1e-9
+               for _, _, slack in first[2:]), first
     # Audio time only: a second run of the same call gives the very same tickets.
     assert await _story_tickets(engines) == first
+
+
+@pytest.mark.parametrize("ahead", [0.0, 3.0])
+async def test_the_verdict_makes_a_held_replys_later_sentence_due_not_urgent(
+    engines: VoiceEngines, ahead: float
+) -> None:
+    """The turn is confirmed while a later sentence of its held (speculative) reply is
+    being synthesized: from then on that sentence is due when the audio before it has
+    played, as any later sentence is (the held audio counted: it goes out from the
+    verdict), not urgent work that would take the urgent lane before other calls' turns
+    and first clauses. (Before: urgent, slack 0.)"""
+    tts = TicketedTts(engines.tts)
+    watched = VoiceEngines(stt=engines.stt, tts=tts, make_vad=engines.make_vad)
+    at_verdict: list[tuple[int, str, float]] = []
+
+    def verdict(event: SessionEvent) -> None:
+        if isinstance(event, TurnCommitted):  # emitted right after the speaker was told
+            at_verdict.append((len(tts.works), tts.works[-1].urgency, tts.works[-1].slack))
+
+    script = CallScript().user_says(0.3, "Tell me a story.").until(17.0)
+    call = await run_call(TurnRunner(Teller()), script, watched, on_event=verdict,
+                          settings=VoiceSettings(synthesis_ahead=ahead))
+    (story,) = call.replies()
+    assert call.settled(story) == "completed"
+    ((segments, urgency, slack),) = at_verdict
+    # The verdict came while the reply's last speculative segment was synthesized (the
+    # clock stands still while the models run: the held reply got as far as it may).
+    assert [u for _, u, _ in tts.tickets[:segments]] == ["speculative"] * segments
+    assert segments < len(tts.tickets)
+    assert urgency == "ahead"
+    # The hold kept its limit of audio, and ``ahead`` s more waited for room: all of it
+    # still to play when the verdict came.
+    assert slack >= HOLD_LIMIT_SECONDS + ahead - SYNTHESIS_MARGIN, at_verdict

@@ -24,7 +24,12 @@ from .audio import AudioChunk
 from .heard import HeardLedger, HeardReply
 from .transport import AudioTransport, PausableTransport, PlaybackReceipt
 
-__all__ = ["Playback", "PlaybackStatistics"]
+__all__ = ["HOLD_LIMIT_SECONDS", "Playback", "PlaybackStatistics"]
+
+HOLD_LIMIT_SECONDS = 3.0
+"""Seconds of a held delivery's audio :meth:`Playback.hold` keeps, by default, before
+:meth:`Playback.play` waits for the release: with the speaker's ``synthesis_ahead``, how
+much of a speculative reply can be synthesized before its turn is confirmed."""
 
 logger = logging.getLogger(__name__)
 
@@ -116,7 +121,9 @@ class Playback:
         """All audio of a segment has been handed over."""
         self.heard.end_segment(delivery_id, segment_id)
 
-    def hold(self, delivery_id: DeliveryId, *, limit_seconds: float = 3.0) -> None:
+    def hold(
+        self, delivery_id: DeliveryId, *, limit_seconds: float = HOLD_LIMIT_SECONDS
+    ) -> None:
         """Keep ``delivery_id``'s chunks here instead of writing them, until :meth:`release`.
 
         Once ``limit_seconds`` of audio is held, :meth:`play` waits (for the release or a

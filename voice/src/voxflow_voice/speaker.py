@@ -55,7 +55,7 @@ from .events import (
 )
 from .history import record_heard
 from .playback import Playback
-from .scheduler import Work, scheduled
+from .scheduler import Urgency, Work, scheduled
 from .segmenter import SegmenterSettings, TextSegmenter
 from .speculation import Speculation
 
@@ -94,6 +94,8 @@ class SpokenReply:
         work: the model-scheduler ticket of the segment being synthesized.
         played_from: when (on the session clock) its audio started going out, for the
             deadline of later segments; ``audio_seconds``: how much was handed over.
+        held_seconds: audio handed over while the reply was held (speculative): it
+            starts going out when the turn is confirmed.
         buffered_seconds: audio synthesized ahead, not yet handed over.
         synthesized: whether any of its audio was synthesized yet.
     """
@@ -115,19 +117,25 @@ class SpokenReply:
     work: Work | None = None
     played_from: float | None = None
     audio_seconds: float = 0.0
+    held_seconds: float = 0.0
     buffered_seconds: float = 0.0
     synthesized: bool = False
 
     def synthesis_work(self, call: str, now: float) -> Work:
-        """The ticket of the next segment's synthesis (see :mod:`voxflow_voice.scheduler`):
-        speculative while the turn is unconfirmed; urgent until its first audio exists
-        (the first clause: someone waits in silence); then due when playout runs dry.
-        ``now``: the session clock's reading."""
+        """The ticket of the next segment's synthesis (see :mod:`voxflow_voice.scheduler`),
+        as :meth:`urgency` says at ``now`` (the session clock's reading)."""
+        urgency, slack = self.urgency(now)
+        return Work(call, urgency, slack)
+
+    def urgency(self, now: float) -> tuple[Urgency, float]:
+        """How urgent its synthesis is at ``now``, and the slack: speculative while the
+        turn is unconfirmed; urgent until its first audio exists (the first clause:
+        someone waits in silence); then due when playout runs dry (:meth:`slack`)."""
         if self.speculation is not None:
-            return Work(call, "speculative")
+            return "speculative", 0.0
         if not self.synthesized:
-            return Work(call, "urgent")
-        return Work(call, "ahead", self.slack(now))
+            return "urgent", 0.0
+        return "ahead", self.slack(now)
 
     def slack(self, now: float) -> float:
         """Seconds until the next sentence's synthesis must start for playout not to run
@@ -358,6 +366,7 @@ class ReplySpeaker:
         """Account ``seconds`` of audio handed over; the segment's next sentences are
         due when it has played (unless the reply is still held, speculative)."""
         if reply.speculation is not None:
+            reply.held_seconds += seconds  # (held: it goes out when the turn is confirmed)
             return
         now = self._clock.now()
         if reply.played_from is None or reply.played_from + reply.audio_seconds < now:
@@ -365,9 +374,15 @@ class ReplySpeaker:
         reply.audio_seconds += seconds
 
     def confirmed(self, reply: SpokenReply) -> None:
-        """``reply``'s turn was confirmed: its held synthesis is urgent now."""
+        """``reply``'s turn was confirmed (its speculation cleared, its release next): the
+        audio held so far goes out from now, and the synthesis under way is no longer
+        speculative: urgent if none of the reply's audio exists yet, else due when that
+        audio has played (a later sentence does not take an urgent lane)."""
+        now = self._clock.now()
+        if reply.held_seconds > 0.0:
+            reply.played_from, reply.audio_seconds = now, reply.held_seconds
         if reply.work is not None:
-            reply.work.update("urgent", 0.0)
+            reply.work.update(*reply.urgency(now))
 
     def _emit_for(self, reply: SpokenReply, event: SessionEvent) -> None:
         """Emit an event of ``reply``; a speculative reply's wait for its verdict."""
