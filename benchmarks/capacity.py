@@ -178,10 +178,10 @@ TAIL = 10.0  # s: how long a call waits after the last audio (a slow last reply 
 CALL_LIMIT = 300.0  # s: a call ends by then whatever it waits for
 P95_TARGET_MS = 1000.0
 BEFORE = VoiceSettings(synthesis_ahead=0.0)
-AFTER = VoiceSettings(synthesis_ahead=3.0)
-"""``--scheduler on``: later sentences synthesized up to 3 s ahead of playback."""
 """The session as it was before the scheduler (``--scheduler off``): each sentence
 synthesized only once the one before was handed to playback."""
+AFTER = VoiceSettings(synthesis_ahead=3.0)
+"""``--scheduler on``: later sentences synthesized up to 3 s ahead of playback."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -281,9 +281,10 @@ def _percentile(values: list[float], q: float) -> float | None:
 async def run_calls(
     engines: VoiceEngines, calls: int, turns: int, *, clock: Clock | None = None,
     baseline: tuple[int, float] | None = None, admission: AdmissionController | None = None,
-    settings: VoiceSettings | None = None,
+    settings: VoiceSettings | None = None, reply: str = REPLY,
 ) -> tuple[CapacityRow, list[CallResult]]:
-    """Run ``calls`` concurrent callers of ``turns`` questions each on shared ``engines``.
+    """Run ``calls`` concurrent callers of ``turns`` questions each on shared ``engines``,
+    the flow answering every question with ``reply`` (the benchmark's: :data:`REPLY`).
 
     ``clock`` is the calls' clock (monotonic, i.e. real time, unless given: a
     :class:`~voxflow.clock.VirtualClock` works for one call only, and its CPU and
@@ -321,7 +322,7 @@ async def run_calls(
 
     async def offer(i: int) -> CallResult | None:
         if admission is None:
-            return await run_call(Teller(story=REPLY, trigger=None),
+            return await run_call(Teller(story=reply, trigger=None),
                                   caller_script(question, turns, 0.5 + i * CYCLE / calls),
                                   timed, clock=clock, tail=TAIL, settings=settings)
         await asyncio.sleep(i * CYCLE / calls)
@@ -330,7 +331,7 @@ async def run_calls(
         except CapacityExceededError:
             return None
         with slot:
-            return await run_call(Teller(story=REPLY, trigger=None),
+            return await run_call(Teller(story=reply, trigger=None),
                                   caller_script(question, turns, 0.5), timed, clock=clock,
                                   tail=TAIL, on_event=record, settings=settings)
 
