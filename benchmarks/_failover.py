@@ -189,10 +189,8 @@ async def _heard_saved(store: Any, session_id: str, delivery_id: str) -> None:
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         stored = await asyncio.to_thread(store.load_state, session_id)
-        marks = [e["payload"]["heard_text"] for e in (stored or {}).get("events", [])
-                 if e["type"] == "reply_heard" and e["payload"]["delivery_id"] == delivery_id]
-        if marks and marks[-1]:
-            return
+        if ((stored or {}).get("replies", {}).get(delivery_id) or {}).get("heard_text"):
+            return  # its reply record's mark, updated while it plays
         await asyncio.sleep(0.1)
     raise RuntimeError("no heard words of the story were saved within 30 s")
 

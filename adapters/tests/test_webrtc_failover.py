@@ -73,10 +73,9 @@ async def heard_saved(caller: LoopbackCaller, store: Any, session_id: str,
     deadline = time.monotonic() + within
     while time.monotonic() < deadline:
         stored = await asyncio.to_thread(store.load_state, session_id)
-        marks = [e["payload"]["heard_text"] for e in (stored or {}).get("events", [])
-                 if e["type"] == "reply_heard" and e["payload"]["delivery_id"] == story]
-        if marks and marks[-1]:
-            return str(marks[-1])
+        heard = ((stored or {}).get("replies", {}).get(story) or {}).get("heard_text")
+        if heard:  # its reply record's mark, updated while it plays
+            return str(heard)
         await asyncio.sleep(0.2)
     raise AssertionError("no heard words of the story were saved")
 
@@ -97,7 +96,7 @@ def check_story_cut_at_heard(state: dict[str, Any]) -> str:
     assert story["content"].endswith(DROPPED_MARK) and story["metadata"]["dropped"]
     heard, full = story["metadata"]["heard_text"], story["metadata"]["generated_text"]
     words, generated = heard.split(), full.split()
-    marks = [e for e in state["events"] if e["type"] in ("reply_heard", "reply_settled")]
+    marks = [e for e in state["events"] if e["type"] == "reply_settled"]
     # never an unheard word: the heard words are a strict prefix of the generated ones
     assert words and generated[: len(words)] == words and len(words) < len(generated), marks
     return str(heard)

@@ -56,10 +56,7 @@ async def test_an_answer_the_drop_cut_keeps_only_the_words_saved_as_heard() -> N
     heard = full.split()[0]
     state.events.append(ConversationEvent(type="reply_settled",
                                           payload={"delivery_id": first.delivery_id}))
-    state.events.append(ConversationEvent(type="reply_heard", payload={
-        "delivery_id": second.delivery_id, "heard_text": "", "heard_seconds": 0.0}))
-    state.events.append(ConversationEvent(type="reply_heard", payload={
-        "delivery_id": second.delivery_id, "heard_text": heard, "heard_seconds": 0.4}))
+    second.heard_text, second.heard_seconds = heard, 0.4  # the journal's mark
     before = [m.content for m in state.messages]
     assert settle_dropped_replies(state) == [second.delivery_id]
     after = [m.content for m in state.messages]
@@ -69,6 +66,109 @@ async def test_an_answer_the_drop_cut_keeps_only_the_words_saved_as_heard() -> N
     assert message.metadata["generated_text"] == full and message.metadata["dropped"]
     assert state.replies[second.delivery_id].interrupted
     assert settle_dropped_replies(state) == []  # settled once: a second resume cuts nothing
+
+
+async def test_a_session_saved_with_heard_events_is_cut_as_before() -> None:
+    # marks saved as reply_heard events (before they were kept in the reply record)
+    flow = await answered(["only"])
+    state = flow.state
+    (reply,) = state.replies.values()
+    state.events.append(ConversationEvent(type="reply_heard", payload={
+        "delivery_id": reply.delivery_id, "heard_text": "Request", "heard_seconds": 0.4}))
+    assert settle_dropped_replies(state) == [reply.delivery_id]
+    assert state.messages[-1].content == f"Request {DROPPED_MARK}"
+
+
+class _Parts(Acknowledger):
+    """Answers in content parts: its message's content is a list, not the reply's text."""
+
+    def handle_acknowledge(self) -> str:
+        self.append_assistant_message([{"type": "text", "text": "Once upon a time, "},
+                                       {"type": "text", "text": "there was a fox."}])
+        return ""
+
+
+async def test_the_drop_cuts_the_answers_own_message_whatever_its_text() -> None:
+    """The answer's message is found by the delivery id its turn wrote in it, not by
+    comparing texts: a message whose content is not the reply's text is cut too."""
+    flow = _Parts(state=TurnState(id="call"))
+    runner = TurnRunner(flow)
+    async for event in runner.astream_turn("a story"):
+        runner.accept_event(event)
+    state = flow.state
+    (reply,) = state.replies.values()
+    assert reply.text == "Once upon a time, there was a fox."
+    message = state.messages[-1]
+    assert message.content != reply.text  # content parts
+    assert message.metadata["delivery_id"] == reply.delivery_id
+    reply.heard_text = "Once upon a time,"
+    assert settle_dropped_replies(state) == [reply.delivery_id]
+    assert [m.role for m in state.messages] == ["user", "assistant"]
+    assert state.messages[-1].content == f"Once upon a time, {DROPPED_MARK}"
+    assert state.messages[-1].metadata["turn_id"] == reply.turn_id
+
+
+async def test_an_answer_the_drop_cut_before_its_message_was_recorded_gets_one() -> None:
+    """The worker died while the answer was still being generated (its first words
+    played): the flow had not recorded it yet, so the heard words are added to the
+    history, not lost from it."""
+    flow = await answered(["first"])
+    runner = TurnRunner(flow)
+    active = runner.begin()
+    runner.text(active, "Once upon a time, there was")  # streamed and playing, no message
+    active.reply.heard_text, active.reply.heard_seconds = "Once upon", 0.6
+    before = len(flow.state.messages)
+    assert active.reply.delivery_id in settle_dropped_replies(flow.state)
+    added = flow.state.messages[before:]
+    assert [(m.role, m.content) for m in added] == [("assistant", f"Once upon {DROPPED_MARK}")]
+    assert added[0].metadata["delivery_id"] == active.reply.delivery_id
+    assert added[0].metadata["generated_text"] == "Once upon a time, there was"
+
+
+async def test_the_journal_keeps_one_mark_per_reply_however_long_it_plays(
+    make_store: Any,
+) -> None:
+    """A long answer heard word by word: the session's events do not grow with it (one
+    mark, in the reply's record, updated), and the mark is what a resume cuts to."""
+    from voxflow_adapters.webrtc.resume import HeardJournal
+    from voxflow_voice.events import ReplyTextStreamed
+    from voxflow_voice.heard import HeardReply
+
+    from voxflow.ids import SessionId
+
+    store = make_store("journal_bounded")
+    saved = persist(type("Saved", (Acknowledger,), {}))  # (@persist marks the class)
+    flow = saved(persistence=store, state=TurnState(id="call-b"))
+    runner = TurnRunner(flow)
+    async for event in runner.astream_turn("tell me a long story"):
+        runner.accept_event(event)
+    (reply,) = flow.state.replies.values()
+    words = [f"word{i}" for i in range(40)]
+    said = {"count": 0}
+
+    def heard(delivery_id: Any) -> HeardReply:
+        return HeardReply(delivery_id=delivery_id, text=" ".join(words[:said["count"]]),
+                          full_text=" ".join(words), heard_seconds=said["count"] * 0.3,
+                          complete=False)
+
+    journal = HeardJournal(flow, asyncio.Lock(), heard, interval=0.001)
+    journal.on_event(ReplyTextStreamed(session_id=SessionId("call-b"), at=0.0,
+                                       delivery_id=reply.delivery_id, segment_id=1,
+                                       text=" ".join(words)))
+    events_before = len(flow.state.events)
+    for count in range(1, 31):  # 30 marks, each with one more word
+        said["count"] = count
+        await journal.flush()
+    await journal.flush()  # nothing more heard: nothing saved
+    assert journal.saves == 30
+    assert len(flow.state.events) == events_before  # nothing appended per mark
+    stored = store.load_state("call-b")
+    assert stored is not None and len(stored["events"]) == events_before
+    mark = stored["replies"][reply.delivery_id]
+    assert (mark["heard_text"], mark["heard_seconds"]) == (" ".join(words[:30]), 9.0)
+    restored = TurnState.model_validate(stored)
+    assert settle_dropped_replies(restored) == [reply.delivery_id]
+    assert restored.messages[-1].content == f"{mark['heard_text']} {DROPPED_MARK}"
 
 
 async def test_an_answer_with_nothing_saved_as_heard_keeps_no_word_of_it() -> None:

@@ -55,13 +55,20 @@ class History:
     Args:
         host: the Flow, as its parts see it.
         turn: what the current turn has done (appends note the reply here).
+
+    Attributes:
+        reply_identity: ``turn_id`` and ``delivery_id`` of the tracked reply in flight
+            (set by ``TurnRunner`` for its turn), put in the metadata of every assistant
+            message appended meanwhile: what cuts the reply later finds its message by
+            identity, not by comparing texts.
     """
 
-    __slots__ = ("_host", "_turn")
+    __slots__ = ("_host", "_turn", "reply_identity")
 
     def __init__(self, host: FlowHost, turn: TurnFacts) -> None:
         self._host = host
         self._turn = turn
+        self.reply_identity: dict[str, str] | None = None
 
     def emit(self, event_type: type[BaseModel], **fields: Any) -> None:
         """Emit a conversation event on the bus and, when streaming, as a
@@ -71,6 +78,8 @@ class History:
     def append_message(self, role: str, content: Any, **extra: Any) -> Any:
         """:meth:`voxflow.Flow.append_message`."""
         flow = self._host.flow
+        if role == "assistant" and self.reply_identity is not None:
+            extra["metadata"] = {**self.reply_identity, **(extra.get("metadata") or {})}
         message = append_message(flow, role, content, **extra)
         if role == "assistant":
             self._turn.assistant_appended = True

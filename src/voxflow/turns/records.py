@@ -84,6 +84,11 @@ class ReplyRecord(BaseModel):
     text: str = Field("", description="the full text once generation finished")
     last_event_seq: int = Field(0, ge=0, description="the last seq issued")
     last_accepted_seq: int = Field(0, ge=0, description="the last seq accepted at transport")
+    heard_text: str | None = Field(
+        None, description="the words the user heard of it so far, saved while it plays (a "
+        "voice call's resumable session); None: not tracked",
+    )
+    heard_seconds: float = Field(0.0, ge=0, description="seconds of it played (heard_text)")
     job_id: JobId | None = None
     job_revision: int | None = None
     job_attempt: int | None = None

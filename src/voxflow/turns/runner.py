@@ -230,6 +230,9 @@ class TurnRunner(TurnLedger):
     ) -> AsyncIterator[ReplyEvent]:
         active = self.begin(**params)
         flow = self._flow
+        history = flow.conversation.history  # its assistant messages name this reply
+        history.reply_identity = {"turn_id": active.reply.turn_id,
+                                  "delivery_id": active.reply.delivery_id}
         with flow.conversation.keep_state_live():  # our accepted turns are newer
             stream: StreamSession | None = None
             terminal = False
@@ -269,6 +272,7 @@ class TurnRunner(TurnLedger):
                     if stream is not None:
                         await stream.aclose()
                 finally:
+                    history.reply_identity = None
                     self.end(active)
                     await _save_settled(flow, failing=sys.exc_info()[1] is not None)
 

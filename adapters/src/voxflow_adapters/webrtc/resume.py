@@ -8,19 +8,23 @@ id, in the ``resume`` field of a later ``POST /offer``. Only its SHA-256 is stor
 can check it (:func:`check_resume_token`, constant-time) and none can recover it. The
 token is never logged (it is not in any repr or log line).
 
-**What was heard.** While a reply plays, :class:`HeardJournal` appends ``reply_heard``
-events (the words heard so far, from the transport's receipts) and saves them, at most
-once per ``interval``; when the reply settles (played whole or cut: the session's
+**What was heard.** While a reply plays, :class:`HeardJournal` keeps the words heard so
+far (from the transport's receipts) in its reply record (``ReplyRecord.heard_text`` and
+``heard_seconds``: one mark per reply, updated in place, so a long call stores one row
+per reply however long it plays) and saves them, at most once per ``interval`` and only
+when more was heard; when the reply settles (played whole or cut: the session's
 ``TurnMetrics``), a ``reply_settled`` event; so does a background announcement (its
 ``DeliverySettled``): what it covered, and the history it was heard into, are saved
-then, so that a next owner never announces it again. The answer saved by the turn carries the
-full generated text, so after a worker's death :func:`settle_dropped_replies` (run on
-the restored state before the call goes on) cuts every answer without a
-``reply_settled`` event to its last saved ``reply_heard`` words (none saved: nothing was
-heard), marked interrupted: the history never claims words the user did not hear. A
-mark waits for the session's state lock, which the turn holds while its answer is
-still being generated: up to one ``interval`` of heard words, or those heard before the
-generation ended, can be missing from it.
+then, so that a next owner never announces it again. The answer saved by the turn
+carries the full generated text, so after a worker's death
+:func:`settle_dropped_replies` (run on the restored state before the call goes on) cuts
+every answer without a ``reply_settled`` event to its saved heard words (none saved:
+nothing was heard), marked interrupted: the history never claims words the user did not
+hear. Its message is found by identity (the ``delivery_id`` its turn put in its
+metadata), and one is added when the turn died before recording any. A mark waits for
+the session's state lock, which the turn holds while its answer is still being
+generated: up to one ``interval`` of heard words, or those heard before the generation
+ended, can be missing from it.
 """
 
 from __future__ import annotations
@@ -37,8 +41,10 @@ from voxflow_voice.events import DeliverySettled, ReplyTextStreamed, SessionEven
 from voxflow_voice.heard import HeardReply
 
 from voxflow.conversation import ConversationEvent, ConversationMessage
+from voxflow.conversation.persistence import CHECKED_TAIL
 from voxflow.errors import FencedWriteError
 from voxflow.ids import DeliveryId
+from voxflow.turns import ReplyRecord
 
 __all__ = [
     "DROPPED_MARK",
@@ -88,23 +94,28 @@ def settle_dropped_replies(state: Any) -> list[DeliveryId]:
     """Cut every answer that never settled (its call dropped mid-reply) to the words
     saved as heard, marked interrupted; returns their delivery ids.
 
-    The answer's assistant message (the last one carrying the reply's full text) becomes
-    ``"<heard words> [cut off: the call dropped]"`` with ``metadata.interrupted``,
-    ``heard_text``, ``generated_text`` and ``delivery_id``; its reply record is marked
-    interrupted; a ``reply_settled`` event (``"dropped"``) records it.
+    The answer's assistant message (the last one naming its ``delivery_id`` in its
+    metadata; appended after the history if the turn recorded none) becomes ``"<heard
+    words> [cut off: the call dropped]"`` with ``metadata.interrupted``, ``dropped``,
+    ``heard_text``, ``heard_seconds``, ``generated_text``, ``turn_id`` and
+    ``delivery_id``; its reply record is marked interrupted; a ``reply_settled`` event
+    (``"dropped"``) records it.
     """
     settled = {p.get("delivery_id") for p in _events_of(state, _SETTLED_EVENT)}
-    heard: dict[str, dict[str, Any]] = {}
+    legacy: dict[str, dict[str, Any]] = {}  # marks of a session saved as events
     for payload in _events_of(state, _HEARD_EVENT):
-        heard[str(payload.get("delivery_id"))] = payload
+        legacy[str(payload.get("delivery_id"))] = payload
     cut: list[DeliveryId] = []
     for reply in list(getattr(state, "replies", {}).values()):
         if reply.kind != "answer" or reply.delivery_id in settled:
             continue
-        mark = heard.get(reply.delivery_id, {})
-        words = str(mark.get("heard_text", "")).strip()
-        full = reply.text or "".join(reply.segments)
-        _cut_message(state, full, words, reply.delivery_id, mark.get("heard_seconds", 0.0))
+        if reply.heard_text is not None:
+            words, seconds = reply.heard_text.strip(), reply.heard_seconds
+        else:
+            mark = legacy.get(reply.delivery_id, {})
+            words = str(mark.get("heard_text", "")).strip()
+            seconds = mark.get("heard_seconds", 0.0)
+        _cut_message(state, reply, words, seconds)
         reply.interrupted = True
         state.events.append(ConversationEvent(
             type=_SETTLED_EVENT, payload={"delivery_id": reply.delivery_id, "how": "dropped",
@@ -113,20 +124,47 @@ def settle_dropped_replies(state: Any) -> list[DeliveryId]:
     return cut
 
 
-def _cut_message(state: Any, full: str, words: str, delivery_id: str, seconds: Any) -> None:
+def _cut_message(state: Any, reply: ReplyRecord, words: str, seconds: Any) -> None:
+    """Put what was heard of ``reply`` in its assistant message (or in a new one)."""
     messages: list[ConversationMessage] = state.messages
+    full = reply.text or "".join(reply.segments)
+    content = f"{words} {DROPPED_MARK}".strip()
+    metadata = {"interrupted": True, "dropped": True, "heard_text": words,
+                "heard_seconds": seconds, "generated_text": full,
+                "turn_id": reply.turn_id, "delivery_id": reply.delivery_id}
+    index = _message_of(messages, reply, full)
+    if index is None:  # the turn died before its flow recorded the answer
+        messages.append(ConversationMessage(role="assistant", content=content,
+                                            metadata=metadata))
+        return
+    target = messages[index]
+    if isinstance(target.content, str) and target.content:
+        metadata["generated_text"] = target.content
+    fields = target.model_dump()
+    fields.update(content=content, metadata={**target.metadata, **metadata})
+    cut = ConversationMessage(**fields)  # messages are frozen: replaced, validated
+    if index >= len(messages) - CHECKED_TAIL:
+        messages[index] = cut  # (the next save finds a replaced item of the tail)
+    else:  # an older item replaced in place is not seen by a save: a new list is
+        state.messages = [*messages[:index], cut, *messages[index + 1:]]
+
+
+def _message_of(messages: list[ConversationMessage], reply: ReplyRecord, full: str
+                ) -> int | None:
+    """The index of ``reply``'s assistant message: the last one naming its delivery id
+    (as its turn wrote it); for a message saved before messages named their reply, the
+    last one holding its full text; None if there is none."""
+    legacy: int | None = None
     for index in range(len(messages) - 1, -1, -1):
         message = messages[index]
-        if message.role == "assistant" and full and message.content == full:
-            fields = message.model_dump()
-            fields.update(
-                content=f"{words} {DROPPED_MARK}".strip(),
-                metadata={**message.metadata, "interrupted": True, "dropped": True,
-                          "heard_text": words, "heard_seconds": seconds,
-                          "generated_text": full, "delivery_id": delivery_id},
-            )
-            messages[index] = ConversationMessage(**fields)
-            return
+        if message.role != "assistant":
+            continue
+        named = message.metadata.get("delivery_id")
+        if named == reply.delivery_id:
+            return index
+        if legacy is None and named is None and full and message.content == full:
+            legacy = index
+    return legacy
 
 
 class HeardJournal:
@@ -205,13 +243,16 @@ class HeardJournal:
         if not self._owed and not self._unsaved and (playing is None or words is None):
             return
         async with self.lock:
-            events = self.flow.state.events
-            if playing is not None and words is not None:
+            state = self.flow.state
+            events = state.events
+            record = state.replies.get(playing) if playing is not None else None
+            if playing is not None and record is not None and words is not None:
                 heard = self._heard(playing)
-                events.append(ConversationEvent(type=_HEARD_EVENT, payload={
-                    "delivery_id": playing, "heard_text": heard.text.strip(),
-                    "heard_seconds": round(heard.heard_seconds, 3)}))
-                self._saved_words = heard.text.strip()
+                # one mark per reply, updated: its record's row is upserted, nothing
+                # appended, however long the reply plays
+                record.heard_text = heard.text.strip()
+                record.heard_seconds = round(heard.heard_seconds, 3)
+                self._saved_words = record.heard_text
             settled, self._owed = self._owed, []
             for delivery_id in settled:
                 events.append(ConversationEvent(type=_SETTLED_EVENT,
