@@ -389,13 +389,16 @@ def _verdicts(out: Outcome) -> str:
 
 async def measure(samples: list[Sample], stt_model: str, end_pad: float, only_smart: bool,
                   grace: float, heard_after: list[float], judge_continuation: bool,
-                  provisional_only: bool = False, holds: tuple[float, ...] = (0.0,)) -> None:
+                  provisional_only: bool = False, holds: tuple[float, ...] = (0.0,),
+                  short_turn: float = 1.0) -> None:
     model = SmartTurn()
     stt = WhisperStt(SttSettings(model=stt_model))
     await stt.transcribe(AudioChunk.from_float(np.zeros(16_000, np.float32), STT_SAMPLE_RATE))
-    smart = TurnDetection(min_speech=0.2, max_end_of_turn_silence=1.6, end_pad=end_pad)
+    smart = TurnDetection(min_speech=0.2, max_end_of_turn_silence=1.6, end_pad=end_pad,
+                          short_turn=short_turn)
     name = (f"Smart Turn at a 0.2 s pause + the words ({stt_model}) of a {end_pad} s pause, "
-            "1.6 s maximum")
+            "1.6 s maximum" + (f", a doubted turn of <= {short_turn} s waits like a closed "
+                               "answer" if short_turn else ""))
     if not only_smart:
         timer_02 = TurnDetection(end_of_turn_silence=0.2, min_speech=0.2, min_barge_in=0.2)
         await evaluate("silence timer 0.2 s (the leading framework's VAD stop)", samples,
@@ -542,6 +545,9 @@ def main() -> None:
                         help="complete_silence (s) of the provisional configurations: a turn "
                         "judged complete (not a closed answer nor a question) ends after it; "
                         "one configuration each")
+    parser.add_argument("--short-turn", type=float, default=TurnDetection().short_turn,
+                        help="TurnDetection.short_turn (s) of the Smart Turn configurations "
+                        "(0: off)")
     parser.add_argument("--v2v", type=int, metavar="N", default=0,
                         help="instead: voice to voice in real time over N turns")
     parser.add_argument("--wav", type=Path, default=ANCHOR_WAV, help="the --v2v utterance")
@@ -566,7 +572,7 @@ def main() -> None:
           f"{time.perf_counter() - began:.0f} s")
     asyncio.run(measure(samples, args.stt, args.end_pad, args.only_smart, args.grace,
                         args.heard_after, not args.judge_whole, args.provisional_only,
-                        tuple(args.hold)))
+                        tuple(args.hold), args.short_turn))
 
 
 if __name__ == "__main__":

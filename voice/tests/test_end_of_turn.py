@@ -465,3 +465,31 @@ def test_a_complete_turn_cannot_wait_longer_than_an_incomplete_one() -> None:
     with pytest.raises(ValidationError, match="complete_silence"):
         TurnDetection(complete_silence=2.0, max_end_of_turn_silence=1.6)
     assert TurnDetection(complete_silence=1.6).complete_silence == 1.6
+
+
+async def test_a_short_turn_the_model_doubts_waits_like_a_closed_answer(
+    model: SmartTurn, voices: dict[str, PiperTts]
+) -> None:
+    """``short_turn``: a short answer the pause's STT misheard ("That's all." as "Next
+    all": words that neither close nor open anything) and the model doubts ends after
+    ``closed_answer_silence``, not the maximum; a longer turn with the same verdict, or
+    the short one with words that say more is coming, still waits the maximum."""
+    def waited(text: str, words: str, short_turn: float) -> int:
+        detector = TurnDetector(SileroVad(), SMART.model_copy(update={"short_turn": short_turn}),
+                                end_of_turn_model=model)
+        audio = call_audio(say(voices["fast"], text))
+        out: list[TurnDetectorEvent] = []
+        for start in range(0, audio.size, CHUNK):
+            out += detector.push(audio[start : start + CHUNK])
+            if detector.undecided is not None:
+                out += detector.decide(transcript=words, probability=0.05)
+        [ended] = [e for e in out if isinstance(e, SpeechEnded)]
+        return ended.at_sample - ended.end_sample
+
+    frame, rate = 512, STT_SAMPLE_RATE
+    assert 0 <= waited("That's all.", "Next all", 1.0) - round(0.4 * rate) < frame
+    assert waited("That's all.", "Next all", 0.0) >= round(1.6 * rate)  # (off)
+    assert waited("That's all.", "That's all and", 1.0) >= round(1.6 * rate)  # open words
+    long = "Tell me about the train times to Boston on Tuesday morning."
+    assert waited(long, "Tell me about the trains to Boston on Tuesday", 1.0) >= round(
+        1.6 * rate)  # longer than short_turn: the model's doubt stands

@@ -66,6 +66,15 @@ class TurnDetection(BaseModel):
         description="with an end-of-turn model: silence (s) ending a closed answer ('No.') "
         "the model doubts",
     )
+    # 1.0 s by end_of_turn.py (Dec 1): short answers committed late 5 -> 3 of 60 (two
+    # "That's all." heard as "Next all" / "Matt's oil"), splits unchanged (0 / 1 of 180
+    # sealed 0.3 / 0.1 s after the commit); 1.3 s split a misheard "My account number is".
+    short_turn: float = Field(
+        1.0, ge=0, le=5,
+        description="with an end-of-turn model: a turn of at most this much speech (s) the "
+        "model doubts, whose words neither close nor open anything, ends after "
+        "closed_answer_silence like a closed answer (a short answer the STT misheard); 0: off",
+    )
     complete_silence: float = Field(
         0.0, ge=0, le=10,
         description="with an end-of-turn model: silence (s) after which a turn judged "

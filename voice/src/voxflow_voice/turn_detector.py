@@ -146,6 +146,7 @@ class TurnDetector:
         )
         self._timeout = self._max_wait  # for the pause being heard (a verdict may shorten it)
         self._max_utterance = round(s.max_utterance * rate)
+        self._short_turn = round(s.short_turn * rate)
         self._pre_roll = round(s.pre_roll * rate)
         # The early utterance (speculative STT and replies) comes halfway through the
         # end-of-turn wait at the latest, so a short wait still leaves time to use it.
@@ -288,7 +289,11 @@ class TurnDetector:
         self._decisions.append(verdict)
         events: list[TurnDetectorEvent] = []
         self._timeout = self._max_wait
-        if verdict.words is True:  # the model doubts a closed answer: a shorter wait
+        short = (pause.end_sample - pause.onset_sample <= self._short_turn
+                 and verdict.transcript is not None and verdict.words is None)
+        if verdict.words is True or short:
+            # the model doubts a closed answer, or a short turn whose words open nothing
+            # (a short answer misheard: "That's all." as "Next all"): a shorter wait
             self._timeout = round(self.settings.closed_answer_silence * STT_SAMPLE_RATE)
         hold = round(self.settings.complete_silence * STT_SAMPLE_RATE)
         if verdict.may_go_on and self._position - pause.end_sample < hold:
