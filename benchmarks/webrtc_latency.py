@@ -1,7 +1,7 @@
 """Where the time of a WebRTC call goes: a per-stage breakdown, beside the simulated transport.
 
 Run: ``flock /tmp/voxflow-bench.lock uv run python benchmarks/webrtc_latency.py
-[--turns 3] [--hold 3 none] [--no-chromium]``
+[--turns 3] [--hold 3 none] [--no-chromium] [--rise on off] [--hiss on off]``
 
 One process, the real models at the leading framework's settings (Whisper base, 0.2 s
 end of turn, 0.2 s minimum speech and barge-in, the echo gate off as for browsers), a
@@ -516,7 +516,7 @@ def receive_path(hold: int | str | None) -> Iterator[int | None]:
 
 
 async def measure(turns: int, holds: list[int | str | None], chromium: bool,
-                  rises: list[bool]) -> None:
+                  rises: list[bool], hisses: list[bool]) -> None:
     from voxflow_voice.engines import VoiceEngines as Engines
 
     global SETTINGS
@@ -527,10 +527,12 @@ async def measure(turns: int, holds: list[int | str | None], chromium: bool,
     load = os.getloadavg()
     print(f"webrtc latency benchmark: {turns} turns per transport, load average "
           f"{load[0]:.1f} {load[1]:.1f} {load[2]:.1f} on {os.cpu_count()} CPUs")
-    for rise in rises:
-        SETTINGS = VoiceSettings(turn_detection=REFERENCE_TURNS, echo_gate=False,
+    for rise, hiss in [(r, h) for r in rises for h in hisses]:
+        turn_detection = REFERENCE_TURNS.model_copy(
+            update={"hiss_rise": REFERENCE_TURNS.hiss_rise if hiss else None})
+        SETTINGS = VoiceSettings(turn_detection=turn_detection, echo_gate=False,
                                  barge_in=BargeInSettings(pause_on_rise=rise))
-        tag = f", pause_on_rise={'on' if rise else 'off'}"
+        tag = f", pause_on_rise={'on' if rise else 'off'}, hiss={'on' if hiss else 'off'}"
         sim_v2v, sim_stops, sim_stale = await simulated(engines, said, turns)
         sim = _median(list(sim_v2v))
         print(f"\n== simulated transport{tag}: voice to voice {_fmt(sim).strip()} ms "
@@ -626,6 +628,9 @@ def main() -> None:
     parser.add_argument("--rise", nargs="+", choices=["on", "off"], default=["on"],
                         help="BargeInSettings.pause_on_rise values to compare (off: pause "
                         "only at the first frame over the speech threshold, as before)")
+    parser.add_argument("--hiss", nargs="+", choices=["on", "off"], default=["on"],
+                        help="TurnDetection.hiss_rise on (the default, 12 dB) or off (the "
+                        "VAD alone), to compare: the 's' of 'Stop' as a rising frame")
     args = parser.parse_args()
     if "stop" not in args.stop.lower():
         parser.error(f"--stop {args.stop!r}: the assistant stops only for a line with 'stop' "
@@ -636,7 +641,8 @@ def main() -> None:
     if not args.no_chromium and not chromium:
         print("(no /usr/bin/chromium: the Chromium calls are skipped)")
     logging.getLogger("aioice").setLevel(logging.WARNING)
-    asyncio.run(measure(args.turns, holds, chromium, [r == "on" for r in args.rise]))
+    asyncio.run(measure(args.turns, holds, chromium, [r == "on" for r in args.rise],
+                        [h == "on" for h in args.hiss]))
 
 
 if __name__ == "__main__":
