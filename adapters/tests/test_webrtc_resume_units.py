@@ -294,17 +294,19 @@ async def test_a_settlement_the_call_end_cancelled_mid_save_is_still_saved_by_th
     assert settled == ["d-1"]
 
 
-async def test_take_over_ends_the_dead_owners_announcement_interrupted_and_frees_the_floor(
+async def test_take_over_frees_the_floor_and_offers_the_cut_announcement_again_once(
 ) -> None:
-    """The dead owner held the floor for an announcement (scheduled, never settled): its
-    lease died with it, so the heir ends it interrupted (not replayed, as a restore
-    does) and the floor is free; its client's observations are gone (a new client
-    reports from seq 1)."""
+    """The dead owner held the floor for an announcement (scheduled, never settled: its
+    user never heard it whole). The session's next owner (a wiring on the stored state)
+    frees the floor (its client's observations are gone: a new client reports from seq
+    1), ends that delivery interrupted, and says the announcement again, once: in the
+    history once, and never a third time."""
     from voxflow.examples.assistant import assistant_class
     from voxflow.replies import ClientActivity
     from voxflow.wiring import AssistantWiring
 
-    flow = assistant_class(None, lookup_seconds=0.01)()
+    flow_class = assistant_class(None, lookup_seconds=0.01)
+    flow = flow_class()
     wiring = AssistantWiring(flow)
     replies = wiring.replies
     assert replies is not None
@@ -313,18 +315,30 @@ async def test_take_over_ends_the_dead_owners_announcement_interrupted_and_frees
     async with wiring.state_lock:
         [job] = flow.state.jobs.values()
         assert replies.enqueue(job) is not None
-        delivery = replies.claim()
+        delivery = replies.claim()  # speaking it when the process died
         assert delivery is not None
+        assert replies.prepare(delivery.delivery_id, wiring.announcer)
         assert replies.observe_client(ClientActivity(
             session_id=flow.state.id, seq=9, recording=True, playback=False, muted=True))
-        assert replies.take_over() == [delivery.delivery_id]
-        assert flow.state.deliveries[delivery.delivery_id].status == "interrupted"
-        stats = replies.statistics()
-        assert stats.active_delivery_id is None and stats.busy_reason is None
-        assert replies.observe_client(ClientActivity(  # the new client, from seq 1
-            session_id=flow.state.id, seq=1, recording=False, playback=False, muted=False))
-        assert replies.take_over() == []
+    stored = flow.state.model_dump_json()
     await wiring.aclose()
+
+    heir = flow_class(state=type(flow.state).model_validate_json(stored))
+    resumed = AssistantWiring(heir)  # the resumed call's wiring: it takes the floor over
+    assert heir.state.deliveries[delivery.delivery_id].status == "interrupted"
+    heard = await resumed.announce_ready()
+    assert len(heard) == 1 and "shipped" in heard[0]
+    assert await resumed.announce_ready() == []
+    said = [m for m in heir.state.messages if m.metadata.get("announcement")]
+    assert [m.content for m in said] == heard  # in the history once
+    assert resumed.replies is not None
+    stats = resumed.replies.statistics()
+    assert stats.active_delivery_id is None and stats.busy_reason is None
+    assert resumed.replies.observe_client(ClientActivity(  # the new client, from seq 1
+        session_id=heir.state.id, seq=1, recording=False, playback=False, muted=False))
+    async with resumed.state_lock:
+        assert resumed.replies.take_over() == []  # nothing held the floor since
+    await resumed.aclose()
 
 
 async def test_the_journal_saves_an_announcements_settlement_and_its_history(

@@ -547,6 +547,44 @@ def test_close_with_pending_and_active_deliveries(session: Session) -> None:
     assert session.queue.statistics().closed
 
 
+def test_take_over_offers_the_cut_announcement_again_and_it_is_said_whole_once(
+    session: Session,
+) -> None:
+    """The dead process held the floor for an announcement (the user heard some of it,
+    or none): a takeover ends it interrupted and queues the same versions again, after
+    the pending ones; once that copy is heard whole, nothing of it is offered again."""
+    job, cut = claimed(session)
+    session.queue.prepare(cut, join_answers)
+    waiting = session.queue.enqueue(session.job(answer="7"))
+    assert session.queue.take_over() == [cut]
+    assert session.state.deliveries[cut].status == "interrupted"
+    assert "offered again" in session.state.deliveries[cut].reason
+    assert session.state.replies[cut].interrupted  # its old reply is fenced
+    again = [d for d in session.state.deliveries.values()
+             if d.delivery_id not in (cut, waiting)]
+    assert len(again) == 1 and again[0].status == "pending"
+    assert again[0].covered_updates == session.state.deliveries[cut].covered_updates
+    assert session.queue.enqueue(job) == cut  # a late notification adds no third copy
+    first = session.queue.claim()
+    assert first is not None and first.delivery_id == waiting  # FIFO: it came first
+    assert session.queue.settle(waiting, "skipped")
+    # a second death, during the copy: cut again, queued again (one pending copy)
+    copy = session.queue.claim()
+    assert copy is not None and copy.delivery_id == again[0].delivery_id
+    assert session.queue.take_over() == [copy.delivery_id]
+    pending = [d for d in session.state.deliveries.values() if d.status == "pending"]
+    assert len(pending) == 1
+    last = session.queue.claim()
+    assert last is not None and last.delivery_id == pending[0].delivery_id
+    events = session.queue.prepare(last.delivery_id, join_answers)
+    assert events and all(session.accept_all(events))
+    assert session.queue.settle(last.delivery_id, "completed")  # heard whole: covered
+    assert CoveredUpdate.from_job(job) == session.state.covered_updates[job.job_id]
+    assert session.queue.take_over() == []  # nothing holds the floor: nothing queued
+    assert session.queue.claim() is None
+    assert session.queue.enqueue(job) is None  # covered
+
+
 def test_snapshot_round_trips_and_restore_replays_nothing(session: Session) -> None:
     _, active_id = claimed(session)
     session.queue.prepare(active_id, join_answers)

@@ -6,7 +6,8 @@ the floor, a terminal status (:data:`TERMINAL`) releases it, and every change bu
 session's ``delivery_sequence``. The rest is what happens to the floor as a whole when
 its client goes (:func:`close`), comes back (:func:`reopen`), or its process dies
 (:func:`restore`, :func:`take_over`): a delivery that held the floor then ends
-``interrupted``, never replayed.
+``interrupted``. After a takeover (a call resumed on another process) it is offered
+again, once: nobody chose to cut it, and its user never heard it whole.
 
 Functions over a :class:`~voxflow.replies.records.ReplyQueueState`, called by
 :class:`~voxflow.replies.queue.ReplyQueue` under its lock (its methods document the
@@ -35,6 +36,7 @@ from voxflow.replies.records import (
 
 __all__ = [
     "CLOSED",
+    "TAKEN_OVER",
     "TERMINAL",
     "Fence",
     "close",
@@ -49,6 +51,8 @@ __all__ = [
 TERMINAL: frozenset[str] = frozenset(get_args(SettleStatus))
 """The settle statuses: a delivery in one of them has released the floor for good."""
 CLOSED = "Session closed."  # the reason close() gives the deliveries it skips
+TAKEN_OVER = "Its call's process died before it was heard whole; offered again."
+"""The reason of a delivery a takeover cut (and queued again as a new delivery)."""
 
 Fence = Callable[[ReplyQueueState, DeliveryRecord], None]
 """Stops the remaining events of a delivery's reply (the turn ledger's interrupt)."""
@@ -150,7 +154,22 @@ def restore(state: ReplyQueueState, data: Mapping[str, Any], fence: Fence) -> No
 
 
 def take_over(state: ReplyQueueState, idx: DeliveryIndex | None, fence: Fence) -> list[DeliveryId]:
-    """A fresh floor (``closed`` kept); the delivery that held it ends ``interrupted``."""
+    """A fresh floor (``closed`` kept); the delivery that held it ends ``interrupted``
+    and a new pending delivery of the same versions is queued in its place: the dead
+    process cut it, not its user. One pending copy per cut (a second death cuts the
+    copy, which is queued again in turn); whichever copy is heard whole covers the
+    versions, and the others are then skipped: said whole once."""
     state.delivery_floor = DeliveryFloor(closed=state.delivery_floor.closed)
     state.delivery_sequence += 1
-    return interrupt_scheduled(state, idx, fence, "Its call's process died; not replayed.")
+    cut = interrupt_scheduled(state, idx, fence, TAKEN_OVER)
+    for delivery_id in cut:
+        rec = state.deliveries[delivery_id]
+        again = DeliveryRecord(session_id=rec.session_id, turn_id=rec.turn_id,
+                               input_revision=rec.input_revision,
+                               covered_updates=list(rec.covered_updates))
+        state.deliveries[again.delivery_id] = again
+        if idx is not None:
+            idx.count += 1
+            idx.pending[again.delivery_id] = None
+        state.delivery_sequence += 1
+    return cut

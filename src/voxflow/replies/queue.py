@@ -530,11 +530,14 @@ class ReplyQueue:
         observations (playback, recording, mute, and a ``client_seq`` the new client's
         reports, from 1, would never pass) hold nothing any more. The floor becomes a
         fresh one (``closed`` is kept: :meth:`reopen` opens it); the delivery that held
-        it ends ``interrupted``, not replayed (its lease died with the process), as in
-        :meth:`restore`; pending deliveries stay pending and may now be claimed.
+        it ends ``interrupted`` (its lease died with the process) and is offered again:
+        a new pending delivery of the same job versions, after the pending ones, said
+        whole once (the user did not cut it; an announcement they barged into is not
+        offered again, nor is one a :meth:`restore` cut). Pending deliveries stay
+        pending and may now be claimed.
 
         Returns:
-            The deliveries it interrupted.
+            The deliveries it interrupted (each queued again as a new delivery).
         """
         with self._lock:
             return floors.take_over(self._state(), self._idx, self._fence)
