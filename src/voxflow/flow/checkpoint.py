@@ -28,7 +28,7 @@ from voxflow.flow._engine import Execution
 from voxflow.flow.state import dump_state, load_state_like
 
 if TYPE_CHECKING:
-    from voxflow.flow.host import FlowInternals
+    from voxflow.flow.host import FlowHost
 
 __all__ = [
     "CheckpointConfig",
@@ -100,19 +100,20 @@ def import_execution(data: dict[str, Any], *, replay: bool) -> Execution:
     return ex
 
 
-def write_checkpoint(flow: FlowInternals, config: CheckpointConfig) -> Path:
-    """Atomically write the flow's checkpoint into ``config.directory``; returns the path."""
+def write_checkpoint(host: FlowHost, config: CheckpointConfig) -> Path:
+    """Atomically write the checkpoint of ``host``'s flow into ``config.directory``;
+    returns the path."""
     if config.directory is None:
         raise ValueError("config.directory is None: nowhere to write the checkpoint")
     directory = config.directory
     directory.mkdir(parents=True, exist_ok=True)
     payload = {
         "format": _FORMAT,
-        "flow": type(flow).__qualname__,
-        "state": dump_state(flow._state),
-        "execution": export_execution(flow._ex),
+        "flow": type(host.flow).__qualname__,
+        "state": dump_state(host.state),
+        "execution": export_execution(host.execution),
     }
-    path = directory / f"{flow.flow_id}.json"
+    path = directory / f"{host.flow.flow_id}.json"
     fd, tmp = tempfile.mkstemp(dir=directory, prefix=".ckpt-", suffix=".tmp")
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
@@ -126,17 +127,18 @@ def write_checkpoint(flow: FlowInternals, config: CheckpointConfig) -> Path:
     return path
 
 
-def load_checkpoint(flow: FlowInternals, config: CheckpointConfig) -> None:
-    """Restore ``config.restore_from`` into ``flow`` (state and tracking, set to resume)."""
+def load_checkpoint(host: FlowHost, config: CheckpointConfig) -> None:
+    """Restore ``config.restore_from`` into ``host``'s flow (state and tracking, set to
+    resume)."""
     if config.restore_from is None:
         raise ValueError("config.restore_from is None: nothing to restore")
     payload = json.loads(config.restore_from.read_text(encoding="utf-8"))
     if not isinstance(payload, dict) or payload.get("format") != _FORMAT:
         raise ValueError(f"restore_from: {config.restore_from} is not a voxflow checkpoint")
-    expected = type(flow).__qualname__
+    expected = type(host.flow).__qualname__
     if payload.get("flow") != expected:
         raise ValueError(
             f"restore_from: checkpoint of {payload.get('flow')!r} cannot resume {expected!r}"
         )
-    flow._state = load_state_like(flow._state, payload["state"])
-    flow._ex = import_execution(payload["execution"], replay=True)
+    host.state = load_state_like(host.state, payload["state"])
+    host.execution = import_execution(payload["execution"], replay=True)

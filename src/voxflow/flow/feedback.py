@@ -20,11 +20,16 @@ Providers:
   method in the same dispatch step is not replayed.
 
 :meth:`Flow.ask` asks a question from inside a step and records it in ``input_history``.
+
+:class:`HumanInput` is the part of the Flow core that owns all of it (the runtime holds
+one per Flow): the feedback and ``ask`` histories, the paused step, its save and its
+resume. It reaches the Flow through its :class:`~voxflow.flow.host.FlowHost`.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import inspect
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
@@ -39,7 +44,7 @@ from voxflow.flow.state import dump_state, load_state_like
 
 if TYPE_CHECKING:
     from voxflow.flow.definition import MethodDefinition
-    from voxflow.flow.host import FlowInternals
+    from voxflow.flow.host import FlowHost
 
 __all__ = [
     "ConsoleFeedbackProvider",
@@ -48,8 +53,10 @@ __all__ = [
     "FeedbackProvider",
     "HumanFeedbackPending",
     "HumanFeedbackResult",
+    "HumanInput",
     "InputHistoryEntry",
     "PauseForFeedback",
+    "ResumedStep",
     "collapse_feedback",
     "human_feedback",
 ]
@@ -281,122 +288,158 @@ async def collapse_feedback(
     )
 
 
-async def finish_feedback(
-    flow: FlowInternals, config: FeedbackConfig, method_name: str, output: Any, text: str
-) -> HumanFeedbackResult:
-    """Collapse ``text`` (when outcomes are declared) and record the result on ``flow``."""
-    outcome = None
-    if config.emit:
-        outcome = await collapse_feedback(
-            text,
-            config.emit,
-            llm=config.llm,
-            default=config.default_outcome,
+@dataclasses.dataclass(frozen=True, slots=True)
+class ResumedStep:
+    """A paused step given its feedback: what the runtime commits and dispatches."""
+
+    method_name: str
+    result: HumanFeedbackResult
+    depth: int
+    clear: Callable[[], Awaitable[None]]
+    """Forget the paused step (here and in the backend), once the run goes on."""
+
+
+class HumanInput:
+    """A Flow's human input (see the module docs).
+
+    Args:
+        host: the Flow, as its parts see it.
+
+    Attributes:
+        input_history: every :meth:`ask` exchange (``InputHistoryEntry``), oldest first.
+        feedback_history: every feedback result, oldest first.
+        last_feedback: the most recent feedback result.
+    """
+
+    __slots__ = ("_host", "_pending", "feedback_history", "input_history", "last_feedback")
+
+    def __init__(self, host: FlowHost) -> None:
+        self._host = host
+        self.input_history: list[InputHistoryEntry] = []
+        self.feedback_history: list[HumanFeedbackResult] = []
+        self.last_feedback: HumanFeedbackResult | None = None
+        self._pending: HumanFeedbackPending | None = None
+
+    async def _finish(
+        self, config: FeedbackConfig, method_name: str, output: Any, text: str
+    ) -> HumanFeedbackResult:
+        """Collapse ``text`` (when outcomes are declared) and record the result."""
+        outcome = None
+        if config.emit:
+            outcome = await collapse_feedback(
+                text,
+                config.emit,
+                llm=config.llm,
+                default=config.default_outcome,
+            )
+        result = HumanFeedbackResult(
+            method_name=method_name, output=output, feedback=text, outcome=outcome
         )
-    result = HumanFeedbackResult(
-        method_name=method_name, output=output, feedback=text, outcome=outcome
-    )
-    flow.last_human_feedback = result
-    flow.human_feedback_history.append(result)
-    return result
+        self.last_feedback = result
+        self.feedback_history.append(result)
+        return result
 
-
-async def run_feedback_step(
-    flow: FlowInternals, method: MethodDefinition, output: Any, depth: int
-) -> HumanFeedbackResult:
-    """The runtime's hook: ask the provider, then collapse (may raise Pending)."""
-    config: FeedbackConfig = method.feedback
-    provider = config.provider or flow.feedback_provider or ConsoleFeedbackProvider()
-    context = FeedbackContext(
-        flow_name=type(flow).__name__,
-        flow_id=flow.flow_id,
-        method_name=method.name,
-        message=config.message,
-        output=output,
-        emit=config.emit or (),
-        depth=depth,
-    )
-    text = await provider.request_feedback(context)
-    if not isinstance(text, str):
-        raise TypeError(f"{type(provider).__name__}.request_feedback must return a str")
-    return await finish_feedback(flow, config, method.name, output, text)
-
-
-async def save_pending(flow: FlowInternals, pending: HumanFeedbackPending) -> None:
-    """Save the paused step (context, tracking, state) so any process can resume it."""
-    flow._pending_feedback = pending
-    context = pending.context.model_dump(mode="json", fallback=repr)
-    context["execution"] = export_execution(flow._ex)
-    backend = flow._backend()
-    await asyncio.to_thread(
-        backend.save_pending_feedback, flow.flow_id, context, dump_state(flow._state)
-    )
-
-
-async def resume_flow(flow: FlowInternals, feedback: str) -> Any:
-    """Continue the paused step of ``flow`` with ``feedback`` (see :meth:`Flow.resume_async`)."""
-    if not isinstance(feedback, str):
-        raise TypeError("feedback must be a string")
-    backend = flow._backend()
-    stored = await asyncio.to_thread(backend.load_pending_feedback, flow.flow_id)
-    pending: HumanFeedbackPending | None = flow._pending_feedback
-    if stored is None and pending is None:
-        raise FlowRuntimeError(f"{type(flow).__name__}: no paused feedback step for this flow id")
-    if stored is not None:
-        context_data, state_data = stored
-        flow._state = load_state_like(flow._state, state_data)
-        flow._ex = import_execution(context_data.pop("execution", {}), replay=False)
-        if pending is None or pending.flow_id != flow.flow_id:
-            pending = HumanFeedbackPending(FeedbackContext.model_validate(context_data))
-    assert pending is not None
-    context = pending.context
-    method = flow._definition.methods.get(context.method_name)
-    if method is None or method.feedback is None:
-        raise FlowRuntimeError(
-            f"{type(flow).__name__}: paused method {context.method_name!r} has no @human_feedback"
+    async def run_step(
+        self, method: MethodDefinition, output: Any, depth: int
+    ) -> HumanFeedbackResult:
+        """The feedback step after ``method``: ask the provider, then collapse (may
+        raise :class:`HumanFeedbackPending`)."""
+        flow = self._host.flow
+        config: FeedbackConfig = method.feedback
+        provider = config.provider or flow.feedback_provider or ConsoleFeedbackProvider()
+        context = FeedbackContext(
+            flow_name=type(flow).__name__,
+            flow_id=flow.flow_id,
+            method_name=method.name,
+            message=config.message,
+            output=output,
+            emit=config.emit or (),
+            depth=depth,
         )
-    result = await finish_feedback(flow, method.feedback, method.name, context.output, feedback)
+        text = await provider.request_feedback(context)
+        if not isinstance(text, str):
+            raise TypeError(f"{type(provider).__name__}.request_feedback must return a str")
+        return await self._finish(config, method.name, output, text)
 
-    async def proceed() -> None:
-        flow._pending_feedback = None
-        await asyncio.to_thread(backend.clear_pending_feedback, flow.flow_id)
-        await flow._commit(method.name, result, context.depth)
-        await flow._dispatch(method.name, result, context.depth)
+    async def save_pending(self, pending: HumanFeedbackPending) -> None:
+        """Save the paused step (context, tracking, state) so any process can resume it."""
+        host = self._host
+        self._pending = pending
+        context = pending.context.model_dump(mode="json", fallback=repr)
+        context["execution"] = export_execution(host.execution)
+        backend = host.backend()
+        await asyncio.to_thread(
+            backend.save_pending_feedback, host.flow.flow_id, context, dump_state(host.state)
+        )
 
-    return await flow._run_resumed(proceed)
+    async def resume(self, feedback: str) -> ResumedStep:
+        """Give the paused step of this flow id its ``feedback``: the state and tracking
+        stored with it are restored, the feedback collapsed and recorded."""
+        if not isinstance(feedback, str):
+            raise TypeError("feedback must be a string")
+        host = self._host
+        flow = host.flow
+        flow_id = flow.flow_id
+        backend = host.backend()
+        stored = await asyncio.to_thread(backend.load_pending_feedback, flow_id)
+        pending = self._pending
+        if stored is None and pending is None:
+            raise FlowRuntimeError(
+                f"{type(flow).__name__}: no paused feedback step for this flow id"
+            )
+        if stored is not None:
+            context_data, state_data = stored
+            host.state = load_state_like(host.state, state_data)
+            host.execution = import_execution(context_data.pop("execution", {}), replay=False)
+            if pending is None or pending.flow_id != flow_id:
+                pending = HumanFeedbackPending(FeedbackContext.model_validate(context_data))
+        assert pending is not None
+        context = pending.context
+        method = type(flow).flow_definition().methods.get(context.method_name)
+        if method is None or method.feedback is None:
+            raise FlowRuntimeError(
+                f"{type(flow).__name__}: paused method {context.method_name!r} has no "
+                "@human_feedback"
+            )
+        result = await self._finish(method.feedback, method.name, context.output, feedback)
 
+        async def clear() -> None:
+            self._pending = None
+            await asyncio.to_thread(backend.clear_pending_feedback, flow_id)
 
-async def ask_async(flow: FlowInternals, prompt: str) -> str | None:
-    """Ask ``prompt`` through the flow's ``input_provider`` and record the exchange."""
-    if not isinstance(prompt, str) or not prompt:
-        raise ValueError("prompt must be a non-empty string")
-    provider: Callable[[str], str | Awaitable[str | None] | None] = flow.input_provider or input
-    if inspect.iscoroutinefunction(provider):
-        response = await provider(prompt)
-    else:
-        response = await asyncio.to_thread(provider, prompt)
-        if inspect.isawaitable(response):
-            response = await response
-    if response is not None and not isinstance(response, str):
-        raise TypeError("input_provider must return a str or None")
-    flow.input_history.append(
-        InputHistoryEntry(method_name=current_method.get(), prompt=prompt, response=response)
-    )
-    return response
+        return ResumedStep(method.name, result, context.depth, clear)
 
+    def _provider(self) -> Callable[[str], Any]:
+        provider: Callable[[str], Any] | None = self._host.flow.input_provider
+        return input if provider is None else provider
 
-def ask(flow: FlowInternals, prompt: str) -> str | None:
-    """:func:`ask_async` for sync steps: blocks until the provider answers."""
-    if not isinstance(prompt, str) or not prompt:
-        raise ValueError("prompt must be a non-empty string")
-    provider = flow.input_provider or input
-    response = provider(prompt)
-    if asyncio.iscoroutine(response):
-        response.close()
-        raise TypeError("input_provider is async: call `await self.ask_async(prompt)`")
-    if response is not None and not isinstance(response, str):
-        raise TypeError("input_provider must return a str or None")
-    flow.input_history.append(
-        InputHistoryEntry(method_name=current_method.get(), prompt=prompt, response=response)
-    )
-    return response
+    def _record(self, prompt: str, response: Any) -> str | None:
+        if response is not None and not isinstance(response, str):
+            raise TypeError("input_provider must return a str or None")
+        self.input_history.append(
+            InputHistoryEntry(method_name=current_method.get(), prompt=prompt, response=response)
+        )
+        return response
+
+    async def ask_async(self, prompt: str) -> str | None:
+        """:meth:`Flow.ask_async`: ask through the flow's ``input_provider``, record it."""
+        if not isinstance(prompt, str) or not prompt:
+            raise ValueError("prompt must be a non-empty string")
+        provider = self._provider()
+        if inspect.iscoroutinefunction(provider):
+            response = await provider(prompt)
+        else:
+            response = await asyncio.to_thread(provider, prompt)
+            if inspect.isawaitable(response):
+                response = await response
+        return self._record(prompt, response)
+
+    def ask(self, prompt: str) -> str | None:
+        """:meth:`Flow.ask`: blocks the sync step until the provider answers."""
+        if not isinstance(prompt, str) or not prompt:
+            raise ValueError("prompt must be a non-empty string")
+        response = self._provider()(prompt)
+        if asyncio.iscoroutine(response):
+            response.close()
+            raise TypeError("input_provider is async: call `await self.ask_async(prompt)`")
+        return self._record(prompt, response)

@@ -1,76 +1,29 @@
-"""``FlowInternals``: what the parts of a Flow use of the Flow that holds them.
+"""``FlowHost``: what the parts of a Flow see of the Flow that holds them.
 
-The Flow runtime (:mod:`voxflow.flow.runtime`) is the host; its parts (human feedback and
-``ask``: :mod:`voxflow.flow.feedback`; checkpoints: :mod:`voxflow.flow.checkpoint`;
-streaming: :mod:`voxflow.flow.streaming`; saving and restoring the state:
-:mod:`voxflow.flow.saving`) are functions and objects that work on any
-host. They depend on this protocol, never on the runtime module, so the runtime can
-import them and the import graph of ``voxflow.flow`` has no cycle. Nothing here is public
-API: the members are the runtime's internal attributes, named as the runtime names them.
+A Flow's parts are the objects it holds: the core's own (its saves and restores,
+:class:`~voxflow.flow.saving.StateSaving`; its human input,
+:class:`~voxflow.flow.feedback.HumanInput`; checkpoints, :mod:`voxflow.flow.checkpoint`)
+and those a layer adds (:mod:`voxflow.flow.parts`; the conversation of
+:class:`voxflow.Flow`). They reach the Flow through this protocol only: the Flow's
+public API (:attr:`FlowHost.flow`) and the few operations on its run a part needs. The
+runtime implements it (a small handle over its own attributes,
+:mod:`voxflow.flow._handle`) and imports the parts; they never import the runtime, so
+``voxflow.flow`` has no import cycle.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from voxflow.files import FileRef
     from voxflow.flow._engine import Execution
-    from voxflow.flow.definition import FlowDefinition, MethodDefinition
     from voxflow.flow.persistence import FlowPersistence
     from voxflow.flow.state import StateLike
     from voxflow.flow.streaming import StreamSession
 
-__all__ = ["FlowHost", "FlowInternals"]
-
-
-class FlowInternals(Protocol):
-    """A Flow as its parts see it (see the module docs).
-
-    The feedback part's own types (``HumanFeedbackResult``, ``InputHistoryEntry``,
-    ``HumanFeedbackPending``, ``FeedbackProvider``) and ``checkpoint`` (a
-    ``CheckpointConfig`` or None) are ``Any`` here: those modules import this one.
-    """
-
-    _state: StateLike
-    _ex: Execution
-    _definition: FlowDefinition
-    _pending_feedback: Any
-    _persistence: FlowPersistence | None
-    _inline: bool
-    _resume_checkpoint: bool
-    checkpoint: Any
-    feedback_provider: Any
-    input_provider: Callable[[str], Any] | None
-    input_history: list[Any]
-    last_human_feedback: Any
-    human_feedback_history: list[Any]
-
-    @property
-    def flow_id(self) -> str: ...
-
-    def _backend(self, method: MethodDefinition | None = None) -> FlowPersistence: ...
-
-    def persistence_configured(self) -> bool: ...
-
-    def _skips_restore(self, flow_id: str) -> bool: ...
-
-    async def _load(self, flow_uuid: str) -> dict[str, Any] | None: ...
-
-    def _remember_revision(self, backend: Any, flow_id: str, revision: int) -> None: ...
-
-    def _prepare_state_save(self, backend: Any, method_name: str) -> Callable[[], None]: ...
-
-    async def _write_state(self, write: Callable[[], None]) -> None: ...
-
-    async def _writes_done(self) -> None: ...
-
-    async def _commit(self, name: str, output: Any, depth: int) -> None: ...
-
-    async def _dispatch(self, name: str, output: Any, depth: int) -> None: ...
-
-    async def _run_resumed(self, proceed: Callable[[], Awaitable[None]]) -> Any: ...
+__all__ = ["FlowHost"]
 
 
 class FlowHost(Protocol):
@@ -93,6 +46,15 @@ class FlowHost(Protocol):
     def state(self, state: StateLike) -> None:
         """Replace the live state (a fresh session, a loaded snapshot)."""
         ...
+
+    @property
+    def execution(self) -> Execution:
+        """The per-execution tracking (what ran, with which output): a checkpoint or a
+        paused step saves and restores it."""
+        ...
+
+    @execution.setter
+    def execution(self, execution: Execution) -> None: ...
 
     @property
     def running(self) -> bool:

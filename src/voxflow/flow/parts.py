@@ -37,12 +37,14 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from voxflow.errors import FlowDefinitionError
+
 if TYPE_CHECKING:
     from pydantic import BaseModel
 
     from voxflow.flow.host import FlowHost
 
-__all__ = ["FlowPart"]
+__all__ = ["FlowPart", "checked_part_types"]
 
 
 class FlowPart:
@@ -112,3 +114,27 @@ class FlowPart:
         """Snapshot the state now (on the loop) and return the blocking write to
         ``backend``; None leaves the save to the next part, then to the core."""
         return None
+
+
+def checked_part_types(cls: type, parts: Any) -> tuple[type[FlowPart], ...]:
+    """The part types of Flow class ``cls``: its base's, then ``parts`` (its ``parts=``),
+    checked: FlowPart subclasses, one per attribute name.
+
+    Raises:
+        FlowDefinitionError: a part that is not a FlowPart type, or two under one name.
+    """
+    kinds = tuple(parts) if isinstance(parts, tuple | list) else (parts,)
+    for kind in kinds:
+        if not (isinstance(kind, type) and issubclass(kind, FlowPart)) or not kind.attribute:
+            raise FlowDefinitionError(
+                f"{cls.__name__}: parts= takes FlowPart subclasses with an attribute name, "
+                f"not {kind!r}",
+                flow=cls.__name__,
+            )
+    every = (*getattr(cls, "_part_types", ()), *kinds)
+    names = [kind.attribute for kind in every]
+    if len(set(names)) != len(names):
+        raise FlowDefinitionError(
+            f"{cls.__name__}: two parts under one attribute name ({names})", flow=cls.__name__
+        )
+    return every

@@ -29,35 +29,28 @@ Behaviour (the reference contract, minus its flaws):
 * **Events** go to :attr:`Flow.event_bus` (default :data:`~voxflow.flow.events.flow_event_bus`)
   without blocking dispatch; ``suppress_flow_events`` drops the per-method events only.
 
-A layer built on the core (conversational flows) adds **parts** (:mod:`voxflow.flow.parts`):
-``class Layer(Flow, parts=(MyPart,))``; every instance holds one of each, which the
-runtime calls at fixed points (built-in methods, start order, before the starts, flow
-events, restores and saves) and which reach the Flow through a
-:class:`~voxflow.flow.host.FlowHost` only. :class:`voxflow.Flow` is this class holding a
-:class:`~voxflow.conversation.part.Conversation`; this module never imports it.
+**Parts.** A Flow holds its parts, each owning its state and reaching the Flow only
+through a :class:`~voxflow.flow.host.FlowHost`: the core's saves and restores
+(:class:`~voxflow.flow.saving.StateSaving`) and human input
+(:class:`~voxflow.flow.feedback.HumanInput`), then those a layer adds with
+``class Layer(Flow, parts=(MyPart,))``, called at fixed points (:mod:`voxflow.flow.parts`).
+:class:`voxflow.Flow` is this class holding a
+:class:`~voxflow.conversation.part.Conversation`; this module never imports it, and
 ``conversational = True`` on a class built on this core alone is a
-:class:`~voxflow.errors.FlowDefinitionError` naming the fix. Besides parts:
-``suppress_flow_events`` (constructor argument or class attribute); ``event_bus``, where
-your own events go to the same subscribers; ``emit_frame(channel, type, data)`` adds a
-frame to the active stream; ``reset_execution()`` clears per-execution tracking (every
-kickoff does it, except when resuming a checkpoint or a paused feedback step).
-
-Parts: human feedback and ``ask`` (:mod:`voxflow.flow.feedback`), checkpoints
-(:mod:`voxflow.flow.checkpoint`), saving and restoring the state (:mod:`voxflow.flow.saving`)
-and streaming (:class:`voxflow.flow.streaming.StreamSession`)
-are functions and objects working on a :class:`~voxflow.flow.host.FlowInternals`, which this
-class is; they never import this module.
+:class:`~voxflow.errors.FlowDefinitionError` naming the fix. ``reset_execution()`` clears
+per-execution tracking (every kickoff does it, except when resuming a checkpoint or a
+paused feedback step); ``emit_frame(channel, type, data)`` adds a frame to the active
+stream.
 """
 
 from __future__ import annotations
 
 import asyncio
-import logging
 import os
 import typing
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
+from typing import Any, ClassVar, Generic, TypeVar
 
 from pydantic import BaseModel
 
@@ -65,9 +58,8 @@ from voxflow._loops import run_blocking
 from voxflow.clock import Clock, MonotonicClock
 from voxflow.errors import FlowDefinitionError, FlowRuntimeError
 from voxflow.files import FileRef, InputFilePolicy, prepare_input_files
-from voxflow.flow import feedback as human
-from voxflow.flow import saving
 from voxflow.flow._engine import Engine, Execution
+from voxflow.flow._handle import FlowHandle
 from voxflow.flow.checkpoint import CheckpointConfig, load_checkpoint
 from voxflow.flow.definition import FlowDefinition, MethodDefinition, compile_definition
 from voxflow.flow.events import (
@@ -79,9 +71,16 @@ from voxflow.flow.events import (
     FlowStarted,
     flow_event_bus,
 )
-from voxflow.flow.feedback import HumanFeedbackPending
-from voxflow.flow.parts import FlowPart
+from voxflow.flow.feedback import (
+    FeedbackProvider,
+    HumanFeedbackPending,
+    HumanFeedbackResult,
+    HumanInput,
+    InputHistoryEntry,
+)
+from voxflow.flow.parts import FlowPart, checked_part_types
 from voxflow.flow.persistence import FlowPersistence
+from voxflow.flow.saving import StateSaving, check_backend, check_kickoff_inputs
 from voxflow.flow.state import (
     StateLike,
     checked_state,
@@ -92,12 +91,7 @@ from voxflow.flow.state import (
 )
 from voxflow.flow.streaming import FrameSink, StreamFrame, StreamSession, frame_from_event
 
-if TYPE_CHECKING:
-    from voxflow.flow.feedback import FeedbackProvider, HumanFeedbackResult
-
 __all__ = ["Flow", "StateT"]
-
-logger = logging.getLogger("voxflow.flow")
 
 StateT = TypeVar("StateT", bound="BaseModel | dict[str, Any]")
 
@@ -146,7 +140,7 @@ class Flow(Engine, Generic[StateT]):
         ``parts`` adds part types to the base's (:mod:`voxflow.flow.parts`)."""
         super().__init_subclass__(**kwargs)
         if parts:
-            cls._part_types = _part_types(cls, parts)
+            cls._part_types = checked_part_types(cls, parts)
         if getattr(cls, "conversational", False) and not cls._conversation_layer:
             cls._enable_conversation()
         cls._prepare_parts()
@@ -241,14 +235,13 @@ class Flow(Engine, Generic[StateT]):
             self.max_method_calls = max_method_calls
         if suppress_flow_events is not None:
             self.suppress_flow_events = bool(suppress_flow_events)
-        saving.check_backend(persistence)
+        check_backend(persistence)
         cls = type(self)
         self._definition = cls.flow_definition()
         # Plain attributes: the dispatch loop reads them on every step, and pydantic's
         # private-attribute lookup on the definition is slow.
         self._plan = self._definition.plan
         self._methods = self._definition.methods
-        self._persistence = persistence
         self._bus = event_bus or flow_event_bus
         self._clock: Clock = clock or MonotonicClock()
         self._state: StateLike = self._initial_state(state)
@@ -256,17 +249,13 @@ class Flow(Engine, Generic[StateT]):
         self._inline = False
         self._running = False
         self._frame_sink: FrameSink | None = None
-        self._pending_feedback: Any = None
         self._input_files: dict[str, FileRef] = {}
-        self._resume_checkpoint = False
-        self.input_history: list[Any] = []
-        """Audit trail of :meth:`ask` prompts and answers (``InputHistoryEntry``)."""
-        self.last_human_feedback: HumanFeedbackResult | None = None
-        """The most recent feedback result of this flow."""
-        self.human_feedback_history: list[HumanFeedbackResult] = []
-        """Every feedback result of this flow, oldest first."""
-        host = _Host(self)
+        # The parts: the core's own (saves, human input), then the layers' (parts=).
+        host = FlowHandle(self)
+        self._saving = StateSaving(host, self._definition, persistence)
+        self._human = HumanInput(host)
         self._parts: tuple[FlowPart, ...] = tuple(kind(host) for kind in cls._part_types)
+        self._saving.parts = self._parts
         for part in self._parts:
             setattr(self, part.attribute, part)
 
@@ -279,8 +268,8 @@ class Flow(Engine, Generic[StateT]):
             kwargs: constructor arguments.
         """
         flow = cls(**kwargs)
-        load_checkpoint(flow, CheckpointConfig(restore_from=Path(path)))
-        flow._resume_checkpoint = True
+        load_checkpoint(FlowHandle(flow), CheckpointConfig(restore_from=Path(path)))
+        flow._saving.resume_next = True
         return flow
 
     # ------------------------------------------------------------------ state
@@ -337,6 +326,21 @@ class Flow(Engine, Generic[StateT]):
         return dict(self._input_files)
 
     @property
+    def input_history(self) -> list[InputHistoryEntry]:
+        """Audit trail of :meth:`ask` prompts and answers (``InputHistoryEntry``)."""
+        return self._human.input_history
+
+    @property
+    def last_human_feedback(self) -> HumanFeedbackResult | None:
+        """The most recent feedback result of this flow."""
+        return self._human.last_feedback
+
+    @property
+    def human_feedback_history(self) -> list[HumanFeedbackResult]:
+        """Every feedback result of this flow, oldest first."""
+        return self._human.feedback_history
+
+    @property
     def method_outputs(self) -> list[tuple[str, Any]]:
         """``(method, output)`` of the current/last execution, in completion order."""
         return list(self._ex.outputs)
@@ -382,7 +386,7 @@ class Flow(Engine, Generic[StateT]):
     # ------------------------------------------------------------------ kickoff
 
     def _check_kickoff_args(self, inputs: Any, from_checkpoint: Any, restore_from: Any) -> None:
-        saving.check_kickoff_inputs(inputs, from_checkpoint, restore_from)
+        check_kickoff_inputs(inputs, from_checkpoint, restore_from)
         if self._running:
             raise FlowRuntimeError(
                 f"{self._definition.name}: kickoff() is already running on this instance; "
@@ -465,11 +469,11 @@ class Flow(Engine, Generic[StateT]):
         private_loop: bool,
     ) -> Any:
         self._check_kickoff_args(inputs, from_checkpoint, restore_from_state_id)
-        saving.check_store(self)
+        self._saving.check_store()
         self._running = True
         try:
-            resuming = await saving.prepare_kickoff(
-                self, inputs, from_checkpoint, restore_from_state_id
+            resuming = await self._saving.prepare_kickoff(
+                inputs, from_checkpoint, restore_from_state_id, inline=self._inline
             )
             if not resuming:
                 self._ex = Execution()
@@ -492,13 +496,13 @@ class Flow(Engine, Generic[StateT]):
                     await part.before_starts()
                 await self._run_starts()
         except HumanFeedbackPending as pending:
-            await human.save_pending(self, pending)
+            await self._human.save_pending(pending)
             self._emit(FlowPaused, method_name=pending.method_name, message=pending.message)
             return pending
         except BaseException as exc:
             if all([part.emits_flow_failed() for part in parts]):
                 self._emit(FlowFailed, error_type=type(exc).__name__, error=str(exc))
-            saving.checkpoint_failed_run(self)
+            self._saving.checkpoint_failed_run()
             raise
         result = self._ex.result
         if all([part.emits_flow_finished() for part in parts]):
@@ -543,24 +547,13 @@ class Flow(Engine, Generic[StateT]):
             if not isinstance(flow_id, str) or not flow_id:
                 raise ValueError("flow_id must be a non-empty string")
             stamp_id(self._state, flow_id)
-        return await human.resume_flow(self, feedback)
+        step = await self._human.resume(feedback)
 
-    def ask(self, prompt: str) -> str | None:
-        """Ask a question from inside a sync step; recorded in :attr:`input_history`.
+        async def proceed() -> None:
+            await step.clear()
+            await self._commit(step.method_name, step.result, step.depth)
+            await self._dispatch(step.method_name, step.result, step.depth)
 
-        Blocks the step until ``input_provider`` (default ``input``) answers; use
-        :meth:`ask_async` from async steps.
-        """
-        return human.ask(self, prompt)
-
-    async def ask_async(self, prompt: str) -> str | None:
-        """:meth:`ask` for async steps (a sync provider runs in a worker thread)."""
-        return await human.ask_async(self, prompt)
-
-    async def _feedback_step(self, method: MethodDefinition, output: Any, depth: int) -> Any:
-        return await human.run_feedback_step(self, method, output, depth)
-
-    async def _run_resumed(self, proceed: Callable[[], Any]) -> Any:
         if self._running:
             raise FlowRuntimeError(f"{self._definition.name}: a run is already in progress")
         self._running = True
@@ -570,7 +563,22 @@ class Flow(Engine, Generic[StateT]):
         finally:
             self._running = False
 
-    # ------------------------------------ persistence: the hooks of voxflow.flow.saving
+    def ask(self, prompt: str) -> str | None:
+        """Ask a question from inside a sync step; recorded in :attr:`input_history`.
+
+        Blocks the step until ``input_provider`` (default ``input``) answers; use
+        :meth:`ask_async` from async steps.
+        """
+        return self._human.ask(prompt)
+
+    async def ask_async(self, prompt: str) -> str | None:
+        """:meth:`ask` for async steps (a sync provider runs in a worker thread)."""
+        return await self._human.ask_async(prompt)
+
+    async def _feedback_step(self, method: MethodDefinition, output: Any, depth: int) -> Any:
+        return await self._human.run_step(method, output, depth)
+
+    # ------------------------------------------------------------------ persistence
 
     async def asave_state(self, method_name: str = "save") -> None:
         """Save the state now through the flow's persistence (a no-op without one),
@@ -579,141 +587,17 @@ class Flow(Engine, Generic[StateT]):
         Call it with the state quiet (e.g. under the session's state lock): the
         snapshot is taken on the loop before the write starts.
         """
-        await saving.save_now(self, method_name)
-
-    async def _write_state(self, write: Callable[[], None]) -> None:
-        await saving.write_state(self, write)
-
-    async def _writes_done(self) -> None:
-        await saving.writes_done(self)
+        await self._saving.save_now(method_name)
 
     def persistence_configured(self) -> bool:
         """True when this flow saves its state: a ``persistence`` of its own or ``@persist``."""
-        return saving.persistence_configured(self)
-
-    def _backend(self, method: MethodDefinition | None = None) -> FlowPersistence:
-        return saving.backend(self, method)
-
-    async def _load(self, flow_uuid: str) -> dict[str, Any] | None:
-        return await saving.load(self, flow_uuid)
-
-    def _remember_revision(self, backend: Any, flow_id: str, revision: int) -> None:
-        for part in self._parts:
-            part.revision_read(backend, flow_id, revision)
-
-    def _prepare_state_save(self, backend: Any, method_name: str) -> Callable[[], None]:
-        """Snapshot the state now (on the loop), return the blocking write: a part's
-        (:class:`voxflow.Flow`'s saves only what changed), else a full ``save_state``."""
-        for part in self._parts:
-            write = part.prepare_state_save(backend, method_name)
-            if write is not None:
-                return write
-        return saving.full_state_save(self, backend, method_name)
-
-    def _skips_restore(self, flow_id: str) -> bool:
-        return any([part.skips_restore(flow_id) for part in self._parts])
+        return self._saving.configured()
 
     async def _after_commit(self, method: MethodDefinition) -> None:
-        await saving.after_commit(self, method)
+        await self._saving.after_commit(method, inline=self._inline)
 
     def __repr__(self) -> str:
         return (
             f"{type(self).__name__}(id={self.flow_id!r}, methods={len(self._definition.methods)}, "
             f"completed={len(self._ex.completed)})"
         )
-
-
-def _part_types(cls: type, parts: Any) -> tuple[type[FlowPart], ...]:
-    """The base's part types, then ``parts`` (checked: FlowPart types, one per attribute)."""
-    kinds = tuple(parts) if isinstance(parts, tuple | list) else (parts,)
-    for kind in kinds:
-        if not (isinstance(kind, type) and issubclass(kind, FlowPart)) or not kind.attribute:
-            raise FlowDefinitionError(
-                f"{cls.__name__}: parts= takes FlowPart subclasses with an attribute name, "
-                f"not {kind!r}",
-                flow=cls.__name__,
-            )
-    every = (*getattr(cls, "_part_types", ()), *kinds)
-    names = [kind.attribute for kind in every]
-    if len(set(names)) != len(names):
-        raise FlowDefinitionError(
-            f"{cls.__name__}: two parts under one attribute name ({names})", flow=cls.__name__
-        )
-    return every
-
-
-class _Host:
-    """What the parts of a Flow see of it (:class:`~voxflow.flow.host.FlowHost`): the
-    one object besides the Flow itself that works on the Flow's run."""
-
-    __slots__ = ("_flow",)
-
-    def __init__(self, flow: Flow[Any]) -> None:
-        self._flow = flow
-
-    @property
-    def flow(self) -> Flow[Any]:
-        return self._flow
-
-    @property
-    def state(self) -> StateLike:
-        return self._flow._state
-
-    @state.setter
-    def state(self, state: StateLike) -> None:
-        self._flow._state = state
-
-    @property
-    def running(self) -> bool:
-        return self._flow._running
-
-    @property
-    def streaming(self) -> bool:
-        return self._flow._frame_sink is not None
-
-    def fresh_state(self) -> StateLike:
-        return self._flow._initial_state(None)
-
-    def check_kickoff(self, inputs: Any, from_checkpoint: Any, restore_from_state_id: Any) -> None:
-        self._flow._check_kickoff_args(inputs, from_checkpoint, restore_from_state_id)
-
-    async def kickoff(
-        self,
-        inputs: Mapping[str, Any],
-        from_checkpoint: CheckpointConfig | None,
-        restore_from_state_id: str | None,
-        private_loop: bool,
-    ) -> Any:
-        return await self._flow._kickoff(
-            inputs, from_checkpoint, restore_from_state_id, private_loop
-        )
-
-    def stream(self, make: Callable[[bool], Any], *, sync: bool) -> StreamSession:
-        if sync:
-            return StreamSession.run_sync(self._flow._attach_frames, make)
-        return StreamSession.run_async(self._flow._attach_frames, make)
-
-    def set_input_files(self, files: Mapping[str, FileRef]) -> None:
-        self._flow._input_files = dict(files)
-
-    def emit(self, event_type: type[Any], *, channel: str | None = None, **fields: Any) -> None:
-        self._flow._emit(event_type, channel, **fields)
-
-    def backend(self) -> FlowPersistence:
-        return self._flow._backend()
-
-    async def load(self, flow_id: str, *, inline: bool) -> dict[str, Any] | None:
-        flow = self._flow
-        flow._inline, was = inline, flow._inline
-        try:
-            return await flow._load(flow_id)
-        finally:
-            flow._inline = was
-
-    async def save(self, method_name: str) -> None:
-        flow = self._flow
-        write = flow._prepare_state_save(flow._backend(), method_name)
-        if flow._inline:
-            write()
-        else:
-            await flow._write_state(write)
