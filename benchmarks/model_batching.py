@@ -4,14 +4,15 @@ Run: ``uv run python benchmarks/model_batching.py [--batch 4] [--repeats 5]``
 
 Issue 21 asked for several calls' utterances in one Whisper encoder batch when they
 finish together, and Piper synthesis of queued clauses in one run. This measures, with
-the bundled models and the settings the pipeline uses (tiny.en int8 in a 10 s window,
-one Piper voice on one onnxruntime thread), the time of ``--batch`` inputs done one by
+the bundled models and the settings the pipeline uses (tiny.en int8 in the window fitted
+to the longest utterance of the batch, 6 to 10 s, one Piper voice on one onnxruntime
+thread), the time of ``--batch`` inputs done one by
 one against the same inputs in one batch, median of ``--repeats`` rounds, interleaved
 (so both see the same machine load). Nothing is asserted; the ratio decides whether a
 batching path is worth keeping in :mod:`voxflow_voice.scheduler`.
 
 * **Whisper encoder**: ``ctranslate2.models.Whisper.encode`` on log-mel features of
-  ``--batch`` utterances (10 s windows), one call each vs one call with all;
+  ``--batch`` utterances (one fitted window), one call each vs one call with all;
 * **Whisper decode**: ``generate`` (greedy, no timestamps) from the encoder output,
   one utterance per call vs all at once;
 * **Piper**: ``--batch`` sentences through the voice's onnxruntime session, one run
@@ -71,7 +72,9 @@ def main() -> None:
         samples = np.concatenate([s.samples for s in tts.synthesize(text)])
         audio.append(resample(samples, tts.sample_rate, STT_SAMPLE_RATE))
     model = stt._model  # the shared faster-whisper model the pipeline uses
-    window = int(stt.settings.encoder_window * STT_SAMPLE_RATE)
+    # the pipeline's window for the longest of them: one batch has one width
+    seconds = max(stt.settings.window_for(a.size / STT_SAMPLE_RATE) for a in audio)
+    window = int(seconds * STT_SAMPLE_RATE)
     features = [model.feature_extractor(np.pad(a, (0, max(0, window - a.size)))[:window])
                 for a in audio]
     feats = np.stack([f[:, : window // 160] for f in features]).astype(np.float32)

@@ -1,7 +1,8 @@
 """Whisper accuracy against speed on this machine: which settings keep the words right.
 
-Run: ``uv run python benchmarks/stt_accuracy.py [--quick] [--runs N] [--models tiny.en base]``
-(``--quick``: half the utterances, windows 30 and 10 s only, no threads/beam variants).
+Run: ``uv run python benchmarks/stt_accuracy.py [--quick] [--runs N] [--models tiny.en base]
+[--policies-only]`` (``--quick``: half the utterances, windows 30 and 10 s only, no
+threads/beam variants, two window policies; ``--policies-only``: only the window policies).
 
 A fixed list of voice-assistant utterances (:data:`UTTERANCES`: 1-2 word replies,
 commands, questions, numbers, names and 6-8 s sentences) is spoken by the bundled Piper
@@ -42,12 +43,14 @@ thirty), and a transcript scores with whichever reading has fewer errors (one re
 the whole transcript); ordinals (``23rd``) become words. The references are
 written in words the way the voice speaks them.
 
-"loops" counts transcripts that still loop, "redone" the windowed decodes that looped and
-were done again in the 30 s window (:class:`WhisperStt` does that on its own).
+"loops" counts transcripts that still loop, "redone" the windowed decodes that ran away
+and were done again in a longer window (:class:`WhisperStt` does that on its own).
 
 Measured on this 2-core machine on 2026-11-30, shared with other engineers' work (load
 average about 2; each WER moves by +-1 word between runs: CTranslate2's multi-threaded
-int8 is not bit-exact), 67 utterances, 474 words, greedy, 2 threads, one timing each::
+int8 is not bit-exact), 67 utterances, 472 words, greedy, 2 threads, one timing each,
+before windowed decodes had a token budget (a loop then ran to 448 tokens before it was
+redone in 30 s), all with a fixed window (``encoder_window_floor=None``)::
 
     model    window padding  WER (words)  median  p90 ms  redone
     tiny.en  30 s   zeros    3.0% (14)    432 ms   532    0   (faster-whisper's own)
@@ -76,6 +79,53 @@ errors for tiny.en, none for base, and 3 to 5 loops redone. 1 thread vs 2 at 8 s
 82 ms (tiny.en), 146 vs 173 ms (base): with the cores shared with other work a second
 thread mostly waits; ``voice_models.py`` times it on its own. The full run took about 12
 minutes at that load (``--quick``: 82 s).
+
+**Window policies** (``_stt_policies.py``): the window fitted to the utterance (its
+length + ``encoder_window_margin``, rounded up to a whole second, between
+``encoder_window_floor`` and the 10 s ``encoder_window``) against the fixed 10 s, on the
+67 utterances above and the same 67 in voices that are not the bundled one
+(:func:`_stt_clips.build_other_voices`: espeak-ng en-us+f3 150 wpm, en-gb+m3 130 wpm,
+en-us+m7 175 wpm, Piper ``length_scale`` 0.8 and 1.3, in turn; the same noise and pads),
+134 clips of 1.0 to 8.3 s (median 2.3 s; 117 of at most 4 s). Each clip is transcribed by
+every policy in turn (the order rotating), so the machine's load falls on all of them
+alike; "x ref" is the median over clips of a policy's time over the fixed 10 s one's on
+the same clip, "short" the median of the clips of at most 4 s, "kept" the transcripts
+that said the turn again and were cut to their first time, "redone" the decodes done
+again in a longer window (their time counted). Then the leading framework's question
+(``/work/shared/anchors/pipecat/audio/user_q.wav``, 2.4 s, with 0.6 s pre-roll and 0.1 s
+end pad), median of 7 runs per policy. Measured 2026-12-01, shared machine, load average
+3.4 (tiny.en) and 5.0 (base), greedy, 2 threads, one timing each::
+
+    model    policy               WER bundled  WER others  median  p90 ms  x ref  kept  redone
+    tiny.en  fixed 10 s           2.8% (13)    12.7% (60)   91 ms   175    1.00     0      0
+    tiny.en  fit +1 s, floor 4    3.2% (15)    14.0% (66)   60 ms   149    0.60    32      3
+    tiny.en  fit +3 s, floor 4    2.8% (13)    13.6% (64)   66 ms   153    0.70    20      3
+    tiny.en  fit +2 s, floor 5    3.2% (15)    13.1% (62)   61 ms   147    0.64    25      3
+    tiny.en  fit +3 s, floor 5    2.8% (13)    13.6% (64)   67 ms   163    0.69    20      3
+    tiny.en  fit +2 s, floor 6    3.4% (16)    13.1% (62)   64 ms   147    0.68    17      1
+    tiny.en  fit +3 s, floor 6    3.0% (14)    13.3% (63)   63 ms   144    0.69    17      1  *
+    base     fixed 10 s           1.7% (8)     10.4% (49)  216 ms   385    1.00     2      0
+    base     fit +1 s, floor 4    2.3% (11)    11.2% (53)  155 ms   319    0.70    45      7
+    base     fit +3 s, floor 4    1.7% (8)     10.8% (51)  166 ms   333    0.74    30      5
+    base     fit +2 s, floor 5    1.9% (9)     11.9% (56)  160 ms   332    0.70    35      6
+    base     fit +3 s, floor 5    1.7% (8)     10.8% (51)  169 ms   338    0.70    30      5
+    base     fit +2 s, floor 6    1.7% (8)     11.4% (54)  155 ms   301    0.71    29      5
+    base     fit +3 s, floor 6    1.7% (8)     10.4% (49)  166 ms   318    0.70    27      4  *
+
+(``*``: the default) of 472 words each; no transcript left looping, none empty. An
+earlier run at load 4.7-5.9 gave the same words for the default (base 8 and 49, tiny.en
+14 and 63) at 0.73x and 0.71x (base 147 vs 196 ms, p90 292 vs 300). The anchor question,
+base: 183 ms fitted (7 s) vs 220 ms at 10 s; tiny.en 86 vs 108 ms, the same words. So
+the fitted window (floor 6 s, margin 3 s) is the default: base keeps its words on both
+voice sets, tiny.en is within one word on the bundled voice and three on the others, at
+0.70x the time per turn and no worse p90. Less margin loses words, mostly on the other
+voices (base 5 to 8 more errors in all at a 1 or 2 s margin). Before the token budget
+and the first time kept, the same policies were redone on 13% to 39% of the turns (a
+loop ran to 448 tokens, about 3 s for base, before its second decode): base fit +3 s,
+floor 6 was 0.76x at the median but its p90 1.5x the fixed window's (764 vs 495 ms, load
+8.7). Decoding with timestamps (``without_timestamps=False``) loops less in a fitted
+window but loses words (base +4 to +7) and, once, a whole turn. The policies take about
+5 minutes at load 3 (``--quick``: about 2).
 """
 
 from __future__ import annotations
@@ -83,23 +133,20 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import re
 import statistics
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import numpy as np
 from _figures import figure
-from numpy.typing import NDArray
+from _stt_clips import Clip, build_clips, build_other_voices
+from _stt_policies import POLICIES, QUICK_POLICIES, Redone, compare_policies
+from _wer import normalize, repeats, word_errors
 from voxflow_voice import (
-    DETERMINISTIC_TTS_SETTINGS,
     STT_SAMPLE_RATE,
-    PiperTts,
     SttSettings,
     WhisperStt,
     find_whisper_model,
-    resample,
 )
 
 from voxflow.errors import ModelNotFoundError
@@ -190,171 +237,9 @@ UTTERANCES: tuple[str, ...] = (
 )
 """The test utterances (fixed: figures are comparable between runs and commits)."""
 
-SPEEDS = (0.9, 1.0, 1.15)
-NOISES = ("clean", "white", "clean", "pink")
-END_PADS = (0.2, 0.1)
-PRE_ROLL = 0.6
-SNR_DB = 20.0
 WINDOWS = (30.0, 20.0, 15.0, 12.0, 10.0, 8.0)
 QUICK_WINDOWS = (30.0, 10.0)
 PADDINGS = ("zeros", "silence")
-SEED = 20261130
-
-# ---------------------------------------------------------------- normalization
-
-_ONES = [
-    "zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten",
-    "eleven", "twelve", "thirteen", "fourteen", "fifteen", "sixteen", "seventeen", "eighteen",
-    "nineteen",
-]
-_TENS = ["_", "_", "twenty", "thirty", "forty", "fifty", "sixty", "seventy", "eighty", "ninety"]
-_ORDINALS = {
-    "one": "first", "two": "second", "three": "third", "five": "fifth", "eight": "eighth",
-    "nine": "ninth", "twelve": "twelfth", "twenty": "twentieth", "thirty": "thirtieth",
-}
-_SAME = {"ok": "okay", "alright": "all right", "mr": "mister", "dr": "doctor"}
-
-
-def cardinal(n: int) -> str:
-    """``n`` (0 to 999 999) in words, without "and" (as the voice says it)."""
-    if n < 20:
-        return _ONES[n]
-    if n < 100:
-        return _TENS[n // 10] + ("" if n % 10 == 0 else " " + _ONES[n % 10])
-    if n < 1000:
-        rest = "" if n % 100 == 0 else " " + cardinal(n % 100)
-        return _ONES[n // 100] + " hundred" + rest
-    rest = "" if n % 1000 == 0 else " " + cardinal(n % 1000)
-    return cardinal(n // 1000) + " thousand" + rest
-
-
-def _ordinal(n: int) -> str:
-    words = cardinal(n).split()
-    last = words[-1]
-    words[-1] = _ORDINALS.get(last, last[:-1] + "ieth" if last.endswith("y") else last + "th")
-    return " ".join(words)
-
-
-def normalize(text: str, *, reading: str = "cardinal") -> list[str]:
-    """The words of ``text`` for WER (see the module docstring).
-
-    ``reading`` says how a number in digits is read: ``cardinal`` (4592: four thousand
-    five hundred ninety two), ``digits`` (four five nine two) or ``clock`` (730: seven
-    thirty; a cardinal when it is no time of day).
-    """
-    text = text.lower()
-    text = re.sub(r"\$(\d+)", r"\1 dollars", text)
-    text = text.replace("%", " percent").replace("°", " degrees")
-    text = re.sub(r"(\d+)(st|nd|rd|th)\b", lambda m: _ordinal(int(m.group(1))), text)
-    text = text.replace("'", "").replace("\u2019", "")
-    text = re.sub(r"[^a-z0-9]+", " ", text)
-    words: list[str] = []
-    for word in text.split():
-        if word.isdigit() and len(word) <= 6:
-            hours, minutes = divmod(int(word), 100)
-            if reading == "digits" and len(word) > 1:
-                words.extend(_ONES[int(d)] for d in word)
-            elif reading == "clock" and len(word) in (3, 4) and 0 < minutes < 60 and hours < 24:
-                words.extend(f"{cardinal(hours)} {cardinal(minutes)}".split())
-            else:
-                words.extend(cardinal(int(word)).split())
-        else:
-            words.extend(_SAME.get(word, word).split())
-    return words
-
-
-def edit_distance(ref: Sequence[str], hyp: Sequence[str]) -> int:
-    """Word-level Levenshtein distance (substitutions + deletions + insertions)."""
-    previous = list(range(len(hyp) + 1))
-    for i, r in enumerate(ref, 1):
-        current = [i]
-        for j, h in enumerate(hyp, 1):
-            current.append(min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (r != h)))
-        previous = current
-    return previous[-1]
-
-
-def word_errors(reference: str, heard: str) -> int:
-    """Errors of ``heard`` against ``reference``, reading its digits the kinder way."""
-    ref = normalize(reference)
-    readings = ("cardinal", "digits", "clock")
-    return min(edit_distance(ref, normalize(heard, reading=r)) for r in readings)
-
-
-def repeats(reference: str, heard: str) -> bool:
-    """Whether ``heard`` loops: a word or word pair 3x in a row, or 50% more words."""
-    words = normalize(heard)
-    if len(words) > 1.5 * len(normalize(reference)) + 1:
-        return True
-    for size in (1, 2):
-        for i in range(len(words) - 3 * size + 1):
-            chunk = words[i : i + size]
-            if chunk == words[i + size : i + 2 * size] == words[i + 2 * size : i + 3 * size]:
-                return True
-    return False
-
-
-# ---------------------------------------------------------------- audio
-
-
-@dataclass(frozen=True, slots=True)
-class Clip:
-    """One test utterance as STT receives it."""
-
-    text: str
-    audio: NDArray[np.float32]
-    condition: str
-
-
-def _trim(samples: NDArray[np.float32], threshold: float = 0.01) -> NDArray[np.float32]:
-    loud = np.flatnonzero(np.abs(samples) > threshold)
-    if loud.size == 0:
-        return samples
-    return samples[loud[0] : loud[-1] + 1]
-
-
-def _noise(kind: str, size: int, rng: np.random.Generator) -> NDArray[np.float64]:
-    white = rng.standard_normal(size)
-    if kind == "white":
-        return white
-    spectrum = np.fft.rfft(white)
-    freqs = np.arange(spectrum.size, dtype=np.float64)
-    freqs[0] = 1.0
-    pink = np.fft.irfft(spectrum / np.sqrt(freqs), n=size)
-    return np.asarray(pink, dtype=np.float64)
-
-
-def build_clips(texts: Sequence[str]) -> list[Clip]:
-    """Speak, pad and (for half of them) add noise to every utterance; deterministic."""
-    rng = np.random.default_rng(SEED)
-    voices = {
-        speed: PiperTts(
-            settings=DETERMINISTIC_TTS_SETTINGS.model_copy(
-                update={"length_scale": speed, "alignments": False}
-            )
-        )
-        for speed in SPEEDS
-    }
-    clips = []
-    for index, text in enumerate(texts):
-        speed = SPEEDS[index % len(SPEEDS)]
-        noise = NOISES[index % len(NOISES)]
-        end_pad = END_PADS[index // len(NOISES) % len(END_PADS)]  # every noise, both pads
-        tts = voices[speed]
-        spoken = np.concatenate([s.samples for s in tts.synthesize(text)])
-        speech = _trim(resample(spoken, tts.sample_rate, STT_SAMPLE_RATE))
-        before = np.zeros(round(PRE_ROLL * STT_SAMPLE_RATE), np.float32)
-        after = np.zeros(round(end_pad * STT_SAMPLE_RATE), np.float32)
-        audio = np.concatenate([before, speech, after]).astype(np.float64)
-        if noise != "clean":
-            shape = _noise(noise, audio.size, rng)
-            power = float(np.mean(speech.astype(np.float64) ** 2))
-            shape *= np.sqrt(power / 10 ** (SNR_DB / 10) / np.mean(shape**2))
-            audio = audio + shape
-        condition = f"x{speed:g} {noise} pad{end_pad:g}"
-        clips.append(Clip(text, np.clip(audio, -1, 1).astype(np.float32), condition))
-    return clips
-
 
 # ---------------------------------------------------------------- measurement
 
@@ -387,18 +272,6 @@ class Result:
         return 1000 * ordered[min(len(ordered) - 1, round(0.9 * (len(ordered) - 1)))]
 
 
-class _Redone(logging.Handler):
-    """Counts the windowed decodes that ran away and were done again in 30 s."""
-
-    def __init__(self) -> None:
-        super().__init__(logging.WARNING)
-        self.count = 0
-
-    def emit(self, record: logging.LogRecord) -> None:
-        if record.getMessage().startswith("windowed decode ran away"):
-            self.count += 1
-
-
 def measure(
     clips: Sequence[Clip],
     model: str,
@@ -414,13 +287,14 @@ def measure(
         SttSettings(
             model=model,
             encoder_window=window,
+            encoder_window_floor=None,  # a fixed window
             encoder_padding=padding,  # type: ignore[arg-type]
             cpu_threads=threads,
             beam_size=beam,
         )
     )
     inputs = [c.audio for c in clips]
-    redone = _Redone()
+    redone = Redone()
     logging.getLogger("voxflow_voice.stt").addHandler(redone)
     stt.transcribe_sync(inputs[-1])  # warm-up
     timings: list[list[float]] = [[] for _ in clips]
@@ -536,17 +410,27 @@ def main() -> None:
         help="half the utterances, windows 30/10, no threads/beam variants (< 2 min)",
     )
     parser.add_argument("--models", nargs="+", default=["tiny.en", "base"])
+    parser.add_argument(
+        "--policies-only",
+        action="store_true",
+        help="only the window policies (fixed 10 s vs fitted), not the fixed-window sweep",
+    )
     args = parser.parse_args()
+    if args.runs < 1:
+        parser.error("--runs must be >= 1, such as --runs 3")
     texts = UTTERANCES[::2] if args.quick else UTTERANCES
-    runs = 1 if args.quick else max(1, args.runs)
+    runs = 1 if args.quick else args.runs
     windows = QUICK_WINDOWS if args.quick else WINDOWS
+    policies = QUICK_POLICIES if args.quick else POLICIES
     started = time.perf_counter()
     clips = build_clips(texts)
-    seconds = [c.audio.size / STT_SAMPLE_RATE for c in clips]
+    others = build_other_voices(texts)
+    seconds = [c.audio.size / STT_SAMPLE_RATE for c in clips + others]
     print(
-        f"STT accuracy benchmark: {os.cpu_count()} CPUs, {len(clips)} utterances "
-        f"({min(seconds):.1f} to {max(seconds):.1f} s of audio, median "
-        f"{statistics.median(seconds):.1f} s), built in {time.perf_counter() - started:.1f} s"
+        f"STT accuracy benchmark: {os.cpu_count()} CPUs, {len(clips)} utterances in the "
+        f"bundled voice and {len(others)} in others ({min(seconds):.1f} to {max(seconds):.1f} "
+        f"s of audio, median {statistics.median(seconds):.1f} s), built in "
+        f"{time.perf_counter() - started:.1f} s; load average {os.getloadavg()[0]:.1f}"
     )
     for model in args.models:
         try:
@@ -554,7 +438,10 @@ def main() -> None:
         except ModelNotFoundError:
             print(f"\n{model}: not installed, skipped")
             continue
-        sweep(clips, model, windows, runs)
+        if not args.policies_only:
+            sweep(clips, model, windows, runs)
+        sets = {"bundled": clips, "other voices": others}
+        compare_policies(sets, model, policies, anchor_runs=3 if args.quick else 7)
     print(f"\ntotal {time.perf_counter() - started:.0f} s")
 
 

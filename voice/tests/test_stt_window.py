@@ -9,16 +9,24 @@ turns the way the turn detector hands them over (0.6 s pre-roll, 0.2 s end pad) 
 real tiny.en model (and base when it is installed). A windowed decode that loops
 is done again in the 30 s window; the rule that spots a loop is checked on transcripts
 the benchmark saw loop.
+
+A window fitted to the utterance (``encoder_window_floor`` / ``encoder_window_margin``) is
+chosen by :meth:`SttSettings.window_for`, checked here without a model; a short window
+repeats a short turn more often ("Yes. Yes. Yes. ..."), so those turns are transcribed in
+one and must still come out right (the loop thrown away, the turn decoded again in the
+longer window).
 """
 
 from __future__ import annotations
+
+import logging
 
 import numpy as np
 import pytest
 from numpy.typing import NDArray
 from pydantic import ValidationError
 from voxflow_voice import STT_SAMPLE_RATE, SttSettings, WhisperStt
-from voxflow_voice.stt import _runs_away
+from voxflow_voice.stt import _runs_away, _said_once, _token_budget
 
 from voxflow.errors import ModelNotFoundError
 
@@ -46,7 +54,9 @@ def words(text: str | None) -> list[str]:
 
 @pytest.fixture(scope="module")
 def windowed() -> WhisperStt:
-    return WhisperStt(SttSettings(encoder_window=WINDOW, encoder_padding="silence"))
+    return WhisperStt(
+        SttSettings(encoder_window=WINDOW, encoder_window_floor=None, encoder_padding="silence")
+    )
 
 
 @pytest.mark.parametrize(
@@ -70,7 +80,12 @@ def test_a_turn_is_transcribed_right_in_a_short_silence_padded_window(
 def test_base_transcribes_a_turn_right_in_the_short_window(speech: Speech) -> None:
     try:
         stt = WhisperStt(
-            SttSettings(model="base", encoder_window=WINDOW, encoder_padding="silence")
+            SttSettings(
+                model="base",
+                encoder_window=WINDOW,
+                encoder_window_floor=None,
+                encoder_padding="silence",
+            )
         )
     except ModelNotFoundError:
         pytest.skip("whisper base (the [base] extra) is not installed")
@@ -106,8 +121,152 @@ def test_encoder_padding_is_validated() -> None:
         ("Turn on the lights in the kitchen.", 2.5, False),
         ("No, no.", 1.0, False),
         ("Yes please.", 1.0, False),
+        # cut short by the token budget, seen in a 4 s window (tiny.en)
+        ("Repeat that, please. Repeat that, please. Repeat that, please. Repeat", 2.1, True),
+        ("Yes? Yes? Yes? Yes? Yes", 1.2, True),
+        ("no no no no", 1.0, True),
+        ("Sure. Sure. Sure.", 1.2, True),  # a sentence said again, seen in fitted windows
+        ("Yes. Yes.", 1.2, True),
+        ("No... No...", 1.4, True),
+        ("No, no, no.", 1.2, False),
+        ("I said the other one, the other one.", 2.5, False),
     ],
 )
 def test_a_looping_transcript_is_recognized(text: str, seconds: float, loops: bool) -> None:
     """What makes a windowed decode be done again in the 30 s window."""
     assert _runs_away(text, seconds) is loops
+
+
+@pytest.mark.parametrize(
+    ("text", "first"),
+    [
+        ("Yes. Yes.", "Yes."),
+        ("Sure. Sure. Sure.", "Sure."),
+        ("No... No...", "No..."),
+        ("Set the volume to 40%. Set the volume to 40%.", "Set the volume to 40%."),
+        ("Repeat that, please. Repeat that, please. Repeat", "Repeat that, please."),
+        ("Yes please, yes please", "Yes please"),
+        ("the " * 30, None),  # a degenerate loop: decoded again, not kept
+        ("Stop Stop Stop Stop", None),
+        ("No, no, no.", None),
+        ("Turn on the lights in the kitchen.", None),
+        ("I said the other one, the other one.", None),
+    ],
+)
+def test_a_transcript_that_says_the_turn_again_is_cut_to_its_first_time(
+    text: str, first: str | None
+) -> None:
+    assert _said_once(text) == first
+
+
+def test_a_looping_windowed_decode_stops_at_its_token_budget(speech: Speech) -> None:
+    """tiny.en repeats "Yes." to fill a 3 s window; the decode stops at the budget (left
+    alone it goes on to Whisper's 448 tokens) and the first time is kept."""
+    stt = WhisperStt(SttSettings(encoder_window=3.0, encoder_window_floor=None))
+    audio = turn(speech, "Yes.")
+    seconds = audio.size / STT_SAMPLE_RATE
+    budget, max_new_tokens = _token_budget(seconds)
+    assert max_new_tokens == 2 * budget
+    transcript, tokens = stt._windowed(audio, 300, False, seconds, max_new_tokens)
+    assert transcript is not None
+    assert _said_once(transcript.text) == "Yes."  # it looped ("Yes. Yes. Yes. ...")
+    assert tokens <= budget + 1  # 224 tokens without the budget
+    kept = stt.transcribe_sync(audio)
+    assert kept is not None
+    assert words(kept.text) == ["yes"]
+
+
+FIT = SttSettings(encoder_window_floor=4.0, encoder_window_margin=1.0)
+
+
+@pytest.mark.parametrize(
+    ("settings", "seconds", "window"),
+    [
+        (FIT, 0.8, 4.0),  # the floor
+        (FIT, 2.9, 4.0),  # 3.9 rounded up to a whole second
+        (FIT, 3.0, 4.0),
+        (FIT, 3.2, 5.0),
+        (FIT, 8.7, 10.0),  # clamped to encoder_window
+        (FIT, 10.0, 10.0),
+        (FIT, 10.2, 30.0),  # longer than encoder_window: Whisper's own 30 s, as before
+        (SttSettings(encoder_window_floor=2.0, encoder_window_margin=0.0), 1.0, 2.0),
+        (SttSettings(encoder_window_floor=2.0, encoder_window_margin=0.0), 2.4, 3.0),
+        (SttSettings(encoder_window=20.0, encoder_window_floor=4.0), 12.5, 16.0),  # + 3 s
+        (SttSettings(encoder_window=30.0, encoder_window_floor=4.0), 2.0, 30.0),
+        (SttSettings(), 2.0, 6.0),  # the default: the turn + 3 s, 6 to 10 s
+        (SttSettings(), 3.2, 7.0),
+        (SttSettings(), 7.5, 10.0),
+        (SttSettings(encoder_window=4.0), 2.0, 4.0),  # the default floor clamped
+        (SttSettings(encoder_window_floor=None), 2.0, 10.0),  # a fixed window
+        (SttSettings(encoder_window_floor=None), 10.5, 30.0),
+    ],
+)
+def test_the_window_fits_the_utterance_between_the_floor_and_encoder_window(
+    settings: SttSettings, seconds: float, window: float
+) -> None:
+    assert settings.window_for(seconds) == window
+
+
+@pytest.mark.parametrize(
+    ("fields", "error"),
+    [
+        ({"encoder_window_floor": 12.0}, "encoder_window_floor .* must not exceed"),
+        ({"encoder_window": 6.0, "encoder_window_floor": 8.0}, "floor .8 s. must not exceed"),
+        ({"encoder_window_floor": 0.5}, "encoder_window_floor\n.*greater than or equal to 1"),
+        ({"encoder_window_floor": float("nan")}, "encoder_window_floor\n.*less than or equal"),
+        ({"encoder_window_floor": "auto"}, "encoder_window_floor\n.*valid number"),
+        (
+            {"encoder_window_floor": 4.0, "encoder_window_margin": -1.0},
+            "encoder_window_margin\n.*greater than or equal to 0",
+        ),
+        (
+            {"encoder_window_floor": 4.0, "encoder_window_margin": float("inf")},
+            "encoder_window_margin\n.*less than or equal to 30",
+        ),
+        # a margin without a fitted window would do nothing: refused, not ignored
+        (
+            {"encoder_window_floor": None, "encoder_window_margin": 1.0},
+            "encoder_window_margin applies to a fitted window only",
+        ),
+    ],
+)
+def test_an_impossible_window_policy_is_refused_naming_the_field(
+    fields: dict[str, object], error: str
+) -> None:
+    with pytest.raises(ValidationError, match=error):
+        SttSettings(**fields)  # type: ignore[arg-type]
+
+
+@pytest.fixture(scope="module")
+def fitted() -> WhisperStt:
+    return WhisperStt(SttSettings(encoder_window_floor=4.0, encoder_window_margin=1.0))
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Yes.",  # tiny.en repeats these to fill a 3-5 s window ("Yes. Yes. Yes. ...")
+        "Stop.",
+        "Repeat that, please.",
+        "Navigate to Golden Gate Park.",
+        "Set the volume to forty percent.",
+        "Turn on the lights in the kitchen.",
+    ],
+)
+@pytest.mark.parametrize("which", ["fitted", "stt"])  # floor 4 + 1 s; the default
+def test_a_short_turn_is_transcribed_right_in_a_window_fitted_to_it(
+    which: str,
+    request: pytest.FixtureRequest,
+    speech: Speech,
+    text: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    fitted: WhisperStt = request.getfixturevalue(which)
+    audio = turn(speech, text)
+    assert fitted.settings.window_for(audio.size / STT_SAMPLE_RATE) < WINDOW
+    with caplog.at_level(logging.WARNING, logger="voxflow_voice.stt"):
+        transcript = fitted.transcribe_sync(audio)
+    assert transcript is not None
+    heard = words(transcript.text)
+    assert heard == words(text.replace("forty percent", "40%")), caplog.messages
+    assert transcript.duration == pytest.approx(audio.size / STT_SAMPLE_RATE)

@@ -34,30 +34,53 @@ model was trained on. ``benchmarks/stt_accuracy.py`` measures both on 67 synthes
 turns (clean and 20 dB noise, three speaking rates): with ``silence``, a 10 s window
 keeps the 30 s word error rate (tiny.en 2.8% vs 3.0%, base 1.7% vs 2.1%) at a quarter to
 a third of the time (tiny.en 100 ms vs 430 ms, base 240 ms vs 760 ms on a 2-core
-machine), while ``zeros`` at 10 s sent one tiny.en turn into a 150-word loop. A short
-window can still, rarely, send the decoder into a loop (tens of words for a 2 s turn, or
-the turn said twice); a windowed transcript with more than 4 + 6 words per second of
-audio, or made of one phrase of two words or more repeated, is thrown away and the turn
-decoded again in the 30 s window (logged as a warning), so a loop costs one more decode
-instead of a run-away transcript. So the defaults are a 10 s window padded with
-silence, chosen by that measurement (67 turns; tiny.en 2.8% WER at a median 100 ms vs
-3.0% at 432 ms for faster-whisper's 30 s; base 1.7% at 242 ms vs 2.1% at 755 ms);
-``encoder_window=30, encoder_padding="zeros"`` is faster-whisper's own behaviour.
+machine), while ``zeros`` at 10 s sent one tiny.en turn into a 150-word loop.
+
+A short window can send the decoder into a loop: it transcribes the turn, then starts it
+over as if to fill the window ("Yes. Yes. Yes. ...", "Set the volume to 40%. Set the
+volume to 40%."), or, rarely, runs away ("the the the ..."). So a windowed decode stops
+at a token budget (8 and 6 a second of audio; left alone a loop goes on to Whisper's 448
+tokens, seconds of decoder time for base); a transcript that says one phrase of two
+words or more again and again (the last time perhaps cut short), or one sentence twice,
+is cut to its first time, which is the turn; one with more than 4 + 6 words a second of
+audio, one word said four times or more, or that used its whole budget otherwise is
+thrown away and the turn decoded again in ``encoder_window``, then in 30 s (logged as a
+warning).
+
+The encoder's cost grows with the window and most turns are 1 to 4 s long, so the
+window is fitted to the utterance: its length plus ``encoder_window_margin`` (3 s)
+rounded up to a whole second, at least ``encoder_window_floor`` (6 s) and at most
+``encoder_window`` (10 s); ``encoder_window_floor=None`` pads every utterance up to
+``encoder_window`` to that window. ``benchmarks/stt_accuracy.py`` compares them on 134
+turns (67 in the bundled voice, 67 in three espeak-ng voices and Piper at two other
+rates), each policy on each clip in turn so load falls on all alike: a fitted window
+says about one turn in five again (cut to its first time; 4 of 134 decoded again), and
+keeps the words: base 8 and 49 errors of 472 words (bundled, other voices) at 6 to 10 s
+as at a fixed 10 s, tiny.en 14 and 63 vs 13 and 60, at 0.70x the time per turn (median
+of the per-turn ratios; base 166 vs 216 ms, p90 318 vs 385; tiny.en 63 vs 91 ms; load
+average 3.4, two runs alike). Less margin or a lower floor loses words: 1 s over a 4 s
+floor is 0.60-0.70x but base 11 and 53 errors. Without the budget and the first time
+kept, fitted windows were decoded again on 13% to 39% of the turns and base's p90 was
+1.5x the fixed window's. So the defaults are a window fitted to the turn (6 to 10 s),
+padded with silence; ``encoder_window=30, encoder_padding="zeros"`` is faster-whisper's
+own behaviour.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
+import math
 import re
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, Self
 
 import numpy as np
 from numpy.typing import NDArray
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from .audio import STT_SAMPLE_RATE, AudioChunk
 from .models import (
@@ -126,13 +149,57 @@ class SttSettings(BaseModel):
     initial_prompt: str | None = Field(None, description="vocabulary hint for the decoder")
     encoder_window: float = Field(
         10.0, ge=1.0, le=30.0,
-        description="audio (s) up to which an utterance is padded to this window, not 30 s",
+        description="audio (s) up to which an utterance is padded to a short window (this "
+        "long, or fitted: encoder_window_floor), not 30 s",
+    )
+    encoder_window_floor: float | None = Field(
+        6.0, ge=1.0, le=30.0,
+        description="fit the window to the utterance: its length + encoder_window_margin, "
+        "rounded up to whole seconds, at least this and at most encoder_window; None: "
+        "always encoder_window",
+    )
+    encoder_window_margin: float = Field(
+        3.0, ge=0.0, le=30.0,
+        description="silence (s) a fitted window keeps after the utterance, at least",
     )
     encoder_padding: Literal["zeros", "silence"] = Field(
         "silence",
         description="pad to the window with zero log-mel features (faster-whisper) or by "
         "padding the audio with silence before the mel (Whisper's training input)",
     )
+
+    @model_validator(mode="after")
+    def _check_window(self) -> Self:
+        floor = self.encoder_window_floor
+        chosen = "encoder_window_floor" in self.model_fields_set  # the default 6 s is clamped
+        if chosen and floor is not None and floor > self.encoder_window:
+            raise ValueError(
+                f"encoder_window_floor ({floor:g} s) must not exceed encoder_window "
+                f"({self.encoder_window:g} s), the longest window"
+            )
+        if floor is None and "encoder_window_margin" in self.model_fields_set:
+            raise ValueError(
+                "encoder_window_margin applies to a fitted window only: set "
+                "encoder_window_floor too (such as encoder_window_floor=4)"
+            )
+        return self
+
+    def window_for(self, seconds: float) -> float:
+        """The encoder window (s) an utterance of ``seconds`` is padded to.
+
+        30 (Whisper's own) when it is longer than ``encoder_window``; otherwise the
+        utterance plus ``encoder_window_margin`` rounded up to a whole second, clamped
+        between ``encoder_window_floor`` and ``encoder_window`` (a default floor above an
+        ``encoder_window`` you chose leaves the window at ``encoder_window``), or with no
+        floor (``None``) always ``encoder_window``.
+        """
+        if seconds > self.encoder_window or self.encoder_window >= 30:
+            return 30.0
+        floor = self.encoder_window_floor
+        if floor is None:
+            return self.encoder_window
+        fitted = float(math.ceil(round(seconds + self.encoder_window_margin, 6)))
+        return min(max(fitted, floor), self.encoder_window)
 
 
 DEFAULT_STT_SETTINGS = SttSettings()
@@ -236,22 +303,49 @@ class WhisperStt:
         if samples.size == 0:
             return None
         duration = samples.size / STT_SAMPLE_RATE
-        frames = min(round(s.encoder_window * 100), 3000)  # 10 ms mel frames
-        if frames >= 3000 or samples.size > frames * _HOP:
-            return self._run_decoder(self._pad(samples, 3000), truncated, duration)
+        window = s.window_for(duration)
+        if window >= 30:
+            return self._windowed(samples, 3000, truncated, duration, None)[0]
+        budget, max_new_tokens = _token_budget(duration)
+        for tried in dict.fromkeys((window, s.encoder_window)):  # fitted, then the longest
+            transcript, tokens = self._windowed(
+                samples, round(tried * 100), truncated, duration, max_new_tokens
+            )
+            if transcript is None:
+                return None
+            said = _said_once(transcript.text)
+            if said is not None:  # the turn, then the turn again: the first time is the turn
+                _log.debug(
+                    "windowed decode repeated itself; kept its first time",
+                    extra={"encoder_window": tried, "words": len(transcript.text.split())},
+                )
+                return dataclasses.replace(transcript, text=said)
+            if tokens < budget and not _runs_away(transcript.text, duration):
+                return transcript
+            _log.warning(
+                "windowed decode ran away; decoded again in a longer window",
+                extra={"encoder_window": tried, "tokens": tokens, "budget": budget},
+            )
+        return self._windowed(samples, 3000, truncated, duration, None)[0]
+
+    def _windowed(
+        self,
+        samples: NDArray[np.float32],
+        frames: int,
+        truncated: bool,
+        duration: float,
+        max_new_tokens: int | None,
+    ) -> tuple[Transcript | None, int]:
+        """One decode padded to ``frames`` mel frames (3000: Whisper's own 30 s, unbounded)."""
+        if frames >= 3000:
+            return self._run_decoder(self._pad(samples, 3000), truncated, duration, None)
         _install_window_hook()
         _window.frames = frames
         try:
-            transcript = self._run_decoder(self._pad(samples, frames), truncated, duration)
+            padded = self._pad(samples, frames)
+            return self._run_decoder(padded, truncated, duration, max_new_tokens)
         finally:
             _window.frames = None
-        if transcript is not None and _runs_away(transcript.text, duration):
-            _log.warning(
-                "windowed decode ran away; decoded again in the 30 s window",
-                extra={"encoder_window": s.encoder_window, "words": len(transcript.text.split())},
-            )
-            return self._run_decoder(self._pad(samples, 3000), truncated, duration)
-        return transcript
 
     def _pad(self, samples: NDArray[np.float32], frames: int) -> NDArray[np.float32]:
         """``samples`` silence-padded to ``frames`` mel frames if so configured."""
@@ -261,8 +355,13 @@ class WhisperStt:
         return np.pad(samples, (0, size - samples.size))
 
     def _run_decoder(
-        self, samples: NDArray[np.float32], truncated: bool, duration: float
-    ) -> Transcript | None:
+        self,
+        samples: NDArray[np.float32],
+        truncated: bool,
+        duration: float,
+        max_new_tokens: int | None,
+    ) -> tuple[Transcript | None, int]:
+        """The transcript (``None``: no words) and how many tokens the decoder produced."""
         s = self.settings
         segments, _info = self._model.transcribe(
             samples,
@@ -276,11 +375,14 @@ class WhisperStt:
             no_speech_threshold=None,  # applied below, with the segment's own scores
             log_prob_threshold=s.log_prob_threshold,
             initial_prompt=s.initial_prompt,
+            max_new_tokens=max_new_tokens,
         )
         texts: list[str] = []
         no_speech = 0.0
         logprobs: list[float] = []
+        tokens = 0
         for segment in segments:  # decoding happens here, in this (worker) thread
+            tokens += len(segment.tokens)
             if self._is_noise(segment.text, segment.no_speech_prob, segment.avg_logprob):
                 continue
             texts.append(segment.text.strip())
@@ -288,14 +390,15 @@ class WhisperStt:
             logprobs.append(float(segment.avg_logprob))
         text = " ".join(t for t in texts if t)
         if not text:
-            return None
-        return Transcript(
+            return None, tokens
+        transcript = Transcript(
             text=text,
             duration=duration,
             no_speech_prob=no_speech,
             avg_logprob=float(np.mean(logprobs)),
             truncated=truncated,
         )
+        return transcript, tokens
 
     def _is_noise(self, text: str, no_speech_prob: float, avg_logprob: float) -> bool:
         s = self.settings
@@ -311,24 +414,68 @@ class WhisperStt:
 
 
 def _runs_away(text: str, duration: float) -> bool:
-    """Whether a transcript loops: too many words, or one phrase said over again.
+    """Whether a windowed transcript loops: too many words, or one phrase said over again.
 
-    Nobody speaks 6 words a second for long; a decode that loops ("the the the ...",
-    a sentence over and over) produces tens to hundreds of words for a short turn, or
-    repeats the whole utterance ("Set the volume to 40%. Set the volume to 40%.").
+    Nobody speaks 6 words a second for long; a decode that loops ("the the the ...", a
+    sentence over and over) produces tens to hundreds of words for a short turn, or says
+    the turn again (:func:`_said_once` finds where). A word said over without a
+    sentence's end between counts from four times on ("no, no, no" is said).
     """
     words = _NORMALIZE.sub("", text.lower()).split()
     if len(words) > _RUNAWAY_BASE_WORDS + _RUNAWAY_WORDS_PER_SECOND * duration:
         return True
+    if len(words) >= 4 and len(set(words)) == 1:
+        return True
+    return _said_once(text) is not None
+
+
+def _said_once(text: str) -> str | None:
+    """``text`` up to where it starts over, if it is one phrase said again and again.
+
+    In a short window Whisper often transcribes the turn, then starts it over as if to
+    fill the window: "Yes. Yes.", "No... No...", "Set the volume to 40%. Set the volume
+    to 40%.", "Repeat that, please. Repeat that, please. Repeat" (the last time cut short
+    by the token budget). Then the first time is what was said. A phrase of one word
+    said over without a sentence's end between ("the the the", or "Stop Stop Stop") is
+    not: a degenerate loop looks the same, and "No, no" is said. ``None`` when the text
+    does not repeat itself.
+    """
+    sentences = [part for part in _SENTENCE_END.split(text.strip()) if part]
+    said = [_NORMALIZE.sub("", part.lower()).split() for part in sentences]
+    if len(said) > 1 and said[0] and all(words == said[0] for words in said):
+        return sentences[0]
+    raw = text.split()
+    kept = [(i, w) for i, w in enumerate(_NORMALIZE.sub("", r.lower()) for r in raw) if w]
+    words = [w for _, w in kept]
     count = len(words)
-    return any(
-        count % period == 0 and words == words[:period] * (count // period)
-        for period in range(2, count // 2 + 1)
-    )
+    if len(set(words)) < 2:
+        return None
+    for period in range(2, count // 2 + 1):
+        if words[period:] == words[:-period]:
+            return " ".join(raw[: kept[period][0]]).rstrip(" ,;:-")
+    return None
+
+
+def _token_budget(duration: float) -> tuple[int, int]:
+    """The tokens a windowed decode of ``duration`` s may produce, and its ``max_new_tokens``.
+
+    8 and 6 a second: a turn's transcript takes 1 to 4 tokens a second of audio (a word
+    is 1 to 2), and a decode that loops goes on to Whisper's 448 tokens, seconds of
+    decoder time for base, unless stopped; one that reaches the budget without repeating
+    itself is decoded again in a longer window. CTranslate2 stops a greedy decode at
+    about half of faster-whisper's ``max_new_tokens`` (faster-whisper 1.2.1), so that is
+    set to twice the budget: either way the decode stops once it is over budget.
+    """
+    budget = _BUDGET_TOKENS + math.ceil(_BUDGET_TOKENS_PER_SECOND * duration)
+    return budget, min(2 * budget, _MAX_NEW_TOKENS)
 
 
 _RUNAWAY_BASE_WORDS = 4
 _RUNAWAY_WORDS_PER_SECOND = 6.0
+_BUDGET_TOKENS = 8
+_BUDGET_TOKENS_PER_SECOND = 6.0
+_MAX_NEW_TOKENS = 440  # Whisper's 448 less its prompt
+_SENTENCE_END = re.compile(r"(?<=[.?!\u2026])\s+")
 
 _window = threading.local()
 """The encoder window (mel frames) of the transcription running in this thread."""
