@@ -193,3 +193,11 @@ def test_parts_are_checked_when_the_class_is_created() -> None:
 
         class Twice(LayerBase, parts=(Layer,)):
             pass
+
+    class Hiding(FlowPart):
+        attribute = "kickoff"
+
+    with pytest.raises(FlowDefinitionError, match=r"would hide HidesKickoff\.kickoff"):
+
+        class HidesKickoff(CoreFlow[Any], parts=(Hiding,)):
+            pass

@@ -116,25 +116,36 @@ class FlowPart:
         return None
 
 
-def checked_part_types(cls: type, parts: Any) -> tuple[type[FlowPart], ...]:
-    """The part types of Flow class ``cls``: its base's, then ``parts`` (its ``parts=``),
-    checked: FlowPart subclasses, one per attribute name.
+def checked_part_types(
+    cls: type, inherited: tuple[type[FlowPart], ...], parts: Any
+) -> tuple[type[FlowPart], ...]:
+    """The part types of Flow class ``cls``: its base's (``inherited``), then ``parts``
+    (its ``parts=``), checked: FlowPart subclasses, each under an attribute name of its
+    own that the class does not already use.
 
     Raises:
-        FlowDefinitionError: a part that is not a FlowPart type, or two under one name.
+        FlowDefinitionError: a part that is not a FlowPart type, two under one name, or
+            one whose name is an attribute of the class.
     """
+    flow = cls.__name__
     kinds = tuple(parts) if isinstance(parts, tuple | list) else (parts,)
     for kind in kinds:
         if not (isinstance(kind, type) and issubclass(kind, FlowPart)) or not kind.attribute:
             raise FlowDefinitionError(
-                f"{cls.__name__}: parts= takes FlowPart subclasses with an attribute name, "
+                f"{flow}: parts= takes FlowPart subclasses with an attribute name, "
                 f"not {kind!r}",
-                flow=cls.__name__,
+                flow=flow,
             )
-    every = (*getattr(cls, "_part_types", ()), *kinds)
+        if getattr(cls, kind.attribute, None) is not None:
+            raise FlowDefinitionError(
+                f"{flow}: part {kind.__name__} would hide {flow}.{kind.attribute}; "
+                "give the part another attribute name",
+                flow=flow,
+            )
+    every = (*inherited, *kinds)
     names = [kind.attribute for kind in every]
     if len(set(names)) != len(names):
         raise FlowDefinitionError(
-            f"{cls.__name__}: two parts under one attribute name ({names})", flow=cls.__name__
+            f"{flow}: two parts under one attribute name ({names})", flow=flow
         )
     return every

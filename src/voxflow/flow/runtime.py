@@ -140,7 +140,7 @@ class Flow(Engine, Generic[StateT]):
         ``parts`` adds part types to the base's (:mod:`voxflow.flow.parts`)."""
         super().__init_subclass__(**kwargs)
         if parts:
-            cls._part_types = checked_part_types(cls, parts)
+            cls._part_types = checked_part_types(cls, cls._part_types, parts)
         if getattr(cls, "conversational", False) and not cls._conversation_layer:
             cls._enable_conversation()
         cls._prepare_parts()
