@@ -19,7 +19,8 @@ and **deliver** (:class:`~voxflow_voice.delivery.AnnouncementDelivery`: backgrou
 announcements of completed jobs, claimed whenever the floor is free and spoken through
 the same speaker path as answers, :meth:`VoiceSession._announce`).
 
-Speculative replies (:mod:`voxflow_voice.speculation`, ``VoiceSettings.speculative_replies``):
+Speculative replies (:mod:`voxflow_voice.speculation`, ``VoiceSettings.speculative_replies``),
+carried out by the session's :class:`~voxflow_voice.speculative_replies.SpeculativeReplies`:
 at the user's short pause the session answers what it heard with the audio held, releases
 it the instant the turn's end is confirmed on the same audio (``VoiceEngines.end_of_turn``
 may confirm it at once), or drops it unheard and rolls the flow back if the user speaks on.
@@ -43,12 +44,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any
 
 from voxflow.clock import Clock, MonotonicClock
-from voxflow.flow import RollbackPoint
 from voxflow.ids import DeliveryId, SessionId, TurnId, new_turn_id
 from voxflow.jobs import JobRunner
 from voxflow.replies import DeliveryRecord, ReplyQueue
@@ -70,13 +70,11 @@ from .events import (
     ReplyInterrupted,
     SessionClosed,
     SessionEvent,
-    SpeculativeReplyDiscarded,
     SpeechEnded,
     SpeechStarted,
     TranscriptDiscarded,
     TurnCommitted,
     TurnMetrics,
-    TurnRevoked,
 )
 from .floor import FloorReporter
 from .input_guard import InputGuard, InputStatistics
@@ -85,6 +83,7 @@ from .overlap import OverlapHandler
 from .playback import Playback
 from .speaker import ReplySpeaker, SpokenReply, hold_clock, iterate_events
 from .speculation import Speculation
+from .speculative_replies import SpeculativeReplies
 from .transport import AudioTransport, MuteChanged, PlaybackDrained, PlaybackReceipt
 from .turn_detector import (
     BargeInDetected,
@@ -155,11 +154,6 @@ class VoiceSession:
         self._utterances: asyncio.Queue[tuple[UtteranceReady, Speculation | None] | None] = (
             asyncio.Queue()
         )
-        self._speculation: Speculation | None = None  # pending: no verdict yet
-        self._provisional: Speculation | None = None  # confirmed, may be taken back
-        self._seal_at: int | None = None  # a provisional turn's end to seal (it was heard)
-        self._revoked: set[int] = set()  # end samples of the utterances taken back
-        self._speculating: set[asyncio.Task[bool]] = set()
         self._early = EarlyTranscriber(engines.stt, call=str(self.session_id))
         self.barge_in = BargeInArbiter(self.settings.barge_in)
         self._reply: SpokenReply | None = None  # the reply being spoken, if any
@@ -185,6 +179,13 @@ class VoiceSession:
             self.barge_in, self._detector, self.playback, self._early, self.clock,
             cut=self._speaker.cut, emit=self._emit, session_id=lambda: self.session_id,
             time_of=self._time_of, interruptions=self.settings.interruptions,
+        )
+        self._speculative = SpeculativeReplies(
+            turns, self._detector, self._early, self.barge_in, self._speaker, self.playback,
+            self._floor, self.clock, speaking=self._speaking, answer=self._answer,
+            reply=lambda: self._reply, confirmed=self._on_air, gone=lambda: self._input_ended,
+            emit=self._emit, session_id=lambda: self.session_id, time_of=self._time_of,
+            enabled=self.settings.speculative_replies,
         )
 
     @property
@@ -222,12 +223,7 @@ class VoiceSession:
         if self._closed:
             return
         self._closed = True
-        if self._speculation is not None:
-            self._speculation.discard("the session closed")
-        if self._provisional is not None:
-            self._seal(self._provisional)
-        if self._speculating:
-            await asyncio.wait(self._speculating)
+        await self._speculative.aclose()
         await self._early.aclose()
         reply = self._reply
         if reply is not None and reply.delivery_id is not None:
@@ -246,10 +242,7 @@ class VoiceSession:
                 if audio is None:
                     continue
                 self._anchor = (self.clock.now(), self._detector.position)
-                if self._seal_at is not None:  # a provisional turn's reply was heard
-                    if self._detector.provisional == self._seal_at:
-                        self._detector.seal()
-                    self._seal_at = None
+                self._speculative.before_frame()
                 if self.echo_gate is not None:
                     audio = self.echo_gate.process(audio, self._anchor[0])
                 # (then the end-of-turn model's verdict on a pause, with its words)
@@ -257,59 +250,22 @@ class VoiceSession:
                         audio, self._early.transcript_of, hold=partial(hold_clock, self.clock)):
                     for event in events:
                         await self._on_detector_event(event)
-                spec = self._speculation
-                if spec is not None and spec.spoken_over(self._detector.speech_end):
-                    spec.discard("the user spoke on")
-                    self._speculation = None
-                held = self._provisional
-                if held is not None and self._detector.provisional != held.paused.end_sample:
-                    self._seal(held)  # resume_grace is over
+                self._speculative.after_frame()
                 await self._overlap.arbitrate(self._reply)
             for event in self._detector.flush():
                 await self._on_detector_event(event)
         finally:
-            if self._speculation is not None:  # (a turn the flush ended confirmed it)
-                self._speculation.discard("the call ended")
-                self._speculation = None
-            if self._provisional is not None:
-                self._seal(self._provisional)
+            self._speculative.input_ended()
             self._utterances.put_nowait(None)
 
     def _time_of(self, sample: int) -> float:
         at, position = self._anchor
         return at + (sample - position) / STT_SAMPLE_RATE
 
-    def _seal(self, spec: Speculation) -> None:
-        """``spec``'s turn is final: speech after it is a new turn."""
-        spec.seal()
-        if self._provisional is spec:
-            self._provisional = None
-            self._seal_at = spec.paused.end_sample  # (the listen task seals the detector)
-
-    def _resumed(self, event: TurnResumed) -> None:
-        """The user went on after a committed turn: take it back if nothing of its reply
-        was heard (the continuation then makes one turn with it), else keep it (the speech
-        is a new turn, over the reply: a barge-in)."""
-        spec = self._provisional
-        reply = self._reply
-        if reply is not None and (spec is None or reply.provisional is not spec):
-            reply = None  # (an announcement, or the reply of another turn)
-        if (spec is None or spec.sealed or spec.paused.end_sample != event.end_sample
-                or (reply is not None and reply.first_audio is not None)):
-            self._detector.detach(event)
-            if spec is not None:
-                self._seal(spec)
-            return
-        if reply is not None and reply.delivery_id is not None:
-            self._speaker.fence(reply)  # not one sample more (none was heard)
-            self._reply = None
-        spec.revoke("the user went on speaking before a sample of the reply was heard")
-        self._provisional = None
-        self._revoked.add(event.end_sample)
-
     async def _on_detector_event(self, event: Any) -> None:
         if isinstance(event, TurnResumed):
-            self._resumed(event)
+            if self._speculative.resumed(event):  # its turn taken back, its reply too
+                self._reply = None
         elif isinstance(event, DetectorSpeechStarted):
             if self.settings.stt_warm_up:
                 self._early.warm_up()
@@ -328,7 +284,7 @@ class VoiceSession:
             # Speculative STT in the end-of-turn silence: the silence hides its latency.
             self._early.paused(event)
             await self._overlap.words(self._reply, event)
-            self._speculate(event)
+            self._speculative.paused(event)  # answered now, heard only once confirmed
         elif isinstance(event, UtteranceReady):
             # Speech over a paused reply with no speculative transcript yet (a short
             # end-of-turn silence): decide from its words now (kept for the turn's STT).
@@ -338,22 +294,8 @@ class VoiceSession:
             # From the end of the user's speech until its reply settles, the floor is
             # the foreground's: no announcement may slip in while STT runs.
             self._floor.foreground_entered()
-            spec, self._speculation = self._speculation, None  # the pending one, if any
             self._early.turn_ended(event)  # its STT (if on this audio) is urgent now
-            if spec is not None:
-                if spec.matches(event):
-                    spec.confirm()
-                else:
-                    spec.discard("the turn ended on other audio")
-            if self._provisional is not None:  # (sealed already: a turn came after it)
-                self._seal(self._provisional)
-            if (self._detector.provisional == event.end_sample and spec is not None
-                    and not spec.discarded):
-                self._provisional = spec  # may be taken back until its reply is heard
-            else:  # final: no grace, or answered the usual way (nothing to take back)
-                self._detector.seal()
-                if spec is not None:
-                    spec.seal()
+            spec = self._speculative.turn_ended(event)  # the speculation it confirmed
             self._utterances.put_nowait((event, spec))
 
     # -- converse -------------------------------------------------------------------
@@ -362,13 +304,8 @@ class VoiceSession:
         while (item := await self._utterances.get()) is not None:
             utterance, spec = item
             try:
-                if spec is not None and spec.task is not None and await spec.task:
-                    continue  # answered in the pause, and now the turn's reply
-                if utterance.end_sample in self._revoked:
-                    self._revoked.discard(utterance.end_sample)
-                    continue  # taken back: the user went on (a later utterance has it all)
-                if spec is not None:
-                    self._seal(spec)  # answered the usual way from here: not taken back
+                if await self._speculative.answered(utterance, spec):
+                    continue  # answered in the pause, or taken back (the user went on)
                 speech_end = self._time_of(utterance.end_sample)
                 with hold_clock(self.clock):
                     transcript = await self._early.final(utterance)
@@ -391,97 +328,6 @@ class VoiceSession:
             finally:
                 self._floor.foreground_left()
 
-    # -- speculative replies (voxflow_voice.speculation) ------------------------------
-
-    def _speculate(self, paused: UtterancePaused) -> None:
-        """Answer the utterance heard up to this pause, held unheard until the verdict."""
-        if (not self.settings.speculative_replies or self._speculation is not None
-                or self._reply is not None or self._speaking.locked() or self._floor.pending_turns
-                or self._input_ended or self.turns.flow.state.ended):
-            return
-        spec = Speculation(paused)
-        self._speculation = spec
-        spec.task = asyncio.create_task(self._run_speculation(spec), name="voice.speculate")
-        self._speculating.add(spec.task)
-        spec.task.add_done_callback(self._speculating.discard)
-
-    async def _run_speculation(self, spec: Speculation) -> bool:
-        """True if the speculative reply became the turn's reply (it was then spoken)."""
-        try:
-            with hold_clock(self.clock):
-                transcript = await self._early.transcript_of(spec.paused)
-        finally:
-            if self._speculation is spec:  # no reply to hold back: nothing to decide
-                self._speculation = None
-        text = transcript.text.strip() if transcript is not None else ""
-        if (spec.discarded or not text or self._speaking.locked() or self._reply is not None
-                or not self.barge_in.is_turn(spec.paused.onset_sample, text)
-                or self.turns.flow.state.ended):
-            return False  # the turn, if it ends here, is answered the usual way
-        if not spec.decided:  # (confirmed already if the turn ended while STT ran)
-            self._speculation = spec  # pending again: its verdict comes from listening
-        async with self._speaking:
-            return await self._answer(text, self._time_of(spec.paused.end_sample), spec)
-
-    async def _generate_speculatively(
-        self, reply: SpokenReply, events: AsyncIterator[ReplyEvent], spec: Speculation,
-        point: RollbackPoint, text: str,
-    ) -> bool:
-        """Generate with the audio held; on the verdict release it (True) or drop it and
-        roll the turn back (False). Runs with the state lock held throughout."""
-        generation = asyncio.create_task(
-            self._speaker.generate(reply, events), name="voice.generate"
-        )
-        verdict = asyncio.ensure_future(spec.verdict())
-        await asyncio.wait({generation, verdict}, return_when=asyncio.FIRST_COMPLETED)
-        if not await verdict or spec.revoked:
-            await self._drop(reply, generation, point)
-            self._emit(SpeculativeReplyDiscarded(
-                session_id=self.session_id, at=self.clock.now(), turn_id=reply.turn_id,
-                text=text, reason=spec.reason,
-            ))
-            return False
-        self._reply = reply
-        reply.speculation = None
-        if not spec.sealed:
-            reply.provisional = spec  # until a sample of it is heard (or resume_grace)
-        self._speaker.confirmed(reply)  # its synthesis is no longer speculative work
-        now = self.clock.now()
-        self._emit(TurnCommitted(session_id=self.session_id, at=now, turn_id=reply.turn_id,
-                                 text=text, speech_end_at=self._time_of(spec.paused.end_sample)))
-        for event in spec.events:  # public from now on (when each was prepared: metrics)
-            self._emit(event.model_copy(update={"at": now}))
-        if self._input_ended:  # confirmed by the end of input: nobody plays it any more
-            await self._speaker.cut(reply, "Session closed.")  # (a release would block)
-        elif reply.delivery_id is not None:
-            await self.playback.release(reply.delivery_id)
-        if not await spec.final():  # the user went on before a sample of it was heard
-            await self._drop(reply, generation, point)
-            self._emit(TurnRevoked(session_id=self.session_id, at=self.clock.now(),
-                                   turn_id=reply.turn_id, text=text, reason=spec.reason))
-            return False
-        reply.provisional = None
-        await generation
-        return True
-
-    async def _drop(
-        self, reply: SpokenReply, generation: asyncio.Task[None], point: RollbackPoint
-    ) -> None:
-        """Drop an unheard reply: close its generation, fence its audio, roll back."""
-        generation.cancel()  # closes the turn's stream: the runner interrupts it
-        if reply.delivery_id is not None:
-            self._speaker.fence(reply)  # drops the held audio unheard
-        for task in (generation, reply.speaker):
-            if task is not None:
-                await asyncio.wait({task})  # never raises; a failure is only logged
-                if not task.cancelled() and task.exception() is not None:
-                    logger.warning("dropped reply: %s failed", task.get_name(),
-                                   exc_info=task.exception())
-        try:
-            await point.restore()  # in memory first, then the store
-        except Exception:  # (a failed write: the next save is a full one)
-            logger.exception("saving a rolled-back turn failed")
-
     # -- replies ----------------------------------------------------------------------
 
     async def _answer(
@@ -502,23 +348,11 @@ class VoiceSession:
                 # The flow runs with the state lock held, so job commits and queue
                 # operations never interleave with it; audio waits happen outside it.
                 async with self._lock:
-                    # A speculative turn may be undone: copy the state before it starts
-                    # (~1.4 ms with 100 turns of records, ~15 ms with 1,000).
-                    point = None
-                    if spec is not None:
-                        try:
-                            point = RollbackPoint.take(self.turns.flow)
-                        except Exception as exc:  # e.g. an object that cannot be copied
-                            logger.warning("no speculative reply: the state cannot be "
-                                           "rolled back (%s)", exc)
-                            return False  # the turn, if it ends here, is answered as usual
-                    stream = self.turns.astream_turn(text, turn_id=turn_id)
-                    if spec is None or point is None:
+                    if spec is None:
+                        stream = self.turns.astream_turn(text, turn_id=turn_id)
                         await self._speaker.generate(reply, self._speaker.held(stream))
-                    elif not await self._generate_speculatively(
-                        reply, self._speaker.held(stream), spec, point, text
-                    ):
-                        return False
+                    elif not await self._speculative.generate(reply, text, spec):
+                        return False  # held and dropped unheard (or not answered at all)
             except Exception:
                 # A failed reply (e.g. the LLM provider is down) ends this turn, not the
                 # call: the runner already issued its `failed` event.
@@ -540,6 +374,10 @@ class VoiceSession:
         self.metrics.append(metrics)
         self._emit(metrics)
         return True
+
+    def _on_air(self, reply: SpokenReply) -> None:
+        """A confirmed speculative reply is the reply being spoken from now on."""
+        self._reply = reply
 
     async def _settle(self, reply: SpokenReply, played: bool) -> None:
         """Settle ``reply``'s history, then drop its barge-in policy override."""
@@ -582,8 +420,7 @@ class VoiceSession:
                 if reply is not None and reply.delivery_id == obs.delivery_id:
                     if reply.first_audio is None:
                         reply.first_audio = obs.at
-                        if reply.provisional is not None:  # heard: the turn is final
-                            self._seal(reply.provisional)
+                        self._speculative.heard(reply)  # heard: the turn is final
                         self._emit(AudioStarted(session_id=self.session_id, at=obs.at,
                                                 delivery_id=obs.delivery_id))
                     reply.last_audio_end = obs.at + obs.num_samples / obs.sample_rate

@@ -30,6 +30,9 @@ seal), so nothing else (a job
 commit, a queue operation) can change the state in between and be rolled back with it.
 Side effects outside the flow's state cannot be undone: turn speculation off for flows
 whose turns act on the world directly (use jobs, whose submissions wait for the verdict).
+
+A voice session carries these rules out through its
+:class:`~voxflow_voice.speculative_replies.SpeculativeReplies`.
 """
 
 from __future__ import annotations
