@@ -78,17 +78,34 @@ class Shop(Flow[ShopState]):
 
 
 async def call_with_jobs(
-    engines: VoiceEngines, script: CallScript, settings: VoiceSettings | None = None
+    engines: VoiceEngines, script: CallScript, settings: VoiceSettings | None = None,
+    *, finish_into_speech: int | None = None,
 ) -> CallResult:
+    """One call; the job pauses ``LookupWork.seconds`` on the call's clock, or, with
+    ``finish_into_speech=n``, until 1 s into the user's n-th utterance (so its result is
+    queued while they speak, whatever the job thread's start took on the virtual clock)."""
     flow = Shop()
     turns = TurnRunner(flow)
     replies = ReplyQueue(turns)
     clock = VirtualClock(autojump=True)
     loop = asyncio.get_running_loop()
     holder: dict[str, VoiceSession] = {}
+    speech: list[float] = []  # when each utterance started (its speech_started)
+
+    def on_event(event: SessionEvent) -> None:
+        if event.kind == "speech_started":
+            speech.append(event.at)
+
+    async def wait(seconds: float) -> None:
+        if finish_into_speech is None:
+            await clock.sleep(seconds)
+            return
+        while len(speech) < finish_into_speech:
+            await clock.sleep(0.02)
+        await clock.sleep(1.0)
 
     def pause(seconds: float) -> None:  # the worker thread waits on the call's clock
-        asyncio.run_coroutine_threadsafe(clock.sleep(seconds), loop).result()
+        asyncio.run_coroutine_threadsafe(wait(seconds), loop).result()
 
     def make_work(job: Lookup, inputs: Any, publish: Any) -> LookupWork:
         work = LookupWork(state=JobWorkState[Lookup](job=job), publish=publish,
@@ -104,7 +121,7 @@ async def call_with_jobs(
     try:
         return await run_call(
             turns, script, engines, clock=clock, settings=settings, replies=replies, jobs=jobs,
-            on_session=lambda s: holder.__setitem__("session", s),
+            on_session=lambda s: holder.__setitem__("session", s), on_event=on_event,
         )
     finally:
         await jobs.aclose()
@@ -168,12 +185,12 @@ def with_events(call: CallResult, events: list[SessionEvent]) -> CallResult:
 
 
 async def test_an_announcement_that_did_not_wait_is_caught(engines: VoiceEngines) -> None:
-    # The job finishes (2 s after "Check my order") while the user asks a long second
-    # question: its result is queued while they speak, and the queue holds it back.
+    # The job finishes 1 s into the user's long second question: its result is queued
+    # while they speak, and the queue holds it back.
     script = (CallScript().user_says(0.3, "Check my order please.")
               .user_says(2.6, "And while you are at it, tell me about the weather tomorrow.")
               .until(16.0))
-    call = await call_with_jobs(engines, script)
+    call = await call_with_jobs(engines, script, finish_into_speech=2)
     waited = assert_announcement_waited(call, text=ANSWER)
     print(call_timeline(call), "\n", waited)
     assert isinstance(waited, AnnouncementWait)
