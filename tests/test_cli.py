@@ -173,3 +173,53 @@ def test_a_package_whose_command_fails_to_load_breaks_no_other_command(tmp_path:
         "error: voxflow phone is not installed: broken_commands:phone (from voxflow-broken) "
         "failed to load (RuntimeError: half installed); install it with: "
         "pip install --force-reinstall voxflow-broken")
+
+
+_MISFITS = """
+import types
+
+class Clash:  # its own --model: argparse would refuse the parser, and every command with it
+    help = "a command whose options clash with the shared ones"
+    description = "Clash."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--model")
+
+    def run(self, args, cli):
+        return 0
+
+clash = Clash()
+old = types.ModuleType("old")  # an older package's entry point: a module, not a command
+"""
+
+
+def test_a_command_that_is_no_command_or_whose_options_clash_breaks_no_other(
+    tmp_path: Path,
+) -> None:
+    """An entry point that loads but is not a command (an older voxflow-adapters whose
+    entry points named modules), or whose options clash with the shared ones: ``--help``
+    and every other command still work, and typing it says what is wrong, in one line."""
+    (tmp_path / "misfit_commands.py").write_text(_MISFITS)
+    info = tmp_path / "voxflow_misfit-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: voxflow-misfit\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text(
+        "[voxflow.commands]\nclash = misfit_commands:clash\nold = misfit_commands:old\n"
+        "chat = misfit_commands:old\n")
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "voxflow.cli", *args], cwd=ROOT,
+                              env={**os.environ, "PYTHONPATH": str(tmp_path)},
+                              capture_output=True, text=True, timeout=120, check=False)
+
+    listed = run("--help")
+    assert listed.returncode == 0, listed.stderr
+    assert "serve" in listed.stdout and "clash" not in listed.stdout
+    for name, why in (("old", "is not a voxflow command: it has no add_arguments, run, help, "
+                               "description"),
+                      ("clash", "its options cannot be added (ArgumentError")):
+        typed = run(name)
+        assert typed.returncode == 1 and "Traceback" not in typed.stderr, typed.stderr
+        assert typed.stderr.startswith(f"error: voxflow {name} is not installed: "), typed.stderr
+        assert why in typed.stderr, typed.stderr
+    assert run("chat", "--help").returncode == 0  # voxflow's own chat voice mode still loads

@@ -23,7 +23,7 @@ import functools
 import json
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
@@ -395,41 +395,32 @@ def _parser(installed: InstalledCommands) -> argparse.ArgumentParser:
     demo = sub.add_parser("demo", help="run a complete scripted call, offline",
                           description="A scripted caller talks to the example assistant "
                                       "through the real voice pipeline.")
-    _assistant_options(demo, flow=False)
-    demo.add_argument("--fast", action="store_true",
-                      help="virtual audio time: seconds, not real time (latencies are "
-                           "simulated, not measured)")
-    demo.add_argument("--json", action="store_true", help="print the summary as JSON")
-    demo.add_argument("--out", default=None, metavar="DIR",
-                      help="output folder (default: $VOXFLOW_DEMO_OUT, else voxflow-demo)")
-    demo.add_argument("--script", default=None, metavar="WAVDIR",
-                      help="a folder of WAV files (one per line, in name order) to speak "
-                           "instead of the bundled voice")
-    demo_voice = installed.modes.get("demo")
+    _demo_options(demo)
+    demo_voice, demo_missing = _fitting(installed, "demo", _demo_options)
     if demo_voice is not None:
         demo_voice.add_arguments(demo)
-    demo.set_defaults(func=functools.partial(_cmd_demo, voice=demo_voice,
-                                             missing=installed.missing.get("demo")))
+    demo.set_defaults(func=functools.partial(_cmd_demo, voice=demo_voice, missing=demo_missing))
 
     chat = sub.add_parser("chat", help="chat with a flow: typed, or by voice (--voice)",
                           description="Text chat with a conversational flow; with --voice, "
                                       "through the microphone and speakers.")
-    _assistant_options(chat)
-    chat.add_argument("--voice", action="store_true",
-                      help="talk through the microphone and speakers instead of typing "
-                           "(keys: m mute, q quit, r reconnect)")
-    chat_voice = installed.modes.get("chat")
+    _chat_options(chat)
+    chat_voice, chat_missing = _fitting(installed, "chat", _chat_options)
     voice_options = chat_voice.add_arguments(chat) if chat_voice is not None else ()
     chat.set_defaults(func=functools.partial(
-        _cmd_chat, voice=chat_voice, voice_options=tuple(voice_options),
-        missing=installed.missing.get("chat")))
+        _cmd_chat, voice=chat_voice, voice_options=tuple(voice_options), missing=chat_missing))
 
+    missing = dict(installed.missing)
     for name, command in installed.commands.items():
+        unfit = _options_problem(command.add_arguments, _assistant_options)
+        if unfit is not None:
+            missing[name] = MissingCommandError(name, unfit, install=_reinstall(command))
+            continue
         supplied = sub.add_parser(name, help=command.help, description=command.description)
         _assistant_options(supplied)
         command.add_arguments(supplied)
         supplied.set_defaults(func=functools.partial(_cmd_supplied, command=command))
-    for name, problem in installed.missing.items():
+    for name, problem in missing.items():
         if name not in MODES:  # typed, it says what to install; not listed in --help
             absent = sub.add_parser(name, add_help=False, prefix_chars="\0")
             absent.add_argument("ignored", nargs=argparse.REMAINDER)
@@ -470,6 +461,60 @@ def _parser(installed: InstalledCommands) -> argparse.ArgumentParser:
     bench.add_argument("--json", action="store_true", help="print the figures as JSON")
     bench.set_defaults(func=_cmd_bench)
     return parser
+
+
+def _demo_options(demo: argparse.ArgumentParser) -> None:
+    _assistant_options(demo, flow=False)
+    demo.add_argument("--fast", action="store_true",
+                      help="virtual audio time: seconds, not real time (latencies are "
+                           "simulated, not measured)")
+    demo.add_argument("--json", action="store_true", help="print the summary as JSON")
+    demo.add_argument("--out", default=None, metavar="DIR",
+                      help="output folder (default: $VOXFLOW_DEMO_OUT, else voxflow-demo)")
+    demo.add_argument("--script", default=None, metavar="WAVDIR",
+                      help="a folder of WAV files (one per line, in name order) to speak "
+                           "instead of the bundled voice")
+
+
+def _chat_options(chat: argparse.ArgumentParser) -> None:
+    _assistant_options(chat)
+    chat.add_argument("--voice", action="store_true",
+                      help="talk through the microphone and speakers instead of typing "
+                           "(keys: m mute, q quit, r reconnect)")
+
+
+def _options_problem(
+    add: Callable[[argparse.ArgumentParser], object],
+    base: Callable[[argparse.ArgumentParser], None],
+) -> str | None:
+    """Why an installed package's ``add_arguments`` cannot join the parser it is meant
+    for (tried on a throwaway one with the same options: an option named twice, a
+    package built for another voxflow), or ``None``."""
+    probe = argparse.ArgumentParser(add_help=True)
+    base(probe)
+    try:
+        add(probe)
+    except Exception as exc:  # a package's bug must not break every command
+        return f"its options cannot be added ({type(exc).__name__}: {exc})"
+    return None
+
+
+def _reinstall(command: object) -> str:
+    package = type(command).__module__.split(".")[0]
+    return f"pip install --force-reinstall {package.replace('_', '-')}"
+
+
+def _fitting(
+    installed: InstalledCommands, name: str, base: Callable[[argparse.ArgumentParser], None]
+) -> tuple[CommandMode | None, MissingCommandError | None]:
+    """The voice mode of core command ``name`` if its options fit, else why not."""
+    mode = installed.modes.get(name)
+    if mode is None:
+        return None, installed.missing.get(name)
+    problem = _options_problem(mode.add_arguments, base)
+    if problem is None:
+        return mode, None
+    return None, MissingCommandError(name, problem, install=_reinstall(mode))
 
 
 def _silence_stdout() -> None:

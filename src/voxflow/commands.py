@@ -164,6 +164,16 @@ class CommandMode(Protocol):
         ...
 
 
+def _lacks(loaded: object, *, mode: bool) -> list[str]:
+    """What ``loaded`` lacks to be a :class:`CommandMode` (``mode``) or a :class:`Command`."""
+    wanted = {"add_arguments": callable, "run": callable}
+    if not mode:
+        wanted |= {"help": lambda v: isinstance(v, str),
+                   "description": lambda v: isinstance(v, str)}
+    return [name for name, fits in wanted.items()
+            if not fits(getattr(loaded, name, None))]
+
+
 @dataclass(frozen=True, slots=True)
 class InstalledCommands:
     """The entry points of :data:`COMMAND_GROUP`, loaded.
@@ -205,7 +215,14 @@ def installed_commands(*, core: Sequence[str] = ()) -> InstalledCommands:
                 name, f"{entry.value} (from {dist}) {why} ({type(exc).__name__}: {exc})",
                 install=None if name in _EXTRA else f"pip install --force-reinstall {dist}")
             continue
-        if name in MODES:
+        lacks = _lacks(loaded, mode=name in MODES)
+        if lacks:  # (e.g. an older voxflow-adapters whose entry points name modules)
+            dist = entry.dist.name if entry.dist else "unknown"
+            missing[name] = MissingCommandError(
+                name, f"{entry.value} (from {dist}) is not a voxflow command: it has no "
+                f"{', '.join(lacks)}",
+                install=None if name in _EXTRA else f"pip install --force-reinstall {dist}")
+        elif name in MODES:
             modes[name] = loaded
         else:
             commands[name] = loaded
