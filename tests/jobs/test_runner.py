@@ -377,3 +377,30 @@ async def test_fail_job_settles_a_job_once_and_leaves_a_settled_one() -> None:
         assert state.jobs[queued.job_id].error == "not queued: the queue is full"
         assert state.jobs[queued.job_id].last_update_seq == 1
         assert changes.empty()
+
+
+async def test_a_cancelled_close_still_stops_the_processor_and_the_workers() -> None:
+    """A close cancelled while it waits for a running job (a second cancel at shutdown)
+    cancels the job's task with it and stops the update processor: nothing of the
+    runner is left running behind the cancellation."""
+    state = WorkChatState()
+    changes: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+    GatedWork.gate = threading.Event()
+    GatedWork.outcome = []
+    runner = JobRunner(state, work_factory(GatedWork), on_update=changes.put)
+    job = ReportJob(session_id=state.id, question="q")
+    assert add_job(state, job)
+    runner.submit(job)
+    await wait_for_status(changes, "running")
+    processor = runner._processor
+    assert processor is not None and not processor.done()
+    workers = [task for _, task in runner._workers.values()]
+    closing = asyncio.create_task(runner.aclose())
+    await asyncio.sleep(0.05)  # waiting for the gated job
+    closing.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await closing
+    assert processor.done() and runner._processor is None
+    assert all(task.cancelling() or task.done() for task in workers)
+    GatedWork.gate.set()  # (the worker thread ends; its publish is refused)
+    await asyncio.wait(workers, timeout=10)

@@ -172,13 +172,22 @@ class JobRunner:
         """:meth:`request_close`, then await every worker task and stop the processor."""
         self.request_close()
         tasks = [task for _, task in self._workers.values()]
-        if tasks:  # a worker settles its own job's failure: here we only wait for them
-            await asyncio.wait(tasks)
-        processor, self._processor = self._processor, None
-        if processor is not None:
-            processor.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await processor
+        try:
+            if tasks:  # a worker settles its own job's failure: here we only wait for them
+                await asyncio.wait(tasks)
+        except asyncio.CancelledError:  # the close itself cancelled: the workers with it
+            for task in tasks:
+                task.cancel()
+            raise
+        finally:
+            processor, self._processor = self._processor, None
+            if processor is not None:
+                processor.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await processor
+        for task in tasks:  # (read, so none is reported as never retrieved)
+            if not task.cancelled() and (failure := task.exception()) is not None:
+                logger.warning("a job worker task failed: %s", type(failure).__name__)
 
     async def __aenter__(self) -> JobRunner:
         return self

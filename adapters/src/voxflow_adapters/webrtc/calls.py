@@ -120,10 +120,19 @@ class Call:
     _closers: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
 
     async def aclose(self) -> None:
-        """Stop the call's background work (idempotent)."""
+        """Stop the call's background work (idempotent). Every closer runs, even when one
+        fails or the close is cancelled meanwhile; the first such outcome is raised once
+        they all ran (the wiring's job runner and database connections are never left
+        open behind a failed journal flush or a second cancel at shutdown)."""
         closers, self._closers = self._closers, []
+        first: BaseException | None = None
         for close in closers:
-            await close()
+            try:
+                await close()
+            except BaseException as exc:  # (a cancellation too): the rest still close
+                first = first if first is not None else exc
+        if first is not None:
+            raise first
 
 
 class CallFactory(Protocol):
