@@ -166,12 +166,10 @@ class CommandMode(Protocol):
 
 def _lacks(loaded: object, *, mode: bool) -> list[str]:
     """What ``loaded`` lacks to be a :class:`CommandMode` (``mode``) or a :class:`Command`."""
-    wanted = {"add_arguments": callable, "run": callable}
-    if not mode:
-        wanted |= {"help": lambda v: isinstance(v, str),
-                   "description": lambda v: isinstance(v, str)}
-    return [name for name, fits in wanted.items()
-            if not fits(getattr(loaded, name, None))]
+    names = ("add_arguments", "run") if mode else ("add_arguments", "run", "help", "description")
+    return [name for name in names
+            if not (isinstance(getattr(loaded, name, None), str) if name in ("help", "description")
+                    else callable(getattr(loaded, name, None)))]
 
 
 @dataclass(frozen=True, slots=True)

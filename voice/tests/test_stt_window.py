@@ -26,7 +26,7 @@ import pytest
 from numpy.typing import NDArray
 from pydantic import ValidationError
 from voxflow_voice import STT_SAMPLE_RATE, SttSettings, WhisperStt
-from voxflow_voice.stt import _runs_away, _said_once, _token_budget
+from voxflow_voice.stt import FITTED_WINDOW_FLOOR, _runs_away, _said_once, _token_budget
 
 from voxflow.errors import ModelNotFoundError
 
@@ -193,10 +193,12 @@ FIT = SttSettings(encoder_window_floor=4.0, encoder_window_margin=1.0)
         (SttSettings(encoder_window_floor=2.0, encoder_window_margin=0.0), 2.4, 3.0),
         (SttSettings(encoder_window=20.0, encoder_window_floor=4.0), 12.5, 16.0),  # + 3 s
         (SttSettings(encoder_window=30.0, encoder_window_floor=4.0), 2.0, 30.0),
-        (SttSettings(), 2.0, 6.0),  # the default: the turn + 3 s, 6 to 10 s
-        (SttSettings(), 3.2, 7.0),
-        (SttSettings(), 7.5, 10.0),
-        (SttSettings(encoder_window=4.0), 2.0, 4.0),  # the default floor clamped
+        (SttSettings(model="base"), 2.0, 6.0),  # base's default: the turn + 3 s, 6 to 10 s
+        (SttSettings(model="base"), 3.2, 7.0),
+        (SttSettings(model="base"), 7.5, 10.0),
+        (SttSettings(model="base", encoder_window=4.0), 2.0, 4.0),  # its floor follows
+        (SttSettings(), 2.0, 10.0),  # tiny.en's default: the fixed 10 s window
+        (SttSettings(model="/models/my-whisper"), 3.2, 10.0),  # a directory: fixed too
         (SttSettings(encoder_window_floor=None), 2.0, 10.0),  # a fixed window
         (SttSettings(encoder_window_floor=None), 10.5, 30.0),
     ],
@@ -242,6 +244,12 @@ def fitted() -> WhisperStt:
     return WhisperStt(SttSettings(encoder_window_floor=4.0, encoder_window_margin=1.0))
 
 
+@pytest.fixture(scope="module")
+def fitted_default() -> WhisperStt:
+    """tiny.en in the window base has by default (fitted: the turn + 3 s, 6 to 10 s)."""
+    return WhisperStt(SttSettings(encoder_window_floor=FITTED_WINDOW_FLOOR["base"]))
+
+
 @pytest.mark.parametrize(
     "text",
     [
@@ -253,7 +261,7 @@ def fitted() -> WhisperStt:
         "Turn on the lights in the kitchen.",
     ],
 )
-@pytest.mark.parametrize("which", ["fitted", "stt"])  # floor 4 + 1 s; the default
+@pytest.mark.parametrize("which", ["fitted", "fitted_default"])  # floor 4 + 1 s; base's
 def test_a_short_turn_is_transcribed_right_in_a_window_fitted_to_it(
     which: str,
     request: pytest.FixtureRequest,

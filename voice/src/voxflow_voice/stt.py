@@ -61,9 +61,16 @@ of the per-turn ratios; base 166 vs 216 ms, p90 318 vs 385; tiny.en 63 vs 91 ms;
 average 3.4, two runs alike). Less margin or a lower floor loses words: 1 s over a 4 s
 floor is 0.60-0.70x but base 11 and 53 errors. Without the budget and the first time
 kept, fitted windows were decoded again on 13% to 39% of the turns and base's p90 was
-1.5x the fixed window's. So the defaults are a window fitted to the turn (6 to 10 s),
-padded with silence; ``encoder_window=30, encoder_padding="zeros"`` is faster-whisper's
-own behaviour.
+1.5x the fixed window's. The turn's words decide its end too (the end-of-turn model's
+second opinion, on tiny.en by default), and there tiny.en lost more than words: on
+``benchmarks/end_of_turn.py``'s 300 utterances in five other voices a fitted window
+wrote "No..." and "No, thanks..." for noisy short answers (an ellipsis: more to come),
+so 5 of 60 short answers waited past 0.6 s instead of 3, and a paused request split in
+two (1 of 180, 0 before). So the default is a window fitted to the turn (6 to 10 s) for
+``base`` (the same words at 0.70x the time) and the fixed 10 s window for ``tiny.en`` and
+a model directory (``encoder_window_floor`` unset: :data:`FITTED_WINDOW_FLOOR`), padded
+with silence either way; ``encoder_window=30, encoder_padding="zeros"`` is
+faster-whisper's own behaviour.
 """
 
 from __future__ import annotations
@@ -96,6 +103,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEFAULT_STT_SETTINGS",
+    "FITTED_WINDOW_FLOOR",
     "KNOWN_HALLUCINATIONS",
     "SttSettings",
     "Transcript",
@@ -122,6 +130,12 @@ KNOWN_HALLUCINATIONS = frozenset(
 
 _NORMALIZE = re.compile(r"[^a-z0-9 ]+")
 _HOP = STT_SAMPLE_RATE // 100  # samples per 10 ms mel frame
+
+
+FITTED_WINDOW_FLOOR: dict[str, float] = {"base": 6.0}
+"""The models whose window is fitted to the turn by default, and its floor (s): where
+``benchmarks/stt_accuracy.py`` and ``end_of_turn.py`` found it keeps the words (see the
+module docstring); the others pad to a fixed ``encoder_window``."""
 
 
 class SttSettings(BaseModel):
@@ -153,10 +167,10 @@ class SttSettings(BaseModel):
         "long, or fitted: encoder_window_floor), not 30 s",
     )
     encoder_window_floor: float | None = Field(
-        6.0, ge=1.0, le=30.0,
+        None, ge=1.0, le=30.0,
         description="fit the window to the utterance: its length + encoder_window_margin, "
         "rounded up to whole seconds, at least this and at most encoder_window; None: "
-        "always encoder_window",
+        "always encoder_window (unset: 6 for base, None otherwise: FITTED_WINDOW_FLOOR)",
     )
     encoder_window_margin: float = Field(
         3.0, ge=0.0, le=30.0,
@@ -167,6 +181,20 @@ class SttSettings(BaseModel):
         description="pad to the window with zero log-mel features (faster-whisper) or by "
         "padding the audio with silence before the mel (Whisper's training input)",
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _default_floor(cls, data: Any) -> Any:
+        """An unset ``encoder_window_floor`` is the model's (:data:`FITTED_WINDOW_FLOOR`)."""
+        if isinstance(data, dict) and "encoder_window_floor" not in data:
+            model = data.get("model", "tiny.en")
+            floor = FITTED_WINDOW_FLOOR.get(model) if isinstance(model, str) else None
+            window = data.get("encoder_window", 10.0)
+            if floor is not None and isinstance(window, int | float) and not isinstance(
+                    window, bool) and math.isfinite(window):
+                # (a shorter encoder_window of one's own is kept: the floor follows it)
+                data = {**data, "encoder_window_floor": max(1.0, min(floor, float(window)))}
+        return data
 
     @model_validator(mode="after")
     def _check_window(self) -> Self:
