@@ -393,12 +393,14 @@ def _verdicts(out: Outcome) -> str:
 async def measure(samples: list[Sample], stt_model: str, end_pad: float, only_smart: bool,
                   grace: float, heard_after: list[float], judge_continuation: bool,
                   provisional_only: bool = False, holds: tuple[float, ...] = (0.0,),
-                  short_turn: float = 1.0) -> None:
+                  short_turn: float = 1.0, fixed_window: bool = False,
+                  question_closes: bool = True) -> None:
     model = SmartTurn()
-    stt = WhisperStt(SttSettings(model=stt_model))
+    stt = WhisperStt(SttSettings(model=stt_model, **(
+        {"encoder_window_floor": None} if fixed_window else {})))
     await stt.transcribe(AudioChunk.from_float(np.zeros(16_000, np.float32), STT_SAMPLE_RATE))
     smart = TurnDetection(min_speech=0.2, max_end_of_turn_silence=1.6, end_pad=end_pad,
-                          short_turn=short_turn)
+                          short_turn=short_turn, question_closes=question_closes)
     name = (f"Smart Turn at a 0.2 s pause + the words ({stt_model}) of a {end_pad} s pause, "
             "1.6 s maximum" + (f", a doubted turn of <= {short_turn} s waits like a closed "
                                "answer" if short_turn else ""))
@@ -551,6 +553,12 @@ def main() -> None:
     parser.add_argument("--short-turn", type=float, default=TurnDetection().short_turn,
                         help="TurnDetection.short_turn (s) of the Smart Turn configurations "
                         "(0: off)")
+    parser.add_argument("--fixed-window", action="store_true",
+                        help="the pause's STT in Whisper's fixed 10 s window, not one fitted "
+                        "to the utterance")
+    parser.add_argument("--no-question-closes", action="store_true",
+                        help="ask the model about a question too (TurnDetection."
+                        "question_closes off)")
     parser.add_argument("--v2v", type=int, metavar="N", default=0,
                         help="instead: voice to voice in real time over N turns")
     parser.add_argument("--wav", type=Path, default=ANCHOR_WAV, help="the --v2v utterance")
@@ -575,7 +583,8 @@ def main() -> None:
           f"{time.perf_counter() - began:.0f} s")
     asyncio.run(measure(samples, args.stt, args.end_pad, args.only_smart, args.grace,
                         args.heard_after, not args.judge_whole, args.provisional_only,
-                        tuple(args.hold), args.short_turn))
+                        tuple(args.hold), args.short_turn, args.fixed_window,
+                        not args.no_question_closes))
 
 
 if __name__ == "__main__":

@@ -387,7 +387,8 @@ async def test_the_model_judges_once_the_pauses_words_are_in_not_beside_their_st
     """On two cores the model's thread beside Whisper's two made the STT take twice as
     long, and the verdict (and the reply) wait for the words anyway: one after the other."""
     ordered = _Ordered(model)
-    detector = TurnDetector(SileroVad(), SMART, end_of_turn_model=ordered)
+    asked = SMART.model_copy(update={"question_closes": False})  # (a question skips it)
+    detector = TurnDetector(SileroVad(), asked, end_of_turn_model=ordered)
     audio = call_audio(say(voices["slow"], "What time is it?"))
 
     async def words(pause: UtterancePaused) -> Transcript | None:
@@ -493,3 +494,44 @@ async def test_a_short_turn_the_model_doubts_waits_like_a_closed_answer(
     long = "Tell me about the train times to Boston on Tuesday morning."
     assert waited(long, "Tell me about the trains to Boston on Tuesday", 1.0) >= round(
         1.6 * rate)  # longer than short_turn: the model's doubt stands
+
+
+class _Counting:
+    """Smart Turn, counting how often it is asked."""
+
+    def __init__(self, model: SmartTurn) -> None:
+        self.model, self.asked = model, 0
+
+    def probability(self, audio: NDArray[np.float32]) -> float:
+        self.asked += 1
+        return self.model.probability(audio)
+
+
+async def test_a_question_ends_the_turn_without_asking_the_model(
+    model: SmartTurn, voices: dict[str, PiperTts]
+) -> None:
+    """``question_closes``: the pause's words are a question, so the turn ends at the
+    verdict and the model's 50-110 ms are not spent on the reply's path; words that say
+    more is coming ("Can you tell me?") still go to the model, and with the setting off
+    every pause does."""
+    audio = call_audio(say(voices["slow"], "What time is it?"))
+    for words, closes, asked in (("What time is it?", True, 0), ("What time is it?", False, 1),
+                                 ("Can you tell me?", True, 1)):
+        counting = _Counting(model)
+        settings = SMART.model_copy(update={"question_closes": closes})
+        detector = TurnDetector(SileroVad(), settings, end_of_turn_model=counting)
+
+        async def heard(text: str = words) -> Transcript:
+            return Transcript(text=text, duration=1.0, no_speech_prob=0.0, avg_logprob=-0.1)
+
+        out: list[TurnDetectorEvent] = []
+        for start in range(0, audio.size, CHUNK):
+            async for events in detector.apush(audio[start : start + CHUNK], lambda _: heard()):
+                out += events
+        assert counting.asked == asked, (words, closes)
+        [verdict] = detector.decisions
+        assert verdict.asked is bool(asked)
+        if words.startswith("What"):
+            assert verdict.complete and len(turns(out)) == 1
+            [ended] = [e for e in out if isinstance(e, SpeechEnded)]
+            assert ended.at_sample - ended.end_sample <= round(0.2 * STT_SAMPLE_RATE) + 512

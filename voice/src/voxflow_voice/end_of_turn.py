@@ -52,6 +52,7 @@ __all__ = [
     "EndOfTurnModel",
     "EndOfTurnVerdict",
     "SmartTurn",
+    "is_question",
     "log_mel_features",
     "words_verdict",
 ]
@@ -151,6 +152,8 @@ class EndOfTurnVerdict:
         complete: the verdict: ``probability`` reaches the threshold and the words do not
             say more is coming. (A closed answer the model doubts is not complete yet:
             the turn detector gives it a shorter wait than other incomplete turns.)
+        asked: whether the model was asked; a question's words close the turn without it
+            (``TurnDetection.question_closes``: ``probability`` is then 1.0).
     """
 
     end_sample: int
@@ -158,6 +161,7 @@ class EndOfTurnVerdict:
     transcript: str | None
     words: bool | None
     complete: bool
+    asked: bool = True
 
     @property
     def may_go_on(self) -> bool:
@@ -173,6 +177,19 @@ class EndOfTurnVerdict:
         words = words_verdict(transcript) if transcript is not None else None
         return cls(end_sample, probability, transcript, words,
                    probability >= threshold and words is not False)
+
+    @classmethod
+    def question(cls, end_sample: int, transcript: str) -> EndOfTurnVerdict:
+        """The verdict on a pause whose words are a question (:func:`is_question`):
+        complete, the model not asked."""
+        return cls(end_sample, 1.0, transcript, True, True, asked=False)
+
+
+def is_question(transcript: str) -> bool:
+    """Whether the words are a question that closes the turn: :func:`words_verdict` says
+    complete and the text ends on a question mark ("What time does the museum open?";
+    not "Can you tell me?", whose "tell me" says more is coming)."""
+    return words_verdict(transcript) is True and transcript.rstrip().endswith("?")
 
 
 def _hz_to_mel(freq: NDArray[np.float64]) -> NDArray[np.float64]:

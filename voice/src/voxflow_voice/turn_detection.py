@@ -75,6 +75,12 @@ class TurnDetection(BaseModel):
         "model doubts, whose words neither close nor open anything, ends after "
         "closed_answer_silence like a closed answer (a short answer the STT misheard); 0: off",
     )
+    question_closes: bool = Field(
+        True,
+        description="with an end-of-turn model: a pause whose words are a question ends the "
+        "turn without asking the model (its 50-110 ms are then not on the reply's path: a "
+        "question waits for its answer however flat the voice that asks it)",
+    )
     complete_silence: float = Field(
         0.0, ge=0, le=10,
         description="with an end-of-turn model: silence (s) after which a turn judged "

@@ -69,7 +69,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from .audio import STT_SAMPLE_RATE, AudioChunk
-from .end_of_turn import EndOfTurnModel, EndOfTurnVerdict
+from .end_of_turn import EndOfTurnModel, EndOfTurnVerdict, is_question
 from .hiss import HissDetector
 from .stt import Transcript
 from .turn_detection import DEFAULT_TURN_DETECTION, FAST_TURN_DETECTION, TurnDetection
@@ -281,11 +281,15 @@ class TurnDetector:
         pause, self._undecided = self._undecided, None
         if pause is None or self._model is None:
             return []
-        if probability is None:
-            probability = self._model.probability(self._heard())
-        verdict = EndOfTurnVerdict.of(
-            pause.end_sample, probability, transcript, self.settings.complete_threshold
-        )
+        if probability is None and self._question(transcript):
+            assert transcript is not None
+            verdict = EndOfTurnVerdict.question(pause.end_sample, transcript)
+        else:
+            if probability is None:
+                probability = self._model.probability(self._heard())
+            verdict = EndOfTurnVerdict.of(
+                pause.end_sample, probability, transcript, self.settings.complete_threshold
+            )
         self._decisions.append(verdict)
         events: list[TurnDetectorEvent] = []
         self._timeout = self._max_wait
@@ -361,10 +365,15 @@ class TurnDetector:
         if transcript is None:
             return self.decide(probability=await judged())
         words = await transcript
-        probability = await judged()
-        return self.decide(
-            probability=probability, transcript=words.text if words is not None else None
-        )
+        text = words.text if words is not None else None
+        if self._question(text):
+            return self.decide(transcript=text)  # (the model is not asked)
+        return self.decide(probability=await judged(), transcript=text)
+
+    def _question(self, transcript: str | None) -> bool:
+        """Whether ``transcript`` closes the turn as a question without the model."""
+        return (self.settings.question_closes and transcript is not None
+                and is_question(transcript))
 
     @property
     def last_probability(self) -> float:
