@@ -278,3 +278,22 @@ def test_a_short_turn_is_transcribed_right_in_a_window_fitted_to_it(
     heard = words(transcript.text)
     assert heard == words(text.replace("forty percent", "40%")), caplog.messages
     assert transcript.duration == pytest.approx(audio.size / STT_SAMPLE_RATE)
+
+
+def test_a_long_vocabulary_hint_leaves_the_budget_room_for_the_prompt(speech: Speech) -> None:
+    """A long ``initial_prompt`` and a long window: the budget fits in Whisper's 448 tokens.
+
+    faster-whisper refuses a decode whose prompt and ``max_new_tokens`` pass 448 (a
+    ValueError from inside the decode, so every such turn was lost); the prompt it keeps
+    is up to 223 tokens of the hint, and a 20 s turn's budget asks for 256.
+    """
+    hint = " ".join(f"Word{i}" for i in range(400))  # far over the 223 tokens kept
+    stt = WhisperStt(
+        SttSettings(encoder_window=25.0, encoder_window_floor=None, initial_prompt=hint)
+    )
+    voice = turn(speech, "Turn on the lights in the kitchen.")
+    audio = np.concatenate([voice, np.zeros(20 * STT_SAMPLE_RATE - voice.size, np.float32)])
+    assert _token_budget(20.0)[1] > 448 - 223  # the case: the budget alone would not fit
+    transcript = stt.transcribe_sync(audio)
+    assert transcript is not None
+    assert {"lights", "kitchen"} <= set(words(transcript.text))

@@ -295,6 +295,21 @@ class WhisperStt:
         if language is None and not self._model.model.is_multilingual:
             language = "en"  # English-only models: never pay for language detection
         self._language = language
+        self._room = _WHISPER_TOKENS - self._prompt_tokens()
+
+    def _prompt_tokens(self) -> int:
+        """The most tokens faster-whisper's prompt takes (its ``get_prompt``, 1.2.1).
+
+        The decoder's prompt and ``max_new_tokens`` share Whisper's 448 tokens (more is
+        a ValueError from inside the decode): the hint's last 223 tokens after
+        ``<|startofprev|>``, then up to 3 start tokens and ``<|notimestamps|>``.
+        """
+        hint = self.settings.initial_prompt
+        kept = 0
+        if hint is not None:
+            encoded = self._model.hf_tokenizer.encode(" " + hint.strip(), add_special_tokens=False)
+            kept = 1 + min(len(encoded.ids), _WHISPER_TOKENS // 2 - 1)
+        return kept + 4
 
     async def transcribe(self, audio: AudioChunk | NDArray[Any]) -> Transcript | None:
         """Transcribe one utterance in a worker thread; ``None`` if it holds no words."""
@@ -335,6 +350,7 @@ class WhisperStt:
         if window >= 30:
             return self._windowed(samples, 3000, truncated, duration, None)[0]
         budget, max_new_tokens = _token_budget(duration)
+        max_new_tokens = min(max_new_tokens, self._room)  # a long hint leaves less room
         for tried in dict.fromkeys((window, s.encoder_window)):  # fitted, then the longest
             transcript, tokens = self._windowed(
                 samples, round(tried * 100), truncated, duration, max_new_tokens
@@ -502,6 +518,7 @@ _RUNAWAY_BASE_WORDS = 4
 _RUNAWAY_WORDS_PER_SECOND = 6.0
 _BUDGET_TOKENS = 8
 _BUDGET_TOKENS_PER_SECOND = 6.0
+_WHISPER_TOKENS = 448  # the decoder's context: its prompt and what it writes
 _MAX_NEW_TOKENS = 440  # Whisper's 448 less its prompt
 _SENTENCE_END = re.compile(r"(?<=[.?!\u2026])\s+")
 
