@@ -201,3 +201,22 @@ def test_parts_are_checked_when_the_class_is_created() -> None:
 
         class HidesKickoff(CoreFlow[Any], parts=(Hiding,)):
             pass
+
+
+def test_a_subclass_may_not_name_an_attribute_its_inherited_parts_are_held_under() -> None:
+    """voxflow.Flow holds its Conversation part under ``conversation``: a method of that
+    name in a user's flow would be hidden by the part on every instance, silently."""
+    with pytest.raises(FlowDefinitionError, match=r"Mine\.conversation is where Mine holds"):
+
+        class Mine(Flow[Any]):
+            @start()
+            def begin(self) -> None:
+                pass
+
+            def conversation(self) -> str:
+                return "mine"
+
+    with pytest.raises(FlowDefinitionError, match=r"Deeper\.layer is where Deeper holds"):
+
+        class Deeper(LayerBase):
+            layer = "a value"

@@ -44,7 +44,7 @@ if TYPE_CHECKING:
 
     from voxflow.flow.host import FlowHost
 
-__all__ = ["FlowPart", "checked_part_types"]
+__all__ = ["FlowPart", "check_part_names", "checked_part_types"]
 
 
 class FlowPart:
@@ -149,3 +149,23 @@ def checked_part_types(
             f"{flow}: two parts under one attribute name ({names})", flow=flow
         )
     return every
+
+
+def check_part_names(cls: type, kinds: tuple[type[FlowPart], ...]) -> None:
+    """Refuse a class body that names an attribute its parts are held under.
+
+    The instance holds each part under its :attr:`FlowPart.attribute`, so a method or
+    value of that name in a subclass (``def conversation(self)`` under
+    :class:`voxflow.Flow`) would be hidden by the part on every instance, silently.
+
+    Raises:
+        FlowDefinitionError: the class defines the attribute name of one of its parts.
+    """
+    flow = cls.__name__
+    for kind in kinds:
+        if kind.attribute in vars(cls):
+            raise FlowDefinitionError(
+                f"{flow}.{kind.attribute} is where {flow} holds its {kind.__name__} part "
+                f"(an instance's {kind.attribute} is the part, not this); rename it",
+                flow=flow,
+            )

@@ -78,7 +78,7 @@ from voxflow.flow.feedback import (
     HumanInput,
     InputHistoryEntry,
 )
-from voxflow.flow.parts import FlowPart, checked_part_types
+from voxflow.flow.parts import FlowPart, check_part_names, checked_part_types
 from voxflow.flow.persistence import FlowPersistence
 from voxflow.flow.saving import StateSaving, check_backend, check_kickoff_inputs
 from voxflow.flow.state import (
@@ -141,6 +141,7 @@ class Flow(Engine, Generic[StateT]):
         super().__init_subclass__(**kwargs)
         if parts:
             cls._part_types = checked_part_types(cls, cls._part_types, parts)
+        check_part_names(cls, cls._part_types)
         if getattr(cls, "conversational", False) and not cls._conversation_layer:
             cls._enable_conversation()
         cls._prepare_parts()
