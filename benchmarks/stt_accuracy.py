@@ -65,7 +65,7 @@ redone in 30 s), all with a fixed window (``encoder_window_floor=None``)::
     base     30 s   silence  1.9% (9)     760 ms   912    0
     base     15 s   silence  1.5% (7)     330 ms   469    0
     base     10 s   zeros    1.9% (9)     231 ms   375    0
-    base     10 s   silence  1.7% (8)     242 ms   378    0   (voxflow's default)
+    base     10 s   silence  1.7% (8)     242 ms   378    0   (its fixed window: below)
     base      8 s   silence  1.9% (9)     173 ms   326    1
 
 No configuration left a transcript looping ("loops" 0): every loop was caught and redone
@@ -97,13 +97,13 @@ end pad), median of 7 runs per policy. Measured 2026-12-01, shared machine, load
 3.4 (tiny.en) and 5.0 (base), greedy, 2 threads, one timing each::
 
     model    policy               WER bundled  WER others  median  p90 ms  x ref  kept  redone
-    tiny.en  fixed 10 s           2.8% (13)    12.7% (60)   91 ms   175    1.00     0      0
+    tiny.en  fixed 10 s           2.8% (13)    12.7% (60)   91 ms   175    1.00     0      0  *
     tiny.en  fit +1 s, floor 4    3.2% (15)    14.0% (66)   60 ms   149    0.60    32      3
     tiny.en  fit +3 s, floor 4    2.8% (13)    13.6% (64)   66 ms   153    0.70    20      3
     tiny.en  fit +2 s, floor 5    3.2% (15)    13.1% (62)   61 ms   147    0.64    25      3
     tiny.en  fit +3 s, floor 5    2.8% (13)    13.6% (64)   67 ms   163    0.69    20      3
     tiny.en  fit +2 s, floor 6    3.4% (16)    13.1% (62)   64 ms   147    0.68    17      1
-    tiny.en  fit +3 s, floor 6    3.0% (14)    13.3% (63)   63 ms   144    0.69    17      1  *
+    tiny.en  fit +3 s, floor 6    3.0% (14)    13.3% (63)   63 ms   144    0.69    17      1
     base     fixed 10 s           1.7% (8)     10.4% (49)  216 ms   385    1.00     2      0
     base     fit +1 s, floor 4    2.3% (11)    11.2% (53)  155 ms   319    0.70    45      7
     base     fit +3 s, floor 4    1.7% (8)     10.8% (51)  166 ms   333    0.74    30      5
@@ -116,9 +116,11 @@ end pad), median of 7 runs per policy. Measured 2026-12-01, shared machine, load
 earlier run at load 4.7-5.9 gave the same words for the default (base 8 and 49, tiny.en
 14 and 63) at 0.73x and 0.71x (base 147 vs 196 ms, p90 292 vs 300). The anchor question,
 base: 183 ms fitted (7 s) vs 220 ms at 10 s; tiny.en 86 vs 108 ms, the same words. So
-the fitted window (floor 6 s, margin 3 s) is the default: base keeps its words on both
-voice sets, tiny.en is within one word on the bundled voice and three on the others, at
-0.70x the time per turn and no worse p90. Less margin loses words, mostly on the other
+the fitted window (floor 6 s, margin 3 s) is base's default (``FITTED_WINDOW_FLOOR``): it
+keeps its words on both voice sets at 0.70x the time per turn and no worse p90. tiny.en
+was within one word on the bundled voice and three on the others, but on
+``end_of_turn.py``'s noisy short answers in five other voices it misheard more of them
+(late 3 -> 5 of 60) and split a paused request once: it keeps the fixed 10 s. Less margin loses words, mostly on the other
 voices (base 5 to 8 more errors in all at a 1 or 2 s margin). Before the token budget
 and the first time kept, the same policies were redone on 13% to 39% of the turns (a
 loop ran to 448 tokens, about 3 s for base, before its second decode): base fit +3 s,

@@ -31,7 +31,8 @@ speech; its barge-in also needs 0.2 s of speech): it took 1.33 s voice to voice 
 semantic end of turn (Smart Turn and the pause's words, ``voxflow_voice.end_of_turn``).
 (One run at load 2.1, Dec 1: 575 ms voice to voice, p90 767; barge-in stop 162 ms; 0
 stale.) ``--config all`` adds both with Whisper's own 30 s window
-(zero-padded features) instead of voxflow's 10 s silence-padded one (``voxflow_voice.stt``).
+(zero-padded features) instead of voxflow's silence-padded one (10 s for tiny.en, fitted to
+the turn, 6-10 s, for base: ``voxflow_voice.stt``).
 Targets: voice to voice <= end-of-turn silence + 500 ms (and the stretch target, + 150
 ms); barge-in stop <= minimum barge-in + 40 ms; stale samples 0.
 

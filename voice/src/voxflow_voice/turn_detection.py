@@ -24,9 +24,10 @@ class TurnDetection(BaseModel):
     )
     hiss_rise: float | None = Field(
         12.0, ge=0, le=80,
-        description="a frame whose high-frequency energy stays this far (dB) over the recent "
-        "floor for 24 ms also counts as rising, like onset_threshold (an unvoiced first "
-        "consonant: 's', 'sh', 'f'; see voxflow_voice.hiss); None: the VAD alone",
+        description="a frame whose energy over 4 kHz outweighs the rest and stays this far "
+        "(dB) over the recent floor for 24 ms also counts as rising, like onset_threshold "
+        "(the unvoiced 's' opening 'Stop', 'Sorry'; 'f' and 'sh' are left to the VAD; see "
+        "voxflow_voice.hiss); None: the VAD alone",
     )
     min_speech: float = Field(
         0.25, ge=0, le=5, description="speech (s) needed before speech starts"
