@@ -443,7 +443,8 @@ V2V_CONFIGS: dict[str, tuple[str, TurnDetection, bool, dict[str, Any], bool]] = 
     "timer-0.6": ("silence timer 0.6 s (voxflow's default timer)",
                   TurnDetection(**_REFERENCE), False, {}, False),
     "smart": ("Smart Turn + words at a 0.2 s pause, speculative STT from 0.1 s, provisional; "
-              "Whisper base's window fitted to the turn (6-10 s)", TurnDetection(**_SMART), True, {}, False),
+              "Whisper base's window fitted to the turn (6-10 s)", TurnDetection(**_SMART),
+              True, {}, False),
     "smart-1t": ("the same, Whisper on 1 thread (not 2)", TurnDetection(**_SMART), True,
                  {"cpu_threads": 1}, False),
     "smart-warm": ("the same (2 threads), a Whisper warm-up at each speech onset",

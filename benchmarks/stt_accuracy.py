@@ -120,8 +120,9 @@ the fitted window (floor 6 s, margin 3 s) is base's default (``FITTED_WINDOW_FLO
 keeps its words on both voice sets at 0.70x the time per turn and no worse p90. tiny.en
 was within one word on the bundled voice and three on the others, but on
 ``end_of_turn.py``'s noisy short answers in five other voices it misheard more of them
-(late 3 -> 5 of 60) and split a paused request once: it keeps the fixed 10 s. Less margin loses words, mostly on the other
-voices (base 5 to 8 more errors in all at a 1 or 2 s margin). Before the token budget
+(late 3 -> 5 of 60) and split a paused request once: it keeps the fixed 10 s. Less
+margin loses words, mostly on the other voices (base 5 to 8 more errors in all at a 1
+or 2 s margin). Before the token budget
 and the first time kept, the same policies were redone on 13% to 39% of the turns (a
 loop ran to 448 tokens, about 3 s for base, before its second decode): base fit +3 s,
 floor 6 was 0.76x at the median but its p90 1.5x the fixed window's (764 vs 495 ms, load
