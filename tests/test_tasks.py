@@ -61,6 +61,45 @@ async def test_with_both_failing_the_blocks_goes_on_and_the_helpers_is_logged(
     assert str(record.exc_info[1]) == "helper broke"
 
 
+async def test_a_failure_the_block_awaited_and_raised_is_not_logged_twice(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    async def helper() -> None:
+        raise ValueError("helper")
+
+    with caplog.at_level(logging.ERROR, logger="voxflow._tasks"), pytest.raises(ValueError):
+        async with background(helper(), name="helper") as task:
+            await task  # the block raises the helper's failure itself
+    assert not caplog.records  # whoever handles the ValueError reports it, once
+
+
+async def test_a_helper_failing_while_its_owner_is_cancelled_is_logged_not_lost(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    started = asyncio.Event()
+
+    async def helper() -> None:
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            started.set()
+            await asyncio.sleep(0.05)  # a slow cleanup that fails
+            raise OSError("cleanup failed") from None
+
+    async def owner() -> None:
+        async with background(helper(), name="slow helper"):
+            await asyncio.sleep(0)
+
+    with caplog.at_level(logging.ERROR, logger="voxflow._tasks"):
+        runner = asyncio.create_task(owner())
+        await started.wait()  # the block ended: background waits for the helper's cleanup
+        runner.cancel()  # and its owner is cancelled meanwhile
+        with pytest.raises(asyncio.CancelledError):
+            await runner
+    assert [r.getMessage() for r in caplog.records] == ["slow helper failed as its block ended"]
+    assert isinstance(caplog.records[0].exc_info[1], OSError)  # type: ignore[index]
+
+
 async def test_a_helper_that_returned_is_not_cancelled() -> None:
     async def helper() -> int:
         return 7

@@ -68,18 +68,32 @@ async def background(
 
     Raises:
         Exception: the task's own failure, when the block itself ended without one (with
-            one, the task's failure is logged and the block's goes on).
+            one, the task's failure is logged and the block's goes on; a failure the block
+            raised itself, having awaited the task, is not logged twice; one found while
+            the owner is cancelled waiting for the task is logged, never left unread).
     """
     task = asyncio.get_running_loop().create_task(coro, name=name)
-    block_failed = True
+    block_exc: BaseException | None = None
     try:
         yield task
-        block_failed = False
+    except BaseException as exc:
+        block_exc = exc
+        raise
     finally:
-        await cancel_and_wait([task])
-        failure = _failure(task)
-        if failure is not None:
-            if block_failed:
-                logger.error("%s failed as its block ended", name, exc_info=failure)
-            else:
-                raise failure
+        try:
+            await cancel_and_wait([task])
+        except BaseException:  # the owner cancelled meanwhile: the task has ended all the same
+            _log_failure(task, name, block_exc)
+            raise
+        if block_exc is not None:
+            _log_failure(task, name, block_exc)
+        elif (failure := _failure(task)) is not None:
+            raise failure
+
+
+def _log_failure(task: asyncio.Future[Any], name: str, block_exc: BaseException | None) -> None:
+    """Log the ended ``task``'s own failure, unless it is what the block raises (the
+    block awaited the task): logged once, by whoever handles that exception."""
+    failure = _failure(task)
+    if failure is not None and failure is not block_exc:
+        logger.error("%s failed as its block ended", name, exc_info=failure)
