@@ -47,8 +47,11 @@ def test_the_realtime_switch_and_the_virtual_clock(pytester: pytest.Pytester) ->
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
     result.assert_outcomes(passed=3)
     result.stdout.fnmatch_lines(["voxflow: scripted calls on virtual audio time"])
-    everywhere = pytester.runpytest("-p", "no:cacheprovider", "--voxflow-realtime", "-k",
-                                    "default")
+    # Every inner run in a process of its own: an in-process run drops the modules it
+    # imported from sys.modules afterwards and leaves their parents' attributes pointing
+    # at them (voxflow.testing, a stale module, failed tests/test_import.py after this).
+    everywhere = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--voxflow-realtime",
+                                               "-k", "default")
     everywhere.assert_outcomes(failed=1)  # the option turns it on for every test
     everywhere.stdout.fnmatch_lines(["voxflow: scripted calls on real time"])
 
@@ -64,7 +67,7 @@ def test_a_plain_assert_failure_gets_the_call_timeline(pytester: pytest.Pytester
             assert voice_call.realtime is False and voice_call.calls == [call]
             assert call.transcripts() == ["Goodbye."]
     """)
-    result = pytester.runpytest("-p", "no:cacheprovider")
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines([
         "*- voxflow call 1 timeline -*",
