@@ -279,8 +279,9 @@ async def test_the_hiss_cue_adds_no_pause_on_residual_echo(engines: VoiceEngines
     reason=(
         "known: with the echo gate off and no room noise, Silero hears the assistant's own "
         "voice at -40 dB as speech; the reply pauses and resumes ~40 times in a 13 s story "
-        "(and is cut when pause_on_rise is off). Browser calls rely on the page's echo "
-        "canceller; a level floor for barge-ins over playback is the next step"
+        "(and is cut when pause_on_rise is off); room noise up to -50 dBFS does not mask "
+        "it (25-29 pauses). Browser calls rely on the page's echo canceller; barge-ins "
+        "over playback judged against the reply's own level are the next step"
     ),
 )
 async def test_residual_echo_never_pauses_the_reply(engines: VoiceEngines) -> None:
