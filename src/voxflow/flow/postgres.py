@@ -25,6 +25,7 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from voxflow._pg_schema import ensure_tables
 from voxflow.errors import PersistenceUnavailableError
 from voxflow.flow._item_rows import PG_SCHEMA, Conn, Cursor
 from voxflow.flow._row_store import RowStore
@@ -161,15 +162,8 @@ class PostgresFlowPersistence(RowStore):
             )
             try:
                 pool.open(wait=True, timeout=self.connect_timeout)
-                with pool.connection() as conn:
-                    conn.execute("BEGIN")
-                    conn.execute(
-                        "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))",
-                        (f"voxflow-schema:{self.schema}",),
-                    )
-                    conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{self.schema}"')
-                    conn.execute(PG_SCHEMA)
-                    conn.execute("COMMIT")
+                with pool.connection() as conn, conn.transaction():
+                    ensure_tables(conn, self.schema, PG_SCHEMA)
             except (psycopg.Error, PoolTimeout, OSError) as exc:
                 pool.close()
                 raise self._unavailable(exc) from None

@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
+from voxflow._pg_schema import aensure_tables
 from voxflow.errors import JobPayloadError, PersistenceUnavailableError
 from voxflow.ids import JobId, SessionId
 from voxflow.jobs.background import BackgroundJob, commit_progress
@@ -254,10 +255,7 @@ class JobInbox:
                 async with await psycopg.AsyncConnection.connect(
                         self.url, connect_timeout=max(1, int(self.connect_timeout)),
                         **self.connect_options) as conn, conn.transaction():
-                    await conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))",
-                                       (f"voxflow-schema:{self.schema}",))
-                    await conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{self.schema}"')
-                    await conn.execute(INBOX_SCHEMA)
+                    await aensure_tables(conn, self.schema, INBOX_SCHEMA)
                 await pool.open(wait=True, timeout=self.connect_timeout)
             except (psycopg.Error, PoolTimeout, OSError) as exc:
                 await pool.close()

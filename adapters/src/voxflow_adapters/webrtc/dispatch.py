@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from voxflow._pg_schema import aensure_tables
 from voxflow.errors import VoxflowError
 from voxflow.settings import (
     DATABASE_URL_VARIABLE,
@@ -209,10 +210,7 @@ class DispatchStore:
         try:
             await pool.open(wait=True, timeout=self.connect_timeout)
             async with pool.connection() as conn, conn.transaction():
-                await conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))",
-                                   (f"voxflow-schema:{self.schema}",))
-                await conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{self.schema}"')
-                await conn.execute(SCHEMA_SQL)
+                await aensure_tables(conn, self.schema, SCHEMA_SQL)
         except (psycopg.Error, PoolTimeout, OSError) as exc:
             await pool.close()
             raise self._unavailable(exc) from None

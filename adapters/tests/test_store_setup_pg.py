@@ -1,0 +1,103 @@
+"""A process that opens voxflow's PostgreSQL stores while other processes write to them
+neither waits for their transactions nor deadlocks with them.
+
+Every store makes sure its tables exist when it opens (the session store, the job inbox,
+the call dispatch). ``CREATE INDEX IF NOT EXISTS`` takes a SHARE lock on its table even
+when the index is there, so a worker starting beside running ones queued behind their
+open write transactions, and two tables locked in opposite orders were a deadlock that
+aborted one side (a CI run of the kill test: "deadlock detected" opening the session
+store). Real PostgreSQL, a fresh schema; skipped with the reason where none answers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Callable
+
+import psycopg
+import pytest
+from voxflow_adapters.webrtc.dispatch import DispatchStore
+
+from voxflow._pg_schema import relations_of
+from voxflow.flow._item_rows import PG_SCHEMA
+from voxflow.flow.postgres import PostgresFlowPersistence
+from voxflow.jobs import JobInbox
+from voxflow.jobs.inbox import INBOX_SCHEMA
+from voxflow.settings import connection_options, database_schema
+
+pytestmark = pytest.mark.unit
+
+WRITTEN = ("flow_state_history", "state_records", "voxflow_job_inbox", "voxflow_call_offers")
+
+
+def opens_while_written(url: str, open_stores: Callable[[], None]) -> bool:
+    """Hold another connection's write locks on every indexed table (what its inserts
+    take) while ``open_stores`` runs in a thread; whether it finished within 10 s."""
+    schema = database_schema(url)
+    with psycopg.connect(url, options=connection_options(url, schema)) as writer:
+        writer.execute(f"LOCK TABLE {', '.join(WRITTEN)} IN ROW EXCLUSIVE MODE")
+        done = threading.Event()
+        failure: list[BaseException] = []
+
+        def run() -> None:
+            try:
+                open_stores()
+            except BaseException as exc:  # reported below
+                failure.append(exc)
+            finally:
+                done.set()
+
+        thread = threading.Thread(target=run, daemon=True)
+        thread.start()
+        finished = done.wait(10.0)
+        writer.rollback()  # the writer ends: a store still waiting goes on
+    thread.join(60.0)
+    if failure:
+        raise failure[0]
+    return finished
+
+
+def test_every_store_opens_beside_a_running_writer(pg_schema_url: str) -> None:
+    url = pg_schema_url
+
+    async def open_inbox_and_dispatch() -> None:
+        inbox, dispatch = JobInbox(url), DispatchStore(url)
+        try:
+            await inbox.open()
+            await dispatch.open()
+        finally:
+            await inbox.close()
+            await dispatch.aclose()
+
+    def open_all() -> None:  # a process starting: a store of each kind
+        store = PostgresFlowPersistence(url)
+        try:
+            assert store.load_state("no-such-session") is None
+        finally:
+            store.close()
+        asyncio.run(open_inbox_and_dispatch())
+
+    open_all()  # the first process creates the tables
+    assert opens_while_written(url, open_all)  # the next ones neither wait nor deadlock
+
+
+def test_a_missing_index_is_created_on_the_next_open(pg_schema_url: str) -> None:
+    """The check counts every relation the DDL names, tables and indexes alike: one
+    missing (an upgrade that adds it) runs the DDL again."""
+    assert relations_of(PG_SCHEMA) == (
+        "flow_states", "flow_state_history", "idx_history_uuid", "conversation_items",
+        "state_records", "idx_records_pos", "pending_feedback", "session_leases")
+    assert relations_of(INBOX_SCHEMA) == ("voxflow_job_inbox", "voxflow_job_inbox_pending")
+    schema = database_schema(pg_schema_url)
+    first = PostgresFlowPersistence(pg_schema_url)
+    first.load_state("x")
+    first.close()
+    with psycopg.connect(pg_schema_url, autocommit=True,
+                         options=connection_options(pg_schema_url, schema)) as conn:
+        conn.execute("DROP INDEX idx_records_pos")
+        again = PostgresFlowPersistence(pg_schema_url)
+        again.load_state("x")
+        again.close()
+        row = conn.execute("SELECT to_regclass('idx_records_pos')").fetchone()
+    assert row is not None and row[0] is not None

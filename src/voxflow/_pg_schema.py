@@ -1,0 +1,62 @@
+"""Create voxflow's PostgreSQL tables without locking the ones already there.
+
+Every process opening a store (the session store, the job inbox, the call dispatch)
+makes sure its tables exist. ``CREATE INDEX IF NOT EXISTS`` takes a SHARE lock on its
+table *before* it finds the index there, so a process starting while others write
+waited behind their open transactions, and two tables locked in opposite orders were a
+deadlock: PostgreSQL aborted one side, the starting process's setup or a running
+worker's save. :func:`ensure_tables` runs the DDL only when one of its relations is
+missing (first start, or an upgrade that adds one), under the schema's advisory lock,
+with a bound on any lock wait; when all are there it reads the catalog and locks
+nothing.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+__all__ = ["aensure_tables", "ensure_tables", "relations_of"]
+
+_NAMED = re.compile(r"CREATE\s+(?:UNIQUE\s+)?(?:TABLE|INDEX)\s+IF\s+NOT\s+EXISTS\s+(\w+)",
+                    re.IGNORECASE)
+_LOCK_TIMEOUT = "SET LOCAL lock_timeout = '30s'"  # a lock never comes: an error, not a hang
+_ADVISORY = "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))"
+_PRESENT = ("SELECT count(*) FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n "
+            "ON n.oid = c.relnamespace WHERE n.nspname = %s AND c.relname = ANY(%s)")
+
+
+def relations_of(ddl: str) -> tuple[str, ...]:
+    """The tables and indexes ``ddl`` creates (``CREATE ... IF NOT EXISTS name``)."""
+    return tuple(dict.fromkeys(_NAMED.findall(ddl)))
+
+
+def ensure_tables(conn: Any, schema: str, ddl: str) -> bool:
+    """Create ``ddl``'s tables in ``schema`` through the psycopg connection ``conn``, in
+    the transaction the caller opened, only if one of them is missing.
+
+    Returns:
+        Whether ``ddl`` ran.
+    """
+    conn.execute(_LOCK_TIMEOUT)
+    conn.execute(_ADVISORY, (f"voxflow-schema:{schema}",))
+    names = list(relations_of(ddl))
+    row = conn.execute(_PRESENT, (schema, names)).fetchone()
+    if row is not None and row[0] == len(names):
+        return False
+    conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{schema}"')
+    conn.execute(ddl)
+    return True
+
+
+async def aensure_tables(conn: Any, schema: str, ddl: str) -> bool:
+    """:func:`ensure_tables` through a psycopg ``AsyncConnection``."""
+    await conn.execute(_LOCK_TIMEOUT)
+    await conn.execute(_ADVISORY, (f"voxflow-schema:{schema}",))
+    names = list(relations_of(ddl))
+    row = await (await conn.execute(_PRESENT, (schema, names))).fetchone()
+    if row is not None and row[0] == len(names):
+        return False
+    await conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{schema}"')
+    await conn.execute(ddl)
+    return True
