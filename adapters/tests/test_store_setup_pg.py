@@ -2,8 +2,8 @@
 neither waits for their transactions nor deadlocks with them.
 
 Every store makes sure its tables exist when it opens (the session store, the job inbox,
-the call dispatch). ``CREATE INDEX IF NOT EXISTS`` takes a SHARE lock on its table even
-when the index is there, so a worker starting beside running ones queued behind their
+the call dispatch, the job queue). ``CREATE INDEX IF NOT EXISTS`` takes a SHARE lock on
+its table even when the index is there, so a worker starting beside running ones queued behind their
 open write transactions, and two tables locked in opposite orders were a deadlock that
 aborted one side (a CI run of the kill test: "deadlock detected" opening the session
 store). Real PostgreSQL, a fresh schema; skipped with the reason where none answers.
@@ -22,7 +22,7 @@ from voxflow_adapters.webrtc.dispatch import DispatchStore
 from voxflow._pg_schema import relations_of
 from voxflow.flow._item_rows import PG_SCHEMA
 from voxflow.flow.postgres import PostgresFlowPersistence
-from voxflow.jobs import JobInbox
+from voxflow.jobs import JobInbox, PostgresJobQueue
 from voxflow.jobs.inbox import INBOX_SCHEMA
 from voxflow.settings import connection_options, database_schema
 
@@ -62,13 +62,16 @@ def test_every_store_opens_beside_a_running_writer(pg_schema_url: str) -> None:
     url = pg_schema_url
 
     async def open_inbox_and_dispatch() -> None:
-        inbox, dispatch = JobInbox(url), DispatchStore(url)
+        inbox, dispatch, queue = JobInbox(url), DispatchStore(url), PostgresJobQueue(url)
         try:
             await inbox.open()
             await dispatch.open()
+            await queue.migrate()  # the job queue's tables and its inbox's
         finally:
             await inbox.close()
             await dispatch.aclose()
+            queue.close()
+            await queue.inbox.close()
 
     def open_all() -> None:  # a process starting: a store of each kind
         store = PostgresFlowPersistence(url)
@@ -101,3 +104,15 @@ def test_a_missing_index_is_created_on_the_next_open(pg_schema_url: str) -> None
         again.close()
         row = conn.execute("SELECT to_regclass('idx_records_pos')").fetchone()
     assert row is not None and row[0] is not None
+
+
+@pytest.mark.parametrize("ddl", [
+    "",
+    "CREATE TABLE t (a int);",  # no IF NOT EXISTS: the check could not name it
+    "CREATE TABLE IF NOT EXISTS s.t (a int);",  # qualified: it would count a relation 's'
+    "CREATE TABLE IF NOT EXISTS t (a int); CREATE FUNCTION f() RETURNS int AS 'SELECT 1';",
+])
+def test_ddl_the_check_cannot_name_is_refused(ddl: str) -> None:
+    """Else the check would count nothing missing forever and the DDL never run."""
+    with pytest.raises(ValueError, match=r"CREATE TABLE\|INDEX IF NOT EXISTS"):
+        relations_of(ddl)

@@ -7,8 +7,8 @@ waited behind their open transactions, and two tables locked in opposite orders 
 deadlock: PostgreSQL aborted one side, the starting process's setup or a running
 worker's save. :func:`ensure_tables` runs the DDL only when one of its relations is
 missing (first start, or an upgrade that adds one), under the schema's advisory lock,
-with a bound on any lock wait; when all are there it reads the catalog and locks
-nothing.
+with a bound on any lock wait (the DDL's own locks are taken only then); when all are
+there it reads the catalog and locks nothing.
 """
 
 from __future__ import annotations
@@ -26,9 +26,23 @@ _PRESENT = ("SELECT count(*) FROM pg_catalog.pg_class c JOIN pg_catalog.pg_names
             "ON n.oid = c.relnamespace WHERE n.nspname = %s AND c.relname = ANY(%s)")
 
 
+_CREATE = re.compile(r"\bCREATE\s", re.IGNORECASE)
+
+
 def relations_of(ddl: str) -> tuple[str, ...]:
-    """The tables and indexes ``ddl`` creates (``CREATE ... IF NOT EXISTS name``)."""
-    return tuple(dict.fromkeys(_NAMED.findall(ddl)))
+    """The tables and indexes ``ddl`` creates (``CREATE TABLE|INDEX IF NOT EXISTS name``).
+
+    Raises:
+        ValueError: a ``CREATE`` this cannot name (another kind, a quoted or qualified
+            name, no ``IF NOT EXISTS``), or none at all: the check would pass forever
+            and the DDL never run.
+    """
+    names = _NAMED.findall(ddl)
+    unnamed = len(_CREATE.findall(ddl)) - len(names)
+    if not names or unnamed or any(ddl[m.end()] == "." for m in _NAMED.finditer(ddl)):
+        raise ValueError("schema DDL must be CREATE TABLE|INDEX IF NOT EXISTS <plain name>; "
+                         "statements: " + " | ".join(_CREATE.split(ddl)[1:]).strip()[:200])
+    return tuple(dict.fromkeys(names))
 
 
 def ensure_tables(conn: Any, schema: str, ddl: str) -> bool:

@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError, field_validator
 
+from voxflow._pg_schema import ensure_tables
 from voxflow.clock import Clock, MonotonicClock
 from voxflow.errors import JobPayloadError, PersistenceUnavailableError
 from voxflow.ids import JobId, SessionId, TurnId
@@ -183,11 +184,8 @@ class PostgresJobQueue:
         try:
             with psycopg.connect(self.url, connect_timeout=max(1, int(self.connect_timeout)),
                                  **self.inbox.connect_options) as conn, conn.transaction():
-                conn.execute("SET LOCAL lock_timeout = '30s'")  # a stuck lock: an error
-                conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))",
-                             (f"voxflow-schema:{self.schema}",))
-                conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{self.schema}"')
-                conn.execute(INBOX_SCHEMA)
+                # (the lock timeout and the schema's advisory lock, the inbox if missing)
+                ensure_tables(conn, self.schema, INBOX_SCHEMA)
                 row = conn.execute("SELECT to_regclass('procrastinate_jobs')").fetchone()
                 if row is None or row[0] is None:
                     conn.execute(procrastinate.schema.SchemaManager.get_schema())
