@@ -100,6 +100,35 @@ async def test_a_helper_failing_while_its_owner_is_cancelled_is_logged_not_lost(
     assert isinstance(caplog.records[0].exc_info[1], OSError)  # type: ignore[index]
 
 
+async def test_a_block_failure_replaced_by_a_cancellation_is_logged(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    started = asyncio.Event()
+
+    async def helper() -> None:
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            started.set()
+            await asyncio.sleep(0.05)  # a slow cleanup
+            raise
+
+    async def owner() -> None:
+        async with background(helper(), name="slow helper"):
+            await asyncio.sleep(0)  # the helper is waiting
+            raise KeyError("the block's own failure")
+
+    with caplog.at_level(logging.ERROR, logger="voxflow._tasks"):
+        runner = asyncio.create_task(owner())
+        await started.wait()
+        runner.cancel()  # while background waits for the helper's cleanup
+        with pytest.raises(asyncio.CancelledError):
+            await runner
+    (record,) = caplog.records
+    assert "slow helper" in record.getMessage()
+    assert isinstance(record.exc_info[1], KeyError)  # type: ignore[index]
+
+
 async def test_a_helper_that_returned_is_not_cancelled() -> None:
     async def helper() -> int:
         return 7

@@ -70,7 +70,9 @@ async def background(
         Exception: the task's own failure, when the block itself ended without one (with
             one, the task's failure is logged and the block's goes on; a failure the block
             raised itself, having awaited the task, is not logged twice; one found while
-            the owner is cancelled waiting for the task is logged, never left unread).
+            the owner is cancelled waiting for the task is logged, never left unread). A
+            block that awaits the task and handles its failure still gets it raised here:
+            a helper's failure is never taken as handled.
     """
     task = asyncio.get_running_loop().create_task(coro, name=name)
     block_exc: BaseException | None = None
@@ -84,6 +86,10 @@ async def background(
             await cancel_and_wait([task])
         except BaseException:  # the owner cancelled meanwhile: the task has ended all the same
             _log_failure(task, name, block_exc)
+            if block_exc is not None and not isinstance(block_exc, asyncio.CancelledError):
+                # the cancellation replaces the block's own failure: say what it was
+                logger.error("%s: its block failed, then was cancelled while the helper "
+                             "ended", name, exc_info=block_exc)
             raise
         if block_exc is not None:
             _log_failure(task, name, block_exc)
