@@ -206,7 +206,7 @@ def test_parts_are_checked_when_the_class_is_created() -> None:
 def test_a_subclass_may_not_name_an_attribute_its_inherited_parts_are_held_under() -> None:
     """voxflow.Flow holds its Conversation part under ``conversation``: a method of that
     name in a user's flow would be hidden by the part on every instance, silently."""
-    with pytest.raises(FlowDefinitionError, match=r"Mine\.conversation is where Mine holds"):
+    with pytest.raises(FlowDefinitionError, match=r"Mine\.conversation: Mine holds its"):
 
         class Mine(Flow[Any]):
             @start()
@@ -216,7 +216,19 @@ def test_a_subclass_may_not_name_an_attribute_its_inherited_parts_are_held_under
             def conversation(self) -> str:
                 return "mine"
 
-    with pytest.raises(FlowDefinitionError, match=r"Deeper\.layer is where Deeper holds"):
+    with pytest.raises(FlowDefinitionError, match=r"Deeper\.layer: Deeper holds its"):
 
         class Deeper(LayerBase):
             layer = "a value"
+
+    class Mixin:
+        def conversation(self) -> str:
+            return "the mixin's"
+
+    with pytest.raises(FlowDefinitionError,
+                       match=r"Mixin \(a base of Mixed\)\.conversation: Mixed holds its"):
+
+        class Mixed(Mixin, Flow[Any]):
+            @start()
+            def begin(self) -> None:
+                pass

@@ -155,17 +155,21 @@ def check_part_names(cls: type, kinds: tuple[type[FlowPart], ...]) -> None:
     """Refuse a class body that names an attribute its parts are held under.
 
     The instance holds each part under its :attr:`FlowPart.attribute`, so a method or
-    value of that name in a subclass (``def conversation(self)`` under
-    :class:`voxflow.Flow`) would be hidden by the part on every instance, silently.
+    value of that name in a subclass or a mixin it inherits (``def conversation(self)``
+    under :class:`voxflow.Flow`) would be hidden by the part on every instance, silently.
 
     Raises:
-        FlowDefinitionError: the class defines the attribute name of one of its parts.
+        FlowDefinitionError: the class or one of its bases defines the attribute name of
+            one of its parts.
     """
     flow = cls.__name__
     for kind in kinds:
-        if kind.attribute in vars(cls):
-            raise FlowDefinitionError(
-                f"{flow}.{kind.attribute} is where {flow} holds its {kind.__name__} part "
-                f"(an instance's {kind.attribute} is the part, not this); rename it",
-                flow=flow,
-            )
+        for klass in cls.__mro__:  # its own body, or a mixin's: either is hidden
+            if kind.attribute in vars(klass):
+                where = flow if klass is cls else f"{klass.__name__} (a base of {flow})"
+                raise FlowDefinitionError(
+                    f"{where}.{kind.attribute}: {flow} holds its {kind.__name__} part "
+                    f"there (an instance's {kind.attribute} is the part, not this); "
+                    "rename it",
+                    flow=flow,
+                )
