@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable, Callable
 
 import pytest
 
@@ -73,36 +74,11 @@ async def test_a_failure_the_block_awaited_and_raised_is_not_logged_twice(
     assert not caplog.records  # whoever handles the ValueError reports it, once
 
 
-async def test_a_helper_failing_while_its_owner_is_cancelled_is_logged_not_lost(
-    caplog: pytest.LogCaptureFixture,
+async def cancel_the_owner_while_the_helper_ends(
+    block: Callable[[], Awaitable[None]], cleanup_failure: BaseException | None
 ) -> None:
-    started = asyncio.Event()
-
-    async def helper() -> None:
-        try:
-            await asyncio.Event().wait()
-        except asyncio.CancelledError:
-            started.set()
-            await asyncio.sleep(0.05)  # a slow cleanup that fails
-            raise OSError("cleanup failed") from None
-
-    async def owner() -> None:
-        async with background(helper(), name="slow helper"):
-            await asyncio.sleep(0)
-
-    with caplog.at_level(logging.ERROR, logger="voxflow._tasks"):
-        runner = asyncio.create_task(owner())
-        await started.wait()  # the block ended: background waits for the helper's cleanup
-        runner.cancel()  # and its owner is cancelled meanwhile
-        with pytest.raises(asyncio.CancelledError):
-            await runner
-    assert [r.getMessage() for r in caplog.records] == ["slow helper failed as its block ended"]
-    assert isinstance(caplog.records[0].exc_info[1], OSError)  # type: ignore[index]
-
-
-async def test_a_block_failure_replaced_by_a_cancellation_is_logged(
-    caplog: pytest.LogCaptureFixture,
-) -> None:
+    """Run ``block`` in a ``background`` block whose helper's cleanup is slow (and raises
+    ``cleanup_failure``), cancelling the block's owner while background waits for it."""
     started = asyncio.Event()
 
     async def helper() -> None:
@@ -111,19 +87,42 @@ async def test_a_block_failure_replaced_by_a_cancellation_is_logged(
         except asyncio.CancelledError:
             started.set()
             await asyncio.sleep(0.05)  # a slow cleanup
+            if cleanup_failure is not None:
+                raise cleanup_failure from None
             raise
 
     async def owner() -> None:
         async with background(helper(), name="slow helper"):
             await asyncio.sleep(0)  # the helper is waiting
-            raise KeyError("the block's own failure")
+            await block()
+
+    runner = asyncio.create_task(owner())
+    await started.wait()  # the block ended: background waits for the helper's cleanup
+    runner.cancel()  # and its owner is cancelled meanwhile
+    with pytest.raises(asyncio.CancelledError):
+        await runner
+
+
+async def test_a_helper_failing_while_its_owner_is_cancelled_is_logged_not_lost(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    async def block() -> None:
+        pass
 
     with caplog.at_level(logging.ERROR, logger="voxflow._tasks"):
-        runner = asyncio.create_task(owner())
-        await started.wait()
-        runner.cancel()  # while background waits for the helper's cleanup
-        with pytest.raises(asyncio.CancelledError):
-            await runner
+        await cancel_the_owner_while_the_helper_ends(block, OSError("cleanup failed"))
+    assert [r.getMessage() for r in caplog.records] == ["slow helper failed as its block ended"]
+    assert isinstance(caplog.records[0].exc_info[1], OSError)  # type: ignore[index]
+
+
+async def test_a_block_failure_replaced_by_a_cancellation_is_logged(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    async def block() -> None:
+        raise KeyError("the block's own failure")
+
+    with caplog.at_level(logging.ERROR, logger="voxflow._tasks"):
+        await cancel_the_owner_while_the_helper_ends(block, None)
     (record,) = caplog.records
     assert "slow helper" in record.getMessage()
     assert isinstance(record.exc_info[1], KeyError)  # type: ignore[index]

@@ -235,7 +235,11 @@ async def test_admission_rules() -> None:
         runner.submit({"job_id": "x"})  # type: ignore[arg-type]
 
 
-async def test_updates_wait_for_the_state_lock_and_close_releases_publishers() -> None:
+async def gated_job_running() -> tuple[
+    WorkChatState, asyncio.Queue[dict[str, Any]], JobRunner, ReportJob
+]:
+    """A runner whose one job is running, held at ``GatedWork.gate``: the state, the
+    updates it published, the runner and the job."""
     state = WorkChatState()
     changes: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
     GatedWork.gate = threading.Event()
@@ -245,6 +249,11 @@ async def test_updates_wait_for_the_state_lock_and_close_releases_publishers() -
     assert add_job(state, job)
     runner.submit(job)
     await wait_for_status(changes, "running")
+    return state, changes, runner, job
+
+
+async def test_updates_wait_for_the_state_lock_and_close_releases_publishers() -> None:
+    state, _changes, runner, job = await gated_job_running()
     async with runner.state_lock:  # a foreground turn holds the state
         GatedWork.gate.set()  # the worker now publishes and blocks on the lock
         # The worker thread publishes; poll until its update reached the processor.
@@ -259,15 +268,7 @@ async def test_updates_wait_for_the_state_lock_and_close_releases_publishers() -
 
 
 async def test_check_open_stops_at_the_next_stage_boundary() -> None:
-    state = WorkChatState()
-    changes: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
-    GatedWork.gate = threading.Event()
-    GatedWork.outcome = []
-    runner = JobRunner(state, work_factory(GatedWork), on_update=changes.put)
-    job = ReportJob(session_id=state.id, question="q")
-    assert add_job(state, job)
-    runner.submit(job)
-    await wait_for_status(changes, "running")
+    _state, _changes, runner, _job = await gated_job_running()
     runner.request_close()
     GatedWork.gate.set()
     await runner.aclose()
@@ -314,15 +315,7 @@ async def test_a_failing_subscriber_closes_the_runner() -> None:
 
 
 async def test_restoring_a_snapshot_never_restarts_work() -> None:
-    state = WorkChatState()
-    changes: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
-    GatedWork.gate = threading.Event()
-    GatedWork.outcome = []
-    runner = JobRunner(state, work_factory(GatedWork), on_update=changes.put)
-    job = ReportJob(session_id=state.id, question="q")
-    assert add_job(state, job)
-    runner.submit(job)
-    await wait_for_status(changes, "running")
+    state, changes, runner, job = await gated_job_running()
     saved = state.model_dump_json()
     runner.request_close()
     GatedWork.gate.set()
@@ -383,15 +376,7 @@ async def test_a_cancelled_close_still_stops_the_processor_and_the_workers() -> 
     """A close cancelled while it waits for a running job (a second cancel at shutdown)
     cancels the job's task with it and stops the update processor: nothing of the
     runner is left running behind the cancellation."""
-    state = WorkChatState()
-    changes: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
-    GatedWork.gate = threading.Event()
-    GatedWork.outcome = []
-    runner = JobRunner(state, work_factory(GatedWork), on_update=changes.put)
-    job = ReportJob(session_id=state.id, question="q")
-    assert add_job(state, job)
-    runner.submit(job)
-    await wait_for_status(changes, "running")
+    _state, _changes, runner, _job = await gated_job_running()
     processor = runner._processor
     assert processor is not None and not processor.done()
     workers = [task for _, task in runner._workers.values()]
