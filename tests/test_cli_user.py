@@ -259,6 +259,29 @@ def test_a_handler_that_raises_is_said_and_the_chat_goes_on(tmp_path: Path) -> N
     assert "Assistant: fine" in said[1]
 
 
+def test_a_route_no_handler_listens_to_is_said_not_an_empty_reply(tmp_path: Path) -> None:
+    (tmp_path / "bomb.py").write_text(
+        "from voxflow import Flow, listen\n"
+        "from voxflow.turns import TurnState\n"
+        "class Bomb(Flow[TurnState]):\n"
+        "    conversational = True\n"
+        "    def route_turn(self, context: object) -> str:\n"
+        "        return 'bomb' if self.state.current_user_message == 'boom' else 'order'\n"
+        "    @listen('order')\n"
+        "    def handle_order(self) -> str:\n"
+        "        return 'on its way'\n"
+    )
+    result = voxflow("chat", "bomb.py:Bomb", cwd=tmp_path, stdin="boom\nwhere\nexit\n")
+    assert result.returncode == 0, result.stderr
+    assert "Traceback" not in result.stderr + result.stdout
+    assert "Assistant: \n" not in result.stdout
+    said = result.stdout.split("(no answer: the turn failed: UnknownRouteError: Bomb.route_turn "
+                               "chose the route 'bomb', which no handler listens to; the routes "
+                               "are converse, end, order", 1)
+    assert len(said) == 2, result.stdout
+    assert "Assistant: on its way" in said[1]
+
+
 def test_a_flow_whose_constructor_raises_is_one_line(tmp_path: Path) -> None:
     (tmp_path / "broken.py").write_text(
         "from voxflow import Flow\n"

@@ -7,6 +7,7 @@ third-party one (``litellm.*``, ``aiortc.*``)::
     + FlowDefinitionError        bad @start/@listen/@router wiring; raised when the class is created
     + DeclarationError           a bad YAML/JSON flow declaration; .path names it (ValueError)
     + FlowRuntimeError           a run broke a rule only visible at run time (also RuntimeError)
+      + UnknownRouteError          a turn was routed to a label no handler listens to
     + HumanFeedbackError         feedback could not be collapsed to an outcome (also ValueError)
     + HumanFeedbackPending       (voxflow.flow.feedback) a provider paused; kickoff returns it
     + ConversationModeError      turn APIs on a non-conversational flow (also ValueError)
@@ -64,6 +65,7 @@ __all__ = [
     "TurnIdentityError",
     "TurnInProgressError",
     "TurnRestoreError",
+    "UnknownRouteError",
     "VoxflowError",
 ]
 
@@ -108,6 +110,24 @@ class DeclarationError(VoxflowError, ValueError):
 class FlowRuntimeError(VoxflowError, RuntimeError):
     """A run broke a rule that can only be seen at run time (e.g. a router label
     that equals another method's name)."""
+
+
+class UnknownRouteError(FlowRuntimeError):
+    """A conversational turn was routed to a label that no handler listens to: the turn
+    would answer nothing. Raised when the route is chosen, before anything is said.
+
+    Attributes:
+        route: the label chosen.
+        source: what chose it (``route_turn``, ``intent`` for a pre-classified intent,
+            ``router`` for the LLM router's configured fallbacks).
+        routes: the labels some handler listens to, sorted.
+    """
+
+    def __init__(self, message: str, *, route: str, source: str, routes: tuple[str, ...]) -> None:
+        super().__init__(message)
+        self.route = route
+        self.source = source
+        self.routes = routes
 
 
 class HumanFeedbackError(VoxflowError, ValueError):

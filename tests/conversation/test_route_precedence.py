@@ -7,13 +7,14 @@ Every LLM here is real litellm, with ``mock_response=`` or the public kit's
 from __future__ import annotations
 
 import warnings
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 
 from voxflow import ConversationConfig, ConversationState, Flow, RouterConfig, listen
 from voxflow.conversation import RouterContext
 from voxflow.conversation.graph import NO_LLM_REPLY
+from voxflow.errors import FlowDefinitionError, FlowRuntimeError, UnknownRouteError
 from voxflow.flow import FlowEventBus
 from voxflow.llm import LLM
 from voxflow.testing import EventRecorder, ScriptedLLM
@@ -337,3 +338,72 @@ def test_spec_custom_router_side_effects_then_super() -> None:
     assert flow.handle_turn("docs?") == "docs reply"
     assert flow.handle_turn("more docs?") == "docs reply"
     assert len(buses) == 2
+
+
+# ---------------------------------------------------------------- a route nobody handles
+
+
+def test_a_route_nobody_handles_is_an_error_naming_the_routes() -> None:
+    flow = Routes()
+    flow.forced = "bomb"
+    with pytest.raises(UnknownRouteError) as raised:
+        flow.handle_turn("boom")
+    error = raised.value
+    assert (error.route, error.source, error.routes) == (
+        "bomb", "route_turn", ("GOODBYE", "ORDER", "converse", "end"))
+    assert str(error) == (
+        "Routes.route_turn chose the route 'bomb', which no handler listens to; the routes "
+        "are GOODBYE, ORDER, converse, end: return one of them, or add @listen('bomb')")
+    assert isinstance(error, FlowRuntimeError)
+    assert [m.role for m in flow.state.messages] == ["user"]  # no empty reply said
+    flow.forced = "ORDER"
+    assert flow.handle_turn("where is it?") == "order reply"  # the next turn goes on
+
+
+def test_a_pre_classified_intent_nobody_handles_is_an_error_too() -> None:
+    flow = Routes()
+    with pytest.raises(UnknownRouteError, match="this turn's intent chose the route 'REFUND'"):
+        flow.handle_turn("money back", intents=["ORDER", "REFUND"],
+                         intent_llm=intent_llm("REFUND"))
+
+
+async def test_an_async_route_turn_choosing_no_route_raises_from_the_async_api() -> None:
+    class AsyncRouting(Routes):
+        async def route_turn(self, context: RouterContext) -> str | None:  # type: ignore[override]
+            return "nowhere"
+
+    with pytest.raises(UnknownRouteError, match="'nowhere'"):
+        await AsyncRouting().ahandle_turn("x")
+
+
+def test_a_route_turn_declaring_its_routes_is_checked_when_the_class_is_created() -> None:
+    with pytest.raises(FlowDefinitionError) as raised:
+
+        class Declared(Routes):
+            def route_turn(self, context: RouterContext) -> Literal["ORDER", "bomb"] | None:
+                return "ORDER"
+
+    assert raised.value.label == "bomb" and raised.value.method == "route_turn"
+    assert str(raised.value) == (
+        "Declared.route_turn declares the route 'bomb', which no handler listens to; the "
+        "routes are GOODBYE, ORDER, converse, end: add @listen('bomb') or remove it from "
+        "the Literal")
+
+    class Good(Routes):
+        def route_turn(self, context: RouterContext) -> Literal["ORDER", "end"] | None:
+            return "ORDER"
+
+    assert Good().handle_turn("x") == "order reply"
+
+
+def test_a_declared_route_is_checked_when_a_decorator_makes_the_class_conversational() -> None:
+    with pytest.raises(FlowDefinitionError, match="'REFUND', which no handler listens to"):
+
+        @ConversationConfig(system_prompt="Shop.")
+        class Shop(Flow[ConversationState]):
+            def route_turn(self, context: RouterContext) -> Literal["ORDER", "REFUND"]:
+                return "ORDER"
+
+            @listen("ORDER")
+            def handle_order(self) -> str:
+                return "order reply"

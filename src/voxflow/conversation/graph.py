@@ -45,13 +45,16 @@ from voxflow.conversation.events import ConversationRouteSelected
 from voxflow.conversation.helpers import TurnFacts, get_conversation_messages, get_state_field
 from voxflow.conversation.history import History
 from voxflow.conversation.routing import (
+    INTERNAL_ROUTES,
     ROUTER_HISTORY_WINDOW,
     RouteCatalog,
     build_route_catalog,
     route_with_llm,
 )
 from voxflow.conversation.state import ConversationMessage, ConversationState
+from voxflow.errors import FlowDefinitionError, UnknownRouteError
 from voxflow.files import model_supports_vision, without_images
+from voxflow.flow.definition import annotated_labels
 from voxflow.flow.dsl import listen, marks_of, router, start
 from voxflow.llm import BaseLLM
 
@@ -67,9 +70,11 @@ __all__ = [
     "Graph",
     "RouterContext",
     "builtin_methods",
+    "check_declared_routes",
     "current_llm_method",
     "default_state",
     "forget_class",
+    "handled_routes",
     "route_catalog",
     "route_labels",
 ]
@@ -184,11 +189,58 @@ class RouterContext(Mapping[str, Any]):
 # ---------------------------------------------------------------------- the class
 
 _CATALOGS: weakref.WeakKeyDictionary[type[Any], RouteCatalog] = weakref.WeakKeyDictionary()
+_HANDLED: weakref.WeakKeyDictionary[type[Any], tuple[str, ...]] = weakref.WeakKeyDictionary()
 
 
 def forget_class(flow_cls: type[Any]) -> None:
     """``flow_cls`` was created or reconfigured: drop its cached route catalog."""
     _CATALOGS.pop(flow_cls, None)
+    _HANDLED.pop(flow_cls, None)
+
+
+def handled_routes(flow_cls: type[Any]) -> tuple[str, ...]:
+    """The labels some method of ``flow_cls`` listens to (a ``@listen``, a router's or a
+    conditional start's trigger), method names and the deprecated internal routes
+    excluded, sorted: the routes a turn may take (cached per class)."""
+    routes = _HANDLED.get(flow_cls)
+    if routes is None:
+        definition = flow_cls.flow_definition()
+        labels: set[str] = set()
+        for method in definition.methods.values():
+            for condition in (method.listen, method.start_condition):
+                if condition is not None:
+                    labels |= condition.labels()
+        routes = tuple(sorted(labels - set(definition.methods) - INTERNAL_ROUTES))
+        _HANDLED[flow_cls] = routes
+    return routes
+
+
+def _no_handler(flow_cls: type[Any]) -> str:
+    return (f"which no handler listens to; the routes are "
+            f"{', '.join(handled_routes(flow_cls))}")
+
+
+def check_declared_routes(flow_cls: type[Any]) -> None:
+    """Refuse a conversational class whose ``route_turn`` declares (a ``Literal[...]`` or
+    ``Enum`` return annotation) a route no handler listens to: the turn would answer
+    nothing.
+
+    Raises:
+        FlowDefinitionError: naming the route and the routes there are.
+    """
+    if not getattr(flow_cls, "conversational", False):
+        return
+    declared = annotated_labels(flow_cls.route_turn)
+    for route in declared or ():
+        if route not in handled_routes(flow_cls):
+            name = flow_cls.__name__
+            raise FlowDefinitionError(
+                f"{name}.route_turn declares the route {route!r}, {_no_handler(flow_cls)}"
+                f": add @listen({route!r}) or remove it from the Literal",
+                flow=name,
+                method="route_turn",
+                label=route,
+            )
 
 
 def builtin_methods(flow_cls: type[Any]) -> Mapping[str, Callable[..., Any]]:
@@ -353,6 +405,17 @@ class Graph:
 
     def _commit_route(self, route: str, source: Any) -> str:
         flow = self._host.flow
+        flow_cls = type(flow)
+        if route not in handled_routes(flow_cls) and route not in INTERNAL_ROUTES:
+            chooser = (f"{flow_cls.__name__}.route_turn" if source == "route_turn"
+                       else "this turn's intent" if source == "intent" else "the router")
+            raise UnknownRouteError(
+                f"{chooser} chose the route {route!r}, {_no_handler(flow_cls)}: "
+                f"return one of them, or add @listen({route!r})",
+                route=route,
+                source=source,
+                routes=handled_routes(flow_cls),
+            )
         previous = get_state_field(flow, "last_intent", None)
         state = flow.state
         if isinstance(state, dict):

@@ -146,6 +146,10 @@ class Conversation(FlowPart):
     def default_state(cls, flow_cls: type[Any]) -> type[BaseModel] | None:
         return graph.default_state(flow_cls)
 
+    @classmethod
+    def check_class(cls, flow_cls: type[Any]) -> None:
+        graph.check_declared_routes(flow_cls)
+
     # ------------------------------------------------------------------ validation
 
     def _require_conversational(self, api: str) -> None:

@@ -32,7 +32,14 @@ from pydantic import BaseModel, ConfigDict, PrivateAttr
 from voxflow.errors import FlowDefinitionError
 from voxflow.flow.dsl import Condition, MethodMarks, Misdecorated, marks_of
 
-__all__ = ["FlowDefinition", "MethodDefinition", "Plan", "compile_definition", "declared_labels"]
+__all__ = [
+    "FlowDefinition",
+    "MethodDefinition",
+    "Plan",
+    "annotated_labels",
+    "compile_definition",
+    "declared_labels",
+]
 
 ConditionShape = Literal["single", "multi_or", "compound"]
 
@@ -198,6 +205,13 @@ def declared_labels(func: Callable[..., Any], marks: MethodMarks) -> tuple[str, 
     """The labels a router declares: explicit list, else ``Literal``/``Enum`` return type."""
     if marks.labels is not None:
         return tuple(str(v.value if isinstance(v, enum.Enum) else v) for v in marks.labels)
+    return annotated_labels(func)
+
+
+def annotated_labels(func: Callable[..., Any]) -> tuple[str, ...] | None:
+    """The labels ``func``'s return annotation declares (``Literal[...]`` or an ``Enum``,
+    ``None`` allowed beside them); None when it declares none (``-> str``, no annotation,
+    an unresolvable forward reference)."""
     try:
         hints = typing.get_type_hints(func)
     except Exception:  # unresolvable forward reference: fall back to the run-time check

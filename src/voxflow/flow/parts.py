@@ -17,6 +17,8 @@ reconfigured, e.g. by ``@ConversationConfig``):
   what runs is ``getattr(flow, name)``, so an undecorated method of that name on the
   class is called, and the function itself is installed only when the class has none.
 * :meth:`~FlowPart.default_state`: the state model of a class that names none.
+* :meth:`~FlowPart.check_class`: once the class's definition is compiled, refuse what
+  the part can see is wired wrongly (``FlowDefinitionError``).
 
 Instance hooks, in the order a kickoff meets them:
 
@@ -77,6 +79,11 @@ class FlowPart:
     def default_state(cls, flow_cls: type[Any]) -> type[BaseModel] | None:
         """The state model of ``flow_cls`` when it names none (None: a dict state)."""
         return None
+
+    @classmethod
+    def check_class(cls, flow_cls: type[Any]) -> None:
+        """``flow_cls``'s definition is compiled: raise ``FlowDefinitionError`` for what
+        the part can see is wired wrongly."""
 
     # ------------------------------------------------------------------ a kickoff
 

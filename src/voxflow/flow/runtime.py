@@ -146,7 +146,7 @@ class Flow(Engine, Generic[StateT]):
             cls._enable_conversation()
         cls._prepare_parts()
         if not layer:
-            cls.flow_definition()
+            cls._check_parts()
 
     @classmethod
     def _prepare_parts(cls) -> None:
@@ -170,7 +170,14 @@ class Flow(Engine, Generic[StateT]):
         """The class changed after it was created (e.g. ``@ConversationConfig``): its
         parts prepare it again and its definition is compiled again."""
         cls._prepare_parts()
+        cls._check_parts()
+
+    @classmethod
+    def _check_parts(cls) -> None:
+        """Compile the definition, then let the part types check the class."""
         cls.flow_definition()
+        for kind in cls._part_types:
+            kind.check_class(cls)
 
     @classmethod
     def flow_definition(cls) -> FlowDefinition:
