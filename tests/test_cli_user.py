@@ -282,6 +282,32 @@ def test_a_route_no_handler_listens_to_is_said_not_an_empty_reply(tmp_path: Path
     assert "Assistant: on its way" in said[1]
 
 
+@pytest.mark.parametrize(("env", "cause", "fix"), [
+    ({"VOXFLOW_HOME": "/dev/null/home"}, "Not a directory", "set VOXFLOW_HOME to a writable"),
+    ({"VOXFLOW_DATABASE_URL": "postgresql://u:hunter2@127.0.0.1:1/db"}, "Connection refused",
+     "check VOXFLOW_DATABASE_URL"),
+], ids=["sqlite", "postgresql"])
+def test_a_persisted_flow_whose_store_is_unreachable_is_one_line_before_the_chat(
+    tmp_path: Path, env: dict[str, str], cause: str, fix: str
+) -> None:
+    # Each turn of the chat would be lost at its save: the store is opened before the
+    # first prompt, and its failure is one line with the cause and the fix (a PostgreSQL
+    # pool retried for 10 s a turn, logging each retry, and the chat went on unsaved).
+    (tmp_path / "kept.py").write_text(
+        "from voxflow import ConversationState, Flow, persist\n"
+        "@persist\n"
+        "class Kept(Flow[ConversationState]):\n"
+        "    conversational = True\n"
+    )
+    result = voxflow("chat", "kept.py:Kept", cwd=tmp_path, stdin="hello\nexit\n", env=env)
+    assert result.returncode == 1, (result.stdout, result.stderr)
+    assert "You:" not in result.stdout  # no prompt: nothing typed is lost
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
+    assert cause in lines[0] and fix in lines[0], lines[0]
+    assert "hunter2" not in result.stdout + result.stderr
+
+
 def test_a_flow_whose_constructor_raises_is_one_line(tmp_path: Path) -> None:
     (tmp_path / "broken.py").write_text(
         "from voxflow import Flow\n"

@@ -60,6 +60,7 @@ class _Lines:
 def run_repl(flow_ref: str | None, model: str | None) -> int:
     """Chat with ``flow_ref`` (the example assistant if None) on stdin/stdout."""
     flow = _make_flow(flow_ref, model)
+    flow.check_persistence()  # an unusable store: one line now, not every turn lost
     name = type(flow).__name__ if flow_ref is not None else "the example assistant"
     brain = f"open questions go to {model}" if model else (
         "rule-based (no LLM: --model MODEL to add one)" if flow_ref is None else

@@ -150,20 +150,25 @@ class PostgresFlowPersistence(RowStore):
                     path=redact_url(self.url),
                     fix="pip install 'voxflow[postgres]'",
                 ) from exc
+            options: dict[str, Any] = {"autocommit": True,
+                                       "options": connection_options(self.url, self.schema)}
             pool = ConnectionPool(
                 self.url,
                 min_size=1,
                 max_size=self.max_connections,
-                kwargs={"autocommit": True,
-                        "options": connection_options(self.url, self.schema)},
+                kwargs=options,
                 timeout=self.connect_timeout,
                 open=False,
                 name=f"voxflow-{self.schema}",
             )
             try:
-                pool.open(wait=True, timeout=self.connect_timeout)
-                with pool.connection() as conn, conn.transaction():
+                # One direct connection first: a refused or unknown server fails at once,
+                # saying why (the pool retries for connect_timeout, logging each retry,
+                # and then says only that it could not start).
+                with psycopg.connect(self.url, connect_timeout=max(1, int(self.connect_timeout)),
+                                     **options) as conn, conn.transaction():
                     ensure_tables(conn, self.schema, PG_SCHEMA)
+                pool.open(wait=True, timeout=self.connect_timeout)
             except (psycopg.Error, PoolTimeout, OSError) as exc:
                 pool.close()
                 raise self._unavailable(exc) from None

@@ -601,6 +601,17 @@ class Flow(Engine, Generic[StateT]):
         """True when this flow saves its state: a ``persistence`` of its own or ``@persist``."""
         return self._saving.configured()
 
+    def check_persistence(self) -> None:
+        """Open this flow's persistence now (a no-op without one), so an unusable store
+        fails before a turn's work would be lost at its save (a chat or a call checks it
+        before its first turn).
+
+        Raises:
+            PersistenceUnavailableError: the store cannot be opened or written; the
+                message says why and the fix.
+        """
+        self._saving.check_store()
+
     async def _after_commit(self, method: MethodDefinition) -> None:
         await self._saving.after_commit(method, inline=self._inline)
 
