@@ -14,6 +14,8 @@ barge-in, over WebRTC (aiortc on the server, the browser's own WebRTC on the pag
 """
 
 from ._ice import host_addresses as host_addresses
+from ._ice_url import IceUrlError as IceUrlError
+from ._ice_url import check_ice_url as check_ice_url
 from .calls import WEBRTC_VOICE_SETTINGS as WEBRTC_VOICE_SETTINGS
 from .calls import Call as Call
 from .calls import CallFactory as CallFactory
@@ -44,6 +46,7 @@ __all__ = [
     "CallFactory",
     "CallSession",
     "IceServer",
+    "IceUrlError",
     "OutboundAudio",
     "OutboundStatistics",
     "PeerSettings",
@@ -54,6 +57,7 @@ __all__ = [
     "WebRtcPeer",
     "WebRtcServer",
     "assistant_call_factory",
+    "check_ice_url",
     "flow_call_factory",
     "host_addresses",
     "serve",

@@ -22,6 +22,7 @@ from voxflow.flow.persistence import default_data_dir, default_persistence
 from voxflow.jobs import PostgresJobQueue, default_job_queue
 from voxflow.settings import DATABASE_URL_VARIABLE, Settings
 
+from ._ice_url import IceUrlError, check_ice_url, shown_ice_url
 from .calls import CallFactory, assistant_call_factory, flow_call_factory, webrtc_voice_settings
 from .dispatch import DispatchStore, DispatchUnavailableError
 from .front_door import FrontDoor
@@ -61,19 +62,27 @@ def ice_servers_from(
     where every user of the machine can read them).
 
     Raises:
-        ServeOptionError: a URL carries credentials, or a TURN URL is given without them.
+        ServeOptionError: a URL aiortc would refuse or ignore (malformed, carrying
+            credentials: :func:`~voxflow_adapters.webrtc._ice_url.check_ice_url`, the
+            message never showing them), or a TURN URL given without credentials.
     """
     servers = []
     for url in urls:
-        if "@" in url or "credential" in url.lower() or "password" in url.lower():
-            raise ServeOptionError(
-                f"--ice-server {url.split('@')[-1]!r}: put TURN credentials in "
-                f"{TURN_USERNAME_ENV} and {TURN_CREDENTIAL_ENV}, not in the URL")
+        try:
+            check_ice_url(url)
+        except IceUrlError as exc:
+            if exc.credentials:
+                raise ServeOptionError(
+                    f"--ice-server {shown_ice_url(url)!r} carries credentials or a query "
+                    f"other than ?transport=: put TURN credentials in {TURN_USERNAME_ENV} "
+                    f"and {TURN_CREDENTIAL_ENV}, not in the URL (see voxflow serve --help)"
+                ) from None
+            raise ServeOptionError(f"--ice-server {exc} (see voxflow serve --help)") from None
         if url.startswith(("turn:", "turns:")):
             if not username or not credential:
                 raise ServeOptionError(
-                    f"--ice-server {url}: a TURN server needs {TURN_USERNAME_ENV} and "
-                    f"{TURN_CREDENTIAL_ENV} set in the environment")
+                    f"--ice-server {shown_ice_url(url)}: a TURN server needs "
+                    f"{TURN_USERNAME_ENV} and {TURN_CREDENTIAL_ENV} set in the environment")
             servers.append(IceServer(urls=(url,), username=username, credential=credential))
         else:
             servers.append(IceServer(urls=(url,)))

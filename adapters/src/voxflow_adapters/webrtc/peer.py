@@ -52,6 +52,7 @@ from voxflow.errors import SignalingError
 from voxflow.ids import DeliveryId
 
 from ._ice import host_addresses, validate_addresses
+from ._ice_url import check_ice_url
 from .outbound import OutboundAudio, OutboundStatistics, ReplyTrack
 from .protocol import (
     ByeMessage,
@@ -82,9 +83,11 @@ DEFAULT_RECEIVE_HOLD = 3
 class IceServer(BaseModel):
     """A STUN/TURN server (none are used unless configured: no public STUN by default)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    # (a refused URL may hold a credential: errors never show the input)
+    model_config = ConfigDict(frozen=True, extra="forbid", hide_input_in_errors=True)
 
-    urls: tuple[str, ...] = Field(min_length=1, description="stun:/turn: URLs")
+    urls: tuple[str, ...] = Field(min_length=1, description="stun:/turn: URLs that aiortc "
+                                  "parses and uses (check_ice_url)")
     username: str | None = None
     credential: str | None = Field(None, repr=False)  # a TURN password: never in a repr
 
@@ -92,8 +95,7 @@ class IceServer(BaseModel):
     @classmethod
     def _check_urls(cls, urls: tuple[str, ...]) -> tuple[str, ...]:
         for url in urls:
-            if not url.startswith(("stun:", "turn:", "turns:")):
-                raise ValueError(f"ICE server url {url!r} must start with stun:, turn: or turns:")
+            check_ice_url(url)
         return urls
 
 
