@@ -79,7 +79,7 @@ class Worker:
 
     def __init__(self, stack: contextlib.ExitStack, args: Sequence[str], env: dict[str, str],
                  log: Path, ready: str, url: str | None = None) -> None:
-        from voxflow_adapters.testing import serve_process
+        from voxflow_adapters.testkit.flows import serve_process
 
         self.log, self.url = log, url
         argv = [sys.executable, "-m", "voxflow.cli", "serve", *args,
@@ -131,7 +131,7 @@ def front_door_shape(pg_url: str, folder: Path) -> Iterator[tuple[Shape, Any]]:
     the defaults otherwise) on PostgreSQL, every table (dispatch, sessions, jobs) in a
     fresh schema, dropped after; yields the shape and the session store."""
     from persistence import fresh_schema
-    from voxflow_adapters.testing import free_port
+    from voxflow_adapters.testkit.flows import free_port
 
     from voxflow.flow.postgres import PostgresFlowPersistence
 
@@ -153,7 +153,7 @@ def serve_shape(database: str, pg_url: str, folder: Path) -> Iterator[tuple[Shap
     ``VOXFLOW_HOME`` (``database="sqlite"``), or PostgreSQL (``VOXFLOW_DATABASE_URL``
     with a fresh schema, dropped after); yields the shape and that session store."""
     from persistence import fresh_schema
-    from voxflow_adapters.testing import free_port
+    from voxflow_adapters.testkit.flows import free_port
 
     from voxflow.flow.persistence import SQLiteFlowPersistence
     from voxflow.flow.postgres import PostgresFlowPersistence

@@ -51,7 +51,7 @@ class Redone(logging.Handler):
 @contextmanager
 def listening(handler: logging.Handler) -> Iterator[None]:
     """``handler`` on the STT logger, its debug records included, for the block."""
-    logger = logging.getLogger("voxflow_voice.stt")
+    logger = logging.getLogger("voxflow_voice.engines.stt")
     level = logger.level
     logger.setLevel(logging.DEBUG)
     logger.addHandler(handler)

@@ -18,11 +18,11 @@ from typing import Any
 from numpy.typing import NDArray
 from voice_latency import speech_span
 from voxflow_voice.audio import AudioChunk
-from voxflow_voice.end_of_turn import EndOfTurnModel
 from voxflow_voice.engines import SpeechToText, TextToSpeech
+from voxflow_voice.engines.end_of_turn import EndOfTurnModel
+from voxflow_voice.engines.stt import Transcript
 from voxflow_voice.events import AudioStarted, ReplyStarted, TurnCommitted, TurnMetrics
-from voxflow_voice.metrics import Distribution
-from voxflow_voice.stt import Transcript
+from voxflow_voice.session.metrics import Distribution
 
 from voxflow.ids import DeliveryId
 

@@ -11,18 +11,18 @@ without synthesis ahead (``off``, as before), or each N both ways in the same ru
 (``both``: the before/after ratio under the same machine load; the models are the same
 objects either way). ``--offered``
 then offers that many calls, one every CYCLE / offered seconds, to an
-:class:`~voxflow_voice.admission.AdmissionController` (``--max-calls``, p95 target 1 s,
+:class:`~voxflow_adapters.hosting.admission.AdmissionController` (``--max-calls``, p95 target 1 s,
 fed with every turn's voice to voice as ``voxflow serve`` feeds it) and prints how many
 were admitted and refused, and the admitted calls' row.
 
 One process loads the real models once (tiny.en, Piper, Silero: ``VoiceEngines.load()``)
-and runs N calls at once, each a :class:`~voxflow_adapters.simulated.SimulatedClient` on
+and runs N calls at once, each a :class:`~voxflow_adapters.testkit.simulated.SimulatedClient` on
 the monotonic clock (real time) talking to its own voice session. Every caller asks the
 same question (synthesized once with the bundled voice), hears the flow's fixed reply of
 about 9 s to the end, waits :data:`GAP` s and asks again, ``--turns`` times (a dense
 load: a caller is always either speaking or listening). The callers' first questions are
 spread evenly over one cycle (question + reply) so their turns do not all end together.
-The flow is :class:`~voxflow_adapters.testing.Teller` answering every turn at once with
+The flow is :class:`~voxflow_adapters.testkit.flows.Teller` answering every turn at once with
 :data:`REPLY`, so the figures are the voice pipeline's (VAD, STT, TTS, playout).
 
 Printed per N (nothing is asserted, the machine is shared):
@@ -152,10 +152,10 @@ from dataclasses import asdict, dataclass
 import numpy as np
 from _figures import figure
 from voice_latency import SPEECH_LEVEL, TimedStt, TimedTts, Timings
-from voxflow_adapters.scenario import CallResult, run_call
-from voxflow_adapters.script import CallScript
-from voxflow_adapters.testing import Teller
-from voxflow_voice.admission import AdmissionController, AdmissionSettings
+from voxflow_adapters.hosting.admission import AdmissionController, AdmissionSettings
+from voxflow_adapters.testkit.flows import Teller
+from voxflow_adapters.testkit.scenario import CallResult, run_call
+from voxflow_adapters.testkit.script import CallScript
 from voxflow_voice.audio import STT_SAMPLE_RATE, AudioChunk, resample
 from voxflow_voice.engines import VoiceEngines
 from voxflow_voice.events import SessionEvent, TurnMetrics

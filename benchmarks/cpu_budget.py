@@ -9,7 +9,7 @@ all of the process's threads, so Whisper's CTranslate2 threads count), the media
 
 * **Silero VAD**: one 32 ms frame at a time, as the turn detector feeds it (per second
   of call: 31.25 frames), on speech and on digital silence;
-* **turn detector**: :class:`~voxflow_voice.turn_detector.TurnDetector` pushed 20 ms
+* **turn detector**: :class:`~voxflow_voice.listen.turn_detector.TurnDetector` pushed 20 ms
   frames of the question and its pause (Silero included; the rest is its Python);
 * **Whisper tiny.en**: one transcription of the benchmark's question (about 3 s), with
   the session's settings, and how many transcriptions a turn takes in the real pipeline
@@ -43,14 +43,14 @@ from dataclasses import asdict, dataclass
 import numpy as np
 from _figures import figure
 from capacity import GAP, REPLY, load_engines, question_audio, run_calls
-from voxflow_adapters.scenario import run_call
-from voxflow_adapters.script import CallScript
-from voxflow_adapters.testing import Teller
+from voxflow_adapters.testkit.flows import Teller
+from voxflow_adapters.testkit.scenario import run_call
+from voxflow_adapters.testkit.script import CallScript
 from voxflow_voice.audio import STT_SAMPLE_RATE, AudioChunk, resample
 from voxflow_voice.decimator import Decimator
 from voxflow_voice.engines import VoiceEngines
-from voxflow_voice.turn_detector import TurnDetector
-from voxflow_voice.vad import FRAME_SAMPLES, SileroVad
+from voxflow_voice.engines.vad import FRAME_SAMPLES, SileroVad
+from voxflow_voice.listen.turn_detector import TurnDetector
 
 from voxflow.clock import MonotonicClock
 

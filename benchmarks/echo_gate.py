@@ -35,13 +35,13 @@ import statistics
 import time
 
 import numpy as np
-from voxflow_adapters.scenario import CallResult
-from voxflow_adapters.script import CallScript
-from voxflow_adapters.simulated import SimulatedClient
-from voxflow_adapters.testing import STORY, Teller, gate_frames
+from voxflow_adapters.testkit.flows import STORY, Teller, gate_frames
+from voxflow_adapters.testkit.scenario import CallResult
+from voxflow_adapters.testkit.script import CallScript
+from voxflow_adapters.testkit.simulated import SimulatedClient
 from voxflow_voice.audio import STT_SAMPLE_RATE, AudioChunk
-from voxflow_voice.echo import EchoGate
 from voxflow_voice.engines import VoiceEngines
+from voxflow_voice.listen.echo import EchoGate
 from voxflow_voice.session import VoiceSession, VoiceSettings
 from voxflow_voice.transport import PlaybackReceipt
 
@@ -143,8 +143,8 @@ async def room_echo(engines: VoiceEngines) -> None:
     """The gate on a reverberant echo (beyond the simulated client's pure delay): the
     assistant's real TTS audio through a synthetic room, the user's real TTS voice from
     4.0 s. A fresh Silero turn detector runs on the gate's output, as in a session."""
-    from voxflow_voice.turn_detector import BargeInDetected, TurnDetector
-    from voxflow_voice.turn_detector import SpeechStarted as DetectorSpeechStarted
+    from voxflow_voice.listen.turn_detector import BargeInDetected, TurnDetector
+    from voxflow_voice.listen.turn_detector import SpeechStarted as DetectorSpeechStarted
 
     rate = STT_SAMPLE_RATE
     played = (await CallScript().user_says(0.0, STORY).render(engines.tts)).user[: 8 * rate]

@@ -13,7 +13,7 @@ at 20 dB SNR (seeded). Two kinds of utterance:
 * **short**: complete short answers ("Yes.", "No, thanks.", "Sure.").
 
 Each WAV (0.5 s of silence, the utterance, 3 s of silence) is fed to a real
-:class:`~voxflow_voice.turn_detector.TurnDetector` (Silero VAD, and Smart Turn when on),
+:class:`~voxflow_voice.listen.turn_detector.TurnDetector` (Silero VAD, and Smart Turn when on),
 exactly as a voice session feeds it, in audio time, so every figure is deterministic (the
 same on any machine, at any load): it counts the turns each utterance was committed as
 (an ``UtteranceReady``) and where. Printed, per configuration:
@@ -212,18 +212,18 @@ import numpy as np
 from _figures import figure
 from eot_set import PAUSES, PROMPT_ANSWER, SNR_DB, Sample, build_set, trim
 from voxflow_voice.audio import STT_SAMPLE_RATE, AudioChunk, resample
-from voxflow_voice.end_of_turn import EndOfTurnModel, EndOfTurnVerdict, SmartTurn
-from voxflow_voice.metrics import Distribution
-from voxflow_voice.stt import SttSettings, WhisperStt
-from voxflow_voice.tts import PiperTts, TtsSettings
-from voxflow_voice.turn_detector import (
+from voxflow_voice.engines.end_of_turn import EndOfTurnModel, EndOfTurnVerdict, SmartTurn
+from voxflow_voice.engines.stt import SttSettings, WhisperStt
+from voxflow_voice.engines.tts import PiperTts, TtsSettings
+from voxflow_voice.engines.vad import SileroVad
+from voxflow_voice.listen.turn_detector import (
     SpeechEnded,
     TurnDetection,
     TurnDetector,
     TurnResumed,
     UtteranceReady,
 )
-from voxflow_voice.vad import SileroVad
+from voxflow_voice.session.metrics import Distribution
 
 
 @dataclass(slots=True)
@@ -462,8 +462,8 @@ async def voice_to_voice(turns: int, wav: Path | None, names: list[str],
     configurations holding a complete turn (``complete_silence``) after them."""
     from _v2v_stages import StampedModel, StampedStt, StampedTts, Stamps, stages
     from voice_latency import Assistant, tape_figures
-    from voxflow_adapters.scenario import run_call
-    from voxflow_adapters.script import CallScript
+    from voxflow_adapters.testkit.scenario import run_call
+    from voxflow_adapters.testkit.script import CallScript
     from voxflow_voice.engines import VoiceEngines
     from voxflow_voice.session import VoiceSettings
 

@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 from numpy.typing import NDArray
 from voxflow_voice.audio import STT_SAMPLE_RATE, resample
-from voxflow_voice.tts import PiperTts, TtsSettings
+from voxflow_voice.engines.tts import PiperTts, TtsSettings
 
 PAUSED = [
     ("Wait, stop.", "Tell me about the train times instead."),

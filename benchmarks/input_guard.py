@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 from _figures import figure
 from voxflow_voice.audio import InputConverter
-from voxflow_voice.input_guard import InputGuard
+from voxflow_voice.listen.input_guard import InputGuard
 
 SECONDS = 10.0
 
@@ -82,7 +82,7 @@ def main() -> None:
         print(f"{name:36} {g:9.1f} us {b:10.1f} us")
         if rate == 48_000 and channels == 1:
             figure("InputGuard per 20 ms frame (48 kHz mono)", round(g, 1), "us")
-    logging.getLogger("voxflow_voice.input_guard").setLevel(logging.ERROR)  # bad on purpose
+    logging.getLogger("voxflow_voice.listen.input_guard").setLevel(logging.ERROR)  # bad on purpose
     nan = np.full(960, np.nan, np.float32)
     bad = np.zeros((2, 480), np.float32)
 

@@ -29,8 +29,8 @@ from collections.abc import Callable
 
 import numpy as np
 from voxflow_voice.audio import STT_SAMPLE_RATE, resample
-from voxflow_voice.stt import WhisperStt
-from voxflow_voice.tts import DETERMINISTIC_TTS_SETTINGS, PiperTts
+from voxflow_voice.engines.stt import WhisperStt
+from voxflow_voice.engines.tts import DETERMINISTIC_TTS_SETTINGS, PiperTts
 
 SENTENCES = (
     "Can you tell me what is on my calendar this afternoon?",

@@ -95,7 +95,7 @@ async def _instant_engines(engines: Any) -> Any:
     once now (then replayed at once)."""
     import capacity
     from voxflow_voice.engines import VoiceEngines
-    from voxflow_voice.segmenter import TextSegmenter
+    from voxflow_voice.speak.segmenter import TextSegmenter
     from webrtc_load import _CachedTts, _InstantStt
 
     instant = VoiceEngines(stt=_InstantStt(), tts=_CachedTts(engines.tts),
@@ -196,9 +196,9 @@ async def _offer_times(base_url: str, offers: int) -> list[float]:
 
 
 async def dispatch_section(offers: int) -> None:
+    from voxflow_adapters.hosting.calls import assistant_call_factory
+    from voxflow_adapters.hosting.dispatch import DispatchStore
     from voxflow_adapters.webrtc import PeerSettings, ServerSettings, WebRtcServer
-    from voxflow_adapters.webrtc.calls import assistant_call_factory
-    from voxflow_adapters.webrtc.dispatch import DispatchStore
     from voxflow_adapters.webrtc.front_door import FrontDoor
     from voxflow_adapters.webrtc.worker import CallWorker
     from voxflow_voice.engines import VoiceEngines

@@ -298,7 +298,7 @@ def measure(
     )
     inputs = [c.audio for c in clips]
     redone = Redone()
-    logging.getLogger("voxflow_voice.stt").addHandler(redone)
+    logging.getLogger("voxflow_voice.engines.stt").addHandler(redone)
     stt.transcribe_sync(inputs[-1])  # warm-up
     timings: list[list[float]] = [[] for _ in clips]
     heard: list[str] = []
@@ -309,7 +309,7 @@ def measure(
             timings[index].append(time.perf_counter() - start)
             if run == 0:
                 heard.append(transcript.text if transcript else "")
-    logging.getLogger("voxflow_voice.stt").removeHandler(redone)
+    logging.getLogger("voxflow_voice.engines.stt").removeHandler(redone)
     errors = sum(word_errors(c.text, h) for c, h in zip(clips, heard, strict=True))
     label = f"{model:<7} window {window:4.0f} s  {padding:<7}  threads {threads}  beam {beam}"
     return Result(

@@ -44,13 +44,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-from voxflow_adapters.scenario import CallResult, run_call
-from voxflow_adapters.script import CallScript
-from voxflow_adapters.testing import Teller, played_words, words
+from voxflow_adapters.testkit.flows import Teller, played_words, words
+from voxflow_adapters.testkit.scenario import CallResult, run_call
+from voxflow_adapters.testkit.script import CallScript
 from voxflow_voice.audio import STT_SAMPLE_RATE, AudioChunk, resample
 from voxflow_voice.engines import VoiceEngines
+from voxflow_voice.listen.turn_detector import TurnDetection
 from voxflow_voice.session import VoiceSettings
-from voxflow_voice.turn_detector import TurnDetection
 
 from voxflow.clock import Clock, MonotonicClock, VirtualClock
 from voxflow.ids import DeliveryId
@@ -59,7 +59,7 @@ from voxflow.turns import TurnRunner
 sys.path.insert(0, str(Path(__file__).parent))
 from _figures import figure
 
-# Its own one-sentence wording, not voxflow_adapters.testing.STORY: the figures were
+# Its own one-sentence wording, not voxflow_adapters.testkit.flows.STORY: the figures were
 # measured with it.
 STORY = (
     "Once upon a time, in a small harbour town, there lived a lighthouse keeper named Ada, "
@@ -282,7 +282,8 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=1, help="repeats of the real-time set")
     parser.add_argument("--quick", action="store_true", help="a smaller set of sounds")
     parser.add_argument("--end-of-turn", choices=["none", "smart-turn"], default="none",
-                        help="smart-turn: the semantic end of turn (voxflow_voice.end_of_turn)")
+                        help="smart-turn: the semantic end of turn "
+                        "(voxflow_voice.engines.end_of_turn)")
     args = parser.parse_args()
     asyncio.run(run(args.clock, args.runs, args.quick, args.end_of_turn))
 

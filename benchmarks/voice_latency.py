@@ -2,7 +2,7 @@
 
 Run: ``uv run python benchmarks/voice_latency.py [--config default|reference|both]``
 
-A simulated caller (:class:`~voxflow_adapters.simulated.SimulatedClient` on the
+A simulated caller (:class:`~voxflow_adapters.testkit.simulated.SimulatedClient` on the
 monotonic clock, so everything is paced by the wall clock) talks to a
 :class:`~voxflow_voice.session.VoiceSession` running the real models (faster-whisper,
 Piper, Silero) and a rule-based flow that answers instantly. The user's lines are
@@ -28,11 +28,11 @@ speech, 0.3 s minimum barge-in). ``reference`` is the setup the leading framewor
 measured with on this machine (Whisper base, 0.2 s end-of-turn silence, 0.2 s minimum
 speech; its barge-in also needs 0.2 s of speech): it took 1.33 s voice to voice and
 385 ms to stop on a barge-in. ``--config smart-turn`` is the reference with the
-semantic end of turn (Smart Turn and the pause's words, ``voxflow_voice.end_of_turn``).
+semantic end of turn (Smart Turn and the pause's words, ``voxflow_voice.engines.end_of_turn``).
 (One run at load 2.1, Dec 1: 575 ms voice to voice, p90 767; barge-in stop 162 ms; 0
 stale.) ``--config all`` adds both with Whisper's own 30 s window
 (zero-padded features) instead of voxflow's silence-padded one (10 s for tiny.en, fitted to
-the turn, 6-10 s, for base: ``voxflow_voice.stt``).
+the turn, 6-10 s, for base: ``voxflow_voice.engines.stt``).
 Targets: voice to voice <= end-of-turn silence + 500 ms (and the stretch target, + 150
 ms); barge-in stop <= minimum barge-in + 40 ms; stale samples 0.
 
@@ -66,15 +66,15 @@ from typing import Any, Literal
 
 import numpy as np
 from _figures import figure
-from voxflow_adapters.scenario import CallResult, run_call
-from voxflow_adapters.script import CallScript
-from voxflow_adapters.testing import STORY
+from voxflow_adapters.testkit.flows import STORY
+from voxflow_adapters.testkit.scenario import CallResult, run_call
+from voxflow_adapters.testkit.script import CallScript
 from voxflow_voice.audio import STT_SAMPLE_RATE, AudioChunk, resample
 from voxflow_voice.engines import SpeechToText, TextToSpeech, VoiceEngines
-from voxflow_voice.metrics import Distribution
+from voxflow_voice.engines.stt import SttSettings, Transcript
+from voxflow_voice.listen.turn_detector import TurnDetection
 from voxflow_voice.session import VoiceSettings
-from voxflow_voice.stt import SttSettings, Transcript
-from voxflow_voice.turn_detector import TurnDetection
+from voxflow_voice.session.metrics import Distribution
 
 from voxflow import ConversationConfig, Flow, listen
 from voxflow.clock import MonotonicClock

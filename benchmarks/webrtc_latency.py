@@ -10,7 +10,7 @@ story on request, "Okay, I stopped." when cut off). Each turn the caller asks "W
 time is it now?", waits for the answer, asks for a story and, 2 s into it, says "Stop,
 please.". The same lines go, in the same run:
 
-* through the **simulated transport** (:func:`~voxflow_adapters.scenario.run_call`,
+* through the **simulated transport** (:func:`~voxflow_adapters.testkit.scenario.run_call`,
   wall clock): voice to voice and barge-in stop on the client's tape;
 * over **WebRTC on loopback with the aiortc caller**
   (:class:`~voxflow_adapters.webrtc.client.LoopbackCaller`), once per ``--hold``
@@ -96,7 +96,7 @@ frame sent 23 -> -3 ms, + its jitter buffer 30 + playout 30 = 83 -> 57 ms at the
 stale samples in every run.
 
 The hiss cue (``TurnDetection.hiss_rise``, on by default: the 's' of "Stop" counts as a
-rising frame, :mod:`voxflow_voice.hiss`) takes that floor away. ``--hiss on off``, two
+rising frame, :mod:`voxflow_voice.listen.hiss`) takes that floor away. ``--hiss on off``, two
 runs on a quiet machine (Dec 1 late, load ~1; Dec 2, load 0.9), "Stop, please.", 3
 turns, medians; the leading framework's own WebRTC harness
 (``/work/shared/anchors/pipecat/webrtc_loopback.py --turns 3 [--bargein]``) just before
@@ -142,14 +142,14 @@ from typing import Any
 import numpy as np
 from _figures import figure
 from voice_latency import REFERENCE_TURNS, Assistant, _speech, speech_span, tape_figures
-from voxflow_adapters.scenario import run_call
-from voxflow_adapters.script import CallScript
+from voxflow_adapters.hosting.calls import Call, flow_call_factory
+from voxflow_adapters.testkit.scenario import run_call
+from voxflow_adapters.testkit.script import CallScript
 from voxflow_adapters.webrtc import PeerSettings, ServerSettings, WebRtcPeer, WebRtcServer
-from voxflow_adapters.webrtc.calls import Call, flow_call_factory
 from voxflow_adapters.webrtc.client import LoopbackCaller
 from voxflow_voice.audio import AudioChunk, resample, write_wav
-from voxflow_voice.barge_in import BargeInSettings
 from voxflow_voice.engines import VoiceEngines
+from voxflow_voice.engines.stt import SttSettings
 from voxflow_voice.events import (
     BargeIn,
     BargeInPaused,
@@ -159,8 +159,8 @@ from voxflow_voice.events import (
     SpeechEnded,
     TurnCommitted,
 )
+from voxflow_voice.listen.barge_in import BargeInSettings
 from voxflow_voice.session import VoiceSettings
-from voxflow_voice.stt import SttSettings
 
 from voxflow.clock import MonotonicClock
 from voxflow.turns import TurnRunner

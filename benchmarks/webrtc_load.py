@@ -55,7 +55,7 @@ TEXT = "Hello there!"
 
 class _InstantStt:
     async def transcribe(self, audio: Any) -> Any:
-        from voxflow_voice.stt import Transcript
+        from voxflow_voice.engines.stt import Transcript
 
         return Transcript(text=TEXT, duration=audio.duration, no_speech_prob=0.0,
                           avg_logprob=0.0)
@@ -88,12 +88,12 @@ class _CachedTts:
 async def _serve_child(real: bool) -> None:
     import logging
 
+    from voxflow_adapters.hosting.calls import assistant_call_factory
     from voxflow_adapters.webrtc import PeerSettings, ServerSettings, WebRtcServer
-    from voxflow_adapters.webrtc.calls import assistant_call_factory
     from voxflow_adapters.webrtc.server import ignore_closed_transport_errors
     from voxflow_voice.engines import VoiceEngines
-    from voxflow_voice.tts import DETERMINISTIC_TTS_SETTINGS, PiperTts
-    from voxflow_voice.vad import EnergyVad
+    from voxflow_voice.engines.tts import DETERMINISTIC_TTS_SETTINGS, PiperTts
+    from voxflow_voice.engines.vad import EnergyVad
 
     logging.basicConfig(level=logging.ERROR)
     ignore_closed_transport_errors(asyncio.get_running_loop())
@@ -235,7 +235,7 @@ async def _run(n: int, speech: Any, limit: float, *, real: bool = False,
 
 def _speech() -> Any:
     from voxflow_voice.audio import AudioChunk
-    from voxflow_voice.tts import DETERMINISTIC_TTS_SETTINGS, PiperTts
+    from voxflow_voice.engines.tts import DETERMINISTIC_TTS_SETTINGS, PiperTts
 
     tts = PiperTts(settings=DETERMINISTIC_TTS_SETTINGS)
     samples = np.concatenate([np.asarray(s.samples, np.float32) for s in tts.synthesize(TEXT)])

@@ -7,14 +7,14 @@ session, on virtual audio time; ``pytest --voxflow-realtime`` runs the same call
 wall clock). No conftest needed.
 """
 
-from voxflow_adapters.assertions import (
+from voxflow_adapters.testkit import CallScript
+from voxflow_adapters.testkit.assertions import (
     assert_completed,
     assert_history_is_heard,
     assert_interrupted,
     assert_no_stale_audio,
     assert_turn_committed,
 )
-from voxflow_adapters.script import CallScript
 
 from voxflow import ConversationConfig
 from voxflow.examples.assistant import STORY, SYSTEM_PROMPT, Assistant

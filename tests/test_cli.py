@@ -84,7 +84,7 @@ def test_the_voice_commands_are_found_through_entry_points() -> None:
 
 
 HEAVY = ("numpy", "aiortc", "sounddevice", "voxflow_voice", "faster_whisper", "piper",
-         "voxflow_adapters.webrtc", "voxflow_adapters.local_chat", "voxflow_adapters.demo")
+         "voxflow_adapters.webrtc", "voxflow_adapters.local.chat", "voxflow_adapters.demo")
 
 
 @pytest.mark.parametrize("args", [["--help"], ["serve", "--help"], ["chat", "--help"],

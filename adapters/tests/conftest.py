@@ -16,7 +16,8 @@ from voxflow_voice.engines import VoiceEngines
 def engines(voice_engines: VoiceEngines) -> VoiceEngines:
     """Whisper tiny.en + the bundled Piper voice + Silero VAD (real models), with
     noise-free synthesis so that virtual-time runs are exactly repeatable: the
-    ``voice_engines`` fixture of voxflow's own pytest plugin (voxflow_adapters.pytest_plugin)."""
+    ``voice_engines`` fixture of voxflow's own pytest plugin
+    (voxflow_adapters.testkit.pytest_plugin)."""
     return voice_engines
 
 

@@ -8,20 +8,20 @@ from collections.abc import Callable
 from typing import Any, ClassVar
 
 import pytest
-from voxflow_adapters.assertions import (
+from voxflow_adapters.testkit.assertions import (
     AnnouncementWait,
     CallAssertionError,
     assert_announcement_waited,
     assert_floor_held,
     assert_history_is_heard,
 )
-from voxflow_adapters.scenario import CallResult, run_call
-from voxflow_adapters.script import CallScript
-from voxflow_adapters.timeline import call_timeline
+from voxflow_adapters.testkit.scenario import CallResult, run_call
+from voxflow_adapters.testkit.script import CallScript
+from voxflow_adapters.testkit.timeline import call_timeline
 from voxflow_voice.engines import VoiceEngines
 from voxflow_voice.events import SessionEvent
+from voxflow_voice.listen.turn_detector import TurnDetection
 from voxflow_voice.session import VoiceSession, VoiceSettings
-from voxflow_voice.turn_detector import TurnDetection
 
 from voxflow import ConversationConfig, Flow, listen, start
 from voxflow.clock import VirtualClock

@@ -10,8 +10,8 @@ from typing import Any
 import litellm
 import pytest
 from litellm.integrations.custom_logger import CustomLogger
-from voxflow_adapters.scenario import run_call
-from voxflow_adapters.script import CallScript
+from voxflow_adapters.testkit.scenario import run_call
+from voxflow_adapters.testkit.script import CallScript
 from voxflow_voice.engines import VoiceEngines
 
 from voxflow import LLM, ConversationConfig, Flow, listen
@@ -160,7 +160,7 @@ async def test_a_job_still_running_when_a_session_ends_is_announced_in_the_next(
 async def test_the_testing_kits_call_runner_wires_the_flow_like_every_entry_point(
     engines: VoiceEngines,
 ) -> None:
-    from voxflow_adapters.call_runner import CallRunner
+    from voxflow_adapters.testkit.call_runner import CallRunner
 
     from voxflow.examples.assistant import assistant_class
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from voxflow_adapters.webrtc.calls import Call
+from voxflow_adapters.hosting.calls import Call
 
 pytestmark = pytest.mark.unit
 

@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
+from voxflow_adapters.hosting.dispatch import DispatchStore, DispatchUnavailableError
 from voxflow_adapters.webrtc import (
     PeerSettings,
     ServerSettings,
@@ -17,7 +18,6 @@ from voxflow_adapters.webrtc import (
     assistant_call_factory,
 )
 from voxflow_adapters.webrtc.client import LoopbackCaller, OfferRejected
-from voxflow_adapters.webrtc.dispatch import DispatchStore, DispatchUnavailableError
 from voxflow_adapters.webrtc.front_door import FrontDoor
 from voxflow_adapters.webrtc.worker import CallWorker
 from voxflow_voice.engines import VoiceEngines

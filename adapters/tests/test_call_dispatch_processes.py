@@ -26,9 +26,9 @@ from typing import Any
 
 import numpy as np
 import pytest
+from voxflow_adapters.hosting.dispatch import DispatchStore
+from voxflow_adapters.hosting.resume import DROPPED_MARK
 from voxflow_adapters.webrtc.client import LoopbackCaller, OfferRejected
-from voxflow_adapters.webrtc.dispatch import DispatchStore
-from voxflow_adapters.webrtc.resume import DROPPED_MARK
 from voxflow_voice.audio import AudioChunk
 from voxflow_voice.engines import VoiceEngines
 

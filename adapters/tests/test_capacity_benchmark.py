@@ -14,10 +14,10 @@ from types import ModuleType
 
 import pytest
 from voxflow_voice.engines import VoiceEngines
-from voxflow_voice.playback import HOLD_LIMIT_SECONDS
-from voxflow_voice.segmenter import TextSegmenter
+from voxflow_voice.engines.tts import DETERMINISTIC_TTS_SETTINGS
 from voxflow_voice.session import VoiceSettings
-from voxflow_voice.tts import DETERMINISTIC_TTS_SETTINGS
+from voxflow_voice.speak.playback import HOLD_LIMIT_SECONDS
+from voxflow_voice.speak.segmenter import TextSegmenter
 
 from voxflow.clock import VirtualClock
 
@@ -93,8 +93,8 @@ async def test_offered_calls_in_real_time_on_the_scheduler_admit_two_refuse_one_
     real models on the shared ModelScheduler: the third is refused while the two others
     run; each admitted question is committed and answered, no stale sample plays, and the
     replies' later sentences went through the scheduler as work due ahead of playout."""
+    from voxflow_adapters.hosting.admission import AdmissionController, AdmissionSettings
     from voxflow_voice import PiperTts, WhisperStt
-    from voxflow_voice.admission import AdmissionController, AdmissionSettings
     from voxflow_voice.scheduler import ModelScheduler
 
     capacity = _capacity()

@@ -7,12 +7,12 @@ import asyncio
 from pathlib import Path
 
 import pytest
+from voxflow_adapters.hosting.calls import WEBRTC_VOICE_SETTINGS, webrtc_voice_settings
 from voxflow_adapters.local import LocalAudioSettings, StreamKind
-from voxflow_adapters.local_chat import ChatView, VoiceChat, chat_voice_settings
-from voxflow_adapters.script import CallScript
-from voxflow_adapters.simulated import SimulatedClient
-from voxflow_adapters.testing import Teller
-from voxflow_adapters.webrtc.calls import WEBRTC_VOICE_SETTINGS, webrtc_voice_settings
+from voxflow_adapters.local.chat import ChatView, VoiceChat, chat_voice_settings
+from voxflow_adapters.testkit.flows import Teller
+from voxflow_adapters.testkit.script import CallScript
+from voxflow_adapters.testkit.simulated import SimulatedClient
 from voxflow_adapters.webrtc.command import build_call_factory, run_serve
 from voxflow_voice.engines import VoiceEngines
 from voxflow_voice.session import VoiceSettings
@@ -33,7 +33,7 @@ def _assert_tuned(voice: VoiceSettings) -> None:
     assert voice.speculative_replies is False
 
 
-@pytest.mark.parametrize("flow", [None, "voxflow_adapters.testing:Teller"])
+@pytest.mark.parametrize("flow", [None, "voxflow_adapters.testkit.flows:Teller"])
 async def test_serve_calls_get_the_settings_with_the_echo_gate_off(
     engines: VoiceEngines, flow: str | None,
 ) -> None:

@@ -11,23 +11,23 @@ client's echo option (the assistant's played audio fed back into the microphone 
   and is transcribed;
 * the gate finds the echo path (delay and gain) from the played reference.
 
-Plus unit checks of :class:`~voxflow_voice.echo.EchoGate` on synthetic signals.
+Plus unit checks of :class:`~voxflow_voice.listen.echo.EchoGate` on synthetic signals.
 """
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
-from voxflow_adapters.scenario import CallResult, run_call
-from voxflow_adapters.script import CallScript
-from voxflow_adapters.simulated import SimulatedClient
-from voxflow_adapters.testing import STORY, Teller, gate_frames, words
+from voxflow_adapters.testkit.flows import STORY, Teller, gate_frames, words
+from voxflow_adapters.testkit.scenario import CallResult, run_call
+from voxflow_adapters.testkit.script import CallScript
+from voxflow_adapters.testkit.simulated import SimulatedClient
 from voxflow_voice.audio import STT_SAMPLE_RATE, AudioChunk
-from voxflow_voice.echo import EchoGate, EchoGateSettings
 from voxflow_voice.engines import VoiceEngines
+from voxflow_voice.listen.echo import EchoGate, EchoGateSettings
+from voxflow_voice.listen.turn_detection import TurnDetection
 from voxflow_voice.session import VoiceSession, VoiceSettings
 from voxflow_voice.transport import PlaybackReceipt
-from voxflow_voice.turn_detection import TurnDetection
 
 from voxflow.clock import VirtualClock
 from voxflow.ids import DeliveryId
@@ -180,8 +180,8 @@ async def test_reverberant_echo_is_not_speech_and_the_user_still_is(
     """Beyond the simulated client's pure delay: the assistant's real audio through a
     small live room (60 ms, gain 0.3, a diffuse tail as loud as the direct path, RT60
     0.3 s), the user's voice from 4 s; a Silero turn detector reads the gate's output."""
-    from voxflow_voice.turn_detector import BargeInDetected, TurnDetector
-    from voxflow_voice.turn_detector import SpeechStarted as DetectorSpeechStarted
+    from voxflow_voice.listen.turn_detector import BargeInDetected, TurnDetector
+    from voxflow_voice.listen.turn_detector import SpeechStarted as DetectorSpeechStarted
 
     rate = STT_SAMPLE_RATE
     played = (await CallScript().user_says(0.0, STORY).render(engines.tts)).user[: 7 * rate]

@@ -13,16 +13,16 @@ import dataclasses
 import numpy as np
 import pytest
 from numpy.typing import NDArray
-from voxflow_adapters.scenario import CallResult, run_call
-from voxflow_adapters.script import CallScript
-from voxflow_adapters.testing import Teller, words
+from voxflow_adapters.testkit.flows import Teller, words
+from voxflow_adapters.testkit.scenario import CallResult, run_call
+from voxflow_adapters.testkit.script import CallScript
 from voxflow_voice.audio import STT_SAMPLE_RATE, AudioChunk, resample
-from voxflow_voice.end_of_turn import SmartTurn
 from voxflow_voice.engines import VoiceEngines
+from voxflow_voice.engines.end_of_turn import SmartTurn
+from voxflow_voice.engines.tts import PiperTts, TtsSettings
 from voxflow_voice.events import TurnCommitted
+from voxflow_voice.listen.turn_detector import TurnDetection
 from voxflow_voice.session import VoiceSettings
-from voxflow_voice.tts import PiperTts, TtsSettings
-from voxflow_voice.turn_detector import TurnDetection
 
 from voxflow.turns import TurnRunner
 

@@ -6,8 +6,8 @@ import math
 
 import numpy as np
 import pytest
-from voxflow_adapters.script import CallScript
-from voxflow_adapters.simulated import SimulatedClient
+from voxflow_adapters.testkit.script import CallScript
+from voxflow_adapters.testkit.simulated import SimulatedClient
 
 from voxflow.clock import VirtualClock
 

@@ -406,7 +406,7 @@ def test_importing_the_adapter_never_loads_portaudio() -> None:
     import subprocess
     import sys
 
-    code = ("import sys, voxflow_adapters.local, voxflow_adapters.local_chat; "
+    code = ("import sys, voxflow_adapters.local, voxflow_adapters.local.chat; "
             "print('sounddevice' in sys.modules)")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=60, check=True)

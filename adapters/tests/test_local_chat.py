@@ -14,10 +14,10 @@ from typing import Any
 import pytest
 from rich.console import Console
 from voxflow_adapters.local import LocalAudioSettings, LocalAudioStatus, StreamKind
-from voxflow_adapters.local_chat import ChatView, VoiceChat, parse_device
-from voxflow_adapters.scenario import run_call
-from voxflow_adapters.script import CallScript
-from voxflow_adapters.testing import SHORT_STORY, Teller
+from voxflow_adapters.local.chat import ChatView, VoiceChat, parse_device
+from voxflow_adapters.testkit.flows import SHORT_STORY, Teller
+from voxflow_adapters.testkit.scenario import run_call
+from voxflow_adapters.testkit.script import CallScript
 from voxflow_voice.engines import VoiceEngines
 
 from voxflow.cli import main

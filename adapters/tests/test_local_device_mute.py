@@ -29,7 +29,7 @@ BLOCK = RATE // 50  # one 20 ms device block
 
 CHAT = textwrap.dedent("""
     import asyncio, json, sys
-    import voxflow_adapters.local_chat as local_chat
+    import voxflow_adapters.local.chat as local_chat
     from voxflow_adapters.local import LocalAudio, LocalAudioSettings
     from voxflow_voice.engines import VoiceEngines
     from voxflow_voice.session import VoiceSettings

@@ -6,8 +6,8 @@ wires it (``run_call`` given a flow)."""
 from __future__ import annotations
 
 import pytest
-from voxflow_adapters.scenario import run_call
-from voxflow_adapters.script import CallScript
+from voxflow_adapters.testkit.scenario import run_call
+from voxflow_adapters.testkit.script import CallScript
 from voxflow_voice.engines import VoiceEngines
 from voxflow_voice.events import DeliverySettled, MuteObserved, ReplyInterrupted
 

@@ -11,16 +11,16 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from voxflow_adapters.assertions import (
+from voxflow_adapters.testkit.assertions import (
     assert_completed,
     assert_history_is_heard,
     assert_interrupted,
     assert_no_stale_audio,
     assert_turn_committed,
 )
-from voxflow_adapters.call_runner import CallRunner
-from voxflow_adapters.scenario import CallResult
-from voxflow_adapters.script import CallScript
+from voxflow_adapters.testkit.call_runner import CallRunner
+from voxflow_adapters.testkit.scenario import CallResult
+from voxflow_adapters.testkit.script import CallScript
 
 from voxflow.examples.assistant import STORY, Assistant
 

@@ -10,11 +10,11 @@ import asyncio
 
 import numpy as np
 import pytest
-from voxflow_adapters.script import CallScript
-from voxflow_adapters.simulated import SimulatedClient
+from voxflow_adapters.testkit.script import CallScript
+from voxflow_adapters.testkit.simulated import SimulatedClient
 from voxflow_voice.audio import AudioChunk, WordTiming
-from voxflow_voice.heard import HeardLedger
-from voxflow_voice.playback import Playback
+from voxflow_voice.speak.heard import HeardLedger
+from voxflow_voice.speak.playback import Playback
 from voxflow_voice.transport import PlaybackDrained, PlaybackReceipt
 
 from voxflow.clock import VirtualClock

@@ -24,16 +24,16 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from voxflow_adapters.scenario import CallResult, run_call
-from voxflow_adapters.script import CallScript
-from voxflow_adapters.testing import ACKNOWLEDGEMENT, Teller, words
-from voxflow_adapters.timeline import call_timeline
+from voxflow_adapters.testkit.flows import ACKNOWLEDGEMENT, Teller, words
+from voxflow_adapters.testkit.scenario import CallResult, run_call
+from voxflow_adapters.testkit.script import CallScript
+from voxflow_adapters.testkit.timeline import call_timeline
 from voxflow_voice.audio import STT_SAMPLE_RATE, AudioChunk, resample
-from voxflow_voice.end_of_turn import SmartTurn
 from voxflow_voice.engines import VoiceEngines
+from voxflow_voice.engines.end_of_turn import SmartTurn
 from voxflow_voice.events import ReplyStarted, TurnCommitted, TurnRevoked
+from voxflow_voice.listen.turn_detector import TurnDetection
 from voxflow_voice.session import VoiceSettings
-from voxflow_voice.turn_detector import TurnDetection
 
 from voxflow import SQLiteFlowPersistence, persist
 from voxflow.clock import MonotonicClock

@@ -30,7 +30,7 @@ def test_no_model_was_loaded(virtual_clock):
 
 def test_importing_the_plugin_loads_no_model_and_no_voice_pipeline() -> None:
     code = (
-        "import sys, voxflow_adapters.pytest_plugin\n"
+        "import sys, voxflow_adapters.testkit.pytest_plugin\n"
         "heavy = [m for m in ('numpy', 'voxflow_voice', 'faster_whisper', 'piper', "
         "'onnxruntime', 'litellm') if m in sys.modules]\n"
         "print(heavy)\n"
@@ -59,7 +59,7 @@ def test_the_realtime_switch_and_the_virtual_clock(pytester: pytest.Pytester) ->
 def test_a_plain_assert_failure_gets_the_call_timeline(pytester: pytest.Pytester) -> None:
     pytester.makeini(INI)
     pytester.makepyfile("""
-        from voxflow_adapters.script import CallScript
+        from voxflow_adapters.testkit.script import CallScript
         from voxflow.testing import Acknowledger
 
         def test_wrong_expectation(voice_call):

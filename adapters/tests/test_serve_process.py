@@ -1,4 +1,4 @@
-"""``voxflow_adapters.testing.serve_process``: a server subprocess started, waited for until
+"""``voxflow_adapters.testkit.flows.serve_process``: a server subprocess started, waited for until
 it says it listens, and stopped; its deadline holds even for a process that prints nothing."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from voxflow_adapters.testing import ServeStartError, serve_process
+from voxflow_adapters.testkit.flows import ServeStartError, serve_process
 
 pytestmark = pytest.mark.unit
 

@@ -11,17 +11,17 @@ from pathlib import Path
 
 import pytest
 from cryptography import x509
+from voxflow_adapters.hosting.tls import (
+    TlsError,
+    certificate_names,
+    self_signed_certificate,
+    ssl_context,
+)
 from voxflow_adapters.webrtc.command import (
     ServeOptionError,
     build_settings,
     ice_servers_from,
     run_serve,
-)
-from voxflow_adapters.webrtc.tls import (
-    TlsError,
-    certificate_names,
-    self_signed_certificate,
-    ssl_context,
 )
 
 from voxflow.cli import main

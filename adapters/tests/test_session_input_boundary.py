@@ -14,8 +14,8 @@ from typing import Any
 
 import numpy as np
 import pytest
-from voxflow_adapters.script import CallScript
-from voxflow_adapters.simulated import SimulatedClient
+from voxflow_adapters.testkit.script import CallScript
+from voxflow_adapters.testkit.simulated import SimulatedClient
 from voxflow_voice.audio import AudioChunk
 from voxflow_voice.engines import VoiceEngines
 from voxflow_voice.session import VoiceSession

@@ -20,13 +20,13 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from voxflow_adapters.scenario import run_call
-from voxflow_adapters.script import CallScript
-from voxflow_adapters.testing import STORY, Teller, words
+from voxflow_adapters.testkit.flows import STORY, Teller, words
+from voxflow_adapters.testkit.scenario import run_call
+from voxflow_adapters.testkit.script import CallScript
 from voxflow_voice.audio import AudioChunk
 from voxflow_voice.engines import TextToSpeech, VoiceEngines
-from voxflow_voice.history import INTERRUPTED_MARK
 from voxflow_voice.session import VoiceSettings
+from voxflow_voice.speak.history import INTERRUPTED_MARK
 
 from voxflow.ids import DeliveryId
 from voxflow.turns import TurnRunner

@@ -11,12 +11,12 @@ from collections.abc import Callable
 from typing import Any, ClassVar
 
 import pytest
-from voxflow_adapters.scenario import CallResult, run_call
-from voxflow_adapters.script import CallScript
-from voxflow_adapters.testing import STORY, Teller
+from voxflow_adapters.testkit.flows import STORY, Teller
+from voxflow_adapters.testkit.scenario import CallResult, run_call
+from voxflow_adapters.testkit.script import CallScript
 from voxflow_voice.engines import VoiceEngines
-from voxflow_voice.history import INTERRUPTED_MARK
 from voxflow_voice.session import VoiceSession
+from voxflow_voice.speak.history import INTERRUPTED_MARK
 
 from voxflow import ConversationConfig, Flow, listen, start
 from voxflow.clock import VirtualClock

@@ -19,19 +19,19 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from voxflow_adapters.assertions import (
+from voxflow_adapters.testkit.assertions import (
     assert_completed,
     assert_history_is_heard,
     assert_interrupted,
     assert_no_stale_audio,
 )
-from voxflow_adapters.call_runner import CallRunner
-from voxflow_adapters.scenario import run_call
-from voxflow_adapters.script import CallScript
+from voxflow_adapters.testkit.call_runner import CallRunner
+from voxflow_adapters.testkit.scenario import run_call
+from voxflow_adapters.testkit.script import CallScript
 from voxflow_voice.engines import VoiceEngines
-from voxflow_voice.history import INTERRUPTED_MARK
+from voxflow_voice.listen.turn_detector import TurnDetection
 from voxflow_voice.session import VoiceSettings
-from voxflow_voice.turn_detector import TurnDetection
+from voxflow_voice.speak.history import INTERRUPTED_MARK
 
 from voxflow import ConversationConfig, Flow
 from voxflow.clock import MonotonicClock

@@ -1,10 +1,10 @@
-"""voxflow_voice.metrics: latency summaries from hand-made per-turn marks and barge-ins."""
+"""voxflow_voice.session.metrics: latency summaries from hand-made per-turn marks and barge-ins."""
 
 from __future__ import annotations
 
 import pytest
 from voxflow_voice.events import ReplyInterrupted, TurnCommitted, TurnMetrics
-from voxflow_voice.metrics import Distribution, LatencySummary, percentile, summarize
+from voxflow_voice.session.metrics import Distribution, LatencySummary, percentile, summarize
 
 from voxflow.ids import DeliveryId, SessionId, TurnId
 

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from voxflow_voice.audio import STT_SAMPLE_RATE, resample
 from voxflow_voice.engines import VoiceEngines
-from voxflow_voice.stt import SttSettings, WhisperStt
+from voxflow_voice.engines.stt import SttSettings, WhisperStt
 
 pytestmark = pytest.mark.models
 

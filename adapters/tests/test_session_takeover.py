@@ -10,8 +10,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from voxflow_adapters.scenario import run_call
-from voxflow_adapters.script import CallScript
+from voxflow_adapters.testkit.scenario import run_call
+from voxflow_adapters.testkit.script import CallScript
 from voxflow_voice.engines import VoiceEngines
 
 from voxflow.clock import VirtualClock

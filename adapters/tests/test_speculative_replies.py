@@ -16,13 +16,13 @@ from typing import Any
 import numpy as np
 import pytest
 from pydantic import ConfigDict, Field
-from voxflow_adapters.scenario import CallResult, run_call
-from voxflow_adapters.script import CallScript
-from voxflow_adapters.testing import ACKNOWLEDGEMENT, Teller, words
+from voxflow_adapters.testkit.flows import ACKNOWLEDGEMENT, Teller, words
+from voxflow_adapters.testkit.scenario import CallResult, run_call
+from voxflow_adapters.testkit.script import CallScript
 from voxflow_voice.engines import VoiceEngines
 from voxflow_voice.events import ReplyStarted, SpeculativeReplyDiscarded, TurnCommitted
+from voxflow_voice.listen.turn_detector import TurnDetection
 from voxflow_voice.session import VoiceSettings
-from voxflow_voice.turn_detector import TurnDetection
 
 from voxflow import SQLiteFlowPersistence, persist
 from voxflow.turns import TurnRunner, TurnState

@@ -17,7 +17,7 @@ from collections.abc import Callable
 
 import psycopg
 import pytest
-from voxflow_adapters.webrtc.dispatch import DispatchStore
+from voxflow_adapters.hosting.dispatch import DispatchStore
 
 from voxflow._pg_schema import relations_of
 from voxflow.flow._item_rows import PG_SCHEMA

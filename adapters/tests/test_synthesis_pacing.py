@@ -13,17 +13,17 @@ from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import pytest
-from voxflow_adapters.scenario import run_call
-from voxflow_adapters.script import CallScript
-from voxflow_adapters.testing import Teller
+from voxflow_adapters.testkit.flows import Teller
+from voxflow_adapters.testkit.scenario import run_call
+from voxflow_adapters.testkit.script import CallScript
 from voxflow_voice.audio import AudioChunk
 from voxflow_voice.engines import TextToSpeech, VoiceEngines
+from voxflow_voice.engines.tts import DETERMINISTIC_TTS_SETTINGS
 from voxflow_voice.events import SessionEvent, TurnCommitted
-from voxflow_voice.playback import HOLD_LIMIT_SECONDS
 from voxflow_voice.scheduler import Work, current_work
 from voxflow_voice.session import VoiceSettings
-from voxflow_voice.speaker import SYNTHESIS_MARGIN
-from voxflow_voice.tts import DETERMINISTIC_TTS_SETTINGS
+from voxflow_voice.speak.playback import HOLD_LIMIT_SECONDS
+from voxflow_voice.speak.speaker import SYNTHESIS_MARGIN
 
 from voxflow.ids import DeliveryId
 from voxflow.turns import TurnRunner

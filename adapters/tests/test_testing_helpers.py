@@ -1,4 +1,4 @@
-"""``voxflow_adapters.testing``: the shared Teller flow's routes and options, and ``words``.
+"""``voxflow_adapters.testkit.flows``: the shared Teller flow's routes and options, and ``words``.
 
 Text-only turns through a real :class:`~voxflow.turns.TurnRunner` (no models, no audio);
 the voice tests that use the Teller over the simulated adapter cover the rest.
@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from voxflow_adapters.testing import ACKNOWLEDGEMENT, SHORT_STORY, STORY, Teller, words
+from voxflow_adapters.testkit.flows import ACKNOWLEDGEMENT, SHORT_STORY, STORY, Teller, words
 
 from voxflow.ids import new_turn_id
 from voxflow.turns import TurnRunner
@@ -77,8 +77,8 @@ def test_words_drop_punctuation_and_case() -> None:
 
 def test_gate_frames_rejects_a_bad_frame_or_signal() -> None:
     import numpy as np
-    from voxflow_adapters.testing import gate_frames
-    from voxflow_voice.echo import EchoGate
+    from voxflow_adapters.testkit.flows import gate_frames
+    from voxflow_voice.listen.echo import EchoGate
 
     signal = np.zeros(640, np.float32)
     with pytest.raises(ValueError, match="frame"):

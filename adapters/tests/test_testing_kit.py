@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from voxflow_adapters.assertions import (
+from voxflow_adapters.testkit.assertions import (
     CallAssertionError,
     assert_completed,
     assert_history_is_heard,
@@ -15,11 +15,11 @@ from voxflow_adapters.assertions import (
     assert_turn_committed,
     word_error_rate,
 )
-from voxflow_adapters.call_runner import CallRunner
-from voxflow_adapters.scenario import CallResult
-from voxflow_adapters.script import CallScript
-from voxflow_adapters.testing import SHORT_STORY, STORY, Teller, words
-from voxflow_adapters.timeline import call_timeline
+from voxflow_adapters.testkit.call_runner import CallRunner
+from voxflow_adapters.testkit.flows import SHORT_STORY, STORY, Teller, words
+from voxflow_adapters.testkit.scenario import CallResult
+from voxflow_adapters.testkit.script import CallScript
+from voxflow_adapters.testkit.timeline import call_timeline
 from voxflow_voice.engines import VoiceEngines
 
 from voxflow.conversation import ConversationMessage

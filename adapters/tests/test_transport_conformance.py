@@ -13,8 +13,8 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from voxflow_adapters.script import CallScript
-from voxflow_adapters.simulated import SimulatedClient
+from voxflow_adapters.testkit.script import CallScript
+from voxflow_adapters.testkit.simulated import SimulatedClient
 from voxflow_adapters.webrtc import PeerSettings, WebRtcPeer, host_addresses
 from voxflow_adapters.webrtc.protocol import PROTOCOL_VERSION
 from voxflow_voice.audio import AudioChunk

@@ -12,18 +12,18 @@ from collections.abc import Callable
 
 import numpy as np
 import pytest
-from voxflow_adapters.scenario import CallResult, run_call
-from voxflow_adapters.script import CallScript
-from voxflow_adapters.simulated import FRAME_SECONDS, SimulatedClient
-from voxflow_adapters.testing import SHORT_STORY, Teller, played_words, words
+from voxflow_adapters.testkit.flows import SHORT_STORY, Teller, played_words, words
+from voxflow_adapters.testkit.scenario import CallResult, run_call
+from voxflow_adapters.testkit.script import CallScript
+from voxflow_adapters.testkit.simulated import FRAME_SECONDS, SimulatedClient
 from voxflow_voice.audio import STT_SAMPLE_RATE, AudioChunk, resample
-from voxflow_voice.barge_in import BargeInSettings
 from voxflow_voice.engines import VoiceEngines
+from voxflow_voice.engines.vad import EnergyVad
 from voxflow_voice.events import SessionEvent
-from voxflow_voice.history import INTERRUPTED_MARK
+from voxflow_voice.listen.barge_in import BargeInSettings
+from voxflow_voice.listen.turn_detector import TurnDetection
 from voxflow_voice.session import VoiceSession, VoiceSettings
-from voxflow_voice.turn_detector import TurnDetection
-from voxflow_voice.vad import EnergyVad
+from voxflow_voice.speak.history import INTERRUPTED_MARK
 
 from voxflow.clock import VirtualClock
 from voxflow.ids import DeliveryId
@@ -255,7 +255,7 @@ def test_set_reply_policy_names_the_bad_parameter(engines: VoiceEngines) -> None
 async def test_the_s_of_stop_pauses_the_reply_before_the_vad_scores_it(
     engines: VoiceEngines,
 ) -> None:
-    """The hiss cue (``TurnDetection.hiss_rise``, :mod:`voxflow_voice.hiss`): the 's' of
+    """The hiss cue (``TurnDetection.hiss_rise``, :mod:`voxflow_voice.listen.hiss`): the 's' of
     "Stop" pauses the reply within its first frames, before Silero's probability of the
     vowel rises; without it, the VAD alone pauses it frames later. The reply is still
     cut by identity, with no stale sample."""

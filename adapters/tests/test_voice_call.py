@@ -5,10 +5,10 @@ from __future__ import annotations
 import re
 
 import pytest
-from voxflow_adapters.scenario import run_call
-from voxflow_adapters.script import CallScript
+from voxflow_adapters.testkit.scenario import run_call
+from voxflow_adapters.testkit.script import CallScript
 from voxflow_voice.engines import VoiceEngines
-from voxflow_voice.history import INTERRUPTED_MARK
+from voxflow_voice.speak.history import INTERRUPTED_MARK
 
 from voxflow import ConversationConfig, Flow, listen
 from voxflow.conversation import RouterContext

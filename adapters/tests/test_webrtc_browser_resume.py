@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from voxflow_adapters.testing import free_port, serve_process
+from voxflow_adapters.testkit.flows import free_port, serve_process
 
 from voxflow.flow.persistence import SQLiteFlowPersistence
 

@@ -32,7 +32,7 @@ from voxflow_voice.events import (
     ReplyInterrupted,
     TurnCommitted,
 )
-from voxflow_voice.history import INTERRUPTED_MARK
+from voxflow_voice.speak.history import INTERRUPTED_MARK
 
 pytestmark = pytest.mark.models
 

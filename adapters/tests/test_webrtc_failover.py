@@ -17,10 +17,11 @@ from typing import Any
 
 import numpy as np
 import pytest
-from voxflow_adapters import store_server, testing
-from voxflow_adapters.testing import free_port
+from voxflow_adapters.hosting.resume import DROPPED_MARK
+from voxflow_adapters.testkit import flows
+from voxflow_adapters.testkit.flows import free_port
+from voxflow_adapters.webrtc import store_server
 from voxflow_adapters.webrtc.client import LoopbackCaller
-from voxflow_adapters.webrtc.resume import DROPPED_MARK
 from voxflow_voice.audio import AudioChunk
 from voxflow_voice.engines import VoiceEngines
 
@@ -40,7 +41,7 @@ def serve_process(
     """A serve process on ``where``: (its base URL, the process, its stderr log)."""
     port = free_port()
     log = tmp_path / f"{name}.log"
-    with testing.serve_process(store_server.command(port, TOKEN, where), cwd=ROOT, log=log,
+    with flows.serve_process(store_server.command(port, TOKEN, where), cwd=ROOT, log=log,
                                name=name) as proc:
         yield f"http://127.0.0.1:{port}", proc, log
 

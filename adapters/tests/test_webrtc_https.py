@@ -18,6 +18,7 @@ from typing import Any
 
 import aiohttp
 import pytest
+from voxflow_adapters.hosting.tls import SelfSigned, certificate_names, self_signed_certificate
 from voxflow_adapters.webrtc import (
     Call,
     IceServer,
@@ -28,7 +29,6 @@ from voxflow_adapters.webrtc import (
     assistant_call_factory,
 )
 from voxflow_adapters.webrtc.client import LoopbackCaller, OfferRejected
-from voxflow_adapters.webrtc.tls import SelfSigned, certificate_names, self_signed_certificate
 from voxflow_voice.engines import VoiceEngines
 
 pytestmark = pytest.mark.models

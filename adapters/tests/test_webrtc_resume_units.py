@@ -10,8 +10,8 @@ import time
 from typing import Any
 
 import pytest
-from voxflow_adapters.webrtc.ownership import SessionOwnership
-from voxflow_adapters.webrtc.resume import (
+from voxflow_adapters.hosting.ownership import SessionOwnership
+from voxflow_adapters.hosting.resume import (
     DROPPED_MARK,
     check_resume_token,
     issue_resume_token,
@@ -130,9 +130,9 @@ async def test_the_journal_keeps_one_mark_per_reply_however_long_it_plays(
 ) -> None:
     """A long answer heard word by word: the session's events do not grow with it (one
     mark, in the reply's record, updated), and the mark is what a resume cuts to."""
-    from voxflow_adapters.webrtc.resume import HeardJournal
+    from voxflow_adapters.hosting.resume import HeardJournal
     from voxflow_voice.events import ReplyTextStreamed
-    from voxflow_voice.heard import HeardReply
+    from voxflow_voice.speak.heard import HeardReply
 
     from voxflow.ids import SessionId
 
@@ -219,7 +219,7 @@ async def test_a_lost_lease_is_reported_once_and_refuses_the_calls_saves(
     store.release_lease(owner.lease)
     store.acquire_lease("call", "worker-b", ttl=30)  # taken over
     flow = persist(Acknowledger)(persistence=owner.persistence, state=TurnState(id="call"))
-    with caplog.at_level("WARNING", logger="voxflow_adapters.webrtc.ownership"):
+    with caplog.at_level("WARNING", logger="voxflow_adapters.hosting.ownership"):
         with pytest.raises(FencedWriteError):
             await flow.asave_state("late")
         with pytest.raises(FencedWriteError):
@@ -245,7 +245,7 @@ async def test_a_lease_lost_at_its_renewal_logs_no_refused_write(
     owner = await SessionOwnership.acquire(store, "call", "worker-a", ttl=0.3)
     store.release_lease(owner.lease)
     store.acquire_lease("call", "worker-b", ttl=30)
-    with caplog.at_level("WARNING", logger="voxflow_adapters.webrtc.ownership"):
+    with caplog.at_level("WARNING", logger="voxflow_adapters.hosting.ownership"):
         await asyncio.wait_for(owner.run(), 10)  # returns once the renewal is refused
     assert owner.lost is not None and owner.lost.reason == "taken over"
     messages = [r.getMessage() for r in caplog.records]
@@ -259,7 +259,7 @@ async def test_a_settlement_the_call_end_cancelled_mid_save_is_still_saved_by_th
     """The call's end cancels the journal wherever it is (here: waiting for the state
     lock a turn holds, with the settlement already taken from its queue); the flush that
     follows must still save it, or a resume cuts an answer that was played out."""
-    from voxflow_adapters.webrtc.resume import HeardJournal
+    from voxflow_adapters.hosting.resume import HeardJournal
     from voxflow_voice.events import TurnMetrics
 
     from voxflow.ids import DeliveryId, SessionId, TurnId
@@ -347,7 +347,7 @@ async def test_the_journal_saves_an_announcements_settlement_and_its_history(
     """An announcement is no turn (no ``TurnMetrics``): its ``DeliverySettled`` makes the
     journal save, so its coverage and the history it was heard into are stored and the
     session's next owner does not announce it again."""
-    from voxflow_adapters.webrtc.resume import HeardJournal
+    from voxflow_adapters.hosting.resume import HeardJournal
     from voxflow_voice.events import DeliverySettled
 
     from voxflow.examples.assistant import assistant_class

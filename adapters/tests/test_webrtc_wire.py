@@ -12,6 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel
+from voxflow_adapters.hosting.wire import MAX_DEPTH, OfferBody, parse_offer, read_json
 from voxflow_adapters.webrtc.protocol import (
     MAX_MESSAGE_BYTES,
     HangupMessage,
@@ -22,7 +23,6 @@ from voxflow_adapters.webrtc.protocol import (
     ServerMessage,
     parse_page_message,
 )
-from voxflow_adapters.webrtc.wire import MAX_DEPTH, OfferBody, parse_offer, read_json
 
 pytestmark = pytest.mark.unit
 

@@ -2,19 +2,19 @@
 announcer.
 
 Every entry point builds its call here (``voxflow demo``, text ``voxflow chat``,
-``chat --voice``, ``serve``, and ``voxflow_adapters.scenario.run_call`` given a flow),
+``chat --voice``, ``serve``, and ``voxflow_adapters.testkit.scenario.run_call`` given a flow),
 so they all run the same assistant: background jobs started from handlers
 (:func:`~voxflow.jobs.background_job`), their results announced once the speaking floor
 is free, and each heard announcement kept in the history
 (:func:`~voxflow.replies.record_announcement`).
 
 * A voice session takes ``wiring.turns``, ``replies``, ``jobs`` and ``announcer`` and
-  subscribes its ``on_job_update`` (:func:`voxflow_voice.wiring.assistant_session`).
+  subscribes its ``on_job_update`` (:func:`voxflow_voice.session.wiring.assistant_session`).
 * Text chat (:func:`chat_text`) runs turns with :meth:`AssistantWiring.text_turn` and,
   before each prompt, speaks what is ready with :meth:`AssistantWiring.announce_ready`.
 
 The core never names an adapter: the voice side of the wiring lives in
-``voxflow_voice.wiring``.
+``voxflow_voice.session.wiring``.
 """
 
 from __future__ import annotations

@@ -40,7 +40,7 @@ def test_appends_replacements_trims_and_reassignments_stay_exact() -> None:
     flow.handle_turn("one")
     flow.handle_turn("two")
     assert get_conversation_messages(flow) == fresh(flow)
-    # Replaced by index, as voxflow_voice.history.record_heard does.
+    # Replaced by index, as voxflow_voice.speak.history.record_heard does.
     flow.state.messages[1] = ConversationMessage(role="assistant", content="ec [interrupted]")
     flow.handle_turn("three")
     got = get_conversation_messages(flow)

@@ -23,8 +23,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from voxflow_adapters import testing
-from voxflow_adapters.testing import free_port
+from voxflow_adapters.testkit import flows
+from voxflow_adapters.testkit.flows import free_port
 from voxflow_adapters.webrtc.client import LoopbackCaller
 from voxflow_voice.audio import AudioChunk
 from voxflow_voice.engines import VoiceEngines
@@ -94,7 +94,7 @@ def test_the_many_workers_block_serves_a_call_as_written(
                                                 stderr=log, text=True)
                 stack.callback(stop, proc)
             else:
-                proc = stack.enter_context(testing.serve_process(
+                proc = stack.enter_context(flows.serve_process(
                     argv, cwd=tmp_path, env=env, log=tmp_path / f"{n}.log",
                     ready=READY[role], stop=signal.SIGTERM, name=line))
             started.append(proc)

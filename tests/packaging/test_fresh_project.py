@@ -47,7 +47,8 @@ def test_a_barge_in_test_runs_in_a_new_project(installed_voxflow: Path, tmp_path
     project.mkdir()
     shutil.copy(ROOT / "examples" / "test_assistant.py", project / "test_assistant.py")
     python = str(installed_voxflow / "python")
-    where = run([python, "-c", "import voxflow_adapters.pytest_plugin as p; print(p.__file__)"],
+    where = run([python, "-c",
+                 "import voxflow_adapters.testkit.pytest_plugin as p; print(p.__file__)"],
                 cwd=project)
     assert Path(where.stdout.strip()).is_relative_to(installed_voxflow.parent)
     result = run([python, "-m", "pytest", "-v", "-p", "no:cacheprovider"], cwd=project)

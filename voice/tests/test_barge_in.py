@@ -16,7 +16,7 @@ from voxflow_voice import (
     UtterancePaused,
     UtteranceReady,
 )
-from voxflow_voice.barge_in import (
+from voxflow_voice.listen.barge_in import (
     BargeInArbiter,
     BargeInSettings,
     classify_overlap,

@@ -8,8 +8,8 @@ from collections.abc import Sequence
 from typing import Any, ClassVar
 
 import pytest
-from voxflow_voice.delivery import AnnouncementDelivery
-from voxflow_voice.floor import FloorReporter
+from voxflow_voice.session.delivery import AnnouncementDelivery
+from voxflow_voice.session.floor import FloorReporter
 
 from voxflow import Flow
 from voxflow.flow import listen, start

@@ -36,7 +36,7 @@ from voxflow_voice import (
     resample,
     words_verdict,
 )
-from voxflow_voice.end_of_turn import log_mel_features
+from voxflow_voice.engines.end_of_turn import log_mel_features
 
 from voxflow.errors import ModelNotFoundError
 
@@ -418,7 +418,7 @@ async def test_a_failing_model_never_ends_the_call_the_turn_ends_after_the_maxim
 ) -> None:
     audio = call_audio(say(voices["slow"], "What time is it?"), silence(2.0))
     detector = TurnDetector(SileroVad(), SMART, end_of_turn_model=_BrokenModel())
-    with caplog.at_level("WARNING", logger="voxflow_voice.turn_detector"):
+    with caplog.at_level("WARNING", logger="voxflow_voice.listen.turn_detector"):
         events = await listen(detector, audio)
     [ended] = [e for e in events if isinstance(e, SpeechEnded)]
     assert len(turns(events)) == 1

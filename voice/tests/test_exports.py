@@ -21,9 +21,9 @@ def isort_key(name: str) -> tuple[int, str]:
 
 def test_every_module_has_a_sorted_all_of_existing_names() -> None:
     modules = [voxflow_voice] + [
-        importlib.import_module(f"voxflow_voice.{info.name}")
-        for info in pkgutil.iter_modules(voxflow_voice.__path__)
-        if not info.name.startswith("_")
+        importlib.import_module(info.name)
+        for info in pkgutil.walk_packages(voxflow_voice.__path__, "voxflow_voice.")
+        if not info.name.rsplit(".", 1)[-1].startswith("_")
     ]
     for module in modules:
         exported = module.__all__

@@ -16,7 +16,7 @@ from voxflow_voice import (
     resample,
     to_mono,
 )
-from voxflow_voice.input_guard import MAX_INPUT_RATE, MIN_INPUT_RATE
+from voxflow_voice.listen.input_guard import MAX_INPUT_RATE, MIN_INPUT_RATE
 
 pytestmark = pytest.mark.unit
 
@@ -167,7 +167,7 @@ def test_convert_chunk_passes_16k_chunks_and_drops_what_is_not_a_chunk() -> None
 def test_each_kind_of_bad_frame_is_logged_once(caplog: pytest.LogCaptureFixture) -> None:
     # Once per kind of problem: a too-long frame must not silence the NaN warning.
     guard = InputGuard()
-    with caplog.at_level(logging.WARNING, logger="voxflow_voice.input_guard"):
+    with caplog.at_level(logging.WARNING, logger="voxflow_voice.listen.input_guard"):
         for _ in range(2):
             guard.convert(np.zeros(3 * 16_000, dtype=np.float32), 16_000)  # too long
             guard.convert(np.full(320, np.nan, dtype=np.float32), 16_000)  # zeroed

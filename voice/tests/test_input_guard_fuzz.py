@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 from voxflow_voice import STT_SAMPLE_RATE, InputGuard, VadStream
-from voxflow_voice.vad import EnergyVad
+from voxflow_voice.engines.vad import EnergyVad
 
 pytestmark = pytest.mark.unit
 

@@ -15,7 +15,7 @@ from voxflow_voice import (
     find_whisper_model,
     load_whisper_model,
 )
-from voxflow_voice.models import default_cache_dir
+from voxflow_voice.engines.models import default_cache_dir
 
 from voxflow.errors import ModelNotFoundError
 

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from voxflow_voice.audio import AudioChunk, resample
-from voxflow_voice.playout import PlayoutQueue
+from voxflow_voice.speak.playout import PlayoutQueue
 from voxflow_voice.transport import PlaybackReceipt
 
 from voxflow.clock import VirtualClock

@@ -10,9 +10,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel, ValidationError
-from voxflow_voice.admission import AdmissionController, AdmissionSettings
-from voxflow_voice.barge_in import BargeInArbiter, BargeInSettings
-from voxflow_voice.turn_detector import TurnDetection
+from voxflow_adapters.hosting.admission import AdmissionController, AdmissionSettings
+from voxflow_voice.listen.barge_in import BargeInArbiter, BargeInSettings
+from voxflow_voice.listen.turn_detector import TurnDetection
 
 pytestmark = pytest.mark.unit
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from voxflow_voice.audio import STT_SAMPLE_RATE, AudioChunk
-from voxflow_voice.speculation import Speculation
-from voxflow_voice.turn_detector import UtterancePaused, UtteranceReady
+from voxflow_voice.listen.turn_detector import UtterancePaused, UtteranceReady
+from voxflow_voice.speak.speculation import Speculation
 
 pytestmark = pytest.mark.unit
 

@@ -26,7 +26,7 @@ import pytest
 from numpy.typing import NDArray
 from pydantic import ValidationError
 from voxflow_voice import STT_SAMPLE_RATE, SttSettings, WhisperStt
-from voxflow_voice.stt import FITTED_WINDOW_FLOOR, _runs_away, _said_once, _token_budget
+from voxflow_voice.engines.stt import FITTED_WINDOW_FLOOR, _runs_away, _said_once, _token_budget
 
 from voxflow.errors import ModelNotFoundError
 
@@ -272,7 +272,7 @@ def test_a_short_turn_is_transcribed_right_in_a_window_fitted_to_it(
     fitted: WhisperStt = request.getfixturevalue(which)
     audio = turn(speech, text)
     assert fitted.settings.window_for(audio.size / STT_SAMPLE_RATE) < WINDOW
-    with caplog.at_level(logging.WARNING, logger="voxflow_voice.stt"):
+    with caplog.at_level(logging.WARNING, logger="voxflow_voice.engines.stt"):
         transcript = fitted.transcribe_sync(audio)
     assert transcript is not None
     heard = words(transcript.text)

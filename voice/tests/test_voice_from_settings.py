@@ -11,9 +11,9 @@ from hypothesis import settings as hyp_settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 from voxflow_voice.engines import VoiceEngines
+from voxflow_voice.engines.stt import WhisperStt
+from voxflow_voice.listen.turn_detector import TurnDetection
 from voxflow_voice.session import VoiceSettings
-from voxflow_voice.stt import WhisperStt
-from voxflow_voice.turn_detector import TurnDetection
 
 from voxflow.errors import ModelNotFoundError
 from voxflow.settings import Settings, SettingsError
@@ -85,7 +85,7 @@ def test_a_missing_voice_fails_as_load_does(tmp_path: Path) -> None:
 
 @pytest.mark.models
 def test_the_end_of_turn_model_and_its_longest_wait_come_from_the_settings() -> None:
-    from voxflow_voice.end_of_turn import SmartTurn
+    from voxflow_voice.engines.end_of_turn import SmartTurn
 
     from voxflow.settings import SettingsError
 

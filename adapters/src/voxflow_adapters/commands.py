@@ -184,7 +184,7 @@ def _check_listen(host: str, port: int) -> None:
 
 class VoiceChatMode:
     """``voxflow chat --voice``: the microphone and speakers
-    (:mod:`voxflow_adapters.local_chat`)."""
+    (:mod:`voxflow_adapters.local.chat`)."""
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> Sequence[argparse.Action]:
         """The devices and ``--headphones`` (refused by the CLI without ``--voice``)."""
@@ -201,7 +201,7 @@ class VoiceChatMode:
         """Talk to FLOW until the user quits."""
         with implementation("chat"):
             # sounddevice and the models: only for a voice chat
-            from .local_chat import parse_device, run_voice_chat
+            from .local.chat import parse_device, run_voice_chat
         try:
             devices = [parse_device(d) for d in (args.input_device, args.output_device)]
         except ValueError as exc:

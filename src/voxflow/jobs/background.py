@@ -190,7 +190,7 @@ class JobFunction:
             raise JobNotAnnounceableError(
                 f"cannot start {where}: no job runner is wired for this flow; run it "
                 "through voxflow.wiring.AssistantWiring (voxflow demo/chat/serve and "
-                "voxflow_adapters.scenario.run_call do it for you)"
+                "voxflow_adapters.testkit.scenario.run_call do it for you)"
             )
         turn_id = binding.current_turn()
         if turn_id is None:

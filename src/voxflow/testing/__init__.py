@@ -9,7 +9,7 @@
   :func:`hang`, :func:`tool_call`; each call is logged as a :class:`ScriptedCall`.
 
 The voice side of the kit (call fixtures, assertions on a call, the pytest plugin) is in
-:mod:`voxflow_adapters.testing` and :mod:`voxflow_adapters.pytest_plugin`
+:mod:`voxflow_adapters.testkit.flows` and :mod:`voxflow_adapters.testkit.pytest_plugin`
 (``pip install voxflow[voice]``).
 """
 

@@ -6,18 +6,6 @@ used, so importing this package is cheap.
 
 from __future__ import annotations
 
-from .admission import (
-    Admission as Admission,
-)
-from .admission import (
-    AdmissionController as AdmissionController,
-)
-from .admission import (
-    AdmissionSettings as AdmissionSettings,
-)
-from .admission import (
-    Load as Load,
-)
 from .audio import (
     STT_SAMPLE_RATE as STT_SAMPLE_RATE,
 )
@@ -51,143 +39,197 @@ from .audio import (
 from .audio import (
     write_wav as write_wav,
 )
-from .barge_in import (
-    BACKCHANNEL_WORDS as BACKCHANNEL_WORDS,
-)
-from .barge_in import (
-    DEFAULT_BARGE_IN as DEFAULT_BARGE_IN,
-)
-from .barge_in import (
-    BargeInArbiter as BargeInArbiter,
-)
-from .barge_in import (
-    BargeInPolicy as BargeInPolicy,
-)
-from .barge_in import (
-    BargeInSettings as BargeInSettings,
-)
-from .barge_in import (
-    classify_overlap as classify_overlap,
-)
-from .early_stt import (
-    EarlyTranscriber as EarlyTranscriber,
-)
-from .early_stt import (
-    EarlyTranscriberStatistics as EarlyTranscriberStatistics,
-)
-from .early_stt import (
-    Transcriber as Transcriber,
-)
-from .echo import (
-    DEFAULT_ECHO_GATE as DEFAULT_ECHO_GATE,
-)
-from .echo import (
-    EchoGate as EchoGate,
-)
-from .echo import (
-    EchoGateSettings as EchoGateSettings,
-)
-from .echo import (
-    EchoGateStatistics as EchoGateStatistics,
-)
-from .end_of_turn import (
-    EndOfTurnModel as EndOfTurnModel,
-)
-from .end_of_turn import (
-    EndOfTurnVerdict as EndOfTurnVerdict,
-)
-from .end_of_turn import (
-    SmartTurn as SmartTurn,
-)
-from .end_of_turn import (
-    words_verdict as words_verdict,
-)
 from .engines import (
     VoiceEngines as VoiceEngines,
 )
-from .heard import (
-    HeardLedger as HeardLedger,
+from .engines.end_of_turn import (
+    EndOfTurnModel as EndOfTurnModel,
 )
-from .heard import (
-    HeardReply as HeardReply,
+from .engines.end_of_turn import (
+    EndOfTurnVerdict as EndOfTurnVerdict,
 )
-from .hiss import (
-    HissDetector as HissDetector,
+from .engines.end_of_turn import (
+    SmartTurn as SmartTurn,
 )
-from .input_guard import (
-    InputGuard as InputGuard,
+from .engines.end_of_turn import (
+    words_verdict as words_verdict,
 )
-from .input_guard import (
-    InputStatistics as InputStatistics,
-)
-from .metrics import (
-    Distribution as Distribution,
-)
-from .metrics import (
-    LatencySummary as LatencySummary,
-)
-from .metrics import (
-    summarize as summarize,
-)
-from .models import (
+from .engines.models import (
     BASE_PART_MODULES as BASE_PART_MODULES,
 )
-from .models import (
+from .engines.models import (
     DEFAULT_PIPER_MODULE as DEFAULT_PIPER_MODULE,
 )
-from .models import (
+from .engines.models import (
     DEFAULT_TINY_EN_MODULE as DEFAULT_TINY_EN_MODULE,
 )
-from .models import (
+from .engines.models import (
     WHISPER_BASE_SIZE as WHISPER_BASE_SIZE,
 )
-from .models import (
+from .engines.models import (
     assemble_whisper_base as assemble_whisper_base,
 )
-from .models import (
+from .engines.models import (
     default_cache_dir as default_cache_dir,
 )
-from .models import (
+from .engines.models import (
     find_piper_voice as find_piper_voice,
 )
-from .models import (
+from .engines.models import (
     find_silero_vad as find_silero_vad,
 )
-from .models import (
+from .engines.models import (
     find_smart_turn as find_smart_turn,
 )
-from .models import (
+from .engines.models import (
     find_whisper_model as find_whisper_model,
 )
-from .models import (
+from .engines.models import (
     load_piper_voice as load_piper_voice,
 )
-from .models import (
+from .engines.models import (
     load_silero_session as load_silero_session,
 )
-from .models import (
+from .engines.models import (
     load_smart_turn_session as load_smart_turn_session,
 )
-from .models import (
+from .engines.models import (
     load_whisper_model as load_whisper_model,
 )
-from .models import (
+from .engines.models import (
     loaded_models as loaded_models,
 )
-from .models import (
+from .engines.models import (
     unload_models as unload_models,
 )
-from .playback import (
-    Playback as Playback,
+from .engines.stt import (
+    DEFAULT_STT_SETTINGS as DEFAULT_STT_SETTINGS,
 )
-from .playback import (
-    PlaybackStatistics as PlaybackStatistics,
+from .engines.stt import (
+    KNOWN_HALLUCINATIONS as KNOWN_HALLUCINATIONS,
 )
-from .playout import (
-    PlayoutQueue as PlayoutQueue,
+from .engines.stt import (
+    SttSettings as SttSettings,
 )
-from .playout import (
-    Pulled as Pulled,
+from .engines.stt import (
+    Transcript as Transcript,
+)
+from .engines.stt import (
+    WhisperStt as WhisperStt,
+)
+from .engines.tts import (
+    DEFAULT_TTS_SETTINGS as DEFAULT_TTS_SETTINGS,
+)
+from .engines.tts import (
+    DETERMINISTIC_TTS_SETTINGS as DETERMINISTIC_TTS_SETTINGS,
+)
+from .engines.tts import (
+    PiperTts as PiperTts,
+)
+from .engines.tts import (
+    SynthesizedSentence as SynthesizedSentence,
+)
+from .engines.tts import (
+    TtsSettings as TtsSettings,
+)
+from .engines.tts import (
+    TtsStatistics as TtsStatistics,
+)
+from .engines.vad import (
+    FRAME_SAMPLES as FRAME_SAMPLES,
+)
+from .engines.vad import (
+    EnergyVad as EnergyVad,
+)
+from .engines.vad import (
+    SileroVad as SileroVad,
+)
+from .engines.vad import (
+    VadStream as VadStream,
+)
+from .engines.vad import (
+    VoiceActivityDetector as VoiceActivityDetector,
+)
+from .listen.barge_in import (
+    BACKCHANNEL_WORDS as BACKCHANNEL_WORDS,
+)
+from .listen.barge_in import (
+    DEFAULT_BARGE_IN as DEFAULT_BARGE_IN,
+)
+from .listen.barge_in import (
+    BargeInArbiter as BargeInArbiter,
+)
+from .listen.barge_in import (
+    BargeInPolicy as BargeInPolicy,
+)
+from .listen.barge_in import (
+    BargeInSettings as BargeInSettings,
+)
+from .listen.barge_in import (
+    classify_overlap as classify_overlap,
+)
+from .listen.early_stt import (
+    EarlyTranscriber as EarlyTranscriber,
+)
+from .listen.early_stt import (
+    EarlyTranscriberStatistics as EarlyTranscriberStatistics,
+)
+from .listen.early_stt import (
+    Transcriber as Transcriber,
+)
+from .listen.echo import (
+    DEFAULT_ECHO_GATE as DEFAULT_ECHO_GATE,
+)
+from .listen.echo import (
+    EchoGate as EchoGate,
+)
+from .listen.echo import (
+    EchoGateSettings as EchoGateSettings,
+)
+from .listen.echo import (
+    EchoGateStatistics as EchoGateStatistics,
+)
+from .listen.hiss import (
+    HissDetector as HissDetector,
+)
+from .listen.input_guard import (
+    InputGuard as InputGuard,
+)
+from .listen.input_guard import (
+    InputStatistics as InputStatistics,
+)
+from .listen.turn_detector import (
+    DEFAULT_TURN_DETECTION as DEFAULT_TURN_DETECTION,
+)
+from .listen.turn_detector import (
+    FAST_TURN_DETECTION as FAST_TURN_DETECTION,
+)
+from .listen.turn_detector import (
+    BargeInDetected as BargeInDetected,
+)
+from .listen.turn_detector import (
+    SpeechEnded as SpeechEnded,
+)
+from .listen.turn_detector import (
+    SpeechStarted as SpeechStarted,
+)
+from .listen.turn_detector import (
+    TurnDetection as TurnDetection,
+)
+from .listen.turn_detector import (
+    TurnDetector as TurnDetector,
+)
+from .listen.turn_detector import (
+    TurnDetectorEvent as TurnDetectorEvent,
+)
+from .listen.turn_detector import (
+    TurnResumed as TurnResumed,
+)
+from .listen.turn_detector import (
+    UtterancePaused as UtterancePaused,
+)
+from .listen.turn_detector import (
+    UtteranceReady as UtteranceReady,
 )
 from .scheduler import (
     ModelScheduler as ModelScheduler,
@@ -195,44 +237,56 @@ from .scheduler import (
 from .scheduler import (
     Work as Work,
 )
-from .segmenter import (
-    DEFAULT_SEGMENTER_SETTINGS as DEFAULT_SEGMENTER_SETTINGS,
+from .session.metrics import (
+    Distribution as Distribution,
 )
-from .segmenter import (
-    Segment as Segment,
+from .session.metrics import (
+    LatencySummary as LatencySummary,
 )
-from .segmenter import (
-    SegmenterSettings as SegmenterSettings,
+from .session.metrics import (
+    summarize as summarize,
 )
-from .segmenter import (
-    TextSegmenter as TextSegmenter,
-)
-from .segmenter import (
-    strip_markdown as strip_markdown,
-)
-from .session import (
+from .session.voice_session import (
     DEFAULT_VOICE_SETTINGS as DEFAULT_VOICE_SETTINGS,
 )
-from .session import (
+from .session.voice_session import (
     VoiceSession as VoiceSession,
 )
-from .session import (
+from .session.voice_session import (
     VoiceSettings as VoiceSettings,
 )
-from .stt import (
-    DEFAULT_STT_SETTINGS as DEFAULT_STT_SETTINGS,
+from .speak.heard import (
+    HeardLedger as HeardLedger,
 )
-from .stt import (
-    KNOWN_HALLUCINATIONS as KNOWN_HALLUCINATIONS,
+from .speak.heard import (
+    HeardReply as HeardReply,
 )
-from .stt import (
-    SttSettings as SttSettings,
+from .speak.playback import (
+    Playback as Playback,
 )
-from .stt import (
-    Transcript as Transcript,
+from .speak.playback import (
+    PlaybackStatistics as PlaybackStatistics,
 )
-from .stt import (
-    WhisperStt as WhisperStt,
+from .speak.playout import (
+    PlayoutQueue as PlayoutQueue,
+)
+from .speak.playout import (
+    Pulled as Pulled,
+)
+from .speak.segmenter import (
+    DEFAULT_SEGMENTER_SETTINGS as DEFAULT_SEGMENTER_SETTINGS,
+)
+from .speak.segmenter import (
+    Segment as Segment,
+)
+from .speak.segmenter import (
+    SegmenterSettings as SegmenterSettings,
+)
+from .speak.segmenter import (
+    TextSegmenter as TextSegmenter,
+)
+from .speak.segmenter import (
+    strip_markdown as strip_markdown,
 )
 from .transport import (
     AudioTransport as AudioTransport,
@@ -251,72 +305,6 @@ from .transport import (
 )
 from .transport import (
     PlaybackReceipt as PlaybackReceipt,
-)
-from .tts import (
-    DEFAULT_TTS_SETTINGS as DEFAULT_TTS_SETTINGS,
-)
-from .tts import (
-    DETERMINISTIC_TTS_SETTINGS as DETERMINISTIC_TTS_SETTINGS,
-)
-from .tts import (
-    PiperTts as PiperTts,
-)
-from .tts import (
-    SynthesizedSentence as SynthesizedSentence,
-)
-from .tts import (
-    TtsSettings as TtsSettings,
-)
-from .tts import (
-    TtsStatistics as TtsStatistics,
-)
-from .turn_detector import (
-    DEFAULT_TURN_DETECTION as DEFAULT_TURN_DETECTION,
-)
-from .turn_detector import (
-    FAST_TURN_DETECTION as FAST_TURN_DETECTION,
-)
-from .turn_detector import (
-    BargeInDetected as BargeInDetected,
-)
-from .turn_detector import (
-    SpeechEnded as SpeechEnded,
-)
-from .turn_detector import (
-    SpeechStarted as SpeechStarted,
-)
-from .turn_detector import (
-    TurnDetection as TurnDetection,
-)
-from .turn_detector import (
-    TurnDetector as TurnDetector,
-)
-from .turn_detector import (
-    TurnDetectorEvent as TurnDetectorEvent,
-)
-from .turn_detector import (
-    TurnResumed as TurnResumed,
-)
-from .turn_detector import (
-    UtterancePaused as UtterancePaused,
-)
-from .turn_detector import (
-    UtteranceReady as UtteranceReady,
-)
-from .vad import (
-    FRAME_SAMPLES as FRAME_SAMPLES,
-)
-from .vad import (
-    EnergyVad as EnergyVad,
-)
-from .vad import (
-    SileroVad as SileroVad,
-)
-from .vad import (
-    VadStream as VadStream,
-)
-from .vad import (
-    VoiceActivityDetector as VoiceActivityDetector,
 )
 
 __all__ = [
@@ -337,9 +325,6 @@ __all__ = [
     "KNOWN_HALLUCINATIONS",
     "STT_SAMPLE_RATE",
     "WHISPER_BASE_SIZE",
-    "Admission",
-    "AdmissionController",
-    "AdmissionSettings",
     "AudioChunk",
     "AudioTransport",
     "BargeInArbiter",
@@ -363,7 +348,6 @@ __all__ = [
     "InputGuard",
     "InputStatistics",
     "LatencySummary",
-    "Load",
     "ModelScheduler",
     "MuteChanged",
     "PausableTransport",

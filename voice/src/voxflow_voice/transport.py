@@ -93,7 +93,7 @@ class AudioTransport(Protocol):
       own rate and sample positions; a :class:`PlaybackDrained` follows once the output
       ran dry after playing.
 
-    :class:`~voxflow_voice.playout.PlayoutQueue` keeps these rules for an adapter (which
+    :class:`~voxflow_voice.speak.playout.PlayoutQueue` keeps these rules for an adapter (which
     then adds only its cadence and resampling), and :func:`voxflow_voice.testing.
     check_transport` checks them against any transport.
     """

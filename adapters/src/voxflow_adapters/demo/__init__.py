@@ -17,10 +17,10 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from voxflow_voice.engines import VoiceEngines
+from voxflow_voice.engines.stt import SttSettings, WhisperStt
+from voxflow_voice.engines.tts import DETERMINISTIC_TTS_SETTINGS, PiperTts
+from voxflow_voice.engines.vad import SileroVad
 from voxflow_voice.session import VoiceSettings
-from voxflow_voice.stt import SttSettings, WhisperStt
-from voxflow_voice.tts import DETERMINISTIC_TTS_SETTINGS, PiperTts
-from voxflow_voice.vad import SileroVad
 
 from voxflow.settings import Settings
 

@@ -22,8 +22,8 @@ from voxflow.clock import Clock, MonotonicClock, VirtualClock
 from voxflow.demo import load_example_module
 from voxflow.wiring import AssistantWiring
 
-from ..scenario import CallResult, run_call
-from ..script import CallScript
+from ..testkit.scenario import CallResult, run_call
+from ..testkit.script import CallScript
 
 __all__ = ["DEMO_LINES", "DemoCall", "demo_script", "run_demo_call"]
 

@@ -11,7 +11,7 @@ import numpy as np
 from numpy.typing import NDArray
 from voxflow_voice.audio import STT_SAMPLE_RATE
 
-from ..simulated import FRAME_SECONDS, Tape
+from ..testkit.simulated import FRAME_SECONDS, Tape
 
 __all__ = ["write_call_wav", "write_events", "write_timeline"]
 

@@ -6,22 +6,22 @@ barge-in, over WebRTC (aiortc on the server, the browser's own WebRTC on the pag
 * :class:`WebRtcServer` / :func:`serve`: the aiohttp app (page + ``POST /offer``);
 * :class:`WebRtcPeer`: one call's ``RTCPeerConnection``, an ``AudioTransport``;
 * :mod:`~voxflow_adapters.webrtc.protocol`: the versioned data-channel messages, read by
-  the strict :mod:`~voxflow_adapters.webrtc.wire` reader (also the ``/offer`` body);
-* :mod:`~voxflow_adapters.webrtc.tls`: HTTPS certificates (given or self-signed);
+  the strict :mod:`~voxflow_adapters.hosting.wire` reader (also the ``/offer`` body);
+* :mod:`~voxflow_adapters.hosting.tls`: HTTPS certificates (given or self-signed);
 * :func:`assistant_call_factory` / :func:`flow_call_factory`: what each call runs;
-* :mod:`~voxflow_adapters.webrtc.ownership` / :mod:`~voxflow_adapters.webrtc.resume`: a
+* :mod:`~voxflow_adapters.hosting.ownership` / :mod:`~voxflow_adapters.hosting.resume`: a
   call's lease on its session, and resuming it after a drop (:class:`CallSession`).
 """
 
+from ..hosting.calls import WEBRTC_VOICE_SETTINGS as WEBRTC_VOICE_SETTINGS
+from ..hosting.calls import Call as Call
+from ..hosting.calls import CallFactory as CallFactory
+from ..hosting.calls import CallSession as CallSession
+from ..hosting.calls import assistant_call_factory as assistant_call_factory
+from ..hosting.calls import flow_call_factory as flow_call_factory
 from ._ice import host_addresses as host_addresses
 from ._ice_url import IceUrlError as IceUrlError
 from ._ice_url import check_ice_url as check_ice_url
-from .calls import WEBRTC_VOICE_SETTINGS as WEBRTC_VOICE_SETTINGS
-from .calls import Call as Call
-from .calls import CallFactory as CallFactory
-from .calls import CallSession as CallSession
-from .calls import assistant_call_factory as assistant_call_factory
-from .calls import flow_call_factory as flow_call_factory
 from .outbound import OutboundAudio as OutboundAudio
 from .outbound import OutboundStatistics as OutboundStatistics
 from .outbound import ReplyTrack as ReplyTrack

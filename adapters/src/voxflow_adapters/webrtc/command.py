@@ -22,13 +22,18 @@ from voxflow.flow.persistence import default_data_dir, default_persistence
 from voxflow.jobs import PostgresJobQueue, default_job_queue
 from voxflow.settings import DATABASE_URL_VARIABLE, Settings
 
+from ..hosting.calls import (
+    CallFactory,
+    assistant_call_factory,
+    flow_call_factory,
+    webrtc_voice_settings,
+)
+from ..hosting.dispatch import DispatchStore, DispatchUnavailableError
+from ..hosting.tls import TlsError, certificate_names, self_signed_certificate, ssl_context
 from ._ice_url import IceUrlError, check_ice_url, shown_ice_url
-from .calls import CallFactory, assistant_call_factory, flow_call_factory, webrtc_voice_settings
-from .dispatch import DispatchStore, DispatchUnavailableError
 from .front_door import FrontDoor
 from .peer import DEFAULT_RECEIVE_HOLD, IceServer, PeerSettings
 from .server import ServerSettings, WebRtcServer, ignore_closed_transport_errors, serve
-from .tls import TlsError, certificate_names, self_signed_certificate, ssl_context
 from .worker import CallWorker
 
 __all__ = [
@@ -157,7 +162,7 @@ def build_call_factory(
 ) -> CallFactory:
     """The calls ``voxflow serve`` answers: ``flow`` (``path.py:Class`` or ``module:Class``)
     or the example assistant if None, with the voice settings of
-    :func:`~voxflow_adapters.webrtc.calls.webrtc_voice_settings` (``settings``);
+    :func:`~voxflow_adapters.hosting.calls.webrtc_voice_settings` (``settings``);
     ``job_queue``: their background jobs run in job-worker processes.
 
     Raises:

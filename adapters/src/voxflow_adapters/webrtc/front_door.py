@@ -3,7 +3,7 @@ offer handed to a call worker through PostgreSQL.
 
 The HTTP contract, the token and the Origin checks are those of ``voxflow serve``
 (:class:`~voxflow_adapters.webrtc.server.SignalingServer`). A valid offer is posted to
-the offers table (:mod:`~voxflow_adapters.webrtc.dispatch`); a call worker with a free
+the offers table (:mod:`~voxflow_adapters.hosting.dispatch`); a call worker with a free
 slot claims it and writes its answer, whose ICE candidates are the worker's: the media
 go between the caller and that worker, never through the front door. The front door
 holds no call state, so any number of them can serve one database (behind any load
@@ -20,7 +20,8 @@ import asyncio
 import contextlib
 import logging
 
-from .dispatch import DispatchStore, DispatchUnavailableError, OfferResult
+from ..hosting.dispatch import DispatchStore, DispatchUnavailableError, OfferResult
+from ..hosting.wire import ResumeRequest
 from .signaling import (
     DEFAULT_SERVER_SETTINGS,
     CallRefused,
@@ -28,7 +29,6 @@ from .signaling import (
     ServerSettings,
     SignalingServer,
 )
-from .wire import ResumeRequest
 
 __all__ = ["FrontDoor"]
 

@@ -1,7 +1,7 @@
 """The outbound side of a call: reply audio queued, paced at 20 ms, receipted as sent.
 
 :class:`OutboundAudio` is the cadence and resampling between the playback stage and the
-wire, around a :class:`~voxflow_voice.playout.PlayoutQueue` (fencing, pause, receipts). Reply
+wire, around a :class:`~voxflow_voice.speak.playout.PlayoutQueue` (fencing, pause, receipts). Reply
 chunks (any rate, e.g. Piper's 22.05 kHz) are resampled to 48 kHz (Opus's rate) each
 whole, as the local adapter does: every sample of a chunk goes out and its receipts map
 back to its own samples exactly (a streaming resampler kept its last ~33 ms back, so a
@@ -44,7 +44,7 @@ from typing import Any
 import av
 from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 from voxflow_voice.audio import AudioChunk, float_to_pcm16, resample
-from voxflow_voice.playout import PlayoutQueue
+from voxflow_voice.speak.playout import PlayoutQueue
 from voxflow_voice.transport import ClientObservation
 
 from voxflow.clock import Clock

@@ -44,7 +44,7 @@ from aiortc.mediastreams import MediaStreamError
 from aiortc.stats import RTCTransportStats
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from voxflow_voice.audio import AudioChunk
-from voxflow_voice.input_guard import InputGuard
+from voxflow_voice.listen.input_guard import InputGuard
 from voxflow_voice.transport import ClientObservation, MuteChanged
 
 from voxflow.clock import Clock, MonotonicClock

@@ -6,7 +6,7 @@ latency marks); the page sends what only it knows (the mute switch, whether its 
 element is playing). Page messages are validated with pydantic (``extra="forbid"``, a
 size limit); an unknown or malformed message is rejected with a logged reason and an
 ``error`` message back, and never touches the session. Page messages are read by the
-strict reader of :mod:`~voxflow_adapters.webrtc.wire` (size and nesting limits,
+strict reader of :mod:`~voxflow_adapters.hosting.wire` (size and nesting limits,
 duplicate keys refused, no type coercion: ``"v"`` is exactly the integer 1).
 
 The README section "WebRTC browser calls" documents the messages for page authors.
@@ -34,7 +34,7 @@ from voxflow_voice.events import (
 
 from voxflow.ids import DeliveryId, SessionId, TurnId
 
-from .wire import ProtocolError, read_json, read_model
+from ..hosting.wire import ProtocolError, read_json, read_model
 
 __all__ = [
     "MAX_MESSAGE_BYTES",

@@ -8,14 +8,14 @@ Routes:
   gathered before answering (no trickle ICE), so one round trip sets the call up;
 * ``GET /ice-servers`` (same token and Origin checks): ``{"ice_servers": [{"urls": [...],
   "username": ..., "credential": ...}]}``, the STUN/TURN servers the page uses too;
-* ``GET /load`` (same checks): the process's :class:`~voxflow_voice.admission.Load` as
+* ``GET /load`` (same checks): the process's :class:`~voxflow_adapters.hosting.admission.Load` as
   JSON (active calls, cap, headroom, recent voice-to-voice p95, model utilisation).
 
-Admission (:mod:`voxflow_voice.admission`): an offer is refused with 503 and a message
+Admission (:mod:`voxflow_adapters.hosting.admission`): an offer is refused with 503 and a message
 the page shows when the process is at ``max_calls`` or its recent answers are slower
 than ``p95_target_ms``, rather than taking a call that slows every call down.
 
-HTTPS: with ``tls_cert``/``tls_key`` (:mod:`~voxflow_adapters.webrtc.tls`) the same app
+HTTPS: with ``tls_cert``/``tls_key`` (:mod:`~voxflow_adapters.hosting.tls`) the same app
 is served over TLS and the Origin check expects ``https://`` origins. Behind a reverse
 proxy, ``trust_forwarded`` lets the origin named by ``X-Forwarded-Proto``/``-Host``
 through (never by default). ICE host candidates follow the bound interface.
@@ -32,14 +32,14 @@ engines (Whisper, Piper, Silero) are loaded once and shared by all calls.
 
 With a ``store`` (``voxflow serve`` gives the default one: ``VOXFLOW_DATABASE_URL`` or
 the SQLite file), each call owns its session through a lease
-(:class:`~voxflow_adapters.webrtc.ownership.SessionOwnership`: acquired at call start,
+(:class:`~voxflow_adapters.hosting.ownership.SessionOwnership`: acquired at call start,
 renewed in the background, released at the end; every save fenced by it; a lost lease
 ends the call, "the call lost its session"). An offer with ``resume`` (session id and
 resume token) goes on with a stored session: the token is checked (403 if it is not that
 session's), the lease is acquired (a live lease of another worker is waited out up to
 ``resume_wait``, never stolen: 409 if it is still held; a live call of the same session
 on this server is the same page reconnecting, and it is ended first), and the call
-continues from the stored history (:mod:`~voxflow_adapters.webrtc.resume`).
+continues from the stored history (:mod:`~voxflow_adapters.hosting.resume`).
 """
 
 from __future__ import annotations
@@ -60,7 +60,6 @@ from typing import Any
 import aioice.ice
 from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field
-from voxflow_voice.admission import Admission, AdmissionController, AdmissionSettings, Load
 from voxflow_voice.engines import VoiceEngines
 from voxflow_voice.events import ReplyInterrupted, SessionEvent, TurnMetrics
 
@@ -68,12 +67,19 @@ from voxflow._tasks import background
 from voxflow.clock import MonotonicClock
 from voxflow.errors import CapacityExceededError, FencedWriteError, SignalingError
 from voxflow.logs import bind_log_context
+from voxflow_adapters.hosting.admission import (
+    Admission,
+    AdmissionController,
+    AdmissionSettings,
+    Load,
+)
 
-from .calls import Call, CallFactory, CallSession
-from .ownership import SessionBusyError, SessionOwnership
+from ..hosting.calls import Call, CallFactory, CallSession
+from ..hosting.ownership import SessionBusyError, SessionOwnership
+from ..hosting.resume import check_resume_token
+from ..hosting.wire import ResumeRequest
 from .peer import PeerStatistics, WebRtcPeer
 from .protocol import HelloMessage, LatencyMessage, StateMessage, messages_for_event
-from .resume import check_resume_token
 from .signaling import (
     DEFAULT_SERVER_SETTINGS,
     CallRefused,
@@ -82,7 +88,6 @@ from .signaling import (
     SignalingServer,
     is_loopback,
 )
-from .wire import ResumeRequest
 
 __all__ = [
     "DEFAULT_SERVER_SETTINGS",

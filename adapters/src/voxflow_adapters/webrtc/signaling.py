@@ -21,10 +21,10 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from voxflow.errors import SignalingError
 
-from .ownership import DEFAULT_LEASE_SECONDS
+from ..hosting.ownership import DEFAULT_LEASE_SECONDS
+from ..hosting.tls import ssl_context
+from ..hosting.wire import ProtocolError, ResumeRequest, parse_offer
 from .peer import DEFAULT_PEER_SETTINGS, PeerSettings
-from .tls import ssl_context
-from .wire import ProtocolError, ResumeRequest, parse_offer
 
 __all__ = [
     "DEFAULT_SERVER_SETTINGS",

@@ -1,7 +1,7 @@
 """A call worker (``voxflow serve --worker``): calls dispatched through PostgreSQL.
 
 The worker has no HTTP port: it claims the offers front doors post
-(:mod:`~voxflow_adapters.webrtc.dispatch`), answers each with a call of its own
+(:mod:`~voxflow_adapters.hosting.dispatch`), answers each with a call of its own
 :class:`~voxflow_adapters.webrtc.server.WebRtcServer` (the engines loaded once, shared
 by its calls) and writes the answer back. The media then flow between the caller and
 this worker directly: the answer carries the worker's ICE candidates, the front door
@@ -34,9 +34,9 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from .dispatch import ClaimedOffer, DispatchStore, DispatchUnavailableError
+from ..hosting.dispatch import ClaimedOffer, DispatchStore, DispatchUnavailableError
+from ..hosting.wire import ResumeRequest
 from .server import CallRefused, WebRtcServer
-from .wire import ResumeRequest
 
 __all__ = ["CallWorker", "Heartbeat"]
 

@@ -1,0 +1,282 @@
+"""Admission by measured headroom: refuse the call that would slow every call down.
+
+A process holds so many calls before answers slow down (``benchmarks/capacity.py``
+measures it: the p95 voice to voice of all calls stays under a target up to some N,
+then every caller waits). Past it, one more call makes all the others worse. An
+:class:`AdmissionController` refuses that call instead, with a typed
+:class:`~voxflow.errors.CapacityExceededError` (``voxflow serve`` answers 503 with its
+message; a scaled-out front door hands the call to a worker with headroom):
+
+* **the cap**: ``max_calls`` concurrent calls (``VOXFLOW_MAX_CALLS``), set from the
+  capacity benchmark for the machine;
+* **the ramp**: at least ``ramp_seconds`` between two admissions. Calls admitted
+  together ask their first questions together, and callers on the same rhythm keep
+  asking together: each turn's urgent work (Whisper, the first clause's synthesis)
+  then queues behind the others' (``benchmarks/capacity.py --offered``);
+* **the measurement**: the recent voice-to-voice p95 of this process's turns
+  (:meth:`AdmissionController.record`, fed with every ``TurnMetrics``) over
+  ``p95_target_ms`` (``VOXFLOW_P95_TARGET_MS``): the machine is slower than the cap
+  assumed (shared, throttled), so no call is added until answers are fast again.
+
+:meth:`AdmissionController.load` reports it all as a :class:`Load` (active calls, the
+cap, the headroom left, the measured p95, the model scheduler's utilisation and urgent
+queue wait): what ``GET /load`` of ``voxflow serve`` returns, and what a dispatcher
+compares across workers (the one with the most headroom takes the call).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+from voxflow_voice.scheduler import ModelScheduler
+
+from voxflow.errors import CapacityExceededError
+
+__all__ = ["UTILIZATION_WINDOW", "Admission", "AdmissionController", "AdmissionSettings",
+           "Load"]
+
+UTILIZATION_WINDOW = 10.0
+"""Seconds :attr:`Load.utilization` is measured over (at least, when the load is looked
+at less often)."""
+_SAMPLE_EVERY = 0.5  # seconds between two kept samples of the scheduler's busy time
+
+
+class AdmissionSettings(BaseModel):
+    """When a process takes one more call."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+
+    max_calls: int = Field(8, ge=1, le=10_000, description="concurrent calls at most")
+    p95_target_ms: float = Field(
+        1000.0, gt=0, le=60_000, description="refuse calls while the recent p95 voice to "
+        "voice is above this",
+    )
+    window_turns: int = Field(
+        40, ge=1, le=10_000, description="recent turns the p95 is taken over"
+    )
+    window_seconds: float = Field(
+        60.0, gt=0, le=86_400, description="turns older than this are forgotten"
+    )
+    min_turns: int = Field(
+        10, ge=1, le=10_000, description="turns needed before the p95 counts (at most "
+        "window_turns)",
+    )
+    ramp_seconds: float = Field(
+        0.0, ge=0, le=3600, description="at least this long between two admissions (0: "
+        "none), so calls arriving together do not all speak together",
+    )
+
+    @model_validator(mode="after")
+    def _check(self) -> AdmissionSettings:
+        if self.min_turns > self.window_turns:  # the p95 would never count
+            raise ValueError(f"min_turns ({self.min_turns}) must be at most window_turns "
+                             f"({self.window_turns}): the window never holds more turns")
+        return self
+
+
+@dataclass(frozen=True, slots=True)
+class Load:
+    """How loaded a process is, and how many more calls it takes.
+
+    Attributes:
+        active_calls: calls admitted and not yet released.
+        max_calls: the cap.
+        headroom: calls it would admit now (0 while refusing).
+        accepting: whether the next call is admitted.
+        reason: why not, when it is not.
+        p95_ms: recent voice-to-voice p95 (None until ``min_turns`` turns were seen).
+        p95_target_ms: the target the p95 is held to.
+        turns: turns the p95 is taken over.
+        utilization: share of the model workers' time spent running model work over
+            about the last :data:`UTILIZATION_WINDOW` seconds: since the newest look at
+            the load at least that old, else the oldest look since (whoever looked: a
+            heartbeat, a claim, ``GET /load``); None without a scheduler, or before two
+            looks half a second apart.
+        urgent_wait_p95_ms: how long urgent model work waited for a worker (recent p95;
+            None without a scheduler or before any).
+    """
+
+    active_calls: int
+    max_calls: int
+    headroom: int
+    accepting: bool
+    reason: str | None
+    p95_ms: float | None
+    p95_target_ms: float
+    turns: int
+    utilization: float | None
+    urgent_wait_p95_ms: float | None
+
+    def as_dict(self) -> dict[str, Any]:
+        """The fields as a JSON-ready dict (``GET /load``)."""
+        return asdict(self)
+
+
+class Admission:
+    """One admitted call's slot: :meth:`release` it when the call ends (idempotent)."""
+
+    __slots__ = ("_controller", "_released", "call_id")
+
+    def __init__(self, controller: AdmissionController, call_id: str) -> None:
+        self.call_id = call_id
+        self._controller = controller
+        self._released = False
+
+    def release(self) -> None:
+        """Free the slot (a second call does nothing)."""
+        if not self._released:
+            self._released = True
+            self._controller._release(self.call_id)
+
+    def __enter__(self) -> Admission:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+    def __repr__(self) -> str:
+        return f"Admission({self.call_id!r}, released={self._released})"
+
+
+class AdmissionController:
+    """Admits calls while the process has headroom (thread-safe).
+
+    Args:
+        settings: the cap and the latency target.
+        scheduler: the engines' model scheduler, for the utilisation in :class:`Load`.
+        clock: seconds (``time.monotonic``), for the window of recent turns.
+    """
+
+    def __init__(
+        self, settings: AdmissionSettings | None = None, *,
+        scheduler: ModelScheduler | None = None, clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if settings is not None and not isinstance(settings, AdmissionSettings):
+            raise TypeError(f"settings must be AdmissionSettings, got {type(settings).__name__}")
+        self.settings = settings if settings is not None else AdmissionSettings()
+        self._scheduler = scheduler
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._active: set[str] = set()
+        self._turns: deque[tuple[float, float]] = deque(maxlen=self.settings.window_turns)
+        # (clock, the scheduler's busy seconds) samples of the last UTILIZATION_WINDOW
+        self._busy_marks: deque[tuple[float, float]] = deque(
+            maxlen=int(UTILIZATION_WINDOW / _SAMPLE_EVERY) + 2)
+        self._refused = 0
+        self._admitted_at: float | None = None  # clock of the last admission
+
+    def admit(self, call_id: str) -> Admission:
+        """A slot for ``call_id``, or a refusal.
+
+        Raises:
+            CapacityExceededError: the cap is reached, or recent answers are slower than
+                the target (the message says which, with the figures).
+            ValueError: ``call_id`` is empty or already admitted.
+        """
+        if not isinstance(call_id, str) or not call_id:
+            raise ValueError(f"call_id must be a non-empty str, got {call_id!r}")
+        with self._lock:
+            if call_id in self._active:
+                raise ValueError(f"call {call_id!r} is already admitted")
+            reason = self._refusal()
+            if reason is not None:
+                self._refused += 1
+                raise CapacityExceededError(reason, active_calls=len(self._active),
+                                            max_calls=self.settings.max_calls)
+            self._active.add(call_id)
+            self._admitted_at = self._clock()
+        return Admission(self, call_id)
+
+    def record(self, voice_to_voice_ms: float) -> None:
+        """One answered turn's voice-to-voice latency (from ``TurnMetrics``)."""
+        try:
+            value = float(voice_to_voice_ms)
+        except OverflowError:  # an int past any float
+            value = float("inf")
+        if not value >= 0.0 or value == float("inf"):
+            raise ValueError(f"voice_to_voice_ms must be a finite number >= 0, got {value!r}")
+        with self._lock:
+            self._turns.append((self._clock(), value))
+
+    def load(self) -> Load:
+        """The load now (see :class:`Load`)."""
+        with self._lock:
+            reason = self._refusal()
+            p95, turns = self._p95()
+            active = len(self._active)
+        utilization, urgent_wait = self._scheduler_figures()
+        headroom = 0 if reason is not None else self.settings.max_calls - active
+        return Load(
+            active_calls=active, max_calls=self.settings.max_calls, headroom=headroom,
+            accepting=reason is None, reason=reason, p95_ms=p95,
+            p95_target_ms=self.settings.p95_target_ms, turns=turns,
+            utilization=utilization, urgent_wait_p95_ms=urgent_wait,
+        )
+
+    @property
+    def refused(self) -> int:
+        """Calls refused so far."""
+        return self._refused
+
+    # -- internals ------------------------------------------------------------------
+
+    def _release(self, call_id: str) -> None:
+        with self._lock:
+            self._active.discard(call_id)
+
+    def _p95(self) -> tuple[float | None, int]:
+        horizon = self._clock() - self.settings.window_seconds
+        while self._turns and self._turns[0][0] < horizon:
+            self._turns.popleft()
+        values = sorted(ms for _, ms in self._turns)
+        if len(values) < self.settings.min_turns:
+            return None, len(values)
+        return values[min(len(values) - 1, int(0.95 * len(values)))], len(values)
+
+    def _refusal(self) -> str | None:
+        s = self.settings
+        if len(self._active) >= s.max_calls:
+            return (f"this server is full: {len(self._active)} calls (limit {s.max_calls}), "
+                    "more would slow every call down; try again in a moment")
+        if self._admitted_at is not None and s.ramp_seconds > 0:
+            since = self._clock() - self._admitted_at
+            if since < s.ramp_seconds:
+                return (f"this server takes on calls one per {s.ramp_seconds:g} s and took "
+                        f"one {since:.1f} s ago; try again in a moment")
+        p95, turns = self._p95()
+        if p95 is not None and p95 > s.p95_target_ms:
+            return (f"this server is too busy: answers take {p95:,.0f} ms (p95 of the last "
+                    f"{turns} turns), above its {s.p95_target_ms:,.0f} ms target; try again "
+                    "in a moment")
+        return None
+
+    def _scheduler_figures(self) -> tuple[float | None, float | None]:
+        if self._scheduler is None:
+            return None, None
+        stats = self._scheduler.statistics()
+        now = self._clock()
+        with self._lock:
+            # Measured from a sample about a window old, never from the previous look:
+            # the heartbeat and the claim loop look every second or so, and a GET /load
+            # right after one would divide a job's busy time by a few milliseconds.
+            marks = self._busy_marks
+            while len(marks) >= 2 and marks[1][0] <= now - UTILIZATION_WINDOW:
+                marks.popleft()
+            base = marks[0] if marks else None
+            if not marks or now - marks[-1][0] >= _SAMPLE_EVERY:
+                marks.append((now, stats.busy_seconds))
+        utilization = None
+        if base is not None and now - base[0] >= _SAMPLE_EVERY:
+            utilization = (stats.busy_seconds - base[1]) / ((now - base[0]) * stats.workers)
+        return utilization, stats.waited_p95_ms.get("urgent")
+
+    def __repr__(self) -> str:
+        load = self.load()
+        return (f"AdmissionController(active={load.active_calls}/{load.max_calls}, "
+                f"accepting={load.accepting})")

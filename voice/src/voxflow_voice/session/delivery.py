@@ -1,0 +1,160 @@
+"""Background announcements: completed jobs, spoken whenever the floor is free.
+
+:class:`AnnouncementDelivery` is a voice session's *deliver* task. Completed jobs are
+offered to the :class:`~voxflow.replies.ReplyQueue` (:meth:`~AnnouncementDelivery.offer_completed`,
+idempotent: the queue coalesces a job version it already holds). Whenever the floor
+may have changed (:attr:`voxflow_voice.session.floor.FloorReporter.changed`), the task checks the
+session's local view of the floor (the user holds it, a reply is being spoken, or the
+client is gone) and otherwise claims the next delivery, builds its text with an
+:data:`Announcer` and hands the ready reply events to the session's ``speak`` callable,
+the same generate → drain → finish → settle path foreground answers use.
+
+Each delivery is reported once, when the task first sees it pending (``queued``, the
+session's :class:`~voxflow_voice.events.AnnouncementQueued`): after a job update offered
+it, or at the next wake for one enqueued by other code. With its ``reply_started`` and
+``audio_started`` that shows how long an announcement waited for the floor.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+
+from voxflow.ids import DeliveryId, TurnId
+from voxflow.jobs import JobRecord
+from voxflow.replies import DeliveryRecord, ReplyQueue
+from voxflow.turns import ReplyEvent
+
+from .floor import FloorReporter
+
+__all__ = ["AnnouncementDelivery", "Announcer", "Speak", "default_announcer"]
+
+logger = logging.getLogger(__name__)
+
+Announcer = Callable[[Sequence[JobRecord]], str]
+"""Builds an announcement's text from the jobs it reports."""
+
+Speak = Callable[[TurnId, DeliveryId, Sequence[ReplyEvent]], Awaitable[None]]
+"""Speaks a claimed announcement's reply events and settles it (the session's path)."""
+
+
+def default_announcer(jobs: Sequence[JobRecord]) -> str:
+    """Speak each job's ``answer``/``summary``/``result`` field, whichever it has."""
+    parts: list[str] = []
+    for job in jobs:
+        for name in ("answer", "summary", "result"):
+            value = getattr(job, name, None)
+            if isinstance(value, str) and value.strip():
+                parts.append(value.strip())
+                break
+    return " ".join(parts)
+
+
+class AnnouncementDelivery:
+    """Claims announcements from the ReplyQueue when the floor is free and speaks them.
+
+    Args:
+        replies: the ReplyQueue holding the announcements (``None``: nothing to deliver).
+        lock: the state lock that serialises queue operations (the JobRunner's).
+        floor: the session's client-floor state; its ``changed`` event wakes this task.
+        speaking: held while any reply (answer or announcement) is spoken.
+        speak: speaks one claimed announcement (its turn, delivery and reply events).
+        jobs: returns the flow's current jobs (read under ``lock``).
+        announcer: builds announcement text from the jobs.
+        enabled: deliver at all (``VoiceSettings.announcements``).
+        gone: returns True once the client is gone (nobody would hear it).
+        deliveries: returns the flow's delivery records (read under ``lock``, or between
+            awaits).
+        queued: called once per delivery, when it is first seen pending.
+    """
+
+    def __init__(
+        self,
+        replies: ReplyQueue | None,
+        lock: asyncio.Lock,
+        floor: FloorReporter,
+        speaking: asyncio.Lock,
+        speak: Speak,
+        *,
+        jobs: Callable[[], Iterable[JobRecord]],
+        announcer: Announcer = default_announcer,
+        enabled: bool = True,
+        gone: Callable[[], bool] = lambda: False,
+        deliveries: Callable[[], Mapping[DeliveryId, DeliveryRecord]] = dict,
+        queued: Callable[[DeliveryRecord], None] = lambda record: None,
+    ) -> None:
+        self._replies = replies
+        self._lock = lock
+        self._floor = floor
+        self._speaking = speaking
+        self._speak = speak
+        self._jobs = jobs
+        self._announcer = announcer
+        self._enabled = enabled
+        self._gone = gone
+        self._deliveries = deliveries
+        self._queued = queued
+        self._reported: set[DeliveryId] = set()
+
+    def wake(self) -> None:
+        """Look at the queue again (e.g. after a job result was enqueued)."""
+        self._floor.changed.set()
+
+    async def offer_completed(self) -> None:
+        """Queue every completed job for announcement, then wake the task.
+
+        Enqueueing is idempotent (the ReplyQueue coalesces a job version it already
+        holds), so every job snapshot can simply offer every completed job.
+        """
+        if self._replies is None:
+            return
+        async with self._lock:
+            for job in list(self._jobs()):
+                if job.status == "completed":
+                    self._replies.enqueue(job)
+            self._note_queued()
+        self.wake()
+
+    def _note_queued(self) -> None:
+        """Report each pending delivery not reported yet (once per delivery)."""
+        for record in list(self._deliveries().values()):
+            if record.status == "pending" and record.delivery_id not in self._reported:
+                self._reported.add(record.delivery_id)
+                self._queued(record)
+
+    async def run(self) -> None:
+        """Deliver announcements whenever the floor may be free (until cancelled)."""
+        if self._replies is None or not self._enabled:
+            return
+        replies = self._replies
+        changed = self._floor.changed
+        await self.offer_completed()  # jobs that completed before this session started
+        while True:
+            await changed.wait()
+            changed.clear()
+            self._note_queued()  # one enqueued by other code, then woken
+            # The local view is always current; the ReplyQueue's may lag a report behind.
+            if self._floor.held or self._speaking.locked() or self._gone():
+                continue
+            async with self._speaking:
+                async with self._lock:
+                    delivery = replies.claim()
+                    if delivery is None:
+                        continue
+                    try:
+                        events = replies.prepare(delivery.delivery_id, self._announcer)
+                    except Exception:
+                        logger.exception("announcement text failed", extra={
+                            "delivery_id": delivery.delivery_id})
+                        continue
+                if not events:
+                    continue
+                await self._speak(delivery.turn_id, delivery.delivery_id, events)
+            changed.set()  # look again: another may be pending
+
+    def __repr__(self) -> str:
+        return (
+            f"AnnouncementDelivery(enabled={self._enabled and self._replies is not None}, "
+            f"speaking={self._speaking.locked()})"
+        )

@@ -1,0 +1,73 @@
+"""How a voice session takes turns and speaks (:class:`VoiceSettings`), and the settings
+a command's :class:`~voxflow.settings.Settings` (``VOXFLOW_*``) ask for."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from voxflow.settings import Settings
+
+from ..listen.barge_in import BargeInSettings
+from ..listen.echo import EchoGateSettings
+from ..listen.turn_detection import TurnDetection
+from ..speak.segmenter import SegmenterSettings
+
+__all__ = ["DEFAULT_VOICE_SETTINGS", "VoiceSettings"]
+
+
+class VoiceSettings(BaseModel):
+    """How a voice session takes turns and speaks."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    turn_detection: TurnDetection = Field(default_factory=TurnDetection)
+    interruptions: bool = Field(True, description="user speech may interrupt replies")
+    segmenter: SegmenterSettings = Field(default_factory=SegmenterSettings)
+    announcements: bool = Field(True, description="speak completed jobs when the floor is free")
+    echo_gate: bool = Field(
+        True, description="keep the assistant's own voice (speakers) from counting as the user"
+    )  # off for headphones; see voxflow_voice.listen.echo
+    echo: EchoGateSettings = Field(default_factory=EchoGateSettings)
+    speculative_replies: bool = Field(
+        True, description="answer in the user's pause; speak only once the turn is confirmed"
+    )  # see voxflow_voice.speak.speculation (off for flows whose turns act on the world directly)
+    stt_warm_up: bool = Field(False, description="a dummy STT run at each speech onset")
+    synthesis_ahead: float = Field(
+        0.0, ge=0, le=60, description="seconds of a reply's audio synthesized ahead of "
+        "playback (later sentences are ready before playout needs them); 0: each sentence "
+        "once the one before was handed over",
+    )
+    barge_in: BargeInSettings = Field(
+        default_factory=BargeInSettings,
+        description="pause, confirm, then fence or resume; backchannel policy",
+    )  # see voxflow_voice.listen.barge_in
+
+    @classmethod
+    def from_settings(cls, settings: Settings, **overrides: Any) -> VoiceSettings:
+        """The voice settings a command's :class:`~voxflow.settings.Settings` ask for.
+
+        Turn taking comes from ``[max_]end_of_turn_silence``, ``min_barge_in`` and (with an
+        ``end_of_turn_model``, the speculative STT starting at a 0.1 s pause) ``end_pad``,
+        ``complete_silence`` and ``resume_grace``, plus ``speculative_replies``; ``overrides``
+        (``echo_gate=False``, ...) then replace.
+
+        Raises:
+            TypeError: ``settings`` is not a :class:`~voxflow.settings.Settings`.
+            pydantic.ValidationError: an override is unknown or out of range.
+        """
+        if not isinstance(settings, Settings):
+            raise TypeError(f"settings must be voxflow Settings, got {type(settings).__name__}")
+        judged = settings.end_of_turn_model != "none"
+        turn_detection = TurnDetection(
+            end_of_turn_silence=settings.end_of_turn_silence, min_barge_in=settings.min_barge_in,
+            max_end_of_turn_silence=settings.max_end_of_turn_silence,
+            end_pad=0.1 if judged else 0.2, complete_silence=settings.complete_silence * judged,
+            resume_grace=settings.resume_grace if judged else 0.0)
+        values: dict[str, Any] = {"turn_detection": turn_detection,
+                                  "speculative_replies": settings.speculative_replies}
+        return cls.model_validate({**values, **overrides})
+
+
+DEFAULT_VOICE_SETTINGS = VoiceSettings()
