@@ -188,6 +188,19 @@ def readme_variables() -> set[str]:
     return set(re.findall(r"`(VOXFLOW_[A-Z0-9_]+)`", section))
 
 
+def test_a_misspelt_variable_is_one_warning_naming_the_closest_and_the_command_runs() -> None:
+    result = voxflow("chat", stdin="hello\nexit\n",
+                     env={"VOXFLOW_MAX_CALL": "5", "VOXFLOW_TURN_CREDENTAIL": "hunter2"})
+    assert result.returncode == 0, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 2, result.stderr
+    assert lines[0].endswith("WARNING voxflow.settings: VOXFLOW_MAX_CALL is not a voxflow "
+                             "variable, so it is ignored: did you mean VOXFLOW_MAX_CALLS?")
+    assert "did you mean VOXFLOW_TURN_CREDENTIAL?" in lines[1]
+    assert "hunter2" not in result.stderr
+    assert "Assistant:" in result.stdout
+
+
 def test_the_readme_lists_every_variable() -> None:
     assert readme_variables() == set(Settings.variables())
 

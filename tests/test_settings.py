@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -121,3 +122,42 @@ def test_a_long_complete_silence_is_fine_without_an_end_of_turn_model() -> None:
     with nothing."""
     settings = Settings.from_env({"VOXFLOW_MAX_END_OF_TURN_SILENCE": "0.6"})
     assert settings.complete_silence == 0.8
+
+
+# -- a VOXFLOW_* variable nothing reads ---------------------------------------------------
+
+
+@pytest.mark.parametrize(("name", "closest"), [
+    ("VOXFLOW_MAX_CALL", "VOXFLOW_MAX_CALLS"),
+    ("VOXFLOW_DATABSE_URL", "VOXFLOW_DATABASE_URL"),
+    ("voxflow_log_level", "VOXFLOW_LOG_LEVEL"),  # the case matters: this one is not read
+    ("VOXFLOW_LLM_TIMEOUTS", "VOXFLOW_LLM_TIMEOUT"),
+])
+def test_a_misspelt_variable_is_named_with_the_closest_known_one(name: str, closest: str
+                                                                 ) -> None:
+    secret = "postgresql://u:hunter2@db/x"
+    (line,) = Settings.unknown_variables({name: secret, "VOXFLOW_PORT": "8081"})
+    assert line.startswith(f"{name} is not a voxflow variable, so it is ignored")
+    assert f"did you mean {closest}?" in line
+    assert "hunter2" not in line and "\n" not in line
+
+
+def test_a_variable_like_no_other_says_where_the_variables_are_listed() -> None:
+    (line,) = Settings.unknown_variables({"VOXFLOW_ZZZZZZZZZZZZ": "1"})
+    assert "did you mean" not in line and "--help" in line
+
+
+def test_every_variable_voxflow_or_its_tools_read_is_known() -> None:
+    known = {**dict.fromkeys(Settings.variables(), "1"),
+             **dict.fromkeys(Settings.tool_variables(), "1"),
+             "HOME": "/root", "OPENAI_API_KEY": "sk-x", "VOXFLOWX": "1"}
+    assert Settings.unknown_variables(known) == []
+    # every VOXFLOW_* name in the packages, the benchmarks and the suite's fixtures
+    root = Path(__file__).resolve().parents[1]
+    files = [root / "tests" / "conftest.py", *root.glob("benchmarks/*.py"),
+             *(p for src in ("src", "voice/src", "adapters/src") for p in root.glob(
+                 f"{src}/**/*.py"))]
+    read = {name for path in files for name in re.findall(
+        r"\bVOXFLOW_[A-Z0-9_]*[A-Z0-9]\b", path.read_text(encoding="utf-8"))}
+    assert len(files) > 100 and "VOXFLOW_DATABASE_URL" in read
+    assert read <= set(Settings.variables()) | Settings.tool_variables(), read

@@ -36,3 +36,29 @@ def test_any_environment_gives_settings_or_a_settings_error(env: dict[str, str])
         assert message.startswith(ENV_PREFIX) and message.split("=", 1)[0] in env
     else:
         assert isinstance(result, Settings)
+
+
+KNOWN = VARIABLES + sorted(Settings.tool_variables())
+NAMES = st.one_of(
+    st.sampled_from(KNOWN),
+    st.sampled_from(KNOWN).map(lambda n: n[:-1]),  # a letter short
+    st.sampled_from(KNOWN).map(str.lower),
+    # any character a name can hold (not "="), printable or not
+    st.text(st.characters(blacklist_characters="=\x00"), max_size=40).map(
+        lambda t: ENV_PREFIX + t),
+    st.text(st.characters(blacklist_characters="=\x00"), max_size=20),
+)
+
+
+@settings(max_examples=300, derandomize=True, deadline=None, database=None)
+@given(env=st.dictionaries(NAMES, st.text(min_size=6, max_size=20).map(lambda v: "=" + v),
+                           max_size=8))
+def test_unknown_variables_are_one_printable_line_each_without_their_value(
+    env: dict[str, str]
+) -> None:
+    lines = Settings.unknown_variables(env)
+    unknown = [n for n in env if n.upper().startswith(ENV_PREFIX) and n not in KNOWN]
+    assert len(lines) == len(unknown)
+    for line in lines:
+        assert line.isprintable() and "is not a voxflow variable" in line
+        assert not any(value in line for value in env.values())

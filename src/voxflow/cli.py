@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import functools
 import json
+import logging
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -117,6 +118,8 @@ def _settings(args: argparse.Namespace, *, log_level: str | None = None) -> Sett
     except SettingsError as exc:
         raise UsageError(str(exc)) from None
     configure_logging(settings.log_level, settings.log_format)
+    for line in Settings.unknown_variables():  # a misspelt variable, silently ignored else
+        logging.getLogger("voxflow.settings").warning(line)
     set_llm_defaults(timeout=settings.llm_timeout, retries=settings.llm_retries)
     return settings
 

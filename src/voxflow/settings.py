@@ -2,7 +2,9 @@
 
 Library code never reads the environment; the CLI builds :class:`Settings` with
 :meth:`Settings.from_env` and passes values on. Command-line options override the
-environment, which overrides the defaults.
+environment, which overrides the defaults. A ``VOXFLOW_*`` variable that nothing reads
+(a misspelling) is named at start-up, with the closest known one
+(:meth:`Settings.unknown_variables`).
 
 ======================================  ===========================  ==================
 variable                                setting                      default
@@ -32,6 +34,7 @@ variable                                setting                      default
 
 from __future__ import annotations
 
+import difflib
 import os
 import re
 import urllib.parse
@@ -54,6 +57,7 @@ from .errors import VoxflowError
 __all__ = [
     "DATABASE_URL_VARIABLE",
     "ENV_PREFIX",
+    "TOOL_VARIABLES",
     "Settings",
     "SettingsError",
     "check_database_url",
@@ -64,6 +68,15 @@ __all__ = [
 ]
 
 ENV_PREFIX = "VOXFLOW_"
+
+TOOL_VARIABLES = frozenset({
+    "VOXFLOW_CALLER_TOKEN",  # the scripted WebRTC caller's page token
+    "VOXFLOW_BENCH_FIGURES",  # where `voxflow bench` has its scripts write their figures
+    "VOXFLOW_TEST_DATABASE_URL",  # the test suite's PostgreSQL
+    "VOXFLOW_BENCH_DATABASE_URL",  # the benchmarks' PostgreSQL
+    "VOXFLOW_REQUIRE_POSTGRES",  # CI: a PostgreSQL test that finds no server fails
+})
+"""``VOXFLOW_*`` variables read by voxflow's tools and tests, not by :class:`Settings`."""
 
 _FIXES = {
     "demo_out": "give the folder the demo writes its call to, e.g. voxflow-demo",
@@ -275,6 +288,33 @@ class Settings(BaseModel):
     def variables() -> dict[str, str]:
         """``VOXFLOW_*`` variable → setting name, for docs and ``doctor``."""
         return {ENV_PREFIX + name.upper(): name for name in Settings.model_fields}
+
+    @staticmethod
+    def tool_variables() -> frozenset[str]:
+        """The ``VOXFLOW_*`` variables voxflow's tools and tests read (no setting)."""
+        return TOOL_VARIABLES
+
+    @staticmethod
+    def unknown_variables(environ: Mapping[str, str] | None = None) -> list[str]:
+        """One line per ``VOXFLOW_*`` variable (in any case) that nothing reads, such as
+        a misspelt setting's: its name and the closest known one. The CLI logs them as
+        warnings at start-up; values are never shown (one may be a secret).
+
+        Args:
+            environ: the variables (``os.environ`` if None).
+        """
+        env = os.environ if environ is None else environ
+        known = sorted(Settings.variables()) + sorted(TOOL_VARIABLES)
+        lines = []
+        for name in sorted(env):
+            if not name.upper().startswith(ENV_PREFIX) or name in known:
+                continue
+            shown = name if name.isprintable() and len(name) <= 100 else repr(name[:100])
+            close = difflib.get_close_matches(name.upper(), known, n=1, cutoff=0.6)
+            hint = (f"did you mean {close[0]}?" if close else
+                    "`voxflow COMMAND --help` lists the variables")
+            lines.append(f"{shown} is not a voxflow variable, so it is ignored: {hint}")
+        return lines
 
 
 def _shown(field: str, value: Any) -> Any:
