@@ -23,8 +23,10 @@ through (never by default). ICE host candidates follow the bound interface.
 Safety: the server binds to loopback by default; ``/offer`` needs the token (generated
 and printed as part of the page URL unless given) and, when the request carries an
 ``Origin``, one the server allows (its own loopback origins, or ``allowed_origins``);
-offers are size-limited; calls are limited in number and length; a call whose ICE/DTLS
-never connects or whose peer goes silent is ended and its slot freed
+offers are size-limited; connections are bounded in number and in how long a request's
+headers and body may take, and every response carries the security headers
+(:mod:`~voxflow_adapters.webrtc.listener`); calls are limited in number and length; a
+call whose ICE/DTLS never connects or whose peer goes silent is ended and its slot freed
 (:class:`~voxflow_adapters.webrtc.peer.WebRtcPeer`).
 
 Every call gets a fresh flow and ``VoiceSession`` from the :data:`CallFactory`; the

@@ -24,6 +24,7 @@ from voxflow.errors import SignalingError
 from ..hosting.ownership import DEFAULT_LEASE_SECONDS
 from ..hosting.tls import ssl_context
 from ..hosting.wire import ProtocolError, ResumeRequest, parse_offer
+from .listener import BodyTimeoutError, Listener, read_body
 from .peer import DEFAULT_PEER_SETTINGS, PeerSettings
 
 __all__ = [
@@ -54,6 +55,15 @@ class ServerSettings(BaseModel):
         (), description="extra page origins allowed to POST /offer (e.g. https://host:port)"
     )
     max_sdp_bytes: int = Field(20_000, gt=0, le=1_000_000, description="largest offer SDP accepted")
+    header_timeout: float = Field(
+        10.0, gt=0, le=300, description="a request's headers (or a TLS handshake) must "
+        "arrive within this (s) of the connection opening or the previous response; an "
+        "idle keep-alive connection is closed then too",
+    )
+    body_timeout: float = Field(10.0, gt=0, le=300, description="an offer's body must "
+                                "arrive within this (s): 408 otherwise")
+    max_connections: int = Field(256, ge=1, le=100_000, description="open HTTP connections "
+                                 "beyond which a new one is answered 503 and closed")
     max_calls: int = Field(8, ge=1, le=10_000, description="concurrent calls")
     p95_target_ms: float = Field(
         1000.0, gt=0, le=60_000, description="refuse calls while the recent voice-to-voice "
@@ -155,7 +165,7 @@ class SignalingServer:
         self.token = settings.token if settings.token is not None else secrets.token_urlsafe(18)
         self._peer_settings = _bound_host_addresses(settings)
         self._rejected: Counter[str] = Counter()
-        self._runner: web.AppRunner | None = None
+        self._listener: Listener | None = None
         self.port: int | None = None
 
     async def answer_offer(self, sdp: str, resume: ResumeRequest | None = None) -> OfferAnswer:
@@ -184,13 +194,12 @@ class SignalingServer:
         context = None
         if settings.tls_cert is not None and settings.tls_key is not None:
             context = ssl_context(settings.tls_cert, settings.tls_key)
-        runner = web.AppRunner(self.app(), access_log=None)
-        await runner.setup()
-        site = web.TCPSite(runner, settings.host, settings.port, ssl_context=context)
-        await site.start()
-        self._runner = runner
-        addresses = runner.addresses
-        self.port = int(addresses[0][1]) if addresses else self.settings.port
+        listener = Listener(self.app(), host=settings.host, port=settings.port,
+                            ssl_context=context, header_timeout=settings.header_timeout,
+                            max_connections=settings.max_connections,
+                            lingering=min(settings.body_timeout, 2.0))
+        self.port = await listener.start()
+        self._listener = listener
         return self.url
 
     @property
@@ -207,9 +216,9 @@ class SignalingServer:
 
     async def aclose(self) -> None:
         """Stop listening."""
-        if self._runner is not None:
-            await self._runner.cleanup()
-            self._runner = None
+        if self._listener is not None:
+            await self._listener.aclose()
+            self._listener = None
 
     async def __aenter__(self) -> Self:
         await self.start()
@@ -224,15 +233,14 @@ class SignalingServer:
         return web.FileResponse(STATIC_DIR / "index.html", headers={
             "Cache-Control": "no-store",
             "Content-Security-Policy": "default-src 'self'; connect-src 'self'; "
-                                       "media-src 'self' blob: mediastream:",
-            "X-Content-Type-Options": "nosniff",
-            "Referrer-Policy": "no-referrer",
-        })
+                                       "media-src 'self' blob: mediastream:; "
+                                       "frame-ancestors 'none'; base-uri 'none'; "
+                                       "form-action 'none'; object-src 'none'",
+        })  # (nosniff, no referrer, no frame: harden_headers, as every response)
 
     async def _favicon(self, request: web.Request) -> web.StreamResponse:
         return web.FileResponse(STATIC_DIR / "favicon.svg", headers={
             "Content-Type": "image/svg+xml", "Cache-Control": "max-age=86400",
-            "X-Content-Type-Options": "nosniff",
         })
 
     def _reject(self, status: int, reason: str, key: str) -> web.Response:
@@ -289,9 +297,13 @@ class SignalingServer:
         if request.content_length is not None and request.content_length > limit + 4096:
             return self._reject(413, f"offer larger than {limit} bytes", "size")
         try:
-            body = await request.read()
+            body = await read_body(request, self.settings.body_timeout)
         except web.HTTPRequestEntityTooLarge:
             return self._reject(413, f"offer larger than {limit} bytes", "size")
+        except BodyTimeoutError as exc:
+            response = self._reject(408, f"the offer's {exc}", "body_timeout")
+            response.force_close()
+            return response
         try:
             offer = parse_offer(body, max_bytes=limit + 4096)
         except ProtocolError as exc:
