@@ -101,7 +101,7 @@ async def test_a_call_whose_lease_is_taken_over_ends_and_writes_nothing(
         other = store.acquire_lease(session_id, "worker-b", ttl=60)
         before = store.load_state_revision(session_id)
         bye = await caller.wait_message("bye", within=10)
-        assert "lost its session (taken over)" in bye["reason"]
+        assert "lost its session (taken over): another worker took it over" in bye["reason"]
         caller.say(say(engines, "What are your opening hours?", tmp_path))
         await asyncio.sleep(1.0)
         await caller.aclose()

@@ -184,8 +184,7 @@ async def test_the_heartbeat_renews_while_speech_work_fills_the_default_executor
     store = make_store("heartbeat")
     lost: list[Any] = []
     owner = await SessionOwnership.acquire(store, "call", "worker-a", ttl=0.9,
-                                           on_lost=lost.append)
-    renewing = asyncio.create_task(owner.run())
+                                           on_lost=lost.append)  # renewed from here on
     # What STT/TTS do: blocking work on the default executor (asyncio.to_thread), more of
     # it than the executor has threads, for longer than the lease lasts.
     busy = [asyncio.create_task(asyncio.to_thread(time.sleep, 2.5)) for _ in range(24)]
@@ -197,7 +196,6 @@ async def test_the_heartbeat_renews_while_speech_work_fills_the_default_executor
         flow = persist(Acknowledger)(persistence=owner.persistence, state=TurnState(id="call"))
         await flow.asave_state("check")  # still the writer: a fenced save goes through
     finally:
-        renewing.cancel()
         await asyncio.gather(*busy, return_exceptions=True)
         await owner.release()
     released = store.lease_of("call")
@@ -242,14 +240,17 @@ async def test_a_lease_lost_at_its_renewal_logs_no_refused_write(
     # What a zombie's log shows when only its heartbeat found the lease gone: the loss,
     # and no refused write (it tried none).
     store = make_store("renewal")
-    owner = await SessionOwnership.acquire(store, "call", "worker-a", ttl=0.3)
-    store.release_lease(owner.lease)
-    store.acquire_lease("call", "worker-b", ttl=30)
+    refused = asyncio.Event()
     with caplog.at_level("WARNING", logger="voxflow_adapters.hosting.ownership"):
-        await asyncio.wait_for(owner.run(), 10)  # returns once the renewal is refused
+        owner = await SessionOwnership.acquire(store, "call", "worker-a", ttl=0.3,
+                                               on_lost=lambda _: refused.set())
+        store.release_lease(owner.lease)
+        store.acquire_lease("call", "worker-b", ttl=30)
+        await asyncio.wait_for(refused.wait(), 10)  # its renewal (started by acquire)
     assert owner.lost is not None and owner.lost.reason == "taken over"
     messages = [r.getMessage() for r in caplog.records]
-    assert "the call lost its session (taken over): it writes nothing more" in messages
+    assert ("the call lost its session (taken over): another worker took it over (the "
+            "caller resumed it there); nothing more is saved") in messages
     assert not any(m.startswith("refused a write") for m in messages)
 
 

@@ -1,22 +1,26 @@
 """A call's hold on its session: a lease acquired at call start, renewed in the
-background, released at call end; every save of the call goes through it, fenced.
+background from that moment, released at call end; every save of the call goes through
+it, fenced.
 
 :meth:`SessionOwnership.acquire` makes the call the writer of its session
-(:meth:`~voxflow.flow._row_store.RowStore.acquire_lease`). A lease another owner holds
-live is waited out (up to ``wait`` seconds: the lease of a worker that died expires
-within its ``ttl``), never stolen. :meth:`SessionOwnership.run` renews the lease every
-``ttl / 3`` seconds until the call ends. Every database call (acquire, renew, release)
-runs on the ownership's own one-thread executor, never the event loop and never the
-default executor that speech recognition and synthesis fill (``asyncio.to_thread``): a
-busy call cannot starve its heartbeat.
+(:meth:`~voxflow.flow._row_store.RowStore.acquire_lease`) and starts renewing it every
+``ttl / 3`` seconds: the lease is covered from the moment it is taken (answering the
+offer, gathering ICE candidates, loading the session all happen under it), until
+:meth:`SessionOwnership.release`, which every path that took it calls. A lease another
+owner holds live is waited out (up to ``wait`` seconds: the lease of a worker that died
+expires within its ``ttl``), never stolen. Every database call (acquire, renew, release)
+runs on the ownership's own executor, never the event loop and never the default
+executor that speech recognition and synthesis fill (``asyncio.to_thread``): a busy call
+cannot starve its heartbeat.
 
 :attr:`SessionOwnership.persistence` is ``store.fenced(lease)`` wrapped so that a
 refused write (:class:`~voxflow.errors.FencedWriteError`: taken over, expired,
 released) is reported once to ``on_lost`` as well as raised, and so is a renewal that
-fails: the call is then ended with a clear reason, and nothing more of it is written.
-Every refused write is also logged on its own line, ``refused a write of the session
-(<reason>)``, naming the operation: a late write that was tried and stopped can be told
-from a lease that was merely found lost at its renewal.
+is refused: the call is then ended with the true reason
+(:attr:`SessionOwnership.lost_reason`), and nothing more of it is written. Every refused
+write is also logged on its own line, ``refused a write of the session (<reason>)``,
+naming the operation: a late write that was tried and stopped can be told from a lease
+that was merely found lost at its renewal.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from voxflow._tasks import cancel_and_wait
 from voxflow.errors import FencedWriteError, SessionLeaseError
 from voxflow.flow.persistence import SessionLease
 from voxflow.ids import SessionId
@@ -73,9 +78,13 @@ class SessionOwnership:
         self.lease = lease
         self.ttl = ttl
         self.lost: FencedWriteError | None = None
+        self.lost_reason: str | None = None
+        """Why the session was lost, in words (the ``bye`` reason), once it was."""
         self._on_lost = on_lost
         self._released = False
         self._loop = asyncio.get_running_loop()
+        self._renewing: asyncio.Task[None] | None = None
+        self._failing_since: float | None = None  # loop time of the first failed renewal
         self.persistence = _NoticingPersistence(store.fenced(lease), self._lose)
 
     @classmethod
@@ -84,7 +93,8 @@ class SessionOwnership:
         wait: float = 0.0, on_lost: Callable[[FencedWriteError], None] | None = None,
     ) -> SessionOwnership:
         """Lease ``session_id`` for ``owner``, waiting up to ``wait`` seconds for another
-        owner's live lease to expire or be released (polled every 0.1 s).
+        owner's live lease to expire or be released (polled every 0.1 s), and start
+        renewing it (until :meth:`release`).
 
         Raises:
             SessionBusyError: it is still held live by another owner after ``wait``.
@@ -101,7 +111,10 @@ class SessionOwnership:
                                            holder=exc.holder) from None
                 await asyncio.sleep(min(0.1, max(0.0, deadline - loop.time())))
                 continue
-            return cls(store, lease, ttl=ttl, on_lost=on_lost)
+            ownership = cls(store, lease, ttl=ttl, on_lost=on_lost)
+            ownership._renewing = loop.create_task(ownership._renew(),
+                                                   name=f"lease.{session_id}")
+            return ownership
 
     @property
     def session_id(self) -> SessionId:
@@ -120,13 +133,34 @@ class SessionOwnership:
         if self.lost is not None:
             return
         self.lost = exc
-        logger.warning("the call lost its session (%s): it writes nothing more", exc.reason,
-                       extra={"session_id": self.session_id})
+        self.lost_reason = self._explain(exc)
+        logger.warning("%s", self.lost_reason, extra={"session_id": self.session_id})
+        renewing = self._renewing
+        if renewing is not None and renewing is not asyncio.current_task():
+            renewing.cancel()  # nothing left to renew (release() waits for it)
         if self._on_lost is not None:
             self._on_lost(exc)
 
-    async def run(self) -> None:
-        """Renew the lease every ``ttl / 3`` seconds until cancelled or lost."""
+    def _explain(self, exc: FencedWriteError) -> str:
+        """The true reason the session was lost (the ``bye`` the caller gets)."""
+        if exc.reason == "taken over":
+            why = "another worker took it over (the caller resumed it there)"
+        elif exc.reason == "released":
+            why = "its lease was released"
+        elif exc.reason == "expired":
+            since = self._failing_since
+            if since is not None:
+                why = (f"its {self.ttl:g} s lease ran out while the session store was "
+                       f"unreachable ({self._loop.time() - since:.1f} s)")
+            else:
+                why = (f"its {self.ttl:g} s lease ran out before it was renewed (this "
+                       "process was stopped or too busy to renew it)")
+        else:
+            why = str(exc)
+        return f"the call lost its session ({exc.reason}): {why}; nothing more is saved"
+
+    async def _renew(self) -> None:
+        """Renew the lease every ``ttl / 3`` seconds until released or lost."""
         loop = asyncio.get_running_loop()
         while self.lost is None and not self._released:
             await asyncio.sleep(self.ttl / 3)
@@ -139,14 +173,25 @@ class SessionOwnership:
                 self._lose(exc)
                 return
             except Exception:  # the database is unreachable: retried until the lease ends
+                if self._failing_since is None:
+                    self._failing_since = loop.time()
                 logger.warning("could not renew the session lease", exc_info=True,
                                extra={"session_id": self.session_id})
+            else:
+                self._failing_since = None
 
     async def release(self) -> None:
-        """Give the lease up (idempotent; a lease already lost is left alone)."""
+        """Stop renewing and give the lease up (idempotent; a lease already lost is left
+        alone)."""
         if self._released:
             return
         self._released = True
+        renewing = self._renewing
+        if renewing is not None and renewing is not asyncio.current_task():
+            await cancel_and_wait([renewing])
+            if not renewing.cancelled() and (failure := renewing.exception()) is not None:
+                logger.error("the session lease's renewal failed", exc_info=failure,
+                             extra={"session_id": self.session_id})
         if self.lost is not None:
             return
         loop = asyncio.get_running_loop()

@@ -1,4 +1,5 @@
-"""Which local addresses a peer connection offers as ICE host candidates.
+"""Which local addresses a peer connection offers as ICE host candidates, and how long
+it waits for its STUN/TURN servers.
 
 aioice gathers host candidates from every interface *except* loopback
 (``aioice.ice.get_host_addresses`` skips ``127.0.0.1`` and ``::1``), and it has no
@@ -10,6 +11,12 @@ the wrapper installed once over ``aioice.ice.get_host_addresses`` consults it, s
 calls in one process can use different address sets and code that does not ask keeps
 aioice's default. Candidates are gathered inside ``setLocalDescription``, which runs in
 the caller's task, so wrapping that call is enough.
+
+:func:`gather_timeout` bounds, the same way, how long the gathering waits for the
+server-reflexive and relayed candidates of the STUN/TURN servers: aioice waits 5 s
+(``Connection.get_component_candidates``' ``timeout``, which aiortc never sets) for a
+server that does not answer, and the answer (no trickle ICE) waits with it. The host
+candidates are there at once; a candidate that comes later is left out.
 """
 
 from __future__ import annotations
@@ -21,12 +28,16 @@ from collections.abc import Callable, Iterator, Sequence
 
 import aioice.ice
 
-__all__ = ["host_addresses", "validate_addresses"]
+__all__ = ["gather_timeout", "host_addresses", "validate_addresses"]
 
 _OVERRIDE: contextvars.ContextVar[tuple[str, ...] | None] = contextvars.ContextVar(
     "voxflow_ice_host_addresses", default=None
 )
+_GATHER_TIMEOUT: contextvars.ContextVar[float | None] = contextvars.ContextVar(
+    "voxflow_ice_gather_timeout", default=None
+)
 _installed = False
+_gather_installed = False
 
 
 def validate_addresses(addresses: Sequence[str]) -> tuple[str, ...]:
@@ -76,3 +87,40 @@ def host_addresses(addresses: Sequence[str] | None) -> Iterator[None]:
         yield
     finally:
         _OVERRIDE.reset(token)
+
+
+def _install_gather_timeout() -> None:
+    global _gather_installed
+    if _gather_installed:
+        return
+    connection = aioice.ice.Connection
+    original = connection.get_component_candidates
+
+    async def get_component_candidates(
+        self: aioice.ice.Connection, component: int, addresses: list[str],
+        timeout: int = 5,  # noqa: ASYNC109 (aioice's signature)
+    ) -> list[aioice.Candidate]:
+        bound = _GATHER_TIMEOUT.get()
+        # (a float: aioice hands it to asyncio.wait, whatever its annotation says)
+        return await original(self, component, addresses,
+                              timeout=timeout if bound is None else bound)  # type: ignore[arg-type]
+
+    connection.get_component_candidates = get_component_candidates  # type: ignore[method-assign]
+    _gather_installed = True
+
+
+@contextlib.contextmanager
+def gather_timeout(seconds: float | None) -> Iterator[None]:
+    """Wait at most ``seconds`` for the STUN/TURN servers' candidates while gathering
+    inside the block (``None``: aioice's own 5 s)."""
+    if seconds is None:
+        yield
+        return
+    if isinstance(seconds, bool) or not isinstance(seconds, int | float) or not seconds > 0:
+        raise ValueError("the ICE gather timeout must be a positive number of seconds")
+    _install_gather_timeout()
+    token = _GATHER_TIMEOUT.set(float(seconds))
+    try:
+        yield
+    finally:
+        _GATHER_TIMEOUT.reset(token)

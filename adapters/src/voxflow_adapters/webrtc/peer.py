@@ -51,7 +51,7 @@ from voxflow.clock import Clock, MonotonicClock
 from voxflow.errors import SignalingError
 from voxflow.ids import DeliveryId
 
-from ._ice import host_addresses, validate_addresses
+from ._ice import gather_timeout, host_addresses, validate_addresses
 from ._ice_url import check_ice_url
 from .outbound import OutboundAudio, OutboundStatistics, ReplyTrack
 from .protocol import (
@@ -67,8 +67,8 @@ from .protocol import (
 from .receive import MAX_RECEIVE_HOLD, ReceiveTimings, install_receive_path
 
 __all__ = [
-    "DEFAULT_PEER_SETTINGS", "DEFAULT_RECEIVE_HOLD", "IceServer", "PeerSettings",
-    "PeerStatistics", "WebRtcPeer",
+    "DEFAULT_ICE_GATHER_TIMEOUT", "DEFAULT_PEER_SETTINGS", "DEFAULT_RECEIVE_HOLD", "IceServer",
+    "PeerSettings", "PeerStatistics", "WebRtcPeer",
 ]
 
 logger = logging.getLogger(__name__)
@@ -78,6 +78,9 @@ _MAX_REJECTED = 50  # malformed page messages tolerated before the call is ended
 _call_numbers = itertools.count(1)
 DEFAULT_RECEIVE_HOLD = 3
 """Packets a gap may hold by default (60 ms, only after a loss or reordering)."""
+DEFAULT_ICE_GATHER_TIMEOUT = 2.0
+"""Seconds the answer waits for STUN/TURN candidates by default: a STUN answer lost once
+is retransmitted after 0.5 s, and a TURN allocation takes two round trips."""
 
 
 class IceServer(BaseModel):
@@ -110,6 +113,11 @@ class PeerSettings(BaseModel):
     ice_host_addresses: tuple[str, ...] | None = Field(
         None, description="local IPs offered as host candidates; None: every non-loopback "
         "interface (aioice's default). ('127.0.0.1',) for same-machine calls without a network",
+    )
+    ice_gather_timeout: float = Field(
+        DEFAULT_ICE_GATHER_TIMEOUT, gt=0, le=30, description="how long (s) the answer waits "
+        "for the STUN/TURN servers' candidates (the host candidates are there at once): a "
+        "server that never answers delays every call by this much, not aioice's 5 s",
     )
     connect_timeout: float = Field(
         15.0, gt=0, le=300, description="ICE+DTLS must connect within (s)"
@@ -246,7 +254,8 @@ class WebRtcPeer:
                         timings=self.receive_timings))
             pc.addTrack(self.track)
             answer = await pc.createAnswer()
-            with host_addresses(self.settings.ice_host_addresses):
+            with host_addresses(self.settings.ice_host_addresses), \
+                    gather_timeout(self.settings.ice_gather_timeout):
                 await pc.setLocalDescription(answer)
         except Exception as exc:
             await self.aclose(f"signaling failed: {type(exc).__name__}")

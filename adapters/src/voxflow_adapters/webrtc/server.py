@@ -65,7 +65,6 @@ from pydantic import BaseModel, ConfigDict, Field
 from voxflow_voice.engines import VoiceEngines
 from voxflow_voice.events import ReplyInterrupted, SessionEvent, TurnMetrics
 
-from voxflow._tasks import background
 from voxflow.clock import MonotonicClock
 from voxflow.errors import CapacityExceededError, FencedWriteError, SignalingError
 from voxflow.logs import bind_log_context
@@ -289,8 +288,8 @@ class WebRtcServer(SignalingServer):
         timing: dict[str, float] = {}  # (for the log line: how long a resume took where)
         if self.store is not None:
             def lost(exc: FencedWriteError) -> None:
-                peer.close_soon(f"the call lost its session ({exc.reason}): another worker "
-                                "took it over or its lease ran out; nothing more is saved")
+                reason = ownership.lost_reason if ownership is not None else None
+                peer.close_soon(reason or f"the call lost its session ({exc.reason})")
 
             try:
                 began = time.monotonic()
@@ -303,11 +302,23 @@ class WebRtcServer(SignalingServer):
                                exc_info=True, extra={"call_id": call_id})
                 raise CallRefused(503, "the session store is unavailable; try again "
                                   "shortly", "store") from None
+        try:  # the lease is renewed from here on: released on every way out but the call
+            return await self._answer_with(sdp, peer, clock, call_id, resume, ownership,
+                                           timing)
+        except BaseException:  # (a cancelled request too)
+            if ownership is not None and call_id not in self._calls:
+                await asyncio.shield(ownership.release())
+            raise
+
+    async def _answer_with(
+        self, sdp: str, peer: WebRtcPeer, clock: MonotonicClock, call_id: str,
+        resume: ResumeRequest | None, ownership: SessionOwnership | None,
+        timing: dict[str, float],
+    ) -> OfferAnswer:
+        """Answer the offer and start the call (``_start_call``'s second half)."""
         try:
             answer = await peer.accept(sdp)
         except SignalingError as exc:
-            if ownership is not None:
-                await ownership.release()
             raise CallRefused(400, str(exc), "sdp") from None
 
         def on_event(event: SessionEvent) -> None:
@@ -330,8 +341,6 @@ class WebRtcServer(SignalingServer):
         except Exception:
             logger.exception("could not start the call's session", extra={"call_id": call_id})
             await peer.aclose("the call could not start")
-            if ownership is not None:
-                await ownership.release()
             raise CallRefused(500, "the call could not start", "factory") from None
         token = call.resume_token if resume is None else resume.token
         peer.send(HelloMessage(session_id=call.session.session_id,
@@ -356,18 +365,13 @@ class WebRtcServer(SignalingServer):
     ) -> None:
         began = peer.clock.now()
         try:
-            async with contextlib.AsyncExitStack() as lease:
-                if ownership is not None:  # renewed while the call runs and closes
-                    await lease.enter_async_context(
-                        background(ownership.run(), name=f"{peer.call_id}.lease"))
-                try:
-                    await call.session.run()
-                except Exception:
-                    logger.exception("the call's session failed",
-                                     extra={"call_id": peer.call_id})
-                finally:
-                    await peer.aclose("the session ended")
-                    await call.aclose()  # (its last saves, while the lease is still held)
+            try:  # (the lease is renewed by the ownership until its release below)
+                await call.session.run()
+            except Exception:
+                logger.exception("the call's session failed", extra={"call_id": peer.call_id})
+            finally:
+                await peer.aclose("the session ended")
+                await call.aclose()  # (its last saves, while the lease is still held)
         finally:
             if ownership is not None:
                 await ownership.release()
