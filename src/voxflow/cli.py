@@ -180,23 +180,15 @@ def _check_assistant(
 
 
 def _cmd_doctor(args: argparse.Namespace) -> int:
-    from .doctor import run_checks  # here: a command loads only what it runs
+    from .doctor import doctor_table, run_checks  # here: a command loads only what it runs
 
     checks = run_checks()
     if args.json:
         print(json.dumps([c.as_dict() for c in checks], indent=2))
     else:
-        # here: only a table on the terminal needs rich
-        from rich.console import Console
-        from rich.table import Table
+        from rich.console import Console  # here: only a table on the terminal needs rich
 
-        table = Table(title="voxflow doctor")
-        for column in ("check", "status", "detail", "fix"):
-            table.add_column(column)
-        colours = {"ok": "green", "missing": "red", "warning": "yellow"}
-        for c in checks:
-            table.add_row(c.name, f"[{colours[c.status]}]{c.status}[/]", c.detail, c.fix)
-        Console().print(table)
+        Console().print(doctor_table(checks))
     return EXIT_FAILED if any(c.status == "missing" for c in checks) else EXIT_OK
 
 
@@ -328,8 +320,9 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     )
 
     root = Path(args.dir) if args.dir is not None else default_benchmark_dir()
-    if root is None:
-        raise UsageError(NOT_IN_A_CHECKOUT)
+    if root is None:  # installed from wheels: nothing the user typed was wrong
+        print(f"error: {NOT_IN_A_CHECKOUT}", file=sys.stderr)
+        return EXIT_FAILED
     scripts = benchmark_scripts(root)
     if not scripts:
         raise UsageError(f"no benchmark scripts in {root}: run from a voxflow checkout, "
@@ -386,8 +379,31 @@ def _version() -> str:
         return "unknown"
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, with an unknown option named under the usage of the command it was given
+    to: argparse collects what a subcommand does not know and reports it under the
+    top-level usage (``voxflow chat --bogus``), or, given before any command, reports the
+    missing COMMAND instead (``voxflow --bogus``)."""
+
+    def parse_known_args(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None,
+    ) -> tuple[argparse.Namespace, list[str]]:
+        given = list(sys.argv[1:] if args is None else args)
+        if self._subparsers is not None:  # `voxflow [options] COMMAND ...`
+            for token in given:
+                if not token.startswith("-"):
+                    break  # the command: what follows is its own
+                name = token.split("=", 1)[0]
+                if not any(known.startswith(name) for known in self._option_string_actions):
+                    self.error(f"unrecognized arguments: {token}")  # (argparse's abbreviations)
+        parsed, extras = super().parse_known_args(given, namespace)
+        if extras and self._subparsers is None:  # a command's own parser: its usage
+            self.error(f"unrecognized arguments: {' '.join(extras)}")
+        return parsed, extras
+
+
 def _parser(installed: InstalledCommands) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="voxflow", description="voxflow: conversational flows with a real-time voice.",
         epilog="exit codes: 0 success, 1 the command failed, 2 bad usage or input, "
                "130 interrupted",

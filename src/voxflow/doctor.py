@@ -11,10 +11,14 @@ from __future__ import annotations
 import ctypes.util
 import importlib.metadata
 import os
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
-__all__ = ["Check", "run_checks"]
+if TYPE_CHECKING:
+    from rich.table import Table
+
+__all__ = ["Check", "doctor_table", "run_checks"]
 
 Status = Literal["ok", "missing", "warning"]
 
@@ -126,3 +130,22 @@ def run_checks(*, portaudio: str | None = None) -> list[Check]:
     checks += _check_portaudio(portaudio)
     checks.append(_check_llm_keys())
     return checks
+
+
+def doctor_table(checks: Sequence[Check]) -> Table:
+    """The checks as the terminal shows them: a table whose cells wrap, and fold a word
+    longer than their column (a package name), never cut it: a fix is copied from here.
+    Their text is plain (rich would take ``voxflow-voice[base]``'s ``[base]`` for a
+    style and drop it)."""
+    # here: only the table on a terminal needs rich
+    from rich.table import Table
+    from rich.text import Text
+
+    table = Table(title="voxflow doctor")
+    for column in ("check", "status", "detail", "fix"):
+        table.add_column(column, overflow="fold", no_wrap=column == "status")
+    colours = {"ok": "green", "missing": "red", "warning": "yellow"}
+    for c in checks:  # Text: plain, never markup (`voxflow-voice[base]` is no style)
+        table.add_row(Text(c.name), Text(c.status, style=colours[c.status]), Text(c.detail),
+                      Text(c.fix))
+    return table

@@ -65,6 +65,12 @@ def _normalized(event: Any, origin: float) -> dict[str, Any]:
     return data
 
 
+def _ms(end: float | None, start: float | None) -> float | None:
+    """``end - start`` in ms to 0.1 ms (times are in s: their difference carries float
+    noise, ``592.0000000000001``); None when either is unknown."""
+    return None if end is None or start is None else round((end - start) * 1000, 1)
+
+
 def demo_figures(call: DemoCall, events: list[dict[str, Any]]) -> tuple[list[dict[str, Any]],
                                                                          dict[str, Any]]:
     """Per-turn rows and the call's headline figures from the normalized events."""
@@ -87,15 +93,15 @@ def demo_figures(call: DemoCall, events: list[dict[str, Any]]) -> tuple[list[dic
             text_at = first_text.get(d) if d else None
         rows.append({
             "turn_id": e["turn_id"], "text": texts.get(e["turn_id"], ""),
-            "voice_to_voice_ms": None if audio is None else (audio - e["speech_end"]) * 1000,
-            "stt_ms": (e["transcript_final"] - e["speech_end"]) * 1000,
-            "reply_ms": None if text_at is None else (text_at - e["transcript_final"]) * 1000,
-            "tts_ms": None if audio is None or text_at is None else (audio - text_at) * 1000,
+            "voice_to_voice_ms": _ms(audio, e["speech_end"]),
+            "stt_ms": _ms(e["transcript_final"], e["speech_end"]),
+            "reply_ms": _ms(text_at, e["transcript_final"]),
+            "tts_ms": _ms(audio, text_at),
             "outcome": "interrupted" if e["interrupted"] else "played whole",
             "speculative": bool(e.get("speculative")),
         })
     v2v = [r["voice_to_voice_ms"] for r in rows if r["voice_to_voice_ms"] is not None]
-    stops = [e["stop_latency_ms"] for e in events
+    stops = [round(e["stop_latency_ms"], 1) for e in events
              if e["kind"] == "reply_interrupted" and e.get("stop_latency_ms") is not None]
     figures = {
         "turns": len(rows),
