@@ -230,7 +230,7 @@ def caller_script(question: AudioChunk, turns: int, start: float) -> CallScript:
     """Ask at ``start``, then again :data:`GAP` s after each reply, ``turns`` times."""
     script = CallScript().user_says(start, audio=question)
     for _ in range(turns - 1):
-        script.then_says(audio=question, after="reply_end", gap=GAP)
+        script.then_says(audio=question, after="reply_end", gap=GAP, max_wait=8.0)
     return script
 
 

@@ -37,6 +37,9 @@ DEMO_LINES = (
 )
 """What the caller says, in order (``--script DIR`` replaces them with WAV files)."""
 
+WAIT = 8.0
+"""Seconds the demo's caller waits for an answer before saying the next line."""
+
 
 def demo_script(wavs: list[Path] | None = None) -> CallScript:
     """The scripted caller; ``wavs`` (one per line of :data:`DEMO_LINES`) replace the
@@ -48,17 +51,20 @@ def demo_script(wavs: list[Path] | None = None) -> CallScript:
         )
     audio: list[Path | None] = list(wavs) if wavs is not None else [None] * len(DEMO_LINES)
     hello, can, order, story, stop, bye = zip(DEMO_LINES, audio, strict=True)
+    # A caller who hears no answer for WAIT s goes on with the next line (a recording of
+    # --script the assistant did not understand does not end the demo).
     return (
         CallScript()
         .user_says(0.5, hello[0], audio=hello[1])
-        .then_says(can[0], audio=can[1], gap=0.6)
-        .then_says(order[0], audio=order[1], gap=0.6)
+        .then_says(can[0], audio=can[1], gap=0.6, max_wait=WAIT)
+        .then_says(order[0], audio=order[1], gap=0.6, max_wait=WAIT)
         # The caller mutes once the "checking" answer was heard; the job finishes during
         # the mute, so its announcement waits for the unmute.
-        .then_mutes(4.0, after="reply_end", gap=0.3)
-        .then_says(story[0], audio=story[1], after="reply_end", gap=0.8)
-        .then_says(stop[0], audio=stop[1], after="reply_start", gap=3.0)  # barge-in
-        .then_says(bye[0], audio=bye[1], gap=0.6)
+        .then_mutes(4.0, after="reply_end", gap=0.3, max_wait=WAIT)
+        .then_says(story[0], audio=story[1], after="reply_end", gap=0.8, max_wait=WAIT)
+        .then_says(stop[0], audio=stop[1], after="reply_start", gap=3.0,  # barge-in
+                   max_wait=WAIT)
+        .then_says(bye[0], audio=bye[1], gap=0.6, max_wait=WAIT)
     )
 
 

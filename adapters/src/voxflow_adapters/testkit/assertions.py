@@ -42,11 +42,13 @@ from .timeline import Labels, announcements, call_timeline, quote
 if TYPE_CHECKING:
     from voxflow_voice.events import ReplyFinished, ReplyInterrupted, TurnCommitted
 
-    from .scenario import CallResult
+    from .result import CallResult
+    from .simulated import StepOutcome
 
 __all__ = [
     "AnnouncementWait",
     "CallAssertionError",
+    "ScriptStepError",
     "assert_announcement_waited",
     "assert_completed",
     "assert_floor_held",
@@ -69,6 +71,24 @@ class CallAssertionError(AssertionError):
         super().__init__(f"{reason}\n\n{timeline}")
         self.reason = reason
         self.timeline = timeline
+
+
+class ScriptStepError(CallAssertionError):
+    """A reactive step of the call's script could not happen when it said (its reply
+    never came): raised by :func:`~voxflow_adapters.testkit.scenario.run_call` after the call,
+    so a test never passes on a call in which a line was said at another time, or never.
+
+    Attributes:
+        call: the finished call (its client's ``steps()`` say what became of each).
+        missed: the steps that could not happen, in order.
+    """
+
+    def __init__(self, call: CallResult, missed: Sequence[StepOutcome]) -> None:
+        reason = "; ".join(f"{o.describe()}, could not happen when it said: {o.missed}"
+                           for o in missed)
+        super().__init__(reason, call_timeline(call))
+        self.call = call
+        self.missed = tuple(missed)
 
 
 def _fail(call: CallResult, labels: Labels, reason: str) -> CallAssertionError:

@@ -31,6 +31,7 @@ from voxflow.conversation.flow import Flow
 from voxflow.llm import run_sync
 from voxflow.turns import TurnRunner
 
+from .assertions import ScriptStepError
 from .scenario import CallResult, run_call
 from .script import CallScript
 from .simulated import SimulatedClient
@@ -85,6 +86,7 @@ class CallRunner:
                 CallScript.
             TimeoutError: the call took longer than ``timeout`` wall-clock seconds (the
                 message shows the call's timeline until then).
+            ScriptStepError: a step of ``script`` could not happen when it said.
         """
         turns: Flow[Any] | TurnRunner
         if isinstance(flow, Flow):
@@ -115,6 +117,9 @@ class CallRunner:
                          **options),
                 self.timeout,
             )
+        except ScriptStepError as refused:  # kept for the report, like any call
+            self.calls.append(refused.call)
+            raise
         except TimeoutError:
             so_far = ""
             if sessions and isinstance(sessions[0].transport, SimulatedClient):

@@ -62,7 +62,7 @@ if TYPE_CHECKING:
     from voxflow_voice.listen.echo import EchoGate
 
     from voxflow.ids import DeliveryId
-    from voxflow_adapters.testkit.scenario import CallResult
+    from voxflow_adapters.testkit.result import CallResult
 
 __all__ = [
     "ACKNOWLEDGEMENT",

@@ -13,88 +13,25 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from voxflow_voice.engines import VoiceEngines
-from voxflow_voice.events import (
-    ReplyFinished,
-    ReplyInterrupted,
-    ReplyStarted,
-    SessionEvent,
-    TurnCommitted,
-    TurnMetrics,
-)
+from voxflow_voice.events import SessionEvent
 from voxflow_voice.session import Announcer, VoiceSession, VoiceSettings, default_announcer
-from voxflow_voice.session.metrics import LatencySummary
 from voxflow_voice.session.wiring import assistant_session
 
 from voxflow.clock import Clock, VirtualClock
-from voxflow.ids import DeliveryId
 from voxflow.jobs import JobRunner
 from voxflow.replies import ReplyQueue
 from voxflow.turns import TurnRunner
 from voxflow.wiring import AssistantWiring
 
+from .assertions import ScriptStepError
+from .result import CallResult
 from .script import CallScript
-from .simulated import SimulatedClient, Tape
+from .simulated import SimulatedClient
 
 __all__ = ["CallResult", "run_call"]
-
-
-@dataclass(slots=True)
-class CallResult:
-    """Everything a scripted call produced."""
-
-    session: VoiceSession
-    client: SimulatedClient
-
-    @property
-    def events(self) -> list[SessionEvent]:
-        """Every session event, in order."""
-        return self.session.events
-
-    @property
-    def tape(self) -> Tape:
-        """The client's recording."""
-        return self.client.tape
-
-    def of_kind(self, kind: str) -> list[Any]:
-        """The events of one ``kind`` (e.g. ``"turn_committed"``)."""
-        return [e for e in self.events if e.kind == kind]
-
-    def transcripts(self) -> list[str]:
-        """The committed turns' text, in order."""
-        return [e.text for e in self.events if isinstance(e, TurnCommitted)]
-
-    def replies(self) -> list[DeliveryId]:
-        """Every reply's delivery id, in order of start."""
-        return [e.delivery_id for e in self.events if isinstance(e, ReplyStarted)]
-
-    def settled(self, delivery_id: DeliveryId) -> str | None:
-        """``completed`` (played whole), ``interrupted``, or None if neither happened."""
-        for e in self.events:
-            if isinstance(e, ReplyFinished) and e.delivery_id == delivery_id:
-                return "completed"
-            if isinstance(e, ReplyInterrupted) and e.delivery_id == delivery_id:
-                return "interrupted"
-        return None
-
-    def heard_seconds(self, delivery_id: DeliveryId) -> float:
-        """Seconds of the reply the user heard (client receipts)."""
-        return self.tape.heard_seconds(delivery_id)
-
-    def stale_samples(self) -> int:
-        """Samples of any reply played after its fence (must be 0)."""
-        return self.tape.stale_samples()
-
-    def metrics(self) -> list[TurnMetrics]:
-        """Per-turn latency marks."""
-        return self.session.metrics
-
-    def summary(self) -> LatencySummary:
-        """Medians and p90s of the latency marks and barge-in stops (see ``metrics``)."""
-        return self.session.summary()
 
 
 async def run_call(
@@ -119,6 +56,10 @@ async def run_call(
     call's; you close it), or a bare ``TurnRunner`` (with ``replies``/``jobs`` if any).
     Runs on a deterministic :class:`~voxflow.clock.VirtualClock` unless ``clock`` is given.
     ``on_session`` is called with the session before the call starts.
+
+    Raises:
+        ScriptStepError: a reactive step of ``script`` could not happen when it said (its
+            reply never came); the error holds the call (``error.call``).
     """
     wiring: AssistantWiring | None = None
     owned = False
@@ -156,4 +97,8 @@ async def run_call(
         if owned and wiring is not None:
             await wiring.aclose()
     await asyncio.sleep(0)
-    return CallResult(session=session, client=client)
+    result = CallResult(session=session, client=client)
+    missed = [step for step in client.steps() if step.missed is not None]
+    if missed:
+        raise ScriptStepError(result, missed)
+    return result

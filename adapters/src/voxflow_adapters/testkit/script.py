@@ -59,16 +59,26 @@ Trigger = Literal["reply_end", "reply_start"]
 class ScriptedStep:
     """A step that waits for the assistant instead of a fixed time.
 
-    Steps run one after the other, after the timed utterances. A step is *armed* when
-    the previous one finished (its speech ended, or its mute was lifted) and fires:
+    Steps run one after the other, after the timed part of the script (the last
+    ``user_says`` utterance's end and the last ``mute``'s; ``until`` only keeps the call
+    going). The first step is *armed* there, each next one when the previous one
+    finished (its speech ended, or its mute was lifted), and it fires:
 
     * ``after="reply_end"``: ``gap`` s after the assistant's audio, started since the
-      step was armed, ran dry (or ``max_wait`` s after arming if nothing played);
+      step was armed, ran dry;
     * ``after="reply_start"``: ``gap`` s after the assistant's audio started (since
       arming): a barge-in when the step speaks.
 
+    A step whose reply never started cannot happen when it says: unless it has a
+    ``max_wait`` (then it fires ``max_wait`` s after arming, as written), the call gives
+    it up (the simulated client's ``answer_wait``, 10 s), ends, and
+    :func:`~voxflow_adapters.testkit.scenario.run_call` raises
+    :class:`~voxflow_adapters.testkit.assertions.ScriptStepError` naming it.
+
     Attributes:
         action: ``say`` (``text``/``audio``) or ``mute`` (for ``duration`` s).
+        max_wait: fire this long after arming if no reply started by then (None: the
+            reply must come).
     """
 
     action: Literal["say", "mute"]
@@ -77,7 +87,22 @@ class ScriptedStep:
     text: str | None = None
     audio: AudioChunk | None = None
     duration: float = 0.0
-    max_wait: float = 8.0
+    max_wait: float | None = None
+
+    def describe(self) -> str:
+        """The step as it was written: ``then_says("Stop.", after="reply_start", gap=2.0)``."""
+        if self.action == "say":
+            what = [f'"{self.text}"' if self.text is not None else ""]
+            if self.audio is not None:
+                what.append(f"audio=<{self.audio.duration:.2f} s>")
+            head = ", ".join(w for w in what if w)
+            name = "then_says"
+        else:
+            head, name = repr(self.duration), "then_mutes"
+        tail = f'after="{self.after}", gap={self.gap!r}'
+        if self.max_wait is not None:
+            tail += f", max_wait={self.max_wait!r}"
+        return f"{name}({head}, {tail})"
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,6 +126,8 @@ class RenderedScript:
     duration: float
     seed: int
     steps: tuple[RenderedStep, ...] = ()
+    steps_from: float = 0.0
+    """Call time the first step is armed at: the end of the last utterance or mute."""
 
     def muted_at(self, t: float) -> bool:
         """Whether the microphone is muted at call time ``t``."""
@@ -152,27 +179,31 @@ class CallScript:
 
     def then_says(
         self, text: str | None = None, *, audio: AudioChunk | str | Path | None = None,
-        after: Trigger = "reply_end", gap: float = 0.8,
+        after: Trigger = "reply_end", gap: float = 0.8, max_wait: float | None = None,
     ) -> CallScript:
         """Then the user says ``text`` once the assistant has answered (see
-        :class:`ScriptedStep`); ``after="reply_start"`` speaks over the reply."""
+        :class:`ScriptedStep`); ``after="reply_start"`` speaks over the reply;
+        ``max_wait``: or that long after the previous step if no reply started."""
         if text is None and audio is None:
             raise ValueError("then_says needs text, audio, or both")
         if text is not None and (not isinstance(text, str) or not text.strip()):
             raise ValueError("text must be a non-empty string")
-        _check_step(after, gap)
+        _check_step(after, gap, max_wait)
         chunk = read_wav(audio) if isinstance(audio, str | Path) else audio
-        self.steps.append(ScriptedStep("say", after, float(gap), text, chunk))
+        self.steps.append(ScriptedStep("say", after, float(gap), text, chunk,
+                                       max_wait=_seconds_or_none(max_wait)))
         return self
 
     def then_mutes(
-        self, duration: float, *, after: Trigger = "reply_start", gap: float = 0.5
+        self, duration: float, *, after: Trigger = "reply_start", gap: float = 0.5,
+        max_wait: float | None = None,
     ) -> CallScript:
         """Then the user mutes the microphone for ``duration`` s (see :class:`ScriptedStep`)."""
         if not duration > 0:
             raise ValueError("duration must be > 0")
-        _check_step(after, gap)
-        self.steps.append(ScriptedStep("mute", after, float(gap), duration=float(duration)))
+        _check_step(after, gap, max_wait)
+        self.steps.append(ScriptedStep("mute", after, float(gap), duration=float(duration),
+                                       max_wait=_seconds_or_none(max_wait)))
         return self
 
     def mute(self, start: float, end: float) -> CallScript:
@@ -197,7 +228,8 @@ class CallScript:
         return self
 
     def until(self, end_at: float) -> CallScript:
-        """Keep the call going until ``end_at`` even after the last utterance."""
+        """Keep the call going until ``end_at`` even after the last utterance (and the
+        last step); it never delays a step."""
         if end_at <= 0:
             raise ValueError("end_at must be > 0")
         self.end_at = float(end_at)
@@ -217,7 +249,8 @@ class CallScript:
             placed.append((utt, samples * utt.gain))
         ends = [u.at + s.size / STT_SAMPLE_RATE for u, s in placed]
         mute_ends = [b for _, b in self.mutes]
-        duration = max([0.0, *ends, *mute_ends, self.end_at or 0.0])
+        steps_from = max([0.0, *ends, *mute_ends])  # until() keeps the call, not the steps
+        duration = max(steps_from, self.end_at or 0.0)
         track = np.zeros(int(np.ceil(duration * STT_SAMPLE_RATE)) + 1, np.float32)
         spans = []
         for (utt, samples), end in zip(placed, ends, strict=True):
@@ -247,14 +280,24 @@ class CallScript:
             echo_delay_frames=round(self.echo_delay / 0.02),
             duration=duration,
             seed=self.seed,
+            steps_from=steps_from,
         )
 
 
-def _check_step(after: str, gap: float) -> None:
+def _check_step(after: str, gap: float, max_wait: float | None) -> None:
     if after not in ("reply_end", "reply_start"):
         raise ValueError(f"after must be 'reply_end' or 'reply_start', got {after!r}")
-    if not isinstance(gap, int | float) or gap < 0:
-        raise ValueError(f"gap must be >= 0, got {gap!r}")
+    if isinstance(gap, bool) or not isinstance(gap, int | float) or not 0 <= gap < math.inf:
+        raise ValueError(f"gap must be a number of seconds >= 0, got {gap!r}")
+    if max_wait is not None and (
+        isinstance(max_wait, bool) or not isinstance(max_wait, int | float)
+        or not 0 < max_wait < math.inf
+    ):
+        raise ValueError(f"max_wait must be a number of seconds > 0 (or None), got {max_wait!r}")
+
+
+def _seconds_or_none(value: float | None) -> float | None:
+    return None if value is None else float(value)
 
 
 def _synthesize(tts: _Synthesizer, text: str) -> NDArray[np.float32]:

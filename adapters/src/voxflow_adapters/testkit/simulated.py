@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 from collections import deque
 from collections.abc import AsyncIterator
@@ -38,9 +39,9 @@ from voxflow_voice.transport import (
 from voxflow.clock import Clock
 from voxflow.ids import DeliveryId
 
-from .script import CallScript, RenderedScript
+from .script import CallScript, RenderedScript, ScriptedStep
 
-__all__ = ["SimulatedClient", "Tape"]
+__all__ = ["SimulatedClient", "StepOutcome", "Tape"]
 
 logger = logging.getLogger(__name__)
 
@@ -96,6 +97,36 @@ class Tape:
         return sum(self.played_after_flush.values())
 
 
+@dataclass(slots=True)
+class StepOutcome:
+    """What became of one reactive step of the script (times: s since the call started).
+
+    Attributes:
+        number: the step's place in the script (1 for the first ``then_...``).
+        step: the step as written.
+        armed_at: when it started waiting for its reply (None: never armed, a step
+            before it could not happen).
+        trigger_at: when the reply it waited for started (``reply_start``) or ran dry
+            (``reply_end``); None if it fired on its ``max_wait``, or never fired.
+        fired_at: when it fired (its speech or mute begins one frame later); None if
+            it could not happen.
+        missed: why it could not happen when it said; None if it did.
+        missed_at: when the call gave it up (None for a step never armed).
+    """
+
+    number: int
+    step: ScriptedStep
+    armed_at: float | None = None
+    trigger_at: float | None = None
+    fired_at: float | None = None
+    missed: str | None = None
+    missed_at: float | None = None
+
+    def describe(self) -> str:
+        """``script step N, then_says("...", after=..., gap=...)``."""
+        return f"script step {self.number}, {self.step.describe()}"
+
+
 class SimulatedClient:
     """A scripted caller that speaks, listens at 1x and reports what it heard.
 
@@ -105,7 +136,10 @@ class SimulatedClient:
         lead: seconds of reply audio the client buffers ahead of playout.
         tail: seconds the call goes on after the script's last event.
         max_duration: the call ends by then whatever the steps wait for.
-        answer_wait: after the last scripted step, how long to wait for a reply to start.
+        answer_wait: how long a step waits for its reply to start (a step without a
+            ``max_wait`` whose reply did not start by then could not happen: the call
+            ends, :meth:`steps` says why); after the last step, how long to wait for a
+            reply to start.
     """
 
     def __init__(
@@ -118,6 +152,8 @@ class SimulatedClient:
             raise ValueError("lead must be > 0")
         if tail < 0:
             raise ValueError("tail must be >= 0")
+        if not answer_wait > 0:
+            raise ValueError("answer_wait must be > 0")
         self.script = script
         self.clock = clock
         self.tape = Tape()
@@ -239,18 +275,24 @@ class SimulatedClient:
         answer_ticks = round(self._answer_wait / FRAME_SECONDS)
         start = self.clock.now()
         self.tape.start = start
-        self._steps = _StepRunner(rendered, start_tick=timed_ticks)
+        # The steps begin after the timed part of the script, not at until(): a step
+        # armed after the reply it waits for would wait for one that never comes.
+        steps = self._steps = _StepRunner(
+            rendered, start_tick=round(rendered.steps_from / FRAME_SECONDS),
+            answer_ticks=answer_ticks,
+        )
         tick = 0
         try:
             while tick < max_ticks:
                 # The call ends `tail` after the script is done *and* the assistant fell
                 # silent, so the last reply is heard whole. A reply still being prepared
-                # (STT on a slow machine) is waited for up to `answer_wait`.
-                done = max(timed_ticks, self._steps.done_tick or max_ticks)
+                # (STT on a slow machine) is waited for up to `answer_wait` (not after a
+                # step that could not happen: nothing it said is to be answered).
+                done = max(timed_ticks, steps.done_tick or max_ticks)
                 last = max(done, self._active_tick)
                 if tick >= last + tail_ticks and (
                     self._active_tick > done or tick >= done + answer_ticks
-                    or not self._steps.steps
+                    or not steps.steps or steps.gave_up
                 ):
                     break
                 target = start + tick * FRAME_SECONDS
@@ -260,6 +302,7 @@ class SimulatedClient:
                 self._tick(tick, rendered)
                 tick += 1
         finally:
+            steps.close(tick, max_ticks)
             self._end_streams()
 
     def _tick(self, tick: int, rendered: RenderedScript) -> None:
@@ -323,6 +366,14 @@ class SimulatedClient:
         """(call time, action, text) of every reactive step that fired, in order."""
         return list(self._steps.log) if self._steps is not None else []
 
+    def steps(self) -> list[StepOutcome]:
+        """What became of each reactive step of the script, in order: when it was armed,
+        what it waited for and when that came, when it fired, or why it could not happen
+        when it said (``missed``). Empty before the call started."""
+        if self._steps is None:
+            return []
+        return [dataclasses.replace(o) for o in self._steps.outcomes]
+
     def __repr__(self) -> str:
         return (
             f"SimulatedClient(queued={self._playout.queued_seconds:.2f}s, "
@@ -331,23 +382,30 @@ class SimulatedClient:
 
 
 class _StepRunner:
-    """Fires a script's reactive steps from what the client hears, tick by tick."""
+    """Fires a script's reactive steps from what the client hears, tick by tick, and
+    records what became of each (:class:`StepOutcome`)."""
 
-    def __init__(self, rendered: RenderedScript, *, start_tick: int) -> None:
+    def __init__(self, rendered: RenderedScript, *, start_tick: int, answer_ticks: int) -> None:
         self.steps = list(rendered.steps)
+        self.outcomes = [StepOutcome(i, r.step) for i, r in enumerate(self.steps, 1)]
         self._index = 0
         self._armed = start_tick  # the tick the current step was armed at
+        self._answer_ticks = answer_ticks
         self._started: int | None = None  # first playing tick since arming
         self._drained: int | None = None  # first silent tick after that playback
         self._speech: tuple[int, NDArray[np.float32]] | None = None  # (start tick, audio)
         self._mute: tuple[int, int] | None = None  # [start, end) ticks
         self.done_tick: int | None = start_tick if not self.steps else None
+        self.gave_up = False  # a step could not happen: the rest never will
         self.log: list[tuple[float, str, str]] = []
 
     def observe(self, tick: int, *, playing: bool) -> None:
         """Track the assistant's playback, then fire the current step if it is due."""
-        if tick < self._armed or self._index >= len(self.steps):
+        if tick < self._armed or self._index >= len(self.steps) or self.gave_up:
             return
+        outcome = self.outcomes[self._index]
+        if outcome.armed_at is None:
+            outcome.armed_at = tick * FRAME_SECONDS
         if playing:
             if self._started is None:
                 self._started = tick
@@ -356,19 +414,26 @@ class _StepRunner:
             self._drained = tick
         step = self.steps[self._index].step
         gap = round(step.gap / FRAME_SECONDS)
-        due = False
-        if step.after == "reply_start":
-            due = self._started is not None and tick - self._started >= gap
-        elif self._drained is not None:
-            due = tick - self._drained >= gap
-        elif self._started is None:
-            due = tick - self._armed >= round(step.max_wait / FRAME_SECONDS)
-        if due:
-            self._fire(tick)
+        trigger = self._started if step.after == "reply_start" else self._drained
+        if trigger is not None:
+            if tick - trigger >= gap:
+                outcome.trigger_at = trigger * FRAME_SECONDS
+                self._fire(tick)
+        elif self._started is None:  # no reply yet
+            waited = tick - self._armed
+            if step.max_wait is not None:
+                if waited >= round(step.max_wait / FRAME_SECONDS):
+                    self._fire(tick)  # as written: "or after max_wait"
+            elif waited >= self._answer_ticks:
+                self._give_up(tick, (
+                    f"no reply started within {self._answer_ticks * FRAME_SECONDS:.1f} s "
+                    f"after it was armed at {outcome.armed_at:.2f} s"
+                ))
 
     def _fire(self, tick: int) -> None:
         rendered = self.steps[self._index]
         step = rendered.step
+        self.outcomes[self._index].fired_at = tick * FRAME_SECONDS
         self.log.append((tick * FRAME_SECONDS, step.action, step.text or ""))
         if step.action == "say":
             self._speech = (tick + 1, rendered.speech)
@@ -380,6 +445,30 @@ class _StepRunner:
         self._armed, self._started, self._drained = end, None, None
         if self._index >= len(self.steps):
             self.done_tick = end
+
+    def _give_up(self, tick: int, reason: str) -> None:
+        """The current step cannot happen when it says: neither can the ones after it."""
+        current = self.outcomes[self._index]
+        current.missed, current.missed_at = reason, tick * FRAME_SECONDS
+        for later in self.outcomes[self._index + 1 :]:
+            later.missed = f"never armed: script step {self._index + 1} before it could not happen"
+        self._index = len(self.steps)
+        self.done_tick, self.gave_up = tick, True
+
+    def close(self, tick: int, max_ticks: int) -> None:
+        """The call ended at ``tick``: a step still waiting could not happen."""
+        if self._index >= len(self.steps) or self.gave_up:
+            return
+        limit = " (its max_duration)" if tick >= max_ticks else ""
+        outcome = self.outcomes[self._index]
+        if outcome.armed_at is None:
+            self._give_up(tick, f"the call ended at {tick * FRAME_SECONDS:.2f} s{limit}, "
+                                "before the step was armed")
+            return
+        waiting = ("the reply's audio to start" if self._started is None
+                   else "the reply's audio to end" if self._drained is None else "its gap")
+        self._give_up(tick, f"the call ended at {tick * FRAME_SECONDS:.2f} s{limit} while it "
+                            f"waited for {waiting} (armed at {outcome.armed_at:.2f} s)")
 
     def speech(self, tick: int) -> NDArray[np.float32]:
         """The reactive speech of this tick's frame (zeros when none)."""

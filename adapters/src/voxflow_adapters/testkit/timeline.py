@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .scenario import CallResult
+    from .result import CallResult
 
 __all__ = ["Labels", "announcements", "call_timeline", "quote"]
 
@@ -148,6 +148,23 @@ def _lines(call: CallResult, labels: Labels) -> Iterable[tuple[float, int, str, 
         elif kind == "session_closed":
             yield e.at, order, "call", "ends"
     base = len(call.events)
+    start = call.tape.start
+    for step in call.client.steps():  # (the flushes and stale audio are numbered after)
+        if step.fired_at is not None:
+            if step.trigger_at is None:
+                why = f"no reply having started within its max_wait of {step.step.max_wait:g} s"
+            else:
+                edge = "started" if step.step.after == "reply_start" else "ended"
+                why = (f"{step.fired_at - step.trigger_at:.2f} s after the reply's audio "
+                       f"{edge} at {step.trigger_at:.2f}")
+            yield start + step.fired_at, base, "script", (
+                f"step {step.number} fires ({why}): {step.step.describe()}"
+            )
+        elif step.missed_at is not None:
+            yield start + step.missed_at, base, "script", (
+                f"step {step.number} could not happen ({step.missed}): {step.step.describe()}"
+            )
+    base += 1
     for i, (at, delivery_id, dropped) in enumerate(call.tape.flushes):
         yield at, base + i, "client", (
             f"{labels.reply(delivery_id)} flushed ({dropped} samples dropped)"
