@@ -14,7 +14,9 @@ call (:class:`~voxflow.jobs.reader.InboxReader`).
 next attempt, in one statement that locks the job and checks it is still that attempt
 (:meth:`PostgresJobQueue.retry_stalled`; every job worker runs it once a heartbeat).
 A job that runs long on a live worker is never re-run: there is no redelivery timer,
-only the heartbeat. The dead attempt's late writes are
+only the heartbeat. The row of a worker silent for :func:`forget_workers_after` (2
+minutes) is removed and its death logged once, by the job worker that removed it
+(Procrastinate removes rows only when a worker starts). The dead attempt's late writes are
 refused by the inbox (the queue no longer runs that attempt) and, should one be read,
 by :func:`~voxflow.jobs.commit_job_update`; a resumed zombie cannot finish the queue
 job either (a live later attempt owns it: ``FencedJobManager``). A job function must
@@ -77,6 +79,13 @@ _ONE_PER_VERSION_SQL = (
 INBOX_KEEP = 7 * 86400.0
 """Seconds an acknowledged inbox row is kept (for audit) before a job worker deletes it."""
 INBOX_PURGE_EVERY = 3600.0
+
+
+def forget_workers_after(stalled_after: float) -> float:
+    """Seconds without a heartbeat after which a job worker's row is removed as dead:
+    long after its jobs were re-run (12 times ``stalled_after``, at least 2 minutes), as
+    a worker paused that long cannot register again."""
+    return max(120.0, 12 * stalled_after)
 
 
 class QueuedJob(BaseModel):
@@ -308,6 +317,23 @@ class PostgresJobQueue:
         rows = await self.inbox._execute(sql, (TASK_NAME, float(stalled_after)))
         return [int(r[0]) for r in rows]
 
+    async def forget_dead_workers(self, forget_after: float) -> list[tuple[int, float]]:
+        """Remove the ``procrastinate_workers`` rows of job workers that have not
+        heartbeaten for ``forget_after`` seconds (killed: Procrastinate removes rows only
+        when a worker starts, so they stayed for good) and log each death once (the
+        process whose statement removed the row); returns ``(worker id, seconds since
+        its heartbeat)`` for each. Their running jobs were queued again long before
+        (:meth:`retry_stalled`)."""
+        rows = await self.inbox._execute(
+            "DELETE FROM procrastinate_workers WHERE last_heartbeat < now() - "
+            "make_interval(secs => %s) RETURNING id, "
+            "extract(epoch FROM now() - last_heartbeat)::float8", (float(forget_after),))
+        gone = [(int(r[0]), float(r[1])) for r in rows]
+        for worker_id, age in gone:
+            logger.warning("job worker %d is gone: no heartbeat for %.0f s (killed, or its "
+                           "machine or network is down); its row is removed", worker_id, age)
+        return gone
+
     def _app(self, connections: int) -> procrastinate.App:
         # here: the optional voxflow[postgres] extra (checked by migrate)
         import procrastinate
@@ -385,6 +411,9 @@ class PostgresJobQueue:
         logger.info("running the jobs queued in schema %s of %s", self.schema,
                     redact_url(self.url))
 
+        # Procrastinate removes the rows of workers silent for stalled_after as it
+        # starts, without a word: say who died
+        await self.forget_dead_workers(stalled_after)
         app = self._app(concurrency + 3)
         job_clock = clock if clock is not None else MonotonicClock()
         stopping = threading.Event()
@@ -438,6 +467,7 @@ class PostgresJobQueue:
                 if retried:
                     logger.warning("re-queued %d stalled job(s) as their next attempt: %s",
                                    len(retried), retried)
+                await self.forget_dead_workers(forget_workers_after(stalled_after))
                 if time.monotonic() - purged_at > INBOX_PURGE_EVERY:
                     purged_at = time.monotonic()
                     await self.inbox.purge(INBOX_KEEP)

@@ -5,7 +5,10 @@ No cluster of our own: the database is the only shared thing.
 
 * ``voxflow_call_workers``: one row per call worker (its slots, the slots it holds, the
   headroom it reports, draining or not, its last heartbeat on the database clock). A
-  CHECK keeps ``used <= slots``: no path can over-admit.
+  CHECK keeps ``used <= slots``: no path can over-admit. Each heartbeat writes the
+  slots the worker holds over ``used`` (a lost reply cannot leave it wrong for long);
+  a row whose heartbeat stopped ``forget_after`` seconds ago is removed by whichever
+  front door or worker looks first, which logs that worker's death once.
 * ``voxflow_call_offers``: one row per offer a front door is waiting on. A worker claims
   the oldest pending offer with ``SELECT … FOR UPDATE SKIP LOCKED`` and, in the same
   transaction, takes one of its own slots (``used + 1`` only while ``used < slots``, it
@@ -156,6 +159,8 @@ class DispatchStore:
         schema: the schema of the tables (created if missing); None (the default): the
             URL's.
         stale_after: a worker whose last heartbeat is older (s) is not offered calls.
+        forget_after: a worker whose last heartbeat is older (s) is gone (killed, its
+            machine or network down): :meth:`forget_dead_workers` removes its row.
         max_connections: the pool's size.
         connect_timeout: seconds to wait for the server.
 
@@ -165,14 +170,18 @@ class DispatchStore:
 
     def __init__(
         self, url: str, *, schema: str | None = None, stale_after: float = 5.0,
-        max_connections: int = 4, connect_timeout: float = 10.0,
+        forget_after: float = 30.0, max_connections: int = 4, connect_timeout: float = 10.0,
     ) -> None:
         check_database_url(url)
         if not 0 < stale_after < float("inf"):
             raise ValueError("stale_after must be a positive, finite number of seconds")
+        if not stale_after < forget_after < float("inf"):
+            raise ValueError("forget_after must be a finite number of seconds longer than "
+                             "stale_after")
         self.url = url
         self.schema = database_schema(url) if schema is None else check_schema(schema)
         self.stale_after = float(stale_after)
+        self.forget_after = float(forget_after)
         self.max_connections = max_connections
         self.connect_timeout = float(connect_timeout)
         self._pool: AsyncConnectionPool[Any] | None = None
@@ -284,21 +293,42 @@ class DispatchStore:
 
     # -- workers ----------------------------------------------------------------------
 
-    async def register(self, worker_id: str, *, slots: int, host: str, pid: int) -> None:
-        """Add (or renew) this worker's row with no slot held; forget workers whose
-        heartbeat stopped an hour ago."""
-        async def run(conn: psycopg.AsyncConnection[Any]) -> None:
-            await conn.execute(
-                f"DELETE FROM voxflow_call_workers WHERE heartbeat_at < {_NOW} - 3600")
-            await conn.execute(
-                "INSERT INTO voxflow_call_workers (worker_id, host, pid, slots, used, "
-                f"draining, started_at, heartbeat_at) VALUES (%s, %s, %s, %s, 0, false, {_NOW}, "
-                f"{_NOW}) ON CONFLICT (worker_id) DO UPDATE SET host = excluded.host, "
-                "pid = excluded.pid, slots = excluded.slots, used = 0, draining = false, "
-                "started_at = excluded.started_at, heartbeat_at = excluded.heartbeat_at",
-                (worker_id, host, pid, slots))
+    async def register(self, worker_id: str, *, slots: int, host: str, pid: int,
+                       used: int = 0, draining: bool = False) -> None:
+        """Add (or renew) this worker's row, holding ``used`` slots (a worker starts with
+        none; one whose row was forgotten while it was cut off comes back with the slots
+        it holds)."""
+        await self._run(lambda conn: conn.execute(
+            "INSERT INTO voxflow_call_workers (worker_id, host, pid, slots, used, "
+            f"draining, started_at, heartbeat_at) VALUES (%s, %s, %s, %s, %s, %s, {_NOW}, "
+            f"{_NOW}) ON CONFLICT (worker_id) DO UPDATE SET host = excluded.host, "
+            "pid = excluded.pid, slots = excluded.slots, used = excluded.used, "
+            "draining = excluded.draining, started_at = excluded.started_at, "
+            "heartbeat_at = excluded.heartbeat_at",
+            (worker_id, host, pid, slots, min(max(used, 0), slots), draining)))
 
-        await self._run(run)
+    async def forget_dead_workers(self) -> list[WorkerRow]:
+        """Remove the rows of workers whose heartbeat stopped ``forget_after`` seconds ago
+        and return them (each one to a single caller: a death is reported once however
+        many front doors and workers look). A worker that was only cut off writes its row
+        again with its next heartbeat."""
+        async def run(conn: psycopg.AsyncConnection[Any]) -> list[WorkerRow]:
+            rows = await (await conn.execute(
+                f"DELETE FROM voxflow_call_workers WHERE heartbeat_at < {_NOW} - %s "
+                "RETURNING worker_id, host, pid, slots, used, headroom, draining, "
+                f"{_NOW} - heartbeat_at", (self.forget_after,))).fetchall()
+            return [WorkerRow(worker_id=r[0], host=r[1], pid=r[2], slots=r[3], used=r[4],
+                              headroom=r[5], draining=r[6], heartbeat_age=r[7]) for r in rows]
+
+        gone: list[WorkerRow] = await self._run(run)
+        for row in gone:
+            logger.warning(
+                "call worker %s (host %s, pid %d) is gone: no heartbeat for %.0f s (killed, "
+                "or its machine or network is down); its row is removed. It held %d "
+                "call(s): their pages resume them on another worker", row.worker_id,
+                row.host, row.pid, row.heartbeat_age, row.used,
+                extra={"worker_id": row.worker_id, "calls": row.used})
+        return gone
 
     async def claim(self, worker_id: str) -> ClaimedOffer | None:
         """The oldest unexpired pending offer, claimed by ``worker_id`` together with one
@@ -369,9 +399,21 @@ class DispatchStore:
 
     def heartbeat_sql(self) -> str:
         """The heartbeat statement (run by :class:`~voxflow_adapters.webrtc.worker.Heartbeat`
-        on its own connection and thread): ``(headroom, worker_id)``."""
-        return (f"UPDATE voxflow_call_workers SET heartbeat_at = {_NOW}, headroom = %s "
-                "WHERE worker_id = %s")
+        on its own connection and thread), with the named parameters ``headroom``,
+        ``used`` (the slots the worker holds, which corrects the row's count; None:
+        left as it is) and ``worker_id``. It updates no row when the worker's row was
+        removed."""
+        return (f"UPDATE voxflow_call_workers SET heartbeat_at = {_NOW}, "
+                "headroom = %(headroom)s, used = CASE WHEN %(used)s::integer IS NULL "
+                "THEN used ELSE least(greatest(%(used)s::integer, 0), slots) END "
+                "WHERE worker_id = %(worker_id)s")
+
+    def slots_sql(self) -> str:
+        """Locks the worker's row (``worker_id``) until the transaction ends and reads
+        its ``used``: run before :meth:`heartbeat_sql` when correcting the count, no
+        claim or release of the worker can then commit in between."""
+        return ("SELECT used FROM voxflow_call_workers WHERE worker_id = %(worker_id)s "
+                "FOR UPDATE")
 
     async def workers(self) -> list[WorkerRow]:
         """Every registered worker, its load and heartbeat age."""

@@ -46,7 +46,9 @@ class FrontDoor(SignalingServer):
         poll_interval: seconds between looks at the offer's row when no ``NOTIFY`` came.
         purge_interval: seconds between purges of offers expired a minute ago (their
             rows hold resume tokens and ICE credentials; a front door that died while
-            waiting leaves them), besides the purge at start.
+            waiting leaves them), besides the purge at start. The rows of dead workers
+            are removed every ``store.forget_after / 2`` seconds
+            (:meth:`~voxflow_adapters.hosting.dispatch.DispatchStore.forget_dead_workers`).
     """
 
     def __init__(
@@ -75,19 +77,28 @@ class FrontDoor(SignalingServer):
         """
         await self.store.open()
         await self.store.forget_expired()
+        await self.store.forget_dead_workers()
         self._listen_task = await self.store.listen(self.store.answers_channel, self._notified)
         self._purge_task = asyncio.get_running_loop().create_task(
             self._purge_expired(), name="front-door.purge")
         return await super().start()
 
     async def _purge_expired(self) -> None:
-        """Every ``purge_interval`` seconds, delete the offers that expired a minute ago."""
+        """Every ``purge_interval`` seconds, delete the offers that expired a minute ago;
+        every ``forget_after / 2`` seconds of the store, the rows of workers whose
+        heartbeat stopped (each death is logged once, by whoever removes the row)."""
+        loop = asyncio.get_running_loop()
+        purged_at = loop.time()
         while True:
-            await asyncio.sleep(self.purge_interval)
+            await asyncio.sleep(min(self.purge_interval, self.store.forget_after / 2))
             try:
+                await self.store.forget_dead_workers()
+                if loop.time() - purged_at < self.purge_interval:
+                    continue
+                purged_at = loop.time()
                 deleted = await self.store.forget_expired()
             except DispatchUnavailableError as exc:  # the next round tries again
-                logger.warning("purging expired offers failed: %s", exc)
+                logger.warning("purging expired offers or dead workers failed: %s", exc)
                 continue
             if deleted:
                 logger.info("purged %d expired offer(s)", deleted)

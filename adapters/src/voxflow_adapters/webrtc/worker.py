@@ -31,7 +31,7 @@ import math
 import os
 import socket
 import threading
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from ..hosting.dispatch import ClaimedOffer, DispatchStore, DispatchUnavailableError
@@ -45,6 +45,10 @@ logger = logging.getLogger(__name__)
 Headroom = Callable[[], float | None]
 """The spare capacity the worker reports with each heartbeat (None: not measured)."""
 
+SlotCount = Callable[[], tuple[int, int] | None]
+"""The slots the worker holds, as ``(version, count)``; None while a claim or a release
+is under way (the version changes with each of them)."""
+
 
 class Heartbeat:
     """Renews a worker's heartbeat every ``interval`` seconds from a thread of its own
@@ -55,22 +59,34 @@ class Heartbeat:
         worker_id: the row to renew.
         interval: seconds between beats.
         headroom: reported with each beat (called on the heartbeat thread).
+        used: the slots the worker holds (called on the heartbeat thread): each beat
+            writes it over the row's count, which a lost reply or a bug may have made
+            drift, under the row's lock and only while no claim or release is under way
+            (the version read before and after the lock is the same); None: the count
+            is left alone.
+        on_missing: called (on the heartbeat thread) when a beat finds no row: it was
+            removed as dead while this worker could not reach the database.
     """
 
     def __init__(self, store: DispatchStore, worker_id: str, *, interval: float,
-                 headroom: Headroom | None = None) -> None:
+                 headroom: Headroom | None = None, used: SlotCount | None = None,
+                 on_missing: Callable[[], None] | None = None) -> None:
         if not 0 < interval < float("inf"):
             raise ValueError("interval must be a positive, finite number of seconds")
         self.store = store
         self.worker_id = worker_id
         self.interval = float(interval)
         self.headroom = headroom
+        self.used = used
+        self.on_missing = on_missing
         self.beats = 0
         """Heartbeats written so far."""
         self.failures = 0
         """Heartbeats that could not be written (the database was unreachable)."""
         self.headroom_failures = 0
         """Heartbeats written without a headroom, its callback having failed."""
+        self.corrections = 0
+        """Heartbeats that found the row's count of used slots wrong and corrected it."""
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -91,7 +107,6 @@ class Heartbeat:
     def _run(self) -> None:
         import psycopg  # here: the optional voxflow[postgres] extra
 
-        sql = self.store.heartbeat_sql()
         conn: psycopg.Connection[Any] | None = None
         while not self._stop.is_set():
             try:
@@ -99,7 +114,7 @@ class Heartbeat:
                     conn = psycopg.connect(self.store.url,
                                            connect_timeout=int(self.store.connect_timeout),
                                            **self.store.connect_options)
-                conn.execute(sql, (self._headroom(), self.worker_id))
+                self._beat(conn)
                 self.beats += 1
             except Exception as exc:  # the thread must live on: a dead one is a stale worker
                 self.failures += 1
@@ -111,6 +126,26 @@ class Heartbeat:
             self._stop.wait(self.interval)
         if conn is not None:
             conn.close()
+
+    def _beat(self, conn: Any) -> None:
+        """One heartbeat, in one transaction: the row's lock, its count corrected when no
+        claim or release can be between the count read and the write, the beat."""
+        params: dict[str, Any] = {"worker_id": self.worker_id,
+                                  "headroom": self._headroom(), "used": None}
+        before = self.used() if self.used is not None else None
+        with conn.transaction():
+            if before is not None and self.used is not None:
+                row = conn.execute(self.store.slots_sql(), params).fetchone()
+                if self.used() == before:  # (a claim or release begun since: next beat)
+                    params["used"] = before[1]
+                    if row is not None and row[0] != before[1]:
+                        self.corrections += 1
+                        logger.warning("the dispatch row said %d slot(s) used, the worker "
+                                       "holds %d: corrected", row[0], before[1],
+                                       extra={"worker_id": self.worker_id})
+            updated = conn.execute(self.store.heartbeat_sql(), params).rowcount
+        if not updated and self.on_missing is not None:
+            self.on_missing()
 
     def _headroom(self) -> float | None:
         """The headroom to report, or None (not measured) when its callback fails: the
@@ -164,12 +199,22 @@ class CallWorker:
         self.poll_interval = float(poll_interval)
         self.spread = float(spread)
         self.heartbeat = Heartbeat(store, self.worker_id, interval=store.stale_after / 4,
-                                   headroom=headroom if headroom is not None else self.headroom)
+                                   headroom=headroom if headroom is not None else self.headroom,
+                                   used=self.slot_count, on_missing=self._row_missing)
         host.call_prefix = self.worker_id
         host.on_call_ended = self._on_call_ended
         self.draining = False
         self._claiming = 0
         self._owed_releases = 0
+        # claims, releases and (re)registration one at a time; the count they leave is
+        # published for the heartbeat thread as one (version, count) tuple
+        self._slot_lock = asyncio.Lock()
+        self._slot_version = 0
+        self._slot_view: tuple[int, int] | None = None
+        self._gone = False  # deregistered: never registered again
+        self._reregistering = False
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._forgot_at = float("-inf")
         self._wake = asyncio.Event()
         self._tasks: set[asyncio.Task[Any]] = set()
         self._loop_task: asyncio.Task[None] | None = None
@@ -187,8 +232,10 @@ class CallWorker:
             DispatchUnavailableError: the database cannot be used.
         """
         await self.store.open()
-        await self.store.register(self.worker_id, slots=self.slots, host=self.hostname,
-                                  pid=os.getpid())
+        self._loop = asyncio.get_running_loop()
+        async with self._slot_op():
+            await self.store.register(self.worker_id, slots=self.slots, host=self.hostname,
+                                      pid=os.getpid())
         self.heartbeat.start()
         self._listen_task = await self.store.listen(self.store.offers_channel,
                                                     lambda _: self._wake.set())
@@ -229,9 +276,11 @@ class CallWorker:
             await self.host.end_calls("the worker is shutting down")
         if self._tasks:
             await asyncio.wait(self._tasks)
-        with contextlib.suppress(DispatchUnavailableError):
-            await self.store.deregister(self.worker_id)
-        self.heartbeat.stop()
+        self.heartbeat.stop()  # first: a beat finding no row would register it again
+        async with self._slot_lock:
+            self._gone = True
+            with contextlib.suppress(DispatchUnavailableError):
+                await self.store.deregister(self.worker_id)
         logger.info("drained", extra={"worker_id": self.worker_id})
 
     async def aclose(self) -> None:
@@ -243,10 +292,71 @@ class CallWorker:
 
     # -- claiming ---------------------------------------------------------------------
 
+    @contextlib.asynccontextmanager
+    async def _slot_op(self) -> AsyncIterator[None]:
+        """One claim, release or registration at a time; the heartbeat leaves the row's
+        count alone while one is under way, and gets the count it leaves after."""
+        async with self._slot_lock:
+            self._slot_view = None
+            try:
+                yield
+            finally:
+                self._publish_count()
+
+    def _publish_count(self) -> None:
+        self._slot_version += 1
+        self._slot_view = (self._slot_version, self.held + self._owed_releases)
+
+    def slot_count(self) -> tuple[int, int] | None:
+        """The slots this worker holds in the database's eyes (calls running, offers
+        being answered or claimed, and slots owed back), with a version that changes
+        with every claim and release; None while one is under way. Thread-safe (the
+        heartbeat reads it)."""
+        return self._slot_view
+
+    def _row_missing(self) -> None:
+        """(heartbeat thread) The row is gone: written again from the event loop."""
+        if self._loop is not None and not self._loop.is_closed():
+            self._loop.call_soon_threadsafe(self._register_again)
+
+    def _register_again(self) -> None:
+        if not self._gone and not self._reregistering:
+            self._reregistering = True
+            self._spawn(self._reregister())
+
+    async def _reregister(self) -> None:
+        try:
+            async with self._slot_op():
+                if self._gone:
+                    return
+                await self.store.register(
+                    self.worker_id, slots=self.slots, host=self.hostname, pid=os.getpid(),
+                    used=self.held + self._owed_releases, draining=self.draining)
+            logger.warning("call worker %s registered again: its row had been removed "
+                           "while its heartbeat could not be written", self.worker_id,
+                           extra={"worker_id": self.worker_id})
+        except DispatchUnavailableError as exc:  # the next beat finds it missing again
+            logger.warning("cannot register again yet: %s", exc)
+        finally:
+            self._reregistering = False
+
+    async def _forget_dead_workers(self) -> None:
+        """Every ``forget_after / 2`` seconds, remove (and report) dead workers' rows."""
+        now = asyncio.get_running_loop().time()
+        if now - self._forgot_at >= self.store.forget_after / 2:
+            self._forgot_at = now
+            await self.store.forget_dead_workers()
+
     async def _claim_loop(self) -> None:
         while not self.draining:
             self._wake.clear()
             await self._pay_releases()
+            with contextlib.suppress(DispatchUnavailableError):  # (said by the claims)
+                await self._forget_dead_workers()
+            view = self._slot_view  # (a count changed outside a claim or release: a bug)
+            if (not self._slot_lock.locked() and view is not None
+                    and view[1] != self.held + self._owed_releases):
+                self._publish_count()
             try:
                 await self._claim_available()
             except DispatchUnavailableError as exc:
@@ -273,14 +383,16 @@ class CallWorker:
                 await asyncio.sleep(self.spread * self.held / self.slots)
                 if not self.can_take():
                     return
-            self._claiming += 1
-            try:
-                offer = await self.store.claim(self.worker_id)
-            except BaseException:
-                self._claiming -= 1
-                raise
+            async with self._slot_op():
+                self._claiming += 1
+                try:
+                    offer = await self.store.claim(self.worker_id)
+                except BaseException:
+                    self._claiming -= 1
+                    raise
+                if offer is None:
+                    self._claiming -= 1
             if offer is None:
-                self._claiming -= 1
                 return
             self._spawn(self._answer(offer))
 
@@ -308,9 +420,9 @@ class CallWorker:
             self.host.end_call(answer.call_id, "the front door stopped waiting for the answer")
 
     async def _refuse(self, offer: ClaimedOffer, status: int, reason: str) -> None:
+        self._owed_releases += 1  # (at once: the slot left the host's count)
         with contextlib.suppress(DispatchUnavailableError):
             await self.store.refuse(offer.offer_id, self.worker_id, status=status, error=reason)
-        self._owed_releases += 1
         await self._pay_releases()
 
     def _on_call_ended(self, call_id: str) -> None:
@@ -321,15 +433,15 @@ class CallWorker:
         """Give back the slots owed to the database (kept owed, and retried by the claim
         loop, while it is unreachable)."""
         paid = 0
-        while self._owed_releases > 0:
-            self._owed_releases -= 1
-            try:
-                await self.store.release(self.worker_id)
-            except DispatchUnavailableError as exc:
-                self._owed_releases += 1
-                logger.warning("a slot could not be given back yet: %s", exc)
-                break
-            paid += 1
+        async with self._slot_op():
+            while self._owed_releases > 0:
+                try:
+                    await self.store.release(self.worker_id)
+                except DispatchUnavailableError as exc:
+                    logger.warning("a slot could not be given back yet: %s", exc)
+                    break
+                self._owed_releases -= 1
+                paid += 1
         if paid:
             self._wake.set()  # a slot is free: look for offers now
 

@@ -1,0 +1,185 @@
+"""The call workers' rows stay true, on a real PostgreSQL: a ``used`` count that drifted
+from what the worker holds is corrected by its next heartbeat (never while a claim or a
+release is under way); a killed worker's row is removed once its heartbeat has been
+silent ``forget_after`` seconds, its death logged once whoever looks; a live worker
+whose row was removed meanwhile writes it again. (The probe: a ``kill -9``'d worker's row
+stayed with ``used=1`` and a heartbeat 400-500 s old for good, and nothing said a worker
+had died.)"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from voxflow_adapters.hosting.dispatch import DispatchStore, WorkerRow
+from voxflow_adapters.webrtc import (
+    PeerSettings,
+    ServerSettings,
+    WebRtcServer,
+    assistant_call_factory,
+)
+from voxflow_adapters.webrtc.client import LoopbackCaller
+from voxflow_adapters.webrtc.front_door import FrontDoor
+from voxflow_adapters.webrtc.worker import CallWorker, Heartbeat
+from voxflow_voice.engines import VoiceEngines
+
+LOOPBACK = PeerSettings(ice_host_addresses=("127.0.0.1",))
+TOKEN = "dispatch-rows-token"
+
+
+async def set_used(store: DispatchStore, worker_id: str, used: int) -> None:
+    """What a lost reply or a bug leaves: the row's count changed behind the worker."""
+    await store._run(lambda conn: conn.execute(
+        "UPDATE voxflow_call_workers SET used = %s WHERE worker_id = %s", (used, worker_id)))
+
+
+async def row_of(store: DispatchStore, worker_id: str) -> WorkerRow | None:
+    return next((r for r in await store.workers() if r.worker_id == worker_id), None)
+
+
+async def until(condition: Any, within: float = 15.0) -> None:
+    async with asyncio.timeout(within):
+        while not await condition():  # noqa: ASYNC110  # the database's rows
+            await asyncio.sleep(0.05)
+
+
+@contextlib.asynccontextmanager
+async def worker(engines: VoiceEngines, url: str, **options: Any) -> AsyncIterator[CallWorker]:
+    host = WebRtcServer(assistant_call_factory(), engines,
+                        settings=ServerSettings(max_calls=2, peer=LOOPBACK))
+    w = CallWorker(host, DispatchStore(url, stale_after=0.4, forget_after=1.0), **options)
+    await w.start()
+    try:
+        yield w
+    finally:
+        await w.aclose()
+
+
+@pytest.mark.models
+async def test_a_drifted_used_count_is_corrected_by_the_next_heartbeat(
+    engines: VoiceEngines, pg_schema_url: str, caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.WARNING)
+    door = FrontDoor(DispatchStore(pg_schema_url, stale_after=0.4, forget_after=1.0),
+                     settings=ServerSettings(port=0, token=TOKEN), offer_timeout=5.0)
+    async with worker(engines, pg_schema_url) as w, door:
+        wid, store = w.worker_id, door.store
+
+        async def used(n: int) -> bool:
+            row = await row_of(store, wid)
+            return row is not None and row.used == n
+
+        await set_used(store, wid, 2)  # a release lost: the worker looks full, forever
+        await until(lambda: used(0))
+        assert await store.free_slots() == (2, 1)
+        async with LoopbackCaller(f"http://127.0.0.1:{door.port}", TOKEN) as caller:
+            await caller.wait_message("hello", within=10)
+            assert await used(1)
+            await set_used(store, wid, 0)  # a claim lost: over-admission at the front doors
+            await until(lambda: used(1))
+            await set_used(store, wid, 2)
+            await until(lambda: used(1))
+        await until(lambda: used(0), within=30)  # the call's end gives its slot back once
+        await asyncio.sleep(0.5)  # a few beats more: nothing to correct
+        assert await used(0)
+    assert w.heartbeat.corrections == 3
+    said = [r.getMessage() for r in caplog.records if "corrected" in r.getMessage()]
+    assert said == ["the dispatch row said 2 slot(s) used, the worker holds 0: corrected",
+                    "the dispatch row said 0 slot(s) used, the worker holds 1: corrected",
+                    "the dispatch row said 2 slot(s) used, the worker holds 1: corrected"]
+
+
+async def test_a_heartbeat_leaves_the_count_alone_while_a_claim_or_release_is_under_way(
+    pg_schema_url: str,
+) -> None:
+    """The count is written under the row's lock, and only if no claim or release began
+    or ended between the two reads of the worker's count around that lock."""
+    store = DispatchStore(pg_schema_url)
+    counts: list[tuple[int, int] | None] = []
+    beat = Heartbeat(store, "w-1", interval=60.0, used=lambda: counts.pop(0))
+    try:
+        await store.register("w-1", slots=3, host="h", pid=1, used=2)
+        conn = await asyncio.to_thread(_connect, store)
+        try:
+            for seen, expected in [
+                ([None], 2),              # a claim under way: left alone
+                ([(1, 0), None], 2),      # one began while the row was being locked
+                ([(1, 0), (2, 1)], 2),    # one ended meanwhile: another version
+                ([(3, 1), (3, 1)], 1),    # none: corrected
+                ([(4, 9), (4, 9)], 3),    # never past the slots (the CHECK)
+            ]:
+                counts[:] = seen
+                await asyncio.to_thread(beat._beat, conn)
+                assert not counts  # read exactly as often as described
+                row = await row_of(store, "w-1")
+                assert row is not None and row.used == expected, seen
+        finally:
+            conn.close()
+    finally:
+        await store.aclose()
+
+
+def _connect(store: DispatchStore) -> Any:
+    import psycopg
+
+    return psycopg.connect(store.url, **store.connect_options)
+
+
+async def test_a_killed_workers_row_is_removed_and_its_death_logged_once(
+    pg_schema_url: str, caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO)
+    setup = DispatchStore(pg_schema_url)
+    # what a kill -9 leaves: a row holding a call, its heartbeat stopped
+    await setup.register("killed-1", slots=4, host="box-a", pid=4242, used=1)
+    doors = [FrontDoor(DispatchStore(pg_schema_url, stale_after=0.2, forget_after=0.6),
+                       settings=ServerSettings(port=0, token=TOKEN), purge_interval=0.1)
+             for _ in range(3)]  # three front doors looking at once
+    try:
+        async with contextlib.AsyncExitStack() as stack:
+            for door in doors:
+                await stack.enter_async_context(door)
+            assert await row_of(setup, "killed-1") is not None  # not yet: 0.6 s
+            await until(lambda: _gone(setup, "killed-1"), within=10)
+            await asyncio.sleep(0.5)  # more rounds of every door: said once
+    finally:
+        await setup.aclose()
+    deaths = [r for r in caplog.records if "is gone" in r.getMessage()]
+    assert [r.levelname for r in deaths] == ["WARNING"], [r.getMessage() for r in deaths]
+    message = deaths[0].getMessage()
+    assert message.startswith("call worker killed-1 (host box-a, pid 4242) is gone: no "
+                              "heartbeat for ")
+    assert "held 1 call(s)" in message
+
+
+async def _gone(store: DispatchStore, worker_id: str) -> bool:
+    return await row_of(store, worker_id) is None
+
+
+@pytest.mark.models
+async def test_a_live_worker_whose_row_was_removed_writes_it_again(
+    engines: VoiceEngines, pg_schema_url: str, caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.WARNING)
+    async with worker(engines, pg_schema_url) as w:
+        store = DispatchStore(pg_schema_url)
+        try:
+            await store.deregister(w.worker_id)  # removed while it was cut off
+            await until(lambda: _back(store, w.worker_id, draining=False))
+            await store.set_draining(w.worker_id)
+            w.draining = True  # (as drain() sets it) the row comes back draining
+            await store.deregister(w.worker_id)
+            await until(lambda: _back(store, w.worker_id, draining=True))
+            w.draining = False
+        finally:
+            await store.aclose()
+    assert sum("registered again" in r.getMessage() for r in caplog.records) == 2
+
+
+async def _back(store: DispatchStore, worker_id: str, *, draining: bool) -> bool:
+    row = await row_of(store, worker_id)
+    return row is not None and row.draining == draining and row.slots == 2
