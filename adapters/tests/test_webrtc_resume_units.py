@@ -202,6 +202,56 @@ async def test_the_heartbeat_renews_while_speech_work_fills_the_default_executor
     assert released is not None and released.owner == ""
 
 
+async def test_a_dead_owners_live_lease_is_taken_over_at_once_and_a_live_ones_waited_for(
+    make_store: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``owner_dead`` judges the holder (a call worker by its heartbeat): a dead one's
+    lease is taken at once, live as it still is (nothing waited out), its call's next
+    renewal and save refused; a live holder's lease is waited for, never taken."""
+    from voxflow_adapters.hosting.ownership import SessionBusyError
+
+    from voxflow.errors import FencedWriteError
+
+    store = make_store("dead_owner")
+    lost: list[FencedWriteError] = []
+    old = await SessionOwnership.acquire(store, "call", "worker-a/call-1", ttl=3,
+                                         on_lost=lost.append)  # renewed from here on
+    asked: list[str] = []
+
+    async def dead(holder: str) -> bool:
+        asked.append(holder)
+        return holder.startswith("worker-a/")
+
+    with pytest.raises(SessionBusyError):  # a live holder: waited for, not taken
+        await SessionOwnership.acquire(store, "call", "worker-c/call-1", ttl=60, wait=0.3,
+                                       owner_dead=lambda holder: _false(holder, asked))
+    held = store.lease_of("call")
+    assert held is not None and (held.owner, held.epoch) == ("worker-a/call-1", old.lease.epoch)
+    with caplog.at_level("WARNING", logger="voxflow_adapters.hosting.ownership"):
+        new = await SessionOwnership.acquire(store, "call", "worker-b/call-1", ttl=60,
+                                             wait=30.0, owner_dead=dead)
+    assert asked[-1] == "worker-a/call-1"
+    assert (new.lease.owner, new.lease.epoch) == ("worker-b/call-1", old.lease.epoch + 1)
+    assert any("took over the session of a dead owner" in r.getMessage()
+               and r.holder == "worker-a/call-1"  # type: ignore[attr-defined]
+               for r in caplog.records)
+    async with asyncio.timeout(60):  # the old owner's next renewal is refused
+        while not lost:  # noqa: ASYNC110  # (a callback's list)
+            await asyncio.sleep(0.05)
+    assert old.lost is not None and old.lost.reason == "taken over" and len(lost) == 1
+    flow = persist(Acknowledger)(persistence=old.persistence, state=TurnState(id="call"))
+    with pytest.raises(FencedWriteError, match="taken over"):
+        await flow.asave_state("late")
+    assert store.load_state("call") is None  # nothing of the old owner's was stored
+    await old.release()
+    await new.release()
+
+
+async def _false(holder: str, asked: list[str]) -> bool:
+    asked.append(holder)
+    return False
+
+
 REFUSED = "refused a write of the session (taken over)"
 
 

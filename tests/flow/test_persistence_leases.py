@@ -84,6 +84,37 @@ def test_a_zombie_writers_late_save_is_refused_after_a_takeover(make_store: Any)
         fresh_zombie.handle_turn("again", session_id="call")
 
 
+def test_a_dead_owners_live_lease_is_taken_over_and_its_late_write_refused(
+    make_store: Any,
+) -> None:
+    """``take_from``: the caller knows the holder is dead (its worker's heartbeat stopped)
+    and takes its live lease at once, the epoch moving on; the old owner, should it wake,
+    writes nothing. Any other live holder is still refused."""
+    store = make_store("dead_owner")
+    lease_a = store.acquire_lease("call", "worker-a/call-1", ttl=60)
+    worker_a = persist(Echo)(persistence=store.fenced(lease_a))
+    worker_a.handle_turn("one", session_id="call")
+    other = make_store("dead_owner")
+    with pytest.raises(SessionLeaseError, match="worker-a/call-1"):  # another holder named
+        other.acquire_lease("call", "worker-b/call-1", ttl=30, take_from="worker-c/call-9")
+    lease_b = other.acquire_lease("call", "worker-b/call-1", ttl=30, take_from="worker-a/call-1")
+    assert (lease_b.owner, lease_b.epoch) == ("worker-b/call-1", lease_a.epoch + 1)
+    assert lease_a.expires_at > lease_b.expires_at - 30  # a's lease was live when taken
+    worker_b = persist(Echo)(persistence=other.fenced(lease_b))
+    worker_b.handle_turn("two", session_id="call")
+    before = other.load_state_revision("call")
+    with pytest.raises(FencedWriteError, match="taken over"):
+        worker_a.handle_turn("late", session_id="call")  # the old owner woke up
+    with pytest.raises(FencedWriteError, match="taken over"):
+        store.renew_lease(lease_a)
+    assert other.load_state_revision("call") == before  # nothing of it was stored
+    # taking from an owner that no longer holds it is an ordinary acquire
+    with pytest.raises(SessionLeaseError, match="worker-b/call-1"):
+        store.acquire_lease("call", "worker-c/call-1", ttl=30, take_from="worker-a/call-1")
+    with pytest.raises(ValueError, match="take_from"):
+        store.acquire_lease("call", "worker-c/call-1", ttl=30, take_from="")
+
+
 def test_an_unfenced_writer_cannot_write_a_live_leased_session(make_store: Any) -> None:
     # The rule: a session with a live lease is written only through store.fenced(lease).
     store = make_store()

@@ -122,12 +122,16 @@ def fence(conn: Conn, flow_uuid: str, epoch: int | None, now_sql: str) -> None:
         )
 
 
-def grant(conn: Conn, flow_uuid: str, owner: str, ttl: float, now_sql: str) -> SessionLease:
+def grant(
+    conn: Conn, flow_uuid: str, owner: str, ttl: float, now_sql: str, *,
+    take_from: str | None = None,
+) -> SessionLease:
     """Make ``owner`` the writer of ``flow_uuid`` for ``ttl`` seconds (see
-    :meth:`~voxflow.flow._row_store.RowStore.acquire_lease`).
+    :meth:`~voxflow.flow._row_store.RowStore.acquire_lease`); ``take_from``: an owner
+    known to be dead, whose lease is taken over even while it is live.
 
     Raises:
-        SessionLeaseError: another owner holds an unexpired lease.
+        SessionLeaseError: another owner (not ``take_from``) holds an unexpired lease.
     """
     row, now = lease_now(conn, flow_uuid, now_sql)
     if row is None:
@@ -138,7 +142,7 @@ def grant(conn: Conn, flow_uuid: str, owner: str, ttl: float, now_sql: str) -> S
         )
     else:
         holder, epoch, expires_at = row
-        if holder not in ("", owner) and expires_at > now:
+        if holder not in ("", owner, take_from) and expires_at > now:
             raise SessionLeaseError(
                 f"session {flow_uuid!r} is leased to {holder!r} for another "
                 f"{expires_at - now:.1f} s (epoch {epoch})",
@@ -178,9 +182,11 @@ def release(conn: Conn, lease: SessionLease) -> None:
     )
 
 
-def check_lease_args(owner: object, ttl: object) -> None:
+def check_lease_args(owner: object, ttl: object, take_from: object = None) -> None:
     if not isinstance(owner, str) or not owner:
         raise ValueError("owner must be a non-empty string")
+    if take_from is not None and (not isinstance(take_from, str) or not take_from):
+        raise ValueError("take_from must be None or a non-empty string (an owner)")
     if isinstance(ttl, bool) or not isinstance(ttl, int | float) or not 0 < ttl <= 86400:
         raise ValueError("ttl must be a number of seconds in (0, 86400]")
 

@@ -381,20 +381,28 @@ class RowStore:
 
     # -- leases (see voxflow.flow._leases) -------------------------------------------
 
-    def acquire_lease(self, flow_uuid: str, owner: str, *, ttl: float = 30.0) -> SessionLease:
+    def acquire_lease(
+        self, flow_uuid: str, owner: str, *, ttl: float = 30.0, take_from: str | None = None
+    ) -> SessionLease:
         """Make ``owner`` the writer of ``flow_uuid`` for ``ttl`` seconds.
 
         Free, expired or released: granted, with the next epoch (the same epoch when
         ``owner`` already holds it, which renews it).
+
+        ``take_from``: an owner the caller knows to be dead (a call worker whose heartbeat
+        stopped): its lease is taken over even while it is live, with the next epoch, so
+        that every write it might still make is refused (the fence). A lease held by any
+        other owner is not.
 
         Raises:
             SessionLeaseError: another owner holds an unexpired lease (named, with its
                 expiry).
         """
         self._check_uuid(flow_uuid)
-        check_lease_args(owner, ttl)
+        check_lease_args(owner, ttl, take_from)
         return self._leased(
-            flow_uuid, lambda conn: grant(conn, flow_uuid, owner, ttl, self._now_sql)
+            flow_uuid,
+            lambda conn: grant(conn, flow_uuid, owner, ttl, self._now_sql, take_from=take_from),
         )
 
     def renew_lease(self, lease: SessionLease, *, ttl: float = 30.0) -> SessionLease:

@@ -161,6 +161,9 @@ class DispatchStore:
         stale_after: a worker whose last heartbeat is older (s) is not offered calls.
         forget_after: a worker whose last heartbeat is older (s) is gone (killed, its
             machine or network down): :meth:`forget_dead_workers` removes its row.
+        dead_after: a worker whose last heartbeat is older (s) is dead: the leases of its
+            calls are taken over by their resumes at once (default: ``stale_after / 2``,
+            two heartbeats missed).
         max_connections: the pool's size.
         connect_timeout: seconds to wait for the server.
 
@@ -170,11 +173,14 @@ class DispatchStore:
 
     def __init__(
         self, url: str, *, schema: str | None = None, stale_after: float = 5.0,
-        forget_after: float = 30.0, max_connections: int = 4, connect_timeout: float = 10.0,
+        forget_after: float = 30.0, dead_after: float | None = None, max_connections: int = 4,
+        connect_timeout: float = 10.0,
     ) -> None:
         check_database_url(url)
         if not 0 < stale_after < float("inf"):
             raise ValueError("stale_after must be a positive, finite number of seconds")
+        if dead_after is not None and not 0 < dead_after < float("inf"):
+            raise ValueError("dead_after must be a positive, finite number of seconds")
         if not stale_after < forget_after < float("inf"):
             raise ValueError("forget_after must be a finite number of seconds longer than "
                              "stale_after")
@@ -182,6 +188,7 @@ class DispatchStore:
         self.schema = database_schema(url) if schema is None else check_schema(schema)
         self.stale_after = float(stale_after)
         self.forget_after = float(forget_after)
+        self.dead_after = float(dead_after) if dead_after is not None else stale_after / 2
         self.max_connections = max_connections
         self.connect_timeout = float(connect_timeout)
         self._pool: AsyncConnectionPool[Any] | None = None
@@ -428,6 +435,18 @@ class DispatchStore:
         found: list[WorkerRow] = await self._run(run)
         return found
 
+    async def heartbeat_age(self, worker_id: str) -> float | None:
+        """Seconds since ``worker_id``'s last heartbeat (database clock); None when no
+        such worker is registered."""
+        async def run(conn: psycopg.AsyncConnection[Any]) -> float | None:
+            row = await (await conn.execute(
+                f"SELECT {_NOW} - heartbeat_at FROM voxflow_call_workers WHERE worker_id = %s",
+                (worker_id,))).fetchone()
+            return None if row is None else float(row[0])
+
+        age: float | None = await self._run(run)
+        return age
+
     # -- front doors ------------------------------------------------------------------
 
     async def free_slots(self) -> tuple[int, int]:
@@ -491,5 +510,6 @@ class DispatchStore:
         return deleted
 
     def __repr__(self) -> str:
-        return f"DispatchStore({redact_url(self.url)!r}, stale_after={self.stale_after})"
+        return (f"DispatchStore({redact_url(self.url)!r}, stale_after={self.stale_after}, "
+                f"dead_after={self.dead_after})")
 

@@ -8,10 +8,12 @@ it, fenced.
 offer, gathering ICE candidates, loading the session all happen under it), until
 :meth:`SessionOwnership.release`, which every path that took it calls. A lease another
 owner holds live is waited out (up to ``wait`` seconds: the lease of a worker that died
-expires within its ``ttl``), never stolen. Every database call (acquire, renew, release)
-runs on the ownership's own executor, never the event loop and never the default
-executor that speech recognition and synthesis fill (``asyncio.to_thread``): a busy call
-cannot starve its heartbeat.
+expires within its ``ttl``), never stolen, unless ``owner_dead`` says its holder is dead
+(a call worker whose heartbeat stopped): that lease is taken over at once, the epoch
+moving on, so every write the old owner might still make is refused. Every database
+call (acquire, renew, release) runs on the ownership's own executor, never the event
+loop and never the default executor that speech recognition and synthesis fill
+(``asyncio.to_thread``): a busy call cannot starve its heartbeat.
 
 :attr:`SessionOwnership.persistence` is ``store.fenced(lease)`` wrapped so that a
 refused write (:class:`~voxflow.errors.FencedWriteError`: taken over, expired,
@@ -29,7 +31,7 @@ import asyncio
 import concurrent.futures
 import functools
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from voxflow._tasks import cancel_and_wait
@@ -37,13 +39,17 @@ from voxflow.errors import FencedWriteError, SessionLeaseError
 from voxflow.flow.persistence import SessionLease
 from voxflow.ids import SessionId
 
-__all__ = ["DEFAULT_LEASE_SECONDS", "SessionBusyError", "SessionOwnership"]
+__all__ = ["DEFAULT_LEASE_SECONDS", "OwnerDead", "SessionBusyError", "SessionOwnership"]
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_LEASE_SECONDS = 6.0
 """How long a call's lease lasts without renewal: the longest a resumed call waits for
 the lease of a worker that died (renewed every third of it)."""
+
+OwnerDead = Callable[[str], Awaitable[bool]]
+"""Whether a lease's holder (an owner name) is known to be dead: its live lease may then
+be taken over instead of waited out. False whenever it cannot tell."""
 
 _executor: concurrent.futures.ThreadPoolExecutor | None = None
 
@@ -91,26 +97,39 @@ class SessionOwnership:
     async def acquire(
         cls, store: Any, session_id: str, owner: str, *, ttl: float = DEFAULT_LEASE_SECONDS,
         wait: float = 0.0, on_lost: Callable[[FencedWriteError], None] | None = None,
+        owner_dead: OwnerDead | None = None,
     ) -> SessionOwnership:
         """Lease ``session_id`` for ``owner``, waiting up to ``wait`` seconds for another
         owner's live lease to expire or be released (polled every 0.1 s), and start
-        renewing it (until :meth:`release`).
+        renewing it (until :meth:`release`); a holder that ``owner_dead`` finds dead has
+        its lease taken over at once (logged, naming it).
 
         Raises:
             SessionBusyError: it is still held live by another owner after ``wait``.
         """
         loop = asyncio.get_running_loop()
         deadline = loop.time() + wait
-        call = functools.partial(store.acquire_lease, session_id, owner, ttl=ttl)
+        take_from: str | None = None
         while True:
+            call = functools.partial(store.acquire_lease, session_id, owner, ttl=ttl,
+                                     **({} if take_from is None else {"take_from": take_from}))
             try:
                 lease = await loop.run_in_executor(_lease_executor(), call)
             except SessionLeaseError as exc:
+                if exc.holder != take_from and owner_dead is not None \
+                        and await owner_dead(exc.holder):
+                    take_from = exc.holder  # taken on the next try, if still that holder's
+                    continue
                 if loop.time() >= deadline:
                     raise SessionBusyError(str(exc), session_id=exc.session_id,
                                            holder=exc.holder) from None
                 await asyncio.sleep(min(0.1, max(0.0, deadline - loop.time())))
                 continue
+            if take_from is not None:
+                logger.warning("took over the session of a dead owner (its heartbeat "
+                               "stopped): its writes are refused from now on",
+                               extra={"session_id": session_id, "holder": take_from,
+                                      "epoch": lease.epoch})
             ownership = cls(store, lease, ttl=ttl, on_lost=on_lost)
             ownership._renewing = loop.create_task(ownership._renew(),
                                                    name=f"lease.{session_id}")

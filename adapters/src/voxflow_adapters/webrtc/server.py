@@ -40,7 +40,8 @@ ends the call, "the call lost its session"). An offer with ``resume`` (session i
 resume token) goes on with a stored session: the token is checked (403 if it is not that
 session's), the lease is acquired (a live lease of another worker is waited out up to
 ``resume_wait``, never stolen: 409 if it is still held; a live call of the same session
-on this server is the same page reconnecting, and it is ended first), and the call
+on this server is the same page reconnecting, and it is ended first; the lease of a
+holder :attr:`WebRtcServer.owner_dead` finds dead is taken over at once), and the call
 continues from the stored history (:mod:`~voxflow_adapters.hosting.resume`).
 """
 
@@ -76,7 +77,7 @@ from voxflow_adapters.hosting.admission import (
 )
 
 from ..hosting.calls import Call, CallFactory, CallSession
-from ..hosting.ownership import SessionBusyError, SessionOwnership
+from ..hosting.ownership import OwnerDead, SessionBusyError, SessionOwnership
 from ..hosting.resume import check_resume_token
 from ..hosting.wire import ResumeRequest
 from .peer import PeerStatistics, WebRtcPeer
@@ -170,6 +171,10 @@ class WebRtcServer(SignalingServer):
         """Call ids are ``<call_prefix>-<n>`` (a call worker puts its id in them)."""
         self.on_call_ended: Callable[[str], None] | None = None
         """Called with the call id once a call has ended and its slot is free."""
+        self.owner_dead: OwnerDead | None = None
+        """Whether the holder of a resumed session's lease is dead (a call worker sets it:
+        the holder's worker stopped beating); its live lease is then taken over at once
+        instead of waited out. None: every live lease is waited out."""
 
     @property
     def calls_held(self) -> int:
@@ -271,7 +276,7 @@ class WebRtcServer(SignalingServer):
         try:
             return await SessionOwnership.acquire(
                 self.store, resume.session_id, owner, ttl=settings.lease_seconds,
-                wait=settings.resume_wait, on_lost=on_lost)
+                wait=settings.resume_wait, on_lost=on_lost, owner_dead=self.owner_dead)
         except SessionBusyError:
             raise CallRefused(409, f"the session is live on another worker (still held "
                               f"after {settings.resume_wait:g} s); retry the resume later",

@@ -16,7 +16,10 @@ only relays the signalling.
   least loaded worker usually wins. A preference only: correctness never depends on it.
 * **Heartbeat.** :class:`Heartbeat` writes it from its own thread and connection, so a
   busy event loop (speech models, many calls) never delays it; a worker whose heartbeat
-  is stale cannot claim and is not counted by the front doors.
+  is stale cannot claim and is not counted by the front doors. One whose heartbeat
+  stopped (``dead_after``, two beats) is dead: a resume of one of its calls takes the
+  call's lease over at once (:meth:`CallWorker.owner_dead`) instead of waiting it out,
+  and the fence refuses whatever the old worker might still write.
 * **Drain** (SIGTERM): :meth:`CallWorker.drain` marks the worker draining (no claim
   succeeds after that), lets the running calls finish up to ``drain_seconds``, ends the
   rest with a ``bye``, removes the worker's row and stops.
@@ -203,6 +206,7 @@ class CallWorker:
                                    used=self.slot_count, on_missing=self._row_missing)
         host.call_prefix = self.worker_id
         host.on_call_ended = self._on_call_ended
+        host.owner_dead = self.owner_dead
         self.draining = False
         self._claiming = 0
         self._owed_releases = 0
@@ -289,6 +293,22 @@ class CallWorker:
         if self._listen_task is not None:
             self._listen_task.cancel()
         await self.store.aclose()
+
+    async def owner_dead(self, holder: str) -> bool:
+        """Whether the lease holder ``holder`` (``<worker id>/<call id>``, the owner name
+        of a dispatched call) is a call worker whose heartbeat stopped: none for the
+        store's ``dead_after`` seconds. Its calls' leases are then taken over by their
+        resumes at once (the fence refuses whatever it might still write). A holder that
+        is this worker, or no registered worker (a one-process ``voxflow serve`` sharing
+        the database), or a database that cannot answer: False, the lease waited out."""
+        worker_id, slash, _ = holder.partition("/")
+        if not slash or worker_id == self.worker_id:
+            return False
+        try:
+            age = await self.store.heartbeat_age(worker_id)
+        except DispatchUnavailableError:
+            return False
+        return age is not None and age > self.store.dead_after
 
     # -- claiming ---------------------------------------------------------------------
 
