@@ -11,6 +11,7 @@ the models), and a missing extra there is said with the extra to install.
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -96,6 +97,15 @@ class ServeCommand:
         model = None if args.front_door else cli.check_assistant(settings, voice=True)
         if not args.worker:
             _check_listen(settings.host, settings.port)
+        if settings.database_url is not None and role != "all":
+            # the database, before aiortc and the models load: one line, at once
+            from .hosting.dispatch import DispatchUnavailableError, check_dispatch_database
+
+            try:
+                check_dispatch_database(settings.database_url.get_secret_value())
+            except DispatchUnavailableError as exc:
+                print(f"error: {exc}", file=sys.stderr)
+                return 1
         with implementation("serve"):
             from .webrtc.command import run_serve  # aiortc and the models: only to serve
         return run_serve(

@@ -58,6 +58,7 @@ __all__ = [
     "DispatchUnavailableError",
     "OfferResult",
     "WorkerRow",
+    "check_dispatch_database",
 ]
 
 logger = logging.getLogger(__name__)
@@ -101,6 +102,33 @@ _FIX = (f"check {DATABASE_URL_VARIABLE} (postgresql://user[:password]@host[:port
 class DispatchUnavailableError(VoxflowError):
     """The dispatch database cannot be used (unreachable, refused, psycopg missing); the
     message says the fix and never shows a password."""
+
+
+def check_dispatch_database(url: str, *, connect_timeout: float = 10.0) -> None:
+    """Connect to ``url`` once (no pool, no retry): a server that refuses, a database or
+    role that does not exist, a wrong password fail at once with the driver's reason.
+
+    Raises:
+        DispatchUnavailableError: psycopg is missing, or the connection failed (the
+            message names the cause and the fix, never the password).
+    """
+    try:
+        import psycopg  # the optional voxflow[postgres] extra
+    except ImportError:
+        raise DispatchUnavailableError(
+            "dispatch through PostgreSQL needs psycopg: pip install 'voxflow[postgres]'"
+        ) from None
+    try:
+        psycopg.connect(url, connect_timeout=max(1, int(connect_timeout))).close()
+    except psycopg.Error as exc:
+        raise _unavailable(url, exc) from None
+
+
+def _unavailable(url: str, exc: BaseException) -> DispatchUnavailableError:
+    text = str(exc).replace(url, redact_url(url)).strip().splitlines()
+    reason = text[0] if text else type(exc).__name__
+    return DispatchUnavailableError(
+        f"cannot use the dispatch database at {redact_url(url)}: {reason}; {_FIX}")
 
 
 class WorkerRow(BaseModel):
@@ -193,14 +221,13 @@ class DispatchStore:
         self.connect_timeout = float(connect_timeout)
         self._pool: AsyncConnectionPool[Any] | None = None
         self._listeners: list[psycopg.AsyncConnection[Any]] = []
+        self.created_schema = False
+        """Whether :meth:`open` created the schema (it did not exist)."""
 
     # -- connections ------------------------------------------------------------------
 
     def _unavailable(self, exc: BaseException) -> DispatchUnavailableError:
-        text = str(exc).replace(self.url, redact_url(self.url)).strip().splitlines()
-        reason = text[0] if text else type(exc).__name__
-        return DispatchUnavailableError(
-            f"cannot use the dispatch database at {redact_url(self.url)}: {reason}; {_FIX}")
+        return _unavailable(self.url, exc)
 
     async def open(self) -> None:
         """Connect and create the tables (idempotent).
@@ -224,9 +251,18 @@ class DispatchStore:
             name="voxflow-dispatch",
         )
         try:
-            await pool.open(wait=True, timeout=self.connect_timeout)
-            async with pool.connection() as conn, conn.transaction():
+            # One direct connection first: a refused or unknown server, a wrong password
+            # fail at once, saying why (the pool retries for connect_timeout, logging each
+            # retry, and then says only "pool initialization incomplete").
+            async with await psycopg.AsyncConnection.connect(
+                    self.url, connect_timeout=max(1, int(self.connect_timeout)),
+                    **self.connect_options) as conn, conn.transaction():
+                existed = await (await conn.execute(
+                    "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_namespace WHERE nspname = %s)",
+                    (self.schema,))).fetchone()
                 await aensure_tables(conn, self.schema, SCHEMA_SQL)
+            self.created_schema = not (existed and existed[0])
+            await pool.open(wait=True, timeout=self.connect_timeout)
         except (psycopg.Error, PoolTimeout, OSError) as exc:
             await pool.close()
             raise self._unavailable(exc) from None
@@ -446,6 +482,35 @@ class DispatchStore:
 
         age: float | None = await self._run(run)
         return age
+
+    async def live_workers_elsewhere(self, *, most: int = 50) -> dict[str, int]:
+        """Live call workers (fresh heartbeat, not draining) registered in *other*
+        schemas of the database, by schema (those with none left out; at most ``most``
+        schemas looked at, the ones this role cannot read skipped): where workers went
+        when their ``search_path`` is not this store's."""
+        # the optional voxflow[postgres] extra
+        from psycopg import sql
+
+        async def run(conn: psycopg.AsyncConnection[Any]) -> dict[str, int]:
+            schemas = [r[0] for r in await (await conn.execute(
+                "SELECT n.nspname FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n "
+                "ON n.oid = c.relnamespace WHERE c.relname = 'voxflow_call_workers' "
+                "AND c.relkind = 'r' AND n.nspname <> %s "
+                "AND has_table_privilege(c.oid, 'SELECT') ORDER BY n.nspname LIMIT %s",
+                (self.schema, most))).fetchall()]
+            if not schemas:
+                return {}
+            counts = sql.SQL(" UNION ALL ").join(
+                sql.SQL("SELECT {}::text, count(*) FROM {}.voxflow_call_workers WHERE NOT "
+                        "draining AND heartbeat_at > {} - {}").format(
+                    sql.Literal(name), sql.Identifier(name), sql.SQL(_NOW),
+                    sql.Literal(self.stale_after))
+                for name in schemas)
+            rows = await (await conn.execute(counts)).fetchall()
+            return {r[0]: int(r[1]) for r in rows if r[1]}
+
+        found: dict[str, int] = await self._run(run)
+        return found
 
     # -- front doors ------------------------------------------------------------------
 

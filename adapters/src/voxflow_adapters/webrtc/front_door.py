@@ -9,7 +9,9 @@ go between the caller and that worker, never through the front door. The front d
 holds no call state, so any number of them can serve one database (behind any load
 balancer, no sticky sessions).
 
-Refusals are immediate when no live worker has a free slot (503, saying so), and after
+Refusals are immediate when no live worker has a free slot (503, saying so; when none is
+registered in this front door's schema but live ones are in another, the 503 says the
+processes do not share one ``VOXFLOW_DATABASE_URL`` and the log names the schemas), and after
 ``offer_timeout`` seconds when no worker answered (503): the offer is then withdrawn, and
 a worker that answers late ends the call it started.
 """
@@ -66,6 +68,8 @@ class FrontDoor(SignalingServer):
         self.dispatched = 0
         """Offers answered by a worker so far."""
         self._waiting: dict[str, asyncio.Event] = {}
+        self._elsewhere: tuple[float, dict[str, int]] = (float("-inf"), {})
+        self._mismatch_said = float("-inf")
         self._listen_task: asyncio.Task[None] | None = None
         self._purge_task: asyncio.Task[None] | None = None
 
@@ -78,6 +82,8 @@ class FrontDoor(SignalingServer):
         await self.store.open()
         await self.store.forget_expired()
         await self.store.forget_dead_workers()
+        if not await self.store.workers():  # none registered here: are they elsewhere?
+            await self._workers_elsewhere()
         self._listen_task = await self.store.listen(self.store.answers_channel, self._notified)
         self._purge_task = asyncio.get_running_loop().create_task(
             self._purge_expired(), name="front-door.purge")
@@ -128,6 +134,13 @@ class FrontDoor(SignalingServer):
         """
         try:
             free, live = await self.store.free_slots()
+            if (free <= 0 and live == 0 and not await self.store.workers()
+                    and await self._workers_elsewhere()):
+                raise CallRefused(
+                    503, "no call worker is registered where this front door looks, but "
+                    "some are in another schema of the database: give every front door "
+                    "and worker the same VOXFLOW_DATABASE_URL (see the front door's log)",
+                    "schema")
             if free <= 0:
                 raise CallRefused(
                     503, f"no call worker has a free slot ({live} live worker(s), all busy "
@@ -149,6 +162,26 @@ class FrontDoor(SignalingServer):
                               "the offer", "worker")
         raise CallRefused(503, f"no call worker answered within {self.offer_timeout:g} s "
                           "(every worker busy, or none reachable): retry", "timeout")
+
+    async def _workers_elsewhere(self) -> dict[str, int]:
+        """Live call workers in other schemas of the database (looked up at most every
+        5 s), asked when none is registered in this one; when there are, a WARNING (at
+        most once a minute) names them and this front door's schema: the deployment's
+        processes do not share one ``search_path``."""
+        loop = asyncio.get_running_loop()
+        at, found = self._elsewhere
+        if loop.time() - at >= 5.0:
+            found = await self.store.live_workers_elsewhere()
+            self._elsewhere = (loop.time(), found)
+        if found and loop.time() - self._mismatch_said >= 60.0:
+            self._mismatch_said = loop.time()
+            where = ", ".join(f"{n} in schema {name!r}" for name, n in found.items())
+            logger.warning(
+                "no call worker is registered in schema %r, where this front door looks "
+                "(the first of VOXFLOW_DATABASE_URL's search_path), but live ones are: %s. "
+                "Front doors and workers meet in one schema: give every process the same "
+                "VOXFLOW_DATABASE_URL", self.store.schema, where)
+        return found
 
     async def _dispatch(self, sdp: str, resume: str | None) -> OfferResult:
         loop = asyncio.get_running_loop()

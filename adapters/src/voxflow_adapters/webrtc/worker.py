@@ -241,12 +241,31 @@ class CallWorker:
             await self.store.register(self.worker_id, slots=self.slots, host=self.hostname,
                                       pid=os.getpid())
         self.heartbeat.start()
+        if self.store.created_schema:
+            await self._say_other_schemas()
         self._listen_task = await self.store.listen(self.store.offers_channel,
                                                     lambda _: self._wake.set())
         self._loop_task = asyncio.get_running_loop().create_task(
             self._claim_loop(), name=f"{self.worker_id}.claims")
         logger.info("call worker ready", extra={"worker_id": self.worker_id,
                                                 "slots": self.slots})
+
+    async def _say_other_schemas(self) -> None:
+        """This worker made its schema: if call workers live in other schemas of the
+        database, it is likely cut off from their front doors (a mistyped
+        ``search_path``): say so, naming them."""
+        try:
+            elsewhere = await self.store.live_workers_elsewhere()
+        except DispatchUnavailableError:
+            return
+        if elsewhere:
+            where = ", ".join(f"{n} in schema {name!r}" for name, n in elsewhere.items())
+            logger.warning(
+                "schema %r (the first of VOXFLOW_DATABASE_URL's search_path) did not exist: "
+                "created it for this worker, while live call workers are registered in "
+                "other schemas (%s). Front doors and workers meet in one schema: if they "
+                "are this deployment's, give every process the same VOXFLOW_DATABASE_URL",
+                self.store.schema, where, extra={"worker_id": self.worker_id})
 
     async def drain(self) -> None:
         """No new calls; running calls finish (up to ``drain_seconds``, then each gets a
