@@ -27,7 +27,7 @@ import sys
 from collections.abc import Callable, Sequence
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .commands import (
     MODES,
@@ -36,11 +36,15 @@ from .commands import (
     InstalledCommands,
     MissingCommandError,
     UsageError,
+    add_metrics_arguments,
     check_seconds,
     installed_commands,
 )
 from .errors import VoxflowError
 from .settings import Settings, SettingsError
+
+if TYPE_CHECKING:
+    from .monitoring import Monitor
 
 __all__ = ["main"]
 
@@ -114,6 +118,8 @@ def _settings(args: argparse.Namespace, *, log_level: str | None = None) -> Sett
             model=getattr(args, "model", None), log_level=getattr(args, "log_level", None),
             log_format=getattr(args, "log_format", None), demo_out=getattr(args, "out", None),
             host=getattr(args, "host", None), port=getattr(args, "port", None),
+            metrics_host=getattr(args, "metrics_host", None),
+            metrics_port=getattr(args, "metrics_port", None),
         )
     except SettingsError as exc:
         raise UsageError(str(exc)) from None
@@ -306,9 +312,50 @@ def _cmd_jobs_worker(args: argparse.Namespace) -> int:
 
     # the schema is the URL's (its search_path's first): the one the call workers use
     queue = PostgresJobQueue(settings.database_url.get_secret_value())
-    asyncio.run(queue.run_worker(concurrency=args.concurrency, heartbeat=heartbeat,
-                                 stalled_after=stalled, install_signal_handlers=True))
+    monitor = _monitor(settings, "jobs-worker")
+
+    async def run() -> None:
+        if monitor is None:
+            await queue.run_worker(concurrency=args.concurrency, heartbeat=heartbeat,
+                                   stalled_after=stalled, install_signal_handlers=True)
+            return
+        from .jobs.metrics import watch_queue  # here: prometheus_client, only when asked
+
+        watch_queue(monitor.registry, queue.statistics)
+
+        def running(yes: bool) -> None:
+            if yes:
+                monitor.set_ready()
+            else:
+                monitor.set_unready("stopping: the running jobs finish, no new one starts")
+
+        async with monitor:
+            print(f"metrics at {monitor.url}/metrics (/health, /ready)", flush=True)
+            await queue.run_worker(concurrency=args.concurrency, heartbeat=heartbeat,
+                                   stalled_after=stalled, install_signal_handlers=True,
+                                   running=running)
+
+    asyncio.run(run())
     return EXIT_OK
+
+
+def _monitor(settings: Settings, role: str) -> Monitor | None:
+    """The process's :class:`~voxflow.monitoring.Monitor` (``--metrics-port``), or None.
+
+    Raises:
+        UsageError: it cannot be served (prometheus_client missing, a public bind without
+            its token), saying the fix.
+    """
+    if settings.metrics_port is None:
+        return None
+    from .monitoring import Monitor, MonitoringError  # here: only with --metrics-port
+
+    token = settings.metrics_token
+    try:
+        return Monitor(role, host=settings.metrics_host, port=settings.metrics_port,
+                       token=None if token is None else token.get_secret_value())
+    except MonitoringError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
@@ -464,6 +511,7 @@ def _parser(installed: InstalledCommands) -> argparse.ArgumentParser:
     worker.add_argument("--stalled-after", type=float, default=None, metavar="SECONDS",
                         help="seconds without a heartbeat before a worker's jobs run again, "
                              "1 to 86400 and more than --heartbeat (default: 5 heartbeats)")
+    add_metrics_arguments(worker)
     worker.set_defaults(func=_cmd_jobs_worker)
 
     doctor = sub.add_parser("doctor", help="what is installed, and how to fix what is missing")

@@ -53,6 +53,7 @@ __all__ = [
     "InstalledCommands",
     "MissingCommandError",
     "UsageError",
+    "add_metrics_arguments",
     "check_seconds",
     "implementation",
     "installed_commands",
@@ -69,6 +70,19 @@ _EXTRA: dict[str, str] = {"chat": "local", "serve": "webrtc", "demo": "voice"}
 class UsageError(Exception):
     """A bad option or path, found before the command ran; the message says the fix
     (the CLI prints it on one line and exits 2)."""
+
+
+def add_metrics_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--metrics-port`` and ``--metrics-host``: the options of every long-running
+    process (``serve`` in each role, ``jobs worker``; :mod:`voxflow.monitoring`)."""
+    group = parser.add_argument_group(
+        "monitoring (README: Monitoring; a bearer token for /metrics: VOXFLOW_METRICS_TOKEN)")
+    group.add_argument("--metrics-port", type=int, default=None, metavar="PORT",
+                       help="serve /metrics (Prometheus), /health and /ready on this port "
+                            "(default: $VOXFLOW_METRICS_PORT, else off)")
+    group.add_argument("--metrics-host", default=None, metavar="IP",
+                       help="their bind address (default: $VOXFLOW_METRICS_HOST, else "
+                            "127.0.0.1; beyond loopback needs VOXFLOW_METRICS_TOKEN)")
 
 
 def check_seconds(value: float, option: str, least: float, most: float) -> float:

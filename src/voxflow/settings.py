@@ -29,6 +29,9 @@ variable                                setting                      default
 ``VOXFLOW_TURN_CREDENTIAL``             ``turn_credential``          none (secret)
 ``VOXFLOW_DATABASE_URL``                ``database_url``             none (SQLite)
 ``VOXFLOW_WEBRTC_RECEIVE_HOLD``         ``webrtc_receive_hold``      ``3``
+``VOXFLOW_METRICS_HOST``                ``metrics_host``             ``127.0.0.1``
+``VOXFLOW_METRICS_PORT``                ``metrics_port``             none (off)
+``VOXFLOW_METRICS_TOKEN``               ``metrics_token``            none (secret)
 ======================================  ===========================  ==================
 """
 
@@ -91,6 +94,10 @@ _FIXES = {
     "speculative_replies": "use true or false",
     "max_end_of_turn_silence": "give seconds, more than 0.2 (the pause where the model "
     "decides) and at most 10",
+    "metrics_port": "give a TCP port from 1 to 65535 (0: any free port), or leave it unset "
+    "(no metrics port)",
+    "metrics_token": "give a random token of at least 16 characters, e.g. the output of "
+    "`python3 -c 'import secrets; print(secrets.token_urlsafe())'`",
     "database_url": (
         "give postgresql://user[:password]@host[:port]/database, or unset it for the "
         "embedded SQLite store"
@@ -199,6 +206,19 @@ class Settings(BaseModel):
 
     database_url: SecretStr | None = Field(
         None, description="PostgreSQL session store (postgresql://…); unset: embedded SQLite"
+    )
+
+    metrics_host: str = Field(
+        "127.0.0.1", min_length=1, description="`--metrics-port`: the bind address of "
+        "/metrics, /health and /ready (loopback default)",
+    )
+    metrics_port: int | None = Field(
+        None, ge=0, le=65535, description="serve /metrics, /health and /ready on this port "
+        "(0: any free port; unset: off)",
+    )
+    metrics_token: SecretStr | None = Field(
+        None, min_length=16, description="a bearer token /metrics then requires (needed "
+        "to bind the metrics port beyond loopback; never on the command line)",
     )
 
     @field_validator("demo_out", mode="before")
@@ -321,6 +341,8 @@ def _shown(field: str, value: Any) -> Any:
     """A rejected value as an error message may show it (a URL without its password)."""
     if field == "database_url" and isinstance(value, str):
         return redact_url(value)
+    if field in ("metrics_token", "turn_credential") and value is not None:
+        return "<hidden>"
     return value
 
 

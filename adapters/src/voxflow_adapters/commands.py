@@ -15,7 +15,13 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from voxflow.commands import CommandLine, UsageError, check_seconds, implementation
+from voxflow.commands import (
+    CommandLine,
+    UsageError,
+    add_metrics_arguments,
+    check_seconds,
+    implementation,
+)
 from voxflow.settings import Settings
 
 __all__ = ["ServeCommand", "VoiceChatMode", "VoiceDemoMode", "serve", "voice_chat",
@@ -72,6 +78,7 @@ class ServeCommand:
         scale.add_argument("--stale-after", type=float, default=None, metavar="SECONDS",
                            help="a worker silent this long gets no call, 1 to 86400; "
                                 "workers heartbeat 4 times as often (default: 5)")
+        add_metrics_arguments(parser)
 
     def run(self, args: argparse.Namespace, cli: CommandLine) -> int:
         """Check the options and the address, then serve until interrupted."""

@@ -53,12 +53,14 @@ __all__ = [
 @dataclasses.dataclass(frozen=True, slots=True)
 class SessionLease:
     """A granted lease: ``owner`` writes ``session_id`` as ``epoch`` until ``expires_at``
-    (Unix seconds of the database's clock, not this process's)."""
+    (Unix seconds of the database's clock, not this process's); ``taken_over``: granted
+    over another owner's expired lease (not released: that owner died or went silent)."""
 
     session_id: SessionId
     owner: str
     epoch: int
     expires_at: float
+    taken_over: bool = False
 
 
 # -- the lease table, inside a backend's transaction -------------------------------------
@@ -155,6 +157,8 @@ def grant(
             "UPDATE session_leases SET owner = ?, epoch = ?, expires_at = ? WHERE flow_uuid = ?",
             (owner, epoch, now + ttl, flow_uuid),
         )
+        return SessionLease(SessionId(flow_uuid), owner, epoch, now + ttl,
+                            taken_over=holder not in ("", owner))
     return SessionLease(SessionId(flow_uuid), owner, epoch, now + ttl)
 
 

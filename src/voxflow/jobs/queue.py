@@ -63,7 +63,8 @@ from voxflow.settings import (
 if TYPE_CHECKING:
     import procrastinate
 
-__all__ = ["TASK_NAME", "PostgresJobQueue", "QueuedJob", "default_job_queue"]
+__all__ = ["TASK_NAME", "PostgresJobQueue", "QueueStatistics", "QueuedJob",
+           "default_job_queue"]
 
 logger = logging.getLogger("voxflow.jobs")
 
@@ -129,6 +130,36 @@ class QueuedJob(BaseModel):
 
 class _DeadAttempt(Exception):
     """The queue no longer runs this attempt (it was retried): stop quietly."""
+
+
+class QueueStatistics(BaseModel):
+    """The jobs of a queue's database, as one query found them.
+
+    Attributes:
+        jobs: jobs by state: ``queued`` (waiting for a worker, a retry included),
+            ``running``, ``succeeded``, ``failed``, ``cancelled``, ``aborted`` (every
+            state present, 0 when none).
+        retried: jobs whose current attempt is not their first (re-run after a worker
+            stopped heartbeating).
+        oldest_queued_seconds: how long the longest-waiting queued job has waited since
+            it was queued (or re-queued); None without one.
+        oldest_running_seconds: how long the longest-running job has run in its current
+            attempt; None without one.
+        workers: job workers heartbeating within the last minute.
+    """
+
+    model_config = ConfigDict(frozen=True, defer_build=True)
+
+    jobs: dict[str, int]
+    retried: int
+    oldest_queued_seconds: float | None
+    oldest_running_seconds: float | None
+    workers: int
+
+
+_STATES = {"todo": "queued", "doing": "running", "succeeded": "succeeded", "failed": "failed",
+           "cancelled": "cancelled", "aborting": "running", "aborted": "aborted"}
+"""Procrastinate's job statuses under voxflow's names."""
 
 
 class PostgresJobQueue:
@@ -334,6 +365,49 @@ class PostgresJobQueue:
                            "machine or network is down); its row is removed", worker_id, age)
         return gone
 
+    def statistics(self) -> QueueStatistics:
+        """Count the voxflow jobs of the queue's database by state, with the oldest
+        waiting and running ages (blocking: one connection, three short queries;
+        ``voxflow status`` and a job worker's ``/metrics`` call it).
+
+        Raises:
+            PersistenceUnavailableError: the database is unreachable or has no queue yet.
+        """
+        try:
+            import psycopg  # here: the optional voxflow[postgres] extra
+        except ImportError as exc:
+            raise PersistenceUnavailableError("the job queue needs psycopg",
+                                              path=redact_url(self.url), fix=_FIX) from exc
+        counts = ("SELECT status::text, count(*), count(*) FILTER (WHERE attempts > 0) "
+                  "FROM procrastinate_jobs WHERE task_name = %s GROUP BY status")
+        # (the age of a queued or running job: since its latest event, its (re)queueing
+        # or its start)
+        ages = ("SELECT j.status::text, max(extract(epoch FROM now() - e.at))::float8 "
+                "FROM procrastinate_jobs j CROSS JOIN LATERAL (SELECT max(at) AS at FROM "
+                "procrastinate_events WHERE job_id = j.id) e "
+                "WHERE j.task_name = %s AND j.status IN ('todo', 'doing') GROUP BY j.status")
+        workers = ("SELECT count(*) FROM procrastinate_workers "
+                   "WHERE last_heartbeat > now() - interval '1 minute'")
+        try:
+            with psycopg.connect(self.url, connect_timeout=max(1, int(self.connect_timeout)),
+                                 **self.inbox.connect_options) as conn:
+                found = conn.execute(counts, (TASK_NAME,)).fetchall()
+                aged = dict(conn.execute(ages, (TASK_NAME,)).fetchall())
+                live = conn.execute(workers).fetchone()
+        except psycopg.Error as exc:
+            raise self._unavailable(exc) from None
+        jobs = dict.fromkeys(_STATES.values(), 0)
+        retried = 0
+        for status, count, again in found:
+            state = _STATES.get(str(status), "other")
+            jobs[state] = jobs.get(state, 0) + int(count)
+            retried += int(again)
+        return QueueStatistics(
+            jobs=jobs, retried=retried,
+            oldest_queued_seconds=_age(aged.get("todo")),
+            oldest_running_seconds=_age(aged.get("doing")),
+            workers=int(live[0]) if live is not None else 0)
+
     def _app(self, connections: int) -> procrastinate.App:
         # here: the optional voxflow[postgres] extra (checked by migrate)
         import procrastinate
@@ -371,6 +445,7 @@ class PostgresJobQueue:
         format_error: Callable[[BaseException], str] = str,
         install_signal_handlers: bool = False,
         name: str | None = None,
+        running: Callable[[bool], None] | None = None,
     ) -> None:
         """Run queued jobs until cancelled (or, with ``install_signal_handlers``, until
         SIGTERM/SIGINT: running jobs finish first; from the stop on, their
@@ -390,6 +465,8 @@ class PostgresJobQueue:
             format_error: turns a job's exception into its stored error text.
             install_signal_handlers: stop gracefully on SIGTERM/SIGINT (a CLI process).
             name: the worker's name in the logs.
+            running: called with True once the worker takes jobs, with False when it
+                stops taking them (the readiness of ``/ready``).
 
         Raises:
             ValueError: a bad argument.
@@ -438,9 +515,14 @@ class PostgresJobQueue:
                     stalled_worker_timeout=stalled_after,
                     install_signal_handlers=False,
                     fetch_job_polling_interval=max(0.5, stalled_after / 4)))
+                if running is not None:
+                    running(True)
                 try:
-                    await _run_until_stopped(worker, stopping, install_signal_handlers)
+                    await _run_until_stopped(worker, stopping, install_signal_handlers,
+                                             running)
                 finally:
+                    if running is not None:
+                        running(False)
                     stopping.set()
                     sweeper.cancel()
                     with contextlib.suppress(asyncio.CancelledError):
@@ -544,8 +626,13 @@ class PostgresJobQueue:
                 f"queue={self.queue!r})")
 
 
+def _age(seconds: Any) -> float | None:
+    return None if seconds is None else max(0.0, float(seconds))
+
+
 async def _run_until_stopped(worker: asyncio.Future[None], stopping: threading.Event,
-                             on_signals: bool) -> None:
+                             on_signals: bool,
+                             running: Callable[[bool], None] | None = None) -> None:
     """Await the Procrastinate worker; a stop (SIGTERM/SIGINT with ``on_signals``, or
     this task's cancellation) sets ``stopping`` first, so running jobs see
     ``JobContext.stop_requested``, then stops the worker gracefully (cancelling its run:
@@ -559,6 +646,8 @@ async def _run_until_stopped(worker: asyncio.Future[None], stopping: threading.E
             return
         signalled = True
         stopping.set()
+        if running is not None:
+            running(False)
         worker.cancel()
 
     # (signal handlers only exist on the main thread: elsewhere, cancel the task)

@@ -23,6 +23,10 @@ is refused: the call is then ended with the true reason
 write is also logged on its own line, ``refused a write of the session (<reason>)``,
 naming the operation: a late write that was tried and stopped can be told from a lease
 that was merely found lost at its renewal.
+
+A ``watch`` (:class:`OwnershipWatch`: the process's
+:class:`~voxflow_adapters.hosting.metrics.CallMetrics`) is told of each lease taken over
+from another owner, each refused write and each store call that failed otherwise.
 """
 
 from __future__ import annotations
@@ -32,14 +36,15 @@ import concurrent.futures
 import functools
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, Protocol
 
 from voxflow._tasks import cancel_and_wait
 from voxflow.errors import FencedWriteError, SessionLeaseError
 from voxflow.flow.persistence import SessionLease
 from voxflow.ids import SessionId
 
-__all__ = ["DEFAULT_LEASE_SECONDS", "OwnerDead", "SessionBusyError", "SessionOwnership"]
+__all__ = ["DEFAULT_LEASE_SECONDS", "OwnerDead", "OwnershipWatch", "SessionBusyError",
+           "SessionOwnership"]
 
 logger = logging.getLogger(__name__)
 
@@ -64,6 +69,19 @@ def _lease_executor() -> concurrent.futures.ThreadPoolExecutor:
     return _executor
 
 
+class OwnershipWatch(Protocol):
+    """What an ownership reports (to the process's metrics)."""
+
+    def lease_acquired(self, *, taken_over: bool) -> None:
+        """A lease was acquired (``taken_over``: from another owner, dead or silent)."""
+
+    def write_refused(self, reason: str) -> None:
+        """The fence refused a write (``FencedWriteError.reason``)."""
+
+    def store_failed(self, operation: str) -> None:
+        """A store call (``operation``: its method name) failed otherwise."""
+
+
 class SessionBusyError(SessionLeaseError):
     """The session's lease is held live by another owner and was not freed in time."""
 
@@ -79,6 +97,7 @@ class SessionOwnership:
     def __init__(
         self, store: Any, lease: SessionLease, *, ttl: float,
         on_lost: Callable[[FencedWriteError], None] | None = None,
+        watch: OwnershipWatch | None = None,
     ) -> None:
         self.store = store
         self.lease = lease
@@ -91,18 +110,20 @@ class SessionOwnership:
         self._loop = asyncio.get_running_loop()
         self._renewing: asyncio.Task[None] | None = None
         self._failing_since: float | None = None  # loop time of the first failed renewal
-        self.persistence = _NoticingPersistence(store.fenced(lease), self._lose)
+        self._watch = watch
+        self.persistence = _NoticingPersistence(store.fenced(lease), self._lose, watch)
 
     @classmethod
     async def acquire(
         cls, store: Any, session_id: str, owner: str, *, ttl: float = DEFAULT_LEASE_SECONDS,
         wait: float = 0.0, on_lost: Callable[[FencedWriteError], None] | None = None,
-        owner_dead: OwnerDead | None = None,
+        owner_dead: OwnerDead | None = None, watch: OwnershipWatch | None = None,
     ) -> SessionOwnership:
         """Lease ``session_id`` for ``owner``, waiting up to ``wait`` seconds for another
         owner's live lease to expire or be released (polled every 0.1 s), and start
         renewing it (until :meth:`release`); a holder that ``owner_dead`` finds dead has
-        its lease taken over at once (logged, naming it).
+        its lease taken over at once (logged, naming it). ``watch`` is told of the
+        acquisition, the refused writes and the failed store calls.
 
         Raises:
             SessionBusyError: it is still held live by another owner after ``wait``.
@@ -130,7 +151,9 @@ class SessionOwnership:
                                "stopped): its writes are refused from now on",
                                extra={"session_id": session_id, "holder": take_from,
                                       "epoch": lease.epoch})
-            ownership = cls(store, lease, ttl=ttl, on_lost=on_lost)
+            if watch is not None:
+                watch.lease_acquired(taken_over=bool(getattr(lease, "taken_over", False)))
+            ownership = cls(store, lease, ttl=ttl, on_lost=on_lost, watch=watch)
             ownership._renewing = loop.create_task(ownership._renew(),
                                                    name=f"lease.{session_id}")
             return ownership
@@ -192,6 +215,8 @@ class SessionOwnership:
                 self._lose(exc)
                 return
             except Exception:  # the database is unreachable: retried until the lease ends
+                if self._watch is not None:
+                    self._watch.store_failed("renew_lease")
                 if self._failing_since is None:
                     self._failing_since = loop.time()
                 logger.warning("could not renew the session lease", exc_info=True,
@@ -228,9 +253,11 @@ class SessionOwnership:
 class _NoticingPersistence:
     """A fenced store whose refused writes are also reported (then raised as they are)."""
 
-    def __init__(self, fenced: Any, on_refused: Callable[[FencedWriteError], None]) -> None:
+    def __init__(self, fenced: Any, on_refused: Callable[[FencedWriteError], None],
+                 watch: OwnershipWatch | None = None) -> None:
         self._fenced = fenced
         self._on_refused = on_refused
+        self._watch = watch
 
     def __getattr__(self, name: str) -> Any:
         attr = getattr(self._fenced, name)
@@ -246,7 +273,13 @@ class _NoticingPersistence:
                                exc.reason, name, extra={"session_id": exc.session_id,
                                                         "epoch": exc.epoch,
                                                         "current_epoch": exc.current})
+                if self._watch is not None:
+                    self._watch.write_refused(exc.reason)
                 self._on_refused(exc)
+                raise
+            except Exception:
+                if self._watch is not None:
+                    self._watch.store_failed(name)
                 raise
 
         return call

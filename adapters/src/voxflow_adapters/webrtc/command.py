@@ -7,10 +7,11 @@ The core CLI (``voxflow.cli``) imports this module by name only when ``serve`` r
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import signal
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
 
 from pydantic import ValidationError
@@ -20,6 +21,7 @@ from voxflow._loader import load_flow_class
 from voxflow.errors import VoxflowError
 from voxflow.flow.persistence import default_data_dir, default_persistence
 from voxflow.jobs import PostgresJobQueue, default_job_queue
+from voxflow.monitoring import Monitor, MonitoringError
 from voxflow.settings import DATABASE_URL_VARIABLE, Settings
 
 from ..hosting.calls import (
@@ -29,6 +31,7 @@ from ..hosting.calls import (
     webrtc_voice_settings,
 )
 from ..hosting.dispatch import DispatchStore, DispatchUnavailableError
+from ..hosting.metrics import CallMetrics, HostCounts, watch_host
 from ..hosting.tls import TlsError, certificate_names, self_signed_certificate, ssl_context
 from ._ice_url import IceUrlError, check_ice_url, shown_ice_url
 from .front_door import FrontDoor
@@ -238,20 +241,27 @@ def run_serve(
         except (VoxflowError, TypeError) as exc:
             print(f"error: {exc}", file=sys.stderr)
             return EXIT_USAGE
+    try:
+        monitor = monitor_for(settings, {"all": "serve", "front-door": "front-door",
+                                         "worker": "call-worker"}[role])
+    except MonitoringError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     for noisy in ("aioice", "aiortc", "faster_whisper"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
     try:
         if role == "all":
             assert factory is not None
-            asyncio.run(_serve(factory, server_settings, settings))
+            asyncio.run(_serve(factory, server_settings, settings, monitor))
         else:
             assert database_url is not None
             store = DispatchStore(database_url, stale_after=stale_after)
             if role == "front-door":
-                asyncio.run(_front_door(store, server_settings, offer_timeout))
+                asyncio.run(_front_door(store, server_settings, offer_timeout, monitor))
             else:
                 assert factory is not None
-                asyncio.run(_worker(factory, server_settings, settings, store, drain_seconds))
+                asyncio.run(_worker(factory, server_settings, settings, store, drain_seconds,
+                                    monitor))
     except KeyboardInterrupt:
         return EXIT_OK
     except DispatchUnavailableError as exc:
@@ -266,15 +276,44 @@ def run_serve(
     return EXIT_OK
 
 
+def monitor_for(settings: Settings, role: str) -> Monitor | None:
+    """The process's :class:`~voxflow.monitoring.Monitor` when ``--metrics-port`` (or
+    ``VOXFLOW_METRICS_PORT``) is given, else None.
+
+    Raises:
+        MonitoringError: ``prometheus_client`` is missing, or the metrics port would be
+            reachable beyond loopback without ``VOXFLOW_METRICS_TOKEN``.
+    """
+    if settings.metrics_port is None:
+        return None
+    token = settings.metrics_token
+    return Monitor(role, host=settings.metrics_host, port=settings.metrics_port,
+                   token=None if token is None else token.get_secret_value())
+
+
+@contextlib.asynccontextmanager
+async def _monitoring(monitor: Monitor | None) -> AsyncIterator[None]:
+    """The monitor's endpoints for the process's life (nothing without a monitor)."""
+    if monitor is None:
+        yield
+        return
+    async with monitor:
+        _announce(f"metrics at {monitor.url}/metrics (/health, /ready)")
+        yield
+
+
 async def _serve(factory: CallFactory, server_settings: ServerSettings,
-                 settings: Settings) -> None:
-    store = default_persistence()  # VOXFLOW_DATABASE_URL, else SQLite under VOXFLOW_HOME
-    check = getattr(store, "check_writable", None)
-    if check is not None:  # an unwritable store fails now, naming the fix
-        await asyncio.to_thread(check)
-    engines = await asyncio.to_thread(VoiceEngines.from_settings, settings)
-    await serve(factory, settings=server_settings, engines=engines, announce=_announce,
-                store=store)
+                 settings: Settings, monitor: Monitor | None = None) -> None:
+    async with _monitoring(monitor):
+        store = default_persistence()  # VOXFLOW_DATABASE_URL, else SQLite under VOXFLOW_HOME
+        check = getattr(store, "check_writable", None)
+        if check is not None:  # an unwritable store fails now, naming the fix
+            await asyncio.to_thread(check)
+        engines = await asyncio.to_thread(VoiceEngines.from_settings, settings)
+        await serve(factory, settings=server_settings, engines=engines, announce=_announce,
+                    store=store,
+                    metrics=None if monitor is None else CallMetrics(monitor.registry),
+                    listening=None if monitor is None else lambda _: monitor.set_ready())
 
 
 def _stop_on_signals() -> asyncio.Event:
@@ -287,34 +326,57 @@ def _stop_on_signals() -> asyncio.Event:
 
 
 async def _front_door(store: DispatchStore, server_settings: ServerSettings,
-                      offer_timeout: float) -> None:
+                      offer_timeout: float, monitor: Monitor | None = None) -> None:
     ignore_closed_transport_errors(asyncio.get_running_loop())
     stop = _stop_on_signals()
-    async with FrontDoor(store, settings=server_settings, offer_timeout=offer_timeout) as door:
-        _announce(f"voxflow front door is listening: open {door.url}")
-        await stop.wait()
+    door = FrontDoor(store, settings=server_settings, offer_timeout=offer_timeout)
+    async with _monitoring(monitor):
+        if monitor is not None:
+            watch_host(monitor.registry, lambda: HostCounts(admitted=door.dispatched,
+                                                            refused=door.refusals()))
+        async with door:
+            _announce(f"voxflow front door is listening: open {door.url}")
+            if monitor is not None:
+                monitor.set_ready()
+            await stop.wait()
 
 
 async def _worker(factory: CallFactory, server_settings: ServerSettings, settings: Settings,
-                  store: DispatchStore, drain_seconds: float) -> None:
+                  store: DispatchStore, drain_seconds: float,
+                  monitor: Monitor | None = None) -> None:
     ignore_closed_transport_errors(asyncio.get_running_loop())
     stop = _stop_on_signals()
+    async with _monitoring(monitor):
+        sessions = default_persistence()  # VOXFLOW_DATABASE_URL: shared by every worker
+        check = getattr(sessions, "check_writable", None)
+        if check is not None:
+            await asyncio.to_thread(check)
+        engines = await asyncio.to_thread(VoiceEngines.from_settings, settings)
+        host = WebRtcServer(factory, engines, settings=server_settings, store=sessions,
+                            metrics=None if monitor is None else CallMetrics(monitor.registry))
+        worker = CallWorker(host, store, drain_seconds=drain_seconds)
+        await worker.start()
+        try:
+            if monitor is not None:
+                monitor.add_readiness(lambda: _worker_not_ready(worker))
+                monitor.set_ready()
+            _announce(f"voxflow call worker {worker.worker_id} is ready "
+                      f"({worker.slots} slot(s)); stop it with SIGTERM to drain")
+            await stop.wait()
+            if monitor is not None:
+                monitor.set_unready("draining")
+            _announce(f"draining: running calls may go on for {drain_seconds:g} s")
+        finally:
+            await worker.aclose()
 
-    sessions = default_persistence()  # VOXFLOW_DATABASE_URL: shared by every worker
-    check = getattr(sessions, "check_writable", None)
-    if check is not None:
-        await asyncio.to_thread(check)
-    engines = await asyncio.to_thread(VoiceEngines.from_settings, settings)
-    host = WebRtcServer(factory, engines, settings=server_settings, store=sessions)
-    worker = CallWorker(host, store, drain_seconds=drain_seconds)
-    await worker.start()
-    try:
-        _announce(f"voxflow call worker {worker.worker_id} is ready "
-                  f"({worker.slots} slot(s)); stop it with SIGTERM to drain")
-        await stop.wait()
-        _announce(f"draining: running calls may go on for {drain_seconds:g} s")
-    finally:
-        await worker.aclose()
+
+def _worker_not_ready(worker: CallWorker) -> str | None:
+    """Why a call worker takes no call now (None: it does)."""
+    if worker.draining:
+        return "draining"
+    if worker.heartbeat.failing:
+        return "its heartbeat cannot be written (the database is unreachable)"
+    return None
 
 
 def _announce(line: str) -> None:

@@ -77,6 +77,7 @@ from voxflow_adapters.hosting.admission import (
 )
 
 from ..hosting.calls import Call, CallFactory, CallSession
+from ..hosting.metrics import CallMetrics, HostCounts
 from ..hosting.ownership import OwnerDead, SessionBusyError, SessionOwnership
 from ..hosting.resume import check_resume_token
 from ..hosting.wire import ResumeRequest
@@ -134,6 +135,8 @@ class WebRtcServer(SignalingServer):
         worker_id: this server's name in lease owners (default: host, pid, random).
         admission: decides which calls are taken; one from ``settings.max_calls`` and
             ``settings.p95_target_ms`` if ``None``.
+        metrics: where the calls' metrics go (``voxflow serve --metrics-port``); None:
+            nowhere.
     """
 
     def __init__(
@@ -141,7 +144,7 @@ class WebRtcServer(SignalingServer):
         settings: ServerSettings = DEFAULT_SERVER_SETTINGS,
         on_call: Callable[[WebRtcPeer, Call], None] | None = None,
         store: Any | None = None, worker_id: str | None = None,
-        admission: AdmissionController | None = None,
+        admission: AdmissionController | None = None, metrics: CallMetrics | None = None,
     ) -> None:
         if not callable(factory):
             raise TypeError("factory must be a CallFactory (an async callable)")
@@ -161,6 +164,9 @@ class WebRtcServer(SignalingServer):
                               p95_target_ms=settings.p95_target_ms),
             scheduler=engines.scheduler)
         self._admissions: dict[str, Admission] = {}
+        self.metrics = metrics
+        if metrics is not None:
+            metrics.watch(self.admission.load, self._counts)
         self._calls: dict[str, tuple[WebRtcPeer, asyncio.Task[None]]] = {}
         self._reserved = 0
         self._accepted = 0
@@ -208,6 +214,10 @@ class WebRtcServer(SignalingServer):
                 admission.release()  # it did not start
         self._admissions[call_id] = admission
         return answer
+
+    def _counts(self) -> HostCounts:
+        """Calls started and offers refused (for the metrics; any thread)."""
+        return HostCounts(admitted=self._accepted, refused=self.refusals())
 
     def app(self) -> web.Application:
         """The signalling app, and ``GET /load``."""
@@ -262,7 +272,7 @@ class WebRtcServer(SignalingServer):
         if resume is None:
             return await SessionOwnership.acquire(
                 self.store, str(uuid.uuid4()), owner, ttl=settings.lease_seconds,
-                on_lost=on_lost)
+                on_lost=on_lost, watch=self.metrics)
         stored = await asyncio.to_thread(self.store.load_state, resume.session_id)
         if not check_resume_token(stored, resume.token):
             raise CallRefused(403, "resume refused: no such session, or the resume token "
@@ -276,7 +286,8 @@ class WebRtcServer(SignalingServer):
         try:
             return await SessionOwnership.acquire(
                 self.store, resume.session_id, owner, ttl=settings.lease_seconds,
-                wait=settings.resume_wait, on_lost=on_lost, owner_dead=self.owner_dead)
+                wait=settings.resume_wait, on_lost=on_lost, owner_dead=self.owner_dead,
+                watch=self.metrics)
         except SessionBusyError:
             raise CallRefused(409, f"the session is live on another worker (still held "
                               f"after {settings.resume_wait:g} s); retry the resume later",
@@ -305,6 +316,8 @@ class WebRtcServer(SignalingServer):
             except Exception as exc:  # the database is down or unreachable
                 logger.warning("the session store failed: %s", type(exc).__name__,
                                exc_info=True, extra={"call_id": call_id})
+                if self.metrics is not None:
+                    self.metrics.store_failed("acquire_lease")
                 raise CallRefused(503, "the session store is unavailable; try again "
                                   "shortly", "store") from None
         try:  # the lease is renewed from here on: released on every way out but the call
@@ -326,7 +339,11 @@ class WebRtcServer(SignalingServer):
         except SignalingError as exc:
             raise CallRefused(400, str(exc), "sdp") from None
 
+        observe = self.metrics.call() if self.metrics is not None else None
+
         def on_event(event: SessionEvent) -> None:
+            if observe is not None:
+                observe(event)
             if isinstance(event, TurnMetrics) and (ms := event.voice_to_voice_ms) is not None:
                 self.admission.record(ms)
             for message in messages_for_event(event):
@@ -386,7 +403,11 @@ class WebRtcServer(SignalingServer):
             admission = self._admissions.pop(peer.call_id, None)
             if admission is not None:
                 admission.release()
-            self._ended.append(peer.statistics())
+            ended = peer.statistics()
+            self._ended.append(ended)
+            if self.metrics is not None:
+                self.metrics.call_ended(seconds=peer.clock.now() - began,
+                                        stale_samples=ended.outbound.stale_samples)
             if self.on_call_ended is not None:
                 self.on_call_ended(peer.call_id)
             logger.info("call ended", extra=_call_summary(peer, call, peer.clock.now() - began))
@@ -441,15 +462,19 @@ def ignore_closed_transport_errors(loop: asyncio.AbstractEventLoop) -> None:
 async def serve(
     factory: CallFactory, *, settings: ServerSettings = DEFAULT_SERVER_SETTINGS,
     engines: VoiceEngines | None = None, announce: Callable[[str], Any] = print,
-    store: Any | None = None,
+    store: Any | None = None, metrics: CallMetrics | None = None,
+    listening: Callable[[WebRtcServer], Any] | None = None,
 ) -> None:
     """Load the engines (unless given), listen, announce the URL, run until cancelled;
-    ``store``: where calls' sessions are kept (resumable), None: not kept."""
+    ``store``: where calls' sessions are kept (resumable), None: not kept; ``metrics``:
+    where the calls' metrics go; ``listening``: called once the server listens."""
     ignore_closed_transport_errors(asyncio.get_running_loop())
     if engines is None:
         engines = await asyncio.to_thread(VoiceEngines.load)
-    server = WebRtcServer(factory, engines, settings=settings, store=store)
+    server = WebRtcServer(factory, engines, settings=settings, store=store, metrics=metrics)
     async with server:
+        if listening is not None:
+            listening(server)
         announce(f"voxflow is listening: open {server.url}")
         if not is_loopback(settings.host):
             if settings.host in ("0.0.0.0", "::", ""):

@@ -176,6 +176,10 @@ class SignalingServer:
         """
         raise NotImplementedError
 
+    def refusals(self) -> dict[str, int]:
+        """Offers refused so far, by reason key (``token``, ``busy``, ...); any thread."""
+        return dict(self._rejected)
+
     # -- the app --------------------------------------------------------------------
 
     def app(self) -> web.Application:

@@ -88,6 +88,8 @@ class Heartbeat:
         """Heartbeats that could not be written (the database was unreachable)."""
         self.headroom_failures = 0
         """Heartbeats written without a headroom, its callback having failed."""
+        self.failing = False
+        """Whether the latest heartbeat could not be written (the worker is not ready)."""
         self.corrections = 0
         """Heartbeats that found the row's count of used slots wrong and corrected it."""
         self._stop = threading.Event()
@@ -119,8 +121,10 @@ class Heartbeat:
                                            **self.store.connect_options)
                 self._beat(conn)
                 self.beats += 1
+                self.failing = False
             except Exception as exc:  # the thread must live on: a dead one is a stale worker
                 self.failures += 1
+                self.failing = True
                 # the type only: a driver's or a callback's message may carry a secret
                 logger.warning("heartbeat not written (%s); retrying", type(exc).__name__)
                 if conn is not None:

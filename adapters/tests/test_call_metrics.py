@@ -1,0 +1,179 @@
+"""voxflow_adapters.hosting.metrics: a real call's session events (real models, virtual
+clock) into the Prometheus metrics, checked against the call's own latency summary."""
+
+from __future__ import annotations
+
+import bisect
+from typing import Any
+
+import pytest
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+from voxflow_adapters.hosting.admission import AdmissionController, AdmissionSettings
+from voxflow_adapters.hosting.metrics import LATENCY_BUCKETS, CallMetrics, HostCounts
+from voxflow_adapters.hosting.ownership import SessionOwnership
+from voxflow_adapters.testkit.scenario import run_call
+from voxflow_adapters.testkit.script import CallScript
+from voxflow_voice.engines import VoiceEngines
+from voxflow_voice.events import (
+    BargeIn,
+    BargeInResumed,
+    ReplyInterrupted,
+    SessionEvent,
+    SpeechEnded,
+    TurnCommitted,
+    TurnMetrics,
+)
+
+from voxflow import persist
+from voxflow.errors import FencedWriteError
+from voxflow.examples.assistant import Assistant
+from voxflow.testing import Acknowledger
+from voxflow.turns import TurnState
+
+
+def samples(registry: CollectorRegistry) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """Every sample of ``registry`` as Prometheus would scrape it, by name and labels."""
+    text = generate_latest(registry).decode()
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in text_string_to_metric_families(text) for s in family.samples}
+
+
+def bucket_counts(values: list[float]) -> dict[str, float]:
+    """The cumulative ``le`` counts a histogram with LATENCY_BUCKETS gives ``values`` (s)."""
+    edges = [*LATENCY_BUCKETS, float("inf")]
+    counts = {f"{e}" if e != float("inf") else "+Inf": 0.0 for e in edges}
+    for value in values:
+        for edge in edges[bisect.bisect_left(edges, value):]:
+            counts[f"{edge}" if edge != float("inf") else "+Inf"] += 1
+    return counts
+
+
+@pytest.mark.models
+async def test_a_calls_events_become_the_metrics_its_summary_agrees_with(
+    engines: VoiceEngines,
+) -> None:
+    registry = CollectorRegistry()
+    metrics = CallMetrics(registry)
+    observed: list[SessionEvent] = []
+    observe = metrics.call()
+
+    def on_event(event: SessionEvent) -> None:
+        observed.append(event)
+        observe(event)
+
+    script = (CallScript().user_says(0.3, "Where is my order?")
+              .user_says(10.0, "Tell me a story.").user_says(14.0, "Stop, thanks.")
+              .until(20.0))
+    call = await run_call(Assistant(), script, engines, on_event=on_event)
+    assert observed == call.events
+    got = samples(registry)
+    turns = [e for e in call.events if isinstance(e, TurnMetrics)]
+    summary = call.session.summary()
+    assert got[("voxflow_turns_total", ())] == summary.turns == len(turns) >= 3
+    # voice to voice: the very values of the summary, bucket by bucket
+    v2v = [m.voice_to_voice_ms / 1000.0 for m in turns if m.voice_to_voice_ms is not None]
+    assert len(v2v) == summary.voice_to_voice.count
+    for le, count in bucket_counts(v2v).items():
+        assert got[("voxflow_voice_to_voice_seconds_bucket", (("le", le),))] == count, le
+    assert got[("voxflow_voice_to_voice_seconds_sum", ())] == pytest.approx(sum(v2v))
+    assert (got[("voxflow_llm_first_text_seconds_count", ())]
+            == summary.transcript_to_first_text.count)
+    assert (got[("voxflow_tts_first_audio_seconds_count", ())]
+            == summary.first_text_to_first_audio.count)
+    # end of turn then STT: together the summary's "speech end → transcript final"
+    ends = [e for e in call.events if isinstance(e, SpeechEnded)]
+    assert got[("voxflow_end_of_turn_wait_seconds_count", ())] == len(ends)
+    committed = [e for e in call.events if isinstance(e, TurnCommitted)]
+    assert got[("voxflow_stt_wait_seconds_count", ())] == len(committed)
+    # the barge-in: counted, and its stop in the histogram
+    cuts = [e for e in call.events if isinstance(e, ReplyInterrupted)]
+    assert got[("voxflow_barge_ins_total", ())] == sum(
+        isinstance(e, BargeIn) for e in call.events) >= 1
+    assert got[("voxflow_barge_in_stop_seconds_count", ())] == summary.barge_in_stop.count
+    assert summary.barge_in_stop.count == len([c for c in cuts if c.stop_latency_ms]) >= 1
+    resumed = [e for e in call.events if isinstance(e, BargeInResumed)]
+    assert sum(v for (name, _), v in got.items()
+               if name == "voxflow_barge_in_resumed_total") == len(resumed)
+    # the order lookup: queued, waited for the floor, announced whole
+    assert got[("voxflow_announcements_queued_total", ())] == 1
+    assert got[("voxflow_announcement_wait_seconds_count", ())] == 1
+    assert got[("voxflow_announcements_settled_total", (("status", "completed"),))] == 1
+    assert got[("voxflow_fenced_chunks_total", ())] == summary.fenced_chunks
+    assert got[("voxflow_stale_samples_total", ())] == 0 == call.stale_samples()
+    # no label carries an identity of the call
+    ids = {str(call.session.session_id), *(m.turn_id for m in turns)}
+    assert not any(value in ids for _, labels in got for _, value in labels)
+
+
+@pytest.mark.unit
+def test_the_hosts_load_and_counts_are_read_at_each_scrape() -> None:
+    registry = CollectorRegistry()
+    admission = AdmissionController(AdmissionSettings(max_calls=3, min_turns=1))
+    refused: dict[str, int] = {}
+    admitted: list[Any] = []
+    CallMetrics(registry).watch(admission.load,
+                                lambda: HostCounts(admitted=len(admitted), refused=refused))
+    first = samples(registry)
+    assert first[("voxflow_calls_active", ())] == 0
+    assert first[("voxflow_call_slots", ())] == 3
+    assert first[("voxflow_call_headroom", ())] == 3
+    assert first[("voxflow_calls_admitted_total", ())] == 0
+    admitted += [admission.admit("call-1"), admission.admit("call-2")]
+    refused["busy"] = 2
+    refused["token"] = 1
+    admission.record(1500.0)  # over the 1 s target: refusing
+    then = samples(registry)
+    assert then[("voxflow_calls_active", ())] == 2
+    assert then[("voxflow_call_headroom", ())] == 0
+    assert then[("voxflow_admission_accepting", ())] == 0
+    assert then[("voxflow_admission_voice_to_voice_p95_seconds", ())] == 1.5
+    assert then[("voxflow_calls_admitted_total", ())] == 2
+    assert then[("voxflow_calls_refused_total", (("reason", "busy"),))] == 2
+    assert then[("voxflow_calls_refused_total", (("reason", "token"),))] == 1
+
+
+@pytest.mark.unit
+def test_store_refusals_and_failures_have_bounded_labels() -> None:
+    registry = CollectorRegistry()
+    metrics = CallMetrics(registry)
+    for reason in ("taken over", "expired", "a reason nobody wrote"):
+        metrics.write_refused(reason)
+    metrics.store_failed("save_state")
+    metrics.store_failed("drop table; --")
+    metrics.lease_acquired(taken_over=True)
+    metrics.lease_acquired(taken_over=False)
+    got = samples(registry)
+    assert got[("voxflow_session_writes_refused_total", (("reason", "taken over"),))] == 1
+    assert got[("voxflow_session_writes_refused_total", (("reason", "other"),))] == 1
+    assert got[("voxflow_persistence_errors_total", (("operation", "save_state"),))] == 1
+    assert got[("voxflow_persistence_errors_total", (("operation", "other"),))] == 1
+    assert got[("voxflow_lease_takeovers_total", ())] == 1
+
+
+@pytest.mark.unit
+async def test_a_takeover_and_the_zombies_refused_writes_are_counted(make_store: Any) -> None:
+    store = make_store("metrics")
+    registry = CollectorRegistry()
+    metrics = CallMetrics(registry)
+    zombie = await SessionOwnership.acquire(store, "call", "worker-a", ttl=30, watch=metrics)
+
+    async def dead(holder: str) -> bool:  # worker-a's heartbeat stopped
+        return holder == "worker-a"
+
+    heir = await SessionOwnership.acquire(store, "call", "worker-b", ttl=30, watch=metrics,
+                                          owner_dead=dead)
+    assert heir.lease.taken_over and not zombie.lease.taken_over
+    flow = persist(Acknowledger)(persistence=zombie.persistence, state=TurnState(id="call"))
+    for _ in range(2):
+        with pytest.raises(FencedWriteError):
+            await flow.asave_state("late")
+    got = samples(registry)
+    assert got[("voxflow_lease_takeovers_total", ())] == 1
+    assert got[("voxflow_session_writes_refused_total", (("reason", "taken over"),))] == 2
+    await heir.release()  # a released session taken again is no takeover
+    third = await SessionOwnership.acquire(store, "call", "worker-c", ttl=30, watch=metrics)
+    assert not third.lease.taken_over
+    assert samples(registry)[("voxflow_lease_takeovers_total", ())] == 1
+    await third.release()
+    await zombie.release()
