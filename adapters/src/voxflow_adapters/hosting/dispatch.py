@@ -489,6 +489,7 @@ class DispatchStore:
         schemas looked at, the ones this role cannot read skipped): where workers went
         when their ``search_path`` is not this store's."""
         # the optional voxflow[postgres] extra
+        import psycopg
         from psycopg import sql
 
         async def run(conn: psycopg.AsyncConnection[Any]) -> dict[str, int]:
@@ -498,16 +499,22 @@ class DispatchStore:
                 "AND c.relkind = 'r' AND n.nspname <> %s "
                 "AND has_table_privilege(c.oid, 'SELECT') ORDER BY n.nspname LIMIT %s",
                 (self.schema, most))).fetchall()]
-            if not schemas:
-                return {}
-            counts = sql.SQL(" UNION ALL ").join(
-                sql.SQL("SELECT {}::text, count(*) FROM {}.voxflow_call_workers WHERE NOT "
-                        "draining AND heartbeat_at > {} - {}").format(
-                    sql.Literal(name), sql.Identifier(name), sql.SQL(_NOW),
-                    sql.Literal(self.stale_after))
-                for name in schemas)
-            rows = await (await conn.execute(counts)).fetchall()
-            return {r[0]: int(r[1]) for r in rows if r[1]}
+            found: dict[str, int] = {}
+            for name in schemas:
+                try:  # (a savepoint each: a schema dropped meanwhile is skipped)
+                    async with conn.transaction():
+                        row = await (await conn.execute(sql.SQL(
+                            "SELECT count(*) FROM {}.voxflow_call_workers WHERE NOT draining "
+                            "AND heartbeat_at > {} - %s").format(
+                                sql.Identifier(name), sql.SQL(_NOW)), (self.stale_after,)
+                        )).fetchone()
+                except psycopg.errors.DatabaseError as exc:
+                    if isinstance(exc, psycopg.OperationalError):
+                        raise
+                    continue
+                if row is not None and row[0]:
+                    found[name] = int(row[0])
+            return found
 
         found: dict[str, int] = await self._run(run)
         return found

@@ -171,7 +171,10 @@ class FrontDoor(SignalingServer):
         loop = asyncio.get_running_loop()
         at, found = self._elsewhere
         if loop.time() - at >= 5.0:
-            found = await self.store.live_workers_elsewhere()
+            try:
+                found = await self.store.live_workers_elsewhere()
+            except DispatchUnavailableError:  # (the refusal says the rest)
+                found = {}
             self._elsewhere = (loop.time(), found)
         if found and loop.time() - self._mismatch_said >= 60.0:
             self._mismatch_said = loop.time()
