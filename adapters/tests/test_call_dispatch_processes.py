@@ -128,7 +128,8 @@ async def test_a_front_door_dispatches_to_two_worker_processes(
             await asyncio.gather(*(c.aclose() for c in on_b))
             os.kill(a.pid, signal.SIGCONT)
 
-            # 3. SIGTERM drains: a's running call goes on, new calls go to b, a exits 0
+            # 3. SIGTERM drains: a's running call moves to b (a handover, no bye), new
+            # calls go to b, a exits 0
             async with asyncio.timeout(60):
                 while any(r.used for r in await store.workers()):  # noqa: ASYNC110
                     await asyncio.sleep(0.2)
@@ -139,22 +140,22 @@ async def test_a_front_door_dispatches_to_two_worker_processes(
             assert worker_pid(on_a.call_id) == a.pid
             os.kill(b.pid, signal.SIGCONT)
             await on_a.wait_message("hello", within=30)
+            on_a.keep_connected(peer_timeout=10.0)  # (moved by the handover, not a silence)
             os.kill(a.pid, signal.SIGTERM)
-            async with asyncio.timeout(30):
-                while not {r.pid: r for r in await store.workers()}[a.pid].draining:  # noqa: ASYNC110
-                    await asyncio.sleep(0.1)
-            async with asyncio.timeout(30):
-                while {r.pid: r for r in await store.workers()}[b.pid].heartbeat_age > 1.0:  # noqa: ASYNC110
-                    await asyncio.sleep(0.1)
+            handover = await on_a.wait_message("handover", within=60)
+            assert handover["reason"] == "the worker is shutting down"
+            await on_a.wait_for(lambda: any(m.get("resumed") for m in on_a.of_type("hello")),
+                                within=60, what="the resumed hello")
+            assert worker_pid(on_a.call_id) == b.pid and on_a.reconnects[0].handover
+            assert await asyncio.to_thread(a.wait, 60) == 0  # without waiting for the call
+            assert a.pid not in {r.pid for r in await store.workers()}
             late = LoopbackCaller(base, TOKEN)
             await late.connect()
             assert worker_pid(late.call_id) == b.pid
             await asyncio.sleep(1.0)
-            assert a.poll() is None and on_a.connection_state == "connected"
+            assert on_a.connection_state == "connected" and not on_a.of_type("bye")
             await on_a.aclose()
             await late.aclose()
-            assert await asyncio.to_thread(a.wait, 60) == 0
-            assert a.pid not in {r.pid for r in await store.workers()}
         finally:
             await store.aclose()
 

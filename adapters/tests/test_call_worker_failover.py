@@ -1,7 +1,9 @@
 """A call moving between call workers, in one process: a front door and call workers on
 one real PostgreSQL schema (dispatch and sessions), real aiortc callers, the example
 assistant on the real models. A worker whose heartbeat stopped has its calls' leases
-taken over at once by their resumes (the fence refusing what it still writes)."""
+taken over at once by their resumes (the fence refusing what it still writes); a
+draining worker hands its calls over to another worker (the same resume path) at a
+quiet moment of each, and ends them with a ``bye`` only when no other worker is live."""
 
 from __future__ import annotations
 
@@ -142,3 +144,73 @@ async def test_a_resume_takes_over_at_once_the_session_of_a_worker_whose_heartbe
             await page.aclose()
             await caller.aclose()
 
+
+async def test_a_draining_worker_hands_its_call_over_at_a_quiet_moment_and_it_goes_on(
+    engines: VoiceEngines, pg_schema_url: str, sessions: Any
+) -> None:
+    """SIGTERM's drain with another worker live: the call is not hung up. The answer
+    playing when the drain starts is played whole first (no word cut, nothing dropped);
+    then the page is told to move (``handover``, never a ``bye``), resumes on the other
+    worker at once, and the call goes on there, its history whole; the drain returns
+    without waiting for the call to end."""
+    from voxflow_adapters.hosting.resume import DROPPED_MARK
+
+    async with worker(engines, pg_schema_url, sessions) as a, \
+            front_door(pg_schema_url) as door:
+        caller = dial(door)
+        await caller.connect()
+        session_id = (await caller.wait_message("hello", within=30))["session_id"]
+        assert on(caller, a)
+        caller.keep_connected(peer_timeout=10.0)  # (a handover, not a silence, moves it)
+        async with worker(engines, pg_schema_url, sessions) as b:
+            caller.say(speech(engines, "What are your opening hours?"))
+            await caller.wait_message("reply_text", within=60)
+            answer = caller.of_type("reply_text")[0]["delivery_id"]
+            assert not caller.of_type("reply_done")  # the answer is playing
+            draining = asyncio.get_running_loop().create_task(a.drain())
+            handover = await caller.wait_message("handover", within=60)
+            assert handover["reason"] == "the worker is shutting down"
+            done = caller.of_type("reply_done")
+            assert [m["delivery_id"] for m in done] == [answer]  # played whole, before it
+            assert caller.messages.index(done[0]) < caller.messages.index(handover)
+            await caller.wait_for(
+                lambda: any(m.get("resumed") for m in caller.of_type("hello")),
+                within=30, what="the resumed hello")
+            assert on(caller, b) and caller.reconnects[0].handover
+            async with asyncio.timeout(30):  # the drain did not wait for the call to end
+                await draining
+            assert not caller.of_type("bye")
+            state = await asyncio.to_thread(sessions.load_state, session_id)
+            assert state is not None
+            [stored] = [m for m in state["messages"]
+                        if m["metadata"].get("delivery_id") == answer]
+            assert DROPPED_MARK not in stored["content"] and not stored["metadata"].get(
+                "dropped")
+            assert state["replies"][answer]["interrupted"] is False
+            await answered(caller, engines, "Where is my order?")  # on b, numbered on
+            state = await asyncio.to_thread(sessions.load_state, session_id)
+            assert state is not None
+            users = [m["content"] for m in state["messages"] if m["role"] == "user"]
+            assert users == [m["text"] for m in caller.of_type("transcript")]
+            assert len(users) == 2 and len(state["turns"]) == 2
+            assert not caller.of_type("bye")
+            await caller.aclose()
+
+
+async def test_a_draining_worker_with_no_other_live_worker_ends_its_call_with_a_bye(
+    engines: VoiceEngines, pg_schema_url: str, sessions: Any
+) -> None:
+    """No worker could take the call: it goes on until the drain's deadline, then ends
+    with the true reason (and no handover is sent)."""
+    async with worker(engines, pg_schema_url, sessions, drain_seconds=1.0) as a, \
+            front_door(pg_schema_url) as door:
+        caller = dial(door)
+        await caller.connect()
+        await caller.wait_message("hello", within=30)
+        assert on(caller, a)
+        async with asyncio.timeout(30):
+            await a.drain()
+        bye = await caller.wait_message("bye", within=10)
+        assert bye["reason"] == "the worker is shutting down"
+        assert not caller.of_type("handover")
+        await caller.aclose()

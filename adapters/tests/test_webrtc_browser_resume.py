@@ -104,3 +104,89 @@ async def test_the_page_resumes_its_call_after_serve_is_killed_and_restarted(
     # The fake microphone loops "Hello there!": a resumed call may start mid-phrase and
     # hear only "there" (seen once under load), so each turn holds one of the two words.
     assert all("hello" in text.lower() or "there" in text.lower() for text in users), users
+
+
+async def test_the_page_moves_its_call_to_another_worker_when_its_worker_drains(
+    tmp_path: Path, hello_wav: Path, engines: Any, pg_schema_url: str
+) -> None:
+    """The deployed shape (a front door and two call workers on PostgreSQL, in this
+    process): the worker holding the page's call drains (SIGTERM's path); the page is
+    told to move (``handover``), resumes at once on the other worker, and the call goes
+    on there: no ``bye``, the next "Hello there!" answered."""
+    from playwright.async_api import async_playwright
+    from voxflow_adapters.hosting.dispatch import DispatchStore
+    from voxflow_adapters.webrtc import (
+        PeerSettings,
+        ServerSettings,
+        WebRtcServer,
+        assistant_call_factory,
+    )
+    from voxflow_adapters.webrtc.front_door import FrontDoor
+    from voxflow_adapters.webrtc.worker import CallWorker
+
+    from voxflow.flow.postgres import PostgresFlowPersistence
+
+    sessions = PostgresFlowPersistence(pg_schema_url)
+
+    def call_worker() -> CallWorker:
+        host = WebRtcServer(assistant_call_factory(), engines, store=sessions,
+                            settings=ServerSettings(
+                                max_calls=2, peer=PeerSettings(ice_host_addresses=("127.0.0.1",))))
+        return CallWorker(host, DispatchStore(pg_schema_url, stale_after=2.0))
+
+    a, b = call_worker(), call_worker()
+    door = FrontDoor(DispatchStore(pg_schema_url, stale_after=2.0),
+                     settings=ServerSettings(port=0, token=TOKEN), offer_timeout=15.0)
+    await a.start()
+    try:
+        async with door, async_playwright() as playwright:
+            browser = await playwright.chromium.launch(
+                executable_path=str(CHROMIUM), headless=True,
+                args=[
+                    "--use-fake-ui-for-media-stream", "--use-fake-device-for-media-stream",
+                    f"--use-file-for-fake-audio-capture={hello_wav}",
+                    "--headless", "--no-sandbox", "--disable-gpu",
+                    "--disable-background-networking", "--disable-component-update",
+                    "--disable-sync", "--no-first-run",
+                    "--autoplay-policy=no-user-gesture-required",
+                ],
+            )
+            try:
+                page = await browser.new_page(bypass_csp=True)
+                await page.goto(f"http://127.0.0.1:{door.port}/?token={TOKEN}")
+                await page.click("#connect")
+                await page.wait_for_function(
+                    "window.voxflow.messages.some(m => m.type === 'transcript')",
+                    timeout=60_000)
+                hello: dict[str, Any] = await page.evaluate(
+                    "window.voxflow.messages.find(m => m.type === 'hello')")
+                assert a.host.call_ids()  # the call is on a
+                await b.start()
+                await a.drain()  # returns once the call was handed over
+                await page.wait_for_function(
+                    "window.voxflow.reconnects === 1 && "
+                    "window.voxflow.messages.some(m => m.type === 'hello' && m.resumed)",
+                    timeout=60_000)
+                # moved by the handover, not by noticing the silence
+                assert await page.evaluate("window.voxflow.moved") == 1
+                assert b.host.call_ids() and not a.host.call_ids()
+                kinds = await page.evaluate("window.voxflow.messages.map(m => m.type)")
+                assert "handover" in kinds and "bye" not in kinds
+                turns_before = kinds.count("transcript")
+                await page.wait_for_function(  # the call goes on: the next "Hello there!"
+                    f"window.voxflow.messages.filter(m => m.type === 'transcript').length"
+                    f" > {turns_before}", timeout=60_000)
+                lease = sessions.lease_of(hello["session_id"])
+                assert lease is not None and lease.owner.startswith(b.worker_id)
+                await page.click("#connect")  # hang up
+                await asyncio.sleep(1.0)
+            finally:
+                await browser.close()
+    finally:
+        await a.aclose()
+        await b.aclose()
+    stored = sessions.load_state(hello["session_id"])
+    assert stored is not None
+    users = [m["content"] for m in stored["messages"] if m["role"] == "user"]
+    assert len(users) >= 2 and len(stored["turns"]) == len(users)  # each turn once
+    sessions.close()

@@ -9,9 +9,10 @@ data-channel message.
 It resumes like the page: it keeps the session id and resume token of the ``hello``
 message, and :meth:`LoopbackCaller.reconnect` (or, with :meth:`LoopbackCaller.
 keep_connected`, automatically once nothing arrived from the server for
-``peer_timeout`` seconds) offers again with them, retrying with backoff while the
-server is down or the session's old lease is still held; each reconnection's timing is
-kept in :attr:`LoopbackCaller.reconnects` (detection, reconnect).
+``peer_timeout`` seconds, or at once when the server hands the call over: a
+``handover`` message) offers again with them, retrying with backoff while the server is
+down or the session's old lease is still held; each reconnection's timing is kept in
+:attr:`LoopbackCaller.reconnects` (detection, reconnect).
 """
 
 from __future__ import annotations
@@ -97,12 +98,15 @@ class Reconnection:
         detected: when the caller decided the connection was gone.
         connected: when the new connection's data channel opened (its offer answered).
         attempts: offers made (the refused ones included).
+        handover: the server handed the call over (a ``handover`` message), rather than
+            the caller noticing a silence.
     """
 
     last_heard: float
     detected: float
     connected: float
     attempts: int
+    handover: bool = False
 
     @property
     def detection_seconds(self) -> float:
@@ -216,6 +220,7 @@ class LoopbackCaller:
         self.reconnects: list[Reconnection] = []
         self.last_heard = time.monotonic()
         self._watch: asyncio.Task[None] | None = None
+        self._handed_over = asyncio.Event()  # a handover came on the current connection
 
     async def connect(
         self, *, transform_offer: Callable[[str], str] | None = None, resume: bool = False,
@@ -292,11 +297,12 @@ class LoopbackCaller:
 
     async def reconnect(
         self, *, backoff: Sequence[float] = (0.1, 0.25, 0.5, 1.0, 2.0), within: float = 60.0,
-        last_heard: float | None = None,
+        last_heard: float | None = None, handover: bool = False,
     ) -> Reconnection:
         """Drop the current connection and resume the session in a new one, retrying
         (with ``backoff`` delays, the last one repeated) while the server is unreachable
-        or answers 409/5xx, for up to ``within`` seconds.
+        or answers 409/5xx, for up to ``within`` seconds (``handover``: the server asked
+        for it, recorded in the :class:`Reconnection`).
 
         Raises:
             OfferRejected: refused for good (e.g. 403: the token is not the session's),
@@ -304,6 +310,7 @@ class LoopbackCaller:
         """
         detected = time.monotonic()
         heard = last_heard if last_heard is not None else self.last_heard
+        self._handed_over.clear()
         await self._drop_connection()
         attempts, deadline = 0, detected + within
         while True:
@@ -319,19 +326,25 @@ class LoopbackCaller:
                     raise OfferRejected(0, "the server did not answer") from None
             await asyncio.sleep(backoff[min(attempts - 1, len(backoff) - 1)])
         done = Reconnection(last_heard=heard, detected=detected, connected=time.monotonic(),
-                            attempts=attempts)
+                            attempts=attempts, handover=handover)
         self.reconnects.append(done)
         return done
 
     def keep_connected(self, *, peer_timeout: float = 2.0, within: float = 60.0) -> None:
         """Reconnect automatically (as the page does) whenever nothing (no audio frame, no
         message) arrived from the server for ``peer_timeout`` seconds (the server sends
-        a frame every 20 ms, silence included). A ``bye`` on the current connection (the
+        a frame every 20 ms, silence included), and at once when the server hands the
+        call over (a ``handover`` message). A ``bye`` on the current connection (the
         server ended the call on purpose) stops it."""
 
         async def watch() -> None:
             while True:
-                await asyncio.sleep(min(0.1, peer_timeout / 4))
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(min(0.1, peer_timeout / 4)):
+                        await self._handed_over.wait()
+                if self._handed_over.is_set():
+                    await self.reconnect(within=within, handover=True)
+                    continue
                 if self.of_type("bye") and self._said_bye_on_current():
                     return
                 if time.monotonic() - self.last_heard >= peer_timeout:
@@ -382,6 +395,8 @@ class LoopbackCaller:
             if message.get("type") == "hello":
                 self.session_id = message.get("session_id")
                 self._resume_token = message.pop("resume_token", None) or self._resume_token
+            elif message.get("type") == "handover":
+                self._handed_over.set()
             self.messages.append(message)
             self._changed.set()
 

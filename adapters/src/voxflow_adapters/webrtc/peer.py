@@ -19,8 +19,9 @@ A watchdog ends the call (with a ``bye`` message and a logged reason) when ICE/D
 not connect in time, when the peer sends no audio for ``media_timeout`` seconds, when
 nothing at all arrives from it (RTP, RTCP, DTLS/SCTP: the DTLS transport's packet
 counter) for ``peer_timeout`` seconds (a vanished peer), when the connection or ICE
-fails, or at the call length limit. The ``bye`` is the last message, and it is given
-``bye_grace`` to leave before the connection closes (closing aborts the SCTP
+fails, or at the call length limit. The ``bye`` is the last message (or, for a call
+handed over to another worker, the ``handover``: :meth:`WebRtcPeer.hand_over`), and it
+is given ``bye_grace`` to leave before the connection closes (closing aborts the SCTP
 association and drops what is still queued). Ending the call ends
 :meth:`audio_input`, so the ``VoiceSession`` on top cuts what it was saying, settles
 every delivery and returns.
@@ -57,6 +58,7 @@ from .outbound import OutboundAudio, OutboundStatistics, ReplyTrack
 from .protocol import (
     ByeMessage,
     ErrorMessage,
+    HandoverMessage,
     HangupMessage,
     MuteMessage,
     PlaybackMessage,
@@ -324,10 +326,10 @@ class WebRtcPeer:
 
     def send(self, message: ServerMessage) -> None:
         """Send one message to the page (queued until the data channel is open); nothing
-        follows the ``bye``."""
+        follows the ``bye`` (or the ``handover``)."""
         if self._said_bye:
             return
-        self._said_bye = isinstance(message, ByeMessage)
+        self._said_bye = isinstance(message, ByeMessage | HandoverMessage)
         text = message.model_dump_json()
         channel = self._channel
         if channel is not None and channel.readyState == "open":
@@ -472,10 +474,23 @@ class WebRtcPeer:
         """End the call in the background (safe from event handlers and our own tasks).
 
         The first reason given is the one reported; later calls change nothing."""
-        if self._closing is None:
-            self._closing = asyncio.get_running_loop().create_task(
-                self._close(reason), name=f"{self.call_id}.close"
-            )
+        self._close_soon(reason, ByeMessage(reason=reason))
+
+    def hand_over(self, reason: str) -> bool:
+        """End the call here with a ``handover`` message instead of a ``bye``: the page
+        resumes its session at once on another worker (``reason``: why it moves). As
+        :meth:`close_soon` otherwise; False (nothing done) when the call is already
+        ending."""
+        return self._close_soon(f"handed over to another worker: {reason}",
+                                HandoverMessage(reason=reason))
+
+    def _close_soon(self, reason: str, last: ByeMessage | HandoverMessage) -> bool:
+        if self._closing is not None:
+            return False
+        self._closing = asyncio.get_running_loop().create_task(
+            self._close(reason, last), name=f"{self.call_id}.close"
+        )
+        return True
 
     async def aclose(self, reason: str = "closed by the server") -> None:
         """End the call and wait until it is closed (idempotent): bye to the page, input
@@ -485,15 +500,17 @@ class WebRtcPeer:
         if self._closing is not asyncio.current_task():
             await asyncio.shield(self._closing)
 
-    async def _close(self, reason: str) -> None:
+    async def _close(self, reason: str, last: ByeMessage | HandoverMessage) -> None:
         self.close_reason = reason
-        # A hang-up or a closed tab is the normal end; timeouts and failures are warnings.
+        # A hang-up or a closed tab is the normal end, a handover too; timeouts and
+        # failures are warnings.
         quiet = reason.startswith(("the page", "closed by", "the session ended",
-                                   "the peer's audio track ended", "the connection was closed"))
+                                   "the peer's audio track ended", "the connection was closed",
+                                   "handed over"))
         # (the server logs the INFO line of a call's end, with its figures)
         logger.log(logging.DEBUG if quiet else logging.WARNING, "call ended: %s", reason,
                    extra={"call_id": self.call_id})
-        self.send(ByeMessage(reason=reason))
+        self.send(last)
         await self._drain_channel()
         self.closed.set()
         self._end_input()

@@ -42,6 +42,7 @@ __all__ = [
     "ByeMessage",
     "CallState",
     "ErrorMessage",
+    "HandoverMessage",
     "HangupMessage",
     "HelloMessage",
     "InterruptedMessage",
@@ -227,9 +228,20 @@ class ByeMessage(_Message):
     reason: str
 
 
+class HandoverMessage(_Message):
+    """The call moves to another worker (this one is shutting down): the page resumes
+    the session now, as after a drop (``POST /offer`` with ``resume``), without waiting
+    to notice the silence. Its state was saved and its lease released here; nothing
+    follows it on this connection."""
+
+    type: Literal["handover"] = "handover"
+    reason: str
+
+
 ServerMessage = (
     HelloMessage | StateMessage | TranscriptMessage | ReplyTextMessage | ReplyDoneMessage
     | InterruptedMessage | LatencyMessage | MuteAckMessage | ErrorMessage | ByeMessage
+    | HandoverMessage
 )
 
 

@@ -68,6 +68,7 @@ from voxflow_voice.events import ReplyInterrupted, SessionEvent, TurnMetrics
 
 from voxflow.clock import MonotonicClock
 from voxflow.errors import CapacityExceededError, FencedWriteError, SignalingError
+from voxflow.ids import SessionId
 from voxflow.logs import bind_log_context
 from voxflow_adapters.hosting.admission import (
     Admission,
@@ -168,6 +169,7 @@ class WebRtcServer(SignalingServer):
         if metrics is not None:
             metrics.watch(self.admission.load, self._counts)
         self._calls: dict[str, tuple[WebRtcPeer, asyncio.Task[None]]] = {}
+        self._sessions_of: dict[str, Call] = {}  # call id -> its session (live calls)
         self._reserved = 0
         self._accepted = 0
         self._ended: deque[PeerStatistics] = deque(maxlen=100)
@@ -246,6 +248,41 @@ class WebRtcServer(SignalingServer):
         if found is not None:
             found[0].close_soon(reason)
         return found is not None
+
+    def call_ids(self) -> list[str]:
+        """The running calls, oldest first."""
+        return list(self._calls)
+
+    async def hand_over(self, call_id: str, reason: str, *, quiet_within: float
+                        ) -> SessionId | None:
+        """Move a running call to another worker: at its next quiet moment (nothing said
+        or heard, no turn under way; :attr:`VoiceSession.quiet
+        <voxflow_voice.session.VoiceSession.quiet>`), or after ``quiet_within`` seconds
+        whatever it is doing, the page is sent a ``handover`` (``reason``) instead of a
+        ``bye``, and the call ends here: its state saved, its lease released. The page's
+        resume then goes on with the session wherever a front door dispatches it.
+
+        Returns the session handed over, once the call is closed here; None when there
+        was no such call (or it keeps no session), or it ended meanwhile by itself.
+        """
+        found, call = self._calls.get(call_id), self._sessions_of.get(call_id)
+        if found is None or call is None or self.store is None:
+            return None
+        peer, task = found
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + max(0.0, quiet_within)
+        quiet = call.session.quiet
+        while not quiet and not peer.closed.is_set() and loop.time() < deadline:
+            await asyncio.sleep(0.02)
+            quiet = call.session.quiet
+        if not peer.hand_over(reason):  # it was ending by itself
+            return None
+        session_id = call.session.session_id
+        logger.info("call handed over", extra={"call_id": call_id, "session_id": session_id,
+                                               "quiet": quiet})
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.shield(task)
+        return session_id
 
     async def end_calls(self, reason: str) -> None:
         """End every running call (a ``bye`` with ``reason``) and wait until each closed."""
@@ -372,6 +409,7 @@ class WebRtcServer(SignalingServer):
         task = asyncio.get_running_loop().create_task(self._run_call(peer, call, ownership),
                                                       name=f"{call_id}.run")
         self._calls[call_id] = (peer, task)
+        self._sessions_of[call_id] = call
         if ownership is not None:
             self._sessions[ownership.session_id] = call_id
         self._accepted += 1
@@ -400,6 +438,7 @@ class WebRtcServer(SignalingServer):
                 if self._sessions.get(ownership.session_id) == peer.call_id:
                     del self._sessions[ownership.session_id]
             self._calls.pop(peer.call_id, None)
+            self._sessions_of.pop(peer.call_id, None)
             admission = self._admissions.pop(peer.call_id, None)
             if admission is not None:
                 admission.release()

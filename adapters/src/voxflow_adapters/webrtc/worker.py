@@ -21,8 +21,13 @@ only relays the signalling.
   call's lease over at once (:meth:`CallWorker.owner_dead`) instead of waiting it out,
   and the fence refuses whatever the old worker might still write.
 * **Drain** (SIGTERM): :meth:`CallWorker.drain` marks the worker draining (no claim
-  succeeds after that), lets the running calls finish up to ``drain_seconds``, ends the
-  rest with a ``bye``, removes the worker's row and stops.
+  succeeds after that) and hands each running call over to another live worker with a
+  free slot, at the call's next quiet moment: the page is told to resume the session
+  now (a ``handover`` message), the call's state is saved and its lease released here,
+  and the page's resume goes on with it on another worker, as after a drop but without
+  waiting to notice the silence. Calls no worker can take go on up to
+  ``drain_seconds`` and then end with a ``bye``. The worker's row is removed and it
+  stops.
 """
 
 from __future__ import annotations
@@ -36,6 +41,8 @@ import socket
 import threading
 from collections.abc import AsyncIterator, Callable
 from typing import Any
+
+from voxflow.ids import SessionId
 
 from ..hosting.dispatch import ClaimedOffer, DispatchStore, DispatchUnavailableError
 from ..hosting.wire import ResumeRequest
@@ -272,8 +279,12 @@ class CallWorker:
                 self.store.schema, where, extra={"worker_id": self.worker_id})
 
     async def drain(self) -> None:
-        """No new calls; running calls finish (up to ``drain_seconds``, then each gets a
-        ``bye``); the worker's row is removed and the heartbeat stops."""
+        """No new calls; the running calls move to other workers, or finish here: each is
+        handed over (:meth:`WebRtcServer.hand_over`, at its next quiet moment) while
+        another live worker has a free slot for it; the others go on until
+        ``drain_seconds``, when those a worker can take are handed over whatever they
+        are doing and the rest end with a ``bye`` ("the worker is shutting down"). The
+        worker's row is removed and the heartbeat stops."""
         if self.draining:
             return
         self.draining = True
@@ -295,11 +306,10 @@ class CallWorker:
                 await self._loop_task
         if self._tasks:  # offers being answered become calls (or are refused) first
             await asyncio.wait(self._tasks)  # (a failure is logged as it happens)
-        try:
-            async with asyncio.timeout(self.drain_seconds):
-                await self.host.wait_idle()
-        except TimeoutError:
-            logger.warning("drain deadline reached: ending %d call(s)", self.host.calls_held)
+        await self._move_calls(asyncio.get_running_loop().time() + self.drain_seconds)
+        if self.host.call_ids():
+            logger.warning("drain deadline reached: ending %d call(s)",
+                           len(self.host.call_ids()))
             await self.host.end_calls("the worker is shutting down")
         if self._tasks:
             await asyncio.wait(self._tasks)
@@ -309,6 +319,74 @@ class CallWorker:
             with contextlib.suppress(DispatchUnavailableError):
                 await self.store.deregister(self.worker_id)
         logger.info("drained", extra={"worker_id": self.worker_id})
+
+    async def _move_calls(self, deadline: float) -> None:
+        """Until no call is left here, or ``deadline`` (loop time) passed and no handover
+        is under way: hand calls over while other live workers have free slots, as many
+        at once as they have (less the calls handed over whose resume did not reach a
+        worker yet), each at its next quiet moment, or at ``deadline`` whatever it does.
+        A call no worker can take goes on here (every call of a host without a session
+        store: it could not be resumed elsewhere)."""
+        loop = asyncio.get_running_loop()
+        moving: dict[str, asyncio.Task[SessionId | None]] = {}
+        arriving: dict[SessionId, float] = {}  # handed over, not yet taken elsewhere
+        ending: set[str] = set()  # calls that were ending by themselves: left to end
+        try:
+            while True:
+                for call_id, task in list(moving.items()):
+                    if task.done():
+                        del moving[call_id]
+                        if task.cancelled() or (session := task.result()) is None:
+                            ending.add(call_id)
+                        else:
+                            arriving[session] = loop.time()
+                waiting = [c for c in self.host.call_ids() if c not in moving]
+                if self.host.store is None:
+                    ending.update(waiting)
+                waiting = [c for c in waiting if c not in ending]
+                now = loop.time()
+                if not self.host.call_ids():
+                    return
+                if waiting:
+                    await self._forget_arrived(arriving)
+                    room = await self._free_elsewhere() - len(moving) - len(arriving)
+                    for call_id in waiting[:max(0, room)]:
+                        moving[call_id] = loop.create_task(self.host.hand_over(
+                            call_id, "the worker is shutting down",
+                            quiet_within=deadline - now), name=f"{call_id}.handover")
+                if not moving and now >= deadline:
+                    return
+                if moving:
+                    await asyncio.wait(moving.values(), timeout=0.5,
+                                       return_when=asyncio.FIRST_COMPLETED)
+                else:
+                    await asyncio.sleep(min(0.5, max(0.0, deadline - now)))
+        finally:
+            for task in moving.values():  # (cancelled drain: the calls are ended after)
+                task.cancel()
+
+    async def _free_elsewhere(self) -> int:
+        """Free slots of the other live workers (this one drains: it is not counted);
+        0 when the database cannot tell."""
+        try:
+            free, _ = await self.store.free_slots()
+        except DispatchUnavailableError:
+            return 0
+        return free
+
+    async def _forget_arrived(self, arriving: dict[SessionId, float]) -> None:
+        """Drop from ``arriving`` the sessions another worker took (their lease is held
+        by another owner: the resume claimed a slot) or that were handed over 10 s ago
+        (their page never came back, or came back elsewhere)."""
+        store, now = self.host.store, asyncio.get_running_loop().time()
+        assert store is not None  # (only calls of a host with a store are handed over)
+        for session_id, since in list(arriving.items()):
+            lease = None
+            with contextlib.suppress(Exception):  # unreadable: counted until its 10 s
+                lease = await asyncio.to_thread(store.lease_of, session_id)
+            if now - since > 10.0 or (lease is not None and lease.owner
+                                      and not lease.owner.startswith(f"{self.worker_id}/")):
+                del arriving[session_id]
 
     async def aclose(self) -> None:
         """Drain (if not done) and close the store."""

@@ -193,6 +193,16 @@ class VoiceSession:
         """The conversation's identity (the flow state's ``id``)."""
         return SessionId(str(self.turns.flow.state.id))
 
+    @property
+    def quiet(self) -> bool:
+        """Nothing is under way: no speech being heard (nor an utterance still open in its
+        end-of-turn silence), no turn waiting for its answer or being answered, nothing
+        being said. Ending the call's connection now loses no word of either side (a call
+        handed over to another worker waits for this)."""
+        return (self._detector.active_onset is None and self._detector.provisional is None
+                and self._floor.pending_turns == 0 and self._utterances.empty()
+                and self._reply is None and not self._speaking.locked())
+
     # -- lifetime -----------------------------------------------------------------
 
     async def run(self) -> None:

@@ -8,7 +8,8 @@ const CONNECT_TIMEOUT_MS = 15000;
 // Resume: nothing received (RTP: the server sends a frame every 20 ms, silence included)
 // for this long means the connection is gone (a dead server, a dropped network); the
 // page then offers again with the session id and resume token of its hello, retrying
-// with these delays (the last one repeated) for up to RESUME_WITHIN_MS.
+// with these delays (the last one repeated) for up to RESUME_WITHIN_MS. A "handover"
+// (the call worker is shutting down) does the same at once.
 const PEER_TIMEOUT_MS = 3000;
 const RESUME_BACKOFF_MS = [250, 500, 1000, 2000, 4000];
 const RESUME_WITHIN_MS = 60000;
@@ -22,7 +23,8 @@ const state = {
   latency: [],          // per turn: the server's marks and the figure at the user's ear
   buffer: null,         // the last getStats() totals of the received audio (deltas)
   resume: null,         // {session_id, token} from the hello (memory only, never logged)
-  reconnects: 0,        // calls resumed after a drop (tests read it)
+  reconnects: 0,        // calls resumed after a drop or a handover (tests read it)
+  moved: 0,             // of them, handovers: the server moved the call (tests read it)
   resuming: false,      // a reconnection is under way
   watch: null,          // the interval that watches the received packets
 };
@@ -110,6 +112,7 @@ const handlers = {
   mute: (m) => { showMuted(m.muted); },
   error: (m) => { console.warn("voxflow rejected a message:", m.reason); },
   bye: (m) => { notice(`The call ended: ${m.reason}.`); hangUp(false); },
+  handover: () => { if (state.pc) lost(state.pc, "moved"); },
 };
 
 // The browser's receive side from getStats(): the jitter buffer's mean delay per sample
@@ -322,8 +325,9 @@ function watchPackets(pc) {
   }, 250);
 }
 
-// The connection is gone: offer again with the session's resume token, with backoff.
-async function lost(pc) {
+// The connection is gone (or the server moves the call: why === "moved"): offer again
+// with the session's resume token, at once, then with backoff.
+async function lost(pc, why = "dropped") {
   if (state.pc !== pc || state.resuming) return;
   if (!state.resume) { failed(pc, "was lost"); return; }
   state.resuming = true;
@@ -331,12 +335,14 @@ async function lost(pc) {
   state.pc = null;
   state.channel = null;
   state.buffer = null;
-  notice("The connection dropped: reconnecting…");
+  notice(why === "moved" ? "The call is moving to another server…"
+                         : "The connection dropped: reconnecting…");
   const started = performance.now();
   for (let attempt = 0; state.mic; attempt++) {
     try {
       await startPeer(state.resume);
       state.reconnects += 1;
+      if (why === "moved") state.moved += 1;
       notice("");
       break;
     } catch (err) {
