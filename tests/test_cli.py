@@ -77,7 +77,8 @@ def test_the_voice_commands_are_found_through_entry_points() -> None:
     from voxflow.commands import installed_commands
 
     found = installed_commands(core=("demo", "chat", "jobs", "doctor", "bench"))
-    assert sorted(found.commands) == ["serve"] and sorted(found.modes) == ["chat", "demo"]
+    assert sorted(found.commands) == ["serve", "status"]
+    assert sorted(found.modes) == ["chat", "demo"]
     assert found.missing == {}
     assert type(found.commands["serve"]).__module__ == "voxflow_adapters.commands"
     assert found.commands["serve"].help == "talk to a flow from a browser (WebRTC)"

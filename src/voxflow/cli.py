@@ -69,20 +69,23 @@ def _variables_epilog() -> str:
             + "\n".join(lines))
 
 
-def _assistant_options(parser: argparse.ArgumentParser, *, flow: bool = True) -> None:
-    """``FLOW``, ``--model``, ``--log-level``, ``--log-format``: defined here only."""
+def _assistant_options(parser: argparse.ArgumentParser, *, flow: bool = True,
+                       model: bool = True) -> None:
+    """``FLOW``, ``--model``, ``--log-level``, ``--log-format``: defined here only
+    (``flow``, ``model``: False for a command that runs no flow)."""
     if flow:
         parser.add_argument(
             "flow", nargs="?", default=None, metavar="FLOW",
             help="the flow: path/to/file.py:Class or package.module:Class "
                  f"(default: {EXAMPLE_ASSISTANT})",
         )
-    parser.add_argument(
-        "--model", default=None, metavar="MODEL",
-        help="a litellm model id that answers open questions, e.g. gpt-4o-mini; the "
-             "provider's key comes from its usual variable (default: $VOXFLOW_MODEL, "
-             "else rule-based, no key needed)",
-    )
+    if model:
+        parser.add_argument(
+            "--model", default=None, metavar="MODEL",
+            help="a litellm model id that answers open questions, e.g. gpt-4o-mini; the "
+                 "provider's key comes from its usual variable (default: $VOXFLOW_MODEL, "
+                 "else rule-based, no key needed)",
+        )
     parser.add_argument(
         "--log-level", default=None, type=str.upper, metavar="LEVEL",
         choices=("DEBUG", "INFO", "WARNING", "ERROR"),
@@ -483,7 +486,8 @@ def _parser(installed: InstalledCommands) -> argparse.ArgumentParser:
             missing[name] = MissingCommandError(name, unfit, install=_reinstall(command))
             continue
         supplied = sub.add_parser(name, help=command.help, description=command.description)
-        _assistant_options(supplied)
+        runs_flow = getattr(command, "runs_flow", True)  # (False: no FLOW, no --model)
+        _assistant_options(supplied, flow=runs_flow, model=runs_flow)
         command.add_arguments(supplied)
         supplied.set_defaults(func=functools.partial(_cmd_supplied, command=command))
     for name, problem in missing.items():

@@ -6,7 +6,7 @@ entry point when it builds its parser. An entry named like no command of the cor
 command of its own (:class:`Command`: ``voxflow serve``, or a fourth transport's); an
 entry named ``chat`` or ``demo`` is the voice mode of that core command
 (:class:`CommandMode`: ``chat --voice``, ``demo``'s voice call). ``voxflow-adapters``
-declares all three:
+declares all four:
 
 ========== ==================================== ===============================
 name       what it is                           the extra that installs it
@@ -14,6 +14,7 @@ name       what it is                           the extra that installs it
 ``chat``   the mode of ``chat --voice``         ``voxflow[local]``
 ``serve``  the command ``serve``                ``voxflow[webrtc]``
 ``demo``   the mode of ``demo``'s voice call    ``voxflow[voice]``
+``status`` the command ``status``               ``voxflow[voice,postgres]``
 ========== ==================================== ===============================
 
 A package that provides a command adds, in its ``pyproject.toml``::
@@ -64,7 +65,8 @@ COMMAND_GROUP = "voxflow.commands"
 MODES = ("chat", "demo")
 """The core commands whose voice mode an entry point of the group supplies."""
 
-_EXTRA: dict[str, str] = {"chat": "local", "serve": "webrtc", "demo": "voice"}
+_EXTRA: dict[str, str] = {"chat": "local", "serve": "webrtc", "demo": "voice",
+                          "status": "voice,postgres"}
 
 
 class UsageError(Exception):
@@ -133,7 +135,11 @@ class CommandLine(Protocol):
 
 
 class Command(Protocol):
-    """A command of its own (``voxflow <name>``), supplied by an installed package."""
+    """A command of its own (``voxflow <name>``), supplied by an installed package.
+
+    A command that runs no flow (``voxflow status``) sets ``runs_flow = False``: it gets
+    ``--log-level`` and ``--log-format``, not ``FLOW`` and ``--model``.
+    """
 
     @property
     def help(self) -> str:

@@ -202,7 +202,7 @@ def test_the_monitoring_block_serves_a_call_prometheus_reads_back(
             assert get(f"http://{where}/health") == (200, '{"status": "ok"}\n')
             assert get(f"http://{where}/metrics")[0] == 401  # the token guards it
             assert get(f"http://{where}/metrics", token)[0] == 200
-        latencies = asyncio.run(call(voice_engines, door_port))
+        latencies, fleet = asyncio.run(call(voice_engines, door_port, env, tmp_path))
         # Prometheus scrapes every 5 s (the README's interval): the call's end shows
         worker, door, jobs = instance["--worker"], instance["--front-door"], instance["jobs"]
         api.wait(f'voxflow_calls_ended_total{{instance="{worker}"}}', 1)
@@ -230,14 +230,27 @@ def test_the_monitoring_block_serves_a_call_prometheus_reads_back(
         median = api.value("histogram_quantile(0.5, sum by (le) "
                            f'(voxflow_voice_to_voice_seconds_bucket{{instance="{worker}"}}))')
         assert median is not None and 0 < median <= LATENCY_BUCKETS[-1]
+    # `voxflow status` during the call: the worker, its one call, the job worker, the job
+    during, after = fleet
+    [row] = during["workers"]
+    assert (row["slots"], row["used"], row["draining"]) == (4, 1, False)
+    assert row["heartbeat_age"] < 5
+    [live] = during["calls"]
+    assert live["worker_id"] == row["worker_id"] and live["call_id"] == during["caller"]
+    assert len(during["job_workers"]) == 1
+    assert after["jobs"]["jobs"]["succeeded"] == 1 and after["pending_jobs"] == []
 
 
-async def call(engines: VoiceEngines, port: int) -> list[float]:
+async def call(engines: VoiceEngines, port: int, env: dict[str, str], cwd: Path
+               ) -> tuple[list[float], tuple[dict[str, Any], dict[str, Any]]]:
     """One call through the front door: the order question, its answer and the job
     worker's announcement, a hang-up; the voice to voice (ms) of each answered turn, as
-    the page's latency messages said."""
+    the page's latency messages said, and ``voxflow status --json`` during the call and
+    once the job is done."""
     async with LoopbackCaller(f"http://127.0.0.1:{port}", PAGE_TOKEN) as caller:
         await caller.wait_message("hello", within=60)
+        during = await asyncio.to_thread(status, env, cwd)
+        during["caller"] = caller.call_id
         caller.say(say(engines, "Where is my order?"))
         await caller.wait_message("reply_done", within=120)
         await caller.wait_for(
@@ -247,10 +260,20 @@ async def call(engines: VoiceEngines, port: int) -> list[float]:
                             if SHIPPED in m["text"])
         await caller.wait_message("reply_done", within=120, delivery_id=announcement)
         await caller.wait_message("latency", within=30)
+        after = await asyncio.to_thread(status, env, cwd)
         caller.send({"v": 1, "type": "hangup"})
         await caller.wait_message("bye", within=30)
         return [m["first_audio_ms"] for m in caller.of_type("latency")
-                if m["first_audio_ms"] is not None]
+                if m["first_audio_ms"] is not None], (during, after)
+
+
+def status(env: dict[str, str], cwd: Path) -> dict[str, Any]:
+    """``voxflow status --json`` of the deployment."""
+    done = subprocess.run(["voxflow", "status", "--json"], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    found: dict[str, Any] = json.loads(done.stdout)
+    return found
 
 
 def wait_until(ready: Any, within: float, what: str) -> None:

@@ -83,6 +83,7 @@ def test_the_voice_commands_come_from_the_adapters_wheel(
         ("chat", "voxflow_adapters.commands:voice_chat", "voxflow-adapters"),
         ("demo", "voxflow_adapters.commands:voice_demo", "voxflow-adapters"),
         ("serve", "voxflow_adapters.commands:serve", "voxflow-adapters"),
+        ("status", "voxflow_adapters.commands:status", "voxflow-adapters"),
     ]))
     # voxflow[voice] has the adapters without the `local` extra (sounddevice): named
     chat = voxflow(installed_voxflow, "chat", "--voice", cwd=empty_dir, timeout=120)

@@ -24,8 +24,8 @@ from voxflow.commands import (
 )
 from voxflow.settings import Settings
 
-__all__ = ["ServeCommand", "VoiceChatMode", "VoiceDemoMode", "serve", "voice_chat",
-           "voice_demo"]
+__all__ = ["ServeCommand", "StatusCommand", "VoiceChatMode", "VoiceDemoMode", "serve",
+           "status", "voice_chat", "voice_demo"]
 
 
 class ServeCommand:
@@ -199,6 +199,48 @@ def _check_listen(host: str, port: int) -> None:
                              ) from None
 
 
+class StatusCommand:
+    """``voxflow status``: the deployment of ``VOXFLOW_DATABASE_URL`` as its database
+    sees it (:mod:`voxflow_adapters.hosting.fleet`)."""
+
+    help = "the call workers, calls, job workers and jobs of a deployment (PostgreSQL)"
+    description = ("List the call workers (slots, calls, heartbeats), the calls in progress, "
+                   "the job workers and the jobs of the deployment whose database is "
+                   "VOXFLOW_DATABASE_URL. Reads only.")
+    runs_flow = False
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        """``--json`` and ``--stale-after``."""
+        parser.add_argument("--json", action="store_true", help="print it as JSON")
+        parser.add_argument("--stale-after", type=float, default=None, metavar="SECONDS",
+                            help="a call worker silent this long is shown stale, 1 to 86400 "
+                                 "(default: 5, the workers' own)")
+
+    def run(self, args: argparse.Namespace, cli: CommandLine) -> int:
+        """Read the tables once and print them; 1 when the database cannot be read."""
+        import sys  # (only the commands that print errors themselves need it)
+
+        settings = cli.settings()
+        if settings.database_url is None:
+            raise UsageError("voxflow status reads the deployment's database: set "
+                             "VOXFLOW_DATABASE_URL=postgresql://user@host:5432/database "
+                             "(the one its front doors and workers use)")
+        stale_after = check_seconds(5.0 if args.stale_after is None else args.stale_after,
+                                    "--stale-after", 1.0, 86400.0)
+        from voxflow.errors import VoxflowError  # (light: the core's errors)
+
+        from .hosting.fleet import read_fleet, render_fleet  # psycopg: only to read it
+
+        try:
+            fleet = read_fleet(settings.database_url.get_secret_value(),
+                               stale_after=stale_after)
+        except VoxflowError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 1
+        print(fleet.model_dump_json(indent=2) if args.json else render_fleet(fleet))
+        return 0
+
+
 class VoiceChatMode:
     """``voxflow chat --voice``: the microphone and speakers
     (:mod:`voxflow_adapters.local.chat`)."""
@@ -269,5 +311,6 @@ def _script_wavs(folder: Path, lines: Sequence[str]) -> None:
 
 
 serve = ServeCommand()
+status = StatusCommand()
 voice_chat = VoiceChatMode()
 voice_demo = VoiceDemoMode()
