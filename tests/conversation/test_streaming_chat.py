@@ -386,3 +386,52 @@ async def test_trace_times_are_read_on_the_flow_clock() -> None:
     assert turn.end - turn.start == pytest.approx(1.5, abs=1e-6)
     assert batch.finished_at - turn.end == pytest.approx(0.25, abs=1e-6)
     assert abs(turn.start - time.time()) < 3600  # Unix seconds, as OpenTelemetry takes
+
+
+_BREAKS_OUT = """
+import sys
+from voxflow import ConversationConfig, ConversationState, Flow, persist
+from voxflow.llm import LLM
+
+REPLY = "Hello there, this is a streamed answer in several chunks."
+
+@persist
+@ConversationConfig(llm=LLM("openai/gpt-4o-mini", mock_response=REPLY, mock_delay=0.3))
+class Chatty(Flow[ConversationState]):
+    pass
+
+for leave_at in sys.argv[1:]:
+    stream = Chatty().stream_turn("hi", session_id=f"left-at-{leave_at}")
+    for frame in stream:
+        if frame.type == leave_at:
+            break  # no close(), no wait(): the script ends after the last one
+    print("left the loop", flush=True)
+"""
+
+LEAVE_AT = ["conversation_turn_started", "llm_call_started", "llm_stream_chunk"]
+
+
+def test_a_sync_stream_left_without_close_still_stores_its_turn_and_prints_nothing(
+    default_store: Any
+) -> None:
+    # The turn's thread was a daemon: the interpreter froze it at exit mid-turn, so
+    # nothing was stored, a frozen thread holding the import lock hung the exit
+    # forever, or "Event loop is closed" was printed. The process now waits for the turn.
+    import subprocess
+    import sys
+
+    from tests.stores import default_env
+
+    root = Path(__file__).resolve().parents[2]
+    result = subprocess.run(
+        [sys.executable, "-c", _BREAKS_OUT, *LEAVE_AT], cwd=root, capture_output=True,
+        text=True, timeout=300, env={**default_env(default_store), "PYTHONPATH": str(root)})
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "left the loop\n" * 3
+    assert result.stderr == ""
+    for leave_at in LEAVE_AT:
+        stored = default_store.load_state(f"left-at-{leave_at}")
+        assert stored is not None, leave_at
+        assert [(m["role"], m["content"]) for m in stored["messages"]] == [
+            ("user", "hi"),
+            ("assistant", "Hello there, this is a streamed answer in several chunks.")]

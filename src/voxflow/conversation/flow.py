@@ -183,6 +183,10 @@ class Flow(FlowCore[StateT], layer=True, parts=(Conversation,)):
         (``llm_call_started``, ``llm_stream_chunk``..., ``llm_call_completed``), tool
         frames, ``conversation_message_added`` (assistant), ``conversation_turn_completed``.
         ``with stream: for frame in stream.events: ...``; then ``stream.result``.
+
+        The turn runs to its end even when the frames stop being read (a ``break``
+        without ``close()``): the process waits for it before exiting, so a persisted
+        turn is stored whole.
         """
         conversation = self.conversation
         request = conversation.turn_request(

@@ -10,6 +10,11 @@ From sync ``kickoff()`` the run happens on its own thread and frames are read wi
 ``for frame in session`` (or ``session.events``); from ``kickoff_async()`` it is a task on
 the caller's loop, read with ``async for frame in session``. Use the session as a
 (async) context manager: leaving it waits for the run (sync) or cancels it (async).
+
+A sync run always runs to its end, whoever reads it: a reader that leaves the loop
+early (``break``, without ``close()``) leaves the run going on its thread (a thread
+cannot be interrupted), the frames it no longer reads are dropped with the session, and
+the process waits for the run before it exits, so a persisted turn is stored whole.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ import asyncio
 import contextvars
 import queue
 import threading
+import weakref
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -63,6 +69,37 @@ def frame_from_event(event: FlowEvent, channel: str | None = None) -> StreamFram
         channel = "method" if kind.startswith("method_") else "flow"
     data = {name: getattr(event, name) for name in type(event).model_fields if name != "kind"}
     return StreamFrame(channel=channel, type=kind, data=data)
+
+
+_runs: weakref.WeakSet[threading.Thread] = weakref.WeakSet()
+_runs_lock = threading.Lock()
+_waits_at_exit = False
+
+
+def _wait_for_runs_at_exit(thread: threading.Thread) -> None:
+    """Have the interpreter's exit wait for ``thread`` (a sync run) *before* it shuts
+    the thread pools down: the run still needs them (``asyncio.to_thread``, litellm), and
+    ``concurrent.futures`` refuses new work from its own exit hook on ("cannot schedule
+    new futures after shutdown"), which runs before non-daemon threads are joined."""
+    global _waits_at_exit
+    with _runs_lock:
+        _runs.add(thread)
+        if _waits_at_exit:
+            return
+        _waits_at_exit = True
+        # CPython calls these hooks in reverse order of registration: registered after
+        # the pools' own (imported here first), ours waits while the pools still work.
+        import concurrent.futures.thread  # noqa: F401
+
+        register = getattr(threading, "_register_atexit", None)
+        if register is not None:
+            register(_join_runs)
+
+
+def _join_runs() -> None:
+    for thread in list(_runs):
+        if thread is not threading.current_thread():
+            thread.join()
 
 
 class StreamSession:
@@ -123,9 +160,14 @@ class StreamSession:
                 session._finish(result, None)
 
         ctx = contextvars.copy_context()
+        # Not a daemon: a reader that stops reading (a ``break`` without ``close()``)
+        # leaves the run going, and the interpreter waits for it at exit
+        # (_wait_for_runs_at_exit). A daemon thread was frozen mid-run there: its turn
+        # never saved, and a frozen thread holding the import lock hung the exit.
         session._thread = threading.Thread(
-            target=ctx.run, args=(run,), name="voxflow-stream", daemon=True
+            target=ctx.run, args=(run,), name="voxflow-stream", daemon=False
         )
+        _wait_for_runs_at_exit(session._thread)
         session._thread.start()
         return session
 
