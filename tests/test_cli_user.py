@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from voxflow.bench import meets_target
-from voxflow.doctor import run_checks
+from voxflow.cli.bench import meets_target
+from voxflow.cli.doctor import run_checks
 from voxflow.settings import Settings
 
 pytestmark = pytest.mark.unit
@@ -454,7 +454,7 @@ def test_doctor_never_cuts_a_fix_or_a_detail_at_80_columns() -> None:
 
     from rich.console import Console
 
-    from voxflow.doctor import Check, doctor_table
+    from voxflow.cli.doctor import Check, doctor_table
 
     checks = [
         Check("Whisper base, part 1 (optional STT)", "warning", "not installed",
@@ -494,13 +494,13 @@ def test_bench_outside_a_checkout_fails_saying_where_the_benchmarks_are(
 ) -> None:
     # Installed from wheels (no benchmarks/ above the package, none here): not bad usage
     # (exit 2) but a command that cannot run in this install (exit 1), saying where.
-    import voxflow.bench
+    import voxflow.cli.bench
     from voxflow.cli import main
 
-    monkeypatch.setattr(voxflow.bench, "default_benchmark_dir", lambda: None)
+    monkeypatch.setattr(voxflow.cli.bench, "default_benchmark_dir", lambda: None)
     assert main(["bench", "--list"]) == 1
     (line,) = capsys.readouterr().err.strip().splitlines()
-    assert line == f"error: {voxflow.bench.NOT_IN_A_CHECKOUT}"
+    assert line == f"error: {voxflow.cli.bench.NOT_IN_A_CHECKOUT}"
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     (row,) = [r for r in readme.splitlines() if r.startswith("| `voxflow bench ")]
     assert "The wheels ship no benchmarks" in row  # the README says where it works
@@ -657,7 +657,7 @@ def test_variables_shared_by_every_process_are_not_refused_as_options() -> None:
 def test_bench_finds_the_checkouts_benchmarks_from_a_subfolder_or_says_where_they_live(
     tmp_path: Path,
 ) -> None:
-    from voxflow.bench import NOT_IN_A_CHECKOUT, default_benchmark_dir
+    from voxflow.cli.bench import NOT_IN_A_CHECKOUT, default_benchmark_dir
 
     assert default_benchmark_dir(cwd=ROOT / "voice" / "src") == ROOT / "benchmarks"
     # installed from wheels: site-packages has no benchmarks/ above it

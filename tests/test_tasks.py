@@ -1,4 +1,4 @@
-"""Block-scoped tasks (voxflow._tasks): cancelled and waited for when the block ends, the
+"""Block-scoped tasks (voxflow.tasks): cancelled and waited for when the block ends, the
 block's exception unwrapped, the helper's own failure never lost."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from collections.abc import Awaitable, Callable
 
 import pytest
 
-from voxflow._tasks import background, cancel_and_wait
+from voxflow.tasks import background, cancel_and_wait
 
 pytestmark = pytest.mark.unit
 
@@ -53,7 +53,7 @@ async def test_with_both_failing_the_blocks_goes_on_and_the_helpers_is_logged(
     async def helper() -> None:
         raise RuntimeError("helper broke")
 
-    with caplog.at_level(logging.ERROR, logger="voxflow._tasks"), pytest.raises(KeyError):
+    with caplog.at_level(logging.ERROR, logger="voxflow.tasks"), pytest.raises(KeyError):
         async with background(helper(), name="the-helper"):
             await asyncio.sleep(0.01)
             raise KeyError("block")
@@ -68,7 +68,7 @@ async def test_a_failure_the_block_awaited_and_raised_is_not_logged_twice(
     async def helper() -> None:
         raise ValueError("helper")
 
-    with caplog.at_level(logging.ERROR, logger="voxflow._tasks"), pytest.raises(ValueError):
+    with caplog.at_level(logging.ERROR, logger="voxflow.tasks"), pytest.raises(ValueError):
         async with background(helper(), name="helper") as task:
             await task  # the block raises the helper's failure itself
     assert not caplog.records  # whoever handles the ValueError reports it, once
@@ -109,7 +109,7 @@ async def test_a_helper_failing_while_its_owner_is_cancelled_is_logged_not_lost(
     async def block() -> None:
         pass
 
-    with caplog.at_level(logging.ERROR, logger="voxflow._tasks"):
+    with caplog.at_level(logging.ERROR, logger="voxflow.tasks"):
         await cancel_the_owner_while_the_helper_ends(block, OSError("cleanup failed"))
     assert [r.getMessage() for r in caplog.records] == ["slow helper failed as its block ended"]
     assert isinstance(caplog.records[0].exc_info[1], OSError)  # type: ignore[index]
@@ -121,7 +121,7 @@ async def test_a_block_failure_replaced_by_a_cancellation_is_logged(
     async def block() -> None:
         raise KeyError("the block's own failure")
 
-    with caplog.at_level(logging.ERROR, logger="voxflow._tasks"):
+    with caplog.at_level(logging.ERROR, logger="voxflow.tasks"):
         await cancel_the_owner_while_the_helper_ends(block, None)
     (record,) = caplog.records
     assert "slow helper" in record.getMessage()

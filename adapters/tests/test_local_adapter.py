@@ -36,10 +36,10 @@ from voxflow_voice.transport import (
     PlaybackReceipt,
 )
 
-from voxflow._tasks import background
 from voxflow.clock import VirtualClock
 from voxflow.errors import AudioBackendError, AudioDeviceError, ResourceClosedError
 from voxflow.ids import DeliveryId
+from voxflow.tasks import background
 
 
 @dataclass

@@ -102,7 +102,7 @@ async def test_barge_in_during_generation_closes_the_provider_stream(
 
 
 async def test_a_failed_provider_call_ends_the_turn_not_the_call(engines: VoiceEngines) -> None:
-    # retries=0: a failure that outlasts voxflow.llm_policy's retries (2 by default)
+    # retries=0: a failure that outlasts voxflow.llm.policy's retries (2 by default)
     llm = ScriptedLLM(fail(status=503), "Yes, I am still here.", retries=0)
     turns = TurnRunner(chat_flow(llm))
     script = CallScript().user_says(0.3, "What is the time?").user_says(4.0, "Are you still there?")

@@ -19,11 +19,11 @@ import psycopg
 import pytest
 from voxflow_adapters.hosting.dispatch import DispatchStore
 
-from voxflow._pg_schema import relations_of
 from voxflow.flow._item_rows import PG_SCHEMA
 from voxflow.flow.postgres import PostgresFlowPersistence
 from voxflow.jobs import JobInbox, PostgresJobQueue
 from voxflow.jobs.inbox import INBOX_SCHEMA
+from voxflow.pg_schema import relations_of
 from voxflow.settings import connection_options, database_schema
 
 pytestmark = pytest.mark.unit

@@ -43,8 +43,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from voxflow._litellm import load_litellm
 from voxflow.errors import InputFileError
+from voxflow.llm._litellm import load_litellm
 from voxflow.paths import default_data_dir
 
 __all__ = [

@@ -26,9 +26,9 @@ from hypothesis import strategies as st
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # never fetch it (no network)
 from litellm.exceptions import BadRequestError, RateLimitError
 
-from voxflow import llm_policy
 from voxflow.errors import ProviderError
 from voxflow.llm import LLM
+from voxflow.llm import policy as llm_policy
 
 pytestmark = pytest.mark.unit
 

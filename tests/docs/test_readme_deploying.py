@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from voxflow.cli import _CORE_COMMANDS, _parser, main
+from voxflow.cli.app import _CORE_COMMANDS, _parser, main
 from voxflow.commands import installed_commands
 
 README = Path(__file__).resolve().parents[2] / "README.md"

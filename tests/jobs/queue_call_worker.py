@@ -11,9 +11,9 @@ import asyncio
 import sys
 
 from voxflow import persist
-from voxflow._loader import load_flow_class
 from voxflow.flow.postgres import PostgresFlowPersistence
 from voxflow.jobs import PostgresJobQueue
+from voxflow.loader import load_flow_class
 from voxflow.wiring import AssistantWiring
 
 

@@ -132,8 +132,8 @@ async def test_a_call_worker_and_a_job_worker_given_only_the_url_run_a_job_in_it
     schema: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from voxflow import persist
-    from voxflow._loader import load_flow_class
     from voxflow.flow.persistence import default_persistence
+    from voxflow.loader import load_flow_class
     from voxflow.wiring import AssistantWiring
 
     url = with_options(PG_URL, f"-csearch_path={schema}")

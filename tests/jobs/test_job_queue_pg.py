@@ -56,7 +56,7 @@ pytestmark = pytest.mark.unit
 async def test_a_job_started_in_a_call_runs_in_a_job_worker_process_and_is_announced_once(
     schema: str, queue: PostgresJobQueue
 ) -> None:
-    from voxflow._loader import load_flow_class
+    from voxflow.loader import load_flow_class
 
     Travel = load_flow_class(FLOW)
     worker = start_job_worker(schema)
@@ -91,8 +91,8 @@ async def test_a_queued_job_survives_the_death_of_the_call_worker_that_started_i
     schema: str, queue: PostgresJobQueue
 ) -> None:
     from voxflow import persist
-    from voxflow._loader import load_flow_class
     from voxflow.flow.postgres import PostgresFlowPersistence
+    from voxflow.loader import load_flow_class
 
     call_worker = start_call_worker(schema)
     try:
@@ -748,7 +748,7 @@ class _ThreadRecordingQueue(PostgresJobQueue):
 async def test_a_job_started_from_an_async_handler_is_queued_off_the_event_loop(
     schema: str,
 ) -> None:
-    from voxflow._loader import load_flow_class
+    from voxflow.loader import load_flow_class
 
     queue = _ThreadRecordingQueue(PG_URL, schema=schema)
     queue.threads = []
@@ -771,7 +771,7 @@ async def test_a_job_started_from_an_async_handler_is_queued_off_the_event_loop(
 
 
 async def test_a_job_an_async_handler_could_not_queue_is_recorded_failed(schema: str) -> None:
-    from voxflow._loader import load_flow_class
+    from voxflow.loader import load_flow_class
 
     queue = PostgresJobQueue(PG_URL, schema=schema)
     await queue.migrate()
@@ -795,8 +795,8 @@ async def test_inbox_rows_are_saved_with_a_persisted_flow_before_they_are_acknow
     queue: PostgresJobQueue, tmp_path: Path
 ) -> None:
     from voxflow import persist
-    from voxflow._loader import load_flow_class
     from voxflow.flow.persistence import SQLiteFlowPersistence
+    from voxflow.loader import load_flow_class
 
     store = SQLiteFlowPersistence(tmp_path / "calls.db")
     saved = persist(store)(type("SavedTravel", (load_flow_class(FLOW),), {}))
@@ -842,8 +842,8 @@ async def test_a_turn_never_stores_a_queued_job_before_it_is_in_the_queue(
     would leave a stored ``queued`` job nothing ever runs). Checked at the moment of the
     window: whatever the store holds then, each ``queued`` job in it is in the queue."""
     from voxflow import persist
-    from voxflow._loader import load_flow_class
     from voxflow.flow.persistence import SQLiteFlowPersistence
+    from voxflow.loader import load_flow_class
 
     queue = _GatedQueue(PG_URL, schema=schema)
     queue.entered, queue.gate = threading.Event(), threading.Event()
@@ -896,8 +896,8 @@ async def test_a_job_that_could_not_be_queued_is_never_stored_queued(
     """The enqueue fails (the database went away): the turn's save refuses the state
     naming a queued job that is not in the queue; the job's failure is stored next."""
     from voxflow import persist
-    from voxflow._loader import load_flow_class
     from voxflow.flow.persistence import SQLiteFlowPersistence
+    from voxflow.loader import load_flow_class
 
     queue = PostgresJobQueue(PG_URL, schema=schema)
     await queue.migrate()

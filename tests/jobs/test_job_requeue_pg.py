@@ -14,10 +14,10 @@ import pytest
 
 from tests.jobs.queue_kit import FLOW, owner_state, start_job_worker, stop, wait_for
 from voxflow import persist
-from voxflow._loader import load_flow_class
 from voxflow.flow.persistence import SQLiteFlowPersistence
 from voxflow.jobs import BackgroundJob, PostgresJobQueue, add_job
 from voxflow.jobs.queue import TASK_NAME
+from voxflow.loader import load_flow_class
 from voxflow.wiring import AssistantWiring
 
 pytestmark = pytest.mark.unit

@@ -54,7 +54,7 @@ async def test_the_pace_is_the_scripted_one() -> None:
 
 async def test_a_failure_is_a_provider_error_retryable_by_its_status() -> None:
     llm = ScriptedLLM(fail(status=503), fail(status=400, partial="I was saying"), "Back.",
-                      retries=0)  # each failure surfaces (voxflow.llm_policy retries 2 by default)
+                      retries=0)  # each failure surfaces (voxflow.llm.policy retries 2 by default)
     events: list[LLMEvent] = []
     with observe_llm(events.append), pytest.raises(ProviderError) as down:
         await llm.acall("hi", stream=True)

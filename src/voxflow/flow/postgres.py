@@ -25,10 +25,10 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from voxflow._pg_schema import ensure_tables
 from voxflow.errors import PersistenceUnavailableError
 from voxflow.flow._item_rows import PG_SCHEMA, Conn, Cursor
 from voxflow.flow._row_store import RowStore
+from voxflow.pg_schema import ensure_tables
 from voxflow.settings import (
     DATABASE_URL_VARIABLE,
     check_database_url,

@@ -40,11 +40,11 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
-from voxflow._pg_schema import aensure_tables
 from voxflow.errors import JobPayloadError, PersistenceUnavailableError
 from voxflow.ids import JobId, SessionId
 from voxflow.jobs.background import BackgroundJob, commit_progress
 from voxflow.jobs.records import JobState, JobUpdate, begin_attempt, commit_job_update
+from voxflow.pg_schema import aensure_tables
 from voxflow.settings import (
     DATABASE_URL_VARIABLE,
     check_database_url,

@@ -45,13 +45,13 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError, field_validator
 
-from voxflow._pg_schema import ensure_tables
 from voxflow.clock import Clock, MonotonicClock
 from voxflow.errors import JobPayloadError, PersistenceUnavailableError
 from voxflow.ids import JobId, SessionId, TurnId
 from voxflow.jobs.background import BackgroundJob, JobContext, job_function
 from voxflow.jobs.inbox import INBOX_SCHEMA, JobInbox
 from voxflow.jobs.records import JobUpdate, JobUpdateKind
+from voxflow.pg_schema import ensure_tables
 from voxflow.settings import (
     Settings,
     check_database_url,

@@ -46,9 +46,9 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from voxflow._litellm import load_litellm
 from voxflow.clock import Clock
 from voxflow.llm import LLM
+from voxflow.llm._litellm import load_litellm
 
 __all__ = [
     "PROVIDER",

@@ -32,8 +32,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from voxflow._tasks import background
 from voxflow.ids import DeliveryId
+from voxflow.tasks import background
 
 from .audio import AudioChunk
 from .transport import (

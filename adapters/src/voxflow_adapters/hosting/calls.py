@@ -34,13 +34,13 @@ from voxflow_voice.session import VoiceSession, VoiceSettings
 from voxflow_voice.session.wiring import assistant_session
 from voxflow_voice.transport import AudioTransport
 
-from voxflow._tasks import cancel_and_wait
 from voxflow.clock import Clock
 from voxflow.demo import load_example_module
 from voxflow.errors import FencedWriteError
 from voxflow.ids import SessionId
 from voxflow.jobs import JobRunner, PostgresJobQueue
 from voxflow.settings import Settings
+from voxflow.tasks import cancel_and_wait
 from voxflow.wiring import AssistantWiring
 
 from .resume import HeardJournal, issue_resume_token, settle_dropped_replies

@@ -37,8 +37,8 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from voxflow._pg_schema import aensure_tables
 from voxflow.errors import VoxflowError
+from voxflow.pg_schema import aensure_tables
 from voxflow.settings import (
     DATABASE_URL_VARIABLE,
     check_database_url,

@@ -38,10 +38,10 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
-from voxflow._tasks import cancel_and_wait
 from voxflow.errors import FencedWriteError, SessionLeaseError
 from voxflow.flow.persistence import SessionLease
 from voxflow.ids import SessionId
+from voxflow.tasks import cancel_and_wait
 
 __all__ = ["DEFAULT_LEASE_SECONDS", "OwnerDead", "OwnershipWatch", "SessionBusyError",
            "SessionOwnership"]

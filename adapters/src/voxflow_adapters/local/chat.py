@@ -51,12 +51,12 @@ from voxflow_voice.events import (
 from voxflow_voice.session import VoiceSession, VoiceSettings
 from voxflow_voice.session.wiring import assistant_session
 
-from voxflow._loader import load_flow
-from voxflow._tasks import background
 from voxflow.clock import Clock
 from voxflow.demo import load_example_module
 from voxflow.errors import AudioBackendError, AudioDeviceError, ConversationModeError, VoxflowError
+from voxflow.loader import load_flow
 from voxflow.settings import Settings
+from voxflow.tasks import background
 from voxflow.wiring import AssistantWiring
 
 from .backend import SoundDeviceBackend, StreamBackend

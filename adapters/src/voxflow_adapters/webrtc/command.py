@@ -17,10 +17,10 @@ from pathlib import Path
 from pydantic import ValidationError
 from voxflow_voice.engines import VoiceEngines
 
-from voxflow._loader import load_flow_class
 from voxflow.errors import VoxflowError
 from voxflow.flow.persistence import default_data_dir, default_persistence
 from voxflow.jobs import PostgresJobQueue, default_job_queue
+from voxflow.loader import load_flow_class
 from voxflow.monitoring import Monitor, MonitoringError
 from voxflow.settings import DATABASE_URL_VARIABLE, Settings
 

@@ -288,7 +288,7 @@ class SpeculativeReplies:
     ) -> bool:
         """Generate with the audio held; on the verdict release it (True) or drop it and
         roll the turn back (False)."""
-        # Not voxflow._tasks.background(): a dropped reply's generation is cancelled
+        # Not voxflow.tasks.background(): a dropped reply's generation is cancelled
         # before its audio is fenced and its failure only logged (_drop), while a kept
         # reply's generation runs on and its failure is the turn's.
         generation = asyncio.create_task(

@@ -37,10 +37,10 @@ from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-from voxflow._tasks import background
 from voxflow.clock import Clock, VirtualClock
 from voxflow.ids import DeliveryId, SessionId, TurnId
 from voxflow.replies import ReplyQueue, record_announcement
+from voxflow.tasks import background
 from voxflow.turns import ReplyEvent, TurnRunner
 
 from ..audio import AudioChunk

@@ -29,7 +29,7 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .commands import (
+from ..commands import (
     MODES,
     Command,
     CommandMode,
@@ -40,11 +40,11 @@ from .commands import (
     check_seconds,
     installed_commands,
 )
-from .errors import VoxflowError
-from .settings import Settings, SettingsError
+from ..errors import VoxflowError
+from ..settings import Settings, SettingsError
 
 if TYPE_CHECKING:
-    from .monitoring import Monitor
+    from ..monitoring import Monitor
 
 __all__ = ["main"]
 
@@ -110,8 +110,8 @@ def _settings(args: argparse.Namespace, *, log_level: str | None = None) -> Sett
         UsageError: a variable or option is invalid.
     """
     # here, as in every command: the CLI loads only what the command runs (fast --help)
-    from .llm_policy import set_llm_defaults
-    from .logs import configure_logging
+    from ..llm.policy import set_llm_defaults
+    from ..logs import configure_logging
 
     try:
         settings = Settings.from_env()
@@ -148,7 +148,7 @@ def _check_assistant(
     flow = getattr(args, "flow", None)
     model = settings.model
     if flow is not None:
-        from ._loader import load_flow_class  # here: a command loads only what it runs
+        from ..loader import load_flow_class  # here: a command loads only what it runs
 
         try:
             flow_cls = load_flow_class(flow)
@@ -158,7 +158,7 @@ def _check_assistant(
             raise UsageError(f"{flow} is not a conversational flow: set `conversational = True`"
                              " on the class (see the README's Conversational flows)")
         if voice:
-            from .turns import TurnState  # here: a command loads only what it runs
+            from ..turns import TurnState  # here: a command loads only what it runs
 
             state = flow_cls._state_type()
             if state is not None and not issubclass(state, TurnState):
@@ -173,7 +173,7 @@ def _check_assistant(
                     "--model, or remove the flow's llm=")
             model = None  # VOXFLOW_MODEL is a default: the flow's own LLM wins
     if model is not None:
-        from .llm_policy import missing_credentials  # here: a command loads only what it runs
+        from ..llm.policy import missing_credentials  # here: a command loads only what it runs
 
         missing = missing_credentials(model, {})
         if missing:
@@ -239,7 +239,7 @@ def _writable_folder(path: Path, option: str) -> None:
 def _cmd_demo(
     args: argparse.Namespace, *, voice: CommandMode | None, missing: MissingCommandError | None,
 ) -> int:
-    from .demo import run_text_demo  # here: a command loads only what it runs
+    from ..demo import run_text_demo  # here: a command loads only what it runs
 
     settings = _settings(args)
     model = _check_assistant(args, settings)
@@ -311,7 +311,7 @@ def _cmd_jobs_worker(args: argparse.Namespace) -> int:
     _check_assistant(args, settings)  # imports FLOW: its module declares the job functions
     if args.flow is None:
         import voxflow.examples.assistant  # noqa: F401  # the example assistant's jobs
-    from .jobs.queue import PostgresJobQueue  # here: a command loads only what it runs
+    from ..jobs.queue import PostgresJobQueue  # here: a command loads only what it runs
 
     # the schema is the URL's (its search_path's first): the one the call workers use
     queue = PostgresJobQueue(settings.database_url.get_secret_value())
@@ -322,7 +322,7 @@ def _cmd_jobs_worker(args: argparse.Namespace) -> int:
             await queue.run_worker(concurrency=args.concurrency, heartbeat=heartbeat,
                                    stalled_after=stalled, install_signal_handlers=True)
             return
-        from .jobs.metrics import watch_queue  # here: prometheus_client, only when asked
+        from ..jobs.metrics import watch_queue  # here: prometheus_client, only when asked
 
         watch_queue(monitor.registry, queue.statistics)
 
@@ -351,7 +351,7 @@ def _monitor(settings: Settings, role: str) -> Monitor | None:
     """
     if settings.metrics_port is None:
         return None
-    from .monitoring import Monitor, MonitoringError  # here: only with --metrics-port
+    from ..monitoring import Monitor, MonitoringError  # here: only with --metrics-port
 
     token = settings.metrics_token
     try:
@@ -618,6 +618,3 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_INTERRUPTED
     return code
 
-
-if __name__ == "__main__":
-    raise SystemExit(main())

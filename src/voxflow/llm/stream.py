@@ -1,7 +1,7 @@
 """A streamed completion: :class:`LLMStream`, what :meth:`voxflow.llm.LLM.astream` returns.
 
-It emits the call's events (:mod:`voxflow.llm_events`) as it goes, retries a transient
-failure before the first token with the call's :class:`~voxflow._llm_attempts.Attempts`,
+It emits the call's events (:mod:`voxflow.llm.events`) as it goes, retries a transient
+failure before the first token with the call's :class:`~voxflow.llm._attempts.Attempts`,
 and always closes the provider stream (on exhaustion, an early exit or a cancel).
 """
 
@@ -12,11 +12,11 @@ from collections.abc import AsyncIterator, Callable
 from types import TracebackType
 from typing import Any
 
-from voxflow._litellm import load_litellm
-from voxflow._llm_attempts import Attempts, cause_of
 from voxflow.errors import ProviderError
-from voxflow.llm_events import LLMEvent, current_agent, emit_llm_event, new_call_id
-from voxflow.llm_messages import LLMResponse, ToolCall, parse_response
+from voxflow.llm._attempts import Attempts, cause_of
+from voxflow.llm._litellm import load_litellm
+from voxflow.llm.events import LLMEvent, current_agent, emit_llm_event, new_call_id
+from voxflow.llm.messages import LLMResponse, ToolCall, parse_response
 
 __all__ = ["LLMStream"]
 
@@ -25,7 +25,7 @@ class LLMStream:
     """An in-flight streamed completion; an async iterator of text deltas.
 
     Use it as an async context manager so the provider stream is always closed. A
-    transient failure before the first token is retried (:mod:`voxflow.llm_policy`); one
+    transient failure before the first token is retried (:mod:`voxflow.llm.policy`); one
     after it ends the stream with :class:`~voxflow.errors.ProviderError`.
     """
 

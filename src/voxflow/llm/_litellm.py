@@ -1,7 +1,7 @@
 """Loading litellm: on first use, quietly, never fetching anything at import.
 
 Its own module so that the LLM client (:mod:`voxflow.llm`), its policy
-(:mod:`voxflow.llm_policy`), file parts and the test kit share one loader without
+(:mod:`voxflow.llm.policy`), file parts and the test kit share one loader without
 importing each other.
 """
 

@@ -17,9 +17,9 @@ import threading
 from types import FrameType
 from typing import Any
 
-from ._loader import load_flow
-from .demo import load_example_module
-from .wiring import chat_text
+from ..demo import load_example_module
+from ..loader import load_flow
+from ..wiring import chat_text
 
 __all__ = ["run_repl"]
 

@@ -1,8 +1,8 @@
 """The attempts of one LLM call: credentials first, then retries of transient failures.
 
-Used by :class:`~voxflow.llm.LLM` (a whole answer) and :class:`~voxflow.llm_stream.
+Used by :class:`~voxflow.llm.LLM` (a whole answer) and :class:`~voxflow.llm.stream.
 LLMStream` (a stream, retried only before its first token), with the rules of
-:mod:`voxflow.llm_policy` (what is transient, the backoff, the redaction of secrets).
+:mod:`voxflow.llm.policy` (what is transient, the backoff, the redaction of secrets).
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import asyncio
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from voxflow import llm_policy
 from voxflow.errors import ProviderError
+from voxflow.llm import policy as llm_policy
 
 __all__ = ["Attempts", "CredentialsMissing", "cause_of"]
 

@@ -31,8 +31,8 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from voxflow._litellm import load_litellm
 from voxflow.errors import ProviderError
+from voxflow.llm._litellm import load_litellm
 
 __all__ = [
     "DEFAULT_BACKOFF",

@@ -15,10 +15,10 @@ with ``litellm.acompletion``:
   ``LLMResponse.tool_calls`` (``voxflow.Agent`` runs the loop);
 * provider failures become :class:`voxflow.errors.ProviderError` with ``retryable`` and
   a message that states the cause; every request has a timeout, and transient failures
-  before the first token are retried with backoff (:mod:`voxflow.llm_policy`).
+  before the first token are retried with backoff (:mod:`voxflow.llm.policy`).
 
-The parts: :mod:`voxflow.llm_messages` (what goes in and comes out of a call),
-:mod:`voxflow.llm_events` (what a call reports while it runs), :mod:`voxflow.llm_stream`
+The parts: :mod:`voxflow.llm.messages` (what goes in and comes out of a call),
+:mod:`voxflow.llm.events` (what a call reports while it runs), :mod:`voxflow.llm.stream`
 (a streamed call); their public names are re-exported here.
 
 litellm is imported lazily on the first call (it takes seconds to import), so
@@ -35,11 +35,11 @@ from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from voxflow import llm_policy
-from voxflow._litellm import load_litellm
-from voxflow._llm_attempts import Attempts, cause_of
 from voxflow._loops import run_blocking
-from voxflow.llm_events import (
+from voxflow.llm import policy as llm_policy
+from voxflow.llm._attempts import Attempts, cause_of
+from voxflow.llm._litellm import load_litellm
+from voxflow.llm.events import (
     LLMEvent,
     LLMEventType,
     agent_scope,
@@ -48,7 +48,7 @@ from voxflow.llm_events import (
     new_call_id,
     observe_llm,
 )
-from voxflow.llm_messages import (
+from voxflow.llm.messages import (
     LLMResponse,
     Messages,
     ToolCall,
@@ -57,7 +57,7 @@ from voxflow.llm_messages import (
     parse_response,
     response_format_arg,
 )
-from voxflow.llm_stream import LLMStream
+from voxflow.llm.stream import LLMStream
 
 __all__ = [
     "LLM",

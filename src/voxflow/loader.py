@@ -11,7 +11,7 @@ from typing import Any
 
 from .errors import VoxflowError
 from .flow import Flow
-from .llm import LLM
+from .llm.client import LLM
 
 __all__ = ["FlowReferenceError", "load_flow", "load_flow_class", "module_name_for"]
 
