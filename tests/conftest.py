@@ -10,6 +10,7 @@ CI can never stay green with every PostgreSQL test skipped (:func:`skip_without_
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import socket
@@ -172,3 +173,61 @@ def pg_schema_url() -> Iterator[str]:
     with psycopg.connect(PG_URL, autocommit=True) as conn:
         conn.execute("SET lock_timeout = '60s'")  # a connection left open fails, not hangs
         conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+
+
+class PgFaults:
+    """Faults of a database of the test server that only one test uses (every backend
+    connected to it is that test's own): its connections reset, or the database refusing
+    connections for a while, as a restarted server does.
+
+    Attributes:
+        url: the database's URL.
+        name: the database's name.
+    """
+
+    def __init__(self, url: str, name: str) -> None:
+        self.url = url
+        self.name = name
+
+    def reset(self) -> int:
+        """``pg_terminate_backend`` every connection to the database (the server stays
+        up); how many there were."""
+        import psycopg
+
+        with psycopg.connect(PG_URL, autocommit=True) as conn:
+            row = conn.execute(
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                "WHERE datname = %s AND pid <> pg_backend_pid()", (self.name,)).fetchone()
+        return int(row[0]) if row else 0
+
+    @contextlib.contextmanager
+    def down(self) -> Iterator[None]:
+        """Within the block the database refuses new connections and its open ones are
+        reset (PostgreSQL itself stays up for everyone else)."""
+        import psycopg
+
+        with psycopg.connect(PG_URL, autocommit=True) as conn:
+            conn.execute(f'ALTER DATABASE "{self.name}" ALLOW_CONNECTIONS false')
+        try:
+            self.reset()
+            yield
+        finally:
+            with psycopg.connect(PG_URL, autocommit=True) as conn:
+                conn.execute(f'ALTER DATABASE "{self.name}" ALLOW_CONNECTIONS true')
+
+
+@pytest.fixture
+def pg_faults() -> Iterator[PgFaults]:
+    """A fresh database of the test server for this test alone (dropped afterwards), and
+    the faults it can be put through (:class:`PgFaults`). Skipped with a one-line reason
+    when no server answers (failed under ``VOXFLOW_REQUIRE_POSTGRES=1``)."""
+    skip_without_postgres()
+    import psycopg
+
+    name = f"vxf_{os.getpid()}_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(PG_URL, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    parts = urllib.parse.urlsplit(PG_URL)
+    yield PgFaults(urllib.parse.urlunsplit(parts._replace(path=f"/{name}")), name)
+    with psycopg.connect(PG_URL, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')

@@ -48,6 +48,7 @@ def _root_conftest() -> Any:
 
 _ROOT = _root_conftest()
 make_store = _ROOT.make_store
+pg_faults = _ROOT.pg_faults
 pg_schema_url = _ROOT.pg_schema_url
 skip_without_postgres = _ROOT.skip_without_postgres
 PG_URL: str = _ROOT.PG_URL

@@ -21,6 +21,7 @@ Example::
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -45,6 +46,8 @@ if TYPE_CHECKING:
 __all__ = ["PostgresFlowPersistence"]
 
 T = TypeVar("T")
+
+logger = logging.getLogger("voxflow.flow.persistence")
 
 _FIX = (
     f"check {DATABASE_URL_VARIABLE} (postgresql://user[:password]@host[:port]/database) and "
@@ -122,6 +125,7 @@ class PostgresFlowPersistence(RowStore):
         self.connect_timeout = float(connect_timeout)
         self._pool: ConnectionPool[Any] | None = None
         self._open_lock = threading.Lock()
+        self._writable = False
 
     # -- connections -----------------------------------------------------------------
 
@@ -175,24 +179,52 @@ class PostgresFlowPersistence(RowStore):
             self._pool = pool
             return pool
 
-    def _transaction(self, begin: str, fn: Callable[[Conn], T]) -> T:
-        # here: the optional voxflow[postgres] extra (loaded by _pool)
-        import psycopg
-        from psycopg_pool import PoolTimeout
+    def _discard(self, pool: ConnectionPool[Any]) -> None:
+        """Close ``pool`` after one of its connections broke (a reset or a restart of the
+        server breaks them all): the next operation opens a new one, or says at once
+        that the server is still unreachable (``_open``'s direct connection)."""
+        with self._open_lock:
+            if self._pool is not pool:
+                return  # another thread replaced it already
+            self._pool = None
+        pool.close(timeout=1.0)
 
-        try:
+    def _transaction(self, begin: str, fn: Callable[[Conn], T]) -> T:
+        """``fn`` in one transaction. A connection that breaks before ``COMMIT`` was sent
+        (a reset, a restarted server: nothing was written) is replaced, with its pool,
+        and ``fn`` run once more on a fresh one; one that breaks during ``COMMIT`` is not
+        (the write may have been made): :class:`PersistenceUnavailableError` then, as
+        when the server cannot be reached."""
+        # here: the optional voxflow[postgres] extra (loaded by _open)
+        import psycopg
+        from psycopg_pool import PoolClosed
+
+        for attempt in (1, 2):
             pool = self._open()
-            with pool.connection() as conn:
-                conn.execute(begin)
-                try:
-                    result = fn(_PgConn(conn))
-                except BaseException:
-                    conn.execute("ROLLBACK")
-                    raise
-                conn.execute("COMMIT")
-                return result
-        except (psycopg.OperationalError, PoolTimeout) as exc:
-            raise self._unavailable(exc) from None
+            conn: Connection[Any] | None = None
+            committing = False
+            try:
+                with pool.connection() as conn:
+                    conn.execute(begin)
+                    try:
+                        result = fn(_PgConn(conn))
+                    except BaseException:
+                        if not conn.broken:
+                            conn.execute("ROLLBACK")
+                        raise
+                    committing = True
+                    conn.execute("COMMIT")
+                    return result
+            except psycopg.OperationalError as exc:
+                broken = conn is not None and conn.broken
+                if broken:
+                    self._discard(pool)
+                if attempt == 1 and not committing and (broken or isinstance(exc, PoolClosed)):
+                    logger.info("a connection to the session store broke (%s); retrying on "
+                                "a new one", type(exc).__name__)
+                    continue
+                raise self._unavailable(exc) from None
+        raise AssertionError("unreachable")  # (the loop returns or raises)
 
     def _write(self, fn: Callable[[Conn], None]) -> None:
         self._transaction("BEGIN", fn)
@@ -208,12 +240,18 @@ class PostgresFlowPersistence(RowStore):
 
     def check_writable(self) -> None:
         """Open the pool and create the tables now: a typed error before any method runs.
+        Called by the runtime before the first method of a persisted flow runs, once per
+        backend while it succeeds (until :meth:`close`): a server that becomes
+        unreachable later fails the writes themselves, not every turn's start.
 
         Raises:
             PersistenceUnavailableError: the server is unreachable or refused (the URL
                 is shown without its password).
         """
+        if self._writable:
+            return
         self._transaction("BEGIN", lambda c: None)
+        self._writable = True
 
     def drop_schema(self) -> None:
         """Drop this store's schema and everything in it (tests, benchmarks); then close."""
@@ -224,6 +262,7 @@ class PostgresFlowPersistence(RowStore):
 
     def close(self) -> None:
         """Close the pool (idempotent; the next call reopens it)."""
+        self._writable = False
         with self._open_lock:
             if self._pool is not None:
                 self._pool.close()

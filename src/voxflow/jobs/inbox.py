@@ -264,17 +264,44 @@ class JobInbox:
             return pool
 
     async def _execute(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        """``sql`` in one transaction, its rows. A connection that breaks before the
+        commit (a reset, a restarted server: nothing was written) is replaced, with its
+        pool, and the statement run once more on a fresh one; one that breaks during the
+        commit is not (it may have been written)."""
         # here: the optional voxflow[postgres] extra (loaded by _open)
         import psycopg
-        from psycopg_pool import PoolTimeout
+        from psycopg_pool import PoolClosed
 
-        try:
+        for attempt in (1, 2):
             pool = await self._open()
-            async with pool.connection() as conn, conn.transaction():
-                cursor = await conn.execute(sql, params)
-                return await cursor.fetchall() if cursor.description else []
-        except (psycopg.OperationalError, PoolTimeout) as exc:
-            raise self.unavailable(exc) from None
+            conn: AsyncConnection[Any] | None = None
+            committing = False
+            try:
+                async with pool.connection() as conn:
+                    async with conn.transaction():
+                        cursor = await conn.execute(sql, params)
+                        rows = await cursor.fetchall() if cursor.description else []
+                        committing = True
+                    return rows
+            except psycopg.OperationalError as exc:
+                broken = conn is not None and conn.broken
+                if broken:
+                    await self._discard(pool)
+                if attempt == 1 and not committing and (broken or isinstance(exc, PoolClosed)):
+                    logger.info("job inbox: a database connection broke (%s); retrying on "
+                                "a new one", type(exc).__name__)
+                    continue
+                raise self.unavailable(exc) from None
+        raise AssertionError("unreachable")  # (the loop returns or raises)
+
+    async def _discard(self, pool: AsyncConnectionPool[Any]) -> None:
+        """Close ``pool`` after one of its connections broke: the next call opens a new
+        one, or says at once that the server is still unreachable."""
+        async with self._open_lock:
+            if self._pool is not pool:
+                return
+            self._pool = None
+        await pool.close(timeout=1.0)
 
     async def open(self) -> None:
         """Open the pool and create the table now: a typed error before any work.

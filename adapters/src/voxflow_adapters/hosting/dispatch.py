@@ -220,6 +220,7 @@ class DispatchStore:
         self.max_connections = max_connections
         self.connect_timeout = float(connect_timeout)
         self._pool: AsyncConnectionPool[Any] | None = None
+        self._open_lock = asyncio.Lock()
         self._listeners: list[psycopg.AsyncConnection[Any]] = []
         self.created_schema = False
         """Whether :meth:`open` created the schema (it did not exist)."""
@@ -237,36 +238,39 @@ class DispatchStore:
         """
         if self._pool is not None:
             return
-        try:
-            # the optional voxflow[postgres] extra
-            import psycopg
-            from psycopg_pool import AsyncConnectionPool, PoolTimeout
-        except ImportError:
-            raise DispatchUnavailableError(
-                "dispatch through PostgreSQL needs psycopg: pip install 'voxflow[postgres]'"
-            ) from None
-        pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
-            self.url, min_size=1, max_size=self.max_connections, open=False,
-            kwargs=self.connect_options, timeout=self.connect_timeout,
-            name="voxflow-dispatch",
-        )
-        try:
-            # One direct connection first: a refused or unknown server, a wrong password
-            # fail at once, saying why (the pool retries for connect_timeout, logging each
-            # retry, and then says only "pool initialization incomplete").
-            async with await psycopg.AsyncConnection.connect(
-                    self.url, connect_timeout=max(1, int(self.connect_timeout)),
-                    **self.connect_options) as conn, conn.transaction():
-                existed = await (await conn.execute(
-                    "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_namespace WHERE nspname = %s)",
-                    (self.schema,))).fetchone()
-                await aensure_tables(conn, self.schema, SCHEMA_SQL)
-            self.created_schema = not (existed and existed[0])
-            await pool.open(wait=True, timeout=self.connect_timeout)
-        except (psycopg.Error, PoolTimeout, OSError) as exc:
-            await pool.close()
-            raise self._unavailable(exc) from None
-        self._pool = pool
+        async with self._open_lock:  # (reopened after a broken connection: _discard)
+            if self._pool is not None:
+                return
+            try:
+                # the optional voxflow[postgres] extra
+                import psycopg
+                from psycopg_pool import AsyncConnectionPool, PoolTimeout
+            except ImportError:
+                raise DispatchUnavailableError(
+                    "dispatch through PostgreSQL needs psycopg: pip install 'voxflow[postgres]'"
+                ) from None
+            pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
+                self.url, min_size=1, max_size=self.max_connections, open=False,
+                kwargs=self.connect_options, timeout=self.connect_timeout,
+                name="voxflow-dispatch",
+            )
+            try:
+                # One direct connection first: a refused or unknown server, a wrong
+                # password fail at once, saying why (the pool retries for connect_timeout,
+                # logging each retry, and then says only "pool initialization incomplete").
+                async with await psycopg.AsyncConnection.connect(
+                        self.url, connect_timeout=max(1, int(self.connect_timeout)),
+                        **self.connect_options) as conn, conn.transaction():
+                    existed = await (await conn.execute(
+                        "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_namespace "
+                        "WHERE nspname = %s)", (self.schema,))).fetchone()
+                    await aensure_tables(conn, self.schema, SCHEMA_SQL)
+                self.created_schema = self.created_schema or not (existed and existed[0])
+                await pool.open(wait=True, timeout=self.connect_timeout)
+            except (psycopg.Error, PoolTimeout, OSError) as exc:
+                await pool.close()
+                raise self._unavailable(exc) from None
+            self._pool = pool
 
     @property
     def connect_options(self) -> dict[str, Any]:
@@ -285,19 +289,45 @@ class DispatchStore:
 
     async def _run(self, fn: Callable[[psycopg.AsyncConnection[Any]], Any]) -> Any:
         """``await fn(conn)`` in one transaction; connection failures as
-        :class:`DispatchUnavailableError`."""
+        :class:`DispatchUnavailableError`. A connection that breaks before the commit (a
+        reset, a restarted server: nothing was written) is replaced, with its pool, and
+        ``fn`` run once more on a fresh one; one that breaks during the commit is not."""
         # the optional voxflow[postgres] extra
         import psycopg
-        from psycopg_pool import PoolTimeout
+        from psycopg_pool import PoolClosed
 
-        if self._pool is None:
+        for attempt in (1, 2):
             await self.open()
-        assert self._pool is not None
-        try:
-            async with self._pool.connection() as conn, conn.transaction():
-                return await fn(conn)
-        except (psycopg.OperationalError, PoolTimeout) as exc:
-            raise self._unavailable(exc) from None
+            pool = self._pool
+            assert pool is not None
+            conn: psycopg.AsyncConnection[Any] | None = None
+            committing = False
+            try:
+                async with pool.connection() as conn:
+                    async with conn.transaction():
+                        result = await fn(conn)
+                        committing = True
+                    return result
+            except psycopg.OperationalError as exc:
+                broken = conn is not None and conn.broken
+                if broken:
+                    await self._discard(pool)
+                if attempt == 1 and not committing and (broken or isinstance(exc, PoolClosed)):
+                    logger.info("dispatch: a database connection broke (%s); retrying on a "
+                                "new one", type(exc).__name__)
+                    continue
+                raise self._unavailable(exc) from None
+        raise AssertionError("unreachable")  # (the loop returns or raises)
+
+    async def _discard(self, pool: AsyncConnectionPool[Any]) -> None:
+        """Close ``pool`` after one of its connections broke (a reset or a restart breaks
+        them all): the next call opens a new one, or says at once that the server is
+        still unreachable."""
+        async with self._open_lock:
+            if self._pool is not pool:
+                return
+            self._pool = None
+        await pool.close(timeout=1.0)
 
     @property
     def offers_channel(self) -> str:
@@ -309,30 +339,77 @@ class DispatchStore:
         """Notified (payload: the offer id) when an offer is answered or refused."""
         return _channel("answers", self.schema)
 
-    async def listen(self, channel: str, on_notify: Callable[[str], None]) -> Any:
+    async def listen(self, channel: str, on_notify: Callable[[str], None],
+                     on_reconnect: Callable[[], None] | None = None) -> Any:
         """A task calling ``on_notify(payload)`` for every notification on ``channel``
-        (its own connection, closed by :meth:`aclose`). Returns the task."""
+        (its own connection, closed by :meth:`aclose`). Returns the task.
+
+        A connection that breaks (a reset, a restarted server) is made again, after
+        0.25 s, then up to every 2 s while the server is unreachable; then
+        ``on_reconnect()`` is called: notifications sent meanwhile were missed (read the
+        table).
+
+        Raises:
+            DispatchUnavailableError: the first connection could not be made.
+        """
+        # the optional voxflow[postgres] extra
+        import psycopg
+
+        conn = await self._listening(channel)
+        self._listeners.append(conn)
+
+        async def pump() -> None:
+            nonlocal conn
+            while True:
+                try:
+                    async for notify in conn.notifies():
+                        on_notify(notify.payload)
+                except psycopg.Error as exc:
+                    if conn not in self._listeners:
+                        return  # closed by aclose
+                    logger.warning("dispatch: the listener on %s broke (%s); listening again",
+                                   channel, type(exc).__name__)
+                replaced = await self._listen_again(channel, conn)
+                if replaced is None:
+                    return
+                conn = replaced
+                if on_reconnect is not None:
+                    on_reconnect()
+
+        return asyncio.get_running_loop().create_task(pump(), name=f"listen.{channel}")
+
+    async def _listening(self, channel: str) -> psycopg.AsyncConnection[Any]:
+        """A new connection listening on ``channel``."""
         # the optional voxflow[postgres] extra
         import psycopg
 
         try:
             conn = await psycopg.AsyncConnection.connect(
-                self.url, connect_timeout=int(self.connect_timeout), **self.connect_options)
+                self.url, connect_timeout=max(1, int(self.connect_timeout)),
+                **self.connect_options)
             await conn.execute(f'LISTEN "{channel}"')
         except psycopg.Error as exc:
             raise self._unavailable(exc) from None
-        self._listeners.append(conn)
+        return conn
 
-        async def pump() -> None:
+    async def _listen_again(self, channel: str, broken: psycopg.AsyncConnection[Any]
+                            ) -> psycopg.AsyncConnection[Any] | None:
+        """``broken``'s replacement, once the server takes one (None: closed meanwhile)."""
+        delay = 0.25
+        while broken in self._listeners:
+            await asyncio.sleep(delay)
             try:
-                async for notify in conn.notifies():
-                    on_notify(notify.payload)
-            except psycopg.Error as exc:
-                if not conn.closed:
-                    logger.warning("dispatch: stopped listening on %s: %s", channel,
-                                   type(exc).__name__)
-
-        return asyncio.get_running_loop().create_task(pump(), name=f"listen.{channel}")
+                conn = await self._listening(channel)
+            except DispatchUnavailableError:
+                delay = min(delay * 2, 2.0)
+                continue
+            if broken not in self._listeners:  # closed while it connected
+                await conn.close()
+                return None
+            self._listeners[self._listeners.index(broken)] = conn
+            await broken.close()
+            return conn
+        return None
 
     # -- workers ----------------------------------------------------------------------
 

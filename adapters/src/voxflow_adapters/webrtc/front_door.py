@@ -84,7 +84,8 @@ class FrontDoor(SignalingServer):
         await self.store.forget_dead_workers()
         if not await self.store.workers():  # none registered here: are they elsewhere?
             await self._workers_elsewhere()
-        self._listen_task = await self.store.listen(self.store.answers_channel, self._notified)
+        self._listen_task = await self.store.listen(self.store.answers_channel, self._notified,
+                                                    on_reconnect=self._wake_all)
         self._purge_task = asyncio.get_running_loop().create_task(
             self._purge_expired(), name="front-door.purge")
         return await super().start()
@@ -122,6 +123,11 @@ class FrontDoor(SignalingServer):
     def _notified(self, offer_id: str) -> None:
         event = self._waiting.get(offer_id)
         if event is not None:
+            event.set()
+
+    def _wake_all(self) -> None:
+        """The listener was made again: an answer may have come meanwhile, unnotified."""
+        for event in self._waiting.values():
             event.set()
 
     async def answer_offer(self, sdp: str, resume: ResumeRequest | None = None) -> OfferAnswer:

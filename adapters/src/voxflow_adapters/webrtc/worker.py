@@ -121,22 +121,30 @@ class Heartbeat:
 
         conn: psycopg.Connection[Any] | None = None
         while not self._stop.is_set():
-            try:
-                if conn is None or conn.closed:
-                    conn = psycopg.connect(self.store.url,
-                                           connect_timeout=int(self.store.connect_timeout),
-                                           **self.store.connect_options)
-                self._beat(conn)
-                self.beats += 1
-                self.failing = False
-            except Exception as exc:  # the thread must live on: a dead one is a stale worker
-                self.failures += 1
-                self.failing = True
-                # the type only: a driver's or a callback's message may carry a secret
-                logger.warning("heartbeat not written (%s); retrying", type(exc).__name__)
-                if conn is not None:
-                    conn.close()
-                conn = None
+            # a connection that broke since the last beat (a reset) is replaced at once:
+            # one more try on a fresh one before the beat counts as missed
+            for fresh in (conn is None, True):
+                try:
+                    if conn is None or conn.closed:
+                        conn = psycopg.connect(self.store.url,
+                                               connect_timeout=int(self.store.connect_timeout),
+                                               **self.store.connect_options)
+                    self._beat(conn)
+                    self.beats += 1
+                    self.failing = False
+                    break
+                except Exception as exc:  # the thread lives on: a dead one is a stale worker
+                    broken = conn is None or conn.broken
+                    if conn is not None:
+                        conn.close()
+                    conn = None
+                    if fresh or not broken:
+                        self.failures += 1
+                        self.failing = True
+                        # the type only: a driver's or a callback's message may carry a secret
+                        logger.warning("heartbeat not written (%s); retrying",
+                                       type(exc).__name__)
+                        break
             self._stop.wait(self.interval)
         if conn is not None:
             conn.close()
@@ -255,7 +263,8 @@ class CallWorker:
         if self.store.created_schema:
             await self._say_other_schemas()
         self._listen_task = await self.store.listen(self.store.offers_channel,
-                                                    lambda _: self._wake.set())
+                                                    lambda _: self._wake.set(),
+                                                    on_reconnect=self._wake.set)
         self._loop_task = asyncio.get_running_loop().create_task(
             self._claim_loop(), name=f"{self.worker_id}.claims")
         logger.info("call worker ready", extra={"worker_id": self.worker_id,

@@ -1,0 +1,124 @@
+"""The PostgreSQL session store through faults of its database: its connections reset
+(``pg_terminate_backend``, the server up), and the database refusing connections for a
+while (as a restarted server does). Each test has a database of its own on the test
+server (``pg_faults``): every connection reset is the test's own."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import pytest
+
+from tests.conftest import PgFaults
+from voxflow.errors import PersistenceUnavailableError
+from voxflow.flow.postgres import PostgresFlowPersistence
+
+STATE: dict[str, Any] = {"id": "s", "messages": [], "count": 1}
+
+
+def store_on(faults: PgFaults, **options: Any) -> PostgresFlowPersistence:
+    return PostgresFlowPersistence(faults.url, connect_timeout=5, **options)
+
+
+def fill_the_pool(store: PostgresFlowPersistence, connections: int) -> None:
+    """Make the pool hold ``connections`` idle connections (what a busy process has)."""
+    pool = store._open()
+    held = [pool.getconn() for _ in range(connections)]
+    for conn in held:
+        pool.putconn(conn)
+    assert pool.get_stats()["pool_size"] == connections
+
+
+def test_a_reset_of_every_connection_is_invisible_to_the_next_operations(
+    pg_faults: PgFaults,
+) -> None:
+    store = store_on(pg_faults, max_connections=4)
+    try:
+        lease = store.acquire_lease("s", "worker-a", ttl=30)
+        revision = store.save_full_state("s", "start", STATE, epoch=lease.epoch)
+        fill_the_pool(store, 4)
+        assert pg_faults.reset() == 4
+        # every idle connection of the pool is dead: none may reach an operation
+        lease = store.renew_lease(lease, ttl=30)
+        revision = store.save_full_state("s", "turn", {**STATE, "count": 2},
+                                         expected_revision=revision, epoch=lease.epoch)
+        assert store.load_state("s") == {**STATE, "count": 2}
+        lease = store.renew_lease(lease, ttl=30)
+        assert store.revision("s") == revision
+        assert store.lease_of("s") == lease
+    finally:
+        store.close()
+
+
+def test_a_connection_reset_inside_a_transaction_is_retried_on_a_fresh_one(
+    pg_faults: PgFaults,
+) -> None:
+    """A renewal waits for the session's lock (another writer holds it); its connection
+    is reset while it waits: it is run again on a new connection, and succeeds."""
+    import psycopg
+
+    store = store_on(pg_faults)
+    try:
+        lease = store.acquire_lease("s", "worker-a", ttl=30)
+        with psycopg.connect(pg_faults.url, autocommit=True,
+                             application_name="lock-holder") as holder:
+            holder.execute("BEGIN")
+            holder.execute("SELECT pg_advisory_xact_lock(hashtextextended('s', 0))")
+            renewed: list[Any] = []
+            thread = threading.Thread(target=lambda: renewed.append(
+                _outcome(lambda: store.renew_lease(lease, ttl=30))))
+            thread.start()
+            waiting = _wait_for_lock_waiter(pg_faults)
+            with psycopg.connect(pg_faults.url, autocommit=True) as admin:
+                admin.execute("SELECT pg_terminate_backend(%s)", (waiting,))
+            holder.execute("COMMIT")  # the retried renewal gets the lock now
+            thread.join(30)
+        assert len(renewed) == 1 and not isinstance(renewed[0], BaseException), renewed
+        assert renewed[0].expires_at > lease.expires_at and renewed[0].epoch == lease.epoch
+    finally:
+        store.close()
+
+
+def test_a_database_that_refuses_connections_fails_fast_then_is_used_again(
+    pg_faults: PgFaults,
+) -> None:
+    store = store_on(pg_faults)
+    try:
+        lease = store.acquire_lease("s", "worker-a", ttl=30)
+        fill_the_pool(store, 2)
+        with pg_faults.down():
+            for _ in range(3):  # typed, each time (not a hang of connect_timeout)
+                with pytest.raises(PersistenceUnavailableError, match=r"not currently "
+                                   r"accepting connections|terminating connection"):
+                    store.renew_lease(lease, ttl=30)
+        # back up: the same store object works again, without being reopened by hand
+        lease = store.renew_lease(lease, ttl=30)
+        store.save_full_state("s", "back", STATE, epoch=lease.epoch)
+        assert store.load_state("s") == STATE
+    finally:
+        store.close()
+
+
+def _outcome(fn: Any) -> Any:
+    try:
+        return fn()
+    except BaseException as exc:
+        return exc
+
+
+def _wait_for_lock_waiter(faults: PgFaults) -> int:
+    """The pid of the store's connection waiting for the advisory lock."""
+    import time
+
+    import psycopg
+
+    with psycopg.connect(faults.url, autocommit=True) as conn:
+        for _ in range(300):
+            row = conn.execute(
+                "SELECT pid FROM pg_stat_activity WHERE datname = %s AND wait_event_type = "
+                "'Lock' AND wait_event = 'advisory'", (faults.name,)).fetchone()
+            if row is not None:
+                return int(row[0])
+            time.sleep(0.05)
+    raise AssertionError("the renewal never waited for the lock")
