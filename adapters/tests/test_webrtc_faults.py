@@ -1,8 +1,9 @@
-"""Calls that survive their dependencies: an ICE server that never answers, and resets of
-the session store's database connections. Real aiortc caller, the example assistant on
-the real models, real SQLite and PostgreSQL (the PostgreSQL half skips with its reason
-when no server answers). The slow faults (10 resets in a row, a PostgreSQL restart) and
-their figures are ``benchmarks/faults.py``'s."""
+"""Calls that survive their dependencies: an ICE server that never answers, resets of the
+session store's database connections, and the store unreachable for longer than the
+lease. Real aiortc caller, the example assistant on the real models, real SQLite and
+PostgreSQL (the PostgreSQL tests skip with their reason when no server answers; each
+has a database of its own: every connection it resets is its own). The slow faults (10
+resets in a row, a PostgreSQL restart) and their figures are ``benchmarks/faults.py``'s."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from voxflow_adapters.hosting.dispatch import DispatchStore
 from voxflow_adapters.webrtc import (
     Call,
     IceServer,
@@ -24,8 +26,12 @@ from voxflow_adapters.webrtc import (
     assistant_call_factory,
 )
 from voxflow_adapters.webrtc.client import LoopbackCaller
+from voxflow_adapters.webrtc.front_door import FrontDoor
+from voxflow_adapters.webrtc.worker import CallWorker
 from voxflow_voice.audio import AudioChunk
 from voxflow_voice.engines import VoiceEngines
+
+from voxflow.flow.postgres import PostgresFlowPersistence
 
 pytestmark = pytest.mark.models
 
@@ -111,3 +117,117 @@ async def test_a_call_whose_ice_server_never_answers_keeps_its_session(
     stored = store.load_state(session_id)
     assert stored is not None and user_turns(stored) == ["hello there"]
     assert [t["status"] for t in stored["turns"].values()] == ["completed"]
+
+
+async def stored_turns(store: Any, session_id: str, count: int) -> dict[str, Any]:
+    """The stored session once it holds ``count`` user turns (saves are off the loop)."""
+    for _ in range(200):
+        stored = await asyncio.to_thread(store.load_state, session_id)
+        if stored is not None and len(user_turns(stored)) >= count:
+            return stored
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"the session never stored {count} turns")
+
+
+async def test_a_call_answers_through_resets_of_its_store_connections(
+    engines: VoiceEngines, pg_faults: Any
+) -> None:
+    """Every connection the store holds is reset before each question: no turn fails, the
+    lease (1.5 s, renewed through the resets) holds, nothing even waits for the store."""
+    store = PostgresFlowPersistence(pg_faults.url, connect_timeout=5)
+    try:
+        async with serving(engines, store, lease_seconds=1.5) as (server, calls):
+            caller = LoopbackCaller(f"http://127.0.0.1:{server.port}", server.token)
+            await caller.connect()
+            session_id = (await caller.wait_message("hello"))["session_id"]
+            epoch = store.lease_of(session_id).epoch  # type: ignore[union-attr]
+            pool = store._open()
+            held = [pool.getconn() for _ in range(4)]  # a busy process's pool
+            for conn in held:
+                pool.putconn(conn)
+            for turn in (1, 2, 3):
+                assert pg_faults.reset() >= 1
+                await ask(caller, engines, turn)
+            await asyncio.sleep(1.0)  # renewals after the last reset
+            assert not caller.of_type("bye"), caller.of_type("bye")
+            lease = store.lease_of(session_id)
+            assert lease is not None and lease.epoch == epoch
+            assert lease.owner.startswith(server.worker_id)
+            _, call = calls[0]
+            assert call.deferred is not None and call.deferred.deferred == 0
+            await hang_up(caller, server)
+        stored = store.load_state(session_id)
+        assert stored is not None and user_turns(stored) == ["hello there"] * 3
+        assert [t["status"] for t in stored["turns"].values()] == ["completed"] * 3
+    finally:
+        store.close()
+
+
+async def test_a_call_keeps_talking_while_its_store_is_down_and_saves_when_it_is_back(
+    engines: VoiceEngines, pg_faults: Any
+) -> None:
+    """The store refuses every connection for longer than the call's lease (1.5 s): the
+    question asked meanwhile is answered, the call goes on, and once the store is back
+    the lease (nobody took the session) is reclaimed and the turn saved; the next
+    question is answered and saved too."""
+    store = PostgresFlowPersistence(pg_faults.url, connect_timeout=5)
+    try:
+        async with serving(engines, store, lease_seconds=1.5) as (server, calls):
+            caller = LoopbackCaller(f"http://127.0.0.1:{server.port}", server.token)
+            await caller.connect()
+            session_id = (await caller.wait_message("hello"))["session_id"]
+            await ask(caller, engines, 1)
+            await stored_turns(store, session_id, 1)
+            epoch = store.lease_of(session_id).epoch  # type: ignore[union-attr]
+            _, call = calls[0]
+            assert call.deferred is not None
+            with pg_faults.down():
+                await ask(caller, engines, 2)  # answered while the store is down
+                await asyncio.sleep(1.5)  # the lease runs out meanwhile
+                assert call.deferred.pending and call.deferred.deferred >= 1
+            stored = await stored_turns(store, session_id, 2)
+            assert [t["status"] for t in stored["turns"].values()] == ["completed"] * 2
+            await ask(caller, engines, 3)
+            await stored_turns(store, session_id, 3)
+            assert not caller.of_type("bye"), caller.of_type("bye")
+            lease = store.lease_of(session_id)
+            assert lease is not None and lease.epoch == epoch  # reclaimed, not taken
+            assert len(call.deferred.outages) == 1 and not call.deferred.pending
+            await hang_up(caller, server)
+        stored = store.load_state(session_id)
+        assert stored is not None and user_turns(stored) == ["hello there"] * 3
+        assert [t["status"] for t in stored["turns"].values()] == ["completed"] * 3
+    finally:
+        store.close()
+
+
+async def test_offers_right_after_a_reset_of_every_dispatch_connection_are_all_answered(
+    engines: VoiceEngines, pg_faults: Any
+) -> None:
+    """A front door and a call worker on one database; every connection of both (pools,
+    LISTEN connections, the heartbeat's) is reset: the next offers are all answered, none
+    refused. Nobody polls (60 s): the answers come through the listeners made again."""
+    host = WebRtcServer(assistant_call_factory(), engines,
+                        settings=ServerSettings(max_calls=4, peer=LOOPBACK))
+    worker = CallWorker(host, DispatchStore(pg_faults.url, stale_after=3.0),
+                        poll_interval=60.0)
+    await worker.start()
+    door = FrontDoor(DispatchStore(pg_faults.url, stale_after=3.0),
+                     settings=ServerSettings(port=0), offer_timeout=15.0, poll_interval=60.0)
+    callers: list[LoopbackCaller] = []
+    try:
+        async with door:
+            for _ in range(3):
+                callers.append(LoopbackCaller(f"http://127.0.0.1:{door.port}", door.token))
+                await callers[-1].connect()  # (an OfferRejected fails the test)
+                await callers[-1].wait_message("hello")
+                if len(callers) == 1:
+                    assert pg_faults.reset() >= 5  # 2 pools, 2 listeners, the heartbeat
+            assert door.dispatched == 3
+            for caller in callers:
+                caller.send({"v": 1, "type": "hangup"})
+                await caller.wait_message("bye")
+    finally:
+        for caller in callers:
+            await caller.aclose()
+        await worker.aclose()

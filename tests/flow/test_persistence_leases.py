@@ -150,6 +150,30 @@ def test_an_unfenced_writer_cannot_write_a_live_leased_session(make_store: Any) 
     ]
 
 
+def test_an_expired_lease_nobody_took_is_reclaimed_by_its_owner_only(make_store: Any) -> None:
+    """An owner cut off from the database for longer than its lease (a restarted server)
+    renews it with ``reclaim=True`` as long as nobody took the session since; a lease
+    taken over (even if that one expired too) or released is not reclaimed."""
+    store = make_store()
+    lease = store.acquire_lease("s", "worker-a", ttl=0.3)
+    time.sleep(0.4)  # expired, nobody took it
+    with pytest.raises(FencedWriteError, match="expired"):
+        store.renew_lease(lease, ttl=30)
+    reclaimed = store.renew_lease(lease, ttl=30, reclaim=True)
+    assert reclaimed.epoch == lease.epoch and store.lease_of("s") == reclaimed
+    store.fenced(reclaimed).save_state("s", "m", {"id": "s", "n": 1})  # writes again
+    store.release_lease(reclaimed)
+    with pytest.raises(FencedWriteError) as released:
+        store.renew_lease(reclaimed, ttl=30, reclaim=True)
+    assert released.value.reason == "released"
+    taken = store.acquire_lease("s", "worker-b", ttl=0.3)
+    time.sleep(0.4)  # worker-b's lease expired as well
+    with pytest.raises(FencedWriteError) as lost:
+        store.renew_lease(reclaimed, ttl=30, reclaim=True)
+    assert (lost.value.reason, lost.value.current) == ("taken over", taken.epoch)
+    assert store.lease_of("s") == taken and store.load_state("s") == {"id": "s", "n": 1}
+
+
 def test_an_expired_or_released_lease_can_no_longer_save(make_store: Any) -> None:
     store = make_store()
     fenced = store.fenced(store.acquire_lease("s", "worker-a", ttl=30))

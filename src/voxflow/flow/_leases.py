@@ -162,13 +162,22 @@ def grant(
     return SessionLease(SessionId(flow_uuid), owner, epoch, now + ttl)
 
 
-def extend(conn: Conn, lease: SessionLease, ttl: float, now_sql: str) -> SessionLease:
+def extend(
+    conn: Conn, lease: SessionLease, ttl: float, now_sql: str, *, reclaim: bool = False
+) -> SessionLease:
     """``lease`` extended by ``ttl`` seconds from the database's now.
 
+    ``reclaim``: an expired lease whose row still names this owner at this epoch (nobody
+    took the session since, so nobody else wrote it) is extended too: an owner cut off
+    from the database for longer than its lease goes on where it was.
+
     Raises:
-        FencedWriteError: the lease was taken over, released or expired.
+        FencedWriteError: the lease was taken over, released or (without ``reclaim``)
+            expired.
     """
-    fence(conn, lease.session_id, lease.epoch, now_sql)
+    row = _lease_row(conn, lease.session_id, now_sql) if reclaim else None
+    if row is None or (str(row[0]), int(row[1])) != (lease.owner, lease.epoch):
+        fence(conn, lease.session_id, lease.epoch, now_sql)
     expires_at = lease_now(conn, lease.session_id, now_sql)[1] + ttl
     conn.execute(
         "UPDATE session_leases SET expires_at = ? WHERE flow_uuid = ?",

@@ -405,17 +405,26 @@ class RowStore:
             lambda conn: grant(conn, flow_uuid, owner, ttl, self._now_sql, take_from=take_from),
         )
 
-    def renew_lease(self, lease: SessionLease, *, ttl: float = 30.0) -> SessionLease:
+    def renew_lease(
+        self, lease: SessionLease, *, ttl: float = 30.0, reclaim: bool = False
+    ) -> SessionLease:
         """Extend ``lease`` by ``ttl`` seconds from now (the database's clock).
+
+        Args:
+            reclaim: extend it even if it expired, as long as nobody took the session
+                since (its row still names this owner at this epoch): what an owner that
+                could not reach the database for longer than its lease does.
 
         Raises:
             FencedWriteError: the lease was taken over (its epoch moved on), released, or
-                expired (acquire it again: the same epoch if nobody took it since).
+                (without ``reclaim``) expired (acquire it again: the same epoch if nobody
+                took it since).
         """
         if not isinstance(lease, SessionLease):
             raise TypeError("lease must be a SessionLease")
         check_lease_args(lease.owner, ttl)
-        return self._leased(lease.session_id, lambda conn: extend(conn, lease, ttl, self._now_sql))
+        return self._leased(lease.session_id, lambda conn: extend(
+            conn, lease, ttl, self._now_sql, reclaim=reclaim))
 
     def _leased(self, flow_uuid: str, fn: Callable[[Conn], SessionLease]) -> SessionLease:
         """``fn``'s lease, written in one transaction with ``flow_uuid`` locked."""

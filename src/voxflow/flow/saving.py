@@ -21,6 +21,11 @@ own way (:class:`voxflow.Flow` saves only what changed).
 * **Barrier** (:func:`set_write_barrier`): a layer built on the flow (the background
   jobs handed to a queue) makes every write wait until what its snapshot refers to
   exists outside the process: a stored state never names a queued job not queued.
+* **Deferral** (:func:`set_save_deferral`): a layer that keeps the session going while
+  its store is unreachable (a call: it keeps talking) takes over the saves that fail
+  with :class:`~voxflow.errors.PersistenceUnavailableError` instead of failing the
+  turn, and saves the state again once the store is back: a failed write leaves the
+  known revision and no incremental marks, so that save writes everything.
 * **Loads** (:meth:`StateSaving.load`) tell the parts the revision they read
   (``revision_read(backend, flow_id, revision)``).
 """
@@ -34,6 +39,7 @@ import weakref
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from voxflow.errors import PersistenceUnavailableError
 from voxflow.flow.checkpoint import CheckpointConfig, load_checkpoint, write_checkpoint
 from voxflow.flow.persistence import FlowPersistence, default_persistence
 from voxflow.flow.state import dump_state, load_state_like, merge_inputs, new_state_id, stamp_id
@@ -43,11 +49,21 @@ if TYPE_CHECKING:
     from voxflow.flow.host import FlowHost
     from voxflow.flow.parts import FlowPart
 
-__all__ = ["StateSaving", "check_backend", "check_kickoff_inputs", "set_write_barrier"]
+__all__ = [
+    "SaveDeferral",
+    "StateSaving",
+    "check_backend",
+    "check_kickoff_inputs",
+    "set_save_deferral",
+    "set_write_barrier",
+]
 
 Barrier = Callable[[], Awaitable[None]]
+SaveDeferral = Callable[[str, PersistenceUnavailableError], bool]
+"""``(method_name, error) -> taken``: see :func:`set_save_deferral`."""
 
 _BARRIERS: weakref.WeakKeyDictionary[Any, Barrier] = weakref.WeakKeyDictionary()
+_DEFERRALS: weakref.WeakKeyDictionary[Any, SaveDeferral] = weakref.WeakKeyDictionary()
 
 logger = logging.getLogger("voxflow.flow")
 
@@ -95,6 +111,25 @@ def set_write_barrier(flow: Any, barrier: Barrier | None) -> None:
         _BARRIERS.pop(flow, None)
     else:
         _BARRIERS[flow] = barrier
+
+
+def set_save_deferral(flow: Any, deferral: SaveDeferral | None) -> None:
+    """Hand ``flow``'s saves that fail because the store is unreachable to ``deferral``
+    (None: they raise, the default).
+
+    ``deferral(method_name, error)`` is called on the loop with the save's method name
+    and its :class:`~voxflow.errors.PersistenceUnavailableError`; True means it took the
+    save over (the save returns, nothing raised): it must save the state again once the
+    store is back (``flow.asave_state``), which then writes the whole state the failed
+    write left unsaved. False: the error is raised, as without a deferral (a save whose
+    caller acts on its being stored, e.g. one after which job updates are acknowledged,
+    must not be deferred). Only the write is deferred: a write barrier's failure, a
+    conflict or a fenced write still raise.
+    """
+    if deferral is None:
+        _DEFERRALS.pop(flow, None)
+    else:
+        _DEFERRALS[flow] = deferral
 
 
 class StateSaving:
@@ -227,16 +262,23 @@ class StateSaving:
         flow_id, data = host.flow.flow_id, dump_state(host.state)
         return lambda: store.save_state(flow_id, method_name, data)
 
-    async def write(self, write: Callable[[], None]) -> None:
-        """Run a state write in a worker thread, tracked until done (see the module
-        docs), after the flow's write barrier (:func:`set_write_barrier`) if any."""
+    async def write(self, write: Callable[[], None], method_name: str = "") -> None:
+        """Run a state write (of ``method_name``) in a worker thread, tracked until done
+        (see the module docs), after the flow's write barrier (:func:`set_write_barrier`)
+        if any; a store that is unreachable goes to the flow's deferral
+        (:func:`set_save_deferral`) if any."""
         barrier = _BARRIERS.get(self._host.flow)
         if barrier is not None:
             await barrier()
         future = asyncio.ensure_future(asyncio.to_thread(write))
         self._writes.add(future)
         future.add_done_callback(self._writes.discard)
-        await asyncio.shield(future)
+        try:
+            await asyncio.shield(future)
+        except PersistenceUnavailableError as exc:
+            deferral = _DEFERRALS.get(self._host.flow)
+            if deferral is None or not deferral(method_name, exc):
+                raise
 
     async def writes_done(self) -> None:
         """Wait for state writes still running (e.g. of a turn cancelled mid-save)."""
@@ -250,7 +292,7 @@ class StateSaving:
         if inline:
             write()
         else:
-            await self.write(write)
+            await self.write(write, method_name)
 
     async def save_now(self, method_name: str) -> None:
         """``asave_state``: save after any write still in flight (no-op without
@@ -258,7 +300,7 @@ class StateSaving:
         if not self.configured():
             return
         await self.writes_done()
-        await self.write(self.prepare_save(self.backend(), method_name))
+        await self.write(self.prepare_save(self.backend(), method_name), method_name)
 
     def checkpoint_failed_run(self) -> None:
         """When checkpoints are written, record the bookkeeping a failed run did since its
@@ -276,7 +318,7 @@ class StateSaving:
             if inline:
                 write()
             else:
-                await self.write(write)
+                await self.write(write, method.name)
             if cfg.verbose:
                 logger.info("saved state of %s after %s", self._definition.name, method.name)
         checkpoint = self._host.flow.checkpoint

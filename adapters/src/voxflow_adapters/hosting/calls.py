@@ -16,7 +16,9 @@ session gets a resume token (new sessions), and a resumed one is loaded (nothing
 and its answers cut off by the drop are settled at what was heard
 (:mod:`~voxflow_adapters.hosting.resume`), and the floor its dead process held released
 (by :class:`~voxflow.wiring.AssistantWiring`, as for every entry point), before the call
-goes on.
+goes on. A store that becomes unreachable during the call holds its saves back, not the
+call: it keeps talking and saves once the store is back
+(:mod:`~voxflow_adapters.hosting.deferred_saves`).
 """
 
 from __future__ import annotations
@@ -37,12 +39,14 @@ from voxflow_voice.transport import AudioTransport
 from voxflow.clock import Clock
 from voxflow.demo import load_example_module
 from voxflow.errors import FencedWriteError
+from voxflow.flow.saving import set_save_deferral
 from voxflow.ids import SessionId
 from voxflow.jobs import JobRunner, PostgresJobQueue
 from voxflow.settings import Settings
 from voxflow.tasks import cancel_and_wait
 from voxflow.wiring import AssistantWiring
 
+from .deferred_saves import DeferredSaves
 from .resume import HeardJournal, issue_resume_token, settle_dropped_replies
 
 __all__ = [
@@ -57,6 +61,10 @@ __all__ = [
 ]
 
 EventSink = Callable[[SessionEvent], None]
+
+DEFERRED_SAVES_AT_CLOSE = 6.0
+"""s: how long a call that ends while its store is unreachable waits for it, to save
+what the outage held back (then it is logged as not saved)."""
 
 
 
@@ -117,6 +125,8 @@ class Call:
     """A new persisted session's resume token (None: not persisted, or resumed)."""
     dropped: tuple[str, ...] = ()
     """A resumed session's answers that were cut off by the drop (their delivery ids)."""
+    deferred: DeferredSaves | None = None
+    """A persisted call's saves held back while its store was unreachable (outages)."""
     _closers: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
 
     async def aclose(self) -> None:
@@ -198,6 +208,9 @@ async def _persisted_call(
     else:
         token = issue_resume_token(flow.state)
     await flow.asave_state("call_started")  # the token, or the settled drop, first
+    # from here on, a store that is unreachable holds the saves back, not the call
+    deferred = DeferredSaves(flow)
+    set_save_deferral(flow, deferred.take)
     wiring = AssistantWiring(
         flow, clock=clock, job_queue=job_queue,
         save_jobs=None if job_queue is None else functools.partial(flow.asave_state,
@@ -215,7 +228,9 @@ async def _persisted_call(
         on_event(event)
 
     voice = assistant_session(wiring, transport, engines, settings=settings, on_event=events)
-    task = asyncio.get_running_loop().create_task(journal.run(), name="call.heard-journal")
+    loop = asyncio.get_running_loop()
+    task = loop.create_task(journal.run(), name="call.heard-journal")
+    resaving = loop.create_task(deferred.run(), name="call.deferred-saves")
 
     async def close_journal() -> None:
         # The journal lives as long as the call (its closers end it): stopped and waited
@@ -228,9 +243,20 @@ async def _persisted_call(
         with contextlib.suppress(FencedWriteError):
             await journal.flush()
 
+    async def close_deferred() -> None:
+        # what an outage still holds back is saved now, if the store comes back in time
+        await cancel_and_wait([resaving])
+        try:
+            await deferred.aclose(within=DEFERRED_SAVES_AT_CLOSE)
+        finally:
+            set_save_deferral(flow, None)
+        if not resaving.cancelled() and (failure := resaving.exception()) is not None:
+            raise failure
+
     call = Call(session=voice, flow=flow, jobs=wiring.jobs, resume_token=token,
-                dropped=dropped)
+                dropped=dropped, deferred=deferred)
     call._closers.append(close_journal)
+    call._closers.append(close_deferred)
     call._closers.append(wiring.aclose)
     return call
 

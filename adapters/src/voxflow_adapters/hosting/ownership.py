@@ -56,6 +56,10 @@ OwnerDead = Callable[[str], Awaitable[bool]]
 """Whether a lease's holder (an owner name) is known to be dead: its live lease may then
 be taken over instead of waited out. False whenever it cannot tell."""
 
+_RETRY_AFTER = 0.25
+"""s: a failed renewal is tried again at once, then after 0.25, 0.5, 1 s... (at most
+``ttl / 3``): long before the lease runs out."""
+
 _executor: concurrent.futures.ThreadPoolExecutor | None = None
 
 
@@ -111,7 +115,10 @@ class SessionOwnership:
         self._renewing: asyncio.Task[None] | None = None
         self._failing_since: float | None = None  # loop time of the first failed renewal
         self._watch = watch
-        self.persistence = _NoticingPersistence(store.fenced(lease), self._lose, watch)
+        self.renewal_failures = 0
+        """Renewals failed in a row (the store unreachable); 0 while renewals succeed."""
+        self.persistence = _NoticingPersistence(store.fenced(lease), self._lose,
+                                                self._reclaim, watch)
 
     @classmethod
     async def acquire(
@@ -183,6 +190,16 @@ class SessionOwnership:
         if self._on_lost is not None:
             self._on_lost(exc)
 
+    def _reclaim(self) -> bool:
+        """Renew a lease that expired while nobody took the session (from a save's
+        thread: the save was refused as expired, the store just came back before the
+        next renewal); False if it was taken over or released, or cannot be reached."""
+        try:
+            self.lease = self.store.renew_lease(self.lease, ttl=self.ttl, reclaim=True)
+        except Exception:  # (a FencedWriteError: the save's own refusal is reported)
+            return False
+        return True
+
     def _explain(self, exc: FencedWriteError) -> str:
         """The true reason the session was lost (the ``bye`` the caller gets)."""
         if exc.reason == "taken over":
@@ -202,27 +219,43 @@ class SessionOwnership:
         return f"the call lost its session ({exc.reason}): {why}; nothing more is saved"
 
     async def _renew(self) -> None:
-        """Renew the lease every ``ttl / 3`` seconds until released or lost."""
+        """Renew the lease every ``ttl / 3`` seconds until released or lost; a renewal
+        that fails (the store unreachable) is tried again at once, then after 0.25,
+        0.5, 1 s...: a reset costs nothing, and an outage is noticed as it ends. A lease
+        that expired meanwhile is reclaimed if nobody took the session since."""
         loop = asyncio.get_running_loop()
+        delay = self.ttl / 3
         while self.lost is None and not self._released:
-            await asyncio.sleep(self.ttl / 3)
+            await asyncio.sleep(delay)
             if self._released:
                 return
-            renew = functools.partial(self.store.renew_lease, self.lease, ttl=self.ttl)
+            renew = functools.partial(self.store.renew_lease, self.lease, ttl=self.ttl,
+                                      reclaim=True)
             try:
                 self.lease = await loop.run_in_executor(_lease_executor(), renew)
             except FencedWriteError as exc:
                 self._lose(exc)
                 return
-            except Exception:  # the database is unreachable: retried until the lease ends
+            except Exception as exc:  # the database is unreachable: tried again soon
                 if self._watch is not None:
                     self._watch.store_failed("renew_lease")
+                self.renewal_failures += 1
                 if self._failing_since is None:
                     self._failing_since = loop.time()
-                logger.warning("could not renew the session lease", exc_info=True,
+                    logger.warning("could not renew the session lease (%s); trying again",
+                                   type(exc).__name__, exc_info=True,
+                                   extra={"session_id": self.session_id})
+                failures = self.renewal_failures  # again at once, then 0.25, 0.5, 1 s...
+                delay = 0.0 if failures == 1 else min(self.ttl / 3,
+                                                      _RETRY_AFTER * 2 ** min(failures - 2, 8))
+                continue
+            if self._failing_since is not None:
+                logger.warning("the session lease is renewed again after %.1f s",
+                               loop.time() - self._failing_since,
                                extra={"session_id": self.session_id})
-            else:
                 self._failing_since = None
+            self.renewal_failures = 0
+            delay = self.ttl / 3
 
     async def release(self) -> None:
         """Stop renewing and give the lease up (idempotent; a lease already lost is left
@@ -251,12 +284,17 @@ class SessionOwnership:
 
 
 class _NoticingPersistence:
-    """A fenced store whose refused writes are also reported (then raised as they are)."""
+    """A fenced store whose refused writes are also reported (then raised as they are).
+
+    A write refused because the lease expired while nobody took the session (the store
+    was unreachable for longer than the lease, and came back before the next renewal)
+    reclaims the lease and is made once more."""
 
     def __init__(self, fenced: Any, on_refused: Callable[[FencedWriteError], None],
-                 watch: OwnershipWatch | None = None) -> None:
+                 reclaim: Callable[[], bool], watch: OwnershipWatch | None = None) -> None:
         self._fenced = fenced
         self._on_refused = on_refused
+        self._reclaim = reclaim
         self._watch = watch
 
     def __getattr__(self, name: str) -> Any:
@@ -269,18 +307,27 @@ class _NoticingPersistence:
             try:
                 return attr(*args, **kwargs)
             except FencedWriteError as exc:
-                logger.warning("refused a write of the session (%s): %s stored nothing",
-                               exc.reason, name, extra={"session_id": exc.session_id,
-                                                        "epoch": exc.epoch,
-                                                        "current_epoch": exc.current})
-                if self._watch is not None:
-                    self._watch.write_refused(exc.reason)
-                self._on_refused(exc)
-                raise
+                refused = exc
             except Exception:
                 if self._watch is not None:
                     self._watch.store_failed(name)
                 raise
+            if refused.reason == "expired" and self._reclaim():
+                logger.info("the session's lease had expired while the store was "
+                            "unreachable; reclaimed, %s made again", name,
+                            extra={"session_id": refused.session_id})
+                try:
+                    return attr(*args, **kwargs)
+                except FencedWriteError as exc:
+                    refused = exc
+            logger.warning("refused a write of the session (%s): %s stored nothing",
+                           refused.reason, name, extra={"session_id": refused.session_id,
+                                                        "epoch": refused.epoch,
+                                                        "current_epoch": refused.current})
+            if self._watch is not None:
+                self._watch.write_refused(refused.reason)
+            self._on_refused(refused)
+            raise refused
 
         return call
 
