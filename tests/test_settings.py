@@ -16,7 +16,9 @@ pytestmark = pytest.mark.unit
 
 def test_defaults_without_variables() -> None:
     settings = Settings.from_env({})
-    assert settings.stt_model == "tiny.en"
+    assert (settings.stt, settings.tts, settings.vad, settings.end_of_turn) == (
+        "whisper:tiny.en", "piper", "silero", "none")
+    assert not settings.judges_end_of_turn
     assert settings.model is None
     assert settings.end_of_turn_silence == 0.6
     assert settings.demo_out == Path("voxflow-demo")
@@ -91,16 +93,16 @@ def test_any_option_value_gives_settings_or_an_error_naming_the_option(
     try:
         Settings().with_options(**{name: value})
     except SettingsError as exc:
-        flag = {"demo_out": "--out"}.get(name, "--" + name.replace("_", "-"))
+        flag = {"demo_out": "--out"}.get(name, "--" + name.replace("_", "-"))  # --end-of-turn
         assert str(exc).startswith(flag + " ")
 
 
 # -- turn-taking values the voice settings cannot take together ------------------------------
 
 @pytest.mark.parametrize(("env", "named"), [
-    ({"VOXFLOW_END_OF_TURN_MODEL": "smart-turn", "VOXFLOW_MAX_END_OF_TURN_SILENCE": "0.6"},
+    ({"VOXFLOW_END_OF_TURN": "smart-turn", "VOXFLOW_MAX_END_OF_TURN_SILENCE": "0.6"},
      "VOXFLOW_MAX_END_OF_TURN_SILENCE"),
-    ({"VOXFLOW_END_OF_TURN_MODEL": "smart-turn", "VOXFLOW_COMPLETE_SILENCE": "1.7"},
+    ({"VOXFLOW_END_OF_TURN": "smart-turn", "VOXFLOW_COMPLETE_SILENCE": "1.7"},
      "VOXFLOW_COMPLETE_SILENCE"),
     ({"VOXFLOW_MAX_END_OF_TURN_SILENCE": "0.2"}, "VOXFLOW_MAX_END_OF_TURN_SILENCE"),
 ])

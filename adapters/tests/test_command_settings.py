@@ -61,12 +61,16 @@ def test_serve_defaults_are_the_webrtc_defaults() -> None:
 def test_voxflow_serve_loads_the_voice_it_is_given(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
 ) -> None:
-    """VOXFLOW_VOICE reaches the engines: a missing voice fails before anything listens."""
+    """VOXFLOW_TTS reaches the engines, and --tts over it: a missing voice fails before
+    anything listens."""
     missing = tmp_path / "nobody.onnx"
-    monkeypatch.setenv("VOXFLOW_VOICE", str(missing))
+    monkeypatch.setenv("VOXFLOW_TTS", f"piper:{missing}")
     assert main(["serve", "--port", "8765"]) == 1
     err = capsys.readouterr().err
     assert "piper voice file not found" in err and str(missing) in err
+    other = tmp_path / "other.onnx"
+    assert main(["serve", "--port", "8765", "--tts", f"piper:voice={other}"]) == 1
+    assert str(other) in capsys.readouterr().err
 
 
 class _Stream:

@@ -65,7 +65,7 @@ def test_another_voice_cuts_the_reply_short(
 
 # tiny.en (the default STT) hears en-gb+m3 at 175 wpm as "Tell me I saw it.": a measured
 # limit of the smallest model on a fast synthetic British voice, kept visible here (strict:
-# the test fails loudly once it is heard right). VOXFLOW_STT_MODEL=base is the remedy.
+# the test fails loudly once it is heard right). VOXFLOW_STT=whisper:base is the remedy.
 TRANSCRIBED = [
     pytest.param(v, r, id=f"{v}-{r}", marks=[pytest.mark.xfail(
         strict=True, reason="tiny.en hears en-gb+m3 at 175 wpm as 'Tell me I saw it.'")]

@@ -25,6 +25,11 @@ third-party one (``litellm.*``, ``aiortc.*``)::
     + JobNotAnnounceableError    a job started where it cannot be announced (RuntimeError)
     + ProviderError              LLM/STT/TTS failure; .retryable says whether to try again
     + ModelNotFoundError         a bundled model package is missing; names the package to install
+    + EngineError                a voice engine could not be chosen by name; .kind, .available
+      + EngineSpecError            a malformed engine spec (``whisper:``, ``:base``) (ValueError)
+      + UnknownEngineError         no installed package registers the name (also ValueError)
+      + EngineOptionsError         an option the engine does not take, or a bad value (ValueError)
+      + EngineLoadError            its entry point fails to load or names no engine factory
     + SignalingError             a WebRTC offer was refused (bad SDP, no audio track) (ValueError)
     + PersistenceError           the session store refused or failed a save
       + PersistenceConflictError   a writer that is behind tried to save (nothing overwritten)
@@ -46,6 +51,10 @@ __all__ = [
     "ConversationEndedError",
     "ConversationModeError",
     "DeclarationError",
+    "EngineError",
+    "EngineLoadError",
+    "EngineOptionsError",
+    "EngineSpecError",
     "FencedWriteError",
     "FlowDefinitionError",
     "FlowRuntimeError",
@@ -65,6 +74,7 @@ __all__ = [
     "TurnIdentityError",
     "TurnInProgressError",
     "TurnRestoreError",
+    "UnknownEngineError",
     "UnknownRouteError",
     "VoxflowError",
 ]
@@ -268,6 +278,45 @@ class ModelNotFoundError(VoxflowError, LookupError):
     def __init__(self, message: str, *, package: str | None = None) -> None:
         super().__init__(message)
         self.package = package
+
+
+class EngineError(VoxflowError):
+    """A voice engine (speech to text, text to speech, voice activity, end of turn) could
+    not be chosen by its spec (``whisper:base``, :mod:`voxflow.engine_spec`); the message,
+    one line, names what was wrong and the fix. Nothing was loaded.
+
+    Attributes:
+        kind: ``stt``, ``tts``, ``vad`` or ``end_of_turn``.
+        reason: what is wrong and the fix, without the spec: a message naming the variable
+            or option that gave the spec starts with those instead.
+        available: the names installed for ``kind`` when they were looked up (sorted),
+            else empty.
+    """
+
+    def __init__(self, message: str, *, kind: str, reason: str = "",
+                 available: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.reason = reason or message
+        self.available = available
+
+
+class EngineSpecError(EngineError, ValueError):
+    """A malformed engine spec: no name (``:base``), nothing after ``:`` (``whisper:``),
+    an empty or repeated option, a control character."""
+
+
+class UnknownEngineError(EngineError, ValueError):
+    """No installed package registers an engine of that kind under that name."""
+
+
+class EngineOptionsError(EngineError, ValueError):
+    """The spec gives an option the engine does not take, or a value it refuses."""
+
+
+class EngineLoadError(EngineError):
+    """The entry point registering the name cannot be loaded, or what it names is not an
+    engine factory of that kind (a broken or outdated package: reinstall it)."""
 
 
 class CapacityExceededError(VoxflowError, RuntimeError):

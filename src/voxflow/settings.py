@@ -11,10 +11,11 @@ variable                                setting                      default
 ======================================  ===========================  ==================
 ``VOXFLOW_HOME``                        ``home``                     platform data dir
 ``VOXFLOW_MODEL``                       ``model``                    none (rule-based)
-``VOXFLOW_STT_MODEL``                   ``stt_model``                ``tiny.en``
-``VOXFLOW_VOICE``                       ``voice``                    bundled Piper voice
+``VOXFLOW_STT``                         ``stt``                      ``whisper:tiny.en``
+``VOXFLOW_TTS``                         ``tts``                      ``piper``
+``VOXFLOW_VAD``                         ``vad``                      ``silero``
+``VOXFLOW_END_OF_TURN``                 ``end_of_turn``              ``none``
 ``VOXFLOW_END_OF_TURN_SILENCE``         ``end_of_turn_silence``      ``0.6``
-``VOXFLOW_END_OF_TURN_MODEL``           ``end_of_turn_model``        ``none``
 ``VOXFLOW_MAX_END_OF_TURN_SILENCE``     ``max_end_of_turn_silence``  ``1.6``
 ``VOXFLOW_RESUME_GRACE``                ``resume_grace``             ``1.0``
 ``VOXFLOW_COMPLETE_SILENCE``            ``complete_silence``         ``0.8``
@@ -33,6 +34,12 @@ variable                                setting                      default
 ``VOXFLOW_METRICS_PORT``                ``metrics_port``             none (off)
 ``VOXFLOW_METRICS_TOKEN``               ``metrics_token``            none (secret)
 ======================================  ===========================  ==================
+
+The four voice engines are chosen by name and options (:mod:`voxflow.engine_spec`:
+``VOXFLOW_STT=whisper:base``); a spec is read here, its engine found when a voice command
+starts. The variables of the settings they replaced (``stt_model``, ``voice``,
+``end_of_turn_model``: :data:`_RENAMED`) are refused, set, with the variable that replaces
+each and its value.
 """
 
 from __future__ import annotations
@@ -51,11 +58,20 @@ from pydantic import (
     Field,
     SecretStr,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
 
-from .errors import VoxflowError
+from .engine_spec import (
+    DEFAULT_ENGINES,
+    ENGINE_OPTIONS,
+    NO_ENGINE,
+    EngineKind,
+    EngineSpec,
+    parse_engine_spec,
+)
+from .errors import EngineSpecError, VoxflowError
 
 __all__ = [
     "DATABASE_URL_VARIABLE",
@@ -124,7 +140,7 @@ def _fix(field: str) -> str | None:
     return f"give {unit}, {low} and at most {bounds['le']:g}"
 
 
-_TURN_TAKING = ("complete_silence", "max_end_of_turn_silence", "end_of_turn_model")
+_TURN_TAKING = ("complete_silence", "max_end_of_turn_silence", "end_of_turn")
 """The settings a cross-field rule (:meth:`Settings._check_turn_taking`) names: the first
 one given is the variable its error starts with."""
 
@@ -142,13 +158,24 @@ class Settings(BaseModel):
     model: str | None = Field(
         None, min_length=1, description="litellm model id for open questions (`--model`)"
     )
-    stt_model: str = Field("tiny.en", description="'tiny.en', 'base' or a model folder")
-    voice: Path | None = Field(None, description="a Piper .onnx voice instead of the bundled one")
-    end_of_turn_silence: float = Field(0.6, gt=0, le=5, description="silence (s) ending a turn")
-    end_of_turn_model: Literal["none", "smart-turn"] = Field(
-        "none", description="'smart-turn': a model judges each short pause (complete: the turn "
-        "ends at once; else it waits up to max_end_of_turn_silence)",
+    stt: str = Field(
+        DEFAULT_ENGINES["stt"], description="speech to text: an engine and its options "
+        "(`--stt`), e.g. whisper:base or whisper:/path/to/model (voxflow doctor lists them)",
     )
+    tts: str = Field(
+        DEFAULT_ENGINES["tts"], description="text to speech (`--tts`), e.g. piper (the bundled "
+        "voice) or piper:/path/to/voice.onnx",
+    )
+    vad: str = Field(
+        DEFAULT_ENGINES["vad"], description="voice activity detection (`--vad`): silero, or "
+        "energy (loudness alone, e.g. energy:threshold_db=-35)",
+    )
+    end_of_turn: str = Field(
+        DEFAULT_ENGINES["end_of_turn"], description="end-of-turn model (`--end-of-turn`): "
+        "smart-turn judges each short pause (complete: the turn ends at once; else it waits "
+        "up to max_end_of_turn_silence); none: the silence alone",
+    )
+    end_of_turn_silence: float = Field(0.6, gt=0, le=5, description="silence (s) ending a turn")
     max_end_of_turn_silence: float = Field(  # the model decides at a 0.2 s pause
         1.6, gt=0.2, le=10, description="with an end-of-turn model: silence (s) ending a turn it "
         "judged incomplete",
@@ -221,6 +248,39 @@ class Settings(BaseModel):
         "to bind the metrics port beyond loopback; never on the command line)",
     )
 
+    @model_validator(mode="before")
+    @classmethod
+    def _renamed(cls, data: Any) -> Any:
+        if isinstance(data, Mapping):
+            for old, (new, form) in _RENAMED.items():
+                if old in data:
+                    value = data[old]
+                    raise ValueError(f"{old} is replaced by {new}: give {new}="
+                                     f"{_replacement(form, value)!r}")
+        return data
+
+    @field_validator("stt", "tts", "vad", "end_of_turn")
+    @classmethod
+    def _check_engine(cls, value: str, info: ValidationInfo) -> str:
+        kind: EngineKind = info.field_name  # type: ignore[assignment]
+        try:
+            parse_engine_spec(value, kind)
+        except EngineSpecError as exc:
+            raise ValueError(exc.reason) from None
+        return value
+
+    def engine(self, kind: EngineKind) -> EngineSpec:
+        """The engine of ``kind`` these settings choose, read
+        (:func:`voxflow.engine_spec.parse_engine_spec`)."""
+        spec: str = getattr(self, kind)
+        return parse_engine_spec(spec, kind)
+
+    @property
+    def judges_end_of_turn(self) -> bool:
+        """Whether an end-of-turn model judges the pauses (``end_of_turn`` is not
+        ``none``)."""
+        return self.engine("end_of_turn").name != NO_ENGINE
+
     @field_validator("demo_out", mode="before")
     @classmethod
     def _check_demo_out(cls, value: object) -> object:
@@ -237,8 +297,7 @@ class Settings(BaseModel):
 
     @model_validator(mode="after")
     def _check_turn_taking(self) -> Settings:
-        if (self.end_of_turn_model != "none"
-                and self.complete_silence > self.max_end_of_turn_silence):
+        if self.judges_end_of_turn and self.complete_silence > self.max_end_of_turn_silence:
             raise ValueError(
                 f"VOXFLOW_COMPLETE_SILENCE ({self.complete_silence}) is longer than "
                 f"VOXFLOW_MAX_END_OF_TURN_SILENCE ({self.max_end_of_turn_silence}): a turn "
@@ -254,6 +313,13 @@ class Settings(BaseModel):
             SettingsError: a variable's value is invalid; the message names the variable.
         """
         env = os.environ if environ is None else environ
+        for old, (new, form) in _RENAMED.items():
+            raw = env.get(ENV_PREFIX + old.upper())
+            if raw is not None and raw.strip() != "":
+                raise SettingsError(
+                    f"{ENV_PREFIX}{old.upper()} is replaced by {ENV_PREFIX}{new.upper()}: "
+                    f"set {ENV_PREFIX}{new.upper()}={_replacement(form, raw.strip())!r} and "
+                    f"unset {ENV_PREFIX}{old.upper()}")
         values: dict[str, Any] = {}
         for name in cls.model_fields:
             raw = env.get(ENV_PREFIX + name.upper())
@@ -287,10 +353,12 @@ class Settings(BaseModel):
         except ValidationError as exc:
             first = exc.errors()[0]
             field = str(first["loc"][0]) if first["loc"] else "?"
-            flag = {"demo_out": "--out"}.get(field, "--" + field.replace("_", "-"))
+            flags: dict[str, str] = {"demo_out": "--out"} | dict(ENGINE_OPTIONS.items())
+            flag = flags.get(field, "--" + field.replace("_", "-"))
             fix = _fix(field)
             raise SettingsError(
-                f"{flag} {_shown(field, given.get(field))!r}: {first['msg']}"
+                f"{flag} {_shown(field, given.get(field))!r}: "
+                f"{first['msg'].removeprefix('Value error, ')}"
                 + (f"; {fix}" if fix else "")
             ) from None
 
@@ -335,6 +403,20 @@ class Settings(BaseModel):
                     "`voxflow COMMAND --help` lists the variables")
             lines.append(f"{shown} is not a voxflow variable, so it is ignored: {hint}")
         return lines
+
+
+_RENAMED: dict[str, tuple[str, str]] = {
+    "stt_model": ("stt", "whisper:{}"),
+    "voice": ("tts", "piper:{}"),
+    "end_of_turn_model": ("end_of_turn", "{}"),
+}
+"""Settings replaced by an engine spec: the new setting, and the spec an old value
+becomes."""
+
+
+def _replacement(form: str, value: object) -> str:
+    """The spec an old setting's ``value`` becomes (``base`` → ``whisper:base``)."""
+    return form.format(str(value).strip())
 
 
 def _shown(field: str, value: Any) -> Any:

@@ -15,7 +15,7 @@ from voxflow_voice.engines.stt import WhisperStt
 from voxflow_voice.listen.turn_detector import TurnDetection
 from voxflow_voice.session import VoiceSettings
 
-from voxflow.errors import ModelNotFoundError
+from voxflow.errors import ModelNotFoundError, UnknownEngineError
 from voxflow.settings import Settings, SettingsError
 
 TUNED = Settings(end_of_turn_silence=1.2, min_barge_in=0.05, speculative_replies=False)
@@ -64,9 +64,11 @@ def test_short_and_long_silences_still_validate() -> None:
 
 @pytest.mark.models
 def test_engines_load_the_named_whisper_model() -> None:
-    engines = VoiceEngines.from_settings(Settings(stt_model="tiny.en"), deterministic=True)
+    engines = VoiceEngines.from_settings(Settings(stt="whisper:tiny.en,beam_size=2"),
+                                         deterministic=True)
     assert isinstance(engines.stt, WhisperStt)
     assert engines.stt.settings.model == "tiny.en"
+    assert engines.stt.settings.beam_size == 2
     assert engines.tts.sample_rate > 0
     engines.make_vad()  # one fresh detector per session
 
@@ -75,9 +77,9 @@ def test_engines_load_the_named_whisper_model() -> None:
 def test_a_missing_voice_fails_as_load_does(tmp_path: Path) -> None:
     missing = tmp_path / "no-such-voice.onnx"
     with pytest.raises(ModelNotFoundError) as direct:
-        VoiceEngines.load(voice=str(missing))
+        VoiceEngines.load(tts=f"piper:{missing}")
     with pytest.raises(ModelNotFoundError) as mapped:
-        VoiceEngines.from_settings(Settings(voice=missing))
+        VoiceEngines.from_settings(Settings(tts=f"piper:voice={missing}"))
     assert str(mapped.value) == str(direct.value)
     assert str(missing) in str(mapped.value)
 
@@ -89,7 +91,7 @@ def test_the_end_of_turn_model_and_its_longest_wait_come_from_the_settings() -> 
 
     from voxflow.settings import SettingsError
 
-    settings = Settings.from_env({"VOXFLOW_END_OF_TURN_MODEL": "smart-turn",
+    settings = Settings.from_env({"VOXFLOW_END_OF_TURN": "smart-turn",
                                   "VOXFLOW_MAX_END_OF_TURN_SILENCE": "1.2"})
     voice = VoiceSettings.from_settings(settings)
     assert voice.turn_detection.max_end_of_turn_silence == 1.2
@@ -99,7 +101,7 @@ def test_the_end_of_turn_model_and_its_longest_wait_come_from_the_settings() -> 
     # without the model.
     assert voice.turn_detection.resume_grace == 1.0
     assert VoiceSettings.from_settings(
-        Settings.from_env({"VOXFLOW_END_OF_TURN_MODEL": "smart-turn",
+        Settings.from_env({"VOXFLOW_END_OF_TURN": "smart-turn",
                            "VOXFLOW_RESUME_GRACE": "0.5"})).turn_detection.resume_grace == 0.5
     assert VoiceSettings.from_settings(
         Settings.from_env({"VOXFLOW_RESUME_GRACE": "0.5"})).turn_detection.resume_grace == 0
@@ -107,16 +109,16 @@ def test_the_end_of_turn_model_and_its_longest_wait_come_from_the_settings() -> 
     # (0.8 s) with the model; the setting means nothing without it.
     assert voice.turn_detection.complete_silence == 0.8
     assert VoiceSettings.from_settings(
-        Settings.from_env({"VOXFLOW_END_OF_TURN_MODEL": "smart-turn",
+        Settings.from_env({"VOXFLOW_END_OF_TURN": "smart-turn",
                            "VOXFLOW_COMPLETE_SILENCE": "0"})).turn_detection.complete_silence == 0
     assert VoiceSettings.from_settings(Settings()).turn_detection.complete_silence == 0
     engines = VoiceEngines.from_settings(settings, deterministic=True)
     assert isinstance(engines.end_of_turn, SmartTurn)
     assert VoiceEngines.from_settings(Settings(), deterministic=True).end_of_turn is None
-    with pytest.raises(SettingsError, match="VOXFLOW_END_OF_TURN_MODEL"):
-        Settings.from_env({"VOXFLOW_END_OF_TURN_MODEL": "smart"})
-    with pytest.raises(ValueError, match="end_of_turn"):
-        VoiceEngines.load(end_of_turn="smart")  # type: ignore[arg-type]
+    with pytest.raises(SettingsError, match="VOXFLOW_END_OF_TURN"):
+        Settings.from_env({"VOXFLOW_END_OF_TURN": "smart:"})
+    with pytest.raises(UnknownEngineError, match="did you mean smart-turn"):
+        VoiceEngines.load(end_of_turn="smart")
 
 
 _TURN_TAKING_VALUES = st.sampled_from(["0", "0.1", "0.2", "0.21", "0.4", "0.6", "0.8", "1.0",
@@ -125,7 +127,7 @@ _TURN_TAKING_VALUES = st.sampled_from(["0", "0.1", "0.2", "0.21", "0.4", "0.6", 
 
 @hyp_settings(max_examples=200, derandomize=True, deadline=None)
 @given(st.fixed_dictionaries({}, optional={
-    "VOXFLOW_END_OF_TURN_MODEL": st.sampled_from(["none", "smart-turn"]),
+    "VOXFLOW_END_OF_TURN": st.sampled_from(["none", "smart-turn"]),
     "VOXFLOW_END_OF_TURN_SILENCE": _TURN_TAKING_VALUES,
     "VOXFLOW_MAX_END_OF_TURN_SILENCE": _TURN_TAKING_VALUES,
     "VOXFLOW_COMPLETE_SILENCE": _TURN_TAKING_VALUES,

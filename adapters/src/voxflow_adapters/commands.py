@@ -22,10 +22,12 @@ from voxflow.commands import (
     check_seconds,
     implementation,
 )
-from voxflow.settings import Settings
+from voxflow.engine_spec import ENGINE_KINDS, ENGINE_OPTIONS, NO_ENGINE
+from voxflow.errors import EngineError
+from voxflow.settings import ENV_PREFIX, Settings, SettingsError
 
-__all__ = ["ServeCommand", "StatusCommand", "VoiceChatMode", "VoiceDemoMode", "serve",
-           "status", "voice_chat", "voice_demo"]
+__all__ = ["ServeCommand", "StatusCommand", "VoiceChatMode", "VoiceDemoMode",
+           "chosen_engines", "engine_options", "serve", "status", "voice_chat", "voice_demo"]
 
 
 class ServeCommand:
@@ -61,6 +63,7 @@ class ServeCommand:
         parser.add_argument("--trust-forwarded", action="store_true",
                             help="behind a reverse proxy: trust its X-Forwarded-Proto/-Host "
                                  "for the Origin check")
+        engine_options(parser)
         scale = parser.add_argument_group(
             "scale out (several processes or machines on one PostgreSQL: VOXFLOW_DATABASE_URL)")
         role = scale.add_mutually_exclusive_group()
@@ -102,6 +105,8 @@ class ServeCommand:
         # (a front door runs no call: VOXFLOW_MODEL, shared by every process, is not its
         # concern)
         model = None if args.front_door else cli.check_assistant(settings, voice=True)
+        if not args.front_door:
+            settings = chosen_engines(args, settings, "serve")
         if not args.worker:
             _check_listen(settings.host, settings.port)
         if settings.database_url is not None and role != "all":
@@ -160,6 +165,9 @@ _ROLE_OPTIONS: dict[str, tuple[tuple[str, ...], str]] = {
     "drain_seconds": (("worker",), "--drain-seconds: only a call worker drains on SIGTERM"),
     "stale_after": (("front-door", "worker"), "--stale-after: only front doors and call "
                                               "workers dispatch"),
+    **{kind: (("all", "worker"), f"{option}: the front door runs no call (give it to the "
+                                 "call workers)")
+       for kind, option in ENGINE_OPTIONS.items()},
 }
 _ROLE_FLAGS = {"all": "without --front-door or --worker", "front-door": "with --front-door",
                "worker": "with --worker"}
@@ -254,10 +262,12 @@ class VoiceChatMode:
                                 help="speaker index or name (see voxflow doctor)"),
             parser.add_argument("--headphones", action="store_true",
                                 help="no echo gate: the assistant cannot hear itself"),
+            *engine_options(parser),
         )
 
     def run(self, args: argparse.Namespace, settings: Settings, model: str | None) -> int:
         """Talk to FLOW until the user quits."""
+        settings = chosen_engines(args, settings, "chat")
         with implementation("chat"):
             # sounddevice and the models: only for a voice chat
             from .local.chat import parse_device, run_voice_chat
@@ -275,11 +285,14 @@ class VoiceDemoMode:
     """``voxflow demo``'s simulated voice call (:mod:`voxflow_adapters.demo`)."""
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> Sequence[argparse.Action]:
-        """None: the demo's options are the core's (its text demo takes them too)."""
-        return ()
+        """The engines (``--stt``, ``--tts``, ``--vad``, ``--end-of-turn``); the demo's other
+        options are the core's (its text demo takes them too)."""
+        return engine_options(parser)
 
     def run(self, args: argparse.Namespace, settings: Settings, model: str | None) -> int:
-        """Check ``--script``, run the call, print it and write its outputs."""
+        """Check ``--script`` and the engines, run the call, print it and write its
+        outputs."""
+        settings = chosen_engines(args, settings, "demo")
         with implementation("demo"):
             from .demo import DEMO_LINES, run_voice_demo  # the models: only for the call
         if args.script is not None:
@@ -287,6 +300,61 @@ class VoiceDemoMode:
         return run_voice_demo(fast=args.fast, model=model, json_output=args.json,
                               out=str(settings.demo_out), script=args.script,
                               settings=settings)
+
+
+def engine_options(parser: argparse.ArgumentParser) -> list[argparse.Action]:
+    """``--stt``, ``--tts``, ``--vad`` and ``--end-of-turn``: each an engine's name and
+    options (``whisper:base``), over ``VOXFLOW_STT``... (:mod:`voxflow.engine_spec`)."""
+    group = parser.add_argument_group(
+        "engines (NAME or NAME:OPTIONS; voxflow doctor lists the engines installed)")
+    return [
+        group.add_argument("--stt", default=None, metavar="ENGINE",
+                           help="speech to text, e.g. whisper:base or whisper:/path/to/model "
+                                "(default: $VOXFLOW_STT, else whisper:tiny.en)"),
+        group.add_argument("--tts", default=None, metavar="ENGINE",
+                           help="text to speech, e.g. piper:/path/to/voice.onnx (default: "
+                                "$VOXFLOW_TTS, else piper, the bundled voice)"),
+        group.add_argument("--vad", default=None, metavar="ENGINE",
+                           help="voice activity: silero, or energy[:THRESHOLD_DB] (default: "
+                                "$VOXFLOW_VAD, else silero)"),
+        group.add_argument("--end-of-turn", default=None, metavar="ENGINE",
+                           help="smart-turn: a model judges each pause; none: the silence "
+                                "alone (default: $VOXFLOW_END_OF_TURN, else none)"),
+    ]
+
+
+def chosen_engines(args: argparse.Namespace, settings: Settings, command: str) -> Settings:
+    """``settings`` with the engine options over them, every engine they name found and
+    its options checked, before any model loads.
+
+    Raises:
+        UsageError: a malformed spec (naming the option or variable).
+        voxflow.errors.EngineError: an engine no installed package registers, an option it
+            does not take, or an entry point that cannot be loaded; the message starts
+            with the option or variable that chose it (the CLI prints it on one line).
+        voxflow.commands.MissingCommandError: voxflow-voice cannot be imported.
+    """
+    try:
+        settings = settings.with_options(**{kind: getattr(args, kind, None)
+                                            for kind in ENGINE_KINDS})
+    except SettingsError as exc:
+        raise UsageError(str(exc)) from None
+    with implementation(command):
+        # voxflow_voice: only a command that runs a call finds its engines
+        from voxflow_voice.engines.registry import choose_engine
+    for kind in ENGINE_KINDS:
+        spec = settings.engine(kind)
+        if kind == "end_of_turn" and spec.name == NO_ENGINE:
+            continue
+        try:
+            choose_engine(kind, spec)
+        except EngineError as exc:
+            given = getattr(args, kind, None) is not None
+            source = (f"{ENGINE_OPTIONS[kind]} {str(spec)!r}" if given
+                      else f"{ENV_PREFIX}{kind.upper()}={str(spec)!r}")
+            raise type(exc)(f"{source}: {exc.reason}", kind=kind, reason=exc.reason,
+                            available=exc.available) from None
+    return settings
 
 
 def _script_wavs(folder: Path, lines: Sequence[str]) -> None:

