@@ -9,9 +9,29 @@ runs the call and returns a :class:`~.result.CallResult` (or raises a
 :mod:`.flows` the flows voxflow's own tests answer with.
 """
 
-from .assertions import ScriptStepError
-from .call_runner import CallRunner
-from .scenario import CallResult, run_call
-from .script import CallScript
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .assertions import ScriptStepError
+    from .call_runner import CallRunner
+    from .result import CallResult
+    from .scenario import run_call
+    from .script import CallScript
 
 __all__ = ["CallResult", "CallRunner", "CallScript", "ScriptStepError", "run_call"]
+
+# Imported on first use: the pytest plugin (a module of this package) is loaded by every
+# pytest run, and must not load the voice pipeline or numpy until a test asks for a call.
+_HOMES = {"CallResult": "result", "CallRunner": "call_runner", "CallScript": "script",
+          "ScriptStepError": "assertions", "run_call": "scenario"}
+
+
+def __getattr__(name: str) -> object:
+    if name not in _HOMES:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{_HOMES[name]}", __name__), name)
+    globals()[name] = value
+    return value
