@@ -51,8 +51,9 @@ def bucket_counts(values: list[float]) -> dict[str, float]:
 
 @pytest.mark.models
 async def test_a_calls_events_become_the_metrics_its_summary_agrees_with(
-    engines: VoiceEngines,
+    engines: VoiceEngines, caplog: pytest.LogCaptureFixture,
 ) -> None:
+    caplog.set_level("INFO", logger="voxflow_voice.session.voice_session")
     registry = CollectorRegistry()
     metrics = CallMetrics(registry)
     observed: list[SessionEvent] = []
@@ -99,6 +100,12 @@ async def test_a_calls_events_become_the_metrics_its_summary_agrees_with(
     assert got[("voxflow_announcements_queued_total", ())] == 1
     assert got[("voxflow_announcement_wait_seconds_count", ())] == 1
     assert got[("voxflow_announcements_settled_total", (("status", "completed"),))] == 1
+    # and logged: queued (naming its job) and how it settled, with its delivery id
+    [queued] = [e for e in call.events if e.kind == "announcement_queued"]
+    said = [(r.getMessage(), getattr(r, "delivery_id", None), getattr(r, "job_ids", None))
+            for r in caplog.records if r.getMessage().startswith("announcement")]
+    assert said == [("announcement queued", queued.delivery_id, queued.job_ids[0]),
+                    ("announcement completed", queued.delivery_id, None)]
     assert got[("voxflow_fenced_chunks_total", ())] == summary.fenced_chunks
     assert got[("voxflow_stale_samples_total", ())] == 0 == call.stale_samples()
     # no label carries an identity of the call

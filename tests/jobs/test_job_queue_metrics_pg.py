@@ -66,7 +66,8 @@ async def test_a_job_worker_serves_the_queues_metrics_health_and_readiness(
     _, waiting = owner_state(flight="IB 5")
     for job in (slow, waiting):
         await queue.enqueue_async(job)
-    worker = start_job_worker(schema, "--concurrency", "1", "--metrics-port", str(port))
+    worker = start_job_worker(schema, "--concurrency", "1", "--metrics-port", str(port),
+                              "--log-level", "INFO")
     base = f"http://127.0.0.1:{port}"
     try:
         async def started() -> bool:
@@ -98,6 +99,12 @@ async def test_a_job_worker_serves_the_queues_metrics_health_and_readiness(
         code, err = await asyncio.to_thread(stop, worker)
     assert code == 0, err
     assert "Traceback" not in err
+    # a line per job's start, with its ids; never its inputs (Procrastinate's INFO lines
+    # printed them: flight='IB 4')
+    started = [line for line in err.splitlines() if " job started " in line]
+    assert any(f"session_id={slow.session_id}" in line and f"job_id={slow.job_id}" in line
+               and "attempt=1" in line for line in started), err
+    assert "IB 4" not in err and "IB 5" not in err
 
 
 def got_version(got: dict[tuple[str, tuple[tuple[str, str], ...]], float]) -> str:
@@ -118,3 +125,41 @@ async def test_a_public_metrics_port_without_a_token_is_refused_naming_the_fix(
     assert code == 2
     assert "VOXFLOW_METRICS_TOKEN" in err and "Traceback" not in err
     assert PG_URL not in err
+
+
+async def test_each_line_of_a_job_says_whose_job_it_is(queue: PostgresJobQueue) -> None:
+    import contextlib
+    import io
+    import json
+
+    import tests.jobs.queue_flow  # noqa: F401  # declares the job functions
+    from tests.jobs.queue_kit import wait_for_update
+    from voxflow.logs import configure_logging
+
+    out = io.StringIO()
+    configure_logging("INFO", "json", stream=out)  # (undone by the root conftest)
+    state, job = owner_state(flight="IB 6")
+    _, failing = owner_state(flight="IB 7", seconds="not a number")
+    for queued in (job, failing):
+        await queue.enqueue_async(queued)
+    run = asyncio.create_task(queue.run_worker(heartbeat=0.5, stalled_after=5.0))
+    try:
+        await wait_for_update(queue.inbox, state.id, "completed", 60, "the job to complete")
+        await wait_for_update(queue.inbox, failing.session_id, "failed", 60, "the other to fail")
+    finally:
+        run.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await run
+    lines = [json.loads(line) for line in out.getvalue().splitlines()]
+    # (Procrastinate's own lines of the job carry them too)
+    mine = [line for line in lines
+            if line.get("job_id") == job.job_id and line["logger"] == "voxflow.jobs"]
+    assert mine[0]["message"] == "job started"
+    assert mine[-1]["message"].startswith("job completed")
+    assert all(line["session_id"] == str(state.id) for line in mine)
+    [failed] = [line for line in lines if line.get("job_id") == failing.job_id
+                and line["level"] == "WARNING"]
+    assert failed["message"] == "job failed (TypeError)"
+    assert failed["session_id"] == str(failing.session_id)
+    assert not any("not a number" in json.dumps(line) for line in lines
+                   if line["logger"].startswith("voxflow"))

@@ -292,6 +292,10 @@ def _cmd_jobs_worker(args: argparse.Namespace) -> int:
     import asyncio  # here: a command loads only what it runs
 
     settings = _settings(args, log_level="INFO")
+    # Procrastinate's INFO lines print each job's arguments (what a flow gave the job, a
+    # caller's details among them): voxflow.jobs says each job's start and end with its
+    # session and job ids instead
+    logging.getLogger("procrastinate").setLevel(logging.WARNING)
     if settings.database_url is None:
         raise UsageError("voxflow jobs worker needs the job queue's database: export "
                          "VOXFLOW_DATABASE_URL=postgresql://user@host:5432/database "

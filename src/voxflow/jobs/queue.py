@@ -51,6 +51,7 @@ from voxflow.ids import JobId, SessionId, TurnId
 from voxflow.jobs.background import BackgroundJob, JobContext, job_function
 from voxflow.jobs.inbox import INBOX_SCHEMA, JobInbox
 from voxflow.jobs.records import JobUpdate, JobUpdateKind
+from voxflow.logs import bind_log_context
 from voxflow.pg_schema import ensure_tables
 from voxflow.settings import (
     Settings,
@@ -563,6 +564,9 @@ class PostgresJobQueue:
         queued = QueuedJob.parse(payload)  # a JobPayloadError fails the queue job, logged
         attempt = int(context.job.attempts) + 1
         where = (int(context.job.id), attempt)
+        # every line of this job (its task: Procrastinate runs each job in its own) says
+        # whose it is
+        bind_log_context(session_id=str(queued.session_id), job_id=str(queued.job_id))
         if await self.inbox.finished(queued.job_id, queued.revision):
             logger.info("job %s already reported its end; attempt %d has nothing to do",
                         queued.job_id, attempt)
@@ -599,6 +603,8 @@ class PostgresJobQueue:
                 await publish("failed", error=str(exc))
                 return
             await publish("started")
+            began = time.monotonic()
+            logger.info("job started", extra={"kind": queued.kind, "attempt": attempt})
             await publish("stage_started", stage="run")
             job_context = JobContext(record.model_copy(deep=True), clock=clock,
                                      progress=progress, stop_requested=stop_requested)
@@ -607,6 +613,9 @@ class PostgresJobQueue:
             except _DeadAttempt:
                 raise
             except Exception as exc:
+                # the type only: a job's error text may carry what it was given
+                logger.warning("job failed (%s)", type(exc).__name__,
+                               extra={"kind": queued.kind, "attempt": attempt})
                 await publish("failed", error=format_error(exc) or type(exc).__name__)
                 return
             if not isinstance(text, str) or not text.strip():
@@ -616,6 +625,9 @@ class PostgresJobQueue:
                 return
             await publish("stage_completed", stage="run", outputs={"announcement": text})
             await publish("completed")
+            logger.info("job completed: its announcement is in the session's inbox",
+                        extra={"kind": queued.kind, "attempt": attempt,
+                               "duration_s": round(time.monotonic() - began, 1)})
         except _DeadAttempt:
             logger.warning("job %s attempt %d was re-queued meanwhile (its worker looked "
                            "dead): this execution stops, its late updates refused",

@@ -458,6 +458,10 @@ class VoiceSession:
         await self._delivery.offer_completed()
 
     def _queued(self, record: DeliveryRecord) -> None:
+        jobs = [str(c.job_id) for c in record.covered_updates]
+        logger.info("announcement queued", extra={
+            "session_id": str(self.session_id), "delivery_id": str(record.delivery_id),
+            "job_ids": ",".join(jobs)})
         self._emit(AnnouncementQueued(
             session_id=self.session_id, at=self.clock.now(), delivery_id=record.delivery_id,
             turn_id=record.turn_id, job_ids=tuple(c.job_id for c in record.covered_updates),
@@ -479,6 +483,8 @@ class VoiceSession:
                 record = self.turns.flow.state.deliveries.get(delivery_id)
             status = record.status if record is not None else None
             if status is not None and status != "pending" and status != "scheduled":
+                logger.info("announcement %s", status, extra={
+                    "session_id": str(self.session_id), "delivery_id": str(delivery_id)})
                 self._emit(DeliverySettled(session_id=self.session_id, at=self.clock.now(),
                                            delivery_id=delivery_id, status=status))
             await self._settle(reply, played)
