@@ -6,38 +6,5 @@ call, :mod:`.events` what a call reports while it runs, :mod:`.stream` a streame
 imported on the first call (:mod:`._litellm`), so ``import voxflow`` stays light.
 """
 
-from .client import (
-    LLM,
-    BaseLLM,
-    LLMConfig,
-    LLMEvent,
-    LLMEventType,
-    LLMResponse,
-    LLMStream,
-    Messages,
-    ToolCall,
-    agent_scope,
-    coerce_llm,
-    emit_llm_event,
-    normalize_messages,
-    observe_llm,
-    run_sync,
-)
-
-__all__ = [
-    "LLM",
-    "BaseLLM",
-    "LLMConfig",
-    "LLMEvent",
-    "LLMEventType",
-    "LLMResponse",
-    "LLMStream",
-    "Messages",
-    "ToolCall",
-    "agent_scope",
-    "coerce_llm",
-    "emit_llm_event",
-    "normalize_messages",
-    "observe_llm",
-    "run_sync",
-]
+from .client import *  # noqa: F403  (its public names, listed once: in its __all__)
+from .client import __all__ as __all__

@@ -5,30 +5,5 @@ boundary it talks to (sounddevice is imported only when a stream opens), and :mo
 the ``voxflow chat --voice`` command over it.
 """
 
-from .device import (
-    PORTAUDIO_INSTALL,
-    AudioStream,
-    LocalAudio,
-    LocalAudioSettings,
-    LocalAudioStatistics,
-    LocalAudioStatus,
-    SoundDeviceBackend,
-    StreamBackend,
-    StreamCallback,
-    StreamKind,
-    load_sounddevice,
-)
-
-__all__ = [
-    "PORTAUDIO_INSTALL",
-    "AudioStream",
-    "LocalAudio",
-    "LocalAudioSettings",
-    "LocalAudioStatistics",
-    "LocalAudioStatus",
-    "SoundDeviceBackend",
-    "StreamBackend",
-    "StreamCallback",
-    "StreamKind",
-    "load_sounddevice",
-]
+from .device import *  # noqa: F403  (its public names, listed once: in its __all__)
+from .device import __all__ as __all__
