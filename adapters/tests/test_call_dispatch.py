@@ -240,6 +240,7 @@ async def test_a_drain_during_a_claim_answers_or_refuses_the_claimed_offer(
         result = await poster.take_result(offer_id)
         assert result is not None and result.state == "failed", result
         assert result.status == 400  # the worker's own refusal reached the front door
+        assert host.refusals() == {"sdp": 1}  # and is counted (its refused-calls metric)
     finally:
         slow.reply.set()
         await w.aclose()

@@ -180,6 +180,10 @@ class SignalingServer:
         """Offers refused so far, by reason key (``token``, ``busy``, ...); any thread."""
         return dict(self._rejected)
 
+    def note_refusal(self, key: str) -> None:
+        """Count an offer refused elsewhere than ``POST /offer`` (a call worker's)."""
+        self._rejected[key] += 1
+
     # -- the app --------------------------------------------------------------------
 
     def app(self) -> web.Application:
@@ -248,7 +252,7 @@ class SignalingServer:
         })
 
     def _reject(self, status: int, reason: str, key: str) -> web.Response:
-        self._rejected[key] += 1
+        self.note_refusal(key)
         logger.warning("offer rejected (%s): %s", key, reason)
         return web.json_response({"error": reason}, status=status)
 

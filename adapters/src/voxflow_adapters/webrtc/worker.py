@@ -534,6 +534,7 @@ class CallWorker:
                       else ResumeRequest.model_validate_json(offer.resume))
             answer = await self.host.answer_offer(offer.sdp, resume)
         except CallRefused as exc:
+            self.host.note_refusal(exc.key)  # (its metrics: no HTTP path counted it)
             await self._refuse(offer, exc.status, exc.reason)
             return
         except Exception as exc:
