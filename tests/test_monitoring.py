@@ -123,7 +123,7 @@ async def test_the_token_guards_metrics_but_not_the_probes() -> None:
 
 async def test_other_paths_are_404() -> None:
     async with Monitor("serve") as monitor:
-        for path in ("/", "/status", "/metrics/x", "/offer"):
+        for path in ("/", "/statusx", "/metrics/x", "/offer"):
             status, _, body = await asyncio.to_thread(get, f"{monitor.url}{path}")
             assert status == 404 and "/metrics" in body
 
@@ -157,3 +157,25 @@ async def test_closing_stops_answering() -> None:
     with pytest.raises(urllib.error.URLError):
         await asyncio.to_thread(get, url)
     await monitor.aclose()  # idempotent
+
+
+async def test_status_is_a_page_of_the_same_figures_behind_the_same_token() -> None:
+    async with Monitor("front-door", token=TOKEN) as monitor:
+        await asyncio.sleep(0.3)
+        refused = await asyncio.to_thread(get, f"{monitor.url}/status")
+        status, kind, page = await asyncio.to_thread(get, f"{monitor.url}/status", TOKEN)
+    assert refused[0] == 401
+    assert status == 200 and kind == "text/html; charset=utf-8"
+    assert "<th>process</th><td>front-door (voxflow " in page
+    assert "<th>ready</th><td>no: starting</td>" in page
+    assert "<th>event loop lag (since start)</th><td>median " in page
+
+
+def test_quantile_is_prometheus_histogram_quantile() -> None:
+    from voxflow.status_page import quantile
+
+    buckets = {0.5: 0.0, 0.6: 1.0, 0.7: 3.0, 1.0: 4.0, float("inf"): 4.0}
+    assert quantile(0.5, buckets) == pytest.approx(0.65)  # rank 2: half way in (0.6, 0.7]
+    assert quantile(1.0, buckets) == pytest.approx(1.0)
+    assert quantile(0.5, {0.5: 0.0, float("inf"): 0.0}) is None
+    assert quantile(0.5, {0.5: 0.0, float("inf"): 2.0}) == 0.5  # all past the last edge

@@ -3,7 +3,9 @@ clock) into the Prometheus metrics, checked against the call's own latency summa
 
 from __future__ import annotations
 
+import asyncio
 import bisect
+import re
 from typing import Any
 
 import pytest
@@ -184,3 +186,35 @@ async def test_a_takeover_and_the_zombies_refused_writes_are_counted(make_store:
     assert samples(registry)[("voxflow_lease_takeovers_total", ())] == 1
     await third.release()
     await zombie.release()
+
+
+@pytest.mark.unit
+async def test_the_status_page_reads_the_calls_figures() -> None:
+    import html
+    import urllib.request
+
+    from voxflow.ids import DeliveryId, SessionId, TurnId
+    from voxflow.monitoring import Monitor
+
+    async with Monitor("serve") as monitor:
+        metrics = CallMetrics(monitor.registry)
+        admission = AdmissionController(AdmissionSettings(max_calls=4))
+        held = admission.admit("call-1")
+        metrics.watch(admission.load, lambda: HostCounts(admitted=1, refused={"busy": 2}))
+        observe = metrics.call()
+        for n, v2v in enumerate((0.42, 0.55, 0.61), 1):
+            observe(TurnMetrics(session_id=SessionId("s"), at=9.0, turn_id=TurnId(f"t{n}"),
+                                delivery_id=DeliveryId(f"d{n}"), speech_end=1.0,
+                                transcript_final=1.1, first_text=1.2, first_audio=1.0 + v2v,
+                                playback_end=None, interrupted=False, fenced_chunks=0))
+        monitor.set_ready()
+        page = await asyncio.to_thread(
+            lambda: urllib.request.urlopen(f"{monitor.url}/status", timeout=10).read().decode())
+        held.release()
+    rows = dict(re.findall(r"<tr><th>(.*?)</th><td>(.*?)</td></tr>", html.unescape(page)))
+    assert rows["ready"] == "yes"
+    assert rows["calls now"] == "1 of 4 slots, headroom 3"
+    assert rows["calls admitted"] == "1" and rows["calls refused"] == "2 (busy 2)"
+    assert rows["turns answered"] == "3" and rows["stale samples (must stay 0)"] == "0"
+    # 3 turns in (0.4, 0.5], (0.5, 0.6], (0.6, 0.7]: the median half way in (0.5, 0.6]
+    assert rows["voice to voice (since start)"] == "median 550 ms, p95 685 ms (n=3)"

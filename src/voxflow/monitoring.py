@@ -18,7 +18,9 @@ Every long-running voxflow process (``voxflow serve``, ``serve --front-door``,
   it): a supervisor restarts the process;
 * ``GET /ready`` (readiness): 200 once the process serves (its models loaded, its
   database reached, listening or registered) and until it stops or drains; 503 with the
-  reason otherwise, so a load balancer sends it nothing.
+  reason otherwise, so a load balancer sends it nothing;
+* ``GET /status``: the same figures as ``/metrics`` as a page for a person
+  (:mod:`voxflow.status_page`), behind the same token.
 
 The endpoints answer from a thread of their own, not the event loop: a scrape never
 waits behind a call's work, and a blocked loop is reported rather than hanging the probe.
@@ -45,6 +47,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from .errors import VoxflowError
+from .status_page import render_status
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
@@ -293,6 +296,14 @@ class Monitor:
         encoder, content_type = choose_encoder(accept or "")
         return 200, content_type, encoder(self.registry)
 
+    def _status(self, authorization: str | None) -> tuple[int, str, bytes]:
+        if self._token is not None and not _bearer_matches(authorization, self._token):
+            return 401, "application/json", _json(
+                {"error": "/status needs the metrics token: Authorization: Bearer <token>"})
+        page = render_status(self.registry.collect(), ready=self.not_ready(),
+                             live=self.not_live())
+        return 200, "text/html; charset=utf-8", page.encode()
+
     def __repr__(self) -> str:
         return (f"Monitor({self.role!r}, {self.url}, ready={self.not_ready() is None}, "
                 f"live={self.not_live() is None})")
@@ -335,6 +346,8 @@ def _handler_for(monitor: Monitor) -> type[BaseHTTPRequestHandler]:
             if path == "/metrics":
                 status, kind, body = monitor._metrics(self.headers.get("Accept"),
                                                       self.headers.get("Authorization"))
+            elif path == "/status":
+                status, kind, body = monitor._status(self.headers.get("Authorization"))
             elif path in ("/health", "/ready"):
                 reason = monitor.not_live() if path == "/health" else monitor.not_ready()
                 status, kind = (200 if reason is None else 503), "application/json"
@@ -342,7 +355,8 @@ def _handler_for(monitor: Monitor) -> type[BaseHTTPRequestHandler]:
                              else {"status": "unavailable", "reason": reason})
             else:
                 status, kind = 404, "application/json"
-                body = _json({"error": "not found: GET /metrics, /health or /ready"})
+                body = _json({"error": "not found: GET /metrics, /status, /health or "
+                                       "/ready"})
             self.send_response(status)
             self.send_header("Content-Type", kind)
             self.send_header("Content-Length", str(len(body)))

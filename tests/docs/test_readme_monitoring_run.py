@@ -222,6 +222,10 @@ def test_the_monitoring_block_serves_a_call_prometheus_reads_back(
         assert api.value(f'voxflow_announcements_settled_total{{instance="{worker}",'
                          'status="completed"}') == 1
         assert api.value(f'voxflow_job_queue_up{{instance="{jobs}"}}') == 1
+        # the worker's page for a person says the same
+        status, page = get(f"http://{worker}/status", token)
+        assert status == 200 and "<th>calls admitted</th><td>1</td>" in page
+        assert "<th>stale samples (must stay 0)</th><td>0</td>" in page
         # the turns' voice to voice: bucket by bucket, the latencies the page was sent
         exported = {r["metric"]["le"]: float(r["value"][1]) for r in api.query(
             f'voxflow_voice_to_voice_seconds_bucket{{instance="{worker}"}}')}
