@@ -38,6 +38,7 @@ from voxflow.errors import (
     EngineLoadError,
     EngineOptionsError,
     EngineSpecError,
+    ModelNotFoundError,
     UnknownEngineError,
 )
 
@@ -103,6 +104,17 @@ def build(options, context):
 fixed = EngineFactory("stt", build, options=Words, main_option="text",
                       summary="says the same words", models="none")
 hollow = EngineFactory("stt", lambda options, context: object())
+
+def crash(options, context):
+    raise TypeError("incompatible constructor arguments.\\n  1. Whisper(model_path: str)")
+
+def no_model(options, context):
+    from voxflow.errors import ModelNotFoundError
+    raise ModelNotFoundError("model package 'vosk-model-en' is not installed: pip install "
+                             "vosk-model-en", package="vosk-model-en")
+
+crashing = EngineFactory("stt", crash)
+unmodelled = EngineFactory("stt", no_model)
 voice = EngineFactory("tts", lambda options, context: object())
 def not_a_factory(): ...
 '''
@@ -229,9 +241,30 @@ def test_two_packages_registering_one_name_are_a_conflict_to_resolve(package: Pa
 def test_an_engine_without_its_interface_is_refused_when_built(package: Package) -> None:
     package("my-engines", {"voxflow.stt": {"hollow": "{module}:hollow"}}, _FACTORIES)
     chosen = choose_engine("stt", "hollow")
-    with pytest.raises(EngineLoadError, match="built an object, which has no transcribe: not a "
-                                              r"speech-to-text engine \(from my-engines 1.0\)"):
+    with pytest.raises(EngineLoadError, match=r"'hollow' \(from my-engines 1.0\) built an "
+                                              "object, which has no transcribe: not a "
+                                              "speech-to-text engine; fix it or report it to "
+                                              "my-engines"):
         chosen.create()
+
+
+def test_an_engine_that_fails_to_build_is_one_line_naming_its_package(
+    package: Package,
+) -> None:
+    """A bug in a package's engine (its constructor raised) is said in one line with the
+    package, as a failure to load it is: voxflow demo printed the package's traceback."""
+    package("my-engines", {"voxflow.stt": {"crashing": "{module}:crashing",
+                                           "unmodelled": "{module}:unmodelled"}}, _FACTORIES)
+    with pytest.raises(EngineLoadError) as caught:
+        VoiceEngines.load(stt="crashing")
+    assert str(caught.value) == (
+        "speech-to-text engine 'crashing' (from my-engines 1.0) failed to build (TypeError: "
+        "incompatible constructor arguments. 1. Whisper(model_path: str)); fix it or report "
+        "it to my-engines, or choose another engine (installed: crashing, unmodelled, "
+        "whisper)")
+    assert isinstance(caught.value.__cause__, TypeError)  # kept for a debugger
+    with pytest.raises(ModelNotFoundError, match="pip install vosk-model-en"):
+        choose_engine("stt", "unmodelled").create()  # voxflow's own errors say their fix
 
 
 def test_voice_engines_finds_every_engine_before_loading_any(package: Package) -> None:

@@ -41,6 +41,7 @@ from voxflow.errors import (
     EngineLoadError,
     EngineOptionsError,
     UnknownEngineError,
+    VoxflowError,
 )
 
 from ..scheduler import ModelScheduler
@@ -241,18 +242,32 @@ class ChosenEngine(Generic[E]):
             voxflow.errors.ModelNotFoundError: the model is not installed (the message
                 names the package).
         """
-        engine = self.factory.build(self.options, context or EngineContext())
+        try:
+            engine = self.factory.build(self.options, context or EngineContext())
+        except VoxflowError:
+            raise  # (a missing model names its package: ModelNotFoundError)
+        except Exception as exc:  # a bug in the engine's package: one line, not its traceback
+            raise self._failed(f"failed to build ({type(exc).__name__}: {_one_line(exc)})"
+                               ) from exc
         lacks = [name for name in _REQUIRED[self.spec.kind]
                  if not hasattr(engine, name)
                  or (name not in _PROPERTIES and not callable(getattr(engine, name)))]
         if lacks:
-            label = ENGINE_LABELS[self.spec.kind]
-            source = f" (from {self.installed.package})" if self.installed else ""
-            reason = (f"built {_kind_of(engine)}, which has no {', '.join(lacks)}: not a "
-                      f"{label} engine{source}")
-            raise EngineLoadError(f"{label} engine {str(self.spec)!r}: {reason}",
-                                  kind=self.spec.kind, reason=reason)
+            raise self._failed(f"built {_kind_of(engine)}, which has no {', '.join(lacks)}: "
+                               f"not a {ENGINE_LABELS[self.spec.kind]} engine")
         return engine
+
+    def _failed(self, why: str) -> EngineLoadError:
+        """The error of an engine that could not be built: ``why``, its package, the fix."""
+        kind = self.spec.kind
+        installed = installed_engines(kind)
+        source = f" (from {self.installed.package})" if self.installed else ""
+        owner = self.installed.distribution if self.installed else "its author"
+        reason = (f"{why}; fix it or report it to {owner}, or choose another engine "
+                  f"(installed: {', '.join(installed) or 'none'})")
+        return EngineLoadError(f"{ENGINE_LABELS[kind]} engine {str(self.spec)!r}{source} "
+                               f"{reason}", kind=kind, reason=f"{source.strip()} {reason}".strip(),
+                               available=tuple(installed))
 
     def __str__(self) -> str:
         return str(self.spec)
