@@ -138,6 +138,15 @@ def test_fast_latencies_are_labelled_simulated(demo: tuple[Path, dict[str, Any]]
     assert demo[1]["mode"] == "fast" and demo[1]["latencies"] == "simulated"
 
 
+def test_the_report_names_the_engines_the_call_ran_on(demo: tuple[Path, dict[str, Any]]) -> None:
+    engines = demo[1]["engines"]
+    assert engines == {
+        "stt": {"spec": "whisper:tiny.en", "engine": "voxflow_voice.engines.stt.WhisperStt"},
+        "tts": {"spec": "piper", "engine": "voxflow_voice.engines.tts.PiperTts"},
+        "vad": {"spec": "silero", "engine": "voxflow_voice.engines.vad.SileroVad"},
+    }  # (no end-of-turn model by default)
+
+
 def test_the_fast_demo_as_a_user_runs_it_says_its_latencies_are_simulated(
     tmp_path: Path,
 ) -> None:

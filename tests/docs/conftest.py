@@ -10,7 +10,8 @@ marker's logic: ``tests/docs/test_readme_blocks.py`` (unit) runs every other blo
 ``tests/docs/test_readme_voice_blocks.py`` (models) runs them all. A block whose first
 line is a comment naming a file of the repository (``# examples/test_assistant.py``)
 shows that file: it is not run here (the file has its own test) but must match it,
-line for line. A ```bash block is not Python and is never run. A block that reads
+line for line; so must a ```toml block naming one (``# examples/engine_package/
+pyproject.toml``). A ```bash block is not Python and is never run. A block that reads
 ``os.environ["VOXFLOW_DATABASE_URL"]`` runs against the test PostgreSQL server; where none
 answers, the test runs the others and then skips, naming the blocks it could not run and
 why (under ``VOXFLOW_REQUIRE_POSTGRES=1`` it fails at the first of them instead).
@@ -42,7 +43,7 @@ ROOT = Path(__file__).resolve().parents[2]
 READMES = (ROOT / "README.md", ROOT / "voice" / "README.md")
 MODELS = re.compile(r"\b(VoiceEngines|PiperTts|WhisperStt|SileroVad|run_call)\b")
 FENCE = re.compile(r"^```(\w*)\s*$")
-SHOWN_FILE = re.compile(r"^# ((?:[\w.-]+/)*[\w.-]+\.py)\s*$")
+SHOWN_FILE = re.compile(r"^# ((?:[\w.-]+/)*[\w.-]+\.(?:py|toml))\s*$")
 POSTGRES = 'os.environ["VOXFLOW_DATABASE_URL"]'
 
 

@@ -21,6 +21,22 @@ def test_the_readme_python_blocks_run(name: str, readme: Any, readme_sandbox: Pa
     readme.skip_unrunnable(blocks)
 
 
+@pytest.mark.parametrize("name", ["README.md", "voice/README.md"])
+def test_a_block_naming_a_file_shows_that_file(name: str, readme: Any) -> None:
+    """Any block, not only Python (the engine package's pyproject.toml), whose first line
+    names a repository file is a copy of it."""
+    path = next(p for p in readme.READMES if p.as_posix().endswith(name))
+    shown = [b for b in readme.all_blocks(path) if b.shows_file is not None]
+    for block in shown:
+        body = block.code.lstrip("\n").split("\n", 1)[1].strip()
+        assert block.shows_file.is_file(), block.name
+        assert body in block.shows_file.read_text(), (
+            f"README block {block.name} does not match {block.shows_file}: copy the file "
+            "into the block again")
+    if name == "README.md":
+        assert {b.language for b in shown} >= {"python", "toml"}
+
+
 def test_blocks_are_found_by_language_and_named_by_section(
     readme: Any, tmp_path: Path
 ) -> None:

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from voxflow_voice.engines import ChosenEngine, VoiceEngines
 from voxflow_voice.session import VoiceSettings
@@ -27,7 +28,7 @@ from .call import DEMO_LINES, DemoCall, default_clock, demo_script, run_demo_cal
 from .console import CallPrinter, latency_table, percentile
 from .outputs import write_call_wav, write_events, write_timeline
 
-__all__ = ["DEMO_LINES", "demo_figures", "load_engines", "run_voice_demo"]
+__all__ = ["DEMO_LINES", "demo_figures", "engines_used", "load_engines", "run_voice_demo"]
 
 _TIME_FIELDS = ("at", "onset_at", "end_at", "speech_end_at", "speech_end", "transcript_final",
                 "first_text", "first_audio", "playback_end")
@@ -54,6 +55,18 @@ def load_engines(
                                              loading=loading)
         progress.update(task, completed=len(begun), description="models loaded")
     return engines
+
+
+def engines_used(settings: Settings, engines: VoiceEngines) -> dict[str, dict[str, str]]:
+    """Each engine the call ran on: the spec that chose it and the class it built
+    (``{"stt": {"spec": "whisper:tiny.en", "engine": "voxflow_voice...WhisperStt"}}``)."""
+    built: dict[EngineKind, object] = {"stt": engines.stt, "tts": engines.tts,
+                                       "vad": engines.make_vad()}
+    if engines.end_of_turn is not None:
+        built["end_of_turn"] = engines.end_of_turn
+    return {kind: {"spec": str(settings.engine(kind)),
+                   "engine": f"{type(engine).__module__}.{type(engine).__qualname__}"}
+            for kind, engine in built.items()}
 
 
 def _normalized(event: Any, origin: float) -> dict[str, Any]:
@@ -145,8 +158,10 @@ def run_voice_demo(
     engines = load_engines(console, deterministic=fast, settings=settings)
     voice_settings = VoiceSettings.from_settings(settings)
     mode = "virtual audio time (--fast)" if fast else "real time"
+    used = engines_used(settings, engines)
     console.print(f"[dim]caller script: {len(DEMO_LINES)} lines · clock: {mode} · "
-                  f"replies: {'litellm ' + model if model else 'rule-based'}[/]")
+                  f"replies: {'litellm ' + model if model else 'rule-based'} · engines: "
+                  f"{escape(', '.join(e['spec'] for e in used.values()))}[/]")
     clock = default_clock(fast)
     printer = CallPrinter(console, origin=clock.now(), simulated=fast)
 
@@ -173,8 +188,8 @@ def run_voice_demo(
                           for name in ("call.wav", "events.jsonl", "timeline.png")}
     if json_output:
         print(json.dumps({"mode": "fast" if fast else "real-time",
-                          "latencies": "simulated" if fast else "measured", "turns": rows,
-                          "figures": figures}, indent=2))
+                          "latencies": "simulated" if fast else "measured",
+                          "engines": used, "turns": rows, "figures": figures}, indent=2))
     else:
         console.print(latency_table(rows, figures, simulated=fast))
         console.print(f"wrote [bold]{out_dir}/call.wav[/] (user left, assistant right), "
