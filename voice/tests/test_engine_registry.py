@@ -113,7 +113,7 @@ def no_model(options, context):
     raise ModelNotFoundError("model package 'vosk-model-en' is not installed: pip install "
                              "vosk-model-en", package="vosk-model-en")
 
-crashing = EngineFactory("stt", crash)
+crashing = EngineFactory("stt", crash, options=Words, main_option="text")
 unmodelled = EngineFactory("stt", no_model)
 voice = EngineFactory("tts", lambda options, context: object())
 def not_a_factory(): ...
@@ -263,6 +263,10 @@ def test_an_engine_that_fails_to_build_is_one_line_naming_its_package(
         "it to my-engines, or choose another engine (installed: crashing, unmodelled, "
         "whisper)")
     assert isinstance(caught.value.__cause__, TypeError)  # kept for a debugger
+    with pytest.raises(EngineLoadError, match=r"failed to build \(TypeError: .*\); check its "
+                                              r"options \(a model file or folder it cannot "
+                                              r"read\?\), fix it or report it to my-engines"):
+        VoiceEngines.load(stt="crashing:hi")
     with pytest.raises(ModelNotFoundError, match="pip install vosk-model-en"):
         choose_engine("stt", "unmodelled").create()  # voxflow's own errors say their fix
 

@@ -263,7 +263,9 @@ class ChosenEngine(Generic[E]):
         installed = installed_engines(kind)
         source = f" (from {self.installed.package})" if self.installed else ""
         owner = self.installed.distribution if self.installed else "its author"
-        reason = (f"{why}; fix it or report it to {owner}, or choose another engine "
+        check = "check its options (a model file or folder it cannot read?), " if (
+            self.spec.value is not None or self.spec.options) else ""
+        reason = (f"{why}; {check}fix it or report it to {owner}, or choose another engine "
                   f"(installed: {', '.join(installed) or 'none'})")
         return EngineLoadError(f"{ENGINE_LABELS[kind]} engine {str(self.spec)!r}{source} "
                                f"{reason}", kind=kind, reason=f"{source.strip()} {reason}".strip(),
