@@ -78,6 +78,37 @@ def test_a_plain_assert_failure_gets_the_call_timeline(pytester: pytest.Pytester
     ])
 
 
+def test_a_kit_assertion_failure_shows_the_test_not_the_kit(pytester: pytest.Pytester) -> None:
+    # As pytest's own helpers do (__tracebackhide__): the failing line is the test's, the
+    # message says what happened; the kit's source lines would only hide it.
+    pytester.makeini(INI)
+    pytester.makepyfile("""
+        import pytest
+        from voxflow_adapters.testkit.assertions import assert_interrupted, assert_turn_committed
+        from voxflow_adapters.testkit.script import CallScript
+        from voxflow.testing import Acknowledger
+
+        def test_expects_a_barge_in(voice_call):
+            call = voice_call(Acknowledger(), CallScript().user_says(0.3, "Hello there."))
+            assert_turn_committed(call, "Hello there.")
+            assert_interrupted(call)
+
+        def test_misuses_the_kit(voice_call):
+            call = voice_call(Acknowledger(), CallScript().user_says(0.3, "Hello there."))
+            assert_interrupted(call, reply="no-such-reply")
+    """)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--tb=long")
+    result.assert_outcomes(failed=2)
+    out = result.stdout.str()
+    result.stdout.fnmatch_lines([
+        ">       assert_interrupted(call)",
+        "E       *CallAssertionError: expected a reply interrupted by the user, but:*",
+        '>       assert_interrupted(call, reply="no-such-reply")',
+        "E       ValueError: reply 'no-such-reply' is not a reply of this call*",
+    ])
+    assert "testkit/assertions.py" not in out, out
+
+
 NO_NETWORK = """
 import socket
 

@@ -24,7 +24,7 @@ import weakref
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
-__all__ = ["run_blocking"]
+__all__ = ["run_blocking", "shut_down_first_at_exit"]
 
 T = TypeVar("T")
 
@@ -67,6 +67,22 @@ def _shutdown_loops() -> None:
         holder.shutdown()
 
 
+def shut_down_first_at_exit() -> None:
+    """Shut the cached loops down before the exit handlers registered so far (call it
+    once a library that registers its own, litellm, is imported).
+
+    litellm's logging worker flushes at exit by running, on a loop of its own, each
+    logging coroutine it had handed to a task that never got to start (its loop was
+    idle between two sync calls). Our shutdown then ran that task, which raised "cannot
+    reuse already awaited coroutine" and litellm logged it with a traceback, as the last
+    thing the program printed. Exit handlers run last registered first: registered again
+    here, ours cancels those tasks first (a task cancelled before it starts closes its
+    coroutine, which litellm then leaves alone).
+    """
+    atexit.unregister(_shutdown_loops)
+    atexit.register(_shutdown_loops)
+
+
 _local = threading.local()
 
 
@@ -100,6 +116,10 @@ def run_blocking(make: Callable[[], Coroutine[Any, Any, T]]) -> T:
     try:
         asyncio.get_running_loop()
     except RuntimeError:
+        running = False
+    else:
+        running = True
+    if not running:  # (outside the except: an error of the run must not be chained to it)
         return _run_here(make)
     ctx = contextvars.copy_context()
     return _worker_pool().submit(ctx.run, _run_here, make).result()

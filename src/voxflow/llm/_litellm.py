@@ -10,6 +10,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from voxflow import _loops
+
 __all__ = ["load_litellm"]
 
 
@@ -25,6 +27,7 @@ def load_litellm() -> Any:
     os.environ.setdefault("MAX_BASE64_LENGTH_FOR_LOGGING", "0")
     import litellm  # here: litellm costs ~1 s to import; `import voxflow` never loads it
 
+    _loops.shut_down_first_at_exit()  # before litellm's own exit flush
     litellm.suppress_debug_info = True
     litellm.telemetry = False
     return litellm

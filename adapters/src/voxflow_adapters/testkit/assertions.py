@@ -24,6 +24,9 @@ message says what was expected, what happened, and then shows the whole call
   was queued, what held the floor, when it started);
 * :func:`assert_turn_committed`: a turn was committed with a transcript within a word
   error rate of the script (:func:`word_error_rate`).
+
+Each function that raises sets ``__tracebackhide__``, as pytest's own helpers do: a
+failure's traceback ends at the test's line, not in this module's source.
 """
 
 from __future__ import annotations
@@ -116,12 +119,14 @@ def word_error_rate(reference: str, hypothesis: str) -> float:
 
 
 def _check_rate(max_wer: float) -> float:
+    __tracebackhide__ = True
     if isinstance(max_wer, bool) or not isinstance(max_wer, int | float) or not max_wer >= 0:
         raise ValueError(f"max_wer must be a number >= 0, got {max_wer!r}")
     return float(max_wer)
 
 
 def _delivery(call: CallResult, reply: str | None) -> DeliveryId | None:
+    __tracebackhide__ = True
     if reply is None:
         return None
     if not isinstance(reply, str):
@@ -144,6 +149,7 @@ def assert_turn_committed(
             closest one and its word error rate.
         ValueError: ``max_wer`` is negative; TypeError: ``text`` is not a string.
     """
+    __tracebackhide__ = True
     if not isinstance(text, str):
         raise TypeError(f"text must be a str, not {type(text).__name__}")
     bound = _check_rate(max_wer)
@@ -192,6 +198,7 @@ def assert_interrupted(
     Raises:
         CallAssertionError: no such reply was cut, or it was cut elsewhere.
     """
+    __tracebackhide__ = True
     delivery = _delivery(call, reply)
     labels = Labels.of(call)
     cuts: list[ReplyInterrupted] = _settled(call, "reply_interrupted", delivery)
@@ -235,6 +242,7 @@ def assert_completed(call: CallResult, reply: str | None = None) -> ReplyFinishe
     Raises:
         CallAssertionError: it was cut, or never finished playing.
     """
+    __tracebackhide__ = True
     labels = Labels.of(call)
     replies = call.replies()
     delivery = _delivery(call, reply)
@@ -257,6 +265,7 @@ def assert_no_stale_audio(call: CallResult) -> None:
     Raises:
         CallAssertionError: some reply's audio was played after it was flushed.
     """
+    __tracebackhide__ = True
     labels = Labels.of(call)
     flushed = {d: at for at, d, _ in reversed(call.tape.flushes)}
     late = sorted({
@@ -290,6 +299,7 @@ def assert_history_is_heard(call: CallResult) -> None:
     Raises:
         CallAssertionError: a reply's message is missing or differs from what was heard.
     """
+    __tracebackhide__ = True
     labels = Labels.of(call)
     background = announcements(call)
     expected: list[_Expected] = []
@@ -442,6 +452,7 @@ def assert_floor_held(call: CallResult) -> None:
     Raises:
         CallAssertionError: one did; the message says when and what held the floor.
     """
+    __tracebackhide__ = True
     labels = Labels.of(call)
     for delivery, at, text in _announcements(call):
         why = _floor_busy(call, labels, delivery, at)
@@ -507,6 +518,7 @@ def assert_announcement_waited(
         CallAssertionError: none was heard, its queueing was not recorded, or it started
             before it was queued or while the floor was busy.
     """
+    __tracebackhide__ = True
     if text is not None and not isinstance(text, str):
         raise TypeError(f"text must be a str, not {type(text).__name__}")
     if text is not None and not words(text):

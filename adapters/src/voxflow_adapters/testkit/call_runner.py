@@ -88,6 +88,7 @@ class CallRunner:
                 message shows the call's timeline until then).
             ScriptStepError: a step of ``script`` could not happen when it said.
         """
+        __tracebackhide__ = True  # a failure ends at the test's line (as pytest's helpers)
         turns: Flow[Any] | TurnRunner
         if isinstance(flow, Flow):
             # a flow is wired as every entry point wires it (voxflow.wiring: reply queue,
@@ -137,6 +138,7 @@ class CallRunner:
         **options: Any,
     ) -> CallResult:
         """:meth:`arun` from sync code (its own event loop; a worker thread if a loop runs)."""
+        __tracebackhide__ = True
         return run_sync(lambda: self.arun(flow, script, clock=clock, **options))
 
     __call__ = run
