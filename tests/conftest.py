@@ -37,6 +37,19 @@ def schema_url(schema: str, url: str = PG_URL) -> str:
     return f"{url}{'&' if '?' in url else '?'}options=-csearch_path%3D{schema}"
 
 
+PORTAUDIO_INSTALL = "apt-get install libportaudio2"
+
+
+def skip_without_portaudio() -> None:
+    """Skip the test, with a one-line reason, on a machine without the PortAudio library
+    (sounddevice cannot load: the Python package is installed, the native library not);
+    ``.ci/run`` installs it."""
+    try:
+        import sounddevice  # noqa: F401  # loads PortAudio (what a voice command would meet)
+    except OSError as exc:
+        pytest.skip(f"PortAudio is missing ({exc}): {PORTAUDIO_INSTALL} (.ci/run does)")
+
+
 @pytest.fixture(autouse=True)
 def _root_logging_restored() -> Iterator[None]:
     """Undo what a test running the CLI in-process did to logging (``configure_logging``).

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import skip_without_portaudio
 from voxflow.cli.bench import meets_target
 from voxflow.cli.doctor import run_checks
 from voxflow.settings import Settings
@@ -535,12 +536,27 @@ def test_targets_are_read_as_comparisons(value: object, target: str, met: bool |
 
 @pytest.mark.skipif(Path("/dev/snd").exists(), reason="this machine has a sound card")
 def test_chat_voice_without_a_sound_card_says_what_to_do(tmp_path: Path) -> None:
+    skip_without_portaudio()  # without it, the command says so first (the test below)
     result = voxflow("chat", "--voice", env={"HOME": str(tmp_path)})
     assert result.returncode == 1
     assert "Traceback" not in result.stderr
     line = result.stderr.strip().splitlines()[-1]
     assert line.startswith("error: no input device default found")
     assert "voxflow serve" in line and "without a sound card" in line
+
+
+def test_chat_voice_without_portaudio_says_how_to_install_it(tmp_path: Path) -> None:
+    # A machine without libportaudio2, on any machine: sounddevice's import fails as it
+    # does there (the Python package is installed, the native library is not).
+    shim = tmp_path / "no-portaudio"
+    shim.mkdir()
+    (shim / "sounddevice.py").write_text('raise OSError("PortAudio library not found")\n')
+    path = os.pathsep.join(p for p in (str(shim), os.environ.get("PYTHONPATH", "")) if p)
+    result = voxflow("chat", "--voice", env={"HOME": str(tmp_path), "PYTHONPATH": path})
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith("error: the PortAudio library is missing"), line
+    assert "apt-get install libportaudio2" in line
 
 
 def test_serve_checks_its_address_before_loading_anything() -> None:
