@@ -163,3 +163,19 @@ def test_every_variable_voxflow_or_its_tools_read_is_known() -> None:
         r"\bVOXFLOW_[A-Z0-9_]*[A-Z0-9]\b", path.read_text(encoding="utf-8"))}
     assert len(files) > 100 and "VOXFLOW_DATABASE_URL" in read
     assert read <= set(Settings.variables()) | Settings.tool_variables(), read
+
+
+def test_llm_endpoints_are_a_comma_separated_list_of_urls_checked_without_echoing_secrets(
+) -> None:
+    assert Settings().llm_endpoints == ()
+    read = Settings.from_env({"VOXFLOW_LLM_ENDPOINTS": "HTTP://LLM.local:80/v1/, ,"
+                                                       "https://a.example:8443"})
+    assert read.llm_endpoints == ("http://llm.local/v1", "https://a.example:8443")
+    with pytest.raises(SettingsError) as refused:
+        Settings.from_env({"VOXFLOW_LLM_ENDPOINTS": "https://ok.example,"
+                                                    "http://me:hunter2@x.example/v1"})
+    message = str(refused.value)
+    assert message.startswith("VOXFLOW_LLM_ENDPOINTS=") and "entry 2" in message
+    assert "credentials" in message and "hunter2" not in message
+    with pytest.raises(SettingsError, match="must start with http"):
+        Settings.from_env({"VOXFLOW_LLM_ENDPOINTS": "ftp://x.example"})

@@ -26,6 +26,7 @@ variable                                setting                      default
 ``VOXFLOW_MAX_CALLS``                   ``max_calls``                8
 ``VOXFLOW_P95_TARGET_MS``               ``p95_target_ms``            1000
 ``VOXFLOW_LOG_LEVEL``                   ``log_level``                ``WARNING``
+``VOXFLOW_LLM_ENDPOINTS``               ``llm_endpoints``            none
 ``VOXFLOW_TURN_USERNAME``               ``turn_username``            none
 ``VOXFLOW_TURN_CREDENTIAL``             ``turn_credential``          none (secret)
 ``VOXFLOW_DATABASE_URL``                ``database_url``             none (SQLite)
@@ -63,6 +64,7 @@ from pydantic import (
     model_validator,
 )
 
+from .endpoints import normalize_endpoint
 from .engine_spec import (
     DEFAULT_ENGINES,
     ENGINE_OPTIONS,
@@ -105,6 +107,8 @@ _FIXES = {
     "log_format": "use text or json",
     "llm_timeout": "give seconds, more than 0 and at most 600",
     "llm_retries": "give a whole number from 0 to 10",
+    "llm_endpoints": "give http(s)://host[:port][/path] URLs separated by commas, without "
+    "credentials, query or fragment",
     "webrtc_receive_hold": "give a whole number of 20 ms packets from 0 to 15 (3: a lost "
     "packet holds the audio behind it at most 60 ms; packets in order are never held)",
     "speculative_replies": "use true or false",
@@ -217,6 +221,10 @@ class Settings(BaseModel):
     llm_retries: int = Field(
         2, ge=0, le=10, description="retries of a transient LLM failure before the first token"
     )
+    llm_endpoints: tuple[str, ...] = Field(
+        (), description="comma-separated http(s) URLs a flow declaration's LLMs may name as "
+        "api_base/base_url (the provider's key is sent there); any other is refused",
+    )
     turn_username: str | None = Field(
         None, description="`voxflow serve --ice-server turn:...`: the TURN user name"
     )
@@ -287,6 +295,20 @@ class Settings(BaseModel):
         if isinstance(value, str) and not value.strip():  # Path("") would be the cwd
             raise ValueError("is empty")
         return value
+
+    @field_validator("llm_endpoints", mode="before")
+    @classmethod
+    def _check_llm_endpoints(cls, value: object) -> object:
+        entries = value.split(",") if isinstance(value, str) else value
+        if not isinstance(entries, list | tuple):
+            return value  # (the type's own error)
+        normalized = []
+        for i, entry in enumerate(e for e in entries if not isinstance(e, str) or e.strip()):
+            try:
+                normalized.append(normalize_endpoint(entry))
+            except ValueError as exc:
+                raise ValueError(f"entry {i + 1} {exc}") from None
+        return tuple(dict.fromkeys(normalized))
 
     @field_validator("database_url")
     @classmethod
@@ -368,7 +390,7 @@ class Settings(BaseModel):
         rows = []
         for name, info in Settings.model_fields.items():
             default = info.default
-            shown = "none" if default is None else str(default)
+            shown = "none" if default in (None, ()) else str(default)
             rows.append((ENV_PREFIX + name.upper(), info.description or "", shown))
         return rows
 
@@ -423,6 +445,8 @@ def _shown(field: str, value: Any) -> Any:
     """A rejected value as an error message may show it (a URL without its password)."""
     if field == "database_url" and isinstance(value, str):
         return redact_url(value)
+    if field == "llm_endpoints" and isinstance(value, str):
+        return re.sub(r"//[^/,]*@", "//***@", value)
     if field in ("metrics_token", "turn_credential") and value is not None:
         return "<hidden>"
     return value

@@ -6,6 +6,11 @@ is composed, every ``python:`` reference is imported, template expressions are c
 Any problem raises :class:`~voxflow.errors.DeclarationError` naming the field's path, and
 nothing has run.
 
+**LLM endpoints.** A declared LLM cannot send the provider's key anywhere: it may name
+a model id, the parameters that shape the answer and an ``api_base``/``base_url`` that
+the code (``llm_endpoints=[...]``) or the operator (``VOXFLOW_LLM_ENDPOINTS``) allowed;
+never credentials, headers or a model id that is a URL (:mod:`voxflow.llm.endpoints`).
+
 **Python references.** A declaration cannot run arbitrary code on its own. ``python:``
 refs (``call: code``, agent ``tools``, ``state.python``, ``router.response_format``) are
 resolved only when the caller allows their module: ``allow_python=("my_project",)``
@@ -60,11 +65,13 @@ from voxflow.conversation.declaration_template import check_template, render
 from voxflow.conversation.graph import BUILTIN_METHODS
 from voxflow.conversation.routing import DESCRIPTION_ATTR
 from voxflow.conversation.state import ConversationState
+from voxflow.endpoints import normalize_endpoint
 from voxflow.errors import DeclarationError
 from voxflow.flow.dsl import Condition, and_, listen, or_, router, start
 from voxflow.flow.feedback import human_feedback
 from voxflow.flow.state import FlowState
 from voxflow.llm import LLM, BaseLLM, LLMConfig
+from voxflow.llm.endpoints import check_declared_llm, llm_endpoints
 
 __all__ = ["flow_class_from_declaration", "load_declaration_document", "render_template"]
 
@@ -95,8 +102,9 @@ def render_template(text: str, state: Any, value: Any, *, field: str = "") -> st
 class _Resolver:
     """Resolves LLM specs and python refs, collecting errors with their paths."""
 
-    def __init__(self, allow_python: Sequence[str]) -> None:
+    def __init__(self, allow_python: Sequence[str], endpoints: Sequence[str] = ()) -> None:
         self.allow = tuple(allow_python)
+        self.endpoints = (*endpoints, *llm_endpoints())
         self.errors: list[tuple[str, str]] = []
 
     def python(self, ref: str, path: str) -> Any:
@@ -122,8 +130,12 @@ class _Resolver:
     def llm(self, spec: str | dict[str, Any] | None, path: str) -> BaseLLM | None:
         if spec is None:
             return None
+        checked, refused = check_declared_llm(spec, path, self.endpoints)
+        if refused:
+            self.errors.extend(refused)
+            return None
         try:
-            return LLM(LLMConfig.from_value(spec))
+            return LLM(LLMConfig.from_value(checked))
         except (TypeError, ValidationError) as exc:
             self.errors.append((path, f"invalid llm configuration: {exc}"))
             return None
@@ -342,24 +354,37 @@ def flow_class_from_declaration(
     path: str | os.PathLike[str] | None = None,
     contents: str | None = None,
     allow_python: Iterable[str] = (),
+    llm_endpoints: Iterable[str] = (),
     base: type[Any],
 ) -> type[Any]:
     """Build (and validate) the Flow class a declaration describes; nothing runs.
 
     Args:
+        llm_endpoints: endpoints (``http(s)://host[:port][/path]``) its LLMs may name as
+            ``api_base``/``base_url``, besides :func:`voxflow.llm.endpoints.llm_endpoints`
+            (``VOXFLOW_LLM_ENDPOINTS`` in the CLI).
         base: the class it subclasses (``voxflow.Flow``: ``Flow.from_declaration``
             passes it, so this module does not import the class that imports it).
 
     Raises:
         DeclarationError: the declaration is invalid; ``.path`` names the field.
-        ValueError: not exactly one of ``path``/``contents``.
+        ValueError: not exactly one of ``path``/``contents``; a bad ``llm_endpoints``
+            entry.
     """
     if isinstance(allow_python, str):
         raise TypeError("allow_python must be a list of module names, not one string")
+    if isinstance(llm_endpoints, str):
+        raise TypeError("llm_endpoints must be a list of URLs, not one string")
+    endpoints = []
+    for i, url in enumerate(llm_endpoints):
+        try:
+            endpoints.append(normalize_endpoint(url))
+        except ValueError as exc:
+            raise ValueError(f"llm_endpoints[{i}] {exc}") from None
     data = load_declaration_document(path, contents)
     reserved = frozenset(n for n in dir(base) if not n.startswith("_"))
     decl = parse_declaration(data, reserved=reserved, builtins=frozenset(BUILTIN_METHODS))
-    resolver = _Resolver(list(allow_python))
+    resolver = _Resolver(list(allow_python), endpoints)
     config = _config(decl, resolver)
     state_model = _state_model(decl, resolver)
     if isinstance(state_model, type) and issubclass(state_model, BaseModel):

@@ -86,6 +86,7 @@ class Flow(FlowCore[StateT], layer=True, parts=(Conversation,)):
         path: str | os.PathLike[str] | None = None,
         contents: str | None = None,
         allow_python: Iterable[str] = (),
+        llm_endpoints: Iterable[str] = (),
         **flow_kwargs: Any,
     ) -> Any:
         """A Flow built from a YAML/JSON declaration (``schema: voxflow.flow/v1``).
@@ -98,6 +99,9 @@ class Flow(FlowCore[StateT], layer=True, parts=(Conversation,)):
             path: a ``.yaml``/``.yml``/``.json`` file.
             contents: the declaration text instead of a file.
             allow_python: module names whose objects ``python:`` refs may name.
+            llm_endpoints: URLs its LLMs may name as ``api_base``/``base_url`` (the
+                provider's key goes there), besides ``VOXFLOW_LLM_ENDPOINTS``'s
+                (:mod:`voxflow.llm.endpoints`); any other endpoint is refused.
             **flow_kwargs: passed to the Flow constructor (``persistence=``, ...).
 
         Raises:
@@ -108,7 +112,8 @@ class Flow(FlowCore[StateT], layer=True, parts=(Conversation,)):
         from voxflow.conversation.declaration import flow_class_from_declaration
 
         flow_class = flow_class_from_declaration(
-            path=path, contents=contents, allow_python=allow_python, base=Flow
+            path=path, contents=contents, allow_python=allow_python,
+            llm_endpoints=llm_endpoints, base=Flow,
         )
         return flow_class(**flow_kwargs)
 
