@@ -17,6 +17,7 @@ from voxflow_adapters.testkit.assertions import (
 )
 from voxflow_adapters.testkit.call_runner import CallRunner
 from voxflow_adapters.testkit.flows import SHORT_STORY, STORY, Teller, words
+from voxflow_adapters.testkit.result import CallReply
 from voxflow_adapters.testkit.scenario import CallResult
 from voxflow_adapters.testkit.script import CallScript
 from voxflow_adapters.testkit.timeline import call_timeline
@@ -49,6 +50,22 @@ def test_the_assertions_pass_on_a_barge_in(barge_in: CallResult) -> None:
     assert_no_stale_audio(call)
     assert assert_completed(call, okay).text == "Okay."
     assert_history_is_heard(call)
+
+
+def test_a_reply_reads_as_what_it_said_and_what_was_heard(barge_in: CallResult) -> None:
+    call = barge_in
+    story, okay = call.replies()  # delivery ids, in order of start
+    cut, whole = call.reply(story), call.reply(okay)
+    interrupted = call.of_kind("reply_interrupted")[0]
+    assert cut == CallReply(
+        delivery_id=story, turn_id=call.of_kind("turn_committed")[0].turn_id, kind="answer",
+        text=interrupted.full_text, heard_text=interrupted.heard_text, outcome="interrupted")
+    assert STORY.startswith(cut.text) and cut.text.startswith(cut.heard_text.rstrip(".,"))
+    assert len(cut.heard_text) < len(cut.text)  # cut mid-sentence
+    assert (whole.text, whole.heard_text, whole.outcome) == ("Okay.", "Okay.", "completed")
+    assert [call.reply(d).text for d in call.replies()] == [cut.text, "Okay."]
+    with pytest.raises(ValueError, match="not a reply of this call"):
+        call.reply("nope")  # type: ignore[arg-type]
 
 
 def test_a_failed_assertion_shows_the_call_timeline(barge_in: CallResult) -> None:

@@ -12,6 +12,13 @@ type hints and its description from the first docstring line. The loop:
 
 A tool that raises, or arguments that do not match its signature, become an error
 message for the model rather than an exception: the model can correct itself.
+
+Hand-offs: ``Agent(..., handoffs=[billing, shipping])`` offers the model one more tool
+per agent, ``transfer_to_<name>`` (described by that agent's goal). When the model calls
+one, this agent stops and that agent takes the same input (and ``context``), with its
+own tools and hand-offs; its answer is the result (``agent_name`` names it,
+``handoffs`` the agents before it). A hand-off to an agent that already had the input
+is refused to the model (a loop), which then answers itself.
 """
 
 from __future__ import annotations
@@ -20,6 +27,7 @@ import asyncio
 import dataclasses
 import inspect
 import json
+import re
 import typing
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -39,7 +47,7 @@ from voxflow.llm import (
     run_sync,
 )
 
-__all__ = ["Agent", "AgentResult", "Tool", "tool_from_callable"]
+__all__ = ["Agent", "AgentResult", "Tool", "tool_from_callable", "transfer_tool_name"]
 
 DEFAULT_MAX_ITERATIONS = 8
 
@@ -108,6 +116,13 @@ def tool_from_callable(func: Callable[..., Any], *, name: str | None = None) -> 
     return Tool(tool_name, description, schema, func, model)
 
 
+def transfer_tool_name(agent: Agent) -> str:
+    """The tool that hands a conversation to ``agent``: ``transfer_to_`` and its name in
+    lower case, every run of other characters an underscore (``Billing specialist`` ->
+    ``transfer_to_billing_specialist``)."""
+    return "transfer_to_" + (re.sub(r"[^a-z0-9]+", "_", agent.name.lower()).strip("_") or "agent")
+
+
 def _hints(func: Callable[..., Any]) -> dict[str, Any]:
     try:
         return typing.get_type_hints(func)
@@ -128,6 +143,11 @@ class AgentResult(BaseModel):
         default=False, description="the loop was cut at max_iterations"
     )
     messages: tuple[dict[str, Any], ...] = Field(default=(), description="the full transcript")
+    handoffs: tuple[str, ...] = Field(
+        default=(),
+        description="the agents that handed the input on, in order, before agent_name "
+        "answered (empty: the agent asked answered)",
+    )
 
     def __str__(self) -> str:
         return self.raw
@@ -144,6 +164,12 @@ class Agent:
         tools: Python callables the model may call.
         max_iterations: tool rounds before the final answer is forced (>= 1).
         name: the agent's name in events and ``agent_threads``; defaults to ``role``.
+        handoffs: agents this one may hand the conversation to (see the module docs);
+            ``agent.handoffs`` is a list, so two agents can know each other.
+
+    Raises:
+        TypeError: a hand-off is not an Agent.
+        ValueError: two tools or hand-offs share a name.
     """
 
     def __init__(
@@ -156,6 +182,7 @@ class Agent:
         *,
         max_iterations: int = DEFAULT_MAX_ITERATIONS,
         name: str | None = None,
+        handoffs: Sequence[Agent] = (),
     ) -> None:
         for param, value in (("role", role), ("goal", goal)):
             if not isinstance(value, str) or not value.strip():
@@ -180,9 +207,41 @@ class Agent:
             if tool.name in self.tools:
                 raise ValueError(f"tools: two tools are named {tool.name!r}")
             self.tools[tool.name] = tool
+        if not all(isinstance(a, Agent) for a in handoffs):
+            raise TypeError("handoffs must be Agents")
+        self.handoffs: list[Agent] = list(handoffs)
+        self._transfers()  # a clash of names is refused now
 
     def __repr__(self) -> str:
         return f"Agent(name={self.name!r}, tools={sorted(self.tools)})"
+
+    def _transfers(self) -> dict[str, Agent]:
+        """``{tool name: agent}`` of the hand-offs.
+
+        Raises:
+            ValueError: two hand-offs, or a hand-off and a tool, share a name.
+        """
+        transfers: dict[str, Agent] = {}
+        for agent in self.handoffs:
+            name = transfer_tool_name(agent)
+            if name in transfers:
+                raise ValueError(f"handoffs: two hand-offs are named {name!r}")
+            if name in self.tools:
+                raise ValueError(f"tools: a tool {name!r} and a hand-off share the name")
+            transfers[name] = agent
+        return transfers
+
+    def tool_specs(self) -> list[dict[str, Any]]:
+        """The ``tools`` this agent offers the model: its tools, then one
+        ``transfer_to_<name>`` per hand-off."""
+        specs = [t.spec() for t in self.tools.values()]
+        for name, agent in self._transfers().items():
+            specs.append({"type": "function", "function": {
+                "name": name,
+                "description": f"Hand the conversation to {agent.name}: {agent.goal}",
+                "parameters": {"type": "object", "properties": {}},
+            }})
+        return specs
 
     def system_message(self) -> str:
         """The system prompt built from role, goal and backstory."""
@@ -192,21 +251,36 @@ class Agent:
         return text
 
     async def akickoff(self, input: Messages, *, context: str | None = None) -> AgentResult:
-        """Run the tool-calling loop on ``input`` (a string or chat messages).
+        """Run the tool-calling loop on ``input`` (a string or chat messages); a hand-off
+        runs the agent handed to on the same input and returns its result.
 
         Raises:
             ProviderError: the LLM failed.
         """
+        return await self._akickoff(input, context, ())
+
+    async def _akickoff(
+        self, input: Messages, context: str | None, before: tuple[str, ...]
+    ) -> AgentResult:
         system = self.system_message() + (f"\n\nContext:\n{context}" if context else "")
         messages: list[dict[str, Any]] = [{"role": "system", "content": system}]
         messages += normalize_messages(input)
-        specs = [t.spec() for t in self.tools.values()] or None
+        specs = self.tool_specs() or None
+        transfers = self._transfers()
         tool_calls = 0
         with agent_scope(self.name):
             for iteration in range(1, self.max_iterations + 1):
                 response = await self.llm.acall(messages, tools=specs)
                 if not response.tool_calls:
-                    return self._result(response.content, messages, tool_calls, iteration, False)
+                    return self._result(response.content, messages, tool_calls, iteration,
+                                        False, before)
+                handed = self._handoff(response.tool_calls, transfers, before)
+                if handed is not None:
+                    call, target = handed
+                    self._tool_event("tool_call_started", call.id, call.name, call.arguments)
+                    self._tool_event("tool_call_completed", call.id, call.name,
+                                     f"handed to {target.name}")
+                    return await target._akickoff(input, context, (*before, self.name))
                 messages.append(
                     {
                         "role": "assistant",
@@ -217,7 +291,10 @@ class Agent:
                 for call in response.tool_calls:
                     tool_calls += 1
                     self._tool_event("tool_call_started", call.id, call.name, call.arguments)
-                    output = await self._run_tool(call.name, call.arguments)
+                    refused = transfers.get(call.name)
+                    output = (f"error: {refused.name} already had this conversation; answer "
+                              "it yourself" if refused is not None
+                              else await self._run_tool(call.name, call.arguments))
                     self._tool_event("tool_call_completed", call.id, call.name, output)
                     messages.append(
                         {
@@ -231,7 +308,19 @@ class Agent:
                 {"role": "user", "content": "Give your final answer now, without calling tools."}
             )
             final = await self.llm.acall(messages)
-        return self._result(final.content, messages, tool_calls, self.max_iterations + 1, True)
+        return self._result(final.content, messages, tool_calls, self.max_iterations + 1, True,
+                            before)
+
+    def _handoff(
+        self, calls: Sequence[Any], transfers: Mapping[str, Agent], before: tuple[str, ...]
+    ) -> tuple[Any, Agent] | None:
+        """The first transfer the model asked for to an agent that has not had the input
+        yet (the other calls of that answer are dropped with this agent's turn)."""
+        for call in calls:
+            target = transfers.get(call.name)
+            if target is not None and target.name not in (*before, self.name):
+                return call, target
+        return None
 
     def kickoff(self, input: Messages, *, context: str | None = None) -> AgentResult:
         """Sync wrapper of :meth:`akickoff`."""
@@ -281,6 +370,7 @@ class Agent:
         tool_calls: int,
         iterations: int,
         limited: bool,
+        before: tuple[str, ...],
     ) -> AgentResult:
         return AgentResult(
             raw=content or "",
@@ -289,4 +379,5 @@ class Agent:
             iterations=iterations,
             hit_iteration_limit=limited,
             messages=tuple(messages),
+            handoffs=before,
         )

@@ -113,3 +113,77 @@ def test_agent_validates_its_arguments() -> None:
         Agent("r", "g", tools=[add, add])
     with pytest.raises(TypeError, match="llm"):
         Agent("r", "g", llm=5)  # type: ignore[arg-type]
+
+
+# ---------------------------------------------------------------- hand-offs
+
+
+def refund(order_id: str) -> str:
+    """Refund an order."""
+    return f"order {order_id} refunded"
+
+
+def transfer(name: str) -> dict[str, object]:
+    return {"tool_calls": [{"id": f"h-{name}", "name": f"transfer_to_{name}", "arguments": {}}]}
+
+
+async def test_an_agent_hands_the_conversation_to_a_specialist_who_answers() -> None:
+    billing_llm = LLM("openai/gpt-4o-mini", mock_response=[
+        {"tool_calls": [{"id": "r1", "name": "refund", "arguments": {"order_id": "417"}}]},
+        "I have refunded order 417.",
+    ])
+    billing = Agent("Billing specialist", "Settle invoices and refunds", llm=billing_llm,
+                    tools=[refund])
+    shipping = Agent("Shipping clerk", "Track parcels",
+                     llm=LLM("openai/gpt-4o-mini", mock_response="never asked"))
+    desk_llm = LLM("openai/gpt-4o-mini", mock_response=transfer("billing_specialist"))
+    desk = Agent("Front desk", "Send each customer to the right specialist", llm=desk_llm,
+                 handoffs=[billing, shipping])
+    events: list[LLMEvent] = []
+    with observe_llm(events.append):
+        result = await desk.akickoff("I was charged twice for order 417.")
+    assert result.raw == "I have refunded order 417."
+    assert (result.agent_name, result.handoffs) == ("Billing specialist", ("Front desk",))
+    assert (result.tool_calls, result.iterations) == (1, 2)  # the specialist's own loop
+    assert result.messages[0]["content"].startswith("You are Billing specialist.")
+    assert result.messages[1] == {"role": "user", "content": "I was charged twice for order 417."}
+    # the desk offered one transfer tool per specialist, described by its goal
+    offered = {spec["function"]["name"]: spec["function"]["description"]
+               for spec in desk.tool_specs()}
+    assert offered == {
+        "transfer_to_billing_specialist": "Hand the conversation to Billing specialist: "
+                                          "Settle invoices and refunds",
+        "transfer_to_shipping_clerk": "Hand the conversation to Shipping clerk: Track parcels",
+    }
+    handed = [e for e in events if e.type == "tool_call_completed" and e.agent_name == "Front desk"]
+    assert [(e.tool_name, e.content) for e in handed] == [
+        ("transfer_to_billing_specialist", "handed to Billing specialist")]
+
+
+async def test_a_hand_off_back_to_an_agent_that_had_the_conversation_is_refused() -> None:
+    # Billing hands back to the desk: refused (a hand-off loop), billing answers itself.
+    billing_llm = LLM("openai/gpt-4o-mini", mock_response=[transfer("front_desk"), "Done."])
+    billing = Agent("Billing", "Refunds", llm=billing_llm)
+    desk = Agent("Front desk", "Route", llm=LLM("openai/gpt-4o-mini",
+                                                  mock_response=transfer("billing")),
+                 handoffs=[billing])
+    billing.handoffs.append(desk)  # a cycle, as two agents that know each other make
+    result = await desk.akickoff("hi")
+    assert (result.raw, result.agent_name, result.handoffs) == ("Done.", "Billing", ("Front desk",))
+    refused = [m["content"] for m in result.messages if m["role"] == "tool"]
+    assert refused == ["error: Front desk already had this conversation; answer it yourself"]
+
+
+def test_hand_offs_are_checked_when_the_agent_is_made() -> None:
+    billing = Agent("Billing", "Refunds")
+    with pytest.raises(TypeError, match="handoffs must be Agents"):
+        Agent("Desk", "Route", handoffs=["billing"])  # type: ignore[list-item]
+    with pytest.raises(ValueError, match="two hand-offs are named 'transfer_to_billing'"):
+        Agent("Desk", "Route", handoffs=[billing, Agent("billing", "Other")])
+    with pytest.raises(ValueError, match="tool 'transfer_to_billing' and a hand-off"):
+
+        def transfer_to_billing() -> str:
+            """A tool with a hand-off's name."""
+            return ""
+
+        Agent("Desk", "Route", tools=[transfer_to_billing], handoffs=[billing])

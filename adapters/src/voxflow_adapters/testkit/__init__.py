@@ -17,15 +17,16 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from .assertions import ScriptStepError
     from .call_runner import CallRunner
-    from .result import CallResult
+    from .result import CallReply, CallResult
     from .scenario import run_call
     from .script import CallScript
 
-__all__ = ["CallResult", "CallRunner", "CallScript", "ScriptStepError", "run_call"]
+__all__ = ["CallReply", "CallResult", "CallRunner", "CallScript", "ScriptStepError", "run_call"]
 
 # Imported on first use: the pytest plugin (a module of this package) is loaded by every
 # pytest run, and must not load the voice pipeline or numpy until a test asks for a call.
-_HOMES = {"CallResult": "result", "CallRunner": "call_runner", "CallScript": "script",
+_HOMES = {"CallReply": "result", "CallResult": "result", "CallRunner": "call_runner",
+          "CallScript": "script",
           "ScriptStepError": "assertions", "run_call": "scenario"}
 
 

@@ -5,12 +5,13 @@ asks of them (the replies, how each settled, what was heard)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from voxflow_voice.events import (
     ReplyFinished,
     ReplyInterrupted,
     ReplyStarted,
+    ReplyTextStreamed,
     SessionEvent,
     TurnCommitted,
     TurnMetrics,
@@ -18,11 +19,30 @@ from voxflow_voice.events import (
 from voxflow_voice.session import VoiceSession
 from voxflow_voice.session.metrics import LatencySummary
 
-from voxflow.ids import DeliveryId
+from voxflow.ids import DeliveryId, TurnId
 
 from .simulated import SimulatedClient, Tape
 
-__all__ = ["CallResult"]
+__all__ = ["CallReply", "CallResult"]
+
+
+@dataclass(frozen=True, slots=True)
+class CallReply:
+    """One reply of a call, read from its events (:meth:`CallResult.reply`)."""
+
+    delivery_id: DeliveryId
+    turn_id: TurnId
+    """the turn it answers (an announcement: the turn that started its job)"""
+    kind: str
+    """``answer``, ``acknowledgment`` or ``progress`` (a job's announcement)"""
+    text: str
+    """what it said, or was saying when it was cut (its text so far, more than was
+    heard: a reply is synthesized ahead of playback)"""
+    heard_text: str
+    """what the user heard of it: the whole text if played whole, the words played
+    before a cut, "" if neither happened"""
+    outcome: Literal["completed", "interrupted"] | None
+    """played whole, cut (a barge-in, a mute), or None (neither, e.g. the call ended)"""
 
 
 @dataclass(slots=True)
@@ -51,8 +71,30 @@ class CallResult:
         return [e.text for e in self.events if isinstance(e, TurnCommitted)]
 
     def replies(self) -> list[DeliveryId]:
-        """Every reply's delivery id, in order of start."""
+        """Every reply's delivery id, in order of start (:meth:`reply` reads one)."""
         return [e.delivery_id for e in self.events if isinstance(e, ReplyStarted)]
+
+    def reply(self, delivery_id: DeliveryId) -> CallReply:
+        """What reply ``delivery_id`` (one of :meth:`replies`) said, and what was heard.
+
+        Raises:
+            ValueError: ``delivery_id`` is not a reply of this call.
+        """
+        started = next((e for e in self.events
+                        if isinstance(e, ReplyStarted) and e.delivery_id == delivery_id), None)
+        if started is None:
+            raise ValueError(f"{delivery_id!r} is not a reply of this call: {self.replies()}")
+        streamed = "".join(e.text for e in self.events
+                           if isinstance(e, ReplyTextStreamed) and e.delivery_id == delivery_id)
+        text, heard = streamed.strip(), ""
+        outcome: Literal["completed", "interrupted"] | None = None
+        for e in self.events:
+            if isinstance(e, ReplyFinished) and e.delivery_id == delivery_id:
+                text, heard, outcome = e.text, e.text, "completed"
+            elif isinstance(e, ReplyInterrupted) and e.delivery_id == delivery_id:
+                text, heard, outcome = e.full_text, e.heard_text, "interrupted"
+        return CallReply(delivery_id=delivery_id, turn_id=started.turn_id,
+                         kind=started.reply_kind, text=text, heard_text=heard, outcome=outcome)
 
     def settled(self, delivery_id: DeliveryId) -> str | None:
         """``completed`` (played whole), ``interrupted``, or None if neither happened."""
