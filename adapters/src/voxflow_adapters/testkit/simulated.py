@@ -288,7 +288,7 @@ class SimulatedClient:
                 # silent, so the last reply is heard whole. A reply still being prepared
                 # (STT on a slow machine) is waited for up to `answer_wait` (not after a
                 # step that could not happen: nothing it said is to be answered).
-                done = max(timed_ticks, steps.done_tick or max_ticks)
+                done = max(timed_ticks, max_ticks if steps.done_tick is None else steps.done_tick)
                 last = max(done, self._active_tick)
                 if tick >= last + tail_ticks and (
                     self._active_tick > done or tick >= done + answer_ticks
