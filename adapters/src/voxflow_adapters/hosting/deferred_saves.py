@@ -28,7 +28,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from voxflow.errors import FencedWriteError, PersistenceUnavailableError
+from voxflow.errors import FencedWriteError, PersistenceError, PersistenceUnavailableError
 
 __all__ = ["STRICT_SAVES", "DeferredSaves"]
 
@@ -90,12 +90,18 @@ class DeferredSaves:
 
     async def run(self) -> None:
         """Save the state again while a save is pending, until cancelled (a refused
-        write, the lease lost, ends it: the call is ending)."""
+        write, the lease lost, ends it: the call is ending; so does a conflict, logged:
+        a write whose connection broke during its commit may have been stored after
+        all, and the next one, built on the revision before it, is refused)."""
         while True:
             await self._pending.wait()
             try:
                 await self._save_until_stored()
             except FencedWriteError:
+                return
+            except PersistenceError:
+                logger.exception("the call's state held back by the outage could not be "
+                                 "saved")
                 return
 
     async def _save_until_stored(self) -> None:

@@ -1,0 +1,464 @@
+"""Faults a call survives: resets of the database connections, a restarted PostgreSQL, an
+ICE server that never answers; and offers made during a reset.
+
+Run: ``flock /tmp/voxflow-bench.lock uv run python benchmarks/faults.py [--runs 3]``
+(real time: it starts a PostgreSQL of its own, never touching the shared one).
+
+Everything runs in this process on the real models: ``WebRtcServer`` (the example
+assistant, its sessions in a PostgreSQL this script starts in a temporary directory with
+the machine's ``initdb``/``pg_ctl``) and an aiortc caller (``LoopbackCaller``) that asks
+"Hello there!" (answered in two seconds) and waits for each answer. Scenarios:
+
+* **resets**: 10 times in a row, every connection to the database is reset
+  (``pg_terminate_backend``, the server up) right before a question and again 0.8 s
+  after it, while the answer is being saved and played;
+* **restart**: PostgreSQL is stopped (``pg_ctl stop -m fast``), a question is asked
+  while it is down, and it is started again ``--downtime`` (5) s after it stopped;
+* **silent ICE**: the server's ``--ice-server`` is a STUN server that takes every packet
+  and never answers; three questions;
+* **offers**: a front door and a call worker (in this process, on the same database);
+  every connection is reset and three offers are made at once, ``--offer-rounds`` times.
+
+For each call: **turns lost** (questions asked less the answers both heard by the caller
+and stored completed; must be 0), **answers after** (a question after the fault is
+answered), and how long it was **degraded**: for the store faults, the time its state was
+held back unsaved (``Call.deferred.outages``) and the answer time (``first_audio_ms``, the
+server's end of speech → first reply audio) during the fault against before it; for
+the silent ICE server, the offer's answer time against a call without it. For the
+offers, how many were refused. Medians over ``--runs``; nothing is asserted (the machine
+is shared: note the load average it prints).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import os
+import shutil
+import socket
+import statistics
+import subprocess
+import tempfile
+import time
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from _figures import figure
+
+PG_BIN = Path("/usr/lib/postgresql/15/bin")
+QUESTION = "Hello there!"
+
+
+# -- a PostgreSQL of our own -------------------------------------------------------------
+
+
+class OwnPostgres:
+    """A PostgreSQL server in a temporary directory (``initdb``; run as ``postgres`` when
+    this process is root, as initdb refuses root)."""
+
+    def __init__(self, folder: Path, bin_dir: Path = PG_BIN) -> None:
+        self.folder = folder
+        self.bin = bin_dir
+        self.data = folder / "data"
+        self.port = _free_port()
+        self.url = f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
+        self._as: list[str] = []
+        if os.geteuid() == 0:
+            self._as = ["runuser", "-u", "postgres", "--"]
+            shutil.chown(folder, "postgres")
+
+    def _run(self, *argv: str) -> None:
+        subprocess.run([*self._as, *argv], check=True, stdout=subprocess.DEVNULL,
+                       stderr=subprocess.PIPE)
+
+    def init(self) -> None:
+        self._run(str(self.bin / "initdb"), "-D", str(self.data), "-A", "trust", "-U",
+                  "postgres", "--no-sync")
+        self.start()
+
+    def start(self) -> None:
+        options = (f"-p {self.port} -k {self.folder} -c listen_addresses=127.0.0.1 "
+                   "-c fsync=off -c max_connections=100")
+        self._run(str(self.bin / "pg_ctl"), "-D", str(self.data), "-o", options, "-l",
+                  str(self.folder / "log"), "-w", "start")
+
+    def stop(self) -> None:
+        self._run(str(self.bin / "pg_ctl"), "-D", str(self.data), "-m", "fast", "-w", "stop")
+
+    def reset(self) -> int:
+        """``pg_terminate_backend`` every connection but this one (all of them ours)."""
+        import psycopg
+
+        with psycopg.connect(self.url, autocommit=True) as conn:
+            row = conn.execute("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                               "WHERE backend_type = 'client backend' AND "
+                               "pid <> pg_backend_pid()").fetchone()
+        return int(row[0]) if row else 0
+
+    def close(self) -> None:
+        with contextlib.suppress(subprocess.CalledProcessError):
+            self._run(str(self.bin / "pg_ctl"), "-D", str(self.data), "-m", "immediate", "-w",
+                      "stop")
+
+
+@contextlib.contextmanager
+def own_postgres(bin_dir: Path) -> Iterator[OwnPostgres]:
+    with tempfile.TemporaryDirectory(prefix="voxflow-faults-") as tmp:
+        server = OwnPostgres(Path(tmp), bin_dir)
+        server.init()
+        try:
+            yield server
+        finally:
+            server.close()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+# -- a call ------------------------------------------------------------------------------
+
+
+@dataclass
+class CallResult:
+    """What one faulted call came to (see the module)."""
+
+    asked: int = 0
+    heard: int = 0
+    stored: int = 0
+    answers_after: bool = False
+    held_back: float = 0.0  # s the state was held back unsaved (sum of outages)
+    before_ms: list[float] = field(default_factory=list)  # first_audio_ms before the fault
+    during_ms: list[float] = field(default_factory=list)  # ... during it
+    offer_s: float = 0.0  # the offer's answer time
+    ended: str | None = None  # the bye's reason, if the call was ended
+
+    @property
+    def lost(self) -> int:
+        return self.asked - min(self.heard, self.stored)
+
+
+class Caller:
+    """The aiortc caller and its questions."""
+
+    def __init__(self, engines: Any, url: str, token: str) -> None:
+        from voxflow_adapters.webrtc.client import LoopbackCaller
+        from voxflow_voice.audio import AudioChunk
+
+        self.caller = LoopbackCaller(url, token)
+        samples = np.concatenate([np.asarray(s.samples, np.float32)
+                                  for s in engines.tts.synthesize(QUESTION)])
+        self.question = AudioChunk.from_float(samples, engines.tts.sample_rate)
+        self.asked = 0
+
+    async def connect(self) -> float:
+        began = time.monotonic()
+        await self.caller.connect()
+        await self.caller.wait_message("hello")
+        return time.monotonic() - began
+
+    def ask(self) -> None:
+        self.asked += 1
+        self.caller.say(self.question)
+
+    async def answered(self, within: float = 60.0) -> float | None:
+        """Wait for the last question's answer; its first_audio_ms (None: unanswered)."""
+        try:
+            await self.caller.wait_for(
+                lambda: len(self.caller.of_type("latency")) >= self.asked, within=within,
+                what="the answer")
+        except TimeoutError:
+            return None
+        value = self.caller.of_type("latency")[-1].get("first_audio_ms")
+        return None if value is None else float(value)
+
+    def heard(self) -> int:
+        return len(self.caller.of_type("reply_done"))
+
+    def bye(self) -> str | None:
+        byes = self.caller.of_type("bye")
+        return str(byes[-1]["reason"]) if byes else None
+
+    async def hang_up(self) -> None:
+        with contextlib.suppress(Exception):
+            self.caller.send({"v": 1, "type": "hangup"})
+            await self.caller.wait_message("bye", within=10)
+        await self.caller.aclose()
+
+
+@contextlib.asynccontextmanager
+async def serving(engines: Any, store: Any, **peer: Any) -> AsyncIterator[tuple[Any, list[Any]]]:
+    from voxflow_adapters.webrtc import (
+        PeerSettings,
+        ServerSettings,
+        WebRtcServer,
+        assistant_call_factory,
+    )
+
+    calls: list[Any] = []
+    settings = ServerSettings(port=0, peer=PeerSettings(ice_host_addresses=("127.0.0.1",),
+                                                        **peer))
+    server = WebRtcServer(assistant_call_factory(), engines, settings=settings, store=store,
+                          on_call=lambda _peer, call: calls.append(call))
+    async with server:
+        yield server, calls
+
+
+def stored_completed(store: Any, session_id: str) -> int:
+    state = store.load_state(session_id) or {}
+    return sum(1 for t in state.get("turns", {}).values() if t.get("status") == "completed")
+
+
+async def finish(result: CallResult, caller: Caller, server: Any, store: Any, call: Any
+                 ) -> CallResult:
+    """The question after the fault, the hang-up, and the stored turns."""
+    caller.ask()
+    result.answers_after = await caller.answered() is not None
+    result.asked, result.heard, result.ended = caller.asked, caller.heard(), caller.bye()
+    session_id = str(caller.caller.session_id)
+    await caller.hang_up()
+    async with asyncio.timeout(30):
+        await server.wait_idle()
+    result.stored = await asyncio.to_thread(stored_completed, store, session_id)
+    if call.deferred is not None:
+        result.held_back = sum(call.deferred.outages)
+    return result
+
+
+# -- the scenarios -----------------------------------------------------------------------
+
+
+async def resets(engines: Any, pg: OwnPostgres, count: int = 10) -> CallResult:
+    from voxflow.flow.postgres import PostgresFlowPersistence
+
+    store = PostgresFlowPersistence(pg.url)
+    result = CallResult()
+    try:
+        async with serving(engines, store) as (server, calls):
+            caller = Caller(engines, f"http://127.0.0.1:{server.port}", server.token)
+            await caller.connect()
+            for _ in range(2):
+                caller.ask()
+                if (ms := await caller.answered()) is not None:
+                    result.before_ms.append(ms)
+            for _ in range(count):
+                pg.reset()  # before the question: the turn's saves meet dead connections
+                caller.ask()
+                await asyncio.sleep(0.8)
+                pg.reset()  # while it is answered, saved and played
+                if (ms := await caller.answered()) is not None:
+                    result.during_ms.append(ms)
+            return await finish(result, caller, server, store, calls[0])
+    finally:
+        store.close()
+
+
+async def restart(engines: Any, pg: OwnPostgres, downtime: float) -> CallResult:
+    from voxflow.flow.postgres import PostgresFlowPersistence
+
+    store = PostgresFlowPersistence(pg.url)
+    result = CallResult()
+    try:
+        async with serving(engines, store) as (server, calls):
+            caller = Caller(engines, f"http://127.0.0.1:{server.port}", server.token)
+            await caller.connect()
+            for _ in range(2):
+                caller.ask()
+                if (ms := await caller.answered()) is not None:
+                    result.before_ms.append(ms)
+            stopped = time.monotonic()
+            await asyncio.to_thread(pg.stop)
+            caller.ask()  # answered while the database is down
+            if (ms := await caller.answered()) is not None:
+                result.during_ms.append(ms)
+            await asyncio.sleep(max(0.0, downtime - (time.monotonic() - stopped)))
+            await asyncio.to_thread(pg.start)
+            caller.ask()  # right after it is back
+            if (ms := await caller.answered()) is not None:
+                result.during_ms.append(ms)
+            return await finish(result, caller, server, store, calls[0])
+    finally:
+        store.close()
+
+
+@contextlib.contextmanager
+def silent_udp_server() -> Iterator[int]:
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    sock.bind(("127.0.0.1", 0))
+    try:
+        yield sock.getsockname()[1]
+    finally:
+        sock.close()
+
+
+async def silent_ice(engines: Any, pg: OwnPostgres) -> tuple[CallResult, float]:
+    """The call through a silent STUN server, and the offer's answer time without it."""
+    from voxflow_adapters.webrtc import IceServer
+
+    from voxflow.flow.postgres import PostgresFlowPersistence
+
+    store = PostgresFlowPersistence(pg.url)
+    result = CallResult()
+    try:
+        async with serving(engines, store) as (server, _):
+            plain = Caller(engines, f"http://127.0.0.1:{server.port}", server.token)
+            baseline = await plain.connect()
+            await plain.hang_up()
+        with silent_udp_server() as port:
+            stun = (IceServer(urls=(f"stun:127.0.0.1:{port}",)),)
+            async with serving(engines, store, ice_servers=stun) as (server, calls):
+                caller = Caller(engines, f"http://127.0.0.1:{server.port}", server.token)
+                result.offer_s = await caller.connect()
+                for _ in range(3):
+                    caller.ask()
+                    if (ms := await caller.answered()) is not None:
+                        result.during_ms.append(ms)
+                return await finish(result, caller, server, store, calls[0]), baseline
+    finally:
+        store.close()
+
+
+async def offers_during_resets(engines: Any, pg: OwnPostgres, rounds: int
+                               ) -> tuple[int, int]:
+    """``(refused, offered)`` over ``rounds`` resets, three offers right after each."""
+    from voxflow_adapters.hosting.dispatch import DispatchStore
+    from voxflow_adapters.webrtc import (
+        PeerSettings,
+        ServerSettings,
+        WebRtcServer,
+        assistant_call_factory,
+    )
+    from voxflow_adapters.webrtc.client import LoopbackCaller, OfferRejected
+    from voxflow_adapters.webrtc.front_door import FrontDoor
+    from voxflow_adapters.webrtc.worker import CallWorker
+
+    host = WebRtcServer(assistant_call_factory(), engines, settings=ServerSettings(
+        max_calls=3, peer=PeerSettings(ice_host_addresses=("127.0.0.1",))))
+    worker = CallWorker(host, DispatchStore(pg.url))
+    await worker.start()
+    door = FrontDoor(DispatchStore(pg.url), settings=ServerSettings(port=0))
+    refused = offered = 0
+    try:
+        async with door:
+            for _ in range(rounds):
+                pg.reset()
+                callers = [LoopbackCaller(f"http://127.0.0.1:{door.port}", door.token)
+                           for _ in range(3)]
+                outcomes = await asyncio.gather(*(c.connect() for c in callers),
+                                                return_exceptions=True)
+                offered += len(callers)
+                refused += sum(isinstance(o, OfferRejected) for o in outcomes)
+                for caller, outcome in zip(callers, outcomes, strict=True):
+                    if outcome is None:
+                        with contextlib.suppress(Exception):
+                            caller.send({"v": 1, "type": "hangup"})
+                            await caller.wait_message("bye", within=10)
+                    await caller.aclose()
+                async with asyncio.timeout(30):
+                    await host.wait_idle()
+                await asyncio.sleep(0.5)  # the slots given back
+    finally:
+        await worker.aclose()
+    return refused, offered
+
+
+# -- the report --------------------------------------------------------------------------
+
+
+def _ms(values: list[float]) -> str:
+    return f"{statistics.median(values):.0f}" if values else "-"
+
+
+def print_call(name: str, r: CallResult, extra: str = "") -> None:
+    print(f"  {name:<11} turns lost {r.lost} of {r.asked} (heard {r.heard}, stored "
+          f"{r.stored}); answers after: {'yes' if r.answers_after else 'NO'}; state held "
+          f"back {r.held_back:.1f} s; first audio {_ms(r.before_ms)} ms before, "
+          f"{_ms(r.during_ms)} ms during{extra}"
+          + (f"; ENDED: {r.ended}" if r.ended else ""), flush=True)
+
+
+async def main(runs: int, downtime: float, offer_rounds: int, bin_dir: Path) -> None:
+    from voxflow_adapters.webrtc.server import ignore_closed_transport_errors
+    from voxflow_voice.engines import VoiceEngines
+
+    ignore_closed_transport_errors(asyncio.get_running_loop())
+    # what the faults make voxflow and psycopg log (warnings, by design) is not the report
+    for name in ("", "psycopg"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+    engines = await asyncio.to_thread(VoiceEngines.load, deterministic=True)
+    print(f"faults: a call on the real models, its sessions in a PostgreSQL of its own; "
+          f"load average {os.getloadavg()[0]:.1f} at the start", flush=True)
+    table: dict[str, list[Any]] = {"resets": [], "restart": [], "ice": [], "ice_base": [],
+                                   "offers": []}
+    for run in range(1, runs + 1):
+        print(f"run {run}:", flush=True)
+        with own_postgres(bin_dir) as pg:
+            r = await resets(engines, pg)
+            table["resets"].append(r)
+            print_call("resets", r, " (20 resets: 10 before a question, 10 during it)")
+            r = await restart(engines, pg, downtime)
+            table["restart"].append(r)
+            print_call("restart", r, f" (down {downtime:g} s)")
+            r, base = await silent_ice(engines, pg)
+            table["ice"].append(r)
+            table["ice_base"].append(base)
+            print_call("silent ICE", r, f"; offer answered in {r.offer_s:.2f} s "
+                       f"({base:.2f} s without the STUN server)")
+            refused, offered = await offers_during_resets(engines, pg, offer_rounds)
+            table["offers"].append((refused, offered))
+            print(f"  offers      refused {refused} of {offered} made right after a "
+                  "reset of every connection", flush=True)
+    print(f"\nmedians of {runs} run(s), load average {os.getloadavg()[0]:.1f} at the end:")
+    for key, label in (("resets", "10 connection resets in a row"),
+                       ("restart", f"PostgreSQL restart, {downtime:g} s down"),
+                       ("ice", "an ICE server that never answers")):
+        rs: list[CallResult] = table[key]
+        lost = max(r.lost for r in rs)
+        before = _median_of(r.before_ms for r in rs)
+        during = _median_of(r.during_ms for r in rs)
+        print(f"  {label:<33} turns lost {lost} (worst run); answers after "
+              f"{sum(r.answers_after for r in rs)}/{len(rs)}; state held back "
+              f"{statistics.median(r.held_back for r in rs):.1f} s; first audio {during} ms "
+              f"during the fault ({before} before)")
+        figure(f"turns lost: {label}", lost, "turns", target="0")
+    ice = statistics.median(r.offer_s for r in table["ice"])
+    base = statistics.median(table["ice_base"])
+    print(f"  an ICE server that never answers: the offer answered in {ice:.2f} s "
+          f"({base:.2f} s without it)")
+    refused = sum(r for r, _ in table["offers"])
+    offered = sum(o for _, o in table["offers"])
+    print(f"  offers refused right after a reset: {refused} of {offered}")
+    figure("restart: state held back", round(statistics.median(
+        r.held_back for r in table["restart"]), 1), "s")
+    figure("silent ICE server: offer answered", round(ice, 2), "s")
+    figure("offers refused during a reset", refused, "offers", target="0")
+
+
+def _median_of(runs: Any) -> str:
+    """The median over runs of each run's median (ms), or '-'."""
+    medians = [statistics.median(values) for values in runs if values]
+    return f"{statistics.median(medians):.0f}" if medians else "-"
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=3, help="rounds of every fault (3)")
+    parser.add_argument("--downtime", type=float, default=5.0,
+                        help="seconds PostgreSQL is down in the restart (5)")
+    parser.add_argument("--offer-rounds", type=int, default=5,
+                        help="resets with three offers right after each (5)")
+    parser.add_argument("--pg-bin", type=Path, default=PG_BIN,
+                        help=f"the directory of initdb and pg_ctl ({PG_BIN})")
+    args = parser.parse_args()
+    if args.runs < 1 or not 0 < args.downtime <= 60 or args.offer_rounds < 1:
+        parser.error("--runs and --offer-rounds must be >= 1, --downtime in (0, 60]")
+    if not (args.pg_bin / "initdb").exists():
+        parser.exit(0, f"faults skipped: no initdb in {args.pg_bin} (give --pg-bin)\n")
+    asyncio.run(main(args.runs, args.downtime, args.offer_rounds, args.pg_bin))
