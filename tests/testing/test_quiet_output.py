@@ -73,6 +73,35 @@ def test_a_users_error_is_the_last_thing_printed_and_stands_alone() -> None:
         result.stderr)
 
 
+def test_a_streamed_turn_after_a_turn_on_the_main_thread_is_quiet() -> None:
+    # stream_turn runs its turn on a thread (and loop) of its own: litellm's logging
+    # worker moves its queue to that loop, and said so on stderr ("event loop changed;
+    # carried 1 pending ..."): nothing is lost, so nothing is worth saying.
+    result = run(textwrap.dedent("""
+        from voxflow import LLM, Agent, Flow, listen
+        from voxflow.turns import TurnState
+
+        clerk = Agent("Clerk", "Answer", llm=LLM("openai/gpt-4o-mini", mock_response="Hi."))
+
+        class Chat(Flow[TurnState]):
+            conversational = True
+
+            def route_turn(self, context):
+                return "ask"
+
+            @listen("ask")
+            async def handle_ask(self) -> str:
+                return (await clerk.akickoff(self.conversation_messages)).raw
+
+        print(Chat().handle_turn("one"))
+        with Chat().stream_turn("two") as stream:
+            print(sum(f.type == "llm_call_completed" for f in stream.events))
+    """))
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.split() == ["Hi.", "1"]
+    assert result.stderr == ""
+
+
 def test_a_test_module_with_a_scripted_llm_passes_without_warnings(
     pytester: pytest.Pytester,
 ) -> None:

@@ -7,6 +7,7 @@ importing each other.
 
 from __future__ import annotations
 
+import logging
 import os
 from typing import Any
 
@@ -28,6 +29,18 @@ def load_litellm() -> Any:
     import litellm  # here: litellm costs ~1 s to import; `import voxflow` never loads it
 
     _loops.shut_down_first_at_exit()  # before litellm's own exit flush
+    logging.getLogger("LiteLLM").addFilter(_quiet_loop_change)
     litellm.suppress_debug_info = True
     litellm.telemetry = False
     return litellm
+
+
+def _quiet_loop_change(record: logging.LogRecord) -> bool:
+    """Drop litellm's warning that its logging worker moved to another event loop.
+
+    Every sync entry point runs on its thread's cached loop, and ``stream_turn`` on a
+    thread of its own, so a program using both moves the worker from loop to loop;
+    litellm carries its queued logging over each time (nothing is lost) and said so on
+    stderr, around the program's own output.
+    """
+    return not str(record.msg).startswith("LoggingWorker: event loop changed")
