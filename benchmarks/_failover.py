@@ -11,7 +11,7 @@ SIGKILLed. The caller reconnects by itself; once the resumed ``hello`` arrives i
 question again. The marks (``time.monotonic()`` at the caller unless said):
 
 * **detection**: the kill → the caller decides the connection is gone (nothing for
-  ``peer_timeout`` s; the page waits 3 s);
+  ``peer_timeout`` s; the page waits 2 s);
 * **reconnect**: that decision → the resume offer answered and the data channel open.
   Of it, **lease wait** (the new worker waiting out the dead owner's lease, which ends
   ``lease_seconds``, 6 s, after its last renewal; from the new worker's ``call resumed``
@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import os
 import signal
@@ -47,12 +48,13 @@ from voice_latency import SPEECH_LEVEL
 
 ROOT = Path(__file__).resolve().parents[1]
 TOKEN = "failover-benchmark-token"
-PEER_TIMEOUT = 3.0
+PEER_TIMEOUT = 2.0
 """s: the caller's silence before it reconnects (the page's)."""
 QUESTION = "What are your opening hours?"
 
-__all__ = ["FailoverTiming", "Shape", "Worker", "front_door_shape", "measure_failover",
-           "print_failover", "print_run", "serve_shape"]
+__all__ = ["Deployment", "FailoverTiming", "RollingRestart", "Shape", "Worker",
+           "deployment", "front_door_shape", "measure_failover", "measure_rolling_restart",
+           "print_failover", "print_rolling_restart", "print_run", "serve_shape"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,26 +127,59 @@ def _env(**extra: str) -> dict[str, str]:
     return {**env, **extra}
 
 
+class Deployment:
+    """A front door and call workers (``voxflow serve --front-door`` / ``--worker``
+    processes, the defaults otherwise) on PostgreSQL, every table (dispatch, sessions,
+    jobs) in one fresh schema; workers can be added while it runs (a rolling restart)."""
+
+    def __init__(self, stack: contextlib.ExitStack, url: str, folder: Path,
+                 worker_args: Sequence[str] = ()) -> None:
+        from voxflow_adapters.testkit.flows import free_port
+
+        from voxflow.flow.postgres import PostgresFlowPersistence
+
+        self.stack, self.folder = stack, folder
+        self.env = _env(VOXFLOW_DATABASE_URL=url)
+        self.worker_args = ["--worker", "--ice-host", "127.0.0.1", *worker_args]
+        self.sessions = PostgresFlowPersistence(url)
+        stack.callback(self.sessions.close)
+        self.workers: list[Worker] = []
+        port = free_port()
+        self.front_door = Worker(stack, ["--front-door", "--port", str(port), "--token",
+                                         TOKEN], self.env, folder / "front-door.log",
+                                 "front door is listening")
+        self.url = f"http://127.0.0.1:{port}"
+
+    def start_worker(self) -> Worker:
+        """One more call worker, once it says it is ready."""
+        worker = Worker(self.stack, self.worker_args, self.env,
+                        self.folder / f"worker-{len(self.workers) + 1}.log", "is ready")
+        self.workers.append(worker)
+        return worker
+
+
+@contextlib.contextmanager
+def deployment(pg_url: str, folder: Path, workers: int = 2,
+               worker_args: Sequence[str] = ()) -> Iterator[Deployment]:
+    """A :class:`Deployment` with ``workers`` call workers, in a fresh schema (dropped
+    after)."""
+    from persistence import fresh_schema
+
+    with fresh_schema("vx_failover_", pg_url) as url, contextlib.ExitStack() as stack:
+        shape = Deployment(stack, url, folder, worker_args)
+        for _ in range(workers):
+            shape.start_worker()
+        yield shape
+
+
 @contextlib.contextmanager
 def front_door_shape(pg_url: str, folder: Path) -> Iterator[tuple[Shape, Any]]:
     """A front door and two call workers (``voxflow serve --front-door`` / ``--worker``,
     the defaults otherwise) on PostgreSQL, every table (dispatch, sessions, jobs) in a
     fresh schema, dropped after; yields the shape and the session store."""
-    from persistence import fresh_schema
-    from voxflow_adapters.testkit.flows import free_port
-
-    from voxflow.flow.postgres import PostgresFlowPersistence
-
-    port = free_port()
-    with fresh_schema("vx_failover_", pg_url) as url, contextlib.ExitStack() as stack:
-        env = _env(VOXFLOW_DATABASE_URL=url)
-        sessions = PostgresFlowPersistence(url)
-        stack.callback(sessions.close)
-        workers = tuple(Worker(stack, ["--worker", "--ice-host", "127.0.0.1"], env,
-                               folder / f"worker-{name}.log", "is ready") for name in "ab")
-        Worker(stack, ["--front-door", "--port", str(port), "--token", TOKEN], env,
-               folder / "front-door.log", "front door is listening")
-        yield Shape((workers[0], workers[1]), f"http://127.0.0.1:{port}"), sessions
+    with deployment(pg_url, folder) as shape:
+        a, b = shape.workers
+        yield Shape((a, b), shape.url), shape.sessions
 
 
 @contextlib.contextmanager
@@ -297,3 +332,174 @@ def print_failover(timings: list[FailoverTiming], label: str) -> None:
                round(statistics.median(values(name)), 2), "s")
     figure(f"failover state load ({label})",
            round(statistics.median(values("state_load")) * 1000), "ms")
+
+
+# -- a rolling restart ------------------------------------------------------------------
+
+QUESTIONS = ("What can you do?", "Hello there!", "What are your opening hours?",
+             "Tell me a story.")
+"""What the callers of a rolling restart ask, in turn (a story now and then: a long answer
+a draining worker waits for before it hands the call over)."""
+
+
+@dataclass(slots=True)
+class RollingRestart:
+    """What a rolling restart did to the calls running through it.
+
+    Attributes:
+        calls, workers: the calls running, the call workers restarted one at a time.
+        hung_up: calls that ended (a ``bye``) or could not be resumed.
+        asked: questions the callers said; answered: those whose answer played whole.
+        lost: questions without a played answer, plus committed turns the store does not
+            hold exactly once in order (a turn lost or doubled by a move).
+        cut: answers stored cut (``[cut off: the call dropped]``): handed over mid-reply.
+        handovers: moves the server asked for (``handover``); silences: reconnections
+            after the caller heard nothing (a move that was not handed over).
+        gaps: per handover, the ``handover`` message → the resumed ``hello`` (s).
+        drains: per worker, SIGTERM → its exit (s).
+        spoken_in_gap: questions whose first sample was sent while a move was under way
+            (this caller holds them and sends them on the new connection; a browser's
+            microphone would lose what was said in the gap).
+    """
+
+    calls: int
+    workers: int
+    hung_up: int = 0
+    asked: int = 0
+    answered: int = 0
+    lost: int = 0
+    cut: int = 0
+    handovers: int = 0
+    silences: int = 0
+    gaps: list[float] = dataclasses.field(default_factory=list)
+    drains: list[float] = dataclasses.field(default_factory=list)
+    spoken_in_gap: int = 0
+
+
+async def _converse(caller: Any, speech: dict[str, Any], stop: asyncio.Event,
+                    result: RollingRestart, offset: int) -> None:
+    """Ask ``QUESTIONS`` in turn (a 0.5-2 s pause after each answer) until ``stop``."""
+    import random
+
+    rng = random.Random(offset)
+    turn = offset
+    while not stop.is_set():
+        text = QUESTIONS[turn % len(QUESTIONS)]
+        turn += 1
+        transcripts = len(caller.of_type("transcript"))
+        begun = time.monotonic()
+        caller.say(speech[text])
+        result.asked += 1
+        if any(r.detected <= begun <= r.connected for r in caller.reconnects) or \
+                caller.connection_state != "connected":
+            result.spoken_in_gap += 1
+        try:
+            await caller.wait_for(lambda n=transcripts: len(caller.of_type("transcript")) > n,
+                                  within=60, what="the transcript")
+            after = caller.messages.index(caller.of_type("transcript")[transcripts])
+
+            def done(after: int = after) -> bool:
+                later = caller.messages[after:]
+                replies = {m["delivery_id"] for m in later if m.get("type") == "reply_text"}
+                return any(m.get("type") == "reply_done" and m["delivery_id"] in replies
+                           for m in later)
+
+            await caller.wait_for(done, within=90, what="the answer")
+            result.answered += 1
+        except TimeoutError:
+            result.lost += 1
+            print(f"    a question was not answered: {text!r}", flush=True)
+        await asyncio.sleep(rng.uniform(0.5, 2.0))
+
+
+async def measure_rolling_restart(engines: Any, pg_url: str, folder: Path, *, calls: int = 3,
+                                  workers: int = 2, settle: float = 8.0,
+                                  peer_timeout: float = PEER_TIMEOUT) -> RollingRestart:
+    """Restart every call worker of a deployment, one at a time (SIGTERM, wait for its
+    exit, start it again, wait until it is ready), while ``calls`` aiortc callers talk
+    through the front door (``keep_connected``, as the page), then check what each call
+    heard and what its session holds (see :class:`RollingRestart`)."""
+    from voxflow_adapters.hosting.resume import DROPPED_MARK
+    from voxflow_adapters.webrtc.client import LoopbackCaller
+
+    result = RollingRestart(calls=calls, workers=workers)
+    speech = {text: _speech(engines, text) for text in QUESTIONS}
+    with deployment(pg_url, folder, workers, ["--max-calls", str(calls)]) as shape:
+        callers = [LoopbackCaller(shape.url, TOKEN) for _ in range(calls)]
+        stop = asyncio.Event()
+        talks: list[asyncio.Task[None]] = []
+        try:
+            for caller in callers:
+                await caller.connect()
+                await caller.wait_message("hello", within=60)
+                caller.keep_connected(peer_timeout=peer_timeout)
+            talks = [asyncio.get_running_loop().create_task(_converse(c, speech, stop, result, i))
+                     for i, c in enumerate(callers)]
+            await asyncio.sleep(settle)
+            for old in list(shape.workers[:workers]):
+                began = time.monotonic()
+                old.proc.send_signal(signal.SIGTERM)
+                code = await asyncio.to_thread(old.proc.wait, 180)
+                result.drains.append(time.monotonic() - began)
+                print(f"    {old.log.stem} drained in {result.drains[-1]:.1f} s (exit {code}); "
+                      "starting it again", flush=True)
+                await asyncio.to_thread(shape.start_worker)
+                await asyncio.sleep(settle)
+            stop.set()
+            await asyncio.gather(*talks)
+            await asyncio.sleep(1.0)
+        finally:
+            stop.set()
+            for task in talks:
+                task.cancel()
+            for caller in callers:  # (before the hang-up, whose bye is the page's own)
+                watch = caller._watch
+                if caller.of_type("bye") or (watch is not None and watch.done()
+                                             and not watch.cancelled()
+                                             and watch.exception() is not None):
+                    result.hung_up += 1
+                    print(f"    a call was hung up: {caller.of_type('bye')}", flush=True)
+                with contextlib.suppress(Exception):
+                    caller.send({"v": 1, "type": "hangup"})
+            await asyncio.sleep(0.5)
+            for caller in callers:
+                await caller.aclose()
+        for caller in callers:
+            result.handovers += sum(1 for r in caller.reconnects if r.handover)
+            result.silences += sum(1 for r in caller.reconnects if not r.handover)
+            hellos = [m for m in caller.of_type("hello") if m.get("resumed")]
+            for moved in caller.of_type("handover"):
+                after = next((m["_at"] for m in hellos if m["_at"] > moved["_at"]), None)
+                if after is not None:
+                    result.gaps.append(after - moved["_at"])
+            stored = await asyncio.to_thread(shape.sessions.load_state, str(caller.session_id))
+            heard = [m["text"] for m in caller.of_type("transcript")]
+            users = [m["content"] for m in (stored or {}).get("messages", [])
+                     if m["role"] == "user"]
+            if users != heard or len((stored or {}).get("turns", {})) != len(heard):
+                missing = max(len(heard) - len(users), 1)
+                result.lost += missing
+                print(f"    stored turns differ from the call's: {users} vs {heard}",
+                      flush=True)
+            result.cut += sum(1 for m in (stored or {}).get("messages", [])
+                              if m["role"] == "assistant" and DROPPED_MARK in str(m["content"]))
+    return result
+
+
+def print_rolling_restart(r: RollingRestart) -> None:
+    """The rolling restart's lines, and its figures for ``voxflow bench``."""
+    gaps = sorted(r.gaps)
+    gap = f"{statistics.median(gaps):.2f} s median ({gaps[0]:.2f}-{gaps[-1]:.2f})" \
+        if gaps else "none"
+    print(f"  {r.calls} call(s) through {r.workers} worker(s) restarted one at a time: "
+          f"{r.hung_up} hung up, {r.lost} turn(s) lost of {r.asked} asked ({r.answered} "
+          f"answered), {r.cut} answer(s) cut; {r.handovers} handover(s), {r.silences} "
+          f"reconnection(s) after a silence; handover → resumed hello {gap}; drains "
+          f"{', '.join(f'{d:.1f}' for d in r.drains)} s; {r.spoken_in_gap} question(s) "
+          "begun during a move (held by this caller, lost by a browser's microphone)",
+          flush=True)
+    figure("rolling restart: calls hung up", r.hung_up, "calls", target="0")
+    figure("rolling restart: turns lost", r.lost, "turns", target="0")
+    if gaps:
+        figure("rolling restart: handover → resumed hello", round(statistics.median(gaps), 2),
+               "s")

@@ -94,7 +94,7 @@ class ServeCommand:
                 "through PostgreSQL: set VOXFLOW_DATABASE_URL=postgresql://user@host"
                 ":5432/database (the same for every front door and worker), or drop "
                 "the option to serve everything from this one process")
-        # (a worker heartbeats every stale_after/4: at least a second keeps that >= 0.25 s;
+        # (a worker heartbeats every stale_after/5: at least a second keeps that >= 0.2 s;
         # an offer is never answered in under a second: ICE gathering alone takes longer)
         offer_timeout = check_seconds(10.0 if args.offer_timeout is None
                                       else args.offer_timeout, "--offer-timeout", 1.0, 86400.0)

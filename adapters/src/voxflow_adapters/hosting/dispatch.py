@@ -190,8 +190,8 @@ class DispatchStore:
         forget_after: a worker whose last heartbeat is older (s) is gone (killed, its
             machine or network down): :meth:`forget_dead_workers` removes its row.
         dead_after: a worker whose last heartbeat is older (s) is dead: the leases of its
-            calls are taken over by their resumes at once (default: ``stale_after / 2``,
-            two heartbeats missed).
+            calls are taken over by their resumes at once (default: ``stale_after * 2 /
+            5``, two heartbeats missed: a call worker beats every ``stale_after / 5``).
         max_connections: the pool's size.
         connect_timeout: seconds to wait for the server.
 
@@ -216,7 +216,8 @@ class DispatchStore:
         self.schema = database_schema(url) if schema is None else check_schema(schema)
         self.stale_after = float(stale_after)
         self.forget_after = float(forget_after)
-        self.dead_after = float(dead_after) if dead_after is not None else stale_after / 2
+        self.dead_after = (float(dead_after) if dead_after is not None
+                           else stale_after * 2 / 5)
         self.max_connections = max_connections
         self.connect_timeout = float(connect_timeout)
         self._pool: AsyncConnectionPool[Any] | None = None

@@ -220,7 +220,7 @@ class CallWorker:
         self.drain_seconds = float(drain_seconds)
         self.poll_interval = float(poll_interval)
         self.spread = float(spread)
-        self.heartbeat = Heartbeat(store, self.worker_id, interval=store.stale_after / 4,
+        self.heartbeat = Heartbeat(store, self.worker_id, interval=store.stale_after / 5,
                                    headroom=headroom if headroom is not None else self.headroom,
                                    used=self.slot_count, on_missing=self._row_missing)
         host.call_prefix = self.worker_id

@@ -9,8 +9,10 @@ const CONNECT_TIMEOUT_MS = 15000;
 // for this long means the connection is gone (a dead server, a dropped network); the
 // page then offers again with the session id and resume token of its hello, retrying
 // with these delays (the last one repeated) for up to RESUME_WITHIN_MS. A "handover"
-// (the call worker is shutting down) does the same at once.
-const PEER_TIMEOUT_MS = 3000;
+// (the call worker is shutting down) does the same at once. 2 s is 100 frames in a row
+// missing: a dead worker's call answers again within 3 s; a network blip that long
+// resumes the call too (the reply playing is cut at what was heard).
+const PEER_TIMEOUT_MS = 2000;
 const RESUME_BACKOFF_MS = [250, 500, 1000, 2000, 4000];
 const RESUME_WITHIN_MS = 60000;
 const $ = (id) => document.getElementById(id);
