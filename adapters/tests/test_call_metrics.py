@@ -173,7 +173,10 @@ async def test_a_takeover_and_the_zombies_refused_writes_are_counted(make_store:
     heir = await SessionOwnership.acquire(store, "call", "worker-b", ttl=30, watch=metrics,
                                           owner_dead=dead)
     assert heir.lease.taken_over and not zombie.lease.taken_over
-    flow = persist(Acknowledger)(persistence=zombie.persistence, state=TurnState(id="call"))
+    # persist() marks the class it is given: a subclass, so the kit's Acknowledger stays
+    # unpersisted for every later test (it saved 'call' to the default store for them)
+    saved = persist(type("SavedAcknowledger", (Acknowledger,), {}))
+    flow = saved(persistence=zombie.persistence, state=TurnState(id="call"))
     for _ in range(2):
         with pytest.raises(FencedWriteError):
             await flow.asave_state("late")
