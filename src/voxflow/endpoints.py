@@ -14,6 +14,8 @@ Used by :class:`voxflow.settings.Settings` (``VOXFLOW_LLM_ENDPOINTS``) and
 
 from __future__ import annotations
 
+import ipaddress
+import re
 import urllib.parse
 from collections.abc import Iterable
 from typing import NamedTuple
@@ -22,6 +24,7 @@ __all__ = ["endpoint_allowed", "normalize_endpoint"]
 
 _MAX_URL = 2048
 _DEFAULT_PORTS = {"http": 80, "https": 443}
+_HOST_NAME = re.compile(r"[a-z0-9_-]+(\.[a-z0-9_-]+)*\.?")  # a name or IPv4 address
 
 
 class _Endpoint(NamedTuple):
@@ -61,6 +64,14 @@ def _parse(url: object) -> _Endpoint:
     if port == 0:
         raise ValueError("has port 0")
     host = parts.hostname.lower()
+    if ":" in host:
+        try:
+            ipaddress.IPv6Address(host)
+        except ValueError:
+            raise ValueError("has a malformed IPv6 host") from None
+    elif not _HOST_NAME.fullmatch(host):
+        raise ValueError("has a host that is not a name or an address (letters, digits, "
+                         "'-', '_' and '.')")
     shown_host = f"[{host}]" if ":" in host else host
     if parts.netloc.lower() not in (shown_host, f"{shown_host}:{port}"):
         raise ValueError("has a malformed host[:port]")  # "[::1]x", "h:08080", ...

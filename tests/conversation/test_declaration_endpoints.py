@@ -350,3 +350,11 @@ def test_fuzz_an_endpoint_is_normalized_once_or_refused(url: str) -> None:
     assert not set("@?#% \\") & set(normalized) and not normalized.endswith("/")
     assert endpoint_allowed(url, [normalized]) and endpoint_allowed(normalized, [url])
     assert not endpoint_allowed(normalized + "x", [normalized])
+
+
+@pytest.mark.parametrize("url", ["HTTP://%", "http://h%41st/v1", "http://[::1x]/", "http://a..b/",
+                                 "http://exa mple.com", "http://ex~ample.com/v1"])
+def test_a_host_that_is_no_name_or_address_is_refused(url: str) -> None:
+    # 'HTTP://%' was normalized to 'http://%' (found by the fuzz test below in CI)
+    with pytest.raises(ValueError, match="host|spaces|URL"):
+        normalize_endpoint(url)
