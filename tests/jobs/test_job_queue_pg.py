@@ -735,6 +735,39 @@ def test_a_job_worker_finds_a_job_function_by_its_kind() -> None:
         job_function("queue_tests.nobody")
 
 
+def test_a_flow_file_loaded_by_path_and_imported_by_name_declares_its_jobs_once(
+    tmp_path: Path,
+) -> None:
+    # `voxflow jobs worker path/flow.py:Flow` loads the file under a name of its own; a
+    # module that also imports it by its package name declares the same function again:
+    # the same job, not "two functions share the kind" (every job failed that way)
+    import importlib
+    import sys as _sys
+
+    from voxflow.jobs.background import job_function
+    from voxflow.loader import load_flow_class
+
+    package = tmp_path / "loaded_twice_pkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "flow.py").write_text(
+        "from voxflow import Flow\n"
+        "from voxflow.jobs import JobContext, background_job\n"
+        "from voxflow.wiring import AssistantState\n"
+        "@background_job(kind='queue_tests.loaded_twice')\n"
+        "async def look(job: JobContext) -> str:\n"
+        "    return 'seen'\n"
+        "class Twice(Flow[AssistantState]):\n"
+        "    pass\n")
+    load_flow_class(f"{package / 'flow.py'}:Twice")
+    _sys.path.insert(0, str(tmp_path))
+    try:
+        imported = importlib.import_module("loaded_twice_pkg.flow")
+    finally:
+        _sys.path.remove(str(tmp_path))
+    assert job_function("queue_tests.loaded_twice") is imported.look
+
+
 class _ThreadRecordingQueue(PostgresJobQueue):
     """The real queue, noting the thread each enqueue (a database round trip) ran on."""
 

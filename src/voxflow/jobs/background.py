@@ -221,6 +221,18 @@ class JobFunction:
 _REGISTRY: dict[str, list[weakref.ref[JobFunction]]] = {}
 
 
+def _same_declaration(a: Any, b: Any) -> bool:
+    """Whether job functions ``a`` and ``b`` are one declaration made twice: the same
+    qualified name in the same module (a module or notebook cell run again) or in the
+    same source file (a file loaded by path and also imported by its module name)."""
+    if a.__qualname__ != b.__qualname__:
+        return False
+    if a.__module__ == b.__module__:
+        return True
+    file_a = getattr(getattr(a, "__code__", None), "co_filename", None)
+    return bool(file_a) and file_a == getattr(getattr(b, "__code__", None), "co_filename", None)
+
+
 def job_function(kind: str) -> JobFunction:
     """The job function declared with ``kind`` in this process (a job worker finds the
     function of a queued job by its kind, after importing the flow's module).
@@ -230,9 +242,10 @@ def job_function(kind: str) -> JobFunction:
             (give one ``kind=``); the same function declared twice is its latest.
     """
     found = [f for ref in _REGISTRY.get(kind, []) if (f := ref()) is not None]
-    # the same function declared again (a module or a notebook cell run twice): the
-    # latest declaration; two different functions of one kind: ambiguous
-    if len({(f.fn.__module__, f.fn.__qualname__) for f in found}) > 1:
+    # the same function declared again (a module or a notebook cell run twice, or one
+    # file both loaded by path and imported by its module name): the latest
+    # declaration; two different functions of one kind: ambiguous
+    if any(not _same_declaration(f.fn, found[-1].fn) for f in found):
         raise LookupError(f"two background job functions share the kind {kind!r}: give "
                           "one of them its own @background_job(kind=...)")
     if not found:
