@@ -11,10 +11,8 @@ from __future__ import annotations
 import asyncio
 import os
 import select
-import signal
 import sys
 import threading
-from types import FrameType
 from typing import Any
 
 from ..demo import load_example_module
@@ -70,16 +68,20 @@ def run_repl(flow_ref: str | None, model: str | None) -> int:
           flush=True)
     lines = _Lines()
 
-    def on_interrupt(signum: int, frame: FrameType | None) -> None:
-        lines.stop.set()
-        raise KeyboardInterrupt
+    async def chat() -> None:
+        try:
+            await chat_text(flow, read=lines)
+        finally:
+            lines.stop.set()  # the reading thread gives the terminal back
 
-    previous = signal.signal(signal.SIGINT, on_interrupt)
+    # asyncio.run's own Ctrl-C handling: the chat is cancelled (its wiring closed, the
+    # reading thread stopped) and KeyboardInterrupt raised once it has ended. A handler
+    # of ours raising KeyboardInterrupt wherever the loop happened to be could leave
+    # the process hanging after the ^C (seen once in CI: no new line for 30 s).
     try:
-        asyncio.run(chat_text(flow, read=lines))
+        asyncio.run(chat())
     except KeyboardInterrupt:
+        lines.stop.set()
         print(flush=True)
         return EXIT_INTERRUPTED
-    finally:
-        signal.signal(signal.SIGINT, previous)
     return EXIT_OK
