@@ -44,6 +44,7 @@ from voxflow.errors import JobPayloadError, PersistenceUnavailableError
 from voxflow.ids import JobId, SessionId
 from voxflow.jobs.background import BackgroundJob, commit_progress
 from voxflow.jobs.records import JobState, JobUpdate, begin_attempt, commit_job_update
+from voxflow.pg_retry import atransaction
 from voxflow.pg_schema import aensure_tables
 from voxflow.settings import (
     DATABASE_URL_VARIABLE,
@@ -268,31 +269,13 @@ class JobInbox:
         commit (a reset, a restarted server: nothing was written) is replaced, with its
         pool, and the statement run once more on a fresh one; one that breaks during the
         commit is not (it may have been written)."""
-        # here: the optional voxflow[postgres] extra (loaded by _open)
-        import psycopg
-        from psycopg_pool import PoolClosed
+        async def work(conn: AsyncConnection[Any]) -> list[tuple[Any, ...]]:
+            cursor = await conn.execute(sql, params)
+            return await cursor.fetchall() if cursor.description else []
 
-        for attempt in (1, 2):
-            pool = await self._open()
-            conn: AsyncConnection[Any] | None = None
-            committing = False
-            try:
-                async with pool.connection() as conn:
-                    async with conn.transaction():
-                        cursor = await conn.execute(sql, params)
-                        rows = await cursor.fetchall() if cursor.description else []
-                        committing = True
-                    return rows
-            except psycopg.OperationalError as exc:
-                broken = conn is not None and conn.broken
-                if broken:
-                    await self._discard(pool)
-                if attempt == 1 and not committing and (broken or isinstance(exc, PoolClosed)):
-                    logger.info("job inbox: a database connection broke (%s); retrying on "
-                                "a new one", type(exc).__name__)
-                    continue
-                raise self.unavailable(exc) from None
-        raise AssertionError("unreachable")  # (the loop returns or raises)
+        return await atransaction(self._open, work, discard=self._discard,
+                                  unavailable=self.unavailable, logger=logger,
+                                  what="job inbox")
 
     async def _discard(self, pool: AsyncConnectionPool[Any]) -> None:
         """Close ``pool`` after one of its connections broke: the next call opens a new

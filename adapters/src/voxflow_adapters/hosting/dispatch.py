@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from voxflow.errors import VoxflowError
+from voxflow.pg_retry import atransaction
 from voxflow.pg_schema import aensure_tables
 from voxflow.settings import (
     DATABASE_URL_VARIABLE,
@@ -293,32 +294,14 @@ class DispatchStore:
         :class:`DispatchUnavailableError`. A connection that breaks before the commit (a
         reset, a restarted server: nothing was written) is replaced, with its pool, and
         ``fn`` run once more on a fresh one; one that breaks during the commit is not."""
-        # the optional voxflow[postgres] extra
-        import psycopg
-        from psycopg_pool import PoolClosed
-
-        for attempt in (1, 2):
+        async def open_pool() -> AsyncConnectionPool[Any]:
             await self.open()
-            pool = self._pool
-            assert pool is not None
-            conn: psycopg.AsyncConnection[Any] | None = None
-            committing = False
-            try:
-                async with pool.connection() as conn:
-                    async with conn.transaction():
-                        result = await fn(conn)
-                        committing = True
-                    return result
-            except psycopg.OperationalError as exc:
-                broken = conn is not None and conn.broken
-                if broken:
-                    await self._discard(pool)
-                if attempt == 1 and not committing and (broken or isinstance(exc, PoolClosed)):
-                    logger.info("dispatch: a database connection broke (%s); retrying on a "
-                                "new one", type(exc).__name__)
-                    continue
-                raise self._unavailable(exc) from None
-        raise AssertionError("unreachable")  # (the loop returns or raises)
+            assert self._pool is not None
+            return self._pool
+
+        return await atransaction(open_pool, fn, discard=self._discard,
+                                  unavailable=self._unavailable, logger=logger,
+                                  what="dispatch")
 
     async def _discard(self, pool: AsyncConnectionPool[Any]) -> None:
         """Close ``pool`` after one of its connections broke (a reset or a restart breaks
