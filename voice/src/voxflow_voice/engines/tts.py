@@ -22,6 +22,7 @@ import os
 import threading
 from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -34,6 +35,7 @@ from ..audio import AudioChunk, WordTiming, float_to_pcm16
 from ..scheduler import ModelScheduler
 from .models import DEFAULT_PIPER_MODULE, find_piper_voice, load_piper_voice
 from .registry import EngineContext, EngineFactory
+from .speech_cache import SpeechCache
 
 if TYPE_CHECKING:
     from piper import PiperVoice
@@ -66,6 +68,12 @@ class TtsSettings(BaseModel):
     volume: float = Field(1.0, gt=0, le=4, description="gain after normalization")
     normalize: bool = Field(True, description="peak-normalize each sentence, as piper does")
     alignments: bool = Field(True, description="compute word timings from phoneme durations")
+    cache_mb: float = Field(
+        16.0, ge=0, le=4096, description="memory for sentences said again, synthesized "
+        "once per voice and settings and shared by the process's calls (0: no cache)")
+    cache_dir: str | None = Field(
+        None, min_length=1, description="a directory that also keeps them across restarts "
+        "and worker processes (bounded to 256 MB; memory only if unset)")
 
 
 DEFAULT_TTS_SETTINGS = TtsSettings()
@@ -102,11 +110,13 @@ class TtsStatistics:
 
     Attributes:
         sentences: sentences synthesized (a cancelled stream stops adding to it).
-        samples: audio samples produced.
+        samples: audio samples produced (synthesized or from the cache).
+        cached: sentences served from the speech cache instead of synthesized.
     """
 
     sentences: int
     samples: int
+    cached: int = 0
 
 
 class PiperTts:
@@ -160,11 +170,23 @@ class PiperTts:
         self._stats_lock = threading.Lock()
         self._sentences = 0
         self._samples = 0
+        self._cached = 0
+        self.cache: SpeechCache | None = None
+        """Sentences said again (None: ``cache_mb=0`` and no ``cache_dir``)."""
+        if self.settings.cache_mb > 0 or self.settings.cache_dir is not None:
+            model = Path(model_path)
+            stat = model.stat()
+            fixed = self.settings.model_dump(exclude={"chunk_duration", "cache_mb",
+                                                      "cache_dir"})
+            self.cache = SpeechCache(
+                int(self.settings.cache_mb * 1024 * 1024), directory=self.settings.cache_dir,
+                identity=f"piper|{model.resolve()}|{stat.st_size}|{stat.st_mtime_ns}|"
+                         f"{sorted(fixed.items())}")
 
     def statistics(self) -> TtsStatistics:
         """Counters of the work done (sentences synthesized, samples produced)."""
         with self._stats_lock:
-            return TtsStatistics(self._sentences, self._samples)
+            return TtsStatistics(self._sentences, self._samples, self._cached)
 
     @property
     def sample_rate(self) -> int:
@@ -217,6 +239,15 @@ class PiperTts:
         self, phonemes: list[str], words: Sequence[str]
     ) -> SynthesizedSentence:
         ids = self._voice.phonemes_to_ids(phonemes)
+        key = None
+        if self.cache is not None:
+            key = self.cache.key((tuple(ids), tuple(words)))
+            found = self.cache.get(key)
+            if found is not None:
+                with self._stats_lock:
+                    self._cached += 1
+                    self._samples += found[0].size
+                return SynthesizedSentence(*found)
         result = self._voice.phoneme_ids_to_audio(
             ids, self._syn_config, include_alignments=self.settings.alignments
         )
@@ -237,6 +268,8 @@ class PiperTts:
         if durations is not None and len(durations) == len(ids):
             spans = self._phoneme_word_spans(ids, durations, samples.size)
             timings = _assign_words(words, spans)
+        if key is not None and self.cache is not None:
+            self.cache.put(key, samples, timings)
         return SynthesizedSentence(samples, timings)
 
     def _phoneme_word_spans(
