@@ -114,15 +114,16 @@ def test_the_voice_commands_are_found_through_entry_points() -> None:
     from voxflow.commands import installed_commands
 
     found = installed_commands(core=("demo", "chat", "jobs", "doctor", "bench"))
-    assert sorted(found.commands) == ["serve", "status"]
+    assert sorted(found.commands) == ["phone", "serve", "status"]
     assert sorted(found.modes) == ["chat", "demo"]
     assert found.missing == {}
     assert type(found.commands["serve"]).__module__ == "voxflow_adapters.commands"
     assert found.commands["serve"].help == "talk to a flow from a browser (WebRTC)"
 
 
-HEAVY = ("numpy", "aiortc", "sounddevice", "voxflow_voice", "faster_whisper", "piper",
-         "voxflow_adapters.webrtc", "voxflow_adapters.local.chat", "voxflow_adapters.demo")
+HEAVY = ("numpy", "aiortc", "sounddevice", "voxflow_voice", "faster_whisper", "piper", "twilio",
+         "voxflow_adapters.webrtc", "voxflow_adapters.local.chat", "voxflow_adapters.demo",
+         "voxflow_adapters.phone")
 
 
 @pytest.mark.parametrize("args", [["--help"], ["serve", "--help"], ["chat", "--help"],
@@ -140,10 +141,10 @@ def test_help_imports_no_voice_implementation(args: list[str]) -> None:
     assert not {m for m in loaded if m in HEAVY or m.split(".")[0] in HEAVY}
 
 
-_PHONE = """
+_FAX = """
 import argparse
 
-class Phone:
+class Fax:
     help = "answer calls on a phone line"
     description = "Phone calls, from a package of one's own."
 
@@ -156,18 +157,18 @@ class Phone:
         print(f"line {args.line} flow {args.flow} model {model} level {settings.log_level}")
         return 0
 
-phone = Phone()
+fax = Fax()
 """
 
 
 def test_a_package_adds_a_command_of_its_own(tmp_path: Path) -> None:
-    """A fourth transport's package declares `phone` in the voxflow.commands group: the
+    """A fourth transport's package declares `fax` in the voxflow.commands group: the
     core lists it, gives it the shared options and runs it, without being edited."""
-    (tmp_path / "phone_commands.py").write_text(_PHONE)
-    info = tmp_path / "voxflow_phone-0.1.dist-info"
+    (tmp_path / "fax_commands.py").write_text(_FAX)
+    info = tmp_path / "voxflow_fax-0.1.dist-info"
     info.mkdir()
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: voxflow-phone\nVersion: 0.1\n")
-    (info / "entry_points.txt").write_text("[voxflow.commands]\nphone = phone_commands:phone\n")
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: voxflow-fax\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text("[voxflow.commands]\nfax = fax_commands:fax\n")
 
     def run(*args: str) -> subprocess.CompletedProcess[str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith("VOXFLOW_")}
@@ -176,17 +177,17 @@ def test_a_package_adds_a_command_of_its_own(tmp_path: Path) -> None:
                               capture_output=True, text=True, timeout=120, check=False)
 
     listed = run("--help")
-    assert "phone     answer calls on a phone line" in listed.stdout, listed.stdout
-    helped = run("phone", "--help")
+    assert "fax       answer calls on a phone line" in listed.stdout, listed.stdout
+    helped = run("fax", "--help")
     assert helped.returncode == 0 and "Phone calls, from a package" in helped.stdout
     for option in ("--line", "FLOW", "--model", "--log-level", "--log-format",
                    "VOXFLOW_MODEL"):
         assert option in helped.stdout, option
-    ran = run("phone", "--line", "3", "voxflow.examples.assistant:Assistant")
+    ran = run("fax", "--line", "3", "voxflow.examples.assistant:Assistant")
     assert ran.returncode == 0, ran.stderr
     assert ran.stdout.strip() == ("line 3 flow voxflow.examples.assistant:Assistant "
                                   "model None level INFO")
-    bad = run("phone", "no_colon")  # the shared checks are the core's: one line, exit 2
+    bad = run("fax", "no_colon")  # the shared checks are the core's: one line, exit 2
     assert bad.returncode == 2 and bad.stderr.startswith("error: ")
     assert "must look like" in bad.stderr
 
@@ -196,7 +197,7 @@ def test_a_package_whose_command_fails_to_load_breaks_no_other_command(tmp_path:
     info = tmp_path / "voxflow_broken-0.1.dist-info"
     info.mkdir()
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: voxflow-broken\nVersion: 0.1\n")
-    (info / "entry_points.txt").write_text("[voxflow.commands]\nphone = broken_commands:phone\n")
+    (info / "entry_points.txt").write_text("[voxflow.commands]\nfax = broken_commands:fax\n")
 
     def run(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run([sys.executable, "-m", "voxflow.cli", *args], cwd=ROOT,
@@ -204,11 +205,11 @@ def test_a_package_whose_command_fails_to_load_breaks_no_other_command(tmp_path:
                               capture_output=True, text=True, timeout=120, check=False)
 
     listed = run("--help")
-    assert listed.returncode == 0 and "serve" in listed.stdout and "phone" not in listed.stdout
-    typed = run("phone", "--line", "1")
+    assert listed.returncode == 0 and "serve" in listed.stdout and "fax" not in listed.stdout
+    typed = run("fax", "--line", "1")
     assert typed.returncode == 1 and "Traceback" not in typed.stderr
     assert typed.stderr.strip() == (
-        "error: voxflow phone is not installed: broken_commands:phone (from voxflow-broken) "
+        "error: voxflow fax is not installed: broken_commands:fax (from voxflow-broken) "
         "failed to load (RuntimeError: half installed); install it with: "
         "pip install --force-reinstall voxflow-broken")
 

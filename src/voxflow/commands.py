@@ -65,7 +65,7 @@ COMMAND_GROUP = "voxflow.commands"
 MODES = ("chat", "demo")
 """The core commands whose voice mode an entry point of the group supplies."""
 
-_EXTRA: dict[str, str] = {"chat": "local", "serve": "webrtc", "demo": "voice",
+_EXTRA: dict[str, str] = {"chat": "local", "serve": "webrtc", "phone": "phone", "demo": "voice",
                           "status": "voice,postgres"}
 
 

@@ -26,8 +26,9 @@ from voxflow.engine_spec import ENGINE_KINDS, ENGINE_OPTIONS, NO_ENGINE
 from voxflow.errors import EngineError
 from voxflow.settings import ENV_PREFIX, Settings, SettingsError
 
-__all__ = ["ServeCommand", "StatusCommand", "VoiceChatMode", "VoiceDemoMode",
-           "chosen_engines", "engine_options", "serve", "status", "voice_chat", "voice_demo"]
+__all__ = ["PhoneCommand", "ServeCommand", "StatusCommand", "VoiceChatMode", "VoiceDemoMode",
+           "chosen_engines", "engine_options", "phone", "serve", "status", "voice_chat",
+           "voice_demo"]
 
 
 class ServeCommand:
@@ -207,6 +208,52 @@ def _check_listen(host: str, port: int) -> None:
                              ) from None
 
 
+class PhoneCommand:
+    """``voxflow phone``: phone calls over a carrier's media stream
+    (:mod:`voxflow_adapters.phone`, Twilio Media Streams)."""
+
+    help = "answer phone calls (Twilio Media Streams)"
+    description = ("Answer phone calls: the number's webhook (POST /voice, its signature "
+                   "checked with VOXFLOW_TWILIO_AUTH_TOKEN) connects each call to a "
+                   "bidirectional media stream (/media) the flow talks on.")
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        """``--host``, ``--port``, ``--public-url``, ``--max-calls``, ``--no-signature``
+        and the engines."""
+        parser.add_argument("--host", default=None,
+                            help="bind address (default: $VOXFLOW_HOST, else 127.0.0.1)")
+        parser.add_argument("--port", type=int, default=None,
+                            help="TCP port (default: $VOXFLOW_PORT, else 8080)")
+        parser.add_argument("--public-url", default=None, metavar="URL",
+                            help="this server as the carrier reaches it (https://host), "
+                                 "which the webhook's signature covers")
+        parser.add_argument("--max-calls", type=int, default=None,
+                            help="concurrent calls (default: $VOXFLOW_MAX_CALLS, else 8)")
+        parser.add_argument("--no-signature", action="store_true",
+                            help="accept unsigned webhooks (a loopback trial only)")
+        engine_options(parser)
+
+    def run(self, args: argparse.Namespace, cli: CommandLine) -> int:
+        """Check the options, then serve until interrupted."""
+        settings = cli.settings(log_level="INFO")
+        if args.public_url is not None and not args.public_url.startswith(
+                ("https://", "http://")):
+            raise UsageError(f"--public-url {args.public_url!r}: give https://host[:port]")
+        if args.no_signature and settings.host not in ("127.0.0.1", "::1", "localhost"):
+            raise UsageError("--no-signature accepts forged calls: only on a loopback "
+                             "--host (127.0.0.1)")
+        model = cli.check_assistant(settings, voice=True)
+        settings = chosen_engines(args, settings, "phone")
+        _check_listen(settings.host, settings.port)
+        with implementation("phone"):
+            from .phone.command import run_phone  # aiohttp, twilio and the models
+        return run_phone(
+            flow=args.flow, host=settings.host, port=settings.port,
+            public_url=args.public_url, model=model, settings=settings,
+            max_calls=args.max_calls if args.max_calls is not None else settings.max_calls,
+            no_signature=args.no_signature)
+
+
 class StatusCommand:
     """``voxflow status``: the deployment of ``VOXFLOW_DATABASE_URL`` as its database
     sees it (:mod:`voxflow_adapters.hosting.fleet`)."""
@@ -378,6 +425,7 @@ def _script_wavs(folder: Path, lines: Sequence[str]) -> None:
                              "record or convert it as 16-bit PCM WAV") from None
 
 
+phone = PhoneCommand()
 serve = ServeCommand()
 status = StatusCommand()
 voice_chat = VoiceChatMode()

@@ -1,0 +1,299 @@
+"""``voxflow phone``'s HTTP side: the carrier's webhook and the media WebSocket.
+
+* ``POST /voice`` (the number's webhook): the request's signature is checked with the
+  carrier's own validator (``twilio.request_validator.RequestValidator``, the account's
+  auth token) and an unsigned or forged request gets 403; a signed one is answered with
+  the document connecting the call to a bidirectional stream on ``/media``
+  (:meth:`~voxflow_adapters.phone.wire.CarrierSerializer.answer`), carrying a one-time
+  stream token as a custom parameter. At ``max_calls`` the call is rejected (busy).
+* ``GET /media`` (WebSocket): the stream's ``start`` must carry a stream token the
+  webhook issued (once, within ``stream_token_seconds``), so nobody opens a call on the
+  WebSocket without a signed webhook first. The call then runs like a browser call: the
+  :data:`~voxflow_adapters.hosting.calls.CallFactory` builds the flow and its
+  ``VoiceSession`` over a :class:`~voxflow_adapters.phone.transport.PhoneTransport`; the
+  carrier's ``stop`` (the caller hung up) or the socket closing ends the input, so the
+  session settles what was heard and returns, then the call's wiring closes.
+
+The auth token is never logged nor shown (it is held by the validator only).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import secrets
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+from aiohttp import WSMsgType, web
+from voxflow_voice.engines import VoiceEngines
+from voxflow_voice.events import SessionEvent
+
+from voxflow.clock import MonotonicClock
+
+from ..hosting.calls import Call, CallFactory
+from .transport import PhoneTransport
+from .twilio import TwilioSerializer
+from .wire import MAX_MESSAGE_CHARS, CarrierMessageError, CarrierSerializer
+
+__all__ = ["STREAM_TOKEN_PARAMETER", "PhoneServer", "PhoneSettings", "SignatureCheck"]
+
+logger = logging.getLogger(__name__)
+
+STREAM_TOKEN_PARAMETER = "voxflow_stream"
+"""The custom parameter carrying the one-time stream token."""
+
+
+class SignatureCheck:
+    """The carrier's webhook signature, checked by ``twilio``'s ``RequestValidator``.
+
+    Args:
+        auth_token: the account's auth token (kept inside the validator only).
+
+    Raises:
+        ImportError: the ``twilio`` package is missing (``voxflow-adapters[phone]``).
+    """
+
+    def __init__(self, auth_token: str) -> None:
+        if not isinstance(auth_token, str) or not auth_token:
+            raise ValueError("the auth token must be a non-empty string")
+        from twilio.request_validator import RequestValidator  # the optional extra
+
+        self._validator = RequestValidator(auth_token)
+
+    def valid(self, url: str, params: dict[str, str], signature: str | None) -> bool:
+        """Whether ``signature`` (the ``X-Twilio-Signature`` header) signs the request."""
+        if not signature:
+            return False
+        try:
+            return bool(self._validator.validate(url, params, signature))
+        except Exception:  # a malformed signature is a forged one
+            return False
+
+    def __repr__(self) -> str:
+        return "SignatureCheck(<auth token>)"
+
+
+@dataclass(frozen=True, slots=True)
+class PhoneSettings:
+    """How ``voxflow phone`` serves.
+
+    Attributes:
+        public_url: the server's address as the carrier reaches it (``https://host``);
+            the webhook's signature covers it, and the stream URL is built from it.
+            None: the request's own address (loopback trials).
+        max_calls: concurrent calls; the next one is rejected busy.
+        lead: seconds of reply audio sent ahead of the carrier's marks.
+        stream_token_seconds: how long a webhook's stream token may wait for its stream.
+        max_call_seconds: a call's length limit.
+        webhook_path: the webhook's path.
+        media_path: the WebSocket's path.
+    """
+
+    public_url: str | None = None
+    max_calls: int = 8
+    lead: float = 0.2
+    stream_token_seconds: float = 60.0
+    max_call_seconds: float = 3600.0
+    webhook_path: str = "/voice"
+    media_path: str = "/media"
+    signature: SignatureCheck | None = field(default=None, repr=False)
+    """The webhook's check; None accepts unsigned webhooks (loopback trials only)."""
+
+
+@dataclass(slots=True)
+class _PhoneCall:
+    transport: PhoneTransport
+    call: Call
+    events: list[SessionEvent]
+
+
+class PhoneServer:
+    """The webhook and the media WebSocket of ``voxflow phone`` (see the module).
+
+    Args:
+        factory: builds each call's flow and session.
+        engines: the process's STT, TTS and VAD.
+        settings: the server's settings.
+        serializer: the carrier's wire format (Twilio if None).
+        on_call: called with each started call's transport and call (tests).
+    """
+
+    def __init__(
+        self, factory: CallFactory, engines: VoiceEngines, *,
+        settings: PhoneSettings | None = None, serializer: CarrierSerializer | None = None,
+        on_call: Callable[[PhoneTransport, Call], None] | None = None,
+    ) -> None:
+        self.factory = factory
+        self.engines = engines
+        self.settings = settings if settings is not None else PhoneSettings()
+        self.serializer = serializer if serializer is not None else TwilioSerializer()
+        self.on_call = on_call
+        self._tokens: dict[str, float] = {}
+        self._calls: dict[str, _PhoneCall] = {}
+        self.ended: list[dict[str, Any]] = []
+        self.refused_webhooks = 0
+
+    @property
+    def calls(self) -> int:
+        """Calls in progress."""
+        return len(self._calls)
+
+    def app(self) -> web.Application:
+        """The aiohttp application: the webhook and the media WebSocket."""
+        app = web.Application(client_max_size=64 * 1024)
+        app.router.add_post(self.settings.webhook_path, self._webhook)
+        app.router.add_get(self.settings.media_path, self._media)
+        return app
+
+    # -- the webhook -----------------------------------------------------------------
+
+    def _public(self, request: web.Request, path_qs: str, *, websocket: bool = False) -> str:
+        base = self.settings.public_url
+        if base is None:
+            scheme, netloc = request.scheme, request.host
+        else:
+            parts = urlsplit(base)
+            scheme, netloc = parts.scheme, parts.netloc
+        if websocket:
+            scheme = {"https": "wss", "http": "ws"}.get(scheme, scheme)
+        path, _, query = path_qs.partition("?")
+        return urlunsplit((scheme, netloc, path, query, ""))
+
+    async def _webhook(self, request: web.Request) -> web.Response:
+        form = await request.post()
+        params = {key: value for key, value in form.items() if isinstance(value, str)}
+        check = self.settings.signature
+        if check is not None:
+            url = self._public(request, request.path_qs)
+            if not check.valid(url, params, request.headers.get("X-Twilio-Signature")):
+                self.refused_webhooks += 1
+                logger.warning("refused a webhook: missing or wrong signature")
+                return web.Response(status=403, text="forbidden")
+        if len(self._calls) + len(self._tokens) >= self.settings.max_calls:
+            logger.warning("rejected a call: %d calls in progress", len(self._calls))
+            return web.Response(
+                content_type="text/xml",
+                text='<?xml version="1.0" encoding="UTF-8"?><Response>'
+                     '<Reject reason="busy"/></Response>')
+        token = secrets.token_urlsafe(24)
+        self._expire_tokens()
+        self._tokens[token] = time.monotonic() + self.settings.stream_token_seconds
+        stream_url = self._public(request, self.settings.media_path, websocket=True)
+        content_type, body = self.serializer.answer(stream_url, {STREAM_TOKEN_PARAMETER: token})
+        return web.Response(text=body, content_type=content_type)
+
+    def _expire_tokens(self) -> None:
+        now = time.monotonic()
+        for token in [t for t, until in self._tokens.items() if until < now]:
+            del self._tokens[token]
+
+    def _take_token(self, token: str | None) -> bool:
+        self._expire_tokens()
+        return token is not None and self._tokens.pop(token, None) is not None
+
+    # -- the media stream ------------------------------------------------------------
+
+    async def _media(self, request: web.Request) -> web.WebSocketResponse:
+        ws = web.WebSocketResponse(max_msg_size=4 * MAX_MESSAGE_CHARS, autoping=True)
+        await ws.prepare(request)
+        clock = MonotonicClock()
+        transport = PhoneTransport(self.serializer, ws.send_str, clock=clock,
+                                   lead=self.settings.lead)
+        try:
+            if not await self._wait_start(ws, transport):
+                await ws.close(code=1008, message=b"no valid stream start")
+                return ws
+            assert transport.started is not None
+            await self._run_call(ws, transport, clock)
+        finally:
+            await transport.aclose()
+            if not ws.closed:
+                await ws.close()
+        return ws
+
+    async def _wait_start(self, ws: web.WebSocketResponse, transport: PhoneTransport) -> bool:
+        """Read until the stream's ``start``; True if its stream token is one we issued."""
+        try:
+            async with asyncio.timeout(10.0):
+                async for message in ws:
+                    if message.type != WSMsgType.TEXT:
+                        return False
+                    transport.receive(message.data)
+                    if transport.started is not None:
+                        token = transport.started.parameters.get(STREAM_TOKEN_PARAMETER)
+                        if self._take_token(token):
+                            return True
+                        logger.warning("refused a media stream: no valid stream token")
+                        return False
+        except (TimeoutError, CarrierMessageError):
+            return False
+        return False
+
+    async def _run_call(self, ws: web.WebSocketResponse, transport: PhoneTransport,
+                        clock: MonotonicClock) -> None:
+        assert transport.started is not None
+        call_id = transport.started.call_id
+        events: list[SessionEvent] = []
+        try:
+            call = await self.factory(transport, self.engines, clock, events.append)
+        except Exception:
+            logger.exception("could not start the call's session", extra={"call_id": call_id})
+            return
+        self._calls[call_id] = _PhoneCall(transport, call, events)
+        if self.on_call is not None:
+            self.on_call(transport, call)
+        logger.info("phone call started", extra={"call_id": call_id})
+        began = clock.now()
+        loop = asyncio.get_running_loop()
+        sender = loop.create_task(transport.run(), name=f"{call_id}.send")
+        session = loop.create_task(call.session.run(), name=f"{call_id}.session")
+        reader = loop.create_task(self._read(ws, transport), name=f"{call_id}.read")
+        try:
+            async with asyncio.timeout(self.settings.max_call_seconds):
+                await asyncio.wait({session, reader}, return_when=asyncio.FIRST_COMPLETED)
+                transport.end_input()  # (the session returns once its input ended)
+                await asyncio.wait({session})
+        except TimeoutError:
+            logger.info("phone call reached its length limit", extra={"call_id": call_id})
+        finally:
+            transport.end_input()
+            for task in (reader, session):
+                task.cancel()
+            await asyncio.gather(reader, session, return_exceptions=True)
+            if session.done() and not session.cancelled() and session.exception():
+                logger.error("the call's session failed", exc_info=session.exception(),
+                             extra={"call_id": call_id})
+            await transport.aclose()
+            sender.cancel()
+            await asyncio.gather(sender, return_exceptions=True)
+            await call.aclose()
+            self._calls.pop(call_id, None)
+            stats = transport.statistics()
+            summary = {"call_id": call_id, "seconds": round(clock.now() - began, 1),
+                       "frames_in": stats.frames_in, "frames_out": stats.frames_out,
+                       "marks_played": stats.marks_played,
+                       "marks_unplayed": stats.marks_unplayed, "clears": stats.clears,
+                       "bad_messages": stats.bad_messages}
+            self.ended.append(summary)
+            logger.info("phone call ended", extra=summary)
+
+    async def _read(self, ws: web.WebSocketResponse, transport: PhoneTransport) -> None:
+        """Hand every inbound text message to the transport until the stream ends."""
+        try:
+            async for message in ws:
+                if message.type != WSMsgType.TEXT:
+                    break
+                transport.receive(message.data)
+                if transport.input_ended:
+                    break
+        except CarrierMessageError:
+            logger.warning("ended a call that sent too many invalid messages")
+        finally:
+            transport.end_input()
+
+    def __repr__(self) -> str:
+        return f"PhoneServer({self.serializer.name}, calls={len(self._calls)})"
