@@ -34,6 +34,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
+from voxflow import telemetry
 from voxflow.llm import (
     LLM,
     BaseLLM,
@@ -268,7 +269,10 @@ class Agent:
         specs = self.tool_specs() or None
         transfers = self._transfers()
         tool_calls = 0
-        with agent_scope(self.name):
+        with agent_scope(self.name), telemetry.trace_span(
+                f"invoke_agent {self.name}",
+                {"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": self.name,
+                 "gen_ai.request.model": self.llm.model}):
             for iteration in range(1, self.max_iterations + 1):
                 response = await self.llm.acall(messages, tools=specs)
                 if not response.tool_calls:
@@ -292,9 +296,21 @@ class Agent:
                     tool_calls += 1
                     self._tool_event("tool_call_started", call.id, call.name, call.arguments)
                     refused = transfers.get(call.name)
-                    output = (f"error: {refused.name} already had this conversation; answer "
-                              "it yourself" if refused is not None
-                              else await self._run_tool(call.name, call.arguments))
+                    with telemetry.trace_span(f"execute_tool {call.name}", {
+                            "gen_ai.operation.name": "execute_tool",
+                            "gen_ai.tool.name": call.name, "gen_ai.tool.call.id": call.id,
+                            "gen_ai.tool.type": "function", "gen_ai.agent.name": self.name,
+                            "gen_ai.tool.call.arguments": (call.arguments
+                                                           if telemetry.capture_content()
+                                                           else None)}) as tool_span:
+                        output = (f"error: {refused.name} already had this conversation; "
+                                  "answer it yourself" if refused is not None
+                                  else await self._run_tool(call.name, call.arguments))
+                        if tool_span is not None:
+                            if output.startswith("error:"):
+                                telemetry.fail(tool_span, "tool_error")
+                            if telemetry.capture_content():
+                                tool_span.set_attribute("gen_ai.tool.call.result", output)
                     self._tool_event("tool_call_completed", call.id, call.name, output)
                     messages.append(
                         {

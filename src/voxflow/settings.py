@@ -34,6 +34,7 @@ variable                                setting                      default
 ``VOXFLOW_METRICS_HOST``                ``metrics_host``             ``127.0.0.1``
 ``VOXFLOW_METRICS_PORT``                ``metrics_port``             none (off)
 ``VOXFLOW_METRICS_TOKEN``               ``metrics_token``            none (secret)
+``VOXFLOW_TRACE_CONTENT``               ``trace_content``            ``false``
 ======================================  ===========================  ==================
 
 The four voice engines are chosen by name and options (:mod:`voxflow.engine_spec`:
@@ -254,6 +255,10 @@ class Settings(BaseModel):
     metrics_token: SecretStr | None = Field(
         None, min_length=16, description="a bearer token /metrics then requires (needed "
         "to bind the metrics port beyond loopback; never on the command line)",
+    )
+    trace_content: bool = Field(
+        False, description="OpenTelemetry traces (OTEL_* variables) carry message content: "
+        "prompts, answers, tool arguments and results, transcripts (off: none of it)",
     )
 
     @model_validator(mode="before")

@@ -18,7 +18,6 @@ from voxflow.conversation import (
     JsonlTraceExporter,
     RouterContext,
     add_trace_exporter,
-    opentelemetry_exporter,
     remove_trace_exporter,
 )
 from voxflow.flow import FlowEventBus
@@ -344,16 +343,6 @@ def test_per_turn_batches_without_deferral(support_module: Any) -> None:
     finally:
         remove_trace_exporter(recorder)
     assert [b.turns for b in recorder.batches] == [1, 1]
-
-
-def test_opentelemetry_exporter_only_when_importable() -> None:
-    import importlib.util
-
-    exporter = opentelemetry_exporter()
-    if importlib.util.find_spec("opentelemetry") is None:
-        assert exporter is None
-    else:
-        assert exporter is not None and callable(exporter.export)
 
 
 class _OnTheClock(Flow[TurnState]):

@@ -113,6 +113,7 @@ def _settings(args: argparse.Namespace, *, log_level: str | None = None) -> Sett
     from ..llm.endpoints import set_llm_endpoints
     from ..llm.policy import set_llm_defaults
     from ..logs import configure_logging
+    from ..telemetry import configure_tracing
 
     try:
         settings = Settings.from_env()
@@ -128,6 +129,7 @@ def _settings(args: argparse.Namespace, *, log_level: str | None = None) -> Sett
     except SettingsError as exc:
         raise UsageError(str(exc)) from None
     configure_logging(settings.log_level, settings.log_format)
+    configure_tracing(capture=settings.trace_content or None)  # OTEL_* variables; else off
     for line in Settings.unknown_variables():  # a misspelt variable, silently ignored else
         logging.getLogger("voxflow.settings").warning(line)
     set_llm_defaults(timeout=settings.llm_timeout, retries=settings.llm_retries)

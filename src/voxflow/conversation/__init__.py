@@ -49,7 +49,6 @@ from voxflow.conversation.tracing import JsonlTraceExporter as JsonlTraceExporte
 from voxflow.conversation.tracing import TraceBatch as TraceBatch
 from voxflow.conversation.tracing import TraceExporter as TraceExporter
 from voxflow.conversation.tracing import add_trace_exporter as add_trace_exporter
-from voxflow.conversation.tracing import opentelemetry_exporter as opentelemetry_exporter
 from voxflow.conversation.tracing import remove_trace_exporter as remove_trace_exporter
 
 __all__ = [
@@ -86,7 +85,6 @@ __all__ = [
     "get_conversational_config",
     "input_history_to_messages",
     "normalize_kickoff_inputs",
-    "opentelemetry_exporter",
     "prepare_conversational_turn",
     "receive_user_message",
     "remove_trace_exporter",

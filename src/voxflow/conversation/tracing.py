@@ -11,17 +11,21 @@ Exporters are registered process-wide with :func:`add_trace_exporter`:
 
 * :class:`InMemoryTraceRecorder` keeps batches in a list (tests, debugging);
 * :class:`JsonlTraceExporter` appends one JSON line per batch to a file;
-* :func:`opentelemetry_exporter` returns an exporter that replays each batch as
-  OpenTelemetry spans, or None when ``opentelemetry`` is not installed.
 
-With no exporter registered, tracing costs nothing: no tracer, no spans.
+The same turns are OpenTelemetry spans as they run when tracing is on
+(:mod:`voxflow.telemetry`): each turn is a live ``voxflow.handler`` span, current while
+the flow's handler runs, so its LLM calls (``chat {model}``), agents and tool calls
+(``execute_tool {name}``) are its children, and in a voice call it is a child of the
+call's ``voxflow.turn`` span. (``opentelemetry_exporter()``, which replayed finished
+batches as spans afterwards, is gone: it made a second, parentless copy of them.)
+
+With no exporter registered and tracing off, tracing costs nothing: no tracer, no spans.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
-import importlib
 import itertools
 import json
 import logging
@@ -35,6 +39,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from voxflow import telemetry
 from voxflow.clock import Clock, MonotonicClock
 from voxflow.ids import SessionId
 from voxflow.llm import LLMEvent, observe_llm
@@ -47,7 +52,6 @@ __all__ = [
     "TraceExporter",
     "TraceSpan",
     "add_trace_exporter",
-    "opentelemetry_exporter",
     "remove_trace_exporter",
     "trace_exporters",
 ]
@@ -151,58 +155,6 @@ class JsonlTraceExporter:
         return [TraceBatch.model_validate(json.loads(line)) for line in text.splitlines() if line]
 
 
-class _OpenTelemetryExporter:
-    """Replays batches as OpenTelemetry spans on the global tracer provider."""
-
-    def __init__(self, otel_trace: Any) -> None:
-        self._tracer = otel_trace.get_tracer("voxflow")
-        self._trace = otel_trace
-
-    def export(self, batch: TraceBatch) -> None:
-        """Emit one root span per batch with its spans as children."""
-        ns = 1_000_000_000
-        end = batch.finished_at if batch.finished_at is not None else _last_time(batch)
-        root = self._tracer.start_span(
-            f"{batch.flow_name} session", start_time=int(batch.started_at * ns)
-        )
-        root.set_attribute("voxflow.session_id", batch.session_id)
-        root.set_attribute("voxflow.turns", batch.turns)
-        parents: dict[int, Any] = {}
-        ctx = self._trace.set_span_in_context(root)
-        for span in batch.spans:
-            parent = parents.get(span.parent_id) if span.parent_id is not None else None
-            parent_ctx = self._trace.set_span_in_context(parent) if parent is not None else ctx
-            otel = self._tracer.start_span(
-                span.name, context=parent_ctx, start_time=int(span.start * ns)
-            )
-            for key, value in span.attributes.items():
-                if isinstance(value, str | bool | int | float):
-                    otel.set_attribute(f"voxflow.{key}", value)
-            parents[span.span_id] = otel
-        for span in reversed(batch.spans):
-            parents[span.span_id].end(end_time=int((span.end or end) * ns))
-        root.end(end_time=int(end * ns))
-
-
-def _last_time(batch: TraceBatch) -> float:
-    """The latest time a batch that was never finished records (on its tracer's clock:
-    an exporter has no clock of its own, and the wall time would stretch its root span
-    to whenever the batch happened to be exported)."""
-    times = [batch.started_at]
-    for span in batch.spans:
-        times.append(span.start if span.end is None else span.end)
-    return max(times)
-
-
-def opentelemetry_exporter() -> TraceExporter | None:
-    """An OpenTelemetry exporter, or None when ``opentelemetry`` is not importable."""
-    try:
-        otel_trace = importlib.import_module("opentelemetry.trace")
-    except ImportError:
-        return None
-    return _OpenTelemetryExporter(otel_trace)
-
-
 @dataclasses.dataclass(slots=True)
 class SessionTracer:
     """The trace batch of one conversational Flow instance (internal to the turn APIs).
@@ -219,14 +171,16 @@ class SessionTracer:
     batch: TraceBatch | None = None
     _ids: Iterator[int] = dataclasses.field(default_factory=lambda: itertools.count(1))
     _origin: tuple[float, float] = (0.0, 0.0)
+    _live: Any = None  # the running turn's OpenTelemetry span
 
     def __post_init__(self) -> None:
         self._origin = (time.time(), self.clock.now())
 
     @classmethod
     def for_flow(cls, flow_name: str, clock: Clock | None = None) -> SessionTracer | None:
-        """A tracer when at least one exporter is registered, else None (no cost)."""
-        if not _exporters:
+        """A tracer when an exporter is registered or OpenTelemetry tracing is on, else
+        None (no cost)."""
+        if not _exporters and not telemetry.tracing_enabled():
             return None
         return cls(flow_name) if clock is None else cls(flow_name, clock)
 
@@ -237,7 +191,26 @@ class SessionTracer:
 
     @contextlib.contextmanager
     def turn(self, index: int, session_id: SessionId) -> Iterator[TraceSpan]:
-        """Record one turn (and the LLM calls made in it) in the open batch."""
+        """Record one turn (and the LLM calls made in it) in the open batch, and run it
+        in a live ``voxflow.handler`` span when OpenTelemetry tracing is on."""
+        with telemetry.trace_span(
+                "voxflow.handler",
+                {"voxflow.flow": self.flow_name, "voxflow.session_id": str(session_id),
+                 "voxflow.turn_index": index},
+                start_ns=int(self.now() * 1e9), end_ns=lambda: int(self.now() * 1e9),
+        ) as live:
+            self._live = live
+            try:
+                with self._batch_turn(index, session_id) as span:
+                    yield span
+            finally:
+                self._live = None
+
+    @contextlib.contextmanager
+    def _batch_turn(self, index: int, session_id: SessionId) -> Iterator[TraceSpan]:
+        if not _exporters:  # OpenTelemetry only: no batch to keep
+            yield TraceSpan(span_id=0, name=f"turn {index}", kind="turn", start=0.0)
+            return
         if self.batch is not None and self.batch.session_id != session_id:
             self.finalize()
         if self.batch is None:
@@ -287,6 +260,11 @@ class SessionTracer:
 
     def annotate(self, **attributes: Any) -> None:
         """Add attributes to the current (last) turn span."""
+        live = self._live
+        if live is not None:
+            for key, value in attributes.items():
+                if isinstance(value, str | bool | int | float):
+                    live.set_attribute(f"voxflow.{key}", value)
         if self.batch is not None:
             for span in reversed(self.batch.spans):
                 if span.kind == "turn":

@@ -39,6 +39,7 @@ from voxflow._loops import run_blocking
 from voxflow.llm import policy as llm_policy
 from voxflow.llm._attempts import Attempts, cause_of
 from voxflow.llm._litellm import load_litellm
+from voxflow.llm._tracing import LLMSpan
 from voxflow.llm.events import (
     LLMEvent,
     LLMEventType,
@@ -276,6 +277,7 @@ class LLM:
                 "llm_call_started", call_id, self.model, has_tools=bool(tools), agent_name=agent
             )
         )
+        span = LLMSpan(self.model, kwargs, call_id, agent, bool(tools))
         litellm = load_litellm()
         attempts = self._attempts()
         while True:
@@ -283,16 +285,19 @@ class LLM:
                 attempts.check_credentials(kwargs)
                 raw = await litellm.acompletion(**kwargs)
                 break
-            except asyncio.CancelledError:
+            except asyncio.CancelledError as exc:
+                span.failed(exc)
                 raise
             except Exception as exc:
                 error = await attempts.failed(exc)
                 if error is not None:
+                    span.failed(error)
                     emit_llm_event(
                         LLMEvent("llm_call_failed", call_id, self.model, agent_name=agent)
                     )
                     raise error from cause_of(exc)
             kwargs = self._kwargs(messages, tools, response_format, stream=False)
+        span.response(raw)
         message = raw.choices[0].message
         calls = tuple(
             ToolCall(
@@ -308,6 +313,7 @@ class LLM:
             model=self.model,
             call_id=call_id,
         )
+        span.done(content, calls)
         emit_llm_event(
             LLMEvent("llm_call_completed", call_id, self.model, content or "", bool(tools), agent)
         )

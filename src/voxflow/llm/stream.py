@@ -15,6 +15,7 @@ from typing import Any
 from voxflow.errors import ProviderError
 from voxflow.llm._attempts import Attempts, cause_of
 from voxflow.llm._litellm import load_litellm
+from voxflow.llm._tracing import LLMSpan
 from voxflow.llm.events import LLMEvent, current_agent, emit_llm_event, new_call_id
 from voxflow.llm.messages import LLMResponse, ToolCall, parse_response
 
@@ -98,6 +99,7 @@ class LLMStream:
                 agent_name=agent,
             )
         )
+        span = LLMSpan(self._model, self._kwargs, self.call_id, agent, self._has_tools)
         litellm = load_litellm()
         text: list[str] = []
         calls: dict[int, dict[str, str]] = {}
@@ -108,6 +110,7 @@ class LLMStream:
                     self._provider = await litellm.acompletion(**self._kwargs)
                     async for chunk in self._provider:
                         self.chunks_received += 1
+                        span.response(chunk)
                         delta = chunk.choices[0].delta if chunk.choices else None
                         if delta is None:
                             continue
@@ -139,13 +142,15 @@ class LLMStream:
                         # response).
                         await asyncio.sleep(0)
                     break
-                except (asyncio.CancelledError, GeneratorExit):
+                except (asyncio.CancelledError, GeneratorExit) as exc:
+                    span.failed(exc)
                     raise
                 except Exception as exc:
                     # Tokens are out (spoken, shown): never stream a second answer.
                     error = (self._attempts.final(exc) if text or calls
                              else await self._retry(exc))
                     if error is not None:
+                        span.failed(error)
                         emit_llm_event(LLMEvent("llm_call_failed", self.call_id, self._model,
                                        agent_name=agent))
                         raise error from cause_of(exc)
@@ -165,6 +170,7 @@ class LLMStream:
             model=self._model,
             call_id=self.call_id,
         )
+        span.done(content, self.response.tool_calls)
         emit_llm_event(
             LLMEvent(
                 "llm_call_completed",

@@ -1,0 +1,208 @@
+"""Traces of a text turn through the OpenTelemetry SDK (in-memory exporter): the flow's
+handler span, its agent, LLM calls (GenAI semantic conventions) and tool calls, parent by
+parent, on real litellm (``mock_response``); no message content unless opted in."""
+
+from __future__ import annotations
+
+import http.server
+import json
+import os
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Literal
+
+import pytest
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from tests.otel import by_name, children, spans
+from voxflow import LLM, Agent, Flow, listen, telemetry
+from voxflow.conversation import RouterContext
+from voxflow.turns import TurnState
+
+pytestmark = pytest.mark.unit
+
+__all__ = ["spans"]
+
+SECRET = "my card is 4111"
+
+
+def order_status(order_id: str) -> str:
+    """The shipping status of an order."""
+    return {"417": "shipped on Monday"}.get(order_id, "unknown")
+
+
+def _shop() -> Flow[TurnState]:
+    clerk = Agent(
+        "Shipping clerk", "Tell customers where their orders are", tools=[order_status],
+        llm=LLM("openai/gpt-4o-mini", temperature=0.2, mock_response=[
+            {"tool_calls": [{"name": "order_status", "arguments": {"order_id": "417"}}]},
+            "Order 417 shipped on Monday.",
+        ]),
+    )
+
+    class Shop(Flow[TurnState]):
+        conversational = True
+
+        def route_turn(self, context: RouterContext) -> Literal["order"]:
+            return "order"
+
+        @listen("order")
+        async def handle_order(self) -> str:
+            result = await clerk.akickoff(self.conversation_messages)
+            return result.raw
+
+    return Shop()
+
+
+@pytest.fixture
+def content() -> Iterator[None]:
+    telemetry.set_capture_content(True)
+    try:
+        yield
+    finally:
+        telemetry.set_capture_content(False)
+
+
+def test_a_text_turn_is_a_handler_span_with_its_agent_llm_and_tool_calls(
+    spans: InMemorySpanExporter,
+) -> None:
+    assert _shop().handle_turn(f"Where is order 417? {SECRET}") == "Order 417 shipped on Monday."
+    finished = spans.get_finished_spans()
+    (handler,) = by_name(finished, "voxflow.handler")
+    assert handler.parent is None  # a text turn: the handler is the root
+    assert handler.attributes["voxflow.flow"] == "Shop"
+    assert handler.attributes["voxflow.turn_index"] == 1
+    assert handler.attributes["voxflow.route"] == "order"
+    (agent,) = children(finished, handler)
+    assert agent.name == "invoke_agent Shipping clerk"
+    assert agent.attributes["gen_ai.operation.name"] == "invoke_agent"
+    first, tool, second = children(finished, agent)
+    assert [first.name, tool.name, second.name] == [
+        "chat openai/gpt-4o-mini", "execute_tool order_status", "chat openai/gpt-4o-mini"]
+    for llm in (first, second):
+        a = llm.attributes
+        assert llm.kind.name == "CLIENT"
+        assert a["gen_ai.operation.name"] == "chat"
+        assert a["gen_ai.provider.name"] == "openai"
+        assert a["gen_ai.request.model"] == "openai/gpt-4o-mini"
+        assert a["gen_ai.request.temperature"] == 0.2
+        assert a["gen_ai.agent.name"] == "Shipping clerk"
+        assert a["gen_ai.response.id"]
+    # litellm's mock answer in text reports its usage (its mock tool call does not)
+    assert second.attributes["gen_ai.usage.input_tokens"] > 0
+    assert second.attributes["gen_ai.usage.output_tokens"] > 0
+    assert second.attributes["gen_ai.response.model"]
+    assert first.attributes["gen_ai.response.finish_reasons"] == ("tool_calls",)
+    assert second.attributes["gen_ai.response.finish_reasons"] == ("stop",)
+    assert tool.attributes["gen_ai.tool.name"] == "order_status"
+    assert tool.attributes["gen_ai.tool.call.id"]
+    assert tool.attributes["gen_ai.operation.name"] == "execute_tool"
+    # all in one trace, each child inside its parent's time
+    assert {s.context.trace_id for s in finished} == {handler.context.trace_id}
+    for span in finished:
+        if span.parent is not None:
+            (parent,) = [p for p in finished if p.context.span_id == span.parent.span_id]
+            assert parent.start_time <= span.start_time <= span.end_time <= parent.end_time
+    # no message content by default: not the user's words, not the answer, not the tool's
+    dump = json.dumps([dict(s.attributes) for s in finished])
+    for text in (SECRET, "4111", "Order 417 shipped", "shipped on Monday", '"order_id"'):
+        assert text not in dump
+
+
+@pytest.mark.usefixtures("content")
+def test_message_content_only_when_opted_in(spans: InMemorySpanExporter) -> None:
+    _shop().handle_turn(f"Where is order 417? {SECRET}")
+    finished = spans.get_finished_spans()
+    first, second = by_name(finished, "chat openai/gpt-4o-mini")
+    (tool,) = by_name(finished, "execute_tool order_status")
+    assert SECRET in first.attributes["gen_ai.input.messages"]
+    assert json.loads(second.attributes["gen_ai.output.messages"])[0]["content"] == (
+        "Order 417 shipped on Monday.")
+    assert json.loads(first.attributes["gen_ai.output.messages"])[0]["tool_calls"][0][
+        "name"] == "order_status"
+    assert tool.attributes["gen_ai.tool.call.result"] == "shipped on Monday"
+
+
+def test_no_spans_and_no_tracer_when_tracing_is_off() -> None:
+    assert not telemetry.tracing_enabled()
+    assert telemetry.start_span("x") is None
+    with telemetry.trace_span("x") as span:
+        assert span is None
+    assert telemetry.inject_context({}) == {}
+    assert _shop().handle_turn("Where is order 417?") == "Order 417 shipped on Monday."
+
+
+def test_configure_tracing_sets_up_nothing_without_an_exporter_variable() -> None:
+    assert telemetry.configure_tracing({}) is False
+    assert telemetry.configure_tracing({"OTEL_TRACES_EXPORTER": "none"}) is False
+    assert telemetry.configure_tracing({"OTEL_SDK_DISABLED": "true",
+                                        "OTEL_TRACES_EXPORTER": "otlp"}) is False
+    assert not telemetry.tracing_enabled()
+    assert telemetry.capture_content() is False
+    telemetry.configure_tracing({"VOXFLOW_TRACE_CONTENT": "true"})
+    assert telemetry.capture_content() is True
+    telemetry.set_capture_content(False)
+
+
+_OTLP_SCRIPT = '''
+import sys
+from opentelemetry import trace
+from voxflow.telemetry import configure_tracing
+sys.path.insert(0, {root!r})
+from tests.test_tracing import _shop
+assert configure_tracing() is True
+assert _shop().handle_turn("Where is order 417?") == "Order 417 shipped on Monday."
+trace.get_tracer_provider().shutdown()  # flushes the batch
+'''
+
+
+def test_the_otel_variables_send_spans_by_otlp_to_the_configured_collector(
+    tmp_path: Path,
+) -> None:
+    """The set-up every ``voxflow`` command makes (configure_tracing), in a process of its
+    own: OTLP over HTTP to a collector on loopback, named by OTEL_SERVICE_NAME."""
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+        ExportTraceServiceRequest,
+    )
+
+    received: list[bytes] = []
+
+    class Collector(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:  # noqa: N802
+            received.append(self.rfile.read(int(self.headers["Content-Length"])))
+            self.send_response(200)
+            self.send_header("Content-Type", "application/x-protobuf")
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Collector)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        env = {**os.environ, "OTEL_TRACES_EXPORTER": "otlp", "OTEL_SERVICE_NAME": "shop",
+               "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT":
+                   f"http://127.0.0.1:{server.server_port}/v1/traces"}
+        script = _OTLP_SCRIPT.format(root=str(Path(__file__).parents[1]))
+        done = subprocess.run([sys.executable, "-c", script], env=env, cwd=tmp_path,
+                              capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+    finally:
+        server.shutdown()
+    names, services = [], set()
+    for body in received:
+        request = ExportTraceServiceRequest.FromString(body)
+        for resource in request.resource_spans:
+            for attr in resource.resource.attributes:
+                if attr.key == "service.name":
+                    services.add(attr.value.string_value)
+            for scope in resource.scope_spans:
+                names += [s.name for s in scope.spans]
+    assert services == {"shop"}
+    assert sorted(names) == sorted([
+        "voxflow.handler", "invoke_agent Shipping clerk", "chat openai/gpt-4o-mini",
+        "execute_tool order_status", "chat openai/gpt-4o-mini"])
