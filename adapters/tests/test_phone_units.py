@@ -1,0 +1,221 @@
+"""The phone transport's parts without models: μ-law against the G.711 formula, the
+Twilio serializer against hostile input (hypothesis), the webhook's signature, the stream
+token, and marks as receipts over a real WebSocket with the simulated carrier."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import tracemalloc
+from xml.etree import ElementTree
+
+import numpy as np
+import pytest
+from aiohttp import ClientSession, web
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from voxflow_adapters.phone.codec import MulawDecoder, MulawEncoder, mulaw_decode, mulaw_encode
+from voxflow_adapters.phone.server import PhoneServer, PhoneSettings, SignatureCheck
+from voxflow_adapters.phone.twilio import TwilioSerializer
+from voxflow_adapters.phone.wire import (
+    MAX_MEDIA_BYTES,
+    MAX_MESSAGE_CHARS,
+    CarrierMessageError,
+    Dtmf,
+    Mark,
+    Media,
+    Started,
+    Stopped,
+)
+from voxflow_adapters.testkit.phone_carrier import (
+    SimulatedCarrier,
+    mulaw_to_pcm16,
+    pcm16_to_mulaw,
+    twilio_signature,
+)
+
+TWILIO = TwilioSerializer()
+
+
+def test_the_codec_tables_agree_with_the_g711_formula() -> None:
+    samples = np.arange(-32768, 32768, dtype=np.int16)
+    assert mulaw_encode(samples) == pcm16_to_mulaw(samples)
+    codes = bytes(range(256))
+    assert np.array_equal(mulaw_decode(codes), mulaw_to_pcm16(codes))
+
+
+def test_the_decoder_upsamples_a_tone_to_16_khz_and_allocates_no_arrays_per_frame() -> None:
+    t = np.arange(8000) / 8000
+    tone = (0.5 * np.sin(2 * np.pi * 440 * t)).astype(np.float32)
+    encoder, decoder = MulawEncoder(160), MulawDecoder()
+    frames = [encoder.encode(tone[i : i + 160]) for i in range(0, 8000, 160)]
+    decoded = np.frombuffer(b"".join(decoder.decode(f) for f in frames), np.int16) / 32768
+    expected = 0.5 * np.sin(2 * np.pi * 440 * (np.arange(16000) - 2 * MulawDecoder.HALF) / 16000)
+    assert decoded.size == 16000
+    assert np.abs(decoded[64:-64] - expected[64:-64]).max() < 0.03  # μ-law's own step
+    # Beyond the bytes handed on, what one frame allocates does not grow with the frame:
+    # no array of the frame's size is made (only a few small views).
+    def overhead(size: int, work: object, frame: object, handed_on: int) -> int:
+        work(frame)  # type: ignore[operator]
+        tracemalloc.start()
+        before, _ = tracemalloc.get_traced_memory()
+        tracemalloc.reset_peak()
+        work(frame)  # type: ignore[operator]
+        peak = tracemalloc.get_traced_memory()[1] - before
+        tracemalloc.stop()
+        return peak - handed_on
+
+    small = overhead(160, MulawDecoder().decode, bytes(range(160)), 640)
+    large = overhead(1600, MulawDecoder().decode, bytes(range(160)) * 10, 6400)
+    assert abs(large - small) < 256, (small, large)
+    small = overhead(160, MulawEncoder(1600).encode, np.zeros(160, np.float32), 160)
+    large = overhead(1600, MulawEncoder(1600).encode, np.zeros(1600, np.float32), 1600)
+    assert abs(large - small) < 256, (small, large)
+
+
+def _start(**start: object) -> str:
+    body = {"streamSid": "MZ1", "callSid": "CA1", "customParameters": {"a": "b"},
+            "mediaFormat": {"encoding": "audio/x-mulaw", "sampleRate": 8000, "channels": 1},
+            **start}
+    return json.dumps({"event": "start", "sequenceNumber": "1", "start": body})
+
+
+def test_the_twilio_messages_parse_into_typed_messages() -> None:
+    started = TWILIO.parse(_start())
+    assert started == Started("MZ1", "CA1", "audio/x-mulaw", 8000, 1, {"a": "b"})
+    payload = base64.b64encode(b"\xff" * 160).decode()
+    assert TWILIO.parse(json.dumps({"event": "media", "media": {
+        "track": "inbound", "chunk": "2", "timestamp": "40", "payload": payload}})
+    ) == Media(b"\xff" * 160, 40)
+    assert TWILIO.parse('{"event":"dtmf","dtmf":{"track":"inbound_track","digit":"5"}}'
+                        ) == Dtmf("5")
+    assert TWILIO.parse('{"event":"mark","mark":{"name":"1:d:0"}}') == Mark("1:d:0")
+    assert TWILIO.parse('{"event":"stop","stop":{}}') == Stopped()
+    media = json.loads(TWILIO.media("MZ1", b"\x00\x01"))
+    assert media == {"event": "media", "streamSid": "MZ1", "media": {"payload": "AAE="}}
+    assert json.loads(TWILIO.clear("MZ1")) == {"event": "clear", "streamSid": "MZ1"}
+    content_type, twiml = TWILIO.answer("wss://h/media?x=1&y=2", {"t": '<"&>'})
+    assert content_type == "text/xml"
+    stream = ElementTree.fromstring(twiml).find("./Connect/Stream")
+    assert stream is not None and stream.get("url") == "wss://h/media?x=1&y=2"
+    assert [(p.get("name"), p.get("value")) for p in stream] == [("t", '<"&>')]
+
+
+@pytest.mark.parametrize("text", [
+    "", "[]", "null", '{"event": 5}', '{"event": "nope"}', '{"event": "media"}',
+    '{"event":"media","media":{"payload":"***"}}',
+    '{"event":"media","media":{"payload":"AAAA","track":"outbound"}}',
+    json.dumps({"event": "media", "media": {"payload": "A" * (4 * MAX_MEDIA_BYTES)}}),
+    '{"event":"dtmf","dtmf":{"digit":"55"}}', '{"event":"mark","mark":{"name":""}}',
+    json.dumps({"event": "mark", "mark": {"name": "x" * 200}}),
+    '{"event":"mark","mark":{"name":"a\\u0000b"}}',
+    _start(mediaFormat={"encoding": "audio/l16", "sampleRate": 8000, "channels": 1}),
+    _start(mediaFormat={"encoding": "audio/x-mulaw", "sampleRate": 16000, "channels": 1}),
+    _start(callSid=None), _start(customParameters={str(i): "v" for i in range(40)}),
+    "[" * 100_000, " " * (MAX_MESSAGE_CHARS + 1),
+])
+def test_a_malformed_or_oversized_message_is_a_typed_error(text: str) -> None:
+    with pytest.raises(CarrierMessageError) as caught:
+        TWILIO.parse(text)
+    assert text[:40] not in caught.value.reason or len(text) < 3  # never echoes it
+
+
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=10), inner,
+                                                                 max_size=4),
+    max_leaves=12)
+_EVENTS = st.sampled_from(["connected", "start", "media", "dtmf", "mark", "stop", "clear"])
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.one_of(
+    st.text(max_size=200),
+    _JSON.map(json.dumps),
+    st.builds(lambda event, body: json.dumps({"event": event, event: body,
+                                              "start": body, "media": body}),
+              _EVENTS, _JSON)))
+def test_the_parser_gives_a_message_or_a_typed_error_for_any_input(text: str) -> None:
+    try:
+        message = TWILIO.parse(text)
+    except CarrierMessageError as exc:
+        assert exc.reason
+        return
+    assert isinstance(message, Started | Media | Dtmf | Mark | Stopped) or message is not None
+    if isinstance(message, Media):
+        assert len(message.payload) <= MAX_MEDIA_BYTES
+
+
+async def _serve(server: PhoneServer) -> tuple[web.AppRunner, str]:
+    runner = web.AppRunner(server.app())
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    return runner, f"http://127.0.0.1:{runner.addresses[0][1]}"
+
+
+def _no_calls(*args: object, **kwargs: object) -> object:
+    raise AssertionError("no call may start")
+
+
+async def test_an_unsigned_or_forged_webhook_is_refused_and_a_signed_one_answered() -> None:
+    token = "secret-auth-token"
+    server = PhoneServer(_no_calls, None,  # type: ignore[arg-type]
+                         settings=PhoneSettings(signature=SignatureCheck(token)))
+    runner, base = await _serve(server)
+    url = f"{base}/voice"
+    params = {"CallSid": "CA1", "From": "+15550100"}
+    try:
+        async with ClientSession() as http:
+            unsigned = await http.post(url, data=params)
+            forged = await http.post(url, data=params, headers={
+                "X-Twilio-Signature": twilio_signature("wrong", url, params)})
+            tampered = await http.post(url, data={**params, "From": "+1999"}, headers={
+                "X-Twilio-Signature": twilio_signature(token, url, params)})
+            signed = await http.post(url, data=params, headers={
+                "X-Twilio-Signature": twilio_signature(token, url, params)})
+            assert [r.status for r in (unsigned, forged, tampered)] == [403, 403, 403]
+            assert signed.status == 200 and "<Connect><Stream" in await signed.text()
+            assert server.refused_webhooks == 3
+            # the stream without a token the webhook issued is refused
+            ws = await http.ws_connect(f"{base}/media")
+            await ws.send_str(_start())
+            closed = await ws.receive()
+            assert closed.type.name in ("CLOSE", "CLOSED") and ws.close_code == 1008
+    finally:
+        await runner.cleanup()
+    assert token not in repr(server.settings) and token not in repr(SignatureCheck(token))
+
+
+async def test_a_signed_carrier_call_starts_and_the_hang_up_ends_it(
+    engines: object,
+) -> None:
+    from voxflow_adapters.hosting.calls import flow_call_factory
+    from voxflow_adapters.testkit.flows import Teller
+
+    token = "t0ken"
+    digits: list[str] = []
+    server = PhoneServer(flow_call_factory(Teller), engines,  # type: ignore[arg-type]
+                         settings=PhoneSettings(signature=SignatureCheck(token)),
+                         on_call=lambda transport, call: setattr(
+                             transport, "on_dtmf", digits.append))
+    runner, base = await _serve(server)
+    try:
+        async with SimulatedCarrier(f"{base}/voice", auth_token=token) as carrier:
+            async with asyncio.timeout(10):
+                while server.calls == 0:  # noqa: ASYNC110 (the server's count)
+                    await asyncio.sleep(0.01)
+            await carrier.press("1")
+            await carrier.press("#")
+            async with asyncio.timeout(10):
+                while len(digits) < 2:  # noqa: ASYNC110
+                    await asyncio.sleep(0.01)
+        async with asyncio.timeout(20):
+            while server.calls:  # noqa: ASYNC110 (the stop ends the call)
+                await asyncio.sleep(0.02)
+    finally:
+        await runner.cleanup()
+    assert digits == ["1", "#"]
+    assert server.ended[0]["call_id"] == carrier.call_sid
+    assert server.ended[0]["frames_in"] > 0 and server.ended[0]["bad_messages"] == 0
