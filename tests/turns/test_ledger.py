@@ -343,3 +343,33 @@ def test_active_turn_is_exposed_and_repr_names_it(ledger: TurnLedger) -> None:
     assert "shown" in repr(ledger)
     ledger.end(active)
     assert ledger.active is None
+
+
+def test_a_settled_input_may_be_revised_under_its_turn_id(
+    ledger: TurnLedger, state: TurnState
+) -> None:
+    """A turn the user went on with is answered again as a revision of its input: the same
+    turn_id, a higher input_revision, once the earlier one settled; its earlier reply
+    keeps its own revision (and its fence)."""
+    first = ledger.begin(turn_id=TurnId("t1"))
+    with pytest.raises(TurnInProgressError):
+        ledger.begin(turn_id=TurnId("t1"), input_revision=2)
+    ledger.finish(first)
+    ledger.end(first)
+    with pytest.raises(TurnIdentityError, match="already been used"):
+        ledger.begin(turn_id=TurnId("t1"))
+    assert ledger.interrupt(session_id=state.id, turn_id=TurnId("t1"), input_revision=1,
+                            delivery_id=first.reply.delivery_id)
+    second = ledger.begin(turn_id=TurnId("t1"), input_revision=2)
+    assert state.turns["t1"] is second.turn and second.turn.input_revision == 2
+    assert second.reply.delivery_id != first.reply.delivery_id
+    assert state.replies[first.reply.delivery_id].input_revision == 1
+    assert ledger.is_fenced(first.reply.delivery_id)
+    assert not ledger.is_fenced(second.reply.delivery_id)
+    # an event of the first revision never passes the fence
+    stale = ledger.issue_for(first.reply, "text", started_at=0.0, text="late", segment_id=9)
+    assert not ledger.accept_event(stale)
+    ledger.finish(second)
+    ledger.end(second)
+    with pytest.raises(TurnIdentityError, match="already been used"):
+        ledger.begin(turn_id=TurnId("t1"), input_revision=2)

@@ -190,10 +190,14 @@ class TurnLedger:
                     "session_id does not match flow.state.id; restore that session's state "
                     "first, or omit session_id."
                 )
-            if turn_id is not None and turn_id in state.turns:
+            used = state.turns.get(turn_id) if turn_id is not None else None
+            if used is not None and not (
+                input_revision > used.input_revision and used.status != "running"
+            ):
                 raise TurnIdentityError(
                     "Turn identity has already been used; give every committed input (and "
-                    "every correction) a new turn_id, or pass turn_id=None."
+                    "every correction) a new turn_id, or pass turn_id=None (a revision of a "
+                    "settled input keeps its turn_id with a higher input_revision)."
                 )
             return state
 
@@ -206,6 +210,12 @@ class TurnLedger:
         session_id: SessionId | None = None,
     ) -> ActiveTurn:
         """Create a running turn and a generating reply and make them active.
+
+        A ``turn_id`` is used once, except by a revision of its input: the same
+        ``turn_id`` with a higher ``input_revision``, once the earlier one settled (a
+        voice turn the user went on with after its reply began).
+        Its record then carries the new revision; the earlier revision's replies keep
+        theirs.
 
         Raises:
             TurnInProgressError: another tracked turn is active.
