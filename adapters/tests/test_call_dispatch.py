@@ -363,3 +363,31 @@ async def test_a_failing_headroom_never_stops_the_heartbeat(
         await store.aclose()
     logged = caplog.text
     assert "RuntimeError" in logged and "hunter2" not in logged
+
+
+@pytest.mark.parametrize("sdp", ["v=0\\u0000\\r\\n", "v=0\\ud800"])
+async def test_an_offer_whose_sdp_no_store_keeps_is_a_400_naming_the_sdp(
+    pg_schema_url: str, sdp: str
+) -> None:
+    """A NUL in the SDP (issue 29, item 4) was a 500 Internal Server Error: the front
+    door's insert of the offer row failed in PostgreSQL (a lone surrogate: the UTF-8
+    encoding). Refused like any malformed body, naming the field, before any write."""
+    import aiohttp
+
+    async with front_door(pg_schema_url) as door:
+        body = '{"type": "offer", "sdp": "' + sdp + '"}'
+        async with aiohttp.ClientSession() as http, http.post(
+                f"http://127.0.0.1:{door.port}/offer", data=body.encode(),
+                headers={"Authorization": f"Bearer {TOKEN}",
+                         "Content-Type": "application/json"}) as response:
+            status, answer = response.status, await response.json()
+    import psycopg
+
+    async with await psycopg.AsyncConnection.connect(pg_schema_url) as conn:
+        offers = await (await conn.execute("SELECT count(*) FROM voxflow_call_offers")
+                        ).fetchone()
+    assert status == 400, answer
+    assert "sdp:" in answer["error"], answer
+    assert ("NUL character (U+0000)" in answer["error"]
+            or "lone surrogate (U+D800)" in answer["error"]), answer
+    assert offers == (0,)  # nothing was written

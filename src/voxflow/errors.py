@@ -13,6 +13,8 @@ third-party one (``litellm.*``, ``aiortc.*``)::
     + ConversationModeError      turn APIs on a non-conversational flow (also ValueError)
     + ConversationEndedError     a turn after the conversation ended (also RuntimeError)
     + InputFileError             an input file was refused; .name names it (also ValueError)
+    + UnstorableTextError        a text no store can keep (NUL, a lone surrogate, too long);
+                                 .field names it (also ValueError)
     + ResourceClosedError        used after *we* closed it (also RuntimeError)
     + AdapterBrokenError         device/peer went away; original error in __cause__
     + AudioBackendError          PortAudio missing; .install names the fix (also ImportError)
@@ -76,6 +78,7 @@ __all__ = [
     "TurnRestoreError",
     "UnknownEngineError",
     "UnknownRouteError",
+    "UnstorableTextError",
     "VoxflowError",
 ]
 
@@ -173,6 +176,24 @@ class InputFileError(VoxflowError, ValueError):
         super().__init__(f"input file {name!r}: {reason}")
         self.name = name
         self.reason = reason
+
+
+class UnstorableTextError(VoxflowError, ValueError):
+    """A text no voxflow store can keep, refused the same way on SQLite and PostgreSQL
+    before anything is written (:mod:`voxflow.storable`): a NUL character (PostgreSQL's
+    text and jsonb refuse it), a lone surrogate (not encodable as UTF-8), or more
+    characters than its limit.
+
+    Attributes:
+        field: what the text is (``"the job's result"``, ``"sdp"``, ``"session id"``).
+        problem: what is wrong with it (``"contains a NUL character (U+0000) at
+            index 3"``).
+    """
+
+    def __init__(self, field: str, problem: str) -> None:
+        super().__init__(f"{field} {problem}")
+        self.field = field
+        self.problem = problem
 
 
 class ResourceClosedError(VoxflowError, RuntimeError):

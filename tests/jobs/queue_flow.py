@@ -65,3 +65,25 @@ class AsyncTravel(Flow[AssistantState]):
     async def handle_flight(self) -> str:
         check_flight.start(self, flight="BA 117", seconds=0.5)
         return "I'm checking your flight."
+
+
+@background_job(kind="queue_tests.returns")
+async def returns(job: JobContext, text: str, repeat: int = 1, nul_at: int | None = None
+                  ) -> str:
+    """Returns ``text`` ``repeat`` times, with a NUL inserted at ``nul_at``: a result of
+    any content or size (inputs holding a NUL are refused when the job starts)."""
+    text = text * repeat
+    return text if nul_at is None else text[:nul_at] + "\x00" + text[nul_at:]
+
+
+@background_job(kind="queue_tests.progress_says")
+async def progress_says(job: JobContext, text: str, nul_at: int | None = None) -> str:
+    """Reports ``text`` (a NUL inserted at ``nul_at``) as progress; its result says
+    whether that was refused, and why."""
+    if nul_at is not None:
+        text = text[:nul_at] + "\x00" + text[nul_at:]
+    try:
+        await job.progress(text)
+    except ValueError as exc:  # (UnstorableTextError is one)
+        return f"refused: {exc}"
+    return "said"

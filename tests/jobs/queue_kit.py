@@ -85,9 +85,9 @@ async def wait_for(predicate: Callable[[], Awaitable[bool]], seconds: float, wha
 async def wait_for_update(inbox: JobInbox, session_id: str, kind: str, seconds: float,
                           what: str, *, attempt: int | None = None) -> None:
     """Wait until the session's inbox holds an update of ``kind`` (of ``attempt`` if
-    given): a job worker reported it."""
+    given; ``"failed|completed"``: of either kind): a job worker reported it."""
     async def arrived() -> bool:
-        return any(r.update is not None and r.update.kind == kind
+        return any(r.update is not None and r.update.kind in kind.split("|")
                    and (attempt is None or r.attempt == attempt)
                    for r in await all_rows(inbox, session_id))
 

@@ -24,6 +24,8 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
+from voxflow.storable import check_text
+
 __all__ = [
     "APPEND_ONLY_FIELDS",
     "LISTS_KEY",
@@ -239,6 +241,8 @@ def check_changes(changes: object) -> StateChanges:
             isinstance(k, str) for k in change.deletes
         ):
             raise TypeError(f"records[{field!r}]: keys must be strings")
+        for key, _ in change.upserts:
+            check_text(key, f"a record key of {field}")
     if changes.base_version is not None and not _is_count(changes.base_version):
         raise ValueError("base_version must be a non-negative int or None")
     if set(changes.appended) & set(changes.records):

@@ -36,6 +36,7 @@ from typing import Any, Protocol
 from voxflow.errors import FencedWriteError, SessionLeaseError
 from voxflow.flow._item_rows import Conn, StateChanges
 from voxflow.ids import SessionId
+from voxflow.storable import check_text
 
 __all__ = [
     "EpochStore",
@@ -198,6 +199,7 @@ def release(conn: Conn, lease: SessionLease) -> None:
 def check_lease_args(owner: object, ttl: object, take_from: object = None) -> None:
     if not isinstance(owner, str) or not owner:
         raise ValueError("owner must be a non-empty string")
+    check_text(owner, "the lease owner")
     if take_from is not None and (not isinstance(take_from, str) or not take_from):
         raise ValueError("take_from must be None or a non-empty string (an owner)")
     if isinstance(ttl, bool) or not isinstance(ttl, int | float) or not 0 < ttl <= 86400:

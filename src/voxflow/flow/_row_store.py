@@ -43,6 +43,7 @@ from voxflow.flow._leases import (
     release,
 )
 from voxflow.ids import SessionId
+from voxflow.storable import check_text
 
 __all__ = ["RowStore"]
 
@@ -83,8 +84,11 @@ class RowStore:
 
     @staticmethod
     def _check_uuid(flow_uuid: object) -> None:
+        """A session id every backend can store (UnstorableTextError: a NUL, a lone
+        surrogate; PostgreSQL refused them mid-write, SQLite kept them)."""
         if not isinstance(flow_uuid, str) or not flow_uuid:
             raise ValueError("flow_uuid must be a non-empty string")
+        check_text(flow_uuid, "the session id")
 
     def save_state(self, flow_uuid: str, method_name: str, state_data: dict[str, Any]) -> None:
         """Store ``state_data`` as the latest snapshot; the previous one joins the history.
@@ -119,11 +123,15 @@ class RowStore:
                 ``epoch`` is None and another owner holds a live lease on it.
         """
         self._check_uuid(flow_uuid)
+        _check_method(method_name)
         _check_count("expected_revision", expected_revision)
         _check_count("epoch", epoch)
         if not isinstance(state_data, dict):
             raise TypeError("state_data must be a dict")
         snapshot, lists, records = split_full(state_data)
+        for field, values in records.items():
+            for key in values:
+                check_text(key, f"a record key of {field}")
         payload = json.dumps(snapshot)
         now = datetime.now(UTC).isoformat()
         version = 0
@@ -165,6 +173,7 @@ class RowStore:
             TypeError: ``changes`` is not a :class:`StateChanges` (or holds a bad part).
         """
         self._check_uuid(flow_uuid)
+        _check_method(method_name)
         check_changes(changes)
         _check_count("epoch", epoch)
         now = datetime.now(UTC).isoformat()
@@ -456,6 +465,12 @@ class RowStore:
         if not isinstance(lease, SessionLease):
             raise TypeError("lease must be a SessionLease")
         return FencedPersistence(self, lease)
+
+
+def _check_method(method_name: object) -> None:
+    if not isinstance(method_name, str):
+        raise TypeError(f"method_name must be a str, got {type(method_name).__name__}")
+    check_text(method_name, "the method name")
 
 
 def _check_count(name: str, value: object) -> None:

@@ -58,8 +58,10 @@ from voxflow.jobs.records import (
 )
 from voxflow.jobs.runner import JobRunner
 from voxflow.jobs.work import JobWorkFlow, JobWorkState, Publisher
+from voxflow.storable import check_json, check_text
 
 __all__ = [
+    "MAX_PROGRESS_CHARS",
     "BackgroundJob",
     "JobBinding",
     "JobContext",
@@ -67,6 +69,7 @@ __all__ = [
     "announce_jobs",
     "background_job",
     "bind_jobs",
+    "check_job_result",
     "commit_progress",
     "job_function",
 ]
@@ -74,6 +77,25 @@ __all__ = [
 logger = logging.getLogger("voxflow.jobs")
 
 _INPUTS: TypeAdapter[dict[str, JsonValue]] = TypeAdapter(dict[str, JsonValue])
+
+MAX_PROGRESS_CHARS = 2000
+"""The longest progress text a job may announce (``job.progress``), on every backend."""
+
+
+def check_job_result(kind: str, text: object) -> str:
+    """The text a job function returned, if it can be announced and stored: what both
+    the in-process runner and a job worker check before they record it, so a job settles
+    the same way on SQLite and on PostgreSQL.
+
+    Raises:
+        TypeError: it is not a non-empty str.
+        UnstorableTextError: it holds a NUL or a lone surrogate (no store keeps it; the
+            message names the character and its index).
+    """
+    if not isinstance(text, str) or not text.strip():
+        raise TypeError(f"background job {kind} returned {type(text).__name__}, not the "
+                        "text to announce (a non-empty str)")
+    return check_text(text, f"the result of background job {kind}")
 
 
 class BackgroundJob(JobRecord):
@@ -123,10 +145,14 @@ class JobContext:
 
         Raises:
             ValueError: ``text`` is empty.
+            UnstorableTextError: ``text`` is longer than :data:`MAX_PROGRESS_CHARS` or
+                holds a NUL or a lone surrogate (refused alike wherever the job runs).
         """
         if not isinstance(text, str) or not text.strip():
             raise ValueError("progress needs the text to announce")
-        return await self._progress(self.job, text.strip())
+        text = check_text(text.strip(), f"the progress of background job {self.job.kind}",
+                          max_chars=MAX_PROGRESS_CHARS)
+        return await self._progress(self.job, text)
 
     @property
     def stop_requested(self) -> bool:
@@ -179,6 +205,8 @@ class JobFunction:
                 no reply queue or does not hold :class:`BackgroundJob` records, or no turn
                 is running (the announcement belongs to the turn that asked).
             TypeError: an input is not a JSON value.
+            UnstorableTextError: a text of the inputs holds a NUL or a lone surrogate
+                (named: no store keeps it).
         """
         where = f"{self.kind} for {type(flow).__name__}"
         state = flow.state
@@ -203,6 +231,7 @@ class JobFunction:
         except ValidationError as exc:
             raise TypeError(f"{where}: inputs must be JSON values ({exc.errors()[0]['msg']})"
                             ) from None
+        check_json(values, f"{where}: inputs")  # stored alike by the call and a job queue
         job = BackgroundJob(session_id=state.id, origin_turn_id=turn_id, kind=self.kind,
                             inputs=values)
         if not add_job(state, job):
@@ -500,11 +529,7 @@ def _work_class() -> type[JobWorkFlow[Any]]:
                 text = self._future.result()
             except concurrent.futures.CancelledError:
                 raise ResourceClosedError("the session closed while the job ran") from None
-            if not isinstance(text, str) or not text.strip():
-                raise TypeError(
-                    f"background job {function.kind} returned {type(text).__name__}, not the "
-                    "text to announce (a non-empty str)"
-                )
+            text = check_job_result(function.kind, text)
             self.check_open()
             self.publish_update("stage_completed", stage="run", outputs={"announcement": text})
             self.publish_update("completed")

@@ -42,7 +42,7 @@ from pydantic import ValidationError
 
 from voxflow.errors import JobPayloadError, PersistenceUnavailableError
 from voxflow.ids import JobId, SessionId
-from voxflow.jobs.background import BackgroundJob, commit_progress
+from voxflow.jobs.background import MAX_PROGRESS_CHARS, BackgroundJob, commit_progress
 from voxflow.jobs.records import JobState, JobUpdate, begin_attempt, commit_job_update
 from voxflow.pg_retry import atransaction
 from voxflow.pg_schema import aensure_tables
@@ -54,6 +54,7 @@ from voxflow.settings import (
     database_schema,
     redact_url,
 )
+from voxflow.storable import check_json, check_text
 
 if TYPE_CHECKING:
     from psycopg import AsyncConnection
@@ -64,7 +65,6 @@ __all__ = ["InboxEntry", "JobInbox", "apply_inbox", "inbox_channel"]
 logger = logging.getLogger("voxflow.jobs")
 
 _PROGRESS_NAMESPACE = uuid.UUID("6f1e0c52-6b57-4a59-9d3c-8f3b0e3d7a11")
-MAX_PROGRESS_CHARS = 2000
 
 INBOX_SCHEMA = """
 CREATE TABLE IF NOT EXISTS voxflow_job_inbox (
@@ -349,11 +349,15 @@ class JobInbox:
 
         Raises:
             TypeError: ``update`` is not a JobUpdate.
+            UnstorableTextError: a text of it (an output, the error, an id) holds a NUL
+                or a lone surrogate (PostgreSQL's jsonb refuses them), named; nothing
+                was written.
             PersistenceUnavailableError: the database is unreachable.
         """
         if not isinstance(update, JobUpdate):
             raise TypeError(f"update must be a JobUpdate, got {type(update).__name__}")
         body = {"type": "update", "update": update.model_dump(mode="json")}
+        check_json(body["update"], "the job update")
         ids = (update.job_id, update.revision, update.attempt, update.seq)
         return await self._insert(update.session_id, ids, body, queue_job)
 
@@ -364,9 +368,13 @@ class JobInbox:
 
         Raises:
             ValueError: ``text`` is empty or longer than 2,000 characters.
+            UnstorableTextError: ``text`` or the session id holds a NUL or a lone
+                surrogate.
         """
         if not isinstance(text, str) or not text.strip() or len(text) > MAX_PROGRESS_CHARS:
             raise ValueError(f"progress text must be 1 to {MAX_PROGRESS_CHARS} characters")
+        check_text(text, "the progress text")
+        check_text(session_id, "the session id")
         return await self._insert(session_id, ids, {"type": "progress", "text": text.strip()},
                                   queue_job)
 

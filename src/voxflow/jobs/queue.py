@@ -48,7 +48,7 @@ from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError, f
 from voxflow.clock import Clock, MonotonicClock
 from voxflow.errors import JobPayloadError, PersistenceUnavailableError
 from voxflow.ids import JobId, SessionId, TurnId
-from voxflow.jobs.background import BackgroundJob, JobContext, job_function
+from voxflow.jobs.background import BackgroundJob, JobContext, check_job_result, job_function
 from voxflow.jobs.inbox import INBOX_SCHEMA, JobInbox
 from voxflow.jobs.records import JobUpdate, JobUpdateKind
 from voxflow.logs import bind_log_context
@@ -60,6 +60,7 @@ from voxflow.settings import (
     database_schema,
     redact_url,
 )
+from voxflow.storable import json_problem, storable_text
 
 if TYPE_CHECKING:
     import procrastinate
@@ -109,6 +110,9 @@ class QueuedJob(BaseModel):
             json.dumps(value, allow_nan=False)
         except ValueError:
             raise ValueError("inputs must be JSON values (no NaN or infinity)") from None
+        found = json_problem(value)
+        if found is not None:  # PostgreSQL's jsonb refuses them
+            raise ValueError(f"{found[0] or 'a key'} {found[1]}")
         return value
 
     @classmethod
@@ -587,7 +591,8 @@ class PostgresJobQueue:
                           error: str | None = None) -> None:
             update = JobUpdate(session_id=queued.session_id, job_id=queued.job_id,
                                revision=queued.revision, attempt=attempt, seq=next_seq(),
-                               kind=kind, stage=stage, outputs=outputs or {}, error=error)
+                               kind=kind, stage=stage, outputs=outputs or {},
+                               error=None if error is None else storable_text(error))
             if not await self.inbox.write(update, queue_job=where):
                 raise _DeadAttempt
 
@@ -598,44 +603,79 @@ class PostgresJobQueue:
 
         try:
             try:
-                function = job_function(queued.kind)
-            except LookupError as exc:
-                await publish("failed", error=str(exc))
-                return
-            await publish("started")
-            began = time.monotonic()
-            logger.info("job started", extra={"kind": queued.kind, "attempt": attempt})
-            await publish("stage_started", stage="run")
-            job_context = JobContext(record.model_copy(deep=True), clock=clock,
-                                     progress=progress, stop_requested=stop_requested)
-            try:
-                text = await function(job_context, **queued.inputs)
-            except _DeadAttempt:
+                await self._run_job(queued, record, attempt, clock, format_error,
+                                    stop_requested, publish, progress)
+            except (_DeadAttempt, asyncio.CancelledError):
                 raise
             except Exception as exc:
-                # the type only: a job's error text may carry what it was given
-                logger.warning("job failed (%s)", type(exc).__name__,
+                # a report the inbox would not take (refused, or the database away longer
+                # than a retry): the job settles failed, saying why, never stays running
+                reason = (f"background job {queued.kind}'s report could not be stored: "
+                          f"{_one_line(exc)}")
+                logger.warning("job failed: %s", reason,
                                extra={"kind": queued.kind, "attempt": attempt})
-                await publish("failed", error=format_error(exc) or type(exc).__name__)
-                return
-            if not isinstance(text, str) or not text.strip():
-                await publish("failed", error=(
-                    f"background job {queued.kind} returned {type(text).__name__}, not the "
-                    "text to announce (a non-empty str)"))
-                return
-            await publish("stage_completed", stage="run", outputs={"announcement": text})
-            await publish("completed")
-            logger.info("job completed: its announcement is in the session's inbox",
-                        extra={"kind": queued.kind, "attempt": attempt,
-                               "duration_s": round(time.monotonic() - began, 1)})
+                await self._settle_failed(publish, reason)
         except _DeadAttempt:
             logger.warning("job %s attempt %d was re-queued meanwhile (its worker looked "
                            "dead): this execution stops, its late updates refused",
                            queued.job_id, attempt)
 
+    async def _settle_failed(self, publish: Callable[..., Any], reason: str) -> None:
+        """Publish ``failed`` with ``reason``; while the database is unreachable, try
+        again (0.5 s, doubling, for about 30 s) before giving up loudly."""
+        delay = 0.5
+        for attempt in range(7):
+            try:
+                await publish("failed", error=reason)
+                return
+            except PersistenceUnavailableError as exc:
+                if attempt == 6:
+                    logger.error("the job's failure could not be recorded either (%s): "
+                                 "its session sees it running", exc)
+                    raise
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 8.0)
+
+    async def _run_job(self, queued: QueuedJob, record: BackgroundJob, attempt: int,
+                       clock: Clock, format_error: Callable[[BaseException], str],
+                       stop_requested: Callable[[], bool], publish: Callable[..., Any],
+                       progress: Callable[[BackgroundJob, str], Any]) -> None:
+        """Run the job function, reporting each step through ``publish``."""
+        try:
+            function = job_function(queued.kind)
+        except LookupError as exc:
+            await publish("failed", error=str(exc))
+            return
+        await publish("started")
+        began = time.monotonic()
+        logger.info("job started", extra={"kind": queued.kind, "attempt": attempt})
+        await publish("stage_started", stage="run")
+        job_context = JobContext(record.model_copy(deep=True), clock=clock,
+                                 progress=progress, stop_requested=stop_requested)
+        try:
+            text = check_job_result(queued.kind, await function(job_context, **queued.inputs))
+        except _DeadAttempt:
+            raise
+        except Exception as exc:
+            # the type only: a job's error text may carry what it was given
+            logger.warning("job failed (%s)", type(exc).__name__,
+                           extra={"kind": queued.kind, "attempt": attempt})
+            await publish("failed", error=format_error(exc) or type(exc).__name__)
+            return
+        await publish("stage_completed", stage="run", outputs={"announcement": text})
+        await publish("completed")
+        logger.info("job completed: its announcement is in the session's inbox",
+                    extra={"kind": queued.kind, "attempt": attempt,
+                           "duration_s": round(time.monotonic() - began, 1)})
+
     def __repr__(self) -> str:
         return (f"PostgresJobQueue({redact_url(self.url)!r}, schema={self.schema!r}, "
                 f"queue={self.queue!r})")
+
+
+def _one_line(exc: BaseException, limit: int = 300) -> str:
+    line = " ".join(str(exc).split()) or type(exc).__name__
+    return line if len(line) <= limit else line[: limit - 1] + "…"
 
 
 def _age(seconds: Any) -> float | None:

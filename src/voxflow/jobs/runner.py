@@ -35,6 +35,7 @@ from typing import Any
 
 from voxflow.jobs.records import JobRecord, JobState, JobUpdate, commit_job_update, job_copy
 from voxflow.jobs.work import JobWorkFlow, Publisher
+from voxflow.storable import storable_text
 
 __all__ = ["JobRunner", "MakeWork"]
 
@@ -130,6 +131,7 @@ class JobRunner:
         job queue refused it). Committed under :attr:`state_lock` through the same rules
         as a worker's updates (the next ``seq`` of its revision and attempt); subscribers
         are notified when it lands. An unknown ``job_id`` is ignored."""
+        error = storable_text(error)  # kept whatever it holds, alike on every backend
         async with self.state_lock:
             job = self.state.jobs.get(job_id)
             if job is None or job.status in ("completed", "failed"):

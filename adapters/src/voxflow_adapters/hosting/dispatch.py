@@ -48,6 +48,7 @@ from voxflow.settings import (
     database_schema,
     redact_url,
 )
+from voxflow.storable import check_text
 
 if TYPE_CHECKING:
     import psycopg
@@ -599,7 +600,15 @@ class DispatchStore:
                          ) -> str:
         """Queue an offer for ``expires_in`` seconds and wake the workers; its id.
         ``resume``: the offer's resume object (JSON; its token is checked by the worker
-        against the session's stored hash, and the row is deleted once answered)."""
+        against the session's stored hash, and the row is deleted once answered).
+
+        Raises:
+            UnstorableTextError: the SDP or ``resume`` holds a NUL or a lone surrogate
+                (:mod:`voxflow.storable`), refused before the write.
+        """
+        check_text(sdp, "sdp")
+        if resume is not None:
+            check_text(resume, "resume")
         offer_id = uuid.uuid4().hex
 
         async def run(conn: psycopg.AsyncConnection[Any]) -> None:

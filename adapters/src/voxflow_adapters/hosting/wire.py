@@ -27,6 +27,7 @@ from typing import Any, Literal, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from voxflow.ids import SessionId
+from voxflow.storable import text_problem
 
 __all__ = [
     "MAX_DEPTH",
@@ -185,6 +186,16 @@ class OfferBody(BaseModel):
     type: Literal["offer"]
     sdp: str
     resume: ResumeRequest | None = None
+
+    @field_validator("sdp")
+    @classmethod
+    def _storable(cls, value: str) -> str:
+        # the front door stores it (PostgreSQL refuses a NUL in text, and a lone
+        # surrogate encodes to no UTF-8): refused the same way by every server
+        problem = text_problem(value)
+        if problem is not None:
+            raise ValueError(problem)
+        return value
 
 
 def parse_offer(body: bytes, *, max_bytes: int) -> OfferBody:
