@@ -356,5 +356,5 @@ def test_fuzz_an_endpoint_is_normalized_once_or_refused(url: str) -> None:
                                  "http://exa mple.com", "http://ex~ample.com/v1"])
 def test_a_host_that_is_no_name_or_address_is_refused(url: str) -> None:
     # 'HTTP://%' was normalized to 'http://%' (found by the fuzz test below in CI)
-    with pytest.raises(ValueError, match="host|spaces|URL"):
+    with pytest.raises(ValueError, match=r"host|spaces|URL"):
         normalize_endpoint(url)
