@@ -91,12 +91,13 @@ def words_played(engines: VoiceEngines, segments: list[str], played_8k: int) -> 
 
 
 async def test_a_barge_in_clears_the_carrier_and_the_history_keeps_what_played(
-    engines: VoiceEngines, tmp_path: Path
+    engines: VoiceEngines, tmp_path: Path,
+    phone_call: Callable[[str], contextlib.AbstractAsyncContextManager[SimulatedCarrier]],
 ) -> None:
     story = speech_wav(engines, "Tell me a story.", tmp_path / "story.wav")
     stop = speech_wav(engines, "Stop, thanks.", tmp_path / "stop.wav")
     async with phone_server(engines) as (server, url, calls):
-        async with SimulatedCarrier(url) as carrier:
+        async with phone_call(url) as carrier:  # (the plugin's fixture)
             carrier.say(story)
             await until(lambda: sum(p.size for d in carrier.deliveries()
                                     for p in carrier.played[d]) >= 2 * 8000)

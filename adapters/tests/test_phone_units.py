@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import json
 import tracemalloc
+from collections.abc import AsyncIterator
 from xml.etree import ElementTree
 
 import numpy as np
@@ -15,6 +17,7 @@ import pytest
 from aiohttp import ClientSession, web
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from voxflow_adapters.phone import PhoneTransport
 from voxflow_adapters.phone.codec import MulawDecoder, MulawEncoder, mulaw_decode, mulaw_encode
 from voxflow_adapters.phone.server import PhoneServer, PhoneSettings, SignatureCheck
 from voxflow_adapters.phone.twilio import TwilioSerializer
@@ -34,6 +37,7 @@ from voxflow_adapters.testkit.phone_carrier import (
     pcm16_to_mulaw,
     twilio_signature,
 )
+from voxflow_voice.testing import CHECKS, TransportHarness, check_transport
 
 TWILIO = TwilioSerializer()
 
@@ -219,3 +223,55 @@ async def test_a_signed_carrier_call_starts_and_the_hang_up_ends_it(
     assert digits == ["1", "#"]
     assert server.ended[0]["call_id"] == carrier.call_sid
     assert server.ended[0]["frames_in"] > 0 and server.ended[0]["bad_messages"] == 0
+
+
+@contextlib.asynccontextmanager
+async def phone_line() -> AsyncIterator[TransportHarness]:
+    """A PhoneTransport on a real WebSocket, the simulated carrier at the other end."""
+    made: asyncio.Future[PhoneTransport] = asyncio.get_running_loop().create_future()
+
+    async def voice(request: web.Request) -> web.Response:
+        url = f"ws://{request.host}/media"
+        content_type, body = TWILIO.answer(url, {})
+        return web.Response(text=body, content_type=content_type)
+
+    async def media(request: web.Request) -> web.WebSocketResponse:
+        ws = web.WebSocketResponse()
+        await ws.prepare(request)
+        transport = PhoneTransport(TWILIO, ws.send_str)
+        sender = asyncio.create_task(transport.run())
+        made.set_result(transport)
+        async for message in ws:
+            transport.receive(message.data)
+        transport.end_input()
+        await transport.aclose()
+        sender.cancel()
+        return ws
+
+    app = web.Application()
+    app.router.add_post("/voice", voice)
+    app.router.add_get("/media", media)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    base = f"http://127.0.0.1:{runner.addresses[0][1]}"
+    try:
+        async with SimulatedCarrier(f"{base}/voice") as carrier:
+            transport = await asyncio.wait_for(made, 10)
+            async with asyncio.timeout(10):
+                while transport.started is None:  # noqa: ASYNC110 (the start message)
+                    await asyncio.sleep(0.01)
+
+            async def close() -> None:
+                await carrier.hang_up()
+                await transport.aclose()
+
+            yield TransportHarness(transport, sleep=asyncio.sleep, close=close)
+    finally:
+        await runner.cleanup()
+
+
+async def test_the_phone_transport_keeps_the_transport_contract_with_the_carrier() -> None:
+    report = await check_transport(phone_line)
+    assert report == {**{name: "passed" for name in CHECKS},
+                      "mute": "skipped: the harness cannot mute"}  # (a phone has no mute)

@@ -42,7 +42,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 __all__ = ["CarrierMark", "SimulatedCarrier", "mulaw_to_pcm16", "pcm16_to_mulaw",
-           "twilio_signature"]
+           "phone_call", "twilio_signature"]
 
 RATE = 8_000
 FRAME = 160  # 20 ms

@@ -11,6 +11,10 @@ so plain ``pytest`` finds it (no conftest). Fixtures:
   :class:`~voxflow_adapters.testkit.script.CallScript` and returns the
   :class:`~voxflow_adapters.testkit.scenario.CallResult` (``await voice_call.arun(...)`` in an
   async test);
+* ``phone_call``: dials a ``voxflow phone`` server like Twilio:
+  ``async with phone_call("http://127.0.0.1:8080/voice") as carrier:`` gives a
+  :class:`~voxflow_adapters.testkit.phone_carrier.SimulatedCarrier` (``auth_token=`` signs
+  the webhook); the block's end hangs up;
 * ``virtual_clock``: a fresh :class:`~voxflow.clock.VirtualClock` that jumps when the
   loop is idle (for your own timed code);
 * ``voxflow_realtime``: whether this test's calls run on the wall clock.
@@ -29,7 +33,8 @@ first used, so a test session that never asks for one never pays for them.
 from __future__ import annotations
 
 import os
-from collections.abc import Generator
+from collections.abc import Callable, Generator
+from contextlib import AbstractAsyncContextManager
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -46,8 +51,10 @@ if TYPE_CHECKING:
     from voxflow_voice.engines import VoiceEngines
 
     from voxflow_adapters.testkit.call_runner import CallRunner
+    from voxflow_adapters.testkit.phone_carrier import SimulatedCarrier
 
 __all__ = [
+    "phone_call",
     "pytest_addoption",
     "pytest_configure",
     "pytest_report_header",
@@ -112,6 +119,17 @@ def voice_call(
     runner = CallRunner(voice_engines, realtime=voxflow_realtime)
     request.node.stash[_RUNNER_KEY] = runner
     return runner
+
+
+@pytest.fixture
+def phone_call() -> Callable[..., AbstractAsyncContextManager[SimulatedCarrier]]:
+    """Dials a phone server like the carrier: ``async with phone_call(webhook_url,
+    auth_token=None) as carrier`` (a :class:`~voxflow_adapters.testkit.phone_carrier.
+    SimulatedCarrier`: ``carrier.say(wav)``, ``carrier.press("1")``, what it played)."""
+    # aiohttp and numpy only when the fixture is used
+    from voxflow_adapters.testkit.phone_carrier import phone_call as dial
+
+    return dial
 
 
 @pytest.fixture
