@@ -27,6 +27,7 @@ variable                                setting                      default
 ``VOXFLOW_P95_TARGET_MS``               ``p95_target_ms``            1000
 ``VOXFLOW_LOG_LEVEL``                   ``log_level``                ``WARNING``
 ``VOXFLOW_LLM_ENDPOINTS``               ``llm_endpoints``            none
+``VOXFLOW_MAX_JOB_RESULT_CHARS``        ``max_job_result_chars``     4000
 ``VOXFLOW_TURN_USERNAME``               ``turn_username``            none
 ``VOXFLOW_TURN_CREDENTIAL``             ``turn_credential``          none (secret)
 ``VOXFLOW_DATABASE_URL``                ``database_url``             none (SQLite)
@@ -225,6 +226,10 @@ class Settings(BaseModel):
     llm_endpoints: tuple[str, ...] = Field(
         (), description="comma-separated http(s) URLs a flow declaration's LLMs may name as "
         "api_base/base_url (the provider's key is sent there); any other is refused",
+    )
+    max_job_result_chars: int = Field(
+        4000, ge=1, le=1_000_000, description="the longest text a background job may "
+        "return to be announced; a longer one fails the job, naming this limit",
     )
     turn_username: str | None = Field(
         None, description="`voxflow serve --ice-server turn:...`: the TURN user name"

@@ -129,3 +129,46 @@ async def test_inputs_with_a_nul_are_refused_when_the_job_starts_naming_the_inpu
     with pytest.raises(JobPayloadError, match=r"inputs: .*text contains a NUL character"):
         QueuedJob.parse({"session_id": "s", "job_id": "j", "kind": "k", "revision": 1,
                          "inputs": {"text": "Gate\x0012"}})
+
+
+OVER_DEFAULT = ("the result of background job queue_tests.returns has 5,000,000 characters, "
+                "over the limit of 4,000 (VOXFLOW_MAX_JOB_RESULT_CHARS)")
+
+
+async def test_a_result_over_the_limit_fails_the_job_naming_the_limit_in_process() -> None:
+    """(issue 29, item 6) 5,000,000 characters were stored and announced whole."""
+    job = await run_in_process(returns, text="x", repeat=5_000_000)
+    assert (job.status, job.error, job.announcement) == ("failed", OVER_DEFAULT, "")
+    job = await run_in_process(returns, text="x", repeat=4_000)  # at the limit: said
+    assert job.status == "completed" and len(job.announcement) == 4_000
+
+
+async def test_a_result_over_the_limit_fails_the_job_naming_the_limit_on_the_queue(
+        schema: str, queue: PostgresJobQueue, monkeypatch: pytest.MonkeyPatch) -> None:
+    _, job = await run_on_queue(queue, schema, returns.kind, text="x", repeat=5_000_000)
+    assert (job.status, job.error, job.announcement) == ("failed", OVER_DEFAULT, "")
+    # the job worker's own setting (a process of its own: read from its environment)
+    monkeypatch.setenv("VOXFLOW_MAX_JOB_RESULT_CHARS", "100")
+    _, job = await run_on_queue(queue, schema, returns.kind, text="x", repeat=101)
+    assert job.status == "failed"
+    assert job.error is not None and job.error.endswith(
+        "has 101 characters, over the limit of 100 (VOXFLOW_MAX_JOB_RESULT_CHARS)")
+
+
+def test_the_limit_is_a_setting_with_bounds_and_the_cli_applies_it(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from voxflow.jobs import max_job_result_chars, set_max_job_result_chars
+    from voxflow.settings import Settings, SettingsError
+
+    assert Settings.from_env({}).max_job_result_chars == 4_000
+    assert Settings.from_env({"VOXFLOW_MAX_JOB_RESULT_CHARS": "250"}).max_job_result_chars == 250
+    for bad in ("0", "-1", "10000001", "many"):
+        with pytest.raises(SettingsError, match="VOXFLOW_MAX_JOB_RESULT_CHARS"):
+            Settings.from_env({"VOXFLOW_MAX_JOB_RESULT_CHARS": bad})
+    previous = set_max_job_result_chars(250)
+    try:
+        assert max_job_result_chars() == 250
+        with pytest.raises(ValueError, match="at least 1"):
+            set_max_job_result_chars(0)
+    finally:
+        set_max_job_result_chars(previous)

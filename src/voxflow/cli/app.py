@@ -110,6 +110,7 @@ def _settings(args: argparse.Namespace, *, log_level: str | None = None) -> Sett
         UsageError: a variable or option is invalid.
     """
     # here, as in every command: the CLI loads only what the command runs (fast --help)
+    from ..jobs.background import set_max_job_result_chars
     from ..llm.endpoints import set_llm_endpoints
     from ..llm.policy import set_llm_defaults
     from ..logs import configure_logging
@@ -134,6 +135,7 @@ def _settings(args: argparse.Namespace, *, log_level: str | None = None) -> Sett
         logging.getLogger("voxflow.settings").warning(line)
     set_llm_defaults(timeout=settings.llm_timeout, retries=settings.llm_retries)
     set_llm_endpoints(settings.llm_endpoints)  # what a flow declaration's LLMs may name
+    set_max_job_result_chars(settings.max_job_result_chars)
     return settings
 
 

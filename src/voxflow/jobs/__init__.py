@@ -18,6 +18,8 @@ from voxflow.jobs.background import JobContext as JobContext
 from voxflow.jobs.background import JobFunction as JobFunction
 from voxflow.jobs.background import announce_jobs as announce_jobs
 from voxflow.jobs.background import background_job as background_job
+from voxflow.jobs.background import max_job_result_chars as max_job_result_chars
+from voxflow.jobs.background import set_max_job_result_chars as set_max_job_result_chars
 from voxflow.jobs.inbox import InboxEntry as InboxEntry
 from voxflow.jobs.inbox import JobInbox as JobInbox
 from voxflow.jobs.inbox import apply_inbox as apply_inbox
@@ -65,4 +67,6 @@ __all__ = [
     "begin_attempt",
     "commit_job_update",
     "default_job_queue",
+    "max_job_result_chars",
+    "set_max_job_result_chars",
 ]

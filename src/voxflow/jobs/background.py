@@ -44,7 +44,7 @@ from typing import Any, ClassVar, overload
 from pydantic import Field, JsonValue, TypeAdapter, ValidationError
 
 from voxflow.clock import Clock
-from voxflow.errors import JobNotAnnounceableError, ResourceClosedError
+from voxflow.errors import JobNotAnnounceableError, ResourceClosedError, UnstorableTextError
 from voxflow.flow.dsl import start
 from voxflow.flow.saving import set_write_barrier
 from voxflow.ids import JobId, TurnId
@@ -58,7 +58,7 @@ from voxflow.jobs.records import (
 )
 from voxflow.jobs.runner import JobRunner
 from voxflow.jobs.work import JobWorkFlow, JobWorkState, Publisher
-from voxflow.storable import check_json, check_text
+from voxflow.storable import check_json, check_text, text_problem
 
 __all__ = [
     "MAX_PROGRESS_CHARS",
@@ -72,6 +72,8 @@ __all__ = [
     "check_job_result",
     "commit_progress",
     "job_function",
+    "max_job_result_chars",
+    "set_max_job_result_chars",
 ]
 
 logger = logging.getLogger("voxflow.jobs")
@@ -80,6 +82,33 @@ _INPUTS: TypeAdapter[dict[str, JsonValue]] = TypeAdapter(dict[str, JsonValue])
 
 MAX_PROGRESS_CHARS = 2000
 """The longest progress text a job may announce (``job.progress``), on every backend."""
+
+DEFAULT_MAX_JOB_RESULT_CHARS = 4000
+"""The default longest result a job may return (about four minutes of speech)."""
+LIMIT_VARIABLE = "VOXFLOW_MAX_JOB_RESULT_CHARS"
+
+_max_result_chars = DEFAULT_MAX_JOB_RESULT_CHARS
+
+
+def max_job_result_chars() -> int:
+    """The longest result a job function may return in this process (see
+    :func:`set_max_job_result_chars`); a longer one fails the job, naming the limit."""
+    return _max_result_chars
+
+
+def set_max_job_result_chars(limit: int) -> int:
+    """Make ``limit`` characters the longest job result of this process (the CLI passes
+    ``VOXFLOW_MAX_JOB_RESULT_CHARS``: a job worker and a call worker read their own);
+    returns the previous limit.
+
+    Raises:
+        ValueError: ``limit`` is not an int of at least 1.
+    """
+    global _max_result_chars
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+        raise ValueError(f"the job result limit must be an int of at least 1, got {limit!r}")
+    previous, _max_result_chars = _max_result_chars, limit
+    return previous
 
 
 def check_job_result(kind: str, text: object) -> str:
@@ -90,12 +119,19 @@ def check_job_result(kind: str, text: object) -> str:
     Raises:
         TypeError: it is not a non-empty str.
         UnstorableTextError: it holds a NUL or a lone surrogate (no store keeps it; the
-            message names the character and its index).
+            message names the character and its index), or it is longer than
+            :func:`max_job_result_chars` (4,000 by default; the message names the limit
+            and its variable).
     """
     if not isinstance(text, str) or not text.strip():
         raise TypeError(f"background job {kind} returned {type(text).__name__}, not the "
                         "text to announce (a non-empty str)")
-    return check_text(text, f"the result of background job {kind}")
+    field = f"the result of background job {kind}"
+    check_text(text, field)
+    if len(text) > _max_result_chars:
+        problem = text_problem(text, max_chars=_max_result_chars)
+        raise UnstorableTextError(field, f"{problem} ({LIMIT_VARIABLE})")
+    return text
 
 
 class BackgroundJob(JobRecord):
