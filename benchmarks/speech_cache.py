@@ -21,7 +21,6 @@ import asyncio
 import os
 import statistics
 import time
-from typing import Any
 
 from voxflow_adapters.demo.call import run_demo_call
 from voxflow_voice.engines import VoiceEngines

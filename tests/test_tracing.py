@@ -171,7 +171,7 @@ def test_the_otel_variables_send_spans_by_otlp_to_the_configured_collector(
     received: list[bytes] = []
 
     class Collector(http.server.BaseHTTPRequestHandler):
-        def do_POST(self) -> None:  # noqa: N802
+        def do_POST(self) -> None:
             received.append(self.rfile.read(int(self.headers["Content-Length"])))
             self.send_response(200)
             self.send_header("Content-Type", "application/x-protobuf")
