@@ -22,7 +22,9 @@ import sys
 from collections.abc import Mapping
 from typing import Any, Literal, TextIO
 
-__all__ = ["JsonFormatter", "TextFormatter", "bind_log_context", "configure_logging"]
+__all__ = [
+    "JsonFormatter", "TextFormatter", "bind_log_context", "configure_logging", "log_context",
+]
 
 LogFormat = Literal["text", "json"]
 
@@ -60,6 +62,11 @@ def bind_log_context(**ids: str) -> None:
         if not isinstance(value, str):
             raise TypeError(f"log context {name} must be a str, got {type(value).__name__}")
     _context.set({**_context.get({}), **ids})
+
+
+def log_context() -> dict[str, str]:
+    """The identities :func:`bind_log_context` bound for this task (a copy)."""
+    return dict(_context.get({}))
 
 
 class _ContextFilter(logging.Filter):

@@ -27,6 +27,7 @@ current one into a payload's mapping (a dispatched call, a queued job) and
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import json
 import logging
 import os
@@ -46,10 +47,12 @@ __all__ = [
     "extract_context",
     "fail",
     "inject_context",
+    "now_ns",
     "set_capture_content",
     "start_span",
     "trace_span",
     "tracing_enabled",
+    "use_clock",
 ]
 
 logger = logging.getLogger(__name__)
@@ -187,6 +190,28 @@ class WallClock:
         return int((wall + (value - at)) * 1_000_000_000)
 
 
+_span_clock: contextvars.ContextVar[WallClock | None] = contextvars.ContextVar(
+    "voxflow_span_clock", default=None)
+
+
+@contextlib.contextmanager
+def use_clock(clock: WallClock) -> Iterator[None]:
+    """Time the spans of the block (and of the tasks it starts) on ``clock``: a voice
+    session's, so its flow's spans and LLM calls share its time (its VirtualClock's in a
+    simulated call) instead of the machine's."""
+    token = _span_clock.set(clock)
+    try:
+        yield
+    finally:
+        _span_clock.reset(token)
+
+
+def now_ns() -> int | None:
+    """Now on the span clock in force (:func:`use_clock`), or None: the SDK's own time."""
+    clock = _span_clock.get()
+    return None if clock is None else clock.ns()
+
+
 def _clean(attributes: Mapping[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key, value in attributes.items():
@@ -219,7 +244,8 @@ def start_span(
         context = trace.set_span_in_context(parent)
     return _state.tracer.start_span(  # type: ignore[no-any-return]
         name, context=context, kind=getattr(trace.SpanKind, kind.upper()),
-        attributes=_clean(attributes or {}), start_time=start_ns)
+        attributes=_clean(attributes or {}),
+        start_time=start_ns if start_ns is not None else now_ns())
 
 
 @contextlib.contextmanager
@@ -248,7 +274,7 @@ def trace_span(
         raise
     finally:
         _detach(token)
-        span.end(end_time=end_ns() if end_ns is not None else None)
+        span.end(end_time=end_ns() if end_ns is not None else now_ns())
 
 
 def fail(span: Span | None, exc: BaseException | str) -> None:

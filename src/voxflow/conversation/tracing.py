@@ -197,7 +197,6 @@ class SessionTracer:
                 "voxflow.handler",
                 {"voxflow.flow": self.flow_name, "voxflow.session_id": str(session_id),
                  "voxflow.turn_index": index},
-                start_ns=int(self.now() * 1e9), end_ns=lambda: int(self.now() * 1e9),
         ) as live:
             self._live = live
             try:

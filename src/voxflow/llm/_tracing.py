@@ -94,11 +94,11 @@ class LLMSpan:
                 message["tool_calls"] = [
                     {"id": c.id, "name": c.name, "arguments": c.arguments} for c in tool_calls]
             span.set_attribute("gen_ai.output.messages", json.dumps([message], default=str))
-        span.end()
+        span.end(end_time=telemetry.now_ns())
 
     def failed(self, exc: BaseException) -> None:
         """End the span as failed (``error.type``)."""
         span, self._span = self._span, None
         if span is not None:
             telemetry.fail(span, exc)
-            span.end()
+            span.end(end_time=telemetry.now_ns())

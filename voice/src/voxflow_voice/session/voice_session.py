@@ -51,6 +51,7 @@ from typing import Any
 from voxflow.clock import Clock, MonotonicClock
 from voxflow.ids import DeliveryId, SessionId, TurnId, new_turn_id
 from voxflow.jobs import JobRunner
+from voxflow.logs import log_context
 from voxflow.replies import DeliveryRecord, ReplyQueue
 from voxflow.turns import ReplyEvent, TurnRunner
 
@@ -94,6 +95,7 @@ from .floor import FloorReporter
 from .metrics import LatencySummary, summarize
 from .overlap import OverlapHandler
 from .speculative_replies import SpeculativeReplies
+from .tracing import SessionTrace
 from .voice_settings import DEFAULT_VOICE_SETTINGS, VoiceSettings
 
 __all__ = ["DEFAULT_VOICE_SETTINGS", "VoiceSession", "VoiceSettings"]
@@ -144,6 +146,7 @@ class VoiceSession:
         self.jobs = jobs
         self._lock = jobs.state_lock if jobs is not None else asyncio.Lock()
         self._on_event = on_event
+        self._trace = SessionTrace(self.clock, lambda: str(self.session_id))
         self.events: list[SessionEvent] = []
         self.metrics: list[TurnMetrics] = []
         self.playback = Playback(transport)
@@ -209,6 +212,10 @@ class VoiceSession:
         """Listen, converse, observe and deliver until the transport's input ends."""
         if self._closed:
             raise RuntimeError("a VoiceSession runs once; create a new one per call")
+        with self._trace.call(log_context()):
+            await self._run()
+
+    async def _run(self) -> None:
         try:
             async with asyncio.TaskGroup() as tg:
                 observe = tg.create_task(self._observe(), name="voice.observe")
@@ -346,6 +353,12 @@ class VoiceSession:
         """Answer a committed turn (or, with ``spec``, a speculative one): False if the
         speculation was discarded, True once the reply settled."""
         turn_id = new_turn_id()
+        with self._trace.turn(turn_id, speech_end, speculative=spec is not None, text=text):
+            return await self._answer_turn(turn_id, text, speech_end, spec)
+
+    async def _answer_turn(
+        self, turn_id: TurnId, text: str, speech_end: float, spec: Speculation | None
+    ) -> bool:
         transcript_final = self.clock.now()
         reply = SpokenReply(turn_id=turn_id, input_revision=1, speculation=spec)
         if spec is None:
@@ -495,6 +508,7 @@ class VoiceSession:
 
     def _emit(self, event: SessionEvent) -> None:
         self.events.append(event)
+        self._trace.observe(event)
         if self._on_event is not None:
             try:
                 self._on_event(event)

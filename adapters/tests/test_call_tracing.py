@@ -1,0 +1,134 @@
+"""A simulated call's OpenTelemetry trace, span by span and parent by parent: the call,
+each turn, and in a turn the end of turn, STT, the flow's handler and its LLM call, TTS,
+playout and a barge-in; through the SDK's in-memory exporter, on the real models and
+real litellm (``mock_response``), on virtual time. No words in any span by default.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Sequence
+
+import opentelemetry.trace as ot
+import pytest
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from voxflow_adapters.testkit.flows import STORY
+from voxflow_adapters.testkit.scenario import run_call
+from voxflow_adapters.testkit.script import CallScript
+from voxflow_voice.engines import VoiceEngines
+
+from voxflow import LLM, ConversationConfig, Flow, telemetry
+from voxflow.logs import bind_log_context
+from voxflow.turns import TurnState
+
+pytestmark = pytest.mark.models
+
+
+@pytest.fixture
+def spans() -> Iterator[InMemorySpanExporter]:
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    before = ot._TRACER_PROVIDER
+    ot._TRACER_PROVIDER = provider
+    try:
+        yield exporter
+    finally:
+        ot._TRACER_PROVIDER = before
+        provider.shutdown()
+
+
+def _children(finished: Sequence[ReadableSpan], parent: ReadableSpan) -> list[ReadableSpan]:
+    return sorted((s for s in finished
+                   if s.parent is not None and s.parent.span_id == parent.context.span_id),
+                  key=lambda s: s.start_time or 0)
+
+
+def _teller() -> Flow[TurnState]:
+    @ConversationConfig(llm=LLM("openai/gpt-4o-mini", mock_response=STORY))
+    class StoryTeller(Flow[TurnState]):
+        pass
+
+    return StoryTeller()
+
+
+async def _call(engines: VoiceEngines) -> None:
+    bind_log_context(call_id="call-7")  # what a server binds for a call
+    script = CallScript().user_says(0.3, "Tell me a story.").user_says(8.0, "Stop, please.")
+    await run_call(_teller(), script, engines)
+
+
+async def test_a_call_is_a_tree_of_turns_and_their_parts(
+    engines: VoiceEngines, spans: InMemorySpanExporter,
+) -> None:
+    await _call(engines)
+    finished = spans.get_finished_spans()
+    (call,) = [s for s in finished if s.name == "voxflow.call"]
+    assert call.parent is None and call.kind.name == "SERVER"
+    assert call.attributes["voxflow.call_id"] == "call-7"
+    session_id = call.attributes["voxflow.session_id"]
+    assert {s.context.trace_id for s in finished} == {call.context.trace_id}
+    turns = _children(finished, call)
+    assert [t.name for t in turns] == ["voxflow.turn", "voxflow.turn"]
+    story, stop = turns
+    for turn in turns:
+        assert turn.attributes["voxflow.session_id"] == session_id
+        assert turn.attributes["voxflow.turn_id"]
+        assert turn.attributes["voxflow.voice_to_voice_ms"] > 0
+    assert story.attributes["voxflow.interrupted"] is True
+    assert stop.attributes["voxflow.interrupted"] is False
+    names = sorted(s.name for s in _children(finished, story))
+    assert names == ["voxflow.barge_in", "voxflow.end_of_turn", "voxflow.handler",
+                     "voxflow.playout", "voxflow.stt", "voxflow.tts"], names
+    parts = {s.name: s for s in _children(finished, story)}
+    # the story was answered in the user's pause (a speculative reply), before the end
+    # of the turn was decided; heard, then cut by the barge-in
+    assert story.attributes["voxflow.speculative"] is True
+    assert parts["voxflow.handler"].start_time < parts["voxflow.end_of_turn"].end_time
+    assert (parts["voxflow.end_of_turn"].end_time <= parts["voxflow.playout"].start_time
+            <= parts["voxflow.barge_in"].start_time <= parts["voxflow.playout"].end_time)
+    assert parts["voxflow.barge_in"].attributes["voxflow.outcome"] == "interrupted"
+    assert parts["voxflow.barge_in"].attributes["voxflow.stop_latency_ms"] > 0
+    assert parts["voxflow.playout"].attributes["voxflow.interrupted"] is True
+    (llm,) = _children(finished, parts["voxflow.handler"])
+    assert llm.name == "chat openai/gpt-4o-mini"
+    assert llm.attributes["gen_ai.request.model"] == "openai/gpt-4o-mini"
+    assert llm.attributes["gen_ai.operation.name"] == "chat"
+    ordered = _children(finished, stop)
+    assert sorted(s.name for s in ordered) == [
+        "voxflow.end_of_turn", "voxflow.handler", "voxflow.playout", "voxflow.stt",
+        "voxflow.tts"]
+    at = {s.name: s for s in ordered}  # answered after the end of the turn, in order
+    assert (at["voxflow.end_of_turn"].end_time <= at["voxflow.stt"].start_time
+            <= at["voxflow.stt"].end_time <= at["voxflow.handler"].start_time
+            <= at["voxflow.tts"].end_time <= at["voxflow.playout"].start_time)
+    assert stop.attributes["voxflow.speculative"] is False
+    # the parts in order, inside their turn, the turns inside the call
+    for turn in turns:
+        assert call.start_time <= turn.start_time <= turn.end_time <= call.end_time
+        for part in _children(finished, turn):
+            assert part.start_time <= part.end_time
+            assert turn.start_time <= part.start_time and part.end_time <= turn.end_time, (
+                part.name)
+    # the voice to voice of the trace is the call's: the end of turn, STT, LLM, TTS
+    v2v = story.attributes["voxflow.voice_to_voice_ms"] * 1e6
+    assert parts["voxflow.tts"].end_time - story.start_time == pytest.approx(v2v, abs=2e5)
+    # no words by default: neither the user's nor the story's
+    dump = json.dumps([dict(s.attributes) for s in finished])
+    for text in ("story", "Stop", "lighthouse", "Once upon"):
+        assert text not in dump, text
+
+
+async def test_the_words_are_in_the_turn_only_when_opted_in(
+    engines: VoiceEngines, spans: InMemorySpanExporter,
+) -> None:
+    telemetry.set_capture_content(True)
+    try:
+        await _call(engines)
+    finally:
+        telemetry.set_capture_content(False)
+    story = next(s for s in spans.get_finished_spans() if s.name == "voxflow.turn")
+    assert "story" in story.attributes["voxflow.transcript"].lower()
+    assert story.attributes["voxflow.heard_text"]
