@@ -118,3 +118,27 @@ async def test_chat_sessions_get_the_settings(engines: VoiceEngines) -> None:
         assert chat.session.echo_gate is None  # headphones
         chat.on_key("q")
         await task
+
+
+async def test_entry_points_given_no_settings_take_the_environments(
+    engines: VoiceEngines, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Not given settings, chat, serve (and its workers' factories) read the ``VOXFLOW_*``
+    variables as the CLI does (issue 32: one place for every entry point)."""
+    monkeypatch.setenv("VOXFLOW_END_OF_TURN_SILENCE", "1.1")
+    monkeypatch.setenv("VOXFLOW_MIN_BARGE_IN", "0.15")
+    monkeypatch.setenv("VOXFLOW_SPECULATIVE_REPLIES", "false")
+    _assert_tuned(chat_voice_settings())
+    _assert_tuned(webrtc_voice_settings())
+    _assert_tuned(VoiceSettings.from_environment())
+    assert webrtc_voice_settings() == VoiceSettings.from_environment(echo_gate=False)
+    assert VoiceSettings(echo_gate=False) == WEBRTC_VOICE_SETTINGS  # the defaults, unread
+    factory = build_call_factory(flow=None, model=None, settings=None)
+    clock = VirtualClock(autojump=True)
+    client = SimulatedClient(CallScript(), clock=clock)
+    call = await factory(client, engines, clock, lambda event: None)
+    try:
+        _assert_tuned(call.session.settings)
+        assert call.session.settings.echo_gate is False
+    finally:
+        await call.aclose()

@@ -136,3 +136,48 @@ def test_a_test_run_never_fetches_litellms_cost_map(pytester: pytest.Pytester,
     pytester.makepyfile(NO_NETWORK)
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
     result.assert_outcomes(passed=1)
+
+
+def test_the_fixtures_and_run_call_take_the_environments_end_of_turn(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """VOXFLOW_END_OF_TURN chooses the kit's end of turn as it chooses the CLI's: the
+    ``voice_engines`` fixture loads the model and ``run_call`` (``settings=None``) takes the
+    voice settings the variables ask for (issue 32: the CLI honoured it, the kit did not)."""
+    monkeypatch.setenv("VOXFLOW_END_OF_TURN", "smart-turn")
+    monkeypatch.setenv("VOXFLOW_MAX_END_OF_TURN_SILENCE", "1.4")
+    pytester.makeini(INI)
+    pytester.makepyfile("""
+        from voxflow_adapters.testkit.scenario import run_call
+        from voxflow_adapters.testkit.script import CallScript
+        from voxflow_voice.engines.end_of_turn import SmartTurn
+        from voxflow_voice.session import VoiceSettings
+        from voxflow.settings import Settings
+        from voxflow.testing import Acknowledger
+        from voxflow.turns import TurnRunner
+
+        WANTED = VoiceSettings.from_settings(
+            Settings(end_of_turn="smart-turn", max_end_of_turn_silence=1.4))
+
+        def test_the_fixture_loads_the_model(voice_engines):
+            assert isinstance(voice_engines.end_of_turn, SmartTurn)
+
+        import pytest
+
+        @pytest.mark.asyncio
+        async def test_run_call_takes_the_environments_settings(voice_engines):
+            seen = []
+            call = await run_call(TurnRunner(Acknowledger()),
+                                  CallScript().user_says(0.3, "Hello there."), voice_engines,
+                                  on_session=seen.append)
+            assert seen[0].settings == WANTED
+            assert call.transcripts() == ["Hello there."]
+
+        def test_the_call_runner_too(voice_call):
+            seen = []
+            voice_call(Acknowledger(), CallScript().user_says(0.3, "Hello there."),
+                       on_session=seen.append)
+            assert seen[0].settings == WANTED
+    """)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+    result.assert_outcomes(passed=3)

@@ -1,7 +1,9 @@
 """voxflow's settings: one validated model, read from ``VOXFLOW_*`` variables at the edge.
 
-Library code never reads the environment; the CLI builds :class:`Settings` with
-:meth:`Settings.from_env` and passes values on. Command-line options override the
+The CLI builds :class:`Settings` with :meth:`Settings.from_env` and passes values on; an
+entry point given no settings (``run_call``, the pytest plugin's fixtures, the demo, chat,
+serve and phone functions) reads them the same way, so tests and production take the same
+turns; other library code never reads the environment. Command-line options override the
 environment, which overrides the defaults. A ``VOXFLOW_*`` variable that nothing reads
 (a misspelling) is named at start-up, with the closest known one
 (:meth:`Settings.unknown_variables`).

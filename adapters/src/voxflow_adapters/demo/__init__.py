@@ -39,7 +39,7 @@ def load_engines(
 ) -> VoiceEngines:
     """Load the engines ``settings`` name (STT, TTS, VAD and any end-of-turn model) with a
     progress bar (once per process)."""
-    settings = settings if settings is not None else Settings()
+    settings = settings if settings is not None else Settings.from_env()
     columns = (TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn())
     with Progress(*columns, console=console, transient=False) as progress:
         task = progress.add_task("loading models", total=4 if settings.judges_end_of_turn else 3)
@@ -143,7 +143,7 @@ def run_voice_demo(
     ``settings`` supplies the STT model, the voice and the turn-taking times
     (``VOXFLOW_*`` variables, see :mod:`voxflow.settings`).
     """
-    settings = settings if settings is not None else Settings()
+    settings = settings if settings is not None else Settings.from_env()
     console = Console(stderr=json_output)
     out_dir = Path(out)
     wavs = None

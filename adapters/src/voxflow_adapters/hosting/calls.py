@@ -70,7 +70,8 @@ what the outage held back (then it is logged as not saved)."""
 
 def webrtc_voice_settings(settings: Settings | None = None) -> VoiceSettings:
     """The voice settings of browser calls: turn taking and speculative replies from
-    ``settings`` (``VOXFLOW_*``; defaults if None), the server-side echo gate off.
+    ``settings`` (None: the ``VOXFLOW_*`` variables, as every entry point), the server-side
+    echo gate off.
 
     The page asks for the microphone with ``echoCancellation`` on, so the browser cancels
     the assistant's voice where it is actually played; the server-side gate would only see
@@ -80,13 +81,13 @@ def webrtc_voice_settings(settings: Settings | None = None) -> VoiceSettings:
     Raises:
         TypeError: ``settings`` is not a :class:`~voxflow.settings.Settings`.
     """
-    settings = settings if settings is not None else Settings()
+    settings = settings if settings is not None else Settings.from_env()
     return VoiceSettings.from_settings(settings, echo_gate=False)
 
 
-WEBRTC_VOICE_SETTINGS = webrtc_voice_settings()
-"""Voice settings of browser calls unless a factory is given others (the defaults of
-:func:`webrtc_voice_settings`)."""
+WEBRTC_VOICE_SETTINGS = webrtc_voice_settings(Settings())
+"""The default voice settings of browser calls (no ``VOXFLOW_*`` variable read: a factory
+given no settings takes :func:`webrtc_voice_settings` of the environment when made)."""
 
 
 class ResumeUnavailableError(LookupError):
@@ -163,16 +164,17 @@ def flow_call_factory(
     """Calls answered by a fresh ``flow_class()`` each, wired like every entry point
     (:class:`~voxflow.wiring.AssistantWiring`: reply queue, background jobs and
     announcements when its state has them); ``settings``: the voice settings of every
-    call, :data:`WEBRTC_VOICE_SETTINGS` if None; ``job_queue``: the background jobs of
-    persisted calls run in job-worker processes (``voxflow jobs worker``) and their
-    updates come back through the session's inbox (None: in the call's process).
+    call, :func:`webrtc_voice_settings` (the ``VOXFLOW_*`` variables) if None;
+    ``job_queue``: the background jobs of persisted calls run in job-worker processes
+    (``voxflow jobs worker``) and their updates come back through the session's inbox
+    (None: in the call's process).
 
     Raises:
         TypeError: ``flow_class`` is not a class.
     """
     if not isinstance(flow_class, type):
         raise TypeError(f"flow_class must be a Flow class, got {type(flow_class).__name__}")
-    settings = settings if settings is not None else WEBRTC_VOICE_SETTINGS
+    settings = settings if settings is not None else webrtc_voice_settings()
 
     async def make(
         transport: AudioTransport, engines: VoiceEngines, clock: Clock, on_event: EventSink,
@@ -270,7 +272,7 @@ def assistant_call_factory(
 
     Args:
         model: a litellm model for open questions (None: rule-based, no key needed).
-        settings: voice settings of every call (:data:`WEBRTC_VOICE_SETTINGS` if None).
+        settings: voice settings of every call (:func:`webrtc_voice_settings` if None).
         work_seconds: how long an order lookup takes (the example's default if None).
         job_queue: run the lookups in job-worker processes (see :func:`flow_call_factory`).
     """

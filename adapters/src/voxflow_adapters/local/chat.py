@@ -352,13 +352,13 @@ def chat_voice_settings(
     settings: Settings | None = None, *, headphones: bool = False
 ) -> VoiceSettings:
     """The voice settings of ``voxflow chat --voice`` sessions: turn taking and speculative
-    replies from ``settings`` (``VOXFLOW_*``; defaults if None), the echo gate on for
-    speakers and off for ``headphones``.
+    replies from ``settings`` (``VOXFLOW_*``; the environment's if None), the echo gate on
+    for speakers and off for ``headphones``.
 
     Raises:
         TypeError: ``settings`` is not a :class:`~voxflow.settings.Settings`.
     """
-    settings = settings if settings is not None else Settings()
+    settings = settings if settings is not None else Settings.from_env()
     return VoiceSettings.from_settings(settings, echo_gate=not headphones)
 
 
@@ -409,13 +409,13 @@ def run_voice_chat(
 ) -> int:
     """Talk to ``flow`` (``path.py:Class``; the example assistant if None) until ``q``.
 
-    ``settings`` (``VOXFLOW_*``, see :mod:`voxflow.settings`; defaults if None) supplies
-    the STT model, the voice, the turn-taking times and speculative replies.
+    ``settings`` (``VOXFLOW_*``, see :mod:`voxflow.settings`; the environment's if None)
+    supplies the STT model, the voice, the turn-taking times and speculative replies.
 
     Returns:
         the exit code: 0 done, 1 the devices or models failed, 2 bad input.
     """
-    settings = settings if settings is not None else Settings()
+    settings = settings if settings is not None else Settings.from_env()
     if not isinstance(settings, Settings):
         raise TypeError(f"settings must be voxflow Settings, got {type(settings).__name__}")
     try:

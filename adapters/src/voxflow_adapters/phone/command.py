@@ -49,7 +49,7 @@ def run_phone(
     announce: Callable[[str], None] | None = None,
 ) -> int:
     """Serve phone calls until interrupted; returns the exit code."""
-    settings = settings if settings is not None else Settings()
+    settings = settings if settings is not None else Settings.from_env()
     say = announce if announce is not None else (lambda line: print(line, flush=True))
     token = os.environ.get(AUTH_TOKEN_ENV) or None
     if token is None and not no_signature:

@@ -92,12 +92,13 @@ def pytest_report_header(config: pytest.Config) -> str:
 
 @pytest.fixture(scope="session")
 def voice_engines() -> VoiceEngines:
-    """The bundled models, loaded once per test session (deterministic synthesis)."""
+    """The engines the ``VOXFLOW_*`` variables name (the defaults: the bundled models),
+    loaded once per test session, synthesis deterministic."""
     # the plugin loads in every pytest run of a project that installs it: the models
     # only when the fixture is used
     from voxflow_voice.engines import VoiceEngines
 
-    return VoiceEngines.load(deterministic=True)
+    return VoiceEngines.from_environment(deterministic=True)
 
 
 @pytest.fixture

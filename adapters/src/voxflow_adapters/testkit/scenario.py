@@ -55,6 +55,9 @@ async def run_call(
     included; closed after the call), an ``AssistantWiring`` of your own (its clock is the
     call's; you close it), or a bare ``TurnRunner`` (with ``replies``/``jobs`` if any).
     Runs on a deterministic :class:`~voxflow.clock.VirtualClock` unless ``clock`` is given.
+    ``settings``: the session's voice settings; None: those the ``VOXFLOW_*`` variables
+    ask for (:meth:`VoiceSettings.from_environment
+    <voxflow_voice.session.VoiceSettings.from_environment>`, as the CLI's entry points).
     ``on_session`` is called with the session before the call starts.
 
     Raises:
@@ -70,6 +73,8 @@ async def run_call(
         clock = clock if clock is not None else VirtualClock(autojump=True)
         wiring, owned = AssistantWiring(turns, clock=clock), True
     clock = clock if clock is not None else VirtualClock(autojump=True)
+    if settings is None:  # as every entry point: the VOXFLOW_* variables, else the defaults
+        settings = VoiceSettings.from_environment()
     client = SimulatedClient(script, clock=clock, tail=tail)
     try:
         await client.render(engines.tts)

@@ -191,8 +191,8 @@ def run_serve(
 ) -> int:
     """Run the server until interrupted; returns the exit code (2 for bad options).
 
-    ``settings`` (``VOXFLOW_*``, see :mod:`voxflow.settings`; defaults if None) supplies
-    the STT model, the voice, the turn-taking times and speculative replies.
+    ``settings`` (``VOXFLOW_*``, see :mod:`voxflow.settings`; the environment's if None)
+    supplies the STT model, the voice, the turn-taking times and speculative replies.
 
     ``role``: ``all`` (the page and the calls in this process), ``front-door`` (the page
     and ``POST /offer``, calls dispatched to workers) or ``worker`` (calls only, no HTTP
@@ -200,7 +200,7 @@ def run_serve(
     """
     if role not in ROLES:
         raise ValueError(f"role must be one of {', '.join(ROLES)}, got {role!r}")
-    settings = settings if settings is not None else Settings()
+    settings = settings if settings is not None else Settings.from_env()
     if not isinstance(settings, Settings):
         raise TypeError(f"settings must be voxflow Settings, got {type(settings).__name__}")
     try:

@@ -509,7 +509,7 @@ async def serve(
     where the calls' metrics go; ``listening``: called once the server listens."""
     ignore_closed_transport_errors(asyncio.get_running_loop())
     if engines is None:
-        engines = await asyncio.to_thread(VoiceEngines.load)
+        engines = await asyncio.to_thread(VoiceEngines.from_environment)
     server = WebRtcServer(factory, engines, settings=settings, store=store, metrics=metrics)
     async with server:
         if listening is not None:

@@ -10,7 +10,7 @@ own (``whisper``, ``piper``, ``silero``, ``energy``, ``smart-turn``).
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -180,6 +180,23 @@ class VoiceEngines:
         return cls.load(stt=settings.stt, tts=settings.tts, vad=settings.vad,
                         end_of_turn=settings.end_of_turn, deterministic=deterministic,
                         loading=loading)
+
+    @classmethod
+    def from_environment(
+        cls, environ: Mapping[str, str] | None = None, *, deterministic: bool = False,
+        loading: Callable[[EngineKind, ChosenEngine[Any]], None] | None = None,
+    ) -> VoiceEngines:
+        """Load the engines the ``VOXFLOW_*`` variables name (``os.environ`` if ``environ``
+        is None; blocking): :meth:`from_settings` of :meth:`Settings.from_env
+        <voxflow.settings.Settings.from_env>`, what every entry point not given engines
+        loads (the pytest plugin's ``voice_engines``, ``serve``).
+
+        Raises:
+            voxflow.settings.SettingsError: a variable's value is invalid.
+            voxflow.errors.EngineError, voxflow.errors.ModelNotFoundError: as :meth:`load`.
+        """
+        return cls.from_settings(Settings.from_env(environ), deterministic=deterministic,
+                                 loading=loading)
 
 
 def _choose(kind: EngineKind, given: object, settings: type[Any] | None = None,

@@ -3,6 +3,7 @@ a command's :class:`~voxflow.settings.Settings` (``VOXFLOW_*``) ask for."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -68,6 +69,24 @@ class VoiceSettings(BaseModel):
         values: dict[str, Any] = {"turn_detection": turn_detection,
                                   "speculative_replies": settings.speculative_replies}
         return cls.model_validate({**values, **overrides})
+
+    @classmethod
+    def from_environment(
+        cls, environ: Mapping[str, str] | None = None, **overrides: Any
+    ) -> VoiceSettings:
+        """The voice settings the ``VOXFLOW_*`` variables ask for (``os.environ`` if
+        ``environ`` is None): :meth:`from_settings` of :meth:`Settings.from_env
+        <voxflow.settings.Settings.from_env>`. Every entry point not given settings takes
+        these: ``run_call``, the pytest plugin's fixtures, ``voxflow demo``, ``chat --voice``,
+        ``serve`` and its call workers, ``phone``; the end-of-turn engine comes from the same
+        variables (:meth:`VoiceEngines.from_environment
+        <voxflow_voice.engines.VoiceEngines.from_environment>`).
+
+        Raises:
+            voxflow.settings.SettingsError: a variable's value is invalid.
+            pydantic.ValidationError: an override is unknown or out of range.
+        """
+        return cls.from_settings(Settings.from_env(environ), **overrides)
 
 
 DEFAULT_VOICE_SETTINGS = VoiceSettings()
