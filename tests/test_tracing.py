@@ -5,7 +5,9 @@ parent, on real litellm (``mock_response``); no message content unless opted in.
 from __future__ import annotations
 
 import http.server
+import io
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -20,6 +22,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from tests.otel import by_name, children, spans
 from voxflow import LLM, Agent, Flow, listen, telemetry
 from voxflow.conversation import RouterContext
+from voxflow.logs import configure_logging
 from voxflow.turns import TurnState
 
 pytestmark = pytest.mark.unit
@@ -34,9 +37,17 @@ def order_status(order_id: str) -> str:
     return {"417": "shipped on Monday"}.get(order_id, "unknown")
 
 
-def _shop() -> Flow[TurnState]:
+def logged_order_status(order_id: str) -> str:
+    """The shipping status of an order."""
+    logging.getLogger("shop").info("looking up order")
+    return order_status(order_id)
+
+
+def _shop(*, log: bool = False) -> Flow[TurnState]:
+    tool = logged_order_status if log else order_status
+    tool.__name__ = "order_status"
     clerk = Agent(
-        "Shipping clerk", "Tell customers where their orders are", tools=[order_status],
+        "Shipping clerk", "Tell customers where their orders are", tools=[tool],
         llm=LLM("openai/gpt-4o-mini", temperature=0.2, mock_response=[
             {"tool_calls": [{"name": "order_status", "arguments": {"order_id": "417"}}]},
             "Order 417 shipped on Monday.",
@@ -206,3 +217,28 @@ def test_the_otel_variables_send_spans_by_otlp_to_the_configured_collector(
     assert sorted(names) == sorted([
         "voxflow.handler", "invoke_agent Shipping clerk", "chat openai/gpt-4o-mini",
         "execute_tool order_status", "chat openai/gpt-4o-mini"])
+
+
+def test_a_turns_log_lines_carry_its_session_and_span(
+    spans: InMemorySpanExporter,
+) -> None:
+    """Item 3: a line logged while a turn runs (here by a tool) names the session, and,
+    tracing on, the trace and span it was logged in: the tool's."""
+    stream = io.StringIO()
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    configure_logging("INFO", "json", stream=stream)
+    try:
+        flow = _shop(log=True)
+        flow.handle_turn("Where is order 417?")
+    finally:
+        for handler in list(root.handlers):
+            if handler not in handlers:
+                root.removeHandler(handler)
+        root.setLevel(level)
+    (line,) = [json.loads(x) for x in stream.getvalue().splitlines()
+               if "looking up order" in x]
+    (tool,) = by_name(spans.get_finished_spans(), "execute_tool order_status")
+    assert line["session_id"] == str(flow.state.id)
+    assert line["trace_id"] == f"{tool.context.trace_id:032x}"
+    assert line["span_id"] == f"{tool.context.span_id:016x}"

@@ -6,8 +6,11 @@ real litellm (``mock_response``), on virtual time. No words in any span by defau
 
 from __future__ import annotations
 
+import io
 import json
+import logging
 from collections.abc import Iterator, Sequence
+from typing import Literal
 
 import opentelemetry.trace as ot
 import pytest
@@ -19,8 +22,9 @@ from voxflow_adapters.testkit.scenario import run_call
 from voxflow_adapters.testkit.script import CallScript
 from voxflow_voice.engines import VoiceEngines
 
-from voxflow import LLM, ConversationConfig, Flow, telemetry
-from voxflow.logs import bind_log_context
+from voxflow import LLM, ConversationConfig, Flow, listen, telemetry
+from voxflow.conversation import RouterContext
+from voxflow.logs import bind_log_context, configure_logging
 from voxflow.turns import TurnState
 
 pytestmark = pytest.mark.models
@@ -132,3 +136,49 @@ async def test_the_words_are_in_the_turn_only_when_opted_in(
     story = next(s for s in spans.get_finished_spans() if s.name == "voxflow.turn")
     assert "story" in story.attributes["voxflow.transcript"].lower()
     assert story.attributes["voxflow.heard_text"]
+
+
+async def test_a_calls_log_lines_carry_its_call_session_turn_and_span(
+    engines: VoiceEngines, spans: InMemorySpanExporter,
+) -> None:
+    """Item 3: a line the flow logs while it answers names the call, the session, the
+    turn, and the trace and span it was logged in (the turn's handler), in JSON lines."""
+
+    class Logged(Flow[TurnState]):
+        conversational = True
+
+        def route_turn(self, context: RouterContext) -> Literal["answer"]:
+            return "answer"
+
+        @listen("answer")
+        def handle_answer(self) -> str:
+            logging.getLogger("shop").info("answering")
+            return "Two teas, coming up."
+
+    stream = io.StringIO()
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    configure_logging("INFO", "json", stream=stream)
+    try:
+        bind_log_context(call_id="call-9")
+        flow = Logged()
+        await run_call(flow, CallScript().user_says(0.3, "Two teas, please."), engines)
+    finally:
+        for handler in list(root.handlers):
+            if handler not in handlers:
+                root.removeHandler(handler)
+        root.setLevel(level)
+    lines = [json.loads(x) for x in stream.getvalue().splitlines() if "answering" in x]
+    assert lines  # (a reply prepared in a pause and dropped when the user went on: two)
+    finished = spans.get_finished_spans()
+    by_id = {f"{s.context.span_id:016x}": s for s in finished}
+    for line in lines:
+        handler = by_id[line["span_id"]]
+        assert handler.name == "voxflow.handler"
+        assert line["trace_id"] == f"{handler.context.trace_id:032x}"
+        assert handler.parent is not None
+        turn = by_id[f"{handler.parent.span_id:016x}"]
+        assert turn.name == "voxflow.turn"
+        assert line["call_id"] == "call-9"
+        assert line["session_id"] == turn.attributes["voxflow.session_id"]
+        assert line["turn_id"] == turn.attributes["voxflow.turn_id"]

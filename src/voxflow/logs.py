@@ -9,21 +9,29 @@ well in a terminal and can be queried in production.
 :func:`bind_log_context` ties identities to the running task and every task it starts
 afterwards (a context variable): a server binds ``call_id`` when a call begins, and every
 line logged for that call (its peer, its voice session, the libraries they use) carries
-it without passing ``extra=`` everywhere.
+it without passing ``extra=`` everywhere; :func:`log_scope` binds them for a block (a
+voice session binds ``session_id`` for the call and ``turn_id`` for each turn, a job
+worker ``session_id`` and ``job_id`` for each job). When tracing is on
+(:mod:`voxflow.telemetry`), a line logged inside a span carries its ``trace_id`` and
+``span_id`` too, so a line leads to its trace and back.
 """
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import datetime
 import json
 import logging
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any, Literal, TextIO
+
+from . import telemetry
 
 __all__ = [
     "JsonFormatter", "TextFormatter", "bind_log_context", "configure_logging", "log_context",
+    "log_scope",
 ]
 
 LogFormat = Literal["text", "json"]
@@ -48,6 +56,30 @@ _context: contextvars.ContextVar[Mapping[str, str]] = contextvars.ContextVar(
 )
 
 
+def _check(ids: Mapping[str, str]) -> None:
+    for name, value in ids.items():
+        if name in _STANDARD or name.startswith("_"):
+            raise ValueError(f"log context name {name!r} is a LogRecord attribute")
+        if not isinstance(value, str):
+            raise TypeError(f"log context {name} must be a str, got {type(value).__name__}")
+
+
+@contextlib.contextmanager
+def log_scope(**ids: str) -> Iterator[None]:
+    """:func:`bind_log_context` for the block only (a call's session, a turn): the
+    identities bound before it are back when it ends.
+
+    Raises:
+        ValueError, TypeError: as :func:`bind_log_context`.
+    """
+    _check(ids)
+    token = _context.set({**_context.get({}), **ids})
+    try:
+        yield
+    finally:
+        _context.reset(token)
+
+
 def bind_log_context(**ids: str) -> None:
     """Add ``ids`` (e.g. ``call_id="call-3"``) to every record logged from now on by this
     task and by the tasks it starts afterwards; an id given with ``extra=`` wins.
@@ -56,11 +88,7 @@ def bind_log_context(**ids: str) -> None:
         ValueError: a name is not a plain identifier or clashes with a LogRecord attribute.
         TypeError: a value is not a string.
     """
-    for name, value in ids.items():
-        if name in _STANDARD or name.startswith("_"):
-            raise ValueError(f"log context name {name!r} is a LogRecord attribute")
-        if not isinstance(value, str):
-            raise TypeError(f"log context {name} must be a str, got {type(value).__name__}")
+    _check(ids)
     _context.set({**_context.get({}), **ids})
 
 
@@ -76,6 +104,9 @@ class _ContextFilter(logging.Filter):
         for name, value in _context.get({}).items():
             if name not in record.__dict__:
                 setattr(record, name, value)
+        ids = telemetry.current_trace_ids()  # the span the line was logged in, if traced
+        if ids is not None and "trace_id" not in record.__dict__:
+            record.trace_id, record.span_id = ids
         return True
 
 

@@ -78,6 +78,7 @@ from voxflow.flow.parts import FlowPart
 from voxflow.flow.state import load_state_like, stamp_id
 from voxflow.ids import SessionId
 from voxflow.llm import LLMEvent, observe_llm
+from voxflow.logs import log_scope
 
 if TYPE_CHECKING:
     from pydantic import BaseModel
@@ -237,6 +238,7 @@ class Conversation(FlowPart):
         self._state_before_restore = flow.state
         tracer = self._session_tracer()
         with contextlib.ExitStack() as stack:
+            stack.enter_context(log_scope(session_id=str(session_id)))  # its every line
             if host.streaming:
                 stack.enter_context(observe_llm(self._llm_frame))
             if tracer is not None:

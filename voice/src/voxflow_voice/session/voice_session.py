@@ -51,7 +51,7 @@ from typing import Any
 from voxflow.clock import Clock, MonotonicClock
 from voxflow.ids import DeliveryId, SessionId, TurnId, new_turn_id
 from voxflow.jobs import JobRunner
-from voxflow.logs import log_context
+from voxflow.logs import log_context, log_scope
 from voxflow.replies import DeliveryRecord, ReplyQueue
 from voxflow.turns import ReplyEvent, TurnRunner
 
@@ -212,7 +212,8 @@ class VoiceSession:
         """Listen, converse, observe and deliver until the transport's input ends."""
         if self._closed:
             raise RuntimeError("a VoiceSession runs once; create a new one per call")
-        with self._trace.call(log_context()):
+        # every line of the call says whose it is; its span carries the same ids
+        with log_scope(session_id=str(self.session_id)), self._trace.call(log_context()):
             await self._run()
 
     async def _run(self) -> None:
@@ -353,7 +354,8 @@ class VoiceSession:
         """Answer a committed turn (or, with ``spec``, a speculative one): False if the
         speculation was discarded, True once the reply settled."""
         turn_id = new_turn_id()
-        with self._trace.turn(turn_id, speech_end, speculative=spec is not None, text=text):
+        with log_scope(turn_id=str(turn_id)), self._trace.turn(
+                turn_id, speech_end, speculative=spec is not None, text=text):
             return await self._answer_turn(turn_id, text, speech_end, spec)
 
     async def _answer_turn(
