@@ -145,7 +145,7 @@ def test_specs_choose_an_engine_and_validate_its_options_without_loading_it() ->
 @pytest.mark.parametrize(("kind", "spec", "error", "said"), [
     ("stt", "whispr:base", UnknownEngineError,
      "no installed package registers 'whispr' (voxflow.stt); did you mean whisper? installed: "
-     "whisper"),
+     "whisper, whisper-streaming"),
     ("vad", "webrtc", UnknownEngineError, "installed: energy, silero"),
     ("stt", "whisper:beem_size=2", EngineOptionsError, "whisper takes no option 'beem_size' "
      "(did you mean beam_size?); its options: model, language, "),
@@ -177,7 +177,7 @@ def test_an_unknown_name_lists_what_is_installed(package: Package) -> None:
     package("my-engines", {"voxflow.stt": {"fixed": "{module}:fixed"}}, _FACTORIES)
     with pytest.raises(UnknownEngineError) as caught:
         choose_engine("stt", "vosk")
-    assert caught.value.available == ("fixed", "whisper")
+    assert caught.value.available == ("fixed", "whisper", "whisper-streaming")
     assert "installed: fixed, whisper" in str(caught.value)
 
 
@@ -261,7 +261,7 @@ def test_an_engine_that_fails_to_build_is_one_line_naming_its_package(
         "speech-to-text engine 'crashing' (from my-engines 1.0) failed to build (TypeError: "
         "incompatible constructor arguments. 1. Whisper(model_path: str)); fix it or report "
         "it to my-engines, or choose another engine (installed: crashing, unmodelled, "
-        "whisper)")
+        "whisper, whisper-streaming)")
     assert isinstance(caught.value.__cause__, TypeError)  # kept for a debugger
     with pytest.raises(EngineLoadError, match=r"failed to build \(TypeError: .*\); check its "
                                               r"options \(a model file or folder it cannot "

@@ -30,6 +30,7 @@ import numpy as np
 from ..audio import STT_SAMPLE_RATE, AudioChunk
 from ..engines.stt import Transcript
 from ..scheduler import Work, scheduled
+from .incremental_stt import WHOLE, IncrementalStt, PartialWords, _Detector
 from .turn_detector import UtterancePaused, UtteranceReady
 
 __all__ = ["EarlyTranscriber", "EarlyTranscriberStatistics", "Transcriber"]
@@ -83,6 +84,25 @@ class EarlyTranscriber:
         self._started = 0
         self._used = 0
         self._missed = 0
+        self.incremental: IncrementalStt | None = (
+            IncrementalStt(stt, call=self._call)  # type: ignore[arg-type]
+            if getattr(stt, "streaming", False) is True else None
+        )
+        """The partial decodes during speech, with a streaming engine
+        (:mod:`voxflow_voice.listen.incremental_stt`); ``None`` otherwise."""
+
+    def heard(self, audio: AudioChunk | np.ndarray, detector: _Detector) -> None:
+        """The frame just pushed to the turn detector ``detector``: with a streaming
+        engine, decode the speech under way (a no-op otherwise)."""
+        if self.incremental is not None and not self._closed:
+            self.incremental.heard(audio, detector)
+
+    @property
+    def partial(self) -> PartialWords | None:
+        """The words of the speech under way known so far (a streaming engine's partial
+        decodes: :class:`~voxflow_voice.listen.incremental_stt.PartialWords`); ``None``
+        without one, or before its first decode."""
+        return self.incremental.partial if self.incremental is not None else None
 
     def statistics(self) -> EarlyTranscriberStatistics:
         """Counters of speculation (started, used, missed)."""
@@ -183,7 +203,7 @@ class EarlyTranscriber:
         await self._settle_running()  # stale: let it finish rather than compete for CPU
         self._missed += 1
         with scheduled(Work(self._call, "urgent")):
-            return await self._stt.transcribe(event.audio)
+            return await self._transcribe(event)
 
     async def aclose(self) -> None:
         """Stop speculating and wait for the running transcription to end."""
@@ -195,14 +215,23 @@ class EarlyTranscriber:
         if running is not None:
             running[1].cancel()
             await asyncio.gather(running[1], return_exceptions=True)
+        if self.incremental is not None:
+            await self.incremental.aclose()
 
     def _start(self, event: UtterancePaused) -> None:
         self._started += 1
         self._work = Work(self._call, "speculative")
         with scheduled(self._work):
-            task = asyncio.create_task(self._stt.transcribe(event.audio), name="voice.early_stt")
+            task = asyncio.create_task(self._transcribe(event), name="voice.early_stt")
         self._running = (event, task)
         task.add_done_callback(functools.partial(self._finished, event))
+
+    async def _transcribe(self, event: UtterancePaused | UtteranceReady) -> Transcript | None:
+        if self.incremental is not None:
+            said = await self.incremental.final(event)
+            if said != WHOLE:
+                return said  # type: ignore[return-value]
+        return await self._stt.transcribe(event.audio)
 
     def _finished(self, event: UtterancePaused, task: asyncio.Task[Transcript | None]) -> None:
         if self._running is not None and self._running[1] is task:

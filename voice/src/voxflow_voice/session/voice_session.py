@@ -268,6 +268,7 @@ class VoiceSession:
                         audio, self._early.transcript_of, hold=partial(hold_clock, self.clock)):
                     for event in events:
                         await self._on_detector_event(event)
+                self._early.heard(audio, self._detector)  # a streaming STT's partial decodes
                 self._speculative.after_frame()
                 await self._overlap.arbitrate(self._reply)
             for event in self._detector.flush():

@@ -1,0 +1,269 @@
+"""Words while the user speaks: partial decodes during speech, the tail at the pause.
+
+:class:`IncrementalStt` drives a streaming engine
+(:class:`~voxflow_voice.engines.stt_streaming.StreamingWhisperStt`): fed every input frame
+with the turn detector's state (:meth:`IncrementalStt.heard`), it decodes the audio of the
+speech under way after the last cut whenever its previous decode is done and ``interval``
+of new audio came, commits the words two decodes agree on
+(:class:`~voxflow_voice.engines.stt_streaming.LocalAgreement`), and at the pause
+(:meth:`IncrementalStt.final`) decodes only the audio after the cut. Partial decodes are
+``speculative`` work on a model scheduler; none starts once the speech has paused (the
+final decode comes then). :attr:`IncrementalStt.partial` is what is known so far
+(:class:`PartialWords`), for the turn-taking judgement and a speculative reply.
+
+:meth:`IncrementalStt.final` returns :data:`WHOLE` when the utterance must be decoded whole:
+nothing committed, another utterance than the one followed, audio before the cut not
+the one decoded, a tail that ran away, or no words in a tail where the VAD heard speech.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+from typing import Any, Final, Protocol
+
+import numpy as np
+from numpy.typing import NDArray
+
+from ..audio import STT_SAMPLE_RATE, AudioChunk
+from ..engines.stt import Transcript
+from ..engines.stt_streaming import LocalAgreement, RunawayDecode, StreamingWhisperStt
+from ..scheduler import Work, scheduled
+from .turn_detector import UtterancePaused, UtteranceReady
+
+__all__ = ["WHOLE", "IncrementalStatistics", "IncrementalStt", "PartialWords"]
+
+WHOLE: Final = "whole"
+"""What :meth:`IncrementalStt.final` returns when the utterance must be decoded whole."""
+
+_log = logging.getLogger(__name__)
+
+_LEAD = round(0.3 * STT_SAMPLE_RATE)  # audio before the onset a first decode includes
+_KEEP = 2 * STT_SAMPLE_RATE  # audio kept before the onset (the utterance's pre-roll)
+_QUIET_AFTER = round(0.06 * STT_SAMPLE_RATE)  # silence after which no partial starts
+_TAIL_SPEECH = round(0.25 * STT_SAMPLE_RATE)  # VAD speech after the cut that must have words
+
+
+def _starts_with(text: str, prefix: str) -> bool:
+    words, start = text.split(), prefix.split()
+    return [_key(w) for w in words[: len(start)]] == [_key(w) for w in start]
+
+
+def _key(word: str) -> str:
+    return "".join(c for c in word.lower() if c.isalnum())
+
+
+def _join(committed: str, tail: str) -> str:
+    """The committed words and the tail's; the tail's first word in lower case when it
+    goes on a sentence (Whisper capitalizes what it decodes first)."""
+    first, _, rest = tail.partition(" ")
+    if (committed and committed[-1] not in ".?!" and first[:1].isupper()
+            and first[1:].islower() and first != "I" and not first.startswith("I'")):
+        tail = f"{first.lower()} {rest}".rstrip()
+    return f"{committed} {tail}"
+
+
+class _Detector(Protocol):
+    @property
+    def active_onset(self) -> int | None: ...
+    @property
+    def speech_end(self) -> int: ...
+    @property
+    def position(self) -> int: ...
+
+
+@dataclass(frozen=True, slots=True)
+class PartialWords:
+    """The words of the speech under way known so far.
+
+    Attributes:
+        onset_sample: the utterance's onset (the detector's ``active_onset``).
+        committed: the words the latest two decodes agree on (taken back only if the
+            next two do not: rarely, counted as a revision).
+        tentative: the latest decode's words after them (they may change).
+        upto_sample: the end of the audio the latest decode covered.
+    """
+
+    onset_sample: int
+    committed: str
+    tentative: str
+    upto_sample: int
+
+    @property
+    def text(self) -> str:
+        """Committed and tentative words together."""
+        return " ".join(t for t in (self.committed, self.tentative) if t)
+
+
+@dataclass(frozen=True, slots=True)
+class IncrementalStatistics:
+    """How the incremental path went.
+
+    Attributes:
+        partial_decodes: decodes run during speech.
+        tails: utterances finished by a tail decode.
+        whole: utterances decoded whole instead (see :data:`WHOLE`).
+        tail_seconds: audio decoded at the pause by the tails, in total.
+    """
+
+    partial_decodes: int
+    tails: int
+    whole: int
+    tail_seconds: float
+
+
+class IncrementalStt:
+    """Follows one input stream's speech with a streaming engine (see the module doc).
+
+    Args:
+        stt: the streaming engine.
+        call: the call its work is queued for on a model scheduler.
+    """
+
+    def __init__(self, stt: StreamingWhisperStt, *, call: str = "") -> None:
+        self._stt = stt
+        self._call = str(call)
+        self._interval = round(stt.settings.interval * STT_SAMPLE_RATE)
+        self._hold_back = round(stt.settings.hold_back * STT_SAMPLE_RATE)
+        self._frames: list[NDArray[np.float32]] = []
+        self._start = 0  # input sample of self._frames[0]
+        self._fed = 0  # input samples seen
+        self._agreement: LocalAgreement | None = None
+        self._decoded_to = 0
+        self._task: asyncio.Task[None] | None = None
+        self._partials = 0
+        self._tails = 0
+        self._whole = 0
+        self._tail_samples = 0
+        self.whole_reasons: dict[str, int] = {}
+        """Why utterances were decoded whole, counted by reason."""
+
+    def statistics(self) -> IncrementalStatistics:
+        """Counters so far."""
+        return IncrementalStatistics(self._partials, self._tails, self._whole,
+                                     self._tail_samples / STT_SAMPLE_RATE)
+
+    @property
+    def partial(self) -> PartialWords | None:
+        """The words of the speech under way known so far; ``None`` when idle or before
+        the first decode of it ended."""
+        ag = self._agreement
+        if ag is None or not ag.latest:
+            return None
+        return PartialWords(ag.onset, ag.text, " ".join(w.text for w in ag.tentative),
+                            self._decoded_to)
+
+    def heard(self, audio: AudioChunk | NDArray[Any], detector: _Detector) -> None:
+        """The frame just pushed to ``detector`` (the same samples, in order)."""
+        samples = (audio.samples() if isinstance(audio, AudioChunk)
+                   else np.asarray(audio, dtype=np.float32).reshape(-1))
+        self._frames.append(samples)
+        self._fed += samples.size
+        onset = detector.active_onset
+        if onset is None:
+            self._agreement = None
+            self._drop_before(self._fed - _KEEP)
+            return
+        self._drop_before(onset - _KEEP)
+        ag = self._agreement
+        if ag is None or ag.onset != onset:
+            ag = self._agreement = LocalAgreement(
+                onset, max(self._start, onset - _LEAD), hold_back=self._hold_back)
+            self._decoded_to = ag.start
+        if self._task is not None or detector.position - detector.speech_end > _QUIET_AFTER:
+            return
+        if self._fed - self._decoded_to < self._interval:
+            return
+        self._partials += 1
+        end = self._fed
+        chunk = self._slice(ag.start, end)
+        with scheduled(Work(self._call, "speculative")):
+            self._task = asyncio.create_task(self._partial(ag, chunk, end),
+                                             name="voice.partial_stt")
+        self._task.add_done_callback(self._partial_done)
+
+    async def _partial(self, ag: LocalAgreement, chunk: NDArray[np.float32], end: int) -> None:
+        try:
+            words, _ = await self._run(self._stt.decode_words, chunk, ag.start, None)
+        except RunawayDecode:
+            return
+        if self._agreement is ag:
+            self._decoded_to = end
+            ag.update(words, end)
+
+    def _partial_done(self, task: asyncio.Task[None]) -> None:
+        if self._task is task:
+            self._task = None
+        if not task.cancelled():
+            task.exception()  # retrieved: a failed partial leaves the whole decode to do
+
+    async def final(self, event: UtterancePaused | UtteranceReady) -> Transcript | str | None:
+        """The transcript of the paused (or ended) utterance from the committed words and
+        its tail, or :data:`WHOLE` when it must be decoded whole."""
+        if self._task is not None:
+            await asyncio.gather(self._task, return_exceptions=True)
+        ag = self._agreement
+        audio = event.audio.samples()
+        first = event.audio.start_sample or 0
+        if (ag is None or not ag.committed or ag.onset != event.onset_sample
+                or not first <= ag.start < first + audio.size):
+            return self._decode_whole("not the utterance followed")
+        found = self._stt.tail_cut(audio[ag.start - first :], ag.latest, len(ag.committed),
+                                   ag.start)
+        if found is None:
+            return self._decode_whole("no quiet boundary")
+        kept, cut = found
+        lo = max(first, self._start)
+        if not cut < first + audio.size or not np.allclose(
+                self._slice(lo, cut), audio[lo - first : cut - first], atol=1.5 / 32768):
+            return self._decode_whole("other audio")
+        prompt = " ".join(w.text for w in ag.committed[:kept])
+        prefix = " ".join(w.text for w in ag.committed[kept:]) or None
+        tail = audio[cut - first :]
+        try:
+            said = await self._run(self._stt.decode_tail, tail, prompt, prefix)
+        except RunawayDecode:
+            return self._decode_whole("the tail ran away")
+        if said is None and event.end_sample - cut > _TAIL_SPEECH:
+            return self._decode_whole("no words in a spoken tail")
+        if prefix is not None and (said is None or not _starts_with(said.text, prefix)):
+            return self._decode_whole("forced words lost")  # never guess them
+        self._tails += 1
+        self._tail_samples += tail.size
+        duration = audio.size / STT_SAMPLE_RATE
+        if said is None:
+            return Transcript(prompt, duration, 0.0, 0.0)
+        text = f"{prompt} {said.text}" if prefix is not None else _join(prompt, said.text)
+        return Transcript(text.strip(), duration, said.no_speech_prob,
+                          said.avg_logprob)
+
+    def _decode_whole(self, why: str) -> str:
+        self._whole += 1
+        self.whole_reasons[why] = self.whole_reasons.get(why, 0) + 1
+        _log.debug("utterance decoded whole: %s", why)
+        return WHOLE
+
+    async def _run(self, fn: Any, *args: Any) -> Any:
+        scheduler = self._stt.scheduler
+        if scheduler is not None:
+            return await scheduler.run_on("stt", fn, *args)
+        return await asyncio.to_thread(fn, *args)
+
+    def _slice(self, start: int, end: int) -> NDArray[np.float32]:
+        if not self._frames:
+            return np.zeros(0, np.float32)
+        audio = np.concatenate(self._frames) if len(self._frames) > 1 else self._frames[0]
+        if len(self._frames) > 1:
+            self._frames = [audio]
+        return audio[max(0, start - self._start) : max(0, end - self._start)]
+
+    def _drop_before(self, sample: int) -> None:
+        while self._frames and self._start + self._frames[0].size <= sample:
+            self._start += self._frames[0].size
+            self._frames.pop(0)
+
+    async def aclose(self) -> None:
+        """Wait for the running partial decode (a thread cannot be stopped)."""
+        if self._task is not None:
+            await asyncio.gather(self._task, return_exceptions=True)

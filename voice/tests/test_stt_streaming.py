@@ -1,0 +1,215 @@
+"""Whisper made incremental (issue 33): words committed during speech, the tail at the pause.
+
+The agreement itself is model-free; the rest runs the real Silero VAD and Whisper tiny.en
+on speech from the bundled Piper voice and espeak-ng voices, each frame pushed as a
+session pushes it, every partial decode awaited before the next frame (a machine fast
+enough to keep up: the words are the same on a slower one, later). Each final is
+compared with Whisper's decode of the whole utterance.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import shutil
+import subprocess
+import wave
+from pathlib import Path
+
+import numpy as np
+import pytest
+from numpy.typing import NDArray
+from voxflow_voice import (
+    STT_SAMPLE_RATE,
+    EarlyTranscriber,
+    SileroVad,
+    TurnDetection,
+    TurnDetector,
+    UtterancePaused,
+    UtteranceReady,
+    WhisperStt,
+    resample,
+)
+from voxflow_voice.engines.registry import choose_engine
+from voxflow_voice.engines.stt_streaming import (
+    LocalAgreement,
+    StreamingSttSettings,
+    StreamingWhisperStt,
+    Word,
+)
+from voxflow_voice.listen.incremental_stt import PartialWords
+
+from .conftest import Speech
+
+CHUNK = 320  # 20 ms, as a session pushes
+
+
+def w(text: str, start: float, end: float) -> Word:
+    return Word(text, round(start * STT_SAMPLE_RATE), round(end * STT_SAMPLE_RATE))
+
+
+def test_two_decodes_commit_what_they_agree_on_from_the_start() -> None:
+    agreement = LocalAgreement(0, 0, hold_back=round(0.4 * STT_SAMPLE_RATE))
+    assert agreement.update([w("Book", 0.1, 0.4), w("a", 0.4, 0.5)], 16000) == []
+    second = [w("book", 0.1, 0.4), w("a", 0.4, 0.5), w("table.", 0.5, 0.9)]
+    committed = agreement.update(second, round(1.2 * STT_SAMPLE_RATE))
+    assert [x.text for x in committed] == ["book", "a"]  # case and punctuation aside
+    assert [x.text for x in agreement.tentative] == ["table."]
+    # "table" ends within hold_back of the audio's end: not trusted yet, however agreed
+    third = [w("book", 0.1, 0.4), w("a", 0.4, 0.5), w("table", 0.5, 0.9)]
+    assert agreement.update(third, round(1.25 * STT_SAMPLE_RATE)) == []
+    fourth = [*third, w("for", 0.9, 1.1)]
+    assert [x.text for x in agreement.update(fourth, 2 * STT_SAMPLE_RATE)] == ["table"]
+    assert agreement.text == "book a table" and agreement.revisions == 0
+
+
+def test_a_committed_word_two_decodes_no_longer_agree_on_is_taken_back_and_counted() -> None:
+    agreement = LocalAgreement(0, 0, hold_back=0)
+    agreement.update([w("at", 0, 0.2), w("seven", 0.2, 0.5)], 16000)
+    agreement.update([w("at", 0, 0.2), w("seven", 0.2, 0.5)], 16000)
+    assert agreement.text == "at seven"
+    agreement.update([w("at", 0, 0.2), w("730", 0.2, 0.9)], 16000)
+    assert agreement.text == "at" and agreement.revisions == 1
+
+
+def test_the_streaming_engine_is_registered_by_name() -> None:
+    chosen = choose_engine("stt", "whisper-streaming:tiny.en,interval=0.4")
+    assert isinstance(chosen.options, StreamingSttSettings)
+    assert chosen.options.interval == 0.4 and chosen.options.model == "tiny.en"
+
+
+def words(text: str | None) -> list[str]:
+    return re.sub(r"[^a-z0-9' ]+", " ", (text or "").lower()).split()
+
+
+def errors(reference: str, heard: str | None) -> int:
+    """Word edit distance (numbers as Whisper writes them aside: the sentences have none)."""
+    ref, hyp = words(reference), words(heard)
+    row = list(range(len(hyp) + 1))
+    for i, r in enumerate(ref, 1):
+        prev, row[0] = row[0], i
+        for j, h in enumerate(hyp, 1):
+            prev, row[j] = row[j], min(row[j] + 1, row[j - 1] + 1, prev + (r != h))
+    return row[-1]
+
+
+def espeak(tmp_path: Path, text: str, voice: str, rate: int) -> NDArray[np.float32]:
+    out = tmp_path / "say.wav"
+    subprocess.run(["espeak-ng", "-v", voice, "-s", str(rate), "-w", str(out), text],
+                   check=True, capture_output=True)
+    with wave.open(str(out), "rb") as f:
+        rate_hz = f.getframerate()
+        pcm = np.frombuffer(f.readframes(f.getnframes()), np.int16)
+    audio = resample(pcm.astype(np.float32) / 32768.0, rate_hz, STT_SAMPLE_RATE)
+    loud = np.flatnonzero(np.abs(audio) >= 0.01)
+    return audio[loud[0] : loud[-1] + 1].astype(np.float32)
+
+
+@pytest.fixture(scope="module")
+def streaming() -> StreamingWhisperStt:
+    return StreamingWhisperStt(StreamingSttSettings(model="tiny.en"))
+
+
+async def follow(
+    stt: StreamingWhisperStt, speech: NDArray[np.float32]
+) -> tuple[UtteranceReady, object, PartialWords | None, EarlyTranscriber]:
+    """Push ``speech`` (between silences) frame by frame; the final transcript, and the
+    words known when the pause was heard."""
+    detector = TurnDetector(SileroVad(), TurnDetection())
+    early = EarlyTranscriber(stt)
+    silence = np.zeros(STT_SAMPLE_RATE // 2, np.float32)
+    audio = np.concatenate([silence, speech, silence, silence, silence])
+    at_pause: PartialWords | None = None
+    for i in range(0, audio.size, CHUNK):
+        frame = audio[i : i + CHUNK]
+        for event in detector.push(frame):
+            if isinstance(event, UtterancePaused):
+                at_pause = early.partial
+                early.paused(event)
+            elif isinstance(event, UtteranceReady):
+                transcript = await early.final(event)
+                await early.aclose()
+                return event, transcript, at_pause, early
+        early.heard(frame, detector)
+        assert early.incremental is not None
+        running = early.incremental._task
+        if running is not None:
+            await asyncio.gather(running)
+    raise AssertionError("the turn never ended")
+
+
+SENTENCES = [
+    "Could you book me a table for four people tomorrow evening near the station",
+    "Please remind me to call my sister when I get home from work tonight",
+]
+
+
+@pytest.mark.models
+@pytest.mark.parametrize("text", SENTENCES)
+async def test_the_bundled_voice_is_finished_by_a_tail_with_the_whole_decode_words(
+    text: str, speech: Speech, streaming: StreamingWhisperStt, stt: WhisperStt
+) -> None:
+    audio = speech(text)
+    ready, transcript, at_pause, early = await follow(streaming, audio)
+    whole = stt.transcribe_sync(ready.audio)
+    assert whole is not None
+    assert at_pause is not None and len(words(at_pause.committed)) >= 4  # known at the pause
+    assert words(at_pause.text)[:4] == words(whole.text)[:4]
+    stats = early.incremental.statistics() if early.incremental else None
+    assert early.incremental is not None
+    assert stats is not None and (stats.tails, stats.whole) == (1, 0), (
+        early.incremental.whole_reasons)  # a tail, not the whole
+    assert stats.tail_seconds < ready.audio.duration / 2
+    assert words(getattr(transcript, "text", None)) == words(whole.text)
+
+
+@pytest.mark.models
+@pytest.mark.skipif(shutil.which("espeak-ng") is None,
+                    reason="espeak-ng is missing: apt-get install espeak-ng (.ci/run does)")
+@pytest.mark.parametrize(("voice", "rate"), [("en-us+f3", 150), ("en-gb+m3", 175)])
+async def test_other_voices_end_no_worse_than_the_whole_decode(
+    voice: str, rate: int, tmp_path: Path, streaming: StreamingWhisperStt, stt: WhisperStt
+) -> None:
+    audio = espeak(tmp_path, SENTENCES[1], voice, rate)
+    ready, transcript, _, early = await follow(streaming, audio)
+    whole = stt.transcribe_sync(ready.audio)
+    assert whole is not None
+    # the same words, or no more mistakes than the whole decode makes
+    heard = getattr(transcript, "text", None)
+    assert words(heard) == words(whole.text) or (
+        errors(SENTENCES[1], heard) <= errors(SENTENCES[1], whole.text)), (heard, whole.text)
+    assert early.incremental is not None and early.incremental.statistics().partial_decodes > 2
+
+
+@pytest.mark.models
+async def test_audio_unlike_what_was_decoded_is_decoded_whole(
+    speech: Speech, streaming: StreamingWhisperStt, stt: WhisperStt
+) -> None:
+    """The committed words belong to the audio decoded: a pause whose audio differs (here
+    altered after the fact) is decoded whole, never finished from the wrong words."""
+    audio = speech(SENTENCES[0])
+    detector = TurnDetector(SileroVad(), TurnDetection())
+    early = EarlyTranscriber(streaming)
+    padded = np.concatenate([np.zeros(8000, np.float32), audio, np.zeros(32000, np.float32)])
+    for i in range(0, padded.size, CHUNK):
+        frame = padded[i : i + CHUNK]
+        for event in detector.push(frame):
+            if isinstance(event, UtteranceReady):
+                other = speech("Turn off the lights in the kitchen and the hall please")
+                altered = UtteranceReady(
+                    type(event.audio).from_float(
+                        np.resize(other, event.audio.num_samples), STT_SAMPLE_RATE,
+                        start_sample=event.audio.start_sample),
+                    event.onset_sample, event.end_sample, event.truncated)
+                transcript = await early.final(altered)
+                assert early.incremental is not None
+                assert early.incremental.statistics().whole == 1
+                whole = stt.transcribe_sync(altered.audio)
+                assert words(getattr(transcript, "text", None)) == words(
+                    whole.text if whole else None)
+                await early.aclose()
+                return
+        early.heard(frame, detector)
+        if early.incremental is not None and early.incremental._task is not None:
+            await asyncio.gather(early.incremental._task)
+    raise AssertionError("the turn never ended")
