@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError, field_validator
 
+from voxflow import telemetry
 from voxflow.clock import Clock, MonotonicClock
 from voxflow.errors import JobPayloadError, PersistenceUnavailableError
 from voxflow.ids import JobId, SessionId, TurnId
@@ -102,6 +103,9 @@ class QueuedJob(BaseModel):
     revision: int = Field(ge=1)
     origin_turn_id: TurnId | None = Field(None, max_length=200)
     inputs: dict[str, JsonValue] = Field(default_factory=dict)
+    traceparent: str | None = Field(None, max_length=200)
+    """the W3C trace context of the turn that queued it (when tracing): the job worker's
+    span continues that trace"""
 
     @field_validator("inputs")
     @classmethod
@@ -248,8 +252,12 @@ class PostgresJobQueue:
         payload = QueuedJob.parse({
             "session_id": job.session_id, "job_id": job.job_id, "kind": job.kind,
             "revision": job.revision, "origin_turn_id": job.origin_turn_id,
-            "inputs": dict(job.inputs if inputs is None else inputs)})
-        return payload.model_dump(mode="json")
+            "inputs": dict(job.inputs if inputs is None else inputs),
+            "traceparent": telemetry.inject_context({}).get("traceparent")})
+        args = payload.model_dump(mode="json")
+        if args["traceparent"] is None:  # (not traced: the payload as before)
+            del args["traceparent"]
+        return args
 
     def enqueue(self, job: BackgroundJob, inputs: Mapping[str, Any] | None = None) -> int:
         """Queue ``job`` for a job worker (blocking: call it from a handler, which runs in
@@ -646,6 +654,20 @@ class PostgresJobQueue:
         except LookupError as exc:
             await publish("failed", error=str(exc))
             return
+        parent = telemetry.extract_context(
+            {"traceparent": queued.traceparent} if queued.traceparent else None)
+        with telemetry.trace_span(f"voxflow.job {queued.kind}", {
+                "voxflow.job_id": str(queued.job_id), "voxflow.job_kind": queued.kind,
+                "voxflow.session_id": str(queued.session_id), "voxflow.attempt": attempt},
+                kind="consumer", context=parent):
+            await self._run_job_traced(queued, record, attempt, clock, format_error,
+                                       stop_requested, publish, progress, function)
+
+    async def _run_job_traced(self, queued: QueuedJob, record: BackgroundJob, attempt: int,
+                              clock: Clock, format_error: Callable[[BaseException], str],
+                              stop_requested: Callable[[], bool], publish: Callable[..., Any],
+                              progress: Callable[[BackgroundJob, str], Any],
+                              function: Any) -> None:
         await publish("started")
         began = time.monotonic()
         logger.info("job started", extra={"kind": queued.kind, "attempt": attempt})

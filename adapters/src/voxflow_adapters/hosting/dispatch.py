@@ -95,6 +95,7 @@ CREATE TABLE IF NOT EXISTS voxflow_call_offers (
 );
 CREATE INDEX IF NOT EXISTS voxflow_call_offers_pending
     ON voxflow_call_offers (created_at) WHERE state = 'pending';
+ALTER TABLE voxflow_call_offers ADD COLUMN IF NOT EXISTS traceparent text;
 """
 
 _FIX = (f"check {DATABASE_URL_VARIABLE} (postgresql://user[:password]@host[:port]/database) "
@@ -158,6 +159,9 @@ class ClaimedOffer(BaseModel):
     sdp: str
     resume: str | None = Field(None, repr=False)
     """The ``resume`` object of the offer (JSON), if it goes on with a stored session."""
+    traceparent: str | None = Field(None, repr=False)
+    """The front door's trace context (W3C ``traceparent``), when it traces: the call's
+    spans continue its trace."""
 
 
 class OfferResult(BaseModel):
@@ -441,7 +445,8 @@ class DispatchStore:
         draining or its heartbeat is stale (nothing changes then)."""
         async def run(conn: psycopg.AsyncConnection[Any]) -> ClaimedOffer | None:
             offer = await (await conn.execute(
-                "SELECT offer_id, sdp, resume FROM voxflow_call_offers WHERE state = 'pending' "
+                "SELECT offer_id, sdp, resume, traceparent FROM voxflow_call_offers "
+                "WHERE state = 'pending' "
                 f"AND expires_at > {_NOW} ORDER BY created_at LIMIT 1 "
                 "FOR UPDATE SKIP LOCKED")).fetchone()
             if offer is None:
@@ -455,7 +460,8 @@ class DispatchStore:
             await conn.execute(
                 "UPDATE voxflow_call_offers SET state = 'claimed', worker_id = %s "
                 "WHERE offer_id = %s", (worker_id, offer[0]))
-            return ClaimedOffer(offer_id=offer[0], sdp=offer[1], resume=offer[2])
+            return ClaimedOffer(offer_id=offer[0], sdp=offer[1], resume=offer[2],
+                                traceparent=offer[3])
 
         result: ClaimedOffer | None = await self._run(run)
         return result
@@ -596,11 +602,12 @@ class DispatchStore:
         free: tuple[int, int] = await self._run(run)
         return free
 
-    async def post_offer(self, sdp: str, *, expires_in: float, resume: str | None = None
-                         ) -> str:
+    async def post_offer(self, sdp: str, *, expires_in: float, resume: str | None = None,
+                         traceparent: str | None = None) -> str:
         """Queue an offer for ``expires_in`` seconds and wake the workers; its id.
         ``resume``: the offer's resume object (JSON; its token is checked by the worker
         against the session's stored hash, and the row is deleted once answered).
+        ``traceparent``: the W3C trace context the worker's call spans continue.
 
         Raises:
             UnstorableTextError: the SDP or ``resume`` holds a NUL or a lone surrogate
@@ -613,9 +620,9 @@ class DispatchStore:
 
         async def run(conn: psycopg.AsyncConnection[Any]) -> None:
             await conn.execute(
-                "INSERT INTO voxflow_call_offers (offer_id, sdp, resume, created_at, "
-                f"expires_at) VALUES (%s, %s, %s, {_NOW}, {_NOW} + %s)",
-                (offer_id, sdp, resume, expires_in))
+                "INSERT INTO voxflow_call_offers (offer_id, sdp, resume, traceparent, "
+                f"created_at, expires_at) VALUES (%s, %s, %s, %s, {_NOW}, {_NOW} + %s)",
+                (offer_id, sdp, resume, traceparent, expires_in))
             await conn.execute("SELECT pg_notify(%s, %s)", (self.offers_channel, offer_id))
 
         await self._run(run)

@@ -22,6 +22,8 @@ import asyncio
 import contextlib
 import logging
 
+from voxflow import telemetry
+
 from ..hosting.dispatch import DispatchStore, DispatchUnavailableError, OfferResult
 from ..hosting.wire import ResumeRequest
 from .signaling import (
@@ -196,8 +198,12 @@ class FrontDoor(SignalingServer):
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.offer_timeout
         woken = asyncio.Event()
-        offer_id = await self.store.post_offer(sdp, expires_in=self.offer_timeout,
-                                               resume=resume)
+        with telemetry.trace_span("voxflow.dispatch", kind="producer"):
+            # the worker's call continues this trace (W3C traceparent in the offer's row)
+            carrier = telemetry.inject_context({})
+            offer_id = await self.store.post_offer(sdp, expires_in=self.offer_timeout,
+                                                   resume=resume,
+                                                   traceparent=carrier.get("traceparent"))
         self._waiting[offer_id] = woken
         done = False
         try:

@@ -66,6 +66,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from voxflow_voice.engines import VoiceEngines
 from voxflow_voice.events import ReplyInterrupted, SessionEvent, TurnMetrics
 
+from voxflow import telemetry
 from voxflow.clock import MonotonicClock
 from voxflow.errors import CapacityExceededError, FencedWriteError, SignalingError
 from voxflow.ids import SessionId
@@ -189,9 +190,11 @@ class WebRtcServer(SignalingServer):
         """Calls running plus offers being answered (what counts against ``max_calls``)."""
         return len(self._calls) + self._reserved
 
-    async def answer_offer(self, sdp: str, resume: ResumeRequest | None = None) -> OfferAnswer:
+    async def answer_offer(self, sdp: str, resume: ResumeRequest | None = None, *,
+                           trace_context: Any = None) -> OfferAnswer:
         """Start a call of this process for ``sdp`` (``resume``: going on with a stored
-        session).
+        session). ``trace_context``: the trace it continues (a front door's dispatch);
+        its ``voxflow.offer`` span, when tracing, is the parent of the call's spans.
 
         Raises:
             CallRefused: every slot is taken (503), the SDP is refused (400), a resume is
@@ -209,7 +212,10 @@ class WebRtcServer(SignalingServer):
             raise CallRefused(503, str(exc), "busy") from None
         self._reserved += 1
         try:
-            answer = await self._start_call(sdp, call_id, resume)
+            with telemetry.trace_span("voxflow.offer", {"voxflow.call_id": call_id,
+                                                        "voxflow.resume": resume is not None},
+                                      kind="server", context=trace_context):
+                answer = await self._start_call(sdp, call_id, resume)
         finally:
             self._reserved -= 1
             if call_id not in self._calls:

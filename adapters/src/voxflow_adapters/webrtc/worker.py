@@ -42,6 +42,7 @@ import threading
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
+from voxflow import telemetry
 from voxflow.ids import SessionId
 
 from ..hosting.dispatch import ClaimedOffer, DispatchStore, DispatchUnavailableError
@@ -532,7 +533,9 @@ class CallWorker:
         try:
             resume = (None if offer.resume is None
                       else ResumeRequest.model_validate_json(offer.resume))
-            answer = await self.host.answer_offer(offer.sdp, resume)
+            parent = telemetry.extract_context({"traceparent": offer.traceparent}
+                                               if offer.traceparent else None)
+            answer = await self.host.answer_offer(offer.sdp, resume, trace_context=parent)
         except CallRefused as exc:
             self.host.note_refusal(exc.key)  # (its metrics: no HTTP path counted it)
             await self._refuse(offer, exc.status, exc.reason)
