@@ -77,10 +77,12 @@ def paused(halves: tuple[NDArray[np.float32], ...], pause: float) -> NDArray[np.
 
 async def listen(detector: TurnDetector, audio: NDArray[np.float32], *,
                  seal_after: float | None = None, detach: bool = False,
-                 stt: WhisperStt | None = None) -> list[TurnDetectorEvent]:
+                 stt: WhisperStt | None = None, allow: bool = False
+                 ) -> list[TurnDetectorEvent]:
     """Push ``audio`` as a session does (each pause judged, with its words if ``stt``);
     ``seal_after``: seal each committed turn that many seconds after its commit (its
-    reply heard); ``detach``: detach every resumption (its turn could not be taken back)."""
+    reply heard); ``detach``: detach every resumption (its turn could not be taken back);
+    ``allow``: every committed turn may be continued (a session judged it unfinished)."""
     events: list[TurnDetectorEvent] = []
     seal_at: int | None = None
 
@@ -95,6 +97,8 @@ async def listen(detector: TurnDetector, audio: NDArray[np.float32], *,
         async for step in detector.apush(audio[start : start + CHUNK],
                                          words if stt is not None else None):
             for event in step:
+                if isinstance(event, UtteranceReady) and allow:
+                    assert detector.allow_continuation(event.end_sample)
                 if isinstance(event, UtteranceReady) and seal_after is not None:
                     seal_at = detector.position + round(seal_after * STT_SAMPLE_RATE)
                 if isinstance(event, TurnResumed) and detach:
@@ -272,3 +276,31 @@ def test_the_take_back_is_the_same_whatever_the_size_of_the_pushes(
     reference = events_of(CHUNK)
     assert [e.kind for e in reference].count("turn_resumed") == 1
     assert events_of(piece) == reference
+
+
+async def test_an_unfinished_turn_is_continued_within_continue_within_of_its_commit(
+    halves: tuple[NDArray[np.float32], ...], stt: WhisperStt
+) -> None:
+    """No grace: a committed turn is taken back by nothing, unless the caller judged it
+    unfinished (allow_continuation): then speech within ``continue_within`` of its commit
+    continues it, the next utterance carrying the whole; past the window it is a new turn."""
+    rules = TIMER.model_copy(update={"resume_grace": 0.0, "continue_within": 1.0})
+    plain = await listen(TurnDetector(SileroVad(), rules), paused(halves, 0.8))
+    assert len(turns(plain)) == 2 and not [e for e in plain if isinstance(e, TurnResumed)]
+    detector = TurnDetector(SileroVad(), rules)
+    events = await listen(detector, paused(halves, 0.8), allow=True)
+    [resumed] = [e for e in events if isinstance(e, TurnResumed)]
+    first, whole = [e for e in events if isinstance(e, UtteranceReady)]
+    assert resumed.end_sample == first.end_sample
+    assert resumed.onset_sample - resumed.committed_at > round(0.5 * STT_SAMPLE_RATE)
+    assert whole.audio.start_sample == first.audio.start_sample
+    assert turns(events) == [whole]
+    text = await text_of(stt, whole)
+    assert "flight" in text and second_half(text)
+    # Past the window: a new turn, even allowed.
+    late = await listen(TurnDetector(SileroVad(), rules), paused(halves, 1.6), allow=True)
+    assert len(turns(late)) == 2 and not [e for e in late if isinstance(e, TurnResumed)]
+    # Off: never.
+    off = TurnDetector(SileroVad(), rules.model_copy(update={"continue_within": 0.0}))
+    assert not off.allow_continuation(0)
+    assert len(turns(await listen(off, paused(halves, 0.8)))) == 2

@@ -95,6 +95,15 @@ class TurnDetection(BaseModel):
         "end continues it (TurnResumed) unless the caller sealed it; 0: never",
     )
 
+    continue_within: float = Field(
+        1.0, ge=0, le=5,
+        description="after a turn ended unfinished (its words, or the end-of-turn model, "
+        "say more was coming), speech starting within this time (s) of the turn's end "
+        "(its commit) continues it, even once its reply was heard: the reply is cut (its "
+        "heard part kept) and the turn answered again with all its words "
+        "(TurnDetector.allow_continuation; the session judges 'unfinished'); 0: never",
+    )
+
     judge_continuation: bool = Field(
         True, description="in a resumed turn, the model judges the continuation's audio "
         "(the part before was judged complete already) instead of the whole",

@@ -54,6 +54,14 @@ that starts within that window brings :class:`TurnResumed` (before its
 next :class:`UtteranceReady` carries the whole of it, pause included, and the model
 judges the whole of it. A caller that cannot take the turn back any more (its reply was
 heard meanwhile) calls :meth:`TurnDetector.detach`: the speech is a new utterance.
+
+Continuations (``continue_within``): a turn the caller judged unfinished (its words end
+on "... a table for", or the model judged its last pause incomplete) may be continued
+even after its reply was heard. The caller says so with
+:meth:`TurnDetector.allow_continuation`; speech that starts within ``continue_within`` of
+the turn's commit then brings :class:`TurnResumed` as above, and the utterance goes on
+from the committed turn's onset. Without that call a turn is resumable only within
+``resume_grace``; the audio is kept for the longer of the two until :meth:`seal`.
 """
 
 from __future__ import annotations
@@ -170,6 +178,8 @@ class TurnDetector:
         self._decisions: list[EndOfTurnVerdict] = []
         self._backlog: deque[tuple[NDArray[np.float32], float]] = deque()  # after a pause
         self._grace = round(s.resume_grace * rate)
+        self._window = round(s.continue_within * rate)
+        self._continuable = False  # the provisional turn may be continued (the caller said)
         self._judged_from = 0  # in a resumed turn: where the continuation's audio starts
         # (onset, end, commit position) of the committed turn that may still be resumed
         self._provisional: tuple[int, int, int] | None = None
@@ -216,8 +226,25 @@ class TurnDetector:
     @property
     def provisional(self) -> int | None:
         """The end sample of the last committed turn while it may still be resumed
-        (``resume_grace``, not sealed); ``None`` otherwise."""
+        (``resume_grace``, or ``continue_within`` of its commit, not sealed; its audio is
+        kept that long); ``None`` otherwise."""
         return None if self._provisional is None else self._provisional[1]
+
+    def allow_continuation(self, end_sample: int) -> bool:
+        """The committed turn that ended at ``end_sample`` was unfinished: speech starting
+        within ``continue_within`` of its commit continues it (:class:`TurnResumed`), until
+        :meth:`seal`. True if that turn is still open (not sealed, not over)."""
+        if self._provisional is None or self._provisional[1] != end_sample or self._window <= 0:
+            return False
+        self._continuable = True
+        return True
+
+    def _resumable(self, onset: int) -> bool:
+        """Whether speech from ``onset`` continues the provisional turn."""
+        assert self._provisional is not None
+        _, turn_end, committed_at = self._provisional
+        return (onset - turn_end <= self._grace
+                or (self._continuable and onset - committed_at <= self._window))
 
     def seal(self) -> None:
         """The last committed turn stands: speech after it is a new turn (idempotent)."""
@@ -225,6 +252,7 @@ class TurnDetector:
             return
         committed_at = self._provisional[2]
         self._provisional = None
+        self._continuable = False
         self._drop_before(committed_at)  # as if idle from the commit on
         if self._state == "idle":
             self._trim_pre_roll()
@@ -434,6 +462,7 @@ class TurnDetector:
         self._judged_at = None
         self._undecided = None
         self._provisional = None
+        self._continuable = False
         self._judged_from = 0
         self._backlog.clear()
         self._recent.clear()
@@ -450,7 +479,8 @@ class TurnDetector:
         self._frames.append(frame)
         hiss = self._hiss is not None and self._hiss.push(frame)  # (its floor: every frame)
         if (self._provisional is not None and self._state == "idle"
-                and end - self._provisional[1] > self._grace):
+                and end - self._provisional[1] > self._grace
+                and end - self._provisional[2] > self._window):
             self.seal()  # (also trims the kept audio)
         if self._state == "idle":
             if prob >= s.threshold:
@@ -478,9 +508,10 @@ class TurnDetector:
             self._state = "speaking"
             if self._provisional is not None:
                 onset, turn_end, committed_at = self._provisional
-                if self._onset - turn_end <= self._grace:  # the committed turn goes on
+                if self._resumable(self._onset):  # the committed turn goes on
                     out.append(TurnResumed(turn_end, self._onset, end, committed_at))
                     self._provisional = None
+                    self._continuable = False
                     self._judged_from = max(self._onset - self._pre_roll, committed_at)
                     self._onset = onset
                 else:
@@ -557,7 +588,7 @@ class TurnDetector:
         """A turn ended at ``end_sample``: idle, its audio kept while it may be resumed."""
         frames, start, onset = self._frames, self._buffer_start, self._onset
         self._to_idle()
-        if self._grace > 0:
+        if self._grace > 0 or self._window > 0:
             self._provisional = (onset, end_sample, self._position)
             self._frames, self._buffer_start = frames, start
 
@@ -569,6 +600,7 @@ class TurnDetector:
 
     def _to_idle(self) -> None:
         self._provisional = None
+        self._continuable = False
         self._judged_from = 0
         self._timeout = self._max_wait
         self._state = "idle"
