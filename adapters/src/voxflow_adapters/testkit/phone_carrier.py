@@ -126,6 +126,8 @@ class SimulatedCarrier:
     """When each ``clear`` arrived (``time.monotonic()``)."""
     speech_onsets: list[float] = field(default_factory=list)
     """When the first sample of each :meth:`say` was sent."""
+    speech_ends: list[float] = field(default_factory=list)
+    """When the last frame of each :meth:`say` was sent."""
     first_audio: list[float] = field(default_factory=list)
     """When reply audio began to arrive after each quiet spell (> 0.5 s)."""
     received_samples: int = 0
@@ -249,10 +251,12 @@ class SimulatedCarrier:
         started = loop.time()
         tick = 0
         speaking = False
+        last_sent = 0.0
         while True:
             frame = self._say.popleft() if self._say else None
             if frame == b"":
                 speaking = False
+                self.speech_ends.append(last_sent)
                 frame = self._say.popleft() if self._say else None
             if frame is not None and not speaking:
                 speaking = True
@@ -263,6 +267,7 @@ class SimulatedCarrier:
             await self._send({"event": "media", "streamSid": self.stream_sid,
                               "media": {"track": "inbound", "chunk": str(tick),
                                         "timestamp": str(tick * 20), "payload": payload}})
+            last_sent = time.monotonic()
             await self._echo_played()
             self._play(FRAME)
             tick += 1
