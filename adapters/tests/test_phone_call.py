@@ -119,3 +119,22 @@ async def test_a_barge_in_clears_the_carrier_and_the_history_keeps_what_played(
     heard = words(cut.heard_text)
     assert heard == played[: len(heard)]
     assert abs(len(heard) - len(played)) <= 1, (heard, played)
+
+
+async def test_a_key_pressed_is_a_turn_the_flow_answers(
+    engines: VoiceEngines,
+    phone_call: Callable[[str], contextlib.AbstractAsyncContextManager[SimulatedCarrier]],
+) -> None:
+    """"Press 1 …": the digit reaches the flow as the user's text, and its answer plays."""
+    async with phone_server(engines) as (server, url, calls):
+        async with phone_call(url) as carrier:
+            await until(lambda: bool(calls))
+            await carrier.press("1")
+            await until(lambda: any(e.kind == "reply_finished"
+                                    for e in calls[0][1].session.events))
+        await until(lambda: server.calls == 0)
+    transport, call = calls[0]
+    committed = [e.text for e in call.session.events if isinstance(e, TurnCommitted)]
+    assert committed == ["1"]
+    assert call.flow.state.messages[-2].content == "1"  # the flow's history has the key
+    assert transport.statistics().dtmf == 1 and carrier.deliveries()

@@ -12,7 +12,10 @@
   :data:`~voxflow_adapters.hosting.calls.CallFactory` builds the flow and its
   ``VoiceSession`` over a :class:`~voxflow_adapters.phone.transport.PhoneTransport`; the
   carrier's ``stop`` (the caller hung up) or the socket closing ends the input, so the
-  session settles what was heard and returns, then the call's wiring closes.
+  session settles what was heard and returns, then the call's wiring closes. A key the
+  caller presses (``dtmf``) is a turn of its own: the flow gets the digit (``"1"``) as
+  the user's text (:meth:`~voxflow_voice.session.VoiceSession.submit_text`), answered
+  after the reply being said.
 
 The auth token is never logged nor shown (it is held by the validator only).
 """
@@ -244,6 +247,16 @@ class PhoneServer:
             logger.exception("could not start the call's session", extra={"call_id": call_id})
             return
         self._calls[call_id] = _PhoneCall(transport, call, events)
+        keys: set[asyncio.Task[None]] = set()
+
+        def pressed(digit: str) -> None:
+            # a key is the caller's turn: the flow reads the digit as the user's text
+            task = asyncio.get_running_loop().create_task(call.session.submit_text(digit),
+                                                          name=f"{call_id}.dtmf")
+            keys.add(task)
+            task.add_done_callback(keys.discard)
+
+        transport.on_dtmf = pressed
         if self.on_call is not None:
             self.on_call(transport, call)
         logger.info("phone call started", extra={"call_id": call_id})
@@ -261,9 +274,9 @@ class PhoneServer:
             logger.info("phone call reached its length limit", extra={"call_id": call_id})
         finally:
             transport.end_input()
-            for task in (reader, session):
+            for task in (reader, session, *keys):
                 task.cancel()
-            await asyncio.gather(reader, session, return_exceptions=True)
+            await asyncio.gather(reader, session, *keys, return_exceptions=True)
             if session.done() and not session.cancelled() and session.exception():
                 logger.error("the call's session failed", exc_info=session.exception(),
                              extra={"call_id": call_id})

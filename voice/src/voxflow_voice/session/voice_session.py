@@ -411,6 +411,28 @@ class VoiceSession:
         await self._speaker.settle_history(reply, played)
         self._overlap.forget(reply.delivery_id)
 
+    async def submit_text(self, text: str) -> None:
+        """Answer ``text`` as a committed user turn that came without speech (a phone
+        key press: ``"1"``), spoken like any answer, after the reply being said, if any.
+
+        The floor is the user's until its reply settles, as for an utterance.
+
+        Raises:
+            TypeError, ValueError: ``text`` is not a non-empty string.
+        """
+        if not isinstance(text, str):
+            raise TypeError(f"text must be a str, got {type(text).__name__}")
+        if not text.strip():
+            raise ValueError("text must be non-empty")
+        if self._closed or self._input_ended or self.turns.flow.state.ended:
+            return
+        self._floor.foreground_entered()
+        try:
+            async with self._speaking:
+                await self._answer(text, self.clock.now())
+        finally:
+            self._floor.foreground_left()
+
     def set_reply_policy(self, delivery_id: DeliveryId, policy: BargeInPolicy) -> None:
         """Override the session's barge-in policy for one reply (``interrupt``,
         ``ignore_backchannel`` or ``must_finish``), e.g. from ``on_event`` at its
