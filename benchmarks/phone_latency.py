@@ -24,7 +24,8 @@ story later, says "Stop, please.". The same lines go:
   words the session kept vs the words whose audio the carrier played, by re-synthesis).
 
 Targets (issue 34): phone voice to voice <= simulated + 40 ms; barge-in (caller's first
-speech sample → ``clear``) <= 80 ms median; 0 stale samples; heard history within one
+speech sample → ``clear``) <= 80 ms median (the lines are trimmed of Piper's own
+silence, so the first frame the carrier sends is speech); 0 stale samples; heard history within one
 word over >= 20 barge-ins (``--turns 20``).
 """
 
@@ -84,6 +85,8 @@ def _fmt(value: float | None) -> str:
 def speech(engines: VoiceEngines, text: str, folder: Path) -> Path:
     samples = np.concatenate([np.asarray(s.samples, np.float32)
                               for s in engines.tts.synthesize(text)])
+    loud = np.flatnonzero(np.abs(samples) > 0.01)  # Piper's own silence trimmed: the
+    samples = samples[loud[0] : loud[-1] + 1]      # first frame sent is speech
     path = folder / f"{''.join(c for c in text if c.isalpha())}.wav"
     write_wav(path, AudioChunk.from_float(samples, engines.tts.sample_rate))
     return path

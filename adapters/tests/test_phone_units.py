@@ -8,6 +8,9 @@ import asyncio
 import base64
 import contextlib
 import json
+import os
+import subprocess
+import sys
 import tracemalloc
 from collections.abc import AsyncIterator
 from xml.etree import ElementTree
@@ -275,3 +278,21 @@ async def test_the_phone_transport_keeps_the_transport_contract_with_the_carrier
     report = await check_transport(phone_line)
     assert report == {**{name: "passed" for name in CHECKS},
                       "mute": "skipped: the harness cannot mute"}  # (a phone has no mute)
+
+
+def _voxflow(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    clean = {k: v for k, v in os.environ.items() if k != "VOXFLOW_TWILIO_AUTH_TOKEN"}
+    return subprocess.run([sys.executable, "-m", "voxflow.cli", *args], env={**clean, **env},
+                          capture_output=True, text=True, timeout=120, check=False)
+
+
+def test_voxflow_phone_needs_the_auth_token_and_keeps_unsigned_calls_on_loopback() -> None:
+    helped = _voxflow("phone", "--help")
+    assert helped.returncode == 0 and "--public-url" in helped.stdout
+    unsigned = _voxflow("phone", "--port", "1")
+    assert unsigned.returncode == 2
+    assert "VOXFLOW_TWILIO_AUTH_TOKEN" in unsigned.stderr and "Traceback" not in unsigned.stderr
+    exposed = _voxflow("phone", "--no-signature", "--host", "0.0.0.0")
+    assert exposed.returncode == 2 and "loopback" in exposed.stderr
+    bad_url = _voxflow("phone", "--public-url", "example.com", VOXFLOW_TWILIO_AUTH_TOKEN="x")
+    assert bad_url.returncode == 2 and "https://" in bad_url.stderr

@@ -242,6 +242,12 @@ class PhoneCommand:
         if args.no_signature and settings.host not in ("127.0.0.1", "::1", "localhost"):
             raise UsageError("--no-signature accepts forged calls: only on a loopback "
                              "--host (127.0.0.1)")
+        import os  # (only phone reads its secret from the environment here)
+
+        if not args.no_signature and not os.environ.get("VOXFLOW_TWILIO_AUTH_TOKEN"):
+            raise UsageError("set VOXFLOW_TWILIO_AUTH_TOKEN to the carrier account's auth "
+                             "token (the webhook's signature is checked with it), or give "
+                             "--no-signature for a loopback trial")
         model = cli.check_assistant(settings, voice=True)
         settings = chosen_engines(args, settings, "phone")
         _check_listen(settings.host, settings.port)
