@@ -110,6 +110,12 @@ def streaming() -> StreamingWhisperStt:
     return StreamingWhisperStt(StreamingSttSettings(model="tiny.en"))
 
 
+@pytest.fixture(scope="module")
+def tails() -> StreamingWhisperStt:
+    """No decode when the speech pauses: the final is the committed words and a tail."""
+    return StreamingWhisperStt(StreamingSttSettings(model="tiny.en", closing_decode=False))
+
+
 async def follow(
     stt: StreamingWhisperStt, speech: NDArray[np.float32]
 ) -> tuple[UtteranceReady, object, PartialWords | None, EarlyTranscriber]:
@@ -147,10 +153,10 @@ SENTENCES = [
 @pytest.mark.models
 @pytest.mark.parametrize("text", SENTENCES)
 async def test_the_bundled_voice_is_finished_by_a_tail_with_the_whole_decode_words(
-    text: str, speech: Speech, streaming: StreamingWhisperStt, stt: WhisperStt
+    text: str, speech: Speech, tails: StreamingWhisperStt, stt: WhisperStt
 ) -> None:
     audio = speech(text)
-    ready, transcript, at_pause, early = await follow(streaming, audio)
+    ready, transcript, at_pause, early = await follow(tails, audio)
     whole = stt.transcribe_sync(ready.audio)
     assert whole is not None
     assert at_pause is not None and len(words(at_pause.committed)) >= 4  # known at the pause
@@ -164,14 +170,26 @@ async def test_the_bundled_voice_is_finished_by_a_tail_with_the_whole_decode_wor
 
 
 @pytest.mark.models
+async def test_a_decode_when_the_speech_pauses_is_the_final_with_nothing_left_to_decode(
+    speech: Speech, streaming: StreamingWhisperStt, stt: WhisperStt
+) -> None:
+    ready, transcript, _, early = await follow(streaming, speech(SENTENCES[0]))
+    whole = stt.transcribe_sync(ready.audio)
+    assert early.incremental is not None
+    stats = early.incremental.statistics()
+    assert (stats.covered, stats.tails, stats.whole) == (1, 0, 0)
+    assert words(getattr(transcript, "text", None)) == words(whole.text if whole else None)
+
+
+@pytest.mark.models
 @pytest.mark.skipif(shutil.which("espeak-ng") is None,
                     reason="espeak-ng is missing: apt-get install espeak-ng (.ci/run does)")
 @pytest.mark.parametrize(("voice", "rate"), [("en-us+f3", 150), ("en-gb+m3", 175)])
 async def test_other_voices_end_no_worse_than_the_whole_decode(
-    voice: str, rate: int, tmp_path: Path, streaming: StreamingWhisperStt, stt: WhisperStt
+    voice: str, rate: int, tmp_path: Path, tails: StreamingWhisperStt, stt: WhisperStt
 ) -> None:
     audio = espeak(tmp_path, SENTENCES[1], voice, rate)
-    ready, transcript, _, early = await follow(streaming, audio)
+    ready, transcript, _, early = await follow(tails, audio)
     whole = stt.transcribe_sync(ready.audio)
     assert whole is not None
     # the same words, or no more mistakes than the whole decode makes

@@ -61,6 +61,10 @@ class StreamingSttSettings(SttSettings):
     interval: float = Field(
         0.5, gt=0, le=10, description="new audio (s) between two decodes during speech"
     )
+    closing_decode: bool = Field(
+        True, description="when the speech pauses, decode all of it at once (the final "
+        "if the user stays silent); False: the final decodes the tail at the pause"
+    )
     hold_back: float = Field(
         0.4, ge=0, le=5, description="a word ending this close (s) to the audio's end is "
         "not committed yet"

@@ -7,9 +7,12 @@ speech under way after the last cut whenever its previous decode is done and ``i
 of new audio came, commits the words two decodes agree on
 (:class:`~voxflow_voice.engines.stt_streaming.LocalAgreement`), and at the pause
 (:meth:`IncrementalStt.final`) decodes only the audio after the cut. Partial decodes are
-``speculative`` work on a model scheduler; none starts once the speech has paused (the
-final decode comes then). :attr:`IncrementalStt.partial` is what is known so far
-(:class:`PartialWords`), for the turn-taking judgement and a speculative reply.
+``speculative`` work on a model scheduler. When the speech pauses (the VAD's first
+silent frame), one more decode covers all of it: if the user stays silent, that is the
+utterance's transcript when the pause is handed out (``covered``), with nothing left to
+decode; otherwise the tail after the committed words is decoded then.
+:attr:`IncrementalStt.partial` is what is known so far (:class:`PartialWords`), for the
+turn-taking judgement and a speculative reply.
 
 :meth:`IncrementalStt.final` returns :data:`WHOLE` when the utterance must be decoded whole:
 nothing committed, another utterance than the one followed, audio before the cut not
@@ -41,7 +44,7 @@ _log = logging.getLogger(__name__)
 
 _LEAD = round(0.3 * STT_SAMPLE_RATE)  # audio before the onset a first decode includes
 _KEEP = 2 * STT_SAMPLE_RATE  # audio kept before the onset (the utterance's pre-roll)
-_QUIET_AFTER = round(0.06 * STT_SAMPLE_RATE)  # silence after which no partial starts
+_CLOSING = round(0.2 * STT_SAMPLE_RATE)  # silence after which no decode starts
 _TAIL_SPEECH = round(0.25 * STT_SAMPLE_RATE)  # VAD speech after the cut that must have words
 
 
@@ -105,12 +108,15 @@ class IncrementalStatistics:
         tails: utterances finished by a tail decode.
         whole: utterances decoded whole instead (see :data:`WHOLE`).
         tail_seconds: audio decoded at the pause by the tails, in total.
+        covered: utterances whose last partial decode had heard all the speech (it
+            started when the speech paused): nothing decoded at the pause.
     """
 
     partial_decodes: int
     tails: int
     whole: int
     tail_seconds: float
+    covered: int = 0
 
 
 class IncrementalStt:
@@ -132,17 +138,20 @@ class IncrementalStt:
         self._agreement: LocalAgreement | None = None
         self._decoded_to = 0
         self._task: asyncio.Task[None] | None = None
+        self._task_end = 0  # the end of the audio the running partial decodes
         self._partials = 0
         self._tails = 0
         self._whole = 0
         self._tail_samples = 0
+        self._covered = 0
+        self._latest: tuple[LocalAgreement, int, Transcript | None] | None = None
         self.whole_reasons: dict[str, int] = {}
         """Why utterances were decoded whole, counted by reason."""
 
     def statistics(self) -> IncrementalStatistics:
         """Counters so far."""
         return IncrementalStatistics(self._partials, self._tails, self._whole,
-                                     self._tail_samples / STT_SAMPLE_RATE)
+                                     self._tail_samples / STT_SAMPLE_RATE, self._covered)
 
     @property
     def partial(self) -> PartialWords | None:
@@ -171,12 +180,19 @@ class IncrementalStt:
             ag = self._agreement = LocalAgreement(
                 onset, max(self._start, onset - _LEAD), hold_back=self._hold_back)
             self._decoded_to = ag.start
-        if self._task is not None or detector.position - detector.speech_end > _QUIET_AFTER:
+        if self._task is not None:
             return
-        if self._fed - self._decoded_to < self._interval:
+        silent = detector.position - detector.speech_end
+        if silent > 0:
+            # The speech paused: one decode of all of it (the pause's final, if the
+            # user stays silent), then none until the speech goes on.
+            if (silent > _CLOSING or self._decoded_to >= detector.speech_end
+                    or not self._stt.settings.closing_decode):
+                return
+        elif self._fed - self._decoded_to < self._interval:
             return
         self._partials += 1
-        end = self._fed
+        end = self._task_end = self._fed
         chunk = self._slice(ag.start, end)
         with scheduled(Work(self._call, "speculative")):
             self._task = asyncio.create_task(self._partial(ag, chunk, end),
@@ -185,11 +201,12 @@ class IncrementalStt:
 
     async def _partial(self, ag: LocalAgreement, chunk: NDArray[np.float32], end: int) -> None:
         try:
-            words, _ = await self._run(self._stt.decode_words, chunk, ag.start, None)
+            words, said = await self._run(self._stt.decode_words, chunk, ag.start, None)
         except RunawayDecode:
             return
         if self._agreement is ag:
             self._decoded_to = end
+            self._latest = (ag, end, said)
             ag.update(words, end)
 
     def _partial_done(self, task: asyncio.Task[None]) -> None:
@@ -201,22 +218,34 @@ class IncrementalStt:
     async def final(self, event: UtterancePaused | UtteranceReady) -> Transcript | str | None:
         """The transcript of the paused (or ended) utterance from the committed words and
         its tail, or :data:`WHOLE` when it must be decoded whole."""
-        if self._task is not None:
-            await asyncio.gather(self._task, return_exceptions=True)
         ag = self._agreement
+        if self._task is not None and (
+                self._task_end >= event.end_sample or (ag is not None and ag.committed)):
+            # it may hear all the speech, or commit more: worth its wait (else the whole
+            # decode starts now, beside it)
+            await asyncio.gather(self._task, return_exceptions=True)
         audio = event.audio.samples()
         first = event.audio.start_sample or 0
-        if (ag is None or not ag.committed or ag.onset != event.onset_sample
+        if (ag is None or ag.onset != event.onset_sample
                 or not first <= ag.start < first + audio.size):
             return self._decode_whole("not the utterance followed")
+        latest = self._latest
+        if (latest is not None and latest[0] is ag and latest[1] >= event.end_sample
+                and self._same_audio(event, ag.start, latest[1])):
+            # The latest partial decode heard all the speech (it started once the speech
+            # paused): it is the utterance's transcript.
+            self._covered += 1
+            said = latest[2]
+            return None if said is None else Transcript(
+                said.text, audio.size / STT_SAMPLE_RATE, said.no_speech_prob, said.avg_logprob)
+        if not ag.committed:
+            return self._decode_whole("nothing committed")
         found = self._stt.tail_cut(audio[ag.start - first :], ag.latest, len(ag.committed),
                                    ag.start)
         if found is None:
             return self._decode_whole("no quiet boundary")
         kept, cut = found
-        lo = max(first, self._start)
-        if not cut < first + audio.size or not np.allclose(
-                self._slice(lo, cut), audio[lo - first : cut - first], atol=1.5 / 32768):
+        if not cut < first + audio.size or not self._same_audio(event, first, cut):
             return self._decode_whole("other audio")
         prompt = " ".join(w.text for w in ag.committed[:kept])
         prefix = " ".join(w.text for w in ag.committed[kept:]) or None
@@ -237,6 +266,16 @@ class IncrementalStt:
         text = f"{prompt} {said.text}" if prefix is not None else _join(prompt, said.text)
         return Transcript(text.strip(), duration, said.no_speech_prob,
                           said.avg_logprob)
+
+    def _same_audio(self, event: UtterancePaused | UtteranceReady, start: int, end: int) -> bool:
+        """Whether ``event``'s audio from ``start`` to ``end`` is what this heard."""
+        audio = event.audio.samples()
+        first = event.audio.start_sample or 0
+        lo = max(first, self._start, start)
+        if end > first + audio.size:
+            return False
+        return bool(np.allclose(self._slice(lo, end), audio[lo - first : end - first],
+                                atol=1.5 / 32768))
 
     def _decode_whole(self, why: str) -> str:
         self._whole += 1

@@ -1,0 +1,232 @@
+"""Whisper made incremental (``whisper-streaming``) against Whisper at the pause, in real time.
+
+Run: ``uv run python benchmarks/stt_streaming.py [--full] [--models tiny.en base]
+[--skip-v2v] [--v2v-turns N]``
+
+**Transcripts** (each engine in a process of its own, for its CPU and RSS): the
+other-voices set of ``stt_accuracy.py`` (``_stt_clips.build_other_voices``: its
+utterances, every other one unless ``--full``, in three espeak-ng voices and rates and
+Piper at two other rates, every other clip with white or pink noise at 20 dB) is pushed
+frame by frame (20 ms) *at the pace of speech* through the real Silero VAD and turn
+detector (default ``TurnDetection``: the pause 0.2 s after the last speech frame) into an
+:class:`EarlyTranscriber`, as a session pushes it. With ``whisper`` the utterance is
+decoded when the pause is heard (voxflow's speculative STT); with ``whisper-streaming``
+it is decoded during speech and only the tail at the pause. Printed per engine:
+
+* **final after the pause**: the transcript ready → the moment the pause is heard (the
+  detector's end of speech: 0.2 s of silence after the last speech frame; add those
+  0.2 s for the time after the last speech frame itself), median and p90;
+* **WER** (``_wer.word_errors``: digits read the kinder way) on the set;
+* **CPU per second of speech**: the process's CPU time over the run (VAD included, the
+  same for both) / the seconds of speech pushed; **RSS** (peak, the process);
+* for the streaming engine: partial decodes per utterance, utterances finished by a tail
+  and decoded whole (and why), the mean tail decoded at the pause.
+
+**Voice to voice** (unless ``--skip-v2v``): the same call through ``run_call`` on the
+simulated transport (real models, monotonic clock, ``capacity.py``'s question and a
+one-word reply) with ``whisper:MODEL`` and ``whisper-streaming:MODEL``, alternating,
+in voxflow's default turn detection (0.6 s end of turn) and the fast one (0.2 s,
+``FAST_TURN_DETECTION``): the caller's tape, last speech sample → first reply sample.
+
+The machine is shared (2 cores, other work running): compare the engines within one run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+FRAME = 320  # 20 ms
+
+
+def _measure(spec: str, full: bool, limit: int | None = None) -> dict[str, object]:
+    """One engine over the clip set, in real time; its figures as a dict."""
+    from _stt_clips import build_other_voices
+    from _wer import normalize, word_errors
+    from stt_accuracy import UTTERANCES
+    from voxflow_voice import (
+        STT_SAMPLE_RATE,
+        AudioChunk,
+        EarlyTranscriber,
+        SileroVad,
+        SttSettings,
+        TurnDetection,
+        TurnDetector,
+        UtterancePaused,
+        UtteranceReady,
+        WhisperStt,
+    )
+    from voxflow_voice.engines.stt_streaming import StreamingSttSettings, StreamingWhisperStt
+
+    name, _, model = spec.partition(":")
+    texts = UTTERANCES if full else UTTERANCES[::2]
+    clips = build_other_voices(texts)[:limit]
+    stt: WhisperStt = (StreamingWhisperStt(StreamingSttSettings(model=model))
+                       if name == "whisper-streaming" else WhisperStt(SttSettings(model=model)))
+    stt.transcribe_sync(AudioChunk.from_float(np.zeros(16000, np.float32), STT_SAMPLE_RATE))
+
+    async def one(audio: np.ndarray) -> tuple[str | None, float | None, object, dict[str, int]]:
+        detector = TurnDetector(SileroVad(), TurnDetection())
+        early = EarlyTranscriber(stt)
+        tail = np.zeros(round(1.2 * STT_SAMPLE_RATE), np.float32)
+        padded = np.concatenate([np.zeros(STT_SAMPLE_RATE // 2, np.float32), audio, tail])
+        paused_at: float | None = None
+        ready_at: list[float] = []
+        task: asyncio.Task[object] | None = None
+        text: str | None = None
+        start = time.perf_counter()
+        for i in range(0, padded.size, FRAME):
+            frame = padded[i : i + FRAME]
+            target = start + (i + frame.size) / STT_SAMPLE_RATE
+            await asyncio.sleep(max(0.0, target - time.perf_counter()))
+            for event in detector.push(frame):
+                if isinstance(event, UtterancePaused) and task is None:
+                    paused_at = time.perf_counter()
+                    early.paused(event)
+                    task = asyncio.create_task(early.transcript_of(event))
+                    task.add_done_callback(lambda _: ready_at.append(time.perf_counter()))
+                elif isinstance(event, UtteranceReady) and text is None:
+                    said = await early.final(event)
+                    text = getattr(said, "text", None) or ""
+            early.heard(frame, detector)
+        if task is not None:
+            await asyncio.gather(task, return_exceptions=True)
+        stats = early.incremental.statistics() if early.incremental else None
+        reasons = dict(early.incremental.whole_reasons) if early.incremental else {}
+        await early.aclose()
+        latency = (ready_at[0] - paused_at) * 1000 if ready_at and paused_at else None
+        return text, latency, stats, reasons
+
+    async def run() -> dict[str, object]:
+        latencies: list[float] = []
+        errors = words = partials = tails = whole = covered = 0
+        tail_seconds = 0.0
+        reasons: dict[str, int] = {}
+        speech = 0.0
+        wrong: list[str] = []
+        cpu0 = time.process_time()
+        for clip in clips:
+            text, latency, stats, why = await one(clip.audio)
+            speech += clip.audio.size / STT_SAMPLE_RATE
+            e = word_errors(clip.text, text or "")
+            errors += e
+            words += len(normalize(clip.text))
+            if e:
+                wrong.append(f"{clip.condition}: {clip.text!r} -> {text!r}")
+            if latency is not None:
+                latencies.append(latency)
+            if stats is not None:
+                partials += stats.partial_decodes  # type: ignore[attr-defined]
+                tails += stats.tails  # type: ignore[attr-defined]
+                whole += stats.whole  # type: ignore[attr-defined]
+                covered += stats.covered  # type: ignore[attr-defined]
+                tail_seconds += stats.tail_seconds  # type: ignore[attr-defined]
+                for k, v in why.items():
+                    reasons[k] = reasons.get(k, 0) + v
+        cpu = time.process_time() - cpu0
+        latencies.sort()
+        return {
+            "spec": spec, "clips": len(clips), "words": words, "errors": errors,
+            "final_p50_ms": statistics.median(latencies) if latencies else None,
+            "final_p90_ms": latencies[int(0.9 * (len(latencies) - 1))] if latencies else None,
+            "cpu_per_speech_s": cpu / speech,
+            "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+            "partials_per_utterance": partials / len(clips), "tails": tails, "whole": whole,
+            "covered": covered,
+            "whole_reasons": reasons, "mean_tail_s": tail_seconds / tails if tails else None,
+            "wrong": wrong,
+        }
+
+    return asyncio.run(run())
+
+
+def _v2v(model: str, turns: int, rounds: int) -> None:
+    from capacity import caller_script, question_audio, voice_to_voice
+    from voxflow_adapters.testkit.flows import Teller
+    from voxflow_adapters.testkit.scenario import run_call
+    from voxflow_voice import FAST_TURN_DETECTION
+    from voxflow_voice.engines import VoiceEngines
+    from voxflow_voice.session import VoiceSettings
+
+    async def run() -> None:
+        specs = (f"whisper:{model}", f"whisper-streaming:{model}")
+        engines = {s: await asyncio.to_thread(VoiceEngines.load, stt=s) for s in specs}
+        question = question_audio(engines[specs[0]])
+        for label, settings in (("default (0.6 s end of turn)", VoiceSettings()),
+                                ("fast (0.2 s end of turn)",
+                                 VoiceSettings(turn_detection=FAST_TURN_DETECTION))):
+            found: dict[str, list[float]] = {s: [] for s in specs}
+            for _ in range(rounds):
+                for s in specs:
+                    call = await run_call(Teller(story="Sure.", trigger=None),
+                                          caller_script(question, turns, 0.5), engines[s],
+                                          settings=settings, tail=3.0)
+                    found[s].extend(voice_to_voice(call))
+            for s in specs:
+                v = sorted(found[s])
+                med = f"{statistics.median(v):.0f} ms" if v else "n/a"
+                p90 = f"{v[int(0.9 * (len(v) - 1))]:.0f}" if v else "n/a"
+                print(f"  {label:<28} {s:<26} voice to voice {med} (p90 {p90}, "
+                      f"{len(v)} turns)", flush=True)
+
+    asyncio.run(run())
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--full", action="store_true", help="every utterance, not every other")
+    parser.add_argument("--models", nargs="+", default=["tiny.en", "base"])
+    parser.add_argument("--skip-v2v", action="store_true")
+    parser.add_argument("--v2v-model", default="tiny.en")
+    parser.add_argument("--v2v-turns", type=int, default=4)
+    parser.add_argument("--v2v-rounds", type=int, default=2)
+    parser.add_argument("--limit", type=int, help="only the first N clips (a quick look)")
+    parser.add_argument("--one", help=argparse.SUPPRESS)  # a child: one engine, JSON out
+    args = parser.parse_args()
+    if args.one:
+        print(json.dumps(_measure(args.one, args.full, args.limit)))
+        return
+    print(f"load average {os.getloadavg()[0]:.1f}; transcripts in real time, "
+          f"{'all' if args.full else 'every other'} utterance of the other-voices set")
+    print(f"{'engine':<26} {'WER':>13} {'final p50':>10} {'p90':>6} {'CPU/s':>6} {'RSS':>7}  "
+          "streaming")
+    for model in args.models:
+        for spec in (f"whisper:{model}", f"whisper-streaming:{model}"):
+            out = subprocess.run(
+                [sys.executable, __file__, "--one", spec, *(["--full"] if args.full else []),
+                 *(["--limit", str(args.limit)] if args.limit else [])],
+                capture_output=True, text=True, check=True)
+            r = json.loads(out.stdout.strip().splitlines()[-1])
+            wer = f"{100 * r['errors'] / r['words']:.1f}% ({r['errors']})"
+            extra = ""
+            if r["tails"] or r["whole"] or r["covered"]:
+                extra = (f"{r['partials_per_utterance']:.1f} partials/utt, covered {r['covered']}, "
+                         f"tails {r['tails']}, "
+                         f"whole {r['whole']} {r['whole_reasons']}, mean tail "
+                         f"{r['mean_tail_s'] or 0:.2f} s")
+            print(f"{spec:<26} {wer:>13} {r['final_p50_ms']:>7.0f} ms {r['final_p90_ms']:>6.0f} "
+                  f"{r['cpu_per_speech_s']:>6.3f} {r['rss_mb']:>4.0f} MB  {extra}", flush=True)
+            for line in r["wrong"]:
+                print(f"    {line}")
+    if not args.skip_v2v:
+        print(f"voice to voice through run_call (simulated transport, real models, "
+              f"{args.v2v_rounds} rounds of {args.v2v_turns} turns each, alternating); "
+              f"load average {os.getloadavg()[0]:.1f}")
+        _v2v(args.v2v_model, args.v2v_turns, args.v2v_rounds)
+
+
+if __name__ == "__main__":
+    main()
