@@ -231,3 +231,75 @@ async def test_offers_right_after_a_reset_of_every_dispatch_connection_are_all_a
         for caller in callers:
             await caller.aclose()
         await worker.aclose()
+
+
+@contextlib.contextmanager
+def small_disk(folder: Any, size: str = "4m") -> Iterator[Any]:
+    """A tmpfs of ``size`` mounted at ``folder`` (root only: the test skips, saying so,
+    where mounting is not permitted)."""
+    import subprocess
+
+    folder.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs",
+                              str(folder)], capture_output=True, text=True, check=False)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs for the full disk: "
+                    f"{(mounted.stderr or mounted.stdout).strip()}")
+    try:
+        yield folder
+    finally:
+        subprocess.run(["umount", "-l", str(folder)], check=False)
+
+
+def fill(folder: Any) -> Any:
+    """Fill the file system of ``folder`` to the last byte; the filler file's path."""
+    filler = folder / "filler"
+    with open(filler, "wb", buffering=0) as out:
+        for block in (b"\0" * 65536, b"\0" * 512, b"\0"):
+            try:
+                while True:
+                    out.write(block)
+            except OSError:
+                pass
+    return filler
+
+
+async def test_a_call_keeps_talking_while_its_sqlite_disk_is_full_and_saves_once_freed(
+    engines: VoiceEngines, tmp_path: Any
+) -> None:
+    """The session store's disk fills up mid-call (a 4 MB tmpfs, filled to the last
+    byte): the question asked meanwhile is answered, the lease holds (renewals on a full
+    disk are retried, then reclaimed), and once space is freed the turn is saved. Before,
+    SQLite's 'database or disk is full' reached the call raw instead of as the store
+    being unavailable."""
+    from voxflow.flow.persistence import SQLiteFlowPersistence
+
+    with small_disk(tmp_path / "disk") as disk:
+        store = SQLiteFlowPersistence(disk / "calls.db")
+        try:
+            async with serving(engines, store, lease_seconds=1.5) as (server, calls):
+                caller = LoopbackCaller(f"http://127.0.0.1:{server.port}", server.token)
+                await caller.connect()
+                session_id = (await caller.wait_message("hello"))["session_id"]
+                await ask(caller, engines, 1)
+                await stored_turns(store, session_id, 1)
+                _, call = calls[0]
+                assert call.deferred is not None
+                filler = await asyncio.to_thread(fill, disk)
+                await ask(caller, engines, 2)  # answered while nothing can be written
+                await asyncio.sleep(1.5)  # the lease's renewals meet the full disk
+                assert call.deferred.pending and call.deferred.deferred >= 1
+                assert not caller.of_type("bye"), caller.of_type("bye")
+                await asyncio.to_thread(filler.unlink)
+                stored = await stored_turns(store, session_id, 2)
+                assert [t["status"] for t in stored["turns"].values()] == ["completed"] * 2
+                await ask(caller, engines, 3)
+                await stored_turns(store, session_id, 3)
+                assert not caller.of_type("bye"), caller.of_type("bye")
+                assert not call.deferred.pending
+                await hang_up(caller, server)
+            stored = store.load_state(session_id)
+            assert stored is not None and user_turns(stored) == ["hello there"] * 3
+            assert [t["status"] for t in stored["turns"].values()] == ["completed"] * 3
+        finally:
+            store.close()

@@ -219,6 +219,14 @@ def _prepare(conn: sqlite3.Connection, *, timeout: float) -> None:
         pause = min(pause * 2, 0.1)
 
 
+def _out_of_storage(exc: Exception) -> bool:
+    """Whether an SQLite error says the storage failed (full, I/O, read-only), not the
+    statement: the store is then unavailable until the storage is back."""
+    text = str(exc).lower()
+    return any(words in text for words in ("disk is full", "disk i/o error", "readonly",
+                                           "read-only", "unable to open"))
+
+
 class SQLiteFlowPersistence(RowStore):
     """:class:`FlowPersistence` on one SQLite file (WAL), safe across threads and processes.
 
@@ -276,16 +284,26 @@ class SQLiteFlowPersistence(RowStore):
         return conn
 
     def _write(self, fn: Callable[[Conn], None]) -> None:
+        import sqlite3  # here: `from voxflow import Flow` loads no sqlite3
+
         with self._lock:
             conn = self._connect(create=True)
             assert conn is not None
-            conn.execute("BEGIN IMMEDIATE")  # serialises writers: the revision check holds
             try:
-                fn(conn)
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
-            conn.execute("COMMIT")
+                conn.execute("BEGIN IMMEDIATE")  # serialises writers: the revision check holds
+                try:
+                    fn(conn)
+                    conn.execute("COMMIT")
+                except BaseException:
+                    if conn.in_transaction:  # (SQLite may have rolled back already)
+                        conn.execute("ROLLBACK")
+                    raise
+            except sqlite3.OperationalError as exc:
+                if not _out_of_storage(exc):
+                    raise
+                # a full disk, an I/O error: the store is unavailable (a call defers its
+                # saves and makes them again), never a raw sqlite3 error
+                raise self._unavailable(exc) from exc
 
     def _read(self, fn: Callable[[Conn], T]) -> T | None:
         with self._lock:

@@ -193,10 +193,16 @@ class SessionOwnership:
     def _reclaim(self) -> bool:
         """Renew a lease that expired while nobody took the session (from a save's
         thread: the save was refused as expired, the store just came back before the
-        next renewal); False if it was taken over or released, or cannot be reached."""
+        next renewal); False if it was taken over or released.
+
+        Raises:
+            PersistenceUnavailableError: the store can be read but not written (a full
+                disk: the fence saw the lease expired, the renewal cannot be stored):
+                the write is then unavailable, deferred by a call, not refused.
+        """
         try:
             self.lease = self.store.renew_lease(self.lease, ttl=self.ttl, reclaim=True)
-        except Exception:  # (a FencedWriteError: the save's own refusal is reported)
+        except FencedWriteError:  # (the save's own refusal is reported)
             return False
         return True
 
