@@ -94,12 +94,16 @@ class TurnRevoked(_Event):
 
 
 class TurnCommitted(_Event):
-    """A user turn was committed with a fresh identity."""
+    """A user turn was committed with a fresh identity (or, ``input_revision`` > 1, the
+    same turn again with all its words: the user went on with it after its reply began,
+    and that reply was cut)."""
 
     kind: Literal["turn_committed"] = "turn_committed"
     turn_id: TurnId
     text: str
     speech_end_at: float
+    input_revision: int = Field(1, ge=1, description="the input's version: 2 and more for "
+                                "a turn the user went on with")
 
 
 class ReplyStarted(_Event):

@@ -19,7 +19,17 @@ The rules are those of :mod:`voxflow_voice.speak.speculation` (one
   back (:meth:`~SpeculativeReplies.resumed`, ``TurnRevoked``, dropped as a discarded one)
   until a sample of its reply is heard (:meth:`~SpeculativeReplies.heard`) or the grace is
   over; the detector is told it is final between frames
-  (:meth:`~SpeculativeReplies.before_frame`).
+  (:meth:`~SpeculativeReplies.before_frame`);
+* **continued** (``TurnDetection.continue_within``): a confirmed turn that was
+  unfinished (its words end on "... a table for", or the end-of-turn model judged its
+  pause incomplete) stays open that long after its commit even once its reply was
+  heard. Speech starting meanwhile goes on with it (:meth:`~SpeculativeReplies.resumed`):
+  the reply is cut at once as a barge-in cuts it (``BargeIn``, then ``ReplyInterrupted``
+  with its heard part, kept in its reply record), the flow rolled back to before the
+  turn (its reply record and turn record kept, so every identity the client saw stays
+  known), and the detector's next utterance, all the words from the turn's onset, is
+  answered once as the same turn, its next ``input_revision``
+  (:meth:`~SpeculativeReplies.continuation`): one user message in the history.
 """
 
 from __future__ import annotations
@@ -30,10 +40,18 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 
 from voxflow.clock import Clock
 from voxflow.flow import RollbackPoint
-from voxflow.ids import SessionId
+from voxflow.ids import SessionId, TurnId
 from voxflow.turns import ReplyEvent, TurnRunner
 
-from ..events import SessionEvent, SpeculativeReplyDiscarded, TurnCommitted, TurnRevoked
+from ..audio import STT_SAMPLE_RATE
+from ..engines.end_of_turn import words_verdict
+from ..events import (
+    BargeIn,
+    SessionEvent,
+    SpeculativeReplyDiscarded,
+    TurnCommitted,
+    TurnRevoked,
+)
 from ..listen.barge_in import BargeInArbiter
 from ..listen.early_stt import EarlyTranscriber
 from ..listen.turn_detector import TurnDetector, TurnResumed, UtterancePaused, UtteranceReady
@@ -119,6 +137,12 @@ class SpeculativeReplies:
         self._pending: Speculation | None = None  # no verdict yet
         self._provisional: Speculation | None = None  # confirmed, may be taken back
         self._seal_at: int | None = None  # a provisional turn's end to seal (it was heard)
+        self._allow_at: int | None = None  # an unfinished turn's end the detector keeps open
+        # (onset sample, turn id, next input revision) of the turn the user went on with
+        self._continuing: tuple[int, TurnId, int] | None = None
+        rules = detector.settings
+        self._grace = rules.resume_grace
+        self._window = rules.continue_within
         self._revoked: set[int] = set()  # end samples of the utterances taken back
         self._running: set[asyncio.Task[bool]] = set()
 
@@ -131,6 +155,9 @@ class SpeculativeReplies:
             if self._detector.provisional == self._seal_at:
                 self._detector.seal()
             self._seal_at = None
+        if self._allow_at is not None:
+            self._detector.allow_continuation(self._allow_at)
+            self._allow_at = None
 
     def after_frame(self) -> None:
         """After a frame's detector events: discard the pending speculation if the user
@@ -172,7 +199,8 @@ class SpeculativeReplies:
         if self._provisional is not None:  # (sealed already: a turn came after it)
             self._seal(self._provisional)
         if (self._detector.provisional == ready.end_sample and spec is not None
-                and not spec.discarded):
+                and not spec.discarded
+                and (self._grace > 0 or self._open_for_continuation(spec))):
             self._provisional = spec  # may be taken back until its reply is heard
         else:  # final: no grace, or answered the usual way (nothing to take back)
             self._detector.seal()
@@ -180,10 +208,40 @@ class SpeculativeReplies:
                 spec.seal()
         return spec
 
-    def resumed(self, event: TurnResumed) -> bool:
+    def _continuable(self, spec: Speculation) -> bool:
+        """Whether ``spec``'s turn was unfinished (its words say more was coming, or the
+        end-of-turn model judged its last pause incomplete) and may be continued."""
+        if self._window <= 0 or spec.text is None:
+            return False
+        if words_verdict(spec.text) is False:
+            return True
+        end = spec.paused.end_sample
+        return any(v.end_sample == end and not v.complete for v in self._detector.decisions)
+
+    def _open_for_continuation(self, spec: Speculation) -> bool:
+        """Keep ``spec``'s committed turn open while it may be continued (its words not
+        known yet: until they are); the detector is told between frames."""
+        if spec.text is None:
+            return self._window > 0
+        if self._continuable(spec):
+            self._allow_at = spec.paused.end_sample
+            return True
+        return False
+
+    def continuation(self, onset_sample: int) -> tuple[TurnId, int] | None:
+        """The turn (its id and next ``input_revision``) that the utterance from
+        ``onset_sample`` goes on with, if the user went on with one (None: a new turn)."""
+        going = self._continuing
+        if going is None or going[0] != onset_sample:
+            return None
+        return going[1], going[2]
+
+    async def resumed(self, event: TurnResumed) -> bool:
         """The user went on after a committed turn: take it back if nothing of its reply
-        was heard (the continuation then makes one turn with it), else keep it (the speech
-        is a new turn, over the reply: a barge-in).
+        was heard within ``resume_grace`` (the continuation then makes one turn with
+        it); go on with it if it was unfinished (``continue_within``: its reply cut, the
+        turn answered again with all its words); else keep it (the speech is a new turn,
+        over the reply: a barge-in).
 
         Returns:
             True if the session's reply was taken back with its turn (fenced unheard: it
@@ -193,11 +251,24 @@ class SpeculativeReplies:
         reply = self._reply()
         if reply is not None and (spec is None or reply.provisional is not spec):
             reply = None  # (an announcement, or the reply of another turn)
-        if (spec is None or spec.sealed or spec.paused.end_sample != event.end_sample
-                or (reply is not None and reply.first_audio is not None)):
-            self._detector.detach(event)
-            if spec is not None:
-                self._seal(spec)
+        if spec is None or spec.sealed or spec.paused.end_sample != event.end_sample:
+            return self._detached(event, spec)
+        heard = reply is not None and reply.first_audio is not None
+        if heard or event.onset_sample - event.end_sample > self._grace * STT_SAMPLE_RATE:
+            if (reply is None or reply.delivery_id is None or not self._continuable(spec)
+                    or event.onset_sample - event.committed_at
+                    > self._window * STT_SAMPLE_RATE):
+                return self._detached(event, spec)
+            # An unfinished turn goes on: its reply is cut now, as a barge-in cuts it.
+            reply.continued = True
+            reply.onset_at = self._time_of(event.onset_sample)
+            self._emit(BargeIn(session_id=self._session_id(), at=self._clock.now(),
+                               delivery_id=reply.delivery_id, onset_at=reply.onset_at))
+            await self._speaker.cut(reply, "The user went on with the turn.")
+            spec.continue_("the user went on with an unfinished turn after its reply began")
+            self._provisional = None
+            self._continuing = (spec.paused.onset_sample, reply.turn_id,
+                                reply.input_revision + 1)
             return False
         taken = False
         if reply is not None and reply.delivery_id is not None:
@@ -207,6 +278,13 @@ class SpeculativeReplies:
         self._provisional = None
         self._revoked.add(event.end_sample)
         return taken
+
+    def _detached(self, event: TurnResumed, spec: Speculation | None) -> bool:
+        """The speech is a new utterance: ``spec``'s turn stands."""
+        self._detector.detach(event)
+        if spec is not None:
+            self._seal(spec)
+        return False
 
     def input_ended(self) -> None:
         """The adapter's input ended: a pending speculation is discarded (a turn the
@@ -233,9 +311,11 @@ class SpeculativeReplies:
         return False
 
     def heard(self, reply: SpokenReply) -> None:
-        """The client played a first sample of ``reply``: its turn, if provisional, is final."""
-        if reply.provisional is not None:
-            self._seal(reply.provisional)
+        """The client played a first sample of ``reply``: its turn, if provisional, is
+        final (unless it was unfinished: then it may still be continued)."""
+        spec = reply.provisional
+        if spec is not None and not (spec.text is not None and self._continuable(spec)):
+            self._seal(spec)
 
     async def aclose(self) -> None:
         """The session closes: settle every speculation and wait for their tasks."""
@@ -257,6 +337,12 @@ class SpeculativeReplies:
             if self._pending is spec:  # no reply to hold back: nothing to decide
                 self._pending = None
         text = transcript.text.strip() if transcript is not None else ""
+        spec.text = text
+        if self._provisional is spec:  # committed while its words were transcribed
+            if self._continuable(spec):
+                self._allow_at = spec.paused.end_sample
+            elif self._grace <= 0:
+                self._seal(spec)
         if (spec.discarded or not text or self._speaking.locked() or self._reply() is not None
                 or not self._arbiter.is_turn(spec.paused.onset_sample, text)
                 or self._turns.flow.state.ended):
@@ -279,7 +365,8 @@ class SpeculativeReplies:
             logger.warning("no speculative reply: the state cannot be "
                            "rolled back (%s)", exc)
             return False  # the turn, if it ends here, is answered as usual
-        stream = self._turns.astream_turn(text, turn_id=reply.turn_id)
+        stream = self._turns.astream_turn(text, turn_id=reply.turn_id,
+                                          input_revision=reply.input_revision)
         return await self._hold(reply, self._speaker.held(stream), spec, point, text)
 
     async def _hold(
@@ -310,14 +397,19 @@ class SpeculativeReplies:
         self._speaker.confirmed(reply)  # its synthesis is no longer speculative work
         now = self._clock.now()
         self._emit(TurnCommitted(session_id=self._session_id(), at=now, turn_id=reply.turn_id,
-                                 text=text, speech_end_at=self._time_of(spec.paused.end_sample)))
+                                 text=text, speech_end_at=self._time_of(spec.paused.end_sample),
+                                 input_revision=reply.input_revision))
         for event in spec.events:  # public from now on (when each was prepared: metrics)
             self._emit(event.model_copy(update={"at": now}))
         if self._gone():  # confirmed by the end of input: nobody plays it any more
             await self._speaker.cut(reply, "Session closed.")  # (a release would block)
         elif reply.delivery_id is not None:
             await self._playback.release(reply.delivery_id)
-        if not await spec.final():  # the user went on before a sample of it was heard
+        if not await spec.final() and spec.continued:  # the user went on with the turn
+            reply.provisional = None
+            await self._continued(reply, generation, point)
+            return True  # (it settles as cut, its heard part kept)
+        if spec.revoked:  # the user went on before a sample of it was heard
             await self._drop(reply, generation, point)
             self._emit(TurnRevoked(session_id=self._session_id(), at=self._clock.now(),
                                    turn_id=reply.turn_id, text=text, reason=spec.reason))
@@ -343,6 +435,30 @@ class SpeculativeReplies:
             await point.restore()  # in memory first, then the store
         except Exception:  # (a failed write: the next save is a full one)
             logger.exception("saving a rolled-back turn failed")
+
+    async def _continued(
+        self, reply: SpokenReply, generation: asyncio.Task[None], point: RollbackPoint
+    ) -> None:
+        """The user went on with ``reply``'s turn (cut already): roll the flow back to
+        before the turn, keeping its turn and reply records (the reply was heard: its
+        identity, its fence and what was heard of it stay known), and save that."""
+        await asyncio.wait({generation})  # the cut closed its stream; never raises
+        if not generation.cancelled() and generation.exception() is not None:
+            logger.warning("continued reply: its generation failed",
+                           exc_info=generation.exception())
+        flow = self._turns.flow
+        state = flow.state
+        turn = state.turns.get(reply.turn_id)
+        record = state.replies.get(reply.delivery_id) if reply.delivery_id else None
+        try:
+            await point.restore()  # (saves it)
+            if turn is not None:
+                state.turns[turn.turn_id] = turn
+            if record is not None:
+                state.replies[record.delivery_id] = record
+            await flow.asave_state("continued")
+        except Exception:  # (a failed write: the next save is a full one)
+            logger.exception("saving a continued turn failed")
 
     def _seal(self, spec: Speculation) -> None:
         """``spec``'s turn is final: speech after it is a new turn."""

@@ -27,7 +27,11 @@ may confirm it at once), or drops it unheard and rolls the flow back if the user
 With ``TurnDetection.resume_grace`` a confirmed turn stays *provisional* until the first
 sample of its reply is heard: if the user goes on speaking before that, the turn is taken
 back (``TurnRevoked``: the reply fenced unheard, the flow rolled back) and the whole
-utterance becomes one turn; once a sample was heard, speech over the reply is a barge-in.
+utterance becomes one turn; once a sample was heard, speech over the reply is a barge-in,
+unless the turn was unfinished (``TurnDetection.continue_within``): then the user goes
+on with it, the reply is cut as a barge-in cuts it (its heard part kept, marked
+interrupted), and the whole utterance is answered once as the same turn, its next
+``input_revision``, one user message in the history.
 
 Barge-in: user speech over a reply is fed to the
 :class:`~voxflow_voice.listen.barge_in.BargeInArbiter` (``VoiceSession.barge_in``) by the
@@ -283,7 +287,7 @@ class VoiceSession:
 
     async def _on_detector_event(self, event: Any) -> None:
         if isinstance(event, TurnResumed):
-            if self._speculative.resumed(event):  # its turn taken back, its reply too
+            if await self._speculative.resumed(event):  # its turn taken back, its reply too
                 self._reply = None
         elif isinstance(event, DetectorSpeechStarted):
             if self.settings.stt_warm_up:
@@ -343,30 +347,38 @@ class VoiceSession:
                 if self.turns.flow.state.ended:
                     continue  # the conversation is over: nothing more is answered
                 async with self._speaking:  # after an announcement that is still playing
-                    await self._answer(transcript.text, speech_end)
+                    await self._answer(transcript.text, speech_end,
+                                       onset=utterance.onset_sample)
             finally:
                 self._floor.foreground_left()
 
     # -- replies ----------------------------------------------------------------------
 
     async def _answer(
-        self, text: str, speech_end: float, spec: Speculation | None = None
+        self, text: str, speech_end: float, spec: Speculation | None = None, *,
+        onset: int | None = None,
     ) -> bool:
         """Answer a committed turn (or, with ``spec``, a speculative one): False if the
-        speculation was discarded, True once the reply settled."""
-        turn_id = new_turn_id()
+        speculation was discarded, True once the reply settled. The utterance from
+        ``onset`` (the speculation's, if any) may go on with a turn the user went on
+        with: it is then that turn's next input revision."""
+        onset = spec.paused.onset_sample if spec is not None else onset
+        going = self._speculative.continuation(onset) if onset is not None else None
+        turn_id, revision = going if going is not None else (new_turn_id(), 1)
         with log_scope(turn_id=str(turn_id)), self._trace.turn(
                 turn_id, speech_end, speculative=spec is not None, text=text):
-            return await self._answer_turn(turn_id, text, speech_end, spec)
+            return await self._answer_turn(turn_id, text, speech_end, spec, revision)
 
     async def _answer_turn(
-        self, turn_id: TurnId, text: str, speech_end: float, spec: Speculation | None
+        self, turn_id: TurnId, text: str, speech_end: float, spec: Speculation | None,
+        revision: int = 1,
     ) -> bool:
         transcript_final = self.clock.now()
-        reply = SpokenReply(turn_id=turn_id, input_revision=1, speculation=spec)
+        reply = SpokenReply(turn_id=turn_id, input_revision=revision, speculation=spec)
         if spec is None:
             self._emit(TurnCommitted(session_id=self.session_id, at=transcript_final,
-                                     turn_id=turn_id, text=text, speech_end_at=speech_end))
+                                     turn_id=turn_id, text=text, speech_end_at=speech_end,
+                                     input_revision=revision))
             self._reply = reply
         dropped_before = self.playback.statistics().chunks_dropped
         try:
@@ -375,7 +387,8 @@ class VoiceSession:
                 # operations never interleave with it; audio waits happen outside it.
                 async with self._lock:
                     if spec is None:
-                        stream = self.turns.astream_turn(text, turn_id=turn_id)
+                        stream = self.turns.astream_turn(text, turn_id=turn_id,
+                                                         input_revision=revision)
                         await self._speaker.generate(reply, self._speaker.held(stream))
                     elif not await self._speculative.generate(reply, text, spec):
                         return False  # held and dropped unheard (or not answered at all)

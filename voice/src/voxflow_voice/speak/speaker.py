@@ -90,7 +90,11 @@ class SpokenReply:
         segments: the text segments handed to synthesis.
         speculation: its speculation, until the turn is confirmed.
         provisional: its speculation while the confirmed turn may still be taken back
-            (until a sample of it is heard: ``TurnDetection.resume_grace``).
+            (until a sample of it is heard: ``TurnDetection.resume_grace``) or continued
+            (an unfinished turn: ``TurnDetection.continue_within``).
+        continued: cut because the user went on with its (unfinished) turn: its heard
+            part is kept in its reply record, not in the history (the turn is answered
+            again with all its words).
         work: the model-scheduler ticket of the segment being synthesized.
         played_from: when (on the session clock) its audio started going out, for the
             deadline of later segments; ``audio_seconds``: how much was handed over.
@@ -114,6 +118,7 @@ class SpokenReply:
     segments: list[str] = field(default_factory=list)
     speculation: Speculation | None = None
     provisional: Speculation | None = None
+    continued: bool = False
     work: Work | None = None
     played_from: float | None = None
     audio_seconds: float = 0.0
@@ -434,7 +439,14 @@ class ReplySpeaker:
                 delivery_id=reply.delivery_id, heard_text=heard.text, full_text=heard.full_text,
                 heard_seconds=heard.heard_seconds, stop_latency_ms=stop_ms,
             ))
-            if not reply.announcement:
+            if reply.continued:  # its turn goes on: what was heard stays in its record
+                async with self._lock:
+                    record = self._turns.flow.state.replies.get(reply.delivery_id)
+                    if record is not None:
+                        record.heard_text = heard.text.strip()
+                        record.heard_seconds = round(heard.heard_seconds, 3)
+                        record.interrupted = True
+            elif not reply.announcement:
                 async with self._lock:
                     record_heard(self._turns.flow.state, reply.turn_id, reply.delivery_id,
                                  heard)

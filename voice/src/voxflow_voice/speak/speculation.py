@@ -53,7 +53,8 @@ class Speculation:
         paused: the pause whose audio is answered.
     """
 
-    __slots__ = ("_final", "_verdict", "events", "paused", "reason", "task")
+    __slots__ = ("_final", "_verdict", "continued", "events", "paused", "reason", "task",
+                 "text")
 
     def __init__(self, paused: UtterancePaused) -> None:
         if not isinstance(paused, UtterancePaused):
@@ -65,6 +66,8 @@ class Speculation:
         self.events: list[SessionEvent] = []  # held back until the verdict
         self.task: asyncio.Task[bool] | None = None  # True once it answered the turn
         self.reason = ""
+        self.text: str | None = None  # its transcript, once known
+        self.continued = False  # the user went on with the turn after its reply began
 
     @property
     def decided(self) -> bool:
@@ -120,6 +123,15 @@ class Speculation:
             self.reason = reason
             self._final.set_result(False)
 
+    def continue_(self, reason: str) -> None:
+        """The user went on with the confirmed turn (it was unfinished) after its reply
+        began: the reply is cut, its heard part kept, and the turn answered again with
+        all its words (as :meth:`revoke`, a final ``False``; :attr:`continued` tells it
+        apart). A sealed one stays sealed."""
+        if not self._final.done() and self._verdict.done() and self._verdict.result():
+            self.reason, self.continued = reason, True
+            self._final.set_result(False)
+
     async def final(self) -> bool:
         """Wait for :meth:`seal` (True) or :meth:`revoke` (False)."""
         return await asyncio.shield(self._final)
@@ -130,5 +142,6 @@ class Speculation:
 
     def __repr__(self) -> str:
         state = ("pending" if not self.decided else "discarded" if self.discarded
-                 else "revoked" if self.revoked else "sealed" if self.sealed else "confirmed")
+                 else "continued" if self.continued else "revoked" if self.revoked
+                 else "sealed" if self.sealed else "confirmed")
         return f"Speculation(end_sample={self.paused.end_sample}, {state})"
