@@ -18,17 +18,22 @@ import shutil
 import subprocess
 import wave
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
+from voxflow_adapters.hosting.calls import Call, CallSession, flow_call_factory
 from voxflow_adapters.testkit.flows import Teller, words
 from voxflow_adapters.testkit.scenario import CallResult, run_call
 from voxflow_adapters.testkit.script import CallScript
+from voxflow_adapters.testkit.simulated import SimulatedClient
 from voxflow_voice.audio import STT_SAMPLE_RATE, AudioChunk, resample
 from voxflow_voice.engines import VoiceEngines
 from voxflow_voice.events import ReplyInterrupted, ReplyStarted, TurnCommitted
 from voxflow_voice.session import VoiceSettings
 
+from voxflow.clock import VirtualClock
+from voxflow.ids import SessionId
 from voxflow.turns import TurnRunner
 
 pytestmark = [
@@ -122,3 +127,65 @@ async def test_a_finished_turn_stands_and_the_speech_after_it_is_a_new_turn(
     assert (first.input_revision, second.input_revision) == (1, 1)
     assert [m.role for m in turns.flow.state.messages] == ["user", "assistant"] * 2
     assert call.stale_samples() == 0
+
+
+class Booking(Teller):
+    """The booking answer, as a class a call factory makes (for every persisted call)."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(story=ANSWER, trigger=None, **kwargs)
+
+
+async def persisted_call(store: Any, session_id: str, script: CallScript,
+                         engines: VoiceEngines, *, resume: bool) -> tuple[Call, CallResult]:
+    """One call as ``voxflow serve`` answers it with a store (its session saved, the
+    heard journal on; resumed: the stored session loaded and its dropped answers cut)."""
+    clock = VirtualClock(autojump=True)
+    client = SimulatedClient(script, clock=clock, tail=3.0)
+    await client.render(engines.tts)
+    make = flow_call_factory(Booking, settings=SETTINGS)
+    async with clock:
+        call = await make(client, engines, clock, lambda _event: None,
+                          session=CallSession(SessionId(session_id), persistence=store,
+                                              resume=resume))
+        try:
+            async with client:
+                await call.session.run()
+        finally:
+            await call.aclose()
+    return call, CallResult(session=call.session, client=client)
+
+
+async def test_a_restored_session_holds_the_merged_turn_once_and_answers_nothing_twice(
+    engines: VoiceEngines, tmp_path: Path, make_store: Any
+) -> None:
+    """SQLite and PostgreSQL: the merged turn as stored is one user message, its two
+    replies (the cut one, its heard part kept, and the answer), one turn at revision 2; a
+    call resuming the session cuts nothing again (no reply left unsettled) and answers
+    only what is said in it."""
+    store = make_store("calls")
+    first = CallScript().user_says(0.5, audio=sentence(tmp_path, FIRST, 0.7)).until(12.0)
+    call, result = await persisted_call(store, "call-merge", first, engines, resume=False)
+    check_merged(result, call.flow.state)
+    stored = store.load_state("call-merge")
+    assert stored is not None
+    live = call.flow.state
+    assert [m["content"] for m in stored["messages"]] == [m.content for m in live.messages]
+    assert {k: (v["input_revision"], v["status"]) for k, v in stored["turns"].items()} == {
+        k: (v.input_revision, v.status) for k, v in live.turns.items()}
+    assert {k: (v["turn_id"], v["input_revision"], v["interrupted"], v["heard_text"])
+            for k, v in stored["replies"].items()} == {
+        k: (v.turn_id, v.input_revision, v.interrupted, v.heard_text)
+        for k, v in live.replies.items()}
+    # Resumed: nothing is cut again, nothing said again; only the new words are answered.
+    thanks = CallScript().user_says(0.5, audio=AudioChunk.from_float(
+        espeak(tmp_path, "Thank you very much."), STT_SAMPLE_RATE)).until(8.0)
+    again, later = await persisted_call(store, "call-merge", thanks, engines, resume=True)
+    assert again.dropped == ()
+    assert len(later.of_kind("turn_committed")) == 1
+    assert len(later.of_kind("reply_started")) == 1
+    state = again.flow.state
+    assert [m.role for m in state.messages] == ["user", "assistant", "user", "assistant"]
+    assert state.messages[0].content == live.messages[0].content
+    assert "thank" in words(state.messages[2].content)
+    assert len(state.replies) == 3 and len(state.turns) == 2
