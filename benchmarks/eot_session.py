@@ -344,6 +344,8 @@ async def main() -> None:
     parser.add_argument("--limit", type=int, default=0, help="at most N utterances (0: all)")
     parser.add_argument("--clock", choices=("virtual", "real"), default="virtual")
     parser.add_argument("--sizes", action="store_true", help="print the set's sizes and exit")
+    parser.add_argument("--turn", nargs="*", default=[], metavar="FIELD=VALUE",
+                        help="TurnDetection fields to try (tuning, on the tune half)")
     args = parser.parse_args()
     settings = Settings.from_env()
     if args.end_of_turn is not None:
@@ -364,7 +366,13 @@ async def main() -> None:
         chosen = chosen[:: max(1, len(chosen) // args.limit)][: args.limit]
     engines = VoiceEngines.from_settings(settings, deterministic=True)
     voice = VoiceSettings.from_settings(settings)
-    print(f"end of turn: {settings.end_of_turn}; stt {settings.stt}; {args.clock} time; "
+    if args.turn:
+        tried = dict(item.split("=", 1) for item in args.turn)
+        voice = voice.model_copy(update={"turn_detection": type(voice.turn_detection)
+                                         .model_validate({**voice.turn_detection.model_dump(),
+                                                          **tried})})
+    print(f"end of turn: {settings.end_of_turn} {' '.join(args.turn)}; stt {settings.stt}; "
+          f"{args.clock} time; "
           f"{len(chosen)} utterances of the {args.half} half (set: {len(utterances)}); "
           f"load {os.getloadavg()[0]:.1f}", flush=True)
     outcomes = []

@@ -36,7 +36,7 @@ from voxflow_voice import (
     resample,
     words_verdict,
 )
-from voxflow_voice.engines.end_of_turn import log_mel_features
+from voxflow_voice.engines.end_of_turn import is_question, log_mel_features
 
 from voxflow.errors import ModelNotFoundError
 
@@ -197,6 +197,33 @@ def test_the_words_say_more_is_coming_or_the_answer_is_closed(
     text: str, verdict: bool | None
 ) -> None:
     assert words_verdict(text) is verdict
+
+
+@pytest.mark.parametrize(
+    ("fragment", "whole"),
+    [
+        # Whisper ends a fragment cut at a pause on a "?" or "." of its own (issue 32):
+        # the words' verdict is the same with, without or with another mark
+        ("What time does the museum open?", "What time does the museum open"),
+        ("Could you book me the room?", "Could you book me the room"),
+        ("The package should arrive.", "The package should arrive"),
+        ("No.", "No"),
+        ("Can you tell me?", "Can you tell me."),
+        ("I would like to book a table for?", "I would like to book a table for."),
+    ],
+)
+def test_the_final_punctuation_is_not_trusted(fragment: str, whole: str) -> None:
+    assert words_verdict(fragment) is words_verdict(whole)
+    assert words_verdict(fragment + "!") is words_verdict(whole)
+    assert is_question(fragment) is is_question(whole)
+
+
+def test_a_question_is_known_by_its_words() -> None:
+    assert is_question("What time does the museum open")  # no "?" needed
+    assert is_question("how much is the large pizza.")
+    assert not is_question("No?") and not is_question("The museum opens at nine?")
+    assert not is_question("Can you tell me?")  # "tell me" says more is coming
+    assert words_verdict("The museum opens at nine?") is None  # the model decides
 
 
 @settings(max_examples=200, derandomize=True, deadline=None)  # (no wall-clock limit)

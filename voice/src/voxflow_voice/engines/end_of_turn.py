@@ -113,14 +113,26 @@ _OPEN_PAIRS = frozenset({("tell", "me"), ("show", "me"), ("give", "me"), ("remin
 _WORD = re.compile(r"[a-z0-9']+")  # (Whisper writes numbers as digits: "at 8.")
 
 
+# A question's first word: "What time does the museum open", "Can you help me". Whisper's
+# question mark is not trusted: it writes one on a fragment ("Could you book me the
+# room?", the pause before "for three nights").
+_QUESTION_OPENINGS = frozenset({
+    "what", "what's", "when", "where", "where's", "who", "who's", "whose", "why", "how",
+    "how's", "which", "can", "could", "would", "will", "do", "does", "did", "is", "are",
+    "was", "were", "should", "shall", "may", "might", "have", "has", "am", "isn't", "aren't",
+    "don't", "doesn't", "didn't", "won't", "can't", "couldn't", "wouldn't",
+})
+
 def words_verdict(transcript: str) -> bool | None:
-    """What the words alone say of a turn: ``False`` (more to come) if they end on a
-    comma, a dash or an ellipsis (Whisper's trailing off), on a word or pair after which
-    a request goes on ("... a table for", "and", "the", "um", "can you tell me", "my
-    number is"), or hold only holding words ("Wait, stop.", "Hmm, let me think.", "Hold
-    on."); ``True`` (complete) for a closed answer of at most four words ("No.", "Yes,
-    please.", "No, thanks.", "That's all.") or a question (Whisper heard one: "What time
-    does the museum open?" waits for its answer, however flat the voice that asks it);
+    """What the words alone say of a turn, never trusting a final ``.``, ``?`` or ``!``
+    (Whisper writes one on a fragment cut at a pause: "Could you book me the room?" of
+    "... the room for three nights", "No." of "No, thanks."): ``False`` (more to come)
+    if they end on a comma, a dash or an ellipsis (Whisper's trailing off), on a word or
+    pair after which a request goes on ("... a table for", "and", "the", "um", "can you
+    tell me", "my number is"), or hold only holding words ("Wait, stop.", "Hmm, let me
+    think.", "Hold on."); ``True`` (complete) for a closed answer of at most four words
+    ("No.", "Yes, please.", "No, thanks.", "That's all.") or words that ask a question
+    (:func:`is_question`: "What time does the museum open", with or without its "?");
     ``None`` otherwise (the model decides).
 
     Raises:
@@ -128,8 +140,8 @@ def words_verdict(transcript: str) -> bool | None:
     """
     if not isinstance(transcript, str):
         raise TypeError(f"transcript must be a string, got {type(transcript).__name__}")
-    text = transcript.strip().lower()
-    words = _WORD.findall(text.replace("\u2019", "'"))
+    text = transcript.strip().lower().replace("\u2019", "'")
+    words = _WORD.findall(text)
     if not words:
         return None  # nothing to go by
     if (text.endswith((",", "-", "\u2013", "\u2014", "...", "\u2026"))
@@ -139,9 +151,15 @@ def words_verdict(transcript: str) -> bool | None:
         return False
     if len(words) <= 4 and all(w in _ANSWER for w in words):
         return True
-    if text.endswith("?"):
+    if _asks(words):
         return True
     return None
+
+
+def _asks(words: list[str]) -> bool:
+    """Whether the words are worded as a question (three words at least, opening on a
+    question word or an auxiliary): the punctuation is not looked at."""
+    return len(words) >= 3 and words[0] in _QUESTION_OPENINGS
 
 
 @dataclass(frozen=True, slots=True)
@@ -191,9 +209,12 @@ class EndOfTurnVerdict:
 
 def is_question(transcript: str) -> bool:
     """Whether the words are a question that closes the turn: :func:`words_verdict` says
-    complete and the text ends on a question mark ("What time does the museum open?";
-    not "Can you tell me?", whose "tell me" says more is coming)."""
-    return words_verdict(transcript) is True and transcript.rstrip().endswith("?")
+    complete and they are worded as one ("What time does the museum open", with or
+    without Whisper's "?"; not "Can you tell me", whose "tell me" says more is coming,
+    nor "No?"). The words only: whether the model is asked too is
+    ``TurnDetection.question_closes``."""
+    words = _WORD.findall(transcript.strip().lower().replace("\u2019", "'"))
+    return words_verdict(transcript) is True and _asks(words)
 
 
 def _hz_to_mel(freq: NDArray[np.float64]) -> NDArray[np.float64]:

@@ -324,11 +324,15 @@ class TurnDetector:
         self._timeout = self._max_wait
         short = (pause.end_sample - pause.onset_sample <= self._short_turn
                  and verdict.transcript is not None and verdict.words is None)
+        hold = round(self.settings.complete_silence * STT_SAMPLE_RATE)
         if verdict.words is True or short:
             # the model doubts a closed answer, or a short turn whose words open nothing
-            # (a short answer misheard: "That's all." as "Next all"): a shorter wait
+            # (a short answer misheard: "That's all." as "Next all"): a shorter wait; a
+            # question it doubts may be one cut short ("Could you book me the room" ...
+            # "for three nights"): as long as a complete turn whose words close nothing
             self._timeout = round(self.settings.closed_answer_silence * STT_SAMPLE_RATE)
-        hold = round(self.settings.complete_silence * STT_SAMPLE_RATE)
+            if verdict.transcript is not None and is_question(verdict.transcript):
+                self._timeout = max(self._timeout, hold)
         if verdict.may_go_on and self._position - pause.end_sample < hold:
             # Complete, but nothing in the words closes it ("I need a flight to Boston."
             # may go on "and a hotel"; not "No, thanks." nor a question): the turn ends
