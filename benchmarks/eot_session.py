@@ -9,7 +9,8 @@ Each utterance of the set is played by the simulated caller to a whole
 provisional commits and the engines and voice settings the ``VOXFLOW_*`` variables name
 (``--end-of-turn`` overrides that one), on virtual time by default (deterministic: model
 compute takes no audio time; ``--clock real`` runs at the machine's speed). Per
-utterance it counts the turns the session committed (commits less revoked ones) and when
+utterance it counts the turns the session committed (distinct turns: a continuation merged
+into its turn is the same turn, a revoked one none) and when
 the first sample of the reply was played.
 
 The set (``eot_session_set``, generated at run time, nothing stored; >= 300 utterances):
@@ -268,8 +269,11 @@ async def measure(u: Utterance, engines: VoiceEngines, settings: VoiceSettings,
     played = [m.first_audio for m in metrics if m.first_audio is not None]
     origin = _origin(call)
     answered = (min(played) - origin - end) if played else None
-    kept = [c.text for c in committed if c.turn_id not in {r.turn_id for r in revoked}]
-    return Outcome(u, len(committed) - len(revoked), answered, kept)
+    # a continuation merged into its turn commits it again (the same turn_id, a higher
+    # input_revision): one turn; a revoked one is none
+    gone = {r.turn_id for r in revoked}
+    kept = {c.turn_id: c.text for c in committed if c.turn_id not in gone}
+    return Outcome(u, len(kept), answered, list(kept.values()))
 
 
 def _origin(call: CallResult) -> float:
