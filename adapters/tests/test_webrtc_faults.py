@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
+import time
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
@@ -303,3 +304,66 @@ async def test_a_call_keeps_talking_while_its_sqlite_disk_is_full_and_saves_once
             assert [t["status"] for t in stored["turns"].values()] == ["completed"] * 3
         finally:
             store.close()
+
+
+def jumping_sqlite(path: Any) -> Any:
+    """An SQLite session store whose clock (``julianday('now')``, what its leases are
+    judged by) is the machine's plus ``store.jump`` seconds: a wall clock that an NTP
+    step or an operator moves, without moving this machine's."""
+    import sqlite3
+    import time as _time
+
+    from voxflow.flow.persistence import SQLiteFlowPersistence
+
+    class Jumping(SQLiteFlowPersistence):
+        jump = 0.0
+
+        def _connect(self, create: bool) -> sqlite3.Connection | None:
+            fresh = self._conn is None
+            conn = super()._connect(create)
+            if conn is not None and fresh:
+                def julianday(*args: Any) -> float:
+                    assert args == ("now",), args  # (the only use: the lease clock)
+                    return (_time.time() + self.jump) / 86400.0 + 2440587.5
+
+                conn.create_function("julianday", -1, julianday)
+            return conn
+
+    return Jumping(path)
+
+
+async def test_a_call_goes_on_when_the_store_clock_jumps_forward_and_back(
+    engines: VoiceEngines, tmp_path: Any
+) -> None:
+    """The wall clock the leases are judged by jumps an hour forward (every lease looks
+    expired at once), then two hours back (they look live for an hour more): the call
+    keeps its session and its epoch, every question is answered and stored."""
+    store = jumping_sqlite(tmp_path / "calls.db")
+    try:
+        async with serving(engines, store, lease_seconds=1.5) as (server, _):
+            caller = LoopbackCaller(f"http://127.0.0.1:{server.port}", server.token)
+            await caller.connect()
+            session_id = (await caller.wait_message("hello"))["session_id"]
+            await ask(caller, engines, 1)
+            await stored_turns(store, session_id, 1)
+            epoch = store.lease_of(session_id).epoch
+            store.jump = 3600.0
+            await ask(caller, engines, 2)
+            await stored_turns(store, session_id, 2)
+            await asyncio.sleep(1.0)  # renewals on the jumped clock
+            assert store.lease_of(session_id).expires_at > time.time() + 3000  # it jumped
+            store.jump = -3600.0
+            await ask(caller, engines, 3)
+            await stored_turns(store, session_id, 3)
+            await asyncio.sleep(1.0)
+            assert store.lease_of(session_id).expires_at < time.time() - 3000  # and back
+            assert not caller.of_type("bye"), caller.of_type("bye")
+            lease = store.lease_of(session_id)
+            assert lease is not None and lease.epoch == epoch
+            assert lease.owner.startswith(server.worker_id)
+            await hang_up(caller, server)
+        stored = store.load_state(session_id)
+        assert stored is not None and user_turns(stored) == ["hello there"] * 3
+        assert [t["status"] for t in stored["turns"].values()] == ["completed"] * 3
+    finally:
+        store.close()
