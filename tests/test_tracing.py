@@ -242,3 +242,20 @@ def test_a_turns_log_lines_carry_its_session_and_span(
     assert line["session_id"] == str(flow.state.id)
     assert line["trace_id"] == f"{tool.context.trace_id:032x}"
     assert line["span_id"] == f"{tool.context.span_id:016x}"
+
+
+async def test_an_in_process_job_is_a_span_of_the_turn_that_started_it(
+    spans: InMemorySpanExporter,
+) -> None:
+    from tests.jobs.test_background import Travel, scripted
+    from voxflow.wiring import chat_text
+
+    flow, out = Travel(), list[str]()
+    await chat_text(flow, read=scripted(["is my flight on time?"]), write=out.append)
+    assert out[-1] == "Assistant: Flight BA 117 is on time."
+    finished = spans.get_finished_spans()
+    (job,) = [s for s in finished if s.name.startswith("voxflow.job ")]
+    (handler,) = by_name(finished, "voxflow.handler")
+    assert job.name.endswith("check_flight")
+    assert job.parent is not None and job.parent.span_id == handler.context.span_id
+    assert job.attributes["voxflow.job_id"] == next(iter(flow.state.jobs))

@@ -33,8 +33,10 @@ import logging
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
+from voxflow import telemetry
 from voxflow.jobs.records import JobRecord, JobState, JobUpdate, commit_job_update, job_copy
 from voxflow.jobs.work import JobWorkFlow, Publisher
+from voxflow.logs import log_scope
 from voxflow.storable import storable_text
 
 __all__ = ["JobRunner", "MakeWork"]
@@ -316,6 +318,16 @@ class JobRunner:
             work.request_stop()
 
     async def _run_worker(self, job_id: str, work: JobWorkFlow[Any]) -> None:
+        # the job's lines say whose they are; traced, it is a span of the turn that
+        # started it (its task inherits the turn's context), as on a job worker
+        record = self.state.jobs.get(job_id)
+        kind = record.kind if record is not None else "job"
+        with log_scope(job_id=str(job_id)), telemetry.trace_span(
+                f"voxflow.job {kind}", {"voxflow.job_id": str(job_id),
+                                        "voxflow.job_kind": kind}):
+            await self._run_worker_traced(job_id, work)
+
+    async def _run_worker_traced(self, job_id: str, work: JobWorkFlow[Any]) -> None:
         await self._worker_event({"type": "worker_started", "job_id": job_id})
         error: str | None = None
         try:
