@@ -10,6 +10,8 @@ from __future__ import annotations
 import asyncio
 import importlib.util
 import os
+import re
+import shlex
 import signal
 from contextlib import ExitStack
 from pathlib import Path
@@ -36,23 +38,50 @@ free_port, process = _processes.free_port, _processes.process
 pytestmark = pytest.mark.models
 
 
+def readme_block() -> tuple[dict[str, str], dict[str, tuple[str, list[str]]]]:
+    """The README's Traces block: its exported variables, and per ``serve`` role the
+    service name and the options it gives."""
+    text = (_HERE.parents[2] / "README.md").read_text()
+    section = text[text.index("\n### Traces\n"):]
+    [block] = re.findall(r"^```bash\n(.*?)^```$", section[: section.index("\n### ", 1)],
+                         flags=re.M | re.S)
+    exported: dict[str, str] = {}
+    roles: dict[str, tuple[str, list[str]]] = {}
+    for line in block.splitlines():
+        words = shlex.split(line.replace('"$VOXFLOW_PAGE_TOKEN"', TOKEN))
+        if words[0] == "export":
+            exported.update(w.split("=", 1) for w in words[1:])
+        else:
+            service = words[0].split("=", 1)[1]
+            assert words[1:3] == ["voxflow", "serve"], line
+            roles[words[3]] = (service, words[4:])
+    return exported, roles
+
+
 async def test_a_dispatched_call_is_one_trace_across_front_door_and_worker(
     pg_schema_url: str, tmp_path: Path
 ) -> None:
+    """The README's configuration (its collector's address replaced by the test's)."""
     collector = Collector()
-    env = {**os.environ, "VOXFLOW_DATABASE_URL": pg_schema_url, "VOXFLOW_LOG_LEVEL": "INFO"}
+    exported, roles = readme_block()
+    assert exported["OTEL_TRACES_EXPORTER"] == "otlp"
+    exported["OTEL_EXPORTER_OTLP_ENDPOINT"] = collector.endpoint.removesuffix("/v1/traces")
+    env = {**os.environ, **exported, "VOXFLOW_DATABASE_URL": pg_schema_url,
+           "VOXFLOW_LOG_LEVEL": "INFO"}
+    door_name, door_args = roles["--front-door"]
+    worker_name, worker_args = roles["--worker"]
     port = free_port()
+    door_args = [str(port) if a == "8080" else a for a in door_args]
     try:
         with ExitStack() as stack:
             worker = stack.enter_context(process(
-                ["--worker", "--max-calls", "1", "--ice-host", "127.0.0.1",
+                ["--worker", *worker_args, "--ice-host", "127.0.0.1",
                  "--stale-after", str(STALE), "--drain-seconds", "5"], "is ready",
-                {**env, **collector.env("worker")}, tmp_path / "worker.log"))
+                {**env, "OTEL_SERVICE_NAME": worker_name}, tmp_path / "worker.log"))
             door = stack.enter_context(process(
-                ["--front-door", "--port", str(port), "--token", TOKEN,
-                 "--offer-timeout", "10", "--stale-after", str(STALE)],
-                "front door is listening", {**env, **collector.env("door")},
-                tmp_path / "door.log"))
+                ["--front-door", *door_args, "--offer-timeout", "10",
+                 "--stale-after", str(STALE)], "front door is listening",
+                {**env, "OTEL_SERVICE_NAME": door_name}, tmp_path / "door.log"))
             caller = LoopbackCaller(f"http://127.0.0.1:{port}", TOKEN)
             await caller.connect()
             await caller.wait_message("hello", within=30)
@@ -64,10 +93,11 @@ async def test_a_dispatched_call_is_one_trace_across_front_door_and_worker(
         collector.close()
     found = collector.spans()
     (dispatch,) = [s for service, s in found if s.name == "voxflow.dispatch"
-                   and service == "door"]
+                   and service == door_name]
     (offer,) = [s for service, s in found if s.name == "voxflow.offer"
-                and service == "worker"]
-    (call,) = [s for service, s in found if s.name == "voxflow.call" and service == "worker"]
+                and service == worker_name]
+    (call,) = [s for service, s in found if s.name == "voxflow.call"
+               and service == worker_name]
     assert offer.trace_id == dispatch.trace_id == call.trace_id
     assert offer.parent_span_id == dispatch.span_id
     assert call.parent_span_id == offer.span_id

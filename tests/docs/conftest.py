@@ -195,10 +195,21 @@ def skip_unrunnable(blocks: list[Block]) -> None:
 
 @pytest.fixture
 def readme_sandbox(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    """A temporary working folder and ``VOXFLOW_HOME`` for the blocks."""
+    """A temporary working folder and ``VOXFLOW_HOME`` for the blocks; the process's
+    OpenTelemetry tracer provider as it was before them (the Traces block sets one, as
+    an application does once: the tests after it must run untraced)."""
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("VOXFLOW_HOME", str(tmp_path / "home"))
-    yield tmp_path
+    try:
+        import opentelemetry.trace as ot
+    except ImportError:
+        yield tmp_path
+        return
+    provider, done = ot._TRACER_PROVIDER, ot._TRACER_PROVIDER_SET_ONCE._done
+    try:
+        yield tmp_path
+    finally:
+        ot._TRACER_PROVIDER, ot._TRACER_PROVIDER_SET_ONCE._done = provider, done
 
 
 @pytest.fixture

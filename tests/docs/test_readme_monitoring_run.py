@@ -50,9 +50,10 @@ READY = {"--front-door": "front door is listening", "--worker": "is ready"}
 
 
 def section() -> str:
+    """The section's metrics part (its Traces and Logs have tests of their own)."""
     text = README.read_text()
     found = text[text.index("\n## Monitoring\n"):]
-    return found[: found.index("\n## ", 1)]
+    return found[: found.index("\n### Traces\n", 1)]
 
 
 def shell_block() -> list[str]:
