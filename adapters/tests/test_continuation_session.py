@@ -27,6 +27,7 @@ from voxflow_adapters.testkit.flows import Teller, words
 from voxflow_adapters.testkit.scenario import CallResult, run_call
 from voxflow_adapters.testkit.script import CallScript
 from voxflow_adapters.testkit.simulated import SimulatedClient
+from voxflow_adapters.testkit.timeline import call_timeline
 from voxflow_voice.audio import STT_SAMPLE_RATE, AudioChunk, resample
 from voxflow_voice.engines import VoiceEngines
 from voxflow_voice.events import ReplyInterrupted, ReplyStarted, TurnCommitted
@@ -113,6 +114,9 @@ async def test_speech_going_on_with_an_unfinished_turn_after_its_reply_began_mer
     script = CallScript().user_says(0.5, audio=sentence(tmp_path, FIRST, 0.7)).until(12.0)
     call = await run_call(turns, script, engines, settings=SETTINGS)
     check_merged(call, turns.flow.state)
+    timeline = call_timeline(call)
+    assert "turn 1 continued, committed again with all its words (revision 2)" in timeline
+    assert "turn 2" not in timeline
 
 
 async def test_a_finished_turn_stands_and_the_speech_after_it_is_a_new_turn(

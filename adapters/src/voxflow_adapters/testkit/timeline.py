@@ -101,6 +101,10 @@ def _lines(call: CallResult, labels: Labels) -> Iterable[tuple[float, int, str, 
             yield e.end_at, order, "user", "stops speaking"
         elif kind == "transcript_discarded":
             yield e.at, order, "user", f"sound discarded, no turn ({e.reason})"
+        elif kind == "turn_committed" and e.input_revision > 1:
+            yield e.at, order, "user", (
+                f"{labels.turn(e.turn_id)} continued, committed again with all its words "
+                f"(revision {e.input_revision}): {quote(e.text)}")
         elif kind == "turn_committed":
             yield e.at, order, "user", f"{labels.turn(e.turn_id)} committed: {quote(e.text)}"
         elif kind == "speculative_reply_discarded":
