@@ -182,3 +182,47 @@ async def test_a_calls_log_lines_carry_its_call_session_turn_and_span(
         assert line["call_id"] == "call-9"
         assert line["session_id"] == turn.attributes["voxflow.session_id"]
         assert line["turn_id"] == turn.attributes["voxflow.turn_id"]
+
+
+async def test_a_job_and_its_announcements_are_spans_of_the_call(
+    engines: VoiceEngines, spans: InMemorySpanExporter,
+) -> None:
+    """A job started by a turn is a span of that turn's handler; what it announces
+    (its progress, its result) are ``voxflow.announcement`` spans of the call, naming
+    the turn that asked and their delivery."""
+    from voxflow.jobs import JobContext, background_job
+    from voxflow.wiring import AssistantState
+
+    @background_job(kind="tracing_tests.book_table")
+    async def book_table(job: JobContext) -> str:
+        await job.sleep(1.0)
+        await job.progress("Still waiting for the restaurant.")
+        await job.sleep(2.0)
+        return "Your table for two is booked."
+
+    class Restaurant(Flow[AssistantState]):
+        conversational = True
+
+        def route_turn(self, context: RouterContext) -> Literal["book"]:
+            return "book"
+
+        @listen("book")
+        def handle_book(self) -> str:
+            book_table.start(self)
+            return "Sure."
+
+    await run_call(Restaurant(), CallScript().user_says(0.3, "Book a table for two."),
+                   engines)
+    finished = spans.get_finished_spans()
+    by_id = {s.context.span_id: s for s in finished}
+    (call,) = [s for s in finished if s.name == "voxflow.call"]
+    (job,) = [s for s in finished if s.name == "voxflow.job tracing_tests.book_table"]
+    assert job.parent is not None and by_id[job.parent.span_id].name == "voxflow.handler"
+    turn = by_id[by_id[job.parent.span_id].parent.span_id]  # type: ignore[union-attr]
+    said = [s for s in finished if s.name == "voxflow.announcement"]
+    assert len(said) == 2
+    for span in said:
+        assert span.parent is not None and span.parent.span_id == call.context.span_id
+        assert span.attributes["voxflow.turn_id"] == turn.attributes["voxflow.turn_id"]
+        assert span.attributes["voxflow.delivery_id"]
+        assert call.start_time <= span.start_time <= span.end_time <= call.end_time

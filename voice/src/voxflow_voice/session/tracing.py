@@ -14,6 +14,8 @@ Its other children are read from the session's events, timed as the metrics time
 * ``voxflow.barge_in``: a barge-in's speech onset to the reply's cut (or to the reply
   playing on, for an overlap judged not to be one).
 
+A background job's result said is a ``voxflow.announcement`` under the call.
+
 No words (transcripts, reply text) unless content capture is on. With tracing off every
 method returns at its first line.
 """
@@ -118,6 +120,18 @@ class SessionTrace:
             finally:
                 if turn.ended_at is None and span is not None:  # never answered
                     span.set_attribute("voxflow.outcome", "discarded")
+
+    @contextlib.contextmanager
+    def announcement(self, turn_id: TurnId, delivery_id: DeliveryId) -> Iterator[None]:
+        """A background job's result said: its span, from the floor taken to the reply
+        settled (``voxflow.turn_id``: the turn that asked for the job)."""
+        if not self._on:
+            yield
+            return
+        with telemetry.trace_span("voxflow.announcement", {
+                "voxflow.turn_id": str(turn_id), "voxflow.delivery_id": str(delivery_id),
+                "voxflow.session_id": self._session_id()}):
+            yield
 
     def observe(self, event: SessionEvent) -> None:
         """Read one session event (the parts of a turn are spans when it settles)."""

@@ -521,6 +521,14 @@ class VoiceSession:
     async def _announce(
         self, turn_id: TurnId, delivery_id: DeliveryId, events: Sequence[ReplyEvent]
     ) -> None:
+        # its lines and its span name the delivery (and the turn that asked for the jobs)
+        with log_scope(delivery_id=str(delivery_id)), self._trace.announcement(
+                turn_id, delivery_id):
+            await self._announce_traced(turn_id, delivery_id, events)
+
+    async def _announce_traced(
+        self, turn_id: TurnId, delivery_id: DeliveryId, events: Sequence[ReplyEvent]
+    ) -> None:
         reply = SpokenReply(turn_id=turn_id, input_revision=events[0].input_revision,
                        announcement=True)
         self._reply = reply
