@@ -89,6 +89,7 @@ def tracing_enabled() -> bool:
     trace = _state.trace
     if trace is None:
         try:
+            # here: the optional voxflow[tracing] extra (import voxflow stays light)
             import opentelemetry.trace as trace
         except ImportError:
             return False
@@ -140,6 +141,7 @@ def configure_tracing(
     if not exporters or tracing_enabled():
         return tracing_enabled()
     try:
+        # here: the optional voxflow[tracing] extra (import voxflow stays light)
         from opentelemetry import trace
         from opentelemetry.sdk.resources import Resource
         from opentelemetry.sdk.trace import TracerProvider
@@ -156,6 +158,7 @@ def configure_tracing(
             provider.add_span_processor(BatchSpanProcessor(ConsoleSpanExporter()))
         elif name == "otlp":
             try:
+                # here: the optional voxflow[tracing] extra (import voxflow stays light)
                 from opentelemetry.exporter.otlp.proto.http.trace_exporter import (
                     OTLPSpanExporter,
                 )
@@ -282,6 +285,7 @@ def fail(span: Span | None, exc: BaseException | str) -> None:
     of ours, but is named so a cut turn reads as such)."""
     if span is None:
         return
+    # here: the optional voxflow[tracing] extra (import voxflow stays light)
     from opentelemetry.trace import Status, StatusCode
 
     name = exc if isinstance(exc, str) else type(exc).__name__
@@ -291,12 +295,14 @@ def fail(span: Span | None, exc: BaseException | str) -> None:
 
 
 def _attach(ctx: Any) -> Any:
+    # here: the optional voxflow[tracing] extra (import voxflow stays light)
     from opentelemetry import context
 
     return context.attach(ctx)
 
 
 def _detach(token: Any) -> None:
+    # here: the optional voxflow[tracing] extra (import voxflow stays light)
     from opentelemetry import context
 
     context.detach(token)
@@ -306,6 +312,7 @@ def inject_context(carrier: MutableMapping[str, str]) -> MutableMapping[str, str
     """Write the current trace context (``traceparent``, ``tracestate``) into ``carrier``
     when tracing is on; returns it."""
     if tracing_enabled():
+        # here: the optional voxflow[tracing] extra (import voxflow stays light)
         from opentelemetry.propagate import inject
 
         inject(carrier)
@@ -316,6 +323,7 @@ def extract_context(carrier: Mapping[str, Any] | None) -> Any:
     """The trace context a payload carries (for ``trace_span(context=...)``), or None."""
     if not carrier or not tracing_enabled() or "traceparent" not in carrier:
         return None
+    # here: the optional voxflow[tracing] extra (import voxflow stays light)
     from opentelemetry.propagate import extract
 
     return extract({k: v for k, v in carrier.items() if isinstance(v, str)})
