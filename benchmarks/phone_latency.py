@@ -27,6 +27,18 @@ Targets (issue 34): phone voice to voice <= simulated + 40 ms; barge-in (caller'
 speech sample → ``clear``) <= 80 ms median (the lines are trimmed of Piper's own
 silence, so the first frame the carrier sends is speech); 0 stale samples; heard history within one
 word over >= 20 barge-ins (``--turns 20``).
+
+Measured Dec 4 on the shared 2-core machine (load average 4 to 13 from other work; three
+runs of ``--turns 20``, medians in ms): simulated transport 606 / 594 / 610; phone
+(session, receipts from marks) 724 / 604 / 938 (the spread is the load: +10 ms in the
+calmest run, target +40); at the carrier (last speech frame sent -> first reply audio
+received; after the lines were trimmed) 643 / 675; barge-in, first speech frame sent ->
+``clear`` received, 162 / 145 / 143 (max 411, 183, 183): **over the 80 ms target**. A
+one-turn trace put the ``clear`` within a millisecond of the session's pause: the time
+is the onset detection (Silero's rising frame; the hiss detector of unvoiced starts
+looks above 4 kHz, which an 8 kHz line does not carry, so the "s" of "Stop" no longer
+pauses the reply early). Every run: 0 stale samples; the heard history within 1 word of
+what the carrier played over 20 barge-ins (0 in two runs, 1 in one).
 """
 
 # (each lambda of a loop is awaited at once, in its own iteration)

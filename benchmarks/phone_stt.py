@@ -11,6 +11,24 @@ pink noise at 20 dB SNR, each padded as the turn detector hands it over. The pho
 and decoded back to 16 kHz by the transport's own
 :class:`~voxflow_adapters.phone.codec.MulawDecoder` (160-byte frames). Printed: the word
 error rate per model, voice set and path, and the median decode time.
+
+Measured Dec 4 (``--quick``: 34 utterances, load average ~8; WER %, median decode ms):
+
+==========  ==============  ============  ============
+model       voices          16 kHz        8 kHz μ-law
+==========  ==============  ============  ============
+tiny.en     bundled voice   4.8 (416)     3.5 (587)
+tiny.en     other voices    12.3 (659)    28.9 (683)
+base        bundled voice   3.1 (535)     3.9 (757)
+base        other voices    10.5 (874)    25.9 (814)
+==========  ==============  ============  ============
+
+The bundled voice loses nothing on the phone line (the codec is not the problem), but
+the other voices (espeak-ng's in particular) lose more than twice their words at 8 kHz,
+with either model: ``base`` is the better of the two on the phone (25.9 vs 28.9 %, for
+~130 ms more per decode) and the one to choose (``VOXFLOW_STT=whisper:base``), yet
+neither is good enough for unfamiliar voices over a telephone band; a larger or
+telephone-trained model is not installable here (none ships its weights in a package).
 """
 
 from __future__ import annotations
