@@ -11,6 +11,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 import tracemalloc
 from collections.abc import AsyncIterator
 from xml.etree import ElementTree
@@ -193,6 +194,28 @@ async def test_an_unsigned_or_forged_webhook_is_refused_and_a_signed_one_answere
     finally:
         await runner.cleanup()
     assert token not in repr(server.settings) and token not in repr(SignatureCheck(token))
+
+
+async def test_an_expired_stream_token_frees_its_place_for_the_next_call() -> None:
+    """A webhook whose stream never came holds a place only until its token expires:
+    the next webhook is answered, not rejected busy (before: the count included expired
+    tokens and they were dropped only after the check, so the server stayed busy)."""
+    server = PhoneServer(_no_calls, None,  # type: ignore[arg-type]
+                         settings=PhoneSettings(max_calls=1))
+    runner, base = await _serve(server)
+    try:
+        async with ClientSession() as http:
+            first = await (await http.post(f"{base}/voice", data={"CallSid": "CA1"})).text()
+            assert "<Connect><Stream" in first
+            busy = await (await http.post(f"{base}/voice", data={"CallSid": "CA2"})).text()
+            assert '<Reject reason="busy"/>' in busy  # the token is live: its place held
+            # the token's stream_token_seconds are over (aged, not waited for)
+            server._tokens = dict.fromkeys(server._tokens, time.monotonic() - 1.0)
+            later = await (await http.post(f"{base}/voice", data={"CallSid": "CA3"})).text()
+            assert "<Connect><Stream" in later and "Reject" not in later
+            assert len(server._tokens) == 1  # the expired one gone, the new one issued
+    finally:
+        await runner.cleanup()
 
 
 async def test_a_signed_carrier_call_starts_and_the_hang_up_ends_it(

@@ -176,6 +176,7 @@ class PhoneServer:
                 self.refused_webhooks += 1
                 logger.warning("refused a webhook: missing or wrong signature")
                 return web.Response(status=403, text="forbidden")
+        self._expire_tokens()  # (an expired token holds no place: its stream never came)
         if len(self._calls) + len(self._tokens) >= self.settings.max_calls:
             logger.warning("rejected a call: %d calls in progress", len(self._calls))
             return web.Response(
@@ -183,7 +184,6 @@ class PhoneServer:
                 text='<?xml version="1.0" encoding="UTF-8"?><Response>'
                      '<Reject reason="busy"/></Response>')
         token = secrets.token_urlsafe(24)
-        self._expire_tokens()
         self._tokens[token] = time.monotonic() + self.settings.stream_token_seconds
         stream_url = self._public(request, self.settings.media_path, websocket=True)
         content_type, body = self.serializer.answer(stream_url, {STREAM_TOKEN_PARAMETER: token})
