@@ -145,7 +145,17 @@ async def test_stream_tags_every_chunk_with_its_identity(tts: PiperTts) -> None:
     assert heard_words == text.split()
 
 
-async def test_leaving_the_stream_stops_synthesis_before_the_next_sentence(tts: PiperTts) -> None:
+@pytest.fixture(scope="module")
+def uncached() -> PiperTts:
+    """The voice without its speech cache: these tests count the sentences synthesized,
+    and the session's voice serves a sentence another test said from its cache."""
+    return PiperTts(settings=DETERMINISTIC_TTS_SETTINGS.model_copy(update={"cache_mb": 0}))
+
+
+async def test_leaving_the_stream_stops_synthesis_before_the_next_sentence(
+    uncached: PiperTts,
+) -> None:
+    tts = uncached
     text = " ".join(SENTENCES)  # four sentences
     before = tts.statistics().sentences
     stream = tts.stream(text, delivery_id=DeliveryId("d"), segment_id=1)
@@ -155,7 +165,8 @@ async def test_leaving_the_stream_stops_synthesis_before_the_next_sentence(tts: 
     assert tts.statistics().sentences - before == 1
 
 
-async def test_cancelling_the_consumer_stops_synthesis(tts: PiperTts) -> None:
+async def test_cancelling_the_consumer_stops_synthesis(uncached: PiperTts) -> None:
+    tts = uncached
     text = " ".join(SENTENCES)
     before = tts.statistics().sentences
     first = asyncio.Event()
