@@ -22,7 +22,10 @@ from typing import Any
 
 import numpy as np
 import pytest
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.parser import text_string_to_metric_families
 from voxflow_adapters.hosting.calls import Call, CallSession, flow_call_factory
+from voxflow_adapters.hosting.metrics import CallMetrics
 from voxflow_adapters.testkit.flows import Teller, words
 from voxflow_adapters.testkit.scenario import CallResult, run_call
 from voxflow_adapters.testkit.script import CallScript
@@ -112,8 +115,14 @@ async def test_speech_going_on_with_an_unfinished_turn_after_its_reply_began_mer
 ) -> None:
     turns = TurnRunner(booking_teller())
     script = CallScript().user_says(0.5, audio=sentence(tmp_path, FIRST, 0.7)).until(12.0)
-    call = await run_call(turns, script, engines, settings=SETTINGS)
+    registry = CollectorRegistry()
+    observe = CallMetrics(registry).call()
+    call = await run_call(turns, script, engines, settings=SETTINGS, on_event=observe)
     check_merged(call, turns.flow.state)
+    scraped = {s.name: s.value for family in text_string_to_metric_families(
+        generate_latest(registry).decode()) for s in family.samples}
+    assert scraped["voxflow_turns_continued_total"] == 1
+    assert scraped["voxflow_turns_revoked_total"] == 0
     timeline = call_timeline(call)
     assert "turn 1 continued, committed again with all its words (revision 2)" in timeline
     assert "turn 2" not in timeline

@@ -124,6 +124,10 @@ class CallMetrics:
             "(always 0: anything else is a bug)")
         self.revoked = counter("voxflow_turns_revoked_total",
                                "committed turns taken back: the user went on speaking")
+        self.continued = counter(
+            "voxflow_turns_continued_total",
+            "unfinished turns the user went on with after their reply began (the reply cut, "
+            "the turn answered again with all its words)")
         self.speculative_discarded = counter(
             "voxflow_speculative_replies_discarded_total",
             "replies prepared in the user's pause and dropped unheard")
@@ -223,6 +227,8 @@ class _CallObserver:
         elif isinstance(event, TurnCommitted):
             if self._turn_end is not None:
                 m.stt.observe(max(0.0, event.at - self._turn_end))
+            if event.input_revision > 1:
+                m.continued.inc()
         elif isinstance(event, BargeIn):
             m.barge_ins.inc()
         elif isinstance(event, ReplyInterrupted):
