@@ -36,6 +36,7 @@ from voxflow_voice.engines import VoiceEngines
 from voxflow_voice.events import SessionEvent
 
 from voxflow.clock import MonotonicClock
+from voxflow.logs import bind_log_context
 
 from ..hosting.calls import Call, CallFactory
 from .transport import PhoneTransport
@@ -240,6 +241,8 @@ class PhoneServer:
                         clock: MonotonicClock) -> None:
         assert transport.started is not None
         call_id = transport.started.call_id
+        # this task starts the session's: its lines and its call span name the call
+        bind_log_context(call_id=call_id)
         events: list[SessionEvent] = []
         try:
             call = await self.factory(transport, self.engines, clock, events.append)
