@@ -10,11 +10,13 @@ compared with Whisper's decode of the whole utterance.
 from __future__ import annotations
 
 import asyncio
+import logging
 import re
 import shutil
 import subprocess
 import wave
 from pathlib import Path
+from typing import NoReturn
 
 import numpy as np
 import pytest
@@ -37,7 +39,7 @@ from voxflow_voice.engines.stt_streaming import (
     StreamingWhisperStt,
     Word,
 )
-from voxflow_voice.listen.incremental_stt import PartialWords
+from voxflow_voice.listen.incremental_stt import IncrementalStt, PartialWords
 
 from .conftest import Speech
 
@@ -231,3 +233,42 @@ async def test_audio_unlike_what_was_decoded_is_decoded_whole(
         if early.incremental is not None and early.incremental._task is not None:
             await asyncio.gather(early.incremental._task)
     raise AssertionError("the turn never ended")
+
+
+class _Speaking:
+    """A turn detector's view while the user speaks from sample 0 (no pause yet)."""
+
+    def __init__(self) -> None:
+        self.active_onset: int | None = 0
+        self.speech_end = 0
+        self.position = 0
+
+
+class _BrokenDecoder(StreamingWhisperStt):
+    """The real engine whose windowed decode fails (a decoder error)."""
+
+    def decode_words(
+        self, samples: NDArray[np.float32], start: int, prompt: str | None
+    ) -> NoReturn:
+        raise RuntimeError("the decoder broke")
+
+
+@pytest.mark.models
+async def test_a_failed_partial_decode_is_logged_not_lost(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A partial decode that raises leaves the whole decode to do at the pause, and says
+    why in the log (its exception was retrieved and dropped)."""
+    incremental = IncrementalStt(_BrokenDecoder(StreamingSttSettings(model="tiny.en")))
+    detector = _Speaking()
+    frame = np.zeros(STT_SAMPLE_RATE // 10, np.float32)
+    with caplog.at_level(logging.WARNING, logger="voxflow_voice.listen.incremental_stt"):
+        for _ in range(8):  # 0.8 s of speech: one partial decode started
+            detector.position += frame.size
+            detector.speech_end = detector.position
+            incremental.heard(frame, detector)
+        assert incremental.statistics().partial_decodes == 1
+        await incremental.aclose()
+    failed = [r for r in caplog.records if r.getMessage() == "a partial decode failed"]
+    assert len(failed) == 1 and failed[0].exc_info is not None
+    assert "the decoder broke" in str(failed[0].exc_info[1])

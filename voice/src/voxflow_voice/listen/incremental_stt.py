@@ -212,8 +212,9 @@ class IncrementalStt:
     def _partial_done(self, task: asyncio.Task[None]) -> None:
         if self._task is task:
             self._task = None
-        if not task.cancelled():
-            task.exception()  # retrieved: a failed partial leaves the whole decode to do
+        if not task.cancelled() and (failure := task.exception()) is not None:
+            # the whole decode is still done at the pause; the failure is said, not lost
+            _log.warning("a partial decode failed", exc_info=failure)
 
     async def final(self, event: UtterancePaused | UtteranceReady) -> Transcript | str | None:
         """The transcript of the paused (or ended) utterance from the committed words and
