@@ -128,6 +128,19 @@ async def test_speech_going_on_with_an_unfinished_turn_after_its_reply_began_mer
     assert "turn 2" not in timeline
 
 
+async def test_a_turn_answered_after_its_end_merges_too(
+    engines: VoiceEngines, tmp_path: Path
+) -> None:
+    """Without speculative replies the first half is answered after the turn ended, the
+    usual way; unfinished, it is kept open all the same and the continuation merges."""
+    turns = TurnRunner(booking_teller())
+    script = CallScript().user_says(0.5, audio=sentence(tmp_path, FIRST, 0.7)).until(12.0)
+    late = SETTINGS.model_copy(update={"speculative_replies": False})
+    call = await run_call(turns, script, engines, settings=late)
+    check_merged(call, turns.flow.state)
+    assert not any(m.speculative for m in call.session.metrics)
+
+
 async def test_a_finished_turn_stands_and_the_speech_after_it_is_a_new_turn(
     engines: VoiceEngines, tmp_path: Path
 ) -> None:

@@ -138,6 +138,7 @@ class SpeculativeReplies:
         self._provisional: Speculation | None = None  # confirmed, may be taken back
         self._seal_at: int | None = None  # a provisional turn's end to seal (it was heard)
         self._allow_at: int | None = None  # an unfinished turn's end the detector keeps open
+        self._late: int | None = None  # the end of a turn answered the usual way, kept open
         # (onset sample, turn id, next input revision) of the turn the user went on with
         self._continuing: tuple[int, TurnId, int] | None = None
         rules = detector.settings
@@ -202,10 +203,32 @@ class SpeculativeReplies:
                 and not spec.discarded
                 and (self._grace > 0 or self._open_for_continuation(spec))):
             self._provisional = spec  # may be taken back until its reply is heard
+        elif self._window > 0 and (spec is None or spec.discarded):
+            # answered the usual way: open until its words say whether it was unfinished
+            self._late = ready.end_sample  # (late() decides)
         else:  # final: no grace, or answered the usual way (nothing to take back)
             self._detector.seal()
             if spec is not None:
                 spec.seal()
+        return spec
+
+    def late(self, utterance: UtteranceReady, text: str) -> Speculation | None:
+        """The turn that ended on ``utterance`` is answered the usual way, its words
+        ``text``: if it was unfinished and may still be continued, a confirmed
+        speculation for it (answer it through :meth:`generate`: it stays open, and is
+        rolled back if the user goes on with it); else None, and it is final."""
+        end = utterance.end_sample
+        late, self._late = self._late, None
+        spec = Speculation(UtterancePaused(utterance.audio, utterance.onset_sample, end))
+        spec.text, spec.late = text.strip(), True
+        if late != end or self._detector.provisional != end or not self._continuable(spec):
+            self._seal_at = end  # (if still open: final, the detector told between frames)
+            return None
+        spec.confirm()
+        if self._provisional is not None:
+            self._seal(self._provisional)
+        self._provisional = spec
+        self._allow_at = end
         return spec
 
     def _continuable(self, spec: Speculation) -> bool:
@@ -307,7 +330,12 @@ class SpeculativeReplies:
             self._revoked.discard(utterance.end_sample)
             return True
         if spec is not None:
-            self._seal(spec)
+            if self._window > 0 and self._provisional is spec:
+                spec.seal()  # answered the usual way: late() decides whether it stays open
+                self._provisional = None
+                self._late = utterance.end_sample
+            else:
+                self._seal(spec)
         return False
 
     def heard(self, reply: SpokenReply) -> None:

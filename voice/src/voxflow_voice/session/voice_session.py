@@ -346,9 +346,16 @@ class VoiceSession:
                     continue
                 if self.turns.flow.state.ended:
                     continue  # the conversation is over: nothing more is answered
+                # unfinished, it is answered through the speculative path, which keeps it
+                # open for a continuation (continue_within) and rolls it back if one comes
+                late = self._speculative.late(utterance, transcript.text)
                 async with self._speaking:  # after an announcement that is still playing
-                    await self._answer(transcript.text, speech_end,
-                                       onset=utterance.onset_sample)
+                    answered = await self._answer(transcript.text, speech_end, late,
+                                                  onset=utterance.onset_sample)
+                    if not answered and late is not None and not late.revoked:
+                        # (its state could not be rolled back: answered as a final turn)
+                        await self._answer(transcript.text, speech_end,
+                                           onset=utterance.onset_sample)
             finally:
                 self._floor.foreground_left()
 
@@ -366,7 +373,8 @@ class VoiceSession:
         going = self._speculative.continuation(onset) if onset is not None else None
         turn_id, revision = going if going is not None else (new_turn_id(), 1)
         with log_scope(turn_id=str(turn_id)), self._trace.turn(
-                turn_id, speech_end, speculative=spec is not None, text=text):
+                turn_id, speech_end, speculative=spec is not None and not spec.late,
+                text=text):
             return await self._answer_turn(turn_id, text, speech_end, spec, revision)
 
     async def _answer_turn(
@@ -408,7 +416,8 @@ class VoiceSession:
             delivery_id=reply.delivery_id, speech_end=speech_end,
             transcript_final=transcript_final, first_text=reply.first_text,
             first_audio=reply.first_audio, playback_end=reply.last_audio_end,
-            interrupted=reply.interrupted, fenced_chunks=fenced, speculative=spec is not None,
+            interrupted=reply.interrupted, fenced_chunks=fenced,
+            speculative=spec is not None and not spec.late,
         )
         self.metrics.append(metrics)
         self._emit(metrics)

@@ -53,8 +53,8 @@ class Speculation:
         paused: the pause whose audio is answered.
     """
 
-    __slots__ = ("_final", "_verdict", "continued", "events", "paused", "reason", "task",
-                 "text")
+    __slots__ = ("_final", "_verdict", "continued", "events", "late", "paused", "reason",
+                 "task", "text")
 
     def __init__(self, paused: UtterancePaused) -> None:
         if not isinstance(paused, UtterancePaused):
@@ -68,6 +68,7 @@ class Speculation:
         self.reason = ""
         self.text: str | None = None  # its transcript, once known
         self.continued = False  # the user went on with the turn after its reply began
+        self.late = False  # made for a turn answered after its end (to keep it open)
 
     @property
     def decided(self) -> bool:
