@@ -29,7 +29,10 @@ The rules are those of :mod:`voxflow_voice.speak.speculation` (one
   turn (its reply record and turn record kept, so every identity the client saw stays
   known), and the detector's next utterance, all the words from the turn's onset, is
   answered once as the same turn, its next ``input_revision``
-  (:meth:`~SpeculativeReplies.continuation`): one user message in the history.
+  (:meth:`~SpeculativeReplies.continuation`): one user message in the history. A turn
+  answered the usual way (after its end) is kept open until its words are known
+  (:meth:`~SpeculativeReplies.late`): unfinished, it is answered through this path with
+  a speculation confirmed from the start.
 """
 
 from __future__ import annotations
