@@ -29,6 +29,34 @@ in voxflow's default turn detection (0.6 s end of turn) and the fast one (0.2 s,
 ``FAST_TURN_DETECTION``): the caller's tape, last speech sample → first reply sample.
 
 The machine is shared (2 cores, other work running): compare the engines within one run.
+
+Dec 4 (2 cores shared with four other helpers' tests and benchmarks, load average 6 to
+15: every latency here is inflated, the comparison within a run is what holds), 34
+utterances, 226 words:
+
+    engine                      WER          final p50  p90   CPU/s  RSS
+    whisper:tiny.en             13.2% (30)   340 ms     532   0.109  536 MB
+    whisper-streaming:tiny.en   16.7% (38)   230 ms     684   0.466  536 MB
+      (4.7 partials/utt; 21 covered by the decode at the pause, 9 tails of 2.26 s mean,
+       6 decoded whole: nothing committed yet)
+    whisper:base                13.2% (30)   424 ms     973   0.151  638 MB
+    whisper-streaming:base      17.5% (40)   740 ms    2522   0.607  638 MB
+      (3.0 partials/utt; 6 covered, 8 tails of 3.67 s, 22 whole: base's partials
+       could not keep up)
+    voice to voice, run_call, tiny.en, 8 turns each (load 13.7):
+      default 0.6 s end of turn: whisper 688 ms, whisper-streaming 678 ms
+      fast 0.2 s end of turn:    whisper 288 ms, whisper-streaming 298 ms
+    again, closing_whole_window=True (load 6 to 12):
+    whisper:tiny.en             13.2% (30)   296 ms     512   0.121  536 MB
+    whisper-streaming:tiny.en   14.5% (33)   554 ms    1167   0.500  535 MB
+
+So Whisper stays the default: the streaming path wins on none of the three at once
+(tiny.en: final 0.68x faster at the median but 4.3x the CPU and 8 more word errors; with
+Whisper's own window for the pause's decode 3 more errors and slower than decoding at the
+pause; base: worse on all three), and voice to voice does not move (the speculative STT
+at the pause already hides a tiny.en decode in the end-of-turn silence). The short
+windows of the partial decodes hallucinate at their end ("Read me the news headlines.
+signs.", "Never mind is") where the 10 s window does not.
 """
 
 from __future__ import annotations

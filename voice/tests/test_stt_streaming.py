@@ -80,6 +80,19 @@ def test_the_streaming_engine_is_registered_by_name() -> None:
     assert chosen.options.interval == 0.4 and chosen.options.model == "tiny.en"
 
 
+def test_plain_whisper_runs_no_partial_decodes() -> None:
+    """A non-streaming engine: heard() is a no-op and no words are known before the pause."""
+
+    class Plain:
+        async def transcribe(self, audio: object) -> None:
+            return None
+
+    early = EarlyTranscriber(Plain())
+    detector = TurnDetector(SileroVad(), TurnDetection())
+    early.heard(np.zeros(CHUNK, np.float32), detector)
+    assert early.incremental is None and early.partial is None
+
+
 def words(text: str | None) -> list[str]:
     return re.sub(r"[^a-z0-9' ]+", " ", (text or "").lower()).split()
 

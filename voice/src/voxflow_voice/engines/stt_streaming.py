@@ -65,6 +65,11 @@ class StreamingSttSettings(SttSettings):
         True, description="when the speech pauses, decode all of it at once (the final "
         "if the user stays silent); False: the final decodes the tail at the pause"
     )
+    closing_whole_window: bool = Field(
+        False, description="the decode when the speech pauses in the window transcribe() "
+        "would use (10 s for tiny.en) instead of a short one: fewer errors, slower "
+        "(benchmarks/stt_streaming.py)"
+    )
     hold_back: float = Field(
         0.4, ge=0, le=5, description="a word ending this close (s) to the audio's end is "
         "not committed yet"
@@ -183,13 +188,15 @@ class StreamingWhisperStt(WhisperStt):
         return min(max(fitted, s.partial_window_floor), max(s.encoder_window, fitted))
 
     def decode_words(
-        self, samples: NDArray[np.float32], start: int, prompt: str | None
+        self, samples: NDArray[np.float32], start: int, prompt: str | None,
+        whole_window: bool = False,
     ) -> tuple[list[Word], Transcript | None]:
-        """Decode ``samples`` (the input stream from sample ``start``) in a short window,
-        prompted with ``prompt``: its words with their spans (for the agreement) and its
-        transcript (noise dropped as :meth:`transcribe` drops it; ``None``: no words).
-        Blocking: run it on the scheduler or a thread."""
-        return self._decode_words(samples, start, prompt, words=True)
+        """Decode ``samples`` (the input stream from sample ``start``) in a short window
+        (``whole_window``: the window :meth:`transcribe` would pad it to), prompted with
+        ``prompt``: its words with their spans (for the agreement) and its transcript
+        (noise dropped as :meth:`transcribe` drops it; ``None``: no words). Blocking: run
+        it on the scheduler or a thread."""
+        return self._decode_words(samples, start, prompt, words=True, whole_window=whole_window)
 
     def decode_tail(
         self, samples: NDArray[np.float32], prompt: str | None, prefix: str | None = None
@@ -201,13 +208,13 @@ class StreamingWhisperStt(WhisperStt):
 
     def _decode_words(
         self, samples: NDArray[np.float32], start: int, prompt: str | None, *, words: bool,
-        prefix: str | None = None,
+        prefix: str | None = None, whole_window: bool = False,
     ) -> tuple[list[Word], Transcript | None]:
         s = self.settings
         duration = samples.size / STT_SAMPLE_RATE
         if samples.size == 0:
             return [], None
-        window = self.window_of(duration)
+        window = s.window_for(duration) if whole_window else self.window_of(duration)
         frames = round(window * 100)
         budget, max_new_tokens = _stt._token_budget(duration)
         hint = prompt if prompt else s.initial_prompt

@@ -195,13 +195,19 @@ class IncrementalStt:
         end = self._task_end = self._fed
         chunk = self._slice(ag.start, end)
         with scheduled(Work(self._call, "speculative")):
-            self._task = asyncio.create_task(self._partial(ag, chunk, end),
+            closing = silent > 0 and self._stt.settings.closing_whole_window
+            self._task = asyncio.create_task(self._partial(ag, chunk, end, closing),
                                              name="voice.partial_stt")
         self._task.add_done_callback(self._partial_done)
 
-    async def _partial(self, ag: LocalAgreement, chunk: NDArray[np.float32], end: int) -> None:
+    async def _partial(
+        self, ag: LocalAgreement, chunk: NDArray[np.float32], end: int, closing: bool
+    ) -> None:
         try:
-            words, said = await self._run(self._stt.decode_words, chunk, ag.start, None)
+            # (closing: the decode of all the speech at its pause in Whisper's own
+            # window, as the whole utterance would be, with closing_whole_window)
+            words, said = await self._run(self._stt.decode_words, chunk, ag.start, None,
+                                          closing)
         except RunawayDecode:
             return
         if self._agreement is ag:
