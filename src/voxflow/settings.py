@@ -240,6 +240,10 @@ class Settings(BaseModel):
         None, description="`voxflow serve --ice-server turn:...`: the TURN password (never "
         "on the command line)",
     )
+    twilio_auth_token: SecretStr | None = Field(
+        None, description="`voxflow phone`: the carrier account's auth token, which every "
+        "webhook's signature is checked with (never on the command line, never logged)",
+    )
 
     webrtc_receive_hold: int = Field(
         3, ge=0, le=15, description="`voxflow serve`: inbound RTP packets a "

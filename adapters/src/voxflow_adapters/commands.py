@@ -242,9 +242,8 @@ class PhoneCommand:
         if args.no_signature and settings.host not in ("127.0.0.1", "::1", "localhost"):
             raise UsageError("--no-signature accepts forged calls: only on a loopback "
                              "--host (127.0.0.1)")
-        import os  # (only phone reads its secret from the environment here)
-
-        if not args.no_signature and not os.environ.get("VOXFLOW_TWILIO_AUTH_TOKEN"):
+        token = settings.twilio_auth_token
+        if not args.no_signature and not (token and token.get_secret_value()):
             raise UsageError("set VOXFLOW_TWILIO_AUTH_TOKEN to the carrier account's auth "
                              "token (the webhook's signature is checked with it), or give "
                              "--no-signature for a loopback trial")

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import sys
 from collections.abc import Callable
 
@@ -51,7 +50,8 @@ def run_phone(
     """Serve phone calls until interrupted; returns the exit code."""
     settings = settings if settings is not None else Settings.from_env()
     say = announce if announce is not None else (lambda line: print(line, flush=True))
-    token = os.environ.get(AUTH_TOKEN_ENV) or None
+    secret = settings.twilio_auth_token
+    token = (secret.get_secret_value() if secret is not None else None) or None
     if token is None and not no_signature:
         print(f"error: set {AUTH_TOKEN_ENV} to the carrier account's auth token (the "
               "webhook's signature is checked with it), or give --no-signature for a "
