@@ -261,7 +261,8 @@ class _BrokenDecoder(StreamingWhisperStt):
     """The real engine whose windowed decode fails (a decoder error)."""
 
     def decode_words(
-        self, samples: NDArray[np.float32], start: int, prompt: str | None
+        self, samples: NDArray[np.float32], start: int, prompt: str | None,
+        whole_window: bool = False,
     ) -> NoReturn:
         raise RuntimeError("the decoder broke")
 
