@@ -319,3 +319,14 @@ def test_voxflow_phone_needs_the_auth_token_and_keeps_unsigned_calls_on_loopback
     assert exposed.returncode == 2 and "loopback" in exposed.stderr
     bad_url = _voxflow("phone", "--public-url", "example.com", VOXFLOW_TWILIO_AUTH_TOKEN="x")
     assert bad_url.returncode == 2 and "https://" in bad_url.stderr
+    none = _voxflow("phone", "--no-signature", "--max-calls", "0")
+    assert none.returncode == 2 and "--max-calls 0" in none.stderr, none.stderr
+
+
+@pytest.mark.parametrize("bad", [{"max_calls": 0}, {"max_calls": -1}, {"lead": 0.0},
+                                 {"stream_token_seconds": 0.0},
+                                 {"max_call_seconds": float("nan")},
+                                 {"media_path": "media"}])
+def test_phone_settings_out_of_range_are_refused(bad: dict[str, object]) -> None:
+    with pytest.raises(ValueError, match=next(iter(bad))):
+        PhoneSettings(**bad)  # type: ignore[arg-type]

@@ -239,6 +239,8 @@ class PhoneCommand:
         if args.public_url is not None and not args.public_url.startswith(
                 ("https://", "http://")):
             raise UsageError(f"--public-url {args.public_url!r}: give https://host[:port]")
+        if args.max_calls is not None and args.max_calls < 1:
+            raise UsageError(f"--max-calls {args.max_calls}: give at least 1")
         if args.no_signature and settings.host not in ("127.0.0.1", "::1", "localhost"):
             raise UsageError("--no-signature accepts forged calls: only on a loopback "
                              "--host (127.0.0.1)")

@@ -107,6 +107,21 @@ class PhoneSettings:
     signature: SignatureCheck | None = field(default=None, repr=False)
     """The webhook's check; None accepts unsigned webhooks (loopback trials only)."""
 
+    def __post_init__(self) -> None:
+        """Raises: ValueError: a setting out of its range (a ``max_calls`` of 0 made
+        every call rejected busy; a ``stream_token_seconds`` of 0 every stream refused)."""
+        if isinstance(self.max_calls, bool) or not isinstance(self.max_calls, int) or (
+                self.max_calls < 1):
+            raise ValueError(f"max_calls must be an int of at least 1, got {self.max_calls!r}")
+        for name in ("lead", "stream_token_seconds", "max_call_seconds"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | float) or not (
+                    0 < value < float("inf")):
+                raise ValueError(f"{name} must be a positive number of seconds, got {value!r}")
+        for name in ("webhook_path", "media_path"):
+            if not str(getattr(self, name)).startswith("/"):
+                raise ValueError(f"{name} must start with '/', got {getattr(self, name)!r}")
+
 
 @dataclass(slots=True)
 class _PhoneCall:
