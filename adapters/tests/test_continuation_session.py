@@ -36,9 +36,12 @@ from voxflow_voice.engines import VoiceEngines
 from voxflow_voice.events import ReplyInterrupted, ReplyStarted, TurnCommitted
 from voxflow_voice.session import VoiceSettings
 
+from voxflow import Flow, listen
 from voxflow.clock import VirtualClock
 from voxflow.ids import SessionId
+from voxflow.jobs import JobContext, background_job
 from voxflow.turns import TurnRunner
+from voxflow.wiring import AssistantState, AssistantWiring
 
 pytestmark = [
     pytest.mark.models,
@@ -215,3 +218,43 @@ async def test_a_restored_session_holds_the_merged_turn_once_and_answers_nothing
     assert state.messages[0].content == live.messages[0].content
     assert "thank" in words(state.messages[2].content)
     assert len(state.replies) == 3 and len(state.turns) == 2
+
+
+@background_job(kind="continuation_tests.hold_table")
+async def hold_table(job: JobContext, party: str) -> str:
+    """Holds a table (the turn acts on the world)."""
+    return f"A table is held for {party}."
+
+
+class HoldingBooking(Flow[AssistantState]):
+    """Every turn starts a job holding a table, and answers."""
+
+    conversational = True
+
+    def route_turn(self, context: Any) -> str:
+        return "book"
+
+    @listen("book")
+    def handle_book(self) -> str:
+        hold_table.start(self, party="you")
+        return ANSWER
+
+
+async def test_a_turn_that_started_a_job_stands_and_its_job_is_kept(
+    engines: VoiceEngines, tmp_path: Path
+) -> None:
+    # Merging rolls the first half back; a job it started would run on with its record
+    # rolled away (never announced, not in the state). Such a turn stands: the speech
+    # after it is a new turn, and both turns' jobs are recorded and complete.
+    flow = HoldingBooking()
+    async with AssistantWiring(flow, clock=VirtualClock(autojump=True)) as wiring:
+        script = CallScript().user_says(0.5, audio=sentence(tmp_path, FIRST, 0.7)).until(14.0)
+        call = await run_call(wiring, script, engines, settings=SETTINGS)
+        assert await wiring.wait_for_jobs(30)
+    first, second = [e for e in call.events if isinstance(e, TurnCommitted)]
+    assert first.turn_id != second.turn_id and second.input_revision == 1
+    jobs = list(flow.state.jobs.values())
+    assert sorted(str(j.origin_turn_id) for j in jobs) == sorted(
+        [str(first.turn_id), str(second.turn_id)])
+    assert all(j.status == "completed" for j in jobs)
+    assert call.stale_samples() == 0

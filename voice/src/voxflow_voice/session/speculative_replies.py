@@ -254,6 +254,14 @@ class SpeculativeReplies:
             return True
         return False
 
+    def _started_jobs(self, turn_id: TurnId) -> bool:
+        """Whether ``turn_id``'s answer started a background job: the turn acted on the
+        world (its job runs on, and will be announced), so it stands; rolling it back to
+        merge a continuation would lose the job's record while the job runs."""
+        jobs = getattr(self._turns.flow.state, "jobs", None)
+        return bool(jobs) and any(getattr(job, "origin_turn_id", None) == turn_id
+                                  for job in jobs.values())
+
     def continuation(self, onset_sample: int) -> tuple[TurnId, int] | None:
         """The turn (its id and next ``input_revision``) that the utterance from
         ``onset_sample`` goes on with, if the user went on with one (None: a new turn)."""
@@ -283,7 +291,8 @@ class SpeculativeReplies:
         if heard or event.onset_sample - event.end_sample > self._grace * STT_SAMPLE_RATE:
             if (reply is None or reply.delivery_id is None or not self._continuable(spec)
                     or event.onset_sample - event.committed_at
-                    > self._window * STT_SAMPLE_RATE):
+                    > self._window * STT_SAMPLE_RATE
+                    or self._started_jobs(reply.turn_id)):
                 return self._detached(event, spec)
             # An unfinished turn goes on: its reply is cut now, as a barge-in cuts it.
             reply.continued = True
