@@ -10,6 +10,7 @@ from typing import Any, ClassVar
 import pytest
 
 from voxflow import Flow, listen, start
+from voxflow.clock import VirtualClock
 from voxflow.conversation import RouterContext
 from voxflow.errors import JobNotAnnounceableError
 from voxflow.jobs import (
@@ -310,3 +311,54 @@ def test_starting_a_job_checks_the_reply_queue_by_the_fields_the_reply_state_dec
     from voxflow.replies.records import ReplyQueueState
 
     assert set(_REPLY_QUEUE_FIELDS) <= set(ReplyQueueState.model_fields)
+
+
+@background_job
+async def bake_for_three_seconds(job: JobContext) -> str:
+    await job.sleep(3.0)
+    return "Your pizza is ready."
+
+
+class _Bakery(Flow[AssistantState]):
+    conversational = True
+
+    def route_turn(self, context: RouterContext) -> str | None:
+        return "bake"
+
+    @listen("bake")
+    def handle_bake(self) -> str:
+        bake_for_three_seconds.start(self)
+        return "Baking."
+
+
+async def test_a_jobs_thread_hops_take_no_virtual_time() -> None:
+    # (issue 30, item 2) A 3 s job's result was committed 3.04-3.1 s after its turn in a
+    # simulated call: while the job's worker thread started it and published its result,
+    # the idle loop let the virtual clock jump on (here: a ticker's 10 ms sleeps, as a
+    # call's audio frames). The clock is held through those hops: the result lands at
+    # the very moment the job's function returns on the call's clock.
+    clock = VirtualClock(autojump=True)
+    seen: list[tuple[float, str]] = []
+
+    async def tick() -> None:
+        while True:
+            await clock.sleep(0.01)
+
+    async with clock:
+        ticker = asyncio.create_task(tick())
+        try:
+            async with AssistantWiring(_Bakery(), clock=clock) as wiring:
+                async def on_update(snapshot: dict[str, Any]) -> None:
+                    seen.extend((clock.now(), j["status"]) for j in snapshot["jobs"])
+
+                wiring.subscribe(on_update)
+                started = clock.now()
+                assert await wiring.text_turn("A pizza, please.") == "Baking."
+                assert await wiring.wait_for_jobs(10.0)
+        finally:
+            ticker.cancel()
+    running = [at for at, status in seen if status == "running"]
+    completed = [at for at, status in seen if status == "completed"]
+    assert running and completed and running[0] >= started
+    # between its start and its result's commit, only its own 3 s sleep
+    assert completed[0] - running[0] == pytest.approx(3.0, abs=1e-9)

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import functools
 import inspect
 import logging
@@ -513,10 +514,48 @@ class JobBinding:
         work.binding = self
         work.function = function
         work.inputs = dict(inputs)
+        # the worker's thread hops (its start, its result's commit) take no time on a
+        # virtual clock: held until the function starts, then from its return until
+        # its result is committed and offered for announcement
+        work.hold = _Hold(self.clock, self.loop)
         return work
 
 
 _BINDINGS: weakref.WeakKeyDictionary[Any, JobBinding] = weakref.WeakKeyDictionary()
+
+
+class _Hold:
+    """A hold of a virtual ``clock`` (nothing for another clock), taken on the loop when
+    made or by :meth:`take`, released from any thread (idempotent)."""
+
+    def __init__(self, clock: Clock, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._hold = getattr(clock, "hold", None)
+        self._held: Any = None
+        self.take()
+
+    def take(self) -> None:
+        """Hold the clock (on the loop)."""
+        if self._hold is not None and self._held is None:
+            self._held = self._hold()
+            self._held.__enter__()
+
+    def _release(self) -> None:
+        held, self._held = self._held, None
+        if held is not None:
+            held.__exit__(None, None, None)
+
+    def release(self) -> None:
+        """Let the clock move again (from the loop or a thread)."""
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is self._loop:
+            self._release()
+        else:
+            with contextlib.suppress(RuntimeError):  # the loop is closed
+                self._loop.call_soon_threadsafe(self._release)
 
 
 def _log_failure(task: asyncio.Future[Any]) -> None:
@@ -543,12 +582,23 @@ def _work_class() -> type[JobWorkFlow[Any]]:
         binding: JobBinding | None = None
         function: JobFunction | None = None
         inputs: Mapping[str, Any] = {}
+        hold: _Hold | None = None
         _future: concurrent.futures.Future[str] | None = None
 
         @start()
         def run(self) -> None:
-            binding, function = self.binding, self.function
-            assert binding is not None and function is not None
+            binding, function, hold = self.binding, self.function, self.hold
+            assert binding is not None and function is not None and hold is not None
+            self._run_job(binding, function, hold)
+
+        def kickoff(self, *args: Any, **kwargs: Any) -> Any:
+            try:
+                return super().kickoff(*args, **kwargs)
+            finally:  # (however the worker ended)
+                if self.hold is not None:
+                    self.hold.release()
+
+        def _run_job(self, binding: JobBinding, function: JobFunction, hold: _Hold) -> None:
             self.check_open()
             self.publish_update("started")
             self.publish_update("stage_started", stage="run")
@@ -556,9 +606,15 @@ def _work_class() -> type[JobWorkFlow[Any]]:
             context = JobContext(job.model_copy(deep=True), clock=binding.clock,
                                  progress=binding.announce_progress,
                                  stop_requested=lambda: self.stop_requested)
-            self._future = asyncio.run_coroutine_threadsafe(
-                function(context, **self.inputs), binding.loop
-            )
+
+            async def call() -> str:  # on the loop: the clock moves while it runs
+                hold.release()
+                try:
+                    return await function(context, **self.inputs)
+                finally:
+                    hold.take()  # until its result is committed and offered
+
+            self._future = asyncio.run_coroutine_threadsafe(call(), binding.loop)
             if self.stop_requested:
                 self._future.cancel()
             try:
