@@ -26,6 +26,7 @@ Example::
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from typing import Any
 
 from pydantic import BaseModel
@@ -74,8 +75,13 @@ class RollbackPoint:
         """Whether :meth:`restore` was called."""
         return self._used
 
-    async def restore(self) -> None:
+    async def restore(self, keep: Callable[[Any], None] | None = None) -> None:
         """Put the copied state back into the live state object; save it if persisted.
+
+        Args:
+            keep: called with the restored state before it is saved, to put back what
+                must outlive the rollback (records of what the user heard): one save,
+                so no stored snapshot ever lacks them.
 
         Raises:
             RuntimeError: already restored (a point is used once), or the flow's state
@@ -93,6 +99,8 @@ class RollbackPoint:
         else:
             for slot in _MODEL_SLOTS:
                 object.__setattr__(state, slot, getattr(self._copy, slot))
+        if keep is not None:
+            keep(state)
         # A save of the undone work may still be running in its thread (its turn was
         # cancelled mid-save): asave_state lets it land first, so it cannot overwrite this.
         await self._flow.asave_state("rollback")

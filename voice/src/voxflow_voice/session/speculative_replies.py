@@ -40,6 +40,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
 
 from voxflow.clock import Clock
 from voxflow.flow import RollbackPoint
@@ -258,9 +259,8 @@ class SpeculativeReplies:
         """Whether ``turn_id``'s answer started a background job: the turn acted on the
         world (its job runs on, and will be announced), so it stands; rolling it back to
         merge a continuation would lose the job's record while the job runs."""
-        jobs = getattr(self._turns.flow.state, "jobs", None)
-        return bool(jobs) and any(getattr(job, "origin_turn_id", None) == turn_id
-                                  for job in jobs.values())
+        jobs = getattr(self._turns.flow.state, "jobs", None) or {}
+        return any(getattr(job, "origin_turn_id", None) == turn_id for job in jobs.values())
 
     def continuation(self, onset_sample: int) -> tuple[TurnId, int] | None:
         """The turn (its id and next ``input_revision``) that the utterance from
@@ -486,17 +486,18 @@ class SpeculativeReplies:
         if not generation.cancelled() and generation.exception() is not None:
             logger.warning("continued reply: its generation failed",
                            exc_info=generation.exception())
-        flow = self._turns.flow
-        state = flow.state
+        state = self._turns.flow.state
         turn = state.turns.get(reply.turn_id)
         record = state.replies.get(reply.delivery_id) if reply.delivery_id else None
-        try:
-            await point.restore()  # (saves it)
+
+        def keep(restored: Any) -> None:  # in the one save of the rollback
             if turn is not None:
-                state.turns[turn.turn_id] = turn
+                restored.turns[turn.turn_id] = turn
             if record is not None:
-                state.replies[record.delivery_id] = record
-            await flow.asave_state("continued")
+                restored.replies[record.delivery_id] = record
+
+        try:
+            await point.restore(keep)  # (saves it, with the heard reply's records)
         except Exception:  # (a failed write: the next save is a full one)
             logger.exception("saving a continued turn failed")
 
