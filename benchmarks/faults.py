@@ -1,7 +1,8 @@
 """Faults a call survives: resets of the database connections, a restarted PostgreSQL, an
 ICE server that never answers; and offers made during a reset.
 
-Run: ``flock /tmp/voxflow-bench.lock uv run python benchmarks/faults.py [--runs 3]``
+Run: ``flock /tmp/voxflow-bench.lock uv run python benchmarks/faults.py [--runs 3]
+[--only llm disk clock]``
 (real time: it starts a PostgreSQL of its own, never touching the shared one).
 
 Everything runs in this process on the real models: ``WebRtcServer`` (the example
@@ -17,7 +18,17 @@ the machine's ``initdb``/``pg_ctl``) and an aiortc caller (``LoopbackCaller``) t
 * **silent ICE**: the server's ``--ice-server`` is a STUN server that takes every packet
   and never answers; three questions;
 * **offers**: a front door and a call worker (in this process, on the same database);
-  every connection is reset and three offers are made at once, ``--offer-rounds`` times.
+  every connection is reset and three offers are made at once, ``--offer-rounds`` times;
+* **LLM hang / reset / garbage**: a chat flow whose LLM is an OpenAI-compatible server
+  on loopback (``_llm_faults.py``, reached by litellm through an endpoint the code names;
+  2 s timeout, 1 retry) that answers, then hangs (or resets the connection, or answers
+  events that are not JSON) for one question, then answers again; the caller's wait for
+  the faulted question to settle and what it heard meanwhile;
+* **disk full**: the SQLite session store on a small tmpfs (``mount -t tmpfs``, root
+  only; said and skipped otherwise), filled to the last byte before a question and
+  freed 3 s later;
+* **clock jump**: the SQLite store's lease clock jumps an hour forward before a
+  question, then two hours back before the next.
 
 For each call: **turns lost** (questions asked less the answers both heard by the caller
 and stored completed; must be 0), **answers after** (a question after the fault is
@@ -194,7 +205,8 @@ class Caller:
 
 
 @contextlib.asynccontextmanager
-async def serving(engines: Any, store: Any, **peer: Any) -> AsyncIterator[tuple[Any, list[Any]]]:
+async def serving(engines: Any, store: Any, factory: Any = None, lease_seconds: float = 6.0,
+                  **peer: Any) -> AsyncIterator[tuple[Any, list[Any]]]:
     from voxflow_adapters.webrtc import (
         PeerSettings,
         ServerSettings,
@@ -203,10 +215,10 @@ async def serving(engines: Any, store: Any, **peer: Any) -> AsyncIterator[tuple[
     )
 
     calls: list[Any] = []
-    settings = ServerSettings(port=0, peer=PeerSettings(ice_host_addresses=("127.0.0.1",),
-                                                        **peer))
-    server = WebRtcServer(assistant_call_factory(), engines, settings=settings, store=store,
-                          on_call=lambda _peer, call: calls.append(call))
+    settings = ServerSettings(port=0, lease_seconds=lease_seconds,
+                              peer=PeerSettings(ice_host_addresses=("127.0.0.1",), **peer))
+    server = WebRtcServer(factory or assistant_call_factory(), engines, settings=settings,
+                          store=store, on_call=lambda _peer, call: calls.append(call))
     async with server:
         yield server, calls
 
@@ -369,6 +381,197 @@ async def offers_during_resets(engines: Any, pg: OwnPostgres, rounds: int
     return refused, offered
 
 
+# -- the LLM provider, the disk and the clock --------------------------------------------
+
+
+@dataclass
+class LlmFault:
+    """A call through one LLM provider fault (see the module)."""
+
+    fault: str
+    lost: int = 0  # answered questions missing from the stored history
+    settled_s: float | None = None  # the faulted question → its turn settled (failed)
+    heard_during: int = 0  # replies the caller heard for the faulted question
+    turn_status: str = "-"
+    cause: str = "-"  # the error's first words
+    answers_after: bool = False
+    ended: str | None = None
+
+
+class _Causes(logging.Handler):
+    """The messages of the exceptions logged with ERROR records."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.ERROR)
+        self.errors: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.exc_info and record.exc_info[1] is not None:
+            self.errors.append(str(record.exc_info[1]))
+
+
+async def llm_fault(engines: Any, fault: str) -> LlmFault:
+    from _llm_faults import ANSWER, faulty_provider
+    from voxflow_adapters.hosting.calls import flow_call_factory, webrtc_voice_settings
+
+    from voxflow import ConversationConfig, Flow
+    from voxflow.flow.persistence import SQLiteFlowPersistence
+    from voxflow.llm import LLM
+    from voxflow.llm._litellm import load_litellm
+    from voxflow.wiring import AssistantState
+
+    # litellm is imported on a process's first LLM call, on the event loop the server
+    # and the caller share: seconds under load, which starved the first call's audio
+    # ('no audio from the peer for 20 s'); imported beforehand, the faults are measured
+    await asyncio.to_thread(load_litellm)
+    result = LlmFault(fault)
+    causes = _Causes()  # the failed reply's error, as the session logs it
+    session_log = logging.getLogger("voxflow_voice.session.voice_session")
+    session_log.addHandler(causes)
+    with tempfile.TemporaryDirectory(prefix="voxflow-faults-") as tmp, \
+            faulty_provider() as provider, contextlib.ExitStack() as cleanup:
+        cleanup.callback(session_log.removeHandler, causes)
+        @ConversationConfig(llm=LLM(provider.llm_config(timeout=2.0, retries=1)))
+        class Chat(Flow[AssistantState]):
+            pass
+
+        store = SQLiteFlowPersistence(Path(tmp) / "calls.db")
+        # no answer in the user's pause: each question's request follows its commit
+        voice = webrtc_voice_settings().model_copy(update={"speculative_replies": False})
+        factory = flow_call_factory(Chat, settings=voice)
+        try:
+            async with serving(engines, store, factory) as (server, calls):
+                caller = Caller(engines, f"http://127.0.0.1:{server.port}", server.token)
+                await caller.connect()
+                caller.ask()
+                await caller.answered()
+                heard = caller.heard()
+                provider.mode = fault
+                asked = time.monotonic()
+                caller.ask()  # (its turn fails: its latency message has no first audio)
+                state = calls[0].flow.state
+                while time.monotonic() - asked < 60:
+                    turns = list(state.turns.values())
+                    if len(turns) >= 2 and turns[-1].status in ("failed", "completed"):
+                        result.settled_s = time.monotonic() - asked
+                        result.turn_status = turns[-1].status
+                        break
+                    await asyncio.sleep(0.05)
+                if causes.errors:
+                    result.cause = " ".join(causes.errors[-1].split()[:9])
+                result.heard_during = caller.heard() - heard
+                provider.mode = "ok"
+                await caller.answered()  # its latency message: the turn is over
+                caller.ask()
+                result.answers_after = await caller.answered() is not None
+                if os.environ.get("FAULTS_DEBUG"):
+                    print([(m.get("type"), m.get("text", m.get("reason", "")))
+                           for m in caller.caller.messages
+                           if m.get("type") not in ("receipt", "level")], flush=True)
+                result.ended = caller.bye()
+                session_id = str(caller.caller.session_id)
+                await caller.hang_up()
+                async with asyncio.timeout(30):
+                    await server.wait_idle()
+            stored = await asyncio.to_thread(store.load_state, session_id) or {}
+            said = [m for m in stored.get("messages", []) if m["role"] == "assistant"
+                    and str(m["content"]).strip() == ANSWER]
+            result.lost = 2 - len(said)
+        finally:
+            store.close()
+    return result
+
+
+def _fill(folder: Path) -> Path:
+    filler = folder / "filler"
+    with open(filler, "wb", buffering=0) as out:
+        for block in (b"\0" * 65536, b"\0" * 512, b"\0"):
+            try:
+                while True:
+                    out.write(block)
+            except OSError:
+                pass
+    return filler
+
+
+async def disk_full(engines: Any, full_for: float = 3.0) -> CallResult | str:
+    """The call through a full disk; or why no small disk could be mounted."""
+    from voxflow.flow.persistence import SQLiteFlowPersistence
+
+    with tempfile.TemporaryDirectory(prefix="voxflow-faults-") as tmp:
+        disk = Path(tmp) / "disk"
+        disk.mkdir()
+        mounted = await asyncio.to_thread(
+            subprocess.run, ["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(disk)],
+            capture_output=True, text=True, check=False)
+        if mounted.returncode != 0:
+            why = (mounted.stderr or mounted.stdout).strip()
+            return f"not run: mount -t tmpfs failed: {why}"
+        store = SQLiteFlowPersistence(disk / "calls.db")
+        result = CallResult()
+        try:
+            async with serving(engines, store, lease_seconds=1.5) as (server, calls):
+                caller = Caller(engines, f"http://127.0.0.1:{server.port}", server.token)
+                await caller.connect()
+                for _ in range(2):
+                    caller.ask()
+                    if (ms := await caller.answered()) is not None:
+                        result.before_ms.append(ms)
+                filler = await asyncio.to_thread(_fill, disk)
+                full_at = time.monotonic()
+                caller.ask()  # answered on the full disk
+                if (ms := await caller.answered()) is not None:
+                    result.during_ms.append(ms)
+                await asyncio.sleep(max(0.0, full_for - (time.monotonic() - full_at)))
+                await asyncio.to_thread(filler.unlink)
+                return await finish(result, caller, server, store, calls[0])
+        finally:
+            store.close()
+            await asyncio.to_thread(subprocess.run, ["umount", "-l", str(disk)], check=False)
+
+
+def _jumping_sqlite(path: Path) -> Any:
+    import sqlite3
+
+    from voxflow.flow.persistence import SQLiteFlowPersistence
+
+    class Jumping(SQLiteFlowPersistence):
+        jump = 0.0
+
+        def _connect(self, create: bool) -> sqlite3.Connection | None:
+            fresh = self._conn is None
+            conn = super()._connect(create)
+            if conn is not None and fresh:
+                conn.create_function("julianday", -1, lambda *_: (
+                    time.time() + self.jump) / 86400.0 + 2440587.5)
+            return conn
+
+    return Jumping(path)
+
+
+async def clock_jump(engines: Any) -> CallResult:
+    result = CallResult()
+    with tempfile.TemporaryDirectory(prefix="voxflow-faults-") as tmp:
+        store = _jumping_sqlite(Path(tmp) / "calls.db")
+        try:
+            async with serving(engines, store, lease_seconds=1.5) as (server, calls):
+                caller = Caller(engines, f"http://127.0.0.1:{server.port}", server.token)
+                await caller.connect()
+                for _ in range(2):
+                    caller.ask()
+                    if (ms := await caller.answered()) is not None:
+                        result.before_ms.append(ms)
+                for jump in (3600.0, -3600.0):
+                    store.jump = jump
+                    caller.ask()
+                    if (ms := await caller.answered()) is not None:
+                        result.during_ms.append(ms)
+                    await asyncio.sleep(1.0)
+                return await finish(result, caller, server, store, calls[0])
+        finally:
+            store.close()
+
+
 # -- the report --------------------------------------------------------------------------
 
 
@@ -384,7 +587,8 @@ def print_call(name: str, r: CallResult, extra: str = "") -> None:
           + (f"; ENDED: {r.ended}" if r.ended else ""), flush=True)
 
 
-async def main(runs: int, downtime: float, offer_rounds: int, bin_dir: Path) -> None:
+async def main(runs: int, downtime: float, offer_rounds: int, bin_dir: Path,
+               only: list[str]) -> None:
     from voxflow_adapters.webrtc.server import ignore_closed_transport_errors
     from voxflow_voice.engines import VoiceEngines
 
@@ -397,6 +601,10 @@ async def main(runs: int, downtime: float, offer_rounds: int, bin_dir: Path) -> 
           f"load average {os.getloadavg()[0]:.1f} at the start", flush=True)
     table: dict[str, list[Any]] = {"resets": [], "restart": [], "ice": [], "ice_base": [],
                                    "offers": []}
+    if set(only) & {"llm", "disk", "clock"}:
+        await other_faults(engines, runs, only)
+    if "pg" not in only:
+        return
     for run in range(1, runs + 1):
         print(f"run {run}:", flush=True)
         with own_postgres(bin_dir) as pg:
@@ -441,6 +649,61 @@ async def main(runs: int, downtime: float, offer_rounds: int, bin_dir: Path) -> 
     figure("offers refused during a reset", refused, "offers", target="0")
 
 
+async def other_faults(engines: Any, runs: int, only: list[str]) -> None:
+    """The LLM provider, disk and clock faults, ``runs`` times each, and their medians."""
+    llm: dict[str, list[LlmFault]] = {"hang": [], "reset": [], "garbage": []}
+    disks: list[CallResult] = []
+    clocks: list[CallResult] = []
+    for run in range(1, runs + 1):
+        print(f"run {run} (LLM provider, disk, clock):", flush=True)
+        if "llm" in only:
+            for fault in llm:
+                f = await llm_fault(engines, fault)
+                llm[fault].append(f)
+                took = "never" if f.settled_s is None else f"{f.settled_s:.1f} s"
+                print(f"  LLM {fault:<8} answers lost {f.lost} of 2; the faulted question "
+                      f"settled {f.turn_status} after {took}, the caller heard "
+                      f"{f.heard_during} repl(ies) for it (cause: {f.cause}); answers "
+                      f"after: {'yes' if f.answers_after else 'NO'}"
+                      + (f"; ENDED: {f.ended}" if f.ended else ""), flush=True)
+        if "disk" in only:
+            d = await disk_full(engines)
+            if isinstance(d, str):
+                print(f"  disk full   {d}", flush=True)
+            else:
+                disks.append(d)
+                print_call("disk full", d, " (full 3 s)")
+        if "clock" in only:
+            c = await clock_jump(engines)
+            clocks.append(c)
+            print_call("clock jump", c, " (+1 h, then -2 h)")
+    print(f"\nmedians of {runs} run(s), load average {os.getloadavg()[0]:.1f}:")
+    for fault, results in llm.items():
+        if not results:
+            continue
+        settled = [f.settled_s for f in results if f.settled_s is not None]
+        lost = max(f.lost for f in results)
+        median = statistics.median(settled) if settled else float("nan")
+        statuses = ", ".join(sorted({f.turn_status for f in results}))
+        print(f"  LLM provider {fault:<8}: answers lost {lost} (worst run); the faulted "
+              f"question settled in {median:.1f} s ({statuses}), replies heard "
+              f"for it {max(f.heard_during for f in results)}; answers after "
+              f"{sum(f.answers_after for f in results)}/{len(results)}")
+        figure(f"LLM provider {fault}: answers lost", lost, "answers", target="0")
+        if settled:
+            figure(f"LLM provider {fault}: question settled", round(statistics.median(
+                settled), 1), "s")
+    for label, rs in (("disk full 3 s", disks), ("clock jump +1 h / -2 h", clocks)):
+        if rs:
+            lost = max(r.lost for r in rs)
+            print(f"  {label:<22}: turns lost {lost} (worst run); answers after "
+                  f"{sum(r.answers_after for r in rs)}/{len(rs)}; state held back "
+                  f"{statistics.median(r.held_back for r in rs):.1f} s; first audio "
+                  f"{_median_of(r.during_ms for r in rs)} ms during the fault "
+                  f"({_median_of(r.before_ms for r in rs)} before)")
+            figure(f"turns lost: {label}", lost, "turns", target="0")
+
+
 def _median_of(runs: Any) -> str:
     """The median over runs of each run's median (ms), or '-'."""
     medians = [statistics.median(values) for values in runs if values]
@@ -456,9 +719,13 @@ if __name__ == "__main__":
                         help="resets with three offers right after each (5)")
     parser.add_argument("--pg-bin", type=Path, default=PG_BIN,
                         help=f"the directory of initdb and pg_ctl ({PG_BIN})")
+    parser.add_argument("--only", nargs="+", choices=("pg", "llm", "disk", "clock"),
+                        default=["pg", "llm", "disk", "clock"],
+                        help="the faults to run (all): pg is the database's (resets, "
+                        "restart, silent ICE, offers)")
     args = parser.parse_args()
     if args.runs < 1 or not 0 < args.downtime <= 60 or args.offer_rounds < 1:
         parser.error("--runs and --offer-rounds must be >= 1, --downtime in (0, 60]")
-    if not (args.pg_bin / "initdb").exists():
+    if "pg" in args.only and not (args.pg_bin / "initdb").exists():
         parser.exit(0, f"faults skipped: no initdb in {args.pg_bin} (give --pg-bin)\n")
-    asyncio.run(main(args.runs, args.downtime, args.offer_rounds, args.pg_bin))
+    asyncio.run(main(args.runs, args.downtime, args.offer_rounds, args.pg_bin, args.only))
