@@ -62,7 +62,7 @@ async def test_a_phone_call_is_answered_and_the_reply_plays_at_the_caller(
         async with SimulatedCarrier(url) as carrier:
             carrier.say(hello)
             await until(lambda: bool(carrier.deliveries()) and carrier.marks
-                        and not server._calls[carrier.call_sid].transport._pending)
+                        and bool(calls) and not calls[0][0]._pending)
             await until(lambda: any(e.kind == "reply_finished"
                                     for e in calls[0][1].session.events))
         await until(lambda: server.calls == 0)

@@ -251,6 +251,37 @@ async def test_a_signed_carrier_call_starts_and_the_hang_up_ends_it(
     assert server.ended[0]["frames_in"] > 0 and server.ended[0]["bad_messages"] == 0
 
 
+async def test_two_streams_naming_the_same_call_each_hold_their_own_place(
+    engines: object,
+) -> None:
+    """Calls are counted by stream, not by the call id a start message gives: a second
+    stream naming the first's call id took its slot and, ending, freed the first's."""
+    from voxflow_adapters.hosting.calls import flow_call_factory
+    from voxflow_adapters.testkit.flows import Teller
+
+    server = PhoneServer(flow_call_factory(Teller), engines,  # type: ignore[arg-type]
+                         settings=PhoneSettings(max_calls=2))
+    runner, base = await _serve(server)
+    try:
+        first = SimulatedCarrier(f"{base}/voice")
+        second = SimulatedCarrier(f"{base}/voice", call_sid=first.call_sid)
+        async with first:
+            async with second:
+                async with asyncio.timeout(10):
+                    while server.calls < 2:  # noqa: ASYNC110 (the server's count)
+                        await asyncio.sleep(0.01)
+            async with asyncio.timeout(20):
+                while server.calls > 1:  # noqa: ASYNC110 (the second hung up)
+                    await asyncio.sleep(0.02)
+            assert server.calls == 1  # the first is still counted
+        async with asyncio.timeout(20):
+            while server.calls:  # noqa: ASYNC110
+                await asyncio.sleep(0.02)
+    finally:
+        await runner.cleanup()
+    assert [e["call_id"] for e in server.ended] == [first.call_sid] * 2
+
+
 @contextlib.asynccontextmanager
 async def phone_line() -> AsyncIterator[TransportHarness]:
     """A PhoneTransport on a real WebSocket, the simulated carrier at the other end."""

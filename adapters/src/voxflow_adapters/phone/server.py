@@ -264,7 +264,10 @@ class PhoneServer:
         except Exception:
             logger.exception("could not start the call's session", extra={"call_id": call_id})
             return
-        self._calls[call_id] = _PhoneCall(transport, call, events)
+        # keyed by this stream, not by the call id its start message gave (a second
+        # stream naming the same call must not take the first one's slot, nor free it)
+        key = f"{call_id}#{id(transport)}"
+        self._calls[key] = _PhoneCall(transport, call, events)
         keys: set[asyncio.Task[None]] = set()
 
         def pressed(digit: str) -> None:
@@ -298,11 +301,15 @@ class PhoneServer:
             if session.done() and not session.cancelled() and session.exception():
                 logger.error("the call's session failed", exc_info=session.exception(),
                              extra={"call_id": call_id})
-            await transport.aclose()
-            sender.cancel()
-            await asyncio.gather(sender, return_exceptions=True)
-            await call.aclose()
-            self._calls.pop(call_id, None)
+            try:
+                await transport.aclose()
+                sender.cancel()
+                await asyncio.gather(sender, return_exceptions=True)
+                await call.aclose()
+            except Exception:  # (the slot is freed and the call summarized all the same)
+                logger.exception("closing the call failed", extra={"call_id": call_id})
+            finally:
+                self._calls.pop(key, None)
             stats = transport.statistics()
             summary = {"call_id": call_id, "seconds": round(clock.now() - began, 1),
                        "frames_in": stats.frames_in, "frames_out": stats.frames_out,
