@@ -82,6 +82,7 @@ def test_the_voice_commands_come_from_the_adapters_wheel(
     assert found.stdout.strip() == str(sorted([
         ("chat", "voxflow_adapters.commands:voice_chat", "voxflow-adapters"),
         ("demo", "voxflow_adapters.commands:voice_demo", "voxflow-adapters"),
+        ("phone", "voxflow_adapters.commands:phone", "voxflow-adapters"),
         ("serve", "voxflow_adapters.commands:serve", "voxflow-adapters"),
         ("status", "voxflow_adapters.commands:status", "voxflow-adapters"),
     ]))
