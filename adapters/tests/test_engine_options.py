@@ -31,8 +31,8 @@ def _one_line_error(err: str) -> str:
 @pytest.mark.parametrize(("argv", "said"), [
     (("demo", "--fast", "--stt", "whispr:base"),
      "error: --stt 'whispr:base': no installed package registers 'whispr' (voxflow.stt); did "
-     "you mean whisper? installed: whisper (install the package that provides it, or choose "
-     "one of those)"),
+     "you mean whisper? installed: whisper, whisper-streaming (install the package that "
+     "provides it, or choose one of those)"),
     (("demo", "--fast", "--stt", "whisper:"),
      "error: --stt 'whisper:': nothing after ':' (leave out the ':' for the defaults); the "
      "form is NAME or NAME:OPTIONS, e.g. whisper:base (voxflow doctor lists the engines "
