@@ -81,6 +81,7 @@ import logging
 import math
 import re
 import threading
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Self
@@ -423,17 +424,31 @@ class WhisperStt:
             initial_prompt=s.initial_prompt,
             max_new_tokens=max_new_tokens,
         )
+        return self._read_segments(segments, duration, truncated)
+
+    def _read_segments(
+        self,
+        segments: Iterable[Any],
+        duration: float,
+        truncated: bool = False,
+        keep: Callable[[Any], None] | None = None,
+    ) -> tuple[Transcript | None, int]:
+        """Decode ``segments`` (iterating is decoding: call it in the worker thread): the
+        transcript of those that are not noise (``None``: no words), and how many tokens
+        the decoder produced in all. ``keep`` is given each segment kept."""
         texts: list[str] = []
         no_speech = 0.0
         logprobs: list[float] = []
         tokens = 0
-        for segment in segments:  # decoding happens here, in this (worker) thread
+        for segment in segments:
             tokens += len(segment.tokens)
             if self._is_noise(segment.text, segment.no_speech_prob, segment.avg_logprob):
                 continue
             texts.append(segment.text.strip())
             no_speech = max(no_speech, float(segment.no_speech_prob))
             logprobs.append(float(segment.avg_logprob))
+            if keep is not None:
+                keep(segment)
         text = " ".join(t for t in texts if t)
         if not text:
             return None, tokens

@@ -30,6 +30,7 @@ decode covers the tail only. ``benchmarks/stt_streaming.py`` measures both.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 from dataclasses import dataclass
@@ -238,38 +239,28 @@ class StreamingWhisperStt(WhisperStt):
                 max_new_tokens=min(max_new_tokens, _stt._MAX_NEW_TOKENS // 2),
             )
             found: list[Word] = []
-            texts: list[str] = []
-            no_speech = 0.0
-            logprobs: list[float] = []
-            tokens = 0
-            for segment in segments:
-                tokens += len(segment.tokens)
-                if self._is_noise(segment.text, segment.no_speech_prob, segment.avg_logprob):
-                    continue
-                texts.append(segment.text.strip())
-                no_speech = max(no_speech, float(segment.no_speech_prob))
-                logprobs.append(float(segment.avg_logprob))
-                for w in segment.words or ():
-                    found.append(Word(
+
+            def keep(segment: Any) -> None:
+                found.extend(
+                    Word(
                         w.word.strip(),
                         start + round(w.start * STT_SAMPLE_RATE),
                         start + round(min(w.end, duration) * STT_SAMPLE_RATE),
-                    ))
+                    )
+                    for w in segment.words or ()
+                )
+
+            transcript, tokens = self._read_segments(segments, duration, keep=keep)
         finally:
             _stt._window.frames = None
-        text = " ".join(t for t in texts if t)
-        if not text:
+        if transcript is None:
             return [], None
-        said = _stt._said_once(text)
+        said = _stt._said_once(transcript.text)
         if said is not None:  # the words, then the words again: the first time is the tail
-            text = said
+            transcript = dataclasses.replace(transcript, text=said)
             found = found[: len(said.split())]
-        elif tokens >= budget or _stt._runs_away(text, duration):
-            raise RunawayDecode(f"{text!r}: {tokens} tokens, budget {budget}")
-        transcript = Transcript(
-            text=text, duration=duration, no_speech_prob=no_speech,
-            avg_logprob=float(np.mean(logprobs)),
-        )
+        elif tokens >= budget or _stt._runs_away(transcript.text, duration):
+            raise RunawayDecode(f"{transcript.text!r}: {tokens} tokens, budget {budget}")
         return [w for w in found if w.key], transcript
 
     def tail_cut(
