@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import importlib.util
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pytest
@@ -35,20 +36,32 @@ def hello_wav(engines: VoiceEngines, tmp_path: Path) -> Path:
     return path
 
 
-def _root_conftest() -> Any:
-    """The repository's ``tests/conftest.py`` (its ``make_store`` fixture: SQLite, and
-    PostgreSQL skipped with its reason when none answers)."""
-    path = Path(__file__).resolve().parents[2] / "tests" / "conftest.py"
-    spec = importlib.util.spec_from_file_location("_voxflow_root_conftest", path)
+def _root_tests(name: str) -> Any:
+    """A module of the repository's ``tests/`` (not importable from here: pytest runs
+    with ``--import-mode=importlib``), loaded from its file."""
+    path = Path(__file__).resolve().parents[2] / "tests" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"_voxflow_root_{name}", path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
 
 
-_ROOT = _root_conftest()
+# tests/conftest.py: its ``make_store`` fixture (SQLite, and PostgreSQL skipped with its
+# reason when none answers) and PostgreSQL's helpers
+_ROOT = _root_tests("conftest")
 make_store = _ROOT.make_store
 pg_faults = _ROOT.pg_faults
 pg_schema_url = _ROOT.pg_schema_url
 skip_without_postgres = _ROOT.skip_without_postgres
 PG_URL: str = _ROOT.PG_URL
+
+# tests/otel.py: the SDK's in-memory span exporter as the tracer provider for one test
+_OTEL = _root_tests("otel")
+spans = _OTEL.spans
+
+
+@pytest.fixture
+def span_children() -> Callable[[Sequence[Any], Any], list[Any]]:
+    """``tests/otel.py``'s ``children(finished, parent)``: a span's children, in order."""
+    return cast(Callable[[Sequence[Any], Any], list[Any]], _OTEL.children)

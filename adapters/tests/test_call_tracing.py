@@ -9,13 +9,11 @@ from __future__ import annotations
 import io
 import json
 import logging
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Sequence
 from typing import Literal
 
-import opentelemetry.trace as ot
 import pytest
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from voxflow_adapters.testkit.flows import STORY
 from voxflow_adapters.testkit.scenario import run_call
@@ -28,26 +26,6 @@ from voxflow.logs import bind_log_context, configure_logging
 from voxflow.turns import TurnState
 
 pytestmark = pytest.mark.models
-
-
-@pytest.fixture
-def spans() -> Iterator[InMemorySpanExporter]:
-    exporter = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    before = ot._TRACER_PROVIDER
-    ot._TRACER_PROVIDER = provider
-    try:
-        yield exporter
-    finally:
-        ot._TRACER_PROVIDER = before
-        provider.shutdown()
-
-
-def _children(finished: Sequence[ReadableSpan], parent: ReadableSpan) -> list[ReadableSpan]:
-    return sorted((s for s in finished
-                   if s.parent is not None and s.parent.span_id == parent.context.span_id),
-                  key=lambda s: s.start_time or 0)
 
 
 def _teller() -> Flow[TurnState]:
@@ -66,7 +44,9 @@ async def _call(engines: VoiceEngines) -> None:
 
 async def test_a_call_is_a_tree_of_turns_and_their_parts(
     engines: VoiceEngines, spans: InMemorySpanExporter,
+    span_children: Callable[[Sequence[ReadableSpan], ReadableSpan], list[ReadableSpan]],
 ) -> None:
+    _children = span_children
     await _call(engines)
     finished = spans.get_finished_spans()
     (call,) = [s for s in finished if s.name == "voxflow.call"]
