@@ -20,16 +20,15 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import subprocess
 import tempfile
-import wave
 from pathlib import Path
 
 import numpy as np
+from _espeak import espeak
 from voxflow_adapters.testkit.flows import Teller
 from voxflow_adapters.testkit.scenario import run_call
 from voxflow_adapters.testkit.script import CallScript
-from voxflow_voice.audio import STT_SAMPLE_RATE, AudioChunk, resample
+from voxflow_voice.audio import STT_SAMPLE_RATE, AudioChunk
 from voxflow_voice.engines import VoiceEngines
 from voxflow_voice.events import ReplyInterrupted, ReplyStarted, TurnCommitted
 from voxflow_voice.listen.turn_detection import TurnDetection
@@ -43,18 +42,6 @@ SENTENCES = (
     ("Can you send the invoice to", "my office address in Boston?"),
 )
 ANSWER = "Of course. Let me see what I can do."
-
-
-def espeak(folder: Path, text: str, voice: str) -> np.ndarray:
-    out = folder / "say.wav"
-    subprocess.run(["espeak-ng", "-v", voice, "-s", "150", "-w", str(out), text],
-                   check=True, capture_output=True, timeout=60)
-    with wave.open(str(out), "rb") as w:
-        rate = w.getframerate()
-        pcm = np.frombuffer(w.readframes(w.getnframes()), np.int16)
-    audio = resample(pcm.astype(np.float32) / 32768.0, rate, STT_SAMPLE_RATE)
-    loud = np.flatnonzero(np.abs(audio) >= 0.01)
-    return audio[loud[0] : loud[-1] + 1]
 
 
 async def one(engines: VoiceEngines, audio: AudioChunk, window: float) -> dict[str, int]:

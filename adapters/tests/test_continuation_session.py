@@ -14,9 +14,8 @@ new turn, a barge-in over its reply.
 
 from __future__ import annotations
 
+import runpy
 import shutil
-import subprocess
-import wave
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +30,7 @@ from voxflow_adapters.testkit.scenario import CallResult, run_call
 from voxflow_adapters.testkit.script import CallScript
 from voxflow_adapters.testkit.simulated import SimulatedClient
 from voxflow_adapters.testkit.timeline import call_timeline
-from voxflow_voice.audio import STT_SAMPLE_RATE, AudioChunk, resample
+from voxflow_voice.audio import STT_SAMPLE_RATE, AudioChunk
 from voxflow_voice.engines import VoiceEngines
 from voxflow_voice.events import ReplyInterrupted, ReplyStarted, TurnCommitted
 from voxflow_voice.session import VoiceSettings
@@ -49,23 +48,14 @@ pytestmark = [
                        reason="espeak-ng is missing: apt-get install espeak-ng (.ci/run does)"),
 ]
 
+# a caller in an espeak-ng voice: benchmarks/_espeak.py, one helper for the benchmarks and tests
+espeak = runpy.run_path(str(Path(__file__).parents[2] / "benchmarks" / "_espeak.py"))["espeak"]
+
 FIRST, SECOND = "I want to reserve a table for", "four people at eight tonight."
 ANSWER = "Of course. Let me see which tables are free then."
 # The defaults, without the echo gate: the script plays no echo, and the gate's estimate
 # over the caller's speech made the cut land at different samples from run to run.
 SETTINGS = VoiceSettings(echo_gate=False)
-
-
-def espeak(tmp_path: Path, text: str, voice: str = "en+f2") -> np.ndarray:
-    out = tmp_path / "say.wav"
-    subprocess.run(["espeak-ng", "-v", voice, "-s", "150", "-w", str(out), text],
-                   check=True, capture_output=True, timeout=60)
-    with wave.open(str(out), "rb") as w:
-        rate = w.getframerate()
-        pcm = np.frombuffer(w.readframes(w.getnframes()), np.int16)
-    audio = resample(pcm.astype(np.float32) / 32768.0, rate, STT_SAMPLE_RATE)
-    loud = np.flatnonzero(np.abs(audio) >= 0.01)
-    return audio[loud[0] : loud[-1] + 1]
 
 
 def sentence(tmp_path: Path, first: str, pause: float, second: str = SECOND) -> AudioChunk:

@@ -17,9 +17,8 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import runpy
 import shutil
-import subprocess
-import wave
 from pathlib import Path
 
 import numpy as np
@@ -28,7 +27,7 @@ from voxflow_adapters.testkit.flows import ACKNOWLEDGEMENT, Teller, words
 from voxflow_adapters.testkit.scenario import CallResult, run_call
 from voxflow_adapters.testkit.script import CallScript
 from voxflow_adapters.testkit.timeline import call_timeline
-from voxflow_voice.audio import STT_SAMPLE_RATE, AudioChunk, resample
+from voxflow_voice.audio import STT_SAMPLE_RATE, AudioChunk
 from voxflow_voice.engines import VoiceEngines
 from voxflow_voice.engines.end_of_turn import SmartTurn
 from voxflow_voice.events import ReplyStarted, TurnCommitted, TurnRevoked
@@ -49,18 +48,12 @@ pytestmark = [
 FIRST, SECOND = "I need a flight to Boston", "and a hotel near the airport."
 PROVISIONAL = VoiceSettings(turn_detection=TurnDetection(
     min_speech=0.2, end_pad=0.1, max_end_of_turn_silence=1.6, resume_grace=1.0))
+# a caller in an espeak-ng voice: benchmarks/_espeak.py, one helper for the benchmarks and tests
+_espeak = runpy.run_path(str(Path(__file__).parents[2] / "benchmarks" / "_espeak.py"))["espeak"]
 
 
 def espeak(tmp_path: Path, text: str) -> np.ndarray:
-    out = tmp_path / "say.wav"
-    subprocess.run(["espeak-ng", "-v", "en-us+f3", "-s", "150", "-w", str(out), text],
-                   check=True, capture_output=True, timeout=60)
-    with wave.open(str(out), "rb") as w:
-        rate = w.getframerate()
-        pcm = np.frombuffer(w.readframes(w.getnframes()), np.int16)
-    audio = resample(pcm.astype(np.float32) / 32768.0, rate, STT_SAMPLE_RATE)
-    loud = np.flatnonzero(np.abs(audio) >= 0.01)
-    return audio[loud[0] : loud[-1] + 1]
+    return _espeak(tmp_path, text, "en-us+f3")
 
 
 def utterance(tmp_path: Path, pause: float) -> AudioChunk:
