@@ -7,9 +7,8 @@ whose grace is over and a detached resumption stand apart.
 
 from __future__ import annotations
 
+import runpy
 import shutil
-import subprocess
-import wave
 from collections.abc import Awaitable
 from pathlib import Path
 
@@ -32,7 +31,6 @@ from voxflow_voice import (
     UtterancePaused,
     UtteranceReady,
     WhisperStt,
-    resample,
 )
 
 pytestmark = [
@@ -48,17 +46,8 @@ TIMER = TurnDetection(end_of_turn_silence=0.2, min_speech=0.2, min_barge_in=0.2,
                       resume_grace=1.0)
 
 
-def espeak(tmp_path: Path, text: str, voice: str = "en-us+f3", rate: int = 150
-           ) -> NDArray[np.float32]:
-    out = tmp_path / "say.wav"
-    subprocess.run(["espeak-ng", "-v", voice, "-s", str(rate), "-w", str(out), text],
-                   check=True, capture_output=True)
-    with wave.open(str(out), "rb") as w:
-        rate_hz = w.getframerate()
-        pcm = np.frombuffer(w.readframes(w.getnframes()), np.int16)
-    audio = resample(pcm.astype(np.float32) / 32768.0, rate_hz, STT_SAMPLE_RATE)
-    loud = np.flatnonzero(np.abs(audio) >= 0.01)
-    return audio[loud[0] : loud[-1] + 1].astype(np.float32)
+# a caller in an espeak-ng voice: benchmarks/_espeak.py, one helper for the benchmarks and tests
+_espeak = runpy.run_path(str(Path(__file__).parents[2] / "benchmarks" / "_espeak.py"))["espeak"]
 
 
 def silence(seconds: float) -> NDArray[np.float32]:
@@ -68,7 +57,7 @@ def silence(seconds: float) -> NDArray[np.float32]:
 @pytest.fixture(scope="module")
 def halves(tmp_path_factory: pytest.TempPathFactory) -> tuple[NDArray[np.float32], ...]:
     tmp = tmp_path_factory.mktemp("espeak")
-    return espeak(tmp, FIRST), espeak(tmp, SECOND)
+    return _espeak(tmp, FIRST, "en-us+f3"), _espeak(tmp, SECOND, "en-us+f3")
 
 
 def paused(halves: tuple[NDArray[np.float32], ...], pause: float) -> NDArray[np.float32]:

@@ -12,9 +12,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
+import runpy
 import shutil
-import subprocess
-import wave
 from pathlib import Path
 from typing import NoReturn
 
@@ -30,7 +29,6 @@ from voxflow_voice import (
     UtterancePaused,
     UtteranceReady,
     WhisperStt,
-    resample,
 )
 from voxflow_voice.engines.registry import choose_engine
 from voxflow_voice.engines.stt_streaming import (
@@ -108,16 +106,8 @@ def errors(reference: str, heard: str | None) -> int:
     return row[-1]
 
 
-def espeak(tmp_path: Path, text: str, voice: str, rate: int) -> NDArray[np.float32]:
-    out = tmp_path / "say.wav"
-    subprocess.run(["espeak-ng", "-v", voice, "-s", str(rate), "-w", str(out), text],
-                   check=True, capture_output=True)
-    with wave.open(str(out), "rb") as f:
-        rate_hz = f.getframerate()
-        pcm = np.frombuffer(f.readframes(f.getnframes()), np.int16)
-    audio = resample(pcm.astype(np.float32) / 32768.0, rate_hz, STT_SAMPLE_RATE)
-    loud = np.flatnonzero(np.abs(audio) >= 0.01)
-    return audio[loud[0] : loud[-1] + 1].astype(np.float32)
+# a caller in an espeak-ng voice: benchmarks/_espeak.py, one helper for the benchmarks and tests
+_espeak = runpy.run_path(str(Path(__file__).parents[2] / "benchmarks" / "_espeak.py"))["espeak"]
 
 
 @pytest.fixture(scope="module")
@@ -203,7 +193,7 @@ async def test_a_decode_when_the_speech_pauses_is_the_final_with_nothing_left_to
 async def test_other_voices_end_no_worse_than_the_whole_decode(
     voice: str, rate: int, tmp_path: Path, tails: StreamingWhisperStt, stt: WhisperStt
 ) -> None:
-    audio = espeak(tmp_path, SENTENCES[1], voice, rate)
+    audio = _espeak(tmp_path, SENTENCES[1], voice, rate)
     ready, transcript, _, early = await follow(tails, audio)
     whole = stt.transcribe_sync(ready.audio)
     assert whole is not None
