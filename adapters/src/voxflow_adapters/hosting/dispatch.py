@@ -19,6 +19,9 @@ No cluster of our own: the database is the only shared thing.
   carry ICE credentials). A front door that gives up deletes the row; a worker whose
   answer then finds no row ends that call.
 
+The LISTEN connections that wake front doors and workers are in
+:mod:`voxflow_adapters.hosting.notifications`.
+
 The reserved slot is what LiveKit Agents' workers had to add (``_reserved_slots``) after
 over-admission from a CPU load sampled every few seconds: here the reservation is a row
 update in the claim's transaction, not a sample.
@@ -29,7 +32,6 @@ Needs the ``postgres`` extra (``pip install 'voxflow[postgres]'``).
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import logging
 import uuid
 from collections.abc import Callable
@@ -49,6 +51,8 @@ from voxflow.settings import (
     redact_url,
 )
 from voxflow.storable import check_text
+
+from .notifications import Listeners, channel_name
 
 if TYPE_CHECKING:
     import psycopg
@@ -178,11 +182,6 @@ class OfferResult(BaseModel):
     error: str | None = None
 
 
-def _channel(kind: str, schema: str) -> str:
-    """A NOTIFY channel per schema (channels are database-wide; identifiers <= 63)."""
-    return f"voxflow_{kind}_{hashlib.sha1(schema.encode()).hexdigest()[:16]}"
-
-
 class DispatchStore:
     """The dispatch tables, in the first schema of the URL's ``search_path`` (``public``
     unless the URL says ``?options=-csearch_path%3D...``), beside the sessions and the job
@@ -228,7 +227,9 @@ class DispatchStore:
         self.connect_timeout = float(connect_timeout)
         self._pool: AsyncConnectionPool[Any] | None = None
         self._open_lock = asyncio.Lock()
-        self._listeners: list[psycopg.AsyncConnection[Any]] = []
+        self._listeners = Listeners(url, connect_options=self.connect_options,
+                                    connect_timeout=self.connect_timeout,
+                                    unavailable=self._unavailable)
         self.created_schema = False
         """Whether :meth:`open` created the schema (it did not exist)."""
 
@@ -287,9 +288,7 @@ class DispatchStore:
 
     async def aclose(self) -> None:
         """Close the listeners and the pool."""
-        listeners, self._listeners = self._listeners, []
-        for conn in listeners:
-            await conn.close()
+        await self._listeners.aclose()
         if self._pool is not None:
             await self._pool.close()
             self._pool = None
@@ -321,84 +320,23 @@ class DispatchStore:
     @property
     def offers_channel(self) -> str:
         """Notified (payload: the offer id) when an offer is posted."""
-        return _channel("offers", self.schema)
+        return channel_name("offers", self.schema)
 
     @property
     def answers_channel(self) -> str:
         """Notified (payload: the offer id) when an offer is answered or refused."""
-        return _channel("answers", self.schema)
+        return channel_name("answers", self.schema)
 
     async def listen(self, channel: str, on_notify: Callable[[str], None],
                      on_reconnect: Callable[[], None] | None = None) -> Any:
         """A task calling ``on_notify(payload)`` for every notification on ``channel``
-        (its own connection, closed by :meth:`aclose`). Returns the task.
-
-        A connection that breaks (a reset, a restarted server) is made again, after
-        0.25 s, then up to every 2 s while the server is unreachable; then
-        ``on_reconnect()`` is called: notifications sent meanwhile were missed (read the
-        table).
+        (its own connection, closed by :meth:`aclose`, made again when it breaks: see
+        :meth:`~voxflow_adapters.hosting.notifications.Listeners.listen`). Returns the task.
 
         Raises:
             DispatchUnavailableError: the first connection could not be made.
         """
-        # the optional voxflow[postgres] extra
-        import psycopg
-
-        conn = await self._listening(channel)
-        self._listeners.append(conn)
-
-        async def pump() -> None:
-            nonlocal conn
-            while True:
-                try:
-                    async for notify in conn.notifies():
-                        on_notify(notify.payload)
-                except psycopg.Error as exc:
-                    if conn not in self._listeners:
-                        return  # closed by aclose
-                    logger.warning("dispatch: the listener on %s broke (%s); listening again",
-                                   channel, type(exc).__name__)
-                replaced = await self._listen_again(channel, conn)
-                if replaced is None:
-                    return
-                conn = replaced
-                if on_reconnect is not None:
-                    on_reconnect()
-
-        return asyncio.get_running_loop().create_task(pump(), name=f"listen.{channel}")
-
-    async def _listening(self, channel: str) -> psycopg.AsyncConnection[Any]:
-        """A new connection listening on ``channel``."""
-        # the optional voxflow[postgres] extra
-        import psycopg
-
-        try:
-            conn = await psycopg.AsyncConnection.connect(
-                self.url, connect_timeout=max(1, int(self.connect_timeout)),
-                **self.connect_options)
-            await conn.execute(f'LISTEN "{channel}"')
-        except psycopg.Error as exc:
-            raise self._unavailable(exc) from None
-        return conn
-
-    async def _listen_again(self, channel: str, broken: psycopg.AsyncConnection[Any]
-                            ) -> psycopg.AsyncConnection[Any] | None:
-        """``broken``'s replacement, once the server takes one (None: closed meanwhile)."""
-        delay = 0.25
-        while broken in self._listeners:
-            await asyncio.sleep(delay)
-            try:
-                conn = await self._listening(channel)
-            except DispatchUnavailableError:
-                delay = min(delay * 2, 2.0)
-                continue
-            if broken not in self._listeners:  # closed while it connected
-                await conn.close()
-                return None
-            self._listeners[self._listeners.index(broken)] = conn
-            await broken.close()
-            return conn
-        return None
+        return await self._listeners.listen(channel, on_notify, on_reconnect)
 
     # -- workers ----------------------------------------------------------------------
 
