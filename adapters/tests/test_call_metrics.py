@@ -28,7 +28,7 @@ from voxflow_voice.events import (
 )
 
 from voxflow import persist
-from voxflow.errors import FencedWriteError
+from voxflow.errors import FencedWriteError, PersistenceUnavailableError
 from voxflow.examples.assistant import Assistant
 from voxflow.testing import Acknowledger
 from voxflow.turns import TurnState
@@ -189,6 +189,97 @@ async def test_a_takeover_and_the_zombies_refused_writes_are_counted(make_store:
     assert samples(registry)[("voxflow_lease_takeovers_total", ())] == 1
     await third.release()
     await zombie.release()
+
+
+class _RenewalFails:
+    """The real store, but renewing a lease fails as a full disk makes it fail."""
+
+    def __init__(self, store: Any) -> None:
+        self._store = store
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+    def renew_lease(self, *args: Any, **kwargs: Any) -> Any:
+        raise PersistenceUnavailableError("database or disk is full", path="test.db",
+                                          fix="free space on its disk")
+
+
+@pytest.mark.unit
+async def test_a_reclaim_that_fails_is_counted_as_a_store_failure(make_store: Any) -> None:
+    """A save refused because the lease expired reclaims the lease; a reclaim that fails
+    otherwise than by the fence (the disk full) is a failed store call like any other:
+    counted under its operation, renew_lease, and the save says why."""
+    store = make_store("metrics")
+    registry = CollectorRegistry()
+    metrics = CallMetrics(registry)
+    lease = store.acquire_lease("call", "worker-a", ttl=0.05)
+    await asyncio.sleep(0.2)  # the lease expires, nobody takes the session
+    ownership = SessionOwnership(_RenewalFails(store), lease, ttl=30, watch=metrics)
+    saved = persist(type("SavedAcknowledger", (Acknowledger,), {}))
+    flow = saved(persistence=ownership.persistence, state=TurnState(id="call"))
+    with pytest.raises(PersistenceUnavailableError):
+        await flow.asave_state("after the outage")
+    got = samples(registry)
+    assert got.get(("voxflow_persistence_errors_total", (("operation", "renew_lease"),))) == 1
+    assert ownership.lost is None  # unavailable, not refused: the call defers its saves
+
+
+class _WriteFailsAfterReclaim:
+    """The real store, whose fenced writes fail (a full disk) once its lease is renewed."""
+
+    def __init__(self, store: Any) -> None:
+        self._store = store
+        self.renewed = False
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+    def renew_lease(self, *args: Any, **kwargs: Any) -> Any:
+        lease = self._store.renew_lease(*args, **kwargs)
+        self.renewed = True
+        return lease
+
+    def fenced(self, lease: Any) -> Any:
+        fenced, outer = self._store.fenced(lease), self
+
+        class Fenced:
+            def __getattr__(self, name: str) -> Any:
+                attr = getattr(fenced, name)
+                if not callable(attr):
+                    return attr
+
+                def call(*args: Any, **kwargs: Any) -> Any:
+                    if outer.renewed:
+                        raise PersistenceUnavailableError(
+                            "database or disk is full", path="test.db",
+                            fix="free space on its disk")
+                    return attr(*args, **kwargs)
+
+                return call
+
+        return Fenced()
+
+
+@pytest.mark.unit
+async def test_a_write_made_again_after_a_reclaim_that_fails_is_counted(
+    make_store: Any,
+) -> None:
+    """The write made again once the lease is reclaimed fails too (the disk full): a
+    failed store call, counted under its operation."""
+    store = make_store("metrics")
+    registry = CollectorRegistry()
+    metrics = CallMetrics(registry)
+    lease = store.acquire_lease("call", "worker-a", ttl=0.05)
+    await asyncio.sleep(0.2)  # the lease expires, nobody takes the session
+    ownership = SessionOwnership(_WriteFailsAfterReclaim(store), lease, ttl=30, watch=metrics)
+    saved = persist(type("SavedAcknowledger", (Acknowledger,), {}))
+    flow = saved(persistence=ownership.persistence, state=TurnState(id="call"))
+    with pytest.raises(PersistenceUnavailableError):
+        await flow.asave_state("after the outage")
+    failed = {dict(labels)["operation"]: value for (name, labels), value
+              in samples(registry).items() if name == "voxflow_persistence_errors_total"}
+    assert sum(failed.values()) == 1 and "renew_lease" not in failed, failed
 
 
 @pytest.mark.unit

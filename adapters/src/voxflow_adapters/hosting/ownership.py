@@ -204,6 +204,10 @@ class SessionOwnership:
             self.lease = self.store.renew_lease(self.lease, ttl=self.ttl, reclaim=True)
         except FencedWriteError:  # (the save's own refusal is reported)
             return False
+        except Exception:
+            if self._watch is not None:
+                self._watch.store_failed("renew_lease")
+            raise
         return True
 
     def _explain(self, exc: FencedWriteError) -> str:
@@ -326,6 +330,10 @@ class _NoticingPersistence:
                     return attr(*args, **kwargs)
                 except FencedWriteError as exc:
                     refused = exc
+                except Exception:
+                    if self._watch is not None:
+                        self._watch.store_failed(name)
+                    raise
             logger.warning("refused a write of the session (%s): %s stored nothing",
                            refused.reason, name, extra={"session_id": refused.session_id,
                                                         "epoch": refused.epoch,
