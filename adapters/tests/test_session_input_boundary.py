@@ -19,8 +19,10 @@ from voxflow_adapters.testkit.simulated import SimulatedClient
 from voxflow_voice.audio import AudioChunk
 from voxflow_voice.engines import VoiceEngines
 from voxflow_voice.session import VoiceSession
+from voxflow_voice.session.voice_session import MAX_SUBMITTED_TEXT_CHARS
 
 from voxflow.clock import VirtualClock
+from voxflow.errors import UnstorableTextError
 from voxflow.testing import Acknowledger
 from voxflow.turns import TurnRunner
 
@@ -58,3 +60,31 @@ async def test_junk_from_an_adapter_is_dropped_counted_and_the_turn_still_answer
     contents = [m.content for m in turns.flow.state.messages]
     assert len(contents) == 2 and "order" in contents[0].lower()
     assert contents[1] == Acknowledger.reply
+
+
+@pytest.mark.parametrize(("text", "problem"), [
+    ("book\x00me", "contains a NUL character (U+0000) at index 4"),
+    ("a \ud800 b", "contains a lone surrogate (U+D800) at index 2"),
+    ("x" * (MAX_SUBMITTED_TEXT_CHARS + 1),
+     f"has {MAX_SUBMITTED_TEXT_CHARS + 1:,} characters, over the limit of "
+     f"{MAX_SUBMITTED_TEXT_CHARS:,}"),
+])
+async def test_text_no_store_can_keep_is_refused_naming_the_field(
+    engines: VoiceEngines, text: str, problem: str,
+) -> None:
+    """submit_text's text becomes a user message of the stored session: a NUL, a lone
+    surrogate or a text over the limit is refused before the turn starts (the rule of
+    voxflow.storable, a typed error naming the field), and nothing is answered."""
+    clock = VirtualClock(autojump=True)
+    client = SimulatedClient(CallScript().until(20.0), clock=clock)
+    turns = TurnRunner(Acknowledger())
+    session = VoiceSession(turns, client, engines, clock=clock)
+    async with clock, client:
+        running = asyncio.create_task(session.run())
+        with pytest.raises(UnstorableTextError) as refused:
+            await session.submit_text(text)
+        assert refused.value.field == "text" and refused.value.problem == problem
+        assert turns.flow.state.messages == []
+        await session.submit_text("x" * MAX_SUBMITTED_TEXT_CHARS)  # the limit is kept
+        await asyncio.wait_for(running, timeout=120)
+    assert [m.role for m in turns.flow.state.messages] == ["user", "assistant"]

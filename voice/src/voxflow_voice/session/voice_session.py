@@ -57,6 +57,7 @@ from voxflow.ids import DeliveryId, SessionId, TurnId, new_turn_id
 from voxflow.jobs import JobRunner
 from voxflow.logs import log_context, log_scope
 from voxflow.replies import DeliveryRecord, ReplyQueue
+from voxflow.storable import check_text
 from voxflow.turns import ReplyEvent, TurnRunner
 
 from ..audio import STT_SAMPLE_RATE
@@ -102,9 +103,14 @@ from .speculative_replies import SpeculativeReplies
 from .tracing import SessionTrace
 from .voice_settings import DEFAULT_VOICE_SETTINGS, VoiceSettings
 
-__all__ = ["DEFAULT_VOICE_SETTINGS", "VoiceSession", "VoiceSettings"]
+__all__ = ["DEFAULT_VOICE_SETTINGS", "MAX_SUBMITTED_TEXT_CHARS", "VoiceSession",
+           "VoiceSettings"]
 
 logger = logging.getLogger(__name__)
+
+MAX_SUBMITTED_TEXT_CHARS = 4000
+"""The longest text :meth:`VoiceSession.submit_text` answers (it becomes a stored user
+message)."""
 
 
 class VoiceSession:
@@ -441,11 +447,15 @@ class VoiceSession:
 
         Raises:
             TypeError, ValueError: ``text`` is not a non-empty string.
+            UnstorableTextError: ``text`` holds a NUL or a lone surrogate, or is longer
+                than :data:`MAX_SUBMITTED_TEXT_CHARS` (:mod:`voxflow.storable`'s rule:
+                it becomes a stored user message); nothing is answered.
         """
         if not isinstance(text, str):
             raise TypeError(f"text must be a str, got {type(text).__name__}")
         if not text.strip():
             raise ValueError("text must be non-empty")
+        check_text(text, "text", max_chars=MAX_SUBMITTED_TEXT_CHARS)
         if self._closed or self._input_ended or self.turns.flow.state.ended:
             return
         self._floor.foreground_entered()
