@@ -30,7 +30,7 @@ import numpy as np
 from ..audio import STT_SAMPLE_RATE, AudioChunk
 from ..engines.stt import Transcript
 from ..scheduler import Work, scheduled
-from .incremental_stt import WHOLE, IncrementalStt, PartialWords, _Detector
+from .incremental_stt import WHOLE, DetectorState, IncrementalStt, PartialWords
 from .turn_detector import UtterancePaused, UtteranceReady
 
 __all__ = ["EarlyTranscriber", "EarlyTranscriberStatistics", "Transcriber"]
@@ -91,7 +91,7 @@ class EarlyTranscriber:
         """The partial decodes during speech, with a streaming engine
         (:mod:`voxflow_voice.listen.incremental_stt`); ``None`` otherwise."""
 
-    def heard(self, audio: AudioChunk | np.ndarray, detector: _Detector) -> None:
+    def heard(self, audio: AudioChunk | np.ndarray, detector: DetectorState) -> None:
         """The frame just pushed to the turn detector ``detector``: with a streaming
         engine, decode the speech under way (a no-op otherwise)."""
         if self.incremental is not None and not self._closed:

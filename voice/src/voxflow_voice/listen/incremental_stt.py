@@ -35,7 +35,8 @@ from ..engines.stt_streaming import LocalAgreement, RunawayDecode, StreamingWhis
 from ..scheduler import Work, scheduled
 from .turn_detector import UtterancePaused, UtteranceReady
 
-__all__ = ["WHOLE", "IncrementalStatistics", "IncrementalStt", "PartialWords"]
+__all__ = ["WHOLE", "DetectorState", "IncrementalStatistics", "IncrementalStt",
+           "PartialWords"]
 
 WHOLE: Final = "whole"
 """What :meth:`IncrementalStt.final` returns when the utterance must be decoded whole."""
@@ -67,13 +68,23 @@ def _join(committed: str, tail: str) -> str:
     return f"{committed} {tail}"
 
 
-class _Detector(Protocol):
+class DetectorState(Protocol):
+    """What the partial decodes read of the turn detector
+    (:class:`~voxflow_voice.listen.turn_detector.TurnDetector` is one), in samples of
+    the input stream."""
+
     @property
-    def active_onset(self) -> int | None: ...
+    def active_onset(self) -> int | None:
+        """The onset sample of the speech being heard or of the utterance still open;
+        ``None`` when idle."""
+
     @property
-    def speech_end(self) -> int: ...
+    def speech_end(self) -> int:
+        """The sample after the latest speech frame."""
+
     @property
-    def position(self) -> int: ...
+    def position(self) -> int:
+        """Input samples scored so far."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,7 +174,7 @@ class IncrementalStt:
         return PartialWords(ag.onset, ag.text, " ".join(w.text for w in ag.tentative),
                             self._decoded_to)
 
-    def heard(self, audio: AudioChunk | NDArray[Any], detector: _Detector) -> None:
+    def heard(self, audio: AudioChunk | NDArray[Any], detector: DetectorState) -> None:
         """The frame just pushed to ``detector`` (the same samples, in order)."""
         samples = (audio.samples() if isinstance(audio, AudioChunk)
                    else np.asarray(audio, dtype=np.float32).reshape(-1))
