@@ -85,3 +85,48 @@ def test_every_function_level_import_says_why() -> None:
             for package in packages for path in sorted(package.rglob("*.py"))
             for line, commented in _function_level_imports(path) if not commented]
     assert bare == []
+
+
+def _module_level(body: list[ast.stmt]) -> list[ast.stmt]:
+    """The statements an import runs: ``body`` and the blocks in it, not the bodies of
+    its functions and classes."""
+    found: list[ast.stmt] = []
+    for stmt in body:
+        if isinstance(stmt, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            continue
+        found.append(stmt)
+        for field in ("body", "orelse", "finalbody"):
+            inner = getattr(stmt, field, None)
+            if isinstance(inner, list):
+                found += _module_level(inner)
+        for handler in getattr(stmt, "handlers", []):
+            found += _module_level(handler.body)
+    return found
+
+
+def _changes_the_environment(stmt: ast.stmt) -> bool:
+    if isinstance(stmt, ast.If | ast.For | ast.While | ast.With | ast.Try):
+        return False  # their inner statements are looked at one by one
+    for node in ast.walk(stmt):
+        if isinstance(node, ast.Attribute) and node.attr in ("putenv", "unsetenv"):
+            return True
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
+                and ast.unparse(node.func.value).endswith("environ") \
+                and node.func.attr in ("setdefault", "update", "pop", "clear", "popitem"):
+            return True
+        if isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Store | ast.Del) \
+                and ast.unparse(node.value).endswith("environ"):
+            return True
+    return False
+
+
+def test_no_test_module_changes_the_environment_when_imported() -> None:
+    """A variable a test module sets as it is imported stays set for every test after it
+    in the run (and differs with the order the files run in): a test sets what it needs
+    through monkeypatch, for itself."""
+    changes = [f"{path.relative_to(ROOT)}:{stmt.lineno}"
+               for folder in ("tests", "voice/tests", "adapters/tests")
+               for path in sorted((ROOT / folder).rglob("*.py"))
+               for stmt in _module_level(ast.parse(path.read_text()).body)
+               if _changes_the_environment(stmt)]
+    assert changes == []

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
-import os
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -23,8 +22,6 @@ from voxflow_adapters.testkit.scenario import run_call
 from voxflow_adapters.testkit.script import CallScript
 from voxflow_voice.engines import VoiceEngines
 from voxflow_voice.session import VoiceSettings
-
-os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # never fetch it (no network)
 
 from voxflow import ConversationConfig, Flow, listen
 from voxflow.conversation import RouterContext

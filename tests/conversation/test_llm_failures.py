@@ -12,7 +12,6 @@ import contextlib
 import http.server
 import json
 import logging
-import os
 import threading
 import time
 from collections.abc import Iterator
@@ -22,8 +21,6 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # never fetch it (no network)
 from litellm.exceptions import BadRequestError, RateLimitError
 
 from voxflow.errors import ProviderError
