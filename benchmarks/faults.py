@@ -416,14 +416,12 @@ async def llm_fault(engines: Any, fault: str) -> LlmFault:
 
     from voxflow import ConversationConfig, Flow
     from voxflow.flow.persistence import SQLiteFlowPersistence
-    from voxflow.llm import LLM
-    from voxflow.llm._litellm import load_litellm
+    from voxflow.llm import LLM, preload
     from voxflow.wiring import AssistantState
 
-    # litellm is imported on a process's first LLM call, on the event loop the server
-    # and the caller share: seconds under load, which starved the first call's audio
-    # ('no audio from the peer for 20 s'); imported beforehand, the faults are measured
-    await asyncio.to_thread(load_litellm)
+    # litellm loaded before the call, as every entry point loads it at start-up (this
+    # builds its server itself): the first call's turn does not wait for it
+    await preload()
     result = LlmFault(fault)
     causes = _Causes()  # the failed reply's error, as the session logs it
     session_log = logging.getLogger("voxflow_voice.session.voice_session")

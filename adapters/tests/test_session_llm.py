@@ -168,3 +168,52 @@ async def test_a_hung_provider_is_cut_when_the_user_speaks_again(voice_call: Cal
     assert assert_completed(call, second).text == "Yes, I am here."
     assert_no_stale_audio(call)
     assert_history_is_heard(call)
+
+
+# A fresh interpreter: every import of litellm's (or of what its first call imports) is
+# recorded with the moment it happened; run_call's call starts at on_session.
+RUN_CALL_FIRST_TURN = """
+import asyncio, sys, time
+FAMILIES = ("litellm", "openai", "tiktoken", "tiktoken_ext", "anyio")
+imports = []
+
+def record(event, args):
+    if event == "import" and args[0].split(".")[0] in FAMILIES:
+        imports.append((time.perf_counter(), args[0]))
+
+sys.addaudithook(record)
+from voxflow import ConversationConfig, Flow
+from voxflow.llm import LLM
+from voxflow.wiring import AssistantState
+from voxflow_adapters.testkit.scenario import run_call
+from voxflow_adapters.testkit.script import CallScript
+from voxflow_voice.engines import VoiceEngines
+
+@ConversationConfig(llm=LLM("openai/gpt-4o-mini", mock_response="Anything else?"))
+class Chat(Flow[AssistantState]):
+    pass
+
+async def main():
+    engines = await asyncio.to_thread(VoiceEngines.from_environment, deterministic=True)
+    started = []
+    call = await run_call(Chat(), CallScript().user_says(0.3, "Where is my parcel?"),
+                          engines, on_session=lambda _: started.append(time.perf_counter()))
+    late = sorted({name for at, name in imports if at > started[0]})
+    replies = [e.text for e in call.events if e.kind == "reply_finished"]
+    print(replies, len(late), late[:8])
+
+asyncio.run(main())
+"""
+
+
+def test_run_call_loads_litellm_before_the_call_starts() -> None:
+    """An entry point loads litellm, and what its first call imports, before its call
+    starts (run_call: with the caller's audio), so the first turn neither waits for it
+    nor imports it on the loop the call runs on (issue 29). The serve, call worker and
+    phone commands load it the same way, with their models."""
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", RUN_CALL_FIRST_TURN], capture_output=True,
+                         text=True, check=True, timeout=300)
+    assert out.stdout.strip().splitlines()[-1] == "['Anything else?'] 0 []", out.stderr[-2000:]

@@ -31,6 +31,7 @@ from voxflow.jobs import JobRecord, JobRunner, JobState, MakeWork
 from voxflow.jobs.background import BackgroundJob, JobBinding, announce_jobs, bind_jobs
 from voxflow.jobs.queue import PostgresJobQueue
 from voxflow.jobs.reader import InboxReader
+from voxflow.llm._litellm import start_preload
 from voxflow.replies import DeliveryFloor, ReplyQueue, ReplyQueueState, record_announcement
 from voxflow.turns import TurnRunner, TurnState
 
@@ -112,6 +113,9 @@ class AssistantWiring:
     ) -> None:
         if not getattr(flow, "conversational", False):
             raise TypeError(f"{type(flow).__name__} is not a conversational flow")
+        # litellm and what its first call imports, on a thread of their own from now: a
+        # turn that calls an LLM before they are ready waits without blocking the loop
+        start_preload()
         self.flow = flow
         self.clock: Clock = clock if clock is not None else MonotonicClock()
         self.turns = TurnRunner(flow, clock=self.clock)

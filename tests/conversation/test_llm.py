@@ -187,6 +187,46 @@ def test_messages_are_validated() -> None:
         normalize_messages(3)  # type: ignore[arg-type]
 
 
+# Records, in a fresh interpreter, every module of litellm's (and of what its first call
+# imports: the OpenAI SDK, the tokenizer, anyio's async backend) imported on the thread
+# that runs the event loop, while two first calls (streamed and not) run on that loop.
+FIRST_CALL_ON_THE_LOOP = """
+import asyncio, sys, threading
+FAMILIES = ("litellm", "openai", "tiktoken", "tiktoken_ext", "anyio")
+on_loop = []
+loop_thread = []
+
+def record(event, args):
+    if event == "import" and args[0].split(".")[0] in FAMILIES:
+        if loop_thread and threading.get_ident() == loop_thread[0]:
+            on_loop.append(args[0])
+
+sys.addaudithook(record)
+from voxflow.llm import LLM
+
+async def main():
+    loop_thread.append(threading.get_ident())
+    llm = LLM("openai/gpt-4o-mini", mock_response="Hello there")
+    streamed = await llm.acall("hi", stream=True)
+    whole = await llm.acall("hi")
+    return streamed.content, whole.content
+
+print(asyncio.run(main()), len(on_loop), sorted(set(on_loop))[:8])
+"""
+
+
+def test_a_first_llm_call_imports_litellm_off_the_event_loop() -> None:
+    """A process's first LLM call imported litellm (seconds of CPU) and what its first
+    request imports on the event loop: every call the process ran stalled that long
+    (issue 29). Now they load on a thread of their own while the loop goes on."""
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", FIRST_CALL_ON_THE_LOOP], capture_output=True,
+                         text=True, check=True, timeout=300)
+    assert out.stdout.strip() == "('Hello there', 'Hello there') 0 []", out.stderr[-2000:]
+
+
 def test_importing_voxflow_does_not_import_litellm() -> None:
     import subprocess
     import sys

@@ -21,9 +21,11 @@ The parts: :mod:`voxflow.llm.messages` (what goes in and comes out of a call),
 :mod:`voxflow.llm.events` (what a call reports while it runs), :mod:`voxflow.llm.stream`
 (a streamed call); their public names are re-exported here.
 
-litellm is imported lazily on the first call (it takes seconds to import), so
-``import voxflow`` stays light. ``mock_response=`` is passed through to litellm for
-offline, deterministic tests; a list of mock responses is consumed one per call.
+litellm is imported off the event loop, on a thread of its own, when an entry point
+starts (:func:`voxflow.llm.preload`) or on the first call, which waits for it without
+blocking the loop (it takes seconds), so ``import voxflow`` stays light.
+``mock_response=`` is passed through to litellm for offline, deterministic tests; a list
+of mock responses is consumed one per call.
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from voxflow._loops import run_blocking
 from voxflow.llm import policy as llm_policy
 from voxflow.llm._attempts import Attempts, cause_of
-from voxflow.llm._litellm import load_litellm
+from voxflow.llm._litellm import aload_litellm
 from voxflow.llm._tracing import LLMSpan
 from voxflow.llm.events import (
     LLMEvent,
@@ -278,7 +280,7 @@ class LLM:
             )
         )
         span = LLMSpan(self.model, kwargs, call_id, agent, bool(tools))
-        litellm = load_litellm()
+        litellm = await aload_litellm()
         attempts = self._attempts()
         while True:
             try:

@@ -14,7 +14,7 @@ from typing import Any
 
 from voxflow.errors import ProviderError
 from voxflow.llm._attempts import Attempts, cause_of
-from voxflow.llm._litellm import load_litellm
+from voxflow.llm._litellm import aload_litellm
 from voxflow.llm._tracing import LLMSpan
 from voxflow.llm.events import LLMEvent, current_agent, emit_llm_event, new_call_id
 from voxflow.llm.messages import LLMResponse, ToolCall, parse_response
@@ -100,7 +100,7 @@ class LLMStream:
             )
         )
         span = LLMSpan(self._model, self._kwargs, self.call_id, agent, self._has_tools)
-        litellm = load_litellm()
+        litellm = await aload_litellm()
         text: list[str] = []
         calls: dict[int, dict[str, str]] = {}
         try:

@@ -18,6 +18,7 @@ from aiohttp import web
 from voxflow_voice.engines import VoiceEngines
 
 from voxflow.errors import VoxflowError
+from voxflow.llm import preload
 from voxflow.loader import load_flow_class
 from voxflow.settings import Settings
 
@@ -82,7 +83,9 @@ def run_phone(
 
 async def _serve(factory: CallFactory, phone_settings: PhoneSettings, settings: Settings,
                  host: str, port: int, say: Callable[[str], None]) -> None:
-    engines = await asyncio.to_thread(VoiceEngines.from_settings, settings)
+    # litellm loads off the loop with the models: no call's first turn imports it
+    engines, _ = await asyncio.gather(
+        asyncio.to_thread(VoiceEngines.from_settings, settings), preload())
     server = PhoneServer(factory, engines, settings=phone_settings)
     runner = web.AppRunner(server.app(), access_log=None)
     await runner.setup()

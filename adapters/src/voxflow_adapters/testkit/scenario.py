@@ -22,6 +22,7 @@ from voxflow_voice.session.wiring import assistant_session
 
 from voxflow.clock import Clock, VirtualClock
 from voxflow.jobs import JobRunner
+from voxflow.llm import preload
 from voxflow.replies import ReplyQueue
 from voxflow.turns import TurnRunner
 from voxflow.wiring import AssistantWiring
@@ -77,7 +78,9 @@ async def run_call(
         settings = VoiceSettings.from_environment()
     client = SimulatedClient(script, clock=clock, tail=tail)
     try:
-        await client.render(engines.tts)
+        # the caller's audio and litellm (off the loop) are ready before the call starts:
+        # no turn imports litellm, and virtual time never waits on it
+        await asyncio.gather(client.render(engines.tts), preload())
         if wiring is not None:
             session = assistant_session(wiring, client, engines, settings=settings,
                                         on_event=on_event)

@@ -20,6 +20,7 @@ from voxflow_voice.engines import VoiceEngines
 from voxflow.errors import VoxflowError
 from voxflow.flow.persistence import default_data_dir, default_persistence
 from voxflow.jobs import PostgresJobQueue, default_job_queue
+from voxflow.llm import preload
 from voxflow.loader import load_flow_class
 from voxflow.monitoring import Monitor, MonitoringError
 from voxflow.settings import DATABASE_URL_VARIABLE, Settings
@@ -309,7 +310,9 @@ async def _serve(factory: CallFactory, server_settings: ServerSettings,
         check = getattr(store, "check_writable", None)
         if check is not None:  # an unwritable store fails now, naming the fix
             await asyncio.to_thread(check)
-        engines = await asyncio.to_thread(VoiceEngines.from_settings, settings)
+        # litellm loads off the loop with the models: no call's first turn imports it
+        engines, _ = await asyncio.gather(
+            asyncio.to_thread(VoiceEngines.from_settings, settings), preload())
         await serve(factory, settings=server_settings, engines=engines, announce=_announce,
                     store=store,
                     metrics=None if monitor is None else CallMetrics(monitor.registry),
@@ -351,7 +354,9 @@ async def _worker(factory: CallFactory, server_settings: ServerSettings, setting
         check = getattr(sessions, "check_writable", None)
         if check is not None:
             await asyncio.to_thread(check)
-        engines = await asyncio.to_thread(VoiceEngines.from_settings, settings)
+        # litellm loads off the loop with the models: no call's first turn imports it
+        engines, _ = await asyncio.gather(
+            asyncio.to_thread(VoiceEngines.from_settings, settings), preload())
         host = WebRtcServer(factory, engines, settings=server_settings, store=sessions,
                             metrics=None if monitor is None else CallMetrics(monitor.registry))
         worker = CallWorker(host, store, drain_seconds=drain_seconds)

@@ -70,6 +70,7 @@ from voxflow import telemetry
 from voxflow.clock import MonotonicClock
 from voxflow.errors import CapacityExceededError, FencedWriteError, SignalingError
 from voxflow.ids import SessionId
+from voxflow.llm import preload
 from voxflow.logs import bind_log_context
 from voxflow_adapters.hosting.admission import (
     Admission,
@@ -514,8 +515,12 @@ async def serve(
     ``store``: where calls' sessions are kept (resumable), None: not kept; ``metrics``:
     where the calls' metrics go; ``listening``: called once the server listens."""
     ignore_closed_transport_errors(asyncio.get_running_loop())
+    # litellm off the loop (with the models) before the first call, which would import it
+    # on the loop every call runs on
+    llm = asyncio.ensure_future(preload())
     if engines is None:
         engines = await asyncio.to_thread(VoiceEngines.from_environment)
+    await llm
     server = WebRtcServer(factory, engines, settings=settings, store=store, metrics=metrics)
     async with server:
         if listening is not None:
