@@ -6,7 +6,8 @@ calls start: :meth:`PostgresJobQueue.enqueue` queues them (one row of Procrastin
 (``voxflow jobs worker FLOW``, :meth:`PostgresJobQueue.run_worker`) run them. A job
 therefore survives the death of the call worker that started it. Its updates go to the
 session's durable inbox (:mod:`voxflow.jobs.inbox`), read by whichever worker owns the
-call (:class:`~voxflow.jobs.reader.InboxReader`).
+call (:class:`~voxflow.jobs.reader.InboxReader`). How a job worker runs one job and
+reports its steps is :mod:`voxflow.jobs.execution`.
 
 **Stalled jobs.** Each job worker heartbeats (a row of ``procrastinate_workers``, every
 ``heartbeat`` seconds, on its event loop). A job whose worker has not heartbeaten for
@@ -34,7 +35,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import math
 import signal
@@ -43,16 +43,14 @@ import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict
 
 from voxflow import telemetry
 from voxflow.clock import Clock, MonotonicClock
 from voxflow.errors import JobPayloadError, PersistenceUnavailableError
-from voxflow.ids import JobId, SessionId, TurnId
-from voxflow.jobs.background import BackgroundJob, JobContext, check_job_result, job_function
+from voxflow.jobs.background import BackgroundJob
+from voxflow.jobs.execution import QueuedJob, run_queued_job
 from voxflow.jobs.inbox import INBOX_SCHEMA, JobInbox
-from voxflow.jobs.records import JobUpdate, JobUpdateKind
-from voxflow.logs import bind_log_context
 from voxflow.pg_schema import ensure_tables
 from voxflow.settings import (
     Settings,
@@ -61,7 +59,6 @@ from voxflow.settings import (
     database_schema,
     redact_url,
 )
-from voxflow.storable import json_problem, storable_text
 
 if TYPE_CHECKING:
     import procrastinate
@@ -90,55 +87,6 @@ def forget_workers_after(stalled_after: float) -> float:
     long after its jobs were re-run (12 times ``stalled_after``, at least 2 minutes), as
     a worker paused that long cannot register again."""
     return max(120.0, 12 * stalled_after)
-
-
-class QueuedJob(BaseModel):
-    """The payload of a queued job: what a job worker needs to run it and report on it."""
-
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True, defer_build=True)
-
-    session_id: SessionId = Field(min_length=1, max_length=200)
-    job_id: JobId = Field(min_length=1, max_length=200)
-    kind: str = Field(min_length=1, max_length=500)
-    revision: int = Field(ge=1)
-    origin_turn_id: TurnId | None = Field(None, max_length=200)
-    inputs: dict[str, JsonValue] = Field(default_factory=dict)
-    traceparent: str | None = Field(None, max_length=200)
-    """the W3C trace context of the turn that queued it (when tracing): the job worker's
-    span continues that trace"""
-
-    @field_validator("inputs")
-    @classmethod
-    def _strict_json(cls, value: dict[str, JsonValue]) -> dict[str, JsonValue]:
-        try:
-            json.dumps(value, allow_nan=False)
-        except ValueError:
-            raise ValueError("inputs must be JSON values (no NaN or infinity)") from None
-        found = json_problem(value)
-        if found is not None:  # PostgreSQL's jsonb refuses them
-            raise ValueError(f"{found[0] or 'a key'} {found[1]}")
-        return value
-
-    @classmethod
-    def parse(cls, payload: Mapping[str, Any]) -> QueuedJob:
-        """Validate a payload from the queue.
-
-        Raises:
-            JobPayloadError: a field is missing, unknown or mistyped (named).
-        """
-        try:
-            return cls.model_validate(dict(payload))
-        except (ValidationError, TypeError, ValueError) as exc:
-            if isinstance(exc, ValidationError):
-                first = exc.errors()[0]
-                where = ".".join(str(p) for p in first["loc"]) or "payload"
-                raise JobPayloadError(f"bad queued job payload: {where}: {first['msg']}"
-                                      ) from None
-            raise JobPayloadError(f"bad queued job payload: {exc}") from None
-
-
-class _DeadAttempt(Exception):
-    """The queue no longer runs this attempt (it was retried): stop quietly."""
 
 
 class QueueStatistics(BaseModel):
@@ -513,7 +461,8 @@ class PostgresJobQueue:
         async def execute(context: Any, /, **payload: Any) -> None:
             if context.job.worker_id is not None:
                 workers.add(int(context.job.worker_id))
-            await self._execute(context, payload, job_clock, format_error, stopping.is_set)
+            await run_queued_job(self.inbox, context, payload, job_clock, format_error,
+                                 stopping.is_set)
 
         app.task(name=TASK_NAME, pass_context=True, queue=self.queue)(execute)
         try:
@@ -570,134 +519,9 @@ class PostgresJobQueue:
                 logger.warning("stalled-job check failed: %s", exc)
             await asyncio.sleep(period)
 
-    async def _execute(self, context: Any, payload: Mapping[str, Any], clock: Clock,
-                       format_error: Callable[[BaseException], str],
-                       stop_requested: Callable[[], bool]) -> None:
-        queued = QueuedJob.parse(payload)  # a JobPayloadError fails the queue job, logged
-        attempt = int(context.job.attempts) + 1
-        where = (int(context.job.id), attempt)
-        # every line of this job (its task: Procrastinate runs each job in its own) says
-        # whose it is
-        bind_log_context(session_id=str(queued.session_id), job_id=str(queued.job_id))
-        if await self.inbox.finished(queued.job_id, queued.revision):
-            logger.info("job %s already reported its end; attempt %d has nothing to do",
-                        queued.job_id, attempt)
-            return
-        record = BackgroundJob(session_id=queued.session_id, kind=queued.kind,
-                               origin_turn_id=queued.origin_turn_id, revision=queued.revision,
-                               attempt=attempt, inputs=queued.inputs)
-        record.job_id = queued.job_id
-        seq = 0
-
-        def next_seq() -> int:
-            nonlocal seq
-            seq += 1
-            return seq
-
-        async def publish(kind: JobUpdateKind, stage: str | None = None,
-                          outputs: dict[str, JsonValue] | None = None,
-                          error: str | None = None) -> None:
-            update = JobUpdate(session_id=queued.session_id, job_id=queued.job_id,
-                               revision=queued.revision, attempt=attempt, seq=next_seq(),
-                               kind=kind, stage=stage, outputs=outputs or {},
-                               error=None if error is None else storable_text(error))
-            if not await self.inbox.write(update, queue_job=where):
-                raise _DeadAttempt
-
-        async def progress(job: BackgroundJob, text: str) -> bool:
-            ids = (queued.job_id, queued.revision, attempt, next_seq())
-            return await self.inbox.write_progress(queued.session_id, ids, text,
-                                                   queue_job=where)
-
-        try:
-            try:
-                await self._run_job(queued, record, attempt, clock, format_error,
-                                    stop_requested, publish, progress)
-            except (_DeadAttempt, asyncio.CancelledError):
-                raise
-            except Exception as exc:
-                # a report the inbox would not take (refused, or the database away longer
-                # than a retry): the job settles failed, saying why, never stays running
-                reason = (f"background job {queued.kind}'s report could not be stored: "
-                          f"{_one_line(exc)}")
-                logger.warning("job failed: %s", reason,
-                               extra={"kind": queued.kind, "attempt": attempt})
-                await self._settle_failed(publish, reason)
-        except _DeadAttempt:
-            logger.warning("job %s attempt %d was re-queued meanwhile (its worker looked "
-                           "dead): this execution stops, its late updates refused",
-                           queued.job_id, attempt)
-
-    async def _settle_failed(self, publish: Callable[..., Any], reason: str) -> None:
-        """Publish ``failed`` with ``reason``; while the database is unreachable, try
-        again (0.5 s, doubling, for about 30 s) before giving up loudly."""
-        delay = 0.5
-        for attempt in range(7):
-            try:
-                await publish("failed", error=reason)
-                return
-            except PersistenceUnavailableError as exc:
-                if attempt == 6:
-                    logger.error("the job's failure could not be recorded either (%s): "
-                                 "its session sees it running", exc)
-                    raise
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 8.0)
-
-    async def _run_job(self, queued: QueuedJob, record: BackgroundJob, attempt: int,
-                       clock: Clock, format_error: Callable[[BaseException], str],
-                       stop_requested: Callable[[], bool], publish: Callable[..., Any],
-                       progress: Callable[[BackgroundJob, str], Any]) -> None:
-        """Run the job function, reporting each step through ``publish``."""
-        try:
-            function = job_function(queued.kind)
-        except LookupError as exc:
-            await publish("failed", error=str(exc))
-            return
-        parent = telemetry.extract_context(
-            {"traceparent": queued.traceparent} if queued.traceparent else None)
-        with telemetry.trace_span(f"voxflow.job {queued.kind}", {
-                "voxflow.job_id": str(queued.job_id), "voxflow.job_kind": queued.kind,
-                "voxflow.session_id": str(queued.session_id), "voxflow.attempt": attempt},
-                kind="consumer", context=parent):
-            await self._run_job_traced(queued, record, attempt, clock, format_error,
-                                       stop_requested, publish, progress, function)
-
-    async def _run_job_traced(self, queued: QueuedJob, record: BackgroundJob, attempt: int,
-                              clock: Clock, format_error: Callable[[BaseException], str],
-                              stop_requested: Callable[[], bool], publish: Callable[..., Any],
-                              progress: Callable[[BackgroundJob, str], Any],
-                              function: Any) -> None:
-        await publish("started")
-        began = time.monotonic()
-        logger.info("job started", extra={"kind": queued.kind, "attempt": attempt})
-        await publish("stage_started", stage="run")
-        job_context = JobContext(record.model_copy(deep=True), clock=clock,
-                                 progress=progress, stop_requested=stop_requested)
-        try:
-            text = check_job_result(queued.kind, await function(job_context, **queued.inputs))
-        except _DeadAttempt:
-            raise
-        except Exception as exc:
-            # the type only: a job's error text may carry what it was given
-            logger.warning("job failed (%s)", type(exc).__name__,
-                           extra={"kind": queued.kind, "attempt": attempt})
-            await publish("failed", error=format_error(exc) or type(exc).__name__)
-            return
-        await publish("stage_completed", stage="run", outputs={"announcement": text})
-        await publish("completed")
-        logger.info("job completed: its announcement is in the session's inbox",
-                    extra={"kind": queued.kind, "attempt": attempt,
-                           "duration_s": round(time.monotonic() - began, 1)})
-
     def __repr__(self) -> str:
         return (f"PostgresJobQueue({redact_url(self.url)!r}, schema={self.schema!r}, "
                 f"queue={self.queue!r})")
-
-
-def _one_line(exc: BaseException, limit: int = 300) -> str:
-    line = " ".join(str(exc).split()) or type(exc).__name__
-    return line if len(line) <= limit else line[: limit - 1] + "…"
 
 
 def _age(seconds: Any) -> float | None:
