@@ -4,14 +4,12 @@ parent, on real litellm (``mock_response``); no message content unless opted in.
 
 from __future__ import annotations
 
-import http.server
 import io
 import json
 import logging
 import os
 import subprocess
 import sys
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Literal
@@ -19,7 +17,7 @@ from typing import Literal
 import pytest
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from tests.otel import by_name, children, spans
+from tests.otel import Collector, by_name, children, spans
 from voxflow import LLM, Agent, Flow, listen, telemetry
 from voxflow.conversation import RouterContext
 from voxflow.logs import configure_logging
@@ -175,44 +173,18 @@ def test_the_otel_variables_send_spans_by_otlp_to_the_configured_collector(
 ) -> None:
     """The set-up every ``voxflow`` command makes (configure_tracing), in a process of its
     own: OTLP over HTTP to a collector on loopback, named by OTEL_SERVICE_NAME."""
-    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
-        ExportTraceServiceRequest,
-    )
-
-    received: list[bytes] = []
-
-    class Collector(http.server.BaseHTTPRequestHandler):
-        def do_POST(self) -> None:
-            received.append(self.rfile.read(int(self.headers["Content-Length"])))
-            self.send_response(200)
-            self.send_header("Content-Type", "application/x-protobuf")
-            self.end_headers()
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Collector)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
+    collector = Collector()
     try:
-        env = {**os.environ, "OTEL_TRACES_EXPORTER": "otlp", "OTEL_SERVICE_NAME": "shop",
-               "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT":
-                   f"http://127.0.0.1:{server.server_port}/v1/traces"}
+        env = {**os.environ, **collector.env("shop")}
         script = _OTLP_SCRIPT.format(root=str(Path(__file__).parents[1]))
         done = subprocess.run([sys.executable, "-c", script], env=env, cwd=tmp_path,
                               capture_output=True, text=True, timeout=120)
         assert done.returncode == 0, done.stderr
     finally:
-        server.shutdown()
-    names, services = [], set()
-    for body in received:
-        request = ExportTraceServiceRequest.FromString(body)
-        for resource in request.resource_spans:
-            for attr in resource.resource.attributes:
-                if attr.key == "service.name":
-                    services.add(attr.value.string_value)
-            for scope in resource.scope_spans:
-                names += [s.name for s in scope.spans]
+        collector.close()
+    received = collector.spans()
+    services = {service for service, _ in received}
+    names = [span.name for _, span in received]
     assert services == {"shop"}
     assert sorted(names) == sorted([
         "voxflow.handler", "invoke_agent Shipping clerk", "chat openai/gpt-4o-mini",
