@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import bisect
 import re
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
@@ -191,57 +191,33 @@ async def test_a_takeover_and_the_zombies_refused_writes_are_counted(make_store:
     await zombie.release()
 
 
-class _RenewalFails:
-    """The real store, but renewing a lease fails as a full disk makes it fail."""
+def _disk_full() -> PersistenceUnavailableError:
+    return PersistenceUnavailableError("database or disk is full", path="test.db",
+                                       fix="free space on its disk")
 
-    def __init__(self, store: Any) -> None:
+
+class _DiskFills:
+    """The real store, on a disk that fills as its expired lease is reclaimed: the
+    renewal fails (``at="renewal"``), or it is stored and every fenced write after it
+    fails (``at="write"``)."""
+
+    def __init__(self, store: Any, at: Literal["renewal", "write"]) -> None:
         self._store = store
+        self._at = at
+        self._full = False
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._store, name)
 
     def renew_lease(self, *args: Any, **kwargs: Any) -> Any:
-        raise PersistenceUnavailableError("database or disk is full", path="test.db",
-                                          fix="free space on its disk")
-
-
-@pytest.mark.unit
-async def test_a_reclaim_that_fails_is_counted_as_a_store_failure(make_store: Any) -> None:
-    """A save refused because the lease expired reclaims the lease; a reclaim that fails
-    otherwise than by the fence (the disk full) is a failed store call like any other:
-    counted under its operation, renew_lease, and the save says why."""
-    store = make_store("metrics")
-    registry = CollectorRegistry()
-    metrics = CallMetrics(registry)
-    lease = store.acquire_lease("call", "worker-a", ttl=0.05)
-    await asyncio.sleep(0.2)  # the lease expires, nobody takes the session
-    ownership = SessionOwnership(_RenewalFails(store), lease, ttl=30, watch=metrics)
-    saved = persist(type("SavedAcknowledger", (Acknowledger,), {}))
-    flow = saved(persistence=ownership.persistence, state=TurnState(id="call"))
-    with pytest.raises(PersistenceUnavailableError):
-        await flow.asave_state("after the outage")
-    got = samples(registry)
-    assert got.get(("voxflow_persistence_errors_total", (("operation", "renew_lease"),))) == 1
-    assert ownership.lost is None  # unavailable, not refused: the call defers its saves
-
-
-class _WriteFailsAfterReclaim:
-    """The real store, whose fenced writes fail (a full disk) once its lease is renewed."""
-
-    def __init__(self, store: Any) -> None:
-        self._store = store
-        self.renewed = False
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._store, name)
-
-    def renew_lease(self, *args: Any, **kwargs: Any) -> Any:
+        if self._at == "renewal":
+            raise _disk_full()
         lease = self._store.renew_lease(*args, **kwargs)
-        self.renewed = True
+        self._full = True
         return lease
 
     def fenced(self, lease: Any) -> Any:
-        fenced, outer = self._store.fenced(lease), self
+        fenced, disk = self._store.fenced(lease), self
 
         class Fenced:
             def __getattr__(self, name: str) -> Any:
@@ -250,15 +226,43 @@ class _WriteFailsAfterReclaim:
                     return attr
 
                 def call(*args: Any, **kwargs: Any) -> Any:
-                    if outer.renewed:
-                        raise PersistenceUnavailableError(
-                            "database or disk is full", path="test.db",
-                            fix="free space on its disk")
+                    if disk._full:
+                        raise _disk_full()
                     return attr(*args, **kwargs)
 
                 return call
 
         return Fenced()
+
+
+async def _save_after_the_lease_expired(
+    make_store: Any, at: Literal["renewal", "write"],
+) -> tuple[dict[str, float], SessionOwnership]:
+    """A save through an ownership whose lease expired (nobody took the session) on a
+    disk that fills ``at`` its reclaim; the store calls counted failed, by operation."""
+    store = make_store("metrics")
+    registry = CollectorRegistry()
+    lease = store.acquire_lease("call", "worker-a", ttl=0.05)
+    await asyncio.sleep(0.2)  # the lease expires, nobody takes the session
+    ownership = SessionOwnership(_DiskFills(store, at), lease, ttl=30,
+                                 watch=CallMetrics(registry))
+    saved = persist(type("SavedAcknowledger", (Acknowledger,), {}))
+    flow = saved(persistence=ownership.persistence, state=TurnState(id="call"))
+    with pytest.raises(PersistenceUnavailableError):
+        await flow.asave_state("after the outage")
+    failed = {dict(labels)["operation"]: value for (name, labels), value
+              in samples(registry).items() if name == "voxflow_persistence_errors_total"}
+    return failed, ownership
+
+
+@pytest.mark.unit
+async def test_a_reclaim_that_fails_is_counted_as_a_store_failure(make_store: Any) -> None:
+    """A save refused because the lease expired reclaims the lease; a reclaim that fails
+    otherwise than by the fence (the disk full) is a failed store call like any other:
+    counted under its operation, renew_lease, and the save says why."""
+    failed, ownership = await _save_after_the_lease_expired(make_store, "renewal")
+    assert failed == {"renew_lease": 1}
+    assert ownership.lost is None  # unavailable, not refused: the call defers its saves
 
 
 @pytest.mark.unit
@@ -267,18 +271,7 @@ async def test_a_write_made_again_after_a_reclaim_that_fails_is_counted(
 ) -> None:
     """The write made again once the lease is reclaimed fails too (the disk full): a
     failed store call, counted under its operation."""
-    store = make_store("metrics")
-    registry = CollectorRegistry()
-    metrics = CallMetrics(registry)
-    lease = store.acquire_lease("call", "worker-a", ttl=0.05)
-    await asyncio.sleep(0.2)  # the lease expires, nobody takes the session
-    ownership = SessionOwnership(_WriteFailsAfterReclaim(store), lease, ttl=30, watch=metrics)
-    saved = persist(type("SavedAcknowledger", (Acknowledger,), {}))
-    flow = saved(persistence=ownership.persistence, state=TurnState(id="call"))
-    with pytest.raises(PersistenceUnavailableError):
-        await flow.asave_state("after the outage")
-    failed = {dict(labels)["operation"]: value for (name, labels), value
-              in samples(registry).items() if name == "voxflow_persistence_errors_total"}
+    failed, _ = await _save_after_the_lease_expired(make_store, "write")
     assert sum(failed.values()) == 1 and "renew_lease" not in failed, failed
 
 
