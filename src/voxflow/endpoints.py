@@ -17,10 +17,10 @@ from __future__ import annotations
 import ipaddress
 import re
 import urllib.parse
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import NamedTuple
 
-__all__ = ["endpoint_allowed", "normalize_endpoint"]
+__all__ = ["endpoint_allowed", "normalize_endpoint", "normalize_endpoints"]
 
 _MAX_URL = 2048
 _DEFAULT_PORTS = {"http": 80, "https": 443}
@@ -97,6 +97,22 @@ def normalize_endpoint(url: object) -> str:
             segments (the message never repeats the URL).
     """
     return _parse(url).url()
+
+
+def normalize_endpoints(urls: Iterable[object], label: Callable[[int], str]) -> list[str]:
+    """Each of ``urls`` in its normal form (:func:`normalize_endpoint`), in order.
+
+    Raises:
+        ValueError: one is not an endpoint: the message is ``label(i)`` (``i`` its
+            position, from 0), then why.
+    """
+    normalized = []
+    for i, url in enumerate(urls):
+        try:
+            normalized.append(normalize_endpoint(url))
+        except ValueError as exc:
+            raise ValueError(f"{label(i)} {exc}") from None
+    return normalized
 
 
 def endpoint_allowed(url: str, allowed: Iterable[str]) -> bool:

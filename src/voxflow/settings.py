@@ -68,7 +68,7 @@ from pydantic import (
     model_validator,
 )
 
-from .endpoints import normalize_endpoint
+from .endpoints import normalize_endpoints
 from .engine_spec import (
     DEFAULT_ENGINES,
     ENGINE_OPTIONS,
@@ -318,12 +318,9 @@ class Settings(BaseModel):
         entries = value.split(",") if isinstance(value, str) else value
         if not isinstance(entries, list | tuple):
             return value  # (the type's own error)
-        normalized = []
-        for i, entry in enumerate(e for e in entries if not isinstance(e, str) or e.strip()):
-            try:
-                normalized.append(normalize_endpoint(entry))
-            except ValueError as exc:
-                raise ValueError(f"entry {i + 1} {exc}") from None
+        normalized = normalize_endpoints(
+            (e for e in entries if not isinstance(e, str) or e.strip()),
+            lambda i: f"entry {i + 1}")
         return tuple(dict.fromkeys(normalized))
 
     @field_validator("database_url")

@@ -358,3 +358,14 @@ def test_a_host_that_is_no_name_or_address_is_refused(url: str) -> None:
     # 'HTTP://%' was normalized to 'http://%' (found by the fuzz test below in CI)
     with pytest.raises(ValueError, match=r"host|spaces|URL"):
         normalize_endpoint(url)
+
+
+def test_a_bad_allowed_endpoint_is_named_by_its_position() -> None:
+    """The endpoints allowed in code and at start-up are refused, one bad entry named by
+    where it is (and nothing changes)."""
+    with pytest.raises(ValueError, match=r"^llm_endpoints\[1\] must start with http"):
+        _load("openai/gpt-4o-mini", llm_endpoints=["http://127.0.0.1:9", "ftp://x"])
+    before = llm_endpoints()
+    with pytest.raises(ValueError, match="^LLM endpoint 2 names no host$"):
+        set_llm_endpoints(["http://127.0.0.1:9", "http://"])
+    assert llm_endpoints() == before

@@ -65,7 +65,7 @@ from voxflow.conversation.declaration_template import check_template, render
 from voxflow.conversation.graph import BUILTIN_METHODS
 from voxflow.conversation.routing import DESCRIPTION_ATTR
 from voxflow.conversation.state import ConversationState
-from voxflow.endpoints import normalize_endpoint
+from voxflow.endpoints import normalize_endpoints
 from voxflow.errors import DeclarationError
 from voxflow.flow.dsl import Condition, and_, listen, or_, router, start
 from voxflow.flow.feedback import human_feedback
@@ -375,12 +375,7 @@ def flow_class_from_declaration(
         raise TypeError("allow_python must be a list of module names, not one string")
     if isinstance(llm_endpoints, str):
         raise TypeError("llm_endpoints must be a list of URLs, not one string")
-    endpoints = []
-    for i, url in enumerate(llm_endpoints):
-        try:
-            endpoints.append(normalize_endpoint(url))
-        except ValueError as exc:
-            raise ValueError(f"llm_endpoints[{i}] {exc}") from None
+    endpoints = normalize_endpoints(llm_endpoints, lambda i: f"llm_endpoints[{i}]")
     data = load_declaration_document(path, contents)
     reserved = frozenset(n for n in dir(base) if not n.startswith("_"))
     decl = parse_declaration(data, reserved=reserved, builtins=frozenset(BUILTIN_METHODS))

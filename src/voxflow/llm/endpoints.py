@@ -31,7 +31,7 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from voxflow.endpoints import endpoint_allowed, normalize_endpoint
+from voxflow.endpoints import endpoint_allowed, normalize_endpoint, normalize_endpoints
 
 __all__ = [
     "DECLARABLE_LLM_PARAMETERS",
@@ -82,12 +82,7 @@ def set_llm_endpoints(endpoints: Iterable[str]) -> tuple[str, ...]:
     global _endpoints
     if isinstance(endpoints, str):
         raise TypeError("endpoints must be a list of URLs, not one string")
-    normalized = []
-    for i, url in enumerate(endpoints):
-        try:
-            normalized.append(normalize_endpoint(url))
-        except ValueError as exc:
-            raise ValueError(f"LLM endpoint {i + 1} {exc}") from None
+    normalized = normalize_endpoints(endpoints, lambda i: f"LLM endpoint {i + 1}")
     previous, _endpoints = _endpoints, tuple(dict.fromkeys(normalized))
     return previous
 
