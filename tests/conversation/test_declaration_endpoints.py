@@ -366,6 +366,6 @@ def test_a_bad_allowed_endpoint_is_named_by_its_position() -> None:
     with pytest.raises(ValueError, match=r"^llm_endpoints\[1\] must start with http"):
         _load("openai/gpt-4o-mini", llm_endpoints=["http://127.0.0.1:9", "ftp://x"])
     before = llm_endpoints()
-    with pytest.raises(ValueError, match="^LLM endpoint 2 names no host$"):
+    with pytest.raises(ValueError, match=r"^LLM endpoint 2 names no host$"):
         set_llm_endpoints(["http://127.0.0.1:9", "http://"])
     assert llm_endpoints() == before
