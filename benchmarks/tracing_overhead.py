@@ -34,9 +34,10 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).parents[1]))  # the flow test_tracing traces
 
 import opentelemetry.trace as ot
 from _figures import figure
@@ -47,8 +48,8 @@ from opentelemetry.sdk.trace.export import (
     SpanExportResult,
 )
 
-from voxflow import LLM, Agent, ConversationConfig, Flow, listen, telemetry
-from voxflow.conversation import RouterContext
+from tests.test_tracing import _shop
+from voxflow import LLM, ConversationConfig, Flow, telemetry
 from voxflow.turns import TurnState
 
 
@@ -76,33 +77,6 @@ def tracing(on: bool) -> None:
     assert telemetry.tracing_enabled() is on
 
 
-def order_status(order_id: str) -> str:
-    """The shipping status of an order."""
-    return {"417": "shipped on Monday"}.get(order_id, "unknown")
-
-
-def shop() -> Flow[TurnState]:
-    clerk = Agent(
-        "Shipping clerk", "Tell customers where their orders are", tools=[order_status],
-        llm=LLM("openai/gpt-4o-mini", mock_response=[
-            {"tool_calls": [{"name": "order_status", "arguments": {"order_id": "417"}}]},
-            "Order 417 shipped on Monday.",
-        ]),
-    )
-
-    class Shop(Flow[TurnState]):
-        conversational = True
-
-        def route_turn(self, context: RouterContext) -> Literal["order"]:
-            return "order"
-
-        @listen("order")
-        async def handle_order(self) -> str:
-            return (await clerk.akickoff(self.conversation_messages)).raw
-
-    return Shop()
-
-
 def text_turns(n: int, first: bool) -> dict[bool, float]:
     """The median time (s) of ``n`` text turns off and ``n`` on, each on a fresh flow,
     off and on alternating turn by turn (``first`` first), so the machine's load, which
@@ -111,7 +85,7 @@ def text_turns(n: int, first: bool) -> dict[bool, float]:
     for _ in range(n):
         for on in (first, not first):
             tracing(on)
-            flow = shop()
+            flow = _shop()
             began = time.perf_counter()
             flow.handle_turn("Where is order 417?")
             times[on].append(time.perf_counter() - began)
