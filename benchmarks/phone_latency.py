@@ -59,7 +59,7 @@ from aiohttp import web
 from voxflow_adapters.hosting.calls import Call, flow_call_factory, webrtc_voice_settings
 from voxflow_adapters.phone import PhoneTransport
 from voxflow_adapters.phone.server import PhoneServer, PhoneSettings
-from voxflow_adapters.testkit.flows import Teller, words
+from voxflow_adapters.testkit.flows import Teller, words, words_within
 from voxflow_adapters.testkit.phone_carrier import SimulatedCarrier
 from voxflow_adapters.testkit.scenario import run_call
 from voxflow_adapters.testkit.script import CallScript
@@ -122,17 +122,6 @@ async def until(predicate: object, within: float = 30.0) -> None:
             await asyncio.sleep(0.005)
 
 
-def played_words(engines: VoiceEngines, segments: list[str], played_8k: int) -> list[str]:
-    upto = played_8k * engines.tts.sample_rate / 8000
-    heard: list[str] = []
-    offset = 0
-    for text in segments:
-        for sentence in engines.tts.synthesize(text):
-            heard += [w.word for w in sentence.words if offset + w.end <= upto]
-            offset += len(sentence.samples)
-    return words(" ".join(heard))
-
-
 async def phone(engines: VoiceEngines, wavs: dict[str, Path], turns: int) -> dict[str, list[float]]:
     calls: list[tuple[PhoneTransport, Call]] = []
     server = PhoneServer(flow_call_factory(BenchTeller, settings=SETTINGS), engines,
@@ -180,7 +169,7 @@ async def phone(engines: VoiceEngines, wavs: dict[str, Path], turns: int) -> dic
                 segments = [e.text for e in session.events
                             if e.kind == "reply_text" and e.delivery_id == story]
                 kept = words(cut.heard_text)
-                played = played_words(engines, segments, carrier.played_audio(story).size)
+                played = words_within(engines, segments, carrier.played_audio(story).size, 8000)
                 out["word_diff"].append(abs(len(kept) - len(played)))
             out["v2v_session"] = [m.voice_to_voice_ms for m in session.events
                                   if isinstance(m, TurnMetrics) and m.voice_to_voice_ms

@@ -14,7 +14,7 @@ from aiohttp import web
 from voxflow_adapters.hosting.calls import Call, flow_call_factory
 from voxflow_adapters.phone import PhoneTransport
 from voxflow_adapters.phone.server import PhoneServer, PhoneSettings
-from voxflow_adapters.testkit.flows import Teller, words
+from voxflow_adapters.testkit.flows import Teller, words, words_within
 from voxflow_adapters.testkit.phone_carrier import SimulatedCarrier
 from voxflow_voice.audio import AudioChunk, write_wav
 from voxflow_voice.engines import VoiceEngines
@@ -77,19 +77,6 @@ async def test_a_phone_call_is_answered_and_the_reply_plays_at_the_caller(
     assert server.ended and server.ended[0]["call_id"] == carrier.call_sid
 
 
-def words_played(engines: VoiceEngines, segments: list[str], played_8k: int) -> list[str]:
-    """The words of a reply whose audio ends within the first ``played_8k`` samples (at
-    8 kHz) of its segments one after another, timed by synthesizing them again."""
-    upto = played_8k * engines.tts.sample_rate / 8000
-    heard: list[str] = []
-    offset = 0
-    for text in segments:
-        for sentence in engines.tts.synthesize(text):
-            heard += [w.word for w in sentence.words if offset + w.end <= upto]
-            offset += len(sentence.samples)
-    return words(" ".join(heard))
-
-
 async def test_a_barge_in_clears_the_carrier_and_the_history_keeps_what_played(
     engines: VoiceEngines, tmp_path: Path,
     phone_call: Callable[[str], contextlib.AbstractAsyncContextManager[SimulatedCarrier]],
@@ -115,7 +102,7 @@ async def test_a_barge_in_clears_the_carrier_and_the_history_keeps_what_played(
     assert transport.statistics().marks_unplayed > 0  # the cleared marks came back unplayed
     segments = [e.text for e in call.session.events
                 if e.kind == "reply_text" and e.delivery_id == cut.delivery_id]
-    played = words_played(engines, segments, carrier.played_audio(cut.delivery_id).size)
+    played = words_within(engines, segments, carrier.played_audio(cut.delivery_id).size, 8000)
     heard = words(cut.heard_text)
     assert heard == played[: len(heard)]
     assert abs(len(heard) - len(played)) <= 1, (heard, played)

@@ -75,6 +75,7 @@ __all__ = [
     "played_words",
     "serve_process",
     "words",
+    "words_within",
 ]
 
 SHORT_STORY: Final[str] = (
@@ -195,6 +196,27 @@ def played_words(call: CallResult, engines: VoiceEngines, delivery: DeliveryId) 
         heard += [w for w, end in timings if end <= upto]
         if upto < offset:
             break
+    return words(" ".join(heard))
+
+
+def words_within(engines: VoiceEngines, segments: Sequence[str], played: int,
+                 rate: int) -> list[str]:
+    """The words of a reply's ``segments``, said one after another, whose audio ends
+    within its first ``played`` samples at ``rate`` Hz: what the caller heard of a reply
+    cut there (a phone carrier's count of the samples it played, at 8 kHz), timed by
+    synthesizing the segments again with ``engines.tts`` (a noise-free voice: the same
+    samples).
+
+    Returns:
+        The heard words, as :func:`words` spells them.
+    """
+    upto = played * engines.tts.sample_rate / rate
+    heard: list[str] = []
+    offset = 0
+    for text in segments:
+        for sentence in engines.tts.synthesize(text):
+            heard += [w.word for w in sentence.words if offset + w.end <= upto]
+            offset += len(sentence.samples)
     return words(" ".join(heard))
 
 
