@@ -130,3 +130,39 @@ def test_no_test_module_changes_the_environment_when_imported() -> None:
                for stmt in _module_level(ast.parse(path.read_text()).body)
                if _changes_the_environment(stmt)]
     assert changes == []
+
+
+def _imports_a_module(path: Path, node: ast.ImportFrom, name: str) -> bool:
+    """Whether ``from <node.module> import <name>`` in ``path`` imports a module."""
+    if node.level:
+        base = path.parent
+        for _ in range(node.level - 1):
+            base = base.parent
+    else:
+        top = (node.module or "").split(".")[0]
+        roots = {"voxflow": ROOT / "src", "voxflow_voice": ROOT / "voice" / "src",
+                 "voxflow_adapters": ROOT / "adapters" / "src"}
+        if top not in roots:
+            return False
+        base = roots[top]
+    folder = base.joinpath(*(node.module.split(".") if node.module else []))
+    return (folder / f"{name}.py").is_file() or (folder / name / "__init__.py").is_file()
+
+
+def test_no_module_imports_a_private_name_of_another() -> None:
+    """A module uses the others through their public names only: a private one
+    (``from .incremental_stt import _Detector``) is an implementation detail of its own
+    module, free to change without a caller noticing. (A private *module*, such as
+    ``voxflow._loops``, is its package's own: its public names serve the package.)"""
+    private = [
+        f"{path.relative_to(ROOT)}:{node.lineno} {alias.name}"
+        for package in ("src/voxflow", "voice/src/voxflow_voice",
+                        "adapters/src/voxflow_adapters")
+        for path in sorted((ROOT / package).rglob("*.py"))
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.ImportFrom)
+        for alias in node.names
+        if alias.name.startswith("_") and not alias.name.startswith("__")
+        and not _imports_a_module(path, node, alias.name)
+    ]
+    assert private == []

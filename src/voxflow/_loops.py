@@ -24,7 +24,7 @@ import weakref
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
-__all__ = ["run_blocking", "shut_down_first_at_exit"]
+__all__ = ["run_blocking", "shut_down_first_at_exit", "thread_loop"]
 
 T = TypeVar("T")
 
@@ -86,7 +86,9 @@ def shut_down_first_at_exit() -> None:
 _local = threading.local()
 
 
-def _thread_loop() -> asyncio.AbstractEventLoop:
+def thread_loop() -> asyncio.AbstractEventLoop:
+    """This thread's own event loop (made on first use, and again once closed): where
+    sync entry points run their coroutines, one after another."""
     holder: _Holder | None = getattr(_local, "holder", None)
     if holder is None or holder.loop.is_closed():
         holder = _local.holder = _Holder()
@@ -108,7 +110,7 @@ def _worker_pool() -> concurrent.futures.ThreadPoolExecutor:
 
 
 def _run_here(make: Callable[[], Coroutine[Any, Any, T]]) -> T:
-    return _thread_loop().run_until_complete(make())
+    return thread_loop().run_until_complete(make())
 
 
 def run_blocking(make: Callable[[], Coroutine[Any, Any, T]]) -> T:

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import ast
 import importlib
 import pkgutil
 import subprocess
 import sys
-from pathlib import Path
 
 import voxflow_voice
 
@@ -51,18 +49,3 @@ def test_import_loads_no_model_runtime() -> None:
     )
     assert result.stdout.strip() == "[]"
 
-
-def test_no_module_imports_a_private_name_of_another() -> None:
-    """A module uses its siblings through their public names only: a private one
-    (``from .incremental_stt import _Detector``) is an implementation detail of its own
-    module, free to change without a caller noticing."""
-    root = Path(voxflow_voice.__file__).parent
-    private = [
-        f"{path.relative_to(root)}:{node.lineno} {alias.name}"
-        for path in sorted(root.rglob("*.py"))
-        for node in ast.walk(ast.parse(path.read_text()))
-        if isinstance(node, ast.ImportFrom)
-        for alias in node.names
-        if alias.name.startswith("_") and not alias.name.startswith("__")
-    ]
-    assert private == []

@@ -44,7 +44,7 @@ import threading
 from collections.abc import AsyncIterator, Callable, Collection, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
-from voxflow._loops import _thread_loop
+from voxflow._loops import thread_loop
 from voxflow.clock import Clock
 from voxflow.errors import ConversationModeError, TurnRestoreError
 from voxflow.ids import SessionId, TurnId
@@ -357,7 +357,7 @@ def _canceller(stream: StreamSession) -> Callable[[], None]:
 
 
 def _drive(events: AsyncIterator[ReplyEvent]) -> Iterator[ReplyEvent]:
-    loop = _thread_loop()
+    loop = thread_loop()
     agen: Any = events
     try:
         while True:

@@ -65,6 +65,7 @@ __all__ = [
     "OfferResult",
     "WorkerRow",
     "check_dispatch_database",
+    "dispatch_unavailable",
 ]
 
 logger = logging.getLogger(__name__)
@@ -128,10 +129,12 @@ def check_dispatch_database(url: str, *, connect_timeout: float = 10.0) -> None:
     try:
         psycopg.connect(url, connect_timeout=max(1, int(connect_timeout))).close()
     except psycopg.Error as exc:
-        raise _unavailable(url, exc) from None
+        raise dispatch_unavailable(url, exc) from None
 
 
-def _unavailable(url: str, exc: BaseException) -> DispatchUnavailableError:
+def dispatch_unavailable(url: str, exc: BaseException) -> DispatchUnavailableError:
+    """The error that says the database at ``url`` cannot be used, from the driver's
+    ``exc``: its first line (the password never shown) and the fix."""
     text = str(exc).replace(url, redact_url(url)).strip().splitlines()
     reason = text[0] if text else type(exc).__name__
     return DispatchUnavailableError(
@@ -236,7 +239,7 @@ class DispatchStore:
     # -- connections ------------------------------------------------------------------
 
     def _unavailable(self, exc: BaseException) -> DispatchUnavailableError:
-        return _unavailable(self.url, exc)
+        return dispatch_unavailable(self.url, exc)
 
     async def open(self) -> None:
         """Connect and create the tables (idempotent).

@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict
 from voxflow.jobs.queue import TASK_NAME, PostgresJobQueue, QueueStatistics
 from voxflow.settings import check_database_url, connection_options, database_schema
 
-from .dispatch import DispatchUnavailableError, WorkerRow, _unavailable
+from .dispatch import DispatchUnavailableError, WorkerRow, dispatch_unavailable
 
 __all__ = ["CallRow", "FleetStatus", "JobRow", "JobWorkerRow", "read_fleet", "render_fleet"]
 
@@ -108,7 +108,7 @@ def read_fleet(url: str, *, stale_after: float = 5.0, connect_timeout: float = 1
             job_workers = _job_workers(conn) if "procrastinate_workers" in have else []
             pending = _pending_jobs(conn) if queued else []
     except psycopg.Error as exc:
-        raise _unavailable(url, exc) from None
+        raise dispatch_unavailable(url, exc) from None
     jobs = (PostgresJobQueue(url, connect_timeout=connect_timeout).statistics() if queued
             else QueueStatistics(jobs={}, retried=0, oldest_queued_seconds=None,
                                  oldest_running_seconds=None, workers=0))
