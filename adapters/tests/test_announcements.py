@@ -26,9 +26,19 @@ from voxflow_voice.session import VoiceSession, VoiceSettings
 from voxflow import ConversationConfig, Flow, listen, start
 from voxflow.clock import VirtualClock
 from voxflow.conversation import RouterContext
-from voxflow.jobs import JobRecord, JobRunner, JobState, JobWorkFlow, JobWorkState, add_job
+from voxflow.jobs import (
+    JobContext,
+    JobRecord,
+    JobRunner,
+    JobState,
+    JobWorkFlow,
+    JobWorkState,
+    add_job,
+    background_job,
+)
 from voxflow.replies import ReplyQueue, ReplyQueueState
 from voxflow.turns import TurnRunner
+from voxflow.wiring import AssistantState
 
 pytestmark = pytest.mark.models
 
@@ -280,3 +290,104 @@ async def test_a_job_asked_for_in_a_discarded_speculative_reply_never_starts(
     assert job.status == "completed"
     [settled] = call.of_kind("delivery_settled")
     assert settled.status == "completed"
+
+
+RETURNED: list[float] = []  # when check_flight returned, on the call's clock
+FLIGHT = "Flight BA 117 is on time."
+
+
+@background_job
+async def check_flight(job: JobContext, until: float) -> str:
+    """Returns at ``until`` on the call's clock (a moment chosen in the script)."""
+    await job.sleep(until - job.clock.now())
+    RETURNED.append(job.clock.now())
+    return FLIGHT
+
+
+class Travel(Flow[AssistantState]):
+    conversational = True
+    returns_at: ClassVar[float] = 0.0
+
+    def route_turn(self, context: RouterContext) -> str | None:
+        return "flight" if "flight" in (self.state.current_user_message or "").lower() else "chat"
+
+    @listen("flight")
+    def handle_flight(self) -> str:
+        check_flight.start(self, until=self.returns_at)
+        return "I'm checking your flight."
+
+    @listen("chat")
+    def handle_chat(self) -> str:
+        return "Sure, let me think about that."
+
+
+async def travel_call(
+    engines: VoiceEngines, script: CallScript, returns_at: float,
+    settings: VoiceSettings | None = None,
+) -> tuple[CallResult, float]:
+    """One call of ``Travel`` whose flight check returns at ``returns_at`` (call time);
+    the call and when the job returned. A deadlock fails the test (not hangs it)."""
+    RETURNED.clear()
+    flow = type("TravelCall", (Travel,), {"returns_at": returns_at})()
+    async with asyncio.timeout(120):  # wall clock: only a deadlock reaches it
+        call = await run_call(flow, script, engines, settings=settings or VoiceSettings())
+    [returned] = RETURNED
+    return call, returned
+
+
+async def test_a_result_ready_during_a_pause_answer_is_queued_at_once(
+    engines: VoiceEngines,
+) -> None:
+    # (issue 30, item 2) The user asks something else; the flight check returns in the
+    # end-of-turn silence of that question, while its answer, prepared in the pause,
+    # waits for the verdict. That answer held the state lock until the turn was final,
+    # so the result was queued only then; with the job's clock hold the call deadlocked.
+    script = (CallScript().user_says(0.5, "Is my flight on time?")
+              .user_says(4.6, "What about the weather?"))
+    call, returned = await travel_call(engines, script, returns_at=5.9)
+    start = call.tape.start
+    second = call.of_kind("turn_committed")[1]
+    paused = [e.end_at for e in call.of_kind("speech_ended")]
+    assert paused[-1] < returned < second.at, call_timeline(call)  # in its pause
+    assert [m.speculative for m in call.of_kind("turn_metrics")] == [True, True]
+    [queued] = call.of_kind("announcement_queued")
+    assert queued.at == returned, call_timeline(call)  # the moment the job returned
+    waited = assert_announcement_waited(call, text=FLIGHT)
+    assert waited.ready_at == returned - start
+    assert waited.waited == waited.started_at - waited.ready_at
+    assert_floor_held(call)
+    assert_history_is_heard(call)
+    # The kit counts the wait from when the result was ready, not from when it was
+    # queued (here: as if it had been queued only when its audio started).
+    late = [e.model_copy(update={"at": waited.started_at + start}) if e is queued else e
+            for e in call.events]
+    again = assert_announcement_waited(with_events(call, late), text=FLIGHT)
+    assert (again.ready_at, again.waited) == (waited.ready_at, waited.waited)
+    assert again.queued_at == waited.started_at
+    assert f"ready at {waited.ready_at:.2f} s (queued at {waited.started_at:.2f} s)" in str(again)
+
+
+async def test_a_result_ready_during_a_discarded_pause_answer_is_kept(
+    engines: VoiceEngines,
+) -> None:
+    # "What about" [pause] "the weather tomorrow?": the flight check returns in the
+    # pause, while the answer prepared there waits for its verdict; the user speaks on,
+    # so that answer is rolled back, and the rollback keeps the job's result (and its
+    # queued announcement): it is announced once, after the whole question's answer.
+    first = "What about"
+    seconds = sum(s.samples.size for s in engines.tts.synthesize(first)) / engines.tts.sample_rate
+    resume = 4.6 + seconds + 0.35
+    script = (CallScript().user_says(0.5, "Is my flight on time?")
+              .user_says(4.6, first).user_says(resume, "the weather tomorrow?"))
+    patient = VoiceSettings(turn_detection=TurnDetection(end_of_turn_silence=1.2))
+    call, returned = await travel_call(engines, script, returns_at=resume, settings=patient)
+    [discarded] = call.of_kind("speculative_reply_discarded")
+    assert returned < discarded.at, call_timeline(call)  # while it waited for its verdict
+    [queued] = call.of_kind("announcement_queued")
+    assert queued.at == returned, call_timeline(call)
+    state = call.session.turns.flow.state
+    [job] = state.jobs.values()
+    assert job.status == "completed" and job.announcement == FLIGHT
+    assert [d.status for d in state.deliveries.values()] == ["completed"]
+    assert_announcement_waited(call, text=FLIGHT)
+    assert "weather tomorrow" in call.of_kind("turn_committed")[1].text.lower()

@@ -10,10 +10,14 @@ from typing import Any
 
 import pytest
 
-from voxflow import Flow, SQLiteFlowPersistence, persist, start
+from voxflow import ConversationConfig, Flow, SQLiteFlowPersistence, listen, persist, start
 from voxflow.flow import RollbackPoint
+from voxflow.jobs import JobUpdate, add_job, commit_job_update
+from voxflow.jobs.background import BackgroundJob
+from voxflow.replies import ReplyQueue
 from voxflow.testing import Acknowledger
 from voxflow.turns import TurnRunner, TurnState
+from voxflow.wiring import AssistantState
 
 pytestmark = pytest.mark.unit
 
@@ -173,3 +177,60 @@ async def test_a_save_still_running_for_the_undone_turn_cannot_overwrite_the_rol
     assert stored is not None
     assert stored["messages"] == [] and stored["turns"] == {}
     assert state.messages == [] and state.turns == {}
+
+
+async def test_a_rollback_keeps_the_work_of_others(tmp_path: Path) -> None:
+    # (issue 30, item 2) A speculative turn waits for its verdict without the state
+    # lock, so a job's result can be committed and queued for announcement meanwhile.
+    # Undoing the turn must not undo that: the job's updates, its queued announcement
+    # and the floor stay as they are live, in memory and in storage; a job the undone
+    # turn itself registered (never started) goes with it.
+    backend = SQLiteFlowPersistence(tmp_path / "flows.db")
+
+    @persist(backend)
+    @ConversationConfig(system_prompt="")
+    class Shop(Flow[AssistantState]):
+        @listen("converse")
+        def answer(self) -> str:
+            return "ok"
+
+    runner = TurnRunner(Shop())
+    replies = ReplyQueue(runner)
+    await turn(runner, "check my order")
+    state = runner.flow.state
+    [asked] = state.turns
+    lookup = BackgroundJob(session_id=state.id, origin_turn_id=asked, kind="lookup")
+    assert add_job(state, lookup)
+
+    def update(seq: int, kind: str, **fields: Any) -> JobUpdate:
+        return JobUpdate(session_id=state.id, job_id=lookup.job_id, revision=1, attempt=1,
+                         seq=seq, kind=kind, **fields)
+
+    assert commit_job_update(state, update(1, "started"))
+    point = RollbackPoint.take(runner.flow)
+    await turn(runner, "and the weather, spoken too early")  # the work to undo
+    own = BackgroundJob(session_id=state.id, origin_turn_id=asked, kind="weather")
+    assert add_job(state, own)
+    # meanwhile, the lookup returns: its result is committed and queued
+    assert commit_job_update(state, update(2, "stage_started", stage="run"))
+    assert commit_job_update(state, update(3, "stage_completed", stage="run",
+                                           outputs={"announcement": "It ships today."}))
+    assert commit_job_update(state, update(4, "completed"))
+    delivery = replies.enqueue(state.jobs[lookup.job_id])
+    assert delivery is not None
+    sequence = state.job_sequence
+
+    await point.restore()
+    assert runner.flow.state is state and len(state.turns) == 1  # the turn is undone
+    assert set(state.jobs) == {lookup.job_id}  # its own job with it
+    kept = state.jobs[lookup.job_id]
+    assert (kept.status, kept.announcement, kept.last_update_seq) == (
+        "completed", "It ships today.", 4)
+    assert state.job_sequence == sequence  # never back
+    assert list(state.deliveries) == [delivery]
+    assert replies.claim() is not None  # the queue still knows it
+    stored = backend.load_state(str(state.id))
+    assert stored is not None and len(stored["turns"]) == 1
+    assert set(stored["jobs"]) == {lookup.job_id}
+    assert stored["jobs"][lookup.job_id]["status"] == "completed"
+    assert list(stored["deliveries"]) == [delivery]

@@ -12,6 +12,7 @@ from pydantic import Field
 from voxflow.conversation import ConversationState
 from voxflow.errors import JobUpdateRejectedError, ResourceClosedError
 from voxflow.flow import start
+from voxflow.ids import TurnId
 from voxflow.jobs import (
     JobRecord,
     JobRunner,
@@ -389,3 +390,31 @@ async def test_a_cancelled_close_still_stops_the_processor_and_the_workers() -> 
     assert all(task.cancelling() or task.done() for task in workers)
     GatedWork.gate.set()  # (the worker thread ends; its publish is refused)
     await asyncio.wait(workers, timeout=10)
+
+
+async def test_held_admissions_wait_for_their_turn_and_hold_nothing_else() -> None:
+    # (issue 30, item 2) A speculative turn's jobs wait for its verdict; the jobs of
+    # other turns start, and their results are committed, meanwhile.
+    state = WorkChatState()
+    changes: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+    runner = JobRunner(state, work_factory(ReportWork), on_update=changes.put)
+    speculative, earlier = TurnId("t-speculative"), TurnId("t-earlier")
+    try:
+        runner.hold_admissions(speculative)
+        mine = ReportJob(session_id=state.id, question="mine", origin_turn_id=speculative)
+        undone = ReportJob(session_id=state.id, question="undone", origin_turn_id=speculative)
+        other = ReportJob(session_id=state.id, question="other", origin_turn_id=earlier)
+        for job in (mine, undone, other):
+            assert add_job(state, job)
+            runner.submit(job)
+        while state.jobs[other.job_id].status != "completed":
+            await changes.get()  # the other turn's job ran to its result
+        assert state.jobs[mine.job_id].status == state.jobs[undone.job_id].status == "queued"
+        del state.jobs[undone.job_id]  # (as a rollback of its turn drops it)
+        runner.release_admissions(speculative)
+        runner.release_admissions(speculative)  # idempotent
+        while state.jobs[mine.job_id].status != "completed":
+            await changes.get()
+    finally:
+        await runner.aclose()
+    assert undone.job_id not in state.jobs

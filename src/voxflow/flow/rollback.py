@@ -11,8 +11,15 @@ copy back into the *same* state object (everything holding the flow or its state
 working) and, when the flow persists, saves it at once, so a snapshot written by the
 discarded work is superseded before anyone can load it.
 
-The caller guarantees that nothing else changed the state in between that must be kept
-(a voice session holds its state lock across the speculative turn).
+**Work of others is kept.** A rollback undoes the flow's own work, never what other
+work recorded meanwhile: a state class names what it keeps with a
+``__rollback_keep__(restored, live)`` static method, called with the restored state and
+the live field values at the time of the restore (every one found in the state's class
+hierarchy is called). ``JobState`` keeps the updates its jobs' workers committed (a
+job's result that arrived during a speculative turn is not lost when that turn is
+undone), ``ReplyQueueState`` the announcement queue and the speaking floor. So a voice
+session holds its state lock only while the speculative turn runs, not while it waits
+for its verdict.
 
 Example::
 
@@ -97,8 +104,13 @@ class RollbackPoint:
             state.clear()
             state.update(self._copy)
         else:
+            live = dict(state.__dict__)
             for slot in _MODEL_SLOTS:
                 object.__setattr__(state, slot, getattr(self._copy, slot))
+            for cls in type(state).__mro__:  # what other work recorded meanwhile
+                hook = cls.__dict__.get("__rollback_keep__")
+                if isinstance(hook, staticmethod):
+                    hook(state, live)
         if keep is not None:
             keep(state)
         # A save of the undone work may still be running in its thread (its turn was

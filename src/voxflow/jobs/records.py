@@ -126,6 +126,24 @@ class JobState(BaseModel, Generic[JobT]):
     # A RecordDict logs its changes: a save finds them without scanning every record.
     _track_records = field_validator("jobs", mode="after")(as_record_dict)
 
+    @staticmethod
+    def __rollback_keep__(restored: Any, live: dict[str, Any]) -> None:
+        """What a rollback (:class:`~voxflow.flow.RollbackPoint`) keeps of the live jobs:
+        each job's updates committed since the point (same revision and attempt, a
+        newer ``last_update_seq``), and each job that started since (not ``queued``:
+        its work left the undone turn). A job the undone work registered and that never
+        started is dropped with it; ``job_sequence`` never goes back."""
+        jobs = restored.jobs
+        for job_id, job in live.get("jobs", {}).items():
+            before = jobs.get(job_id)
+            if before is None:
+                if job.status != "queued":
+                    jobs[job_id] = job
+            elif ((job.revision, job.attempt) == (before.revision, before.attempt)
+                    and job.last_update_seq > before.last_update_seq):
+                jobs[job_id] = job
+        restored.job_sequence = max(restored.job_sequence, live.get("job_sequence", 0))
+
 
 class JobUpdate(BaseModel):
     """One report from a worker about one job version.

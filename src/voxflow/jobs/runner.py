@@ -12,7 +12,11 @@ Never hold it across an ``await`` of something that needs it (``on_update`` is c
 *after* the lock is released, so a subscriber may take it), and never take it inside
 ``TurnRunner.interrupt`` paths: interruption has its own thread-safe lock and must work
 while a turn holds ``state_lock``. Worker updates therefore wait while a foreground turn
-runs; that is the point: a turn sees one consistent state.
+runs; that is the point: a turn sees one consistent state. Never hold it while waiting
+for the call's clock or its audio (a user's verdict on a speculative answer): a job's
+result is committed the moment it is ready, and its clock is held until then. A turn
+that may still be undone holds its jobs' admissions instead (:meth:`JobRunner.hold_admissions`);
+its rollback (:class:`~voxflow.flow.RollbackPoint`) keeps the updates committed meanwhile.
 
 Workers are sync flows run by ``kickoff()`` in a thread (``asyncio.to_thread``); each
 ``publish_update`` is a blocking round-trip through the runner's processor task, which
@@ -100,6 +104,8 @@ class JobRunner:
         self._workers: dict[str, tuple[JobWorkFlow[Any], asyncio.Task[None]]] = {}
         self._waiting: set[concurrent.futures.Future[bool]] = set()
         self._closing = False
+        # origin turn → admissions waiting for that turn's verdict (hold_admissions)
+        self._held: dict[str, list[_Command]] = {}
 
     # -- public API -------------------------------------------------------------------
 
@@ -158,6 +164,19 @@ class JobRunner:
             "seq": self.state.job_sequence,
             "jobs": [job.model_dump(mode="json") for job in self.state.jobs.values()],
         }
+
+    def hold_admissions(self, turn_id: str) -> None:
+        """Admit no job asked for by ``turn_id`` until :meth:`release_admissions`: the
+        turn may still be undone (a speculative answer waiting for its verdict), and a
+        job must not start for a turn that never was. Other jobs' admissions and every
+        worker update go on meanwhile."""
+        self._held.setdefault(str(turn_id), [])
+
+    def release_admissions(self, turn_id: str) -> None:
+        """Admit the jobs ``turn_id`` asked for while held (idempotent): each is admitted
+        if still registered and queued (a job of a turn that was undone is not)."""
+        for command in self._held.pop(str(turn_id), []):
+            self._send(command)
 
     def request_close(self) -> None:
         """Stop admission and publication, release waiting publishers, stop workers.
@@ -243,6 +262,11 @@ class JobRunner:
     async def _process(self) -> None:
         while True:
             kind, payload, extra = await self._queue.get()
+            origin = payload.origin_turn_id if kind == "admit" else None
+            held = self._held.get(str(origin)) if origin is not None else None
+            if held is not None:  # its turn has no verdict yet
+                held.append((kind, payload, extra))
+                continue
             try:
                 if kind == "admit":
                     await self._admit(payload, extra)

@@ -12,7 +12,7 @@ first.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import (
     BaseModel,
@@ -177,6 +177,16 @@ class ReplyQueueState(TurnState):
     )
     delivery_floor: DeliveryFloor = Field(default_factory=DeliveryFloor)
     delivery_sequence: int = Field(0, ge=0, description="bumped on every change")
+
+    @staticmethod
+    def __rollback_keep__(restored: Any, live: dict[str, Any]) -> None:
+        """What a rollback (:class:`~voxflow.flow.RollbackPoint`) keeps: the whole reply
+        queue as it is live. A flow's turn never changes it; the queue's own operations
+        do (a job's result queued for announcement, the client's floor reported), and
+        undoing a turn must not undo them."""
+        for name in ("deliveries", "covered_updates", "delivery_floor", "delivery_sequence"):
+            if name in live:
+                setattr(restored, name, live[name])
 
 
 @dataclass(slots=True, eq=False)

@@ -190,14 +190,17 @@ class AnnouncementQueued(_Event):
     """A completed job's result was queued for announcement in the ReplyQueue.
 
     Emitted once per delivery, when the session first sees it pending: ``at`` is when it
-    became ready to announce. It is spoken when the floor is free (a ``reply_started``
-    with the same ``delivery_id``), or settled unsaid.
+    was queued, ``ready_at`` when its jobs' results were ready. It is spoken when the
+    floor is free (a ``reply_started`` with the same ``delivery_id``), or settled unsaid.
     """
 
     kind: Literal["announcement_queued"] = "announcement_queued"
     delivery_id: DeliveryId
     turn_id: TurnId = Field(description="the turn that asked for the job(s)")
     job_ids: tuple[JobId, ...] = Field(description="the jobs whose results it reports")
+    ready_at: float | None = Field(
+        None, description="when the results it reports were ready (the last of its jobs "
+        "completed), on the session clock; None: before this session (a restored one)")
 
 
 class DeliverySettled(_Event):

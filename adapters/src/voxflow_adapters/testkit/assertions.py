@@ -20,8 +20,8 @@ message says what was expected, what happened, and then shows the whole call
   speaking, had the microphone muted, another reply was playing, or a turn waited for
   its answer;
 * :func:`assert_announcement_waited`: an announcement was queued, waited while the floor
-  was busy, and started only once it was free (an :class:`AnnouncementWait`: when it
-  was queued, what held the floor, when it started);
+  was busy, and started only once it was free (an :class:`AnnouncementWait`: when its
+  result was ready and when it was queued, what held the floor, when it started);
 * :func:`assert_turn_committed`: a turn was committed with a transcript within a word
   error rate of the script (:func:`word_error_rate`).
 
@@ -471,16 +471,19 @@ class AnnouncementWait:
     Attributes:
         delivery_id: the announcement's delivery (and reply) id.
         text: what it said.
-        queued_at: when its job's result was queued for announcement.
+        ready_at: when its jobs' results were ready (the last of them completed; the
+            event's ``ready_at``, else ``queued_at``).
+        queued_at: when it was queued for announcement (never before ``ready_at``).
         started_at: when its audio started playing at the client.
-        held_by: what held the floor when it was queued, with each stretch (empty: the
-            floor was free then).
-        floor_free_at: when the floor was next free (``queued_at`` if it was free then);
+        held_by: what held the floor when the result was ready, with each stretch
+            (empty: the floor was free then).
+        floor_free_at: when the floor was next free (``ready_at`` if it was free then);
             ``started_at`` is never before it.
     """
 
     delivery_id: DeliveryId
     text: str
+    ready_at: float
     queued_at: float
     started_at: float
     held_by: tuple[str, ...]
@@ -488,12 +491,14 @@ class AnnouncementWait:
 
     @property
     def waited(self) -> float:
-        """Seconds from queued to started."""
-        return self.started_at - self.queued_at
+        """Seconds from the result being ready to the announcement starting."""
+        return self.started_at - self.ready_at
 
     def __str__(self) -> str:
         held = " and ".join(self.held_by) if self.held_by else "nothing (the floor was free)"
-        return (f"queued at {self.queued_at:.2f} s while {held}; floor free at "
+        queued = ("" if self.queued_at == self.ready_at
+                  else f" (queued at {self.queued_at:.2f} s)")
+        return (f"ready at {self.ready_at:.2f} s{queued} while {held}; floor free at "
                 f"{self.floor_free_at:.2f} s; started at {self.started_at:.2f} s "
                 f"(waited {self.waited:.2f} s)")
 
@@ -504,15 +509,17 @@ def assert_announcement_waited(
     """A background announcement (whose text contains ``text``, if given) was heard, and
     it waited for the floor.
 
-    From the call's events it proves: the announcement was queued at ``q`` (its
-    ``announcement_queued`` event: its job's result was ready), its audio started at
+    From the call's events it proves: its jobs' results were ready at ``r`` and it was
+    queued at ``q >= r`` (its ``announcement_queued`` event), its audio started at
     ``s >= q``, and the floor was free at ``s`` (as :func:`assert_floor_held` sees it:
     nobody speaking per the session's VAD, no mute, no other reply playing, no turn
-    waiting for its answer). If the floor was busy at ``q``, ``s`` is therefore not before
-    the floor became free again (:attr:`AnnouncementWait.floor_free_at`).
+    waiting for its answer). If the floor was busy at ``r``, ``s`` is therefore not before
+    the floor became free again (:attr:`AnnouncementWait.floor_free_at`). The wait it
+    reports runs from ``r``, when the result was ready, not from when it was queued.
 
     Returns:
-        What was found: when it was queued, what held the floor then, when it started.
+        What was found: when the result was ready and queued, what held the floor
+        then, when it started.
 
     Raises:
         CallAssertionError: none was heard, its queueing was not recorded, or it started
@@ -534,31 +541,40 @@ def assert_announcement_waited(
     delivery, at, said = matching[0]
     name = f"announcement {labels.reply(delivery)} ({quote(said)})"
     start = call.tape.start
-    queued = [e.at for e in call.of_kind("announcement_queued") if e.delivery_id == delivery]
+    queued = [e for e in call.of_kind("announcement_queued") if e.delivery_id == delivery]
     if not queued:
         raise _fail(call, labels, (
             f"{name} was heard, but the call has no record of when it was queued "
             "(no announcement_queued event), so its wait for the floor cannot be proved"
         ))
-    queued_at = queued[0]
+    queued_at = queued[0].at
+    ready_at = queued[0].ready_at if queued[0].ready_at is not None else queued_at
+    if ready_at > queued_at:
+        raise _fail(call, labels, (
+            f"{name} was queued at {queued_at - start:.2f} s, before its result was "
+            f"ready at {ready_at - start:.2f} s"
+        ))
     if at < queued_at:
         raise _fail(call, labels, (
             f"{name} started at {at - start:.2f} s, before it was queued at "
             f"{queued_at - start:.2f} s"
         ))
     spans = _busy_spans(call, labels, delivery)
-    held_by = tuple(_floor_busy(call, labels, delivery, queued_at))
-    free_at = _free_from(spans, queued_at)
+    held_by = tuple(_floor_busy(call, labels, delivery, ready_at))
+    free_at = _free_from(spans, ready_at)
     why = _floor_busy(call, labels, delivery, at)
     if why:
-        when = (f"while {' and '.join(held_by)}" if held_by else "with the floor free")
+        busy_at_queue = tuple(_floor_busy(call, labels, delivery, queued_at))
+        when = (f"while {' and '.join(busy_at_queue)}" if busy_at_queue
+                else "with the floor free")
         raise _fail(call, labels, (
             f"{name} did not wait for the floor: it was queued at {queued_at - start:.2f} s "
             f"{when}, and started at {at - start:.2f} s while " + " and ".join(why)
         ))
     return AnnouncementWait(
-        delivery_id=delivery, text=said, queued_at=queued_at - start, started_at=at - start,
-        held_by=held_by, floor_free_at=free_at - start,
+        delivery_id=delivery, text=said, ready_at=ready_at - start,
+        queued_at=queued_at - start, started_at=at - start, held_by=held_by,
+        floor_free_at=free_at - start,
     )
 
 

@@ -7,8 +7,9 @@ The rules are those of :mod:`voxflow_voice.speak.speculation` (one
 * **pause** (:meth:`SpeculativeReplies.paused`): while nothing else is spoken, the words
   heard up to the pause are transcribed and answered in a task of their own, through the
   session's answer path, which hands the turn back here (:meth:`~SpeculativeReplies.generate`,
-  the state lock held from the rollback point to the verdict): its audio held, its events
-  kept back;
+  the state lock held while the flow runs, not while the verdict is awaited, so a job's
+  result is committed and queued the moment it is ready; the jobs the turn asks for are
+  admitted only once it is final): its audio held, its events kept back;
 * **verdict**: the turn's end on the very same audio confirms it
   (:meth:`~SpeculativeReplies.turn_ended`); speech after the pause
   (:meth:`~SpeculativeReplies.after_frame`) or a turn ending on other audio discards it.
@@ -45,6 +46,7 @@ from typing import Any
 from voxflow.clock import Clock
 from voxflow.flow import RollbackPoint
 from voxflow.ids import SessionId, TurnId
+from voxflow.jobs import JobRunner
 from voxflow.turns import ReplyEvent, TurnRunner
 
 from ..audio import STT_SAMPLE_RATE
@@ -86,8 +88,10 @@ class SpeculativeReplies:
         floor: the session's floor (no speculation while a turn waits for its answer).
         clock: the session clock (held while a pause is transcribed).
         speaking: held while any reply (answer or announcement) is spoken.
+        lock: the session's state lock (held while a speculative turn runs, and while
+            one is rolled back).
         answer: answers a speculative turn through the session's answer path (which
-            calls :meth:`generate` with the state lock held).
+            calls :meth:`generate`).
         reply: returns the session's reply being spoken, if any.
         confirmed: makes a confirmed reply the session's reply being spoken (called
             before its audio is released, so its receipts find it).
@@ -96,6 +100,7 @@ class SpeculativeReplies:
         session_id: returns the conversation's identity (read at each event).
         time_of: the clock time of an input sample.
         enabled: answer in pauses at all (``VoiceSettings.speculative_replies``).
+        jobs: the session's job runner (a speculative turn's jobs start once it is final).
     """
 
     def __init__(
@@ -110,6 +115,7 @@ class SpeculativeReplies:
         clock: Clock,
         *,
         speaking: asyncio.Lock,
+        lock: asyncio.Lock,
         answer: Answer,
         reply: Callable[[], SpokenReply | None],
         confirmed: Callable[[SpokenReply], None],
@@ -118,6 +124,7 @@ class SpeculativeReplies:
         session_id: Callable[[], SessionId],
         time_of: Callable[[int], float],
         enabled: bool = True,
+        jobs: JobRunner | None = None,
     ) -> None:
         if not isinstance(turns, TurnRunner):
             raise TypeError(f"turns must be a TurnRunner, got {type(turns).__name__}")
@@ -130,6 +137,8 @@ class SpeculativeReplies:
         self._floor = floor
         self._clock = clock
         self._speaking = speaking
+        self._lock = lock
+        self._jobs = jobs
         self._answer = answer
         self._reply = reply
         self._confirmed = confirmed
@@ -395,19 +404,36 @@ class SpeculativeReplies:
     async def generate(self, reply: SpokenReply, text: str, spec: Speculation) -> bool:
         """Run the turn ``text`` for ``reply`` with its audio held; on the verdict release
         it (True) or drop it and roll the turn back (False, as when the state cannot be
-        rolled back: then nothing ran). Called with the state lock held, so nothing else
-        (a job commit, a queue operation) changes the state before the verdict."""
-        # A speculative turn may be undone: copy the state before it starts
-        # (~1.4 ms with 100 turns of records, ~15 ms with 1,000).
+        rolled back: then nothing ran).
+
+        The state lock is held while the flow runs the turn (and while it is rolled
+        back), not while the verdict is awaited: a job's result that is ready meanwhile
+        is committed and queued at once, and a rollback keeps it
+        (:class:`~voxflow.flow.RollbackPoint` keeps the work of others). The jobs the
+        turn asks for are admitted once it is final (none if it is undone)."""
+        if self._jobs is not None:
+            self._jobs.hold_admissions(reply.turn_id)
         try:
-            point = RollbackPoint.take(self._turns.flow)
-        except Exception as exc:  # e.g. an object that cannot be copied
-            logger.warning("no speculative reply: the state cannot be "
-                           "rolled back (%s)", exc)
-            return False  # the turn, if it ends here, is answered as usual
-        stream = self._turns.astream_turn(text, turn_id=reply.turn_id,
-                                          input_revision=reply.input_revision)
-        return await self._hold(reply, self._speaker.held(stream), spec, point, text)
+            async with self._lock:
+                # A speculative turn may be undone: copy the state before it starts
+                # (~1.4 ms with 100 turns of records, ~15 ms with 1,000).
+                try:
+                    point = RollbackPoint.take(self._turns.flow)
+                except Exception as exc:  # e.g. an object that cannot be copied
+                    logger.warning("no speculative reply: the state cannot be "
+                                   "rolled back (%s)", exc)
+                    return False  # the turn, if it ends here, is answered as usual
+            stream = self._turns.astream_turn(text, turn_id=reply.turn_id,
+                                              input_revision=reply.input_revision)
+            return await self._hold(reply, self._speaker.held(stream), spec, point, text)
+        finally:
+            if self._jobs is not None:  # final, or undone (then none is admitted)
+                self._jobs.release_admissions(reply.turn_id)
+
+    async def _generate(self, reply: SpokenReply, events: AsyncIterator[ReplyEvent]) -> None:
+        """The flow runs the turn, the state lock held (never across the verdict)."""
+        async with self._lock:
+            await self._speaker.generate(reply, events)
 
     async def _hold(
         self, reply: SpokenReply, events: AsyncIterator[ReplyEvent], spec: Speculation,
@@ -418,9 +444,7 @@ class SpeculativeReplies:
         # Not voxflow.tasks.background(): a dropped reply's generation is cancelled
         # before its audio is fenced and its failure only logged (_drop), while a kept
         # reply's generation runs on and its failure is the turn's.
-        generation = asyncio.create_task(
-            self._speaker.generate(reply, events), name="voice.generate"
-        )
+        generation = asyncio.create_task(self._generate(reply, events), name="voice.generate")
         verdict = asyncio.ensure_future(spec.verdict())
         await asyncio.wait({generation, verdict}, return_when=asyncio.FIRST_COMPLETED)
         if not await verdict or spec.revoked:
@@ -472,7 +496,8 @@ class SpeculativeReplies:
                     logger.warning("dropped reply: %s failed", task.get_name(),
                                    exc_info=task.exception())
         try:
-            await point.restore()  # in memory first, then the store
+            async with self._lock:
+                await point.restore()  # in memory first, then the store
         except Exception:  # (a failed write: the next save is a full one)
             logger.exception("saving a rolled-back turn failed")
 
@@ -497,7 +522,8 @@ class SpeculativeReplies:
                 restored.replies[record.delivery_id] = record
 
         try:
-            await point.restore(keep)  # (saves it, with the heard reply's records)
+            async with self._lock:
+                await point.restore(keep)  # (saves it, with the heard reply's records)
         except Exception:  # (a failed write: the next save is a full one)
             logger.exception("saving a continued turn failed")
 

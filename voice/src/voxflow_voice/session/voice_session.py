@@ -173,6 +173,7 @@ class VoiceSession:
         self._anchor = (0.0, 0)  # (clock time, input sample) of the latest frame
         self._speaking = asyncio.Lock()  # one reply (answer or announcement) at a time
         self._closed = False
+        self._ready: dict[str, float] = {}  # job id → when it was first seen completed
         self._input_ended = False  # the adapter's input ended: nobody hears us any more
         self._floor = FloorReporter(lambda: self.session_id, replies, self._lock)
         self._delivery = AnnouncementDelivery(
@@ -195,10 +196,11 @@ class VoiceSession:
         )
         self._speculative = SpeculativeReplies(
             turns, self._detector, self._early, self.barge_in, self._speaker, self.playback,
-            self._floor, self.clock, speaking=self._speaking, answer=self._answer,
+            self._floor, self.clock, speaking=self._speaking, lock=self._lock,
+            answer=self._answer,
             reply=lambda: self._reply, confirmed=self._on_air, gone=lambda: self._input_ended,
             emit=self._emit, session_id=lambda: self.session_id, time_of=self._time_of,
-            enabled=self.settings.speculative_replies,
+            enabled=self.settings.speculative_replies, jobs=jobs,
         )
 
     @property
@@ -398,14 +400,15 @@ class VoiceSession:
         try:
             try:
                 # The flow runs with the state lock held, so job commits and queue
-                # operations never interleave with it; audio waits happen outside it.
-                async with self._lock:
-                    if spec is None:
+                # operations never interleave with it; audio waits happen outside it
+                # (a speculative turn's wait for its verdict too).
+                if spec is None:
+                    async with self._lock:
                         stream = self.turns.astream_turn(text, turn_id=turn_id,
                                                          input_revision=revision)
                         await self._speaker.generate(reply, self._speaker.held(stream))
-                    elif not await self._speculative.generate(reply, text, spec):
-                        return False  # held and dropped unheard (or not answered at all)
+                elif not await self._speculative.generate(reply, text, spec):
+                    return False  # held and dropped unheard (or not answered at all)
             except Exception:
                 # A failed reply (e.g. the LLM provider is down) ends this turn, not the
                 # call: the runner already issued its `failed` event.
@@ -523,8 +526,14 @@ class VoiceSession:
         """``JobRunner(on_update=...)`` target: queue completed jobs for announcement.
 
         Enqueueing is idempotent (the ReplyQueue coalesces a job version it already
-        holds), so every snapshot can simply offer every completed job.
+        holds), so every snapshot can simply offer every completed job. A job first seen
+        completed here was ready now (the runner commits a result the moment its job
+        returns): its announcement's ``ready_at``.
         """
+        now = self.clock.now()
+        for job in getattr(self.turns.flow.state, "jobs", {}).values():
+            if job.status == "completed":
+                self._ready.setdefault(str(job.job_id), now)
         await self._delivery.offer_completed()
 
     def _queued(self, record: DeliveryRecord) -> None:
@@ -532,9 +541,12 @@ class VoiceSession:
         logger.info("announcement queued", extra={
             "session_id": str(self.session_id), "delivery_id": str(record.delivery_id),
             "job_ids": ",".join(jobs)})
+        ready = [self._ready.get(str(c.job_id)) for c in record.covered_updates]
         self._emit(AnnouncementQueued(
             session_id=self.session_id, at=self.clock.now(), delivery_id=record.delivery_id,
             turn_id=record.turn_id, job_ids=tuple(c.job_id for c in record.covered_updates),
+            ready_at=max(r for r in ready if r is not None) if ready and None not in ready
+            else None,
         ))
 
     async def _announce(

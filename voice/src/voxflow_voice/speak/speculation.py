@@ -26,11 +26,13 @@ playback stage (:meth:`~voxflow_voice.speak.playback.Playback.hold`). Then exact
   discarded one is dropped (fenced before a sample was heard, rolled back), and the
   detector's continuation of the utterance becomes the turn (``TurnRevoked``).
 
-The state lock is held from the rollback point until the verdict (a provisional one's
-seal), so nothing else (a job
-commit, a queue operation) can change the state in between and be rolled back with it.
-Side effects outside the flow's state cannot be undone: turn speculation off for flows
-whose turns act on the world directly (use jobs, whose submissions wait for the verdict).
+The state lock is held while the flow runs the speculative turn, not while its verdict
+is awaited: a job's result that is ready meanwhile is committed and queued for
+announcement at once, and a rollback keeps it (:class:`~voxflow.flow.RollbackPoint` keeps
+the work of others: job updates, the reply queue). The jobs the turn asks for are
+admitted only once it is final (a provisional one's seal): none starts for a turn that
+is undone. Side effects outside the flow's state cannot be undone: turn speculation off
+for flows whose turns act on the world directly (use jobs).
 
 A voice session carries these rules out through its
 :class:`~voxflow_voice.session.speculative_replies.SpeculativeReplies`.
