@@ -392,8 +392,8 @@ def test_a_voice_command_names_the_state_a_plain_conversation_flow_needs(
 # -- the REPL in a terminal -----------------------------------------------------------------
 
 
-def _read_until(fd: int, needle: bytes, timeout: float = 60) -> bytes:
-    seen = b""
+def _read_until(fd: int, needle: bytes, timeout: float = 60, seen: bytes = b"") -> bytes:
+    """What the terminal showed (after ``seen``, read already) until ``needle``."""
     deadline = time.monotonic() + timeout
     while needle not in seen:
         left = deadline - time.monotonic()
@@ -430,6 +430,36 @@ def test_repl_banner_and_ctrl_d_ends_with_a_new_line_and_exit_0() -> None:
     assert output.startswith(b"voxflow chat")
     assert output.split(b"You: ", 1)[1].startswith(b"\r\n")  # the shell prompt on its own line
     assert code == 0
+
+
+def test_repl_shows_a_ready_result_at_the_prompt_and_redraws_what_was_typed() -> None:
+    # (issue 30, item 2) A job that finished while the user sat at the prompt was shown
+    # only after their next line, behind its answer. As a chat app does: it is printed
+    # when it is ready, over the prompt, which is redrawn with what was typed so far.
+    pid, fd = pty.fork()
+    if pid == 0:  # the child: a terminal user's shell runs voxflow chat
+        os.chdir(ROOT)
+        os.execve(sys.executable, [sys.executable, "-m", "voxflow.cli", "chat"], NO_KEYS)
+    try:
+        _read_until(fd, b"You: ")
+        os.write(fd, b"check my order\r")  # the example assistant's 2 s lookup
+        _read_until(fd, b"checking your order now.")
+        _read_until(fd, b"You: ")
+        os.write(fd, b"hel")  # typing, not Enter: the result comes meanwhile
+        seen = _read_until(fd, b"has shipped", timeout=30)
+        seen = _read_until(fd, b"\nYou: hel", timeout=30, seen=seen)
+        os.write(fd, b"lo\r")  # the line typed before and after the redraw
+        answered = _read_until(fd, b"How can I help you today?", timeout=30)
+        os.write(fd, b"\x04")
+        rest = _read_until(fd, b"\n", timeout=30)
+        _, status = os.waitpid(pid, 0)
+    finally:
+        os.close(fd)
+    assert b"\r\x1b[KAssistant: Good news: order 417 has shipped." in seen, seen
+    assert seen.endswith(b"It arrives on Thursday.\r\nYou: hel"), seen
+    assert b"Assistant: Hello!" in answered  # "hello": the whole line was kept
+    assert b"Good news" not in answered + rest  # announced once
+    assert os.waitstatus_to_exitcode(status) == 0
 
 
 def test_repl_ctrl_c_exits_130_on_a_new_line() -> None:

@@ -11,7 +11,8 @@ is free, and each heard announcement kept in the history
 * A voice session takes ``wiring.turns``, ``replies``, ``jobs`` and ``announcer`` and
   subscribes its ``on_job_update`` (:func:`voxflow_voice.session.wiring.assistant_session`).
 * Text chat (:func:`chat_text`) runs turns with :meth:`AssistantWiring.text_turn` and,
-  before each prompt, speaks what is ready with :meth:`AssistantWiring.announce_ready`.
+  between turns (before each prompt, and while the user sits at it), speaks what is
+  ready with :meth:`AssistantWiring.announce_ready`.
 
 The core never names an adapter: the voice side of the wiring lives in
 ``voxflow_voice.session.wiring``.
@@ -304,12 +305,17 @@ async def chat_text(
     assistant_prefix: str = "Assistant: ",
     exit_commands: Sequence[str] = ("exit", "quit"),
     job_grace: float = 30.0,
+    interject: Callable[[str], Any] | None = None,
 ) -> None:
-    """A text chat with ``flow``, wired like a voice call: a finished background job is
-    announced before the next prompt, and at the end of input the chat waits up to
-    ``job_grace`` seconds for running jobs and announces them.
+    """A text chat with ``flow``, wired like a voice call: a background job's result is
+    announced as soon as it is ready, while the user sits at the prompt (the floor is
+    free between turns), and at the end of input the chat waits up to ``job_grace``
+    seconds for running jobs and announces them.
 
-    ``read(prompt)`` returns a line (EOFError ends the chat); ``write`` prints one. A
+    ``read(prompt)`` returns a line (EOFError ends the chat; it runs in a thread, so an
+    announcement may come while it waits); ``write`` prints one; ``interject`` prints
+    one that is ready while ``read`` waits (a terminal's: above the prompt, redrawn
+    with what was typed so far; default ``write``). A
     turn whose LLM call fails (:class:`~voxflow.errors.ProviderError`) is written as
     ``(no answer: <the cause>)`` and the chat goes on, as a call does; so does a turn
     whose handler raises (its traceback is logged at DEBUG). A flow whose
@@ -332,12 +338,31 @@ async def chat_text(
     else:
         wiring = AssistantWiring(flow)
         text_turn = wiring.text_turn
+    changed = asyncio.Event()  # a job changed: maybe a result to announce
+    if wiring is not None:
+        async def wake(snapshot: dict[str, Any]) -> None:
+            changed.set()
+
+        wiring.subscribe(wake)
+    say_now = interject if interject is not None else write
     try:
         while not getattr(flow.state, "ended", False):
             for text in await wiring.announce_ready() if wiring is not None else ():
                 write(f"{assistant_prefix}{text}")
+            reading = asyncio.ensure_future(asyncio.to_thread(read, prompt))
             try:
-                line = (await asyncio.to_thread(read, prompt)).strip()
+                while wiring is not None and not reading.done():  # the user at the prompt
+                    waking = asyncio.ensure_future(changed.wait())
+                    try:
+                        await asyncio.wait({reading, waking},
+                                           return_when=asyncio.FIRST_COMPLETED)
+                    finally:
+                        waking.cancel()
+                    if changed.is_set():
+                        changed.clear()
+                        for text in await wiring.announce_ready():
+                            say_now(f"{assistant_prefix}{text}")
+                line = (await reading).strip()
             except EOFError:
                 break
             if not line:

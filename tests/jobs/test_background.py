@@ -86,7 +86,9 @@ async def test_a_job_started_from_a_handler_is_announced_and_kept_in_history() -
     assert said.metadata["delivery_id"] == delivery.delivery_id and delivery.status == "completed"
 
 
-async def test_a_finished_job_is_announced_before_the_next_prompt() -> None:
+async def test_a_finished_job_is_announced_while_the_user_sits_at_the_prompt() -> None:
+    # (issue 30, item 2) It was announced only after the user's next line, behind that
+    # line's answer: a person at the prompt sees it when it is ready.
     flow, out = Travel(), list[str]()
     lines = iter(["flight?", "thanks"])
 
@@ -100,11 +102,18 @@ async def test_a_finished_job_is_announced_before_the_next_prompt() -> None:
             raise EOFError from None
 
     loop = asyncio.get_running_loop()
-    await chat_text(flow, read=read, write=out.append)
+    interjected: list[str] = []
+
+    def interject(text: str) -> None:
+        interjected.append(text)
+        out.append(text)
+
+    await chat_text(flow, read=read, write=out.append, interject=interject)
     assert out[:3] == ["You: ", "Assistant: I'm checking your flight.", "You: "]
-    assert out[3].startswith("Assistant: ")  # the answer to "thanks"
-    assert out[4] == "Assistant: Flight BA 117 is on time."
-    assert out[5] == "You: "  # the announcement came before the next prompt
+    # while that prompt waited for the line: not behind the answer to "thanks"
+    assert out[3] == "Assistant: Flight BA 117 is on time."
+    assert interjected == [out[3]]
+    assert out[4].startswith("Assistant: ") and out[5] == "You: "  # the answer to "thanks"
 
 
 async def test_starting_a_job_outside_a_wired_session_names_the_reason() -> None:
@@ -263,10 +272,13 @@ async def test_progress_is_announced_while_the_job_runs_and_dropped_once_it_is_d
     assert progress.inputs == {"progress_of": search.job_id}
     assert progress.origin_turn_id == search.origin_turn_id
 
-    # a progress that comes in after the result would be stale: never said
-    flow, out = Search(), []
-    await chat_text(flow, read=scripted(["flight?"]), write=out.append)
-    assert out == ["Assistant: I'm checking your flight.", "Assistant: Found it."]
+    # a progress not said yet when the result comes in would be stale: never said
+    # (no prompt between them here: the chat announces one as soon as it is ready)
+    flow = Search()
+    async with AssistantWiring(flow) as wiring:
+        assert await wiring.text_turn("flight?") == "I'm checking your flight."
+        assert await wiring.wait_for_jobs(10.0)
+        assert await wiring.announce_ready() == ["Found it."]
     [delivery] = flow.state.deliveries.values()  # the progress was never queued
     assert len(flow.state.jobs) == 2 and delivery.status == "completed"
 

@@ -2,13 +2,17 @@
 
 A banner says who answers (the flow, and the LLM or "rule-based") and how to leave. The
 chat runs through :func:`voxflow.wiring.chat_text` (jobs and announcements as in a
-call). ``exit``/``quit`` or Ctrl-D end it with exit code 0, Ctrl-C with 130; either way
-the shell prompt starts on a new line.
+call): a background job's result is printed when it is ready, even while the user types,
+above the prompt, which is redrawn with what was typed so far (in a terminal the line is
+edited here, in cbreak mode). ``exit``/``quit`` or Ctrl-D end it with exit code 0, Ctrl-C
+with 130; either way the shell prompt starts on a new line and the terminal's modes are
+restored.
 """
 
 from __future__ import annotations
 
 import asyncio
+import codecs
 import os
 import select
 import sys
@@ -34,25 +38,121 @@ def _make_flow(flow_ref: str | None, model: str | None) -> Any:
 class _Lines:
     """Reads a line on the chat's reading thread; gives up (EOFError) once ``stop`` is set,
     so Ctrl-C never leaves a thread blocked on the terminal (``input()`` would keep the
-    process alive until Enter)."""
+    process alive until Enter).
+
+    In a terminal (inside ``with lines:``) it edits the line itself, the terminal in
+    cbreak mode (each key read as typed, Ctrl-C still a signal): printable keys,
+    Backspace, Ctrl-U, Enter, Ctrl-D on an empty line; so :meth:`interject` can print a
+    message that is ready while the user types (a job's result) above the prompt, and
+    redraw the prompt with what was typed so far, as a chat app does."""
 
     def __init__(self) -> None:
         self.stop = threading.Event()
+        self._screen = threading.Lock()  # the terminal's output and the line being typed
+        self._prompt: str | None = None  # while a line is being read
+        self._typed = ""
+        self._fd: int | None = None  # the terminal in cbreak mode (None: lines as given)
+        self._saved: Any = None
+
+    def __enter__(self) -> _Lines:
+        if os.name != "nt" and sys.stdin.isatty() and sys.stdout.isatty():
+            import termios  # here: POSIX only (no termios on Windows)
+            import tty  # here: POSIX only
+
+            fd = sys.stdin.fileno()
+            self._saved = termios.tcgetattr(fd)
+            tty.setcbreak(fd, termios.TCSANOW)
+            self._fd = fd
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            import termios  # here: POSIX only
+
+            termios.tcsetattr(fd, termios.TCSADRAIN, self._saved)
 
     def __call__(self, prompt: str) -> str:
-        sys.stdout.write(prompt)
-        sys.stdout.flush()
-        if os.name == "nt":  # no select() on consoles
-            return input()
+        with self._screen:
+            sys.stdout.write(prompt)
+            sys.stdout.flush()
+            self._prompt, self._typed = prompt, ""
+        try:
+            if self._fd is not None:
+                return self._edit(self._fd)
+            if os.name == "nt":  # no select() on consoles
+                return input()
+            while not self.stop.is_set():
+                ready, _, _ = select.select([sys.stdin], [], [], _POLL)
+                if ready:
+                    line = sys.stdin.readline()
+                    if not line:  # Ctrl-D / end of input
+                        print()  # the shell prompt on its own line
+                        raise EOFError
+                    return line.rstrip("\n")
+            raise EOFError
+        finally:
+            with self._screen:
+                self._prompt = None
+
+    def _edit(self, fd: int) -> str:
+        """One line typed in cbreak mode, echoed and edited here."""
+        decode = codecs.getincrementaldecoder("utf-8")("replace").decode
+        escape = False  # inside an escape sequence (an arrow key): ignored
         while not self.stop.is_set():
-            ready, _, _ = select.select([sys.stdin], [], [], _POLL)
-            if ready:
-                line = sys.stdin.readline()
-                if not line:  # Ctrl-D / end of input
-                    print()  # the shell prompt on its own line
-                    raise EOFError
-                return line.rstrip("\n")
+            ready, _, _ = select.select([fd], [], [], _POLL)
+            if not ready:
+                continue
+            data = os.read(fd, 1024)
+            if not data:
+                raise EOFError
+            for key in decode(data):
+                with self._screen:
+                    if escape:
+                        escape = not (key.isalpha() or key == "~")
+                    elif key == "\x1b":
+                        escape = True
+                    elif key in "\r\n":
+                        sys.stdout.write("\n")
+                        sys.stdout.flush()
+                        return self._typed
+                    elif key == "\x04":  # Ctrl-D: the end on an empty line
+                        if not self._typed:
+                            sys.stdout.write("\n")  # the shell prompt on its own line
+                            sys.stdout.flush()
+                            raise EOFError
+                    elif key in "\x7f\x08":  # Backspace
+                        if self._typed:
+                            self._typed = self._typed[:-1]
+                            sys.stdout.write("\b \b")
+                    elif key == "\x15":  # Ctrl-U: the whole line
+                        self._typed = ""
+                        self._redraw("")
+                    elif key.isprintable():
+                        self._typed += key
+                        sys.stdout.write(key)
+                    sys.stdout.flush()
         raise EOFError
+
+    def _redraw(self, above: str) -> None:
+        """``above`` (if any) on its own line where the prompt was, then the prompt and
+        what was typed so far (hold ``_screen``)."""
+        sys.stdout.write("\r\x1b[K" + (above + "\n" if above else ""))
+        if self._prompt is not None:
+            sys.stdout.write(self._prompt + self._typed)
+        sys.stdout.flush()
+
+    def interject(self, text: str) -> None:
+        """Print ``text`` now: while a line is being typed, above its prompt, which is
+        redrawn with what was typed so far (piped input: on a line of its own)."""
+        with self._screen:
+            if self._prompt is None:
+                print(text, flush=True)
+            elif self._fd is not None:
+                self._redraw(text)
+            else:
+                sys.stdout.write("\n" + text + "\n" + self._prompt)
+                sys.stdout.flush()
 
 
 def run_repl(flow_ref: str | None, model: str | None) -> int:
@@ -70,7 +170,7 @@ def run_repl(flow_ref: str | None, model: str | None) -> int:
 
     async def chat() -> None:
         try:
-            await chat_text(flow, read=lines)
+            await chat_text(flow, read=lines, interject=lines.interject)
         finally:
             lines.stop.set()  # the reading thread gives the terminal back
 
@@ -79,7 +179,8 @@ def run_repl(flow_ref: str | None, model: str | None) -> int:
     # of ours raising KeyboardInterrupt wherever the loop happened to be could leave
     # the process hanging after the ^C (seen once in CI: no new line for 30 s).
     try:
-        asyncio.run(chat())
+        with lines:  # (the terminal's modes restored however the chat ends)
+            asyncio.run(chat())
     except KeyboardInterrupt:
         lines.stop.set()
         print(flush=True)
