@@ -8,7 +8,11 @@ Prints, for each, when the result was queued after the job returned, and what th
 testing kit's ``assert_announcement_waited`` reports as the wait.
 
 Issue 30 found 5.6-5.9 s after the turn with a busy user (the pause-answer held the
-state lock until its turn was final; with the job's clock hold, such a call hung).
+state lock until its turn was final; with the job's clock hold, such a call hung), and
+the job itself started 0.62 s after its turn's commit (3.62 s from commit to result).
+Now (virtual time, so on any machine): quiet and busy, queued 0.00 s after the job
+returned, 3.00 s after its turn committed; the kit's wait 0.00 s (quiet) and 2.14 s
+(busy: the second question's answer held the floor).
 Run: ``uv run python benchmarks/job_results.py``.
 """
 
@@ -64,9 +68,15 @@ async def one(engines: VoiceEngines, busy: bool) -> tuple[float, float, float]:
     RETURNED.clear()
     script = CallScript().user_says(0.5, "Is my flight on time?")
     if busy:  # the job returns in this question's end-of-turn silence
-        script = script.user_says(4.6, "What about the weather?")
+        script = script.user_says(4.1, "What about the weather?")
     call = await run_call(Travel(), script, engines, settings=VoiceSettings())
     [returned] = RETURNED
+    if busy:
+        second = call.of_kind("turn_committed")[1].at
+        silence = call.of_kind("speech_ended")[-1].end_at
+        if not silence < returned < second:
+            raise SystemExit(f"the job returned at {returned:.2f} s, not in the second "
+                             f"question's end-of-turn silence ({silence:.2f}-{second:.2f} s)")
     [queued] = call.of_kind("announcement_queued")
     asked = call.of_kind("turn_committed")[0].at
     waited = assert_announcement_waited(call)

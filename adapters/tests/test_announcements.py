@@ -293,12 +293,14 @@ async def test_a_job_asked_for_in_a_discarded_speculative_reply_never_starts(
 
 
 RETURNED: list[float] = []  # when check_flight returned, on the call's clock
+STARTED: list[float] = []  # when it started
 FLIGHT = "Flight BA 117 is on time."
 
 
 @background_job
 async def check_flight(job: JobContext, until: float) -> str:
     """Returns at ``until`` on the call's clock (a moment chosen in the script)."""
+    STARTED.append(job.clock.now())
     await job.sleep(until - job.clock.now())
     RETURNED.append(job.clock.now())
     return FLIGHT
@@ -328,6 +330,7 @@ async def travel_call(
     """One call of ``Travel`` whose flight check returns at ``returns_at`` (call time);
     the call and when the job returned. A deadlock fails the test (not hangs it)."""
     RETURNED.clear()
+    STARTED.clear()
     flow = type("TravelCall", (Travel,), {"returns_at": returns_at})()
     async with asyncio.timeout(120):  # wall clock: only a deadlock reaches it
         call = await run_call(flow, script, engines, settings=settings or VoiceSettings())
@@ -391,3 +394,19 @@ async def test_a_result_ready_during_a_discarded_pause_answer_is_kept(
     assert [d.status for d in state.deliveries.values()] == ["completed"]
     assert_announcement_waited(call, text=FLIGHT)
     assert "weather tomorrow" in call.of_kind("turn_committed")[1].text.lower()
+
+
+async def test_the_job_a_pause_answer_asked_for_starts_at_its_turns_commit(
+    engines: VoiceEngines,
+) -> None:
+    # (issue 30, item 2) The flight check started 0.62 s after its turn's commit: the
+    # jobs of a turn answered in the pause waited until that answer's held audio had
+    # been handed to playback, although the turn was final at its commit.
+    script = CallScript().user_says(0.5, "Is my flight on time?").until(9.0)
+    call, returned = await travel_call(engines, script, returns_at=6.0)
+    [committed] = call.of_kind("turn_committed")
+    assert call.of_kind("turn_metrics")[0].speculative, call_timeline(call)  # in the pause
+    [started] = STARTED
+    assert started == committed.at, call_timeline(call)
+    [queued] = call.of_kind("announcement_queued")
+    assert queued.at == returned

@@ -427,8 +427,13 @@ class SpeculativeReplies:
                                               input_revision=reply.input_revision)
             return await self._hold(reply, self._speaker.held(stream), spec, point, text)
         finally:
-            if self._jobs is not None:  # final, or undone (then none is admitted)
-                self._jobs.release_admissions(reply.turn_id)
+            self._admit(reply)  # (final, or undone: then none is admitted)
+
+    def _admit(self, reply: SpokenReply) -> None:
+        """``reply``'s turn is final (or undone): the jobs it asked for are admitted
+        (idempotent; none if it was rolled back)."""
+        if self._jobs is not None:
+            self._jobs.release_admissions(reply.turn_id)
 
     async def _generate(self, reply: SpokenReply, events: AsyncIterator[ReplyEvent]) -> None:
         """The flow runs the turn, the state lock held (never across the verdict)."""
@@ -456,6 +461,8 @@ class SpeculativeReplies:
             return False
         self._confirmed(reply)
         reply.speculation = None
+        if spec.sealed:  # final already: the jobs it asked for start now, not once its
+            self._admit(reply)  # held audio was handed over
         if not spec.sealed:
             reply.provisional = spec  # until a sample of it is heard (or resume_grace)
         self._speaker.confirmed(reply)  # its synthesis is no longer speculative work
@@ -479,6 +486,7 @@ class SpeculativeReplies:
                                    turn_id=reply.turn_id, text=text, reason=spec.reason))
             return False
         reply.provisional = None
+        self._admit(reply)  # final
         await generation
         return True
 
