@@ -28,7 +28,13 @@ the machine's ``initdb``/``pg_ctl``) and an aiortc caller (``LoopbackCaller``) t
   only; said and skipped otherwise), filled to the last byte before a question and
   freed 3 s later;
 * **clock jump**: the SQLite store's lease clock jumps an hour forward before a
-  question, then two hours back before the next.
+  question, then two hours back before the next;
+* **job outage** (``--only jobs``, no call): a job worker (``run_worker``, in this
+  process) runs a job on a PostgreSQL of the script's own; the server is stopped while
+  the job runs, the job returns, and the server is started again ``--job-outage`` (40) s
+  later: past the ~30 s a job's report used to be tried for. The job's settled status,
+  how long after the server came back its result was stored, and whether the worker
+  still runs a job queued afterwards.
 
 For each call: **turns lost** (questions asked less the answers both heard by the caller
 and stored completed; must be 0), **answers after** (a question after the fault is
@@ -480,6 +486,101 @@ async def llm_fault(engines: Any, fault: str) -> LlmFault:
     return result
 
 
+# -- a job worker through a database outage ----------------------------------------------
+
+
+_JOB_KIND = "faults.finishes_when_told"
+_job_started = asyncio.Event()
+_job_finish = asyncio.Event()
+
+
+@dataclass
+class JobOutage:
+    """A job through a database outage (see the module)."""
+
+    status: str = "-"  # the job's settled status, as its session sees it
+    announcement: str = ""
+    stored_after_s: float | None = None  # the server back → the result in the inbox
+    worker_alive: bool = False  # the worker still running after the outage
+    next_job: str = "-"  # a job queued after the outage: its settled status
+
+
+_declared: list[Any] = []  # the job function (the registry holds it weakly)
+
+
+def _declare_job() -> None:
+    from voxflow.jobs import JobContext, background_job
+
+    if _declared:
+        return
+
+    @background_job(kind=_JOB_KIND)
+    async def finishes_when_told(job: JobContext, wait: bool = True) -> str:
+        if wait:
+            _job_started.set()
+            await _job_finish.wait()
+        return "Your table for two is booked."
+
+    _declared.append(finishes_when_told)
+
+
+async def job_outage(pg: OwnPostgres, outage: float) -> JobOutage:
+    from voxflow.jobs import BackgroundJob, PostgresJobQueue, add_job, apply_inbox
+    from voxflow.wiring import AssistantState
+
+    _declare_job()
+    _job_started.clear()
+    _job_finish.clear()
+    result = JobOutage()
+    queue = PostgresJobQueue(pg.url)
+    await queue.migrate()
+
+    async def settled(state: AssistantState, job: BackgroundJob, seconds: float) -> str:
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            with contextlib.suppress(Exception):  # (nothing acknowledges: all its rows)
+                apply_inbox(state, await queue.inbox.pending(state.id))
+                if state.jobs[job.job_id].status in ("completed", "failed"):
+                    return state.jobs[job.job_id].status
+            await asyncio.sleep(0.1)
+        return state.jobs[job.job_id].status
+
+    state = AssistantState()
+    job = BackgroundJob(session_id=state.id, kind=_JOB_KIND)
+    add_job(state, job)
+    await queue.enqueue_async(job)
+    run = asyncio.create_task(queue.run_worker(heartbeat=1.0, stalled_after=10.0))
+    try:
+        started = asyncio.ensure_future(_job_started.wait())
+        await asyncio.wait([started, run], timeout=60, return_when=asyncio.FIRST_COMPLETED)
+        if run.done():
+            run.result()  # (the worker's own failure, raised)
+        if not started.done():
+            started.cancel()
+            raise TimeoutError("the job did not start within 60 s")
+        await asyncio.to_thread(pg.stop)
+        _job_finish.set()  # the job returns while the database is away
+        await asyncio.sleep(outage)
+        await asyncio.to_thread(pg.start)
+        back = time.monotonic()
+        result.status = await settled(state, job, 120)
+        if result.status == "completed":
+            result.stored_after_s = time.monotonic() - back
+        result.announcement = state.jobs[job.job_id].announcement
+        result.worker_alive = not run.done()
+        after = BackgroundJob(session_id=state.id, kind=_JOB_KIND, inputs={"wait": False})
+        add_job(state, after)
+        await queue.enqueue_async(after)
+        result.next_job = await settled(state, after, 30)
+    finally:
+        run.cancel()
+        with contextlib.suppress(BaseException):
+            await run
+        queue.close()
+        await queue.inbox.close()
+    return result
+
+
 def _fill(folder: Path) -> Path:
     filler = folder / "filler"
     with open(filler, "wb", buffering=0) as out:
@@ -586,7 +687,7 @@ def print_call(name: str, r: CallResult, extra: str = "") -> None:
 
 
 async def main(runs: int, downtime: float, offer_rounds: int, bin_dir: Path,
-               only: list[str]) -> None:
+               only: list[str], job_outage_s: float) -> None:
     from voxflow_adapters.webrtc.server import ignore_closed_transport_errors
     from voxflow_voice.engines import VoiceEngines
 
@@ -594,6 +695,12 @@ async def main(runs: int, downtime: float, offer_rounds: int, bin_dir: Path,
     # what the faults make voxflow and psycopg log (warnings, by design) is not the report
     for name in ("", "psycopg"):
         logging.getLogger(name).setLevel(logging.ERROR)
+    if "jobs" in only:
+        print(f"faults: a job worker through a PostgreSQL outage; load average "
+              f"{os.getloadavg()[0]:.1f} at the start", flush=True)
+        await job_outages(runs, job_outage_s, bin_dir)
+    if not set(only) - {"jobs"}:
+        return
     engines = await asyncio.to_thread(VoiceEngines.load, deterministic=True)
     print(f"faults: a call on the real models, its sessions in a PostgreSQL of its own; "
           f"load average {os.getloadavg()[0]:.1f} at the start", flush=True)
@@ -645,6 +752,31 @@ async def main(runs: int, downtime: float, offer_rounds: int, bin_dir: Path,
         r.held_back for r in table["restart"]), 1), "s")
     figure("silent ICE server: offer answered", round(ice, 2), "s")
     figure("offers refused during a reset", refused, "offers", target="0")
+
+
+async def job_outages(runs: int, outage: float, bin_dir: Path) -> None:
+    """A job through a database outage of ``outage`` s, ``runs`` times."""
+    results: list[JobOutage] = []
+    for run in range(1, runs + 1):
+        with own_postgres(bin_dir) as pg:
+            r = await job_outage(pg, outage)
+        results.append(r)
+        took = "-" if r.stored_after_s is None else f"{r.stored_after_s:.1f} s"
+        print(f"  run {run} job outage {outage:g} s: the job settled {r.status} "
+              f"({r.announcement!r}), its result stored {took} after the server was back; "
+              f"worker {'running' if r.worker_alive else 'STOPPED'}, a job queued after: "
+              f"{r.next_job}", flush=True)
+    lost = sum(r.status != "completed" for r in results)
+    stored = [r.stored_after_s for r in results if r.stored_after_s is not None]
+    print(f"  job outage {outage:g} s: results lost {lost} of {len(results)}; stored "
+          + (f"{statistics.median(stored):.1f} s (median)" if stored else "never")
+          + f" after the server was back; worker running after it "
+          f"{sum(r.worker_alive for r in results)}/{len(results)}; the next job completed "
+          f"{sum(r.next_job == 'completed' for r in results)}/{len(results)}", flush=True)
+    figure(f"job outage {outage:g} s: results lost", lost, "jobs", target="0")
+    if stored:
+        figure(f"job outage {outage:g} s: result stored after the server was back",
+               round(statistics.median(stored), 1), "s")
 
 
 async def other_faults(engines: Any, runs: int, only: list[str]) -> None:
@@ -717,13 +849,16 @@ if __name__ == "__main__":
                         help="resets with three offers right after each (5)")
     parser.add_argument("--pg-bin", type=Path, default=PG_BIN,
                         help=f"the directory of initdb and pg_ctl ({PG_BIN})")
-    parser.add_argument("--only", nargs="+", choices=("pg", "llm", "disk", "clock"),
-                        default=["pg", "llm", "disk", "clock"],
+    parser.add_argument("--job-outage", type=float, default=40.0,
+                        help="seconds the job outage's PostgreSQL is down (40)")
+    parser.add_argument("--only", nargs="+", choices=("pg", "llm", "disk", "clock", "jobs"),
+                        default=["pg", "llm", "disk", "clock", "jobs"],
                         help="the faults to run (all): pg is the database's (resets, "
                         "restart, silent ICE, offers)")
     args = parser.parse_args()
     if args.runs < 1 or not 0 < args.downtime <= 60 or args.offer_rounds < 1:
         parser.error("--runs and --offer-rounds must be >= 1, --downtime in (0, 60]")
-    if "pg" in args.only and not (args.pg_bin / "initdb").exists():
+    if set(args.only) & {"pg", "jobs"} and not (args.pg_bin / "initdb").exists():
         parser.exit(0, f"faults skipped: no initdb in {args.pg_bin} (give --pg-bin)\n")
-    asyncio.run(main(args.runs, args.downtime, args.offer_rounds, args.pg_bin, args.only))
+    asyncio.run(main(args.runs, args.downtime, args.offer_rounds, args.pg_bin, args.only,
+                     args.job_outage))

@@ -314,6 +314,8 @@ def _cmd_jobs_worker(args: argparse.Namespace) -> int:
     if stalled <= heartbeat:
         raise UsageError(f"--stalled-after {stalled:g} must be longer than --heartbeat "
                          f"{heartbeat:g} (a few heartbeats, e.g. {5 * heartbeat:g})")
+    patience = None if args.report_patience is None else check_seconds(
+        args.report_patience, "--report-patience", 1.0, 86400.0)
     if not 1 <= args.concurrency <= MAX_JOB_CONCURRENCY:
         raise UsageError(f"--concurrency {args.concurrency}: give a whole number from 1 to "
                          f"{MAX_JOB_CONCURRENCY} (a running job may hold a database "
@@ -321,7 +323,11 @@ def _cmd_jobs_worker(args: argparse.Namespace) -> int:
     _check_assistant(args, settings)  # imports FLOW: its module declares the job functions
     if args.flow is None:
         import voxflow.examples.assistant  # noqa: F401  # the example assistant's jobs
+    from ..jobs.execution import REPORT_PATIENCE  # here: a command loads only what it runs
     from ..jobs.queue import PostgresJobQueue  # here: a command loads only what it runs
+
+    if patience is None:
+        patience = REPORT_PATIENCE
 
     # the schema is the URL's (its search_path's first): the one the call workers use
     queue = PostgresJobQueue(settings.database_url.get_secret_value())
@@ -330,7 +336,8 @@ def _cmd_jobs_worker(args: argparse.Namespace) -> int:
     async def run() -> None:
         if monitor is None:
             await queue.run_worker(concurrency=args.concurrency, heartbeat=heartbeat,
-                                   stalled_after=stalled, install_signal_handlers=True)
+                                   stalled_after=stalled, install_signal_handlers=True,
+                                   report_patience=patience)
             return
         from ..jobs.metrics import watch_queue  # here: prometheus_client, only when asked
 
@@ -346,7 +353,7 @@ def _cmd_jobs_worker(args: argparse.Namespace) -> int:
             print(f"metrics at {monitor.url}/metrics (/health, /ready)", flush=True)
             await queue.run_worker(concurrency=args.concurrency, heartbeat=heartbeat,
                                    stalled_after=stalled, install_signal_handlers=True,
-                                   running=running)
+                                   running=running, report_patience=patience)
 
     asyncio.run(run())
     return EXIT_OK
@@ -525,6 +532,10 @@ def _parser(installed: InstalledCommands) -> argparse.ArgumentParser:
     worker.add_argument("--stalled-after", type=float, default=None, metavar="SECONDS",
                         help="seconds without a heartbeat before a worker's jobs run again, "
                              "1 to 86400 and more than --heartbeat (default: 5 heartbeats)")
+    worker.add_argument("--report-patience", type=float, default=None, metavar="SECONDS",
+                        help="seconds the worker rides out an unreachable database: a job "
+                             "that finishes meanwhile reports its result once the database "
+                             "returns, 1 to 86400 (default: 900)")
     add_metrics_arguments(worker)
     worker.set_defaults(func=_cmd_jobs_worker)
 

@@ -4,18 +4,21 @@ function found by kind and run, and every step reported to the session's durable
 
 The queue (:mod:`voxflow.jobs.queue`) hands each job to :func:`run_queued_job`. A report
 the inbox refuses because the queue no longer runs this attempt (it was re-queued: its
-worker looked dead) stops the attempt quietly; one it cannot store (refused, or the
-database away longer than a retry) settles the job ``failed``, saying why, never leaving
-it ``running``.
+worker looked dead) stops the attempt quietly; one it refuses to store settles the job
+``failed``, saying why, never leaving it ``running``. While the database is unreachable a
+report waits for it (tried again with backoff, for up to the worker's
+``report_patience``), so a job that finishes during an outage reports its result once
+the database returns.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError, field_validator
@@ -30,9 +33,14 @@ from voxflow.jobs.records import JobUpdate, JobUpdateKind
 from voxflow.logs import bind_log_context
 from voxflow.storable import json_problem, storable_text
 
-__all__ = ["QueuedJob", "run_queued_job"]
+__all__ = ["REPORT_PATIENCE", "QueuedJob", "run_queued_job"]
 
 logger = logging.getLogger("voxflow.jobs")
+
+REPORT_PATIENCE = 900.0
+"""Seconds a job's report waits for an unreachable database by default (``run_worker``'s
+``report_patience``, ``voxflow jobs worker --report-patience``)."""
+_BACKOFF = (0.5, 5.0)  # the first wait before trying a report again, the longest
 
 
 class QueuedJob(BaseModel):
@@ -86,14 +94,18 @@ class _DeadAttempt(Exception):
 
 async def run_queued_job(inbox: JobInbox, context: Any, payload: Mapping[str, Any],
                          clock: Clock, format_error: Callable[[BaseException], str],
-                         stop_requested: Callable[[], bool]) -> None:
+                         stop_requested: Callable[[], bool],
+                         patience: float = REPORT_PATIENCE) -> None:
     """Run one queued job (Procrastinate's ``context``, the job's ``payload``) and report
     each of its steps to the session's ``inbox``: ``started``, its stage, its
     announcement and ``completed``, or ``failed`` with ``format_error(exc)``. An attempt
-    the queue re-ran meanwhile (its worker looked dead) stops at its next report.
+    the queue re-ran meanwhile (its worker looked dead) stops at its next report. A
+    report waits up to ``patience`` seconds for an unreachable database.
 
     Raises:
         JobPayloadError: the payload is not a queued job's (the queue job fails, logged).
+        PersistenceUnavailableError: the database did not answer a report within
+            ``patience`` (logged as an error: the session sees the job running).
     """
     queued = QueuedJob.parse(payload)  # a JobPayloadError fails the queue job, logged
     attempt = int(context.job.attempts) + 1
@@ -123,7 +135,8 @@ async def run_queued_job(inbox: JobInbox, context: Any, payload: Mapping[str, An
                            revision=queued.revision, attempt=attempt, seq=next_seq(),
                            kind=kind, stage=stage, outputs=outputs or {},
                            error=None if error is None else storable_text(error))
-        if not await inbox.write(update, queue_job=where):
+        write = functools.partial(inbox.write, update, queue_job=where)
+        if not await _patiently(write, f"job {queued.job_id}'s report ({kind})", patience):
             raise _DeadAttempt
 
     async def progress(job: BackgroundJob, text: str) -> bool:
@@ -134,37 +147,55 @@ async def run_queued_job(inbox: JobInbox, context: Any, payload: Mapping[str, An
         try:
             await _run_job(queued, record, attempt, clock, format_error, stop_requested,
                            publish, progress)
-        except (_DeadAttempt, asyncio.CancelledError):
+        except (_DeadAttempt, asyncio.CancelledError, PersistenceUnavailableError):
+            # (unreachable past the patience, said: its failure cannot be stored either)
             raise
         except Exception as exc:
-            # a report the inbox would not take (refused, or the database away longer
-            # than a retry): the job settles failed, saying why, never stays running
+            # a report the inbox refused: the job settles failed, saying why, never
+            # stays running
             reason = (f"background job {queued.kind}'s report could not be stored: "
                       f"{_one_line(exc)}")
             logger.warning("job failed: %s", reason,
                            extra={"kind": queued.kind, "attempt": attempt})
-            await _settle_failed(publish, reason)
+            await publish("failed", error=reason)
     except _DeadAttempt:
         logger.warning("job %s attempt %d was re-queued meanwhile (its worker looked "
                        "dead): this execution stops, its late updates refused",
                        queued.job_id, attempt)
 
 
-async def _settle_failed(publish: Callable[..., Any], reason: str) -> None:
-    """Publish ``failed`` with ``reason``; while the database is unreachable, try
-    again (0.5 s, doubling, for about 30 s) before giving up loudly."""
-    delay = 0.5
-    for attempt in range(7):
+async def _patiently(write: Callable[[], Awaitable[bool]], what: str, patience: float
+                    ) -> bool:
+    """``await write()``; while the database is unreachable, tried again (0.5 s, doubling
+    up to 5 s) for up to ``patience`` seconds. The wait is said once when it begins and
+    once when the write is stored, not at every try.
+
+    Raises:
+        PersistenceUnavailableError: the database still unreachable after ``patience``
+            (logged as an error).
+    """
+    began: float | None = None
+    delay = _BACKOFF[0]
+    while True:
         try:
-            await publish("failed", error=reason)
-            return
+            stored = await write()
         except PersistenceUnavailableError as exc:
-            if attempt == 6:
-                logger.error("the job's failure could not be recorded either (%s): "
-                             "its session sees it running", exc)
+            now = time.monotonic()
+            if began is None:
+                began = now
+                logger.warning("%s waits for the job inbox, tried again until the database "
+                               "answers (for up to %g s): %s", what, patience, exc)
+            if now - began + delay > patience:
+                logger.error("%s could not be stored: the database did not answer for %.0f "
+                             "s; the session sees the job running", what, now - began)
                 raise
             await asyncio.sleep(delay)
-            delay = min(delay * 2, 8.0)
+            delay = min(delay * 2, _BACKOFF[1])
+            continue
+        if began is not None:
+            logger.info("%s stored after %.1f s without the job inbox", what,
+                        time.monotonic() - began)
+        return stored
 
 
 async def _run_job(queued: QueuedJob, record: BackgroundJob, attempt: int,

@@ -49,7 +49,7 @@ from voxflow import telemetry
 from voxflow.clock import Clock, MonotonicClock
 from voxflow.errors import JobPayloadError, PersistenceUnavailableError
 from voxflow.jobs.background import BackgroundJob
-from voxflow.jobs.execution import QueuedJob, run_queued_job
+from voxflow.jobs.execution import REPORT_PATIENCE, QueuedJob, run_queued_job
 from voxflow.jobs.inbox import INBOX_SCHEMA, JobInbox
 from voxflow.pg_schema import ensure_tables
 from voxflow.settings import (
@@ -369,7 +369,12 @@ class PostgresJobQueue:
             oldest_running_seconds=_age(aged.get("doing")),
             workers=int(live[0]) if live is not None else 0)
 
-    def _app(self, connections: int) -> procrastinate.App:
+    def _app(self, connections: int, patience: float | None = None) -> procrastinate.App:
+        """The Procrastinate app of a job worker. With ``patience`` it rides out a database
+        outage of up to that many seconds: a query waits that long for a connection (the
+        pool checks each one it hands out, so a reset one is not used), and the listener
+        of new jobs listens again once the database answers. Procrastinate otherwise
+        stops its worker at the first of its heartbeats that fails."""
         # here: the optional voxflow[postgres] extra (checked by migrate)
         import procrastinate
         from procrastinate.manager import JobManager
@@ -391,7 +396,27 @@ class PostgresJobQueue:
                     logger.warning("queue job %s attempt %d not finished: the queue runs a "
                                    "later attempt", job.id, job.attempts + 1)
 
-        connector = procrastinate.PsycopgConnector(**self._connector_kwargs(connections))
+            async def listen_for_jobs(self, **kwargs: Any) -> None:
+                """Listen again, with backoff, when the listening connection cannot be
+                made again (the database away): said once per outage."""
+                delay, away = 0.5, False
+                while True:
+                    try:
+                        await super().listen_for_jobs(**kwargs)
+                        return
+                    except procrastinate.exceptions.ConnectorException as exc:
+                        if not away:
+                            logger.warning("the job worker's listener lost the database; "
+                                           "listening again once it answers: %s",
+                                           " ".join(str(exc.__cause__ or exc).split()))
+                        away = True
+                        await asyncio.sleep(delay)
+                        delay = min(delay * 2, 5.0)
+
+        options = self._connector_kwargs(connections)
+        if patience is not None:
+            options["timeout"] = patience  # (Procrastinate's pool checks connections)
+        connector = procrastinate.PsycopgConnector(**options)
         app = procrastinate.App(connector=connector)
         app.job_manager = FencedJobManager(connector=connector)
         return app
@@ -407,6 +432,7 @@ class PostgresJobQueue:
         install_signal_handlers: bool = False,
         name: str | None = None,
         running: Callable[[bool], None] | None = None,
+        report_patience: float = REPORT_PATIENCE,
     ) -> None:
         """Run queued jobs until cancelled (or, with ``install_signal_handlers``, until
         SIGTERM/SIGINT: running jobs finish first; from the stop on, their
@@ -428,12 +454,19 @@ class PostgresJobQueue:
             name: the worker's name in the logs.
             running: called with True once the worker takes jobs, with False when it
                 stops taking them (the readiness of ``/ready``).
+            report_patience: seconds the worker rides out an unreachable database: a
+                job's report (its start, result or failure) waits that long, tried again
+                with backoff, so a job that finishes during an outage reports its result
+                once the database returns; the worker's heartbeat, its fetches and its
+                listener wait too, instead of stopping the worker (15 minutes by
+                default). Past it the report is given up, logged as an error.
 
         Raises:
             ValueError: a bad argument.
             PersistenceUnavailableError: the database is unreachable.
         """
-        for label, value in (("heartbeat", heartbeat), ("stalled_after", stalled_after)):
+        for label, value in (("heartbeat", heartbeat), ("stalled_after", stalled_after),
+                             ("report_patience", report_patience)):
             if (isinstance(value, bool) or not isinstance(value, int | float)
                     or not 0 < value < math.inf):  # (inf: a stalled job never re-run)
                 raise ValueError(f"{label} must be a positive, finite number of seconds")
@@ -452,7 +485,7 @@ class PostgresJobQueue:
         # Procrastinate removes the rows of workers silent for stalled_after as it
         # starts, without a word: say who died
         await self.forget_dead_workers(stalled_after)
-        app = self._app(concurrency + 3)
+        app = self._app(concurrency + 3, patience=report_patience)
         job_clock = clock if clock is not None else MonotonicClock()
         stopping = threading.Event()
 
@@ -462,7 +495,7 @@ class PostgresJobQueue:
             if context.job.worker_id is not None:
                 workers.add(int(context.job.worker_id))
             await run_queued_job(self.inbox, context, payload, job_clock, format_error,
-                                 stopping.is_set)
+                                 stopping.is_set, report_patience)
 
         app.task(name=TASK_NAME, pass_context=True, queue=self.queue)(execute)
         try:
@@ -498,8 +531,19 @@ class PostgresJobQueue:
     async def _sweep(self, stalled_after: float, period: float, stopping: threading.Event,
                      workers: set[int]) -> None:
         purged_at = float("-inf")
+        away = False  # the database did not answer the last sweep
+        judge_from = float("-inf")
         while True:
             try:
+                if away:
+                    await self.inbox._execute("SELECT 1")
+                    # every worker's heartbeat stopped with the database: none is judged
+                    # stalled (its jobs run again) before it had time to beat again
+                    away, judge_from = False, time.monotonic() + stalled_after
+                    logger.info("the job worker reaches its database again")
+                if time.monotonic() < judge_from:
+                    await asyncio.sleep(period)
+                    continue
                 if stopping.is_set() and workers:
                     # Procrastinate's heartbeat ends when its stop begins, while it waits
                     # for the running jobs: beat for them, or every worker's sweep takes
@@ -516,7 +560,9 @@ class PostgresJobQueue:
                     purged_at = time.monotonic()
                     await self.inbox.purge(INBOX_KEEP)
             except PersistenceUnavailableError as exc:
-                logger.warning("stalled-job check failed: %s", exc)
+                if not away:  # once an outage
+                    logger.warning("stalled-job check failed: %s", exc)
+                away = True
             await asyncio.sleep(period)
 
     def __repr__(self) -> str:

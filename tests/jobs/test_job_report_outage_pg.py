@@ -1,0 +1,89 @@
+"""A job that finishes while its database is away reports its result when the database
+returns (issue 29): the report was tried for about 30 s and, whatever the outage, the
+job settled ``failed`` ("its report could not be stored"), its result lost, or stayed
+``running`` for good when the outage outlasted the retries.
+
+A real PostgreSQL: a database of the test's own (``pg_faults``) that refuses connections
+and has its open ones reset (``ALTER DATABASE ... ALLOW_CONNECTIONS false``), as a
+restarted server does, while an in-process job worker runs the job. The long outage
+(past the old 30 s) is in ``benchmarks/faults.py --only jobs``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+
+import pytest
+
+from tests.conftest import PgFaults
+from tests.jobs.queue_kit import all_rows, wait_for, wait_for_update
+from voxflow.jobs import (
+    BackgroundJob,
+    JobContext,
+    PostgresJobQueue,
+    add_job,
+    apply_inbox,
+    background_job,
+)
+from voxflow.wiring import AssistantState
+
+pytestmark = pytest.mark.unit
+
+_started = asyncio.Event()
+_finish = asyncio.Event()
+
+
+@background_job(kind="outage_tests.finishes_when_told")
+async def finishes_when_told(job: JobContext) -> str:
+    _started.set()
+    await _finish.wait()
+    return "Your table for two is booked."
+
+
+async def test_a_result_finished_during_an_outage_is_reported_when_the_database_returns(
+    pg_faults: PgFaults, caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, logger="voxflow.jobs")
+    _started.clear()
+    _finish.clear()
+    queue = PostgresJobQueue(pg_faults.url)
+    await queue.migrate()
+    state = AssistantState()
+    job = BackgroundJob(session_id=state.id, kind=finishes_when_told.kind)
+    assert add_job(state, job)
+    await queue.enqueue_async(job)
+    run = asyncio.create_task(queue.run_worker(heartbeat=0.5, stalled_after=30.0))
+    try:
+        async with asyncio.timeout(60):
+            await _started.wait()
+        await wait_for_update(queue.inbox, state.id, "stage_started", 30, "the job to run")
+
+        def waiting() -> list[str]:
+            return [r.getMessage() for r in caplog.records
+                    if "waits for the job inbox" in r.getMessage()]
+
+        with pg_faults.down():
+            _finish.set()  # the job returns while its database is away
+
+            async def the_report_waits() -> bool:
+                return bool(waiting())
+
+            await wait_for(the_report_waits, 30, "the report to find the inbox away")
+            await asyncio.sleep(2.0)  # away a while: its report is tried again meanwhile
+        await wait_for_update(queue.inbox, state.id, "failed|completed", 60,
+                              "the job's report once the database is back")
+        apply_inbox(state, await all_rows(queue.inbox, state.id))
+        assert not run.done(), run  # the worker rode the outage out
+    finally:
+        run.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await run
+        queue.close()
+        await queue.inbox.close()
+    settled = state.jobs[job.job_id]
+    assert (settled.status, settled.error) == ("completed", None)
+    assert settled.announcement == "Your table for two is booked."
+    assert len(waiting()) == 1, waiting()  # said once for the outage, not per try
+    assert any("stored after" in r.getMessage() for r in caplog.records)
