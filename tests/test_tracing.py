@@ -1,18 +1,20 @@
-"""Traces of a text turn through the OpenTelemetry SDK (in-memory exporter): the flow's
-handler span, its agent, LLM calls (GenAI semantic conventions) and tool calls, parent by
-parent, on real litellm (``mock_response``); no message content unless opted in."""
+"""Traces of a text turn through the OpenTelemetry SDK (in-memory exporter): its turn
+span, the flow's handler span, its agent, LLM calls (GenAI semantic conventions) and
+tool calls, parent by parent, on real litellm (``mock_response``); no message content
+unless opted in."""
 
 from __future__ import annotations
 
+import asyncio
 import io
 import json
 import logging
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import pytest
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -20,7 +22,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from tests.otel import Collector, by_name, children, spans
 from voxflow import LLM, Agent, Flow, listen, telemetry
 from voxflow.conversation import RouterContext
-from voxflow.logs import configure_logging
+from voxflow.logs import configure_logging, log_scope
 from voxflow.turns import TurnState
 
 pytestmark = pytest.mark.unit
@@ -80,8 +82,10 @@ def test_a_text_turn_is_a_handler_span_with_its_agent_llm_and_tool_calls(
 ) -> None:
     assert _shop().handle_turn(f"Where is order 417? {SECRET}") == "Order 417 shipped on Monday."
     finished = spans.get_finished_spans()
-    (handler,) = by_name(finished, "voxflow.handler")
-    assert handler.parent is None  # a text turn: the handler is the root
+    (turn,) = by_name(finished, "voxflow.turn")
+    (handler,) = children(finished, turn)
+    assert turn.parent is None  # a text turn: its turn span is the root
+    assert handler.name == "voxflow.handler"
     assert handler.attributes["voxflow.flow"] == "Shop"
     assert handler.attributes["voxflow.turn_index"] == 1
     assert handler.attributes["voxflow.route"] == "order"
@@ -187,8 +191,8 @@ def test_the_otel_variables_send_spans_by_otlp_to_the_configured_collector(
     names = [span.name for _, span in received]
     assert services == {"shop"}
     assert sorted(names) == sorted([
-        "voxflow.handler", "invoke_agent Shipping clerk", "chat openai/gpt-4o-mini",
-        "execute_tool order_status", "chat openai/gpt-4o-mini"])
+        "voxflow.turn", "voxflow.handler", "invoke_agent Shipping clerk",
+        "chat openai/gpt-4o-mini", "execute_tool order_status", "chat openai/gpt-4o-mini"])
 
 
 def test_a_turns_log_lines_carry_its_session_and_span(
@@ -214,6 +218,90 @@ def test_a_turns_log_lines_carry_its_session_and_span(
     assert line["session_id"] == str(flow.state.id)
     assert line["trace_id"] == f"{tool.context.trace_id:032x}"
     assert line["span_id"] == f"{tool.context.span_id:016x}"
+
+
+def _json_lines(run: Callable[[], object]) -> list[dict[str, Any]]:
+    """The JSON log lines ``run()`` writes (INFO and up)."""
+    stream = io.StringIO()
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    configure_logging("INFO", "json", stream=stream)
+    try:
+        run()
+    finally:
+        for handler in list(root.handlers):
+            if handler not in handlers:
+                root.removeHandler(handler)
+        root.setLevel(level)
+    return [json.loads(x) for x in stream.getvalue().splitlines()]
+
+
+def test_a_text_turn_is_a_turn_span_and_its_lines_carry_the_turn_id(
+    spans: InMemorySpanExporter,
+) -> None:
+    """A text turn (``handle_turn``) carries the ids a voice turn does: a root
+    ``voxflow.turn`` span with ``voxflow.turn_id``, the handler under it, and the
+    turn_id on every line it logs; each turn its own."""
+    flow = _shop(log=True)
+    lines = _json_lines(lambda: flow.handle_turn("Where is order 417?"))
+    finished = spans.get_finished_spans()
+    (turn,) = by_name(finished, "voxflow.turn")
+    (handler,) = by_name(finished, "voxflow.handler")
+    assert turn.parent is None
+    assert handler.parent is not None and handler.parent.span_id == turn.context.span_id
+    turn_id = turn.attributes["voxflow.turn_id"]
+    assert turn.attributes["voxflow.session_id"] == str(flow.state.id)
+    assert handler.attributes["voxflow.turn_id"] == turn_id
+    (line,) = [x for x in lines if x["message"] == "looking up order"]
+    assert line["turn_id"] == turn_id
+    assert line["session_id"] == str(flow.state.id)
+
+    spans.clear()
+    flow = _shop()
+    flow.handle_turn("Where is order 417?")
+    (again,) = by_name(spans.get_finished_spans(), "voxflow.turn")
+    assert again.attributes["voxflow.turn_id"] != turn_id
+
+
+def test_a_chat_turn_is_traced_under_the_turn_id_its_records_keep(
+    spans: InMemorySpanExporter,
+) -> None:
+    """``voxflow chat`` without --voice (a TurnRunner's text turn): the span and the lines
+    name the turn the session's records keep, not one of their own."""
+    from tests.jobs.test_background import scripted
+    from voxflow.wiring import chat_text
+
+    flow, out = _shop(log=True), list[str]()
+    lines = _json_lines(lambda: asyncio.run(chat_text(
+        flow, read=scripted(["Where is order 417?"]), write=out.append)))
+    assert out == ["Assistant: Order 417 shipped on Monday."]
+    (turn_id,) = flow.state.turns
+    (turn,) = by_name(spans.get_finished_spans(), "voxflow.turn")
+    assert turn.attributes["voxflow.turn_id"] == turn_id
+    (line,) = [x for x in lines if x["message"] == "looking up order"]
+    assert line["turn_id"] == turn_id
+
+
+async def test_a_turn_its_caller_opened_gets_no_second_turn_span(
+    spans: InMemorySpanExporter,
+) -> None:
+    """A caller that opened the turn itself (a voice session: the turn's id bound to its
+    lines and its ``voxflow.turn`` span from the user's speech end) keeps it: the flow's
+    handler goes under it, with no second turn span."""
+    from voxflow.turns import TurnRunner
+
+    flow = _shop()
+    runner = TurnRunner(flow)
+    with log_scope(turn_id="turn-1"), telemetry.trace_span(
+            "voxflow.turn", {"voxflow.turn_id": "turn-1"}) as opened:
+        async for _ in runner.astream_turn("Where is order 417?", turn_id="turn-1"):
+            pass
+    finished = spans.get_finished_spans()
+    (turn,) = by_name(finished, "voxflow.turn")
+    (handler,) = by_name(finished, "voxflow.handler")
+    assert opened is not None and turn.context.span_id == opened.get_span_context().span_id
+    assert handler.parent is not None and handler.parent.span_id == turn.context.span_id
+    assert handler.attributes["voxflow.turn_id"] == "turn-1"
 
 
 async def test_an_in_process_job_is_a_span_of_the_turn_that_started_it(

@@ -76,9 +76,9 @@ from voxflow.files import FileRef, prepare_input_files
 from voxflow.flow.events import FlowFinished
 from voxflow.flow.parts import FlowPart
 from voxflow.flow.state import load_state_like, stamp_id
-from voxflow.ids import SessionId
+from voxflow.ids import SessionId, TurnId, new_turn_id
 from voxflow.llm import LLMEvent, observe_llm
-from voxflow.logs import log_scope
+from voxflow.logs import log_context, log_scope
 
 if TYPE_CHECKING:
     from pydantic import BaseModel
@@ -237,12 +237,20 @@ class Conversation(FlowPart):
         host.set_input_files(request.files)
         self._state_before_restore = flow.state
         tracer = self._session_tracer()
+        # Every turn, text or voice, has one id: the one a TurnRunner tracks it under
+        # (its records', a voice call's), else a fresh one for this plain turn. A caller
+        # that bound it to its lines already (a voice session) opened its turn span too.
+        identity = self.history.reply_identity
+        turn_id = TurnId(identity["turn_id"]) if identity else new_turn_id()
+        opened = log_context().get("turn_id") == turn_id
         with contextlib.ExitStack() as stack:
-            stack.enter_context(log_scope(session_id=str(session_id)))  # its every line
+            # its every line
+            stack.enter_context(log_scope(session_id=str(session_id), turn_id=turn_id))
             if host.streaming:
                 stack.enter_context(observe_llm(self._llm_frame))
             if tracer is not None:
-                stack.enter_context(tracer.turn(index, session_id))
+                stack.enter_context(tracer.turn(index, session_id, turn_id,
+                                                open_turn=not opened))
             self.history.emit(ConversationTurnStarted, turn_index=index)
             try:
                 if request.from_checkpoint is None:

@@ -41,7 +41,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from voxflow import telemetry
 from voxflow.clock import Clock, MonotonicClock
-from voxflow.ids import SessionId
+from voxflow.ids import SessionId, TurnId
 from voxflow.llm import LLMEvent, observe_llm
 
 __all__ = [
@@ -190,13 +190,17 @@ class SessionTracer:
         return wall + (self.clock.now() - reading)
 
     @contextlib.contextmanager
-    def turn(self, index: int, session_id: SessionId) -> Iterator[TraceSpan]:
+    def turn(self, index: int, session_id: SessionId, turn_id: TurnId, *,
+             open_turn: bool = True) -> Iterator[TraceSpan]:
         """Record one turn (and the LLM calls made in it) in the open batch, and run it
-        in a live ``voxflow.handler`` span when OpenTelemetry tracing is on."""
-        with telemetry.trace_span(
+        in a live ``voxflow.handler`` span when OpenTelemetry tracing is on, under the
+        turn's ``voxflow.turn`` span: opened here (a text turn's) when ``open_turn``,
+        else the caller's (a voice session opens it at the user's speech end)."""
+        ids = {"voxflow.session_id": str(session_id), "voxflow.turn_id": str(turn_id)}
+        with (telemetry.trace_span("voxflow.turn", ids) if open_turn
+              else contextlib.nullcontext()), telemetry.trace_span(
                 "voxflow.handler",
-                {"voxflow.flow": self.flow_name, "voxflow.session_id": str(session_id),
-                 "voxflow.turn_index": index},
+                {"voxflow.flow": self.flow_name, **ids, "voxflow.turn_index": index},
         ) as live:
             self._live = live
             try:
