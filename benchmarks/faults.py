@@ -1,8 +1,9 @@
 """Faults a call survives: resets of the database connections, a restarted PostgreSQL, an
-ICE server that never answers; and offers made during a reset.
+ICE server that never answers, is down or answers late; offers made during a reset; and
+a job worker through a database outage.
 
 Run: ``flock /tmp/voxflow-bench.lock uv run python benchmarks/faults.py [--runs 3]
-[--only llm disk clock]``
+[--only pg llm disk clock jobs ice]``
 (real time: it starts a PostgreSQL of its own, never touching the shared one).
 
 Everything runs in this process on the real models: ``WebRtcServer`` (the example
@@ -29,6 +30,10 @@ the machine's ``initdb``/``pg_ctl``) and an aiortc caller (``LoopbackCaller``) t
   freed 3 s later;
 * **clock jump**: the SQLite store's lease clock jumps an hour forward before a
   question, then two hours back before the next;
+* **ICE servers** (``--only ice``, sessions on SQLite): the server's ``--ice-server``
+  is a STUN server that is silent, down (its port refusing: ICMP port unreachable) or
+  late (it answers 4 s after each request, past the 2 s the gathering waits); three
+  questions each, the offer's answer time against a call without it;
 * **job outage** (``--only jobs``, no call): a job worker (``run_worker``, in this
   process) runs a job on a PostgreSQL of the script's own; the server is stopped while
   the job runs, the job returns, and the server is started again ``--job-outage`` (40) s
@@ -306,41 +311,72 @@ async def restart(engines: Any, pg: OwnPostgres, downtime: float) -> CallResult:
         store.close()
 
 
-@contextlib.contextmanager
-def silent_udp_server() -> Iterator[int]:
-    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    sock.bind(("127.0.0.1", 0))
-    try:
-        yield sock.getsockname()[1]
-    finally:
-        sock.close()
+async def ice_fault(engines: Any, store: Any, fault: str = "silent"
+                    ) -> tuple[CallResult, float]:
+    """The call through a STUN server that is ``silent``, ``refusing`` or ``slow``
+    (``_stun_faults.py``), and the offer's answer time without it."""
+    from _stun_faults import stun_server
+    from voxflow_adapters.webrtc import IceServer
+
+    result = CallResult()
+    async with serving(engines, store) as (server, _):
+        plain = Caller(engines, f"http://127.0.0.1:{server.port}", server.token)
+        baseline = await plain.connect()
+        await plain.hang_up()
+    async with stun_server(fault) as (port, _slow):
+        stun = (IceServer(urls=(f"stun:127.0.0.1:{port}",)),)
+        async with serving(engines, store, ice_servers=stun) as (server, calls):
+            caller = Caller(engines, f"http://127.0.0.1:{server.port}", server.token)
+            result.offer_s = await caller.connect()
+            for _ in range(3):
+                caller.ask()
+                if (ms := await caller.answered()) is not None:
+                    result.during_ms.append(ms)
+            return await finish(result, caller, server, store, calls[0]), baseline
 
 
 async def silent_ice(engines: Any, pg: OwnPostgres) -> tuple[CallResult, float]:
-    """The call through a silent STUN server, and the offer's answer time without it."""
-    from voxflow_adapters.webrtc import IceServer
-
+    """The call through a silent STUN server, its sessions in PostgreSQL."""
     from voxflow.flow.postgres import PostgresFlowPersistence
 
     store = PostgresFlowPersistence(pg.url)
-    result = CallResult()
     try:
-        async with serving(engines, store) as (server, _):
-            plain = Caller(engines, f"http://127.0.0.1:{server.port}", server.token)
-            baseline = await plain.connect()
-            await plain.hang_up()
-        with silent_udp_server() as port:
-            stun = (IceServer(urls=(f"stun:127.0.0.1:{port}",)),)
-            async with serving(engines, store, ice_servers=stun) as (server, calls):
-                caller = Caller(engines, f"http://127.0.0.1:{server.port}", server.token)
-                result.offer_s = await caller.connect()
-                for _ in range(3):
-                    caller.ask()
-                    if (ms := await caller.answered()) is not None:
-                        result.during_ms.append(ms)
-                return await finish(result, caller, server, store, calls[0]), baseline
+        return await ice_fault(engines, store, "silent")
     finally:
         store.close()
+
+
+async def ice_faults(engines: Any, runs: int) -> None:
+    """A call through each failing STUN server (SQLite: the fault is the STUN server's),
+    ``runs`` times, and the medians."""
+    from voxflow.flow.persistence import SQLiteFlowPersistence
+
+    results: dict[str, list[tuple[CallResult, float]]] = {f: [] for f in
+                                                          ("silent", "refusing", "slow")}
+    for run in range(1, runs + 1):
+        print(f"run {run} (ICE servers):", flush=True)
+        for fault, rs in results.items():
+            with tempfile.TemporaryDirectory(prefix="voxflow-faults-") as tmp:
+                store = SQLiteFlowPersistence(Path(tmp) / "calls.db")
+                try:
+                    r, base = await ice_fault(engines, store, fault)
+                finally:
+                    store.close()
+            rs.append((r, base))
+            print_call(f"{fault} STUN", r, f"; offer answered in {r.offer_s:.2f} s "
+                       f"({base:.2f} s without the STUN server)")
+    print(f"\nmedians of {runs} run(s), load average {os.getloadavg()[0]:.1f}:")
+    for fault, rs in results.items():
+        lost = max(r.lost for r, _ in rs)
+        offer = statistics.median(r.offer_s for r, _ in rs)
+        base = statistics.median(b for _, b in rs)
+        ended = [r.ended for r, _ in rs if r.ended]
+        print(f"  a {fault} STUN server: turns lost {lost} (worst run); answers after "
+              f"{sum(r.answers_after for r, _ in rs)}/{len(rs)}; calls ended "
+              f"{len(ended)}; the offer answered in {offer:.2f} s ({base:.2f} s without "
+              "it; the gathering waits 2 s)")
+        figure(f"{fault} STUN server: offer answered", round(offer, 2), "s")
+        figure(f"turns lost: a {fault} STUN server", lost, "turns", target="0")
 
 
 async def offers_during_resets(engines: Any, pg: OwnPostgres, rounds: int
@@ -704,6 +740,8 @@ async def main(runs: int, downtime: float, offer_rounds: int, bin_dir: Path,
     engines = await asyncio.to_thread(VoiceEngines.load, deterministic=True)
     print(f"faults: a call on the real models, its sessions in a PostgreSQL of its own; "
           f"load average {os.getloadavg()[0]:.1f} at the start", flush=True)
+    if "ice" in only:
+        await ice_faults(engines, runs)
     table: dict[str, list[Any]] = {"resets": [], "restart": [], "ice": [], "ice_base": [],
                                    "offers": []}
     if set(only) & {"llm", "disk", "clock"}:
@@ -851,8 +889,9 @@ if __name__ == "__main__":
                         help=f"the directory of initdb and pg_ctl ({PG_BIN})")
     parser.add_argument("--job-outage", type=float, default=40.0,
                         help="seconds the job outage's PostgreSQL is down (40)")
-    parser.add_argument("--only", nargs="+", choices=("pg", "llm", "disk", "clock", "jobs"),
-                        default=["pg", "llm", "disk", "clock", "jobs"],
+    parser.add_argument("--only", nargs="+",
+                        choices=("pg", "llm", "disk", "clock", "jobs", "ice"),
+                        default=["pg", "llm", "disk", "clock", "jobs", "ice"],
                         help="the faults to run (all): pg is the database's (resets, "
                         "restart, silent ICE, offers)")
     args = parser.parse_args()

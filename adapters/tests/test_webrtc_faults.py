@@ -1,4 +1,5 @@
-"""Calls that survive their dependencies: an ICE server that never answers, resets of the
+"""Calls that survive their dependencies: an ICE server that never answers, is down or
+answers late, resets of the
 session store's database connections, and the store unreachable for longer than the
 lease. Real aiortc caller, the example assistant on the real models, real SQLite and
 PostgreSQL (the PostgreSQL tests skip with their reason when no server answers; each
@@ -9,9 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import socket
+import runpy
 import time
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -37,6 +39,10 @@ from voxflow.flow.postgres import PostgresFlowPersistence
 pytestmark = pytest.mark.models
 
 LOOPBACK = PeerSettings(ice_host_addresses=("127.0.0.1",))
+# STUN servers that are silent, down or late: benchmarks/_stun_faults.py, one helper for
+# the benchmark and the tests
+stun_server = runpy.run_path(
+    str(Path(__file__).parents[2] / "benchmarks" / "_stun_faults.py"))["stun_server"]
 QUESTION = "Hello there!"  # answered in two seconds: "Hello! How can I help you today?"
 
 
@@ -64,18 +70,6 @@ def user_turns(state: dict[str, Any]) -> list[str]:
             for m in state["messages"] if m["role"] == "user"]
 
 
-@contextlib.contextmanager
-def silent_udp_server() -> Iterator[int]:
-    """A UDP port that takes every datagram and never answers (a STUN/TURN server that
-    hangs); its port."""
-    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    sock.bind(("127.0.0.1", 0))
-    try:
-        yield sock.getsockname()[1]
-    finally:
-        sock.close()
-
-
 async def ask(caller: LoopbackCaller, engines: VoiceEngines, answered: int) -> None:
     """Ask the question and wait for the ``answered``-th reply to end."""
     caller.say(say(engines, QUESTION))
@@ -91,14 +85,20 @@ async def hang_up(caller: LoopbackCaller, server: WebRtcServer) -> None:
         await server.wait_idle()
 
 
-async def test_a_call_whose_ice_server_never_answers_keeps_its_session(
-    engines: VoiceEngines, make_store: Any
+# (the STUN server's fault has nothing to do with the store: a late or refusing one is
+# called on SQLite alone, which keeps the suite's time down)
+@pytest.mark.parametrize(("make_store", "fault"), [
+    ("sqlite", "silent"), ("postgres", "silent"), ("sqlite", "refusing"), ("sqlite", "slow"),
+], indirect=["make_store"])
+async def test_a_call_whose_ice_server_fails_keeps_its_session(
+    engines: VoiceEngines, make_store: Any, fault: str
 ) -> None:
     """The lease is renewed from the moment it is taken: gathering candidates while the
-    STUN server stays silent (bounded by ``ice_gather_timeout``) outlasts a short lease,
-    and the call still connects on its host candidates, keeps its session and answers."""
+    STUN server stays silent, refuses or answers late (bounded by
+    ``ice_gather_timeout``) outlasts a short lease, and the call still connects on its
+    host candidates, keeps its session and answers."""
     store = make_store("calls")
-    with silent_udp_server() as port:
+    async with stun_server(fault) as (port, slow):
         stun = PeerSettings(ice_host_addresses=("127.0.0.1",),
                             ice_servers=(IceServer(urls=(f"stun:127.0.0.1:{port}",)),))
         async with serving(engines, store, peer=stun, lease_seconds=1.5) as (server, calls):
@@ -108,6 +108,8 @@ async def test_a_call_whose_ice_server_never_answers_keeps_its_session(
             assert "typ host" in caller.answer_sdp and "typ srflx" not in caller.answer_sdp
             session_id = (await caller.wait_message("hello"))["session_id"]
             await ask(caller, engines, 1)
+            if slow is not None:
+                assert slow.answered >= 1  # it did answer, after the answer had gone
             await asyncio.sleep(1.0)  # two more renewals of the 1.5 s lease
             assert not caller.of_type("bye"), caller.of_type("bye")
             lease = store.lease_of(session_id)
