@@ -1,9 +1,11 @@
-"""One trace from the front door to the call worker: ``voxflow serve --front-door`` and
-``--worker`` processes, each exporting by OTLP (the OTEL_* variables) to a collector on
-loopback, a real aiortc caller. The front door's ``voxflow.dispatch`` span is the
-parent of the worker's ``voxflow.offer`` (the W3C traceparent travels in the offer's
-row), which is the parent of the ``voxflow.call``. Real PostgreSQL (skipped with its
-reason when none answers), the real models."""
+"""One trace from the front door to the call worker and the job worker: ``voxflow serve
+--front-door``, ``--worker`` and ``voxflow jobs worker`` processes, each exporting by
+OTLP (the OTEL_* variables) to a collector on loopback, a real aiortc caller. The front
+door's ``voxflow.dispatch`` span is the parent of the worker's ``voxflow.offer`` (the W3C
+traceparent travels in the offer's row), which is the parent of the ``voxflow.call``;
+the job the caller's spoken turn starts runs in the job worker as a ``voxflow.job``
+span under that turn's handler (the traceparent travels in the job's row). Real
+PostgreSQL (skipped with its reason when none answers), the real models."""
 
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ from typing import Any
 
 import pytest
 from voxflow_adapters.webrtc.client import LoopbackCaller
+from voxflow_voice.engines import VoiceEngines
 
 
 def _load(path: Path, name: str) -> Any:
@@ -33,7 +36,7 @@ _HERE = Path(__file__).resolve()
 Collector = _load(_HERE.parents[2] / "tests" / "otel.py", "_voxflow_tests_otel").Collector
 _processes = _load(_HERE.with_name("test_call_dispatch_processes.py"), "_dispatch_processes")
 STALE, TOKEN = _processes.STALE, _processes.TOKEN
-free_port, process = _processes.free_port, _processes.process
+free_port, process, say = _processes.free_port, _processes.process, _processes.say
 
 pytestmark = pytest.mark.models
 
@@ -58,8 +61,8 @@ def readme_block() -> tuple[dict[str, str], dict[str, tuple[str, list[str]]]]:
     return exported, roles
 
 
-async def test_a_dispatched_call_is_one_trace_across_front_door_and_worker(
-    pg_schema_url: str, tmp_path: Path
+async def test_a_dispatched_call_and_its_job_are_one_trace_across_the_processes(
+    engines: VoiceEngines, pg_schema_url: str, tmp_path: Path
 ) -> None:
     """The README's configuration (its collector's address replaced by the test's)."""
     collector = Collector()
@@ -82,11 +85,20 @@ async def test_a_dispatched_call_is_one_trace_across_front_door_and_worker(
                 ["--front-door", *door_args, "--offer-timeout", "10",
                  "--stale-after", str(STALE)], "front door is listening",
                 {**env, "OTEL_SERVICE_NAME": door_name}, tmp_path / "door.log"))
+            jobs = _processes.job_worker(  # the example assistant's, as the call worker
+                "voxflow.examples.assistant:Assistant",
+                {**env, "OTEL_SERVICE_NAME": "voxflow-jobs"}, tmp_path / "jobs.log")
+            stack.callback(lambda: jobs.poll() is None and jobs.kill())
             caller = LoopbackCaller(f"http://127.0.0.1:{port}", TOKEN)
             await caller.connect()
             await caller.wait_message("hello", within=30)
+            caller.say(say(engines, "Where is my order?"))  # its lookup: a queued job
+            await caller.wait_for(
+                lambda: any(_processes.SHIPPED in m["text"]
+                            for m in caller.of_type("reply_text")),
+                within=90, what="the lookup's result announced")
             await caller.aclose()
-            for proc in (worker, door):  # a graceful stop flushes the spans
+            for proc in (worker, door, jobs):  # a graceful stop flushes the spans
                 os.kill(proc.pid, signal.SIGTERM)
                 assert await asyncio.to_thread(proc.wait, 60) == 0
     finally:
@@ -101,5 +113,14 @@ async def test_a_dispatched_call_is_one_trace_across_front_door_and_worker(
     assert offer.trace_id == dispatch.trace_id == call.trace_id
     assert offer.parent_span_id == dispatch.span_id
     assert call.parent_span_id == offer.span_id
+    # the job: in the job worker, under the handler of the turn that started it
+    (job,) = [s for service, s in found if s.name == "voxflow.job order_lookup"
+              and service == "voxflow-jobs"]
+    by_id = {s.span_id: s for _, s in found}
+    handler = by_id[job.parent_span_id]
+    turn = by_id[handler.parent_span_id]
+    assert (handler.name, turn.name) == ("voxflow.handler", "voxflow.turn")
+    assert turn.parent_span_id == call.span_id
+    assert job.trace_id == call.trace_id
     attributes = {a.key: a.value.string_value for a in call.attributes}
     assert attributes["voxflow.call_id"] == caller.call_id

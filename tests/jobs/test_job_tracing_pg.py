@@ -58,3 +58,32 @@ def test_a_job_queued_without_tracing_carries_no_trace_context(
     state = AssistantState()
     job = BackgroundJob(session_id=state.id, kind=KIND)
     assert "traceparent" not in queue._defer_args(job, None)
+
+
+@pytest.mark.parametrize("flow_class", ["Travel", "AsyncTravel"])
+async def test_a_job_a_handler_queues_carries_its_turns_trace(
+    queue: PostgresJobQueue, spans: InMemorySpanExporter, flow_class: str,
+) -> None:
+    """The real path of a call's job (a handler's ``background_job`` start, handed to the
+    queue by the call's wiring): the queued row's traceparent names the handler's span, so
+    the job worker's span joins the call's trace (as above), from a sync handler (its
+    thread) and from an async one (the submission runs in an executor thread)."""
+    from opentelemetry.sdk.trace import ReadableSpan
+
+    from tests.jobs.queue_kit import FLOW
+    from voxflow.loader import load_flow_class
+    from voxflow.wiring import AssistantWiring
+
+    flow = load_flow_class(FLOW.replace(":Travel", f":{flow_class}"))()
+    async with AssistantWiring(flow, job_queue=queue) as wiring:
+        assert await wiring.text_turn("is my flight on time?") == "I'm checking your flight."
+    (job,) = flow.state.jobs.values()
+    rows = await queue.inbox._execute(
+        "SELECT args->>'traceparent' FROM procrastinate_jobs WHERE args->>'job_id' = %s",
+        (job.job_id,))
+    (handler,) = [s for s in spans.get_finished_spans() if s.name == "voxflow.handler"]
+    assert isinstance(handler, ReadableSpan) and handler.context is not None
+    ctx = handler.context
+    ((traceparent,),) = rows
+    assert traceparent is not None, "the job was queued untraced"
+    assert traceparent.split("-")[1:3] == [f"{ctx.trace_id:032x}", f"{ctx.span_id:016x}"]

@@ -34,6 +34,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import contextvars
 import functools
 import inspect
 import logging
@@ -450,7 +451,10 @@ class JobBinding:
         except RuntimeError:
             submit(job, inputs)
             return
-        future = running.run_in_executor(None, submit, job, inputs)
+        # in the handler's context (as asyncio.to_thread): its trace goes in the job's
+        # row, so the job worker's span joins the turn's; its ids on the thread's lines
+        context = contextvars.copy_context()
+        future = running.run_in_executor(None, context.run, submit, job, inputs)
         self.pending.add(future)
         self.submitting.add(future)
         future.add_done_callback(functools.partial(self._queued, job.job_id))
