@@ -71,6 +71,43 @@ def _root_logging_restored() -> Iterator[None]:
     root.setLevel(level)
 
 
+@pytest.fixture(autouse=True)
+def _tracing_of_the_test_only(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """No test sees the environment's tracing variables, and none leaves tracing behind.
+
+    A CI (or a shell) may export ``OTEL_*`` variables for its own collector; a test that
+    runs a command in-process (``main([...])``) would then have ``configure_tracing`` set
+    the process's tracer provider from them, for every later test: spans recorded,
+    exported to that collector, the tests that need tracing off failing. So each test
+    starts without them (``VOXFLOW_TRACE_CONTENT`` too: a test that wants them sets
+    them), and the tracer provider and content capture are put back as they were after
+    it (OpenTelemetry sets its provider once per process: its private globals are
+    restored, as ``tests/otel.py`` swaps them).
+    """
+    from voxflow import telemetry
+
+    for name in list(os.environ):
+        if name.startswith("OTEL_") or name in telemetry.CONTENT_VARIABLES:
+            monkeypatch.delenv(name)
+    capture = telemetry.capture_content()
+    try:
+        import opentelemetry.trace as ot
+    except ImportError:  # (tracing not installed: nothing a test can set up)
+        yield
+        return
+    provider, done = ot._TRACER_PROVIDER, ot._TRACER_PROVIDER_SET_ONCE._done
+    try:
+        yield
+    finally:
+        telemetry.set_capture_content(capture)
+        if ot._TRACER_PROVIDER is not provider:
+            left = ot._TRACER_PROVIDER
+            ot._TRACER_PROVIDER, ot._TRACER_PROVIDER_SET_ONCE._done = provider, done
+            shutdown = getattr(left, "shutdown", None)
+            if callable(shutdown):
+                shutdown()
+
+
 def postgres_unreachable() -> str | None:
     """Why the test PostgreSQL server cannot be used, or None."""
     parts = urllib.parse.urlsplit(PG_URL)

@@ -160,6 +160,33 @@ def test_configure_tracing_sets_up_nothing_without_an_exporter_variable() -> Non
     telemetry.set_capture_content(False)
 
 
+def test_a_command_run_in_process_leaves_no_tracing_behind() -> None:
+    """What a CLI test (``main([...])`` in the test process) meets: the command's
+    configure_tracing ran, and tracing is still off (as the next test needs it)."""
+    from voxflow.cli import main
+
+    assert main(["chat", "no_such_flow.py:Flow"]) == 2  # configure_tracing ran first
+    assert not telemetry.tracing_enabled()
+    assert not telemetry.capture_content()
+
+
+def test_the_tests_ignore_the_otel_variables_of_their_environment() -> None:
+    """A CI that exports OTEL_EXPORTER_OTLP_ENDPOINT (and content capture): the in-process
+    command above must not set up tracing from it for the rest of the run, so the test
+    that needs tracing off still passes after it."""
+    here = Path(__file__)
+    env = {**os.environ, "OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:9",
+           "OTEL_BSP_EXPORT_TIMEOUT": "100", "OTEL_EXPORTER_OTLP_TIMEOUT": "1",
+           "VOXFLOW_TRACE_CONTENT": "true"}
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+         f"{here}::test_a_command_run_in_process_leaves_no_tracing_behind",
+         f"{here}::test_no_spans_and_no_tracer_when_tracing_is_off"],
+        env=env, cwd=here.parents[1], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout[-4000:]
+    assert "2 passed" in done.stdout
+
+
 _OTLP_SCRIPT = '''
 import sys
 from opentelemetry import trace

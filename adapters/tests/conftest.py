@@ -54,6 +54,8 @@ make_store = _ROOT.make_store
 pg_faults = _ROOT.pg_faults
 pg_schema_url = _ROOT.pg_schema_url
 skip_without_postgres = _ROOT.skip_without_postgres
+# (autouse: no test sees the environment's OTEL_* variables or leaves tracing set up)
+_tracing_of_the_test_only = _ROOT._tracing_of_the_test_only
 PG_URL: str = _ROOT.PG_URL
 
 # tests/otel.py: the SDK's in-memory span exporter as the tracer provider for one test
