@@ -31,14 +31,21 @@ from voxflow.wiring import AssistantState
 
 pytestmark = pytest.mark.unit
 
-_started = asyncio.Event()
-_finish = asyncio.Event()
+class _Gate:
+    """When the job started, and when it may return (new events for each test's loop)."""
+
+    started = asyncio.Event()
+    finish = asyncio.Event()
+
+    @classmethod
+    def reset(cls) -> None:
+        cls.started, cls.finish = asyncio.Event(), asyncio.Event()
 
 
 @background_job(kind="outage_tests.finishes_when_told")
 async def finishes_when_told(job: JobContext) -> str:
-    _started.set()
-    await _finish.wait()
+    _Gate.started.set()
+    await _Gate.finish.wait()
     return "Your table for two is booked."
 
 
@@ -46,8 +53,7 @@ async def test_a_result_finished_during_an_outage_is_reported_when_the_database_
     pg_faults: PgFaults, caplog: pytest.LogCaptureFixture,
 ) -> None:
     caplog.set_level(logging.INFO, logger="voxflow.jobs")
-    _started.clear()
-    _finish.clear()
+    _Gate.reset()
     queue = PostgresJobQueue(pg_faults.url)
     await queue.migrate()
     state = AssistantState()
@@ -57,7 +63,7 @@ async def test_a_result_finished_during_an_outage_is_reported_when_the_database_
     run = asyncio.create_task(queue.run_worker(heartbeat=0.5, stalled_after=30.0))
     try:
         async with asyncio.timeout(60):
-            await _started.wait()
+            await _Gate.started.wait()
         await wait_for_update(queue.inbox, state.id, "stage_started", 30, "the job to run")
 
         def waiting() -> list[str]:
@@ -65,7 +71,7 @@ async def test_a_result_finished_during_an_outage_is_reported_when_the_database_
                     if "waits for the job inbox" in r.getMessage()]
 
         with pg_faults.down():
-            _finish.set()  # the job returns while its database is away
+            _Gate.finish.set()  # the job returns while its database is away
 
             async def the_report_waits() -> bool:
                 return bool(waiting())
@@ -87,3 +93,48 @@ async def test_a_result_finished_during_an_outage_is_reported_when_the_database_
     assert settled.announcement == "Your table for two is booked."
     assert len(waiting()) == 1, waiting()  # said once for the outage, not per try
     assert any("stored after" in r.getMessage() for r in caplog.records)
+
+
+async def test_no_job_is_run_again_for_a_heartbeat_the_outage_stopped(
+    pg_faults: PgFaults, caplog: pytest.LogCaptureFixture,
+) -> None:
+    """An outage longer than ``stalled_after`` leaves every worker's heartbeat that old:
+    the first sweep after it took the live worker's own running job for stalled and ran
+    it again (the finished attempt's report refused). Sweeps wait ``stalled_after``
+    after the database is back, and the heartbeats resume meanwhile."""
+    caplog.set_level(logging.INFO, logger="voxflow.jobs")
+    _Gate.reset()
+    queue = PostgresJobQueue(pg_faults.url)
+    await queue.migrate()
+    state = AssistantState()
+    job = BackgroundJob(session_id=state.id, kind=finishes_when_told.kind)
+    assert add_job(state, job)
+    await queue.enqueue_async(job)
+    run = asyncio.create_task(queue.run_worker(heartbeat=0.2, stalled_after=1.0))
+    try:
+        async with asyncio.timeout(60):
+            await _Gate.started.wait()
+        await wait_for_update(queue.inbox, state.id, "stage_started", 30, "the job to run")
+        with pg_faults.down():
+            _Gate.finish.set()
+
+            async def the_report_waits() -> bool:
+                return any("waits for the job inbox" in r.getMessage()
+                           for r in caplog.records)
+
+            await wait_for(the_report_waits, 30, "the report to find the inbox away")
+            await asyncio.sleep(2.0)  # twice stalled_after without a heartbeat
+        await wait_for_update(queue.inbox, state.id, "failed|completed", 60,
+                              "the job's report once the database is back")
+        await asyncio.sleep(1.5)  # past the sweeps' wait: nothing is re-run after it
+        rows = await all_rows(queue.inbox, state.id)
+    finally:
+        run.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await run
+        queue.close()
+        await queue.inbox.close()
+    apply_inbox(state, rows)
+    assert state.jobs[job.job_id].status == "completed"
+    assert {r.attempt for r in rows} == {1}, sorted({r.attempt for r in rows})
+    assert not [r for r in caplog.records if "re-queued" in r.getMessage()]

@@ -501,7 +501,7 @@ class PostgresJobQueue:
         try:
             async with app.open_async():
                 sweeper = asyncio.create_task(
-                    self._sweep(stalled_after, heartbeat, stopping, workers),
+                    self._sweep(stalled_after, heartbeat, workers),
                     name="stalled jobs")
                 worker = asyncio.ensure_future(app.run_worker_async(
                     queues=[self.queue], concurrency=concurrency,
@@ -528,8 +528,7 @@ class PostgresJobQueue:
         finally:
             await self.inbox.close()
 
-    async def _sweep(self, stalled_after: float, period: float, stopping: threading.Event,
-                     workers: set[int]) -> None:
+    async def _sweep(self, stalled_after: float, period: float, workers: set[int]) -> None:
         purged_at = float("-inf")
         away = False  # the database did not answer the last sweep
         judge_from = float("-inf")
@@ -541,21 +540,21 @@ class PostgresJobQueue:
                     # stalled (its jobs run again) before it had time to beat again
                     away, judge_from = False, time.monotonic() + stalled_after
                     logger.info("the job worker reaches its database again")
-                if time.monotonic() < judge_from:
-                    await asyncio.sleep(period)
-                    continue
-                if stopping.is_set() and workers:
-                    # Procrastinate's heartbeat ends when its stop begins, while it waits
-                    # for the running jobs: beat for them, or every worker's sweep takes
-                    # them for stalled and runs them again elsewhere
+                if workers:
+                    # beat for this process's workers too: Procrastinate's heartbeat ends
+                    # when its stop begins, while it waits for the running jobs, and after
+                    # an outage its pool reconnects only at its next backoff, seconds after
+                    # the database is back; without a beat every worker's sweep would take
+                    # their jobs for stalled and run them again
                     await self.inbox._execute(
                         "UPDATE procrastinate_workers SET last_heartbeat = now() "
                         "WHERE id = ANY(%s)", (sorted(workers),))
-                retried = await self.retry_stalled(stalled_after)
-                if retried:
-                    logger.warning("re-queued %d stalled job(s) as their next attempt: %s",
-                                   len(retried), retried)
-                await self.forget_dead_workers(forget_workers_after(stalled_after))
+                if time.monotonic() >= judge_from:
+                    retried = await self.retry_stalled(stalled_after)
+                    if retried:
+                        logger.warning("re-queued %d stalled job(s) as their next attempt: "
+                                       "%s", len(retried), retried)
+                    await self.forget_dead_workers(forget_workers_after(stalled_after))
                 if time.monotonic() - purged_at > INBOX_PURGE_EVERY:
                     purged_at = time.monotonic()
                     await self.inbox.purge(INBOX_KEEP)
