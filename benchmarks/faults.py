@@ -535,6 +535,7 @@ class JobOutage:
     """A job through a database outage (see the module)."""
 
     status: str = "-"  # the job's settled status, as its session sees it
+    attempt: int = 0  # the attempt that settled it (1: never run again)
     announcement: str = ""
     stored_after_s: float | None = None  # the server back → the result in the inbox
     worker_alive: bool = False  # the worker still running after the outage
@@ -603,6 +604,7 @@ async def job_outage(pg: OwnPostgres, outage: float) -> JobOutage:
         if result.status == "completed":
             result.stored_after_s = time.monotonic() - back
         result.announcement = state.jobs[job.job_id].announcement
+        result.attempt = state.jobs[job.job_id].attempt
         result.worker_alive = not run.done()
         after = BackgroundJob(session_id=state.id, kind=_JOB_KIND, inputs={"wait": False})
         add_job(state, after)
@@ -801,14 +803,15 @@ async def job_outages(runs: int, outage: float, bin_dir: Path) -> None:
         results.append(r)
         took = "-" if r.stored_after_s is None else f"{r.stored_after_s:.1f} s"
         print(f"  run {run} job outage {outage:g} s: the job settled {r.status} "
-              f"({r.announcement!r}), its result stored {took} after the server was back; "
+              f"({r.announcement!r}) as attempt {r.attempt}, its result stored {took} after the server was back; "
               f"worker {'running' if r.worker_alive else 'STOPPED'}, a job queued after: "
               f"{r.next_job}", flush=True)
     lost = sum(r.status != "completed" for r in results)
     stored = [r.stored_after_s for r in results if r.stored_after_s is not None]
     print(f"  job outage {outage:g} s: results lost {lost} of {len(results)}; stored "
           + (f"{statistics.median(stored):.1f} s (median)" if stored else "never")
-          + f" after the server was back; worker running after it "
+          + f" after the server was back; run again {sum(r.attempt > 1 for r in results)}; "
+          f"worker running after it "
           f"{sum(r.worker_alive for r in results)}/{len(results)}; the next job completed "
           f"{sum(r.next_job == 'completed' for r in results)}/{len(results)}", flush=True)
     figure(f"job outage {outage:g} s: results lost", lost, "jobs", target="0")
