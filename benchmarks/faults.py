@@ -803,7 +803,8 @@ async def job_outages(runs: int, outage: float, bin_dir: Path) -> None:
         results.append(r)
         took = "-" if r.stored_after_s is None else f"{r.stored_after_s:.1f} s"
         print(f"  run {run} job outage {outage:g} s: the job settled {r.status} "
-              f"({r.announcement!r}) as attempt {r.attempt}, its result stored {took} after the server was back; "
+              f"({r.announcement!r}) as attempt {r.attempt}, its result stored {took} "
+              "after the server was back; "
               f"worker {'running' if r.worker_alive else 'STOPPED'}, a job queued after: "
               f"{r.next_job}", flush=True)
     lost = sum(r.status != "completed" for r in results)
