@@ -10,7 +10,8 @@ Rounds alternate off/on, so a drift of the machine's load favours neither. Print
 medians (nothing asserted: the machine is shared):
 
 * **text turn**: ``handle_turn`` of a flow whose handler runs an Agent with a tool on
-  real litellm (``mock_response``): 5 spans a turn (handler, agent, 2 LLM calls, tool);
+  real litellm (``mock_response``): 6 spans a turn (turn, handler, agent, 2 LLM calls,
+  tool);
   per round the median of ``--turns`` turns off and as many on, alternating turn by
   turn, then the median over the rounds, off and on, and on minus off;
 * **voice call**: a simulated call in real time (``run_call`` on the monotonic clock,
@@ -163,7 +164,7 @@ def main() -> None:
         return statistics.median(values) if values else float("nan")
 
     off, on = med(text[False]) * 1e3, med(text[True]) * 1e3
-    print(f"\ntext turn (5 spans): off {off:.2f} ms, on {on:.2f} ms, "
+    print(f"\ntext turn (6 spans): off {off:.2f} ms, on {on:.2f} ms, "
           f"on - off {on - off:+.3f} ms (median of {args.rounds} rounds x {args.turns})")
     figure("text turn, tracing on - off", round(on - off, 3), "ms")
     if engines is not None:
