@@ -17,8 +17,8 @@ pytestmark = pytest.mark.unit
 def test_defaults_without_variables() -> None:
     settings = Settings.from_env({})
     assert (settings.stt, settings.tts, settings.vad, settings.end_of_turn) == (
-        "whisper:tiny.en", "piper", "silero", "none")
-    assert not settings.judges_end_of_turn
+        "whisper:tiny.en", "piper", "silero", "smart-turn")
+    assert settings.judges_end_of_turn
     assert settings.model is None
     assert settings.end_of_turn_silence == 0.6
     assert settings.demo_out == Path("voxflow-demo")
@@ -100,8 +100,6 @@ def test_any_option_value_gives_settings_or_an_error_naming_the_option(
 # -- turn-taking values the voice settings cannot take together ------------------------------
 
 @pytest.mark.parametrize(("env", "named"), [
-    ({"VOXFLOW_END_OF_TURN": "smart-turn", "VOXFLOW_MAX_END_OF_TURN_SILENCE": "0.6"},
-     "VOXFLOW_MAX_END_OF_TURN_SILENCE"),
     ({"VOXFLOW_END_OF_TURN": "smart-turn", "VOXFLOW_COMPLETE_SILENCE": "1.7"},
      "VOXFLOW_COMPLETE_SILENCE"),
     ({"VOXFLOW_MAX_END_OF_TURN_SILENCE": "0.2"}, "VOXFLOW_MAX_END_OF_TURN_SILENCE"),
@@ -122,7 +120,9 @@ def test_turn_taking_values_that_conflict_are_a_settings_error_naming_the_variab
 def test_a_long_complete_silence_is_fine_without_an_end_of_turn_model() -> None:
     """Without a model the hold is unused (the voice settings take 0), so it conflicts
     with nothing."""
-    settings = Settings.from_env({"VOXFLOW_MAX_END_OF_TURN_SILENCE": "0.6"})
+    settings = Settings.from_env({"VOXFLOW_END_OF_TURN": "none",
+                                  "VOXFLOW_MAX_END_OF_TURN_SILENCE": "0.6",
+                                  "VOXFLOW_COMPLETE_SILENCE": "0.8"})
     assert settings.complete_silence == 0.8
 
 

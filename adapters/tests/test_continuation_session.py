@@ -1,5 +1,6 @@
 """A continuation merges into its turn (issue 32, item 2), through the product's path: a
-simulated call (``run_call``, the default voice settings: the 0.6 s silence timer,
+simulated call (``run_call``, the default voice settings with the 0.6 s silence timer
+instead of the end-of-turn model, which would not commit at that pause at all, and
 speculative replies) on the real models (Silero VAD, Whisper, Piper), the caller an
 espeak-ng voice saying "I want to reserve a table for" *(0.7 s)* "four people at eight tonight."
 
@@ -8,12 +9,16 @@ goes on. The turn was unfinished (its words end on "for"), so the speech continu
 the reply is cut as a barge-in cuts it (its heard part kept, marked interrupted), the two
 halves are one user message, and the turn is answered once, as the same turn's second
 input revision. Before, it was two user messages, two answers, the first one cut.
-A turn that was finished ("I want to reserve a table.") stands: the speech after it is a
-new turn, a barge-in over its reply.
+A turn that was finished ("I want to reserve a table.") is continued the same way
+(``TurnDetection.continue_complete``, the default: speech that starts within
+``continue_within`` of a commit is the user going on, too soon to answer the reply); with
+``continue_complete`` off it stands, and the speech after it is a new turn, a barge-in
+over its reply.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import runpy
 import shutil
 from pathlib import Path
@@ -56,6 +61,12 @@ ANSWER = "Of course. Let me see which tables are free then."
 # The defaults, without the echo gate: the script plays no echo, and the gate's estimate
 # over the caller's speech made the cut land at different samples from run to run.
 SETTINGS = VoiceSettings(echo_gate=False)
+
+
+@pytest.fixture
+def engines(voice_engines: VoiceEngines) -> VoiceEngines:
+    """The real engines with the silence timer: it commits the first half at the pause."""
+    return dataclasses.replace(voice_engines, end_of_turn=None)
 
 
 def sentence(tmp_path: Path, first: str, pause: float, second: str = SECOND) -> AudioChunk:
@@ -134,17 +145,59 @@ async def test_a_turn_answered_after_its_end_merges_too(
     assert not any(m.speculative for m in call.session.metrics)
 
 
-async def test_a_finished_turn_stands_and_the_speech_after_it_is_a_new_turn(
+async def test_a_finished_turn_is_continued_too(
     engines: VoiceEngines, tmp_path: Path
 ) -> None:
     turns = TurnRunner(booking_teller())
     audio = sentence(tmp_path, "I want to reserve a table.", 0.7, "Four people at eight.")
     call = await run_call(turns, CallScript().user_says(0.5, audio=audio).until(12.0),
                           engines, settings=SETTINGS)
+    check_merged(call, turns.flow.state)
+
+
+async def test_without_continue_complete_a_finished_turn_stands(
+    engines: VoiceEngines, tmp_path: Path
+) -> None:
+    turns = TurnRunner(booking_teller())
+    audio = sentence(tmp_path, "I want to reserve a table.", 0.7, "Four people at eight.")
+    rules = SETTINGS.turn_detection.model_copy(update={"continue_complete": False})
+    call = await run_call(turns, CallScript().user_says(0.5, audio=audio).until(12.0),
+                          engines, settings=SETTINGS.model_copy(
+                              update={"turn_detection": rules}))
     first, second = [e for e in call.events if isinstance(e, TurnCommitted)]
     assert first.turn_id != second.turn_id
     assert (first.input_revision, second.input_revision) == (1, 1)
     assert [m.role for m in turns.flow.state.messages] == ["user", "assistant"] * 2
+    assert call.stale_samples() == 0
+
+
+async def test_a_turn_whose_short_reply_was_heard_whole_is_continued_not_taken_back(
+    engines: VoiceEngines, tmp_path: Path
+) -> None:
+    """"Okay." is played to its end before the user goes on (within continue_within of
+    the commit): the turn goes on all the same, and the reply that was heard is never
+    taken back as unheard (no TurnRevoked; its record kept, heard whole)."""
+    turns = TurnRunner(Teller(story="Okay.", trigger=None))
+    quick = SETTINGS.turn_detection.model_copy(update={"end_of_turn_silence": 0.3,
+                                                       "continue_within": 2.0})
+    audio = sentence(tmp_path, "I want to reserve a table.", 1.6, "Four people at eight.")
+    call = await run_call(turns, CallScript().user_says(0.5, audio=audio).until(12.0),
+                          engines, settings=SETTINGS.model_copy(
+                              update={"turn_detection": quick}))
+    first, merged = [e for e in call.events if isinstance(e, TurnCommitted)]
+    assert merged.turn_id == first.turn_id and merged.input_revision == 2
+    assert "people" in words(merged.text) and "table" in words(merged.text)
+    heard, answer = [e for e in call.events if isinstance(e, ReplyStarted)]
+    assert not call.of_kind("turn_revoked") and not call.of_kind("speculative_reply_discarded")
+    [whole] = call.of_kind("reply_interrupted")  # (settled when the user went on) ...
+    assert whole.delivery_id == heard.delivery_id
+    assert whole.heard_text == whole.full_text == "Okay."  # ... after it was heard whole
+    assert call.settled(answer.delivery_id) == "completed"
+    state = turns.flow.state
+    assert [m.role for m in state.messages] == ["user", "assistant"]
+    assert state.messages[0].content == merged.text
+    record = state.replies[heard.delivery_id]
+    assert (record.input_revision, record.heard_text) == (1, "Okay.")
     assert call.stale_samples() == 0
 
 

@@ -37,8 +37,9 @@ def load_events(out: Path) -> list[dict[str, Any]]:
 
 def test_every_scripted_line_became_a_turn(demo: tuple[Path, dict[str, Any]]) -> None:
     out, _ = demo
-    said = [e["text"] for e in load_events(out) if e["kind"] == "turn_committed"]
-    assert [words(s) for s in said] == [words(line) for line in DEMO_LINES]
+    # (a turn the user went on with is committed again, all its words: the same turn)
+    said = {e["turn_id"]: e["text"] for e in load_events(out) if e["kind"] == "turn_committed"}
+    assert [words(s) for s in said.values()] == [words(line) for line in DEMO_LINES]
 
 
 def test_the_call_shows_every_capability(demo: tuple[Path, dict[str, Any]]) -> None:
@@ -56,13 +57,16 @@ def test_the_call_shows_every_capability(demo: tuple[Path, dict[str, Any]]) -> N
     assert job_done < unmute  # it was ready during the mute, and waited
     assert [e["status"] for e in events if e["kind"] == "delivery_settled"] == ["completed"]
     # the story was cut by the barge-in, and the history keeps what was heard
-    assert kinds.count("barge_in") == 1
+    story = next(e["delivery_id"] for e in events if e["kind"] == "reply_text"
+                 and e["text"].startswith("Once upon a time"))
+    assert next(e["delivery_id"] for e in events if e["kind"] == "barge_in") == story
     cut = next(e for e in events if e["kind"] == "reply_interrupted")
     assert cut["heard_text"].startswith("Once upon a time")
     assert len(cut["heard_text"]) < len(cut["full_text"])
     figures = report["figures"]
     assert figures["stale_samples"] == 0
-    assert figures["interruptions"] == 1 and figures["announcements"] == 1
+    assert figures["interruptions"] == kinds.count("reply_interrupted") >= 1
+    assert figures["announcements"] == 1
     assert figures["turns"] == len(DEMO_LINES)
     # the last reply (the goodbye) was heard whole: the call waits for it
     last = [e for e in events if e["kind"] in ("reply_finished", "reply_interrupted")][-1]
@@ -81,7 +85,9 @@ def test_identities_are_consistent(demo: tuple[Path, dict[str, Any]]) -> None:
     out, _ = demo
     events = load_events(out)
     assert len({e["session_id"] for e in events if "session_id" in e}) == 1
-    turns = [e["turn_id"] for e in events if e["kind"] == "turn_committed"]
+    # a turn is committed once per input revision (again when the user went on with it)
+    turns = [(e["turn_id"], e["input_revision"]) for e in events
+             if e["kind"] == "turn_committed"]
     assert len(set(turns)) == len(turns)
     started = {e["delivery_id"]: e for e in events if e["kind"] == "reply_started"}
     for e in events:
@@ -89,7 +95,7 @@ def test_identities_are_consistent(demo: tuple[Path, dict[str, Any]]) -> None:
             assert e["delivery_id"] in started, e
     for e in events:
         if e["kind"] == "reply_started" and e["reply_kind"] == "answer":
-            assert e["turn_id"] in turns
+            assert e["turn_id"] in {turn for turn, _ in turns}
     times = [e["t"] for e in events]
     assert times == sorted(times)
 
@@ -144,7 +150,9 @@ def test_the_report_names_the_engines_the_call_ran_on(demo: tuple[Path, dict[str
         "stt": {"spec": "whisper:tiny.en", "engine": "voxflow_voice.engines.stt.WhisperStt"},
         "tts": {"spec": "piper", "engine": "voxflow_voice.engines.tts.PiperTts"},
         "vad": {"spec": "silero", "engine": "voxflow_voice.engines.vad.SileroVad"},
-    }  # (no end-of-turn model by default)
+        "end_of_turn": {"spec": "smart-turn",
+                        "engine": "voxflow_voice.engines.end_of_turn.SmartTurn"},
+    }  # (the end-of-turn model by default)
 
 
 def test_the_fast_demo_as_a_user_runs_it_says_its_latencies_are_simulated(

@@ -28,9 +28,11 @@ from voxflow.turns import TurnRunner
 
 pytestmark = pytest.mark.models
 
-# The leading framework's timing (0.2 s minimum speech; 0.2 s end of turn for the timer).
+# The leading framework's timing (0.2 s minimum speech; 0.2 s end of turn for the timer),
+# and as it does, no turn taken back or continued once committed.
 TIMER = VoiceSettings(turn_detection=TurnDetection(end_of_turn_silence=0.2, min_speech=0.2,
-                                                   min_barge_in=0.2))
+                                                   min_barge_in=0.2, resume_grace=0,
+                                                   continue_within=0))
 SMART = VoiceSettings(turn_detection=TurnDetection(min_speech=0.2, max_end_of_turn_silence=1.6))
 
 
@@ -66,7 +68,8 @@ async def test_an_utterance_with_a_pause_inside_is_answered_once(
         return CallScript().user_says(0.5, audio=head).user_says(resume, audio=tail).until(9.0)
 
     # The silence timer answers the first half on its own ...
-    timer = await run_call(TurnRunner(Teller()), script(), engines, settings=TIMER)
+    timer = await run_call(TurnRunner(Teller()), script(),
+                           dataclasses.replace(engines, end_of_turn=None), settings=TIMER)
     assert len(committed(timer)) == 2
     # ... the end-of-turn model waits for the rest: one turn, one reply.
     call = await run_call(TurnRunner(Teller()), script(), smart_engines, settings=SMART)

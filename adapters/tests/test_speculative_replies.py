@@ -9,6 +9,7 @@ flow's state (history, turn records, the persisted snapshot) is rolled back.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import threading
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,13 @@ from voxflow import SQLiteFlowPersistence, persist
 from voxflow.turns import TurnRunner, TurnState
 
 pytestmark = pytest.mark.models
+
+
+@pytest.fixture
+def engines(voice_engines: VoiceEngines) -> VoiceEngines:
+    """The real engines with the silence timer (the end of the turn is a known silence;
+    tests/test_end_of_turn_session.py speculates with the end-of-turn model)."""
+    return dataclasses.replace(voice_engines, end_of_turn=None)
 
 # A long end-of-turn wait, so a mid-sentence pause of ~0.5 s is a pause, not a turn end.
 PATIENT = VoiceSettings(turn_detection=TurnDetection(end_of_turn_silence=1.2))

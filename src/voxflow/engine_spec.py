@@ -50,7 +50,7 @@ ENGINE_OPTIONS: dict[EngineKind, str] = {
 """The command-line option that chooses each kind (``VOXFLOW_STT``... in the environment)."""
 
 DEFAULT_ENGINES: dict[EngineKind, str] = {
-    "stt": "whisper:tiny.en", "tts": "piper", "vad": "silero", "end_of_turn": "none",
+    "stt": "whisper:tiny.en", "tts": "piper", "vad": "silero", "end_of_turn": "smart-turn",
 }
 """What every command uses unless told otherwise."""
 

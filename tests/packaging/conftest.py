@@ -1,6 +1,6 @@
 """Packaging tests: voxflow as a user gets it, built into wheels and installed with uv.
 
-``installed_voxflow`` (session) builds the three wheels of the checkout with
+``installed_voxflow`` (session) builds the four wheels of the checkout with
 ``uv build`` and installs ``voxflow[voice,postgres]`` from them, with pytest, into a fresh
 virtual environment outside the checkout (dependencies from PyPI, through uv's cache).
 It returns the environment's ``bin`` directory. Tests using it carry the ``packaging``
@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-WHEELS = ("voxflow", "voxflow_voice", "voxflow_adapters")
+WHEELS = ("voxflow", "voxflow_voice", "voxflow_adapters", "voxflow_smart_turn")
 
 
 def clean_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -53,7 +53,7 @@ def uv() -> str:
 
 @pytest.fixture(scope="session")
 def voxflow_wheels(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """The three wheels of this checkout (``uv build --all-packages --wheel``)."""
+    """The four wheels of this checkout (``uv build --all-packages --wheel``)."""
     out = tmp_path_factory.mktemp("wheels")
     run([uv(), "build", "--all-packages", "--wheel", "--out-dir", str(out)], cwd=ROOT)
     wheels = {}
@@ -82,8 +82,15 @@ def installed_voxflow(
     core = voxflow_wheels["voxflow"]
     return make_venv(
         home / "venv", f"voxflow[voice,postgres] @ {core.as_uri()}",
-        str(voxflow_wheels["voxflow_voice"]), str(voxflow_wheels["voxflow_adapters"]), "pytest",
+        *voice_wheels(voxflow_wheels), "pytest",
     )
+
+
+def voice_wheels(wheels: Mapping[str, Path]) -> list[str]:
+    """The wheels ``voxflow[voice]`` takes from the checkout (voxflow-smart-turn is a
+    dependency of voxflow-voice that is not on an index either)."""
+    return [str(wheels[name]) for name in ("voxflow_voice", "voxflow_adapters",
+                                           "voxflow_smart_turn")]
 
 
 @pytest.fixture(scope="session")

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import ROOT, make_venv, voxflow
+from .conftest import ROOT, make_venv, voice_wheels, voxflow
 
 pytestmark = pytest.mark.packaging
 
@@ -27,8 +27,7 @@ def with_plain_whisper(
     shutil.copytree(ROOT / "examples" / "engine_package", package)
     core = voxflow_wheels["voxflow"]
     return make_venv(home / "venv", f"voxflow[voice] @ {core.as_uri()}",
-                     str(voxflow_wheels["voxflow_voice"]),
-                     str(voxflow_wheels["voxflow_adapters"]), str(package))
+                     *voice_wheels(voxflow_wheels), str(package))
 
 
 def test_doctor_lists_the_package_engine(with_plain_whisper: Path, empty_dir: Path) -> None:

@@ -1,4 +1,4 @@
-"""voxflow installs like real software: from the three built wheels, in a fresh virtual
+"""voxflow installs like real software: from the four built wheels, in a fresh virtual
 environment outside the checkout, every command a user types first works, from an empty
 folder, with the example assistant that ships inside the package."""
 

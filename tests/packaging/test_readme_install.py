@@ -53,7 +53,7 @@ def test_the_checkout_commands_install_the_kit(tmp_path: Path) -> None:
     assert argv[:3] == ["uv", "pip", "install"]
     wheels = [w for arg in argv[3:] for w in (sorted(glob.glob(str(tmp_path / arg)))
                                                if "*" in arg else [arg])]
-    assert len([w for w in wheels if w.endswith(".whl")]) == 3
+    assert len([w for w in wheels if w.endswith(".whl")]) == 4
     run([uv(), "pip", "install", "--python", str(venv / "bin" / "python"), *wheels],
         cwd=tmp_path)
     project = tmp_path / "project"  # the kit's fixtures, with no conftest

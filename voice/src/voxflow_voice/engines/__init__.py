@@ -118,8 +118,8 @@ class VoiceEngines:
                 bundled voice), or the :class:`~voxflow_voice.engines.tts.TtsSettings` of
                 ``piper``.
             vad: a voice-activity spec: ``silero`` (default) or ``energy``.
-            end_of_turn: ``smart-turn`` (the extra ``voxflow-voice[smart-turn]``) or another
-                end-of-turn engine; ``none`` (default): the silence timer alone.
+            end_of_turn: ``smart-turn`` (default: Smart Turn v3.2 and the pause's words) or
+                another end-of-turn engine; ``none``: the silence timer alone.
             deterministic: synthesize without sampling noise unless the TTS options ask
                 for it (Piper: :data:`~voxflow_voice.engines.tts.DETERMINISTIC_TTS_SETTINGS`).
             scheduling: run STT and TTS on one deadline-aware

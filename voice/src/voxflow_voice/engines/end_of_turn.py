@@ -301,7 +301,7 @@ class SmartTurn:
         session: an onnxruntime session of the model; the process-wide shared one
             (:func:`voxflow_voice.engines.models.load_smart_turn_session`) if ``None``.
         model_path: the model file, when ``session`` is ``None``; the one in the installed
-            ``pipecat-ai`` wheel if ``None``.
+            ``voxflow-smart-turn`` package if ``None``.
 
     Raises:
         voxflow.errors.ModelNotFoundError: the model is not installed (the message names
@@ -348,7 +348,7 @@ class SmartTurnOptions(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     model_path: Path | None = Field(
-        None, description="a Smart Turn v3 ONNX file; the one in the pipecat-ai wheel if unset"
+        None, description="a Smart Turn v3 ONNX file; the one voxflow-smart-turn ships if unset"
     )
 
 
@@ -359,7 +359,6 @@ def _smart_turn(options: SmartTurnOptions, context: EngineContext) -> SmartTurn:
 SMART_TURN_ENGINE: EngineFactory[SmartTurn] = EngineFactory(
     "end_of_turn", _smart_turn, options=SmartTurnOptions, main_option="model_path",
     summary="Smart Turn v3.2 (onnxruntime) and the pause's words",
-    models="smart-turn-v3.2-cpu.onnx inside pipecat-ai (voxflow-voice[smart-turn]), never "
-    "imported",
+    models="smart-turn-v3.2-cpu.onnx from voxflow-smart-turn",
 )
 """``smart-turn``: :class:`SmartTurn`."""

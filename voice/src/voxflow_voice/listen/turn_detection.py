@@ -40,8 +40,10 @@ class TurnDetection(BaseModel):
     # Silero confirms a short first word ("Stop, ...") up to ~0.4 s late; 0.6 s of
     # pre-roll keeps it in the audio handed to Whisper (which pads to 30 s anyway).
     pre_roll: float = Field(0.6, ge=0, le=5, description="audio (s) kept before the speech onset")
+    # 0.1: the speculative STT starts at a 0.1 s pause, so the pause's words are known when
+    # the end-of-turn model decides at decision_pause (0.2 s).
     end_pad: float = Field(
-        0.2, ge=0, le=5,
+        0.1, ge=0, le=5,
         description="trailing silence (s) kept after the speech, and the pause after which "
         "the utterance is handed out early; at most half of end_of_turn_silence",
     )
@@ -95,18 +97,30 @@ class TurnDetection(BaseModel):
     )
 
     resume_grace: float = Field(
-        0.0, ge=0, le=3,
+        1.0, ge=0, le=3,
         description="after a turn ended, speech starting within this silence (s) of its "
         "end continues it (TurnResumed) unless the caller sealed it; 0: never",
     )
 
     continue_within: float = Field(
         1.0, ge=0, le=5,
-        description="after a turn ended unfinished (its words, or the end-of-turn model, "
-        "say more was coming), speech starting within this time (s) of the turn's end "
-        "(its commit) continues it, even once its reply was heard: the reply is cut (its "
-        "heard part kept) and the turn answered again with all its words "
-        "(TurnDetector.allow_continuation; the session judges 'unfinished'); 0: never",
+        description="after a turn ended (any turn with continue_complete, else one its "
+        "words or the end-of-turn model say was unfinished), speech starting within this "
+        "time (s) of the turn's end (its commit) continues it, even once its reply was "
+        "heard: the reply is cut (its heard part kept) and the turn answered again with all "
+        "its words (TurnDetector.allow_continuation); 0: never",
+    )
+
+    # True by eot_session.py on its tune half (Dec 4): a first half that is complete in
+    # itself ("Could you book me a room?" (pause) "for three nights") or that the STT
+    # misheard ("What time does this?" of "What time does the") is no longer a turn of its
+    # own: paused utterances split 17 -> 5 of 128, short answers and questions unchanged.
+    # Speech that starts within continue_within of a commit is the user going on: the
+    # reply it overlaps began at most ~0.7 s before, too soon to be answered.
+    continue_complete: bool = Field(
+        True, description="a turn judged complete may be continued too (within "
+        "continue_within of its commit: its reply cut, the turn answered again with all its "
+        "words); off: only a turn that ended unfinished",
     )
 
     judge_continuation: bool = Field(

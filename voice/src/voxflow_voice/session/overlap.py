@@ -124,6 +124,20 @@ class OverlapHandler:
             return
         await self._fence(reply, onset_at)
 
+    async def ended(self, reply: SpokenReply | None, onset_sample: int) -> None:
+        """An utterance over ``reply`` ended as a turn (the end-of-turn model may end one
+        at a 0.2 s pause: "Stop," of "Stop, thanks."): speech, not a blip, even when
+        shorter than ``min_barge_in``. An overlap still paused and unconfirmed is confirmed,
+        so its words decide (:meth:`words`): a request cuts the reply, a backchannel
+        resumes it. (Unconfirmed, it was resumed as a false alarm while the turn waited
+        for the whole reply to play.)"""
+        overlap = self._arbiter.overlap
+        if (reply is None or reply.delivery_id is None or overlap is None
+                or overlap.delivery_id != reply.delivery_id or overlap.confirmed
+                or not overlap.paused):
+            return
+        await self.speech_confirmed(reply, self._time_of(onset_sample), onset_sample)
+
     async def arbitrate(self, reply: SpokenReply | None) -> None:
         """After each input push: start, follow and end overlaps of user sound and reply."""
         detector = self._detector

@@ -21,10 +21,11 @@ The rules are those of :mod:`voxflow_voice.speak.speculation` (one
   until a sample of its reply is heard (:meth:`~SpeculativeReplies.heard`) or the grace is
   over; the detector is told it is final between frames
   (:meth:`~SpeculativeReplies.before_frame`);
-* **continued** (``TurnDetection.continue_within``): a confirmed turn that was
-  unfinished (its words end on "... a table for", or the end-of-turn model judged its
-  pause incomplete) stays open that long after its commit even once its reply was
-  heard. Speech starting meanwhile goes on with it (:meth:`~SpeculativeReplies.resumed`):
+* **continued** (``TurnDetection.continue_within``): a confirmed turn stays open that
+  long after its commit even once its reply was heard (``continue_complete``, the
+  default: any turn; off: only one that was unfinished, its words ending on "... a table
+  for" or its pause judged incomplete by the end-of-turn model). Speech starting
+  meanwhile goes on with it (:meth:`~SpeculativeReplies.resumed`):
   the reply is cut at once as a barge-in cuts it (``BargeIn``, then ``ReplyInterrupted``
   with its heard part, kept in its reply record), the flow rolled back to before the
   turn (its reply record and turn record kept, so every identity the client saw stays
@@ -157,6 +158,7 @@ class SpeculativeReplies:
         rules = detector.settings
         self._grace = rules.resume_grace
         self._window = rules.continue_within
+        self._continue_complete = rules.continue_complete
         self._revoked: set[int] = set()  # end samples of the utterances taken back
         self._running: set[asyncio.Task[bool]] = set()
 
@@ -214,7 +216,8 @@ class SpeculativeReplies:
             self._seal(self._provisional)
         if (self._detector.provisional == ready.end_sample and spec is not None
                 and not spec.discarded
-                and (self._grace > 0 or self._open_for_continuation(spec))):
+                # (asked first: a continuation may come after the grace is over)
+                and (self._open_for_continuation(spec) or self._grace > 0)):
             self._provisional = spec  # may be taken back until its reply is heard
         elif self._window > 0 and (spec is None or spec.discarded):
             # answered the usual way: open until its words say whether it was unfinished
@@ -245,11 +248,12 @@ class SpeculativeReplies:
         return spec
 
     def _continuable(self, spec: Speculation) -> bool:
-        """Whether ``spec``'s turn was unfinished (its words say more was coming, or the
-        end-of-turn model judged its last pause incomplete) and may be continued."""
+        """Whether ``spec``'s turn may be continued: any turn
+        (``TurnDetection.continue_complete``), else only an unfinished one (its words say
+        more was coming, or the end-of-turn model judged its last pause incomplete)."""
         if self._window <= 0 or spec.text is None:
             return False
-        if words_verdict(spec.text) is False:
+        if self._continue_complete or words_verdict(spec.text) is False:
             return True
         end = spec.paused.end_sample
         return any(v.end_sample == end and not v.complete for v in self._detector.decisions)
@@ -282,7 +286,7 @@ class SpeculativeReplies:
     async def resumed(self, event: TurnResumed) -> bool:
         """The user went on after a committed turn: take it back if nothing of its reply
         was heard within ``resume_grace`` (the continuation then makes one turn with
-        it); go on with it if it was unfinished (``continue_within``: its reply cut, the
+        it); go on with it if it may be continued (``continue_within``: its reply cut, the
         turn answered again with all its words); else keep it (the speech is a new turn,
         over the reply: a barge-in).
 
@@ -296,6 +300,8 @@ class SpeculativeReplies:
             reply = None  # (an announcement, or the reply of another turn)
         if spec is None or spec.sealed or spec.paused.end_sample != event.end_sample:
             return self._detached(event, spec)
+        # (A confirmed reply stays the session's reply until its turn is final, even once
+        # it was played whole: the answer path waits for the verdict of its provisional.)
         heard = reply is not None and reply.first_audio is not None
         if heard or event.onset_sample - event.end_sample > self._grace * STT_SAMPLE_RATE:
             if (reply is None or reply.delivery_id is None or not self._continuable(spec)
@@ -303,13 +309,13 @@ class SpeculativeReplies:
                     > self._window * STT_SAMPLE_RATE
                     or self._started_jobs(reply.turn_id)):
                 return self._detached(event, spec)
-            # An unfinished turn goes on: its reply is cut now, as a barge-in cuts it.
+            # The turn goes on: its reply is cut now, as a barge-in cuts it.
             reply.continued = True
             reply.onset_at = self._time_of(event.onset_sample)
             self._emit(BargeIn(session_id=self._session_id(), at=self._clock.now(),
                                delivery_id=reply.delivery_id, onset_at=reply.onset_at))
             await self._speaker.cut(reply, "The user went on with the turn.")
-            spec.continue_("the user went on with an unfinished turn after its reply began")
+            spec.continue_("the user went on with the turn after its reply began")
             self._provisional = None
             self._continuing = (spec.paused.onset_sample, reply.turn_id,
                                 reply.input_revision + 1)

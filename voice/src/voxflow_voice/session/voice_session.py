@@ -319,6 +319,7 @@ class VoiceSession:
         elif isinstance(event, UtteranceReady):
             # Speech over a paused reply with no speculative transcript yet (a short
             # end-of-turn silence): decide from its words now (kept for the turn's STT).
+            await self._overlap.ended(self._reply, event.onset_sample)
             await self._overlap.words(
                 self._reply, UtterancePaused(event.audio, event.onset_sample, event.end_sample)
             )

@@ -49,9 +49,10 @@ class VoiceSettings(BaseModel):
     def from_settings(cls, settings: Settings, **overrides: Any) -> VoiceSettings:
         """The voice settings a command's :class:`~voxflow.settings.Settings` ask for.
 
-        Turn taking comes from ``[max_]end_of_turn_silence``, ``min_barge_in`` and (with an
-        ``end_of_turn`` model, the speculative STT starting at a 0.1 s pause) ``end_pad``,
-        ``complete_silence`` and ``resume_grace``, plus ``speculative_replies``; ``overrides``
+        Turn taking comes from ``[max_]end_of_turn_silence``, ``min_barge_in``,
+        ``resume_grace`` and (with an ``end_of_turn`` model) ``complete_silence``, plus
+        ``speculative_replies``; every other field is :class:`VoiceSettings`' own default,
+        so ``from_settings(Settings())`` is ``VoiceSettings()``. ``overrides``
         (``echo_gate=False``, ...) then replace.
 
         Raises:
@@ -64,8 +65,8 @@ class VoiceSettings(BaseModel):
         turn_detection = TurnDetection(
             end_of_turn_silence=settings.end_of_turn_silence, min_barge_in=settings.min_barge_in,
             max_end_of_turn_silence=settings.max_end_of_turn_silence,
-            end_pad=0.1 if judged else 0.2, complete_silence=settings.complete_silence * judged,
-            resume_grace=settings.resume_grace if judged else 0.0)
+            complete_silence=settings.complete_silence * judged,
+            resume_grace=settings.resume_grace)
         values: dict[str, Any] = {"turn_detection": turn_detection,
                                   "speculative_replies": settings.speculative_replies}
         return cls.model_validate({**values, **overrides})
