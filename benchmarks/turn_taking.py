@@ -25,11 +25,11 @@ speech frame) on the deterministic :class:`~voxflow.clock.VirtualClock` and in r
   audible at the onset), **onset → fence** for requests, **pause length** of resumed
   replies;
 * **voice to voice** of the story request (session marks: VAD speech end → first reply
-  sample played), at the defaults (0.6 s end-of-turn silence) and at the anchor's 0.2 s.
+  sample played), at the defaults and at the anchor's 0.2 s silence timer.
 
-``--end-of-turn smart-turn`` runs the same with the semantic end of turn (Smart Turn and
-the pause's words), a complete turn whose words close nothing held 0.8 s and provisional
-commits, as ``VoiceSettings.from_settings`` sets them. Medians and p90s of every call;
+The defaults are the product's (``VoiceSettings.from_settings``: Smart Turn and the
+pause's words, provisional commits, continuations); ``--end-of-turn none`` runs the same
+with the 0.6 s silence timer. Medians and p90s of every call;
 nothing is asserted (shared machine).
 """
 
@@ -54,6 +54,7 @@ from voxflow_voice.session import VoiceSettings
 
 from voxflow.clock import Clock, MonotonicClock, VirtualClock
 from voxflow.ids import DeliveryId
+from voxflow.settings import Settings
 from voxflow.turns import TurnRunner
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -234,14 +235,11 @@ def make_clock(kind: str) -> Clock:
 
 async def run(clock_kind: str, runs: int, quick: bool, end_of_turn: str) -> None:
     smart = end_of_turn == "smart-turn"
-    engines = VoiceEngines.load(deterministic=True,
-                                end_of_turn="smart-turn" if smart else "none")
-    # With the end-of-turn model, the speculative STT starts at 0.1 s, a complete turn whose
-    # words close nothing is held 0.8 s, and a committed turn may be taken back for 1 s
-    # until its reply is heard (as from_settings).
-    defaults = VoiceSettings(turn_detection=TurnDetection(
-        end_pad=0.1, resume_grace=1.0, complete_silence=0.8)) if smart else None
-    tag = ", Smart Turn" if smart else ""
+    # The settings every entry point takes (Settings -> VoiceSettings.from_settings).
+    settings = Settings().with_options(end_of_turn=end_of_turn)
+    engines = VoiceEngines.from_settings(settings, deterministic=True)
+    defaults = VoiceSettings.from_settings(settings)
+    tag = ", Smart Turn" if smart else ", the silence timer"
     sounds: list[tuple[str, str, str | None, AudioChunk | None]] = []
     backchannels = BACKCHANNELS[:4] if quick else BACKCHANNELS
     requests = REQUESTS[:3] if quick else REQUESTS
@@ -281,9 +279,9 @@ def main() -> None:
     parser.add_argument("--clock", choices=["virtual", "real", "both"], default="both")
     parser.add_argument("--runs", type=int, default=1, help="repeats of the real-time set")
     parser.add_argument("--quick", action="store_true", help="a smaller set of sounds")
-    parser.add_argument("--end-of-turn", choices=["none", "smart-turn"], default="none",
-                        help="smart-turn: the semantic end of turn "
-                        "(voxflow_voice.engines.end_of_turn)")
+    parser.add_argument("--end-of-turn", choices=["none", "smart-turn"], default="smart-turn",
+                        help="smart-turn (the default): the semantic end of turn "
+                        "(voxflow_voice.engines.end_of_turn); none: the silence timer")
     args = parser.parse_args()
     asyncio.run(run(args.clock, args.runs, args.quick, args.end_of_turn))
 
