@@ -78,7 +78,7 @@ def test_doctor_lists_the_engines_installed() -> None:
     assert "silero_vad_v6.onnx inside faster-whisper" in checks[
         "voice activity engine silero (default)"]["detail"]
     assert checks["voice activity engine energy"]["status"] == "ok"
-    assert checks["end-of-turn engine smart-turn"]["status"] == "ok"
+    assert checks["end-of-turn engine smart-turn (default)"]["status"] == "ok"
 
 
 def test_a_broken_doctor_entry_point_is_a_warning_with_its_fix(

@@ -72,7 +72,10 @@ def test_a_float_variable_is_taken_exactly_when_it_is_in_range(
     fits = math.isfinite(parsed) and (parsed >= low if included else parsed > low) \
         and parsed <= high
     try:
-        result = Settings.from_env({ENV_PREFIX + name.upper(): text})
+        # (the silence timer: with the end-of-turn model, complete_silence is also bounded
+        # by max_end_of_turn_silence, a rule of two variables tested in test_settings.py)
+        result = Settings.from_env({ENV_PREFIX + name.upper(): text,
+                                    "VOXFLOW_END_OF_TURN": "none"})
     except SettingsError as exc:
         assert not fits, (name, text, exc)
         assert str(exc).startswith(ENV_PREFIX + name.upper() + "=")

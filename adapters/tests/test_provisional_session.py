@@ -128,10 +128,13 @@ async def test_once_a_sample_of_the_reply_was_heard_the_turn_stands(
 ) -> None:
     """Virtual time: the reply plays the instant the turn is committed, so 0.8 s later the
     user has heard it: the continuation is a new turn that cuts the reply (a barge-in),
-    and the history keeps what was heard of it."""
+    and the history keeps what was heard of it. (Without continue_complete: with it, the
+    default, a complete turn is continued too: test_continuation_session.py.)"""
     turns = TurnRunner(Teller(trigger=None))  # the story: still playing 0.8 s later
     script = CallScript().user_says(0.5, audio=utterance(tmp_path, 0.8)).until(12.0)
-    call = await run_call(turns, script, smart_engines, settings=PROVISIONAL)
+    standing = PROVISIONAL.model_copy(update={"turn_detection": PROVISIONAL.turn_detection
+                                              .model_copy(update={"continue_complete": False})})
+    call = await run_call(turns, script, smart_engines, settings=standing)
 
     assert not call.of_kind("turn_revoked")
     first, second = [e for e in call.events if isinstance(e, TurnCommitted)]

@@ -244,7 +244,7 @@ def test_resume_grace_is_validated() -> None:
     for bad in (-0.1, 3.5, float("nan")):
         with pytest.raises(ValidationError, match="resume_grace"):
             TurnDetection(resume_grace=bad)
-    assert TurnDetection().resume_grace == 0.0  # off unless asked for
+    assert TurnDetection().resume_grace == 1.0  # on by default (VOXFLOW_RESUME_GRACE)
 
 
 @pytest.mark.parametrize("piece", [480, 1_000, 4_096])

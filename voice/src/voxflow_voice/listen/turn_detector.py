@@ -176,6 +176,11 @@ class TurnDetector:
         self._decision_pause = max(round(s.decision_pause * rate), self._end_pad, 1)
         self._undecided: UtterancePaused | None = None  # a pause the model must judge
         self._decisions: list[EndOfTurnVerdict] = []
+        self.speaking_over = False
+        """Set by the caller while its reply is being spoken, and until the utterance begun
+        over it ends: a turn that the model judges complete but whose words close nothing
+        is then held at least ``closed_answer_silence`` (the "Stop," of "Stop, please."
+        over a reply is not a turn of its own)."""
         self._backlog: deque[tuple[NDArray[np.float32], float]] = deque()  # after a pause
         self._grace = round(s.resume_grace * rate)
         self._window = round(s.continue_within * rate)
@@ -325,6 +330,8 @@ class TurnDetector:
         short = (pause.end_sample - pause.onset_sample <= self._short_turn
                  and verdict.transcript is not None and verdict.words is None)
         hold = round(self.settings.complete_silence * STT_SAMPLE_RATE)
+        if self.speaking_over:
+            hold = max(hold, round(self.settings.closed_answer_silence * STT_SAMPLE_RATE))
         if verdict.words is True or short:
             # the model doubts a closed answer, or a short turn whose words open nothing
             # (a short answer misheard: "That's all." as "Next all"): a shorter wait; a

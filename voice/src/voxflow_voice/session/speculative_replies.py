@@ -253,7 +253,12 @@ class SpeculativeReplies:
         more was coming, or the end-of-turn model judged its last pause incomplete)."""
         if self._window <= 0 or spec.text is None:
             return False
-        if self._continue_complete or words_verdict(spec.text) is False:
+        return self._continue_complete or self._unfinished(spec)
+
+    def _unfinished(self, spec: Speculation) -> bool:
+        """Whether ``spec``'s words say more was coming, or the end-of-turn model judged
+        its last pause incomplete."""
+        if spec.text is not None and words_verdict(spec.text) is False:
             return True
         end = spec.paused.end_sample
         return any(v.end_sample == end and not v.complete for v in self._detector.decisions)
@@ -307,7 +312,10 @@ class SpeculativeReplies:
             if (reply is None or reply.delivery_id is None or not self._continuable(spec)
                     or event.onset_sample - event.committed_at
                     > self._window * STT_SAMPLE_RATE
-                    or self._started_jobs(reply.turn_id)):
+                    or self._started_jobs(reply.turn_id)
+                    # a complete turn whose reply was heard whole: the user answers it
+                    or (not self._unfinished(spec)
+                        and reply.heard_whole(self._playback, self._time_of(event.onset_sample)))):
                 return self._detached(event, spec)
             # The turn goes on: its reply is cut now, as a barge-in cuts it.
             reply.continued = True

@@ -276,6 +276,10 @@ class VoiceSession:
                 if self.echo_gate is not None:
                     audio = self.echo_gate.process(audio, self._anchor[0])
                 # (then the end-of-turn model's verdict on a pause, with its words)
+                if self._reply is not None:  # (an utterance begun over a reply stays so)
+                    self._detector.speaking_over = True
+                elif self._detector.active_onset is None:
+                    self._detector.speaking_over = False
                 async for events in self._detector.apush(
                         audio, self._early.transcript_of, hold=partial(hold_clock, self.clock)):
                     for event in events:
@@ -514,8 +518,10 @@ class VoiceSession:
             elif isinstance(obs, MuteChanged):
                 self._floor.muted_changed(obs.muted)
                 self._emit(MuteObserved(session_id=self.session_id, at=obs.at, muted=obs.muted))
-                if obs.muted and self._reply is not None:  # a mute cuts what is playing
-                    await self._speaker.cut(self._reply, "The user muted the microphone.")
+                reply = self._reply
+                if (obs.muted and reply is not None  # a mute cuts what is playing
+                        and not reply.heard_whole(self.playback, obs.at)):
+                    await self._speaker.cut(reply, "The user muted the microphone.")
 
     # -- deliver --------------------------------------------------------------------
 

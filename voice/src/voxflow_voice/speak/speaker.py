@@ -126,6 +126,16 @@ class SpokenReply:
     buffered_seconds: float = 0.0
     synthesized: bool = False
 
+    def heard_whole(self, playback: Playback, at: float) -> bool:
+        """Whether every word of it was synthesized and played before ``at`` (it may still
+        be the session's reply: a confirmed turn's reply stays so until the turn is final,
+        ``TurnDetection.continue_within``)."""
+        if (self.delivery_id is None or self.speaker is None or not self.speaker.done()
+                or self.last_audio_end is None or self.last_audio_end > at):
+            return False
+        heard = playback.heard_reply(self.delivery_id)
+        return heard.text.split() == heard.full_text.split()
+
     def synthesis_work(self, call: str, now: float) -> Work:
         """The ticket of the next segment's synthesis (see :mod:`voxflow_voice.scheduler`),
         as :meth:`urgency` says at ``now`` (the session clock's reading)."""
