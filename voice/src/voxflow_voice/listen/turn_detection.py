@@ -119,9 +119,9 @@ class TurnDetection(BaseModel):
     # reply it overlaps began at most ~0.7 s before, too soon to be answered.
     continue_complete: bool = Field(
         True, description="a turn judged complete may be continued too (within "
-        "continue_within of its commit, while words of its reply are still to be heard: "
-        "the reply cut, the turn answered again with all its words; once the reply was "
-        "heard whole, speech answers it); off: only a turn that ended unfinished",
+        "continue_within of its commit, even once its reply was heard whole: the reply cut, "
+        "the turn answered again with all its words); off: only a turn that ended "
+        "unfinished",
     )
 
     judge_continuation: bool = Field(

@@ -312,10 +312,7 @@ class SpeculativeReplies:
             if (reply is None or reply.delivery_id is None or not self._continuable(spec)
                     or event.onset_sample - event.committed_at
                     > self._window * STT_SAMPLE_RATE
-                    or self._started_jobs(reply.turn_id)
-                    # a complete turn whose reply was heard whole: the user answers it
-                    or (not self._unfinished(spec)
-                        and reply.heard_whole(self._playback, self._time_of(event.onset_sample)))):
+                    or self._started_jobs(reply.turn_id)):
                 return self._detached(event, spec)
             # The turn goes on: its reply is cut now, as a barge-in cuts it.
             reply.continued = True
