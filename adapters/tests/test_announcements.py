@@ -350,7 +350,9 @@ async def test_a_result_ready_during_a_pause_answer_is_queued_at_once(
     # so the result was queued only then; with the job's clock hold the call deadlocked.
     script = (CallScript().user_says(0.5, "Is my flight on time?")
               .user_says(4.6, "What about the weather?"))
-    call, returned = await travel_call(engines, script, returns_at=5.9)
+    # (the silence timer: its 0.6 s pause leaves the job time to return in it)
+    timer = dataclasses.replace(engines, end_of_turn=None)
+    call, returned = await travel_call(timer, script, returns_at=5.9)
     start = call.tape.start
     second = call.of_kind("turn_committed")[1]
     paused = [e.end_at for e in call.of_kind("speech_ended")]

@@ -472,6 +472,8 @@ class SpeculativeReplies:
             return False
         self._confirmed(reply)
         reply.speculation = None
+        if not spec.sealed and self._started_jobs(reply.turn_id):
+            self._seal(spec)  # a turn that asked for a job stands (never continued): final
         if spec.sealed:  # final already: the jobs it asked for start now, not once its
             self._admit(reply)  # held audio was handed over
         if not spec.sealed:
