@@ -171,6 +171,18 @@ async def test_without_continue_complete_a_finished_turn_stands(
     assert call.stale_samples() == 0
 
 
+async def table_then_people(turns: TurnRunner, engines: VoiceEngines, tmp_path: Path, *,
+                            pause: float) -> CallResult:
+    """"I want to reserve a table." (``pause``) "Four people at eight.", committed after
+    0.3 s of silence, a continuation allowed within 2 s of the commit."""
+    quick = SETTINGS.turn_detection.model_copy(update={"end_of_turn_silence": 0.3,
+                                                       "continue_within": 2.0})
+    audio = sentence(tmp_path, "I want to reserve a table.", pause, "Four people at eight.")
+    return await run_call(turns, CallScript().user_says(0.5, audio=audio).until(12.0),
+                          engines, settings=SETTINGS.model_copy(
+                              update={"turn_detection": quick}))
+
+
 async def test_a_complete_turn_is_continued_even_after_its_short_reply_was_heard_whole(
     engines: VoiceEngines, tmp_path: Path
 ) -> None:
@@ -180,12 +192,7 @@ async def test_a_complete_turn_is_continued_even_after_its_short_reply_was_heard
     (Letting a complete turn stand once its reply was heard whole split 7 of the 128
     paused utterances of eot_session.py's tune half, whose replies are that "Okay.".)"""
     turns = TurnRunner(Teller(story="Okay.", trigger=None))
-    quick = SETTINGS.turn_detection.model_copy(update={"end_of_turn_silence": 0.3,
-                                                       "continue_within": 2.0})
-    audio = sentence(tmp_path, "I want to reserve a table.", 1.6, "Four people at eight.")
-    call = await run_call(turns, CallScript().user_says(0.5, audio=audio).until(12.0),
-                          engines, settings=SETTINGS.model_copy(
-                              update={"turn_detection": quick}))
+    call = await table_then_people(turns, engines, tmp_path, pause=1.6)
     first, merged = [e for e in call.events if isinstance(e, TurnCommitted)]
     assert merged.turn_id == first.turn_id and merged.input_revision == 2
     assert "people" in words(merged.text) and "table" in words(merged.text)
@@ -209,12 +216,7 @@ async def test_a_complete_turn_is_continued_while_its_reply_still_plays(
     """The same turn, its reply longer: the user goes on 1.0 s after the commit, over the
     reply's first words (too soon to answer it): one turn, answered once."""
     turns = TurnRunner(booking_teller())
-    quick = SETTINGS.turn_detection.model_copy(update={"end_of_turn_silence": 0.3,
-                                                       "continue_within": 2.0})
-    audio = sentence(tmp_path, "I want to reserve a table.", 1.3, "Four people at eight.")
-    call = await run_call(turns, CallScript().user_says(0.5, audio=audio).until(12.0),
-                          engines, settings=SETTINGS.model_copy(
-                              update={"turn_detection": quick}))
+    call = await table_then_people(turns, engines, tmp_path, pause=1.3)
     check_merged(call, turns.flow.state)
 
 

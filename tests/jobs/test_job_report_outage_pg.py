@@ -14,6 +14,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 
@@ -49,10 +51,12 @@ async def finishes_when_told(job: JobContext) -> str:
     return "Your table for two is booked."
 
 
-async def test_a_result_finished_during_an_outage_is_reported_when_the_database_returns(
-    pg_faults: PgFaults, caplog: pytest.LogCaptureFixture,
-) -> None:
-    caplog.set_level(logging.INFO, logger="voxflow.jobs")
+@contextlib.asynccontextmanager
+async def a_running_job(
+    pg_faults: PgFaults, *, heartbeat: float, stalled_after: float,
+) -> AsyncIterator[tuple[PostgresJobQueue, AssistantState, BackgroundJob, asyncio.Task[Any]]]:
+    """A job queued and running on a worker of the test's own database (it finishes when
+    ``_Gate.finish`` is set): the queue, the session's state, the job, the worker's task."""
     _Gate.reset()
     queue = PostgresJobQueue(pg_faults.url)
     await queue.migrate()
@@ -60,12 +64,27 @@ async def test_a_result_finished_during_an_outage_is_reported_when_the_database_
     job = BackgroundJob(session_id=state.id, kind=finishes_when_told.kind)
     assert add_job(state, job)
     await queue.enqueue_async(job)
-    run = asyncio.create_task(queue.run_worker(heartbeat=0.5, stalled_after=30.0))
+    run = asyncio.create_task(queue.run_worker(heartbeat=heartbeat,
+                                               stalled_after=stalled_after))
     try:
         async with asyncio.timeout(60):
             await _Gate.started.wait()
         await wait_for_update(queue.inbox, state.id, "stage_started", 30, "the job to run")
+        yield queue, state, job, run
+    finally:
+        run.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await run
+        queue.close()
+        await queue.inbox.close()
 
+
+async def test_a_result_finished_during_an_outage_is_reported_when_the_database_returns(
+    pg_faults: PgFaults, caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, logger="voxflow.jobs")
+    async with a_running_job(pg_faults, heartbeat=0.5, stalled_after=30.0) as (queue, state,
+                                                                            job, run):
         def waiting() -> list[str]:
             return [r.getMessage() for r in caplog.records
                     if "waits for the job inbox" in r.getMessage()]
@@ -82,12 +101,6 @@ async def test_a_result_finished_during_an_outage_is_reported_when_the_database_
                               "the job's report once the database is back")
         apply_inbox(state, await all_rows(queue.inbox, state.id))
         assert not run.done(), run  # the worker rode the outage out
-    finally:
-        run.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await run
-        queue.close()
-        await queue.inbox.close()
     settled = state.jobs[job.job_id]
     assert (settled.status, settled.error) == ("completed", None)
     assert settled.announcement == "Your table for two is booked."
@@ -103,18 +116,8 @@ async def test_no_job_is_run_again_for_a_heartbeat_the_outage_stopped(
     it again (the finished attempt's report refused). Sweeps wait ``stalled_after``
     after the database is back, and the heartbeats resume meanwhile."""
     caplog.set_level(logging.INFO, logger="voxflow.jobs")
-    _Gate.reset()
-    queue = PostgresJobQueue(pg_faults.url)
-    await queue.migrate()
-    state = AssistantState()
-    job = BackgroundJob(session_id=state.id, kind=finishes_when_told.kind)
-    assert add_job(state, job)
-    await queue.enqueue_async(job)
-    run = asyncio.create_task(queue.run_worker(heartbeat=0.2, stalled_after=1.0))
-    try:
-        async with asyncio.timeout(60):
-            await _Gate.started.wait()
-        await wait_for_update(queue.inbox, state.id, "stage_started", 30, "the job to run")
+    async with a_running_job(pg_faults, heartbeat=0.2, stalled_after=1.0) as (queue, state,
+                                                                           job, _):
         with pg_faults.down():
             _Gate.finish.set()
 
@@ -128,12 +131,6 @@ async def test_no_job_is_run_again_for_a_heartbeat_the_outage_stopped(
                               "the job's report once the database is back")
         await asyncio.sleep(1.5)  # past the sweeps' wait: nothing is re-run after it
         rows = await all_rows(queue.inbox, state.id)
-    finally:
-        run.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await run
-        queue.close()
-        await queue.inbox.close()
     apply_inbox(state, rows)
     assert state.jobs[job.job_id].status == "completed"
     assert {r.attempt for r in rows} == {1}, sorted({r.attempt for r in rows})
