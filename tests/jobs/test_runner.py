@@ -418,3 +418,33 @@ async def test_held_admissions_wait_for_their_turn_and_hold_nothing_else() -> No
     finally:
         await runner.aclose()
     assert undone.job_id not in state.jobs
+
+
+async def test_a_held_turns_hand_offs_wait_for_its_verdict_from_any_thread() -> None:
+    # (issue 30) A job queue's submission of a speculative turn's job (from a handler's
+    # thread) is kept until the turn's verdict, as an admission is: made at the release
+    # if the job is still registered, dropped if its turn was undone; a turn that is not
+    # held is not kept (the caller submits at once).
+    state = WorkChatState()
+    runner = JobRunner(state, work_factory(ReportWork), on_update=asyncio.Queue().put)
+    speculative = TurnId("t-speculative")
+    handed: list[str] = []
+    try:
+        mine = ReportJob(session_id=state.id, question="mine", origin_turn_id=speculative)
+        undone = ReportJob(session_id=state.id, question="undone", origin_turn_id=speculative)
+        for job in (mine, undone):
+            assert add_job(state, job)
+        assert not runner.hand_off_when_final(mine, lambda: handed.append("early"))
+        runner.hold_admissions(speculative)
+        kept = await asyncio.gather(*(
+            asyncio.to_thread(runner.hand_off_when_final, job,
+                              lambda job=job: handed.append(job.question))
+            for job in (mine, undone)))
+        assert kept == [True, True] and handed == []
+        del state.jobs[undone.job_id]  # (as a rollback of its turn drops it)
+        runner.release_admissions(speculative)
+        runner.release_admissions(speculative)  # idempotent
+        assert handed == ["mine"]
+        assert not runner.hand_off_when_final(mine, lambda: handed.append("late"))
+    finally:
+        await runner.aclose()

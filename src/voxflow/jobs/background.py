@@ -276,7 +276,11 @@ class JobFunction:
             raise JobNotAnnounceableError(f"cannot start {where}: the job was not registered")
         binding.functions[job.job_id] = self  # by job: two functions may share a kind
         if binding.submit is not None:  # a job queue: a job-worker process runs it
-            binding.queue(job, values)
+            # (a turn that may still be undone, a speculative answer: queued at its
+            # verdict, never if it is undone, as the runner holds its own admissions)
+            if not binding.runner.hand_off_when_final(
+                    job, functools.partial(binding.queue, job, values)):
+                binding.queue(job, values)
         else:
             binding.runner.submit(job, values)
         return job
@@ -443,7 +447,10 @@ class JobBinding:
 
         The flow's state writes wait for the submissions (:meth:`queued`, its write
         barrier): a stored session never holds a ``queued`` job that is not in the queue,
-        even when the process dies right after the turn's save."""
+        even when the process dies right after the turn's save. (A job of a turn that
+        may still be undone is queued at its verdict, :meth:`JobRunner.hand_off_when_final`:
+        a session stored before it holds the job ``queued``, and its next owner queues it
+        again.)"""
         submit = self.submit
         assert submit is not None
         try:

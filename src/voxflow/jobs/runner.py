@@ -15,8 +15,9 @@ while a turn holds ``state_lock``. Worker updates therefore wait while a foregro
 runs; that is the point: a turn sees one consistent state. Never hold it while waiting
 for the call's clock or its audio (a user's verdict on a speculative answer): a job's
 result is committed the moment it is ready, and its clock is held until then. A turn
-that may still be undone holds its jobs' admissions instead (:meth:`JobRunner.hold_admissions`);
-its rollback (:class:`~voxflow.flow.RollbackPoint`) keeps the updates committed meanwhile.
+that may still be undone holds its jobs' admissions instead (:meth:`JobRunner.hold_admissions`;
+a job queue's submissions too, :meth:`JobRunner.hand_off_when_final`); its rollback
+(:class:`~voxflow.flow.RollbackPoint`) keeps the updates committed meanwhile.
 
 Workers are sync flows run by ``kickoff()`` in a thread (``asyncio.to_thread``); each
 ``publish_update`` is a blocking round-trip through the runner's processor task, which
@@ -34,6 +35,7 @@ import concurrent.futures
 import contextlib
 import inspect
 import logging
+import threading
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
@@ -104,8 +106,10 @@ class JobRunner:
         self._workers: dict[str, tuple[JobWorkFlow[Any], asyncio.Task[None]]] = {}
         self._waiting: set[concurrent.futures.Future[bool]] = set()
         self._closing = False
-        # origin turn → admissions waiting for that turn's verdict (hold_admissions)
+        # origin turn → admissions (and hand-offs) waiting for that turn's verdict
+        # (hold_admissions); a handler's thread keeps hand-offs in it: under the lock
         self._held: dict[str, list[_Command]] = {}
+        self._held_lock = threading.Lock()
 
     # -- public API -------------------------------------------------------------------
 
@@ -170,13 +174,50 @@ class JobRunner:
         turn may still be undone (a speculative answer waiting for its verdict), and a
         job must not start for a turn that never was. Other jobs' admissions and every
         worker update go on meanwhile."""
-        self._held.setdefault(str(turn_id), [])
+        with self._held_lock:
+            self._held.setdefault(str(turn_id), [])
 
     def release_admissions(self, turn_id: str) -> None:
         """Admit the jobs ``turn_id`` asked for while held (idempotent): each is admitted
-        if still registered and queued (a job of a turn that was undone is not)."""
-        for command in self._held.pop(str(turn_id), []):
-            self._send(command)
+        if still registered and queued (a job of a turn that was undone is not); so is
+        each hand-off kept by :meth:`hand_off_when_final`, called here."""
+        with self._held_lock:
+            commands = self._held.pop(str(turn_id), [])
+        for command in commands:
+            if command[0] != "hand_off":
+                self._send(command)
+                continue
+            job, hand_off = command[1], command[2]
+            current = self.state.jobs.get(job.job_id)
+            if (current is None or current.status != "queued"
+                    or (current.session_id, current.revision, current.attempt)
+                    != (job.session_id, job.revision, job.attempt)):
+                logger.debug("job hand-off dropped: its turn was undone",
+                             extra={"voxflow": {"job_id": job.job_id}})
+                continue
+            hand_off()
+
+    def hand_off_when_final(self, job: JobRecord, hand_off: Callable[[], object]) -> bool:
+        """Keep ``hand_off`` (what gives ``job`` to something else to run: a job queue's
+        submission) until the verdict of ``job``'s origin turn if that turn's admissions
+        are held (:meth:`hold_admissions`), as an admission is kept: at
+        :meth:`release_admissions` it is called if the job is still registered and
+        queued, dropped if its turn was undone. Thread-safe (a handler's thread).
+
+        Returns:
+            False when the turn is not held (nothing kept): call ``hand_off`` now.
+        """
+        if not isinstance(job, JobRecord):
+            raise TypeError(f"job must be a JobRecord, got {type(job).__name__}")
+        if not callable(hand_off):
+            raise TypeError("hand_off must be callable")
+        origin = job.origin_turn_id
+        with self._held_lock:
+            held = self._held.get(str(origin)) if origin is not None else None
+            if held is None:
+                return False
+            held.append(("hand_off", job_copy(job), hand_off))
+        return True
 
     def request_close(self) -> None:
         """Stop admission and publication, release waiting publishers, stop workers.
@@ -263,9 +304,11 @@ class JobRunner:
         while True:
             kind, payload, extra = await self._queue.get()
             origin = payload.origin_turn_id if kind == "admit" else None
-            held = self._held.get(str(origin)) if origin is not None else None
-            if held is not None:  # its turn has no verdict yet
-                held.append((kind, payload, extra))
+            with self._held_lock:
+                held = self._held.get(str(origin)) if origin is not None else None
+                if held is not None:  # its turn has no verdict yet
+                    held.append((kind, payload, extra))
+            if held is not None:
                 continue
             try:
                 if kind == "admit":
