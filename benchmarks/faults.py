@@ -383,6 +383,7 @@ async def offers_during_resets(engines: Any, pg: OwnPostgres, rounds: int
                                ) -> tuple[int, int]:
     """``(refused, offered)`` over ``rounds`` resets, three offers right after each."""
     from voxflow_adapters.hosting.dispatch import DispatchStore
+    from voxflow_adapters.hosting.worker import CallWorker
     from voxflow_adapters.webrtc import (
         PeerSettings,
         ServerSettings,
@@ -391,7 +392,6 @@ async def offers_during_resets(engines: Any, pg: OwnPostgres, rounds: int
     )
     from voxflow_adapters.webrtc.client import LoopbackCaller, OfferRejected
     from voxflow_adapters.webrtc.front_door import FrontDoor
-    from voxflow_adapters.webrtc.worker import CallWorker
 
     host = WebRtcServer(assistant_call_factory(), engines, settings=ServerSettings(
         max_calls=3, peer=PeerSettings(ice_host_addresses=("127.0.0.1",))))

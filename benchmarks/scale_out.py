@@ -198,9 +198,9 @@ async def _offer_times(base_url: str, offers: int) -> list[float]:
 async def dispatch_section(offers: int) -> None:
     from voxflow_adapters.hosting.calls import assistant_call_factory
     from voxflow_adapters.hosting.dispatch import DispatchStore
+    from voxflow_adapters.hosting.worker import CallWorker
     from voxflow_adapters.webrtc import PeerSettings, ServerSettings, WebRtcServer
     from voxflow_adapters.webrtc.front_door import FrontDoor
-    from voxflow_adapters.webrtc.worker import CallWorker
     from voxflow_voice.engines import VoiceEngines
 
     engines = await asyncio.to_thread(VoiceEngines.load)

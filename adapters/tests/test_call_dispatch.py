@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 from voxflow_adapters.hosting.dispatch import DispatchStore, DispatchUnavailableError
+from voxflow_adapters.hosting.worker import CallWorker
 from voxflow_adapters.webrtc import (
     PeerSettings,
     ServerSettings,
@@ -19,7 +20,6 @@ from voxflow_adapters.webrtc import (
 )
 from voxflow_adapters.webrtc.client import LoopbackCaller, OfferRejected
 from voxflow_adapters.webrtc.front_door import FrontDoor
-from voxflow_adapters.webrtc.worker import CallWorker
 from voxflow_voice.engines import VoiceEngines
 
 LOOPBACK = PeerSettings(ice_host_addresses=("127.0.0.1",))
@@ -167,7 +167,7 @@ async def test_an_unreachable_database_is_a_typed_error_without_the_password() -
 
 
 def test_dispatch_seconds_must_be_finite() -> None:
-    from voxflow_adapters.webrtc.worker import Heartbeat
+    from voxflow_adapters.hosting.worker import Heartbeat
 
     url = "postgresql://u@127.0.0.1:1/db"
     for bad in (0.0, float("inf"), float("nan")):
@@ -282,7 +282,7 @@ async def test_the_dispatch_tables_go_to_the_urls_schema_beside_the_sessions_and
     import urllib.parse
     import uuid
 
-    from voxflow_adapters.webrtc.worker import Heartbeat
+    from voxflow_adapters.hosting.worker import Heartbeat
 
     from voxflow.flow.postgres import PostgresFlowPersistence
     from voxflow.jobs import PostgresJobQueue
@@ -335,7 +335,7 @@ async def test_a_failing_headroom_never_stops_the_heartbeat(
     """The headroom callback raising (anything, not only a database error) or returning
     nonsense: the beat is written without it and the thread beats on; the log names the
     error's type, never its message."""
-    from voxflow_adapters.webrtc.worker import Heartbeat
+    from voxflow_adapters.hosting.worker import Heartbeat
 
     answers: list[Any] = [RuntimeError("password=hunter2"), float("nan"), "lots", 0.5]
 

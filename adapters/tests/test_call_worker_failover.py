@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 import pytest
 from voxflow_adapters.hosting.dispatch import DispatchStore
+from voxflow_adapters.hosting.worker import CallWorker
 from voxflow_adapters.webrtc import (
     PeerSettings,
     ServerSettings,
@@ -23,7 +24,6 @@ from voxflow_adapters.webrtc import (
 )
 from voxflow_adapters.webrtc.client import LoopbackCaller
 from voxflow_adapters.webrtc.front_door import FrontDoor
-from voxflow_adapters.webrtc.worker import CallWorker
 from voxflow_voice.audio import AudioChunk
 from voxflow_voice.engines import VoiceEngines
 

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 from voxflow_adapters.hosting.dispatch import DispatchStore, WorkerRow
+from voxflow_adapters.hosting.worker import CallWorker, Heartbeat
 from voxflow_adapters.webrtc import (
     PeerSettings,
     ServerSettings,
@@ -24,7 +25,6 @@ from voxflow_adapters.webrtc import (
 )
 from voxflow_adapters.webrtc.client import LoopbackCaller
 from voxflow_adapters.webrtc.front_door import FrontDoor
-from voxflow_adapters.webrtc.worker import CallWorker, Heartbeat
 from voxflow_voice.engines import VoiceEngines
 
 LOOPBACK = PeerSettings(ice_host_addresses=("127.0.0.1",))
@@ -183,3 +183,34 @@ async def test_a_live_worker_whose_row_was_removed_writes_it_again(
 async def _back(store: DispatchStore, worker_id: str, *, draining: bool) -> bool:
     row = await row_of(store, worker_id)
     return row is not None and row.draining == draining and row.slots == 2
+
+
+async def test_browser_and_phone_workers_share_the_tables_without_taking_each_others_calls(
+    pg_schema_url: str,
+) -> None:
+    """One schema, a browser worker and a phone worker: each front door counts the free
+    slots of its own kind only, and each worker claims the requests of its own kind."""
+    browser, phone = DispatchStore(pg_schema_url), DispatchStore(pg_schema_url, kind="phone")
+    try:
+        await browser.register("browser-w", slots=2, host="h", pid=1)
+        await phone.register("phone-w", slots=3, host="h", pid=2)
+        assert await browser.free_slots() == (2, 1)
+        assert await phone.free_slots() == (3, 1)
+        assert [r.worker_id for r in await phone.workers()] == ["phone-w"]
+        offer = await browser.post_offer("v=0 sdp", expires_in=10)
+        call = await phone.post_offer('{"call_sid": "CA1"}', expires_in=10)
+        assert await phone.claim("browser-w") is None  # (a store claims its kind only)
+        claimed = await phone.claim("phone-w")
+        assert claimed is not None and claimed.offer_id == call
+        assert await phone.claim("phone-w") is None  # the browser offer is not its kind
+        taken = await browser.claim("browser-w")
+        assert taken is not None and taken.offer_id == offer
+        assert await phone.free_slots() == (2, 1) and await browser.free_slots() == (1, 1)
+    finally:
+        await browser.aclose()
+        await phone.aclose()
+
+
+def test_a_store_of_an_unknown_kind_is_refused() -> None:
+    with pytest.raises(ValueError, match="kind must be one of webrtc, phone"):
+        DispatchStore("postgresql://u@127.0.0.1/test", kind="sip")

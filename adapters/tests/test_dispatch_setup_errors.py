@@ -16,6 +16,7 @@ from collections.abc import Iterator
 
 import pytest
 from voxflow_adapters.hosting.dispatch import DispatchStore
+from voxflow_adapters.hosting.worker import CallWorker, Heartbeat
 from voxflow_adapters.webrtc import (
     PeerSettings,
     ServerSettings,
@@ -24,7 +25,6 @@ from voxflow_adapters.webrtc import (
 )
 from voxflow_adapters.webrtc.client import LoopbackCaller, OfferRejected
 from voxflow_adapters.webrtc.front_door import FrontDoor
-from voxflow_adapters.webrtc.worker import CallWorker, Heartbeat
 from voxflow_voice.engines import VoiceEngines
 
 from voxflow.cli import main

@@ -115,6 +115,7 @@ async def test_the_page_moves_its_call_to_another_worker_when_its_worker_drains(
     on there: no ``bye``, the next "Hello there!" answered."""
     from playwright.async_api import async_playwright
     from voxflow_adapters.hosting.dispatch import DispatchStore
+    from voxflow_adapters.hosting.worker import CallWorker
     from voxflow_adapters.webrtc import (
         PeerSettings,
         ServerSettings,
@@ -122,7 +123,6 @@ async def test_the_page_moves_its_call_to_another_worker_when_its_worker_drains(
         assistant_call_factory,
     )
     from voxflow_adapters.webrtc.front_door import FrontDoor
-    from voxflow_adapters.webrtc.worker import CallWorker
 
     from voxflow.flow.postgres import PostgresFlowPersistence
 

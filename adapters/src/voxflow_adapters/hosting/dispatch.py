@@ -19,6 +19,11 @@ No cluster of our own: the database is the only shared thing.
   carry ICE credentials). A front door that gives up deletes the row; a worker whose
   answer then finds no row ends that call.
 
+Each row has a ``kind`` (``webrtc``: a browser's SDP offer; ``phone``: a carrier's
+call, :mod:`voxflow_adapters.phone.dispatch`): a store is of one kind, its worker claims
+only requests of that kind and its front door counts only that kind's free slots, so
+browser and phone workers share one database without taking each other's calls.
+
 The LISTEN connections that wake front doors and workers are in
 :mod:`voxflow_adapters.hosting.notifications`.
 
@@ -59,6 +64,7 @@ if TYPE_CHECKING:
     from psycopg_pool import AsyncConnectionPool
 
 __all__ = [
+    "CALL_KINDS",
     "ClaimedOffer",
     "DispatchStore",
     "DispatchUnavailableError",
@@ -71,6 +77,9 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 _NOW = "extract(epoch FROM clock_timestamp())::float8"
+
+CALL_KINDS = ("webrtc", "phone")
+"""The kinds of call a front door dispatches and a worker answers."""
 
 SCHEMA_SQL = """
 CREATE TABLE IF NOT EXISTS voxflow_call_workers (
@@ -101,6 +110,8 @@ CREATE TABLE IF NOT EXISTS voxflow_call_offers (
 CREATE INDEX IF NOT EXISTS voxflow_call_offers_pending
     ON voxflow_call_offers (created_at) WHERE state = 'pending';
 ALTER TABLE voxflow_call_offers ADD COLUMN IF NOT EXISTS traceparent text;
+ALTER TABLE voxflow_call_workers ADD COLUMN IF NOT EXISTS kind text NOT NULL DEFAULT 'webrtc';
+ALTER TABLE voxflow_call_offers ADD COLUMN IF NOT EXISTS kind text NOT NULL DEFAULT 'webrtc';
 """
 
 _FIX = (f"check {DATABASE_URL_VARIABLE} (postgresql://user[:password]@host[:port]/database) "
@@ -202,6 +213,9 @@ class DispatchStore:
             5``, two heartbeats missed: a call worker beats every ``stale_after / 5``).
         max_connections: the pool's size.
         connect_timeout: seconds to wait for the server.
+        kind: the calls this store's front doors and workers handle (``webrtc``: browser
+            offers, ``phone``: carrier calls): a worker claims the requests of its kind
+            only, and a front door counts the free slots of its kind's workers only.
 
     Raises:
         ValueError: a bad ``url`` or argument.
@@ -210,9 +224,12 @@ class DispatchStore:
     def __init__(
         self, url: str, *, schema: str | None = None, stale_after: float = 5.0,
         forget_after: float = 30.0, dead_after: float | None = None, max_connections: int = 4,
-        connect_timeout: float = 10.0,
+        connect_timeout: float = 10.0, kind: str = "webrtc",
     ) -> None:
         check_database_url(url)
+        if kind not in CALL_KINDS:
+            raise ValueError(f"kind must be one of {', '.join(CALL_KINDS)}, got {kind!r}")
+        self.kind = kind
         if not 0 < stale_after < float("inf"):
             raise ValueError("stale_after must be a positive, finite number of seconds")
         if dead_after is not None and not 0 < dead_after < float("inf"):
@@ -350,12 +367,13 @@ class DispatchStore:
         it holds)."""
         await self._run(lambda conn: conn.execute(
             "INSERT INTO voxflow_call_workers (worker_id, host, pid, slots, used, "
-            f"draining, started_at, heartbeat_at) VALUES (%s, %s, %s, %s, %s, %s, {_NOW}, "
-            f"{_NOW}) ON CONFLICT (worker_id) DO UPDATE SET host = excluded.host, "
+            f"draining, kind, started_at, heartbeat_at) VALUES (%s, %s, %s, %s, %s, %s, %s, "
+            f"{_NOW}, {_NOW}) ON CONFLICT (worker_id) DO UPDATE SET host = excluded.host, "
+            "kind = excluded.kind, "
             "pid = excluded.pid, slots = excluded.slots, used = excluded.used, "
             "draining = excluded.draining, started_at = excluded.started_at, "
             "heartbeat_at = excluded.heartbeat_at",
-            (worker_id, host, pid, slots, min(max(used, 0), slots), draining)))
+            (worker_id, host, pid, slots, min(max(used, 0), slots), draining, self.kind)))
 
     async def forget_dead_workers(self) -> list[WorkerRow]:
         """Remove the rows of workers whose heartbeat stopped ``forget_after`` seconds ago
@@ -387,15 +405,15 @@ class DispatchStore:
         async def run(conn: psycopg.AsyncConnection[Any]) -> ClaimedOffer | None:
             offer = await (await conn.execute(
                 "SELECT offer_id, sdp, resume, traceparent FROM voxflow_call_offers "
-                "WHERE state = 'pending' "
+                "WHERE state = 'pending' AND kind = %s "
                 f"AND expires_at > {_NOW} ORDER BY created_at LIMIT 1 "
-                "FOR UPDATE SKIP LOCKED")).fetchone()
+                "FOR UPDATE SKIP LOCKED", (self.kind,))).fetchone()
             if offer is None:
                 return None
             slot = await (await conn.execute(
                 "UPDATE voxflow_call_workers SET used = used + 1 WHERE worker_id = %s "
-                f"AND used < slots AND NOT draining AND heartbeat_at > {_NOW} - %s "
-                "RETURNING used", (worker_id, self.stale_after))).fetchone()
+                f"AND kind = %s AND used < slots AND NOT draining AND heartbeat_at > {_NOW} "
+                "- %s RETURNING used", (worker_id, self.kind, self.stale_after))).fetchone()
             if slot is None:
                 return None
             await conn.execute(
@@ -450,7 +468,7 @@ class DispatchStore:
             "DELETE FROM voxflow_call_workers WHERE worker_id = %s", (worker_id,)))
 
     def heartbeat_sql(self) -> str:
-        """The heartbeat statement (run by :class:`~voxflow_adapters.webrtc.worker.Heartbeat`
+        """The heartbeat statement (run by :class:`~voxflow_adapters.hosting.worker.Heartbeat`
         on its own connection and thread), with the named parameters ``headroom``,
         ``used`` (the slots the worker holds, which corrects the row's count; None:
         left as it is) and ``worker_id``. It updates no row when the worker's row was
@@ -468,12 +486,12 @@ class DispatchStore:
                 "FOR UPDATE")
 
     async def workers(self) -> list[WorkerRow]:
-        """Every registered worker, its load and heartbeat age."""
+        """Every registered worker of this store's kind, its load and heartbeat age."""
         async def run(conn: psycopg.AsyncConnection[Any]) -> list[WorkerRow]:
             rows = await (await conn.execute(
                 "SELECT worker_id, host, pid, slots, used, headroom, draining, "
-                f"{_NOW} - heartbeat_at FROM voxflow_call_workers ORDER BY worker_id"
-            )).fetchall()
+                f"{_NOW} - heartbeat_at FROM voxflow_call_workers WHERE kind = %s "
+                "ORDER BY worker_id", (self.kind,))).fetchall()
             return [WorkerRow(worker_id=r[0], host=r[1], pid=r[2], slots=r[3], used=r[4],
                               headroom=r[5], draining=r[6], heartbeat_age=r[7]) for r in rows]
 
@@ -531,13 +549,13 @@ class DispatchStore:
     # -- front doors ------------------------------------------------------------------
 
     async def free_slots(self) -> tuple[int, int]:
-        """``(free slots, live workers)`` over workers with a fresh heartbeat that are
-        not draining."""
+        """``(free slots, live workers)`` over workers of this store's kind with a fresh
+        heartbeat that are not draining."""
         async def run(conn: psycopg.AsyncConnection[Any]) -> tuple[int, int]:
             row = await (await conn.execute(
                 "SELECT coalesce(sum(slots - used), 0), count(*) FROM voxflow_call_workers "
-                f"WHERE NOT draining AND heartbeat_at > {_NOW} - %s",
-                (self.stale_after,))).fetchone()
+                f"WHERE NOT draining AND kind = %s AND heartbeat_at > {_NOW} - %s",
+                (self.kind, self.stale_after))).fetchone()
             return (int(row[0]), int(row[1])) if row else (0, 0)
 
         free: tuple[int, int] = await self._run(run)
@@ -561,9 +579,9 @@ class DispatchStore:
 
         async def run(conn: psycopg.AsyncConnection[Any]) -> None:
             await conn.execute(
-                "INSERT INTO voxflow_call_offers (offer_id, sdp, resume, traceparent, "
-                f"created_at, expires_at) VALUES (%s, %s, %s, %s, {_NOW}, {_NOW} + %s)",
-                (offer_id, sdp, resume, traceparent, expires_in))
+                "INSERT INTO voxflow_call_offers (offer_id, sdp, resume, traceparent, kind, "
+                f"created_at, expires_at) VALUES (%s, %s, %s, %s, %s, {_NOW}, {_NOW} + %s)",
+                (offer_id, sdp, resume, traceparent, self.kind, expires_in))
             await conn.execute("SELECT pg_notify(%s, %s)", (self.offers_channel, offer_id))
 
         await self._run(run)
@@ -600,6 +618,7 @@ class DispatchStore:
         return deleted
 
     def __repr__(self) -> str:
-        return (f"DispatchStore({redact_url(self.url)!r}, stale_after={self.stale_after}, "
+        return (f"DispatchStore({redact_url(self.url)!r}, kind={self.kind!r}, "
+                f"stale_after={self.stale_after}, "
                 f"dead_after={self.dead_after})")
 

@@ -34,11 +34,11 @@ from ..hosting.calls import (
 from ..hosting.dispatch import DispatchStore, DispatchUnavailableError
 from ..hosting.metrics import CallMetrics, HostCounts, watch_host
 from ..hosting.tls import TlsError, certificate_names, self_signed_certificate, ssl_context
+from ..hosting.worker import CallWorker
 from ._ice_url import IceUrlError, check_ice_url, shown_ice_url
 from .front_door import FrontDoor
 from .peer import DEFAULT_RECEIVE_HOLD, IceServer, PeerSettings
 from .server import ServerSettings, WebRtcServer, ignore_closed_transport_errors, serve
-from .worker import CallWorker
 
 __all__ = [
     "ROLES",

@@ -125,7 +125,7 @@ class WebRtcServer(SignalingServer):
     """The page, the signaling endpoint and the calls of one process.
 
     Without :meth:`start` (no HTTP), it is the call host of a call worker
-    (:class:`~voxflow_adapters.webrtc.worker.CallWorker`): offers come to
+    (:class:`~voxflow_adapters.hosting.worker.CallWorker`): offers come to
     :meth:`answer_offer` from the database.
 
     Args:
@@ -185,6 +185,11 @@ class WebRtcServer(SignalingServer):
         """Whether the holder of a resumed session's lease is dead (a call worker sets it:
         the holder's worker stopped beating); its live lease is then taken over at once
         instead of waited out. None: every live lease is waited out."""
+
+    @property
+    def max_calls(self) -> int:
+        """The calls this process may hold at once (``settings.max_calls``)."""
+        return self.settings.max_calls
 
     @property
     def calls_held(self) -> int:

@@ -19,8 +19,7 @@ from typing import Self
 from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from voxflow.errors import SignalingError
-
+from ..hosting.host import CallRefused, OfferAnswer
 from ..hosting.ownership import DEFAULT_LEASE_SECONDS
 from ..hosting.tls import ssl_context
 from ..hosting.wire import ProtocolError, ResumeRequest, parse_offer
@@ -126,27 +125,6 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
-
-class CallRefused(SignalingError):
-    """An offer that is not answered: ``status`` (HTTP), ``reason`` (for the caller) and
-    ``key`` (the counter it is recorded under in :class:`ServerStatistics`)."""
-
-    def __init__(self, status: int, reason: str, key: str) -> None:
-        super().__init__(reason)
-        self.status = status
-        self.reason = reason
-        self.key = key
-
-
-class OfferAnswer(BaseModel):
-    """The answer to an accepted offer (the ``POST /offer`` response body)."""
-
-    model_config = ConfigDict(frozen=True)
-
-    type: str = "answer"
-    sdp: str
-    call_id: str
-
 
 class SignalingServer:
     """The page and the signaling endpoint (token, Origin, size and shape checks): what

@@ -1,11 +1,12 @@
-"""A call worker (``voxflow serve --worker``): calls dispatched through PostgreSQL.
+"""A call worker (``voxflow serve --worker``, ``voxflow phone --worker``): calls
+dispatched through PostgreSQL, whatever their transport.
 
-The worker has no HTTP port: it claims the offers front doors post
-(:mod:`~voxflow_adapters.hosting.dispatch`), answers each with a call of its own
-:class:`~voxflow_adapters.webrtc.server.WebRtcServer` (the engines loaded once, shared
-by its calls) and writes the answer back. The media then flow between the caller and
-this worker directly: the answer carries the worker's ICE candidates, the front door
-only relays the signalling.
+The worker claims the requests front doors post (:mod:`~voxflow_adapters.hosting.dispatch`:
+browser offers, or phone calls, each worker taking its own kind), answers each with a
+call of its :class:`~voxflow_adapters.hosting.host.CallHost` (the engines loaded once,
+shared by its calls) and writes the answer back. The media then flow between the caller
+and this worker directly: a browser answer carries the worker's ICE candidates, a phone
+answer the worker's media stream address; the front door only relays the signalling.
 
 * **Slots.** A claim takes one of the worker's slots in the claim's own transaction
   (:meth:`DispatchStore.claim`), and the worker only claims while it holds fewer calls
@@ -45,9 +46,9 @@ from typing import Any
 from voxflow import telemetry
 from voxflow.ids import SessionId
 
-from ..hosting.dispatch import ClaimedOffer, DispatchStore, DispatchUnavailableError
-from ..hosting.wire import ResumeRequest
-from .server import CallRefused, WebRtcServer
+from .dispatch import ClaimedOffer, DispatchStore, DispatchUnavailableError
+from .host import CallHost, CallRefused
+from .wire import ResumeRequest
 
 __all__ = ["CallWorker", "Heartbeat"]
 
@@ -205,19 +206,19 @@ class CallWorker:
     """
 
     def __init__(
-        self, host: WebRtcServer, store: DispatchStore, *, worker_id: str | None = None,
+        self, host: CallHost, store: DispatchStore, *, worker_id: str | None = None,
         drain_seconds: float = 60.0, poll_interval: float = 1.0, spread: float = 0.05,
         headroom: Headroom | None = None,
     ) -> None:
-        if not isinstance(host, WebRtcServer):
-            raise TypeError(f"host must be a WebRtcServer, got {type(host).__name__}")
+        if not callable(getattr(host, "answer_offer", None)):
+            raise TypeError(f"host must be a CallHost, got {type(host).__name__}")
         if drain_seconds < 0 or not poll_interval > 0 or spread < 0:
             raise ValueError("drain_seconds and spread must be >= 0, poll_interval > 0")
         self.host = host
         self.store = store
         self.hostname = socket.gethostname()
         self.worker_id = worker_id or host.worker_id
-        self.slots = host.settings.max_calls
+        self.slots = host.max_calls
         self.drain_seconds = float(drain_seconds)
         self.poll_interval = float(poll_interval)
         self.spread = float(spread)
@@ -290,7 +291,7 @@ class CallWorker:
 
     async def drain(self) -> None:
         """No new calls; the running calls move to other workers, or finish here: each is
-        handed over (:meth:`WebRtcServer.hand_over`, at its next quiet moment) while
+        handed over (:meth:`CallHost.hand_over`, at its next quiet moment) while
         another live worker has a free slot for it; the others go on until
         ``drain_seconds``, when those a worker can take are handed over whatever they
         are doing and the rest end with a ``bye`` ("the worker is shutting down"). The
