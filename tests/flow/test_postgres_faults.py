@@ -11,7 +11,9 @@ from typing import Any
 import pytest
 
 from tests.conftest import PgFaults
-from voxflow.errors import PersistenceUnavailableError
+from tests.pg_cut import CommitCut
+from voxflow import ConversationState, Flow, listen, persist
+from voxflow.errors import PersistenceConflictError, PersistenceUnavailableError
 from voxflow.flow.postgres import PostgresFlowPersistence
 
 STATE: dict[str, Any] = {"id": "s", "messages": [], "count": 1}
@@ -122,3 +124,122 @@ def _wait_for_lock_waiter(faults: PgFaults) -> int:
                 return int(row[0])
             time.sleep(0.05)
     raise AssertionError("the renewal never waited for the lock")
+
+
+# -- a connection that breaks during COMMIT (tests/pg_cut.py cuts it at the instant) ---
+
+
+def test_a_save_whose_commit_was_made_but_never_answered_is_saved(
+    pg_faults: PgFaults,
+) -> None:
+    """The server committed the save; its answer never came back (the connection cut
+    right after): the store asks on a fresh connection, learns it was made and returns
+    its revision. The next save, built on it, is not a conflict; nothing is saved twice."""
+    with CommitCut(pg_faults.url) as cut:
+        store = PostgresFlowPersistence(cut.url, connect_timeout=5)
+        try:
+            first = store.save_full_state("s", "start", STATE, expected_revision=0)
+            cut.arm("after")
+            second = store.save_full_state("s", "turn", {**STATE, "count": 2},
+                                           expected_revision=first)
+            assert cut.cuts == 1
+            assert second == first + 1 == store.revision("s")
+            third = store.save_full_state("s", "turn", {**STATE, "count": 3},
+                                          expected_revision=second)
+            assert third == second + 1
+            assert [r for r, _, _ in store.history("s")] == [first, second, third]
+            assert store.load_state("s") == {**STATE, "count": 3}
+        finally:
+            store.close()
+
+
+def test_a_save_whose_commit_never_reached_the_server_is_made_again(
+    pg_faults: PgFaults,
+) -> None:
+    """The connection broke as the save's COMMIT was sent, before the server saw it:
+    the store learns that nothing was written and saves again on a fresh connection."""
+    with CommitCut(pg_faults.url) as cut:
+        store = PostgresFlowPersistence(cut.url, connect_timeout=5)
+        try:
+            first = store.save_full_state("s", "start", STATE, expected_revision=0)
+            cut.arm("before")
+            second = store.save_full_state("s", "turn", {**STATE, "count": 2},
+                                           expected_revision=first)
+            assert cut.cuts == 1
+            assert second == first + 1 == store.revision("s")
+            assert store.load_state("s") == {**STATE, "count": 2}
+            assert [r for r, _, _ in store.history("s")] == [first, second]
+        finally:
+            store.close()
+
+
+def test_a_save_whose_commit_is_unknown_is_resolved_by_the_next_save(
+    pg_faults: PgFaults,
+) -> None:
+    """The save's commit was made, and the server went away before the store could ask:
+    the save fails as unavailable (the call defers it). Once the server is back, the
+    save again, built on the revision before the lost answer (what the caller knows),
+    finds its own write there: it is stored, not refused as another writer's."""
+    with CommitCut(pg_faults.url) as cut:
+        store = PostgresFlowPersistence(cut.url, connect_timeout=1)
+        try:
+            first = store.save_full_state("s", "start", STATE, expected_revision=0)
+            cut.arm("after", then_refuse=True)
+            with pytest.raises(PersistenceUnavailableError):
+                store.save_full_state("s", "turn", {**STATE, "count": 2},
+                                      expected_revision=first)
+            cut.accept()
+            assert store.revision("s") == first + 1  # it was made
+            again = store.save_full_state("s", "store_returned", {**STATE, "count": 3},
+                                          expected_revision=first)
+            assert again == first + 2
+            assert store.load_state("s") == {**STATE, "count": 3}
+            with pytest.raises(PersistenceConflictError):  # (asked once: then a conflict)
+                store.save_full_state("s", "stale", STATE, expected_revision=first + 1)
+        finally:
+            store.close()
+
+
+async def test_a_conversation_whose_saves_break_at_their_commit_stores_each_turn_once(
+    pg_faults: PgFaults,
+) -> None:
+    """Turns of a persisted conversation, each save's connection cut at its COMMIT: one
+    made and never answered, one never made, one made while the server then went away
+    (the turn fails; saved again once the server is back, as a call's deferred save
+    does). The stored history has every turn once, in order: nothing lost, nothing
+    doubled."""
+    with CommitCut(pg_faults.url) as cut:
+        store = PostgresFlowPersistence(cut.url, connect_timeout=1)
+
+        @persist(store)
+        class Chat(Flow[ConversationState]):
+            conversational = True
+
+            def route_turn(self, context: Any) -> str | None:
+                return "reply"
+
+            @listen("reply")
+            def handle_reply(self) -> str:
+                return f"echo {self.state.current_user_message}"
+
+        try:
+            flow = Chat()
+            await flow.ahandle_turn("one", session_id="s")
+            for text, mode in (("two", "after"), ("three", "before")):
+                cut.arm(mode)  # type: ignore[arg-type]
+                assert await flow.ahandle_turn(text, session_id="s") == f"echo {text}"
+                assert cut.cuts == (1 if text == "two" else 2)
+            cut.arm("after", then_refuse=True)
+            with pytest.raises(PersistenceUnavailableError):
+                await flow.ahandle_turn("four", session_id="s")
+            cut.accept()
+            await flow.asave_state("store_returned")
+            await flow.ahandle_turn("five", session_id="s")
+            stored = store.load_state("s")
+            assert stored is not None
+            said = [m["content"] for m in stored["messages"]]
+            # (turn four failed at its first save, of the user's words: no reply)
+            assert said == [*(f"{w}{t}" for t in ("one", "two", "three")
+                              for w in ("", "echo ")), "four", "five", "echo five"], said
+        finally:
+            store.close()

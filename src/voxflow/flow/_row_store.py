@@ -77,6 +77,28 @@ class RowStore:
     def _lock_session(self, conn: Conn, flow_uuid: str) -> None:
         """Serialise this transaction with other writers of ``flow_uuid`` (if needed)."""
 
+    def _note_revision(self, flow_uuid: str, revision: int) -> None:
+        """The running write transaction stores ``revision`` of ``flow_uuid`` (a backend
+        whose commit can be left unknown keeps it, see :meth:`_own_revision`)."""
+
+    def _own_revision(self, conn: Conn, flow_uuid: str, stored: int) -> bool:
+        """Whether the stored revision ``stored`` of ``flow_uuid`` is this store's own
+        write whose commit was left unknown (its connection broke during it) and that
+        was made: a save that expected the revision before it is not in conflict."""
+        return False
+
+    def _checked_revision(self, conn: Conn, flow_uuid: str, row: tuple[Any, ...] | None,
+                          expected: int | None) -> None:
+        """:func:`_check_revision`, where the stored revision may also be this store's
+        own uncertain write on top of ``expected`` (:meth:`_own_revision`)."""
+        stored = 0 if row is None else int(row[0])
+        if (expected is not None and stored == expected + 1
+                and self._own_revision(conn, flow_uuid, stored)):
+            logger.info("%s: revision %d was this store's own write (its commit was "
+                        "unknown)", flow_uuid, stored)
+            return
+        _check_revision(flow_uuid, row, expected)
+
     def close(self) -> None:
         """Release the backend's connections (idempotent; the next call reopens them)."""
 
@@ -141,9 +163,10 @@ class RowStore:
             self._lock_session(conn, flow_uuid)
             fence(conn, flow_uuid, epoch, self._now_sql)
             row = self._latest_row(conn, flow_uuid)
-            _check_revision(flow_uuid, row, expected_revision)
+            self._checked_revision(conn, flow_uuid, row, expected_revision)
             write_full_rows(conn, flow_uuid, lists, records)
             version = self._replace_snapshot(conn, flow_uuid, method_name, now, payload, row)
+            self._note_revision(flow_uuid, version)
 
         self._write(write)
         return version
@@ -192,6 +215,7 @@ class RowStore:
                 return
             payload = write_change_rows(conn, flow_uuid, changes)
             version = self._replace_snapshot(conn, flow_uuid, method_name, now, payload, row)
+            self._note_revision(flow_uuid, version)
 
         self._write(write)
         return version

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -126,6 +127,9 @@ class PostgresFlowPersistence(RowStore):
         self._pool: ConnectionPool[Any] | None = None
         self._open_lock = threading.Lock()
         self._writable = False
+        self._local = threading.local()  # what the running write noted (_note_revision)
+        # session → (transaction id, revision) of a write whose commit is unknown
+        self._uncertain: dict[str, tuple[int, int]] = {}
 
     # -- connections -----------------------------------------------------------------
 
@@ -189,12 +193,17 @@ class PostgresFlowPersistence(RowStore):
             self._pool = None
         pool.close(timeout=1.0)
 
-    def _transaction(self, begin: str, fn: Callable[[Conn], T]) -> T:
+    def _transaction(self, begin: str, fn: Callable[[Conn], T], *, write: bool = False) -> T:
         """``fn`` in one transaction. A connection that breaks before ``COMMIT`` was sent
         (a reset, a restarted server: nothing was written) is replaced, with its pool,
-        and ``fn`` run once more on a fresh one; one that breaks during ``COMMIT`` is not
-        (the write may have been made): :class:`PersistenceUnavailableError` then, as
-        when the server cannot be reached."""
+        and ``fn`` run once more on a fresh one. One that breaks during the ``COMMIT`` of
+        a ``write`` leaves it unknown whether the write was made: a fresh connection asks
+        the server (``txid_status`` of the transaction's id, read before the commit).
+        Committed: it was, and ``fn``'s result is returned. Aborted: it was not, and
+        ``fn`` runs once more. Unknown (the server unreachable):
+        :class:`PersistenceUnavailableError`, as when the server cannot be reached, and
+        the session's next revision-checked save learns the answer
+        (:meth:`_own_revision`), so a retry never finds its own write a conflict."""
         # here: the optional voxflow[postgres] extra (loaded by _open)
         import psycopg
         from psycopg_pool import PoolClosed
@@ -203,11 +212,16 @@ class PostgresFlowPersistence(RowStore):
             pool = self._open()
             conn: Connection[Any] | None = None
             committing = False
+            xid: int | None = None
+            self._local.noted = None
             try:
                 with pool.connection() as conn:
                     conn.execute(begin)
                     try:
                         result = fn(_PgConn(conn))
+                        if write:  # (None when nothing was written)
+                            row = conn.execute("SELECT txid_current_if_assigned()").fetchone()
+                            xid = None if row is None or row[0] is None else int(row[0])
                     except BaseException:
                         if not conn.broken:
                             conn.execute("ROLLBACK")
@@ -219,15 +233,64 @@ class PostgresFlowPersistence(RowStore):
                 broken = conn is not None and conn.broken
                 if broken:
                     self._discard(pool)
-                if attempt == 1 and not committing and (broken or isinstance(exc, PoolClosed)):
-                    logger.info("a connection to the session store broke (%s); retrying on "
-                                "a new one", type(exc).__name__)
+                landed: bool | None = False  # (nothing was written: as not committed)
+                if committing and xid is not None:
+                    landed = self._landed(xid)
+                    noted = self._local.noted
+                    if landed is None and noted is not None:
+                        with self._open_lock:
+                            self._uncertain[noted[0]] = (xid, noted[1])
+                if committing and landed:
+                    logger.info("a connection to the session store broke during a commit, "
+                                "which was made (%s)", type(exc).__name__)
+                    return result
+                if attempt == 1 and landed is False and (
+                        broken or isinstance(exc, PoolClosed)):
+                    logger.info("a connection to the session store broke%s (%s); retrying "
+                                "on a new one", " during a commit that was not made"
+                                if committing else "", type(exc).__name__)
                     continue
                 raise self._unavailable(exc) from None
         raise AssertionError("unreachable")  # (the loop returns or raises)
 
+    def _landed(self, xid: int) -> bool | None:
+        """Whether transaction ``xid`` committed (False: aborted; None: unknown, the
+        server unreachable), asked on a connection of its own. A transaction whose
+        connection was just cut may still be ending: asked again for up to
+        ``connect_timeout``."""
+        import psycopg  # here: the optional voxflow[postgres] extra (loaded by _open)
+
+        deadline = time.monotonic() + self.connect_timeout
+        try:
+            with psycopg.connect(self.url, connect_timeout=max(1, int(self.connect_timeout)),
+                                 autocommit=True) as conn:
+                while True:
+                    row = conn.execute("SELECT txid_status(%s)", (xid,)).fetchone()
+                    status = None if row is None else row[0]
+                    if status in ("committed", "aborted"):
+                        return bool(status == "committed")
+                    if status is None or time.monotonic() > deadline:
+                        return None  # (too old to know, or never ending)
+                    time.sleep(0.02)
+        except psycopg.Error:
+            return None
+
+    def _note_revision(self, flow_uuid: str, revision: int) -> None:
+        self._local.noted = (flow_uuid, revision)
+
+    def _own_revision(self, conn: Conn, flow_uuid: str, stored: int) -> bool:
+        """Whether ``stored`` is the revision of this store's own write of ``flow_uuid``
+        whose commit was left unknown, and that was made after all (forgotten once
+        asked: a later revision is another writer's)."""
+        with self._open_lock:
+            uncertain = self._uncertain.pop(flow_uuid, None)
+        if uncertain is None or uncertain[1] != stored:
+            return False
+        row = conn.execute("SELECT txid_status(?)", (uncertain[0],)).fetchone()
+        return row is not None and row[0] == "committed"
+
     def _write(self, fn: Callable[[Conn], None]) -> None:
-        self._transaction("BEGIN", fn)
+        self._transaction("BEGIN", fn, write=True)
 
     def _read(self, fn: Callable[[Conn], T]) -> T | None:
         return self._transaction("BEGIN READ ONLY", fn)

@@ -91,8 +91,9 @@ class DeferredSaves:
     async def run(self) -> None:
         """Save the state again while a save is pending, until cancelled (a refused
         write, the lease lost, ends it: the call is ending; so does a conflict, logged:
-        a write whose connection broke during its commit may have been stored after
-        all, and the next one, built on the revision before it, is refused)."""
+        another writer saved the session. A write of the call's own whose connection
+        broke during its commit is no conflict: the PostgreSQL store finds out whether
+        it was made, at once or at the next save)."""
         while True:
             await self._pending.wait()
             try:
