@@ -53,7 +53,7 @@ async def finishes_when_told(job: JobContext) -> str:
 
 @contextlib.asynccontextmanager
 async def a_running_job(
-    pg_faults: PgFaults, *, heartbeat: float, stalled_after: float,
+    pg_faults: PgFaults, *, heartbeat: float, stalled_after: float, **options: Any,
 ) -> AsyncIterator[tuple[PostgresJobQueue, AssistantState, BackgroundJob, asyncio.Task[Any]]]:
     """A job queued and running on a worker of the test's own database (it finishes when
     ``_Gate.finish`` is set): the queue, the session's state, the job, the worker's task."""
@@ -65,7 +65,7 @@ async def a_running_job(
     assert add_job(state, job)
     await queue.enqueue_async(job)
     run = asyncio.create_task(queue.run_worker(heartbeat=heartbeat,
-                                               stalled_after=stalled_after))
+                                               stalled_after=stalled_after, **options))
     try:
         async with asyncio.timeout(60):
             await _Gate.started.wait()
@@ -135,3 +135,28 @@ async def test_no_job_is_run_again_for_a_heartbeat_the_outage_stopped(
     assert state.jobs[job.job_id].status == "completed"
     assert {r.attempt for r in rows} == {1}, sorted({r.attempt for r in rows})
     assert not [r for r in caplog.records if "re-queued" in r.getMessage()]
+
+
+async def test_a_report_past_the_patience_runs_the_job_again_once_the_database_answers(
+    pg_faults: PgFaults, caplog: pytest.LogCaptureFixture,
+) -> None:
+    """(issue 29) The job returned while its database was away, for longer than the
+    worker's report patience: the report was given up with an error, the queue job
+    failed, and the session saw the job running for good. Now the attempt is queued
+    again and runs once the database answers: the session gets the true result."""
+    caplog.set_level(logging.INFO, logger="voxflow.jobs")
+    async with a_running_job(pg_faults, heartbeat=0.5, stalled_after=30.0,
+                             report_patience=3.0) as (queue, state, job, run):
+        async def given_up() -> bool:
+            return any("could not be stored" in r.getMessage() for r in caplog.records)
+
+        with pg_faults.down():
+            _Gate.finish.set()  # the job returns while its database is away
+            await wait_for(given_up, 30, "the report to wait its whole patience")
+        await wait_for_update(queue.inbox, state.id, "failed|completed", 60,
+                              "the job's report once the database is back")
+        apply_inbox(state, await all_rows(queue.inbox, state.id))
+        assert not run.done(), run  # the worker rode the outage out
+    settled = state.jobs[job.job_id]
+    assert (settled.status, settled.error, settled.attempt) == ("completed", None, 2)
+    assert settled.announcement == "Your table for two is booked."

@@ -8,7 +8,10 @@ worker looked dead) stops the attempt quietly; one it refuses to store settles t
 ``failed``, saying why, never leaving it ``running``. While the database is unreachable a
 report waits for it (tried again with backoff, for up to the worker's
 ``report_patience``), so a job that finishes during an outage reports its result once
-the database returns.
+the database returns. Past the patience the attempt ends with :class:`ReportNotStored`,
+and the queue runs the job again as its next attempt once the database answers (on any
+job worker): its reports are made then, so the session never sees the job running for
+good.
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ from voxflow.jobs.records import JobUpdate, JobUpdateKind
 from voxflow.logs import bind_log_context
 from voxflow.storable import json_problem, storable_text
 
-__all__ = ["REPORT_PATIENCE", "QueuedJob", "run_queued_job"]
+__all__ = ["REPORT_PATIENCE", "QueuedJob", "ReportNotStored", "run_queued_job"]
 
 logger = logging.getLogger("voxflow.jobs")
 
@@ -92,6 +95,12 @@ class _DeadAttempt(Exception):
     """The queue no longer runs this attempt (it was retried): stop quietly."""
 
 
+class ReportNotStored(PersistenceUnavailableError):
+    """A job's report waited ``report_patience`` for an unreachable database: the
+    attempt ends, and the queue runs the job again as its next attempt (its reports
+    made then), never leaving the session's job running for good."""
+
+
 async def run_queued_job(inbox: JobInbox, context: Any, payload: Mapping[str, Any],
                          clock: Clock, format_error: Callable[[BaseException], str],
                          stop_requested: Callable[[], bool],
@@ -104,8 +113,8 @@ async def run_queued_job(inbox: JobInbox, context: Any, payload: Mapping[str, An
 
     Raises:
         JobPayloadError: the payload is not a queued job's (the queue job fails, logged).
-        PersistenceUnavailableError: the database did not answer a report within
-            ``patience`` (logged as an error: the session sees the job running).
+        ReportNotStored: the database did not answer a report within ``patience``
+            (logged as an error): the queue runs the job again once it answers.
     """
     queued = QueuedJob.parse(payload)  # a JobPayloadError fails the queue job, logged
     attempt = int(context.job.attempts) + 1
@@ -147,9 +156,13 @@ async def run_queued_job(inbox: JobInbox, context: Any, payload: Mapping[str, An
         try:
             await _run_job(queued, record, attempt, clock, format_error, stop_requested,
                            publish, progress)
-        except (_DeadAttempt, asyncio.CancelledError, PersistenceUnavailableError):
-            # (unreachable past the patience, said: its failure cannot be stored either)
+        except (_DeadAttempt, asyncio.CancelledError):
             raise
+        except PersistenceUnavailableError as exc:
+            # unreachable past the patience, said: its failure cannot be stored either;
+            # the queue runs the job again (ReportNotStored) once the database answers
+            raise ReportNotStored("a report of the job waited its whole report patience "
+                                  "for the database", path=exc.path, fix=exc.fix) from exc
         except Exception as exc:
             # a report the inbox refused: the job settles failed, saying why, never
             # stays running
@@ -187,7 +200,8 @@ async def _patiently(write: Callable[[], Awaitable[bool]], what: str, patience: 
                                "answers (for up to %g s): %s", what, patience, exc)
             if now - began + delay > patience:
                 logger.error("%s could not be stored: the database did not answer for %.0f "
-                             "s; the session sees the job running", what, now - began)
+                             "s; the job runs again as its next attempt once it answers",
+                             what, now - began)
                 raise
             await asyncio.sleep(delay)
             delay = min(delay * 2, _BACKOFF[1])

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime
 import logging
 import math
 import signal
@@ -49,7 +50,7 @@ from voxflow import telemetry
 from voxflow.clock import Clock, MonotonicClock
 from voxflow.errors import JobPayloadError, PersistenceUnavailableError
 from voxflow.jobs.background import BackgroundJob
-from voxflow.jobs.execution import REPORT_PATIENCE, QueuedJob, run_queued_job
+from voxflow.jobs.execution import REPORT_PATIENCE, QueuedJob, ReportNotStored, run_queued_job
 from voxflow.jobs.inbox import INBOX_SCHEMA, JobInbox
 from voxflow.pg_schema import ensure_tables
 from voxflow.settings import (
@@ -396,6 +397,20 @@ class PostgresJobQueue:
                     logger.warning("queue job %s attempt %d not finished: the queue runs a "
                                    "later attempt", job.id, job.attempts + 1)
 
+            async def retry_job(self, job: Any, retry_at: Any = None, priority: Any = None,
+                                queue: Any = None, lock: Any = None) -> None:
+                """Queue the job again as its next attempt, as ``finish_job`` only while
+                the queue still runs the attempt that asks."""
+                rows = await self.connector.execute_query_all_async(
+                    "WITH mine AS (SELECT id FROM procrastinate_jobs WHERE id = %(job_id)s "
+                    "AND status = 'doing' AND attempts = %(attempts)s FOR UPDATE) "
+                    "SELECT procrastinate_retry_job_v2(id, %(retry_at)s, NULL, NULL, NULL) "
+                    "FROM mine", job_id=job.id, attempts=job.attempts,
+                    retry_at=retry_at or datetime.datetime.now(datetime.UTC))
+                if not rows:
+                    logger.warning("queue job %s attempt %d not queued again: the queue "
+                                   "runs a later attempt", job.id, job.attempts + 1)
+
             async def listen_for_jobs(self, **kwargs: Any) -> None:
                 """Listen again, with backoff, when the listening connection cannot be
                 made again (the database away): said once per outage."""
@@ -459,7 +474,8 @@ class PostgresJobQueue:
                 with backoff, so a job that finishes during an outage reports its result
                 once the database returns; the worker's heartbeat, its fetches and its
                 listener wait too, instead of stopping the worker (15 minutes by
-                default). Past it the report is given up, logged as an error.
+                default). Past it the attempt ends, logged as an error, and the job
+                runs again as its next attempt once the database answers.
 
         Raises:
             ValueError: a bad argument.
@@ -497,7 +513,8 @@ class PostgresJobQueue:
             await run_queued_job(self.inbox, context, payload, job_clock, format_error,
                                  stopping.is_set, report_patience)
 
-        app.task(name=TASK_NAME, pass_context=True, queue=self.queue)(execute)
+        app.task(name=TASK_NAME, pass_context=True, queue=self.queue,
+                 retry=_run_again_unreported())(execute)
         try:
             async with app.open_async():
                 sweeper = asyncio.create_task(
@@ -567,6 +584,22 @@ class PostgresJobQueue:
     def __repr__(self) -> str:
         return (f"PostgresJobQueue({redact_url(self.url)!r}, schema={self.schema!r}, "
                 f"queue={self.queue!r})")
+
+
+def _run_again_unreported() -> Any:
+    """Procrastinate's retry strategy for voxflow's jobs: an attempt whose report could
+    not be stored within the report patience (:class:`ReportNotStored`) is queued again at
+    once (run once the database answers); any other failure is not."""
+    import procrastinate  # here: the optional voxflow[postgres] extra (the queue is open)
+
+    class RunAgainUnreported(procrastinate.BaseRetryStrategy):
+        def get_retry_decision(self, *, exception: BaseException, job: Any
+                               ) -> procrastinate.RetryDecision | None:
+            if isinstance(exception, ReportNotStored):
+                return procrastinate.RetryDecision()
+            return None
+
+    return RunAgainUnreported()
 
 
 def _age(seconds: Any) -> float | None:
