@@ -232,10 +232,41 @@ class PhoneCommand:
         parser.add_argument("--no-signature", action="store_true",
                             help="accept unsigned webhooks (a loopback trial only)")
         engine_options(parser)
+        scale = parser.add_argument_group(
+            "scale out (several processes or machines on one PostgreSQL: VOXFLOW_DATABASE_URL)")
+        role = scale.add_mutually_exclusive_group()
+        role.add_argument("--front-door", action="store_true",
+                          help="answer the webhooks only; calls go to phone call workers "
+                               "(a stream that ends unfinished is reconnected to a live one)")
+        role.add_argument("--worker", action="store_true",
+                          help="a phone call worker: serves the media streams of the calls "
+                               "front doors dispatch (--max-calls slots; --public-url: its "
+                               "own address as the carrier reaches it)")
+        scale.add_argument("--offer-timeout", type=float, default=None, metavar="SECONDS",
+                           help="front door: how long a call waits for a worker, 1 to 86400 "
+                                "(default: 10)")
+        scale.add_argument("--drain-seconds", type=float, default=None, metavar="SECONDS",
+                           help="worker: on SIGTERM, how long running calls may go on before "
+                                "they move to another worker, 0 to 86400 (default: 60)")
+        scale.add_argument("--stale-after", type=float, default=None, metavar="SECONDS",
+                           help="a worker silent this long gets no call, 1 to 86400 "
+                                "(default: 5)")
 
     def run(self, args: argparse.Namespace, cli: CommandLine) -> int:
         """Check the options, then serve until interrupted."""
         settings = cli.settings(log_level="INFO")
+        role = "front-door" if args.front_door else "worker" if args.worker else "all"
+        if role != "all" and settings.database_url is None:
+            raise UsageError(
+                f"--{role} dispatches calls through PostgreSQL: set VOXFLOW_DATABASE_URL="
+                "postgresql://user@host:5432/database (the same for every front door and "
+                "worker), or drop the option to answer every call in this one process")
+        offer_timeout = check_seconds(10.0 if args.offer_timeout is None
+                                      else args.offer_timeout, "--offer-timeout", 1.0, 86400.0)
+        drain_seconds = check_seconds(60.0 if args.drain_seconds is None
+                                      else args.drain_seconds, "--drain-seconds", 0.0, 86400.0)
+        stale_after = check_seconds(5.0 if args.stale_after is None else args.stale_after,
+                                    "--stale-after", 1.0, 86400.0)
         if args.public_url is not None and not args.public_url.startswith(
                 ("https://", "http://")):
             raise UsageError(f"--public-url {args.public_url!r}: give https://host[:port]")
@@ -245,12 +276,14 @@ class PhoneCommand:
             raise UsageError("--no-signature accepts forged calls: only on a loopback "
                              "--host (127.0.0.1)")
         token = settings.twilio_auth_token
-        if not args.no_signature and not (token and token.get_secret_value()):
+        if not args.no_signature and not args.worker and not (
+                token and token.get_secret_value()):
             raise UsageError("set VOXFLOW_TWILIO_AUTH_TOKEN to the carrier account's auth "
                              "token (the webhook's signature is checked with it), or give "
                              "--no-signature for a loopback trial")
-        model = cli.check_assistant(settings, voice=True)
-        settings = chosen_engines(args, settings, "phone")
+        model = None if args.front_door else cli.check_assistant(settings, voice=True)
+        if not args.front_door:
+            settings = chosen_engines(args, settings, "phone")
         _check_listen(settings.host, settings.port)
         with implementation("phone"):
             from .phone.command import run_phone  # aiohttp, twilio and the models
@@ -258,7 +291,8 @@ class PhoneCommand:
             flow=args.flow, host=settings.host, port=settings.port,
             public_url=args.public_url, model=model, settings=settings,
             max_calls=args.max_calls if args.max_calls is not None else settings.max_calls,
-            no_signature=args.no_signature)
+            no_signature=args.no_signature, role=role, offer_timeout=offer_timeout,
+            drain_seconds=drain_seconds, stale_after=stale_after)
 
 
 class StatusCommand:

@@ -37,6 +37,7 @@ from voxflow_voice.session.wiring import assistant_session
 from voxflow_voice.transport import AudioTransport
 
 from voxflow.clock import Clock
+from voxflow.conversation import ConversationEvent
 from voxflow.demo import load_example_module
 from voxflow.errors import FencedWriteError
 from voxflow.flow.saving import set_save_deferral
@@ -47,7 +48,12 @@ from voxflow.tasks import cancel_and_wait
 from voxflow.wiring import AssistantWiring
 
 from .deferred_saves import DeferredSaves
-from .resume import HeardJournal, issue_resume_token, settle_dropped_replies
+from .resume import (
+    CALL_ENDED_EVENT,
+    HeardJournal,
+    issue_resume_token,
+    settle_dropped_replies,
+)
 
 __all__ = [
     "WEBRTC_VOICE_SETTINGS",
@@ -128,6 +134,9 @@ class Call:
     """A resumed session's answers that were cut off by the drop (their delivery ids)."""
     deferred: DeferredSaves | None = None
     """A persisted call's saves held back while its store was unreachable (outages)."""
+    record_end: Callable[[str], Awaitable[None]] | None = None
+    """A persisted call's: saves that the session ended for good (``how``), a
+    :data:`~voxflow_adapters.hosting.resume.CALL_ENDED_EVENT` (None: not persisted)."""
     _closers: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
 
     async def aclose(self) -> None:
@@ -255,8 +264,14 @@ async def _persisted_call(
         if not resaving.cancelled() and (failure := resaving.exception()) is not None:
             raise failure
 
+    async def record_end(how: str) -> None:
+        async with wiring.state_lock:
+            flow.state.events.append(ConversationEvent(type=CALL_ENDED_EVENT,
+                                                       payload={"how": how}))
+            await flow.asave_state("call_ended")
+
     call = Call(session=voice, flow=flow, jobs=wiring.jobs, resume_token=token,
-                dropped=dropped, deferred=deferred)
+                dropped=dropped, deferred=deferred, record_end=record_end)
     call._closers.append(close_journal)
     call._closers.append(close_deferred)
     call._closers.append(wiring.aclose)

@@ -47,8 +47,10 @@ from voxflow.ids import DeliveryId
 from voxflow.turns import ReplyRecord
 
 __all__ = [
+    "CALL_ENDED_EVENT",
     "DROPPED_MARK",
     "HeardJournal",
+    "call_ended",
     "check_resume_token",
     "issue_resume_token",
     "settle_dropped_replies",
@@ -60,6 +62,11 @@ DROPPED_MARK = "[cut off: the call dropped]"
 """Ends an answer that was cut because the call dropped (the worker died, the network)."""
 
 _TOKEN_EVENT, _HEARD_EVENT, _SETTLED_EVENT = "resume_token", "reply_heard", "reply_settled"
+
+CALL_ENDED_EVENT = "call_ended"
+"""The session event a call saves when it ends for good (the caller hung up, or the
+worker ended it): a phone call's carrier, coming back after its stream ended, is not
+reconnected to a session that has it (:func:`call_ended`)."""
 
 
 def _digest(token: str) -> str:
@@ -84,6 +91,14 @@ def check_resume_token(stored: Mapping[str, Any] | None, token: str) -> bool:
               if isinstance(e, Mapping) and e.get("type") == _TOKEN_EVENT]
     expected = hashes[-1] if hashes and isinstance(hashes[-1], str) else "0" * 64
     return hmac.compare_digest(_digest(token), expected) and bool(hashes)
+
+
+def call_ended(stored: Mapping[str, Any] | None) -> bool:
+    """Whether the stored session ``stored`` (a loaded state; None: none) ended for good:
+    it holds a :data:`CALL_ENDED_EVENT`."""
+    return stored is not None and any(
+        isinstance(e, Mapping) and e.get("type") == CALL_ENDED_EVENT
+        for e in stored.get("events", ()))
 
 
 def _events_of(state: Any, kind: str) -> list[dict[str, Any]]:

@@ -41,9 +41,11 @@ from voxflow.logs import bind_log_context
 from ..hosting.calls import Call, CallFactory
 from .transport import PhoneTransport
 from .twilio import TwilioSerializer
-from .wire import MAX_MESSAGE_CHARS, CarrierMessageError, CarrierSerializer
+from .wire import MAX_MESSAGE_CHARS, CarrierMessageError, CarrierSerializer, Started
 
-__all__ = ["STREAM_TOKEN_PARAMETER", "PhoneServer", "PhoneSettings", "SignatureCheck"]
+__all__ = ["STREAM_TOKEN_PARAMETER", "PhoneCall", "PhoneServer", "PhoneSettings",
+           "SignatureCheck",
+           "public_address", "signed_webhook"]
 
 logger = logging.getLogger(__name__)
 
@@ -79,6 +81,36 @@ class SignatureCheck:
 
     def __repr__(self) -> str:
         return "SignatureCheck(<auth token>)"
+
+
+def public_address(request: web.Request, public_url: str | None, path_qs: str, *,
+                   websocket: bool = False) -> str:
+    """``path_qs`` on the server as the carrier reaches it: at ``public_url``
+    (``https://host``), or at the request's own address when None (loopback trials);
+    ``websocket``: as a ``ws``/``wss`` URL."""
+    if public_url is None:
+        scheme, netloc = request.scheme, request.host
+    else:
+        parts = urlsplit(public_url)
+        scheme, netloc = parts.scheme, parts.netloc
+    if websocket:
+        scheme = {"https": "wss", "http": "ws"}.get(scheme, scheme)
+    path, _, query = path_qs.partition("?")
+    return urlunsplit((scheme, netloc, path, query, ""))
+
+
+async def signed_webhook(request: web.Request, check: SignatureCheck | None,
+                         public_url: str | None) -> dict[str, str] | None:
+    """The webhook's form parameters if its signature is valid (or ``check`` is None:
+    unsigned trials); None if it is missing or wrong (answer 403)."""
+    form = await request.post()
+    params = {key: value for key, value in form.items() if isinstance(value, str)}
+    if check is not None:
+        url = public_address(request, public_url, request.path_qs)
+        if not check.valid(url, params, request.headers.get("X-Twilio-Signature")):
+            logger.warning("refused a webhook: missing or wrong signature")
+            return None
+    return params
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,10 +156,18 @@ class PhoneSettings:
 
 
 @dataclass(slots=True)
-class _PhoneCall:
+class PhoneCall:
+    """A running call of a :class:`PhoneServer`: its transport, call and events, what
+    its stream was admitted for (``ticket``) and why the server ends it."""
+
     transport: PhoneTransport
     call: Call
     events: list[SessionEvent]
+    ticket: Any = None
+    ending: str | None = None
+    """Why this server ends the call (None: the stream ends it)."""
+    closed: asyncio.Event = field(default_factory=asyncio.Event)
+    """Set once the call is closed and its slot free."""
 
 
 class PhoneServer:
@@ -152,7 +192,8 @@ class PhoneServer:
         self.serializer = serializer if serializer is not None else TwilioSerializer()
         self.on_call = on_call
         self._tokens: dict[str, float] = {}
-        self._calls: dict[str, _PhoneCall] = {}
+        self._tickets: dict[int, Any] = {}  # a started stream's ticket, by its transport
+        self._calls: dict[str, PhoneCall] = {}
         self.ended: list[dict[str, Any]] = []
         self.refused_webhooks = 0
 
@@ -170,38 +211,21 @@ class PhoneServer:
 
     # -- the webhook -----------------------------------------------------------------
 
-    def _public(self, request: web.Request, path_qs: str, *, websocket: bool = False) -> str:
-        base = self.settings.public_url
-        if base is None:
-            scheme, netloc = request.scheme, request.host
-        else:
-            parts = urlsplit(base)
-            scheme, netloc = parts.scheme, parts.netloc
-        if websocket:
-            scheme = {"https": "wss", "http": "ws"}.get(scheme, scheme)
-        path, _, query = path_qs.partition("?")
-        return urlunsplit((scheme, netloc, path, query, ""))
-
     async def _webhook(self, request: web.Request) -> web.Response:
-        form = await request.post()
-        params = {key: value for key, value in form.items() if isinstance(value, str)}
-        check = self.settings.signature
-        if check is not None:
-            url = self._public(request, request.path_qs)
-            if not check.valid(url, params, request.headers.get("X-Twilio-Signature")):
-                self.refused_webhooks += 1
-                logger.warning("refused a webhook: missing or wrong signature")
-                return web.Response(status=403, text="forbidden")
+        params = await signed_webhook(request, self.settings.signature,
+                                      self.settings.public_url)
+        if params is None:
+            self.refused_webhooks += 1
+            return web.Response(status=403, text="forbidden")
         self._expire_tokens()  # (an expired token holds no place: its stream never came)
         if len(self._calls) + len(self._tokens) >= self.settings.max_calls:
             logger.warning("rejected a call: %d calls in progress", len(self._calls))
-            return web.Response(
-                content_type="text/xml",
-                text='<?xml version="1.0" encoding="UTF-8"?><Response>'
-                     '<Reject reason="busy"/></Response>')
+            content_type, body = self.serializer.reject_busy()
+            return web.Response(content_type=content_type, text=body)
         token = secrets.token_urlsafe(24)
         self._tokens[token] = time.monotonic() + self.settings.stream_token_seconds
-        stream_url = self._public(request, self.settings.media_path, websocket=True)
+        stream_url = public_address(request, self.settings.public_url,
+                                    self.settings.media_path, websocket=True)
         content_type, body = self.serializer.answer(stream_url, {STREAM_TOKEN_PARAMETER: token})
         return web.Response(text=body, content_type=content_type)
 
@@ -210,9 +234,30 @@ class PhoneServer:
         for token in [t for t, until in self._tokens.items() if until < now]:
             del self._tokens[token]
 
-    def _take_token(self, token: str | None) -> bool:
+    def _take_token(self, token: str | None, started: Started) -> Any:
+        """What the stream token ``token`` of the stream ``started`` was issued for (a
+        true value), or None: not one of ours, expired, or used already."""
         self._expire_tokens()
-        return token is not None and self._tokens.pop(token, None) is not None
+        if token is None or self._tokens.pop(token, None) is None:
+            return None
+        return True
+
+    async def _open_call(self, transport: PhoneTransport, clock: MonotonicClock,
+                         on_event: Callable[[SessionEvent], None], ticket: Any) -> Call:
+        """The call's flow and session (a server with a store leases and loads the
+        call's session here)."""
+        return await self.factory(transport, self.engines, clock, on_event)
+
+    def _event(self, ticket: Any, event: SessionEvent) -> None:
+        """Each session event of the call ``ticket`` (admission records latencies)."""
+
+    async def _finish_call(self, entry: PhoneCall, how: str | None) -> None:
+        """The call's session returned, ``how`` it ended for good (``hung_up``, or the
+        reason this server ended it; None: the stream was lost or handed over, the call
+        may go on elsewhere); its wiring is not closed yet."""
+
+    async def _after_call(self, entry: PhoneCall | None, ticket: Any) -> None:
+        """The call is closed (or never started: ``entry`` None) and its slot free."""
 
     # -- the media stream ------------------------------------------------------------
 
@@ -244,7 +289,9 @@ class PhoneServer:
                     transport.receive(message.data)
                     if transport.started is not None:
                         token = transport.started.parameters.get(STREAM_TOKEN_PARAMETER)
-                        if self._take_token(token):
+                        ticket = self._take_token(token, transport.started)
+                        if ticket is not None:
+                            self._tickets[id(transport)] = ticket
                             return True
                         logger.warning("refused a media stream: no valid stream token")
                         return False
@@ -259,15 +306,22 @@ class PhoneServer:
         # this task starts the session's: its lines and its call span name the call
         bind_log_context(call_id=call_id)
         events: list[SessionEvent] = []
+        ticket = self._tickets.pop(id(transport), None)
+
+        def on_event(event: SessionEvent) -> None:
+            events.append(event)
+            self._event(ticket, event)
+
         try:
-            call = await self.factory(transport, self.engines, clock, events.append)
+            call = await self._open_call(transport, clock, on_event, ticket)
         except Exception:
             logger.exception("could not start the call's session", extra={"call_id": call_id})
+            await self._after_call(None, ticket)
             return
         # keyed by this stream, not by the call id its start message gave (a second
         # stream naming the same call must not take the first one's slot, nor free it)
         key = f"{call_id}#{id(transport)}"
-        self._calls[key] = _PhoneCall(transport, call, events)
+        entry = self._calls[key] = PhoneCall(transport, call, events, ticket)
         keys: set[asyncio.Task[None]] = set()
 
         def pressed(digit: str) -> None:
@@ -293,6 +347,7 @@ class PhoneServer:
                 await asyncio.wait({session})
         except TimeoutError:
             logger.info("phone call reached its length limit", extra={"call_id": call_id})
+            entry.ending = entry.ending or "the call reached its length limit"
         finally:
             transport.end_input()
             for task in (reader, session, *keys):
@@ -305,11 +360,15 @@ class PhoneServer:
                 await transport.aclose()
                 sender.cancel()
                 await asyncio.gather(sender, return_exceptions=True)
+                await self._finish_call(entry, "hung_up" if transport.stopped
+                                        else entry.ending)
                 await call.aclose()
             except Exception:  # (the slot is freed and the call summarized all the same)
                 logger.exception("closing the call failed", extra={"call_id": call_id})
             finally:
                 self._calls.pop(key, None)
+                await self._after_call(entry, ticket)
+                entry.closed.set()
             stats = transport.statistics()
             summary = {"call_id": call_id, "seconds": round(clock.now() - began, 1),
                        "frames_in": stats.frames_in, "frames_out": stats.frames_out,

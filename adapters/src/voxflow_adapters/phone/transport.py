@@ -129,6 +129,8 @@ class PhoneTransport:
         self.clock: Clock = clock if clock is not None else MonotonicClock()
         self.on_dtmf = on_dtmf
         self.started: Started | None = None
+        self.stopped = False
+        """The carrier said the stream ended (``stop``: the caller hung up)."""
         self._send = send
         self._lead = round(lead * MULAW_RATE)
         self._writable_seconds = writable_seconds
@@ -187,6 +189,7 @@ class PhoneTransport:
                 self._started.set()
                 self._wake.set()
         elif isinstance(message, Stopped):
+            self.stopped = True
             self.end_input()
         else:
             assert isinstance(message, Connected)

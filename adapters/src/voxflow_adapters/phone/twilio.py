@@ -20,7 +20,7 @@ import binascii
 import json
 from collections.abc import Mapping
 from typing import Any
-from xml.sax.saxutils import quoteattr
+from xml.sax.saxutils import escape, quoteattr
 
 from .wire import (
     DTMF_DIGITS,
@@ -173,11 +173,26 @@ class TwilioSerializer:
         """``{"event": "clear", "streamSid": ...}``."""
         return json.dumps({"event": "clear", "streamSid": stream_id})
 
-    def answer(self, stream_url: str, parameters: Mapping[str, str]) -> tuple[str, str]:
-        """TwiML connecting the call to a bidirectional stream at ``stream_url``."""
+    def answer(self, stream_url: str, parameters: Mapping[str, str], *,
+               action: str | None = None) -> tuple[str, str]:
+        """TwiML connecting the call to a bidirectional stream at ``stream_url``; with
+        ``action``, Twilio requests that URL when the stream ends (``<Connect action>``)
+        and goes on with the TwiML it answers."""
         inner = "".join(f"<Parameter name={quoteattr(name)} value={quoteattr(value)}/>"
                         for name, value in parameters.items())
-        body = ('<?xml version="1.0" encoding="UTF-8"?><Response><Connect>'
+        connect = "<Connect>" if action is None else f"<Connect action={quoteattr(action)}>"
+        body = (f'<?xml version="1.0" encoding="UTF-8"?><Response>{connect}'
                 f"<Stream url={quoteattr(stream_url)}>{inner}</Stream>"
                 "</Connect></Response>")
         return "text/xml", body
+
+    def hang_up(self, say: str | None = None) -> tuple[str, str]:
+        """TwiML ending the call (after saying ``say``, if given)."""
+        words = "" if say is None else f"<Say>{escape(say)}</Say>"
+        return "text/xml", (f'<?xml version="1.0" encoding="UTF-8"?><Response>{words}'
+                            "<Hangup/></Response>")
+
+    def reject_busy(self) -> tuple[str, str]:
+        """TwiML refusing the call with a busy tone (it is never answered)."""
+        return "text/xml", ('<?xml version="1.0" encoding="UTF-8"?><Response>'
+                            '<Reject reason="busy"/></Response>')

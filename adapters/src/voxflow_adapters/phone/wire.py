@@ -142,7 +142,16 @@ class CarrierSerializer(Protocol):
         """An outbound ``clear``: drop the audio buffered at the carrier now."""
         ...
 
-    def answer(self, stream_url: str, parameters: Mapping[str, str]) -> tuple[str, str]:
+    def answer(self, stream_url: str, parameters: Mapping[str, str], *,
+               action: str | None = None) -> tuple[str, str]:
         """The webhook's answer connecting the call to ``stream_url``: (content type,
-        body)."""
+        body); ``action``: the URL the carrier asks what next when the stream ends."""
+        ...
+
+    def hang_up(self, say: str | None = None) -> tuple[str, str]:
+        """An answer ending the call (after saying ``say``)."""
+        ...
+
+    def reject_busy(self) -> tuple[str, str]:
+        """An answer refusing the call, busy."""
         ...

@@ -14,6 +14,14 @@ every 20 ms of the wall clock:
 * a ``clear`` drops the buffered audio at once and echoes every pending mark (as Twilio
   documents it): those marks' audio never played.
 
+When the answer's ``<Connect>`` has an ``action`` URL, the carrier follows it as Twilio
+does: when the stream ends without the caller hanging up (the server closed it, or its
+process died), it ``POST`` s the action URL (signed, ``CallStatus=in-progress``) and goes
+on with the TwiML answered: a new ``<Connect><Stream>`` is a new stream of the same call
+(``reconnects``), a ``<Hangup/>`` ends the call (``hung_up_by_server``). After
+:meth:`SimulatedCarrier.hang_up` it asks the action URL once more, with
+``CallStatus=completed``, and keeps the answer (``after_hang_up``).
+
 It records what it received and when (``clears``, ``marks``), the caller's speech
 onsets, and per reply the samples received after the last ``clear`` that cleared it
 (:meth:`SimulatedCarrier.samples_after_clear`: for a reply the barge-in cut, stale
@@ -131,6 +139,16 @@ class SimulatedCarrier:
     first_audio: list[float] = field(default_factory=list)
     """When reply audio began to arrive after each quiet spell (> 0.5 s)."""
     received_samples: int = 0
+    action_url: str | None = None
+    """The ``<Connect action>`` URL of the current stream (None: none given)."""
+    reconnects: list[float] = field(default_factory=list)
+    """When each new stream of the call opened after the action URL's answer."""
+    stream_ends: list[float] = field(default_factory=list)
+    """When each stream ended without the caller hanging up."""
+    hung_up_by_server: bool = False
+    """The action URL answered a hang-up after the stream ended."""
+    after_hang_up: str | None = None
+    """The action URL's answer after the caller hung up."""
     played: dict[str, list[NDArray[np.int16]]] = field(default_factory=dict)
     """The reply audio that played, per delivery id (8 kHz s16)."""
     _session: Any = None
@@ -160,21 +178,35 @@ class SimulatedCarrier:
     async def __aexit__(self, *exc: object) -> None:
         await self.hang_up()
 
-    async def _dial(self) -> None:
+    async def _request(self, url: str, status: str = "ringing") -> str:
+        """POST a webhook (or the action URL) like the carrier; the TwiML answered."""
         params = {"AccountSid": "AC" + "0" * 32, "CallSid": self.call_sid,
-                  "From": self.caller, "To": "+15550199", "Direction": "inbound"}
+                  "From": self.caller, "To": "+15550199", "Direction": "inbound",
+                  "CallStatus": status}
         headers = {}
         if self.auth_token is not None:
-            headers["X-Twilio-Signature"] = twilio_signature(self.auth_token,
-                                                             self.webhook_url, params)
-        async with self._session.post(self.webhook_url, data=params,
-                                      headers=headers) as response:
+            headers["X-Twilio-Signature"] = twilio_signature(self.auth_token, url, params)
+        async with self._session.post(url, data=params, headers=headers) as response:
             body = await response.text()
             if response.status != 200:
                 raise ConnectionRefusedError(f"the webhook answered {response.status}")
-        stream = ElementTree.fromstring(body).find("./Connect/Stream")
-        if stream is None:
+        return str(body)
+
+    async def _dial(self) -> None:
+        body = await self._request(self.webhook_url)
+        if not await self._open(body):
             raise ConnectionRefusedError("the webhook's answer connects no stream")
+        loop = asyncio.get_running_loop()
+        self._tasks = [loop.create_task(self._tick(), name="carrier.tick"),
+                       loop.create_task(self._receive(), name="carrier.receive")]
+
+    async def _open(self, body: str) -> bool:
+        """Open the stream the TwiML ``body`` connects to; False if it connects none."""
+        connect = ElementTree.fromstring(body).find("./Connect")
+        stream = None if connect is None else connect.find("Stream")
+        if connect is None or stream is None:
+            return False
+        self.action_url = connect.get("action")
         self.stream_url = stream.get("url")
         self.parameters = {p.get("name", ""): p.get("value", "")
                            for p in stream.findall("Parameter")}
@@ -182,18 +214,19 @@ class SimulatedCarrier:
         await self._send({"event": "connected", "protocol": "Call", "version": "1.0.0"})
         await self._send({
             "event": "start", "sequenceNumber": "1", "streamSid": self.stream_sid,
-            "start": {"accountSid": params["AccountSid"], "streamSid": self.stream_sid,
+            "start": {"accountSid": "AC" + "0" * 32, "streamSid": self.stream_sid,
                       "callSid": self.call_sid, "tracks": ["inbound"],
                       "customParameters": self.parameters,
                       "mediaFormat": {"encoding": "audio/x-mulaw", "sampleRate": 8000,
                                       "channels": 1}}})
-        loop = asyncio.get_running_loop()
-        self._tasks = [loop.create_task(self._tick(), name="carrier.tick"),
-                       loop.create_task(self._receive(), name="carrier.receive")]
+        return True
 
     async def _send(self, message: dict[str, Any]) -> None:
+        if self._ws.closed:
+            return  # (between two streams: the line carries nothing)
         self._sequence += 1
-        await self._ws.send_str(json.dumps(message))
+        with contextlib.suppress(ConnectionResetError):
+            await self._ws.send_str(json.dumps(message))
 
     # -- the caller -------------------------------------------------------------------
 
@@ -241,6 +274,9 @@ class SimulatedCarrier:
                 await self._send({"event": "stop", "streamSid": self.stream_sid,
                                   "stop": {"callSid": self.call_sid}})
                 await self._ws.close()
+        if self.action_url is not None and not self.hung_up_by_server:
+            with contextlib.suppress(Exception):  # (the front door may be gone already)
+                self.after_hang_up = await self._request(self.action_url, "completed")
         if self._session is not None:
             await self._session.close()
 
@@ -297,6 +333,23 @@ class SimulatedCarrier:
                               "mark": {"name": name}})
 
     async def _receive(self) -> None:
+        """Read each stream of the call; when one ends without the caller hanging up,
+        follow the action URL (a new stream, or the end of the call)."""
+        while True:
+            await self._read_stream()
+            if self._done.is_set() or self.action_url is None:
+                return
+            self.stream_ends.append(time.monotonic())
+            self._buffer.clear()  # (what the old stream had sent is lost with it)
+            self._unmarked = []
+            body = await self._request(self.action_url, "in-progress")
+            self.stream_sid = "MZ" + secrets.token_hex(16)
+            if not await self._open(body):
+                self.hung_up_by_server = True
+                return
+            self.reconnects.append(time.monotonic())
+
+    async def _read_stream(self) -> None:
         import aiohttp  # (the voxflow-adapters[phone] extra)
 
         async for message in self._ws:
