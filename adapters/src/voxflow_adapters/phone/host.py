@@ -121,6 +121,7 @@ class PhoneHost(PhoneServer):
         self.owner_dead: OwnerDead | None = None
         self._numbers = itertools.count(1)
         self._expected: dict[str, _Ticket] = {}  # stream token -> its call
+        self._opening: set[int] = set()  # streams begun, their sessions being restored
         self._refusals: dict[str, int] = {}
 
     def app(self) -> web.Application:
@@ -138,8 +139,8 @@ class PhoneHost(PhoneServer):
 
     @property
     def calls_held(self) -> int:
-        """Calls running and streams expected."""
-        return len(self._calls) + len(self._expected)
+        """Calls running, streams expected and streams whose session is being opened."""
+        return len(self._calls) + len(self._expected) + len(self._opening)
 
     def load(self) -> Load:
         """The admission's load and headroom."""
@@ -250,6 +251,7 @@ class PhoneHost(PhoneServer):
         if ticket is None or ticket.carrier_call_id != started.call_id:
             return None  # (a token issued for another call is not spent by this one)
         del self._expected[token]  # type: ignore[arg-type]
+        self._opening.add(id(ticket))  # (still held: from expected to opening at once)
         if ticket.expiry is not None:
             ticket.expiry.cancel()
         return ticket
@@ -280,6 +282,7 @@ class PhoneHost(PhoneServer):
         session = CallSession(session_id, ticket.ownership.persistence,
                               resume=stored is not None)
         call = await self.factory(transport, self.engines, clock, on_event, session=session)
+        self._opening.discard(id(ticket))  # (the server registers the call at once)
         logger.info("phone call %s", "resumed" if session.resume else "started",
                     extra={"call_id": ticket.call_id, "session_id": session_id})
         return call
@@ -299,6 +302,7 @@ class PhoneHost(PhoneServer):
             return
         if ticket.ownership is not None:
             await ticket.ownership.release()
+        self._opening.discard(id(ticket))  # (its session could not be opened)
         self._free(ticket)
 
     def __repr__(self) -> str:

@@ -366,8 +366,10 @@ class PhoneServer:
             except Exception:  # (the slot is freed and the call summarized all the same)
                 logger.exception("closing the call failed", extra={"call_id": call_id})
             finally:
-                self._calls.pop(key, None)
+                # (the slot is given back, then the call leaves the count: with no await
+                # in between, a worker's count of held slots never drops in the middle)
                 await self._after_call(entry, ticket)
+                self._calls.pop(key, None)
                 entry.closed.set()
             stats = transport.statistics()
             summary = {"call_id": call_id, "seconds": round(clock.now() - began, 1),
