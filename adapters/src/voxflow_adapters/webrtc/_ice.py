@@ -16,7 +16,9 @@ the caller's task, so wrapping that call is enough.
 server-reflexive and relayed candidates of the STUN/TURN servers: aioice waits 5 s
 (``Connection.get_component_candidates``' ``timeout``, which aiortc never sets) for a
 server that does not answer, and the answer (no trickle ICE) waits with it. The host
-candidates are there at once; a candidate that comes later is left out.
+candidates are there at once; a candidate that comes later is left out. A server that
+refuses (its port closed) fails at once (:mod:`._ice_refused`): when every server
+refused or failed, the gathering ends at once.
 """
 
 from __future__ import annotations
@@ -27,6 +29,8 @@ import ipaddress
 from collections.abc import Callable, Iterator, Sequence
 
 import aioice.ice
+
+from . import _ice_refused
 
 __all__ = ["gather_timeout", "host_addresses", "validate_addresses"]
 
@@ -106,6 +110,7 @@ def _install_gather_timeout() -> None:
                               timeout=timeout if bound is None else bound)  # type: ignore[arg-type]
 
     connection.get_component_candidates = get_component_candidates  # type: ignore[method-assign]
+    _ice_refused.install()  # (a refusing server does not hold the gathering to its bound)
     _gather_installed = True
 
 
