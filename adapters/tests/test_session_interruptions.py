@@ -6,7 +6,9 @@
   synthesis (its TTS stream is closed before its end; later segments never start), not
   only its playback (synthesis paced by playback here: ``synthesis_ahead=0``);
 * with synthesis ahead of playback (``synthesis_ahead=3``), a barge-in drops the audio made ahead
-  unheard and the rest of the reply is never synthesized.
+  unheard and the rest of the reply is never synthesized;
+* at the defaults a cut reply has synthesized the sentences heard and at most one more,
+  counted by its own Piper voice (60 s ahead, the contrast: all of them).
 
 The story's timeline (bundled voice, noise-free): segment 1 "Once upon a time," plays
 from about 2.1 s, segment 2 from about 2.7 s, segment 3 ("Every night ...") is handed to
@@ -15,18 +17,21 @@ TTS at about 6.4 s and plays until about 10.7 s, segment 4 would follow.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from voxflow_adapters.testkit.flows import STORY, Teller, words
+from voxflow_adapters.testkit.flows import ACKNOWLEDGEMENT, STORY, Teller, words
 from voxflow_adapters.testkit.scenario import run_call
 from voxflow_adapters.testkit.script import CallScript
 from voxflow_voice.audio import AudioChunk
 from voxflow_voice.engines import TextToSpeech, VoiceEngines
+from voxflow_voice.engines.tts import PiperTts, TtsSettings
 from voxflow_voice.session import VoiceSettings
 from voxflow_voice.speak.history import INTERRUPTED_MARK
+from voxflow_voice.speak.segmenter import SegmenterSettings, TextSegmenter
 
 from voxflow.ids import DeliveryId
 from voxflow.turns import TurnRunner
@@ -183,3 +188,51 @@ async def test_a_barge_in_drops_the_audio_synthesized_ahead_and_stops_the_synthe
     assert STORY.startswith(interrupted.heard_text)
     assert len(interrupted.heard_text) < len(STORY)
     assert call.settled(call.replies()[1]) == "completed"  # "Stop, please." was answered
+
+
+def _story_segments() -> list[str]:
+    """The story as the speaker hands it to the voice: the segmenter's segments."""
+    segmenter = TextSegmenter(SegmenterSettings())
+    return [s.text for s in [*segmenter.push(STORY), *segmenter.flush()]]
+
+
+async def _cut_story(engines: VoiceEngines, stop_at: float,
+                     settings: VoiceSettings) -> tuple[int, int]:
+    """The story cut by "Stop, please." at ``stop_at`` s, said by a Piper voice of its
+    own (uncached, so each sentence it says is synthesized): (sentences of the story
+    Piper synthesized, sentences of it whose first word was heard)."""
+    tts = PiperTts(settings=TtsSettings(cache_mb=0, noise_scale=0.0, noise_w_scale=0.0))
+    counted = VoiceEngines(stt=engines.stt, tts=tts, make_vad=engines.make_vad)
+    script = CallScript().user_says(0.3, "Tell me a story.").user_says(stop_at, "Stop, please.")
+    call = await run_call(TurnRunner(Teller()), script, counted, settings=settings)
+    (interrupted,) = call.of_kind("reply_interrupted")
+    assert interrupted.delivery_id == call.replies()[0] and call.stale_samples() == 0
+    # The same voice said the caller's two lines (the script's audio) and the answer.
+    others = sum(len(tts.sentences(t))
+                 for t in ("Tell me a story.", "Stop, please.", ACKNOWLEDGEMENT))
+    segments = _story_segments()
+    assert [len(tts.sentences(s)) for s in segments] == [1, 1, 1, 1]  # a sentence each
+    heard = len(interrupted.heard_text.split())
+    starts = itertools.accumulate([len(s.split()) for s in segments[:-1]], initial=0)
+    return tts.statistics().sentences - others, sum(start < heard for start in starts)
+
+
+@pytest.mark.parametrize("stop_at", [4.0, 8.0])
+async def test_a_cut_reply_never_synthesizes_more_than_a_sentence_past_the_one_heard(
+    engines: VoiceEngines, stop_at: float,
+) -> None:
+    """At the defaults a sentence is synthesized once the one before was handed to the
+    transport, so a reply cut by a barge-in has paid for the sentence being heard and
+    at most the next one: never for its unheard end (issue 36, item 2)."""
+    synthesized, begun = await _cut_story(engines, stop_at, VoiceSettings())
+    assert begun <= synthesized <= begun + 1
+    assert synthesized < len(_story_segments())
+
+
+async def test_without_the_bound_a_cut_reply_pays_for_every_sentence(
+    engines: VoiceEngines,
+) -> None:
+    """The contrast: synthesized 60 s ahead of the transport, the story cut in its second
+    sentence has been synthesized whole."""
+    synthesized, begun = await _cut_story(engines, 4.0, VoiceSettings(synthesis_ahead=60.0))
+    assert begun == 2 and synthesized == len(_story_segments()) == 4
