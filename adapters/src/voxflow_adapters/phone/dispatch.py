@@ -15,7 +15,7 @@ from voxflow.ids import SessionId
 
 __all__ = ["CALL_ID_PATTERN", "PhoneRequest", "StreamAnswer", "phone_session_id"]
 
-CALL_ID_PATTERN = re.compile(r"[A-Za-z0-9_-]{1,64}")
+CALL_ID_PATTERN = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 """A carrier's call id as the front door accepts it (Twilio's ``CA`` + 32 hex)."""
 
 
