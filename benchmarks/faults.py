@@ -28,8 +28,11 @@ the machine's ``initdb``/``pg_ctl``) and an aiortc caller (``LoopbackCaller``) t
 * **disk full**: the SQLite session store on a small tmpfs (``mount -t tmpfs``, root
   only; said and skipped otherwise), filled to the last byte before a question and
   freed 3 s later;
-* **clock jump**: the SQLite store's lease clock jumps an hour forward before a
-  question, then two hours back before the next;
+* **clock jump**: the store's lease clock jumps an hour forward before a question, then
+  two hours back before the next;
+* the LLM and clock faults run twice: the sessions on SQLite, then on a PostgreSQL of
+  the script's own (its lease clock: the server's, moved by the jump); the full disk is
+  SQLite's alone;
 * **ICE servers** (``--only ice``, sessions on SQLite): the server's ``--ice-server``
   is a STUN server that is silent, down (its port refusing: ICMP port unreachable) or
   late (it answers 4 s after each request, past the 2 s the gathering waits); three
@@ -452,12 +455,14 @@ class _Causes(logging.Handler):
             self.errors.append(str(record.exc_info[1]))
 
 
-async def llm_fault(engines: Any, fault: str) -> LlmFault:
+async def llm_fault(engines: Any, fault: str, pg: OwnPostgres | None = None) -> LlmFault:
+    """The call through one LLM provider ``fault``, its sessions on SQLite, or on ``pg``."""
     from _llm_faults import ANSWER, faulty_provider
     from voxflow_adapters.hosting.calls import flow_call_factory, webrtc_voice_settings
 
     from voxflow import ConversationConfig, Flow
     from voxflow.flow.persistence import SQLiteFlowPersistence
+    from voxflow.flow.postgres import PostgresFlowPersistence
     from voxflow.llm import LLM, preload
     from voxflow.wiring import AssistantState
 
@@ -475,7 +480,8 @@ async def llm_fault(engines: Any, fault: str) -> LlmFault:
         class Chat(Flow[AssistantState]):
             pass
 
-        store = SQLiteFlowPersistence(Path(tmp) / "calls.db")
+        store = (SQLiteFlowPersistence(Path(tmp) / "calls.db") if pg is None
+                 else PostgresFlowPersistence(pg.url))
         # no answer in the user's pause: each question's request follows its commit
         voice = webrtc_voice_settings().model_copy(update={"speculative_replies": False})
         factory = flow_call_factory(Chat, settings=voice)
@@ -686,10 +692,30 @@ def _jumping_sqlite(path: Path) -> Any:
     return Jumping(path)
 
 
-async def clock_jump(engines: Any) -> CallResult:
+def _jumping_postgres(url: str) -> Any:
+    from voxflow.flow.postgres import PostgresFlowPersistence
+
+    class Jumping(PostgresFlowPersistence):
+        _jump = 0.0
+
+        @property
+        def jump(self) -> float:
+            return self._jump
+
+        @jump.setter
+        def jump(self, seconds: float) -> None:  # the leases' clock: the server's, moved
+            self._jump = seconds
+            self._now_sql = f"(extract(epoch FROM clock_timestamp())::float8 + {seconds!r})"
+
+    return Jumping(url)
+
+
+async def clock_jump(engines: Any, pg: OwnPostgres | None = None) -> CallResult:
+    """The call through lease-clock jumps, its sessions on SQLite, or on ``pg``."""
     result = CallResult()
     with tempfile.TemporaryDirectory(prefix="voxflow-faults-") as tmp:
-        store = _jumping_sqlite(Path(tmp) / "calls.db")
+        store = (_jumping_sqlite(Path(tmp) / "calls.db") if pg is None
+                 else _jumping_postgres(pg.url))
         try:
             async with serving(engines, store, lease_seconds=1.5) as (server, calls):
                 caller = Caller(engines, f"http://127.0.0.1:{server.port}", server.token)
@@ -747,7 +773,7 @@ async def main(runs: int, downtime: float, offer_rounds: int, bin_dir: Path,
     table: dict[str, list[Any]] = {"resets": [], "restart": [], "ice": [], "ice_base": [],
                                    "offers": []}
     if set(only) & {"llm", "disk", "clock"}:
-        await other_faults(engines, runs, only)
+        await other_faults(engines, runs, only, bin_dir)
     if "pg" not in only:
         return
     for run in range(1, runs + 1):
@@ -821,34 +847,45 @@ async def job_outages(runs: int, outage: float, bin_dir: Path) -> None:
                round(statistics.median(stored), 1), "s")
 
 
-async def other_faults(engines: Any, runs: int, only: list[str]) -> None:
-    """The LLM provider, disk and clock faults, ``runs`` times each, and their medians."""
-    llm: dict[str, list[LlmFault]] = {"hang": [], "reset": [], "garbage": []}
+async def other_faults(engines: Any, runs: int, only: list[str], bin_dir: Path) -> None:
+    """The LLM provider, disk and clock faults, ``runs`` times each, and their medians:
+    the LLM and clock faults with the sessions on SQLite and on a PostgreSQL of the
+    script's own (when ``bin_dir`` has ``initdb``), the disk's on SQLite."""
+    stores = ("SQLite", "PostgreSQL") if (bin_dir / "initdb").exists() else ("SQLite",)
+    if len(stores) == 1:
+        print(f"  (no initdb in {bin_dir}: LLM and clock faults on SQLite only)")
+    llm: dict[str, list[LlmFault]] = {f"{fault} {where}": [] for where in stores
+                                      for fault in ("hang", "reset", "garbage")}
     disks: list[CallResult] = []
-    clocks: list[CallResult] = []
+    clocks: dict[str, list[CallResult]] = {where: [] for where in stores}
     for run in range(1, runs + 1):
         print(f"run {run} (LLM provider, disk, clock):", flush=True)
-        if "llm" in only:
-            for fault in llm:
-                f = await llm_fault(engines, fault)
-                llm[fault].append(f)
-                took = "never" if f.settled_s is None else f"{f.settled_s:.1f} s"
-                print(f"  LLM {fault:<8} answers lost {f.lost} of 2; the faulted question "
-                      f"settled {f.turn_status} after {took}, the caller heard "
-                      f"{f.heard_during} repl(ies) for it (cause: {f.cause}); answers "
-                      f"after: {'yes' if f.answers_after else 'NO'}"
-                      + (f"; ENDED: {f.ended}" if f.ended else ""), flush=True)
-        if "disk" in only:
-            d = await disk_full(engines)
-            if isinstance(d, str):
-                print(f"  disk full   {d}", flush=True)
-            else:
-                disks.append(d)
-                print_call("disk full", d, " (full 3 s)")
-        if "clock" in only:
-            c = await clock_jump(engines)
-            clocks.append(c)
-            print_call("clock jump", c, " (+1 h, then -2 h)")
+        with contextlib.ExitStack() as stack:
+            pg = stack.enter_context(own_postgres(bin_dir)) if len(stores) > 1 and set(
+                only) & {"llm", "clock"} else None
+            if "llm" in only:
+                for key in llm:
+                    fault, where = key.split()
+                    f = await llm_fault(engines, fault, pg if where == "PostgreSQL" else None)
+                    llm[key].append(f)
+                    took = "never" if f.settled_s is None else f"{f.settled_s:.1f} s"
+                    print(f"  LLM {key:<19} answers lost {f.lost} of 2; the faulted "
+                          f"question settled {f.turn_status} after {took}, the caller heard "
+                          f"{f.heard_during} repl(ies) for it (cause: {f.cause}); answers "
+                          f"after: {'yes' if f.answers_after else 'NO'}"
+                          + (f"; ENDED: {f.ended}" if f.ended else ""), flush=True)
+            if "disk" in only:
+                d = await disk_full(engines)
+                if isinstance(d, str):
+                    print(f"  disk full   {d}", flush=True)
+                else:
+                    disks.append(d)
+                    print_call("disk full", d, " (full 3 s)")
+            if "clock" in only:
+                for where in stores:
+                    c = await clock_jump(engines, pg if where == "PostgreSQL" else None)
+                    clocks[where].append(c)
+                    print_call("clock jump", c, f" (+1 h, then -2 h; {where})")
     print(f"\nmedians of {runs} run(s), load average {os.getloadavg()[0]:.1f}:")
     for fault, results in llm.items():
         if not results:
@@ -857,7 +894,7 @@ async def other_faults(engines: Any, runs: int, only: list[str]) -> None:
         lost = max(f.lost for f in results)
         median = statistics.median(settled) if settled else float("nan")
         statuses = ", ".join(sorted({f.turn_status for f in results}))
-        print(f"  LLM provider {fault:<8}: answers lost {lost} (worst run); the faulted "
+        print(f"  LLM provider {fault:<19}: answers lost {lost} (worst run); the faulted "
               f"question settled in {median:.1f} s ({statuses}), replies heard "
               f"for it {max(f.heard_during for f in results)}; answers after "
               f"{sum(f.answers_after for f in results)}/{len(results)}")
@@ -865,10 +902,12 @@ async def other_faults(engines: Any, runs: int, only: list[str]) -> None:
         if settled:
             figure(f"LLM provider {fault}: question settled", round(statistics.median(
                 settled), 1), "s")
-    for label, rs in (("disk full 3 s", disks), ("clock jump +1 h / -2 h", clocks)):
+    for label, rs in (("disk full 3 s", disks),
+                      *((f"clock jump +1 h / -2 h {where}", rs)
+                        for where, rs in clocks.items())):
         if rs:
             lost = max(r.lost for r in rs)
-            print(f"  {label:<22}: turns lost {lost} (worst run); answers after "
+            print(f"  {label:<33}: turns lost {lost} (worst run); answers after "
                   f"{sum(r.answers_after for r in rs)}/{len(rs)}; state held back "
                   f"{statistics.median(r.held_back for r in rs):.1f} s; first audio "
                   f"{_median_of(r.during_ms for r in rs)} ms during the fault "
