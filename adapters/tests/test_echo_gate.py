@@ -22,7 +22,7 @@ from voxflow_adapters.testkit.flows import STORY, Teller, gate_frames, words
 from voxflow_adapters.testkit.scenario import CallResult, run_call
 from voxflow_adapters.testkit.script import CallScript
 from voxflow_adapters.testkit.simulated import SimulatedClient
-from voxflow_voice.audio import STT_SAMPLE_RATE, AudioChunk
+from voxflow_voice.audio import STT_SAMPLE_RATE, AudioChunk, resample
 from voxflow_voice.engines import VoiceEngines
 from voxflow_voice.listen.echo import EchoGate, EchoGateSettings
 from voxflow_voice.listen.turn_detection import TurnDetection
@@ -151,6 +151,43 @@ def test_gate_removes_a_delayed_echo_and_keeps_the_user() -> None:
     assert _rms(out[echo_only]) < 0.01 * _rms(echo[echo_only])  # more than 40 dB down
     # The user passes, cleaned of the echo.
     assert _rms(out[user_part] - user[user_part]) < 0.1 * _rms(user[user_part])
+
+
+def test_a_reply_at_the_voice_s_rate_is_referenced_as_the_speaker_plays_it(
+    engines: VoiceEngines,
+) -> None:
+    """Piper's 22,050 Hz chunks of 0.1 s, receipted in 20 ms pieces: the pieces' reference
+    at 16 kHz is the audio the speaker played (the reply resampled whole), so the echo's
+    path is found exactly and the echo leaves no residue. (The gate resamples each chunk
+    once, at its first receipt, and cuts the pieces from it: a third of the CPU of
+    resampling every piece apart.)"""
+    reply = np.concatenate([s.samples for s in engines.tts.synthesize(STORY.split(". ")[0])])
+    rate, chunk, piece = engines.tts.sample_rate, 2205, 441
+    heard = resample(reply, rate, STT_SAMPLE_RATE)  # what the speaker plays
+    delay = round(0.06 * STT_SAMPLE_RATE)
+    mic = np.zeros(heard.size + delay, np.float32)
+    mic[delay:] = 0.3 * heard
+    gate, delivery = EchoGate(), DeliveryId("story")
+    receipts = []  # each chunk sent, then its pieces played, as a transport does
+    for begin in range(0, reply.size, chunk):
+        gate.sent(AudioChunk.from_float(reply[begin:begin + chunk], rate, start_sample=begin,
+                                        delivery_id=delivery, segment_id=1))
+        for start in range(begin, min(begin + chunk, reply.size), piece):
+            n = min(piece, begin + chunk - start, reply.size - start)
+            receipts.append(PlaybackReceipt(delivery, 1, start, n, rate, at=start / rate))
+    out = []
+    for start in range(0, mic.size - 320 + 1, 320):
+        at = start / STT_SAMPLE_RATE
+        while receipts and receipts[0].at < at + 0.02:  # played by the end of the frame
+            gate.played(receipts.pop(0))
+        out.append(gate.process(AudioChunk.from_float(mic[start:start + 320],
+                                                      STT_SAMPLE_RATE), at).samples())
+    stats = gate.statistics()
+    assert stats.delay == pytest.approx(0.06, abs=1 / STT_SAMPLE_RATE)
+    assert stats.gain == pytest.approx(0.3, rel=0.005)
+    cleaned = np.concatenate(out)
+    steady = slice(STT_SAMPLE_RATE, cleaned.size)  # once the path is known
+    assert _rms(cleaned[steady]) < 1e-4 * _rms(mic[steady])  # more than 80 dB down
 
 
 def test_gate_without_playback_returns_the_same_audio() -> None:

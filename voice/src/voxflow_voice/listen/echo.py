@@ -133,6 +133,16 @@ class _Sent:
     start_sample: int
     samples: NDArray[np.float32]
     sample_rate: int
+    _reference: NDArray[np.float32] | None = None
+
+    def reference(self, lo: int, hi: int) -> NDArray[np.float32]:
+        """Its samples ``lo:hi`` (its own rate, from its start) at 16 kHz: the chunk is
+        resampled whole, once, at its first receipt (not each 20 ms piece on its own), and
+        pieces are cut from it at matching places, so they join without a gap."""
+        if self._reference is None:
+            self._reference = resample(self.samples, self.sample_rate, STT_SAMPLE_RATE)
+        size, out = self.samples.size, self._reference.size
+        return self._reference[lo * out // size : hi * out // size]
 
 
 class _Timeline:
@@ -261,12 +271,10 @@ class EchoGate:
             lo = max(need_start, item.start_sample)
             hi = min(need_end, item.start_sample + item.samples.size)
             if lo < hi:
-                pieces.append(item.samples[lo - item.start_sample : hi - item.start_sample])
+                pieces.append(item.reference(lo - item.start_sample, hi - item.start_sample))
         if not pieces:
             return  # audio we never saw (e.g. written by someone else): nothing to cancel
-        samples = np.concatenate(pieces)
-        if receipt.sample_rate != STT_SAMPLE_RATE:
-            samples = resample(samples, receipt.sample_rate, STT_SAMPLE_RATE)
+        samples = pieces[0] if len(pieces) == 1 else np.concatenate(pieces)
         index = self._index(receipt.at)
         self._ref.write(index, samples)
         self._ref_last = max(self._ref_last, index + samples.size)
