@@ -23,7 +23,9 @@ about 9 s to the end, waits :data:`GAP` s and asks again, ``--turns`` times (a d
 load: a caller is always either speaking or listening). The callers' first questions are
 spread evenly over one cycle (question + reply) so their turns do not all end together.
 The flow is :class:`~voxflow_adapters.testkit.flows.Teller` answering every turn at once with
-:data:`REPLY`, so the figures are the voice pipeline's (VAD, STT, TTS, playout).
+:data:`REPLY`, so the figures are the voice pipeline's (VAD, STT, TTS, playout). Piper
+keeps no speech cache here (``piper:cache_mb=0``): every reply is synthesized anew, as
+an LLM's would be, where the cache would say this one fixed reply once per process.
 
 Printed per N (nothing is asserted, the machine is shared):
 
@@ -374,11 +376,13 @@ async def load_engines(*, scheduling: bool = True) -> tuple[VoiceEngines, float]
 
     With ``scheduling`` their work runs on the deadline-aware ModelScheduler; without,
     on the default executor, first come first served (the models themselves are the
-    same objects either way: loaded once per process). litellm is loaded too, as every
-    entry point does at start-up: its import and warm-up (~4.6 s of CPU, once per
-    process) would otherwise be counted as the first row's calls' CPU."""
+    same objects either way: loaded once per process; Piper without its speech cache,
+    as the module says). litellm is loaded too, as every entry point does at start-up:
+    its import and warm-up (~4.6 s of CPU, once per process) would otherwise be counted
+    as the first row's calls' CPU."""
     engines, _ = await asyncio.gather(
-        asyncio.to_thread(VoiceEngines.load, scheduling=scheduling), preload())
+        asyncio.to_thread(VoiceEngines.load, tts="piper:cache_mb=0", scheduling=scheduling),
+        preload())
     await engines.stt.transcribe(AudioChunk.from_float(np.zeros(16_000, np.float32), 16_000))
     async for _ in engines.tts.stream("Warming up.", segment_id=1):
         pass

@@ -15,7 +15,7 @@ all of the process's threads, so Whisper's CTranslate2 threads count), the media
   the session's settings, and how many transcriptions a turn takes in the real pipeline
   (early STT decodes a pause before it is confirmed);
 * **Piper**: per second of reply audio (the capacity benchmark's reply, about 9 s),
-  synthesized: the budget's voice keeps no speech cache (every reply is said anew);
+  synthesized: capacity's engines keep no speech cache (every reply is said anew);
 * **resampling**: per second of reply, Piper's 22,050 Hz to 16 kHz (the simulated
   transport) and to 48 kHz (WebRTC), and 48 kHz input to 16 kHz (WebRTC's decimator);
 * **Opus** (WebRTC only): aiortc's encoder and decoder per second of 20 ms frames;
@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import dataclasses
 import json
 import os
 import statistics
@@ -51,7 +50,6 @@ from voxflow_adapters.testkit.script import CallScript
 from voxflow_voice.audio import STT_SAMPLE_RATE, AudioChunk, resample
 from voxflow_voice.decimator import Decimator
 from voxflow_voice.engines import VoiceEngines
-from voxflow_voice.engines.tts import PiperTts, TtsSettings
 from voxflow_voice.engines.vad import FRAME_SAMPLES, SileroVad
 from voxflow_voice.listen.turn_detector import TurnDetector
 
@@ -189,10 +187,7 @@ async def _silent_pct(engines: VoiceEngines, question: AudioChunk) -> float:
 
 async def measure(repeat: int) -> Budget:
     """Every part, then the whole call (real time)."""
-    loaded, _ = await load_engines(scheduling=False)
-    # Every reply of the dense caller is the same text: with the speech cache (on by
-    # default) Piper would say it once per process and the budget would count no Piper.
-    engines = dataclasses.replace(loaded, tts=PiperTts(settings=TtsSettings(cache_mb=0)))
+    engines, _ = await load_engines(scheduling=False)  # Piper without its speech cache
     question = question_audio(engines)
     q = question.samples()
     with_pause = np.concatenate([q, np.zeros(STT_SAMPLE_RATE, np.float32)])
