@@ -1,9 +1,10 @@
 """Turn taking under overlap: false interruptions, resumes, history vs played, stop times.
 
-Run: ``uv run python benchmarks/turn_taking.py [--clock virtual|real|both] [--runs N]``
+Run: ``uv run python benchmarks/turn_taking.py [--clock virtual|real|both] [--runs N] [--gap S]``
 
-Each call: the user asks for a story; 1.5 s after its audio starts, the user makes one
-sound over it, from three sets:
+Each call: the user asks for a story; 1.5 s after its audio starts (``--gap``; 0.6 puts
+the sound within ``continue_within`` of the story's commit, where the user may go on with
+the turn), the user makes one sound over it, from three sets:
 
 * **backchannels** ("Uh-huh.", "Mm-hmm.", "Yeah.", "Okay.", ...): must not cut the reply;
 * **noises**: white-noise bursts (a bump, a door), short voiced bursts (a cough, "Hah!"
@@ -144,10 +145,11 @@ def sound_onset(call: CallResult) -> float | None:
 async def one_call(
     engines: VoiceEngines, label: str, group: str, *, text: str | None = None,
     audio: AudioChunk | None = None, clock: Clock, settings: VoiceSettings | None = None,
+    gap: float = GAP,
 ) -> Outcome:
     turns = TurnRunner(Teller(story=STORY))
     script = CallScript().user_says(0.3, "Tell me a story.")
-    script.then_says(text, audio=audio, after="reply_start", gap=GAP)
+    script.then_says(text, audio=audio, after="reply_start", gap=gap)
     call = await run_call(turns, script, engines, clock=clock, settings=settings, tail=1.5)
     story = call.replies()[0]
     fenced = call.settled(story) == "interrupted"
@@ -233,7 +235,8 @@ def make_clock(kind: str) -> Clock:
     return VirtualClock(autojump=True) if kind == "virtual" else MonotonicClock()
 
 
-async def run(clock_kind: str, runs: int, quick: bool, end_of_turn: str) -> None:
+async def run(clock_kind: str, runs: int, quick: bool, end_of_turn: str,
+              gap: float = GAP) -> None:
     smart = end_of_turn == "smart-turn"
     # The settings every entry point takes (Settings -> VoiceSettings.from_settings).
     settings = Settings().with_options(end_of_turn=end_of_turn)
@@ -254,8 +257,8 @@ async def run(clock_kind: str, runs: int, quick: bool, end_of_turn: str) -> None
             for label, group, text, audio in sounds:
                 clock = make_clock(kind)
                 outs.append(await one_call(engines, label, group, text=text, audio=audio,
-                                           clock=clock, settings=defaults))
-        summarize(f"{kind} clock, defaults{tag}", outs)
+                                           clock=clock, settings=defaults, gap=gap))
+        summarize(f"{kind} clock, defaults{tag}, sound {gap} s into the reply", outs)
     # At the anchor's end-of-turn silence (0.2 s): three backchannels, three requests.
     fast = VoiceSettings(turn_detection=TurnDetection(end_of_turn_silence=0.2, min_speech=0.2,
                                                       min_barge_in=0.2))
@@ -270,7 +273,7 @@ async def run(clock_kind: str, runs: int, quick: bool, end_of_turn: str) -> None
         for label, group, text, audio in subset:
             clock = make_clock(kind)
             outs.append(await one_call(engines, label, group, text=text, audio=audio,
-                                       clock=clock, settings=fast))
+                                       clock=clock, settings=fast, gap=gap))
         summarize(f"{kind}-0.2s end-of-turn silence{tag}", outs)
 
 
@@ -282,8 +285,10 @@ def main() -> None:
     parser.add_argument("--end-of-turn", choices=["none", "smart-turn"], default="smart-turn",
                         help="smart-turn (the default): the semantic end of turn "
                         "(voxflow_voice.engines.end_of_turn); none: the silence timer")
+    parser.add_argument("--gap", type=float, default=GAP,
+                        help="seconds from the reply's start to the sound (default 1.5)")
     args = parser.parse_args()
-    asyncio.run(run(args.clock, args.runs, args.quick, args.end_of_turn))
+    asyncio.run(run(args.clock, args.runs, args.quick, args.end_of_turn, args.gap))
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import dataclasses
+import time
 from collections.abc import Callable
 from typing import Any, ClassVar
 
@@ -25,7 +26,7 @@ from voxflow_voice.listen.turn_detector import TurnDetection
 from voxflow_voice.session import VoiceSession, VoiceSettings
 
 from voxflow import ConversationConfig, Flow, listen, start
-from voxflow.clock import VirtualClock
+from voxflow.clock import MonotonicClock, VirtualClock
 from voxflow.conversation import RouterContext
 from voxflow.jobs import (
     JobContext,
@@ -415,3 +416,50 @@ async def test_the_job_a_pause_answer_asked_for_starts_at_its_turns_commit(
     assert started == committed.at, call_timeline(call)
     [queued] = call.of_kind("announcement_queued")
     assert queued.at == returned
+
+
+ASKED: list[float] = []  # when the slow answer asked for its job
+
+
+class SlowTravel(Travel):
+    """Its answer asks for the flight check 0.5 s in (an LLM's tool call comes after the
+    end-of-turn verdict, not with it)."""
+
+    clock: ClassVar[MonotonicClock]
+
+    @listen("flight")
+    def handle_flight(self) -> str:  # (in its thread)
+        time.sleep(0.5)
+        ASKED.append(self.clock.now())
+        check_flight.start(self, until=self.clock.now() + 1.0)
+        return "I'm checking your flight."
+
+
+async def test_a_job_asked_for_after_the_verdict_starts_when_asked(
+    voice_engines: VoiceEngines,
+) -> None:
+    # In real time, at the defaults (Smart Turn) with continue_within 5 s: a turn that
+    # asks for a job stands (it is never continued), so once its answer asks for one the
+    # turn is final and the job starts there, long before the end of continue_within
+    # (after the reply was heard whole). Before, only a job asked for before the verdict
+    # did (in virtual time a flow's answer takes no time: this needs the real clock).
+    STARTED.clear()
+    RETURNED.clear()
+    ASKED.clear()
+    clock = MonotonicClock()
+    flow = type("SlowTravelCall", (SlowTravel,), {"clock": clock})()
+    rules = TurnDetection(continue_within=5.0)
+    script = CallScript().user_says(0.5, "Is my flight on time?").until(8.0)
+    async with asyncio.timeout(120):  # only a deadlock reaches it
+        call = await run_call(flow, script, voice_engines, clock=clock,
+                              settings=VoiceSettings(turn_detection=rules))
+    timeline = call_timeline(call)
+    [committed] = call.of_kind("turn_committed")
+    [asked], [started] = ASKED, STARTED
+    answer = call.of_kind("reply_started")[0]
+    [finished] = [e for e in call.of_kind("reply_finished")
+                  if e.delivery_id == answer.delivery_id]
+    assert committed.at < asked <= started < finished.at, timeline  # not 5 s later
+    assert flow.state.turns[committed.turn_id].input_revision == 1
+    [job] = flow.state.jobs.values()
+    assert job.status == "completed"

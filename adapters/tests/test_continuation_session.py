@@ -30,12 +30,12 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from voxflow_adapters.hosting.calls import Call, CallSession, flow_call_factory
 from voxflow_adapters.hosting.metrics import CallMetrics
-from voxflow_adapters.testkit.flows import Teller, words
+from voxflow_adapters.testkit.flows import SHORT_STORY, Teller, words
 from voxflow_adapters.testkit.scenario import CallResult, run_call
 from voxflow_adapters.testkit.script import CallScript
 from voxflow_adapters.testkit.simulated import SimulatedClient
 from voxflow_adapters.testkit.timeline import call_timeline
-from voxflow_voice.audio import STT_SAMPLE_RATE, AudioChunk
+from voxflow_voice.audio import STT_SAMPLE_RATE, AudioChunk, resample
 from voxflow_voice.engines import VoiceEngines
 from voxflow_voice.events import ReplyInterrupted, ReplyStarted, TurnCommitted
 from voxflow_voice.session import VoiceSettings
@@ -198,15 +198,16 @@ async def test_a_complete_turn_is_continued_even_after_its_short_reply_was_heard
     assert "people" in words(merged.text) and "table" in words(merged.text)
     heard, answer = [e for e in call.events if isinstance(e, ReplyStarted)]
     assert not call.of_kind("turn_revoked") and not call.of_kind("speculative_reply_discarded")
-    [whole] = call.of_kind("reply_interrupted")  # (settled when the user went on) ...
-    assert whole.delivery_id == heard.delivery_id
-    assert whole.heard_text == whole.full_text == "Okay."  # ... after it was heard whole
+    # heard whole before the user went on: it settles completed, not interrupted, and
+    # nothing of it was paused or cut
+    assert not call.of_kind("reply_interrupted") and not call.of_kind("barge_in_paused")
+    assert call.settled(heard.delivery_id) == "completed"
     assert call.settled(answer.delivery_id) == "completed"
     state = turns.flow.state
     assert [m.role for m in state.messages] == ["user", "assistant"]
     assert state.messages[0].content == merged.text
     record = state.replies[heard.delivery_id]
-    assert (record.input_revision, record.heard_text) == (1, "Okay.")
+    assert (record.input_revision, record.text, record.interrupted) == (1, "Okay.", False)
     assert call.stale_samples() == 0
 
 
@@ -320,3 +321,122 @@ async def test_a_turn_that_started_a_job_stands_and_its_job_is_kept(
         [str(first.turn_id), str(second.turn_id)])
     assert all(j.status == "completed" for j in jobs)
     assert call.stale_samples() == 0
+
+
+def hah(engines: VoiceEngines, seconds: float = 0.3) -> AudioChunk:
+    """A cough: the bundled voice's "Hah!" cut to ``seconds`` with a fast decay (long
+    enough for the detector to hear speech start, too short for words)."""
+    parts = [np.asarray(s.samples, np.float32) for s in engines.tts.synthesize("Hah!")]
+    audio = resample(np.concatenate(parts) * 0.5, engines.tts.sample_rate, STT_SAMPLE_RATE)
+    start = int(np.argmax(np.abs(audio) > 0.01))
+    burst = audio[start : start + round(seconds * STT_SAMPLE_RATE)]
+    burst = burst * np.exp(-np.arange(burst.size) / (0.2 * STT_SAMPLE_RATE))
+    return AudioChunk.from_float(burst.astype(np.float32), STT_SAMPLE_RATE)
+
+
+@pytest.mark.parametrize("sound", ["cough", "uh-huh"])
+async def test_a_sound_just_after_a_commit_neither_cuts_nor_continues_the_turn(
+    voice_engines: VoiceEngines, sound: str
+) -> None:
+    """At the defaults (Smart Turn), a cough or an "Uh-huh." 0.6 s after the reply began
+    (within continue_within of the commit, while the reply's first words play) is a sound
+    over the reply, judged by the barge-in rules: the reply pauses and resumes from the
+    exact sample; the turn stands (one commit, revision 1, one answer). Before, any speech
+    within continue_within of a commit cut the reply and answered the turn again."""
+    turns = TurnRunner(Teller(story=SHORT_STORY))
+    script = CallScript().user_says(0.3, "Tell me a story.")
+    if sound == "cough":
+        script.then_says(audio=hah(voice_engines), after="reply_start", gap=0.6)
+    else:
+        script.then_says("Uh-huh.", after="reply_start", gap=0.6)
+    call = await run_call(turns, script, voice_engines, settings=SETTINGS)
+    timeline = call_timeline(call)
+    [committed] = call.of_kind("turn_committed")
+    [reply] = call.of_kind("reply_started")
+    [fired] = [at for at, _, _ in call.client.step_log()]
+    window = SETTINGS.turn_detection.continue_within
+    assert fired - committed.at < window - 0.2, timeline  # the sound began in the window
+    assert call.of_kind("barge_in_paused") and call.of_kind("barge_in_resumed"), timeline
+    assert not call.of_kind("reply_interrupted") and not call.of_kind("turn_revoked")
+    assert call.settled(reply.delivery_id) == "completed", timeline
+    [finished] = call.of_kind("reply_finished")  # every word of it heard ...
+    assert finished.text == SHORT_STORY and call.tape.flushes == []
+    position: dict[int | None, int] = {}  # ... and no sample of it lost or played twice
+    for receipt in (r for r in call.tape.receipts if r.delivery_id == reply.delivery_id):
+        assert receipt.start_sample == position.get(receipt.segment_id, 0), receipt
+        position[receipt.segment_id] = receipt.start_sample + receipt.num_samples
+    state = turns.flow.state
+    assert [m.role for m in state.messages] == ["user", "assistant"], timeline
+    assert state.turns[committed.turn_id].input_revision == 1
+    assert call.stale_samples() == 0
+
+
+async def test_a_request_just_after_a_commit_goes_on_with_the_turn(
+    voice_engines: VoiceEngines,
+) -> None:
+    """At the defaults, "Wait, stop." 0.3 s after the reply began goes on with the turn:
+    the reply cut as a barge-in cuts it, the turn answered once more with all its words."""
+    turns = TurnRunner(Teller(story=SHORT_STORY))
+    script = CallScript().user_says(0.3, "Tell me a story.")
+    script.then_says("Wait, stop.", after="reply_start", gap=0.3)
+    call = await run_call(turns, script, voice_engines, settings=SETTINGS)
+    timeline = call_timeline(call)
+    first, again = call.of_kind("turn_committed")
+    assert again.turn_id == first.turn_id and again.input_revision == 2, timeline
+    assert "stop" in words(again.text) and "story" in words(again.text)
+    cut, answer = call.of_kind("reply_started")
+    assert call.settled(cut.delivery_id) == "interrupted"
+    assert call.settled(answer.delivery_id) == "completed"
+    assert [m.role for m in turns.flow.state.messages] == ["user", "assistant"]
+    assert call.stale_samples() == 0
+
+
+class Dtx:
+    """The client's input with no frame at all for ``seconds`` after each commit (a
+    transport with discontinuous transmission, or a call put on hold)."""
+
+    def __init__(self, transport: Any, clock: VirtualClock, seconds: float) -> None:
+        self._transport, self._clock, self._seconds = transport, clock, seconds
+        self.silent_until = 0.0
+
+    def committed(self, event: object) -> None:
+        if isinstance(event, TurnCommitted):
+            self.silent_until = self._clock.now() + self._seconds
+
+    async def audio_input(self) -> Any:
+        async for chunk in self._transport.audio_input():
+            if self._clock.now() >= self.silent_until:
+                yield chunk
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._transport, name)
+
+
+async def test_a_turn_is_final_on_the_clock_when_the_input_stops(
+    voice_engines: VoiceEngines,
+) -> None:
+    """No frame comes for 4 s after the commit: the turn is final continue_within after
+    its commit all the same (counted on the session clock once input stalls), so its short
+    reply settles then, not when the input comes back."""
+    clock = VirtualClock(autojump=True)
+    dtx: Dtx | None = None
+
+    def wrap(session: Any) -> None:
+        nonlocal dtx
+        dtx = Dtx(session.transport, clock, 4.0)
+        session.transport = dtx
+
+    def observe(event: object) -> None:
+        if dtx is not None:
+            dtx.committed(event)
+
+    turns = TurnRunner(Teller(story="Okay.", trigger=None))
+    script = CallScript().user_says(0.5, "Is my table ready?").until(9.0)
+    call = await run_call(turns, script, voice_engines, clock=clock, settings=SETTINGS,
+                          on_session=wrap, on_event=observe)
+    timeline = call_timeline(call)
+    [committed] = call.of_kind("turn_committed")
+    [finished] = call.of_kind("reply_finished")
+    assert dtx is not None and finished.at < dtx.silent_until, timeline
+    window = SETTINGS.turn_detection.continue_within
+    assert finished.at <= committed.at + window + 0.5, timeline

@@ -52,12 +52,14 @@ def noise_burst() -> AudioChunk:
 
 
 
-@pytest.fixture
-def engines(voice_engines: VoiceEngines) -> VoiceEngines:
-    """The real engines with the silence timer: these tests pin the barge-in rules to
-    sounds at known times; benchmarks/turn_taking.py measures them at the defaults (Smart
-    Turn) too (0 of 18 wrongly fenced on Dec 4)."""
-    return dataclasses.replace(voice_engines, end_of_turn=None)
+@pytest.fixture(params=["smart-turn", "timer"])
+def engines(voice_engines: VoiceEngines, request: pytest.FixtureRequest) -> VoiceEngines:
+    """The real engines at the defaults (Smart Turn ends a turn) and with the silence
+    timer: the barge-in rules hold under both; benchmarks/turn_taking.py measures them
+    over more sounds (0 of 18 wrongly fenced on Dec 4)."""
+    if request.param == "timer":
+        return dataclasses.replace(voice_engines, end_of_turn=None)
+    return voice_engines
 
 
 async def story_call(
@@ -92,6 +94,10 @@ def assert_played_whole_and_contiguous(call: CallResult, delivery: DeliveryId) -
     assert call.tape.flushes == [] and call.stale_samples() == 0
 
 
+# At the defaults the story's echo under this "Mm-hmm." is heard as "in a month." and the
+# reply is cut (Whisper tiny.en on a hum over echo: left under issue 33); with the timer
+# the hum lands on other words of the story and is heard as one.
+@pytest.mark.parametrize("engines", ["timer"], indirect=True)
 async def test_a_backchannel_pauses_then_resumes_and_is_not_a_turn(
     engines: VoiceEngines,
 ) -> None:
@@ -153,7 +159,8 @@ async def test_wait_stop_fences_the_reply_and_history_matches_the_receipts(
     (flush,) = [f for f in call.tape.flushes if f[1] == story]
     last_pause = [p for p in call.tape.pauses if p[2] == "pause"][-1]
     assert first_pause.at <= last_pause[0] < flush[0] == barge_in.at
-    assert not [r for r in call.tape.receipts if r.delivery_id == story and r.at > last_pause[0]]
+    assert not [r for r in call.tape.receipts  # (the frame playing at the pause ends)
+                if r.delivery_id == story and r.at > last_pause[0] + 1e-9]
     assert call.stale_samples() == 0
     assert words(call.transcripts()[1]) == ["wait", "stop"]
     # History = the words played, per the client's receipts and the voice's word timings.
@@ -262,6 +269,9 @@ def test_set_reply_policy_names_the_bad_parameter(engines: VoiceEngines) -> None
         session.set_reply_policy(DeliveryId("d"), "sometimes")  # type: ignore[arg-type]
 
 
+# (audio time at the 20 ms frames: where the "s" lands within a VAD frame decides how much
+# earlier; the end-of-turn engine moves the story's start, hence the sound's frame)
+@pytest.mark.parametrize("engines", ["timer"], indirect=True)
 async def test_the_s_of_stop_pauses_the_reply_before_the_vad_scores_it(
     engines: VoiceEngines,
 ) -> None:

@@ -110,6 +110,7 @@ class JobRunner:
         # (hold_admissions); a handler's thread keeps hand-offs in it: under the lock
         self._held: dict[str, list[_Command]] = {}
         self._held_lock = threading.Lock()
+        self._asked: dict[str, Callable[[], None]] = {}  # origin turn → told of its first job
 
     # -- public API -------------------------------------------------------------------
 
@@ -169,13 +170,21 @@ class JobRunner:
             "jobs": [job.model_dump(mode="json") for job in self.state.jobs.values()],
         }
 
-    def hold_admissions(self, turn_id: str) -> None:
+    def hold_admissions(self, turn_id: str, *, asked: Callable[[], None] | None = None) -> None:
         """Admit no job asked for by ``turn_id`` until :meth:`release_admissions`: the
         turn may still be undone (a speculative answer waiting for its verdict), and a
         job must not start for a turn that never was. Other jobs' admissions and every
-        worker update go on meanwhile."""
+        worker update go on meanwhile.
+
+        Args:
+            asked: called (on the loop) when the turn asks for its first job meanwhile (an
+                admission, or a hand-off to a job queue): a turn that acts on the world may
+                want to be final at once.
+        """
         with self._held_lock:
             self._held.setdefault(str(turn_id), [])
+            if asked is not None:
+                self._asked[str(turn_id)] = asked
 
     def release_admissions(self, turn_id: str) -> None:
         """Admit the jobs ``turn_id`` asked for while held (idempotent): each is admitted
@@ -183,6 +192,7 @@ class JobRunner:
         each hand-off kept by :meth:`hand_off_when_final`, called here."""
         with self._held_lock:
             commands = self._held.pop(str(turn_id), [])
+            self._asked.pop(str(turn_id), None)
         for command in commands:
             if command[0] != "hand_off":
                 self._send(command)
@@ -217,7 +227,28 @@ class JobRunner:
             if held is None:
                 return False
             held.append(("hand_off", job_copy(job), hand_off))
+            asked = self._asked.pop(str(origin), None)
+        if asked is not None:
+            self._tell_asked(asked)
         return True
+
+    def _tell_asked(self, asked: Callable[[], None]) -> None:
+        """Call a held turn's ``asked`` on the loop (from the loop or a handler's thread)."""
+        def call() -> None:
+            try:
+                asked()
+            except Exception:  # a broken observer must not stop the runner
+                logger.exception("a held admission's callback failed")
+
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is self._loop:
+            call()
+        else:
+            with contextlib.suppress(RuntimeError):  # (the loop is closed)
+                self._loop.call_soon_threadsafe(call)
 
     def request_close(self) -> None:
         """Stop admission and publication, release waiting publishers, stop workers.
@@ -304,11 +335,15 @@ class JobRunner:
         while True:
             kind, payload, extra = await self._queue.get()
             origin = payload.origin_turn_id if kind == "admit" else None
+            asked: Callable[[], None] | None = None
             with self._held_lock:
                 held = self._held.get(str(origin)) if origin is not None else None
                 if held is not None:  # its turn has no verdict yet
                     held.append((kind, payload, extra))
+                    asked = self._asked.pop(str(origin), None)
             if held is not None:
+                if asked is not None:
+                    self._tell_asked(asked)
                 continue
             try:
                 if kind == "admit":

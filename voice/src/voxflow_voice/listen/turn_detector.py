@@ -55,9 +55,9 @@ next :class:`UtteranceReady` carries the whole of it, pause included, and the mo
 judges the whole of it. A caller that cannot take the turn back any more (its reply was
 heard meanwhile) calls :meth:`TurnDetector.detach`: the speech is a new utterance.
 
-Continuations (``continue_within``): a turn the caller judged unfinished (its words end
-on "... a table for", or the model judged its last pause incomplete) may be continued
-even after its reply was heard. The caller says so with
+Continuations (``continue_within``): a turn the caller keeps open (any turn, or only an
+unfinished one: its words end on "... a table for", or the model judged its last pause
+incomplete) may be continued even after its reply was heard. The caller says so with
 :meth:`TurnDetector.allow_continuation`; speech that starts within ``continue_within`` of
 the turn's commit then brings :class:`TurnResumed` as above, and the utterance goes on
 from the committed turn's onset. Without that call a turn is resumable only within
@@ -165,6 +165,7 @@ class TurnDetector:
         self._frames: list[NDArray[np.float32]] = []  # pre-roll + utterance so far
         self._buffer_start = 0  # stream position of self._frames[0]
         self._onset = 0
+        self._speech_onset = 0  # of the speech being heard (after a resumed turn's onset)
         self._last_speech_end = 0
         self._barge_in_sent = False
         self._last_probability = 0.0
@@ -177,10 +178,11 @@ class TurnDetector:
         self._undecided: UtterancePaused | None = None  # a pause the model must judge
         self._decisions: list[EndOfTurnVerdict] = []
         self.speaking_over = False
-        """Set by the caller while its reply is being spoken, and until the utterance begun
-        over it ends: a turn that the model judges complete but whose words close nothing
-        is then held at least ``closed_answer_silence`` (the "Stop," of "Stop, please."
-        over a reply is not a turn of its own)."""
+        """Set by the caller while no utterance is under way, so latched at each one's
+        onset: True if a reply's audio was playing then. A turn begun over a reply that
+        the model judges complete but whose words close nothing is held at least
+        ``closed_answer_silence`` (the "Stop," of "Stop, please." over a reply is not a
+        turn of its own)."""
         self._backlog: deque[tuple[NDArray[np.float32], float]] = deque()  # after a pause
         self._grace = round(s.resume_grace * rate)
         self._window = round(s.continue_within * rate)
@@ -204,6 +206,13 @@ class TurnDetector:
         """The onset sample of the speech being heard (from its first speech frame, before
         ``min_speech``) or of the utterance still open; ``None`` when idle."""
         return None if self._state == "idle" else self._onset
+
+    @property
+    def speech_onset(self) -> int | None:
+        """The onset sample of the speech being heard: :attr:`active_onset`, except in a
+        turn that speech resumed (:class:`TurnResumed`), where it is that speech's onset
+        (the utterance's is the committed turn's); ``None`` when idle."""
+        return None if self._state == "idle" else self._speech_onset
 
     @property
     def rising_onset(self) -> int | None:
@@ -236,7 +245,7 @@ class TurnDetector:
         return None if self._provisional is None else self._provisional[1]
 
     def allow_continuation(self, end_sample: int) -> bool:
-        """The committed turn that ended at ``end_sample`` was unfinished: speech starting
+        """The committed turn that ended at ``end_sample`` may be continued: speech starting
         within ``continue_within`` of its commit continues it (:class:`TurnResumed`), until
         :meth:`seal`. True if that turn is still open (not sealed, not over)."""
         if self._provisional is None or self._provisional[1] != end_sample or self._window <= 0:
@@ -275,7 +284,7 @@ class TurnDetector:
             raise TypeError(f"resumed must be a TurnResumed, got {type(resumed).__name__}")
         if self._state == "idle" or self._onset >= resumed.onset_sample:
             return  # that utterance ended already, or it was detached
-        self._onset = resumed.onset_sample
+        self._onset = self._speech_onset = resumed.onset_sample
         self._drop_before(max(resumed.committed_at, resumed.onset_sample - self._pre_roll))
         self._paused_at = self._paused = self._judged_at = self._undecided = None
         self._judged_from = 0
@@ -496,7 +505,7 @@ class TurnDetector:
         if self._state == "idle":
             if prob >= s.threshold:
                 self._state = "pending"
-                self._onset = self._backdated_onset(start)
+                self._onset = self._speech_onset = self._backdated_onset(start)
                 self._last_speech_end = end
             else:
                 if hiss:  # an unvoiced first consonant: rising like a frame the VAD scores
@@ -530,9 +539,10 @@ class TurnDetector:
             out.append(SpeechStarted(self._onset, end))
         if self._state != "speaking":
             return
-        if not self._barge_in_sent and self._last_speech_end - self._onset >= self._min_barge_in:
+        speech = self._last_speech_end - self._speech_onset  # (not the resumed turn's)
+        if not self._barge_in_sent and speech >= self._min_barge_in:
             self._barge_in_sent = True
-            out.append(BargeInDetected(self._onset, end))
+            out.append(BargeInDetected(self._speech_onset, end))
         silent = end - self._last_speech_end
         if silent >= self._timeout:
             out.append(SpeechEnded(self._last_speech_end, end))

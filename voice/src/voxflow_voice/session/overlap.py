@@ -30,7 +30,13 @@ from voxflow.ids import DeliveryId, SessionId
 
 from ..audio import STT_SAMPLE_RATE
 from ..events import BargeIn, BargeInPaused, BargeInResumed, SessionEvent
-from ..listen.barge_in import BargeInAction, BargeInArbiter, BargeInPolicy
+from ..listen.barge_in import (
+    BargeInAction,
+    BargeInArbiter,
+    BargeInPolicy,
+    OverlapKind,
+    classify_overlap,
+)
 from ..listen.early_stt import EarlyTranscriber
 from ..listen.turn_detector import TurnDetector, UtterancePaused
 from ..speak.playback import Playback
@@ -144,7 +150,7 @@ class OverlapHandler:
         delivery = None
         if reply is not None and not reply.interrupted and self._interruptions:
             delivery = reply.delivery_id
-        onset = detector.active_onset
+        onset = detector.speech_onset  # (in a resumed turn: the new speech's)
         if reply is None or delivery is None:
             self._arbiter.update(None, position=detector.position, active=onset is not None,
                                  speech_end=detector.speech_end)
@@ -175,6 +181,32 @@ class OverlapHandler:
         action, kind = self._arbiter.transcribed(text, event.end_sample)
         await self._act(reply, action, first, reason=kind, text=text)
 
+    def may_cut(self, reply: SpokenReply) -> bool:
+        """Whether user speech may cut ``reply`` (interruptions on, not ``must_finish``)."""
+        if not self._interruptions or reply.delivery_id is None:
+            return False
+        policy = self._policies.get(reply.delivery_id, self._arbiter.settings.policy)
+        return policy != "must_finish"
+
+    async def judge(self, reply: SpokenReply | None, end_sample: int, text: str) -> OverlapKind:
+        """The speech over ``reply`` up to ``end_sample`` said ``text``: an overlap of it
+        still undecided is decided by those words now (confirmed first if it was still
+        short of ``min_barge_in``: a request cuts the reply, a backchannel or a noise
+        resumes it), whatever the policy's wait for words. Returns what the words are."""
+        overlap = self._arbiter.overlap
+        if (reply is None or reply.delivery_id is None or overlap is None
+                or overlap.delivery_id != reply.delivery_id or not overlap.paused
+                or overlap.outcome is not None):
+            return classify_overlap(text, self._arbiter.settings)
+        first = overlap.first_onset
+        if not overlap.confirmed:
+            await self._act(reply, self._arbiter.confirmed(), first)
+            if reply.interrupted or not overlap.paused:  # (the interrupt policy cut it)
+                return classify_overlap(text, self._arbiter.settings)
+        action, kind = self._arbiter.transcribed(text, end_sample)
+        await self._act(reply, action, first, reason=kind, text=text)
+        return kind
+
     # -- helpers ------------------------------------------------------------------------
 
     def _begin(self, reply: SpokenReply, onset: int, *, rising: bool = False) -> BargeInAction:
@@ -183,9 +215,9 @@ class OverlapHandler:
         if onset < since - self._detector.settings.min_barge_in * STT_SAMPLE_RATE:
             return "none"  # speech that began well before this reply: not a barge-in
         overlap = self._arbiter.overlap
-        if (overlap is None or overlap.onset != onset) and not self._playback.words_left(
-            reply.delivery_id
-        ):
+        if (overlap is None or overlap.onset != onset) and (
+                not self._playback.words_left(reply.delivery_id)
+                or reply.heard_whole(self._playback, self._clock.now())):
             return "none"  # every word was heard: only trailing silence is left
         policy = self._policies.get(reply.delivery_id, self._arbiter.settings.policy)
         return self._arbiter.begin(reply.delivery_id, onset, policy, rising=rising)

@@ -24,17 +24,22 @@ The rules are those of :mod:`voxflow_voice.speak.speculation` (one
 * **continued** (``TurnDetection.continue_within``): a confirmed turn stays open that
   long after its commit even once its reply was heard (``continue_complete``, the
   default: any turn; off: only one that was unfinished, its words ending on "... a table
-  for" or its pause judged incomplete by the end-of-turn model). Speech starting
-  meanwhile goes on with it (:meth:`~SpeculativeReplies.resumed`):
-  the reply is cut at once as a barge-in cuts it (``BargeIn``, then ``ReplyInterrupted``
-  with its heard part, kept in its reply record), the flow rolled back to before the
+  for" or its pause judged incomplete by the end-of-turn model), and no longer once its
+  answer asked for a job (:meth:`~SpeculativeReplies._asked_job`). Speech starting
+  meanwhile (:meth:`~SpeculativeReplies.resumed`) is judged by the barge-in rules: the
+  reply pauses; a cough or a backchannel resumes it and the turn stands (the speech is
+  an utterance of its own); a request, or speech the rules cut the reply for, goes on
+  with the turn (:meth:`~SpeculativeReplies.went_on`): the reply is cut as a barge-in
+  cuts it (``BargeIn``, then ``ReplyInterrupted`` with its heard part, kept in its reply
+  record; heard whole, it settles completed), the flow rolled back to before the
   turn (its reply record and turn record kept, so every identity the client saw stays
   known), and the detector's next utterance, all the words from the turn's onset, is
   answered once as the same turn, its next ``input_revision``
   (:meth:`~SpeculativeReplies.continuation`): one user message in the history. A turn
   answered the usual way (after its end) is kept open until its words are known
-  (:meth:`~SpeculativeReplies.late`): unfinished, it is answered through this path with
-  a speculation confirmed from the start.
+  (:meth:`~SpeculativeReplies.late`): continuable, it is answered through this path with
+  a speculation confirmed from the start. The window is counted in input samples by the
+  detector, and on the session clock once the input stalls.
 """
 
 from __future__ import annotations
@@ -42,6 +47,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 from voxflow.clock import Clock
@@ -50,7 +56,7 @@ from voxflow.ids import SessionId, TurnId
 from voxflow.jobs import JobRunner
 from voxflow.turns import ReplyEvent, TurnRunner
 
-from ..audio import STT_SAMPLE_RATE
+from ..audio import STT_SAMPLE_RATE, AudioChunk
 from ..engines.end_of_turn import words_verdict
 from ..events import (
     BargeIn,
@@ -66,14 +72,42 @@ from ..speak.playback import Playback
 from ..speak.speaker import ReplySpeaker, SpokenReply, hold_clock
 from ..speak.speculation import Speculation
 from .floor import FloorReporter
+from .overlap import OverlapHandler
 
 __all__ = ["Answer", "SpeculativeReplies"]
 
 logger = logging.getLogger(__name__)
 
+_STALLED = 0.25
+"""Seconds without an input frame after which a provisional turn's window is counted on
+the session clock (a transport that stopped sending: DTX, hold), not in input samples."""
+
 Answer = Callable[[str, float, Speculation], Awaitable[bool]]
 """Answers a speculative turn (its text, speech end and speculation) the way the session
 answers every turn: False if the speculation was discarded (nothing of it was said)."""
+
+
+@dataclass(slots=True)
+class _GoingOn:
+    """Speech that started within ``continue_within`` of a committed turn whose reply was
+    heard: the user going on with the turn, or a sound over its reply (a cough, an
+    "mm-hm"), until its words or the barge-in rules say which."""
+
+    resumed: TurnResumed
+    spec: Speculation
+    reply: SpokenReply
+
+
+def own_speech(event: UtterancePaused | UtteranceReady, onset: int,
+               pre_roll: float) -> UtterancePaused:
+    """The part of ``event`` (an utterance that went on from a committed turn's onset)
+    that the speech from ``onset`` said, with up to ``pre_roll`` seconds before it."""
+    audio = event.audio
+    start = audio.start_sample or 0
+    skip = min(max(0, onset - round(pre_roll * STT_SAMPLE_RATE) - start), audio.num_samples)
+    chunk = AudioChunk.from_float(audio.samples()[skip:], STT_SAMPLE_RATE,
+                                  start_sample=start + skip)
+    return UtterancePaused(chunk, onset, event.end_sample)
 
 
 class SpeculativeReplies:
@@ -86,6 +120,7 @@ class SpeculativeReplies:
         arbiter: tells a turn from a backchannel over a reply.
         speaker: speaks the replies (holds, fences and cuts their audio).
         playback: releases a confirmed reply's held audio.
+        overlap: the session's barge-in handling (judges speech over a reply).
         floor: the session's floor (no speculation while a turn waits for its answer).
         clock: the session clock (held while a pause is transcribed).
         speaking: held while any reply (answer or announcement) is spoken.
@@ -112,6 +147,7 @@ class SpeculativeReplies:
         arbiter: BargeInArbiter,
         speaker: ReplySpeaker,
         playback: Playback,
+        overlap: OverlapHandler,
         floor: FloorReporter,
         clock: Clock,
         *,
@@ -135,6 +171,7 @@ class SpeculativeReplies:
         self._arbiter = arbiter
         self._speaker = speaker
         self._playback = playback
+        self._overlap = overlap
         self._floor = floor
         self._clock = clock
         self._speaking = speaking
@@ -155,6 +192,9 @@ class SpeculativeReplies:
         self._late: int | None = None  # the end of a turn answered the usual way, kept open
         # (onset sample, turn id, next input revision) of the turn the user went on with
         self._continuing: tuple[int, TurnId, int] | None = None
+        self._going: _GoingOn | None = None  # speech after a heard turn, undecided
+        self._committed = 0.0  # clock time of the last commit
+        self._timer: asyncio.Task[None] | None = None  # seals a provisional turn on the clock
         rules = detector.settings
         self._grace = rules.resume_grace
         self._window = rules.continue_within
@@ -185,6 +225,14 @@ class SpeculativeReplies:
         held = self._provisional
         if held is not None and self._detector.provisional != held.paused.end_sample:
             self._seal(held)  # resume_grace is over
+        going = self._going
+        if going is not None:
+            if going.reply.interrupted:  # a barge-in cut its reply: the user goes on with it
+                self._going = None
+                self._go_on(going)
+            elif self._started_jobs(going.reply.turn_id):  # it acted on the world: it stands
+                self._going = None
+                self._detached(going.resumed, going.spec)
 
     def paused(self, paused: UtterancePaused) -> None:
         """Answer the utterance heard up to this pause, held unheard until the verdict."""
@@ -207,6 +255,7 @@ class SpeculativeReplies:
             The speculation that goes with the turn (None if there was none).
         """
         spec, self._pending = self._pending, None
+        self._committed = self._clock.now()
         if spec is not None:
             if spec.matches(ready):
                 spec.confirm()
@@ -218,9 +267,9 @@ class SpeculativeReplies:
                 and not spec.discarded
                 # (asked first: a continuation may come after the grace is over)
                 and (self._open_for_continuation(spec) or self._grace > 0)):
-            self._provisional = spec  # may be taken back until its reply is heard
+            self._keep_open(spec)  # may be taken back until its reply is heard
         elif self._window > 0 and (spec is None or spec.discarded):
-            # answered the usual way: open until its words say whether it was unfinished
+            # answered the usual way: open until its words say whether it is continuable
             self._late = ready.end_sample  # (late() decides)
         else:  # final: no grace, or answered the usual way (nothing to take back)
             self._detector.seal()
@@ -230,7 +279,7 @@ class SpeculativeReplies:
 
     def late(self, utterance: UtteranceReady, text: str) -> Speculation | None:
         """The turn that ended on ``utterance`` is answered the usual way, its words
-        ``text``: if it was unfinished and may still be continued, a confirmed
+        ``text``: if it may still be continued, a confirmed
         speculation for it (answer it through :meth:`generate`: it stays open, and is
         rolled back if the user goes on with it); else None, and it is final."""
         end = utterance.end_sample
@@ -243,9 +292,29 @@ class SpeculativeReplies:
         spec.confirm()
         if self._provisional is not None:
             self._seal(self._provisional)
-        self._provisional = spec
+        self._keep_open(spec)
         self._allow_at = end
         return spec
+
+    def _keep_open(self, spec: Speculation) -> None:
+        """``spec``'s committed turn is provisional: it may be taken back or continued
+        until it is sealed. The detector counts that window in input samples; if the
+        transport stops sending audio (DTX, a call on hold), the session clock closes it
+        (:data:`_STALLED`), so its reply settles and its jobs start all the same."""
+        self._provisional = spec
+        if self._timer is not None:
+            self._timer.cancel()
+        deadline = self._committed + max(self._grace, self._window)
+        self._timer = asyncio.create_task(self._close_after(spec, deadline),
+                                          name="voice.provisional")
+
+    async def _close_after(self, spec: Speculation, deadline: float) -> None:
+        while self._provisional is spec:
+            now = self._clock.now()
+            if now >= deadline and now - self._time_of(self._detector.position) >= _STALLED:
+                self._seal(spec)  # no input for a while: the window is over on the clock
+                return
+            await self._clock.sleep(max(deadline - now, _STALLED))
 
     def _continuable(self, spec: Speculation) -> bool:
         """Whether ``spec``'s turn may be continued: any turn
@@ -314,16 +383,11 @@ class SpeculativeReplies:
                     > self._window * STT_SAMPLE_RATE
                     or self._started_jobs(reply.turn_id)):
                 return self._detached(event, spec)
-            # The turn goes on: its reply is cut now, as a barge-in cuts it.
-            reply.continued = True
-            reply.onset_at = self._time_of(event.onset_sample)
-            self._emit(BargeIn(session_id=self._session_id(), at=self._clock.now(),
-                               delivery_id=reply.delivery_id, onset_at=reply.onset_at))
-            await self._speaker.cut(reply, "The user went on with the turn.")
-            spec.continue_("the user went on with the turn after its reply began")
+            # The user goes on with the turn, or it is a sound over its reply (a cough, an
+            # "mm-hm"): the reply is paused as for any barge-in, and a barge-in cutting
+            # it, or else the speech's words at its first pause (went_on), decide.
             self._provisional = None
-            self._continuing = (spec.paused.onset_sample, reply.turn_id,
-                                reply.input_revision + 1)
+            self._going = _GoingOn(event, spec, reply)
             return False
         taken = False
         if reply is not None and reply.delivery_id is not None:
@@ -333,6 +397,55 @@ class SpeculativeReplies:
         self._provisional = None
         self._revoked.add(event.end_sample)
         return taken
+
+    async def went_on(self, event: UtterancePaused | UtteranceReady) -> bool:
+        """``event`` pauses (or ends) the utterance that speech after a committed turn
+        continued, its reply neither cut nor decided yet: the words of that speech decide
+        (through the barge-in rules, :meth:`OverlapHandler.judge`). A request goes on
+        with the turn (its reply cut, unless heard whole); a backchannel or a noise
+        leaves the turn standing and its reply playing on, and the speech is an
+        utterance of its own (the detector hands it out again from its onset).
+
+        Returns:
+            True if ``event`` is no longer the user's utterance (ignore it).
+        """
+        going = self._going
+        if going is None or event.onset_sample != going.spec.paused.onset_sample:
+            return False
+        self._going = None
+        reply = going.reply
+        if not reply.interrupted:
+            own = own_speech(event, going.resumed.onset_sample,
+                             self._detector.settings.pre_roll)
+            with hold_clock(self._clock):
+                transcript = await self._early.transcript_of(own)
+            text = transcript.text if transcript is not None else ""
+            kind = await self._overlap.judge(reply, event.end_sample, text)
+            if not reply.interrupted and (kind != "request"
+                                          or not self._overlap.may_cut(reply)):
+                if isinstance(event, UtterancePaused):
+                    self._detached(going.resumed, going.spec)
+                else:  # (it ended already: nothing in it is a turn)
+                    self._seal(going.spec)
+                    self._seal_at = event.end_sample
+                return True
+            if not reply.interrupted and not reply.heard_whole(self._playback,
+                                                               self._clock.now()):
+                reply.onset_at = self._time_of(going.resumed.onset_sample)
+                assert reply.delivery_id is not None
+                self._emit(BargeIn(session_id=self._session_id(), at=self._clock.now(),
+                                   delivery_id=reply.delivery_id, onset_at=reply.onset_at))
+                await self._speaker.cut(reply, "The user went on with the turn.")
+        self._go_on(going)
+        return False
+
+    def _go_on(self, going: _GoingOn) -> None:
+        """The user goes on with ``going``'s turn: it is answered again with all its
+        words (its reply, if cut, keeps its heard part; heard whole, it stays completed)."""
+        reply, spec = going.reply, going.spec
+        reply.continued = reply.interrupted
+        spec.continue_("the user went on with the turn after its reply began")
+        self._continuing = (spec.paused.onset_sample, reply.turn_id, reply.input_revision + 1)
 
     def _detached(self, event: TurnResumed, spec: Speculation | None) -> bool:
         """The speech is a new utterance: ``spec``'s turn stands."""
@@ -349,6 +462,9 @@ class SpeculativeReplies:
             self._pending = None
         if self._provisional is not None:
             self._seal(self._provisional)
+        if self._going is not None:
+            self._seal(self._going.spec)
+            self._going = None
 
     # -- the converse and observe tasks -----------------------------------------------
 
@@ -372,7 +488,7 @@ class SpeculativeReplies:
 
     def heard(self, reply: SpokenReply) -> None:
         """The client played a first sample of ``reply``: its turn, if provisional, is
-        final (unless it was unfinished: then it may still be continued)."""
+        final (unless it may be continued: then it stays open)."""
         spec = reply.provisional
         if spec is not None and not (spec.text is not None and self._continuable(spec)):
             self._seal(spec)
@@ -383,6 +499,11 @@ class SpeculativeReplies:
             self._pending.discard("the session closed")
         if self._provisional is not None:
             self._seal(self._provisional)
+        if self._going is not None:
+            self._seal(self._going.spec)
+            self._going = None
+        if self._timer is not None:
+            self._timer.cancel()
         if self._running:
             await asyncio.wait(self._running)
 
@@ -423,7 +544,7 @@ class SpeculativeReplies:
         (:class:`~voxflow.flow.RollbackPoint` keeps the work of others). The jobs the
         turn asks for are admitted once it is final (none if it is undone)."""
         if self._jobs is not None:
-            self._jobs.hold_admissions(reply.turn_id)
+            self._jobs.hold_admissions(reply.turn_id, asked=lambda: self._asked_job(spec))
         try:
             async with self._lock:
                 # A speculative turn may be undone: copy the state before it starts
@@ -439,6 +560,13 @@ class SpeculativeReplies:
             return await self._hold(reply, self._speaker.held(stream), spec, point, text)
         finally:
             self._admit(reply)  # (final, or undone: then none is admitted)
+
+    def _asked_job(self, spec: Speculation) -> None:
+        """``spec``'s turn asked for a job (held until the turn is final): a turn that
+        acts on the world stands, so it is final from now on (its job starts at once) if
+        it was confirmed; unconfirmed, its verdict seals it (:meth:`_hold`)."""
+        if self._provisional is spec:
+            self._seal(spec)
 
     def _admit(self, reply: SpokenReply) -> None:
         """``reply``'s turn is final (or undone): the jobs it asked for are admitted
@@ -554,6 +682,9 @@ class SpeculativeReplies:
         if self._provisional is spec:
             self._provisional = None
             self._seal_at = spec.paused.end_sample  # (the listen task seals the detector)
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
 
     def __repr__(self) -> str:
         return (f"SpeculativeReplies(enabled={self._enabled}, pending={self._pending!r}, "

@@ -28,10 +28,12 @@ With ``TurnDetection.resume_grace`` a confirmed turn stays *provisional* until t
 sample of its reply is heard: if the user goes on speaking before that, the turn is taken
 back (``TurnRevoked``: the reply fenced unheard, the flow rolled back) and the whole
 utterance becomes one turn; once a sample was heard, speech over the reply is a barge-in,
-unless the turn was unfinished (``TurnDetection.continue_within``): then the user goes
-on with it, the reply is cut as a barge-in cuts it (its heard part kept, marked
-interrupted), and the whole utterance is answered once as the same turn, its next
-``input_revision``, one user message in the history.
+unless it starts within ``TurnDetection.continue_within`` of the commit (any turn, with
+``continue_complete``) and its words are a request: then the user goes on with the turn,
+the reply is cut as a barge-in cuts it (its heard part kept, marked interrupted; heard
+whole, it settles completed), and the whole utterance is answered once as the same turn,
+its next ``input_revision``, one user message in the history. A cough or a backchannel
+there resumes the reply, and the turn stands.
 
 Barge-in: user speech over a reply is fed to the
 :class:`~voxflow_voice.listen.barge_in.BargeInArbiter` (``VoiceSession.barge_in``) by the
@@ -196,7 +198,7 @@ class VoiceSession:
         )
         self._speculative = SpeculativeReplies(
             turns, self._detector, self._early, self.barge_in, self._speaker, self.playback,
-            self._floor, self.clock, speaking=self._speaking, lock=self._lock,
+            self._overlap, self._floor, self.clock, speaking=self._speaking, lock=self._lock,
             answer=self._answer,
             reply=lambda: self._reply, confirmed=self._on_air, gone=lambda: self._input_ended,
             emit=self._emit, session_id=lambda: self.session_id, time_of=self._time_of,
@@ -276,10 +278,8 @@ class VoiceSession:
                 if self.echo_gate is not None:
                     audio = self.echo_gate.process(audio, self._anchor[0])
                 # (then the end-of-turn model's verdict on a pause, with its words)
-                if self._reply is not None:  # (an utterance begun over a reply stays so)
-                    self._detector.speaking_over = True
-                elif self._detector.active_onset is None:
-                    self._detector.speaking_over = False
+                if self._detector.active_onset is None:  # latched at an utterance's onset
+                    self._detector.speaking_over = self._floor.playing is not None
                 async for events in self._detector.apush(
                         audio, self._early.transcript_of, hold=partial(hold_clock, self.clock)):
                     for event in events:
@@ -315,6 +315,9 @@ class VoiceSession:
             self._floor.recording_changed(False)
             self._emit(SpeechEnded(session_id=self.session_id, at=self.clock.now(),
                                    end_at=self._time_of(event.end_sample)))
+        elif isinstance(event, UtterancePaused | UtteranceReady) and (
+                await self._speculative.went_on(event)):
+            return  # a sound over the reply of a turn that stands: an utterance of its own
         elif isinstance(event, UtterancePaused):
             # Speculative STT in the end-of-turn silence: the silence hides its latency.
             self._early.paused(event)
@@ -359,7 +362,7 @@ class VoiceSession:
                     continue
                 if self.turns.flow.state.ended:
                     continue  # the conversation is over: nothing more is answered
-                # unfinished, it is answered through the speculative path, which keeps it
+                # continuable, it is answered through the speculative path, which keeps it
                 # open for a continuation (continue_within) and rolls it back if one comes
                 late = self._speculative.late(utterance, transcript.text)
                 async with self._speaking:  # after an announcement that is still playing

@@ -91,8 +91,8 @@ class SpokenReply:
         speculation: its speculation, until the turn is confirmed.
         provisional: its speculation while the confirmed turn may still be taken back
             (until a sample of it is heard: ``TurnDetection.resume_grace``) or continued
-            (an unfinished turn: ``TurnDetection.continue_within``).
-        continued: cut because the user went on with its (unfinished) turn: its heard
+            (``TurnDetection.continue_within``).
+        continued: cut because the user went on with its turn: its heard
             part is kept in its reply record, not in the history (the turn is answered
             again with all its words).
         work: the model-scheduler ticket of the segment being synthesized.

@@ -127,8 +127,8 @@ class Speculation:
             self._final.set_result(False)
 
     def continue_(self, reason: str) -> None:
-        """The user went on with the confirmed turn (it was unfinished) after its reply
-        began: the reply is cut, its heard part kept, and the turn answered again with
+        """The user went on with the confirmed turn after its reply began: the reply is
+        cut (its heard part kept; one heard whole stays completed), and the turn answered again with
         all its words (as :meth:`revoke`, a final ``False``; :attr:`continued` tells it
         apart). A sealed one stays sealed."""
         if not self._final.done() and self._verdict.done() and self._verdict.result():
