@@ -448,3 +448,39 @@ async def test_a_held_turns_hand_offs_wait_for_its_verdict_from_any_thread() -> 
         assert not runner.hand_off_when_final(mine, lambda: handed.append("late"))
     finally:
         await runner.aclose()
+
+
+async def test_a_held_turn_is_told_of_its_first_job_on_the_loop() -> None:
+    # (issue 32) A voice session makes a turn final once it asks for a job (it acted on
+    # the world): the runner tells it once, on the loop, whether the job is admitted on
+    # the loop or handed to a job queue from a handler's thread; never after the release.
+    state = WorkChatState()
+    runner = JobRunner(state, work_factory(ReportWork), on_update=asyncio.Queue().put)
+    loop = asyncio.get_running_loop()
+    told: list[tuple[str, bool]] = []
+    admitted, handed = TurnId("t-admitted"), TurnId("t-handed")
+    try:
+        for turn in (admitted, handed):
+            runner.hold_admissions(turn, asked=lambda turn=turn: told.append(
+                (str(turn), asyncio.get_running_loop() is loop)))
+        first = ReportJob(session_id=state.id, question="a", origin_turn_id=admitted)
+        second = ReportJob(session_id=state.id, question="b", origin_turn_id=admitted)
+        for job in (first, second):
+            assert add_job(state, job)
+            runner.submit(job)
+        queued = ReportJob(session_id=state.id, question="c", origin_turn_id=handed)
+        assert add_job(state, queued)
+        assert await asyncio.to_thread(runner.hand_off_when_final, queued, lambda: None)
+        for _ in range(50):  # (the runner's queue and the loop's callbacks)
+            await asyncio.sleep(0)
+        assert sorted(told) == [("t-admitted", True), ("t-handed", True)]  # once each
+        runner.release_admissions(admitted)
+        runner.hold_admissions(admitted)  # held again without a callback: none is told
+        late = ReportJob(session_id=state.id, question="d", origin_turn_id=admitted)
+        assert add_job(state, late)
+        runner.submit(late)
+        for _ in range(50):
+            await asyncio.sleep(0)
+        assert len(told) == 2
+    finally:
+        await runner.aclose()
