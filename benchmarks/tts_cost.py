@@ -77,7 +77,7 @@ LINES = (
     "Good news: order 417 has shipped. It arrives on Thursday.",
 )
 """The replies each arm says: capacity's, the example story's first sentences, the
-assistant's lines (about 45 s of audio)."""
+assistant's lines (about 37 s of audio)."""
 QUIET = TtsSettings(cache_mb=0, noise_scale=0.0, noise_w_scale=0.0)
 """Noise-free and uncached: every arm synthesizes every sentence, the same samples."""
 CUTS = (0.0, 3.0, 60.0)  # synthesis_ahead of the lookahead arms (s)
