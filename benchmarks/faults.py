@@ -3,7 +3,7 @@ ICE server that never answers, is down or answers late; offers made during a res
 a job worker through a database outage.
 
 Run: ``flock /tmp/voxflow-bench.lock uv run python benchmarks/faults.py [--runs 3]
-[--only pg llm disk clock jobs ice]``
+[--only pg llm disk clock jobs ice commit]``
 (real time: it starts a PostgreSQL of its own, never touching the shared one).
 
 Everything runs in this process on the real models: ``WebRtcServer`` (the example
@@ -37,6 +37,10 @@ the machine's ``initdb``/``pg_ctl``) and an aiortc caller (``LoopbackCaller``) t
   is a STUN server that is silent, down (its port refusing: ICMP port unreachable) or
   late (it answers 4 s after each request, past the 2 s the gathering waits); three
   questions each, the offer's answer time against a call without it;
+* **COMMIT cut** (``--only commit``, sessions on a PostgreSQL of the script's own): a
+  proxy on loopback (``_pg_cut.py``) cuts the store's next COMMIT before each of six
+  questions, in turn after the server made it (its answer dropped) and before it reached
+  the server; turns lost, and user messages stored twice;
 * **job outage** (``--only jobs``, no call): a job worker (``run_worker``, in this
   process) runs a job on a PostgreSQL of the script's own; the server is stopped while
   the job runs, the job returns, and the server is started again ``--job-outage`` (40) s
@@ -336,6 +340,48 @@ async def ice_fault(engines: Any, store: Any, fault: str = "silent"
                 if (ms := await caller.answered()) is not None:
                     result.during_ms.append(ms)
             return await finish(result, caller, server, store, calls[0]), baseline
+
+
+@dataclass
+class CommitCuts:
+    """A call whose store writes had their COMMIT cut (see the module)."""
+
+    call: CallResult
+    cuts: int = 0  # COMMITs cut
+    doubled: int = 0  # user messages stored more than once
+
+
+async def commit_cuts(engines: Any, pg: OwnPostgres, count: int = 6) -> CommitCuts:
+    """The call through ``count`` questions, the next COMMIT of the store cut before each:
+    after the server made it (its answer dropped) and before it reached the server, in
+    turn (``_pg_cut.py``)."""
+    from _pg_cut import CommitCut
+
+    from voxflow.flow.postgres import PostgresFlowPersistence
+
+    result = CallResult()
+    with CommitCut(pg.url) as cut:
+        store = PostgresFlowPersistence(cut.url)
+        try:
+            async with serving(engines, store) as (server, calls):
+                caller = Caller(engines, f"http://127.0.0.1:{server.port}", server.token)
+                await caller.connect()
+                caller.ask()
+                if (ms := await caller.answered()) is not None:
+                    result.before_ms.append(ms)
+                for n in range(count):
+                    cut.arm("after" if n % 2 == 0 else "before")
+                    caller.ask()
+                    if (ms := await caller.answered()) is not None:
+                        result.during_ms.append(ms)
+                    await asyncio.to_thread(cut.wait_cut, 20.0)  # (its save may come later)
+                session_id = str(caller.caller.session_id)
+                result = await finish(result, caller, server, store, calls[0])
+            state = await asyncio.to_thread(store.load_state, session_id) or {}
+            said = [m["content"] for m in state.get("messages", []) if m["role"] == "user"]
+            return CommitCuts(result, cut.cuts, max(0, len(said) - result.asked))
+        finally:
+            store.close()
 
 
 async def silent_ice(engines: Any, pg: OwnPostgres) -> tuple[CallResult, float]:
@@ -774,6 +820,8 @@ async def main(runs: int, downtime: float, offer_rounds: int, bin_dir: Path,
                                    "offers": []}
     if set(only) & {"llm", "disk", "clock"}:
         await other_faults(engines, runs, only, bin_dir)
+    if "commit" in only:
+        await commit_faults(engines, runs, bin_dir)
     if "pg" not in only:
         return
     for run in range(1, runs + 1):
@@ -818,6 +866,27 @@ async def main(runs: int, downtime: float, offer_rounds: int, bin_dir: Path,
         r.held_back for r in table["restart"]), 1), "s")
     figure("silent ICE server: offer answered", round(ice, 2), "s")
     figure("offers refused during a reset", refused, "offers", target="0")
+
+
+async def commit_faults(engines: Any, runs: int, bin_dir: Path) -> None:
+    """A call whose store's COMMITs are cut, ``runs`` times, and the medians."""
+    results: list[CommitCuts] = []
+    for run in range(1, runs + 1):
+        with own_postgres(bin_dir) as pg:
+            r = await commit_cuts(engines, pg)
+        results.append(r)
+        print_call(f"run {run} commit cuts", r.call,
+                   f" ({r.cuts} COMMITs cut; user messages doubled {r.doubled})")
+    lost = max(r.call.lost for r in results)
+    doubled = max(r.doubled for r in results)
+    print(f"  COMMIT cut (made and unanswered, or never made), each question: turns lost "
+          f"{lost}, doubled {doubled} (worst run); answers after "
+          f"{sum(r.call.answers_after for r in results)}/{len(results)}; state held back "
+          f"{statistics.median(r.call.held_back for r in results):.1f} s; first audio "
+          f"{_median_of(r.call.during_ms for r in results)} ms during "
+          f"({_median_of(r.call.before_ms for r in results)} before)", flush=True)
+    figure("turns lost: COMMITs cut", lost, "turns", target="0")
+    figure("turns doubled: COMMITs cut", doubled, "turns", target="0")
 
 
 async def job_outages(runs: int, outage: float, bin_dir: Path) -> None:
@@ -933,14 +1002,14 @@ if __name__ == "__main__":
     parser.add_argument("--job-outage", type=float, default=40.0,
                         help="seconds the job outage's PostgreSQL is down (40)")
     parser.add_argument("--only", nargs="+",
-                        choices=("pg", "llm", "disk", "clock", "jobs", "ice"),
-                        default=["pg", "llm", "disk", "clock", "jobs", "ice"],
+                        choices=("pg", "llm", "disk", "clock", "jobs", "ice", "commit"),
+                        default=["pg", "llm", "disk", "clock", "jobs", "ice", "commit"],
                         help="the faults to run (all): pg is the database's (resets, "
                         "restart, silent ICE, offers)")
     args = parser.parse_args()
     if args.runs < 1 or not 0 < args.downtime <= 60 or args.offer_rounds < 1:
         parser.error("--runs and --offer-rounds must be >= 1, --downtime in (0, 60]")
-    if set(args.only) & {"pg", "jobs"} and not (args.pg_bin / "initdb").exists():
+    if set(args.only) & {"pg", "jobs", "commit"} and not (args.pg_bin / "initdb").exists():
         parser.exit(0, f"faults skipped: no initdb in {args.pg_bin} (give --pg-bin)\n")
     asyncio.run(main(args.runs, args.downtime, args.offer_rounds, args.pg_bin, args.only,
                      args.job_outage))

@@ -5,18 +5,38 @@ server (``pg_faults``): every connection reset is the test's own."""
 
 from __future__ import annotations
 
+import importlib.util
+import sys
 import threading
+from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import pytest
 
 from tests.conftest import PgFaults
-from tests.pg_cut import CommitCut
 from voxflow import ConversationState, Flow, listen, persist
 from voxflow.errors import PersistenceConflictError, PersistenceUnavailableError
 from voxflow.flow.postgres import PostgresFlowPersistence
 
 STATE: dict[str, Any] = {"id": "s", "messages": [], "count": 1}
+
+
+def _pg_cut() -> ModuleType:
+    """benchmarks/_pg_cut.py (a proxy that cuts a connection at its COMMIT), imported as
+    the benchmark imports it."""
+    name = "voxflow_benchmark_pg_cut"
+    if name not in sys.modules:
+        path = Path(__file__).resolve().parents[2] / "benchmarks" / "_pg_cut.py"
+        spec = importlib.util.spec_from_file_location(name, path)
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+CommitCut = _pg_cut().CommitCut
 
 
 def store_on(faults: PgFaults, **options: Any) -> PostgresFlowPersistence:

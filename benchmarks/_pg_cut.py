@@ -1,4 +1,4 @@
-"""A TCP proxy on loopback in front of the test PostgreSQL server that breaks a
+"""A TCP proxy on loopback in front of a PostgreSQL server that breaks a
 connection at its next ``COMMIT``: before the server sees it (nothing is written) or
 after the server committed it, its answer never delivered (the write made, the client
 left not knowing). What a network cut or a server crash at the worst moment does, made
