@@ -46,7 +46,9 @@ the machine's ``initdb``/``pg_ctl``) and an aiortc caller (``LoopbackCaller``) t
   the job runs, the job returns, and the server is started again ``--job-outage`` (40) s
   later: past the ~30 s a job's report used to be tried for. The job's settled status,
   how long after the server came back its result was stored, and whether the worker
-  still runs a job queued afterwards.
+  still runs a job queued afterwards. With ``--report-patience`` shorter than the outage
+  the worker stops, as told, and is started again at once (as a supervisor does): the
+  job runs again as its next attempt once the server is back.
 
 For each call: **turns lost** (questions asked less the answers both heard by the caller
 and stored completed; must be 0), **answers after** (a question after the fault is
@@ -592,6 +594,7 @@ class JobOutage:
     stored_after_s: float | None = None  # the server back → the result in the inbox
     worker_alive: bool = False  # the worker still running after the outage
     next_job: str = "-"  # a job queued after the outage: its settled status
+    restarts: int = 0  # the worker stopped (past its report patience) and started again
 
 
 _declared: list[Any] = []  # the job function (the registry holds it weakly)
@@ -613,7 +616,12 @@ def _declare_job() -> None:
     _declared.append(finishes_when_told)
 
 
-async def job_outage(pg: OwnPostgres, outage: float) -> JobOutage:
+async def job_outage(pg: OwnPostgres, outage: float, patience: float | None = None
+                     ) -> JobOutage:
+    """The job through an ``outage`` (s); with ``patience``, the worker's report patience
+    (shorter than the outage: the worker stops, as told, and is started again at once,
+    as a supervisor does, until the database answers)."""
+    from voxflow.errors import PersistenceUnavailableError
     from voxflow.jobs import BackgroundJob, PostgresJobQueue, add_job, apply_inbox
     from voxflow.wiring import AssistantState
 
@@ -638,7 +646,19 @@ async def job_outage(pg: OwnPostgres, outage: float) -> JobOutage:
     job = BackgroundJob(session_id=state.id, kind=_JOB_KIND)
     add_job(state, job)
     await queue.enqueue_async(job)
-    run = asyncio.create_task(queue.run_worker(heartbeat=1.0, stalled_after=10.0))
+    options: dict[str, Any] = {} if patience is None else {"report_patience": patience}
+
+    async def supervised() -> None:
+        while True:
+            try:
+                await queue.run_worker(heartbeat=1.0, stalled_after=10.0, **options)
+            except PersistenceUnavailableError:
+                if patience is None:
+                    raise
+                result.restarts += 1
+                await asyncio.sleep(1.0)
+
+    run = asyncio.create_task(supervised())
     try:
         started = asyncio.ensure_future(_job_started.wait())
         await asyncio.wait([started, run], timeout=60, return_when=asyncio.FIRST_COMPLETED)
@@ -797,7 +817,8 @@ def print_call(name: str, r: CallResult, extra: str = "") -> None:
 
 
 async def main(runs: int, downtime: float, offer_rounds: int, bin_dir: Path,
-               only: list[str], job_outage_s: float) -> None:
+               only: list[str], job_outage_s: float,
+               report_patience: float | None = None) -> None:
     from voxflow_adapters.webrtc.server import ignore_closed_transport_errors
     from voxflow_voice.engines import VoiceEngines
 
@@ -808,7 +829,7 @@ async def main(runs: int, downtime: float, offer_rounds: int, bin_dir: Path,
     if "jobs" in only:
         print(f"faults: a job worker through a PostgreSQL outage; load average "
               f"{os.getloadavg()[0]:.1f} at the start", flush=True)
-        await job_outages(runs, job_outage_s, bin_dir)
+        await job_outages(runs, job_outage_s, bin_dir, report_patience)
     if not set(only) - {"jobs"}:
         return
     engines = await asyncio.to_thread(VoiceEngines.load, deterministic=True)
@@ -889,17 +910,21 @@ async def commit_faults(engines: Any, runs: int, bin_dir: Path) -> None:
     figure("turns doubled: COMMITs cut", doubled, "turns", target="0")
 
 
-async def job_outages(runs: int, outage: float, bin_dir: Path) -> None:
-    """A job through a database outage of ``outage`` s, ``runs`` times."""
+async def job_outages(runs: int, outage: float, bin_dir: Path,
+                      patience: float | None = None) -> None:
+    """A job through a database outage of ``outage`` s, ``runs`` times (``patience``:
+    the worker's report patience, default its own)."""
     results: list[JobOutage] = []
     for run in range(1, runs + 1):
         with own_postgres(bin_dir) as pg:
-            r = await job_outage(pg, outage)
+            r = await job_outage(pg, outage, patience)
         results.append(r)
         took = "-" if r.stored_after_s is None else f"{r.stored_after_s:.1f} s"
-        print(f"  run {run} job outage {outage:g} s: the job settled {r.status} "
+        print(f"  run {run} job outage {outage:g} s"
+              + ("" if patience is None else f", report patience {patience:g} s")
+              + f": the job settled {r.status} "
               f"({r.announcement!r}) as attempt {r.attempt}, its result stored {took} "
-              "after the server was back; "
+              f"after the server was back; worker restarts {r.restarts}; "
               f"worker {'running' if r.worker_alive else 'STOPPED'}, a job queued after: "
               f"{r.next_job}", flush=True)
     lost = sum(r.status != "completed" for r in results)
@@ -910,9 +935,11 @@ async def job_outages(runs: int, outage: float, bin_dir: Path) -> None:
           f"worker running after it "
           f"{sum(r.worker_alive for r in results)}/{len(results)}; the next job completed "
           f"{sum(r.next_job == 'completed' for r in results)}/{len(results)}", flush=True)
-    figure(f"job outage {outage:g} s: results lost", lost, "jobs", target="0")
+    name = f"job outage {outage:g} s" + ("" if patience is None
+                                          else f", report patience {patience:g} s")
+    figure(f"{name}: results lost", lost, "jobs", target="0")
     if stored:
-        figure(f"job outage {outage:g} s: result stored after the server was back",
+        figure(f"{name}: result stored after the server was back",
                round(statistics.median(stored), 1), "s")
 
 
@@ -1001,6 +1028,10 @@ if __name__ == "__main__":
                         help=f"the directory of initdb and pg_ctl ({PG_BIN})")
     parser.add_argument("--job-outage", type=float, default=40.0,
                         help="seconds the job outage's PostgreSQL is down (40)")
+    parser.add_argument("--report-patience", type=float, default=None,
+                        help="the job worker's report patience in the job outage (its "
+                        "default, 900 s); shorter than the outage, the worker stops and "
+                        "is started again, as a supervisor does")
     parser.add_argument("--only", nargs="+",
                         choices=("pg", "llm", "disk", "clock", "jobs", "ice", "commit"),
                         default=["pg", "llm", "disk", "clock", "jobs", "ice", "commit"],
@@ -1012,4 +1043,4 @@ if __name__ == "__main__":
     if set(args.only) & {"pg", "jobs", "commit"} and not (args.pg_bin / "initdb").exists():
         parser.exit(0, f"faults skipped: no initdb in {args.pg_bin} (give --pg-bin)\n")
     asyncio.run(main(args.runs, args.downtime, args.offer_rounds, args.pg_bin, args.only,
-                     args.job_outage))
+                     args.job_outage, args.report_patience))
