@@ -50,17 +50,22 @@ class CommitCut:
         self._threads: list[threading.Thread] = []
         self._open: set[socket.socket] = set()
         self._refuse_after = False
+        self._server_unaware = False
         # the server sockets whose next COMMIT answer is dropped (and the connection cut)
         self._after: set[socket.socket] = set()
 
-    def arm(self, mode: Mode, *, then_refuse: bool = False) -> None:
+    def arm(self, mode: Mode, *, then_refuse: bool = False, server_unaware: bool = False
+            ) -> None:
         """Break the next connection that sends a ``COMMIT``: ``before`` it reaches the
         server, or ``after`` the server answered it (the answer dropped). With
         ``then_refuse``, new connections are refused from the cut on (as a server that
-        went away), until :meth:`accept`."""
+        went away), until :meth:`accept`. With ``server_unaware`` (``before`` only), the
+        server's side of the connection stays open, as when a network drops packets
+        rather than connections: its transaction goes on, in progress."""
         with self._lock:
             self._armed = mode
             self._refuse_after = then_refuse
+            self._server_unaware = server_unaware
             self._cut.clear()
 
     def accept(self) -> None:
@@ -110,7 +115,7 @@ class CommitCut:
 
     def _pump(self, source: socket.socket, sink: socket.socket, upstream: bool) -> None:
         """Forward ``source`` to ``sink``; ``upstream``: client → server."""
-        pair = (source, sink)
+        pair = [source, sink]
         try:
             while True:
                 data = source.recv(65536)
@@ -121,6 +126,8 @@ class CommitCut:
                         mode, self._armed = self._armed, None
                     if mode == "before":
                         self._broke()
+                        if self._server_unaware:  # (its server side left open)
+                            pair.remove(sink)
                         break
                     if mode == "after":
                         self._after.add(sink)

@@ -263,3 +263,24 @@ async def test_a_conversation_whose_saves_break_at_their_commit_stores_each_turn
                               for w in ("", "echo ")), "four", "five", "echo five"], said
         finally:
             store.close()
+
+
+def test_a_commit_lost_on_the_way_while_the_server_side_stays_open_is_ended_and_made_again(
+    pg_faults: PgFaults,
+) -> None:
+    """The COMMIT never reached the server, and the server never learnt that the
+    connection was gone (a network that drops packets): its transaction stays open, in
+    progress, holding the session's lock. The store ends that backend (its transaction
+    aborts, nothing written) and saves again: the write is made, once."""
+    with CommitCut(pg_faults.url) as cut:
+        store = PostgresFlowPersistence(cut.url, connect_timeout=5)
+        try:
+            first = store.save_full_state("s", "start", STATE, expected_revision=0)
+            cut.arm("before", server_unaware=True)
+            second = store.save_full_state("s", "turn", {**STATE, "count": 2},
+                                           expected_revision=first)
+            assert cut.cuts == 1
+            assert second == first + 1 == store.revision("s")
+            assert store.load_state("s") == {**STATE, "count": 2}
+        finally:
+            store.close()

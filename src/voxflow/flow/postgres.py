@@ -46,6 +46,10 @@ if TYPE_CHECKING:
 
 __all__ = ["PostgresFlowPersistence"]
 
+_ORPHAN_AFTER = 1.0
+"""Seconds a write whose connection broke during its COMMIT may stay in progress on the
+server before its backend is ended (:meth:`PostgresFlowPersistence._landed`)."""
+
 T = TypeVar("T")
 
 logger = logging.getLogger("voxflow.flow.persistence")
@@ -216,6 +220,7 @@ class PostgresFlowPersistence(RowStore):
             self._local.noted = None
             try:
                 with pool.connection() as conn:
+                    pid = conn.info.backend_pid
                     conn.execute(begin)
                     try:
                         result = fn(_PgConn(conn))
@@ -235,7 +240,7 @@ class PostgresFlowPersistence(RowStore):
                     self._discard(pool)
                 landed: bool | None = False  # (nothing was written: as not committed)
                 if committing and xid is not None:
-                    landed = self._landed(xid)
+                    landed = self._landed(xid, pid)
                     noted = self._local.noted
                     if landed is None and noted is not None:
                         with self._open_lock:
@@ -253,14 +258,18 @@ class PostgresFlowPersistence(RowStore):
                 raise self._unavailable(exc) from None
         raise AssertionError("unreachable")  # (the loop returns or raises)
 
-    def _landed(self, xid: int) -> bool | None:
+    def _landed(self, xid: int, pid: int) -> bool | None:
         """Whether transaction ``xid`` committed (False: aborted; None: unknown, the
         server unreachable), asked on a connection of its own. A transaction whose
         connection was just cut may still be ending: asked again for up to
-        ``connect_timeout``."""
+        ``connect_timeout``. One still in progress after a second is one whose server
+        side never saw the cut (a network that drops packets, not connections): its
+        backend ``pid`` is ended, so that its transaction ends too (made, or not) and
+        stops holding the session's lock."""
         import psycopg  # here: the optional voxflow[postgres] extra (loaded by _open)
 
-        deadline = time.monotonic() + self.connect_timeout
+        began = time.monotonic()
+        ended = False
         try:
             with psycopg.connect(self.url, connect_timeout=max(1, int(self.connect_timeout)),
                                  autocommit=True) as conn:
@@ -269,8 +278,12 @@ class PostgresFlowPersistence(RowStore):
                     status = None if row is None else row[0]
                     if status in ("committed", "aborted"):
                         return bool(status == "committed")
-                    if status is None or time.monotonic() > deadline:
+                    waited = time.monotonic() - began
+                    if status is None or waited > self.connect_timeout:
                         return None  # (too old to know, or never ending)
+                    if not ended and waited > _ORPHAN_AFTER:
+                        ended = True
+                        conn.execute("SELECT pg_terminate_backend(%s)", (pid,))
                     time.sleep(0.02)
         except psycopg.Error:
             return None
