@@ -11,7 +11,9 @@ wait of the whole bound.
 from __future__ import annotations
 
 import asyncio
+import runpy
 import socket
+from pathlib import Path
 
 import pytest
 from aiortc import RTCConfiguration, RTCIceServer, RTCPeerConnection
@@ -21,6 +23,9 @@ from voxflow_adapters.webrtc._ice import gather_timeout
 pytestmark = pytest.mark.unit
 
 BOUND = 600.0  # the gathering's bound: only a refusal heard ends it sooner
+# a STUN server on loopback that answers (at once here): benchmarks/_stun_faults.py
+slow_stun_server = runpy.run_path(
+    str(Path(__file__).parents[2] / "benchmarks" / "_stun_faults.py"))["slow_stun_server"]
 
 
 def closed_udp_port() -> int:
@@ -55,3 +60,10 @@ async def test_a_gathering_whose_every_server_refuses_ends_at_once_with_host_can
     sdp = await gathered(chosen)
     assert "typ host" in sdp and "127.0.0.1" in sdp
     assert "typ srflx" not in sdp and "typ relay" not in sdp
+
+
+async def test_a_server_that_answers_still_gives_its_candidate() -> None:
+    # (the probe that hears a refusal must not cost a live server its candidate)
+    async with slow_stun_server(0.0) as (port, _):
+        sdp = await gathered([RTCIceServer(urls=f"stun:127.0.0.1:{port}")])
+    assert "typ srflx" in sdp and "typ host" in sdp
