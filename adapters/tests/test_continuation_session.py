@@ -38,6 +38,8 @@ from voxflow_adapters.testkit.timeline import call_timeline
 from voxflow_voice.audio import STT_SAMPLE_RATE, AudioChunk, resample
 from voxflow_voice.engines import VoiceEngines
 from voxflow_voice.events import ReplyInterrupted, ReplyStarted, TurnCommitted
+from voxflow_voice.listen.barge_in import BargeInSettings
+from voxflow_voice.listen.turn_detector import TurnDetection
 from voxflow_voice.session import VoiceSettings
 
 from voxflow import Flow, listen
@@ -334,21 +336,23 @@ def hah(engines: VoiceEngines, seconds: float = 0.3) -> AudioChunk:
     return AudioChunk.from_float(burst.astype(np.float32), STT_SAMPLE_RATE)
 
 
-@pytest.mark.parametrize("sound", ["cough", "uh-huh"])
+@pytest.mark.parametrize(("sound", "gap"), [("cough", 0.0), ("cough", 0.1), ("cough", 0.6),
+                                            ("uh-huh", 0.6)])
 async def test_a_sound_just_after_a_commit_neither_cuts_nor_continues_the_turn(
-    voice_engines: VoiceEngines, sound: str
+    voice_engines: VoiceEngines, sound: str, gap: float
 ) -> None:
     """At the defaults (Smart Turn), a cough or an "Uh-huh." 0.6 s after the reply began
-    (within continue_within of the commit, while the reply's first words play) is a sound
-    over the reply, judged by the barge-in rules: the reply pauses and resumes from the
-    exact sample; the turn stands (one commit, revision 1, one answer). Before, any speech
-    within continue_within of a commit cut the reply and answered the turn again."""
+    (within continue_within of the commit, while the reply's first words play; a cough at
+    once too, its words judged without the turn's) is a sound over the reply, judged by
+    the barge-in rules: the reply pauses and resumes from the exact sample; the turn
+    stands (one commit, revision 1, one answer). Before, any speech within
+    continue_within of a commit cut the reply and answered the turn again."""
     turns = TurnRunner(Teller(story=SHORT_STORY))
     script = CallScript().user_says(0.3, "Tell me a story.")
     if sound == "cough":
-        script.then_says(audio=hah(voice_engines), after="reply_start", gap=0.6)
+        script.then_says(audio=hah(voice_engines), after="reply_start", gap=gap)
     else:
-        script.then_says("Uh-huh.", after="reply_start", gap=0.6)
+        script.then_says("Uh-huh.", after="reply_start", gap=gap)
     call = await run_call(turns, script, voice_engines, settings=SETTINGS)
     timeline = call_timeline(call)
     [committed] = call.of_kind("turn_committed")
@@ -440,3 +444,34 @@ async def test_a_turn_is_final_on_the_clock_when_the_input_stops(
     assert dtx is not None and finished.at < dtx.silent_until, timeline
     window = SETTINGS.turn_detection.continue_within
     assert finished.at <= committed.at + window + 0.5, timeline
+
+
+@pytest.mark.parametrize("rule", ["interruptions off", "must_finish"])
+async def test_a_request_that_may_not_cut_the_reply_still_goes_on_with_the_turn(
+    engines: VoiceEngines, rule: str
+) -> None:
+    """The silence timer without early utterances (no pause event: the words are judged
+    at the utterance's end), and a reply that may not be cut: a request just after the
+    commit goes on with the turn all the same. The reply plays out whole, then the turn
+    is answered again with all its words (revision 2). It was dropped: no turn, nothing
+    answered."""
+    rules = TurnDetection(early_utterance=False)
+    if rule == "interruptions off":
+        settings = SETTINGS.model_copy(update={"turn_detection": rules,
+                                               "interruptions": False})
+    else:
+        settings = SETTINGS.model_copy(update={
+            "turn_detection": rules, "barge_in": BargeInSettings(policy="must_finish")})
+    turns = TurnRunner(Teller(story=SHORT_STORY))
+    script = CallScript().user_says(0.3, "Tell me a story.")
+    script.then_says("And what about the dragon?", after="reply_start", gap=0.2)
+    call = await run_call(turns, script.until(25.0), engines, settings=settings)
+    timeline = call_timeline(call)
+    first, again = call.of_kind("turn_committed")
+    assert again.turn_id == first.turn_id and again.input_revision == 2, timeline
+    assert "dragon" in words(again.text) and "story" in words(again.text)
+    story, answer = call.of_kind("reply_started")
+    assert call.settled(story.delivery_id) == "completed"  # not cut
+    assert call.settled(answer.delivery_id) == "completed"
+    assert [m.role for m in turns.flow.state.messages] == ["user", "assistant"]
+    assert call.stale_samples() == 0

@@ -98,16 +98,19 @@ class _GoingOn:
     reply: SpokenReply
 
 
-def own_speech(event: UtterancePaused | UtteranceReady, onset: int,
+def own_speech(event: UtterancePaused | UtteranceReady, resumed: TurnResumed,
                pre_roll: float) -> UtterancePaused:
     """The part of ``event`` (an utterance that went on from a committed turn's onset)
-    that the speech from ``onset`` said, with up to ``pre_roll`` seconds before it."""
+    that the speech ``resumed`` it said: from up to ``pre_roll`` seconds before that
+    speech's onset, never before the turn's commit (the turn's own words)."""
     audio = event.audio
     start = audio.start_sample or 0
-    skip = min(max(0, onset - round(pre_roll * STT_SAMPLE_RATE) - start), audio.num_samples)
+    first = max(resumed.onset_sample - round(pre_roll * STT_SAMPLE_RATE),
+                resumed.committed_at)
+    skip = min(max(0, first - start), audio.num_samples)
     chunk = AudioChunk.from_float(audio.samples()[skip:], STT_SAMPLE_RATE,
                                   start_sample=start + skip)
-    return UtterancePaused(chunk, onset, event.end_sample)
+    return UtterancePaused(chunk, resumed.onset_sample, event.end_sample)
 
 
 class SpeculativeReplies:
@@ -193,6 +196,7 @@ class SpeculativeReplies:
         # (onset sample, turn id, next input revision) of the turn the user went on with
         self._continuing: tuple[int, TurnId, int] | None = None
         self._going: _GoingOn | None = None  # speech after a heard turn, undecided
+        self._detach_at: TurnResumed | None = None  # its speech apart (told between frames)
         self._committed = 0.0  # clock time of the last commit
         self._timer: asyncio.Task[None] | None = None  # seals a provisional turn on the clock
         rules = detector.settings
@@ -214,6 +218,9 @@ class SpeculativeReplies:
         if self._allow_at is not None:
             self._detector.allow_continuation(self._allow_at)
             self._allow_at = None
+        if self._detach_at is not None:
+            self._detector.detach(self._detach_at)
+            self._detach_at = None
 
     def after_frame(self) -> None:
         """After a frame's detector events: discard the pending speculation if the user
@@ -227,12 +234,12 @@ class SpeculativeReplies:
             self._seal(held)  # resume_grace is over
         going = self._going
         if going is not None:
-            if going.reply.interrupted:  # a barge-in cut its reply: the user goes on with it
-                self._going = None
+            if going.reply.interrupted and going.reply.onset_at is not None:
+                self._going = None  # the barge-in rules cut its reply: the user goes on
                 self._go_on(going)
-            elif self._started_jobs(going.reply.turn_id):  # it acted on the world: it stands
-                self._going = None
-                self._detached(going.resumed, going.spec)
+            elif going.reply.interrupted or self._started_jobs(going.reply.turn_id):
+                self._going = None  # cut otherwise (a mute), or it acted on the world:
+                self._detached(going.resumed, going.spec)  # the turn stands
 
     def paused(self, paused: UtterancePaused) -> None:
         """Answer the utterance heard up to this pause, held unheard until the verdict."""
@@ -309,10 +316,15 @@ class SpeculativeReplies:
                                           name="voice.provisional")
 
     async def _close_after(self, spec: Speculation, deadline: float) -> None:
-        while self._provisional is spec:
+        while self._provisional is spec or (self._going is not None
+                                            and self._going.spec is spec):
             now = self._clock.now()
             if now >= deadline and now - self._time_of(self._detector.position) >= _STALLED:
-                self._seal(spec)  # no input for a while: the window is over on the clock
+                # no input for a while: the window is over on the clock
+                going, self._going = self._going, None
+                if going is not None:  # a sound no words followed: the turn stands
+                    self._detach_at = going.resumed  # (the detector told between frames)
+                self._seal(spec)
                 return
             await self._clock.sleep(max(deadline - now, _STALLED))
 
@@ -386,7 +398,7 @@ class SpeculativeReplies:
             # The user goes on with the turn, or it is a sound over its reply (a cough, an
             # "mm-hm"): the reply is paused as for any barge-in, and a barge-in cutting
             # it, or else the speech's words at its first pause (went_on), decide.
-            self._provisional = None
+            self._provisional = None  # (its clock bound goes on: _close_after)
             self._going = _GoingOn(event, spec, reply)
             return False
         taken = False
@@ -415,22 +427,22 @@ class SpeculativeReplies:
         self._going = None
         reply = going.reply
         if not reply.interrupted:
-            own = own_speech(event, going.resumed.onset_sample,
-                             self._detector.settings.pre_roll)
+            own = own_speech(event, going.resumed, self._detector.settings.pre_roll)
             with hold_clock(self._clock):
                 transcript = await self._early.transcript_of(own)
             text = transcript.text if transcript is not None else ""
             kind = await self._overlap.judge(reply, event.end_sample, text)
-            if not reply.interrupted and (kind != "request"
-                                          or not self._overlap.may_cut(reply)):
+            if not reply.interrupted and kind != "request":
                 if isinstance(event, UtterancePaused):
                     self._detached(going.resumed, going.spec)
                 else:  # (it ended already: nothing in it is a turn)
                     self._seal(going.spec)
                     self._seal_at = event.end_sample
                 return True
-            if not reply.interrupted and not reply.heard_whole(self._playback,
-                                                               self._clock.now()):
+            # A request: the user goes on with the turn; its reply is cut if it may be
+            # (a must_finish reply, or with interruptions off, plays out first)
+            if (not reply.interrupted and self._overlap.may_cut(reply)
+                    and not reply.heard_whole(self._playback, self._clock.now())):
                 reply.onset_at = self._time_of(going.resumed.onset_sample)
                 assert reply.delivery_id is not None
                 self._emit(BargeIn(session_id=self._session_id(), at=self._clock.now(),
@@ -682,8 +694,8 @@ class SpeculativeReplies:
         if self._provisional is spec:
             self._provisional = None
             self._seal_at = spec.paused.end_sample  # (the listen task seals the detector)
-            if self._timer is not None:
-                self._timer.cancel()
+            if self._timer is not None and self._going is None:
+                self._timer.cancel()  # (one bounding a pending sound's turn runs on)
                 self._timer = None
 
     def __repr__(self) -> str:

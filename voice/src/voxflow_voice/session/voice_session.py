@@ -31,7 +31,8 @@ utterance becomes one turn; once a sample was heard, speech over the reply is a 
 unless it starts within ``TurnDetection.continue_within`` of the commit (any turn, with
 ``continue_complete``) and its words are a request: then the user goes on with the turn,
 the reply is cut as a barge-in cuts it (its heard part kept, marked interrupted; heard
-whole, it settles completed), and the whole utterance is answered once as the same turn,
+whole, it settles completed; one that may not be cut plays out first), and the whole
+utterance is answered once as the same turn,
 its next ``input_revision``, one user message in the history. A cough or a backchannel
 there resumes the reply, and the turn stands.
 
