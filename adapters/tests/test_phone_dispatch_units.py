@@ -98,3 +98,4 @@ async def test_a_phone_worker_holds_a_slot_for_an_expected_stream_until_it_comes
     assert host._take_token(answer.token, started("CA1")) is None  # used once
     await asyncio.sleep(0.4)  # the second stream never came: its slot is given back
     assert ended == [second.call_id] and host.calls_held == 1
+

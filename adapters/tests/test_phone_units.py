@@ -354,6 +354,17 @@ def test_voxflow_phone_needs_the_auth_token_and_keeps_unsigned_calls_on_loopback
     assert none.returncode == 2 and "--max-calls 0" in none.stderr, none.stderr
 
 
+def test_voxflow_phone_roles_need_the_database_and_their_own_options() -> None:
+    helped = _voxflow("phone", "--help")
+    assert "--front-door" in helped.stdout and "--worker" in helped.stdout
+    worker = _voxflow("phone", "--worker", VOXFLOW_DATABASE_URL="")
+    assert worker.returncode == 2 and "VOXFLOW_DATABASE_URL" in worker.stderr, worker.stderr
+    stray = _voxflow("phone", "--drain-seconds", "5", VOXFLOW_TWILIO_AUTH_TOKEN="x")
+    assert stray.returncode == 2 and "--drain-seconds is for --worker" in stray.stderr
+    door = _voxflow("phone", "--front-door", "--drain-seconds", "5")
+    assert door.returncode == 2 and "--drain-seconds is for --worker" in door.stderr
+
+
 @pytest.mark.parametrize("bad", [{"max_calls": 0}, {"max_calls": -1}, {"lead": 0.0},
                                  {"stream_token_seconds": 0.0},
                                  {"max_call_seconds": float("nan")},

@@ -256,6 +256,13 @@ class PhoneCommand:
         """Check the options, then serve until interrupted."""
         settings = cli.settings(log_level="INFO")
         role = "front-door" if args.front_door else "worker" if args.worker else "all"
+        for option, value, needs in (("--offer-timeout", args.offer_timeout, ("front-door",)),
+                                     ("--drain-seconds", args.drain_seconds, ("worker",)),
+                                     ("--stale-after", args.stale_after,
+                                      ("front-door", "worker"))):
+            if value is not None and role not in needs:
+                raise UsageError(f"{option} is for " + " or ".join(f"--{r}" for r in needs)
+                                 + ": give that role, or drop the option")
         if role != "all" and settings.database_url is None:
             raise UsageError(
                 f"--{role} dispatches calls through PostgreSQL: set VOXFLOW_DATABASE_URL="
