@@ -141,7 +141,8 @@ def test_bad_variables_are_named(variable: str, value: str) -> None:
 @pytest.mark.parametrize(("command", "variable", "value", "fix"), [
     ("chat", "VOXFLOW_MIN_BARGE_IN", "1e9", "give seconds, at least 0 and at most 5"),
     ("chat", "VOXFLOW_RESUME_GRACE", "nan", "give seconds, at least 0 and at most 3"),
-    ("serve", "VOXFLOW_MAX_CALLS", "-1", "give a whole number from 1 to 10000"),
+    ("serve", "VOXFLOW_MAX_CALLS", "-1", "give a whole number from 1 to 10000, or leave it "
+     "unset (as many calls as their measured cost leaves room for)"),
     ("serve", "VOXFLOW_P95_TARGET_MS", "inf", "give milliseconds, more than 0 and at most 60000"),
 ])
 def test_an_out_of_range_number_names_the_variable_and_the_range(

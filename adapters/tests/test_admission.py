@@ -23,7 +23,7 @@ class FakeClock:
 
 
 def test_calls_past_the_cap_are_refused_until_one_is_released() -> None:
-    admission = AdmissionController(AdmissionSettings(max_calls=2))
+    admission = AdmissionController(AdmissionSettings(max_calls=2), clock=FakeClock())
     first, second = admission.admit("a"), admission.admit("b")
     with pytest.raises(CapacityExceededError, match=r"limit 2") as info:
         admission.admit("c")
@@ -39,8 +39,9 @@ def test_calls_past_the_cap_are_refused_until_one_is_released() -> None:
         assert admission.load().active_calls == 2
     second.release()
     assert admission.load() == Load(
-        active_calls=0, max_calls=2, headroom=2, accepting=True, reason=None, p95_ms=None,
-        p95_target_ms=1000.0, turns=0, utilization=None, urgent_wait_p95_ms=None)
+        active_calls=0, max_calls=2, slots=2, headroom=2, accepting=True, reason=None,
+        p95_ms=None, p95_target_ms=1000.0, turns=0, utilization=None,
+        urgent_wait_p95_ms=None, call_cost=0.28, cost_source="prior", loop_lag_ms=None)
     assert admission.refused == 1
 
 
@@ -83,7 +84,8 @@ def test_the_ramp_spaces_admissions_so_calls_arriving_together_do_not_all_start(
         admission.admit("c")
     assert admission.refused == 2
     clock.now = 3.0
-    assert admission.load().headroom == 6
+    load = admission.load()  # (the slots: the prior cost's, at most 8)
+    assert load.headroom == load.slots - 2
     admission.admit("c")
 
 

@@ -365,6 +365,34 @@ async def test_a_failing_headroom_never_stops_the_heartbeat(
     assert "RuntimeError" in logged and "hunter2" not in logged
 
 
+async def test_a_front_door_counts_a_worker_free_slots_as_at_most_its_headroom(
+    pg_schema_url: str,
+) -> None:
+    """A worker with no cap registers the admission's ceiling as its slots; the headroom
+    its measured cost leaves, reported by each heartbeat, is what a front door counts."""
+    from voxflow_adapters.hosting.admission import UNBOUNDED_CALLS
+    from voxflow_adapters.hosting.worker import Heartbeat
+
+    reported: list[float | None] = [None]
+    store = DispatchStore(pg_schema_url)
+    beat = Heartbeat(store, "w-1", interval=0.05, headroom=lambda: reported[0])
+    try:
+        await store.register("w-1", slots=UNBOUNDED_CALLS, host="h", pid=1)
+        await store.register("w-2", slots=3, host="h", pid=2)
+        assert await store.free_slots() == (UNBOUNDED_CALLS + 3, 2)  # not measured yet
+        beat.start()
+        for headroom, free in ((4.0, 4 + 3), (0.0, 0 + 3), (2.5, 3 + 3)):
+            reported[0] = headroom
+            seen = beat.beats
+            async with asyncio.timeout(30):
+                while beat.beats < seen + 2:  # noqa: ASYNC110  # a thread's counter
+                    await asyncio.sleep(0.05)
+            assert await store.free_slots() == (free, 2)
+    finally:
+        beat.stop()
+        await store.aclose()
+
+
 @pytest.mark.parametrize("sdp", ["v=0\\u0000\\r\\n", "v=0\\ud800"])
 async def test_an_offer_whose_sdp_no_store_keeps_is_a_400_naming_the_sdp(
     pg_schema_url: str, sdp: str

@@ -19,6 +19,8 @@ import aiohttp
 import numpy as np
 import pytest
 from aiortc import RTCConfiguration, RTCPeerConnection
+from voxflow_adapters.hosting.admission import AdmissionController, AdmissionSettings
+from voxflow_adapters.hosting.call_cost import CallCostMeter, CostSettings
 from voxflow_adapters.webrtc import (
     PeerSettings,
     ServerSettings,
@@ -94,7 +96,7 @@ async def test_oversized_broken_and_audio_less_offers_are_refused(engines: Voice
     assert not_json[0] == 400 and "JSON" in not_json[1]["error"]
     assert stats.rejected == {"size": 2, "sdp": 2, "malformed": 1}
     assert stats.active_calls == 0
-    assert (load.active_calls, load.headroom) == (0, load.max_calls)  # no slot kept
+    assert (load.active_calls, load.headroom) == (0, load.slots)  # no slot kept
 
 
 async def test_a_call_whose_session_fails_to_start_gives_its_slot_back(
@@ -129,6 +131,51 @@ async def test_calls_beyond_the_limit_are_refused_until_one_ends(engines: VoiceE
     assert busy.status == 503 and "limit 1" in busy.reason
     assert stats.accepted == 2
     assert stats.ended[0].close_reason == "the page hung up"
+
+
+class MeasuredMachine:
+    """The meter's clock and CPU seconds, moved by the test (the calls are real)."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.cpu = 0.0
+
+    def clock(self) -> float:
+        return self.now
+
+    def cpu_time(self) -> float:
+        return self.cpu
+
+
+async def test_with_no_cap_calls_past_the_measured_slots_are_refused_with_the_cost(
+    engines: VoiceEngines,
+) -> None:
+    machine = MeasuredMachine()
+    meter = CallCostMeter(CostSettings(window_seconds=2.0, settle_call_seconds=2.0), cores=1,
+                          cpu_time=machine.cpu_time, clock=machine.clock)
+    admission = AdmissionController(AdmissionSettings(), clock=machine.clock, meter=meter)
+    settings = ServerSettings(port=0, peer=PeerSettings(ice_host_addresses=("127.0.0.1",)))
+    assert settings.max_calls is None
+    async with WebRtcServer(assistant_call_factory(), engines, settings=settings,
+                            admission=admission) as server:
+        base = f"http://127.0.0.1:{server.port}"
+        before = server.load()  # the prior: 28 % of a core, 2 calls on 70 % of one core
+        first = LoopbackCaller(base, server.token)
+        await first.connect()
+        machine.now, machine.cpu = 2.0, 1.0  # the call ran 2 s on half a core
+        measured = server.load()
+        busy = await rejected(LoopbackCaller(base, server.token))
+        first.send({"v": 1, "type": "hangup"})
+        await until_no_calls(server)
+        await first.aclose()
+        stats = server.statistics()
+    assert (before.slots, before.cost_source, before.max_calls) == (2, "prior", None)
+    assert (measured.slots, measured.cost_source, measured.headroom) == (1, "measured", 0)
+    assert busy.status == 503
+    assert busy.reason.startswith("this server is full: 1 call, as many as it holds: a call "
+                                  "costs 50% of a core here (measured over its recent "
+                                  "calls), and 70% of its 1 core hold 1")
+    assert stats.rejected == {"busy": 1} and stats.accepted == 1
 
 
 async def test_malformed_data_channel_messages_are_rejected_and_the_call_goes_on(

@@ -25,7 +25,7 @@ variable                                setting                      default
 ``VOXFLOW_SPECULATIVE_REPLIES``         ``speculative_replies``      ``true``
 ``VOXFLOW_DEMO_OUT``                    ``demo_out``                 ``voxflow-demo``
 ``VOXFLOW_HOST`` / ``VOXFLOW_PORT``     ``host`` / ``port``          ``127.0.0.1`` / 8080
-``VOXFLOW_MAX_CALLS``                   ``max_calls``                8
+``VOXFLOW_MAX_CALLS``                   ``max_calls``                none (measured)
 ``VOXFLOW_P95_TARGET_MS``               ``p95_target_ms``            1000
 ``VOXFLOW_LOG_LEVEL``                   ``log_level``                ``WARNING``
 ``VOXFLOW_LLM_ENDPOINTS``               ``llm_endpoints``            none
@@ -118,6 +118,8 @@ _FIXES = {
     "speculative_replies": "use true or false",
     "max_end_of_turn_silence": "give seconds, more than 0.2 (the pause where the model "
     "decides) and at most 10",
+    "max_calls": "give a whole number from 1 to 10000, or leave it unset (as many calls as "
+    "their measured cost leaves room for)",
     "metrics_port": "give a TCP port from 1 to 65535 (0: any free port), or leave it unset "
     "(no metrics port)",
     "metrics_token": "give a random token of at least 16 characters, e.g. the output of "
@@ -209,9 +211,11 @@ class Settings(BaseModel):
     demo_out: Path = Field(Path("voxflow-demo"), description="where `voxflow demo` writes")
     host: str = Field("127.0.0.1", description="`voxflow serve` bind address")
     port: int = Field(8080, ge=1, le=65535, description="`voxflow serve` port")
-    max_calls: int = Field(
-        8, ge=1, le=10_000, description="`voxflow serve`: concurrent calls a process takes; "
-        "the next is refused (503) rather than slowing every call down",
+    max_calls: int | None = Field(
+        None, ge=1, le=10_000, description="`voxflow serve`: concurrent calls a process "
+        "takes at most; below it, as many as the calls' measured CPU cost leaves room for "
+        "(unset: no other bound); the next is refused (503) rather than slowing every call "
+        "down",
     )
     p95_target_ms: float = Field(
         1000.0, gt=0, le=60_000, description="`voxflow serve`: refuse calls while the recent "

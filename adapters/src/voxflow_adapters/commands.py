@@ -54,7 +54,8 @@ class ServeCommand:
             help="local IP offered as ICE host candidate (repeatable; default: every "
                  "non-loopback interface)")
         parser.add_argument("--max-calls", type=int, default=None,
-                            help="concurrent calls (default: $VOXFLOW_MAX_CALLS, else 8)")
+                            help="concurrent calls at most (default: $VOXFLOW_MAX_CALLS, "
+                                 "else as many as their measured cost allows)")
         parser.add_argument("--tls-cert", default=None, metavar="PEM",
                             help="serve HTTPS with this certificate (chain) ...")
         parser.add_argument("--tls-key", default=None, metavar="PEM",

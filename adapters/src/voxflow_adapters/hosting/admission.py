@@ -7,8 +7,14 @@ then every caller waits). Past it, one more call makes all the others worse. An
 :class:`~voxflow.errors.CapacityExceededError` (``voxflow serve`` answers 503 with its
 message; a scaled-out front door hands the call to a worker with headroom):
 
-* **the cap**: ``max_calls`` concurrent calls (``VOXFLOW_MAX_CALLS``), set from the
-  capacity benchmark for the machine;
+* **the measured slots**: as many calls as the cores hold at a target utilisation, at the
+  CPU a call was measured to cost on this machine
+  (:class:`~voxflow_adapters.hosting.call_cost.CallCostMeter`: the process's CPU time per
+  call of its recent calls, a conservative prior until one was measured), and never more
+  than ``max_calls`` (``VOXFLOW_MAX_CALLS``: an upper bound, none by default);
+* **the event loop**: every call's audio is handled on one loop; while it wakes later than
+  ``max_loop_lag_ms`` (its recent 90th percentile), a new call would only make every call
+  later;
 * **the ramp**: at least ``ramp_seconds`` between two admissions. Calls admitted
   together ask their first questions together, and callers on the same rhythm keep
   asking together: each turn's urgent work (Whisper, the first clause's synthesis)
@@ -20,8 +26,12 @@ message; a scaled-out front door hands the call to a worker with headroom):
 
 :meth:`AdmissionController.load` reports it all as a :class:`Load` (active calls, the
 cap, the headroom left, the measured p95, the model scheduler's utilisation and urgent
-queue wait): what ``GET /load`` of ``voxflow serve`` returns, and what a dispatcher
-compares across workers (the one with the most headroom takes the call).
+queue wait): what ``GET /load`` of ``voxflow serve`` returns, and what a call worker reports
+with its heartbeat (a front door counts the headroom of the workers, and the one with the
+most takes the call).
+
+A call that would go over is refused before it starts: an admitted call is never made
+late by one admitted after it.
 """
 
 from __future__ import annotations
@@ -38,8 +48,14 @@ from voxflow_voice.scheduler import ModelScheduler
 
 from voxflow.errors import CapacityExceededError
 
-__all__ = ["UTILIZATION_WINDOW", "Admission", "AdmissionController", "AdmissionSettings",
-           "Load"]
+from .call_cost import CallCost, CallCostMeter, CostSettings
+
+__all__ = ["UNBOUNDED_CALLS", "UTILIZATION_WINDOW", "Admission", "AdmissionController",
+           "AdmissionSettings", "Load"]
+
+UNBOUNDED_CALLS = 10_000
+"""The upper bound of a process given no ``max_calls``: its measured slots decide (the
+slots a call worker registers, which its measured headroom then narrows)."""
 
 UTILIZATION_WINDOW = 10.0
 """Seconds :attr:`Load.utilization` is measured over (at least, when the load is looked
@@ -52,7 +68,18 @@ class AdmissionSettings(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
-    max_calls: int = Field(8, ge=1, le=10_000, description="concurrent calls at most")
+    max_calls: int | None = Field(
+        None, ge=1, le=UNBOUNDED_CALLS, description="concurrent calls at most, whatever the "
+        "measured cost allows (None: as many as it allows)",
+    )
+    cost: CostSettings = Field(
+        default_factory=CostSettings, description="how a call's cost is measured and how "
+        "many calls the cores hold",
+    )
+    max_loop_lag_ms: float = Field(
+        200.0, gt=0, le=60_000, description="refuse calls while the event loop wakes later "
+        "than this (ms, the 90th percentile of its recent probes)",
+    )
     p95_target_ms: float = Field(
         1000.0, gt=0, le=60_000, description="refuse calls while the recent p95 voice to "
         "voice is above this",
@@ -86,7 +113,8 @@ class Load:
 
     Attributes:
         active_calls: calls admitted and not yet released.
-        max_calls: the cap.
+        max_calls: the upper bound (None: none).
+        slots: calls it holds: the measured slots, at most ``max_calls``.
         headroom: calls it would admit now (0 while refusing).
         accepting: whether the next call is admitted.
         reason: why not, when it is not.
@@ -100,10 +128,16 @@ class Load:
             looks half a second apart.
         urgent_wait_p95_ms: how long urgent model work waited for a worker (recent p95;
             None without a scheduler or before any).
+        call_cost: share of a core one call costs here.
+        cost_source: ``"measured"`` (this process's recent calls) or ``"prior"`` (none
+            measured yet).
+        loop_lag_ms: how late the event loop wakes (recent 90th percentile; None until
+            probed).
     """
 
     active_calls: int
-    max_calls: int
+    max_calls: int | None
+    slots: int
     headroom: int
     accepting: bool
     reason: str | None
@@ -112,6 +146,9 @@ class Load:
     turns: int
     utilization: float | None
     urgent_wait_p95_ms: float | None
+    call_cost: float
+    cost_source: str
+    loop_lag_ms: float | None
 
     def as_dict(self) -> dict[str, Any]:
         """The fields as a JSON-ready dict (``GET /load``)."""
@@ -147,19 +184,30 @@ class Admission:
 class AdmissionController:
     """Admits calls while the process has headroom (thread-safe).
 
+    Make it once the engines are loaded: the meter counts CPU time from then on.
+
     Args:
-        settings: the cap and the latency target.
+        settings: the upper bound, the cost measurement and the latency targets.
         scheduler: the engines' model scheduler, for the utilisation in :class:`Load`.
         clock: seconds (``time.monotonic``), for the window of recent turns.
+        meter: measures what a call costs (default: a
+            :class:`~voxflow_adapters.hosting.call_cost.CallCostMeter` of
+            ``settings.cost`` on ``clock``); its :meth:`CallCostMeter.watch_loop` is run
+            by the controller's owner.
     """
 
     def __init__(
         self, settings: AdmissionSettings | None = None, *,
         scheduler: ModelScheduler | None = None, clock: Callable[[], float] = time.monotonic,
+        meter: CallCostMeter | None = None,
     ) -> None:
         if settings is not None and not isinstance(settings, AdmissionSettings):
             raise TypeError(f"settings must be AdmissionSettings, got {type(settings).__name__}")
+        if meter is not None and not isinstance(meter, CallCostMeter):
+            raise TypeError(f"meter must be a CallCostMeter, got {type(meter).__name__}")
         self.settings = settings if settings is not None else AdmissionSettings()
+        self.meter = meter if meter is not None else CallCostMeter(self.settings.cost,
+                                                                   clock=clock)
         self._scheduler = scheduler
         self._clock = clock
         self._lock = threading.Lock()
@@ -184,13 +232,15 @@ class AdmissionController:
         with self._lock:
             if call_id in self._active:
                 raise ValueError(f"call {call_id!r} is already admitted")
-            reason = self._refusal()
+            slots, cost = self._slots()
+            reason = self._refusal(slots, cost)
             if reason is not None:
                 self._refused += 1
                 raise CapacityExceededError(reason, active_calls=len(self._active),
-                                            max_calls=self.settings.max_calls)
+                                            max_calls=slots)
             self._active.add(call_id)
             self._admitted_at = self._clock()
+            self.meter.call_started()
         return Admission(self, call_id)
 
     def record(self, voice_to_voice_ms: float) -> None:
@@ -207,17 +257,26 @@ class AdmissionController:
     def load(self) -> Load:
         """The load now (see :class:`Load`)."""
         with self._lock:
-            reason = self._refusal()
+            slots, cost = self._slots()
+            reason = self._refusal(slots, cost)
             p95, turns = self._p95()
             active = len(self._active)
         utilization, urgent_wait = self._scheduler_figures()
-        headroom = 0 if reason is not None else self.settings.max_calls - active
+        headroom = 0 if reason is not None else slots - active
         return Load(
-            active_calls=active, max_calls=self.settings.max_calls, headroom=headroom,
-            accepting=reason is None, reason=reason, p95_ms=p95,
+            active_calls=active, max_calls=self.settings.max_calls, slots=slots,
+            headroom=headroom, accepting=reason is None, reason=reason, p95_ms=p95,
             p95_target_ms=self.settings.p95_target_ms, turns=turns,
             utilization=utilization, urgent_wait_p95_ms=urgent_wait,
+            call_cost=cost.per_call, cost_source=cost.source, loop_lag_ms=cost.loop_lag_ms,
         )
+
+    @property
+    def ceiling(self) -> int:
+        """The most calls it could ever hold: ``max_calls``, else :data:`UNBOUNDED_CALLS`
+        (the slots a call worker registers; its measured headroom narrows them)."""
+        bound = self.settings.max_calls
+        return bound if bound is not None else UNBOUNDED_CALLS
 
     @property
     def refused(self) -> int:
@@ -228,7 +287,14 @@ class AdmissionController:
 
     def _release(self, call_id: str) -> None:
         with self._lock:
-            self._active.discard(call_id)
+            if call_id in self._active:
+                self._active.discard(call_id)
+                self.meter.call_ended()
+
+    def _slots(self) -> tuple[int, CallCost]:
+        cost = self.meter.cost()
+        bound = self.settings.max_calls
+        return (cost.slots if bound is None else min(bound, cost.slots)), cost
 
     def _p95(self) -> tuple[float | None, int]:
         horizon = self._clock() - self.settings.window_seconds
@@ -239,11 +305,24 @@ class AdmissionController:
             return None, len(values)
         return values[min(len(values) - 1, int(0.95 * len(values)))], len(values)
 
-    def _refusal(self) -> str | None:
+    def _refusal(self, slots: int, cost: CallCost) -> str | None:
         s = self.settings
-        if len(self._active) >= s.max_calls:
-            return (f"this server is full: {len(self._active)} calls (limit {s.max_calls}), "
-                    "more would slow every call down; try again in a moment")
+        active = len(self._active)
+        if active >= slots:
+            if s.max_calls is not None and slots == s.max_calls:
+                return (f"this server is full: {active} calls (limit {s.max_calls}), "
+                        "more would slow every call down; try again in a moment")
+            how = ("measured over its recent calls" if cost.source == "measured"
+                   else "until one is measured")
+            return (f"this server is full: {active} call{'s' if active != 1 else ''}, as "
+                    "many as it holds: a call "
+                    f"costs {cost.per_call:.0%} of a core here ({how}), and "
+                    f"{s.cost.target_utilization:.0%} of its {cost.cores} "
+                    f"core{'s' if cost.cores != 1 else ''} hold "
+                    f"{cost.slots}; more would slow every call down; try again in a moment")
+        if cost.loop_lag_ms is not None and cost.loop_lag_ms > s.max_loop_lag_ms:
+            return (f"this server is too busy: its event loop runs {cost.loop_lag_ms:,.0f} ms "
+                    f"late (limit {s.max_loop_lag_ms:,.0f} ms); try again in a moment")
         if self._admitted_at is not None and s.ramp_seconds > 0:
             since = self._clock() - self._admitted_at
             if since < s.ramp_seconds:
@@ -278,5 +357,5 @@ class AdmissionController:
 
     def __repr__(self) -> str:
         load = self.load()
-        return (f"AdmissionController(active={load.active_calls}/{load.max_calls}, "
+        return (f"AdmissionController(active={load.active_calls}/{load.slots}, "
                 f"accepting={load.accepting})")

@@ -550,10 +550,12 @@ class DispatchStore:
 
     async def free_slots(self) -> tuple[int, int]:
         """``(free slots, live workers)`` over workers of this store's kind with a fresh
-        heartbeat that are not draining."""
+        heartbeat that are not draining: each worker's free slots, or the headroom its
+        last heartbeat reported when that is less (its admission's measured slots)."""
         async def run(conn: psycopg.AsyncConnection[Any]) -> tuple[int, int]:
             row = await (await conn.execute(
-                "SELECT coalesce(sum(slots - used), 0), count(*) FROM voxflow_call_workers "
+                "SELECT coalesce(sum(least(slots - used, coalesce(ceil(headroom)::integer, "
+                "slots - used))), 0), count(*) FROM voxflow_call_workers "
                 f"WHERE NOT draining AND kind = %s AND heartbeat_at > {_NOW} - %s",
                 (self.kind, self.stale_after))).fetchone()
             return (int(row[0]), int(row[1])) if row else (0, 0)

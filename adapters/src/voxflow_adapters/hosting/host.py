@@ -73,6 +73,10 @@ class CallHost(Protocol):
         """Its admission's load and headroom."""
         ...
 
+    async def watch_loop(self) -> None:
+        """Measure the event loop's lag for its admission until cancelled."""
+        ...
+
     async def answer_offer(self, sdp: str, resume: ResumeRequest | None = None, *,
                            trace_context: Any = None) -> OfferAnswer:
         """Start a call for the request ``sdp`` (its body: an SDP offer, a phone call's

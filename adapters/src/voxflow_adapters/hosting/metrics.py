@@ -287,8 +287,13 @@ class _HostCollector:
 
         yield gauge("voxflow_calls_active", "calls admitted and not yet ended",
                     load.active_calls)
-        yield gauge("voxflow_call_slots", "calls this process takes at most (--max-calls)",
-                    load.max_calls)
+        yield gauge("voxflow_call_slots", "calls this process takes now: as many as their "
+                    "measured CPU cost leaves room for, at most --max-calls", load.slots)
+        yield gauge("voxflow_call_cost_ratio", "share of a core one call costs (measured "
+                    "over the recent calls; a prior until then)", load.call_cost)
+        yield gauge("voxflow_event_loop_lag_seconds", "how late the event loop wakes (recent "
+                    "90th percentile; NaN before it is probed)",
+                    None if load.loop_lag_ms is None else load.loop_lag_ms / 1000.0)
         yield gauge("voxflow_call_headroom", "calls it would admit now (0 while refusing)",
                     load.headroom)
         yield gauge("voxflow_admission_accepting", "1 while the next call is admitted",

@@ -13,7 +13,8 @@ answer the worker's media stream address; the front door only relays the signall
   (running, being answered, being claimed) than its slots. Each claimed slot is given
   back exactly once: when the offer could not be answered, or when its call ends.
 * **Who claims first.** Every worker is woken by ``NOTIFY`` (and polls, the table being
-  the truth); a worker waits ``spread * held / slots`` seconds before claiming, so the
+  the truth); a worker waits ``spread * held / slots`` seconds before claiming (its
+  admission's measured slots, :mod:`~voxflow_adapters.hosting.admission`), so the
   least loaded worker usually wins. A preference only: correctness never depends on it.
 * **Heartbeat.** :class:`Heartbeat` writes it from its own thread and connection, so a
   busy event loop (speech models, many calls) never delays it; a worker whose heartbeat
@@ -45,6 +46,7 @@ from typing import Any
 
 from voxflow import telemetry
 from voxflow.ids import SessionId
+from voxflow.tasks import cancel_and_wait
 
 from .dispatch import ClaimedOffer, DispatchStore, DispatchUnavailableError
 from .host import CallHost, CallRefused
@@ -194,7 +196,8 @@ class CallWorker:
     """Claims dispatched offers and answers them with calls of ``host``.
 
     Args:
-        host: this process's calls (its ``max_calls`` are the worker's slots); not
+        host: this process's calls (its ``max_calls`` are the worker's registered slots,
+            its admission's measured headroom the part of them it claims); not
             listening on HTTP.
         store: the dispatch tables.
         worker_id: this worker's name (default: ``host.worker_id``, its lease owner name).
@@ -243,6 +246,7 @@ class CallWorker:
         self._wake = asyncio.Event()
         self._tasks: set[asyncio.Task[Any]] = set()
         self._loop_task: asyncio.Task[None] | None = None
+        self._lag_task: asyncio.Task[None] | None = None
         self._listen_task: asyncio.Task[Any] | None = None
 
     @property
@@ -269,6 +273,8 @@ class CallWorker:
                                                     on_reconnect=self._wake.set)
         self._loop_task = asyncio.get_running_loop().create_task(
             self._claim_loop(), name=f"{self.worker_id}.claims")
+        self._lag_task = asyncio.get_running_loop().create_task(
+            self.host.watch_loop(), name=f"{self.worker_id}.loop-lag")
         logger.info("call worker ready", extra={"worker_id": self.worker_id,
                                                 "slots": self.slots})
 
@@ -402,6 +408,8 @@ class CallWorker:
     async def aclose(self) -> None:
         """Drain (if not done) and close the store."""
         await self.drain()
+        if self._lag_task is not None:
+            await cancel_and_wait([self._lag_task])
         if self._listen_task is not None:
             self._listen_task.cancel()
         await self.store.aclose()
@@ -512,7 +520,8 @@ class CallWorker:
     async def _claim_available(self) -> None:
         while self.can_take():
             if self.held and self.spread:
-                await asyncio.sleep(self.spread * self.held / self.slots)
+                share = min(1.0, self.held / max(1, self.host.load().slots))
+                await asyncio.sleep(self.spread * share)
                 if not self.can_take():
                     return
             async with self._slot_op():

@@ -62,7 +62,8 @@ def _factory(flow: str | None, model: str | None, settings: Settings,
 
 
 def run_phone(
-    *, flow: str | None, host: str, port: int, public_url: str | None, max_calls: int,
+    *, flow: str | None, host: str, port: int, public_url: str | None,
+    max_calls: int | None,
     model: str | None = None, settings: Settings | None = None, no_signature: bool = False,
     announce: Callable[[str], None] | None = None, role: str = "all",
     offer_timeout: float = 10.0, drain_seconds: float = 60.0, stale_after: float = 5.0,
@@ -94,8 +95,11 @@ def run_phone(
         except (VoxflowError, TypeError) as exc:
             print(f"error: {exc}", file=sys.stderr)
             return EXIT_USAGE
-    phone_settings = PhoneSettings(public_url=public_url, max_calls=max_calls,
-                                   signature=signature)
+    # (a phone server keeps its own cap, PhoneSettings.max_calls, when none is given)
+    phone_settings = PhoneSettings(public_url=public_url, signature=signature)
+    if max_calls is not None:
+        phone_settings = PhoneSettings(public_url=public_url, max_calls=max_calls,
+                                       signature=signature)
     logging.getLogger("faster_whisper").setLevel(logging.WARNING)
     try:
         if role == "front-door":

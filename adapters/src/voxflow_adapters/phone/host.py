@@ -146,6 +146,10 @@ class PhoneHost(PhoneServer):
         """The admission's load and headroom."""
         return self.admission.load()
 
+    async def watch_loop(self) -> None:
+        """Measure the event loop's lag for the admission until cancelled."""
+        await self.admission.meter.watch_loop()
+
     def note_refusal(self, key: str) -> None:
         """Count a refused request under ``key``."""
         self._refusals[key] = self._refusals.get(key, 0) + 1

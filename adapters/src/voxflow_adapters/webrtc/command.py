@@ -108,7 +108,7 @@ _OPTIONS = {
 
 def build_settings(
     *, host: str, port: int, token: str | None, ice_servers: Sequence[str] = (),
-    ice_host_addresses: Sequence[str] | None = None, max_calls: int = 8,
+    ice_host_addresses: Sequence[str] | None = None, max_calls: int | None = None,
     max_call_seconds: float = 1800.0, tls_cert: Path | None = None, tls_key: Path | None = None,
     trust_forwarded: bool = False, turn_username: str | None = None,
     turn_credential: str | None = None, receive_hold: int | None = DEFAULT_RECEIVE_HOLD,
@@ -185,7 +185,8 @@ def build_call_factory(
 def run_serve(
     *, flow: str | None, host: str, port: int, token: str | None, model: str | None = None,
     ice_servers: Sequence[str] = (), ice_host_addresses: Sequence[str] | None = None,
-    max_calls: int = 8, max_call_seconds: float = 1800.0, settings: Settings | None = None,
+    max_calls: int | None = None, max_call_seconds: float = 1800.0,
+    settings: Settings | None = None,
     tls_cert: str | None = None, tls_key: str | None = None, self_signed: bool = False,
     trust_forwarded: bool = False, role: str = "all", offer_timeout: float = 10.0,
     drain_seconds: float = 60.0, stale_after: float = 5.0,

@@ -72,6 +72,7 @@ from voxflow.errors import CapacityExceededError, FencedWriteError, SignalingErr
 from voxflow.ids import SessionId
 from voxflow.llm import preload
 from voxflow.logs import bind_log_context
+from voxflow.tasks import cancel_and_wait
 from voxflow_adapters.hosting.admission import (
     Admission,
     AdmissionController,
@@ -167,6 +168,7 @@ class WebRtcServer(SignalingServer):
                               p95_target_ms=settings.p95_target_ms),
             scheduler=engines.scheduler)
         self._admissions: dict[str, Admission] = {}
+        self._lag_task: asyncio.Task[None] | None = None
         self.metrics = metrics
         if metrics is not None:
             metrics.watch(self.admission.load, self._counts)
@@ -188,8 +190,22 @@ class WebRtcServer(SignalingServer):
 
     @property
     def max_calls(self) -> int:
-        """The calls this process may hold at once (``settings.max_calls``)."""
-        return self.settings.max_calls
+        """The most calls this process could hold at once (its admission's
+        :attr:`~voxflow_adapters.hosting.admission.AdmissionController.ceiling`:
+        ``settings.max_calls``, else unbounded but for the measured slots)."""
+        return self.admission.ceiling
+
+    async def start(self) -> str:
+        """Listen, and measure the event loop's lag (admission); the page URL."""
+        if self._lag_task is None:
+            self._lag_task = asyncio.get_running_loop().create_task(
+                self.watch_loop(), name="admission.loop-lag")
+        return await super().start()
+
+    async def watch_loop(self) -> None:
+        """Measure the event loop's lag until cancelled (admission refuses new calls
+        while it runs late); :meth:`start` runs it, a call worker too."""
+        await self.admission.meter.watch_loop()
 
     @property
     def calls_held(self) -> int:
@@ -252,6 +268,9 @@ class WebRtcServer(SignalingServer):
     async def aclose(self) -> None:
         """End every call (each settles its deliveries) and stop listening."""
         await self.end_calls("the server is shutting down")
+        if self._lag_task is not None:
+            await cancel_and_wait([self._lag_task])
+            self._lag_task = None
         await super().aclose()
 
     def end_call(self, call_id: str, reason: str) -> bool:

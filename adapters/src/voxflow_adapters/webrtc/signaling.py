@@ -63,7 +63,10 @@ class ServerSettings(BaseModel):
                                 "arrive within this (s): 408 otherwise")
     max_connections: int = Field(256, ge=1, le=100_000, description="open HTTP connections "
                                  "beyond which a new one is answered 503 and closed")
-    max_calls: int = Field(8, ge=1, le=10_000, description="concurrent calls")
+    max_calls: int | None = Field(
+        None, ge=1, le=10_000, description="concurrent calls at most (None: as many as "
+        "the calls' measured cost allows: voxflow_adapters.hosting.admission)",
+    )
     p95_target_ms: float = Field(
         1000.0, gt=0, le=60_000, description="refuse calls while the recent voice-to-voice "
         "p95 is above this (ms)",

@@ -1,0 +1,217 @@
+"""CallCostMeter: CPU per call learned from the process's CPU time, and the loop's lag."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from pydantic import ValidationError
+from voxflow_adapters.hosting.admission import AdmissionController, AdmissionSettings
+from voxflow_adapters.hosting.call_cost import CallCostMeter, CostSettings, available_cores
+
+from voxflow.errors import CapacityExceededError
+
+
+class Machine:
+    """A clock and the process's CPU seconds, moved by the test."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.cpu = 0.0
+
+    def clock(self) -> float:
+        return self.now
+
+    def cpu_time(self) -> float:
+        return self.cpu
+
+    def run(self, seconds: float, *, cpu_rate: float) -> None:
+        """``seconds`` pass while the process uses ``cpu_rate`` cores."""
+        self.now += seconds
+        self.cpu += seconds * cpu_rate
+
+
+def meter_on(machine: Machine, cores: int = 2, **settings: float) -> CallCostMeter:
+    settings.setdefault("settle_call_seconds", 0.0)
+    return CallCostMeter(CostSettings(**settings), cores=cores, cpu_time=machine.cpu_time,
+                         clock=machine.clock)
+
+
+def test_before_any_call_is_measured_the_prior_sets_the_slots() -> None:
+    machine = Machine()
+    cost = meter_on(machine, prior_call_cost=0.28).cost()
+    assert (cost.source, cost.per_call, cost.slots, cost.windows) == ("prior", 0.28, 5, 0)
+    assert cost.loop_lag_ms is None
+
+
+def test_the_cost_per_call_is_the_cpu_over_the_call_seconds_less_the_idle_cost() -> None:
+    machine = Machine()
+    meter = meter_on(machine, window_seconds=2.0, smoothing=1.0)
+    machine.run(2.0, cpu_rate=0.02)  # no call: the process's own 2 % of a core
+    assert meter.cost().idle == pytest.approx(0.02)
+    for _ in range(4):
+        meter.call_started()
+    machine.run(2.0, cpu_rate=0.02 + 4 * 0.13)  # four calls of 13 % each
+    cost = meter.cost()
+    assert cost.source == "measured" and cost.per_call == pytest.approx(0.13)
+    assert cost.slots == 10  # floor(0.7 * 2 / 0.13)
+    assert cost.windows == 1
+
+
+def test_calls_that_start_and_end_within_a_window_count_for_the_time_they_ran() -> None:
+    machine = Machine()
+    meter = meter_on(machine, window_seconds=4.0, smoothing=1.0)
+    meter.call_started()
+    machine.run(1.0, cpu_rate=0.2)
+    meter.call_started()
+    machine.run(2.0, cpu_rate=0.4)
+    meter.call_ended()
+    machine.run(1.0, cpu_rate=0.25)  # 6 call-seconds for 1.25 s of CPU
+    assert meter.cost().per_call == pytest.approx(1.25 / 6)
+
+
+def test_cpu_spent_before_the_meter_was_made_is_no_calls_cost() -> None:
+    machine = Machine()
+    machine.run(5.0, cpu_rate=0.92)  # loading the models and litellm: 4.6 s of CPU
+    meter = meter_on(machine, window_seconds=2.0, smoothing=1.0)
+    meter.call_started()
+    machine.run(2.0, cpu_rate=0.1)
+    assert meter.cost().per_call == pytest.approx(0.1)
+
+
+def test_the_estimate_follows_the_recent_windows_smoothly() -> None:
+    machine = Machine()
+    meter = meter_on(machine, window_seconds=1.0, smoothing=0.5, min_call_seconds=1.0)
+    meter.call_started()
+    machine.run(1.0, cpu_rate=0.2)
+    assert meter.cost().per_call == pytest.approx(0.2)
+    machine.run(1.0, cpu_rate=0.4)  # the calls got dearer (a longer reply, a busier flow)
+    assert meter.cost().per_call == pytest.approx(0.3)
+    machine.run(0.5, cpu_rate=5.0)  # half a window: not closed, not counted yet
+    assert meter.cost().per_call == pytest.approx(0.3)
+
+
+def test_a_window_with_too_little_of_a_call_says_nothing_of_its_cost() -> None:
+    machine = Machine()
+    meter = meter_on(machine, window_seconds=1.0, min_call_seconds=1.0)
+    machine.run(0.9, cpu_rate=0.0)
+    meter.call_started()
+    machine.run(0.2, cpu_rate=1.0)  # 0.2 call-seconds, a burst of start-up work
+    cost = meter.cost()
+    assert (cost.source, cost.windows) == ("prior", 0)
+
+
+def test_the_prior_holds_until_enough_call_seconds_were_measured() -> None:
+    machine = Machine()
+    meter = meter_on(machine, window_seconds=2.0, smoothing=1.0, settle_call_seconds=10.0)
+    meter.call_started()
+    for _ in range(4):  # a first call's greeting and first turns, looked at every 2 s
+        machine.run(2.0, cpu_rate=0.5)
+        meter.cost()
+    assert (meter.cost().source, meter.cost().per_call, meter.cost().windows) == (
+        "prior", 0.28, 4)
+    machine.run(2.0, cpu_rate=0.2)
+    assert (meter.cost().source, meter.cost().per_call) == ("measured", pytest.approx(0.2))
+
+
+def test_slots_are_at_least_one_however_dear_a_call() -> None:
+    machine = Machine()
+    meter = meter_on(machine, cores=1, window_seconds=1.0, smoothing=1.0)
+    meter.call_started()
+    machine.run(1.0, cpu_rate=3.0)  # one call takes three cores' worth (threads)
+    assert (meter.cost().per_call, meter.cost().slots) == (pytest.approx(3.0), 1)
+
+
+def test_loop_lag_is_the_90th_percentile_of_the_recent_probes() -> None:
+    machine = Machine()
+    meter = meter_on(machine, lag_window_seconds=5.0)
+    for lag in [0.001] * 9 + [0.5]:  # one late wake among ten: the p90 is the late one
+        meter.record_loop_lag(lag)
+    assert meter.cost().loop_lag_ms == pytest.approx(500.0)
+    for _ in range(10):
+        meter.record_loop_lag(0.002)
+    assert meter.cost().loop_lag_ms == pytest.approx(2.0)
+    machine.run(6.0, cpu_rate=0.0)  # all aged out
+    assert meter.cost().loop_lag_ms is None
+
+
+async def test_watch_loop_records_how_late_a_blocked_loop_wakes() -> None:
+    meter = CallCostMeter(CostSettings(lag_window_seconds=60.0))
+    loop = asyncio.get_running_loop()
+    probe = loop.create_task(meter.watch_loop(interval=0.05))
+    await asyncio.sleep(0.06)
+    blocked_until = loop.time() + 0.3
+    while loop.time() < blocked_until:  # blocking work on the loop, as a sync call would
+        pass
+    await asyncio.sleep(0.01)  # the late probe wakes first
+    probe.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await probe
+    lag = meter.cost().loop_lag_ms  # (fewer than ten probes: their p90 is the latest)
+    assert lag is not None and lag >= 250.0
+
+
+def test_admission_refuses_past_the_measured_slots_with_the_cost_in_the_reason() -> None:
+    machine = Machine()
+    meter = meter_on(machine, cores=2, window_seconds=2.0, smoothing=1.0)
+    admission = AdmissionController(AdmissionSettings(), clock=machine.clock, meter=meter)
+    assert admission.load().max_calls is None and admission.load().slots == 5  # the prior
+    calls = [admission.admit(f"call-{i}") for i in range(2)]
+    machine.run(2.0, cpu_rate=2 * 0.35)  # each call costs 35 % of a core here
+    load = admission.load()
+    assert (load.slots, load.headroom, load.cost_source) == (4, 2, "measured")
+    assert load.call_cost == pytest.approx(0.35)
+    calls += [admission.admit("call-2"), admission.admit("call-3")]
+    with pytest.raises(CapacityExceededError) as info:
+        admission.admit("call-4")
+    reason = str(info.value)
+    assert "4 calls" in reason and "costs 35% of a core here (measured" in reason
+    assert "70% of its 2 cores hold 4" in reason
+    assert (info.value.active_calls, info.value.max_calls) == (4, 4)
+    calls[0].release()
+    calls[0].release()  # (once)
+    assert admission.load().headroom == 1
+
+
+def test_max_calls_bounds_the_measured_slots() -> None:
+    machine = Machine()
+    meter = meter_on(machine, cores=8, window_seconds=1.0, smoothing=1.0)
+    admission = AdmissionController(AdmissionSettings(max_calls=3), clock=machine.clock,
+                                    meter=meter)
+    assert admission.ceiling == 3
+    slots = [admission.admit(f"c{i}") for i in range(3)]
+    machine.run(1.0, cpu_rate=0.3)  # 10 % a call: 56 slots measured, 3 allowed
+    with pytest.raises(CapacityExceededError, match=r"limit 3"):
+        admission.admit("c3")
+    assert admission.load().slots == 3 and len(slots) == 3
+    assert AdmissionController(AdmissionSettings(), meter=meter).ceiling == 10_000
+
+
+def test_a_late_event_loop_refuses_new_calls_with_the_lag() -> None:
+    machine = Machine()
+    meter = meter_on(machine)
+    admission = AdmissionController(AdmissionSettings(max_loop_lag_ms=200.0),
+                                    clock=machine.clock, meter=meter)
+    for _ in range(10):
+        meter.record_loop_lag(0.35)
+    with pytest.raises(CapacityExceededError, match=r"event loop runs 350 ms late \(limit "
+                       r"200 ms\)"):
+        admission.admit("a")
+    machine.run(6.0, cpu_rate=0.0)
+    assert admission.load().accepting
+
+
+def test_bad_settings_and_arguments_are_refused() -> None:
+    with pytest.raises(ValidationError):
+        CostSettings(target_utilization=0)
+    with pytest.raises(ValidationError):
+        CostSettings(prior_call_cost=float("nan"))
+    with pytest.raises(ValueError, match="cores"):
+        CallCostMeter(cores=0)
+    with pytest.raises(TypeError, match="CostSettings"):
+        CallCostMeter(object())  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="CallCostMeter"):
+        AdmissionController(meter=object())  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="seconds"):
+        CallCostMeter().record_loop_lag(-1.0)
+    assert available_cores() >= 1
