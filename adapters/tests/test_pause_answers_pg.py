@@ -142,7 +142,8 @@ async def report_at(clock: VirtualClock, queue: PostgresJobQueue, flow: Travel,
                     at: float) -> float:
     """Act as the flight check's job worker: at ``at`` on the call's clock, write its run
     (started, its stage, its announcement, completed) to the session's inbox, the clock
-    held until the call worker's reader has applied it; when that was (call time)."""
+    held until the call worker's reader has applied it, acknowledged it (a round trip)
+    and told the session, which queued its announcement; when that was (call time)."""
     while not flow.state.jobs:
         await clock.sleep(0.05)
     [job] = flow.state.jobs.values()
@@ -155,8 +156,13 @@ async def report_at(clock: VirtualClock, queue: PostgresJobQueue, flow: Travel,
             await queue.inbox.write(JobUpdate(
                 session_id=job.session_id, job_id=job.job_id, revision=1, attempt=1,
                 seq=seq, kind=kind, stage=stage, outputs=outputs))
-        while flow.state.jobs[job.job_id].status != "completed":  # noqa: ASYNC110
+        def queued() -> bool:
+            return any(c.job_id == job.job_id for d in flow.state.deliveries.values()
+                       for c in d.covered_updates)
+
+        while not queued():  # noqa: ASYNC110
             await asyncio.sleep(0.01)  # the reader: woken by NOTIFY, on real time
+        assert flow.state.jobs[job.job_id].status == "completed"
         return clock.now()
 
 
@@ -187,7 +193,7 @@ async def test_a_result_from_the_inbox_during_a_pause_answer_is_queued_at_once(
     assert paused[-1] < applied < second.at, call_timeline(call)  # in its pause
     assert [m.speculative for m in call.of_kind("turn_metrics")] == [True, True]
     [queued] = call.of_kind("announcement_queued")
-    assert queued.at == applied, call_timeline(call)  # the moment it was read
+    assert queued.at == applied, call_timeline(call)  # the moment it was read (and told)
     waited = assert_announcement_waited(call, text=FLIGHT)
     assert waited.started_at + call.tape.start > second.at  # after the answer
     assert_floor_held(call)
