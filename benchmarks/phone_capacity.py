@@ -27,34 +27,25 @@ headline: the largest N, below the first that misses, whose p95 is <= 1 s with n
 lost, for each path. The 2 cores are shared with other engineers' jobs: the load
 average is printed; compare the two paths within one run only.
 
-Measured Dec 4 (three runs of ``--turns 3``: ``--calls 1,4,6,8`` at load 1.9 -> 3.9,
-``--calls 10,12`` at 2.5 -> 4.7, ``--calls 16,20`` at 5.2 -> 5.2; v2v p50 / p95 in ms,
-every question answered, 0 lost in every row):
+Measured Dec 4, ``--calls 4,6,8,10`` (one run, Piper without its speech cache as in
+``capacity.py``: every reply synthesized anew; load 5.0 -> 5.8 from other engineers'
+jobs; v2v p50 / p95 in ms, every question answered, 0 lost in every row):
 
 =====  ===============  ===============
 calls  simulated        phone
 =====  ===============  ===============
-1      466 / 520        611 / 786
-4      446 / 829        394 / 592
-6      448 / 576        434 / 583
-8      411 / 483        489 / 698
-10     381 / 598        376 / 518
-12     442 / 571        609 / 803
-16     882 / 5,652      577 / 798
-20     638 / 960        949 / 5,726
+4      520 / 659        531 / 882
+6      511 / 676        452 / 650
+8      568 / 705        462 / 732
+10     1,287 / 4,278    1,956 / 2,990
 =====  ===============  ===============
 
-A fourth run, ``--calls 12,14,16`` (load 4.5 -> 2.7): 12 calls simulated 553 / 763,
-phone 629 / 948; 14: 556 / 1,002 (missed by 2 ms), 419 / 573; 16: 402 / 527, 505 / 855.
-
-So the phone path holds as many dense calls per worker as the simulated one: both 12
-within p95 <= 1 s in every run that tried 12, and 16 in the calmest run that tried it
-(``scale_out.py``'s knee for the simulated path, searched upward with 2 questions a call,
-is 11). Above 12 the misses fall on either path, one run to the next (simulated at 14
-and 16, phone at 20): the knee there is the machine's load, not the path. The phone
-path's own work per call (μ-law both ways through lookup tables, a ``media`` and a
-``mark`` message every 20 ms on loopback, the marks as receipts) costs no call at these
-sizes.
+So the phone path holds as many dense calls per worker as the simulated one: 8 each
+within p95 <= 1 s, and both miss at 10 (the models' CPU: ``scale_out.py``'s knee for
+the simulated path, searched upward with 2 questions a call, is 11 on a calmer machine).
+The phone path's own work per call (μ-law both ways through lookup tables, a ``media``
+and a ``mark`` message every 20 ms on loopback, the marks as receipts) costs no call at
+these sizes.
 """
 
 
