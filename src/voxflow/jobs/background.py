@@ -278,8 +278,11 @@ class JobFunction:
         if binding.submit is not None:  # a job queue: a job-worker process runs it
             # (a turn that may still be undone, a speculative answer: queued at its
             # verdict, never if it is undone, as the runner holds its own admissions)
+            # (in the handler's context when it runs later: the job's span stays the
+            # handler's child, its log lines the turn's)
+            context = contextvars.copy_context()
             if not binding.runner.hand_off_when_final(
-                    job, functools.partial(binding.queue, job, values)):
+                    job, functools.partial(context.run, binding.queue, job, values)):
                 binding.queue(job, values)
         else:
             binding.runner.submit(job, values)
