@@ -27,9 +27,32 @@ from voxflow.errors import EngineError
 from voxflow.settings import ENV_PREFIX, Settings, SettingsError
 
 __all__ = ["PhoneCommand", "ServeCommand", "StatusCommand", "VoiceChatMode", "VoiceDemoMode",
+           "add_scale_arguments",
            "chosen_engines", "engine_options", "phone", "serve", "status", "voice_chat",
            "voice_demo"]
 
+
+
+def add_scale_arguments(parser: argparse.ArgumentParser, *, front_door: str, worker: str,
+                        waiting: str, drained: str) -> None:
+    """The scale-out options ``serve`` and ``phone`` share (several processes on one
+    PostgreSQL): the two roles (``front_door`` and ``worker``: their help), how long
+    ``waiting`` (a request) waits for a worker, how long a draining worker's calls go on
+    (``drained``: what happens then), when a silent worker gets no call."""
+    scale = parser.add_argument_group(
+        "scale out (several processes or machines on one PostgreSQL: VOXFLOW_DATABASE_URL)")
+    role = scale.add_mutually_exclusive_group()
+    role.add_argument("--front-door", action="store_true", help=front_door)
+    role.add_argument("--worker", action="store_true", help=worker)
+    scale.add_argument("--offer-timeout", type=float, default=None, metavar="SECONDS",
+                       help=f"front door: how long {waiting} waits for a worker, 1 to 86400 "
+                            "(default: 10)")
+    scale.add_argument("--drain-seconds", type=float, default=None, metavar="SECONDS",
+                       help=f"worker: on SIGTERM, how long running calls may go on{drained}, "
+                            "0 to 86400 (default: 60)")
+    scale.add_argument("--stale-after", type=float, default=None, metavar="SECONDS",
+                       help="a worker silent this long gets no call, 1 to 86400; workers "
+                            "heartbeat 4 times as often (default: 5)")
 
 class ServeCommand:
     """``voxflow serve``: browser calls over WebRTC (:mod:`voxflow_adapters.webrtc`)."""
@@ -66,23 +89,11 @@ class ServeCommand:
                             help="behind a reverse proxy: trust its X-Forwarded-Proto/-Host "
                                  "for the Origin check")
         engine_options(parser)
-        scale = parser.add_argument_group(
-            "scale out (several processes or machines on one PostgreSQL: VOXFLOW_DATABASE_URL)")
-        role = scale.add_mutually_exclusive_group()
-        role.add_argument("--front-door", action="store_true",
-                          help="serve the page and POST /offer only; calls go to call workers")
-        role.add_argument("--worker", action="store_true",
-                          help="a call worker: no HTTP port, answers the calls front doors "
-                               "dispatch (--max-calls slots)")
-        scale.add_argument("--offer-timeout", type=float, default=None, metavar="SECONDS",
-                           help="front door: how long an offer waits for a worker, 1 to "
-                                "86400 (default: 10)")
-        scale.add_argument("--drain-seconds", type=float, default=None, metavar="SECONDS",
-                           help="worker: on SIGTERM, how long running calls may go on, 0 "
-                                "to 86400 (default: 60)")
-        scale.add_argument("--stale-after", type=float, default=None, metavar="SECONDS",
-                           help="a worker silent this long gets no call, 1 to 86400; "
-                                "workers heartbeat 4 times as often (default: 5)")
+        add_scale_arguments(
+            parser, front_door="serve the page and POST /offer only; calls go to call workers",
+            worker="a call worker: no HTTP port, answers the calls front doors dispatch "
+                   "(--max-calls slots)",
+            waiting="an offer", drained="")
         add_metrics_arguments(parser)
 
     def run(self, args: argparse.Namespace, cli: CommandLine) -> int:
@@ -233,25 +244,13 @@ class PhoneCommand:
         parser.add_argument("--no-signature", action="store_true",
                             help="accept unsigned webhooks (a loopback trial only)")
         engine_options(parser)
-        scale = parser.add_argument_group(
-            "scale out (several processes or machines on one PostgreSQL: VOXFLOW_DATABASE_URL)")
-        role = scale.add_mutually_exclusive_group()
-        role.add_argument("--front-door", action="store_true",
-                          help="answer the webhooks only; calls go to phone call workers "
-                               "(a stream that ends unfinished is reconnected to a live one)")
-        role.add_argument("--worker", action="store_true",
-                          help="a phone call worker: serves the media streams of the calls "
-                               "front doors dispatch (--max-calls slots; --public-url: its "
-                               "own address as the carrier reaches it)")
-        scale.add_argument("--offer-timeout", type=float, default=None, metavar="SECONDS",
-                           help="front door: how long a call waits for a worker, 1 to 86400 "
-                                "(default: 10)")
-        scale.add_argument("--drain-seconds", type=float, default=None, metavar="SECONDS",
-                           help="worker: on SIGTERM, how long running calls may go on before "
-                                "they move to another worker, 0 to 86400 (default: 60)")
-        scale.add_argument("--stale-after", type=float, default=None, metavar="SECONDS",
-                           help="a worker silent this long gets no call, 1 to 86400 "
-                                "(default: 5)")
+        add_scale_arguments(
+            parser, front_door="answer the webhooks only; calls go to phone call workers (a "
+                               "stream that ends unfinished is reconnected to a live one)",
+            worker="a phone call worker: serves the media streams of the calls front doors "
+                   "dispatch (--max-calls slots; --public-url: its own address as the "
+                   "carrier reaches it)",
+            waiting="a call", drained=" before they move to another worker")
 
     def run(self, args: argparse.Namespace, cli: CommandLine) -> int:
         """Check the options, then serve until interrupted."""

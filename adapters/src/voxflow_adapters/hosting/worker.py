@@ -39,6 +39,7 @@ import contextlib
 import logging
 import math
 import os
+import signal
 import socket
 import threading
 from collections.abc import AsyncIterator, Callable
@@ -52,7 +53,7 @@ from .dispatch import ClaimedOffer, DispatchStore, DispatchUnavailableError
 from .host import CallHost, CallRefused
 from .wire import ResumeRequest
 
-__all__ = ["CallWorker", "Heartbeat"]
+__all__ = ["CallWorker", "Heartbeat", "stop_on_signals"]
 
 logger = logging.getLogger(__name__)
 
@@ -604,3 +605,13 @@ def _log_failure(task: asyncio.Task[Any]) -> None:
     """A spawned task's own failure, logged when it ends (drain only waits for them)."""
     if not task.cancelled() and (failure := task.exception()) is not None:
         logger.error("%s failed", task.get_name(), exc_info=failure)
+
+
+def stop_on_signals() -> asyncio.Event:
+    """An event set by SIGTERM or SIGINT (handlers on the running loop): a front door's or
+    a worker's process stops (a worker drains first) when it is set."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    return stop

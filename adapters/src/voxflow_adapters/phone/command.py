@@ -20,7 +20,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import signal
 import sys
 from collections.abc import AsyncIterator, Callable
 
@@ -41,7 +40,7 @@ from ..hosting.calls import (
     webrtc_voice_settings,
 )
 from ..hosting.dispatch import DispatchStore, DispatchUnavailableError
-from ..hosting.worker import CallWorker
+from ..hosting.worker import CallWorker, stop_on_signals
 from .front_door import PhoneFrontDoor
 from .host import PhoneHost
 from .server import PhoneServer, PhoneSettings, SignatureCheck
@@ -152,15 +151,6 @@ async def _serve(factory: CallFactory, phone_settings: PhoneSettings, settings: 
         await runner.cleanup()
 
 
-def _stop_on_signals() -> asyncio.Event:
-    """An event set by SIGTERM or SIGINT (the handlers of the running loop)."""
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    return stop
-
-
 @contextlib.asynccontextmanager
 async def _listening(app: web.Application, host: str, port: int) -> AsyncIterator[None]:
     runner = web.AppRunner(app, access_log=None)
@@ -175,7 +165,7 @@ async def _listening(app: web.Application, host: str, port: int) -> AsyncIterato
 async def _front_door(store: DispatchStore, phone_settings: PhoneSettings,
                       offer_timeout: float, host: str, port: int,
                       say: Callable[[str], None]) -> None:
-    stop = _stop_on_signals()
+    stop = stop_on_signals()
     door = PhoneFrontDoor(store, default_persistence(), signature=phone_settings.signature,
                           public_url=phone_settings.public_url, offer_timeout=offer_timeout,
                           webhook_path=phone_settings.webhook_path)
@@ -195,7 +185,7 @@ async def _front_door(store: DispatchStore, phone_settings: PhoneSettings,
 async def _worker(factory: CallFactory, phone_settings: PhoneSettings, settings: Settings,
                   store: DispatchStore, drain_seconds: float, host: str, port: int,
                   say: Callable[[str], None]) -> None:
-    stop = _stop_on_signals()
+    stop = stop_on_signals()
     sessions = default_persistence()  # VOXFLOW_DATABASE_URL: shared by every worker
     check = getattr(sessions, "check_writable", None)
     if check is not None:

@@ -124,29 +124,31 @@ class PhoneFrontDoor:
         content_type, body = answer
         return web.Response(content_type=content_type, text=body)
 
-    async def _params(self, request: web.Request) -> dict[str, str] | None:
+    async def _params(self, request: web.Request) -> tuple[dict[str, str], str] | web.Response:
+        """The signed webhook's parameters and its call id, or the refusal to answer
+        (403 unsigned or forged, 400 without a valid ``CallSid``)."""
         params = await signed_webhook(request, self.signature, self.public_url)
         if params is None:
             self.refused_webhooks += 1
-        return params
-
-    async def _webhook(self, request: web.Request) -> web.Response:
-        params = await self._params(request)
-        if params is None:
             return web.Response(status=403, text="forbidden")
         call_id = params.get("CallSid", "")
         if not CALL_ID_PATTERN.fullmatch(call_id):
             return web.Response(status=400, text="no valid CallSid")
+        return params, call_id
+
+    async def _webhook(self, request: web.Request) -> web.Response:
+        checked = await self._params(request)
+        if isinstance(checked, web.Response):
+            return checked
+        _, call_id = checked
         return await self._connect(request, call_id, 0,
                                    refused=self.serializer.reject_busy())
 
     async def _after(self, request: web.Request) -> web.Response:
-        params = await self._params(request)
-        if params is None:
-            return web.Response(status=403, text="forbidden")
-        call_id = params.get("CallSid", "")
-        if not CALL_ID_PATTERN.fullmatch(call_id):
-            return web.Response(status=400, text="no valid CallSid")
+        checked = await self._params(request)
+        if isinstance(checked, web.Response):
+            return checked
+        params, call_id = checked
         try:
             done = int(request.query.get("reconnects", "0"))
         except ValueError:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import signal
 import sys
 from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
@@ -34,7 +33,7 @@ from ..hosting.calls import (
 from ..hosting.dispatch import DispatchStore, DispatchUnavailableError
 from ..hosting.metrics import CallMetrics, HostCounts, watch_host
 from ..hosting.tls import TlsError, certificate_names, self_signed_certificate, ssl_context
-from ..hosting.worker import CallWorker
+from ..hosting.worker import CallWorker, stop_on_signals
 from ._ice_url import IceUrlError, check_ice_url, shown_ice_url
 from .front_door import FrontDoor
 from .peer import DEFAULT_RECEIVE_HOLD, IceServer, PeerSettings
@@ -320,19 +319,10 @@ async def _serve(factory: CallFactory, server_settings: ServerSettings,
                     listening=None if monitor is None else lambda _: monitor.set_ready())
 
 
-def _stop_on_signals() -> asyncio.Event:
-    """An event set by SIGTERM or SIGINT (the handlers of the running loop)."""
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    return stop
-
-
 async def _front_door(store: DispatchStore, server_settings: ServerSettings,
                       offer_timeout: float, monitor: Monitor | None = None) -> None:
     ignore_closed_transport_errors(asyncio.get_running_loop())
-    stop = _stop_on_signals()
+    stop = stop_on_signals()
     door = FrontDoor(store, settings=server_settings, offer_timeout=offer_timeout)
     async with _monitoring(monitor):
         if monitor is not None:
@@ -349,7 +339,7 @@ async def _worker(factory: CallFactory, server_settings: ServerSettings, setting
                   store: DispatchStore, drain_seconds: float,
                   monitor: Monitor | None = None) -> None:
     ignore_closed_transport_errors(asyncio.get_running_loop())
-    stop = _stop_on_signals()
+    stop = stop_on_signals()
     async with _monitoring(monitor):
         sessions = default_persistence()  # VOXFLOW_DATABASE_URL: shared by every worker
         check = getattr(sessions, "check_writable", None)
