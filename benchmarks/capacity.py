@@ -1,7 +1,7 @@
 """How many concurrent voice calls one process holds: N simulated callers, shared models.
 
 Run: ``uv run python benchmarks/capacity.py [--calls 1,4,8,16] [--turns 3]
-[--scheduler on|off|both] [--offered 24 --max-calls 8] [--json]``
+[--scheduler on|off|both] [--offered 24 [--max-calls 8] [--arrivals 60]] [--json]``
 
 ``--scheduler`` runs the model work on the deadline-aware
 :class:`~voxflow_voice.scheduler.ModelScheduler` (``on``, the default here:
@@ -10,10 +10,35 @@ playback: ``VoiceSettings(synthesis_ahead=3)``), first come first served on the 
 without synthesis ahead (``off``, as before), or each N both ways in the same run
 (``both``: the before/after ratio under the same machine load; the models are the same
 objects either way). ``--offered``
-then offers that many calls, one every CYCLE / offered seconds, to an
-:class:`~voxflow_adapters.hosting.admission.AdmissionController` (``--max-calls``, p95 target 1 s,
+then offers that many calls, one every CYCLE / offered seconds (``--arrivals``: over
+that many seconds instead), to an
+:class:`~voxflow_adapters.hosting.admission.AdmissionController` made once the models are
+loaded (no cap unless ``--max-calls``: its slots from the calls' measured CPU cost,
+:mod:`~voxflow_adapters.hosting.call_cost`, its loop-lag probe running; p95 target 1 s,
 fed with every turn's voice to voice as ``voxflow serve`` feeds it) and prints how many
-were admitted and refused, and the admitted calls' row.
+were admitted and refused, the refusals by reason, the cost per call it ended with, and
+the admitted calls' row.
+
+Admission by measured cost, no cap configured (``--offered 24``, 3 turns, the deadline
+scheduler; one run each, the 2 cores shared with the other sessions' work):
+
+=================  ========  =======  =========  =========  ====  ==================
+offers             admitted  refused  v2v p50    v2v p95    lost  load average
+=================  ========  =======  =========  =========  ====  ==================
+24 in 12 s         4         20       505 ms     870 ms     0     2.0 -> 2.9
+24 in 60 s         9         15       482 ms     525 ms     0     3.2 -> 2.5
+=================  ========  =======  =========  =========  ====  ==================
+
+Every refusal says why: ``this server is full: 4 calls, as many as it holds: a call
+costs 28% of a core here (measured over its recent calls), and 70% of its 2 cores less
+the 1.7 other processes keep busy hold 1; ...``. Offered in 12 s, the calls arrive before
+anything but the prior (28 % a call) and the other processes' CPU is known: 4 or 5
+admitted. Offered over 60 s, the slots follow the measured cost (7-10 % a call when the
+caller's quiet tail is counted) and the other processes' use (0 to 1 core): 9 admitted.
+With a version that started the other processes' CPU at 0 rather than at its first
+window, 5 were admitted in 12 s and their p95 was 884 ms (load 2.3 -> 2.1) in one run,
+1,235 ms (load 2.0 -> 3.0) in another; with one that learnt the cost from a call's first
+seconds (a 2 s EWMA from no prior), 13 admitted at 3,578 / 5,594 ms (load 2.6 -> 7.4).
 
 One process loads the real models once (tiny.en, Piper, Silero: ``VoiceEngines.load()``)
 and runs N calls at once, each a :class:`~voxflow_adapters.testkit.simulated.SimulatedClient` on
@@ -143,6 +168,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import resource
@@ -208,6 +234,7 @@ class CapacityRow:
     seconds: float  # wall time of the run
     offered: int = 0  # calls offered (with admission; else = calls)
     refused: int = 0  # of those, refused by the AdmissionController
+    reasons: tuple[str, ...] = ()  # the refusals' reasons, in order
 
     @property
     def within_target(self) -> bool:
@@ -284,7 +311,7 @@ def _percentile(values: list[float], q: float) -> float | None:
 async def run_calls(
     engines: VoiceEngines, calls: int, turns: int, *, clock: Clock | None = None,
     baseline: tuple[int, float] | None = None, admission: AdmissionController | None = None,
-    settings: VoiceSettings | None = None, reply: str = REPLY,
+    settings: VoiceSettings | None = None, reply: str = REPLY, arrivals: float = CYCLE,
 ) -> tuple[CapacityRow, list[CallResult]]:
     """Run ``calls`` concurrent callers of ``turns`` questions each on shared ``engines``,
     the flow answering every question with ``reply`` (the benchmark's: :data:`REPLY`).
@@ -294,10 +321,11 @@ async def run_calls(
     latency figures are then meaningless). ``baseline`` is (calls, peak RSS in MB) of the
     previous row, for the RSS per extra call: (0, the RSS now) if None.
 
-    With ``admission``, the ``calls`` are *offered*: one arrives every CYCLE / calls
-    seconds and asks 0.5 s after it is admitted, or goes away refused; the
-    controller hears every turn's voice to voice (as ``voxflow serve`` does). The row is
-    the admitted calls'.
+    With ``admission``, the ``calls`` are *offered*: one arrives every ``arrivals`` /
+    calls seconds (``arrivals``: CYCLE unless given) and asks 0.5 s after it is admitted,
+    or goes away refused (its reason kept in the row); the controller hears every turn's
+    voice to voice (as ``voxflow serve`` does) and probes the event loop's lag. The row
+    is the admitted calls'.
     """
     if calls < 1 or turns < 1:
         raise ValueError(f"calls and turns must be >= 1, got {calls} and {turns}")
@@ -311,6 +339,7 @@ async def run_calls(
     question = question_audio(engines)
     peak = idle
     done = asyncio.Event()
+    reasons: list[str] = []
 
     async def sample_rss() -> None:
         nonlocal peak
@@ -328,10 +357,11 @@ async def run_calls(
             return await run_call(Teller(story=reply, trigger=None),
                                   caller_script(question, turns, 0.5 + i * CYCLE / calls),
                                   timed, clock=clock, tail=TAIL, settings=settings)
-        await asyncio.sleep(i * CYCLE / calls)
+        await asyncio.sleep(i * arrivals / calls)
         try:
             slot = admission.admit(f"call-{i}")
-        except CapacityExceededError:
+        except CapacityExceededError as exc:
+            reasons.append(str(exc))
             return None
         with slot:
             return await run_call(Teller(story=reply, trigger=None),
@@ -340,11 +370,18 @@ async def run_calls(
 
     cpu0, wall0 = time.process_time(), time.perf_counter()
     sampler = asyncio.create_task(sample_rss())
+    # the admission's event-loop lag probe, as voxflow serve runs it
+    probe = (asyncio.create_task(admission.meter.watch_loop()) if admission is not None
+             else None)
     try:
         offered = await asyncio.gather(*(offer(i) for i in range(calls)))
     finally:
         done.set()
         await sampler
+        if probe is not None:
+            probe.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await probe
     results = [call for call in offered if call is not None]
     refused, calls = calls - len(results), len(results)
     cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
@@ -366,7 +403,7 @@ async def run_calls(
         barge_ins=sum(len(call.of_kind("barge_in")) for call in results),
         stt_ms_p50=statistics.median(stt) if stt else None,
         tts_rtf_p50=statistics.median(tts) if tts else None,
-        seconds=wall, offered=calls + refused, refused=refused,
+        seconds=wall, offered=calls + refused, refused=refused, reasons=tuple(reasons),
     )
     return row, results
 
@@ -405,8 +442,8 @@ def print_row(row: CapacityRow) -> None:
 
 
 async def _main(calls: list[int], turns: int, as_json: bool, modes: list[bool],
-                offered: int | None = None, max_calls: int = 8,
-                ramps: tuple[float, ...] = (0.0,)) -> None:
+                offered: int | None = None, max_calls: int | None = None,
+                ramps: tuple[float, ...] = (0.0,), arrivals: float = CYCLE) -> None:
     engines, idle = await load_engines()
     by_mode = {True: engines}
     if False in modes:
@@ -447,17 +484,23 @@ async def _main(calls: list[int], turns: int, as_json: bool, modes: list[bool],
             load0 = _load()
             row, _ = await asyncio.wait_for(
                 run_calls(by_mode[mode], offered, turns, admission=admission,
-                          settings=AFTER if mode else BEFORE),
-                timeout=CALL_LIMIT + CYCLE + 60.0)
+                          settings=AFTER if mode else BEFORE, arrivals=arrivals),
+                timeout=CALL_LIMIT + arrivals + 60.0)
+            after = admission.load()
             admitted.append({**asdict(row), "ramp_seconds": ramp, "max_calls": max_calls,
-                             "load_average": [load0, _load()]})
+                             "load_average": [load0, _load()], "slots": after.slots,
+                             "call_cost": after.call_cost, "cost_source": after.cost_source})
             if not as_json:
-                print(f"offered {row.offered} calls (one every {CYCLE / offered:.2f} s), "
-                      f"admission max_calls={max_calls}, ramp {ramp:g} s, p95 target "
+                cap = "no cap" if max_calls is None else f"max_calls={max_calls}"
+                print(f"offered {row.offered} calls (one every {arrivals / offered:.2f} s), "
+                      f"admission {cap}, ramp {ramp:g} s, p95 target "
                       f"{P95_TARGET_MS:.0f} ms: admitted {row.calls}, refused "
-                      f"{row.refused} (load average {load0:.1f} -> {_load():.1f}); the "
-                      "admitted:")
+                      f"{row.refused} (load average {load0:.1f} -> {_load():.1f}); at the "
+                      f"end a call cost {after.call_cost:.1%} of a core ({after.cost_source}), "
+                      f"{after.slots} slot(s) on {admission.meter.cores} cores; the admitted:")
                 print_row(row)
+                for kind, count, last in _reasons(row.reasons):
+                    print(f"  refused {count} x {kind}; the last: {last!r}")
             name = f"{offered} offered calls, ramp {ramp:g} s{'' if mode else ' (first come)'}"
             figure(f"{name}: admitted", row.calls, "calls")
             figure(f"{name}: admitted p95", row.v2v_p95_ms or float("nan"),
@@ -494,6 +537,14 @@ def calls_within_target(rows: list[CapacityRow], p95_ms: float = P95_TARGET_MS) 
             break
         best = r.calls
     return best
+
+
+def _reasons(reasons: tuple[str, ...]) -> list[tuple[str, int, str]]:
+    """The refusals by kind (their reason up to its first colon): kind, count, last."""
+    kinds: dict[str, list[str]] = {}
+    for reason in reasons:
+        kinds.setdefault(reason.split(":", 1)[0], []).append(reason)
+    return [(kind, len(said), said[-1]) for kind, said in kinds.items()]
 
 
 def _load() -> float:
@@ -538,22 +589,28 @@ def main() -> None:
     parser.add_argument("--offered", type=int, default=None,
                         help="then offer this many calls to an AdmissionController (one "
                         "every CYCLE / offered s) and show admitted vs refused")
-    parser.add_argument("--max-calls", type=int, default=8,
-                        help="the admission cap for --offered (default: %(default)s)")
+    parser.add_argument("--max-calls", type=int, default=None,
+                        help="the admission's upper bound for --offered (default: none, "
+                        "the slots measured from the calls' CPU cost decide)")
     parser.add_argument("--ramp", type=_ramps, default=(0.0,),
                         help="for --offered: the admission ramp_seconds, comma-separated to "
                         "compare several in one run (default: 0)")
+    parser.add_argument("--arrivals", type=float, default=CYCLE,
+                        help="for --offered: the seconds the offers arrive over "
+                        "(default: %(default)s, one question and its answer)")
     parser.add_argument("--json", action="store_true", help="print the rows as JSON")
     args = parser.parse_args()
     if args.turns < 1:
         parser.error("--turns must be >= 1, such as --turns 3")
     if args.offered is not None and args.offered < 1:
         parser.error("--offered must be >= 1, such as --offered 24")
-    if args.max_calls < 1:
+    if not 0 < args.arrivals <= 3600:
+        parser.error("--arrivals must be seconds in (0, 3600], such as --arrivals 60")
+    if args.max_calls is not None and args.max_calls < 1:
         parser.error("--max-calls must be >= 1, such as --max-calls 8")
     calls = args.calls if args.calls is not None else [] if args.offered else [1, 4, 8]
     asyncio.run(_main(calls, args.turns, args.json, _MODES[args.scheduler],
-                      args.offered, args.max_calls, args.ramp))
+                      args.offered, args.max_calls, args.ramp, args.arrivals))
 
 
 if __name__ == "__main__":

@@ -15,9 +15,11 @@ from voxflow.errors import CapacityExceededError
 class Machine:
     """A clock and the process's CPU seconds, moved by the test."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, measured: bool = False) -> None:
         self.now = 0.0
         self.cpu = 0.0
+        self.all_cpu = 0.0
+        self.measured = measured  # whether the machine's CPU time can be read
 
     def clock(self) -> float:
         return self.now
@@ -25,16 +27,20 @@ class Machine:
     def cpu_time(self) -> float:
         return self.cpu
 
-    def run(self, seconds: float, *, cpu_rate: float) -> None:
-        """``seconds`` pass while the process uses ``cpu_rate`` cores."""
+    def machine_time(self) -> float | None:
+        return self.all_cpu if self.measured else None
+
+    def run(self, seconds: float, *, cpu_rate: float, others: float = 0.0) -> None:
+        """``seconds`` pass while the process uses ``cpu_rate`` cores, other processes
+        ``others``."""
         self.now += seconds
         self.cpu += seconds * cpu_rate
+        self.all_cpu += seconds * (cpu_rate + others)
 
 
 def meter_on(machine: Machine, cores: int = 2, **settings: float) -> CallCostMeter:
-    settings.setdefault("settle_call_seconds", 0.0)
     return CallCostMeter(CostSettings(**settings), cores=cores, cpu_time=machine.cpu_time,
-                         clock=machine.clock)
+                         machine_time=machine.machine_time, clock=machine.clock)
 
 
 def test_before_any_call_is_measured_the_prior_sets_the_slots() -> None:
@@ -84,11 +90,11 @@ def test_the_estimate_follows_the_recent_windows_smoothly() -> None:
     meter = meter_on(machine, window_seconds=1.0, smoothing=0.5, min_call_seconds=1.0)
     meter.call_started()
     machine.run(1.0, cpu_rate=0.2)
-    assert meter.cost().per_call == pytest.approx(0.2)
+    assert meter.cost().per_call == pytest.approx(0.24)  # halfway from the 28 % prior
     machine.run(1.0, cpu_rate=0.4)  # the calls got dearer (a longer reply, a busier flow)
-    assert meter.cost().per_call == pytest.approx(0.3)
+    assert meter.cost().per_call == pytest.approx(0.32)
     machine.run(0.5, cpu_rate=5.0)  # half a window: not closed, not counted yet
-    assert meter.cost().per_call == pytest.approx(0.3)
+    assert meter.cost().per_call == pytest.approx(0.32)
 
 
 def test_a_window_with_too_little_of_a_call_says_nothing_of_its_cost() -> None:
@@ -101,17 +107,49 @@ def test_a_window_with_too_little_of_a_call_says_nothing_of_its_cost() -> None:
     assert (cost.source, cost.windows) == ("prior", 0)
 
 
-def test_the_prior_holds_until_enough_call_seconds_were_measured() -> None:
+def test_by_default_the_estimate_leaves_the_prior_over_many_windows() -> None:
     machine = Machine()
-    meter = meter_on(machine, window_seconds=2.0, smoothing=1.0, settle_call_seconds=10.0)
+    meter = meter_on(machine)  # 2 s windows, a tenth of each
     meter.call_started()
-    for _ in range(4):  # a first call's greeting and first turns, looked at every 2 s
-        machine.run(2.0, cpu_rate=0.5)
-        meter.cost()
-    assert (meter.cost().source, meter.cost().per_call, meter.cost().windows) == (
-        "prior", 0.28, 4)
-    machine.run(2.0, cpu_rate=0.2)
-    assert (meter.cost().source, meter.cost().per_call) == ("measured", pytest.approx(0.2))
+    seen = []
+    for _ in range(20):  # 40 s of a call that costs 13 %
+        machine.run(2.0, cpu_rate=0.13)
+        seen.append(meter.cost())
+    assert (seen[0].source, seen[0].per_call) == ("measured", pytest.approx(0.265))
+    assert [c.slots for c in seen[::5]] == [5, 6, 7, 8]
+    assert seen[-1].per_call == pytest.approx(0.13 + 0.15 * 0.9**20)
+
+
+def test_other_processes_cpu_is_not_the_calls_to_use() -> None:
+    machine = Machine(measured=True)
+    meter = meter_on(machine, window_seconds=2.0, smoothing=1.0)
+    meter.call_started()
+    machine.run(2.0, cpu_rate=0.1, others=1.0)  # a test suite takes one core of two
+    cost = meter.cost()
+    assert cost.others == pytest.approx(1.0)
+    assert cost.slots == 7  # floor(0.7 * (2 - 1) / 0.1)
+
+
+def test_other_processes_starting_work_counts_at_once_and_ending_it_slowly() -> None:
+    machine = Machine(measured=True)
+    meter = meter_on(machine, window_seconds=1.0, smoothing=0.1)
+    machine.run(1.0, cpu_rate=0.0, others=0.2)
+    assert meter.cost().others == pytest.approx(0.2)  # the first window as it is
+    machine.run(1.0, cpu_rate=0.0, others=1.4)  # a test suite starts
+    assert meter.cost().others == pytest.approx(0.8)  # half of the rise at once
+    machine.run(1.0, cpu_rate=0.0, others=0.0)  # and stops
+    assert meter.cost().others == pytest.approx(0.72)  # a tenth of the fall
+
+
+def test_a_starved_window_only_raises_the_cost() -> None:
+    machine = Machine(measured=True)
+    meter = meter_on(machine, window_seconds=2.0, smoothing=0.5)
+    for _ in range(8):
+        meter.call_started()
+    machine.run(2.0, cpu_rate=0.4, others=1.6)  # no idle CPU: 5 % a call is what it got
+    assert meter.cost().per_call == pytest.approx(0.28)  # not lowered
+    machine.run(2.0, cpu_rate=8 * 0.2, others=0.0)  # idle CPU again: 20 % a call
+    assert meter.cost().per_call == pytest.approx(0.24)
 
 
 def test_slots_are_at_least_one_however_dear_a_call() -> None:

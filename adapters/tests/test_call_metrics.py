@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import bisect
+import math
 import re
 from typing import Any, Literal
 
@@ -127,6 +128,8 @@ def test_the_hosts_load_and_counts_are_read_at_each_scrape() -> None:
     assert first[("voxflow_calls_active", ())] == 0
     assert first[("voxflow_call_slots", ())] == 3
     assert first[("voxflow_call_headroom", ())] == 3
+    assert first[("voxflow_call_cost_ratio", ())] == 0.28  # the prior: nothing measured
+    assert math.isnan(first[("voxflow_admission_loop_lag_seconds", ())])  # not probed
     assert first[("voxflow_calls_admitted_total", ())] == 0
     admitted += [admission.admit("call-1"), admission.admit("call-2")]
     refused["busy"] = 2

@@ -94,6 +94,7 @@ async def test_offered_calls_in_real_time_on_the_scheduler_admit_two_refuse_one_
     run; each admitted question is committed and answered, no stale sample plays, and the
     replies' later sentences went through the scheduler as work due ahead of playout."""
     from voxflow_adapters.hosting.admission import AdmissionController, AdmissionSettings
+    from voxflow_adapters.hosting.call_cost import CallCostMeter
     from voxflow_voice import PiperTts, WhisperStt
     from voxflow_voice.scheduler import ModelScheduler
 
@@ -110,7 +111,11 @@ async def test_offered_calls_in_real_time_on_the_scheduler_admit_two_refuse_one_
         tts=PiperTts(settings=DETERMINISTIC_TTS_SETTINGS, scheduler=scheduler),
         make_vad=engines.make_vad, scheduler=scheduler)
     before = scheduler.statistics().completed
-    admission = AdmissionController(AdmissionSettings(max_calls=2), scheduler=scheduler)
+    # the cap of 2 alone decides: a meter whose clock stands still measures nothing (its
+    # prior allows more), however loaded the machine running the tests
+    meter = CallCostMeter(cores=4, clock=lambda: 0.0, machine_time=lambda: None)
+    admission = AdmissionController(AdmissionSettings(max_calls=2), scheduler=scheduler,
+                                    meter=meter)
     row, calls = await capacity.run_calls(scheduled, 3, 1, admission=admission,
                                           settings=capacity.AFTER, reply=reply)
     after = scheduler.statistics().completed

@@ -151,8 +151,9 @@ async def test_with_no_cap_calls_past_the_measured_slots_are_refused_with_the_co
     engines: VoiceEngines,
 ) -> None:
     machine = MeasuredMachine()
-    meter = CallCostMeter(CostSettings(window_seconds=2.0, settle_call_seconds=2.0), cores=1,
-                          cpu_time=machine.cpu_time, clock=machine.clock)
+    meter = CallCostMeter(CostSettings(window_seconds=2.0, smoothing=1.0), cores=1,
+                          cpu_time=machine.cpu_time, machine_time=lambda: None,
+                          clock=machine.clock)
     admission = AdmissionController(AdmissionSettings(), clock=machine.clock, meter=meter)
     settings = ServerSettings(port=0, peer=PeerSettings(ice_host_addresses=("127.0.0.1",)))
     assert settings.max_calls is None

@@ -217,7 +217,9 @@ def test_the_monitoring_block_serves_a_call_prometheus_reads_back(
         assert api.value(f'voxflow_calls_admitted_total{{instance="{door}"}}') == 1
         assert api.value(f'voxflow_calls_admitted_total{{instance="{worker}"}}') == 1
         assert api.value(f'voxflow_calls_active{{instance="{worker}"}}') == 0
-        assert api.value(f'voxflow_call_slots{{instance="{worker}"}}') == 4
+        # at most --max-calls 4: below it, the measured cost and the machine's other work
+        slots = api.value(f'voxflow_call_slots{{instance="{worker}"}}')
+        assert slots is not None and 1 <= slots <= 4
         assert api.value(f'voxflow_stale_samples_total{{instance="{worker}"}}') == 0
         assert api.value(f'voxflow_announcements_queued_total{{instance="{worker}"}}') == 1
         assert api.value(f'voxflow_announcements_settled_total{{instance="{worker}",'

@@ -7,8 +7,8 @@ then every caller waits). Past it, one more call makes all the others worse. An
 :class:`~voxflow.errors.CapacityExceededError` (``voxflow serve`` answers 503 with its
 message; a scaled-out front door hands the call to a worker with headroom):
 
-* **the measured slots**: as many calls as the cores hold at a target utilisation, at the
-  CPU a call was measured to cost on this machine
+* **the measured slots**: as many calls as the cores (less what other processes use)
+  hold at a target utilisation, at the CPU a call was measured to cost on this machine
   (:class:`~voxflow_adapters.hosting.call_cost.CallCostMeter`: the process's CPU time per
   call of its recent calls, a conservative prior until one was measured), and never more
   than ``max_calls`` (``VOXFLOW_MAX_CALLS``: an upper bound, none by default);
@@ -314,11 +314,13 @@ class AdmissionController:
                         "more would slow every call down; try again in a moment")
             how = ("measured over its recent calls" if cost.source == "measured"
                    else "until one is measured")
+            others = (f" less the {cost.others:.1f} other processes keep busy"
+                      if cost.others >= 0.05 else "")
             return (f"this server is full: {active} call{'s' if active != 1 else ''}, as "
                     "many as it holds: a call "
                     f"costs {cost.per_call:.0%} of a core here ({how}), and "
                     f"{s.cost.target_utilization:.0%} of its {cost.cores} "
-                    f"core{'s' if cost.cores != 1 else ''} hold "
+                    f"core{'s' if cost.cores != 1 else ''}{others} hold "
                     f"{cost.slots}; more would slow every call down; try again in a moment")
         if cost.loop_lag_ms is not None and cost.loop_lag_ms > s.max_loop_lag_ms:
             return (f"this server is too busy: its event loop runs {cost.loop_lag_ms:,.0f} ms "

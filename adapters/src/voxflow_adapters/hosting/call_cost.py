@@ -1,5 +1,5 @@
-"""What a call costs on this machine, measured: the process's CPU time per call and how
-late its event loop runs.
+"""What a call costs on this machine, measured: the process's CPU time per call, the CPU
+other processes leave it, and how late its event loop runs.
 
 A call's cost is not a constant: it depends on the machine (a faster core, fewer cores),
 on the engines (Whisper's size, Piper's voice) and on the calls (dense talkers, mostly
@@ -9,22 +9,27 @@ listeners). :class:`CallCostMeter` learns it from the calls this process runs:
   ``time.process_time``) over windows of at least :attr:`CostSettings.window_seconds`,
   divided by the call-seconds run in the window (the area under the live-calls curve,
   kept exactly from :meth:`CallCostMeter.call_started` / :meth:`CallCostMeter.call_ended`).
-  The process's own idle cost (heartbeat, event loop, a window with no call) is measured
-  too and subtracted first. The estimate is an EWMA over the windows that ran at least
-  :attr:`CostSettings.min_call_seconds` of calls, once they ran
-  :attr:`CostSettings.settle_call_seconds` in all. Time before the meter was made is never
-  counted: make it once the engines and litellm are loaded (their one-time start-up, a
-  few seconds of CPU, is no call's cost), as ``voxflow serve`` does.
-* **before any measurement**, the prior :attr:`CostSettings.prior_call_cost` (the share
-  of a core a WebRTC call was measured to cost: conservative, a simulated call costs half
-  of it); :attr:`CallCost.source` says which.
+  The process's own idle cost (heartbeat, event loop: a window with no call) is measured
+  too and subtracted first. Time before the meter was made is never counted: make it
+  once the engines and litellm are loaded (their one-time start-up, a few seconds of
+  CPU, is no call's cost), as ``voxflow serve`` does.
+* **from a prior, slowly**: the estimate starts at :attr:`CostSettings.prior_call_cost`
+  (the share of a core a WebRTC call was measured to cost; :attr:`CallCost.source` says
+  ``prior`` until a window is measured) and moves towards each window's figure by
+  :attr:`CostSettings.smoothing` (an EWMA over about 20 windows, longer than one call's
+  question and answer: a call's first seconds, the caller asking, cost less than its
+  reply). A window in which the machine had no idle CPU only raises it: a starved
+  process does less work per call than its calls ask for.
+* **the machine's other work**: the CPU other processes used over the same windows
+  (``/proc/stat``, :func:`machine_busy_seconds`) is not the calls' to use: the first
+  window's figure at once, a rise by half, a fall as slowly as the cost.
 * **event-loop lag**: :meth:`CallCostMeter.watch_loop` (a task its owner runs) sleeps
   :data:`LAG_PROBE_INTERVAL` again and again and records how late it wakes; every frame
   of every call is handled on that loop, so a late loop is late audio whatever the CPU
   figures say.
 
-:meth:`CallCostMeter.cost` turns it into slots: ``floor(target_utilization * cores /
-cost per call)``, at least 1. The
+:meth:`CallCostMeter.cost` turns it into slots: ``floor(target_utilization * (cores -
+other processes' cores) / cost per call)``, at least 1. The
 :class:`~voxflow_adapters.hosting.admission.AdmissionController` admits up to that many
 (and at most ``max_calls``).
 """
@@ -44,7 +49,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 __all__ = ["LAG_PROBE_INTERVAL", "CallCost", "CallCostMeter", "CostSettings",
-           "available_cores"]
+           "available_cores", "machine_busy_seconds"]
 
 LAG_PROBE_INTERVAL = 0.1
 """Seconds between two event-loop lag probes of :meth:`CallCostMeter.watch_loop`."""
@@ -56,6 +61,25 @@ def available_cores() -> int:
         return max(1, len(os.sched_getaffinity(0)))
     except (AttributeError, OSError):  # (not Linux)
         return max(1, os.cpu_count() or 1)
+
+
+def machine_busy_seconds() -> float | None:
+    """CPU seconds every process of the machine has run so far (Linux ``/proc/stat``:
+    user, nice, system, irq, softirq and steal time); None where it cannot be read, or
+    where it counts other cores than this process may use (a container's CPU set: the
+    rest of the machine's work is not taken from its cores)."""
+    try:
+        with open("/proc/stat", encoding="ascii") as stat:
+            lines = stat.read().splitlines()
+        ticks = os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, AttributeError):
+        return None
+    per_cpu = sum(1 for line in lines if line.startswith("cpu") and line[3:4].isdigit())
+    if not lines or not lines[0].startswith("cpu ") or per_cpu != available_cores():
+        return None
+    fields = [int(v) for v in lines[0].split()[1:9]]
+    user, nice, system, _idle, _iowait, irq, softirq, steal = fields + [0] * (8 - len(fields))
+    return (user + nice + system + irq + softirq + steal) / ticks
 
 
 class CostSettings(BaseModel):
@@ -78,13 +102,9 @@ class CostSettings(BaseModel):
         1.0, gt=0, le=86_400, description="a window counts for the cost per call once it "
         "ran this many call-seconds",
     )
-    settle_call_seconds: float = Field(
-        20.0, ge=0, le=86_400, description="call-seconds measured before the measured cost "
-        "replaces the prior (a call's first seconds, its greeting and first turn, are not "
-        "the rest of it)",
-    )
     smoothing: float = Field(
-        0.3, gt=0, le=1, description="weight of the newest window in the cost's EWMA",
+        0.1, gt=0, le=1, description="weight of the newest window in the EWMAs of the cost "
+        "per call (which starts at the prior) and of the other processes' CPU",
     )
     lag_window_seconds: float = Field(
         5.0, gt=0, le=3600, description="event-loop lag is judged over this many seconds",
@@ -101,9 +121,9 @@ class CallCost:
             yet: :attr:`CostSettings.prior_call_cost`).
         idle: share of a core the process spends with no call.
         cores: the cores it may run on.
+        others: cores other processes of the machine keep busy (0 where unknown).
         slots: calls the cores hold at the target utilisation (at least 1).
-        windows: windows the measured cost is taken over (even while ``source`` is still
-            ``"prior"``: fewer than ``settle_call_seconds`` measured).
+        windows: windows the measured cost is taken over.
         loop_lag_ms: how late the event loop woke (the 90th percentile of the probes of
             the last :attr:`CostSettings.lag_window_seconds`; None: no probe yet).
     """
@@ -112,6 +132,7 @@ class CallCost:
     source: Literal["measured", "prior"]
     idle: float
     cores: int
+    others: float
     slots: int
     windows: int
     loop_lag_ms: float | None
@@ -124,11 +145,14 @@ class CallCostMeter:
         settings: the windows, the prior and the target utilisation.
         cores: the cores the calls may use (default :func:`available_cores`).
         cpu_time: the process's CPU seconds so far (default ``time.process_time``).
+        machine_time: every process's CPU seconds so far (default
+            :func:`machine_busy_seconds`; None from it: unknown, no other process counted).
         clock: monotonic seconds (default ``time.monotonic``).
     """
 
     def __init__(self, settings: CostSettings | None = None, *, cores: int | None = None,
                  cpu_time: Callable[[], float] = time.process_time,
+                 machine_time: Callable[[], float | None] = machine_busy_seconds,
                  clock: Callable[[], float] = time.monotonic) -> None:
         if settings is not None and not isinstance(settings, CostSettings):
             raise TypeError(f"settings must be CostSettings, got {type(settings).__name__}")
@@ -138,19 +162,21 @@ class CallCostMeter:
         self.settings = settings if settings is not None else CostSettings()
         self.cores = cores if cores is not None else available_cores()
         self._cpu_time = cpu_time
+        self._machine_time = machine_time
         self._clock = clock
         self._lock = threading.Lock()
         self._live = 0
         now = clock()
         self._window_start = now
         self._window_cpu = cpu_time()
+        self._window_machine = machine_time()
         self._call_seconds = 0.0  # in the current window, up to _marked
         self._marked = now
-        self._per_call: float | None = None
+        self._per_call = self.settings.prior_call_cost
         self._idle: float = 0.0
         self._idle_measured = False
+        self._others: float | None = None  # (None: not measured yet)
         self._windows = 0
-        self._measured_call_seconds = 0.0
         self._lags: deque[tuple[float, float]] = deque(maxlen=1000)
 
     # -- calls ----------------------------------------------------------------------
@@ -179,7 +205,8 @@ class CallCostMeter:
 
     async def watch_loop(self, interval: float = LAG_PROBE_INTERVAL) -> None:
         """Probe the running loop's lag every ``interval`` seconds until cancelled (its
-        owner runs it as a task, on the loop the calls run on)."""
+        owner runs it as a task, on the loop the calls run on), and close each CPU
+        window when it is due, whether or not anyone looks at the cost."""
         if not 0 < interval < float("inf"):
             raise ValueError("interval must be a positive, finite number of seconds")
         loop = asyncio.get_running_loop()
@@ -187,6 +214,16 @@ class CallCostMeter:
             asked = loop.time()
             await asyncio.sleep(interval)
             self.record_loop_lag(max(0.0, loop.time() - asked - interval))
+            self.tick()
+
+    def tick(self) -> None:
+        """Close the CPU window if it is due (:meth:`cost` does it too): windows of
+        about ``window_seconds`` however seldom the cost is looked at."""
+        with self._lock:
+            self._advance()
+            now = self._clock()
+            if now - self._window_start >= self.settings.window_seconds:
+                self._close_window(now)
 
     # -- the estimate -----------------------------------------------------------------
 
@@ -194,22 +231,17 @@ class CallCostMeter:
         """The cost per call now, and the slots it allows (closes a window when one is
         due)."""
         s = self.settings
+        self.tick()
         with self._lock:
-            self._advance()
             now = self._clock()
-            if now - self._window_start >= s.window_seconds:
-                self._close_window(now)
-            settled = (self._per_call is not None
-                       and self._measured_call_seconds >= s.settle_call_seconds)
-            per_call = self._per_call if settled and self._per_call is not None else (
-                s.prior_call_cost)
-            source: Literal["measured", "prior"] = "measured" if settled else "prior"
+            per_call, others = self._per_call, self._others or 0.0
+            source: Literal["measured", "prior"] = "measured" if self._windows else "prior"
             lag = self._lag_p90(now)
             windows, idle = self._windows, self._idle
-        budget = s.target_utilization * self.cores
+        budget = s.target_utilization * max(0.0, self.cores - others)
         slots = max(1, math.floor(budget / per_call + 1e-9))
         return CallCost(per_call=per_call, source=source, idle=idle, cores=self.cores,
-                        slots=slots, windows=windows,
+                        others=others, slots=slots, windows=windows,
                         loop_lag_ms=None if lag is None else lag * 1000.0)
 
     # -- internals (under the lock) ---------------------------------------------------
@@ -222,10 +254,21 @@ class CallCostMeter:
     def _close_window(self, now: float) -> None:
         s = self.settings
         seconds = now - self._window_start
-        cpu = self._cpu_time()
+        cpu, machine = self._cpu_time(), self._machine_time()
         used = max(0.0, cpu - self._window_cpu)
+        starved = False
+        if machine is not None and self._window_machine is not None:
+            busy = max(0.0, machine - self._window_machine)
+            others = max(0.0, busy - used) / seconds
+            # the first window's figure at once, and a rise by half: a test suite or a
+            # build starting takes its cores now; a fall is believed slowly
+            weight = (1.0 if self._others is None else
+                      max(s.smoothing, 0.5) if others > self._others else s.smoothing)
+            self._others = weight * others + (1 - weight) * (self._others or 0.0)
+            starved = busy >= 0.95 * self.cores * seconds  # no idle CPU was left
         call_seconds = self._call_seconds
         self._window_start, self._window_cpu, self._call_seconds = now, cpu, 0.0
+        self._window_machine = machine
         if call_seconds <= 0.0:  # no call at all: the process's own idle cost
             rate = used / seconds
             self._idle = rate if not self._idle_measured else (
@@ -235,10 +278,10 @@ class CallCostMeter:
         if call_seconds < s.min_call_seconds:
             return  # too little of a call to say what one costs
         sample = max(0.0, used - self._idle * seconds) / call_seconds
-        self._per_call = sample if self._per_call is None else (
-            s.smoothing * sample + (1 - s.smoothing) * self._per_call)
+        if starved:  # the calls asked for more than the process got
+            sample = max(sample, self._per_call)
+        self._per_call = s.smoothing * sample + (1 - s.smoothing) * self._per_call
         self._windows += 1
-        self._measured_call_seconds += call_seconds
 
     def _lag_p90(self, now: float) -> float | None:
         horizon = now - self.settings.lag_window_seconds

@@ -291,8 +291,8 @@ class _HostCollector:
                     "measured CPU cost leaves room for, at most --max-calls", load.slots)
         yield gauge("voxflow_call_cost_ratio", "share of a core one call costs (measured "
                     "over the recent calls; a prior until then)", load.call_cost)
-        yield gauge("voxflow_event_loop_lag_seconds", "how late the event loop wakes (recent "
-                    "90th percentile; NaN before it is probed)",
+        yield gauge("voxflow_admission_loop_lag_seconds", "how late the event loop woke "
+                    "(admission's probe, recent 90th percentile; NaN before it is probed)",
                     None if load.loop_lag_ms is None else load.loop_lag_ms / 1000.0)
         yield gauge("voxflow_call_headroom", "calls it would admit now (0 while refusing)",
                     load.headroom)
