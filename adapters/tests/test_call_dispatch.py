@@ -369,7 +369,8 @@ async def test_a_front_door_counts_a_worker_free_slots_as_at_most_its_headroom(
     pg_schema_url: str,
 ) -> None:
     """A worker with no cap registers the admission's ceiling as its slots; the headroom
-    its measured cost leaves, reported by each heartbeat, is what a front door counts."""
+    its measured cost leaves, reported by each heartbeat, is what a front door counts
+    (a capped worker's free slots are counted as they are, always fresh)."""
     from voxflow_adapters.hosting.admission import UNBOUNDED_CALLS
     from voxflow_adapters.hosting.worker import Heartbeat
 
@@ -379,6 +380,8 @@ async def test_a_front_door_counts_a_worker_free_slots_as_at_most_its_headroom(
     try:
         await store.register("w-1", slots=UNBOUNDED_CALLS, host="h", pid=1)
         await store.register("w-2", slots=3, host="h", pid=2)
+        await store._run(lambda c: c.execute(
+            "UPDATE voxflow_call_workers SET headroom = 0 WHERE worker_id = 'w-2'"))
         assert await store.free_slots() == (UNBOUNDED_CALLS + 3, 2)  # not measured yet
         beat.start()
         for headroom, free in ((4.0, 4 + 3), (0.0, 0 + 3), (2.5, 3 + 3)):

@@ -214,3 +214,32 @@ async def test_browser_and_phone_workers_share_the_tables_without_taking_each_ot
 def test_a_store_of_an_unknown_kind_is_refused() -> None:
     with pytest.raises(ValueError, match="kind must be one of webrtc, phone"):
         DispatchStore("postgresql://u@127.0.0.1/test", kind="sip")
+
+
+@pytest.mark.models
+async def test_a_worker_with_no_cap_claims_only_as_far_as_its_measured_slots(
+    engines: VoiceEngines, pg_schema_url: str,
+) -> None:
+    """With no --max-calls the worker registers the admission's ceiling, so the row's
+    ``used < slots`` never stops it: offers being claimed count against its measured
+    slots (a burst is not claimed only to be refused by the admission afterwards)."""
+    from voxflow_adapters.hosting.admission import (
+        UNBOUNDED_CALLS,
+        AdmissionController,
+        AdmissionSettings,
+    )
+    from voxflow_adapters.hosting.call_cost import CallCostMeter
+
+    # one core at the 28 % prior: 2 slots (the meter's clock stands still: nothing else)
+    meter = CallCostMeter(cores=1, clock=lambda: 0.0, machine_time=lambda: None)
+    host = WebRtcServer(assistant_call_factory(), engines,
+                        settings=ServerSettings(peer=LOOPBACK),
+                        admission=AdmissionController(AdmissionSettings(), meter=meter))
+    w = CallWorker(host, DispatchStore(pg_schema_url))
+    assert (w.slots, host.load().slots) == (UNBOUNDED_CALLS, 2)
+    assert w.can_take()
+    w._claiming = 1  # an offer claimed, its call not started yet
+    assert w.can_take() and w.headroom() == 1.0
+    w._claiming = 2
+    assert not w.can_take() and w.headroom() == 0.0
+    assert host.load().accepting  # (the admission itself has admitted nothing yet)

@@ -76,6 +76,11 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
+_UNCAPPED = 10_000
+"""The slots a worker with no ``--max-calls`` registers
+(:data:`~voxflow_adapters.hosting.admission.UNBOUNDED_CALLS`): its measured headroom,
+not its slots, says what it takes."""
+
 _NOW = "extract(epoch FROM clock_timestamp())::float8"
 
 CALL_KINDS = ("webrtc", "phone")
@@ -550,14 +555,17 @@ class DispatchStore:
 
     async def free_slots(self) -> tuple[int, int]:
         """``(free slots, live workers)`` over workers of this store's kind with a fresh
-        heartbeat that are not draining: each worker's free slots, or the headroom its
-        last heartbeat reported when that is less (its admission's measured slots)."""
+        heartbeat that are not draining: each worker's free slots; for a worker with no
+        cap (its slots the admission's ceiling), the headroom its last heartbeat reported
+        when that is less (its measured slots; up to a beat old: a call ended since is
+        counted at the next beat)."""
         async def run(conn: psycopg.AsyncConnection[Any]) -> tuple[int, int]:
             row = await (await conn.execute(
-                "SELECT coalesce(sum(least(slots - used, coalesce(ceil(headroom)::integer, "
-                "slots - used))), 0), count(*) FROM voxflow_call_workers "
+                "SELECT coalesce(sum(CASE WHEN slots >= %s THEN least(slots - used, "
+                "coalesce(ceil(headroom)::integer, slots - used)) ELSE slots - used END), "
+                "0), count(*) FROM voxflow_call_workers "
                 f"WHERE NOT draining AND kind = %s AND heartbeat_at > {_NOW} - %s",
-                (self.kind, self.stale_after))).fetchone()
+                (_UNCAPPED, self.kind, self.stale_after))).fetchone()
             return (int(row[0]), int(row[1])) if row else (0, 0)
 
         free: tuple[int, int] = await self._run(run)

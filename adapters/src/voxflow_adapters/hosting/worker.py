@@ -507,10 +507,15 @@ class CallWorker:
                     await self._wake.wait()
 
     def can_take(self) -> bool:
-        """Whether a claim may be made now: not draining, a slot free, and the host's
-        admission accepting (its recent voice-to-voice p95 within target)."""
-        return (not self.draining and self.held < self.slots
-                and self.host.load().accepting)
+        """Whether a claim may be made now: not draining, the host's admission accepting
+        (its recent voice-to-voice p95 within target, its loop on time) and a slot free
+        of its measured slots, counting the offers being claimed and answered (they are
+        not admitted yet: a burst of offers is claimed only as far as the slots go, not
+        up to the registered ones)."""
+        if self.draining:
+            return False
+        load = self.host.load()
+        return load.accepting and self.held < min(self.slots, load.slots)
 
     def headroom(self) -> float:
         """Calls this worker can still take (its admission's headroom less the offers
