@@ -26,6 +26,7 @@ scheduler; one run each, the 2 cores shared with the other sessions' work):
 offers             admitted  refused  v2v p50    v2v p95    lost  load average
 =================  ========  =======  =========  =========  ====  ==================
 24 in 12 s         4         20       505 ms     870 ms     0     2.0 -> 2.9
+24 in 12 s         4         20       483 ms     700 ms     0     1.3 -> 1.5
 24 in 60 s         9         15       482 ms     525 ms     0     3.2 -> 2.5
 =================  ========  =======  =========  =========  ====  ==================
 

@@ -1,7 +1,8 @@
 """Hosting calls: what every transport that answers calls shares, WebRTC or the next one.
 
 A call and its session (:mod:`.calls`), admission by measured headroom
-(:mod:`.admission`), the session lease and its fencing (:mod:`.ownership`), a call's
+(:mod:`.admission`) from what a call costs on this machine (:mod:`.call_cost`), the
+session lease and its fencing (:mod:`.ownership`), a call's
 saves held back while its store is unreachable (:mod:`.deferred_saves`), resuming a
 call on another worker (:mod:`.resume`), handing offers to call workers through the
 database (:mod:`.dispatch`), the wire format of requests (:mod:`.wire`) and TLS
