@@ -26,11 +26,39 @@ from voxflow.engine_spec import ENGINE_KINDS, ENGINE_OPTIONS, NO_ENGINE
 from voxflow.errors import EngineError
 from voxflow.settings import ENV_PREFIX, Settings, SettingsError
 
-__all__ = ["PhoneCommand", "ServeCommand", "StatusCommand", "VoiceChatMode", "VoiceDemoMode",
-           "add_scale_arguments",
-           "chosen_engines", "engine_options", "phone", "serve", "status", "voice_chat",
-           "voice_demo"]
+__all__ = [
+    "PhoneCommand",
+    "ServeCommand",
+    "StatusCommand",
+    "VoiceChatMode",
+    "VoiceDemoMode",
+    "add_scale_arguments",
+    "chosen_engines",
+    "engine_options",
+    "phone",
+    "scale_seconds",
+    "serve",
+    "status",
+    "voice_chat",
+    "voice_demo",
+]
 
+
+
+def scale_seconds(args: argparse.Namespace) -> tuple[float, float, float]:
+    """The scale-out options' seconds (:func:`add_scale_arguments`), checked and with their
+    defaults: ``--offer-timeout``, ``--drain-seconds``, ``--stale-after``.
+
+    Raises:
+        UsageError: one is out of its range (the message names it).
+    """
+    offer_timeout = check_seconds(10.0 if args.offer_timeout is None
+                                  else args.offer_timeout, "--offer-timeout", 1.0, 86400.0)
+    drain_seconds = check_seconds(60.0 if args.drain_seconds is None
+                                  else args.drain_seconds, "--drain-seconds", 0.0, 86400.0)
+    stale_after = check_seconds(5.0 if args.stale_after is None else args.stale_after,
+                                "--stale-after", 1.0, 86400.0)
+    return offer_timeout, drain_seconds, stale_after
 
 
 def add_scale_arguments(parser: argparse.ArgumentParser, *, front_door: str, worker: str,
@@ -109,12 +137,7 @@ class ServeCommand:
                 "the option to serve everything from this one process")
         # (a worker heartbeats every stale_after/5: at least a second keeps that >= 0.2 s;
         # an offer is never answered in under a second: ICE gathering alone takes longer)
-        offer_timeout = check_seconds(10.0 if args.offer_timeout is None
-                                      else args.offer_timeout, "--offer-timeout", 1.0, 86400.0)
-        drain_seconds = check_seconds(60.0 if args.drain_seconds is None
-                                      else args.drain_seconds, "--drain-seconds", 0.0, 86400.0)
-        stale_after = check_seconds(5.0 if args.stale_after is None else args.stale_after,
-                                    "--stale-after", 1.0, 86400.0)
+        offer_timeout, drain_seconds, stale_after = scale_seconds(args)
         # (a front door runs no call: VOXFLOW_MODEL, shared by every process, is not its
         # concern)
         model = None if args.front_door else cli.check_assistant(settings, voice=True)
@@ -268,12 +291,7 @@ class PhoneCommand:
                 f"--{role} dispatches calls through PostgreSQL: set VOXFLOW_DATABASE_URL="
                 "postgresql://user@host:5432/database (the same for every front door and "
                 "worker), or drop the option to answer every call in this one process")
-        offer_timeout = check_seconds(10.0 if args.offer_timeout is None
-                                      else args.offer_timeout, "--offer-timeout", 1.0, 86400.0)
-        drain_seconds = check_seconds(60.0 if args.drain_seconds is None
-                                      else args.drain_seconds, "--drain-seconds", 0.0, 86400.0)
-        stale_after = check_seconds(5.0 if args.stale_after is None else args.stale_after,
-                                    "--stale-after", 1.0, 86400.0)
+        offer_timeout, drain_seconds, stale_after = scale_seconds(args)
         if args.public_url is not None and not args.public_url.startswith(
                 ("https://", "http://")):
             raise UsageError(f"--public-url {args.public_url!r}: give https://host[:port]")

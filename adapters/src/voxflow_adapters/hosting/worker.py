@@ -45,15 +45,20 @@ import threading
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
+from voxflow_voice.engines import VoiceEngines
+
 from voxflow import telemetry
+from voxflow.flow.persistence import default_persistence
 from voxflow.ids import SessionId
+from voxflow.llm import preload
+from voxflow.settings import Settings
 from voxflow.tasks import cancel_and_wait
 
 from .dispatch import ClaimedOffer, DispatchStore, DispatchUnavailableError
 from .host import CallHost, CallRefused
 from .wire import ResumeRequest
 
-__all__ = ["CallWorker", "Heartbeat", "stop_on_signals"]
+__all__ = ["CallWorker", "Heartbeat", "stop_on_signals", "worker_resources"]
 
 logger = logging.getLogger(__name__)
 
@@ -620,3 +625,16 @@ def stop_on_signals() -> asyncio.Event:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     return stop
+
+
+async def worker_resources(settings: Settings) -> tuple[Any, VoiceEngines]:
+    """What a call worker needs before it claims a call: the session store every worker
+    shares (``VOXFLOW_DATABASE_URL``), checked writable, and the engines, loaded off the
+    loop with litellm (so no call's first turn imports it)."""
+    sessions = default_persistence()
+    check = getattr(sessions, "check_writable", None)
+    if check is not None:
+        await asyncio.to_thread(check)
+    engines, _ = await asyncio.gather(
+        asyncio.to_thread(VoiceEngines.from_settings, settings), preload())
+    return sessions, engines

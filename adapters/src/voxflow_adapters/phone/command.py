@@ -40,7 +40,7 @@ from ..hosting.calls import (
     webrtc_voice_settings,
 )
 from ..hosting.dispatch import DispatchStore, DispatchUnavailableError
-from ..hosting.worker import CallWorker, stop_on_signals
+from ..hosting.worker import CallWorker, stop_on_signals, worker_resources
 from .front_door import PhoneFrontDoor
 from .host import PhoneHost
 from .server import PhoneServer, PhoneSettings, SignatureCheck
@@ -186,12 +186,7 @@ async def _worker(factory: CallFactory, phone_settings: PhoneSettings, settings:
                   store: DispatchStore, drain_seconds: float, host: str, port: int,
                   say: Callable[[str], None]) -> None:
     stop = stop_on_signals()
-    sessions = default_persistence()  # VOXFLOW_DATABASE_URL: shared by every worker
-    check = getattr(sessions, "check_writable", None)
-    if check is not None:
-        await asyncio.to_thread(check)
-    engines, _ = await asyncio.gather(
-        asyncio.to_thread(VoiceEngines.from_settings, settings), preload())
+    sessions, engines = await worker_resources(settings)
     base = phone_settings.public_url or f"http://{host}:{port}"
     media_url = _media_address(base, phone_settings.media_path)
     calls = PhoneHost(factory, engines, store=sessions, media_url=media_url,

@@ -33,7 +33,7 @@ from ..hosting.calls import (
 from ..hosting.dispatch import DispatchStore, DispatchUnavailableError
 from ..hosting.metrics import CallMetrics, HostCounts, watch_host
 from ..hosting.tls import TlsError, certificate_names, self_signed_certificate, ssl_context
-from ..hosting.worker import CallWorker, stop_on_signals
+from ..hosting.worker import CallWorker, stop_on_signals, worker_resources
 from ._ice_url import IceUrlError, check_ice_url, shown_ice_url
 from .front_door import FrontDoor
 from .peer import DEFAULT_RECEIVE_HOLD, IceServer, PeerSettings
@@ -341,13 +341,7 @@ async def _worker(factory: CallFactory, server_settings: ServerSettings, setting
     ignore_closed_transport_errors(asyncio.get_running_loop())
     stop = stop_on_signals()
     async with _monitoring(monitor):
-        sessions = default_persistence()  # VOXFLOW_DATABASE_URL: shared by every worker
-        check = getattr(sessions, "check_writable", None)
-        if check is not None:
-            await asyncio.to_thread(check)
-        # litellm loads off the loop with the models: no call's first turn imports it
-        engines, _ = await asyncio.gather(
-            asyncio.to_thread(VoiceEngines.from_settings, settings), preload())
+        sessions, engines = await worker_resources(settings)
         host = WebRtcServer(factory, engines, settings=server_settings, store=sessions,
                             metrics=None if monitor is None else CallMetrics(monitor.registry))
         worker = CallWorker(host, store, drain_seconds=drain_seconds)
