@@ -411,10 +411,20 @@ def _read_until(fd: int, needle: bytes, timeout: float = 60, seen: bytes = b"") 
     return seen
 
 
+def _as_a_shell_starts_it() -> None:
+    """In the forked child: the state a terminal user's shell starts a command in (its
+    folder, every signal unblocked and at its default), whatever the test process
+    inherited (a suite started as a background job ignores SIGINT, and exec keeps that)."""
+    os.chdir(ROOT)
+    signal.pthread_sigmask(signal.SIG_SETMASK, set())
+    for number in (signal.SIGINT, signal.SIGQUIT, signal.SIGPIPE):
+        signal.signal(number, signal.SIG_DFL)
+
+
 def _repl_in_a_terminal(key: bytes) -> tuple[int, bytes]:
     pid, fd = pty.fork()
     if pid == 0:  # the child: a terminal user's shell runs voxflow chat
-        os.chdir(ROOT)
+        _as_a_shell_starts_it()
         os.execve(sys.executable, [sys.executable, "-m", "voxflow.cli", "chat"], NO_KEYS)
     try:
         banner = _read_until(fd, b"You: ")
@@ -439,7 +449,7 @@ def test_repl_shows_a_ready_result_at_the_prompt_and_redraws_what_was_typed() ->
     # when it is ready, over the prompt, which is redrawn with what was typed so far.
     pid, fd = pty.fork()
     if pid == 0:  # the child: a terminal user's shell runs voxflow chat
-        os.chdir(ROOT)
+        _as_a_shell_starts_it()
         os.execve(sys.executable, [sys.executable, "-m", "voxflow.cli", "chat"], NO_KEYS)
     try:
         _read_until(fd, b"You: ")
