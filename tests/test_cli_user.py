@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import skip_without_portaudio
+from voxflow.cli import repl
 from voxflow.cli.bench import meets_target
 from voxflow.cli.doctor import run_checks
 from voxflow.settings import Settings
@@ -421,15 +422,35 @@ def _as_a_shell_starts_it() -> None:
         signal.signal(number, signal.SIG_DFL)
 
 
+def _where_it_hangs(pid: int, fd: int) -> bytes:
+    """Every thread's stack of a child that stopped answering (its faulthandler's dump
+    on SIGABRT, read from its terminal): what a failing test says instead of b''."""
+    os.kill(pid, signal.SIGABRT)
+    dump = b""
+    while True:
+        ready, _, _ = select.select([fd], [], [], 5)
+        try:
+            chunk = os.read(fd, 4096) if ready else b""
+        except OSError:
+            chunk = b""
+        if not chunk:
+            return dump
+        dump += chunk
+
+
 def _repl_in_a_terminal(key: bytes) -> tuple[int, bytes]:
     pid, fd = pty.fork()
     if pid == 0:  # the child: a terminal user's shell runs voxflow chat
         _as_a_shell_starts_it()
-        os.execve(sys.executable, [sys.executable, "-m", "voxflow.cli", "chat"], NO_KEYS)
+        os.execve(sys.executable, [sys.executable, "-m", "voxflow.cli", "chat"],
+                  {**NO_KEYS, "PYTHONFAULTHANDLER": "1"})
     try:
         banner = _read_until(fd, b"You: ")
         os.write(fd, key)
-        rest = _read_until(fd, b"\n", timeout=30)
+        try:
+            rest = _read_until(fd, b"\n", timeout=30)
+        except AssertionError:
+            raise AssertionError(_where_it_hangs(pid, fd).decode(errors="replace")) from None
         _, status = os.waitpid(pid, 0)
     finally:
         os.close(fd)
@@ -478,6 +499,83 @@ def test_repl_ctrl_c_exits_130_on_a_new_line() -> None:
     assert b"Traceback" not in output
     assert output.split(b"You: ", 1)[1].lstrip(b"^C").startswith(b"\r\n")
     assert code == 130 or code == -signal.SIGINT
+
+
+
+STUBBORN_FLOW = """\
+import asyncio
+import time
+
+from voxflow import Flow, listen
+from voxflow.jobs import JobContext, background_job
+from voxflow.wiring import AssistantState
+
+
+@background_job(kind="stubborn")
+async def stubborn(job: JobContext) -> str:
+    # A blocking call in a thread: cancelling the job leaves the thread running, and
+    # asyncio.run waits for its executor's threads: closing the chat never ends.
+    open("running", "w").close()
+    await asyncio.to_thread(time.sleep, 3600)
+    return "done"
+
+
+class Stubborn(Flow[AssistantState]):
+    conversational = True
+
+    def route_turn(self, context):
+        return "go"
+
+    @listen("go")
+    def handle_go(self) -> str:
+        stubborn.start(self)
+        return "Started."
+"""
+
+
+@pytest.mark.parametrize("presses", [1, 2])
+def test_repl_ctrl_c_exits_130_even_when_the_chat_cannot_close(
+    tmp_path: Path, presses: int
+) -> None:
+    # Ctrl-C must end the chat: a job that never finishes closing gets the grace
+    # (_CTRL_C_GRACE, 3 s), then the terminal is given back with exit 130; a second
+    # Ctrl-C cuts it at once.
+    (tmp_path / "stubborn.py").write_text(STUBBORN_FLOW)
+    pid, fd = pty.fork()
+    if pid == 0:  # the child: a terminal user's shell runs voxflow chat
+        _as_a_shell_starts_it()
+        os.chdir(tmp_path)
+        os.execve(sys.executable,
+                  [sys.executable, "-m", "voxflow.cli", "chat", "stubborn.py:Stubborn"],
+                  {**NO_KEYS, "PYTHONFAULTHANDLER": "1"})
+    try:
+        _read_until(fd, b"You: ")
+        os.write(fd, b"go\r")
+        _read_until(fd, b"Started.\r\nYou: ")
+        deadline = time.monotonic() + 30
+        while not (tmp_path / "running").exists():  # the job's thread is blocked
+            assert time.monotonic() < deadline, "the job never ran"
+            time.sleep(0.05)
+        time.sleep(0.2)
+        os.write(fd, b"\x03")
+        began = time.monotonic()
+        if presses == 2:
+            time.sleep(0.5)
+            os.write(fd, b"\x03")
+        try:
+            rest = _read_until(fd, b"\n", timeout=30)
+        except AssertionError:
+            raise AssertionError(_where_it_hangs(pid, fd).decode(errors="replace")) from None
+        _, status = os.waitpid(pid, 0)
+    finally:
+        os.close(fd)
+    assert b"Traceback" not in rest
+    assert os.waitstatus_to_exitcode(status) == 130
+    took = time.monotonic() - began
+    if presses == 1:
+        assert took >= repl._CTRL_C_GRACE - 0.5, took  # it was cut, not closed
+    else:
+        assert took < repl._CTRL_C_GRACE - 0.5, took  # the second press did not wait
 
 
 # -- doctor and bench -------------------------------------------------------------------------

@@ -5,16 +5,19 @@ chat runs through :func:`voxflow.wiring.chat_text` (jobs and announcements as in
 call): a background job's result is printed when it is ready, even while the user types,
 above the prompt, which is redrawn with what was typed so far (in a terminal the line is
 edited here, in cbreak mode). ``exit``/``quit`` or Ctrl-D end it with exit code 0, Ctrl-C
-with 130; either way the shell prompt starts on a new line and the terminal's modes are
-restored.
+with 130 (the chat closed within a few seconds, or cut off then; a second Ctrl-C cuts
+it at once); either way the shell prompt starts on a new line and the terminal's modes
+are restored.
 """
 
 from __future__ import annotations
 
 import asyncio
 import codecs
+import contextlib
 import os
 import select
+import signal
 import sys
 import threading
 from typing import Any
@@ -27,6 +30,7 @@ __all__ = ["run_repl"]
 
 EXIT_OK, EXIT_INTERRUPTED = 0, 130
 _POLL = 0.1
+_CTRL_C_GRACE = 3.0  # seconds the chat may take to close after Ctrl-C before it is cut
 
 
 def _make_flow(flow_ref: str | None, model: str | None) -> Any:
@@ -116,6 +120,8 @@ class _Lines:
                         sys.stdout.write("\n")
                         sys.stdout.flush()
                         return self._typed
+                    elif key == "\x03":  # Ctrl-C read as a key (a terminal without ISIG)
+                        signal.raise_signal(signal.SIGINT)
                     elif key == "\x04":  # Ctrl-D: the end on an empty line
                         if not self._typed:
                             sys.stdout.write("\n")  # the shell prompt on its own line
@@ -167,22 +173,48 @@ def run_repl(flow_ref: str | None, model: str | None) -> int:
     print("type a message and press Enter; exit, quit or Ctrl-D to end, Ctrl-C to abort",
           flush=True)
     lines = _Lines()
+    interrupted = threading.Event()
+
+    def cut_short() -> None:
+        """Ctrl-C and the chat still closing after the grace: the terminal given back,
+        the shell prompt on a new line, exit 130, whatever was still running."""
+        lines.__exit__()
+        sys.stdout.write("\n")
+        sys.stdout.flush()
+        os._exit(EXIT_INTERRUPTED)
+
+    def on_ctrl_c(chat_task: asyncio.Task[None]) -> None:
+        if interrupted.is_set():  # a second Ctrl-C: now
+            cut_short()
+        interrupted.set()
+        timer = threading.Timer(_CTRL_C_GRACE, cut_short)
+        timer.daemon = True
+        timer.start()
+        chat_task.cancel()
 
     async def chat() -> None:
+        # Ctrl-C through the loop's own signal handling: the loop's wake-up fd is
+        # written whichever thread the signal lands on (a Python-level handler runs
+        # only when the main thread next runs bytecode: CI saw a ^C, then nothing for
+        # 30 s). The chat is cancelled (its wiring closed, the reading thread stopped).
+        loop = asyncio.get_running_loop()
+        task = asyncio.current_task()
+        assert task is not None
+        with contextlib.suppress(NotImplementedError):  # Windows: asyncio.run's handler
+            loop.add_signal_handler(signal.SIGINT, on_ctrl_c, task)
         try:
             await chat_text(flow, read=lines, interject=lines.interject)
         finally:
             lines.stop.set()  # the reading thread gives the terminal back
 
-    # asyncio.run's own Ctrl-C handling: the chat is cancelled (its wiring closed, the
-    # reading thread stopped) and KeyboardInterrupt raised once it has ended. A handler
-    # of ours raising KeyboardInterrupt wherever the loop happened to be could leave
-    # the process hanging after the ^C (seen once in CI: no new line for 30 s).
     try:
         with lines:  # (the terminal's modes restored however the chat ends)
             asyncio.run(chat())
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, asyncio.CancelledError):
         lines.stop.set()
+        print(flush=True)
+        return EXIT_INTERRUPTED
+    if interrupted.is_set():  # Ctrl-C as the chat was ending anyway
         print(flush=True)
         return EXIT_INTERRUPTED
     return EXIT_OK
