@@ -12,9 +12,9 @@ message; a scaled-out front door hands the call to a worker with headroom):
   (:class:`~voxflow_adapters.hosting.call_cost.CallCostMeter`: the process's CPU time per
   call of its recent calls, a conservative prior until one was measured), and never more
   than ``max_calls`` (``VOXFLOW_MAX_CALLS``: an upper bound, none by default);
-* **the event loop**: every call's audio is handled on one loop; while it wakes later than
-  ``max_loop_lag_ms`` (its recent 90th percentile), a new call would only make every call
-  later;
+* **the event loop**: every call's audio is handled on one loop; while it carries calls
+  and wakes later than ``max_loop_lag_ms`` (its recent 90th percentile), a new call
+  would only make every call later;
 * **the ramp**: at least ``ramp_seconds`` between two admissions. Calls admitted
   together ask their first questions together, and callers on the same rhythm keep
   asking together: each turn's urgent work (Whisper, the first clause's synthesis)
@@ -322,7 +322,11 @@ class AdmissionController:
                     f"{s.cost.target_utilization:.0%} of its {cost.cores} "
                     f"core{'s' if cost.cores != 1 else ''}{others} hold "
                     f"{cost.slots}; more would slow every call down; try again in a moment")
-        if cost.loop_lag_ms is not None and cost.loop_lag_ms > s.max_loop_lag_ms:
+        # An idle loop's lateness hurts no call (start-up work: models warming, a
+        # listener binding), and a server that refused its first call on it would
+        # never measure one: the loop is judged while it carries calls.
+        if (active and cost.loop_lag_ms is not None
+                and cost.loop_lag_ms > s.max_loop_lag_ms):
             return (f"this server is too busy: its event loop runs {cost.loop_lag_ms:,.0f} ms "
                     f"late (limit {s.max_loop_lag_ms:,.0f} ms); try again in a moment")
         if self._admitted_at is not None and s.ramp_seconds > 0:
