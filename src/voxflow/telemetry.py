@@ -52,6 +52,7 @@ __all__ = [
     "start_span",
     "trace_span",
     "tracing_enabled",
+    "turn_span",
     "use_clock",
 ]
 
@@ -279,6 +280,25 @@ def trace_span(
         _detach(token)
         span.end(end_time=end_ns() if end_ns is not None else now_ns())
 
+
+
+@contextlib.contextmanager
+def turn_span(
+    session_id: str,
+    turn_id: str,
+    attributes: Mapping[str, Any] | None = None,
+    *,
+    start_ns: int | None = None,
+    end_ns: Any = None,
+) -> Iterator[Span | None]:
+    """A turn's ``voxflow.turn`` span, made current while it is answered (the flow's
+    ``voxflow.handler`` span and its LLM and tool calls are its children), for a text
+    turn and a voice turn alike: its ids, then ``attributes``; ``start_ns``/``end_ns`` as
+    :func:`trace_span` (a voice turn starts at the user's last speech sample)."""
+    ids = {"voxflow.session_id": str(session_id), "voxflow.turn_id": str(turn_id)}
+    with trace_span("voxflow.turn", {**ids, **(attributes or {})}, start_ns=start_ns,
+                    end_ns=end_ns) as span:
+        yield span
 
 def fail(span: Span | None, exc: BaseException | str) -> None:
     """Mark ``span`` failed: ``error.type`` and an ERROR status (a cancel is not an error

@@ -197,7 +197,7 @@ class SessionTracer:
         turn's ``voxflow.turn`` span: opened here (a text turn's) when ``open_turn``,
         else the caller's (a voice session opens it at the user's speech end)."""
         ids = {"voxflow.session_id": str(session_id), "voxflow.turn_id": str(turn_id)}
-        with (telemetry.trace_span("voxflow.turn", ids) if open_turn
+        with (telemetry.turn_span(session_id, turn_id) if open_turn
               else contextlib.nullcontext()), telemetry.trace_span(
                 "voxflow.handler",
                 {"voxflow.flow": self.flow_name, **ids, "voxflow.turn_index": index},

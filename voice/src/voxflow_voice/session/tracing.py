@@ -102,17 +102,15 @@ class SessionTrace:
         if not self._on:
             yield
             return
-        attributes: dict[str, Any] = {
-            "voxflow.turn_id": str(turn_id), "voxflow.session_id": self._session_id(),
-            "voxflow.speculative": speculative}
+        attributes: dict[str, Any] = {"voxflow.speculative": speculative}
         if telemetry.capture_content():
             attributes["voxflow.transcript"] = text
         turn = _Turn(span=None, speech_end=speech_end, speech_ended=self._speech_ended)
-        with telemetry.trace_span("voxflow.turn", attributes,
-                                  start_ns=self._ns(speech_end),
-                                  end_ns=lambda: self._ns(turn.ended_at if turn.ended_at
-                                                          is not None else self._clock.now())
-                                  ) as span:
+        with telemetry.turn_span(self._session_id(), str(turn_id), attributes,
+                                 start_ns=self._ns(speech_end),
+                                 end_ns=lambda: self._ns(turn.ended_at if turn.ended_at
+                                                         is not None else self._clock.now())
+                                 ) as span:
             turn.span = span
             self._turns[turn_id] = turn
             try:
