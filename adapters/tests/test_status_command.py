@@ -34,3 +34,35 @@ def test_it_runs_no_flow(capsys: pytest.CaptureFixture[str]) -> None:
         main(["status", "examples/support.py:Support"])
     assert refused.value.code == 2
     assert "unrecognized arguments" in capsys.readouterr().err
+
+
+async def test_each_call_worker_shows_its_kind_and_each_kind_its_free_slots(
+    pg_schema_url: str,
+) -> None:
+    """Browser and phone workers share the dispatch tables but never each other's calls:
+    ``voxflow status`` says which kind each worker answers (before: a phone worker's row
+    looked like a browser worker's) and, with both kinds live, each kind's free slots."""
+    import asyncio
+
+    from voxflow_adapters.hosting.dispatch import DispatchStore
+    from voxflow_adapters.hosting.fleet import read_fleet, render_fleet
+
+    browsers = DispatchStore(pg_schema_url, kind="webrtc")
+    phones = DispatchStore(pg_schema_url, kind="phone")
+    try:
+        await browsers.register("web-1", slots=4, host="box", pid=11, used=1)
+        await phones.register("tel-1", slots=2, host="box", pid=12)
+        seen_by_phones = await phones.workers()
+    finally:
+        await browsers.aclose()
+        await phones.aclose()
+    fleet = await asyncio.to_thread(read_fleet, pg_schema_url)
+    assert [(w.worker_id, w.kind) for w in fleet.workers] == [("tel-1", "phone"),
+                                                              ("web-1", "webrtc")]
+    assert [(w.worker_id, w.kind) for w in seen_by_phones] == [("tel-1", "phone")]
+    text = render_fleet(fleet).splitlines()
+    assert text[0].startswith("call workers: 2 (2 live, 5 free slot(s): 2 phone, 3 webrtc)")
+    assert text[1].split()[:3] == ["worker", "kind", "host"]
+    assert text[2].split()[:2] == ["tel-1", "phone"]
+    assert text[3].split()[:2] == ["web-1", "webrtc"]
+    assert '"kind": "phone"' in fleet.model_dump_json(indent=1)

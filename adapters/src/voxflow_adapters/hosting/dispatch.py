@@ -171,6 +171,8 @@ class WorkerRow(BaseModel):
     draining: bool
     heartbeat_age: float
     """Seconds since its last heartbeat (database clock)."""
+    kind: str = "webrtc"
+    """The calls it answers (one of :data:`CALL_KINDS`: ``webrtc`` or ``phone``)."""
 
 
 class ClaimedOffer(BaseModel):
@@ -498,7 +500,8 @@ class DispatchStore:
                 f"{_NOW} - heartbeat_at FROM voxflow_call_workers WHERE kind = %s "
                 "ORDER BY worker_id", (self.kind,))).fetchall()
             return [WorkerRow(worker_id=r[0], host=r[1], pid=r[2], slots=r[3], used=r[4],
-                              headroom=r[5], draining=r[6], heartbeat_age=r[7]) for r in rows]
+                              headroom=r[5], draining=r[6], heartbeat_age=r[7],
+                              kind=self.kind) for r in rows]
 
         found: list[WorkerRow] = await self._run(run)
         return found

@@ -127,9 +127,11 @@ def _tables(conn: Any) -> set[str]:
 def _workers(conn: Any) -> list[WorkerRow]:
     rows = conn.execute(
         "SELECT worker_id, host, pid, slots, used, headroom, draining, "
-        f"{_NOW} - heartbeat_at FROM voxflow_call_workers ORDER BY worker_id").fetchall()
+        f"{_NOW} - heartbeat_at, kind FROM voxflow_call_workers ORDER BY worker_id"
+    ).fetchall()
     return [WorkerRow(worker_id=r[0], host=r[1], pid=r[2], slots=r[3], used=r[4],
-                      headroom=r[5], draining=r[6], heartbeat_age=r[7]) for r in rows]
+                      headroom=r[5], draining=r[6], heartbeat_age=r[7], kind=r[8])
+            for r in rows]
 
 
 def _calls(conn: Any) -> list[CallRow]:
@@ -170,13 +172,18 @@ def render_fleet(status: FleetStatus) -> str:
     live = [w for w in status.workers
             if not w.draining and w.heartbeat_age <= status.stale_after]
     free = sum(w.slots - w.used for w in live)
+    kinds = sorted({w.kind for w in live})
+    # (a browser's call never takes a phone worker's slot: with both kinds, each's own)
+    by_kind = "" if len(kinds) < 2 else ": " + ", ".join(
+        f"{sum(w.slots - w.used for w in live if w.kind == kind)} {kind}" for kind in kinds)
     lines.append(f"call workers: {len(status.workers)} ({len(live)} live, {free} free "
-                 f"slot(s)) in schema {status.schema_name}")
-    rows = [("worker", "host", "pid", "slots", "calls", "headroom", "heartbeat", "state")]
+                 f"slot(s){by_kind}) in schema {status.schema_name}")
+    rows = [("worker", "kind", "host", "pid", "slots", "calls", "headroom", "heartbeat",
+             "state")]
     for w in status.workers:
         state = ("draining" if w.draining else
                  "stale" if w.heartbeat_age > status.stale_after else "live")
-        rows.append((w.worker_id, w.host, str(w.pid), str(w.slots), str(w.used),
+        rows.append((w.worker_id, w.kind, w.host, str(w.pid), str(w.slots), str(w.used),
                      "-" if w.headroom is None else f"{w.headroom:g}",
                      f"{w.heartbeat_age:.1f} s ago", state))
     if status.workers:
