@@ -99,3 +99,30 @@ async def test_a_phone_worker_holds_a_slot_for_an_expected_stream_until_it_comes
     await asyncio.sleep(0.4)  # the second stream never came: its slot is given back
     assert ended == [second.call_id] and host.calls_held == 1
 
+
+
+async def test_a_phone_worker_with_no_cap_takes_as_many_calls_as_their_measured_cost_allows(
+) -> None:
+    """A phone call worker registers the admission's ceiling as its slots (before: a fixed
+    8) and refuses, 503 with the cost, past what its cores hold at the calls' cost."""
+    from voxflow_adapters.hosting.admission import (
+        UNBOUNDED_CALLS,
+        AdmissionController,
+        AdmissionSettings,
+    )
+    from voxflow_adapters.hosting.call_cost import CallCostMeter
+
+    meter = CallCostMeter(cores=1, clock=lambda: 0.0, machine_time=lambda: None)
+    host = PhoneHost(lambda *a, **k: None, types.SimpleNamespace(scheduler=None),  # type: ignore[arg-type]
+                     store=None, media_url="ws://127.0.0.1:9/media",
+                     admission=AdmissionController(AdmissionSettings(), meter=meter))
+    assert host.settings.max_calls is None and host.max_calls == UNBOUNDED_CALLS
+    for sid in ("CA1", "CA2"):  # the 28 % prior: one core at 70 % holds 2
+        await host.answer_offer(PhoneRequest(call_id=sid).model_dump_json())
+    with pytest.raises(CallRefused) as full:
+        await host.answer_offer(PhoneRequest(call_id="CA3").model_dump_json())
+    assert full.value.status == 503 and "costs 28% of a core here" in full.value.reason
+    assert (host.load().slots, host.load().headroom) == (2, 0)
+    default = PhoneHost(lambda *a, **k: None, types.SimpleNamespace(scheduler=None),  # type: ignore[arg-type]
+                        store=None, media_url="ws://127.0.0.1:9/media")
+    assert default.max_calls == UNBOUNDED_CALLS and default.admission.settings.max_calls is None

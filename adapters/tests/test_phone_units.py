@@ -372,3 +372,107 @@ def test_voxflow_phone_roles_need_the_database_and_their_own_options() -> None:
 def test_phone_settings_out_of_range_are_refused(bad: dict[str, object]) -> None:
     with pytest.raises(ValueError, match=next(iter(bad))):
         PhoneSettings(**bad)  # type: ignore[arg-type]
+
+
+class MeasuredMachine:
+    """The admission meter's clock and CPU seconds, moved by the test."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.cpu = 0.0
+
+    def clock(self) -> float:
+        return self.now
+
+    def cpu_time(self) -> float:
+        return self.cpu
+
+
+async def test_with_no_cap_the_webhook_admits_calls_by_their_measured_cost(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """``voxflow phone`` admits like ``voxflow serve``: its slots are what the cores hold
+    at the CPU a call costs here (before: a fixed 8 whatever the machine), the webhook
+    holding a call's slot from its token on; a refused call is rejected busy, the reason
+    logged; ``GET /load`` reports it to this machine only."""
+    from voxflow_adapters.hosting.admission import (
+        UNBOUNDED_CALLS,
+        AdmissionController,
+        AdmissionSettings,
+    )
+    from voxflow_adapters.hosting.call_cost import CallCostMeter, CostSettings
+
+    machine = MeasuredMachine()
+    meter = CallCostMeter(CostSettings(window_seconds=2.0, smoothing=1.0), cores=1,
+                          cpu_time=machine.cpu_time, machine_time=lambda: None,
+                          clock=machine.clock)
+    settings = PhoneSettings()
+    assert settings.max_calls is None
+    server = PhoneServer(_no_calls, None, settings=settings,  # type: ignore[arg-type]
+                         admission=AdmissionController(AdmissionSettings(),
+                                                       clock=machine.clock, meter=meter))
+    assert server.max_calls == UNBOUNDED_CALLS
+    runner, base = await _serve(server)
+    try:
+        async with ClientSession() as http:
+            async def call(sid: str) -> str:
+                return await (await http.post(f"{base}/voice", data={"CallSid": sid})).text()
+
+            # the prior, 28 % of a core: 70 % of one core holds 2 calls
+            assert ["<Connect><Stream" in await call(f"CA{n}") for n in (1, 2)] == [True] * 2
+            with caplog.at_level("WARNING", logger="voxflow_adapters.phone.server"):
+                busy = await call("CA3")
+            assert '<Reject reason="busy"/>' in busy and "<Connect" not in busy
+            said = [r.getMessage() for r in caplog.records if "rejected" in r.getMessage()]
+            assert said == ["rejected a call (busy): this server is full: 2 calls, as many as "
+                            "it holds: a call costs 28% of a core here (until one is "
+                            "measured), and 70% of its 1 core hold 2; more would slow every "
+                            "call down; try again in a moment"]
+            load = await (await http.get(f"{base}/load")).json()
+            assert (load["active_calls"], load["slots"], load["headroom"], load["max_calls"],
+                    load["cost_source"]) == (2, 2, 0, None, "prior")
+            forwarded = await http.get(f"{base}/load", headers={"X-Forwarded-For": "1.2.3.4"})
+            assert forwarded.status == 403
+            # the two calls ran 2 s on a whole core: 50 % each, and one core holds 1
+            machine.now, machine.cpu = 2.0, 2.0
+            assert (server.load().slots, server.load().cost_source) == (1, "measured")
+            # their streams never came: the tokens expire and give the slots back
+            server._tokens = dict.fromkeys(server._tokens, time.monotonic() - 1.0)
+            assert "<Connect><Stream" in await call("CA4")
+            assert '<Reject reason="busy"/>' in await call("CA5")
+    finally:
+        await runner.cleanup()
+    assert server.refusals() == {"busy": 2}
+    assert server.load().active_calls == 1  # CA4's token is live: its slot held
+
+
+async def test_a_call_that_ends_gives_its_slot_back_and_its_turns_reach_the_admission(
+    engines: object,
+) -> None:
+    """A stream's call holds the webhook's slot until it ends, then frees it; its turns'
+    voice to voice reach the admission's p95 (what refuses calls while answers are
+    slow)."""
+    from voxflow_adapters.hosting.calls import flow_call_factory
+    from voxflow_adapters.testkit.flows import Teller
+
+    server = PhoneServer(flow_call_factory(Teller), engines,  # type: ignore[arg-type]
+                         settings=PhoneSettings(max_calls=1))
+    runner, base = await _serve(server)
+    hello = np.concatenate([s.samples for s in engines.tts.synthesize(  # type: ignore[attr-defined]
+        "Hello there!")])
+    try:
+        async with SimulatedCarrier(f"{base}/voice") as carrier:
+            carrier.say(hello, rate=engines.tts.sample_rate)  # type: ignore[attr-defined]
+            async with asyncio.timeout(30):
+                while server.load().turns == 0:  # noqa: ASYNC110 (the answered turn)
+                    await asyncio.sleep(0.05)
+            assert server.load().active_calls == 1
+            async with ClientSession() as http:
+                busy = await http.post(f"{base}/voice", data={"CallSid": "CA9"})
+                assert '<Reject reason="busy"/>' in await busy.text()
+        async with asyncio.timeout(20):
+            while server.calls:  # noqa: ASYNC110 (the hang-up ends it)
+                await asyncio.sleep(0.02)
+    finally:
+        await runner.cleanup()
+    assert server.load().active_calls == 0 and server.refusals() == {"busy": 1}

@@ -212,13 +212,14 @@ class Settings(BaseModel):
     host: str = Field("127.0.0.1", description="`voxflow serve` bind address")
     port: int = Field(8080, ge=1, le=65535, description="`voxflow serve` port")
     max_calls: int | None = Field(
-        None, ge=1, le=10_000, description="`voxflow serve`: concurrent calls a process "
-        "takes at most; below it, as many as the calls' measured CPU cost leaves room for "
-        "(unset: no other bound); the next is refused (503) rather than slowing every call "
-        "down",
+        None, ge=1, le=10_000, description="`voxflow serve` and `voxflow phone`: "
+        "concurrent calls a process takes at most; below it, as many as the calls' measured "
+        "CPU cost leaves room for (unset: no other bound); the next is refused (503; a phone "
+        "call rejected busy) rather than slowing every call down",
     )
     p95_target_ms: float = Field(
-        1000.0, gt=0, le=60_000, description="`voxflow serve`: refuse calls while the recent "
+        1000.0, gt=0, le=60_000, description="`voxflow serve` and `voxflow phone`: refuse "
+        "calls while the recent "
         "voice-to-voice p95 (ms) is above this",
     )
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field(

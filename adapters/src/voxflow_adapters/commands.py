@@ -263,7 +263,8 @@ class PhoneCommand:
                             help="this server as the carrier reaches it (https://host), "
                                  "which the webhook's signature covers")
         parser.add_argument("--max-calls", type=int, default=None,
-                            help="concurrent calls (default: $VOXFLOW_MAX_CALLS, else 8)")
+                            help="concurrent calls at most (default: $VOXFLOW_MAX_CALLS, "
+                                 "else as many as their measured cost allows)")
         parser.add_argument("--no-signature", action="store_true",
                             help="accept unsigned webhooks (a loopback trial only)")
         engine_options(parser)

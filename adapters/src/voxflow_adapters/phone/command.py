@@ -94,11 +94,9 @@ def run_phone(
         except (VoxflowError, TypeError) as exc:
             print(f"error: {exc}", file=sys.stderr)
             return EXIT_USAGE
-    # (a phone server keeps its own cap, PhoneSettings.max_calls, when none is given)
-    phone_settings = PhoneSettings(public_url=public_url, signature=signature)
-    if max_calls is not None:
-        phone_settings = PhoneSettings(public_url=public_url, max_calls=max_calls,
-                                       signature=signature)
+    # (admitted by their measured cost, as serve's: max_calls only bounds it)
+    phone_settings = PhoneSettings(public_url=public_url, max_calls=max_calls,
+                                   p95_target_ms=settings.p95_target_ms, signature=signature)
     logging.getLogger("faster_whisper").setLevel(logging.WARNING)
     try:
         if role == "front-door":
@@ -143,7 +141,7 @@ async def _serve(factory: CallFactory, phone_settings: PhoneSettings, settings: 
         await site.start()
         base = phone_settings.public_url or f"http://{host}:{port}"
         say(f"voxflow phone: webhook {base}{phone_settings.webhook_path} (POST), media "
-            f"stream {phone_settings.media_path}; "
+            f"stream {phone_settings.media_path}; {_capacity(server)}; "
             + ("signature checked" if phone_settings.signature is not None
                else "UNSIGNED webhooks accepted (--no-signature)"))
         await asyncio.Event().wait()
@@ -195,12 +193,20 @@ async def _worker(factory: CallFactory, phone_settings: PhoneSettings, settings:
     async with _listening(calls.app(), host, port):
         await worker.start()
         try:
-            say(f"voxflow phone call worker {worker.worker_id} is ready ({worker.slots} "
-                f"slot(s), media stream {media_url}); stop it with SIGTERM to drain")
+            say(f"voxflow phone call worker {worker.worker_id} is ready ({_capacity(calls)}, "
+                f"media stream {media_url}); stop it with SIGTERM to drain")
             await stop.wait()
             say(f"draining: running calls move to other workers (within {drain_seconds:g} s)")
         finally:
             await worker.aclose()
+
+
+def _capacity(server: PhoneServer) -> str:
+    """How many calls ``server`` takes, as its start-up line says it."""
+    load = server.load()
+    bound = "" if load.max_calls is None else f", at most {load.max_calls}"
+    return (f"calls admitted by their measured cost: {load.slots} slot(s) now at "
+            f"{load.call_cost:.0%} of a core per call ({load.cost_source}){bound}")
 
 
 def _media_address(base: str, path: str) -> str:

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import itertools
 import logging
 import os
 import secrets
@@ -42,13 +41,13 @@ from typing import Any
 from aiohttp import web
 from pydantic import ValidationError
 from voxflow_voice.engines import VoiceEngines
-from voxflow_voice.events import SessionEvent, TurnMetrics
+from voxflow_voice.events import SessionEvent
 
 from voxflow.clock import MonotonicClock
 from voxflow.errors import CapacityExceededError, FencedWriteError
 from voxflow.ids import SessionId
 
-from ..hosting.admission import Admission, AdmissionController, AdmissionSettings, Load
+from ..hosting.admission import Admission, AdmissionController
 from ..hosting.calls import Call, CallFactory, CallSession
 from ..hosting.host import CallRefused, OfferAnswer
 from ..hosting.ownership import (
@@ -90,9 +89,11 @@ class PhoneHost(PhoneServer):
         store: the session store shared by every worker (PostgreSQL).
         media_url: the media WebSocket as the carrier reaches it
             (``wss://worker-3.example.com/media``).
-        settings: the calls' settings (``max_calls``: the worker's slots).
+        settings: the calls' settings (``max_calls``: the upper bound of the worker's
+            slots; None: as many as the calls' measured cost allows).
         worker_id: its name in lease owners (default: host, pid, random).
-        admission: decides which calls are taken (one from ``max_calls`` if None).
+        admission: decides which calls are taken (one from ``settings.max_calls`` and
+            ``settings.p95_target_ms`` if None).
         lease_seconds: a call's lease without renewal.
         resume_wait: how long a stream waits for a live lease of another worker.
         on_call: called with each started call's transport and call (tests).
@@ -105,58 +106,35 @@ class PhoneHost(PhoneServer):
         lease_seconds: float = DEFAULT_LEASE_SECONDS, resume_wait: float = 10.0,
         on_call: Callable[[PhoneTransport, Call], None] | None = None,
     ) -> None:
-        super().__init__(factory, engines, settings=settings, on_call=on_call)
+        super().__init__(factory, engines, settings=settings, admission=admission,
+                         on_call=on_call)
         if not media_url.startswith(("ws://", "wss://")):
             raise ValueError(f"media_url must be a ws:// or wss:// URL, got {media_url!r}")
         self.store = store
         self.media_url = media_url
         self.worker_id = worker_id or (f"{socket.gethostname()}:{os.getpid()}:"
                                        f"{secrets.token_hex(3)}")
-        self.admission = admission if admission is not None else AdmissionController(
-            AdmissionSettings(max_calls=self.settings.max_calls), scheduler=engines.scheduler)
         self.lease_seconds = float(lease_seconds)
         self.resume_wait = float(resume_wait)
-        self.call_prefix = "phone"
         self.on_call_ended: Callable[[str], None] | None = None
         self.owner_dead: OwnerDead | None = None
-        self._numbers = itertools.count(1)
         self._expected: dict[str, _Ticket] = {}  # stream token -> its call
         self._opening: set[int] = set()  # streams begun, their sessions being restored
-        self._refusals: dict[str, int] = {}
 
     def app(self) -> web.Application:
-        """The media WebSocket only (the webhooks are the front door's)."""
+        """The media WebSocket and ``GET /load`` (the webhooks are the front door's; the
+        :class:`~voxflow_adapters.hosting.worker.CallWorker` measures the loop's lag)."""
         app = web.Application(client_max_size=64 * 1024)
         app.router.add_get(self.settings.media_path, self._media)
+        app.router.add_get("/load", self._load)
         return app
 
     # -- CallHost ---------------------------------------------------------------------
 
     @property
-    def max_calls(self) -> int:
-        """The worker's slots (``settings.max_calls``)."""
-        return self.settings.max_calls
-
-    @property
     def calls_held(self) -> int:
         """Calls running, streams expected and streams whose session is being opened."""
         return len(self._calls) + len(self._expected) + len(self._opening)
-
-    def load(self) -> Load:
-        """The admission's load and headroom."""
-        return self.admission.load()
-
-    async def watch_loop(self) -> None:
-        """Measure the event loop's lag for the admission until cancelled."""
-        await self.admission.meter.watch_loop()
-
-    def note_refusal(self, key: str) -> None:
-        """Count a refused request under ``key``."""
-        self._refusals[key] = self._refusals.get(key, 0) + 1
-
-    def refusals(self) -> dict[str, int]:
-        """Refused requests by reason."""
-        return dict(self._refusals)
 
     async def answer_offer(self, sdp: str, resume: ResumeRequest | None = None, *,
                            trace_context: Any = None) -> OfferAnswer:
@@ -290,10 +268,6 @@ class PhoneHost(PhoneServer):
         logger.info("phone call %s", "resumed" if session.resume else "started",
                     extra={"call_id": ticket.call_id, "session_id": session_id})
         return call
-
-    def _event(self, ticket: Any, event: SessionEvent) -> None:
-        if isinstance(event, TurnMetrics) and (ms := event.voice_to_voice_ms) is not None:
-            self.admission.record(ms)
 
     async def _finish_call(self, entry: PhoneCall, how: str | None) -> None:
         if how is None or entry.call.record_end is None:

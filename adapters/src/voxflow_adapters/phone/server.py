@@ -5,7 +5,15 @@
   auth token) and an unsigned or forged request gets 403; a signed one is answered with
   the document connecting the call to a bidirectional stream on ``/media``
   (:meth:`~voxflow_adapters.phone.wire.CarrierSerializer.answer`), carrying a one-time
-  stream token as a custom parameter. At ``max_calls`` the call is rejected (busy).
+  stream token as a custom parameter. Each call is admitted like a browser call, by its
+  measured cost (:class:`~voxflow_adapters.hosting.admission.AdmissionController`: the
+  slots the cores hold at the CPU a call costs here, at most ``max_calls``; the event
+  loop's lag; the recent p95): a refused call is rejected busy
+  (:meth:`~voxflow_adapters.phone.wire.CarrierSerializer.reject_busy`: the carrier
+  plays the caller a busy signal and bills nothing), the reason logged. The call's slot
+  is held from the webhook until its call ends, or until its stream token expires.
+* ``GET /load`` (from this machine only): the admission's load, as ``voxflow serve``'s
+  ``GET /load`` returns it.
 * ``GET /media`` (WebSocket): the stream's ``start`` must carry a stream token the
   webhook issued (once, within ``stream_token_seconds``), so nobody opens a call on the
   WebSocket without a signed webhook first. The call then runs like a browser call: the
@@ -23,21 +31,32 @@ The auth token is never logged nor shown (it is held by the validator only).
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import ipaddress
+import itertools
 import logging
 import secrets
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from aiohttp import WSMsgType, web
 from voxflow_voice.engines import VoiceEngines
-from voxflow_voice.events import SessionEvent
+from voxflow_voice.events import SessionEvent, TurnMetrics
 
 from voxflow.clock import MonotonicClock
+from voxflow.errors import CapacityExceededError
 from voxflow.logs import bind_log_context
 
+from ..hosting.admission import (
+    UNBOUNDED_CALLS,
+    Admission,
+    AdmissionController,
+    AdmissionSettings,
+    Load,
+)
 from ..hosting.calls import Call, CallFactory
 from .transport import PhoneTransport
 from .twilio import TwilioSerializer
@@ -121,7 +140,10 @@ class PhoneSettings:
         public_url: the server's address as the carrier reaches it (``https://host``);
             the webhook's signature covers it, and the stream URL is built from it.
             None: the request's own address (loopback trials).
-        max_calls: concurrent calls; the next one is rejected busy.
+        max_calls: concurrent calls at most (``VOXFLOW_MAX_CALLS``: an upper bound);
+            None: as many as their measured cost allows (the admission's slots).
+        p95_target_ms: new calls are refused while the recent voice-to-voice p95 is
+            above it (``VOXFLOW_P95_TARGET_MS``).
         lead: seconds of reply audio sent ahead of the carrier's marks.
         stream_token_seconds: how long a webhook's stream token may wait for its stream.
         max_call_seconds: a call's length limit.
@@ -130,7 +152,8 @@ class PhoneSettings:
     """
 
     public_url: str | None = None
-    max_calls: int = 8
+    max_calls: int | None = None
+    p95_target_ms: float = 1000.0
     lead: float = 0.2
     stream_token_seconds: float = 60.0
     max_call_seconds: float = 3600.0
@@ -142,10 +165,12 @@ class PhoneSettings:
     def __post_init__(self) -> None:
         """Raises: ValueError: a setting out of its range (a ``max_calls`` of 0 made
         every call rejected busy; a ``stream_token_seconds`` of 0 every stream refused)."""
-        if isinstance(self.max_calls, bool) or not isinstance(self.max_calls, int) or (
-                self.max_calls < 1):
-            raise ValueError(f"max_calls must be an int of at least 1, got {self.max_calls!r}")
-        for name in ("lead", "stream_token_seconds", "max_call_seconds"):
+        if self.max_calls is not None and (
+                isinstance(self.max_calls, bool) or not isinstance(self.max_calls, int)
+                or not 1 <= self.max_calls <= UNBOUNDED_CALLS):
+            raise ValueError(f"max_calls must be None or an int from 1 to {UNBOUNDED_CALLS}, "
+                             f"got {self.max_calls!r}")
+        for name in ("p95_target_ms", "lead", "stream_token_seconds", "max_call_seconds"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int | float) or not (
                     0 < value < float("inf")):
@@ -178,20 +203,35 @@ class PhoneServer:
         engines: the process's STT, TTS and VAD.
         settings: the server's settings.
         serializer: the carrier's wire format (Twilio if None).
+        admission: decides which calls are taken (one from ``settings.max_calls`` and
+            ``settings.p95_target_ms`` if None; make it once the engines are loaded).
         on_call: called with each started call's transport and call (tests).
     """
 
     def __init__(
         self, factory: CallFactory, engines: VoiceEngines, *,
         settings: PhoneSettings | None = None, serializer: CarrierSerializer | None = None,
+        admission: AdmissionController | None = None,
         on_call: Callable[[PhoneTransport, Call], None] | None = None,
     ) -> None:
+        if admission is not None and not isinstance(admission, AdmissionController):
+            raise TypeError(
+                f"admission must be an AdmissionController, got {type(admission).__name__}")
         self.factory = factory
         self.engines = engines
         self.settings = settings if settings is not None else PhoneSettings()
         self.serializer = serializer if serializer is not None else TwilioSerializer()
         self.on_call = on_call
-        self._tokens: dict[str, float] = {}
+        self.admission = admission if admission is not None else AdmissionController(
+            AdmissionSettings(max_calls=self.settings.max_calls,
+                              p95_target_ms=self.settings.p95_target_ms),
+            scheduler=engines.scheduler if engines is not None else None)
+        self.call_prefix = "phone"
+        """Call ids are ``<call_prefix>-<n>`` (a call worker puts its id in them)."""
+        self._numbers = itertools.count(1)
+        self._refusals: dict[str, int] = {}
+        self._tokens: dict[str, float] = {}  # stream token -> when it expires
+        self._held: dict[str, Admission] = {}  # stream token -> its call's slot
         self._tickets: dict[int, Any] = {}  # a started stream's ticket, by its transport
         self._calls: dict[str, PhoneCall] = {}
         self.ended: list[dict[str, Any]] = []
@@ -202,12 +242,53 @@ class PhoneServer:
         """Calls in progress."""
         return len(self._calls)
 
+    @property
+    def max_calls(self) -> int:
+        """The most calls this process could hold at once (its admission's
+        :attr:`~voxflow_adapters.hosting.admission.AdmissionController.ceiling`:
+        ``settings.max_calls``, else unbounded but for the measured slots)."""
+        return self.admission.ceiling
+
+    def load(self) -> Load:
+        """The admission's load and headroom (what ``GET /load`` returns)."""
+        return self.admission.load()
+
+    async def watch_loop(self) -> None:
+        """Measure the event loop's lag for the admission until cancelled (the app runs
+        it while it serves; a call worker runs it itself)."""
+        await self.admission.meter.watch_loop()
+
+    def note_refusal(self, key: str) -> None:
+        """Count a refused call under ``key``."""
+        self._refusals[key] = self._refusals.get(key, 0) + 1
+
+    def refusals(self) -> dict[str, int]:
+        """Refused calls by reason (``busy``: the admission refused them)."""
+        return dict(self._refusals)
+
     def app(self) -> web.Application:
-        """The aiohttp application: the webhook and the media WebSocket."""
+        """The aiohttp application: the webhook, the media WebSocket and ``GET /load``;
+        while it runs, the event loop's lag is measured for the admission."""
         app = web.Application(client_max_size=64 * 1024)
         app.router.add_post(self.settings.webhook_path, self._webhook)
         app.router.add_get(self.settings.media_path, self._media)
+        app.router.add_get("/load", self._load)
+        app.cleanup_ctx.append(self._watching)
         return app
+
+    async def _watching(self, app: web.Application) -> AsyncIterator[None]:
+        task = asyncio.get_running_loop().create_task(self.watch_loop(),
+                                                      name="admission.loop-lag")
+        yield
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+    async def _load(self, request: web.Request) -> web.Response:
+        # (from this machine only: the carrier needs no figures, nor anyone else)
+        if not _from_this_machine(request):
+            return web.Response(status=403, text="GET /load is served to this machine only")
+        return web.json_response(self.load().as_dict(), headers={"Cache-Control": "no-store"})
 
     # -- the webhook -----------------------------------------------------------------
 
@@ -218,12 +299,17 @@ class PhoneServer:
             self.refused_webhooks += 1
             return web.Response(status=403, text="forbidden")
         self._expire_tokens()  # (an expired token holds no place: its stream never came)
-        if len(self._calls) + len(self._tokens) >= self.settings.max_calls:
-            logger.warning("rejected a call: %d calls in progress", len(self._calls))
+        try:
+            admission = self.admission.admit(f"{self.call_prefix}-{next(self._numbers)}")
+        except CapacityExceededError as exc:
+            self.note_refusal("busy")
+            logger.warning("rejected a call (busy): %s", exc, extra={
+                "carrier_call_id": params.get("CallSid", "?")[:64]})
             content_type, body = self.serializer.reject_busy()
             return web.Response(content_type=content_type, text=body)
         token = secrets.token_urlsafe(24)
         self._tokens[token] = time.monotonic() + self.settings.stream_token_seconds
+        self._held[token] = admission
         stream_url = public_address(request, self.settings.public_url,
                                     self.settings.media_path, websocket=True)
         content_type, body = self.serializer.answer(stream_url, {STREAM_TOKEN_PARAMETER: token})
@@ -233,14 +319,18 @@ class PhoneServer:
         now = time.monotonic()
         for token in [t for t, until in self._tokens.items() if until < now]:
             del self._tokens[token]
+            held = self._held.pop(token, None)
+            if held is not None:
+                held.release()
 
     def _take_token(self, token: str | None, started: Started) -> Any:
-        """What the stream token ``token`` of the stream ``started`` was issued for (a
-        true value), or None: not one of ours, expired, or used already."""
+        """What the stream token ``token`` of the stream ``started`` was issued for (its
+        call's :class:`~voxflow_adapters.hosting.admission.Admission`), or None: not one
+        of ours, expired, or used already."""
         self._expire_tokens()
         if token is None or self._tokens.pop(token, None) is None:
             return None
-        return True
+        return self._held.pop(token)
 
     async def _open_call(self, transport: PhoneTransport, clock: MonotonicClock,
                          on_event: Callable[[SessionEvent], None], ticket: Any) -> Call:
@@ -249,7 +339,9 @@ class PhoneServer:
         return await self.factory(transport, self.engines, clock, on_event)
 
     def _event(self, ticket: Any, event: SessionEvent) -> None:
-        """Each session event of the call ``ticket`` (admission records latencies)."""
+        """Each session event of the call ``ticket``: the admission records latencies."""
+        if isinstance(event, TurnMetrics) and (ms := event.voice_to_voice_ms) is not None:
+            self.admission.record(ms)
 
     async def _finish_call(self, entry: PhoneCall, how: str | None) -> None:
         """The call's session returned, ``how`` it ended for good (``hung_up``, or the
@@ -257,7 +349,9 @@ class PhoneServer:
         may go on elsewhere); its wiring is not closed yet."""
 
     async def _after_call(self, entry: PhoneCall | None, ticket: Any) -> None:
-        """The call is closed (or never started: ``entry`` None) and its slot free."""
+        """The call is closed (or never started: ``entry`` None): its slot is freed."""
+        if isinstance(ticket, Admission):
+            ticket.release()
 
     # -- the media stream ------------------------------------------------------------
 
@@ -396,3 +490,13 @@ class PhoneServer:
 
     def __repr__(self) -> str:
         return f"PhoneServer({self.serializer.name}, calls={len(self._calls)})"
+
+
+def _from_this_machine(request: web.Request) -> bool:
+    """Whether ``request`` came from a loopback address, not forwarded by a proxy."""
+    if "X-Forwarded-For" in request.headers or "Forwarded" in request.headers:
+        return False
+    try:
+        return ipaddress.ip_address(request.remote or "").is_loopback
+    except ValueError:  # (a Unix socket: no address)
+        return False
