@@ -450,6 +450,24 @@ async def test_a_held_turns_hand_offs_wait_for_its_verdict_from_any_thread() -> 
         await runner.aclose()
 
 
+async def test_holding_admissions_refuses_an_asked_that_is_not_callable() -> None:
+    # a non-callable ``asked`` was only logged when the turn asked for its first job,
+    # long after the mistake, and the turn was never told
+    state = WorkChatState()
+    changes: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+    runner = JobRunner(state, work_factory(ReportWork), on_update=changes.put)
+    try:
+        with pytest.raises(TypeError, match="asked must be callable or None, got str"):
+            runner.hold_admissions(TurnId("t-held"), asked="make it final")  # type: ignore[arg-type]
+        job = ReportJob(session_id=state.id, question="a", origin_turn_id=TurnId("t-held"))
+        assert add_job(state, job)
+        runner.submit(job)  # admitted at once: the refused hold held nothing
+        while state.jobs[job.job_id].status != "completed":
+            await changes.get()
+    finally:
+        await runner.aclose()
+
+
 async def test_a_held_turn_is_told_of_its_first_job_on_the_loop() -> None:
     # (issue 32) A voice session makes a turn final once it asks for a job (it acted on
     # the world): the runner tells it once, on the loop, whether the job is admitted on

@@ -180,7 +180,12 @@ class JobRunner:
             asked: called (on the loop) when the turn asks for its first job meanwhile (an
                 admission, or a hand-off to a job queue): a turn that acts on the world may
                 want to be final at once.
+
+        Raises:
+            TypeError: ``asked`` is neither None nor callable.
         """
+        if asked is not None and not callable(asked):
+            raise TypeError(f"asked must be callable or None, got {type(asked).__name__}")
         with self._held_lock:
             self._held.setdefault(str(turn_id), [])
             if asked is not None:
