@@ -346,6 +346,9 @@ def _cmd_jobs_worker(args: argparse.Namespace) -> int:
         def running(yes: bool) -> None:
             if yes:
                 monitor.set_ready()
+            elif queue.database_away:
+                monitor.set_unready("the job queue's database is unreachable: no job is "
+                                    "taken until it answers (the worker waits for it)")
             else:
                 monitor.set_unready("stopping: the running jobs finish, no new one starts")
 
@@ -533,9 +536,10 @@ def _parser(installed: InstalledCommands) -> argparse.ArgumentParser:
                         help="seconds without a heartbeat before a worker's jobs run again, "
                              "1 to 86400 and more than --heartbeat (default: 5 heartbeats)")
     worker.add_argument("--report-patience", type=float, default=None, metavar="SECONDS",
-                        help="seconds the worker rides out an unreachable database: a job "
-                             "that finishes meanwhile reports its result once the database "
-                             "returns, 1 to 86400 (default: 900)")
+                        help="seconds a job's report waits for an unreachable database: a "
+                             "job that finishes meanwhile reports its result once the "
+                             "database returns (the worker itself waits for it however "
+                             "long), 1 to 86400 (default: 900)")
     add_metrics_arguments(worker)
     worker.set_defaults(func=_cmd_jobs_worker)
 

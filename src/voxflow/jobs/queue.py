@@ -35,10 +35,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import datetime
 import logging
 import math
-import signal
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -50,8 +48,14 @@ from voxflow import telemetry
 from voxflow.clock import Clock, MonotonicClock
 from voxflow.errors import JobPayloadError, PersistenceUnavailableError
 from voxflow.jobs.background import BackgroundJob
-from voxflow.jobs.execution import REPORT_PATIENCE, QueuedJob, ReportNotStored, run_queued_job
+from voxflow.jobs.execution import REPORT_PATIENCE, QueuedJob, run_queued_job
 from voxflow.jobs.inbox import INBOX_SCHEMA, JobInbox
+from voxflow.jobs.worker_app import (
+    DatabaseWatch,
+    job_worker_app,
+    run_again_unreported,
+    run_until_stopped,
+)
 from voxflow.pg_schema import ensure_tables
 from voxflow.settings import (
     Settings,
@@ -148,6 +152,13 @@ class PostgresJobQueue:
         self.connect_timeout = float(connect_timeout)
         self._sync_app: procrastinate.App | None = None
         self._sync_lock = threading.Lock()
+        self._watch: DatabaseWatch | None = None
+
+    @property
+    def database_away(self) -> bool:
+        """True while this queue's running job worker finds its database unreachable
+        (it takes no job then, and waits for it)."""
+        return self._watch is not None and self._watch.away
 
     # -- schema ------------------------------------------------------------------------
 
@@ -370,72 +381,6 @@ class PostgresJobQueue:
             oldest_running_seconds=_age(aged.get("doing")),
             workers=int(live[0]) if live is not None else 0)
 
-    def _app(self, connections: int, patience: float | None = None) -> procrastinate.App:
-        """The Procrastinate app of a job worker. With ``patience`` it rides out a database
-        outage of up to that many seconds: a query waits that long for a connection (the
-        pool checks each one it hands out, so a reset one is not used), and the listener
-        of new jobs listens again once the database answers. Procrastinate otherwise
-        stops its worker at the first of its heartbeats that fails."""
-        # here: the optional voxflow[postgres] extra (checked by migrate)
-        import procrastinate
-        from procrastinate.manager import JobManager
-
-        class FencedJobManager(JobManager):
-            """Finishes a job only while the queue still runs the attempt that finishes
-            it. Procrastinate's ``finish_job`` goes by job id alone (and bumps the attempt
-            counter): a resumed zombie would end, and fence out, the live next attempt."""
-
-            async def finish_job(self, job: Any, status: Any, delete_job: bool) -> None:
-                rows = await self.connector.execute_query_all_async(
-                    "WITH mine AS (SELECT id FROM procrastinate_jobs WHERE id = %(job_id)s "
-                    "AND status = 'doing' AND attempts = %(attempts)s FOR UPDATE) "
-                    "SELECT procrastinate_finish_job_v1(id, %(status)s, %(delete_job)s) "
-                    "FROM mine",
-                    job_id=job.id, status=status.value, delete_job=delete_job,
-                    attempts=job.attempts)
-                if not rows:
-                    logger.warning("queue job %s attempt %d not finished: the queue runs a "
-                                   "later attempt", job.id, job.attempts + 1)
-
-            async def retry_job(self, job: Any, retry_at: Any = None, priority: Any = None,
-                                queue: Any = None, lock: Any = None) -> None:
-                """Queue the job again as its next attempt, as ``finish_job`` only while
-                the queue still runs the attempt that asks."""
-                rows = await self.connector.execute_query_all_async(
-                    "WITH mine AS (SELECT id FROM procrastinate_jobs WHERE id = %(job_id)s "
-                    "AND status = 'doing' AND attempts = %(attempts)s FOR UPDATE) "
-                    "SELECT procrastinate_retry_job_v2(id, %(retry_at)s, NULL, NULL, NULL) "
-                    "FROM mine", job_id=job.id, attempts=job.attempts,
-                    retry_at=retry_at or datetime.datetime.now(datetime.UTC))
-                if not rows:
-                    logger.warning("queue job %s attempt %d not queued again: the queue "
-                                   "runs a later attempt", job.id, job.attempts + 1)
-
-            async def listen_for_jobs(self, **kwargs: Any) -> None:
-                """Listen again, with backoff, when the listening connection cannot be
-                made again (the database away): said once per outage."""
-                delay, away = 0.5, False
-                while True:
-                    try:
-                        await super().listen_for_jobs(**kwargs)
-                        return
-                    except procrastinate.exceptions.ConnectorException as exc:
-                        if not away:
-                            logger.warning("the job worker's listener lost the database; "
-                                           "listening again once it answers: %s",
-                                           " ".join(str(exc.__cause__ or exc).split()))
-                        away = True
-                        await asyncio.sleep(delay)
-                        delay = min(delay * 2, 5.0)
-
-        options = self._connector_kwargs(connections)
-        if patience is not None:
-            options["timeout"] = patience  # (Procrastinate's pool checks connections)
-        connector = procrastinate.PsycopgConnector(**options)
-        app = procrastinate.App(connector=connector)
-        app.job_manager = FencedJobManager(connector=connector)
-        return app
-
     async def run_worker(
         self,
         *,
@@ -468,18 +413,21 @@ class PostgresJobQueue:
             install_signal_handlers: stop gracefully on SIGTERM/SIGINT (a CLI process).
             name: the worker's name in the logs.
             running: called with True once the worker takes jobs, with False when it
-                stops taking them (the readiness of ``/ready``).
-            report_patience: seconds the worker rides out an unreachable database: a
-                job's report (its start, result or failure) waits that long, tried again
-                with backoff, so a job that finishes during an outage reports its result
-                once the database returns; the worker's heartbeat, its fetches and its
-                listener wait too, instead of stopping the worker (15 minutes by
-                default). Past it the attempt ends, logged as an error, and the job
-                runs again as its next attempt once the database answers.
+                stops taking them: when it stops, and while its database is unreachable
+                (True again once it answers; the readiness of ``/ready``).
+            report_patience: seconds a job's report (its start, result or failure)
+                waits for an unreachable database, tried again with backoff, so a job
+                that finishes during an outage reports its result once the database
+                returns (15 minutes by default). Past it the attempt ends, logged as an
+                error, and the job runs again as its next attempt once the database
+                answers. The worker itself rides out an outage of any length (its
+                heartbeat, its fetches, its listener wait for the database;
+                :mod:`voxflow.jobs.worker_app`): it never stops because of one.
 
         Raises:
             ValueError: a bad argument.
-            PersistenceUnavailableError: the database is unreachable.
+            PersistenceUnavailableError: the database is unreachable as the worker
+                starts.
         """
         for label, value in (("heartbeat", heartbeat), ("stalled_after", stalled_after),
                              ("report_patience", report_patience)):
@@ -501,9 +449,10 @@ class PostgresJobQueue:
         # Procrastinate removes the rows of workers silent for stalled_after as it
         # starts, without a word: say who died
         await self.forget_dead_workers(stalled_after)
-        app = self._app(concurrency + 3, patience=report_patience)
         job_clock = clock if clock is not None else MonotonicClock()
         stopping = threading.Event()
+        watch = self._watch = DatabaseWatch(running, stopping.is_set)
+        app = job_worker_app(self._connector_kwargs(concurrency + 3), watch, stopping.is_set)
 
         workers: set[int] = set()  # this process's Procrastinate worker (its row id)
 
@@ -514,11 +463,11 @@ class PostgresJobQueue:
                                  stopping.is_set, report_patience)
 
         app.task(name=TASK_NAME, pass_context=True, queue=self.queue,
-                 retry=_run_again_unreported())(execute)
+                 retry=run_again_unreported())(execute)
         try:
             async with app.open_async():
                 sweeper = asyncio.create_task(
-                    self._sweep(stalled_after, heartbeat, workers),
+                    self._sweep(stalled_after, heartbeat, workers, watch),
                     name="stalled jobs")
                 worker = asyncio.ensure_future(app.run_worker_async(
                     queues=[self.queue], concurrency=concurrency,
@@ -530,8 +479,8 @@ class PostgresJobQueue:
                 if running is not None:
                     running(True)
                 try:
-                    await _run_until_stopped(worker, stopping, install_signal_handlers,
-                                             running)
+                    await run_until_stopped(worker, stopping, install_signal_handlers,
+                                            running)
                 finally:
                     if running is not None:
                         running(False)
@@ -540,12 +489,14 @@ class PostgresJobQueue:
                     with contextlib.suppress(asyncio.CancelledError):
                         await sweeper
         except (psycopg.Error, procrastinate.exceptions.ProcrastinateException) as exc:
-            # the database went away (or refused) under the worker: one typed error
+            # the database refused the worker's start (or failed otherwise): one typed
+            # error
             raise self._unavailable(exc.__cause__ or exc) from None
         finally:
             await self.inbox.close()
 
-    async def _sweep(self, stalled_after: float, period: float, workers: set[int]) -> None:
+    async def _sweep(self, stalled_after: float, period: float, workers: set[int],
+                     watch: DatabaseWatch) -> None:
         purged_at = float("-inf")
         away = False  # the database did not answer the last sweep
         judge_from = float("-inf")
@@ -556,7 +507,6 @@ class PostgresJobQueue:
                     # every worker's heartbeat stopped with the database: none is judged
                     # stalled (its jobs run again) before it had time to beat again
                     away, judge_from = False, time.monotonic() + stalled_after
-                    logger.info("the job worker reaches its database again")
                 if workers:
                     # beat for this process's workers too: Procrastinate's heartbeat ends
                     # when its stop begins, while it waits for the running jobs, and after
@@ -576,8 +526,9 @@ class PostgresJobQueue:
                     purged_at = time.monotonic()
                     await self.inbox.purge(INBOX_KEEP)
             except PersistenceUnavailableError as exc:
-                if not away:  # once an outage
-                    logger.warning("stalled-job check failed: %s", exc)
+                # (said once an outage; said over when the worker's own queries are
+                # answered again: Procrastinate's pool, not this one, takes the jobs)
+                watch.lost(exc, "its stalled-job check")
                 away = True
             await asyncio.sleep(period)
 
@@ -586,64 +537,8 @@ class PostgresJobQueue:
                 f"queue={self.queue!r})")
 
 
-def _run_again_unreported() -> Any:
-    """Procrastinate's retry strategy for voxflow's jobs: an attempt whose report could
-    not be stored within the report patience (:class:`ReportNotStored`) is queued again at
-    once (run once the database answers); any other failure is not."""
-    import procrastinate  # here: the optional voxflow[postgres] extra (the queue is open)
-
-    class RunAgainUnreported(procrastinate.BaseRetryStrategy):
-        def get_retry_decision(self, *, exception: BaseException, job: Any
-                               ) -> procrastinate.RetryDecision | None:
-            if isinstance(exception, ReportNotStored):
-                return procrastinate.RetryDecision()
-            return None
-
-    return RunAgainUnreported()
-
-
 def _age(seconds: Any) -> float | None:
     return None if seconds is None else max(0.0, float(seconds))
-
-
-async def _run_until_stopped(worker: asyncio.Future[None], stopping: threading.Event,
-                             on_signals: bool,
-                             running: Callable[[bool], None] | None = None) -> None:
-    """Await the Procrastinate worker; a stop (SIGTERM/SIGINT with ``on_signals``, or
-    this task's cancellation) sets ``stopping`` first, so running jobs see
-    ``JobContext.stop_requested``, then stops the worker gracefully (cancelling its run:
-    it waits for the running jobs). A signal's stop returns normally."""
-    loop = asyncio.get_running_loop()
-    signalled = False
-
-    def stop() -> None:
-        nonlocal signalled
-        if signalled:  # once: a second signal must not cut the running jobs short
-            return
-        signalled = True
-        stopping.set()
-        if running is not None:
-            running(False)
-        worker.cancel()
-
-    # (signal handlers only exist on the main thread: elsewhere, cancel the task)
-    main = threading.current_thread() is threading.main_thread()
-    signals = (signal.SIGTERM, signal.SIGINT) if on_signals and main else ()
-    for number in signals:
-        loop.add_signal_handler(number, stop)
-    try:
-        try:
-            await asyncio.shield(worker)
-        except asyncio.CancelledError:
-            stopping.set()
-            worker.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await worker
-            if not signalled:
-                raise
-    finally:
-        for number in signals:
-            loop.remove_signal_handler(number)
 
 
 def default_job_queue() -> PostgresJobQueue | None:

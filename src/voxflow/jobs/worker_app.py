@@ -1,0 +1,292 @@
+"""The Procrastinate app a job worker runs (:meth:`~voxflow.jobs.PostgresJobQueue.run_worker`):
+fenced finishes, database outages ridden out, and the stop on SIGTERM/SIGINT.
+
+**Fencing.** Procrastinate finishes (or re-queues) a job by its id alone: a resumed
+zombie attempt would end, and fence out, the live next attempt. Here a job is finished
+or re-queued only while the queue still runs the attempt that asks.
+
+**Outages.** Procrastinate stops its worker at the first query that fails: a fetch of the
+next job that finds the database away ends its run loop, and the heartbeat's task dies
+with it. Here every query of the worker's run waits for an unreachable database instead,
+tried again with backoff (0.5 s doubling up to 5 s, each try waiting up to the queue's
+``connect_timeout`` for a connection), however long the outage: the heartbeat, the fetch
+of the next job, the job's finish, the listener of new jobs, the poll of jobs to abort.
+The outage is said once when the worker finds the database away and once when it answers
+again (:class:`DatabaseWatch`), and ``/ready`` says not-ready meanwhile. A stop (SIGTERM,
+SIGINT, a cancellation) ends the waits: the worker unregisters if the database answers,
+and otherwise leaves its row for another worker's sweep (its heartbeat stops with it).
+A database unreachable at start-up still fails fast (before this app runs).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime
+import logging
+import signal
+import threading
+import time
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from voxflow.jobs.execution import ReportNotStored
+
+if TYPE_CHECKING:
+    import procrastinate
+
+__all__ = ["DatabaseWatch", "job_worker_app", "run_again_unreported", "run_until_stopped"]
+
+logger = logging.getLogger("voxflow.jobs")
+
+T = TypeVar("T")
+
+_BACKOFF = (0.5, 5.0)  # the first wait before trying the database again, the longest
+_RECONNECT_EVERY = 10.0
+"""Seconds the pool's own reconnection attempts last before it gives them up (psycopg's
+default is 5 minutes, its backoff doubling without a cap: after a long outage the next
+attempt came minutes after the database was back). A query waiting for a connection then
+starts a fresh attempt at once."""
+
+
+class DatabaseWatch:
+    """Whether a job worker reaches its database, said once per outage: a warning when a
+    query first finds it away, an info line when one is answered again, with
+    ``running(False)`` and ``running(True)`` (the readiness of ``/ready``) unless the
+    worker is stopping.
+
+    Args:
+        running: the worker's readiness callback, or None.
+        stopping: whether the worker is stopping (it is then not ready again).
+    """
+
+    def __init__(self, running: Callable[[bool], None] | None,
+                 stopping: Callable[[], bool]) -> None:
+        self._running = running
+        self._stopping = stopping
+        self.away_since: float | None = None
+        """``time.monotonic()`` when the current outage was found; None: reachable."""
+
+    @property
+    def away(self) -> bool:
+        """True while the database is found unreachable."""
+        return self.away_since is not None
+
+    def lost(self, exc: BaseException, what: str) -> None:
+        """``what`` (a query) found the database unreachable (``exc``)."""
+        if self.away_since is not None:
+            return
+        self.away_since = time.monotonic()
+        logger.warning("the job worker lost its database (%s): it takes no job and tries "
+                       "again with backoff until the database answers: %s", what,
+                       _one_line(exc))
+        if self._running is not None and not self._stopping():
+            self._running(False)
+
+    def back(self) -> None:
+        """A query of the worker was answered."""
+        if self.away_since is None:
+            return
+        seconds, self.away_since = time.monotonic() - self.away_since, None
+        logger.info("the job worker reaches its database again after %.0f s: it takes "
+                    "jobs again", seconds)
+        if self._running is not None and not self._stopping():
+            self._running(True)
+
+
+def _one_line(exc: BaseException) -> str:
+    cause = exc.__cause__ or exc
+    return " ".join(str(cause).split()) or type(cause).__name__
+
+
+def _unreachable(exc: BaseException) -> bool:
+    """``exc`` (Procrastinate's ``ConnectorException``, wrapping the driver's error) says
+    the database cannot be reached: refused, reset, no connection in time."""
+    import psycopg  # here: the optional voxflow[postgres] extra (the app is open)
+
+    return isinstance(exc.__cause__ or exc, psycopg.OperationalError)
+
+
+def job_worker_app(connector_options: dict[str, Any], watch: DatabaseWatch,
+                   stopping: Callable[[], bool]) -> procrastinate.App:
+    """The Procrastinate app of a job worker (``connector_options``: its pool's), fenced
+    and riding out outages (see the module), ``watch`` told of each query's outcome, every
+    wait ended by ``stopping()``."""
+    # here: the optional voxflow[postgres] extra (checked by migrate)
+    import procrastinate
+    from procrastinate.manager import JobManager
+
+    async def patiently(call: Callable[[], Awaitable[T]], what: str, gone: T) -> T:
+        """``await call()``, tried again while the database is unreachable; ``gone``
+        once the worker stops meanwhile."""
+        delay = _BACKOFF[0]
+        while True:
+            try:
+                result = await call()
+            except procrastinate.exceptions.ConnectorException as exc:
+                if not _unreachable(exc):
+                    raise
+                watch.lost(exc, what)
+                if stopping():
+                    return gone
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, _BACKOFF[1])
+                continue
+            watch.back()
+            return result
+
+    class FencedJobManager(JobManager):
+        """Finishes a job only while the queue still runs the attempt that finishes it,
+        and waits for an unreachable database (see the module)."""
+
+        async def finish_job(self, job: Any, status: Any, delete_job: bool) -> None:
+            async def finish() -> list[Any]:
+                return await self.connector.execute_query_all_async(
+                    "WITH mine AS (SELECT id FROM procrastinate_jobs WHERE id = %(job_id)s "
+                    "AND status = 'doing' AND attempts = %(attempts)s FOR UPDATE) "
+                    "SELECT procrastinate_finish_job_v1(id, %(status)s, %(delete_job)s) "
+                    "FROM mine",
+                    job_id=job.id, status=status.value, delete_job=delete_job,
+                    attempts=job.attempts)
+
+            rows = await patiently(finish, "a job's finish", None)
+            if rows is None:
+                _left_running(job)
+            elif not rows:
+                logger.warning("queue job %s attempt %d not finished: the queue runs a "
+                               "later attempt", job.id, job.attempts + 1)
+
+        async def retry_job(self, job: Any, retry_at: Any = None, priority: Any = None,
+                            queue: Any = None, lock: Any = None) -> None:
+            """Queue the job again as its next attempt, as ``finish_job`` only while the
+            queue still runs the attempt that asks."""
+            async def retry() -> list[Any]:
+                return await self.connector.execute_query_all_async(
+                    "WITH mine AS (SELECT id FROM procrastinate_jobs WHERE id = %(job_id)s "
+                    "AND status = 'doing' AND attempts = %(attempts)s FOR UPDATE) "
+                    "SELECT procrastinate_retry_job_v2(id, %(retry_at)s, NULL, NULL, NULL) "
+                    "FROM mine", job_id=job.id, attempts=job.attempts,
+                    retry_at=retry_at or datetime.datetime.now(datetime.UTC))
+
+            rows = await patiently(retry, "a job's retry", None)
+            if rows is None:
+                _left_running(job)
+            elif not rows:
+                logger.warning("queue job %s attempt %d not queued again: the queue "
+                               "runs a later attempt", job.id, job.attempts + 1)
+
+        async def fetch_job(self, queues: Any, worker_id: int) -> Any:
+            return await patiently(
+                lambda: super(FencedJobManager, self).fetch_job(queues, worker_id),
+                "the fetch of the next job", None)
+
+        async def update_heartbeat(self, worker_id: int) -> None:
+            await patiently(
+                lambda: super(FencedJobManager, self).update_heartbeat(worker_id),
+                "its heartbeat", None)
+
+        async def list_jobs_to_abort_async(self, queue: str | None = None) -> Any:
+            if watch.away:  # (Procrastinate logs each failed poll with its traceback)
+                return []
+            try:
+                return await super().list_jobs_to_abort_async(queue)
+            except procrastinate.exceptions.ConnectorException as exc:
+                if not _unreachable(exc):
+                    raise
+                watch.lost(exc, "the poll of jobs to abort")
+                return []
+
+        async def unregister_worker(self, worker_id: int) -> None:
+            """Remove the stopping worker's row; left for another worker's sweep (its
+            heartbeat stops now) when the database does not answer."""
+            try:
+                await super().unregister_worker(worker_id)
+            except procrastinate.exceptions.ConnectorException as exc:
+                if not _unreachable(exc):
+                    raise
+                logger.warning("the stopping job worker could not remove its row (the "
+                               "database does not answer: %s); another worker's sweep "
+                               "removes it once its heartbeat is old", _one_line(exc))
+
+        async def listen_for_jobs(self, **kwargs: Any) -> None:
+            """Listen again, with backoff, when the listening connection cannot be made
+            again (the database away)."""
+            delay = _BACKOFF[0]
+            while True:
+                try:
+                    await super().listen_for_jobs(**kwargs)
+                    return
+                except procrastinate.exceptions.ConnectorException as exc:
+                    watch.lost(exc, "its listener of new jobs")
+                    await asyncio.sleep(delay)
+                    delay = min(delay * 2, _BACKOFF[1])
+
+    connector = procrastinate.PsycopgConnector(
+        **connector_options, reconnect_timeout=_RECONNECT_EVERY)
+    app = procrastinate.App(connector=connector)
+    app.job_manager = FencedJobManager(connector=connector)
+    return app
+
+
+def _left_running(job: Any) -> None:
+    logger.warning("queue job %s attempt %d stays running in the queue: the worker stops "
+                   "while the database does not answer; another worker's sweep runs it "
+                   "again once this worker's heartbeat is old (a job that reported its "
+                   "end is not run again)", job.id, job.attempts + 1)
+
+
+def run_again_unreported() -> Any:
+    """Procrastinate's retry strategy for voxflow's jobs: an attempt whose report could
+    not be stored within the report patience
+    (:class:`~voxflow.jobs.execution.ReportNotStored`) is queued again at once (run once
+    the database answers); any other failure is not."""
+    import procrastinate  # here: the optional voxflow[postgres] extra (the queue is open)
+
+    class RunAgainUnreported(procrastinate.BaseRetryStrategy):
+        def get_retry_decision(self, *, exception: BaseException, job: Any
+                               ) -> procrastinate.RetryDecision | None:
+            if isinstance(exception, ReportNotStored):
+                return procrastinate.RetryDecision()
+            return None
+
+    return RunAgainUnreported()
+
+
+async def run_until_stopped(worker: asyncio.Future[None], stopping: threading.Event,
+                            on_signals: bool,
+                            running: Callable[[bool], None] | None = None) -> None:
+    """Await the Procrastinate worker; a stop (SIGTERM/SIGINT with ``on_signals``, or
+    this task's cancellation) sets ``stopping`` first, so running jobs see
+    ``JobContext.stop_requested``, then stops the worker gracefully (cancelling its run:
+    it waits for the running jobs). A signal's stop returns normally."""
+    loop = asyncio.get_running_loop()
+    signalled = False
+
+    def stop() -> None:
+        nonlocal signalled
+        if signalled:  # once: a second signal must not cut the running jobs short
+            return
+        signalled = True
+        stopping.set()
+        if running is not None:
+            running(False)
+        worker.cancel()
+
+    # (signal handlers only exist on the main thread: elsewhere, cancel the task)
+    main = threading.current_thread() is threading.main_thread()
+    signals = (signal.SIGTERM, signal.SIGINT) if on_signals and main else ()
+    for number in signals:
+        loop.add_signal_handler(number, stop)
+    try:
+        try:
+            await asyncio.shield(worker)
+        except asyncio.CancelledError:
+            stopping.set()
+            worker.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await worker
+            if not signalled:
+                raise
+    finally:
+        for number in signals:
+            loop.remove_signal_handler(number)
