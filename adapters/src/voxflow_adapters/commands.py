@@ -293,9 +293,13 @@ class PhoneCommand:
                 "postgresql://user@host:5432/database (the same for every front door and "
                 "worker), or drop the option to answer every call in this one process")
         offer_timeout, drain_seconds, stale_after = scale_seconds(args)
-        if args.public_url is not None and not args.public_url.startswith(
-                ("https://", "http://")):
-            raise UsageError(f"--public-url {args.public_url!r}: give https://host[:port]")
+        if args.public_url is not None:
+            from .hosting.public_url import PublicUrlError, check_public_url  # (light)
+
+            try:
+                check_public_url(args.public_url)
+            except PublicUrlError as exc:
+                raise UsageError(str(exc)) from None
         if args.max_calls is not None and args.max_calls < 1:
             raise UsageError(f"--max-calls {args.max_calls}: give at least 1")
         if args.no_signature and settings.host not in ("127.0.0.1", "::1", "localhost"):

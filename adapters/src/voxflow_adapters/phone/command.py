@@ -13,6 +13,10 @@ are dispatched like browser calls: a front door answers the webhooks
 :class:`~voxflow_adapters.hosting.worker.CallWorker`) serve the media streams, the
 sessions in the shared store; a stream that ends unfinished is reconnected to a live
 worker that restores the session.
+
+With ``--public-url``, every role asks its own ``GET /health`` through that address once
+it listens (:func:`~voxflow_adapters.hosting.public_url.probe_public_url`) and warns
+once, with the fix, when the answer is not its own.
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ from ..hosting.calls import (
     webrtc_voice_settings,
 )
 from ..hosting.dispatch import DispatchStore, DispatchUnavailableError
+from ..hosting.public_url import probe_public_url
 from ..hosting.worker import CallWorker, stop_on_signals, worker_resources
 from .front_door import PhoneFrontDoor
 from .host import PhoneHost
@@ -49,6 +54,8 @@ __all__ = ["AUTH_TOKEN_ENV", "run_phone"]
 
 AUTH_TOKEN_ENV = "VOXFLOW_TWILIO_AUTH_TOKEN"
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+
+logger = logging.getLogger(__name__)
 
 
 def _factory(flow: str | None, model: str | None, settings: Settings,
@@ -139,6 +146,7 @@ async def _serve(factory: CallFactory, phone_settings: PhoneSettings, settings: 
     try:
         site = web.TCPSite(runner, host, port)
         await site.start()
+        _probe_soon(phone_settings.public_url, server.instance, host, port)
         base = phone_settings.public_url or f"http://{host}:{port}"
         say(f"voxflow phone: webhook {base}{phone_settings.webhook_path} (POST), media "
             f"stream {phone_settings.media_path}; {_capacity(server)}; "
@@ -170,6 +178,7 @@ async def _front_door(store: DispatchStore, phone_settings: PhoneSettings,
     await door.start()
     try:
         async with _listening(door.app(), host, port):
+            _probe_soon(phone_settings.public_url, door.instance, host, port)
             base = phone_settings.public_url or f"http://{host}:{port}"
             say(f"voxflow phone front door is listening: webhook {base}"
                 f"{phone_settings.webhook_path} (POST), action URL {door.action_path}; "
@@ -191,6 +200,7 @@ async def _worker(factory: CallFactory, phone_settings: PhoneSettings, settings:
                       settings=phone_settings)
     worker = CallWorker(calls, store, drain_seconds=drain_seconds)
     async with _listening(calls.app(), host, port):
+        _probe_soon(phone_settings.public_url, calls.instance, host, port)
         await worker.start()
         try:
             say(f"voxflow phone call worker {worker.worker_id} is ready ({_capacity(calls)}, "
@@ -199,6 +209,25 @@ async def _worker(factory: CallFactory, phone_settings: PhoneSettings, settings:
             say(f"draining: running calls move to other workers (within {drain_seconds:g} s)")
         finally:
             await worker.aclose()
+
+
+_probes: set[asyncio.Task[None]] = set()
+
+
+def _probe_soon(public_url: str | None, instance: str, host: str, port: int) -> None:
+    """Probe ``public_url`` in the background (the server is listening) and warn once if
+    it does not lead here; nothing without one."""
+    if public_url is None:
+        return
+
+    async def probe() -> None:
+        problem = await probe_public_url(public_url, instance, listening=f"{host}:{port}")
+        if problem is not None:
+            logger.warning("%s", problem)
+
+    task = asyncio.get_running_loop().create_task(probe(), name="public-url.probe")
+    _probes.add(task)  # (kept until done; asyncio.run cancels it at the end)
+    task.add_done_callback(_probes.discard)
 
 
 def _capacity(server: PhoneServer) -> str:

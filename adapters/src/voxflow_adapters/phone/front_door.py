@@ -40,6 +40,7 @@ from pydantic import ValidationError
 from ..hosting.dispatch import DispatchStore
 from ..hosting.dispatcher import Dispatcher
 from ..hosting.host import CallRefused
+from ..hosting.public_url import HEALTH_PATH, check_public_url, health_handler, new_instance_id
 from ..hosting.resume import call_ended
 from .dispatch import CALL_ID_PATTERN, PhoneRequest, StreamAnswer, phone_session_id
 from .server import STREAM_TOKEN_PARAMETER, SignatureCheck, public_address, signed_webhook
@@ -79,6 +80,8 @@ class PhoneFrontDoor:
         if store.kind != "phone":
             raise ValueError(f"the phone front door needs a phone dispatch store "
                              f"(kind='phone'), got kind={store.kind!r}")
+        if public_url is not None:
+            check_public_url(public_url, option="public_url")
         if not 0 <= max_reconnects <= 100:
             raise ValueError(f"max_reconnects must be within 0..100, got {max_reconnects!r}")
         self.dispatcher = Dispatcher(store, offer_timeout=offer_timeout,
@@ -90,6 +93,8 @@ class PhoneFrontDoor:
         self.max_reconnects = max_reconnects
         self.serializer = serializer if serializer is not None else TwilioSerializer()
         self.webhook_path = webhook_path
+        self.instance = new_instance_id()
+        """This process's id in its ``GET /health`` answer (the public URL's probe)."""
         self.refused_webhooks = 0
         self.reconnected = 0
         """Calls dispatched again after their stream ended unfinished."""
@@ -114,10 +119,11 @@ class PhoneFrontDoor:
         await self.dispatcher.aclose()
 
     def app(self) -> web.Application:
-        """The webhook and the action URL."""
+        """The webhook, the action URL and ``GET /health`` (its :attr:`instance`)."""
         app = web.Application(client_max_size=64 * 1024)
         app.router.add_post(self.webhook_path, self._webhook)
         app.router.add_post(self.action_path, self._after)
+        app.router.add_get(HEALTH_PATH, health_handler(self.instance))
         return app
 
     def _xml(self, answer: tuple[str, str]) -> web.Response:

@@ -56,6 +56,7 @@ from ..hosting.ownership import (
     SessionBusyError,
     SessionOwnership,
 )
+from ..hosting.public_url import HEALTH_PATH, health_handler
 from ..hosting.wire import ResumeRequest
 from .dispatch import PhoneRequest, StreamAnswer, phone_session_id
 from .server import PhoneCall, PhoneServer, PhoneSettings
@@ -122,11 +123,13 @@ class PhoneHost(PhoneServer):
         self._opening: set[int] = set()  # streams begun, their sessions being restored
 
     def app(self) -> web.Application:
-        """The media WebSocket and ``GET /load`` (the webhooks are the front door's; the
-        :class:`~voxflow_adapters.hosting.worker.CallWorker` measures the loop's lag)."""
+        """The media WebSocket, ``GET /load`` and ``GET /health`` (the webhooks are the
+        front door's; the :class:`~voxflow_adapters.hosting.worker.CallWorker` measures
+        the loop's lag)."""
         app = web.Application(client_max_size=64 * 1024)
         app.router.add_get(self.settings.media_path, self._media)
         app.router.add_get("/load", self._load)
+        app.router.add_get(HEALTH_PATH, health_handler(self.instance))
         return app
 
     # -- CallHost ---------------------------------------------------------------------

@@ -13,7 +13,8 @@
   plays the caller a busy signal and bills nothing), the reason logged. The call's slot
   is held from the webhook until its call ends, or until its stream token expires.
 * ``GET /load`` (from this machine only): the admission's load, as ``voxflow serve``'s
-  ``GET /load`` returns it.
+  ``GET /load`` returns it. ``GET /health``: ``ok`` and this process's random instance
+  id (:mod:`~voxflow_adapters.hosting.public_url`: the public URL is probed with it).
 * ``GET /media`` (WebSocket): the stream's ``start`` must carry a stream token the
   webhook issued (once, within ``stream_token_seconds``), so nobody opens a call on the
   WebSocket without a signed webhook first. The call then runs like a browser call: the
@@ -58,6 +59,7 @@ from ..hosting.admission import (
     Load,
 )
 from ..hosting.calls import Call, CallFactory
+from ..hosting.public_url import HEALTH_PATH, check_public_url, health_handler, new_instance_id
 from .transport import PhoneTransport
 from .twilio import TwilioSerializer
 from .wire import MAX_MESSAGE_CHARS, CarrierMessageError, CarrierSerializer, Started
@@ -164,7 +166,11 @@ class PhoneSettings:
 
     def __post_init__(self) -> None:
         """Raises: ValueError: a setting out of its range (a ``max_calls`` of 0 made
-        every call rejected busy; a ``stream_token_seconds`` of 0 every stream refused)."""
+        every call rejected busy; a ``stream_token_seconds`` of 0 every stream refused);
+        :class:`~voxflow_adapters.hosting.public_url.PublicUrlError` (a ValueError): a
+        ``public_url`` that is not ``http(s)://host[:port]``."""
+        if self.public_url is not None:
+            check_public_url(self.public_url, option="public_url")
         if self.max_calls is not None and (
                 isinstance(self.max_calls, bool) or not isinstance(self.max_calls, int)
                 or not 1 <= self.max_calls <= UNBOUNDED_CALLS):
@@ -232,6 +238,8 @@ class PhoneServer:
         self._refusals: dict[str, int] = {}
         self._tokens: dict[str, float] = {}  # stream token -> when it expires
         self._held: dict[str, Admission] = {}  # stream token -> its call's slot
+        self.instance = new_instance_id()
+        """This process's id in its ``GET /health`` answer (the public URL's probe)."""
         self._tickets: dict[int, Any] = {}  # a started stream's ticket, by its transport
         self._calls: dict[str, PhoneCall] = {}
         self.ended: list[dict[str, Any]] = []
@@ -267,12 +275,14 @@ class PhoneServer:
         return dict(self._refusals)
 
     def app(self) -> web.Application:
-        """The aiohttp application: the webhook, the media WebSocket and ``GET /load``;
-        while it runs, the event loop's lag is measured for the admission."""
+        """The aiohttp application: the webhook, the media WebSocket, ``GET /load`` and
+        ``GET /health`` (its :attr:`instance`); while it runs, the event loop's lag is
+        measured for the admission."""
         app = web.Application(client_max_size=64 * 1024)
         app.router.add_post(self.settings.webhook_path, self._webhook)
         app.router.add_get(self.settings.media_path, self._media)
         app.router.add_get("/load", self._load)
+        app.router.add_get(HEALTH_PATH, health_handler(self.instance))
         app.cleanup_ctx.append(self._watching)
         return app
 
