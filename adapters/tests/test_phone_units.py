@@ -363,6 +363,13 @@ def test_voxflow_phone_roles_need_the_database_and_their_own_options() -> None:
     assert stray.returncode == 2 and "--drain-seconds is for --worker" in stray.stderr
     door = _voxflow("phone", "--front-door", "--drain-seconds", "5")
     assert door.returncode == 2 and "--drain-seconds is for --worker" in door.stderr
+    # A worker on every address has none to give the carrier for its media stream
+    # (ws://0.0.0.0:8090/media reaches nobody): refused before anything starts.
+    for wildcard in ("0.0.0.0", "::"):
+        wild = _voxflow("phone", "--worker", "--host", wildcard,
+                        VOXFLOW_DATABASE_URL="postgresql://127.0.0.1:1/none")
+        assert wild.returncode == 2, wild.stderr
+        assert "--public-url https://" in wild.stderr and "Traceback" not in wild.stderr
 
 
 @pytest.mark.parametrize("bad", [{"max_calls": 0}, {"max_calls": -1}, {"lead": 0.0},

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ipaddress
 import logging
 import sys
 from collections.abc import AsyncIterator, Callable
@@ -91,6 +92,13 @@ def run_phone(
     if role != "all" and database_url is None:
         print(f"error: --{role} dispatches calls through PostgreSQL: set "
               f"{DATABASE_URL_VARIABLE}", file=sys.stderr)
+        return EXIT_USAGE
+    if role == "worker" and public_url is None and _wildcard(host):
+        # (the worker tells the carrier where its media stream is: this host and port)
+        print(f"error: a phone worker listening on every address ({host}) has no address "
+              "to give the carrier for its media stream: give --public-url "
+              "https://this-worker.example.com (how the carrier reaches this worker), or "
+              "--host with the worker's own address", file=sys.stderr)
         return EXIT_USAGE
     signature = None if token is None else SignatureCheck(token)
     factory: CallFactory | None = None
@@ -236,6 +244,14 @@ def _capacity(server: PhoneServer) -> str:
     bound = "" if load.max_calls is None else f", at most {load.max_calls}"
     return (f"calls admitted by their measured cost: {load.slots} slot(s) now at "
             f"{load.call_cost:.0%} of a core per call ({load.cost_source}){bound}")
+
+
+def _wildcard(host: str) -> bool:
+    """``host`` is every address (``0.0.0.0``, ``::``, empty), not one a carrier can use."""
+    try:
+        return not host or ipaddress.ip_address(host.strip("[]")).is_unspecified
+    except ValueError:  # a name
+        return False
 
 
 def _media_address(base: str, path: str) -> str:
