@@ -4,7 +4,8 @@ and failed, which stops a Procrastinate worker; unregistering waited as long aga
 failed), so a supervisor had to start it again.
 
 A real PostgreSQL: a database of the test's own (``pg_faults``) refusing connections,
-its open ones reset, while an in-process job worker waits for jobs. The figure (the
+its open ones reset, while a job worker waits for jobs (in-process, and a
+``voxflow jobs worker`` process with its ``/ready``). The figure (the
 worker's restarts through a 40 s outage) is ``benchmarks/faults.py --only jobs``.
 """
 
@@ -13,11 +14,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
+import signal
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+from pathlib import Path
 
 import pytest
 
 from tests.conftest import PgFaults
-from tests.jobs.queue_kit import all_rows, wait_for, wait_for_update
+from tests.jobs.queue_kit import FLOW, ROOT, all_rows, owner_state, wait_for, wait_for_update
 from voxflow.jobs import (
     BackgroundJob,
     JobContext,
@@ -88,3 +96,76 @@ async def test_a_worker_rides_out_an_outage_past_twice_its_patience(
     assert len(_messages(caplog, "lost its database")) == 1, _messages(caplog, "database")
     assert len(_messages(caplog, "reaches its database again")) == 1, _messages(
         caplog, "database")
+
+
+def _get(url: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(url, timeout=10) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+    except urllib.error.URLError:
+        return 0, ""  # not listening (yet)
+
+
+def _start_worker(url: str, port: int, log: Path) -> subprocess.Popen[bytes]:
+    """``voxflow jobs worker`` on ``url``, its metrics on ``port``, its lines in ``log``."""
+    env = {**os.environ, "VOXFLOW_DATABASE_URL": url, "PYTHONPATH": str(ROOT)}
+    with open(log, "wb") as err:
+        return subprocess.Popen(
+            [sys.executable, "-m", "voxflow.cli", "jobs", "worker", FLOW, "--heartbeat",
+             "0.2", "--stalled-after", "2", "--report-patience", str(PATIENCE),
+             "--metrics-port", str(port), "--log-level", "INFO"],
+            cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=err)
+
+
+async def test_a_job_worker_process_is_not_ready_through_an_outage_and_never_exits(
+    pg_faults: PgFaults, tmp_path: Path,
+) -> None:
+    """``voxflow jobs worker``: its ``/ready`` says the database is unreachable while it
+    is, the process keeps running past many patiences, says the outage once (not per
+    try, psycopg's pool's lines included), takes jobs again, and SIGTERM still stops it."""
+    from voxflow_adapters.testkit.flows import free_port
+
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    log = tmp_path / "worker.log"
+    worker = _start_worker(pg_faults.url, port, log)
+    queue = PostgresJobQueue(pg_faults.url)
+    try:
+        async def ready() -> bool:
+            return (await asyncio.to_thread(_get, f"{base}/ready"))[0] == 200
+
+        async def away() -> bool:
+            status, body = await asyncio.to_thread(_get, f"{base}/ready")
+            return status == 503 and "database is unreachable" in body
+
+        await wait_for(ready, 60, "the job worker to be ready")
+        with pg_faults.down():
+            await wait_for(away, 60, "/ready to say the database is unreachable")
+            for _ in range(8):
+                await asyncio.sleep(PATIENCE)
+                assert worker.poll() is None, log.read_text()
+        await wait_for(ready, 60, "the job worker to be ready again")
+        state, job = owner_state(flight="IB 6")
+        await queue.enqueue_async(job)
+        await wait_for_update(queue.inbox, state.id, "completed", 60,
+                              "the job queued after the outage to run")
+        assert worker.poll() is None, log.read_text()
+    finally:
+        if worker.poll() is None:
+            worker.send_signal(signal.SIGTERM)
+        try:
+            code = await asyncio.to_thread(worker.wait, 60)
+        except subprocess.TimeoutExpired:
+            worker.kill()
+            code = await asyncio.to_thread(worker.wait)
+        queue.close()
+        await queue.inbox.close()
+    text = log.read_text()
+    assert code == 0, text
+    assert "Traceback" not in text, text
+    lines = text.splitlines()
+    assert len([line for line in lines if "lost its database" in line]) == 1, text
+    assert len([line for line in lines if "reaches its database again" in line]) == 1, text
+    assert not [line for line in lines if "psycopg" in line], text

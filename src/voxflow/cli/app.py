@@ -302,6 +302,9 @@ def _cmd_jobs_worker(args: argparse.Namespace) -> int:
     # caller's details among them): voxflow.jobs says each job's start and end with its
     # session and job ids instead
     logging.getLogger("procrastinate").setLevel(logging.WARNING)
+    # psycopg's pool warns at each connection it cannot make: through an outage, a line a
+    # second; voxflow.jobs says the outage once when it begins and once when it ends
+    logging.getLogger("psycopg.pool").setLevel(logging.ERROR)
     if settings.database_url is None:
         raise UsageError("voxflow jobs worker needs the job queue's database: export "
                          "VOXFLOW_DATABASE_URL=postgresql://user@host:5432/database "

@@ -8,8 +8,8 @@ or re-queued only while the queue still runs the attempt that asks.
 **Outages.** Procrastinate stops its worker at the first query that fails: a fetch of the
 next job that finds the database away ends its run loop, and the heartbeat's task dies
 with it. Here every query of the worker's run waits for an unreachable database instead,
-tried again with backoff (0.5 s doubling up to 5 s, each try waiting up to the queue's
-``connect_timeout`` for a connection), however long the outage: the heartbeat, the fetch
+tried again with backoff (0.5 s doubling up to 2 s, each try waiting up to 3 s for a
+connection), however long the outage: the heartbeat, the fetch
 of the next job, the job's finish, the listener of new jobs, the poll of jobs to abort.
 The outage is said once when the worker finds the database away and once when it answers
 again (:class:`DatabaseWatch`), and ``/ready`` says not-ready meanwhile. A stop (SIGTERM,
@@ -41,12 +41,13 @@ logger = logging.getLogger("voxflow.jobs")
 
 T = TypeVar("T")
 
-_BACKOFF = (0.5, 5.0)  # the first wait before trying the database again, the longest
-_RECONNECT_EVERY = 10.0
-"""Seconds the pool's own reconnection attempts last before it gives them up (psycopg's
-default is 5 minutes, its backoff doubling without a cap: after a long outage the next
-attempt came minutes after the database was back). A query waiting for a connection then
-starts a fresh attempt at once."""
+_BACKOFF = (0.5, 2.0)  # the first wait before trying the database again, the longest
+_TRY_FOR = 3.0
+"""Seconds one try of a query waits for a connection, and the pool's own reconnection
+attempts last before it gives them up (psycopg's default is 5 minutes, its backoff
+doubling without a cap: after a long outage its next attempt came minutes after the
+database was back). The next try starts a fresh attempt at once: while the database is
+away it is tried at least every few seconds."""
 
 
 class DatabaseWatch:
@@ -116,6 +117,15 @@ def job_worker_app(connector_options: dict[str, Any], watch: DatabaseWatch,
     import procrastinate
     from procrastinate.manager import JobManager
 
+    wakers: list[Callable[..., Awaitable[None]]] = []  # the worker's notification handler
+
+    async def wake() -> None:
+        """Have the worker look for jobs now: the ones queued (or re-queued) while its
+        listener was away sent a notification nobody heard, and its next poll may be
+        seconds away."""
+        for notify in wakers:
+            await notify(channel="", notification={"type": "job_inserted"})
+
     async def patiently(call: Callable[[], Awaitable[T]], what: str, gone: T) -> T:
         """``await call()``, tried again while the database is unreachable; ``gone``
         once the worker stops meanwhile."""
@@ -132,7 +142,9 @@ def job_worker_app(connector_options: dict[str, Any], watch: DatabaseWatch,
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, _BACKOFF[1])
                 continue
-            watch.back()
+            if watch.away:
+                watch.back()
+                await wake()
             return result
 
     class FencedJobManager(JobManager):
@@ -169,9 +181,11 @@ def job_worker_app(connector_options: dict[str, Any], watch: DatabaseWatch,
                     retry_at=retry_at or datetime.datetime.now(datetime.UTC))
 
             rows = await patiently(retry, "a job's retry", None)
-            if rows is None:
+            if rows:
+                await wake()  # (it is queued again: run it now, here or elsewhere)
+            elif rows is None:
                 _left_running(job)
-            elif not rows:
+            else:
                 logger.warning("queue job %s attempt %d not queued again: the queue "
                                "runs a later attempt", job.id, job.attempts + 1)
 
@@ -211,6 +225,8 @@ def job_worker_app(connector_options: dict[str, Any], watch: DatabaseWatch,
         async def listen_for_jobs(self, **kwargs: Any) -> None:
             """Listen again, with backoff, when the listening connection cannot be made
             again (the database away)."""
+            if kwargs.get("on_notification") is not None:
+                wakers.append(kwargs["on_notification"])
             delay = _BACKOFF[0]
             while True:
                 try:
@@ -221,8 +237,9 @@ def job_worker_app(connector_options: dict[str, Any], watch: DatabaseWatch,
                     await asyncio.sleep(delay)
                     delay = min(delay * 2, _BACKOFF[1])
 
-    connector = procrastinate.PsycopgConnector(
-        **connector_options, reconnect_timeout=_RECONNECT_EVERY)
+    options = {**connector_options, "reconnect_timeout": _TRY_FOR}
+    options["timeout"] = min(float(options.get("timeout", _TRY_FOR)), _TRY_FOR)
+    connector = procrastinate.PsycopgConnector(**options)
     app = procrastinate.App(connector=connector)
     app.job_manager = FencedJobManager(connector=connector)
     return app
