@@ -169,3 +169,41 @@ async def test_a_job_worker_process_is_not_ready_through_an_outage_and_never_exi
     assert len([line for line in lines if "lost its database" in line]) == 1, text
     assert len([line for line in lines if "reaches its database again" in line]) == 1, text
     assert not [line for line in lines if "psycopg" in line], text
+
+
+async def test_a_job_worker_process_stops_on_sigterm_during_an_outage(
+    pg_faults: PgFaults, tmp_path: Path,
+) -> None:
+    """Waiting for its database does not keep a stopped worker: SIGTERM during the outage
+    ends it, exit 0, its row left to another worker's sweep (said)."""
+    from voxflow_adapters.testkit.flows import free_port
+
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    log = tmp_path / "worker.log"
+    worker = _start_worker(pg_faults.url, port, log)
+    try:
+        async def ready() -> bool:
+            return (await asyncio.to_thread(_get, f"{base}/ready"))[0] == 200
+
+        async def away() -> bool:
+            status, body = await asyncio.to_thread(_get, f"{base}/ready")
+            return status == 503 and "database is unreachable" in body
+
+        await wait_for(ready, 60, "the job worker to be ready")
+        with pg_faults.down():
+            await wait_for(away, 60, "/ready to say the database is unreachable")
+            worker.send_signal(signal.SIGTERM)
+            try:
+                code = await asyncio.to_thread(worker.wait, 60)
+            except subprocess.TimeoutExpired:
+                raise AssertionError("SIGTERM did not stop the worker within 60 s: "
+                                     + log.read_text()) from None
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+            await asyncio.to_thread(worker.wait)
+    text = log.read_text()
+    assert code == 0, text
+    assert "Traceback" not in text, text
+    assert "could not remove its row" in text, text
