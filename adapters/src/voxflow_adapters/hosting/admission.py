@@ -154,6 +154,12 @@ class Load:
         """The fields as a JSON-ready dict (``GET /load``)."""
         return asdict(self)
 
+    def capacity(self) -> str:
+        """How many calls the process takes, as its start-up line says it."""
+        bound = "" if self.max_calls is None else f", at most {self.max_calls}"
+        return (f"calls admitted by their measured cost: {self.slots} slot(s) now at "
+                f"{self.call_cost:.0%} of a core per call ({self.cost_source}){bound}")
+
 
 class Admission:
     """One admitted call's slot: :meth:`release` it when the call ends (idempotent)."""

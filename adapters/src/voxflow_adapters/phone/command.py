@@ -157,7 +157,7 @@ async def _serve(factory: CallFactory, phone_settings: PhoneSettings, settings: 
         _probe_soon(phone_settings.public_url, server.instance, host, port)
         base = phone_settings.public_url or f"http://{host}:{port}"
         say(f"voxflow phone: webhook {base}{phone_settings.webhook_path} (POST), media "
-            f"stream {phone_settings.media_path}; {_capacity(server)}; "
+            f"stream {phone_settings.media_path}; {server.load().capacity()}; "
             + ("signature checked" if phone_settings.signature is not None
                else "UNSIGNED webhooks accepted (--no-signature)"))
         await asyncio.Event().wait()
@@ -211,8 +211,9 @@ async def _worker(factory: CallFactory, phone_settings: PhoneSettings, settings:
         _probe_soon(phone_settings.public_url, calls.instance, host, port)
         await worker.start()
         try:
-            say(f"voxflow phone call worker {worker.worker_id} is ready ({_capacity(calls)}, "
-                f"media stream {media_url}); stop it with SIGTERM to drain")
+            say(f"voxflow phone call worker {worker.worker_id} is ready "
+                f"({calls.load().capacity()}, media stream {media_url}); stop it with "
+                "SIGTERM to drain")
             await stop.wait()
             say(f"draining: running calls move to other workers (within {drain_seconds:g} s)")
         finally:
@@ -236,14 +237,6 @@ def _probe_soon(public_url: str | None, instance: str, host: str, port: int) -> 
     task = asyncio.get_running_loop().create_task(probe(), name="public-url.probe")
     _probes.add(task)  # (kept until done; asyncio.run cancels it at the end)
     task.add_done_callback(_probes.discard)
-
-
-def _capacity(server: PhoneServer) -> str:
-    """How many calls ``server`` takes, as its start-up line says it."""
-    load = server.load()
-    bound = "" if load.max_calls is None else f", at most {load.max_calls}"
-    return (f"calls admitted by their measured cost: {load.slots} slot(s) now at "
-            f"{load.call_cost:.0%} of a core per call ({load.cost_source}){bound}")
 
 
 def _wildcard(host: str) -> bool:

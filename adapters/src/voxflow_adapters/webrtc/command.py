@@ -351,7 +351,7 @@ async def _worker(factory: CallFactory, server_settings: ServerSettings, setting
                 monitor.add_readiness(lambda: _worker_not_ready(worker))
                 monitor.set_ready()
             _announce(f"voxflow call worker {worker.worker_id} is ready "
-                      f"({worker.slots} slot(s)); stop it with SIGTERM to drain")
+                      f"({host.load().capacity()}); stop it with SIGTERM to drain")
             await stop.wait()
             if monitor is not None:
                 monitor.set_unready("draining")
