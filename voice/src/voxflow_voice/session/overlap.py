@@ -128,7 +128,7 @@ class OverlapHandler:
             first = overlap.first_onset if overlap is not None else onset_sample
             await self._act(reply, self._arbiter.confirmed(), first)
             return
-        await self._fence(reply, onset_at)
+        await self.cut(reply, onset_at, "User barged in.")
 
     async def ended(self, reply: SpokenReply | None, onset_sample: int) -> None:
         """An utterance over ``reply`` ended as a turn (the end-of-turn model may end one
@@ -248,14 +248,16 @@ class OverlapHandler:
                                           delivery_id=delivery, onset_at=onset_at,
                                           reason=reason or "false_alarm", text=text))
         elif action == "fence" and not reply.interrupted:
-            await self._fence(reply, onset_at)
+            await self.cut(reply, onset_at, "User barged in.")
 
-    async def _fence(self, reply: SpokenReply, onset_at: float) -> None:
+    async def cut(self, reply: SpokenReply, onset_at: float, reason: str) -> None:
+        """Cut ``reply`` as a barge-in cuts it, for speech from ``onset_at``: ``BargeIn``,
+        then the speaker's cut (``ReplyInterrupted``, ``reason``)."""
         assert reply.delivery_id is not None
         reply.onset_at = onset_at
         self._emit(BargeIn(session_id=self._session_id(), at=self._clock.now(),
                            delivery_id=reply.delivery_id, onset_at=onset_at))
-        await self._cut(reply, "User barged in.")
+        await self._cut(reply, reason)
 
     def __repr__(self) -> str:
         return (

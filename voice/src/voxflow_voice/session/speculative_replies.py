@@ -21,21 +21,14 @@ The rules are those of :mod:`voxflow_voice.speak.speculation` (one
   until a sample of its reply is heard (:meth:`~SpeculativeReplies.heard`) or the grace is
   over; the detector is told it is final between frames
   (:meth:`~SpeculativeReplies.before_frame`);
-* **continued** (``TurnDetection.continue_within``): a confirmed turn stays open that
-  long after its commit even once its reply was heard (``continue_complete``, the
-  default: any turn; off: only one that was unfinished, its words ending on "... a table
-  for" or its pause judged incomplete by the end-of-turn model), and no longer once its
+* **continued** (``TurnDetection.continue_within``, :mod:`.continuation`): a confirmed
+  turn stays open that long after its commit, even once its reply was heard, unless its
   answer asked for a job (:meth:`~SpeculativeReplies._asked_job`). Speech starting
-  meanwhile (:meth:`~SpeculativeReplies.resumed`) is judged by the barge-in rules: the
-  reply pauses; a cough or a backchannel resumes it and the turn stands (the speech is
-  an utterance of its own); a request, or speech the rules cut the reply for, goes on
-  with the turn (:meth:`~SpeculativeReplies.went_on`): the reply is cut as a barge-in
-  cuts it (``BargeIn``, then ``ReplyInterrupted`` with its heard part, kept in its reply
-  record; heard whole, it settles completed), the flow rolled back to before the
-  turn (its reply record and turn record kept, so every identity the client saw stays
-  known), and the detector's next utterance, all the words from the turn's onset, is
-  answered once as the same turn, its next ``input_revision``
-  (:meth:`~SpeculativeReplies.continuation`): one user message in the history. A turn
+  meanwhile (:meth:`~SpeculativeReplies.resumed`) is judged by the barge-in rules
+  (:meth:`~SpeculativeReplies.went_on`): a cough or a backchannel leaves the turn standing;
+  a request goes on with it, its reply cut and the flow rolled back, and the detector's
+  next utterance is answered once as the same turn, its next ``input_revision``
+  (:meth:`~SpeculativeReplies.continuation`). A turn
   answered the usual way (after its end) is kept open until its words are known
   (:meth:`~SpeculativeReplies.late`): continuable, it is answered through this path with
   a speculation confirmed from the start. The window is counted in input samples by the
@@ -47,8 +40,6 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass
-from typing import Any
 
 from voxflow.clock import Clock
 from voxflow.flow import RollbackPoint
@@ -56,10 +47,8 @@ from voxflow.ids import SessionId, TurnId
 from voxflow.jobs import JobRunner
 from voxflow.turns import ReplyEvent, TurnRunner
 
-from ..audio import STT_SAMPLE_RATE, AudioChunk
-from ..engines.end_of_turn import words_verdict
+from ..audio import STT_SAMPLE_RATE
 from ..events import (
-    BargeIn,
     SessionEvent,
     SpeculativeReplyDiscarded,
     TurnCommitted,
@@ -71,6 +60,7 @@ from ..listen.turn_detector import TurnDetector, TurnResumed, UtterancePaused, U
 from ..speak.playback import Playback
 from ..speak.speaker import ReplySpeaker, SpokenReply, hold_clock
 from ..speak.speculation import Speculation
+from .continuation import GoingOn, continuable, goes_on, may_go_on, roll_back, started_jobs
 from .floor import FloorReporter
 from .overlap import OverlapHandler
 
@@ -85,32 +75,6 @@ the session clock (a transport that stopped sending: DTX, hold), not in input sa
 Answer = Callable[[str, float, Speculation], Awaitable[bool]]
 """Answers a speculative turn (its text, speech end and speculation) the way the session
 answers every turn: False if the speculation was discarded (nothing of it was said)."""
-
-
-@dataclass(slots=True)
-class _GoingOn:
-    """Speech that started within ``continue_within`` of a committed turn whose reply was
-    heard: the user going on with the turn, or a sound over its reply (a cough, an
-    "mm-hm"), until its words or the barge-in rules say which."""
-
-    resumed: TurnResumed
-    spec: Speculation
-    reply: SpokenReply
-
-
-def own_speech(event: UtterancePaused | UtteranceReady, resumed: TurnResumed,
-               pre_roll: float) -> UtterancePaused:
-    """The part of ``event`` (an utterance that went on from a committed turn's onset)
-    that the speech ``resumed`` it said: from up to ``pre_roll`` seconds before that
-    speech's onset, never before the turn's commit (the turn's own words)."""
-    audio = event.audio
-    start = audio.start_sample or 0
-    first = max(resumed.onset_sample - round(pre_roll * STT_SAMPLE_RATE),
-                resumed.committed_at)
-    skip = min(max(0, first - start), audio.num_samples)
-    chunk = AudioChunk.from_float(audio.samples()[skip:], STT_SAMPLE_RATE,
-                                  start_sample=start + skip)
-    return UtterancePaused(chunk, resumed.onset_sample, event.end_sample)
 
 
 class SpeculativeReplies:
@@ -195,14 +159,13 @@ class SpeculativeReplies:
         self._late: int | None = None  # the end of a turn answered the usual way, kept open
         # (onset sample, turn id, next input revision) of the turn the user went on with
         self._continuing: tuple[int, TurnId, int] | None = None
-        self._going: _GoingOn | None = None  # speech after a heard turn, undecided
+        self._going: GoingOn | None = None  # speech after a heard turn, undecided
         self._detach_at: TurnResumed | None = None  # its speech apart (told between frames)
         self._committed = 0.0  # clock time of the last commit
         self._timer: asyncio.Task[None] | None = None  # seals a provisional turn on the clock
         rules = detector.settings
         self._grace = rules.resume_grace
         self._window = rules.continue_within
-        self._continue_complete = rules.continue_complete
         self._revoked: set[int] = set()  # end samples of the utterances taken back
         self._running: set[asyncio.Task[bool]] = set()
 
@@ -236,8 +199,8 @@ class SpeculativeReplies:
         if going is not None:
             if going.reply.interrupted and going.reply.onset_at is not None:
                 self._going = None  # the barge-in rules cut its reply: the user goes on
-                self._go_on(going)
-            elif going.reply.interrupted or self._started_jobs(going.reply.turn_id):
+                self._continuing = going.go_on()
+            elif going.reply.interrupted or started_jobs(self._turns, going.reply.turn_id):
                 self._going = None  # cut otherwise (a mute), or it acted on the world:
                 self._detached(going.resumed, going.spec)  # the turn stands
 
@@ -293,7 +256,8 @@ class SpeculativeReplies:
         late, self._late = self._late, None
         spec = Speculation(UtterancePaused(utterance.audio, utterance.onset_sample, end))
         spec.text, spec.late = text.strip(), True
-        if late != end or self._detector.provisional != end or not self._continuable(spec):
+        if (late != end or self._detector.provisional != end
+                or not continuable(spec, self._detector)):
             self._seal_at = end  # (if still open: final, the detector told between frames)
             return None
         spec.confirm()
@@ -328,38 +292,15 @@ class SpeculativeReplies:
                 return
             await self._clock.sleep(max(deadline - now, _STALLED))
 
-    def _continuable(self, spec: Speculation) -> bool:
-        """Whether ``spec``'s turn may be continued: any turn
-        (``TurnDetection.continue_complete``), else only an unfinished one (its words say
-        more was coming, or the end-of-turn model judged its last pause incomplete)."""
-        if self._window <= 0 or spec.text is None:
-            return False
-        return self._continue_complete or self._unfinished(spec)
-
-    def _unfinished(self, spec: Speculation) -> bool:
-        """Whether ``spec``'s words say more was coming, or the end-of-turn model judged
-        its last pause incomplete."""
-        if spec.text is not None and words_verdict(spec.text) is False:
-            return True
-        end = spec.paused.end_sample
-        return any(v.end_sample == end and not v.complete for v in self._detector.decisions)
-
     def _open_for_continuation(self, spec: Speculation) -> bool:
         """Keep ``spec``'s committed turn open while it may be continued (its words not
         known yet: until they are); the detector is told between frames."""
         if spec.text is None:
             return self._window > 0
-        if self._continuable(spec):
+        if continuable(spec, self._detector):
             self._allow_at = spec.paused.end_sample
             return True
         return False
-
-    def _started_jobs(self, turn_id: TurnId) -> bool:
-        """Whether ``turn_id``'s answer started a background job: the turn acted on the
-        world (its job runs on, and will be announced), so it stands; rolling it back to
-        merge a continuation would lose the job's record while the job runs."""
-        jobs = getattr(self._turns.flow.state, "jobs", None) or {}
-        return any(getattr(job, "origin_turn_id", None) == turn_id for job in jobs.values())
 
     def continuation(self, onset_sample: int) -> tuple[TurnId, int] | None:
         """The turn (its id and next ``input_revision``) that the utterance from
@@ -390,16 +331,13 @@ class SpeculativeReplies:
         # it was played whole: the answer path waits for the verdict of its provisional.)
         heard = reply is not None and reply.first_audio is not None
         if heard or event.onset_sample - event.end_sample > self._grace * STT_SAMPLE_RATE:
-            if (reply is None or reply.delivery_id is None or not self._continuable(spec)
-                    or event.onset_sample - event.committed_at
-                    > self._window * STT_SAMPLE_RATE
-                    or self._started_jobs(reply.turn_id)):
+            if reply is None or not may_go_on(event, spec, reply, self._turns, self._detector):
                 return self._detached(event, spec)
             # The user goes on with the turn, or it is a sound over its reply (a cough, an
             # "mm-hm"): the reply is paused as for any barge-in, and a barge-in cutting
             # it, or else the speech's words at its first pause (went_on), decide.
             self._provisional = None  # (its clock bound goes on: _close_after)
-            self._going = _GoingOn(event, spec, reply)
+            self._going = GoingOn(event, spec, reply)
             return False
         taken = False
         if reply is not None and reply.delivery_id is not None:
@@ -426,38 +364,22 @@ class SpeculativeReplies:
             return False
         self._going = None
         reply = going.reply
-        if not reply.interrupted:
-            own = own_speech(event, going.resumed, self._detector.settings.pre_roll)
-            with hold_clock(self._clock):
-                transcript = await self._early.transcript_of(own)
-            text = transcript.text if transcript is not None else ""
-            kind = await self._overlap.judge(reply, event.end_sample, text)
-            if not reply.interrupted and kind != "request":
-                if isinstance(event, UtterancePaused):
-                    self._detached(going.resumed, going.spec)
-                else:  # (it ended already: nothing in it is a turn)
-                    self._seal(going.spec)
-                    self._seal_at = event.end_sample
-                return True
-            # A request: the user goes on with the turn; its reply is cut if it may be
-            # (a must_finish reply, or with interruptions off, plays out first)
-            if (not reply.interrupted and self._overlap.may_cut(reply)
-                    and not reply.heard_whole(self._playback, self._clock.now())):
-                reply.onset_at = self._time_of(going.resumed.onset_sample)
-                assert reply.delivery_id is not None
-                self._emit(BargeIn(session_id=self._session_id(), at=self._clock.now(),
-                                   delivery_id=reply.delivery_id, onset_at=reply.onset_at))
-                await self._speaker.cut(reply, "The user went on with the turn.")
-        self._go_on(going)
+        if not await goes_on(going, event, early=self._early, overlap=self._overlap,
+                             clock=self._clock, pre_roll=self._detector.settings.pre_roll):
+            if isinstance(event, UtterancePaused):
+                self._detached(going.resumed, going.spec)
+            else:  # (it ended already: nothing in it is a turn)
+                self._seal(going.spec)
+                self._seal_at = event.end_sample
+            return True
+        # The user goes on with the turn; its reply is cut if it may be (a must_finish
+        # reply, or with interruptions off, plays out first)
+        if (not reply.interrupted and self._overlap.may_cut(reply)
+                and not reply.heard_whole(self._playback, self._clock.now())):
+            await self._overlap.cut(reply, self._time_of(going.resumed.onset_sample),
+                                    "The user went on with the turn.")
+        self._continuing = going.go_on()
         return False
-
-    def _go_on(self, going: _GoingOn) -> None:
-        """The user goes on with ``going``'s turn: it is answered again with all its
-        words (its reply, if cut, keeps its heard part; heard whole, it stays completed)."""
-        reply, spec = going.reply, going.spec
-        reply.continued = reply.interrupted
-        spec.continue_("the user went on with the turn after its reply began")
-        self._continuing = (spec.paused.onset_sample, reply.turn_id, reply.input_revision + 1)
 
     def _detached(self, event: TurnResumed, spec: Speculation | None) -> bool:
         """The speech is a new utterance: ``spec``'s turn stands."""
@@ -502,7 +424,7 @@ class SpeculativeReplies:
         """The client played a first sample of ``reply``: its turn, if provisional, is
         final (unless it may be continued: then it stays open)."""
         spec = reply.provisional
-        if spec is not None and not (spec.text is not None and self._continuable(spec)):
+        if spec is not None and not (spec.text is not None and continuable(spec, self._detector)):
             self._seal(spec)
 
     async def aclose(self) -> None:
@@ -532,7 +454,7 @@ class SpeculativeReplies:
         text = transcript.text.strip() if transcript is not None else ""
         spec.text = text
         if self._provisional is spec:  # committed while its words were transcribed
-            if self._continuable(spec):
+            if continuable(spec, self._detector):
                 self._allow_at = spec.paused.end_sample
             elif self._grace <= 0:
                 self._seal(spec)
@@ -612,7 +534,7 @@ class SpeculativeReplies:
             return False
         self._confirmed(reply)
         reply.speculation = None
-        if not spec.sealed and self._started_jobs(reply.turn_id):
+        if not spec.sealed and started_jobs(self._turns, reply.turn_id):
             self._seal(spec)  # a turn that asked for a job stands (never continued): final
         if spec.sealed:  # final already: the jobs it asked for start now, not once its
             self._admit(reply)  # held audio was handed over
@@ -631,7 +553,7 @@ class SpeculativeReplies:
             await self._playback.release(reply.delivery_id)
         if not await spec.final() and spec.continued:  # the user went on with the turn
             reply.provisional = None
-            await self._continued(reply, generation, point)
+            await roll_back(self._turns, self._lock, reply, generation, point)
             return True  # (it settles as cut, its heard part kept)
         if spec.revoked:  # the user went on before a sample of it was heard
             await self._drop(reply, generation, point)
@@ -661,32 +583,6 @@ class SpeculativeReplies:
                 await point.restore()  # in memory first, then the store
         except Exception:  # (a failed write: the next save is a full one)
             logger.exception("saving a rolled-back turn failed")
-
-    async def _continued(
-        self, reply: SpokenReply, generation: asyncio.Task[None], point: RollbackPoint
-    ) -> None:
-        """The user went on with ``reply``'s turn (cut already): roll the flow back to
-        before the turn, keeping its turn and reply records (the reply was heard: its
-        identity, its fence and what was heard of it stay known), and save that."""
-        await asyncio.wait({generation})  # the cut closed its stream; never raises
-        if not generation.cancelled() and generation.exception() is not None:
-            logger.warning("continued reply: its generation failed",
-                           exc_info=generation.exception())
-        state = self._turns.flow.state
-        turn = state.turns.get(reply.turn_id)
-        record = state.replies.get(reply.delivery_id) if reply.delivery_id else None
-
-        def keep(restored: Any) -> None:  # in the one save of the rollback
-            if turn is not None:
-                restored.turns[turn.turn_id] = turn
-            if record is not None:
-                restored.replies[record.delivery_id] = record
-
-        try:
-            async with self._lock:
-                await point.restore(keep)  # (saves it, with the heard reply's records)
-        except Exception:  # (a failed write: the next save is a full one)
-            logger.exception("saving a continued turn failed")
 
     def _seal(self, spec: Speculation) -> None:
         """``spec``'s turn is final: speech after it is a new turn."""
