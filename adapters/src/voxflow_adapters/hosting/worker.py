@@ -39,26 +39,20 @@ import contextlib
 import logging
 import math
 import os
-import signal
 import socket
 import threading
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-from voxflow_voice.engines import VoiceEngines
-
 from voxflow import telemetry
-from voxflow.flow.persistence import default_persistence
 from voxflow.ids import SessionId
-from voxflow.llm import preload
-from voxflow.settings import Settings
 from voxflow.tasks import cancel_and_wait
 
 from .dispatch import ClaimedOffer, DispatchStore, DispatchUnavailableError
 from .host import CallHost, CallRefused
 from .wire import ResumeRequest
 
-__all__ = ["CallWorker", "Heartbeat", "stop_on_signals", "worker_resources"]
+__all__ = ["CallWorker", "Heartbeat"]
 
 logger = logging.getLogger(__name__)
 
@@ -616,25 +610,3 @@ def _log_failure(task: asyncio.Task[Any]) -> None:
     if not task.cancelled() and (failure := task.exception()) is not None:
         logger.error("%s failed", task.get_name(), exc_info=failure)
 
-
-def stop_on_signals() -> asyncio.Event:
-    """An event set by SIGTERM or SIGINT (handlers on the running loop): a front door's or
-    a worker's process stops (a worker drains first) when it is set."""
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    return stop
-
-
-async def worker_resources(settings: Settings) -> tuple[Any, VoiceEngines]:
-    """What a call worker needs before it claims a call: the session store every worker
-    shares (``VOXFLOW_DATABASE_URL``), checked writable, and the engines, loaded off the
-    loop with litellm (so no call's first turn imports it)."""
-    sessions = default_persistence()
-    check = getattr(sessions, "check_writable", None)
-    if check is not None:
-        await asyncio.to_thread(check)
-    engines, _ = await asyncio.gather(
-        asyncio.to_thread(VoiceEngines.from_settings, settings), preload())
-    return sessions, engines

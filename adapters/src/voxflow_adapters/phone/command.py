@@ -45,8 +45,9 @@ from ..hosting.calls import (
     webrtc_voice_settings,
 )
 from ..hosting.dispatch import DispatchStore, DispatchUnavailableError
+from ..hosting.process import stop_on_signals, worker_resources
 from ..hosting.public_url import probe_public_url
-from ..hosting.worker import CallWorker, stop_on_signals, worker_resources
+from ..hosting.worker import CallWorker
 from .front_door import PhoneFrontDoor
 from .host import PhoneHost
 from .server import PhoneServer, PhoneSettings, SignatureCheck

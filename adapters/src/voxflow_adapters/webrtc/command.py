@@ -32,8 +32,9 @@ from ..hosting.calls import (
 )
 from ..hosting.dispatch import DispatchStore, DispatchUnavailableError
 from ..hosting.metrics import CallMetrics, HostCounts, watch_host
+from ..hosting.process import stop_on_signals, worker_resources
 from ..hosting.tls import TlsError, certificate_names, self_signed_certificate, ssl_context
-from ..hosting.worker import CallWorker, stop_on_signals, worker_resources
+from ..hosting.worker import CallWorker
 from ._ice_url import IceUrlError, check_ice_url, shown_ice_url
 from .front_door import FrontDoor
 from .peer import DEFAULT_RECEIVE_HOLD, IceServer, PeerSettings
