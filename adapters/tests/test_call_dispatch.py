@@ -167,7 +167,7 @@ async def test_an_unreachable_database_is_a_typed_error_without_the_password() -
 
 
 def test_dispatch_seconds_must_be_finite() -> None:
-    from voxflow_adapters.hosting.worker import Heartbeat
+    from voxflow_adapters.hosting.heartbeat import Heartbeat
 
     url = "postgresql://u@127.0.0.1:1/db"
     for bad in (0.0, float("inf"), float("nan")):
@@ -282,7 +282,7 @@ async def test_the_dispatch_tables_go_to_the_urls_schema_beside_the_sessions_and
     import urllib.parse
     import uuid
 
-    from voxflow_adapters.hosting.worker import Heartbeat
+    from voxflow_adapters.hosting.heartbeat import Heartbeat
 
     from voxflow.flow.postgres import PostgresFlowPersistence
     from voxflow.jobs import PostgresJobQueue
@@ -335,7 +335,7 @@ async def test_a_failing_headroom_never_stops_the_heartbeat(
     """The headroom callback raising (anything, not only a database error) or returning
     nonsense: the beat is written without it and the thread beats on; the log names the
     error's type, never its message."""
-    from voxflow_adapters.hosting.worker import Heartbeat
+    from voxflow_adapters.hosting.heartbeat import Heartbeat
 
     answers: list[Any] = [RuntimeError("password=hunter2"), float("nan"), "lots", 0.5]
 
@@ -372,7 +372,7 @@ async def test_a_front_door_counts_a_worker_free_slots_as_at_most_its_headroom(
     its measured cost leaves, reported by each heartbeat, is what a front door counts
     (a capped worker's free slots are counted as they are, always fresh)."""
     from voxflow_adapters.hosting.admission import UNBOUNDED_CALLS
-    from voxflow_adapters.hosting.worker import Heartbeat
+    from voxflow_adapters.hosting.heartbeat import Heartbeat
 
     reported: list[float | None] = [None]
     store = DispatchStore(pg_schema_url)

@@ -16,7 +16,8 @@ from typing import Any
 
 import pytest
 from voxflow_adapters.hosting.dispatch import DispatchStore, WorkerRow
-from voxflow_adapters.hosting.worker import CallWorker, Heartbeat
+from voxflow_adapters.hosting.heartbeat import Heartbeat
+from voxflow_adapters.hosting.worker import CallWorker
 from voxflow_adapters.webrtc import (
     PeerSettings,
     ServerSettings,

@@ -16,7 +16,8 @@ from collections.abc import Iterator
 
 import pytest
 from voxflow_adapters.hosting.dispatch import DispatchStore
-from voxflow_adapters.hosting.worker import CallWorker, Heartbeat
+from voxflow_adapters.hosting.heartbeat import Heartbeat
+from voxflow_adapters.hosting.worker import CallWorker
 from voxflow_adapters.webrtc import (
     PeerSettings,
     ServerSettings,

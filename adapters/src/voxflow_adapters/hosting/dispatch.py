@@ -475,7 +475,7 @@ class DispatchStore:
             "DELETE FROM voxflow_call_workers WHERE worker_id = %s", (worker_id,)))
 
     def heartbeat_sql(self) -> str:
-        """The heartbeat statement (run by :class:`~voxflow_adapters.hosting.worker.Heartbeat`
+        """The heartbeat statement (run by :class:`~voxflow_adapters.hosting.heartbeat.Heartbeat`
         on its own connection and thread), with the named parameters ``headroom``,
         ``used`` (the slots the worker holds, which corrects the row's count; None:
         left as it is) and ``worker_id``. It updates no row when the worker's row was
