@@ -10,7 +10,8 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from voxflow_adapters.hosting.dispatch import DispatchStore, DispatchUnavailableError
+from voxflow_adapters.hosting.dispatch import DispatchStore
+from voxflow_adapters.hosting.dispatch_tables import DispatchUnavailableError
 from voxflow_adapters.hosting.worker import CallWorker
 from voxflow_adapters.webrtc import (
     PeerSettings,

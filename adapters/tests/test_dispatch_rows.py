@@ -15,7 +15,8 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from voxflow_adapters.hosting.dispatch import DispatchStore, WorkerRow
+from voxflow_adapters.hosting.dispatch import DispatchStore
+from voxflow_adapters.hosting.dispatch_tables import WorkerRow
 from voxflow_adapters.hosting.heartbeat import Heartbeat
 from voxflow_adapters.hosting.worker import CallWorker
 from voxflow_adapters.webrtc import (

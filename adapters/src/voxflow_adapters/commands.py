@@ -147,7 +147,7 @@ class ServeCommand:
             _check_listen(settings.host, settings.port)
         if settings.database_url is not None and role != "all":
             # the database, before aiortc and the models load: one line, at once
-            from .hosting.dispatch import DispatchUnavailableError, check_dispatch_database
+            from .hosting.dispatch_tables import DispatchUnavailableError, check_dispatch_database
 
             try:
                 check_dispatch_database(settings.database_url.get_secret_value())

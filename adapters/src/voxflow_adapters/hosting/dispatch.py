@@ -24,8 +24,9 @@ call, :mod:`voxflow_adapters.phone.dispatch`): a store is of one kind, its worke
 only requests of that kind and its front door counts only that kind's free slots, so
 browser and phone workers share one database without taking each other's calls.
 
-The LISTEN connections that wake front doors and workers are in
-:mod:`voxflow_adapters.hosting.notifications`.
+The tables' schema, their rows and the error when the database cannot be used are in
+:mod:`voxflow_adapters.hosting.dispatch_tables`; the LISTEN connections that wake front
+doors and workers in :mod:`voxflow_adapters.hosting.notifications`.
 
 The reserved slot is what LiveKit Agents' workers had to add (``_reserved_slots``) after
 over-admission from a CPU load sampled every few seconds: here the reservation is a row
@@ -42,13 +43,9 @@ import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, ConfigDict, Field
-
-from voxflow.errors import VoxflowError
 from voxflow.pg_retry import atransaction
 from voxflow.pg_schema import aensure_tables
 from voxflow.settings import (
-    DATABASE_URL_VARIABLE,
     check_database_url,
     check_schema,
     connection_options,
@@ -57,22 +54,22 @@ from voxflow.settings import (
 )
 from voxflow.storable import check_text
 
+from .dispatch_tables import (
+    CALL_KINDS,
+    SCHEMA_SQL,
+    ClaimedOffer,
+    DispatchUnavailableError,
+    OfferResult,
+    WorkerRow,
+    dispatch_unavailable,
+)
 from .notifications import Listeners, channel_name
 
 if TYPE_CHECKING:
     import psycopg
     from psycopg_pool import AsyncConnectionPool
 
-__all__ = [
-    "CALL_KINDS",
-    "ClaimedOffer",
-    "DispatchStore",
-    "DispatchUnavailableError",
-    "OfferResult",
-    "WorkerRow",
-    "check_dispatch_database",
-    "dispatch_unavailable",
-]
+__all__ = ["DispatchStore"]
 
 logger = logging.getLogger(__name__)
 
@@ -82,125 +79,6 @@ _UNCAPPED = 10_000
 not its slots, says what it takes."""
 
 _NOW = "extract(epoch FROM clock_timestamp())::float8"
-
-CALL_KINDS = ("webrtc", "phone")
-"""The kinds of call a front door dispatches and a worker answers."""
-
-SCHEMA_SQL = """
-CREATE TABLE IF NOT EXISTS voxflow_call_workers (
-    worker_id text PRIMARY KEY,
-    host text NOT NULL,
-    pid integer NOT NULL,
-    slots integer NOT NULL CHECK (slots >= 1),
-    used integer NOT NULL DEFAULT 0 CHECK (used >= 0 AND used <= slots),
-    headroom double precision,
-    draining boolean NOT NULL DEFAULT false,
-    started_at double precision NOT NULL,
-    heartbeat_at double precision NOT NULL
-);
-CREATE TABLE IF NOT EXISTS voxflow_call_offers (
-    offer_id text PRIMARY KEY,
-    sdp text NOT NULL,
-    resume text,
-    state text NOT NULL DEFAULT 'pending'
-        CHECK (state IN ('pending', 'claimed', 'answered', 'failed')),
-    created_at double precision NOT NULL,
-    expires_at double precision NOT NULL,
-    worker_id text,
-    answer_sdp text,
-    call_id text,
-    status integer,
-    error text
-);
-CREATE INDEX IF NOT EXISTS voxflow_call_offers_pending
-    ON voxflow_call_offers (created_at) WHERE state = 'pending';
-ALTER TABLE voxflow_call_offers ADD COLUMN IF NOT EXISTS traceparent text;
-ALTER TABLE voxflow_call_workers ADD COLUMN IF NOT EXISTS kind text NOT NULL DEFAULT 'webrtc';
-ALTER TABLE voxflow_call_offers ADD COLUMN IF NOT EXISTS kind text NOT NULL DEFAULT 'webrtc';
-"""
-
-_FIX = (f"check {DATABASE_URL_VARIABLE} (postgresql://user[:password]@host[:port]/database) "
-        "and that the server is running")
-
-
-class DispatchUnavailableError(VoxflowError):
-    """The dispatch database cannot be used (unreachable, refused, psycopg missing); the
-    message says the fix and never shows a password."""
-
-
-def check_dispatch_database(url: str, *, connect_timeout: float = 10.0) -> None:
-    """Connect to ``url`` once (no pool, no retry): a server that refuses, a database or
-    role that does not exist, a wrong password fail at once with the driver's reason.
-
-    Raises:
-        DispatchUnavailableError: psycopg is missing, or the connection failed (the
-            message names the cause and the fix, never the password).
-    """
-    try:
-        import psycopg  # the optional voxflow[postgres] extra
-    except ImportError:
-        raise DispatchUnavailableError(
-            "dispatch through PostgreSQL needs psycopg: pip install 'voxflow[postgres]'"
-        ) from None
-    try:
-        psycopg.connect(url, connect_timeout=max(1, int(connect_timeout))).close()
-    except psycopg.Error as exc:
-        raise dispatch_unavailable(url, exc) from None
-
-
-def dispatch_unavailable(url: str, exc: BaseException) -> DispatchUnavailableError:
-    """The error that says the database at ``url`` cannot be used, from the driver's
-    ``exc``: its first line (the password never shown) and the fix."""
-    text = str(exc).replace(url, redact_url(url)).strip().splitlines()
-    reason = text[0] if text else type(exc).__name__
-    return DispatchUnavailableError(
-        f"cannot use the dispatch database at {redact_url(url)}: {reason}; {_FIX}")
-
-
-class WorkerRow(BaseModel):
-    """A call worker as the database sees it."""
-
-    model_config = ConfigDict(frozen=True)
-
-    worker_id: str
-    host: str
-    pid: int
-    slots: int
-    used: int
-    headroom: float | None
-    draining: bool
-    heartbeat_age: float
-    """Seconds since its last heartbeat (database clock)."""
-    kind: str = "webrtc"
-    """The calls it answers (one of :data:`CALL_KINDS`: ``webrtc`` or ``phone``)."""
-
-
-class ClaimedOffer(BaseModel):
-    """An offer this worker claimed (and holds a slot for)."""
-
-    model_config = ConfigDict(frozen=True)
-
-    offer_id: str
-    sdp: str
-    resume: str | None = Field(None, repr=False)
-    """The ``resume`` object of the offer (JSON), if it goes on with a stored session."""
-    traceparent: str | None = Field(None, repr=False)
-    """The front door's trace context (W3C ``traceparent``), when it traces: the call's
-    spans continue its trace."""
-
-
-class OfferResult(BaseModel):
-    """What became of an offer: answered (``answer_sdp``, ``call_id``), failed
-    (``status``, ``error``), or still ``pending``/``claimed`` when the front door gave up."""
-
-    model_config = ConfigDict(frozen=True)
-
-    state: str
-    worker_id: str | None = None
-    answer_sdp: str | None = None
-    call_id: str | None = None
-    status: int | None = None
-    error: str | None = None
 
 
 class DispatchStore:

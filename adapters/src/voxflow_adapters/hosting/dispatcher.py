@@ -20,7 +20,8 @@ import logging
 
 from voxflow import telemetry
 
-from .dispatch import DispatchStore, DispatchUnavailableError, OfferResult
+from .dispatch import DispatchStore
+from .dispatch_tables import DispatchUnavailableError, OfferResult
 from .host import CallRefused
 
 __all__ = ["Dispatcher"]

@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict
 from voxflow.jobs.queue import TASK_NAME, PostgresJobQueue, QueueStatistics
 from voxflow.settings import check_database_url, connection_options, database_schema
 
-from .dispatch import DispatchUnavailableError, WorkerRow, dispatch_unavailable
+from .dispatch_tables import DispatchUnavailableError, WorkerRow, dispatch_unavailable
 
 __all__ = ["CallRow", "FleetStatus", "JobRow", "JobWorkerRow", "read_fleet", "render_fleet"]
 

@@ -47,7 +47,8 @@ from voxflow import telemetry
 from voxflow.ids import SessionId
 from voxflow.tasks import cancel_and_wait
 
-from .dispatch import ClaimedOffer, DispatchStore, DispatchUnavailableError
+from .dispatch import DispatchStore
+from .dispatch_tables import ClaimedOffer, DispatchUnavailableError
 from .heartbeat import Headroom, Heartbeat
 from .host import CallHost, CallRefused
 from .wire import ResumeRequest

@@ -44,7 +44,8 @@ from ..hosting.calls import (
     flow_call_factory,
     webrtc_voice_settings,
 )
-from ..hosting.dispatch import DispatchStore, DispatchUnavailableError
+from ..hosting.dispatch import DispatchStore
+from ..hosting.dispatch_tables import DispatchUnavailableError
 from ..hosting.process import stop_on_signals, worker_resources
 from ..hosting.public_url import probe_public_url
 from ..hosting.worker import CallWorker

@@ -30,7 +30,8 @@ from ..hosting.calls import (
     flow_call_factory,
     webrtc_voice_settings,
 )
-from ..hosting.dispatch import DispatchStore, DispatchUnavailableError
+from ..hosting.dispatch import DispatchStore
+from ..hosting.dispatch_tables import DispatchUnavailableError
 from ..hosting.metrics import CallMetrics, HostCounts, watch_host
 from ..hosting.process import stop_on_signals, worker_resources
 from ..hosting.tls import TlsError, certificate_names, self_signed_certificate, ssl_context
