@@ -66,3 +66,42 @@ async def test_each_call_worker_shows_its_kind_and_each_kind_its_free_slots(
     assert text[2].split()[:2] == ["tel-1", "phone"]
     assert text[3].split()[:2] == ["web-1", "webrtc"]
     assert '"kind": "phone"' in fleet.model_dump_json(indent=1)
+
+
+async def test_an_uncapped_worker_counts_its_measured_headroom_not_its_ceiling(
+    pg_schema_url: str,
+) -> None:
+    """A worker with no ``--max-calls`` registers the admission's ceiling (10000 slots);
+    its heartbeat's headroom says what it takes. ``voxflow status`` counts free slots as a
+    front door does (before: two uncapped workers with headroom 1 and 2 showed "19999
+    free slot(s)"), and shows such a worker's slots as measured, not 10000."""
+    import asyncio
+
+    import psycopg
+    from voxflow_adapters.hosting.admission import UNBOUNDED_CALLS
+    from voxflow_adapters.hosting.dispatch import DispatchStore
+    from voxflow_adapters.hosting.fleet import read_fleet, render_fleet
+
+    store = DispatchStore(pg_schema_url, kind="phone")
+    try:
+        await store.register("tel-1", slots=UNBOUNDED_CALLS, host="box", pid=11, used=1)
+        await store.register("tel-2", slots=UNBOUNDED_CALLS, host="box", pid=12)
+        await store.register("tel-3", slots=3, host="box", pid=13, used=1)
+        with psycopg.connect(pg_schema_url, autocommit=True) as conn:
+            for worker, headroom in (("tel-1", 1.0), ("tel-2", 1.5), ("tel-3", 0.0)):
+                conn.execute(store.heartbeat_sql(), {"headroom": headroom, "used": None,
+                                                     "worker_id": worker})
+        front_door_counts = await store.free_slots()
+    finally:
+        await store.aclose()
+    fleet = await asyncio.to_thread(read_fleet, pg_schema_url)
+    text = render_fleet(fleet).splitlines()
+    assert front_door_counts == (1 + 2 + 2, 3)
+    assert text[0].startswith("call workers: 3 (3 live, 5 free slot(s)) in schema ")
+    assert text[1].split()[4:7] == ["slots", "calls", "free"]
+    assert text[2].split()[:8] == ["tel-1", "phone", "box", "11", "2", "measured", "1", "1"]
+    assert text[3].split()[:8] == ["tel-2", "phone", "box", "12", "2", "measured", "0", "2"]
+    assert text[4].split()[:7] == ["tel-3", "phone", "box", "13", "3", "1", "2"]
+    assert [w.free for w in fleet.workers] == [1, 2, 2]
+    assert '"free":2' in fleet.model_dump_json()
+    assert "10000" not in "\n".join(text)

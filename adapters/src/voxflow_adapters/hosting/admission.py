@@ -49,11 +49,12 @@ from voxflow_voice.scheduler import ModelScheduler
 from voxflow.errors import CapacityExceededError
 
 from .call_cost import CallCost, CallCostMeter, CostSettings
+from .dispatch_tables import UNCAPPED_SLOTS
 
 __all__ = ["UNBOUNDED_CALLS", "UTILIZATION_WINDOW", "Admission", "AdmissionController",
            "AdmissionSettings", "Load"]
 
-UNBOUNDED_CALLS = 10_000
+UNBOUNDED_CALLS = UNCAPPED_SLOTS
 """The upper bound of a process given no ``max_calls``: its measured slots decide (the
 slots a call worker registers, which its measured headroom then narrows)."""
 

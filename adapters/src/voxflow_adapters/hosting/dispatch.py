@@ -62,6 +62,7 @@ from .dispatch_tables import (
     OfferResult,
     WorkerRow,
     dispatch_unavailable,
+    free_slots,
 )
 from .notifications import Listeners, channel_name
 
@@ -72,11 +73,6 @@ if TYPE_CHECKING:
 __all__ = ["DispatchStore"]
 
 logger = logging.getLogger(__name__)
-
-_UNCAPPED = 10_000
-"""The slots a worker with no ``--max-calls`` registers
-(:data:`~voxflow_adapters.hosting.admission.UNBOUNDED_CALLS`): its measured headroom,
-not its slots, says what it takes."""
 
 _NOW = "extract(epoch FROM clock_timestamp())::float8"
 
@@ -436,18 +432,16 @@ class DispatchStore:
 
     async def free_slots(self) -> tuple[int, int]:
         """``(free slots, live workers)`` over workers of this store's kind with a fresh
-        heartbeat that are not draining: each worker's free slots; for a worker with no
-        cap (its slots the admission's ceiling), the headroom its last heartbeat reported
-        when that is less (its measured slots; up to a beat old: a call ended since is
-        counted at the next beat)."""
+        heartbeat that are not draining: each worker's
+        :func:`~voxflow_adapters.hosting.dispatch_tables.free_slots` (for a worker with no
+        cap, at most the headroom its last heartbeat reported: its measured slots, up to a
+        beat old; a call ended since is counted at the next beat)."""
         async def run(conn: psycopg.AsyncConnection[Any]) -> tuple[int, int]:
-            row = await (await conn.execute(
-                "SELECT coalesce(sum(CASE WHEN slots >= %s THEN least(slots - used, "
-                "coalesce(ceil(headroom)::integer, slots - used)) ELSE slots - used END), "
-                "0), count(*) FROM voxflow_call_workers "
+            rows = await (await conn.execute(
+                "SELECT slots, used, headroom FROM voxflow_call_workers "
                 f"WHERE NOT draining AND kind = %s AND heartbeat_at > {_NOW} - %s",
-                (_UNCAPPED, self.kind, self.stale_after))).fetchone()
-            return (int(row[0]), int(row[1])) if row else (0, 0)
+                (self.kind, self.stale_after))).fetchall()
+            return sum(free_slots(*row) for row in rows), len(rows)
 
         free: tuple[int, int] = await self._run(run)
         return free

@@ -12,7 +12,9 @@ database unusable (``voxflow status``, the command line's checks) does not load 
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+import math
+
+from pydantic import BaseModel, ConfigDict, Field, computed_field
 
 from voxflow.errors import VoxflowError
 from voxflow.settings import DATABASE_URL_VARIABLE, redact_url
@@ -20,13 +22,20 @@ from voxflow.settings import DATABASE_URL_VARIABLE, redact_url
 __all__ = [
     "CALL_KINDS",
     "SCHEMA_SQL",
+    "UNCAPPED_SLOTS",
     "ClaimedOffer",
     "DispatchUnavailableError",
     "OfferResult",
     "WorkerRow",
     "check_dispatch_database",
     "dispatch_unavailable",
+    "free_slots",
 ]
+
+UNCAPPED_SLOTS = 10_000
+"""The slots a call worker with no ``--max-calls`` registers (the admission's ceiling,
+:data:`~voxflow_adapters.hosting.admission.UNBOUNDED_CALLS`): its measured headroom, not
+its slots, says what it takes (:func:`free_slots`)."""
 
 CALL_KINDS = ("webrtc", "phone")
 """The kinds of call a front door dispatches and a worker answers."""
@@ -102,6 +111,19 @@ def dispatch_unavailable(url: str, exc: BaseException) -> DispatchUnavailableErr
         f"cannot use the dispatch database at {redact_url(url)}: {reason}; {_FIX}")
 
 
+def free_slots(slots: int, used: int, headroom: float | None) -> int:
+    """The calls a worker with ``slots``, ``used`` of them held, can still be handed: its
+    free slots; for a worker with no cap (``slots`` at :data:`UNCAPPED_SLOTS`), the
+    headroom its last heartbeat reported (rounded up) when that is less: its measured
+    slots, up to a beat old. What a front door counts before it queues an offer
+    (:meth:`~voxflow_adapters.hosting.dispatch.DispatchStore.free_slots`) and what
+    ``voxflow status`` shows."""
+    free = slots - used
+    if slots >= UNCAPPED_SLOTS and headroom is not None and math.isfinite(headroom):
+        free = min(free, math.ceil(headroom))
+    return max(0, free)
+
+
 class WorkerRow(BaseModel):
     """A call worker as the database sees it."""
 
@@ -118,6 +140,17 @@ class WorkerRow(BaseModel):
     """Seconds since its last heartbeat (database clock)."""
     kind: str = "webrtc"
     """The calls it answers (one of :data:`CALL_KINDS`: ``webrtc`` or ``phone``)."""
+
+    @property
+    def uncapped(self) -> bool:
+        """It was started with no ``--max-calls``: its slots are the measured headroom's."""
+        return self.slots >= UNCAPPED_SLOTS
+
+    @computed_field  # type: ignore[prop-decorator]  # (in --json too)
+    @property
+    def free(self) -> int:
+        """The calls it can still be handed (:func:`free_slots`)."""
+        return free_slots(self.slots, self.used, self.headroom)
 
 
 class ClaimedOffer(BaseModel):

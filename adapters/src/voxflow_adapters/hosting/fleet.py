@@ -171,20 +171,20 @@ def render_fleet(status: FleetStatus) -> str:
     lines: list[str] = []
     live = [w for w in status.workers
             if not w.draining and w.heartbeat_age <= status.stale_after]
-    free = sum(w.slots - w.used for w in live)
+    free = sum(w.free for w in live)
     kinds = sorted({w.kind for w in live})
     # (a browser's call never takes a phone worker's slot: with both kinds, each's own)
     by_kind = "" if len(kinds) < 2 else ": " + ", ".join(
-        f"{sum(w.slots - w.used for w in live if w.kind == kind)} {kind}" for kind in kinds)
+        f"{sum(w.free for w in live if w.kind == kind)} {kind}" for kind in kinds)
     lines.append(f"call workers: {len(status.workers)} ({len(live)} live, {free} free "
                  f"slot(s){by_kind}) in schema {status.schema_name}")
-    rows = [("worker", "kind", "host", "pid", "slots", "calls", "headroom", "heartbeat",
-             "state")]
+    rows = [("worker", "kind", "host", "pid", "slots", "calls", "free", "headroom",
+             "heartbeat", "state")]
     for w in status.workers:
         state = ("draining" if w.draining else
                  "stale" if w.heartbeat_age > status.stale_after else "live")
-        rows.append((w.worker_id, w.kind, w.host, str(w.pid), str(w.slots), str(w.used),
-                     "-" if w.headroom is None else f"{w.headroom:g}",
+        rows.append((w.worker_id, w.kind, w.host, str(w.pid), _slots(w), str(w.used),
+                     str(w.free), "-" if w.headroom is None else f"{w.headroom:g}",
                      f"{w.heartbeat_age:.1f} s ago", state))
     if status.workers:
         lines += _table(rows)
@@ -210,6 +210,14 @@ def render_fleet(status: FleetStatus) -> str:
                             _age(j.age), "-" if j.worker is None else str(j.worker))
                            for j in status.pending_jobs])
     return "\n".join(lines)
+
+
+def _slots(worker: WorkerRow) -> str:
+    """A worker's slots: its ``--max-calls``; with none, the calls it holds and its
+    measured headroom (``uncapped`` before its first heartbeat reported one)."""
+    if not worker.uncapped:
+        return str(worker.slots)
+    return "uncapped" if worker.headroom is None else f"{worker.used + worker.free} measured"
 
 
 def _age(seconds: float | None) -> str:
