@@ -15,6 +15,8 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
 from aiohttp import web
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from voxflow_adapters.hosting.public_url import (
     PublicUrlError,
     check_public_url,
@@ -29,6 +31,10 @@ from voxflow_adapters.phone.server import PhoneServer, PhoneSettings
     ("https://voice.example.com/", "https://voice.example.com"),
     ("http://127.0.0.1:8081", "http://127.0.0.1:8081"),
     ("https://[2001:db8::1]:8443/", "https://[2001:db8::1]:8443"),
+    ("HTTPS://Voice.Example.com:/", "https://Voice.Example.com"),  # (the name as written)
+    ("https://[2001:DB8:0:0::1]", "https://[2001:db8::1]"),
+    ("https://localhost:65535", "https://localhost:65535"),
+    ("https://xn--bcher-kva.example", "https://xn--bcher-kva.example"),
 ])
 def test_a_well_formed_public_url_is_its_base(url: str, base: str) -> None:
     assert check_public_url(url) == base
@@ -45,6 +51,22 @@ def test_a_well_formed_public_url_is_its_base(url: str, base: str) -> None:
     ("https://voice.example.com?", "has a query or fragment"),
     ("https://voice.example.com/#top", "has a query or fragment"),
     ("https://voice.example.com/phone", "has a path (/phone)"),
+    ("https://voice.example.com:0", "has port 0"),
+    ("https://exa mple.com", "holds a space or control character"),
+    ("https://exa\nmple.com", "holds a space or control character"),
+    (" https://voice.example.com", "holds a space or control character"),
+    ("https://exa;mple.com", "names an invalid host ('exa;mple.com')"),
+    ("https://voice_1.example.com", "names an invalid host"),
+    ("https://-voice.example.com", "names an invalid host"),
+    ("https://voice-.example.com", "names an invalid host"),
+    ("https://voice..example.com", "names an invalid host"),
+    ("https://voice.example.com.", "names an invalid host"),
+    (f"https://{'a' * 64}.example.com", "names an invalid host"),
+    ("https://b\u00fccher.example", "names an invalid host"),
+    ("https://999.0.0.1", "names an invalid host"),
+    ("https://10.1", "names an invalid host"),
+    ("https://[v1.x]", "names an invalid host"),
+    ("https://[fe80::1%25eth0]", "names an invalid host"),
 ])
 def test_a_public_url_that_cannot_be_right_is_refused_with_the_reason(
     url: str, problem: str,
@@ -55,6 +77,33 @@ def test_a_public_url_that_cannot_be_right_is_refused_with_the_reason(
     assert "hunter2" not in str(refused.value)
     with pytest.raises(ValueError, match="public_url"):  # (a PublicUrlError: a ValueError)
         PhoneSettings(public_url=url)
+
+
+@given(st.text() | st.builds(lambda host, rest: f"https://{host}{rest}", st.text(),
+                             st.sampled_from(["", "/", ":0", ":8443", ":99999", ":x"])))
+@settings(max_examples=500, derandomize=True, deadline=None)
+def test_any_text_is_a_normalised_base_or_a_public_url_error(url: str) -> None:
+    """Never another exception; a base it returns is accepted again unchanged."""
+    try:
+        base = check_public_url(url)
+    except PublicUrlError as refused:
+        assert str(refused).startswith("--public-url ")
+        return
+    assert check_public_url(base) == base and not base.endswith("/")
+    assert base.startswith(("https://", "http://")) and not any(c.isspace() for c in base)
+
+
+def test_the_settings_and_the_front_door_keep_the_normalised_base() -> None:
+    """The signature covers ``public_url`` + the webhook's path: a trailing slash kept made
+    every webhook's URL ``https://host//voice``, refused as forged."""
+    from voxflow_adapters.hosting.dispatch import DispatchStore
+
+    assert PhoneSettings(public_url="https://voice.example.com:/").public_url == (
+        "https://voice.example.com")
+    store = DispatchStore("postgresql://nobody@127.0.0.1:1/none", kind="phone")  # (unused)
+    door = PhoneFrontDoor(store, None, signature=None,
+                          public_url="https://voice.example.com/")
+    assert door.public_url == "https://voice.example.com"
 
 
 def test_the_front_door_refuses_a_public_url_that_cannot_be_right() -> None:
@@ -153,7 +202,7 @@ def test_a_phone_front_door_whose_public_url_leads_elsewhere_warns_once_with_the
            "VOXFLOW_TWILIO_AUTH_TOKEN": "t0ken", "VOXFLOW_LOG_LEVEL": "INFO"}
     process = subprocess.Popen(
         [sys.executable, "-m", "voxflow.cli", "phone", "--front-door", "--port", str(port),
-         "--public-url", f"http://127.0.0.1:{elsewhere}"], env=env, text=True,
+         "--public-url", f"http://127.0.0.1:{elsewhere}/"], env=env, text=True,
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     lines: list[str] = []
     try:
@@ -174,7 +223,8 @@ def test_a_phone_front_door_whose_public_url_leads_elsewhere_warns_once_with_the
     assert len(said) == 1, "".join(lines)
     assert f"--public-url http://127.0.0.1:{elsewhere} could not be reached" in said[0]
     assert f"(it listens on 127.0.0.1:{port}" in said[0]
-    assert any("front door is listening" in line for line in lines), "".join(lines)
+    assert any(f"front door is listening: webhook http://127.0.0.1:{elsewhere}/voice "
+               in line for line in lines), "".join(lines)  # (the base normalised)
 
 
 def test_the_probe_refuses_a_malformed_base() -> None:

@@ -297,7 +297,7 @@ class PhoneCommand:
             from .hosting.public_url import PublicUrlError, check_public_url  # (light)
 
             try:
-                check_public_url(args.public_url)
+                args.public_url = check_public_url(args.public_url)  # (normalised)
             except PublicUrlError as exc:
                 raise UsageError(str(exc)) from None
         if args.max_calls is not None and args.max_calls < 1:

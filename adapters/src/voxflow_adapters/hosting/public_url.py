@@ -7,10 +7,15 @@ on the first call only (every webhook refused 403, or the carrier's stream diall
 nowhere), far from its cause. So:
 
 * :func:`check_public_url` refuses, with a :class:`PublicUrlError` naming what is wrong,
-  an address that cannot be right: not ``http(s)``, no host, a bad port, credentials
+  an address that cannot be right: not ``http(s)``, a space or control character, no
+  host, a host that is neither a DNS name (RFC 1123 labels) nor an IP address, a port
+  outside 1-65535, credentials
   (the carrier would be handed them, and they would be logged wherever the URL is), a
   query or fragment, or a path (the webhook and the media stream are served at the
-  host's root: a path would be dropped from one and kept in the other);
+  host's root: a path would be dropped from one and kept in the other); it returns the
+  address normalised (``scheme://host[:port]``: no trailing slash, no empty port, an IP
+  address in its canonical form; a DNS name as written), which is what a server stores
+  and checks the webhook's signature with;
 * :func:`probe_public_url` asks, at start-up, the process's own health path
   (:data:`HEALTH_PATH`, served by :func:`health_handler`) *through* that address, with
   a short timeout: the answer must carry this process's random instance id. A problem
@@ -21,6 +26,8 @@ nowhere), far from its cause. So:
 
 from __future__ import annotations
 
+import ipaddress
+import re
 import secrets
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
@@ -39,6 +46,10 @@ HEALTH_PATH = "/health"
 
 PROBE_TIMEOUT = 3.0
 """Seconds :func:`probe_public_url` waits for the answer."""
+
+
+_LABEL = re.compile(r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?")
+"""One label of a DNS name (RFC 1123: letters, digits, inner hyphens, 1-63 long)."""
 
 
 class PublicUrlError(VoxflowError, ValueError):
@@ -72,6 +83,9 @@ def check_public_url(url: str, *, option: str = "--public-url") -> str:
     if not isinstance(url, str):
         raise TypeError(f"{option} must be a str, got {type(url).__name__}")
     shown = _shown(url)
+    if any(ch.isspace() or not ch.isprintable() for ch in url):
+        raise PublicUrlError(option, shown, "holds a space or control character; give "
+                             "https://host[:port]")
     try:
         parts = urlsplit(url)
         port = parts.port
@@ -93,8 +107,39 @@ def check_public_url(url: str, *, option: str = "--public-url") -> str:
         raise PublicUrlError(option, shown, f"has a path ({parts.path}): the webhook and "
                              "the media stream are served at the host's root; give "
                              "https://host[:port] only")
-    netloc = parts.hostname if ":" not in parts.hostname else f"[{parts.hostname}]"
-    return f"{parts.scheme}://{netloc}" + ("" if port is None else f":{port}")
+    if port == 0:
+        raise PublicUrlError(option, shown, "has port 0, which nothing is reached at; give "
+                             "a port from 1 to 65535, or none")
+    written = parts.netloc.rsplit(":", 1)[0] if ":" in parts.netloc.rpartition("]")[2] \
+        else parts.netloc
+    host = _host(parts.hostname, written)
+    if host is None:
+        raise PublicUrlError(option, shown, f"names an invalid host ({parts.hostname!r}): "
+                             "give a DNS name (letters, digits and inner hyphens, each "
+                             "dot-separated label 1-63 long; an international name in its "
+                             "xn-- form) or an IP address, in https://host[:port]")
+    return f"{parts.scheme}://{host}" + ("" if port is None else f":{port}")
+
+
+def _host(name: str, written: str) -> str | None:
+    """The URL's host (``name`` in lower case, ``written`` as given) as a URL holds it:
+    a DNS name as written (the carrier signs the URL it was given: its case is kept), an
+    IPv4 address, or an IPv6 address in brackets; None if it is none of them."""
+    if written.startswith("[") or ":" in name:
+        try:
+            return f"[{ipaddress.IPv6Address(name).compressed}]" if "%" not in name else None
+        except ValueError:
+            return None
+    labels = name.split(".")
+    if all(label.isdigit() for label in labels):  # (dotted numbers: only an IPv4 address)
+        try:
+            return str(ipaddress.IPv4Address(name))
+        except ValueError:
+            return None
+    if len(name) > 253 or written.lower() != name or not all(
+            _LABEL.fullmatch(label) for label in labels):
+        return None
+    return written
 
 
 def new_instance_id() -> str:

@@ -80,8 +80,8 @@ class PhoneFrontDoor:
         if store.kind != "phone":
             raise ValueError(f"the phone front door needs a phone dispatch store "
                              f"(kind='phone'), got kind={store.kind!r}")
-        if public_url is not None:
-            check_public_url(public_url, option="public_url")
+        if public_url is not None:  # (kept normalised: what the signature covers)
+            public_url = check_public_url(public_url, option="public_url")
         if not 0 <= max_reconnects <= 100:
             raise ValueError(f"max_reconnects must be within 0..100, got {max_reconnects!r}")
         self.dispatcher = Dispatcher(store, offer_timeout=offer_timeout,

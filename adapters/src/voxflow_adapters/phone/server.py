@@ -139,8 +139,9 @@ class PhoneSettings:
     """How ``voxflow phone`` serves.
 
     Attributes:
-        public_url: the server's address as the carrier reaches it (``https://host``);
-            the webhook's signature covers it, and the stream URL is built from it.
+        public_url: the server's address as the carrier reaches it (``https://host``;
+            kept normalised: ``scheme://host[:port]``, no trailing slash); the
+            webhook's signature covers it, and the stream URL is built from it.
             None: the request's own address (loopback trials).
         max_calls: concurrent calls at most (``VOXFLOW_MAX_CALLS``: an upper bound);
             None: as many as their measured cost allows (the admission's slots).
@@ -169,8 +170,9 @@ class PhoneSettings:
         every call rejected busy; a ``stream_token_seconds`` of 0 every stream refused);
         :class:`~voxflow_adapters.hosting.public_url.PublicUrlError` (a ValueError): a
         ``public_url`` that is not ``http(s)://host[:port]``."""
-        if self.public_url is not None:
-            check_public_url(self.public_url, option="public_url")
+        if self.public_url is not None:  # (stored normalised: what the signature covers)
+            object.__setattr__(self, "public_url",
+                               check_public_url(self.public_url, option="public_url"))
         if self.max_calls is not None and (
                 isinstance(self.max_calls, bool) or not isinstance(self.max_calls, int)
                 or not 1 <= self.max_calls <= UNBOUNDED_CALLS):
