@@ -13,6 +13,7 @@ import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 
+import aiohttp
 import pytest
 from aiohttp import web
 from hypothesis import given, settings
@@ -186,6 +187,54 @@ async def test_the_probe_knows_this_server_from_another_a_foreign_one_and_nothin
         assert problem is not None
         assert "(it listens on 127.0.0.1:8080" in problem and "give the right --public-url" \
             in problem
+
+
+async def test_a_front_door_behind_a_load_balancer_accepts_a_sibling_of_its_deployment(
+    pg_schema_url: str, serve: Callable[[web.Application], Awaitable[str]],
+) -> None:
+    """Front doors behind one load balancer share the public URL: the probe reaches any
+    of them. Two real front doors on the same tables answer the same deployment (a hash:
+    neither the URL, the schema nor a credential), and each accepts the other's answer;
+    a front door of other tables, a worker's own check (no deployment: its own instance
+    only) still warn."""
+    import psycopg
+    from voxflow_adapters.hosting.dispatch import DispatchStore
+
+    other_schema = f"{pg_schema_url.rpartition('%3D')[2]}_other"
+    doors = [PhoneFrontDoor(DispatchStore(pg_schema_url, kind="phone"), None, signature=None)
+             for _ in range(2)]
+    stranger = PhoneFrontDoor(DispatchStore(pg_schema_url, schema=other_schema,
+                                            kind="phone"), None, signature=None)
+    try:
+        for door in (*doors, stranger):
+            await door.start()
+        first, second, elsewhere = [await serve(d.app()) for d in (*doors, stranger)]
+        assert doors[0].deployment is not None
+        assert doors[0].deployment == doors[1].deployment != stranger.deployment
+        async with aiohttp.ClientSession() as http, http.get(second + "/health") as answer:
+            body = await answer.text()
+        assert doors[1].deployment in body and doors[1].instance in body
+        assert other_schema.rpartition("_")[0] not in body and "postgresql" not in body
+
+        async def probe(url: str, door: PhoneFrontDoor, *, as_worker: bool = False
+                        ) -> str | None:
+            return await probe_public_url(
+                url, door.instance, listening="127.0.0.1:8080", within=5.0,
+                deployment=None if as_worker else door.deployment)
+
+        assert await probe(first, doors[0]) is None
+        assert await probe(second, doors[0]) is None  # (the sibling answered)
+        assert await probe(first, doors[1]) is None
+        worker_like = await probe(second, doors[0], as_worker=True)
+        assert "leads to another server, not this process" in str(worker_like)
+        foreign = await probe(elsewhere, doors[0])
+        assert f"--public-url {elsewhere} leads to another server, neither this process " \
+            "nor a front door of its deployment" in str(foreign)
+    finally:
+        for door in (*doors, stranger):
+            await door.aclose()
+        with psycopg.connect(pg_schema_url, autocommit=True) as conn:
+            conn.execute(f'DROP SCHEMA IF EXISTS "{other_schema}" CASCADE')
 
 
 async def _up(request: web.Request) -> web.Response:

@@ -38,7 +38,9 @@ Needs the ``postgres`` extra (``pip install 'voxflow[postgres]'``).
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
+import secrets
 import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -426,6 +428,22 @@ class DispatchStore:
             return found
 
         found: dict[str, int] = await self._run(run)
+        return found
+
+    async def deployment(self) -> str:
+        """A hash naming the deployment of these tables (their schema in their database),
+        the same for every process that opens them however it reaches the database: of
+        the random id the first of them wrote in ``voxflow_deployment``. It shows neither
+        the URL nor its credentials, nor the id itself."""
+        async def run(conn: psycopg.AsyncConnection[Any]) -> str:
+            await conn.execute("INSERT INTO voxflow_deployment (deployment_id) VALUES (%s) "
+                               "ON CONFLICT DO NOTHING", (secrets.token_hex(16),))
+            row = await (await conn.execute(
+                "SELECT deployment_id FROM voxflow_deployment")).fetchone()
+            assert row is not None
+            return hashlib.sha256(f"voxflow-deployment:{row[0]}".encode()).hexdigest()[:32]
+
+        found: str = await self._run(run)
         return found
 
     # -- front doors ------------------------------------------------------------------

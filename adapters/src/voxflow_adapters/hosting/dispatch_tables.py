@@ -4,7 +4,10 @@ database cannot be used.
 ``voxflow_call_workers`` holds one row per call worker (:class:`WorkerRow`: its kind, its
 slots and the slots it holds, its headroom, its heartbeat), ``voxflow_call_offers`` one row
 per request a front door waits on (:class:`ClaimedOffer` once a worker claimed it,
-:class:`OfferResult` what became of it). What front doors and call workers do with them,
+:class:`OfferResult` what became of it), ``voxflow_deployment`` one random id, written by
+the first process to open the tables: the deployment they make (its hash is what a
+front door's ``GET /health`` shows, :meth:`~voxflow_adapters.hosting.dispatch.
+DispatchStore.deployment`). What front doors and call workers do with them,
 the claim, the answer, the heartbeat, is :class:`~voxflow_adapters.hosting.dispatch.
 DispatchStore`'s; this module imports no driver, so what only reads rows or reports the
 database unusable (``voxflow status``, the command line's checks) does not load the store.
@@ -68,6 +71,10 @@ CREATE TABLE IF NOT EXISTS voxflow_call_offers (
 );
 CREATE INDEX IF NOT EXISTS voxflow_call_offers_pending
     ON voxflow_call_offers (created_at) WHERE state = 'pending';
+CREATE TABLE IF NOT EXISTS voxflow_deployment (
+    one boolean PRIMARY KEY DEFAULT true CHECK (one),
+    deployment_id text NOT NULL
+);
 ALTER TABLE voxflow_call_offers ADD COLUMN IF NOT EXISTS traceparent text;
 ALTER TABLE voxflow_call_workers ADD COLUMN IF NOT EXISTS kind text NOT NULL DEFAULT 'webrtc';
 ALTER TABLE voxflow_call_offers ADD COLUMN IF NOT EXISTS kind text NOT NULL DEFAULT 'webrtc';

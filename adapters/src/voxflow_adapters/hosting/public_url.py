@@ -18,7 +18,9 @@ nowhere), far from its cause. So:
   and checks the webhook's signature with;
 * :func:`probe_public_url` asks, at start-up, the process's own health path
   (:data:`HEALTH_PATH`, served by :func:`health_handler`) *through* that address, with
-  a short timeout: the answer must carry this process's random instance id. A problem
+  a short timeout: the answer must carry this process's random instance id, or, for a
+  front door, the deployment it serves (several front doors behind one load balancer
+  share the address: the probe may reach any of them). A problem
   is a sentence with the fix, which the server warns once: a machine that cannot reach
   its own public address (some networks do not route it back) may still be reachable
   from the carrier, so it is not refused.
@@ -42,7 +44,8 @@ __all__ = ["HEALTH_PATH", "PROBE_TIMEOUT", "PublicUrlError", "check_public_url",
            "health_handler", "new_instance_id", "probe_public_url"]
 
 HEALTH_PATH = "/health"
-"""Where a server answers ``{"status": "ok", "instance": "<its id>"}``."""
+"""Where a server answers ``{"status": "ok", "instance": "<its id>"}`` (a front door also
+``"deployment": "<the hash of the deployment it serves>"``)."""
 
 PROBE_TIMEOUT = 3.0
 """Seconds :func:`probe_public_url` waits for the answer."""
@@ -147,23 +150,31 @@ def new_instance_id() -> str:
     return secrets.token_hex(8)
 
 
-def health_handler(instance: str) -> Callable[[web.Request], Awaitable[web.Response]]:
-    """The :data:`HEALTH_PATH` handler of the process named ``instance``."""
+def health_handler(instance: str, deployment: Callable[[], str | None] | None = None
+                   ) -> Callable[[web.Request], Awaitable[web.Response]]:
+    """The :data:`HEALTH_PATH` handler of the process named ``instance``; ``deployment``
+    (a front door's): the hash of the deployment it serves, once known (never a URL or
+    a credential: :meth:`~voxflow_adapters.hosting.dispatch.DispatchStore.deployment`)."""
     from aiohttp import web  # (served only: the CLI checks a URL without aiohttp)
 
     async def health(request: web.Request) -> web.Response:
-        return web.json_response({"status": "ok", "instance": instance},
-                                 headers={"Cache-Control": "no-store"})
+        body = {"status": "ok", "instance": instance}
+        serves = deployment() if deployment is not None else None
+        if serves is not None:
+            body["deployment"] = serves
+        return web.json_response(body, headers={"Cache-Control": "no-store"})
 
     return health
 
 
 async def probe_public_url(base: str, instance: str, *, listening: str,
-                           option: str = "--public-url",
+                           deployment: str | None = None, option: str = "--public-url",
                            within: float = PROBE_TIMEOUT) -> str | None:
-    """None if ``GET base + HEALTH_PATH`` answers the process named ``instance``; else
-    what is wrong, with the fix (``listening``: where this process listens,
-    ``host:port``, for the message; ``within``: seconds the answer may take).
+    """None if ``GET base + HEALTH_PATH`` answers the process named ``instance``, or,
+    given a front door's ``deployment``, any front door of that deployment (a sibling
+    behind the same load balancer); else what is wrong, with the fix (``listening``:
+    where this process listens, ``host:port``, for the message; ``within``: seconds the
+    answer may take). A worker gives no ``deployment``: its own address leads to it.
 
     Raises:
         PublicUrlError: ``base`` is not a well-formed public address.
@@ -190,7 +201,14 @@ async def probe_public_url(base: str, instance: str, *, listening: str,
     except ValueError:  # not JSON
         return (f"{option} {base} does not lead to a voxflow server (GET {HEALTH_PATH} "
                 f"answered something else); {where}")
-    if not isinstance(body, dict) or body.get("instance") != instance:
-        return (f"{option} {base} leads to another server, not this process (its "
-                f"{HEALTH_PATH} answered another instance); {where}")
-    return None
+    if not isinstance(body, dict):
+        body = {}
+    if body.get("instance") == instance or (
+            deployment is not None and body.get("deployment") == deployment):
+        return None
+    if deployment is not None:
+        return (f"{option} {base} leads to another server, neither this process nor a "
+                f"front door of its deployment (its {HEALTH_PATH} answered another "
+                f"instance, not of this deployment); {where}")
+    return (f"{option} {base} leads to another server, not this process (its "
+            f"{HEALTH_PATH} answered another instance); {where}")

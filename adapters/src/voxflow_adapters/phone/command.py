@@ -16,7 +16,8 @@ worker that restores the session.
 
 With ``--public-url``, every role asks its own ``GET /health`` through that address once
 it listens (:func:`~voxflow_adapters.hosting.public_url.probe_public_url`) and warns
-once, with the fix, when the answer is not its own.
+once, with the fix, when the answer is not its own (a front door: nor a sibling front
+door's of the same deployment, behind the same load balancer).
 """
 
 from __future__ import annotations
@@ -188,7 +189,8 @@ async def _front_door(store: DispatchStore, phone_settings: PhoneSettings,
     await door.start()
     try:
         async with _listening(door.app(), host, port):
-            _probe_soon(phone_settings.public_url, door.instance, host, port)
+            _probe_soon(phone_settings.public_url, door.instance, host, port,
+                        deployment=door.deployment)  # (any front door of it will do)
             base = phone_settings.public_url or f"http://{host}:{port}"
             say(f"voxflow phone front door is listening: webhook {base}"
                 f"{phone_settings.webhook_path} (POST), action URL {door.action_path}; "
@@ -225,14 +227,17 @@ async def _worker(factory: CallFactory, phone_settings: PhoneSettings, settings:
 _probes: set[asyncio.Task[None]] = set()
 
 
-def _probe_soon(public_url: str | None, instance: str, host: str, port: int) -> None:
+def _probe_soon(public_url: str | None, instance: str, host: str, port: int, *,
+                deployment: str | None = None) -> None:
     """Probe ``public_url`` in the background (the server is listening) and warn once if
-    it does not lead here; nothing without one."""
+    it does not lead here (a front door's ``deployment``: or to a sibling front door of
+    it); nothing without one."""
     if public_url is None:
         return
 
     async def probe() -> None:
-        problem = await probe_public_url(public_url, instance, listening=f"{host}:{port}")
+        problem = await probe_public_url(public_url, instance, listening=f"{host}:{port}",
+                                         deployment=deployment)
         if problem is not None:
             logger.warning("%s", problem)
 

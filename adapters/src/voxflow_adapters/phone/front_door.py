@@ -95,6 +95,9 @@ class PhoneFrontDoor:
         self.webhook_path = webhook_path
         self.instance = new_instance_id()
         """This process's id in its ``GET /health`` answer (the public URL's probe)."""
+        self.deployment: str | None = None
+        """The hash of the deployment it serves, in its ``GET /health`` answer once
+        :meth:`start` read it: the public URL's probe accepts any front door of it."""
         self.refused_webhooks = 0
         self.reconnected = 0
         """Calls dispatched again after their stream ended unfinished."""
@@ -113,17 +116,20 @@ class PhoneFrontDoor:
             DispatchUnavailableError: the database cannot be used.
         """
         await self.dispatcher.start()
+        self.deployment = await self.store.deployment()
 
     async def aclose(self) -> None:
         """Close the database connections."""
         await self.dispatcher.aclose()
 
     def app(self) -> web.Application:
-        """The webhook, the action URL and ``GET /health`` (its :attr:`instance`)."""
+        """The webhook, the action URL and ``GET /health`` (its :attr:`instance` and
+        :attr:`deployment`)."""
         app = web.Application(client_max_size=64 * 1024)
         app.router.add_post(self.webhook_path, self._webhook)
         app.router.add_post(self.action_path, self._after)
-        app.router.add_get(HEALTH_PATH, health_handler(self.instance))
+        app.router.add_get(HEALTH_PATH, health_handler(self.instance,
+                                                       lambda: self.deployment))
         return app
 
     def _xml(self, answer: tuple[str, str]) -> web.Response:
