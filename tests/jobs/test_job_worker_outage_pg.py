@@ -98,6 +98,65 @@ async def test_a_worker_rides_out_an_outage_past_twice_its_patience(
         caplog, "database")
 
 
+async def test_a_worker_whose_row_was_swept_during_an_outage_keeps_taking_jobs(
+    pg_faults: PgFaults, caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Another job worker starting after an outage (Procrastinate prunes the rows silent
+    for its stalled_after), or a sibling's sweep, removes the survivor's row: its
+    heartbeat puts the row back and its next fetch takes the job. It stopped at that
+    fetch (``procrastinate_jobs_worker_id_fkey``) with a PersistenceUnavailableError
+    saying the server was unreachable."""
+    caplog.set_level(logging.INFO, logger="voxflow.jobs")
+    queue = PostgresJobQueue(pg_faults.url)
+    await queue.migrate()
+    ready: list[bool] = []
+    run = asyncio.create_task(queue.run_worker(
+        heartbeat=0.2, stalled_after=2.0, report_patience=PATIENCE, running=ready.append))
+    sibling = PostgresJobQueue(pg_faults.url)
+    try:
+        async def is_ready() -> bool:
+            if run.done():
+                raise AssertionError(f"the worker stopped: {run!r}")
+            return bool(ready) and ready[-1]
+
+        async def not_ready() -> bool:
+            return bool(ready) and not ready[-1]
+
+        await wait_for(is_ready, 60, "the worker to take jobs")
+        with pg_faults.down():
+            await wait_for(not_ready, 60, "the worker to find its database away")
+            await asyncio.sleep(3 * PATIENCE)
+        # a sibling's sweep as the database is back: every row older than its statement
+        # (the survivor's among them) is taken for a dead worker's
+        gone = await sibling.forget_dead_workers(0.0)
+        assert gone, "no worker row to remove"
+        state = AssistantState()
+        job = BackgroundJob(session_id=state.id, kind=books.kind)
+        assert add_job(state, job)
+        await queue.enqueue_async(job)
+
+        async def reported() -> bool:
+            if run.done():
+                raise AssertionError(f"the worker stopped: {run!r}")
+            return any(r.update is not None and r.update.kind in ("failed", "completed")
+                       for r in await all_rows(queue.inbox, state.id))
+
+        await wait_for(reported, 60, "the job queued after the sweep to run")
+        apply_inbox(state, await all_rows(queue.inbox, state.id))
+        assert state.jobs[job.job_id].status == "completed", state.jobs[job.job_id]
+        rows = await sibling.inbox._execute("SELECT id FROM procrastinate_workers")
+        assert {r[0] for r in rows} == {worker_id for worker_id, _ in gone}  # back
+        assert not run.done(), run
+    finally:
+        run.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await run
+        queue.close()
+        await queue.inbox.close()
+        await sibling.inbox.close()
+    assert _messages(caplog, "registered again"), _messages(caplog, "row")
+
+
 def _get(url: str) -> tuple[int, str]:
     try:
         with urllib.request.urlopen(url, timeout=10) as response:

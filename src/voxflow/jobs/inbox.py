@@ -35,7 +35,7 @@ import dataclasses
 import json
 import logging
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
@@ -264,7 +264,8 @@ class JobInbox:
             self._pool = pool
             return pool
 
-    async def _execute(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+    async def _execute(self, sql: str, params: Sequence[Any] | Mapping[str, Any] = ()
+                       ) -> list[tuple[Any, ...]]:
         """``sql`` in one transaction, its rows. A connection that breaks before the
         commit (a reset, a restarted server: nothing was written) is replaced, with its
         pool, and the statement run once more on a fresh one; one that breaks during the

@@ -52,6 +52,7 @@ from voxflow.jobs.execution import REPORT_PATIENCE, QueuedJob, run_queued_job
 from voxflow.jobs.inbox import INBOX_SCHEMA, JobInbox
 from voxflow.jobs.worker_app import (
     DatabaseWatch,
+    WorkerRows,
     job_worker_app,
     run_again_unreported,
     run_until_stopped,
@@ -452,13 +453,11 @@ class PostgresJobQueue:
         job_clock = clock if clock is not None else MonotonicClock()
         stopping = threading.Event()
         watch = self._watch = DatabaseWatch(running, stopping.is_set)
-        app = job_worker_app(self._connector_kwargs(concurrency + 3), watch, stopping.is_set)
-
-        workers: set[int] = set()  # this process's Procrastinate worker (its row id)
+        rows = WorkerRows()  # this process's Procrastinate worker (its row)
+        app = job_worker_app(self._connector_kwargs(concurrency + 3), watch, stopping.is_set,
+                             rows)
 
         async def execute(context: Any, /, **payload: Any) -> None:
-            if context.job.worker_id is not None:
-                workers.add(int(context.job.worker_id))
             await run_queued_job(self.inbox, context, payload, job_clock, format_error,
                                  stopping.is_set, report_patience)
 
@@ -467,7 +466,7 @@ class PostgresJobQueue:
         try:
             async with app.open_async():
                 sweeper = asyncio.create_task(
-                    self._sweep(stalled_after, heartbeat, workers, watch),
+                    self._sweep(stalled_after, heartbeat, rows, watch),
                     name="stalled jobs")
                 worker = asyncio.ensure_future(app.run_worker_async(
                     queues=[self.queue], concurrency=concurrency,
@@ -495,8 +494,11 @@ class PostgresJobQueue:
         finally:
             await self.inbox.close()
 
-    async def _sweep(self, stalled_after: float, period: float, workers: set[int],
+    async def _sweep(self, stalled_after: float, period: float, rows: WorkerRows,
                      watch: DatabaseWatch) -> None:
+        async def run(sql: str, params: dict[str, Any]) -> list[int]:
+            return [int(row[0]) for row in await self.inbox._execute(sql, params)]
+
         purged_at = float("-inf")
         away = False  # the database did not answer the last sweep
         judge_from = float("-inf")
@@ -507,15 +509,13 @@ class PostgresJobQueue:
                     # every worker's heartbeat stopped with the database: none is judged
                     # stalled (its jobs run again) before it had time to beat again
                     away, judge_from = False, time.monotonic() + stalled_after
-                if workers:
-                    # beat for this process's workers too: Procrastinate's heartbeat ends
-                    # when its stop begins, while it waits for the running jobs, and after
-                    # an outage its pool reconnects only at its next backoff, seconds after
-                    # the database is back; without a beat every worker's sweep would take
-                    # their jobs for stalled and run them again
-                    await self.inbox._execute(
-                        "UPDATE procrastinate_workers SET last_heartbeat = now() "
-                        "WHERE id = ANY(%s)", (sorted(workers),))
+                # beat for this process's worker too (its row put back if another
+                # worker removed it): Procrastinate's heartbeat ends when its stop begins,
+                # while it waits for the running jobs, and after an outage its pool
+                # reconnects only at its next backoff, seconds after the database is back;
+                # without a beat every worker's sweep would take its jobs for stalled and
+                # run them again
+                await rows.beat(run)
                 if time.monotonic() >= judge_from:
                     retried = await self.retry_stalled(stalled_after)
                     if retried:

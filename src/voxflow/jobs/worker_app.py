@@ -16,6 +16,15 @@ again (:class:`DatabaseWatch`), and ``/ready`` says not-ready meanwhile. A stop 
 SIGINT, a cancellation) ends the waits: the worker unregisters if the database answers,
 and otherwise leaves its row for another worker's sweep (its heartbeat stops with it).
 A database unreachable at start-up still fails fast (before this app runs).
+
+**Its row.** After an outage longer than ``stalled_after``, another job worker starting
+(Procrastinate prunes the rows that silent) or a sibling's sweep removes this worker's
+row of ``procrastinate_workers`` although it lives. Its heartbeat (Procrastinate's, and
+the stalled-job sweep's) therefore puts the row back when it is missing
+(:class:`WorkerRows`), and a fetch refused for the missing row
+(``procrastinate_jobs_worker_id_fkey``) puts it back and fetches again: the worker goes
+on taking jobs. The jobs it was running meanwhile lost their worker (the row's removal
+cleared it) and run again elsewhere, as a dead worker's do; their finish here is fenced.
 """
 
 from __future__ import annotations
@@ -35,7 +44,8 @@ from voxflow.jobs.execution import ReportNotStored
 if TYPE_CHECKING:
     import procrastinate
 
-__all__ = ["DatabaseWatch", "job_worker_app", "run_again_unreported", "run_until_stopped"]
+__all__ = ["DatabaseWatch", "WorkerRows", "job_worker_app", "run_again_unreported",
+           "run_until_stopped"]
 
 logger = logging.getLogger("voxflow.jobs")
 
@@ -48,6 +58,49 @@ attempts last before it gives them up (psycopg's default is 5 minutes, its backo
 doubling without a cap: after a long outage its next attempt came minutes after the
 database was back). The next try starts a fresh attempt at once: while the database is
 away it is tried at least every few seconds."""
+
+
+_BEAT = (
+    "WITH beat AS (INSERT INTO procrastinate_workers (id, last_heartbeat) "
+    "OVERRIDING SYSTEM VALUE SELECT unnest(%(ids)s::bigint[]), now() "
+    "ON CONFLICT (id) DO UPDATE SET last_heartbeat = excluded.last_heartbeat "
+    "RETURNING id, xmax = 0 AS inserted) SELECT id FROM beat WHERE inserted")
+"""The heartbeat of this process's worker rows, putting back a row another worker removed
+(the ids are Procrastinate's, taken from its identity: no other worker gets them); the ids
+of the rows put back."""
+
+_WORKER_FKEY = "procrastinate_jobs_worker_id_fkey"
+
+
+class WorkerRows:
+    """This process's Procrastinate worker rows (``procrastinate_workers``), from their
+    registration until their removal begins, and their heartbeat, which puts a row back
+    when another worker removed it (see the module). A beat and the removal of a row do
+    not overlap: a beat never puts back the row of a worker that unregistered."""
+
+    def __init__(self) -> None:
+        self.ids: set[int] = set()
+        self._lock = asyncio.Lock()
+
+    async def beat(self, run: Callable[[str, dict[str, Any]], Awaitable[list[int]]]
+                   ) -> None:
+        """Beat for every row, one statement through ``run`` (it returns the ids of the
+        rows put back); the errors are ``run``'s."""
+        async with self._lock:
+            if not self.ids:
+                return
+            back = await run(_BEAT, {"ids": sorted(self.ids)})
+        for worker_id in back:
+            logger.warning("job worker %d's row was removed by another worker (its "
+                           "heartbeat was old: the database was away); it is registered "
+                           "again and goes on taking jobs", worker_id)
+
+    async def unregister(self, worker_id: int, remove: Callable[[], Awaitable[None]]
+                         ) -> None:
+        """Stop beating for ``worker_id``, then ``await remove()`` (its row's removal)."""
+        self.ids.discard(worker_id)
+        async with self._lock:  # (after a beat in flight: it may still put the row back)
+            await remove()
 
 
 class DatabaseWatch:
@@ -108,11 +161,18 @@ def _unreachable(exc: BaseException) -> bool:
     return isinstance(exc.__cause__ or exc, psycopg.OperationalError)
 
 
+def _row_gone(exc: BaseException) -> bool:
+    """``exc`` (a ``ConnectorException``) is a fetch refused because the worker's row is
+    missing (another worker removed it)."""
+    diag = getattr(exc.__cause__, "diag", None)
+    return getattr(diag, "constraint_name", None) == _WORKER_FKEY
+
+
 def job_worker_app(connector_options: dict[str, Any], watch: DatabaseWatch,
-                   stopping: Callable[[], bool]) -> procrastinate.App:
+                   stopping: Callable[[], bool], rows: WorkerRows) -> procrastinate.App:
     """The Procrastinate app of a job worker (``connector_options``: its pool's), fenced
     and riding out outages (see the module), ``watch`` told of each query's outcome, every
-    wait ended by ``stopping()``."""
+    wait ended by ``stopping()``, its worker's row kept in ``rows``."""
     # here: the optional voxflow[postgres] extra (checked by migrate)
     import procrastinate
     from procrastinate.manager import JobManager
@@ -190,14 +250,29 @@ def job_worker_app(connector_options: dict[str, Any], watch: DatabaseWatch,
                                "runs a later attempt", job.id, job.attempts + 1)
 
         async def fetch_job(self, queues: Any, worker_id: int) -> Any:
-            return await patiently(
-                lambda: super(FencedJobManager, self).fetch_job(queues, worker_id),
-                "the fetch of the next job", None)
+            async def fetch() -> Any:
+                try:
+                    return await super(FencedJobManager, self).fetch_job(queues, worker_id)
+                except procrastinate.exceptions.ConnectorException as exc:
+                    if not _row_gone(exc):
+                        raise
+                await rows.beat(self._run)  # (its row back: nothing was fetched)
+                return await super(FencedJobManager, self).fetch_job(queues, worker_id)
+
+            return await patiently(fetch, "the fetch of the next job", None)
+
+        async def _run(self, sql: str, params: dict[str, Any]) -> list[int]:
+            found = await self.connector.execute_query_all_async(sql, **params)
+            return [int(row["id"]) for row in found]
+
+        async def register_worker(self) -> int:
+            worker_id = await super().register_worker()
+            rows.ids.add(worker_id)
+            return worker_id
 
         async def update_heartbeat(self, worker_id: int) -> None:
-            await patiently(
-                lambda: super(FencedJobManager, self).update_heartbeat(worker_id),
-                "its heartbeat", None)
+            """Beat, putting the row back when another worker removed it."""
+            await patiently(lambda: rows.beat(self._run), "its heartbeat", None)
 
         async def list_jobs_to_abort_async(self, queue: str | None = None) -> Any:
             if watch.away:  # (Procrastinate logs each failed poll with its traceback)
@@ -214,7 +289,8 @@ def job_worker_app(connector_options: dict[str, Any], watch: DatabaseWatch,
             """Remove the stopping worker's row; left for another worker's sweep (its
             heartbeat stops now) when the database does not answer."""
             try:
-                await super().unregister_worker(worker_id)
+                await rows.unregister(worker_id, lambda: super(
+                    FencedJobManager, self).unregister_worker(worker_id))
             except procrastinate.exceptions.ConnectorException as exc:
                 if not _unreachable(exc):
                     raise
