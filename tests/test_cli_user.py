@@ -520,26 +520,44 @@ async def stubborn(job: JobContext) -> str:
     return "done"
 
 
+@background_job(kind="stray")
+async def stray(job: JobContext) -> str:
+    # Work left running in the executor by a job that has returned: the chat's jobs
+    # are done, and still asyncio.run's close would wait for the thread forever.
+    asyncio.get_running_loop().run_in_executor(None, time.sleep, 3600)
+    open("running", "w").close()
+    return "Left a thread running."
+
+
 class Stubborn(Flow[AssistantState]):
     conversational = True
 
     def route_turn(self, context):
-        return "go"
+        return "stray" if "stray" in (self.state.current_user_message or "") else "block"
 
-    @listen("go")
-    def handle_go(self) -> str:
+    @listen("block")
+    def handle_block(self) -> str:
         stubborn.start(self)
+        return "Started."
+
+    @listen("stray")
+    def handle_stray(self) -> str:
+        stray.start(self)
         return "Started."
 """
 
 
-@pytest.mark.parametrize("presses", [1, 2])
-def test_repl_ctrl_c_exits_130_even_when_the_chat_cannot_close(
-    tmp_path: Path, presses: int
+@pytest.mark.parametrize(("job", "keys", "code"), [
+    ("go", [b"\x03"], 130),  # Ctrl-C: the grace, then cut
+    ("go", [b"\x03", b"\x03"], 130),  # a second Ctrl-C: at once
+    ("stray", [b"exit\r"], 0),  # exit: its jobs done, a thread left: the grace, then cut
+])
+def test_repl_ends_even_when_the_chat_cannot_close(
+    tmp_path: Path, job: str, keys: list[bytes], code: int
 ) -> None:
-    # Ctrl-C must end the chat: a job that never finishes closing gets the grace
-    # (_CTRL_C_GRACE, 3 s), then the terminal is given back with exit 130; a second
-    # Ctrl-C cuts it at once.
+    # A chat whose close never ends (a thread of its executor blocked) gets the grace
+    # (_CLOSE_GRACE, 3 s), then the terminal is given back, with exit 130 after Ctrl-C
+    # (a second Ctrl-C cuts it at once) and 0 after exit, saying what was cut.
     (tmp_path / "stubborn.py").write_text(STUBBORN_FLOW)
     pid, fd = pty.fork()
     if pid == 0:  # the child: a terminal user's shell runs voxflow chat
@@ -550,32 +568,53 @@ def test_repl_ctrl_c_exits_130_even_when_the_chat_cannot_close(
                   {**NO_KEYS, "PYTHONFAULTHANDLER": "1"})
     try:
         _read_until(fd, b"You: ")
-        os.write(fd, b"go\r")
+        os.write(fd, job.encode() + b"\r")
         _read_until(fd, b"Started.\r\nYou: ")
         deadline = time.monotonic() + 30
-        while not (tmp_path / "running").exists():  # the job's thread is blocked
+        while not (tmp_path / "running").exists():  # the thread is blocked
             assert time.monotonic() < deadline, "the job never ran"
             time.sleep(0.05)
         time.sleep(0.2)
-        os.write(fd, b"\x03")
+        os.write(fd, keys[0])
         began = time.monotonic()
-        if presses == 2:
+        for key in keys[1:]:
             time.sleep(0.5)
-            os.write(fd, b"\x03")
+            os.write(fd, key)
         try:
             rest = _read_until(fd, b"\n", timeout=30)
+            if code == 0:
+                rest = _read_until(fd, b"cut off", timeout=30, seen=rest)
         except AssertionError:
             raise AssertionError(_where_it_hangs(pid, fd).decode(errors="replace")) from None
         _, status = os.waitpid(pid, 0)
     finally:
         os.close(fd)
     assert b"Traceback" not in rest
-    assert os.waitstatus_to_exitcode(status) == 130
+    assert os.waitstatus_to_exitcode(status) == code
     took = time.monotonic() - began
-    if presses == 1:
-        assert took >= repl._CTRL_C_GRACE - 0.5, took  # it was cut, not closed
+    if len(keys) == 1:
+        assert took >= repl._CLOSE_GRACE - 0.5, took  # it was cut, not closed
     else:
-        assert took < repl._CTRL_C_GRACE - 0.5, took  # the second press did not wait
+        assert took < repl._CLOSE_GRACE - 0.5, took  # the second press did not wait
+
+
+def test_repl_ctrl_c_closing_in_time_is_never_cut_later() -> None:
+    # The grace's timer is cancelled once the chat has closed: a clean Ctrl-C exit
+    # prints one new line and nothing after it until the process is gone.
+    pid, fd = pty.fork()
+    if pid == 0:  # the child: a terminal user's shell runs voxflow chat
+        _as_a_shell_starts_it()
+        os.execve(sys.executable, [sys.executable, "-m", "voxflow.cli", "chat"], NO_KEYS)
+    try:
+        _read_until(fd, b"You: ")
+        os.write(fd, b"\x03")
+        rest = _read_until(fd, b"\n", timeout=30)
+        _, status = os.waitpid(pid, 0)
+        after = _read_until(fd, b"never printed", timeout=10)  # to the end of output
+    finally:
+        os.close(fd)
+    assert os.waitstatus_to_exitcode(status) == 130
+    assert rest.lstrip(b"^C") == b"\r\n" and after == b"", (rest, after)
 
 
 # -- doctor and bench -------------------------------------------------------------------------

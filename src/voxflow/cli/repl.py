@@ -5,16 +5,15 @@ chat runs through :func:`voxflow.wiring.chat_text` (jobs and announcements as in
 call): a background job's result is printed when it is ready, even while the user types,
 above the prompt, which is redrawn with what was typed so far (in a terminal the line is
 edited here, in cbreak mode). ``exit``/``quit`` or Ctrl-D end it with exit code 0, Ctrl-C
-with 130 (the chat closed within a few seconds, or cut off then; a second Ctrl-C cuts
-it at once); either way the shell prompt starts on a new line and the terminal's modes
-are restored.
+with 130 (the chat closed within a few seconds, or cut off then, as ``exit`` is when a
+background job will not stop; a second Ctrl-C cuts it at once); either way the shell
+prompt starts on a new line and the terminal's modes are restored.
 """
 
 from __future__ import annotations
 
 import asyncio
 import codecs
-import contextlib
 import os
 import select
 import signal
@@ -30,7 +29,7 @@ __all__ = ["run_repl"]
 
 EXIT_OK, EXIT_INTERRUPTED = 0, 130
 _POLL = 0.1
-_CTRL_C_GRACE = 3.0  # seconds the chat may take to close after Ctrl-C before it is cut
+_CLOSE_GRACE = 3.0  # seconds the chat may take to close after Ctrl-C or exit before it is cut
 
 
 def _make_flow(flow_ref: str | None, model: str | None) -> Any:
@@ -173,48 +172,87 @@ def run_repl(flow_ref: str | None, model: str | None) -> int:
     print("type a message and press Enter; exit, quit or Ctrl-D to end, Ctrl-C to abort",
           flush=True)
     lines = _Lines()
-    interrupted = threading.Event()
-
-    def cut_short() -> None:
-        """Ctrl-C and the chat still closing after the grace: the terminal given back,
-        the shell prompt on a new line, exit 130, whatever was still running."""
-        lines.__exit__()
-        sys.stdout.write("\n")
-        sys.stdout.flush()
-        os._exit(EXIT_INTERRUPTED)
-
-    def on_ctrl_c(chat_task: asyncio.Task[None]) -> None:
-        if interrupted.is_set():  # a second Ctrl-C: now
-            cut_short()
-        interrupted.set()
-        timer = threading.Timer(_CTRL_C_GRACE, cut_short)
-        timer.daemon = True
-        timer.start()
-        chat_task.cancel()
+    ending = _Ending(lines)
 
     async def chat() -> None:
-        # Ctrl-C through the loop's own signal handling: the loop's wake-up fd is
-        # written whichever thread the signal lands on (a Python-level handler runs
-        # only when the main thread next runs bytecode: CI saw a ^C, then nothing for
-        # 30 s). The chat is cancelled (its wiring closed, the reading thread stopped).
-        loop = asyncio.get_running_loop()
         task = asyncio.current_task()
         assert task is not None
-        with contextlib.suppress(NotImplementedError):  # Windows: asyncio.run's handler
-            loop.add_signal_handler(signal.SIGINT, on_ctrl_c, task)
+        ending.listen(asyncio.get_running_loop(), task)
         try:
             await chat_text(flow, read=lines, interject=lines.interject)
         finally:
             lines.stop.set()  # the reading thread gives the terminal back
+            # what is left is asyncio.run's own close, which waits for every thread of
+            # its executor: a job blocked in one would hold `exit` forever
+            ending.cut_after(EXIT_INTERRUPTED if ending.interrupted else EXIT_OK)
 
     try:
         with lines:  # (the terminal's modes restored however the chat ends)
             asyncio.run(chat())
     except (KeyboardInterrupt, asyncio.CancelledError):
+        ending.closed()
         lines.stop.set()
         print(flush=True)
         return EXIT_INTERRUPTED
-    if interrupted.is_set():  # Ctrl-C as the chat was ending anyway
+    ending.closed()
+    if ending.interrupted:  # Ctrl-C as the chat was ending anyway
         print(flush=True)
         return EXIT_INTERRUPTED
     return EXIT_OK
+
+
+class _Ending:
+    """How the chat ends, whatever still runs: Ctrl-C cancels it, and a chat that has
+    not closed :data:`_CLOSE_GRACE` seconds after Ctrl-C (or after ``exit``) is cut, the
+    terminal given back; a second Ctrl-C cuts it at once.
+
+    Ctrl-C comes through the loop's own signal handling, whose wake-up fd is written
+    whichever thread the signal lands on (a Python-level handler runs only when the main
+    thread next runs bytecode: CI once saw a ^C, then nothing for 30 s). Where the loop
+    has none (Windows) a plain handler hands it to the loop."""
+
+    def __init__(self, lines: _Lines) -> None:
+        self._lines = lines
+        self._timers: list[threading.Timer] = []
+        self._lock = threading.Lock()
+        self.interrupted = False
+
+    def listen(self, loop: asyncio.AbstractEventLoop, chat: asyncio.Task[None]) -> None:
+        """Take Ctrl-C for ``chat`` (call on ``loop``, in the main thread)."""
+        try:
+            loop.add_signal_handler(signal.SIGINT, self._ctrl_c, chat)
+        except NotImplementedError:  # (Windows)
+            signal.signal(signal.SIGINT,
+                          lambda *_: loop.call_soon_threadsafe(self._ctrl_c, chat))
+
+    def _ctrl_c(self, chat: asyncio.Task[None]) -> None:
+        if self.interrupted:  # a second Ctrl-C: now
+            self._cut(EXIT_INTERRUPTED)
+        self.interrupted = True
+        self.cut_after(EXIT_INTERRUPTED)
+        chat.cancel()
+
+    def cut_after(self, code: int) -> None:
+        """Exit with ``code`` in :data:`_CLOSE_GRACE` seconds unless :meth:`closed`."""
+        timer = threading.Timer(_CLOSE_GRACE, self._cut, args=(code,))
+        timer.daemon = True
+        with self._lock:
+            self._timers.append(timer)
+        timer.start()
+
+    def closed(self) -> None:
+        """The chat has closed: nothing is cut."""
+        with self._lock:
+            timers, self._timers = self._timers, []
+        for timer in timers:
+            timer.cancel()
+
+    def _cut(self, code: int) -> None:
+        """The chat still closing: the terminal given back, the shell prompt on a new
+        line, exit ``code``, whatever was still running (said, unless Ctrl-C asked)."""
+        self._lines.__exit__()
+        if code != EXIT_INTERRUPTED:
+            sys.stdout.write("(a background job that would not stop was cut off)")
+        sys.stdout.write("\n")
+        sys.stdout.flush()
+        os._exit(code)
