@@ -4,6 +4,10 @@ after the server committed it, its answer never delivered (the write made, the c
 left not knowing). What a network cut or a server crash at the worst moment does, made
 exact: ``pg_terminate_backend`` cannot pick the instant between a commit and its answer.
 
+The COMMIT cut may also wait for a given statement: the one whose server answer holds
+given bytes (:meth:`CommitCut.arm_after_answer`), its transaction's COMMIT made and its
+answer dropped.
+
 Connections through it go unencrypted (``sslmode=disable``) so it can read the
 statements it forwards.
 """
@@ -53,6 +57,9 @@ class CommitCut:
         self._server_unaware = False
         # the server sockets whose next COMMIT answer is dropped (and the connection cut)
         self._after: set[socket.socket] = set()
+        # the bytes a server answer must hold (each) for its connection's next COMMIT
+        # answer to be dropped (and the connection cut)
+        self._answer: tuple[bytes, ...] = ()
 
     def arm(self, mode: Mode, *, then_refuse: bool = False, server_unaware: bool = False
             ) -> None:
@@ -66,6 +73,16 @@ class CommitCut:
             self._armed = mode
             self._refuse_after = then_refuse
             self._server_unaware = server_unaware
+            self._cut.clear()
+
+    def arm_after_answer(self, *holding: bytes) -> None:
+        """Break the next connection whose server answer (one read of it) holds every one
+        of ``holding`` at its next ``COMMIT``, after the server made it (its answer
+        dropped)."""
+        if not holding:
+            raise ValueError("arm_after_answer needs the bytes the answer holds")
+        with self._lock:
+            self._answer = holding
             self._cut.clear()
 
     def accept(self) -> None:
@@ -131,6 +148,11 @@ class CommitCut:
                         break
                     if mode == "after":
                         self._after.add(sink)
+                if not upstream and self._answer and all(b in data for b in self._answer):
+                    with self._lock:
+                        holding, self._answer = self._answer, ()
+                    if holding:
+                        self._after.add(source)
                 if not upstream and source in self._after and b"COMMIT\x00" in data:
                     self._after.discard(source)
                     self._broke()

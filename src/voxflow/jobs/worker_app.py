@@ -15,7 +15,12 @@ The outage is said once when the worker finds the database away and once when it
 again (:class:`DatabaseWatch`), and ``/ready`` says not-ready meanwhile. A stop (SIGTERM,
 SIGINT, a cancellation) ends the waits: the worker unregisters if the database answers,
 and otherwise leaves its row for another worker's sweep (its heartbeat stops with it).
-A database unreachable at start-up still fails fast (before this app runs).
+A database unreachable at start-up still fails fast (before this app runs). A fetch that
+failed once its query may have run (anything but no connection in time) may have taken a
+job, its commit made and its answer lost: before the next fetch the worker queues again
+the jobs running under it in the queue that it does not run (their attempt kept: they
+never started), or they would stay running for good (its heartbeat goes on, so no
+sweep takes them for stalled).
 
 **Its row.** After an outage longer than ``stalled_after``, another job worker starting
 (Procrastinate prunes the rows that silent) or a sibling's sweep removes this worker's
@@ -70,6 +75,27 @@ _BEAT = (
 of the rows put back."""
 
 _WORKER_FKEY = "procrastinate_jobs_worker_id_fkey"
+
+_PUT_BACK = """
+WITH lost AS (
+    SELECT id FROM procrastinate_jobs
+    WHERE worker_id = %(worker_id)s AND status = 'doing' AND NOT (id = ANY(%(held)s::bigint[]))
+    FOR UPDATE
+), put AS (
+    UPDATE procrastinate_jobs j
+    SET status = (CASE WHEN j.abort_requested THEN 'aborted' ELSE 'todo' END
+                  )::procrastinate_job_status, worker_id = NULL
+    FROM lost WHERE j.id = lost.id
+    RETURNING j.id, j.queue_name, j.status
+)
+SELECT id, CASE WHEN status = 'todo' THEN pg_notify(
+    'procrastinate_queue_v1#' || queue_name,
+    json_build_object('type', 'job_inserted', 'job_id', id)::text) END AS notified
+FROM put
+"""
+"""Put back the jobs running under a worker (``worker_id``) that its process does not run
+(``held``: the ones it does): taken by a fetch whose answer was lost. Not run, they keep
+their attempt; one asked to abort is aborted."""
 
 
 class WorkerRows:
@@ -161,6 +187,14 @@ def _unreachable(exc: BaseException) -> bool:
     return isinstance(exc.__cause__ or exc, psycopg.OperationalError)
 
 
+def _may_have_run(exc: BaseException) -> bool:
+    """``exc`` (a ``ConnectorException``) may have come after the query ran, its commit
+    included: anything but no connection in time (the query was never sent)."""
+    import psycopg_pool  # here: the optional voxflow[postgres] extra (the app is open)
+
+    return not isinstance(exc.__cause__, psycopg_pool.PoolTimeout)
+
+
 def _row_gone(exc: BaseException) -> bool:
     """``exc`` (a ``ConnectorException``) is a fetch refused because the worker's row is
     missing (another worker removed it)."""
@@ -178,6 +212,8 @@ def job_worker_app(connector_options: dict[str, Any], watch: DatabaseWatch,
     from procrastinate.manager import JobManager
 
     wakers: list[Callable[..., Awaitable[None]]] = []  # the worker's notification handler
+    held: set[int] = set()  # the jobs this process runs: fetched, not finished or retried
+    unsure = False  # a fetch failed once its query may have run: did it take a job?
 
     async def wake() -> None:
         """Have the worker look for jobs now: the ones queued (or re-queued) while its
@@ -221,10 +257,11 @@ def job_worker_app(connector_options: dict[str, Any], watch: DatabaseWatch,
                     job_id=job.id, status=status.value, delete_job=delete_job,
                     attempts=job.attempts)
 
-            rows = await patiently(finish, "a job's finish", None)
-            if rows is None:
+            done = await patiently(finish, "a job's finish", None)
+            held.discard(int(job.id))  # (not after an error: it may still be running)
+            if done is None:
                 _left_running(job)
-            elif not rows:
+            elif not done:
                 logger.warning("queue job %s attempt %d not finished: the queue runs a "
                                "later attempt", job.id, job.attempts + 1)
 
@@ -240,17 +277,18 @@ def job_worker_app(connector_options: dict[str, Any], watch: DatabaseWatch,
                     "FROM mine", job_id=job.id, attempts=job.attempts,
                     retry_at=retry_at or datetime.datetime.now(datetime.UTC))
 
-            rows = await patiently(retry, "a job's retry", None)
-            if rows:
+            done = await patiently(retry, "a job's retry", None)
+            held.discard(int(job.id))  # (not after an error: it may still be running)
+            if done:
                 await wake()  # (it is queued again: run it now, here or elsewhere)
-            elif rows is None:
+            elif done is None:
                 _left_running(job)
             else:
                 logger.warning("queue job %s attempt %d not queued again: the queue "
                                "runs a later attempt", job.id, job.attempts + 1)
 
         async def fetch_job(self, queues: Any, worker_id: int) -> Any:
-            async def fetch() -> Any:
+            async def take() -> Any:
                 try:
                     return await super(FencedJobManager, self).fetch_job(queues, worker_id)
                 except procrastinate.exceptions.ConnectorException as exc:
@@ -259,7 +297,35 @@ def job_worker_app(connector_options: dict[str, Any], watch: DatabaseWatch,
                 await rows.beat(self._run)  # (its row back: nothing was fetched)
                 return await super(FencedJobManager, self).fetch_job(queues, worker_id)
 
+            async def fetch() -> Any:
+                nonlocal unsure
+                if unsure:
+                    await self.put_back_lost(worker_id)
+                    unsure = False
+                try:
+                    job = await take()
+                except procrastinate.exceptions.ConnectorException as exc:
+                    unsure = unsure or _may_have_run(exc)
+                    raise
+                if job is not None:
+                    held.add(int(job.id))
+                return job
+
             return await patiently(fetch, "the fetch of the next job", None)
+
+        async def put_back_lost(self, worker_id: int) -> list[int]:
+            """Queue again the jobs a fetch whose answer was lost took (committed, the
+            connection broken before its answer): running under this worker in the
+            queue, not here, they would stay so for good (its heartbeat goes on); their
+            ids."""
+            found = await self.connector.execute_query_all_async(
+                _PUT_BACK, worker_id=worker_id, held=sorted(held))
+            lost = [int(row["id"]) for row in found]
+            if lost:
+                logger.warning("queue job(s) %s queued again: the fetch that took them "
+                               "committed but its answer was lost (the connection broke)",
+                               lost)
+            return lost
 
         async def _run(self, sql: str, params: dict[str, Any]) -> list[int]:
             found = await self.connector.execute_query_all_async(sql, **params)
