@@ -33,7 +33,7 @@ class JobOutage:
     stored_after_s: float | None = None  # the server back → the result in the inbox
     worker_alive: bool = False  # the worker still running after the outage
     next_job: str = "-"  # a job queued after the outage: its settled status
-    restarts: int = 0  # the worker stopped (past its report patience) and started again
+    restarts: int = 0  # the worker stopped and was started again (0: it rode it out)
 
 
 _declared: list[Any] = []  # the job function (the registry holds it weakly)
@@ -58,8 +58,9 @@ def _declare_job() -> None:
 async def job_outage(pg: OwnPostgres, outage: float, patience: float | None = None
                      ) -> JobOutage:
     """The job through an ``outage`` (s); with ``patience``, the worker's report patience
-    (shorter than the outage: the worker stops, as told, and is started again at once,
-    as a supervisor does, until the database answers)."""
+    (shorter than the outage: the attempt's report gives up and the job runs again;
+    should the worker stop, it is started again at once, as a supervisor would, and
+    counted in ``restarts``)."""
     from voxflow.errors import PersistenceUnavailableError
     from voxflow.jobs import BackgroundJob, PostgresJobQueue, add_job, apply_inbox
     from voxflow.wiring import AssistantState

@@ -35,15 +35,18 @@ class LlmFault:
 
 
 class _Causes(logging.Handler):
-    """The messages of the exceptions logged with ERROR records."""
+    """What voxflow logged at WARNING and above: an exception's message, else the line
+    (a provider's reset or garbage is said in a warning, without a traceback)."""
 
     def __init__(self) -> None:
-        super().__init__(logging.ERROR)
+        super().__init__(logging.WARNING)
         self.errors: list[str] = []
 
     def emit(self, record: logging.LogRecord) -> None:
         if record.exc_info and record.exc_info[1] is not None:
             self.errors.append(str(record.exc_info[1]))
+        else:
+            self.errors.append(record.getMessage())
 
 
 async def llm_fault(engines: Any, fault: str, pg: OwnPostgres | None = None) -> LlmFault:
@@ -62,7 +65,7 @@ async def llm_fault(engines: Any, fault: str, pg: OwnPostgres | None = None) -> 
     await preload()
     result = LlmFault(fault)
     causes = _Causes()  # the failed reply's error, as the session logs it
-    session_log = logging.getLogger("voxflow_voice.session.voice_session")
+    session_log = logging.getLogger("voxflow_voice")
     session_log.addHandler(causes)
     with tempfile.TemporaryDirectory(prefix="voxflow-faults-") as tmp, \
             faulty_provider() as provider, contextlib.ExitStack() as cleanup:
@@ -94,11 +97,11 @@ async def llm_fault(engines: Any, fault: str, pg: OwnPostgres | None = None) -> 
                         result.turn_status = turns[-1].status
                         break
                     await asyncio.sleep(0.05)
-                if causes.errors:
-                    result.cause = " ".join(causes.errors[-1].split()[:9])
                 result.heard_during = caller.heard() - heard
                 provider.mode = "ok"
                 await caller.answered()  # its latency message: the turn is over
+                if causes.errors:  # (logged as the reply ends, after the turn settled)
+                    result.cause = " ".join(causes.errors[-1].split()[:12])
                 caller.ask()
                 result.answers_after = await caller.answered() is not None
                 if os.environ.get("FAULTS_DEBUG"):

@@ -51,8 +51,9 @@ the machine's ``initdb``/``pg_ctl``) and an aiortc caller (``LoopbackCaller``) t
   later: past the ~30 s a job's report used to be tried for. The job's settled status,
   how long after the server came back its result was stored, and whether the worker
   still runs a job queued afterwards. With ``--report-patience`` shorter than the outage
-  the worker stops, as told, and is started again at once (as a supervisor does): the
-  job runs again as its next attempt once the server is back.
+  the attempt's report gives up and the job runs again as its next attempt once the
+  server is back; the worker itself rides the outage out (**worker restarts**: how often
+  a supervisor loop here had to start it again; 0 since it no longer stops).
 
 For each call: **turns lost** (questions asked less the answers both heard by the caller
 and stored completed; must be 0), **answers after** (a question after the fault is
@@ -182,7 +183,7 @@ async def other_faults(engines: Any, runs: int, only: list[str], bin_dir: Path) 
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=3, help="rounds of every fault (3)")
     parser.add_argument("--downtime", type=float, default=5.0,
                         help="seconds PostgreSQL is down in the restart (5)")
@@ -194,8 +195,8 @@ if __name__ == "__main__":
                         help="seconds the job outage's PostgreSQL is down (40)")
     parser.add_argument("--report-patience", type=float, default=None,
                         help="the job worker's report patience in the job outage (its "
-                        "default, 900 s); shorter than the outage, the worker stops and "
-                        "is started again, as a supervisor does")
+                        "default, 900 s); shorter than the outage, the job's attempt "
+                        "gives up and runs again once the server is back")
     parser.add_argument("--only", nargs="+",
                         choices=("pg", "llm", "disk", "clock", "jobs", "ice", "commit"),
                         default=["pg", "llm", "disk", "clock", "jobs", "ice", "commit"],
