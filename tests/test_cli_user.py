@@ -438,12 +438,21 @@ def _where_it_hangs(pid: int, fd: int) -> bytes:
         dump += chunk
 
 
-def _repl_in_a_terminal(key: bytes) -> tuple[int, bytes]:
+def _chat_in_a_terminal(*args: str, cwd: Path | None = None) -> tuple[int, int]:
+    """``voxflow chat ARGS`` started in a new terminal as a shell starts it: (pid, the
+    terminal's fd). Its faulthandler dumps every thread's stack on SIGABRT."""
     pid, fd = pty.fork()
     if pid == 0:  # the child: a terminal user's shell runs voxflow chat
         _as_a_shell_starts_it()
-        os.execve(sys.executable, [sys.executable, "-m", "voxflow.cli", "chat"],
+        if cwd is not None:
+            os.chdir(cwd)
+        os.execve(sys.executable, [sys.executable, "-m", "voxflow.cli", "chat", *args],
                   {**NO_KEYS, "PYTHONFAULTHANDLER": "1"})
+    return pid, fd
+
+
+def _repl_in_a_terminal(key: bytes) -> tuple[int, bytes]:
+    pid, fd = _chat_in_a_terminal()
     try:
         banner = _read_until(fd, b"You: ")
         os.write(fd, key)
@@ -468,10 +477,7 @@ def test_repl_shows_a_ready_result_at_the_prompt_and_redraws_what_was_typed() ->
     # (issue 30, item 2) A job that finished while the user sat at the prompt was shown
     # only after their next line, behind its answer. As a chat app does: it is printed
     # when it is ready, over the prompt, which is redrawn with what was typed so far.
-    pid, fd = pty.fork()
-    if pid == 0:  # the child: a terminal user's shell runs voxflow chat
-        _as_a_shell_starts_it()
-        os.execve(sys.executable, [sys.executable, "-m", "voxflow.cli", "chat"], NO_KEYS)
+    pid, fd = _chat_in_a_terminal()
     try:
         _read_until(fd, b"You: ")
         os.write(fd, b"check my order\r")  # the example assistant's 2 s lookup
@@ -559,13 +565,7 @@ def test_repl_ends_even_when_the_chat_cannot_close(
     # (_CLOSE_GRACE, 3 s), then the terminal is given back, with exit 130 after Ctrl-C
     # (a second Ctrl-C cuts it at once) and 0 after exit, saying what was cut.
     (tmp_path / "stubborn.py").write_text(STUBBORN_FLOW)
-    pid, fd = pty.fork()
-    if pid == 0:  # the child: a terminal user's shell runs voxflow chat
-        _as_a_shell_starts_it()
-        os.chdir(tmp_path)
-        os.execve(sys.executable,
-                  [sys.executable, "-m", "voxflow.cli", "chat", "stubborn.py:Stubborn"],
-                  {**NO_KEYS, "PYTHONFAULTHANDLER": "1"})
+    pid, fd = _chat_in_a_terminal("stubborn.py:Stubborn", cwd=tmp_path)
     try:
         _read_until(fd, b"You: ")
         os.write(fd, job.encode() + b"\r")
@@ -601,10 +601,7 @@ def test_repl_ends_even_when_the_chat_cannot_close(
 def test_repl_ctrl_c_closing_in_time_is_never_cut_later() -> None:
     # The grace's timer is cancelled once the chat has closed: a clean Ctrl-C exit
     # prints one new line and nothing after it until the process is gone.
-    pid, fd = pty.fork()
-    if pid == 0:  # the child: a terminal user's shell runs voxflow chat
-        _as_a_shell_starts_it()
-        os.execve(sys.executable, [sys.executable, "-m", "voxflow.cli", "chat"], NO_KEYS)
+    pid, fd = _chat_in_a_terminal()
     try:
         _read_until(fd, b"You: ")
         os.write(fd, b"\x03")
