@@ -20,12 +20,21 @@ import subprocess
 import sys
 import urllib.error
 import urllib.request
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import PgFaults
-from tests.jobs.queue_kit import FLOW, ROOT, all_rows, owner_state, wait_for, wait_for_update
+from tests.jobs.queue_kit import (
+    FLOW,
+    ROOT,
+    all_rows,
+    owner_state,
+    wait_for,
+    wait_for_marker,
+    wait_for_update,
+)
 from voxflow.jobs import (
     BackgroundJob,
     JobContext,
@@ -266,3 +275,45 @@ async def test_a_job_worker_process_stops_on_sigterm_during_an_outage(
     assert code == 0, text
     assert "Traceback" not in text, text
     assert "could not remove its row" in text, text
+
+
+async def test_a_job_worker_stopping_during_an_outage_says_stopping_on_ready(
+    pg_faults: PgFaults, tmp_path: Path,
+) -> None:
+    """SIGTERM during an outage, a job still running (the stop waits for it): ``/ready``
+    says the worker is stopping, not that the database is unreachable (which it said,
+    as if the worker would take jobs again once it answers)."""
+    from voxflow_adapters.testkit.flows import free_port
+
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    log = tmp_path / "worker.log"
+    marker = str(tmp_path / "long")
+    worker = _start_worker(pg_faults.url, port, log)
+    queue = PostgresJobQueue(pg_faults.url)
+    try:
+        async def ready() -> bool:
+            return (await asyncio.to_thread(_get, f"{base}/ready"))[0] == 200
+
+        def says(text: str) -> Callable[[], Awaitable[bool]]:
+            async def answer() -> bool:
+                status, body = await asyncio.to_thread(_get, f"{base}/ready")
+                return status == 503 and text in body
+            return answer
+
+        await wait_for(ready, 60, "the job worker to be ready")
+        _, job = owner_state(flight="IB 8", seconds=600, marker=marker)
+        await queue.enqueue_async(job)
+        await wait_for_marker(marker, 1, 60, "the long job to start")
+        with pg_faults.down():
+            await wait_for(says("database is unreachable"), 60,
+                           "/ready to say the database is unreachable")
+            worker.send_signal(signal.SIGTERM)
+            await wait_for(says("stopping"), 30, "/ready to say the worker is stopping")
+            assert worker.poll() is None, log.read_text()  # (the job still runs)
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+        await asyncio.to_thread(worker.wait)
+        queue.close()
+        await queue.inbox.close()

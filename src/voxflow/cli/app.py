@@ -349,7 +349,7 @@ def _cmd_jobs_worker(args: argparse.Namespace) -> int:
         def running(yes: bool) -> None:
             if yes:
                 monitor.set_ready()
-            elif queue.database_away:
+            elif queue.database_away and not queue.worker_stopping:
                 monitor.set_unready("the job queue's database is unreachable: no job is "
                                     "taken until it answers (the worker waits for it)")
             else:

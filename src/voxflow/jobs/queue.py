@@ -161,6 +161,12 @@ class PostgresJobQueue:
         (it takes no job then, and waits for it)."""
         return self._watch is not None and self._watch.away
 
+    @property
+    def worker_stopping(self) -> bool:
+        """True once this queue's job worker was asked to stop (SIGTERM, a cancellation):
+        it takes no new job, the running ones finish."""
+        return self._watch is not None and self._watch.stopping
+
     # -- schema ------------------------------------------------------------------------
 
     def _connector_kwargs(self, size: int) -> dict[str, Any]:

@@ -148,6 +148,11 @@ class DatabaseWatch:
         """``time.monotonic()`` when the current outage was found; None: reachable."""
 
     @property
+    def stopping(self) -> bool:
+        """True once the worker was asked to stop."""
+        return self._stopping()
+
+    @property
     def away(self) -> bool:
         """True while the database is found unreachable."""
         return self.away_since is not None
@@ -179,12 +184,29 @@ def _one_line(exc: BaseException) -> str:
     return " ".join(str(cause).split()) or type(cause).__name__
 
 
+_GONE_STATES = ("57P01", "57P02", "57P03")
+"""The server's SQLSTATEs of a connection it ends or refuses (admin shutdown, crash
+shutdown, cannot connect now); class 08 is the connection exceptions."""
+
+
 def _unreachable(exc: BaseException) -> bool:
     """``exc`` (Procrastinate's ``ConnectorException``, wrapping the driver's error) says
-    the database cannot be reached: refused, reset, no connection in time."""
-    import psycopg  # here: the optional voxflow[postgres] extra (the app is open)
+    the database cannot be reached: no connection in time (the pool's timeout), a
+    connection that failed or broke (the driver's own error, with no SQLSTATE), a
+    connection exception (class 08), the server ending its connections or refusing new
+    ones (57P01-57P03). Not a query the server refused on a live connection (a statement
+    or lock timeout, a deadlock, a full disk): that is no outage to wait out."""
+    # here: the optional voxflow[postgres] extra (the app is open)
+    import psycopg
+    import psycopg_pool
 
-    return isinstance(exc.__cause__ or exc, psycopg.OperationalError)
+    cause = exc.__cause__ or exc
+    if isinstance(cause, psycopg_pool.PoolTimeout):
+        return True
+    if not isinstance(cause, psycopg.OperationalError):
+        return False
+    state = cause.sqlstate
+    return state is None or state.startswith("08") or state in _GONE_STATES
 
 
 def _may_have_run(exc: BaseException) -> bool:
