@@ -67,3 +67,18 @@ spans = _OTEL.spans
 def span_children() -> Callable[[Sequence[Any], Any], list[Any]]:
     """``tests/otel.py``'s ``children(finished, parent)``: a span's children, in order."""
     return cast(Callable[[Sequence[Any], Any], list[Any]], _OTEL.children)
+
+
+class MeasuredMachine:
+    """An admission meter's clock and CPU seconds, moved by a test (the calls are real):
+    ``CallCostMeter(..., cpu_time=machine.cpu_time, clock=machine.clock)``."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.cpu = 0.0
+
+    def clock(self) -> float:
+        return self.now
+
+    def cpu_time(self) -> float:
+        return self.cpu

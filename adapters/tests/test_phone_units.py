@@ -43,6 +43,8 @@ from voxflow_adapters.testkit.phone_carrier import (
 )
 from voxflow_voice.testing import CHECKS, TransportHarness, check_transport
 
+from .conftest import MeasuredMachine
+
 TWILIO = TwilioSerializer()
 
 
@@ -379,20 +381,6 @@ def test_voxflow_phone_roles_need_the_database_and_their_own_options() -> None:
 def test_phone_settings_out_of_range_are_refused(bad: dict[str, object]) -> None:
     with pytest.raises(ValueError, match=next(iter(bad))):
         PhoneSettings(**bad)  # type: ignore[arg-type]
-
-
-class MeasuredMachine:
-    """The admission meter's clock and CPU seconds, moved by the test."""
-
-    def __init__(self) -> None:
-        self.now = 0.0
-        self.cpu = 0.0
-
-    def clock(self) -> float:
-        return self.now
-
-    def cpu_time(self) -> float:
-        return self.cpu
 
 
 async def test_with_no_cap_the_webhook_admits_calls_by_their_measured_cost(

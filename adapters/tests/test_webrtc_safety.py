@@ -32,6 +32,8 @@ from voxflow_adapters.webrtc.client import CALLER_TOKEN_ENV, LoopbackCaller, Off
 from voxflow_voice.audio import AudioChunk, write_wav
 from voxflow_voice.engines import VoiceEngines
 
+from .conftest import MeasuredMachine
+
 pytestmark = pytest.mark.models  # the server shares the real engines, as in production
 
 
@@ -131,20 +133,6 @@ async def test_calls_beyond_the_limit_are_refused_until_one_ends(engines: VoiceE
     assert busy.status == 503 and "limit 1" in busy.reason
     assert stats.accepted == 2
     assert stats.ended[0].close_reason == "the page hung up"
-
-
-class MeasuredMachine:
-    """The meter's clock and CPU seconds, moved by the test (the calls are real)."""
-
-    def __init__(self) -> None:
-        self.now = 0.0
-        self.cpu = 0.0
-
-    def clock(self) -> float:
-        return self.now
-
-    def cpu_time(self) -> float:
-        return self.cpu
 
 
 async def test_with_no_cap_calls_past_the_measured_slots_are_refused_with_the_cost(
