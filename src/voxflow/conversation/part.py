@@ -21,7 +21,8 @@ on the thread's cached loop, ``stream_turn``/``astream_turn`` on a stream sessio
    checkpoint); ``kickoff(inputs={"id": session_id})``: the state id is stamped and, with
    persistence, the latest snapshot for it is loaded, unless this instance holds that
    session live (it ran the session's last turn, or a ``TurnRunner`` tracks it).
-4. Hydration (the ``before_starts`` hook, after the restore): refuse an ended
+4. Hydration (:meth:`Conversation._hydrate`, which the turn hands to the kickoff as
+   its ``prepare`` step, run after the restore): refuse an ended
    conversation; if the restored history ends with a user message no reply was stored
    for (the process stopped mid-turn), mark it interrupted
    (:func:`~voxflow.conversation.persistence.mark_unanswered`); append the user
@@ -46,6 +47,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -104,12 +106,10 @@ class Conversation(FlowPart):
         "_held_session",
         "_host",
         "_live",
-        "_pending_turn",
         "_saved_lists",
         "_session_open",
         "_session_result",
         "_skip_restore",
-        "_state_before_restore",
         "_tracer",
         "_turn_index",
         "graph",
@@ -122,7 +122,6 @@ class Conversation(FlowPart):
         self.turn = TurnFacts()
         self.history = History(host, self.turn)
         self.graph = graph.Graph(host, self.turn, self.history)
-        self._pending_turn: TurnRequest | None = None
         self._turn_index = 0
         self._session_open = False
         self._session_result: Any = None
@@ -131,7 +130,6 @@ class Conversation(FlowPart):
         self._live = 0
         self._skip_restore = False
         self._saved_lists: SavedLists | None = None
-        self._state_before_restore: Any = None
 
     # ------------------------------------------------------------------ the class
 
@@ -233,9 +231,8 @@ class Conversation(FlowPart):
         self._turn_index += 1
         index = self._turn_index
         self.turn.reset()  # only this turn's message is routed
-        self._pending_turn = request
         host.set_input_files(request.files)
-        self._state_before_restore = flow.state
+        before = flow.state  # a restore replaces it (see _hydrate)
         tracer = self._session_tracer()
         # Every turn, text or voice, has one id: the one a TurnRunner tracks it under
         # (its records', a voice call's), else a fresh one for this plain turn. A caller
@@ -260,11 +257,11 @@ class Conversation(FlowPart):
                     request.from_checkpoint,
                     request.restore_from_state_id,
                     private_loop,
+                    prepare=functools.partial(self._hydrate, request, before),
                 )
                 if self._promote(result):
                     await self.save_turn()
             except BaseException as exc:
-                self._pending_turn = None
                 self.turn.user_message_waiting = False
                 self._held_session = None  # reload the last good snapshot next turn
                 self._skip_restore = False
@@ -288,13 +285,10 @@ class Conversation(FlowPart):
             )
         return result
 
-    async def before_starts(self) -> None:
-        """Hydrate the pending turn (step 4), after the restore and before any start."""
-        request, self._pending_turn = self._pending_turn, None
-        if request is None:
-            return
+    async def _hydrate(self, request: TurnRequest, before: Any) -> None:
+        """Hydrate the turn ``request`` (step 4), after the restore and before any start;
+        ``before`` is the state the turn began with (another one: it was restored)."""
         flow = self._host.flow
-        before, self._state_before_restore = self._state_before_restore, None
         state = flow.state
         if (
             state is not before  # kickoff replaced it: restored from the backend

@@ -10,7 +10,7 @@ by the tests of the parts that use it.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from voxflow.flow.streaming import StreamSession
@@ -68,9 +68,10 @@ class FlowHandle:
         from_checkpoint: CheckpointConfig | None,
         restore_from_state_id: str | None,
         private_loop: bool,
+        prepare: Callable[[], Awaitable[None]] | None = None,
     ) -> Any:
         return await self._flow._kickoff(
-            inputs, from_checkpoint, restore_from_state_id, private_loop
+            inputs, from_checkpoint, restore_from_state_id, private_loop, prepare
         )
 
     def stream(self, make: Callable[[bool], Any], *, sync: bool) -> StreamSession:

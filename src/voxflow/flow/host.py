@@ -13,7 +13,7 @@ runtime implements it (a small handle over its own attributes,
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
@@ -80,9 +80,12 @@ class FlowHost(Protocol):
         from_checkpoint: Any,
         restore_from_state_id: str | None,
         private_loop: bool,
+        prepare: Callable[[], Awaitable[None]] | None = None,
     ) -> Any:
         """Run the flow (``kickoff_async``'s run, without reading input files or
         streaming; ``private_loop``: on the thread's own loop, sync methods inline).
+        ``prepare`` runs after the restore and ``FlowStarted``, right before the starts
+        (not when resuming): a turn hydrates its request there.
         ``from_checkpoint`` is a ``CheckpointConfig`` or None (``Any`` here: that module
         builds on this one)."""
         ...

@@ -26,8 +26,6 @@ Instance hooks, in the order a kickoff meets them:
   unless a part holds it live (a tracked conversation).
 * :meth:`~FlowPart.emits_flow_started` / ``emits_flow_failed`` / ``emits_flow_finished``:
   False skips (defers) that flow event, e.g. one ``flow_finished`` per session.
-* :meth:`~FlowPart.before_starts`: after the restore and ``FlowStarted``, right before the
-  starts (not when resuming); a turn appends its user message here.
 * :meth:`~FlowPart.order_starts`: run the starts one at a time, in the returned order.
 * :meth:`~FlowPart.revision_read` and :meth:`~FlowPart.prepare_state_save`: every load
   tells the parts the revision it read; a save asks them for the write (the first part
@@ -103,9 +101,6 @@ class FlowPart:
     def emits_flow_finished(self) -> bool:
         """False skips (defers) this run's ``FlowFinished``."""
         return True
-
-    async def before_starts(self) -> None:
-        """Runs after the restore and ``FlowStarted``, right before the starts."""
 
     def order_starts(self, names: list[str]) -> list[str] | None:
         """The order the starts ``names`` run in, one at a time (None: no order, they

@@ -48,7 +48,7 @@ from __future__ import annotations
 import asyncio
 import os
 import typing
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any, ClassVar, Generic, TypeVar
 
@@ -475,6 +475,7 @@ class Flow(Engine, Generic[StateT]):
         from_checkpoint: CheckpointConfig | None,
         restore_from_state_id: str | None,
         private_loop: bool,
+        prepare: Callable[[], Awaitable[None]] | None = None,
     ) -> Any:
         self._check_kickoff_args(inputs, from_checkpoint, restore_from_state_id)
         self._saving.check_store()
@@ -486,13 +487,17 @@ class Flow(Engine, Generic[StateT]):
             if not resuming:
                 self._ex = Execution()
             self._inline = private_loop and self._plan.all_sync
-            return await self._run(tuple(inputs or ()), resume=None)
+            return await self._run(tuple(inputs or ()), resume=None, prepare=prepare)
         finally:
             self._running = False
 
-    async def _run(self, input_keys: tuple[str, ...], resume: Any) -> Any:
+    async def _run(
+        self, input_keys: tuple[str, ...], resume: Any,
+        prepare: Callable[[], Awaitable[None]] | None = None,
+    ) -> Any:
         """Run starts (or continue a resumed step) and the dispatch loop; emit flow events
-        (unless a part defers them)."""
+        (unless a part defers them). ``prepare`` runs after the restore and
+        ``FlowStarted``, right before the starts (a turn appends its user message)."""
         parts = self._parts
         if all([part.emits_flow_started() for part in parts]):
             self._emit(FlowStarted, input_keys=input_keys)
@@ -500,8 +505,8 @@ class Flow(Engine, Generic[StateT]):
             if resume is not None:
                 await resume()
             else:
-                for part in parts:
-                    await part.before_starts()
+                if prepare is not None:
+                    await prepare()
                 await self._run_starts()
         except HumanFeedbackPending as pending:
             await self._human.save_pending(pending)
