@@ -26,7 +26,8 @@ from voxflow_voice.session.metrics import Distribution
 
 from voxflow.ids import DeliveryId
 
-__all__ = ["STAGES", "StampedModel", "StampedStt", "StampedTts", "Stamps", "stages"]
+__all__ = ["STAGES", "StampedModel", "StampedStreamingStt", "StampedStt", "StampedTts", "Stamps",
+           "stages"]
 
 
 @dataclass(slots=True)
@@ -48,6 +49,29 @@ class StampedStt:
             return await self.inner.transcribe(audio)
         finally:
             self.stamps.stt.append((start, time.monotonic()))
+
+
+class StampedStreamingStt(StampedStt):
+    """A streaming engine's wrapper (``whisper-streaming``): its partial, closing and tail
+    decodes are stamped as STT calls too (the one running at the pause is the pause's)."""
+
+    streaming = True
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def _stamped(self, fn: Any, *args: Any) -> Any:
+        start = time.monotonic()
+        try:
+            return fn(*args)
+        finally:
+            self.stamps.stt.append((start, time.monotonic()))
+
+    def decode_words(self, *args: Any) -> Any:
+        return self._stamped(self.inner.decode_words, *args)  # type: ignore[attr-defined]
+
+    def decode_tail(self, *args: Any) -> Any:
+        return self._stamped(self.inner.decode_tail, *args)  # type: ignore[attr-defined]
 
 
 class StampedModel:

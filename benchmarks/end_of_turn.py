@@ -195,6 +195,26 @@ repeated turn is cut to its first time, and the window fitted to the turn is the
 default: ``stt_accuracy.py``, 0.70x the time of the 10 s window); Whisper on 1 thread
 (837 vs 968 ms beside the model); the warm-up at onset (1098 ms); the STT from a 0.05 s
 pause (1344 vs 1208 at load 9).
+
+``--v2v-stt whisper-streaming:MODEL`` runs the incremental engine instead (its partial,
+closing and tail decodes stamped as STT calls). Dec 4, ``--v2v 8 --configs smart``, one
+run each, load 4.2 to 7.9 (medians, ms after the last speech sample):
+
+=========================  ===========  =========  ======  ===========  ==================
+STT                        STT start    STT end    Smart   first        transcripts
+                           (the pause)             Turn    sample       (8 turns)
+                                                   end
+=========================  ===========  =========  ======  ===========  ==================
+whisper:tiny.en            158          425        623     636          all right
+whisper-streaming:tiny.en  186          645        1141    1156         "pairs" in 6
+whisper:base               160          453        709     726          all right
+whisper-streaming:base     439          985        1046    1055         "are going to be
+                                                                        like ..." in 2
+=========================  ===========  =========  ======  ===========  ==================
+
+On the anchor's 3.4 s question the streaming engine loses through the product's path: its
+partial decodes keep the CPU busy when the speech stops, so the decode at the first silent
+frame waits for one, and its short windows mishear the turn's end.
 """
 
 from __future__ import annotations
@@ -456,15 +476,25 @@ V2V_DEFAULT = ("timer-0.2", "timer-0.6", "smart")
 
 
 async def voice_to_voice(turns: int, wav: Path | None, names: list[str],
-                         text: str = ANCHOR_TEXT, holds: tuple[float, ...] = ()) -> None:
+                         text: str = ANCHOR_TEXT, holds: tuple[float, ...] = (),
+                         engine: str = "whisper:base") -> None:
     """``wav``: the utterance (None: render ``text`` as the anchor did its sentence);
     ``names``: the configurations (:data:`V2V_CONFIGS`); ``holds``: Smart Turn
-    configurations holding a complete turn (``complete_silence``) after them."""
-    from _v2v_stages import StampedModel, StampedStt, StampedTts, Stamps, stages
+    configurations holding a complete turn (``complete_silence``) after them; ``engine``:
+    the STT, ``whisper:MODEL`` or ``whisper-streaming:MODEL``."""
+    from _v2v_stages import (
+        StampedModel,
+        StampedStreamingStt,
+        StampedStt,
+        StampedTts,
+        Stamps,
+        stages,
+    )
     from voice_latency import Assistant, tape_figures
     from voxflow_adapters.testkit.scenario import run_call
     from voxflow_adapters.testkit.script import CallScript
     from voxflow_voice.engines import VoiceEngines
+    from voxflow_voice.engines.stt_streaming import StreamingSttSettings, StreamingWhisperStt
     from voxflow_voice.session import VoiceSettings
 
     from voxflow.clock import MonotonicClock
@@ -492,14 +522,19 @@ async def voice_to_voice(turns: int, wav: Path | None, names: list[str],
             f"Smart Turn, a complete turn held {hold} s (not a question nor a closed answer)",
             TurnDetection(complete_silence=hold, **_SMART), True, {}, False)
     for key, (name, detection, with_model, stt_options, warm_up) in configs.items():
-        stt = WhisperStt(SttSettings(model="base", **stt_options))
+        kind, _, model_name = engine.partition(":")
+        streaming = kind == "whisper-streaming"
+        stt = (StreamingWhisperStt(StreamingSttSettings(model=model_name, **stt_options))
+               if streaming else WhisperStt(SttSettings(model=model_name, **stt_options)))
         await stt.transcribe(AudioChunk.from_float(np.zeros(16_000, np.float32), 16_000))
         stamps = Stamps()
+        stamped = (StampedStreamingStt(stt, stamps) if streaming  # type: ignore[arg-type]
+                   else StampedStt(stt, stamps))  # type: ignore[arg-type]
         script = CallScript()
         for i in range(turns):
             script.user_says(0.5 + 5.0 * i, audio=audio)
         used = VoiceEngines(
-            stt=StampedStt(stt, stamps), tts=StampedTts(engines.tts, stamps),
+            stt=stamped, tts=StampedTts(engines.tts, stamps),
             make_vad=engines.make_vad,
             end_of_turn=StampedModel(engines.end_of_turn, stamps) if with_model else None)
         call = await run_call(TurnRunner(Assistant(suppress_flow_events=True)), script, used,
@@ -510,7 +545,7 @@ async def voice_to_voice(turns: int, wav: Path | None, names: list[str],
         tape = tape_figures(call, [])
         v2v = Distribution.of(tape.v2v)
         decided = call.session._detector.decisions
-        print(f"\n== {key}: {name}")
+        print(f"\n== {key}: {name}; STT {engine}")
         print(f"   voice to voice, tape (targets median <= 500, p90 <= 700 ms)  {v2v}")
         print("   stages, ms after the last speech sample (tape):")
         for label, value in stages(call, stamps):
@@ -564,13 +599,15 @@ def main() -> None:
                         help="instead: voice to voice in real time over N turns")
     parser.add_argument("--wav", type=Path, default=ANCHOR_WAV, help="the --v2v utterance")
     parser.add_argument("--text", help="--v2v: this sentence in the bundled voice instead")
+    parser.add_argument("--v2v-stt", default="whisper:base", metavar="ENGINE:MODEL",
+                        help="--v2v: the STT (whisper:MODEL or whisper-streaming:MODEL)")
     parser.add_argument("--configs", nargs="+", choices=sorted(V2V_CONFIGS),
                         default=list(V2V_DEFAULT), help="the --v2v configurations, in order")
     args = parser.parse_args()
     if args.v2v:
         wav = args.wav if args.wav.is_file() and args.text is None else None
         asyncio.run(voice_to_voice(args.v2v, wav, args.configs, args.text or ANCHOR_TEXT,
-                                   tuple(h for h in args.hold if h)))
+                                   tuple(h for h in args.hold if h), args.v2v_stt))
         return
     kinds = {"paused", "short", "complete"} if args.set == "all" else {args.set}
     began = time.perf_counter()

