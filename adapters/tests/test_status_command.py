@@ -105,3 +105,28 @@ async def test_an_uncapped_worker_counts_its_measured_headroom_not_its_ceiling(
     assert [w.free for w in fleet.workers] == [1, 2, 2]
     assert '"free":2' in fleet.model_dump_json()
     assert "10000" not in "\n".join(text)
+
+
+async def test_a_table_an_older_version_made_reads_as_browser_workers(
+    pg_schema_url: str,
+) -> None:
+    """The ``kind`` column is added when a worker or front door of this version starts;
+    ``voxflow status`` run first against a deployment of an older version (its workers'
+    table without the column) shows them, as browser workers (before: "cannot use the
+    dispatch database")."""
+    import asyncio
+
+    import psycopg
+    from voxflow_adapters.hosting.dispatch import DispatchStore
+    from voxflow_adapters.hosting.fleet import read_fleet, render_fleet
+
+    store = DispatchStore(pg_schema_url, kind="webrtc")
+    try:
+        await store.register("old-1", slots=3, host="box", pid=21)
+    finally:
+        await store.aclose()
+    with psycopg.connect(pg_schema_url, autocommit=True) as conn:
+        conn.execute("ALTER TABLE voxflow_call_workers DROP COLUMN kind")
+    fleet = await asyncio.to_thread(read_fleet, pg_schema_url)
+    assert [(w.worker_id, w.kind, w.slots) for w in fleet.workers] == [("old-1", "webrtc", 3)]
+    assert render_fleet(fleet).splitlines()[2].split()[:2] == ["old-1", "webrtc"]

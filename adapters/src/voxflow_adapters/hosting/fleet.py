@@ -127,7 +127,11 @@ def _tables(conn: Any) -> set[str]:
 def _workers(conn: Any) -> list[WorkerRow]:
     rows = conn.execute(
         "SELECT worker_id, host, pid, slots, used, headroom, draining, "
-        f"{_NOW} - heartbeat_at, kind FROM voxflow_call_workers ORDER BY worker_id"
+        f"{_NOW} - heartbeat_at, "
+        # (the kind column is added by a process of this version at its start; a table
+        # an older version made has none, and its workers answer browsers)
+        "coalesce(to_jsonb(w) ->> 'kind', 'webrtc') "
+        "FROM voxflow_call_workers w ORDER BY worker_id"
     ).fetchall()
     return [WorkerRow(worker_id=r[0], host=r[1], pid=r[2], slots=r[3], used=r[4],
                       headroom=r[5], draining=r[6], heartbeat_age=r[7], kind=r[8])
