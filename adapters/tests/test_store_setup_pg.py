@@ -24,7 +24,7 @@ from voxflow.flow.postgres import PostgresFlowPersistence
 from voxflow.jobs import JobInbox, PostgresJobQueue
 from voxflow.jobs.inbox import INBOX_SCHEMA
 from voxflow.pg_schema import relations_of
-from voxflow.settings import connection_options, database_schema
+from voxflow.pg_url import connection_options, database_schema
 
 pytestmark = pytest.mark.unit
 

@@ -415,7 +415,7 @@ def test_a_password_in_the_url_query_is_never_echoed() -> None:
     # server's error, its path and the store's repr must not show it.
     from voxflow.errors import PersistenceUnavailableError
     from voxflow.flow.postgres import PostgresFlowPersistence
-    from voxflow.settings import redact_url
+    from voxflow.pg_url import redact_url
 
     assert redact_url("postgresql://u@h/db?sslmode=disable&password=hunter2") == (
         "postgresql://u@h/db?sslmode=disable&password=***"

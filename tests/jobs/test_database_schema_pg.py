@@ -19,13 +19,8 @@ from tests.jobs.queue_kit import FLOW, ROOT, stop
 from voxflow.cli import main as cli_main
 from voxflow.flow.postgres import PostgresFlowPersistence
 from voxflow.jobs import JobInbox, PostgresJobQueue, default_job_queue
-from voxflow.settings import (
-    Settings,
-    SettingsError,
-    check_database_url,
-    connection_options,
-    database_schema,
-)
+from voxflow.pg_url import check_database_url, connection_options, database_schema
+from voxflow.settings import Settings, SettingsError
 
 pytestmark = pytest.mark.unit
 

@@ -161,7 +161,8 @@ def default_persistence() -> RowStore:
     url = (env[0] or "").strip()
     if url:
         # Here: `from voxflow import Flow` builds no settings model.
-        from voxflow.settings import DATABASE_URL_VARIABLE, SettingsError, check_database_url
+        from voxflow.pg_url import check_database_url
+        from voxflow.settings import DATABASE_URL_VARIABLE, SettingsError
 
         try:
             check_database_url(url)

@@ -31,14 +31,14 @@ from voxflow.errors import PersistenceUnavailableError
 from voxflow.flow._item_rows import PG_SCHEMA, Conn, Cursor
 from voxflow.flow._row_store import RowStore
 from voxflow.pg_schema import ensure_tables
-from voxflow.settings import (
-    DATABASE_URL_VARIABLE,
+from voxflow.pg_url import (
     check_database_url,
     check_schema,
     connection_options,
     database_schema,
     redact_url,
 )
+from voxflow.settings import DATABASE_URL_VARIABLE
 
 if TYPE_CHECKING:
     from psycopg import Connection
@@ -94,7 +94,7 @@ class PostgresFlowPersistence(RowStore):
             ``options`` (``-c statement_timeout=…``) apply to every connection.
         schema: the schema holding the tables (created if missing); None (the default):
             the first schema of the URL's ``search_path``
-            (:func:`~voxflow.settings.database_schema`, ``public`` when it names none),
+            (:func:`~voxflow.pg_url.database_schema`, ``public`` when it names none),
             the schema every voxflow store given that URL uses.
         history_limit: older snapshots kept per session besides the latest (>= 0).
         max_connections: the pool's size (>= 1).

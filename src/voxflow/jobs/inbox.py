@@ -46,14 +46,14 @@ from voxflow.jobs.background import MAX_PROGRESS_CHARS, BackgroundJob, commit_pr
 from voxflow.jobs.records import JobState, JobUpdate, begin_attempt, commit_job_update
 from voxflow.pg_retry import atransaction
 from voxflow.pg_schema import aensure_tables
-from voxflow.settings import (
-    DATABASE_URL_VARIABLE,
+from voxflow.pg_url import (
     check_database_url,
     check_schema,
     connection_options,
     database_schema,
     redact_url,
 )
+from voxflow.settings import DATABASE_URL_VARIABLE
 from voxflow.storable import check_json, check_text
 
 if TYPE_CHECKING:
@@ -193,7 +193,7 @@ class JobInbox:
         url: a ``postgresql://`` URL (validated; never shown with its password).
         schema: the schema holding the table (created if missing); None (the default):
             the first schema of the URL's ``search_path``
-            (:func:`~voxflow.settings.database_schema`), as for every voxflow store.
+            (:func:`~voxflow.pg_url.database_schema`), as for every voxflow store.
         max_connections: the pool's size (>= 1).
         connect_timeout: seconds to wait for a connection before failing.
 

@@ -58,13 +58,8 @@ from voxflow.jobs.worker_app import (
     run_until_stopped,
 )
 from voxflow.pg_schema import ensure_tables
-from voxflow.settings import (
-    Settings,
-    check_database_url,
-    check_schema,
-    database_schema,
-    redact_url,
-)
+from voxflow.pg_url import check_database_url, check_schema, database_schema, redact_url
+from voxflow.settings import Settings
 
 if TYPE_CHECKING:
     import procrastinate
@@ -132,7 +127,7 @@ class PostgresJobQueue:
         url: a ``postgresql://`` URL (validated; never shown with its password).
         schema: the schema holding the queue's and the inbox's tables (created, with
             Procrastinate's schema, on first use); None (the default): the first schema
-            of the URL's ``search_path`` (:func:`~voxflow.settings.database_schema`,
+            of the URL's ``search_path`` (:func:`~voxflow.pg_url.database_schema`,
             ``public`` when it names none), as for every voxflow store given that URL.
         queue: the Procrastinate queue name of voxflow's jobs.
         connect_timeout: seconds to wait for a connection before failing.

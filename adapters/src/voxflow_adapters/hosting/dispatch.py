@@ -47,7 +47,7 @@ from typing import TYPE_CHECKING, Any
 
 from voxflow.pg_retry import atransaction
 from voxflow.pg_schema import aensure_tables
-from voxflow.settings import (
+from voxflow.pg_url import (
     check_database_url,
     check_schema,
     connection_options,
@@ -82,7 +82,7 @@ _NOW = "extract(epoch FROM clock_timestamp())::float8"
 class DispatchStore:
     """The dispatch tables, in the first schema of the URL's ``search_path`` (``public``
     unless the URL says ``?options=-csearch_path%3D...``), beside the sessions and the job
-    queue of that URL (:func:`~voxflow.settings.database_schema`).
+    queue of that URL (:func:`~voxflow.pg_url.database_schema`).
 
     Args:
         url: a ``postgresql://`` URL (validated; never shown with its password).

@@ -20,7 +20,8 @@ import math
 from pydantic import BaseModel, ConfigDict, Field, computed_field
 
 from voxflow.errors import VoxflowError
-from voxflow.settings import DATABASE_URL_VARIABLE, redact_url
+from voxflow.pg_url import redact_url
+from voxflow.settings import DATABASE_URL_VARIABLE
 
 __all__ = [
     "CALL_KINDS",

@@ -18,7 +18,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from voxflow.jobs.queue import TASK_NAME, PostgresJobQueue, QueueStatistics
-from voxflow.settings import check_database_url, connection_options, database_schema
+from voxflow.pg_url import check_database_url, connection_options, database_schema
 
 from .dispatch_tables import DispatchUnavailableError, WorkerRow, dispatch_unavailable
 
