@@ -61,6 +61,7 @@ from voxflow_voice.engines import VoiceEngines
 from voxflow_voice.engines.tts import PiperTts, TtsSettings
 from voxflow_voice.events import TurnCommitted, TurnMetrics, TurnRevoked
 from voxflow_voice.session import VoiceSettings
+from voxflow_voice.settings import VoiceSection
 
 from voxflow.clock import MonotonicClock
 from voxflow.settings import Settings
@@ -375,7 +376,8 @@ async def main() -> None:
         voice = voice.model_copy(update={"turn_detection": type(voice.turn_detection)
                                          .model_validate({**voice.turn_detection.model_dump(),
                                                           **tried})})
-    print(f"end of turn: {settings.end_of_turn} {' '.join(args.turn)}; stt {settings.stt}; "
+    chose = settings.section(VoiceSection)
+    print(f"end of turn: {chose.end_of_turn} {' '.join(args.turn)}; stt {chose.stt}; "
           f"{args.clock} time; "
           f"{len(chosen)} utterances of the {args.half} half (set: {len(utterances)}); "
           f"load {os.getloadavg()[0]:.1f}", flush=True)
@@ -384,7 +386,7 @@ async def main() -> None:
         outcomes.append(await measure(u, engines, voice, args.clock == "real"))
         if number % 25 == 0:
             print(f"  {number}/{len(chosen)} ({time.monotonic() - started:.0f} s)", flush=True)
-    report(outcomes, f"{args.half} half, end of turn {settings.end_of_turn}")
+    report(outcomes, f"{args.half} half, end of turn {chose.end_of_turn}")
     print(f"\n{time.monotonic() - started:.0f} s wall; load {os.getloadavg()[0]:.1f}")
 
 

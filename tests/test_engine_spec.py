@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from voxflow_voice.settings import VoiceSection
 
 from voxflow.engine_spec import (
     DEFAULT_ENGINES,
@@ -122,10 +123,11 @@ def test_the_variables_choose_the_engines() -> None:
     chosen = Settings.from_env({"VOXFLOW_STT": "whisper:base", "VOXFLOW_TTS": "piper:/v.onnx",
                                 "VOXFLOW_VAD": "energy:threshold_db=-35",
                                 "VOXFLOW_END_OF_TURN": "smart-turn"})
-    assert chosen.engine("stt") == EngineSpec("stt", "whisper", "base")
-    assert chosen.engine("vad").options == (("threshold_db", "-35"),)
-    assert chosen.judges_end_of_turn
-    assert {kind: getattr(Settings(), kind) for kind in ENGINE_KINDS} == DEFAULT_ENGINES
+    voice = chosen.section(VoiceSection)
+    assert voice.engine("stt") == EngineSpec("stt", "whisper", "base")
+    assert voice.engine("vad").options == (("threshold_db", "-35"),)
+    assert voice.judges_end_of_turn
+    assert {kind: getattr(VoiceSection(), kind) for kind in ENGINE_KINDS} == DEFAULT_ENGINES
 
 
 @pytest.mark.parametrize("kind", ENGINE_KINDS)
@@ -161,4 +163,4 @@ def test_the_replaced_variables_are_refused_with_their_replacement(
     assert Settings.from_env({old: "  "}) == Settings()  # set empty: as unset
     field = old.removeprefix("VOXFLOW_").lower()
     with pytest.raises(ValueError, match=f"{field} is replaced by"):
-        Settings.model_validate({field: value})
+        VoiceSection.model_validate({field: value})

@@ -3,24 +3,41 @@
 from __future__ import annotations
 
 import re
+from importlib.metadata import entry_points
 from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from pydantic import Field
+from voxflow_adapters.settings import PhoneSection, WebRtcSection
+from voxflow_voice.settings import VoiceSection
 
-from voxflow.settings import Settings, SettingsError
+from voxflow.settings import (
+    RETIRED_GROUP,
+    SETTINGS_GROUP,
+    Settings,
+    SettingsError,
+    SettingsSection,
+)
 
 pytestmark = pytest.mark.unit
+
+SECTIONS: tuple[type[SettingsSection], ...] = (VoiceSection, WebRtcSection, PhoneSection)
+
+
+def voice(settings: Settings) -> VoiceSection:
+    return settings.section(VoiceSection)
 
 
 def test_defaults_without_variables() -> None:
     settings = Settings.from_env({})
-    assert (settings.stt, settings.tts, settings.vad, settings.end_of_turn) == (
+    v = voice(settings)
+    assert (v.stt, v.tts, v.vad, v.end_of_turn) == (
         "whisper:tiny.en", "piper", "silero", "smart-turn")
-    assert settings.judges_end_of_turn
+    assert v.judges_end_of_turn
     assert settings.model is None
-    assert settings.end_of_turn_silence == 0.6
+    assert v.end_of_turn_silence == 0.6
     assert settings.demo_out == Path("voxflow-demo")
 
 
@@ -31,7 +48,7 @@ def test_variables_override_defaults() -> None:
         "UNRELATED": "x",
     })
     assert settings.model == "gpt-4o-mini"
-    assert settings.end_of_turn_silence == 0.3
+    assert voice(settings).end_of_turn_silence == 0.3
     assert settings.port == 9000
     assert settings.log_level == "DEBUG"
     assert settings.home == Path("/tmp/vf")
@@ -50,7 +67,58 @@ def test_bad_values_name_the_variable(name: str, value: str) -> None:
 
 
 def test_every_setting_has_a_variable() -> None:
-    assert set(Settings.variables().values()) == set(Settings.model_fields)
+    fields = [*Settings.model_fields, *(f for s in SECTIONS for f in s.model_fields)]
+    assert sorted(Settings.variables().values()) == sorted(fields)  # each once
+
+
+def test_each_entry_point_names_the_section_that_reads_it() -> None:
+    for entry in entry_points(group=SETTINGS_GROUP):
+        assert entry.name in entry.load().model_fields, entry
+    retired = {entry.name: entry.load() for entry in entry_points(group=RETIRED_GROUP)}
+    assert retired == dict.fromkeys(VoiceSection.RETIRED, VoiceSection)
+
+
+def test_the_core_knows_no_voice_or_transport_setting() -> None:
+    """The voice and transport settings (secrets among them) are their packages' sections,
+    registered as entry points: the core lists them without holding them."""
+    assert not {"stt", "min_barge_in", "turn_credential", "twilio_auth_token",
+                "webrtc_receive_hold"} & set(Settings.model_fields)
+    assert {"VOXFLOW_STT", "VOXFLOW_TURN_CREDENTIAL", "VOXFLOW_TWILIO_AUTH_TOKEN"} <= set(
+        Settings.variables())
+    rows = [variable for variable, _, _ in Settings.describe()]
+    assert rows == list(dict.fromkeys(rows)) and set(rows) == set(Settings.variables())
+
+
+def test_a_section_reads_the_variables_and_options_route_to_it() -> None:
+    read = Settings.from_env({"VOXFLOW_MIN_BARGE_IN": "0.2", "VOXFLOW_TURN_USERNAME": "kim",
+                              "VOXFLOW_TWILIO_AUTH_TOKEN": "tok", "VOXFLOW_PORT": "9000"})
+    assert voice(read).min_barge_in == 0.2 and read.port == 9000
+    assert read.section(WebRtcSection).turn_username == "kim"
+    token = read.section(PhoneSection).twilio_auth_token
+    assert token is not None and token.get_secret_value() == "tok"
+    changed = read.with_options(stt="whisper:base", end_of_turn="none", port=9001)
+    assert (voice(changed).stt, voice(changed).min_barge_in, changed.port) == (
+        "whisper:base", 0.2, 9001)
+    assert not voice(changed).judges_end_of_turn
+    assert voice(read).stt == "whisper:tiny.en"  # (the settings it came from: unchanged)
+    assert Settings().section(VoiceSection) == VoiceSection()
+    with pytest.raises(SettingsError, match=r"^--bogus 1: Extra inputs are not permitted"):
+        Settings().with_options(bogus=1)
+    with pytest.raises(TypeError, match="SettingsSection class"):
+        Settings().section(Settings)
+
+
+def test_a_section_no_entry_point_registers_still_reads_the_variables() -> None:
+    """A stale install (entry points from an older version): the section's variables are
+    read when the section is asked for, and a bad one is the same one-line error then."""
+
+    class Extra(SettingsSection):
+        extra_knob: int = Field(1, ge=0, le=9, description="a knob")
+
+    assert Settings.from_env({"VOXFLOW_EXTRA_KNOB": "4"}).section(Extra).extra_knob == 4
+    late = Settings.from_env({"VOXFLOW_EXTRA_KNOB": "12"})
+    with pytest.raises(SettingsError, match=r"^VOXFLOW_EXTRA_KNOB='12': .*from 0 to 9$"):
+        late.section(Extra)
 
 
 @pytest.mark.parametrize(("value", "expected"), [
@@ -58,10 +126,9 @@ def test_every_setting_has_a_variable() -> None:
     ("true", True), ("1", True), ("yes", True), (" True ", True),
 ])
 def test_speculative_replies_reads_booleans(value: str, expected: bool) -> None:
-    assert Settings.from_env({"VOXFLOW_SPECULATIVE_REPLIES": value}).speculative_replies is (
-        expected
-    )
-    assert Settings.from_env({}).speculative_replies is True
+    read = Settings.from_env({"VOXFLOW_SPECULATIVE_REPLIES": value})
+    assert voice(read).speculative_replies is expected
+    assert voice(Settings.from_env({})).speculative_replies is True
 
 
 # -- fuzz: any value of any variable is a Settings or a SettingsError naming it ---------------
@@ -123,7 +190,7 @@ def test_a_long_complete_silence_is_fine_without_an_end_of_turn_model() -> None:
     settings = Settings.from_env({"VOXFLOW_END_OF_TURN": "none",
                                   "VOXFLOW_MAX_END_OF_TURN_SILENCE": "0.6",
                                   "VOXFLOW_COMPLETE_SILENCE": "0.8"})
-    assert settings.complete_silence == 0.8
+    assert voice(settings).complete_silence == 0.8
 
 
 # -- a VOXFLOW_* variable nothing reads ---------------------------------------------------

@@ -10,20 +10,31 @@ from collections.abc import Callable
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from voxflow_adapters.settings import PhoneSection, WebRtcSection
+from voxflow_voice.settings import VoiceSection
 
-from voxflow.settings import ENV_PREFIX, Settings, SettingsError
+from voxflow.settings import ENV_PREFIX, Settings, SettingsError, SettingsSection
 
 pytestmark = pytest.mark.unit
 
-NUMBERS = [name for name, info in Settings.model_fields.items()
-           if info.annotation in (int, float)]
-FLOATS = [name for name in NUMBERS if Settings.model_fields[name].annotation is float]
-INTS = [name for name in NUMBERS if Settings.model_fields[name].annotation is int]
+OWNER: dict[str, type[SettingsSection]] = {
+    name: section for section in (Settings, VoiceSection, WebRtcSection, PhoneSection)
+    for name in section.model_fields}
+FIELDS = {name: OWNER[name].model_fields[name] for name in OWNER}
+NUMBERS = [name for name, info in FIELDS.items() if info.annotation in (int, float)]
+FLOATS = [name for name in NUMBERS if FIELDS[name].annotation is float]
+INTS = [name for name in NUMBERS if FIELDS[name].annotation is int]
+
+
+def setting(settings: Settings, name: str) -> object:
+    """The setting ``name``, from the core or the section that owns it."""
+    owner = OWNER[name]
+    return getattr(settings if owner is Settings else settings.section(owner), name)
 
 
 def bounds(name: str) -> tuple[float, bool, float]:
     """(lowest, lowest included, highest) of a numeric setting, from its field."""
-    found = {k: getattr(m, k) for m in Settings.model_fields[name].metadata
+    found = {k: getattr(m, k) for m in FIELDS[name].metadata
              for k in ("ge", "gt", "le") if getattr(m, k, None) is not None}
     return (found["ge"], True, found["le"]) if "ge" in found else (found["gt"], False,
                                                                    found["le"])
@@ -83,18 +94,18 @@ def test_a_float_variable_is_taken_exactly_when_it_is_in_range(
         assert str(exc).startswith(ENV_PREFIX + name.upper() + "=")
     else:
         assert fits, (name, text)
-        assert getattr(result, name) == parsed
+        assert setting(result, name) == parsed
 
 
 @settings(max_examples=200, derandomize=True, deadline=None, database=None)
-@given(name=st.sampled_from(INTS), value=st.integers(-(10**20), 10**20))
+@given(name=st.sampled_from(INTS), number=st.integers(-(10**20), 10**20))
 def test_a_whole_number_variable_is_taken_exactly_when_it_is_in_range(
-    name: str, value: int,
+    name: str, number: int,
 ) -> None:
     low, _, high = bounds(name)
     try:
-        result = Settings.from_env({ENV_PREFIX + name.upper(): str(value)})
+        result = Settings.from_env({ENV_PREFIX + name.upper(): str(number)})
     except SettingsError as exc:
-        assert not low <= value <= high, (name, value, exc)
+        assert not low <= number <= high, (name, number, exc)
     else:
-        assert getattr(result, name) == value and low <= value <= high
+        assert setting(result, name) == number and low <= number <= high

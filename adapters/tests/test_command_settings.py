@@ -24,7 +24,8 @@ from voxflow.turns import TurnRunner
 
 pytestmark = pytest.mark.models
 
-TUNED = Settings(end_of_turn_silence=1.1, min_barge_in=0.15, speculative_replies=False)
+TUNED = Settings().with_options(end_of_turn_silence=1.1, min_barge_in=0.15,
+                                speculative_replies=False)
 
 
 def _assert_tuned(voice: VoiceSettings) -> None:

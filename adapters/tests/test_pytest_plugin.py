@@ -157,7 +157,7 @@ def test_the_fixtures_and_run_call_take_the_environments_end_of_turn(
         from voxflow.turns import TurnRunner
 
         WANTED = VoiceSettings.from_settings(
-            Settings(end_of_turn="smart-turn", max_end_of_turn_silence=1.4))
+            Settings().with_options(end_of_turn="smart-turn", max_end_of_turn_silence=1.4))
 
         def test_the_fixture_loads_the_model(voice_engines):
             assert isinstance(voice_engines.end_of_turn, SmartTurn)

@@ -17,6 +17,7 @@ from voxflow_adapters.hosting.tls import (
     self_signed_certificate,
     ssl_context,
 )
+from voxflow_adapters.settings import WebRtcSection
 from voxflow_adapters.webrtc.command import (
     ServeOptionError,
     build_settings,
@@ -83,7 +84,7 @@ def test_turn_credentials_come_from_the_environment_never_the_url(
     assert "s3cret" not in repr(settings)
     built = build_settings(host="127.0.0.1", port=0, token=None,
                            ice_servers=["turn:turn.example:3478"],
-                           turn_username=settings.turn_username,
+                           turn_username=settings.section(WebRtcSection).turn_username,
                            turn_credential="s3cret")
     assert built.peer.ice_servers[0].credential == "s3cret"
     assert "s3cret" not in repr(built) and "s3cret" not in str(built.peer)  # logs, errors

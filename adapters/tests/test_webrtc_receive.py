@@ -12,6 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
+from voxflow_adapters.settings import WebRtcSection
 from voxflow_adapters.webrtc import (
     PeerSettings,
     ServerSettings,
@@ -130,7 +131,7 @@ def test_a_hostile_receive_hold_variable_names_the_variable_and_the_fix(raw: str
 def test_the_receive_hold_variable_reaches_the_server_settings() -> None:
     settings = Settings.from_env({"VOXFLOW_WEBRTC_RECEIVE_HOLD": " 0 "})
     built = build_settings(host="127.0.0.1", port=0, token=None,
-                           receive_hold=settings.webrtc_receive_hold)
+                           receive_hold=settings.section(WebRtcSection).webrtc_receive_hold)
     assert built.peer.receive_hold == 0
     assert build_settings(host="127.0.0.1", port=0, token=None).peer.receive_hold == 3
 

@@ -1,4 +1,4 @@
-"""voxflow's settings: one validated model, read from ``VOXFLOW_*`` variables at the edge.
+"""voxflow's settings: validated models, read from ``VOXFLOW_*`` variables at the edge.
 
 The CLI builds :class:`Settings` with :meth:`Settings.from_env` and passes values on; an
 entry point given no settings (``run_call``, the pytest plugin's fixtures, the demo, chat,
@@ -8,21 +8,13 @@ environment, which overrides the defaults. A ``VOXFLOW_*`` variable that nothing
 (a misspelling) is named at start-up, with the closest known one
 (:meth:`Settings.unknown_variables`).
 
+:class:`Settings` holds the core's own settings:
+
 ======================================  ===========================  ==================
 variable                                setting                      default
 ======================================  ===========================  ==================
 ``VOXFLOW_HOME``                        ``home``                     platform data dir
 ``VOXFLOW_MODEL``                       ``model``                    none (rule-based)
-``VOXFLOW_STT``                         ``stt``                      ``whisper:tiny.en``
-``VOXFLOW_TTS``                         ``tts``                      ``piper``
-``VOXFLOW_VAD``                         ``vad``                      ``silero``
-``VOXFLOW_END_OF_TURN``                 ``end_of_turn``              ``none``
-``VOXFLOW_END_OF_TURN_SILENCE``         ``end_of_turn_silence``      ``0.6``
-``VOXFLOW_MAX_END_OF_TURN_SILENCE``     ``max_end_of_turn_silence``  ``1.6``
-``VOXFLOW_RESUME_GRACE``                ``resume_grace``             ``1.0``
-``VOXFLOW_COMPLETE_SILENCE``            ``complete_silence``         ``0``
-``VOXFLOW_MIN_BARGE_IN``                ``min_barge_in``             ``0.3``
-``VOXFLOW_SPECULATIVE_REPLIES``         ``speculative_replies``      ``true``
 ``VOXFLOW_DEMO_OUT``                    ``demo_out``                 ``voxflow-demo``
 ``VOXFLOW_HOST`` / ``VOXFLOW_PORT``     ``host`` / ``port``          ``127.0.0.1`` / 8080
 ``VOXFLOW_MAX_CALLS``                   ``max_calls``                none (measured)
@@ -30,21 +22,27 @@ variable                                setting                      default
 ``VOXFLOW_LOG_LEVEL``                   ``log_level``                ``WARNING``
 ``VOXFLOW_LLM_ENDPOINTS``               ``llm_endpoints``            none
 ``VOXFLOW_MAX_JOB_RESULT_CHARS``        ``max_job_result_chars``     4000
-``VOXFLOW_TURN_USERNAME``               ``turn_username``            none
-``VOXFLOW_TURN_CREDENTIAL``             ``turn_credential``          none (secret)
 ``VOXFLOW_DATABASE_URL``                ``database_url``             none (SQLite)
-``VOXFLOW_WEBRTC_RECEIVE_HOLD``         ``webrtc_receive_hold``      ``3``
 ``VOXFLOW_METRICS_HOST``                ``metrics_host``             ``127.0.0.1``
 ``VOXFLOW_METRICS_PORT``                ``metrics_port``             none (off)
 ``VOXFLOW_METRICS_TOKEN``               ``metrics_token``            none (secret)
 ``VOXFLOW_TRACE_CONTENT``               ``trace_content``            ``false``
 ======================================  ===========================  ==================
 
-The four voice engines are chosen by name and options (:mod:`voxflow.engine_spec`:
-``VOXFLOW_STT=whisper:base``); a spec is read here, its engine found when a voice command
-starts. The variables of the settings they replaced (``stt_model``, ``voice``,
-``end_of_turn_model``: :data:`_RENAMED`) are refused, set, with the variable that replaces
-each and its value.
+Installed packages add sections of their own (:class:`SettingsSection`): voxflow-voice the
+engines and turn taking (``VOXFLOW_STT``, ``VOXFLOW_MIN_BARGE_IN``, ...), voxflow-adapters
+the transports' (``VOXFLOW_TURN_CREDENTIAL``, ``VOXFLOW_TWILIO_AUTH_TOKEN``, ...). A
+package registers each variable a section reads as an entry point of
+:data:`SETTINGS_GROUP`, named like the setting and naming the section::
+
+    [project.entry-points."voxflow.settings"]
+    stt = "voxflow_voice.settings:VoiceSection"
+
+so the core knows every variable's name without importing a package (the warning about
+an unknown variable), loads a section only to list its settings (``--help``) or to read a
+variable that is set, and never names the package. :meth:`Settings.section` gives a
+section's values (``settings.section(VoiceSection).stt``); options route to the section
+that owns them (:meth:`Settings.with_options`).
 """
 
 from __future__ import annotations
@@ -53,41 +51,44 @@ import difflib
 import os
 import re
 from collections.abc import Mapping
+from importlib.metadata import EntryPoint, entry_points
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal, TypeVar
 
 from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    PrivateAttr,
     SecretStr,
     ValidationError,
-    ValidationInfo,
     field_validator,
-    model_validator,
 )
 
 from .endpoints import normalize_endpoints
-from .engine_spec import (
-    DEFAULT_ENGINES,
-    ENGINE_OPTIONS,
-    NO_ENGINE,
-    EngineKind,
-    EngineSpec,
-    parse_engine_spec,
-)
-from .errors import EngineSpecError, VoxflowError
+from .errors import VoxflowError
 from .pg_url import check_database_url, redact_url
 
 __all__ = [
     "DATABASE_URL_VARIABLE",
     "ENV_PREFIX",
+    "RETIRED_GROUP",
+    "SETTINGS_GROUP",
     "TOOL_VARIABLES",
     "Settings",
     "SettingsError",
+    "SettingsSection",
 ]
 
 ENV_PREFIX = "VOXFLOW_"
+
+SETTINGS_GROUP = "voxflow.settings"
+"""The entry-point group a package registers its section's variables in (one entry per
+setting, named like it: ``stt = "voxflow_voice.settings:VoiceSection"``)."""
+
+RETIRED_GROUP = "voxflow.retired_settings"
+"""The entry-point group of the settings a section replaced (its ``RETIRED``), so that
+one set is refused with its replacement, not ignored."""
 
 TOOL_VARIABLES = frozenset({
     "VOXFLOW_CALLER_TOKEN",  # the scripted WebRTC caller's page token
@@ -98,110 +99,191 @@ TOOL_VARIABLES = frozenset({
 })
 """``VOXFLOW_*`` variables read by voxflow's tools and tests, not by :class:`Settings`."""
 
-_FIXES = {
-    "demo_out": "give the folder the demo writes its call to, e.g. voxflow-demo",
-    "model": "give a litellm model id such as gpt-4o-mini, or leave it out (rule-based)",
-    "port": "give a TCP port from 1 to 65535",
-    "log_level": "use DEBUG, INFO, WARNING or ERROR",
-    "log_format": "use text or json",
-    "llm_timeout": "give seconds, more than 0 and at most 600",
-    "llm_retries": "give a whole number from 0 to 10",
-    "llm_endpoints": "give http(s)://host[:port][/path] URLs separated by commas, without "
-    "credentials, query or fragment",
-    "webrtc_receive_hold": "give a whole number of 20 ms packets from 0 to 15 (3: a lost "
-    "packet holds the audio behind it at most 60 ms; packets in order are never held)",
-    "speculative_replies": "use true or false",
-    "max_end_of_turn_silence": "give seconds, more than 0.2 (the pause where the model "
-    "decides) and at most 10",
-    "max_calls": "give a whole number from 1 to 10000, or leave it unset (as many calls as "
-    "their measured cost leaves room for)",
-    "metrics_port": "give a TCP port from 1 to 65535 (0: any free port), or leave it unset "
-    "(no metrics port)",
-    "metrics_token": "give a random token of at least 16 characters, e.g. the output of "
-    "`python3 -c 'import secrets; print(secrets.token_urlsafe())'`",
-    "database_url": (
-        "give postgresql://user[:password]@host[:port]/database, or unset it for the "
-        "embedded SQLite store"
-    ),
-}
-
-
-def _fix(field: str) -> str | None:
-    """How to correct ``field``: its entry in ``_FIXES``, else its range read from its
-    bounds ("give seconds, at least 0 and at most 3"), so a bound and its message agree."""
-    if field in _FIXES:
-        return _FIXES[field]
-    info = Settings.model_fields.get(field)
-    if info is None or info.annotation not in (int, float):
-        return None
-    bounds = {k: getattr(m, k) for m in info.metadata for k in ("ge", "gt", "le")
-              if getattr(m, k, None) is not None}  # annotated_types' Ge, Gt, Le
-    if "le" not in bounds or not {"ge", "gt"} & set(bounds):
-        return None
-    if info.annotation is int and "ge" in bounds:
-        return f"give a whole number from {bounds['ge']} to {bounds['le']}"
-    unit = "milliseconds" if field.endswith("_ms") else "seconds"
-    low = f"at least {bounds['ge']:g}" if "ge" in bounds else f"more than {bounds['gt']:g}"
-    return f"give {unit}, {low} and at most {bounds['le']:g}"
-
-
-_TURN_TAKING = ("complete_silence", "max_end_of_turn_silence", "end_of_turn")
-"""The settings a cross-field rule (:meth:`Settings._check_turn_taking`) names: the first
-one given is the variable its error starts with."""
-
 
 class SettingsError(VoxflowError, ValueError):
     """A ``VOXFLOW_*`` variable holds a value its setting cannot take."""
 
 
-class Settings(BaseModel):
-    """Everything a voxflow command can be configured with."""
+_S = TypeVar("_S", bound="SettingsSection")
+
+
+class SettingsSection(BaseModel):
+    """Settings read from ``VOXFLOW_*`` variables and command-line options: the base of
+    :class:`Settings` and of the sections installed packages add (see the module).
+
+    A subclass declares fields (each with a ``description``: the ``--help`` line) and may
+    set ``FIXES`` (how to correct a field, in its error), ``FLAGS`` (a field's option when
+    it is not ``--field-name``), ``CROSS_FIELDS`` (the fields a model-level rule names:
+    the first one given is the variable its error starts with) and ``RETIRED`` (a setting
+    it replaced: the new one, and the form an old value takes in it).
+    """
 
     model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True, allow_inf_nan=False)
+
+    FIXES: ClassVar[Mapping[str, str]] = {}
+    FLAGS: ClassVar[Mapping[str, str]] = {}
+    CROSS_FIELDS: ClassVar[tuple[str, ...]] = ()
+    RETIRED: ClassVar[Mapping[str, tuple[str, str]]] = {}
+
+    @classmethod
+    def from_env(cls: type[_S], environ: Mapping[str, str] | None = None) -> _S:
+        """The section from ``VOXFLOW_*`` variables (``os.environ`` if ``environ`` is
+        None); a variable set empty counts as unset.
+
+        Raises:
+            SettingsError: a variable's value is invalid, or a retired one is set; the
+                message names the variable.
+        """
+        env = os.environ if environ is None else environ
+        for old, (new, form) in cls.RETIRED.items():
+            raw = env.get(ENV_PREFIX + old.upper())
+            if raw is not None and raw.strip() != "":
+                raise SettingsError(
+                    f"{ENV_PREFIX}{old.upper()} is replaced by {ENV_PREFIX}{new.upper()}: "
+                    f"set {ENV_PREFIX}{new.upper()}={form.format(raw.strip())!r} and "
+                    f"unset {ENV_PREFIX}{old.upper()}")
+        values: dict[str, Any] = {}
+        for name in cls.model_fields:
+            raw = env.get(ENV_PREFIX + name.upper())
+            if raw is not None and raw.strip() != "":
+                value = raw.strip()
+                values[name] = {"log_level": value.upper(), "log_format": value.lower()}.get(
+                    name, value
+                )
+        try:
+            return cls.model_validate(values)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            field = str(first["loc"][0]) if first["loc"] else next(
+                (name for name in cls.CROSS_FIELDS if name in values),
+                cls.CROSS_FIELDS[0] if cls.CROSS_FIELDS else "?")
+            fix = cls._fix(field) if first["loc"] else None
+            raise SettingsError(
+                f"{ENV_PREFIX}{field.upper()}={cls._shown(field, values.get(field))!r}: "
+                f"{first['msg'].removeprefix('Value error, ')}" + (f"; {fix}" if fix else "")
+            ) from None
+
+    def with_options(self: _S, **options: Any) -> _S:
+        """This section with command-line values (None: not given) over it.
+
+        Raises:
+            SettingsError: a value is invalid; the message names the option
+                (``--log-level``).
+        """
+        given = {k: v for k, v in options.items() if v is not None}
+        cls = type(self)
+        try:
+            return cls.model_validate({**self.model_dump(), **given})
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            field = str(first["loc"][0]) if first["loc"] else "?"
+            flag = cls.FLAGS.get(field, "--" + field.replace("_", "-"))
+            fix = cls._fix(field)
+            raise SettingsError(
+                f"{flag} {cls._shown(field, given.get(field))!r}: "
+                f"{first['msg'].removeprefix('Value error, ')}"
+                + (f"; {fix}" if fix else "")
+            ) from None
+
+    @classmethod
+    def _fix(cls, field: str) -> str | None:
+        """How to correct ``field``: its entry in ``FIXES``, else its range read from its
+        bounds ("give seconds, at least 0 and at most 3"), so a bound and its message
+        agree."""
+        if field in cls.FIXES:
+            return cls.FIXES[field]
+        info = cls.model_fields.get(field)
+        if info is None or info.annotation not in (int, float):
+            return None
+        bounds = {k: getattr(m, k) for m in info.metadata for k in ("ge", "gt", "le")
+                  if getattr(m, k, None) is not None}  # annotated_types' Ge, Gt, Le
+        if "le" not in bounds or not {"ge", "gt"} & set(bounds):
+            return None
+        if info.annotation is int and "ge" in bounds:
+            return f"give a whole number from {bounds['ge']} to {bounds['le']}"
+        unit = "milliseconds" if field.endswith("_ms") else "seconds"
+        low = f"at least {bounds['ge']:g}" if "ge" in bounds else f"more than {bounds['gt']:g}"
+        return f"give {unit}, {low} and at most {bounds['le']:g}"
+
+    @classmethod
+    def _shown(cls, field: str, value: Any) -> Any:
+        """A rejected value as an error message may show it: a secret's never."""
+        info = cls.model_fields.get(field)
+        if info is not None and "SecretStr" in str(info.annotation) and value is not None:
+            return "<hidden>"
+        return value
+
+    @classmethod
+    def own_rows(cls) -> list[tuple[str, str, str]]:
+        """(variable, meaning, default) for each setting of this section."""
+        rows = []
+        for name, info in cls.model_fields.items():
+            default = info.default
+            shown = "none" if default in (None, ()) else str(default)
+            rows.append((ENV_PREFIX + name.upper(), info.description or "", shown))
+        return rows
+
+
+def _registered(group: str = SETTINGS_GROUP) -> dict[str, EntryPoint]:
+    """The entry points of ``group`` by setting name (the first of each)."""
+    found: dict[str, EntryPoint] = {}
+    for entry in sorted(entry_points(group=group), key=lambda e: e.value):
+        found.setdefault(entry.name, entry)
+    return found
+
+
+def _load(entry: EntryPoint) -> type[SettingsSection]:
+    """The section an entry point names.
+
+    Raises:
+        SettingsError: it cannot be loaded, or is not a :class:`SettingsSection`.
+    """
+    try:
+        loaded = entry.load()
+    except Exception as exc:  # a broken package: said, not a traceback
+        raise SettingsError(f"the settings of {entry.value} cannot be loaded "
+                            f"({type(exc).__name__}: {exc})") from None
+    if not (isinstance(loaded, type) and issubclass(loaded, SettingsSection)):
+        raise SettingsError(f"{entry.value} is not a voxflow SettingsSection")
+    return loaded
+
+
+def _sections() -> list[type[SettingsSection]]:
+    """Every installed section, loaded, in the order of its package's entry points."""
+    classes = [_load(entry) for entry in _registered().values()]
+    return list(dict.fromkeys(classes))
+
+
+class Settings(SettingsSection):
+    """Everything a voxflow command can be configured with: the core's settings, and the
+    installed packages' sections (:meth:`section`)."""
+
+    FIXES: ClassVar[Mapping[str, str]] = {
+        "demo_out": "give the folder the demo writes its call to, e.g. voxflow-demo",
+        "model": "give a litellm model id such as gpt-4o-mini, or leave it out (rule-based)",
+        "port": "give a TCP port from 1 to 65535",
+        "log_level": "use DEBUG, INFO, WARNING or ERROR",
+        "log_format": "use text or json",
+        "llm_timeout": "give seconds, more than 0 and at most 600",
+        "llm_retries": "give a whole number from 0 to 10",
+        "llm_endpoints": "give http(s)://host[:port][/path] URLs separated by commas, without "
+        "credentials, query or fragment",
+        "max_calls": "give a whole number from 1 to 10000, or leave it unset (as many calls "
+        "as their measured cost leaves room for)",
+        "metrics_port": "give a TCP port from 1 to 65535 (0: any free port), or leave it "
+        "unset (no metrics port)",
+        "metrics_token": "give a random token of at least 16 characters, e.g. the output of "
+        "`python3 -c 'import secrets; print(secrets.token_urlsafe())'`",
+        "database_url": (
+            "give postgresql://user[:password]@host[:port]/database, or unset it for the "
+            "embedded SQLite store"
+        ),
+    }
+    FLAGS: ClassVar[Mapping[str, str]] = {"demo_out": "--out"}
 
     home: Path | None = Field(None, description="data folder: persistence, model cache")
     model: str | None = Field(
         None, min_length=1, description="litellm model id for open questions (`--model`)"
-    )
-    stt: str = Field(
-        DEFAULT_ENGINES["stt"], description="speech to text: an engine and its options "
-        "(`--stt`), e.g. whisper:base or whisper:/path/to/model (voxflow doctor lists them)",
-    )
-    tts: str = Field(
-        DEFAULT_ENGINES["tts"], description="text to speech (`--tts`), e.g. piper (the bundled "
-        "voice) or piper:/path/to/voice.onnx",
-    )
-    vad: str = Field(
-        DEFAULT_ENGINES["vad"], description="voice activity detection (`--vad`): silero, or "
-        "energy (loudness alone, e.g. energy:threshold_db=-35)",
-    )
-    end_of_turn: str = Field(
-        DEFAULT_ENGINES["end_of_turn"], description="end-of-turn model (`--end-of-turn`): "
-        "smart-turn judges each short pause (complete: the turn ends at once; else it waits "
-        "up to max_end_of_turn_silence); none: the silence alone",
-    )
-    end_of_turn_silence: float = Field(0.6, gt=0, le=5, description="silence (s) ending a turn")
-    max_end_of_turn_silence: float = Field(  # the model decides at a 0.2 s pause
-        1.6, gt=0.2, le=10, description="with an end-of-turn model: silence (s) ending a turn it "
-        "judged incomplete",
-    )
-    resume_grace: float = Field(
-        1.0, ge=0, le=3, description="speech resuming within this silence (s) after a turn "
-        "ended, before any of its reply was heard, takes the turn back and makes one turn of "
-        "it all (0: never)",
-    )
-    # 0 by eot_session.py on its tune half (Dec 4): with every turn open to a continuation
-    # for continue_within (TurnDetection.continue_complete), holding a complete statement
-    # 0.8 s split no fewer paused utterances (0 of 128 either way) and answered statements
-    # 864 -> 286 ms (median, last word -> first reply sample, virtual time).
-    complete_silence: float = Field(
-        0.0, ge=0, le=10, description="with an end-of-turn model: silence (s) ending a turn it "
-        "judged complete whose words do not close it (not a closed answer such as 'No, "
-        "thanks.', not a question); speech before then goes on in the turn (0: at once)",
-    )
-    min_barge_in: float = Field(0.3, ge=0, le=5, description="speech (s) that interrupts a reply")
-    speculative_replies: bool = Field(
-        True, description="answer in the user's pause, spoken once the turn is confirmed"
     )
     demo_out: Path = Field(Path("voxflow-demo"), description="where `voxflow demo` writes")
     host: str = Field("127.0.0.1", description="`voxflow serve` bind address")
@@ -237,23 +319,6 @@ class Settings(BaseModel):
         4000, ge=1, le=1_000_000, description="the longest text a background job may "
         "return to be announced; a longer one fails the job, naming this limit",
     )
-    turn_username: str | None = Field(
-        None, description="`voxflow serve --ice-server turn:...`: the TURN user name"
-    )
-    turn_credential: SecretStr | None = Field(
-        None, description="`voxflow serve --ice-server turn:...`: the TURN password (never "
-        "on the command line)",
-    )
-    twilio_auth_token: SecretStr | None = Field(
-        None, description="`voxflow phone`: the carrier account's auth token, which every "
-        "webhook's signature is checked with (never on the command line, never logged)",
-    )
-
-    webrtc_receive_hold: int = Field(
-        3, ge=0, le=15, description="`voxflow serve`: inbound RTP packets a "
-        "lost or overtaken packet may hold before it is skipped (packets in order are "
-        "decoded at once)",
-    )
 
     database_url: SecretStr | None = Field(
         None, description="PostgreSQL session store (postgresql://…); unset: embedded SQLite"
@@ -276,38 +341,9 @@ class Settings(BaseModel):
         "prompts, answers, tool arguments and results, transcripts (off: none of it)",
     )
 
-    @model_validator(mode="before")
-    @classmethod
-    def _renamed(cls, data: Any) -> Any:
-        if isinstance(data, Mapping):
-            for old, (new, form) in _RENAMED.items():
-                if old in data:
-                    value = data[old]
-                    raise ValueError(f"{old} is replaced by {new}: give {new}="
-                                     f"{_replacement(form, value)!r}")
-        return data
 
-    @field_validator("stt", "tts", "vad", "end_of_turn")
-    @classmethod
-    def _check_engine(cls, value: str, info: ValidationInfo) -> str:
-        kind: EngineKind = info.field_name  # type: ignore[assignment]
-        try:
-            parse_engine_spec(value, kind)
-        except EngineSpecError as exc:
-            raise ValueError(exc.reason) from None
-        return value
-
-    def engine(self, kind: EngineKind) -> EngineSpec:
-        """The engine of ``kind`` these settings choose, read
-        (:func:`voxflow.engine_spec.parse_engine_spec`)."""
-        spec: str = getattr(self, kind)
-        return parse_engine_spec(spec, kind)
-
-    @property
-    def judges_end_of_turn(self) -> bool:
-        """Whether an end-of-turn model judges the pauses (``end_of_turn`` is not
-        ``none``)."""
-        return self.engine("end_of_turn").name != NO_ENGINE
+    _sections: dict[type[SettingsSection], SettingsSection] = PrivateAttr(default_factory=dict)
+    _environ: dict[str, str] = PrivateAttr(default_factory=dict)
 
     @field_validator("demo_out", mode="before")
     @classmethod
@@ -334,87 +370,97 @@ class Settings(BaseModel):
             check_database_url(value.get_secret_value())
         return value
 
-    @model_validator(mode="after")
-    def _check_turn_taking(self) -> Settings:
-        if self.judges_end_of_turn and self.complete_silence > self.max_end_of_turn_silence:
-            raise ValueError(
-                f"VOXFLOW_COMPLETE_SILENCE ({self.complete_silence}) is longer than "
-                f"VOXFLOW_MAX_END_OF_TURN_SILENCE ({self.max_end_of_turn_silence}): a turn "
-                "judged complete cannot wait longer than one judged incomplete; lower "
-                "VOXFLOW_COMPLETE_SILENCE or raise VOXFLOW_MAX_END_OF_TURN_SILENCE")
-        return self
+    @classmethod
+    def _shown(cls, field: str, value: Any) -> Any:
+        if field == "database_url" and isinstance(value, str):
+            return redact_url(value)  # the URL, without its password
+        if field == "llm_endpoints" and isinstance(value, str):
+            return re.sub(r"//[^/,]*@", "//***@", value)
+        return super()._shown(field, value)
+
+    def section(self, section: type[_S]) -> _S:
+        """The values of an installed package's section: from the variables these
+        settings were read from, with the options given over them.
+
+        Raises:
+            TypeError: ``section`` is not a :class:`SettingsSection` class.
+            SettingsError: a variable of a section not registered as an entry point (a
+                stale install) is invalid.
+        """
+        if not (isinstance(section, type) and issubclass(section, SettingsSection)) or (
+                issubclass(section, Settings)):
+            raise TypeError(f"section must be a SettingsSection class, got {section!r}")
+        found = self._sections.get(section)
+        if isinstance(found, section):
+            return found
+        return section.from_env(self._environ)
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
-        """Settings from ``VOXFLOW_*`` variables (``os.environ`` if ``environ`` is None).
+        """Settings from ``VOXFLOW_*`` variables (``os.environ`` if ``environ`` is None),
+        every installed section whose variables are set read and checked with them.
 
         Raises:
             SettingsError: a variable's value is invalid; the message names the variable.
         """
         env = os.environ if environ is None else environ
-        for old, (new, form) in _RENAMED.items():
-            raw = env.get(ENV_PREFIX + old.upper())
-            if raw is not None and raw.strip() != "":
-                raise SettingsError(
-                    f"{ENV_PREFIX}{old.upper()} is replaced by {ENV_PREFIX}{new.upper()}: "
-                    f"set {ENV_PREFIX}{new.upper()}={_replacement(form, raw.strip())!r} and "
-                    f"unset {ENV_PREFIX}{old.upper()}")
-        values: dict[str, Any] = {}
-        for name in cls.model_fields:
-            raw = env.get(ENV_PREFIX + name.upper())
-            if raw is not None and raw.strip() != "":
-                value = raw.strip()
-                values[name] = {"log_level": value.upper(), "log_format": value.lower()}.get(
-                    name, value
-                )
-        try:
-            return cls.model_validate(values)
-        except ValidationError as exc:
-            first = exc.errors()[0]
-            field = str(first["loc"][0]) if first["loc"] else next(
-                (name for name in _TURN_TAKING if name in values), _TURN_TAKING[0])
-            fix = _fix(field) if first["loc"] else None
-            raise SettingsError(
-                f"{ENV_PREFIX}{field.upper()}={_shown(field, values.get(field))!r}: "
-                f"{first['msg'].removeprefix('Value error, ')}" + (f"; {fix}" if fix else "")
-            ) from None
+        settings = super().from_env(env)
+        given = {name: value.strip() for name, value in env.items()  # (not the core's own)
+                 if name.startswith(ENV_PREFIX) and value.strip() != ""
+                 and name[len(ENV_PREFIX):].lower() not in cls.model_fields}
+        settings._environ.update(given)
+        registered = {**_registered(RETIRED_GROUP), **_registered()}
+        for entry in dict.fromkeys(registered[name[len(ENV_PREFIX):].lower()]
+                                   for name in given
+                                   if name[len(ENV_PREFIX):].lower() in registered):
+            section = _load(entry)
+            if section not in settings._sections:
+                settings._sections[section] = section.from_env(given)
+        return settings
 
     def with_options(self, **options: Any) -> Settings:
-        """These settings with command-line values (None: not given) over them.
+        """These settings with command-line values (None: not given) over them; a
+        section's options (``stt=``) go to the installed section that owns them.
 
         Raises:
             SettingsError: a value is invalid; the message names the option
                 (``--log-level``).
         """
-        given = {k: v for k, v in options.items() if v is not None}
-        try:
-            return type(self).model_validate({**self.model_dump(), **given})
-        except ValidationError as exc:
-            first = exc.errors()[0]
-            field = str(first["loc"][0]) if first["loc"] else "?"
-            flags: dict[str, str] = {"demo_out": "--out"} | dict(ENGINE_OPTIONS.items())
-            flag = flags.get(field, "--" + field.replace("_", "-"))
-            fix = _fix(field)
-            raise SettingsError(
-                f"{flag} {_shown(field, given.get(field))!r}: "
-                f"{first['msg'].removeprefix('Value error, ')}"
-                + (f"; {fix}" if fix else "")
-            ) from None
+        own = {k: v for k, v in options.items() if k in type(self).model_fields}
+        registered = _registered()
+        theirs: dict[type[SettingsSection], dict[str, Any]] = {}
+        for name, value in options.items():
+            if name not in own and value is not None:
+                if name not in registered:
+                    own[name] = value  # (refused by the model: no such setting)
+                    continue
+                theirs.setdefault(_load(registered[name]), {})[name] = value
+        changed = super().with_options(**own)
+        changed._environ.update(self._environ)
+        changed._sections.update(self._sections)
+        for section, values in theirs.items():
+            changed._sections[section] = self.section(section).with_options(**values)
+        return changed
 
     @staticmethod
     def describe() -> list[tuple[str, str, str]]:
-        """(variable, meaning, default) for every setting, for ``--help`` and the README."""
-        rows = []
-        for name, info in Settings.model_fields.items():
-            default = info.default
-            shown = "none" if default in (None, ()) else str(default)
-            rows.append((ENV_PREFIX + name.upper(), info.description or "", shown))
+        """(variable, meaning, default) for every setting, the core's then each installed
+        section's, for ``--help`` and the README.
+
+        Raises:
+            SettingsError: an installed section cannot be loaded.
+        """
+        rows = Settings.own_rows()
+        for section in _sections():
+            rows.extend(section.own_rows())
         return rows
 
     @staticmethod
     def variables() -> dict[str, str]:
-        """``VOXFLOW_*`` variable → setting name, for docs and ``doctor``."""
-        return {ENV_PREFIX + name.upper(): name for name in Settings.model_fields}
+        """``VOXFLOW_*`` variable → setting name, for docs and ``doctor``: the core's and
+        every installed section's (read from the entry points, nothing imported)."""
+        names = [*Settings.model_fields, *_registered()]
+        return {ENV_PREFIX + name.upper(): name for name in dict.fromkeys(names)}
 
     @staticmethod
     def tool_variables() -> frozenset[str]:
@@ -442,31 +488,6 @@ class Settings(BaseModel):
                     "`voxflow COMMAND --help` lists the variables")
             lines.append(f"{shown} is not a voxflow variable, so it is ignored: {hint}")
         return lines
-
-
-_RENAMED: dict[str, tuple[str, str]] = {
-    "stt_model": ("stt", "whisper:{}"),
-    "voice": ("tts", "piper:{}"),
-    "end_of_turn_model": ("end_of_turn", "{}"),
-}
-"""Settings replaced by an engine spec: the new setting, and the spec an old value
-becomes."""
-
-
-def _replacement(form: str, value: object) -> str:
-    """The spec an old setting's ``value`` becomes (``base`` → ``whisper:base``)."""
-    return form.format(str(value).strip())
-
-
-def _shown(field: str, value: Any) -> Any:
-    """A rejected value as an error message may show it (a URL without its password)."""
-    if field == "database_url" and isinstance(value, str):
-        return redact_url(value)
-    if field == "llm_endpoints" and isinstance(value, str):
-        return re.sub(r"//[^/,]*@", "//***@", value)
-    if field in ("metrics_token", "turn_credential") and value is not None:
-        return "<hidden>"
-    return value
 
 
 DATABASE_URL_VARIABLE = "VOXFLOW_DATABASE_URL"

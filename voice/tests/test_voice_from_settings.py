@@ -18,7 +18,8 @@ from voxflow_voice.session import VoiceSettings
 from voxflow.errors import ModelNotFoundError, UnknownEngineError
 from voxflow.settings import Settings, SettingsError
 
-TUNED = Settings(end_of_turn_silence=1.2, min_barge_in=0.05, speculative_replies=False)
+TUNED = Settings().with_options(end_of_turn_silence=1.2, min_barge_in=0.05,
+                                speculative_replies=False)
 
 
 def test_each_setting_reaches_the_voice_settings() -> None:
@@ -57,14 +58,14 @@ def test_anything_but_settings_is_refused_by_name(bad: object) -> None:
 def test_short_and_long_silences_still_validate() -> None:
     """The extremes Settings allows build valid turn detection (end_pad is capped inside)."""
     for silence in (0.01, 5.0):
-        voice = VoiceSettings.from_settings(Settings(end_of_turn_silence=silence,
+        voice = VoiceSettings.from_settings(Settings().with_options(end_of_turn_silence=silence,
                                                      min_barge_in=0.0))
         assert voice.turn_detection.end_of_turn_silence == silence
 
 
 @pytest.mark.models
 def test_engines_load_the_named_whisper_model() -> None:
-    engines = VoiceEngines.from_settings(Settings(stt="whisper:tiny.en,beam_size=2"),
+    engines = VoiceEngines.from_settings(Settings().with_options(stt="whisper:tiny.en,beam_size=2"),
                                          deterministic=True)
     assert isinstance(engines.stt, WhisperStt)
     assert engines.stt.settings.model == "tiny.en"
@@ -79,7 +80,7 @@ def test_a_missing_voice_fails_as_load_does(tmp_path: Path) -> None:
     with pytest.raises(ModelNotFoundError) as direct:
         VoiceEngines.load(tts=f"piper:{missing}")
     with pytest.raises(ModelNotFoundError) as mapped:
-        VoiceEngines.from_settings(Settings(tts=f"piper:voice={missing}"))
+        VoiceEngines.from_settings(Settings().with_options(tts=f"piper:voice={missing}"))
     assert str(mapped.value) == str(direct.value)
     assert str(missing) in str(mapped.value)
 

@@ -305,7 +305,9 @@ class PhoneCommand:
         if args.no_signature and settings.host not in ("127.0.0.1", "::1", "localhost"):
             raise UsageError("--no-signature accepts forged calls: only on a loopback "
                              "--host (127.0.0.1)")
-        token = settings.twilio_auth_token
+        from .settings import PhoneSection  # (light: no transport)
+
+        token = settings.section(PhoneSection).twilio_auth_token
         if not args.no_signature and not args.worker and not (
                 token and token.get_secret_value()):
             raise UsageError("set VOXFLOW_TWILIO_AUTH_TOKEN to the carrier account's auth "
@@ -460,8 +462,10 @@ def chosen_engines(args: argparse.Namespace, settings: Settings, command: str) -
     with implementation(command):
         # voxflow_voice: only a command that runs a call finds its engines
         from voxflow_voice.engines.registry import choose_engine
+        from voxflow_voice.settings import VoiceSection
+    voice = settings.section(VoiceSection)
     for kind in ENGINE_KINDS:
-        spec = settings.engine(kind)
+        spec = voice.engine(kind)
         if kind == "end_of_turn" and spec.name == NO_ENGINE:
             continue
         try:

@@ -61,7 +61,10 @@ _CORE_COMMANDS = ("demo", "chat", "jobs", "doctor", "bench")
 
 
 def _variables_epilog() -> str:
-    rows = Settings.describe()
+    try:
+        rows = Settings.describe()
+    except SettingsError as exc:  # a broken package's section: said, the rest listed
+        rows = [*Settings.own_rows(), ("(installed sections)", str(exc), "-")]
     width = max(len(name) for name, _, _ in rows)
     lines = [f"  {name:<{width}}  {meaning} (default: {default})"
              for name, meaning, default in rows]
@@ -98,7 +101,8 @@ def _assistant_options(parser: argparse.ArgumentParser, *, flow: bool = True,
              "(default: $VOXFLOW_LOG_FORMAT, else text)",
     )
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
-    parser.epilog = _variables_epilog()
+    if isinstance(parser, _Parser):
+        parser.lists_variables = True
 
 
 def _settings(args: argparse.Namespace, *, log_level: str | None = None) -> Settings:
@@ -456,7 +460,16 @@ class _Parser(argparse.ArgumentParser):
     """argparse, with an unknown option named under the usage of the command it was given
     to: argparse collects what a subcommand does not know and reports it under the
     top-level usage (``voxflow chat --bogus``), or, given before any command, reports the
-    missing COMMAND instead (``voxflow --bogus``)."""
+    missing COMMAND instead (``voxflow --bogus``); a command's ``--help`` lists the
+    ``VOXFLOW_*`` variables (``lists_variables``), read only then: the installed packages'
+    sections load with it."""
+
+    lists_variables = False
+
+    def format_help(self) -> str:
+        if self.lists_variables and self.epilog is None:
+            self.epilog = _variables_epilog()
+        return super().format_help()
 
     def parse_known_args(  # type: ignore[override]
         self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None,

@@ -255,6 +255,9 @@ from .session.voice_session import (
 from .session.voice_session import (
     VoiceSettings as VoiceSettings,
 )
+from .settings import (
+    VoiceSection as VoiceSection,
+)
 from .speak.heard import (
     HeardLedger as HeardLedger,
 )
@@ -381,6 +384,7 @@ __all__ = [
     "VadStream",
     "VoiceActivityDetector",
     "VoiceEngines",
+    "VoiceSection",
     "VoiceSession",
     "VoiceSettings",
     "WhisperStt",

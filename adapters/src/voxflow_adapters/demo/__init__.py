@@ -20,6 +20,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from voxflow_voice.engines import ChosenEngine, VoiceEngines
 from voxflow_voice.session import VoiceSettings
+from voxflow_voice.settings import VoiceSection
 
 from voxflow.engine_spec import ENGINE_LABELS, EngineKind
 from voxflow.settings import Settings
@@ -42,7 +43,8 @@ def load_engines(
     settings = settings if settings is not None else Settings.from_env()
     columns = (TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn())
     with Progress(*columns, console=console, transient=False) as progress:
-        task = progress.add_task("loading models", total=4 if settings.judges_end_of_turn else 3)
+        judged = settings.section(VoiceSection).judges_end_of_turn
+        task = progress.add_task("loading models", total=4 if judged else 3)
         begun: list[EngineKind] = []
 
         def loading(kind: EngineKind, chosen: ChosenEngine[Any]) -> None:
@@ -64,7 +66,8 @@ def engines_used(settings: Settings, engines: VoiceEngines) -> dict[str, dict[st
                                        "vad": engines.make_vad()}
     if engines.end_of_turn is not None:
         built["end_of_turn"] = engines.end_of_turn
-    return {kind: {"spec": str(settings.engine(kind)),
+    voice = settings.section(VoiceSection)
+    return {kind: {"spec": str(voice.engine(kind)),
                    "engine": f"{type(engine).__module__}.{type(engine).__qualname__}"}
             for kind, engine in built.items()}
 

@@ -50,6 +50,7 @@ from ..hosting.dispatch_tables import DispatchUnavailableError
 from ..hosting.process import stop_on_signals, worker_resources
 from ..hosting.public_url import probe_public_url
 from ..hosting.worker import CallWorker
+from ..settings import PhoneSection
 from .front_door import PhoneFrontDoor
 from .host import PhoneHost
 from .server import PhoneServer, PhoneSettings, SignatureCheck
@@ -83,7 +84,7 @@ def run_phone(
     ``VOXFLOW_DATABASE_URL``)."""
     settings = settings if settings is not None else Settings.from_env()
     say = announce if announce is not None else (lambda line: print(line, flush=True))
-    secret = settings.twilio_auth_token
+    secret = settings.section(PhoneSection).twilio_auth_token
     token = (secret.get_secret_value() if secret is not None else None) or None
     if token is None and not no_signature and role != "worker":  # (a worker gets no webhook)
         print(f"error: set {AUTH_TOKEN_ENV} to the carrier account's auth token (the "

@@ -36,6 +36,7 @@ from ..hosting.metrics import CallMetrics, HostCounts, watch_host
 from ..hosting.process import stop_on_signals, worker_resources
 from ..hosting.tls import TlsError, certificate_names, self_signed_certificate, ssl_context
 from ..hosting.worker import CallWorker
+from ..settings import WebRtcSection
 from ._ice_url import IceUrlError, check_ice_url, shown_ice_url
 from .front_door import FrontDoor
 from .peer import DEFAULT_RECEIVE_HOLD, IceServer, PeerSettings
@@ -206,6 +207,7 @@ def run_serve(
     settings = settings if settings is not None else Settings.from_env()
     if not isinstance(settings, Settings):
         raise TypeError(f"settings must be voxflow Settings, got {type(settings).__name__}")
+    webrtc = settings.section(WebRtcSection)
     try:
         cert, key = tls_files(host=host, tls_cert=tls_cert, tls_key=tls_key,
                               self_signed=self_signed, settings=settings, announce=_announce)
@@ -213,11 +215,11 @@ def run_serve(
             host=host, port=port, token=token, ice_servers=ice_servers,
             ice_host_addresses=ice_host_addresses, max_calls=max_calls,
             max_call_seconds=max_call_seconds, tls_cert=cert, tls_key=key,
-            trust_forwarded=trust_forwarded, turn_username=settings.turn_username,
+            trust_forwarded=trust_forwarded, turn_username=webrtc.turn_username,
             p95_target_ms=settings.p95_target_ms,
-            turn_credential=(settings.turn_credential.get_secret_value()
-                             if settings.turn_credential is not None else None),
-            receive_hold=settings.webrtc_receive_hold,
+            turn_credential=(webrtc.turn_credential.get_secret_value()
+                             if webrtc.turn_credential is not None else None),
+            receive_hold=webrtc.webrtc_receive_hold,
         )
     except (ServeOptionError, TlsError) as exc:
         print(f"error: {exc}", file=sys.stderr)

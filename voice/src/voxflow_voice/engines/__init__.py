@@ -20,6 +20,7 @@ from voxflow.settings import Settings
 
 from ..audio import AudioChunk
 from ..scheduler import ModelScheduler
+from ..settings import VoiceSection
 from .end_of_turn import EndOfTurnModel
 from .registry import (
     ChosenEngine,
@@ -168,8 +169,8 @@ class VoiceEngines:
         loading: Callable[[EngineKind, ChosenEngine[Any]], None] | None = None,
     ) -> VoiceEngines:
         """Load the engines a command's :class:`~voxflow.settings.Settings` name (blocking):
-        ``settings.stt``, ``tts``, ``vad`` and ``end_of_turn`` (``loading``: as
-        :meth:`load`).
+        its :class:`~voxflow_voice.settings.VoiceSection`'s ``stt``, ``tts``, ``vad`` and
+        ``end_of_turn`` (``loading``: as :meth:`load`).
 
         Raises:
             TypeError: ``settings`` is not a :class:`~voxflow.settings.Settings`.
@@ -177,8 +178,9 @@ class VoiceEngines:
         """
         if not isinstance(settings, Settings):
             raise TypeError(f"settings must be voxflow Settings, got {type(settings).__name__}")
-        return cls.load(stt=settings.stt, tts=settings.tts, vad=settings.vad,
-                        end_of_turn=settings.end_of_turn, deterministic=deterministic,
+        voice = settings.section(VoiceSection)
+        return cls.load(stt=voice.stt, tts=voice.tts, vad=voice.vad,
+                        end_of_turn=voice.end_of_turn, deterministic=deterministic,
                         loading=loading)
 
     @classmethod

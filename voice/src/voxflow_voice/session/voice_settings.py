@@ -13,6 +13,7 @@ from voxflow.settings import Settings
 from ..listen.barge_in import BargeInSettings
 from ..listen.echo import EchoGateSettings
 from ..listen.turn_detection import TurnDetection
+from ..settings import VoiceSection
 from ..speak.segmenter import SegmenterSettings
 
 __all__ = ["DEFAULT_VOICE_SETTINGS", "VoiceSettings"]
@@ -49,7 +50,8 @@ class VoiceSettings(BaseModel):
     def from_settings(cls, settings: Settings, **overrides: Any) -> VoiceSettings:
         """The voice settings a command's :class:`~voxflow.settings.Settings` ask for.
 
-        Turn taking comes from ``[max_]end_of_turn_silence``, ``min_barge_in``,
+        Turn taking comes from its :class:`~voxflow_voice.settings.VoiceSection`:
+        ``[max_]end_of_turn_silence``, ``min_barge_in``,
         ``resume_grace`` and (with an ``end_of_turn`` model) ``complete_silence``, plus
         ``speculative_replies``; every other field is :class:`VoiceSettings`' own default,
         so ``from_settings(Settings())`` is ``VoiceSettings()``. ``overrides``
@@ -61,14 +63,15 @@ class VoiceSettings(BaseModel):
         """
         if not isinstance(settings, Settings):
             raise TypeError(f"settings must be voxflow Settings, got {type(settings).__name__}")
-        judged = settings.judges_end_of_turn
+        voice = settings.section(VoiceSection)
+        judged = voice.judges_end_of_turn
         turn_detection = TurnDetection(
-            end_of_turn_silence=settings.end_of_turn_silence, min_barge_in=settings.min_barge_in,
-            max_end_of_turn_silence=settings.max_end_of_turn_silence,
-            complete_silence=settings.complete_silence * judged,
-            resume_grace=settings.resume_grace)
+            end_of_turn_silence=voice.end_of_turn_silence, min_barge_in=voice.min_barge_in,
+            max_end_of_turn_silence=voice.max_end_of_turn_silence,
+            complete_silence=voice.complete_silence * judged,
+            resume_grace=voice.resume_grace)
         values: dict[str, Any] = {"turn_detection": turn_detection,
-                                  "speculative_replies": settings.speculative_replies}
+                                  "speculative_replies": voice.speculative_replies}
         return cls.model_validate({**values, **overrides})
 
     @classmethod
