@@ -9,11 +9,15 @@ channel.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+import dataclasses
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import ConfigDict, Field
 
 from voxflow.flow.events import FlowEvent
+
+if TYPE_CHECKING:
+    from voxflow.llm import LLMEvent
 
 __all__ = [
     "ConversationEventBase",
@@ -22,8 +26,19 @@ __all__ = [
     "ConversationTurnCompleted",
     "ConversationTurnFailed",
     "ConversationTurnStarted",
+    "LLMFrame",
     "SessionTracesFinalized",
 ]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class LLMFrame:
+    """An LLM (or tool) event of a streamed turn, as its ``llm`` (``tool``) frame's
+    :attr:`~voxflow.flow.StreamFrame.event`: the event, and the flow method whose call
+    it is (None outside a method)."""
+
+    event: LLMEvent
+    method: str | None
 
 
 class ConversationEventBase(FlowEvent):

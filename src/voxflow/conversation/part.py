@@ -59,6 +59,7 @@ from voxflow.conversation.events import (
     ConversationTurnCompleted,
     ConversationTurnFailed,
     ConversationTurnStarted,
+    LLMFrame,
     SessionTracesFinalized,
 )
 from voxflow.conversation.helpers import TurnFacts, get_state_field
@@ -326,6 +327,7 @@ class Conversation(FlowPart):
         return True
 
     def _llm_frame(self, event: LLMEvent) -> None:
+        method = graph.current_llm_method.get()
         self._host.flow.emit_frame(
             "tool" if event.type.startswith("tool_") else "llm",
             event.type,
@@ -336,8 +338,9 @@ class Conversation(FlowPart):
                 "content": event.content,
                 "has_tools": event.has_tools,
                 "agent_name": event.agent_name,
-                "method": graph.current_llm_method.get(),
+                "method": method,
             },
+            event=LLMFrame(event, method),
         )
 
     # ------------------------------------------------------------------ sessions

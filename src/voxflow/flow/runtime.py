@@ -386,10 +386,16 @@ class Flow(Engine, Generic[StateT]):
     def _attach_frames(self, sink: FrameSink | None) -> None:
         self._frame_sink = sink
 
-    def emit_frame(self, channel: str, type: str, data: Mapping[str, Any] | None = None) -> None:
-        """Add a frame to the active :class:`StreamSession` (no-op when not streaming)."""
+    def emit_frame(
+        self, channel: str, type: str, data: Mapping[str, Any] | None = None, *,
+        event: Any = None,
+    ) -> None:
+        """Add a frame to the active :class:`StreamSession` (no-op when not streaming);
+        ``event``: the typed event it stands for (:attr:`StreamFrame.event`), if any."""
         if self._frame_sink is not None:
-            self._frame_sink(StreamFrame(channel=channel, type=type, data=dict(data or {})))
+            self._frame_sink(
+                StreamFrame(channel=channel, type=type, data=dict(data or {}), event=event)
+            )
 
     # ------------------------------------------------------------------ kickoff
 

@@ -48,6 +48,11 @@ class StreamFrame(BaseModel):
     channel: str = Field(description='"flow", "method", or a custom channel such as "llm"')
     type: str = Field(description="the event kind, e.g. method_finished or llm_stream_chunk")
     data: dict[str, Any] = Field(default_factory=dict, description="event fields (by reference)")
+    event: Any = Field(
+        default=None, exclude=True, repr=False,
+        description="the typed event the frame stands for (a FlowEvent; an llm or tool "
+        "frame's LLMFrame), None for a frame a method added without one",
+    )
 
     @property
     def content(self) -> str | None:
@@ -68,7 +73,7 @@ def frame_from_event(event: FlowEvent, channel: str | None = None) -> StreamFram
     if channel is None:
         channel = "method" if kind.startswith("method_") else "flow"
     data = {name: getattr(event, name) for name in type(event).model_fields if name != "kind"}
-    return StreamFrame(channel=channel, type=kind, data=data)
+    return StreamFrame(channel=channel, type=kind, data=data, event=event)
 
 
 _runs: weakref.WeakSet[threading.Thread] = weakref.WeakSet()

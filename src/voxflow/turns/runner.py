@@ -41,11 +41,16 @@ import contextlib
 import logging
 import sys
 import threading
-from collections.abc import AsyncIterator, Callable, Collection, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Collection, Iterator
 from typing import TYPE_CHECKING, Any
 
 from voxflow._loops import thread_loop
 from voxflow.clock import Clock
+from voxflow.conversation.events import (
+    ConversationMessageAdded,
+    ConversationRouteSelected,
+    LLMFrame,
+)
 from voxflow.errors import ConversationModeError, TurnRestoreError
 from voxflow.ids import SessionId, TurnId
 from voxflow.turns.ledger import ActiveTurn, TurnLedger
@@ -216,14 +221,14 @@ class TurnRunner(TurnLedger):
 
     # -- the turn -------------------------------------------------------------------
 
-    def _is_public(self, data: Mapping[str, Any]) -> bool:
-        if data.get("has_tools"):
+    def _is_public(self, call: LLMFrame) -> bool:
+        if call.event.has_tools:
             return False
-        agent = data.get("agent_name")
+        agent = call.event.agent_name
         if agent is not None:
             ids = self._public_agent_ids() if self._public_agent_ids is not None else ()
             return agent in ids
-        return data.get("method") in self._public_methods
+        return call.method in self._public_methods
 
     async def _run(
         self, message: str, params: dict[str, Any], options: dict[str, Any]
@@ -293,27 +298,26 @@ class TurnRunner(TurnLedger):
                 )
             if reply.interrupted:
                 continue  # drained silently (the cancelled run ends the stream)
-            kind, data = frame.type, frame.data
-            if frame.channel == "llm":
-                call_id = str(data.get("call_id"))
-                if kind == "llm_call_started":
-                    if self._is_public(data):
+            event = frame.event
+            if isinstance(event, LLMFrame):
+                call = event.event
+                call_id = call.call_id
+                if call.type == "llm_call_started":
+                    if self._is_public(event):
                         public_calls[call_id] = clock.now()
                         yield self.issue(active, "generation_started", call_id=call_id)
-                elif kind == "llm_stream_chunk" and call_id in public_calls:
-                    content = data.get("content")
-                    if isinstance(content, str) and content:
-                        if active.first_text_at is None:
-                            now = active.first_text_at = clock.now()
-                            ms = max(0.0, (now - public_calls[call_id]) * 1000.0)
-                            yield self.issue(
-                                active, "first_model_text", call_id=call_id, model_first_text_ms=ms
-                            )
-                        yield self.text(active, content, call_id=call_id)
-            elif kind == "conversation_route_selected":
-                yield self.set_route(active, str(data.get("route")))
-            elif kind == "conversation_message_added" and data.get("role") == "assistant":
-                content = data.get("content")
+                elif call.type == "llm_stream_chunk" and call_id in public_calls and call.content:
+                    if active.first_text_at is None:
+                        now = active.first_text_at = clock.now()
+                        ms = max(0.0, (now - public_calls[call_id]) * 1000.0)
+                        yield self.issue(
+                            active, "first_model_text", call_id=call_id, model_first_text_ms=ms
+                        )
+                    yield self.text(active, call.content, call_id=call_id)
+            elif isinstance(event, ConversationRouteSelected):
+                yield self.set_route(active, event.route)
+            elif isinstance(event, ConversationMessageAdded) and event.role == "assistant":
+                content = event.content
                 active.final_text = content if isinstance(content, str) else _text_of(content)
 
 
