@@ -15,6 +15,7 @@ from voxflow.turns.records import TurnRecord as TurnRecord
 from voxflow.turns.records import TurnState as TurnState
 from voxflow.turns.records import TurnStatus as TurnStatus
 from voxflow.turns.runner import DEFAULT_PUBLIC_METHODS as DEFAULT_PUBLIC_METHODS
+from voxflow.turns.runner import ReplyStream as ReplyStream
 from voxflow.turns.runner import TurnRunner as TurnRunner
 
 __all__ = [
@@ -25,6 +26,7 @@ __all__ = [
     "ReplyKind",
     "ReplyRecord",
     "ReplyStatus",
+    "ReplyStream",
     "TurnLedger",
     "TurnRecord",
     "TurnRunner",

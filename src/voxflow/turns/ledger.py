@@ -24,7 +24,7 @@ from typing import Any, get_args
 from voxflow.clock import Clock, MonotonicClock
 from voxflow.conversation._record_marks import RecordDict
 from voxflow.errors import ConversationEndedError, TurnIdentityError, TurnInProgressError
-from voxflow.ids import DeliveryId, SessionId, TurnId, new_turn_id
+from voxflow.ids import DeliveryId, SessionId, TurnId, new_delivery_id, new_turn_id
 from voxflow.jobs.records import JobRecord
 from voxflow.turns.records import (
     ReplyEvent,
@@ -208,8 +208,12 @@ class TurnLedger:
         input_revision: int = 1,
         kind: ReplyKind = "answer",
         session_id: SessionId | None = None,
+        delivery_id: DeliveryId | None = None,
     ) -> ActiveTurn:
         """Create a running turn and a generating reply and make them active.
+
+        ``delivery_id`` is the reply's identity when the caller gave it out already
+        (:meth:`TurnRunner.astream_turn`: a fresh one otherwise).
 
         A ``turn_id`` is used once, except by a revision of its input: the same
         ``turn_id`` with a higher ``input_revision``, once the earlier one settled (a
@@ -230,7 +234,8 @@ class TurnLedger:
             tid = turn_id if turn_id is not None else new_turn_id()
             turn = TurnRecord(session_id=state.id, turn_id=tid, input_revision=input_revision)
             reply = ReplyRecord(
-                session_id=state.id, turn_id=tid, input_revision=input_revision, kind=kind
+                session_id=state.id, turn_id=tid, input_revision=input_revision, kind=kind,
+                delivery_id=delivery_id if delivery_id is not None else new_delivery_id(),
             )
             state.turns[tid] = turn
             state.replies[reply.delivery_id] = reply

@@ -41,7 +41,7 @@ import contextlib
 import logging
 import sys
 import threading
-from collections.abc import AsyncIterator, Callable, Collection, Iterator
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Collection, Iterator
 from typing import TYPE_CHECKING, Any
 
 from voxflow._loops import thread_loop
@@ -52,7 +52,7 @@ from voxflow.conversation.events import (
     LLMFrame,
 )
 from voxflow.errors import ConversationModeError, TurnRestoreError
-from voxflow.ids import SessionId, TurnId
+from voxflow.ids import DeliveryId, SessionId, TurnId, new_delivery_id, new_turn_id
 from voxflow.turns.ledger import ActiveTurn, TurnLedger
 from voxflow.turns.records import ReplyEvent, ReplyKind
 
@@ -60,7 +60,7 @@ if TYPE_CHECKING:
     from voxflow.conversation.flow import Flow
     from voxflow.flow.streaming import StreamSession
 
-__all__ = ["DEFAULT_PUBLIC_METHODS", "TurnRunner"]
+__all__ = ["DEFAULT_PUBLIC_METHODS", "ReplyStream", "TurnRunner"]
 
 DEFAULT_PUBLIC_METHODS: tuple[str, ...] = ("converse_turn", "answer_from_history_turn")
 """The built-in public responder methods: only their model text streams live."""
@@ -137,8 +137,13 @@ class TurnRunner(TurnLedger):
         kind: ReplyKind = "answer",
         session_id: SessionId | str | None = None,
         **options: Any,
-    ) -> AsyncIterator[ReplyEvent]:
+    ) -> ReplyStream:
         """Track one committed input and stream its public reply events.
+
+        Its identities are given out now, before the first event: the returned
+        :class:`ReplyStream` names the turn, the input revision and the reply
+        (``delivery_id``) its events will carry. The turn begins when the first event is
+        read.
 
         Args:
             message: the committed user text (non-empty).
@@ -150,7 +155,7 @@ class TurnRunner(TurnLedger):
                 turn.
 
         Returns:
-            An async iterator of events; iterate it to its terminal event (or close it,
+            The reply's events; iterate them to the terminal event (or close the stream,
             which interrupts the reply).
 
         Raises:
@@ -181,7 +186,15 @@ class TurnRunner(TurnLedger):
             "session_id": SessionId(session_id) if isinstance(session_id, str) else session_id,
         }
         self.check_can_begin(**params)
-        return self._run(message, params, options)
+        if params["turn_id"] is None:
+            params["turn_id"] = new_turn_id()
+        params["delivery_id"] = new_delivery_id()
+        return ReplyStream(
+            self._run(message, params, options),
+            turn_id=params["turn_id"],
+            input_revision=input_revision,
+            delivery_id=params["delivery_id"],
+        )
 
     def stream_turn(
         self,
@@ -232,7 +245,7 @@ class TurnRunner(TurnLedger):
 
     async def _run(
         self, message: str, params: dict[str, Any], options: dict[str, Any]
-    ) -> AsyncIterator[ReplyEvent]:
+    ) -> AsyncGenerator[ReplyEvent, None]:
         active = self.begin(**params)
         flow = self._flow
         history = flow.conversation.history  # its assistant messages name this reply
@@ -319,6 +332,48 @@ class TurnRunner(TurnLedger):
             elif isinstance(event, ConversationMessageAdded) and event.role == "assistant":
                 content = event.content
                 active.final_text = content if isinstance(content, str) else _text_of(content)
+
+
+class ReplyStream:
+    """The public reply events of one tracked turn (:meth:`TurnRunner.astream_turn`), and
+    the identities they carry, known before the first event.
+
+    Attributes:
+        turn_id: the turn it answers.
+        input_revision: the turn's input revision.
+        delivery_id: the reply's identity (every event of it carries this one).
+    """
+
+    __slots__ = ("_events", "delivery_id", "input_revision", "turn_id")
+
+    def __init__(
+        self,
+        events: AsyncGenerator[ReplyEvent, None],
+        *,
+        turn_id: TurnId,
+        input_revision: int,
+        delivery_id: DeliveryId,
+    ) -> None:
+        self._events = events
+        self.turn_id = turn_id
+        self.input_revision = input_revision
+        self.delivery_id = delivery_id
+
+    def __aiter__(self) -> ReplyStream:
+        return self
+
+    async def __anext__(self) -> ReplyEvent:
+        return await self._events.__anext__()
+
+    async def aclose(self) -> None:
+        """Stop reading; before the terminal event this interrupts the reply."""
+        await self._events.aclose()
+
+    def __repr__(self) -> str:
+        return (
+            f"ReplyStream(turn_id={self.turn_id!r}, input_revision={self.input_revision}, "
+            f"delivery_id={self.delivery_id!r})"
+        )
 
 
 async def _save_settled(flow: Flow[Any], *, failing: bool) -> None:

@@ -103,9 +103,9 @@ def may_go_on(resumed: TurnResumed, spec: Speculation, reply: SpokenReply,
     reply is ``reply``: the turn is :func:`continuable`, the speech began within
     ``continue_within`` of its commit, and its answer started no job."""
     window = detector.settings.continue_within * STT_SAMPLE_RATE
-    return not (reply.delivery_id is None or not continuable(spec, detector)
-                or resumed.onset_sample - resumed.committed_at > window
-                or started_jobs(turns, reply.turn_id))
+    return (continuable(spec, detector)
+            and resumed.onset_sample - resumed.committed_at <= window
+            and not started_jobs(turns, reply.turn_id))
 
 
 def unfinished(spec: Speculation, detector: TurnDetector) -> bool:

@@ -119,8 +119,6 @@ class OverlapHandler:
         """The detector confirmed speech (a barge-in candidate) over ``reply``."""
         if reply is None or reply.interrupted or not self._interruptions:
             return
-        if reply.delivery_id is None:
-            return
         if onset_sample is not None:
             # Confirmed speech: the arbiter decides (fence, or wait for the words).
             await self._act(reply, self._begin(reply, onset_sample), onset_sample)
@@ -138,7 +136,7 @@ class OverlapHandler:
         resumes it. (Unconfirmed, it was resumed as a false alarm while the turn waited
         for the whole reply to play.)"""
         overlap = self._arbiter.overlap
-        if (reply is None or reply.delivery_id is None or overlap is None
+        if (reply is None or overlap is None
                 or overlap.delivery_id != reply.delivery_id or overlap.confirmed
                 or not overlap.paused):
             return
@@ -147,14 +145,12 @@ class OverlapHandler:
     async def arbitrate(self, reply: SpokenReply | None) -> None:
         """After each input push: start, follow and end overlaps of user sound and reply."""
         detector = self._detector
-        delivery = None
-        if reply is not None and not reply.interrupted and self._interruptions:
-            delivery = reply.delivery_id
         onset = detector.speech_onset  # (in a resumed turn: the new speech's)
-        if reply is None or delivery is None:
+        if reply is None or reply.interrupted or not self._interruptions:
             self._arbiter.update(None, position=detector.position, active=onset is not None,
                                  speech_end=detector.speech_end)
             return
+        delivery = reply.delivery_id
         self._reply_since(delivery)
         rising = onset is None and self._arbiter.settings.pause_on_rise
         if rising:
@@ -183,7 +179,7 @@ class OverlapHandler:
 
     def may_cut(self, reply: SpokenReply) -> bool:
         """Whether user speech may cut ``reply`` (interruptions on, not ``must_finish``)."""
-        if not self._interruptions or reply.delivery_id is None:
+        if not self._interruptions:
             return False
         policy = self._policies.get(reply.delivery_id, self._arbiter.settings.policy)
         return policy != "must_finish"
@@ -194,7 +190,7 @@ class OverlapHandler:
         short of ``min_barge_in``: a request cuts the reply, a backchannel or a noise
         resumes it), whatever the policy's wait for words. Returns what the words are."""
         overlap = self._arbiter.overlap
-        if (reply is None or reply.delivery_id is None or overlap is None
+        if (reply is None or overlap is None
                 or overlap.delivery_id != reply.delivery_id or not overlap.paused
                 or overlap.outcome is not None):
             return classify_overlap(text, self._arbiter.settings)
@@ -210,7 +206,6 @@ class OverlapHandler:
     # -- helpers ------------------------------------------------------------------------
 
     def _begin(self, reply: SpokenReply, onset: int, *, rising: bool = False) -> BargeInAction:
-        assert reply.delivery_id is not None
         since = self._reply_since(reply.delivery_id)
         if onset < since - self._detector.settings.min_barge_in * STT_SAMPLE_RATE:
             return "none"  # speech that began well before this reply: not a barge-in
@@ -235,7 +230,7 @@ class OverlapHandler:
         text: str = "",
     ) -> None:
         delivery = reply.delivery_id
-        if action == "none" or delivery is None:
+        if action == "none":
             return
         onset_at = self._time_of(onset)
         if action == "pause":
@@ -253,7 +248,6 @@ class OverlapHandler:
     async def cut(self, reply: SpokenReply, onset_at: float, reason: str) -> None:
         """Cut ``reply`` as a barge-in cuts it, for speech from ``onset_at``: ``BargeIn``,
         then the speaker's cut (``ReplyInterrupted``, ``reason``)."""
-        assert reply.delivery_id is not None
         reply.onset_at = onset_at
         self._emit(BargeIn(session_id=self._session_id(), at=self._clock.now(),
                            delivery_id=reply.delivery_id, onset_at=onset_at))

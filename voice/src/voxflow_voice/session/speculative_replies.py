@@ -45,7 +45,7 @@ from voxflow.clock import Clock
 from voxflow.flow import RollbackPoint
 from voxflow.ids import SessionId, TurnId
 from voxflow.jobs import JobRunner
-from voxflow.turns import ReplyEvent, TurnRunner
+from voxflow.turns import ReplyEvent, ReplyStream, TurnRunner
 
 from ..audio import STT_SAMPLE_RATE
 from ..events import (
@@ -340,7 +340,7 @@ class SpeculativeReplies:
             self._going = GoingOn(event, spec, reply)
             return False
         taken = False
-        if reply is not None and reply.delivery_id is not None:
+        if reply is not None:
             self._speaker.fence(reply)  # not one sample more (none was heard)
             taken = True
         spec.revoke("the user went on speaking before a sample of the reply was heard")
@@ -467,10 +467,13 @@ class SpeculativeReplies:
         async with self._speaking:
             return await self._answer(text, self._time_of(spec.paused.end_sample), spec)
 
-    async def generate(self, reply: SpokenReply, text: str, spec: Speculation) -> bool:
-        """Run the turn ``text`` for ``reply`` with its audio held; on the verdict release
-        it (True) or drop it and roll the turn back (False, as when the state cannot be
-        rolled back: then nothing ran).
+    async def generate(
+        self, reply: SpokenReply, stream: ReplyStream, text: str, spec: Speculation
+    ) -> bool:
+        """Run the turn ``text`` (``stream``, the turn the session started for ``reply``,
+        not read yet) with its audio held; on the verdict release it (True) or drop it
+        and roll the turn back (False, as when the state cannot be rolled back: then
+        nothing ran).
 
         The state lock is held while the flow runs the turn (and while it is rolled
         back), not while the verdict is awaited: a job's result that is ready meanwhile
@@ -489,8 +492,6 @@ class SpeculativeReplies:
                     logger.warning("no speculative reply: the state cannot be "
                                    "rolled back (%s)", exc)
                     return False  # the turn, if it ends here, is answered as usual
-            stream = self._turns.astream_turn(text, turn_id=reply.turn_id,
-                                              input_revision=reply.input_revision)
             return await self._hold(reply, self._speaker.held(stream), spec, point, text)
         finally:
             self._admit(reply)  # (final, or undone: then none is admitted)
@@ -549,7 +550,7 @@ class SpeculativeReplies:
             self._emit(event.model_copy(update={"at": now}))
         if self._gone():  # confirmed by the end of input: nobody plays it any more
             await self._speaker.cut(reply, "Session closed.")  # (a release would block)
-        elif reply.delivery_id is not None:
+        else:
             await self._playback.release(reply.delivery_id)
         if not await spec.final() and spec.continued:  # the user went on with the turn
             reply.provisional = None
@@ -570,8 +571,7 @@ class SpeculativeReplies:
     ) -> None:
         """Drop an unheard reply: close its generation, fence its audio, roll back."""
         generation.cancel()  # closes the turn's stream: the runner interrupts it
-        if reply.delivery_id is not None:
-            self._speaker.fence(reply)  # drops the held audio unheard
+        self._speaker.fence(reply)  # drops the held audio unheard (and any to come)
         for task in (generation, reply.speaker):
             if task is not None:
                 await asyncio.wait({task})  # never raises; a failure is only logged

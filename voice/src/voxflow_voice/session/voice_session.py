@@ -259,7 +259,7 @@ class VoiceSession:
         await self._speculative.aclose()
         await self._early.aclose()
         reply = self._reply
-        if reply is not None and reply.delivery_id is not None:
+        if reply is not None:
             self._speaker.fence(reply)
         if self.replies is not None:
             async with self._lock:
@@ -399,13 +399,12 @@ class VoiceSession:
         revision: int = 1,
     ) -> bool:
         transcript_final = self.clock.now()
-        reply = SpokenReply(turn_id=turn_id, input_revision=revision, speculation=spec)
         if spec is None:
             self._emit(TurnCommitted(session_id=self.session_id, at=transcript_final,
                                      turn_id=turn_id, text=text, speech_end_at=speech_end,
                                      input_revision=revision))
-            self._reply = reply
         dropped_before = self.playback.statistics().chunks_dropped
+        reply: SpokenReply | None = None  # from the moment its turn starts
         try:
             try:
                 # The flow runs with the state lock held, so job commits and queue
@@ -415,26 +414,32 @@ class VoiceSession:
                     async with self._lock:
                         stream = self.turns.astream_turn(text, turn_id=turn_id,
                                                          input_revision=revision)
+                        reply = self._reply = SpokenReply(turn_id, revision, stream.delivery_id)
                         await self._speaker.generate(reply, self._speaker.held(stream))
-                elif not await self._speculative.generate(reply, text, spec):
-                    return False  # held and dropped unheard (or not answered at all)
+                else:
+                    stream = self.turns.astream_turn(text, turn_id=turn_id,
+                                                     input_revision=revision)
+                    reply = SpokenReply(turn_id, revision, stream.delivery_id, speculation=spec)
+                    if not await self._speculative.generate(reply, stream, text, spec):
+                        return False  # held and dropped unheard (or not answered at all)
             except Exception:
                 # A failed reply (e.g. the LLM provider is down) ends this turn, not the
                 # call: the runner already issued its `failed` event.
                 logger.exception("reply failed", extra={"turn_id": turn_id})
-            await self._speaker.drain(reply)
-            played = await self._speaker.finish(reply)
-            if reply.delivery_id is not None:
-                await self._settle(reply, played)
+            if reply is not None:
+                await self._speaker.drain(reply)
+                await self._settle(reply, await self._speaker.finish(reply))
         finally:
             self._reply = None
         fenced = self.playback.statistics().chunks_dropped - dropped_before  # this turn's
         metrics = TurnMetrics(
             session_id=self.session_id, at=self.clock.now(), turn_id=turn_id,
-            delivery_id=reply.delivery_id, speech_end=speech_end,
-            transcript_final=transcript_final, first_text=reply.first_text,
-            first_audio=reply.first_audio, playback_end=reply.last_audio_end,
-            interrupted=reply.interrupted, fenced_chunks=fenced,
+            delivery_id=reply.delivery_id if reply is not None else None,
+            speech_end=speech_end, transcript_final=transcript_final,
+            first_text=reply.first_text if reply is not None else None,
+            first_audio=reply.first_audio if reply is not None else None,
+            playback_end=reply.last_audio_end if reply is not None else None,
+            interrupted=reply is not None and reply.interrupted, fenced_chunks=fenced,
             speculative=spec is not None and not spec.late,
         )
         self.metrics.append(metrics)
@@ -447,7 +452,6 @@ class VoiceSession:
 
     async def _settle(self, reply: SpokenReply, played: bool) -> None:
         """Settle ``reply``'s history, then drop its barge-in policy override."""
-        assert reply.delivery_id is not None
         await self._speaker.settle_history(reply, played)
         self._overlap.forget(reply.delivery_id)
 
@@ -572,7 +576,7 @@ class VoiceSession:
         self, turn_id: TurnId, delivery_id: DeliveryId, events: Sequence[ReplyEvent]
     ) -> None:
         reply = SpokenReply(turn_id=turn_id, input_revision=events[0].input_revision,
-                       announcement=True)
+                            delivery_id=delivery_id, announcement=True)
         self._reply = reply
         try:
             await self._speaker.generate(reply, iterate_events(events))

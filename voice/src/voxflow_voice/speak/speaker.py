@@ -78,9 +78,10 @@ class SpokenReply:
     Attributes:
         turn_id: the turn it answers (an announcement's own turn).
         input_revision: the turn's input revision (for ``TurnRunner.interrupt``).
-        delivery_id: the reply's identity, from its first event (None until then).
+        delivery_id: the reply's identity, given out when its turn started
+            (:class:`~voxflow.turns.ReplyStream`), or the announcement's delivery.
         announcement: a background announcement, not an answer.
-        speaker: the task synthesizing its segments.
+        speaker: the task synthesizing its segments (from its first event).
         interrupted: it was cut (barge-in, the client gone).
         failed: the runner's terminal event was ``failed`` (e.g. provider down).
         onset_at: the barge-in's speech onset, if one cut it.
@@ -106,7 +107,7 @@ class SpokenReply:
 
     turn_id: TurnId
     input_revision: int
-    delivery_id: DeliveryId | None = None
+    delivery_id: DeliveryId
     announcement: bool = False
     speaker: asyncio.Task[None] | None = None
     interrupted: bool = False
@@ -130,7 +131,7 @@ class SpokenReply:
         """Whether every word of it was synthesized and played before ``at`` (it may still
         be the session's reply: a confirmed turn's reply stays so until the turn is final,
         ``TurnDetection.continue_within``)."""
-        if (self.delivery_id is None or self.speaker is None or not self.speaker.done()
+        if (self.speaker is None or not self.speaker.done()
                 or self.last_audio_end is None or self.last_audio_end > at):
             return False
         heard = playback.heard_reply(self.delivery_id)
@@ -273,18 +274,19 @@ class ReplySpeaker:
         segmenter = TextSegmenter(self._segmenter)
         try:
             async for event in events:
-                if reply.delivery_id is None:
-                    reply.delivery_id = event.delivery_id
+                if reply.speaker is None:  # its first event: the reply began
                     if reply.speculation is not None:
-                        self._playback.hold(event.delivery_id)
+                        self._playback.hold(reply.delivery_id)
                     self._emit_for(reply, ReplyStarted(
                         session_id=self._session_id(), at=self._clock.now(),
-                        turn_id=reply.turn_id, delivery_id=event.delivery_id,
+                        turn_id=reply.turn_id, delivery_id=reply.delivery_id,
                         reply_kind=event.kind,
                     ))
                     reply.speaker = asyncio.create_task(
                         self._synthesize(reply, segments), name="voice.speak"
                     )
+                    if reply.interrupted:  # cut before its turn began: the runner's
+                        self._interrupt(reply)  # interruption stops it now
                 if not await self._accept(reply, event):
                     continue
                 if event.type == "text" and event.text:
@@ -314,7 +316,6 @@ class ReplySpeaker:
     ) -> None:
         """Hand the reply's audio to playback while the next sentences are synthesized
         (up to ``synthesis_ahead`` seconds ahead) by a producer task."""
-        assert reply.delivery_id is not None
         delivery = reply.delivery_id
         ready: asyncio.Queue[_Item] = asyncio.Queue()
         room = asyncio.Event()
@@ -352,7 +353,6 @@ class ReplySpeaker:
     ) -> None:
         """Synthesize each segment as it comes, its chunks queued for :meth:`_synthesize`;
         waits while ``synthesis_ahead`` seconds are queued."""
-        assert reply.delivery_id is not None
         delivery = reply.delivery_id
         try:
             while (item := await segments.get()) is not None:
@@ -417,12 +417,12 @@ class ReplySpeaker:
             await asyncio.wait({speaker})  # never raises: a fenced speaker was cancelled
             if not speaker.cancelled() and speaker.exception() is not None:
                 logger.error("speech synthesis failed", exc_info=speaker.exception())
-        if reply.delivery_id is not None:
-            self._playback.seal(reply.delivery_id)
+        self._playback.seal(reply.delivery_id)
 
     async def finish(self, reply: SpokenReply) -> bool:
-        """Wait until the reply was played whole (True) or fenced (False)."""
-        if reply.delivery_id is None:
+        """Wait until the reply was played whole (True) or fenced (False); False at once
+        for a reply whose turn never began (no event came: nothing of it was said)."""
+        if reply.speaker is None:
             return False
         return await self._playback.wait_played(reply.delivery_id)
 
@@ -430,10 +430,9 @@ class ReplySpeaker:
         """Emit how ``reply`` ended; an interrupted answer's history keeps what was heard.
 
         Args:
-            reply: a reply with a delivery (it had events).
+            reply: the reply.
             played: whether it was played whole (:meth:`finish`).
         """
-        assert reply.delivery_id is not None
         heard = self._playback.heard_reply(reply.delivery_id)
         now = self._clock.now()
         if played and not reply.failed:  # a failed reply was never "played whole"
@@ -475,7 +474,7 @@ class ReplySpeaker:
 
     async def cut(self, reply: SpokenReply, reason: str) -> None:
         """Interrupt ``reply``: fence its audio, stop its synthesis and generation."""
-        if reply.interrupted or reply.delivery_id is None:
+        if reply.interrupted:
             return
         reply.interrupted = True
         self.fence(reply)  # first: not one more frame of it is played
@@ -483,15 +482,19 @@ class ReplySpeaker:
             async with self._lock:
                 self._replies.settle(reply.delivery_id, "interrupted", reason)
         else:
-            # Thread-safe and lock-free: cancels the reply's LLM stream if still generating.
-            self._turns.interrupt(
-                session_id=self._session_id(), turn_id=reply.turn_id,
-                input_revision=reply.input_revision, delivery_id=reply.delivery_id,
-            )
+            self._interrupt(reply)
+
+    def _interrupt(self, reply: SpokenReply) -> None:
+        """Interrupt ``reply``'s turn through the runner (thread-safe and lock-free: it
+        cancels the reply's LLM stream if still generating). Before the turn began (its
+        first event), the runner does not know it yet: :meth:`generate` asks again then."""
+        self._turns.interrupt(
+            session_id=self._session_id(), turn_id=reply.turn_id,
+            input_revision=reply.input_revision, delivery_id=reply.delivery_id,
+        )
 
     def fence(self, reply: SpokenReply) -> None:
         """Drop the rest of ``reply``'s audio (held audio too) and stop its synthesis."""
-        assert reply.delivery_id is not None
         self._playback.fence(reply.delivery_id)
         if self._echo_gate is not None:
             self._echo_gate.forget(reply.delivery_id)  # its unplayed chunks never echo
