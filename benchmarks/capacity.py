@@ -182,6 +182,7 @@ import numpy as np
 from _figures import figure
 from voice_latency import SPEECH_LEVEL, TimedStt, TimedTts, Timings
 from voxflow_adapters.hosting.admission import AdmissionController, AdmissionSettings
+from voxflow_adapters.hosting.errors import CapacityExceededError
 from voxflow_adapters.testkit.flows import Teller
 from voxflow_adapters.testkit.scenario import CallResult, run_call
 from voxflow_adapters.testkit.script import CallScript
@@ -191,7 +192,6 @@ from voxflow_voice.events import SessionEvent, TurnMetrics
 from voxflow_voice.session import VoiceSettings
 
 from voxflow.clock import Clock, MonotonicClock
-from voxflow.errors import CapacityExceededError
 from voxflow.ids import DeliveryId
 from voxflow.llm import preload
 

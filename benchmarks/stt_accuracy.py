@@ -151,8 +151,7 @@ from voxflow_voice import (
     WhisperStt,
     find_whisper_model,
 )
-
-from voxflow.errors import ModelNotFoundError
+from voxflow_voice.engines.errors import ModelNotFoundError
 
 UTTERANCES: tuple[str, ...] = (
     # short replies

@@ -57,6 +57,7 @@ from voxflow_adapters.testkit.script import CallScript
 from voxflow_voice.audio import STT_SAMPLE_RATE, AudioChunk, resample
 from voxflow_voice.engines import VoiceEngines
 from voxflow_voice.engines._onnx_alignment import add_alignment_output
+from voxflow_voice.engines.errors import ModelNotFoundError
 from voxflow_voice.engines.models import find_piper_voice, load_piper_voice
 from voxflow_voice.engines.stt import SttSettings, WhisperStt
 from voxflow_voice.engines.tts import PiperTts, TtsSettings
@@ -64,7 +65,6 @@ from voxflow_voice.listen.echo import EchoGate
 from voxflow_voice.session import VoiceSettings
 from voxflow_voice.transport import PlaybackReceipt
 
-from voxflow.errors import ModelNotFoundError
 from voxflow.examples.assistant import STORY as ASSISTANT_STORY
 from voxflow.ids import DeliveryId
 from voxflow.turns import TurnRunner

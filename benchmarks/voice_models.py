@@ -49,8 +49,7 @@ from voxflow_voice import (
     resample,
     unload_models,
 )
-
-from voxflow.errors import ModelNotFoundError
+from voxflow_voice.engines.errors import ModelNotFoundError
 
 UTTERANCE = "Please turn on the lights in the kitchen."
 SENTENCE = "The weather tomorrow will be sunny, with a light breeze in the afternoon."

@@ -9,9 +9,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import ValidationError
 from voxflow_adapters.hosting.admission import AdmissionController, AdmissionSettings, Load
+from voxflow_adapters.hosting.errors import CapacityExceededError
 from voxflow_voice.scheduler import ModelScheduler
 
-from voxflow.errors import CapacityExceededError, VoxflowError
+from voxflow.errors import VoxflowError
 
 
 class FakeClock:

@@ -8,8 +8,7 @@ import pytest
 from pydantic import ValidationError
 from voxflow_adapters.hosting.admission import AdmissionController, AdmissionSettings
 from voxflow_adapters.hosting.call_cost import CallCostMeter, CostSettings, available_cores
-
-from voxflow.errors import CapacityExceededError
+from voxflow_adapters.hosting.errors import CapacityExceededError
 
 
 class Machine:

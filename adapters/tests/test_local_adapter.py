@@ -25,6 +25,7 @@ from voxflow_adapters.local import (
     StreamKind,
     load_sounddevice,
 )
+from voxflow_adapters.local.errors import AudioBackendError, AudioDeviceError
 from voxflow_voice.audio import STT_SAMPLE_RATE, AudioChunk
 from voxflow_voice.testing import CHECKS, TransportHarness, check_transport
 from voxflow_voice.transport import (
@@ -37,7 +38,7 @@ from voxflow_voice.transport import (
 )
 
 from voxflow.clock import VirtualClock
-from voxflow.errors import AudioBackendError, AudioDeviceError, ResourceClosedError
+from voxflow.errors import ResourceClosedError
 from voxflow.ids import DeliveryId
 from voxflow.tasks import background
 

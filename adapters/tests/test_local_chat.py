@@ -15,6 +15,7 @@ import pytest
 from rich.console import Console
 from voxflow_adapters.local import LocalAudioSettings, LocalAudioStatus, StreamKind
 from voxflow_adapters.local.chat import ChatView, VoiceChat, parse_device
+from voxflow_adapters.local.errors import AudioDeviceError
 from voxflow_adapters.testkit.flows import SHORT_STORY, Teller
 from voxflow_adapters.testkit.scenario import run_call
 from voxflow_adapters.testkit.script import CallScript
@@ -22,7 +23,6 @@ from voxflow_voice.engines import VoiceEngines
 
 from voxflow.cli import main
 from voxflow.clock import VirtualClock
-from voxflow.errors import AudioDeviceError
 from voxflow.ids import new_turn_id
 from voxflow.turns import TurnRunner
 

@@ -16,9 +16,6 @@ third-party one (``litellm.*``, ``aiortc.*``)::
     + UnstorableTextError        a text no store can keep (NUL, a lone surrogate, too long);
                                  .field names it (also ValueError)
     + ResourceClosedError        used after *we* closed it (also RuntimeError)
-    + AdapterBrokenError         device/peer went away; original error in __cause__
-    + AudioBackendError          PortAudio missing; .install names the fix (also ImportError)
-    + AudioDeviceError           no/unknown audio device, or it refused the settings (LookupError)
     + TurnInProgressError        a second tracked turn before the first settled (also RuntimeError)
     + TurnIdentityError          a reused turn_id or a foreign session (also ValueError)
     + TurnRestoreError           a tracked turn asked to restore state (also ValueError)
@@ -26,18 +23,23 @@ third-party one (``litellm.*``, ``aiortc.*``)::
     + ClientActivityError        a client observation broke the protocol (also ValueError)
     + JobNotAnnounceableError    a job started where it cannot be announced (RuntimeError)
     + ProviderError              LLM/STT/TTS failure; .retryable says whether to try again
-    + ModelNotFoundError         a bundled model package is missing; names the package to install
     + EngineError                a voice engine could not be chosen by name; .kind, .available
       + EngineSpecError            a malformed engine spec (``whisper:``, ``:base``) (ValueError)
       + UnknownEngineError         no installed package registers the name (also ValueError)
       + EngineOptionsError         an option the engine does not take, or a bad value (ValueError)
-      + EngineLoadError            its entry point fails to load or names no engine factory
-    + SignalingError             a WebRTC offer was refused (bad SDP, no audio track) (ValueError)
     + PersistenceError           the session store refused or failed a save
       + PersistenceConflictError   a writer that is behind tried to save (nothing overwritten)
       + PersistenceUnavailableError  the store cannot be written; .path and .fix name it (OSError)
       + SessionLeaseError          another worker holds the session's lease
       + FencedWriteError           a write of a leased session without its live lease
+
+The packages that raise the rest define them, on this tree: a missing model and an engine
+that cannot be loaded in ``voxflow_voice.engines.errors`` (``ModelNotFoundError``,
+``EngineLoadError``, an ``EngineError``), a refused call or offer in
+``voxflow_adapters.hosting.errors`` (``CapacityExceededError``, ``SignalingError``), the
+audio devices in ``voxflow_adapters.local.errors`` (``AudioBackendError``,
+``AudioDeviceError``, ``AdapterBrokenError``). ``UnknownEngineError`` and
+``EngineOptionsError`` stay here, where the README promises them.
 """
 
 from __future__ import annotations
@@ -45,16 +47,11 @@ from __future__ import annotations
 from .ids import SessionId
 
 __all__ = [
-    "AdapterBrokenError",
-    "AudioBackendError",
-    "AudioDeviceError",
-    "CapacityExceededError",
     "ClientActivityError",
     "ConversationEndedError",
     "ConversationModeError",
     "DeclarationError",
     "EngineError",
-    "EngineLoadError",
     "EngineOptionsError",
     "EngineSpecError",
     "FencedWriteError",
@@ -65,14 +62,12 @@ __all__ = [
     "JobNotAnnounceableError",
     "JobPayloadError",
     "JobUpdateRejectedError",
-    "ModelNotFoundError",
     "PersistenceConflictError",
     "PersistenceError",
     "PersistenceUnavailableError",
     "ProviderError",
     "ResourceClosedError",
     "SessionLeaseError",
-    "SignalingError",
     "TurnIdentityError",
     "TurnInProgressError",
     "TurnRestoreError",
@@ -200,34 +195,7 @@ class ResourceClosedError(VoxflowError, RuntimeError):
     """An object was used after it was closed by its owner."""
 
 
-class AdapterBrokenError(VoxflowError):
-    """The device or peer behind an adapter went away; the cause is in ``__cause__``."""
 
-
-class AudioBackendError(VoxflowError, ImportError):
-    """The native audio library is missing (e.g. PortAudio for sounddevice).
-
-    Attributes:
-        install: the command that fixes it, e.g. ``apt-get install libportaudio2``.
-    """
-
-    def __init__(self, message: str, *, install: str) -> None:
-        super().__init__(message)
-        self.install = install
-
-
-class AudioDeviceError(VoxflowError, LookupError):
-    """No audio device, an unknown one, or one that refused the stream settings.
-
-    Attributes:
-        device: the device asked for (index or name), None for the default one.
-        kind: ``"input"`` or ``"output"``.
-    """
-
-    def __init__(self, message: str, *, device: int | str | None, kind: str) -> None:
-        super().__init__(message)
-        self.device = device
-        self.kind = kind
 
 
 class TurnInProgressError(VoxflowError, RuntimeError):
@@ -289,17 +257,6 @@ class ProviderError(VoxflowError):
         self.retryable = retryable
 
 
-class ModelNotFoundError(VoxflowError, LookupError):
-    """A model is not installed; the message names the package that provides it.
-
-    Attributes:
-        package: the PyPI distribution to install, when one provides the model.
-    """
-
-    def __init__(self, message: str, *, package: str | None = None) -> None:
-        super().__init__(message)
-        self.package = package
-
 
 class EngineError(VoxflowError):
     """A voice engine (speech to text, text to speech, voice activity, end of turn) could
@@ -335,27 +292,7 @@ class EngineOptionsError(EngineError, ValueError):
     """The spec gives an option the engine does not take, or a value it refuses."""
 
 
-class EngineLoadError(EngineError):
-    """The entry point registering the name cannot be loaded, or what it names is not an
-    engine factory of that kind (a broken or outdated package: reinstall it)."""
 
-
-class CapacityExceededError(VoxflowError, RuntimeError):
-    """A process refused a call: it has no headroom left (the message says why).
-
-    Attributes:
-        active_calls: the calls it holds.
-        max_calls: its limit.
-    """
-
-    def __init__(self, message: str, *, active_calls: int, max_calls: int) -> None:
-        super().__init__(message)
-        self.active_calls = active_calls
-        self.max_calls = max_calls
-
-
-class SignalingError(VoxflowError, ValueError):
-    """A WebRTC offer was refused (not an SDP offer, no audio track, negotiation failed)."""
 
 
 class PersistenceError(VoxflowError):

@@ -38,8 +38,7 @@ from voxflow_voice import (
     words_verdict,
 )
 from voxflow_voice.engines.end_of_turn import is_question, log_mel_features
-
-from voxflow.errors import ModelNotFoundError
+from voxflow_voice.engines.errors import ModelNotFoundError
 
 pytestmark = pytest.mark.models
 

@@ -27,20 +27,14 @@ from voxflow_voice.engines import (
     installed_engines,
 )
 from voxflow_voice.engines.end_of_turn import SMART_TURN_ENGINE, SmartTurn
+from voxflow_voice.engines.errors import EngineLoadError, ModelNotFoundError
 from voxflow_voice.engines.registry import doctor_checks
 from voxflow_voice.engines.stt import WHISPER_ENGINE, SttSettings, WhisperStt
 from voxflow_voice.engines.tts import PIPER_ENGINE, PiperTts, TtsSettings
 from voxflow_voice.engines.vad import ENERGY_ENGINE, SILERO_ENGINE, EnergyVad, SileroVad
 
 from voxflow.engine_spec import ENGINE_KINDS, EngineKind
-from voxflow.errors import (
-    EngineError,
-    EngineLoadError,
-    EngineOptionsError,
-    EngineSpecError,
-    ModelNotFoundError,
-    UnknownEngineError,
-)
+from voxflow.errors import EngineError, EngineOptionsError, EngineSpecError, UnknownEngineError
 
 Package = Callable[..., str]
 
@@ -109,7 +103,7 @@ def crash(options, context):
     raise TypeError("incompatible constructor arguments.\\n  1. Whisper(model_path: str)")
 
 def no_model(options, context):
-    from voxflow.errors import ModelNotFoundError
+    from voxflow_voice.engines.errors import ModelNotFoundError
     raise ModelNotFoundError("model package 'vosk-model-en' is not installed: pip install "
                              "vosk-model-en", package="vosk-model-en")
 

@@ -15,9 +15,8 @@ from voxflow_voice import (
     find_whisper_model,
     load_whisper_model,
 )
+from voxflow_voice.engines.errors import ModelNotFoundError
 from voxflow_voice.engines.models import default_cache_dir
-
-from voxflow.errors import ModelNotFoundError
 
 pytestmark = pytest.mark.models
 

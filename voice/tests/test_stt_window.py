@@ -26,9 +26,8 @@ import pytest
 from numpy.typing import NDArray
 from pydantic import ValidationError
 from voxflow_voice import STT_SAMPLE_RATE, SttSettings, WhisperStt
+from voxflow_voice.engines.errors import ModelNotFoundError
 from voxflow_voice.engines.stt import FITTED_WINDOW_FLOOR, _runs_away, _said_once, _token_budget
-
-from voxflow.errors import ModelNotFoundError
 
 from .conftest import Speech
 

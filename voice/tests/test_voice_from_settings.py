@@ -11,11 +11,12 @@ from hypothesis import settings as hyp_settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 from voxflow_voice.engines import VoiceEngines
+from voxflow_voice.engines.errors import ModelNotFoundError
 from voxflow_voice.engines.stt import WhisperStt
 from voxflow_voice.listen.turn_detector import TurnDetection
 from voxflow_voice.session import VoiceSettings
 
-from voxflow.errors import ModelNotFoundError, UnknownEngineError
+from voxflow.errors import UnknownEngineError
 from voxflow.settings import Settings, SettingsError
 
 TUNED = Settings().with_options(end_of_turn_silence=1.2, min_barge_in=0.05,

@@ -4,7 +4,7 @@ A process holds so many calls before answers slow down (``benchmarks/capacity.py
 measures it: the p95 voice to voice of all calls stays under a target up to some N,
 then every caller waits). Past it, one more call makes all the others worse. An
 :class:`AdmissionController` refuses that call instead, with a typed
-:class:`~voxflow.errors.CapacityExceededError` (``voxflow serve`` answers 503 with its
+:class:`~.errors.CapacityExceededError` (``voxflow serve`` answers 503 with its
 message; a scaled-out front door hands the call to a worker with headroom):
 
 * **the measured slots**: as many calls as the cores (less what other processes use)
@@ -46,10 +46,9 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from voxflow_voice.scheduler import ModelScheduler
 
-from voxflow.errors import CapacityExceededError
-
 from .call_cost import CallCost, CallCostMeter, CostSettings
 from .dispatch_tables import UNCAPPED_SLOTS
+from .errors import CapacityExceededError
 
 __all__ = ["UNBOUNDED_CALLS", "UTILIZATION_WINDOW", "Admission", "AdmissionController",
            "AdmissionSettings", "Load"]

@@ -12,10 +12,10 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict
 
-from voxflow.errors import SignalingError
 from voxflow.ids import SessionId
 
 from .admission import Load
+from .errors import SignalingError
 from .ownership import OwnerDead
 from .wire import ResumeRequest
 

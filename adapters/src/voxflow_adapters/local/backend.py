@@ -3,7 +3,7 @@
 :class:`StreamBackend` is the boundary :class:`~voxflow_adapters.local.LocalAudio` talks
 to; :class:`SoundDeviceBackend` implements it on real devices, and tests replace it with
 a fake audio driver. ``sounddevice`` is imported only by :func:`load_sounddevice`, so a
-machine without PortAudio gets a clear :class:`~voxflow.errors.AudioBackendError` (naming
+machine without PortAudio gets a clear :class:`~.errors.AudioBackendError` (naming
 ``apt-get install libportaudio2``) when a stream is opened, never an import crash.
 """
 
@@ -16,7 +16,7 @@ from typing import Any, Literal, Protocol
 import numpy as np
 from numpy.typing import NDArray
 
-from voxflow.errors import AudioBackendError, AudioDeviceError
+from .errors import AudioBackendError, AudioDeviceError
 
 __all__ = [
     "PORTAUDIO_INSTALL",

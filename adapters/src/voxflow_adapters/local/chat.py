@@ -53,7 +53,7 @@ from voxflow_voice.session.wiring import assistant_session
 
 from voxflow.clock import Clock
 from voxflow.demo import load_example_module
-from voxflow.errors import AudioBackendError, AudioDeviceError, ConversationModeError, VoxflowError
+from voxflow.errors import ConversationModeError, VoxflowError
 from voxflow.loader import load_flow
 from voxflow.settings import Settings
 from voxflow.tasks import background
@@ -61,6 +61,7 @@ from voxflow.wiring import AssistantWiring
 
 from .backend import SoundDeviceBackend, StreamBackend
 from .device import LocalAudio, LocalAudioSettings, LocalAudioStatus
+from .errors import AudioBackendError, AudioDeviceError
 
 __all__ = [
     "ChatLine",

@@ -15,9 +15,9 @@ input and one output stream, each at its device's own rate:
   dry, and :meth:`LocalAudio.flush` drops a fenced delivery's queued audio at once.
 * *pause*: :meth:`LocalAudio.pause` holds a delivery's playout (its audio stays queued)
   and :meth:`LocalAudio.resume` plays on from the same sample, for barge-in arbitration.
-* *robustness*: PortAudio missing → :class:`~voxflow.errors.AudioBackendError` naming
+* *robustness*: PortAudio missing → :class:`~.errors.AudioBackendError` naming
   ``apt-get install libportaudio2``; no or unknown device →
-  :class:`~voxflow.errors.AudioDeviceError`; a stream that stops calling back (a stall,
+  :class:`~.errors.AudioDeviceError`; a stream that stops calling back (a stall,
   an unplugged device) is reopened up to ``reopen_attempts`` times. If that fails the
   input simply ends, so the voice session closes normally and the conversation (held by
   the TurnRunner's flow) is kept for a new session; :attr:`LocalAudio.error` says why.
@@ -50,12 +50,7 @@ from voxflow_voice.transport import (
 )
 
 from voxflow.clock import Clock, MonotonicClock
-from voxflow.errors import (
-    AdapterBrokenError,
-    AudioBackendError,
-    AudioDeviceError,
-    ResourceClosedError,
-)
+from voxflow.errors import ResourceClosedError
 from voxflow.ids import DeliveryId
 
 from .backend import (
@@ -67,6 +62,7 @@ from .backend import (
     StreamKind,
     load_sounddevice,
 )
+from .errors import AdapterBrokenError, AudioBackendError, AudioDeviceError
 
 __all__ = [
     "PORTAUDIO_INSTALL",

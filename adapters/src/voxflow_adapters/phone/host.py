@@ -44,11 +44,12 @@ from voxflow_voice.engines import VoiceEngines
 from voxflow_voice.events import SessionEvent
 
 from voxflow.clock import MonotonicClock
-from voxflow.errors import CapacityExceededError, FencedWriteError
+from voxflow.errors import FencedWriteError
 from voxflow.ids import SessionId
 
 from ..hosting.admission import Admission, AdmissionController
 from ..hosting.calls import Call, CallFactory, CallSession
+from ..hosting.errors import CapacityExceededError
 from ..hosting.host import CallRefused, OfferAnswer
 from ..hosting.ownership import (
     DEFAULT_LEASE_SECONDS,

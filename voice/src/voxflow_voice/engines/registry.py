@@ -36,15 +36,10 @@ from voxflow.engine_spec import (
     EngineSpec,
     parse_engine_spec,
 )
-from voxflow.errors import (
-    EngineError,
-    EngineLoadError,
-    EngineOptionsError,
-    UnknownEngineError,
-    VoxflowError,
-)
+from voxflow.errors import EngineError, EngineOptionsError, UnknownEngineError, VoxflowError
 
 from ..scheduler import ModelScheduler
+from .errors import EngineLoadError
 
 __all__ = [
     "ChosenEngine",
@@ -239,7 +234,7 @@ class ChosenEngine(Generic[E]):
         Raises:
             EngineLoadError: the factory built something that lacks what its kind must
                 have (``transcribe``, ``probability``...).
-            voxflow.errors.ModelNotFoundError: the model is not installed (the message
+            .errors.ModelNotFoundError: the model is not installed (the message
                 names the package).
         """
         try:
@@ -291,7 +286,7 @@ def choose_engine(
         voxflow.errors.EngineSpecError: ``spec`` is malformed, or is ``none``.
         voxflow.errors.UnknownEngineError: no installed package registers the name (the
             message lists the names installed).
-        voxflow.errors.EngineLoadError: its entry point cannot be loaded, or is not an
+        voxflow_voice.engines.errors.EngineLoadError: its entry point cannot be loaded, or is not an
             engine factory of ``kind``.
         voxflow.errors.EngineOptionsError: an option it does not take (the message lists
             those it does), or a value it refuses.

@@ -1,0 +1,30 @@
+"""The voice engines' errors, on voxflow's tree (:mod:`voxflow.errors`)::
+
+    VoxflowError
+    + ModelNotFoundError         a bundled model package is missing; names the package to install
+    + EngineError                (voxflow.errors) a voice engine could not be chosen by name
+      + EngineLoadError            its entry point fails to load or names no engine factory
+"""
+
+from __future__ import annotations
+
+from voxflow.errors import EngineError, VoxflowError
+
+__all__ = ["EngineLoadError", "ModelNotFoundError"]
+
+
+class ModelNotFoundError(VoxflowError, LookupError):
+    """A model is not installed; the message names the package that provides it.
+
+    Attributes:
+        package: the PyPI distribution to install, when one provides the model.
+    """
+
+    def __init__(self, message: str, *, package: str | None = None) -> None:
+        super().__init__(message)
+        self.package = package
+
+
+class EngineLoadError(EngineError):
+    """The entry point registering the name cannot be loaded, or what it names is not an
+    engine factory of that kind (a broken or outdated package: reinstall it)."""
