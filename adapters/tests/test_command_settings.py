@@ -7,9 +7,15 @@ import asyncio
 from pathlib import Path
 
 import pytest
-from voxflow_adapters.hosting.calls import WEBRTC_VOICE_SETTINGS, webrtc_voice_settings
+from voxflow_adapters.hosting.calls import (
+    PHONE_HISS_RISE,
+    WEBRTC_VOICE_SETTINGS,
+    phone_voice_settings,
+    webrtc_voice_settings,
+)
 from voxflow_adapters.local import LocalAudioSettings, StreamKind
 from voxflow_adapters.local.chat import ChatView, VoiceChat, chat_voice_settings
+from voxflow_adapters.phone import command as phone_command
 from voxflow_adapters.testkit.flows import Teller
 from voxflow_adapters.testkit.script import CallScript
 from voxflow_adapters.testkit.simulated import SimulatedClient
@@ -48,6 +54,28 @@ async def test_serve_calls_get_the_settings_with_the_echo_gate_off(
         assert call.session.echo_gate is None
     finally:
         await call.aclose()
+
+
+@pytest.mark.parametrize("flow", [None, "voxflow_adapters.testkit.flows:Teller"])
+async def test_phone_calls_get_the_settings_with_the_hiss_cue_on_the_telephone_band(
+    engines: VoiceEngines, flow: str | None,
+) -> None:
+    """``voxflow phone``'s calls: the settings, the echo gate off (the carrier cancels the
+    echo) and the hiss cue on the telephone band (an 8 kHz line has nothing over 4 kHz)."""
+    factory = phone_command._factory(flow, None, TUNED)
+    clock = VirtualClock()
+    call = await factory(SimulatedClient(CallScript(), clock=clock), engines, clock,
+                         lambda event: None)
+    try:
+        _assert_tuned(call.session.settings)
+        assert call.session.settings.echo_gate is False
+        assert call.session.settings.turn_detection.hiss_band == "telephone"
+    finally:
+        await call.aclose()
+    browser = webrtc_voice_settings(TUNED)
+    assert phone_voice_settings(TUNED) == browser.model_copy(update={
+        "turn_detection": browser.turn_detection.model_copy(
+            update={"hiss_band": "telephone", "hiss_rise": PHONE_HISS_RISE})})
 
 
 def test_serve_defaults_are_the_webrtc_defaults() -> None:

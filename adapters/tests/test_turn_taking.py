@@ -13,6 +13,8 @@ from collections.abc import Callable
 
 import numpy as np
 import pytest
+from voxflow_adapters.hosting.calls import phone_voice_settings, webrtc_voice_settings
+from voxflow_adapters.phone.codec import MULAW_RATE, MulawDecoder, mulaw_encode
 from voxflow_adapters.testkit.flows import SHORT_STORY, Teller, played_words, words
 from voxflow_adapters.testkit.scenario import CallResult, run_call
 from voxflow_adapters.testkit.script import CallScript
@@ -28,6 +30,7 @@ from voxflow_voice.speak.history import INTERRUPTED_MARK
 
 from voxflow.clock import VirtualClock
 from voxflow.ids import DeliveryId
+from voxflow.settings import Settings
 from voxflow.turns import TurnRunner
 
 pytestmark = pytest.mark.models
@@ -291,3 +294,40 @@ async def test_the_s_of_stop_pauses_the_reply_before_the_vad_scores_it(
         pauses.append(call.of_kind("barge_in_paused")[0].at - spoken_at)
     # Audio time (virtual clock): measured 35 ms with the cue, 75 ms without.
     assert pauses[0] <= 0.06 and pauses[0] <= pauses[1] - 0.032, pauses  # a frame earlier
+
+
+def over_the_phone(audio: np.ndarray) -> AudioChunk:
+    """``audio`` (16 kHz) as a phone call hears it: an 8 kHz μ-law line, then the call's
+    own decoder (:class:`~voxflow_adapters.phone.codec.MulawDecoder`)."""
+    narrow = np.clip(resample(audio, STT_SAMPLE_RATE, MULAW_RATE), -1.0, 1.0)
+    data = mulaw_encode(narrow)
+    decoder = MulawDecoder()
+    pcm = b"".join(decoder.decode(data[i : i + 160]) for i in range(0, len(data), 160))
+    return AudioChunk(pcm, STT_SAMPLE_RATE)
+
+
+@pytest.mark.parametrize("engines", ["timer"], indirect=True)
+async def test_the_s_of_stop_over_a_phone_line_pauses_the_reply_with_the_phone_settings(
+    engines: VoiceEngines,
+) -> None:
+    """An 8 kHz line carries none of the energy over 4 kHz that the wideband hiss cue
+    looks at: "Stop, please." over it paused the reply only at its vowel. The phone
+    path's settings (:func:`~voxflow_adapters.hosting.calls.phone_voice_settings`: the cue
+    on the telephone band) pause it within the 's' again; the reply is still cut by
+    identity, with no stale sample."""
+    stop = np.concatenate([np.asarray(s.samples, np.float32)
+                           for s in engines.tts.synthesize("Stop, please.")])
+    stop = resample(stop, engines.tts.sample_rate, STT_SAMPLE_RATE) * 0.5
+    stop = stop[int(np.argmax(np.abs(stop) > 0.01)):]  # its first sample is the 's'
+    line = over_the_phone(np.concatenate([np.zeros(1600, np.float32), stop]))
+    pauses = []
+    for settings in (phone_voice_settings(Settings()), webrtc_voice_settings(Settings())):
+        call, _ = await story_call(engines, audio=line, settings=settings)
+        story = call.replies()[0]
+        assert call.settled(story) == "interrupted" and call.stale_samples() == 0
+        fired = round(call.client.step_log()[0][0] * STT_SAMPLE_RATE)
+        spoken_at = call.tape.start + (fired + 1600) / STT_SAMPLE_RATE  # (its first sample)
+        pauses.append(call.of_kind("barge_in_paused")[0].at - spoken_at)
+    # Audio time (virtual clock, 20 ms frames): measured 60 ms on the telephone band,
+    # 160 ms with the wideband cue (the vowel).
+    assert pauses[0] <= 0.08 and pauses[0] <= pauses[1] - 0.064, pauses  # two VAD frames

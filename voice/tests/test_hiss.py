@@ -7,6 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from voxflow_voice import HissDetector
+from voxflow_voice.audio import resample
 
 pytestmark = pytest.mark.unit
 
@@ -89,14 +90,16 @@ def test_the_floor_follows_steady_noise_so_only_a_rise_counts() -> None:
 
 
 @settings(max_examples=60, deadline=None, derandomize=True)
-@given(cuts=st.lists(st.integers(min_value=1, max_value=700), min_size=1, max_size=40))
-def test_the_chunking_of_the_input_never_changes_the_answer(cuts: list[int]) -> None:
+@given(cuts=st.lists(st.integers(min_value=1, max_value=700), min_size=1, max_size=40),
+       band=st.sampled_from(["wide", "telephone"]))
+def test_the_chunking_of_the_input_never_changes_the_answer(cuts: list[int], band: str) -> None:
     """Fed in any chunks, a push says True exactly when it completed an 8 ms step that
     counts when the same audio is fed one step at a time."""
-    audio = np.concatenate([silence(0.3), hiss(0.1), silence(0.2), hiss(0.05, seed=2)])
-    steps = HissDetector()
+    audio = np.concatenate([silence(0.3), hiss(0.1), silence(0.2), hiss(0.05, seed=2),
+                            line_hiss(0.1, seed=4)])
+    steps = HissDetector(band=band)  # type: ignore[arg-type]
     counted = {k for k in range(audio.size // 128) if steps.push(audio[k * 128:(k + 1) * 128])}
-    pieces = HissDetector()
+    pieces = HissDetector(band=band)  # type: ignore[arg-type]
     position = 0
     for cut in cuts * (audio.size // sum(cuts) + 1):
         chunk = audio[position:position + cut]
@@ -117,3 +120,44 @@ def test_bad_settings_and_samples_are_refused() -> None:
     with pytest.raises(ValueError, match="finite"):
         detector.push(np.array([0.0, np.nan], np.float32))
     assert detector.push(np.concatenate([silence(0.2), hiss(0.1)])) is True  # unchanged
+
+
+def over_a_line(sound_8k: np.ndarray) -> np.ndarray:
+    """8 kHz audio as a phone call hands it on: upsampled to 16 kHz (nothing over 4 kHz)."""
+    return resample(sound_8k.astype(np.float32), 8000, RATE).astype(np.float32)
+
+
+def line_hiss(duration: float, level: float = 0.05, seed: int = RNG_SEED) -> np.ndarray:
+    """The part of an 's' a telephone line keeps: noise with its energy near 3-4 kHz."""
+    noise = np.random.default_rng(seed).standard_normal(round(duration * 8000) + 2)
+    high = np.diff(noise, 2)
+    return over_a_line(level * high / high.std())
+
+
+def test_an_s_over_a_telephone_line_counts_on_the_telephone_band_only() -> None:
+    audio = np.concatenate([silence(0.5), line_hiss(0.1), silence(0.3)])
+    start = seconds(0.5) // 512
+    wide = frames_with_hiss(audio)
+    assert wide == []  # nothing over 4 kHz: the wideband split never sees it
+    telephone = HissDetector(band="telephone")
+    counted = [i for i in range(audio.size // 512)
+               if telephone.push(audio[i * 512:(i + 1) * 512])]
+    assert counted and start <= counted[0] <= start + 1, counted  # within 32 ms
+
+
+def test_noise_over_a_telephone_line_never_counts_on_the_telephone_band() -> None:
+    rng = np.random.default_rng(RNG_SEED)
+    spectrum = np.fft.rfft(rng.standard_normal(4000))
+    spectrum /= np.sqrt(np.arange(1, spectrum.size + 1))
+    pink8k = np.fft.irfft(spectrum, 4000)
+    for name, sound in {
+        "white noise burst": over_a_line(0.3 * rng.standard_normal(3200)),
+        "pink noise (breath)": over_a_line(0.1 * pink8k / pink8k.std()),
+        "hum": over_a_line(0.2 * np.sin(2 * np.pi * 120 * np.arange(4000) / 8000)),
+    }.items():
+        audio = np.concatenate([silence(0.5), sound, silence(0.3)])
+        detector = HissDetector(band="telephone")
+        assert not [i for i in range(audio.size // 512)
+                    if detector.push(audio[i * 512:(i + 1) * 512])], name
+    with pytest.raises(ValueError, match="band"):
+        HissDetector(band="radio")  # type: ignore[arg-type]

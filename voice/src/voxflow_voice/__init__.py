@@ -190,6 +190,9 @@ from .listen.echo import (
     EchoGateStatistics as EchoGateStatistics,
 )
 from .listen.hiss import (
+    HissBand as HissBand,
+)
+from .listen.hiss import (
     HissDetector as HissDetector,
 )
 from .listen.input_guard import (
@@ -346,6 +349,7 @@ __all__ = [
     "EnergyVad",
     "HeardLedger",
     "HeardReply",
+    "HissBand",
     "HissDetector",
     "InputConverter",
     "InputGuard",

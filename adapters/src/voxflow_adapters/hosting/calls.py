@@ -56,6 +56,7 @@ from .resume import (
 )
 
 __all__ = [
+    "PHONE_HISS_RISE",
     "WEBRTC_VOICE_SETTINGS",
     "Call",
     "CallFactory",
@@ -63,6 +64,7 @@ __all__ = [
     "ResumeUnavailableError",
     "assistant_call_factory",
     "flow_call_factory",
+    "phone_voice_settings",
     "webrtc_voice_settings",
 ]
 
@@ -89,6 +91,32 @@ def webrtc_voice_settings(settings: Settings | None = None) -> VoiceSettings:
     """
     settings = settings if settings is not None else Settings.from_env()
     return VoiceSettings.from_settings(settings, echo_gate=False)
+
+
+PHONE_HISS_RISE = 6.0
+"""dB over the line's floor at which the phone path's hiss cue counts (12 on a wideband
+microphone): chosen on the tune half of ``benchmarks/phone_onset.py`` (espeak-ng voices),
+where 12 missed every 'st' over a line with noise at -50 dBFS and 6 caught them with
+no more noise pauses."""
+
+
+def phone_voice_settings(settings: Settings | None = None) -> VoiceSettings:
+    """The voice settings of phone calls: those of browser calls
+    (:func:`webrtc_voice_settings`: the carrier cancels the echo), the hiss cue on the
+    telephone band (``TurnDetection.hiss_band="telephone"``, ``hiss_rise``
+    :data:`PHONE_HISS_RISE`): an 8 kHz line carries none of the energy over 4 kHz the
+    wideband cue looks at, so the 's' of "Stop" paused a reply only at its vowel, ~100
+    ms later (:mod:`voxflow_voice.listen.hiss`).
+
+    Raises:
+        TypeError: ``settings`` is not a :class:`~voxflow.settings.Settings`.
+    """
+    voice = webrtc_voice_settings(settings)
+    detection = voice.turn_detection
+    if detection.hiss_rise is not None:  # (None: the cue is off, and stays off)
+        detection = detection.model_copy(update={"hiss_band": "telephone",
+                                                 "hiss_rise": PHONE_HISS_RISE})
+    return voice.model_copy(update={"turn_detection": detection})
 
 
 WEBRTC_VOICE_SETTINGS = webrtc_voice_settings(Settings())

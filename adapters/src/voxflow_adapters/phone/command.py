@@ -43,7 +43,7 @@ from ..hosting.calls import (
     CallFactory,
     assistant_call_factory,
     flow_call_factory,
-    webrtc_voice_settings,
+    phone_voice_settings,
 )
 from ..hosting.dispatch import DispatchStore
 from ..hosting.dispatch_tables import DispatchUnavailableError
@@ -65,7 +65,7 @@ logger = logging.getLogger(__name__)
 
 def _factory(flow: str | None, model: str | None, settings: Settings,
              job_queue: PostgresJobQueue | None = None) -> CallFactory:
-    voice_settings = webrtc_voice_settings(settings)  # (the carrier cancels the echo)
+    voice_settings = phone_voice_settings(settings)  # (the carrier cancels the echo)
     if flow is None:
         return assistant_call_factory(model, settings=voice_settings, job_queue=job_queue)
     return flow_call_factory(load_flow_class(flow, model=model), settings=voice_settings,

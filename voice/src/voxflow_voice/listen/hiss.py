@@ -28,20 +28,33 @@ that rose over ``onset_threshold``: with ``BargeInSettings.pause_on_rise`` the r
 there, and resumes after ``rise_hold`` if no speech follows. Other unvoiced openings ('f',
 'k', 'h', 'sh' in most voices) tilt low and are left to the VAD.
 
+A telephone line (8 kHz, G.711: the phone path) carries nothing over 4 kHz, so the
+wideband split never sees an 's' there. With ``band="telephone"`` the detector takes every
+other sample of the 16 kHz input (the line's own 8 kHz samples: nothing lies above 4 kHz
+to alias) and applies the same two filters at 8 kHz, where they cross at 2 kHz: the part
+of an 's' the line keeps (2.5 to 3.4 kHz) tilts high there, white line noise does not
+(0 dB), breath, hum and voiced speech tilt low. On a telephone line 'sh' and the 'f' of
+some voices tilt high too; they open words as well (``benchmarks/phone_onset.py``
+measures the cue on voices that are not the bundled one, and noise, through μ-law).
+
 Deterministic: audio time only, the same samples give the same answer in any chunking.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 from numpy.typing import NDArray
 
 from ..audio import STT_SAMPLE_RATE
 
-__all__ = ["HissDetector"]
+__all__ = ["HissBand", "HissDetector"]
+
+HissBand = Literal["wide", "telephone"]
+"""The input's band: ``wide`` (16 kHz audio, split at 4 kHz) or ``telephone`` (audio
+from an 8 kHz line upsampled to 16 kHz, split at 2 kHz)."""
 
 _STEP = 128  # samples: 8 ms at 16 kHz
 _FLOOR_MIN_DB = -100.0  # digital silence is this quiet, not -inf
@@ -57,13 +70,18 @@ class HissDetector:
         tilt_db: how much louder (dB) its high half must be than its low half.
         sustain: seconds of consecutive hiss steps that count.
         longest: seconds of consecutive hiss steps after which they count no more.
+        band: ``wide``, or ``telephone`` for audio that came over an 8 kHz line (see
+            the module).
 
     Raises:
-        ValueError: a setting is out of range or not finite.
+        ValueError: a setting is out of range or not finite, or ``band`` is unknown.
     """
 
     def __init__(self, rise_db: float = 12.0, level_db: float = -55.0, tilt_db: float = 1.5,
-                 sustain: float = 0.024, longest: float = 0.3) -> None:
+                 sustain: float = 0.024, longest: float = 0.3, band: HissBand = "wide",
+                 ) -> None:
+        if band not in ("wide", "telephone"):
+            raise ValueError(f"band must be 'wide' or 'telephone', got {band!r}")
         for name, value, low, high in (("rise_db", rise_db, 0.0, 80.0),
                                        ("tilt_db", tilt_db, -40.0, 40.0),
                                        ("level_db", level_db, -100.0, 0.0),
@@ -75,6 +93,8 @@ class HissDetector:
         self.rise_db = float(rise_db)
         self.level_db = float(level_db)
         self.tilt_db = float(tilt_db)
+        self.band: HissBand = band
+        self._stride = 2 if band == "telephone" else 1  # (8 kHz: every other sample)
         self._sustain_steps = max(1, math.ceil(sustain * STT_SAMPLE_RATE / _STEP))
         self._longest_steps = max(self._sustain_steps, round(longest * STT_SAMPLE_RATE / _STEP))
         self._up = _FLOOR_RISE_DB_PER_S * _STEP / STT_SAMPLE_RATE
@@ -103,11 +123,13 @@ class HissDetector:
         self._pending = data[count * _STEP:].copy()
         if count == 0:
             return False
-        steps = data[: count * _STEP].astype(np.float64)
+        # (steps start at multiples of _STEP in the stream, so the stride keeps its phase)
+        steps = data[: count * _STEP : self._stride].astype(np.float64)
         before = np.concatenate(([self._last], steps[:-1]))
         self._last = float(steps[-1])
-        high = np.mean(np.square(steps - before).reshape(count, _STEP), axis=1)
-        low = np.mean(np.square(steps + before).reshape(count, _STEP), axis=1)
+        size = _STEP // self._stride
+        high = np.mean(np.square(steps - before).reshape(count, size), axis=1)
+        low = np.mean(np.square(steps + before).reshape(count, size), axis=1)
         levels = 10.0 * np.log10(high + 1e-12)
         tilts = 10.0 * np.log10((high + 1e-12) / (low + 1e-12))
         sustained = False
@@ -124,4 +146,4 @@ class HissDetector:
 
     def __repr__(self) -> str:
         return (f"HissDetector(rise_db={self.rise_db}, level_db={self.level_db}, "
-                f"tilt_db={self.tilt_db}, sustain_steps={self._sustain_steps})")
+                f"tilt_db={self.tilt_db}, band={self.band!r}, sustain_steps={self._sustain_steps})")

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from .hiss import HissBand
+
 __all__ = ["DEFAULT_TURN_DETECTION", "FAST_TURN_DETECTION", "TurnDetection"]
 
 
@@ -28,6 +30,11 @@ class TurnDetection(BaseModel):
         "(dB) over the recent floor for 24 ms also counts as rising, like onset_threshold "
         "(the unvoiced 's' opening 'Stop', 'Sorry'; 'f' and 'sh' are left to the VAD; see "
         "voxflow_voice.listen.hiss); None: the VAD alone",
+    )
+    hiss_band: HissBand = Field(
+        "wide",
+        description="the input's band for the hiss cue: wide (16 kHz audio, split at 4 kHz) "
+        "or telephone (an 8 kHz line, split at 2 kHz: the phone path)",
     )
     min_speech: float = Field(
         0.25, ge=0, le=5, description="speech (s) needed before speech starts"

@@ -142,7 +142,7 @@ class TurnDetector:
         self._model = end_of_turn_model
         self._stream = VadStream(vad)
         self._hiss = None if self.settings.hiss_rise is None else HissDetector(
-            rise_db=self.settings.hiss_rise)
+            rise_db=self.settings.hiss_rise, band=self.settings.hiss_band)
         rate = STT_SAMPLE_RATE
         s = self.settings
         self._min_speech = round(s.min_speech * rate)
