@@ -8,12 +8,14 @@ from collections.abc import Sequence
 from typing import Any, ClassVar
 
 import pytest
+from voxflow_voice.call import CallContext
 from voxflow_voice.session.delivery import AnnouncementDelivery
 from voxflow_voice.session.floor import FloorReporter
 
 from voxflow import Flow
+from voxflow.clock import MonotonicClock
 from voxflow.flow import listen, start
-from voxflow.ids import DeliveryId, SessionId, TurnId
+from voxflow.ids import DeliveryId, TurnId
 from voxflow.jobs import (
     JobRecord,
     JobRunner,
@@ -81,7 +83,9 @@ async def test_each_queued_announcement_is_reported_once() -> None:
         delivery.wake()
 
     jobs = JobRunner(flow.state, make_work, on_update=on_update)
-    floor = FloorReporter(lambda: SessionId(flow.state.id), replies, jobs.state_lock)
+    call = CallContext(turns, MonotonicClock(), emit=lambda event: None, lock=jobs.state_lock,
+                       replies=replies, jobs=jobs)
+    floor = FloorReporter(call)
     floor.muted_changed(True)  # the floor is held: nothing is claimed or spoken
     spoken: list[DeliveryId] = []
 
@@ -89,11 +93,7 @@ async def test_each_queued_announcement_is_reported_once() -> None:
         spoken.append(delivery_id)
 
     queued: list[DeliveryRecord] = []
-    delivery = AnnouncementDelivery(
-        replies, jobs.state_lock, floor, asyncio.Lock(), speak,
-        jobs=lambda: flow.state.jobs.values(), deliveries=lambda: flow.state.deliveries,
-        queued=queued.append,
-    )
+    delivery = AnnouncementDelivery(call, floor, speak, queued=queued.append)
 
     async def turn(message: str) -> None:
         async with jobs.state_lock:

@@ -17,15 +17,15 @@ it, or at the next wake for one enqueued by other code. With its ``reply_started
 
 from __future__ import annotations
 
-import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 
 from voxflow.ids import DeliveryId, TurnId
 from voxflow.jobs import JobRecord
-from voxflow.replies import DeliveryRecord, ReplyQueue
+from voxflow.replies import DeliveryRecord
 from voxflow.turns import ReplyEvent
 
+from ..call import CallContext
 from .floor import FloorReporter
 
 __all__ = ["AnnouncementDelivery", "Announcer", "Speak", "default_announcer"]
@@ -55,45 +55,36 @@ class AnnouncementDelivery:
     """Claims announcements from the ReplyQueue when the floor is free and speaks them.
 
     Args:
-        replies: the ReplyQueue holding the announcements (``None``: nothing to deliver).
-        lock: the state lock that serialises queue operations (the JobRunner's).
+        call: the call: its ReplyQueue holds the announcements (``None``: nothing to
+            deliver), its state lock serialises queue operations, its ``speaking`` lock
+            is held while any reply is spoken, its flow state holds the jobs and delivery
+            records (read under the lock, or between awaits), and nothing is claimed
+            once the client is ``gone``.
         floor: the session's client-floor state; its ``changed`` event wakes this task.
-        speaking: held while any reply (answer or announcement) is spoken.
         speak: speaks one claimed announcement (its turn, delivery and reply events).
-        jobs: returns the flow's current jobs (read under ``lock``).
         announcer: builds announcement text from the jobs.
         enabled: deliver at all (``VoiceSettings.announcements``).
-        gone: returns True once the client is gone (nobody would hear it).
-        deliveries: returns the flow's delivery records (read under ``lock``, or between
-            awaits).
         queued: called once per delivery, when it is first seen pending.
     """
 
     def __init__(
         self,
-        replies: ReplyQueue | None,
-        lock: asyncio.Lock,
+        call: CallContext,
         floor: FloorReporter,
-        speaking: asyncio.Lock,
         speak: Speak,
         *,
-        jobs: Callable[[], Iterable[JobRecord]],
         announcer: Announcer = default_announcer,
         enabled: bool = True,
-        gone: Callable[[], bool] = lambda: False,
-        deliveries: Callable[[], Mapping[DeliveryId, DeliveryRecord]] = dict,
         queued: Callable[[DeliveryRecord], None] = lambda record: None,
     ) -> None:
-        self._replies = replies
-        self._lock = lock
+        self._call = call
+        self._replies = call.replies
+        self._lock = call.lock
         self._floor = floor
-        self._speaking = speaking
+        self._speaking = call.speaking
         self._speak = speak
-        self._jobs = jobs
         self._announcer = announcer
         self._enabled = enabled
-        self._gone = gone
-        self._deliveries = deliveries
         self._queued = queued
         self._reported: set[DeliveryId] = set()
 
@@ -110,7 +101,7 @@ class AnnouncementDelivery:
         if self._replies is None:
             return
         async with self._lock:
-            for job in list(self._jobs()):
+            for job in list(getattr(self._call.state, "jobs", {}).values()):
                 if job.status == "completed":
                     self._replies.enqueue(job)
             self._note_queued()
@@ -118,7 +109,7 @@ class AnnouncementDelivery:
 
     def _note_queued(self) -> None:
         """Report each pending delivery not reported yet (once per delivery)."""
-        for record in list(self._deliveries().values()):
+        for record in list(getattr(self._call.state, "deliveries", {}).values()):
             if record.status == "pending" and record.delivery_id not in self._reported:
                 self._reported.add(record.delivery_id)
                 self._queued(record)
@@ -135,7 +126,7 @@ class AnnouncementDelivery:
             changed.clear()
             self._note_queued()  # one enqueued by other code, then woken
             # The local view is always current; the ReplyQueue's may lag a report behind.
-            if self._floor.held or self._speaking.locked() or self._gone():
+            if self._floor.held or self._speaking.locked() or self._call.gone:
                 continue
             async with self._speaking:
                 async with self._lock:

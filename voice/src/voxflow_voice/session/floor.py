@@ -17,10 +17,11 @@ so the announcement delivery task (:mod:`voxflow_voice.session.delivery`) looks 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
 
-from voxflow.ids import DeliveryId, SessionId
-from voxflow.replies import ClientActivity, ReplyQueue
+from voxflow.ids import DeliveryId
+from voxflow.replies import ClientActivity
+
+from ..call import CallContext
 
 __all__ = ["FloorReporter"]
 
@@ -29,20 +30,14 @@ class FloorReporter:
     """The client's floor state (recording, playback, mute, pending foreground turns).
 
     Args:
-        session_id: returns the conversation's identity (read at each report).
-        replies: the ReplyQueue to report to; ``None`` keeps the state local only.
-        lock: the state lock that serialises queue operations (the JobRunner's).
+        call: the call (its identity, read at each report; the ReplyQueue to report to,
+            if any, else the state stays local; the state lock for queue operations).
     """
 
-    def __init__(
-        self,
-        session_id: Callable[[], SessionId],
-        replies: ReplyQueue | None,
-        lock: asyncio.Lock,
-    ) -> None:
-        self._session_id = session_id
-        self._replies = replies
-        self._lock = lock
+    def __init__(self, call: CallContext) -> None:
+        self._call = call
+        self._replies = call.replies
+        self._lock = call.lock
         self._recording = False
         self._playing: DeliveryId | None = None
         self._stopped: DeliveryId | None = None  # the delivery whose playback stopped last
@@ -135,7 +130,7 @@ class FloorReporter:
                     self._replies.set_foreground(self._foreground > 0)
                     self._seq += 1
                     self._replies.observe_client(ClientActivity(
-                        session_id=self._session_id(), seq=self._seq,
+                        session_id=self._call.session_id, seq=self._seq,
                         recording=self._recording, playback=self._playing is not None,
                         muted=self._muted,
                         delivery_id=self._playing if self._playing is not None else self._stopped,

@@ -23,13 +23,11 @@ is not a barge-in. Each reply's policy is the session's
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-
-from voxflow.clock import Clock
-from voxflow.ids import DeliveryId, SessionId
+from voxflow.ids import DeliveryId
 
 from ..audio import STT_SAMPLE_RATE
-from ..events import BargeIn, BargeInPaused, BargeInResumed, SessionEvent
+from ..call import CallContext
+from ..events import BargeIn, BargeInPaused, BargeInResumed
 from ..listen.barge_in import (
     BargeInAction,
     BargeInArbiter,
@@ -40,7 +38,7 @@ from ..listen.barge_in import (
 from ..listen.early_stt import EarlyTranscriber
 from ..listen.turn_detector import TurnDetector, UtterancePaused
 from ..speak.playback import Playback
-from ..speak.speaker import SpokenReply, hold_clock
+from ..speak.speaker import ReplySpeaker, SpokenReply, hold_clock
 
 __all__ = ["OverlapHandler"]
 
@@ -51,30 +49,25 @@ class OverlapHandler:
     """Pauses, resumes or cuts the reply being spoken as user speech overlaps it.
 
     Args:
+        call: the call (its clock, held while an overlap is transcribed; where events
+            go; the clock time of an input sample).
         arbiter: decides what each overlap is (the session's ``barge_in``).
         detector: the session's turn detector (input position, speech onset and end).
         playback: the fenced playback stage (paused, resumed, asked for words left).
         early: transcribes an overlap's audio (its words tell a backchannel apart).
-        clock: the session clock (held while an overlap is transcribed).
-        cut: interrupts a reply (:meth:`voxflow_voice.speak.speaker.ReplySpeaker.cut`).
-        emit: records one session event.
-        session_id: returns the conversation's identity (read at each event).
-        time_of: the clock time of an input sample.
+        speaker: cuts a reply (:meth:`voxflow_voice.speak.speaker.ReplySpeaker.cut`).
         interruptions: whether user speech may interrupt replies at all.
     """
 
     def __init__(
         self,
+        call: CallContext,
         arbiter: BargeInArbiter,
         detector: TurnDetector,
         playback: Playback,
         early: EarlyTranscriber,
-        clock: Clock,
+        speaker: ReplySpeaker,
         *,
-        cut: Callable[[SpokenReply, str], Awaitable[None]],
-        emit: Callable[[SessionEvent], None],
-        session_id: Callable[[], SessionId],
-        time_of: Callable[[int], float],
         interruptions: bool = True,
     ) -> None:
         if not isinstance(arbiter, BargeInArbiter):
@@ -83,11 +76,11 @@ class OverlapHandler:
         self._detector = detector
         self._playback = playback
         self._early = early
-        self._clock = clock
-        self._cut = cut
-        self._emit = emit
-        self._session_id = session_id
-        self._time_of = time_of
+        self._speaker = speaker
+        self._call = call
+        self._clock = call.clock
+        self._emit = call.emit
+        self._time_of = call.time_of
         self._interruptions = interruptions
         self._policies: dict[DeliveryId, BargeInPolicy] = {}
         self._since: tuple[DeliveryId | None, int] = (None, 0)  # reply, first sample
@@ -235,11 +228,11 @@ class OverlapHandler:
         onset_at = self._time_of(onset)
         if action == "pause":
             if self._playback.pause(delivery):
-                self._emit(BargeInPaused(session_id=self._session_id(), at=self._clock.now(),
+                self._emit(BargeInPaused(session_id=self._call.session_id, at=self._clock.now(),
                                          delivery_id=delivery, onset_at=onset_at))
         elif action == "resume":
             if self._playback.resume(delivery):
-                self._emit(BargeInResumed(session_id=self._session_id(), at=self._clock.now(),
+                self._emit(BargeInResumed(session_id=self._call.session_id, at=self._clock.now(),
                                           delivery_id=delivery, onset_at=onset_at,
                                           reason=reason or "false_alarm", text=text))
         elif action == "fence" and not reply.interrupted:
@@ -249,9 +242,9 @@ class OverlapHandler:
         """Cut ``reply`` as a barge-in cuts it, for speech from ``onset_at``: ``BargeIn``,
         then the speaker's cut (``ReplyInterrupted``, ``reason``)."""
         reply.onset_at = onset_at
-        self._emit(BargeIn(session_id=self._session_id(), at=self._clock.now(),
+        self._emit(BargeIn(session_id=self._call.session_id, at=self._clock.now(),
                            delivery_id=reply.delivery_id, onset_at=onset_at))
-        await self._cut(reply, reason)
+        await self._speaker.cut(reply, reason)
 
     def __repr__(self) -> str:
         return (

@@ -41,15 +41,13 @@ import asyncio
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 
-from voxflow.clock import Clock
 from voxflow.flow import RollbackPoint
-from voxflow.ids import SessionId, TurnId
-from voxflow.jobs import JobRunner
-from voxflow.turns import ReplyEvent, ReplyStream, TurnRunner
+from voxflow.ids import TurnId
+from voxflow.turns import ReplyEvent, ReplyStream
 
 from ..audio import STT_SAMPLE_RATE
+from ..call import CallContext
 from ..events import (
-    SessionEvent,
     SpeculativeReplyDiscarded,
     TurnCommitted,
     TurnRevoked,
@@ -81,7 +79,12 @@ class SpeculativeReplies:
     """The speculative replies of one voice session, from the pause to the verdict.
 
     Args:
-        turns: the TurnRunner whose flow answers (and is rolled back).
+        call: the call: its TurnRunner (whose flow answers, and is rolled back), clock
+            (held while a pause is transcribed), ``speaking`` lock (held while any reply
+            is spoken), state lock (held while a speculative turn runs, and while one is
+            rolled back), job runner (a speculative turn's jobs start once it is final),
+            where events go, the clock time of an input sample, and whether the client
+            is gone.
         detector: the session's turn detector (its provisional turn sealed or detached).
         early: transcribes the pause's audio.
         arbiter: tells a turn from a backchannel over a reply.
@@ -89,26 +92,17 @@ class SpeculativeReplies:
         playback: releases a confirmed reply's held audio.
         overlap: the session's barge-in handling (judges speech over a reply).
         floor: the session's floor (no speculation while a turn waits for its answer).
-        clock: the session clock (held while a pause is transcribed).
-        speaking: held while any reply (answer or announcement) is spoken.
-        lock: the session's state lock (held while a speculative turn runs, and while
-            one is rolled back).
         answer: answers a speculative turn through the session's answer path (which
             calls :meth:`generate`).
         reply: returns the session's reply being spoken, if any.
         confirmed: makes a confirmed reply the session's reply being spoken (called
             before its audio is released, so its receipts find it).
-        gone: returns True once the client is gone (its input ended).
-        emit: records one session event.
-        session_id: returns the conversation's identity (read at each event).
-        time_of: the clock time of an input sample.
         enabled: answer in pauses at all (``VoiceSettings.speculative_replies``).
-        jobs: the session's job runner (a speculative turn's jobs start once it is final).
     """
 
     def __init__(
         self,
-        turns: TurnRunner,
+        call: CallContext,
         detector: TurnDetector,
         early: EarlyTranscriber,
         arbiter: BargeInArbiter,
@@ -116,23 +110,14 @@ class SpeculativeReplies:
         playback: Playback,
         overlap: OverlapHandler,
         floor: FloorReporter,
-        clock: Clock,
         *,
-        speaking: asyncio.Lock,
-        lock: asyncio.Lock,
         answer: Answer,
         reply: Callable[[], SpokenReply | None],
         confirmed: Callable[[SpokenReply], None],
-        gone: Callable[[], bool],
-        emit: Callable[[SessionEvent], None],
-        session_id: Callable[[], SessionId],
-        time_of: Callable[[int], float],
         enabled: bool = True,
-        jobs: JobRunner | None = None,
     ) -> None:
-        if not isinstance(turns, TurnRunner):
-            raise TypeError(f"turns must be a TurnRunner, got {type(turns).__name__}")
-        self._turns = turns
+        self._call = call
+        self._turns = call.turns
         self._detector = detector
         self._early = early
         self._arbiter = arbiter
@@ -140,17 +125,15 @@ class SpeculativeReplies:
         self._playback = playback
         self._overlap = overlap
         self._floor = floor
-        self._clock = clock
-        self._speaking = speaking
-        self._lock = lock
-        self._jobs = jobs
+        self._clock = call.clock
+        self._speaking = call.speaking
+        self._lock = call.lock
+        self._jobs = call.jobs
         self._answer = answer
         self._reply = reply
         self._confirmed = confirmed
-        self._gone = gone
-        self._emit = emit
-        self._session_id = session_id
-        self._time_of = time_of
+        self._emit = call.emit
+        self._time_of = call.time_of
         self._enabled = enabled
         self._pending: Speculation | None = None  # no verdict yet
         self._provisional: Speculation | None = None  # confirmed, may be taken back
@@ -208,7 +191,7 @@ class SpeculativeReplies:
         """Answer the utterance heard up to this pause, held unheard until the verdict."""
         if (not self._enabled or self._pending is not None
                 or self._reply() is not None or self._speaking.locked()
-                or self._floor.pending_turns or self._gone() or self._turns.flow.state.ended):
+                or self._floor.pending_turns or self._call.gone or self._turns.flow.state.ended):
             return
         spec = Speculation(paused)
         self._pending = spec
@@ -529,7 +512,7 @@ class SpeculativeReplies:
         if not await verdict or spec.revoked:
             await self._drop(reply, generation, point)
             self._emit(SpeculativeReplyDiscarded(
-                session_id=self._session_id(), at=self._clock.now(), turn_id=reply.turn_id,
+                session_id=self._call.session_id, at=self._clock.now(), turn_id=reply.turn_id,
                 text=text, reason=spec.reason,
             ))
             return False
@@ -543,12 +526,12 @@ class SpeculativeReplies:
             reply.provisional = spec  # until a sample of it is heard (or resume_grace)
         self._speaker.confirmed(reply)  # its synthesis is no longer speculative work
         now = self._clock.now()
-        self._emit(TurnCommitted(session_id=self._session_id(), at=now, turn_id=reply.turn_id,
+        self._emit(TurnCommitted(session_id=self._call.session_id, at=now, turn_id=reply.turn_id,
                                  text=text, speech_end_at=self._time_of(spec.paused.end_sample),
                                  input_revision=reply.input_revision))
         for event in spec.events:  # public from now on (when each was prepared: metrics)
             self._emit(event.model_copy(update={"at": now}))
-        if self._gone():  # confirmed by the end of input: nobody plays it any more
+        if self._call.gone:  # confirmed by the end of input: nobody plays it any more
             await self._speaker.cut(reply, "Session closed.")  # (a release would block)
         else:
             await self._playback.release(reply.delivery_id)
@@ -558,7 +541,7 @@ class SpeculativeReplies:
             return True  # (it settles as cut, its heard part kept)
         if spec.revoked:  # the user went on before a sample of it was heard
             await self._drop(reply, generation, point)
-            self._emit(TurnRevoked(session_id=self._session_id(), at=self._clock.now(),
+            self._emit(TurnRevoked(session_id=self._call.session_id, at=self._clock.now(),
                                    turn_id=reply.turn_id, text=text, reason=spec.reason))
             return False
         reply.provisional = None

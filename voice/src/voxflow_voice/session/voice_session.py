@@ -63,7 +63,7 @@ from voxflow.replies import DeliveryRecord, ReplyQueue
 from voxflow.storable import check_text
 from voxflow.turns import ReplyEvent, TurnRunner
 
-from ..audio import STT_SAMPLE_RATE
+from ..call import CallContext
 from ..engines import VoiceEngines
 from ..events import (
     AnnouncementQueued,
@@ -157,8 +157,11 @@ class VoiceSession:
         self.clock: Clock = clock if clock is not None else MonotonicClock()
         self.replies = replies
         self.jobs = jobs
-        self._lock = jobs.state_lock if jobs is not None else asyncio.Lock()
         self._on_event = on_event
+        self._call = CallContext(turns, self.clock, self._emit, replies=replies, jobs=jobs,
+                                lock=jobs.state_lock if jobs is not None else asyncio.Lock())
+        self._lock = self._call.lock
+        self._speaking = self._call.speaking  # one reply (answer or announcement) at a time
         self._trace = SessionTrace(self.clock, lambda: str(self.session_id))
         self.events: list[SessionEvent] = []
         self.metrics: list[TurnMetrics] = []
@@ -173,43 +176,32 @@ class VoiceSession:
         self._early = EarlyTranscriber(engines.stt, call=str(self.session_id))
         self.barge_in = BargeInArbiter(self.settings.barge_in)
         self._reply: SpokenReply | None = None  # the reply being spoken, if any
-        self._anchor = (0.0, 0)  # (clock time, input sample) of the latest frame
-        self._speaking = asyncio.Lock()  # one reply (answer or announcement) at a time
         self._closed = False
         self._ready: dict[str, float] = {}  # job id → when it was first seen completed
-        self._input_ended = False  # the adapter's input ended: nobody hears us any more
-        self._floor = FloorReporter(lambda: self.session_id, replies, self._lock)
+        call = self._call  # what the parts share: ids, clock, events, locks, liveness
+        self._floor = FloorReporter(call)
         self._delivery = AnnouncementDelivery(
-            replies, self._lock, self._floor, self._speaking, self._announce,
-            jobs=lambda: getattr(self.turns.flow.state, "jobs", {}).values(), announcer=announcer,
-            enabled=self.settings.announcements, gone=lambda: self._input_ended,
-            deliveries=lambda: getattr(self.turns.flow.state, "deliveries", {}),
-            queued=self._queued,
+            call, self._floor, self._announce, announcer=announcer,
+            enabled=self.settings.announcements, queued=self._queued,
         )
         self._speaker = ReplySpeaker(
-            turns, self.playback, engines.tts, self.settings.segmenter, self.clock, self._lock,
-            emit=self._emit, session_id=lambda: self.session_id,
-            gone=lambda: self._input_ended, replies=replies, echo_gate=self.echo_gate,
-            synthesis_ahead=self.settings.synthesis_ahead,
+            call, self.playback, engines.tts, self.settings.segmenter,
+            echo_gate=self.echo_gate, synthesis_ahead=self.settings.synthesis_ahead,
         )
         self._overlap = OverlapHandler(
-            self.barge_in, self._detector, self.playback, self._early, self.clock,
-            cut=self._speaker.cut, emit=self._emit, session_id=lambda: self.session_id,
-            time_of=self._time_of, interruptions=self.settings.interruptions,
+            call, self.barge_in, self._detector, self.playback, self._early, self._speaker,
+            interruptions=self.settings.interruptions,
         )
         self._speculative = SpeculativeReplies(
-            turns, self._detector, self._early, self.barge_in, self._speaker, self.playback,
-            self._overlap, self._floor, self.clock, speaking=self._speaking, lock=self._lock,
-            answer=self._answer,
-            reply=lambda: self._reply, confirmed=self._on_air, gone=lambda: self._input_ended,
-            emit=self._emit, session_id=lambda: self.session_id, time_of=self._time_of,
-            enabled=self.settings.speculative_replies, jobs=jobs,
+            call, self._detector, self._early, self.barge_in, self._speaker, self.playback,
+            self._overlap, self._floor, answer=self._answer, reply=lambda: self._reply,
+            confirmed=self._on_air, enabled=self.settings.speculative_replies,
         )
 
     @property
     def session_id(self) -> SessionId:
         """The conversation's identity (the flow state's ``id``)."""
-        return SessionId(str(self.turns.flow.state.id))
+        return self._call.session_id
 
     @property
     def quiet(self) -> bool:
@@ -241,7 +233,7 @@ class VoiceSession:
                 await self._listen()
                 # The client is gone (script over, peer disconnected): its receipts will
                 # never come, so the reply it was hearing is cut now, not waited for.
-                self._input_ended = True
+                self._call.gone = True
                 if self._reply is not None:
                     await self._speaker.cut(self._reply, "Session closed.")
                 await converse  # the last utterance is answered (and cut) before we close
@@ -274,10 +266,10 @@ class VoiceSession:
                 audio = self._input_guard.convert_chunk(chunk)  # any adapter's frames
                 if audio is None:
                     continue
-                self._anchor = (self.clock.now(), self._detector.position)
+                self._call.anchor = (self.clock.now(), self._detector.position)
                 self._speculative.before_frame()
                 if self.echo_gate is not None:
-                    audio = self.echo_gate.process(audio, self._anchor[0])
+                    audio = self.echo_gate.process(audio, self._call.anchor[0])
                 # (then the end-of-turn model's verdict on a pause, with its words)
                 if self._detector.active_onset is None:  # latched at an utterance's onset
                     self._detector.speaking_over = self._floor.playing is not None
@@ -294,10 +286,6 @@ class VoiceSession:
             self._speculative.input_ended()
             self._utterances.put_nowait(None)
 
-    def _time_of(self, sample: int) -> float:
-        at, position = self._anchor
-        return at + (sample - position) / STT_SAMPLE_RATE
-
     async def _on_detector_event(self, event: Any) -> None:
         if isinstance(event, TurnResumed):
             if await self._speculative.resumed(event):  # its turn taken back, its reply too
@@ -307,15 +295,15 @@ class VoiceSession:
                 self._early.warm_up()
             self._floor.recording_changed(True)
             self._emit(SpeechStarted(session_id=self.session_id, at=self.clock.now(),
-                                     onset_at=self._time_of(event.onset_sample)))
+                                     onset_at=self._call.time_of(event.onset_sample)))
         elif isinstance(event, BargeInDetected):
             await self._overlap.speech_confirmed(
-                self._reply, self._time_of(event.onset_sample), event.onset_sample
+                self._reply, self._call.time_of(event.onset_sample), event.onset_sample
             )
         elif isinstance(event, DetectorSpeechEnded):
             self._floor.recording_changed(False)
             self._emit(SpeechEnded(session_id=self.session_id, at=self.clock.now(),
-                                   end_at=self._time_of(event.end_sample)))
+                                   end_at=self._call.time_of(event.end_sample)))
         elif isinstance(event, UtterancePaused | UtteranceReady) and (
                 await self._speculative.went_on(event)):
             return  # a sound over the reply of a turn that stands: an utterance of its own
@@ -346,7 +334,7 @@ class VoiceSession:
             try:
                 if await self._speculative.answered(utterance, spec):
                     continue  # answered in the pause, or taken back (the user went on)
-                speech_end = self._time_of(utterance.end_sample)
+                speech_end = self._call.time_of(utterance.end_sample)
                 with hold_clock(self.clock):
                     transcript = await self._early.final(utterance)
                 if transcript is None or not transcript.text.strip():
@@ -472,7 +460,7 @@ class VoiceSession:
         if not text.strip():
             raise ValueError("text must be non-empty")
         check_text(text, "text", max_chars=MAX_SUBMITTED_TEXT_CHARS)
-        if self._closed or self._input_ended or self.turns.flow.state.ended:
+        if self._closed or self._call.gone or self.turns.flow.state.ended:
             return
         self._floor.foreground_entered()
         try:

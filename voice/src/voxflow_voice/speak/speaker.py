@@ -33,17 +33,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar
 
 from voxflow.clock import Clock, VirtualClock
-from voxflow.ids import DeliveryId, SessionId, TurnId
-from voxflow.replies import ReplyQueue, record_announcement
+from voxflow.ids import DeliveryId, TurnId
+from voxflow.replies import record_announcement
 from voxflow.tasks import background
-from voxflow.turns import ReplyEvent, TurnRunner
+from voxflow.turns import ReplyEvent
 
 from ..audio import AudioChunk
+from ..call import CallContext
 from ..engines import TextToSpeech
 from ..events import (
     ReplyFinished,
@@ -206,16 +207,13 @@ class ReplySpeaker:
     """Speaks replies: segments, synthesis, fenced playback, interruption and settling.
 
     Args:
-        turns: the TurnRunner whose events are accepted and whose turns are interrupted.
+        call: the call: its TurnRunner (whose events are accepted and whose turns are
+            interrupted), clock (held while generation and synthesis are awaited), state
+            lock, ReplyQueue of announcements (if any), where events go, and whether
+            the client is gone (then a drained reply is cut).
         playback: the session's fenced playback stage.
         tts: the text-to-speech engine.
         segmenter: how reply text is cut into synthesized segments.
-        clock: the session clock (held while generation and synthesis are awaited).
-        lock: the state lock that serialises turns, job commits and queue operations.
-        emit: records one session event.
-        session_id: returns the conversation's identity (read at each event).
-        gone: whether the client is gone (its input ended): a drained reply is cut.
-        replies: the ReplyQueue of announcements (optional).
         echo_gate: told of every chunk sent, if the session has one.
         synthesis_ahead: seconds of a reply's audio synthesized ahead of what was handed
             to playback (later sentences are synthesized while earlier ones play, so they
@@ -224,40 +222,31 @@ class ReplySpeaker:
 
     def __init__(
         self,
-        turns: TurnRunner,
+        call: CallContext,
         playback: Playback,
         tts: TextToSpeech,
         segmenter: SegmenterSettings,
-        clock: Clock,
-        lock: asyncio.Lock,
         *,
-        emit: Callable[[SessionEvent], None],
-        session_id: Callable[[], SessionId],
-        gone: Callable[[], bool],
-        replies: ReplyQueue | None = None,
         echo_gate: EchoGate | None = None,
         synthesis_ahead: float = 0.0,
     ) -> None:
         if not synthesis_ahead >= 0.0:
             raise ValueError(f"synthesis_ahead must be >= 0 seconds, got {synthesis_ahead!r}")
-        if not isinstance(turns, TurnRunner):
-            raise TypeError(f"turns must be a TurnRunner, got {type(turns).__name__}")
         if not isinstance(playback, Playback):
             raise TypeError(f"playback must be a Playback, got {type(playback).__name__}")
         if not isinstance(segmenter, SegmenterSettings):
             raise TypeError(
                 f"segmenter must be SegmenterSettings, got {type(segmenter).__name__}"
             )
-        self._turns = turns
+        self._call = call
+        self._turns = call.turns
         self._playback = playback
         self._tts = tts
         self._segmenter = segmenter
-        self._clock = clock
-        self._lock = lock
-        self._emit = emit
-        self._session_id = session_id
-        self._gone = gone
-        self._replies = replies
+        self._clock = call.clock
+        self._lock = call.lock
+        self._emit = call.emit
+        self._replies = call.replies
         self._echo_gate = echo_gate
         self._ahead = float(synthesis_ahead)
 
@@ -278,7 +267,7 @@ class ReplySpeaker:
                     if reply.speculation is not None:
                         self._playback.hold(reply.delivery_id)
                     self._emit_for(reply, ReplyStarted(
-                        session_id=self._session_id(), at=self._clock.now(),
+                        session_id=self._call.session_id, at=self._clock.now(),
                         turn_id=reply.turn_id, delivery_id=reply.delivery_id,
                         reply_kind=event.kind,
                     ))
@@ -334,7 +323,7 @@ class ReplySpeaker:
                     self._playback.begin_segment(delivery, segment_id, text)
                     reply.segments.append(text)
                     self._emit_for(reply, ReplyTextStreamed(
-                        session_id=self._session_id(), at=self._clock.now(),
+                        session_id=self._call.session_id, at=self._clock.now(),
                         delivery_id=delivery, segment_id=segment_id, text=text,
                     ))
                     continue
@@ -360,7 +349,7 @@ class ReplySpeaker:
                 if self._playback.is_fenced(delivery):
                     return
                 ready.put_nowait((segment_id, text))
-                reply.work = work = reply.synthesis_work(str(self._session_id()),
+                reply.work = work = reply.synthesis_work(str(self._call.session_id),
                                                           self._clock.now())
                 with scheduled(work):  # the stream's model jobs carry this ticket
                     chunks = self._tts.stream(text, delivery_id=delivery, segment_id=segment_id)
@@ -410,7 +399,7 @@ class ReplySpeaker:
 
     async def drain(self, reply: SpokenReply) -> None:
         """Wait for the speaker to hand over the last chunk, then seal the delivery."""
-        if self._gone():
+        if self._call.gone:
             await self.cut(reply, "Session closed.")  # no client left to play it
         speaker = reply.speaker
         if speaker is not None:
@@ -436,7 +425,7 @@ class ReplySpeaker:
         heard = self._playback.heard_reply(reply.delivery_id)
         now = self._clock.now()
         if played and not reply.failed:  # a failed reply was never "played whole"
-            self._emit(ReplyFinished(session_id=self._session_id(), at=now,
+            self._emit(ReplyFinished(session_id=self._call.session_id, at=now,
                                      turn_id=reply.turn_id, delivery_id=reply.delivery_id,
                                      text=heard.full_text))
         elif reply.interrupted:
@@ -444,7 +433,7 @@ class ReplySpeaker:
             if reply.onset_at is not None and reply.last_audio_end is not None:
                 stop_ms = max(0.0, (reply.last_audio_end - reply.onset_at) * 1000.0)
             self._emit(ReplyInterrupted(
-                session_id=self._session_id(), at=now, turn_id=reply.turn_id,
+                session_id=self._call.session_id, at=now, turn_id=reply.turn_id,
                 delivery_id=reply.delivery_id, heard_text=heard.text, full_text=heard.full_text,
                 heard_seconds=heard.heard_seconds, stop_latency_ms=stop_ms,
             ))
@@ -489,7 +478,7 @@ class ReplySpeaker:
         cancels the reply's LLM stream if still generating). Before the turn began (its
         first event), the runner does not know it yet: :meth:`generate` asks again then."""
         self._turns.interrupt(
-            session_id=self._session_id(), turn_id=reply.turn_id,
+            session_id=self._call.session_id, turn_id=reply.turn_id,
             input_revision=reply.input_revision, delivery_id=reply.delivery_id,
         )
 
