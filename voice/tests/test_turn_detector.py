@@ -241,3 +241,50 @@ def test_silero_onsets_come_earlier_with_backdating(speech: Speech) -> None:
     voiced = int(np.argmax(np.abs(audio) > 0.02))
     assert onsets[0] < onsets[1]
     assert onsets[0] - voiced < onsets[1] - voiced <= 0.1 * RATE
+
+
+def test_apush_runs_the_vad_off_the_event_loop_and_hops_only_when_it_runs() -> None:
+    """A session pushes 20 ms (320 samples) at a time and the VAD scores 512: the pushes
+    that only buffer run on the loop (a thread hop for them cost the loop more than
+    the push), every VAD run happens in a worker thread (the loop stays free for every
+    call's audio), and the events are those of plain :meth:`TurnDetector.push`."""
+    import asyncio
+    import threading
+
+    class Recording(EnergyVad):
+        def __init__(self) -> None:
+            super().__init__()
+            self.threads: list[int] = []
+
+        def process_frames(self, frames: np.ndarray) -> np.ndarray:
+            self.threads.append(threading.get_ident())
+            return super().process_frames(frames)
+
+    audio = np.concatenate([quiet(10), tone(40), quiet(40)])
+    expected = run(TurnDetector(EnergyVad(), SETTINGS), audio, piece=320)
+    vad = Recording()
+    detector = TurnDetector(vad, SETTINGS)
+    hops = 0
+    real_to_thread = asyncio.to_thread
+
+    async def counting(fn, /, *args, **kwargs):  # type: ignore[no-untyped-def]
+        nonlocal hops
+        hops += 1
+        return await real_to_thread(fn, *args, **kwargs)
+
+    async def feed() -> tuple[list[TurnDetectorEvent], int]:
+        events: list[TurnDetectorEvent] = []
+        for i in range(0, audio.size, 320):
+            async for step in detector.apush(audio[i:i + 320]):
+                events += step
+        return events, threading.get_ident()
+
+    asyncio.to_thread = counting  # type: ignore[assignment]
+    try:
+        events, loop_thread = asyncio.run(feed())
+    finally:
+        asyncio.to_thread = real_to_thread  # type: ignore[assignment]
+    assert kinds(events) == kinds(expected) and "utterance_ready" in kinds(events)
+    pushes = -(-audio.size // 320)
+    assert hops == len(vad.threads) == audio.size // 512 < pushes
+    assert loop_thread not in vad.threads

@@ -377,8 +377,11 @@ class TurnDetector:
         Args:
             hold: a context entered around each wait (a session holds its virtual clock).
         """
-        with hold():
-            events = await asyncio.to_thread(self.push, audio)
+        if self._scores(audio):
+            with hold():
+                events = await asyncio.to_thread(self.push, audio)
+        else:  # only buffered until a VAD frame is whole: no model runs, no thread hop
+            events = self.push(audio)
         yield events
         while (pause := self._undecided) is not None:
             with hold():
@@ -428,6 +431,11 @@ class TurnDetector:
     def last_probability(self) -> float:
         """The latest frame's speech probability."""
         return self._last_probability
+
+    def _scores(self, audio: AudioChunk | NDArray[Any]) -> bool:
+        """Whether pushing ``audio`` runs the VAD (or steps frames held back)."""
+        size = audio.num_samples if isinstance(audio, AudioChunk) else np.size(audio)
+        return bool(self._backlog) or self._stream.completes_frame(int(size))
 
     def push(self, audio: AudioChunk | NDArray[Any]) -> list[TurnDetectorEvent]:
         """Add input audio (16 kHz mono); return the events it caused, in order."""
