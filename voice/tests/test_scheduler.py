@@ -310,3 +310,32 @@ def test_a_done_callback_that_raises_does_not_kill_the_worker() -> None:
     scheduler.submit(lambda: 2, Work("b"), done=lambda ok, value: answered.set())
     assert answered.wait(10), "the only worker died with the first job's callback"
     scheduler.close()
+
+
+async def test_a_past_overload_leaves_the_queue_wait_figure() -> None:
+    """``waited_p95_ms`` is of the last ``WAIT_WINDOW`` seconds: a burst of long waits an
+    hour ago no longer shows on a quiet server (it is exported as
+    ``voxflow_model_urgent_wait_p95_seconds`` and read by ``GET /load``; before, the last
+    256 waits counted however old, so one overload showed for good)."""
+    from voxflow_voice.scheduler import WAIT_WINDOW
+
+    clock = FakeClock()
+    scheduler = ModelScheduler(1, urgent_lanes=0, clock=clock)
+    gate, holder = await _gated(scheduler)
+    waiting = [await _submit(scheduler, Work(f"c{i}", "urgent"), lambda: None)
+               for i in range(3)]
+    clock.now += 2.0  # the three urgent jobs wait 2 s behind the held worker
+    gate.set()
+    await asyncio.gather(holder, *waiting)
+    assert scheduler.statistics().waited_p95_ms["urgent"] == pytest.approx(2000.0)
+    clock.now += WAIT_WINDOW - 1.0
+    assert scheduler.statistics().waited_p95_ms["urgent"] == pytest.approx(2000.0)
+    clock.now += 2.0
+    assert "urgent" not in scheduler.statistics().waited_p95_ms
+    later = await _submit(scheduler, Work("later", "urgent"), lambda: None)
+    for _ in range(100):
+        if later.done():
+            break
+        await asyncio.sleep(0.01)
+    assert scheduler.statistics().waited_p95_ms["urgent"] == pytest.approx(0.0)
+    scheduler.close()

@@ -45,12 +45,14 @@ import logging
 import os
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, ParamSpec, TypeVar
 
 __all__ = [
     "SPECULATIVE_SLACK",
+    "WAIT_WINDOW",
     "ModelScheduler",
     "SchedulerStatistics",
     "Urgency",
@@ -163,8 +165,9 @@ class SchedulerStatistics:
         running: jobs running now.
         queued: jobs waiting now, by urgency.
         completed: jobs finished, by urgency.
-        waited_p95_ms: 95th percentile of the time jobs waited in the queue (recent
-            jobs), by urgency; absent for an urgency without jobs yet.
+        waited_p95_ms: 95th percentile of the time jobs waited in the queue (the jobs
+            started in the last :data:`WAIT_WINDOW` seconds, at most 256), by urgency;
+            absent for an urgency without such jobs.
         late: ``ahead`` jobs that started after their deadline.
         busy_seconds: worker time spent running jobs.
     """
@@ -199,6 +202,10 @@ class _Job:
 
 
 _RECENT = 256  # waits kept per urgency for the p95
+WAIT_WINDOW = 60.0
+"""Seconds a job's queue wait counts in :attr:`SchedulerStatistics.waited_p95_ms`: an
+overload that has passed no longer shows (a count alone kept it for good on a server
+that went quiet)."""
 
 
 class ModelScheduler:
@@ -238,7 +245,8 @@ class ModelScheduler:
         self._running = 0
         self._seq = itertools.count()
         self._completed = dict.fromkeys(_URGENCIES, 0)
-        self._waits: dict[Urgency, list[float]] = {u: [] for u in _URGENCIES}
+        self._waits: dict[Urgency, deque[tuple[float, float]]] = {
+            u: deque(maxlen=_RECENT) for u in _URGENCIES}  # (started, waited)
         self._late = 0
         self._busy = 0.0
         self._closed = False
@@ -371,9 +379,7 @@ class ModelScheduler:
                 self._running += 1
                 started = self._clock()
                 urgency = job.work.urgency
-                waits = self._waits[urgency]
-                waits.append(started - job.submitted)
-                del waits[:-_RECENT]
+                self._waits[urgency].append((started, started - job.submitted))
                 if urgency == "ahead" and started > job.deadline:
                     self._late += 1
             begun = time.perf_counter()
@@ -403,7 +409,13 @@ class ModelScheduler:
             for queue in self._queues.values():
                 for job in queue:
                     queued[job.work.urgency] += 1
-            waits = {u: _p95(w) * 1000.0 for u, w in self._waits.items() if w}
+            horizon = self._clock() - WAIT_WINDOW
+            waits = {}
+            for urgency, kept in self._waits.items():
+                while kept and kept[0][0] < horizon:
+                    kept.popleft()
+                if kept:
+                    waits[urgency] = _p95([wait for _, wait in kept]) * 1000.0
             return SchedulerStatistics(
                 workers=self.workers, running=self._running, queued=queued,
                 completed=dict(self._completed), waited_p95_ms=waits, late=self._late,
