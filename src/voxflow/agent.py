@@ -35,6 +35,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
 from voxflow import telemetry
+from voxflow.blocking import sync_twin
 from voxflow.llm import (
     LLM,
     BaseLLM,
@@ -45,7 +46,6 @@ from voxflow.llm import (
     coerce_llm,
     emit_llm_event,
     normalize_messages,
-    run_sync,
 )
 
 __all__ = ["Agent", "AgentResult", "Tool", "tool_from_callable", "transfer_tool_name"]
@@ -338,9 +338,7 @@ class Agent:
                 return call, target
         return None
 
-    def kickoff(self, input: Messages, *, context: str | None = None) -> AgentResult:
-        """Sync wrapper of :meth:`akickoff`."""
-        return run_sync(lambda: self.akickoff(input, context=context))
+    kickoff = sync_twin(akickoff)
 
     def _tool_event(self, kind: LLMEventType, call_id: str, name: str, content: str) -> None:
         emit_llm_event(

@@ -19,6 +19,7 @@ import os
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any, ClassVar, Literal
 
+from voxflow.blocking import sync_twin
 from voxflow.conversation.chat import DEFAULT_EXIT_COMMANDS
 from voxflow.conversation.config import ConversationalConfig, ConversationConfig, class_config
 from voxflow.conversation.graph import RouterContext, route_catalog
@@ -28,7 +29,6 @@ from voxflow.conversation.routing import (
     BUILTIN_ROUTE_DESCRIPTIONS,
     RouteCatalog,
     aclassify_intent,
-    classify_intent,
 )
 from voxflow.conversation.state import ConversationEvent
 from voxflow.flow.runtime import Flow as FlowCore
@@ -349,17 +349,6 @@ class Flow(FlowCore[StateT], layer=True, parts=(Conversation,)):
         """
         return self.conversation.history.receive_user_message(text, outcomes, llm)
 
-    def classify_intent(
-        self,
-        text: str,
-        outcomes: Sequence[str],
-        *,
-        llm: BaseLLM | str | Mapping[str, Any],
-        context: str | None = None,
-    ) -> str:
-        """Map ``text`` to one of ``outcomes`` with ``llm`` (unmatched: the first outcome)."""
-        return classify_intent(text, outcomes, llm=llm, context=context)
-
     async def aclassify_intent(
         self,
         text: str,
@@ -368,8 +357,10 @@ class Flow(FlowCore[StateT], layer=True, parts=(Conversation,)):
         llm: BaseLLM | str | Mapping[str, Any],
         context: str | None = None,
     ) -> str:
-        """Async :meth:`classify_intent`."""
+        """Map ``text`` to one of ``outcomes`` with ``llm`` (unmatched: the first outcome)."""
         return await aclassify_intent(text, outcomes, llm=llm, context=context)
+
+    classify_intent = sync_twin(aclassify_intent)
 
     # ------------------------------------------------------------------ the built-in graph
 

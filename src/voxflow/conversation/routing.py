@@ -30,9 +30,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, create_model
 
+from voxflow.blocking import sync_twin
 from voxflow.conversation.config import RouterConfig
 from voxflow.errors import ProviderError
-from voxflow.llm import BaseLLM, LLMResponse, coerce_llm, run_sync
+from voxflow.llm import BaseLLM, LLMResponse, coerce_llm
 
 __all__ = [
     "BUILTIN_ROUTES",
@@ -237,15 +238,7 @@ async def aclassify_intent(
     return collapse_to_outcome(response.content, outcomes) or outcomes[0]
 
 
-def classify_intent(
-    text: str,
-    outcomes: Sequence[str],
-    *,
-    llm: BaseLLM | str | Mapping[str, Any],
-    context: str | None = None,
-) -> str:
-    """Sync wrapper of :func:`aclassify_intent`."""
-    return run_sync(lambda: aclassify_intent(text, outcomes, llm=llm, context=context))
+classify_intent = sync_twin(aclassify_intent)
 
 
 def build_router_messages(

@@ -55,6 +55,7 @@ from typing import Any, ClassVar, Generic, TypeVar
 from pydantic import BaseModel
 
 from voxflow._loops import run_blocking
+from voxflow.blocking import sync_twin
 from voxflow.clock import Clock, MonotonicClock
 from voxflow.errors import FlowDefinitionError, FlowRuntimeError
 from voxflow.files import FileRef, InputFilePolicy, prepare_input_files
@@ -546,7 +547,7 @@ class Flow(Engine, Generic[StateT]):
 
     # ------------------------------------------------------------------ human input
 
-    def resume(self, feedback: str, *, flow_id: str | None = None) -> Any:
+    async def resume_async(self, feedback: str, *, flow_id: str | None = None) -> Any:
         """Continue a run paused by a feedback provider with the person's ``feedback``.
 
         Args:
@@ -556,10 +557,6 @@ class Flow(Engine, Generic[StateT]):
         Returns:
             The kickoff result, or another ``HumanFeedbackPending``.
         """
-        return run_blocking(lambda: self.resume_async(feedback, flow_id=flow_id))
-
-    async def resume_async(self, feedback: str, *, flow_id: str | None = None) -> Any:
-        """:meth:`resume` for async callers."""
         if not isinstance(feedback, str):
             raise TypeError("feedback must be a string")
         if flow_id is not None:
@@ -581,6 +578,8 @@ class Flow(Engine, Generic[StateT]):
             return await self._run((), resume=proceed)
         finally:
             self._running = False
+
+    resume = sync_twin(resume_async)
 
     def ask(self, prompt: str) -> str | None:
         """Ask a question from inside a sync step; recorded in :attr:`input_history`.

@@ -32,12 +32,12 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from voxflow._loops import run_blocking
+from voxflow.blocking import sync_twin
 from voxflow.llm import policy as llm_policy
 from voxflow.llm._attempts import Attempts, cause_of
 from voxflow.llm._litellm import aload_litellm
@@ -77,7 +77,6 @@ __all__ = [
     "emit_llm_event",
     "normalize_messages",
     "observe_llm",
-    "run_sync",
 ]
 
 _T = TypeVar("_T")
@@ -341,15 +340,7 @@ class LLM:
             attempts=self._attempts(),
         )
 
-    def call(
-        self,
-        messages: Messages,
-        *,
-        tools: Sequence[Mapping[str, Any]] | None = None,
-        response_format: type[BaseModel] | Mapping[str, Any] | None = None,
-    ) -> LLMResponse:
-        """Sync wrapper of :meth:`acall` for scripts; prefer ``acall`` in async code."""
-        return run_sync(lambda: self.acall(messages, tools=tools, response_format=response_format))
+    call = sync_twin(acall)
 
 
 def coerce_llm(
@@ -372,20 +363,3 @@ def coerce_llm(
     raise TypeError(
         f"{name} must be a model id, a config mapping or a BaseLLM, not {type(value).__name__}"
     )
-
-
-def run_sync(make: Callable[[], Awaitable[_T]]) -> _T:
-    """Run the coroutine ``make()`` to completion from sync code.
-
-    It runs on the calling thread's cached loop, the one sync ``kickoff()`` and
-    ``handle_turn()`` use (:func:`voxflow._loops.run_blocking`): litellm keeps
-    per-loop workers, so a new loop per call would strand them ("event loop changed",
-    "Task was destroyed" at exit). Inside a running loop (a sync method called from
-    async code) it runs on a worker thread's cached loop, so the caller's loop is never
-    re-entered.
-    """
-    return run_blocking(lambda: _await(make))
-
-
-async def _await(make: Callable[[], Awaitable[_T]]) -> _T:
-    return await make()

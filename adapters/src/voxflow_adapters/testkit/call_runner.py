@@ -26,9 +26,9 @@ from typing import Any
 from voxflow_voice.engines import VoiceEngines
 from voxflow_voice.session import VoiceSession
 
+from voxflow.blocking import sync_twin
 from voxflow.clock import Clock, MonotonicClock
 from voxflow.conversation.flow import Flow
-from voxflow.llm import run_sync
 from voxflow.turns import TurnRunner
 
 from .assertions import ScriptStepError
@@ -133,12 +133,6 @@ class CallRunner:
         self.calls.append(result)
         return result
 
-    def run(
-        self, flow: Flow[Any] | TurnRunner, script: CallScript, *, clock: Clock | None = None,
-        **options: Any,
-    ) -> CallResult:
-        """:meth:`arun` from sync code (its own event loop; a worker thread if a loop runs)."""
-        __tracebackhide__ = True
-        return run_sync(lambda: self.arun(flow, script, clock=clock, **options))
+    run = sync_twin(arun)
 
     __call__ = run
