@@ -87,7 +87,8 @@ sys.path.insert(0, str(HERE))
 FRAME = 320  # 20 ms
 
 
-def _measure(spec: str, full: bool, limit: int | None = None) -> dict[str, object]:
+def _measure(spec: str, full: bool, limit: int | None = None,
+             options: dict[str, str] | None = None) -> dict[str, object]:
     """One engine over the clip set, in real time; its figures as a dict."""
     from _stt_clips import build_other_voices
     from _wer import normalize, word_errors
@@ -109,7 +110,7 @@ def _measure(spec: str, full: bool, limit: int | None = None) -> dict[str, objec
     name, _, model = spec.partition(":")
     texts = UTTERANCES if full else UTTERANCES[::2]
     clips = build_other_voices(texts)[:limit]
-    stt: WhisperStt = (StreamingWhisperStt(StreamingSttSettings(model=model))
+    stt: WhisperStt = (StreamingWhisperStt(StreamingSttSettings(model=model, **(options or {})))
                        if name == "whisper-streaming" else WhisperStt(SttSettings(model=model)))
     stt.transcribe_sync(AudioChunk.from_float(np.zeros(16000, np.float32), STT_SAMPLE_RATE))
 
@@ -262,16 +263,21 @@ def main() -> None:
     parser.add_argument("--full", action="store_true", help="every utterance, not every other")
     parser.add_argument("--models", nargs="+", default=["tiny.en", "base"])
     parser.add_argument("--skip-v2v", action="store_true")
+    parser.add_argument("--skip-whisper", action="store_true",
+                        help="only the streaming engine (e.g. to try --options)")
     parser.add_argument("--v2v-model", default="tiny.en")
     parser.add_argument("--v2v-turns", type=int, default=4)
     parser.add_argument("--v2v-rounds", type=int, default=2)
     parser.add_argument("--limit", type=int, help="only the first N clips (a quick look)")
     parser.add_argument("--pocketsphinx", action="store_true",
                         help="instead: PocketSphinx's packaged en-us model on the same set")
+    parser.add_argument("--options", nargs="*", default=[], metavar="FIELD=VALUE",
+                        help="StreamingSttSettings fields for the streaming engine")
     parser.add_argument("--one", help=argparse.SUPPRESS)  # a child: one engine, JSON out
     args = parser.parse_args()
     if args.one:
-        print(json.dumps(_measure(args.one, args.full, args.limit)))
+        options = dict(item.split("=", 1) for item in args.options)
+        print(json.dumps(_measure(args.one, args.full, args.limit, options)))
         return
     if args.pocketsphinx:
         _pocketsphinx(args.full)
@@ -281,10 +287,11 @@ def main() -> None:
     print(f"{'engine':<26} {'WER':>13} {'final p50':>10} {'p90':>6} {'CPU/s':>6} {'RSS':>7}  "
           "streaming")
     for model in args.models:
-        for spec in (f"whisper:{model}", f"whisper-streaming:{model}"):
+        for spec in (f"whisper:{model}", f"whisper-streaming:{model}")[args.skip_whisper:]:
             out = subprocess.run(
                 [sys.executable, __file__, "--one", spec, *(["--full"] if args.full else []),
-                 *(["--limit", str(args.limit)] if args.limit else [])],
+                 *(["--limit", str(args.limit)] if args.limit else []),
+                 *(["--options", *args.options] if args.options else [])],
                 capture_output=True, text=True, check=True)
             r = json.loads(out.stdout.strip().splitlines()[-1])
             wer = f"{100 * r['errors'] / r['words']:.1f}% ({r['errors']})"

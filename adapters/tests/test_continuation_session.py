@@ -134,6 +134,42 @@ async def test_speech_going_on_with_an_unfinished_turn_after_its_reply_began_mer
     assert "turn 2" not in timeline
 
 
+class CountedStt:
+    """The real Whisper, each transcription's audio span (start, end sample) noted."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner, self.spans = inner, []  # type: list[tuple[int, int]]
+
+    async def transcribe(self, audio: AudioChunk) -> Any:
+        start = audio.start_sample or 0
+        self.spans.append((start, start + audio.num_samples))
+        return await self.inner.transcribe(audio)
+
+
+async def test_a_continuations_words_are_decoded_once(
+    voice_engines: VoiceEngines, tmp_path: Path
+) -> None:
+    """A short "Stop." just after the reply began is judged on its words (too short for a
+    barge-in), read from the transcript of all the words from the turn's onset, which
+    the turn needs anyway: no audio ending at the same sample is transcribed twice
+    (before: the continuation's own speech, then the whole utterance)."""
+    stt = CountedStt(voice_engines.stt)
+    turns = TurnRunner(Teller(story=SHORT_STORY))
+
+    def said(text: str) -> AudioChunk:
+        return AudioChunk.from_float(espeak(tmp_path, text), STT_SAMPLE_RATE)
+
+    script = CallScript().user_says(0.3, audio=said("Tell me a story."))
+    script.then_says(audio=said("Stop."), after="reply_start", gap=0.3)
+    call = await run_call(turns, script, dataclasses.replace(voice_engines, stt=stt),
+                          settings=SETTINGS)
+    first, again = call.of_kind("turn_committed")
+    assert again.turn_id == first.turn_id and again.input_revision == 2, call_timeline(call)
+    assert "stop" in words(again.text) and "story" in words(again.text)
+    ends = [end for start, end in stt.spans if end - start > STT_SAMPLE_RATE // 2]
+    assert len(ends) == len(set(ends)), stt.spans
+
+
 async def test_a_turn_answered_after_its_end_merges_too(
     engines: VoiceEngines, tmp_path: Path
 ) -> None:

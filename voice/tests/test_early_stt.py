@@ -206,3 +206,28 @@ async def test_a_pause_transcription_is_speculative_until_the_turn_ends_on_its_a
     transcript = await early.final(ready)
     assert transcript is not None and early.statistics().used == 1
     await early.aclose()
+
+
+async def test_a_pause_whose_words_were_asked_first_is_not_transcribed_again() -> None:
+    """A continuation's words are read from its whole utterance before the session hands
+    the pause to :meth:`EarlyTranscriber.paused`: that pause, and the speech decoded apart
+    after it, are transcribed once each, and the turn is answered from the first."""
+    events = detect(np.concatenate([tone(20), quiet(20)]))
+    (paused,) = [e for e in events if isinstance(e, UtterancePaused)]
+    (ready,) = [e for e in events if isinstance(e, UtteranceReady)]
+    own = UtterancePaused(
+        AudioChunk.from_float(paused.audio.samples()[-8000:], RATE,
+                              start_sample=(paused.audio.start_sample or 0)
+                              + paused.audio.num_samples - 8000),
+        paused.onset_sample, paused.end_sample)
+    stt = GatedStt()
+    stt.gate.set()
+    early = EarlyTranscriber(stt)
+    whole = await early.transcript_of(paused)
+    assert await early.transcript_of(own) is not None
+    early.paused(paused)  # (before: a second transcription of the same audio)
+    await asyncio.sleep(0)
+    assert await early.transcript_of(paused) == whole
+    assert await early.final(ready) == whole
+    assert stt.calls == [paused.audio.num_samples, 8000]
+    await early.aclose()

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 from voxflow_voice.audio import STT_SAMPLE_RATE, AudioChunk
 from voxflow_voice.listen.turn_detector import UtterancePaused, UtteranceReady
+from voxflow_voice.session.continuation import words_after
 from voxflow_voice.speak.speculation import Speculation
 
 pytestmark = pytest.mark.unit
@@ -42,3 +43,12 @@ async def test_it_matches_only_the_same_audio_and_sees_speech_after_the_pause() 
 async def test_it_takes_only_a_pause() -> None:
     with pytest.raises(TypeError, match="UtterancePaused"):
         Speculation("What time is it?")  # type: ignore[arg-type]
+
+
+def test_the_words_a_continuation_adds_are_read_after_the_turns_own() -> None:
+    assert words_after("Tell me a story, stop!", "Tell me a story.") == "stop!"
+    assert words_after("tell me a STORY. Wait, stop.", "Tell me a story") == "Wait, stop."
+    assert words_after("Tell me a story.", "Tell me a story.") == ""
+    assert words_after("Tell me the story, stop.", "Tell me a story.") is None  # heard apart
+    assert words_after("Stop.", "Tell me a story.") is None
+    assert words_after("Tell me a story.", "") is None

@@ -78,7 +78,9 @@ class EarlyTranscriber:
         self._work: Work | None = None  # the running transcription's ticket
         self._running: tuple[UtterancePaused, asyncio.Task[Transcript | None]] | None = None
         self._waiting: UtterancePaused | None = None
-        self._done: tuple[UtterancePaused, Transcript | None] | None = None
+        # the latest transcripts (two: a continuation's whole utterance, and its own
+        # speech when that had to be decoded apart), newest last
+        self._done: list[tuple[UtterancePaused, Transcript | None]] = []
         self._closed = False
         self._warming: asyncio.Task[Transcript | None] | None = None
         self._started = 0
@@ -114,7 +116,10 @@ class EarlyTranscriber:
             raise TypeError(f"event must be an UtterancePaused, got {type(event).__name__}")
         if self._closed:
             raise RuntimeError("EarlyTranscriber is closed")
-        if self._running is None:
+        running = self._running
+        if (running is not None and running[0] is event) or self._found(event) is not None:
+            return  # transcribed already (transcript_of came first): never twice
+        if running is None:
             self._start(event)
         else:
             self._waiting = event  # the newest pause supersedes an older waiting one
@@ -149,8 +154,8 @@ class EarlyTranscriber:
         if self._closed:
             raise RuntimeError("EarlyTranscriber is closed")
         for _ in range(3):  # at most: a stale running job, then ours
-            done = self._done
-            if done is not None and done[0] is event:
+            done = self._found(event)
+            if done is not None:
                 return done[1]
             running = self._running
             if running is not None and running[0] is event:
@@ -162,8 +167,8 @@ class EarlyTranscriber:
             if self._waiting is not event:
                 self._waiting = event  # next after the running (stale) one
             await self._settle_running()
-        done = self._done
-        return done[1] if done is not None and done[0] is event else None
+        done = self._found(event)
+        return done[1] if done is not None else None
 
     def turn_ended(self, event: UtteranceReady) -> bool:
         """The turn ended on ``event``: the transcription running on that very audio is
@@ -196,8 +201,9 @@ class EarlyTranscriber:
             transcript = await running[1]
             self._used += 1
             return transcript
-        done, self._done = self._done, None
-        if done is not None and done[0].matches(event):
+        done = next((d for d in reversed(self._done) if d[0].matches(event)), None)
+        self._done = []
+        if done is not None:
             self._used += 1
             return done[1]
         await self._settle_running()  # stale: let it finish rather than compete for CPU
@@ -237,10 +243,13 @@ class EarlyTranscriber:
         if self._running is not None and self._running[1] is task:
             self._running = None
         if not task.cancelled() and task.exception() is None:
-            self._done = (event, task.result())
+            self._done = [*self._done[-1:], (event, task.result())]
         if self._waiting is not None and not self._closed:
             waiting, self._waiting = self._waiting, None
             self._start(waiting)
+
+    def _found(self, event: UtterancePaused) -> tuple[UtterancePaused, Transcript | None] | None:
+        return next((d for d in self._done if d[0] is event), None)
 
     async def _settle_running(self) -> None:
         running = self._running

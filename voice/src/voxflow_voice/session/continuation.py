@@ -44,7 +44,7 @@ from ..speak.speculation import Speculation
 from .overlap import OverlapHandler
 
 __all__ = ["GoingOn", "continuable", "goes_on", "may_go_on", "own_speech", "roll_back",
-           "started_jobs", "unfinished"]
+           "started_jobs", "unfinished", "words_after"]
 
 logger = logging.getLogger(__name__)
 
@@ -125,20 +125,47 @@ def started_jobs(turns: TurnRunner, turn_id: TurnId) -> bool:
     return any(getattr(job, "origin_turn_id", None) == turn_id for job in jobs.values())
 
 
+def words_after(text: str, turn: str) -> str | None:
+    """The words of ``text`` (a transcript of a turn and the speech that went on with
+    it) after the turn's own words ``turn`` (its transcript), compared without case and
+    punctuation; ``None`` when ``text`` does not start with them (then they are not
+    known apart)."""
+    said, first = text.split(), turn.split()
+    if not first or [_key(w) for w in said[: len(first)]] != [_key(w) for w in first]:
+        return None
+    return " ".join(said[len(first):])
+
+
+def _key(word: str) -> str:
+    return "".join(c for c in word.lower() if c.isalnum())
+
+
 async def goes_on(going: GoingOn, event: UtterancePaused | UtteranceReady, *,
                   early: EarlyTranscriber, overlap: OverlapHandler, clock: Clock,
                   pre_roll: float) -> bool:
     """Whether the speech ``going`` goes on with its turn, ``event`` pausing (or ending)
     it: its reply was cut already, or the barge-in rules (:meth:`OverlapHandler.judge`)
-    take the words of that speech (:func:`own_speech`) for a request. False: a
-    backchannel or a noise, the turn stands."""
+    take the words of that speech for a request. False: a backchannel or a noise, the
+    turn stands.
+
+    The words of that speech are read from the transcript of ``event`` (all the words
+    from the turn's onset, which the end-of-turn judgement, the speculative reply and
+    the turn need anyway: decoded once) after the turn's own words
+    (:func:`words_after`); only when that transcript does not start with them, or has
+    no words after them, is the speech decoded apart (:func:`own_speech`)."""
     reply = going.reply
     if reply.interrupted:
         return True
-    own = own_speech(event, going.resumed, pre_roll)
+    whole = (event if isinstance(event, UtterancePaused)
+             else UtterancePaused(event.audio, event.onset_sample, event.end_sample))
     with hold_clock(clock):
-        transcript = await early.transcript_of(own)
-    text = transcript.text if transcript is not None else ""
+        transcript = await early.transcript_of(whole)
+        text = words_after(transcript.text if transcript is not None else "",
+                           going.spec.text or "")
+        if not text:  # (no words after the turn's: a short start of speech may be lost
+            # in the longer decode, "I need a flight to Boston." for "... Boston and")
+            transcript = await early.transcript_of(own_speech(event, going.resumed, pre_roll))
+            text = transcript.text if transcript is not None else ""
     kind = await overlap.judge(reply, event.end_sample, text)
     return reply.interrupted or kind == "request"
 
