@@ -29,9 +29,10 @@ from typing import Any
 from voxflow.clock import Clock, MonotonicClock
 from voxflow.errors import ProviderError
 from voxflow.jobs import JobRecord, JobRunner, JobState, MakeWork
-from voxflow.jobs.background import BackgroundJob, JobBinding, announce_jobs, bind_jobs
+from voxflow.jobs.background import JobBinding, bind_jobs
 from voxflow.jobs.queue import PostgresJobQueue
 from voxflow.jobs.reader import InboxReader
+from voxflow.jobs.results import BackgroundJob, announce_jobs
 from voxflow.llm._litellm import start_preload
 from voxflow.replies import DeliveryFloor, ReplyQueue, ReplyQueueState, record_announcement
 from voxflow.turns import TurnRunner, TurnState

@@ -13,7 +13,7 @@ import pytest
 from voxflow import ConversationConfig, Flow, SQLiteFlowPersistence, listen, persist, start
 from voxflow.flow import RollbackPoint
 from voxflow.jobs import JobUpdate, add_job, commit_job_update
-from voxflow.jobs.background import BackgroundJob
+from voxflow.jobs.results import BackgroundJob
 from voxflow.replies import ReplyQueue
 from voxflow.testing import Acknowledger
 from voxflow.turns import TurnRunner, TurnState

@@ -114,7 +114,7 @@ def _settings(args: argparse.Namespace, *, log_level: str | None = None) -> Sett
         UsageError: a variable or option is invalid.
     """
     # here, as in every command: the CLI loads only what the command runs (fast --help)
-    from ..jobs.background import set_max_job_result_chars
+    from ..jobs.results import set_max_job_result_chars
     from ..llm.endpoints import set_llm_endpoints
     from ..llm.policy import set_llm_defaults
     from ..logs import configure_logging

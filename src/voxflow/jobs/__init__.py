@@ -13,13 +13,9 @@ session's durable inbox (:class:`JobInbox`, :mod:`voxflow.jobs.inbox`) and the w
 owning the call reads them in (:class:`InboxReader`).
 """
 
-from voxflow.jobs.background import BackgroundJob as BackgroundJob
 from voxflow.jobs.background import JobContext as JobContext
 from voxflow.jobs.background import JobFunction as JobFunction
-from voxflow.jobs.background import announce_jobs as announce_jobs
 from voxflow.jobs.background import background_job as background_job
-from voxflow.jobs.background import max_job_result_chars as max_job_result_chars
-from voxflow.jobs.background import set_max_job_result_chars as set_max_job_result_chars
 from voxflow.jobs.inbox import InboxEntry as InboxEntry
 from voxflow.jobs.inbox import JobInbox as JobInbox
 from voxflow.jobs.inbox import apply_inbox as apply_inbox
@@ -35,6 +31,10 @@ from voxflow.jobs.records import JobUpdateKind as JobUpdateKind
 from voxflow.jobs.records import add_job as add_job
 from voxflow.jobs.records import begin_attempt as begin_attempt
 from voxflow.jobs.records import commit_job_update as commit_job_update
+from voxflow.jobs.results import BackgroundJob as BackgroundJob
+from voxflow.jobs.results import announce_jobs as announce_jobs
+from voxflow.jobs.results import max_job_result_chars as max_job_result_chars
+from voxflow.jobs.results import set_max_job_result_chars as set_max_job_result_chars
 from voxflow.jobs.runner import JobRunner as JobRunner
 from voxflow.jobs.runner import MakeWork as MakeWork
 from voxflow.jobs.work import JobWorkFlow as JobWorkFlow

@@ -39,115 +39,43 @@ import functools
 import inspect
 import logging
 import weakref
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, overload
+from typing import Any, overload
 
-from pydantic import Field, JsonValue, TypeAdapter, ValidationError
+from pydantic import JsonValue, TypeAdapter, ValidationError
 
 from voxflow.clock import Clock
-from voxflow.errors import JobNotAnnounceableError, ResourceClosedError, UnstorableTextError
+from voxflow.errors import JobNotAnnounceableError, ResourceClosedError
 from voxflow.flow.dsl import start
 from voxflow.flow.saving import set_write_barrier
-from voxflow.ids import JobId, TurnId
+from voxflow.ids import TurnId
 from voxflow.jobs.records import (
-    JobRecord,
     JobState,
-    JobUpdate,
-    JobUpdateKind,
     add_job,
-    commit_job_update,
+)
+from voxflow.jobs.results import (
+    MAX_PROGRESS_CHARS,
+    BackgroundJob,
+    check_job_result,
+    commit_progress,
 )
 from voxflow.jobs.runner import JobRunner
 from voxflow.jobs.work import JobWorkFlow, JobWorkState, Publisher
-from voxflow.storable import check_json, check_text, text_problem
+from voxflow.storable import check_json, check_text
 
 __all__ = [
-    "MAX_PROGRESS_CHARS",
-    "BackgroundJob",
     "JobBinding",
     "JobContext",
     "JobFunction",
-    "announce_jobs",
     "background_job",
     "bind_jobs",
-    "check_job_result",
-    "commit_progress",
     "job_function",
-    "max_job_result_chars",
-    "set_max_job_result_chars",
 ]
 
 logger = logging.getLogger("voxflow.jobs")
 
 _INPUTS: TypeAdapter[dict[str, JsonValue]] = TypeAdapter(dict[str, JsonValue])
-
-MAX_PROGRESS_CHARS = 2000
-"""The longest progress text a job may announce (``job.progress``), on every backend."""
-
-DEFAULT_MAX_JOB_RESULT_CHARS = 4000
-"""The default longest result a job may return (about four minutes of speech)."""
-LIMIT_VARIABLE = "VOXFLOW_MAX_JOB_RESULT_CHARS"
-
-_max_result_chars = DEFAULT_MAX_JOB_RESULT_CHARS
-
-
-def max_job_result_chars() -> int:
-    """The longest result a job function may return in this process (see
-    :func:`set_max_job_result_chars`); a longer one fails the job, naming the limit."""
-    return _max_result_chars
-
-
-def set_max_job_result_chars(limit: int) -> int:
-    """Make ``limit`` characters the longest job result of this process (the CLI passes
-    ``VOXFLOW_MAX_JOB_RESULT_CHARS``: a job worker and a call worker read their own);
-    returns the previous limit.
-
-    Raises:
-        ValueError: ``limit`` is not an int of at least 1.
-    """
-    global _max_result_chars
-    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
-        raise ValueError(f"the job result limit must be an int of at least 1, got {limit!r}")
-    previous, _max_result_chars = _max_result_chars, limit
-    return previous
-
-
-def check_job_result(kind: str, text: object) -> str:
-    """The text a job function returned, if it can be announced and stored: what both
-    the in-process runner and a job worker check before they record it, so a job settles
-    the same way on SQLite and on PostgreSQL.
-
-    Raises:
-        TypeError: it is not a non-empty str.
-        UnstorableTextError: it holds a NUL or a lone surrogate (no store keeps it; the
-            message names the character and its index), or it is longer than
-            :func:`max_job_result_chars` (4,000 by default; the message names the limit
-            and its variable).
-    """
-    if not isinstance(text, str) or not text.strip():
-        raise TypeError(f"background job {kind} returned {type(text).__name__}, not the "
-                        "text to announce (a non-empty str)")
-    field = f"the result of background job {kind}"
-    check_text(text, field)
-    if len(text) > _max_result_chars:
-        problem = text_problem(text, max_chars=_max_result_chars)
-        raise UnstorableTextError(field, f"{problem} ({LIMIT_VARIABLE})")
-    return text
-
-
-class BackgroundJob(JobRecord):
-    """The record of a job started with :meth:`JobFunction.start`.
-
-    Attributes:
-        inputs: the keyword arguments the function was started with (JSON values).
-        announcement: the text the function returned: what the session says.
-    """
-
-    output_fields: ClassVar[frozenset[str]] = frozenset({"announcement"})
-    inputs: dict[str, JsonValue] = Field(default_factory=dict)
-    announcement: str = ""
-
 
 class JobContext:
     """What a running job function gets as its first argument.
@@ -369,54 +297,6 @@ def _state_problem(state: Any) -> str | None:
         return (f"its state holds {annotation} records, not BackgroundJob; derive the state "
                 "from voxflow.wiring.AssistantState")
     return None
-
-
-def announce_jobs(jobs: Sequence[JobRecord]) -> str:
-    """The text of an announcement: each job's ``announcement`` (what its function
-    returned), in order.
-
-    Raises:
-        ValueError: a job has no announcement text (nothing explicit to say).
-    """
-    parts: list[str] = []
-    for job in jobs:
-        text = getattr(job, "announcement", None)
-        if not isinstance(text, str) or not text.strip():
-            raise ValueError(
-                f"job {job.job_id} ({job.kind}) has no announcement text: a background "
-                "job function must return the text to say"
-            )
-        parts.append(text.strip())
-    return " ".join(parts)
-
-
-def commit_progress(
-    state: Any, parent: BackgroundJob, text: str, *, job_id: str | None = None
-) -> BackgroundJob | None:
-    """Register and complete a progress record of ``parent`` (kind ``<kind>.progress``,
-    ``inputs["progress_of"]``) whose announcement is ``text``; it is announced like a result.
-
-    ``job_id`` makes it idempotent (a progress report read twice from a job inbox is
-    registered once). Returns the record, or None when it was refused (already there).
-    Not locked: hold the session's state lock.
-    """
-    child = BackgroundJob(session_id=parent.session_id, origin_turn_id=parent.origin_turn_id,
-                          kind=f"{parent.kind}.progress", inputs={"progress_of": parent.job_id})
-    if job_id is not None:
-        child.job_id = JobId(job_id)
-    said: dict[str, JsonValue] = {"announcement": text}
-    plan: list[tuple[JobUpdateKind, str | None, dict[str, JsonValue]]] = [
-        ("started", None, {}), ("stage_started", "progress", {}),
-        ("stage_completed", "progress", said), ("completed", None, {}),
-    ]
-    if not add_job(state, child):
-        return None
-    for seq, (kind, stage, outputs) in enumerate(plan, 1):
-        update = JobUpdate(session_id=child.session_id, job_id=child.job_id, revision=1,
-                           attempt=1, seq=seq, kind=kind, stage=stage, outputs=outputs)
-        if not commit_job_update(state, update):
-            return None
-    return child
 
 
 @dataclass(slots=True, eq=False)

@@ -30,9 +30,10 @@ from voxflow import telemetry
 from voxflow.clock import Clock
 from voxflow.errors import JobPayloadError, PersistenceUnavailableError
 from voxflow.ids import JobId, SessionId, TurnId
-from voxflow.jobs.background import BackgroundJob, JobContext, check_job_result, job_function
+from voxflow.jobs.background import JobContext, job_function
 from voxflow.jobs.inbox import JobInbox
 from voxflow.jobs.records import JobUpdate, JobUpdateKind
+from voxflow.jobs.results import BackgroundJob, check_job_result
 from voxflow.logs import bind_log_context
 from voxflow.storable import json_problem, storable_text
 

@@ -42,8 +42,8 @@ from pydantic import ValidationError
 
 from voxflow.errors import JobPayloadError, PersistenceUnavailableError
 from voxflow.ids import JobId, SessionId
-from voxflow.jobs.background import MAX_PROGRESS_CHARS, BackgroundJob, commit_progress
 from voxflow.jobs.records import JobState, JobUpdate, begin_attempt, commit_job_update
+from voxflow.jobs.results import MAX_PROGRESS_CHARS, BackgroundJob, commit_progress
 from voxflow.pg_retry import atransaction
 from voxflow.pg_schema import aensure_tables
 from voxflow.pg_url import (

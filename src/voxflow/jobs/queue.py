@@ -47,9 +47,9 @@ from pydantic import BaseModel, ConfigDict
 from voxflow import telemetry
 from voxflow.clock import Clock, MonotonicClock
 from voxflow.errors import JobPayloadError, PersistenceUnavailableError
-from voxflow.jobs.background import BackgroundJob
 from voxflow.jobs.execution import REPORT_PATIENCE, QueuedJob, run_queued_job
 from voxflow.jobs.inbox import INBOX_SCHEMA, JobInbox
+from voxflow.jobs.results import BackgroundJob
 from voxflow.jobs.worker_app import (
     DatabaseWatch,
     WorkerRows,
