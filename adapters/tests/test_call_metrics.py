@@ -56,7 +56,7 @@ def bucket_counts(values: list[float]) -> dict[str, float]:
 async def test_a_calls_events_become_the_metrics_its_summary_agrees_with(
     engines: VoiceEngines, caplog: pytest.LogCaptureFixture,
 ) -> None:
-    caplog.set_level("INFO", logger="voxflow_voice.session.voice_session")
+    caplog.set_level("INFO", logger="voxflow_voice.session")
     registry = CollectorRegistry()
     metrics = CallMetrics(registry)
     observed: list[SessionEvent] = []

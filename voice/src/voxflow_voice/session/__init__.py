@@ -1,7 +1,8 @@
 """The voice session: one call, and the parts it is made of.
 
 :class:`VoiceSession` (:mod:`.voice_session`) runs the call; its parts each own one concern
-of it: the answers in the user's pause (:mod:`.speculative_replies`), the user going on with
+of it: answering a turn, with the reply on air (:mod:`.answering`), the answers in the
+user's pause (:mod:`.speculative_replies`), the user going on with
 a turn after its reply began (:mod:`.continuation`), speech over a reply (:mod:`.overlap`),
 the floor the client reports (:mod:`.floor`), background announcements (:mod:`.delivery`),
 the latency summary (:mod:`.metrics`). :mod:`.wiring` builds a session over the one

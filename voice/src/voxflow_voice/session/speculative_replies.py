@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 
 from voxflow.flow import RollbackPoint
 from voxflow.ids import TurnId
@@ -58,11 +58,12 @@ from ..listen.turn_detector import TurnDetector, TurnResumed, UtterancePaused, U
 from ..speak.playback import Playback
 from ..speak.speaker import ReplySpeaker, SpokenReply, hold_clock
 from ..speak.speculation import Speculation
+from .answering import Answering
 from .continuation import GoingOn, continuable, goes_on, may_go_on, roll_back, started_jobs
 from .floor import FloorReporter
 from .overlap import OverlapHandler
 
-__all__ = ["Answer", "SpeculativeReplies"]
+__all__ = ["SpeculativeReplies"]
 
 logger = logging.getLogger(__name__)
 
@@ -70,9 +71,6 @@ _STALLED = 0.25
 """Seconds without an input frame after which a provisional turn's window is counted on
 the session clock (a transport that stopped sending: DTX, hold), not in input samples."""
 
-Answer = Callable[[str, float, Speculation], Awaitable[bool]]
-"""Answers a speculative turn (its text, speech end and speculation) the way the session
-answers every turn: False if the speculation was discarded (nothing of it was said)."""
 
 
 class SpeculativeReplies:
@@ -92,11 +90,9 @@ class SpeculativeReplies:
         playback: releases a confirmed reply's held audio.
         overlap: the session's barge-in handling (judges speech over a reply).
         floor: the session's floor (no speculation while a turn waits for its answer).
-        answer: answers a speculative turn through the session's answer path (which
-            calls :meth:`generate`).
-        reply: returns the session's reply being spoken, if any.
-        confirmed: makes a confirmed reply the session's reply being spoken (called
-            before its audio is released, so its receipts find it).
+        answering: the session's answering: a speculative turn is answered in its frame
+            (:meth:`answer`), a confirmed reply put on air there (before its audio is
+            released, so its receipts find it); its reply on air is read.
         enabled: answer in pauses at all (``VoiceSettings.speculative_replies``).
     """
 
@@ -110,10 +106,8 @@ class SpeculativeReplies:
         playback: Playback,
         overlap: OverlapHandler,
         floor: FloorReporter,
+        answering: Answering,
         *,
-        answer: Answer,
-        reply: Callable[[], SpokenReply | None],
-        confirmed: Callable[[SpokenReply], None],
         enabled: bool = True,
     ) -> None:
         self._call = call
@@ -129,9 +123,7 @@ class SpeculativeReplies:
         self._speaking = call.speaking
         self._lock = call.lock
         self._jobs = call.jobs
-        self._answer = answer
-        self._reply = reply
-        self._confirmed = confirmed
+        self._answering = answering
         self._emit = call.emit
         self._time_of = call.time_of
         self._enabled = enabled
@@ -190,7 +182,7 @@ class SpeculativeReplies:
     def paused(self, paused: UtterancePaused) -> None:
         """Answer the utterance heard up to this pause, held unheard until the verdict."""
         if (not self._enabled or self._pending is not None
-                or self._reply() is not None or self._speaking.locked()
+                or self._answering.reply is not None or self._speaking.locked()
                 or self._floor.pending_turns or self._call.gone or self._turns.flow.state.ended):
             return
         spec = Speculation(paused)
@@ -305,7 +297,7 @@ class SpeculativeReplies:
             is no longer being spoken).
         """
         spec = self._provisional
-        reply = self._reply()
+        reply = self._answering.reply
         if reply is not None and (spec is None or reply.provisional is not spec):
             reply = None  # (an announcement, or the reply of another turn)
         if spec is None or spec.sealed or spec.paused.end_sample != event.end_sample:
@@ -441,14 +433,25 @@ class SpeculativeReplies:
                 self._allow_at = spec.paused.end_sample
             elif self._grace <= 0:
                 self._seal(spec)
-        if (spec.discarded or not text or self._speaking.locked() or self._reply() is not None
+        if (spec.discarded or not text or self._speaking.locked()
+                or self._answering.reply is not None
                 or not self._arbiter.is_turn(spec.paused.onset_sample, text)
                 or self._turns.flow.state.ended):
             return False  # the turn, if it ends here, is answered the usual way
         if not spec.decided:  # (confirmed already if the turn ended while STT ran)
             self._pending = spec  # pending again: its verdict comes from listening
         async with self._speaking:
-            return await self._answer(text, self._time_of(spec.paused.end_sample), spec)
+            return await self.answer(text, self._time_of(spec.paused.end_sample), spec)
+
+    async def answer(self, text: str, speech_end: float, spec: Speculation) -> bool:
+        """Answer ``spec``'s turn (``text``) in the session's answering frame, its reply
+        held until the verdict (:meth:`generate`). False if the speculation was
+        discarded (nothing of it was said); True once its reply settled."""
+        going = self.continuation(spec.paused.onset_sample)
+        async with self._answering.turn(text, speech_end, spec, turn=going) as answer:
+            reply, stream = answer.start()
+            answer.dropped = not await self.generate(reply, stream, text, spec)
+        return not answer.dropped
 
     async def generate(
         self, reply: SpokenReply, stream: ReplyStream, text: str, spec: Speculation
@@ -516,7 +519,7 @@ class SpeculativeReplies:
                 text=text, reason=spec.reason,
             ))
             return False
-        self._confirmed(reply)
+        self._answering.on_air(reply)
         reply.speculation = None
         if not spec.sealed and started_jobs(self._turns, reply.turn_id):
             self._seal(spec)  # a turn that asked for a job stands (never continued): final

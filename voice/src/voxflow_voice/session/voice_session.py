@@ -17,7 +17,9 @@ plus **floor** (:class:`~voxflow_voice.session.floor.FloorReporter`: the user's 
 playback, mute and pending turns, reported to the ``ReplyQueue`` as ``ClientActivity``)
 and **deliver** (:class:`~voxflow_voice.session.delivery.AnnouncementDelivery`: background
 announcements of completed jobs, claimed whenever the floor is free and spoken through
-the same speaker path as answers, :meth:`VoiceSession._announce`).
+the same speaker path as answers, :meth:`~voxflow_voice.session.answering.Answering.announce`).
+Every reply is answered (or announced) by the session's
+:class:`~voxflow_voice.session.answering.Answering`, which keeps the reply on air.
 
 Speculative replies (:mod:`voxflow_voice.speak.speculation`, ``VoiceSettings.speculative_replies``),
 carried out by the session's :class:`~voxflow_voice.session.speculative_replies.SpeculativeReplies`:
@@ -51,24 +53,23 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from functools import partial
 from typing import Any
 
 from voxflow.clock import Clock, MonotonicClock
-from voxflow.ids import DeliveryId, SessionId, TurnId, new_turn_id
+from voxflow.ids import DeliveryId, SessionId
 from voxflow.jobs import JobRunner
 from voxflow.logs import log_context, log_scope
 from voxflow.replies import DeliveryRecord, ReplyQueue
 from voxflow.storable import check_text
-from voxflow.turns import ReplyEvent, TurnRunner
+from voxflow.turns import TurnRunner
 
 from ..call import CallContext
 from ..engines import VoiceEngines
 from ..events import (
     AnnouncementQueued,
     AudioStarted,
-    DeliverySettled,
     MuteObserved,
     ReplyInterrupted,
     SessionClosed,
@@ -76,7 +77,6 @@ from ..events import (
     SpeechEnded,
     SpeechStarted,
     TranscriptDiscarded,
-    TurnCommitted,
     TurnMetrics,
 )
 from ..listen.barge_in import BargeInArbiter, BargeInPolicy
@@ -93,9 +93,10 @@ from ..listen.turn_detector import (
 from ..listen.turn_detector import SpeechEnded as DetectorSpeechEnded
 from ..listen.turn_detector import SpeechStarted as DetectorSpeechStarted
 from ..speak.playback import Playback
-from ..speak.speaker import ReplySpeaker, SpokenReply, hold_clock, iterate_events
+from ..speak.speaker import ReplySpeaker, hold_clock
 from ..speak.speculation import Speculation
 from ..transport import AudioTransport, MuteChanged, PlaybackDrained, PlaybackReceipt
+from .answering import Answering
 from .delivery import AnnouncementDelivery
 from .delivery import Announcer as Announcer  # re-exported: adapters import it from here
 from .delivery import default_announcer as default_announcer
@@ -164,7 +165,6 @@ class VoiceSession:
         self._speaking = self._call.speaking  # one reply (answer or announcement) at a time
         self._trace = SessionTrace(self.clock, lambda: str(self.session_id))
         self.events: list[SessionEvent] = []
-        self.metrics: list[TurnMetrics] = []
         self.playback = Playback(transport)
         self._detector = TurnDetector(engines.make_vad(), self.settings.turn_detection,
                                       end_of_turn_model=engines.end_of_turn)
@@ -175,15 +175,10 @@ class VoiceSession:
         )
         self._early = EarlyTranscriber(engines.stt, call=str(self.session_id))
         self.barge_in = BargeInArbiter(self.settings.barge_in)
-        self._reply: SpokenReply | None = None  # the reply being spoken, if any
         self._closed = False
         self._ready: dict[str, float] = {}  # job id → when it was first seen completed
         call = self._call  # what the parts share: ids, clock, events, locks, liveness
         self._floor = FloorReporter(call)
-        self._delivery = AnnouncementDelivery(
-            call, self._floor, self._announce, announcer=announcer,
-            enabled=self.settings.announcements, queued=self._queued,
-        )
         self._speaker = ReplySpeaker(
             call, self.playback, engines.tts, self.settings.segmenter,
             echo_gate=self.echo_gate, synthesis_ahead=self.settings.synthesis_ahead,
@@ -192,10 +187,17 @@ class VoiceSession:
             call, self.barge_in, self._detector, self.playback, self._early, self._speaker,
             interruptions=self.settings.interruptions,
         )
+        self._answering = Answering(call, self._speaker, self.playback, self._overlap,
+                                    self._trace)
+        self.metrics: list[TurnMetrics] = self._answering.metrics
+        self._delivery = AnnouncementDelivery(
+            call, self._floor, self._answering.announce, announcer=announcer,
+            enabled=self.settings.announcements, queued=self._queued,
+        )
         self._speculative = SpeculativeReplies(
             call, self._detector, self._early, self.barge_in, self._speaker, self.playback,
-            self._overlap, self._floor, answer=self._answer, reply=lambda: self._reply,
-            confirmed=self._on_air, enabled=self.settings.speculative_replies,
+            self._overlap, self._floor, self._answering,
+            enabled=self.settings.speculative_replies,
         )
 
     @property
@@ -211,7 +213,7 @@ class VoiceSession:
         handed over to another worker waits for this)."""
         return (self._detector.active_onset is None and self._detector.provisional is None
                 and self._floor.pending_turns == 0 and self._utterances.empty()
-                and self._reply is None and not self._speaking.locked())
+                and self._answering.reply is None and not self._speaking.locked())
 
     # -- lifetime -----------------------------------------------------------------
 
@@ -234,8 +236,8 @@ class VoiceSession:
                 # The client is gone (script over, peer disconnected): its receipts will
                 # never come, so the reply it was hearing is cut now, not waited for.
                 self._call.gone = True
-                if self._reply is not None:
-                    await self._speaker.cut(self._reply, "Session closed.")
+                if self._answering.reply is not None:
+                    await self._speaker.cut(self._answering.reply, "Session closed.")
                 await converse  # the last utterance is answered (and cut) before we close
                 async with self._speaking:  # and an announcement being cut settles
                     pass
@@ -250,7 +252,7 @@ class VoiceSession:
         self._closed = True
         await self._speculative.aclose()
         await self._early.aclose()
-        reply = self._reply
+        reply = self._answering.reply
         if reply is not None:
             self._speaker.fence(reply)
         if self.replies is not None:
@@ -279,7 +281,7 @@ class VoiceSession:
                         await self._on_detector_event(event)
                 self._early.heard(audio, self._detector)  # a streaming STT's partial decodes
                 self._speculative.after_frame()
-                await self._overlap.arbitrate(self._reply)
+                await self._overlap.arbitrate(self._answering.reply)
             for event in self._detector.flush():
                 await self._on_detector_event(event)
         finally:
@@ -289,7 +291,7 @@ class VoiceSession:
     async def _on_detector_event(self, event: Any) -> None:
         if isinstance(event, TurnResumed):
             if await self._speculative.resumed(event):  # its turn taken back, its reply too
-                self._reply = None
+                self._answering.reply = None
         elif isinstance(event, DetectorSpeechStarted):
             if self.settings.stt_warm_up:
                 self._early.warm_up()
@@ -298,7 +300,7 @@ class VoiceSession:
                                      onset_at=self._call.time_of(event.onset_sample)))
         elif isinstance(event, BargeInDetected):
             await self._overlap.speech_confirmed(
-                self._reply, self._call.time_of(event.onset_sample), event.onset_sample
+                self._answering.reply, self._call.time_of(event.onset_sample), event.onset_sample
             )
         elif isinstance(event, DetectorSpeechEnded):
             self._floor.recording_changed(False)
@@ -310,15 +312,14 @@ class VoiceSession:
         elif isinstance(event, UtterancePaused):
             # Speculative STT in the end-of-turn silence: the silence hides its latency.
             self._early.paused(event)
-            await self._overlap.words(self._reply, event)
+            await self._overlap.words(self._answering.reply, event)
             self._speculative.paused(event)  # answered now, heard only once confirmed
         elif isinstance(event, UtteranceReady):
             # Speech over a paused reply with no speculative transcript yet (a short
             # end-of-turn silence): decide from its words now (kept for the turn's STT).
-            await self._overlap.ended(self._reply, event.onset_sample)
-            await self._overlap.words(
-                self._reply, UtterancePaused(event.audio, event.onset_sample, event.end_sample)
-            )
+            await self._overlap.ended(self._answering.reply, event.onset_sample)
+            await self._overlap.words(self._answering.reply, UtterancePaused(
+                event.audio, event.onset_sample, event.end_sample))
             # From the end of the user's speech until its reply settles, the floor is
             # the foreground's: no announcement may slip in while STT runs.
             self._floor.foreground_entered()
@@ -355,93 +356,15 @@ class VoiceSession:
                 # open for a continuation (continue_within) and rolls it back if one comes
                 late = self._speculative.late(utterance, transcript.text)
                 async with self._speaking:  # after an announcement that is still playing
-                    answered = await self._answer(transcript.text, speech_end, late,
-                                                  onset=utterance.onset_sample)
-                    if not answered and late is not None and not late.revoked:
-                        # (its state could not be rolled back: answered as a final turn)
-                        await self._answer(transcript.text, speech_end,
-                                           onset=utterance.onset_sample)
+                    if late is None or (not await self._speculative.answer(
+                            transcript.text, speech_end, late) and not late.revoked):
+                        # (late: its state could not be rolled back: a final turn)
+                        await self._answering.answer(transcript.text, speech_end, turn=(
+                            self._speculative.continuation(utterance.onset_sample)))
             finally:
                 self._floor.foreground_left()
 
     # -- replies ----------------------------------------------------------------------
-
-    async def _answer(
-        self, text: str, speech_end: float, spec: Speculation | None = None, *,
-        onset: int | None = None,
-    ) -> bool:
-        """Answer a committed turn (or, with ``spec``, a speculative one): False if the
-        speculation was discarded, True once the reply settled. The utterance from
-        ``onset`` (the speculation's, if any) may go on with a turn the user went on
-        with: it is then that turn's next input revision."""
-        onset = spec.paused.onset_sample if spec is not None else onset
-        going = self._speculative.continuation(onset) if onset is not None else None
-        turn_id, revision = going if going is not None else (new_turn_id(), 1)
-        with log_scope(turn_id=str(turn_id)), self._trace.turn(
-                turn_id, speech_end, speculative=spec is not None and not spec.late,
-                text=text):
-            return await self._answer_turn(turn_id, text, speech_end, spec, revision)
-
-    async def _answer_turn(
-        self, turn_id: TurnId, text: str, speech_end: float, spec: Speculation | None,
-        revision: int = 1,
-    ) -> bool:
-        transcript_final = self.clock.now()
-        if spec is None:
-            self._emit(TurnCommitted(session_id=self.session_id, at=transcript_final,
-                                     turn_id=turn_id, text=text, speech_end_at=speech_end,
-                                     input_revision=revision))
-        dropped_before = self.playback.statistics().chunks_dropped
-        reply: SpokenReply | None = None  # from the moment its turn starts
-        try:
-            try:
-                # The flow runs with the state lock held, so job commits and queue
-                # operations never interleave with it; audio waits happen outside it
-                # (a speculative turn's wait for its verdict too).
-                if spec is None:
-                    async with self._lock:
-                        stream = self.turns.astream_turn(text, turn_id=turn_id,
-                                                         input_revision=revision)
-                        reply = self._reply = SpokenReply(turn_id, revision, stream.delivery_id)
-                        await self._speaker.generate(reply, self._speaker.held(stream))
-                else:
-                    stream = self.turns.astream_turn(text, turn_id=turn_id,
-                                                     input_revision=revision)
-                    reply = SpokenReply(turn_id, revision, stream.delivery_id, speculation=spec)
-                    if not await self._speculative.generate(reply, stream, text, spec):
-                        return False  # held and dropped unheard (or not answered at all)
-            except Exception:
-                # A failed reply (e.g. the LLM provider is down) ends this turn, not the
-                # call: the runner already issued its `failed` event.
-                logger.exception("reply failed", extra={"turn_id": turn_id})
-            if reply is not None:
-                await self._speaker.drain(reply)
-                await self._settle(reply, await self._speaker.finish(reply))
-        finally:
-            self._reply = None
-        fenced = self.playback.statistics().chunks_dropped - dropped_before  # this turn's
-        metrics = TurnMetrics(
-            session_id=self.session_id, at=self.clock.now(), turn_id=turn_id,
-            delivery_id=reply.delivery_id if reply is not None else None,
-            speech_end=speech_end, transcript_final=transcript_final,
-            first_text=reply.first_text if reply is not None else None,
-            first_audio=reply.first_audio if reply is not None else None,
-            playback_end=reply.last_audio_end if reply is not None else None,
-            interrupted=reply is not None and reply.interrupted, fenced_chunks=fenced,
-            speculative=spec is not None and not spec.late,
-        )
-        self.metrics.append(metrics)
-        self._emit(metrics)
-        return True
-
-    def _on_air(self, reply: SpokenReply) -> None:
-        """A confirmed speculative reply is the reply being spoken from now on."""
-        self._reply = reply
-
-    async def _settle(self, reply: SpokenReply, played: bool) -> None:
-        """Settle ``reply``'s history, then drop its barge-in policy override."""
-        await self._speaker.settle_history(reply, played)
-        self._overlap.forget(reply.delivery_id)
 
     async def submit_text(self, text: str) -> None:
         """Answer ``text`` as a committed user turn that came without speech (a phone
@@ -465,7 +388,7 @@ class VoiceSession:
         self._floor.foreground_entered()
         try:
             async with self._speaking:
-                await self._answer(text, self.clock.now())
+                await self._answering.answer(text, self.clock.now())
         finally:
             self._floor.foreground_left()
 
@@ -500,7 +423,7 @@ class VoiceSession:
                 self.playback.on_receipt(obs)
                 if self.echo_gate is not None:
                     self.echo_gate.played(obs)
-                reply = self._reply
+                reply = self._answering.reply
                 if reply is not None and reply.delivery_id == obs.delivery_id:
                     if reply.first_audio is None:
                         reply.first_audio = obs.at
@@ -514,7 +437,7 @@ class VoiceSession:
             elif isinstance(obs, MuteChanged):
                 self._floor.muted_changed(obs.muted)
                 self._emit(MuteObserved(session_id=self.session_id, at=obs.at, muted=obs.muted))
-                reply = self._reply
+                reply = self._answering.reply
                 if (obs.muted and reply is not None  # a mute cuts what is playing
                         and not reply.heard_whole(self.playback, obs.at)):
                     await self._speaker.cut(reply, "The user muted the microphone.")
@@ -551,38 +474,6 @@ class VoiceSession:
             ready_at=max(r for r in ready if r is not None) if ready and None not in ready
             else None,
         ))
-
-    async def _announce(
-        self, turn_id: TurnId, delivery_id: DeliveryId, events: Sequence[ReplyEvent]
-    ) -> None:
-        # its lines and its span name the delivery (and the turn that asked for the jobs)
-        with log_scope(delivery_id=str(delivery_id)), self._trace.announcement(
-                turn_id, delivery_id):
-            await self._announce_traced(turn_id, delivery_id, events)
-
-    async def _announce_traced(
-        self, turn_id: TurnId, delivery_id: DeliveryId, events: Sequence[ReplyEvent]
-    ) -> None:
-        reply = SpokenReply(turn_id=turn_id, input_revision=events[0].input_revision,
-                            delivery_id=delivery_id, announcement=True)
-        self._reply = reply
-        try:
-            await self._speaker.generate(reply, iterate_events(events))
-            await self._speaker.drain(reply)
-            played = await self._speaker.finish(reply)
-            assert self.replies is not None
-            async with self._lock:
-                self.replies.settle(delivery_id, "completed" if played else "interrupted")
-                record = self.turns.flow.state.deliveries.get(delivery_id)
-            status = record.status if record is not None else None
-            if status is not None and status != "pending" and status != "scheduled":
-                logger.info("announcement %s", status, extra={
-                    "session_id": str(self.session_id), "delivery_id": str(delivery_id)})
-                self._emit(DeliverySettled(session_id=self.session_id, at=self.clock.now(),
-                                           delivery_id=delivery_id, status=status))
-            await self._settle(reply, played)
-        finally:
-            self._reply = None
 
     # -- helpers --------------------------------------------------------------------
 
