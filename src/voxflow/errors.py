@@ -30,6 +30,7 @@ third-party one (``litellm.*``, ``aiortc.*``)::
     + PersistenceError           the session store refused or failed a save
       + PersistenceConflictError   a writer that is behind tried to save (nothing overwritten)
       + PersistenceUnavailableError  the store cannot be written; .path and .fix name it (OSError)
+        + DatabaseRefusedError       PostgreSQL refused a query on a live connection; .sqlstate
       + SessionLeaseError          another worker holds the session's lease
       + FencedWriteError           a write of a leased session without its live lease
 
@@ -50,6 +51,7 @@ __all__ = [
     "ClientActivityError",
     "ConversationEndedError",
     "ConversationModeError",
+    "DatabaseRefusedError",
     "DeclarationError",
     "EngineError",
     "EngineOptionsError",
@@ -337,6 +339,23 @@ class PersistenceUnavailableError(PersistenceError, OSError):
         super().__init__(f"{message} ({path}); {fix}")
         self.path = path
         self.fix = fix
+
+
+class DatabaseRefusedError(PersistenceUnavailableError):
+    """PostgreSQL refused a query on a live connection (a statement or lock timeout, a
+    missing privilege or table, a read-only server, a full disk): not an outage to wait
+    out, and not a wrong URL. Made by :func:`voxflow.pg_refusal.refused`.
+
+    Attributes:
+        sqlstate: the server's SQLSTATE (``57014``), or ``""`` when it sent none.
+        condition: its condition name (``query_canceled``).
+    """
+
+    def __init__(self, message: str, *, path: str, fix: str, sqlstate: str,
+                 condition: str) -> None:
+        super().__init__(message, path=path, fix=fix)
+        self.sqlstate = sqlstate
+        self.condition = condition
 
 
 class SessionLeaseError(PersistenceError, RuntimeError):

@@ -25,10 +25,12 @@ KIND = "queue_tests.check_flight"
 HEARTBEAT, STALLED_AFTER = 0.5, 5.0  # 10 heartbeats: a loaded machine delays some
 
 
-def start_job_worker(schema: str, *extra: str) -> subprocess.Popen[bytes]:
+def start_job_worker(schema: str, *extra: str, url: str | None = None
+                     ) -> subprocess.Popen[bytes]:
     """A job-worker process, as a user starts it: its queue in ``schema``, the first of
-    its URL's search_path."""
-    env = {**os.environ, "VOXFLOW_DATABASE_URL": schema_url(schema), "PYTHONPATH": str(ROOT)}
+    its URL's search_path (``url``: one that says so, with options of its own)."""
+    env = {**os.environ, "VOXFLOW_DATABASE_URL": url or schema_url(schema),
+           "PYTHONPATH": str(ROOT)}
     return subprocess.Popen(
         [sys.executable, "-m", "voxflow.cli", "jobs", "worker", FLOW,
          "--heartbeat", str(HEARTBEAT), "--stalled-after", str(STALLED_AFTER),

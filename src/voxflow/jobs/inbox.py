@@ -44,6 +44,7 @@ from voxflow.errors import JobPayloadError, PersistenceUnavailableError
 from voxflow.ids import JobId, SessionId
 from voxflow.jobs.records import JobState, JobUpdate, begin_attempt, commit_job_update
 from voxflow.jobs.results import MAX_PROGRESS_CHARS, BackgroundJob, commit_progress
+from voxflow.pg_refusal import refused
 from voxflow.pg_retry import atransaction
 from voxflow.pg_schema import aensure_tables
 from voxflow.pg_url import (
@@ -228,7 +229,12 @@ class JobInbox:
         return {"autocommit": True, "options": connection_options(self.url, self.schema)}
 
     def unavailable(self, exc: BaseException) -> PersistenceUnavailableError:
-        """The typed error for a database failure (the URL without its password)."""
+        """The typed error for a database failure (the URL without its password): a
+        query the server refused on a live connection is a
+        :class:`~voxflow.errors.DatabaseRefusedError` naming it."""
+        refusal = refused(exc, url=self.url, what="a query of the job queue")
+        if refusal is not None:
+            return refusal
         lines = str(exc).replace(self.url, redact_url(self.url)).strip().splitlines()
         return PersistenceUnavailableError(
             f"cannot use the PostgreSQL job inbox: {lines[0] if lines else type(exc).__name__}",

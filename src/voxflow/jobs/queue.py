@@ -46,7 +46,7 @@ from pydantic import BaseModel, ConfigDict
 
 from voxflow import telemetry
 from voxflow.clock import Clock, MonotonicClock
-from voxflow.errors import JobPayloadError, PersistenceUnavailableError
+from voxflow.errors import DatabaseRefusedError, JobPayloadError, PersistenceUnavailableError
 from voxflow.jobs.execution import REPORT_PATIENCE, QueuedJob, run_queued_job
 from voxflow.jobs.inbox import INBOX_SCHEMA, JobInbox
 from voxflow.jobs.results import BackgroundJob
@@ -448,32 +448,54 @@ class PostgresJobQueue:
         logger.info("running the jobs queued in schema %s of %s", self.schema,
                     redact_url(self.url))
 
-        # Procrastinate removes the rows of workers silent for stalled_after as it
-        # starts, without a word: say who died
-        await self.forget_dead_workers(stalled_after)
+        # Procrastinate removes the rows of workers silent for its stalled_worker_timeout
+        # as it starts, without a word: say who died. Not at stalled_after: a live
+        # worker silent through an outage, its row removed, would lose its running jobs
+        # to the first sweep (their worker cleared); their retry needs no removal
+        await self.forget_dead_workers(forget_workers_after(stalled_after))
         job_clock = clock if clock is not None else MonotonicClock()
         stopping = threading.Event()
         watch = self._watch = DatabaseWatch(running, stopping.is_set)
         rows = WorkerRows()  # this process's Procrastinate worker (its row)
+        refusals: list[DatabaseRefusedError] = []
+        worker: asyncio.Future[None] | None = None
+
+        def refuse(error: DatabaseRefusedError) -> None:
+            """A query refused on a live connection (no outage): the worker stops (as on
+            SIGTERM: its running jobs finish) and ``run_worker`` raises ``error``."""
+            if not refusals:
+                refusals.append(error)
+            stopping.set()
+            if worker is not None:
+                worker.cancel()
+
         app = job_worker_app(self._connector_kwargs(concurrency + 3), watch, stopping.is_set,
-                             rows)
+                             rows, refuse)
 
         async def execute(context: Any, /, **payload: Any) -> None:
-            await run_queued_job(self.inbox, context, payload, job_clock, format_error,
-                                 stopping.is_set, report_patience)
+            run = (int(context.job.id), int(context.job.attempts))
+            task = asyncio.current_task()
+            if task is not None:  # (cancelled should another worker take the job)
+                rows.runs[run] = task
+            try:
+                await run_queued_job(self.inbox, context, payload, job_clock, format_error,
+                                     stopping.is_set, report_patience)
+            finally:
+                rows.runs.pop(run, None)
 
         app.task(name=TASK_NAME, pass_context=True, queue=self.queue,
                  retry=run_again_unreported())(execute)
         try:
             async with app.open_async():
                 sweeper = asyncio.create_task(
-                    self._sweep(stalled_after, heartbeat, rows, watch),
+                    self._sweep(stalled_after, heartbeat, rows, watch, refuse),
                     name="stalled jobs")
                 worker = asyncio.ensure_future(app.run_worker_async(
                     queues=[self.queue], concurrency=concurrency,
                     name=name or f"voxflow-jobs-{self.schema}",
                     update_heartbeat_interval=heartbeat,
-                    stalled_worker_timeout=stalled_after,
+                    stalled_worker_timeout=forget_workers_after(stalled_after),
+                    abort_job_polling_interval=max(0.5, heartbeat),
                     install_signal_handlers=False,
                     fetch_job_polling_interval=max(0.5, stalled_after / 4)))
                 if running is not None:
@@ -481,6 +503,9 @@ class PostgresJobQueue:
                 try:
                     await run_until_stopped(worker, stopping, install_signal_handlers,
                                             running)
+                except asyncio.CancelledError:
+                    if not refusals:
+                        raise
                 finally:
                     if running is not None:
                         running(False)
@@ -490,19 +515,25 @@ class PostgresJobQueue:
                         await sweeper
         except (psycopg.Error, procrastinate.exceptions.ProcrastinateException) as exc:
             # the database refused the worker's start (or failed otherwise): one typed
-            # error
-            raise self._unavailable(exc.__cause__ or exc) from None
+            # error (the refusal that stopped it, not what failed as it stopped)
+            raise (refusals[0] if refusals else self._unavailable(exc.__cause__ or exc)
+                   ) from None
         finally:
             await self.inbox.close()
+        if refusals:
+            raise refusals[0]
 
     async def _sweep(self, stalled_after: float, period: float, rows: WorkerRows,
-                     watch: DatabaseWatch) -> None:
-        async def run(sql: str, params: dict[str, Any]) -> list[int]:
-            return [int(row[0]) for row in await self.inbox._execute(sql, params)]
+                     watch: DatabaseWatch,
+                     refuse: Callable[[DatabaseRefusedError], None]) -> None:
+        async def run(sql: str, params: dict[str, Any]) -> list[tuple[int, str]]:
+            return [(int(row[0]), str(row[1])) for row in await self.inbox._execute(sql, params)]
 
         purged_at = float("-inf")
         away = False  # the database did not answer the last sweep
-        judge_from = float("-inf")
+        # a worker starting (a supervisor starts it as the database returns) judges no
+        # worker stalled before their heartbeats had stalled_after to resume either
+        judge_from = time.monotonic() + stalled_after
         while True:
             try:
                 if away:
@@ -526,6 +557,9 @@ class PostgresJobQueue:
                 if time.monotonic() - purged_at > INBOX_PURGE_EVERY:
                     purged_at = time.monotonic()
                     await self.inbox.purge(INBOX_KEEP)
+            except DatabaseRefusedError as exc:  # (no outage: the worker stops)
+                refuse(exc)
+                return
             except PersistenceUnavailableError as exc:
                 # (said once an outage; said over when the worker's own queries are
                 # answered again: Procrastinate's pool, not this one, takes the jobs)

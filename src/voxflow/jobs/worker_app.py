@@ -28,8 +28,17 @@ row of ``procrastinate_workers`` although it lives. Its heartbeat (Procrastinate
 the stalled-job sweep's) therefore puts the row back when it is missing
 (:class:`WorkerRows`), and a fetch refused for the missing row
 (``procrastinate_jobs_worker_id_fkey``) puts it back and fetches again: the worker goes
-on taking jobs. The jobs it was running meanwhile lost their worker (the row's removal
-cleared it) and run again elsewhere, as a dead worker's do; their finish here is fenced.
+on taking jobs. The jobs it runs whose worker the removal cleared are taken back in the
+same statement (no sweep queued them again yet: they are not run twice). Rows are removed
+only after :func:`~voxflow.jobs.queue.forget_workers_after` of silence (Procrastinate's
+own pruning included), long after a silent worker's jobs were queued again.
+
+**Jobs taken while it was away.** A worker away longer than ``stalled_after`` (cut off
+from the database while others reach it) has its jobs queued again by another worker's
+sweep: that is at-least-once, inherent to a heartbeat. When it sees that (the queue runs
+a later attempt of a job it runs: its poll of jobs to abort, or its fetch of the next
+attempt), it cancels its own run of the old attempt; its updates and finish are refused
+anyway (fenced by the attempt).
 """
 
 from __future__ import annotations
@@ -44,7 +53,9 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from voxflow.errors import DatabaseRefusedError
 from voxflow.jobs.execution import ReportNotStored
+from voxflow.pg_refusal import GONE_STATES, refused
 
 if TYPE_CHECKING:
     import procrastinate
@@ -65,14 +76,37 @@ database was back). The next try starts a fresh attempt at once: while the datab
 away it is tried at least every few seconds."""
 
 
-_BEAT = (
-    "WITH beat AS (INSERT INTO procrastinate_workers (id, last_heartbeat) "
-    "OVERRIDING SYSTEM VALUE SELECT unnest(%(ids)s::bigint[]), now() "
-    "ON CONFLICT (id) DO UPDATE SET last_heartbeat = excluded.last_heartbeat "
-    "RETURNING id, xmax = 0 AS inserted) SELECT id FROM beat WHERE inserted")
+_BEAT = """
+WITH beat AS (
+    INSERT INTO procrastinate_workers (id, last_heartbeat)
+    OVERRIDING SYSTEM VALUE SELECT unnest(%(ids)s::bigint[]), now()
+    ON CONFLICT (id) DO UPDATE SET last_heartbeat = excluded.last_heartbeat
+    RETURNING id, xmax = 0 AS inserted
+), reclaimed AS (
+    UPDATE procrastinate_jobs j SET worker_id = (SELECT min(id) FROM beat)
+    FROM unnest(%(jobs)s::bigint[], %(attempts)s::int[]) AS held(id, attempts)
+    WHERE j.id = held.id AND j.attempts = held.attempts AND j.worker_id IS NULL
+      AND j.status IN ('doing', 'aborting')
+    RETURNING j.id
+)
+SELECT id, 'row' AS what FROM beat WHERE inserted
+UNION ALL SELECT id, 'job' FROM reclaimed
+"""
 """The heartbeat of this process's worker rows, putting back a row another worker removed
-(the ids are Procrastinate's, taken from its identity: no other worker gets them); the ids
-of the rows put back."""
+(the ids are Procrastinate's, taken from its identity: no other worker gets them), and
+the worker of the jobs this process runs whose worker the removal cleared (still the
+attempt it runs: no sweep took them yet; a process runs one worker); the ids of the rows
+put back (``row``) and of the jobs taken back (``job``), in one statement: a sweep never
+sees the row back and the jobs still without a worker."""
+
+_TAKEN = """
+SELECT held.id, held.attempts::text AS what
+FROM unnest(%(jobs)s::bigint[], %(attempts)s::int[]) AS held(id, attempts)
+LEFT JOIN procrastinate_jobs j ON j.id = held.id
+WHERE j.id IS NULL OR j.attempts <> held.attempts
+"""
+"""Of the jobs this process runs (id, attempt), those the queue no longer runs as that
+attempt: queued again by another worker's sweep (its heartbeat was old) or deleted."""
 
 _WORKER_FKEY = "procrastinate_jobs_worker_id_fkey"
 
@@ -102,24 +136,62 @@ class WorkerRows:
     """This process's Procrastinate worker rows (``procrastinate_workers``), from their
     registration until their removal begins, and their heartbeat, which puts a row back
     when another worker removed it (see the module). A beat and the removal of a row do
-    not overlap: a beat never puts back the row of a worker that unregistered."""
+    not overlap: a beat never puts back the row of a worker that unregistered.
+
+    Attributes:
+        held: the jobs this process runs (fetched, their finish or retry not begun), as
+            (queue id, the attempt counter it fetched them with).
+        runs: the task running each of them (the job's function), while it runs.
+    """
 
     def __init__(self) -> None:
         self.ids: set[int] = set()
+        self.held: set[tuple[int, int]] = set()
+        self.runs: dict[tuple[int, int], asyncio.Task[Any]] = {}
         self._lock = asyncio.Lock()
 
-    async def beat(self, run: Callable[[str, dict[str, Any]], Awaitable[list[int]]]
-                   ) -> None:
-        """Beat for every row, one statement through ``run`` (it returns the ids of the
-        rows put back); the errors are ``run``'s."""
+    def _held(self) -> dict[str, Any]:
+        held = sorted(self.held)
+        return {"jobs": [job for job, _ in held], "attempts": [n for _, n in held]}
+
+    def cancel_taken(self, job: tuple[int, int]) -> None:
+        """Cancel this process's run of ``job`` (id, attempt counter), which the queue
+        queued again (another worker's sweep took this worker for dead): it would run
+        to its end for nothing, its updates and finish refused."""
+        logger.warning("queue job %s attempt %d was queued again by another worker's "
+                       "sweep while this worker was away (its heartbeat was old): its run "
+                       "here is cancelled, the queue runs its next attempt", job[0],
+                       job[1] + 1)
+        task = self.runs.get(job)
+        if task is not None:
+            task.cancel()
+
+    async def beat(self, run: Callable[[str, dict[str, Any]],
+                                       Awaitable[list[tuple[int, str]]]]) -> None:
+        """Beat for every row, one statement through ``run`` (it returns the rows put back
+        and the jobs taken back, as ``(id, "row" | "job")``); the errors are ``run``'s."""
         async with self._lock:
             if not self.ids:
                 return
-            back = await run(_BEAT, {"ids": sorted(self.ids)})
-        for worker_id in back:
+            found = await run(_BEAT, {"ids": sorted(self.ids), **self._held()})
+        for worker_id in (found_id for found_id, what in found if what == "row"):
             logger.warning("job worker %d's row was removed by another worker (its "
                            "heartbeat was old: the database was away); it is registered "
                            "again and goes on taking jobs", worker_id)
+        jobs = [found_id for found_id, what in found if what == "job"]
+        if jobs:
+            logger.warning("queue job(s) %s run on here: their worker's row was removed "
+                           "while they ran and no sweep had queued them again", jobs)
+
+    async def taken(self, run: Callable[[str, dict[str, Any]],
+                                        Awaitable[list[tuple[int, str]]]]
+                    ) -> list[tuple[int, int]]:
+        """The jobs this process runs (id, attempt counter) that the queue no longer runs
+        as that attempt (another worker's sweep queued them again while this one was
+        away)."""
+        if not self.held:
+            return []
+        return [(found_id, int(what)) for found_id, what in await run(_TAKEN, self._held())]
 
     async def unregister(self, worker_id: int, remove: Callable[[], Awaitable[None]]
                          ) -> None:
@@ -184,11 +256,6 @@ def _one_line(exc: BaseException) -> str:
     return " ".join(str(cause).split()) or type(cause).__name__
 
 
-_GONE_STATES = ("57P01", "57P02", "57P03")
-"""The server's SQLSTATEs of a connection it ends or refuses (admin shutdown, crash
-shutdown, cannot connect now); class 08 is the connection exceptions."""
-
-
 def _unreachable(exc: BaseException) -> bool:
     """``exc`` (Procrastinate's ``ConnectorException``, wrapping the driver's error) says
     the database cannot be reached: no connection in time (the pool's timeout), a
@@ -206,7 +273,7 @@ def _unreachable(exc: BaseException) -> bool:
     if not isinstance(cause, psycopg.OperationalError):
         return False
     state = cause.sqlstate
-    return state is None or state.startswith("08") or state in _GONE_STATES
+    return state is None or state.startswith("08") or state in GONE_STATES
 
 
 def _may_have_run(exc: BaseException) -> bool:
@@ -224,17 +291,32 @@ def _row_gone(exc: BaseException) -> bool:
     return getattr(diag, "constraint_name", None) == _WORKER_FKEY
 
 
+def _refusal(exc: BaseException, url: str, what: str) -> BaseException:
+    """``exc`` (a ``ConnectorException`` that is no outage) as the error naming the query
+    the server refused and its fix (:func:`~voxflow.pg_refusal.refused`); ``exc`` itself
+    when it is not the server's refusal."""
+    return refused(exc.__cause__ or exc, url=url, what=what) or exc
+
+
 def job_worker_app(connector_options: dict[str, Any], watch: DatabaseWatch,
-                   stopping: Callable[[], bool], rows: WorkerRows) -> procrastinate.App:
+                   stopping: Callable[[], bool], rows: WorkerRows,
+                   refuse: Callable[[DatabaseRefusedError], None]) -> procrastinate.App:
     """The Procrastinate app of a job worker (``connector_options``: its pool's), fenced
     and riding out outages (see the module), ``watch`` told of each query's outcome, every
-    wait ended by ``stopping()``, its worker's row kept in ``rows``."""
+    wait ended by ``stopping()``, its worker's row kept in ``rows``. A query the server
+    refuses on a live connection (a statement timeout, ...) is no outage: the fetch of
+    the next job raises its :class:`~voxflow.errors.DatabaseRefusedError`, and a
+    heartbeat or a poll of jobs to abort (Procrastinate's side tasks, which would log a
+    traceback) gives it to ``refuse``, which stops the worker."""
     # here: the optional voxflow[postgres] extra (checked by migrate)
     import procrastinate
     from procrastinate.manager import JobManager
 
+    url = str(connector_options["conninfo"])
+
     wakers: list[Callable[..., Awaitable[None]]] = []  # the worker's notification handler
-    held: set[int] = set()  # the jobs this process runs: fetched, not finished or retried
+    held = rows.held  # the jobs this process runs: fetched, not finished or retried
+    told: set[tuple[int, int]] = set()  # the runs cancelled: taken by another worker
     unsure = False  # a fetch failed once its query may have run: did it take a job?
 
     async def wake() -> None:
@@ -253,7 +335,7 @@ def job_worker_app(connector_options: dict[str, Any], watch: DatabaseWatch,
                 result = await call()
             except procrastinate.exceptions.ConnectorException as exc:
                 if not _unreachable(exc):
-                    raise
+                    raise _refusal(exc, url, what) from None
                 watch.lost(exc, what)
                 if stopping():
                     return gone
@@ -279,8 +361,9 @@ def job_worker_app(connector_options: dict[str, Any], watch: DatabaseWatch,
                     job_id=job.id, status=status.value, delete_job=delete_job,
                     attempts=job.attempts)
 
+            held.discard((int(job.id), int(job.attempts)))  # (its end begun)
+            told.discard((int(job.id), int(job.attempts)))
             done = await patiently(finish, "a job's finish", None)
-            held.discard(int(job.id))  # (not after an error: it may still be running)
             if done is None:
                 _left_running(job)
             elif not done:
@@ -299,8 +382,9 @@ def job_worker_app(connector_options: dict[str, Any], watch: DatabaseWatch,
                     "FROM mine", job_id=job.id, attempts=job.attempts,
                     retry_at=retry_at or datetime.datetime.now(datetime.UTC))
 
+            held.discard((int(job.id), int(job.attempts)))  # (its end begun)
+            told.discard((int(job.id), int(job.attempts)))
             done = await patiently(retry, "a job's retry", None)
-            held.discard(int(job.id))  # (not after an error: it may still be running)
             if done:
                 await wake()  # (it is queued again: run it now, here or elsewhere)
             elif done is None:
@@ -330,7 +414,11 @@ def job_worker_app(connector_options: dict[str, Any], watch: DatabaseWatch,
                     unsure = unsure or _may_have_run(exc)
                     raise
                 if job is not None:
-                    held.add(int(job.id))
+                    for older in [run for run in held if run[0] == job.id]:
+                        if older not in told:  # (its run here is a taken attempt)
+                            told.add(older)
+                            rows.cancel_taken(older)
+                    held.add((int(job.id), int(job.attempts)))
                 return job
 
             return await patiently(fetch, "the fetch of the next job", None)
@@ -341,7 +429,7 @@ def job_worker_app(connector_options: dict[str, Any], watch: DatabaseWatch,
             queue, not here, they would stay so for good (its heartbeat goes on); their
             ids."""
             found = await self.connector.execute_query_all_async(
-                _PUT_BACK, worker_id=worker_id, held=sorted(held))
+                _PUT_BACK, worker_id=worker_id, held=sorted({job for job, _ in held}))
             lost = [int(row["id"]) for row in found]
             if lost:
                 logger.warning("queue job(s) %s queued again: the fetch that took them "
@@ -349,9 +437,9 @@ def job_worker_app(connector_options: dict[str, Any], watch: DatabaseWatch,
                                lost)
             return lost
 
-        async def _run(self, sql: str, params: dict[str, Any]) -> list[int]:
+        async def _run(self, sql: str, params: dict[str, Any]) -> list[tuple[int, str]]:
             found = await self.connector.execute_query_all_async(sql, **params)
-            return [int(row["id"]) for row in found]
+            return [(int(row["id"]), str(row.get("what", ""))) for row in found]
 
         async def register_worker(self) -> int:
             worker_id = await super().register_worker()
@@ -360,18 +448,30 @@ def job_worker_app(connector_options: dict[str, Any], watch: DatabaseWatch,
 
         async def update_heartbeat(self, worker_id: int) -> None:
             """Beat, putting the row back when another worker removed it."""
-            await patiently(lambda: rows.beat(self._run), "its heartbeat", None)
+            try:
+                await patiently(lambda: rows.beat(self._run), "its heartbeat", None)
+            except DatabaseRefusedError as exc:
+                refuse(exc)
 
         async def list_jobs_to_abort_async(self, queue: str | None = None) -> Any:
             if watch.away:  # (Procrastinate logs each failed poll with its traceback)
                 return []
             try:
-                return await super().list_jobs_to_abort_async(queue)
+                asked = await super().list_jobs_to_abort_async(queue)
+                taken = await rows.taken(self._run)
             except procrastinate.exceptions.ConnectorException as exc:
                 if not _unreachable(exc):
-                    raise
+                    error = _refusal(exc, url, "the poll of jobs to abort")
+                    if not isinstance(error, DatabaseRefusedError):
+                        raise
+                    refuse(error)
+                    return []
                 watch.lost(exc, "the poll of jobs to abort")
                 return []
+            for run in set(taken) - told:
+                told.add(run)
+                rows.cancel_taken(run)
+            return asked
 
         async def unregister_worker(self, worker_id: int) -> None:
             """Remove the stopping worker's row; left for another worker's sweep (its
@@ -380,11 +480,12 @@ def job_worker_app(connector_options: dict[str, Any], watch: DatabaseWatch,
                 await rows.unregister(worker_id, lambda: super(
                     FencedJobManager, self).unregister_worker(worker_id))
             except procrastinate.exceptions.ConnectorException as exc:
-                if not _unreachable(exc):
+                if not _unreachable(exc) and not stopping():
                     raise
-                logger.warning("the stopping job worker could not remove its row (the "
-                               "database does not answer: %s); another worker's sweep "
-                               "removes it once its heartbeat is old", _one_line(exc))
+                logger.warning("the stopping job worker could not remove its row (%s); "
+                               "another worker's sweep removes it once its heartbeat is "
+                               "old", _one_line(exc) if _unreachable(exc) else
+                               f"SQLSTATE {getattr(exc.__cause__, 'sqlstate', None)}")
 
         async def listen_for_jobs(self, **kwargs: Any) -> None:
             """Listen again, with backoff, when the listening connection cannot be made

@@ -1,0 +1,152 @@
+"""Jobs of a job worker that was away while they ran (issue 29): a sweep of another worker
+removed its row (the jobs' worker cleared), or queued its jobs again (its heartbeat was
+old). Before, a worker that came back and wrote its row again left its jobs without a
+worker, so the next sweep queued them again and the function ran twice; and a job
+queued again went on running here to its end, its finish refused.
+
+Now a worker putting its row back takes back, in the same statement, the jobs it runs that
+no sweep queued again, and a worker whose job was queued again cancels its run here. A
+real PostgreSQL (a database of the test's own, refusing connections for a while), a job
+worker in-process, a second queue object as the other worker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import Any
+
+import pytest
+
+from tests.conftest import PgFaults
+from tests.jobs.queue_kit import all_rows, wait_for, wait_for_update
+from voxflow.jobs import (
+    BackgroundJob,
+    JobContext,
+    PostgresJobQueue,
+    add_job,
+    apply_inbox,
+    background_job,
+)
+from voxflow.wiring import AssistantState
+
+pytestmark = pytest.mark.unit
+
+_RUNS: dict[str, Any] = {}
+
+
+@background_job(kind="worker_taken_tests.slow")
+async def slow(job: JobContext) -> str:
+    """Runs until the test releases it; says each attempt's start and cancellation."""
+    _RUNS["started"].append(job.job.attempt)
+    try:
+        await _RUNS["release"].wait()
+    except asyncio.CancelledError:
+        _RUNS["cancelled"].append(job.job.attempt)
+        raise
+    return f"Done on attempt {job.job.attempt}."
+
+
+@contextlib.asynccontextmanager
+async def _worker(url: str) -> Any:
+    _RUNS.update(started=[], cancelled=[], release=asyncio.Event())
+    queue = PostgresJobQueue(url)
+    await queue.migrate()
+    ready: list[bool] = []
+    run = asyncio.create_task(queue.run_worker(
+        heartbeat=0.2, stalled_after=2.0, report_patience=60.0, running=ready.append))
+
+    async def is_ready() -> bool:
+        if run.done():
+            raise AssertionError(f"the worker stopped: {run!r}")
+        return bool(ready) and ready[-1]
+
+    try:
+        await wait_for(is_ready, 60, "the worker to take jobs")
+        yield queue, is_ready
+    finally:
+        _RUNS["release"].set()  # (a stop waits for the running jobs)
+        run.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await run
+        queue.close()
+        await queue.inbox.close()
+
+
+async def _start(queue: PostgresJobQueue) -> tuple[AssistantState, BackgroundJob, int]:
+    state = AssistantState()
+    job = BackgroundJob(session_id=state.id, kind=slow.kind)
+    assert add_job(state, job)
+    queue_id = await queue.enqueue_async(job)
+
+    async def started() -> bool:
+        return bool(_RUNS["started"])
+
+    await wait_for(started, 60, "the job to start")
+    return state, job, queue_id
+
+
+async def test_a_worker_whose_row_was_removed_takes_its_running_jobs_back(
+    pg_faults: PgFaults, caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, logger="voxflow.jobs")
+    sibling = PostgresJobQueue(pg_faults.url)
+    async with _worker(pg_faults.url) as (queue, is_ready):
+        state, job, _ = await _start(queue)
+        with pg_faults.down():
+            await asyncio.sleep(3.0)  # (longer than stalled_after)
+        # another worker takes the survivor's row for a dead worker's (a job worker
+        # starting, or a sweep): the running job loses its worker
+        gone = await sibling.forget_dead_workers(0.0)
+        assert gone, "no worker row to remove"
+
+        async def back() -> bool:
+            rows = await sibling.inbox._execute("SELECT id FROM procrastinate_workers")
+            return {r[0] for r in rows} >= {worker_id for worker_id, _ in gone}
+
+        await wait_for(back, 60, "the worker to put its row back")
+        await wait_for(is_ready, 60, "the worker to take jobs again")
+        # the next sweep: the job is run by a live worker that heartbeats
+        assert await sibling.retry_stalled(2.0) == []
+        _RUNS["release"].set()
+        await wait_for_update(queue.inbox, state.id, "completed|failed", 60,
+                              "the job to settle")
+        apply_inbox(state, await all_rows(queue.inbox, state.id))
+        assert (state.jobs[job.job_id].status, state.jobs[job.job_id].announcement) == (
+            "completed", "Done on attempt 1.")
+    await sibling.inbox.close()
+    assert _RUNS["started"] == [1], _RUNS  # (run once)
+
+
+async def test_a_worker_whose_job_was_queued_again_cancels_its_run(
+    pg_faults: PgFaults, caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, logger="voxflow.jobs")
+    sibling = PostgresJobQueue(pg_faults.url)
+    async with _worker(pg_faults.url) as (queue, _):
+        state, job, queue_id = await _start(queue)
+        # a sweep that judged the worker dead (it was away longer than its
+        # stalled_after, as a partitioned worker is): the job is queued again
+        assert await sibling.retry_stalled(0.0) == [queue_id]
+
+        async def cancelled() -> bool:
+            return bool(_RUNS["cancelled"])
+
+        await wait_for(cancelled, 60, "the first attempt's run here to be cancelled")
+        assert _RUNS["cancelled"] == [1], _RUNS
+
+        async def second() -> bool:
+            return 2 in _RUNS["started"]
+
+        await wait_for(second, 60, "the next attempt to start")
+        _RUNS["release"].set()
+        await wait_for_update(queue.inbox, state.id, "completed|failed", 60,
+                              "the job to settle", attempt=2)
+        apply_inbox(state, await all_rows(queue.inbox, state.id))
+        assert (state.jobs[job.job_id].status, state.jobs[job.job_id].announcement) == (
+            "completed", "Done on attempt 2.")
+    await sibling.inbox.close()
+    said = [r.getMessage() for r in caplog.records if "queued again by another" in
+            r.getMessage()]
+    assert len(said) == 1, said
