@@ -222,6 +222,24 @@ def test_begin_rules(ledger: TurnLedger, state: TurnState) -> None:
     assert ledger.begin(session_id=state.id).reply.kind == "answer"  # own session: fine
 
 
+def test_a_given_delivery_id_is_used_once(ledger: TurnLedger, state: TurnState) -> None:
+    first = hardcoded_turn(ledger, turn_id=TurnId("t1"), delivery_id=DeliveryId("d1"))
+    record = state.replies[DeliveryId("d1")]
+    with pytest.raises(TurnIdentityError, match="delivery_id has already been used"):
+        ledger.begin(turn_id=TurnId("t2"), delivery_id=DeliveryId("d1"))
+    with pytest.raises(TurnIdentityError, match="delivery_id has already been used"):
+        ledger.check_can_begin(delivery_id=DeliveryId("d1"))
+    # The earlier reply keeps its record (and so its fence): nothing was replaced.
+    assert state.replies[DeliveryId("d1")] is record
+    assert (record.turn_id, record.status, record.text) == ("t1", "completed", first[-1].text)
+    assert list(state.turns) == ["t1"] and ledger.active is None
+    for bad in (7, b"d2", ""):
+        with pytest.raises(TypeError, match="delivery_id"):
+            ledger.begin(delivery_id=bad)  # type: ignore[arg-type]
+    assert list(state.replies) == ["d1"]  # no failed attempt left a record
+    assert ledger.begin(delivery_id=DeliveryId("d2")).reply.delivery_id == "d2"
+
+
 def test_ending_without_a_terminal_event_interrupts(ledger: TurnLedger) -> None:
     active = ledger.begin()
     started = ledger.issue(active, "started")

@@ -165,6 +165,7 @@ class TurnLedger:
         input_revision: int = 1,
         kind: ReplyKind = "answer",
         session_id: SessionId | None = None,
+        delivery_id: DeliveryId | None = None,
     ) -> TurnState:
         """Raise the typed error :meth:`begin` would raise; return the state otherwise."""
         check_revision(input_revision)
@@ -172,6 +173,8 @@ class TurnLedger:
             raise ValueError(f"kind must be one of {sorted(_KINDS)}, got {kind!r}")
         if turn_id is not None and (not isinstance(turn_id, str) or not turn_id):
             raise TypeError("turn_id must be a non-empty str (or None for a fresh one)")
+        if delivery_id is not None and (not isinstance(delivery_id, str) or not delivery_id):
+            raise TypeError("delivery_id must be a non-empty str (or None for a fresh one)")
         if session_id is not None and not isinstance(session_id, str):
             raise TypeError("session_id must be a str")
         with self._lock:
@@ -199,6 +202,11 @@ class TurnLedger:
                     "every correction) a new turn_id, or pass turn_id=None (a revision of a "
                     "settled input keeps its turn_id with a higher input_revision)."
                 )
+            if delivery_id is not None and delivery_id in state.replies:
+                raise TurnIdentityError(
+                    "delivery_id has already been used by another reply; give every reply a "
+                    "new delivery_id, or pass delivery_id=None."
+                )
             return state
 
     def begin(
@@ -224,12 +232,14 @@ class TurnLedger:
         Raises:
             TurnInProgressError: another tracked turn is active.
             ConversationEndedError: ``state.ended`` is true.
-            TurnIdentityError: ``turn_id`` was used before, or ``session_id`` is foreign.
+            TurnIdentityError: ``turn_id`` or ``delivery_id`` was used before, or
+                ``session_id`` is foreign.
             TypeError, ValueError: a malformed argument (named in the message).
         """
         with self._lock:
             state = self.check_can_begin(
-                turn_id=turn_id, input_revision=input_revision, kind=kind, session_id=session_id
+                turn_id=turn_id, input_revision=input_revision, kind=kind,
+                session_id=session_id, delivery_id=delivery_id,
             )
             tid = turn_id if turn_id is not None else new_turn_id()
             turn = TurnRecord(session_id=state.id, turn_id=tid, input_revision=input_revision)
