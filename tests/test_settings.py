@@ -246,3 +246,36 @@ def test_llm_endpoints_are_a_comma_separated_list_of_urls_checked_without_echoin
     assert "credentials" in message and "hunter2" not in message
     with pytest.raises(SettingsError, match="must start with http"):
         Settings.from_env({"VOXFLOW_LLM_ENDPOINTS": "ftp://x.example"})
+
+
+# -- the packages that register settings (entry points) -------------------------------------
+
+
+def _install(site: Path, name: str, entry_points: str, *, direct_url: str | None = None
+             ) -> None:
+    """A distribution's metadata as an installer leaves it in ``site``."""
+    info = site / f"{name.replace('-', '_')}-0.1.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text(entry_points)
+    if direct_url is not None:
+        (info / "direct_url.json").write_text(direct_url)
+
+
+def test_two_packages_registering_one_setting_are_refused_naming_both(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Before: the first in sorted order silently took ``--stt`` and VOXFLOW_STT."""
+    (tmp_path / "acme_settings.py").write_text(
+        "from pydantic import Field\nfrom voxflow.settings import SettingsSection\n"
+        "class AcmeSection(SettingsSection):\n"
+        "    stt: str = Field('acme-cloud', description=\"acme's speech to text\")\n")
+    _install(tmp_path, "acme-plugin", "[voxflow.settings]\nstt = acme_settings:AcmeSection\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    both = (r"^VOXFLOW_STT is registered by two packages, "
+            r"acme-plugin \(acme_settings:AcmeSection\) and "
+            r"voxflow-voice \(voxflow_voice.settings:VoiceSection\): uninstall one of them$")
+    for read in (lambda: Settings.from_env({"VOXFLOW_STT": "whisper:base"}),
+                 lambda: Settings().with_options(stt="whisper:base"), Settings.variables):
+        with pytest.raises(SettingsError, match=both):
+            read()

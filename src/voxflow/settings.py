@@ -225,11 +225,26 @@ class SettingsSection(BaseModel):
 
 
 def _registered(group: str = SETTINGS_GROUP) -> dict[str, EntryPoint]:
-    """The entry points of ``group`` by setting name (the first of each)."""
+    """The entry points of ``group`` by setting name.
+
+    Raises:
+        SettingsError: two packages register one setting for different sections (an
+            option would go to either), naming both.
+    """
     found: dict[str, EntryPoint] = {}
     for entry in sorted(entry_points(group=group), key=lambda e: e.value):
-        found.setdefault(entry.name, entry)
+        first = found.setdefault(entry.name, entry)
+        if first.value != entry.value:
+            raise SettingsError(
+                f"{ENV_PREFIX}{entry.name.upper()} is registered by two packages, "
+                f"{_owner(first)} and {_owner(entry)}: uninstall one of them")
     return found
+
+
+def _owner(entry: EntryPoint) -> str:
+    """The package that registers ``entry``, and its section (for an error)."""
+    dist = entry.dist.name if entry.dist is not None else "a package"
+    return f"{dist} ({entry.value})"
 
 
 def _load(entry: EntryPoint) -> type[SettingsSection]:
@@ -401,7 +416,8 @@ class Settings(SettingsSection):
         every installed section whose variables are set read and checked with them.
 
         Raises:
-            SettingsError: a variable's value is invalid; the message names the variable.
+            SettingsError: a variable's value is invalid (the message names the
+                variable), or two packages register the same setting.
         """
         env = os.environ if environ is None else environ
         settings = super().from_env(env)
@@ -458,7 +474,11 @@ class Settings(SettingsSection):
     @staticmethod
     def variables() -> dict[str, str]:
         """``VOXFLOW_*`` variable → setting name, for docs and ``doctor``: the core's and
-        every installed section's (read from the entry points, nothing imported)."""
+        every installed section's (read from the entry points, nothing imported).
+
+        Raises:
+            SettingsError: two packages register the same setting.
+        """
         names = [*Settings.model_fields, *_registered()]
         return {ENV_PREFIX + name.upper(): name for name in dict.fromkeys(names)}
 
