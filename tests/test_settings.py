@@ -279,3 +279,16 @@ def test_two_packages_registering_one_setting_are_refused_naming_both(
                  lambda: Settings().with_options(stt="whisper:base"), Settings.variables):
         with pytest.raises(SettingsError, match=both):
             read()
+
+
+def test_a_retired_option_is_named_with_its_replacement_as_its_variable_is() -> None:
+    """Before: ``with_options(stt_model=...)`` said "Extra inputs are not permitted"."""
+    with pytest.raises(SettingsError, match=r"^VOXFLOW_STT_MODEL is replaced by VOXFLOW_STT"):
+        Settings.from_env({"VOXFLOW_STT_MODEL": "base"})
+    with pytest.raises(SettingsError, match=(
+            r"^stt_model is replaced by VOXFLOW_STT \(--stt\): give stt='whisper:base'$")):
+        Settings().with_options(stt_model="base")
+    with pytest.raises(SettingsError, match=r"^voice is replaced by VOXFLOW_TTS \(--tts\)"):
+        Settings.from_env({}).with_options(voice="/v.onnx", stt="whisper:base")
+    with pytest.raises(SettingsError, match=r"^end_of_turn_model is replaced by VOXFLOW_END"):
+        VoiceSection().with_options(end_of_turn_model="none")

@@ -168,10 +168,16 @@ class SettingsSection(BaseModel):
 
         Raises:
             SettingsError: a value is invalid; the message names the option
-                (``--log-level``).
+                (``--log-level``). A retired setting is named with its replacement.
         """
         given = {k: v for k, v in options.items() if v is not None}
         cls = type(self)
+        for old, (new, form) in cls.RETIRED.items():
+            if old in given:
+                flag = cls.FLAGS.get(new, "--" + new.replace("_", "-"))
+                raise SettingsError(
+                    f"{old} is replaced by {ENV_PREFIX}{new.upper()} ({flag}): give "
+                    f"{new}={form.format(str(given[old]).strip())!r}")
         try:
             return cls.model_validate({**self.model_dump(), **given})
         except ValidationError as exc:
@@ -443,14 +449,14 @@ class Settings(SettingsSection):
                 (``--log-level``).
         """
         own = {k: v for k, v in options.items() if k in type(self).model_fields}
-        registered = _registered()
+        registered = {**_registered(RETIRED_GROUP), **_registered()}
         theirs: dict[type[SettingsSection], dict[str, Any]] = {}
         for name, value in options.items():
             if name not in own and value is not None:
                 if name not in registered:
                     own[name] = value  # (refused by the model: no such setting)
                     continue
-                theirs.setdefault(_load(registered[name]), {})[name] = value
+                theirs.setdefault(_load(registered[name]), {})[name] = value  # (retired: said)
         changed = super().with_options(**own)
         changed._environ.update(self._environ)
         changed._sections.update(self._sections)
