@@ -258,6 +258,57 @@ async def test_closing_the_iterator_early_interrupts_the_reply() -> None:
     assert (await collect(runner, "again"))[-1].type == "completed"
 
 
+async def test_a_stream_names_the_identities_of_every_event_before_the_first() -> None:
+    flow = talk_flow("A short answer.")
+    runner = TurnRunner(flow)
+    stream = runner.astream_turn("Hello", turn_id="turn-1")
+    assert (stream.turn_id, stream.input_revision) == ("turn-1", 1)
+    assert stream.delivery_id not in flow.state.replies  # the turn begins at the first event
+    assert repr(stream) == (
+        f"ReplyStream(turn_id='turn-1', input_revision=1, delivery_id={stream.delivery_id!r})"
+    )
+    events = [event async for event in stream]
+    assert events[-1].type == "completed" and len(events) > 2
+    assert {(e.turn_id, e.input_revision, e.delivery_id) for e in events} == {
+        ("turn-1", 1, stream.delivery_id)
+    }
+    assert flow.state.replies[stream.delivery_id].status == "completed"
+
+
+async def test_closing_the_stream_before_its_first_event_interrupts_the_reply() -> None:
+    hooks: list[str] = []
+    flow = talk_flow(LONG)
+    runner = TurnRunner(flow, on_interrupt=lambda: hooks.append("on_interrupt"))
+    seen: list[LLMEvent] = []
+    with observe_llm(seen.append):
+        stream = runner.astream_turn("story", turn_id="turn-1")
+        await stream.aclose()
+        await stream.aclose()  # idempotent
+    reply = flow.state.replies[stream.delivery_id]
+    assert (reply.turn_id, reply.status, reply.interrupted) == ("turn-1", "interrupted", True)
+    assert flow.state.turns["turn-1"].status == "interrupted"
+    assert reply.last_accepted_seq == 0 and not reply.text  # nothing was handed out
+    assert seen == [] and hooks == ["on_interrupt"]  # the flow never ran
+    assert runner.active is None and runner.is_fenced(stream.delivery_id)
+    with pytest.raises(StopAsyncIteration):
+        await anext(stream)
+    with pytest.raises(TurnIdentityError):  # its turn_id was used
+        runner.astream_turn("story", turn_id="turn-1")
+    assert (await collect(runner, "again"))[-1].type == "completed"
+
+
+async def test_closing_an_unread_stream_while_another_turn_runs_records_nothing() -> None:
+    flow = talk_flow("A short answer.")
+    runner = TurnRunner(flow)
+    unread = runner.astream_turn("first")
+    running = runner.astream_turn("second")
+    first = await anext(running)
+    await unread.aclose()  # its turn cannot begin now: no record, and no error
+    assert unread.delivery_id not in flow.state.replies
+    assert runner.is_fenced(unread.delivery_id)
+    assert [first.type, *[e.type async for e in running]][-1] == "completed"
+
+
 def test_closing_the_sync_iterator_after_the_terminal_event_keeps_completion() -> None:
     flow = Chat(suppress_flow_events=True)
     runner = TurnRunner(flow)

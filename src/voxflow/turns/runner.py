@@ -51,7 +51,13 @@ from voxflow.conversation.events import (
     ConversationRouteSelected,
     LLMFrame,
 )
-from voxflow.errors import ConversationModeError, TurnRestoreError
+from voxflow.errors import (
+    ConversationEndedError,
+    ConversationModeError,
+    TurnIdentityError,
+    TurnInProgressError,
+    TurnRestoreError,
+)
 from voxflow.ids import DeliveryId, SessionId, TurnId, new_delivery_id, new_turn_id
 from voxflow.turns.ledger import ActiveTurn, TurnLedger
 from voxflow.turns.records import ReplyEvent, ReplyKind
@@ -344,7 +350,7 @@ class ReplyStream:
         delivery_id: the reply's identity (every event of it carries this one).
     """
 
-    __slots__ = ("_events", "delivery_id", "input_revision", "turn_id")
+    __slots__ = ("_events", "_read", "delivery_id", "input_revision", "turn_id")
 
     def __init__(
         self,
@@ -355,6 +361,7 @@ class ReplyStream:
         delivery_id: DeliveryId,
     ) -> None:
         self._events = events
+        self._read = False
         self.turn_id = turn_id
         self.input_revision = input_revision
         self.delivery_id = delivery_id
@@ -363,10 +370,23 @@ class ReplyStream:
         return self
 
     async def __anext__(self) -> ReplyEvent:
+        self._read = True
         return await self._events.__anext__()
 
     async def aclose(self) -> None:
-        """Stop reading; before the terminal event this interrupts the reply."""
+        """Stop reading; before the terminal event this interrupts the reply.
+
+        Before the first event too: the turn begins and ends at once, its reply
+        ``interrupted`` (its ``started`` event is never handed out; the flow does not
+        run). When the turn cannot begin any more (another turn is active, the
+        conversation ended), nothing is recorded.
+        """
+        if not self._read:
+            self._read = True
+            with contextlib.suppress(
+                TurnInProgressError, ConversationEndedError, TurnIdentityError
+            ):
+                await self._events.__anext__()  # begins the turn (issues `started`)
         await self._events.aclose()
 
     def __repr__(self) -> str:
