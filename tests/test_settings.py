@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+import pickle
 import re
 from importlib.metadata import entry_points
 from pathlib import Path
@@ -292,3 +294,23 @@ def test_a_retired_option_is_named_with_its_replacement_as_its_variable_is() -> 
         Settings.from_env({}).with_options(voice="/v.onnx", stt="whisper:base")
     with pytest.raises(SettingsError, match=r"^end_of_turn_model is replaced by VOXFLOW_END"):
         VoiceSection().with_options(end_of_turn_model="none")
+
+
+def test_settings_show_no_transport_secret_and_refuse_to_be_pickled() -> None:
+    """Before: every non-core variable stayed a plain str in a private attribute, which
+    a pickle carried (VOXFLOW_TWILIO_AUTH_TOKEN, VOXFLOW_TURN_CREDENTIAL, ...)."""
+    env = {"VOXFLOW_TWILIO_AUTH_TOKEN": "tok-hunter2", "VOXFLOW_TURN_CREDENTIAL": "hunter2",
+           "VOXFLOW_TURN_USERNAME": "kim", "VOXFLOW_NOT_REGISTERED": "https://u:hunter2@x"}
+    for read in (Settings.from_env(env), Settings.from_env(env).with_options(port=9001)):
+        shown = [repr(read), str(read), read.model_dump(), read.model_dump_json(),
+                 read.__pydantic_private__]
+        assert "hunter2" not in repr(shown)
+        with pytest.raises(TypeError, match=r"^Settings holds a secret, so it is not pickled"):
+            pickle.dumps(read)
+        assert pickle.dumps(read.section(VoiceSection))  # (no secret in it)
+        token = read.section(PhoneSection).twilio_auth_token
+        assert token is not None and token.get_secret_value() == "tok-hunter2"
+        with pytest.raises(TypeError, match=r"^PhoneSection holds a secret"):
+            pickle.dumps(read.section(PhoneSection))
+    assert pickle.loads(pickle.dumps(Settings.from_env({"VOXFLOW_PORT": "9000"}))).port == 9000
+    assert copy.deepcopy(Settings.from_env(env)).section(WebRtcSection).turn_username == "kim"

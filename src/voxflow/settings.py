@@ -42,7 +42,9 @@ so the core knows every variable's name without importing a package (the warning
 an unknown variable), loads a section only to list its settings (``--help``) or to read a
 variable that is set, and never names the package. :meth:`Settings.section` gives a
 section's values (``settings.section(VoiceSection).stt``); options route to the section
-that owns them (:meth:`Settings.with_options`).
+that owns them (:meth:`Settings.with_options`). Secrets (``SecretStr``) show in no repr,
+dump or error, and settings holding one refuse to be pickled (a pickle would carry it in
+clear): read them again in the other process.
 """
 
 from __future__ import annotations
@@ -190,6 +192,20 @@ class SettingsSection(BaseModel):
                 f"{first['msg'].removeprefix('Value error, ')}"
                 + (f"; {fix}" if fix else "")
             ) from None
+
+    def __getstate__(self) -> dict[Any, Any]:
+        """Refused when these settings hold a secret (a pickle would carry it in clear).
+
+        Raises:
+            TypeError: a secret is set; the message says what to do instead.
+        """
+        if self._holds_secret():
+            raise TypeError(f"{type(self).__name__} holds a secret, so it is not pickled: "
+                            "read the settings in the other process (from_env)")
+        return super().__getstate__()
+
+    def _holds_secret(self) -> bool:
+        return any(isinstance(getattr(self, name), SecretStr) for name in type(self).model_fields)
 
     @classmethod
     def _fix(cls, field: str) -> str | None:
@@ -364,7 +380,9 @@ class Settings(SettingsSection):
 
 
     _sections: dict[type[SettingsSection], SettingsSection] = PrivateAttr(default_factory=dict)
-    _environ: dict[str, str] = PrivateAttr(default_factory=dict)
+    # the variables no installed section registers (a section asked for by a stale
+    # install's caller reads them): hidden, as any may be a secret
+    _environ: dict[str, SecretStr] = PrivateAttr(default_factory=dict)
 
     @field_validator("demo_out", mode="before")
     @classmethod
@@ -391,6 +409,10 @@ class Settings(SettingsSection):
             check_database_url(value.get_secret_value())
         return value
 
+    def _holds_secret(self) -> bool:
+        return bool(self._environ) or super()._holds_secret() or any(
+            section._holds_secret() for section in self._sections.values())
+
     @classmethod
     def _shown(cls, field: str, value: Any) -> Any:
         if field == "database_url" and isinstance(value, str):
@@ -414,7 +436,8 @@ class Settings(SettingsSection):
         found = self._sections.get(section)
         if isinstance(found, section):
             return found
-        return section.from_env(self._environ)
+        return section.from_env({name: value.get_secret_value()
+                                 for name, value in self._environ.items()})
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
@@ -430,8 +453,9 @@ class Settings(SettingsSection):
         given = {name: value.strip() for name, value in env.items()  # (not the core's own)
                  if name.startswith(ENV_PREFIX) and value.strip() != ""
                  and name[len(ENV_PREFIX):].lower() not in cls.model_fields}
-        settings._environ.update(given)
         registered = {**_registered(RETIRED_GROUP), **_registered()}
+        settings._environ.update({name: SecretStr(value) for name, value in given.items()
+                                  if name[len(ENV_PREFIX):].lower() not in registered})
         for entry in dict.fromkeys(registered[name[len(ENV_PREFIX):].lower()]
                                    for name in given
                                    if name[len(ENV_PREFIX):].lower() in registered):
