@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import Field
-from voxflow_adapters.settings import PhoneSection, WebRtcSection
+from voxflow_adapters.settings import HostingSection, PhoneSection, WebRtcSection
 from voxflow_voice.settings import VoiceSection
 
 from voxflow.settings import (
@@ -25,7 +25,8 @@ from voxflow.settings import (
 
 pytestmark = pytest.mark.unit
 
-SECTIONS: tuple[type[SettingsSection], ...] = (VoiceSection, WebRtcSection, PhoneSection)
+SECTIONS: tuple[type[SettingsSection], ...] = (VoiceSection, HostingSection, WebRtcSection,
+                                                PhoneSection)
 
 
 def voice(settings: Settings) -> VoiceSection:
@@ -51,7 +52,7 @@ def test_variables_override_defaults() -> None:
     })
     assert settings.model == "gpt-4o-mini"
     assert voice(settings).end_of_turn_silence == 0.3
-    assert settings.port == 9000
+    assert settings.section(HostingSection).port == 9000
     assert settings.log_level == "DEBUG"
     assert settings.home == Path("/tmp/vf")
 
@@ -83,8 +84,8 @@ def test_each_entry_point_names_the_section_that_reads_it() -> None:
 def test_the_core_knows_no_voice_or_transport_setting() -> None:
     """The voice and transport settings (secrets among them) are their packages' sections,
     registered as entry points: the core lists them without holding them."""
-    assert not {"stt", "min_barge_in", "turn_credential", "twilio_auth_token",
-                "webrtc_receive_hold"} & set(Settings.model_fields)
+    assert not {"stt", "min_barge_in", "port", "max_calls", "turn_credential",
+                "twilio_auth_token", "webrtc_receive_hold"} & set(Settings.model_fields)
     assert {"VOXFLOW_STT", "VOXFLOW_TURN_CREDENTIAL", "VOXFLOW_TWILIO_AUTH_TOKEN"} <= set(
         Settings.variables())
     rows = [variable for variable, _, _ in Settings.describe()]
@@ -94,12 +95,14 @@ def test_the_core_knows_no_voice_or_transport_setting() -> None:
 def test_a_section_reads_the_variables_and_options_route_to_it() -> None:
     read = Settings.from_env({"VOXFLOW_MIN_BARGE_IN": "0.2", "VOXFLOW_TURN_USERNAME": "kim",
                               "VOXFLOW_TWILIO_AUTH_TOKEN": "tok", "VOXFLOW_PORT": "9000"})
-    assert voice(read).min_barge_in == 0.2 and read.port == 9000
+    port = read.section(HostingSection).port
+    assert voice(read).min_barge_in == 0.2 and port == 9000
     assert read.section(WebRtcSection).turn_username == "kim"
     token = read.section(PhoneSection).twilio_auth_token
     assert token is not None and token.get_secret_value() == "tok"
     changed = read.with_options(stt="whisper:base", end_of_turn="none", port=9001)
-    assert (voice(changed).stt, voice(changed).min_barge_in, changed.port) == (
+    assert (voice(changed).stt, voice(changed).min_barge_in,
+            changed.section(HostingSection).port) == (
         "whisper:base", 0.2, 9001)
     assert not voice(changed).judges_end_of_turn
     assert voice(read).stt == "whisper:tiny.en"  # (the settings it came from: unchanged)

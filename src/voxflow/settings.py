@@ -16,9 +16,6 @@ variable                                setting                      default
 ``VOXFLOW_HOME``                        ``home``                     platform data dir
 ``VOXFLOW_MODEL``                       ``model``                    none (rule-based)
 ``VOXFLOW_DEMO_OUT``                    ``demo_out``                 ``voxflow-demo``
-``VOXFLOW_HOST`` / ``VOXFLOW_PORT``     ``host`` / ``port``          ``127.0.0.1`` / 8080
-``VOXFLOW_MAX_CALLS``                   ``max_calls``                none (measured)
-``VOXFLOW_P95_TARGET_MS``               ``p95_target_ms``            1000
 ``VOXFLOW_LOG_LEVEL``                   ``log_level``                ``WARNING``
 ``VOXFLOW_LLM_ENDPOINTS``               ``llm_endpoints``            none
 ``VOXFLOW_MAX_JOB_RESULT_CHARS``        ``max_job_result_chars``     4000
@@ -31,7 +28,7 @@ variable                                setting                      default
 
 Installed packages add sections of their own (:class:`SettingsSection`): voxflow-voice the
 engines and turn taking (``VOXFLOW_STT``, ``VOXFLOW_MIN_BARGE_IN``, ...), voxflow-adapters
-the transports' (``VOXFLOW_TURN_CREDENTIAL``, ``VOXFLOW_TWILIO_AUTH_TOKEN``, ...). A
+the transports' (``VOXFLOW_PORT``, ``VOXFLOW_TURN_CREDENTIAL``, ...). A
 package registers each variable a section reads as an entry point of
 :data:`SETTINGS_GROUP`, named like the setting and naming the section::
 
@@ -298,15 +295,12 @@ class Settings(SettingsSection):
     FIXES: ClassVar[Mapping[str, str]] = {
         "demo_out": "give the folder the demo writes its call to, e.g. voxflow-demo",
         "model": "give a litellm model id such as gpt-4o-mini, or leave it out (rule-based)",
-        "port": "give a TCP port from 1 to 65535",
         "log_level": "use DEBUG, INFO, WARNING or ERROR",
         "log_format": "use text or json",
         "llm_timeout": "give seconds, more than 0 and at most 600",
         "llm_retries": "give a whole number from 0 to 10",
         "llm_endpoints": "give http(s)://host[:port][/path] URLs separated by commas, without "
         "credentials, query or fragment",
-        "max_calls": "give a whole number from 1 to 10000, or leave it unset (as many calls "
-        "as their measured cost leaves room for)",
         "metrics_port": "give a TCP port from 1 to 65535 (0: any free port), or leave it "
         "unset (no metrics port)",
         "metrics_token": "give a random token of at least 16 characters, e.g. the output of "
@@ -323,19 +317,6 @@ class Settings(SettingsSection):
         None, min_length=1, description="litellm model id for open questions (`--model`)"
     )
     demo_out: Path = Field(Path("voxflow-demo"), description="where `voxflow demo` writes")
-    host: str = Field("127.0.0.1", description="`voxflow serve` bind address")
-    port: int = Field(8080, ge=1, le=65535, description="`voxflow serve` port")
-    max_calls: int | None = Field(
-        None, ge=1, le=10_000, description="`voxflow serve` and `voxflow phone`: "
-        "concurrent calls a process takes at most; below it, as many as the calls' measured "
-        "CPU cost leaves room for (unset: no other bound); the next is refused (503; a phone "
-        "call rejected busy) rather than slowing every call down",
-    )
-    p95_target_ms: float = Field(
-        1000.0, gt=0, le=60_000, description="`voxflow serve` and `voxflow phone`: refuse "
-        "calls while the recent "
-        "voice-to-voice p95 (ms) is above this",
-    )
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field(
         "WARNING", description="DEBUG, INFO, WARNING or ERROR"
     )

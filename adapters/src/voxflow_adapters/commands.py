@@ -26,6 +26,8 @@ from voxflow.engine_spec import ENGINE_KINDS, ENGINE_OPTIONS, NO_ENGINE
 from voxflow.errors import EngineError
 from voxflow.settings import ENV_PREFIX, Settings, SettingsError
 
+from .settings import HostingSection, PhoneSection
+
 __all__ = [
     "PhoneCommand",
     "ServeCommand",
@@ -143,8 +145,9 @@ class ServeCommand:
         model = None if args.front_door else cli.check_assistant(settings, voice=True)
         if not args.front_door:
             settings = chosen_engines(args, settings, "serve")
+        hosting = settings.section(HostingSection)
         if not args.worker:
-            _check_listen(settings.host, settings.port)
+            _check_listen(hosting.host, hosting.port)
         if settings.database_url is not None and role != "all":
             # the database, before aiortc and the models load: one line, at once
             from .hosting.dispatch_tables import DispatchUnavailableError, check_dispatch_database
@@ -157,9 +160,9 @@ class ServeCommand:
         with implementation("serve"):
             from .webrtc.command import run_serve  # aiortc and the models: only to serve
         return run_serve(
-            flow=args.flow, host=settings.host, port=settings.port, token=args.token,
+            flow=args.flow, host=hosting.host, port=hosting.port, token=args.token,
             model=model, ice_servers=args.ice_server, ice_host_addresses=args.ice_host,
-            max_calls=args.max_calls if args.max_calls is not None else settings.max_calls,
+            max_calls=args.max_calls if args.max_calls is not None else hosting.max_calls,
             settings=settings, tls_cert=args.tls_cert, tls_key=args.tls_key,
             self_signed=args.self_signed, trust_forwarded=args.trust_forwarded,
             role=role, offer_timeout=offer_timeout, drain_seconds=drain_seconds,
@@ -302,10 +305,10 @@ class PhoneCommand:
                 raise UsageError(str(exc)) from None
         if args.max_calls is not None and args.max_calls < 1:
             raise UsageError(f"--max-calls {args.max_calls}: give at least 1")
-        if args.no_signature and settings.host not in ("127.0.0.1", "::1", "localhost"):
+        hosting = settings.section(HostingSection)
+        if args.no_signature and hosting.host not in ("127.0.0.1", "::1", "localhost"):
             raise UsageError("--no-signature accepts forged calls: only on a loopback "
                              "--host (127.0.0.1)")
-        from .settings import PhoneSection  # (light: no transport)
 
         token = settings.section(PhoneSection).twilio_auth_token
         if not args.no_signature and not args.worker and not (
@@ -316,13 +319,13 @@ class PhoneCommand:
         model = None if args.front_door else cli.check_assistant(settings, voice=True)
         if not args.front_door:
             settings = chosen_engines(args, settings, "phone")
-        _check_listen(settings.host, settings.port)
+        _check_listen(hosting.host, hosting.port)
         with implementation("phone"):
             from .phone.command import run_phone  # aiohttp, twilio and the models
         return run_phone(
-            flow=args.flow, host=settings.host, port=settings.port,
+            flow=args.flow, host=hosting.host, port=hosting.port,
             public_url=args.public_url, model=model, settings=settings,
-            max_calls=args.max_calls if args.max_calls is not None else settings.max_calls,
+            max_calls=args.max_calls if args.max_calls is not None else hosting.max_calls,
             no_signature=args.no_signature, role=role, offer_timeout=offer_timeout,
             drain_seconds=drain_seconds, stale_after=stale_after)
 

@@ -1,9 +1,14 @@
-"""The transports' ``VOXFLOW_*`` settings: WebRTC's (:class:`WebRtcSection`) and the
-phone's (:class:`PhoneSection`), secrets the core never knows.
+"""The transports' ``VOXFLOW_*`` settings: where and how many calls a process takes
+(:class:`HostingSection`, ``serve`` and ``phone`` alike), WebRTC's
+(:class:`WebRtcSection`) and the phone's (:class:`PhoneSection`), secrets the core never
+knows.
 
 ======================================  ===========================  ==================
 variable                                setting                      default
 ======================================  ===========================  ==================
+``VOXFLOW_HOST`` / ``VOXFLOW_PORT``     ``host`` / ``port``          ``127.0.0.1`` / 8080
+``VOXFLOW_MAX_CALLS``                   ``max_calls``                none (measured)
+``VOXFLOW_P95_TARGET_MS``               ``p95_target_ms``            1000
 ``VOXFLOW_TURN_USERNAME``               ``turn_username``            none
 ``VOXFLOW_TURN_CREDENTIAL``             ``turn_credential``          none (secret)
 ``VOXFLOW_WEBRTC_RECEIVE_HOLD``         ``webrtc_receive_hold``      ``3``
@@ -26,7 +31,32 @@ from pydantic import Field, SecretStr
 
 from voxflow.settings import SettingsSection
 
-__all__ = ["PhoneSection", "WebRtcSection"]
+__all__ = ["HostingSection", "PhoneSection", "WebRtcSection"]
+
+
+class HostingSection(SettingsSection):
+    """Where a process answering calls listens (``--host``, ``--port``) and how many calls
+    it takes (``voxflow serve`` and ``voxflow phone``)."""
+
+    FIXES: ClassVar[Mapping[str, str]] = {
+        "port": "give a TCP port from 1 to 65535",
+        "max_calls": "give a whole number from 1 to 10000, or leave it unset (as many calls "
+        "as their measured cost leaves room for)",
+    }
+
+    host: str = Field("127.0.0.1", description="`voxflow serve` bind address")
+    port: int = Field(8080, ge=1, le=65535, description="`voxflow serve` port")
+    max_calls: int | None = Field(
+        None, ge=1, le=10_000, description="`voxflow serve` and `voxflow phone`: "
+        "concurrent calls a process takes at most; below it, as many as the calls' measured "
+        "CPU cost leaves room for (unset: no other bound); the next is refused (503; a phone "
+        "call rejected busy) rather than slowing every call down",
+    )
+    p95_target_ms: float = Field(
+        1000.0, gt=0, le=60_000, description="`voxflow serve` and `voxflow phone`: refuse "
+        "calls while the recent "
+        "voice-to-voice p95 (ms) is above this",
+    )
 
 
 class WebRtcSection(SettingsSection):

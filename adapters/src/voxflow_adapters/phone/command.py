@@ -50,7 +50,7 @@ from ..hosting.dispatch_tables import DispatchUnavailableError
 from ..hosting.process import stop_on_signals, worker_resources
 from ..hosting.public_url import probe_public_url
 from ..hosting.worker import CallWorker
-from ..settings import PhoneSection
+from ..settings import HostingSection, PhoneSection
 from .front_door import PhoneFrontDoor
 from .host import PhoneHost
 from .server import PhoneServer, PhoneSettings, SignatureCheck
@@ -114,8 +114,9 @@ def run_phone(
             print(f"error: {exc}", file=sys.stderr)
             return EXIT_USAGE
     # (admitted by their measured cost, as serve's: max_calls only bounds it)
+    target = settings.section(HostingSection).p95_target_ms
     phone_settings = PhoneSettings(public_url=public_url, max_calls=max_calls,
-                                   p95_target_ms=settings.p95_target_ms, signature=signature)
+                                   p95_target_ms=target, signature=signature)
     logging.getLogger("faster_whisper").setLevel(logging.WARNING)
     try:
         if role == "front-door":

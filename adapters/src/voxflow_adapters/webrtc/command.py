@@ -36,7 +36,7 @@ from ..hosting.metrics import CallMetrics, HostCounts, watch_host
 from ..hosting.process import stop_on_signals, worker_resources
 from ..hosting.tls import TlsError, certificate_names, self_signed_certificate, ssl_context
 from ..hosting.worker import CallWorker
-from ..settings import WebRtcSection
+from ..settings import HostingSection, WebRtcSection
 from ._ice_url import IceUrlError, check_ice_url, shown_ice_url
 from .front_door import FrontDoor
 from .peer import DEFAULT_RECEIVE_HOLD, IceServer, PeerSettings
@@ -216,7 +216,7 @@ def run_serve(
             ice_host_addresses=ice_host_addresses, max_calls=max_calls,
             max_call_seconds=max_call_seconds, tls_cert=cert, tls_key=key,
             trust_forwarded=trust_forwarded, turn_username=webrtc.turn_username,
-            p95_target_ms=settings.p95_target_ms,
+            p95_target_ms=settings.section(HostingSection).p95_target_ms,
             turn_credential=(webrtc.turn_credential.get_secret_value()
                              if webrtc.turn_credential is not None else None),
             receive_hold=webrtc.webrtc_receive_hold,
