@@ -113,6 +113,7 @@ class CallResult:
     during_ms: list[float] = field(default_factory=list)  # ... during it
     offer_s: float = 0.0  # the offer's answer time
     ended: str | None = None  # the bye's reason, if the call was ended
+    server_log: str = ""  # what a PostgreSQL of the fault's own logged of it
 
     @property
     def lost(self) -> int:

@@ -31,12 +31,13 @@ the machine's ``initdb``/``pg_ctl``) and an aiortc caller (``LoopbackCaller``) t
   the faulted question to settle and what it heard meanwhile;
 * **disk full**: the SQLite session store on a small tmpfs (``mount -t tmpfs``, root
   only; said and skipped otherwise), filled to the last byte before a question and
-  freed 3 s later;
+  freed 3 s later; on PostgreSQL, a server of the script's own whose data directory is
+  on a 64 MB tmpfs, filled the same way (what the server logged is printed);
 * **clock jump**: the store's lease clock jumps an hour forward before a question, then
   two hours back before the next;
-* the LLM and clock faults run twice: the sessions on SQLite, then on a PostgreSQL of
-  the script's own (its lease clock: the server's, moved by the jump); the full disk is
-  SQLite's alone;
+* the LLM, disk and clock faults run twice (``--stores``): the sessions on SQLite,
+  then on a PostgreSQL of the script's own (its lease clock: the server's, moved by the
+  jump);
 * **ICE servers** (``--only ice``, sessions on SQLite): the server's ``--ice-server``
   is a STUN server that is silent, down (its port refusing: ICMP port unreachable) or
   late (it answers 4 s after each request, past the 2 s the gathering waits); three
@@ -87,7 +88,8 @@ from _figures import figure
 
 async def main(runs: int, downtime: float, offer_rounds: int, bin_dir: Path,
                only: list[str], job_outage_s: float,
-               report_patience: float | None = None) -> None:
+               report_patience: float | None = None,
+               stores: tuple[str, ...] = ("sqlite", "postgres")) -> None:
     from voxflow_adapters.webrtc.server import ignore_closed_transport_errors
     from voxflow_voice.engines import VoiceEngines
 
@@ -107,28 +109,31 @@ async def main(runs: int, downtime: float, offer_rounds: int, bin_dir: Path,
     if "ice" in only:
         await ice_faults(engines, runs)
     if set(only) & {"llm", "disk", "clock"}:
-        await other_faults(engines, runs, only, bin_dir)
+        await other_faults(engines, runs, only, bin_dir, stores)
     if "commit" in only:
         await commit_faults(engines, runs, bin_dir)
     if "pg" in only:
         await pg_faults(engines, runs, downtime, offer_rounds, bin_dir)
 
 
-async def other_faults(engines: Any, runs: int, only: list[str], bin_dir: Path) -> None:
-    """The LLM provider, disk and clock faults, ``runs`` times each, and their medians:
-    the LLM and clock faults with the sessions on SQLite and on a PostgreSQL of the
-    script's own (when ``bin_dir`` has ``initdb``), the disk's on SQLite."""
-    stores = ("SQLite", "PostgreSQL") if (bin_dir / "initdb").exists() else ("SQLite",)
-    if len(stores) == 1:
-        print(f"  (no initdb in {bin_dir}: LLM and clock faults on SQLite only)")
+async def other_faults(engines: Any, runs: int, only: list[str], bin_dir: Path,
+                       kinds: tuple[str, ...] = ("sqlite", "postgres")) -> None:
+    """The LLM provider, disk and clock faults, ``runs`` times each, and their medians,
+    with the sessions on SQLite and on a PostgreSQL of the script's own (``kinds``;
+    PostgreSQL when ``bin_dir`` has ``initdb``)."""
+    stores = tuple(name for kind, name in (("sqlite", "SQLite"), ("postgres", "PostgreSQL"))
+                   if kind in kinds)
+    if "PostgreSQL" in stores and not (bin_dir / "initdb").exists():
+        print(f"  (no initdb in {bin_dir}: LLM, disk and clock faults on SQLite only)")
+        stores = tuple(name for name in stores if name != "PostgreSQL")
     llm: dict[str, list[LlmFault]] = {f"{fault} {where}": [] for where in stores
                                       for fault in ("hang", "reset", "garbage")}
-    disks: list[CallResult] = []
+    disks: dict[str, list[CallResult]] = {where: [] for where in stores}
     clocks: dict[str, list[CallResult]] = {where: [] for where in stores}
     for run in range(1, runs + 1):
         print(f"run {run} (LLM provider, disk, clock):", flush=True)
         with contextlib.ExitStack() as stack:
-            pg = stack.enter_context(own_postgres(bin_dir)) if len(stores) > 1 and set(
+            pg = stack.enter_context(own_postgres(bin_dir)) if "PostgreSQL" in stores and set(
                 only) & {"llm", "clock"} else None
             if "llm" in only:
                 for key in llm:
@@ -142,12 +147,15 @@ async def other_faults(engines: Any, runs: int, only: list[str], bin_dir: Path) 
                           f"after: {'yes' if f.answers_after else 'NO'}"
                           + (f"; ENDED: {f.ended}" if f.ended else ""), flush=True)
             if "disk" in only:
-                d = await disk_full(engines)
-                if isinstance(d, str):
-                    print(f"  disk full   {d}", flush=True)
-                else:
-                    disks.append(d)
-                    print_call("disk full", d, " (full 3 s)")
+                for where in stores:
+                    d = await disk_full(engines, pg_bin=bin_dir if where == "PostgreSQL"
+                                        else None)
+                    if isinstance(d, str):
+                        print(f"  disk full   {d} ({where})", flush=True)
+                    else:
+                        disks[where].append(d)
+                        print_call("disk full", d, f" (full 3 s; {where}"
+                                   + (f"; {d.server_log})" if d.server_log else ")"))
             if "clock" in only:
                 for where in stores:
                     c = await clock_jump(engines, pg if where == "PostgreSQL" else None)
@@ -169,7 +177,7 @@ async def other_faults(engines: Any, runs: int, only: list[str], bin_dir: Path) 
         if settled:
             figure(f"LLM provider {fault}: question settled", round(statistics.median(
                 settled), 1), "s")
-    for label, rs in (("disk full 3 s", disks),
+    for label, rs in (*((f"disk full 3 s {where}", rs) for where, rs in disks.items()),
                       *((f"clock jump +1 h / -2 h {where}", rs)
                         for where, rs in clocks.items())):
         if rs:
@@ -202,10 +210,14 @@ if __name__ == "__main__":
                         default=["pg", "llm", "disk", "clock", "jobs", "ice", "commit"],
                         help="the faults to run (all): pg is the database's (resets, "
                         "restart, silent ICE, offers)")
+    parser.add_argument("--stores", nargs="+", choices=("sqlite", "postgres"),
+                        default=["sqlite", "postgres"],
+                        help="where the LLM, disk and clock faults' sessions are (both; "
+                        "postgres: a server of the script's own, needs initdb)")
     args = parser.parse_args()
     if args.runs < 1 or not 0 < args.downtime <= 60 or args.offer_rounds < 1:
         parser.error("--runs and --offer-rounds must be >= 1, --downtime in (0, 60]")
     if set(args.only) & {"pg", "jobs", "commit"} and not (args.pg_bin / "initdb").exists():
         parser.exit(0, f"faults skipped: no initdb in {args.pg_bin} (give --pg-bin)\n")
     asyncio.run(main(args.runs, args.downtime, args.offer_rounds, args.pg_bin, args.only,
-                     args.job_outage, args.report_patience))
+                     args.job_outage, args.report_patience, tuple(args.stores)))
