@@ -132,7 +132,11 @@ class PostgresFlowPersistence(RowStore):
         self._open_lock = threading.Lock()
         self._writable = False
         self._local = threading.local()  # what the running write noted (_note_revision)
-        # session → (transaction id, revision) of a write whose commit is unknown
+        # session → (transaction id, revision) of a write whose commit is unknown. This
+        # process's alone, and enough: only the writer that made the write retries it
+        # (revision-checked, expecting the revision before it); another process loads
+        # the stored state (the write in it iff it was made) when it takes the session,
+        # and a writer whose lease it took is fenced before any revision check
         self._uncertain: dict[str, tuple[int, int]] = {}
 
     # -- connections -----------------------------------------------------------------
