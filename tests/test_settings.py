@@ -315,5 +315,6 @@ def test_settings_show_no_transport_secret_and_refuse_to_be_pickled() -> None:
         assert token is not None and token.get_secret_value() == "tok-hunter2"
         with pytest.raises(TypeError, match=r"^PhoneSection holds a secret"):
             pickle.dumps(read.section(PhoneSection))
-    assert pickle.loads(pickle.dumps(Settings.from_env({"VOXFLOW_PORT": "9000"}))).port == 9000
+    read = pickle.loads(pickle.dumps(Settings.from_env({"VOXFLOW_PORT": "9000"})))
+    assert read.section(HostingSection).port == 9000
     assert copy.deepcopy(Settings.from_env(env)).section(WebRtcSection).turn_username == "kim"
