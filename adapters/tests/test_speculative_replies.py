@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +27,9 @@ from voxflow_voice.listen.turn_detector import TurnDetection
 from voxflow_voice.session import VoiceSettings
 
 from voxflow import SQLiteFlowPersistence, persist
+from voxflow.clock import VirtualClock
 from voxflow.turns import TurnRunner, TurnState
+from voxflow.wiring import AssistantState, AssistantWiring
 
 pytestmark = pytest.mark.models
 
@@ -203,3 +206,66 @@ async def test_a_failed_rollback_write_still_discards_the_reply(
     [committed] = call.of_kind("turn_committed")
     assert [m.turn_id for m in call.metrics()] == [committed.turn_id]
     assert list(turns.flow.state.turns) == [committed.turn_id]
+
+
+class _Copied:
+    """A state field that calls ``on_copy`` (once) when the state is copied: the
+    speculative turn's rollback point is taken, the state lock held."""
+
+    def __init__(self) -> None:
+        self.on_copy: Callable[[], None] | None = None
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> _Copied:
+        on_copy, self.on_copy = self.on_copy, None
+        if on_copy is not None:
+            on_copy()
+        return self
+
+
+class _CopyWatchedState(AssistantState):
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    watch: Any = Field(default_factory=_Copied)
+
+
+async def test_a_reply_cut_before_its_turn_began_ends_interrupted_and_unheard(
+    engines: VoiceEngines,
+) -> None:
+    # The caller asks and hangs up in the pause. The speculative turn's rollback point is
+    # taken, then a job's commit takes the state lock before the turn can start: the end
+    # of input confirms the reply and cuts it (nobody plays it any more) while its
+    # generation still waits for the lock, before its first event.
+    state = _CopyWatchedState()
+    wiring = AssistantWiring(Teller(state=state), clock=VirtualClock(autojump=True))
+    held: list[float] = []
+
+    async def commit() -> None:
+        async with wiring.state_lock:  # queued first: the turn's generation waits
+            held.append(wiring.clock.now())
+            await wiring.clock.sleep(3.0)
+            held.append(wiring.clock.now())
+
+    commits: list[asyncio.Task[None]] = []
+    state.watch.on_copy = lambda: commits.append(asyncio.create_task(commit()))
+    script = CallScript().user_says(0.3, "Tell me a story.")
+    try:
+        call = await asyncio.wait_for(
+            run_call(wiring, script, engines, settings=PATIENT, tail=0.8), timeout=120
+        )  # (before the fix the call never ended: the turn's cancelled run left no end)
+    finally:
+        await wiring.aclose()
+    [task] = commits
+    assert task.done() and len(held) == 2
+    [committed] = call.of_kind("turn_committed")
+    assert held[0] < committed.at < held[1]  # confirmed (and cut) while the lock was held
+    [metrics] = call.metrics()
+    assert metrics.speculative and metrics.interrupted
+    delivery = metrics.delivery_id
+    assert delivery is not None
+    reply = state.replies[delivery]
+    assert (reply.status, reply.interrupted) == ("interrupted", True)
+    assert state.turns[committed.turn_id].status == "interrupted"
+    assert call.settled(delivery) == "interrupted"
+    assert call.heard_seconds(delivery) == 0.0
+    assert not [r for r in call.tape.receipts if r.num_samples > 0]  # no audio at all
+    assert call.stale_samples() == 0

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from voxflow import Flow, StreamFrame, StreamSession, listen, start
@@ -49,6 +51,21 @@ async def test_async_stream() -> None:
             frames.append(frame)
     assert frames[-1].type == "flow_finished"
     assert await session.aresult() == "HELLO"
+
+
+async def test_a_run_cancelled_before_it_began_ends_its_frames() -> None:
+    # TurnRunner cancels a turn's run at once when its reply was cut before it began.
+    session = await Streamed().kickoff_async()
+    session.cancel()
+    # (wait_for: before the fix the frames never ended and the test hung)
+    frames = await asyncio.wait_for(_frames(session), timeout=30)
+    assert session.done and frames == []
+    with pytest.raises(asyncio.CancelledError):
+        await session.aresult()
+
+
+async def _frames(session: StreamSession) -> list[StreamFrame]:
+    return [frame async for frame in session]
 
 
 def test_stream_reports_failure_as_last_frame_and_raises_from_result() -> None:

@@ -197,7 +197,14 @@ class StreamSession:
             else:
                 session._finish(result, None)
 
+        def ended(task: asyncio.Task[None]) -> None:
+            # A run cancelled before it began never reached run()'s handlers: end its
+            # frames here, or their reader waits forever.
+            if not session._done.is_set():
+                session._finish(None, asyncio.CancelledError())
+
         session._task = asyncio.get_running_loop().create_task(run(), name="voxflow-stream")
+        session._task.add_done_callback(ended)
         return session
 
     # ------------------------------------------------------------------ consumers
