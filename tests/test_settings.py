@@ -5,7 +5,7 @@ from __future__ import annotations
 import copy
 import pickle
 import re
-from importlib.metadata import entry_points
+from importlib.metadata import distribution, entry_points
 from pathlib import Path
 
 import pytest
@@ -318,3 +318,32 @@ def test_settings_show_no_transport_secret_and_refuse_to_be_pickled() -> None:
     read = pickle.loads(pickle.dumps(Settings.from_env({"VOXFLOW_PORT": "9000"})))
     assert read.section(HostingSection).port == 9000
     assert copy.deepcopy(Settings.from_env(env)).section(WebRtcSection).turn_username == "kim"
+
+
+def test_a_stale_editable_install_still_knows_its_packages_settings(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """voxflow-voice and voxflow-adapters installed editable before their settings moved
+    (their metadata without the voxflow.settings entry points, as when pyproject.toml
+    changed without a `uv sync`): before, `--stt` was "Extra inputs are not permitted" and
+    VOXFLOW_TWILIO_AUTH_TOKEN "not a voxflow variable". Their pyproject.toml is read."""
+    for name in ("voxflow-voice", "voxflow-adapters"):
+        installed = distribution(name)
+        groups = re.split(r"(?m)^(?=\[)", installed.read_text("entry_points.txt") or "")
+        stale = "".join(part for part in groups if not part.startswith(
+            ("[voxflow.settings]", "[voxflow.retired_settings]")))
+        _install(tmp_path, name, stale, direct_url=installed.read_text("direct_url.json"))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert not [e for e in entry_points(group=SETTINGS_GROUP)]  # (the stale metadata)
+
+    assert voice(Settings().with_options(stt="whisper:base")).stt == "whisper:base"
+    read = Settings.from_env({"VOXFLOW_MIN_BARGE_IN": "0.2", "VOXFLOW_TURN_USERNAME": "kim"})
+    assert voice(read).min_barge_in == 0.2 and read.section(WebRtcSection).turn_username
+    assert Settings.unknown_variables({"VOXFLOW_TWILIO_AUTH_TOKEN": "t", "VOXFLOW_STT": "x",
+                                       "VOXFLOW_TURN_CREDENTIAL": "c"}) == []
+    assert {"VOXFLOW_STT", "VOXFLOW_TWILIO_AUTH_TOKEN"} <= {v for v, _, _ in
+                                                           Settings.describe()}
+    with pytest.raises(SettingsError, match=r"^VOXFLOW_STT_MODEL is replaced by VOXFLOW_STT"):
+        Settings.from_env({"VOXFLOW_STT_MODEL": "base"})
+    with pytest.raises(SettingsError, match=r"^VOXFLOW_MIN_BARGE_IN='9'"):
+        Settings.from_env({"VOXFLOW_MIN_BARGE_IN": "9"})

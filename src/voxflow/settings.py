@@ -50,7 +50,7 @@ import difflib
 import os
 import re
 from collections.abc import Mapping
-from importlib.metadata import EntryPoint, entry_points
+from importlib.metadata import EntryPoint
 from pathlib import Path
 from typing import Any, ClassVar, Literal, TypeVar
 
@@ -67,6 +67,7 @@ from pydantic import (
 from .endpoints import normalize_endpoints
 from .errors import VoxflowError
 from .pg_url import check_database_url, redact_url
+from .plugins import Declared, declared
 
 __all__ = [
     "DATABASE_URL_VARIABLE",
@@ -244,26 +245,22 @@ class SettingsSection(BaseModel):
 
 
 def _registered(group: str = SETTINGS_GROUP) -> dict[str, EntryPoint]:
-    """The entry points of ``group`` by setting name.
+    """The entry points of ``group`` by setting name (an editable install's read from
+    its ``pyproject.toml``: its metadata may be stale, :mod:`voxflow.plugins`).
 
     Raises:
         SettingsError: two packages register one setting for different sections (an
             option would go to either), naming both.
     """
-    found: dict[str, EntryPoint] = {}
-    for entry in sorted(entry_points(group=group), key=lambda e: e.value):
-        first = found.setdefault(entry.name, entry)
+    found: dict[str, Declared] = {}
+    for entry, package in sorted(declared(group), key=lambda e: e[0].value):
+        first, owner = found.setdefault(entry.name, (entry, package))
         if first.value != entry.value:
             raise SettingsError(
                 f"{ENV_PREFIX}{entry.name.upper()} is registered by two packages, "
-                f"{_owner(first)} and {_owner(entry)}: uninstall one of them")
-    return found
-
-
-def _owner(entry: EntryPoint) -> str:
-    """The package that registers ``entry``, and its section (for an error)."""
-    dist = entry.dist.name if entry.dist is not None else "a package"
-    return f"{dist} ({entry.value})"
+                f"{owner} ({first.value}) and {package} ({entry.value}): uninstall one of "
+                "them")
+    return {name: entry for name, (entry, _) in found.items()}
 
 
 def _load(entry: EntryPoint) -> type[SettingsSection]:
