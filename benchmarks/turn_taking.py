@@ -1,6 +1,7 @@
 """Turn taking under overlap: false interruptions, resumes, history vs played, stop times.
 
-Run: ``uv run python benchmarks/turn_taking.py [--clock virtual|real|both] [--runs N] [--gap S]``
+Run: ``uv run python benchmarks/turn_taking.py [--clock virtual|real|both] [--runs N] [--gap S]
+[--phone wide|telephone] [--voice VOICE@RATE]``
 
 Each call: the user asks for a story; 1.5 s after its audio starts (``--gap``; 0.6 puts
 the sound within ``continue_within`` of the story's commit, where the user may go on with
@@ -28,6 +29,14 @@ speech frame) on the deterministic :class:`~voxflow.clock.VirtualClock` and in r
 * **voice to voice** of the story request (session marks: VAD speech end → first reply
   sample played), at the defaults and at the anchor's 0.2 s silence timer.
 
+``--phone``: every sound reaches the session as a phone call hears it (an 8 kHz μ-law
+line, then the call's decoder: ``_phone_line.line``), at the phone path's settings
+(:func:`~voxflow_adapters.hosting.calls.phone_voice_settings`: no echo gate, the carrier
+cancels the echo) with the hiss cue on the ``telephone`` band (``voxflow phone``'s) or
+the ``wide`` one at its default rise (the phone path before); the 0.2 s run too, its
+own settings so changed. ``--voice en-us+f3@150``: the backchannels and
+requests said by that espeak-ng voice (``_espeak.py``) instead of the bundled Piper one.
+
 The defaults are the product's (``VoiceSettings.from_settings``: Smart Turn and the
 pause's words, provisional commits, continuations); ``--end-of-turn none`` runs the same
 with the 0.6 s silence timer. Medians and p90s of every call;
@@ -41,10 +50,12 @@ import asyncio
 import difflib
 import statistics
 import sys
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+from voxflow_adapters.hosting.calls import PHONE_HISS_RISE, phone_voice_settings
 from voxflow_adapters.testkit.flows import Teller, played_words, words
 from voxflow_adapters.testkit.scenario import CallResult, run_call
 from voxflow_adapters.testkit.script import CallScript
@@ -59,7 +70,9 @@ from voxflow.settings import Settings
 from voxflow.turns import TurnRunner
 
 sys.path.insert(0, str(Path(__file__).parent))
+from _espeak import espeak
 from _figures import figure
+from _phone_line import line
 
 # Its own one-sentence wording, not voxflow_adapters.testkit.flows.STORY: the figures were
 # measured with it.
@@ -235,14 +248,37 @@ def make_clock(kind: str) -> Clock:
     return VirtualClock(autojump=True) if kind == "virtual" else MonotonicClock()
 
 
+def phoned(settings: VoiceSettings, band: str) -> VoiceSettings:
+    """``settings`` as the phone path runs them (no echo gate), the hiss cue on ``band``:
+    ``telephone`` (``phone_voice_settings``'), or ``wide`` at its default rise (before)."""
+    cue = ({"hiss_band": "telephone", "hiss_rise": PHONE_HISS_RISE} if band == "telephone"
+           else {"hiss_band": "wide", "hiss_rise": TurnDetection().hiss_rise})
+    return settings.model_copy(update={
+        "echo_gate": False, "turn_detection": settings.turn_detection.model_copy(update=cue)})
+
+
+def said(engines: VoiceEngines, text: str, voice: str | None, folder: Path) -> AudioChunk:
+    """``text`` in the bundled voice, or in espeak-ng's ``voice@rate``."""
+    if voice is None:
+        return AudioChunk.from_float(spoken(engines, text), STT_SAMPLE_RATE)
+    name, _, rate = voice.partition("@")
+    audio = 0.5 * espeak(folder, text, name, int(rate or 150))
+    return AudioChunk.from_float(audio.astype(np.float32), STT_SAMPLE_RATE)
+
+
 async def run(clock_kind: str, runs: int, quick: bool, end_of_turn: str,
-              gap: float = GAP) -> None:
+              gap: float = GAP, phone: str | None = None, voice: str | None = None) -> None:
     smart = end_of_turn == "smart-turn"
     # The settings every entry point takes (Settings -> VoiceSettings.from_settings).
     settings = Settings().with_options(end_of_turn=end_of_turn)
     engines = VoiceEngines.from_settings(settings, deterministic=True)
     defaults = VoiceSettings.from_settings(settings)
     tag = ", Smart Turn" if smart else ", the silence timer"
+    if phone is not None:
+        defaults = phoned(phone_voice_settings(settings), phone)
+        tag += f", phone line (hiss cue: {phone} band)"
+    if voice is not None:
+        tag += f", voice {voice}"
     sounds: list[tuple[str, str, str | None, AudioChunk | None]] = []
     backchannels = BACKCHANNELS[:4] if quick else BACKCHANNELS
     requests = REQUESTS[:3] if quick else REQUESTS
@@ -250,6 +286,14 @@ async def run(clock_kind: str, runs: int, quick: bool, end_of_turn: str,
     noise_items = list(noises(engines).items())
     sounds += [(k, "noise", None, a) for k, a in (noise_items[::2] if quick else noise_items)]
     sounds += [(t, "request", t, None) for t in requests]
+    if phone is not None or voice is not None:
+        with tempfile.TemporaryDirectory() as folder:
+            sounds = [(label, group, text, audio if text is None
+                       else said(engines, text, voice, Path(folder)))
+                      for label, group, text, audio in sounds]
+    if phone is not None:
+        sounds = [(label, group, text, None if audio is None else AudioChunk.from_float(
+            line(audio.samples()), STT_SAMPLE_RATE)) for label, group, text, audio in sounds]
     kinds = ["virtual", "real"] if clock_kind == "both" else [clock_kind]
     for kind in kinds:
         outs: list[Outcome] = []
@@ -266,6 +310,8 @@ async def run(clock_kind: str, runs: int, quick: bool, end_of_turn: str,
         fast = VoiceSettings(turn_detection=TurnDetection(min_speech=0.2, min_barge_in=0.2,
                                                           end_pad=0.1, resume_grace=1.0,
                                                           complete_silence=0.8))
+    if phone is not None:
+        fast = phoned(fast, phone)
     for kind in kinds:
         outs = []
         subset = ([s for s in sounds if s[1] == "backchannel"][:3]
@@ -287,8 +333,14 @@ def main() -> None:
                         "(voxflow_voice.engines.end_of_turn); none: the silence timer")
     parser.add_argument("--gap", type=float, default=GAP,
                         help="seconds from the reply's start to the sound (default 1.5)")
+    parser.add_argument("--phone", choices=["wide", "telephone"], default=None,
+                        help="the sounds over a phone line, at the phone path's settings "
+                        "with the hiss cue on that band")
+    parser.add_argument("--voice", default=None,
+                        help="an espeak-ng voice@rate for the spoken sounds (en-us+f3@150)")
     args = parser.parse_args()
-    asyncio.run(run(args.clock, args.runs, args.quick, args.end_of_turn, args.gap))
+    asyncio.run(run(args.clock, args.runs, args.quick, args.end_of_turn, args.gap,
+                    args.phone, args.voice))
 
 
 if __name__ == "__main__":
