@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import copy
+import os
 import pickle
 import re
+import subprocess
+import sys
 from importlib.metadata import distribution, entry_points
 from pathlib import Path
 
@@ -347,3 +350,21 @@ def test_a_stale_editable_install_still_knows_its_packages_settings(
         Settings.from_env({"VOXFLOW_STT_MODEL": "base"})
     with pytest.raises(SettingsError, match=r"^VOXFLOW_MIN_BARGE_IN='9'"):
         Settings.from_env({"VOXFLOW_MIN_BARGE_IN": "9"})
+
+
+def test_reading_the_voice_and_transport_variables_imports_only_their_sections() -> None:
+    """Every command reads the settings (``jobs worker``, ``status``, the text chat): a
+    set voice variable loaded the whole voxflow_voice package (the session, numpy,
+    onnxruntime...) since 4edb1c2, until its names loaded on first use (0fed4d9)."""
+    env = {**os.environ, "VOXFLOW_STT": "whisper:base", "VOXFLOW_MIN_BARGE_IN": "0.2",
+           "VOXFLOW_TURN_USERNAME": "kim", "VOXFLOW_TWILIO_AUTH_TOKEN": "tok",
+           "VOXFLOW_PORT": "9000"}
+    probe = ("import sys\nfrom voxflow.settings import Settings\nSettings.from_env()\n"
+             "print(' '.join(sorted(sys.modules)))")
+    result = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True,
+                            text=True, timeout=120, check=True)
+    loaded = set(result.stdout.split())
+    assert {m for m in loaded if m.startswith("voxflow_")} == {
+        "voxflow_voice", "voxflow_voice.settings", "voxflow_adapters",
+        "voxflow_adapters.settings"}
+    assert not {"numpy", "onnxruntime", "aiortc", "litellm"} & loaded
