@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import importlib
 import os
 import pickle
 import re
@@ -368,3 +369,24 @@ def test_reading_the_voice_and_transport_variables_imports_only_their_sections()
         "voxflow_voice", "voxflow_voice.settings", "voxflow_adapters",
         "voxflow_adapters.settings"}
     assert not {"numpy", "onnxruntime", "aiortc", "litellm"} & loaded
+
+
+@pytest.mark.parametrize("pyproject", [
+    "not toml [", "project = 1", "[project]\ndynamic = ['entry-points']",
+    "[project]\nentry-points = 'stt'", "[project]\ndynamic = 3",
+])
+def test_an_editable_install_whose_pyproject_cannot_say_keeps_its_metadata(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pyproject: str,
+) -> None:
+    source = tmp_path / "src"
+    source.mkdir()
+    (source / "pyproject.toml").write_text(pyproject)
+    (tmp_path / "knob_settings.py").write_text(
+        "from pydantic import Field\nfrom voxflow.settings import SettingsSection\n"
+        "class KnobSection(SettingsSection):\n"
+        "    knob: int = Field(1, description='a knob')\n")
+    _install(tmp_path, "knob-plugin", "[voxflow.settings]\nknob = knob_settings:KnobSection\n",
+             direct_url=f'{{"url": "{source.as_uri()}", "dir_info": {{"editable": true}}}}')
+    monkeypatch.syspath_prepend(str(tmp_path))
+    knob = importlib.import_module("knob_settings").KnobSection
+    assert Settings().with_options(knob=3).section(knob).knob == 3

@@ -45,8 +45,11 @@ def _source(dist: Distribution) -> dict[str, dict[str, str]] | None:
             encoding="utf-8"))["project"]
     except (OSError, ValueError, KeyError, TypeError):
         return None  # the source tree moved or is not a project: the metadata holds
-    groups = project.get("entry-points", {}) if isinstance(project, dict) else None
-    if "entry-points" in project.get("dynamic", ()) or not isinstance(groups, dict):
+    dynamic = project.get("dynamic", []) if isinstance(project, dict) else None
+    if not isinstance(dynamic, list) or "entry-points" in dynamic:
+        return None  # (entry points a build hook writes: only the metadata has them)
+    groups = project.get("entry-points", {})
+    if not isinstance(groups, dict):
         return None
     return {group: {str(k): str(v) for k, v in entries.items()}
             for group, entries in groups.items() if isinstance(entries, dict)}
