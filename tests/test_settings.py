@@ -390,3 +390,16 @@ def test_an_editable_install_whose_pyproject_cannot_say_keeps_its_metadata(
     monkeypatch.syspath_prepend(str(tmp_path))
     knob = importlib.import_module("knob_settings").KnobSection
     assert Settings().with_options(knob=3).section(knob).knob == 3
+
+
+def test_an_editable_install_behind_a_regular_copy_of_it_is_not_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The copy first on the path is the one imported: its metadata holds, not the
+    pyproject.toml of an editable install of the same package further on."""
+    installed = distribution("voxflow-voice")
+    _install(tmp_path, "voxflow-voice", "[voxflow.settings]\nstt = elsewhere:Section\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert installed.read_text("direct_url.json")  # (the editable one, behind)
+    known = Settings.variables()
+    assert "VOXFLOW_STT" in known and "VOXFLOW_MIN_BARGE_IN" not in known

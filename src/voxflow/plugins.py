@@ -64,7 +64,8 @@ def _editable(path: tuple[str, ...]) -> dict[str, tuple[str, dict[str, dict[str,
         if dist.read_text("direct_url.json") is None:
             continue  # (most: a wheel's metadata is its code's)
         name = dist.metadata["Name"] or "?"
-        source = _source(dist)
+        first = next(iter(distributions(name=name, path=list(path))), dist)
+        source = _source(first)  # (the one imported: a copy earlier on the path wins)
         if source is not None:
             current.setdefault(_normalized(name), (name, source))
     return current
