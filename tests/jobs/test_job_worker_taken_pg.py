@@ -150,3 +150,55 @@ async def test_a_worker_whose_job_was_queued_again_cancels_its_run(
     said = [r.getMessage() for r in caplog.records if "queued again by another" in
             r.getMessage()]
     assert len(said) == 1, said
+
+
+async def test_a_beat_waiting_for_the_rows_removal_takes_back_what_it_cleared(
+    schema: str, queue: PostgresJobQueue,
+) -> None:
+    """The worker's row removed by a transaction still open when its beat runs: the beat
+    waits for it, then puts the row back; the job the removal cleared after the beat's
+    snapshot is taken back in the same statement (it stayed without a worker, so a sweep
+    before the next beat ran it a second time: seen under load)."""
+    import threading
+
+    import psycopg
+
+    from tests.conftest import schema_url
+    from voxflow.jobs.worker_app import _BEAT
+
+    url = schema_url(schema)
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("INSERT INTO procrastinate_workers (id, last_heartbeat) "
+                     "OVERRIDING SYSTEM VALUE VALUES (1, now())")
+        row = conn.execute(
+            "INSERT INTO procrastinate_jobs (queue_name, task_name, args, status, "
+            "worker_id, attempts) VALUES ('voxflow', 't', '{}', 'doing', 1, 0) "
+            "RETURNING id").fetchone()
+    assert row is not None
+    job_id = row[0]
+    found: list[tuple[int, str]] = []
+
+    def beat() -> None:
+        with psycopg.connect(url, autocommit=True) as conn:
+            found.extend(conn.execute(_BEAT, {"ids": [1], "jobs": [job_id],
+                                              "attempts": [0]}).fetchall())
+
+    with psycopg.connect(url) as removal:  # (one transaction until the block ends)
+        removal.execute("DELETE FROM procrastinate_workers WHERE id = 1")
+        beating = threading.Thread(target=beat)
+        beating.start()
+
+        async def waits() -> bool:
+            with psycopg.connect(url, autocommit=True) as conn:
+                waiting = conn.execute(
+                    "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                    "AND query LIKE '%%procrastinate_workers%%'").fetchone()
+            return waiting is not None and waiting[0] > 0
+
+        await wait_for(waits, 30, "the beat to wait for the removal")
+    await asyncio.to_thread(beating.join, 30)
+    assert sorted(found) == [(1, "job"), (1, "row")], found
+    with psycopg.connect(url, autocommit=True) as conn:
+        worker = conn.execute("SELECT worker_id FROM procrastinate_jobs WHERE id = %s",
+                              (job_id,)).fetchone()
+    assert worker == (1,), worker

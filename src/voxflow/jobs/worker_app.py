@@ -85,8 +85,10 @@ WITH beat AS (
 ), reclaimed AS (
     UPDATE procrastinate_jobs j SET worker_id = (SELECT min(id) FROM beat)
     FROM unnest(%(jobs)s::bigint[], %(attempts)s::int[]) AS held(id, attempts)
-    WHERE j.id = held.id AND j.attempts = held.attempts AND j.worker_id IS NULL
+    WHERE j.id = held.id AND j.attempts = held.attempts
       AND j.status IN ('doing', 'aborting')
+      AND (j.worker_id IS NULL OR (j.worker_id = (SELECT min(id) FROM beat)
+                                   AND EXISTS (SELECT 1 FROM beat WHERE inserted)))
     RETURNING j.id
 )
 SELECT id, 'row' AS what FROM beat WHERE inserted
@@ -97,7 +99,9 @@ UNION ALL SELECT id, 'job' FROM reclaimed
 the worker of the jobs this process runs whose worker the removal cleared (still the
 attempt it runs: no sweep took them yet; a process runs one worker); the ids of the rows
 put back (``row``) and of the jobs taken back (``job``), in one statement: a sweep never
-sees the row back and the jobs still without a worker."""
+sees the row back and the jobs still without a worker. A row put back also takes the
+jobs its snapshot still shows under it: a removal committing while this statement waited
+for its lock cleared them after the snapshot (the update re-reads them once locked)."""
 
 _TAKEN = """
 SELECT held.id, held.attempts::text AS what
