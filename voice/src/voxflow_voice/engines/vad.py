@@ -239,11 +239,6 @@ class VadStream:
         """Frames scored so far."""
         return self._frames_done
 
-    def completes_frame(self, samples: int) -> bool:
-        """Whether pushing ``samples`` more samples completes a frame (the detector then
-        runs; otherwise the push only buffers them)."""
-        return self._pending.size + samples >= self.detector.frame_samples
-
     def push(self, samples: NDArray[Any]) -> tuple[NDArray[np.float32], NDArray[np.float32]]:
         """Add samples; score every frame that is now complete.
 

@@ -68,6 +68,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractContextManager, nullcontext
@@ -97,6 +98,7 @@ logger = logging.getLogger(__name__)
 __all__ = [
     "DEFAULT_TURN_DETECTION",
     "FAST_TURN_DETECTION",
+    "INLINE_PUSH",
     "BargeInDetected",
     "SpeechEnded",
     "SpeechStarted",
@@ -111,6 +113,9 @@ __all__ = [
 
 _State = Literal["idle", "pending", "speaking"]
 _ONSET_LOOKBACK_FRAMES = 3
+INLINE_PUSH = 0.002
+"""Seconds: :meth:`TurnDetector.apush` runs pushes on the event loop while the pushes that
+ran the VAD took less (their moving average), in a worker thread otherwise."""
 
 
 class TurnDetector:
@@ -141,6 +146,7 @@ class TurnDetector:
         self.settings = settings if settings is not None else DEFAULT_TURN_DETECTION
         self._model = end_of_turn_model
         self._stream = VadStream(vad)
+        self._push_cost = 0.0  # seconds a VAD-running push takes (EWMA): see apush
         self._hiss = None if self.settings.hiss_rise is None else HissDetector(
             rise_db=self.settings.hiss_rise, band=self.settings.hiss_band)
         rate = STT_SAMPLE_RATE
@@ -370,18 +376,24 @@ class TurnDetector:
         *,
         hold: Callable[[], AbstractContextManager[object]] = nullcontext,
     ) -> AsyncIterator[list[TurnDetectorEvent]]:
-        """:meth:`push` in a worker thread, then every verdict owed (:meth:`adecide`, on
-        ``words(pause)`` if given): yields each step's events, so the caller handles a
-        pause (and starts its STT) before the verdict on it is asked for.
+        """:meth:`push`, then every verdict owed (:meth:`adecide`, on ``words(pause)`` if
+        given): yields each step's events, so the caller handles a pause (and starts its
+        STT) before the verdict on it is asked for.
+
+        The push runs on the event loop while VAD runs take under :data:`INLINE_PUSH`
+        (Silero: ~0.2 ms a 32 ms frame; a hop to a worker thread and back cost the loop
+        more than that, ``benchmarks/cpu_budget.py``), in a worker thread otherwise (a
+        slow VAD engine never stalls every call's audio).
 
         Args:
             hold: a context entered around each wait (a session holds its virtual clock).
         """
-        if self._scores(audio):
+        if self._push_cost < INLINE_PUSH:
+            events = self._timed_push(audio)
+            await asyncio.sleep(0)  # the other tasks' turn, as a thread hop gave them
+        else:
             with hold():
-                events = await asyncio.to_thread(self.push, audio)
-        else:  # only buffered until a VAD frame is whole: no model runs, no thread hop
-            events = self.push(audio)
+                events = await asyncio.to_thread(self._timed_push, audio)
         yield events
         while (pause := self._undecided) is not None:
             with hold():
@@ -432,10 +444,14 @@ class TurnDetector:
         """The latest frame's speech probability."""
         return self._last_probability
 
-    def _scores(self, audio: AudioChunk | NDArray[Any]) -> bool:
-        """Whether pushing ``audio`` runs the VAD (or steps frames held back)."""
-        size = audio.num_samples if isinstance(audio, AudioChunk) else np.size(audio)
-        return bool(self._backlog) or self._stream.completes_frame(int(size))
+    def _timed_push(self, audio: AudioChunk | NDArray[Any]) -> list[TurnDetectorEvent]:
+        """:meth:`push`, its time averaged over the pushes that ran the VAD."""
+        scored, begun = self._stream.frames_done, time.perf_counter()
+        try:
+            return self.push(audio)
+        finally:
+            if self._stream.frames_done != scored:
+                self._push_cost += 0.2 * (time.perf_counter() - begun - self._push_cost)
 
     def push(self, audio: AudioChunk | NDArray[Any]) -> list[TurnDetectorEvent]:
         """Add input audio (16 kHz mono); return the events it caused, in order."""
