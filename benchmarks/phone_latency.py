@@ -51,7 +51,11 @@ ms of audio in (3 steps of 8 ms of hiss, then the end of the 32 ms VAD frame hol
 them), so the ``clear`` comes one or two 20 ms carrier frames after the first: **26 / 33
 / 31 ms** (max 48 / 44 / 104) in three runs of ``--turns 10`` (Dec 4, load 7.8 -> 7.6,
 7.6 -> 9.6, 7.6 -> 11.8), 0 stale samples, the history within 1 word, every story cut;
-24 / 41 / 22 ms in three runs before the fix below (load 2.4 to 9.7). Counted from when
+24 / 41 / 22 ms in three runs before the fix below (load 2.4 to 9.7). On a calm machine
+(load 0.5 -> 0.7), one run each: **42 ms** (max 43) against 141 (max 142) with
+``--band wide``; voice to voice there: simulated 281, phone (marks) 310 / 292, at the
+carrier 365 / 337. The loaded runs' lower figures are partly the carrier's own pacing:
+it shares the loop, and after a stall it sends its late frames in a burst. Counted from when
 the first sample was spoken, add the first frame's 20 ms. The rest of the spread is the
 event loop under load (frames reaching the detector up to 280 ms late after a stall at
 load 7 in the trace).
