@@ -160,12 +160,17 @@ async def test_a_hung_provider_is_cut_when_the_user_speaks_again(voice_call: Cal
     script = (CallScript().user_says(0.3, "What is the meaning of life?")
               .user_says(6.0, "Hello, are you there?"))
     call = await voice_call.arun(chat_flow(llm), script)
-    # (no reply audio plays over "Hello, are you there?": its pause after "Hello," may
-    # commit it, and the rest then takes it back, its answer unheard)
+    # (no word of a reply is heard over "Hello, are you there?": its pause after "Hello,"
+    # may commit it, and the rest then takes it back, its answer unheard. When that
+    # answer's audio starts as the rest begins, a frame or two of it plays before the
+    # onset pauses it (a CI run on Dec 4: 0.02 s, "heard: nothing"), never a word.)
     first, *taken_back, second = call.replies()
     cut = assert_interrupted(call, first)
     assert cut.heard_text == "" and call.heard_seconds(first) == 0.0
-    assert all(call.heard_seconds(d) == 0.0 for d in taken_back)
+    for back in taken_back:
+        if call.heard_seconds(back) > 0.0:
+            assert assert_interrupted(call, back).heard_text == ""
+            assert call.heard_seconds(back) < 0.1
     assert len(call.of_kind("turn_revoked")) == len(taken_back) <= 1
     hung = llm.calls[0]
     assert hung.closed_early and not hung.finished and hung.produced == 4
