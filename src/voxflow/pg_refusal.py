@@ -37,8 +37,9 @@ _FIXES = {
     "53200": "the database server is out of memory",
 }
 _CLASS_FIXES = {
-    "40": "a transaction conflict (deadlock or serialization failure), transient: start "
-          "it again (a supervisor does); report it if it recurs",
+    "40": "a transaction conflict (a deadlock or serialization failure is run again a "
+          "few times before this error: this one recurred on every try, or is not "
+          "transient): find the other transactions in pg_stat_activity; report it",
     "42": "the schema is not what this version expects (a table or function missing or "
           "changed): start the process again to create it, or migrate after an upgrade",
     "53": "the database server is out of a resource (disk, memory, connections)",

@@ -7,6 +7,14 @@ written) the pool is discarded and the work run once more on a fresh connection,
 reconnect is invisible to the caller. One that breaks *during* ``COMMIT`` is not retried:
 the write may have landed, and the caller hears the store is unavailable.
 
+A transaction the server rolled back for its conflict with another (a serialization
+failure, 40001, or a deadlock, 40P01) wrote nothing, even when refused at ``COMMIT``:
+:func:`aretry_conflicts` runs it again after a short, jittered backoff, a bounded number
+of times (:data:`CONFLICT_TRIES`), so a conflict another transaction won is not an error
+of voxflow's (it used to stop a job worker). Only those two: the rest of class 40 is not
+transient (40002, a deferred constraint, fails again; 40003, completion unknown, may have
+written).
+
 Used by the job inbox (:mod:`voxflow.jobs.inbox`) and the call dispatch of
 ``voxflow serve --front-door`` (``voxflow_adapters.hosting.dispatch``); the sync session
 store (:mod:`voxflow.flow.postgres`) follows the same rule on its own connections.
@@ -14,7 +22,9 @@ store (:mod:`voxflow.flow.postgres`) follows the same rule on its own connection
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import random
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -22,9 +32,53 @@ if TYPE_CHECKING:
     from psycopg import AsyncConnection
     from psycopg_pool import AsyncConnectionPool
 
-__all__ = ["atransaction"]
+__all__ = ["CONFLICT_STATES", "CONFLICT_TRIES", "aretry_conflicts", "atransaction",
+           "conflict"]
 
 T = TypeVar("T")
+
+CONFLICT_STATES = frozenset({"40001", "40P01"})
+"""The SQLSTATEs of a transaction rolled back for a conflict with another (serialization
+failure, deadlock detected): run again, it succeeds once the other one is through."""
+CONFLICT_TRIES = 6
+"""Tries of a transaction that conflicts every time before its error is raised."""
+_CONFLICT_BACKOFF = (0.05, 1.0)  # the first wait (s) before running it again, the longest
+
+
+def conflict(exc: BaseException | None) -> bool:
+    """``exc`` is a database error (a psycopg error, or an error wrapping one as its
+    ``__cause__``) of a transaction the server rolled back for a conflict with another
+    (:data:`CONFLICT_STATES`)."""
+    for found in (exc, getattr(exc, "__cause__", None)):
+        if getattr(found, "sqlstate", None) in CONFLICT_STATES:
+            return True
+    return False
+
+
+async def aretry_conflicts(call: Callable[[], Awaitable[T]], *, logger: logging.Logger,
+                           what: str) -> T:
+    """``await call()`` (one transaction), run again while it fails with a
+    :func:`conflict`, up to :data:`CONFLICT_TRIES` tries, after a backoff doubling from
+    50 ms up to 1 s, jittered (two transactions that deadlocked do not meet again in
+    step); each retry is said at INFO, naming ``what``.
+
+    Raises:
+        whatever ``call`` raises; a conflict once it recurred on every try.
+    """
+    delay = _CONFLICT_BACKOFF[0]
+    for attempt in range(1, CONFLICT_TRIES + 1):
+        try:
+            return await call()
+        except Exception as exc:
+            if attempt == CONFLICT_TRIES or not conflict(exc):
+                raise
+            state = getattr(exc, "sqlstate", None) or getattr(exc.__cause__, "sqlstate", "")
+            logger.info("%s: the database rolled it back for a conflict with another "
+                        "transaction (SQLSTATE %s); running it again (try %d of %d)", what,
+                        state, attempt + 1, CONFLICT_TRIES)
+        await asyncio.sleep(delay * random.uniform(0.5, 1.0))
+        delay = min(delay * 2, _CONFLICT_BACKOFF[1])
+    raise AssertionError("unreachable")  # (the loop returns or raises)
 
 
 async def atransaction(
@@ -41,15 +95,40 @@ async def atransaction(
     Args:
         open_pool: the store's pool, opened (or reopened after a discard) on demand.
         work: the unit of work; it may run twice when the first connection broke before
-            the commit (it wrote nothing then).
+            the commit, and again after a transaction conflict (:func:`aretry_conflicts`;
+            it wrote nothing then).
         discard: drops a pool one of whose connections broke.
         unavailable: the typed error raised for a failure that is not retried.
         logger: where the retry is said, once, at INFO.
         what: the store's name in that line (``"job inbox"``, ``"dispatch"``).
 
     Raises:
-        The error ``unavailable`` makes of the connection failure that was not retried.
+        The error ``unavailable`` makes of the connection failure that was not retried
+        (of a conflict that recurred on every try, too).
     """
+    # here: the optional voxflow[postgres] extra (the caller's pool loaded it)
+    import psycopg
+
+    async def once() -> T:
+        return await _reconnecting(open_pool, work, discard=discard, logger=logger,
+                                   what=what)
+
+    try:
+        return await aretry_conflicts(once, logger=logger, what=what)
+    except psycopg.OperationalError as exc:
+        raise unavailable(exc) from None
+
+
+async def _reconnecting(
+    open_pool: Callable[[], Awaitable[AsyncConnectionPool[Any]]],
+    work: Callable[[AsyncConnection[Any]], Awaitable[T]],
+    *,
+    discard: Callable[[AsyncConnectionPool[Any]], Awaitable[None]],
+    logger: logging.Logger,
+    what: str,
+) -> T:
+    """:func:`atransaction`'s work, run once more on a fresh connection when its
+    connection broke before the commit; the driver's error otherwise."""
     # here: the optional voxflow[postgres] extra (the caller's pool loaded it)
     import psycopg
     from psycopg_pool import PoolClosed
@@ -72,5 +151,5 @@ async def atransaction(
                 logger.info("%s: a database connection broke (%s); retrying on a new one",
                             what, type(exc).__name__)
                 continue
-            raise unavailable(exc) from None
+            raise
     raise AssertionError("unreachable")  # (the loop returns or raises)

@@ -22,6 +22,12 @@ the jobs running under it in the queue that it does not run (their attempt kept:
 never started), or they would stay running for good (its heartbeat goes on, so no
 sweep takes them for stalled).
 
+**Conflicts.** A query the server rolled back for a conflict with another transaction
+(a deadlock, a serialization failure: :func:`~voxflow.pg_retry.conflict`) wrote
+nothing: it is run again after a short backoff, a few times
+(:func:`~voxflow.pg_retry.aretry_conflicts`), as the job inbox's are. Only one that
+recurs on every try stops the worker, as any other refused query does.
+
 **Its row.** After an outage longer than ``stalled_after``, another job worker starting
 (Procrastinate prunes the rows that silent) or a sibling's sweep removes this worker's
 row of ``procrastinate_workers`` although it lives. Its heartbeat (Procrastinate's, and
@@ -56,6 +62,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from voxflow.errors import DatabaseRefusedError
 from voxflow.jobs.execution import ReportNotStored
 from voxflow.pg_refusal import GONE_STATES, refused
+from voxflow.pg_retry import aretry_conflicts, conflict
 
 if TYPE_CHECKING:
     import procrastinate
@@ -285,7 +292,8 @@ def _may_have_run(exc: BaseException) -> bool:
     included: anything but no connection in time (the query was never sent)."""
     import psycopg_pool  # here: the optional voxflow[postgres] extra (the app is open)
 
-    return not isinstance(exc.__cause__, psycopg_pool.PoolTimeout)
+    # (a conflict rolled the fetch back: it took nothing)
+    return not isinstance(exc.__cause__, psycopg_pool.PoolTimeout) and not conflict(exc)
 
 
 def _row_gone(exc: BaseException) -> bool:
@@ -336,7 +344,7 @@ def job_worker_app(connector_options: dict[str, Any], watch: DatabaseWatch,
         delay = _BACKOFF[0]
         while True:
             try:
-                result = await call()
+                result = await aretry_conflicts(call, logger=logger, what=what)
             except procrastinate.exceptions.ConnectorException as exc:
                 if not _unreachable(exc):
                     raise _refusal(exc, url, what) from None
@@ -461,8 +469,11 @@ def job_worker_app(connector_options: dict[str, Any], watch: DatabaseWatch,
             if watch.away:  # (Procrastinate logs each failed poll with its traceback)
                 return []
             try:
-                asked = await super().list_jobs_to_abort_async(queue)
-                taken = await rows.taken(self._run)
+                asked = await aretry_conflicts(
+                    lambda: super(FencedJobManager, self).list_jobs_to_abort_async(queue),
+                    logger=logger, what="the poll of jobs to abort")
+                taken = await aretry_conflicts(lambda: rows.taken(self._run), logger=logger,
+                                               what="the poll of jobs to abort")
             except procrastinate.exceptions.ConnectorException as exc:
                 if not _unreachable(exc):
                     error = _refusal(exc, url, "the poll of jobs to abort")
@@ -480,9 +491,12 @@ def job_worker_app(connector_options: dict[str, Any], watch: DatabaseWatch,
         async def unregister_worker(self, worker_id: int) -> None:
             """Remove the stopping worker's row; left for another worker's sweep (its
             heartbeat stops now) when the database does not answer."""
+            async def remove() -> None:
+                await aretry_conflicts(lambda: super(FencedJobManager, self).unregister_worker(
+                    worker_id), logger=logger, what="the removal of its row")
+
             try:
-                await rows.unregister(worker_id, lambda: super(
-                    FencedJobManager, self).unregister_worker(worker_id))
+                await rows.unregister(worker_id, remove)
             except procrastinate.exceptions.ConnectorException as exc:
                 if not _unreachable(exc) and not stopping():
                     raise

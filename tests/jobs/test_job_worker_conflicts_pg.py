@@ -1,0 +1,162 @@
+"""A query of the job worker or its inbox that PostgreSQL rolls back for a conflict with
+another transaction (a serialization failure, 40001; a deadlock, 40P01) is run again
+(issue 29): it stopped the worker with one ``error:`` line, the job it was finishing left
+``doing`` in the queue, although such a conflict wrote nothing and is transient by
+definition. One that recurs on every try is still refused, naming its SQLSTATE.
+
+A real PostgreSQL, real conflicts: another connection updates the job's row while the
+worker (its sessions serializable, the URL's options) finishes it, or holds the events
+table the finish writes to and then asks for the job's row (a deadlock whose victim is
+the worker's finish).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import Any
+
+import psycopg
+import pytest
+
+from tests.conftest import PG_URL
+from tests.jobs.queue_kit import all_rows, wait_for, wait_for_update
+from voxflow.jobs import (
+    BackgroundJob,
+    JobContext,
+    JobInbox,
+    JobUpdate,
+    PostgresJobQueue,
+    add_job,
+    apply_inbox,
+    background_job,
+)
+from voxflow.wiring import AssistantState
+
+pytestmark = pytest.mark.unit
+
+_GATES: dict[str, tuple[asyncio.Event, asyncio.Event]] = {}
+
+
+@background_job(kind="worker_conflict_tests.finishes_when_told")
+async def finishes_when_told(job: JobContext, gate: str) -> str:
+    started, finish = _GATES[gate]
+    started.set()
+    await finish.wait()
+    return "Your table for two is booked."
+
+
+def _url(schema: str, *settings: str) -> str:
+    options = "%20".join([f"-csearch_path%3D{schema}", *settings])
+    return f"{PG_URL}?options={options}"
+
+
+async def _waiting(conn: psycopg.AsyncConnection[Any], text: str) -> bool:
+    """Some backend of the database waits for a lock in a statement holding ``text``."""
+    cursor = await conn.execute(
+        "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND "
+        "wait_event_type = 'Lock' AND query LIKE %s AND pid <> pg_backend_pid()",
+        (f"%{text}%",))
+    row = await cursor.fetchone()
+    return row is not None and row[0] > 0
+
+
+@pytest.mark.parametrize("conflict", ["serialization", "deadlock"])
+async def test_a_conflict_at_a_jobs_finish_is_run_again(
+    schema: str, conflict: str, caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, logger="voxflow.jobs")
+    # serializable: the finish of a row another transaction updated since is refused
+    # (40001); the deadlock: the worker checks for one 5 s into a wait (the test's
+    # connection never within a minute), by when the test closed the cycle: the
+    # worker's finish is its victim, whatever the load
+    setting = ("-cdefault_transaction_isolation%3Dserializable" if conflict == "serialization"
+               else "-cdeadlock_timeout%3D5s")
+    queue = PostgresJobQueue(_url(schema, setting))
+    await queue.migrate()
+    gate = f"{schema}-{conflict}"
+    started, finish = _GATES[gate] = asyncio.Event(), asyncio.Event()
+    run = asyncio.create_task(queue.run_worker(heartbeat=0.5, stalled_after=5.0))
+    state = AssistantState()
+    job = BackgroundJob(session_id=state.id, kind=finishes_when_told.kind,
+                        inputs={"gate": gate})
+    assert add_job(state, job)
+    try:
+        queue_id = await queue.enqueue_async(job)
+
+        async def job_started() -> bool:
+            if run.done():
+                raise AssertionError(f"the worker stopped: {run!r}")
+            return started.is_set()
+
+        await wait_for(job_started, 60, "the job to start")
+        async with await psycopg.AsyncConnection.connect(
+                _url(schema)) as other, await psycopg.AsyncConnection.connect(
+                PG_URL, autocommit=True) as watch:
+            await other.execute("SET deadlock_timeout = '60s'")
+            if conflict == "serialization":
+                await other.execute("UPDATE procrastinate_jobs SET priority = priority "
+                                    "WHERE id = %s", (queue_id,))
+            else:
+                await other.execute("LOCK TABLE procrastinate_events IN SHARE MODE")
+            finish.set()  # the job returns: the worker finishes it, and waits for `other`
+            await wait_for(lambda: _waiting(watch, "procrastinate_finish_job"), 60,
+                           "the job's finish to wait for the other transaction")
+            if conflict == "deadlock":  # (the job's row, which the waiting finish holds)
+                await other.execute("SELECT 1 FROM procrastinate_jobs WHERE id = %s "
+                                    "FOR UPDATE", (queue_id,))
+            await other.commit()
+
+        async def finished() -> bool:
+            if run.done():
+                raise AssertionError(f"the worker stopped: {run!r}")
+            with psycopg.connect(PG_URL, autocommit=True) as conn:
+                row = conn.execute(f'SELECT status::text FROM "{schema}".procrastinate_jobs '
+                                   "WHERE id = %s", (queue_id,)).fetchone()
+            return row is not None and row[0] == "succeeded"
+
+        await wait_for(finished, 60, "the job to be finished in the queue")
+        await wait_for_update(queue.inbox, state.id, "completed", 60, "the job's report")
+        apply_inbox(state, await all_rows(queue.inbox, state.id))
+        assert (state.jobs[job.job_id].status, state.jobs[job.job_id].announcement) == (
+            "completed", "Your table for two is booked.")
+        assert not run.done(), run
+    finally:
+        finish.set()
+        run.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await run
+        queue.close()
+        await queue.inbox.close()
+        _GATES.pop(gate, None)
+    state_code = "40001" if conflict == "serialization" else "40P01"
+    retried = [r.getMessage() for r in caplog.records if "conflict with another" in
+               r.getMessage()]
+    assert any(state_code in line and "a job's finish" in line for line in retried), retried
+
+
+async def test_an_inbox_write_rolled_back_for_a_conflict_is_run_again(schema: str) -> None:
+    """The inbox (and the sweep and the call dispatch, through the same transaction
+    helper) ran a statement once: a serialization failure was a DatabaseRefusedError.
+    Here an ack on a serializable connection waits for another transaction that updates
+    its row, which then commits."""
+    inbox = JobInbox(_url(schema, "-cdefault_transaction_isolation%3Dserializable"))
+    state = AssistantState()
+    try:
+        await inbox.write(JobUpdate(session_id=state.id, job_id="j1", revision=1, attempt=1,
+                                    seq=1, kind="started"))
+        (row,) = await inbox.pending(state.id)
+        async with await psycopg.AsyncConnection.connect(
+                _url(schema)) as other, await psycopg.AsyncConnection.connect(
+                PG_URL, autocommit=True) as watch:
+            await other.execute("UPDATE voxflow_job_inbox SET body = body WHERE id = %s",
+                                (row.id,))
+            ack = asyncio.create_task(inbox.ack(state.id, [row.id]))
+            await wait_for(lambda: _waiting(watch, "acked_at"), 60,
+                           "the ack to wait for the other transaction")
+            await other.commit()
+            assert await ack == 1
+        assert await inbox.pending(state.id) == []
+    finally:
+        await inbox.close()
