@@ -54,6 +54,7 @@ from voxflow.jobs.worker_app import (
     DatabaseWatch,
     WorkerRows,
     job_worker_app,
+    ride_out,
     run_again_unreported,
     run_until_stopped,
 )
@@ -429,7 +430,8 @@ class PostgresJobQueue:
         Raises:
             ValueError: a bad argument.
             PersistenceUnavailableError: the database is unreachable as the worker
-                starts.
+                starts, or went away while it started (before it was registered) for
+                longer than ``report_patience``.
         """
         for label, value in (("heartbeat", heartbeat), ("stalled_after", stalled_after),
                              ("report_patience", report_patience)):
@@ -452,10 +454,15 @@ class PostgresJobQueue:
         # as it starts, without a word: say who died. Not at stalled_after: a live
         # worker silent through an outage, its row removed, would lose its running jobs
         # to the first sweep (their worker cleared); their retry needs no removal
-        await self.forget_dead_workers(forget_workers_after(stalled_after))
         job_clock = clock if clock is not None else MonotonicClock()
         stopping = threading.Event()
         watch = self._watch = DatabaseWatch(running, stopping.is_set)
+        # (the database answered migrate(): an outage from here on is ridden out, for up
+        # to the report patience, as the rest of the worker's start is)
+        await ride_out(lambda: self.forget_dead_workers(forget_workers_after(stalled_after)),
+                       "its start", watch, unreachable=_outage, gone=None,
+                       within=report_patience)
+        watch.back()
         rows = WorkerRows()  # this process's Procrastinate worker (its row)
         refusals: list[DatabaseRefusedError] = []
         worker: asyncio.Future[None] | None = None
@@ -470,7 +477,7 @@ class PostgresJobQueue:
                 worker.cancel()
 
         app = job_worker_app(self._connector_kwargs(concurrency + 3), watch, stopping.is_set,
-                             rows, refuse)
+                             rows, refuse, report_patience)
 
         async def execute(context: Any, /, **payload: Any) -> None:
             run = (int(context.job.id), int(context.job.attempts))
@@ -498,9 +505,7 @@ class PostgresJobQueue:
                     abort_job_polling_interval=max(0.5, heartbeat),
                     install_signal_handlers=False,
                     fetch_job_polling_interval=max(0.5, stalled_after / 4)))
-                if running is not None:
-                    running(True)
-                try:
+                try:  # (ready once Procrastinate registered the worker: watch.started)
                     await run_until_stopped(worker, stopping, install_signal_handlers,
                                             running)
                 except asyncio.CancelledError:
@@ -570,6 +575,12 @@ class PostgresJobQueue:
     def __repr__(self) -> str:
         return (f"PostgresJobQueue({redact_url(self.url)!r}, schema={self.schema!r}, "
                 f"queue={self.queue!r})")
+
+
+def _outage(exc: BaseException) -> bool:
+    """``exc`` (the inbox's) says the database is unreachable, not that it refused."""
+    return isinstance(exc, PersistenceUnavailableError) and not isinstance(
+        exc, DatabaseRefusedError)
 
 
 def _age(seconds: Any) -> float | None:

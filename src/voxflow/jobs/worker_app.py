@@ -15,7 +15,11 @@ The outage is said once when the worker finds the database away and once when it
 again (:class:`DatabaseWatch`), and ``/ready`` says not-ready meanwhile. A stop (SIGTERM,
 SIGINT, a cancellation) ends the waits: the worker unregisters if the database answers,
 and otherwise leaves its row for another worker's sweep (its heartbeat stops with it).
-A database unreachable at start-up still fails fast (before this app runs). A fetch that
+A database unreachable at start-up still fails fast (before this app runs). One that
+goes away after that, while the worker starts (the removal of dead workers' rows,
+Procrastinate's pruning and registration), is waited for the same way for up to the
+worker's report patience (:func:`ride_out`), and the worker is ready (``running(True)``)
+once it is registered. A fetch that
 failed once its query may have run (anything but no connection in time) may have taken a
 job, its commit made and its answer lost: before the next fetch the worker queues again
 the jobs running under it in the queue that it does not run (their attempt kept: they
@@ -67,8 +71,8 @@ from voxflow.pg_retry import aretry_conflicts, conflict
 if TYPE_CHECKING:
     import procrastinate
 
-__all__ = ["DatabaseWatch", "WorkerRows", "job_worker_app", "run_again_unreported",
-           "run_until_stopped"]
+__all__ = ["DatabaseWatch", "WorkerRows", "job_worker_app", "ride_out",
+           "run_again_unreported", "run_until_stopped"]
 
 logger = logging.getLogger("voxflow.jobs")
 
@@ -229,6 +233,15 @@ class DatabaseWatch:
         self._stopping = stopping
         self.away_since: float | None = None
         """``time.monotonic()`` when the current outage was found; None: reachable."""
+        self.registered = False
+        """Whether the worker is registered (it takes jobs): not ready before."""
+
+    def started(self) -> None:
+        """The worker is registered: ready (``running(True)``) unless stopping or the
+        database is away."""
+        self.registered = True
+        if self._running is not None and not self._stopping() and self.away_since is None:
+            self._running(True)
 
     @property
     def stopping(self) -> bool:
@@ -258,8 +271,40 @@ class DatabaseWatch:
         seconds, self.away_since = time.monotonic() - self.away_since, None
         logger.info("the job worker reaches its database again after %.0f s: it takes "
                     "jobs again", seconds)
-        if self._running is not None and not self._stopping():
+        if self._running is not None and not self._stopping() and self.registered:
             self._running(True)
+
+
+async def ride_out(call: Callable[[], Awaitable[T]], what: str, watch: DatabaseWatch, *,
+                   unreachable: Callable[[BaseException], bool], gone: T,
+                   within: float | None = None) -> T:
+    """``await call()``, tried again with backoff (0.5 s doubling up to 2 s; a conflict
+    first run again by :func:`~voxflow.pg_retry.aretry_conflicts`) while it fails with
+    an error ``unreachable`` says is an outage, each told to ``watch``: ``gone`` once
+    the worker stops meanwhile. With ``within``, an outage longer than that many seconds
+    raises its error (the worker's start gives up); without it the wait has no end.
+
+    Raises:
+        the error of ``call`` that is no outage, or of one outlasting ``within``.
+    """
+    delay = _BACKOFF[0]
+    began: float | None = None
+    while True:
+        try:
+            result = await aretry_conflicts(call, logger=logger, what=what)
+        except Exception as exc:
+            if not unreachable(exc):
+                raise
+            watch.lost(exc, what)
+            began = time.monotonic() if began is None else began
+            if within is not None and time.monotonic() - began + delay > within:
+                raise
+            if watch.stopping:
+                return gone
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, _BACKOFF[1])
+            continue
+        return result
 
 
 def _one_line(exc: BaseException) -> str:
@@ -312,9 +357,11 @@ def _refusal(exc: BaseException, url: str, what: str) -> BaseException:
 
 def job_worker_app(connector_options: dict[str, Any], watch: DatabaseWatch,
                    stopping: Callable[[], bool], rows: WorkerRows,
-                   refuse: Callable[[DatabaseRefusedError], None]) -> procrastinate.App:
+                   refuse: Callable[[DatabaseRefusedError], None],
+                   start_patience: float) -> procrastinate.App:
     """The Procrastinate app of a job worker (``connector_options``: its pool's), fenced
-    and riding out outages (see the module), ``watch`` told of each query's outcome, every
+    and riding out outages (see the module; those of its start for up to
+    ``start_patience`` seconds), ``watch`` told of each query's outcome, every
     wait ended by ``stopping()``, its worker's row kept in ``rows``. A query the server
     refuses on a live connection (a statement timeout, ...) is no outage: the fetch of
     the next job raises its :class:`~voxflow.errors.DatabaseRefusedError`, and a
@@ -338,26 +385,26 @@ def job_worker_app(connector_options: dict[str, Any], watch: DatabaseWatch,
         for notify in wakers:
             await notify(channel="", notification={"type": "job_inserted"})
 
-    async def patiently(call: Callable[[], Awaitable[T]], what: str, gone: T) -> T:
-        """``await call()``, tried again while the database is unreachable; ``gone``
-        once the worker stops meanwhile."""
-        delay = _BACKOFF[0]
-        while True:
-            try:
-                result = await aretry_conflicts(call, logger=logger, what=what)
-            except procrastinate.exceptions.ConnectorException as exc:
-                if not _unreachable(exc):
-                    raise _refusal(exc, url, what) from None
-                watch.lost(exc, what)
-                if stopping():
-                    return gone
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, _BACKOFF[1])
-                continue
-            if watch.away:
-                watch.back()
-                await wake()
-            return result
+    def outage(exc: BaseException) -> bool:
+        return isinstance(exc, procrastinate.exceptions.ConnectorException) and (
+            _unreachable(exc))
+
+    async def patiently(call: Callable[[], Awaitable[T]], what: str, gone: T,
+                        within: float | None = None) -> T:
+        """``await call()``, tried again while the database is unreachable (for up to
+        ``within`` seconds if given: :func:`ride_out`); ``gone`` once the worker stops
+        meanwhile."""
+        try:
+            result = await ride_out(call, what, watch, unreachable=outage, gone=gone,
+                                    within=within)
+        except procrastinate.exceptions.ConnectorException as exc:
+            if outage(exc):  # (its start gave up: the worker fails, said by run_worker)
+                raise
+            raise _refusal(exc, url, what) from None
+        if watch.away:
+            watch.back()
+            await wake()
+        return result
 
     class FencedJobManager(JobManager):
         """Finishes a job only while the queue still runs the attempt that finishes it,
@@ -453,9 +500,17 @@ def job_worker_app(connector_options: dict[str, Any], watch: DatabaseWatch,
             found = await self.connector.execute_query_all_async(sql, **params)
             return [(int(row["id"]), str(row.get("what", ""))) for row in found]
 
+        async def prune_stalled_workers(self, seconds_since_heartbeat: float) -> Any:
+            return await patiently(lambda: super(FencedJobManager, self).prune_stalled_workers(
+                seconds_since_heartbeat), "its start", [], start_patience)
+
         async def register_worker(self) -> int:
-            worker_id = await super().register_worker()
+            worker_id = await patiently(lambda: super(FencedJobManager, self).register_worker(),
+                                        "its start", None, start_patience)
+            if worker_id is None:  # (stopped while the database was away)
+                raise asyncio.CancelledError
             rows.ids.add(worker_id)
+            watch.started()
             return worker_id
 
         async def update_heartbeat(self, worker_id: int) -> None:
@@ -520,7 +575,9 @@ def job_worker_app(connector_options: dict[str, Any], watch: DatabaseWatch,
                     await asyncio.sleep(delay)
                     delay = min(delay * 2, _BACKOFF[1])
 
-    options = {**connector_options, "reconnect_timeout": _TRY_FOR}
+    # min_size 0: opening the pool waits for no connection (up to 30 s during an outage);
+    # its first query, the start's, rides the outage out like the others
+    options = {**connector_options, "reconnect_timeout": _TRY_FOR, "min_size": 0}
     options["timeout"] = min(float(options.get("timeout", _TRY_FOR)), _TRY_FOR)
     connector = procrastinate.PsycopgConnector(**options)
     app = procrastinate.App(connector=connector)
