@@ -66,6 +66,13 @@ def played_seconds(carrier: SimulatedCarrier, delivery: str) -> float:
     return carrier.played_audio(delivery).size / 8000
 
 
+def logs(folder: Path) -> str:
+    """The processes' last log lines, for a failure's message."""
+    return "\n".join(f"--- {log.name}\n" + "\n".join(log.read_text(errors="replace")
+                                                       .splitlines()[-40:])
+                     for log in sorted(folder.glob("*.log")))
+
+
 @pytest.fixture
 def sessions(pg_schema_url: str) -> Iterator[PostgresFlowPersistence]:
     store = PostgresFlowPersistence(pg_schema_url)
@@ -134,7 +141,7 @@ def test_a_phone_call_goes_on_with_its_history_on_another_worker_after_a_kill_9(
         deadline = time.monotonic() + 30
         state = sessions.load_state(session_id)
         while not any(e["type"] == CALL_ENDED_EVENT for e in (state or {}).get("events", ())):
-            assert time.monotonic() < deadline, "the hang-up was not saved"
+            assert time.monotonic() < deadline, "the hang-up was not saved\n" + logs(tmp_path)
             time.sleep(0.2)
             state = sessions.load_state(session_id)
     assert state is not None

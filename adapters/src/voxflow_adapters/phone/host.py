@@ -29,7 +29,6 @@ shared session store.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 import secrets
@@ -274,10 +273,21 @@ class PhoneHost(PhoneServer):
         return call
 
     async def _finish_call(self, entry: PhoneCall, how: str | None) -> None:
+        call_id = entry.ticket.call_id if isinstance(entry.ticket, _Ticket) else None
         if how is None or entry.call.record_end is None:
+            logger.info("phone call's stream ended, its session not ended (%s)",
+                        "lost or handed over" if how is None else "not persisted",
+                        extra={"call_id": call_id})
             return
-        with contextlib.suppress(FencedWriteError):  # (taken over: it ends elsewhere)
+        try:
             await entry.call.record_end(how)
+        except FencedWriteError as exc:  # (taken over: it ends elsewhere)
+            logger.warning("the phone call's end (%s) was not saved: its session's write "
+                           "was refused (%s)", how, exc.reason,
+                           extra={"call_id": call_id})
+            return
+        logger.info("phone call's end recorded: %s", how,
+                    extra={"call_id": call_id})
 
     async def _after_call(self, entry: PhoneCall | None, ticket: Any) -> None:
         if not isinstance(ticket, _Ticket):
