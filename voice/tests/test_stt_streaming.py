@@ -33,6 +33,7 @@ from voxflow_voice import (
 from voxflow_voice.engines.registry import choose_engine
 from voxflow_voice.engines.stt_streaming import (
     LocalAgreement,
+    RunawayDecode,
     StreamingSttSettings,
     StreamingWhisperStt,
     Word,
@@ -202,6 +203,46 @@ async def test_other_voices_end_no_worse_than_the_whole_decode(
     assert words(heard) == words(whole.text) or (
         errors(SENTENCES[1], heard) <= errors(SENTENCES[1], whole.text)), (heard, whole.text)
     assert early.incremental is not None and early.incremental.statistics().partial_decodes > 2
+
+
+def count_alignments(
+        engine: StreamingWhisperStt, monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """faster-whisper's word alignments of ``engine``'s decodes (one a pass with word
+    times), counted from now on."""
+    aligned: list[int] = []
+    model = engine._model
+    align = model.find_alignment
+
+    def counted(*args: object, **kwargs: object) -> object:
+        aligned.append(1)
+        return align(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(model, "find_alignment", counted)
+    return aligned
+
+
+@pytest.mark.models
+@pytest.mark.skipif(shutil.which("espeak-ng") is None,
+                    reason="espeak-ng is missing: apt-get install espeak-ng (.ci/run does)")
+@pytest.mark.parametrize("seconds", [0.5, 2.0, None])
+def test_a_partial_decode_is_one_pass_over_its_window(
+    seconds: float | None, tmp_path: Path, streaming: StreamingWhisperStt,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With word times faster-whisper would decode the window again from the last word's
+    end (its padded silence: more time, and made-up words such as " in." after "Read me
+    the news headlines."); a partial decode is the first pass only."""
+    audio = _espeak(tmp_path, SENTENCES[1], "en-gb+m3", 175)
+    piece = audio if seconds is None else audio[: round(seconds * STT_SAMPLE_RATE)]
+    aligned = count_alignments(streaming, monkeypatch)
+    try:
+        found, said = streaming.decode_words(piece, 0, None)
+    except RunawayDecode:
+        found, said = [], None
+    assert len(aligned) <= 1
+    if seconds is None:
+        assert said is not None and errors(SENTENCES[1], said.text) <= 3, said.text
+        assert [w.text for w in found] == said.text.split()
 
 
 @pytest.mark.models
