@@ -11,6 +11,7 @@ import pytest
 from voxflow_voice.call import CallContext
 from voxflow_voice.session.delivery import AnnouncementDelivery
 from voxflow_voice.session.floor import FloorReporter
+from voxflow_voice.session.voice_settings import DEFAULT_VOICE_SETTINGS
 
 from voxflow import Flow
 from voxflow.clock import MonotonicClock
@@ -83,8 +84,9 @@ async def test_each_queued_announcement_is_reported_once() -> None:
         delivery.wake()
 
     jobs = JobRunner(flow.state, make_work, on_update=on_update)
-    call = CallContext(turns, MonotonicClock(), emit=lambda event: None, lock=jobs.state_lock,
-                       replies=replies, jobs=jobs)
+    call = CallContext(turns, MonotonicClock(), emit=lambda event: None,
+                       settings=DEFAULT_VOICE_SETTINGS, lock=jobs.state_lock, replies=replies,
+                       jobs=jobs)
     floor = FloorReporter(call)
     floor.muted_changed(True)  # the floor is held: nothing is claimed or spoken
     spoken: list[DeliveryId] = []

@@ -4,8 +4,14 @@ A :class:`~voxflow_voice.session.VoiceSession` builds one per call and hands it 
 of its parts (the speaker, the overlap handler, the floor, the announcement delivery,
 the speculative replies) instead of a callback apiece: the identities (the runner whose
 flow state names the session), the session clock and the sample-to-time anchor of the
-input, where session events go, the locks every part takes, the ReplyQueue and the
-JobRunner, and whether the client is still there.
+input, where session events go, the call's voice settings, the locks every part takes,
+the ReplyQueue and the JobRunner, and whether the client is still there.
+
+The settings' type is a parameter: this module sits under the speaking and listening
+layers whose settings make up a session's
+:class:`~voxflow_voice.session.VoiceSettings`, so a part names only what it reads (the
+session's parts ``CallContext[VoiceSettings]``, the speaker a protocol of its two
+fields), and each reads its settings here rather than taking them one by one.
 """
 
 from __future__ import annotations
@@ -13,7 +19,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from voxflow.clock import Clock
 from voxflow.ids import SessionId
@@ -26,15 +32,19 @@ from .events import SessionEvent
 
 __all__ = ["CallContext"]
 
+_S = TypeVar("_S", covariant=True)  # a context of VoiceSettings serves a part reading less
+
 
 @dataclass(eq=False, slots=True)
-class CallContext:
+class CallContext(Generic[_S]):
     """What the parts of one voice call share (see the module docs).
 
     Attributes:
         turns: the TurnRunner of the conversational flow that answers.
         clock: the session clock.
         emit: records one session event (the session's own recorder).
+        settings: the call's voice settings (the session's
+            :class:`~voxflow_voice.session.VoiceSettings`).
         lock: the state lock: serialises turns, job commits and queue operations (the
             JobRunner's ``state_lock`` when there is one).
         speaking: held while a reply (answer or announcement) is spoken: one at a time.
@@ -47,6 +57,7 @@ class CallContext:
     turns: TurnRunner
     clock: Clock
     emit: Callable[[SessionEvent], None]
+    settings: _S
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     speaking: asyncio.Lock = field(default_factory=asyncio.Lock)
     replies: ReplyQueue | None = None

@@ -57,7 +57,7 @@ class Answer:
         dropped: the speculative reply was dropped unheard (nothing to settle).
     """
 
-    call: CallContext
+    call: CallContext[object]
     turn_id: TurnId
     input_revision: int
     text: str
@@ -85,7 +85,7 @@ class Answering:
         trace: the session's spans.
     """
 
-    def __init__(self, call: CallContext, speaker: ReplySpeaker, playback: Playback,
+    def __init__(self, call: CallContext[object], speaker: ReplySpeaker, playback: Playback,
                  overlap: OverlapHandler, trace: SessionTrace) -> None:
         self._call = call
         self._speaker = speaker

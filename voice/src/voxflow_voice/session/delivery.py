@@ -27,6 +27,7 @@ from voxflow.turns import ReplyEvent
 
 from ..call import CallContext
 from .floor import FloorReporter
+from .voice_settings import VoiceSettings
 
 __all__ = ["AnnouncementDelivery", "Announcer", "Speak", "default_announcer"]
 
@@ -58,23 +59,22 @@ class AnnouncementDelivery:
         call: the call: its ReplyQueue holds the announcements (``None``: nothing to
             deliver), its state lock serialises queue operations, its ``speaking`` lock
             is held while any reply is spoken, its flow state holds the jobs and delivery
-            records (read under the lock, or between awaits), and nothing is claimed
-            once the client is ``gone``.
+            records (read under the lock, or between awaits), nothing is claimed once
+            the client is ``gone``, and nothing at all unless its settings'
+            ``announcements`` are on.
         floor: the session's client-floor state; its ``changed`` event wakes this task.
         speak: speaks one claimed announcement (its turn, delivery and reply events).
         announcer: builds announcement text from the jobs.
-        enabled: deliver at all (``VoiceSettings.announcements``).
         queued: called once per delivery, when it is first seen pending.
     """
 
     def __init__(
         self,
-        call: CallContext,
+        call: CallContext[VoiceSettings],
         floor: FloorReporter,
         speak: Speak,
         *,
         announcer: Announcer = default_announcer,
-        enabled: bool = True,
         queued: Callable[[DeliveryRecord], None] = lambda record: None,
     ) -> None:
         self._call = call
@@ -84,7 +84,7 @@ class AnnouncementDelivery:
         self._speaking = call.speaking
         self._speak = speak
         self._announcer = announcer
-        self._enabled = enabled
+        self._enabled = call.settings.announcements
         self._queued = queued
         self._reported: set[DeliveryId] = set()
 

@@ -34,7 +34,7 @@ class FloorReporter:
             if any, else the state stays local; the state lock for queue operations).
     """
 
-    def __init__(self, call: CallContext) -> None:
+    def __init__(self, call: CallContext[object]) -> None:
         self._call = call
         self._replies = call.replies
         self._lock = call.lock

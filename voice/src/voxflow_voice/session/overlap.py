@@ -39,6 +39,7 @@ from ..listen.early_stt import EarlyTranscriber
 from ..listen.turn_detector import TurnDetector, UtterancePaused
 from ..speak.playback import Playback
 from ..speak.speaker import ReplySpeaker, SpokenReply, hold_clock
+from .voice_settings import VoiceSettings
 
 __all__ = ["OverlapHandler"]
 
@@ -50,25 +51,23 @@ class OverlapHandler:
 
     Args:
         call: the call (its clock, held while an overlap is transcribed; where events
-            go; the clock time of an input sample).
+            go; the clock time of an input sample; its settings' ``interruptions``:
+            whether user speech may interrupt replies at all).
         arbiter: decides what each overlap is (the session's ``barge_in``).
         detector: the session's turn detector (input position, speech onset and end).
         playback: the fenced playback stage (paused, resumed, asked for words left).
         early: transcribes an overlap's audio (its words tell a backchannel apart).
         speaker: cuts a reply (:meth:`voxflow_voice.speak.speaker.ReplySpeaker.cut`).
-        interruptions: whether user speech may interrupt replies at all.
     """
 
     def __init__(
         self,
-        call: CallContext,
+        call: CallContext[VoiceSettings],
         arbiter: BargeInArbiter,
         detector: TurnDetector,
         playback: Playback,
         early: EarlyTranscriber,
         speaker: ReplySpeaker,
-        *,
-        interruptions: bool = True,
     ) -> None:
         if not isinstance(arbiter, BargeInArbiter):
             raise TypeError(f"arbiter must be a BargeInArbiter, got {type(arbiter).__name__}")
@@ -81,7 +80,7 @@ class OverlapHandler:
         self._clock = call.clock
         self._emit = call.emit
         self._time_of = call.time_of
-        self._interruptions = interruptions
+        self._interruptions = call.settings.interruptions
         self._policies: dict[DeliveryId, BargeInPolicy] = {}
         self._since: tuple[DeliveryId | None, int] = (None, 0)  # reply, first sample
 

@@ -62,6 +62,7 @@ from .answering import Answering
 from .continuation import GoingOn, continuable, goes_on, may_go_on, roll_back, started_jobs
 from .floor import FloorReporter
 from .overlap import OverlapHandler
+from .voice_settings import VoiceSettings
 
 __all__ = ["SpeculativeReplies"]
 
@@ -81,8 +82,9 @@ class SpeculativeReplies:
             (held while a pause is transcribed), ``speaking`` lock (held while any reply
             is spoken), state lock (held while a speculative turn runs, and while one is
             rolled back), job runner (a speculative turn's jobs start once it is final),
-            where events go, the clock time of an input sample, and whether the client
-            is gone.
+            where events go, the clock time of an input sample, whether the client
+            is gone, and whether to answer in pauses at all (its settings'
+            ``speculative_replies``).
         detector: the session's turn detector (its provisional turn sealed or detached).
         early: transcribes the pause's audio.
         arbiter: tells a turn from a backchannel over a reply.
@@ -93,12 +95,11 @@ class SpeculativeReplies:
         answering: the session's answering: a speculative turn is answered in its frame
             (:meth:`answer`), a confirmed reply put on air there (before its audio is
             released, so its receipts find it); its reply on air is read.
-        enabled: answer in pauses at all (``VoiceSettings.speculative_replies``).
     """
 
     def __init__(
         self,
-        call: CallContext,
+        call: CallContext[VoiceSettings],
         detector: TurnDetector,
         early: EarlyTranscriber,
         arbiter: BargeInArbiter,
@@ -107,8 +108,6 @@ class SpeculativeReplies:
         overlap: OverlapHandler,
         floor: FloorReporter,
         answering: Answering,
-        *,
-        enabled: bool = True,
     ) -> None:
         self._call = call
         self._turns = call.turns
@@ -126,7 +125,7 @@ class SpeculativeReplies:
         self._answering = answering
         self._emit = call.emit
         self._time_of = call.time_of
-        self._enabled = enabled
+        self._enabled = call.settings.speculative_replies
         self._pending: Speculation | None = None  # no verdict yet
         self._provisional: Speculation | None = None  # confirmed, may be taken back
         self._seal_at: int | None = None  # a provisional turn's end to seal (it was heard)

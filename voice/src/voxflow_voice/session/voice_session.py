@@ -159,8 +159,9 @@ class VoiceSession:
         self.replies = replies
         self.jobs = jobs
         self._on_event = on_event
-        self._call = CallContext(turns, self.clock, self._emit, replies=replies, jobs=jobs,
-                                lock=jobs.state_lock if jobs is not None else asyncio.Lock())
+        self._call = CallContext(turns, self.clock, self._emit, self.settings,
+                                 replies=replies, jobs=jobs,
+                                 lock=jobs.state_lock if jobs is not None else asyncio.Lock())
         self._lock = self._call.lock
         self._speaking = self._call.speaking  # one reply (answer or announcement) at a time
         self._trace = SessionTrace(self.clock, lambda: str(self.session_id))
@@ -177,27 +178,22 @@ class VoiceSession:
         self.barge_in = BargeInArbiter(self.settings.barge_in)
         self._closed = False
         self._ready: dict[str, float] = {}  # job id → when it was first seen completed
-        call = self._call  # what the parts share: ids, clock, events, locks, liveness
+        call = self._call  # what the parts share: ids, clock, events, settings, locks, liveness
         self._floor = FloorReporter(call)
-        self._speaker = ReplySpeaker(
-            call, self.playback, engines.tts, self.settings.segmenter,
-            echo_gate=self.echo_gate, synthesis_ahead=self.settings.synthesis_ahead,
-        )
+        self._speaker = ReplySpeaker(call, self.playback, engines.tts, echo_gate=self.echo_gate)
         self._overlap = OverlapHandler(
             call, self.barge_in, self._detector, self.playback, self._early, self._speaker,
-            interruptions=self.settings.interruptions,
         )
         self._answering = Answering(call, self._speaker, self.playback, self._overlap,
                                     self._trace)
         self.metrics: list[TurnMetrics] = self._answering.metrics
         self._delivery = AnnouncementDelivery(
             call, self._floor, self._answering.announce, announcer=announcer,
-            enabled=self.settings.announcements, queued=self._queued,
+            queued=self._queued,
         )
         self._speculative = SpeculativeReplies(
             call, self._detector, self._early, self.barge_in, self._speaker, self.playback,
             self._overlap, self._floor, self._answering,
-            enabled=self.settings.speculative_replies,
         )
 
     @property

@@ -35,7 +35,7 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
 from voxflow.clock import Clock, VirtualClock
 from voxflow.ids import DeliveryId, TurnId
@@ -60,7 +60,14 @@ from .playback import Playback
 from .segmenter import SegmenterSettings, TextSegmenter
 from .speculation import Speculation
 
-__all__ = ["ReplySpeaker", "SpokenReply", "hold_clock", "iterate_events", "iterate_held"]
+__all__ = [
+    "ReplySpeaker",
+    "SpeakingSettings",
+    "SpokenReply",
+    "hold_clock",
+    "iterate_events",
+    "iterate_held",
+]
 
 _T = TypeVar("_T")
 SYNTHESIS_MARGIN = 0.5
@@ -203,52 +210,56 @@ async def iterate_events(events: Sequence[ReplyEvent]) -> AsyncIterator[ReplyEve
         yield event
 
 
+class SpeakingSettings(Protocol):
+    """What the speaker reads of its call's settings (a session's
+    :class:`~voxflow_voice.session.VoiceSettings` has both, validated)."""
+
+    @property
+    def segmenter(self) -> SegmenterSettings:
+        """How reply text is cut into synthesized segments."""
+
+    @property
+    def synthesis_ahead(self) -> float:
+        """Seconds of a reply's audio synthesized ahead of what was handed to playback
+        (later sentences are synthesized while earlier ones play, so they are ready before
+        playout needs them; a fence drops them unheard)."""
+
+
 class ReplySpeaker:
     """Speaks replies: segments, synthesis, fenced playback, interruption and settling.
 
     Args:
         call: the call: its TurnRunner (whose events are accepted and whose turns are
             interrupted), clock (held while generation and synthesis are awaited), state
-            lock, ReplyQueue of announcements (if any), where events go, and whether
-            the client is gone (then a drained reply is cut).
+            lock, ReplyQueue of announcements (if any), where events go, whether
+            the client is gone (then a drained reply is cut), and its settings
+            (:class:`SpeakingSettings`).
         playback: the session's fenced playback stage.
         tts: the text-to-speech engine.
-        segmenter: how reply text is cut into synthesized segments.
         echo_gate: told of every chunk sent, if the session has one.
-        synthesis_ahead: seconds of a reply's audio synthesized ahead of what was handed
-            to playback (later sentences are synthesized while earlier ones play, so they
-            are ready before playout needs them; a fence drops them unheard).
     """
 
     def __init__(
         self,
-        call: CallContext,
+        call: CallContext[SpeakingSettings],
         playback: Playback,
         tts: TextToSpeech,
-        segmenter: SegmenterSettings,
         *,
         echo_gate: EchoGate | None = None,
-        synthesis_ahead: float = 0.0,
     ) -> None:
-        if not synthesis_ahead >= 0.0:
-            raise ValueError(f"synthesis_ahead must be >= 0 seconds, got {synthesis_ahead!r}")
         if not isinstance(playback, Playback):
             raise TypeError(f"playback must be a Playback, got {type(playback).__name__}")
-        if not isinstance(segmenter, SegmenterSettings):
-            raise TypeError(
-                f"segmenter must be SegmenterSettings, got {type(segmenter).__name__}"
-            )
         self._call = call
         self._turns = call.turns
         self._playback = playback
         self._tts = tts
-        self._segmenter = segmenter
+        self._segmenter = call.settings.segmenter
         self._clock = call.clock
         self._lock = call.lock
         self._emit = call.emit
         self._replies = call.replies
         self._echo_gate = echo_gate
-        self._ahead = float(synthesis_ahead)
+        self._ahead = float(call.settings.synthesis_ahead)
 
     def held(self, items: AsyncIterator[_T]) -> AsyncIterator[_T]:
         """``items`` iterated with the session clock held (see :func:`iterate_held`)."""
