@@ -2,11 +2,20 @@
 
 Every event carries ``at`` (the session clock's reading) and the identities it concerns,
 so a recorder can write them as JSON lines and a reader can reassemble the call.
+
+Each event class also declares, once, what a client is told of it (``wire``: none, one
+or two :class:`WireView` messages, e.g. the transcript of a committed turn, or an
+``interrupted`` then the ``state`` it leaves the call in): a transport's encoder
+(:func:`voxflow_adapters.webrtc.protocol.messages_for_event`) reads these declarations
+instead of translating each event by hand, so an event and its message cannot drift
+apart.
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Annotated, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -19,6 +28,7 @@ __all__ = [
     "BargeIn",
     "BargeInPaused",
     "BargeInResumed",
+    "CallState",
     "DeliverySettled",
     "MuteObserved",
     "ReplyFinished",
@@ -34,11 +44,44 @@ __all__ = [
     "TurnCommitted",
     "TurnMetrics",
     "TurnRevoked",
+    "WireView",
+    "state_view",
 ]
+
+CallState = Literal["connecting", "listening", "user_speaking", "thinking", "speaking", "ended"]
+"""What a call is doing, as a client shows it (the ``state`` message)."""
+
+
+@dataclass(frozen=True, slots=True)
+class WireView:
+    """One message a client is sent for an event: ``{"v": 1, "type": type, <fields>}``.
+
+    Each of ``fields``, in this order, is the event's attribute (or property) of that
+    name, unless ``fixed`` gives its value (the same for every event of the class) or it
+    is ``supplied``: measured by the transport, not the session (null when the transport
+    supplies none).
+    """
+
+    type: str
+    fields: tuple[str, ...] = ()
+    fixed: Mapping[str, str | None] = field(default_factory=dict)
+    supplied: tuple[str, ...] = ()
+
+
+def state_view(state: CallState) -> WireView:
+    """The ``state`` message: what the call is doing now."""
+    return WireView("state", ("state",), fixed={"state": state})
+
+
+def _ms(later: float | None, earlier: float) -> float | None:
+    return None if later is None else round((later - earlier) * 1000.0, 1)
 
 
 class _Event(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
+
+    wire: ClassVar[tuple[WireView, ...]] = ()
+    """What a client is told of it, in order (nothing: an internal event)."""
 
     session_id: SessionId
     at: float = Field(description="Clock.now() when it happened, never time.time()")
@@ -48,6 +91,7 @@ class SpeechStarted(_Event):
     """The user started speaking (``recording``); ``onset_at`` is when speech began."""
 
     kind: Literal["speech_started"] = "speech_started"
+    wire: ClassVar[tuple[WireView, ...]] = (state_view("user_speaking"),)
     onset_at: float
 
 
@@ -55,6 +99,7 @@ class SpeechEnded(_Event):
     """The user's silence was long enough: the utterance ended at ``end_at``."""
 
     kind: Literal["speech_ended"] = "speech_ended"
+    wire: ClassVar[tuple[WireView, ...]] = (state_view("thinking"),)
     end_at: float
 
 
@@ -99,6 +144,8 @@ class TurnCommitted(_Event):
     and that reply was cut)."""
 
     kind: Literal["turn_committed"] = "turn_committed"
+    wire: ClassVar[tuple[WireView, ...]] = (
+        WireView("transcript", ("role", "turn_id", "text"), fixed={"role": "user"}),)
     turn_id: TurnId
     text: str
     speech_end_at: float
@@ -119,6 +166,8 @@ class ReplyTextStreamed(_Event):
     """A speakable segment of reply text was handed to TTS."""
 
     kind: Literal["reply_text"] = "reply_text"
+    wire: ClassVar[tuple[WireView, ...]] = (
+        WireView("reply_text", ("delivery_id", "segment_id", "text")),)
     delivery_id: DeliveryId
     segment_id: int
     text: str
@@ -128,6 +177,7 @@ class AudioStarted(_Event):
     """The client started playing a reply's audio."""
 
     kind: Literal["audio_started"] = "audio_started"
+    wire: ClassVar[tuple[WireView, ...]] = (state_view("speaking"),)
     delivery_id: DeliveryId
 
 
@@ -135,6 +185,8 @@ class BargeIn(_Event):
     """The user spoke over a reply long enough to interrupt it."""
 
     kind: Literal["barge_in"] = "barge_in"
+    wire: ClassVar[tuple[WireView, ...]] = (  # what was heard follows, with the cut
+        WireView("interrupted", ("delivery_id", "heard_text"), fixed={"heard_text": None}),)
     delivery_id: DeliveryId
     onset_at: float
 
@@ -167,6 +219,8 @@ class ReplyInterrupted(_Event):
     """A reply was cut; the history keeps what was heard."""
 
     kind: Literal["reply_interrupted"] = "reply_interrupted"
+    wire: ClassVar[tuple[WireView, ...]] = (
+        WireView("interrupted", ("delivery_id", "heard_text")), state_view("listening"))
     turn_id: TurnId
     delivery_id: DeliveryId
     heard_text: str
@@ -181,6 +235,8 @@ class ReplyFinished(_Event):
     """A reply was played whole."""
 
     kind: Literal["reply_finished"] = "reply_finished"
+    wire: ClassVar[tuple[WireView, ...]] = (
+        WireView("reply_done", ("delivery_id",)), state_view("listening"))
     turn_id: TurnId
     delivery_id: DeliveryId
     text: str
@@ -216,6 +272,7 @@ class MuteObserved(_Event):
     """The client muted or unmuted the microphone."""
 
     kind: Literal["mute"] = "mute"
+    wire: ClassVar[tuple[WireView, ...]] = (WireView("mute", ("muted",)),)
     muted: bool
 
 
@@ -223,6 +280,9 @@ class TurnMetrics(_Event):
     """Latency marks of one foreground turn, on the session clock (seconds)."""
 
     kind: Literal["turn_metrics"] = "turn_metrics"
+    wire: ClassVar[tuple[WireView, ...]] = (WireView(
+        "latency", ("turn_id", "transcript_ms", "first_text_ms", "first_audio_ms",
+                    "interrupted", "receive_ms"), supplied=("receive_ms",)),)
     turn_id: TurnId
     delivery_id: DeliveryId | None
     speech_end: float
@@ -237,6 +297,21 @@ class TurnMetrics(_Event):
     )
 
     @property
+    def transcript_ms(self) -> float:
+        """End of the user's speech → final transcript (ms, to 0.1)."""
+        return round((self.transcript_final - self.speech_end) * 1000.0, 1)
+
+    @property
+    def first_text_ms(self) -> float | None:
+        """End of the user's speech → first reply text (ms, to 0.1)."""
+        return _ms(self.first_text, self.speech_end)
+
+    @property
+    def first_audio_ms(self) -> float | None:
+        """End of the user's speech → first reply sample played (ms, to 0.1)."""
+        return _ms(self.first_audio, self.speech_end)
+
+    @property
     def voice_to_voice_ms(self) -> float | None:
         """Last user speech sample → first reply sample played (ms)."""
         if self.first_audio is None:
@@ -248,6 +323,7 @@ class SessionClosed(_Event):
     """The session ended; every delivery was settled."""
 
     kind: Literal["session_closed"] = "session_closed"
+    wire: ClassVar[tuple[WireView, ...]] = (state_view("ended"),)
 
 
 SessionEvent = Annotated[

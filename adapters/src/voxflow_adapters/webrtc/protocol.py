@@ -2,10 +2,14 @@
 
 Every message is one JSON object with ``"v": 1`` and a ``"type"``. The server sends
 what the session did (transcripts, reply text as it streams, state, interruptions,
-latency marks); the page sends what only it knows (the mute switch, whether its audio
-element is playing). Page messages are validated with pydantic (``extra="forbid"``, a
-size limit); an unknown or malformed message is rejected with a logged reason and an
-``error`` message back, and never touches the session. Page messages are read by the
+latency marks): each session event's class declares its messages once
+(:class:`~voxflow_voice.events.WireView`), and :func:`messages_for_event` encodes any
+event from that declaration; the call's own messages (``hello``, ``error``, ``bye``,
+``handover``) are declared here. The page sends what only it knows (the mute switch,
+whether its audio element is playing). Page messages are validated with pydantic
+(``extra="forbid"``, a size limit); an unknown or malformed message is rejected with a
+logged reason and an ``error`` message back, and never touches the session. Page
+messages are read by the
 strict reader of :mod:`~voxflow_adapters.hosting.wire` (size and nesting limits,
 duplicate keys refused, no type coercion: ``"v"`` is exactly the integer 1).
 
@@ -14,25 +18,13 @@ The README section "WebRTC browser calls" documents the messages for page author
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
-from voxflow_voice.events import (
-    AudioStarted,
-    BargeIn,
-    MuteObserved,
-    ReplyFinished,
-    ReplyInterrupted,
-    ReplyTextStreamed,
-    SessionClosed,
-    SessionEvent,
-    SpeechEnded,
-    SpeechStarted,
-    TurnCommitted,
-    TurnMetrics,
-)
+from voxflow_voice.events import CallState, SessionEvent, WireView, state_view
 
-from voxflow.ids import DeliveryId, SessionId, TurnId
+from voxflow.ids import SessionId
 
 from ..hosting.wire import ProtocolError, read_json, read_model
 
@@ -42,23 +34,18 @@ __all__ = [
     "ByeMessage",
     "CallState",
     "ErrorMessage",
+    "EventMessage",
     "HandoverMessage",
     "HangupMessage",
     "HelloMessage",
-    "InterruptedMessage",
-    "LatencyMessage",
-    "MuteAckMessage",
     "MuteMessage",
     "PageMessage",
     "PlaybackMessage",
     "ProtocolError",
-    "ReplyDoneMessage",
-    "ReplyTextMessage",
     "ServerMessage",
-    "StateMessage",
-    "TranscriptMessage",
     "messages_for_event",
     "parse_page_message",
+    "state_message",
 ]
 
 PROTOCOL_VERSION = 1
@@ -66,9 +53,6 @@ PROTOCOL_VERSION = 1
 
 MAX_MESSAGE_BYTES = 4096
 """Longest page message accepted (page messages are tiny; this bounds the parser)."""
-
-CallState = Literal["connecting", "listening", "user_speaking", "thinking", "speaking", "ended"]
-
 
 class _Message(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -139,6 +123,44 @@ def parse_page_message(raw: str | bytes) -> MuteMessage | PlaybackMessage | Hang
 # -- server → page ----------------------------------------------------------------------
 
 
+class EventMessage(_Message):
+    """A message told of a session event: its ``type`` and fields (after ``v`` and
+    ``type``, in the order declared) are what the event's class declares
+    (:class:`~voxflow_voice.events.WireView`); built by :func:`messages_for_event`."""
+
+    model_config = ConfigDict(frozen=True, extra="allow")
+
+    type: str
+
+
+def _encode(view: WireView, event: object,
+            supplied: Mapping[str, Callable[[], object]]) -> EventMessage:
+    fields: dict[str, object] = {}
+    for name in view.fields:
+        if name in view.fixed:
+            fields[name] = view.fixed[name]
+        elif name in view.supplied:
+            supply = supplied.get(name)
+            fields[name] = None if supply is None else supply()
+        else:
+            fields[name] = getattr(event, name)
+    return EventMessage.model_validate({"type": view.type, **fields})
+
+
+def messages_for_event(
+    event: SessionEvent, supplied: Mapping[str, Callable[[], object]] | None = None,
+) -> list[EventMessage]:
+    """The page messages one session event turns into, as its class declares them (none
+    for internal events). ``supplied``: the transport's measurements by field name (the
+    ``latency`` message's ``receive_ms``), read only for a message that carries them."""
+    return [_encode(view, event, supplied or {}) for view in type(event).wire]
+
+
+def state_message(state: CallState) -> EventMessage:
+    """The ``state`` message (the call's first, ``listening``, is not an event's)."""
+    return _encode(state_view(state), None, {})
+
+
 class HelloMessage(_Message):
     """First message: the call is set up; limits the page should know. With a server
     that stores sessions, ``resume_token`` (the same for the whole session) lets the page
@@ -150,68 +172,6 @@ class HelloMessage(_Message):
     max_call_seconds: float
     resume_token: str | None = Field(None, repr=False)
     resumed: bool = False
-
-
-class StateMessage(_Message):
-    """What the call is doing now."""
-
-    type: Literal["state"] = "state"
-    state: CallState
-
-
-class TranscriptMessage(_Message):
-    """A committed user turn (what the assistant understood)."""
-
-    type: Literal["transcript"] = "transcript"
-    role: Literal["user"] = "user"
-    turn_id: TurnId
-    text: str
-
-
-class ReplyTextMessage(_Message):
-    """A segment of the assistant's reply, sent as it is handed to speech synthesis."""
-
-    type: Literal["reply_text"] = "reply_text"
-    delivery_id: DeliveryId
-    segment_id: int
-    text: str
-
-
-class ReplyDoneMessage(_Message):
-    """The reply was played whole."""
-
-    type: Literal["reply_done"] = "reply_done"
-    delivery_id: DeliveryId
-
-
-class InterruptedMessage(_Message):
-    """The user barged in: the reply was cut; ``heard_text`` is what they heard."""
-
-    type: Literal["interrupted"] = "interrupted"
-    delivery_id: DeliveryId
-    heard_text: str | None = None
-
-
-class LatencyMessage(_Message):
-    """Latency marks of one turn, in ms after the end of the user's speech as the server's
-    VAD heard it; ``receive_ms`` is how long the user's audio took from its RTP packet's
-    arrival to the VAD (the page adds it, the network and its own jitter buffer to
-    ``first_audio_ms`` for the time at the user's ear)."""
-
-    type: Literal["latency"] = "latency"
-    turn_id: TurnId
-    transcript_ms: float
-    first_text_ms: float | None
-    first_audio_ms: float | None
-    interrupted: bool
-    receive_ms: float | None = None
-
-
-class MuteAckMessage(_Message):
-    """The server applied a mute change."""
-
-    type: Literal["mute"] = "mute"
-    muted: bool
 
 
 class ErrorMessage(_Message):
@@ -238,48 +198,4 @@ class HandoverMessage(_Message):
     reason: str
 
 
-ServerMessage = (
-    HelloMessage | StateMessage | TranscriptMessage | ReplyTextMessage | ReplyDoneMessage
-    | InterruptedMessage | LatencyMessage | MuteAckMessage | ErrorMessage | ByeMessage
-    | HandoverMessage
-)
-
-
-def _ms(later: float | None, earlier: float) -> float | None:
-    return None if later is None else round((later - earlier) * 1000.0, 1)
-
-
-def messages_for_event(event: SessionEvent) -> list[ServerMessage]:
-    """The page messages one session event turns into (none for internal events)."""
-    if isinstance(event, SpeechStarted):
-        return [StateMessage(state="user_speaking")]
-    if isinstance(event, SpeechEnded):
-        return [StateMessage(state="thinking")]
-    if isinstance(event, TurnCommitted):
-        return [TranscriptMessage(turn_id=event.turn_id, text=event.text)]
-    if isinstance(event, ReplyTextStreamed):
-        return [ReplyTextMessage(delivery_id=event.delivery_id, segment_id=event.segment_id,
-                                 text=event.text)]
-    if isinstance(event, AudioStarted):
-        return [StateMessage(state="speaking")]
-    if isinstance(event, BargeIn):
-        return [InterruptedMessage(delivery_id=event.delivery_id)]
-    if isinstance(event, ReplyInterrupted):
-        return [InterruptedMessage(delivery_id=event.delivery_id, heard_text=event.heard_text),
-                StateMessage(state="listening")]
-    if isinstance(event, ReplyFinished):
-        return [ReplyDoneMessage(delivery_id=event.delivery_id), StateMessage(state="listening")]
-    if isinstance(event, TurnMetrics):
-        transcript = _ms(event.transcript_final, event.speech_end)
-        assert transcript is not None
-        return [LatencyMessage(
-            turn_id=event.turn_id, transcript_ms=transcript,
-            first_text_ms=_ms(event.first_text, event.speech_end),
-            first_audio_ms=_ms(event.first_audio, event.speech_end),
-            interrupted=event.interrupted,
-        )]
-    if isinstance(event, MuteObserved):
-        return [MuteAckMessage(muted=event.muted)]
-    if isinstance(event, SessionClosed):
-        return [StateMessage(state="ended")]
-    return []
+ServerMessage = HelloMessage | EventMessage | ErrorMessage | ByeMessage | HandoverMessage

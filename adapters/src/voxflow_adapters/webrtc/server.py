@@ -87,7 +87,7 @@ from ..hosting.ownership import OwnerDead, SessionBusyError, SessionOwnership
 from ..hosting.resume import check_resume_token
 from ..hosting.wire import ResumeRequest
 from .peer import PeerStatistics, WebRtcPeer
-from .protocol import HelloMessage, LatencyMessage, StateMessage, messages_for_event
+from .protocol import HelloMessage, messages_for_event, state_message
 from .signaling import (
     DEFAULT_SERVER_SETTINGS,
     CallRefused,
@@ -415,9 +415,7 @@ class WebRtcServer(SignalingServer):
                 observe(event)
             if isinstance(event, TurnMetrics) and (ms := event.voice_to_voice_ms) is not None:
                 self.admission.record(ms)
-            for message in messages_for_event(event):
-                if isinstance(message, LatencyMessage):
-                    message = message.model_copy(update={"receive_ms": peer.receive_delay_ms()})
+            for message in messages_for_event(event, {"receive_ms": peer.receive_delay_ms}):
                 peer.send(message)
 
         try:
@@ -437,7 +435,7 @@ class WebRtcServer(SignalingServer):
         peer.send(HelloMessage(session_id=call.session.session_id,
                                max_call_seconds=self.settings.peer.max_call_seconds,
                                resume_token=token, resumed=resume is not None))
-        peer.send(StateMessage(state="listening"))
+        peer.send(state_message("listening"))
         task = asyncio.get_running_loop().create_task(self._run_call(peer, call, ownership),
                                                       name=f"{call_id}.run")
         self._calls[call_id] = (peer, task)
