@@ -42,8 +42,8 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 import numpy as np
+from _capacity_calls import GAP, REPLY, load_engines, question_audio, run_calls
 from _figures import figure
-from capacity import GAP, REPLY, load_engines, question_audio, run_calls
 from voxflow_adapters.testkit.flows import Teller
 from voxflow_adapters.testkit.scenario import run_call
 from voxflow_adapters.testkit.script import CallScript

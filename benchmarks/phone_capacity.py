@@ -12,7 +12,7 @@ test kit's Teller answering every turn at once, on the real models (tiny.en, Pip
 Silero; the model scheduler on, replies synthesized up to 3 s ahead), so the figures are
 the voice pipeline's. For each N, in turn:
 
-* **simulated**: ``capacity.run_calls`` (each call a ``SimulatedClient`` on its own
+* **simulated**: ``_capacity_calls.run_calls`` (each call a ``SimulatedClient`` on its own
   session, real time): the transport browsers' calls are measured on in ``capacity.py``;
 * **phone**: a :class:`~voxflow_adapters.phone.server.PhoneServer` (the media path of
   ``voxflow phone`` and of a phone call worker; no dispatch, no persistence) on
@@ -62,9 +62,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from _figures import figure
-from aiohttp import web
-from capacity import (
+from _capacity_calls import (
     AFTER,
     CYCLE,
     GAP,
@@ -74,6 +72,8 @@ from capacity import (
     question_audio,
     run_calls,
 )
+from _figures import figure
+from aiohttp import web
 from voice_latency import SPEECH_LEVEL
 from voxflow_adapters.hosting.calls import flow_call_factory
 from voxflow_adapters.phone.server import PhoneServer, PhoneSettings

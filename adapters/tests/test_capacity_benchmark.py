@@ -1,4 +1,5 @@
-"""``benchmarks/capacity.py``'s core, for one call of two turns on the virtual clock.
+"""``benchmarks/capacity.py``'s calls (``_capacity_calls.py``), for one call of two turns on
+the virtual clock.
 
 The benchmark's figures (voice to voice, CPU, RSS per call) are real-time measurements
 it prints; this test only checks that its load is what it claims: every question asked
@@ -7,7 +8,7 @@ is committed and answered, the reply is the long fixed one, and no stale sample 
 
 from __future__ import annotations
 
-import importlib.util
+import importlib
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -27,18 +28,11 @@ BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 
 
 def _capacity() -> ModuleType:
-    """benchmarks/capacity.py, imported as its own script would be (its folder on the path)."""
+    """benchmarks/_capacity_calls.py (capacity.py's calls), imported as its scripts import
+    it (their folder on the path)."""
     if str(BENCHMARKS) not in sys.path:
         sys.path.insert(0, str(BENCHMARKS))
-    name = "voxflow_benchmark_capacity"
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, BENCHMARKS / "capacity.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # its dataclasses look their module up while being built
-    spec.loader.exec_module(module)
-    return module
+    return importlib.import_module("_capacity_calls")
 
 
 async def test_one_call_of_two_turns_commits_both_and_plays_no_stale_sample(

@@ -1,0 +1,267 @@
+"""The calls of ``capacity.py``: its caller (the question, asked again after each reply),
+the flow's long fixed reply, N concurrent calls on shared models (:func:`run_calls`) and
+the figures one run of them comes to (:class:`CapacityRow`). ``cpu_budget.py`` and
+``phone_capacity.py`` run the same calls.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import resource
+import statistics
+import sys
+import time
+from dataclasses import dataclass
+
+import numpy as np
+from voice_latency import SPEECH_LEVEL, TimedStt, TimedTts, Timings
+from voxflow_adapters.hosting.admission import AdmissionController
+from voxflow_adapters.hosting.errors import CapacityExceededError
+from voxflow_adapters.testkit.flows import Teller
+from voxflow_adapters.testkit.scenario import CallResult, run_call
+from voxflow_adapters.testkit.script import CallScript
+from voxflow_voice.audio import STT_SAMPLE_RATE, AudioChunk, resample
+from voxflow_voice.engines import VoiceEngines
+from voxflow_voice.events import SessionEvent, TurnMetrics
+from voxflow_voice.session import VoiceSettings
+
+from voxflow.clock import Clock, MonotonicClock
+from voxflow.ids import DeliveryId
+from voxflow.llm import preload
+
+__all__ = ["AFTER", "BEFORE", "CALL_LIMIT", "CYCLE", "GAP", "P95_TARGET_MS", "QUESTION",
+           "REPLY", "TAIL", "CapacityRow", "caller_script", "load_engines", "question_audio",
+           "run_calls", "voice_to_voice"]
+
+QUESTION = "Can you tell me what is on my calendar this afternoon?"
+REPLY = (
+    "Sure. This afternoon you have a design review at two, with the whole product team. "
+    "At four you are meeting Ada about the harbour project, and at five thirty "
+    "you have a call with the bank."
+)
+"""The flow's reply to every question: about 9 s with the bundled voice."""
+GAP = 0.8  # s: the caller asks again this long after the reply ran dry
+CYCLE = 12.0  # s: about one question and its reply; the first questions spread over it
+TAIL = 10.0  # s: how long a call waits after the last audio (a slow last reply is heard)
+CALL_LIMIT = 300.0  # s: a call ends by then whatever it waits for
+P95_TARGET_MS = 1000.0
+BEFORE = VoiceSettings(synthesis_ahead=0.0)
+"""The session as it was before the scheduler (``--scheduler off``): each sentence
+synthesized only once the one before was handed to playback."""
+AFTER = VoiceSettings(synthesis_ahead=3.0)
+"""``--scheduler on``: later sentences synthesized up to 3 s ahead of playback."""
+
+
+@dataclass(frozen=True, slots=True)
+class CapacityRow:
+    """The figures of one run of N concurrent calls."""
+
+    calls: int
+    scheduler: bool  # model work on the deadline-aware ModelScheduler (else first come)
+    asked: int  # questions the callers asked (scripted)
+    committed: int  # user turns the sessions committed
+    v2v_p50_ms: float | None
+    v2v_p95_ms: float | None
+    cpu_per_call_pct: float
+    rss_peak_mb: float
+    rss_per_extra_call_mb: float
+    stale_samples: int
+    turns_lost: int  # questions no reply was heard to
+    barge_ins: int  # replies the caller spoke over (it took an underrun for their end)
+    stt_ms_p50: float | None
+    tts_rtf_p50: float | None
+    seconds: float  # wall time of the run
+    offered: int = 0  # calls offered (with admission; else = calls)
+    refused: int = 0  # of those, refused by the AdmissionController
+    reasons: tuple[str, ...] = ()  # the refusals' reasons, in order
+
+    @property
+    def within_target(self) -> bool:
+        """p95 <= 1 s, every question committed, no stale sample, no turn lost."""
+        return self.meets(P95_TARGET_MS)
+
+    def meets(self, p95_ms: float) -> bool:
+        """p95 <= ``p95_ms``, every question committed, no stale sample, no turn lost."""
+        return (self.v2v_p95_ms is not None and self.v2v_p95_ms <= p95_ms
+                and self.committed == self.asked and self.stale_samples == 0
+                and self.turns_lost == 0)
+
+
+def question_audio(engines: VoiceEngines) -> AudioChunk:
+    """:data:`QUESTION` said by the bundled voice at 16 kHz (as scripts render lines)."""
+    tts = engines.tts
+    audio = np.concatenate([np.asarray(x.samples, np.float32) for x in tts.synthesize(QUESTION)])
+    return AudioChunk.from_float(resample(audio * 0.5, tts.sample_rate, STT_SAMPLE_RATE),
+                                 STT_SAMPLE_RATE)
+
+
+def caller_script(question: AudioChunk, turns: int, start: float) -> CallScript:
+    """Ask at ``start``, then again :data:`GAP` s after each reply, ``turns`` times."""
+    script = CallScript().user_says(start, audio=question)
+    for _ in range(turns - 1):
+        script.then_says(audio=question, after="reply_end", gap=GAP, max_wait=8.0)
+    return script
+
+
+def voice_to_voice(call: CallResult) -> list[float]:
+    """Per committed turn whose reply was heard (ms): the user's last speech sample up to
+    the turn's speech end (the VAD's, which follows it) → the reply's first sample played,
+    on the caller's tape."""
+    tape = call.tape
+    loud = np.flatnonzero(np.abs(tape.track("user")) >= SPEECH_LEVEL)
+    first_heard: dict[DeliveryId, float] = {}
+    for r in tape.receipts:
+        first_heard.setdefault(r.delivery_id, r.at - tape.start)
+    speech_end = {e.turn_id: e.speech_end_at - tape.start for e in call.of_kind("turn_committed")}
+    out: list[float] = []
+    for started in call.of_kind("reply_started"):
+        end, heard = speech_end.get(started.turn_id), first_heard.get(started.delivery_id)
+        if end is None or heard is None:
+            continue
+        before = loud[loud < round(end * STT_SAMPLE_RATE)]
+        if before.size:
+            out.append((heard - (before[-1] + 1) / STT_SAMPLE_RATE) * 1000.0)
+    return out
+
+
+def _call_seconds(call: CallResult) -> float:
+    """How long ``call`` lasted: from its start to the end of the last reply sample played
+    (its final wait for a reply that never came excluded)."""
+    tape = call.tape
+    ends = [r.at - tape.start + r.num_samples / r.sample_rate for r in tape.receipts]
+    return max(ends, default=len(tape.track("user")) / STT_SAMPLE_RATE)
+
+
+def _rss_mb() -> float:
+    """The current resident set (MB): /proc on Linux, else the peak so far."""
+    try:
+        with open("/proc/self/statm", encoding="ascii") as statm:
+            pages = int(statm.read().split()[1])
+        return pages * os.sysconf("SC_PAGE_SIZE") / 1e6
+    except (OSError, ValueError, IndexError):
+        scale = 1.0 if sys.platform == "darwin" else 1024.0  # bytes on macOS, KiB elsewhere
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * scale / 1e6
+
+
+def _percentile(values: list[float], q: float) -> float | None:
+    return float(np.percentile(values, q)) if values else None
+
+
+async def run_calls(
+    engines: VoiceEngines, calls: int, turns: int, *, clock: Clock | None = None,
+    baseline: tuple[int, float] | None = None, admission: AdmissionController | None = None,
+    settings: VoiceSettings | None = None, reply: str = REPLY, arrivals: float = CYCLE,
+) -> tuple[CapacityRow, list[CallResult]]:
+    """Run ``calls`` concurrent callers of ``turns`` questions each on shared ``engines``,
+    the flow answering every question with ``reply`` (the benchmark's: :data:`REPLY`).
+
+    ``clock`` is the calls' clock (monotonic, i.e. real time, unless given: a
+    :class:`~voxflow.clock.VirtualClock` works for one call only, and its CPU and
+    latency figures are then meaningless). ``baseline`` is (calls, peak RSS in MB) of the
+    previous row, for the RSS per extra call: (0, the RSS now) if None.
+
+    With ``admission``, the ``calls`` are *offered*: one arrives every ``arrivals`` /
+    calls seconds (``arrivals``: CYCLE unless given) and asks 0.5 s after it is admitted,
+    or goes away refused (its reason kept in the row); the controller hears every turn's
+    voice to voice (as ``voxflow serve`` does) and probes the event loop's lag. The row
+    is the admitted calls'.
+    """
+    if calls < 1 or turns < 1:
+        raise ValueError(f"calls and turns must be >= 1, got {calls} and {turns}")
+    clock = clock if clock is not None else MonotonicClock()
+    base_calls, base_rss = baseline if baseline is not None else (0, _rss_mb())
+    idle = _rss_mb()
+    timings = Timings()
+    timed = VoiceEngines(stt=TimedStt(engines.stt, timings), tts=TimedTts(engines.tts, timings),
+                         make_vad=engines.make_vad, end_of_turn=engines.end_of_turn,
+                         scheduler=engines.scheduler)
+    question = question_audio(engines)
+    peak = idle
+    done = asyncio.Event()
+    reasons: list[str] = []
+
+    async def sample_rss() -> None:
+        nonlocal peak
+        while not done.is_set():
+            peak = max(peak, _rss_mb())
+            await asyncio.sleep(0.25)
+
+    def record(event: SessionEvent) -> None:
+        if (admission is not None and isinstance(event, TurnMetrics)
+                and (ms := event.voice_to_voice_ms) is not None):
+            admission.record(ms)
+
+    async def offer(i: int) -> CallResult | None:
+        if admission is None:
+            return await run_call(Teller(story=reply, trigger=None),
+                                  caller_script(question, turns, 0.5 + i * CYCLE / calls),
+                                  timed, clock=clock, tail=TAIL, settings=settings)
+        await asyncio.sleep(i * arrivals / calls)
+        try:
+            slot = admission.admit(f"call-{i}")
+        except CapacityExceededError as exc:
+            reasons.append(str(exc))
+            return None
+        with slot:
+            return await run_call(Teller(story=reply, trigger=None),
+                                  caller_script(question, turns, 0.5), timed, clock=clock,
+                                  tail=TAIL, on_event=record, settings=settings)
+
+    cpu0, wall0 = time.process_time(), time.perf_counter()
+    sampler = asyncio.create_task(sample_rss())
+    # the admission's event-loop lag probe, as voxflow serve runs it
+    probe = (asyncio.create_task(admission.meter.watch_loop()) if admission is not None
+             else None)
+    try:
+        offered = await asyncio.gather(*(offer(i) for i in range(calls)))
+    finally:
+        done.set()
+        await sampler
+        if probe is not None:
+            probe.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await probe
+    results = [call for call in offered if call is not None]
+    refused, calls = calls - len(results), len(results)
+    cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
+    peak = max(peak, _rss_mb())
+    v2v = [ms for call in results for ms in voice_to_voice(call)]
+    asked = calls * turns
+    lost = sum(max(0, turns - len({r.delivery_id for r in call.tape.receipts}))
+               for call in results)
+    stt = [busy * 1000.0 for busy, _ in timings.stt]
+    tts = [busy / audio for busy, audio in timings.tts if audio > 0]
+    row = CapacityRow(
+        calls=calls, scheduler=engines.scheduler is not None, asked=asked,
+        committed=sum(len(call.of_kind("turn_committed")) for call in results),
+        v2v_p50_ms=_percentile(v2v, 50), v2v_p95_ms=_percentile(v2v, 95),
+        cpu_per_call_pct=100.0 * cpu / max(sum(_call_seconds(call) for call in results), 1e-9),
+        rss_peak_mb=peak, rss_per_extra_call_mb=(peak - base_rss) / max(1, calls - base_calls),
+        stale_samples=sum(call.stale_samples() for call in results),
+        turns_lost=lost,
+        barge_ins=sum(len(call.of_kind("barge_in")) for call in results),
+        stt_ms_p50=statistics.median(stt) if stt else None,
+        tts_rtf_p50=statistics.median(tts) if tts else None,
+        seconds=wall, offered=calls + refused, refused=refused, reasons=tuple(reasons),
+    )
+    return row, results
+
+
+async def load_engines(*, scheduling: bool = True) -> tuple[VoiceEngines, float]:
+    """The shared models, warmed up (first inference allocates), and the idle RSS (MB).
+
+    With ``scheduling`` their work runs on the deadline-aware ModelScheduler; without,
+    on the default executor, first come first served (the models themselves are the
+    same objects either way: loaded once per process; Piper without its speech cache,
+    as the module says). litellm is loaded too, as every entry point does at start-up:
+    its import and warm-up (~4.6 s of CPU, once per process) would otherwise be counted
+    as the first row's calls' CPU."""
+    engines, _ = await asyncio.gather(
+        asyncio.to_thread(VoiceEngines.load, tts="piper:cache_mb=0", scheduling=scheduling),
+        preload())
+    await engines.stt.transcribe(AudioChunk.from_float(np.zeros(16_000, np.float32), 16_000))
+    async for _ in engines.tts.stream("Warming up.", segment_id=1):
+        pass
+    return engines, _rss_mb()
