@@ -20,9 +20,7 @@ from typing import Any
 from numpy.typing import NDArray
 
 from ..audio import AudioChunk
-from ..engines.end_of_turn import EndOfTurnModel
 from ..engines.stt import Transcript
-from ..engines.vad import VoiceActivityDetector
 from .turn_detection import DEFAULT_TURN_DETECTION, FAST_TURN_DETECTION, TurnDetection
 from .turn_events import (
     BargeInDetected,
@@ -59,25 +57,13 @@ ran the VAD took less (their moving average), in a worker thread otherwise."""
 
 
 class TurnDetector(TurnMachine):
-    """Turns a 16 kHz input stream into turn events, deterministically in audio time.
+    """Turns a 16 kHz input stream into turn events, deterministically in audio time: the
+    rules of :class:`~.turn_machine.TurnMachine` (its arguments), driven from async code
+    with :meth:`apush` and :meth:`adecide`."""
 
-    Args:
-        vad: the per-stream detector (e.g. a new :class:`~voxflow_voice.engines.vad.SileroVad`).
-        settings: the rules; :data:`DEFAULT_TURN_DETECTION` if ``None``.
-        end_of_turn_model: judges the turn at each short pause (e.g. the shared
-            :class:`~voxflow_voice.engines.end_of_turn.SmartTurn`); the silence timer
-            alone if ``None``.
-    """
-
-    def __init__(
-        self,
-        vad: VoiceActivityDetector,
-        settings: TurnDetection | None = None,
-        *,
-        end_of_turn_model: EndOfTurnModel | None = None,
-    ) -> None:
-        super().__init__(vad, settings, end_of_turn_model=end_of_turn_model)
-        self._push_cost = 0.0  # seconds a VAD-running push takes (EWMA): see apush
+    _push_cost = 0.0
+    """Seconds a VAD-running push takes (a moving average, per instance once measured):
+    see :meth:`apush`."""
 
     async def apush(
         self,
