@@ -9,6 +9,7 @@ restore, the starts and the flow events around the dispatch loop of
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, ClassVar
 
@@ -86,16 +87,10 @@ class Runs(Engine):
         """
         self._check_kickoff_args(inputs, from_checkpoint, restore_from_state_id)
         self._take_input_files(input_files)
+        run = functools.partial(self._kickoff, inputs, from_checkpoint, restore_from_state_id)
         if self.stream:
-            return StreamSession.run_sync(
-                self._attach_frames,
-                lambda private: self._kickoff(
-                    inputs, from_checkpoint, restore_from_state_id, private
-                ),
-            )
-        return run_blocking(
-            lambda: self._kickoff(inputs, from_checkpoint, restore_from_state_id, True)
-        )
+            return StreamSession.run_sync(self._attach_frames, run)
+        return run_blocking(lambda: run(True))
 
     async def kickoff_async(
         self,
@@ -112,14 +107,10 @@ class Runs(Engine):
             self._input_files = refs
         else:
             self._input_files = {}
+        run = functools.partial(self._kickoff, inputs, from_checkpoint, restore_from_state_id)
         if self.stream:
-            return StreamSession.run_async(
-                self._attach_frames,
-                lambda private: self._kickoff(
-                    inputs, from_checkpoint, restore_from_state_id, private
-                ),
-            )
-        return await self._kickoff(inputs, from_checkpoint, restore_from_state_id, False)
+            return StreamSession.run_async(self._attach_frames, run)
+        return await run(False)
 
     def _take_input_files(self, input_files: Mapping[str, Any] | None) -> None:
         self._input_files = (
