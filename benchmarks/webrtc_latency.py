@@ -128,19 +128,37 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import logging
 import os
-import statistics
 import tempfile
 import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from _figures import figure
+from _webrtc_marks import (
+    BARGE_MARKS,
+    FRAME,
+    FRAME_S,
+    PAGE_STATS,
+    V2V_MARKS,
+    Breakdown,
+    Line,
+    caller_frame_at,
+    fmt,
+    median,
+    ms,
+    packets_lost,
+    pause_counts,
+    receive_path,
+    report,
+    server_arrival,
+    spoken_at,
+    to_vad,
+    wait_for,
+    window_drops,
+)
 from voice_latency import REFERENCE_TURNS, Assistant, _speech, speech_span, tape_figures
 from voxflow_adapters.hosting.calls import Call, flow_call_factory
 from voxflow_adapters.testkit.scenario import run_call
@@ -153,7 +171,6 @@ from voxflow_voice.engines.stt import SttSettings
 from voxflow_voice.events import (
     BargeIn,
     BargeInPaused,
-    BargeInResumed,
     ReplyStarted,
     ReplyTextStreamed,
     SpeechEnded,
@@ -171,40 +188,16 @@ STOP = "Stop, please."  # --stop: another barge-in line (an unvoiced start is th
 BARGE_AFTER_AUDIO = 2.0  # s of story heard before the caller cuts in
 SETTINGS = VoiceSettings(turn_detection=REFERENCE_TURNS, echo_gate=False)  # per --rise
 
-FRAME = 960  # 20 ms at 48 kHz
-FRAME_S = 0.02
 CHROMIUM = Path("/usr/bin/chromium")
 
-V2V_MARKS = ("packet at server", "decoded", "to the VAD", "VAD speech end", "commit",
-             "first text", "first TTS chunk", "first frame sent", "at the caller")
-BARGE_MARKS = ("first packet sent", "packet at server", "VAD onset (audio time)",
-               "first pause", "last reply frame sent", "last reply audio at the caller")
 
 
-@dataclass(frozen=True, slots=True)
-class Line:
-    """A user line at 16 kHz and the times (s) of its first and last loud sample."""
-
-    audio: AudioChunk
-    first: float
-    last: float
-
-
-@dataclass(slots=True)
-class Breakdown:
-    """Marks (ms) per turn of one configuration, and its counters."""
-
-    v2v: list[dict[str, float | None]] = field(default_factory=list)
-    barge: list[dict[str, float | None]] = field(default_factory=list)
-    counters: dict[str, int] = field(default_factory=dict)
 
 
 def lines(engines: VoiceEngines) -> dict[str, Line]:
     return {text: Line(*_speech(engines.tts, text)) for text in (QUESTION, STORY, STOP)}
 
 
-def _ms(later: float | None, earlier: float) -> float | None:
-    return None if later is None else (later - earlier) * 1000.0
 
 
 # -- simulated transport ------------------------------------------------------------------
@@ -250,8 +243,8 @@ async def simulated(engines: VoiceEngines, said: dict[str, Line], turns: int
         print(f"   (simulated: {len(tape.stops)} of {len(barge_ins)} barge-ins timed, "
               f"{tape.silent_cuts} with no reply playing, "
               f"{len(call.of_kind('barge_in'))} confirmed)")
-    onset = _median(list(tape.onset_lag))
-    print(f"   (simulated: the VAD onset came {_fmt(onset).strip()} ms after the barge-in's "
+    onset = median(list(tape.onset_lag))
+    print(f"   (simulated: the VAD onset came {fmt(onset).strip()} ms after the barge-in's "
           "first speech sample)")
     return v2v, tape.stops, call.stale_samples()
 
@@ -259,38 +252,6 @@ async def simulated(engines: VoiceEngines, said: dict[str, Line], turns: int
 # -- WebRTC, aiortc caller ------------------------------------------------------------------
 
 
-def _spoken_at(caller: LoopbackCaller, start_frame: int, offset: float) -> float:
-    """When the microphone sample ``offset`` s into a line said from ``start_frame`` was
-    captured: its frame left at ``sent_at``, after its last sample was captured."""
-    sample = round(offset * 48_000)
-    frame, within = start_frame + sample // FRAME, sample % FRAME
-    return caller.mic.sent_at[frame] - (FRAME - within) / 48_000
-
-
-def _caller_frame_at(caller: LoopbackCaller, index: int) -> float | None:
-    pts = index * FRAME
-    return next((f.at for f in caller.frames if f.pts == pts), None)
-
-
-def _server_arrival(peer: WebRtcPeer, frame: int) -> tuple[float | None, float | None]:
-    pts = frame * FRAME
-    arrived = peer.receive_timings.arrival_of(pts)
-    decoded = next((d for p, _, d in peer.receive_timings.decoded if p == pts), None)
-    return arrived, decoded
-
-
-def _to_vad(peer: WebRtcPeer, arrived: float | None) -> float | None:
-    if arrived is None:
-        return None
-    return next((out for a, out in peer.inbound_delays if a >= arrived), None)
-
-
-async def _wait(condition: Callable[[], bool], within: float) -> None:
-    for _ in range(round(within / 0.02)):
-        if condition():
-            return
-        await asyncio.sleep(0.02)
-    raise TimeoutError(f"a call event did not come within {within:g} s")
 
 
 async def aiortc_call(engines: VoiceEngines, said: dict[str, Line], turns: int,
@@ -304,7 +265,7 @@ async def aiortc_call(engines: VoiceEngines, said: dict[str, Line], turns: int,
     async with server:
         caller = LoopbackCaller(server.url.split("/?")[0], server.token, receive_hold=hold)
         await caller.connect()
-        await _wait(lambda: bool(calls) and len(caller.mic.sent_at) > 25, 20)
+        await wait_for(lambda: bool(calls) and len(caller.mic.sent_at) > 25, 20)
         peer, call = calls[0]
         events = call.session.events
         outbound = peer.outbound
@@ -317,44 +278,44 @@ async def aiortc_call(engines: VoiceEngines, said: dict[str, Line], turns: int,
             mark = len(events)
             line = said[QUESTION]
             start = caller.say(line.audio)
-            await _wait(lambda m=mark: bool(after(ReplyStarted, m)), 20)
+            await wait_for(lambda m=mark: bool(after(ReplyStarted, m)), 20)
             delivery = after(ReplyStarted, mark)[0].delivery_id
-            await _wait(lambda d=delivery: d in outbound.first_frame_of
-                        and _caller_frame_at(caller, outbound.first_frame_of[d]) is not None, 20)
-            last_in = _spoken_at(caller, start, line.last)
+            await wait_for(lambda d=delivery: d in outbound.first_frame_of
+                        and caller_frame_at(caller, outbound.first_frame_of[d]) is not None, 20)
+            last_in = spoken_at(caller, start, line.last)
             last_frame = start + round(line.last * 48_000) // FRAME
-            arrived, decoded = _server_arrival(peer, last_frame)
+            arrived, decoded = server_arrival(peer, last_frame)
             ended = after(SpeechEnded, mark)
             committed = after(TurnCommitted, mark)
             text = [e for e in after(ReplyTextStreamed, mark) if e.delivery_id == delivery]
             first = outbound.first_frame_of[delivery]
             out.v2v.append(dict(zip(V2V_MARKS, (
-                _ms(arrived, last_in), _ms(decoded, last_in), _ms(_to_vad(peer, arrived), last_in),
-                _ms(ended[0].at if ended else None, last_in),
-                _ms(committed[0].at if committed else None, last_in),
-                _ms(text[0].at if text else None, last_in),
-                _ms(outbound.first_written_at.get(delivery), last_in),
-                _ms(outbound.frame_time(first), last_in),
-                _ms(_caller_frame_at(caller, first), last_in),
+                ms(arrived, last_in), ms(decoded, last_in), ms(to_vad(peer, arrived), last_in),
+                ms(ended[0].at if ended else None, last_in),
+                ms(committed[0].at if committed else None, last_in),
+                ms(text[0].at if text else None, last_in),
+                ms(outbound.first_written_at.get(delivery), last_in),
+                ms(outbound.frame_time(first), last_in),
+                ms(caller_frame_at(caller, first), last_in),
             ), strict=True)))
             await asyncio.sleep(4.0)  # the answer plays out
             # -- a story, cut off -----------------------------------------------------
             mark = len(events)
             caller.say(said[STORY].audio)
-            await _wait(lambda m=mark: bool(after(ReplyStarted, m)), 20)
+            await wait_for(lambda m=mark: bool(after(ReplyStarted, m)), 20)
             story = after(ReplyStarted, mark)[0].delivery_id
-            await _wait(lambda d=story: d in outbound.first_frame_of, 20)
+            await wait_for(lambda d=story: d in outbound.first_frame_of, 20)
             heard_from = time.monotonic()
-            await _wait(lambda h=heard_from: caller.audible_frames(after=h) >= 1, 10)
+            await wait_for(lambda h=heard_from: caller.audible_frames(after=h) >= 1, 10)
             await asyncio.sleep(BARGE_AFTER_AUDIO)
             line = said[STOP]
             start = caller.say(line.audio)
-            await _wait(lambda m=mark: bool(after(BargeIn, m)), 10)
+            await wait_for(lambda m=mark: bool(after(BargeIn, m)), 10)
             story = after(BargeIn, mark)[0].delivery_id  # the reply it cut
             await asyncio.sleep(1.0)
-            first_in = _spoken_at(caller, start, line.first)
+            first_in = spoken_at(caller, start, line.first)
             first_frame = start + round(line.first * 48_000) // FRAME
-            arrived, _ = _server_arrival(peer, first_frame)
+            arrived, _ = server_arrival(peer, first_frame)
             paused = [e for e in after(BargeInPaused, mark)
                       if e.delivery_id == story and e.at >= first_in]
             last = outbound.last_frame_of.get(story)
@@ -367,19 +328,19 @@ async def aiortc_call(engines: VoiceEngines, said: dict[str, Line], turns: int,
                 await asyncio.sleep(3.0)
                 continue
             out.barge.append(dict(zip(BARGE_MARKS, (
-                _ms(caller.mic.sent_at[first_frame], first_in),
-                _ms(arrived, first_in), _ms(paused[0].onset_at if paused else None, first_in),
-                _ms(paused[0].at if paused else None, first_in),
-                _ms(outbound.frame_time(last) if last is not None else None, first_in),
-                _ms(_caller_frame_at(caller, last) if last is not None else None, first_in),
+                ms(caller.mic.sent_at[first_frame], first_in),
+                ms(arrived, first_in), ms(paused[0].onset_at if paused else None, first_in),
+                ms(paused[0].at if paused else None, first_in),
+                ms(outbound.frame_time(last) if last is not None else None, first_in),
+                ms(caller_frame_at(caller, last) if last is not None else None, first_in),
             ), strict=True)))
             await asyncio.sleep(3.0)  # "Okay, I stopped."
         stats = peer.statistics()
-        lost = await _packets_lost(caller._pc)
-        out.counters |= _pause_counts(events) | {
+        lost = await packets_lost(caller._pc)
+        out.counters |= pause_counts(events) | {
             "server: packets late/skipped": stats.packets_late + stats.packets_skipped,
             "caller: packets lost (RTCP)": lost,
-            "caller: packets late/skipped": _window_drops(caller),
+            "caller: packets late/skipped": window_drops(caller),
             "server: outbound frames late": stats.outbound.late_frames,
             "stale samples after a fence": stats.outbound.stale_samples,
         }
@@ -389,39 +350,10 @@ async def aiortc_call(engines: VoiceEngines, said: dict[str, Line], turns: int,
     return out
 
 
-def _pause_counts(events: list[Any]) -> dict[str, int]:
-    """Pauses, and pauses undone (the reply played on from the same sample): with only
-    requests said over replies, every one undone was a false pause."""
-    return {"pauses": sum(isinstance(e, BargeInPaused) for e in events),
-            "pauses undone (false)": sum(isinstance(e, BargeInResumed) for e in events)}
-
-
-async def _packets_lost(pc: Any) -> int:
-    from aiortc.stats import RTCInboundRtpStreamStats
-
-    report = await pc.getStats()
-    return sum(max(0, s.packetsLost) for s in report.values()
-               if isinstance(s, RTCInboundRtpStreamStats))
-
-
-def _window_drops(caller: LoopbackCaller) -> int:
-    return sum(w.late + w.skipped for w in caller.receive_windows)
 
 
 # -- WebRTC, headless Chromium --------------------------------------------------------------
 
-_PAGE_STATS = """async () => {
-  const out = {latency: window.voxflow.latency, lost: 0, concealed: 0, received: 0,
-               delay: 0, emitted: 0};
-  (await window.voxflow.pc.getStats()).forEach((s) => {
-    if (s.type === "inbound-rtp" && s.kind === "audio") {
-      out.lost += s.packetsLost || 0; out.concealed += s.concealedSamples || 0;
-      out.received += s.totalSamplesReceived || 0;
-      out.delay += s.jitterBufferDelay || 0; out.emitted += s.jitterBufferEmittedCount || 0;
-    }
-  });
-  return out;
-}"""
 
 
 def _chromium_wav(said: dict[str, Line], turns: int, path: Path) -> float:
@@ -470,7 +402,7 @@ async def chromium_call(engines: VoiceEngines, said: dict[str, Line], turns: int
                     "document.querySelector('#connection').dataset.state === 'connected'",
                     timeout=20_000)
                 await asyncio.sleep(length + 2.0)
-                got: dict[str, Any] = await page.evaluate(_PAGE_STATS)
+                got: dict[str, Any] = await page.evaluate(PAGE_STATS)
                 peer, call = calls[0]
                 events = call.session.events
                 cut = {e.delivery_id for e in events if isinstance(e, BargeIn)}
@@ -481,12 +413,12 @@ async def chromium_call(engines: VoiceEngines, said: dict[str, Line], turns: int
                 for barge in first_pauses.values():
                     last = peer.outbound.last_frame_of.get(barge.delivery_id)
                     out.barge.append({
-                        "first pause": _ms(barge.at, barge.onset_at),
-                        "last reply frame sent": _ms(peer.outbound.frame_time(last), barge.onset_at)
+                        "first pause": ms(barge.at, barge.onset_at),
+                        "last reply frame sent": ms(peer.outbound.frame_time(last), barge.onset_at)
                         if last is not None else None,
                     })
                 stats = peer.statistics()
-                out.counters = _pause_counts(events) | {
+                out.counters = pause_counts(events) | {
                     "page: packets lost": int(got["lost"]),
                     "page: concealed samples (48 kHz)": int(got["concealed"]),
                     "page: mean jitter buffer (ms)": round(
@@ -502,45 +434,6 @@ async def chromium_call(engines: VoiceEngines, said: dict[str, Line], turns: int
                 await browser.close()
     return got["latency"], out
 
-
-# -- report -------------------------------------------------------------------------------
-
-
-def _median(values: list[float | None]) -> float | None:
-    known = [v for v in values if v is not None]
-    return statistics.median(known) if known else None
-
-
-def _fmt(value: float | None) -> str:
-    return "    n/a" if value is None else f"{value:7.0f}"
-
-
-def report(name: str, rows: list[dict[str, float | None]], marks: tuple[str, ...]) -> None:
-    print(f"   {name} (median ms over {len(rows)}; each mark after the previous: +step)")
-    previous: float | None = 0.0
-    for mark in marks:
-        value = _median([r.get(mark) for r in rows])
-        step = None if value is None or previous is None else value - previous
-        print(f"     {mark:<34} {_fmt(value)}   (+{_fmt(step).strip()})")
-        previous = value if value is not None else previous
-
-
-@contextlib.contextmanager
-def receive_path(hold: int | str | None) -> Iterator[int | None]:
-    """The receive path to measure: ``before`` also puts back soxr's streaming filter
-    for 48 -> 16 kHz (the Decimator replaced it in InputConverter)."""
-    if hold != "before":
-        assert not isinstance(hold, str)
-        yield hold
-        return
-    import voxflow_voice.audio as audio
-
-    kept = audio.Decimator
-    audio.Decimator = audio.Resampler  # type: ignore[misc, assignment]
-    try:
-        yield None
-    finally:
-        audio.Decimator = kept  # type: ignore[misc]
 
 
 async def measure(turns: int, holds: list[int | str | None], chromium: bool,
@@ -562,9 +455,9 @@ async def measure(turns: int, holds: list[int | str | None], chromium: bool,
                                  barge_in=BargeInSettings(pause_on_rise=rise))
         tag = f", pause_on_rise={'on' if rise else 'off'}, hiss={'on' if hiss else 'off'}"
         sim_v2v, sim_stops, sim_stale = await simulated(engines, said, turns)
-        sim = _median(list(sim_v2v))
-        print(f"\n== simulated transport{tag}: voice to voice {_fmt(sim).strip()} ms "
-              f"(n={len(sim_v2v)}), barge-in stop {_fmt(_median(list(sim_stops))).strip()} ms "
+        sim = median(list(sim_v2v))
+        print(f"\n== simulated transport{tag}: voice to voice {fmt(sim).strip()} ms "
+              f"(n={len(sim_v2v)}), barge-in stop {fmt(median(list(sim_stops))).strip()} ms "
               f"(n={len(sim_stops)}), stale {sim_stale}")
         for setting in holds:
             label = {None: "aiortc's jitter buffer", "before": "before (aiortc's jitter "
@@ -584,46 +477,46 @@ async def measure_one(engines: VoiceEngines, said: dict[str, Line], turns: int,
            BARGE_MARKS)
     for what, count in result.counters.items():
         print(f"     {what:<34} {count}")
-    inbound = _median([r["to the VAD"] for r in result.v2v])
-    outbound = _median([None if r["at the caller"] is None or r["first frame sent"] is None
+    inbound = median([r["to the VAD"] for r in result.v2v])
+    outbound = median([None if r["at the caller"] is None or r["first frame sent"] is None
                         else r["at the caller"] - r["first frame sent"] for r in result.v2v])
     if inbound is not None and outbound is not None:
         print(f"   transport share of voice to voice: mic -> VAD input {inbound:.0f} ms + first "
               f"frame sent -> at the caller {outbound:.0f} ms = {inbound + outbound:.0f} ms "
               "(the rest is the session: VAD, STT, flow, TTS)")
-    v2v = _median([r["at the caller"] for r in result.v2v])
-    stop = _median([r["last reply audio at the caller"] for r in result.barge])
+    v2v = median([r["at the caller"] for r in result.v2v])
+    stop = median([r["last reply audio at the caller"] for r in result.barge])
     if v2v is not None and sim is not None:
         print(f"   WebRTC - simulated voice to voice: {v2v - sim:+.0f} ms (target <= +100)")
         figure(f"WebRTC v2v minus simulated, aiortc caller, {label}", v2v - sim, "ms",
                target="<= 100")
     if stop is not None:
         figure(f"WebRTC barge-in stop at the caller, {label}", stop, "ms", target="<= 120")
-        from_packet = _median([None if r["last reply audio at the caller"] is None
+        from_packet = median([None if r["last reply audio at the caller"] is None
                                or r["first packet sent"] is None
                                else r["last reply audio at the caller"] - r["first packet sent"]
                                for r in result.barge])
         print(f"   barge-in stop at the caller from the first barge packet sent: "
-              f"{_fmt(from_packet).strip()} ms (target <= 120; the figure above counts from "
+              f"{fmt(from_packet).strip()} ms (target <= 120; the figure above counts from "
               "its first speech sample, up to a 20 ms frame earlier)")
     if chromium:
         page, server_side = await chromium_call(engines, said, turns, hold)
         print(f"\n== WebRTC, headless Chromium, {label} (the page's own figures)")
         for key in ("server_ms", "receive_ms", "rtt_ms", "jitter_ms", "playout_ms",
                     "ear_ms"):
-            print(f"     {key:<34} {_fmt(_median([p.get(key) for p in page]))}")
-        share = _median([None if p.get("ear_ms") is None else p["ear_ms"] - p["server_ms"]
+            print(f"     {key:<34} {fmt(median([p.get(key) for p in page]))}")
+        share = median([None if p.get("ear_ms") is None else p["ear_ms"] - p["server_ms"]
                          for p in page])
-        print(f"     {'transport share (ear - server)':<34} {_fmt(share)}")
-        ear = _median([p.get("ear_ms") for p in page])
+        print(f"     {'transport share (ear - server)':<34} {fmt(share)}")
+        ear = median([p.get("ear_ms") for p in page])
         if ear is not None and sim is not None:
             print(f"   Chromium (at the ear) - simulated voice to voice: {ear - sim:+.0f} ms")
         report("barge-in, after the VAD onset (audio time)", server_side.barge,
                ("first pause", "last reply frame sent"))
         for what, count in server_side.counters.items():
             print(f"     {what:<34} {count}")
-        sent = _median([r.get("last reply frame sent") for r in server_side.barge])
-        held = [_median([p.get(key) for p in page]) for key in ("jitter_ms", "playout_ms")]
+        sent = median([r.get("last reply frame sent") for r in server_side.barge])
+        held = [median([p.get(key) for p in page]) for key in ("jitter_ms", "playout_ms")]
         if sent is not None and None not in held:
             jitter, playout = (float(h) for h in held if h is not None)
             print(f"   barge-in stop at the ear (Chromium, estimated): VAD onset -> last reply "
