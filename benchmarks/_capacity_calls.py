@@ -262,6 +262,7 @@ async def load_engines(*, scheduling: bool = True) -> tuple[VoiceEngines, float]
         asyncio.to_thread(VoiceEngines.load, tts="piper:cache_mb=0", scheduling=scheduling),
         preload())
     await engines.stt.transcribe(AudioChunk.from_float(np.zeros(16_000, np.float32), 16_000))
-    async for _ in engines.tts.stream("Warming up.", segment_id=1):
+    async for _ in engines.tts.stream("Warming up.", delivery_id=DeliveryId("warm-up"),
+                                      segment_id=1):
         pass
     return engines, _rss_mb()

@@ -20,6 +20,8 @@ from voxflow_voice.engines.tts import PiperTts, TtsSettings
 from voxflow_voice.listen.turn_detector import TurnDetection
 from voxflow_voice.session.metrics import Distribution
 
+from voxflow.ids import DeliveryId
+
 __all__ = ["ANCHOR_TEXT", "ANCHOR_WAV", "V2V_CONFIGS", "V2V_DEFAULT", "transcript_counts",
            "voice_to_voice"]
 
@@ -87,7 +89,8 @@ async def voice_to_voice(turns: int, wav: Path | None, names: list[str],
         speech = trim(resample(np.concatenate(parts) * 0.5, tts.sample_rate, STT_SAMPLE_RATE))
         audio = AudioChunk.from_float(speech, STT_SAMPLE_RATE)
         source = f"{text!r}, bundled Piper voice"
-    async for _ in engines.tts.stream("Warming up.", segment_id=1):
+    async for _ in engines.tts.stream("Warming up.", delivery_id=DeliveryId("warm-up"),
+                                      segment_id=1):
         pass
     print(f"voice to voice, real time: {turns} turns of {source}; Whisper base; "
           f"Smart Turn's decisions and every STT call stamped")

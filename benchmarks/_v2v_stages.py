@@ -17,7 +17,7 @@ from typing import Any
 
 from numpy.typing import NDArray
 from voice_latency import speech_span
-from voxflow_voice.audio import AudioChunk
+from voxflow_voice.audio import AudioChunk, ReplyChunk
 from voxflow_voice.engines import SpeechToText, TextToSpeech
 from voxflow_voice.engines.end_of_turn import EndOfTurnModel
 from voxflow_voice.engines.stt import Transcript
@@ -98,8 +98,8 @@ class StampedTts:
         return self.inner.synthesize(text)
 
     async def stream(
-        self, text: str, *, delivery_id: DeliveryId | None = None, segment_id: int | None = None
-    ) -> AsyncIterator[AudioChunk]:
+        self, text: str, *, delivery_id: DeliveryId, segment_id: int
+    ) -> AsyncIterator[ReplyChunk]:
         start = time.monotonic()
         first = True
         async for chunk in self.inner.stream(text, delivery_id=delivery_id,

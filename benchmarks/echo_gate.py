@@ -39,7 +39,7 @@ from voxflow_adapters.testkit.flows import STORY, Teller, gate_frames
 from voxflow_adapters.testkit.scenario import CallResult
 from voxflow_adapters.testkit.script import CallScript
 from voxflow_adapters.testkit.simulated import SimulatedClient
-from voxflow_voice.audio import STT_SAMPLE_RATE, AudioChunk
+from voxflow_voice.audio import STT_SAMPLE_RATE, AudioChunk, ReplyChunk
 from voxflow_voice.engines import VoiceEngines
 from voxflow_voice.listen.echo import EchoGate
 from voxflow_voice.session import VoiceSession, VoiceSettings
@@ -186,7 +186,7 @@ def gate_cost(runs: int) -> float:
         frames = 0
         for start in range(0, n, 320):
             piece = played[start : start + 320]
-            gate.sent(AudioChunk.from_float(piece, STT_SAMPLE_RATE, start_sample=start,
+            gate.sent(ReplyChunk.from_float(piece, STT_SAMPLE_RATE, start_sample=start,
                                             delivery_id=delivery, segment_id=1))
             gate.played(PlaybackReceipt(delivery, 1, start, piece.size, STT_SAMPLE_RATE,
                                         at=start / STT_SAMPLE_RATE))

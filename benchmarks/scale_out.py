@@ -96,13 +96,13 @@ async def _instant_engines(engines: Any) -> Any:
     import capacity
     from voxflow_voice.engines import VoiceEngines
     from voxflow_voice.speak.segmenter import TextSegmenter
-    from webrtc_load import _CachedTts, _InstantStt
+    from webrtc_load import WARM_UP, _CachedTts, _InstantStt
 
     instant = VoiceEngines(stt=_InstantStt(), tts=_CachedTts(engines.tts),
                            make_vad=engines.make_vad)
     segmenter = TextSegmenter()
     for segment in [*segmenter.push(capacity.REPLY), *segmenter.flush()]:
-        async for _ in instant.tts.stream(segment.text):
+        async for _ in instant.tts.stream(segment.text, delivery_id=WARM_UP, segment_id=1):
             pass
     return instant
 

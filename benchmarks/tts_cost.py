@@ -54,7 +54,7 @@ from capacity import REPLY
 from voxflow_adapters.testkit.flows import ACKNOWLEDGEMENT, STORY, Teller
 from voxflow_adapters.testkit.scenario import run_call
 from voxflow_adapters.testkit.script import CallScript
-from voxflow_voice.audio import STT_SAMPLE_RATE, AudioChunk, resample
+from voxflow_voice.audio import STT_SAMPLE_RATE, ReplyChunk, resample
 from voxflow_voice.engines import VoiceEngines
 from voxflow_voice.engines._onnx_alignment import add_alignment_output
 from voxflow_voice.engines.errors import ModelNotFoundError
@@ -239,7 +239,7 @@ def echo_reference(reply: np.ndarray, rate: int, rounds: int) -> float:
         gate = EchoGate()
         cpu = time.process_time()
         for begin in range(0, reply.size, chunk):
-            gate.sent(AudioChunk.from_float(reply[begin:begin + chunk], rate, start_sample=begin,
+            gate.sent(ReplyChunk.from_float(reply[begin:begin + chunk], rate, start_sample=begin,
                                             delivery_id=delivery, segment_id=1))
             for start in range(begin, min(begin + chunk, reply.size), piece):
                 n = min(piece, begin + chunk - start, reply.size - start)

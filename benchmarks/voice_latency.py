@@ -69,7 +69,7 @@ from _figures import figure
 from voxflow_adapters.testkit.flows import STORY
 from voxflow_adapters.testkit.scenario import CallResult, run_call
 from voxflow_adapters.testkit.script import CallScript
-from voxflow_voice.audio import STT_SAMPLE_RATE, AudioChunk, resample
+from voxflow_voice.audio import STT_SAMPLE_RATE, AudioChunk, ReplyChunk, resample
 from voxflow_voice.engines import SpeechToText, TextToSpeech, VoiceEngines
 from voxflow_voice.engines.stt import SttSettings, Transcript
 from voxflow_voice.listen.turn_detector import TurnDetection
@@ -162,8 +162,8 @@ class TimedTts:
         return self.inner.synthesize(text)
 
     async def stream(
-        self, text: str, *, delivery_id: DeliveryId | None = None, segment_id: int | None = None
-    ) -> AsyncIterator[AudioChunk]:
+        self, text: str, *, delivery_id: DeliveryId, segment_id: int
+    ) -> AsyncIterator[ReplyChunk]:
         busy = 0.0
         audio = 0.0
         chunks = aiter(self.inner.stream(text, delivery_id=delivery_id, segment_id=segment_id))
@@ -341,7 +341,8 @@ async def measure(config: Config) -> None:
     )
     # Warm both models up (first inference allocates), off the measured call.
     await loaded.stt.transcribe(AudioChunk.from_float(np.zeros(16_000, np.float32), 16_000))
-    async for _ in loaded.tts.stream("Warming up.", segment_id=1):
+    async for _ in loaded.tts.stream("Warming up.", delivery_id=DeliveryId("warm-up"),
+                                     segment_id=1):
         pass
     script, barge_ins = build_script(loaded.tts)
     settings = VoiceSettings(turn_detection=config.turn_detection)

@@ -46,8 +46,11 @@ from typing import Any
 import numpy as np
 from _figures import figure
 
+from voxflow.ids import DeliveryId
+
 CALL_LIMIT = 30.0  # default seconds a caller waits for its reply before giving up
 TEXT = "Hello there!"
+WARM_UP = DeliveryId("warm-up")  # the identity of audio synthesized ahead, never played
 
 
 # -- the server (child process) ---------------------------------------------------------
@@ -72,12 +75,13 @@ class _CachedTts:
     def sample_rate(self) -> int:
         return int(self._tts.sample_rate)
 
-    async def stream(self, text: str, *, delivery_id: Any = None,
-                     segment_id: int | None = None) -> AsyncIterator[Any]:
+    async def stream(self, text: str, *, delivery_id: DeliveryId,
+                     segment_id: int) -> AsyncIterator[Any]:
         from dataclasses import replace
 
         if text not in self._cache:
-            self._cache[text] = [c async for c in self._tts.stream(text)]
+            self._cache[text] = [c async for c in self._tts.stream(
+                text, delivery_id=WARM_UP, segment_id=1)]
         for chunk in self._cache[text]:
             yield replace(chunk, delivery_id=delivery_id, segment_id=segment_id)
 
@@ -98,9 +102,10 @@ async def _serve_child(real: bool) -> None:
     logging.basicConfig(level=logging.ERROR)
     ignore_closed_transport_errors(asyncio.get_running_loop())
     tts = _CachedTts(PiperTts(settings=DETERMINISTIC_TTS_SETTINGS))
-    async for _ in tts.stream("Hello!"):  # warm the cache: the reply is instant
+    # warm the cache: the reply is instant
+    async for _ in tts.stream("Hello!", delivery_id=WARM_UP, segment_id=1):
         pass
-    async for _ in tts.stream("How can I help you today?"):
+    async for _ in tts.stream("How can I help you today?", delivery_id=WARM_UP, segment_id=1):
         pass
     engines = VoiceEngines(stt=_InstantStt(), tts=tts, make_vad=EnergyVad)
     if real:
@@ -109,7 +114,7 @@ async def _serve_child(real: bool) -> None:
         engines = await asyncio.to_thread(VoiceEngines.load)
         await engines.stt.transcribe(AudioChunk.from_float(np.zeros(16_000, np.float32),
                                                            16_000))
-        async for _ in engines.tts.stream("Warming up."):
+        async for _ in engines.tts.stream("Warming up.", delivery_id=WARM_UP, segment_id=1):
             pass
     settings = ServerSettings(port=0, max_calls=200,
                               peer=PeerSettings(ice_host_addresses=("127.0.0.1",)))

@@ -22,7 +22,7 @@ from voxflow_adapters.testkit.flows import STORY, Teller, gate_frames, words
 from voxflow_adapters.testkit.scenario import CallResult, run_call
 from voxflow_adapters.testkit.script import CallScript
 from voxflow_adapters.testkit.simulated import SimulatedClient
-from voxflow_voice.audio import STT_SAMPLE_RATE, AudioChunk, resample
+from voxflow_voice.audio import STT_SAMPLE_RATE, AudioChunk, ReplyChunk, resample
 from voxflow_voice.engines import VoiceEngines
 from voxflow_voice.listen.echo import EchoGate, EchoGateSettings
 from voxflow_voice.listen.turn_detection import TurnDetection
@@ -170,7 +170,7 @@ def test_a_reply_at_the_voice_s_rate_is_referenced_as_the_speaker_plays_it(
     gate, delivery = EchoGate(), DeliveryId("story")
     receipts = []  # each chunk sent, then its pieces played, as a transport does
     for begin in range(0, reply.size, chunk):
-        gate.sent(AudioChunk.from_float(reply[begin:begin + chunk], rate, start_sample=begin,
+        gate.sent(ReplyChunk.from_float(reply[begin:begin + chunk], rate, start_sample=begin,
                                         delivery_id=delivery, segment_id=1))
         for start in range(begin, min(begin + chunk, reply.size), piece):
             n = min(piece, begin + chunk - start, reply.size - start)
@@ -203,8 +203,9 @@ def test_gate_validates_its_inputs() -> None:
         EchoGate(settings={"max_delay": 0.3})  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="16000"):
         gate.process(AudioChunk.from_float(np.zeros(480, np.float32), 24_000), 0.0)
-    with pytest.raises(ValueError, match="delivery_id"):
-        gate.sent(AudioChunk.from_float(np.zeros(320, np.float32), STT_SAMPLE_RATE))
+    with pytest.raises(TypeError, match="ReplyChunk"):  # microphone audio is no reference
+        gate.sent(AudioChunk.from_float(np.zeros(320, np.float32),  # type: ignore[arg-type]
+                                        STT_SAMPLE_RATE))
     with pytest.raises(TypeError, match="receipt"):
         gate.played("receipt")  # type: ignore[arg-type]
     with pytest.raises(ValueError):
@@ -254,9 +255,9 @@ def test_a_fenced_reply_s_unplayed_audio_is_dropped_once_another_reply_plays() -
     rate = STT_SAMPLE_RATE
     fenced, next_reply = DeliveryId("fenced"), DeliveryId("next")
 
-    def chunk(delivery: DeliveryId, start: int, seconds: float) -> AudioChunk:
+    def chunk(delivery: DeliveryId, start: int, seconds: float) -> ReplyChunk:
         samples = _speechlike(seconds, seed=start + len(delivery))
-        return AudioChunk.from_float(samples, rate, delivery_id=delivery, segment_id=1,
+        return ReplyChunk.from_float(samples, rate, delivery_id=delivery, segment_id=1,
                                      start_sample=start)
 
     gate = EchoGate()
@@ -273,7 +274,7 @@ def test_a_fenced_reply_s_unplayed_audio_is_dropped_once_another_reply_plays() -
 
 def test_forget_names_a_bad_delivery_and_keeps_the_reference() -> None:
     gate = EchoGate()
-    gate.sent(AudioChunk.from_float(_speechlike(0.5, seed=2), STT_SAMPLE_RATE,
+    gate.sent(ReplyChunk.from_float(_speechlike(0.5, seed=2), STT_SAMPLE_RATE,
                                     delivery_id=DeliveryId("kept"), segment_id=1,
                                     start_sample=0))
     for bad in ("", None, 7):

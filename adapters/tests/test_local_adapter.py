@@ -26,7 +26,7 @@ from voxflow_adapters.local import (
     load_sounddevice,
 )
 from voxflow_adapters.local.errors import AudioBackendError, AudioDeviceError
-from voxflow_voice.audio import STT_SAMPLE_RATE, AudioChunk
+from voxflow_voice.audio import STT_SAMPLE_RATE, AudioChunk, ReplyChunk
 from voxflow_voice.testing import CHECKS, TransportHarness, check_transport
 from voxflow_voice.transport import (
     AudioTransport,
@@ -157,7 +157,7 @@ async def test_microphone_audio_is_converted_to_16k_in_order() -> None:
         await settle()
         await audio.aclose()
         chunks = [chunk async for chunk in audio.audio_input()]
-    assert all(c.sample_rate == STT_SAMPLE_RATE and c.delivery_id is None for c in chunks)
+    assert all(isinstance(c, AudioChunk) and c.sample_rate == STT_SAMPLE_RATE for c in chunks)
     starts = [c.start_sample for c in chunks]
     assert None not in starts
     positions = [int(x or 0) for x in starts]
@@ -177,9 +177,9 @@ async def test_playback_plays_exactly_the_written_samples_and_receipts_match() -
     delivery = DeliveryId("d-1")
     reply = tone(0.1, 22_050, freq=500.0, amp=0.25)
     chunks = [
-        AudioChunk.from_float(reply[:1000], 22_050, delivery_id=delivery, segment_id=1,
+        ReplyChunk.from_float(reply[:1000], 22_050, delivery_id=delivery, segment_id=1,
                               start_sample=0),
-        AudioChunk.from_float(reply[1000:], 22_050, delivery_id=delivery, segment_id=1,
+        ReplyChunk.from_float(reply[1000:], 22_050, delivery_id=delivery, segment_id=1,
                               start_sample=1000),
     ]
     seen: list[ClientObservation] = []
@@ -208,7 +208,7 @@ async def test_playback_plays_exactly_the_written_samples_and_receipts_match() -
 async def test_playback_resamples_to_the_device_and_receipts_stay_in_chunk_samples() -> None:
     driver = FakeDriver(output_rate=48_000)
     delivery = DeliveryId("d-2")
-    chunk = AudioChunk.from_float(tone(0.2, 22_050, freq=400.0, amp=0.3), 22_050,
+    chunk = ReplyChunk.from_float(tone(0.2, 22_050, freq=400.0, amp=0.3), 22_050,
                                   delivery_id=delivery, segment_id=2, start_sample=500)
     seen: list[ClientObservation] = []
     async with LocalAudio(quiet_settings(), backend=driver) as audio:
@@ -232,9 +232,9 @@ async def test_flush_drops_only_that_delivery_at_once() -> None:
     old, new = DeliveryId("old"), DeliveryId("new")
     seen: list[ClientObservation] = []
     async with LocalAudio(quiet_settings(lead=5.0), backend=driver) as audio:
-        audio.write_nowait(AudioChunk.from_float(np.full(1600, 0.1, np.float32), 16_000,
+        audio.write_nowait(ReplyChunk.from_float(np.full(1600, 0.1, np.float32), 16_000,
                                                  delivery_id=old, segment_id=1, start_sample=0))
-        audio.write_nowait(AudioChunk.from_float(np.full(1600, 0.2, np.float32), 16_000,
+        audio.write_nowait(ReplyChunk.from_float(np.full(1600, 0.2, np.float32), 16_000,
                                                  delivery_id=new, segment_id=1, start_sample=0))
         first = driver.render(600)  # 600 samples of `old` played
         dropped = audio.flush(old)
@@ -256,8 +256,9 @@ async def test_wait_writable_applies_back_pressure_until_the_device_consumes() -
     driver = FakeDriver(output_rate=16_000)
     delivery = DeliveryId("d")
     async with LocalAudio(quiet_settings(lead=0.1), backend=driver) as audio:
-        audio.write_nowait(AudioChunk.from_float(np.zeros(3200, np.float32), 16_000,
-                                                 delivery_id=delivery, start_sample=0))
+        audio.write_nowait(ReplyChunk.from_float(np.zeros(3200, np.float32), 16_000,
+                                                 delivery_id=delivery, segment_id=1,
+                                                 start_sample=0))
         waiter = asyncio.create_task(audio.wait_writable())
         await settle()
         assert not waiter.done()  # 0.2 s queued >= lead of 0.1 s
@@ -292,8 +293,9 @@ async def test_a_stalled_stream_is_reopened_and_the_queue_survives() -> None:
         audio = LocalAudio(LocalAudioSettings(stall_timeout=1.0), backend=driver, clock=clock,
                            on_status=statuses.append)
         async with audio:
-            audio.write_nowait(AudioChunk.from_float(np.full(800, 0.3, np.float32), 16_000,
-                                                     delivery_id=delivery, start_sample=0))
+            audio.write_nowait(ReplyChunk.from_float(np.full(800, 0.3, np.float32), 16_000,
+                                                     delivery_id=delivery, segment_id=1,
+                                                 start_sample=0))
             first = driver.streams[:2]
             await clock.sleep(1.5)  # no callbacks at all: the watchdog sees a stall
             assert [s.state for s in statuses] == ["open", "stalled", "reopened"]
@@ -321,8 +323,9 @@ async def test_a_lost_device_that_never_returns_ends_the_input_cleanly() -> None
             assert audio.error is not None and "conversation is kept" in str(audio.error)
             assert isinstance(audio.error.__cause__, AudioDeviceError)
             with pytest.raises(ResourceClosedError):
-                audio.write_nowait(AudioChunk.from_float(np.zeros(10, np.float32), 16_000,
-                                                         delivery_id=DeliveryId("x")))
+                audio.write_nowait(ReplyChunk.from_float(np.zeros(10, np.float32), 16_000,
+                                                         delivery_id=DeliveryId("x"), segment_id=1,
+                                                         start_sample=0))
             await audio.wait_writable()  # never blocks on a device that is gone
 
 
@@ -342,8 +345,9 @@ async def test_bad_arguments_are_named() -> None:
         LocalAudioSettings(lead=0)
     driver = FakeDriver()
     async with LocalAudio(quiet_settings(), backend=driver) as audio:
-        with pytest.raises(ValueError, match="delivery_id"):
-            audio.write_nowait(AudioChunk.from_float(np.zeros(10, np.float32), 16_000))
+        with pytest.raises(TypeError, match="ReplyChunk"):  # microphone audio is not a reply
+            audio.write_nowait(AudioChunk.from_float(  # type: ignore[arg-type]
+                np.zeros(10, np.float32), 16_000))
         with pytest.raises(TypeError, match="chunk"):
             audio.write_nowait(b"\x00\x00")  # type: ignore[arg-type]
     with pytest.raises(ResourceClosedError):
@@ -376,7 +380,7 @@ async def test_pause_holds_playout_and_resume_goes_on_from_the_same_sample() -> 
     driver = FakeDriver(output_rate=16_000)
     delivery = DeliveryId("d")
     ramp = (np.arange(3200, dtype=np.float32) - 1600) / 4000
-    chunk = AudioChunk.from_float(ramp, 16_000, delivery_id=delivery, segment_id=1,
+    chunk = ReplyChunk.from_float(ramp, 16_000, delivery_id=delivery, segment_id=1,
                                   start_sample=0)
     seen: list[ClientObservation] = []
     async with LocalAudio(quiet_settings(lead=5.0), backend=driver) as audio:

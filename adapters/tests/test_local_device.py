@@ -63,7 +63,7 @@ CALL = textwrap.dedent("""
     import asyncio, json, sys
     import numpy as np
     from voxflow_adapters.local import LocalAudio, LocalAudioSettings
-    from voxflow_voice.audio import AudioChunk
+    from voxflow_voice.audio import ReplyChunk
     from voxflow_voice.transport import PlaybackReceipt, PlaybackDrained
     from voxflow.ids import DeliveryId
 
@@ -78,7 +78,7 @@ CALL = textwrap.dedent("""
             # the first and then a period of silence (seen twice in CI). The receipts
             # still come one per callback period, so their order and coverage are checked.
             await audio.wait_writable()
-            audio.write_nowait(AudioChunk.from_float(
+            audio.write_nowait(ReplyChunk.from_float(
                 reply, 48000, delivery_id=delivery, segment_id=1, start_sample=0))
             receipts, drained = [], False
             async for obs in audio.observations():

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from voxflow_adapters.testkit.script import CallScript
 from voxflow_adapters.testkit.simulated import SimulatedClient
-from voxflow_voice.audio import AudioChunk, WordTiming
+from voxflow_voice.audio import ReplyChunk, WordTiming
 from voxflow_voice.speak.heard import HeardLedger
 from voxflow_voice.speak.playback import Playback
 from voxflow_voice.transport import PlaybackDrained, PlaybackReceipt
@@ -28,7 +28,7 @@ CHUNK = 2_205  # 0.1 s
 
 def tone_chunks(
     delivery: DeliveryId, words: list[str], *, word_seconds: float = 0.3, segment_id: int = 1
-) -> list[AudioChunk]:
+) -> list[ReplyChunk]:
     """One segment: each word lasts ``word_seconds``; chunks of 0.1 s with word timings."""
     per_word = int(word_seconds * RATE)
     total = per_word * len(words)
@@ -41,7 +41,7 @@ def tone_chunks(
         timing = tuple(
             WordTiming(w, a - begin, b - begin) for w, a, b in spans if begin <= a < stop
         )
-        chunks.append(AudioChunk.from_float(
+        chunks.append(ReplyChunk.from_float(
             samples[begin:stop], RATE, delivery_id=delivery, segment_id=segment_id,
             start_sample=begin, words=timing,
         ))
@@ -54,7 +54,7 @@ async def pump(client: SimulatedClient, playback: Playback) -> None:
             playback.on_receipt(obs)
 
 
-async def feed(playback: Playback, chunks: list[AudioChunk]) -> list[bool]:
+async def feed(playback: Playback, chunks: list[ReplyChunk]) -> list[bool]:
     return [await playback.play(c) for c in chunks]
 
 
@@ -134,22 +134,14 @@ async def test_wait_played_is_false_once_fenced_and_drain_is_reported() -> None:
     assert any(isinstance(o, PlaybackDrained) and o.delivery_id == a for o in seen)
 
 
-async def test_reply_chunks_without_identity_are_refused() -> None:
-    clock = VirtualClock()
-    client = SimulatedClient(CallScript().until(1.0), clock=clock)
-    playback = Playback(client)
-    with pytest.raises(ValueError, match="delivery_id"):
-        await playback.play(AudioChunk(b"\x00\x00" * 10, RATE))
-
-
 def test_heard_ledger_without_word_timings_uses_the_played_share() -> None:
     ledger = HeardLedger()
     d = DeliveryId("d")
     ledger.begin_segment(d, 1, "First sentence here.")
     ledger.begin_segment(d, 2, "Second sentence is longer than that.")
-    ledger.sent(AudioChunk(b"\x00\x00" * 1000, 1000, delivery_id=d, segment_id=1, start_sample=0))
+    ledger.sent(ReplyChunk(b"\x00\x00" * 1000, 1000, delivery_id=d, segment_id=1, start_sample=0))
     ledger.end_segment(d, 1)
-    ledger.sent(AudioChunk(b"\x00\x00" * 1000, 1000, delivery_id=d, segment_id=2, start_sample=0))
+    ledger.sent(ReplyChunk(b"\x00\x00" * 1000, 1000, delivery_id=d, segment_id=2, start_sample=0))
     ledger.played(d, 1, 0, 1000)
     ledger.played(d, 2, 0, 500)  # half of segment 2: "Second sentence is" (cut word dropped)
     heard = ledger.heard(d)

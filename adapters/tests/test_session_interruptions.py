@@ -26,7 +26,7 @@ import pytest
 from voxflow_adapters.testkit.flows import ACKNOWLEDGEMENT, STORY, Teller, words
 from voxflow_adapters.testkit.scenario import run_call
 from voxflow_adapters.testkit.script import CallScript
-from voxflow_voice.audio import AudioChunk
+from voxflow_voice.audio import ReplyChunk
 from voxflow_voice.engines import TextToSpeech, VoiceEngines
 from voxflow_voice.engines.tts import PiperTts, TtsSettings
 from voxflow_voice.session import VoiceSettings
@@ -76,8 +76,8 @@ async def test_with_interruptions_disabled_speech_never_cuts_a_reply(
 class StreamLog:
     """One TTS stream the session opened: for which segment, and how it ended."""
 
-    delivery_id: DeliveryId | None
-    segment_id: int | None
+    delivery_id: DeliveryId
+    segment_id: int
     chunks: int = 0
     finished: bool = False  # the voice produced all of the segment's audio
     closed_early: bool = False  # the session closed the stream before its end
@@ -98,8 +98,8 @@ class WatchedTts:
         return self.inner.synthesize(text)
 
     async def stream(
-        self, text: str, *, delivery_id: DeliveryId | None = None, segment_id: int | None = None
-    ) -> AsyncIterator[AudioChunk]:
+        self, text: str, *, delivery_id: DeliveryId, segment_id: int
+    ) -> AsyncIterator[ReplyChunk]:
         log = StreamLog(delivery_id, segment_id)
         self.streams.append(log)
         inner = aiter(self.inner.stream(text, delivery_id=delivery_id, segment_id=segment_id))

@@ -16,7 +16,7 @@ import pytest
 from voxflow_adapters.testkit.flows import Teller
 from voxflow_adapters.testkit.scenario import run_call
 from voxflow_adapters.testkit.script import CallScript
-from voxflow_voice.audio import AudioChunk
+from voxflow_voice.audio import ReplyChunk
 from voxflow_voice.engines import TextToSpeech, VoiceEngines
 from voxflow_voice.engines.tts import DETERMINISTIC_TTS_SETTINGS
 from voxflow_voice.events import SessionEvent, TurnCommitted
@@ -50,8 +50,8 @@ class TicketedTts:
         return self.inner.synthesize(text)
 
     async def stream(
-        self, text: str, *, delivery_id: DeliveryId | None = None, segment_id: int | None = None
-    ) -> AsyncIterator[AudioChunk]:
+        self, text: str, *, delivery_id: DeliveryId, segment_id: int
+    ) -> AsyncIterator[ReplyChunk]:
         work = current_work()
         assert work is not None
         self.tickets.append((segment_id, work.urgency, work.slack))

@@ -17,7 +17,7 @@ from voxflow_adapters.testkit.script import CallScript
 from voxflow_adapters.testkit.simulated import SimulatedClient
 from voxflow_adapters.webrtc import PeerSettings, WebRtcPeer, host_addresses
 from voxflow_adapters.webrtc.protocol import PROTOCOL_VERSION
-from voxflow_voice.audio import AudioChunk
+from voxflow_voice.audio import AudioChunk, ReplyChunk
 from voxflow_voice.testing import (
     CHECKS,
     TransportContractError,
@@ -113,7 +113,7 @@ class _Leaky:
     async def wait_writable(self) -> None:
         await self.inner.wait_writable()
 
-    def write_nowait(self, chunk: AudioChunk) -> None:
+    def write_nowait(self, chunk: ReplyChunk) -> None:
         self.inner.write_nowait(chunk)
 
     def flush(self, delivery_id: DeliveryId) -> int:

@@ -24,7 +24,7 @@ from voxflow_adapters.webrtc.client import LoopbackCaller, _MicTrack
 from voxflow_adapters.webrtc.command import build_settings
 from voxflow_adapters.webrtc.outbound import FRAME_SECONDS, OutboundAudio
 from voxflow_adapters.webrtc.receive import MAX_RECEIVE_HOLD, ReorderWindow
-from voxflow_voice.audio import AudioChunk
+from voxflow_voice.audio import ReplyChunk
 from voxflow_voice.engines import VoiceEngines
 from voxflow_voice.transport import ClientObservation
 
@@ -195,9 +195,9 @@ async def test_the_server_decodes_the_last_packet_without_waiting_for_later_ones
 # -- the outbound queue --------------------------------------------------------------------
 
 
-def _chunk(delivery: str, seconds: float, start: int = 0, rate: int = 22050) -> AudioChunk:
+def _chunk(delivery: str, seconds: float, start: int = 0, rate: int = 22050) -> ReplyChunk:
     samples = np.full(round(seconds * rate), 0.3, np.float32)
-    return AudioChunk.from_float(samples, rate, delivery_id=DeliveryId(delivery), segment_id=1,
+    return ReplyChunk.from_float(samples, rate, delivery_id=DeliveryId(delivery), segment_id=1,
                                  start_sample=start)
 
 

@@ -18,7 +18,7 @@ from voxflow_adapters.webrtc.protocol import (
     messages_for_event,
     parse_page_message,
 )
-from voxflow_voice.audio import AudioChunk, float_to_pcm16, resample
+from voxflow_voice.audio import ReplyChunk, float_to_pcm16, resample
 from voxflow_voice.events import BargeIn, ReplyInterrupted, TurnCommitted
 from voxflow_voice.transport import ClientObservation, PlaybackDrained, PlaybackReceipt
 
@@ -29,9 +29,9 @@ A, B = DeliveryId("a"), DeliveryId("b")
 
 
 def tone(seconds: float, rate: int, delivery: DeliveryId, segment: int = 1,
-         start: int = 0) -> AudioChunk:
+         start: int = 0) -> ReplyChunk:
     t = np.arange(round(seconds * rate)) / rate
-    return AudioChunk.from_float(0.5 * np.sin(2 * np.pi * 440 * t), rate, delivery_id=delivery,
+    return ReplyChunk.from_float(0.5 * np.sin(2 * np.pi * 440 * t), rate, delivery_id=delivery,
                                  segment_id=segment, start_sample=start)
 
 

@@ -9,6 +9,7 @@ import pytest
 from voxflow_voice import (
     AudioChunk,
     InputConverter,
+    ReplyChunk,
     Resampler,
     float_to_pcm16,
     pcm16_to_float,
@@ -31,8 +32,9 @@ def peak_frequency(samples: np.ndarray, rate: int) -> float:
     return float(np.fft.rfftfreq(samples.size, 1 / rate)[np.argmax(spectrum)])
 
 
-def test_chunk_reports_length_and_identity() -> None:
-    chunk = AudioChunk(b"\x00\x00" * 1600, 16000, delivery_id=DeliveryId("d1"), segment_id=2)
+def test_reply_chunk_reports_length_and_identity() -> None:
+    chunk = ReplyChunk(b"\x00\x00" * 1600, 16000, delivery_id=DeliveryId("d1"), segment_id=2,
+                       start_sample=0)
     assert chunk.num_samples == 1600
     assert chunk.duration == pytest.approx(0.1)
     assert chunk.delivery_id == "d1" and chunk.segment_id == 2
@@ -40,17 +42,40 @@ def test_chunk_reports_length_and_identity() -> None:
         chunk.pcm = b""  # type: ignore[misc]
 
 
+def test_input_chunk_has_no_reply_identity() -> None:
+    chunk = AudioChunk.from_float(np.zeros(160, np.float32), 16000, start_sample=320)
+    assert chunk.num_samples == 160 and chunk.start_sample == 320
+    assert not hasattr(chunk, "delivery_id") and not hasattr(chunk, "segment_id")
+
+
 @pytest.mark.parametrize(
     ("kwargs", "match"),
     [
         ({"pcm": b"\x00", "sample_rate": 16000}, "whole 16-bit"),
         ({"pcm": b"", "sample_rate": 0}, "sample_rate"),
-        ({"pcm": b"", "sample_rate": 16000, "segment_id": 0}, "segment_id"),
+        ({"pcm": b"", "sample_rate": 16000, "start_sample": -1}, "start_sample"),
     ],
 )
 def test_chunk_rejects_bad_fields(kwargs: dict[str, object], match: str) -> None:
     with pytest.raises(ValueError, match=match):
         AudioChunk(**kwargs)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("changes", "match"),
+    [
+        ({"segment_id": 0}, "segment_id"),
+        ({"start_sample": -1}, "start_sample"),
+        ({"delivery_id": ""}, "delivery_id"),
+        ({"delivery_id": None}, "delivery_id"),
+    ],
+)
+def test_reply_chunk_rejects_bad_identity(changes: dict[str, object], match: str) -> None:
+    fields: dict[str, object] = {"pcm": b"", "sample_rate": 16000,
+                                 "delivery_id": DeliveryId("d1"), "segment_id": 1,
+                                 "start_sample": 0}
+    with pytest.raises(ValueError, match=match):
+        ReplyChunk(**(fields | changes))  # type: ignore[arg-type]
 
 
 def test_chunk_rejects_non_bytes() -> None:

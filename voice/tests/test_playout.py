@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from voxflow_voice.audio import AudioChunk, resample
+from voxflow_voice.audio import AudioChunk, ReplyChunk, resample
 from voxflow_voice.speak.playout import PlayoutQueue
 from voxflow_voice.transport import PlaybackReceipt
 
@@ -18,13 +18,13 @@ pytestmark = pytest.mark.unit
 A, B = DeliveryId("a"), DeliveryId("b")
 
 
-def chunk(delivery: DeliveryId, start: int, n: int, rate: int = 22_050) -> AudioChunk:
+def chunk(delivery: DeliveryId, start: int, n: int, rate: int = 22_050) -> ReplyChunk:
     samples = 0.2 * np.sin(np.arange(start, start + n) / 7.0)
-    return AudioChunk.from_float(samples.astype(np.float32), rate, delivery_id=delivery,
+    return ReplyChunk.from_float(samples.astype(np.float32), rate, delivery_id=delivery,
                                  segment_id=1, start_sample=start)
 
 
-def put(queue: PlayoutQueue, c: AudioChunk) -> bool:
+def put(queue: PlayoutQueue, c: ReplyChunk) -> bool:
     return queue.put(c, resample(c.samples(), c.sample_rate, queue.rate))
 
 
@@ -118,8 +118,8 @@ def test_bad_arguments_are_named() -> None:
     with pytest.raises(ValueError, match="rate"):
         PlayoutQueue(clock=VirtualClock(), rate=0)
     queue = PlayoutQueue(clock=VirtualClock(), rate=16_000)
-    with pytest.raises(ValueError, match="delivery_id"):
-        queue.put(AudioChunk(b"\0\0", 16_000), np.zeros(1, np.float32))
+    with pytest.raises(TypeError, match="ReplyChunk"):  # microphone audio is not a reply
+        queue.put(AudioChunk(b"\0\0", 16_000), np.zeros(1, np.float32))  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="n must be"):
         queue.pull(-1)
 

@@ -15,6 +15,7 @@ if TYPE_CHECKING:  # the names, for type checkers; loaded on first use below
     from .audio import STT_SAMPLE_RATE as STT_SAMPLE_RATE
     from .audio import AudioChunk as AudioChunk
     from .audio import InputConverter as InputConverter
+    from .audio import ReplyChunk as ReplyChunk
     from .audio import Resampler as Resampler
     from .audio import WordTiming as WordTiming
     from .audio import float_to_pcm16 as float_to_pcm16
@@ -165,6 +166,7 @@ _WHERE: dict[str, str] = {
     "PlaybackStatistics": "speak.playback",
     "PlayoutQueue": "speak.playout",
     "Pulled": "speak.playout",
+    "ReplyChunk": "audio",
     "Resampler": "audio",
     "STT_SAMPLE_RATE": "audio",
     "Segment": "speak.segmenter",
@@ -296,6 +298,7 @@ __all__ = [
     "PlaybackStatistics",
     "PlayoutQueue",
     "Pulled",
+    "ReplyChunk",
     "Resampler",
     "Segment",
     "SegmenterSettings",

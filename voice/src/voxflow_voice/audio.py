@@ -1,9 +1,12 @@
 """Audio chunks and conversions: any rate/channels in, 16 kHz mono s16le out.
 
-:class:`AudioChunk` is the one hot-path audio type of the pipeline (a frozen, slotted
-dataclass, STYLE.md §5): microphone input carries no identity; every TTS chunk carries the
-identity of the reply (``delivery_id``) and segment it belongs to, so the playback fence
-can drop it by identity.
+Two hot-path audio types (frozen, slotted dataclasses, STYLE.md §5), one a direction:
+:class:`AudioChunk` is what comes in (microphone, caller) and carries no reply identity;
+:class:`ReplyChunk` is what goes out (the TTS's reply audio) and always carries the
+identity of the reply (``delivery_id``) and of the text segment it was synthesized from.
+Two types rather than one with optional ids, so that the type checker, not a runtime
+``is None`` test in every stage, proves that the playback fence, the playout queue, the
+heard history and the echo reference only ever get audio they can fence by identity.
 
 Resampling uses ``soxr`` (a real band-limited resampler). :class:`Resampler` keeps the
 filter state between calls, so a continuous stream resampled in pieces is the same as the
@@ -32,6 +35,7 @@ __all__ = [
     "STT_SAMPLE_RATE",
     "AudioChunk",
     "InputConverter",
+    "ReplyChunk",
     "Resampler",
     "WordTiming",
     "float_to_pcm16",
@@ -65,39 +69,22 @@ class WordTiming:
 
 @dataclass(frozen=True, slots=True)
 class AudioChunk:
-    """A piece of s16le mono audio with optional reply identity and timing.
+    """A piece of incoming s16le mono audio (microphone, caller): no reply identity.
 
     Attributes:
         pcm: little-endian signed 16-bit mono samples.
         sample_rate: samples per second.
-        delivery_id: the reply this audio belongs to; ``None`` for microphone input.
-        segment_id: the reply text segment (from 1) the audio was synthesized from.
-        start_sample: index of the first sample within its stream (the input stream, or
-            the reply's audio), when known.
-        words: word timings inside this chunk (TTS chunks, when the voice has alignments).
+        start_sample: index of the first sample within its input stream, when known.
     """
 
     pcm: bytes
     sample_rate: int
-    delivery_id: DeliveryId | None = None
-    segment_id: int | None = None
     start_sample: int | None = None
-    words: tuple[WordTiming, ...] = field(default=())
 
     def __post_init__(self) -> None:
-        if not isinstance(self.pcm, bytes):
-            raise TypeError(f"pcm must be bytes, got {type(self.pcm).__name__}")
-        if len(self.pcm) % 2:
-            raise ValueError(f"pcm must hold whole 16-bit samples, got {len(self.pcm)} bytes")
-        _check_rate("sample_rate", self.sample_rate)
-        for name in ("segment_id", "start_sample"):
-            value = getattr(self, name)
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
-                raise ValueError(f"{name} must be an int or None, got {value!r}")
-        if self.segment_id is not None and self.segment_id < 1:
-            raise ValueError(f"segment_id must be >= 1, got {self.segment_id}")
-        if self.start_sample is not None and self.start_sample < 0:
-            raise ValueError(f"start_sample must be >= 0, got {self.start_sample}")
+        _check_pcm(self.pcm, self.sample_rate)
+        if self.start_sample is not None:
+            _check_position("start_sample", self.start_sample, 0)
 
     @property
     def num_samples(self) -> int:
@@ -115,10 +102,81 @@ class AudioChunk:
 
     @classmethod
     def from_float(
-        cls, samples: NDArray[np.floating[Any]], sample_rate: int, **identity: Any
+        cls, samples: NDArray[np.floating[Any]], sample_rate: int, *,
+        start_sample: int | None = None,
     ) -> AudioChunk:
-        """Build a chunk from float samples in [-1, 1] (clipped); ``identity`` as fields."""
-        return cls(float_to_pcm16(samples), sample_rate, **identity)
+        """Build a chunk from float samples in [-1, 1] (clipped)."""
+        return cls(float_to_pcm16(samples), sample_rate, start_sample)
+
+
+@dataclass(frozen=True, slots=True)
+class ReplyChunk:
+    """A piece of one reply's synthesized s16le mono audio, born with its identity.
+
+    The TTS makes it for a ``(delivery_id, segment_id)`` it is given; the playback
+    stage, the playout queue, the heard history, the echo reference and every
+    transport's output side take only this type.
+
+    Attributes:
+        pcm: little-endian signed 16-bit mono samples.
+        sample_rate: samples per second.
+        delivery_id: the reply this audio belongs to.
+        segment_id: the reply text segment (from 1) the audio was synthesized from.
+        start_sample: index of the first sample within its segment's audio.
+        words: word timings inside this chunk (when the voice has alignments).
+    """
+
+    pcm: bytes
+    sample_rate: int
+    delivery_id: DeliveryId
+    segment_id: int
+    start_sample: int
+    words: tuple[WordTiming, ...] = field(default=())
+
+    def __post_init__(self) -> None:
+        _check_pcm(self.pcm, self.sample_rate)
+        if not isinstance(self.delivery_id, str) or not self.delivery_id:
+            raise ValueError(f"delivery_id must be a non-empty str, got {self.delivery_id!r}")
+        _check_position("segment_id", self.segment_id, 1)
+        _check_position("start_sample", self.start_sample, 0)
+
+    @property
+    def num_samples(self) -> int:
+        """Number of samples in the chunk."""
+        return len(self.pcm) // 2
+
+    @property
+    def duration(self) -> float:
+        """Length in seconds."""
+        return self.num_samples / self.sample_rate
+
+    def samples(self) -> NDArray[np.float32]:
+        """The samples as float32 in [-1, 1)."""
+        return pcm16_to_float(self.pcm)
+
+    @classmethod
+    def from_float(
+        cls, samples: NDArray[np.floating[Any]], sample_rate: int, *, delivery_id: DeliveryId,
+        segment_id: int, start_sample: int, words: tuple[WordTiming, ...] = (),
+    ) -> ReplyChunk:
+        """Build a chunk from float samples in [-1, 1] (clipped)."""
+        return cls(float_to_pcm16(samples), sample_rate, delivery_id, segment_id,
+                   start_sample, words)
+
+
+def _check_pcm(pcm: bytes, sample_rate: int) -> None:
+    if not isinstance(pcm, bytes):
+        raise TypeError(f"pcm must be bytes, got {type(pcm).__name__}")
+    if len(pcm) % 2:
+        raise ValueError(f"pcm must hold whole 16-bit samples, got {len(pcm)} bytes")
+    _check_rate("sample_rate", sample_rate)
+
+
+def _check_position(name: str, value: int, least: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{name} must be an int, got {value!r}")
+    if value < least:
+        raise ValueError(f"{name} must be >= {least}, got {value}")
 
 
 def pcm16_to_float(pcm: bytes | NDArray[np.int16]) -> NDArray[np.float32]:

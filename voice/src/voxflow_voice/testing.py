@@ -35,7 +35,7 @@ import numpy as np
 from voxflow.ids import DeliveryId
 from voxflow.tasks import background
 
-from .audio import AudioChunk
+from .audio import ReplyChunk
 from .transport import (
     AudioTransport,
     ClientObservation,
@@ -89,13 +89,13 @@ TransportFactory = Callable[[], AbstractAsyncContextManager[TransportHarness]]
 
 
 def reply_chunks(delivery_id: DeliveryId, seconds: float, *, rate: int = REPLY_RATE,
-                 chunk_seconds: float = 0.1, segment_id: int = 1) -> list[AudioChunk]:
+                 chunk_seconds: float = 0.1, segment_id: int = 1) -> list[ReplyChunk]:
     """A reply's audio: a tone cut into identity-tagged chunks with contiguous positions."""
     total = round(seconds * rate)
     t = np.arange(total) / rate
     samples = (0.3 * np.sin(2 * np.pi * 330 * t)).astype(np.float32)
     step = round(chunk_seconds * rate)
-    return [AudioChunk.from_float(samples[i : i + step], rate, delivery_id=delivery_id,
+    return [ReplyChunk.from_float(samples[i : i + step], rate, delivery_id=delivery_id,
                                   segment_id=segment_id, start_sample=i)
             for i in range(0, total, step)]
 
@@ -128,18 +128,16 @@ class _Call:
         return [i for i, o in enumerate(self.seen)
                 if isinstance(o, PlaybackDrained) and o.delivery_id == delivery_id]
 
-    async def write(self, chunks: Sequence[AudioChunk]) -> None:
+    async def write(self, chunks: Sequence[ReplyChunk]) -> None:
         for chunk in chunks:
             await self.transport.wait_writable()
-            assert chunk.delivery_id is not None
             self.transport.write_nowait(chunk)
             self.written[chunk.delivery_id] = (self.written.get(chunk.delivery_id, 0)
                                                + chunk.num_samples)
 
-    def put(self, chunks: Sequence[AudioChunk]) -> None:
+    def put(self, chunks: Sequence[ReplyChunk]) -> None:
         """Queue all of ``chunks`` at once (a short reply: no underrun between chunks)."""
         for chunk in chunks:
-            assert chunk.delivery_id is not None
             self.transport.write_nowait(chunk)
             self.written[chunk.delivery_id] = (self.written.get(chunk.delivery_id, 0)
                                                + chunk.num_samples)

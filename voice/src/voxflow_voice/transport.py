@@ -18,7 +18,7 @@ from typing import Literal, Protocol, runtime_checkable
 
 from voxflow.ids import DeliveryId
 
-from .audio import AudioChunk
+from .audio import AudioChunk, ReplyChunk
 
 __all__ = [
     "AudioTransport",
@@ -44,7 +44,7 @@ class PlaybackReceipt:
     """
 
     delivery_id: DeliveryId
-    segment_id: int | None
+    segment_id: int
     start_sample: int
     num_samples: int
     sample_rate: int
@@ -106,8 +106,8 @@ class AudioTransport(Protocol):
         """Return when the output buffer has room for more reply audio."""
         ...
 
-    def write_nowait(self, chunk: AudioChunk) -> None:
-        """Queue one identity-tagged reply chunk for playout."""
+    def write_nowait(self, chunk: ReplyChunk) -> None:
+        """Queue one reply chunk (it carries its reply's identity) for playout."""
         ...
 
     def flush(self, delivery_id: DeliveryId) -> int:

@@ -41,7 +41,7 @@ from typing import Annotated, Any, Literal
 import numpy as np
 from numpy.typing import NDArray
 from pydantic import BaseModel, ConfigDict, Field
-from voxflow_voice.audio import AudioChunk, resample
+from voxflow_voice.audio import AudioChunk, ReplyChunk, resample
 from voxflow_voice.listen.input_guard import InputGuard
 from voxflow_voice.speak.playout import PlayoutQueue, Pulled
 from voxflow_voice.transport import (
@@ -304,12 +304,10 @@ class LocalAudio:
             self._writable.clear()
             await self._writable.wait()
 
-    def write_nowait(self, chunk: AudioChunk) -> None:
-        """Queue one identity-tagged reply chunk, converted to the device rate."""
-        if not isinstance(chunk, AudioChunk):
-            raise TypeError(f"chunk must be an AudioChunk, got {type(chunk).__name__}")
-        if chunk.delivery_id is None:
-            raise ValueError("reply chunks must carry a delivery_id")
+    def write_nowait(self, chunk: ReplyChunk) -> None:
+        """Queue one reply chunk, converted to the device rate."""
+        if not isinstance(chunk, ReplyChunk):
+            raise TypeError(f"chunk must be a ReplyChunk, got {type(chunk).__name__}")
         if self._ended:
             raise ResourceClosedError("LocalAudio is closed: no more reply audio is played")
         playout = self._playout
@@ -513,7 +511,7 @@ class LocalAudio:
         return self._playout.queued_seconds if self._playout is not None else 0.0
 
     @staticmethod
-    def _to_device(chunk: AudioChunk, rate: int) -> NDArray[np.float32]:
+    def _to_device(chunk: ReplyChunk, rate: int) -> NDArray[np.float32]:
         samples = chunk.samples()
         if chunk.sample_rate == rate:
             return samples

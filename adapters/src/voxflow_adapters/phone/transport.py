@@ -34,7 +34,7 @@ from collections import OrderedDict, deque
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 
-from voxflow_voice.audio import STT_SAMPLE_RATE, AudioChunk, resample
+from voxflow_voice.audio import STT_SAMPLE_RATE, AudioChunk, ReplyChunk, resample
 from voxflow_voice.speak.playout import PlayoutQueue
 from voxflow_voice.transport import ClientObservation, PlaybackDrained, PlaybackReceipt
 
@@ -256,7 +256,7 @@ class PhoneTransport:
             self._writable.clear()
             await self._writable.wait()
 
-    def write_nowait(self, chunk: AudioChunk) -> None:
+    def write_nowait(self, chunk: ReplyChunk) -> None:
         """Queue one reply chunk (resampled to 8 kHz whole)."""
         if self._closed:
             return

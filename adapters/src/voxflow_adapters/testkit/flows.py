@@ -181,7 +181,7 @@ def played_words(call: CallResult, engines: VoiceEngines, delivery: DeliveryId) 
     """
     segments = {e.segment_id: e.text for e in call.of_kind("reply_text")
                 if e.delivery_id == delivery}
-    played: dict[int | None, int] = {}
+    played: dict[int, int] = {}
     for r in call.tape.receipts:
         if r.delivery_id == delivery:
             played[r.segment_id] = max(played.get(r.segment_id, 0), r.start_sample + r.num_samples)
@@ -236,7 +236,7 @@ def gate_frames(
     """
     # numpy and the voice kit: only this helper; the module's flows (Teller) import light
     import numpy as np
-    from voxflow_voice.audio import STT_SAMPLE_RATE, AudioChunk
+    from voxflow_voice.audio import STT_SAMPLE_RATE, AudioChunk, ReplyChunk
     from voxflow_voice.transport import PlaybackReceipt
 
     from voxflow.ids import DeliveryId  # (with the kit's types above)
@@ -250,7 +250,7 @@ def gate_frames(
     for start in range(0, mic.size, frame):
         if start < played.size:
             piece = played[start : start + frame]
-            gate.sent(AudioChunk.from_float(piece, rate, start_sample=start,
+            gate.sent(ReplyChunk.from_float(piece, rate, start_sample=start,
                                             delivery_id=delivery, segment_id=1))
             gate.played(PlaybackReceipt(delivery, 1, start, piece.size, rate, at=start / rate))
         chunk = AudioChunk.from_float(mic[start : start + frame], rate, start_sample=start)

@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
-from voxflow_voice.audio import STT_SAMPLE_RATE, AudioChunk, resample
+from voxflow_voice.audio import STT_SAMPLE_RATE, AudioChunk, ReplyChunk, resample
 from voxflow_voice.listen.input_guard import InputGuard, InputStatistics
 from voxflow_voice.speak.playout import PlayoutQueue
 from voxflow_voice.transport import (
@@ -197,10 +197,8 @@ class SimulatedClient:
             self._writable.clear()
             await self._writable.wait()
 
-    def write_nowait(self, chunk: AudioChunk) -> None:
+    def write_nowait(self, chunk: ReplyChunk) -> None:
         """Queue a reply chunk for playout (at 16 kHz, the rate the user hears)."""
-        if chunk.delivery_id is None:
-            raise ValueError("reply chunks must carry a delivery_id")
         # Each chunk is resampled whole, so its 16 kHz samples map back to its own
         # samples exactly (receipts) and every frame stays aligned to its tick.
         self._playout.put(chunk, resample(chunk.samples(), chunk.sample_rate, STT_SAMPLE_RATE))

@@ -43,7 +43,7 @@ from typing import Any
 
 import av
 from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
-from voxflow_voice.audio import AudioChunk, float_to_pcm16, resample
+from voxflow_voice.audio import ReplyChunk, float_to_pcm16, resample
 from voxflow_voice.speak.playout import PlayoutQueue
 from voxflow_voice.transport import ClientObservation
 
@@ -135,13 +135,11 @@ class OutboundAudio:
             self._writable.clear()
             await self._writable.wait()
 
-    def write_nowait(self, chunk: AudioChunk) -> None:
+    def write_nowait(self, chunk: ReplyChunk) -> None:
         """Queue a reply chunk (resampled to 48 kHz now, on the loop: chunks are short)."""
-        if not isinstance(chunk, AudioChunk):
-            raise TypeError(f"chunk must be an AudioChunk, got {type(chunk).__name__}")
+        if not isinstance(chunk, ReplyChunk):
+            raise TypeError(f"chunk must be a ReplyChunk, got {type(chunk).__name__}")
         delivery = chunk.delivery_id
-        if delivery is None:
-            raise ValueError("reply chunks must carry a delivery_id")
         if self._playout.is_flushed(delivery):
             return  # the playback stage fences first; this is a second guard
         self.first_written_at.setdefault(delivery, self._clock.now())

@@ -44,7 +44,7 @@ from aiortc import RTCConfiguration, RTCIceServer, RTCPeerConnection, RTCSession
 from aiortc.mediastreams import MediaStreamError
 from aiortc.stats import RTCTransportStats
 from pydantic import BaseModel, ConfigDict, Field, field_validator
-from voxflow_voice.audio import AudioChunk
+from voxflow_voice.audio import AudioChunk, ReplyChunk
 from voxflow_voice.listen.input_guard import InputGuard
 from voxflow_voice.transport import ClientObservation, MuteChanged
 
@@ -297,7 +297,7 @@ class WebRtcPeer:
         """Wait until the outbound queue has room."""
         await self.outbound.wait_writable()
 
-    def write_nowait(self, chunk: AudioChunk) -> None:
+    def write_nowait(self, chunk: ReplyChunk) -> None:
         """Queue one reply chunk for the outbound track."""
         self.outbound.write_nowait(chunk)
 

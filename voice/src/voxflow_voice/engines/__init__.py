@@ -18,7 +18,7 @@ from voxflow.engine_spec import DEFAULT_ENGINES, NO_ENGINE, EngineKind, parse_en
 from voxflow.ids import DeliveryId
 from voxflow.settings import Settings
 
-from ..audio import AudioChunk
+from ..audio import AudioChunk, ReplyChunk
 from ..scheduler import ModelScheduler
 from ..settings import VoiceSection
 from .end_of_turn import EndOfTurnModel
@@ -64,9 +64,9 @@ class TextToSpeech(Protocol):
         ...
 
     def stream(
-        self, text: str, *, delivery_id: DeliveryId | None = None, segment_id: int | None = None
-    ) -> AsyncIterator[AudioChunk]:
-        """Identity-tagged audio chunks of ``text``."""
+        self, text: str, *, delivery_id: DeliveryId, segment_id: int
+    ) -> AsyncIterator[ReplyChunk]:
+        """The audio of ``text``, born with the identity of the reply it is part of."""
         ...
 
     def synthesize(self, text: str) -> Iterator[Any]:

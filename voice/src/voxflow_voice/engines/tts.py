@@ -2,7 +2,7 @@
 
 :class:`PiperTts` phonemizes a text segment (espeak, well under a millisecond), then
 synthesizes it sentence by sentence in an executor thread. Each sentence's audio is cut
-into short :class:`~voxflow_voice.audio.AudioChunk` s (``chunk_duration``) carrying the
+into short :class:`~voxflow_voice.audio.ReplyChunk` s (``chunk_duration``) carrying the
 reply's ``delivery_id`` and ``segment_id``. Cancelling the consumer (or leaving the
 ``async for``) stops synthesis before the next sentence; the sentence already running in
 its thread finishes there and is discarded (onnxruntime cannot stop mid-run), so keep
@@ -10,7 +10,7 @@ segments short: the segmenter does.
 
 Word timings: the voice is loaded with its phoneme-duration tensor exposed
 (:func:`voxflow_voice.engines.models.load_piper_voice`), so every chunk lists the words whose audio
-it holds (:attr:`AudioChunk.words`). Text words are matched to espeak's phoneme words one
+it holds (:attr:`ReplyChunk.words`). Text words are matched to espeak's phoneme words one
 to one when their counts agree; otherwise (numbers read as several words, function words
 espeak merges) they are spread over the sentence's speech in proportion to their length.
 """
@@ -31,7 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from voxflow.ids import DeliveryId
 
-from ..audio import AudioChunk, WordTiming, float_to_pcm16
+from ..audio import ReplyChunk, WordTiming, float_to_pcm16
 from ..scheduler import ModelScheduler
 from .models import DEFAULT_PIPER_MODULE, find_piper_voice, load_piper_voice
 from .registry import EngineContext, EngineFactory
@@ -209,9 +209,9 @@ class PiperTts:
         self,
         text: str,
         *,
-        delivery_id: DeliveryId | None = None,
-        segment_id: int | None = None,
-    ) -> AsyncIterator[AudioChunk]:
+        delivery_id: DeliveryId,
+        segment_id: int,
+    ) -> AsyncIterator[ReplyChunk]:
         """Stream ``text`` as chunks tagged with the reply identity.
 
         Each chunk's ``start_sample`` is its position within this segment's audio; its
@@ -222,8 +222,10 @@ class PiperTts:
             delivery_id: the reply the audio belongs to.
             segment_id: the reply text segment (>= 1).
         """
-        if segment_id is not None and segment_id < 1:
-            raise ValueError(f"segment_id must be >= 1, got {segment_id}")
+        if isinstance(segment_id, bool) or not isinstance(segment_id, int) or segment_id < 1:
+            raise ValueError(f"segment_id must be an int >= 1, got {segment_id!r}")
+        if not isinstance(delivery_id, str) or not delivery_id:
+            raise ValueError(f"delivery_id must be a non-empty str, got {delivery_id!r}")
         if not isinstance(text, str):
             raise TypeError(f"text must be a str, got {type(text).__name__}")
         run = self.scheduler.run if self.scheduler is not None else asyncio.to_thread
@@ -310,9 +312,9 @@ class PiperTts:
         self,
         sentence: SynthesizedSentence,
         offset: int,
-        delivery_id: DeliveryId | None,
-        segment_id: int | None,
-    ) -> Iterator[AudioChunk]:
+        delivery_id: DeliveryId,
+        segment_id: int,
+    ) -> Iterator[ReplyChunk]:
         size = self._chunk_samples
         samples = sentence.samples
         for begin in range(0, samples.size, size):
@@ -322,7 +324,7 @@ class PiperTts:
                 for w in sentence.words
                 if begin <= w.start < stop
             )
-            yield AudioChunk(
+            yield ReplyChunk(
                 float_to_pcm16(samples[begin:stop]),
                 self.sample_rate,
                 delivery_id=delivery_id,

@@ -51,7 +51,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from voxflow.ids import DeliveryId
 
-from ..audio import STT_SAMPLE_RATE, AudioChunk, resample
+from ..audio import STT_SAMPLE_RATE, AudioChunk, ReplyChunk, resample
 from ..transport import PlaybackReceipt
 
 __all__ = ["DEFAULT_ECHO_GATE", "EchoGate", "EchoGateSettings", "EchoGateStatistics"]
@@ -129,7 +129,7 @@ class EchoGateStatistics:
 @dataclass(slots=True)
 class _Sent:
     delivery_id: DeliveryId
-    segment_id: int | None
+    segment_id: int
     start_sample: int
     samples: NDArray[np.float32]
     sample_rate: int
@@ -231,13 +231,11 @@ class EchoGate:
 
     # -- the reference --------------------------------------------------------------
 
-    def sent(self, chunk: AudioChunk) -> None:
+    def sent(self, chunk: ReplyChunk) -> None:
         """A reply chunk was handed to the output (its receipts come later)."""
-        if not isinstance(chunk, AudioChunk):
-            raise TypeError(f"chunk must be an AudioChunk, got {type(chunk).__name__}")
-        if chunk.delivery_id is None:
-            raise ValueError("chunk must carry a delivery_id (reply audio)")
-        self._sent.append(_Sent(chunk.delivery_id, chunk.segment_id, chunk.start_sample or 0,
+        if not isinstance(chunk, ReplyChunk):
+            raise TypeError(f"chunk must be a ReplyChunk, got {type(chunk).__name__}")
+        self._sent.append(_Sent(chunk.delivery_id, chunk.segment_id, chunk.start_sample,
                                 chunk.samples(), chunk.sample_rate))
         self._sent_samples += chunk.duration
         while self._sent and self._sent_samples > _MAX_STORED_SECONDS:

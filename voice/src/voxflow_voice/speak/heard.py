@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from voxflow.ids import DeliveryId
 
-from ..audio import AudioChunk
+from ..audio import ReplyChunk
 
 __all__ = ["HeardLedger", "HeardReply"]
 
@@ -58,15 +58,13 @@ class HeardLedger:
         segments = self._replies.setdefault(delivery_id, {})
         segments.setdefault(segment_id, _Segment(text))
 
-    def sent(self, chunk: AudioChunk) -> None:
+    def sent(self, chunk: ReplyChunk) -> None:
         """Record a chunk handed to the adapter (its word timings included)."""
-        if chunk.delivery_id is None or chunk.segment_id is None:
-            return
         seg = self._replies.setdefault(chunk.delivery_id, {}).setdefault(
             chunk.segment_id, _Segment("")
         )
         seg.sample_rate = chunk.sample_rate
-        base = chunk.start_sample if chunk.start_sample is not None else seg.sent
+        base = chunk.start_sample
         for w in chunk.words:
             seg.words.append((w.word, base + w.start, base + w.end))
         seg.sent = max(seg.sent, base + chunk.num_samples)
@@ -77,12 +75,8 @@ class HeardLedger:
         if seg is not None:
             seg.complete = True
 
-    def played(
-        self, delivery_id: DeliveryId, segment_id: int | None, start: int, count: int
-    ) -> None:
+    def played(self, delivery_id: DeliveryId, segment_id: int, start: int, count: int) -> None:
         """Record a receipt: ``count`` samples from ``start`` of a segment were played."""
-        if segment_id is None:
-            return
         seg = self._replies.get(delivery_id, {}).get(segment_id)
         if seg is not None:
             seg.played = max(seg.played, start + count)

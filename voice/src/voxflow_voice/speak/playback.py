@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 from voxflow.ids import DeliveryId
 
-from ..audio import AudioChunk
+from ..audio import ReplyChunk
 from ..transport import AudioTransport, PausableTransport, PlaybackReceipt
 from .heard import HeardLedger, HeardReply
 
@@ -58,7 +58,7 @@ class _Held:
     """Chunks of a held delivery, waiting for their release."""
 
     limit: float  # seconds of audio held before play() waits
-    chunks: deque[AudioChunk] = field(default_factory=deque)
+    chunks: deque[ReplyChunk] = field(default_factory=deque)
     seconds: float = 0.0
     opened: asyncio.Event = field(default_factory=asyncio.Event)
 
@@ -86,14 +86,12 @@ class Playback:
         """Whether ``delivery_id`` was fenced."""
         return delivery_id in self._fenced
 
-    async def play(self, chunk: AudioChunk) -> bool:
+    async def play(self, chunk: ReplyChunk) -> bool:
         """Hand ``chunk`` to the adapter unless its delivery is fenced.
 
         Returns:
             True if written, False if dropped by the fence.
         """
-        if chunk.delivery_id is None:
-            raise ValueError("reply chunks must carry a delivery_id")
         held = self._held.get(chunk.delivery_id)
         if held is not None:
             if held.seconds >= held.limit:

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 from numpy.typing import NDArray
@@ -32,7 +32,7 @@ from numpy.typing import NDArray
 from voxflow.clock import Clock
 from voxflow.ids import DeliveryId
 
-from ..audio import AudioChunk
+from ..audio import ReplyChunk
 from ..transport import PlaybackDrained, PlaybackReceipt
 
 __all__ = ["PlayoutQueue", "Pulled"]
@@ -62,7 +62,7 @@ class Pulled:
 class _Queued:
     """A chunk's samples from ``base`` on at the output rate, and how much was pulled."""
 
-    chunk: AudioChunk
+    chunk: ReplyChunk
     out: NDArray[np.float32]
     base: int = 0  # the chunk sample (its own rate) that out[0] stands for
     offset: int = 0  # output samples already pulled
@@ -121,19 +121,17 @@ class PlayoutQueue:
         """Seconds of reply audio waiting to be pulled."""
         return self._queued / self._rate
 
-    def put(self, chunk: AudioChunk, out: NDArray[np.float32]) -> bool:
+    def put(self, chunk: ReplyChunk, out: NDArray[np.float32]) -> bool:
         """Queue ``chunk`` whose samples at the output rate are ``out``.
 
         Returns:
             False (nothing queued) if the chunk's delivery was flushed.
 
         Raises:
-            ValueError: the chunk carries no delivery id.
+            TypeError: ``chunk`` is not a :class:`~voxflow_voice.audio.ReplyChunk`.
         """
-        if not isinstance(chunk, AudioChunk):
-            raise TypeError(f"chunk must be an AudioChunk, got {type(chunk).__name__}")
-        if chunk.delivery_id is None:
-            raise ValueError("reply chunks must carry a delivery_id")
+        if not isinstance(chunk, ReplyChunk):
+            raise TypeError(f"chunk must be a ReplyChunk, got {type(chunk).__name__}")
         if chunk.delivery_id in self._flushed:
             return False
         samples = np.asarray(out, dtype=np.float32).reshape(-1)
@@ -208,7 +206,6 @@ class PlayoutQueue:
         while filled < n and self._queue:
             item = self._queue[0]
             delivery = item.chunk.delivery_id
-            assert delivery is not None
             if delivery in self._paused:
                 held = True
                 break
@@ -236,14 +233,15 @@ class PlayoutQueue:
             self._playing = None
         return Pulled(samples, filled, tuple(receipts), drained, held)
 
-    def convert(self, to_out: Callable[[AudioChunk], NDArray[np.float32]], rate: int) -> None:
+    def convert(self, to_out: Callable[[ReplyChunk], NDArray[np.float32]], rate: int) -> None:
         """Re-convert the queued audio to a new output rate, from where pulling stopped
         (a device reopened at another rate). ``to_out`` converts a chunk's remaining
-        samples (an :class:`AudioChunk` at its own rate)."""
+        samples (a :class:`~voxflow_voice.audio.ReplyChunk` at its own rate)."""
         queued: deque[_Queued] = deque()
         for item in self._queue:
             base = item.source_at(item.offset)
-            rest = AudioChunk(item.chunk.pcm[2 * base :], item.chunk.sample_rate)
+            rest = replace(item.chunk, pcm=item.chunk.pcm[2 * base :],
+                           start_sample=item.chunk.start_sample + base, words=())
             queued.append(_Queued(item.chunk, to_out(rest), base=base, receipted=base))
         self._queue = queued
         self._queued = sum(item.remaining for item in queued)
@@ -256,10 +254,9 @@ class PlayoutQueue:
         if count <= 0:
             return None
         chunk = item.chunk
-        assert chunk.delivery_id is not None
         receipt = PlaybackReceipt(
             delivery_id=chunk.delivery_id, segment_id=chunk.segment_id,
-            start_sample=(chunk.start_sample or 0) + item.receipted, num_samples=count,
+            start_sample=chunk.start_sample + item.receipted, num_samples=count,
             sample_rate=chunk.sample_rate, at=at,
         )
         item.receipted = upto

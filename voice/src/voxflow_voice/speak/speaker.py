@@ -43,7 +43,7 @@ from voxflow.replies import record_announcement
 from voxflow.tasks import background
 from voxflow.turns import ReplyEvent
 
-from ..audio import AudioChunk
+from ..audio import ReplyChunk
 from ..call import CallContext
 from ..engines import TextToSpeech
 from ..events import (
@@ -72,7 +72,7 @@ __all__ = [
 _T = TypeVar("_T")
 SYNTHESIS_MARGIN = 0.5
 """Seconds a later sentence's synthesis is started before playout would run dry."""
-_Item = AudioChunk | tuple[int, str | None] | None
+_Item = ReplyChunk | tuple[int, str | None] | None
 """What the synthesis producer queues: a chunk, a segment's start (its id and text) or
 end (its id and None), and None after the last."""
 
