@@ -143,6 +143,7 @@ def test_claim_schedules_the_first_pending_and_returns_a_copy(session: Session) 
     delivery.status = "completed"  # a copy: the queue is not affected
     assert session.state.deliveries[a].status == "scheduled"
     assert session.state.delivery_floor.active_delivery_id == a
+    assert session.state.delivery_floor.held
     assert session.queue.claim() is None  # one delivery owns the floor
     assert session.state.deliveries[b].status == "pending"
 
@@ -242,7 +243,7 @@ def test_prepare_skips_a_delivery_invalidated_after_the_claim(session: Session) 
     assert session.queue.prepare(delivery_id, join_answers) == []
     record = session.state.deliveries[delivery_id]
     assert (record.status, record.reason) == ("skipped", "Invalidated before preparation.")
-    assert session.state.delivery_floor.active_delivery_id is None
+    assert not session.state.delivery_floor.held
 
 
 @pytest.mark.parametrize("busy", ["recording", "playback", "muted", "foreground"])

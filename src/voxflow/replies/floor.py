@@ -109,7 +109,7 @@ def close(state: ReplyQueueState, idx: DeliveryIndex | None, fence: Fence) -> No
 def reopen(state: ReplyQueueState, idx: DeliveryIndex) -> None:
     """A fresh floor for the next client; what :func:`close` skipped is pending again."""
     floor = state.delivery_floor
-    if floor.closed and not state.ended and floor.active_delivery_id is None:
+    if floor.closed and not state.ended and not floor.held:
         state.delivery_floor = DeliveryFloor()
         for rec in state.deliveries.values():
             if rec.status == "skipped" and rec.reason == CLOSED:

@@ -227,7 +227,7 @@ class ReplyQueue:
             if busy is not None:
                 _reject("claim", busy)
                 return None
-            if floor.active_delivery_id is not None:
+            if floor.held:
                 _reject("claim", "another delivery holds the floor")
                 return None
             if self._turns.running_turn_id() is not None:

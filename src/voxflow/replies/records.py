@@ -111,6 +111,15 @@ class DeliveryFloor(BaseModel):
     )
     active_delivery_id: DeliveryId | None = None
 
+    @property
+    def held(self) -> bool:
+        """Whether a scheduled delivery holds the floor (``active_delivery_id`` names it).
+
+        Callers ask this rather than compare the id to None: the floor's state is a
+        question with a name, and the id is only read where a delivery is known to hold it.
+        """
+        return self.active_delivery_id is not None
+
     def busy_reason(self, *, check_playback: bool = True) -> str | None:
         """Why the floor cannot be given to an announcement now, or None."""
         if self.closed:
