@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -14,18 +12,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.conftest import PG_URL
 from tests.jobs.queue_kit import owner_state, start_job_worker, stop, wait_for
+from tests.jobs.worker_kit import http_get
 from voxflow.errors import PersistenceUnavailableError
 from voxflow.jobs import PostgresJobQueue
-
-
-def get(url: str) -> tuple[int, str]:
-    try:
-        with urllib.request.urlopen(url, timeout=10) as response:
-            return response.status, response.read().decode()
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read().decode()
-    except urllib.error.URLError:
-        return 0, ""  # not listening (yet)
 
 
 def figures(body: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -76,15 +65,15 @@ async def test_a_job_worker_serves_the_queues_metrics_health_and_readiness(
         await wait_for(started, 60, "the slow job to start")
 
         async def ready() -> bool:
-            return (await asyncio.to_thread(get, f"{base}/ready"))[0] == 200
+            return (await asyncio.to_thread(http_get, f"{base}/ready"))[0] == 200
 
         await wait_for(ready, 30, "the job worker to be ready")
-        assert (await asyncio.to_thread(get, f"{base}/health"))[0] == 200
+        assert (await asyncio.to_thread(http_get, f"{base}/health"))[0] == 200
         # the slow job's worker heartbeats; a sweep that finds it 0.01 s late re-queues
         # it as attempt 2 (what a worker that died leaves behind)
         await asyncio.sleep(0.3)
         assert await queue.retry_stalled(0.01)
-        status, body = await asyncio.to_thread(get, f"{base}/metrics")
+        status, body = await asyncio.to_thread(http_get, f"{base}/metrics")
         assert status == 200
         got = figures(body)
         assert got[("voxflow_process_info", (("role", "jobs-worker"),

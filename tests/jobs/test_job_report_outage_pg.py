@@ -21,14 +21,8 @@ import pytest
 
 from tests.conftest import PgFaults
 from tests.jobs.queue_kit import all_rows, wait_for, wait_for_update
-from voxflow.jobs import (
-    BackgroundJob,
-    JobContext,
-    PostgresJobQueue,
-    add_job,
-    apply_inbox,
-    background_job,
-)
+from tests.jobs.worker_kit import queue_job, running_worker
+from voxflow.jobs import BackgroundJob, JobContext, PostgresJobQueue, apply_inbox, background_job
 from voxflow.wiring import AssistantState
 
 pytestmark = pytest.mark.unit
@@ -58,25 +52,14 @@ async def a_running_job(
     """A job queued and running on a worker of the test's own database (it finishes when
     ``_Gate.finish`` is set): the queue, the session's state, the job, the worker's task."""
     _Gate.reset()
-    queue = PostgresJobQueue(pg_faults.url)
-    await queue.migrate()
-    state = AssistantState()
-    job = BackgroundJob(session_id=state.id, kind=finishes_when_told.kind)
-    assert add_job(state, job)
-    await queue.enqueue_async(job)
-    run = asyncio.create_task(queue.run_worker(heartbeat=heartbeat,
-                                               stalled_after=stalled_after, **options))
-    try:
+    async with running_worker(pg_faults.url, heartbeat=heartbeat, stalled_after=stalled_after,
+                              wait=False, **options) as worker:
+        state, job, _ = await queue_job(worker.queue, finishes_when_told.kind)
         async with asyncio.timeout(60):
             await _Gate.started.wait()
-        await wait_for_update(queue.inbox, state.id, "stage_started", 30, "the job to run")
-        yield queue, state, job, run
-    finally:
-        run.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await run
-        queue.close()
-        await queue.inbox.close()
+        await wait_for_update(worker.queue.inbox, state.id, "stage_started", 30,
+                              "the job to run")
+        yield worker.queue, state, job, worker.task
 
 
 async def test_a_result_finished_during_an_outage_is_reported_when_the_database_returns(

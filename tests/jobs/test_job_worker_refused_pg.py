@@ -19,6 +19,7 @@ import pytest
 
 from tests.conftest import PG_URL
 from tests.jobs.queue_kit import start_job_worker, wait_for
+from tests.jobs.worker_kit import pg_error
 from voxflow.errors import DatabaseRefusedError, PersistenceUnavailableError
 from voxflow.pg_refusal import refused
 
@@ -66,15 +67,6 @@ async def test_a_statement_timeout_stops_the_worker_naming_it_and_its_fix(
     assert "lost its database" not in err, err  # (no outage either)
 
 
-def _raised(sql: str, *setup: str) -> psycopg.Error:
-    with psycopg.connect(PG_URL, autocommit=True) as conn:
-        for statement in setup:
-            conn.execute(statement)
-        with pytest.raises(psycopg.Error) as raised:
-            conn.execute(sql)
-    return raised.value
-
-
 @pytest.mark.parametrize(("setup", "sql", "state", "fix"), [
     (("SET statement_timeout = '50ms'",), "SELECT pg_sleep(5)", "57014", "statement_timeout"),
     (("SET default_transaction_read_only = on",), "CREATE TEMP TABLE t (x int)", "25006",
@@ -87,7 +79,7 @@ def test_refusals_name_their_condition_and_fix(setup: tuple[str, ...], sql: str,
     from tests.conftest import skip_without_postgres
 
     skip_without_postgres()
-    error = refused(_raised(sql, *setup), url=PG_URL, what="the fetch of the next job")
+    error = refused(pg_error(sql, *setup), url=PG_URL, what="the fetch of the next job")
     assert isinstance(error, DatabaseRefusedError)
     assert isinstance(error, PersistenceUnavailableError)  # (caught where it was)
     assert error.sqlstate == state

@@ -15,20 +15,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 
 from tests.conftest import PgFaults
 from tests.jobs.queue_kit import all_rows, wait_for, wait_for_update
-from voxflow.jobs import (
-    BackgroundJob,
-    JobContext,
-    PostgresJobQueue,
-    add_job,
-    apply_inbox,
-    background_job,
-)
+from tests.jobs.worker_kit import WorkerRun, queue_job, running_worker
+from voxflow.jobs import BackgroundJob, JobContext, PostgresJobQueue, apply_inbox, background_job
 from voxflow.wiring import AssistantState
 
 pytestmark = pytest.mark.unit
@@ -49,42 +44,22 @@ async def slow(job: JobContext) -> str:
 
 
 @contextlib.asynccontextmanager
-async def _worker(url: str) -> Any:
+async def _slow_job(url: str
+                    ) -> AsyncIterator[tuple[WorkerRun, AssistantState, BackgroundJob, int]]:
+    """A worker running a :func:`slow` job: the worker, the session's state, the job and
+    its queue id."""
     _RUNS.update(started=[], cancelled=[], release=asyncio.Event())
-    queue = PostgresJobQueue(url)
-    await queue.migrate()
-    ready: list[bool] = []
-    run = asyncio.create_task(queue.run_worker(
-        heartbeat=0.2, stalled_after=2.0, report_patience=60.0, running=ready.append))
+    async with running_worker(url, report_patience=60.0) as worker:
+        try:
+            state, job, queue_id = await queue_job(worker.queue, slow.kind)
 
-    async def is_ready() -> bool:
-        if run.done():
-            raise AssertionError(f"the worker stopped: {run!r}")
-        return bool(ready) and ready[-1]
+            async def started() -> bool:
+                return bool(_RUNS["started"])
 
-    try:
-        await wait_for(is_ready, 60, "the worker to take jobs")
-        yield queue, is_ready
-    finally:
-        _RUNS["release"].set()  # (a stop waits for the running jobs)
-        run.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await run
-        queue.close()
-        await queue.inbox.close()
-
-
-async def _start(queue: PostgresJobQueue) -> tuple[AssistantState, BackgroundJob, int]:
-    state = AssistantState()
-    job = BackgroundJob(session_id=state.id, kind=slow.kind)
-    assert add_job(state, job)
-    queue_id = await queue.enqueue_async(job)
-
-    async def started() -> bool:
-        return bool(_RUNS["started"])
-
-    await wait_for(started, 60, "the job to start")
-    return state, job, queue_id
+            await wait_for(started, 60, "the job to start")
+            yield worker, state, job, queue_id
+        finally:
+            _RUNS["release"].set()  # (a stop waits for the running jobs)
 
 
 async def test_a_worker_whose_row_was_removed_takes_its_running_jobs_back(
@@ -92,8 +67,8 @@ async def test_a_worker_whose_row_was_removed_takes_its_running_jobs_back(
 ) -> None:
     caplog.set_level(logging.INFO, logger="voxflow.jobs")
     sibling = PostgresJobQueue(pg_faults.url)
-    async with _worker(pg_faults.url) as (queue, is_ready):
-        state, job, _ = await _start(queue)
+    async with _slow_job(pg_faults.url) as (worker, state, job, _):
+        queue = worker.queue
         with pg_faults.down():
             await asyncio.sleep(3.0)  # (longer than stalled_after)
         # another worker takes the survivor's row for a dead worker's (a job worker
@@ -106,7 +81,7 @@ async def test_a_worker_whose_row_was_removed_takes_its_running_jobs_back(
             return {r[0] for r in rows} >= {worker_id for worker_id, _ in gone}
 
         await wait_for(back, 60, "the worker to put its row back")
-        await wait_for(is_ready, 60, "the worker to take jobs again")
+        await wait_for(worker.is_ready, 60, "the worker to take jobs again")
         # the next sweep: the job is run by a live worker that heartbeats
         assert await sibling.retry_stalled(2.0) == []
         _RUNS["release"].set()
@@ -124,8 +99,8 @@ async def test_a_worker_whose_job_was_queued_again_cancels_its_run(
 ) -> None:
     caplog.set_level(logging.INFO, logger="voxflow.jobs")
     sibling = PostgresJobQueue(pg_faults.url)
-    async with _worker(pg_faults.url) as (queue, _):
-        state, job, queue_id = await _start(queue)
+    async with _slow_job(pg_faults.url) as (worker, state, job, queue_id):
+        queue = worker.queue
         # a sweep that judged the worker dead (it was away longer than its
         # stalled_after, as a partitioned worker is): the job is queued again
         assert await sibling.retry_stalled(0.0) == [queue_id]

@@ -18,6 +18,7 @@ import psycopg_pool
 import pytest
 
 from tests.conftest import PG_URL, skip_without_postgres
+from tests.jobs.worker_kit import pg_error
 from voxflow.jobs.worker_app import _unreachable
 
 pytestmark = pytest.mark.unit
@@ -31,26 +32,17 @@ def _wrapped(exc: BaseException) -> BaseException:
         return wrapped
 
 
-def _error(sql: str, *setup: str) -> psycopg.Error:
-    with psycopg.connect(PG_URL, autocommit=True) as conn:
-        for statement in setup:
-            conn.execute(statement)
-        with pytest.raises(psycopg.Error) as raised:
-            conn.execute(sql)
-    return raised.value
-
-
 def test_queries_refused_on_a_live_connection_are_no_outage() -> None:
     skip_without_postgres()
-    timeout = _error("SELECT pg_sleep(5)", "SET statement_timeout = '50ms'")
+    timeout = pg_error("SELECT pg_sleep(5)", "SET statement_timeout = '50ms'")
     assert isinstance(timeout, psycopg.OperationalError)  # (57014: what it was taken for)
     assert not _unreachable(_wrapped(timeout))
     with psycopg.connect(PG_URL, autocommit=True) as holder:
         holder.execute("SELECT pg_advisory_lock(424242)")
-        locked = _error("SELECT pg_advisory_lock(424242)", "SET lock_timeout = '50ms'")
+        locked = pg_error("SELECT pg_advisory_lock(424242)", "SET lock_timeout = '50ms'")
     assert isinstance(locked, psycopg.OperationalError)  # (55P03)
     assert not _unreachable(_wrapped(locked))
-    assert not _unreachable(_wrapped(_error("SELECT 1/0")))
+    assert not _unreachable(_wrapped(pg_error("SELECT 1/0")))
 
 
 def test_connections_that_fail_or_break_are_an_outage() -> None:
