@@ -46,6 +46,23 @@ def test_calls_past_the_cap_are_refused_until_one_is_released() -> None:
     assert admission.refused == 1
 
 
+def test_a_call_taking_the_place_of_one_of_its_own_is_admitted_on_a_full_server() -> None:
+    """The same page reconnecting: the new call replaces an admitted one, whose slot is
+    given back when it ends; a call naming one not admitted here is judged as any."""
+    admission = AdmissionController(AdmissionSettings(max_calls=1), clock=FakeClock())
+    old = admission.admit("a")
+    with pytest.raises(CapacityExceededError):
+        admission.admit("b", replacing="not-here")
+    new = admission.admit("b", replacing="a")
+    assert admission.load().active_calls == 2 and admission.refused == 1
+    old.release()
+    assert (admission.load().active_calls, admission.load().headroom) == (1, 0)
+    with pytest.raises(CapacityExceededError):
+        admission.admit("c", replacing="a")  # (a has ended: c is one call more)
+    new.release()
+    assert admission.load().headroom == 1
+
+
 def test_a_slow_recent_p95_refuses_calls_until_the_slow_turns_age_out() -> None:
     clock = FakeClock()
     admission = AdmissionController(

@@ -225,8 +225,13 @@ class AdmissionController:
         self._refused = 0
         self._admitted_at: float | None = None  # clock of the last admission
 
-    def admit(self, call_id: str) -> Admission:
+    def admit(self, call_id: str, *, replacing: str | None = None) -> Admission:
         """A slot for ``call_id``, or a refusal.
+
+        ``replacing``: an admitted call of this process that ``call_id`` takes the place
+        of (the same page reconnecting while its old connection still looks alive): the
+        old call ends as the new one starts, so no call is added and none is refused; the
+        old call's slot is given back when it ends. An id not admitted here is ignored.
 
         Raises:
             CapacityExceededError: the cap is reached, or recent answers are slower than
@@ -238,14 +243,15 @@ class AdmissionController:
         with self._lock:
             if call_id in self._active:
                 raise ValueError(f"call {call_id!r} is already admitted")
-            slots, cost = self._slots()
-            reason = self._refusal(slots, cost)
-            if reason is not None:
-                self._refused += 1
-                raise CapacityExceededError(reason, active_calls=len(self._active),
-                                            max_calls=slots)
+            if replacing is None or replacing not in self._active:
+                slots, cost = self._slots()
+                reason = self._refusal(slots, cost)
+                if reason is not None:
+                    self._refused += 1
+                    raise CapacityExceededError(reason, active_calls=len(self._active),
+                                                max_calls=slots)
+                self._admitted_at = self._clock()
             self._active.add(call_id)
-            self._admitted_at = self._clock()
             self.meter.call_started()
         return Admission(self, call_id)
 

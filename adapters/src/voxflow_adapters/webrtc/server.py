@@ -229,8 +229,9 @@ class WebRtcServer(SignalingServer):
                               "resumed here (offer without \"resume\" for a new call)",
                               "resume")
         call_id = f"{self.call_prefix}-{next(self._numbers)}"
+        replacing = await self._reconnecting(resume)
         try:
-            admission = self.admission.admit(call_id)
+            admission = self.admission.admit(call_id, replacing=replacing)
         except CapacityExceededError as exc:
             raise CallRefused(503, str(exc), "busy") from None
         self._reserved += 1
@@ -245,6 +246,18 @@ class WebRtcServer(SignalingServer):
                 admission.release()  # it did not start
         self._admissions[call_id] = admission
         return answer
+
+    async def _reconnecting(self, resume: ResumeRequest | None) -> str | None:
+        """The call of this process that ``resume`` goes on with, if it is live here and
+        the resume token is its session's (the same page reconnecting: the new call takes
+        that call's place, not one more slot); None otherwise."""
+        if resume is None or self.store is None:
+            return None
+        live = self._sessions.get(resume.session_id)
+        if live is None or live not in self._calls:
+            return None
+        stored = await asyncio.to_thread(self.store.load_state, resume.session_id)
+        return live if check_resume_token(stored, resume.token) else None
 
     def _counts(self) -> HostCounts:
         """Calls started and offers refused (for the metrics; any thread)."""
