@@ -40,9 +40,9 @@ import argparse
 import contextlib
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from importlib.metadata import entry_points
 from typing import Protocol
 
+from .plugins import declared
 from .settings import Settings
 
 __all__ = [
@@ -218,8 +218,8 @@ def installed_commands(*, core: Sequence[str] = ()) -> InstalledCommands:
     commands: dict[str, Command] = {}
     modes: dict[str, CommandMode] = {}
     missing: dict[str, MissingCommandError] = {}
-    for entry in sorted(entry_points(group=COMMAND_GROUP), key=lambda e: e.name):
-        name = entry.name
+    for entry, package, _ in sorted(declared(COMMAND_GROUP), key=lambda d: d.entry.name):
+        name, dist = entry.name, package if package != "?" else "unknown"
         if name in commands or name in modes or name in missing:
             continue
         if name in core and name not in MODES:
@@ -227,7 +227,6 @@ def installed_commands(*, core: Sequence[str] = ()) -> InstalledCommands:
         try:
             loaded = entry.load()
         except Exception as exc:  # a broken package: said when its command is typed
-            dist = entry.dist.name if entry.dist else "unknown"
             why = "cannot be imported" if isinstance(exc, ImportError) else "failed to load"
             missing[name] = MissingCommandError(
                 name, f"{entry.value} (from {dist}) {why} ({type(exc).__name__}: {exc})",
@@ -235,7 +234,6 @@ def installed_commands(*, core: Sequence[str] = ()) -> InstalledCommands:
             continue
         lacks = _lacks(loaded, mode=name in MODES)
         if lacks:  # (e.g. an older voxflow-adapters whose entry points name modules)
-            dist = entry.dist.name if entry.dist else "unknown"
             missing[name] = MissingCommandError(
                 name, f"{entry.value} (from {dist}) is not a voxflow command: it has no "
                 f"{', '.join(lacks)}",

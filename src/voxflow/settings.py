@@ -253,14 +253,14 @@ def _registered(group: str = SETTINGS_GROUP) -> dict[str, EntryPoint]:
             option would go to either), naming both.
     """
     found: dict[str, Declared] = {}
-    for entry, package in sorted(declared(group), key=lambda e: e[0].value):
-        first, owner = found.setdefault(entry.name, (entry, package))
-        if first.value != entry.value:
+    for one in sorted(declared(group), key=lambda e: e.entry.value):
+        entry, first = one.entry, found.setdefault(one.entry.name, one)
+        if first.entry.value != entry.value:
             raise SettingsError(
                 f"{ENV_PREFIX}{entry.name.upper()} is registered by two packages, "
-                f"{owner} ({first.value}) and {package} ({entry.value}): uninstall one of "
-                "them")
-    return {name: entry for name, (entry, _) in found.items()}
+                f"{first.package} ({first.entry.value}) and {one.package} ({entry.value}): "
+                "uninstall one of them")
+    return {name: one.entry for name, one in found.items()}
 
 
 def _load(entry: EntryPoint) -> type[SettingsSection]:

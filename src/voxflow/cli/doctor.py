@@ -20,6 +20,8 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Literal, get_args
 
+from voxflow.plugins import declared
+
 if TYPE_CHECKING:
     from rich.table import Table
 
@@ -126,9 +128,8 @@ def _installed_checks() -> list[Check]:
     """The rows of every :data:`DOCTOR_GROUP` entry point; one that fails is a warning
     naming its package and the fix (never a traceback)."""
     checks: list[Check] = []
-    for entry in sorted(importlib.metadata.entry_points(group=DOCTOR_GROUP),
-                        key=lambda e: e.name):
-        dist = entry.dist.name if entry.dist else "an unknown package"
+    for entry, package, _ in sorted(declared(DOCTOR_GROUP), key=lambda d: d.entry.name):
+        dist = package if package != "?" else "an unknown package"
         try:
             rows = [(str(n), str(s), str(d), str(f)) for n, s, d, f in entry.load()()]
         except Exception as exc:  # a broken package: reported, never a crash

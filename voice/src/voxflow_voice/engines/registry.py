@@ -22,7 +22,7 @@ from __future__ import annotations
 import difflib
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from importlib.metadata import EntryPoint, entry_points
+from importlib.metadata import EntryPoint
 from typing import Any, Generic, TypeVar
 
 from pydantic import BaseModel, ValidationError
@@ -37,6 +37,7 @@ from voxflow.engine_spec import (
     parse_engine_spec,
 )
 from voxflow.errors import EngineError, EngineOptionsError, UnknownEngineError, VoxflowError
+from voxflow.plugins import declared
 
 from ..scheduler import ModelScheduler
 from .errors import EngineLoadError
@@ -201,8 +202,9 @@ def installed_engines(kind: EngineKind) -> dict[str, InstalledEngine]:
     if kind not in ENGINE_KINDS:
         raise ValueError(f"kind must be one of {', '.join(ENGINE_KINDS)}, got {kind!r}")
     found: dict[str, InstalledEngine] = {}
-    for entry in sorted(entry_points(group=ENGINE_GROUPS[kind]), key=lambda e: e.name):
-        package = f"{entry.dist.name} {entry.dist.version}" if entry.dist else "an unknown package"
+    for entry, dist, version in sorted(declared(ENGINE_GROUPS[kind]),
+                                       key=lambda d: d.entry.name):
+        package = f"{dist} {version}" if dist != "?" else "an unknown package"
         known = found.get(entry.name)
         if known is None:
             found[entry.name] = InstalledEngine(kind, entry.name, entry.value, package, entry)
