@@ -1,5 +1,6 @@
-"""AnnouncementDelivery reports each queued announcement once, when it first sees it
-pending: a real TurnRunner, JobRunner (worker flows in a thread) and ReplyQueue, no models."""
+"""AnnouncementDelivery reports each queued announcement once, through the call's emit,
+when it first sees it pending: a real TurnRunner, JobRunner (worker flows in a thread) and
+ReplyQueue, no models."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from typing import Any, ClassVar
 
 import pytest
 from voxflow_voice.call import CallContext
+from voxflow_voice.events import AnnouncementQueued, SessionEvent
 from voxflow_voice.session.delivery import AnnouncementDelivery
 from voxflow_voice.session.floor import FloorReporter
 from voxflow_voice.session.voice_settings import DEFAULT_VOICE_SETTINGS
@@ -26,7 +28,7 @@ from voxflow.jobs import (
     Publisher,
     add_job,
 )
-from voxflow.replies import DeliveryRecord, ReplyQueue, ReplyQueueState
+from voxflow.replies import ReplyQueue, ReplyQueueState
 from voxflow.turns import ReplyEvent, TurnRunner
 
 pytestmark = pytest.mark.unit
@@ -66,6 +68,18 @@ def make_work(job: Report, inputs: dict[str, Any], publish: Publisher) -> Report
                       suppress_flow_events=True)
 
 
+class Speaker:
+    """The answering path's announce, recording what it was asked to speak."""
+
+    def __init__(self) -> None:
+        self.spoken: list[DeliveryId] = []
+
+    async def announce(
+        self, turn_id: TurnId, delivery_id: DeliveryId, events: Sequence[ReplyEvent]
+    ) -> None:
+        self.spoken.append(delivery_id)
+
+
 async def test_each_queued_announcement_is_reported_once() -> None:
     flow = Chat(suppress_flow_events=True)
     turns = TurnRunner(flow)
@@ -84,18 +98,14 @@ async def test_each_queued_announcement_is_reported_once() -> None:
         delivery.wake()
 
     jobs = JobRunner(flow.state, make_work, on_update=on_update)
-    call = CallContext(turns, MonotonicClock(), emit=lambda event: None,
+    emitted: list[SessionEvent] = []
+    call = CallContext(turns, MonotonicClock(), emit=emitted.append,
                        settings=DEFAULT_VOICE_SETTINGS, lock=jobs.state_lock, replies=replies,
                        jobs=jobs)
     floor = FloorReporter(call)
     floor.muted_changed(True)  # the floor is held: nothing is claimed or spoken
-    spoken: list[DeliveryId] = []
-
-    async def speak(turn: TurnId, delivery_id: DeliveryId, events: Sequence[ReplyEvent]) -> None:
-        spoken.append(delivery_id)
-
-    queued: list[DeliveryRecord] = []
-    delivery = AnnouncementDelivery(call, floor, speak, queued=queued.append)
+    speaker = Speaker()
+    delivery = AnnouncementDelivery(call, floor, speaker)
 
     async def turn(message: str) -> None:
         async with jobs.state_lock:
@@ -115,7 +125,7 @@ async def test_each_queued_announcement_is_reported_once() -> None:
                 await asyncio.wait_for(completed.wait(), 10)  # a thread: a few ms
             for _ in range(50):  # the woken task looks at the queue
                 await asyncio.sleep(0)
-        woken = [r.delivery_id for r in queued]  # reported by the woken task
+        woken = [e.delivery_id for e in emitted]  # reported by the woken task
         await delivery.offer_completed()  # offered again: coalesced, not reported again
         await delivery.offer_completed()
         for _ in range(50):
@@ -124,9 +134,13 @@ async def test_each_queued_announcement_is_reported_once() -> None:
         task.cancel()
         await jobs.aclose()
     pending = [d for d in flow.state.deliveries.values() if d.status == "pending"]
-    assert len(pending) == 2 and not spoken
-    assert woken == [r.delivery_id for r in queued] == [d.delivery_id for d in pending]
+    assert len(pending) == 2 and not speaker.spoken
+    queued = [e for e in emitted if isinstance(e, AnnouncementQueued)]
+    assert len(queued) == len(emitted)  # nothing else was reported
+    assert woken == [e.delivery_id for e in queued] == [d.delivery_id for d in pending]
     by_job = {j.job_id: j.origin_turn_id for j in flow.state.jobs.values()}
-    for record in queued:
+    for event, record in zip(queued, pending, strict=True):
         [cov] = record.covered_updates
-        assert record.turn_id == by_job[cov.job_id]
+        assert event.job_ids == (cov.job_id,) and event.turn_id == by_job[cov.job_id]
+        assert event.session_id == flow.state.id
+        assert event.ready_at is None  # enqueued by other code: never seen by jobs_updated

@@ -6,19 +6,23 @@ idempotent: the queue coalesces a job version it already holds). Whenever the fl
 may have changed (:attr:`voxflow_voice.session.floor.FloorReporter.changed`), the task checks the
 session's local view of the floor (the user holds it, a reply is being spoken, or the
 client is gone) and otherwise claims the next delivery, builds its text with an
-:data:`Announcer` and hands the ready reply events to the session's ``speak`` callable,
+:data:`Announcer` and hands the ready reply events to the session's answering path
+(:class:`AnnouncementSpeaker`: :meth:`voxflow_voice.session.answering.Answering.announce`),
 the same generate → drain → finish → settle path foreground answers use.
 
-Each delivery is reported once, when the task first sees it pending (``queued``, the
-session's :class:`~voxflow_voice.events.AnnouncementQueued`): after a job update offered
+Each delivery is reported once, through the call's ``emit``, when the task first sees it
+pending (:class:`~voxflow_voice.events.AnnouncementQueued`): after a job update offered
 it, or at the next wake for one enqueued by other code. With its ``reply_started`` and
-``audio_started`` that shows how long an announcement waited for the floor.
+``audio_started`` that shows how long an announcement waited for the floor; its
+``ready_at`` is when :meth:`AnnouncementDelivery.jobs_updated` first saw its jobs
+completed.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Protocol
 
 from voxflow.ids import DeliveryId, TurnId
 from voxflow.jobs import JobRecord
@@ -26,18 +30,25 @@ from voxflow.replies import DeliveryRecord
 from voxflow.turns import ReplyEvent
 
 from ..call import CallContext
+from ..events import AnnouncementQueued
 from .floor import FloorReporter
 from .voice_settings import VoiceSettings
 
-__all__ = ["AnnouncementDelivery", "Announcer", "Speak", "default_announcer"]
+__all__ = ["AnnouncementDelivery", "AnnouncementSpeaker", "Announcer", "default_announcer"]
 
 logger = logging.getLogger(__name__)
 
 Announcer = Callable[[Sequence[JobRecord]], str]
 """Builds an announcement's text from the jobs it reports."""
 
-Speak = Callable[[TurnId, DeliveryId, Sequence[ReplyEvent]], Awaitable[None]]
-"""Speaks a claimed announcement's reply events and settles it (the session's path)."""
+class AnnouncementSpeaker(Protocol):
+    """The session part that speaks a claimed announcement: its answering path."""
+
+    async def announce(
+        self, turn_id: TurnId, delivery_id: DeliveryId, events: Sequence[ReplyEvent]
+    ) -> None:
+        """Speak the announcement's ready reply events and settle it."""
+        ...
 
 
 def default_announcer(jobs: Sequence[JobRecord]) -> str:
@@ -63,34 +74,44 @@ class AnnouncementDelivery:
             the client is ``gone``, and nothing at all unless its settings'
             ``announcements`` are on.
         floor: the session's client-floor state; its ``changed`` event wakes this task.
-        speak: speaks one claimed announcement (its turn, delivery and reply events).
-        announcer: builds announcement text from the jobs.
-        queued: called once per delivery, when it is first seen pending.
+        speaker: speaks one claimed announcement (the session's answering path).
+        announcer: builds announcement text from the jobs (the application's choice).
     """
 
     def __init__(
         self,
         call: CallContext[VoiceSettings],
         floor: FloorReporter,
-        speak: Speak,
+        speaker: AnnouncementSpeaker,
         *,
         announcer: Announcer = default_announcer,
-        queued: Callable[[DeliveryRecord], None] = lambda record: None,
     ) -> None:
         self._call = call
         self._replies = call.replies
         self._lock = call.lock
         self._floor = floor
         self._speaking = call.speaking
-        self._speak = speak
+        self._speaker = speaker
         self._announcer = announcer
         self._enabled = call.settings.announcements
-        self._queued = queued
         self._reported: set[DeliveryId] = set()
+        self._ready: dict[str, float] = {}  # job id → when it was first seen completed
 
     def wake(self) -> None:
         """Look at the queue again (e.g. after a job result was enqueued)."""
         self._floor.changed.set()
+
+    async def jobs_updated(self) -> None:
+        """The JobRunner reported an update: offer the completed jobs (:meth:`offer_completed`).
+
+        A job first seen completed here was ready now (the runner commits a result the
+        moment its job returns): its announcement's ``ready_at``.
+        """
+        now = self._call.clock.now()
+        for job in getattr(self._call.state, "jobs", {}).values():
+            if job.status == "completed":
+                self._ready.setdefault(str(job.job_id), now)
+        await self.offer_completed()
 
     async def offer_completed(self) -> None:
         """Queue every completed job for announcement, then wake the task.
@@ -112,7 +133,21 @@ class AnnouncementDelivery:
         for record in list(getattr(self._call.state, "deliveries", {}).values()):
             if record.status == "pending" and record.delivery_id not in self._reported:
                 self._reported.add(record.delivery_id)
-                self._queued(record)
+                self._report(record)
+
+    def _report(self, record: DeliveryRecord) -> None:
+        call = self._call
+        jobs = [str(c.job_id) for c in record.covered_updates]
+        logger.info("announcement queued", extra={
+            "session_id": str(call.session_id), "delivery_id": str(record.delivery_id),
+            "job_ids": ",".join(jobs)})
+        ready = [self._ready.get(job) for job in jobs]
+        call.emit(AnnouncementQueued(
+            session_id=call.session_id, at=call.clock.now(), delivery_id=record.delivery_id,
+            turn_id=record.turn_id, job_ids=tuple(c.job_id for c in record.covered_updates),
+            ready_at=max(r for r in ready if r is not None) if ready and None not in ready
+            else None,
+        ))
 
     async def run(self) -> None:
         """Deliver announcements whenever the floor may be free (until cancelled)."""
@@ -141,7 +176,7 @@ class AnnouncementDelivery:
                         continue
                 if not events:
                     continue
-                await self._speak(delivery.turn_id, delivery.delivery_id, events)
+                await self._speaker.announce(delivery.turn_id, delivery.delivery_id, events)
             changed.set()  # look again: another may be pending
 
     def __repr__(self) -> str:

@@ -61,14 +61,13 @@ from voxflow.clock import Clock, MonotonicClock
 from voxflow.ids import DeliveryId, SessionId
 from voxflow.jobs import JobRunner
 from voxflow.logs import log_context, log_scope
-from voxflow.replies import DeliveryRecord, ReplyQueue
+from voxflow.replies import ReplyQueue
 from voxflow.storable import check_text
 from voxflow.turns import TurnRunner
 
 from ..call import CallContext
 from ..engines import VoiceEngines
 from ..events import (
-    AnnouncementQueued,
     AudioStarted,
     MuteObserved,
     ReplyInterrupted,
@@ -177,7 +176,6 @@ class VoiceSession:
         self._early = EarlyTranscriber(engines.stt, call=str(self.session_id))
         self.barge_in = BargeInArbiter(self.settings.barge_in)
         self._closed = False
-        self._ready: dict[str, float] = {}  # job id → when it was first seen completed
         call = self._call  # what the parts share: ids, clock, events, settings, locks, liveness
         self._floor = FloorReporter(call)
         self._speaker = ReplySpeaker(call, self.playback, engines.tts, echo_gate=self.echo_gate)
@@ -188,8 +186,7 @@ class VoiceSession:
                                     self._trace)
         self.metrics: list[TurnMetrics] = self._answering.metrics
         self._delivery = AnnouncementDelivery(
-            call, self._floor, self._answering.announce, announcer=announcer,
-            queued=self._queued,
+            call, self._floor, self._answering, announcer=announcer,
         )
         self._speculative = SpeculativeReplies(
             call, self._detector, self._early, self.barge_in, self._speaker, self.playback,
@@ -448,28 +445,10 @@ class VoiceSession:
         """``JobRunner(on_update=...)`` target: queue completed jobs for announcement.
 
         Enqueueing is idempotent (the ReplyQueue coalesces a job version it already
-        holds), so every snapshot can simply offer every completed job. A job first seen
-        completed here was ready now (the runner commits a result the moment its job
-        returns): its announcement's ``ready_at``.
+        holds), so every snapshot can simply offer every completed job; a job first seen
+        completed here was ready now (its announcement's ``ready_at``).
         """
-        now = self.clock.now()
-        for job in getattr(self.turns.flow.state, "jobs", {}).values():
-            if job.status == "completed":
-                self._ready.setdefault(str(job.job_id), now)
-        await self._delivery.offer_completed()
-
-    def _queued(self, record: DeliveryRecord) -> None:
-        jobs = [str(c.job_id) for c in record.covered_updates]
-        logger.info("announcement queued", extra={
-            "session_id": str(self.session_id), "delivery_id": str(record.delivery_id),
-            "job_ids": ",".join(jobs)})
-        ready = [self._ready.get(str(c.job_id)) for c in record.covered_updates]
-        self._emit(AnnouncementQueued(
-            session_id=self.session_id, at=self.clock.now(), delivery_id=record.delivery_id,
-            turn_id=record.turn_id, job_ids=tuple(c.job_id for c in record.covered_updates),
-            ready_at=max(r for r in ready if r is not None) if ready and None not in ready
-            else None,
-        ))
+        await self._delivery.jobs_updated()
 
     # -- helpers --------------------------------------------------------------------
 
