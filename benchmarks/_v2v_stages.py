@@ -73,6 +73,9 @@ class StampedStreamingStt(StampedStt):
     def decode_tail(self, *args: Any) -> Any:
         return self._stamped(self.inner.decode_tail, *args)  # type: ignore[attr-defined]
 
+    def decode_text(self, *args: Any) -> Any:
+        return self._stamped(self.inner.decode_text, *args)  # type: ignore[attr-defined]
+
 
 class StampedModel:
     def __init__(self, inner: EndOfTurnModel, stamps: Stamps) -> None:

@@ -246,6 +246,29 @@ def test_a_partial_decode_is_one_pass_over_its_window(
 
 
 @pytest.mark.models
+@pytest.mark.skipif(shutil.which("espeak-ng") is None,
+                    reason="espeak-ng is missing: apt-get install espeak-ng (.ci/run does)")
+async def test_the_decode_when_the_speech_pauses_aligns_no_words(
+    tmp_path: Path, streaming: StreamingWhisperStt, stt: WhisperStt,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The decode at the pause is the final if the user stays silent: nothing to agree
+    on, so it skips faster-whisper's word alignment (a second pass over the decoder),
+    and is still the utterance's words."""
+    aligned = count_alignments(streaming, monkeypatch)
+    audio = _espeak(tmp_path, SENTENCES[1], "en-us+f3", 150)
+    ready, transcript, _, early = await follow(streaming, audio)
+    assert early.incremental is not None
+    stats = early.incremental.statistics()
+    assert (stats.covered, stats.tails, stats.whole) == (1, 0, 0)
+    assert len(aligned) == stats.partial_decodes - 1  # all but the one at the pause
+    whole = stt.transcribe_sync(ready.audio)
+    heard = getattr(transcript, "text", None)
+    assert whole is not None and errors(SENTENCES[1], heard) <= errors(
+        SENTENCES[1], whole.text), (heard, whole.text)
+
+
+@pytest.mark.models
 async def test_audio_unlike_what_was_decoded_is_decoded_whole(
     speech: Speech, streaming: StreamingWhisperStt, stt: WhisperStt
 ) -> None:
@@ -292,8 +315,7 @@ class _BrokenDecoder(StreamingWhisperStt):
     """The real engine whose windowed decode fails (a decoder error)."""
 
     def decode_words(
-        self, samples: NDArray[np.float32], start: int, prompt: str | None,
-        whole_window: bool = False,
+        self, samples: NDArray[np.float32], start: int, prompt: str | None
     ) -> NoReturn:
         raise RuntimeError("the decoder broke")
 

@@ -194,15 +194,22 @@ class StreamingWhisperStt(WhisperStt):
         return min(max(fitted, s.partial_window_floor), max(s.encoder_window, fitted))
 
     def decode_words(
-        self, samples: NDArray[np.float32], start: int, prompt: str | None,
-        whole_window: bool = False,
+        self, samples: NDArray[np.float32], start: int, prompt: str | None
     ) -> tuple[list[Word], Transcript | None]:
-        """Decode ``samples`` (the input stream from sample ``start``) in a short window
-        (``whole_window``: the window :meth:`transcribe` would pad it to), prompted with
-        ``prompt``: its words with their spans (for the agreement) and its transcript
-        (noise dropped as :meth:`transcribe` drops it; ``None``: no words). Blocking: run
-        it on the scheduler or a thread."""
-        return self._decode_words(samples, start, prompt, words=True, whole_window=whole_window)
+        """Decode ``samples`` (the input stream from sample ``start``) in a short window,
+        prompted with ``prompt``: its words with their spans (for the agreement) and its
+        transcript (noise dropped as :meth:`transcribe` drops it; ``None``: no words).
+        Blocking: run it on the scheduler or a thread."""
+        return self._decode_words(samples, start, prompt, words=True)
+
+    def decode_text(
+        self, samples: NDArray[np.float32], whole_window: bool = False
+    ) -> Transcript | None:
+        """The transcript of ``samples`` without word times (the decode when the speech
+        pauses: a final, nothing to agree on) in a short window (``whole_window``: the
+        window :meth:`transcribe` would pad it to); ``None`` if it holds no words.
+        Blocking."""
+        return self._decode_words(samples, 0, None, words=False, whole_window=whole_window)[1]
 
     def decode_tail(
         self, samples: NDArray[np.float32], prompt: str | None, prefix: str | None = None

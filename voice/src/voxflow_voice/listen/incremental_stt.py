@@ -206,7 +206,7 @@ class IncrementalStt:
         end = self._task_end = self._fed
         chunk = self._slice(ag.start, end)
         with scheduled(Work(self._call, "speculative")):
-            closing = silent > 0 and self._stt.settings.closing_whole_window
+            closing = silent > 0
             self._task = asyncio.create_task(self._partial(ag, chunk, end, closing),
                                              name="voice.partial_stt")
         self._task.add_done_callback(self._partial_done)
@@ -215,16 +215,23 @@ class IncrementalStt:
         self, ag: LocalAgreement, chunk: NDArray[np.float32], end: int, closing: bool
     ) -> None:
         try:
-            # (closing: the decode of all the speech at its pause in Whisper's own
-            # window, as the whole utterance would be, with closing_whole_window)
-            words, said = await self._run(self._stt.decode_words, chunk, ag.start, None,
-                                          closing)
+            if closing:
+                # The decode of all the speech at its pause: its transcript is the
+                # final if the user stays silent, so it skips the word times
+                # (faster-whisper's alignment pass); if the speech goes on, the next
+                # partial decodes commit words again.
+                words: list[Any] = []
+                said = await self._run(self._stt.decode_text, chunk,
+                                       self._stt.settings.closing_whole_window)
+            else:
+                words, said = await self._run(self._stt.decode_words, chunk, ag.start, None)
         except RunawayDecode:
             return
         if self._agreement is ag:
             self._decoded_to = end
             self._latest = (ag, end, said)
-            ag.update(words, end)
+            if not closing:
+                ag.update(words, end)
 
     def _partial_done(self, task: asyncio.Task[None]) -> None:
         if self._task is task:
