@@ -75,16 +75,33 @@ The final decode at the speech's first silent frame, measured (Dec 4, ``--models
 --skip-v2v``, one run each, back to back, load 8.5 to 9.5; "after end": the transcript
 after the VAD's end of speech):
 
-    whisper:tiny.en (pause 0.1 s)                WER 14.0% (32)  after end 384 ms  CPU/s 0.105
-    whisper:tiny.en --end-pad 0.04               WER 11.8% (27)  after end 267 ms  CPU/s 0.114
-    whisper-streaming:tiny.en interval=10        WER 14.9% (34)  after end 383 ms  CPU/s 0.186
+    whisper:tiny.en (pause 0.1 s)                WER 14.0% (32)  after end 384 ms  CPU/s .105
+    whisper:tiny.en --end-pad 0.04               WER 11.8% (27)  after end 267 ms  CPU/s .114
+    whisper-streaming:tiny.en interval=10        WER 14.9% (34)  after end 383 ms  CPU/s .186
       (its decode at the first silent frame nearly alone: 1.5 partials per utterance;
        load 6 to 9.7, the run before; 606 ms in this batch, beside a test run)
-    whisper-streaming:tiny.en interval=1.0       WER 17.1% (39)  final 230 ms      CPU/s 0.311
+    whisper-streaming:tiny.en interval=1.0       WER 17.1% (39)  final 230 ms      CPU/s .311
       (load 4.5, before the "after end" column; the default interval 0.5: 19.7 %, 210 ms,
        0.467 at load 3.2, Whisper 14.0 %, 158 ms, 0.120 in the same run)
 
 Far from the 50 ms target either way: on this machine a tiny.en decode takes 150-250 ms.
+
+Dec 4, later (``--models tiny.en --engines whisper-streaming --skip-v2v``; each line one
+run, the load beside it). A partial decode with word times was several passes over its
+window (faster-whisper seeks to the last word's end and decodes the padded silence
+again, writing made-up words there); one pass since 7356858. The decode at the speech's
+first silent frame skips the word times since d486581:
+
+    main before 7356858 (load 8.8)   WER 18.0% (41)  final 885 ms  after end 1079  CPU/s .618
+    one pass (10.1, same batch)      WER 14.0% (32)  final 352 ms  after end  494  CPU/s .465
+    one pass (load 3.3)              WER 18.0% (41)  final 307 ms  after end  463  CPU/s .504
+    + no word times at pause (4.0)   WER 15.8% (36)  final 172 ms  after end  319  CPU/s .560
+    whisper:tiny.en, same batch 2.6  WER 13.6% (31)  final 203 ms  after end  342  CPU/s .206
+
+The word error rate moves by up to 4 points between runs of the same code (which
+partial decodes run depends on the load); compare within a batch. "words" (when the
+covering decode ended) equals "after end" at the median: that decode ends after the
+pause is handed out (0.1 s after the last speech frame).
 """
 
 from __future__ import annotations
