@@ -40,14 +40,13 @@ from voxflow.clock import Clock
 from voxflow.conversation import ConversationEvent
 from voxflow.demo import load_example_module
 from voxflow.errors import FencedWriteError
-from voxflow.flow.saving import set_save_deferral
 from voxflow.ids import SessionId
 from voxflow.jobs import JobRunner, PostgresJobQueue
 from voxflow.settings import Settings
 from voxflow.tasks import cancel_and_wait
 from voxflow.wiring import AssistantWiring
 
-from .deferred_saves import DeferredSaves
+from .deferred_saves import DEFERRED_SAVES_AT_CLOSE, DeferredSaves, saves_deferred
 from .resume import (
     CALL_ENDED_EVENT,
     HeardJournal,
@@ -69,10 +68,6 @@ __all__ = [
 ]
 
 EventSink = Callable[[SessionEvent], None]
-
-DEFERRED_SAVES_AT_CLOSE = 6.0
-"""s: how long a call that ends while its store is unreachable waits for it, to save
-what the outage held back (then it is logged as not saved)."""
 
 
 
@@ -248,8 +243,8 @@ async def _persisted_call(
         token = issue_resume_token(flow.state)
     await flow.asave_state("call_started")  # the token, or the settled drop, first
     # from here on, a store that is unreachable holds the saves back, not the call
-    deferred = DeferredSaves(flow)
-    set_save_deferral(flow, deferred.take)
+    deferring = saves_deferred(flow, within=DEFERRED_SAVES_AT_CLOSE)
+    deferred = await deferring.__aenter__()
     wiring = AssistantWiring(
         flow, clock=clock, job_queue=job_queue,
         save_jobs=None if job_queue is None else functools.partial(flow.asave_state,
@@ -269,7 +264,6 @@ async def _persisted_call(
     voice = assistant_session(wiring, transport, engines, settings=settings, on_event=events)
     loop = asyncio.get_running_loop()
     task = loop.create_task(journal.run(), name="call.heard-journal")
-    resaving = loop.create_task(deferred.run(), name="call.deferred-saves")
 
     async def close_journal() -> None:
         # The journal lives as long as the call (its closers end it): stopped and waited
@@ -284,13 +278,7 @@ async def _persisted_call(
 
     async def close_deferred() -> None:
         # what an outage still holds back is saved now, if the store comes back in time
-        await cancel_and_wait([resaving])
-        try:
-            await deferred.aclose(within=DEFERRED_SAVES_AT_CLOSE)
-        finally:
-            set_save_deferral(flow, None)
-        if not resaving.cancelled() and (failure := resaving.exception()) is not None:
-            raise failure
+        await deferring.__aexit__(None, None, None)
 
     async def record_end(how: str) -> None:
         async with wiring.state_lock:

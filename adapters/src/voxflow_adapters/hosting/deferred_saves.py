@@ -15,6 +15,11 @@ Not deferred (the error is raised as before): ``job_update``, whose caller ackno
 the job inbox's rows once it returns, so a deferred one could lose a job's update; a
 conflict or a refused (fenced) write, which no retry can fix.
 
+:func:`saves_deferred` is the deferral's life for one call (registered, its retries
+running, what is still pending saved at the end), the same for a hosted call
+(:mod:`~voxflow_adapters.hosting.calls`) and a simulated one
+(:func:`~voxflow_adapters.testkit.scenario.run_call` given a flow).
+
 What the outage cost is kept: :attr:`DeferredSaves.deferred` saves taken over, and
 :attr:`DeferredSaves.outages`, how long each outage held the state unsaved (from the
 first deferred save to the save that went through).
@@ -23,14 +28,21 @@ first deferred save to the save that went through).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from voxflow.errors import FencedWriteError, PersistenceError, PersistenceUnavailableError
+from voxflow.flow.saving import set_save_deferral
+from voxflow.tasks import cancel_and_wait
 
-__all__ = ["STRICT_SAVES", "DeferredSaves"]
+__all__ = ["DEFERRED_SAVES_AT_CLOSE", "STRICT_SAVES", "DeferredSaves", "saves_deferred"]
+
+DEFERRED_SAVES_AT_CLOSE = 6.0
+"""s: how long a call that ends while its store is unreachable waits for it, to save
+what the outage held back (then it is logged as not saved)."""
 
 logger = logging.getLogger(__name__)
 
@@ -156,3 +168,27 @@ class DeferredSaves:
     def __repr__(self) -> str:
         return (f"DeferredSaves(deferred={self.deferred}, pending={self.pending}, "
                 f"outages={len(self.outages)})")
+
+
+@contextlib.asynccontextmanager
+async def saves_deferred(flow: Any, *, within: float = DEFERRED_SAVES_AT_CLOSE
+                         ) -> AsyncIterator[DeferredSaves]:
+    """Within the block, ``flow``'s saves that find the store unreachable are deferred
+    (:class:`DeferredSaves`, yielded) and made again until the store takes them; at its
+    end what is still pending is tried for up to ``within`` seconds, then the deferral
+    is removed. A failure of the retries (other than the store being away) is raised
+    then."""
+    deferred = DeferredSaves(flow)
+    set_save_deferral(flow, deferred.take)
+    resaving = asyncio.get_running_loop().create_task(deferred.run(),
+                                                      name="call.deferred-saves")
+    try:
+        yield deferred
+    finally:
+        await cancel_and_wait([resaving])
+        try:
+            await deferred.aclose(within=within)
+        finally:
+            set_save_deferral(flow, None)
+    if not resaving.cancelled() and (failure := resaving.exception()) is not None:
+        raise failure

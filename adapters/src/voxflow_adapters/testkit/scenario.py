@@ -12,6 +12,7 @@ Example::
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Callable
 from typing import Any
 
@@ -27,6 +28,7 @@ from voxflow.replies import ReplyQueue
 from voxflow.turns import TurnRunner
 from voxflow.wiring import AssistantWiring
 
+from ..hosting.deferred_saves import saves_deferred
 from .assertions import ScriptStepError
 from .result import CallResult
 from .script import CallScript
@@ -53,8 +55,11 @@ async def run_call(
 
     ``turns`` is what answers: a conversational flow instance (wired like every entry
     point: :class:`~voxflow.wiring.AssistantWiring`, background jobs and announcements
-    included; closed after the call), an ``AssistantWiring`` of your own (its clock is the
-    call's; you close it), or a bare ``TurnRunner`` (with ``replies``/``jobs`` if any).
+    included; closed after the call; its saves that find the store unreachable deferred
+    and made once it is back, as a hosted call's: :func:`~voxflow_adapters.hosting.
+    deferred_saves.saves_deferred`), an ``AssistantWiring`` of your own (its clock is
+    the call's; you close it), or a bare ``TurnRunner`` (with ``replies``/``jobs`` if
+    any).
     Runs on a deterministic :class:`~voxflow.clock.VirtualClock` unless ``clock`` is given.
     ``settings``: the session's voice settings; None: those the ``VOXFLOW_*`` variables
     ask for (:meth:`VoiceSettings.from_environment
@@ -77,6 +82,8 @@ async def run_call(
     if settings is None:  # as every entry point: the VOXFLOW_* variables, else the defaults
         settings = VoiceSettings.from_environment()
     client = SimulatedClient(script, clock=clock, tail=tail)
+    deferring: contextlib.AbstractAsyncContextManager[Any] = (
+        saves_deferred(turns) if owned else contextlib.nullcontext())
     try:
         # the caller's audio and litellm (off the loop) are ready before the call starts:
         # no turn imports litellm, and virtual time never waits on it
@@ -96,7 +103,7 @@ async def run_call(
         if entered is not None:
             await entered.__aenter__()
         try:
-            async with client:
+            async with deferring, client:
                 await session.run()
         finally:
             if entered is not None:

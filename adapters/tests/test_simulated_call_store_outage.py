@@ -1,0 +1,75 @@
+"""A simulated-transport call (``run_call`` given a persisted flow) whose session store is
+away for a while keeps talking, and saves once the store is back (issue 29): the hosted
+call deferred its saves (:mod:`voxflow_adapters.hosting.deferred_saves`), ``run_call``
+did not. With its PostgreSQL away from the moment the second question began, that
+question's turn failed ("reply failed": its save raised PersistenceUnavailableError)
+and the caller heard no answer to it. Now the save is deferred
+(:func:`~voxflow_adapters.hosting.deferred_saves.saves_deferred`, the hosted call's
+own), the question is answered, and the whole conversation is stored once the store is
+back.
+
+A real PostgreSQL (a database of the test's own, ``pg_faults``: it refuses connections
+and its open ones are reset), the real models, real time.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+from typing import Any
+
+import pytest
+from voxflow_adapters.testkit.scenario import run_call
+from voxflow_adapters.testkit.script import CallScript
+from voxflow_voice.engines import VoiceEngines
+
+from voxflow.clock import MonotonicClock
+from voxflow.examples.assistant import assistant_class
+from voxflow.flow.postgres import PostgresFlowPersistence
+
+ANSWER = "Hello! How can I help you today?"
+
+
+@pytest.mark.models
+async def test_a_simulated_call_keeps_talking_through_a_store_outage(
+    engines: VoiceEngines, pg_faults: Any, caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.WARNING)
+    store = PostgresFlowPersistence(pg_faults.url, connect_timeout=1)
+    flow = assistant_class(None)(persistence=store)
+    outage = pg_faults.down()
+    turns: list[str] = []
+    down, back = threading.Event(), threading.Event()
+
+    def on_event(event: Any) -> None:
+        if event.kind == "turn_committed":
+            turns.append(event.text)
+        if event.kind == "speech_started" and len(turns) == 1 and not down.is_set():
+            down.set()  # the second question: its turn's saves meet the outage
+            outage.__enter__()
+        if event.kind == "turn_metrics" and len(turns) == 2 and not back.is_set():
+            back.set()  # (5 s on: past the store's own retry on a fresh connection)
+            threading.Timer(5.0, outage.__exit__, (None, None, None)).start()
+
+    script = (CallScript().user_says(0.5, "Hello there!").user_says(7.0, "Hello there!")
+              .user_says(20.0, "Hello there!").until(26.0))
+    try:
+        call = await run_call(flow, script, engines, on_event=on_event,
+                              clock=MonotonicClock())
+    finally:
+        if down.is_set() and not back.is_set():
+            outage.__exit__(None, None, None)
+    try:
+        assert down.is_set() and back.is_set(), turns
+        assert [e.text for e in call.events if e.kind == "reply_finished"] == [ANSWER] * 3
+        again = assistant_class(None)(persistence=store)
+        assert await again.aload_session(flow.state.id)
+        assert [(m.role, m.content) for m in again.state.messages] == [
+            ("user", "Hello there."), ("assistant", ANSWER)] * 3
+        deferred = [r.getMessage() for r in caplog.records
+                    if "session store is unreachable" in r.getMessage()]
+        assert deferred, [r.getMessage() for r in caplog.records]
+    finally:
+        with contextlib.suppress(Exception):
+            store.close()
