@@ -102,6 +102,20 @@ The word error rate moves by up to 4 points between runs of the same code (which
 partial decodes run depends on the load); compare within a batch. "words" (when the
 covering decode ended) equals "after end" at the median: that decode ends after the
 pause is handed out (0.1 s after the last speech frame).
+
+On a quieter machine (load 1.2 to 2.6, one run each, Dec 4 23:02-23:15):
+
+    default (load 2.2)                    WER 13.6% (31)  final 143 ms  after end 285  CPU/s .527
+    default (load 1.2)                    WER 14.5% (33)  final  80 ms  after end 221  CPU/s .606
+    tried: the pause's decode on the tail
+      after the committed words (1.9)     WER 13.6% (31)  final  74 ms  after end 217  CPU/s .591
+    --options interval=1.0 (load 2.6)     WER 12.7% (29)  final 119 ms  after end 253  CPU/s .362
+
+The decode at the pause on the audio after the committed words only (a 2 to 3 s window,
+the committed words as prompt and forced prefix, as the final's tail) was not kept: 217
+against 221 ms, the same words. ``interval=1.0`` (3.1 partial decodes an utterance
+against 5.4) was better on all three in its one run; a second run should confirm it
+before it becomes the default. The floor: ``stt_tail_decode.py``.
 """
 
 from __future__ import annotations
