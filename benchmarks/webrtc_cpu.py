@@ -1,0 +1,207 @@
+"""The server's CPU per call over WebRTC and over the simulated transport, in one run.
+
+Run: ``uv run python benchmarks/webrtc_cpu.py [--pairs 3] [--turns 3]``
+
+Issue 36 item 3 asks a WebRTC call to cost the server no more than 3 points of a core
+over the same call on the simulated transport. Both are measured here in one server
+process (a child of this one), with the same models loaded once (tiny.en, Piper without
+its speech cache, Silero: ``capacity.load_engines``), the same voice settings (those of
+browser calls, :func:`~voxflow_adapters.hosting.calls.webrtc_voice_settings`: the echo
+gate off) and ``capacity.py``'s dense workload: one caller asks :data:`capacity.QUESTION`,
+hears the ~9 s :data:`capacity.REPLY` to its end, waits :data:`capacity.GAP` s and asks
+again, ``--turns`` times, then stays :data:`TAIL` s.
+
+* **simulated**: the child runs the call with ``run_call`` (a
+  :class:`~voxflow_adapters.testkit.simulated.SimulatedClient` on the real clock). Its
+  caller lives in the server process and is counted (it pushes 20 ms frames and keeps
+  the tape: a small part, so the figure slightly overstates the server's);
+* **webrtc**: the child is a :class:`~voxflow_adapters.webrtc.WebRtcServer` on
+  loopback; the caller is an aiortc :class:`~voxflow_adapters.webrtc.client.
+  LoopbackCaller` in *this* process (its Opus, SRTP and Python are not counted).
+
+The figure is the child's CPU time (``time.process_time``: all its threads, the decoder
+and executor threads included) from the call's start (the offer posted) to its end (the
+session closed), per second of that window, in % of one core; each run prints it with the
+reply audio played (the same work both ways) and the stale samples (0). The kinds alternate
+(``--pairs`` of each, the order swapped every pair) and the medians are printed with
+every run and the load average, since the 2 cores are shared.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import sys
+import time
+from typing import Any
+
+TAIL = 1.0  # s: the call goes on this long after the last reply has played
+
+
+def _settings() -> Any:
+    from voxflow_adapters.hosting.calls import webrtc_voice_settings
+
+    return webrtc_voice_settings()
+
+
+def _teller() -> type[Any]:
+    from capacity import REPLY
+    from voxflow_adapters.testkit.flows import Teller
+
+    class CapacityTeller(Teller):
+        """capacity.py's flow: every question answered with its ~9 s reply."""
+
+        def __init__(self) -> None:
+            super().__init__(story=REPLY, trigger=None)
+
+    return CapacityTeller
+
+
+async def _serve_child(turns: int) -> None:
+    import logging
+
+    from capacity import caller_script, load_engines, question_audio
+    from voxflow_adapters.hosting.calls import flow_call_factory
+    from voxflow_adapters.testkit.scenario import run_call
+    from voxflow_adapters.webrtc import PeerSettings, ServerSettings, WebRtcServer
+    from voxflow_adapters.webrtc.server import ignore_closed_transport_errors
+
+    from voxflow.clock import MonotonicClock
+
+    logging.basicConfig(level=logging.ERROR)
+    loop = asyncio.get_running_loop()
+    ignore_closed_transport_errors(loop)
+    engines, _ = await load_engines(scheduling=False)
+    teller, settings = _teller(), _settings()
+    server = WebRtcServer(flow_call_factory(teller, settings=settings), engines,
+                          settings=ServerSettings(port=0, max_calls=4, peer=PeerSettings(
+                              ice_host_addresses=("127.0.0.1",))))
+    question = question_audio(engines)
+    async with server:
+        print(json.dumps({"port": server.port, "token": server.token}), flush=True)
+        while line := (await loop.run_in_executor(None, sys.stdin.readline)).strip():
+            cpu0, wall0 = time.process_time(), time.monotonic()
+            if line == "simulated":
+                call = await run_call(teller(), caller_script(question, turns, 0.5), engines,
+                                      clock=MonotonicClock(), tail=TAIL, settings=settings)
+                stale = call.stale_samples()
+                reply = sum(r.num_samples / r.sample_rate for r in call.tape.receipts)
+            else:  # "webrtc": the caller posts its offer now; "ended" once it hung up
+                await loop.run_in_executor(None, sys.stdin.readline)
+                await server.wait_idle()
+                ended = server.statistics().ended[-1]
+                stale = ended.outbound.stale_samples
+                reply = ended.outbound.reply_frames * 0.02
+            cpu, wall = time.process_time() - cpu0, time.monotonic() - wall0
+            print(json.dumps({"cpu": cpu, "wall": wall, "stale": stale, "reply": reply}),
+                  flush=True)
+
+
+def _question() -> Any:
+    """capacity.question_audio's question, without loading every model."""
+    import numpy as np
+    from capacity import QUESTION
+    from voxflow_voice.audio import STT_SAMPLE_RATE, AudioChunk, resample
+    from voxflow_voice.engines.tts import PiperTts
+
+    tts = PiperTts()
+    audio = np.concatenate([np.asarray(x.samples, np.float32) for x in tts.synthesize(QUESTION)])
+    return AudioChunk.from_float(resample(audio * 0.5, tts.sample_rate, STT_SAMPLE_RATE),
+                                 STT_SAMPLE_RATE)
+
+
+async def _webrtc_caller(base: str, token: str, turns: int, question: Any) -> None:
+    from capacity import GAP
+    from voxflow_adapters.webrtc.client import LoopbackCaller
+
+    caller = LoopbackCaller(base, token)
+
+    async def reply_ended(since: float) -> None:
+        """As the simulated caller's ``after="reply_end"``: the assistant's audio began
+        after ``since`` and then nothing audible came for GAP s."""
+        async with asyncio.timeout(60.0):
+            while True:
+                await asyncio.sleep(0.02)
+                heard = [f.at for f in caller.frames[-100:] if f.audible and f.at > since]
+                if heard and time.monotonic() - heard[-1] >= GAP:
+                    return
+
+    try:
+        await caller.connect()
+        await asyncio.sleep(0.5)
+        for _ in range(turns):
+            asked = time.monotonic()
+            caller.say(question)
+            await reply_ended(asked)
+        await asyncio.sleep(max(0.0, TAIL - GAP))
+    finally:
+        await caller.aclose()
+
+
+async def _main(pairs: int, turns: int, kinds: tuple[str, ...]) -> None:
+    child = await asyncio.create_subprocess_exec(
+        sys.executable, __file__, "--serve-child", "--turns", str(turns),
+        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE)
+    assert child.stdin is not None and child.stdout is not None
+    runs: dict[str, list[float]] = {"simulated": [], "webrtc": []}
+    question = _question()
+    loads = [os.getloadavg()[0]]
+    try:
+        hello = json.loads(await child.stdout.readline())
+        print(f"server process {child.pid}", flush=True)
+        base = f"http://127.0.0.1:{hello['port']}"
+        for pair in range(pairs):
+            for kind in (("simulated", "webrtc") if pair % 2 == 0 else ("webrtc", "simulated")):
+                if kind not in kinds:
+                    continue
+                child.stdin.write(f"{kind}\n".encode())
+                await child.stdin.drain()
+                if kind == "webrtc":
+                    await _webrtc_caller(base, hello["token"], turns, question)
+                    child.stdin.write(b"ended\n")
+                    await child.stdin.drain()
+                report = json.loads(await child.stdout.readline())
+                pct = 100.0 * report["cpu"] / report["wall"]
+                runs[kind].append(pct)
+                loads.append(os.getloadavg()[0])
+                print(f"{kind:>9}: {pct:5.1f} % of a core ({report['cpu']:.1f} s CPU in "
+                      f"{report['wall']:.1f} s, reply audio played {report['reply']:.1f} s, "
+                      f"stale samples {report['stale']}, "
+                      f"load {loads[-1]:.1f})", flush=True)
+    finally:
+        child.stdin.close()
+        await child.wait()
+    if len(kinds) < 2:
+        return
+    sim, rtc = statistics.median(runs["simulated"]), statistics.median(runs["webrtc"])
+    print(f"median of {pairs}: simulated {sim:.1f} %, webrtc {rtc:.1f} % of a core per call "
+          f"(difference {rtc - sim:+.1f} points); load average {min(loads):.1f}-"
+          f"{max(loads):.1f} on {os.cpu_count()} CPUs")
+    from _figures import figure
+
+    figure("server CPU per call, simulated", sim, "% of a core")
+    figure("server CPU per call, webrtc", rtc, "% of a core", target=f"<= {sim + 3:.1f}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--pairs", type=int, default=3)
+    parser.add_argument("--turns", type=int, default=3)
+    parser.add_argument("--only", choices=("simulated", "webrtc"),
+                        help="run calls of one kind only (to profile the child)")
+    parser.add_argument("--serve-child", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.pairs < 1 or args.turns < 1:
+        parser.error("--pairs and --turns must be >= 1")
+    if args.serve_child:
+        asyncio.run(_serve_child(args.turns))
+        return
+    kinds = (args.only,) if args.only else ("simulated", "webrtc")
+    asyncio.run(_main(args.pairs, args.turns, kinds))
+
+
+if __name__ == "__main__":
+    main()
