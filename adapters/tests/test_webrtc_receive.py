@@ -5,6 +5,7 @@ outbound queue stays bounded and fenceable."""
 from __future__ import annotations
 
 import asyncio
+import threading
 from typing import Any
 
 import numpy as np
@@ -22,7 +23,7 @@ from voxflow_adapters.webrtc import (
 )
 from voxflow_adapters.webrtc.client import LoopbackCaller, _MicTrack
 from voxflow_adapters.webrtc.command import build_settings
-from voxflow_adapters.webrtc.outbound import FRAME_SECONDS, OutboundAudio
+from voxflow_adapters.webrtc.outbound import FRAME_SECONDS, OutboundAudio, ReplyTrack
 from voxflow_adapters.webrtc.receive import MAX_RECEIVE_HOLD, ReorderWindow
 from voxflow_voice.audio import ReplyChunk
 from voxflow_voice.engines import VoiceEngines
@@ -192,6 +193,72 @@ async def test_the_server_decodes_the_last_packet_without_waiting_for_later_ones
             await server.wait_idle()
 
 
+async def test_the_server_decodes_and_encodes_on_the_event_loop(
+    engines: VoiceEngines, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """aiortc decodes in its own thread and hops every frame back onto the loop, and
+    encodes through run_in_executor (thread switches every 20 ms, each way): the server
+    decodes each packet where it is handled and encodes each frame in its track, with
+    aiortc's own codecs, and the session gets the tone that was sent. (The caller keeps
+    aiortc's threads: its decodes and encodes are the ones off the loop.)"""
+    from aiortc.codecs.opus import OpusDecoder, OpusEncoder
+
+    decode, encode = OpusDecoder.decode, OpusEncoder.encode
+    on_loop: list[bool] = []
+    encoded_on_loop: list[bool] = []
+
+    def recorded(self: OpusDecoder, encoded: Any) -> Any:
+        on_loop.append(threading.current_thread() is threading.main_thread())
+        return decode(self, encoded)
+
+    def recorded_encode(self: OpusEncoder, frame: Any, force_keyframe: bool = False) -> Any:
+        encoded_on_loop.append(threading.current_thread() is threading.main_thread())
+        return encode(self, frame, force_keyframe)
+
+    monkeypatch.setattr(OpusDecoder, "decode", recorded)
+    monkeypatch.setattr(OpusEncoder, "encode", recorded_encode)
+    peers: list[WebRtcPeer] = []
+    heard: list[np.ndarray] = []
+
+    def on_call(peer: WebRtcPeer, call: Any) -> None:
+        put = peer._input.put_nowait
+
+        def keep(chunk: Any) -> None:
+            if chunk is not None:
+                heard.append(chunk.samples())
+            put(chunk)
+
+        peer._input.put_nowait = keep  # type: ignore[method-assign]
+        peers.append(peer)
+
+    server = WebRtcServer(assistant_call_factory(), engines, settings=ServerSettings(
+        port=0, peer=PeerSettings(ice_host_addresses=("127.0.0.1",), receive_hold=3)),
+        on_call=on_call)
+    async with server:
+        caller = LoopbackCaller(server.url.split("/?")[0], server.token)
+        caller.mic = _CountedMic(30)
+        caller.mic._pending.clear()  # a 440 Hz tone at 0.2 (Opus drops a constant)
+        caller.mic.feed(0.2 * np.sin(2 * np.pi * 440 * np.arange(960 * 30) / 48_000,
+                                     dtype=np.float32))
+        await caller.connect()
+        try:
+            for _ in range(400):  # up to 20 s
+                if peers and peers[0].statistics().frames_in >= 30:
+                    break
+                await asyncio.sleep(0.05)
+            assert peers[0].statistics().frames_in == 30
+            assert sum(on_loop) == 30  # the server's 30 packets, each decoded on the loop
+            assert sum(encoded_on_loop) > 0  # the server's frames (silence until a reply)
+            assert not all(encoded_on_loop)  # and the caller's, in aiortc's executor
+            tone = np.concatenate(heard)[4800:]  # 16 kHz, past the codec's onset
+            rms = float(np.sqrt(np.mean(tone**2)))
+            assert 0.08 < rms < 0.12  # 0.2 / sqrt(2), -3 dB (the caller's encoder's upmix)
+        finally:
+            await caller.aclose()
+        async with asyncio.timeout(20):
+            await server.wait_idle()
+
+
 # -- the outbound queue --------------------------------------------------------------------
 
 
@@ -246,6 +313,31 @@ def test_a_flush_drops_every_frame_not_yet_sent_and_nothing_of_it_goes_out_after
     assert outbound.last_frame_of[DeliveryId("d1")] == 2 < outbound.flush_frame_of[DeliveryId("d1")]
     outbound.write_nowait(_chunk("d1", 0.1))  # a late chunk of the fenced delivery
     assert outbound.statistics().queued_seconds == 0
+
+
+async def test_the_reply_track_encodes_the_packets_aiortc_would_send() -> None:
+    """After encode_here() the track returns each frame's Opus packet, encoded on the loop
+    by aiortc's OpusEncoder: the bytes aiortc's sender would have made of the frames, and
+    the frame's own RTP time."""
+    from aiortc.codecs.opus import OpusEncoder
+
+    def track() -> ReplyTrack:
+        outbound = OutboundAudio(clock=MonotonicClock(), on_observation=lambda o: None)
+        outbound.write_nowait(ReplyChunk.from_float(
+            0.3 * np.sin(2 * np.pi * 330 * np.arange(4410) / 22050, dtype=np.float32), 22050,
+            delivery_id=DeliveryId("d1"), segment_id=1, start_sample=0))
+        return ReplyTrack(outbound)
+
+    here, there, encoder = track(), track(), OpusEncoder()
+    here.encode_here()
+    for index in range(12):  # 200 ms of reply, then silence
+        packet, frame = await here.recv(), await there.recv()
+        payloads, _ = encoder.encode(frame)
+        assert [bytes(packet)] == payloads
+        assert packet.pts == frame.pts == index * 960
+        assert packet.time_base == frame.time_base
+    with pytest.raises(RuntimeError, match="after the first frame"):
+        here.encode_here()
 
 
 def test_a_pause_holds_the_next_frame_and_resume_sends_on_from_the_same_sample() -> None:

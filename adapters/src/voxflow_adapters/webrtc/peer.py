@@ -4,13 +4,14 @@
 :class:`WebRtcPeer` answers the page's offer and then moves audio both ways:
 
 * *in*: the page's microphone track (Opus, 48 kHz stereo s16) goes through the receive
-  path of :mod:`~voxflow_adapters.webrtc.receive` (each packet decoded as it arrives; a
-  gap holds at most ``receive_hold`` packets), is converted to 16 kHz mono once by
-  :class:`~voxflow_voice.audio.InputConverter` (a frame in, its 320 samples out) and
-  yielded by :meth:`WebRtcPeer.audio_input`; while the page is muted, silence is yielded
-  instead;
+  path of :mod:`~voxflow_adapters.webrtc.receive` (each packet decoded as it arrives, on
+  the event loop; a gap holds at most ``receive_hold`` packets), is converted to 16 kHz
+  mono once by :class:`~voxflow_voice.audio.InputConverter` (a frame in, its 320 samples
+  out) and yielded by :meth:`WebRtcPeer.audio_input`; while the page is muted, silence is
+  yielded instead;
 * *out*: :class:`~voxflow_adapters.webrtc.outbound.ReplyTrack` sends 20 ms frames from
-  the reply queue; receipts come from what was actually sent;
+  the reply queue (encoded to Opus on the loop when the call negotiated Opus); receipts
+  come from what was actually sent;
 * *data channel* ``voxflow``: session facts go to the page
   (:mod:`~voxflow_adapters.webrtc.protocol`); page messages (mute, playback, hang-up)
   are validated, and a bad one is rejected with a logged reason.
@@ -251,14 +252,20 @@ class WebRtcPeer:
             await pc.setRemoteDescription(RTCSessionDescription(sdp=offer_sdp, type="offer"))
             for transceiver in pc.getTransceivers():
                 if transceiver.kind == "audio":
+                    hold = self.settings.receive_hold
                     self._windows.append(install_receive_path(
-                        transceiver.receiver, hold=self.settings.receive_hold,
-                        timings=self.receive_timings))
-            pc.addTrack(self.track)
+                        transceiver.receiver, hold=hold, timings=self.receive_timings,
+                        on_frame=self._take_frame if hold is not None else None))
+            sender = pc.addTrack(self.track)
             answer = await pc.createAnswer()
             with host_addresses(self.settings.ice_host_addresses), \
                     gather_timeout(self.settings.ice_gather_timeout):
                 await pc.setLocalDescription(answer)
+            for transceiver in pc.getTransceivers():
+                # the codec the sender will use (aiortc sends with the first negotiated)
+                if transceiver.sender is sender and transceiver._codecs \
+                        and transceiver._codecs[0].mimeType.lower() == "audio/opus":
+                    self.track.encode_here()
         except Exception as exc:
             await self.aclose(f"signaling failed: {type(exc).__name__}")
             raise SignalingError(f"the offer was refused: {exc}") from exc
@@ -381,31 +388,38 @@ class WebRtcPeer:
         return any(t.get_name().endswith(".inbound") for t in self._tasks)
 
     async def _read_audio(self, track: Any) -> None:
-        guard = self._guard
-        loop = asyncio.get_running_loop()
+        """Wait for the inbound track to end (its frames come to :meth:`_take_frame`
+        from the receive path, decoded on the loop; only with aiortc's own buffer,
+        ``receive_hold=None``, do they come through the track)."""
         try:
             while True:
                 try:
                     frame = await track.recv()
                 except MediaStreamError:
                     break
-                self._frames_in += 1
-                self._last_media = loop.time()
-                arrived = self.receive_timings.frame_decoded(frame.pts, time.monotonic())
-                if arrived is not None:
-                    self._newest_arrival = arrived
-                samples = frame.to_ndarray()
-                channels = len(frame.layout.channels)
-                if frame.format.is_planar:
-                    samples = samples.T  # (channels, n) → interleaved
-                # validated (dtype, rate, channels, NaN) and counted at the boundary
-                chunk = guard.convert(np.reshape(samples, -1), frame.sample_rate, channels,
-                                      muted=self._muted)
-                if chunk is not None:
-                    self._input.put_nowait(chunk)
+                self._take_frame(frame)
         finally:
             self._end_input()
         self.close_soon("the peer's audio track ended")
+
+    def _take_frame(self, frame: Any) -> None:
+        """One decoded inbound frame: to 16 kHz mono, queued for :meth:`audio_input`."""
+        if self.input_ended.is_set():
+            return
+        self._frames_in += 1
+        self._last_media = asyncio.get_running_loop().time()
+        arrived = self.receive_timings.frame_decoded(frame.pts, time.monotonic())
+        if arrived is not None:
+            self._newest_arrival = arrived
+        samples = frame.to_ndarray()
+        channels = len(frame.layout.channels)
+        if frame.format.is_planar:
+            samples = samples.T  # (channels, n) → interleaved
+        # validated (dtype, rate, channels, NaN) and counted at the boundary
+        chunk = self._guard.convert(np.reshape(samples, -1), frame.sample_rate, channels,
+                                    muted=self._muted)
+        if chunk is not None:
+            self._input.put_nowait(chunk)
 
     def _end_input(self) -> None:
         if not self.input_ended.is_set():
