@@ -55,8 +55,11 @@ def test_a_call_taking_the_place_of_one_of_its_own_is_admitted_on_a_full_server(
         admission.admit("b", replacing="not-here")
     new = admission.admit("b", replacing="a")
     assert admission.load().active_calls == 2 and admission.refused == 1
+    with pytest.raises(CapacityExceededError):  # a call is replaced once, not per offer
+        admission.admit("b2", replacing="a")
     old.release()
     assert (admission.load().active_calls, admission.load().headroom) == (1, 0)
+    assert admission.refused == 2
     with pytest.raises(CapacityExceededError):
         admission.admit("c", replacing="a")  # (a has ended: c is one call more)
     new.release()

@@ -11,6 +11,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from voxflow_adapters.hosting.host import CallRefused
+from voxflow_adapters.hosting.wire import ResumeRequest
 from voxflow_adapters.webrtc import (
     Call,
     PeerSettings,
@@ -22,6 +24,8 @@ from voxflow_adapters.webrtc import (
 from voxflow_adapters.webrtc.client import LoopbackCaller, OfferRejected
 from voxflow_voice.audio import AudioChunk
 from voxflow_voice.engines import VoiceEngines
+
+from voxflow.errors import PersistenceUnavailableError
 
 pytestmark = pytest.mark.models
 
@@ -219,3 +223,32 @@ async def test_a_server_without_a_store_refuses_a_resume_with_the_reason(
         assert hello["resumed"] is False and not caller.resumable
         await caller.aclose()
 
+
+
+class _StoreDown:
+    """The session store during a database blip (the far side of the store's boundary):
+    every read fails as PostgreSQL's store fails while its server restarts."""
+
+    def load_state(self, session_id: str) -> Any:
+        raise PersistenceUnavailableError("the session store is unreachable",
+                                          path="postgresql://db", fix="start it")
+
+
+async def test_a_page_reconnecting_while_the_store_is_away_gets_the_stores_503(
+    engines: VoiceEngines,
+) -> None:
+    """The check whether a resume takes its live call's place reads the store: when that
+    read fails, the offer is refused with the store's typed 503, not a 500."""
+    async def no_call(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("no call starts while the store is away")
+
+    server = WebRtcServer(no_call, engines, store=_StoreDown(),  # type: ignore[arg-type]
+                          settings=ServerSettings(port=0, peer=LOOPBACK, max_calls=1))
+    live: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    server._calls["call-1"] = (object(), live)  # type: ignore[assignment]  # a call live here
+    server._sessions["s-1"] = "call-1"  # ... for session s-1
+    resume = ResumeRequest(v=1, session_id="s-1", token="t" * 24)
+    with pytest.raises(CallRefused) as refused:
+        await server.answer_offer("v=0\r\n", resume)
+    assert (refused.value.status, refused.value.key) == (503, "store")
+    assert "session store is unavailable" in refused.value.reason

@@ -218,6 +218,7 @@ class AdmissionController:
         self._clock = clock
         self._lock = threading.Lock()
         self._active: set[str] = set()
+        self._replaced: set[str] = set()  # admitted calls another already took the place of
         self._turns: deque[tuple[float, float]] = deque(maxlen=self.settings.window_turns)
         # (clock, the scheduler's busy seconds) samples of the last UTILIZATION_WINDOW
         self._busy_marks: deque[tuple[float, float]] = deque(
@@ -231,7 +232,8 @@ class AdmissionController:
         ``replacing``: an admitted call of this process that ``call_id`` takes the place
         of (the same page reconnecting while its old connection still looks alive): the
         old call ends as the new one starts, so no call is added and none is refused; the
-        old call's slot is given back when it ends. An id not admitted here is ignored.
+        old call's slot is given back when it ends. A call is replaced once: another offer
+        naming it, or an id not admitted here, is judged as any new call.
 
         Raises:
             CapacityExceededError: the cap is reached, or recent answers are slower than
@@ -243,7 +245,8 @@ class AdmissionController:
         with self._lock:
             if call_id in self._active:
                 raise ValueError(f"call {call_id!r} is already admitted")
-            if replacing is None or replacing not in self._active:
+            if (replacing is None or replacing not in self._active
+                    or replacing in self._replaced):
                 slots, cost = self._slots()
                 reason = self._refusal(slots, cost)
                 if reason is not None:
@@ -251,6 +254,8 @@ class AdmissionController:
                     raise CapacityExceededError(reason, active_calls=len(self._active),
                                                 max_calls=slots)
                 self._admitted_at = self._clock()
+            else:
+                self._replaced.add(replacing)  # (once: a second offer is one call more)
             self._active.add(call_id)
             self.meter.call_started()
         return Admission(self, call_id)
@@ -301,6 +306,7 @@ class AdmissionController:
         with self._lock:
             if call_id in self._active:
                 self._active.discard(call_id)
+                self._replaced.discard(call_id)
                 self.meter.call_ended()
 
     def _slots(self) -> tuple[int, CallCost]:

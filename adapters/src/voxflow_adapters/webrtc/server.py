@@ -256,7 +256,10 @@ class WebRtcServer(SignalingServer):
         live = self._sessions.get(resume.session_id)
         if live is None or live not in self._calls:
             return None
-        stored = await asyncio.to_thread(self.store.load_state, resume.session_id)
+        try:
+            stored = await asyncio.to_thread(self.store.load_state, resume.session_id)
+        except Exception:  # (judged as a new call: the resume then meets the store's 503)
+            return None
         return live if check_resume_token(stored, resume.token) else None
 
     def _counts(self) -> HostCounts:
