@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 
 import pytest
 from pydantic import BaseModel
@@ -234,3 +236,35 @@ def test_importing_voxflow_does_not_import_litellm() -> None:
     code = "import sys, voxflow, voxflow.llm; print('litellm' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_the_litellm_warm_up_is_not_reported_to_a_users_litellm_callbacks() -> None:
+    """The warm-up's mock calls (once per process, on a thread of its own) do not reach a
+    user's own litellm success/failure callbacks (cost tracking, tracing): litellm's
+    ``no-log``. A fresh interpreter, so that this process's warm-up is the one run."""
+    code = """
+import asyncio, time
+import litellm
+from litellm.integrations.custom_logger import CustomLogger
+class Recorder(CustomLogger):
+    def __init__(self):
+        super().__init__()
+        self.events = []
+    def log_success_event(self, kwargs, response_obj, start_time, end_time):
+        self.events.append(kwargs.get("messages"))
+    async def async_log_success_event(self, kwargs, response_obj, start_time, end_time):
+        self.events.append(kwargs.get("messages"))
+recorder = Recorder()
+litellm.callbacks = [recorder]
+from voxflow.llm import preload
+asyncio.run(preload())
+time.sleep(0.5)  # (litellm logs success on a worker thread)
+warm = len(recorder.events)
+litellm.completion(model="openai/gpt-4o-mini", mock_response="ok",
+                   messages=[{"role": "user", "content": "hello"}])
+time.sleep(0.5)
+print(warm, len(recorder.events))
+"""
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            timeout=120, check=True)
+    assert result.stdout.split()[-2:] == ["0", "1"], result.stdout + result.stderr

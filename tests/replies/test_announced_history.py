@@ -3,6 +3,7 @@ and the next turn's LLM (real litellm, ``mock_response``) is sent it."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,7 @@ from voxflow import LLM, ConversationConfig, Flow, listen
 from voxflow.conversation import RouterContext
 from voxflow.flow import SQLiteFlowPersistence, persist
 from voxflow.jobs import JobContext, background_job
+from voxflow.llm import preload
 from voxflow.replies import INTERRUPTED_MARK, record_announcement
 from voxflow.wiring import AssistantState, AssistantWiring
 
@@ -36,6 +38,9 @@ class Sent(CustomLogger):
 
 @pytest.fixture
 def sent() -> Iterator[Sent]:
+    # the process's one litellm warm-up (AssistantWiring starts it) runs before the
+    # recorder listens: its pre-call hooks are not this test's calls (run alone, they were)
+    asyncio.run(preload())
     recorder = Sent()
     saved = list(litellm.callbacks)
     litellm.callbacks = [*saved, recorder]

@@ -68,7 +68,8 @@ def start_preload() -> concurrent.futures.Future[Any]:
     The mock calls import what a process's first real call would otherwise import on the
     event loop (the provider's request and streaming code, the tokenizer): together with
     the import itself, seconds of CPU. They reach no network and report nothing (no
-    voxflow LLM events; litellm's own callbacks are voxflow's none). A mock call that
+    voxflow LLM events, and litellm's ``no-log``: a user's litellm callbacks are not told
+    of them, only litellm's pre-call hook runs). A mock call that
     fails is logged at debug level and costs only the warm-up; an import that fails is
     the future's exception, raised by the first call as before.
     """
@@ -101,14 +102,16 @@ def _preload(future: concurrent.futures.Future[Any]) -> None:
 def _warm_up(litellm: Any) -> None:
     messages = [{"role": "user", "content": "warm-up"}]
     model = "openai/gpt-4o-mini"
-    for chunk in litellm.completion(model=model, messages=messages, mock_response="ok",
-                                    stream=True):
+    # litellm's "no-log": a user's own litellm callbacks (cost tracking, tracing) are
+    # not told of these calls' success or failure (its pre-call hook still runs)
+    quiet = {"mock_response": "ok", "no-log": True}
+    for chunk in litellm.completion(model=model, messages=messages, stream=True, **quiet):
         del chunk
-    litellm.completion(model=model, messages=messages, mock_response="ok")
+    litellm.completion(model=model, messages=messages, **quiet)
 
     async def streamed() -> None:  # the async path's own modules (anyio's backend...)
-        stream = await litellm.acompletion(model=model, messages=messages,
-                                           mock_response="ok", stream=True)
+        stream = await litellm.acompletion(model=model, messages=messages, stream=True,
+                                           **quiet)
         async for chunk in stream:
             del chunk
 
