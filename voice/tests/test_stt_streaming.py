@@ -118,8 +118,10 @@ def streaming() -> StreamingWhisperStt:
 
 @pytest.fixture(scope="module")
 def tails() -> StreamingWhisperStt:
-    """No decode when the speech pauses: the final is the committed words and a tail."""
-    return StreamingWhisperStt(StreamingSttSettings(model="tiny.en", closing_decode=False))
+    """No decode when the speech pauses: the final is the committed words and a tail
+    (decodes every 0.5 s: more words committed, a shorter tail)."""
+    return StreamingWhisperStt(StreamingSttSettings(
+        model="tiny.en", closing_decode=False, interval=0.5))
 
 
 async def follow(
@@ -269,6 +271,21 @@ async def test_the_decode_when_the_speech_pauses_aligns_no_words(
 
 
 @pytest.mark.models
+@pytest.mark.skipif(shutil.which("espeak-ng") is None,
+                    reason="espeak-ng is missing: apt-get install espeak-ng (.ci/run does)")
+async def test_speech_is_decoded_about_once_a_second_while_it_is_spoken(
+    tmp_path: Path, streaming: StreamingWhisperStt,
+) -> None:
+    """Every decode during speech keeps the decoder busy when the speech may pause (and
+    costs CPU): one a second of new audio, and the one at the pause."""
+    audio = _espeak(tmp_path, SENTENCES[1], "en-us+f3", 150)
+    ready, _, _, early = await follow(streaming, audio)
+    assert early.incremental is not None
+    spoken = (ready.end_sample - ready.onset_sample) / STT_SAMPLE_RATE
+    assert early.incremental.statistics().partial_decodes <= spoken + 1.5
+
+
+@pytest.mark.models
 async def test_audio_unlike_what_was_decoded_is_decoded_whole(
     speech: Speech, streaming: StreamingWhisperStt, stt: WhisperStt
 ) -> None:
@@ -330,7 +347,7 @@ async def test_a_failed_partial_decode_is_logged_not_lost(
     detector = _Speaking()
     frame = np.zeros(STT_SAMPLE_RATE // 10, np.float32)
     with caplog.at_level(logging.WARNING, logger="voxflow_voice.listen.incremental_stt"):
-        for _ in range(8):  # 0.8 s of speech: one partial decode started
+        for _ in range(12):  # 1.2 s of speech: one partial decode started
             detector.position += frame.size
             detector.speech_end = detector.position
             incremental.heard(frame, detector)
