@@ -356,3 +356,56 @@ async def test_a_failed_partial_decode_is_logged_not_lost(
     failed = [r for r in caplog.records if r.getMessage() == "a partial decode failed"]
     assert len(failed) == 1 and failed[0].exc_info is not None
     assert "the decoder broke" in str(failed[0].exc_info[1])
+
+
+@pytest.mark.models
+@pytest.mark.skipif(shutil.which("espeak-ng") is None,
+                    reason="espeak-ng is missing: apt-get install espeak-ng (.ci/run does)")
+def test_a_decode_of_29_5_seconds_fits_whispers_window(
+    tmp_path: Path, streaming: StreamingWhisperStt
+) -> None:
+    """Review finding 7: a window fitted to 29.5 s of audio was 31 s, and faster-whisper's
+    encoder takes 3000 frames only (ValueError: ... (1, 80, 3100)); it is 30 s now."""
+    gap = np.zeros(STT_SAMPLE_RATE // 2, np.float32)
+    parts: list[NDArray[np.float32]] = []
+    while sum(p.size for p in parts) < 30 * STT_SAMPLE_RATE:
+        folder = tmp_path / str(len(parts))
+        folder.mkdir()
+        parts += [_espeak(folder, SENTENCES[len(parts) // 2 % 2], "en-gb+m3", 175), gap]
+    audio = np.concatenate(parts)[: round(29.5 * STT_SAMPLE_RATE)]
+    found, said = streaming.decode_words(audio, 0, None)
+    assert said is not None and len(found) >= 20, said
+    assert streaming.window_of(29.5) == 30
+
+
+class _Sizes(StreamingWhisperStt):
+    """The real engine's settings; its partial decodes only note how much audio they got."""
+
+    def __init__(self) -> None:
+        super().__init__(StreamingSttSettings(model="tiny.en"))
+        self.sizes: list[int] = []
+
+    def decode_words(
+        self, samples: NDArray[np.float32], start: int, prompt: str | None
+    ) -> tuple[list[Word], None]:
+        self.sizes.append(samples.size)
+        return [], None
+
+
+@pytest.mark.models
+async def test_no_partial_decode_is_given_more_than_its_window_holds() -> None:
+    """Every partial decode covers the utterance from its start: past ``longest`` (29 s,
+    a 30 s window) none starts, the pause decodes the tail or the whole utterance."""
+    stt = _Sizes()
+    incremental = IncrementalStt(stt)
+    detector = _Speaking()
+    frame = np.zeros(STT_SAMPLE_RATE // 10, np.float32)
+    for _ in range(320):  # 32 s of speech
+        detector.position += frame.size
+        detector.speech_end = detector.position
+        incremental.heard(frame, detector)
+        if incremental._task is not None:
+            await asyncio.gather(incremental._task)
+    await incremental.aclose()
+    assert max(stt.sizes) <= 29 * STT_SAMPLE_RATE < max(stt.sizes) + STT_SAMPLE_RATE
+    assert stt.longest == 29

@@ -60,6 +60,9 @@ __all__ = [
 
 _NORMALIZE = re.compile(r"[^a-z0-9]+")
 
+_WHISPER_WINDOW = 30.0
+"""Whisper's window (s): the most its encoder takes (3000 mel frames)."""
+
 
 class StreamingSttSettings(SttSettings):
     """Whisper's settings and how it follows the speech (see the module docstring)."""
@@ -189,11 +192,17 @@ class StreamingWhisperStt(WhisperStt):
             settings if settings is not None else StreamingSttSettings(), **kwargs
         )
 
+    longest = _WHISPER_WINDOW - 1.0
+    """The longest audio (s) a partial or tail decode is given: its window (the audio
+    plus 1 s, rounded up) is then at most Whisper's 30 s, all its encoder takes."""
+
     def window_of(self, seconds: float) -> float:
-        """The window a partial or tail decode of ``seconds`` of audio is padded to."""
+        """The window a partial or tail decode of ``seconds`` of audio is padded to: never
+        past Whisper's 30 s (faster-whisper's encoder refuses more than 3000 frames)."""
         s = self.settings
         fitted = float(math.ceil(round(seconds + 1.0, 6)))
-        return min(max(fitted, s.partial_window_floor), max(s.encoder_window, fitted))
+        return min(max(fitted, s.partial_window_floor), max(s.encoder_window, fitted),
+                   _WHISPER_WINDOW)
 
     def decode_words(
         self, samples: NDArray[np.float32], start: int, prompt: str | None

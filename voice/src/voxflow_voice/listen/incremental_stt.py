@@ -16,7 +16,9 @@ turn-taking judgement and a speculative reply.
 
 :meth:`IncrementalStt.final` returns :data:`WHOLE` when the utterance must be decoded whole:
 nothing committed, another utterance than the one followed, audio before the cut not
-the one decoded, a tail that ran away, or no words in a tail where the VAD heard speech.
+the one decoded, a tail that ran away, or no words in a tail where the VAD heard speech,
+or a tail longer than one decode's window holds (``longest``: no partial decodes start
+past it either).
 """
 
 from __future__ import annotations
@@ -143,6 +145,7 @@ class IncrementalStt:
         self._call = str(call)
         self._interval = round(stt.settings.interval * STT_SAMPLE_RATE)
         self._hold_back = round(stt.settings.hold_back * STT_SAMPLE_RATE)
+        self._longest = round(stt.longest * STT_SAMPLE_RATE)
         self._frames: list[NDArray[np.float32]] = []
         self._start = 0  # input sample of self._frames[0]
         self._fed = 0  # input samples seen
@@ -201,6 +204,11 @@ class IncrementalStt:
                     or not self._stt.settings.closing_decode):
                 return
         elif self._fed - self._decoded_to < self._interval:
+            return
+        if self._fed - ag.start > self._longest:
+            # Past what one decode's window holds (Whisper's 30 s): no more partial
+            # decodes; the pause decodes the tail after the committed words, or the
+            # whole utterance (cut to max_utterance) when that tail is as long.
             return
         self._partials += 1
         end = self._task_end = self._fed
@@ -275,6 +283,8 @@ class IncrementalStt:
         prompt = " ".join(w.text for w in ag.committed[:kept])
         prefix = " ".join(w.text for w in ag.committed[kept:]) or None
         tail = audio[cut - first :]
+        if tail.size > self._longest:
+            return self._decode_whole("a tail longer than a decode's window")
         try:
             said = await self._run(self._stt.decode_tail, tail, prompt, prefix)
         except RunawayDecode:
