@@ -62,6 +62,11 @@ async def aretry_conflicts(call: Callable[[], Awaitable[T]], *, logger: logging.
     50 ms up to 1 s, jittered (two transactions that deadlocked do not meet again in
     step); each retry is said at INFO, naming ``what``.
 
+    A conflict whose tries a loop inside ``call`` already spent (an :func:`atransaction`
+    of its) is raised at once: the tries are counted by one loop, not multiplied (the
+    job worker's ``ride_out`` around the inbox's transaction ran a recurring conflict
+    6 x 6 = 36 times, its "try n of 6" lines interleaved).
+
     Raises:
         whatever ``call`` raises; a conflict once it recurred on every try.
     """
@@ -70,7 +75,10 @@ async def aretry_conflicts(call: Callable[[], Awaitable[T]], *, logger: logging.
         try:
             return await call()
         except Exception as exc:
-            if attempt == CONFLICT_TRIES or not conflict(exc):
+            if not conflict(exc) or _spent(exc):
+                raise
+            if attempt == CONFLICT_TRIES:
+                _spend(exc)
                 raise
             state = getattr(exc, "sqlstate", None) or getattr(exc.__cause__, "sqlstate", "")
             logger.info("%s: the database rolled it back for a conflict with another "
@@ -116,7 +124,24 @@ async def atransaction(
     try:
         return await aretry_conflicts(once, logger=logger, what=what)
     except psycopg.OperationalError as exc:
-        raise unavailable(exc) from None
+        error = unavailable(exc)
+        if _spent(exc):  # (its sqlstate still says conflict: no other loop runs it again)
+            _spend(error)
+        raise error from None
+
+
+_SPENT = "voxflow_conflict_tries_spent"
+
+
+def _spend(exc: BaseException) -> None:
+    """Mark ``exc``: the conflict it is was tried :data:`CONFLICT_TRIES` times."""
+    setattr(exc, _SPENT, True)
+
+
+def _spent(exc: BaseException) -> bool:
+    """``exc`` (or the error it wraps) is a conflict whose tries are spent."""
+    return any(getattr(found, _SPENT, False)
+               for found in (exc, getattr(exc, "__cause__", None)))
 
 
 async def _reconnecting(

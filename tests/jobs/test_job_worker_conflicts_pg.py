@@ -22,6 +22,8 @@ import pytest
 
 from tests.conftest import PG_URL
 from tests.jobs.queue_kit import all_rows, wait_for, wait_for_update
+from voxflow import pg_retry
+from voxflow.errors import DatabaseRefusedError
 from voxflow.jobs import (
     BackgroundJob,
     JobContext,
@@ -160,3 +162,42 @@ async def test_an_inbox_write_rolled_back_for_a_conflict_is_run_again(schema: st
         assert await inbox.pending(state.id) == []
     finally:
         await inbox.close()
+
+
+async def test_a_conflict_on_every_try_is_run_conflict_tries_times_not_more(
+    schema: str, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Review finding 4: the worker's start rode out its removal of dead workers' rows
+    with a conflict loop of its own around the inbox's transaction, which has one: a
+    conflict recurring on every try ran 6 x 6 = 36 times, saying "try n of 6" for both
+    loops. Here a trigger refuses every such DELETE with 40001 (a sequence, which no
+    rollback undoes, counts them): it is run CONFLICT_TRIES times, then the worker is
+    refused, naming it."""
+    monkeypatch.setattr(pg_retry, "_CONFLICT_BACKOFF", (0.001, 0.001))
+    caplog.set_level(logging.INFO, logger="voxflow")
+    queue = PostgresJobQueue(PG_URL, schema=schema)
+    await queue.migrate()
+    with psycopg.connect(PG_URL, autocommit=True) as conn:
+        conn.execute(f'CREATE SEQUENCE "{schema}".vx_test_tries')
+        conn.execute(
+            f'CREATE FUNCTION "{schema}".vx_test_conflict() RETURNS trigger LANGUAGE plpgsql '
+            f"AS $$ BEGIN PERFORM nextval('\"{schema}\".vx_test_tries'); RAISE EXCEPTION "
+            "'a conflict of the test''s' USING ERRCODE = '40001'; END $$")
+        conn.execute(f'CREATE TRIGGER vx_test_conflict BEFORE DELETE ON "{schema}".'
+                     f'procrastinate_workers FOR EACH STATEMENT EXECUTE FUNCTION '
+                     f'"{schema}".vx_test_conflict()')
+    try:
+        with pytest.raises(DatabaseRefusedError) as refused:
+            await queue.run_worker(heartbeat=0.2, stalled_after=2.0, report_patience=5.0)
+    finally:
+        queue.close()
+        await queue.inbox.close()
+    assert refused.value.sqlstate == "40001"
+    with psycopg.connect(PG_URL, autocommit=True) as conn:
+        row = conn.execute("SELECT CASE WHEN is_called THEN last_value ELSE 0 END "
+                           f'FROM "{schema}".vx_test_tries').fetchone()
+    assert row is not None and row[0] == pg_retry.CONFLICT_TRIES
+    retried = [r.getMessage() for r in caplog.records
+               if "conflict with another" in r.getMessage()]
+    assert len(retried) == pg_retry.CONFLICT_TRIES - 1, retried
+    assert retried[-1].endswith(f"(try {pg_retry.CONFLICT_TRIES} of {pg_retry.CONFLICT_TRIES})")
