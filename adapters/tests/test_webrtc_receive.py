@@ -5,6 +5,7 @@ outbound queue stays bounded and fenceable."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 from typing import Any
 
@@ -353,3 +354,45 @@ def test_a_pause_holds_the_next_frame_and_resume_sends_on_from_the_same_sample()
     assert outbound.first_frame_of[DeliveryId("d1")] == 0
     assert outbound.frame_time(0) is not None and outbound.frame_time(99) is None
 
+
+
+def test_a_peer_sending_undecodable_packets_is_counted_and_said_once_per_interval(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Hostile input on the media path: garbage Opus packets (50 a second) are dropped and
+    counted by aiortc's own Opus decoder on the loop, and logged at most once per
+    UNDECODABLE_LOG_SECONDS with how many failed, not once per packet; a good packet after
+    them still decodes."""
+    from fractions import Fraction
+
+    from aiortc.codecs import get_encoder
+    from aiortc.rtcrtpparameters import RTCRtpCodecParameters
+    from aiortc.rtp import RtpPacket
+    from av import AudioFrame
+    from voxflow_adapters.webrtc.receive import UNDECODABLE_LOG_SECONDS, _DecodeHere
+
+    codec = RTCRtpCodecParameters(mimeType="audio/opus", clockRate=48000, channels=2,
+                                  payloadType=111)
+    frames: list[Any] = []
+    now = [0.0]
+    decode = _DecodeHere({111: codec}, frames.append, clock=lambda: now[0])
+    seconds = 25.0
+    garbage = round(seconds / 0.02)
+    with caplog.at_level(logging.WARNING, logger="voxflow_adapters.webrtc.receive"):
+        for n in range(garbage):
+            packet = RtpPacket(payload_type=111, sequence_number=n, timestamp=n * 960)
+            packet._data = b"\xff\xff\xff"  # (an Opus frame-count byte promising more)
+            decode.add(packet)
+            now[0] += 0.02
+    lines = [r for r in caplog.records if "failed to decode" in r.getMessage()]
+    assert decode.undecodable == garbage
+    assert len(lines) == int(seconds // UNDECODABLE_LOG_SECONDS) + 1  # 0 s, 10 s, 20 s
+    assert sum(int(r.getMessage().split()[0]) for r in lines) < garbage  # counts, not lines
+    tone = AudioFrame.from_ndarray(np.zeros((1, 1920), np.int16), format="s16",
+                                   layout="stereo")
+    tone.sample_rate, tone.pts, tone.time_base = 48000, 0, Fraction(1, 48000)
+    [payload], _ = get_encoder(codec).encode(tone)
+    good = RtpPacket(payload_type=111, sequence_number=garbage, timestamp=garbage * 960)
+    good._data = payload
+    decode.add(good)
+    assert len(frames) == 1

@@ -40,7 +40,6 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-import av
 from aiortc.codecs import get_decoder
 from aiortc.jitterbuffer import JitterFrame
 
@@ -211,11 +210,17 @@ class _DecodeHere:
 
     capacity = 1
 
-    def __init__(self, codecs: dict[int, Any], on_frame: Callable[[Any], None]) -> None:
+    def __init__(self, codecs: dict[int, Any], on_frame: Callable[[Any], None],
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self._codecs = codecs
         self._on_frame = on_frame
         self._decoders: dict[str, Any] = {}
         self._first_ts: int | None = None
+        self._clock = clock
+        self.undecodable = 0
+        """Inbound packets that failed to decode (dropped, the decoder's state kept)."""
+        self._reported = 0  # (how many of them a log line has counted so far)
+        self._reported_at: float | None = None
 
     def add(self, packet: Any) -> tuple[bool, None]:
         codec = self._codecs.get(packet.payload_type)
@@ -230,13 +235,30 @@ class _DecodeHere:
                               timestamp=(packet.timestamp - self._first_ts) % _TS)
         try:
             frames = decoder.decode(encoded)
-        except av.FFmpegError as exc:  # as aiortc's decoder thread: logged, the state kept
-            logger.warning("an inbound %s packet failed to decode: %s", codec.mimeType, exc)
+        except Exception as exc:  # (hostile or broken input: dropped, the call goes on)
+            self._undecodable(codec.mimeType, exc)
             return False, None
         for frame in frames:
             self._on_frame(frame)
         return False, None
 
+
+    def _undecodable(self, mime_type: str, exc: Exception) -> None:
+        """Count a packet that did not decode; say so at most once per
+        :data:`UNDECODABLE_LOG_SECONDS` (a peer sending garbage at 50 packets a second
+        writes one line, not fifty), with the count since the last line."""
+        self.undecodable += 1
+        now = self._clock()
+        if self._reported_at is not None and now - self._reported_at < UNDECODABLE_LOG_SECONDS:
+            return
+        logger.warning("%d inbound %s packet(s) failed to decode (dropped); the last: %s: %s",
+                       self.undecodable - self._reported, mime_type, type(exc).__name__,
+                       str(exc)[:200])
+        self._reported, self._reported_at = self.undecodable, now
+
+
+UNDECODABLE_LOG_SECONDS = 10.0
+"""The least time between two log lines about inbound packets that failed to decode."""
 
 _BUFFER_ATTRIBUTE = "_RTCRtpReceiver__jitter_buffer"
 _CODECS_ATTRIBUTE = "_RTCRtpReceiver__codecs"
