@@ -1,4 +1,4 @@
-"""Which failed query of a job worker is an outage to wait out (``_unreachable``): a
+"""Which failed query of a job worker is an outage to wait out (``database_unreachable``): a
 connection that cannot be made or broke, the server ending or refusing connections; not
 a query the server refused on a live connection (a statement or lock timeout, a
 deadlock): before, every psycopg ``OperationalError`` was, so a worker waited out a
@@ -19,7 +19,7 @@ import pytest
 
 from tests.conftest import PG_URL, skip_without_postgres
 from tests.jobs.worker_kit import pg_error
-from voxflow.jobs.worker_app import _unreachable
+from voxflow.jobs.worker_watch import database_unreachable
 
 pytestmark = pytest.mark.unit
 
@@ -36,13 +36,13 @@ def test_queries_refused_on_a_live_connection_are_no_outage() -> None:
     skip_without_postgres()
     timeout = pg_error("SELECT pg_sleep(5)", "SET statement_timeout = '50ms'")
     assert isinstance(timeout, psycopg.OperationalError)  # (57014: what it was taken for)
-    assert not _unreachable(_wrapped(timeout))
+    assert not database_unreachable(_wrapped(timeout))
     with psycopg.connect(PG_URL, autocommit=True) as holder:
         holder.execute("SELECT pg_advisory_lock(424242)")
         locked = pg_error("SELECT pg_advisory_lock(424242)", "SET lock_timeout = '50ms'")
     assert isinstance(locked, psycopg.OperationalError)  # (55P03)
-    assert not _unreachable(_wrapped(locked))
-    assert not _unreachable(_wrapped(pg_error("SELECT 1/0")))
+    assert not database_unreachable(_wrapped(locked))
+    assert not database_unreachable(_wrapped(pg_error("SELECT 1/0")))
 
 
 def test_connections_that_fail_or_break_are_an_outage() -> None:
@@ -53,16 +53,16 @@ def test_connections_that_fail_or_break_are_an_outage() -> None:
             admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
         with pytest.raises(psycopg.OperationalError) as ended:
             victim.execute("SELECT 1")
-        assert _unreachable(_wrapped(ended.value)), repr(ended.value)
+        assert database_unreachable(_wrapped(ended.value)), repr(ended.value)
         with pytest.raises(psycopg.OperationalError) as closed:  # (it is closed now)
             victim.execute("SELECT 1")
-        assert _unreachable(_wrapped(closed.value)), repr(closed.value)
+        assert database_unreachable(_wrapped(closed.value)), repr(closed.value)
     with socket.socket() as s:  # a port nothing listens on
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     with pytest.raises(psycopg.OperationalError) as refused:
         psycopg.connect(f"postgresql://postgres@127.0.0.1:{port}/test", connect_timeout=2)
-    assert _unreachable(_wrapped(refused.value))
+    assert database_unreachable(_wrapped(refused.value))
 
 
 async def test_no_connection_in_time_is_an_outage() -> None:
@@ -79,4 +79,4 @@ async def test_no_connection_in_time_is_an_outage() -> None:
                 pass
     finally:
         await pool.close()
-    assert _unreachable(_wrapped(timed_out.value))
+    assert database_unreachable(_wrapped(timed_out.value))

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 from voxflow.errors import PersistenceUnavailableError
-from voxflow.jobs.queue import QueueStatistics
+from voxflow.jobs.statistics import QueueStatistics
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry

@@ -42,14 +42,13 @@ import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, ConfigDict
-
 from voxflow import telemetry
 from voxflow.clock import Clock, MonotonicClock
 from voxflow.errors import DatabaseRefusedError, JobPayloadError, PersistenceUnavailableError
 from voxflow.jobs.execution import REPORT_PATIENCE, QueuedJob, run_queued_job
 from voxflow.jobs.inbox import INBOX_SCHEMA, JobInbox
 from voxflow.jobs.results import BackgroundJob
+from voxflow.jobs.statistics import QueueStatistics, read_statistics
 from voxflow.jobs.worker_app import (
     DatabaseWatch,
     WorkerRows,
@@ -89,36 +88,6 @@ def forget_workers_after(stalled_after: float) -> float:
     long after its jobs were re-run (12 times ``stalled_after``, at least 2 minutes), as
     a worker paused that long cannot register again."""
     return max(120.0, 12 * stalled_after)
-
-
-class QueueStatistics(BaseModel):
-    """The jobs of a queue's database, as one query found them.
-
-    Attributes:
-        jobs: jobs by state: ``queued`` (waiting for a worker, a retry included),
-            ``running``, ``succeeded``, ``failed``, ``cancelled``, ``aborted`` (every
-            state present, 0 when none).
-        retried: jobs whose current attempt is not their first (re-run after a worker
-            stopped heartbeating).
-        oldest_queued_seconds: how long the longest-waiting queued job has waited since
-            it was queued (or re-queued); None without one.
-        oldest_running_seconds: how long the longest-running job has run in its current
-            attempt; None without one.
-        workers: job workers heartbeating within the last minute.
-    """
-
-    model_config = ConfigDict(frozen=True, defer_build=True)
-
-    jobs: dict[str, int]
-    retried: int
-    oldest_queued_seconds: float | None
-    oldest_running_seconds: float | None
-    workers: int
-
-
-_STATES = {"todo": "queued", "doing": "running", "succeeded": "succeeded", "failed": "failed",
-           "cancelled": "cancelled", "aborting": "running", "aborted": "aborted"}
-"""Procrastinate's job statuses under voxflow's names."""
 
 
 class PostgresJobQueue:
@@ -354,35 +323,12 @@ class PostgresJobQueue:
         except ImportError as exc:
             raise PersistenceUnavailableError("the job queue needs psycopg",
                                               path=redact_url(self.url), fix=_FIX) from exc
-        counts = ("SELECT status::text, count(*), count(*) FILTER (WHERE attempts > 0) "
-                  "FROM procrastinate_jobs WHERE task_name = %s GROUP BY status")
-        # (the age of a queued or running job: since its latest event, its (re)queueing
-        # or its start)
-        ages = ("SELECT j.status::text, max(extract(epoch FROM now() - e.at))::float8 "
-                "FROM procrastinate_jobs j CROSS JOIN LATERAL (SELECT max(at) AS at FROM "
-                "procrastinate_events WHERE job_id = j.id) e "
-                "WHERE j.task_name = %s AND j.status IN ('todo', 'doing') GROUP BY j.status")
-        workers = ("SELECT count(*) FROM procrastinate_workers "
-                   "WHERE last_heartbeat > now() - interval '1 minute'")
         try:
             with psycopg.connect(self.url, connect_timeout=max(1, int(self.connect_timeout)),
                                  **self.inbox.connect_options) as conn:
-                found = conn.execute(counts, (TASK_NAME,)).fetchall()
-                aged = dict(conn.execute(ages, (TASK_NAME,)).fetchall())
-                live = conn.execute(workers).fetchone()
+                return read_statistics(conn, TASK_NAME)
         except psycopg.Error as exc:
             raise self._unavailable(exc) from None
-        jobs = dict.fromkeys(_STATES.values(), 0)
-        retried = 0
-        for status, count, again in found:
-            state = _STATES.get(str(status), "other")
-            jobs[state] = jobs.get(state, 0) + int(count)
-            retried += int(again)
-        return QueueStatistics(
-            jobs=jobs, retried=retried,
-            oldest_queued_seconds=_age(aged.get("todo")),
-            oldest_running_seconds=_age(aged.get("doing")),
-            workers=int(live[0]) if live is not None else 0)
 
     async def run_worker(
         self,
@@ -581,10 +527,6 @@ def _outage(exc: BaseException) -> bool:
     """``exc`` (the inbox's) says the database is unreachable, not that it refused."""
     return isinstance(exc, PersistenceUnavailableError) and not isinstance(
         exc, DatabaseRefusedError)
-
-
-def _age(seconds: Any) -> float | None:
-    return None if seconds is None else max(0.0, float(seconds))
 
 
 def default_job_queue() -> PostgresJobQueue | None:

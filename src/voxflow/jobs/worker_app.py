@@ -59,13 +59,19 @@ import datetime
 import logging
 import signal
 import threading
-import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from voxflow.errors import DatabaseRefusedError
 from voxflow.jobs.execution import ReportNotStored
-from voxflow.pg_refusal import GONE_STATES, refused
+from voxflow.jobs.worker_watch import (
+    BACKOFF,
+    DatabaseWatch,
+    database_unreachable,
+    error_line,
+    ride_out,
+)
+from voxflow.pg_refusal import refused
 from voxflow.pg_retry import aretry_conflicts, conflict
 
 if TYPE_CHECKING:
@@ -78,7 +84,6 @@ logger = logging.getLogger("voxflow.jobs")
 
 T = TypeVar("T")
 
-_BACKOFF = (0.5, 2.0)  # the first wait before trying the database again, the longest
 _TRY_FOR = 3.0
 """Seconds one try of a query waits for a connection, and the pool's own reconnection
 attempts last before it gives them up (psycopg's default is 5 minutes, its backoff
@@ -216,122 +221,6 @@ class WorkerRows:
             await remove()
 
 
-class DatabaseWatch:
-    """Whether a job worker reaches its database, said once per outage: a warning when a
-    query first finds it away, an info line when one is answered again, with
-    ``running(False)`` and ``running(True)`` (the readiness of ``/ready``) unless the
-    worker is stopping.
-
-    Args:
-        running: the worker's readiness callback, or None.
-        stopping: whether the worker is stopping (it is then not ready again).
-    """
-
-    def __init__(self, running: Callable[[bool], None] | None,
-                 stopping: Callable[[], bool]) -> None:
-        self._running = running
-        self._stopping = stopping
-        self.away_since: float | None = None
-        """``time.monotonic()`` when the current outage was found; None: reachable."""
-        self.registered = False
-        """Whether the worker is registered (it takes jobs): not ready before."""
-
-    def started(self) -> None:
-        """The worker is registered: ready (``running(True)``) unless stopping or the
-        database is away."""
-        self.registered = True
-        if self._running is not None and not self._stopping() and self.away_since is None:
-            self._running(True)
-
-    @property
-    def stopping(self) -> bool:
-        """True once the worker was asked to stop."""
-        return self._stopping()
-
-    @property
-    def away(self) -> bool:
-        """True while the database is found unreachable."""
-        return self.away_since is not None
-
-    def lost(self, exc: BaseException, what: str) -> None:
-        """``what`` (a query) found the database unreachable (``exc``)."""
-        if self.away_since is not None:
-            return
-        self.away_since = time.monotonic()
-        logger.warning("the job worker lost its database (%s): it takes no job and tries "
-                       "again with backoff until the database answers: %s", what,
-                       _one_line(exc))
-        if self._running is not None and not self._stopping():
-            self._running(False)
-
-    def back(self) -> None:
-        """A query of the worker was answered."""
-        if self.away_since is None:
-            return
-        seconds, self.away_since = time.monotonic() - self.away_since, None
-        logger.info("the job worker reaches its database again after %.0f s: it takes "
-                    "jobs again", seconds)
-        if self._running is not None and not self._stopping() and self.registered:
-            self._running(True)
-
-
-async def ride_out(call: Callable[[], Awaitable[T]], what: str, watch: DatabaseWatch, *,
-                   unreachable: Callable[[BaseException], bool], gone: T,
-                   within: float | None = None) -> T:
-    """``await call()``, tried again with backoff (0.5 s doubling up to 2 s; a conflict
-    first run again by :func:`~voxflow.pg_retry.aretry_conflicts`) while it fails with
-    an error ``unreachable`` says is an outage, each told to ``watch``: ``gone`` once
-    the worker stops meanwhile. With ``within``, an outage longer than that many seconds
-    raises its error (the worker's start gives up); without it the wait has no end.
-
-    Raises:
-        the error of ``call`` that is no outage, or of one outlasting ``within``.
-    """
-    delay = _BACKOFF[0]
-    began: float | None = None
-    while True:
-        try:
-            result = await aretry_conflicts(call, logger=logger, what=what)
-        except Exception as exc:
-            if not unreachable(exc):
-                raise
-            watch.lost(exc, what)
-            began = time.monotonic() if began is None else began
-            if within is not None and time.monotonic() - began + delay > within:
-                raise
-            if watch.stopping:
-                return gone
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, _BACKOFF[1])
-            continue
-        return result
-
-
-def _one_line(exc: BaseException) -> str:
-    cause = exc.__cause__ or exc
-    return " ".join(str(cause).split()) or type(cause).__name__
-
-
-def _unreachable(exc: BaseException) -> bool:
-    """``exc`` (Procrastinate's ``ConnectorException``, wrapping the driver's error) says
-    the database cannot be reached: no connection in time (the pool's timeout), a
-    connection that failed or broke (the driver's own error, with no SQLSTATE), a
-    connection exception (class 08), the server ending its connections or refusing new
-    ones (57P01-57P03). Not a query the server refused on a live connection (a statement
-    or lock timeout, a deadlock, a full disk): that is no outage to wait out."""
-    # here: the optional voxflow[postgres] extra (the app is open)
-    import psycopg
-    import psycopg_pool
-
-    cause = exc.__cause__ or exc
-    if isinstance(cause, psycopg_pool.PoolTimeout):
-        return True
-    if not isinstance(cause, psycopg.OperationalError):
-        return False
-    state = cause.sqlstate
-    return state is None or state.startswith("08") or state in GONE_STATES
-
-
 def _may_have_run(exc: BaseException) -> bool:
     """``exc`` (a ``ConnectorException``) may have come after the query ran, its commit
     included: anything but no connection in time (the query was never sent)."""
@@ -387,7 +276,7 @@ def job_worker_app(connector_options: dict[str, Any], watch: DatabaseWatch,
 
     def outage(exc: BaseException) -> bool:
         return isinstance(exc, procrastinate.exceptions.ConnectorException) and (
-            _unreachable(exc))
+            database_unreachable(exc))
 
     async def patiently(call: Callable[[], Awaitable[T]], what: str, gone: T,
                         within: float | None = None) -> T:
@@ -530,7 +419,7 @@ def job_worker_app(connector_options: dict[str, Any], watch: DatabaseWatch,
                 taken = await aretry_conflicts(lambda: rows.taken(self._run), logger=logger,
                                                what="the poll of jobs to abort")
             except procrastinate.exceptions.ConnectorException as exc:
-                if not _unreachable(exc):
+                if not database_unreachable(exc):
                     error = _refusal(exc, url, "the poll of jobs to abort")
                     if not isinstance(error, DatabaseRefusedError):
                         raise
@@ -553,11 +442,11 @@ def job_worker_app(connector_options: dict[str, Any], watch: DatabaseWatch,
             try:
                 await rows.unregister(worker_id, remove)
             except procrastinate.exceptions.ConnectorException as exc:
-                if not _unreachable(exc) and not stopping():
+                if not database_unreachable(exc) and not stopping():
                     raise
                 logger.warning("the stopping job worker could not remove its row (%s); "
                                "another worker's sweep removes it once its heartbeat is "
-                               "old", _one_line(exc) if _unreachable(exc) else
+                               "old", error_line(exc) if database_unreachable(exc) else
                                f"SQLSTATE {getattr(exc.__cause__, 'sqlstate', None)}")
 
         async def listen_for_jobs(self, **kwargs: Any) -> None:
@@ -565,7 +454,7 @@ def job_worker_app(connector_options: dict[str, Any], watch: DatabaseWatch,
             again (the database away)."""
             if kwargs.get("on_notification") is not None:
                 wakers.append(kwargs["on_notification"])
-            delay = _BACKOFF[0]
+            delay = BACKOFF[0]
             while True:
                 try:
                     await super().listen_for_jobs(**kwargs)
@@ -573,7 +462,7 @@ def job_worker_app(connector_options: dict[str, Any], watch: DatabaseWatch,
                 except procrastinate.exceptions.ConnectorException as exc:
                     watch.lost(exc, "its listener of new jobs")
                     await asyncio.sleep(delay)
-                    delay = min(delay * 2, _BACKOFF[1])
+                    delay = min(delay * 2, BACKOFF[1])
 
     # min_size 0: opening the pool waits for no connection (up to 30 s during an outage);
     # its first query, the start's, rides the outage out like the others
