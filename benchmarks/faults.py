@@ -3,7 +3,7 @@ ICE server that never answers, is down or answers late; offers made during a res
 a job worker through a database outage.
 
 Run: ``flock /tmp/voxflow-bench.lock uv run python benchmarks/faults.py [--runs 3]
-[--only pg llm disk clock jobs ice commit]``
+[--only pg llm disk clock jobs ice commit] [--transport webrtc simulated]``
 (real time: it starts a PostgreSQL of its own, never touching the shared one).
 This script runs them and reports; each family of faults is a sibling module:
 ``_faults_pg.py`` (the database's: ``pg``, ``commit``), ``_faults_ice.py``,
@@ -15,6 +15,9 @@ assistant, its sessions in a PostgreSQL this script starts in a temporary direct
 the machine's ``initdb``/``pg_ctl``) and an aiortc caller (``LoopbackCaller``) that asks
 "Hello there!" (answered in two seconds) and waits for each answer. Scenarios:
 
+* **both transports** (``--transport``): the resets and the restart also run on a call
+  through the simulated transport (``run_call``, ``_faults_simulated.py``), whose saves
+  are deferred as the hosted call's;
 * **resets**: 10 times in a row, every connection to the database is reset
   (``pg_terminate_backend``, the server up) right before a question and again 0.8 s
   after it, while the answer is being saved and played;
@@ -83,13 +86,15 @@ from _faults_ice import ice_faults
 from _faults_jobs import job_outages
 from _faults_llm import LlmFault, llm_fault
 from _faults_pg import commit_faults, pg_faults
+from _faults_simulated import simulated_faults
 from _figures import figure
 
 
 async def main(runs: int, downtime: float, offer_rounds: int, bin_dir: Path,
                only: list[str], job_outage_s: float,
                report_patience: float | None = None,
-               stores: tuple[str, ...] = ("sqlite", "postgres")) -> None:
+               stores: tuple[str, ...] = ("sqlite", "postgres"),
+               transports: tuple[str, ...] = ("webrtc", "simulated")) -> None:
     from voxflow_adapters.webrtc.server import ignore_closed_transport_errors
     from voxflow_voice.engines import VoiceEngines
 
@@ -112,8 +117,10 @@ async def main(runs: int, downtime: float, offer_rounds: int, bin_dir: Path,
         await other_faults(engines, runs, only, bin_dir, stores)
     if "commit" in only:
         await commit_faults(engines, runs, bin_dir)
-    if "pg" in only:
+    if "pg" in only and "webrtc" in transports:
         await pg_faults(engines, runs, downtime, offer_rounds, bin_dir)
+    if "pg" in only and "simulated" in transports:
+        await simulated_faults(engines, runs, downtime, bin_dir)
 
 
 async def other_faults(engines: Any, runs: int, only: list[str], bin_dir: Path,
@@ -214,10 +221,15 @@ if __name__ == "__main__":
                         default=["sqlite", "postgres"],
                         help="where the LLM, disk and clock faults' sessions are (both; "
                         "postgres: a server of the script's own, needs initdb)")
+    parser.add_argument("--transport", nargs="+", choices=("webrtc", "simulated"),
+                        default=["webrtc", "simulated"],
+                        help="the transports the database faults (pg) run on (both): "
+                        "simulated is run_call's, with the same deferred saves")
     args = parser.parse_args()
     if args.runs < 1 or not 0 < args.downtime <= 60 or args.offer_rounds < 1:
         parser.error("--runs and --offer-rounds must be >= 1, --downtime in (0, 60]")
     if set(args.only) & {"pg", "jobs", "commit"} and not (args.pg_bin / "initdb").exists():
         parser.exit(0, f"faults skipped: no initdb in {args.pg_bin} (give --pg-bin)\n")
     asyncio.run(main(args.runs, args.downtime, args.offer_rounds, args.pg_bin, args.only,
-                     args.job_outage, args.report_patience, tuple(args.stores)))
+                     args.job_outage, args.report_patience, tuple(args.stores),
+                     tuple(args.transport)))
