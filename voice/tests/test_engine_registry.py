@@ -110,6 +110,23 @@ def no_model(options, context):
 crashing = EngineFactory("stt", crash, options=Words, main_option="text")
 unmodelled = EngineFactory("stt", no_model)
 voice = EngineFactory("tts", lambda options, context: object())
+
+class OldVoice:  # (written to the contract before ReplyChunk: AudioChunk without the ids)
+    sample_rate = 16000
+    async def stream(self, text, *, delivery_id, segment_id):
+        from voxflow_voice.audio import AudioChunk
+        yield AudioChunk(b"\\0\\0" * 160, 16000)
+    def synthesize(self, text):
+        return iter(())
+
+class NewVoice(OldVoice):
+    async def stream(self, text, *, delivery_id, segment_id):
+        from voxflow_voice.audio import ReplyChunk
+        for start in (0, 160):
+            yield ReplyChunk(b"\\0\\0" * 160, 16000, delivery_id, segment_id, start)
+
+old_voice = EngineFactory("tts", lambda options, context: OldVoice())
+new_voice = EngineFactory("tts", lambda options, context: NewVoice())
 def not_a_factory(): ...
 '''
 
@@ -240,6 +257,27 @@ def test_an_engine_without_its_interface_is_refused_when_built(package: Package)
                                               "speech-to-text engine; fix it or report it to "
                                               "my-engines"):
         chosen.create()
+
+
+async def test_a_tts_engine_whose_stream_yields_no_reply_chunk_is_named_at_its_first_chunk(
+    package: Package,
+) -> None:
+    """Review finding 9: an engine written to the contract before ``ReplyChunk`` loaded,
+    was chosen and built, then failed mid-call with a ``TypeError`` in the playout."""
+    package("voxflow-old-voice", {"voxflow.tts": {"old": "{module}:old_voice",
+                                                  "new": "{module}:new_voice"}}, _FACTORIES)
+    old = choose_engine("tts", "old").create()
+    assert old.sample_rate == 16000
+    with pytest.raises(EngineError, match=r"^text-to-speech engine 'old' \(.*:old_voice from "
+                       r"voxflow-old-voice 1.0\) yielded an AudioChunk: stream must yield "
+                       r"voxflow_voice.audio.ReplyChunk carrying the delivery_id and "
+                       r"segment_id it was given; update voxflow-old-voice"):
+        async for _ in old.stream("hi", delivery_id="d-1", segment_id=1):
+            pass
+    new = choose_engine("tts", "new").create()
+    chunks = [c async for c in new.stream("hi", delivery_id="d-1", segment_id=2)]
+    assert [(c.delivery_id, c.segment_id, c.start_sample) for c in chunks] == [
+        ("d-1", 2, 0), ("d-1", 2, 160)]
 
 
 def test_an_engine_that_fails_to_build_is_one_line_naming_its_package(

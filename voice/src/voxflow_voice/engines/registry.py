@@ -20,7 +20,7 @@ installed and the fix.
 from __future__ import annotations
 
 import difflib
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from importlib.metadata import EntryPoint
 from typing import Any, Generic, TypeVar
@@ -37,8 +37,10 @@ from voxflow.engine_spec import (
     parse_engine_spec,
 )
 from voxflow.errors import EngineError, EngineOptionsError, UnknownEngineError, VoxflowError
+from voxflow.ids import DeliveryId
 from voxflow.plugins import declared
 
+from ..audio import ReplyChunk
 from ..scheduler import ModelScheduler
 from .errors import EngineLoadError
 
@@ -252,6 +254,9 @@ class ChosenEngine(Generic[E]):
         if lacks:
             raise self._failed(f"built {_kind_of(engine)}, which has no {', '.join(lacks)}: "
                                f"not a {ENGINE_LABELS[self.spec.kind]} engine")
+        if (self.spec.kind == "tts" and self.installed is not None
+                and self.installed.distribution != "voxflow-voice"):
+            return _CheckedTts(engine, self.installed)  # type: ignore[return-value]
         return engine
 
     def _failed(self, why: str) -> EngineLoadError:
@@ -312,6 +317,64 @@ def choose_engine(
                                  reason=reason, available=names)
     factory = entry.load()
     return ChosenEngine(read, factory, _options(read, factory, options), entry)
+
+
+_TTS_CONTRACT = ("stream must yield voxflow_voice.audio.ReplyChunk carrying the "
+                 "delivery_id and segment_id it was given")
+
+
+class _CheckedTts:
+    """A TTS engine of another package whose ``stream``'s first chunk is checked against
+    the contract: one written to an older one (yielding ``AudioChunk``) is then refused
+    at the first reply with an :class:`EngineError` naming its package, not a
+    ``TypeError`` deep in the playout. mypy proves voxflow-voice's own engines; an
+    installed package it never saw. After the first chunk, the chunks pass unchecked."""
+
+    __slots__ = ("_engine", "_installed")
+
+    def __init__(self, engine: Any, installed: InstalledEngine) -> None:
+        self._engine = engine
+        self._installed = installed
+
+    @property
+    def sample_rate(self) -> int:
+        return int(self._engine.sample_rate)
+
+    def synthesize(self, text: str) -> Iterator[Any]:
+        return self._engine.synthesize(text)  # type: ignore[no-any-return]
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._engine, name)  # (what else the engine offers)
+
+    def _broken(self, why: str) -> EngineError:
+        who = f"{self._installed.name!r} ({self._installed.target} from {self._installed.package})"
+        reason = (f"{who} {why}: {_TTS_CONTRACT}; update {self._installed.distribution} "
+                  "or report it to its author")
+        return EngineError(f"{ENGINE_LABELS['tts']} engine {reason}", kind="tts", reason=reason)
+
+    async def stream(self, text: str, *, delivery_id: DeliveryId,
+                     segment_id: int) -> AsyncIterator[ReplyChunk]:
+        chunks = self._engine.stream(text, delivery_id=delivery_id, segment_id=segment_id)
+        try:
+            try:
+                first = await anext(aiter(chunks))
+            except StopAsyncIteration:
+                return
+            except TypeError as exc:  # (AudioChunk(..., delivery_id=...) of an old engine)
+                raise self._broken(f"failed before its first chunk ({_one_line(exc)})"
+                                   ) from exc
+            if (not isinstance(first, ReplyChunk) or first.delivery_id != delivery_id
+                    or first.segment_id != segment_id):
+                got = (f"a ReplyChunk of {first.delivery_id!r}, segment {first.segment_id}"
+                       if isinstance(first, ReplyChunk) else _kind_of(first))
+                raise self._broken(f"yielded {got}")
+            yield first
+            async for chunk in chunks:
+                yield chunk
+        finally:
+            close = getattr(chunks, "aclose", None)
+            if close is not None:
+                await close()
 
 
 def _options(spec: EngineSpec, factory: EngineFactory[Any],
