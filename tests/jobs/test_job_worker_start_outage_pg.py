@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from typing import Any
 
 import psycopg
 import pytest
@@ -60,6 +61,17 @@ def _waits(conn: psycopg.Connection[tuple[object, ...]], text: str) -> bool:
         "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND "
         "wait_event = 'advisory' AND query LIKE %s", (f"%{text}%",)).fetchone()
     return row is not None and row[0] > 0
+
+
+async def _stop(run: asyncio.Task[Any], holder: Any, queue: Any) -> None:
+    """The worker stopped, the lock holder's connection and the queue closed."""
+    run.cancel()
+    with contextlib.suppress(asyncio.CancelledError, PersistenceUnavailableError):
+        await run
+    with contextlib.suppress(psycopg.Error):
+        holder.close()
+    queue.close()
+    await queue.inbox.close()
 
 
 @pytest.mark.parametrize(("event", "statement"), [
@@ -109,13 +121,7 @@ async def test_a_worker_rides_out_an_outage_as_it_starts(
         assert state.jobs[job.job_id].status == "completed"
         assert not run.done(), run
     finally:
-        run.cancel()
-        with contextlib.suppress(asyncio.CancelledError, PersistenceUnavailableError):
-            await run
-        with contextlib.suppress(psycopg.Error):
-            holder.close()
-        queue.close()
-        await queue.inbox.close()
+        await _stop(run, holder, queue)
 
 
 async def test_an_outage_as_it_starts_past_its_patience_fails_the_worker(
@@ -145,10 +151,4 @@ async def test_an_outage_as_it_starts_past_its_patience_fails_the_worker(
             await run
         assert True not in ready
     finally:
-        run.cancel()
-        with contextlib.suppress(asyncio.CancelledError, PersistenceUnavailableError):
-            await run
-        with contextlib.suppress(psycopg.Error):
-            holder.close()
-        queue.close()
-        await queue.inbox.close()
+        await _stop(run, holder, queue)

@@ -67,8 +67,30 @@ class WordTiming:
     end: int
 
 
+class _Pcm16:
+    """What a chunk of 16-bit PCM says of itself (its ``pcm`` and ``sample_rate``)."""
+
+    __slots__ = ()
+    pcm: bytes
+    sample_rate: int
+
+    @property
+    def num_samples(self) -> int:
+        """Number of samples in the chunk."""
+        return len(self.pcm) // 2
+
+    @property
+    def duration(self) -> float:
+        """Length in seconds."""
+        return self.num_samples / self.sample_rate
+
+    def samples(self) -> NDArray[np.float32]:
+        """The samples as float32 in [-1, 1)."""
+        return pcm16_to_float(self.pcm)
+
+
 @dataclass(frozen=True, slots=True)
-class AudioChunk:
+class AudioChunk(_Pcm16):
     """A piece of incoming s16le mono audio (microphone, caller): no reply identity.
 
     Attributes:
@@ -86,20 +108,6 @@ class AudioChunk:
         if self.start_sample is not None:
             _check_position("start_sample", self.start_sample, 0)
 
-    @property
-    def num_samples(self) -> int:
-        """Number of samples in the chunk."""
-        return len(self.pcm) // 2
-
-    @property
-    def duration(self) -> float:
-        """Length in seconds."""
-        return self.num_samples / self.sample_rate
-
-    def samples(self) -> NDArray[np.float32]:
-        """The samples as float32 in [-1, 1)."""
-        return pcm16_to_float(self.pcm)
-
     @classmethod
     def from_float(
         cls, samples: NDArray[np.floating[Any]], sample_rate: int, *,
@@ -110,7 +118,7 @@ class AudioChunk:
 
 
 @dataclass(frozen=True, slots=True)
-class ReplyChunk:
+class ReplyChunk(_Pcm16):
     """A piece of one reply's synthesized s16le mono audio, born with its identity.
 
     The TTS makes it for a ``(delivery_id, segment_id)`` it is given; the playback
@@ -139,20 +147,6 @@ class ReplyChunk:
             raise ValueError(f"delivery_id must be a non-empty str, got {self.delivery_id!r}")
         _check_position("segment_id", self.segment_id, 1)
         _check_position("start_sample", self.start_sample, 0)
-
-    @property
-    def num_samples(self) -> int:
-        """Number of samples in the chunk."""
-        return len(self.pcm) // 2
-
-    @property
-    def duration(self) -> float:
-        """Length in seconds."""
-        return self.num_samples / self.sample_rate
-
-    def samples(self) -> NDArray[np.float32]:
-        """The samples as float32 in [-1, 1)."""
-        return pcm16_to_float(self.pcm)
 
     @classmethod
     def from_float(
