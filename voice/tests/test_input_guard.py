@@ -16,6 +16,7 @@ from voxflow_voice import (
     resample,
     to_mono,
 )
+from voxflow_voice.audio import ReplyChunk
 from voxflow_voice.listen.input_guard import MAX_INPUT_RATE, MIN_INPUT_RATE
 
 pytestmark = pytest.mark.unit
@@ -26,7 +27,6 @@ pytestmark = pytest.mark.unit
     [
         {"sample_rate": True},
         {"sample_rate": 16000.0},
-        {"segment_id": True},
         {"start_sample": -1},
         {"start_sample": False},
     ],
@@ -35,6 +35,23 @@ def test_audio_chunk_refuses_bools_and_wrong_types(kwargs: dict[str, Any]) -> No
     fields: dict[str, Any] = {"sample_rate": 16000, **kwargs}
     with pytest.raises(ValueError):
         AudioChunk(b"\x00\x00", **fields)
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"sample_rate": True},
+        {"segment_id": True},
+        {"segment_id": 0},
+        {"start_sample": False},
+        {"delivery_id": ""},
+    ],
+)
+def test_reply_chunk_refuses_bools_and_wrong_types(kwargs: dict[str, Any]) -> None:
+    fields: dict[str, Any] = {"sample_rate": 22050, "delivery_id": "d-1", "segment_id": 1,
+                              "start_sample": 0, **kwargs}
+    with pytest.raises(ValueError):
+        ReplyChunk(b"\x00\x00", **fields)
 
 
 def test_resample_refuses_2d_input_instead_of_flattening_it() -> None:
