@@ -132,6 +132,43 @@ def test_flush_ends_an_utterance_in_progress() -> None:
     assert detector.flush() == []
 
 
+class _Unasked:
+    """An end-of-turn model the test never asks (each pause's probability is given)."""
+
+    def probability(self, audio: object) -> float:
+        raise AssertionError("the test gives every verdict's probability")
+
+
+def test_reset_forgets_the_wait_a_verdict_set() -> None:
+    """A closed answer the model doubts shortens the turn's wait to closed_answer_silence;
+    reset() in that wait forgets it: the next utterance's pause is judged where a fresh
+    detector's is (here 0.21 s, within the frame where the verdict is owed, 0.2 s: a
+    wait left over would end that turn before the model was asked)."""
+    settings = SETTINGS.model_copy(update={"closed_answer_silence": 0.21})
+    audio = np.concatenate([quiet(10), tone(20), quiet(60)])
+
+    def listen(detector: TurnDetector) -> list[TurnDetectorEvent]:
+        events: list[TurnDetectorEvent] = []
+        for i in range(0, audio.size, 320):
+            events += detector.push(audio[i:i + 320])
+            if detector.undecided is not None:
+                events += detector.decide(transcript="Okay and", probability=0.1)
+        return events
+
+    fresh = listen(TurnDetector(EnergyVad(), settings, end_of_turn_model=_Unasked()))
+    [ended] = [e for e in fresh if isinstance(e, SpeechEnded)]
+    assert ended.at_sample - ended.end_sample >= round(1.6 * RATE)  # judged incomplete
+    detector = TurnDetector(EnergyVad(), settings, end_of_turn_model=_Unasked())
+    pushed = 0
+    while detector.undecided is None:
+        detector.push(audio[pushed:pushed + 320])
+        pushed += 320
+    assert detector.decide(transcript="No.", probability=0.1) == []  # waits 0.21 s now
+    detector.reset()
+    assert listen(detector) == fresh
+    assert [d.transcript for d in detector.decisions][-1] == "Okay and"
+
+
 def test_settings_and_inputs_are_validated() -> None:
     with pytest.raises(ValidationError):
         TurnDetection(threshold=0.3, neg_threshold=0.5)

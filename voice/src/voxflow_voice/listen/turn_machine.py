@@ -404,17 +404,7 @@ class TurnMachine:
         """Forget everything (VAD state included); positions restart at 0."""
         self._stream.reset()
         self._position = 0
-        self._frames = []
-        self._buffer_start = 0
-        self._state = "idle"
-        self._barge_in_sent = False
-        self._paused_at = None
-        self._paused = None
-        self._judged_at = None
-        self._undecided = None
-        self._provisional = None
-        self._continuable = False
-        self._judged_from = 0
+        self._to_idle()  # (from position 0: no audio kept)
         self._backlog.clear()
         self._recent.clear()
         self._rising = None
