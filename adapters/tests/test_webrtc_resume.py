@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from voxflow_adapters.hosting.admission import AdmissionController
 from voxflow_adapters.hosting.host import CallRefused
 from voxflow_adapters.hosting.wire import ResumeRequest
 from voxflow_adapters.webrtc import (
@@ -27,6 +28,8 @@ from voxflow_voice.engines import VoiceEngines
 
 from voxflow.errors import PersistenceUnavailableError
 
+from ._pinned_cost import pinned_admission
+
 pytestmark = pytest.mark.models
 
 LOOPBACK = PeerSettings(ice_host_addresses=("127.0.0.1",))
@@ -34,12 +37,14 @@ LOOPBACK = PeerSettings(ice_host_addresses=("127.0.0.1",))
 
 @contextlib.asynccontextmanager
 async def serving(
-    engines: VoiceEngines, store: Any, **settings: Any
+    engines: VoiceEngines, store: Any, admission: AdmissionController | None = None,
+    **settings: Any,
 ) -> AsyncIterator[tuple[WebRtcServer, list[tuple[WebRtcPeer, Call]]]]:
     calls: list[tuple[WebRtcPeer, Call]] = []
     options: dict[str, Any] = {"port": 0, "peer": LOOPBACK, **settings}
     server = WebRtcServer(assistant_call_factory(), engines, settings=ServerSettings(**options),
-                          on_call=lambda peer, call: calls.append((peer, call)), store=store)
+                          on_call=lambda peer, call: calls.append((peer, call)), store=store,
+                          admission=admission)
     async with server:
         yield server, calls
 
@@ -170,7 +175,9 @@ async def test_a_resume_with_a_bad_token_is_refused_and_changes_nothing(
     engines: VoiceEngines, make_store: Any, tmp_path: Path
 ) -> None:
     store = make_store("calls")
-    async with serving(engines, store) as (server, _):
+    # two calls and a third offer at a time (each refused resume but the last is judged
+    # as a new call), whatever the machine's load
+    async with serving(engines, store, pinned_admission(3)) as (server, _):
         base = f"http://127.0.0.1:{server.port}"
         first = LoopbackCaller(base, server.token)
         await first.connect()
@@ -194,12 +201,26 @@ async def test_a_resume_with_a_bad_token_is_refused_and_changes_nothing(
                 await hostile.connect(resume_as=(session, token))
             assert refused.value.status == status and reason in refused.value.reason
         assert store.load_state_revision(one) == before  # nothing lost, nothing written
-        assert store.lease_of(one) == lease  # the live call keeps its session
+        kept = store.lease_of(one)  # the live call keeps its session (its lease renewed
+        assert kept is not None and lease is not None  # meanwhile on a slow machine)
+        assert (kept.owner, kept.epoch) == (lease.owner, lease.epoch)
         assert server.statistics().rejected.get("resume_token") == 3
         # The right token while the call is live: the same page reconnecting (a reload):
         # the live call is ended first, then the session goes on in the new connection.
+        # Its stored state is read once, for the token and whether it takes its live
+        # call's place (the state the call goes on with is loaded under the new lease).
+        reads: list[str] = []
+        read = store.load_state
+
+        def counted(session_id: str) -> Any:
+            reads.append(session_id)
+            return read(session_id)
+
+        store.load_state = counted
         again = LoopbackCaller(base, server.token)
         await again.connect(resume_as=(one, first._resume_token or ""))
+        assert reads == [one]
+        store.load_state = read
         assert (await again.wait_message("hello"))["resumed"] is True
         bye = await first.wait_message("bye")
         assert "reconnected" in bye["reason"]

@@ -57,7 +57,8 @@ import socket
 import time
 import uuid
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import aioice.ice
@@ -121,6 +122,14 @@ class ServerStatistics(BaseModel):
     accepted: int
     rejected: dict[str, int] = Field(description="refused offers by reason")
     ended: list[PeerStatistics] = Field(description="the most recent ended calls")
+
+
+@dataclass(frozen=True, slots=True)
+class _StoredRead:
+    """A resumed session's state (None: not stored) read once, for its token: the call's
+    own is loaded under its new lease (whose epoch fences every write), never this one."""
+
+    stored: Mapping[str, Any] | None
 
 
 class WebRtcServer(SignalingServer):
@@ -229,7 +238,7 @@ class WebRtcServer(SignalingServer):
                               "resumed here (offer without \"resume\" for a new call)",
                               "resume")
         call_id = f"{self.call_prefix}-{next(self._numbers)}"
-        replacing = await self._reconnecting(resume)
+        replacing, read = await self._reconnecting(resume)
         try:
             admission = self.admission.admit(call_id, replacing=replacing)
         except CapacityExceededError as exc:
@@ -239,7 +248,7 @@ class WebRtcServer(SignalingServer):
             with telemetry.trace_span("voxflow.offer", {"voxflow.call_id": call_id,
                                                         "voxflow.resume": resume is not None},
                                       kind="server", context=trace_context):
-                answer = await self._start_call(sdp, call_id, resume)
+                answer = await self._start_call(sdp, call_id, resume, read)
         finally:
             self._reserved -= 1
             if call_id not in self._calls:
@@ -247,20 +256,22 @@ class WebRtcServer(SignalingServer):
         self._admissions[call_id] = admission
         return answer
 
-    async def _reconnecting(self, resume: ResumeRequest | None) -> str | None:
+    async def _reconnecting(
+        self, resume: ResumeRequest | None
+    ) -> tuple[str | None, _StoredRead | None]:
         """The call of this process that ``resume`` goes on with, if it is live here and
         the resume token is its session's (the same page reconnecting: the new call takes
-        that call's place, not one more slot); None otherwise."""
+        that call's place, not one more slot), else None; and the state read, if it was."""
         if resume is None or self.store is None:
-            return None
+            return None, None
         live = self._sessions.get(resume.session_id)
         if live is None or live not in self._calls:
-            return None
+            return None, None
         try:
             stored = await asyncio.to_thread(self.store.load_state, resume.session_id)
         except Exception:  # (judged as a new call: the resume then meets the store's 503)
-            return None
-        return live if check_resume_token(stored, resume.token) else None
+            return None, None
+        return (live if check_resume_token(stored, resume.token) else None), _StoredRead(stored)
 
     def _counts(self) -> HostCounts:
         """Calls started and offers refused (for the metrics; any thread)."""
@@ -344,9 +355,10 @@ class WebRtcServer(SignalingServer):
     async def _own(
         self, call_id: str, resume: ResumeRequest | None, on_lost: Callable[[FencedWriteError],
                                                                             None],
+        read: _StoredRead | None = None,
     ) -> SessionOwnership:
         """The lease of the call's session (a new one, or the resumed one once its token
-        is checked).
+        is checked: on ``read``, the state :meth:`_reconnecting` read, if it did).
 
         Raises:
             CallRefused: the resume token is not the session's (403), or its lease is
@@ -358,7 +370,8 @@ class WebRtcServer(SignalingServer):
             return await SessionOwnership.acquire(
                 self.store, str(uuid.uuid4()), owner, ttl=settings.lease_seconds,
                 on_lost=on_lost, watch=self.metrics)
-        stored = await asyncio.to_thread(self.store.load_state, resume.session_id)
+        stored = (read.stored if read is not None
+                  else await asyncio.to_thread(self.store.load_state, resume.session_id))
         if not check_resume_token(stored, resume.token):
             raise CallRefused(403, "resume refused: no such session, or the resume token "
                               "is not this session's (start a new call)", "resume_token")
@@ -379,7 +392,8 @@ class WebRtcServer(SignalingServer):
                               "resume_busy") from None
 
     async def _start_call(
-        self, sdp: str, call_id: str, resume: ResumeRequest | None = None
+        self, sdp: str, call_id: str, resume: ResumeRequest | None = None,
+        read: _StoredRead | None = None,
     ) -> OfferAnswer:
         # this request's task starts the peer's and the session's tasks: their lines too
         bind_log_context(call_id=call_id)
@@ -394,7 +408,7 @@ class WebRtcServer(SignalingServer):
 
             try:
                 began = time.monotonic()
-                ownership = await self._own(call_id, resume, lost)
+                ownership = await self._own(call_id, resume, lost, read)
                 timing["lease_ms"] = round((time.monotonic() - began) * 1000.0, 1)
             except CallRefused:
                 raise
