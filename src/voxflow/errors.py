@@ -31,6 +31,7 @@ third-party one (``litellm.*``, ``aiortc.*``)::
       + PersistenceConflictError   a writer that is behind tried to save (nothing overwritten)
       + PersistenceUnavailableError  the store cannot be written; .path and .fix name it (OSError)
         + DatabaseRefusedError       PostgreSQL refused a query on a live connection; .sqlstate
+        + StoreLockedError           another writer held the SQLite file's lock past the timeout
       + SessionLeaseError          another worker holds the session's lease
       + FencedWriteError           a write of a leased session without its live lease
 
@@ -70,6 +71,7 @@ __all__ = [
     "ProviderError",
     "ResourceClosedError",
     "SessionLeaseError",
+    "StoreLockedError",
     "TurnIdentityError",
     "TurnInProgressError",
     "TurnRestoreError",
@@ -339,6 +341,14 @@ class PersistenceUnavailableError(PersistenceError, OSError):
         super().__init__(f"{message} ({path}); {fix}")
         self.path = path
         self.fix = fix
+
+
+class StoreLockedError(PersistenceUnavailableError):
+    """Another connection or process held the SQLite session store's write lock past the
+    store's busy timeout ("database is locked"): the store is unavailable until it lets
+    go, as a database that is away. A call defers its saves and makes them once the
+    lock is released (nothing is lost); ``.path`` names the file, ``.fix`` what to do.
+    """
 
 
 class DatabaseRefusedError(PersistenceUnavailableError):

@@ -49,7 +49,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar, overload, runtime_chec
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from voxflow.errors import PersistenceUnavailableError
+from voxflow.errors import PersistenceUnavailableError, StoreLockedError
 from voxflow.flow._item_rows import (
     APPEND_ONLY_FIELDS,
     LISTS_KEY,
@@ -220,6 +220,13 @@ def _prepare(conn: sqlite3.Connection, *, timeout: float) -> None:
         pause = min(pause * 2, 0.1)
 
 
+def _locked(exc: Exception) -> bool:
+    """Whether an SQLite error says another connection holds the database's lock (past
+    the busy timeout): the store is unavailable until it lets go."""
+    text = str(exc).lower()
+    return "database is locked" in text or "database table is locked" in text
+
+
 def _out_of_storage(exc: Exception) -> bool:
     """Whether an SQLite error says the storage failed (full, I/O, read-only), not the
     statement: the store is then unavailable until the storage is back."""
@@ -238,6 +245,8 @@ class SQLiteFlowPersistence(RowStore):
         path: the database file; None for :func:`default_data_dir` ``/flow_states.db``.
             Its directory and the file are created on the first write.
         history_limit: older snapshots kept per flow_uuid besides the latest (>= 0).
+        busy_timeout: seconds a write waits for another connection's write lock (> 0);
+            past it the write raises :class:`~voxflow.errors.StoreLockedError`.
     """
 
     # SQLite runs in the writing process: the clock is the machine's (a WAL file is
@@ -245,7 +254,8 @@ class SQLiteFlowPersistence(RowStore):
     _now_sql = "((julianday('now') - 2440587.5) * 86400.0)"
 
     def __init__(
-        self, path: str | os.PathLike[str] | None = None, *, history_limit: int = 10
+        self, path: str | os.PathLike[str] | None = None, *, history_limit: int = 10,
+        busy_timeout: float = _BUSY_TIMEOUT_S,
     ) -> None:
         if path is not None and not isinstance(path, str | os.PathLike):
             raise TypeError("path must be a str or os.PathLike")
@@ -253,6 +263,11 @@ class SQLiteFlowPersistence(RowStore):
             raise TypeError("history_limit must be an int")
         if history_limit < 0:
             raise ValueError("history_limit must be >= 0")
+        if isinstance(busy_timeout, bool) or not isinstance(busy_timeout, int | float):
+            raise TypeError("busy_timeout must be a number of seconds")
+        if not 0 < busy_timeout < float("inf"):
+            raise ValueError("busy_timeout must be > 0 seconds")
+        self.busy_timeout = float(busy_timeout)
         self.path = Path(path) if path is not None else default_data_dir() / "flow_states.db"
         self.history_limit = history_limit
         self._lock = threading.Lock()
@@ -270,14 +285,14 @@ class SQLiteFlowPersistence(RowStore):
             self.path.parent.mkdir(parents=True, exist_ok=True)
             conn = sqlite3.connect(
                 self.path,
-                timeout=_BUSY_TIMEOUT_S,
+                timeout=self.busy_timeout,
                 check_same_thread=False,
                 isolation_level=None,
             )
         except (OSError, sqlite3.Error) as exc:
             raise self._unavailable(exc) from exc
         try:
-            _prepare(conn, timeout=_BUSY_TIMEOUT_S)
+            _prepare(conn, timeout=self.busy_timeout)
         except sqlite3.Error as exc:
             conn.close()
             raise self._unavailable(exc) from exc
@@ -300,10 +315,11 @@ class SQLiteFlowPersistence(RowStore):
                         conn.execute("ROLLBACK")
                     raise
             except sqlite3.OperationalError as exc:
-                if not _out_of_storage(exc):
+                if not (_out_of_storage(exc) or _locked(exc)):
                     raise
-                # a full disk, an I/O error: the store is unavailable (a call defers its
-                # saves and makes them again), never a raw sqlite3 error
+                # a full disk, an I/O error, another writer's lock: the store is
+                # unavailable (a call defers its saves and makes them again), never a
+                # raw sqlite3 error
                 raise self._unavailable(exc) from exc
 
     def _read(self, fn: Callable[[Conn], T]) -> T | None:
@@ -341,11 +357,23 @@ class SQLiteFlowPersistence(RowStore):
                 pass
             if self.path.exists():
                 self._read(lambda c: c.execute("SELECT 1").fetchone())
+        except PersistenceUnavailableError:
+            raise  # (typed already: another writer's lock, _connect's)
         except (OSError, sqlite3.Error) as exc:
             raise self._unavailable(exc) from exc
         self._writable = True
 
     def _unavailable(self, exc: BaseException) -> PersistenceUnavailableError:
+        if isinstance(exc, Exception) and _locked(exc):
+            return StoreLockedError(
+                "the SQLite session store is locked by another writer (a connection or "
+                f"process held its write lock longer than the {self.busy_timeout:g} s busy "
+                "timeout); nothing was written",
+                path=str(self.path),
+                fix=("end or shorten the other writer's transaction (`fuser` on the file "
+                     "shows which process holds it), or use one store per file; a call "
+                     "saves once the lock is released"),
+            )
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
         return PersistenceUnavailableError(
             f"cannot write the session store: {reason}",
