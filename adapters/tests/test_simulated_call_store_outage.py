@@ -8,6 +8,13 @@ and the caller heard no answer to it. Now the save is deferred
 own), the question is answered, and the whole conversation is stored once the store is
 back.
 
+A store already away when the call begins (PostgreSQL refusing connections, SQLite's
+folder unusable) is no outage the call rides out: nothing of the session was ever saved,
+and a store that never answers may be a wrong URL or path. ``run_call`` then failed the
+first turn ("reply failed", logged; the caller heard nothing) and returned as if the call
+had gone well; it now raises the store's PersistenceUnavailableError before the call
+begins, naming the store and the fix, as a hosted call worker refuses to start.
+
 A real PostgreSQL (a database of the test's own, ``pg_faults``: it refuses connections
 and its open ones are reset), the real models, real time.
 """
@@ -17,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -25,7 +33,9 @@ from voxflow_adapters.testkit.script import CallScript
 from voxflow_voice.engines import VoiceEngines
 
 from voxflow.clock import MonotonicClock
+from voxflow.errors import PersistenceUnavailableError
 from voxflow.examples.assistant import assistant_class
+from voxflow.flow.persistence import SQLiteFlowPersistence
 from voxflow.flow.postgres import PostgresFlowPersistence
 
 ANSWER = "Hello! How can I help you today?"
@@ -70,6 +80,32 @@ async def test_a_simulated_call_keeps_talking_through_a_store_outage(
         deferred = [r.getMessage() for r in caplog.records
                     if "session store is unreachable" in r.getMessage()]
         assert deferred, [r.getMessage() for r in caplog.records]
+    finally:
+        with contextlib.suppress(Exception):
+            store.close()
+
+
+@pytest.mark.models
+@pytest.mark.parametrize("kind", ["postgres", "sqlite"])
+async def test_a_simulated_call_whose_store_is_away_from_the_start_is_refused(
+    engines: VoiceEngines, pg_faults: Any, tmp_path: Path, kind: str,
+) -> None:
+    if kind == "postgres":
+        store: Any = PostgresFlowPersistence(pg_faults.url, connect_timeout=1)
+        names, fix = pg_faults.name, "that the server is running"
+    else:  # its folder is a file: nothing can be created there
+        (tmp_path / "home").write_text("not a folder")
+        store = SQLiteFlowPersistence(tmp_path / "home" / "calls.db")
+        names, fix = str(tmp_path / "home" / "calls.db"), "writable"
+    flow = assistant_class(None)(persistence=store)
+    events: list[str] = []
+    script = CallScript().user_says(0.5, "Hello there!").until(6.0)
+    try:
+        with pg_faults.down(), pytest.raises(PersistenceUnavailableError) as raised:
+            await run_call(flow, script, engines, clock=MonotonicClock(),
+                           on_event=lambda event: events.append(event.kind))
+        assert names in str(raised.value) and fix in str(raised.value), raised.value
+        assert events == []  # refused before the call: no turn taken and failed
     finally:
         with contextlib.suppress(Exception):
             store.close()

@@ -57,7 +57,8 @@ async def run_call(
     point: :class:`~voxflow.wiring.AssistantWiring`, background jobs and announcements
     included; closed after the call; its saves that find the store unreachable deferred
     and made once it is back, as a hosted call's: :func:`~voxflow_adapters.hosting.
-    deferred_saves.saves_deferred`), an ``AssistantWiring`` of your own (its clock is
+    deferred_saves.saves_deferred`; a store away from the start is refused before the
+    call), an ``AssistantWiring`` of your own (its clock is
     the call's; you close it), or a bare ``TurnRunner`` (with ``replies``/``jobs`` if
     any).
     Runs on a deterministic :class:`~voxflow.clock.VirtualClock` unless ``clock`` is given.
@@ -67,6 +68,8 @@ async def run_call(
     ``on_session`` is called with the session before the call starts.
 
     Raises:
+        PersistenceUnavailableError: the flow's session store cannot be written as the
+            call begins (the message names it and the fix); nothing was played.
         ScriptStepError: a reactive step of ``script`` could not happen when it said (its
             reply never came); the error holds the call (``error.call``).
     """
@@ -76,6 +79,11 @@ async def run_call(
         wiring = turns
         clock = wiring.clock
     elif not isinstance(turns, TurnRunner):
+        # a store away from the start is refused, as a call worker refuses to start: its
+        # saves are deferred (below) only once it answered (a wrong URL never will)
+        check = getattr(turns, "check_persistence", None)
+        if check is not None:
+            await asyncio.to_thread(check)
         clock = clock if clock is not None else VirtualClock(autojump=True)
         wiring, owned = AssistantWiring(turns, clock=clock), True
     clock = clock if clock is not None else VirtualClock(autojump=True)
