@@ -48,7 +48,17 @@ V2V_CONFIGS: dict[str, tuple[str, TurnDetection, bool, dict[str, Any], bool]] = 
                    TurnDetection(**_SMART), True, {}, True),
     "smart-0.05": ("the same, speculative STT from a 0.05 s pause",
                    TurnDetection(**{**_SMART, "end_pad": 0.05}), True, {}, False),
+    "smart-queued": ("smart, but the verdict and the speculative reply wait for the "
+                     "pause's transcription in its queue (EarlyTranscriber.transcript_of: "
+                     "before issue 33 item 3), not the streaming engine's pause decode",
+                     TurnDetection(**_SMART), True, {}, False),
+    "smart-q": ("smart, a question's words close the turn (question_closes)",
+                TurnDetection(**_SMART, question_closes=True), True, {}, False),
+    "smart-q-queued": ("smart-q, the verdict and the speculative reply waiting in the "
+                       "queue as smart-queued", TurnDetection(**_SMART, question_closes=True),
+                       True, {}, False),
 }
+_QUEUED = frozenset({"smart-queued", "smart-q-queued"})
 V2V_DEFAULT = ("timer-0.2", "timer-0.6", "smart")
 
 
@@ -72,6 +82,7 @@ async def voice_to_voice(turns: int, wav: Path | None, names: list[str],
     from voxflow_adapters.testkit.script import CallScript
     from voxflow_voice.engines import VoiceEngines
     from voxflow_voice.engines.stt_streaming import StreamingSttSettings, StreamingWhisperStt
+    from voxflow_voice.listen.early_stt import EarlyTranscriber
     from voxflow_voice.session import VoiceSettings
 
     from voxflow.clock import MonotonicClock
@@ -115,11 +126,17 @@ async def voice_to_voice(turns: int, wav: Path | None, names: list[str],
             stt=stamped, tts=StampedTts(engines.tts, stamps),
             make_vad=engines.make_vad,
             end_of_turn=StampedModel(engines.end_of_turn, stamps) if with_model else None)
-        call = await run_call(TurnRunner(Assistant(suppress_flow_events=True)), script, used,
-                              clock=MonotonicClock(),
-                              settings=VoiceSettings(turn_detection=detection,
-                                                     stt_warm_up=warm_up),
-                              tail=3.0)
+        pause_words = EarlyTranscriber.pause_words
+        if key in _QUEUED:  # the path before: every pause's words through the queue
+            EarlyTranscriber.pause_words = EarlyTranscriber.transcript_of
+        try:
+            call = await run_call(TurnRunner(Assistant(suppress_flow_events=True)), script,
+                                  used, clock=MonotonicClock(),
+                                  settings=VoiceSettings(turn_detection=detection,
+                                                         stt_warm_up=warm_up),
+                                  tail=3.0)
+        finally:
+            EarlyTranscriber.pause_words = pause_words
         tape = tape_figures(call, [])
         v2v = Distribution.of(tape.v2v)
         decided = call.session._detector.decisions
@@ -133,6 +150,9 @@ async def voice_to_voice(turns: int, wav: Path | None, names: list[str],
               f"{call.stale_samples()}; verdicts complete "
               f"{sum(v.complete for v in decided)} of {len(decided)}; transcripts "
               f"{transcript_counts(call.transcripts())}")
+        print(f"   pause words read from the streaming engine's pause decode "
+              f"{call.session._early.statistics().pause_words} (verdicts and speculative "
+              "replies)")
         print(f"   load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs "
               f"(a machine shared by several engineers)")
         if v2v.median_ms is not None:

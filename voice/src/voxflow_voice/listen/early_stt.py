@@ -54,11 +54,15 @@ class EarlyTranscriberStatistics:
         started: speculative transcriptions started.
         used: final utterances answered by a speculative transcript.
         missed: final utterances transcribed afresh (the user spoke on, or no pause).
+        pause_words: pauses whose words :meth:`EarlyTranscriber.pause_words` read from
+            the streaming engine's decode at the pause (a verdict and a speculative
+            reply count one each).
     """
 
     started: int
     used: int
     missed: int
+    pause_words: int = 0
 
 
 class EarlyTranscriber:
@@ -86,6 +90,7 @@ class EarlyTranscriber:
         self._started = 0
         self._used = 0
         self._missed = 0
+        self._pause_words = 0
         self.incremental: IncrementalStt | None = (
             IncrementalStt(stt, call=self._call)  # type: ignore[arg-type]
             if getattr(stt, "streaming", False) is True else None
@@ -108,7 +113,8 @@ class EarlyTranscriber:
 
     def statistics(self) -> EarlyTranscriberStatistics:
         """Counters of speculation (started, used, missed)."""
-        return EarlyTranscriberStatistics(self._started, self._used, self._missed)
+        return EarlyTranscriberStatistics(self._started, self._used, self._missed,
+                                          self._pause_words)
 
     def paused(self, event: UtterancePaused) -> None:
         """Start transcribing ``event`` now, or next if a transcription is running."""
@@ -169,6 +175,29 @@ class EarlyTranscriber:
             await self._settle_running()
         done = self._found(event)
         return done[1] if done is not None else None
+
+    async def pause_words(self, event: UtterancePaused) -> Transcript | None:
+        """The words of the utterance that paused with ``event`` as soon as they are
+        known, for the end-of-turn verdict and the speculative reply.
+
+        With a streaming engine, when the decode that started as the speech paused
+        heard all of it (:meth:`PartialWords.final_at
+        <voxflow_voice.listen.incremental_stt.PartialWords.final_at>`), its words: waiting
+        for that decode only, never for a transcription of an earlier pause queued
+        before this one's (a stale tail decode). Otherwise, and with a plain engine,
+        :meth:`transcript_of` (the pause's transcription, the tail decoded after the
+        committed words if need be). Either way :meth:`final` gives the same words for
+        the same audio."""
+        if not isinstance(event, UtterancePaused):
+            raise TypeError(f"event must be an UtterancePaused, got {type(event).__name__}")
+        incremental = self.incremental
+        if incremental is not None and not self._closed:
+            await incremental.pause_decode(event.end_sample)
+            heard = incremental.heard_all(event)
+            if not isinstance(heard, str):
+                self._pause_words += 1
+                return heard
+        return await self.transcript_of(event)
 
     def turn_ended(self, event: UtteranceReady) -> bool:
         """The turn ended on ``event``: the transcription running on that very audio is

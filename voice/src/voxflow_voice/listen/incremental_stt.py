@@ -11,8 +11,15 @@ of new audio came, commits the words two decodes agree on
 silent frame), one more decode covers all of it: if the user stays silent, that is the
 utterance's transcript when the pause is handed out (``covered``), with nothing left to
 decode; otherwise the tail after the committed words is decoded then.
-:attr:`IncrementalStt.partial` is what is known so far (:class:`PartialWords`), for the
-turn-taking judgement and a speculative reply.
+:attr:`IncrementalStt.partial` is what is known so far (:class:`PartialWords`): the
+committed and tentative words during speech, then the pause decode's words once it is
+done (:meth:`PartialWords.final_at`: they are the transcript if the user stays silent).
+:meth:`IncrementalStt.heard_all` gives them as the transcript without waiting, for the
+end-of-turn verdict and the speculative reply
+(:meth:`~voxflow_voice.listen.early_stt.EarlyTranscriber.pause_words`). The committed
+words alone never decide a verdict: the last ``hold_back`` of the latest decode and the
+audio after it may hold words that change it ("Can you book a table" of "... a table
+for": a question, then an unfinished request).
 
 :meth:`IncrementalStt.final` returns :data:`WHOLE` when the utterance must be decoded whole:
 nothing committed, another utterance than the one followed, audio before the cut not
@@ -37,11 +44,14 @@ from ..engines.stt_streaming import LocalAgreement, RunawayDecode, StreamingWhis
 from ..scheduler import Work, scheduled
 from .turn_detector import UtterancePaused, UtteranceReady
 
-__all__ = ["WHOLE", "DetectorState", "IncrementalStatistics", "IncrementalStt",
+__all__ = ["NOT_HEARD", "WHOLE", "DetectorState", "IncrementalStatistics", "IncrementalStt",
            "PartialWords"]
 
 WHOLE: Final = "whole"
 """What :meth:`IncrementalStt.final` returns when the utterance must be decoded whole."""
+
+NOT_HEARD: Final = "not heard"
+"""What :meth:`IncrementalStt.heard_all` returns when no decode heard all the speech."""
 
 _log = logging.getLogger(__name__)
 
@@ -105,11 +115,28 @@ class PartialWords:
     committed: str
     tentative: str
     upto_sample: int
+    at_pause: str | None = None
+    """The words of the decode when the speech paused (all of it, from the utterance's
+    start, without word times): the utterance's transcript if the user stays silent (as
+    :meth:`IncrementalStt.final` gives it), ``""`` when it heard no words; ``None`` when
+    the latest decode was not that one (the speech went on, or it could not start)."""
 
     @property
     def text(self) -> str:
-        """Committed and tentative words together."""
+        """The words known so far: the pause's decode's if it is in, else the committed
+        and tentative words together."""
+        if self.at_pause is not None:
+            return self.at_pause
         return " ".join(t for t in (self.committed, self.tentative) if t)
+
+    def final_at(self, end_sample: int) -> bool:
+        """Whether these are the final words of the speech that paused at ``end_sample``
+        (the sample after its last speech frame): the decode at the pause is in and
+        heard all of it. Nothing of them changes then unless the user speaks on (a new
+        pause, another ``end_sample``). Committed words alone never are: the latest
+        decode's last ``hold_back`` (0.4 s) and the audio after it may hold words that
+        change what they say ("Can you book a table" of "... a table for")."""
+        return self.at_pause is not None and self.upto_sample >= end_sample
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,7 +185,10 @@ class IncrementalStt:
         self._whole = 0
         self._tail_samples = 0
         self._covered = 0
-        self._latest: tuple[LocalAgreement, int, Transcript | None] | None = None
+        self._closing = False  # whether the running decode is the one at the pause
+        # the latest decode: its agreement, its audio's end, its transcript, whether it
+        # was the one at the pause
+        self._latest: tuple[LocalAgreement, int, Transcript | None, bool] | None = None
         self.whole_reasons: dict[str, int] = {}
         """Why utterances were decoded whole, counted by reason."""
 
@@ -172,10 +202,26 @@ class IncrementalStt:
         """The words of the speech under way known so far; ``None`` when idle or before
         the first decode of it ended."""
         ag = self._agreement
-        if ag is None or not ag.latest:
+        if ag is None:
+            return None
+        latest = self._latest
+        at_pause = None
+        if (latest is not None and latest[0] is ag and latest[1] == self._decoded_to
+                and latest[3]):
+            at_pause = latest[2].text if latest[2] is not None else ""
+        elif not ag.latest:
             return None
         return PartialWords(ag.onset, ag.text, " ".join(w.text for w in ag.tentative),
-                            self._decoded_to)
+                            self._decoded_to, at_pause)
+
+    async def pause_decode(self, end_sample: int) -> bool:
+        """Wait for the decode that started when the speech paused at ``end_sample``
+        (if it runs and hears all of that speech); True if one ran."""
+        task = self._task
+        if task is None or not self._closing or self._task_end < end_sample:
+            return False
+        await asyncio.gather(task, return_exceptions=True)
+        return True
 
     def heard(self, audio: AudioChunk | NDArray[Any], detector: DetectorState) -> None:
         """The frame just pushed to ``detector`` (the same samples, in order)."""
@@ -214,7 +260,7 @@ class IncrementalStt:
         end = self._task_end = self._fed
         chunk = self._slice(ag.start, end)
         with scheduled(Work(self._call, "speculative")):
-            closing = silent > 0
+            closing = self._closing = silent > 0
             self._task = asyncio.create_task(self._partial(ag, chunk, end, closing),
                                              name="voice.partial_stt")
         self._task.add_done_callback(self._partial_done)
@@ -237,7 +283,7 @@ class IncrementalStt:
             return
         if self._agreement is ag:
             self._decoded_to = end
-            self._latest = (ag, end, said)
+            self._latest = (ag, end, said, closing)
             if not closing:
                 ag.update(words, end)
 
@@ -262,15 +308,12 @@ class IncrementalStt:
         if (ag is None or ag.onset != event.onset_sample
                 or not first <= ag.start < first + audio.size):
             return self._decode_whole("not the utterance followed")
-        latest = self._latest
-        if (latest is not None and latest[0] is ag and latest[1] >= event.end_sample
-                and self._same_audio(event, ag.start, latest[1])):
+        heard = self.heard_all(event)
+        if not isinstance(heard, str):
             # The latest partial decode heard all the speech (it started once the speech
             # paused): it is the utterance's transcript.
             self._covered += 1
-            said = latest[2]
-            return None if said is None else Transcript(
-                said.text, audio.size / STT_SAMPLE_RATE, said.no_speech_prob, said.avg_logprob)
+            return heard
         if not ag.committed:
             return self._decode_whole("nothing committed")
         found = self._stt.tail_cut(audio[ag.start - first :], ag.latest, len(ag.committed),
@@ -301,6 +344,24 @@ class IncrementalStt:
         text = f"{prompt} {said.text}" if prefix is not None else _join(prompt, said.text)
         return Transcript(text.strip(), duration, said.no_speech_prob,
                           said.avg_logprob)
+
+    def heard_all(self, event: UtterancePaused | UtteranceReady) -> Transcript | str | None:
+        """The transcript of ``event``'s utterance if the latest decode heard all of its
+        speech, the very audio ``event`` carries (the decode when the speech paused,
+        usually; ``None``: it heard no words), without waiting for anything; else
+        :data:`NOT_HEARD`."""
+        ag, latest = self._agreement, self._latest
+        if (ag is None or latest is None or latest[0] is not ag
+                or ag.onset != event.onset_sample or latest[1] < event.end_sample):
+            return NOT_HEARD
+        first = event.audio.start_sample or 0
+        audio = event.audio.samples()
+        if not first <= ag.start < first + audio.size or not self._same_audio(
+                event, ag.start, latest[1]):
+            return NOT_HEARD
+        said = latest[2]
+        return None if said is None else Transcript(
+            said.text, audio.size / STT_SAMPLE_RATE, said.no_speech_prob, said.avg_logprob)
 
     def _same_audio(self, event: UtterancePaused | UtteranceReady, start: int, end: int) -> bool:
         """Whether ``event``'s audio from ``start`` to ``end`` is what this heard."""

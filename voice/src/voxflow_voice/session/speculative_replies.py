@@ -421,7 +421,7 @@ class SpeculativeReplies:
         """True if the speculative reply became the turn's reply (it was then spoken)."""
         try:
             with hold_clock(self._clock):
-                transcript = await self._early.transcript_of(spec.paused)
+                transcript = await self._early.pause_words(spec.paused)
         finally:
             if self._pending is spec:  # no reply to hold back: nothing to decide
                 self._pending = None

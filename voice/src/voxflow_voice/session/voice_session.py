@@ -265,11 +265,12 @@ class VoiceSession:
                 self._speculative.before_frame()
                 if self.echo_gate is not None:
                     audio = self.echo_gate.process(audio, self._call.anchor[0])
-                # (then the end-of-turn model's verdict on a pause, with its words)
+                # (then the end-of-turn model's verdict on a pause, with its words: a
+                # streaming engine's decode at the pause, once it heard all the speech)
                 if self._detector.active_onset is None:  # latched at an utterance's onset
                     self._detector.speaking_over = self._floor.playing is not None
                 async for events in self._detector.apush(
-                        audio, self._early.transcript_of, hold=partial(hold_clock, self.clock)):
+                        audio, self._early.pause_words, hold=partial(hold_clock, self.clock)):
                     for event in events:
                         await self._on_detector_event(event)
                 self._early.heard(audio, self._detector)  # a streaming STT's partial decodes
