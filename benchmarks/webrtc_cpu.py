@@ -5,10 +5,11 @@ Run: ``uv run python benchmarks/webrtc_cpu.py [--pairs 3] [--turns 3]``
 Issue 36 item 3 asks a WebRTC call to cost the server no more than 3 points of a core
 over the same call on the simulated transport. Both are measured here in one server
 process (a child of this one), with the same models loaded once (tiny.en, Piper without
-its speech cache, Silero: ``capacity.load_engines``), the same voice settings (those of
-browser calls, :func:`~voxflow_adapters.hosting.calls.webrtc_voice_settings`: the echo
-gate off) and ``capacity.py``'s dense workload: one caller asks :data:`capacity.QUESTION`,
-hears the ~9 s :data:`capacity.REPLY` to its end, waits :data:`capacity.GAP` s and asks
+its speech cache, Silero: ``_capacity_calls.load_engines``), the same voice settings
+(those of browser calls, :func:`~voxflow_adapters.hosting.calls.webrtc_voice_settings`:
+the echo gate off) and ``capacity.py``'s dense workload: one caller asks
+:data:`_capacity_calls.QUESTION`, hears the ~9 s :data:`_capacity_calls.REPLY` to its
+end, waits :data:`_capacity_calls.GAP` s and asks
 again, ``--turns`` times, then stays :data:`TAIL` s.
 
 * **simulated**: the child runs the call with ``run_call`` (a
@@ -64,7 +65,7 @@ def _settings() -> Any:
 
 
 def _teller() -> type[Any]:
-    from capacity import REPLY
+    from _capacity_calls import REPLY
     from voxflow_adapters.testkit.flows import Teller
 
     class CapacityTeller(Teller):
@@ -79,7 +80,7 @@ def _teller() -> type[Any]:
 async def _serve_child(turns: int) -> None:
     import logging
 
-    from capacity import caller_script, load_engines, question_audio
+    from _capacity_calls import caller_script, load_engines, question_audio
     from voxflow_adapters.hosting.calls import flow_call_factory
     from voxflow_adapters.testkit.scenario import run_call
     from voxflow_adapters.webrtc import PeerSettings, ServerSettings, WebRtcServer
@@ -117,9 +118,9 @@ async def _serve_child(turns: int) -> None:
 
 
 def _question() -> Any:
-    """capacity.question_audio's question, without loading every model."""
+    """_capacity_calls.question_audio's question, without loading every model."""
     import numpy as np
-    from capacity import QUESTION
+    from _capacity_calls import QUESTION
     from voxflow_voice.audio import STT_SAMPLE_RATE, AudioChunk, resample
     from voxflow_voice.engines.tts import PiperTts
 
@@ -130,7 +131,7 @@ def _question() -> Any:
 
 
 async def _webrtc_caller(base: str, token: str, turns: int, question: Any) -> None:
-    from capacity import GAP
+    from _capacity_calls import GAP
     from voxflow_adapters.webrtc.client import LoopbackCaller
 
     caller = LoopbackCaller(base, token)
