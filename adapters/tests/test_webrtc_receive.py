@@ -222,14 +222,14 @@ async def test_the_server_decodes_and_encodes_on_the_event_loop(
     heard: list[np.ndarray] = []
 
     def on_call(peer: WebRtcPeer, call: Any) -> None:
-        put = peer._input.put_nowait
+        put = peer.inbound.queue.put_nowait
 
         def keep(chunk: Any) -> None:
             if chunk is not None:
                 heard.append(chunk.samples())
             put(chunk)
 
-        peer._input.put_nowait = keep  # type: ignore[method-assign]
+        peer.inbound.queue.put_nowait = keep  # type: ignore[method-assign]
         peers.append(peer)
 
     server = WebRtcServer(assistant_call_factory(), engines, settings=ServerSettings(

@@ -34,19 +34,15 @@ import asyncio
 import contextlib
 import itertools
 import logging
-import statistics
-import time
 from collections import deque
 from collections.abc import AsyncIterator, Coroutine
 from typing import Any
 
-import numpy as np
 from aiortc import RTCConfiguration, RTCIceServer, RTCPeerConnection, RTCSessionDescription
 from aiortc.mediastreams import MediaStreamError
 from aiortc.stats import RTCTransportStats
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from voxflow_voice.audio import AudioChunk, ReplyChunk
-from voxflow_voice.listen.input_guard import InputGuard
 from voxflow_voice.transport import ClientObservation, MuteChanged
 
 from voxflow.clock import Clock, MonotonicClock
@@ -67,7 +63,7 @@ from .protocol import (
     ServerMessage,
     parse_page_message,
 )
-from .receive import MAX_RECEIVE_HOLD, ReceiveTimings, install_receive_path
+from .receive import MAX_RECEIVE_HOLD, InboundAudio
 
 __all__ = [
     "DEFAULT_ICE_GATHER_TIMEOUT", "DEFAULT_PEER_SETTINGS", "DEFAULT_RECEIVE_HOLD", "IceServer",
@@ -194,14 +190,12 @@ class WebRtcPeer:
         self.settings = settings
         self.clock: Clock = clock if clock is not None else MonotonicClock()
         self.call_id = call_id or f"call-{next(_call_numbers)}"
-        self._input: asyncio.Queue[AudioChunk | None] = asyncio.Queue()
         self._observations: asyncio.Queue[ClientObservation | None] = asyncio.Queue()
         self.outbound = OutboundAudio(clock=self.clock, on_observation=self._observe,
                                       lead=settings.lead)
         self.track = ReplyTrack(self.outbound)
         self._pc: Any = None
         self._channel: Any = None
-        self._windows: list[Any] = []  # the receive path's reorder windows
         self._pending: deque[str] = deque(maxlen=256)  # messages before the channel opened
         self._tasks: set[asyncio.Task[Any]] = set()
         self._connected = asyncio.Event()
@@ -210,19 +204,14 @@ class WebRtcPeer:
         self.close_reason: str | None = None
         self._closing: asyncio.Task[None] | None = None
         self._said_bye = False
-        self._muted = False
         self._page_playing: bool | None = None
-        self._frames_in = 0
-        self._guard = InputGuard()  # the inbound audio boundary
-        self._last_media: float | None = None
         self._page_messages = 0
         self._rejected = 0
-        self.input_ended = asyncio.Event()
-        self.receive_timings = ReceiveTimings()
-        """Arrival and decode time of each inbound packet (for latency figures)."""
-        self.inbound_delays: deque[tuple[float, float]] = deque(maxlen=3000)
-        """(arrived, handed to the session): the newest packet in each chunk yielded."""
-        self._newest_arrival: float | None = None
+        self.inbound = InboundAudio()
+        """The caller's audio on its way to :meth:`audio_input` (and its timings)."""
+        self.input_ended = self.inbound.ended
+        self.receive_timings = self.inbound.timings  # (for latency figures)
+        self.inbound_delays = self.inbound.delays
 
     # -- signaling ------------------------------------------------------------------
 
@@ -252,10 +241,7 @@ class WebRtcPeer:
             await pc.setRemoteDescription(RTCSessionDescription(sdp=offer_sdp, type="offer"))
             for transceiver in pc.getTransceivers():
                 if transceiver.kind == "audio":
-                    hold = self.settings.receive_hold
-                    self._windows.append(install_receive_path(
-                        transceiver.receiver, hold=hold, timings=self.receive_timings,
-                        on_frame=self._take_frame if hold is not None else None))
+                    self.inbound.install(transceiver.receiver, hold=self.settings.receive_hold)
             sender = pc.addTrack(self.track)
             answer = await pc.createAnswer()
             with host_addresses(self.settings.ice_host_addresses), \
@@ -275,30 +261,10 @@ class WebRtcPeer:
     # -- AudioTransport -------------------------------------------------------------
 
     async def audio_input(self) -> AsyncIterator[AudioChunk]:
-        """16 kHz mono microphone audio until the call ends.
-
-        Frames that queued up while the session was busy are joined into one chunk: a
-        session that fell behind (many calls on few cores) catches up with one VAD pass
-        instead of one thread hop per 20 ms frame, and one that keeps up gets every
-        frame as soon as it arrives.
-        """
-        while (chunk := await self._input.get()) is not None:
-            backlog: list[AudioChunk] = []
-            ended = False
-            while not self._input.empty():
-                more = self._input.get_nowait()
-                if more is None:
-                    ended = True
-                    break
-                backlog.append(more)
-            if backlog:
-                chunk = AudioChunk(b"".join([chunk.pcm, *(c.pcm for c in backlog)]),
-                                   chunk.sample_rate, start_sample=chunk.start_sample)
-            if self._newest_arrival is not None:
-                self.inbound_delays.append((self._newest_arrival, time.monotonic()))
+        """16 kHz mono microphone audio until the call ends (a backlog joined into one
+        chunk: :meth:`InboundAudio.chunks`)."""
+        async for chunk in self.inbound.chunks():
             yield chunk
-            if ended:
-                return
 
     async def wait_writable(self) -> None:
         """Wait until the outbound queue has room."""
@@ -370,8 +336,8 @@ class WebRtcPeer:
                 self.close_soon("too many malformed data-channel messages")
             return
         if isinstance(message, MuteMessage):
-            if message.muted != self._muted:
-                self._muted = message.muted
+            if message.muted != self.inbound.muted:
+                self.inbound.muted = message.muted
                 self._observe(MuteChanged(muted=message.muted, at=self.clock.now()))
         elif isinstance(message, PlaybackMessage):
             self._page_playing = message.playing
@@ -381,14 +347,14 @@ class WebRtcPeer:
     # -- media ----------------------------------------------------------------------
 
     def _on_track(self, track: Any) -> None:
-        if track.kind == "audio" and self._frames_in == 0 and not self._has_reader():
+        if track.kind == "audio" and self.inbound.frames_in == 0 and not self._has_reader():
             self._spawn(self._read_audio(track), "inbound")
 
     def _has_reader(self) -> bool:
         return any(t.get_name().endswith(".inbound") for t in self._tasks)
 
     async def _read_audio(self, track: Any) -> None:
-        """Wait for the inbound track to end (its frames come to :meth:`_take_frame`
+        """Wait for the inbound track to end (its frames come to ``inbound.take_frame``
         from the receive path, decoded on the loop; only with aiortc's own buffer,
         ``receive_hold=None``, do they come through the track)."""
         try:
@@ -397,34 +363,10 @@ class WebRtcPeer:
                     frame = await track.recv()
                 except MediaStreamError:
                     break
-                self._take_frame(frame)
+                self.inbound.take_frame(frame)
         finally:
-            self._end_input()
+            self.inbound.end()
         self.close_soon("the peer's audio track ended")
-
-    def _take_frame(self, frame: Any) -> None:
-        """One decoded inbound frame: to 16 kHz mono, queued for :meth:`audio_input`."""
-        if self.input_ended.is_set():
-            return
-        self._frames_in += 1
-        self._last_media = asyncio.get_running_loop().time()
-        arrived = self.receive_timings.frame_decoded(frame.pts, time.monotonic())
-        if arrived is not None:
-            self._newest_arrival = arrived
-        samples = frame.to_ndarray()
-        channels = len(frame.layout.channels)
-        if frame.format.is_planar:
-            samples = samples.T  # (channels, n) → interleaved
-        # validated (dtype, rate, channels, NaN) and counted at the boundary
-        chunk = self._guard.convert(np.reshape(samples, -1), frame.sample_rate, channels,
-                                    muted=self._muted)
-        if chunk is not None:
-            self._input.put_nowait(chunk)
-
-    def _end_input(self) -> None:
-        if not self.input_ended.is_set():
-            self.input_ended.set()
-            self._input.put_nowait(None)
 
     # -- supervision ----------------------------------------------------------------
 
@@ -469,7 +411,8 @@ class WebRtcPeer:
             if now - started >= settings.max_call_seconds:
                 self.close_soon(f"the call reached its {settings.max_call_seconds:g} s limit")
                 return
-            last = self._last_media if self._last_media is not None else connected
+            last = self.inbound.last_media
+            last = last if last is not None else connected
             if now - last >= settings.media_timeout:
                 self.close_soon(f"no audio from the peer for {settings.media_timeout:g} s")
                 return
@@ -527,7 +470,7 @@ class WebRtcPeer:
         self.send(last)
         await self._drain_channel()
         self.closed.set()
-        self._end_input()
+        self.inbound.end()
         self._observations.put_nowait(None)
         self.track.stop()
         tasks = [t for t in self._tasks if t is not asyncio.current_task()]
@@ -577,30 +520,27 @@ class WebRtcPeer:
         return str(self._pc.connectionState) if self._pc is not None else "new"
 
     def receive_delay_ms(self, recent: int = 250) -> float | None:
-        """Median inbound delay (ms) over the last ``recent`` chunks: an RTP packet's
-        arrival → its audio handed to the session (receive buffer, decoder, resampling,
-        waiting for the session); None before any audio."""
-        delays = list(itertools.islice(reversed(self.inbound_delays), recent))
-        if not delays:
-            return None
-        return round(statistics.median((out - arrived) * 1000.0 for arrived, out in delays), 1)
+        """:meth:`InboundAudio.delay_ms`: RTP arrival → audio handed to the session."""
+        return self.inbound.delay_ms(recent)
 
     def statistics(self) -> PeerStatistics:
         """Counters of this call."""
         outbound: OutboundStatistics = self.outbound.statistics()
-        guarded = self._guard.statistics()
+        inbound = self.inbound
+        guarded = inbound.guard.statistics()
         return PeerStatistics(
             call_id=self.call_id, connection_state=self.connection_state,
-            frames_in=self._frames_in, frames_dropped=guarded.dropped,
+            frames_in=inbound.frames_in, frames_dropped=guarded.dropped,
             frames_zeroed=guarded.zeroed,
-            packets_late=sum(w.late for w in self._windows if w is not None),
-            packets_skipped=sum(w.skipped for w in self._windows if w is not None),
+            packets_late=sum(w.late for w in inbound.windows if w is not None),
+            packets_skipped=sum(w.skipped for w in inbound.windows if w is not None),
             receive_ms=self.receive_delay_ms(), outbound=outbound,
             page_messages=self._page_messages,
-            rejected_messages=self._rejected, muted=self._muted,
+            rejected_messages=self._rejected, muted=inbound.muted,
             page_playing=self._page_playing, close_reason=self.close_reason,
         )
 
     def __repr__(self) -> str:
         return (f"WebRtcPeer({self.call_id!r}, state={self.connection_state}, "
-                f"frames_in={self._frames_in}, muted={self._muted}, {self.outbound!r})")
+                f"frames_in={self.inbound.frames_in}, muted={self.inbound.muted}, "
+                f"{self.outbound!r})")

@@ -33,18 +33,24 @@ each packet arrived and when its frame came out of the decoder.
 
 from __future__ import annotations
 
+import asyncio
+import itertools
 import logging
 import statistics
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
+import numpy as np
 from aiortc.codecs import get_decoder
 from aiortc.jitterbuffer import JitterFrame
+from voxflow_voice.audio import AudioChunk
+from voxflow_voice.listen.input_guard import InputGuard
 
 __all__ = [
     "MAX_RECEIVE_HOLD",
+    "InboundAudio",
     "ReceiveTimings",
     "ReorderWindow",
     "install_receive_path",
@@ -310,3 +316,91 @@ def install_receive_path(
 
     receiver._handle_rtp_packet = handle_packet
     return window
+
+
+class InboundAudio:
+    """One call's inbound audio after the receive path: each decoded frame is converted to
+    16 kHz mono once by :class:`~voxflow_voice.listen.input_guard.InputGuard` (validated,
+    counted; silence while :attr:`muted`) and queued for :meth:`chunks`."""
+
+    def __init__(self) -> None:
+        self.queue: asyncio.Queue[AudioChunk | None] = asyncio.Queue()
+        self.windows: list[ReorderWindow | None] = []  # the receive path's reorder windows
+        self.muted = False
+        self.frames_in = 0
+        self.guard = InputGuard()  # the inbound audio boundary
+        self.last_media: float | None = None
+        """When the last frame was decoded (the loop's time)."""
+        self.ended = asyncio.Event()
+        self.timings = ReceiveTimings()
+        """Arrival and decode time of each inbound packet (for latency figures)."""
+        self.delays: deque[tuple[float, float]] = deque(maxlen=3000)
+        """(arrived, handed to the session): the newest packet in each chunk yielded."""
+        self._newest_arrival: float | None = None
+
+    def install(self, receiver: Any, *, hold: int | None) -> None:
+        """Put the receive path on ``receiver``, its frames decoded on the loop into
+        :meth:`take_frame` (with ``hold`` None, aiortc's own buffer and track)."""
+        self.windows.append(install_receive_path(
+            receiver, hold=hold, timings=self.timings,
+            on_frame=self.take_frame if hold is not None else None))
+
+    async def chunks(self) -> AsyncIterator[AudioChunk]:
+        """16 kHz mono microphone audio until :meth:`end`.
+
+        Frames that queued up while the session was busy are joined into one chunk: a
+        session that fell behind (many calls on few cores) catches up with one VAD pass
+        instead of one thread hop per 20 ms frame, and one that keeps up gets every
+        frame as soon as it arrives.
+        """
+        while (chunk := await self.queue.get()) is not None:
+            backlog: list[AudioChunk] = []
+            ended = False
+            while not self.queue.empty():
+                more = self.queue.get_nowait()
+                if more is None:
+                    ended = True
+                    break
+                backlog.append(more)
+            if backlog:
+                chunk = AudioChunk(b"".join([chunk.pcm, *(c.pcm for c in backlog)]),
+                                   chunk.sample_rate, start_sample=chunk.start_sample)
+            if self._newest_arrival is not None:
+                self.delays.append((self._newest_arrival, time.monotonic()))
+            yield chunk
+            if ended:
+                return
+
+    def take_frame(self, frame: Any) -> None:
+        """One decoded inbound frame: to 16 kHz mono, queued for :meth:`chunks`."""
+        if self.ended.is_set():
+            return
+        self.frames_in += 1
+        self.last_media = asyncio.get_running_loop().time()
+        arrived = self.timings.frame_decoded(frame.pts, time.monotonic())
+        if arrived is not None:
+            self._newest_arrival = arrived
+        samples = frame.to_ndarray()
+        channels = len(frame.layout.channels)
+        if frame.format.is_planar:
+            samples = samples.T  # (channels, n) → interleaved
+        # validated (dtype, rate, channels, NaN) and counted at the boundary
+        chunk = self.guard.convert(np.reshape(samples, -1), frame.sample_rate, channels,
+                                   muted=self.muted)
+        if chunk is not None:
+            self.queue.put_nowait(chunk)
+
+    def end(self) -> None:
+        """No more audio: :meth:`chunks` ends after what is queued."""
+        if not self.ended.is_set():
+            self.ended.set()
+            self.queue.put_nowait(None)
+
+    def delay_ms(self, recent: int = 250) -> float | None:
+        """Median inbound delay (ms) over the last ``recent`` chunks: an RTP packet's
+        arrival → its audio handed to the session (receive buffer, decoder, resampling,
+        waiting for the session); None before any audio."""
+        delays = list(itertools.islice(reversed(self.delays), recent))
+        if not delays:
+            return None
+        return round(statistics.median((out - arrived) * 1000.0 for arrived, out in delays), 1)
