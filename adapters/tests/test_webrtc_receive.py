@@ -200,13 +200,16 @@ async def test_the_server_decodes_and_encodes_on_the_event_loop(
     """aiortc decodes in its own thread and hops every frame back onto the loop, and
     encodes through run_in_executor (thread switches every 20 ms, each way): the server
     decodes each packet where it is handled and encodes each frame in its track, with
-    aiortc's own codecs, and the session gets the tone that was sent. (The caller keeps
-    aiortc's threads: its decodes and encodes are the ones off the loop.)"""
+    aiortc's own decoder and the reply track's MonoOpusEncoder, and the session gets the
+    tone that was sent. (The caller keeps aiortc's threads: its decodes and encodes are
+    the ones off the loop.)"""
     from aiortc.codecs.opus import OpusDecoder, OpusEncoder
+    from voxflow_adapters.webrtc.opus import MonoOpusEncoder
 
-    decode, encode = OpusDecoder.decode, OpusEncoder.encode
+    decode, encode, mono = OpusDecoder.decode, OpusEncoder.encode, MonoOpusEncoder.encode
     on_loop: list[bool] = []
     encoded_on_loop: list[bool] = []
+    server_encoded_on_loop: list[bool] = []
 
     def recorded(self: OpusDecoder, encoded: Any) -> Any:
         on_loop.append(threading.current_thread() is threading.main_thread())
@@ -217,7 +220,12 @@ async def test_the_server_decodes_and_encodes_on_the_event_loop(
         return encode(self, frame, force_keyframe)
 
     monkeypatch.setattr(OpusDecoder, "decode", recorded)
+    def recorded_mono(self: MonoOpusEncoder, pcm: bytes, *, silent: bool = False) -> bytes:
+        server_encoded_on_loop.append(threading.current_thread() is threading.main_thread())
+        return mono(self, pcm, silent=silent)
+
     monkeypatch.setattr(OpusEncoder, "encode", recorded_encode)
+    monkeypatch.setattr(MonoOpusEncoder, "encode", recorded_mono)
     peers: list[WebRtcPeer] = []
     heard: list[np.ndarray] = []
 
@@ -249,8 +257,9 @@ async def test_the_server_decodes_and_encodes_on_the_event_loop(
                 await asyncio.sleep(0.05)
             assert peers[0].statistics().frames_in == 30
             assert sum(on_loop) == 30  # the server's 30 packets, each decoded on the loop
-            assert sum(encoded_on_loop) > 0  # the server's frames (silence until a reply)
-            assert not all(encoded_on_loop)  # and the caller's, in aiortc's executor
+            # the server's frames (silence until a reply), each on the loop
+            assert server_encoded_on_loop and all(server_encoded_on_loop)
+            assert encoded_on_loop and not any(encoded_on_loop)  # the caller's: executor
             tone = np.concatenate(heard)[4800:]  # 16 kHz, past the codec's onset
             rms = float(np.sqrt(np.mean(tone**2)))
             assert 0.08 < rms < 0.12  # 0.2 / sqrt(2), -3 dB (the caller's encoder's upmix)
@@ -316,11 +325,12 @@ def test_a_flush_drops_every_frame_not_yet_sent_and_nothing_of_it_goes_out_after
     assert outbound.statistics().queued_seconds == 0
 
 
-async def test_the_reply_track_encodes_the_packets_aiortc_would_send() -> None:
+async def test_the_reply_track_encodes_each_frame_to_its_packet_on_the_loop() -> None:
     """After encode_here() the track returns each frame's Opus packet, encoded on the loop
-    by aiortc's OpusEncoder: the bytes aiortc's sender would have made of the frames, and
-    the frame's own RTP time."""
-    from aiortc.codecs.opus import OpusEncoder
+    by a MonoOpusEncoder: the bytes it makes of the frames the track would have given
+    aiortc's sender, and the frame's own RTP time. (That those packets decode to the
+    audio aiortc's stereo encoder sent: test_webrtc_opus.)"""
+    from voxflow_adapters.webrtc.opus import MonoOpusEncoder
 
     def track() -> ReplyTrack:
         outbound = OutboundAudio(clock=MonotonicClock(), on_observation=lambda o: None)
@@ -329,12 +339,12 @@ async def test_the_reply_track_encodes_the_packets_aiortc_would_send() -> None:
             delivery_id=DeliveryId("d1"), segment_id=1, start_sample=0))
         return ReplyTrack(outbound)
 
-    here, there, encoder = track(), track(), OpusEncoder()
+    here, there, encoder = track(), track(), MonoOpusEncoder()
     here.encode_here()
     for index in range(12):  # 200 ms of reply, then silence
         packet, frame = await here.recv(), await there.recv()
-        payloads, _ = encoder.encode(frame)
-        assert [bytes(packet)] == payloads
+        pcm = bytes(frame.planes[0])[:2 * 960]
+        assert bytes(packet) == encoder.encode(pcm, silent=not any(pcm))
         assert packet.pts == frame.pts == index * 960
         assert packet.time_base == frame.time_base
     with pytest.raises(RuntimeError, match="after the first frame"):

@@ -20,10 +20,11 @@ for the session's pause-confirm-decide barge-in.
 RTP sender calls ``recv()`` in a loop, so the track itself waits for each frame's 20 ms
 deadline (measured from the first frame, so lateness never accumulates). Once the call
 has negotiated Opus (:meth:`ReplyTrack.encode_here`), the track encodes each frame
-itself, on the event loop, with aiortc's own ``OpusEncoder`` (the same encoder, settings
-and frames, so the same packets), and hands the sender the packet: given a frame, the
-sender encodes it through ``run_in_executor``, a thread hop every 20 ms that costs the
-server more CPU than encoding the frame (~0.2 ms). A reply's first
+itself, on the event loop, with a :class:`~voxflow_adapters.webrtc.opus.MonoOpusEncoder`
+(mono, at the level aiortc's stereo encoder gave, silence encoded once it settled), and
+hands the sender the packet: given a frame, the sender encodes it through
+``run_in_executor``, a thread hop every 20 ms that costs the server more CPU than
+encoding the frame. A reply's first
 frame waits for the grid's next tick (10 ms on average): the RTP timestamps run on with
 the grid and the receiver plays each frame by its timestamp, so a frame sent earlier
 only waits longer in the receiver's jitter buffer (measured: sending it at once gained
@@ -47,7 +48,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import av
-from aiortc.codecs.opus import OpusEncoder
 from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 from voxflow_voice.audio import ReplyChunk, float_to_pcm16, resample
 from voxflow_voice.speak.playout import PlayoutQueue
@@ -55,6 +55,8 @@ from voxflow_voice.transport import ClientObservation
 
 from voxflow.clock import Clock
 from voxflow.ids import DeliveryId
+
+from .opus import MonoOpusEncoder
 
 __all__ = [
     "FRAME_SAMPLES",
@@ -236,7 +238,7 @@ class ReplyTrack(MediaStreamTrack):
         self._outbound = outbound
         self._start: float | None = None
         self._offsets: deque[float] = deque(maxlen=keep_offsets)
-        self._encoder: OpusEncoder | None = None
+        self._encoder: MonoOpusEncoder | None = None
 
     def encode_here(self) -> None:
         """The call sends Opus: encode each frame in :meth:`recv` (on the loop) and return
@@ -244,7 +246,7 @@ class ReplyTrack(MediaStreamTrack):
         if self._start is not None:
             raise RuntimeError("encode_here() after the first frame: the sender's encoder "
                                "has the stream's state")
-        self._encoder = OpusEncoder()
+        self._encoder = MonoOpusEncoder()
 
     async def recv(self) -> Any:
         """Wait for the next frame's deadline, then return it as an ``av.AudioFrame`` (or,
@@ -265,19 +267,22 @@ class ReplyTrack(MediaStreamTrack):
             self._start = now - index * FRAME_SECONDS
         self._offsets.append(offset * 1000.0)
         pcm = self._outbound.next_frame(late=offset > FRAME_SECONDS)
+        if self._encoder is not None:
+            packet = av.Packet(self._encoder.encode(pcm, silent=pcm is _SILENCE))
+            packet.pts = index * FRAME_SAMPLES  # aiortc's sender: the RTP timestamp
+            packet.time_base = _TIME_BASE
+            return packet
         frame = av.AudioFrame(format="s16", layout="mono", samples=FRAME_SAMPLES)
         frame.planes[0].update(pcm)
         frame.sample_rate = OPUS_SAMPLE_RATE
         frame.pts = index * FRAME_SAMPLES
         frame.time_base = _TIME_BASE
-        if self._encoder is None:
-            return frame
-        # one packet per 20 ms frame (the encoder's resampler is set to 960-sample frames)
-        (payload,), _ = self._encoder.encode(frame)
-        packet = av.Packet(payload)
-        packet.pts = frame.pts  # aiortc's sender: the RTP timestamp, from the stream's start
-        packet.time_base = _TIME_BASE
-        return packet
+        return frame
+
+    @property
+    def encoder(self) -> MonoOpusEncoder | None:
+        """The Opus encoder after :meth:`encode_here` (its counters)."""
+        return self._encoder
 
     def pacing_offsets(self) -> list[float]:
         """Recent frame send times, ms after their deadline (jitter figures)."""

@@ -1,0 +1,106 @@
+"""The reply track's Opus: mono packets decode to the audio aiortc's stereo encoder sent,
+and silence, once settled, is sent without encoding it, the packets unchanged."""
+
+from __future__ import annotations
+
+import fractions
+from typing import Any
+
+import av
+import numpy as np
+from aiortc.codecs.opus import OpusDecoder, OpusEncoder
+from aiortc.jitterbuffer import JitterFrame
+from voxflow_adapters.webrtc.opus import SILENT_REPEATS, MonoOpusEncoder
+from voxflow_adapters.webrtc.outbound import FRAME_SAMPLES, OutboundAudio, ReplyTrack
+from voxflow_voice.audio import ReplyChunk
+
+from voxflow.clock import VirtualClock
+from voxflow.ids import DeliveryId
+
+_TIME_BASE = fractions.Fraction(1, 48_000)
+_SILENCE = bytes(2 * FRAME_SAMPLES)
+
+
+def _decoded(packets: list[bytes]) -> np.ndarray:
+    """What a receiver hears (aiortc's decoder: stereo s16), as (samples, 2) floats."""
+    decoder = OpusDecoder()
+    out = []
+    for i, payload in enumerate(packets):
+        for frame in decoder.decode(JitterFrame(data=payload, timestamp=i * FRAME_SAMPLES)):
+            assert isinstance(frame, av.AudioFrame)
+            out.append(frame.to_ndarray().reshape(-1, 2))
+    return np.concatenate(out).astype(np.float64) / 32768.0
+
+
+def _stereo_packets(frames: list[bytes]) -> list[bytes]:
+    """The packets aiortc's own encoder (mono → stereo, then a stereo encode) gives."""
+    encoder = OpusEncoder()
+    packets = []
+    for i, pcm in enumerate(frames):
+        frame = av.AudioFrame(format="s16", layout="mono", samples=FRAME_SAMPLES)
+        frame.planes[0].update(pcm)
+        frame.sample_rate, frame.pts, frame.time_base = 48_000, i * FRAME_SAMPLES, _TIME_BASE
+        (payload,), _ = encoder.encode(frame)
+        packets.append(payload)
+    return packets
+
+
+def _reply(seconds: float) -> np.ndarray:
+    """Speech-like test audio: a 220 Hz tone with harmonics, its level varying."""
+    t = np.arange(int(48_000 * seconds)) / 48_000
+    tone = sum(np.sin(2 * np.pi * 220 * k * t) / k for k in (1, 2, 3, 5))
+    return (0.5 * tone * (0.6 + 0.4 * np.sin(2 * np.pi * 2 * t)) / 1.6).astype(np.float32)
+
+
+async def test_the_tracks_mono_packets_decode_to_what_the_stereo_encoder_sent() -> None:
+    """The track's packets (through recv(), as aiortc's sender takes them) decode, on
+    both channels, to the audio aiortc's stereo encoder gave for the same frames: the same
+    level (its upmix's -3 dB) and the same signal within the codec's error."""
+    outbound = OutboundAudio(clock=VirtualClock(), on_observation=lambda _: None, lead=5.0)
+    track = ReplyTrack(outbound)
+    track.encode_here()
+    outbound.write_nowait(ReplyChunk.from_float(
+        _reply(1.2), 48_000, delivery_id=DeliveryId("d1"), segment_id=1, start_sample=0))
+    frames: list[bytes] = []
+    take = outbound.next_frame
+
+    def recorded(*, late: bool = False) -> bytes:
+        frames.append(take(late=late))
+        return frames[-1]
+
+    outbound.next_frame = recorded  # type: ignore[method-assign]
+    packets: list[Any] = [await track.recv() for _ in range(70)]  # 1.2 s reply + silence
+    assert [p.pts for p in packets] == [i * FRAME_SAMPLES for i in range(70)]
+    mono = _decoded([bytes(p) for p in packets])
+    stereo = _decoded(_stereo_packets(frames))
+    assert np.array_equal(mono[:, 0], mono[:, 1])  # a mono packet plays on both channels
+    heard, before = mono[2400:57_600, 0], stereo[2400:57_600, 0]  # the reply, past onset
+    level = 20 * np.log10(np.sqrt(np.mean(heard**2)) / np.sqrt(np.mean(before**2)))
+    assert abs(level) < 0.2  # dB
+    error = 10 * np.log10(np.mean(before**2) / np.mean((heard - before) ** 2))
+    assert error > 25  # dB of signal over the difference
+    assert np.sqrt(np.mean(heard**2)) > 0.1  # (the reply, not silence)
+
+
+def test_settled_silence_is_sent_without_encoding_and_the_packets_do_not_change() -> None:
+    """Silence before, between and after replies (a long gap, a 5-frame one): every packet
+    is the one encoding every frame gives, the replies' packets after a gap included, and
+    past SILENT_REPEATS identical silent packets libopus is no longer called."""
+    rng = np.random.default_rng(7)
+    reply = (np.clip(_reply(0.8), -1, 1) * 32767).astype(np.int16)
+    noise = (rng.normal(0, 0.1, 48_000) * 32767).astype(np.int16)
+
+    def frames_of(x: np.ndarray) -> list[bytes]:
+        return [x[i:i + FRAME_SAMPLES].tobytes() for i in range(0, len(x), FRAME_SAMPLES)]
+
+    script = ([_SILENCE] * 80 + frames_of(reply) + [_SILENCE] * 150 + frames_of(noise)
+              + [_SILENCE] * 5 + frames_of(reply) + [_SILENCE] * 60)
+    every = MonoOpusEncoder()
+    reference = [every.encode(pcm) for pcm in script]  # (silent not said: all encoded)
+    assert every.reused == 0
+    settled = MonoOpusEncoder()
+    packets = [settled.encode(pcm, silent=pcm is _SILENCE) for pcm in script]
+    assert packets == reference
+    silent_runs = (80, 150, 60)
+    assert settled.reused >= sum(run - SILENT_REPEATS - 10 for run in silent_runs)
+    assert settled.encoded + settled.reused == len(script)
