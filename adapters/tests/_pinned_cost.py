@@ -3,13 +3,19 @@
 (``CostSettings.prior_call_cost``) on two cores, no other process's CPU is counted and the
 event loop's lag is not judged, so ``max_calls`` calls are admitted whatever the load.
 (``test_admission.py``, ``test_call_cost.py`` and ``test_webrtc_safety.py`` test the
-measured figures themselves.)"""
+measured figures themselves.)
+
+In process: :func:`pinned_admission`. Across a process boundary: ``python _pinned_cost.py
+serve ARGS`` is ``voxflow serve ARGS`` with every admission's meter pinned (its own
+``max_calls``, ``--max-calls``, still bounds it)."""
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Callable
 
+from voxflow_adapters.hosting import admission
 from voxflow_adapters.hosting.admission import AdmissionController, AdmissionSettings
 from voxflow_adapters.hosting.call_cost import CallCostMeter, CostSettings
 
@@ -30,3 +36,10 @@ class PinnedMeter(CallCostMeter):
 def pinned_admission(max_calls: int) -> AdmissionController:
     """Admits ``max_calls`` calls at once, whatever the machine's load."""
     return AdmissionController(AdmissionSettings(max_calls=max_calls), meter=PinnedMeter())
+
+
+if __name__ == "__main__":
+    from voxflow.cli.app import main
+
+    admission.CallCostMeter = PinnedMeter  # type: ignore[misc]  # every controller's default
+    sys.exit(main(sys.argv[1:]))

@@ -36,6 +36,7 @@ pytestmark = pytest.mark.models
 
 ROOT = Path(__file__).resolve().parents[2]
 VOXFLOW = str(Path(sys.executable).with_name("voxflow"))
+PINNED = Path(__file__).with_name("_pinned_cost.py")
 TOKEN = "dispatch-processes-token"
 STALE = 2.0
 
@@ -47,11 +48,14 @@ def free_port() -> int:
 
 
 @contextmanager
-def process(args: list[str], ready: str, env: dict[str, str], log: Path
-            ) -> Iterator[subprocess.Popen[str]]:
-    """``voxflow serve ARGS`` until it prints ``ready``; killed afterwards if still running."""
+def process(args: list[str], ready: str, env: dict[str, str], log: Path, *,
+            pinned: bool = False) -> Iterator[subprocess.Popen[str]]:
+    """``voxflow serve ARGS`` until it prints ``ready``; killed afterwards if still running.
+    ``pinned``: its admission pinned (``_pinned_cost.py``: ``--max-calls`` calls whatever
+    the machine's load)."""
+    command = [sys.executable, str(PINNED)] if pinned else [VOXFLOW]
     with log.open("w") as err:
-        proc = subprocess.Popen([VOXFLOW, "serve", *args], cwd=ROOT, env=env,
+        proc = subprocess.Popen([*command, "serve", *args], cwd=ROOT, env=env,
                                 stdout=subprocess.PIPE, stderr=err, text=True)
     try:
         assert proc.stdout is not None
@@ -87,8 +91,12 @@ async def test_a_front_door_dispatches_to_two_worker_processes(
                    "--stale-after", str(STALE), "--drain-seconds", "60"]
     store = DispatchStore(pg_schema_url, stale_after=STALE)
     with ExitStack() as stack:
-        a = stack.enter_context(process(worker_args, "is ready", env, tmp_path / "a.log"))
-        b = stack.enter_context(process(worker_args, "is ready", env, tmp_path / "b.log"))
+        # (pinned: the dispatch is tested, not the machine's load; a loaded machine's
+        # measured slots, its cores less what the other processes use, were 1, not 2)
+        a = stack.enter_context(process(worker_args, "is ready", env, tmp_path / "a.log",
+                                        pinned=True))
+        b = stack.enter_context(process(worker_args, "is ready", env, tmp_path / "b.log",
+                                        pinned=True))
         stack.enter_context(process(
             ["--front-door", "--port", str(port), "--token", TOKEN, "--offer-timeout", "5",
              "--stale-after", str(STALE)], "front door is listening", env,
