@@ -210,6 +210,34 @@ def test_admission_refuses_past_the_measured_slots_with_the_cost_in_the_reason()
     assert admission.load().headroom == 1
 
 
+def test_a_reconnection_taking_its_own_calls_place_is_one_call_to_the_meter() -> None:
+    """The same page reconnecting (``admit(replacing=)``): while its old connection
+    ends, the two are one caller to the meter (the CPU a call costs is not spread over
+    two), whichever of them ends first."""
+    machine = Machine()
+    meter = meter_on(machine, cores=2, window_seconds=2.0, smoothing=1.0)
+    admission = AdmissionController(AdmissionSettings(), clock=machine.clock, meter=meter)
+    old = admission.admit("a")
+    machine.run(1.0, cpu_rate=0.3)
+    new = admission.admit("b", replacing="a")  # the page reconnects
+    machine.run(1.0, cpu_rate=0.3)  # the old connection still ending
+    assert admission.load().call_cost == pytest.approx(0.3)  # 0.6 CPU s over 2 call-s
+    old.release()
+    machine.run(2.0, cpu_rate=0.3)
+    assert admission.load().call_cost == pytest.approx(0.3)
+    # a reconnection that did not start (released first): its old connection goes on
+    again = admission.admit("c", replacing="b")
+    again.release()
+    machine.run(2.0, cpu_rate=0.3)
+    load = admission.load()
+    assert load.call_cost == pytest.approx(0.3) and load.active_calls == 1
+    assert meter.cost().idle == pytest.approx(0.0)  # (b's CPU, not the process's own)
+    new.release()
+    machine.run(2.0, cpu_rate=0.01)  # no call: the process's own cost
+    assert meter.cost().idle == pytest.approx(0.01)
+    assert admission.load().call_cost == pytest.approx(0.3)
+
+
 def test_max_calls_bounds_the_measured_slots() -> None:
     machine = Machine()
     meter = meter_on(machine, cores=8, window_seconds=1.0, smoothing=1.0)

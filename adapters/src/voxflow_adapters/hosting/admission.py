@@ -218,7 +218,8 @@ class AdmissionController:
         self._clock = clock
         self._lock = threading.Lock()
         self._active: set[str] = set()
-        self._replaced: set[str] = set()  # admitted calls another already took the place of
+        # admitted calls another already took the place of -> that call
+        self._replaced: dict[str, str] = {}
         self._turns: deque[tuple[float, float]] = deque(maxlen=self.settings.window_turns)
         # (clock, the scheduler's busy seconds) samples of the last UTILIZATION_WINDOW
         self._busy_marks: deque[tuple[float, float]] = deque(
@@ -232,7 +233,8 @@ class AdmissionController:
         ``replacing``: an admitted call of this process that ``call_id`` takes the place
         of (the same page reconnecting while its old connection still looks alive): the
         old call ends as the new one starts, so no call is added and none is refused; the
-        old call's slot is given back when it ends. A call is replaced once: another offer
+        old call's slot is given back when it ends (the meter counts the two as one call
+        meanwhile: their CPU is one caller's). A call is replaced once: another offer
         naming it, or an id not admitted here, is judged as any new call.
 
         Raises:
@@ -245,6 +247,7 @@ class AdmissionController:
         with self._lock:
             if call_id in self._active:
                 raise ValueError(f"call {call_id!r} is already admitted")
+            callers = self._callers()
             if (replacing is None or replacing not in self._active
                     or replacing in self._replaced):
                 slots, cost = self._slots()
@@ -255,9 +258,10 @@ class AdmissionController:
                                                 max_calls=slots)
                 self._admitted_at = self._clock()
             else:
-                self._replaced.add(replacing)  # (once: a second offer is one call more)
+                self._replaced[replacing] = call_id  # (once: a second offer is one more)
             self._active.add(call_id)
-            self.meter.call_started()
+            if self._callers() > callers:
+                self.meter.call_started()
         return Admission(self, call_id)
 
     def record(self, voice_to_voice_ms: float) -> None:
@@ -305,9 +309,17 @@ class AdmissionController:
     def _release(self, call_id: str) -> None:
         with self._lock:
             if call_id in self._active:
+                callers = self._callers()
                 self._active.discard(call_id)
-                self._replaced.discard(call_id)
-                self.meter.call_ended()
+                self._replaced.pop(call_id, None)
+                if self._callers() < callers:
+                    self.meter.call_ended()
+
+    def _callers(self) -> int:
+        """Admitted calls, a call and the live one that took its place counted once (the
+        same page: the meter's calls, whose CPU it divides; under the lock)."""
+        return len(self._active) - sum(
+            1 for new in self._replaced.values() if new in self._active)
 
     def _slots(self) -> tuple[int, CallCost]:
         cost = self.meter.cost()
