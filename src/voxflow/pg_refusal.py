@@ -71,7 +71,12 @@ def refused(exc: BaseException, *, url: str, what: str) -> DatabaseRefusedError 
     message = " ".join(lines[0].split()) if lines else type(exc).__name__
     condition = _condition(exc)
     fix = _FIXES.get(state) or _CLASS_FIXES.get(state[:2], _OTHER)
+    # here: pg_retry needs no driver (and imports nothing of this module)
+    from voxflow.pg_retry import CONFLICT_TRIES, conflict_tries_spent
+
+    tried = (f"; it recurred on all {CONFLICT_TRIES} tries" if conflict_tries_spent(exc)
+             else "")
     return DatabaseRefusedError(
         f"the database refused {what}: {message[:300]} (SQLSTATE {state} {condition}; the "
-        "server is reachable)", path=redact_url(url), fix=fix, sqlstate=state,
+        f"server is reachable{tried})", path=redact_url(url), fix=fix, sqlstate=state,
         condition=condition)

@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from psycopg_pool import AsyncConnectionPool
 
 __all__ = ["CONFLICT_STATES", "CONFLICT_TRIES", "aretry_conflicts", "atransaction",
-           "conflict"]
+           "conflict", "conflict_tries_spent"]
 
 T = TypeVar("T")
 
@@ -136,6 +136,12 @@ _SPENT = "voxflow_conflict_tries_spent"
 def _spend(exc: BaseException) -> None:
     """Mark ``exc``: the conflict it is was tried :data:`CONFLICT_TRIES` times."""
     setattr(exc, _SPENT, True)
+
+
+def conflict_tries_spent(exc: BaseException) -> bool:
+    """``exc`` (or the error it wraps) is a conflict that recurred on all
+    :data:`CONFLICT_TRIES` tries of :func:`aretry_conflicts`."""
+    return _spent(exc)
 
 
 def _spent(exc: BaseException) -> bool:

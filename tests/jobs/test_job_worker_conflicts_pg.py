@@ -201,3 +201,52 @@ async def test_a_conflict_on_every_try_is_run_conflict_tries_times_not_more(
                if "conflict with another" in r.getMessage()]
     assert len(retried) == pg_retry.CONFLICT_TRIES - 1, retried
     assert retried[-1].endswith(f"(try {pg_retry.CONFLICT_TRIES} of {pg_retry.CONFLICT_TRIES})")
+
+
+async def test_a_real_conflict_on_every_try_is_refused_naming_it_and_its_tries(
+    schema: str, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A real serialization failure on each of the CONFLICT_TRIES tries (the trigger test
+    above makes its own 40001): another transaction updates the inbox row, the ack waits
+    for it and is refused when it commits, and the row is locked again before each try.
+    The caller hears a DatabaseRefusedError naming the conflict and that it recurred on
+    all tries (before: "a few times ... or is not transient"), and the ack wrote nothing."""
+    monkeypatch.setattr(pg_retry, "_CONFLICT_BACKOFF", (0.3, 0.3))  # (the re-lock's head start)
+    inbox = JobInbox(_url(schema, "-cdefault_transaction_isolation%3Dserializable"))
+    state = AssistantState()
+    try:
+        await inbox.write(JobUpdate(session_id=state.id, job_id="j1", revision=1, attempt=1,
+                                    seq=1, kind="started"))
+        (row,) = await inbox.pending(state.id)
+        conflicts = 0
+        async with await psycopg.AsyncConnection.connect(
+                _url(schema)) as other, await psycopg.AsyncConnection.connect(
+                PG_URL, autocommit=True) as watch:
+            lock = "UPDATE voxflow_job_inbox SET body = body WHERE id = %s"
+            await other.execute(lock, (row.id,))
+            ack = asyncio.create_task(inbox.ack(state.id, [row.id]))
+            holder = other.info.backend_pid
+
+            async def blocked() -> bool:  # (by `other`'s lock now, not a stale wait)
+                if ack.done():
+                    raise AssertionError(f"the ack ended after {conflicts} conflicts: {ack!r}")
+                cursor = await watch.execute(
+                    "SELECT count(*) FROM pg_stat_activity WHERE %s = ANY("
+                    "pg_blocking_pids(pid)) AND query LIKE '%%acked_at%%'", (holder,))
+                row = await cursor.fetchone()
+                return row is not None and row[0] > 0
+
+            while conflicts < pg_retry.CONFLICT_TRIES:
+                await wait_for(blocked, 30, "the ack to wait for the other transaction")
+                await other.commit()  # the ack's try is refused (40001)
+                conflicts += 1
+                await other.execute(lock, (row.id,))  # locked again before the next try
+            with pytest.raises(DatabaseRefusedError) as refused:
+                await asyncio.wait_for(ack, 30)
+            await other.rollback()
+        assert refused.value.sqlstate == "40001"
+        assert "serialization_failure" in str(refused.value)
+        assert f"recurred on all {pg_retry.CONFLICT_TRIES} tries" in str(refused.value)
+        assert [r.id for r in await inbox.pending(state.id)] == [row.id]  # not acked
+    finally:
+        await inbox.close()
