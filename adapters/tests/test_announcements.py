@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import dataclasses
-import time
+import threading
 from collections.abc import Callable
 from typing import Any, ClassVar
 
@@ -422,14 +422,16 @@ ASKED: list[float] = []  # when the slow answer asked for its job
 
 
 class SlowTravel(Travel):
-    """Its answer asks for the flight check 0.5 s in (an LLM's tool call comes after the
-    end-of-turn verdict, not with it)."""
+    """Its answer asks for the flight check once its turn was committed (an LLM's tool
+    call comes after the end-of-turn verdict, not with it)."""
 
     clock: ClassVar[MonotonicClock]
+    committed: ClassVar[threading.Event]
 
     @listen("flight")
     def handle_flight(self) -> str:  # (in its thread)
-        time.sleep(0.5)
+        # (not a fixed 0.5 s: on a loaded machine the verdict may come later than that)
+        assert self.committed.wait(60), "the turn was never committed"
         ASKED.append(self.clock.now())
         check_flight.start(self, until=self.clock.now() + 1.0)
         return "I'm checking your flight."
@@ -447,11 +449,18 @@ async def test_a_job_asked_for_after_the_verdict_starts_when_asked(
     RETURNED.clear()
     ASKED.clear()
     clock = MonotonicClock()
-    flow = type("SlowTravelCall", (SlowTravel,), {"clock": clock})()
+    committed_now = threading.Event()
+    flow = type("SlowTravelCall", (SlowTravel,),
+                {"clock": clock, "committed": committed_now})()
+
+    def on_event(event: SessionEvent) -> None:
+        if event.kind == "turn_committed":
+            committed_now.set()
+
     rules = TurnDetection(continue_within=5.0)
     script = CallScript().user_says(0.5, "Is my flight on time?").until(8.0)
     async with asyncio.timeout(120):  # only a deadlock reaches it
-        call = await run_call(flow, script, voice_engines, clock=clock,
+        call = await run_call(flow, script, voice_engines, clock=clock, on_event=on_event,
                               settings=VoiceSettings(turn_detection=rules))
     timeline = call_timeline(call)
     [committed] = call.of_kind("turn_committed")
