@@ -1,22 +1,24 @@
 """``faults.py``'s store faults beyond the database (``--only disk clock``): the SQLite
 store's disk full for a while, and the store's lease clock jumping an hour forward, then
-two back.
+two back; on a WebRTC call, or (``simulated_*``) one through the simulated transport.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import shutil
 import subprocess
 import tempfile
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 from _faults_common import CallResult, OwnPostgres, asked_before, finish, serving
 
-__all__ = ["clock_jump", "disk_full"]
+__all__ = ["clock_jump", "disk_full", "simulated_clock_jump", "simulated_disk_full"]
 
 
 def _fill(folder: Path) -> Path:
@@ -31,63 +33,128 @@ def _fill(folder: Path) -> Path:
     return filler
 
 
-async def disk_full(engines: Any, full_for: float = 3.0, pg_bin: Path | None = None
-                    ) -> CallResult | str:
-    """The call through a full disk, its sessions on SQLite, or (``pg_bin``: the
-    directory of ``initdb``/``pg_ctl``) on a PostgreSQL of its own whose data directory is
-    on the small disk (64 MB: its cluster takes ~40); or why no small disk could be
-    mounted, or the server could not start there."""
+class _SmallDisk:
+    """A store on a small tmpfs (SQLite, or a PostgreSQL of its own whose data directory
+    is there), filled to the last byte and freed again."""
+
+    def __init__(self, folder: Path, pg: OwnPostgres | None) -> None:
+        self.folder = folder
+        self.pg = pg
+        self.store: Any = None
+        self.server_log = ""
+        self._filler: Path | None = None
+        self._full_at = 0.0
+
+    async def fill(self) -> None:
+        self._filler = await asyncio.to_thread(_fill, self.folder)
+        self._full_at = time.monotonic()
+        if self.pg is not None:  # its next WAL record needs a new segment: the disk
+            await asyncio.to_thread(_switch_wal, self.pg.url)  # (a busy server's case)
+
+    async def free(self, full_for: float) -> None:
+        """Free the disk ``full_for`` s after it filled (started again if the server
+        stopped on the full disk, as an operator would)."""
+        await asyncio.sleep(max(0.0, full_for - (time.monotonic() - self._full_at)))
+        if self._filler is not None:
+            await asyncio.to_thread(self._filler.unlink)
+        if self.pg is not None and not await asyncio.to_thread(_answers, self.pg.url, 5.0):
+            await asyncio.to_thread(self.pg.start)
+            self.server_log = "; started again by the script"
+
+    async def full_for(self, seconds: float) -> None:
+        await self.fill()
+        await self.free(seconds)
+
+
+class _NotRun(Exception):
+    """Why no small disk could be mounted, or the server could not start there."""
+
+
+@contextlib.asynccontextmanager
+async def _small_disk(pg_bin: Path | None) -> AsyncIterator[_SmallDisk]:
+    """A small disk (tmpfs: 4 MB, or 64 MB for a PostgreSQL, whose cluster takes ~40) and
+    the store on it, unmounted afterwards; :class:`_NotRun` when it cannot be had."""
     from voxflow.flow.persistence import SQLiteFlowPersistence
     from voxflow.flow.postgres import PostgresFlowPersistence
 
     with tempfile.TemporaryDirectory(prefix="voxflow-faults-") as tmp:
-        disk = Path(tmp) / "disk"
-        disk.mkdir()
+        folder = Path(tmp) / "disk"
+        folder.mkdir()
         size = "4m" if pg_bin is None else "64m"
         mounted = await asyncio.to_thread(
             subprocess.run, ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs",
-                             str(disk)], capture_output=True, text=True, check=False)
+                             str(folder)], capture_output=True, text=True, check=False)
         if mounted.returncode != 0:
             why = (mounted.stderr or mounted.stdout).strip()
-            return f"not run: mount -t tmpfs failed: {why}"
+            raise _NotRun(f"not run: mount -t tmpfs failed: {why}")
         pg: OwnPostgres | None = None
         if pg_bin is not None:
             pg = OwnPostgres(Path(tmp), pg_bin)  # (its socket and log off the small disk)
-            pg.data = disk / "data"
+            pg.data = folder / "data"
             if os.geteuid() == 0:
-                shutil.chown(disk, "postgres")
+                shutil.chown(folder, "postgres")
             try:
                 await asyncio.to_thread(pg.init)
             except subprocess.CalledProcessError as exc:
-                await asyncio.to_thread(subprocess.run, ["umount", "-l", str(disk)],
+                await asyncio.to_thread(subprocess.run, ["umount", "-l", str(folder)],
                                         check=False)
-                return f"not run: PostgreSQL did not start on the small disk: {exc.stderr}"
-        store = (SQLiteFlowPersistence(disk / "calls.db") if pg is None
-                 else PostgresFlowPersistence(pg.url))
-        result = CallResult()
+                raise _NotRun("not run: PostgreSQL did not start on the small disk: "
+                              f"{exc.stderr}") from None
+        disk = _SmallDisk(folder, pg)
+        disk.store = (SQLiteFlowPersistence(folder / "calls.db") if pg is None
+                      else PostgresFlowPersistence(pg.url))
         try:
-            async with serving(engines, store, lease_seconds=1.5) as (server, calls):
-                caller = await asked_before(engines, server, result)
-                filler = await asyncio.to_thread(_fill, disk)
-                full_at = time.monotonic()
-                if pg is not None:  # its next WAL record needs a new segment: the disk
-                    await asyncio.to_thread(_switch_wal, pg.url)  # (a busy server's case)
-                caller.ask()  # answered on the full disk
-                if (ms := await caller.answered()) is not None:
-                    result.during_ms.append(ms)
-                await asyncio.sleep(max(0.0, full_for - (time.monotonic() - full_at)))
-                await asyncio.to_thread(filler.unlink)
-                if pg is not None and not await asyncio.to_thread(_answers, pg.url, 5.0):
-                    # (it stopped on the full disk: an operator starts it again)
-                    await asyncio.to_thread(pg.start)
-                    result.server_log = "; started again by the script"
-                return await finish(result, caller, server, store, calls[0])
+            yield disk
         finally:
-            store.close()
+            disk.store.close()
             if pg is not None:
                 await asyncio.to_thread(pg.close)
-                result.server_log = _disk_errors(Path(tmp) / "log") + result.server_log
-            await asyncio.to_thread(subprocess.run, ["umount", "-l", str(disk)], check=False)
+                disk.server_log = _disk_errors(Path(tmp) / "log") + disk.server_log
+            await asyncio.to_thread(subprocess.run, ["umount", "-l", str(folder)],
+                                    check=False)
+
+
+async def disk_full(engines: Any, full_for: float = 3.0, pg_bin: Path | None = None
+                    ) -> CallResult | str:
+    """The call through a full disk, its sessions on SQLite, or (``pg_bin``: the
+    directory of ``initdb``/``pg_ctl``) on a PostgreSQL of its own whose data directory is
+    on the small disk; or why the small disk could not be had."""
+    result = CallResult()
+    try:
+        async with _small_disk(pg_bin) as disk, serving(
+                engines, disk.store, lease_seconds=1.5) as (server, calls):
+            caller = await asked_before(engines, server, result)
+            await disk.fill()
+            caller.ask()  # answered on the full disk
+            if (ms := await caller.answered()) is not None:
+                result.during_ms.append(ms)
+            await disk.free(full_for)
+            await finish(result, caller, server, disk.store, calls[0])
+    except _NotRun as exc:
+        return str(exc)
+    result.server_log = disk.server_log
+    return result
+
+
+async def simulated_disk_full(engines: Any, full_for: float = 3.0,
+                              pg_bin: Path | None = None) -> CallResult | str:
+    """The same through the simulated transport (``run_call``, the example assistant):
+    two clean questions, the disk filled as the third begins and freed ``full_for`` s
+    later, a fourth after."""
+    from _faults_simulated import simulated_call
+
+    from voxflow.examples.assistant import assistant_class
+
+    try:
+        async with _small_disk(pg_bin) as disk:
+            flow = assistant_class(None)(persistence=disk.store)
+            result, _ = await simulated_call(
+                engines, flow, disk.store, 4,
+                lambda n: disk.full_for(full_for) if n == 3 else None, (3,))
+    except _NotRun as exc:
+        return str(exc)
+    result.server_log = disk.server_log
+    return result
 
 
 def _answers(url: str, within: float) -> bool:
@@ -165,21 +232,48 @@ def _jumping_postgres(url: str) -> Any:
     return Jumping(url)
 
 
+_JUMPS = (3600.0, -3600.0)  # s: an hour forward, then (from there) two back
+
+
+def _jumping(tmp: Path, pg: OwnPostgres | None) -> Any:
+    return _jumping_sqlite(tmp / "calls.db") if pg is None else _jumping_postgres(pg.url)
+
+
 async def clock_jump(engines: Any, pg: OwnPostgres | None = None) -> CallResult:
     """The call through lease-clock jumps, its sessions on SQLite, or on ``pg``."""
     result = CallResult()
     with tempfile.TemporaryDirectory(prefix="voxflow-faults-") as tmp:
-        store = (_jumping_sqlite(Path(tmp) / "calls.db") if pg is None
-                 else _jumping_postgres(pg.url))
+        store = _jumping(Path(tmp), pg)
         try:
             async with serving(engines, store, lease_seconds=1.5) as (server, calls):
                 caller = await asked_before(engines, server, result)
-                for jump in (3600.0, -3600.0):
+                for jump in _JUMPS:
                     store.jump = jump
                     caller.ask()
                     if (ms := await caller.answered()) is not None:
                         result.during_ms.append(ms)
                     await asyncio.sleep(1.0)
                 return await finish(result, caller, server, store, calls[0])
+        finally:
+            store.close()
+
+
+async def simulated_clock_jump(engines: Any, pg: OwnPostgres | None = None) -> CallResult:
+    """The same through the simulated transport (``run_call``, the example assistant):
+    two clean questions, the jumps as the third and the fourth begin, a fifth after."""
+    from _faults_simulated import simulated_call
+
+    from voxflow.examples.assistant import assistant_class
+
+    def at_question(n: int) -> None:
+        if n in (3, 4):
+            store.jump = _JUMPS[n - 3]
+
+    with tempfile.TemporaryDirectory(prefix="voxflow-faults-") as tmp:
+        store = _jumping(Path(tmp), pg)
+        try:
+            flow = assistant_class(None)(persistence=store)
+            result, _ = await simulated_call(engines, flow, store, 5, at_question, (3, 4))
+            return result
         finally:
             store.close()

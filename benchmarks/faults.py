@@ -15,9 +15,11 @@ assistant, its sessions in a PostgreSQL this script starts in a temporary direct
 the machine's ``initdb``/``pg_ctl``) and an aiortc caller (``LoopbackCaller``) that asks
 "Hello there!" (answered in two seconds) and waits for each answer. Scenarios:
 
-* **both transports** (``--transport``): the resets and the restart also run on a call
-  through the simulated transport (``run_call``, ``_faults_simulated.py``), whose saves
-  are deferred as the hosted call's;
+* **both transports** (``--transport``): the resets and the restart, the LLM provider's
+  hang, reset and garbage, the full disk and the clock jump also run on a call through
+  the simulated transport (``run_call``, ``_faults_simulated.py``: the real models,
+  real time, questions at fixed times, each fault begun as its question begins), whose
+  saves are deferred as the hosted call's; their figures are named "simulated";
 * **resets**: 10 times in a row, every connection to the database is reset
   (``pg_terminate_backend``, the server up) right before a question and again 0.8 s
   after it, while the answer is being saved and played;
@@ -81,10 +83,10 @@ from pathlib import Path
 from typing import Any
 
 from _faults_common import PG_BIN, CallResult, median_of, own_postgres, print_call
-from _faults_disk_clock import clock_jump, disk_full
+from _faults_disk_clock import clock_jump, disk_full, simulated_clock_jump, simulated_disk_full
 from _faults_ice import ice_faults
 from _faults_jobs import job_outages
-from _faults_llm import LlmFault, llm_fault
+from _faults_llm import LlmFault, llm_fault, simulated_llm_fault
 from _faults_pg import commit_faults, pg_faults
 from _faults_simulated import simulated_faults
 from _figures import figure
@@ -114,7 +116,7 @@ async def main(runs: int, downtime: float, offer_rounds: int, bin_dir: Path,
     if "ice" in only:
         await ice_faults(engines, runs)
     if set(only) & {"llm", "disk", "clock"}:
-        await other_faults(engines, runs, only, bin_dir, stores)
+        await other_faults(engines, runs, only, bin_dir, stores, transports)
     if "commit" in only:
         await commit_faults(engines, runs, bin_dir)
     if "pg" in only and "webrtc" in transports:
@@ -123,20 +125,34 @@ async def main(runs: int, downtime: float, offer_rounds: int, bin_dir: Path,
         await simulated_faults(engines, runs, downtime, bin_dir)
 
 
+_CALLS = {  # each transport's call through an LLM provider fault, a full disk, a clock jump
+    "webrtc": (llm_fault, disk_full, clock_jump),
+    "simulated": (simulated_llm_fault, simulated_disk_full, simulated_clock_jump),
+}
+
+
 async def other_faults(engines: Any, runs: int, only: list[str], bin_dir: Path,
-                       kinds: tuple[str, ...] = ("sqlite", "postgres")) -> None:
+                       kinds: tuple[str, ...] = ("sqlite", "postgres"),
+                       transports: tuple[str, ...] = ("webrtc", "simulated")) -> None:
     """The LLM provider, disk and clock faults, ``runs`` times each, and their medians,
     with the sessions on SQLite and on a PostgreSQL of the script's own (``kinds``;
-    PostgreSQL when ``bin_dir`` has ``initdb``)."""
+    PostgreSQL when ``bin_dir`` has ``initdb``), on each of ``transports``."""
     stores = tuple(name for kind, name in (("sqlite", "SQLite"), ("postgres", "PostgreSQL"))
                    if kind in kinds)
     if "PostgreSQL" in stores and not (bin_dir / "initdb").exists():
         print(f"  (no initdb in {bin_dir}: LLM, disk and clock faults on SQLite only)")
         stores = tuple(name for name in stores if name != "PostgreSQL")
-    llm: dict[str, list[LlmFault]] = {f"{fault} {where}": [] for where in stores
+    # (a WebRTC call's figures keep their names; a simulated one's say so)
+    wheres = tuple(f"{where}{' simulated' if transport == 'simulated' else ''}"
+                   for transport in transports for where in stores)
+    llm: dict[str, list[LlmFault]] = {f"{fault} {where}": [] for where in wheres
                                       for fault in ("hang", "reset", "garbage")}
-    disks: dict[str, list[CallResult]] = {where: [] for where in stores}
-    clocks: dict[str, list[CallResult]] = {where: [] for where in stores}
+    disks: dict[str, list[CallResult]] = {where: [] for where in wheres}
+    clocks: dict[str, list[CallResult]] = {where: [] for where in wheres}
+
+    def calls(where: str) -> tuple[Any, Any, Any]:
+        return _CALLS["simulated" if where.endswith(" simulated") else "webrtc"]
+
     for run in range(1, runs + 1):
         print(f"run {run} (LLM provider, disk, clock):", flush=True)
         with contextlib.ExitStack() as stack:
@@ -144,19 +160,20 @@ async def other_faults(engines: Any, runs: int, only: list[str], bin_dir: Path,
                 only) & {"llm", "clock"} else None
             if "llm" in only:
                 for key in llm:
-                    fault, where = key.split()
-                    f = await llm_fault(engines, fault, pg if where == "PostgreSQL" else None)
+                    fault, where = key.split(maxsplit=1)
+                    f = await calls(where)[0](engines, fault, pg if where.startswith(
+                        "PostgreSQL") else None)
                     llm[key].append(f)
                     took = "never" if f.settled_s is None else f"{f.settled_s:.1f} s"
-                    print(f"  LLM {key:<19} answers lost {f.lost} of 2; the faulted "
+                    print(f"  LLM {key:<29} answers lost {f.lost} of 2; the faulted "
                           f"question settled {f.turn_status} after {took}, the caller heard "
                           f"{f.heard_during} repl(ies) for it (cause: {f.cause}); answers "
                           f"after: {'yes' if f.answers_after else 'NO'}"
                           + (f"; ENDED: {f.ended}" if f.ended else ""), flush=True)
             if "disk" in only:
-                for where in stores:
-                    d = await disk_full(engines, pg_bin=bin_dir if where == "PostgreSQL"
-                                        else None)
+                for where in wheres:
+                    d = await calls(where)[1](engines, pg_bin=bin_dir if where.startswith(
+                        "PostgreSQL") else None)
                     if isinstance(d, str):
                         print(f"  disk full   {d} ({where})", flush=True)
                     else:
@@ -164,8 +181,9 @@ async def other_faults(engines: Any, runs: int, only: list[str], bin_dir: Path,
                         print_call("disk full", d, f" (full 3 s; {where}"
                                    + (f"; {d.server_log})" if d.server_log else ")"))
             if "clock" in only:
-                for where in stores:
-                    c = await clock_jump(engines, pg if where == "PostgreSQL" else None)
+                for where in wheres:
+                    c = await calls(where)[2](engines, pg if where.startswith("PostgreSQL")
+                                              else None)
                     clocks[where].append(c)
                     print_call("clock jump", c, f" (+1 h, then -2 h; {where})")
     print(f"\nmedians of {runs} run(s), load average {os.getloadavg()[0]:.1f}:")
@@ -176,7 +194,7 @@ async def other_faults(engines: Any, runs: int, only: list[str], bin_dir: Path,
         lost = max(f.lost for f in results)
         median = statistics.median(settled) if settled else float("nan")
         statuses = ", ".join(sorted({f.turn_status for f in results}))
-        print(f"  LLM provider {fault:<19}: answers lost {lost} (worst run); the faulted "
+        print(f"  LLM provider {fault:<29}: answers lost {lost} (worst run); the faulted "
               f"question settled in {median:.1f} s ({statuses}), replies heard "
               f"for it {max(f.heard_during for f in results)}; answers after "
               f"{sum(f.answers_after for f in results)}/{len(results)}")
@@ -189,7 +207,7 @@ async def other_faults(engines: Any, runs: int, only: list[str], bin_dir: Path,
                         for where, rs in clocks.items())):
         if rs:
             lost = max(r.lost for r in rs)
-            print(f"  {label:<33}: turns lost {lost} (worst run); answers after "
+            print(f"  {label:<43}: turns lost {lost} (worst run); answers after "
                   f"{sum(r.answers_after for r in rs)}/{len(rs)}; state held back "
                   f"{statistics.median(r.held_back for r in rs):.1f} s; first audio "
                   f"{median_of(r.during_ms for r in rs)} ms during the fault "
@@ -223,8 +241,9 @@ if __name__ == "__main__":
                         "postgres: a server of the script's own, needs initdb)")
     parser.add_argument("--transport", nargs="+", choices=("webrtc", "simulated"),
                         default=["webrtc", "simulated"],
-                        help="the transports the database faults (pg) run on (both): "
-                        "simulated is run_call's, with the same deferred saves")
+                        help="the transports the database (pg), LLM provider, disk and "
+                        "clock faults run on (both): simulated is run_call's, with the same "
+                        "deferred saves")
     args = parser.parse_args()
     if args.runs < 1 or not 0 < args.downtime <= 60 or args.offer_rounds < 1:
         parser.error("--runs and --offer-rounds must be >= 1, --downtime in (0, 60]")
