@@ -93,7 +93,7 @@ def section(title: str) -> Iterator[None]:
 async def _instant_engines(engines: Any) -> Any:
     """The same VAD, an STT that answers at once, every segment of the reply synthesized
     once now (then replayed at once)."""
-    import capacity
+    from _capacity_calls import REPLY
     from voxflow_voice.engines import VoiceEngines
     from voxflow_voice.speak.segmenter import TextSegmenter
     from webrtc_load import WARM_UP, _CachedTts, _InstantStt
@@ -101,7 +101,7 @@ async def _instant_engines(engines: Any) -> Any:
     instant = VoiceEngines(stt=_InstantStt(), tts=_CachedTts(engines.tts),
                            make_vad=engines.make_vad)
     segmenter = TextSegmenter()
-    for segment in [*segmenter.push(capacity.REPLY), *segmenter.flush()]:
+    for segment in [*segmenter.push(REPLY), *segmenter.flush()]:
         async for _ in instant.tts.stream(segment.text, delivery_id=WARM_UP, segment_id=1):
             pass
     return instant
@@ -118,10 +118,11 @@ async def search_calls(engines: Any, name: str, turns: int, target_ms: float,
     between the last N that met it and that one (see the module); each row printed.
     Returns (every row, the upward rows)."""
     import capacity
+    from _capacity_calls import _rss_mb
 
     rows: list[Any] = []
     upward_rows: list[Any] = []
-    baseline = (0, capacity._rss_mb())
+    baseline = (0, _rss_mb())
 
     async def row(n: int, upward: bool) -> bool:
         nonlocal baseline

@@ -287,7 +287,7 @@ def _stamping(method: Any, ends: list[float]) -> Any:
 
 
 def _v2v(model: str, turns: int, rounds: int) -> None:
-    from capacity import caller_script, question_audio, voice_to_voice
+    from _capacity_calls import caller_script, question_audio, voice_to_voice
     from voxflow_adapters.testkit.flows import Teller
     from voxflow_adapters.testkit.scenario import run_call
     from voxflow_voice import FAST_TURN_DETECTION

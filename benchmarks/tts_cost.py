@@ -48,9 +48,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+from _capacity_calls import REPLY
 from _figures import figure
 from _wer import normalize, word_errors
-from capacity import REPLY
 from voxflow_adapters.testkit.flows import ACKNOWLEDGEMENT, STORY, Teller
 from voxflow_adapters.testkit.scenario import run_call
 from voxflow_adapters.testkit.script import CallScript
