@@ -75,7 +75,7 @@ async def aretry_conflicts(call: Callable[[], Awaitable[T]], *, logger: logging.
         try:
             return await call()
         except Exception as exc:
-            if not conflict(exc) or _spent(exc):
+            if not conflict(exc) or conflict_tries_spent(exc):
                 raise
             if attempt == CONFLICT_TRIES:
                 _spend(exc)
@@ -125,7 +125,8 @@ async def atransaction(
         return await aretry_conflicts(once, logger=logger, what=what)
     except psycopg.OperationalError as exc:
         error = unavailable(exc)
-        if _spent(exc):  # (its sqlstate still says conflict: no other loop runs it again)
+        # (its sqlstate still says conflict: no other loop runs it again)
+        if conflict_tries_spent(exc):
             _spend(error)
         raise error from None
 
@@ -141,11 +142,6 @@ def _spend(exc: BaseException) -> None:
 def conflict_tries_spent(exc: BaseException) -> bool:
     """``exc`` (or the error it wraps) is a conflict that recurred on all
     :data:`CONFLICT_TRIES` tries of :func:`aretry_conflicts`."""
-    return _spent(exc)
-
-
-def _spent(exc: BaseException) -> bool:
-    """``exc`` (or the error it wraps) is a conflict whose tries are spent."""
     return any(getattr(found, _SPENT, False)
                for found in (exc, getattr(exc, "__cause__", None)))
 

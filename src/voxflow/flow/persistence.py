@@ -213,18 +213,22 @@ def _prepare(conn: sqlite3.Connection, *, timeout: float) -> None:
             conn.executescript(SCHEMA)
             return
         except sqlite3.OperationalError as exc:
-            busy = "locked" in str(exc) or "busy" in str(exc)
-            if not busy or time.monotonic() + pause > deadline:
+            if not _locked(exc) or time.monotonic() + pause > deadline:
                 raise
         time.sleep(pause)
         pause = min(pause * 2, 0.1)
 
 
+_SQLITE_BUSY, _SQLITE_LOCKED = 5, 6  # SQLite's primary result codes (extended & 0xff)
+
+
 def _locked(exc: Exception) -> bool:
     """Whether an SQLite error says another connection holds the database's lock (past
-    the busy timeout): the store is unavailable until it lets go."""
-    text = str(exc).lower()
-    return "database is locked" in text or "database table is locked" in text
+    the busy timeout): SQLITE_BUSY or SQLITE_LOCKED, by their result codes (an extended
+    code's low byte), not by the message's words. The store is unavailable until the
+    other connection lets go."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    return isinstance(code, int) and (code & 0xFF) in (_SQLITE_BUSY, _SQLITE_LOCKED)
 
 
 def _out_of_storage(exc: Exception) -> bool:
