@@ -104,3 +104,38 @@ def test_settled_silence_is_sent_without_encoding_and_the_packets_do_not_change(
     silent_runs = (80, 150, 60)
     assert settled.reused >= sum(run - SILENT_REPEATS - 10 for run in silent_runs)
     assert settled.encoded + settled.reused == len(script)
+
+
+async def test_the_track_reuses_settled_silence_and_encodes_a_reply_at_once() -> None:
+    """Through recv(), as aiortc's sender takes the packets: 60 idle frames (more than
+    SILENT_REPEATS) leave the encoder reusing the packet silence settled on (the track
+    marks the outbound queue's own silence frame, not any all-zero frame), then a reply
+    written meanwhile goes out in the very next packet, encoded, with the timestamps
+    running on; every packet is the one encoding every frame gives."""
+    outbound = OutboundAudio(clock=VirtualClock(), on_observation=lambda _: None, lead=5.0)
+    track = ReplyTrack(outbound)
+    track.encode_here()
+    encoder = track.encoder
+    assert encoder is not None
+    frames: list[bytes] = []
+    take = outbound.next_frame
+
+    def recorded(*, late: bool = False) -> bytes:
+        frames.append(take(late=late))
+        return frames[-1]
+
+    outbound.next_frame = recorded  # type: ignore[method-assign]
+    idle = SILENT_REPEATS + 10
+    packets: list[Any] = [await track.recv() for _ in range(idle)]
+    assert encoder.reused > 0  # (0: every silent frame went through libopus)
+    assert encoder.encoded + encoder.reused == idle
+    skipped = encoder.reused
+    outbound.write_nowait(ReplyChunk.from_float(
+        _reply(0.2), 48_000, delivery_id=DeliveryId("d1"), segment_id=1, start_sample=0))
+    packets += [await track.recv() for _ in range(10)]  # 0.2 s: the reply's 10 frames
+    assert all(any(pcm) for pcm in frames[idle:])  # the reply's audio, at once
+    assert encoder.reused == skipped  # each of its frames encoded
+    assert encoder.encoded + encoder.reused == idle + 10
+    assert [p.pts for p in packets] == [i * FRAME_SAMPLES for i in range(idle + 10)]
+    every = MonoOpusEncoder()
+    assert [bytes(p) for p in packets] == [every.encode(pcm) for pcm in frames]
