@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 import numpy as np
 import pytest
@@ -10,10 +10,19 @@ from numpy.typing import NDArray
 from voxflow_voice import (
     DETERMINISTIC_TTS_SETTINGS,
     STT_SAMPLE_RATE,
+    EarlyTranscriber,
     PiperTts,
+    SileroVad,
+    TurnDetection,
+    TurnDetector,
+    UtterancePaused,
+    UtteranceReady,
     WhisperStt,
     resample,
 )
+from voxflow_voice.engines.stt import Transcript
+from voxflow_voice.engines.stt_streaming import StreamingWhisperStt
+from voxflow_voice.listen.incremental_stt import PartialWords
 
 Speech = Callable[[str], NDArray[np.float32]]
 
@@ -46,3 +55,39 @@ def speech(tts: PiperTts) -> Speech:
         return cache[text]
 
     return make
+
+
+CHUNK = 320  # 20 ms, as a session pushes
+
+Followed = tuple[UtteranceReady, Transcript | None, PartialWords | None, EarlyTranscriber]
+OnPause = Callable[[EarlyTranscriber, UtterancePaused], Awaitable[None]]
+
+
+async def follow(
+    stt: StreamingWhisperStt, speech: NDArray[np.float32], on_pause: OnPause | None = None
+) -> Followed:
+    """Push ``speech`` (between silences) frame by frame, each partial decode awaited
+    before the next frame (a machine fast enough to keep up); the final transcript, and
+    the words known when the pause was heard (``on_pause`` runs then too)."""
+    detector = TurnDetector(SileroVad(), TurnDetection())
+    early = EarlyTranscriber(stt)
+    silence = np.zeros(STT_SAMPLE_RATE // 2, np.float32)
+    audio = np.concatenate([silence, speech, silence, silence, silence])
+    at_pause: PartialWords | None = None
+    for i in range(0, audio.size, CHUNK):
+        frame = audio[i : i + CHUNK]
+        for event in detector.push(frame):
+            if isinstance(event, UtterancePaused):
+                at_pause = early.partial
+                early.paused(event)
+                if on_pause is not None:
+                    await on_pause(early, event)
+            elif isinstance(event, UtteranceReady):
+                transcript = await early.final(event)
+                await early.aclose()
+                return event, transcript, at_pause, early
+        early.heard(frame, detector)
+        assert early.incremental is not None
+        await early.incremental.decoded()
+    raise AssertionError("the turn never ended")
+

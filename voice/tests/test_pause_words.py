@@ -2,10 +2,9 @@
 
 With the ``whisper-streaming`` engine the speech is decoded once more when it pauses
 (the VAD's first silent frame): those words are the utterance's transcript if the user
-stays silent. They are the partial words (:attr:`EarlyTranscriber.partial`) as soon as
-that decode is done, and :meth:`EarlyTranscriber.pause_words` hands them to the
-end-of-turn verdict and the speculative reply without waiting for the transcriptions
-queued before the pause's. The real Silero VAD, Smart Turn and Whisper tiny.en, on
+stays silent. As soon as that decode is done, :meth:`EarlyTranscriber.pause_words`
+hands them to the end-of-turn verdict and the speculative reply without waiting for the
+transcriptions queued before the pause's. The real Silero VAD, Smart Turn and Whisper tiny.en, on
 espeak-ng voices (not the bundled one).
 """
 
@@ -34,7 +33,8 @@ from voxflow_voice import (
 from voxflow_voice.engines.end_of_turn import SmartTurn
 from voxflow_voice.engines.stt import Transcript
 from voxflow_voice.engines.stt_streaming import StreamingSttSettings, StreamingWhisperStt
-from voxflow_voice.listen.incremental_stt import PartialWords
+
+from .conftest import CHUNK, follow
 
 pytestmark = [
     pytest.mark.models,
@@ -42,7 +42,6 @@ pytestmark = [
                        reason="espeak-ng is missing: apt-get install espeak-ng (.ci/run does)"),
 ]
 
-CHUNK = 320  # 20 ms, as a session pushes
 QUESTION = "What time does the museum open on Sunday morning"
 
 _espeak = runpy.run_path(str(Path(__file__).parents[2] / "benchmarks" / "_espeak.py"))["espeak"]
@@ -77,44 +76,69 @@ def _padded(speech: NDArray[np.float32]) -> NDArray[np.float32]:
     return np.concatenate([silence, speech, silence, silence, silence])
 
 
-async def _decoded(early: EarlyTranscriber) -> None:
-    """Wait for the running partial decode (a machine fast enough to keep up)."""
-    assert early.incremental is not None
-    running = early.incremental._task
-    if running is not None:
-        await asyncio.gather(running)
-
-
-async def test_the_partial_at_the_pause_holds_the_pause_decodes_words(
+async def test_the_words_at_the_pause_are_the_pause_decodes(
     tmp_path: Path, streaming: StreamingWhisperStt
 ) -> None:
-    """Once the decode at the pause is done, the partial words are its words (those of
-    the final transcript), typed as final for that pause; before it, only the committed
-    and tentative words of the decodes during speech (their last ones unheard)."""
-    audio = _padded(_espeak(tmp_path, QUESTION, "en-us+f3", 150))
+    """Once the decode at the pause is done, pause_words gives its words (those of the
+    final transcript) without a transcription of its own; the final reuses that decode
+    (covered)."""
+    audio = _espeak(tmp_path, QUESTION, "en-us+f3", 150)
+    said: list[Transcript | None] = []
+
+    async def on_pause(early: EarlyTranscriber, event: UtterancePaused) -> None:
+        said.append(await early.pause_words(event))
+
+    _, transcript, _, early = await follow(streaming, audio, on_pause)
+    assert early.incremental is not None
+    assert early.incremental.statistics().covered == 1
+    assert early.statistics().pause_words == 1
+    assert len(said) == 1 and said[0] is not None and transcript is not None
+    assert words(said[0].text) == words(transcript.text)
+    assert words(QUESTION)[:3] == words(said[0].text)[:3]
+
+
+async def test_a_cancelled_pause_words_leaves_the_pause_decode_to_the_final(
+    tmp_path: Path, streaming: StreamingWhisperStt
+) -> None:
+    """Cancelling a pause_words waiter (the listen loop's apush, a speculative reply)
+    stops the wait only: the pause decode runs on (it is not started again) and the
+    final uses it."""
+    audio = _espeak(tmp_path, QUESTION, "en-us+f3", 150)
     detector = TurnDetector(SileroVad(), TurnDetection())
     early = EarlyTranscriber(streaming)
-    at_pause: PartialWords | None = None
-    for i in range(0, audio.size, CHUNK):
-        frame = audio[i : i + CHUNK]
+    silence = np.zeros(STT_SAMPLE_RATE // 2, np.float32)
+    padded = np.concatenate([silence, audio, silence, silence, silence])
+    cancelled = decodes = 0
+    for i in range(0, padded.size, CHUNK):
+        frame = padded[i : i + CHUNK]
         for event in detector.push(frame):
-            if isinstance(event, UtterancePaused):
-                at_pause = early.partial
-                early.paused(event)
-            elif isinstance(event, UtteranceReady):
+            if isinstance(event, UtteranceReady):
                 transcript = await early.final(event)
                 await early.aclose()
-                assert transcript is not None and at_pause is not None
                 assert early.incremental is not None
-                assert early.incremental.statistics().covered == 1
-                assert words(at_pause.text) == words(transcript.text)
-                assert at_pause.at_pause is not None
-                assert at_pause.final_at(event.end_sample)
-                assert not at_pause.final_at(at_pause.upto_sample + 1)  # speech after it
-                assert words(QUESTION)[:3] == words(at_pause.text)[:3]
+                stats = early.incremental.statistics()
+                assert cancelled == 1
+                # the pause decode ran once (not cancelled, then started again) and was used
+                assert (stats.partial_decodes, stats.covered) == (decodes, 1)
+                assert words(QUESTION)[:3] == words(getattr(transcript, "text", None))[:3]
                 return
+            if isinstance(event, UtterancePaused):
+                early.paused(event)
         early.heard(frame, detector)
-        await _decoded(early)
+        assert early.incremental is not None
+        running = early.incremental.partial is not None and not cancelled
+        if running and detector.position > detector.speech_end:
+            # the pause decode just started: a waiter for it, cancelled
+            waiter = asyncio.create_task(early.pause_words(UtterancePaused(
+                AudioChunk.from_float(padded[: detector.position], STT_SAMPLE_RATE,
+                                      start_sample=0),
+                detector.active_onset or 0, detector.speech_end)))
+            await asyncio.sleep(0)
+            waiter.cancel()
+            await asyncio.wait({waiter})
+            cancelled += 1
+            decodes = early.incremental.statistics().partial_decodes
+        await early.incremental.decoded()
     raise AssertionError("the turn never ended")
 
 
@@ -132,29 +156,49 @@ async def test_a_question_closes_the_turn_without_waiting_for_an_earlier_transcr
     earlier = _espeak(tmp_path, "Hello there", "en-gb+m3", 175)
     early.paused(UtterancePaused(AudioChunk.from_float(earlier, STT_SAMPLE_RATE, start_sample=0),
                                  0, earlier.size))
-    # the fallback: never hang if the verdict waits for it (as it did)
-    asyncio.get_running_loop().call_later(20, stt.release.set)
+    assert early.incremental is not None
+    incremental = early.incremental
+    before_release: list[bool] = []  # per verdict: its words came before the release
+
+    async def release() -> None:
+        # The earlier transcription ends once nothing else can give the words: the
+        # partial decodes are done (each frame waits for them) and the loop has run on.
+        # The old path (transcript_of) waits for it; the pause decode's words do not.
+        await incremental.decoded()
+        for _ in range(20):
+            await asyncio.sleep(0)
+        stt.release.set()
+
+    async def verdict_words(event: UtterancePaused) -> Transcript | None:
+        watchdog = asyncio.create_task(release())
+        try:
+            said = await early.pause_words(event)
+        finally:
+            before_release.append(not stt.release.is_set())
+            await asyncio.wait({watchdog})
+        return said
+
     audio = _padded(_espeak(tmp_path, QUESTION, "en-us+f3", 150))
-    ended: list[tuple[UtteranceReady, bool]] = []
+    ended: list[UtteranceReady] = []
     for i in range(0, audio.size, CHUNK):
         frame = audio[i : i + CHUNK]
-        async for events in detector.apush(frame, early.pause_words):
+        async for events in detector.apush(frame, verdict_words):
             for event in events:
                 if isinstance(event, UtterancePaused):
                     early.paused(event)
                 elif isinstance(event, UtteranceReady):
-                    ended.append((event, stt.release.is_set()))
+                    ended.append(event)
         if ended:
             break
         early.heard(frame, detector)
-        await _decoded(early)
+        await incremental.decoded()
     stt.release.set()
     await early.aclose()
     assert len(ended) == 1 and stt.held == 1
     verdict = detector.decisions[-1]
     assert verdict.complete and not verdict.asked  # a question: the model not asked
     assert words(verdict.transcript)[:3] == words(QUESTION)[:3]
-    assert ended[0][1] is False  # decided while the earlier transcription still ran
+    assert before_release == [True]  # decided while the earlier transcription still ran
     assert early.statistics().pause_words == 1
 
 

@@ -9,7 +9,6 @@ compared with Whisper's decode of the whole utterance.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import re
 import runpy
@@ -26,7 +25,6 @@ from voxflow_voice import (
     SileroVad,
     TurnDetection,
     TurnDetector,
-    UtterancePaused,
     UtteranceReady,
     WhisperStt,
 )
@@ -38,11 +36,9 @@ from voxflow_voice.engines.stt_streaming import (
     StreamingWhisperStt,
     Word,
 )
-from voxflow_voice.listen.incremental_stt import IncrementalStt, PartialWords
+from voxflow_voice.listen.incremental_stt import IncrementalStt
 
-from .conftest import Speech
-
-CHUNK = 320  # 20 ms, as a session pushes
+from .conftest import CHUNK, Speech, follow
 
 
 def w(text: str, start: float, end: float) -> Word:
@@ -122,34 +118,6 @@ def tails() -> StreamingWhisperStt:
     (decodes every 0.5 s: more words committed, a shorter tail)."""
     return StreamingWhisperStt(StreamingSttSettings(
         model="tiny.en", closing_decode=False, interval=0.5))
-
-
-async def follow(
-    stt: StreamingWhisperStt, speech: NDArray[np.float32]
-) -> tuple[UtteranceReady, object, PartialWords | None, EarlyTranscriber]:
-    """Push ``speech`` (between silences) frame by frame; the final transcript, and the
-    words known when the pause was heard."""
-    detector = TurnDetector(SileroVad(), TurnDetection())
-    early = EarlyTranscriber(stt)
-    silence = np.zeros(STT_SAMPLE_RATE // 2, np.float32)
-    audio = np.concatenate([silence, speech, silence, silence, silence])
-    at_pause: PartialWords | None = None
-    for i in range(0, audio.size, CHUNK):
-        frame = audio[i : i + CHUNK]
-        for event in detector.push(frame):
-            if isinstance(event, UtterancePaused):
-                at_pause = early.partial
-                early.paused(event)
-            elif isinstance(event, UtteranceReady):
-                transcript = await early.final(event)
-                await early.aclose()
-                return event, transcript, at_pause, early
-        early.heard(frame, detector)
-        assert early.incremental is not None
-        running = early.incremental._task
-        if running is not None:
-            await asyncio.gather(running)
-    raise AssertionError("the turn never ended")
 
 
 SENTENCES = [
@@ -314,8 +282,8 @@ async def test_audio_unlike_what_was_decoded_is_decoded_whole(
                 await early.aclose()
                 return
         early.heard(frame, detector)
-        if early.incremental is not None and early.incremental._task is not None:
-            await asyncio.gather(early.incremental._task)
+        if early.incremental is not None:
+            await early.incremental.decoded()
     raise AssertionError("the turn never ended")
 
 
@@ -404,8 +372,7 @@ async def test_no_partial_decode_is_given_more_than_its_window_holds() -> None:
         detector.position += frame.size
         detector.speech_end = detector.position
         incremental.heard(frame, detector)
-        if incremental._task is not None:
-            await asyncio.gather(incremental._task)
+        await incremental.decoded()
     await incremental.aclose()
     assert max(stt.sizes) <= 29 * STT_SAMPLE_RATE < max(stt.sizes) + STT_SAMPLE_RATE
     assert stt.longest == 29

@@ -165,7 +165,7 @@ class EarlyTranscriber:
                 return done[1]
             running = self._running
             if running is not None and running[0] is event:
-                await asyncio.gather(running[1], return_exceptions=True)
+                await asyncio.wait({running[1]})  # cancelled, the waiter leaves it running
                 continue
             if running is None:
                 self._start(event)
@@ -181,8 +181,8 @@ class EarlyTranscriber:
         known, for the end-of-turn verdict and the speculative reply.
 
         With a streaming engine, when the decode that started as the speech paused
-        heard all of it (:meth:`PartialWords.final_at
-        <voxflow_voice.listen.incremental_stt.PartialWords.final_at>`), its words: waiting
+        heard all of it (:meth:`IncrementalStt.heard_all
+        <voxflow_voice.listen.incremental_stt.IncrementalStt.heard_all>`), its words: waiting
         for that decode only, never for a transcription of an earlier pause queued
         before this one's (a stale tail decode). Otherwise, and with a plain engine,
         :meth:`transcript_of` (the pause's transcription, the tail decoded after the
@@ -283,7 +283,7 @@ class EarlyTranscriber:
     async def _settle_running(self) -> None:
         running = self._running
         if running is not None:
-            await asyncio.gather(running[1], return_exceptions=True)
+            await asyncio.wait({running[1]})  # cancelled, the waiter leaves it running
 
     def __repr__(self) -> str:
         return f"EarlyTranscriber({self.statistics()})"

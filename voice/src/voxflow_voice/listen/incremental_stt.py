@@ -11,11 +11,11 @@ of new audio came, commits the words two decodes agree on
 silent frame), one more decode covers all of it: if the user stays silent, that is the
 utterance's transcript when the pause is handed out (``covered``), with nothing left to
 decode; otherwise the tail after the committed words is decoded then.
-:attr:`IncrementalStt.partial` is what is known so far (:class:`PartialWords`): the
-committed and tentative words during speech, then the pause decode's words once it is
-done (:meth:`PartialWords.final_at`: they are the transcript if the user stays silent).
-:meth:`IncrementalStt.heard_all` gives them as the transcript without waiting, for the
-end-of-turn verdict and the speculative reply
+:attr:`IncrementalStt.partial` is what the decodes during speech know so far
+(:class:`PartialWords`: the committed and tentative words). Once the pause's decode is
+done, :meth:`IncrementalStt.heard_all` (the one test of "a decode heard all the speech",
+which :meth:`IncrementalStt.final` uses too) gives its words as the transcript without
+waiting, for the end-of-turn verdict and the speculative reply
 (:meth:`~voxflow_voice.listen.early_stt.EarlyTranscriber.pause_words`). The committed
 words alone never decide a verdict: the last ``hold_back`` of the latest decode and the
 audio after it may hold words that change it ("Can you book a table" of "... a table
@@ -115,28 +115,11 @@ class PartialWords:
     committed: str
     tentative: str
     upto_sample: int
-    at_pause: str | None = None
-    """The words of the decode when the speech paused (all of it, from the utterance's
-    start, without word times): the utterance's transcript if the user stays silent (as
-    :meth:`IncrementalStt.final` gives it), ``""`` when it heard no words; ``None`` when
-    the latest decode was not that one (the speech went on, or it could not start)."""
 
     @property
     def text(self) -> str:
-        """The words known so far: the pause's decode's if it is in, else the committed
-        and tentative words together."""
-        if self.at_pause is not None:
-            return self.at_pause
+        """The committed and tentative words together."""
         return " ".join(t for t in (self.committed, self.tentative) if t)
-
-    def final_at(self, end_sample: int) -> bool:
-        """Whether these are the final words of the speech that paused at ``end_sample``
-        (the sample after its last speech frame): the decode at the pause is in and
-        heard all of it. Nothing of them changes then unless the user speaks on (a new
-        pause, another ``end_sample``). Committed words alone never are: the latest
-        decode's last ``hold_back`` (0.4 s) and the audio after it may hold words that
-        change what they say ("Can you book a table" of "... a table for")."""
-        return self.at_pause is not None and self.upto_sample >= end_sample
 
 
 @dataclass(frozen=True, slots=True)
@@ -186,9 +169,8 @@ class IncrementalStt:
         self._tail_samples = 0
         self._covered = 0
         self._closing = False  # whether the running decode is the one at the pause
-        # the latest decode: its agreement, its audio's end, its transcript, whether it
-        # was the one at the pause
-        self._latest: tuple[LocalAgreement, int, Transcript | None, bool] | None = None
+        # the latest decode: its agreement, its audio's end, its transcript
+        self._latest: tuple[LocalAgreement, int, Transcript | None] | None = None
         self.whole_reasons: dict[str, int] = {}
         """Why utterances were decoded whole, counted by reason."""
 
@@ -202,26 +184,26 @@ class IncrementalStt:
         """The words of the speech under way known so far; ``None`` when idle or before
         the first decode of it ended."""
         ag = self._agreement
-        if ag is None:
-            return None
-        latest = self._latest
-        at_pause = None
-        if (latest is not None and latest[0] is ag and latest[1] == self._decoded_to
-                and latest[3]):
-            at_pause = latest[2].text if latest[2] is not None else ""
-        elif not ag.latest:
+        if ag is None or not ag.latest:
             return None
         return PartialWords(ag.onset, ag.text, " ".join(w.text for w in ag.tentative),
-                            self._decoded_to, at_pause)
+                            self._decoded_to)
 
     async def pause_decode(self, end_sample: int) -> bool:
         """Wait for the decode that started when the speech paused at ``end_sample``
-        (if it runs and hears all of that speech); True if one ran."""
+        (if it runs and hears all of that speech); True if one ran. Cancelling the wait
+        leaves the decode running (:meth:`final` uses it)."""
         task = self._task
         if task is None or not self._closing or self._task_end < end_sample:
             return False
-        await asyncio.gather(task, return_exceptions=True)
+        await asyncio.wait({task})
         return True
+
+    async def decoded(self) -> None:
+        """Wait for the running partial decode, if one runs (cancelling the wait leaves
+        it running)."""
+        if self._task is not None:
+            await asyncio.wait({self._task})
 
     def heard(self, audio: AudioChunk | NDArray[Any], detector: DetectorState) -> None:
         """The frame just pushed to ``detector`` (the same samples, in order)."""
@@ -283,7 +265,7 @@ class IncrementalStt:
             return
         if self._agreement is ag:
             self._decoded_to = end
-            self._latest = (ag, end, said, closing)
+            self._latest = (ag, end, said)
             if not closing:
                 ag.update(words, end)
 
@@ -301,8 +283,8 @@ class IncrementalStt:
         if self._task is not None and (
                 self._task_end >= event.end_sample or (ag is not None and ag.committed)):
             # it may hear all the speech, or commit more: worth its wait (else the whole
-            # decode starts now, beside it)
-            await asyncio.gather(self._task, return_exceptions=True)
+            # decode starts now, beside it); a cancelled wait leaves it running
+            await asyncio.wait({self._task})
         audio = event.audio.samples()
         first = event.audio.start_sample or 0
         if (ag is None or ag.onset != event.onset_sample
