@@ -442,9 +442,11 @@ async def test_a_job_asked_for_after_the_verdict_starts_when_asked(
 ) -> None:
     # In real time, at the defaults (Smart Turn) with continue_within 5 s: a turn that
     # asks for a job stands (it is never continued), so once its answer asks for one the
-    # turn is final and the job starts there, long before the end of continue_within
-    # (after the reply was heard whole). Before, only a job asked for before the verdict
-    # did (in virtual time a flow's answer takes no time: this needs the real clock).
+    # turn is final and the job starts there, before its reply ends. Before, only a job
+    # asked for before the verdict did; this one waited until the turn was sealed at the
+    # end of continue_within, after its reply had finished (in virtual time a flow's
+    # answer takes no time: this needs the real clock). The order alone tells them
+    # apart: no wall-clock bound, which a loaded machine could break.
     STARTED.clear()
     RETURNED.clear()
     ASKED.clear()
@@ -457,7 +459,7 @@ async def test_a_job_asked_for_after_the_verdict_starts_when_asked(
         if event.kind == "turn_committed":
             committed_now.set()
 
-    rules = TurnDetection(continue_within=5.0)
+    rules = TurnDetection(continue_within=5.0)  # (its maximum)
     script = CallScript().user_says(0.5, "Is my flight on time?").until(8.0)
     async with asyncio.timeout(120):  # only a deadlock reaches it
         call = await run_call(flow, script, voice_engines, clock=clock, on_event=on_event,
@@ -469,8 +471,6 @@ async def test_a_job_asked_for_after_the_verdict_starts_when_asked(
     [finished] = [e for e in call.of_kind("reply_finished")
                   if e.delivery_id == answer.delivery_id]
     assert committed.at < asked <= started < finished.at, timeline
-    # (the margin: before, the job waited for continue_within, 5 s after the commit)
-    assert started - committed.at < rules.continue_within / 2, timeline
     assert flow.state.turns[committed.turn_id].input_revision == 1
     [job] = flow.state.jobs.values()
     assert job.status == "completed"
