@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -136,6 +137,7 @@ async def test_a_killed_workers_row_is_removed_and_its_death_logged_once(
 ) -> None:
     caplog.set_level(logging.INFO)
     setup = DispatchStore(pg_schema_url)
+    beaten = time.time()  # its last heartbeat is no earlier than this
     # what a kill -9 leaves: a row holding a call, its heartbeat stopped
     await setup.register("killed-1", slots=4, host="box-a", pid=4242, used=1)
     doors = [FrontDoor(DispatchStore(pg_schema_url, stale_after=0.2, forget_after=0.6),
@@ -145,13 +147,14 @@ async def test_a_killed_workers_row_is_removed_and_its_death_logged_once(
         async with contextlib.AsyncExitStack() as stack:
             for door in doors:
                 await stack.enter_async_context(door)
-            assert await row_of(setup, "killed-1") is not None  # not yet: 0.6 s
             await until(lambda: _gone(setup, "killed-1"), within=10)
             await asyncio.sleep(0.5)  # more rounds of every door: said once
     finally:
         await setup.aclose()
     deaths = [r for r in caplog.records if "is gone" in r.getMessage()]
     assert [r.levelname for r in deaths] == ["WARNING"], [r.getMessage() for r in deaths]
+    # not before forget_after (a lower bound: a loaded machine only makes it later)
+    assert deaths[0].created - beaten >= 0.6
     message = deaths[0].getMessage()
     assert message.startswith("call worker killed-1 (host box-a, pid 4242) is gone: no "
                               "heartbeat for ")
