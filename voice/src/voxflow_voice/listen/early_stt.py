@@ -30,7 +30,7 @@ import numpy as np
 from ..audio import STT_SAMPLE_RATE, AudioChunk
 from ..engines.stt import Transcript
 from ..scheduler import Work, scheduled
-from .incremental_stt import WHOLE, DetectorState, IncrementalStt, PartialWords
+from .incremental_stt import NOT_HEARD, WHOLE, DetectorState, IncrementalStt, PartialWords
 from .turn_detector import UtterancePaused, UtteranceReady
 
 __all__ = ["EarlyTranscriber", "EarlyTranscriberStatistics", "Transcriber"]
@@ -187,14 +187,15 @@ class EarlyTranscriber:
         before this one's (a stale tail decode). Otherwise, and with a plain engine,
         :meth:`transcript_of` (the pause's transcription, the tail decoded after the
         committed words if need be). Either way :meth:`final` gives the same words for
-        the same audio."""
+        the same audio. ``None``: the utterance has no words (the pause's decode heard
+        none: that is its answer, no transcription follows)."""
         if not isinstance(event, UtterancePaused):
             raise TypeError(f"event must be an UtterancePaused, got {type(event).__name__}")
         incremental = self.incremental
         if incremental is not None and not self._closed:
             await incremental.pause_decode(event.end_sample)
             heard = incremental.heard_all(event)
-            if not isinstance(heard, str):
+            if heard is not NOT_HEARD:
                 self._pause_words += 1
                 return heard
         return await self.transcript_of(event)
@@ -264,8 +265,8 @@ class EarlyTranscriber:
     async def _transcribe(self, event: UtterancePaused | UtteranceReady) -> Transcript | None:
         if self.incremental is not None:
             said = await self.incremental.final(event)
-            if said != WHOLE:
-                return said  # type: ignore[return-value]
+            if said is not WHOLE:
+                return said
         return await self._stt.transcribe(event.audio)
 
     def _finished(self, event: UtterancePaused, task: asyncio.Task[Transcript | None]) -> None:

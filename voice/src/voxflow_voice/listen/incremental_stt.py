@@ -31,6 +31,7 @@ past it either).
 from __future__ import annotations
 
 import asyncio
+import enum
 import logging
 from dataclasses import dataclass
 from typing import Any, Final, Protocol
@@ -45,12 +46,25 @@ from ..scheduler import Work, scheduled
 from .turn_detector import UtterancePaused, UtteranceReady
 
 __all__ = ["NOT_HEARD", "WHOLE", "DetectorState", "IncrementalStatistics", "IncrementalStt",
-           "PartialWords"]
+           "NotHeard", "PartialWords", "Whole"]
 
-WHOLE: Final = "whole"
+
+class Whole(enum.Enum):
+    """The type of :data:`WHOLE` (one member: ``said is WHOLE`` narrows the type)."""
+
+    WHOLE = "whole"
+
+
+class NotHeard(enum.Enum):
+    """The type of :data:`NOT_HEARD` (one member: ``heard is NOT_HEARD`` narrows the type)."""
+
+    NOT_HEARD = "not heard"
+
+
+WHOLE: Final = Whole.WHOLE
 """What :meth:`IncrementalStt.final` returns when the utterance must be decoded whole."""
 
-NOT_HEARD: Final = "not heard"
+NOT_HEARD: Final = NotHeard.NOT_HEARD
 """What :meth:`IncrementalStt.heard_all` returns when no decode heard all the speech."""
 
 _log = logging.getLogger(__name__)
@@ -276,7 +290,7 @@ class IncrementalStt:
             # the whole decode is still done at the pause; the failure is said, not lost
             _log.warning("a partial decode failed", exc_info=failure)
 
-    async def final(self, event: UtterancePaused | UtteranceReady) -> Transcript | str | None:
+    async def final(self, event: UtterancePaused | UtteranceReady) -> Transcript | Whole | None:
         """The transcript of the paused (or ended) utterance from the committed words and
         its tail, or :data:`WHOLE` when it must be decoded whole."""
         ag = self._agreement
@@ -291,7 +305,7 @@ class IncrementalStt:
                 or not first <= ag.start < first + audio.size):
             return self._decode_whole("not the utterance followed")
         heard = self.heard_all(event)
-        if not isinstance(heard, str):
+        if heard is not NOT_HEARD:
             # The latest partial decode heard all the speech (it started once the speech
             # paused): it is the utterance's transcript.
             self._covered += 1
@@ -327,7 +341,7 @@ class IncrementalStt:
         return Transcript(text.strip(), duration, said.no_speech_prob,
                           said.avg_logprob)
 
-    def heard_all(self, event: UtterancePaused | UtteranceReady) -> Transcript | str | None:
+    def heard_all(self, event: UtterancePaused | UtteranceReady) -> Transcript | NotHeard | None:
         """The transcript of ``event``'s utterance if the latest decode heard all of its
         speech, the very audio ``event`` carries (the decode when the speech paused,
         usually; ``None``: it heard no words), without waiting for anything; else
@@ -355,7 +369,7 @@ class IncrementalStt:
         return bool(np.allclose(self._slice(lo, end), audio[lo - first : end - first],
                                 atol=1.5 / 32768))
 
-    def _decode_whole(self, why: str) -> str:
+    def _decode_whole(self, why: str) -> Whole:
         self._whole += 1
         self.whole_reasons[why] = self.whole_reasons.get(why, 0) + 1
         _log.debug("utterance decoded whole: %s", why)
