@@ -122,7 +122,7 @@ class ServerStatistics(BaseModel):
     ended: list[PeerStatistics] = Field(description="the most recent ended calls")
 
 
-class WebRtcServer(ResumeAdmission):
+class WebRtcServer(SignalingServer):
     """The page, the signaling endpoint and the calls of one process.
 
     Without :meth:`start` (no HTTP), it is the call host of a call worker
@@ -183,10 +183,20 @@ class WebRtcServer(ResumeAdmission):
         """Call ids are ``<call_prefix>-<n>`` (a call worker puts its id in them)."""
         self.on_call_ended: Callable[[str], None] | None = None
         """Called with the call id once a call has ended and its slot is free."""
-        self.owner_dead: OwnerDead | None = None
+        self._resumes = ResumeAdmission(store, settings=settings, worker_id=self.worker_id,
+                                        sessions=self._sessions, calls=self._calls,
+                                        metrics=metrics)
+
+    @property
+    def owner_dead(self) -> OwnerDead | None:
         """Whether the holder of a resumed session's lease is dead (a call worker sets it:
         the holder's worker stopped beating); its live lease is then taken over at once
         instead of waited out. None: every live lease is waited out."""
+        return self._resumes.owner_dead
+
+    @owner_dead.setter
+    def owner_dead(self, owner_dead: OwnerDead | None) -> None:
+        self._resumes.owner_dead = owner_dead
 
     @property
     def max_calls(self) -> int:
@@ -228,7 +238,7 @@ class WebRtcServer(ResumeAdmission):
                               "resumed here (offer without \"resume\" for a new call)",
                               "resume")
         call_id = f"{self.call_prefix}-{next(self._numbers)}"
-        replacing, read = await self._reconnecting(resume)
+        replacing, read = await self._resumes.reconnecting(resume)
         try:
             admission = self.admission.admit(call_id, replacing=replacing)
         except CapacityExceededError as exc:
@@ -342,7 +352,7 @@ class WebRtcServer(ResumeAdmission):
 
             try:
                 began = time.monotonic()
-                ownership = await self._own(call_id, resume, lost, read)
+                ownership = await self._resumes.own(call_id, resume, lost, read)
                 timing["lease_ms"] = round((time.monotonic() - began) * 1000.0, 1)
             except CallRefused:
                 raise
