@@ -21,8 +21,29 @@ from typing import Any
 from voxflow.flow._row_store import RowStore
 from voxflow.flow.persistence import SQLiteFlowPersistence
 
-__all__ = ["crash_at", "default_env", "execute", "open_store", "reopen", "rows", "statements",
-           "where"]
+__all__ = ["PlainStore", "crash_at", "default_env", "execute", "open_store", "reopen", "rows",
+           "statements", "where"]
+
+
+class PlainStore:
+    """A backend of one's own, in memory: only what ``FlowPersistence`` asks (no
+    revisions, no ``check_writable``); ``saved`` holds every snapshot, in order."""
+
+    def __init__(self) -> None:
+        self.saved: list[dict[str, Any]] = []
+
+    def save_state(self, flow_uuid: str, method_name: str, state: dict[str, Any]) -> None:
+        self.saved.append(state)
+
+    def load_state(self, flow_uuid: str) -> dict[str, Any] | None:
+        return self.saved[-1] if self.saved else None
+
+    def save_pending_feedback(self, *args: Any) -> None: ...
+
+    def load_pending_feedback(self, flow_uuid: str) -> None:
+        return None
+
+    def clear_pending_feedback(self, flow_uuid: str) -> None: ...
 
 
 def _sqlite(store: RowStore) -> SQLiteFlowPersistence | None:

@@ -28,7 +28,7 @@ from voxflow import SQLiteFlowPersistence
 from voxflow.clock import MonotonicClock
 from voxflow.examples.assistant import assistant_class
 
-ANSWER = "Hello! How can I help you today?"
+from ._stored_calls import ANSWER, deferred_saves, logged, stored_messages
 
 
 @pytest.mark.models
@@ -70,13 +70,9 @@ async def test_a_simulated_call_keeps_talking_while_its_sqlite_store_is_locked(
         assert locked.is_set() and released.is_set(), turns
         assert len(turns) == 2, turns  # (the second asked after the release)
         assert [e.text for e in call.events if e.kind == "reply_finished"] == [ANSWER] * 2
-        deferred = [r.getMessage() for r in caplog.records
-                    if "session store is unreachable" in r.getMessage()]
-        assert deferred and "StoreLockedError" in deferred[0], [
-            r.getMessage() for r in caplog.records]
-        again = assistant_class(None)(persistence=store)
-        assert await again.aload_session(flow.state.id)
-        assert [(m.role, m.content) for m in again.state.messages] == [
+        deferred = deferred_saves(caplog)
+        assert deferred and "StoreLockedError" in deferred[0], logged(caplog)
+        assert await stored_messages(store, flow.state.id) == [
             ("user", "Hello there."), ("assistant", ANSWER)] * 2
     finally:
         store.close()

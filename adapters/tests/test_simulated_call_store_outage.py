@@ -13,7 +13,9 @@ folder unusable) is no outage the call rides out: nothing of the session was eve
 and a store that never answers may be a wrong URL or path. ``run_call`` then failed the
 first turn ("reply failed", logged; the caller heard nothing) and returned as if the call
 had gone well; it now raises the store's PersistenceUnavailableError before the call
-begins, naming the store and the fix, as a hosted call worker refuses to start.
+begins, naming the store and the fix, as a hosted call worker refuses to start. A store
+of one's own without ``check_writable`` (no :class:`~voxflow.flow.persistence.WritableCheck`)
+has nothing to prove before the call: it runs, and saves there.
 
 A real PostgreSQL (a database of the test's own, ``pg_faults``: it refuses connections
 and its open ones are reset), the real models, real time.
@@ -35,10 +37,10 @@ from voxflow_voice.engines import VoiceEngines
 from voxflow.clock import MonotonicClock
 from voxflow.errors import PersistenceUnavailableError
 from voxflow.examples.assistant import assistant_class
-from voxflow.flow.persistence import SQLiteFlowPersistence
+from voxflow.flow.persistence import SQLiteFlowPersistence, WritableCheck
 from voxflow.flow.postgres import PostgresFlowPersistence
 
-ANSWER = "Hello! How can I help you today?"
+from ._stored_calls import ANSWER, deferred_saves, logged, stored_messages
 
 
 @pytest.mark.models
@@ -73,13 +75,9 @@ async def test_a_simulated_call_keeps_talking_through_a_store_outage(
     try:
         assert down.is_set() and back.is_set(), turns
         assert [e.text for e in call.events if e.kind == "reply_finished"] == [ANSWER] * 3
-        again = assistant_class(None)(persistence=store)
-        assert await again.aload_session(flow.state.id)
-        assert [(m.role, m.content) for m in again.state.messages] == [
+        assert await stored_messages(store, flow.state.id) == [
             ("user", "Hello there."), ("assistant", ANSWER)] * 3
-        deferred = [r.getMessage() for r in caplog.records
-                    if "session store is unreachable" in r.getMessage()]
-        assert deferred, [r.getMessage() for r in caplog.records]
+        assert deferred_saves(caplog), logged(caplog)
     finally:
         with contextlib.suppress(Exception):
             store.close()
@@ -109,3 +107,45 @@ async def test_a_simulated_call_whose_store_is_away_from_the_start_is_refused(
     finally:
         with contextlib.suppress(Exception):
             store.close()
+
+
+class _Memory:
+    """A session store of one's own (a ``FlowPersistence``) with no ``check_writable``:
+    nothing to prove before the call, its first save tells."""
+
+    def __init__(self) -> None:
+        self.saved: dict[str, dict[str, Any]] = {}
+
+    def save_state(self, flow_uuid: str, method_name: str, state: dict[str, Any]) -> None:
+        self.saved[flow_uuid] = state
+
+    def load_state(self, flow_uuid: str) -> dict[str, Any] | None:
+        return self.saved.get(flow_uuid)
+
+    def save_pending_feedback(self, *args: Any) -> None: ...
+
+    def load_pending_feedback(self, flow_uuid: str) -> None:
+        return None
+
+    def clear_pending_feedback(self, flow_uuid: str) -> None: ...
+
+
+@pytest.mark.models
+async def test_a_simulated_call_whose_store_has_no_check_runs_and_saves(
+    engines: VoiceEngines,
+) -> None:
+    memory = _Memory()
+    assert not isinstance(memory, WritableCheck)
+    flow = assistant_class(None)(persistence=memory)
+    call = await run_call(flow, CallScript().user_says(0.5, "Hello there!").until(6.0), engines)
+    assert [e.text for e in call.events if e.kind == "reply_finished"] == [ANSWER]
+    assert [m["content"] for m in memory.saved[flow.state.id]["messages"]] == [
+        "Hello there.", ANSWER]
+
+
+@pytest.mark.models
+async def test_run_call_refuses_what_is_not_a_flow_before_the_call(
+    engines: VoiceEngines,
+) -> None:
+    with pytest.raises(TypeError, match=r"conversational Flow.*got _Memory"):
+        await run_call(_Memory(), CallScript().user_says(0.5, "Hi"), engines)  # type: ignore[arg-type]

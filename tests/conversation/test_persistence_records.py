@@ -24,7 +24,7 @@ from typing import Any, ClassVar
 import pytest
 from pydantic import BaseModel, ConfigDict, Field
 
-from tests.stores import reopen, rows, statements, where
+from tests.stores import PlainStore, reopen, rows, statements, where
 from voxflow import Flow, SQLiteFlowPersistence, persist
 from voxflow.conversation._record_marks import HOT_RECORDS, RecordDict
 from voxflow.conversation.persistence import SavedLists, prepare_state_save
@@ -369,24 +369,7 @@ def test_a_crash_inside_a_save_leaves_the_previous_state(make_store: Any, point:
 
 
 def test_a_plain_backend_still_gets_full_turn_state_snapshots() -> None:
-    class Memory:
-        def __init__(self) -> None:
-            self.saved: list[dict[str, Any]] = []
-
-        def save_state(self, flow_uuid: str, method_name: str, state: dict[str, Any]) -> None:
-            self.saved.append(state)
-
-        def load_state(self, flow_uuid: str) -> dict[str, Any] | None:
-            return self.saved[-1] if self.saved else None
-
-        def save_pending_feedback(self, *args: Any) -> None: ...
-
-        def load_pending_feedback(self, flow_uuid: str) -> None:
-            return None
-
-        def clear_pending_feedback(self, flow_uuid: str) -> None: ...
-
-    memory = Memory()
+    memory = PlainStore()
 
     @persist(memory)
     class Saved(Chat):

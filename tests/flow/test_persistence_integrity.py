@@ -17,10 +17,11 @@ from typing import Any
 
 import pytest
 
-from tests.stores import rows, where
+from tests.stores import PlainStore, rows, where
 from voxflow import Flow, SQLiteFlowPersistence, persist, start, testing
 from voxflow.conversation.persistence import UNANSWERED_REASON
 from voxflow.errors import PersistenceConflictError, PersistenceUnavailableError
+from voxflow.flow.persistence import WritableCheck
 from voxflow.testing import Acknowledger
 from voxflow.turns import TurnRunner
 
@@ -326,6 +327,23 @@ def test_an_unwritable_store_fails_before_any_method_runs(
     monkeypatch.delenv("VOXFLOW_DATABASE_URL", raising=False)
     monkeypatch.setenv("VOXFLOW_HOME", str(tmp_path / "fine"))
     assert Counter().kickoff() == 1 and ran == ["count"]
+
+
+def test_check_persistence_proves_a_store_that_checks_and_passes_one_that_cannot(
+    tmp_path: Path,
+) -> None:
+    """A flow's check_persistence (run_call's, the chat's) asks a backend that has
+    ``check_writable`` (a :class:`WritableCheck`: SQLite, PostgreSQL) to prove it, and
+    passes one without it untouched (its first save tells)."""
+    plain = PlainStore()
+    assert not isinstance(plain, WritableCheck)
+    Counter(persistence=plain).check_persistence()  # nothing to prove: no error
+    assert plain.saved == []
+    (tmp_path / "home").write_text("not a folder")
+    unwritable = SQLiteFlowPersistence(tmp_path / "home" / "calls.db")
+    assert isinstance(unwritable, WritableCheck)
+    with pytest.raises(PersistenceUnavailableError):
+        Counter(persistence=unwritable).check_persistence()
 
 
 # -- crash consistency: SIGKILL at seeded random points -------------------------------

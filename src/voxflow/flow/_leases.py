@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping, Sequence
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from voxflow.errors import FencedWriteError, SessionLeaseError
 from voxflow.flow._item_rows import Conn, StateChanges
@@ -42,6 +42,7 @@ __all__ = [
     "EpochStore",
     "FencedPersistence",
     "SessionLease",
+    "WritableCheck",
     "check_lease_args",
     "extend",
     "fence",
@@ -209,6 +210,18 @@ def check_lease_args(owner: object, ttl: object, take_from: object = None) -> No
 # -- the fenced view of a backend --------------------------------------------------------
 
 
+@runtime_checkable
+class WritableCheck(Protocol):
+    """A backend that proves it can be written before a flow's first save (SQLite,
+    PostgreSQL: every :class:`~voxflow.flow._row_store.RowStore`, and a fenced view of
+    one). A backend without it has nothing to prove beforehand: its first save tells."""
+
+    def check_writable(self) -> None:
+        """Raise :class:`~voxflow.errors.PersistenceUnavailableError` (naming the store
+        and the fix) unless it can be written."""
+        ...
+
+
 class EpochStore(Protocol):
     """A backend whose writes take the lease ``epoch`` they are fenced by (None: unfenced):
     what :class:`FencedPersistence` wraps (:class:`~voxflow.flow._row_store.RowStore`)."""
@@ -352,9 +365,8 @@ class FencedPersistence:
         return self.store.load_pending_feedback(flow_uuid)
 
     def check_writable(self) -> None:
-        check = getattr(self.store, "check_writable", None)
-        if check is not None:
-            check()
+        if isinstance(self.store, WritableCheck):  # else nothing to prove (see there)
+            self.store.check_writable()
 
     def close(self) -> None:
         """Close the backend's connections (idempotent; the next call reopens them)."""

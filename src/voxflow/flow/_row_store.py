@@ -74,6 +74,11 @@ class RowStore:
         """``fn`` inside one read transaction: the snapshot and its rows agree."""
         raise NotImplementedError
 
+    def check_writable(self) -> None:
+        """Raise :class:`~voxflow.errors.PersistenceUnavailableError` (naming the store
+        and the fix) unless the database can be written."""
+        raise NotImplementedError
+
     def _lock_session(self, conn: Conn, flow_uuid: str) -> None:
         """Serialise this transaction with other writers of ``flow_uuid`` (if needed)."""
 

@@ -60,7 +60,7 @@ from voxflow.flow._item_rows import (
     RecordChanges,
     StateChanges,
 )
-from voxflow.flow._leases import FencedPersistence, SessionLease
+from voxflow.flow._leases import FencedPersistence, SessionLease, WritableCheck
 from voxflow.flow._row_store import RowStore
 from voxflow.flow.dsl import stamp_marks
 from voxflow.paths import default_data_dir
@@ -80,6 +80,7 @@ __all__ = [
     "SQLiteFlowPersistence",
     "SessionLease",
     "StateChanges",
+    "WritableCheck",
     "default_data_dir",
     "default_persistence",
     "persist",

@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any
 
 from voxflow.errors import PersistenceUnavailableError
 from voxflow.flow.checkpoint import CheckpointConfig, load_checkpoint, write_checkpoint
-from voxflow.flow.persistence import FlowPersistence, default_persistence
+from voxflow.flow.persistence import FlowPersistence, WritableCheck, default_persistence
 from voxflow.flow.state import dump_state, load_state_like, merge_inputs, new_state_id, stamp_id
 
 if TYPE_CHECKING:
@@ -189,9 +189,8 @@ class StateSaving:
         if self.persistence is None:
             backends += [self.backend(m) for m in self._definition.methods.values() if m.persist]
         for store in {id(b): b for b in backends}.values():
-            check = getattr(store, "check_writable", None)
-            if check is not None:
-                check()
+            if isinstance(store, WritableCheck):  # else nothing to prove: its first save tells
+                store.check_writable()
 
     async def load(self, flow_uuid: str, *, inline: bool) -> dict[str, Any] | None:
         """The latest snapshot saved under ``flow_uuid`` (None: none), read on this thread

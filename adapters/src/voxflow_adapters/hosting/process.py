@@ -37,9 +37,7 @@ async def worker_resources(settings: Settings) -> tuple[Any, VoiceEngines]:
     shares (``VOXFLOW_DATABASE_URL``), checked writable, and the engines, loaded off the
     loop with litellm (so no call's first turn imports it)."""
     sessions = default_persistence()
-    check = getattr(sessions, "check_writable", None)
-    if check is not None:
-        await asyncio.to_thread(check)
+    await asyncio.to_thread(sessions.check_writable)
     engines, _ = await asyncio.gather(
         asyncio.to_thread(VoiceEngines.from_settings, settings), preload())
     return sessions, engines

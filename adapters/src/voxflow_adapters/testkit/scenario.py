@@ -22,6 +22,7 @@ from voxflow_voice.session import Announcer, VoiceSession, VoiceSettings, defaul
 from voxflow_voice.session.wiring import assistant_session
 
 from voxflow.clock import Clock, VirtualClock
+from voxflow.conversation.flow import Flow
 from voxflow.jobs import JobRunner
 from voxflow.llm import preload
 from voxflow.replies import ReplyQueue
@@ -38,7 +39,7 @@ __all__ = ["CallResult", "run_call"]
 
 
 async def run_call(
-    turns: TurnRunner | AssistantWiring | Any,
+    turns: Flow[Any] | AssistantWiring | TurnRunner,
     script: CallScript,
     engines: VoiceEngines,
     *,
@@ -68,6 +69,7 @@ async def run_call(
     ``on_session`` is called with the session before the call starts.
 
     Raises:
+        TypeError: ``turns`` is none of these (before anything is played).
         PersistenceUnavailableError: the flow's session store cannot be written as the
             call begins (the message names it and the fix); nothing was played.
         ScriptStepError: a reactive step of ``script`` could not happen when it said (its
@@ -78,14 +80,15 @@ async def run_call(
     if isinstance(turns, AssistantWiring):
         wiring = turns
         clock = wiring.clock
-    elif not isinstance(turns, TurnRunner):
+    elif isinstance(turns, Flow):
         # a store away from the start is refused, as a call worker refuses to start: its
         # saves are deferred (below) only once it answered (a wrong URL never will)
-        check = getattr(turns, "check_persistence", None)
-        if check is not None:
-            await asyncio.to_thread(check)
+        await asyncio.to_thread(turns.check_persistence)
         clock = clock if clock is not None else VirtualClock(autojump=True)
         wiring, owned = AssistantWiring(turns, clock=clock), True
+    elif not isinstance(turns, TurnRunner):
+        raise TypeError("turns must be a conversational Flow, an AssistantWiring or a "
+                        f"TurnRunner, got {type(turns).__name__}")
     clock = clock if clock is not None else VirtualClock(autojump=True)
     if settings is None:  # as every entry point: the VOXFLOW_* variables, else the defaults
         settings = VoiceSettings.from_environment()

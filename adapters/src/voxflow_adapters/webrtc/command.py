@@ -311,9 +311,7 @@ async def _serve(factory: CallFactory, server_settings: ServerSettings,
                  settings: Settings, monitor: Monitor | None = None) -> None:
     async with _monitoring(monitor):
         store = default_persistence()  # VOXFLOW_DATABASE_URL, else SQLite under VOXFLOW_HOME
-        check = getattr(store, "check_writable", None)
-        if check is not None:  # an unwritable store fails now, naming the fix
-            await asyncio.to_thread(check)
+        await asyncio.to_thread(store.check_writable)  # an unwritable one fails now, naming the fix
         # litellm loads off the loop with the models: no call's first turn imports it
         engines, _ = await asyncio.gather(
             asyncio.to_thread(VoiceEngines.from_settings, settings), preload())
