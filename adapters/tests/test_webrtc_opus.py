@@ -52,15 +52,12 @@ def _reply(seconds: float) -> np.ndarray:
     return (0.5 * tone * (0.6 + 0.4 * np.sin(2 * np.pi * 2 * t)) / 1.6).astype(np.float32)
 
 
-async def test_the_tracks_mono_packets_decode_to_what_the_stereo_encoder_sent() -> None:
-    """The track's packets (through recv(), as aiortc's sender takes them) decode, on
-    both channels, to the audio aiortc's stereo encoder gave for the same frames: the same
-    level (its upmix's -3 dB) and the same signal within the codec's error."""
+def _recorded_track() -> tuple[OutboundAudio, ReplyTrack, list[bytes]]:
+    """A reply track encoding here (as in a call) over an outbound queue on a virtual
+    clock, and the PCM frames the track takes from it, in order."""
     outbound = OutboundAudio(clock=VirtualClock(), on_observation=lambda _: None, lead=5.0)
     track = ReplyTrack(outbound)
     track.encode_here()
-    outbound.write_nowait(ReplyChunk.from_float(
-        _reply(1.2), 48_000, delivery_id=DeliveryId("d1"), segment_id=1, start_sample=0))
     frames: list[bytes] = []
     take = outbound.next_frame
 
@@ -69,6 +66,16 @@ async def test_the_tracks_mono_packets_decode_to_what_the_stereo_encoder_sent() 
         return frames[-1]
 
     outbound.next_frame = recorded  # type: ignore[method-assign]
+    return outbound, track, frames
+
+
+async def test_the_tracks_mono_packets_decode_to_what_the_stereo_encoder_sent() -> None:
+    """The track's packets (through recv(), as aiortc's sender takes them) decode, on
+    both channels, to the audio aiortc's stereo encoder gave for the same frames: the same
+    level (its upmix's -3 dB) and the same signal within the codec's error."""
+    outbound, track, frames = _recorded_track()
+    outbound.write_nowait(ReplyChunk.from_float(
+        _reply(1.2), 48_000, delivery_id=DeliveryId("d1"), segment_id=1, start_sample=0))
     packets: list[Any] = [await track.recv() for _ in range(70)]  # 1.2 s reply + silence
     assert [p.pts for p in packets] == [i * FRAME_SAMPLES for i in range(70)]
     mono = _decoded([bytes(p) for p in packets])
@@ -112,19 +119,9 @@ async def test_the_track_reuses_settled_silence_and_encodes_a_reply_at_once() ->
     marks the outbound queue's own silence frame, not any all-zero frame), then a reply
     written meanwhile goes out in the very next packet, encoded, with the timestamps
     running on; every packet is the one encoding every frame gives."""
-    outbound = OutboundAudio(clock=VirtualClock(), on_observation=lambda _: None, lead=5.0)
-    track = ReplyTrack(outbound)
-    track.encode_here()
+    outbound, track, frames = _recorded_track()
     encoder = track.encoder
     assert encoder is not None
-    frames: list[bytes] = []
-    take = outbound.next_frame
-
-    def recorded(*, late: bool = False) -> bytes:
-        frames.append(take(late=late))
-        return frames[-1]
-
-    outbound.next_frame = recorded  # type: ignore[method-assign]
     idle = SILENT_REPEATS + 10
     packets: list[Any] = [await track.recv() for _ in range(idle)]
     assert encoder.reused > 0  # (0: every silent frame went through libopus)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import AsyncIterator
 from typing import Any
 
 import psycopg
@@ -52,6 +53,21 @@ async def finishes_when_told(job: JobContext, gate: str) -> str:
 def _url(schema: str, *settings: str) -> str:
     options = "%20".join([f"-csearch_path%3D{schema}", *settings])
     return f"{PG_URL}?options={options}"
+
+
+@contextlib.asynccontextmanager
+async def _a_pending_row(schema: str) -> AsyncIterator[tuple[JobInbox, str, Any]]:
+    """An inbox whose sessions are serializable, holding one pending update (job j1
+    started) of a session: the inbox, the session id and the update's row; closed after."""
+    inbox = JobInbox(_url(schema, "-cdefault_transaction_isolation%3Dserializable"))
+    state = AssistantState()
+    try:
+        await inbox.write(JobUpdate(session_id=state.id, job_id="j1", revision=1, attempt=1,
+                                    seq=1, kind="started"))
+        (row,) = await inbox.pending(state.id)
+        yield inbox, state.id, row
+    finally:
+        await inbox.close()
 
 
 async def _waiting(conn: psycopg.AsyncConnection[Any], text: str) -> bool:
@@ -143,25 +159,18 @@ async def test_an_inbox_write_rolled_back_for_a_conflict_is_run_again(schema: st
     helper) ran a statement once: a serialization failure was a DatabaseRefusedError.
     Here an ack on a serializable connection waits for another transaction that updates
     its row, which then commits."""
-    inbox = JobInbox(_url(schema, "-cdefault_transaction_isolation%3Dserializable"))
-    state = AssistantState()
-    try:
-        await inbox.write(JobUpdate(session_id=state.id, job_id="j1", revision=1, attempt=1,
-                                    seq=1, kind="started"))
-        (row,) = await inbox.pending(state.id)
+    async with _a_pending_row(schema) as (inbox, session, row):
         async with await psycopg.AsyncConnection.connect(
                 _url(schema)) as other, await psycopg.AsyncConnection.connect(
                 PG_URL, autocommit=True) as watch:
             await other.execute("UPDATE voxflow_job_inbox SET body = body WHERE id = %s",
                                 (row.id,))
-            ack = asyncio.create_task(inbox.ack(state.id, [row.id]))
+            ack = asyncio.create_task(inbox.ack(session, [row.id]))
             await wait_for(lambda: _waiting(watch, "acked_at"), 60,
                            "the ack to wait for the other transaction")
             await other.commit()
             assert await ack == 1
-        assert await inbox.pending(state.id) == []
-    finally:
-        await inbox.close()
+        assert await inbox.pending(session) == []
 
 
 async def test_a_conflict_on_every_try_is_run_conflict_tries_times_not_more(
@@ -212,19 +221,14 @@ async def test_a_real_conflict_on_every_try_is_refused_naming_it_and_its_tries(
     The caller hears a DatabaseRefusedError naming the conflict and that it recurred on
     all tries (before: "a few times ... or is not transient"), and the ack wrote nothing."""
     monkeypatch.setattr(pg_retry, "_CONFLICT_BACKOFF", (0.3, 0.3))  # (the re-lock's head start)
-    inbox = JobInbox(_url(schema, "-cdefault_transaction_isolation%3Dserializable"))
-    state = AssistantState()
-    try:
-        await inbox.write(JobUpdate(session_id=state.id, job_id="j1", revision=1, attempt=1,
-                                    seq=1, kind="started"))
-        (row,) = await inbox.pending(state.id)
+    async with _a_pending_row(schema) as (inbox, session, row):
         conflicts = 0
         async with await psycopg.AsyncConnection.connect(
                 _url(schema)) as other, await psycopg.AsyncConnection.connect(
                 PG_URL, autocommit=True) as watch:
             lock = "UPDATE voxflow_job_inbox SET body = body WHERE id = %s"
             await other.execute(lock, (row.id,))
-            ack = asyncio.create_task(inbox.ack(state.id, [row.id]))
+            ack = asyncio.create_task(inbox.ack(session, [row.id]))
             holder = other.info.backend_pid
 
             async def blocked() -> bool:  # (by `other`'s lock now, not a stale wait)
@@ -247,6 +251,4 @@ async def test_a_real_conflict_on_every_try_is_refused_naming_it_and_its_tries(
         assert refused.value.sqlstate == "40001"
         assert "serialization_failure" in str(refused.value)
         assert f"recurred on all {pg_retry.CONFLICT_TRIES} tries" in str(refused.value)
-        assert [r.id for r in await inbox.pending(state.id)] == [row.id]  # not acked
-    finally:
-        await inbox.close()
+        assert [r.id for r in await inbox.pending(session)] == [row.id]  # not acked
