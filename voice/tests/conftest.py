@@ -1,8 +1,13 @@
-"""Shared voice fixtures: the real bundled models, loaded once per test session."""
+"""Shared voice fixtures: the real bundled models, loaded once per test session; a
+caller in an espeak-ng voice, and a turn followed frame by frame."""
 
 from __future__ import annotations
 
+import re
+import runpy
+import shutil
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -21,10 +26,25 @@ from voxflow_voice import (
     resample,
 )
 from voxflow_voice.engines.stt import Transcript
-from voxflow_voice.engines.stt_streaming import StreamingWhisperStt
+from voxflow_voice.engines.stt_streaming import StreamingSttSettings, StreamingWhisperStt
 from voxflow_voice.listen.incremental_stt import PartialWords
 
 Speech = Callable[[str], NDArray[np.float32]]
+
+needs_espeak = pytest.mark.skipif(
+    shutil.which("espeak-ng") is None,
+    reason="espeak-ng is missing: apt-get install espeak-ng (.ci/run does)")
+"""For a test whose caller speaks in an espeak-ng voice (:data:`espeak`)."""
+
+# a caller in an espeak-ng voice: benchmarks/_espeak.py, one helper for the benchmarks and tests
+espeak: Callable[..., NDArray[np.float32]] = runpy.run_path(
+    str(Path(__file__).parents[2] / "benchmarks" / "_espeak.py"))["espeak"]
+"""``espeak(folder, text, voice, rate)``: the text in an espeak-ng voice at 16 kHz."""
+
+
+def words(text: str | None) -> list[str]:
+    """The words of ``text``, lower case, punctuation aside."""
+    return re.sub(r"[^a-z0-9' ]+", " ", (text or "").lower()).split()
 
 
 @pytest.fixture(scope="session")
@@ -57,7 +77,19 @@ def speech(tts: PiperTts) -> Speech:
     return make
 
 
+@pytest.fixture(scope="module")
+def streaming() -> StreamingWhisperStt:
+    """The streaming engine on Whisper tiny.en, its settings the defaults."""
+    return StreamingWhisperStt(StreamingSttSettings(model="tiny.en"))
+
+
 CHUNK = 320  # 20 ms, as a session pushes
+
+
+def padded(speech: NDArray[np.float32]) -> NDArray[np.float32]:
+    """``speech`` after 0.5 s of silence and before 1.5 s (its turn ends in it)."""
+    silence = np.zeros(STT_SAMPLE_RATE // 2, np.float32)
+    return np.concatenate([silence, speech, silence, silence, silence])
 
 Followed = tuple[UtteranceReady, Transcript | None, PartialWords | None, EarlyTranscriber]
 OnPause = Callable[[EarlyTranscriber, UtterancePaused], Awaitable[None]]
@@ -71,8 +103,7 @@ async def follow(
     the words known when the pause was heard (``on_pause`` runs then too)."""
     detector = TurnDetector(SileroVad(), TurnDetection())
     early = EarlyTranscriber(stt)
-    silence = np.zeros(STT_SAMPLE_RATE // 2, np.float32)
-    audio = np.concatenate([silence, speech, silence, silence, silence])
+    audio = padded(speech)
     at_pause: PartialWords | None = None
     for i in range(0, audio.size, CHUNK):
         frame = audio[i : i + CHUNK]

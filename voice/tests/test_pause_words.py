@@ -11,9 +11,6 @@ espeak-ng voices (not the bundled one).
 from __future__ import annotations
 
 import asyncio
-import re
-import runpy
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -34,21 +31,11 @@ from voxflow_voice.engines.end_of_turn import SmartTurn
 from voxflow_voice.engines.stt import Transcript
 from voxflow_voice.engines.stt_streaming import StreamingSttSettings, StreamingWhisperStt
 
-from .conftest import CHUNK, follow
+from .conftest import CHUNK, espeak, follow, needs_espeak, padded, words
 
-pytestmark = [
-    pytest.mark.models,
-    pytest.mark.skipif(shutil.which("espeak-ng") is None,
-                       reason="espeak-ng is missing: apt-get install espeak-ng (.ci/run does)"),
-]
+pytestmark = [pytest.mark.models, needs_espeak]
 
 QUESTION = "What time does the museum open on Sunday morning"
-
-_espeak = runpy.run_path(str(Path(__file__).parents[2] / "benchmarks" / "_espeak.py"))["espeak"]
-
-
-def words(text: str | None) -> list[str]:
-    return re.sub(r"[^a-z0-9' ]+", " ", (text or "").lower()).split()
 
 
 class _HeldWhole(StreamingWhisperStt):
@@ -66,23 +53,13 @@ class _HeldWhole(StreamingWhisperStt):
         return await super().transcribe(audio)
 
 
-@pytest.fixture(scope="module")
-def streaming() -> StreamingWhisperStt:
-    return StreamingWhisperStt(StreamingSttSettings(model="tiny.en"))
-
-
-def _padded(speech: NDArray[np.float32]) -> NDArray[np.float32]:
-    silence = np.zeros(STT_SAMPLE_RATE // 2, np.float32)
-    return np.concatenate([silence, speech, silence, silence, silence])
-
-
 async def test_the_words_at_the_pause_are_the_pause_decodes(
     tmp_path: Path, streaming: StreamingWhisperStt
 ) -> None:
     """Once the decode at the pause is done, pause_words gives its words (those of the
     final transcript) without a transcription of its own; the final reuses that decode
     (covered)."""
-    audio = _espeak(tmp_path, QUESTION, "en-us+f3", 150)
+    audio = espeak(tmp_path, QUESTION, "en-us+f3", 150)
     said: list[Transcript | None] = []
 
     async def on_pause(early: EarlyTranscriber, event: UtterancePaused) -> None:
@@ -97,20 +74,54 @@ async def test_the_words_at_the_pause_are_the_pause_decodes(
     assert words(QUESTION)[:3] == words(said[0].text)[:3]
 
 
+class _Wordless(StreamingWhisperStt):
+    """The real engine whose decode at the pause hears no words (``decode_text`` gives
+    ``None``, as for a cough the VAD took for speech); it counts whole transcriptions."""
+
+    def __init__(self) -> None:
+        super().__init__(StreamingSttSettings(model="tiny.en"))
+        self.transcribed = 0
+
+    def decode_text(self, samples: NDArray[np.float32],
+                    whole_window: bool = False) -> Transcript | None:
+        return None
+
+    async def transcribe(self, audio: AudioChunk | NDArray[Any]) -> Transcript | None:
+        self.transcribed += 1
+        return await super().transcribe(audio)
+
+
+async def test_a_pause_decode_without_words_gives_none(tmp_path: Path) -> None:
+    """The decode at the pause heard all the speech and no words in it: pause_words is
+    ``None`` at once (the pause's answer, counted), not a transcription of its own; the
+    final reuses the same decode (covered, still ``None``)."""
+    stt = _Wordless()
+    said: list[Transcript | None] = []
+
+    async def on_pause(early: EarlyTranscriber, event: UtterancePaused) -> None:
+        said.append(await early.pause_words(event))
+
+    _, transcript, _, early = await follow(stt, espeak(tmp_path, QUESTION, "en-us+f3", 150),
+                                           on_pause)
+    assert early.incremental is not None
+    assert early.incremental.statistics().covered == 1
+    assert said == [None] and transcript is None
+    assert early.statistics().pause_words == 1
+    assert stt.transcribed == 0
+
+
 async def test_a_cancelled_pause_words_leaves_the_pause_decode_to_the_final(
     tmp_path: Path, streaming: StreamingWhisperStt
 ) -> None:
     """Cancelling a pause_words waiter (the listen loop's apush, a speculative reply)
     stops the wait only: the pause decode runs on (it is not started again) and the
     final uses it."""
-    audio = _espeak(tmp_path, QUESTION, "en-us+f3", 150)
+    audio = padded(espeak(tmp_path, QUESTION, "en-us+f3", 150))
     detector = TurnDetector(SileroVad(), TurnDetection())
     early = EarlyTranscriber(streaming)
-    silence = np.zeros(STT_SAMPLE_RATE // 2, np.float32)
-    padded = np.concatenate([silence, audio, silence, silence, silence])
     cancelled = decodes = 0
-    for i in range(0, padded.size, CHUNK):
-        frame = padded[i : i + CHUNK]
+    for i in range(0, audio.size, CHUNK):
+        frame = audio[i : i + CHUNK]
         for event in detector.push(frame):
             if isinstance(event, UtteranceReady):
                 transcript = await early.final(event)
@@ -130,7 +141,7 @@ async def test_a_cancelled_pause_words_leaves_the_pause_decode_to_the_final(
         if running and detector.position > detector.speech_end:
             # the pause decode just started: a waiter for it, cancelled
             waiter = asyncio.create_task(early.pause_words(UtterancePaused(
-                AudioChunk.from_float(padded[: detector.position], STT_SAMPLE_RATE,
+                AudioChunk.from_float(audio[: detector.position], STT_SAMPLE_RATE,
                                       start_sample=0),
                 detector.active_onset or 0, detector.speech_end)))
             await asyncio.sleep(0)
@@ -153,7 +164,7 @@ async def test_a_question_closes_the_turn_without_waiting_for_an_earlier_transcr
     detector = TurnDetector(SileroVad(), TurnDetection(question_closes=True),
                             end_of_turn_model=SmartTurn())
     # an earlier utterance's pause, not the one the partial decodes follow: decoded whole
-    earlier = _espeak(tmp_path, "Hello there", "en-gb+m3", 175)
+    earlier = espeak(tmp_path, "Hello there", "en-gb+m3", 175)
     early.paused(UtterancePaused(AudioChunk.from_float(earlier, STT_SAMPLE_RATE, start_sample=0),
                                  0, earlier.size))
     assert early.incremental is not None
@@ -178,7 +189,7 @@ async def test_a_question_closes_the_turn_without_waiting_for_an_earlier_transcr
             await asyncio.wait({watchdog})
         return said
 
-    audio = _padded(_espeak(tmp_path, QUESTION, "en-us+f3", 150))
+    audio = padded(espeak(tmp_path, QUESTION, "en-us+f3", 150))
     ended: list[UtteranceReady] = []
     for i in range(0, audio.size, CHUNK):
         frame = audio[i : i + CHUNK]

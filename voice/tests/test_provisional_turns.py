@@ -7,10 +7,7 @@ whose grace is over and a detached resumption stand apart.
 
 from __future__ import annotations
 
-import runpy
-import shutil
 from collections.abc import Awaitable
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -33,21 +30,14 @@ from voxflow_voice import (
     WhisperStt,
 )
 
-pytestmark = [
-    pytest.mark.models,
-    pytest.mark.skipif(shutil.which("espeak-ng") is None,
-                       reason="espeak-ng is missing: apt-get install espeak-ng (.ci/run does)"),
-]
+from .conftest import CHUNK, espeak, needs_espeak
 
-CHUNK = 320  # 20 ms, as a session pushes
+pytestmark = [pytest.mark.models, needs_espeak]
+
 FIRST, SECOND = "I need a flight to Boston", "and a hotel near the airport."
 # A 0.2 s timer commits at the pause whatever is said: the provisional rules alone decide.
 TIMER = TurnDetection(end_of_turn_silence=0.2, min_speech=0.2, min_barge_in=0.2,
                       resume_grace=1.0)
-
-
-# a caller in an espeak-ng voice: benchmarks/_espeak.py, one helper for the benchmarks and tests
-_espeak = runpy.run_path(str(Path(__file__).parents[2] / "benchmarks" / "_espeak.py"))["espeak"]
 
 
 def silence(seconds: float) -> NDArray[np.float32]:
@@ -57,7 +47,7 @@ def silence(seconds: float) -> NDArray[np.float32]:
 @pytest.fixture(scope="module")
 def halves(tmp_path_factory: pytest.TempPathFactory) -> tuple[NDArray[np.float32], ...]:
     tmp = tmp_path_factory.mktemp("espeak")
-    return _espeak(tmp, FIRST, "en-us+f3"), _espeak(tmp, SECOND, "en-us+f3")
+    return espeak(tmp, FIRST, "en-us+f3"), espeak(tmp, SECOND, "en-us+f3")
 
 
 def paused(halves: tuple[NDArray[np.float32], ...], pause: float) -> NDArray[np.float32]:

@@ -10,9 +10,6 @@ compared with Whisper's decode of the whole utterance.
 from __future__ import annotations
 
 import logging
-import re
-import runpy
-import shutil
 from pathlib import Path
 from typing import NoReturn
 
@@ -38,7 +35,7 @@ from voxflow_voice.engines.stt_streaming import (
 )
 from voxflow_voice.listen.incremental_stt import IncrementalStt
 
-from .conftest import CHUNK, Speech, follow
+from .conftest import CHUNK, Speech, espeak, follow, needs_espeak, words
 
 
 def w(text: str, start: float, end: float) -> Word:
@@ -88,10 +85,6 @@ def test_plain_whisper_runs_no_partial_decodes() -> None:
     assert early.incremental is None and early.partial is None
 
 
-def words(text: str | None) -> list[str]:
-    return re.sub(r"[^a-z0-9' ]+", " ", (text or "").lower()).split()
-
-
 def errors(reference: str, heard: str | None) -> int:
     """Word edit distance (numbers as Whisper writes them aside: the sentences have none)."""
     ref, hyp = words(reference), words(heard)
@@ -101,15 +94,6 @@ def errors(reference: str, heard: str | None) -> int:
         for j, h in enumerate(hyp, 1):
             prev, row[j] = row[j], min(row[j] + 1, row[j - 1] + 1, prev + (r != h))
     return row[-1]
-
-
-# a caller in an espeak-ng voice: benchmarks/_espeak.py, one helper for the benchmarks and tests
-_espeak = runpy.run_path(str(Path(__file__).parents[2] / "benchmarks" / "_espeak.py"))["espeak"]
-
-
-@pytest.fixture(scope="module")
-def streaming() -> StreamingWhisperStt:
-    return StreamingWhisperStt(StreamingSttSettings(model="tiny.en"))
 
 
 @pytest.fixture(scope="module")
@@ -158,13 +142,12 @@ async def test_a_decode_when_the_speech_pauses_is_the_final_with_nothing_left_to
 
 
 @pytest.mark.models
-@pytest.mark.skipif(shutil.which("espeak-ng") is None,
-                    reason="espeak-ng is missing: apt-get install espeak-ng (.ci/run does)")
+@needs_espeak
 @pytest.mark.parametrize(("voice", "rate"), [("en-us+f3", 150), ("en-gb+m3", 175)])
 async def test_other_voices_end_no_worse_than_the_whole_decode(
     voice: str, rate: int, tmp_path: Path, tails: StreamingWhisperStt, stt: WhisperStt
 ) -> None:
-    audio = _espeak(tmp_path, SENTENCES[1], voice, rate)
+    audio = espeak(tmp_path, SENTENCES[1], voice, rate)
     ready, transcript, _, early = await follow(tails, audio)
     whole = stt.transcribe_sync(ready.audio)
     assert whole is not None
@@ -192,8 +175,7 @@ def count_alignments(
 
 
 @pytest.mark.models
-@pytest.mark.skipif(shutil.which("espeak-ng") is None,
-                    reason="espeak-ng is missing: apt-get install espeak-ng (.ci/run does)")
+@needs_espeak
 @pytest.mark.parametrize("seconds", [0.5, 2.0, None])
 def test_a_partial_decode_is_one_pass_over_its_window(
     seconds: float | None, tmp_path: Path, streaming: StreamingWhisperStt,
@@ -202,7 +184,7 @@ def test_a_partial_decode_is_one_pass_over_its_window(
     """With word times faster-whisper would decode the window again from the last word's
     end (its padded silence: more time, and made-up words such as " in." after "Read me
     the news headlines."); a partial decode is the first pass only."""
-    audio = _espeak(tmp_path, SENTENCES[1], "en-gb+m3", 175)
+    audio = espeak(tmp_path, SENTENCES[1], "en-gb+m3", 175)
     piece = audio if seconds is None else audio[: round(seconds * STT_SAMPLE_RATE)]
     aligned = count_alignments(streaming, monkeypatch)
     try:
@@ -216,8 +198,7 @@ def test_a_partial_decode_is_one_pass_over_its_window(
 
 
 @pytest.mark.models
-@pytest.mark.skipif(shutil.which("espeak-ng") is None,
-                    reason="espeak-ng is missing: apt-get install espeak-ng (.ci/run does)")
+@needs_espeak
 async def test_the_decode_when_the_speech_pauses_aligns_no_words(
     tmp_path: Path, streaming: StreamingWhisperStt, stt: WhisperStt,
     monkeypatch: pytest.MonkeyPatch,
@@ -226,7 +207,7 @@ async def test_the_decode_when_the_speech_pauses_aligns_no_words(
     on, so it skips faster-whisper's word alignment (a second pass over the decoder),
     and is still the utterance's words."""
     aligned = count_alignments(streaming, monkeypatch)
-    audio = _espeak(tmp_path, SENTENCES[1], "en-us+f3", 150)
+    audio = espeak(tmp_path, SENTENCES[1], "en-us+f3", 150)
     ready, transcript, _, early = await follow(streaming, audio)
     assert early.incremental is not None
     stats = early.incremental.statistics()
@@ -239,14 +220,13 @@ async def test_the_decode_when_the_speech_pauses_aligns_no_words(
 
 
 @pytest.mark.models
-@pytest.mark.skipif(shutil.which("espeak-ng") is None,
-                    reason="espeak-ng is missing: apt-get install espeak-ng (.ci/run does)")
+@needs_espeak
 async def test_speech_is_decoded_about_once_a_second_while_it_is_spoken(
     tmp_path: Path, streaming: StreamingWhisperStt,
 ) -> None:
     """Every decode during speech keeps the decoder busy when the speech may pause (and
     costs CPU): one a second of new audio, and the one at the pause."""
-    audio = _espeak(tmp_path, SENTENCES[1], "en-us+f3", 150)
+    audio = espeak(tmp_path, SENTENCES[1], "en-us+f3", 150)
     ready, _, _, early = await follow(streaming, audio)
     assert early.incremental is not None
     spoken = (ready.end_sample - ready.onset_sample) / STT_SAMPLE_RATE
@@ -327,8 +307,7 @@ async def test_a_failed_partial_decode_is_logged_not_lost(
 
 
 @pytest.mark.models
-@pytest.mark.skipif(shutil.which("espeak-ng") is None,
-                    reason="espeak-ng is missing: apt-get install espeak-ng (.ci/run does)")
+@needs_espeak
 def test_a_decode_of_29_5_seconds_fits_whispers_window(
     tmp_path: Path, streaming: StreamingWhisperStt
 ) -> None:
@@ -339,7 +318,7 @@ def test_a_decode_of_29_5_seconds_fits_whispers_window(
     while sum(p.size for p in parts) < 30 * STT_SAMPLE_RATE:
         folder = tmp_path / str(len(parts))
         folder.mkdir()
-        parts += [_espeak(folder, SENTENCES[len(parts) // 2 % 2], "en-gb+m3", 175), gap]
+        parts += [espeak(folder, SENTENCES[len(parts) // 2 % 2], "en-gb+m3", 175), gap]
     audio = np.concatenate(parts)[: round(29.5 * STT_SAMPLE_RATE)]
     found, said = streaming.decode_words(audio, 0, None)
     assert said is not None and len(found) >= 20, said
