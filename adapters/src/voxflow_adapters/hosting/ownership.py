@@ -307,6 +307,12 @@ class _NoticingPersistence:
         self._reclaim = reclaim
         self._watch = watch
 
+    def check_writable(self) -> None:
+        """The fenced store's check, reported as its other calls are. Declared, not left
+        to :meth:`__getattr__`: a ``WritableCheck`` on every Python (from 3.12 on,
+        ``isinstance`` with a protocol does not call ``__getattr__``)."""
+        self.__getattr__("check_writable")()
+
     def __getattr__(self, name: str) -> Any:
         attr = getattr(self._fenced, name)
         if not callable(attr):
