@@ -250,7 +250,8 @@ async def run_calls(
 
 
 async def load_engines(*, scheduling: bool = True) -> tuple[VoiceEngines, float]:
-    """The shared models, warmed up (first inference allocates), and the idle RSS (MB).
+    """The shared models, warmed up (``VoiceEngines.warm_up``: the first inference
+    allocates, and it measures the models' real-time factors), and the idle RSS (MB).
 
     With ``scheduling`` their work runs on the deadline-aware ModelScheduler; without,
     on the default executor, first come first served (the models themselves are the
@@ -261,8 +262,5 @@ async def load_engines(*, scheduling: bool = True) -> tuple[VoiceEngines, float]
     engines, _ = await asyncio.gather(
         asyncio.to_thread(VoiceEngines.load, tts="piper:cache_mb=0", scheduling=scheduling),
         preload())
-    await engines.stt.transcribe(AudioChunk.from_float(np.zeros(16_000, np.float32), 16_000))
-    async for _ in engines.tts.stream("Warming up.", delivery_id=DeliveryId("warm-up"),
-                                      segment_id=1):
-        pass
+    await engines.warm_up()  # as every entry point: the models' real-time factors measured
     return engines, _rss_mb()

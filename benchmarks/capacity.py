@@ -185,6 +185,7 @@ from _capacity_calls import (
 )
 from _figures import figure
 from voxflow_adapters.hosting.admission import AdmissionController, AdmissionSettings
+from voxflow_adapters.hosting.call_cost import derived_call_cost
 
 
 def _ms(value: float | None) -> str:
@@ -209,9 +210,16 @@ async def _main(calls: list[int], turns: int, as_json: bool, modes: list[bool],
     by_mode = {True: engines}
     if False in modes:
         by_mode[False], _ = await load_engines(scheduling=False)
+    warm = engines.rates.warmed_up
+    assert warm is not None  # (load_engines warms them up)
+    prior = derived_call_cost(warm)
     if not as_json:
         print(f"capacity: {turns} turns per caller, one process, shared models "
               f"(idle RSS {idle:.0f} MB), real time; load average {_load():.1f}")
+        print(f"warm-up ({warm.cpu_seconds:.2f} s of CPU): CPU real-time factors STT "
+              f"{warm.stt:.3f}, TTS {warm.tts:.3f}, VAD {warm.vad:.4f} on a "
+              f"{warm.audio_seconds:.1f} s question; derived prior cost of a dense call: "
+              f"{prior:.1%} of a core (compare CPU/call below)")
         print(f"{'calls':>5} {'sched':>5} {'committed':>9} {'v2v p50':>9} {'v2v p95':>9} "
               f"{'CPU/call':>8} "
               f"{'RSS peak':>10} {'RSS/+call':>10} {'stale':>6} {'lost':>5} {'barge':>6} "
@@ -241,7 +249,7 @@ async def _main(calls: list[int], turns: int, as_json: bool, modes: list[bool],
             admission = AdmissionController(
                 AdmissionSettings(max_calls=max_calls, p95_target_ms=P95_TARGET_MS,
                                   ramp_seconds=ramp),
-                scheduler=by_mode[mode].scheduler)
+                scheduler=by_mode[mode].scheduler, rates=by_mode[mode].rates)
             load0 = _load()
             row, _ = await asyncio.wait_for(
                 run_calls(by_mode[mode], offered, turns, admission=admission,
@@ -250,15 +258,19 @@ async def _main(calls: list[int], turns: int, as_json: bool, modes: list[bool],
             after = admission.load()
             admitted.append({**asdict(row), "ramp_seconds": ramp, "max_calls": max_calls,
                              "load_average": [load0, _load()], "slots": after.slots,
-                             "call_cost": after.call_cost, "cost_source": after.cost_source})
+                             "call_cost": after.call_cost, "cost_source": after.cost_source,
+                             "prior_call_cost": after.prior_call_cost,
+                             "model_rtf": after.model_rtf})
             if not as_json:
                 cap = "no cap" if max_calls is None else f"max_calls={max_calls}"
                 print(f"offered {row.offered} calls (one every {arrivals / offered:.2f} s), "
                       f"admission {cap}, ramp {ramp:g} s, p95 target "
                       f"{P95_TARGET_MS:.0f} ms: admitted {row.calls}, refused "
                       f"{row.refused} (load average {load0:.1f} -> {_load():.1f}); at the "
-                      f"end a call cost {after.call_cost:.1%} of a core ({after.cost_source}), "
-                      f"{after.slots} slot(s) on {admission.meter.cores} cores; the admitted:")
+                      f"end a call cost {after.call_cost:.1%} of a core ({after.cost_source}; "
+                      f"the prior {after.prior_call_cost:.1%}), "
+                      f"{after.slots} slot(s) on {admission.meter.cores} cores; recent wall "
+                      f"RTFs {_rtfs(after.model_rtf)}; the admitted:")
                 print_row(row)
                 for kind, count, last in _reasons(row.reasons):
                     print(f"  refused {count} x {kind}; the last: {last!r}")
@@ -273,6 +285,7 @@ async def _main(calls: list[int], turns: int, as_json: bool, modes: list[bool],
     load = _load()
     if as_json:
         print(json.dumps({"rows": [asdict(r) for r in rows],
+                          "warm_up": asdict(warm), "derived_prior": prior,
                           "admission": admitted,
                           "calls_within_target": best[modes[0]],
                           "calls_within_target_by_mode": {
@@ -306,6 +319,10 @@ def _reasons(reasons: tuple[str, ...]) -> list[tuple[str, int, str]]:
     for reason in reasons:
         kinds.setdefault(reason.split(":", 1)[0], []).append(reason)
     return [(kind, len(said), said[-1]) for kind, said in kinds.items()]
+
+
+def _rtfs(rtf: dict[str, float]) -> str:
+    return ", ".join(f"{model} {value:.3f}" for model, value in rtf.items()) or "n/a"
 
 
 def _load() -> float:

@@ -1,7 +1,8 @@
 """Admission on a machine nothing else loads, for the tests of what is not admission
-(dispatch, resume) on a shared, loaded machine: a call costs the prior
-(``CostSettings.prior_call_cost``) on two cores, no other process's CPU is counted and the
-event loop's lag is not judged, so ``max_calls`` calls are admitted whatever the load.
+(dispatch, resume) on a shared, loaded machine: a call costs the unmeasured prior
+(``call_cost.UNMEASURED_CALL_COST``, 28 %: 5 slots) on two cores, no other process's CPU
+is counted and the event loop's lag is not judged, so ``max_calls`` calls are admitted
+whatever the load.
 (``test_admission.py``, ``test_call_cost.py`` and ``test_webrtc_safety.py`` test the
 measured figures themselves.)
 
@@ -25,7 +26,8 @@ class PinnedMeter(CallCostMeter):
     stays the prior), that counts no other process and records no loop lag."""
 
     def __init__(self, settings: CostSettings | None = None, *,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, rates: object = None) -> None:
+        # (no rates: the prior is the unmeasured one, whatever the models' speed)
         super().__init__(settings, cores=2, cpu_time=lambda: 0.0, machine_time=lambda: None,
                          clock=lambda: 0.0)
 

@@ -9,7 +9,7 @@ import math
 import pytest
 from pydantic import BaseModel, ValidationError
 from voxflow_adapters.hosting.admission import AdmissionSettings
-from voxflow_adapters.hosting.call_cost import CostSettings
+from voxflow_adapters.hosting.call_cost import CallProfile, CostSettings
 from voxflow_adapters.local import LocalAudioSettings
 from voxflow_adapters.webrtc.peer import PeerSettings
 from voxflow_adapters.webrtc.signaling import ServerSettings
@@ -17,7 +17,7 @@ from voxflow_adapters.webrtc.signaling import ServerSettings
 pytestmark = pytest.mark.unit
 
 MODELS: tuple[type[BaseModel], ...] = (PeerSettings, ServerSettings, LocalAudioSettings,
-                                       AdmissionSettings, CostSettings)
+                                       AdmissionSettings, CostSettings, CallProfile)
 
 
 def numeric_fields(model: type[BaseModel]) -> list[str]:

@@ -10,7 +10,8 @@ message; a scaled-out front door hands the call to a worker with headroom):
 * **the measured slots**: as many calls as the cores (less what other processes use)
   hold at a target utilisation, at the CPU a call was measured to cost on this machine
   (:class:`~voxflow_adapters.hosting.call_cost.CallCostMeter`: the process's CPU time per
-  call of its recent calls, a conservative prior until one was measured), and never more
+  call of its recent calls; until one was measured, the cost derived from the models'
+  real-time factors the engines' warm-up measured on this machine), and never more
   than ``max_calls`` (``VOXFLOW_MAX_CALLS``: an upper bound, none by default);
 * **the event loop**: every call's audio is handled on one loop; while it carries calls
   and wakes later than ``max_loop_lag_ms`` (its recent 90th percentile), a new call
@@ -44,6 +45,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
+from voxflow_voice.engines.rates import ModelRates
 from voxflow_voice.scheduler import ModelScheduler
 
 from .call_cost import CallCost, CallCostMeter, CostSettings
@@ -129,8 +131,14 @@ class Load:
         urgent_wait_p95_ms: how long urgent model work waited for a worker (recent p95;
             None without a scheduler or before any).
         call_cost: share of a core one call costs here.
-        cost_source: ``"measured"`` (this process's recent calls) or ``"prior"`` (none
-            measured yet).
+        cost_source: ``"measured"`` (this process's recent calls), ``"models"`` (none
+            measured yet: derived from the models' real-time factors) or ``"prior"``
+            (none measured yet: the configured prior, or engines never warmed up).
+        prior_call_cost: the cost of a call before one was measured (see
+            ``cost_source``).
+        model_rtf: each model's recent real-time factor (``stt``, ``tts``, ``vad``: wall
+            seconds per second of audio over its last jobs; rises when jobs wait for a
+            core); empty without the engines' rates or before any job.
         loop_lag_ms: how late the event loop wakes (recent 90th percentile; None until
             probed).
     """
@@ -149,6 +157,8 @@ class Load:
     call_cost: float
     cost_source: str
     loop_lag_ms: float | None
+    prior_call_cost: float
+    model_rtf: dict[str, float]
 
     def as_dict(self) -> dict[str, Any]:
         """The fields as a JSON-ready dict (``GET /load``)."""
@@ -198,22 +208,28 @@ class AdmissionController:
         clock: seconds (``time.monotonic``), for the window of recent turns.
         meter: measures what a call costs (default: a
             :class:`~voxflow_adapters.hosting.call_cost.CallCostMeter` of
-            ``settings.cost`` on ``clock``); its :meth:`CallCostMeter.watch_loop` is run
-            by the controller's owner.
+            ``settings.cost`` on ``clock`` and ``rates``); its
+            :meth:`CallCostMeter.watch_loop` is run by the controller's owner.
+        rates: the engines' real-time factors (``VoiceEngines.rates``): the prior cost
+            of a call is derived from their warm-up's, and :class:`Load` shows the
+            recent ones.
     """
 
     def __init__(
         self, settings: AdmissionSettings | None = None, *,
         scheduler: ModelScheduler | None = None, clock: Callable[[], float] = time.monotonic,
-        meter: CallCostMeter | None = None,
+        meter: CallCostMeter | None = None, rates: ModelRates | None = None,
     ) -> None:
         if settings is not None and not isinstance(settings, AdmissionSettings):
             raise TypeError(f"settings must be AdmissionSettings, got {type(settings).__name__}")
         if meter is not None and not isinstance(meter, CallCostMeter):
             raise TypeError(f"meter must be a CallCostMeter, got {type(meter).__name__}")
+        if rates is not None and not isinstance(rates, ModelRates):
+            raise TypeError(f"rates must be ModelRates, got {type(rates).__name__}")
         self.settings = settings if settings is not None else AdmissionSettings()
+        self.rates = rates if rates is not None else meter.rates if meter is not None else None
         self.meter = meter if meter is not None else CallCostMeter(self.settings.cost,
-                                                                   clock=clock)
+                                                                   clock=clock, rates=rates)
         self._scheduler = scheduler
         self._clock = clock
         self._lock = threading.Lock()
@@ -290,6 +306,8 @@ class AdmissionController:
             p95_target_ms=self.settings.p95_target_ms, turns=turns,
             utilization=utilization, urgent_wait_p95_ms=urgent_wait,
             call_cost=cost.per_call, cost_source=cost.source, loop_lag_ms=cost.loop_lag_ms,
+            prior_call_cost=cost.prior,
+            model_rtf=self.rates.recent() if self.rates is not None else {},
         )
 
     @property
@@ -342,8 +360,9 @@ class AdmissionController:
             if s.max_calls is not None and slots == s.max_calls:
                 return (f"this server is full: {active} calls (limit {s.max_calls}), "
                         "more would slow every call down; try again in a moment")
-            how = ("measured over its recent calls" if cost.source == "measured"
-                   else "until one is measured")
+            how = {"measured": "measured over its recent calls",
+                   "models": "from its models' real-time factors, until a call is measured",
+                   }.get(cost.source, "until one is measured")
             others = (f" less the {cost.others:.1f} other processes keep busy"
                       if cost.others >= 0.05 else "")
             return (f"this server is full: {active} call{'s' if active != 1 else ''}, as "

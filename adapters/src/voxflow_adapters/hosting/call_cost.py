@@ -13,9 +13,15 @@ listeners). :class:`CallCostMeter` learns it from the calls this process runs:
   too and subtracted first. Time before the meter was made is never counted: make it
   once the engines and litellm are loaded (their one-time start-up, a few seconds of
   CPU, is no call's cost), as ``voxflow serve`` does.
-* **from a prior, slowly**: the estimate starts at :attr:`CostSettings.prior_call_cost`
-  (the share of a core a WebRTC call was measured to cost; :attr:`CallCost.source` says
-  ``prior`` until a window is measured) and moves towards each window's figure by
+* **from a prior, slowly**: the estimate starts at the *prior*, the cost of a call
+  derived from this machine's models (:func:`derived_call_cost`: the real-time factors
+  the engines' warm-up measured, :class:`~voxflow_voice.engines.rates.WarmUpRates`,
+  times a :class:`CallProfile`'s seconds of speech, reply and input per second of call,
+  plus the call's work outside the models scaled by the same machine's speed);
+  :attr:`CallCost.source` says ``models`` until a window is measured. A configured
+  :attr:`CostSettings.prior_call_cost` overrides it (source ``prior``), and so does
+  :data:`UNMEASURED_CALL_COST` when the engines were never warmed up (no real-time
+  factor to derive from). It moves towards each window's figure by
   :attr:`CostSettings.smoothing` (an EWMA over about 20 windows, longer than one call's
   question and answer: a call's first seconds, the caller asking, cost less than its
   reply). A window in which the machine had no idle CPU only raises it: a starved
@@ -47,9 +53,16 @@ from dataclasses import dataclass
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
+from voxflow_voice.engines.rates import ModelRates, WarmUpRates
 
-__all__ = ["LAG_PROBE_INTERVAL", "CallCost", "CallCostMeter", "CostSettings",
-           "available_cores", "machine_busy_seconds"]
+__all__ = ["DENSE_CALLER", "LAG_PROBE_INTERVAL", "UNMEASURED_CALL_COST", "WEBRTC_CALLER",
+           "CallCost", "CallCostMeter", "CallProfile", "CostSettings", "available_cores",
+           "derived_call_cost", "machine_busy_seconds"]
+
+UNMEASURED_CALL_COST = 0.28
+"""The prior when nothing was measured, not even the models (engines that were never
+warmed up: :meth:`~voxflow_voice.engines.VoiceEngines.warm_up`): the share of a core a
+WebRTC call was measured to cost (24-28 %, ``webrtc_load.py``)."""
 
 LAG_PROBE_INTERVAL = 0.1
 """Seconds between two event-loop lag probes of :meth:`CallCostMeter.watch_loop`."""
@@ -82,6 +95,67 @@ def machine_busy_seconds() -> float | None:
     return (user + nice + system + irq + softirq + steal) / ticks
 
 
+class CallProfile(BaseModel):
+    """What a call asks of the models per second of call, and what it costs besides.
+
+    The defaults are :data:`DENSE_CALLER`, ``benchmarks/capacity.py``'s caller as
+    ``benchmarks/cpu_budget.py`` measured it (README, Dec 4: a 3 s question every 13.6 s,
+    a 9.6 s reply; Piper 58 ms of CPU per s of reply, Whisper tiny.en 122 ms per turn,
+    Silero 89 us per 32 ms frame; the whole call 13.0 % of a core, 7.5 % of it neither
+    model nor codec).
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+
+    speech: float = Field(
+        0.22, ge=0, le=1, description="seconds the caller speaks per second of call "
+        "(3.0 s per 13.6 s cycle): each is decoded by the STT",
+    )
+    stt_passes: float = Field(
+        1.0, ge=0, le=10, description="times each second of speech is decoded (a pause's "
+        "early decode and the turn's)",
+    )
+    reply: float = Field(
+        0.71, ge=0, le=1, description="seconds of reply synthesized per second of call "
+        "(9.6 s per 13.6 s cycle)",
+    )
+    heard: float = Field(
+        1.0, ge=0, le=1, description="seconds of the caller's audio the VAD hears per "
+        "second of call (all of it)",
+    )
+    overhead: float = Field(
+        0.075, ge=0, le=64, description="share of a core a call costs outside the models "
+        "(session, event loop, playout, resampling, transport) on the reference machine",
+    )
+    reference_tts_rtf: float = Field(
+        0.058, gt=0, le=100, description="the TTS's CPU real-time factor on the reference "
+        "machine: the overhead is scaled by this machine's over it (a slower core, a "
+        "costlier call)",
+    )
+
+
+DENSE_CALLER = CallProfile()
+"""The dense caller of ``benchmarks/capacity.py`` on the simulated transport (see
+:class:`CallProfile`)."""
+WEBRTC_CALLER = CallProfile(overhead=0.20)
+"""The same caller over WebRTC: aiortc's per-packet work (RTP, SRTP, jitter buffer,
+pacing, Opus) on top. ``webrtc_load.py`` measured a WebRTC call at 25-28 % of a core
+where a simulated one was 13-20 % (README), so the overhead is taken at 0.075 + 0.13."""
+
+
+def derived_call_cost(rates: WarmUpRates, profile: CallProfile = DENSE_CALLER) -> float:
+    """The share of a core a call of ``profile`` costs on the machine whose models ran
+    at ``rates`` (CPU seconds per second of audio): ``stt x speech x stt_passes + tts x
+    reply + vad x heard + overhead x (tts / reference_tts_rtf)``."""
+    if not isinstance(rates, WarmUpRates):
+        raise TypeError(f"rates must be WarmUpRates, got {type(rates).__name__}")
+    if not isinstance(profile, CallProfile):
+        raise TypeError(f"profile must be a CallProfile, got {type(profile).__name__}")
+    p = profile
+    models = rates.stt * p.speech * p.stt_passes + rates.tts * p.reply + rates.vad * p.heard
+    return models + p.overhead * rates.tts / p.reference_tts_rtf
+
+
 class CostSettings(BaseModel):
     """How a call's cost is measured, and how many calls it allows."""
 
@@ -91,9 +165,13 @@ class CostSettings(BaseModel):
         0.7, gt=0, le=1, description="share of the cores the calls may use together: "
         "the rest absorbs bursts (every caller's turn ending at once), so answers stay fast",
     )
-    prior_call_cost: float = Field(
-        0.28, gt=0, le=64, description="share of a core one call is taken to cost before "
-        "any was measured (a WebRTC call measured 24-28 %)",
+    prior_call_cost: float | None = Field(
+        None, gt=0, le=64, description="share of a core one call is taken to cost before "
+        "any was measured (None: derived from the models' real-time factors and the "
+        "profile)",
+    )
+    profile: CallProfile = Field(
+        default_factory=CallProfile, description="the call the prior is derived for",
     )
     window_seconds: float = Field(
         2.0, gt=0, le=3600, description="CPU time is measured over windows at least this long",
@@ -117,8 +195,11 @@ class CallCost:
 
     Attributes:
         per_call: share of a core one call costs (0.13: 13 % of a core).
-        source: ``"measured"`` (from this process's calls) or ``"prior"`` (none measured
-            yet: :attr:`CostSettings.prior_call_cost`).
+        source: ``"measured"`` (from this process's calls), ``"models"`` (none measured
+            yet: the prior derived from the models' real-time factors) or ``"prior"``
+            (none measured yet: :attr:`CostSettings.prior_call_cost`, else
+            :data:`UNMEASURED_CALL_COST`).
+        prior: the prior the measured cost started from.
         idle: share of a core the process spends with no call.
         cores: the cores it may run on.
         others: cores other processes of the machine keep busy (0 where unknown).
@@ -129,7 +210,8 @@ class CallCost:
     """
 
     per_call: float
-    source: Literal["measured", "prior"]
+    source: Literal["measured", "models", "prior"]
+    prior: float
     idle: float
     cores: int
     others: float
@@ -148,14 +230,21 @@ class CallCostMeter:
         machine_time: every process's CPU seconds so far (default
             :func:`machine_busy_seconds`; None from it: unknown, no other process counted).
         clock: monotonic seconds (default ``time.monotonic``).
+        rates: the engines' real-time factors (``VoiceEngines.rates``): the prior is
+            derived from their warm-up's, read when the cost is (a warm-up after the
+            meter was made counts).
     """
 
     def __init__(self, settings: CostSettings | None = None, *, cores: int | None = None,
                  cpu_time: Callable[[], float] = time.process_time,
                  machine_time: Callable[[], float | None] = machine_busy_seconds,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 rates: ModelRates | None = None) -> None:
         if settings is not None and not isinstance(settings, CostSettings):
             raise TypeError(f"settings must be CostSettings, got {type(settings).__name__}")
+        if rates is not None and not isinstance(rates, ModelRates):
+            raise TypeError(f"rates must be ModelRates, got {type(rates).__name__}")
+        self.rates = rates
         if cores is not None and (isinstance(cores, bool) or not isinstance(cores, int)
                                   or cores < 1):
             raise ValueError(f"cores must be an int of at least 1, got {cores!r}")
@@ -172,7 +261,7 @@ class CallCostMeter:
         self._window_machine = machine_time()
         self._call_seconds = 0.0  # in the current window, up to _marked
         self._marked = now
-        self._per_call = self.settings.prior_call_cost
+        self._per_call: float | None = None  # (None: no window measured, the prior)
         self._idle: float = 0.0
         self._idle_measured = False
         self._others: float | None = None  # (None: not measured yet)
@@ -232,17 +321,33 @@ class CallCostMeter:
         due)."""
         s = self.settings
         self.tick()
+        prior, prior_source = self.prior()
         with self._lock:
             now = self._clock()
-            per_call, others = self._per_call, self._others or 0.0
-            source: Literal["measured", "prior"] = "measured" if self._windows else "prior"
+            per_call = prior if self._per_call is None else self._per_call
+            others = self._others or 0.0
+            source: Literal["measured", "models", "prior"] = (
+                "measured" if self._windows else prior_source)
             lag = self._lag_p90(now)
             windows, idle = self._windows, self._idle
         budget = s.target_utilization * max(0.0, self.cores - others)
         slots = max(1, math.floor(budget / per_call + 1e-9))
-        return CallCost(per_call=per_call, source=source, idle=idle, cores=self.cores,
+        return CallCost(per_call=per_call, source=source, prior=prior, idle=idle,
+                        cores=self.cores,
                         others=others, slots=slots, windows=windows,
                         loop_lag_ms=None if lag is None else lag * 1000.0)
+
+    def prior(self) -> tuple[float, Literal["models", "prior"]]:
+        """The cost of a call before one was measured, and where it comes from:
+        :attr:`CostSettings.prior_call_cost` if set (``prior``), else derived from the
+        warm-up's real-time factors (``models``), else :data:`UNMEASURED_CALL_COST`."""
+        s = self.settings
+        if s.prior_call_cost is not None:
+            return s.prior_call_cost, "prior"
+        warmed = self.rates.warmed_up if self.rates is not None else None
+        if warmed is None:
+            return UNMEASURED_CALL_COST, "prior"
+        return max(derived_call_cost(warmed, s.profile), 1e-3), "models"
 
     # -- internals (under the lock) ---------------------------------------------------
 
@@ -278,9 +383,12 @@ class CallCostMeter:
         if call_seconds < s.min_call_seconds:
             return  # too little of a call to say what one costs
         sample = max(0.0, used - self._idle * seconds) / call_seconds
+        before = self._per_call
+        if before is None:  # the first measured window moves from the prior
+            before = self.prior()[0]
         if starved:  # the calls asked for more than the process got
-            sample = max(sample, self._per_call)
-        self._per_call = s.smoothing * sample + (1 - s.smoothing) * self._per_call
+            sample = max(sample, before)
+        self._per_call = s.smoothing * sample + (1 - s.smoothing) * before
         self._windows += 1
 
     def _lag_p90(self, now: float) -> float | None:

@@ -35,9 +35,11 @@ def stop_on_signals() -> asyncio.Event:
 async def worker_resources(settings: Settings) -> tuple[Any, VoiceEngines]:
     """What a call worker needs before it claims a call: the session store every worker
     shares (``VOXFLOW_DATABASE_URL``), checked writable, and the engines, loaded off the
-    loop with litellm (so no call's first turn imports it)."""
+    loop with litellm (so no call's first turn imports it) and warmed up (their
+    real-time factors measured: admission's prior)."""
     sessions = default_persistence()
     await asyncio.to_thread(sessions.check_writable)
     engines, _ = await asyncio.gather(
         asyncio.to_thread(VoiceEngines.from_settings, settings), preload())
+    await engines.warm_up()  # (admission's prior: this machine's real-time factors)
     return sessions, engines

@@ -153,6 +153,7 @@ async def _serve(factory: CallFactory, phone_settings: PhoneSettings, settings: 
     # litellm loads off the loop with the models: no call's first turn imports it
     engines, _ = await asyncio.gather(
         asyncio.to_thread(VoiceEngines.from_settings, settings), preload())
+    await engines.warm_up()  # (admission's prior: this machine's real-time factors)
     server = PhoneServer(factory, engines, settings=phone_settings)
     runner = web.AppRunner(server.app(), access_log=None)
     await runner.setup()

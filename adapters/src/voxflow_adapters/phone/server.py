@@ -233,7 +233,8 @@ class PhoneServer:
         self.admission = admission if admission is not None else AdmissionController(
             AdmissionSettings(max_calls=self.settings.max_calls,
                               p95_target_ms=self.settings.p95_target_ms),
-            scheduler=engines.scheduler if engines is not None else None)
+            scheduler=engines.scheduler if engines is not None else None,
+            rates=getattr(engines, "rates", None))
         self.call_prefix = "phone"
         """Call ids are ``<call_prefix>-<n>`` (a call worker puts its id in them)."""
         self._numbers = itertools.count(1)

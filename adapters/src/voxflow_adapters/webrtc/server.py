@@ -79,6 +79,7 @@ from voxflow_adapters.hosting.admission import (
     Load,
 )
 
+from ..hosting.call_cost import WEBRTC_CALLER, CostSettings
 from ..hosting.calls import Call, CallFactory, CallSession
 from ..hosting.errors import CapacityExceededError, SignalingError
 from ..hosting.metrics import CallMetrics, HostCounts
@@ -165,8 +166,9 @@ class WebRtcServer(SignalingServer):
                 f"admission must be an AdmissionController, got {type(admission).__name__}")
         self.admission = admission if admission is not None else AdmissionController(
             AdmissionSettings(max_calls=settings.max_calls,
-                              p95_target_ms=settings.p95_target_ms),
-            scheduler=engines.scheduler)
+                              p95_target_ms=settings.p95_target_ms,
+                              cost=CostSettings(profile=WEBRTC_CALLER)),
+            scheduler=engines.scheduler, rates=getattr(engines, "rates", None))
         self._admissions: dict[str, Admission] = {}
         self._lag_task: asyncio.Task[None] | None = None
         self.metrics = metrics
@@ -518,6 +520,8 @@ async def serve(
     if engines is None:
         engines = await asyncio.to_thread(VoiceEngines.from_environment)
     await llm
+    if engines.rates.warmed_up is None:  # admission's prior: this machine's models
+        await engines.warm_up()
     server = WebRtcServer(factory, engines, settings=settings, store=store, metrics=metrics)
     async with server:
         if listening is not None:

@@ -51,6 +51,7 @@ async def _serve(port: int, token: str, store: Any) -> None:
 
     ignore_closed_transport_errors(asyncio.get_running_loop())
     engines = await asyncio.to_thread(VoiceEngines.from_environment)
+    await engines.warm_up()
     settings = ServerSettings(port=port, token=token,
                               peer=PeerSettings(ice_host_addresses=("127.0.0.1",)))
     async with WebRtcServer(assistant_call_factory(), engines, settings=settings,

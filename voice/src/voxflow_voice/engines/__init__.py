@@ -10,18 +10,24 @@ own (``whisper``, ``piper``, ``silero``, ``energy``, ``smart-turn``).
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
+
+import numpy as np
+from numpy.typing import NDArray
 
 from voxflow.engine_spec import DEFAULT_ENGINES, NO_ENGINE, EngineKind, parse_engine_spec
 from voxflow.ids import DeliveryId
 from voxflow.settings import Settings
 
-from ..audio import AudioChunk, ReplyChunk
+from ..audio import STT_SAMPLE_RATE, AudioChunk, ReplyChunk, resample
 from ..scheduler import ModelScheduler
 from ..settings import VoiceSection
 from .end_of_turn import EndOfTurnModel
+from .rates import WARM_UP_TEXT, ModelRates, WarmUpRates
 from .registry import (
     ChosenEngine,
     EngineContext,
@@ -31,17 +37,19 @@ from .registry import (
     installed_engines,
 )
 from .stt import SttSettings, Transcript
-from .tts import PiperOptions, TtsSettings
-from .vad import VoiceActivityDetector
+from .tts import PiperOptions, PiperTts, TtsSettings
+from .vad import VadStream, VoiceActivityDetector
 
 __all__ = [
     "ChosenEngine",
     "EngineContext",
     "EngineFactory",
     "InstalledEngine",
+    "ModelRates",
     "SpeechToText",
     "TextToSpeech",
     "VoiceEngines",
+    "WarmUpRates",
     "choose_engine",
     "installed_engines",
 ]
@@ -87,6 +95,9 @@ class VoiceEngines:
         scheduler: the :class:`~voxflow_voice.scheduler.ModelScheduler` running ``stt``
             and ``tts`` work, deadline first (for its statistics); ``None`` when they run
             first come, first served on the default executor.
+        rates: the models' real-time factors: the warm-up's (:meth:`warm_up`) and the
+            recent jobs' (the built-in engines record theirs;
+            :mod:`~voxflow_voice.engines.rates`).
     """
 
     stt: SpeechToText
@@ -94,6 +105,63 @@ class VoiceEngines:
     make_vad: Callable[[], VoiceActivityDetector]
     end_of_turn: EndOfTurnModel | None = None
     scheduler: ModelScheduler | None = None
+    rates: ModelRates = field(default_factory=ModelRates)
+
+    async def warm_up(self) -> WarmUpRates:
+        """Run each model once on real speech and measure its CPU real-time factor on
+        this machine (:mod:`~voxflow_voice.engines.rates`: about 0.5 s of CPU with the
+        default models), kept as ``rates.warmed_up``; every entry point runs it once the
+        engines are loaded, before the first call (it also allocates what a model's first
+        run does).
+
+        The TTS says :data:`~voxflow_voice.engines.rates.WARM_UP_TEXT` (its first, short
+        sentence untimed; Piper bypasses its speech cache, which could hold the text from
+        an earlier run), a fresh VAD hears the timed sentence 20 ms at a time (a first
+        frame untimed), the STT decodes 1 s of silence (untimed), then the sentence.
+
+        Raises:
+            RuntimeError: the TTS said nothing of the warm-up text (it does not work:
+                better known before the first call).
+        """
+        begun = time.process_time()
+        speech, tts_cpu = await asyncio.to_thread(self._say)
+        if speech.size == 0:
+            raise RuntimeError(f"the TTS said nothing of {WARM_UP_TEXT!r}")
+        said = resample(speech, self.tts.sample_rate, STT_SAMPLE_RATE).astype(np.float32)
+        audio = said.size / STT_SAMPLE_RATE
+        vad_cpu = await asyncio.to_thread(self._hear, said)
+        await self.stt.transcribe(AudioChunk.from_float(
+            np.zeros(STT_SAMPLE_RATE, np.float32), STT_SAMPLE_RATE))  # allocates
+        cpu = time.process_time()
+        await self.stt.transcribe(AudioChunk.from_float(said * 0.5, STT_SAMPLE_RATE))
+        stt_cpu = time.process_time() - cpu  # (words or none: the decode ran)
+        rates = WarmUpRates(
+            stt=stt_cpu / audio, tts=tts_cpu / (speech.size / self.tts.sample_rate),
+            vad=vad_cpu / audio, audio_seconds=audio, cpu_seconds=time.process_time() - begun)
+        self.rates.warmed_up = rates
+        return rates
+
+    def _say(self) -> tuple[NDArray[np.float32], float]:
+        """The warm-up's timed sentence (float samples at the TTS's rate) and its CPU."""
+        sentences = (self.tts.synthesize(WARM_UP_TEXT, cached=False)  # (the model's work)
+                     if isinstance(self.tts, PiperTts) else self.tts.synthesize(WARM_UP_TEXT))
+        next(sentences, None)  # untimed: the first run allocates
+        cpu = time.process_time()
+        parts = [np.asarray(getattr(s, "samples", s), np.float32).reshape(-1)
+                 for s in sentences]
+        used = time.process_time() - cpu
+        return (np.concatenate(parts) if parts else np.zeros(0, np.float32)), used
+
+    def _hear(self, said: NDArray[np.float32]) -> float:
+        """A fresh detector's CPU over ``said``, pushed 20 ms at a time (as a transport
+        delivers it), a first frame untimed."""
+        stream = VadStream(self.make_vad())
+        stream.push(np.zeros(stream.detector.frame_samples, np.float32))
+        cpu = time.process_time()
+        step = STT_SAMPLE_RATE // 50
+        for start in range(0, said.size, step):
+            stream.push(said[start:start + step])
+        return time.process_time() - cpu
 
     @classmethod
     def load(
@@ -147,7 +215,8 @@ class VoiceEngines:
             "end_of_turn")
         if judge_spec.name != NO_ENGINE:
             chosen["end_of_turn"] = choose_engine("end_of_turn", judge_spec)
-        context = EngineContext(ModelScheduler() if scheduling else None, deterministic)
+        rates = ModelRates()
+        context = EngineContext(ModelScheduler() if scheduling else None, deterministic, rates)
         built: dict[EngineKind, Any] = {}
         for kind in ("end_of_turn", "stt", "tts", "vad"):  # a missing extra fails first
             if kind in chosen:
@@ -161,7 +230,8 @@ class VoiceEngines:
             return detector
 
         return cls(stt=built["stt"], tts=built["tts"], make_vad=make_vad,
-                   end_of_turn=built.get("end_of_turn"), scheduler=context.scheduler)
+                   end_of_turn=built.get("end_of_turn"), scheduler=context.scheduler,
+                   rates=rates)
 
     @classmethod
     def from_settings(

@@ -43,6 +43,7 @@ from voxflow.plugins import declared
 from ..audio import ReplyChunk
 from ..scheduler import ModelScheduler
 from .errors import EngineLoadError
+from .rates import ModelRates
 
 __all__ = [
     "ChosenEngine",
@@ -77,10 +78,13 @@ class EngineContext:
             default-executor thread per job.
         deterministic: synthesize without sampling noise (tests, scripted speech): the
             same text, the same samples.
+        rates: where an engine records each job's seconds and its audio's
+            (:class:`~voxflow_voice.engines.rates.ModelRates`); ``None``: nowhere.
     """
 
     scheduler: ModelScheduler | None = None
     deterministic: bool = False
+    rates: ModelRates | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -81,6 +81,7 @@ import logging
 import math
 import re
 import threading
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -98,6 +99,7 @@ from .models import (
     find_whisper_model,
     load_whisper_model,
 )
+from .rates import ModelRates
 from .registry import EngineContext, EngineFactory
 
 if TYPE_CHECKING:
@@ -266,6 +268,7 @@ class WhisperStt:
         scheduler: runs the decodes (on its ``stt`` resource, by the context's
             :class:`~voxflow_voice.scheduler.Work` ticket); a default-executor thread
             each if ``None``.
+        rates: where each decode's seconds and its utterance's are recorded (``stt``).
     """
 
     def __init__(
@@ -276,10 +279,14 @@ class WhisperStt:
         tiny_en_module: str = DEFAULT_TINY_EN_MODULE,
         base_modules: tuple[str, str] = BASE_PART_MODULES,
         scheduler: ModelScheduler | None = None,
+        rates: ModelRates | None = None,
     ) -> None:
         if scheduler is not None and not isinstance(scheduler, ModelScheduler):
             raise TypeError(f"scheduler must be a ModelScheduler, got {type(scheduler).__name__}")
+        if rates is not None and not isinstance(rates, ModelRates):
+            raise TypeError(f"rates must be ModelRates, got {type(rates).__name__}")
         self.scheduler = scheduler
+        self.rates = rates
         if settings is not None and not isinstance(settings, SttSettings):
             raise TypeError(f"settings must be an SttSettings, got {type(settings).__name__}")
         self.settings = settings if settings is not None else DEFAULT_STT_SETTINGS
@@ -340,6 +347,17 @@ class WhisperStt:
         return array
 
     def _decode(self, samples: NDArray[np.float32]) -> Transcript | None:
+        if self.rates is None:
+            return self._decode_untimed(samples)
+        begun = time.perf_counter()
+        try:
+            return self._decode_untimed(samples)
+        finally:
+            self.rates.record("stt", time.perf_counter() - begun, min(
+                samples.size, round(self.settings.max_utterance * STT_SAMPLE_RATE))
+                / STT_SAMPLE_RATE)
+
+    def _decode_untimed(self, samples: NDArray[np.float32]) -> Transcript | None:
         s = self.settings
         limit = round(s.max_utterance * STT_SAMPLE_RATE)
         truncated = samples.size > limit
@@ -571,7 +589,7 @@ def _install_window_hook() -> None:
 
 
 def _whisper(options: SttSettings, context: EngineContext) -> WhisperStt:
-    return WhisperStt(options, scheduler=context.scheduler)
+    return WhisperStt(options, scheduler=context.scheduler, rates=context.rates)
 
 
 WHISPER_ENGINE: EngineFactory[WhisperStt] = EngineFactory(

@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
+import time
 from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,6 +35,7 @@ from voxflow.ids import DeliveryId
 from ..audio import ReplyChunk, WordTiming, float_to_pcm16
 from ..scheduler import ModelScheduler
 from .models import DEFAULT_PIPER_MODULE, find_piper_voice, load_piper_voice
+from .rates import ModelRates
 from .registry import EngineContext, EngineFactory
 from .speech_cache import SpeechCache
 
@@ -129,6 +131,8 @@ class PiperTts:
         scheduler: runs each sentence's synthesis (by the context's
             :class:`~voxflow_voice.scheduler.Work` ticket); a default-executor thread
             each if ``None``.
+        rates: where each synthesized sentence's seconds and its audio's are recorded
+            (``tts``; a sentence from the cache is not).
     """
 
     def __init__(
@@ -138,10 +142,14 @@ class PiperTts:
         settings: TtsSettings | None = None,
         module: str = DEFAULT_PIPER_MODULE,
         scheduler: ModelScheduler | None = None,
+        rates: ModelRates | None = None,
     ) -> None:
         if scheduler is not None and not isinstance(scheduler, ModelScheduler):
             raise TypeError(f"scheduler must be a ModelScheduler, got {type(scheduler).__name__}")
+        if rates is not None and not isinstance(rates, ModelRates):
+            raise TypeError(f"rates must be ModelRates, got {type(rates).__name__}")
         self.scheduler = scheduler
+        self.rates = rates
         if settings is not None and not isinstance(settings, TtsSettings):
             raise TypeError(f"settings must be a TtsSettings, got {type(settings).__name__}")
         self.settings = settings if settings is not None else DEFAULT_TTS_SETTINGS
@@ -199,11 +207,13 @@ class PiperTts:
             raise TypeError(f"text must be a str, got {type(text).__name__}")
         return [ph for ph in self._voice.phonemize(text) if ph]
 
-    def synthesize(self, text: str) -> Iterator[SynthesizedSentence]:
-        """Synthesize ``text`` sentence by sentence (blocking; use from a thread)."""
+    def synthesize(self, text: str, *, cached: bool = True) -> Iterator[SynthesizedSentence]:
+        """Synthesize ``text`` sentence by sentence (blocking; use from a thread);
+        ``cached=False``: every sentence synthesized, none taken from the speech cache
+        or kept in it (the warm-up times the model)."""
         sentences = self.sentences(text)
         for phonemes, words in zip(sentences, _split_words(text, sentences), strict=True):
-            yield self._synthesize_sentence(phonemes, words)
+            yield self._synthesize_sentence(phonemes, words, cached=cached)
 
     async def stream(
         self,
@@ -238,11 +248,11 @@ class PiperTts:
             position += sentence.samples.size
 
     def _synthesize_sentence(
-        self, phonemes: list[str], words: Sequence[str]
+        self, phonemes: list[str], words: Sequence[str], *, cached: bool = True
     ) -> SynthesizedSentence:
         ids = self._voice.phonemes_to_ids(phonemes)
         key = None
-        if self.cache is not None:
+        if self.cache is not None and cached:
             key = self.cache.key((tuple(ids), tuple(words)))
             found = self.cache.get(key)
             if found is not None:
@@ -250,6 +260,7 @@ class PiperTts:
                     self._cached += 1
                     self._samples += found[0].size
                 return SynthesizedSentence(*found)
+        begun = time.perf_counter()
         result = self._voice.phoneme_ids_to_audio(
             ids, self._syn_config, include_alignments=self.settings.alignments
         )
@@ -263,6 +274,8 @@ class PiperTts:
             peak = float(np.max(np.abs(samples))) if samples.size else 0.0
             samples = samples / peak if peak > 1e-8 else np.zeros_like(samples)
         samples = np.clip(samples * self.settings.volume, -1.0, 1.0).astype(np.float32)
+        if self.rates is not None:
+            self.rates.record("tts", time.perf_counter() - begun, samples.size / self.sample_rate)
         with self._stats_lock:
             self._sentences += 1
             self._samples += samples.size
@@ -379,7 +392,8 @@ def _piper(options: PiperOptions, context: EngineContext) -> PiperTts:
     if context.deterministic:  # no sampling noise unless the options ask for it
         quiet = {k: 0.0 for k in ("noise_scale", "noise_w_scale") if k not in given}
         settings = settings.model_copy(update=quiet)
-    return PiperTts(options.voice, settings=settings, scheduler=context.scheduler)
+    return PiperTts(options.voice, settings=settings, scheduler=context.scheduler,
+                    rates=context.rates)
 
 
 PIPER_ENGINE: EngineFactory[PiperTts] = EngineFactory(

@@ -18,6 +18,7 @@ Two detectors implement :class:`VoiceActivityDetector`:
 from __future__ import annotations
 
 import math
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
@@ -27,6 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ..audio import STT_SAMPLE_RATE
 from .models import load_silero_session
+from .rates import ModelRates
 from .registry import EngineContext, EngineFactory
 
 if TYPE_CHECKING:
@@ -104,6 +106,7 @@ class SileroVad:
             shared one (:func:`voxflow_voice.engines.models.load_silero_session`) if ``None``.
         model_path: the model file, when ``session`` is ``None``; the bundled one if
             ``None``.
+        rates: where each run's seconds and its frames' are recorded (``vad``).
     """
 
     def __init__(
@@ -111,7 +114,11 @@ class SileroVad:
         session: onnxruntime.InferenceSession | None = None,
         *,
         model_path: Path | None = None,
+        rates: ModelRates | None = None,
     ) -> None:
+        if rates is not None and not isinstance(rates, ModelRates):
+            raise TypeError(f"rates must be ModelRates, got {type(rates).__name__}")
+        self.rates = rates
         if session is None:
             session = load_silero_session(model_path)
         self._session = session
@@ -142,9 +149,13 @@ class SileroVad:
         if count > 1:
             contexts[1:] = batch[:-1, -_CONTEXT_SAMPLES:]
         model_input = np.concatenate([contexts, batch], axis=1)
+        begun = time.perf_counter()
         probs, self._h, self._c = self._session.run(
             None, {"input": model_input, "h": self._h, "c": self._c}
         )
+        if self.rates is not None:
+            self.rates.record("vad", time.perf_counter() - begun,
+                              count * FRAME_SAMPLES / STT_SAMPLE_RATE)
         self._context = batch[-1, -_CONTEXT_SAMPLES:].copy()
         self._frames += count
         return np.asarray(probs, dtype=np.float32).reshape(count)
@@ -273,7 +284,7 @@ class VadStream:
 
 
 def _silero(options: None, context: EngineContext) -> SileroVad:
-    return SileroVad()  # the ONNX session is shared: the first one loads it
+    return SileroVad(rates=context.rates)  # the ONNX session is shared: the first one loads it
 
 
 class EnergyOptions(BaseModel):
