@@ -18,6 +18,7 @@ from voxflow_adapters.hosting.ownership import SessionOwnership
 from voxflow_adapters.testkit.scenario import run_call
 from voxflow_adapters.testkit.script import CallScript
 from voxflow_voice.engines import VoiceEngines
+from voxflow_voice.engines.rates import ModelRates
 from voxflow_voice.events import (
     BargeIn,
     BargeInResumed,
@@ -119,7 +120,8 @@ async def test_a_calls_events_become_the_metrics_its_summary_agrees_with(
 @pytest.mark.unit
 def test_the_hosts_load_and_counts_are_read_at_each_scrape() -> None:
     registry = CollectorRegistry()
-    admission = AdmissionController(AdmissionSettings(max_calls=3, min_turns=1))
+    rates = ModelRates()
+    admission = AdmissionController(AdmissionSettings(max_calls=3, min_turns=1), rates=rates)
     refused: dict[str, int] = {}
     admitted: list[Any] = []
     CallMetrics(registry).watch(admission.load,
@@ -129,6 +131,10 @@ def test_the_hosts_load_and_counts_are_read_at_each_scrape() -> None:
     assert first[("voxflow_call_slots", ())] == 3
     assert first[("voxflow_call_headroom", ())] == 3
     assert first[("voxflow_call_cost_ratio", ())] == 0.28  # the prior: nothing measured
+    assert first[("voxflow_call_cost_prior_ratio", ())] == 0.28  # (never warmed up)
+    assert not any(name == "voxflow_model_real_time_factor" for name, _ in first)
+    rates.record("tts", 0.1, 1.0)
+    rates.record("stt", 0.3, 2.0)
     assert math.isnan(first[("voxflow_admission_loop_lag_seconds", ())])  # not probed
     assert first[("voxflow_calls_admitted_total", ())] == 0
     admitted += [admission.admit("call-1"), admission.admit("call-2")]
@@ -143,6 +149,8 @@ def test_the_hosts_load_and_counts_are_read_at_each_scrape() -> None:
     assert then[("voxflow_calls_admitted_total", ())] == 2
     assert then[("voxflow_calls_refused_total", (("reason", "busy"),))] == 2
     assert then[("voxflow_calls_refused_total", (("reason", "token"),))] == 1
+    assert then[("voxflow_model_real_time_factor", (("model", "stt"),))] == 0.15
+    assert then[("voxflow_model_real_time_factor", (("model", "tts"),))] == 0.1
 
 
 @pytest.mark.unit

@@ -310,6 +310,15 @@ class _HostCollector:
                     "waited for a model worker (recent p95; NaN before any)",
                     None if load.urgent_wait_p95_ms is None
                     else load.urgent_wait_p95_ms / 1000.0)
+        yield gauge("voxflow_call_cost_prior_ratio", "share of a core a call is taken to "
+                    "cost before one is measured (from the models' real-time factors at "
+                    "warm-up)", load.prior_call_cost)
+        rtf = GaugeMetricFamily("voxflow_model_real_time_factor", "seconds a model's recent "
+                                "jobs took per second of their audio, by model (stt, tts, "
+                                "vad; absent before its first job)", labels=("model",))
+        for model, value in sorted(load.model_rtf.items()):
+            rtf.add_metric((model,), value)
+        yield rtf
 
     def __repr__(self) -> str:
         return f"_HostCollector({self._counts!r})"
