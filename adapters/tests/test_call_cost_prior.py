@@ -124,6 +124,8 @@ def test_admission_takes_the_slots_of_the_derived_prior_and_says_so() -> None:
     assert load.prior_call_cost == load.call_cost == pytest.approx(derived_call_cost(
         rates.warmed_up))  # type: ignore[arg-type]
     assert load.model_rtf == {"tts": 0.25}
+    assert "5 slot(s) now at 26% of a core per call (from the models' real-time factors" \
+        in load.capacity()
     assert load.as_dict()["model_rtf"] == {"tts": 0.25}
     held = [admission.admit(f"call-{i}") for i in range(5)]
     with pytest.raises(CapacityExceededError, match="from its models' real-time factors"):

@@ -167,8 +167,10 @@ class Load:
     def capacity(self) -> str:
         """How many calls the process takes, as its start-up line says it."""
         bound = "" if self.max_calls is None else f", at most {self.max_calls}"
+        source = {"models": "from the models' real-time factors here, until a call is "
+                            "measured"}.get(self.cost_source, self.cost_source)
         return (f"calls admitted by their measured cost: {self.slots} slot(s) now at "
-                f"{self.call_cost:.0%} of a core per call ({self.cost_source}){bound}")
+                f"{self.call_cost:.0%} of a core per call ({source}){bound}")
 
 
 class Admission:
