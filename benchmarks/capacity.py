@@ -41,6 +41,20 @@ window, 5 were admitted in 12 s and their p95 was 884 ms (load 2.3 -> 2.1) in on
 1,235 ms (load 2.0 -> 3.0) in another; with one that learnt the cost from a call's first
 seconds (a 2 s EWMA from no prior), 13 admitted at 3,578 / 5,594 ms (load 2.6 -> 7.4).
 
+The prior from the models (issue 36 item 4): the engines' warm-up measures each model's
+CPU real-time factor and ``call_cost.derived_call_cost`` makes the cost of a dense call
+from them; the run prints both, and the CPU per call measured. On this machine (Dec 5,
+load ~4: other processes kept 1.3-1.5 of the 2 cores busy): STT 0.071-0.081, TTS
+0.089-0.090, VAD 0.004 CPU s per s of a 2.6 s question (0.7 s of CPU in all), a derived
+prior of 19.8-20.1 % of a core, where ``--calls 1,5 --turns 2`` measured 16.0 % (1
+call) and 11.0 % (5 calls) per call: the prior is above the measured cost, as a prior
+should be (Piper's factor on the short question is above the 0.058 of a 9.6 s reply, so
+the overhead scaled by it is too). ``--offered 24 --turns 2`` before (the fixed 28 %)
+and after, back to back: 4 admitted, 20 refused each time, p95 2,775 ms before and 1,579
+ms after (load 3.7 -> 4.3, partly this session's own tests): the other processes'
+cores, measured from the first 2 s window, set the slots in both (``70% of its 2 cores
+less the 1.3 other processes keep busy hold 2``), and at that load no cap holds 1 s.
+
 One process loads the real models once (tiny.en, Piper, Silero: ``VoiceEngines.load()``)
 and runs N calls at once, each a :class:`~voxflow_adapters.testkit.simulated.SimulatedClient` on
 the monotonic clock (real time) talking to its own voice session. Every caller asks the
