@@ -342,3 +342,32 @@ async def test_offers_are_refused_while_answers_are_slower_than_the_target_and_l
     assert (loaded["accepting"], loaded["headroom"], loaded["p95_ms"]) == (False, 0, 1500.0)
     assert "too busy" in loaded["reason"]
     assert stats.rejected == {"busy": 1, "token": 1} and stats.accepted == 0
+
+
+async def test_the_server_listens_only_once_litellm_is_loaded(
+    engines: VoiceEngines, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """No call runs while litellm's import holds the GIL on its thread (every session
+    starts that import; with calls running it made their outbound frames late)."""
+    from voxflow_adapters.webrtc import server as server_module
+    from voxflow_adapters.webrtc.signaling import SignalingServer
+
+    order: list[str] = []
+    loaded = server_module.preload
+
+    async def preload() -> Any:
+        result = await loaded()
+        order.append("litellm loaded")
+        return result
+
+    listen = SignalingServer.start
+
+    async def start(self: SignalingServer) -> str:
+        order.append("listening")
+        return await listen(self)
+
+    monkeypatch.setattr(server_module, "preload", preload)
+    monkeypatch.setattr(SignalingServer, "start", start)
+    async with serving(engines):
+        pass
+    assert order == ["litellm loaded", "listening"]

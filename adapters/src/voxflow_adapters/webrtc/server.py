@@ -208,7 +208,15 @@ class WebRtcServer(SignalingServer):
         return self.admission.ceiling
 
     async def start(self) -> str:
-        """Listen, and measure the event loop's lag (admission); the page URL."""
+        """Load litellm (off the loop), then listen, and measure the event loop's lag
+        (admission); the page URL.
+
+        litellm first: every call's session starts loading it on a thread, and that
+        thread's imports hold the GIL for seconds of CPU: with calls already running
+        their outbound frames went out late (``webrtc_load.py --models real --calls 4``:
+        16-30 % of frames more than 20 ms late, p95 1.3-2.5 s, against 0.1 % and 1.0 s
+        with it loaded first)."""
+        await preload()
         if self._lag_task is None:
             self._lag_task = asyncio.get_running_loop().create_task(
                 self.watch_loop(), name="admission.loop-lag")
