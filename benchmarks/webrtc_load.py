@@ -89,7 +89,8 @@ class _CachedTts:
         return self._tts.synthesize(text)
 
 
-async def _serve_child(real: bool) -> None:
+async def _serve_child(real: bool, scheduling: bool = False,
+                       prior: float | None = None) -> None:
     import logging
 
     from voxflow_adapters.hosting.calls import assistant_call_factory
@@ -111,14 +112,24 @@ async def _serve_child(real: bool) -> None:
     if real:
         from voxflow_voice.audio import AudioChunk
 
-        engines = await asyncio.to_thread(VoiceEngines.load)
+        engines = await asyncio.to_thread(VoiceEngines.load, scheduling=scheduling)
         await engines.stt.transcribe(AudioChunk.from_float(np.zeros(16_000, np.float32),
                                                            16_000))
         async for _ in engines.tts.stream("Warming up.", delivery_id=WARM_UP, segment_id=1):
             pass
     settings = ServerSettings(port=0, max_calls=200,
                               peer=PeerSettings(ice_host_addresses=("127.0.0.1",)))
-    server = WebRtcServer(assistant_call_factory(), engines, settings=settings)
+    admission = None
+    if prior is not None:
+        from voxflow_adapters.hosting.admission import AdmissionController, AdmissionSettings
+        from voxflow_adapters.hosting.call_cost import CostSettings
+
+        admission = AdmissionController(AdmissionSettings(
+            max_calls=settings.max_calls, cost=CostSettings(prior_call_cost=prior)),
+            scheduler=engines.scheduler)
+    # (the server loads litellm before it listens: no call's turn pays for its import)
+    server = WebRtcServer(assistant_call_factory(), engines, settings=settings,
+                          admission=admission)
     offsets: list[float] = []
     server_calls: list[Any] = []
     server_calls_sessions: list[Any] = []
@@ -129,13 +140,17 @@ async def _serve_child(real: bool) -> None:
         loop = asyncio.get_running_loop()
         line = await loop.run_in_executor(None, sys.stdin.readline)  # "start"
         cpu0, wall0 = time.process_time(), time.monotonic()
+        lags: list[float] = []
+        probe = asyncio.ensure_future(_loop_lag(lags))
         line = await loop.run_in_executor(None, sys.stdin.readline)  # "report"
         cpu, wall = time.process_time() - cpu0, time.monotonic() - wall0
+        probe.cancel()
         await server.wait_idle()
         for peer in server_calls:
             offsets.extend(peer.track.pacing_offsets())
         ended = server.statistics().ended
         pace = np.asarray(offsets, dtype=np.float64)
+        stages = _stages([e for c in server_calls_sessions for e in c.events])
         print(json.dumps({
             "cpu": cpu, "wall": wall,
             "pacing_p50_ms": float(np.percentile(pace, 50)) if pace.size else float("nan"),
@@ -147,15 +162,41 @@ async def _serve_child(real: bool) -> None:
             "frames_in": sum(s.frames_in for s in ended),
             "turns": sum(1 for c in server_calls_sessions for e in c.events
                          if e.kind == "turn_committed"),
+            "stages": stages,
+            "loop_lag_p50_ms": float(np.percentile(lags, 50)) if lags else float("nan"),
+            "loop_lag_p99_ms": float(np.percentile(lags, 99)) if lags else float("nan"),
+            "loop_lag_max_ms": max(lags, default=float("nan")),
         }), flush=True)
         del line
+
+
+LAG_PROBE = 0.01  # seconds the loop-lag probe sleeps between wake-ups
+
+
+async def _loop_lag(lags: list[float]) -> None:
+    """How late the server's loop wakes a 10 ms sleep (ms), for as long as it runs."""
+    while True:
+        due = time.monotonic() + LAG_PROBE
+        await asyncio.sleep(LAG_PROBE)
+        lags.append((time.monotonic() - due) * 1000.0)
+
+
+def _stages(events: list[Any]) -> dict[str, list[float]]:
+    """Per turn, on the server: speech end → transcript, → first reply text, → first reply
+    sample taken for the wire (ms, from each turn's ``TurnMetrics``)."""
+    metrics = [e for e in events if e.kind == "turn_metrics"]
+    return {
+        "stt": [m.transcript_ms for m in metrics],
+        "text": [v for m in metrics if (v := m.first_text_ms) is not None],
+        "audio": [v for m in metrics if (v := m.first_audio_ms) is not None],
+    }
 
 
 # -- the callers (this process) ---------------------------------------------------------
 
 
 async def _one_call(base: str, token: str, speech: Any, limit: float,
-                    turns: int = 1) -> dict[str, Any]:
+                    turns: int = 1, offset: float = 0.0) -> dict[str, Any]:
     from voxflow_adapters.webrtc.client import LoopbackCaller
     from voxflow_voice.audio import resample
 
@@ -168,6 +209,7 @@ async def _one_call(base: str, token: str, speech: Any, limit: float,
     try:
         await caller.connect()
         setup = time.monotonic() - began
+        await asyncio.sleep(offset)  # --spread: this caller's first question comes later
         for turn in range(turns):
             if turn:
                 await asyncio.sleep(0.8)
@@ -197,9 +239,12 @@ async def _one_call(base: str, token: str, speech: Any, limit: float,
 
 
 async def _run(n: int, speech: Any, limit: float, *, real: bool = False,
-               turns: int = 1) -> dict[str, Any]:
+               turns: int = 1, spread: float = 0.0, scheduling: bool = False,
+               prior: float | None = None) -> dict[str, Any]:
     child = await asyncio.create_subprocess_exec(
         sys.executable, __file__, "--serve-child", "--models", "real" if real else "instant",
+        "--scheduler", "on" if scheduling else "off",
+        *(("--prior", str(prior)) if prior is not None else ()),
         stdin=asyncio.subprocess.PIPE,
         stdout=asyncio.subprocess.PIPE,
     )
@@ -209,8 +254,10 @@ async def _run(n: int, speech: Any, limit: float, *, real: bool = False,
         base = f"http://127.0.0.1:{hello['port']}"
         child.stdin.write(b"start\n")
         await child.stdin.drain()
+        callers_cpu0 = time.process_time()
         results = await asyncio.gather(*(_one_call(base, hello["token"], speech, limit,
-                                                   turns) for _ in range(n)))
+                                                   turns, spread * i / n) for i in range(n)))
+        callers_cpu = time.process_time() - callers_cpu0
         child.stdin.write(b"report\n")
         await child.stdin.drain()
         report = json.loads(await child.stdout.readline())
@@ -235,6 +282,13 @@ async def _run(n: int, speech: Any, limit: float, *, real: bool = False,
         "frames_in": report["frames_in"], "turns": report["turns"],
         "v2v_p50_ms": float(np.percentile(v2v, 50)) if v2v else float("nan"),
         "v2v_p95_ms": float(np.percentile(v2v, 95)) if v2v else float("nan"),
+        "callers_cpu_per_call_pct": 100.0 * callers_cpu / max(1e-9, call_seconds),
+        "loop_lag_p50_ms": report["loop_lag_p50_ms"],
+        "loop_lag_p99_ms": report["loop_lag_p99_ms"],
+        "loop_lag_max_ms": report["loop_lag_max_ms"],
+        **{f"{k}_{q}_ms": float(np.percentile(v, q)) if v else float("nan")
+           for k, v in report["stages"].items() for q in (50, 95)},
+        "v2v_by_turn": [r["v2v"] for r in ok],
     }
 
 
@@ -252,20 +306,27 @@ def _median(runs: list[dict[str, Any]], key: str) -> float:
 
 
 async def _main(calls: list[int], runs: int, limit: float, *, real: bool = False,
-                turns: int = 1) -> None:
+                turns: int = 1, spread: float = 0.0, scheduling: bool = False,
+                prior: float | None = None) -> None:
     speech = _speech()
     print(f"models: {'real (tiny.en, Piper, Silero)' if real else 'instant'}, {turns} "
-          f"turn(s) per caller; load average {os.getloadavg()[0]:.1f}")
+          f"turn(s) per caller, first questions spread over {spread:g} s, model scheduler "
+          f"{'on' if scheduling else 'off'}, admission's prior cost per call "
+          f"{'the default' if prior is None else f'{prior:.0%}'}; "
+          f"load average {os.getloadavg()[0]:.1f}")
     print(f"{'calls':>5} {'turns':>6} {'done':>6} {'lost':>6} {'received':>9} {'pace p50':>9} "
           f"{'pace p99':>9} {'late %':>7} {'CPU/call':>9} {'setup':>8} {'stale':>6} "
           f"{'v2v p50':>8} {'v2v p95':>8}")
     for n in calls:
-        results = [await _run(n, speech, limit, real=real, turns=turns) for _ in range(runs)]
+        results = [await _run(n, speech, limit, real=real, turns=turns, spread=spread,
+                              scheduling=scheduling, prior=prior) for _ in range(runs)]
         errors = sorted({e for r in results for e in r["errors"]})
         row = {k: _median(results, k) for k in (
             "turns", "completed", "packets_lost", "packets_received", "pacing_p50_ms",
             "pacing_p99_ms", "late_frames_pct", "cpu_per_call_pct", "setup_ms",
-            "stale_samples", "v2v_p50_ms", "v2v_p95_ms")}
+            "stale_samples", "v2v_p50_ms", "v2v_p95_ms", "callers_cpu_per_call_pct",
+            "loop_lag_p50_ms", "loop_lag_p99_ms", "loop_lag_max_ms",
+            *(f"{k}_{q}_ms" for k in ("stt", "text", "audio") for q in (50, 95)))}
         print(f"{n:>5} {row['turns']:>6.0f} {row['completed']:>4.0f}/{n:<1} "
               f"{row['packets_lost']:>6.0f} "
               f"{row['packets_received']:>9.0f} {row['pacing_p50_ms']:>7.2f}ms "
@@ -275,6 +336,15 @@ async def _main(calls: list[int], runs: int, limit: float, *, real: bool = False
               f"{row['v2v_p95_ms']:>6.0f}ms", flush=True)
         for error in errors:
             print(f"      error: {error}")
+        print(f"      server, speech end -> transcript {row['stt_50_ms']:.0f}/"
+              f"{row['stt_95_ms']:.0f}, -> first text {row['text_50_ms']:.0f}/"
+              f"{row['text_95_ms']:.0f}, -> first reply frame {row['audio_50_ms']:.0f}/"
+              f"{row['audio_95_ms']:.0f} ms (p50/p95); loop lag p50/p99/max "
+              f"{row['loop_lag_p50_ms']:.1f}/{row['loop_lag_p99_ms']:.1f}/"
+              f"{row['loop_lag_max_ms']:.0f} ms; callers' CPU "
+              f"{row['callers_cpu_per_call_pct']:.1f}% per call")
+        print("      v2v by caller and turn (ms): " + "; ".join(
+            " ".join(f"{ms:.0f}" for ms in turns) for turns in results[0]["v2v_by_turn"]))
         figure(f"{n} calls: pacing p99", row["pacing_p99_ms"], "ms", target="<= 20")
         figure(f"{n} calls: CPU per call", row["cpu_per_call_pct"], "% of a core")
         figure(f"{n} calls: packets lost", row["packets_lost"], "packets", target="0")
@@ -298,16 +368,28 @@ def main() -> None:
                         "(the WebRTC capacity table; default: %(default)s)")
     parser.add_argument("--turns", type=int, default=1,
                         help="questions each caller asks (default: %(default)s)")
+    parser.add_argument("--spread", type=float, default=0.0,
+                        help="seconds over which the callers' first questions are spread "
+                        "evenly (0: all at once, every turn of every call ending together; "
+                        "capacity.py spreads them over one cycle; default: %(default)s)")
+    parser.add_argument("--scheduler", choices=("on", "off"), default="off",
+                        help="the real models on the deadline-aware ModelScheduler "
+                        "(VoiceEngines.load(scheduling=True)) or not (default: %(default)s)")
+    parser.add_argument("--prior", type=float, default=None,
+                        help="admission's cost per call (share of a core) before it has "
+                        "measured one (default: CostSettings.prior_call_cost); calls all "
+                        "arrive at once, so it sets how many are admitted")
     parser.add_argument("--serve-child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve_child:
-        asyncio.run(_serve_child(args.models == "real"))
+        asyncio.run(_serve_child(args.models == "real", args.scheduler == "on", args.prior))
         return
     if any(n < 1 for n in args.calls) or args.runs < 1 or args.turns < 1:
         parser.error("--calls, --runs and --turns must be >= 1, such as --calls 4 8 --runs 1")
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
     asyncio.run(_main(args.calls, args.runs, args.call_limit, real=args.models == "real",
-                      turns=args.turns))
+                      turns=args.turns, spread=args.spread, scheduling=args.scheduler == "on",
+                      prior=args.prior))
 
 
 if __name__ == "__main__":
