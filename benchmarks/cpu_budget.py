@@ -18,7 +18,9 @@ all of the process's threads, so Whisper's CTranslate2 threads count), the media
   synthesized: capacity's engines keep no speech cache (every reply is said anew);
 * **resampling**: per second of reply, Piper's 22,050 Hz to 16 kHz (the simulated
   transport) and to 48 kHz (WebRTC), and 48 kHz input to 16 kHz (WebRTC's decimator);
-* **Opus** (WebRTC only): aiortc's encoder and decoder per second of 20 ms frames;
+* **Opus** (WebRTC only): per second of 20 ms frames, the reply track's encoder (the
+  product's :class:`~voxflow_adapters.webrtc.opus.MonoOpusEncoder`: mono, a tone, so
+  every frame is encoded) and the receive path's decoder;
 * **a whole call** on the simulated transport (``benchmarks/capacity.py``'s dense
   workload, one call, real time): the process's CPU per second of call, and a **silent
   call** (a caller who says nothing for ``SILENT`` s).
@@ -116,27 +118,18 @@ def _detector_ms_per_s(audio: np.ndarray, repeat: int) -> float:
 
 
 def _opus_ms_per_s(seconds: float, repeat: int) -> tuple[float, float]:
-    import av
-    from aiortc.codecs.opus import OpusDecoder, OpusEncoder
+    from aiortc.codecs.opus import OpusDecoder
     from aiortc.jitterbuffer import JitterFrame
+    from voxflow_adapters.webrtc.opus import MonoOpusEncoder
 
     tone = (0.2 * np.sin(2 * np.pi * 220 * np.arange(int(seconds * OPUS_RATE)) / OPUS_RATE)
             * 32767).astype(np.int16)
-    frames = []
-    for i in range(0, tone.size - 960 + 1, 960):
-        frame = av.AudioFrame.from_ndarray(tone[i:i + 960].reshape(1, -1), format="s16",
-                                           layout="mono")
-        frame.sample_rate = OPUS_RATE
-        frame.pts = i
-        frames.append(frame)
+    frames = [tone[i:i + 960].tobytes() for i in range(0, tone.size - 960 + 1, 960)]
     payloads: list[bytes] = []
 
-    def encode() -> None:
-        encoder = OpusEncoder()
-        payloads.clear()
-        for frame in frames:
-            packets, _ = encoder.encode(frame)
-            payloads.extend(packets)
+    def encode() -> None:  # as the reply track encodes: mono, one packet per frame
+        encoder = MonoOpusEncoder()
+        payloads[:] = [encoder.encode(pcm) for pcm in frames]
 
     enc = _median_cpu(encode, repeat)
 
