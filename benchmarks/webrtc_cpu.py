@@ -48,11 +48,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import statistics
 import sys
 import time
+from collections.abc import Iterator
 from typing import Any
 
 TAIL = 1.0  # s: the call goes on this long after the last reply has played
@@ -100,21 +102,69 @@ async def _serve_child(turns: int) -> None:
     async with server:
         print(json.dumps({"port": server.port, "token": server.token}), flush=True)
         while line := (await loop.run_in_executor(None, sys.stdin.readline)).strip():
-            cpu0, wall0 = time.process_time(), time.monotonic()
+            cpu0, wall0, times0 = time.process_time(), time.monotonic(), os.times()
             if line == "simulated":
-                call = await run_call(teller(), caller_script(question, turns, 0.5), engines,
-                                      clock=MonotonicClock(), tail=TAIL, settings=settings)
+                settled: set[str] = set()
+                finished: list[str] = []
+
+                def record(event: Any, settled: set[str] = settled,
+                           finished: list[str] = finished) -> None:
+                    if event.kind in _SETTLED:
+                        settled.add(event.delivery_id)
+                    if event.kind == "reply_finished":
+                        finished.append(event.delivery_id)
+
+                with _replies_heard_whole(settled):
+                    call = await run_call(teller(), caller_script(question, turns, 0.5),
+                                          engines, clock=MonotonicClock(), tail=TAIL,
+                                          settings=settings, on_event=record)
                 stale = call.stale_samples()
                 reply = sum(r.num_samples / r.sample_rate for r in call.tape.receipts)
+                whole = len(finished)
             else:  # "webrtc": the caller posts its offer now; "ended" once it hung up
                 await loop.run_in_executor(None, sys.stdin.readline)
                 await server.wait_idle()
                 ended = server.statistics().ended[-1]
                 stale = ended.outbound.stale_samples
                 reply = ended.outbound.reply_frames * 0.02
-            cpu, wall = time.process_time() - cpu0, time.monotonic() - wall0
-            print(json.dumps({"cpu": cpu, "wall": wall, "stale": stale, "reply": reply}),
+                whole = None  # (the caller counts its reply_done messages)
+            cpu, wall, times = time.process_time() - cpu0, time.monotonic() - wall0, os.times()
+            print(json.dumps({"cpu": cpu, "wall": wall, "stale": stale, "reply": reply,
+                              "whole": whole, "system": times.system - times0.system}),
                   flush=True)
+
+
+_SETTLED = ("reply_finished", "reply_interrupted")
+
+
+@contextlib.contextmanager
+def _replies_heard_whole(settled: set[str]) -> Iterator[None]:
+    """The simulated caller hears each reply until it *settled* (played whole, or cut),
+    as the WebRTC caller waits for ``reply_done``: the testkit's ``reply_end`` step
+    fires GAP s after the playback ran dry, and on a slow machine the pause after
+    "Sure." (the next sentence still being synthesized) ran dry for longer than GAP, so
+    the caller asked again and cut the reply, and the call's tail could end it: the two
+    transports then did different work. While the reply that played last is not in
+    ``settled`` (the delivery ids of the session's reply_finished/reply_interrupted
+    events), the client counts it as playing. Only this benchmark's child runs with it."""
+    from voxflow_adapters.testkit import simulated
+
+    play = simulated.SimulatedClient._play
+
+    def play_until_settled(self: Any, now: float) -> Any:
+        receipts = self.tape.receipts
+        before = len(receipts)
+        samples = play(self, now)
+        if receipts and len(receipts) == before:  # nothing of a reply in this frame
+            last = receipts[-1].delivery_id
+            self._was_playing = None if last in settled else last
+        return samples
+
+    simulated.SimulatedClient._play = play_until_settled  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        simulated.SimulatedClient._play = play  # type: ignore[method-assign]
 
 
 def _question() -> Any:
@@ -130,21 +180,29 @@ def _question() -> Any:
                                  STT_SAMPLE_RATE)
 
 
-async def _webrtc_caller(base: str, token: str, turns: int, question: Any) -> None:
+async def _webrtc_caller(base: str, token: str, turns: int, question: Any) -> int:
+    """One call; returns the replies played whole (``reply_done`` messages)."""
     from _capacity_calls import GAP
     from voxflow_adapters.webrtc.client import LoopbackCaller
 
     caller = LoopbackCaller(base, token)
 
+    def settled(since: float) -> bool:
+        return any(m.get("type") in ("reply_done", "interrupted") and m["_at"] > since
+                   for m in caller.messages)
+
     async def reply_ended(since: float) -> None:
-        """As the simulated caller's ``after="reply_end"``: the assistant's audio began
-        after ``since`` and then nothing audible came for GAP s."""
+        """As the simulated caller (:func:`_replies_heard_whole`): the reply to the
+        question asked at ``since`` settled (``reply_done``, or cut: ``interrupted``),
+        and then nothing audible came for GAP s. A pause between two sentences (the
+        next one still being synthesized) is not the reply's end."""
+        await caller.wait_for(lambda: settled(since), within=60.0, what="the reply's end")
         async with asyncio.timeout(60.0):
             while True:
-                await asyncio.sleep(0.02)
                 heard = [f.at for f in caller.frames[-100:] if f.audible and f.at > since]
                 if heard and time.monotonic() - heard[-1] >= GAP:
                     return
+                await asyncio.sleep(0.02)
 
     try:
         await caller.connect()
@@ -154,6 +212,7 @@ async def _webrtc_caller(base: str, token: str, turns: int, question: Any) -> No
             caller.say(question)
             await reply_ended(asked)
         await asyncio.sleep(max(0.0, TAIL - GAP))
+        return len(caller.of_type("reply_done"))
     finally:
         await caller.aclose()
 
@@ -176,16 +235,19 @@ async def _main(pairs: int, turns: int, kinds: tuple[str, ...]) -> None:
                     continue
                 child.stdin.write(f"{kind}\n".encode())
                 await child.stdin.drain()
+                whole = None
                 if kind == "webrtc":
-                    await _webrtc_caller(base, hello["token"], turns, question)
+                    whole = await _webrtc_caller(base, hello["token"], turns, question)
                     child.stdin.write(b"ended\n")
                     await child.stdin.drain()
                 report = json.loads(await child.stdout.readline())
                 pct = 100.0 * report["cpu"] / report["wall"]
                 runs[kind].append(pct)
                 loads.append(os.getloadavg()[0])
-                print(f"{kind:>9}: {pct:5.1f} % of a core ({report['cpu']:.1f} s CPU in "
+                print(f"{kind:>9}: {pct:5.1f} % of a core ({report['cpu']:.1f} s CPU, "
+                      f"{report['system']:.1f} s of it in the kernel, in "
                       f"{report['wall']:.1f} s, reply audio played {report['reply']:.1f} s, "
+                      f"replies whole {report['whole'] if whole is None else whole}/{turns}, "
                       f"stale samples {report['stale']}, "
                       f"load {loads[-1]:.1f})", flush=True)
     finally:
