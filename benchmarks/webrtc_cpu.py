@@ -9,7 +9,8 @@ its speech cache, Silero: ``_capacity_calls.load_engines``), the same voice sett
 (those of browser calls, :func:`~voxflow_adapters.hosting.calls.webrtc_voice_settings`:
 the echo gate off) and ``capacity.py``'s dense workload: one caller asks
 :data:`_capacity_calls.QUESTION`, hears the ~9 s :data:`_capacity_calls.REPLY` to its
-end, waits :data:`_capacity_calls.GAP` s and asks
+end (until the session settled it: a pause between two sentences on a slow machine is
+not its end, :func:`_replies_heard_whole`), waits :data:`_capacity_calls.GAP` s and asks
 again, ``--turns`` times, then stays :data:`TAIL` s.
 
 * **simulated**: the child runs the call with ``run_call`` (a
@@ -22,26 +23,41 @@ again, ``--turns`` times, then stays :data:`TAIL` s.
 
 The figure is the child's CPU time (``time.process_time``: all its threads, the decoder
 and executor threads included) from the call's start (the offer posted) to its end (the
-session closed), per second of that window, in % of one core; each run prints it with the
-reply audio played (the same work both ways) and the stale samples (0). The kinds alternate
+session closed), per second of that window, in % of one core; each run prints it with its
+kernel part, the reply audio played and the replies heard whole (the same work both ways)
+and the stale samples (0). The kinds alternate
 (``--pairs`` of each, the order swapped every pair) and the medians are printed with
 every run and the load average, since the 2 cores are shared.
 
 Measured (``--pairs 3 --turns 3``, one run each, back to back; medians, the CPU seconds
 of each whole call in brackets):
 
-==========================================  ================  =================  ======  ====
+==========================================  ================  =================  ======  =======
 version                                     simulated         webrtc             gap     load
-==========================================  ================  =================  ======  ====
+==========================================  ================  =================  ======  =======
 ab222c9: aiortc's decoder thread, executor  16.1 % (6.7 s)    22.7 % (9.8 s)     +6.5    0.6-2.5
 3e96f8a: decode and encode on the loop      15.8 % (6.5 s)    20.2 % (8.5 s)     +4.4    1.3-3.1
-==========================================  ================  =================  ======  ====
+250f616: reply encoded mono (*)             14.3 % (6.3 s)    18.6 % (8.1 s)     +4.3    3.9-6.8
+caller's audio decoded mono (*)             13.6 % (5.9 s)    17.0 % (8.1 s)     +3.3    3.5-6.6
+==========================================  ================  =================  ======  =======
 
-A ``py-spy`` profile of one WebRTC call before the change (all threads, 45 s): Piper
+(*) with the callers that hear every reply whole (the rows above them may hold cut
+replies: then the two kinds did different work). Every run of both: 28.3-28.9 s of reply
+audio played, 3/3 replies whole, 0.1-0.5 s of the CPU in the kernel. At load 3.5-6.8 on
+2 cores the runs of one kind spread by 2-3 points (webrtc 15.8-19.0, simulated
+12.7-15.2): the last two rows differ by less than that.
+
+A ``py-spy`` profile of one WebRTC call before 3e96f8a (all threads, 45 s): Piper
 26 % of the samples; the executor thread that encoded each frame and aiortc's decoder
 thread mostly waiting and waking (their hops, ``ThreadPoolExecutor.submit`` and the
 loop's self-pipe, on the loop side); Opus itself, SRTP, resampling and the adapter's own
-per-frame Python each 1-2 %.
+per-frame Python each 1-2 %. One at 250f616 (``--only webrtc``, 38 s, 200 Hz, load ~4;
+py-spy samples wall time, so a thread waiting for a core counts where it waits): Piper
+40 %, Silero 8 %, Smart Turn 5 % (both transports pay these); the RTP sender 12 % (its
+UDP ``sendto`` 8 %, but the whole process spent only 0.3-0.5 s per call in the kernel:
+mostly waiting for a core), ``MonoOpusEncoder`` 1.8 %; the receive path 4 % (the
+``InputGuard`` 1.5 %, a third of it averaging the stereo decode, Opus decode 0.6 %);
+reply chunks resampled to 48 kHz 1.4 %.
 """
 
 from __future__ import annotations

@@ -1,5 +1,7 @@
-"""The reply track's Opus: mono packets decode to the audio aiortc's stereo encoder sent,
-and silence, once settled, is sent without encoding it, the packets unchanged."""
+"""The server's Opus. The reply track's: mono packets decode to the audio aiortc's stereo
+encoder sent, and silence, once settled, is sent without encoding it, the packets
+unchanged. The receive path's: the caller's packets decode to mono, the samples the
+stereo decoder's channels held (a mono stream) or their mean (a stereo one)."""
 
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ import av
 import numpy as np
 from aiortc.codecs.opus import OpusDecoder, OpusEncoder
 from aiortc.jitterbuffer import JitterFrame
-from voxflow_adapters.webrtc.opus import SILENT_REPEATS, MonoOpusEncoder
+from voxflow_adapters.webrtc.opus import SILENT_REPEATS, MonoOpusDecoder, MonoOpusEncoder
 from voxflow_adapters.webrtc.outbound import FRAME_SAMPLES, OutboundAudio, ReplyTrack
 from voxflow_voice.audio import ReplyChunk
 
@@ -136,3 +138,49 @@ async def test_the_track_reuses_settled_silence_and_encodes_a_reply_at_once() ->
     assert [p.pts for p in packets] == [i * FRAME_SAMPLES for i in range(idle + 10)]
     every = MonoOpusEncoder()
     assert [bytes(p) for p in packets] == [every.encode(pcm) for pcm in frames]
+
+
+def _speech_frames(seconds: float) -> list[bytes]:
+    """Speech-like frames with silence around them, as s16 mono bytes."""
+    audio = np.concatenate([np.zeros(9600, np.float32), _reply(seconds),
+                            np.zeros(9600, np.float32)])
+    pcm = (np.clip(audio, -1, 1) * 32767).astype(np.int16)
+    return [pcm[i:i + FRAME_SAMPLES].tobytes() for i in range(0, pcm.size, FRAME_SAMPLES)]
+
+
+def _mono_decoded(packets: list[bytes]) -> np.ndarray:
+    """What the receive path's decoder gives, as floats."""
+    decoder = MonoOpusDecoder()
+    out = []
+    for i, payload in enumerate(packets):
+        (frame,) = decoder.decode(JitterFrame(data=payload, timestamp=i * FRAME_SAMPLES))
+        assert (frame.layout.name, frame.format.name, frame.sample_rate) == ("mono", "s16",
+                                                                             48_000)
+        assert frame.pts == i * FRAME_SAMPLES  # stamped as aiortc's decoder stamps it
+        out.append(frame.to_ndarray().reshape(-1))
+    return np.concatenate(out).astype(np.float64) / 32768.0
+
+
+def test_a_mono_stream_decodes_to_the_samples_the_stereo_decoder_gave_each_channel() -> None:
+    """A browser's microphone stream is mono: aiortc's stereo decoder gave each channel
+    a copy, which the receive path then averaged; the mono decoder gives the same
+    samples, one channel's worth of work."""
+    encoder = MonoOpusEncoder()
+    packets = [encoder.encode(pcm) for pcm in _speech_frames(1.0)]
+    stereo = _decoded(packets)
+    mono = _mono_decoded(packets)
+    assert np.array_equal(stereo[:, 0], stereo[:, 1])
+    assert np.array_equal(mono, stereo[:, 0])
+
+
+def test_a_stereo_stream_decodes_to_the_mean_of_its_channels() -> None:
+    """A stereo stream (aiortc's encoder, as the loopback caller sends): libopus's own
+    downmix is the mean of the two channels the stereo decoder gave, within a few
+    steps of s16 rounding."""
+    packets = _stereo_packets(_speech_frames(1.0))
+    stereo = _decoded(packets)
+    mean = stereo.mean(axis=1)
+    mono = _mono_decoded(packets)
+    assert mono.shape == mean.shape
+    assert np.sqrt(np.mean(mono**2)) > 0.05  # (the speech, not silence)
+    assert np.max(np.abs(mono - mean)) <= 4 / 32768.0

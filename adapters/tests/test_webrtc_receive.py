@@ -200,26 +200,29 @@ async def test_the_server_decodes_and_encodes_on_the_event_loop(
     """aiortc decodes in its own thread and hops every frame back onto the loop, and
     encodes through run_in_executor (thread switches every 20 ms, each way): the server
     decodes each packet where it is handled and encodes each frame in its track, with
-    aiortc's own decoder and the reply track's MonoOpusEncoder, and the session gets the
-    tone that was sent. (The caller keeps aiortc's threads: its decodes and encodes are
-    the ones off the loop.)"""
-    from aiortc.codecs.opus import OpusDecoder, OpusEncoder
-    from voxflow_adapters.webrtc.opus import MonoOpusEncoder
+    the receive path's MonoOpusDecoder (to mono: the caller's frames are no longer
+    decoded to stereo and averaged) and the reply track's MonoOpusEncoder, and the
+    session gets the tone that was sent. (The caller keeps aiortc's threads: its
+    decodes and encodes are the ones off the loop.)"""
+    from aiortc.codecs.opus import OpusEncoder
+    from voxflow_adapters.webrtc.opus import MonoOpusDecoder, MonoOpusEncoder
 
-    decode, encode, mono = OpusDecoder.decode, OpusEncoder.encode, MonoOpusEncoder.encode
+    decode, encode, mono = MonoOpusDecoder.decode, OpusEncoder.encode, MonoOpusEncoder.encode
     on_loop: list[bool] = []
     encoded_on_loop: list[bool] = []
     server_encoded_on_loop: list[bool] = []
 
-    def recorded(self: OpusDecoder, encoded: Any) -> Any:
-        on_loop.append(threading.current_thread() is threading.main_thread())
-        return decode(self, encoded)
+    def recorded(self: MonoOpusDecoder, encoded: Any) -> Any:
+        frames = decode(self, encoded)
+        on_loop.extend(threading.current_thread() is threading.main_thread()
+                       and f.layout.name == "mono" for f in frames)
+        return frames
 
     def recorded_encode(self: OpusEncoder, frame: Any, force_keyframe: bool = False) -> Any:
         encoded_on_loop.append(threading.current_thread() is threading.main_thread())
         return encode(self, frame, force_keyframe)
 
-    monkeypatch.setattr(OpusDecoder, "decode", recorded)
+    monkeypatch.setattr(MonoOpusDecoder, "decode", recorded)
     def recorded_mono(self: MonoOpusEncoder, pcm: bytes, *, silent: bool = False) -> bytes:
         server_encoded_on_loop.append(threading.current_thread() is threading.main_thread())
         return mono(self, pcm, silent=silent)
@@ -256,7 +259,8 @@ async def test_the_server_decodes_and_encodes_on_the_event_loop(
                     break
                 await asyncio.sleep(0.05)
             assert peers[0].statistics().frames_in == 30
-            assert sum(on_loop) == 30  # the server's 30 packets, each decoded on the loop
+            # the server's 30 packets, each decoded on the loop, to mono
+            assert len(on_loop) == 30 and all(on_loop)
             # the server's frames (silence until a reply), each on the loop
             assert server_encoded_on_loop and all(server_encoded_on_loop)
             assert encoded_on_loop and not any(encoded_on_loop)  # the caller's: executor

@@ -1,4 +1,5 @@
-"""The reply track's Opus encoder: mono, and each silent frame encoded once.
+"""The server's Opus: the reply track's encoder (mono, and each silent frame encoded
+once) and the receive path's decoder (mono).
 
 aiortc's ``OpusEncoder`` encodes stereo: every 20 ms mono frame of reply audio went
 through an ``AudioResampler`` (mono → stereo, a filter graph, and -3 dB on each channel:
@@ -19,6 +20,14 @@ is the state more silent frames would have left (measured over tones, noise and
 modulated tones with 20 or more: every packet after byte-identical to encoding every
 frame; with 15 or fewer, not), so the packets on the wire are the ones encoding every
 frame gives, and a reply's first frame waits for nothing.
+
+The caller's audio is wanted as 16 kHz mono. aiortc's ``OpusDecoder`` decodes every
+packet to stereo, which the receive path then averaged back to mono; a browser's
+microphone stream is mono (each channel of its stereo output a copy), so half of that
+work was for nothing. :class:`MonoOpusDecoder` asks libopus for one channel: a mono
+packet decodes to the samples either channel of the stereo output held, and a stereo
+packet to libopus's own downmix, the mean of its two channels within the codec's
+rounding (``test_webrtc_opus.py`` compares both against the stereo path).
 """
 
 from __future__ import annotations
@@ -28,8 +37,9 @@ import math
 
 import av
 import numpy as np
+from aiortc.jitterbuffer import JitterFrame
 
-__all__ = ["SILENT_REPEATS", "MonoOpusEncoder"]
+__all__ = ["SILENT_REPEATS", "MonoOpusDecoder", "MonoOpusEncoder"]
 
 SILENT_REPEATS = 50
 """Identical silent packets in a row (1 s) after which silence is no longer encoded."""
@@ -84,3 +94,23 @@ class MonoOpusEncoder:
             self._repeats = self._repeats + 1 if payload == self._last else 1
             self._last = payload
         return payload
+
+
+class MonoOpusDecoder:
+    """Decodes Opus packets (mono or stereo) to 48 kHz mono s16 frames; a drop-in for
+    aiortc's ``OpusDecoder`` in the receive path (the same ``decode``, the same ``pts``)."""
+
+    def __init__(self) -> None:
+        codec = av.CodecContext.create("libopus", "r")
+        codec.format = "s16"
+        codec.layout = "mono"
+        codec.sample_rate = _RATE
+        self._codec = codec
+
+    def decode(self, encoded: JitterFrame) -> list[av.AudioFrame]:
+        """The frames of one packet (``encoded.timestamp``: its pts, in samples)."""
+        packet = av.Packet(encoded.data)
+        packet.pts = encoded.timestamp
+        packet.time_base = _TIME_BASE
+        return [frame for frame in self._codec.decode(packet)
+                if isinstance(frame, av.AudioFrame)]

@@ -17,8 +17,9 @@ take it as it comes), so timing jitter costs it nothing; only order matters.
 * a packet older than one already passed on (too late, or a duplicate) is dropped and
   counted;
 * with ``on_frame`` (the server's calls), each packet released is decoded right there,
-  on the event loop, by the decoder aiortc would have used (the same class, so the
-  same frames), and handed to ``on_frame``: aiortc's decoder thread and the hops to it
+  on the event loop (Opus to mono: :class:`~voxflow_adapters.webrtc.opus.
+  MonoOpusDecoder`; another codec by the decoder aiortc would have used), and handed
+  to ``on_frame``: aiortc's decoder thread and the hops to it
   and back (a ``queue.Queue`` put, then ``run_coroutine_threadsafe`` onto the loop,
   then the track's queue: two thread switches and a loop wake-up for every 20 ms
   packet) cost the server more CPU than decoding the packet (~0.1 ms of Opus);
@@ -47,6 +48,8 @@ from aiortc.codecs import get_decoder
 from aiortc.jitterbuffer import JitterFrame
 from voxflow_voice.audio import AudioChunk
 from voxflow_voice.listen.input_guard import InputGuard
+
+from .opus import MonoOpusDecoder
 
 __all__ = [
     "MAX_RECEIVE_HOLD",
@@ -207,8 +210,9 @@ class _PassThrough:
 
 class _DecodeHere:
     """Stands in for aiortc's ``JitterBuffer`` and its decoder thread: each packet (in
-    order, from the window) is decoded at once by the decoder aiortc would have made for
-    its codec, and its frames go to ``on_frame``; nothing reaches the decoder thread.
+    order, from the window) is decoded at once (Opus to mono, another codec by the
+    decoder aiortc would have made for it), and its frames go to ``on_frame``; nothing
+    reaches the decoder thread.
 
     Frames are stamped as aiortc's decoder stamps them (``pts``: the RTP timestamp from
     the stream's first packet on), so :meth:`ReceiveTimings.frame_decoded` finds them.
@@ -234,7 +238,9 @@ class _DecodeHere:
             return False, None
         decoder = self._decoders.get(codec.mimeType)
         if decoder is None:
-            decoder = self._decoders[codec.mimeType] = get_decoder(codec)
+            decoder = self._decoders[codec.mimeType] = (
+                MonoOpusDecoder() if codec.mimeType.lower() == "audio/opus"
+                else get_decoder(codec))
         if self._first_ts is None:
             self._first_ts = packet.timestamp
         encoded = JitterFrame(data=packet._data,
