@@ -14,9 +14,8 @@ import os
 import sys
 import time
 from collections.abc import Callable, Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack
 from pathlib import Path
-from typing import Any
 from urllib.parse import urlsplit
 
 import numpy as np
@@ -39,12 +38,10 @@ AUTH = "phone-scale-out-auth-token"
 STALE = 2.0
 
 
-@contextmanager
 def phone_process(args: list[str], ready: str, env: dict[str, str], log: Path
-                  ) -> Iterator[Any]:
-    with flows.serve_process([VOXFLOW, "phone", "--host", "127.0.0.1", *args], cwd=ROOT,
-                             env=env, log=log, ready=ready, within=240) as proc:
-        yield proc
+                  ) -> flows.ServeCommand:
+    return flows.ServeCommand([VOXFLOW, "phone", "--host", "127.0.0.1", *args], cwd=ROOT,
+                              env=env, log=log, ready=ready, within=240)
 
 
 def speech_wav(engines: VoiceEngines, text: str, path: Path) -> Path:
@@ -91,14 +88,15 @@ def test_a_phone_call_goes_on_with_its_history_on_another_worker_after_a_kill_9(
     hours = speech_wav(engines, "What are your opening hours?", tmp_path / "hours.wav")
     story = speech_wav(engines, "Tell me a story.", tmp_path / "story.wav")
     with ExitStack() as stack:
-        workers = {name: stack.enter_context(phone_process(
-            ["--worker", "--port", str(port), "--max-calls", "2", "--stale-after",
-             str(STALE)], "is ready", env, tmp_path / f"{name}.log"))
-            for name, port in ports.items()}
-        stack.enter_context(phone_process(
-            ["--front-door", "--port", str(door_port), "--stale-after", str(STALE),
-             "--offer-timeout", "15"], "front door is listening", env,
-            tmp_path / "door.log"))
+        # (started at once: their model loading overlaps)
+        *started, _ = stack.enter_context(flows.serve_processes(
+            *(phone_process(["--worker", "--port", str(port), "--max-calls", "2",
+                             "--stale-after", str(STALE)], "is ready", env,
+                            tmp_path / f"{name}.log") for name, port in ports.items()),
+            phone_process(["--front-door", "--port", str(door_port), "--stale-after",
+                           str(STALE), "--offer-timeout", "15"], "front door is listening",
+                          env, tmp_path / "door.log")))
+        workers = dict(zip(ports, started, strict=True))
 
         def worker_of(carrier: SimulatedCarrier) -> str:
             port = urlsplit(carrier.stream_url).port

@@ -1,13 +1,20 @@
 """``voxflow_adapters.testkit.flows.serve_process``: a server subprocess started, waited for until
-it says it listens, and stopped; its deadline holds even for a process that prints nothing."""
+it says it listens, and stopped; its deadline holds even for a process that prints nothing.
+``serve_processes``: several started at once."""
 
 from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
-from voxflow_adapters.testkit.flows import ServeStartError, serve_process
+from voxflow_adapters.testkit.flows import (
+    ServeCommand,
+    ServeStartError,
+    serve_process,
+    serve_processes,
+)
 
 pytestmark = pytest.mark.unit
 
@@ -43,3 +50,33 @@ def test_a_process_that_exits_first_is_reported_with_its_log(tmp_path: Path) -> 
     with pytest.raises(ServeStartError, match=r"dying exited 3 .*no such flow: x\.py"), \
             serve_process(dying, log=log, within=120, name="dying"):
         pass
+
+
+def test_processes_start_at_once_and_are_yielded_in_order(tmp_path: Path) -> None:
+    """Each says it is ready only once the other has started (a file each writes first):
+    started one after the other, the first would never be ready."""
+    first, second = tmp_path / "first", tmp_path / "second"
+
+    def waits_for(mine: Path, other: Path) -> list[str]:
+        return python(f"import pathlib, time\npathlib.Path({str(mine)!r}).touch()\n"
+                      f"while not pathlib.Path({str(other)!r}).exists(): time.sleep(0.05)\n"
+                      "print('ready', flush=True)\ntime.sleep(600)")
+
+    with serve_processes(ServeCommand(waits_for(first, second), ready="ready", within=60),
+                         ServeCommand(waits_for(second, first), ready="ready",
+                                      within=60)) as procs:
+        assert [p.poll() for p in procs] == [None, None]
+        assert len({p.pid for p in procs}) == 2
+    assert all(p.returncode is not None for p in procs)  # both stopped
+
+
+def test_one_process_that_fails_to_start_stops_the_others(tmp_path: Path) -> None:
+    server = python("print('listening', flush=True)\nimport time; time.sleep(600)")
+    dying = python("import sys; sys.stderr.write('bad flag'); sys.exit(2)")
+    started: list[Any] = []
+    with pytest.raises(ServeStartError, match=r"dying exited 2 .*bad flag"), \
+            serve_processes(ServeCommand(server, within=120),
+                            ServeCommand(dying, log=tmp_path / "d.log", within=120,
+                                         name="dying")) as procs:
+        started.extend(procs)  # (not reached)
+    assert started == []

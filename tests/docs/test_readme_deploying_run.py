@@ -84,27 +84,31 @@ def test_the_many_workers_block_serves_a_call_as_written(
     door = next(line for line in lines if "--front-door" in line)
     assert f"--port {port}" in own_port(door, port)
     with ExitStack() as stack:
-        started = []
+        started: dict[int, subprocess.Popen[str]] = {}
+        servers: dict[int, flows.ServeCommand] = {}
         for n, line in enumerate(lines):
             argv = ["bash", "-c", f"exec {own_port(line, port)}"]  # the line, as the shell runs it
             role = next((r for r in READY if r in line), None)
             if role is None:  # voxflow jobs worker: it says nothing when ready
                 log = stack.enter_context((tmp_path / f"{n}.log").open("w"))
-                proc = subprocess.Popen(argv, cwd=tmp_path, env=env, stdout=log,
-                                                stderr=log, text=True)
-                stack.callback(stop, proc)
+                started[n] = subprocess.Popen(argv, cwd=tmp_path, env=env, stdout=log,
+                                              stderr=log, text=True)
+                stack.callback(stop, started[n])
             else:
-                proc = stack.enter_context(flows.serve_process(
+                servers[n] = flows.ServeCommand(
                     argv, cwd=tmp_path, env=env, log=tmp_path / f"{n}.log",
-                    ready=READY[role], stop=signal.SIGTERM, name=line))
-            started.append(proc)
+                    ready=READY[role], stop=signal.SIGTERM, name=line)
+        # the servers started at once, as the block's lines run side by side
+        procs = stack.enter_context(flows.serve_processes(*servers.values()))
+        started |= dict(zip(servers, procs, strict=True))
+        running = [started[n] for n in range(len(lines))]
 
         async def call() -> None:
             async with LoopbackCaller(f"http://127.0.0.1:{port}", TOKEN) as caller:
                 hello = await caller.wait_message("hello", within=60)
                 assert hello["session_id"]
                 worker = int(str(caller.call_id).split(":")[1])  # host:pid:…
-                assert worker in {p.pid for p, line in zip(started, lines, strict=True)
+                assert worker in {p.pid for p, line in zip(running, lines, strict=True)
                                   if "--worker" in line}  # exec: the pid is voxflow's
                 caller.say(say(engines, "Where is my order?"))
                 await caller.wait_message("reply_done", within=120)
@@ -121,7 +125,7 @@ def test_the_many_workers_block_serves_a_call_as_written(
                 await caller.wait_message("bye", within=30)
 
         asyncio.run(call())
-        for proc, line in zip(started, lines, strict=True):
+        for proc, line in zip(running, lines, strict=True):
             assert proc.poll() is None, f"{line!r} exited {proc.returncode}"
 
 

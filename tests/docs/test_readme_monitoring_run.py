@@ -180,6 +180,7 @@ def test_the_monitoring_block_serves_a_call_prometheus_reads_back(
     api = PrometheusApi(f"http://127.0.0.1:{prometheus_port}")
     instance = {}
     with ExitStack() as stack:
+        servers: list[flows.ServeCommand] = []
         for n, line in enumerate(starts):
             argv = ["bash", "-c", f"exec {own(line)}"]  # the line, as the shell runs it
             role = next((r for r in READY if r in line), None)
@@ -188,13 +189,14 @@ def test_the_monitoring_block_serves_a_call_prometheus_reads_back(
                 proc = subprocess.Popen(argv, cwd=tmp_path, env=env, stdout=log, stderr=log,
                                         text=True)
                 stack.callback(stop, proc)
-            else:
-                proc = stack.enter_context(flows.serve_process(
+            else:  # (started below, at once)
+                servers.append(flows.ServeCommand(
                     argv, cwd=tmp_path, env=env, log=tmp_path / f"{n}.log",
                     ready=READY[role], stop=signal.SIGTERM, name=line))
             if line.startswith("voxflow "):
                 port = mapped[re.search(r"--metrics-port (\d+)", line).group(1)]  # type: ignore[union-attr]
                 instance[role or "jobs"] = f"127.0.0.1:{port}"
+        stack.enter_context(flows.serve_processes(*servers))
         for where in instance.values():
             wait_until(lambda w=where: get(f"http://{w}/ready")[0] == 200, 120,  # type: ignore[misc]
                        f"{where}/ready")

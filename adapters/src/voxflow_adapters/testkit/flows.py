@@ -20,7 +20,8 @@ voxflow's own adapter tests and benchmarks use, and the helpers they check calls
   serves), started and waited for until it says it listens, stopped on exit; with
   :func:`free_port` to give it a port. For tests and benchmarks that kill (``-9``) or
   pause (``SIGSTOP``) a server under a :class:`~voxflow_adapters.webrtc.client.LoopbackCaller`
-  or a browser.
+  or a browser; :func:`serve_processes` starts several at once (:class:`ServeCommand`
+  each), their start-ups overlapping.
 
 Example::
 
@@ -47,6 +48,7 @@ import socket
 import subprocess
 import threading
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
@@ -68,12 +70,14 @@ __all__ = [
     "ACKNOWLEDGEMENT",
     "SHORT_STORY",
     "STORY",
+    "ServeCommand",
     "ServeStartError",
     "Teller",
     "free_port",
     "gate_frames",
     "played_words",
     "serve_process",
+    "serve_processes",
     "words",
     "words_within",
 ]
@@ -269,6 +273,20 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(s.getsockname()[1])
 
 
+@dataclass(frozen=True)
+class ServeCommand:
+    """A server process for :func:`serve_processes`: the arguments of :func:`serve_process`."""
+
+    argv: Sequence[str]
+    cwd: str | Path | None = None
+    env: Mapping[str, str] | None = None
+    log: Path | None = None
+    ready: str = "listening"
+    within: float = 180.0
+    stop: signal.Signals = signal.SIGKILL
+    name: str | None = None
+
+
 @contextlib.contextmanager
 def serve_process(
     argv: Sequence[str], *, cwd: str | Path | None = None, env: Mapping[str, str] | None = None,
@@ -297,19 +315,51 @@ def serve_process(
     Raises:
         ServeStartError: it exited, or said nothing with ``ready`` within ``within`` s.
     """
-    label = name if name is not None else " ".join(map(str, argv))
+    command = ServeCommand(argv, cwd=cwd, env=env, log=log, ready=ready, within=within,
+                           stop=stop, name=name)
+    with serve_processes(command) as [proc]:
+        yield proc
+
+
+@contextlib.contextmanager
+def serve_processes(*commands: ServeCommand) -> Iterator[list[subprocess.Popen[str]]]:
+    """Start every server process of ``commands`` at once, then wait until each one said
+    it is ready (their start-ups, model loading included, overlap); yield them in the
+    order given, then stop each one as :func:`serve_process` does (the last one first).
+
+    Raises:
+        ServeStartError: one of them exited, or said nothing with its ``ready`` within
+            its ``within`` s (the others are stopped).
+    """
+    with contextlib.ExitStack() as stack:
+        procs = [stack.enter_context(_started(command)) for command in commands]
+        for command, proc in zip(commands, procs, strict=True):
+            _wait_ready(proc, command.ready, command.within, _label(command), command.log)
+        yield procs
+
+
+def _label(command: ServeCommand) -> str:
+    return command.name if command.name is not None else " ".join(map(str, command.argv))
+
+
+@contextlib.contextmanager
+def _started(command: ServeCommand) -> Iterator[subprocess.Popen[str]]:
+    """The process of ``command``, started; stopped on exit (continued, sent its ``stop``,
+    killed if it has not ended 30 s later)."""
+    env = command.env
     with contextlib.ExitStack() as files:
+        log = command.log
         err: Any = files.enter_context(log.open("w")) if log is not None else subprocess.DEVNULL
-        proc = subprocess.Popen(list(argv), cwd=cwd, env=None if env is None else dict(env),
+        proc = subprocess.Popen(list(command.argv), cwd=command.cwd,
+                                env=None if env is None else dict(env),
                                 stdout=subprocess.PIPE, stderr=err, text=True)
     try:
-        _wait_ready(proc, ready, within, label, log)
         yield proc
     finally:
         if proc.poll() is None:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(proc.pid, signal.SIGCONT)
-                proc.send_signal(stop)
+                proc.send_signal(command.stop)
         try:
             proc.wait(timeout=30)
         except subprocess.TimeoutExpired:
