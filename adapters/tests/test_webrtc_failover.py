@@ -1,7 +1,10 @@
 """Failover across processes: a serve process dies (kill -9) or is paused (SIGSTOP) in the
 middle of a reply; another one, on the same database, takes the call over when the
-caller reconnects with its resume token. Real aiortc caller, real models, real SQLite
-and PostgreSQL (the PostgreSQL half skips with its reason when no server answers)."""
+caller reconnects with its resume token. Real aiortc caller, real models, real SQLite.
+On PostgreSQL the same two scenarios run through a front door and call workers in
+``test_call_dispatch_processes.py`` (kill -9 mid-reply: the reply cut at what was heard,
+each turn stored once, the lease taken over once; SIGSTOP: the woken owner's write
+refused, nothing of it stored), so they run here on SQLite only."""
 
 from __future__ import annotations
 
@@ -25,7 +28,8 @@ from voxflow_adapters.webrtc.client import LoopbackCaller
 from voxflow_voice.audio import AudioChunk
 from voxflow_voice.engines import VoiceEngines
 
-pytestmark = pytest.mark.models
+pytestmark = [pytest.mark.models,
+              pytest.mark.parametrize("make_store", ["sqlite"], indirect=True)]
 
 ROOT = Path(__file__).resolve().parents[2]
 TOKEN = "failover-test-token"
@@ -35,15 +39,19 @@ def where_of(store: Any) -> str:
 
 
 @contextmanager
-def serve_process(
-    tmp_path: Path, where: str, name: str
-) -> Iterator[tuple[str, subprocess.Popen[str], Path]]:
-    """A serve process on ``where``: (its base URL, the process, its stderr log)."""
-    port = free_port()
-    log = tmp_path / f"{name}.log"
-    with flows.serve_process(store_server.command(port, TOKEN, where), cwd=ROOT, log=log,
-                               name=name) as proc:
-        yield f"http://127.0.0.1:{port}", proc, log
+def two_servers(
+    tmp_path: Path, where: str
+) -> Iterator[list[tuple[str, subprocess.Popen[str], Path]]]:
+    """Two serve processes on ``where``, "a" and "b", started at once: each as (its base
+    URL, the process, its stderr log)."""
+    ports = {"a": free_port(), "b": free_port()}
+    logs = {name: tmp_path / f"{name}.log" for name in ports}
+    with flows.serve_processes(*(
+        flows.ServeCommand(store_server.command(port, TOKEN, where), cwd=ROOT,
+                           log=logs[name], name=name) for name, port in ports.items()
+    )) as procs:
+        yield [(f"http://127.0.0.1:{port}", proc, logs[name])
+               for (name, port), proc in zip(ports.items(), procs, strict=True)]
 
 
 def say(engines: VoiceEngines, text: str) -> AudioChunk:
@@ -121,8 +129,7 @@ def test_a_call_resumes_on_another_process_after_a_kill_9_mid_reply(
     store = make_store("failover")
     store.check_writable()
     where = where_of(store)
-    with serve_process(tmp_path, where, "a") as (url_a, proc_a, _), \
-            serve_process(tmp_path, where, "b") as (url_b, _, _):
+    with two_servers(tmp_path, where) as [(url_a, proc_a, _), (url_b, _, _)]:
 
         async def call() -> str:
             caller, session_id, saved = await story_heard_on(url_a, engines, store)
@@ -163,8 +170,7 @@ def test_a_paused_owner_resumed_after_the_takeover_writes_nothing(
     store = make_store("zombie")
     store.check_writable()
     where = where_of(store)
-    with serve_process(tmp_path, where, "a") as (url_a, proc_a, log_a), \
-            serve_process(tmp_path, where, "b") as (url_b, _, _):
+    with two_servers(tmp_path, where) as [(url_a, proc_a, log_a), (url_b, _, _)]:
 
         async def call() -> None:
             caller, session_id, _ = await story_heard_on(url_a, engines, store)
