@@ -213,6 +213,13 @@ class PhoneServer:
         serializer: the carrier's wire format (Twilio if None).
         admission: decides which calls are taken (one from ``settings.max_calls`` and
             ``settings.p95_target_ms`` if None; make it once the engines are loaded).
+            Its prior, the cost of a call before one is measured, is derived for the
+            simulated transport's dense caller
+            (:data:`~voxflow_adapters.hosting.call_cost.DENSE_CALLER`): the phone
+            transport's own per-packet work (the media WebSocket's JSON and base64,
+            8 kHz mu-law coding and resampling) was never measured and is not in it, so
+            the prior under-states a phone call by that much until the meter has
+            measured this process's calls.
         on_call: called with each started call's transport and call (tests).
     """
 
