@@ -39,13 +39,15 @@ ab222c9: aiortc's decoder thread, executor  16.1 % (6.7 s)    22.7 % (9.8 s)    
 3e96f8a: decode and encode on the loop      15.8 % (6.5 s)    20.2 % (8.5 s)     +4.4    1.3-3.1
 250f616: reply encoded mono (*)             14.3 % (6.3 s)    18.6 % (8.1 s)     +4.3    3.9-6.8
 caller's audio decoded mono (*)             13.6 % (5.9 s)    17.0 % (8.1 s)     +3.3    3.5-6.6
+99cfcc8 (the same code), a second run (*)   13.3 % (5.5 s)    18.5 % (7.6 s)     +5.2    1.3-3.6
 ==========================================  ================  =================  ======  =======
 
 (*) with the callers that hear every reply whole (the rows above them may hold cut
 replies: then the two kinds did different work). Every run of both: 28.3-28.9 s of reply
 audio played, 3/3 replies whole, 0.1-0.5 s of the CPU in the kernel. At load 3.5-6.8 on
 2 cores the runs of one kind spread by 2-3 points (webrtc 15.8-19.0, simulated
-12.7-15.2): the last two rows differ by less than that.
+12.7-15.2), and the gap of one run by as much (the last two rows, the same code): the
+decoder's change is within that noise; the gap stands at 3-5 points, not yet <= 3.
 
 A ``py-spy`` profile of one WebRTC call before 3e96f8a (all threads, 45 s): Piper
 26 % of the samples; the executor thread that encoded each frame and aiortc's decoder
