@@ -84,6 +84,31 @@ def test_cpu_spent_before_the_meter_was_made_is_no_calls_cost() -> None:
     assert meter.cost().per_call == pytest.approx(0.1)
 
 
+def test_cpu_spent_before_a_restart_is_not_the_processs_idle_cost() -> None:
+    machine = Machine()
+    meter = meter_on(machine, window_seconds=2.0, smoothing=1.0)
+    machine.run(4.9, cpu_rate=0.7)  # litellm's import after the meter was made
+    meter.restart()
+    machine.run(2.0, cpu_rate=0.0)  # no call, nothing running
+    assert meter.cost().idle == 0.0
+    meter.call_started()
+    machine.run(2.0, cpu_rate=0.14)
+    assert meter.cost().per_call == pytest.approx(0.14)  # not 0.14 less a 0.7 "idle"
+
+
+async def test_watch_loop_begins_a_fresh_cpu_window() -> None:
+    machine = Machine()
+    meter = meter_on(machine, window_seconds=2.0, smoothing=1.0)
+    machine.run(4.9, cpu_rate=0.7)  # start-up work before the owner starts the watch
+    probe = asyncio.get_running_loop().create_task(meter.watch_loop(interval=60.0))
+    await asyncio.sleep(0)  # the watch starts
+    probe.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await probe
+    machine.run(2.0, cpu_rate=0.01)
+    assert meter.cost().idle == pytest.approx(0.01)
+
+
 def test_the_estimate_follows_the_recent_windows_smoothly() -> None:
     machine = Machine()
     meter = meter_on(machine, window_seconds=1.0, smoothing=0.5, min_call_seconds=1.0)

@@ -371,3 +371,32 @@ async def test_the_server_listens_only_once_litellm_is_loaded(
     async with serving(engines):
         pass
     assert order == ["litellm loaded", "listening"]
+
+
+async def test_litellm_loaded_by_start_is_not_the_servers_idle_cpu(
+    engines: VoiceEngines, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The admission's meter is made with the server, before start() loads litellm
+    (seconds of CPU): taken as the idle cost, it was subtracted from every call's, the
+    cost per call walked towards 0 and the slots past what the cores hold."""
+    from voxflow_adapters.webrtc import server as server_module
+
+    now, cpu = [0.0], [0.0]  # the meter's clock and the process's CPU seconds
+    meter = CallCostMeter(CostSettings(window_seconds=2.0, smoothing=1.0), cores=2,
+                          cpu_time=lambda: cpu[0], machine_time=lambda: None,
+                          clock=lambda: now[0])
+    loaded = server_module.preload
+
+    async def preload() -> Any:
+        result = await loaded()
+        now[0] += 4.9  # litellm's import: 3.4 s of CPU in 4.9 s
+        cpu[0] += 3.4
+        return result
+
+    monkeypatch.setattr(server_module, "preload", preload)
+    settings = ServerSettings(port=0, peer=PeerSettings(ice_host_addresses=("127.0.0.1",)))
+    async with WebRtcServer(assistant_call_factory(), engines, settings=settings,
+                            admission=AdmissionController(meter=meter)):
+        now[0] += 2.0  # a window with no call, and no CPU
+        idle = meter.cost().idle
+    assert idle == 0.0

@@ -202,7 +202,8 @@ class Admission:
 class AdmissionController:
     """Admits calls while the process has headroom (thread-safe).
 
-    Make it once the engines are loaded: the meter counts CPU time from then on.
+    The meter counts CPU time from when its :meth:`CallCostMeter.watch_loop` starts (its
+    owner starts it once the engines and litellm are loaded).
 
     Args:
         settings: the upper bound, the cost measurement and the latency targets.

@@ -10,9 +10,11 @@ listeners). :class:`CallCostMeter` learns it from the calls this process runs:
   divided by the call-seconds run in the window (the area under the live-calls curve,
   kept exactly from :meth:`CallCostMeter.call_started` / :meth:`CallCostMeter.call_ended`).
   The process's own idle cost (heartbeat, event loop: a window with no call) is measured
-  too and subtracted first. Time before the meter was made is never counted: make it
-  once the engines and litellm are loaded (their one-time start-up, a few seconds of
-  CPU, is no call's cost), as ``voxflow serve`` does.
+  too and subtracted first. Time before the meter was made, or before its
+  :meth:`CallCostMeter.watch_loop` started (:meth:`CallCostMeter.restart`), is never
+  counted: the engines' and litellm's one-time start-up, a few seconds of CPU, is
+  neither a call's cost nor the process's idle one (``WebRtcServer.start()`` loads
+  litellm, then starts the watch).
 * **from a prior, slowly**: the estimate starts at the *prior*, the cost of a call
   derived from this machine's models (:func:`derived_call_cost`: the real-time factors
   the engines' warm-up measured, :class:`~voxflow_voice.engines.rates.WarmUpRates`,
@@ -294,16 +296,30 @@ class CallCostMeter:
 
     async def watch_loop(self, interval: float = LAG_PROBE_INTERVAL) -> None:
         """Probe the running loop's lag every ``interval`` seconds until cancelled (its
-        owner runs it as a task, on the loop the calls run on), and close each CPU
+        owner runs it as a task, on the loop the calls run on, once it has loaded what
+        it loads: the CPU window restarts here, :meth:`restart`), and close each CPU
         window when it is due, whether or not anyone looks at the cost."""
         if not 0 < interval < float("inf"):
             raise ValueError("interval must be a positive, finite number of seconds")
         loop = asyncio.get_running_loop()
+        self.restart()
         while True:
             asked = loop.time()
             await asyncio.sleep(interval)
             self.record_loop_lag(max(0.0, loop.time() - asked - interval))
             self.tick()
+
+    def restart(self) -> None:
+        """Begin the current CPU window now, forgetting the CPU and call-seconds of its
+        part so far (the figures of closed windows stay): start-up work since the meter
+        was made (litellm's import, a model loaded) would otherwise be taken as the
+        process's idle cost, and subtracted from every call's."""
+        with self._lock:
+            now = self._clock()
+            self._window_start, self._marked = now, now
+            self._window_cpu = self._cpu_time()
+            self._window_machine = self._machine_time()
+            self._call_seconds = 0.0
 
     def tick(self) -> None:
         """Close the CPU window if it is due (:meth:`cost` does it too): windows of

@@ -217,6 +217,7 @@ class WebRtcServer(SignalingServer):
         16-30 % of frames more than 20 ms late, p95 1.3-2.5 s, against 0.1 % and 1.0 s
         with it loaded first)."""
         await preload()
+        self.admission.meter.restart()  # (litellm's import is not the process's idle CPU)
         if self._lag_task is None:
             self._lag_task = asyncio.get_running_loop().create_task(
                 self.watch_loop(), name="admission.loop-lag")
