@@ -198,3 +198,19 @@ def test_any_recorded_values_keep_load_consistent(values: list[float]) -> None:
     slow = expected is not None and expected > 1000.0
     assert load.accepting == (not slow) == (load.reason is None)
     assert load.headroom == (0 if slow else 3)
+
+
+def test_a_meter_and_rates_other_than_its_own_are_refused() -> None:
+    """The prior comes from the meter's rates, Load.model_rtf from the controller's: two
+    ModelRates would report two machines."""
+    from voxflow_adapters.hosting.call_cost import CallCostMeter
+    from voxflow_voice.engines.rates import ModelRates
+
+    rates = ModelRates()
+    meter = CallCostMeter(rates=rates)
+    with pytest.raises(ValueError, match=r"meter\.rates"):
+        AdmissionController(meter=meter, rates=ModelRates())
+    with pytest.raises(ValueError, match=r"meter\.rates"):
+        AdmissionController(meter=CallCostMeter(), rates=rates)
+    assert AdmissionController(meter=meter, rates=rates).rates is rates
+    assert AdmissionController(meter=meter).rates is rates

@@ -215,7 +215,11 @@ class AdmissionController:
             :meth:`CallCostMeter.watch_loop` is run by the controller's owner.
         rates: the engines' real-time factors (``VoiceEngines.rates``): the prior cost
             of a call is derived from their warm-up's, and :class:`Load` shows the
-            recent ones.
+            recent ones (default: ``meter.rates``; with a meter, its own or none).
+
+    Raises:
+        ValueError: ``meter`` and ``rates`` are both given, and ``rates`` is not
+            ``meter.rates``.
     """
 
     def __init__(
@@ -229,6 +233,9 @@ class AdmissionController:
             raise TypeError(f"meter must be a CallCostMeter, got {type(meter).__name__}")
         if rates is not None and not isinstance(rates, ModelRates):
             raise TypeError(f"rates must be ModelRates, got {type(rates).__name__}")
+        if meter is not None and rates is not None and meter.rates is not rates:
+            raise ValueError("rates must be the meter's own (meter.rates): the prior would "
+                             "come from one ModelRates, Load.model_rtf from another")
         self.settings = settings if settings is not None else AdmissionSettings()
         self.rates = rates if rates is not None else meter.rates if meter is not None else None
         self.meter = meter if meter is not None else CallCostMeter(self.settings.cost,
