@@ -44,22 +44,24 @@ seconds (a 2 s EWMA from no prior), 13 admitted at 3,578 / 5,594 ms (load 2.6 ->
 The prior from the models (issue 36 item 4): the engines' warm-up measures each model's
 CPU real-time factor and ``call_cost.derived_call_cost`` makes the cost of a dense call
 from them; the run prints both, and the CPU per call measured. On this machine (Dec 5,
-load ~4: other processes kept 1.3-1.5 of the 2 cores busy): STT 0.071-0.081, TTS
-0.089-0.090, VAD 0.004 CPU s per s of a 2.6 s question (0.7 s of CPU in all), a derived
-prior of 19.8-20.1 % of a core, where ``--calls 1,5 --turns 2`` measured 16.0 % (1
-call) and 11.0 % (5 calls) per call: the prior is above the measured cost, as a prior
-should be (Piper's factor on the short question is above the 0.058 of a 9.6 s reply, so
-the overhead scaled by it is too). ``--offered 24 --turns 2`` before (the fixed 28 %)
-and after, back to back, one run each (load 3.7 -> 4.3, partly this session's own
-tests): 4 admitted, 20 refused each time: the other processes' cores, measured from the
-first 2 s window, set the slots in both (``70% of its 2 cores less the 1.3 other
-processes keep busy hold 2``), so the prior changed no admission, and the two runs' p95
-(both above 1 s) differ by the other load, not by the prior: no before/after figure.
+load ~4: other processes kept 1.3-1.5 of the 2 cores busy), two runs: STT 0.071-0.081,
+TTS 0.089-0.090, VAD 0.004 CPU s per s of a 2.6 s question (0.7 s of CPU in all), a
+derived prior of 19.8-20.1 % of a core with the overhead then scaled by TTS / 0.058
+(since calibrated on the warm-up's own reference figure, 0.087: ~16 % for these
+factors), where ``--calls 1,5 --turns 2`` measured 16.0 % (1 call) and 11.0 % (5
+calls) per call in one run: the prior is above the measured cost, as a prior should be
+(Piper's factor on the short question is above the 0.058 of a 9.6 s reply).
+``--offered 24 --turns 2`` before (the fixed 28 %) and after, back to back, one run each
+(load 3.7 -> 4.3, partly this session's own tests): 4 admitted, 20 refused each time:
+the other processes' cores, measured from the first 2 s window, set the slots in both
+(``70% of its 2 cores less the 1.3 other processes keep busy hold 2``), so the prior
+changed no admission, and the two runs' p95 (both above 1 s) differ by the other load,
+not by the prior: no before/after figure.
 Again, one run each with nothing of this session running (load 1.4 -> 3.1): before 4
-admitted, 20 refused; after (derived prior 19.0 %, measured 12.4 % a call) 7 admitted,
-17 refused; p95 1,825 and 1,846 ms, both above 1 s. The calls offered in the first 2 s
-are admitted on the prior alone, before a window has measured the other processes or a
-call, and the lower prior admits more of them (7 for 4).
+admitted, 20 refused; after (derived prior 19.0 %, the old calibration, measured 12.4 %
+a call) 7 admitted, 17 refused; p95 1,825 and 1,846 ms, both above 1 s. The calls
+offered in the first 2 s are admitted on the prior alone, before a window has measured
+the other processes or a call, and the lower prior admits more of them (7 for 4).
 
 One process loads the real models once (tiny.en, Piper, Silero: ``VoiceEngines.load()``)
 and runs N calls at once, each a :class:`~voxflow_adapters.testkit.simulated.SimulatedClient` on

@@ -57,7 +57,8 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 from voxflow_voice.engines.rates import ModelRates, WarmUpRates
 
-__all__ = ["DENSE_CALLER", "LAG_PROBE_INTERVAL", "UNMEASURED_CALL_COST", "WEBRTC_CALLER",
+__all__ = ["DENSE_CALLER", "LAG_PROBE_INTERVAL", "REFERENCE_WARM_UP_TTS_RTF",
+           "UNMEASURED_CALL_COST", "WEBRTC_CALLER",
            "CallCost", "CallCostMeter", "CallProfile", "CostSettings", "available_cores",
            "derived_call_cost", "machine_busy_seconds"]
 
@@ -65,6 +66,14 @@ UNMEASURED_CALL_COST = 0.28
 """The prior when nothing was measured, not even the models (engines that were never
 warmed up: :meth:`~voxflow_voice.engines.VoiceEngines.warm_up`): the share of a core a
 WebRTC call was measured to cost (24-28 %, ``webrtc_load.py``)."""
+
+REFERENCE_WARM_UP_TTS_RTF = 0.087
+"""Piper's CPU real-time factor as :meth:`~voxflow_voice.engines.VoiceEngines.warm_up`
+measures it on the reference machine (the 2-core development machine of
+:class:`CallProfile`'s figures, Dec 5): the median of 5 warm-ups, each in a fresh
+process after ``VoiceEngines.load()`` (the bundled voice, tiny.en, Silero; flock'd,
+load 3.6-3.8): TTS 0.083-0.099 (median 0.087), STT 0.070-0.082 (0.075), VAD
+0.0038-0.0060 (0.0040) CPU s per s of the 2.6 s question."""
 
 LAG_PROBE_INTERVAL = 0.1
 """Seconds between two event-loop lag probes of :meth:`CallCostMeter.watch_loop`."""
@@ -102,9 +111,14 @@ class CallProfile(BaseModel):
 
     The defaults are :data:`DENSE_CALLER`, ``benchmarks/capacity.py``'s caller as
     ``benchmarks/cpu_budget.py`` measured it (README, Dec 4: a 3 s question every 13.6 s,
-    a 9.6 s reply; Piper 58 ms of CPU per s of reply, Whisper tiny.en 122 ms per turn,
-    Silero 89 us per 32 ms frame; the whole call 13.0 % of a core, 7.5 % of it neither
-    model nor codec).
+    a 9.6 s reply; the whole call 13.0 % of a core, 7.5 % of it neither model nor codec).
+    The models' shares are multiplied by the *warm-up's* real-time factors, measured on a
+    ~2.6 s sentence: above a long reply's (on the reference machine Piper 0.087 at warm-up
+    against 0.058 per s of a 9.6 s reply, Whisper 0.075 against 0.041 per s of a 3 s
+    question), so the prior over-states a call's model work by about 3 points of a core
+    (0.71 x 0.029 + 0.22 x 0.034): there it derives 15.7 % for a dense call where
+    ``benchmarks/webrtc_cpu.py`` measured 13.3-13.6 %, 19.9 % over WebRTC against
+    17.0-18.5 %. A prior above the measured cost, not below it.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
@@ -130,19 +144,24 @@ class CallProfile(BaseModel):
         "(session, event loop, playout, resampling, transport) on the reference machine",
     )
     reference_tts_rtf: float = Field(
-        0.058, gt=0, le=100, description="the TTS's CPU real-time factor on the reference "
-        "machine: the overhead is scaled by this machine's over it (a slower core, a "
-        "costlier call)",
+        REFERENCE_WARM_UP_TTS_RTF, gt=0, le=100, description="the TTS's CPU real-time "
+        "factor as the warm-up measures it on the reference machine "
+        "(REFERENCE_WARM_UP_TTS_RTF): the overhead is scaled by this machine's warm-up "
+        "figure over it (a slower core, a costlier call)",
     )
 
 
 DENSE_CALLER = CallProfile()
 """The dense caller of ``benchmarks/capacity.py`` on the simulated transport (see
 :class:`CallProfile`)."""
-WEBRTC_CALLER = CallProfile(overhead=0.20)
+WEBRTC_CALLER = CallProfile(overhead=0.117)
 """The same caller over WebRTC: aiortc's per-packet work (RTP, SRTP, jitter buffer,
-pacing, Opus) on top. ``webrtc_load.py`` measured a WebRTC call at 25-28 % of a core
-where a simulated one was 13-20 % (README), so the overhead is taken at 0.075 + 0.13."""
+pacing, Opus) on top. ``benchmarks/webrtc_cpu.py`` measured the same dense call in one
+server process over WebRTC and on the simulated transport, twice at 99cfcc8 (its table;
+medians of 3 runs each): 17.0 against 13.6 % (load 3.5-6.6), 18.5 against 13.3 % (load
+1.3-3.6), +3.3 and +5.2 points, so the overhead is taken at 0.075 + 0.042 (their mean).
+(An older 0.20 came from WebRTC calls measured at 25-28 %, a figure that held litellm's
+import: 0b2883d.)"""
 
 
 def derived_call_cost(rates: WarmUpRates, profile: CallProfile = DENSE_CALLER) -> float:
