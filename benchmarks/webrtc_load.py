@@ -32,7 +32,11 @@ reply is the example assistant's, ~2 s, shorter than ``capacity.py``'s 9 s one).
 Each row then also prints the server's per-turn stages, its loop lag and the callers'
 own CPU. ``--spread S`` spreads the callers' first questions over S s (as capacity.py
 does; 0: every turn of every call ends together), ``--admit-all`` admits every call
-(admission's 28 % prior and the other processes' CPU would refuse some on a shared box).
+(admission's prior and the other processes' CPU would refuse some on a shared box). The
+server warms its engines up as every entry point does (``VoiceEngines.warm_up()``); each
+row prints the prior admission derives from that warm-up (the WebRTC caller,
+:func:`~voxflow_adapters.hosting.call_cost.derived_call_cost`) beside the server's CPU per
+call measured (the calls here are not the profile's dense caller: ~2 s replies).
 
 Issue 36, ``--models real --turns 3 --admit-all``, one run each (load 5-6, shared):
 before 0b2883d (litellm imported beside the first calls) 2/4/5/6 calls v2v p95
@@ -119,13 +123,10 @@ async def _serve_child(real: bool, scheduling: bool = False,
         pass
     engines = VoiceEngines(stt=_InstantStt(), tts=tts, make_vad=EnergyVad)
     if real:
-        from voxflow_voice.audio import AudioChunk
-
         engines = await asyncio.to_thread(VoiceEngines.load, scheduling=scheduling)
-        await engines.stt.transcribe(AudioChunk.from_float(np.zeros(16_000, np.float32),
-                                                           16_000))
-        async for _ in engines.tts.stream("Warming up.", delivery_id=WARM_UP, segment_id=1):
-            pass
+    # as every entry point: the models' first runs, and their real-time factors measured,
+    # from which admission derives its prior (call_cost.derived_call_cost, WEBRTC_CALLER)
+    warm = await engines.warm_up()
     settings = ServerSettings(port=0, max_calls=200,
                               peer=PeerSettings(ice_host_addresses=("127.0.0.1",)))
     admission = None
@@ -146,7 +147,10 @@ async def _serve_child(real: bool, scheduling: bool = False,
     server._on_call = lambda peer, call: (server_calls.append(peer),
                                           server_calls_sessions.append(call.session))
     async with server:
-        print(json.dumps({"port": server.port, "token": server.token}), flush=True)
+        from voxflow_adapters.hosting.call_cost import WEBRTC_CALLER, derived_call_cost
+
+        print(json.dumps({"port": server.port, "token": server.token,
+                          "prior": derived_call_cost(warm, WEBRTC_CALLER)}), flush=True)
         loop = asyncio.get_running_loop()
         line = await loop.run_in_executor(None, sys.stdin.readline)  # "start"
         cpu0, wall0 = time.process_time(), time.monotonic()
@@ -287,6 +291,7 @@ async def _run(n: int, speech: Any, limit: float, *, real: bool = False,
         "pacing_p99_ms": report["pacing_p99_ms"],
         "late_frames_pct": 100.0 * report["late_frames"] / max(1, report["frames_sent"]),
         "cpu_per_call_pct": 100.0 * report["cpu"] / max(1e-9, call_seconds),
+        "prior_pct": 100.0 * hello["prior"],
         "setup_ms": 1000.0 * statistics.median(r["setup"] for r in ok) if ok else float("nan"),
         "stale_samples": report["stale"],
         "frames_in": report["frames_in"], "turns": report["turns"],
@@ -336,7 +341,7 @@ async def _main(calls: list[int], runs: int, limit: float, *, real: bool = False
             "turns", "completed", "packets_lost", "packets_received", "pacing_p50_ms",
             "pacing_p99_ms", "late_frames_pct", "cpu_per_call_pct", "setup_ms",
             "stale_samples", "v2v_p50_ms", "v2v_p95_ms", "callers_cpu_per_call_pct",
-            "loop_lag_p50_ms", "loop_lag_p99_ms", "loop_lag_max_ms",
+            "loop_lag_p50_ms", "loop_lag_p99_ms", "loop_lag_max_ms", "prior_pct",
             *(f"{k}_{q}_ms" for k in ("stt", "text", "audio") for q in (50, 95)))}
         print(f"{n:>5} {row['turns']:>6.0f} {row['completed']:>4.0f}/{n:<1} "
               f"{row['packets_lost']:>6.0f} "
@@ -354,6 +359,9 @@ async def _main(calls: list[int], runs: int, limit: float, *, real: bool = False
               f"{row['loop_lag_p50_ms']:.1f}/{row['loop_lag_p99_ms']:.1f}/"
               f"{row['loop_lag_max_ms']:.0f} ms; callers' CPU "
               f"{row['callers_cpu_per_call_pct']:.1f}% per call")
+        print(f"      admission's prior derived from the server's warm-up "
+              f"{row['prior_pct']:.1f}% of a core per call, the server's CPU per call "
+              f"measured {row['cpu_per_call_pct']:.1f}%")
         print("      v2v by caller and turn (ms): " + "; ".join(
             " ".join(f"{ms:.0f}" for ms in turns) for turns in results[0]["v2v_by_turn"]))
         figure(f"{n} calls: pacing p99", row["pacing_p99_ms"], "ms", target="<= 20")
@@ -388,9 +396,11 @@ def main() -> None:
                         "(VoiceEngines.load(scheduling=True)) or not (default: %(default)s)")
     parser.add_argument("--admit-all", action="store_true",
                         help="admission neither counts other processes' CPU nor starts "
-                        "from the 28 %% prior: every call is admitted (what the server "
-                        "holds on a shared machine; capacity.py --offered measures "
-                        "admission)")
+                        "from its prior (default: the prior derived from the server's "
+                        "warm-up, call_cost.derived_call_cost with WEBRTC_CALLER, as "
+                        "voxflow serve does; every run prints it): every call is admitted "
+                        "(what the server holds on a shared machine; capacity.py --offered "
+                        "measures admission)")
     parser.add_argument("--serve-child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve_child:
