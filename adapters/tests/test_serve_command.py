@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 from voxflow_adapters.webrtc.client import LoopbackCaller
+from voxflow_voice.engines.rates import WARM_UP_TEXT
 
 pytestmark = pytest.mark.models
 
@@ -90,3 +91,48 @@ def test_serve_logs_each_call_as_json_and_serves_a_favicon() -> None:
     assert [(r["level"], r.get("call_id")) for r in rejected] == [("WARNING", call_id)]
     info = [r for r in records if r["level"] == "INFO" and r.get("call_id") == call_id]
     assert info == started + ended  # one line at the start, one at the end
+
+
+_MUTE_TTS = """
+from voxflow_voice.engines.registry import EngineFactory
+
+
+class Mute:
+    sample_rate = 22050
+
+    def synthesize(self, text, **options):
+        return iter(())
+
+    async def stream(self, text, **options):
+        return
+        yield
+
+
+engine = EngineFactory(kind="tts", build=lambda options, context: Mute(), summary="mute")
+"""
+
+
+def test_serve_with_a_tts_that_fails_its_warm_up_says_so_in_one_line(tmp_path: Path) -> None:
+    """The warm-up, before the first call, finds a TTS that says nothing: the operator
+    reads one line naming it and the fix, not a traceback."""
+    site = tmp_path / "site"
+    info = site / "mute_tts-0.1.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: mute-tts\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text("[voxflow.tts]\nmute = mute_tts:engine\n")
+    (site / "mute_tts.py").write_text(_MUTE_TTS)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("VOXFLOW_")}
+    env.update(PYTHONPATH=str(site), VOXFLOW_HOME=str(tmp_path / "home"))
+    done = subprocess.run(
+        [sys.executable, "-m", "voxflow.cli", "serve", "--port", str(free_port()),
+         "--token", TOKEN, "--ice-host", "127.0.0.1", "--tts", "mute"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 1, done.stderr
+    assert "Traceback" not in done.stderr, done.stderr
+    errors = [line for line in done.stderr.splitlines() if line.startswith("error: ")]
+    assert errors == [
+        "error: the text-to-speech engine 'mute' (mute_tts:engine from mute-tts 0.1) said "
+        f"nothing of the warm-up text {WARM_UP_TEXT!r}: it does not work here; check its "
+        "voice and options (--tts, VOXFLOW_TTS; voxflow doctor lists the engines installed) "
+        "or reinstall it: pip install --force-reinstall mute-tts"], done.stderr
+    assert "listening" not in done.stdout

@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 
 import pytest
 from voxflow_voice.engines import VoiceEngines
+from voxflow_voice.engines.errors import EngineWarmUpError
 from voxflow_voice.engines.rates import ModelRates
 from voxflow_voice.engines.stt import WhisperStt
 from voxflow_voice.engines.tts import PiperTts
 from voxflow_voice.engines.vad import SileroVad
+
+from voxflow.errors import VoxflowError
 
 
 def test_the_recent_factor_is_the_jobs_seconds_over_their_audios() -> None:
@@ -51,3 +55,27 @@ def test_loaded_engines_share_one_recorder() -> None:
     assert engines.stt.rates is engines.rates  # type: ignore[attr-defined]
     assert engines.tts.rates is engines.rates  # type: ignore[attr-defined]
     assert engines.make_vad().rates is engines.rates  # type: ignore[attr-defined]
+
+
+class _MuteTts:
+    """A TTS engine that loads but says nothing (a broken voice package)."""
+
+    sample_rate = 22_050
+
+    def synthesize(self, text: str, **_: object) -> Iterator[object]:
+        return iter(())
+
+
+async def test_a_tts_that_says_nothing_fails_the_warm_up_naming_it_and_the_fix(
+    stt: WhisperStt,
+) -> None:
+    engines = VoiceEngines(stt=stt, tts=_MuteTts(), make_vad=SileroVad)  # type: ignore[arg-type]
+    with pytest.raises(EngineWarmUpError) as failed:
+        await engines.warm_up()
+    error = failed.value
+    assert isinstance(error, VoxflowError) and isinstance(error, RuntimeError)
+    assert error.kind == "tts" and "\n" not in str(error)
+    assert str(error).startswith("the text-to-speech engine _MuteTts said nothing of the "
+                                 "warm-up text")
+    assert "--tts, VOXFLOW_TTS" in str(error) and "reinstall" in str(error)
+    assert engines.rates.warmed_up is None

@@ -27,6 +27,7 @@ from ..audio import STT_SAMPLE_RATE, AudioChunk, ReplyChunk, resample
 from ..scheduler import ModelScheduler
 from ..settings import VoiceSection
 from .end_of_turn import EndOfTurnModel
+from .errors import EngineWarmUpError
 from .rates import WARM_UP_TEXT, ModelRates, WarmUpRates
 from .registry import (
     ChosenEngine,
@@ -120,13 +121,21 @@ class VoiceEngines:
         frame untimed), the STT decodes 1 s of silence (untimed), then the sentence.
 
         Raises:
-            RuntimeError: the TTS said nothing of the warm-up text (it does not work:
-                better known before the first call).
+            EngineWarmUpError: the TTS said nothing of the warm-up text (it does not work:
+                better known before the first call); one line naming it and the fix.
         """
         begun = time.process_time()
         speech, tts_cpu = await asyncio.to_thread(self._say)
         if speech.size == 0:
-            raise RuntimeError(f"the TTS said nothing of {WARM_UP_TEXT!r}")
+            installed = getattr(self.tts, "installed", None)  # (another package's engine)
+            name, fix = ((installed.described, installed.fix)
+                         if isinstance(installed, InstalledEngine)
+                         else (type(self.tts).__name__, "reinstall its package"))
+            reason = (f"{name} said nothing of the warm-up text {WARM_UP_TEXT!r}: it does "
+                      "not work here; check its voice and options (--tts, VOXFLOW_TTS; "
+                      f"voxflow doctor lists the engines installed) or {fix}")
+            raise EngineWarmUpError(f"the text-to-speech engine {reason}", kind="tts",
+                                    reason=reason)
         said = resample(speech, self.tts.sample_rate, STT_SAMPLE_RATE).astype(np.float32)
         audio = said.size / STT_SAMPLE_RATE
         vad_cpu = await asyncio.to_thread(self._hear, said)

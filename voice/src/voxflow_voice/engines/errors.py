@@ -4,13 +4,14 @@
     + ModelNotFoundError         a bundled model package is missing; names the package to install
     + EngineError                (voxflow.errors) a voice engine could not be chosen by name
       + EngineLoadError            its entry point fails to load or names no engine factory
+        + EngineWarmUpError          it loaded, but its warm-up run failed (also RuntimeError)
 """
 
 from __future__ import annotations
 
 from voxflow.errors import EngineError, VoxflowError
 
-__all__ = ["EngineLoadError", "ModelNotFoundError"]
+__all__ = ["EngineLoadError", "EngineWarmUpError", "ModelNotFoundError"]
 
 
 class ModelNotFoundError(VoxflowError, LookupError):
@@ -28,3 +29,9 @@ class ModelNotFoundError(VoxflowError, LookupError):
 class EngineLoadError(EngineError):
     """The entry point registering the name cannot be loaded, or what it names is not an
     engine factory of that kind (a broken or outdated package: reinstall it)."""
+
+
+class EngineWarmUpError(EngineLoadError, RuntimeError):
+    """An engine loaded, but its warm-up run (``VoiceEngines.warm_up``, before the first
+    call) showed it does not work: the TTS said nothing of the warm-up text. The message,
+    one line, names the engine and the fix."""

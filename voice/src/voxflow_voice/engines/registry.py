@@ -154,6 +154,11 @@ class InstalledEngine:
     also: tuple[str, ...] = ()
 
     @property
+    def described(self) -> str:
+        """It as an error names it: ``'mine' (my_engines:tts from my-engines 1.0)``."""
+        return f"{self.name!r} ({self.target} from {self.package})"
+
+    @property
     def distribution(self) -> str:
         """The name of the distribution that registers it."""
         return self.package.split()[0]
@@ -350,8 +355,13 @@ class _CheckedTts:
     def __getattr__(self, name: str) -> Any:
         return getattr(self._engine, name)  # (what else the engine offers)
 
+    @property
+    def installed(self) -> InstalledEngine:
+        """The entry point the engine came from."""
+        return self._installed
+
     def _broken(self, why: str) -> EngineError:
-        who = f"{self._installed.name!r} ({self._installed.target} from {self._installed.package})"
+        who = self._installed.described
         reason = (f"{who} {why}: {_TTS_CONTRACT}; update {self._installed.distribution} "
                   "or report it to its author")
         return EngineError(f"{ENGINE_LABELS['tts']} engine {reason}", kind="tts", reason=reason)
