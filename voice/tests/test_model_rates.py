@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import pytest
 from voxflow_voice.engines import VoiceEngines
 from voxflow_voice.engines.errors import EngineWarmUpError
-from voxflow_voice.engines.rates import ModelRates
+from voxflow_voice.engines.rates import Model, ModelRates, timing
 from voxflow_voice.engines.stt import WhisperStt
 from voxflow_voice.engines.tts import PiperTts
 from voxflow_voice.engines.vad import SileroVad
@@ -41,6 +41,34 @@ def test_a_bad_job_is_refused(model: str, seconds: float, audio: float) -> None:
 def test_a_bad_window_is_refused(recent: object) -> None:
     with pytest.raises(ValueError, match="recent"):
         ModelRates(recent)  # type: ignore[arg-type]
+
+
+class _Recording(ModelRates):
+    """ModelRates that also lists what it was asked to record."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.asked: list[tuple[str, float]] = []
+
+    def record(self, model: Model, seconds: float, audio_seconds: float) -> None:
+        self.asked.append((model, audio_seconds))
+        super().record(model, seconds, audio_seconds)
+
+
+def test_timing_records_the_block_as_one_job_of_its_model() -> None:
+    rates = _Recording()
+    with timing(rates, "stt", 2.0):
+        pass
+    with timing(rates, "tts") as job:  # the audio known once the work is done
+        job.audio_seconds = 3.0
+    with pytest.raises(RuntimeError), timing(rates, "vad") as job:
+        raise RuntimeError("the model failed")  # before its audio was set: not counted
+    with pytest.raises(RuntimeError), timing(rates, "stt", 1.0):
+        raise RuntimeError("the decode failed")  # its audio given: counted
+    with timing(None, "stt", 1.0) as job:  # no rates: nothing to record in
+        pass
+    assert rates.asked == [("stt", 2.0), ("tts", 3.0), ("vad", 0.0), ("stt", 1.0)]
+    assert set(rates.recent()) == {"stt", "tts"}  # (a job without audio is not counted)
 
 
 def test_engines_refuse_rates_that_are_not_model_rates() -> None:

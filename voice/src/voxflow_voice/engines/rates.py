@@ -24,11 +24,15 @@ from __future__ import annotations
 
 import math
 import threading
+import time
 from collections import deque
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Literal
 
-__all__ = ["MODELS", "RECENT_JOBS", "WARM_UP_TEXT", "Model", "ModelRates", "WarmUpRates"]
+__all__ = ["MODELS", "RECENT_JOBS", "WARM_UP_TEXT", "Job", "Model", "ModelRates",
+           "WarmUpRates", "timing"]
 
 Model = Literal["stt", "tts", "vad"]
 MODELS: tuple[Model, ...] = ("stt", "tts", "vad")
@@ -99,3 +103,37 @@ class ModelRates:
     def __repr__(self) -> str:
         figures = ", ".join(f"{m} {rtf:.3f}" for m, rtf in self.recent().items())
         return f"ModelRates({figures or 'no job yet'})"
+
+
+class Job:
+    """One model job being timed (:func:`timing`): the seconds of audio it works on."""
+
+    __slots__ = ("audio_seconds",)
+
+    def __init__(self, audio_seconds: float) -> None:
+        self.audio_seconds = audio_seconds
+
+    def __repr__(self) -> str:
+        return f"Job(audio_seconds={self.audio_seconds!r})"
+
+
+@contextmanager
+def timing(rates: ModelRates | None, model: Model, audio_seconds: float = 0.0) -> Iterator[Job]:
+    """Time the block as one job of ``model`` and record it in ``rates`` (nothing when
+    None), on ``audio_seconds`` of audio, or the :attr:`Job.audio_seconds` the block set
+    (a figure known once the work is done: set after it, a job that raised is not
+    counted). A job that raised after its audio was given is recorded too::
+
+        with timing(self.rates, "tts") as job:
+            samples = ...
+            job.audio_seconds = samples.size / self.sample_rate
+    """
+    job = Job(audio_seconds)
+    if rates is None:
+        yield job
+        return
+    begun = time.perf_counter()
+    try:
+        yield job
+    finally:
+        rates.record(model, time.perf_counter() - begun, job.audio_seconds)

@@ -81,7 +81,6 @@ import logging
 import math
 import re
 import threading
-import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -99,7 +98,7 @@ from .models import (
     find_whisper_model,
     load_whisper_model,
 )
-from .rates import ModelRates
+from .rates import ModelRates, timing
 from .registry import EngineContext, EngineFactory
 
 if TYPE_CHECKING:
@@ -347,19 +346,12 @@ class WhisperStt:
         return array
 
     def _decode(self, samples: NDArray[np.float32]) -> Transcript | None:
-        if self.rates is None:
-            return self._decode_untimed(samples)
-        begun = time.perf_counter()
-        try:
-            return self._decode_untimed(samples)
-        finally:
-            self.rates.record("stt", time.perf_counter() - begun, min(
-                samples.size, round(self.settings.max_utterance * STT_SAMPLE_RATE))
-                / STT_SAMPLE_RATE)
+        limit = round(self.settings.max_utterance * STT_SAMPLE_RATE)
+        with timing(self.rates, "stt", min(samples.size, limit) / STT_SAMPLE_RATE):
+            return self._decode_untimed(samples, limit)
 
-    def _decode_untimed(self, samples: NDArray[np.float32]) -> Transcript | None:
+    def _decode_untimed(self, samples: NDArray[np.float32], limit: int) -> Transcript | None:
         s = self.settings
-        limit = round(s.max_utterance * STT_SAMPLE_RATE)
         truncated = samples.size > limit
         if truncated:
             _log.warning("utterance cut to max_utterance", extra={"seconds": s.max_utterance})

@@ -20,7 +20,6 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
-import time
 from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,7 +34,7 @@ from voxflow.ids import DeliveryId
 from ..audio import ReplyChunk, WordTiming, float_to_pcm16
 from ..scheduler import ModelScheduler
 from .models import DEFAULT_PIPER_MODULE, find_piper_voice, load_piper_voice
-from .rates import ModelRates
+from .rates import ModelRates, timing
 from .registry import EngineContext, EngineFactory
 from .speech_cache import SpeechCache
 
@@ -260,22 +259,21 @@ class PiperTts:
                     self._cached += 1
                     self._samples += found[0].size
                 return SynthesizedSentence(*found)
-        begun = time.perf_counter()
-        result = self._voice.phoneme_ids_to_audio(
-            ids, self._syn_config, include_alignments=self.settings.alignments
-        )
-        durations: NDArray[np.int64] | None = None
-        if isinstance(result, tuple):
-            audio, durations = result
-        else:
-            audio = result
-        samples = np.asarray(audio, dtype=np.float32).reshape(-1)
-        if self.settings.normalize:
-            peak = float(np.max(np.abs(samples))) if samples.size else 0.0
-            samples = samples / peak if peak > 1e-8 else np.zeros_like(samples)
-        samples = np.clip(samples * self.settings.volume, -1.0, 1.0).astype(np.float32)
-        if self.rates is not None:
-            self.rates.record("tts", time.perf_counter() - begun, samples.size / self.sample_rate)
+        with timing(self.rates, "tts") as job:
+            result = self._voice.phoneme_ids_to_audio(
+                ids, self._syn_config, include_alignments=self.settings.alignments
+            )
+            durations: NDArray[np.int64] | None = None
+            if isinstance(result, tuple):
+                audio, durations = result
+            else:
+                audio = result
+            samples = np.asarray(audio, dtype=np.float32).reshape(-1)
+            if self.settings.normalize:
+                peak = float(np.max(np.abs(samples))) if samples.size else 0.0
+                samples = samples / peak if peak > 1e-8 else np.zeros_like(samples)
+            samples = np.clip(samples * self.settings.volume, -1.0, 1.0).astype(np.float32)
+            job.audio_seconds = samples.size / self.sample_rate
         with self._stats_lock:
             self._sentences += 1
             self._samples += samples.size

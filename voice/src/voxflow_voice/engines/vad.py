@@ -18,7 +18,6 @@ Two detectors implement :class:`VoiceActivityDetector`:
 from __future__ import annotations
 
 import math
-import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
@@ -28,7 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ..audio import STT_SAMPLE_RATE
 from .models import load_silero_session
-from .rates import ModelRates
+from .rates import ModelRates, timing
 from .registry import EngineContext, EngineFactory
 
 if TYPE_CHECKING:
@@ -149,13 +148,11 @@ class SileroVad:
         if count > 1:
             contexts[1:] = batch[:-1, -_CONTEXT_SAMPLES:]
         model_input = np.concatenate([contexts, batch], axis=1)
-        begun = time.perf_counter()
-        probs, self._h, self._c = self._session.run(
-            None, {"input": model_input, "h": self._h, "c": self._c}
-        )
-        if self.rates is not None:
-            self.rates.record("vad", time.perf_counter() - begun,
-                              count * FRAME_SAMPLES / STT_SAMPLE_RATE)
+        with timing(self.rates, "vad") as job:
+            probs, self._h, self._c = self._session.run(
+                None, {"input": model_input, "h": self._h, "c": self._c}
+            )
+            job.audio_seconds = count * FRAME_SAMPLES / STT_SAMPLE_RATE
         self._context = batch[-1, -_CONTEXT_SAMPLES:].copy()
         self._frames += count
         return np.asarray(probs, dtype=np.float32).reshape(count)
