@@ -20,7 +20,8 @@ all of the process's threads, so Whisper's CTranslate2 threads count), the media
   transport) and to 48 kHz (WebRTC), and 48 kHz input to 16 kHz (WebRTC's decimator);
 * **Opus** (WebRTC only): per second of 20 ms frames, the reply track's encoder (the
   product's :class:`~voxflow_adapters.webrtc.opus.MonoOpusEncoder`: mono, a tone, so
-  every frame is encoded) and the receive path's decoder;
+  every frame is encoded) and the receive path's decoder (its
+  :class:`~voxflow_adapters.webrtc.opus.MonoOpusDecoder`, since 99cfcc8);
 * **a whole call** on the simulated transport (``benchmarks/capacity.py``'s dense
   workload, one call, real time): the process's CPU per second of call, and a **silent
   call** (a caller who says nothing for ``SILENT`` s).
@@ -118,9 +119,8 @@ def _detector_ms_per_s(audio: np.ndarray, repeat: int) -> float:
 
 
 def _opus_ms_per_s(seconds: float, repeat: int) -> tuple[float, float]:
-    from aiortc.codecs.opus import OpusDecoder
     from aiortc.jitterbuffer import JitterFrame
-    from voxflow_adapters.webrtc.opus import MonoOpusEncoder
+    from voxflow_adapters.webrtc.opus import MonoOpusDecoder, MonoOpusEncoder
 
     tone = (0.2 * np.sin(2 * np.pi * 220 * np.arange(int(seconds * OPUS_RATE)) / OPUS_RATE)
             * 32767).astype(np.int16)
@@ -133,8 +133,8 @@ def _opus_ms_per_s(seconds: float, repeat: int) -> tuple[float, float]:
 
     enc = _median_cpu(encode, repeat)
 
-    def decode() -> None:
-        decoder = OpusDecoder()
+    def decode() -> None:  # as the receive path decodes: mono
+        decoder = MonoOpusDecoder()
         for i, payload in enumerate(payloads):
             decoder.decode(JitterFrame(data=payload, timestamp=i * 960))
 
