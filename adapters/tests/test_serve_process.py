@@ -4,6 +4,7 @@ it says it listens, and stopped; its deadline holds even for a process that prin
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -71,7 +72,12 @@ def test_processes_start_at_once_and_are_yielded_in_order(tmp_path: Path) -> Non
 
 
 def test_one_process_that_fails_to_start_stops_the_others(tmp_path: Path) -> None:
-    server = python("print('listening', flush=True)\nimport time; time.sleep(600)")
+    """The healthy server, already listening when the other one dies, is stopped: its
+    pid (which it wrote down) names no process after the failure."""
+    pid_file = tmp_path / "server.pid"
+    server = python(f"import os, pathlib, time\n"
+                    f"pathlib.Path({str(pid_file)!r}).write_text(str(os.getpid()))\n"
+                    "print('listening', flush=True)\ntime.sleep(600)")
     dying = python("import sys; sys.stderr.write('bad flag'); sys.exit(2)")
     started: list[Any] = []
     with pytest.raises(ServeStartError, match=r"dying exited 2 .*bad flag"), \
@@ -80,3 +86,6 @@ def test_one_process_that_fails_to_start_stops_the_others(tmp_path: Path) -> Non
                                          name="dying")) as procs:
         started.extend(procs)  # (not reached)
     assert started == []
+    pid = int(pid_file.read_text())
+    with pytest.raises(ProcessLookupError):  # stopped and reaped, not left running
+        os.kill(pid, 0)
