@@ -174,9 +174,10 @@ def test_a_mono_stream_decodes_to_the_samples_the_stereo_decoder_gave_each_chann
 
 
 def test_a_stereo_stream_decodes_to_the_mean_of_its_channels() -> None:
-    """A stereo stream (aiortc's encoder, as the loopback caller sends): libopus's own
-    downmix is the mean of the two channels the stereo decoder gave, within a few
-    steps of s16 rounding."""
+    """A stereo stream (aiortc's encoder, as the loopback caller sends) whose channels
+    carry the same signal: libopus's own downmix is the mean of the two channels the
+    stereo decoder gave, within a few steps of s16 rounding (not so where a true stereo
+    stream's decode clipped a channel: opus.py's docstring)."""
     packets = _stereo_packets(_speech_frames(1.0))
     stereo = _decoded(packets)
     mean = stereo.mean(axis=1)

@@ -64,8 +64,10 @@ __all__ = ["DENSE_CALLER", "LAG_PROBE_INTERVAL", "REFERENCE_WARM_UP_TTS_RTF",
 
 UNMEASURED_CALL_COST = 0.28
 """The prior when nothing was measured, not even the models (engines that were never
-warmed up: :meth:`~voxflow_voice.engines.VoiceEngines.warm_up`): the share of a core a
-WebRTC call was measured to cost (24-28 %, ``webrtc_load.py``)."""
+warmed up: :meth:`~voxflow_voice.engines.VoiceEngines.warm_up`): a cautious share of a
+core, measured by nothing, above what a WebRTC call costs the server (17.0-18.5 % in
+``webrtc_cpu.py``'s table; ``webrtc_load.py``'s older 24-28 % counted litellm's import,
+0b2883d)."""
 
 REFERENCE_WARM_UP_TTS_RTF = 0.087
 """Piper's CPU real-time factor as :meth:`~voxflow_voice.engines.VoiceEngines.warm_up`
