@@ -107,3 +107,40 @@ async def test_a_tts_that_says_nothing_fails_the_warm_up_naming_it_and_the_fix(
                                  "warm-up text")
     assert "--tts, VOXFLOW_TTS" in str(error) and "reinstall" in str(error)
     assert engines.rates.warmed_up is None
+
+
+class _BrokenStt:
+    """A plug-in STT engine that loads but whose decode raises (a missing library)."""
+
+    async def transcribe(self, audio: object) -> object:
+        raise OSError("libcuda.so.1: cannot open shared object file\n(the second line)")
+
+
+async def test_a_plug_in_stt_raising_in_the_warm_up_is_a_typed_one_line_error(
+    tts: PiperTts,
+) -> None:
+    engines = VoiceEngines(stt=_BrokenStt(), tts=tts, make_vad=SileroVad)  # type: ignore[arg-type]
+    with pytest.raises(EngineWarmUpError) as failed:
+        await engines.warm_up()
+    error = failed.value
+    assert isinstance(error, VoxflowError) and error.kind == "stt"
+    assert isinstance(error.__cause__, OSError)
+    assert str(error) == (
+        "the speech-to-text engine _BrokenStt failed its warm-up run (OSError: libcuda.so.1: "
+        "cannot open shared object file); check its model and options (--stt, VOXFLOW_STT; "
+        "voxflow doctor lists the engines installed) or reinstall its package")
+    assert engines.rates.warmed_up is None
+
+
+async def test_a_vad_raising_in_the_warm_up_is_a_typed_error_naming_it(
+    stt: WhisperStt, tts: PiperTts,
+) -> None:
+    def broken_vad() -> SileroVad:
+        raise RuntimeError("no onnxruntime provider")
+
+    engines = VoiceEngines(stt=stt, tts=tts, make_vad=broken_vad)
+    with pytest.raises(EngineWarmUpError, match=r"^the voice activity engine "
+                       r".*broken_vad failed its warm-up run \(RuntimeError: no onnxruntime "
+                       r"provider\); check its model and options \(--vad, VOXFLOW_VAD") as failed:
+        await engines.warm_up()
+    assert failed.value.kind == "vad" and isinstance(failed.value.__cause__, RuntimeError)

@@ -13,13 +13,21 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+from types import FunctionType
 from typing import Any, Protocol
 
 import numpy as np
 from numpy.typing import NDArray
 
-from voxflow.engine_spec import DEFAULT_ENGINES, NO_ENGINE, EngineKind, parse_engine_spec
+from voxflow.engine_spec import (
+    DEFAULT_ENGINES,
+    ENGINE_LABELS,
+    NO_ENGINE,
+    EngineKind,
+    parse_engine_spec,
+)
 from voxflow.ids import DeliveryId
 from voxflow.settings import Settings
 
@@ -36,6 +44,7 @@ from .registry import (
     InstalledEngine,
     choose_engine,
     installed_engines,
+    installed_from,
 )
 from .stt import SttSettings, Transcript
 from .tts import PiperOptions, PiperTts, TtsSettings
@@ -110,7 +119,7 @@ class VoiceEngines:
 
     async def warm_up(self) -> WarmUpRates:
         """Run each model once on real speech and measure its CPU real-time factor on
-        this machine (:mod:`~voxflow_voice.engines.rates`: about 0.5 s of CPU with the
+        this machine (:mod:`~voxflow_voice.engines.rates`: 0.71 s of CPU with the
         default models), kept as ``rates.warmed_up``; every entry point runs it once the
         engines are loaded, before the first call (it also allocates what a model's first
         run does).
@@ -121,34 +130,59 @@ class VoiceEngines:
         frame untimed), the STT decodes 1 s of silence (untimed), then the sentence.
 
         Raises:
-            EngineWarmUpError: the TTS said nothing of the warm-up text (it does not work:
-                better known before the first call); one line naming it and the fix.
+            EngineWarmUpError: an engine's warm-up step raised (the error its cause), or
+                the TTS said nothing of the warm-up text (it does not work: better known
+                before the first call); one line naming the engine and the fix.
         """
         begun = time.process_time()
-        speech, tts_cpu = await asyncio.to_thread(self._say)
+        with self._warming("tts", self.tts):
+            speech, tts_cpu = await asyncio.to_thread(self._say)
         if speech.size == 0:
-            installed = getattr(self.tts, "installed", None)  # (another package's engine)
-            name, fix = ((installed.described, installed.fix)
-                         if isinstance(installed, InstalledEngine)
-                         else (type(self.tts).__name__, "reinstall its package"))
-            reason = (f"{name} said nothing of the warm-up text {WARM_UP_TEXT!r}: it does "
-                      "not work here; check its voice and options (--tts, VOXFLOW_TTS; "
-                      f"voxflow doctor lists the engines installed) or {fix}")
-            raise EngineWarmUpError(f"the text-to-speech engine {reason}", kind="tts",
-                                    reason=reason)
+            raise self._failed("tts", self.tts, f"said nothing of the warm-up text "
+                               f"{WARM_UP_TEXT!r}: it does not work here")
         said = resample(speech, self.tts.sample_rate, STT_SAMPLE_RATE).astype(np.float32)
         audio = said.size / STT_SAMPLE_RATE
-        vad_cpu = await asyncio.to_thread(self._hear, said)
-        await self.stt.transcribe(AudioChunk.from_float(
-            np.zeros(STT_SAMPLE_RATE, np.float32), STT_SAMPLE_RATE))  # allocates
-        cpu = time.process_time()
-        await self.stt.transcribe(AudioChunk.from_float(said * 0.5, STT_SAMPLE_RATE))
-        stt_cpu = time.process_time() - cpu  # (words or none: the decode ran)
+        with self._warming("vad", self.make_vad):
+            vad_cpu = await asyncio.to_thread(self._hear, said)
+        with self._warming("stt", self.stt):
+            await self.stt.transcribe(AudioChunk.from_float(
+                np.zeros(STT_SAMPLE_RATE, np.float32), STT_SAMPLE_RATE))  # allocates
+            cpu = time.process_time()
+            await self.stt.transcribe(AudioChunk.from_float(said * 0.5, STT_SAMPLE_RATE))
+            stt_cpu = time.process_time() - cpu  # (words or none: the decode ran)
         rates = WarmUpRates(
             stt=stt_cpu / audio, tts=tts_cpu / (speech.size / self.tts.sample_rate),
             vad=vad_cpu / audio, audio_seconds=audio, cpu_seconds=time.process_time() - begun)
         self.rates.warmed_up = rates
         return rates
+
+    @contextmanager
+    def _warming(self, kind: EngineKind, engine: object) -> Iterator[None]:
+        """Turns an exception of ``engine``'s warm-up step into :class:`EngineWarmUpError`
+        (``from`` it); an ``EngineWarmUpError`` passes as it is."""
+        try:
+            yield
+        except EngineWarmUpError:
+            raise
+        except Exception as exc:
+            first = (str(exc).strip().splitlines() or [""])[0]
+            raise self._failed(kind, engine, f"failed its warm-up run "
+                               f"({type(exc).__name__}{': ' + first if first else ''})") from exc
+
+    @staticmethod
+    def _failed(kind: EngineKind, engine: object, what: str) -> EngineWarmUpError:
+        """The warm-up error of ``engine`` (of ``kind``): one line, naming it and the fix."""
+        installed = installed_from(engine)  # (another package's engine, where known)
+        name, fix = ((installed.described, installed.fix) if installed is not None
+                     else (engine.__qualname__ if isinstance(engine, type | FunctionType)
+                           else type(engine).__name__, "reinstall its package"))
+        option = kind.replace("_", "-")
+        reason = (f"{name} {what}; check its {'voice' if kind == 'tts' else 'model'} and "
+                  f"options (--{option}, "
+                  f"VOXFLOW_{kind.upper()}; voxflow doctor lists the engines installed) "
+                  f"or {fix}")
+        return EngineWarmUpError(f"the {ENGINE_LABELS[kind]} engine {reason}", kind=kind,
+                                 reason=reason)
 
     def _say(self) -> tuple[NDArray[np.float32], float]:
         """The warm-up's timed sentence (float samples at the TTS's rate) and its CPU."""

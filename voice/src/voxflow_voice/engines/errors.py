@@ -33,5 +33,6 @@ class EngineLoadError(EngineError):
 
 class EngineWarmUpError(EngineLoadError, RuntimeError):
     """An engine loaded, but its warm-up run (``VoiceEngines.warm_up``, before the first
-    call) showed it does not work: the TTS said nothing of the warm-up text. The message,
-    one line, names the engine and the fix."""
+    call) showed it does not work: its step raised (that error is its ``__cause__``), or
+    the TTS said nothing of the warm-up text. The message, one line, names the engine and
+    the fix."""

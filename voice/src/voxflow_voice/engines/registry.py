@@ -53,6 +53,7 @@ __all__ = [
     "choose_engine",
     "doctor_checks",
     "installed_engines",
+    "installed_from",
 ]
 
 E = TypeVar("E")
@@ -330,6 +331,12 @@ def choose_engine(
 
 _TTS_CONTRACT = ("stream must yield voxflow_voice.audio.ReplyChunk carrying the "
                  "delivery_id and segment_id it was given")
+
+
+def installed_from(engine: object) -> InstalledEngine | None:
+    """The entry point ``engine`` came from, where it was built from another package's
+    (its TTS, checked: :meth:`ChosenEngine.build`); ``None`` otherwise."""
+    return engine.installed if isinstance(engine, _CheckedTts) else None
 
 
 class _CheckedTts:
