@@ -21,6 +21,7 @@ from voxflow_adapters.testkit.assertions import (
 from voxflow_adapters.testkit.call_runner import CallRunner
 from voxflow_adapters.testkit.scenario import CallResult
 from voxflow_adapters.testkit.script import CallScript
+from voxflow_voice.engines import VoiceEngines
 
 from voxflow.examples.assistant import STORY, Assistant
 
@@ -40,29 +41,29 @@ def espeak(tmp_path: Path, voice: str, rate: int, text: str) -> Path:
     return out
 
 
-_CALLS: dict[tuple[str, int], CallResult] = {}
-"""Each voice's call, made once: both tests below check the same call (the same script
-on the same deterministic models and virtual clock gives the same call), each its own
-part of it."""
+@pytest.fixture(scope="module")
+def story_call(request: pytest.FixtureRequest, voice_engines: VoiceEngines,
+               tmp_path_factory: pytest.TempPathFactory) -> CallResult:
+    """The call of one voice (``request.param``: voice, rate), made once for the module:
+    both tests below check the same call (the same script on the same deterministic
+    models and virtual clock gives the same call), each its own part of it."""
+    voice, rate = request.param
+    folder = tmp_path_factory.mktemp(f"{voice}-{rate}")
+    ask = espeak(folder, voice, rate, "Tell me a story.")
+    stop = espeak(folder, voice, rate, "Stop, please.")
+    script = (CallScript().user_says(0.5, "Tell me a story.", audio=ask)
+              .then_says("Stop, please.", audio=stop, after="reply_start", gap=2.0))
+    runner = CallRunner(voice_engines,
+                        realtime=bool(request.config.getoption("voxflow_realtime")))
+    return runner(Assistant(), script)
 
 
-def story_call(voice_call: CallRunner, tmp_path: Path, voice: str, rate: int) -> CallResult:
-    if (voice, rate) not in _CALLS:
-        ask = espeak(tmp_path, voice, rate, "Tell me a story.")
-        stop = espeak(tmp_path, voice, rate, "Stop, please.")
-        script = (CallScript().user_says(0.5, "Tell me a story.", audio=ask)
-                  .then_says("Stop, please.", audio=stop, after="reply_start", gap=2.0))
-        _CALLS[voice, rate] = voice_call(Assistant(), script)
-    return _CALLS[voice, rate]
-
-
-@pytest.mark.parametrize(("voice", "rate"), VOICES, ids=[f"{v}-{r}" for v, r in VOICES])
-def test_another_voice_cuts_the_reply_short(
-    voice_call: CallRunner, tmp_path: Path, voice: str, rate: int
-) -> None:
+@pytest.mark.parametrize("story_call", VOICES, ids=[f"{v}-{r}" for v, r in VOICES],
+                         indirect=True)
+def test_another_voice_cuts_the_reply_short(story_call: CallResult) -> None:
     """Whatever Whisper made of the question, the barge-in in this voice cuts the reply
     by identity: heard words only in the history, not one stale sample, "Okay." whole."""
-    call = story_call(voice_call, tmp_path, voice, rate)
+    call = story_call
     first, okay = call.replies()
     assert_interrupted(call, first)
     assert_no_stale_audio(call)
@@ -75,18 +76,16 @@ def test_another_voice_cuts_the_reply_short(
 # limit of the smallest model on a fast synthetic British voice, kept visible here (strict:
 # the test fails loudly once it is heard right). VOXFLOW_STT=whisper:base is the remedy.
 TRANSCRIBED = [
-    pytest.param(v, r, id=f"{v}-{r}", marks=[pytest.mark.xfail(
+    pytest.param((v, r), id=f"{v}-{r}", marks=[pytest.mark.xfail(
         strict=True, reason="tiny.en hears en-gb+m3 at 175 wpm as 'Tell me I saw it.'")]
-    ) if (v, r) == ("en-gb+m3", 175) else pytest.param(v, r, id=f"{v}-{r}")
+    ) if (v, r) == ("en-gb+m3", 175) else pytest.param((v, r), id=f"{v}-{r}")
     for v, r in VOICES
 ]
 
 
-@pytest.mark.parametrize(("voice", "rate"), TRANSCRIBED)
-def test_another_voice_is_heard_and_answered(
-    voice_call: CallRunner, tmp_path: Path, voice: str, rate: int
-) -> None:
-    call = story_call(voice_call, tmp_path, voice, rate)
+@pytest.mark.parametrize("story_call", TRANSCRIBED, indirect=True)
+def test_another_voice_is_heard_and_answered(story_call: CallResult) -> None:
+    call = story_call
     assert_turn_committed(call, "Tell me a story.", max_wer=0.25)
     story = call.replies()[0]
     assert_interrupted(call, story, heard_at_least="Once upon a time", heard_at_most=STORY)
