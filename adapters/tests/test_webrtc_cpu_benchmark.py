@@ -1,7 +1,7 @@
 """``benchmarks/webrtc_cpu.py``'s simulated caller, in real time (on the virtual clock
-synthesis takes no time, and a clock.sleep in the TTS hung the call past 300 s, so no pause runs dry):
-it hears each reply whole, even through a pause between two sentences longer than its
-GAP; and
+synthesis takes no time, and a clock.sleep in the TTS hung the call past 300 s, so no
+pause runs dry): it hears each reply whole, even through a pause between two sentences
+longer than its GAP; and
 ``benchmarks/cpu_budget.py`` times the reply track's Opus encoder.
 
 On a slow machine the pause after "Sure." (the next sentence still being synthesized)
