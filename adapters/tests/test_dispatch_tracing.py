@@ -15,11 +15,13 @@ import os
 import re
 import shlex
 import signal
+import subprocess
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
 import pytest
+from voxflow_adapters.testkit.flows import serve_processes
 from voxflow_adapters.webrtc.client import LoopbackCaller
 from voxflow_voice.engines import VoiceEngines
 
@@ -39,6 +41,15 @@ STALE, TOKEN = _processes.STALE, _processes.TOKEN
 free_port, process, say = _processes.free_port, _processes.process, _processes.say
 
 pytestmark = pytest.mark.models
+
+
+def job_worker(flow_arg: str, env: dict[str, str], log: Path) -> subprocess.Popen[str]:
+    """``voxflow jobs worker FLOW``, beating twice a second."""
+    with log.open("a") as out:
+        return subprocess.Popen([_processes.VOXFLOW, "jobs", "worker", flow_arg,
+                                 "--heartbeat", "0.5", "--stalled-after", "5"],
+                                cwd=_processes.ROOT, env=env, stdout=out, stderr=out,
+                                text=True)
 
 
 def readme_block() -> tuple[dict[str, str], dict[str, tuple[str, list[str]]]]:
@@ -77,15 +88,14 @@ async def test_a_dispatched_call_and_its_job_are_one_trace_across_the_processes(
     door_args = [str(port) if a == "8080" else a for a in door_args]
     try:
         with ExitStack() as stack:
-            worker = stack.enter_context(process(
-                ["--worker", *worker_args, "--ice-host", "127.0.0.1",
-                 "--stale-after", str(STALE), "--drain-seconds", "5"], "is ready",
-                {**env, "OTEL_SERVICE_NAME": worker_name}, tmp_path / "worker.log"))
-            door = stack.enter_context(process(
-                ["--front-door", *door_args, "--offer-timeout", "10",
-                 "--stale-after", str(STALE)], "front door is listening",
-                {**env, "OTEL_SERVICE_NAME": door_name}, tmp_path / "door.log"))
-            jobs = _processes.job_worker(  # the example assistant's, as the call worker
+            worker, door = stack.enter_context(serve_processes(
+                process(["--worker", *worker_args, "--ice-host", "127.0.0.1",
+                         "--stale-after", str(STALE), "--drain-seconds", "5"], "is ready",
+                        {**env, "OTEL_SERVICE_NAME": worker_name}, tmp_path / "worker.log"),
+                process(["--front-door", *door_args, "--offer-timeout", "10",
+                         "--stale-after", str(STALE)], "front door is listening",
+                        {**env, "OTEL_SERVICE_NAME": door_name}, tmp_path / "door.log")))
+            jobs = job_worker(  # the example assistant's, as the call worker
                 "voxflow.examples.assistant:Assistant",
                 {**env, "OTEL_SERVICE_NAME": "voxflow-jobs"}, tmp_path / "jobs.log")
             stack.callback(lambda: jobs.poll() is None and jobs.kill())
