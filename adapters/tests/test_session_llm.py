@@ -161,7 +161,9 @@ async def test_a_hung_provider_is_cut_when_the_user_speaks_again(voice_call: Cal
               .user_says(6.0, "Hello, are you there?"))
     call = await voice_call.arun(chat_flow(llm), script)
     # (no word of a reply is heard over "Hello, are you there?": its pause after "Hello,"
-    # may commit it, and the rest then takes it back, its answer unheard. When that
+    # may commit it, and the rest then takes it back, its answer unheard: revoked, or,
+    # when the rest begins within continue_within of that commit, the turn continued and
+    # committed again with all its words (a CI run on Dec 5 took that path). When that
     # answer's audio starts as the rest begins, a frame or two of it plays before the
     # onset pauses it (a CI run on Dec 4: 0.02 s, "heard: nothing"), never a word.)
     first, *taken_back, second = call.replies()
@@ -171,7 +173,8 @@ async def test_a_hung_provider_is_cut_when_the_user_speaks_again(voice_call: Cal
         if call.heard_seconds(back) > 0.0:
             assert assert_interrupted(call, back).heard_text == ""
             assert call.heard_seconds(back) < 0.1
-    assert len(call.of_kind("turn_revoked")) == len(taken_back) <= 1
+    continued = [e for e in call.of_kind("turn_committed") if e.input_revision > 1]
+    assert len(call.of_kind("turn_revoked")) + len(continued) == len(taken_back) <= 1
     hung = llm.calls[0]
     assert hung.closed_early and not hung.finished and hung.produced == 4
     assert assert_completed(call, second).text == "Yes, I am here."
