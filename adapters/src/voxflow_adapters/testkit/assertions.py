@@ -302,6 +302,15 @@ def assert_history_is_heard(call: CallResult) -> None:
     __tracebackhide__ = True
     labels = Labels.of(call)
     background = announcements(call)
+    # a turn continued (committed again with all its words): an answer to an earlier
+    # revision of it that was cut before a word was heard is replaced, not kept
+    started: dict[Any, tuple[Any, int]] = {}  # a reply: its turn, where it started
+    continued: dict[Any, int] = {}  # a turn: where it was last committed again
+    for order, e in enumerate(call.events):
+        if e.kind == "reply_started":
+            started[e.delivery_id] = (e.turn_id, order)
+        elif e.kind == "turn_committed" and e.input_revision > 1:
+            continued[e.turn_id] = order
     expected: list[_Expected] = []
     unheard: list[DeliveryId] = []
     for e in call.events:
@@ -313,6 +322,12 @@ def assert_history_is_heard(call: CallResult) -> None:
             expected.append(_Expected(e.delivery_id, content, True))
         elif e.kind == "reply_finished":
             expected.append(_Expected(e.delivery_id, e.text, e.delivery_id in background))
+    superseded = {
+        item.delivery for item in expected
+        if item.content == INTERRUPTED_MARK and item.delivery in started
+        and started[item.delivery][1] < continued.get(started[item.delivery][0], -1)
+    }
+    expected = [item for item in expected if item.delivery not in superseded]
     messages = [m for m in call.session.turns.flow.state.messages if m.role == "assistant"]
     history = "\n".join(f"    assistant: {quote(str(m.content), 200)}" for m in messages)
     for delivery in unheard:
