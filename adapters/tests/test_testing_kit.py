@@ -149,6 +149,34 @@ def test_a_history_keeping_unheard_words_is_caught(barge_in: CallResult) -> None
     assert_history_is_heard(call)
 
 
+def test_an_unheard_answer_replaced_by_its_continued_turn_is_not_expected(
+    barge_in: CallResult,
+) -> None:
+    """An answer cut before a word was heard is kept as "[interrupted by the user]";
+    when its turn was then continued (committed again with all its words), the continued
+    turn's answer replaces it and the history need not hold it."""
+    call = barge_in
+    events, messages = call.session.events, call.session.turns.flow.state.messages
+    at = next(i for i, e in enumerate(events) if e.kind == "reply_interrupted")
+    index = next(i for i, m in enumerate(messages) if m.metadata.get("interrupted"))
+    cut, message = events[at], messages[index]
+    first = next(e for e in events if e.kind == "turn_committed")
+    # as if nothing of the story had been heard, and no message kept for it
+    events[at] = cut.model_copy(update={"heard_text": ""})
+    del messages[index]
+    try:
+        with pytest.raises(CallAssertionError, match="has no message for reply 1"):
+            assert_history_is_heard(call)
+        events.append(first.model_copy(update={"input_revision": 2}))  # continued
+        assert_history_is_heard(call)
+    finally:
+        if events[-1].kind == "turn_committed" and events[-1].input_revision == 2:
+            events.pop()
+        events[at] = cut
+        messages.insert(index, message)
+    assert_history_is_heard(call)
+
+
 def test_stale_audio_after_a_fence_is_caught(barge_in: CallResult) -> None:
     call = barge_in
     story = call.replies()[0]

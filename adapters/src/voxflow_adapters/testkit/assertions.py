@@ -293,7 +293,8 @@ def assert_history_is_heard(call: CallResult) -> None:
     An answer played whole is its text; a cut answer is the words played, followed by
     ``[interrupted by the user]`` (and never the words that were not played). A background
     announcement that was heard is in the history the same way (marked by its
-    ``delivery_id``); one cut before a word was heard is not. Reads the flow of the
+    ``delivery_id``); one cut before a word was heard is not, nor is such an answer to a
+    turn then continued (committed again with all its words). Reads the flow of the
     call's ``TurnRunner``.
 
     Raises:
@@ -302,8 +303,6 @@ def assert_history_is_heard(call: CallResult) -> None:
     __tracebackhide__ = True
     labels = Labels.of(call)
     background = announcements(call)
-    # a turn continued (committed again with all its words): an answer to an earlier
-    # revision of it that was cut before a word was heard is replaced, not kept
     started: dict[Any, tuple[Any, int]] = {}  # a reply: its turn, where it started
     continued: dict[Any, int] = {}  # a turn: where it was last committed again
     for order, e in enumerate(call.events):
@@ -314,20 +313,18 @@ def assert_history_is_heard(call: CallResult) -> None:
     expected: list[_Expected] = []
     unheard: list[DeliveryId] = []
     for e in call.events:
-        if e.kind == "reply_interrupted":
-            if e.delivery_id in background and not e.heard_text.strip():
+        if e.kind == "reply_interrupted" and not e.heard_text.strip():
+            turn, begun = started.get(e.delivery_id, (None, len(call.events)))
+            if e.delivery_id in background:
                 unheard.append(e.delivery_id)
                 continue
+            if begun < continued.get(turn, -1):
+                continue  # replaced by the continued turn's answer
+        if e.kind == "reply_interrupted":
             content = f"{e.heard_text.strip()} {INTERRUPTED_MARK}".strip()
             expected.append(_Expected(e.delivery_id, content, True))
         elif e.kind == "reply_finished":
             expected.append(_Expected(e.delivery_id, e.text, e.delivery_id in background))
-    superseded = {
-        item.delivery for item in expected
-        if item.content == INTERRUPTED_MARK and item.delivery in started
-        and started[item.delivery][1] < continued.get(started[item.delivery][0], -1)
-    }
-    expected = [item for item in expected if item.delivery not in superseded]
     messages = [m for m in call.session.turns.flow.state.messages if m.role == "assistant"]
     history = "\n".join(f"    assistant: {quote(str(m.content), 200)}" for m in messages)
     for delivery in unheard:
