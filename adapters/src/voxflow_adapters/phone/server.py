@@ -241,7 +241,7 @@ class PhoneServer:
             AdmissionSettings(max_calls=self.settings.max_calls,
                               p95_target_ms=self.settings.p95_target_ms),
             scheduler=engines.scheduler if engines is not None else None,
-            rates=getattr(engines, "rates", None))
+            rates=engines.rates if engines is not None else None)
         self.call_prefix = "phone"
         """Call ids are ``<call_prefix>-<n>`` (a call worker puts its id in them)."""
         self._numbers = itertools.count(1)

@@ -168,7 +168,7 @@ class WebRtcServer(SignalingServer):
             AdmissionSettings(max_calls=settings.max_calls,
                               p95_target_ms=settings.p95_target_ms,
                               cost=CostSettings(profile=WEBRTC_CALLER)),
-            scheduler=engines.scheduler, rates=getattr(engines, "rates", None))
+            scheduler=engines.scheduler, rates=engines.rates)
         self._admissions: dict[str, Admission] = {}
         self._lag_task: asyncio.Task[None] | None = None
         self.metrics = metrics
@@ -216,8 +216,8 @@ class WebRtcServer(SignalingServer):
         their outbound frames went out late (``webrtc_load.py --models real --calls 4``:
         16-30 % of frames more than 20 ms late, p95 1.3-2.5 s, against 0.1 % and 1.0 s
         with it loaded first)."""
-        await preload()
-        self.admission.meter.restart()  # (litellm's import is not the process's idle CPU)
+        await preload()  # (its CPU is not the process's idle cost: watch_loop restarts
+        # the meter's window when it starts)
         if self._lag_task is None:
             self._lag_task = asyncio.get_running_loop().create_task(
                 self.watch_loop(), name="admission.loop-lag")
