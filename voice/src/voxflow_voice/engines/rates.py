@@ -11,7 +11,7 @@ input. It is what a call's model work costs here, on this CPU, with these models
   :class:`WarmUpRates`. Its work is a short sentence said by the TTS (its first, short
   sentence warms the model up untimed), that speech heard by a fresh VAD and
   transcribed by the STT after one untimed decode of 1 s of silence (a model's first
-  run allocates): about 0.5 s of CPU with tiny.en and the bundled voice. Admission
+  run allocates): 0.7-0.8 s of CPU with tiny.en and the bundled voice here. Admission
   derives the cost of a call from it before any call was measured
   (:mod:`voxflow_adapters.hosting.call_cost`).
 * :class:`ModelRates` keeps, from then on, each model's recent **wall** real-time
