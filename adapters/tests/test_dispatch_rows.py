@@ -96,6 +96,37 @@ async def test_a_drifted_used_count_is_corrected_by_the_next_heartbeat(
                     "the dispatch row said 2 slot(s) used, the worker holds 1: corrected"]
 
 
+@pytest.mark.models
+async def test_the_heartbeat_carries_the_workers_load_into_its_row(
+    engines: VoiceEngines, pg_schema_url: str,
+) -> None:
+    """What dispatch and an operator need of a worker's :class:`Load` is in its row
+    after a beat: its measured slots, what a call costs there and where that figure comes
+    from, the prior, the models' recent real-time factors, the p95, why it refuses
+    (before: the headroom alone; the cost and the figures behind it were seen only
+    through the worker's own ``GET /load``, which a worker does not serve)."""
+    await engines.warm_up()  # (a derived prior and the models' real-time factors)
+    async with worker(engines, pg_schema_url) as w:
+        for _ in range(10):  # slow turns: over its p95 target, it refuses calls
+            w.host.admission.record(1500.0)
+        load = w.host.load()
+        seen = w.heartbeat.beats
+        await until(lambda: _beaten(w, seen + 2))
+        row = await row_of(w.store, w.worker_id)
+    assert row is not None
+    assert load.model_rtf and load.cost_source == "models" and load.p95_ms == 1500.0
+    assert load.reason is not None and "1,500 ms" in load.reason
+    assert (row.measured_slots, row.call_cost, row.prior_call_cost, row.cost_source,
+            row.model_rtf, row.p95_ms, row.refusal) == (
+        load.slots, load.call_cost, load.prior_call_cost, load.cost_source,
+        load.model_rtf, load.p95_ms, load.reason)
+    assert row.headroom == float(load.headroom)
+
+
+async def _beaten(w: CallWorker, beats: int) -> bool:
+    return w.heartbeat.beats >= beats
+
+
 async def test_a_heartbeat_leaves_the_count_alone_while_a_claim_or_release_is_under_way(
     pg_schema_url: str,
 ) -> None:

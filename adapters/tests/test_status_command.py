@@ -80,6 +80,7 @@ async def test_an_uncapped_worker_counts_its_measured_headroom_not_its_ceiling(
     import psycopg
     from voxflow_adapters.hosting.admission import UNBOUNDED_CALLS
     from voxflow_adapters.hosting.dispatch import DispatchStore
+    from voxflow_adapters.hosting.dispatch_tables import WorkerReport
     from voxflow_adapters.hosting.fleet import read_fleet, render_fleet
 
     store = DispatchStore(pg_schema_url, kind="phone")
@@ -89,8 +90,9 @@ async def test_an_uncapped_worker_counts_its_measured_headroom_not_its_ceiling(
         await store.register("tel-3", slots=3, host="box", pid=13, used=1)
         with psycopg.connect(pg_schema_url, autocommit=True) as conn:
             for worker, headroom in (("tel-1", 1.0), ("tel-2", 1.5), ("tel-3", 0.0)):
-                conn.execute(store.heartbeat_sql(), {"headroom": headroom, "used": None,
-                                                     "worker_id": worker})
+                conn.execute(store.heartbeat_sql(), {
+                    **WorkerReport(headroom=headroom).params(), "used": None,
+                    "worker_id": worker})
         front_door_counts = await store.free_slots()
     finally:
         await store.aclose()
@@ -105,6 +107,61 @@ async def test_an_uncapped_worker_counts_its_measured_headroom_not_its_ceiling(
     assert [w.free for w in fleet.workers] == [1, 2, 2]
     assert '"free":2' in fleet.model_dump_json()
     assert "10000" not in "\n".join(text)
+
+
+async def test_each_worker_shows_what_a_call_costs_it_and_why_it_refuses(
+    pg_schema_url: str,
+) -> None:
+    """Each heartbeat writes the worker's load (:class:`WorkerReport`): ``voxflow status``
+    shows its measured slots, its cost per call and where that figure comes from, its
+    p95, and a line with the prior, the models' recent real-time factors and why it
+    refuses calls (before: slots, calls and headroom only; the figures admission decides
+    by were in no row). A worker that reported none (an older version's) shows '-'."""
+    import asyncio
+
+    import psycopg
+    from voxflow_adapters.hosting.admission import UNBOUNDED_CALLS
+    from voxflow_adapters.hosting.dispatch import DispatchStore
+    from voxflow_adapters.hosting.dispatch_tables import WorkerReport
+    from voxflow_adapters.hosting.fleet import read_fleet, render_fleet
+    from voxflow_adapters.hosting.heartbeat import Heartbeat
+
+    reports = {
+        "web-1": WorkerReport(headroom=3.0, measured_slots=5, call_cost=0.132,
+                              prior_call_cost=0.157, cost_source="measured",
+                              model_rtf={"stt": 0.21, "tts": 0.35, "vad": 0.012},
+                              p95_ms=870.0),
+        "web-2": WorkerReport(headroom=0.0, measured_slots=2, call_cost=0.199,
+                              prior_call_cost=0.199, cost_source="models", p95_ms=1500.0,
+                              refusal="this server is too busy: answers take 1,500 ms"),
+    }
+    store = DispatchStore(pg_schema_url)
+    try:
+        await store.register("web-1", slots=UNBOUNDED_CALLS, host="box", pid=11, used=2)
+        await store.register("web-2", slots=4, host="box", pid=12, used=2)
+        await store.register("web-3", slots=2, host="box", pid=13)
+        with psycopg.connect(store.url, **store.connect_options) as conn:
+            for worker_id, report in reports.items():
+                Heartbeat(store, worker_id, interval=60.0, report=lambda r=report: r)._beat(
+                    conn)
+    finally:
+        await store.aclose()
+    fleet = await asyncio.to_thread(read_fleet, pg_schema_url)
+    text = render_fleet(fleet).splitlines()
+    assert text[1].split()[7:10] == ["headroom", "cost/call", "p95"]
+    assert text[2].split()[:11] == ["web-1", "webrtc", "box", "11", "5", "measured", "2", "3",
+                                   "3", "13.2%:measured", "870ms"]
+    assert text[3].split()[:10] == ["web-2", "webrtc", "box", "12", "2/4", "2", "2", "0",
+                                   "19.9%:models", "1,500ms"]
+    assert text[4].split()[:9] == ["web-3", "webrtc", "box", "13", "2", "0", "2", "-", "-"]
+    assert text[5] == ("  web-1: prior 15.7% a call; models' recent RTF stt 0.210, "
+                       "tts 0.350, vad 0.012")
+    assert text[6] == ("  web-2: prior 19.9% a call; refusing: this server is too busy: "
+                       "answers take 1,500 ms")
+    assert [(w.measured_slots, w.cost_source, w.model_rtf) for w in fleet.workers] == [
+        (5, "measured", {"stt": 0.21, "tts": 0.35, "vad": 0.012}), (2, "models", {}),
+        (None, None, {})]
+    assert '"call_cost":0.132' in fleet.model_dump_json()
 
 
 async def test_a_table_an_older_version_made_reads_as_browser_workers(

@@ -18,12 +18,13 @@ from collections.abc import Callable
 import psycopg
 import pytest
 from voxflow_adapters.hosting.dispatch import DispatchStore
+from voxflow_adapters.hosting.dispatch_tables import SCHEMA_SQL
 
 from voxflow.flow._item_rows import PG_SCHEMA
 from voxflow.flow.postgres import PostgresFlowPersistence
 from voxflow.jobs import JobInbox, PostgresJobQueue
 from voxflow.jobs.inbox import INBOX_SCHEMA
-from voxflow.pg_schema import relations_of
+from voxflow.pg_schema import columns_of, relations_of
 from voxflow.pg_url import connection_options, database_schema
 
 pytestmark = pytest.mark.unit
@@ -104,6 +105,46 @@ def test_a_missing_index_is_created_on_the_next_open(pg_schema_url: str) -> None
         again.close()
         row = conn.execute("SELECT to_regclass('idx_records_pos')").fetchone()
     assert row is not None and row[0] is not None
+
+
+def test_a_column_an_upgrade_adds_is_added_to_a_table_an_older_version_made(
+    pg_schema_url: str,
+) -> None:
+    """Every relation there but a column a later version adds (``ALTER TABLE ... ADD
+    COLUMN IF NOT EXISTS``): the DDL runs again. Before, the check counted relations only,
+    so a deployment whose tables an older version made never got the dispatch rows'
+    ``kind`` nor the heartbeat's report columns, and every heartbeat then failed on them
+    (a worker never live)."""
+    assert "voxflow_call_workers.kind" in columns_of(SCHEMA_SQL)
+    assert "voxflow_call_workers.call_cost" in columns_of(SCHEMA_SQL)
+    schema = database_schema(pg_schema_url)
+
+    async def open_and_register() -> None:
+        store = DispatchStore(pg_schema_url, kind="phone")
+        try:
+            await store.register("w-1", slots=2, host="h", pid=1)
+        finally:
+            await store.aclose()
+
+    asyncio.run(open_and_register())
+    with psycopg.connect(pg_schema_url, autocommit=True,
+                         options=connection_options(pg_schema_url, schema)) as conn:
+        conn.execute("ALTER TABLE voxflow_call_workers DROP COLUMN kind, "
+                     "DROP COLUMN call_cost, DROP COLUMN model_rtf")  # an older version's
+        asyncio.run(open_and_register())
+        row = conn.execute("SELECT kind, call_cost, model_rtf FROM voxflow_call_workers "
+                           "WHERE worker_id = 'w-1'").fetchone()
+    assert row == ("phone", None, None)
+
+
+@pytest.mark.parametrize("ddl", [
+    "ALTER TABLE t ADD COLUMN c int;",  # no IF NOT EXISTS: the check could not name it
+    "CREATE TABLE IF NOT EXISTS t (a int); ALTER TABLE s.t ADD COLUMN IF NOT EXISTS c int;",
+    "CREATE TABLE IF NOT EXISTS t (a int); ALTER TABLE t DROP COLUMN a;",
+])
+def test_an_alter_the_check_cannot_name_is_refused(ddl: str) -> None:
+    with pytest.raises(ValueError, match="ADD COLUMN IF NOT EXISTS"):
+        columns_of(ddl)
 
 
 @pytest.mark.parametrize("ddl", [

@@ -4,7 +4,8 @@ with them (psycopg 3, async).
 No cluster of our own: the database is the only shared thing.
 
 * ``voxflow_call_workers``: one row per call worker (its slots, the slots it holds, the
-  headroom it reports, draining or not, its last heartbeat on the database clock). A
+  headroom and the load it reports: :class:`~voxflow_adapters.hosting.dispatch_tables.
+  WorkerReport`, draining or not, its last heartbeat on the database clock). A
   CHECK keeps ``used <= slots``: no path can over-admit. Each heartbeat writes the
   slots the worker holds over ``used`` (a lost reply cannot leave it wrong for long);
   a row whose heartbeat stopped ``forget_after`` seconds ago is removed by whichever
@@ -58,6 +59,7 @@ from voxflow.storable import check_text
 
 from .dispatch_tables import (
     CALL_KINDS,
+    REPORT_COLUMNS,
     SCHEMA_SQL,
     ClaimedOffer,
     DispatchUnavailableError,
@@ -77,6 +79,16 @@ __all__ = ["DispatchStore"]
 logger = logging.getLogger(__name__)
 
 _NOW = "extract(epoch FROM clock_timestamp())::float8"
+_ROW = ("worker_id, host, pid, slots, used, headroom, draining, "
+        f"{_NOW} - heartbeat_at, kind, " + ", ".join(REPORT_COLUMNS))
+"""The columns of :func:`_worker_row`, in its order."""
+
+
+def _worker_row(r: Any) -> WorkerRow:
+    """A row of :data:`_ROW`'s columns (a report column still NULL: not reported)."""
+    report = {c: v for c, v in zip(REPORT_COLUMNS, r[9:], strict=True) if v is not None}
+    return WorkerRow(worker_id=r[0], host=r[1], pid=r[2], slots=r[3], used=r[4],
+                     headroom=r[5], draining=r[6], heartbeat_age=r[7], kind=r[8], **report)
 
 
 class DispatchStore:
@@ -266,10 +278,8 @@ class DispatchStore:
         async def run(conn: psycopg.AsyncConnection[Any]) -> list[WorkerRow]:
             rows = await (await conn.execute(
                 f"DELETE FROM voxflow_call_workers WHERE heartbeat_at < {_NOW} - %s "
-                "RETURNING worker_id, host, pid, slots, used, headroom, draining, "
-                f"{_NOW} - heartbeat_at", (self.forget_after,))).fetchall()
-            return [WorkerRow(worker_id=r[0], host=r[1], pid=r[2], slots=r[3], used=r[4],
-                              headroom=r[5], draining=r[6], heartbeat_age=r[7]) for r in rows]
+                f"RETURNING {_ROW}", (self.forget_after,))).fetchall()
+            return [_worker_row(r) for r in rows]
 
         gone: list[WorkerRow] = await self._run(run)
         for row in gone:
@@ -352,12 +362,17 @@ class DispatchStore:
 
     def heartbeat_sql(self) -> str:
         """The heartbeat statement (run by :class:`~voxflow_adapters.hosting.heartbeat.Heartbeat`
-        on its own connection and thread), with the named parameters ``headroom``,
+        on its own connection and thread), with the named parameters of
+        :meth:`WorkerReport.params <voxflow_adapters.hosting.dispatch_tables.WorkerReport.
+        params>` (``headroom`` and the :data:`REPORT_COLUMNS`),
         ``used`` (the slots the worker holds, which corrects the row's count; None:
         left as it is) and ``worker_id``. It updates no row when the worker's row was
         removed."""
+        report = ", ".join(f"{c} = %({c})s{'::jsonb' if c == 'model_rtf' else ''}"
+                           for c in REPORT_COLUMNS)
         return (f"UPDATE voxflow_call_workers SET heartbeat_at = {_NOW}, "
-                "headroom = %(headroom)s, used = CASE WHEN %(used)s::integer IS NULL "
+                f"headroom = %(headroom)s, {report}, "
+                "used = CASE WHEN %(used)s::integer IS NULL "
                 "THEN used ELSE least(greatest(%(used)s::integer, 0), slots) END "
                 "WHERE worker_id = %(worker_id)s")
 
@@ -372,12 +387,9 @@ class DispatchStore:
         """Every registered worker of this store's kind, its load and heartbeat age."""
         async def run(conn: psycopg.AsyncConnection[Any]) -> list[WorkerRow]:
             rows = await (await conn.execute(
-                "SELECT worker_id, host, pid, slots, used, headroom, draining, "
-                f"{_NOW} - heartbeat_at FROM voxflow_call_workers WHERE kind = %s "
+                f"SELECT {_ROW} FROM voxflow_call_workers WHERE kind = %s "
                 "ORDER BY worker_id", (self.kind,))).fetchall()
-            return [WorkerRow(worker_id=r[0], host=r[1], pid=r[2], slots=r[3], used=r[4],
-                              headroom=r[5], draining=r[6], heartbeat_age=r[7],
-                              kind=self.kind) for r in rows]
+            return [_worker_row(r) for r in rows]
 
         found: list[WorkerRow] = await self._run(run)
         return found

@@ -2,7 +2,8 @@
 database cannot be used.
 
 ``voxflow_call_workers`` holds one row per call worker (:class:`WorkerRow`: its kind, its
-slots and the slots it holds, its headroom, its heartbeat), ``voxflow_call_offers`` one row
+slots and the slots it holds, its headroom and the rest of the load its heartbeat
+reports, :class:`WorkerReport`, its heartbeat), ``voxflow_call_offers`` one row
 per request a front door waits on (:class:`ClaimedOffer` once a worker claimed it,
 :class:`OfferResult` what became of it), ``voxflow_deployment`` one random id, written by
 the first process to open the tables: the deployment they make (its hash is what a
@@ -15,7 +16,9 @@ database unusable (``voxflow status``, the command line's checks) does not load 
 
 from __future__ import annotations
 
+import json
 import math
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, computed_field
 
@@ -25,11 +28,13 @@ from voxflow.settings import DATABASE_URL_VARIABLE
 
 __all__ = [
     "CALL_KINDS",
+    "REPORT_COLUMNS",
     "SCHEMA_SQL",
     "UNCAPPED_SLOTS",
     "ClaimedOffer",
     "DispatchUnavailableError",
     "OfferResult",
+    "WorkerReport",
     "WorkerRow",
     "check_dispatch_database",
     "dispatch_unavailable",
@@ -79,7 +84,23 @@ CREATE TABLE IF NOT EXISTS voxflow_deployment (
 ALTER TABLE voxflow_call_offers ADD COLUMN IF NOT EXISTS traceparent text;
 ALTER TABLE voxflow_call_workers ADD COLUMN IF NOT EXISTS kind text NOT NULL DEFAULT 'webrtc';
 ALTER TABLE voxflow_call_offers ADD COLUMN IF NOT EXISTS kind text NOT NULL DEFAULT 'webrtc';
+ALTER TABLE voxflow_call_workers ADD COLUMN IF NOT EXISTS measured_slots integer;
+ALTER TABLE voxflow_call_workers ADD COLUMN IF NOT EXISTS call_cost double precision;
+ALTER TABLE voxflow_call_workers ADD COLUMN IF NOT EXISTS prior_call_cost double precision;
+ALTER TABLE voxflow_call_workers ADD COLUMN IF NOT EXISTS cost_source text;
+ALTER TABLE voxflow_call_workers ADD COLUMN IF NOT EXISTS model_rtf jsonb;
+ALTER TABLE voxflow_call_workers ADD COLUMN IF NOT EXISTS p95_ms double precision;
+ALTER TABLE voxflow_call_workers ADD COLUMN IF NOT EXISTS refusal text;
 """
+"""The tables, created when one is missing, and the columns later versions added, added
+to a table an older version made when one of them is missing
+(:func:`~voxflow.pg_schema.ensure_tables`): a process of this version opening the tables
+of an older deployment migrates them."""
+
+REPORT_COLUMNS = ("measured_slots", "call_cost", "prior_call_cost", "cost_source",
+                  "model_rtf", "p95_ms", "refusal")
+"""The columns of ``voxflow_call_workers`` a heartbeat writes from the worker's
+:class:`WorkerReport`, besides ``headroom``."""
 
 _FIX = (f"check {DATABASE_URL_VARIABLE} (postgresql://user[:password]@host[:port]/database) "
         "and that the server is running")
@@ -132,8 +153,43 @@ def free_slots(slots: int, used: int, headroom: float | None) -> int:
     return max(0, free)
 
 
+class WorkerReport(BaseModel):
+    """What a call worker's heartbeat reports of its load (its admission's
+    :class:`~voxflow_adapters.hosting.admission.Load`): what a front door counts (the
+    headroom) and what an operator reads in ``voxflow status`` (what a call costs, where
+    that figure comes from, why the worker refuses calls). None: not known."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+
+    headroom: float | None = None
+    """Calls it would take now (its measured slots less the calls it holds and claims;
+    0 while it refuses)."""
+    measured_slots: int | None = Field(None, ge=0)
+    """The calls its cores hold at the measured cost per call, at most ``--max-calls``."""
+    call_cost: float | None = Field(None, ge=0)
+    """Share of a core one call costs there (0.13: 13 %)."""
+    prior_call_cost: float | None = Field(None, ge=0)
+    """The cost of a call before one was measured."""
+    cost_source: str | None = None
+    """``measured``, ``models`` (derived from the models' warm-up) or ``prior``."""
+    model_rtf: dict[str, float] = Field(default_factory=dict)
+    """Each model's recent real-time factor (``stt``, ``tts``, ``vad``: wall seconds per
+    second of audio; rises when its jobs wait for a core)."""
+    p95_ms: float | None = Field(None, ge=0)
+    """The recent voice-to-voice p95 of its turns."""
+    refusal: str | None = None
+    """Why it refuses calls now (None: it takes them)."""
+
+    def params(self) -> dict[str, Any]:
+        """The heartbeat statement's named parameters (``model_rtf`` as JSON text)."""
+        values = self.model_dump()
+        values["model_rtf"] = json.dumps(self.model_rtf) if self.model_rtf else None
+        return values
+
+
 class WorkerRow(BaseModel):
-    """A call worker as the database sees it."""
+    """A call worker as the database sees it (the report fields: as of its last
+    heartbeat; None before its first, or from a worker of an older version)."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -148,6 +204,14 @@ class WorkerRow(BaseModel):
     """Seconds since its last heartbeat (database clock)."""
     kind: str = "webrtc"
     """The calls it answers (one of :data:`CALL_KINDS`: ``webrtc`` or ``phone``)."""
+    measured_slots: int | None = None
+    """See :class:`WorkerReport` (as are the fields below)."""
+    call_cost: float | None = None
+    prior_call_cost: float | None = None
+    cost_source: str | None = None
+    model_rtf: dict[str, float] = Field(default_factory=dict)
+    p95_ms: float | None = None
+    refusal: str | None = None
 
     @property
     def uncapped(self) -> bool:

@@ -20,7 +20,12 @@ from pydantic import BaseModel, ConfigDict
 from voxflow.jobs.queue import TASK_NAME, PostgresJobQueue, QueueStatistics
 from voxflow.pg_url import check_database_url, connection_options, database_schema
 
-from .dispatch_tables import DispatchUnavailableError, WorkerRow, dispatch_unavailable
+from .dispatch_tables import (
+    REPORT_COLUMNS,
+    DispatchUnavailableError,
+    WorkerRow,
+    dispatch_unavailable,
+)
 
 __all__ = ["CallRow", "FleetStatus", "JobRow", "JobWorkerRow", "read_fleet", "render_fleet"]
 
@@ -125,17 +130,22 @@ def _tables(conn: Any) -> set[str]:
 
 
 def _workers(conn: Any) -> list[WorkerRow]:
+    # (the kind and report columns are added by a process of this version at its start;
+    # a table an older version made has none: its workers answer browsers, report
+    # nothing but their headroom)
+    report = ", ".join(f"to_jsonb(w) -> '{column}'" for column in REPORT_COLUMNS)
     rows = conn.execute(
         "SELECT worker_id, host, pid, slots, used, headroom, draining, "
-        f"{_NOW} - heartbeat_at, "
-        # (the kind column is added by a process of this version at its start; a table
-        # an older version made has none, and its workers answer browsers)
-        "coalesce(to_jsonb(w) ->> 'kind', 'webrtc') "
+        f"{_NOW} - heartbeat_at, coalesce(to_jsonb(w) ->> 'kind', 'webrtc'), {report} "
         "FROM voxflow_call_workers w ORDER BY worker_id"
     ).fetchall()
-    return [WorkerRow(worker_id=r[0], host=r[1], pid=r[2], slots=r[3], used=r[4],
-                      headroom=r[5], draining=r[6], heartbeat_age=r[7], kind=r[8])
-            for r in rows]
+    workers = []
+    for r in rows:
+        reported = {c: v for c, v in zip(REPORT_COLUMNS, r[9:], strict=True) if v is not None}
+        workers.append(WorkerRow(worker_id=r[0], host=r[1], pid=r[2], slots=r[3], used=r[4],
+                                 headroom=r[5], draining=r[6], heartbeat_age=r[7], kind=r[8],
+                                 **reported))
+    return workers
 
 
 def _calls(conn: Any) -> list[CallRow]:
@@ -183,15 +193,19 @@ def render_fleet(status: FleetStatus) -> str:
     lines.append(f"call workers: {len(status.workers)} ({len(live)} live, {free} free "
                  f"slot(s){by_kind}) in schema {status.schema_name}")
     rows = [("worker", "kind", "host", "pid", "slots", "calls", "free", "headroom",
-             "heartbeat", "state")]
+             "cost/call", "p95", "heartbeat", "state")]
     for w in status.workers:
         state = ("draining" if w.draining else
                  "stale" if w.heartbeat_age > status.stale_after else "live")
         rows.append((w.worker_id, w.kind, w.host, str(w.pid), _slots(w), str(w.used),
                      str(w.free), "-" if w.headroom is None else f"{w.headroom:g}",
+                     "-" if w.call_cost is None else
+                     f"{w.call_cost:.1%}:{w.cost_source or '?'}",
+                     "-" if w.p95_ms is None else f"{w.p95_ms:,.0f}ms",
                      f"{w.heartbeat_age:.1f} s ago", state))
     if status.workers:
         lines += _table(rows)
+    lines += [line for w in status.workers if (line := _reported(w))]
     lines.append(f"calls: {len(status.calls)}")
     if status.calls:
         lines += _table([("session", "worker", "call", "epoch", "lease")] + [
@@ -217,11 +231,30 @@ def render_fleet(status: FleetStatus) -> str:
 
 
 def _slots(worker: WorkerRow) -> str:
-    """A worker's slots: its ``--max-calls``; with none, the calls it holds and its
-    measured headroom (``uncapped`` before its first heartbeat reported one)."""
+    """A worker's slots: its ``--max-calls`` (and, when fewer, the slots its measured
+    cost allows); with none, its measured slots (from an older worker, the calls it
+    holds and its headroom; ``uncapped`` before its first heartbeat reported either)."""
+    measured = worker.measured_slots
     if not worker.uncapped:
-        return str(worker.slots)
+        return (str(worker.slots) if measured is None or measured >= worker.slots
+                else f"{measured}/{worker.slots}")
+    if measured is not None:
+        return f"{measured} measured"
     return "uncapped" if worker.headroom is None else f"{worker.used + worker.free} measured"
+
+
+def _reported(worker: WorkerRow) -> str:
+    """The rest of what a worker's last heartbeat reported: the prior cost of a call,
+    the models' recent real-time factors, why it refuses calls ('' if nothing)."""
+    said = []
+    if worker.prior_call_cost is not None:
+        said.append(f"prior {worker.prior_call_cost:.1%} a call")
+    if worker.model_rtf:
+        said.append("models' recent RTF " + ", ".join(
+            f"{model} {rtf:.3f}" for model, rtf in sorted(worker.model_rtf.items())))
+    if worker.refusal:
+        said.append(f"refusing: {worker.refusal}")
+    return f"  {worker.worker_id}: " + "; ".join(said) if said else ""
 
 
 def _age(seconds: float | None) -> str:

@@ -5,7 +5,10 @@ is stale cannot claim (:mod:`~voxflow_adapters.hosting.dispatch`); one whose hea
 stopped is dead, and its calls' leases are taken over at once. :class:`Heartbeat` writes it
 every ``interval`` seconds on its own thread and database connection, so a busy event loop
 (speech models, many calls) never delays it; each beat carries the worker's measured
-headroom and corrects the row's count of used slots if it drifted. The
+headroom and the rest of its load (:class:`~voxflow_adapters.hosting.dispatch_tables.
+WorkerReport`: its measured slots, what a call costs and where that figure comes from,
+the models' recent real-time factors, its p95, why it refuses) and corrects the row's
+count of used slots if it drifted. The
 :class:`~voxflow_adapters.hosting.worker.CallWorker` starts and stops it.
 """
 
@@ -18,13 +21,17 @@ from collections.abc import Callable
 from typing import Any
 
 from .dispatch import DispatchStore
+from .dispatch_tables import WorkerReport
 
-__all__ = ["Headroom", "Heartbeat", "SlotCount"]
+__all__ = ["Headroom", "Heartbeat", "Report", "SlotCount"]
 
 logger = logging.getLogger(__name__)
 
 Headroom = Callable[[], float | None]
 """The spare capacity the worker reports with each heartbeat (None: not measured)."""
+
+Report = Callable[[], WorkerReport]
+"""The load the worker reports with each heartbeat (its headroom among it)."""
 
 SlotCount = Callable[[], tuple[int, int] | None]
 """The slots the worker holds, as ``(version, count)``; None while a claim or a release
@@ -39,7 +46,9 @@ class Heartbeat:
         store: the dispatch store (its URL and heartbeat statement).
         worker_id: the row to renew.
         interval: seconds between beats.
-        headroom: reported with each beat (called on the heartbeat thread).
+        headroom: reported with each beat (called on the heartbeat thread), alone.
+        report: the load reported with each beat, its headroom among it (called on the
+            heartbeat thread); instead of ``headroom``.
         used: the slots the worker holds (called on the heartbeat thread): each beat
             writes it over the row's count, which a lost reply or a bug may have made
             drift, under the row's lock and only while no claim or release is under way
@@ -47,17 +56,26 @@ class Heartbeat:
             is left alone.
         on_missing: called (on the heartbeat thread) when a beat finds no row: it was
             removed as dead while this worker could not reach the database.
+
+    Raises:
+        ValueError: ``interval`` is not a positive number, or both ``headroom`` and
+            ``report`` are given.
     """
 
     def __init__(self, store: DispatchStore, worker_id: str, *, interval: float,
                  headroom: Headroom | None = None, used: SlotCount | None = None,
-                 on_missing: Callable[[], None] | None = None) -> None:
+                 on_missing: Callable[[], None] | None = None,
+                 report: Report | None = None) -> None:
         if not 0 < interval < float("inf"):
             raise ValueError("interval must be a positive, finite number of seconds")
+        if headroom is not None and report is not None:
+            raise ValueError("give headroom or report, not both: the report carries the "
+                             "headroom")
         self.store = store
         self.worker_id = worker_id
         self.interval = float(interval)
         self.headroom = headroom
+        self.report = report
         self.used = used
         self.on_missing = on_missing
         self.beats = 0
@@ -65,7 +83,8 @@ class Heartbeat:
         self.failures = 0
         """Heartbeats that could not be written (the database was unreachable)."""
         self.headroom_failures = 0
-        """Heartbeats written without a headroom, its callback having failed."""
+        """Heartbeats written without a headroom (nor a report), its callback having
+        failed."""
         self.failing = False
         """Whether the latest heartbeat could not be written (the worker is not ready)."""
         self.corrections = 0
@@ -123,8 +142,8 @@ class Heartbeat:
     def _beat(self, conn: Any) -> None:
         """One heartbeat, in one transaction: the row's lock, its count corrected when no
         claim or release can be between the count read and the write, the beat."""
-        params: dict[str, Any] = {"worker_id": self.worker_id,
-                                  "headroom": self._headroom(), "used": None}
+        params: dict[str, Any] = {"worker_id": self.worker_id, **self._report().params(),
+                                  "used": None}
         before = self.used() if self.used is not None else None
         with conn.transaction():
             if before is not None and self.used is not None:
@@ -140,20 +159,26 @@ class Heartbeat:
         if not updated and self.on_missing is not None:
             self.on_missing()
 
-    def _headroom(self) -> float | None:
-        """The headroom to report, or None (not measured) when its callback fails: the
-        beat itself, which keeps the worker live, is written anyway."""
-        if self.headroom is None:
-            return None
+    def _report(self) -> WorkerReport:
+        """The load to report; nothing (not measured) when its callback fails: the beat
+        itself, which keeps the worker live, is written anyway."""
         try:
+            if self.report is not None:
+                report = self.report()
+                if not isinstance(report, WorkerReport):
+                    raise TypeError(f"report must return a WorkerReport, got "
+                                    f"{type(report).__name__}")
+                return report
+            if self.headroom is None:
+                return WorkerReport()
             value = self.headroom()
             if value is not None and not (isinstance(value, int | float)
                                           and math.isfinite(value)):
                 raise TypeError(f"headroom must be a finite number or None, got "
                                 f"{type(value).__name__}")
-            return value
+            return WorkerReport(headroom=value)
         except Exception as exc:
             self.headroom_failures += 1
             logger.warning("headroom not measured (%s); heartbeat written without it",
                            type(exc).__name__)
-            return None
+            return WorkerReport()

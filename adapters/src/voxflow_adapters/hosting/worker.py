@@ -47,8 +47,9 @@ from voxflow import telemetry
 from voxflow.ids import SessionId
 from voxflow.tasks import cancel_and_wait
 
+from .admission import Load
 from .dispatch import DispatchStore
-from .dispatch_tables import ClaimedOffer, DispatchUnavailableError
+from .dispatch_tables import ClaimedOffer, DispatchUnavailableError, WorkerReport
 from .heartbeat import Headroom, Heartbeat
 from .host import CallHost, CallRefused
 from .wire import ResumeRequest
@@ -69,8 +70,8 @@ class CallWorker:
         drain_seconds: how long running calls may go on after :meth:`drain` starts.
         poll_interval: seconds between looks at the table when no ``NOTIFY`` came.
         spread: the longest head start (s) a less loaded worker gets when claiming.
-        headroom: the spare capacity reported with each heartbeat (default
-            :meth:`headroom`: the host's admission headroom).
+        headroom: the spare capacity reported with each heartbeat, alone (default:
+            :meth:`report`, the host's admission headroom and load).
     """
 
     def __init__(
@@ -90,8 +91,10 @@ class CallWorker:
         self.drain_seconds = float(drain_seconds)
         self.poll_interval = float(poll_interval)
         self.spread = float(spread)
+        # (a headroom given is reported alone; else the admission's whole load)
         self.heartbeat = Heartbeat(store, self.worker_id, interval=store.stale_after / 5,
-                                   headroom=headroom if headroom is not None else self.headroom,
+                                   headroom=headroom,
+                                   report=self.report if headroom is None else None,
                                    used=self.slot_count, on_missing=self._row_missing)
         host.call_prefix = self.worker_id
         host.on_call_ended = self._on_call_ended
@@ -384,7 +387,21 @@ class CallWorker:
     def headroom(self) -> float:
         """Calls this worker can still take (its admission's headroom less the offers
         being claimed); 0 while admission refuses."""
+        return self._headroom_of(self.host.load())
+
+    def report(self) -> WorkerReport:
+        """What each heartbeat writes to this worker's row: its :meth:`headroom` and
+        the rest of its admission's load (the measured slots, what a call costs and
+        where that figure comes from, the models' recent real-time factors, the p95,
+        why it refuses), from one look at the load."""
         load = self.host.load()
+        return WorkerReport(
+            headroom=self._headroom_of(load), measured_slots=load.slots,
+            call_cost=load.call_cost, prior_call_cost=load.prior_call_cost,
+            cost_source=load.cost_source, model_rtf=load.model_rtf, p95_ms=load.p95_ms,
+            refusal=load.reason)
+
+    def _headroom_of(self, load: Load) -> float:
         return float(max(0, load.headroom - self._claiming)) if load.accepting else 0.0
 
     async def _claim_available(self) -> None:
