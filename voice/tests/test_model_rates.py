@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator
 
+import numpy as np
 import pytest
 from voxflow_voice.engines import VoiceEngines
 from voxflow_voice.engines.errors import EngineWarmUpError
@@ -106,6 +107,32 @@ async def test_a_tts_that_says_nothing_fails_the_warm_up_naming_it_and_the_fix(
     assert str(error).startswith("the text-to-speech engine _MuteTts said nothing of the "
                                  "warm-up text")
     assert "--tts, VOXFLOW_TTS" in str(error) and "reinstall" in str(error)
+    assert engines.rates.warmed_up is None
+
+
+class _ArrayTts:
+    """A plug-in TTS whose ``synthesize`` yields bare sample arrays, not sentences (the
+    protocol's :class:`SpokenSentence`: ``samples`` and ``words``, as the test kit's
+    scripts read them)."""
+
+    sample_rate = 22_050
+
+    def synthesize(self, text: str) -> Iterator[object]:
+        return iter([np.full(2205, 0.1, np.float32)] * 3)
+
+
+async def test_a_tts_breaking_the_sentence_contract_fails_the_warm_up_naming_it(
+    stt: WhisperStt,
+) -> None:
+    """The warm-up reads each sentence's ``samples`` as the protocol types them (before:
+    ``getattr(s, "samples", s)`` took a bare array as a sentence, so such an engine
+    passed its warm-up and broke at the first scripted line instead)."""
+    engines = VoiceEngines(stt=stt, tts=_ArrayTts(), make_vad=SileroVad)  # type: ignore[arg-type]
+    with pytest.raises(EngineWarmUpError) as failed:
+        await engines.warm_up()
+    assert failed.value.kind == "tts"
+    assert str(failed.value).startswith("the text-to-speech engine _ArrayTts failed its "
+                                        "warm-up run (AttributeError: ")
     assert engines.rates.warmed_up is None
 
 

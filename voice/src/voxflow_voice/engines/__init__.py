@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from types import FunctionType
@@ -31,7 +31,7 @@ from voxflow.engine_spec import (
 from voxflow.ids import DeliveryId
 from voxflow.settings import Settings
 
-from ..audio import STT_SAMPLE_RATE, AudioChunk, ReplyChunk, resample
+from ..audio import STT_SAMPLE_RATE, AudioChunk, ReplyChunk, WordTiming, resample
 from ..scheduler import ModelScheduler
 from ..settings import VoiceSection
 from .end_of_turn import EndOfTurnModel
@@ -57,6 +57,7 @@ __all__ = [
     "InstalledEngine",
     "ModelRates",
     "SpeechToText",
+    "SpokenSentence",
     "TextToSpeech",
     "VoiceEngines",
     "WarmUpRates",
@@ -70,6 +71,21 @@ class SpeechToText(Protocol):
 
     async def transcribe(self, audio: AudioChunk) -> Transcript | None:
         """The words of one 16 kHz utterance, or None when it holds none."""
+        ...
+
+
+class SpokenSentence(Protocol):
+    """One sentence of :meth:`TextToSpeech.synthesize` (Piper's
+    :class:`~voxflow_voice.engines.tts.SynthesizedSentence`)."""
+
+    @property
+    def samples(self) -> NDArray[np.float32]:
+        """Float mono audio in [-1, 1] at the engine's ``sample_rate``."""
+        ...
+
+    @property
+    def words(self) -> Sequence[WordTiming]:
+        """Its words' timings within ``samples`` (empty without alignments)."""
         ...
 
 
@@ -87,8 +103,9 @@ class TextToSpeech(Protocol):
         """The audio of ``text``, born with the identity of the reply it is part of."""
         ...
 
-    def synthesize(self, text: str) -> Iterator[Any]:
-        """Blocking synthesis, sentence by sentence (used to render scripted speech)."""
+    def synthesize(self, text: str) -> Iterator[SpokenSentence]:
+        """Blocking synthesis, sentence by sentence (used to render scripted speech and
+        by :meth:`VoiceEngines.warm_up`)."""
         ...
 
 
@@ -185,13 +202,15 @@ class VoiceEngines:
                                  reason=reason)
 
     def _say(self) -> tuple[NDArray[np.float32], float]:
-        """The warm-up's timed sentence (float samples at the TTS's rate) and its CPU."""
-        sentences = (self.tts.synthesize(WARM_UP_TEXT, cached=False)  # (the model's work)
-                     if isinstance(self.tts, PiperTts) else self.tts.synthesize(WARM_UP_TEXT))
+        """The warm-up's timed sentence (float samples at the TTS's rate) and its CPU.
+        Piper's speech cache is bypassed (``cached=False``: the model's own work); the
+        protocol's ``synthesize`` takes the text alone, as every other engine's does."""
+        sentences: Iterator[SpokenSentence] = (
+            self.tts.synthesize(WARM_UP_TEXT, cached=False) if isinstance(self.tts, PiperTts)
+            else self.tts.synthesize(WARM_UP_TEXT))
         next(sentences, None)  # untimed: the first run allocates
         cpu = time.process_time()
-        parts = [np.asarray(getattr(s, "samples", s), np.float32).reshape(-1)
-                 for s in sentences]
+        parts = [np.asarray(s.samples, np.float32).reshape(-1) for s in sentences]
         used = time.process_time() - cpu
         return (np.concatenate(parts) if parts else np.zeros(0, np.float32)), used
 
