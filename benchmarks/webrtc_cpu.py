@@ -40,6 +40,7 @@ ab222c9: aiortc's decoder thread, executor  16.1 % (6.7 s)    22.7 % (9.8 s)    
 250f616: reply encoded mono (*)             14.3 % (6.3 s)    18.6 % (8.1 s)     +4.3    3.9-6.8
 caller's audio decoded mono (*)             13.6 % (5.9 s)    17.0 % (8.1 s)     +3.3    3.5-6.6
 99cfcc8 (the same code), a second run (*)   13.3 % (5.5 s)    18.5 % (7.6 s)     +5.2    1.3-3.6
+4576868 (the same code), ``--pairs 4`` (*)  15.7 % (6.5 s)    20.7 % (8.5 s)     +5.0    0.1-0.6
 ==========================================  ================  =================  ======  =======
 
 (*) with the callers that hear every reply whole (the rows above them may hold cut
@@ -60,6 +61,23 @@ UDP ``sendto`` 8 %, but the whole process spent only 0.3-0.5 s per call in the k
 mostly waiting for a core), ``MonoOpusEncoder`` 1.8 %; the receive path 4 % (the
 ``InputGuard`` 1.5 %, a third of it averaging the stereo decode, Opus decode 0.6 %);
 reply chunks resampled to 48 kHz 1.4 %.
+
+At 4576868, on an idle machine (load 0.1-0.6, the row above): webrtc 19.3-22.0, simulated
+15.0-16.5, the gap of one pair +2.3 to +5.4. ``perf record -e cpu-clock`` (on-CPU time
+only, unlike py-spy; 499 Hz, the child, 2 calls of each kind, a gap of +2.3 in that run)
+puts the webrtc call's extra CPU, in points of a core, in: the Python interpreter +1.35,
+libopus +0.62 (mostly the encode: ~105 us a frame against ~30 for a decode; libopus's
+complexity 5 instead of 10 saves only a fifth of it, measured alone), PyAV/ffmpeg
+glue +0.37, the kernel +0.28 (loopback ``sendto``: the receiving side of each datagram
+runs in the sender's syscall; twice the time in task switches), SRTP +0.22, libc +0.11:
+about 3.0 points; the models (onnxruntime -0.64) made up the difference in that run.
+py-spy's split (same run, 100 Hz): the RTP sender's loop 1.1 (``sendto`` 0.35, Opus
+encode 0.38, aiortc's packetizing, header extensions and SRTP and the track ~0.4); the
+receive path 0.8 (``take_frame`` 0.53, of which the simulated call pays its own 16 kHz
+chunk's checks and conversion too; the decimator ~0.12, ``to_ndarray`` ~0.14; Opus
+decode 0.1; aiortc's parse, statistics and SRTP ~0.15). Besides its tick loop and 16 kHz
+resampling the simulated call pays none of it: what is left is one UDP datagram each way
+per 20 ms, its Opus, and aiortc's Python around each.
 """
 
 from __future__ import annotations
