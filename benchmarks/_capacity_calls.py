@@ -76,6 +76,9 @@ class CapacityRow:
     offered: int = 0  # calls offered (with admission; else = calls)
     refused: int = 0  # of those, refused by the AdmissionController
     reasons: tuple[str, ...] = ()  # the refusals' reasons, in order
+    cpu_seconds: float = 0.0  # the process's CPU time over the run (all threads)
+    heard_seconds: float = 0.0  # the calls' seconds, each to its last reply sample
+    held_seconds: float = 0.0  # with admission: the calls' seconds admitted -> released
 
     @property
     def within_target(self) -> bool:
@@ -181,6 +184,7 @@ async def run_calls(
     peak = idle
     done = asyncio.Event()
     reasons: list[str] = []
+    held: list[float] = []  # each admitted call's seconds from admission to release
 
     async def sample_rss() -> None:
         nonlocal peak
@@ -204,10 +208,14 @@ async def run_calls(
         except CapacityExceededError as exc:
             reasons.append(str(exc))
             return None
-        with slot:
-            return await run_call(Teller(story=reply, trigger=None),
-                                  caller_script(question, turns, 0.5), timed, clock=clock,
-                                  tail=TAIL, on_event=record, settings=settings)
+        admitted = time.perf_counter()
+        try:
+            with slot:
+                return await run_call(Teller(story=reply, trigger=None),
+                                      caller_script(question, turns, 0.5), timed, clock=clock,
+                                      tail=TAIL, on_event=record, settings=settings)
+        finally:
+            held.append(time.perf_counter() - admitted)
 
     cpu0, wall0 = time.process_time(), time.perf_counter()
     sampler = asyncio.create_task(sample_rss())
@@ -231,13 +239,14 @@ async def run_calls(
     asked = calls * turns
     lost = sum(max(0, turns - len({r.delivery_id for r in call.tape.receipts}))
                for call in results)
+    heard = sum(_call_seconds(call) for call in results)
     stt = [busy * 1000.0 for busy, _ in timings.stt]
     tts = [busy / audio for busy, audio in timings.tts if audio > 0]
     row = CapacityRow(
         calls=calls, scheduler=engines.scheduler is not None, asked=asked,
         committed=sum(len(call.of_kind("turn_committed")) for call in results),
         v2v_p50_ms=_percentile(v2v, 50), v2v_p95_ms=_percentile(v2v, 95),
-        cpu_per_call_pct=100.0 * cpu / max(sum(_call_seconds(call) for call in results), 1e-9),
+        cpu_per_call_pct=100.0 * cpu / max(heard, 1e-9),
         rss_peak_mb=peak, rss_per_extra_call_mb=(peak - base_rss) / max(1, calls - base_calls),
         stale_samples=sum(call.stale_samples() for call in results),
         turns_lost=lost,
@@ -245,6 +254,7 @@ async def run_calls(
         stt_ms_p50=statistics.median(stt) if stt else None,
         tts_rtf_p50=statistics.median(tts) if tts else None,
         seconds=wall, offered=calls + refused, refused=refused, reasons=tuple(reasons),
+        cpu_seconds=cpu, heard_seconds=heard, held_seconds=sum(held),
     )
     return row, results
 

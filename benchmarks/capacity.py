@@ -63,6 +63,30 @@ a call) 7 admitted, 17 refused; p95 1,825 and 1,846 ms, both above 1 s. The call
 offered in the first 2 s are admitted on the prior alone, before a window has measured
 the other processes or a call, and the lower prior admits more of them (7 for 4).
 
+Why the meter's cost per call at the end of an ``--offered`` run is below the row's
+CPU/call (the stop before measured 6.8 % against 11.3 %): it is not an under-count, the
+two divide different things, and each ``--offered`` run now prints both with the
+difference. ``--offered 24`` (3 turns, no cap), two runs, load 0.6 -> 0.9, 9 admitted
+each time:
+
+====================================================  ==============  ==============
+figure                                                run 1           run 2
+====================================================  ==============  ==============
+the row: CPU / call-s to each call's last reply       11.5 % (365 s)  12.0 % (363 s)
+the same CPU / call-s held, admission to release      9.3 % (455 s)   9.6 % (453 s)
+the meter while the 9 calls talk (5 to 40 s)          12.1-15.5 %     11.7-15.1 %
+the meter as the calls end (45, 50, 55 s)             9.7, 8.3, 6.9   9.9, 8.4, 6.8
+====================================================  ==============  ==============
+
+The CPU is the same (the process's, the callers' own work included: they live in this
+process, in both figures). The meter divides it by the call-seconds *held*: each caller
+stays :data:`TAIL` s on the line after its last reply, silent, 90 of the 455 s, which
+the row leaves out; and its EWMA (a tenth per 2 s window) weighs the last ~40 s, whose
+last 15 s are those silent tails. While the calls talk it reads 12-15 %, the row's figure
+and the derived prior's (15.7 %) range; idle is 0 (no window without a call). So the
+meter is right for what it counts, a held call's CPU now; a real caller hangs up
+rather than holding a silent line, so the tail is this benchmark's.
+
 One process loads the real models once (tiny.en, Piper, Silero: ``VoiceEngines.load()``)
 and runs N calls at once, each a :class:`~voxflow_adapters.testkit.simulated.SimulatedClient` on
 the monotonic clock (real time) talking to its own voice session. Every caller asks the
@@ -193,6 +217,7 @@ import argparse
 import asyncio
 import json
 import os
+import time
 from dataclasses import asdict
 
 from _capacity_calls import (
@@ -201,6 +226,7 @@ from _capacity_calls import (
     CALL_LIMIT,
     CYCLE,
     P95_TARGET_MS,
+    TAIL,
     CapacityRow,
     load_engines,
     run_calls,
@@ -273,11 +299,17 @@ async def _main(calls: list[int], turns: int, as_json: bool, modes: list[bool],
                                   ramp_seconds=ramp),
                 scheduler=by_mode[mode].scheduler, rates=by_mode[mode].rates)
             load0 = _load()
-            row, _ = await asyncio.wait_for(
-                run_calls(by_mode[mode], offered, turns, admission=admission,
-                          settings=AFTER if mode else BEFORE, arrivals=arrivals),
-                timeout=CALL_LIMIT + arrivals + 60.0)
+            trace: list[tuple[float, int, float]] = []  # (s, live calls, meter's cost)
+            watch = asyncio.create_task(_trace_meter(admission, trace))
+            try:
+                row, _ = await asyncio.wait_for(
+                    run_calls(by_mode[mode], offered, turns, admission=admission,
+                              settings=AFTER if mode else BEFORE, arrivals=arrivals),
+                    timeout=CALL_LIMIT + arrivals + 60.0)
+            finally:
+                watch.cancel()
             after = admission.load()
+            idle = admission.meter.cost().idle
             admitted.append({**asdict(row), "ramp_seconds": ramp, "max_calls": max_calls,
                              "load_average": [load0, _load()], "slots": after.slots,
                              "call_cost": after.call_cost, "cost_source": after.cost_source,
@@ -296,6 +328,7 @@ async def _main(calls: list[int], turns: int, as_json: bool, modes: list[bool],
                 print_row(row)
                 for kind, count, last in _reasons(row.reasons):
                     print(f"  refused {count} x {kind}; the last: {last!r}")
+                print_cost_decomposition(row, after.call_cost, idle, trace)
             name = f"{offered} offered calls, ramp {ramp:g} s{'' if mode else ' (first come)'}"
             figure(f"{name}: admitted", row.calls, "calls")
             figure(f"{name}: admitted p95", row.v2v_p95_ms or float("nan"),
@@ -322,6 +355,35 @@ async def _main(calls: list[int], turns: int, as_json: bool, modes: list[bool],
           "CPU: process CPU time / total call time; "
           "RSS/+call: peak growth over the row above (or idle) / extra calls; "
           "STT p50: compute per utterance; TTS rtf: synthesis time / audio length)")
+
+
+async def _trace_meter(admission: AdmissionController,
+                       trace: list[tuple[float, int, float]], every: float = 5.0) -> None:
+    """The meter's cost per call every ``every`` s (as ``GET /load`` would read it)."""
+    start = time.perf_counter()
+    while True:
+        load = admission.load()
+        trace.append((time.perf_counter() - start, load.active_calls, load.call_cost))
+        await asyncio.sleep(every)
+
+
+def print_cost_decomposition(row: CapacityRow, meter_cost: float, idle: float,
+                             trace: list[tuple[float, int, float]]) -> None:
+    """Why the meter's cost per call at the end differs from the row's CPU/call: the
+    same CPU over another denominator (the calls' seconds *held*, admission to release,
+    each call's TAIL s of silence after its last reply included, where the row counts
+    each call to its last reply sample), the idle cost the meter subtracts, and its
+    EWMA's weight on the last ~40 s, when the calls wind down."""
+    if row.held_seconds <= 0:
+        return
+    held = 100.0 * row.cpu_seconds / row.held_seconds
+    print(f"  cost per call: the row {row.cpu_per_call_pct:.1f} % (CPU {row.cpu_seconds:.1f} s "
+          f"/ {row.heard_seconds:.0f} call-s to each last reply sample); over the call-s "
+          f"held, admission to release ({row.held_seconds:.0f} s, each call's {TAIL:g} s "
+          f"tail included) {held:.1f} %; the meter's EWMA at the end {100 * meter_cost:.1f} % "
+          f"(idle {100 * idle:.1f} % of a core subtracted per window)")
+    print("  the meter over the run (s: live calls, cost per call): " + ", ".join(
+        f"{at:.0f}: {live}, {100 * cost:.1f} %" for at, live, cost in trace))
 
 
 def calls_within_target(rows: list[CapacityRow], p95_ms: float = P95_TARGET_MS) -> int:
