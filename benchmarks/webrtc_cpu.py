@@ -21,6 +21,13 @@ again, ``--turns`` times, then stays :data:`TAIL` s.
   loopback; the caller is an aiortc :class:`~voxflow_adapters.webrtc.client.
   LoopbackCaller` in *this* process (its Opus, SRTP and Python are not counted).
 
+* **phone** (``--kinds simulated,phone``): the child is also a
+  :class:`~voxflow_adapters.phone.server.PhoneServer` on loopback (the phone call
+  settings, :func:`~voxflow_adapters.hosting.calls.phone_voice_settings`); the caller
+  is a :class:`~voxflow_adapters.testkit.phone_carrier.SimulatedCarrier` in *this*
+  process (paced 8 kHz mu-law over the media WebSocket, marks echoed as played), asking
+  again once the reply played and nothing came for GAP s (``phone_capacity.py``'s).
+
 The figure is the child's CPU time (``time.process_time``: all its threads, the decoder
 and executor threads included) from the call's start (the offer posted) to its end (the
 session closed), per second of that window, in % of one core; each run prints it with its
@@ -49,6 +56,13 @@ audio played, 3/3 replies whole, 0.1-0.5 s of the CPU in the kernel. At load 3.5
 2 cores the runs of one kind spread by 2-3 points (webrtc 15.8-19.0, simulated
 12.7-15.2), and the gap of one run by as much (the last two rows, the same code): the
 decoder's change is within that noise; the gap stands at 3-5 points, not yet <= 3.
+
+The phone call against the simulated one, ``--pairs 3 --turns 3 --kinds
+simulated,phone`` (Dec 5, one run, load 0.3-1.1): simulated 15.3, 14.3, 14.3 %, phone
+15.9, 16.1, 15.5 % (6.1-6.5 s of CPU per call, 28.3-28.9 s of reply audio, 3/3 replies
+each way): medians 14.3 against 15.9 %, +1.6 points: more than a point, so a phone
+call has its own profile for the admission's prior,
+:data:`~voxflow_adapters.hosting.call_cost.PHONE_CALLER` (overhead 0.075 + 0.016).
 
 A ``py-spy`` profile of one WebRTC call before 3e96f8a (all threads, 45 s): Piper
 26 % of the samples; the executor thread that encoded each frame and aiortc's decoder
@@ -94,6 +108,7 @@ from collections.abc import Iterator
 from typing import Any
 
 TAIL = 1.0  # s: the call goes on this long after the last reply has played
+ALL_KINDS = ("simulated", "webrtc", "phone")
 
 
 def _settings() -> Any:
@@ -119,7 +134,9 @@ async def _serve_child(turns: int) -> None:
     import logging
 
     from _capacity_calls import caller_script, load_engines, question_audio
-    from voxflow_adapters.hosting.calls import flow_call_factory
+    from aiohttp import web
+    from voxflow_adapters.hosting.calls import flow_call_factory, phone_voice_settings
+    from voxflow_adapters.phone.server import PhoneServer, PhoneSettings
     from voxflow_adapters.testkit.scenario import run_call
     from voxflow_adapters.webrtc import PeerSettings, ServerSettings, WebRtcServer
     from voxflow_adapters.webrtc.server import ignore_closed_transport_errors
@@ -127,6 +144,7 @@ async def _serve_child(turns: int) -> None:
     from voxflow.clock import MonotonicClock
 
     logging.basicConfig(level=logging.ERROR)
+    phone_calls = 0
     loop = asyncio.get_running_loop()
     ignore_closed_transport_errors(loop)
     engines, _ = await load_engines(scheduling=False)
@@ -135,8 +153,15 @@ async def _serve_child(turns: int) -> None:
                           settings=ServerSettings(port=0, max_calls=4, peer=PeerSettings(
                               ice_host_addresses=("127.0.0.1",))))
     question = question_audio(engines)
+    phone = PhoneServer(flow_call_factory(teller, settings=phone_voice_settings()), engines,
+                        settings=PhoneSettings(max_calls=4))
+    runner = web.AppRunner(phone.app(), access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    phone_url = f"http://127.0.0.1:{runner.addresses[0][1]}/voice"
     async with server:
-        print(json.dumps({"port": server.port, "token": server.token}), flush=True)
+        print(json.dumps({"port": server.port, "token": server.token, "phone": phone_url}),
+              flush=True)
         while line := (await loop.run_in_executor(None, sys.stdin.readline)).strip():
             cpu0, wall0, times0 = time.process_time(), time.monotonic(), os.times()
             if line == "simulated":
@@ -157,6 +182,14 @@ async def _serve_child(turns: int) -> None:
                 stale = call.stale_samples()
                 reply = sum(r.num_samples / r.sample_rate for r in call.tape.receipts)
                 whole = len(finished)
+            elif line == "phone":  # the carrier dials now; "ended" once it hung up
+                await loop.run_in_executor(None, sys.stdin.readline)
+                while len(phone.ended) < phone_calls + 1:  # noqa: ASYNC110  # (closed)
+                    await asyncio.sleep(0.02)
+                phone_calls += 1
+                stale = 0  # (counted by the carrier: clears and audio after them)
+                reply = phone.ended[-1]["frames_out"] * 0.02
+                whole = None
             else:  # "webrtc": the caller posts its offer now; "ended" once it hung up
                 await loop.run_in_executor(None, sys.stdin.readline)
                 await server.wait_idle()
@@ -168,6 +201,7 @@ async def _serve_child(turns: int) -> None:
             print(json.dumps({"cpu": cpu, "wall": wall, "stale": stale, "reply": reply,
                               "whole": whole, "system": times.system - times0.system}),
                   flush=True)
+    await runner.cleanup()
 
 
 _SETTLED = ("reply_finished", "reply_interrupted")
@@ -253,12 +287,38 @@ async def _webrtc_caller(base: str, token: str, turns: int, question: Any) -> in
         await caller.aclose()
 
 
+async def _phone_caller(url: str, turns: int, question: Any) -> int:
+    """One phone call (a simulated Twilio carrier: paced 8 kHz mu-law both ways, marks
+    echoed as played) asking ``turns`` times, each time once the reply played and then
+    nothing came for GAP s (as ``phone_capacity.py``'s caller); returns the replies
+    that played (their delivery ids)."""
+    from _capacity_calls import GAP
+    from voxflow_adapters.testkit.phone_carrier import SimulatedCarrier
+
+    async with SimulatedCarrier(url) as carrier:
+        await asyncio.sleep(0.5)
+        for _ in range(turns):
+            carrier.say(question.samples(), rate=question.sample_rate)
+            await carrier.said()
+            spoke = carrier.speech_ends[-1]
+            async with asyncio.timeout(60.0):
+                while not [t for t in carrier.first_audio if t > spoke]:  # noqa: ASYNC110
+                    await asyncio.sleep(0.02)
+                heard, still = carrier.received_samples, time.monotonic()
+                while time.monotonic() - still < GAP:
+                    await asyncio.sleep(0.02)
+                    if carrier.received_samples != heard:
+                        heard, still = carrier.received_samples, time.monotonic()
+        await asyncio.sleep(max(0.0, TAIL - GAP))
+        return len(carrier.deliveries())
+
+
 async def _main(pairs: int, turns: int, kinds: tuple[str, ...]) -> None:
     child = await asyncio.create_subprocess_exec(
         sys.executable, __file__, "--serve-child", "--turns", str(turns),
         stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE)
     assert child.stdin is not None and child.stdout is not None
-    runs: dict[str, list[float]] = {"simulated": [], "webrtc": []}
+    runs: dict[str, list[float]] = {"simulated": [], "webrtc": [], "phone": []}
     question = _question()
     loads = [os.getloadavg()[0]]
     try:
@@ -266,14 +326,15 @@ async def _main(pairs: int, turns: int, kinds: tuple[str, ...]) -> None:
         print(f"server process {child.pid}", flush=True)
         base = f"http://127.0.0.1:{hello['port']}"
         for pair in range(pairs):
-            for kind in (("simulated", "webrtc") if pair % 2 == 0 else ("webrtc", "simulated")):
-                if kind not in kinds:
-                    continue
+            order = [k for k in ALL_KINDS if k in kinds]
+            for kind in (order if pair % 2 == 0 else order[::-1]):
                 child.stdin.write(f"{kind}\n".encode())
                 await child.stdin.drain()
                 whole = None
-                if kind == "webrtc":
-                    whole = await _webrtc_caller(base, hello["token"], turns, question)
+                if kind in ("webrtc", "phone"):
+                    whole = (await _webrtc_caller(base, hello["token"], turns, question)
+                             if kind == "webrtc" else
+                             await _phone_caller(hello["phone"], turns, question))
                     child.stdin.write(b"ended\n")
                     await child.stdin.drain()
                 report = json.loads(await child.stdout.readline())
@@ -289,24 +350,32 @@ async def _main(pairs: int, turns: int, kinds: tuple[str, ...]) -> None:
     finally:
         child.stdin.close()
         await child.wait()
-    if len(kinds) < 2:
+    if "simulated" not in kinds or len(kinds) < 2:
         return
-    sim, rtc = statistics.median(runs["simulated"]), statistics.median(runs["webrtc"])
-    print(f"median of {pairs}: simulated {sim:.1f} %, webrtc {rtc:.1f} % of a core per call "
-          f"(difference {rtc - sim:+.1f} points); load average {min(loads):.1f}-"
-          f"{max(loads):.1f} on {os.cpu_count()} CPUs")
     from _figures import figure
 
+    sim = statistics.median(runs["simulated"])
     figure("server CPU per call, simulated", sim, "% of a core")
-    figure("server CPU per call, webrtc", rtc, "% of a core", target=f"<= {sim + 3:.1f}")
+    for kind in kinds:
+        if kind == "simulated":
+            continue
+        other = statistics.median(runs[kind])
+        print(f"median of {pairs}: simulated {sim:.1f} %, {kind} {other:.1f} % of a core per "
+              f"call (difference {other - sim:+.1f} points); load average {min(loads):.1f}-"
+              f"{max(loads):.1f} on {os.cpu_count()} CPUs")
+        figure(f"server CPU per call, {kind}", other, "% of a core",
+               target=f"<= {sim + 3:.1f}" if kind == "webrtc" else "")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pairs", type=int, default=3)
     parser.add_argument("--turns", type=int, default=3)
-    parser.add_argument("--only", choices=("simulated", "webrtc"),
+    parser.add_argument("--only", choices=ALL_KINDS,
                         help="run calls of one kind only (to profile the child)")
+    parser.add_argument("--kinds", default="simulated,webrtc",
+                        help="the kinds of call to compare, comma-separated, of "
+                        f"{','.join(ALL_KINDS)} (default: %(default)s)")
     parser.add_argument("--serve-child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.pairs < 1 or args.turns < 1:
@@ -314,7 +383,9 @@ def main() -> None:
     if args.serve_child:
         asyncio.run(_serve_child(args.turns))
         return
-    kinds = (args.only,) if args.only else ("simulated", "webrtc")
+    kinds = (args.only,) if args.only else tuple(k.strip() for k in args.kinds.split(","))
+    if not kinds or any(k not in ALL_KINDS for k in kinds):
+        parser.error(f"--kinds takes some of {','.join(ALL_KINDS)}, got {args.kinds!r}")
     asyncio.run(_main(args.pairs, args.turns, kinds))
 
 

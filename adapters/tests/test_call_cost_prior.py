@@ -10,6 +10,7 @@ from pydantic import ValidationError
 from voxflow_adapters.hosting.admission import AdmissionController, AdmissionSettings
 from voxflow_adapters.hosting.call_cost import (
     DENSE_CALLER,
+    PHONE_CALLER,
     REFERENCE_WARM_UP_TTS_RTF,
     UNMEASURED_CALL_COST,
     WEBRTC_CALLER,
@@ -35,6 +36,9 @@ MEASURED_WEBRTC = (0.170 + 0.185) / 2
 """The same dense call's server CPU per call on that machine, ``benchmarks/webrtc_cpu.py
 --pairs 3 --turns 3`` at 99cfcc8, two runs (medians of 3 each, load 3.5-6.6 and 1.3-3.6;
 its table): the simulated transport and WebRTC."""
+MEASURED_PHONE = 0.159
+"""The dense call over the phone there, ``webrtc_cpu.py --kinds simulated,phone --pairs 3
+--turns 3`` (Dec 5, median of 3, load 0.3-1.1; simulated 14.3 % in the same run)."""
 WARM_UP_OVERSTATEMENT = 0.71 * (0.087 - 0.058) + 0.22 * (0.075 - 0.041)
 """What the warm-up's short sentence over-states a dense call's model work by, there:
 Piper 0.087 at warm-up against 0.058 per s of a 9.6 s reply, Whisper 0.075 against
@@ -81,7 +85,8 @@ def test_the_prior_is_the_models_work_of_the_profile_plus_its_overhead() -> None
 
 
 @pytest.mark.parametrize(("profile", "measured"), [(DENSE_CALLER, MEASURED_DENSE),
-                                                   (WEBRTC_CALLER, MEASURED_WEBRTC)])
+                                                   (WEBRTC_CALLER, MEASURED_WEBRTC),
+                                                   (PHONE_CALLER, MEASURED_PHONE)])
 def test_the_reference_machines_warm_up_derives_about_what_its_calls_were_measured_at(
         profile: CallProfile, measured: float) -> None:
     """Not below the measured cost (a prior that admits too many calls is the failure
@@ -181,6 +186,23 @@ def test_bad_priors_and_arguments_are_refused() -> None:
         CallCostMeter(rates=object())  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="ModelRates"):
         AdmissionController(rates=object())  # type: ignore[arg-type]
+
+
+def test_a_phone_server_derives_its_prior_for_a_phone_call() -> None:
+    """A phone call costs the transport's own work besides the dense caller's (+1.6
+    points measured): the phone server's admission derives its prior from
+    :data:`PHONE_CALLER`, between the simulated and the WebRTC call's (before: from
+    :data:`DENSE_CALLER`, a phone call's transport left out)."""
+    from voxflow_adapters.hosting.calls import flow_call_factory
+    from voxflow_adapters.phone.server import PhoneServer
+    from voxflow_adapters.testkit.flows import Teller
+
+    engines = VoiceEngines(stt=None, tts=None, make_vad=None, rates=warmed(REFERENCE))  # type: ignore[arg-type]
+    server = PhoneServer(flow_call_factory(Teller), engines)
+    assert server.admission.meter.settings.profile == PHONE_CALLER
+    prior = server.load().prior_call_cost
+    assert prior == pytest.approx(derived_call_cost(REFERENCE, PHONE_CALLER))
+    assert derived_call_cost(REFERENCE) < prior < derived_call_cost(REFERENCE, WEBRTC_CALLER)
 
 
 async def test_the_warm_up_measures_this_machines_models_and_admission_derives_from_them(

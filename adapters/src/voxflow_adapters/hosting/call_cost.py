@@ -57,7 +57,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 from voxflow_voice.engines.rates import ModelRates, WarmUpRates
 
-__all__ = ["DENSE_CALLER", "LAG_PROBE_INTERVAL", "REFERENCE_WARM_UP_TTS_RTF",
+__all__ = ["DENSE_CALLER", "LAG_PROBE_INTERVAL", "PHONE_CALLER", "REFERENCE_WARM_UP_TTS_RTF",
            "UNMEASURED_CALL_COST", "WEBRTC_CALLER",
            "CallCost", "CallCostMeter", "CallProfile", "CostSettings", "available_cores",
            "derived_call_cost", "machine_busy_seconds"]
@@ -164,6 +164,15 @@ medians of 3 runs each): 17.0 against 13.6 % (load 3.5-6.6), 18.5 against 13.3 %
 1.3-3.6), +3.3 and +5.2 points, so the overhead is taken at 0.075 + 0.042 (their mean).
 (An older 0.20 came from WebRTC calls measured at 25-28 %, a figure that held litellm's
 import: 0b2883d.)"""
+PHONE_CALLER = CallProfile(overhead=0.091)
+"""The same caller over the phone (``voxflow phone``, a phone call worker): the media
+WebSocket's JSON and base64 every 20 ms, 8 kHz mu-law both ways and the resampling to
+and from it on top. ``benchmarks/webrtc_cpu.py --kinds simulated,phone`` measured the
+dense call in one server process both ways (Dec 5, medians of 3 each, load 0.3-1.1):
+15.9 % (15.5-16.1) of a core over the phone against 14.3 % (14.3-15.3) simulated, +1.6
+points, so the overhead is 0.075 + 0.016 (the simulated caller lives in the server
+process and is counted there, the carrier is not: the phone's own work is if anything
+a little more)."""
 
 
 def derived_call_cost(rates: WarmUpRates, profile: CallProfile = DENSE_CALLER) -> float:

@@ -57,6 +57,7 @@ from ..hosting.admission import (
     AdmissionSettings,
     Load,
 )
+from ..hosting.call_cost import PHONE_CALLER, CostSettings
 from ..hosting.calls import Call, CallFactory
 from ..hosting.errors import CapacityExceededError
 from ..hosting.public_url import HEALTH_PATH, check_public_url, health_handler, new_instance_id
@@ -213,13 +214,11 @@ class PhoneServer:
         serializer: the carrier's wire format (Twilio if None).
         admission: decides which calls are taken (one from ``settings.max_calls`` and
             ``settings.p95_target_ms`` if None; make it once the engines are loaded).
-            Its prior, the cost of a call before one is measured, is derived for the
-            simulated transport's dense caller
-            (:data:`~voxflow_adapters.hosting.call_cost.DENSE_CALLER`): the phone
-            transport's own per-packet work (the media WebSocket's JSON and base64,
-            8 kHz mu-law coding and resampling) was never measured and is not in it, so
-            the prior under-states a phone call by that much until the meter has
-            measured this process's calls.
+            Its prior, the cost of a call before one is measured, is derived for a
+            phone call (:data:`~voxflow_adapters.hosting.call_cost.PHONE_CALLER`: the
+            dense caller plus the phone transport's own work, the media WebSocket's
+            JSON and base64, 8 kHz mu-law coding and resampling, measured at +1.6
+            points of a core by ``benchmarks/webrtc_cpu.py --kinds simulated,phone``).
         on_call: called with each started call's transport and call (tests).
     """
 
@@ -239,7 +238,8 @@ class PhoneServer:
         self.on_call = on_call
         self.admission = admission if admission is not None else AdmissionController(
             AdmissionSettings(max_calls=self.settings.max_calls,
-                              p95_target_ms=self.settings.p95_target_ms),
+                              p95_target_ms=self.settings.p95_target_ms,
+                              cost=CostSettings(profile=PHONE_CALLER)),
             scheduler=engines.scheduler if engines is not None else None,
             rates=engines.rates if engines is not None else None)
         self.call_prefix = "phone"
