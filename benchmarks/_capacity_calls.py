@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import re
 import resource
 import statistics
 import sys
@@ -32,8 +33,8 @@ from voxflow.ids import DeliveryId
 from voxflow.llm import preload
 
 __all__ = ["AFTER", "BEFORE", "CALL_LIMIT", "CYCLE", "GAP", "P95_TARGET_MS", "QUESTION",
-           "REPLY", "TAIL", "CapacityRow", "caller_script", "load_engines", "question_audio",
-           "run_calls", "voice_to_voice"]
+           "REPLY", "TAIL", "CapacityRow", "caller_script", "heard_right", "load_engines",
+           "question_audio", "run_calls", "voice_to_voice"]
 
 QUESTION = "Can you tell me what is on my calendar this afternoon?"
 REPLY = (
@@ -73,6 +74,7 @@ class CapacityRow:
     stt_ms_p50: float | None
     tts_rtf_p50: float | None
     seconds: float  # wall time of the run
+    transcribed_right: int = 0  # committed turns whose words are QUESTION's (normalized)
     offered: int = 0  # calls offered (with admission; else = calls)
     refused: int = 0  # of those, refused by the AdmissionController
     reasons: tuple[str, ...] = ()  # the refusals' reasons, in order
@@ -127,6 +129,16 @@ def voice_to_voice(call: CallResult) -> list[float]:
         if before.size:
             out.append((heard - (before[-1] + 1) / STT_SAMPLE_RATE) * 1000.0)
     return out
+
+
+def heard_right(text: str) -> bool:
+    """Whether a committed turn's ``text`` is :data:`QUESTION`'s words (case and
+    punctuation aside)."""
+    return _words(text) == _words(QUESTION)
+
+
+def _words(text: str) -> list[str]:
+    return re.sub(r"[^a-z0-9 ]+", "", text.lower()).split()
 
 
 def _call_seconds(call: CallResult) -> float:
@@ -245,6 +257,8 @@ async def run_calls(
     row = CapacityRow(
         calls=calls, scheduler=engines.scheduler is not None, asked=asked,
         committed=sum(len(call.of_kind("turn_committed")) for call in results),
+        transcribed_right=sum(heard_right(e.text) for call in results
+                              for e in call.of_kind("turn_committed")),
         v2v_p50_ms=_percentile(v2v, 50), v2v_p95_ms=_percentile(v2v, 95),
         cpu_per_call_pct=100.0 * cpu / max(heard, 1e-9),
         rss_peak_mb=peak, rss_per_extra_call_mb=(peak - base_rss) / max(1, calls - base_calls),
@@ -259,18 +273,20 @@ async def run_calls(
     return row, results
 
 
-async def load_engines(*, scheduling: bool = True) -> tuple[VoiceEngines, float]:
+async def load_engines(*, scheduling: bool = True,
+                       stt: str | None = None) -> tuple[VoiceEngines, float]:
     """The shared models, warmed up (``VoiceEngines.warm_up``: the first inference
     allocates, and it measures the models' real-time factors), and the idle RSS (MB).
 
     With ``scheduling`` their work runs on the deadline-aware ModelScheduler; without,
     on the default executor, first come first served (the models themselves are the
     same objects either way: loaded once per process; Piper without its speech cache,
-    as the module says). litellm is loaded too, as every entry point does at start-up:
-    its import and warm-up (~4.6 s of CPU, once per process) would otherwise be counted
-    as the first row's calls' CPU."""
+    as the module says; ``stt``: the STT spec, ``whisper:tiny.en`` if None). litellm is
+    loaded too, as every entry point does at start-up: its import and warm-up (~4.6 s of
+    CPU, once per process) would otherwise be counted as the first row's calls' CPU."""
     engines, _ = await asyncio.gather(
-        asyncio.to_thread(VoiceEngines.load, tts="piper:cache_mb=0", scheduling=scheduling),
+        asyncio.to_thread(VoiceEngines.load, stt=stt, tts="piper:cache_mb=0",
+                          scheduling=scheduling),
         preload())
     await engines.warm_up()  # as every entry point: the models' real-time factors measured
     return engines, _rss_mb()

@@ -1,7 +1,8 @@
 """How many concurrent voice calls one process holds: N simulated callers, shared models.
 
 Run: ``uv run python benchmarks/capacity.py [--calls 1,4,8,16] [--turns 3]
-[--scheduler on|off|both] [--offered 24 [--max-calls 8] [--arrivals 60]] [--json]``
+[--scheduler on|off|both] [--offered 24 [--max-calls 8] [--arrivals 60]]
+[--stt whisper:base] [--json]``
 
 ``--scheduler`` runs the model work on the deadline-aware
 :class:`~voxflow_voice.scheduler.ModelScheduler` (``on``, the default here:
@@ -99,9 +100,28 @@ The flow is :class:`~voxflow_adapters.testkit.flows.Teller` answering every turn
 keeps no speech cache here (``piper:cache_mb=0``): every reply is synthesized anew, as
 an LLM's would be, where the cache would say this one fixed reply once per process.
 
+With Whisper base (``--stt whisper:base --turns 2 --scheduler off``, Dec 5, one run
+each, load 0.4 -> 2.8 on 2 cores): 12 calls 592 / 695 ms, 14 calls 617 / 788 ms, every
+turn heard right (tiny.en at 14: 563 / 673 ms); 16 calls 3,929 / 16,325 ms and 18 calls
+1,951 / 8,440 ms (2 lost each, 29 of 32 turns right at 16; load 2.7 -> 3.1), Piper's
+real-time factor 0.35-0.60 there. Degrading the STT (issue 36 item 5: the turns asked
+while the process is overloaded transcribed by tiny.en instead, measured on branch
+``degrade36``, 710ad15, not kept) did not pay: with the fallback taken from 2 transcriptions
+already running or waiting, 16 and 18 calls ran at 680 / 806 and 767 / 1,117 ms but
+*no* utterance of the 68 turns met that overload (the base run's collapse, and this one's
+absence, were the load's: the same setting ran 16 calls at 748 / 1,711 ms in a third
+run and 14 calls at 4,288 / 14,314 ms in a first, again with no fallback); taken from
+1, 1 and 8 utterances fell back and 16 and 18 calls ran at 708 / 1,358 and 1,184 /
+3,033 ms. The STT queue is seldom
+where a dense call's overload is (each call transcribes one utterance at a time; Piper
+is most of the CPU: see ``cpu_budget.py``), so a cheaper STT does not keep the p95.
+
 Printed per N (nothing is asserted, the machine is shared):
 
 * **turns committed**: user turns the sessions committed / questions the callers asked;
+* **right**: committed turns whose words are the question's (case and punctuation
+  aside), of those committed: what ``--stt`` (an STT spec, ``whisper:tiny.en`` unless
+  given) heard;
 * **voice to voice** p50 and p95 over all turns of all calls, on each caller's tape: the
   user's last speech sample (above -40 dBFS) → the first reply sample played, as
   ``voice_latency.py`` measures it;
@@ -247,22 +267,24 @@ def print_row(row: CapacityRow) -> None:
           f"{_ms(row.v2v_p95_ms):>9} {row.cpu_per_call_pct:>7.1f}% "
           f"{row.rss_peak_mb:>7.0f} MB {row.rss_per_extra_call_mb:>7.1f} MB {row.stale_samples:>6} "
           f"{row.turns_lost:>5} {row.barge_ins:>6} {_ms(row.stt_ms_p50):>9} {rtf:>6} "
-          f"{row.seconds:>6.0f} s",
+          f"{row.seconds:>6.0f} s {row.transcribed_right:>5}/{row.committed}",
           flush=True)
 
 
 async def _main(calls: list[int], turns: int, as_json: bool, modes: list[bool],
                 offered: int | None = None, max_calls: int | None = None,
-                ramps: tuple[float, ...] = (0.0,), arrivals: float = CYCLE) -> None:
-    engines, idle = await load_engines()
+                ramps: tuple[float, ...] = (0.0,), arrivals: float = CYCLE,
+                stt: str | None = None) -> None:
+    engines, idle = await load_engines(stt=stt)
     by_mode = {True: engines}
     if False in modes:
-        by_mode[False], _ = await load_engines(scheduling=False)
+        by_mode[False], _ = await load_engines(scheduling=False, stt=stt)
     warm = engines.rates.warmed_up
     assert warm is not None  # (load_engines warms them up)
     prior = derived_call_cost(warm)
     if not as_json:
-        print(f"capacity: {turns} turns per caller, one process, shared models "
+        print(f"capacity: {turns} turns per caller, one process, shared models, STT "
+              f"{stt or 'whisper:tiny.en'} "
               f"(idle RSS {idle:.0f} MB), real time; load average {_load():.1f}")
         print(f"warm-up ({warm.cpu_seconds:.2f} s of CPU): CPU real-time factors STT "
               f"{warm.stt:.3f}, TTS {warm.tts:.3f}, VAD {warm.vad:.4f} on a "
@@ -272,7 +294,7 @@ async def _main(calls: list[int], turns: int, as_json: bool, modes: list[bool],
               f"{'CPU/call':>8} "
               f"{'RSS peak':>10} {'RSS/+call':>10} {'stale':>6} {'lost':>5} {'barge':>6} "
               f"{'STT p50':>9} "
-              f"{'TTS rtf':>6} {'took':>8}", flush=True)
+              f"{'TTS rtf':>6} {'took':>8} {'right':>7}", flush=True)
     rows: list[CapacityRow] = []
     for n in calls:
         for mode in modes:  # interleaved: both modes see about the same machine load
@@ -354,7 +376,8 @@ async def _main(calls: list[int], turns: int, as_json: bool, modes: list[bool],
           "v2v: last user speech sample → first reply sample, all turns of all calls; "
           "CPU: process CPU time / total call time; "
           "RSS/+call: peak growth over the row above (or idle) / extra calls; "
-          "STT p50: compute per utterance; TTS rtf: synthesis time / audio length)")
+          "STT p50: compute per utterance; TTS rtf: synthesis time / audio length; "
+          "right: committed turns whose words are the question's)")
 
 
 async def _trace_meter(admission: AdmissionController,
@@ -460,6 +483,9 @@ def main() -> None:
     parser.add_argument("--arrivals", type=float, default=CYCLE,
                         help="for --offered: the seconds the offers arrive over "
                         "(default: %(default)s, one question and its answer)")
+    parser.add_argument("--stt", default=None,
+                        help="the STT engine spec (default: whisper:tiny.en), such as "
+                        "whisper:base")
     parser.add_argument("--json", action="store_true", help="print the rows as JSON")
     args = parser.parse_args()
     if args.turns < 1:
@@ -472,7 +498,7 @@ def main() -> None:
         parser.error("--max-calls must be >= 1, such as --max-calls 8")
     calls = args.calls if args.calls is not None else [] if args.offered else [1, 4, 8]
     asyncio.run(_main(calls, args.turns, args.json, _MODES[args.scheduler],
-                      args.offered, args.max_calls, args.ramp, args.arrivals))
+                      args.offered, args.max_calls, args.ramp, args.arrivals, args.stt))
 
 
 if __name__ == "__main__":
