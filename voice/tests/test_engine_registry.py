@@ -27,7 +27,7 @@ from voxflow_voice.engines import (
     installed_engines,
 )
 from voxflow_voice.engines.end_of_turn import SMART_TURN_ENGINE, SmartTurn
-from voxflow_voice.engines.errors import EngineLoadError, ModelNotFoundError
+from voxflow_voice.engines.errors import EngineLoadError, EngineWarmUpError, ModelNotFoundError
 from voxflow_voice.engines.registry import doctor_checks
 from voxflow_voice.engines.stt import WHISPER_ENGINE, SttSettings, WhisperStt
 from voxflow_voice.engines.tts import PIPER_ENGINE, PiperTts, TtsSettings
@@ -125,7 +125,13 @@ class NewVoice(OldVoice):
         for start in (0, 160):
             yield ReplyChunk(b"\\0\\0" * 160, 16000, delivery_id, segment_id, start)
 
+class ArrayVoice(NewVoice):  # (synthesize yields bare arrays, not sentences)
+    def synthesize(self, text):
+        import numpy as np
+        return iter([np.full(1600, 0.1, np.float32)] * 3)
+
 old_voice = EngineFactory("tts", lambda options, context: OldVoice())
+array_voice = EngineFactory("tts", lambda options, context: ArrayVoice())
 new_voice = EngineFactory("tts", lambda options, context: NewVoice())
 def not_a_factory(): ...
 '''
@@ -278,6 +284,33 @@ async def test_a_tts_engine_whose_stream_yields_no_reply_chunk_is_named_at_its_f
     chunks = [c async for c in new.stream("hi", delivery_id="d-1", segment_id=2)]
     assert [(c.delivery_id, c.segment_id, c.start_sample) for c in chunks] == [
         ("d-1", 2, 0), ("d-1", 2, 160)]
+
+
+_ARRAY_VOICE = (r"text-to-speech engine 'arrays' \(.*:array_voice from voxflow-array-voice "
+                r"1.0\) yielded a ndarray: synthesize must yield sentences with .samples "
+                r"\(float32 at sample_rate\) and .words "
+                r"\(voxflow_voice.engines.SpokenSentence\); update voxflow-array-voice or "
+                r"report it to its author$")
+
+
+async def test_a_tts_engine_whose_synthesize_yields_no_sentence_is_named_with_its_fix(
+    package: Package, stt: WhisperStt,
+) -> None:
+    """Review 10 finding 11: a plug-in whose ``synthesize`` yields bare arrays failed its
+    warm-up with an ``AttributeError`` and "reinstall its package" (which cannot help);
+    its scripted lines broke the same way. Now the first sentence is checked, as
+    ``stream``'s first chunk is, and the error names its package and the fix."""
+    package("voxflow-array-voice", {"voxflow.tts": {"arrays": "{module}:array_voice"}},
+            _FACTORIES)
+    voice = choose_engine("tts", "arrays").create()
+    with pytest.raises(EngineError, match="^" + _ARRAY_VOICE):
+        list(voice.synthesize("Hello."))
+    engines = VoiceEngines(stt=stt, tts=voice, make_vad=SileroVad)
+    with pytest.raises(EngineWarmUpError, match="^the " + _ARRAY_VOICE) as failed:
+        await engines.warm_up()
+    assert failed.value.kind == "tts" and "reinstall" not in str(failed.value)
+    assert isinstance(failed.value.__cause__, EngineError)
+    assert engines.rates.warmed_up is None
 
 
 def test_an_engine_that_fails_to_build_is_one_line_naming_its_package(

@@ -28,6 +28,7 @@ from voxflow.engine_spec import (
     EngineKind,
     parse_engine_spec,
 )
+from voxflow.errors import EngineError
 from voxflow.ids import DeliveryId
 from voxflow.settings import Settings
 
@@ -45,6 +46,7 @@ from .registry import (
     choose_engine,
     installed_engines,
     installed_from,
+    unspoken,
 )
 from .stt import SttSettings, Transcript
 from .tts import PiperOptions, PiperTts, TtsSettings
@@ -181,6 +183,9 @@ class VoiceEngines:
             yield
         except EngineWarmUpError:
             raise
+        except EngineError as exc:  # (a plug-in breaking its contract: names it and the fix)
+            raise EngineWarmUpError(f"the {ENGINE_LABELS[kind]} engine {exc.reason}",
+                                    kind=kind, reason=exc.reason) from exc
         except Exception as exc:
             first = (str(exc).strip().splitlines() or [""])[0]
             raise self._failed(kind, engine, f"failed its warm-up run "
@@ -202,17 +207,37 @@ class VoiceEngines:
                                  reason=reason)
 
     def _say(self) -> tuple[NDArray[np.float32], float]:
-        """The warm-up's timed sentence (float samples at the TTS's rate) and its CPU.
-        Piper's speech cache is bypassed (``cached=False``: the model's own work); the
-        protocol's ``synthesize`` takes the text alone, as every other engine's does."""
-        sentences: Iterator[SpokenSentence] = (
-            self.tts.synthesize(WARM_UP_TEXT, cached=False) if isinstance(self.tts, PiperTts)
-            else self.tts.synthesize(WARM_UP_TEXT))
-        next(sentences, None)  # untimed: the first run allocates
+        """The warm-up's timed sentences (float samples at the TTS's rate) and their CPU:
+        those after the first (untimed: the first run allocates), or, from an engine that
+        says the whole text as one sentence, all of a second run.
+
+        Raises:
+            EngineWarmUpError: the first sentence is no :class:`SpokenSentence` (it lacks
+                ``samples`` or ``words``; an installed plug-in's says so itself).
+        """
+        sentences = self._sentences()
+        first = next(sentences, None)
+        if first is None:
+            return np.zeros(0, np.float32), 0.0
+        reason = unspoken(first, type(self.tts).__name__, "its package")
+        if reason is not None:
+            raise EngineWarmUpError(f"the {ENGINE_LABELS['tts']} engine {reason}", kind="tts",
+                                    reason=reason)
         cpu = time.process_time()
         parts = [np.asarray(s.samples, np.float32).reshape(-1) for s in sentences]
+        if not parts:  # (the first was the only one: time the whole text again)
+            cpu = time.process_time()
+            parts = [np.asarray(s.samples, np.float32).reshape(-1) for s in self._sentences()]
         used = time.process_time() - cpu
         return (np.concatenate(parts) if parts else np.zeros(0, np.float32)), used
+
+    def _sentences(self) -> Iterator[SpokenSentence]:
+        """The TTS's sentences of the warm-up text. Piper's speech cache is bypassed
+        (``cached=False``: the model's own work); the protocol's ``synthesize`` takes the
+        text alone, as every other engine's does."""
+        if isinstance(self.tts, PiperTts):
+            return self.tts.synthesize(WARM_UP_TEXT, cached=False)
+        return self.tts.synthesize(WARM_UP_TEXT)
 
     def _hear(self, said: NDArray[np.float32]) -> float:
         """A fresh detector's CPU over ``said``, pushed 20 ms at a time (as a transport

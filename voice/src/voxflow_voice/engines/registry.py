@@ -54,6 +54,7 @@ __all__ = [
     "doctor_checks",
     "installed_engines",
     "installed_from",
+    "unspoken",
 ]
 
 E = TypeVar("E")
@@ -331,6 +332,18 @@ def choose_engine(
 
 _TTS_CONTRACT = ("stream must yield voxflow_voice.audio.ReplyChunk carrying the "
                  "delivery_id and segment_id it was given")
+_SYNTHESIZE_CONTRACT = ("synthesize must yield sentences with .samples (float32 at "
+                        "sample_rate) and .words (voxflow_voice.engines.SpokenSentence)")
+
+
+def unspoken(sentence: object, who: str, owner: str) -> str | None:
+    """The reason (what is wrong and the fix) when ``sentence``, the first a TTS engine's
+    ``synthesize`` yielded, is no ``SpokenSentence`` (it lacks ``samples`` or ``words``):
+    ``who`` names the engine, ``owner`` its package; ``None`` when it is one."""
+    if hasattr(sentence, "samples") and hasattr(sentence, "words"):
+        return None
+    return (f"{who} yielded {_kind_of(sentence)}: {_SYNTHESIZE_CONTRACT}; update {owner} "
+            "or report it to its author")
 
 
 def installed_from(engine: object) -> InstalledEngine | None:
@@ -340,11 +353,13 @@ def installed_from(engine: object) -> InstalledEngine | None:
 
 
 class _CheckedTts:
-    """A TTS engine of another package whose ``stream``'s first chunk is checked against
-    the contract: one written to an older one (yielding ``AudioChunk``) is then refused
-    at the first reply with an :class:`EngineError` naming its package, not a
-    ``TypeError`` deep in the playout. mypy proves voxflow-voice's own engines; an
-    installed package it never saw. After the first chunk, the chunks pass unchecked."""
+    """A TTS engine of another package whose ``stream``'s first chunk, and
+    ``synthesize``'s first sentence, are checked against the contract: one written to an
+    older one (yielding ``AudioChunk``, or bare arrays) is then refused at the first reply
+    (or the warm-up, or a scripted line) with an :class:`EngineError` naming its package,
+    not a ``TypeError`` or ``AttributeError`` deep in the playout. mypy proves
+    voxflow-voice's own engines; an installed package it never saw. After the first
+    chunk or sentence, the rest pass unchecked."""
 
     __slots__ = ("_engine", "_installed")
 
@@ -357,7 +372,22 @@ class _CheckedTts:
         return int(self._engine.sample_rate)
 
     def synthesize(self, text: str) -> Iterator[Any]:
-        return self._engine.synthesize(text)  # type: ignore[no-any-return]
+        sentences = self._engine.synthesize(text)
+        try:
+            checked = False
+            for sentence in sentences:
+                if not checked:
+                    reason = unspoken(sentence, self._installed.described,
+                                      self._installed.distribution)
+                    if reason is not None:
+                        raise EngineError(f"{ENGINE_LABELS['tts']} engine {reason}",
+                                          kind="tts", reason=reason)
+                    checked = True
+                yield sentence
+        finally:
+            close = getattr(sentences, "close", None)
+            if close is not None:
+                close()
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._engine, name)  # (what else the engine offers)
