@@ -14,7 +14,7 @@ from voxflow_voice.engines.stt import WhisperStt
 from voxflow_voice.engines.tts import PiperTts, SynthesizedSentence
 from voxflow_voice.engines.vad import SileroVad
 
-from voxflow.errors import VoxflowError
+from voxflow.errors import EngineError, VoxflowError
 
 
 def test_the_recent_factor_is_the_jobs_seconds_over_their_audios() -> None:
@@ -187,6 +187,32 @@ async def test_a_plug_in_stt_raising_in_the_warm_up_is_a_typed_one_line_error(
         "cannot open shared object file); check its model and options (--stt, VOXFLOW_STT; "
         "voxflow doctor lists the engines installed) or reinstall its package")
     assert engines.rates.warmed_up is None
+
+
+class _SpecErrorStt:
+    """A plug-in STT whose decode raises an :class:`EngineError` of its own, its message
+    already naming the engine (not a contract error of voxflow's)."""
+
+    async def transcribe(self, audio: object) -> object:
+        raise EngineError("the speech-to-text engine acme-stt lost its licence server",
+                          kind="stt")
+
+
+async def test_an_engine_error_of_the_engines_own_is_not_taken_for_a_contract_error(
+    tts: PiperTts,
+) -> None:
+    """Review 10 finding 25: the warm-up passed every ``EngineError`` on as a broken
+    contract, so this one read "the speech-to-text engine the speech-to-text engine
+    acme-stt ..."; only :class:`EngineContractError` is, the rest fail their run."""
+    engines = VoiceEngines(stt=_SpecErrorStt(), tts=tts, make_vad=SileroVad)  # type: ignore[arg-type]
+    with pytest.raises(EngineWarmUpError) as failed:
+        await engines.warm_up()
+    assert str(failed.value) == (
+        "the speech-to-text engine _SpecErrorStt failed its warm-up run (EngineError: the "
+        "speech-to-text engine acme-stt lost its licence server); check its model and "
+        "options (--stt, VOXFLOW_STT; voxflow doctor lists the engines installed) or "
+        "reinstall its package")
+    assert isinstance(failed.value.__cause__, EngineError)
 
 
 async def test_a_vad_raising_in_the_warm_up_is_a_typed_error_naming_it(

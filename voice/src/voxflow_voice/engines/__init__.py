@@ -36,7 +36,7 @@ from ..audio import STT_SAMPLE_RATE, AudioChunk, ReplyChunk, WordTiming, resampl
 from ..scheduler import ModelScheduler
 from ..settings import VoiceSection
 from .end_of_turn import EndOfTurnModel
-from .errors import EngineWarmUpError
+from .errors import EngineContractError, EngineWarmUpError
 from .rates import WARM_UP_TEXT, ModelRates, WarmUpRates
 from .registry import (
     ChosenEngine,
@@ -183,7 +183,7 @@ class VoiceEngines:
             yield
         except EngineWarmUpError:
             raise
-        except EngineError as exc:  # (a plug-in breaking its contract: names it and the fix)
+        except EngineContractError as exc:  # (names the plug-in, what it yielded, the fix)
             raise EngineWarmUpError(f"the {ENGINE_LABELS[kind]} engine {exc.reason}",
                                     kind=kind, reason=exc.reason) from exc
         except Exception as exc:

@@ -3,6 +3,7 @@
     VoxflowError
     + ModelNotFoundError         a bundled model package is missing; names the package to install
     + EngineError                (voxflow.errors) a voice engine could not be chosen by name
+      + EngineContractError        an installed engine broke the protocol (what it yielded)
       + EngineLoadError            its entry point fails to load or names no engine factory
         + EngineWarmUpError          it loaded, but its warm-up run failed (also RuntimeError)
 """
@@ -11,7 +12,7 @@ from __future__ import annotations
 
 from voxflow.errors import EngineError, VoxflowError
 
-__all__ = ["EngineLoadError", "EngineWarmUpError", "ModelNotFoundError"]
+__all__ = ["EngineContractError", "EngineLoadError", "EngineWarmUpError", "ModelNotFoundError"]
 
 
 class ModelNotFoundError(VoxflowError, LookupError):
@@ -24,6 +25,13 @@ class ModelNotFoundError(VoxflowError, LookupError):
     def __init__(self, message: str, *, package: str | None = None) -> None:
         super().__init__(message)
         self.package = package
+
+
+class EngineContractError(EngineError):
+    """An engine broke the protocol it is used through (a TTS's ``stream`` or
+    ``synthesize`` yielded something else than the protocol's chunks or sentences). Its
+    ``reason`` names the engine, what it yielded and the fix (update its package or
+    report it to its author)."""
 
 
 class EngineLoadError(EngineError):

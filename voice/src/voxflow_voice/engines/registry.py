@@ -42,7 +42,7 @@ from voxflow.plugins import declared
 
 from ..audio import ReplyChunk
 from ..scheduler import ModelScheduler
-from .errors import EngineLoadError
+from .errors import EngineContractError, EngineLoadError
 from .rates import ModelRates
 
 __all__ = [
@@ -380,8 +380,8 @@ class _CheckedTts:
                     reason = unspoken(sentence, self._installed.described,
                                       self._installed.distribution)
                     if reason is not None:
-                        raise EngineError(f"{ENGINE_LABELS['tts']} engine {reason}",
-                                          kind="tts", reason=reason)
+                        raise EngineContractError(f"{ENGINE_LABELS['tts']} engine {reason}",
+                                                  kind="tts", reason=reason)
                     checked = True
                 yield sentence
         finally:
@@ -401,7 +401,8 @@ class _CheckedTts:
         who = self._installed.described
         reason = (f"{who} {why}: {_TTS_CONTRACT}; update {self._installed.distribution} "
                   "or report it to its author")
-        return EngineError(f"{ENGINE_LABELS['tts']} engine {reason}", kind="tts", reason=reason)
+        return EngineContractError(f"{ENGINE_LABELS['tts']} engine {reason}", kind="tts",
+                                   reason=reason)
 
     async def stream(self, text: str, *, delivery_id: DeliveryId,
                      segment_id: int) -> AsyncIterator[ReplyChunk]:
