@@ -28,7 +28,6 @@ from voxflow.engine_spec import (
     EngineKind,
     parse_engine_spec,
 )
-from voxflow.errors import EngineError
 from voxflow.ids import DeliveryId
 from voxflow.settings import Settings
 
