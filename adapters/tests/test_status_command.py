@@ -187,3 +187,43 @@ async def test_a_table_an_older_version_made_reads_as_browser_workers(
     fleet = await asyncio.to_thread(read_fleet, pg_schema_url)
     assert [(w.worker_id, w.kind, w.slots) for w in fleet.workers] == [("old-1", "webrtc", 3)]
     assert render_fleet(fleet).splitlines()[2].split()[:2] == ["old-1", "webrtc"]
+
+
+async def test_a_report_column_this_version_cannot_read_counts_as_not_reported(
+    pg_schema_url: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A report column of another shape (another version's ``model_rtf``, a NaN cost) is
+    read as not reported, with one warning naming the worker and the column: ``voxflow
+    status`` shows '-' and exits 0, the workers' list and the dead-worker sweep go on
+    (before: a pydantic traceback; the sweep rolled back, leaving every dead row)."""
+    import asyncio
+
+    from voxflow_adapters.hosting.dispatch import DispatchStore
+
+    store = DispatchStore(pg_schema_url)
+    try:
+        for worker_id in ("bad-1", "bad-2", "good-1"):
+            await store.register(worker_id, slots=2, host="box", pid=1)
+        await store._run(lambda conn: conn.execute(
+            "UPDATE voxflow_call_workers SET model_rtf = CASE worker_id "
+            "WHEN 'bad-1' THEN '{\"stt\": null}'::jsonb WHEN 'bad-2' THEN '[1]'::jsonb END, "
+            "call_cost = CASE worker_id WHEN 'bad-1' THEN 'NaN'::float8 ELSE 0.1 END "
+            "WHERE worker_id <> 'good-1'"))
+        rows = {w.worker_id: w for w in await store.workers()}
+        assert (rows["bad-1"].model_rtf, rows["bad-1"].call_cost) == ({}, None)
+        assert (rows["bad-2"].model_rtf, rows["bad-2"].call_cost) == ({}, 0.1)
+        monkeypatch.setenv("VOXFLOW_DATABASE_URL", pg_schema_url)
+        assert await asyncio.to_thread(main, ["status"]) == 0
+        out, err = capsys.readouterr()
+        lines = {line.split()[0]: line.split() for line in out.splitlines()[2:5]}
+        assert lines["bad-1"][9] == "-" and "Traceback" not in err
+        warned = [r.getMessage() for r in caplog.records if "bad-1" in r.getMessage()]
+        assert any("model_rtf" in m for m in warned) and any("call_cost" in m for m in warned)
+        await store._run(lambda conn: conn.execute(
+            "UPDATE voxflow_call_workers SET heartbeat_at = heartbeat_at - 3600"))
+        gone = await store.forget_dead_workers()
+        assert sorted(w.worker_id for w in gone) == ["bad-1", "bad-2", "good-1"]
+        assert await store.workers() == []
+    finally:
+        await store.aclose()

@@ -67,6 +67,7 @@ from .dispatch_tables import (
     WorkerRow,
     dispatch_unavailable,
     free_slots,
+    worker_row,
 )
 from .notifications import Listeners, channel_name
 
@@ -79,16 +80,12 @@ __all__ = ["DispatchStore"]
 logger = logging.getLogger(__name__)
 
 _NOW = "extract(epoch FROM clock_timestamp())::float8"
-_ROW = ("worker_id, host, pid, slots, used, headroom, draining, "
-        f"{_NOW} - heartbeat_at, kind, " + ", ".join(REPORT_COLUMNS))
-"""The columns of :func:`_worker_row`, in its order."""
-
-
-def _worker_row(r: Any) -> WorkerRow:
-    """A row of :data:`_ROW`'s columns (a report column still NULL: not reported)."""
-    report = {c: v for c, v in zip(REPORT_COLUMNS, r[9:], strict=True) if v is not None}
-    return WorkerRow(worker_id=r[0], host=r[1], pid=r[2], slots=r[3], used=r[4],
-                     headroom=r[5], draining=r[6], heartbeat_age=r[7], kind=r[8], **report)
+_CORE = ("worker_id, host, pid, slots, used, headroom, draining, "
+         f"{_NOW} - heartbeat_at, kind")
+"""The columns of :data:`~voxflow_adapters.hosting.dispatch_tables.CORE_COLUMNS`."""
+_ROW = _CORE + ", " + ", ".join(REPORT_COLUMNS)
+"""Those and the report's (:func:`~voxflow_adapters.hosting.dispatch_tables.worker_row`
+reads both)."""
 
 
 class DispatchStore:
@@ -278,8 +275,8 @@ class DispatchStore:
         async def run(conn: psycopg.AsyncConnection[Any]) -> list[WorkerRow]:
             rows = await (await conn.execute(
                 f"DELETE FROM voxflow_call_workers WHERE heartbeat_at < {_NOW} - %s "
-                f"RETURNING {_ROW}", (self.forget_after,))).fetchall()
-            return [_worker_row(r) for r in rows]
+                f"RETURNING {_CORE}", (self.forget_after,))).fetchall()
+            return [worker_row(r) for r in rows]
 
         gone: list[WorkerRow] = await self._run(run)
         for row in gone:
@@ -389,7 +386,7 @@ class DispatchStore:
             rows = await (await conn.execute(
                 f"SELECT {_ROW} FROM voxflow_call_workers WHERE kind = %s "
                 "ORDER BY worker_id", (self.kind,))).fetchall()
-            return [_worker_row(r) for r in rows]
+            return [worker_row(r) for r in rows]
 
         found: list[WorkerRow] = await self._run(run)
         return found

@@ -17,10 +17,12 @@ database unusable (``voxflow status``, the command line's checks) does not load 
 from __future__ import annotations
 
 import json
+import logging
 import math
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, computed_field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, computed_field
 
 from voxflow.errors import VoxflowError
 from voxflow.pg_url import redact_url
@@ -28,6 +30,7 @@ from voxflow.settings import DATABASE_URL_VARIABLE
 
 __all__ = [
     "CALL_KINDS",
+    "CORE_COLUMNS",
     "REPORT_COLUMNS",
     "SCHEMA_SQL",
     "UNCAPPED_SLOTS",
@@ -39,7 +42,10 @@ __all__ = [
     "check_dispatch_database",
     "dispatch_unavailable",
     "free_slots",
+    "worker_row",
 ]
+
+logger = logging.getLogger(__name__)
 
 UNCAPPED_SLOTS = 10_000
 """The slots a call worker with no ``--max-calls`` registers (the admission's ceiling,
@@ -96,11 +102,6 @@ ALTER TABLE voxflow_call_workers ADD COLUMN IF NOT EXISTS refusal text;
 to a table an older version made when one of them is missing
 (:func:`~voxflow.pg_schema.ensure_tables`): a process of this version opening the tables
 of an older deployment migrates them."""
-
-REPORT_COLUMNS = ("measured_slots", "call_cost", "prior_call_cost", "cost_source",
-                  "model_rtf", "p95_ms", "refusal")
-"""The columns of ``voxflow_call_workers`` a heartbeat writes from the worker's
-:class:`WorkerReport`, besides ``headroom``."""
 
 _FIX = (f"check {DATABASE_URL_VARIABLE} (postgresql://user[:password]@host[:port]/database) "
         "and that the server is running")
@@ -180,11 +181,66 @@ class WorkerReport(BaseModel):
     refusal: str | None = None
     """Why it refuses calls now (None: it takes them)."""
 
+    @classmethod
+    def leniently(cls, fields: Mapping[str, Any]) -> tuple[WorkerReport, list[str]]:
+        """A report of ``fields``, each one checked alone: one that fails its validation
+        (a NaN, a negative cost, a shape this version does not read) is left out, not
+        reported, and the others kept; with the names of those left out."""
+        kept: dict[str, Any] = {}
+        dropped: list[str] = []
+        for name, value in fields.items():
+            if value is None:
+                continue
+            try:
+                kept[name] = getattr(cls.model_validate({name: value}), name)
+            except ValidationError:
+                dropped.append(name)
+        return cls(**kept), dropped
+
     def params(self) -> dict[str, Any]:
         """The heartbeat statement's named parameters (``model_rtf`` as JSON text)."""
         values = self.model_dump()
         values["model_rtf"] = json.dumps(self.model_rtf) if self.model_rtf else None
         return values
+
+
+REPORT_COLUMNS = tuple(name for name in WorkerReport.model_fields if name != "headroom")
+"""The columns of ``voxflow_call_workers`` a heartbeat writes from the worker's
+:class:`WorkerReport`, besides ``headroom``: its other fields."""
+
+CORE_COLUMNS = ("worker_id", "host", "pid", "slots", "used", "headroom", "draining",
+                "heartbeat_age", "kind")
+"""The fields of :class:`WorkerRow` :func:`worker_row` reads first, in this order."""
+
+_warned: set[tuple[str, str]] = set()
+
+
+def worker_row(values: Sequence[Any]) -> WorkerRow:
+    """A :class:`WorkerRow` from the values of :data:`CORE_COLUMNS` and then, if
+    selected, :data:`REPORT_COLUMNS` (NULL: not reported). A report column this version
+    cannot read (another version's shape, a bad value) counts as not reported, with one
+    warning naming the worker and the column: what callers do with the row (count,
+    sweep, show) never fails on it.
+
+    Raises:
+        DispatchUnavailableError: a core column is not what this version's table holds.
+    """
+    core = dict(zip(CORE_COLUMNS, values[:len(CORE_COLUMNS)], strict=True))
+    report, dropped = WorkerReport.leniently(
+        dict(zip(REPORT_COLUMNS, values[len(CORE_COLUMNS):], strict=False)))
+    for column in dropped:
+        if (str(core["worker_id"]), column) not in _warned:
+            _warned.add((str(core["worker_id"]), column))
+            logger.warning("call worker %s's %s in voxflow_call_workers is not what this "
+                           "version reads (another version's?): read as not reported",
+                           core["worker_id"], column)
+    try:
+        return WorkerRow(**core, **report.model_dump(exclude={"headroom"}))
+    except ValidationError as exc:
+        fields = ", ".join(str(e["loc"][0]) for e in exc.errors() if e["loc"])
+        raise DispatchUnavailableError(
+            f"the voxflow_call_workers row of worker {core['worker_id']!r} cannot be read "
+            f"({fields}): is a newer or older voxflow's schema in use?") from None
 
 
 class WorkerRow(BaseModel):

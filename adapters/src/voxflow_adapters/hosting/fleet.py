@@ -25,6 +25,7 @@ from .dispatch_tables import (
     DispatchUnavailableError,
     WorkerRow,
     dispatch_unavailable,
+    worker_row,
 )
 
 __all__ = ["CallRow", "FleetStatus", "JobRow", "JobWorkerRow", "read_fleet", "render_fleet"]
@@ -139,13 +140,7 @@ def _workers(conn: Any) -> list[WorkerRow]:
         f"{_NOW} - heartbeat_at, coalesce(to_jsonb(w) ->> 'kind', 'webrtc'), {report} "
         "FROM voxflow_call_workers w ORDER BY worker_id"
     ).fetchall()
-    workers = []
-    for r in rows:
-        reported = {c: v for c, v in zip(REPORT_COLUMNS, r[9:], strict=True) if v is not None}
-        workers.append(WorkerRow(worker_id=r[0], host=r[1], pid=r[2], slots=r[3], used=r[4],
-                                 headroom=r[5], draining=r[6], heartbeat_age=r[7], kind=r[8],
-                                 **reported))
-    return workers
+    return [worker_row(r) for r in rows]
 
 
 def _calls(conn: Any) -> list[CallRow]:
