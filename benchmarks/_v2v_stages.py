@@ -18,7 +18,7 @@ from typing import Any
 from numpy.typing import NDArray
 from voice_latency import speech_span
 from voxflow_voice.audio import AudioChunk, ReplyChunk
-from voxflow_voice.engines import SpeechToText, TextToSpeech
+from voxflow_voice.engines import SpeechToText, SpokenSentence, TextToSpeech
 from voxflow_voice.engines.end_of_turn import EndOfTurnModel
 from voxflow_voice.engines.stt import Transcript
 from voxflow_voice.events import AudioStarted, ReplyStarted, TurnCommitted, TurnMetrics
@@ -97,7 +97,7 @@ class StampedTts:
     def sample_rate(self) -> int:
         return self.inner.sample_rate
 
-    def synthesize(self, text: str) -> Iterator[Any]:
+    def synthesize(self, text: str) -> Iterator[SpokenSentence]:
         return self.inner.synthesize(text)
 
     async def stream(

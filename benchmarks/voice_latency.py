@@ -62,7 +62,7 @@ import os
 import time
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Literal
 
 import numpy as np
 from _figures import figure
@@ -70,7 +70,7 @@ from voxflow_adapters.testkit.flows import STORY
 from voxflow_adapters.testkit.scenario import CallResult, run_call
 from voxflow_adapters.testkit.script import CallScript
 from voxflow_voice.audio import STT_SAMPLE_RATE, AudioChunk, ReplyChunk, resample
-from voxflow_voice.engines import SpeechToText, TextToSpeech, VoiceEngines
+from voxflow_voice.engines import SpeechToText, SpokenSentence, TextToSpeech, VoiceEngines
 from voxflow_voice.engines.stt import SttSettings, Transcript
 from voxflow_voice.listen.turn_detector import TurnDetection
 from voxflow_voice.session import VoiceSettings
@@ -158,7 +158,7 @@ class TimedTts:
     def sample_rate(self) -> int:
         return self.inner.sample_rate
 
-    def synthesize(self, text: str) -> Iterator[Any]:
+    def synthesize(self, text: str) -> Iterator[SpokenSentence]:
         return self.inner.synthesize(text)
 
     async def stream(

@@ -53,13 +53,16 @@ import os
 import statistics
 import sys
 import time
-from collections.abc import AsyncIterator
-from typing import Any
+from collections.abc import AsyncIterator, Iterator
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from _figures import figure
 
 from voxflow.ids import DeliveryId
+
+if TYPE_CHECKING:  # (the callers' process imports no voice engine)
+    from voxflow_voice.engines import SpokenSentence, TextToSpeech
 
 CALL_LIMIT = 30.0  # default seconds a caller waits for its reply before giving up
 TEXT = "Hello there!"
@@ -80,7 +83,7 @@ class _InstantStt:
 class _CachedTts:
     """The real Piper voice, each text synthesized once, then replayed at once."""
 
-    def __init__(self, tts: Any) -> None:
+    def __init__(self, tts: TextToSpeech) -> None:
         self._tts = tts
         self._cache: dict[str, list[Any]] = {}
 
@@ -98,7 +101,7 @@ class _CachedTts:
         for chunk in self._cache[text]:
             yield replace(chunk, delivery_id=delivery_id, segment_id=segment_id)
 
-    def synthesize(self, text: str) -> Any:
+    def synthesize(self, text: str) -> Iterator[SpokenSentence]:
         return self._tts.synthesize(text)
 
 
@@ -144,8 +147,12 @@ async def _serve_child(real: bool, scheduling: bool = False,
     offsets: list[float] = []
     server_calls: list[Any] = []
     server_calls_sessions: list[Any] = []
-    server._on_call = lambda peer, call: (server_calls.append(peer),
-                                          server_calls_sessions.append(call.session))
+
+    def on_call(peer: Any, call: Any) -> None:
+        server_calls.append(peer)
+        server_calls_sessions.append(call.session)
+
+    server._on_call = on_call
     async with server:
         from voxflow_adapters.hosting.call_cost import WEBRTC_CALLER, derived_call_cost
 
@@ -228,8 +235,10 @@ async def _one_call(base: str, token: str, speech: Any, limit: float,
             if turn:
                 await asyncio.sleep(0.8)
             start = caller.say(speech)
-            await caller.wait_for(lambda t=turn: len(caller.of_type("reply_done")) > t,
-                                  within=limit, what="reply_done")
+            def answered(t: int = turn) -> bool:
+                return len(caller.of_type("reply_done")) > t
+
+            await caller.wait_for(answered, within=limit, what="reply_done")
             frame = start + last_loud_frame
             if frame < len(caller.mic.sent_at):
                 spoke = caller.mic.sent_at[frame]

@@ -9,13 +9,15 @@ from __future__ import annotations
 
 import asyncio
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import Literal, Protocol
 
 import numpy as np
 from numpy.typing import NDArray
 from voxflow_voice.audio import STT_SAMPLE_RATE, AudioChunk, read_wav, resample
+from voxflow_voice.engines import SpokenSentence
 
 __all__ = [
     "CallScript",
@@ -31,7 +33,7 @@ class _Synthesizer(Protocol):
     @property
     def sample_rate(self) -> int: ...
 
-    def synthesize(self, text: str) -> Any: ...
+    def synthesize(self, text: str) -> Iterator[SpokenSentence]: ...
 
 
 @dataclass(frozen=True, slots=True)
