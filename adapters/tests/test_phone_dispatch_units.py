@@ -6,7 +6,6 @@ streams it expects (a stream that never comes gives its slot back)."""
 from __future__ import annotations
 
 import asyncio
-import types
 from typing import Any
 from xml.etree import ElementTree
 
@@ -20,6 +19,7 @@ from voxflow_adapters.phone.host import PhoneHost
 from voxflow_adapters.phone.server import PhoneSettings
 from voxflow_adapters.phone.twilio import TwilioSerializer
 from voxflow_adapters.phone.wire import Started
+from voxflow_voice.engines import VoiceEngines
 
 URL = "postgresql://voxflow@127.0.0.1:5432/test"
 
@@ -70,6 +70,12 @@ def test_the_phone_front_door_needs_a_phone_dispatch_store() -> None:
                        max_reconnects=-1)
 
 
+def _no_engines() -> VoiceEngines:
+    """Real ``VoiceEngines`` without models (these calls never reach a session): a
+    stand-in of the attributes the host reads broke each time it read one more."""
+    return VoiceEngines(stt=None, tts=None, make_vad=None)  # type: ignore[arg-type]
+
+
 def started(call_id: str) -> Started:
     return Started("MZ1", call_id, "audio/x-mulaw", 8000, 1, {})
 
@@ -77,7 +83,7 @@ def started(call_id: str) -> Started:
 async def test_a_phone_worker_holds_a_slot_for_an_expected_stream_until_it_comes_or_expires(
 ) -> None:
     ended: list[str] = []
-    host = PhoneHost(lambda *a, **k: None, types.SimpleNamespace(scheduler=None, rates=None),  # type: ignore[arg-type]
+    host = PhoneHost(lambda *a, **k: None, _no_engines(),
                      store=None, media_url="ws://127.0.0.1:9/media",
                      settings=PhoneSettings(max_calls=2, stream_token_seconds=0.2))
     host.on_call_ended = ended.append
@@ -113,7 +119,7 @@ async def test_a_phone_worker_with_no_cap_takes_as_many_calls_as_their_measured_
     from voxflow_adapters.hosting.call_cost import CallCostMeter
 
     meter = CallCostMeter(cores=1, clock=lambda: 0.0, machine_time=lambda: None)
-    host = PhoneHost(lambda *a, **k: None, types.SimpleNamespace(scheduler=None, rates=None),  # type: ignore[arg-type]
+    host = PhoneHost(lambda *a, **k: None, _no_engines(),
                      store=None, media_url="ws://127.0.0.1:9/media",
                      admission=AdmissionController(AdmissionSettings(), meter=meter))
     assert host.settings.max_calls is None and host.max_calls == UNBOUNDED_CALLS
@@ -123,6 +129,6 @@ async def test_a_phone_worker_with_no_cap_takes_as_many_calls_as_their_measured_
         await host.answer_offer(PhoneRequest(call_id="CA3").model_dump_json())
     assert full.value.status == 503 and "costs 28% of a core here" in full.value.reason
     assert (host.load().slots, host.load().headroom) == (2, 0)
-    default = PhoneHost(lambda *a, **k: None, types.SimpleNamespace(scheduler=None, rates=None),  # type: ignore[arg-type]
+    default = PhoneHost(lambda *a, **k: None, _no_engines(),
                         store=None, media_url="ws://127.0.0.1:9/media")
     assert default.max_calls == UNBOUNDED_CALLS and default.admission.settings.max_calls is None
