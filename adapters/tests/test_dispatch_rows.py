@@ -275,7 +275,41 @@ async def test_a_worker_with_no_cap_claims_only_as_far_as_its_measured_slots(
     assert (w.slots, host.load().slots) == (UNBOUNDED_CALLS, 2)
     assert w.can_take()
     w._claiming = 1  # an offer claimed, its call not started yet
-    assert w.can_take() and w.headroom() == 1.0
+    assert w.can_take() and w.report().headroom == 1.0
     w._claiming = 2
-    assert not w.can_take() and w.headroom() == 0.0
+    assert not w.can_take() and w.report().headroom == 0.0
     assert host.load().accepting  # (the admission itself has admitted nothing yet)
+
+
+async def test_an_invalid_load_field_leaves_the_headroom_in_the_heartbeat(
+    pg_schema_url: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A field of the load that fails its check (a NaN p95) is left out of the row; the
+    headroom, which front doors count, and the other fields are written (before: the whole
+    report fell back to nothing, an uncapped worker's free slots to its ceiling)."""
+    import dataclasses
+
+    import psycopg
+
+    host = WebRtcServer(assistant_call_factory(),
+                        VoiceEngines(stt=None, tts=None, make_vad=None),  # type: ignore[arg-type]
+                        settings=ServerSettings(peer=LOOPBACK))
+    measured = host.load
+    monkeypatch.setattr(host, "load",
+                        lambda: dataclasses.replace(measured(), p95_ms=float("nan")))
+    w = CallWorker(host, DispatchStore(pg_schema_url))
+    try:
+        await w.store.register(w.worker_id, slots=w.slots, host="box", pid=1)
+        with psycopg.connect(w.store.url, **w.store.connect_options) as conn:
+            w.heartbeat._beat(conn)
+            w.heartbeat._beat(conn)
+        row = await row_of(w.store, w.worker_id)
+    finally:
+        await w.store.aclose()
+    load = measured()
+    assert row is not None and row.p95_ms is None
+    assert (row.headroom, row.measured_slots, row.call_cost) == (
+        float(load.headroom), load.slots, load.call_cost)
+    assert row.headroom is not None and w.heartbeat.report_failures == 0
+    assert [r.getMessage() for r in caplog.records if "p95_ms" in r.getMessage()] == [
+        "the load's p95_ms not valid: left out of the heartbeat (the headroom is written)"]

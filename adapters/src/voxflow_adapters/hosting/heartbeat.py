@@ -46,7 +46,9 @@ class Heartbeat:
         store: the dispatch store (its URL and heartbeat statement).
         worker_id: the row to renew.
         interval: seconds between beats.
-        headroom: reported with each beat (called on the heartbeat thread), alone.
+        headroom: reported with each beat (called on the heartbeat thread), alone: for a
+            worker of one's own that measures its headroom only (a
+            :class:`~voxflow_adapters.hosting.worker.CallWorker` gives ``report``).
         report: the load reported with each beat, its headroom among it (called on the
             heartbeat thread); instead of ``headroom``.
         used: the slots the worker holds (called on the heartbeat thread): each beat
@@ -82,9 +84,9 @@ class Heartbeat:
         """Heartbeats written so far."""
         self.failures = 0
         """Heartbeats that could not be written (the database was unreachable)."""
-        self.headroom_failures = 0
-        """Heartbeats written without a headroom (nor a report), its callback having
-        failed."""
+        self.report_failures = 0
+        """Heartbeats written without a headroom or load, their callback (``report`` or
+        ``headroom``) having raised or returned what is not one."""
         self.failing = False
         """Whether the latest heartbeat could not be written (the worker is not ready)."""
         self.corrections = 0
@@ -161,7 +163,8 @@ class Heartbeat:
 
     def _report(self) -> WorkerReport:
         """The load to report; nothing (not measured) when its callback fails: the beat
-        itself, which keeps the worker live, is written anyway."""
+        itself, which keeps the worker live, is written anyway. The warning names the
+        error's type, not its message (a callback's message may carry a secret)."""
         try:
             if self.report is not None:
                 report = self.report()
@@ -178,7 +181,7 @@ class Heartbeat:
                                 f"{type(value).__name__}")
             return WorkerReport(headroom=value)
         except Exception as exc:
-            self.headroom_failures += 1
-            logger.warning("headroom not measured (%s); heartbeat written without it",
-                           type(exc).__name__)
+            self.report_failures += 1
+            logger.warning("load report failed (%s); heartbeat written without headroom "
+                           "or load", type(exc).__name__)
             return WorkerReport()

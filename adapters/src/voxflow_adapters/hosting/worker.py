@@ -50,7 +50,7 @@ from voxflow.tasks import cancel_and_wait
 from .admission import Load
 from .dispatch import DispatchStore
 from .dispatch_tables import ClaimedOffer, DispatchUnavailableError, WorkerReport
-from .heartbeat import Headroom, Heartbeat
+from .heartbeat import Heartbeat
 from .host import CallHost, CallRefused
 from .wire import ResumeRequest
 
@@ -70,14 +70,11 @@ class CallWorker:
         drain_seconds: how long running calls may go on after :meth:`drain` starts.
         poll_interval: seconds between looks at the table when no ``NOTIFY`` came.
         spread: the longest head start (s) a less loaded worker gets when claiming.
-        headroom: the spare capacity reported with each heartbeat, alone (default:
-            :meth:`report`, the host's admission headroom and load).
     """
 
     def __init__(
         self, host: CallHost, store: DispatchStore, *, worker_id: str | None = None,
         drain_seconds: float = 60.0, poll_interval: float = 1.0, spread: float = 0.05,
-        headroom: Headroom | None = None,
     ) -> None:
         if not callable(getattr(host, "answer_offer", None)):
             raise TypeError(f"host must be a CallHost, got {type(host).__name__}")
@@ -91,11 +88,10 @@ class CallWorker:
         self.drain_seconds = float(drain_seconds)
         self.poll_interval = float(poll_interval)
         self.spread = float(spread)
-        # (a headroom given is reported alone; else the admission's whole load)
+        self._dropped: list[str] = []  # (the load's fields last left out of the report)
         self.heartbeat = Heartbeat(store, self.worker_id, interval=store.stale_after / 5,
-                                   headroom=headroom,
-                                   report=self.report if headroom is None else None,
-                                   used=self.slot_count, on_missing=self._row_missing)
+                                   report=self.report, used=self.slot_count,
+                                   on_missing=self._row_missing)
         host.call_prefix = self.worker_id
         host.on_call_ended = self._on_call_ended
         host.owner_dead = self.owner_dead
@@ -384,22 +380,27 @@ class CallWorker:
         load = self.host.load()
         return load.accepting and self.held < min(self.slots, load.slots)
 
-    def headroom(self) -> float:
-        """Calls this worker can still take (its admission's headroom less the offers
-        being claimed); 0 while admission refuses."""
-        return self._headroom_of(self.host.load())
-
     def report(self) -> WorkerReport:
-        """What each heartbeat writes to this worker's row: its :meth:`headroom` and
-        the rest of its admission's load (the measured slots, what a call costs and
-        where that figure comes from, the models' recent real-time factors, the p95,
-        why it refuses), from one look at the load."""
+        """What each heartbeat writes to this worker's row, from one look at the load:
+        its headroom (the admission's less the offers being claimed; 0 while admission
+        refuses), always, and the rest of its admission's load (the measured slots,
+        what a call costs and where that figure comes from, the models' recent
+        real-time factors, the p95, why it refuses); a field of those that fails its
+        check (a NaN p95, a negative cost) is left out, said once, and the rest
+        written."""
         load = self.host.load()
-        return WorkerReport(
-            headroom=self._headroom_of(load), measured_slots=load.slots,
-            call_cost=load.call_cost, prior_call_cost=load.prior_call_cost,
-            cost_source=load.cost_source, model_rtf=load.model_rtf, p95_ms=load.p95_ms,
-            refusal=load.reason)
+        report, dropped = WorkerReport.leniently({
+            "headroom": self._headroom_of(load), "measured_slots": load.slots,
+            "call_cost": load.call_cost, "prior_call_cost": load.prior_call_cost,
+            "cost_source": load.cost_source, "model_rtf": load.model_rtf,
+            "p95_ms": load.p95_ms, "refusal": load.reason})
+        if dropped != self._dropped:
+            self._dropped = dropped
+            if dropped:
+                logger.warning("the load's %s not valid: left out of the heartbeat (the "
+                               "headroom is written)", ", ".join(dropped),
+                               extra={"worker_id": self.worker_id})
+        return report
 
     def _headroom_of(self, load: Load) -> float:
         return float(max(0, load.headroom - self._claiming)) if load.accepting else 0.0
