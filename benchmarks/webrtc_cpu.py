@@ -108,6 +108,13 @@ from collections.abc import Iterator
 from typing import Any
 
 TAIL = 1.0  # s: the call goes on this long after the last reply has played
+REPLY_WITHIN = 60.0  # s: a phone reply that has not played to its end by then fails the run
+
+
+class CallTimedOut(Exception):
+    """A call of the run did not get its reply in time: ``main`` prints it as one line."""
+
+
 ALL_KINDS = ("simulated", "webrtc", "phone")
 
 
@@ -133,20 +140,15 @@ def _teller() -> type[Any]:
 async def _serve_child(turns: int) -> None:
     import logging
 
-    from _capacity_calls import caller_script, load_engines, question_audio
+    from _capacity_calls import load_engines, question_audio
     from aiohttp import web
     from voxflow_adapters.hosting.calls import flow_call_factory, phone_voice_settings
     from voxflow_adapters.phone.server import PhoneServer, PhoneSettings
-    from voxflow_adapters.testkit.scenario import run_call
     from voxflow_adapters.webrtc import PeerSettings, ServerSettings, WebRtcServer
     from voxflow_adapters.webrtc.server import ignore_closed_transport_errors
 
-    from voxflow.clock import MonotonicClock
-
     logging.basicConfig(level=logging.ERROR)
-    phone_calls = 0
-    loop = asyncio.get_running_loop()
-    ignore_closed_transport_errors(loop)
+    ignore_closed_transport_errors(asyncio.get_running_loop())
     engines, _ = await load_engines(scheduling=False)
     teller, settings = _teller(), _settings()
     server = WebRtcServer(flow_call_factory(teller, settings=settings), engines,
@@ -157,7 +159,24 @@ async def _serve_child(turns: int) -> None:
                         settings=PhoneSettings(max_calls=4))
     runner = web.AppRunner(phone.app(), access_log=None)
     await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    try:
+        await web.TCPSite(runner, "127.0.0.1", 0).start()
+        await _serve(turns, runner, server, phone, engines, question, teller, settings)
+    finally:
+        await runner.cleanup()
+
+
+async def _serve(turns: int, runner: Any, server: Any, phone: Any, engines: Any,
+                 question: Any, teller: Any, settings: Any) -> None:
+    """The child's loop: one call of the kind each line of stdin names, its figures
+    printed as a JSON line."""
+    from _capacity_calls import caller_script
+    from voxflow_adapters.testkit.scenario import run_call
+
+    from voxflow.clock import MonotonicClock
+
+    loop = asyncio.get_running_loop()
+    phone_calls = 0
     phone_url = f"http://127.0.0.1:{runner.addresses[0][1]}/voice"
     async with server:
         print(json.dumps({"port": server.port, "token": server.token, "phone": phone_url}),
@@ -201,7 +220,6 @@ async def _serve_child(turns: int) -> None:
             print(json.dumps({"cpu": cpu, "wall": wall, "stale": stale, "reply": reply,
                               "whole": whole, "system": times.system - times0.system}),
                   flush=True)
-    await runner.cleanup()
 
 
 _SETTLED = ("reply_finished", "reply_interrupted")
@@ -291,26 +309,33 @@ async def _phone_caller(url: str, turns: int, question: Any) -> int:
     """One phone call (a simulated Twilio carrier: paced 8 kHz mu-law both ways, marks
     echoed as played) asking ``turns`` times, each time once the reply played and then
     nothing came for GAP s (as ``phone_capacity.py``'s caller); returns the replies
-    that played (their delivery ids)."""
+    heard whole: those that played and no ``clear`` cut. A reply that does not play to
+    its end within :data:`REPLY_WITHIN` s raises :class:`CallTimedOut`."""
     from _capacity_calls import GAP
     from voxflow_adapters.testkit.phone_carrier import SimulatedCarrier
 
     async with SimulatedCarrier(url) as carrier:
         await asyncio.sleep(0.5)
-        for _ in range(turns):
+        for turn in range(1, turns + 1):
             carrier.say(question.samples(), rate=question.sample_rate)
             await carrier.said()
             spoke = carrier.speech_ends[-1]
-            async with asyncio.timeout(60.0):
-                while not [t for t in carrier.first_audio if t > spoke]:  # noqa: ASYNC110
-                    await asyncio.sleep(0.02)
-                heard, still = carrier.received_samples, time.monotonic()
-                while time.monotonic() - still < GAP:
-                    await asyncio.sleep(0.02)
-                    if carrier.received_samples != heard:
-                        heard, still = carrier.received_samples, time.monotonic()
+            try:
+                async with asyncio.timeout(REPLY_WITHIN):
+                    while not [t for t in carrier.first_audio if t > spoke]:  # noqa: ASYNC110
+                        await asyncio.sleep(0.02)
+                    heard, still = carrier.received_samples, time.monotonic()
+                    while time.monotonic() - still < GAP:
+                        await asyncio.sleep(0.02)
+                        if carrier.received_samples != heard:
+                            heard, still = carrier.received_samples, time.monotonic()
+            except TimeoutError:
+                raise CallTimedOut(f"the phone call's reply to question {turn}/{turns} did "
+                                   f"not play to its end within {REPLY_WITHIN:.0f} s (a "
+                                   "machine too loaded for this benchmark?)") from None
         await asyncio.sleep(max(0.0, TAIL - GAP))
-        return len(carrier.deliveries())
+        cut = set(carrier.cleared())
+        return len([d for d in carrier.deliveries() if d not in cut])
 
 
 async def _main(pairs: int, turns: int, kinds: tuple[str, ...]) -> None:
@@ -386,7 +411,10 @@ def main() -> None:
     kinds = (args.only,) if args.only else tuple(k.strip() for k in args.kinds.split(","))
     if not kinds or any(k not in ALL_KINDS for k in kinds):
         parser.error(f"--kinds takes some of {','.join(ALL_KINDS)}, got {args.kinds!r}")
-    asyncio.run(_main(args.pairs, args.turns, kinds))
+    try:
+        asyncio.run(_main(args.pairs, args.turns, kinds))
+    except CallTimedOut as exc:
+        sys.exit(f"webrtc_cpu.py: {exc}")
 
 
 if __name__ == "__main__":
