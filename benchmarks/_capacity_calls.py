@@ -132,13 +132,36 @@ def voice_to_voice(call: CallResult) -> list[float]:
 
 
 def heard_right(text: str) -> bool:
-    """Whether a committed turn's ``text`` is :data:`QUESTION`'s words (case and
-    punctuation aside)."""
+    """Whether a committed turn's ``text`` is :data:`QUESTION`'s words (case, punctuation
+    and the whitespace between words aside; "what's" read as "what is")."""
     return _words(text) == _words(QUESTION)
 
 
+_SPELLED_OUT = {"what's": ("what", "is")}  # QUESTION's words a transcript may contract
+
+
 def _words(text: str) -> list[str]:
-    return re.sub(r"[^a-z0-9 ]+", "", text.lower()).split()
+    words: list[str] = []
+    for word in re.findall(r"[a-z0-9']+", text.lower()):
+        word = word.strip("'")
+        words.extend(_SPELLED_OUT.get(word, (word,) if word else ()))
+    return words
+
+
+def check_stt(spec: str) -> None:
+    """Raise the typed error :func:`load_engines` would raise for the STT ``spec``
+    (malformed, no such engine, a bad option, a Whisper model that is not there), without
+    loading a model: so a command line can refuse it before the slow start-up.
+
+    Raises:
+        voxflow.errors.VoxflowError: the spec's error (its message says the fix)."""
+    from voxflow_voice.engines.models import find_whisper_model
+    from voxflow_voice.engines.registry import choose_engine
+    from voxflow_voice.engines.stt import SttSettings
+
+    chosen = choose_engine("stt", spec)
+    if isinstance(chosen.options, SttSettings):
+        find_whisper_model(chosen.options.model)
 
 
 def _call_seconds(call: CallResult) -> float:

@@ -248,12 +248,16 @@ from _capacity_calls import (
     P95_TARGET_MS,
     TAIL,
     CapacityRow,
+    check_stt,
     load_engines,
     run_calls,
 )
 from _figures import figure
 from voxflow_adapters.hosting.admission import AdmissionController, AdmissionSettings
 from voxflow_adapters.hosting.call_cost import derived_call_cost
+
+from voxflow.errors import VoxflowError
+from voxflow.tasks import cancel_and_wait
 
 
 def _ms(value: float | None) -> str:
@@ -329,7 +333,7 @@ async def _main(calls: list[int], turns: int, as_json: bool, modes: list[bool],
                               settings=AFTER if mode else BEFORE, arrivals=arrivals),
                     timeout=CALL_LIMIT + arrivals + 60.0)
             finally:
-                watch.cancel()
+                await cancel_and_wait([watch])
             after = admission.load()
             idle = admission.meter.cost().idle
             admitted.append({**asdict(row), "ramp_seconds": ramp, "max_calls": max_calls,
@@ -382,11 +386,14 @@ async def _main(calls: list[int], turns: int, as_json: bool, modes: list[bool],
 
 async def _trace_meter(admission: AdmissionController,
                        trace: list[tuple[float, int, float]], every: float = 5.0) -> None:
-    """The meter's cost per call every ``every`` s (as ``GET /load`` would read it)."""
+    """The meter's cost per call every ``every`` s. Read from the meter, not with
+    ``admission.load()``, which also samples the scheduler's utilisation window (that of
+    "whoever looked"): tracing would shift it. ``meter.cost()`` closes a CPU window that
+    is due, which the meter's own loop-lag probe does within 0.1 s anyway."""
     start = time.perf_counter()
     while True:
-        load = admission.load()
-        trace.append((time.perf_counter() - start, load.active_calls, load.call_cost))
+        live = len(admission._active)  # (the admitted calls; a read, nothing moves)
+        trace.append((time.perf_counter() - start, live, admission.meter.cost().per_call))
         await asyncio.sleep(every)
 
 
@@ -496,9 +503,17 @@ def main() -> None:
         parser.error("--arrivals must be seconds in (0, 3600], such as --arrivals 60")
     if args.max_calls is not None and args.max_calls < 1:
         parser.error("--max-calls must be >= 1, such as --max-calls 8")
+    try:
+        if args.stt is not None:
+            check_stt(args.stt)  # before anything loads
+    except (VoxflowError, ValueError) as exc:
+        parser.error(f"--stt: {exc}")
     calls = args.calls if args.calls is not None else [] if args.offered else [1, 4, 8]
-    asyncio.run(_main(calls, args.turns, args.json, _MODES[args.scheduler],
-                      args.offered, args.max_calls, args.ramp, args.arrivals, args.stt))
+    try:
+        asyncio.run(_main(calls, args.turns, args.json, _MODES[args.scheduler],
+                          args.offered, args.max_calls, args.ramp, args.arrivals, args.stt))
+    except VoxflowError as exc:  # a model that fails to load, ...: one line, no traceback
+        parser.error(str(exc))
 
 
 if __name__ == "__main__":

@@ -27,12 +27,17 @@ pytestmark = pytest.mark.models
 BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 
 
-def _capacity() -> ModuleType:
-    """benchmarks/_capacity_calls.py (capacity.py's calls), imported as its scripts import
-    it (their folder on the path)."""
+def _benchmark(name: str) -> ModuleType:
+    """benchmarks/``name``.py, imported as its scripts import it (their folder on the
+    path)."""
     if str(BENCHMARKS) not in sys.path:
         sys.path.insert(0, str(BENCHMARKS))
-    return importlib.import_module("_capacity_calls")
+    return importlib.import_module(name)
+
+
+def _capacity() -> ModuleType:
+    """benchmarks/_capacity_calls.py (capacity.py's calls)."""
+    return _benchmark("_capacity_calls")
 
 
 async def test_one_call_of_two_turns_commits_both_and_plays_no_stale_sample(
@@ -52,6 +57,14 @@ async def test_one_call_of_two_turns_commits_both_and_plays_no_stale_sample(
     # Each reply is the long fixed one, heard whole (about 9 s of the bundled voice).
     assert all(call.heard_seconds(r) > 6.0 for r in replies)
     assert len(capacity.voice_to_voice(call)) == 2
+
+
+def test_heard_right_reads_words_across_any_whitespace_and_the_contraction() -> None:
+    capacity = _capacity()
+    assert capacity.heard_right("can you tell me\nwhat's on my calendar\tthis afternoon")
+    assert capacity.heard_right(" 'Can you tell me what is on my calendar this afternoon?' ")
+    assert not capacity.heard_right("Can you tell me what is on my calendarthis afternoon?")
+    assert not capacity.heard_right("Can you tell me what is on my calendar?")
 
 
 def _due_ahead(engines: VoiceEngines, reply: str, settings: VoiceSettings) -> int:
@@ -81,7 +94,7 @@ def _due_ahead(engines: VoiceEngines, reply: str, settings: VoiceSettings) -> in
 
 
 async def test_offered_calls_in_real_time_on_the_scheduler_admit_two_refuse_one_lose_nothing(
-    engines: VoiceEngines,
+    engines: VoiceEngines, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """Three calls offered (one every 4 s) to an admission cap of 2, in real time with the
     real models on the shared ModelScheduler: the third is refused while the two others
@@ -116,8 +129,20 @@ async def test_offered_calls_in_real_time_on_the_scheduler_admit_two_refuse_one_
     assert (row.offered, row.calls, row.refused, admission.refused) == (3, 2, 1, 1)
     assert (row.asked, row.committed, row.turns_lost, row.stale_samples) == (2, 2, 0, 0)
     assert all("calendar" in t.lower() for call in calls for t in call.transcripts())
+    assert row.transcribed_right == row.committed  # every committed turn heard right
     assert all(call.settled(r) == "completed" for call in calls for r in call.replies())
+    # the cost decomposition's figures: each admitted call held at least as long as it
+    # was heard (the held time adds its silent tail), and CPU spent
+    assert row.held_seconds >= row.heard_seconds > 0 and row.cpu_seconds > 0
+    assert row.held_seconds >= row.calls * capacity.TAIL
     # Each reply's fourth sentence ran as work due ahead of playout (statistics count a
     # job by the urgency it started with); the second and third may have too.
     assert after["ahead"] - before["ahead"] >= due * row.calls
     assert admission.load().active_calls == 0  # both slots released
+    trace = [(5.0, 2, 0.15), (10.0, 0, 0.12)]
+    _benchmark("capacity").print_cost_decomposition(row, 0.12, 0.01, trace)
+    printed = capsys.readouterr().out
+    assert f"CPU {row.cpu_seconds:.1f} s" in printed
+    assert f"({row.held_seconds:.0f} s, each call's" in printed
+    assert f"{100 * row.cpu_seconds / row.held_seconds:.1f} %" in printed
+    assert "5: 2, 15.0 %, 10: 0, 12.0 %" in printed
