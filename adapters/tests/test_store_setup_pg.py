@@ -141,10 +141,21 @@ def test_a_column_an_upgrade_adds_is_added_to_a_table_an_older_version_made(
     "ALTER TABLE t ADD COLUMN c int;",  # no IF NOT EXISTS: the check could not name it
     "CREATE TABLE IF NOT EXISTS t (a int); ALTER TABLE s.t ADD COLUMN IF NOT EXISTS c int;",
     "CREATE TABLE IF NOT EXISTS t (a int); ALTER TABLE t DROP COLUMN a;",
+    # a second ADD in one statement: its column would not be counted, never seen missing
+    "ALTER TABLE t ADD COLUMN IF NOT EXISTS a int, ADD COLUMN IF NOT EXISTS b int;",
 ])
 def test_an_alter_the_check_cannot_name_is_refused(ddl: str) -> None:
     with pytest.raises(ValueError, match="ADD COLUMN IF NOT EXISTS"):
         columns_of(ddl)
+
+
+def test_mixed_case_names_are_counted_as_the_catalog_holds_them() -> None:
+    """PostgreSQL folds an unquoted name to lower case: the check compares the folded
+    names (before: a mixed-case name never matched, and the DDL and its locks ran on
+    every start)."""
+    ddl = ("CREATE TABLE IF NOT EXISTS Workers (a int); "
+           "ALTER TABLE Workers ADD COLUMN IF NOT EXISTS Call_Cost float8;")
+    assert (relations_of(ddl), columns_of(ddl)) == (("workers",), ("workers.call_cost",))
 
 
 @pytest.mark.parametrize("ddl", [

@@ -33,13 +33,15 @@ _COLUMNS = ("SELECT count(*) FROM pg_catalog.pg_attribute a JOIN pg_catalog.pg_c
 _ADDED = re.compile(r"ALTER\s+TABLE\s+(\w+)\s+ADD\s+COLUMN\s+IF\s+NOT\s+EXISTS\s+(\w+)",
                     re.IGNORECASE)
 _ALTER = re.compile(r"\bALTER\s", re.IGNORECASE)
+_ADD = re.compile(r"\bADD\s", re.IGNORECASE)
 
 
 _CREATE = re.compile(r"\bCREATE\s", re.IGNORECASE)
 
 
 def relations_of(ddl: str) -> tuple[str, ...]:
-    """The tables and indexes ``ddl`` creates (``CREATE TABLE|INDEX IF NOT EXISTS name``).
+    """The tables and indexes ``ddl`` creates (``CREATE TABLE|INDEX IF NOT EXISTS name``),
+    lower-cased as PostgreSQL folds an unquoted name.
 
     Raises:
         ValueError: a ``CREATE`` this cannot name (another kind, a quoted or qualified
@@ -51,23 +53,24 @@ def relations_of(ddl: str) -> tuple[str, ...]:
     if not names or unnamed or any(ddl[m.end()] == "." for m in _NAMED.finditer(ddl)):
         raise ValueError("schema DDL must be CREATE TABLE|INDEX IF NOT EXISTS <plain name>; "
                          "statements: " + " | ".join(_CREATE.split(ddl)[1:]).strip()[:200])
-    return tuple(dict.fromkeys(names))
+    return tuple(dict.fromkeys(name.lower() for name in names))
 
 
 def columns_of(ddl: str) -> tuple[str, ...]:
     """The columns ``ddl`` adds (``ALTER TABLE t ADD COLUMN IF NOT EXISTS c ...``), as
-    ``"t.c"``.
+    ``"t.c"``, lower-cased as PostgreSQL folds an unquoted name.
 
     Raises:
         ValueError: an ``ALTER`` this cannot name (another kind, a quoted or qualified
-            name, no ``IF NOT EXISTS``): the check would not see it missing.
+            name, no ``IF NOT EXISTS``, a second ``ADD`` in one statement): the check
+            would not see it missing.
     """
     found = _ADDED.findall(ddl)
-    if len(_ALTER.findall(ddl)) != len(found):
+    if not len(_ALTER.findall(ddl)) == len(_ADD.findall(ddl)) == len(found):
         raise ValueError("schema DDL may ALTER only as ALTER TABLE <plain name> ADD COLUMN IF "
                          "NOT EXISTS <plain name>; statements: "
                          + " | ".join(_ALTER.split(ddl)[1:]).strip()[:200])
-    return tuple(dict.fromkeys(f"{table}.{column}" for table, column in found))
+    return tuple(dict.fromkeys(f"{table}.{column}".lower() for table, column in found))
 
 
 def _complete(relations: Any, columns: Any, names: list[str], added: list[str]) -> bool:
@@ -76,8 +79,9 @@ def _complete(relations: Any, columns: Any, names: list[str], added: list[str]) 
 
 
 def ensure_tables(conn: Any, schema: str, ddl: str) -> bool:
-    """Create ``ddl``'s tables in ``schema`` through the psycopg connection ``conn``, in
-    the transaction the caller opened, only if one of them is missing.
+    """Run ``ddl`` (create its tables, add its columns) in ``schema`` through the psycopg
+    connection ``conn``, in the transaction the caller opened, only if a relation it
+    creates or one of the columns it adds is missing.
 
     Returns:
         Whether ``ddl`` ran.
