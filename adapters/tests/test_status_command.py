@@ -151,8 +151,11 @@ async def test_each_worker_shows_what_a_call_costs_it_and_why_it_refuses(
     assert text[1].split()[7:10] == ["headroom", "cost/call", "p95"]
     assert text[2].split()[:11] == ["web-1", "webrtc", "box", "11", "5", "measured", "2", "3",
                                    "3", "13.2%:measured", "870ms"]
-    assert text[3].split()[:10] == ["web-2", "webrtc", "box", "12", "2/4", "2", "2", "0",
-                                   "19.9%:models", "1,500ms"]
+    # (a --max-calls worker whose measured slots are fewer: both shown, free of the
+    # fewer: before, '2/4' beside 2 free read as 2 of 4 used and 2 more to take)
+    assert text[3].split()[:12] == ["web-2", "webrtc", "box", "12", "4", "(2", "measured)",
+                                    "2", "0", "0", "19.9%:models", "1,500ms"]
+    assert text[0].startswith("call workers: 3 (3 live, 5 free slot(s))")
     assert text[4].split()[:9] == ["web-3", "webrtc", "box", "13", "2", "0", "2", "-", "-"]
     assert text[5] == ("  web-1: prior 15.7% a call; models' recent RTF stt 0.210, "
                        "tts 0.350, vad 0.012")
@@ -227,3 +230,16 @@ async def test_a_report_column_this_version_cannot_read_counts_as_not_reported(
         assert await store.workers() == []
     finally:
         await store.aclose()
+
+
+def test_a_cost_over_64_cores_is_not_reported() -> None:
+    """A cost is a share of a core (0.132), bounded as ``CostSettings.prior_call_cost``
+    is (at most 64 cores): a figure past it (a percent by mistake, 132 for 132 %) is
+    left out (before: accepted, shown as 13200.0%)."""
+    from voxflow_adapters.hosting.dispatch_tables import WorkerReport
+
+    report, dropped = WorkerReport.leniently(
+        {"headroom": 1.0, "call_cost": 132.0, "prior_call_cost": 64.5, "p95_ms": 870.0})
+    assert (report.headroom, report.call_cost, report.prior_call_cost, report.p95_ms) == (
+        1.0, None, None, 870.0)
+    assert dropped == ["call_cost", "prior_call_cost"]

@@ -167,9 +167,9 @@ class WorkerReport(BaseModel):
     0 while it refuses)."""
     measured_slots: int | None = Field(None, ge=0)
     """The calls its cores hold at the measured cost per call, at most ``--max-calls``."""
-    call_cost: float | None = Field(None, ge=0)
+    call_cost: float | None = Field(None, ge=0, le=64)
     """Share of a core one call costs there (0.13: 13 %)."""
-    prior_call_cost: float | None = Field(None, ge=0)
+    prior_call_cost: float | None = Field(None, ge=0, le=64)
     """The cost of a call before one was measured."""
     cost_source: str | None = None
     """``measured``, ``models`` (derived from the models' warm-up) or ``prior``."""
@@ -277,8 +277,13 @@ class WorkerRow(BaseModel):
     @computed_field  # type: ignore[prop-decorator]  # (in --json too)
     @property
     def free(self) -> int:
-        """The calls it can still be handed (:func:`free_slots`)."""
-        return free_slots(self.slots, self.used, self.headroom)
+        """The calls it can still be handed (:func:`free_slots`); for a ``--max-calls``
+        worker whose measured slots are fewer, those less its calls: what it claims (a
+        front door counts its ``--max-calls``)."""
+        free = free_slots(self.slots, self.used, self.headroom)
+        if not self.uncapped and self.measured_slots is not None:
+            free = min(free, max(0, self.measured_slots - self.used))
+        return free
 
 
 class ClaimedOffer(BaseModel):

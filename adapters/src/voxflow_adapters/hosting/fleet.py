@@ -227,12 +227,13 @@ def render_fleet(status: FleetStatus) -> str:
 
 def _slots(worker: WorkerRow) -> str:
     """A worker's slots: its ``--max-calls`` (and, when fewer, the slots its measured
-    cost allows); with none, its measured slots (from an older worker, the calls it
-    holds and its headroom; ``uncapped`` before its first heartbeat reported either)."""
+    cost allows: ``4 (2 measured)``); with none, its measured slots (from an older
+    worker, the calls it holds and its headroom; ``uncapped`` before its first heartbeat
+    reported either)."""
     measured = worker.measured_slots
     if not worker.uncapped:
         return (str(worker.slots) if measured is None or measured >= worker.slots
-                else f"{measured}/{worker.slots}")
+                else f"{worker.slots} ({measured} measured)")
     if measured is not None:
         return f"{measured} measured"
     return "uncapped" if worker.headroom is None else f"{worker.used + worker.free} measured"
