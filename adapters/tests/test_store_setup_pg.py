@@ -137,6 +137,41 @@ def test_a_column_an_upgrade_adds_is_added_to_a_table_an_older_version_made(
     assert row == ("phone", None, None)
 
 
+def test_an_upgrade_that_waits_too_long_for_the_tables_says_so(
+    pg_schema_url: str, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The first process of a new version adds its columns beside running processes of
+    the older one: a lock it waits past the bound for is said as that, with the fix
+    (start again), not as an unreachable database (before: "check VOXFLOW_DATABASE_URL
+    ... and that the server is running")."""
+    from voxflow_adapters.hosting.dispatch_tables import DispatchUnavailableError
+
+    import voxflow.pg_schema
+
+    schema = database_schema(pg_schema_url)
+
+    async def open_store() -> None:
+        store = DispatchStore(pg_schema_url)
+        try:
+            await store.open()
+        finally:
+            await store.aclose()
+
+    asyncio.run(open_store())
+    monkeypatch.setattr(voxflow.pg_schema, "_LOCK_TIMEOUT", "SET LOCAL lock_timeout = '200ms'")
+    with psycopg.connect(pg_schema_url, autocommit=True,
+                         options=connection_options(pg_schema_url, schema)) as conn:
+        conn.execute("ALTER TABLE voxflow_call_workers DROP COLUMN model_rtf")  # older
+        with psycopg.connect(pg_schema_url, options=connection_options(pg_schema_url, schema)
+                             ) as running, running.transaction():
+            running.execute("SELECT count(*) FROM voxflow_call_workers")  # (its lock)
+            with pytest.raises(DispatchUnavailableError) as refused:
+                asyncio.run(open_store())
+    said = str(refused.value)
+    assert "another process held them (LockNotAvailable)" in said
+    assert "start it again" in said and "VOXFLOW_DATABASE_URL" not in said
+
+
 @pytest.mark.parametrize("ddl", [
     "ALTER TABLE t ADD COLUMN c int;",  # no IF NOT EXISTS: the check could not name it
     "CREATE TABLE IF NOT EXISTS t (a int); ALTER TABLE s.t ADD COLUMN IF NOT EXISTS c int;",

@@ -187,6 +187,13 @@ class DispatchStore:
                     await aensure_tables(conn, self.schema, SCHEMA_SQL)
                 self.created_schema = self.created_schema or not (existed and existed[0])
                 await pool.open(wait=True, timeout=self.connect_timeout)
+            except (psycopg.errors.LockNotAvailable, psycopg.errors.DeadlockDetected) as exc:
+                await pool.close()
+                raise DispatchUnavailableError(
+                    f"could not set up the dispatch tables in schema {self.schema!r}: "
+                    f"another process held them ({type(exc).__name__}) while this one "
+                    "added what this version needs (the first start of a new version "
+                    "beside running workers of an older one); start it again") from None
             except (psycopg.Error, PoolTimeout, OSError) as exc:
                 await pool.close()
                 raise self._unavailable(exc) from None
