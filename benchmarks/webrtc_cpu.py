@@ -57,12 +57,28 @@ audio played, 3/3 replies whole, 0.1-0.5 s of the CPU in the kernel. At load 3.5
 12.7-15.2), and the gap of one run by as much (the last two rows, the same code): the
 decoder's change is within that noise; the gap stands at 3-5 points, not yet <= 3.
 
-The phone call against the simulated one, ``--pairs 3 --turns 3 --kinds
-simulated,phone`` (Dec 5, one run, load 0.3-1.1): simulated 15.3, 14.3, 14.3 %, phone
-15.9, 16.1, 15.5 % (6.1-6.5 s of CPU per call, 28.3-28.9 s of reply audio, 3/3 replies
-each way): medians 14.3 against 15.9 %, +1.6 points: more than a point, so a phone
-call has its own profile for the admission's prior,
-:data:`~voxflow_adapters.hosting.call_cost.PHONE_CALLER` (overhead 0.075 + 0.016).
+The phone call against the simulated one, ``--kinds simulated,phone --turns 3`` (Dec 5;
+medians, the median CPU seconds and wall seconds of each whole call in brackets; the
+phone column counts the replies that played and no ``clear`` cut, 3/3 in every call of
+the last two rows, 28.3-29.0 s of reply audio each way):
+
+================================  =====================  =====================  ======  ========
+run                               simulated              phone                  gap     load
+================================  =====================  =====================  ======  ========
+faec9fc, ``--pairs 3``            14.3 % (n/a)           15.9 % (n/a)           +1.6    0.3-1.1
+ae81e51, ``--pairs 4``            13.6 % (5.7 / 41.2 s)  14.5 % (6.0 / 41.5 s)  +0.8    1.7-7.6
+ae81e51, ``--pairs 4``, again     13.6 % (5.5 / 40.6 s)  13.6 % (5.6 / 40.4 s)  +0.0    1.0-2.1
+================================  =====================  =====================  ======  ========
+
+The first run kept one range of CPU for both kinds (6.1-6.5 s), so its windows cannot
+be told apart. In the two others the windows are the same length (medians within 0.3 s:
+the phone's starts before the carrier connects and ends at its ``ended`` summary), and
+the CPU difference over the simulated call's seconds gives about the gap: +0.6 (0.25 s /
+41.2 s) against +0.8, and +0.25 (0.1 s / 40.6 s) against +0.0 points. Each kind's
+calls spread by 1-3 points in a run (phone 12.5-15.5, simulated 12.6-15.2 at load up to
+7.6), more than the gap: the median of the three runs' gaps, +0.8 points (their mean too), is what
+:data:`~voxflow_adapters.hosting.call_cost.PHONE_CALLER` adds to the dense caller's
+overhead (0.075 + 0.008), under the point that faec9fc had taken to set it apart.
 
 A ``py-spy`` profile of one WebRTC call before 3e96f8a (all threads, 45 s): Piper
 26 % of the samples; the executor thread that encoded each frame and aiortc's decoder

@@ -36,9 +36,10 @@ MEASURED_WEBRTC = (0.170 + 0.185) / 2
 """The same dense call's server CPU per call on that machine, ``benchmarks/webrtc_cpu.py
 --pairs 3 --turns 3`` at 99cfcc8, two runs (medians of 3 each, load 3.5-6.6 and 1.3-3.6;
 its table): the simulated transport and WebRTC."""
-MEASURED_PHONE = 0.159
-"""The dense call over the phone there, ``webrtc_cpu.py --kinds simulated,phone --pairs 3
---turns 3`` (Dec 5, median of 3, load 0.3-1.1; simulated 14.3 % in the same run)."""
+MEASURED_PHONE = 0.145
+"""The dense call over the phone there, ``webrtc_cpu.py --kinds simulated,phone --turns
+3`` (Dec 5; its table): the median of three runs' medians, 15.9, 14.5 and 13.6 % (load
+0.3-1.1, 1.7-7.6 and 1.0-2.1; simulated 14.3, 13.6 and 13.6 % in the same runs)."""
 WARM_UP_OVERSTATEMENT = 0.71 * (0.087 - 0.058) + 0.22 * (0.075 - 0.041)
 """What the warm-up's short sentence over-states a dense call's model work by, there:
 Piper 0.087 at warm-up against 0.058 per s of a 9.6 s reply, Whisper 0.075 against
@@ -189,8 +190,8 @@ def test_bad_priors_and_arguments_are_refused() -> None:
 
 
 def test_a_phone_server_derives_its_prior_for_a_phone_call() -> None:
-    """A phone call costs the transport's own work besides the dense caller's (+1.6
-    points measured): the phone server's admission derives its prior from
+    """A phone call costs the transport's own work besides the dense caller's (+0.8
+    points measured, the median of three runs): the phone server's admission derives its prior from
     :data:`PHONE_CALLER`, between the simulated and the WebRTC call's (before: from
     :data:`DENSE_CALLER`, a phone call's transport left out)."""
     from voxflow_adapters.hosting.calls import flow_call_factory

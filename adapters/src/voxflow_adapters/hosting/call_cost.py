@@ -164,13 +164,14 @@ medians of 3 runs each): 17.0 against 13.6 % (load 3.5-6.6), 18.5 against 13.3 %
 1.3-3.6), +3.3 and +5.2 points, so the overhead is taken at 0.075 + 0.042 (their mean).
 (An older 0.20 came from WebRTC calls measured at 25-28 %, a figure that held litellm's
 import: 0b2883d.)"""
-PHONE_CALLER = CallProfile(overhead=0.091)
+PHONE_CALLER = CallProfile(overhead=0.083)
 """The same caller over the phone (``voxflow phone``, a phone call worker): the media
 WebSocket's JSON and base64 every 20 ms, 8 kHz mu-law both ways and the resampling to
 and from it on top. ``benchmarks/webrtc_cpu.py --kinds simulated,phone`` measured the
-dense call in one server process both ways (Dec 5, medians of 3 each, load 0.3-1.1):
-15.9 % (15.5-16.1) of a core over the phone against 14.3 % (14.3-15.3) simulated, +1.6
-points, so the overhead is 0.075 + 0.016 (the simulated caller lives in the server
+dense call in one server process both ways, three runs (Dec 5, its table; medians of 3,
+4 and 4 each): +1.6 (load 0.3-1.1), +0.8 (load 1.7-7.6) and +0.0 points (load 1.0-2.1)
+over the phone, within each kind's own spread of 1-3 points; so the overhead is 0.075 +
+0.008, the median (and mean) of the three (the simulated caller lives in the server
 process and is counted there, the carrier is not: the phone's own work is if anything
 a little more)."""
 

@@ -217,8 +217,9 @@ class PhoneServer:
             Its prior, the cost of a call before one is measured, is derived for a
             phone call (:data:`~voxflow_adapters.hosting.call_cost.PHONE_CALLER`: the
             dense caller plus the phone transport's own work, the media WebSocket's
-            JSON and base64, 8 kHz mu-law coding and resampling, measured at +1.6
-            points of a core by ``benchmarks/webrtc_cpu.py --kinds simulated,phone``).
+            JSON and base64, 8 kHz mu-law coding and resampling, +0.8 points of a
+            core: the median of three runs of ``benchmarks/webrtc_cpu.py --kinds
+            simulated,phone``).
         on_call: called with each started call's transport and call (tests).
     """
 
