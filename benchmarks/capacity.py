@@ -415,7 +415,7 @@ async def _trace_meter(admission: AdmissionController,
     is due, which the meter's own loop-lag probe does within 0.1 s anyway."""
     start = time.perf_counter()
     while True:
-        live = len(admission._active)  # (the admitted calls; a read, nothing moves)
+        live = admission.active_calls  # (the admitted calls; a read, nothing moves)
         trace.append((time.perf_counter() - start, live, admission.meter.cost().per_call))
         await asyncio.sleep(every)
 

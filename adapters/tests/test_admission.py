@@ -56,10 +56,12 @@ def test_a_call_taking_the_place_of_one_of_its_own_is_admitted_on_a_full_server(
         admission.admit("b", replacing="not-here")
     new = admission.admit("b", replacing="a")
     assert admission.load().active_calls == 2 and admission.refused == 1
+    assert admission.active_calls == 2  # (the public read capacity.py's trace uses)
     with pytest.raises(CapacityExceededError):  # a call is replaced once, not per offer
         admission.admit("b2", replacing="a")
     old.release()
     assert (admission.load().active_calls, admission.load().headroom) == (1, 0)
+    assert admission.active_calls == 1
     assert admission.refused == 2
     with pytest.raises(CapacityExceededError):
         admission.admit("c", replacing="a")  # (a has ended: c is one call more)

@@ -332,6 +332,14 @@ class AdmissionController:
         """Calls refused so far."""
         return self._refused
 
+    @property
+    def active_calls(self) -> int:
+        """Calls admitted and not yet released (a call and the one that took its place
+        both counted, as :attr:`Load.active_calls`); a read that moves nothing (no
+        window of the meter or the scheduler is sampled, as :meth:`load` does)."""
+        with self._lock:
+            return len(self._active)
+
     # -- internals ------------------------------------------------------------------
 
     def _release(self, call_id: str) -> None:
