@@ -42,10 +42,10 @@ from .registry import (
     EngineContext,
     EngineFactory,
     InstalledEngine,
+    check_spoken,
     choose_engine,
     installed_engines,
     installed_from,
-    unspoken,
 )
 from .stt import SttSettings, Transcript
 from .tts import PiperOptions, PiperTts, TtsSettings
@@ -211,17 +211,17 @@ class VoiceEngines:
         says the whole text as one sentence, all of a second run.
 
         Raises:
-            EngineWarmUpError: the first sentence is no :class:`SpokenSentence` (it lacks
-                ``samples`` or ``words``; an installed plug-in's says so itself).
+            EngineContractError: the first sentence is no :class:`SpokenSentence` (it
+                lacks ``samples`` or ``words``): checked here for an engine given
+                directly, by its wrapper for an installed plug-in's (once either way);
+                :meth:`warm_up` turns it into its :class:`EngineWarmUpError`.
         """
         sentences = self._sentences()
         first = next(sentences, None)
         if first is None:
             return np.zeros(0, np.float32), 0.0
-        reason = unspoken(first, type(self.tts).__name__, "its package")
-        if reason is not None:
-            raise EngineWarmUpError(f"the {ENGINE_LABELS['tts']} engine {reason}", kind="tts",
-                                    reason=reason)
+        if installed_from(self.tts) is None:  # (a plug-in's: checked as it was yielded)
+            check_spoken(first, type(self.tts).__name__, "its package")
         cpu = time.process_time()
         parts = [np.asarray(s.samples, np.float32).reshape(-1) for s in sentences]
         if not parts:  # (the first was the only one: time the whole text again)

@@ -50,11 +50,11 @@ __all__ = [
     "EngineContext",
     "EngineFactory",
     "InstalledEngine",
+    "check_spoken",
     "choose_engine",
     "doctor_checks",
     "installed_engines",
     "installed_from",
-    "unspoken",
 ]
 
 E = TypeVar("E")
@@ -336,14 +336,21 @@ _SYNTHESIZE_CONTRACT = ("synthesize must yield sentences with .samples (float32 
                         "sample_rate) and .words (voxflow_voice.engines.SpokenSentence)")
 
 
-def unspoken(sentence: object, who: str, owner: str) -> str | None:
-    """The reason (what is wrong and the fix) when ``sentence``, the first a TTS engine's
-    ``synthesize`` yielded, is no ``SpokenSentence`` (it lacks ``samples`` or ``words``):
-    ``who`` names the engine, ``owner`` its package; ``None`` when it is one."""
+def check_spoken(sentence: object, who: str, owner: str) -> None:
+    """Check that ``sentence``, the first a TTS engine's ``synthesize`` yielded, is a
+    ``SpokenSentence`` (it has ``samples`` and ``words``): ``who`` names the engine,
+    ``owner`` its package. The one check of it, for an installed plug-in
+    (:class:`_CheckedTts`) and for an engine given directly (the warm-up's).
+
+    Raises:
+        EngineContractError: it is not one (the reason says what it is and the fix).
+    """
     if hasattr(sentence, "samples") and hasattr(sentence, "words"):
-        return None
-    return (f"{who} yielded {_kind_of(sentence)}: {_SYNTHESIZE_CONTRACT}; update {owner} "
-            "or report it to its author")
+        return
+    reason = (f"{who} yielded {_kind_of(sentence)}: {_SYNTHESIZE_CONTRACT}; update {owner} "
+              "or report it to its author")
+    raise EngineContractError(f"{ENGINE_LABELS['tts']} engine {reason}", kind="tts",
+                              reason=reason)
 
 
 def installed_from(engine: object) -> InstalledEngine | None:
@@ -377,11 +384,8 @@ class _CheckedTts:
             checked = False
             for sentence in sentences:
                 if not checked:
-                    reason = unspoken(sentence, self._installed.described,
-                                      self._installed.distribution)
-                    if reason is not None:
-                        raise EngineContractError(f"{ENGINE_LABELS['tts']} engine {reason}",
-                                                  kind="tts", reason=reason)
+                    check_spoken(sentence, self._installed.described,
+                                 self._installed.distribution)
                     checked = True
                 yield sentence
         finally:
