@@ -330,33 +330,38 @@ async def _fetch(conn: Any, sql: str, params: tuple[Any, ...] = ()) -> tuple[Any
     return tuple(row)
 
 
-async def test_a_failing_headroom_never_stops_the_heartbeat(
+async def test_a_failing_report_never_stops_the_heartbeat(
     pg_schema_url: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """The headroom callback raising (anything, not only a database error) or returning
-    nonsense: the beat is written without it and the thread beats on; the log names the
-    error's type, never its message."""
+    """The report callback raising (anything, not only a database error), a headroom
+    the report refuses (NaN, not a number) or a return that is no report: the beat is
+    written without it and the thread beats on; the log names the error's type, never
+    its message."""
+    from voxflow_adapters.hosting.dispatch_tables import WorkerReport
     from voxflow_adapters.hosting.heartbeat import Heartbeat
 
-    answers: list[Any] = [RuntimeError("password=hunter2"), float("nan"), "lots", 0.5]
+    answers: list[Any] = [RuntimeError("password=hunter2"), float("nan"), "lots",
+                          ("not a report",), 0.5]
 
-    def headroom() -> float | None:
+    def report() -> WorkerReport:
         answer = answers.pop(0) if len(answers) > 1 else answers[0]
         if isinstance(answer, Exception):
             raise answer
-        return answer  # type: ignore[no-any-return]
+        if isinstance(answer, tuple):
+            return answer  # type: ignore[return-value]
+        return WorkerReport(headroom=answer)  # (a worker measuring its headroom alone)
 
     store = DispatchStore(pg_schema_url)
-    beat = Heartbeat(store, "w-1", interval=0.05, headroom=headroom)
+    beat = Heartbeat(store, "w-1", interval=0.05, report=report)
     at = "SELECT heartbeat_at, headroom FROM voxflow_call_workers WHERE worker_id = 'w-1'"
     try:
         await store.register("w-1", slots=1, host="h", pid=1)
         (registered, _) = await store._run(lambda c: _fetch(c, at))
         beat.start()
         async with asyncio.timeout(30):
-            while beat.beats < 5:  # noqa: ASYNC110  # a thread's counter
+            while beat.beats < 6:  # noqa: ASYNC110  # a thread's counter
                 await asyncio.sleep(0.05)
-        assert beat.failures == 0 and beat.report_failures == 3
+        assert beat.failures == 0 and beat.report_failures == 4
         renewed, reported = await store._run(lambda c: _fetch(c, at))
         assert renewed > registered and reported == 0.5
     finally:
@@ -373,11 +378,13 @@ async def test_a_front_door_counts_a_worker_free_slots_as_at_most_its_headroom(
     its measured cost leaves, reported by each heartbeat, is what a front door counts
     (a capped worker's free slots are counted as they are, always fresh)."""
     from voxflow_adapters.hosting.admission import UNBOUNDED_CALLS
+    from voxflow_adapters.hosting.dispatch_tables import WorkerReport
     from voxflow_adapters.hosting.heartbeat import Heartbeat
 
     reported: list[float | None] = [None]
     store = DispatchStore(pg_schema_url)
-    beat = Heartbeat(store, "w-1", interval=0.05, headroom=lambda: reported[0])
+    beat = Heartbeat(store, "w-1", interval=0.05,
+                     report=lambda: WorkerReport(headroom=reported[0]))
     try:
         await store.register("w-1", slots=UNBOUNDED_CALLS, host="h", pid=1)
         await store.register("w-2", slots=3, host="h", pid=2)

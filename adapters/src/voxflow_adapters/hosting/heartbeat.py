@@ -15,7 +15,6 @@ count of used slots if it drifted. The
 from __future__ import annotations
 
 import logging
-import math
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -23,15 +22,13 @@ from typing import Any
 from .dispatch import DispatchStore
 from .dispatch_tables import WorkerReport
 
-__all__ = ["Headroom", "Heartbeat", "Report", "SlotCount"]
+__all__ = ["Heartbeat", "Report", "SlotCount"]
 
 logger = logging.getLogger(__name__)
 
-Headroom = Callable[[], float | None]
-"""The spare capacity the worker reports with each heartbeat (None: not measured)."""
-
 Report = Callable[[], WorkerReport]
-"""The load the worker reports with each heartbeat (its headroom among it)."""
+"""The load the worker reports with each heartbeat (its headroom among it; a worker
+that measures its headroom alone reports ``WorkerReport(headroom=...)``)."""
 
 SlotCount = Callable[[], tuple[int, int] | None]
 """The slots the worker holds, as ``(version, count)``; None while a claim or a release
@@ -46,11 +43,10 @@ class Heartbeat:
         store: the dispatch store (its URL and heartbeat statement).
         worker_id: the row to renew.
         interval: seconds between beats.
-        headroom: reported with each beat (called on the heartbeat thread), alone: for a
-            worker of one's own that measures its headroom only (a
-            :class:`~voxflow_adapters.hosting.worker.CallWorker` gives ``report``).
         report: the load reported with each beat, its headroom among it (called on the
-            heartbeat thread); instead of ``headroom``.
+            heartbeat thread: :meth:`~voxflow_adapters.hosting.worker.CallWorker.report`,
+            or for a worker of one's own that measures its headroom only,
+            ``lambda: WorkerReport(headroom=...)``); None: nothing reported (no headroom).
         used: the slots the worker holds (called on the heartbeat thread): each beat
             writes it over the row's count, which a lost reply or a bug may have made
             drift, under the row's lock and only while no claim or release is under way
@@ -60,23 +56,17 @@ class Heartbeat:
             removed as dead while this worker could not reach the database.
 
     Raises:
-        ValueError: ``interval`` is not a positive number, or both ``headroom`` and
-            ``report`` are given.
+        ValueError: ``interval`` is not a positive number.
     """
 
     def __init__(self, store: DispatchStore, worker_id: str, *, interval: float,
-                 headroom: Headroom | None = None, used: SlotCount | None = None,
-                 on_missing: Callable[[], None] | None = None,
-                 report: Report | None = None) -> None:
+                 report: Report | None = None, used: SlotCount | None = None,
+                 on_missing: Callable[[], None] | None = None) -> None:
         if not 0 < interval < float("inf"):
             raise ValueError("interval must be a positive, finite number of seconds")
-        if headroom is not None and report is not None:
-            raise ValueError("give headroom or report, not both: the report carries the "
-                             "headroom")
         self.store = store
         self.worker_id = worker_id
         self.interval = float(interval)
-        self.headroom = headroom
         self.report = report
         self.used = used
         self.on_missing = on_missing
@@ -85,8 +75,8 @@ class Heartbeat:
         self.failures = 0
         """Heartbeats that could not be written (the database was unreachable)."""
         self.report_failures = 0
-        """Heartbeats written without a headroom or load, their callback (``report`` or
-        ``headroom``) having raised or returned what is not one."""
+        """Heartbeats written without a headroom or load, ``report`` having raised or
+        returned what is not a :class:`WorkerReport`."""
         self.failing = False
         """Whether the latest heartbeat could not be written (the worker is not ready)."""
         self.corrections = 0
@@ -165,21 +155,14 @@ class Heartbeat:
         """The load to report; nothing (not measured) when its callback fails: the beat
         itself, which keeps the worker live, is written anyway. The warning names the
         error's type, not its message (a callback's message may carry a secret)."""
+        if self.report is None:
+            return WorkerReport()
         try:
-            if self.report is not None:
-                report = self.report()
-                if not isinstance(report, WorkerReport):
-                    raise TypeError(f"report must return a WorkerReport, got "
-                                    f"{type(report).__name__}")
-                return report
-            if self.headroom is None:
-                return WorkerReport()
-            value = self.headroom()
-            if value is not None and not (isinstance(value, int | float)
-                                          and math.isfinite(value)):
-                raise TypeError(f"headroom must be a finite number or None, got "
-                                f"{type(value).__name__}")
-            return WorkerReport(headroom=value)
+            report = self.report()
+            if not isinstance(report, WorkerReport):
+                raise TypeError(f"report must return a WorkerReport, got "
+                                f"{type(report).__name__}")
+            return report
         except Exception as exc:
             self.report_failures += 1
             logger.warning("load report failed (%s); heartbeat written without headroom "
