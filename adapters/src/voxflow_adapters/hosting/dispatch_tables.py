@@ -154,13 +154,13 @@ def free_slots(slots: int, used: int, headroom: float | None) -> int:
     return max(0, free)
 
 
-class WorkerReport(BaseModel):
-    """What a call worker's heartbeat reports of its load (its admission's
-    :class:`~voxflow_adapters.hosting.admission.Load`): what a front door counts (the
-    headroom) and what an operator reads in ``voxflow status`` (what a call costs, where
-    that figure comes from, why the worker refuses calls). None: not known."""
+class _ReportFields(BaseModel):
+    """The fields of what a call worker's heartbeat reports of its load, defined once:
+    :class:`WorkerReport` (what the heartbeat writes) and :class:`WorkerRow` (what a
+    row read back holds) are both made of them, so a field added here is written,
+    read (:data:`REPORT_COLUMNS`) and shown. None: not known."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+    model_config = ConfigDict(frozen=True)
 
     headroom: float | None = None
     """Calls it would take now (its measured slots less the calls it holds and claims;
@@ -180,6 +180,16 @@ class WorkerReport(BaseModel):
     """The recent voice-to-voice p95 of its turns."""
     refusal: str | None = None
     """Why it refuses calls now (None: it takes them)."""
+
+
+class WorkerReport(_ReportFields):
+    """What a call worker's heartbeat reports of its load (its admission's
+    :class:`~voxflow_adapters.hosting.admission.Load`): what a front door counts (the
+    headroom) and what an operator reads in ``voxflow status`` (what a call costs, where
+    that figure comes from, why the worker refuses calls): the fields of
+    :class:`_ReportFields`, checked (no NaN, no field of another version)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     @classmethod
     def leniently(cls, fields: Mapping[str, Any]) -> tuple[WorkerReport, list[str]]:
@@ -204,7 +214,7 @@ class WorkerReport(BaseModel):
         return values
 
 
-REPORT_COLUMNS = tuple(name for name in WorkerReport.model_fields if name != "headroom")
+REPORT_COLUMNS = tuple(name for name in _ReportFields.model_fields if name != "headroom")
 """The columns of ``voxflow_call_workers`` a heartbeat writes from the worker's
 :class:`WorkerReport`, besides ``headroom``: its other fields."""
 
@@ -243,9 +253,10 @@ def worker_row(values: Sequence[Any]) -> WorkerRow:
             f"({fields}): is a newer or older voxflow's schema in use?") from None
 
 
-class WorkerRow(BaseModel):
-    """A call worker as the database sees it (the report fields: as of its last
-    heartbeat; None before its first, or from a worker of an older version)."""
+class WorkerRow(_ReportFields):
+    """A call worker as the database sees it: its core columns and the report's fields
+    (:class:`_ReportFields`, as of its last heartbeat; None before its first, or from a
+    worker of an older version; :func:`worker_row` reads a malformed one as None)."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -255,19 +266,12 @@ class WorkerRow(BaseModel):
     slots: int
     used: int
     headroom: float | None
+    """The headroom column (a core column: a worker of any version writes it)."""
     draining: bool
     heartbeat_age: float
     """Seconds since its last heartbeat (database clock)."""
     kind: str = "webrtc"
     """The calls it answers (one of :data:`CALL_KINDS`: ``webrtc`` or ``phone``)."""
-    measured_slots: int | None = None
-    """See :class:`WorkerReport` (as are the fields below)."""
-    call_cost: float | None = None
-    prior_call_cost: float | None = None
-    cost_source: str | None = None
-    model_rtf: dict[str, float] = Field(default_factory=dict)
-    p95_ms: float | None = None
-    refusal: str | None = None
 
     @property
     def uncapped(self) -> bool:
