@@ -68,3 +68,24 @@ def test_a_malformed_report_column_reads_as_not_reported_with_one_warning(
     said = [r.getMessage() for r in caplog.records]
     assert len(said) == 2 and all("w-odd" in m for m in said)
     assert ["call_cost" in said[0], "model_rtf" in said[1]] == [True, True]
+
+
+def test_the_warnings_remembered_are_bounded_for_a_fleet_of_churning_worker_ids(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Before: a module-level set of every (worker, column) warned about, forever; a
+    fleet whose workers restart under new ids grew it without end. Now the last 4,096
+    pairs, the least recently read forgotten first."""
+    caplog.set_level(logging.WARNING)
+    dispatch_tables._warned.clear()
+    odd = {"call_cost": -1.0}
+    for n in range(5000):
+        worker_row(_values(f"w-{n}", FULL, **odd))
+    assert len(dispatch_tables._warned) <= 4096
+    warned = len(caplog.records)
+    assert warned == 5000  # each one once
+    worker_row(_values("w-4999", FULL, **odd))  # recent: remembered, not said again
+    assert len(caplog.records) == warned
+    worker_row(_values("w-0", FULL, **odd))  # forgotten: said again (once)
+    worker_row(_values("w-0", FULL, **odd))
+    assert len(caplog.records) == warned + 1

@@ -19,6 +19,8 @@ from __future__ import annotations
 import json
 import logging
 import math
+import threading
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -222,15 +224,48 @@ CORE_COLUMNS = ("worker_id", "host", "pid", "slots", "used", "headroom", "draini
                 "heartbeat_age", "kind")
 """The fields of :class:`WorkerRow` :func:`worker_row` reads first, in this order."""
 
-_warned: set[tuple[str, str]] = set()
+_WARNED_MOST = 4096
+"""The (worker, column) pairs :func:`worker_row` remembers having warned about, the
+least recently read forgotten first: a fleet whose worker ids churn (each start a new
+id) cannot grow it without end; a pair forgotten and read again is warned about again."""
+
+
+class _WarnedOnce:
+    """A bounded, thread-safe memory of the warnings given (least recently seen out)."""
+
+    def __init__(self, most: int) -> None:
+        self.most = most
+        self._seen: OrderedDict[tuple[str, str], None] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def first(self, key: tuple[str, str]) -> bool:
+        """Whether ``key`` is new (remembered from now on); a known one is refreshed."""
+        with self._lock:
+            if key in self._seen:
+                self._seen.move_to_end(key)
+                return False
+            self._seen[key] = None
+            while len(self._seen) > self.most:
+                self._seen.popitem(last=False)
+            return True
+
+    def clear(self) -> None:
+        with self._lock:
+            self._seen.clear()
+
+    def __len__(self) -> int:
+        return len(self._seen)
+
+
+_warned = _WarnedOnce(_WARNED_MOST)
 
 
 def worker_row(values: Sequence[Any]) -> WorkerRow:
     """A :class:`WorkerRow` from the values of :data:`CORE_COLUMNS` and then, if
     selected, :data:`REPORT_COLUMNS` (NULL: not reported). A report column this version
     cannot read (another version's shape, a bad value) counts as not reported, with one
-    warning naming the worker and the column: what callers do with the row (count,
-    sweep, show) never fails on it.
+    warning naming the worker and the column (the last 4,096 such pairs
+    remembered): what callers do with the row (count, sweep, show) never fails on it.
 
     Raises:
         DispatchUnavailableError: a core column is not what this version's table holds.
@@ -239,8 +274,7 @@ def worker_row(values: Sequence[Any]) -> WorkerRow:
     report, dropped = WorkerReport.leniently(
         dict(zip(REPORT_COLUMNS, values[len(CORE_COLUMNS):], strict=False)))
     for column in dropped:
-        if (str(core["worker_id"]), column) not in _warned:
-            _warned.add((str(core["worker_id"]), column))
+        if _warned.first((str(core["worker_id"]), column)):
             logger.warning("call worker %s's %s in voxflow_call_workers is not what this "
                            "version reads (another version's?): read as not reported",
                            core["worker_id"], column)
