@@ -404,6 +404,104 @@ async def test_a_front_door_counts_a_worker_free_slots_as_at_most_its_headroom(
         await store.aclose()
 
 
+async def _beat_once(store: DispatchStore, worker_id: str, **report: Any) -> None:
+    """One heartbeat of ``worker_id`` reporting ``report`` (what a CallWorker's writes)."""
+    from voxflow_adapters.hosting.dispatch_tables import WorkerReport
+
+    await store._run(lambda c: c.execute(store.heartbeat_sql(), {
+        **WorkerReport(**report).params(), "used": None, "worker_id": worker_id}))
+
+
+async def test_a_capped_worker_with_fewer_measured_slots_is_offered_what_it_takes(
+    pg_schema_url: str,
+) -> None:
+    """A ``--max-calls 4`` worker whose measured cost allows 2 slots, holding 2 calls,
+    and a free one: the front door counts the capped one's free slots as min(4, 2) - 2
+    = 0, as ``voxflow status`` does (one function), and the next call goes to the other
+    (before: 2 counted, and the capped worker's claim took the offer its admission
+    refuses beyond its measured slots)."""
+    import psycopg
+    from voxflow_adapters.hosting.fleet import read_fleet
+
+    store = DispatchStore(pg_schema_url)
+    try:
+        await store.register("capped", slots=4, host="h", pid=1, used=2)
+        await store.register("other", slots=2, host="h", pid=2)
+        await _beat_once(store, "capped", headroom=0.0, measured_slots=2)
+        await _beat_once(store, "other", headroom=2.0, measured_slots=2)
+        assert await store.free_slots() == (0 + 2, 2)
+        fleet = await asyncio.to_thread(read_fleet, pg_schema_url)
+        assert {w.worker_id: w.free for w in fleet.workers} == {"capped": 0, "other": 2}
+        offer_id = await store.post_offer("v=0", expires_in=30.0)
+        assert await store.claim("capped") is None
+        claimed = await store.claim("other")
+        assert claimed is not None and claimed.offer_id == offer_id
+        # measured slots not reported (an older worker, before its first beat): its cap
+        await store._run(lambda c: c.execute(
+            "UPDATE voxflow_call_workers SET measured_slots = NULL "
+            "WHERE worker_id = 'capped'"))
+        assert await store.free_slots() == (2 + 1, 2)
+        await store.post_offer("v=0", expires_in=30.0)
+        assert await store.claim("capped") is not None
+    finally:
+        await store.aclose()
+    with psycopg.connect(pg_schema_url, autocommit=True) as conn:
+        used = dict(conn.execute("SELECT worker_id, used FROM voxflow_call_workers"
+                                 ).fetchall())
+    assert used == {"capped": 3, "other": 1}
+
+
+def test_a_claim_and_the_free_slots_agree_on_every_worker(pg_schema_url: str) -> None:
+    """The claim's condition (SQL) is free_slots' (Python) but for an uncapped worker's
+    headroom (which counts its own claims under way): on a grid of slots, calls and
+    measured slots, a row may take a call exactly when it has a free slot."""
+    import itertools
+
+    import psycopg
+    from voxflow_adapters.hosting.dispatch_tables import (
+        CLAIMABLE_SQL,
+        UNCAPPED_SLOTS,
+        free_slots,
+    )
+
+    grid = [(slots, used, measured) for slots, used, measured in itertools.product(
+        (1, 2, 4, UNCAPPED_SLOTS), range(5), (None, 0, 1, 2, 3, 4, 8)) if used <= slots]
+    with psycopg.connect(pg_schema_url, autocommit=True) as conn:
+        rows = conn.execute(
+            f"SELECT slots, used, measured_slots, {CLAIMABLE_SQL} FROM unnest("
+            "%s::int[], %s::int[], %s::int[]) AS w(slots, used, measured_slots)",
+            ([g[0] for g in grid], [g[1] for g in grid], [g[2] for g in grid])).fetchall()
+    assert len(rows) == len(grid)
+    for slots, used, measured, claimable in rows:
+        assert claimable == (free_slots(slots, used, None, measured) > 0), (slots, used,
+                                                                            measured)
+
+
+async def test_a_front_door_refuses_at_once_when_only_unmeasured_cap_slots_are_left(
+    pg_schema_url: str,
+) -> None:
+    """Every live worker full by its measured slots, one of them under a larger
+    ``--max-calls``: an immediate 503 saying every worker is busy (before: the offer was
+    posted, no worker claimed it, and the caller waited ``offer_timeout`` for a 503
+    saying none answered)."""
+    from voxflow_adapters.hosting.dispatcher import Dispatcher
+    from voxflow_adapters.hosting.host import CallRefused
+
+    store = DispatchStore(pg_schema_url)
+    dispatcher = Dispatcher(store, offer_timeout=1.0)
+    try:
+        await dispatcher.start()
+        await store.register("capped", slots=4, host="h", pid=1, used=2)
+        await store.register("full", slots=2, host="h", pid=2, used=2)
+        await _beat_once(store, "capped", headroom=0.0, measured_slots=2)
+        with pytest.raises(CallRefused) as refused:
+            await dispatcher.request("v=0")
+        assert (refused.value.status, refused.value.key) == (503, "busy")
+        assert "2 live worker(s), all busy" in refused.value.reason
+    finally:
+        await dispatcher.aclose()
+
+
 @pytest.mark.parametrize("sdp", ["v=0\\u0000\\r\\n", "v=0\\ud800"])
 async def test_an_offer_whose_sdp_no_store_keeps_is_a_400_naming_the_sdp(
     pg_schema_url: str, sdp: str

@@ -12,9 +12,12 @@ No cluster of our own: the database is the only shared thing.
   front door or worker looks first, which logs that worker's death once.
 * ``voxflow_call_offers``: one row per offer a front door is waiting on. A worker claims
   the oldest pending offer with ``SELECT … FOR UPDATE SKIP LOCKED`` and, in the same
-  transaction, takes one of its own slots (``used + 1`` only while ``used < slots``, it
-  is not draining and its heartbeat is fresh), so an offer is answered by exactly one
-  worker and a worker never holds more calls than its slots. The answer (or the refusal)
+  transaction, takes one of its own slots (``used + 1`` only while ``used < slots`` and,
+  for a ``--max-calls`` worker, ``used <`` the measured slots its last heartbeat
+  reported, it is not draining and its heartbeat is fresh), so an offer is answered by
+  exactly one worker and a worker never holds more calls than its slots. A front door
+  counts the same free slots (:func:`~voxflow_adapters.hosting.dispatch_tables.
+  free_slots`) before it posts an offer. The answer (or the refusal)
   is written to the row; ``NOTIFY`` wakes the front door, which reads the row (the table
   is the truth: a missed notification costs one poll interval) and deletes it (the SDPs
   carry ICE credentials). A front door that gives up deletes the row; a worker whose
@@ -59,6 +62,7 @@ from voxflow.storable import check_text
 
 from .dispatch_tables import (
     CALL_KINDS,
+    CLAIMABLE_SQL,
     REPORT_COLUMNS,
     SCHEMA_SQL,
     ClaimedOffer,
@@ -297,8 +301,10 @@ class DispatchStore:
 
     async def claim(self, worker_id: str) -> ClaimedOffer | None:
         """The oldest unexpired pending offer, claimed by ``worker_id`` together with one
-        of its slots; None if there is no offer, or the worker has no free slot, is
-        draining or its heartbeat is stale (nothing changes then)."""
+        of its slots; None if there is no offer, or the worker has no free slot (of its
+        ``--max-calls`` and of the measured slots its last heartbeat reported:
+        :data:`~voxflow_adapters.hosting.dispatch_tables.CLAIMABLE_SQL`), is draining or
+        its heartbeat is stale (nothing changes then)."""
         async def run(conn: psycopg.AsyncConnection[Any]) -> ClaimedOffer | None:
             offer = await (await conn.execute(
                 "SELECT offer_id, sdp, resume, traceparent FROM voxflow_call_offers "
@@ -309,8 +315,9 @@ class DispatchStore:
                 return None
             slot = await (await conn.execute(
                 "UPDATE voxflow_call_workers SET used = used + 1 WHERE worker_id = %s "
-                f"AND kind = %s AND used < slots AND NOT draining AND heartbeat_at > {_NOW} "
-                "- %s RETURNING used", (worker_id, self.kind, self.stale_after))).fetchone()
+                f"AND kind = %s AND {CLAIMABLE_SQL} AND NOT draining "
+                f"AND heartbeat_at > {_NOW} - %s RETURNING used",
+                (worker_id, self.kind, self.stale_after))).fetchone()
             if slot is None:
                 return None
             await conn.execute(
@@ -467,12 +474,14 @@ class DispatchStore:
     async def free_slots(self) -> tuple[int, int]:
         """``(free slots, live workers)`` over workers of this store's kind with a fresh
         heartbeat that are not draining: each worker's
-        :func:`~voxflow_adapters.hosting.dispatch_tables.free_slots` (for a worker with no
-        cap, at most the headroom its last heartbeat reported: its measured slots, up to a
-        beat old; a call ended since is counted at the next beat)."""
+        :func:`~voxflow_adapters.hosting.dispatch_tables.free_slots`, as ``voxflow
+        status`` counts them (a ``--max-calls`` worker's cap, or the fewer measured slots
+        its last heartbeat reported, less its calls; for a worker with no cap, at most the
+        headroom it reported: up to a beat old; a call ended since is counted at the next
+        beat)."""
         async def run(conn: psycopg.AsyncConnection[Any]) -> tuple[int, int]:
             rows = await (await conn.execute(
-                "SELECT slots, used, headroom FROM voxflow_call_workers "
+                "SELECT slots, used, headroom, measured_slots FROM voxflow_call_workers "
                 f"WHERE NOT draining AND kind = %s AND heartbeat_at > {_NOW} - %s",
                 (self.kind, self.stale_after))).fetchall()
             return sum(free_slots(*row) for row in rows), len(rows)

@@ -32,6 +32,7 @@ from voxflow.settings import DATABASE_URL_VARIABLE
 
 __all__ = [
     "CALL_KINDS",
+    "CLAIMABLE_SQL",
     "CORE_COLUMNS",
     "REPORT_COLUMNS",
     "SCHEMA_SQL",
@@ -143,17 +144,32 @@ def dispatch_unavailable(url: str, exc: BaseException) -> DispatchUnavailableErr
         f"cannot use the dispatch database at {redact_url(url)}: {reason}; {_FIX}")
 
 
-def free_slots(slots: int, used: int, headroom: float | None) -> int:
-    """The calls a worker with ``slots``, ``used`` of them held, can still be handed: its
-    free slots; for a worker with no cap (``slots`` at :data:`UNCAPPED_SLOTS`), the
-    headroom its last heartbeat reported (rounded up) when that is less: its measured
-    slots, up to a beat old. What a front door counts before it queues an offer
-    (:meth:`~voxflow_adapters.hosting.dispatch.DispatchStore.free_slots`) and what
-    ``voxflow status`` shows."""
+def free_slots(slots: int, used: int, headroom: float | None,
+               measured_slots: int | None = None) -> int:
+    """The calls a worker with ``slots``, ``used`` of them held, can still be handed, as
+    of its last heartbeat: for a worker with a cap (``--max-calls``: ``slots``), its
+    cap or, when its heartbeat reported fewer ``measured_slots`` (the slots its
+    measured cost allows), those, less its calls; for a worker with no cap (``slots``
+    at :data:`UNCAPPED_SLOTS`), at most the ``headroom`` it reported (rounded up). What
+    the worker itself claims (:meth:`~voxflow_adapters.hosting.worker.CallWorker.
+    can_take`), up to a beat old; one function for what a front door counts
+    (:meth:`~voxflow_adapters.hosting.dispatch.DispatchStore.free_slots`), what a claim
+    allows (:data:`CLAIMABLE_SQL`) and what ``voxflow status`` shows
+    (:attr:`WorkerRow.free`), so they cannot disagree."""
     free = slots - used
-    if slots >= UNCAPPED_SLOTS and headroom is not None and math.isfinite(headroom):
-        free = min(free, math.ceil(headroom))
+    if slots >= UNCAPPED_SLOTS:
+        if headroom is not None and math.isfinite(headroom):
+            free = min(free, math.ceil(headroom))
+    elif measured_slots is not None:
+        free = min(free, measured_slots - used)
     return max(0, free)
+
+
+CLAIMABLE_SQL = (f"used < slots AND (slots >= {UNCAPPED_SLOTS} OR measured_slots IS NULL "
+                 "OR used < measured_slots)")
+"""A ``voxflow_call_workers`` row may take one more call (the claim's condition): a free
+slot by :func:`free_slots` but for an uncapped worker's headroom, which counts the
+worker's own claims under way (the worker claims only as far as its measured slots go)."""
 
 
 class _ReportFields(BaseModel):
@@ -315,13 +331,10 @@ class WorkerRow(_ReportFields):
     @computed_field  # type: ignore[prop-decorator]  # (in --json too)
     @property
     def free(self) -> int:
-        """The calls it can still be handed (:func:`free_slots`); for a ``--max-calls``
-        worker whose measured slots are fewer, those less its calls: what it claims (a
-        front door counts its ``--max-calls``)."""
-        free = free_slots(self.slots, self.used, self.headroom)
-        if not self.uncapped and self.measured_slots is not None:
-            free = min(free, max(0, self.measured_slots - self.used))
-        return free
+        """The calls it can still be handed (:func:`free_slots`: for a ``--max-calls``
+        worker whose measured slots are fewer, those less its calls), as a front door
+        counts them."""
+        return free_slots(self.slots, self.used, self.headroom, self.measured_slots)
 
 
 class ClaimedOffer(BaseModel):
