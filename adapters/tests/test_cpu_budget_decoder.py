@@ -12,10 +12,9 @@ import importlib
 import sys
 from pathlib import Path
 
-import av
 import pytest
 from aiortc.jitterbuffer import JitterFrame
-from voxflow_adapters.webrtc.opus import MonoOpusDecoder
+from voxflow_adapters.webrtc.opus import DecodedFrame, MonoOpusDecoder
 
 BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 
@@ -29,7 +28,7 @@ def test_cpu_budget_times_the_decoder_the_receive_path_uses(
     decode = MonoOpusDecoder.decode
     packets: list[int] = []
 
-    def counted(self: MonoOpusDecoder, encoded: JitterFrame) -> list[av.AudioFrame]:
+    def counted(self: MonoOpusDecoder, encoded: JitterFrame) -> list[DecodedFrame]:
         packets.append(encoded.timestamp)
         return decode(self, encoded)
 

@@ -1,20 +1,33 @@
-"""The server's Opus. The reply track's: mono packets decode to the audio aiortc's stereo
-encoder sent, and silence, once settled, is sent without encoding it, the packets
-unchanged. The receive path's: the caller's packets decode to mono, the samples the
-stereo decoder's channels held (a mono stream) or their mean (a stereo one)."""
+"""The server's Opus (libopus through ctypes). The reply track's: the packets PyAV's
+libopus codec gave for the same frames, byte for byte; mono packets decode to the audio
+aiortc's stereo encoder sent, and silence, once settled, is sent without encoding it,
+the packets unchanged. The receive path's: the caller's packets decode straight to
+16 kHz mono, what the 48 kHz decode and the 48 → 16 kHz decimator gave (a mono stream:
+one channel; a stereo one: their mean) within the codec's resampling, and Whisper hears
+the same words."""
 
 from __future__ import annotations
 
 import fractions
+import re
 from typing import Any
 
 import av
 import numpy as np
 from aiortc.codecs.opus import OpusDecoder, OpusEncoder
 from aiortc.jitterbuffer import JitterFrame
-from voxflow_adapters.webrtc.opus import SILENT_REPEATS, MonoOpusDecoder, MonoOpusEncoder
+from numpy.typing import NDArray
+from voxflow_adapters.webrtc.opus import (
+    DECODED_RATE,
+    SILENT_REPEATS,
+    DecodedFrame,
+    MonoOpusDecoder,
+    MonoOpusEncoder,
+)
 from voxflow_adapters.webrtc.outbound import FRAME_SAMPLES, OutboundAudio, ReplyTrack
-from voxflow_voice.audio import ReplyChunk
+from voxflow_voice.audio import AudioChunk, ReplyChunk, resample
+from voxflow_voice.engines import VoiceEngines
+from voxflow_voice.listen.input_guard import InputGuard
 
 from voxflow.clock import VirtualClock
 from voxflow.ids import DeliveryId
@@ -148,40 +161,131 @@ def _speech_frames(seconds: float) -> list[bytes]:
     return [pcm[i:i + FRAME_SAMPLES].tobytes() for i in range(0, pcm.size, FRAME_SAMPLES)]
 
 
-def _mono_decoded(packets: list[bytes]) -> np.ndarray:
-    """What the receive path's decoder gives, as floats."""
-    decoder = MonoOpusDecoder()
+def _pyav_packets(frames: list[bytes]) -> list[bytes]:
+    """What the encoder was before it called libopus itself: PyAV's ``libopus`` codec,
+    mono, 96 kb/s, ``voip``, after the same -3 dB."""
+    codec = av.CodecContext.create("libopus", "w")
+    codec.bit_rate, codec.format, codec.layout = 96_000, "s16", "mono"
+    codec.options = {"application": "voip"}
+    codec.sample_rate, codec.time_base = 48_000, _TIME_BASE
+    packets = []
+    for i, pcm in enumerate(frames):
+        gained = np.rint(np.frombuffer(pcm, np.int16) * np.sqrt(0.5)).astype(np.int16)
+        frame = av.AudioFrame(format="s16", layout="mono", samples=FRAME_SAMPLES)
+        frame.planes[0].update(gained.tobytes())
+        frame.sample_rate, frame.pts, frame.time_base = 48_000, i * FRAME_SAMPLES, _TIME_BASE
+        (packet,) = codec.encode(frame)
+        packets.append(bytes(packet))
+    return packets
+
+
+def test_the_encoder_gives_the_packets_pyavs_libopus_codec_gave() -> None:
+    """libopus called directly (the copy PyAV bundles, FFmpeg's settings: unconstrained
+    VBR) encodes speech-like audio, noise and silence to the very bytes PyAV's codec
+    gave."""
+    rng = np.random.default_rng(3)
+    noise = (rng.normal(0, 0.1, 48_000) * 32767).astype(np.int16)
+    frames = _speech_frames(1.0) + [noise[i:i + FRAME_SAMPLES].tobytes()
+                                    for i in range(0, noise.size, FRAME_SAMPLES)]
+    encoder = MonoOpusEncoder()
+    assert [encoder.encode(pcm) for pcm in frames] == _pyav_packets(frames)
+
+
+def _spoken(engines: VoiceEngines, text: str) -> NDArray[np.float32]:
+    """``text`` in the bundled voice at 48 kHz, with silence around it."""
+    speech = np.concatenate([np.asarray(s.samples, np.float32)
+                             for s in engines.tts.synthesize(text)])
+    speech = resample(speech, engines.tts.sample_rate, 48_000)
+    return np.concatenate([np.zeros(4800, np.float32), speech, np.zeros(9600, np.float32)])
+
+
+def _frames_of(audio: NDArray[np.float32]) -> list[bytes]:
+    pcm = (np.clip(audio, -1, 1) * 32767).astype(np.int16)
+    usable = pcm.size - pcm.size % FRAME_SAMPLES
+    return [pcm[i:i + FRAME_SAMPLES].tobytes() for i in range(0, usable, FRAME_SAMPLES)]
+
+
+def _through_the_guard(packets: list[bytes]) -> NDArray[np.float32]:
+    """What the session hears now: libopus at 16 kHz mono, then the input guard (which
+    resamples nothing at 16 kHz)."""
+    decoder, guard = MonoOpusDecoder(), InputGuard()
     out = []
     for i, payload in enumerate(packets):
         (frame,) = decoder.decode(JitterFrame(data=payload, timestamp=i * FRAME_SAMPLES))
-        assert (frame.layout.name, frame.format.name, frame.sample_rate) == ("mono", "s16",
-                                                                             48_000)
+        assert isinstance(frame, DecodedFrame)
+        assert frame.sample_rate == DECODED_RATE and frame.samples.dtype == np.int16
+        assert frame.samples.shape == (320,)  # 20 ms, mono
         assert frame.pts == i * FRAME_SAMPLES  # stamped as aiortc's decoder stamps it
-        out.append(frame.to_ndarray().reshape(-1))
-    return np.concatenate(out).astype(np.float64) / 32768.0
+        chunk = guard.convert(frame.samples, frame.sample_rate, 1)
+        assert chunk is not None
+        out.append(chunk.samples())
+    return np.concatenate(out)
 
 
-def test_a_mono_stream_decodes_to_the_samples_the_stereo_decoder_gave_each_channel() -> None:
-    """A browser's microphone stream is mono: aiortc's stereo decoder gave each channel
-    a copy, which the receive path then averaged; the mono decoder gives the same
-    samples, one channel's worth of work."""
+def _through_48khz(packets: list[bytes], *, mean: bool) -> NDArray[np.float32]:
+    """What the session heard before: a 48 kHz decode (aiortc's stereo decoder: one
+    channel of a mono stream, the mean of a stereo one's), then the guard's 48 → 16 kHz
+    decimator."""
+    guard = InputGuard()
+    stereo = _decoded(packets)
+    mono = stereo.mean(axis=1) if mean else stereo[:, 0]
+    out = []
+    for i in range(0, mono.size, FRAME_SAMPLES):
+        chunk = guard.convert(mono[i:i + FRAME_SAMPLES].astype(np.float32), 48_000, 1)
+        assert chunk is not None
+        out.append(chunk.samples())
+    return np.concatenate(out)
+
+
+def _aligned_snr(before: NDArray[np.float32], now: NDArray[np.float32]) -> tuple[int, float]:
+    """The lag (16 kHz samples the old path's decimator delayed it by) that best aligns
+    the two, and the SNR (dB) of ``before`` over their difference there."""
+    best = (0, -np.inf)
+    for lag in range(0, 41):
+        a, b = before[lag:], now[:now.size - lag]
+        snr = 10 * np.log10(np.sum(a.astype(np.float64) ** 2)
+                            / np.sum((a.astype(np.float64) - b) ** 2))
+        if snr > best[1]:
+            best = (lag, float(snr))
+    return best
+
+
+def _words(text: str) -> list[str]:
+    return re.findall(r"[a-z0-9']+", text.lower())
+
+
+_SENTENCE = "Please book a table for four at seven thirty tomorrow evening."
+
+
+async def test_a_mono_stream_decodes_at_16_khz_to_what_48_khz_and_the_decimator_gave(
+    engines: VoiceEngines,
+) -> None:
+    """A browser's microphone stream is mono: libopus decoding it at 16 kHz (its own
+    rate for SILK, CELT's bands above 8 kHz left out) gives the speech the 48 kHz decode
+    and the decimator gave, 21 samples (1.3 ms, the decimator's delay) sooner, within
+    the codec's resampling (40 dB measured), and Whisper hears the same words."""
     encoder = MonoOpusEncoder()
-    packets = [encoder.encode(pcm) for pcm in _speech_frames(1.0)]
-    stereo = _decoded(packets)
-    mono = _mono_decoded(packets)
-    assert np.array_equal(stereo[:, 0], stereo[:, 1])
-    assert np.array_equal(mono, stereo[:, 0])
+    packets = [encoder.encode(pcm) for pcm in _frames_of(_spoken(engines, _SENTENCE))]
+    now, before = _through_the_guard(packets), _through_48khz(packets, mean=False)
+    assert now.size == before.size
+    lag, snr = _aligned_snr(before, now)
+    assert 15 <= lag <= 30 and snr > 30
+    heard_now = await engines.stt.transcribe(AudioChunk.from_float(now, DECODED_RATE))
+    heard_before = await engines.stt.transcribe(AudioChunk.from_float(before, DECODED_RATE))
+    assert heard_now is not None and heard_before is not None
+    assert _words(heard_now.text) == _words(heard_before.text)
+    assert "table" in _words(heard_now.text)
 
 
-def test_a_stereo_stream_decodes_to_the_mean_of_its_channels() -> None:
-    """A stereo stream (aiortc's encoder, as the loopback caller sends) whose channels
-    carry the same signal: libopus's own downmix is the mean of the two channels the
-    stereo decoder gave, within a few steps of s16 rounding (not so where a true stereo
-    stream's decode clipped a channel: opus.py's docstring)."""
-    packets = _stereo_packets(_speech_frames(1.0))
-    stereo = _decoded(packets)
-    mean = stereo.mean(axis=1)
-    mono = _mono_decoded(packets)
-    assert mono.shape == mean.shape
-    assert np.sqrt(np.mean(mono**2)) > 0.05  # (the speech, not silence)
-    assert np.max(np.abs(mono - mean)) <= 4 / 32768.0
+def test_a_stereo_stream_decodes_at_16_khz_to_the_mean_of_its_channels(
+    engines: VoiceEngines,
+) -> None:
+    """A stereo stream (aiortc's encoder, as the loopback caller sends): libopus's own
+    downmix at 16 kHz is the mean of the stereo decoder's two channels after the
+    decimator, within the codec's resampling (the same signal on both channels here:
+    opus.py's docstring says where a true stereo stream's decode clipped a channel)."""
+    packets = _stereo_packets(_frames_of(_spoken(engines, _SENTENCE)))
+    now, before = _through_the_guard(packets), _through_48khz(packets, mean=True)
+    assert np.sqrt(np.mean(now**2)) > 0.02  # (the speech, not silence)
+    lag, snr = _aligned_snr(before, now)
+    assert 15 <= lag <= 30 and snr > 30

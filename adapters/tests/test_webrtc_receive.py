@@ -200,10 +200,10 @@ async def test_the_server_decodes_and_encodes_on_the_event_loop(
     """aiortc decodes in its own thread and hops every frame back onto the loop, and
     encodes through run_in_executor (thread switches every 20 ms, each way): the server
     decodes each packet where it is handled and encodes each frame in its track, with
-    the receive path's MonoOpusDecoder (to mono: the caller's frames are no longer
-    decoded to stereo and averaged) and the reply track's MonoOpusEncoder, and the
-    session gets the tone that was sent. (The caller keeps aiortc's threads: its
-    decodes and encodes are the ones off the loop.)"""
+    the receive path's MonoOpusDecoder (to 16 kHz mono: the caller's frames are no
+    longer decoded to stereo 48 kHz, averaged and decimated) and the reply track's
+    MonoOpusEncoder, and the session gets the tone that was sent. (The caller keeps
+    aiortc's threads: its decodes and encodes are the ones off the loop.)"""
     from aiortc.codecs.opus import OpusEncoder
     from voxflow_adapters.webrtc.opus import MonoOpusDecoder, MonoOpusEncoder
 
@@ -215,7 +215,8 @@ async def test_the_server_decodes_and_encodes_on_the_event_loop(
     def recorded(self: MonoOpusDecoder, encoded: Any) -> Any:
         frames = decode(self, encoded)
         on_loop.extend(threading.current_thread() is threading.main_thread()
-                       and f.layout.name == "mono" for f in frames)
+                       and f.sample_rate == 16_000 and f.samples.shape == (320,)
+                       for f in frames)
         return frames
 
     def recorded_encode(self: OpusEncoder, frame: Any, force_keyframe: bool = False) -> Any:
@@ -259,7 +260,7 @@ async def test_the_server_decodes_and_encodes_on_the_event_loop(
                     break
                 await asyncio.sleep(0.05)
             assert peers[0].statistics().frames_in == 30
-            # the server's 30 packets, each decoded on the loop, to mono
+            # the server's 30 packets, each decoded on the loop, to 16 kHz mono
             assert len(on_loop) == 30 and all(on_loop)
             # the server's frames (silence until a reply), each on the loop
             assert server_encoded_on_loop and all(server_encoded_on_loop)
@@ -374,7 +375,7 @@ def test_a_peer_sending_undecodable_packets_is_counted_and_said_once_per_interva
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     """Hostile input on the media path: garbage Opus packets (50 a second) are dropped and
-    counted by aiortc's own Opus decoder on the loop, and logged at most once per
+    counted by the receive path's Opus decoder on the loop, and logged at most once per
     UNDECODABLE_LOG_SECONDS with how many failed, not once per packet; a good packet after
     them still decodes."""
     from fractions import Fraction
@@ -410,3 +411,64 @@ def test_a_peer_sending_undecodable_packets_is_counted_and_said_once_per_interva
     good._data = payload
     decode.add(good)
     assert len(frames) == 1
+
+
+def _opus_decode_here() -> tuple[Any, list[Any]]:
+    from aiortc.rtcrtpparameters import RTCRtpCodecParameters
+    from voxflow_adapters.webrtc.receive import _DecodeHere
+
+    codec = RTCRtpCodecParameters(mimeType="audio/opus", clockRate=48000, channels=2,
+                                  payloadType=111)
+    frames: list[Any] = []
+    return _DecodeHere({111: codec}, frames.append), frames
+
+
+def _rtp(n: int, payload: bytes) -> Any:
+    from aiortc.rtp import RtpPacket
+
+    packet = RtpPacket(payload_type=111, sequence_number=n % 65536, timestamp=n * 960)
+    packet._data = payload
+    return packet
+
+
+def _opus_packet(samples: int, channels: int) -> bytes:
+    from voxflow_adapters.webrtc._libopus import APPLICATION_AUDIO, OpusEncoderHandle
+
+    tone = 8000 * np.sin(2 * np.pi * 440 * np.arange(samples) / 48_000)
+    encoder = OpusEncoderHandle(48_000, channels, APPLICATION_AUDIO)
+    return encoder.encode(np.repeat(tone, channels).astype(np.int16))
+
+
+def test_empty_oversized_and_corrupt_packets_are_dropped_and_counted_odd_valid_ones_decode(
+) -> None:
+    """An empty packet (before: no frame and not counted), one past 3 x 1275 bytes and
+    corrupt ones are dropped and counted; a stereo packet, a 120 ms one and a TOC byte
+    alone (DTX) decode to 16 kHz mono of their own length, stamped with their RTP time
+    (48 kHz units from the stream's first packet, a dropped one too)."""
+    decode, frames = _opus_decode_here()
+    hostile = [b"", bytes(4000), b"\x03", bytes(range(7, 207))]
+    for n, payload in enumerate(hostile):
+        decode.add(_rtp(n, payload))
+    assert decode.undecodable == len(hostile) and frames == []
+    valid = [(_opus_packet(960, 2), 320), (_opus_packet(5760, 1), 1920),
+             (bytes([0xF8]), 320)]
+    for n, (payload, _) in enumerate(valid, start=len(hostile)):
+        decode.add(_rtp(n, payload))
+    assert decode.undecodable == len(hostile)
+    assert [f.samples.shape for f in frames] == [(samples,) for _, samples in valid]
+    assert {f.sample_rate for f in frames} == {16_000}
+    assert [f.pts for f in frames] == [n * 960 for n in range(len(hostile), n + 1)]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.binary(max_size=5000), min_size=1, max_size=8))
+def test_random_payloads_never_break_the_receive_path(payloads: list[bytes]) -> None:
+    """Random bytes as Opus payloads: each packet gives one frame of at most 120 ms or is
+    counted as undecodable; nothing raises, and a good packet after them decodes."""
+    decode, frames = _opus_decode_here()
+    for n, payload in enumerate(payloads):
+        decode.add(_rtp(n, payload))
+    assert decode.undecodable + len(frames) == len(payloads)
+    assert all(f.samples.size <= 1920 for f in frames)
+    decode.add(_rtp(len(payloads), _opus_packet(960, 1)))
+    assert frames[-1].samples.shape == (320,)

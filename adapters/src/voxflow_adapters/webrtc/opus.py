@@ -1,15 +1,16 @@
 """The server's Opus: the reply track's encoder (mono, and each silent frame encoded
-once) and the receive path's decoder (mono).
+once) and the receive path's decoder (straight to 16 kHz mono), both libopus called
+through ctypes (:mod:`._libopus`, the copy PyAV's wheel bundles).
 
 aiortc's ``OpusEncoder`` encodes stereo: every 20 ms mono frame of reply audio went
 through an ``AudioResampler`` (mono → stereo, a filter graph, and -3 dB on each channel:
 swresample's upmix) and then a stereo encode, about twice the work of a mono encode of
 the same frame. :class:`MonoOpusEncoder` encodes the frame as it is, with the same
-libopus settings (96 kb/s, ``voip``), after the same -3 dB, so a browser (or aiortc's
-decoder, which outputs stereo) hears the reply at the level it heard before. WebRTC
-negotiates Opus as ``opus/48000/2`` whatever the stream holds: each packet says whether
-it is mono or stereo (RFC 7587: ``stereo=0`` is only a preference, a receiver decodes
-both), and libopus decodes a mono packet to both channels.
+libopus settings (96 kb/s, ``voip``, and FFmpeg's unconstrained VBR), after the same
+-3 dB, so a browser (or aiortc's decoder, which outputs stereo) hears the reply at the
+level it heard before. WebRTC negotiates Opus as ``opus/48000/2`` whatever the stream
+holds: each packet says whether it is mono or stereo (RFC 7587: ``stereo=0`` is only a
+preference, a receiver decodes both), and libopus decodes a mono packet to both channels.
 
 While no reply is playing the track sends silence, 50 frames a second. libopus gives
 digital silence a 3-byte packet, the same one frame after frame; once it has given the
@@ -21,50 +22,76 @@ modulated tones with 20 or more: every packet after byte-identical to encoding e
 frame; with 15 or fewer, not), so the packets on the wire are the ones encoding every
 frame gives, and a reply's first frame waits for nothing.
 
-The caller's audio is wanted as 16 kHz mono. aiortc's ``OpusDecoder`` decodes every
-packet to stereo, which the receive path then averaged back to mono; a browser's
-microphone stream is mono (each channel of its stereo output a copy), so half of that
-work was for nothing. :class:`MonoOpusDecoder` asks libopus for one channel: a mono
-packet decodes to the samples either channel of the stereo output held
-(``test_webrtc_opus.py``: identical), and a stereo packet to libopus's own downmix.
-When both channels carry the same signal, that downmix is the mean of the stereo
-decoder's two channels within 4 steps (the test compares them). For a true stereo
-stream it can differ from that mean by more than 4 steps: where the codec overshoots,
-the stereo decode clipped a channel at full scale before the old path averaged it, and
-the downmix did not (up to 5,751 s16 steps measured at 32 kb/s, on 5 of 96,000
-samples; none at 12 or 96 kb/s), so the mono decode is not worse there.
+The caller's audio is wanted as 16 kHz mono. :class:`MonoOpusDecoder` asks libopus for
+one channel at 16 kHz (SILK's own rate; CELT's bands above 8 kHz left out): a mono
+packet decodes to what either channel of a stereo 48 kHz decode held after the input
+guard's 48 → 16 kHz decimator, and a stereo packet to libopus's own downmix. On Piper's
+speech (``test_webrtc_opus.py``) both are within 39 dB SNR of the old path's
+(48 kHz decode, the channels' mean for a stereo stream, then the decimator), 21 samples
+(1.3 ms, the decimator's delay) sooner, and Whisper hears the same words. A true stereo
+stream's downmix can differ from the old mean where the codec overshoots: the stereo
+decode clipped a channel at full scale before it was averaged, the downmix does not (up
+to 5,751 s16 steps measured at 32 kb/s at 48 kHz, on 5 of 96,000 samples).
+
+Before, both went through PyAV's ``libopus`` codec (an ``av.AudioFrame`` or
+``av.Packet`` around every frame). ``benchmarks/opus_codec.py --runs 7`` (Piper's speech,
+639 frames, CPU us per 20 ms frame, medians of 7 runs, load 3.1-3.3 on 2 shared cores,
+2026-12-05): encode 91.9 → 81.2 (the same bytes, 639 of 639), decode + guard 80.7 → 38.8
+(the 48 kHz decode alone 31.6, the 16 kHz one 27.1: the decimator was most of it). Per
+call, at 50 packets a second each way, that is ~0.2 points of a core (the caller's
+packets come all call long) and ~0.05 more while a reply plays, of the +5 points a
+WebRTC call cost over a simulated one (``webrtc_cpu.py``).
+Lower encoder complexity, same run: 8 gives the same bytes as 10; 6 and 5 ~64 us (−17),
+their decode 29 dB from complexity 10's; 3 54 us, 27 dB; Whisper base made the same
+2 word errors in 43 words on each decoded reply. At most 0.08 points of a core while a
+reply plays: not worth a change of sound, so the product keeps 10.
 """
 
 from __future__ import annotations
 
-import fractions
 import math
+from dataclasses import dataclass
+from typing import Any
 
-import av
 import numpy as np
-from aiortc.jitterbuffer import JitterFrame
+from numpy.typing import NDArray
 
-__all__ = ["SILENT_REPEATS", "MonoOpusDecoder", "MonoOpusEncoder"]
+from ._libopus import APPLICATION_VOIP, OpusDecoderHandle, OpusEncoderHandle
+
+__all__ = [
+    "DECODED_RATE",
+    "SILENT_REPEATS",
+    "DecodedFrame",
+    "MonoOpusDecoder",
+    "MonoOpusEncoder",
+]
 
 SILENT_REPEATS = 50
 """Identical silent packets in a row (1 s) after which silence is no longer encoded."""
+DECODED_RATE = 16_000
+"""The rate :class:`MonoOpusDecoder` decodes to (what VAD and STT take)."""
 _RATE = 48_000
 _FRAME_SAMPLES = 960
-_TIME_BASE = fractions.Fraction(1, _RATE)
+_BITRATE = 96_000  # (aiortc's settings)
 _UPMIX_GAIN = math.sqrt(0.5)  # what aiortc's mono → stereo upmix left on each channel
 
 
 class MonoOpusEncoder:
-    """Encodes 20 ms, 48 kHz mono s16 frames to Opus packets, one packet per frame."""
+    """Encodes 20 ms, 48 kHz mono s16 frames to Opus packets, one packet per frame.
 
-    def __init__(self) -> None:
-        codec = av.CodecContext.create("libopus", "w")
-        codec.bit_rate = 96_000  # (aiortc's settings)
-        codec.format = "s16"
-        codec.layout = "mono"
-        codec.options = {"application": "voip"}
-        codec.sample_rate = _RATE
-        codec.time_base = _TIME_BASE
+    Args:
+        complexity: libopus's complexity, 0..10 (10, its default, is what the product
+            uses: see the module docstring for what lower ones measured).
+
+    Raises:
+        OpusLibraryError: no libopus could be loaded (the error names the fix).
+    """
+
+    def __init__(self, *, complexity: int = 10) -> None:
+        codec = OpusEncoderHandle(_RATE, 1, APPLICATION_VOIP)
+        codec.set_bitrate(_BITRATE)
+        codec.set_vbr_constraint(False)  # (as PyAV's libopus codec: FFmpeg's "vbr on")
+        codec.set_complexity(complexity)
         self._codec = codec
         self._last: bytes | None = None  # the last silent packet encoded
         self._repeats = 0  # how many times in a row it came out
@@ -75,47 +102,70 @@ class MonoOpusEncoder:
 
     def encode(self, pcm: bytes, *, silent: bool = False) -> bytes:
         """The Opus packet of one frame (960 samples of s16le); ``silent``: the frame is
-        all zeros (its packet may be the one silence settled on)."""
-        if len(pcm) != 2 * _FRAME_SAMPLES:
-            raise ValueError(f"a frame is {2 * _FRAME_SAMPLES} bytes, got {len(pcm)}")
+        all zeros (its packet may be the one silence settled on).
+
+        Raises:
+            ValueError: ``pcm`` is not 1,920 bytes.
+        """
+        if not isinstance(pcm, bytes | bytearray) or len(pcm) != 2 * _FRAME_SAMPLES:
+            raise ValueError(f"a frame is {2 * _FRAME_SAMPLES} bytes, got "
+                             f"{len(pcm) if isinstance(pcm, bytes | bytearray) else pcm!r}")
         if silent:
             if self._repeats >= SILENT_REPEATS:
                 self.reused += 1
                 assert self._last is not None
                 return self._last
+            samples = np.frombuffer(pcm, np.int16)  # (read only: libopus only reads it)
         else:
             self._last, self._repeats = None, 0
             gained = np.frombuffer(pcm, np.int16) * _UPMIX_GAIN
-            pcm = np.rint(gained).astype(np.int16).tobytes()
-        frame = av.AudioFrame(format="s16", layout="mono", samples=_FRAME_SAMPLES)
-        frame.planes[0].update(pcm)
-        frame.sample_rate = _RATE
-        frame.pts = self.encoded * _FRAME_SAMPLES
-        frame.time_base = _TIME_BASE
+            samples = np.rint(gained).astype(np.int16)
         self.encoded += 1
-        (packet,) = self._codec.encode(frame)  # (libopus: one packet per 20 ms frame)
-        payload = bytes(packet)
+        payload = self._codec.encode(samples)
         if silent:
             self._repeats = self._repeats + 1 if payload == self._last else 1
             self._last = payload
         return payload
 
+    def close(self) -> None:
+        """Free libopus's encoder now (else when collected); idempotent."""
+        self._codec.close()
+
+
+@dataclass(frozen=True, slots=True)
+class DecodedFrame:
+    """One packet's audio: 16 kHz mono s16 samples, stamped as aiortc's decoder stamps
+    its frames (``pts``: the packet's RTP timestamp from the stream's first on, in
+    48 kHz units)."""
+
+    samples: NDArray[np.int16]
+    pts: int
+    sample_rate: int = DECODED_RATE
+
 
 class MonoOpusDecoder:
-    """Decodes Opus packets (mono or stereo) to 48 kHz mono s16 frames; a drop-in for
-    aiortc's ``OpusDecoder`` in the receive path (the same ``decode``, the same ``pts``)."""
+    """Decodes Opus packets (mono or stereo) to 16 kHz mono s16; shaped as aiortc's
+    ``OpusDecoder`` for the receive path (``decode(JitterFrame)`` → a list of frames, one
+    a packet, with the packet's ``pts``), the frames :class:`DecodedFrame`.
+
+    Raises:
+        OpusLibraryError: no libopus could be loaded (the error names the fix).
+    """
 
     def __init__(self) -> None:
-        codec = av.CodecContext.create("libopus", "r")
-        codec.format = "s16"
-        codec.layout = "mono"
-        codec.sample_rate = _RATE
-        self._codec = codec
+        self._codec = OpusDecoderHandle(DECODED_RATE, 1)
 
-    def decode(self, encoded: JitterFrame) -> list[av.AudioFrame]:
-        """The frames of one packet (``encoded.timestamp``: its pts, in samples)."""
-        packet = av.Packet(encoded.data)
-        packet.pts = encoded.timestamp
-        packet.time_base = _TIME_BASE
-        return [frame for frame in self._codec.decode(packet)
-                if isinstance(frame, av.AudioFrame)]
+    def decode(self, encoded: Any) -> list[DecodedFrame]:
+        """The frame of one packet (``encoded.data``: its bytes; ``encoded.timestamp``: its
+        pts).
+
+        Raises:
+            OpusCodecError: the packet is empty, longer than ``MAX_PACKET_BYTES`` or
+                libopus could not decode it (the decoder's state is kept: the next
+                packet decodes).
+        """
+        return [DecodedFrame(self._codec.decode(encoded.data), encoded.timestamp)]
+
+    def close(self) -> None:
+        """Free libopus's decoder now (else when collected); idempotent."""
+        self._codec.close()

@@ -17,7 +17,7 @@ take it as it comes), so timing jitter costs it nothing; only order matters.
 * a packet older than one already passed on (too late, or a duplicate) is dropped and
   counted;
 * with ``on_frame`` (the server's calls), each packet released is decoded right there,
-  on the event loop (Opus to mono: :class:`~voxflow_adapters.webrtc.opus.
+  on the event loop (Opus straight to 16 kHz mono: :class:`~voxflow_adapters.webrtc.opus.
   MonoOpusDecoder`; another codec by the decoder aiortc would have used), and handed
   to ``on_frame``: aiortc's decoder thread and the hops to it
   and back (a ``queue.Queue`` put, then ``run_coroutine_threadsafe`` onto the loop,
@@ -49,7 +49,7 @@ from aiortc.jitterbuffer import JitterFrame
 from voxflow_voice.audio import AudioChunk
 from voxflow_voice.listen.input_guard import InputGuard
 
-from .opus import MonoOpusDecoder
+from .opus import DecodedFrame, MonoOpusDecoder
 
 __all__ = [
     "MAX_RECEIVE_HOLD",
@@ -210,7 +210,7 @@ class _PassThrough:
 
 class _DecodeHere:
     """Stands in for aiortc's ``JitterBuffer`` and its decoder thread: each packet (in
-    order, from the window) is decoded at once (Opus to mono, another codec by the
+    order, from the window) is decoded at once (Opus to 16 kHz mono, another codec by the
     decoder aiortc would have made for it), and its frames go to ``on_frame``; nothing
     reaches the decoder thread.
 
@@ -325,9 +325,11 @@ def install_receive_path(
 
 
 class InboundAudio:
-    """One call's inbound audio after the receive path: each decoded frame is converted to
-    16 kHz mono once by :class:`~voxflow_voice.listen.input_guard.InputGuard` (validated,
-    counted; silence while :attr:`muted`) and queued for :meth:`chunks`."""
+    """One call's inbound audio after the receive path: each decoded frame goes through
+    :class:`~voxflow_voice.listen.input_guard.InputGuard` (validated, counted; silence
+    while :attr:`muted`; converted to 16 kHz mono if it is not: Opus frames come from
+    libopus at 16 kHz mono already, so no resampler runs) and is queued for
+    :meth:`chunks`."""
 
     def __init__(self) -> None:
         self.queue: asyncio.Queue[AudioChunk | None] = asyncio.Queue()
@@ -378,7 +380,9 @@ class InboundAudio:
                 return
 
     def take_frame(self, frame: Any) -> None:
-        """One decoded inbound frame: to 16 kHz mono, queued for :meth:`chunks`."""
+        """One decoded inbound frame (a :class:`~voxflow_adapters.webrtc.opus.DecodedFrame`,
+        already 16 kHz mono, or an ``av.AudioFrame``): to 16 kHz mono, queued for
+        :meth:`chunks`."""
         if self.ended.is_set():
             return
         self.frames_in += 1
@@ -386,13 +390,16 @@ class InboundAudio:
         arrived = self.timings.frame_decoded(frame.pts, time.monotonic())
         if arrived is not None:
             self._newest_arrival = arrived
-        samples = frame.to_ndarray()
-        channels = len(frame.layout.channels)
-        if frame.format.is_planar:
-            samples = samples.T  # (channels, n) → interleaved
+        if isinstance(frame, DecodedFrame):  # Opus, decoded to 16 kHz mono by libopus
+            samples, channels = frame.samples, 1
+        else:  # an av.AudioFrame (another codec, or aiortc's own buffer and decoder)
+            samples = frame.to_ndarray()
+            channels = len(frame.layout.channels)
+            if frame.format.is_planar:
+                samples = samples.T  # (channels, n) → interleaved
+            samples = np.reshape(samples, -1)
         # validated (dtype, rate, channels, NaN) and counted at the boundary
-        chunk = self.guard.convert(np.reshape(samples, -1), frame.sample_rate, channels,
-                                   muted=self.muted)
+        chunk = self.guard.convert(samples, frame.sample_rate, channels, muted=self.muted)
         if chunk is not None:
             self.queue.put_nowait(chunk)
 

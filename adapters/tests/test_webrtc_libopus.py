@@ -1,0 +1,142 @@
+"""The ctypes binding to libopus: every input checked before libopus sees it, every
+return code checked, hostile packets refused with a typed error (never a crash, never a
+write outside the binding's buffers), and a missing library named with its fix."""
+
+from __future__ import annotations
+
+import ctypes.util
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from voxflow_adapters.webrtc import _libopus
+from voxflow_adapters.webrtc._libopus import (
+    APPLICATION_AUDIO,
+    APPLICATION_VOIP,
+    MAX_PACKET_BYTES,
+    OpusCodecError,
+    OpusDecoderHandle,
+    OpusEncoderHandle,
+    OpusLibraryError,
+    library_version,
+)
+
+from voxflow.errors import ResourceClosedError
+
+_T = np.arange(5760) / 48_000
+
+
+def _tone(samples: int, channels: int = 1) -> np.ndarray:
+    tone = 8000 * np.sin(2 * np.pi * 440 * _T[:samples])
+    return np.repeat(tone, channels).astype(np.int16)
+
+
+def _packet(samples: int = 960, channels: int = 1) -> bytes:
+    encoder = OpusEncoderHandle(48_000, channels, APPLICATION_AUDIO)
+    return encoder.encode(_tone(samples, channels))
+
+
+def test_the_library_is_pyavs_bundled_libopus() -> None:
+    assert library_version().startswith("libopus 1.")
+    assert _libopus._candidates(), "PyAV's wheel bundles libopus beside av"
+
+
+@pytest.mark.parametrize(("packet", "samples"), [
+    (_packet(), 320),  # 20 ms mono
+    (_packet(channels=2), 320),  # a stereo packet: libopus's downmix
+    (_packet(2880), 960),  # 60 ms
+    (_packet(5760), 1920),  # 120 ms: the longest a packet holds, the buffer's size
+    (bytes([0xF8]), 320),  # a TOC byte alone (DTX: a 20 ms CELT frame of 0 bytes)
+])
+def test_odd_but_valid_packets_decode_to_their_length_at_16_khz(packet: bytes,
+                                                                  samples: int) -> None:
+    decoder = OpusDecoderHandle(16_000, 1)
+    out = decoder.decode(packet)
+    assert out.dtype == np.int16 and out.shape == (samples,)
+    out[:] = 0  # a copy: the next decode does not change it
+    assert decoder.decode(_packet()).shape == (320,)
+
+
+@pytest.mark.parametrize(("packet", "problem"), [
+    (b"", "1 to 3825 bytes"),  # (libopus would conceal a loss: not a received packet)
+    (bytes(MAX_PACKET_BYTES + 1), "1 to 3825 bytes"),
+    (b"\x03", "corrupted stream"),  # a frame-count byte missing
+    (b"\xff\xff\xff", "corrupted stream"),  # a frame count promising more
+    (bytes(range(7, 207)), "corrupted stream"),
+    (bytearray(_packet()), "must be bytes"),
+    ("abc", "must be bytes"),
+    (None, "must be bytes"),
+])
+def test_hostile_packets_are_refused_by_name_and_the_decoder_goes_on(packet: Any,
+                                                                     problem: str) -> None:
+    decoder = OpusDecoderHandle(16_000, 1)
+    with pytest.raises(OpusCodecError, match=problem) as raised:
+        decoder.decode(packet)
+    assert isinstance(raised.value, ValueError)
+    assert decoder.decode(_packet()).shape == (320,)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.binary(min_size=0, max_size=MAX_PACKET_BYTES + 10))
+def test_random_bytes_decode_or_are_refused_and_never_overrun(data: bytes) -> None:
+    """Whatever arrives: a typed error, or at most 120 ms of 16 kHz mono in whole 2.5 ms
+    steps; the decoder's state survives either."""
+    decoder = OpusDecoderHandle(16_000, 1)
+    try:
+        out = decoder.decode(data)
+    except OpusCodecError:
+        pass
+    else:
+        assert out.dtype == np.int16 and 0 <= out.size <= 1920 and out.size % 40 == 0
+    assert decoder.decode(_packet()).shape == (320,)
+
+
+def test_the_encoder_checks_its_input_and_settings() -> None:
+    encoder = OpusEncoderHandle(48_000, 1, APPLICATION_VOIP)
+    for bad in (_tone(961), _tone(960).astype(np.float32), _tone(960).tobytes(),
+                _tone(1920)[::2], _tone(960).reshape(1, -1)):
+        with pytest.raises(OpusCodecError):
+            encoder.encode(bad)  # type: ignore[arg-type]
+    refused: list[tuple[Any, Any]] = [
+        (encoder.set_bitrate, 100), (encoder.set_complexity, 11),
+        (encoder.set_complexity, True), (encoder.set_vbr_constraint, 0)]
+    for call, value in refused:
+        with pytest.raises(OpusCodecError):
+            call(value)
+    encoder.set_bitrate(96_000)
+    encoder.set_complexity(5)
+    assert 0 < len(encoder.encode(_tone(960))) <= MAX_PACKET_BYTES
+    assert encoder.lookahead() > 0
+    stereo = OpusEncoderHandle(48_000, 2, APPLICATION_AUDIO)
+    with pytest.raises(OpusCodecError, match="2 channel"):
+        stereo.encode(_tone(961, 1))  # an odd count of interleaved values
+    for args in ((44_100, 1, APPLICATION_VOIP), (48_000, 3, APPLICATION_VOIP),
+                 (48_000, 1, 7)):
+        with pytest.raises(OpusCodecError):
+            OpusEncoderHandle(*args)
+    with pytest.raises(OpusCodecError):
+        OpusDecoderHandle(22_050, 1)
+
+
+def test_a_closed_codec_says_so_and_closing_twice_is_fine() -> None:
+    encoder, decoder = OpusEncoderHandle(48_000, 1, APPLICATION_VOIP), OpusDecoderHandle(
+        16_000, 1)
+    for _ in range(2):
+        encoder.close()
+        decoder.close()
+    with pytest.raises(ResourceClosedError):
+        encoder.encode(_tone(960))
+    with pytest.raises(ResourceClosedError):
+        decoder.decode(_packet())
+
+
+def test_no_libopus_is_an_error_that_names_the_fix(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_libopus, "_lib", None)
+    monkeypatch.setattr(_libopus, "_candidates", lambda: ["/nonexistent/libopus.so.0"])
+    monkeypatch.setattr(ctypes.util, "find_library", lambda name: None)
+    with pytest.raises(OpusLibraryError, match="pip install --force-reinstall av") as raised:
+        OpusDecoderHandle(16_000, 1)
+    assert "/nonexistent/libopus.so.0" in str(raised.value)
+    assert isinstance(raised.value, OSError) and "libopus0" in raised.value.fix
