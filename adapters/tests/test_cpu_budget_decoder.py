@@ -1,4 +1,5 @@
-"""``benchmarks/cpu_budget.py`` times the receive path's Opus decoder.
+"""``benchmarks/cpu_budget.py`` times the receive path's Opus decoder, and no longer
+counts a 48 → 16 kHz decimator in a WebRTC call (the decoder gives 16 kHz).
 
 Since 99cfcc8 the receive path decodes with :class:`MonoOpusDecoder`; the budget's
 "Opus decode (input)" figure timed aiortc's stereo ``OpusDecoder``, which no call uses
@@ -36,3 +37,14 @@ def test_cpu_budget_times_the_decoder_the_receive_path_uses(
     encoding, decoding = budget._opus_ms_per_s(0.2, 1)
     assert packets == [i * 960 for i in range(10)]  # each 20 ms packet of the 0.2 s tone
     assert encoding > 0 and decoding > 0
+
+
+def test_cpu_budget_counts_no_decimator_in_a_webrtc_call() -> None:
+    if str(BENCHMARKS) not in sys.path:
+        sys.path.insert(0, str(BENCHMARKS))
+    budget = importlib.import_module("cpu_budget")
+    fields = budget.Budget.__dataclass_fields__
+    measured = budget.Budget(**{name: 1.0 for name in fields})
+    names = [name for name, _ in budget.parts(measured, webrtc=True)]
+    assert "Opus decode (input)" in names
+    assert not [name for name in names if "decimat" in name]

@@ -40,8 +40,10 @@ Before, both went through PyAV's ``libopus`` codec (an ``av.AudioFrame`` or
 (the 48 kHz decode alone 31.6, the 16 kHz one 27.1: the decimator was most of it). Per
 call, at 50 packets a second each way, that is ~0.2 points of a core (the caller's
 packets come all call long) and ~0.05 more while a reply plays, of the +5 points a
-WebRTC call cost over a simulated one (``webrtc_cpu.py``).
-Lower encoder complexity, same run: 8 gives the same bytes as 10; 6 and 5 ~64 us (−17),
+WebRTC call cost over a simulated one (``webrtc_cpu.py``; its run after this change,
+``--pairs 4 --turns 3`` at load 0.3-0.6: simulated 9.4 %, WebRTC 11.7 %, +2.4 points,
+on a machine or code under both faster than that +5 row's: see its table).
+Lower encoder complexity, same run: 8 gives the same bytes as 10; 6 and 5 ~64 us (17 less),
 their decode 29 dB from complexity 10's; 3 54 us, 27 dB; Whisper base made the same
 2 word errors in 43 words on each decoded reply. At most 0.08 points of a core while a
 reply plays: not worth a change of sound, so the product keeps 10.
