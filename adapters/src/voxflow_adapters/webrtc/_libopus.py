@@ -88,7 +88,7 @@ _FIX: Final = ("install PyAV from its PyPI wheel (pip install --force-reinstall 
 def _candidates() -> list[str]:
     """Paths of PyAV's bundled libopus, the likeliest first."""
     try:
-        import av
+        import av  # (only to find the libopus its wheel bundles; none: the error below)
     except ImportError:
         return []
     here = os.path.dirname(os.path.abspath(av.__file__))
