@@ -24,7 +24,10 @@ itself, on the event loop, with a :class:`~voxflow_adapters.webrtc.opus.MonoOpus
 (mono, at the level aiortc's stereo encoder gave, silence encoded once it settled), and
 hands the sender the packet: given a frame, the sender encodes it through
 ``run_in_executor``, a thread hop every 20 ms that costs the server more CPU than
-encoding the frame. A reply's first
+encoding the frame. The server's calls then replace aiortc's sender loop with
+:class:`~voxflow_adapters.webrtc.rtp_send.SendPath`, which takes the same frames at the
+same deadlines through :meth:`ReplyTrack.next_payload` (the packet and its timestamp,
+without an ``av.Packet``). A reply's first
 frame waits for the grid's next tick (10 ms on average): the RTP timestamps run on with
 the grid and the receiver plays each frame by its timestamp, so a frame sent earlier
 only waits longer in the receiver's jitter buffer (measured: sending it at once gained
@@ -248,9 +251,8 @@ class ReplyTrack(MediaStreamTrack):
                                "has the stream's state")
         self._encoder = MonoOpusEncoder()
 
-    async def recv(self) -> Any:
-        """Wait for the next frame's deadline, then return it as an ``av.AudioFrame`` (or,
-        after :meth:`encode_here`, as its ``av.Packet``)."""
+    async def _next_pcm(self) -> tuple[bytes, int]:
+        """Wait for the next frame's deadline, then take it: (pcm, frame index)."""
         if self.readyState != "live":
             raise MediaStreamError
         index = self._outbound.frame_index
@@ -266,7 +268,12 @@ class ReplyTrack(MediaStreamTrack):
             # Far behind (a stalled loop): restart the schedule instead of bursting frames.
             self._start = now - index * FRAME_SECONDS
         self._offsets.append(offset * 1000.0)
-        pcm = self._outbound.next_frame(late=offset > FRAME_SECONDS)
+        return self._outbound.next_frame(late=offset > FRAME_SECONDS), index
+
+    async def recv(self) -> Any:
+        """Wait for the next frame's deadline, then return it as an ``av.AudioFrame`` (or,
+        after :meth:`encode_here`, as its ``av.Packet``)."""
+        pcm, index = await self._next_pcm()
         if self._encoder is not None:
             packet = av.Packet(self._encoder.encode(pcm, silent=pcm is _SILENCE))
             packet.pts = index * FRAME_SAMPLES  # aiortc's sender: the RTP timestamp
@@ -278,6 +285,16 @@ class ReplyTrack(MediaStreamTrack):
         frame.pts = index * FRAME_SAMPLES
         frame.time_base = _TIME_BASE
         return frame
+
+    async def next_payload(self) -> tuple[bytes, int]:
+        """As :meth:`recv` after :meth:`encode_here`, for
+        :class:`~voxflow_adapters.webrtc.rtp_send.SendPath`: the next frame's Opus packet
+        and its RTP timestamp offset (48 kHz samples from the first frame), at the same
+        deadline, with no ``av.Packet`` around them."""
+        if self._encoder is None:
+            raise RuntimeError("next_payload() before encode_here()")
+        pcm, index = await self._next_pcm()
+        return self._encoder.encode(pcm, silent=pcm is _SILENCE), index * FRAME_SAMPLES
 
     @property
     def encoder(self) -> MonoOpusEncoder | None:

@@ -64,6 +64,7 @@ from .protocol import (
     parse_page_message,
 )
 from .receive import MAX_RECEIVE_HOLD, InboundAudio
+from .rtp_send import SendPath, install_send_path
 
 __all__ = [
     "DEFAULT_ICE_GATHER_TIMEOUT", "DEFAULT_PEER_SETTINGS", "DEFAULT_RECEIVE_HOLD", "IceServer",
@@ -194,6 +195,8 @@ class WebRtcPeer:
         self.outbound = OutboundAudio(clock=self.clock, on_observation=self._observe,
                                       lead=settings.lead)
         self.track = ReplyTrack(self.outbound)
+        self.send_path: SendPath | None = None
+        """The reply audio's RTP loop once the call sends Opus (None: aiortc's own)."""
         self._pc: Any = None
         self._channel: Any = None
         self._pending: deque[str] = deque(maxlen=256)  # messages before the channel opened
@@ -252,6 +255,7 @@ class WebRtcPeer:
                 if transceiver.sender is sender and transceiver._codecs \
                         and transceiver._codecs[0].mimeType.lower() == "audio/opus":
                     self.track.encode_here()
+                    self.send_path = install_send_path(sender, self.track)
         except Exception as exc:
             await self.aclose(f"signaling failed: {type(exc).__name__}")
             raise SignalingError(f"the offer was refused: {exc}") from exc
