@@ -49,6 +49,8 @@ caller's audio decoded mono (*)             13.6 % (5.9 s)    17.0 % (8.1 s)    
 99cfcc8 (the same code), a second run (*)   13.3 % (5.5 s)    18.5 % (7.6 s)     +5.2    1.3-3.6
 4576868 (the same code), ``--pairs 4`` (*)  15.7 % (6.5 s)    20.7 % (8.5 s)     +5.0    0.1-0.6
 libopus by ctypes, decoded at 16 kHz (**)   9.4 % (3.8 s)     11.7 % (4.8 s)     +2.4    0.3-0.6
+e1f8105 + SendPath (***)                    9.7 % (3.9 s)     11.7 % (4.8 s)     +2.1    0.7-1.9
+e1f8105 (the same hour, without it) (***)   9.3 % (3.8 s)     11.7 % (4.7 s)     +2.5    1.1-3.5
 ==========================================  ================  =================  ======  =======
 
 (*) with the callers that hear every reply whole (the rows above them may hold cut
@@ -66,6 +68,27 @@ the same load (simulated 9.4 against 15.7 %): the machine or the code under both
 so this row's gap is not this change's alone. ``benchmarks/opus_codec.py`` puts the
 change itself at ~0.25 points of a core per call (encode 91.9 → 81.2 us a frame, decode
 and guard 80.7 → 38.8), about what perf had for PyAV's glue (+0.37) and the decimator.
+
+(***) ``--pairs 4 --turns 3`` on Dec 5, 12:16-12:25 and 12:29-12:35 UTC: the reply's
+own RTP loop (:mod:`~voxflow_adapters.webrtc.rtp_send`: no ``av.Packet``, a header
+template, SRTP and ``sendto`` without aiortc's awaited layers) against main without it.
+Every call 28.3-28.9 s of reply audio, 3/3 replies whole, 0 stale samples; webrtc
+11.4-12.7 with it, 11.5-12.2 without. Its gain, 0.26 points in ``webrtc_layers.py``'s
+in-situ pairs (790 against 841 us of CPU per 20 ms tick), is below this benchmark's
+resolution: the webrtc medians are the same. On 6844021 (before the libopus change)
+with it: 9.6 % against 12.5 %, +2.9, load 0.5-1.6.
+
+Per layer (``benchmarks/webrtc_layers.py``, Dec 5, load 1.5-2.6; warm, each run many
+times in a row, us per 20 ms packet or frame): aiortc's send loop from the track's packet
+to ``sendto`` 12.6 (SendPath 4.9), its receive chain from the datagram callback through
+aioice's queue, the DTLS task, SRTP, parsing and the receiver's statistics 16.4, Opus
+encode 74, decode 26, ``take_frame`` 11, ``next_frame`` 11: about 160 us a tick. A
+server peer alone sending and receiving audio spends 790-840 us a tick in situ: the rest
+is the same code run cold and the loop's wake-ups, 59-112 us of the process's CPU each
+(the kernel included) and two a tick (the pacing timer and the caller's packet, at its
+own phase). No single remaining layer pays 0.1 point
+(20 us a tick) warm; merging the two wake-ups would (~0.3-0.5 points), but only by
+sending on the caller's phase or reading its packets on ours (up to 20 ms later).
 
 The phone call against the simulated one, ``--kinds simulated,phone --turns 3`` (Dec 5;
 medians, the median CPU seconds and wall seconds of each whole call in brackets; the
