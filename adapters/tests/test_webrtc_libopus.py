@@ -1,10 +1,15 @@
 """The ctypes binding to libopus: every input checked before libopus sees it, every
 return code checked, hostile packets refused with a typed error (never a crash, never a
-write outside the binding's buffers), and a missing library named with its fix."""
+write outside the binding's buffers), a handle closed on one thread while another uses
+it says so (no use after free), and a missing library named with its fix."""
 
 from __future__ import annotations
 
 import ctypes.util
+import os
+import subprocess
+import sys
+import textwrap
 from typing import Any
 
 import numpy as np
@@ -140,3 +145,48 @@ def test_no_libopus_is_an_error_that_names_the_fix(monkeypatch: pytest.MonkeyPat
         OpusDecoderHandle(16_000, 1)
     assert "/nonexistent/libopus.so.0" in str(raised.value)
     assert isinstance(raised.value, OSError) and "libopus0" in raised.value.fix
+
+
+_CLOSE_WHILE_IN_USE = textwrap.dedent("""
+    import threading
+    import numpy as np
+    from voxflow_adapters.webrtc import _libopus as L
+    from voxflow.errors import ResourceClosedError
+
+    tone = (8000 * np.sin(np.arange(5760) / 7)).astype(np.int16)
+    packet = L.OpusEncoderHandle(48_000, 1, L.APPLICATION_AUDIO).encode(tone)
+    closed = {"decode": 0, "encode": 0}
+
+    def hammer(kind, call):
+        while True:
+            try:
+                call()
+            except ResourceClosedError:
+                closed[kind] += 1
+                return
+
+    for _ in range(300):
+        decoder = L.OpusDecoderHandle(48_000, 2)
+        encoder = L.OpusEncoderHandle(48_000, 1, L.APPLICATION_AUDIO)
+        threads = [threading.Thread(target=hammer, args=("decode", lambda: decoder.decode(packet))),
+                   threading.Thread(target=hammer, args=("encode", lambda: encoder.encode(tone)))]
+        for t in threads:
+            t.start()
+        decoder.close()
+        encoder.close()
+        for t in threads:
+            t.join()
+    print(closed["decode"], closed["encode"])
+""")
+
+
+def test_a_handle_closed_while_another_thread_uses_it_raises_closed_not_a_crash() -> None:
+    """close() on one thread while decode()/encode() run on another: each call after it
+    raises ResourceClosedError, none runs on freed state. In a subprocess, so a use after
+    free (with MALLOC_PERTURB_ poisoning freed memory: libopus's assertion aborts it)
+    fails this test instead of killing pytest."""
+    env = {**os.environ, "MALLOC_PERTURB_": "165"}
+    done = subprocess.run([sys.executable, "-c", _CLOSE_WHILE_IN_USE], env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["300", "300"]

@@ -15,6 +15,11 @@ libopus's own text (``opus_strerror``). Output goes only into buffers this modul
 and sizes: a packet into :data:`MAX_PACKET_BYTES`, a decoded frame into 120 ms (the
 longest an Opus packet holds) at the decoder's rate. Input is checked before libopus
 sees it (types, lengths); libopus only reads it.
+
+A handle may be used from several threads: each call into libopus, and :meth:`close`,
+holds the handle's lock (ctypes releases the GIL during the call, so without it a close
+on one thread could free the state another thread's call is using, and two calls would
+share the output buffer). A call after :meth:`close` raises ``ResourceClosedError``.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ import ctypes
 import ctypes.util
 import glob
 import os
+import threading
 import weakref
 from typing import Any, Final
 
@@ -211,6 +217,7 @@ class OpusEncoderHandle:
         if not handle:
             raise OpusError("opus_encoder_create returned no encoder")
         self._handle: int | None = handle
+        self._lock = threading.Lock()  # held around every call into libopus, and close()
         self._close = weakref.finalize(self, lib.opus_encoder_destroy, handle)
         self._encode = lib.opus_encode
         self._out = np.zeros(MAX_PACKET_BYTES, np.uint8)
@@ -237,13 +244,15 @@ class OpusEncoderHandle:
     def lookahead(self) -> int:
         """``OPUS_GET_LOOKAHEAD``: the encoder's delay, in samples at its rate."""
         value = ctypes.c_int32(0)
-        _check(_opus().opus_encoder_ctl(self._live(), _GET_LOOKAHEAD, ctypes.byref(value)),
-               "OPUS_GET_LOOKAHEAD")
+        with self._lock:
+            code = _opus().opus_encoder_ctl(self._live(), _GET_LOOKAHEAD, ctypes.byref(value))
+        _check(code, "OPUS_GET_LOOKAHEAD")
         return value.value
 
     def _ctl(self, request: int, value: int) -> None:
-        _check(_opus().opus_encoder_ctl(self._live(), request, ctypes.c_int32(value)),
-               f"opus_encoder_ctl({request}, {value})")
+        with self._lock:
+            code = _opus().opus_encoder_ctl(self._live(), request, ctypes.c_int32(value))
+        _check(code, f"opus_encoder_ctl({request}, {value})")
 
     def encode(self, pcm: NDArray[np.int16]) -> bytes:
         """One frame of interleaved s16 samples (2.5 to 120 ms at the encoder's rate) to
@@ -262,10 +271,11 @@ class OpusEncoderHandle:
         if odd or samples not in self._frame_sizes:
             raise OpusCodecError(f"a frame is one of {self._frame_sizes} samples a channel, "
                                  f"got {pcm.size} values for {self.channels} channel(s)")
-        n = self._encode(self._live(), pcm.ctypes.data, samples, self._out_at,
-                         MAX_PACKET_BYTES)
-        _check(n, "opus_encode")
-        return self._out[:n].tobytes()
+        with self._lock:
+            n = self._encode(self._live(), pcm.ctypes.data, samples, self._out_at,
+                             MAX_PACKET_BYTES)
+            _check(n, "opus_encode")
+            return self._out[:n].tobytes()
 
     def _live(self) -> int:
         if self._handle is None:
@@ -273,9 +283,11 @@ class OpusEncoderHandle:
         return self._handle
 
     def close(self) -> None:
-        """Destroy the libopus encoder (idempotent)."""
-        self._handle = None
-        self._close()
+        """Destroy the libopus encoder (idempotent; waits for a call under way on
+        another thread)."""
+        with self._lock:
+            self._handle = None
+            self._close()
 
 
 class OpusDecoderHandle:
@@ -300,6 +312,7 @@ class OpusDecoderHandle:
         if not handle:
             raise OpusError("opus_decoder_create returned no decoder")
         self._handle: int | None = handle
+        self._lock = threading.Lock()  # held around every call into libopus, and close()
         self._close = weakref.finalize(self, lib.opus_decoder_destroy, handle)
         self._decode = lib.opus_decode
         self.max_samples = sample_rate * 120 // 1000
@@ -322,10 +335,11 @@ class OpusDecoderHandle:
         if not 0 < len(packet) <= MAX_PACKET_BYTES:
             raise OpusCodecError(f"a packet is 1 to {MAX_PACKET_BYTES} bytes, "
                                  f"got {len(packet)}")
-        n = self._decode(self._live(), packet, len(packet), self._out_at,
-                         self.max_samples, 0)
-        _check(n, "opus_decode", OpusCodecError)
-        return self._out[:n * self.channels].copy()
+        with self._lock:
+            n = self._decode(self._live(), packet, len(packet), self._out_at,
+                             self.max_samples, 0)
+            _check(n, "opus_decode", OpusCodecError)
+            return self._out[:n * self.channels].copy()
 
     def _live(self) -> int:
         if self._handle is None:
@@ -333,6 +347,8 @@ class OpusDecoderHandle:
         return self._handle
 
     def close(self) -> None:
-        """Destroy the libopus decoder (idempotent)."""
-        self._handle = None
-        self._close()
+        """Destroy the libopus decoder (idempotent; waits for a call under way on
+        another thread)."""
+        with self._lock:
+            self._handle = None
+            self._close()
