@@ -1,7 +1,8 @@
 """The ctypes binding to libopus: every input checked before libopus sees it, every
 return code checked, hostile packets refused with a typed error (never a crash, never a
-write outside the binding's buffers), a handle closed on one thread while another uses
-it says so (no use after free), and a missing library named with its fix."""
+write past the binding's output buffer: a guard region behind it stays untouched), a
+handle closed on one thread while another uses it says so (no use after free), and a
+missing library named with its fix."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import os
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -45,7 +47,30 @@ def _packet(samples: int = 960, channels: int = 1) -> bytes:
 
 def test_the_library_is_pyavs_bundled_libopus() -> None:
     assert library_version().startswith("libopus 1.")
-    assert _libopus._candidates(), "PyAV's wheel bundles libopus beside av"
+    candidates = [os.path.realpath(p) for p in _libopus._candidates()]
+    assert candidates, "PyAV's wheel bundles libopus beside av"
+    loaded = os.path.realpath(_libopus._opus()._name)
+    assert loaded == candidates[0]
+    if sys.platform.startswith("linux"):  # the copy libavcodec links, mapped by import av
+        assert loaded in _libopus._mapped_paths()
+
+
+def test_of_several_copies_the_mapped_one_is_taken_else_the_first_sorted(
+    tmp_path: Path,
+) -> None:
+    stale, linked = tmp_path / "libopus-0000.so.0", tmp_path / "libopus-ffff.so.0"
+    for path in (stale, linked):
+        path.write_bytes(b"")
+    found = sorted([str(linked), str(stale)])
+    assert _libopus._mapped_first(found, {str(linked)}) == [str(linked), str(stale)]
+    assert _libopus._mapped_first(found, set()) == [str(stale), str(linked)]
+    assert _libopus._mapped_first(found + found, set()) == [str(stale), str(linked)]
+    maps = tmp_path / "maps"
+    maps.write_text(f"7f00-7f01 r-xp 00000000 08:01 42   {linked}\n"
+                    "7f01-7f02 rw-p 00000000 00:00 0 \n7f02-7f03 r--p 0 00:00 0  [heap]\n")
+    if sys.platform.startswith("linux"):
+        assert _libopus._mapped_paths(str(maps)) == {os.path.realpath(linked)}
+    assert _libopus._mapped_paths(str(tmp_path / "absent")) == set()
 
 
 @pytest.mark.parametrize(("packet", "samples"), [
@@ -83,12 +108,26 @@ def test_hostile_packets_are_refused_by_name_and_the_decoder_goes_on(packet: Any
     assert decoder.decode(_packet()).shape == (320,)
 
 
+_GUARD = 4096  # values of a sentinel behind the output buffer
+_SENTINEL = -12345
+
+
+def _guarded(decoder: OpusDecoderHandle) -> np.ndarray:
+    """Give ``decoder`` an output buffer with a guard region of sentinels behind the
+    part it may write; returns the guard (a view) to check."""
+    out = np.full(decoder.max_samples * decoder.channels + _GUARD, _SENTINEL, np.int16)
+    decoder._out, decoder._out_at = out, out.ctypes.data
+    return out[decoder.max_samples * decoder.channels:]
+
+
 @settings(max_examples=400, deadline=None)
 @given(st.binary(min_size=0, max_size=MAX_PACKET_BYTES + 10))
 def test_random_bytes_decode_or_are_refused_and_never_overrun(data: bytes) -> None:
     """Whatever arrives: a typed error, or at most 120 ms of 16 kHz mono in whole 2.5 ms
-    steps; the decoder's state survives either."""
+    steps, nothing written past the output buffer (its guard region untouched); the
+    decoder's state survives either."""
     decoder = OpusDecoderHandle(16_000, 1)
+    guard = _guarded(decoder)
     try:
         out = decoder.decode(data)
     except OpusCodecError:
@@ -96,6 +135,17 @@ def test_random_bytes_decode_or_are_refused_and_never_overrun(data: bytes) -> No
     else:
         assert out.dtype == np.int16 and 0 <= out.size <= 1920 and out.size % 40 == 0
     assert decoder.decode(_packet()).shape == (320,)
+    assert (guard == _SENTINEL).all()
+
+
+def test_the_guard_region_would_see_an_overrun() -> None:
+    """The check above can fail: a decoder told its buffer is one sample longer than it
+    is writes that sample into the guard."""
+    decoder = OpusDecoderHandle(16_000, 1)
+    guard = _guarded(decoder)
+    decoder._out_at += 2  # (one sample on: the 120 ms packet's last sample lands behind)
+    decoder.decode(_packet(5760))
+    assert guard[0] != _SENTINEL and (guard[1:] == _SENTINEL).all()
 
 
 def test_the_encoder_checks_its_input_and_settings() -> None:
@@ -141,10 +191,12 @@ def test_no_libopus_is_an_error_that_names_the_fix(monkeypatch: pytest.MonkeyPat
     monkeypatch.setattr(_libopus, "_lib", None)
     monkeypatch.setattr(_libopus, "_candidates", lambda: ["/nonexistent/libopus.so.0"])
     monkeypatch.setattr(ctypes.util, "find_library", lambda name: None)
-    with pytest.raises(OpusLibraryError, match="pip install --force-reinstall av") as raised:
+    with pytest.raises(OpusLibraryError, match="uv sync --locked") as raised:
         OpusDecoderHandle(16_000, 1)
     assert "/nonexistent/libopus.so.0" in str(raised.value)
     assert isinstance(raised.value, OSError) and "libopus0" in raised.value.fix
+    assert "voxflow-adapters[webrtc]" in raised.value.fix
+    assert "install av" not in raised.value.fix  # (an av other than the locked one)
 
 
 _CLOSE_WHILE_IN_USE = textwrap.dedent("""

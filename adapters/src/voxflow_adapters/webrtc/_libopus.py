@@ -2,13 +2,17 @@
 
 The library is the copy PyAV's wheel bundles (``av.libs/libopus-*.so*`` on Linux,
 ``av/.dylibs`` on macOS, ``av.libs`` on Windows), the one PyAV itself encodes with, so the
-packets are the ones PyAV's ``libopus`` codec gave; a PyAV built against the system's
-libopus finds that one (``ctypes.util.find_library("opus")``). Neither: an
+packets are the ones PyAV's ``libopus`` codec gave; on Linux the copy libavcodec has
+mapped into the process comes first (a stale file left beside it is not taken), and
+more than one file is tried in sorted order. A PyAV built against the system's libopus
+finds that one (``ctypes.util.find_library("opus")``). Neither: an
 :class:`OpusLibraryError` that names the fix.
 
-Calling libopus directly skips PyAV's frame and packet objects: measured on the lead's
-machine (``benchmarks/opus_codec.py``), 20 ms of 48 kHz mono encoded at 96 kb/s in ~67 us
-instead of ~85 us, and a packet decoded straight to 16 kHz mono in ~22 us.
+Calling libopus directly skips PyAV's frame and packet objects:
+``benchmarks/opus_codec.py --runs 7`` (Piper's speech, CPU us per 20 ms frame, medians
+of 7 runs, load 3.1-3.3 on 2 shared cores): encode 81.2 (PyAV's codec: 91.9), a packet
+decoded straight to 16 kHz mono 27.1 (PyAV's 48 kHz decode: 31.6); opus.py's module
+docstring has the rest of that run.
 
 Every call's return code is checked: a negative one raises :class:`OpusError` with
 libopus's own text (``opus_strerror``). Output goes only into buffers this module owns
@@ -28,6 +32,7 @@ import ctypes
 import ctypes.util
 import glob
 import os
+import sys
 import threading
 import weakref
 from typing import Any, Final
@@ -86,13 +91,15 @@ class OpusLibraryError(VoxflowError, OSError):
         self.fix = fix
 
 
-_FIX: Final = ("install PyAV from its PyPI wheel (pip install --force-reinstall av), which "
-               "bundles libopus, or the system's libopus (apt install libopus0, "
+_FIX: Final = ("reinstall voxflow's locked dependencies (uv sync --locked in a checkout, "
+               "else reinstall voxflow-adapters[webrtc]): the PyAV wheel they pin "
+               "bundles libopus; or install the system's libopus (apt install libopus0, "
                "brew install opus)")
 
 
 def _candidates() -> list[str]:
-    """Paths of PyAV's bundled libopus, the likeliest first."""
+    """Paths of PyAV's bundled libopus, the likeliest first: the one mapped into this
+    process (libavcodec's, Linux), then the files beside PyAV in sorted order."""
     try:
         import av  # (only to find the libopus its wheel bundles; none: the error below)
     except ImportError:
@@ -106,7 +113,28 @@ def _candidates() -> list[str]:
         (here, "*opus*"),
     ):
         found += sorted(glob.glob(os.path.join(glob.escape(folder), pattern)))
-    return [os.path.normpath(path) for path in found]
+    return _mapped_first([os.path.normpath(path) for path in found], _mapped_paths())
+
+
+def _mapped_paths(maps: str = "/proc/self/maps") -> set[str]:
+    """The real paths of the files mapped into this process (empty where there is no
+    ``/proc``: macOS, Windows)."""
+    if not sys.platform.startswith("linux"):
+        return set()
+    try:
+        with open(maps, encoding="utf-8", errors="replace") as lines:
+            fields = [line.split(maxsplit=5) for line in lines]
+    except OSError:
+        return set()
+    return {os.path.realpath(f[5].strip()) for f in fields
+            if len(f) == 6 and f[5].startswith("/")}
+
+
+def _mapped_first(paths: list[str], mapped: set[str]) -> list[str]:
+    """``paths`` (each once) with those in ``mapped`` first, each group in its order."""
+    unique = list(dict.fromkeys(paths))
+    return ([p for p in unique if os.path.realpath(p) in mapped]
+            + [p for p in unique if os.path.realpath(p) not in mapped])
 
 
 def _load() -> ctypes.CDLL:
