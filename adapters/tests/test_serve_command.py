@@ -136,3 +136,29 @@ def test_serve_with_a_tts_that_fails_its_warm_up_says_so_in_one_line(tmp_path: P
         "voice and options (--tts, VOXFLOW_TTS; voxflow doctor lists the engines installed) "
         "or reinstall it: pip install --force-reinstall mute-tts"], done.stderr
     assert "listening" not in done.stdout
+
+
+_NO_LIBOPUS = """
+import ctypes.util, runpy, sys
+from voxflow_adapters.webrtc import _libopus
+_libopus._candidates = lambda: ["/opt/nowhere/libopus.so.0"]  # (none beside PyAV)
+ctypes.util.find_library = lambda name: None  # (none on the system)
+sys.argv = ["voxflow", *sys.argv[1:]]
+runpy.run_module("voxflow.cli", run_name="__main__")
+"""
+
+
+def test_serve_without_libopus_exits_at_once_naming_the_fix(tmp_path: Path) -> None:
+    """No libopus: ``voxflow serve`` says so in one line with the fix and exits 1 before
+    it loads a model or listens (else every call would be refused)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("VOXFLOW_")}
+    env["VOXFLOW_HOME"] = str(tmp_path / "home")
+    done = subprocess.run(
+        [sys.executable, "-c", _NO_LIBOPUS, "serve", "--port", str(free_port()),
+         "--token", TOKEN, "--ice-host", "127.0.0.1"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 1, done.stderr
+    assert "Traceback" not in done.stderr, done.stderr
+    [error] = [line for line in done.stderr.splitlines() if line.startswith("error: ")]
+    assert "libopus could not be loaded" in error and "uv sync --locked" in error
+    assert "listening" not in done.stdout

@@ -242,3 +242,18 @@ def test_a_handle_closed_while_another_thread_uses_it_raises_closed_not_a_crash(
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.split() == ["300", "300"]
+
+
+def test_voxflow_doctor_says_whether_libopus_loads(monkeypatch: pytest.MonkeyPatch) -> None:
+    from voxflow_adapters.webrtc.opus import doctor_checks
+
+    from voxflow.cli.doctor import run_checks
+
+    [row] = [c for c in run_checks() if c.name.startswith("libopus")]  # (its entry point)
+    assert row.status == "ok" and library_version() in row.detail
+    monkeypatch.setattr(_libopus, "_lib", None)
+    monkeypatch.setattr(_libopus, "_candidates", lambda: [])
+    monkeypatch.setattr(ctypes.util, "find_library", lambda name: None)
+    [(_, status, detail, fix)] = doctor_checks()
+    assert status == "missing" and "could not be loaded" in detail
+    assert "uv sync --locked" in fix and "uv sync" not in detail

@@ -460,6 +460,28 @@ def test_empty_oversized_and_corrupt_packets_are_dropped_and_counted_odd_valid_o
     assert [f.pts for f in frames] == [n * 960 for n in range(len(hostile), n + 1)]
 
 
+def test_no_libopus_on_the_receive_path_is_counted_not_raised_into_aiortc(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The Opus decoder is made when the first packet comes; libopus failing to load then
+    (OpusLibraryError) is counted and logged like an undecodable packet, never raised
+    out of add() (aiortc's DTLS loop would log it and close the transport)."""
+    import ctypes.util
+
+    from voxflow_adapters.webrtc import _libopus
+
+    monkeypatch.setattr(_libopus, "_lib", None)
+    monkeypatch.setattr(_libopus, "_candidates", lambda: [])
+    monkeypatch.setattr(ctypes.util, "find_library", lambda name: None)
+    decode, frames = _opus_decode_here()
+    with caplog.at_level(logging.WARNING, logger="voxflow_adapters.webrtc.receive"):
+        for n in range(3):
+            assert decode.add(_rtp(n, b"\xf8")) == (False, None)
+    assert decode.undecodable == 3 and frames == []
+    [line] = [r.getMessage() for r in caplog.records if "failed to decode" in r.getMessage()]
+    assert "OpusLibraryError" in line
+
+
 @settings(max_examples=300, deadline=None)
 @given(st.lists(st.binary(max_size=5000), min_size=1, max_size=8))
 def test_random_payloads_never_break_the_receive_path(payloads: list[bytes]) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes.util
 import json
 import os
 import signal
@@ -25,9 +26,11 @@ from voxflow_adapters.webrtc import (
     PeerSettings,
     ServerSettings,
     WebRtcServer,
+    _libopus,
     assistant_call_factory,
     host_addresses,
 )
+from voxflow_adapters.webrtc._libopus import OpusLibraryError
 from voxflow_adapters.webrtc.client import CALLER_TOKEN_ENV, LoopbackCaller, OfferRejected
 from voxflow_voice.audio import AudioChunk, write_wav
 from voxflow_voice.engines import VoiceEngines
@@ -116,6 +119,40 @@ async def test_a_call_whose_session_fails_to_start_gives_its_slot_back(
         load = server.load()
     assert [(r.status, r.reason) for r in refusals] == [(500, "the call could not start")] * 2
     assert (load.active_calls, load.headroom, load.accepting) == (0, 1, True)
+
+
+def _libopus_unloadable(monkeypatch: pytest.MonkeyPatch) -> None:
+    """From now on, no libopus loads (none beside PyAV, none on the system)."""
+    monkeypatch.setattr(_libopus, "_lib", None)
+    monkeypatch.setattr(_libopus, "_candidates", lambda: ["/opt/nowhere/libopus.so.0"])
+    monkeypatch.setattr(ctypes.util, "find_library", lambda name: None)
+
+
+async def test_a_server_without_libopus_does_not_start_and_names_the_fix(
+    engines: VoiceEngines, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    _libopus_unloadable(monkeypatch)
+    settings = ServerSettings(port=0, peer=PeerSettings(ice_host_addresses=("127.0.0.1",)))
+    server = WebRtcServer(assistant_call_factory(), engines, settings=settings)
+    with pytest.raises(OpusLibraryError, match="uv sync --locked"):
+        await server.start()
+
+
+async def test_a_call_when_libopus_cannot_load_is_the_servers_500_without_its_paths(
+    engines: VoiceEngines, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """libopus lost after the start (a per-call failure): the offer is refused with a
+    500 (the server's fault, not the caller's SDP), its slot given back, and the body
+    names no file of the server."""
+    async with serving(engines, max_calls=1) as server:
+        _libopus_unloadable(monkeypatch)
+        base = f"http://127.0.0.1:{server.port}"
+        refusals = [await rejected(LoopbackCaller(base, server.token)) for _ in range(2)]
+        stats, load = server.statistics(), server.load()
+    assert [(r.status, r.reason) for r in refusals] == [
+        (500, "the server cannot encode audio (see its log)")] * 2
+    assert stats.rejected == {"codec": 2}
+    assert (load.active_calls, load.headroom) == (0, 1)
 
 
 async def test_calls_beyond_the_limit_are_refused_until_one_ends(engines: VoiceEngines) -> None:

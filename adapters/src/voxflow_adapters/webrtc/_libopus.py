@@ -51,6 +51,7 @@ __all__ = [
     "OpusEncoderHandle",
     "OpusError",
     "OpusLibraryError",
+    "library_path",
     "library_version",
 ]
 
@@ -88,6 +89,7 @@ class OpusLibraryError(VoxflowError, OSError):
 
     def __init__(self, message: str, fix: str) -> None:
         super().__init__(f"{message}; {fix}")
+        self.reason = message
         self.fix = fix
 
 
@@ -184,6 +186,15 @@ def _opus() -> ctypes.CDLL:
     if _lib is None:
         _lib = _load()
     return _lib
+
+
+def library_path() -> str:
+    """The file libopus was loaded from.
+
+    Raises:
+        OpusLibraryError: no libopus could be loaded.
+    """
+    return str(_opus()._name)
 
 
 def library_version() -> str:

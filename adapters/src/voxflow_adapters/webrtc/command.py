@@ -38,6 +38,7 @@ from ..hosting.tls import TlsError, certificate_names, self_signed_certificate, 
 from ..hosting.worker import CallWorker
 from ..settings import HostingSection, WebRtcSection
 from ._ice_url import IceUrlError, check_ice_url, shown_ice_url
+from ._libopus import OpusLibraryError, library_version
 from .front_door import FrontDoor
 from .peer import DEFAULT_RECEIVE_HOLD, IceServer, PeerSettings
 from .server import ServerSettings, WebRtcServer, ignore_closed_transport_errors, serve
@@ -252,6 +253,12 @@ def run_serve(
     except MonitoringError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    if role != "front-door":
+        try:
+            library_version()  # every call's audio goes through it: say so now, not per call
+        except OpusLibraryError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return EXIT_FAILED
     for noisy in ("aioice", "aiortc", "faster_whisper"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
     try:

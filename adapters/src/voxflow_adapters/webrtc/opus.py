@@ -58,7 +58,14 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from ._libopus import APPLICATION_VOIP, OpusDecoderHandle, OpusEncoderHandle
+from ._libopus import (
+    APPLICATION_VOIP,
+    OpusDecoderHandle,
+    OpusEncoderHandle,
+    OpusLibraryError,
+    library_path,
+    library_version,
+)
 
 __all__ = [
     "DECODED_RATE",
@@ -66,6 +73,7 @@ __all__ = [
     "DecodedFrame",
     "MonoOpusDecoder",
     "MonoOpusEncoder",
+    "doctor_checks",
 ]
 
 SILENT_REPEATS = 50
@@ -171,3 +179,14 @@ class MonoOpusDecoder:
     def close(self) -> None:
         """Free libopus's decoder now (else when collected); idempotent."""
         self._codec.close()
+
+
+def doctor_checks() -> list[tuple[str, str, str, str]]:
+    """``voxflow doctor``'s row for libopus (its ``voxflow.doctor`` entry point):
+    ``(check, status, detail, fix)``; ``missing`` when it cannot be loaded (``voxflow
+    serve`` would refuse to start)."""
+    check = "libopus (voxflow serve's call audio)"
+    try:
+        return [(check, "ok", f"{library_version()} ({library_path()})", "")]
+    except OpusLibraryError as exc:
+        return [(check, "missing", exc.reason, exc.fix)]

@@ -51,6 +51,7 @@ from voxflow.ids import DeliveryId
 from ..hosting.errors import SignalingError
 from ._ice import gather_timeout, host_addresses, validate_addresses
 from ._ice_url import check_ice_url
+from ._libopus import OpusLibraryError
 from .outbound import OutboundAudio, OutboundStatistics, ReplyTrack
 from .protocol import (
     ByeMessage,
@@ -258,6 +259,8 @@ class WebRtcPeer:
                     self.send_path = install_send_path(sender, self.track)
         except Exception as exc:
             await self.aclose(f"signaling failed: {type(exc).__name__}")
+            if isinstance(exc, OpusLibraryError):
+                raise  # (not the offer's fault)
             raise SignalingError(f"the offer was refused: {exc}") from exc
         self._spawn(self._watch(), "watch")
         return str(pc.localDescription.sdp)

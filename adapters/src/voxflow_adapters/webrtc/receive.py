@@ -236,16 +236,16 @@ class _DecodeHere:
         codec = self._codecs.get(packet.payload_type)
         if codec is None:  # (aiortc checked it before; a renegotiation could race)
             return False, None
-        decoder = self._decoders.get(codec.mimeType)
-        if decoder is None:
-            decoder = self._decoders[codec.mimeType] = (
-                MonoOpusDecoder() if codec.mimeType.lower() == "audio/opus"
-                else get_decoder(codec))
         if self._first_ts is None:
             self._first_ts = packet.timestamp
         encoded = JitterFrame(data=packet._data,
                               timestamp=(packet.timestamp - self._first_ts) % _TS)
-        try:
+        try:  # (nothing may escape: this runs inside aiortc's DTLS receive loop)
+            decoder = self._decoders.get(codec.mimeType)
+            if decoder is None:  # (libopus missing: OpusLibraryError, counted below)
+                decoder = self._decoders[codec.mimeType] = (
+                    MonoOpusDecoder() if codec.mimeType.lower() == "audio/opus"
+                    else get_decoder(codec))
             frames = decoder.decode(encoded)
         except Exception as exc:  # (hostile or broken input: dropped, the call goes on)
             self._undecodable(codec.mimeType, exc)

@@ -85,6 +85,7 @@ from ..hosting.errors import CapacityExceededError, SignalingError
 from ..hosting.metrics import CallMetrics, HostCounts
 from ..hosting.ownership import OwnerDead, SessionOwnership
 from ..hosting.wire import ResumeRequest
+from ._libopus import OpusLibraryError, library_version
 from ._resume import ResumeAdmission, StoredRead
 from .peer import PeerStatistics, WebRtcPeer
 from .protocol import HelloMessage, messages_for_event, state_message
@@ -215,7 +216,13 @@ class WebRtcServer(SignalingServer):
         thread's imports hold the GIL for seconds of CPU: with calls already running
         their outbound frames went out late (``webrtc_load.py --models real --calls 4``:
         16-30 % of frames more than 20 ms late, p95 1.3-2.5 s, against 0.1 % and 1.0 s
-        with it loaded first)."""
+        with it loaded first).
+
+        Raises:
+            OpusLibraryError: libopus cannot be loaded (every call encodes and decodes
+                with it); the error names the fix.
+        """
+        library_version()  # (here, not per call: a server that cannot talk is not ready)
         await preload()  # (its CPU is not the process's idle cost: watch_loop restarts
         # the meter's window when it starts)
         if self._lag_task is None:
@@ -392,6 +399,10 @@ class WebRtcServer(SignalingServer):
             answer = await peer.accept(sdp)
         except SignalingError as exc:
             raise CallRefused(400, str(exc), "sdp") from None
+        except OpusLibraryError:  # the server's fault: its paths go to its log only
+            logger.exception("libopus cannot be loaded", extra={"call_id": call_id})
+            raise CallRefused(500, "the server cannot encode audio (see its log)",
+                              "codec") from None
 
         observe = self.metrics.call() if self.metrics is not None else None
 
