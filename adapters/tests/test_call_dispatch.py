@@ -376,7 +376,8 @@ async def test_a_front_door_counts_a_worker_free_slots_as_at_most_its_headroom(
 ) -> None:
     """A worker with no cap registers the admission's ceiling as its slots; the headroom
     its measured cost leaves, reported by each heartbeat, is what a front door counts
-    (a capped worker's free slots are counted as they are, always fresh)."""
+    (a capped worker's free slots are min(cap, the measured slots its last heartbeat
+    reported) less its calls)."""
     from voxflow_adapters.hosting.admission import UNBOUNDED_CALLS
     from voxflow_adapters.hosting.dispatch_tables import WorkerReport
     from voxflow_adapters.hosting.heartbeat import Heartbeat
@@ -454,7 +455,8 @@ async def test_a_capped_worker_with_fewer_measured_slots_is_offered_what_it_take
 def test_a_claim_and_the_free_slots_agree_on_every_worker(pg_schema_url: str) -> None:
     """The claim's condition (SQL) is free_slots' (Python) but for an uncapped worker's
     headroom (which counts its own claims under way): on a grid of slots, calls and
-    measured slots, a row may take a call exactly when it has a free slot."""
+    measured slots (a negative one too: not reported), a row may take a call exactly when
+    it has a free slot."""
     import itertools
 
     import psycopg
@@ -465,7 +467,8 @@ def test_a_claim_and_the_free_slots_agree_on_every_worker(pg_schema_url: str) ->
     )
 
     grid = [(slots, used, measured) for slots, used, measured in itertools.product(
-        (1, 2, 4, UNCAPPED_SLOTS), range(5), (None, 0, 1, 2, 3, 4, 8)) if used <= slots]
+        (1, 2, 4, UNCAPPED_SLOTS), range(5), (None, -3, -1, 0, 1, 2, 3, 4, 8))
+        if used <= slots]
     with psycopg.connect(pg_schema_url, autocommit=True) as conn:
         rows = conn.execute(
             f"SELECT slots, used, measured_slots, {CLAIMABLE_SQL} FROM unnest("
@@ -475,6 +478,29 @@ def test_a_claim_and_the_free_slots_agree_on_every_worker(pg_schema_url: str) ->
     for slots, used, measured, claimable in rows:
         assert claimable == (free_slots(slots, used, None, measured) > 0), (slots, used,
                                                                             measured)
+
+
+async def test_a_negative_measured_slots_reads_as_not_reported_in_status_count_and_claim(
+    pg_schema_url: str,
+) -> None:
+    """measured_slots below 0 (no count: another version's value or one written by hand)
+    is read as not reported by ``voxflow status`` (worker_row drops it), by the front
+    door's count and by the claim alike: the cap less the calls (before: status showed
+    the cap's free slots, the count and the claim 0)."""
+    from voxflow_adapters.hosting.fleet import read_fleet
+
+    store = DispatchStore(pg_schema_url)
+    try:
+        await store.register("odd", slots=3, host="h", pid=1, used=1)
+        await store._run(lambda c: c.execute(
+            "UPDATE voxflow_call_workers SET measured_slots = -1 WHERE worker_id = 'odd'"))
+        assert await store.free_slots() == (2, 1)
+        fleet = await asyncio.to_thread(read_fleet, pg_schema_url)
+        assert [(w.measured_slots, w.free) for w in fleet.workers] == [(None, 2)]
+        await store.post_offer("v=0", expires_in=30.0)
+        assert await store.claim("odd") is not None
+    finally:
+        await store.aclose()
 
 
 async def test_a_front_door_refuses_at_once_when_only_unmeasured_cap_slots_are_left(

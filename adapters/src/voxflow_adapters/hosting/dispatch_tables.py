@@ -155,18 +155,20 @@ def free_slots(slots: int, used: int, headroom: float | None,
     can_take`), up to a beat old; one function for what a front door counts
     (:meth:`~voxflow_adapters.hosting.dispatch.DispatchStore.free_slots`), what a claim
     allows (:data:`CLAIMABLE_SQL`) and what ``voxflow status`` shows
-    (:attr:`WorkerRow.free`), so they cannot disagree."""
+    (:attr:`WorkerRow.free`), so they cannot disagree. A negative ``measured_slots``
+    (no count: another version's value, or one written by hand) is not reported, as
+    :func:`worker_row` reads it and as :data:`CLAIMABLE_SQL` tests it."""
     free = slots - used
     if slots >= UNCAPPED_SLOTS:
         if headroom is not None and math.isfinite(headroom):
             free = min(free, math.ceil(headroom))
-    elif measured_slots is not None:
+    elif measured_slots is not None and measured_slots >= 0:
         free = min(free, measured_slots - used)
     return max(0, free)
 
 
 CLAIMABLE_SQL = (f"used < slots AND (slots >= {UNCAPPED_SLOTS} OR measured_slots IS NULL "
-                 "OR used < measured_slots)")
+                 "OR measured_slots < 0 OR used < measured_slots)")
 """A ``voxflow_call_workers`` row may take one more call (the claim's condition): a free
 slot by :func:`free_slots` but for an uncapped worker's headroom, which counts the
 worker's own claims under way (the worker claims only as far as its measured slots go)."""
