@@ -439,14 +439,14 @@ def _opus_packet(samples: int, channels: int) -> bytes:
     return encoder.encode(np.repeat(tone, channels).astype(np.int16))
 
 
-def test_empty_oversized_and_corrupt_packets_are_dropped_and_counted_odd_valid_ones_decode(
+def test_oversized_and_corrupt_packets_are_dropped_and_counted_odd_valid_ones_decode(
 ) -> None:
-    """An empty packet (before: no frame and not counted), one past 3 x 1275 bytes and
-    corrupt ones are dropped and counted; a stereo packet, a 120 ms one and a TOC byte
-    alone (DTX) decode to 16 kHz mono of their own length, stamped with their RTP time
-    (48 kHz units from the stream's first packet, a dropped one too)."""
+    """One past 3 x 1275 bytes and corrupt ones are dropped and counted; a stereo packet,
+    a 120 ms one and a TOC byte alone (DTX) decode to 16 kHz mono of their own length,
+    stamped with their RTP time (48 kHz units from the stream's first packet, a dropped
+    one too)."""
     decode, frames = _opus_decode_here()
-    hostile = [b"", bytes(4000), b"\x03", bytes(range(7, 207))]
+    hostile = [bytes(4000), b"\x03", bytes(range(7, 207))]
     for n, payload in enumerate(hostile):
         decode.add(_rtp(n, payload))
     assert decode.undecodable == len(hostile) and frames == []
@@ -458,6 +458,22 @@ def test_empty_oversized_and_corrupt_packets_are_dropped_and_counted_odd_valid_o
     assert [f.samples.shape for f in frames] == [(samples,) for _, samples in valid]
     assert {f.sample_rate for f in frames} == {16_000}
     assert [f.pts for f in frames] == [n * 960 for n in range(len(hostile), n + 1)]
+
+
+def test_padding_only_packets_are_skipped_quietly_and_the_audio_goes_on(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """aiortc passes an RTP packet of padding alone (RFC 3550: legitimate) on with an
+    empty payload: it is skipped and counted as empty, not as undecodable, nothing is
+    logged, and the packets around it decode."""
+    decode, frames = _opus_decode_here()
+    good = _opus_packet(960, 1)
+    with caplog.at_level(logging.WARNING, logger="voxflow_adapters.webrtc.receive"):
+        for n, payload in enumerate([good, b"", b"", good]):
+            decode.add(_rtp(n, payload))
+    assert (decode.empty, decode.undecodable) == (2, 0)
+    assert [f.samples.shape for f in frames] == [(320,), (320,)]
+    assert caplog.records == []
 
 
 def test_no_libopus_on_the_receive_path_is_counted_not_raised_into_aiortc(
@@ -486,11 +502,13 @@ def test_no_libopus_on_the_receive_path_is_counted_not_raised_into_aiortc(
 @given(st.lists(st.binary(max_size=5000), min_size=1, max_size=8))
 def test_random_payloads_never_break_the_receive_path(payloads: list[bytes]) -> None:
     """Random bytes as Opus payloads: each packet gives one frame of at most 120 ms or is
-    counted as undecodable; nothing raises, and a good packet after them decodes."""
+    counted as undecodable (an empty one as empty); nothing raises, and a good packet
+    after them decodes."""
     decode, frames = _opus_decode_here()
     for n, payload in enumerate(payloads):
         decode.add(_rtp(n, payload))
-    assert decode.undecodable + len(frames) == len(payloads)
+    assert decode.undecodable + len(frames) + decode.empty == len(payloads)
+    assert decode.empty == payloads.count(b"")
     assert all(f.samples.size <= 1920 for f in frames)
     decode.add(_rtp(len(payloads), _opus_packet(960, 1)))
     assert frames[-1].samples.shape == (320,)

@@ -229,12 +229,17 @@ class _DecodeHere:
         self._clock = clock
         self.undecodable = 0
         """Inbound packets that failed to decode (dropped, the decoder's state kept)."""
+        self.empty = 0
+        """Packets with no payload (RTP padding only, RFC 3550: legitimate), skipped."""
         self._reported = 0  # (how many of them a log line has counted so far)
         self._reported_at: float | None = None
 
     def add(self, packet: Any) -> tuple[bool, None]:
         codec = self._codecs.get(packet.payload_type)
         if codec is None:  # (aiortc checked it before; a renegotiation could race)
+            return False, None
+        if not packet._data:  # (aiortc passes a padding-only packet on with no payload)
+            self.empty += 1
             return False, None
         if self._first_ts is None:
             self._first_ts = packet.timestamp
