@@ -457,7 +457,7 @@ def test_oversized_and_corrupt_packets_are_dropped_and_counted_odd_valid_ones_de
     assert decode.undecodable == len(hostile)
     assert [f.samples.shape for f in frames] == [(samples,) for _, samples in valid]
     assert {f.sample_rate for f in frames} == {16_000}
-    assert [f.pts for f in frames] == [n * 960 for n in range(len(hostile), n + 1)]
+    assert [f.rtp_timestamp for f in frames] == [n * 960 for n in range(len(hostile), n + 1)]
 
 
 def test_padding_only_packets_are_skipped_quietly_and_the_audio_goes_on(

@@ -2,13 +2,13 @@
 once) and the receive path's decoder (straight to 16 kHz mono), both libopus called
 through ctypes (:mod:`._libopus`, the copy PyAV's wheel bundles).
 
-aiortc's ``OpusEncoder`` encodes stereo: every 20 ms mono frame of reply audio went
+aiortc's ``OpusEncoder`` encodes stereo: every 20 ms mono frame of reply audio goes
 through an ``AudioResampler`` (mono → stereo, a filter graph, and -3 dB on each channel:
 swresample's upmix) and then a stereo encode, about twice the work of a mono encode of
 the same frame. :class:`MonoOpusEncoder` encodes the frame as it is, with the same
 libopus settings (96 kb/s, ``voip``, and FFmpeg's unconstrained VBR), after the same
 -3 dB, so a browser (or aiortc's decoder, which outputs stereo) hears the reply at the
-level it heard before. WebRTC negotiates Opus as ``opus/48000/2`` whatever the stream
+level aiortc's encoder gives it. WebRTC negotiates Opus as ``opus/48000/2`` whatever the stream
 holds: each packet says whether it is mono or stereo (RFC 7587: ``stereo=0`` is only a
 preference, a receiver decodes both), and libopus decodes a mono packet to both channels.
 
@@ -26,23 +26,23 @@ The caller's audio is wanted as 16 kHz mono. :class:`MonoOpusDecoder` asks libop
 one channel at 16 kHz (SILK's own rate; CELT's bands above 8 kHz left out): a mono
 packet decodes to what either channel of a stereo 48 kHz decode held after the input
 guard's 48 → 16 kHz decimator, and a stereo packet to libopus's own downmix. On Piper's
-speech (``test_webrtc_opus.py``) both are within 39 dB SNR of the old path's
-(48 kHz decode, the channels' mean for a stereo stream, then the decimator), 21 samples
-(1.3 ms, the decimator's delay) sooner, and Whisper hears the same words. A true stereo
-stream's downmix can differ from the old mean where the codec overshoots: the stereo
-decode clipped a channel at full scale before it was averaged, the downmix does not (up
-to 5,751 s16 steps measured at 32 kb/s at 48 kHz, on 5 of 96,000 samples).
+speech (``test_webrtc_opus.py``) both are within 39 dB SNR of the 48 kHz path's
+(aiortc's 48 kHz decode, the channels' mean for a stereo stream, then the decimator),
+21 samples (1.3 ms, the decimator's delay) sooner, and Whisper hears the same words. A
+true stereo stream's downmix can differ from that mean where the codec overshoots: the
+stereo decode clips a channel at full scale before it is averaged, the downmix does not
+(up to 5,751 s16 steps measured at 32 kb/s at 48 kHz, on 5 of 96,000 samples).
 
-Before, both went through PyAV's ``libopus`` codec (an ``av.AudioFrame`` or
-``av.Packet`` around every frame). ``benchmarks/opus_codec.py --runs 7`` (Piper's speech,
-639 frames, CPU us per 20 ms frame, medians of 7 runs, load 3.1-3.3 on 2 shared cores,
-2026-12-05): encode 91.9 → 81.2 (the same bytes, 639 of 639), decode + guard 80.7 → 38.8
-(the 48 kHz decode alone 31.6, the 16 kHz one 27.1: the decimator was most of it). Per
-call, at 50 packets a second each way, that is ~0.2 points of a core (the caller's
-packets come all call long) and ~0.05 more while a reply plays, of the +5 points a
-WebRTC call cost over a simulated one (``webrtc_cpu.py``; its run after this change,
-``--pairs 4 --turns 3`` at load 0.3-0.6: simulated 9.4 %, WebRTC 11.7 %, +2.4 points,
-on a machine or code under both faster than that +5 row's: see its table).
+Both skip PyAV's ``libopus`` codec (an ``av.AudioFrame`` or ``av.Packet`` around every
+frame). ``benchmarks/opus_codec.py --runs 7`` (Piper's speech, 639 frames, CPU us per
+20 ms frame, medians of 7 runs, load 3.1-3.3 on 2 shared cores, 2026-12-05): encode 81.2
+(PyAV's codec: 91.9; the same bytes, 639 of 639); decode and input guard 38.8 (PyAV's
+48 kHz decode and the guard's decimator: 80.7), of which the 16 kHz decode is 27.1
+(PyAV's 48 kHz decode alone: 31.6). At 50 packets a second each way that is ~0.2 points
+of a core less per call for the caller's packets (they come all call long) and ~0.05
+less while a reply plays. A WebRTC call's cost over a simulated one
+(``webrtc_cpu.py --pairs 4 --turns 3``, load 0.3-0.6): simulated 9.4 %, WebRTC 11.7 %,
++2.4 points.
 Lower encoder complexity, same run: 8 gives the same bytes as 10; 6 and 5 ~64 us (17 less),
 their decode 29 dB from complexity 10's; 3 54 us, 27 dB; Whisper base made the same
 2 word errors in 43 words on each decoded reply. At most 0.08 points of a core while a
@@ -87,7 +87,9 @@ _UPMIX_GAIN = math.sqrt(0.5)  # what aiortc's mono → stereo upmix left on each
 
 
 class MonoOpusEncoder:
-    """Encodes 20 ms, 48 kHz mono s16 frames to Opus packets, one packet per frame.
+    """Encodes 20 ms, 48 kHz mono s16 frames to Opus packets, one packet per frame; its
+    libopus encoder is freed when it is collected (the reply track holds it for the
+    call).
 
     Args:
         complexity: libopus's complexity, 0..10 (10, its default, is what the product
@@ -110,16 +112,22 @@ class MonoOpusEncoder:
         self.reused = 0
         """Silent frames sent as the packet libopus settled on, without encoding."""
 
-    def encode(self, pcm: bytes, *, silent: bool = False) -> bytes:
-        """The Opus packet of one frame (960 samples of s16le); ``silent``: the frame is
-        all zeros (its packet may be the one silence settled on).
+    def encode(self, pcm: bytes | bytearray | memoryview, *, silent: bool = False) -> bytes:
+        """The Opus packet of one frame (960 samples of s16le, any contiguous buffer);
+        ``silent``: the frame is all zeros (its packet may be the one silence settled on).
 
         Raises:
-            ValueError: ``pcm`` is not 1,920 bytes.
+            ValueError: ``pcm`` is not a contiguous buffer of 1,920 bytes.
         """
-        if not isinstance(pcm, bytes | bytearray) or len(pcm) != 2 * _FRAME_SAMPLES:
+        try:
+            view = memoryview(pcm)
+        except TypeError:
             raise ValueError(f"a frame is {2 * _FRAME_SAMPLES} bytes, got "
-                             f"{len(pcm) if isinstance(pcm, bytes | bytearray) else pcm!r}")
+                             f"{type(pcm).__name__}") from None
+        size = view.nbytes if view.c_contiguous else -1
+        if size != 2 * _FRAME_SAMPLES:
+            raise ValueError(f"a frame is {2 * _FRAME_SAMPLES} contiguous bytes, got "
+                             f"{'a strided buffer' if size < 0 else size}")
         if silent:
             if self._repeats >= SILENT_REPEATS:
                 self.reused += 1
@@ -137,26 +145,25 @@ class MonoOpusEncoder:
             self._last = payload
         return payload
 
-    def close(self) -> None:
-        """Free libopus's encoder now (else when collected); idempotent."""
-        self._codec.close()
-
 
 @dataclass(frozen=True, slots=True)
 class DecodedFrame:
-    """One packet's audio: 16 kHz mono s16 samples, stamped as aiortc's decoder stamps
-    its frames (``pts``: the packet's RTP timestamp from the stream's first on, in
-    48 kHz units)."""
+    """One packet's audio: 16 kHz mono s16 samples, and the packet's RTP timestamp from
+    the stream's first packet on (as aiortc's decoder stamps its frames' ``pts``), in
+    the RTP clock's units: 48 kHz for Opus, whatever ``sample_rate`` is (seconds are
+    ``rtp_timestamp / 48_000``)."""
 
     samples: NDArray[np.int16]
-    pts: int
+    rtp_timestamp: int
     sample_rate: int = DECODED_RATE
 
 
 class MonoOpusDecoder:
     """Decodes Opus packets (mono or stereo) to 16 kHz mono s16; shaped as aiortc's
     ``OpusDecoder`` for the receive path (``decode(JitterFrame)`` → a list of frames, one
-    a packet, with the packet's ``pts``), the frames :class:`DecodedFrame`.
+    a packet, with the packet's RTP timestamp), the frames :class:`DecodedFrame`. Its
+    libopus decoder is freed when it is collected (the receive path holds it for the
+    call).
 
     Raises:
         OpusLibraryError: no libopus could be loaded (the error names the fix).
@@ -167,7 +174,7 @@ class MonoOpusDecoder:
 
     def decode(self, encoded: Any) -> list[DecodedFrame]:
         """The frame of one packet (``encoded.data``: its bytes; ``encoded.timestamp``: its
-        pts).
+        RTP timestamp).
 
         Raises:
             OpusCodecError: the packet is empty, longer than ``MAX_PACKET_BYTES`` or
@@ -175,10 +182,6 @@ class MonoOpusDecoder:
                 packet decodes).
         """
         return [DecodedFrame(self._codec.decode(encoded.data), encoded.timestamp)]
-
-    def close(self) -> None:
-        """Free libopus's decoder now (else when collected); idempotent."""
-        self._codec.close()
 
 
 def doctor_checks() -> list[tuple[str, str, str, str]]:

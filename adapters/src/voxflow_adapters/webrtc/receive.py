@@ -214,8 +214,9 @@ class _DecodeHere:
     decoder aiortc would have made for it), and its frames go to ``on_frame``; nothing
     reaches the decoder thread.
 
-    Frames are stamped as aiortc's decoder stamps them (``pts``: the RTP timestamp from
-    the stream's first packet on), so :meth:`ReceiveTimings.frame_decoded` finds them.
+    Frames are stamped as aiortc's decoder stamps them (the RTP timestamp from the
+    stream's first packet on: an Opus frame's ``rtp_timestamp``, another codec's
+    ``pts``), so :meth:`ReceiveTimings.frame_decoded` finds them.
     """
 
     capacity = 1
@@ -392,7 +393,8 @@ class InboundAudio:
             return
         self.frames_in += 1
         self.last_media = asyncio.get_running_loop().time()
-        arrived = self.timings.frame_decoded(frame.pts, time.monotonic())
+        stamp = frame.rtp_timestamp if isinstance(frame, DecodedFrame) else frame.pts
+        arrived = self.timings.frame_decoded(stamp, time.monotonic())
         if arrived is not None:
             self._newest_arrival = arrived
         if isinstance(frame, DecodedFrame):  # Opus, decoded to 16 kHz mono by libopus
