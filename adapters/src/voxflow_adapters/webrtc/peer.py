@@ -3,12 +3,12 @@
 
 :class:`WebRtcPeer` answers the page's offer and then moves audio both ways:
 
-* *in*: the page's microphone track (Opus, 48 kHz stereo s16) goes through the receive
-  path of :mod:`~voxflow_adapters.webrtc.receive` (each packet decoded as it arrives, on
-  the event loop; a gap holds at most ``receive_hold`` packets), is converted to 16 kHz
-  mono once by :class:`~voxflow_voice.audio.InputConverter` (a frame in, its 320 samples
-  out) and yielded by :meth:`WebRtcPeer.audio_input`; while the page is muted, silence is
-  yielded instead;
+* *in*: the page's microphone track (Opus, negotiated as 48 kHz stereo) goes through the
+  receive path of :mod:`~voxflow_adapters.webrtc.receive` (each packet decoded as it
+  arrives, on the event loop, straight to 16 kHz mono by
+  :class:`~voxflow_adapters.webrtc.opus.MonoOpusDecoder`: 320 samples a 20 ms packet; a
+  gap holds at most ``receive_hold`` packets), is checked by the input guard and yielded
+  by :meth:`WebRtcPeer.audio_input`; while the page is muted, silence is yielded instead;
 * *out*: :class:`~voxflow_adapters.webrtc.outbound.ReplyTrack` sends 20 ms frames from
   the reply queue (encoded to Opus on the loop when the call negotiated Opus); receipts
   come from what was actually sent;
