@@ -22,8 +22,8 @@ all of the process's threads, so Whisper's CTranslate2 threads count), the media
 * **Opus** (WebRTC only): per second of 20 ms frames, the reply track's encoder (the
   product's :class:`~voxflow_adapters.webrtc.opus.MonoOpusEncoder`: mono, a tone, so
   every frame is encoded) and the receive path's decoder (its
-  :class:`~voxflow_adapters.webrtc.opus.MonoOpusDecoder`, since 99cfcc8; at 16 kHz
-  mono, by libopus through ctypes, since Dec 5);
+  :class:`~voxflow_adapters.webrtc.opus.MonoOpusDecoder`: libopus through ctypes,
+  straight to 16 kHz mono);
 * **a whole call** on the simulated transport (``benchmarks/capacity.py``'s dense
   workload, one call, real time): the process's CPU per second of call, and a **silent
   call** (a caller who says nothing for ``SILENT`` s).
@@ -238,7 +238,7 @@ def parts(b: Budget, *, webrtc: bool) -> list[tuple[str, float]]:
         ("resample reply", (b.resample_48k_ms_per_s if webrtc else b.resample_16k_ms_per_s)
          * reply_share / 10.0),
     ]
-    if webrtc:  # (the input decoded at 16 kHz: no decimator, since Dec 5)
+    if webrtc:  # (the input is decoded at 16 kHz: no decimator)
         out += [("Opus decode (input)", b.opus_decode_ms_per_s / 10.0),
                 ("Opus encode (output)", b.opus_encode_ms_per_s / 10.0)]
     return out
