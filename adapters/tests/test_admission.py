@@ -43,7 +43,7 @@ def test_calls_past_the_cap_are_refused_until_one_is_released() -> None:
         active_calls=0, max_calls=2, slots=2, headroom=2, accepting=True, reason=None,
         p95_ms=None, p95_target_ms=1000.0, turns=0, utilization=None,
         urgent_wait_p95_ms=None, call_cost=0.28, cost_source="prior", loop_lag_ms=None,
-        prior_call_cost=0.28, model_rtf={})
+        prior_call_cost=0.28, model_rtf={}, recent_call_cost=0.28)
     assert admission.refused == 1
 
 

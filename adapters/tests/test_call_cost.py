@@ -3,11 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+from math import floor
 
 import pytest
 from pydantic import ValidationError
 from voxflow_adapters.hosting.admission import AdmissionController, AdmissionSettings
-from voxflow_adapters.hosting.call_cost import CallCostMeter, CostSettings, available_cores
+from voxflow_adapters.hosting.call_cost import (
+    CallCost,
+    CallCostMeter,
+    CostSettings,
+    available_cores,
+)
 from voxflow_adapters.hosting.errors import CapacityExceededError
 
 
@@ -132,16 +138,101 @@ def test_a_window_with_too_little_of_a_call_says_nothing_of_its_cost() -> None:
 
 
 def test_by_default_the_estimate_leaves_the_prior_over_many_windows() -> None:
+    """The EWMA (``recent``) leaves the prior over ~40 s; the slots hold what its first
+    windows made of it for the horizon (without one, they followed it down)."""
+    for horizon, slots in ((180.0, [5, 5, 5, 5]), (0.0, [5, 6, 7, 8])):
+        machine = Machine()
+        meter = meter_on(machine, horizon_seconds=horizon)  # 2 s windows, a tenth of each
+        meter.call_started()
+        seen = []
+        for _ in range(20):  # 40 s of a call that costs 13 %
+            machine.run(2.0, cpu_rate=0.13)
+            seen.append(meter.cost())
+        assert (seen[0].source, seen[0].recent) == ("measured", pytest.approx(0.265))
+        assert [round(c.recent, 3) for c in seen[::5]] == [0.265, 0.21, 0.177, 0.158]
+        assert [c.slots for c in seen[::5]] == slots
+        assert seen[-1].recent == pytest.approx(0.13 + 0.15 * 0.9**20)
+        assert seen[-1].per_call == pytest.approx(0.265 if horizon else seen[-1].recent)
+
+
+def _busy_then_quiet(horizon: float | None, quiet_seconds: float) -> tuple[
+        CallCostMeter, Machine, list[CallCost]]:
+    """Six calls costing 20 % each for 60 s (the EWMA at the prior, 20 %: 7 slots on 2
+    cores), then the same six live calls at 10 % each (silent: on hold, reading) for
+    ``quiet_seconds``; the meter's cost after each quiet window (``horizon``: the
+    setting's, None for the default, 180 s)."""
     machine = Machine()
-    meter = meter_on(machine)  # 2 s windows, a tenth of each
-    meter.call_started()
-    seen = []
-    for _ in range(20):  # 40 s of a call that costs 13 %
-        machine.run(2.0, cpu_rate=0.13)
-        seen.append(meter.cost())
-    assert (seen[0].source, seen[0].per_call) == ("measured", pytest.approx(0.265))
-    assert [c.slots for c in seen[::5]] == [5, 6, 7, 8]
-    assert seen[-1].per_call == pytest.approx(0.13 + 0.15 * 0.9**20)
+    meter = (meter_on(machine, prior_call_cost=0.2) if horizon is None else
+             meter_on(machine, prior_call_cost=0.2, horizon_seconds=horizon))
+    for _ in range(6):
+        meter.call_started()
+    for _ in range(30):
+        machine.run(2.0, cpu_rate=6 * 0.2)
+    assert (meter.cost().per_call, meter.cost().slots) == (pytest.approx(0.2), 7)
+    quiet = []
+    for _ in range(round(quiet_seconds / 2.0)):
+        machine.run(2.0, cpu_rate=6 * 0.1)
+        quiet.append(meter.cost())
+    return meter, machine, quiet
+
+
+def test_a_lull_of_the_admitted_calls_lowers_the_recent_cost_not_the_slots() -> None:
+    """Calls held silent cost less per call-second, and their EWMA falls to half in the
+    lull; taken as the cost of a call, it would admit twice the calls, that do not fit
+    once the silent ones talk again. The slots hold the busy stretch's cost until the
+    lull has lasted the horizon."""
+    _, _, quiet = _busy_then_quiet(None, 180.0)  # as long as the horizon
+    assert max(c.slots for c in quiet) == 7  # floor(0.7 x 2 / 0.2)
+    assert quiet[-1].recent == pytest.approx(0.1 + 0.1 * 0.9**90)  # the EWMA fell
+    assert quiet[-1].slots < floor(0.7 * 2 / quiet[-1].recent) == 13
+    assert all(c.per_call == pytest.approx(0.2) for c in quiet)
+    assert quiet[-1].source == "measured"
+
+
+def test_a_load_that_stays_cheaper_raises_the_slots_once_the_horizon_passed() -> None:
+    """No ratchet: past the horizon the slots follow the EWMA, 180 s late, window by
+    window (the peak ages out), up to what the cheaper calls allow."""
+    meter, _, quiet = _busy_then_quiet(None, 400.0)
+    within, after = quiet[:90], quiet[90:]  # the last busy window 180 s before
+    assert max(c.slots for c in within) == 7
+    # from then on, the EWMA as it was a horizon before
+    assert [c.per_call for c in after[:5]] == pytest.approx(
+        [0.1 + 0.1 * 0.9**n for n in range(1, 6)])
+    assert [c.slots for c in after[::10]] == sorted(c.slots for c in after[::10])
+    assert quiet[-1].slots == 13 == floor(0.7 * 2 / (0.1 + 0.1 * 0.9**110))
+    assert meter.cost().per_call == pytest.approx(0.1, abs=1e-5)
+
+
+def test_an_idle_process_forgets_the_peak_after_the_horizon_as_a_restart_keeps_it() -> None:
+    """With no call the windows measure the process's idle cost as before and none
+    feeds the peak, which ages out: past the horizon the slots are the EWMA's, as they
+    were. A restart (the watch beginning a window) forgets the window's part so far,
+    not the closed windows' figures."""
+    meter, machine, quiet = _busy_then_quiet(180.0, 60.0)  # busy to 60 s, quiet to 120
+    assert quiet[-1].slots == 7 and quiet[-1].recent < 0.15
+    machine.run(1.0, cpu_rate=6 * 0.5)  # half a window of start-up work, then a restart
+    meter.restart()
+    assert (meter.cost().per_call, meter.cost().slots) == (pytest.approx(0.2), 7)
+    for _ in range(6):
+        meter.call_ended()
+    for _ in range(59):  # to 239 s without a call
+        machine.run(2.0, cpu_rate=0.01)
+    cost = meter.cost()
+    assert cost.idle == pytest.approx(0.01) and cost.recent == quiet[-1].recent
+    assert cost.per_call == pytest.approx(0.2) and cost.slots == 7  # the busy stretch's
+    for _ in range(31):  # to 301 s: the last call's window (120 s) is past the horizon
+        machine.run(2.0, cpu_rate=0.01)
+    cost = meter.cost()
+    assert cost.per_call == cost.recent == quiet[-1].recent  # the EWMA, as before
+    assert cost.slots == floor(0.7 * 2 / cost.recent)
+
+
+def test_without_a_horizon_the_slots_follow_the_ewma_into_the_lull() -> None:
+    """``horizon_seconds=0``: the EWMA alone, as before the horizon (what the lull test
+    above fails on)."""
+    _, _, quiet = _busy_then_quiet(0.0, 60.0)
+    assert quiet[-1].per_call == quiet[-1].recent == pytest.approx(0.1 + 0.1 * 0.9**30)
+    assert quiet[-1].slots == 13
 
 
 def test_other_processes_cpu_is_not_the_calls_to_use() -> None:
@@ -173,7 +264,7 @@ def test_a_starved_window_only_raises_the_cost() -> None:
     machine.run(2.0, cpu_rate=0.4, others=1.6)  # no idle CPU: 5 % a call is what it got
     assert meter.cost().per_call == pytest.approx(0.28)  # not lowered
     machine.run(2.0, cpu_rate=8 * 0.2, others=0.0)  # idle CPU again: 20 % a call
-    assert meter.cost().per_call == pytest.approx(0.24)
+    assert meter.cost().recent == pytest.approx(0.24)
 
 
 def test_slots_are_at_least_one_however_dear_a_call() -> None:
@@ -233,6 +324,29 @@ def test_admission_refuses_past_the_measured_slots_with_the_cost_in_the_reason()
     calls[0].release()
     calls[0].release()  # (once)
     assert admission.load().headroom == 1
+
+
+def test_admission_refuses_a_call_while_the_admitted_ones_sit_silent() -> None:
+    """Seven calls at 20 % fill 70 % of 2 cores; silent for a minute they cost 10 %, and
+    the eighth is still refused, the reason saying the cost is the busy stretch's."""
+    machine = Machine()
+    meter = meter_on(machine, cores=2, prior_call_cost=0.2)
+    admission = AdmissionController(AdmissionSettings(), clock=machine.clock, meter=meter)
+    calls = [admission.admit(f"call-{i}") for i in range(7)]
+    for _ in range(30):
+        machine.run(2.0, cpu_rate=7 * 0.2)
+        meter.tick()  # (the watch closes each window when due)
+    for _ in range(30):  # a minute on hold
+        machine.run(2.0, cpu_rate=7 * 0.1)
+        meter.tick()
+    with pytest.raises(CapacityExceededError) as info:
+        admission.admit("call-7")
+    assert ("costs 20% of a core here (measured over its recent calls; its highest over "
+            "the last 3 min, 10% now), and 70% of its 2 cores hold 7") in str(info.value)
+    load = admission.load()
+    assert (load.slots, load.headroom, load.call_cost) == (7, 0, pytest.approx(0.2))
+    assert load.recent_call_cost == pytest.approx(0.1 + 0.1 * 0.9**30)
+    calls[0].release()
 
 
 def test_a_reconnection_taking_its_own_calls_place_is_one_call_to_the_meter() -> None:
@@ -300,6 +414,9 @@ def test_bad_settings_and_arguments_are_refused() -> None:
         CostSettings(target_utilization=0)
     with pytest.raises(ValidationError):
         CostSettings(prior_call_cost=float("nan"))
+    for bad in (-1.0, 3601.0, float("inf"), float("nan"), "a while"):
+        with pytest.raises(ValidationError, match="horizon_seconds"):
+            CostSettings(horizon_seconds=bad)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="cores"):
         CallCostMeter(cores=0)
     with pytest.raises(TypeError, match="CostSettings"):

@@ -10,9 +10,11 @@ message; a scaled-out front door hands the call to a worker with headroom):
 * **the measured slots**: as many calls as the cores (less what other processes use)
   hold at a target utilisation, at the CPU a call was measured to cost on this machine
   (:class:`~voxflow_adapters.hosting.call_cost.CallCostMeter`: the process's CPU time per
-  call of its recent calls; until one was measured, the cost derived from the models'
-  real-time factors the engines' warm-up measured on this machine), and never more
-  than ``max_calls`` (``VOXFLOW_MAX_CALLS``: an upper bound, none by default);
+  call of its recent calls, the highest it was over the last few minutes, so calls
+  sitting silent for a while do not make room for more than fit once they talk again;
+  until one was measured, the cost derived from the models' real-time factors the
+  engines' warm-up measured on this machine), and never more than ``max_calls``
+  (``VOXFLOW_MAX_CALLS``: an upper bound, none by default);
 * **the event loop**: every call's audio is handled on one loop; while it carries calls
   and wakes later than ``max_loop_lag_ms`` (its recent 90th percentile), a new call
   would only make every call later;
@@ -130,12 +132,16 @@ class Load:
             looks half a second apart.
         urgent_wait_p95_ms: how long urgent model work waited for a worker (recent p95;
             None without a scheduler or before any).
-        call_cost: share of a core one call costs here.
+        call_cost: share of a core one call costs here, as the slots take it: the
+            highest the measured cost was over the last ``CostSettings.horizon_seconds``
+            (calls held silent for a while lower ``recent_call_cost``, not this).
         cost_source: ``"measured"`` (this process's recent calls), ``"models"`` (none
             measured yet: derived from the models' real-time factors) or ``"prior"``
             (none measured yet: the configured prior, or engines never warmed up).
         prior_call_cost: the cost of a call before one was measured (see
             ``cost_source``).
+        recent_call_cost: the cost per call now (the EWMA of the recent windows; the
+            prior until one), below ``call_cost`` after a lull.
         model_rtf: each model's recent real-time factor (``stt``, ``tts``, ``vad``: wall
             seconds per second of audio over its last jobs; rises when jobs wait for a
             core); empty without the engines' rates or before any job.
@@ -159,6 +165,7 @@ class Load:
     loop_lag_ms: float | None
     prior_call_cost: float
     model_rtf: dict[str, float]
+    recent_call_cost: float
 
     def as_dict(self) -> dict[str, Any]:
         """The fields as a JSON-ready dict (``GET /load``)."""
@@ -318,6 +325,7 @@ class AdmissionController:
             call_cost=cost.per_call, cost_source=cost.source, loop_lag_ms=cost.loop_lag_ms,
             prior_call_cost=cost.prior,
             model_rtf=self.rates.recent() if self.rates is not None else {},
+            recent_call_cost=cost.recent,
         )
 
     @property
@@ -381,6 +389,9 @@ class AdmissionController:
             how = {"measured": "measured over its recent calls",
                    "models": "from its models' real-time factors, until a call is measured",
                    }.get(cost.source, "until one is measured")
+            if cost.per_call > cost.recent + 0.005:  # a lull: the horizon's peak holds
+                how += (f"; its highest over the last "
+                        f"{s.cost.horizon_seconds / 60:g} min, {cost.recent:.0%} now")
             others = (f" less the {cost.others:.1f} other processes keep busy"
                       if cost.others >= 0.05 else "")
             return (f"this server is full: {active} call{'s' if active != 1 else ''}, as "

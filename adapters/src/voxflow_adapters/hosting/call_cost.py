@@ -28,6 +28,29 @@ listeners). :class:`CallCostMeter` learns it from the calls this process runs:
   question and answer: a call's first seconds, the caller asking, cost less than its
   reply). A window in which the machine had no idle CPU only raises it: a starved
   process does less work per call than its calls ask for.
+* **not forgetting a busy stretch**: the EWMA is the CPU of the calls *held* lately, so
+  it falls while they sit silent (callers on hold, reading, thinking: ``capacity.py
+  --offered 24`` read 12-15 % a call while 9 calls talked, 6.9 % after 15 s of silence),
+  and slots taken from it would admit calls that do not fit once the silent ones talk
+  again. The slots are therefore taken from the *highest the EWMA was* over the last
+  :attr:`CostSettings.horizon_seconds` (3 minutes; a sliding maximum of its value after
+  each measured window): a lull shorter than the horizon lowers the EWMA
+  (:attr:`CallCost.recent`), not the slots; a load that stays cheaper raises them once
+  its lower EWMA is all the horizon holds, the old peak aging out window by window
+  (no ratchet); with no call at all the peak ages out too. Why the EWMA's peak and not
+  a high percentile of the raw windows: one window's cost per call swings with where
+  the calls are in their question-and-answer cycle (``capacity.py --offered 24 --turns 2
+  --lull 150``, Dec 5, each 5 s's CPU over its call-seconds: 5.7-15.1 % while 9 calls talked,
+  the EWMA 9.7-11.6 %; 3.5-29.4 % while 2 did), so a high percentile would take every
+  call at its costliest seconds and cut a steady load's slots by a third or more; the
+  EWMA averages about three cycles, and its peak over the horizon is that average
+  while the calls talked (in that run 11.7 % held through the lull while the EWMA fell
+  to 1.8 %: 9 silent calls cost 1.8-1.9 % each). The estimate starts at the prior and
+  the peak holds what the first windows made of it, so a fresh process keeps about its
+  prior's slots for the horizon (the prior is set above a call's measured cost), where
+  it used to follow the EWMA down within ~40 s; restarting the window
+  (:meth:`CallCostMeter.restart`) keeps the peak, as it keeps every closed window's
+  figure.
 * **the machine's other work**: the CPU other processes used over the same windows
   (``/proc/stat``, :func:`machine_busy_seconds`) is not the calls' to use: the first
   window's figure at once, a rise by half, a fall as slowly as the cost.
@@ -37,7 +60,7 @@ listeners). :class:`CallCostMeter` learns it from the calls this process runs:
   figures say.
 
 :meth:`CallCostMeter.cost` turns it into slots: ``floor(target_utilization * (cores -
-other processes' cores) / cost per call)``, at least 1. The
+other processes' cores) / cost per call)`` (the horizon's highest), at least 1. The
 :class:`~voxflow_adapters.hosting.admission.AdmissionController` admits up to that many
 (and at most ``max_calls``).
 """
@@ -220,6 +243,11 @@ class CostSettings(BaseModel):
     lag_window_seconds: float = Field(
         5.0, gt=0, le=3600, description="event-loop lag is judged over this many seconds",
     )
+    horizon_seconds: float = Field(
+        180.0, ge=0, le=3600, description="the slots are set from the highest the cost "
+        "per call was over this many seconds (0: from its EWMA now): calls held silent "
+        "lower the EWMA, not the slots, until the lull has lasted this long",
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -227,7 +255,12 @@ class CallCost:
     """What a call costs here, and the calls that allows.
 
     Attributes:
-        per_call: share of a core one call costs (0.13: 13 % of a core).
+        per_call: share of a core one call is taken to cost (0.13: 13 % of a core): the
+            highest :attr:`recent` was over the last :attr:`CostSettings.horizon_seconds`
+            (the slots are set from it).
+        recent: the cost per call now: the EWMA of the recent windows (the prior before
+            one), below :attr:`per_call` while the calls are cheaper than they were
+            within the horizon (a lull).
         source: ``"measured"`` (from this process's calls), ``"models"`` (none measured
             yet: the prior derived from the models' real-time factors) or ``"prior"``
             (none measured yet: :attr:`CostSettings.prior_call_cost`, else
@@ -245,6 +278,7 @@ class CallCost:
     per_call: float
     source: Literal["measured", "models", "prior"]
     prior: float
+    recent: float
     idle: float
     cores: int
     others: float
@@ -300,6 +334,9 @@ class CallCostMeter:
         self._others: float | None = None  # (None: not measured yet)
         self._windows = 0
         self._lags: deque[tuple[float, float]] = deque(maxlen=1000)
+        # (clock, the EWMA after a measured window), the values falling from the oldest:
+        # the first is the highest of the horizon (a sliding maximum)
+        self._peaks: deque[tuple[float, float]] = deque()
 
     # -- calls ----------------------------------------------------------------------
 
@@ -371,7 +408,8 @@ class CallCostMeter:
         prior, prior_source = self.prior()
         with self._lock:
             now = self._clock()
-            per_call = prior if self._per_call is None else self._per_call
+            recent = prior if self._per_call is None else self._per_call
+            per_call = max(recent, self._peak(now))
             others = self._others or 0.0
             source: Literal["measured", "models", "prior"] = (
                 "measured" if self._windows else prior_source)
@@ -379,8 +417,8 @@ class CallCostMeter:
             windows, idle = self._windows, self._idle
         budget = s.target_utilization * max(0.0, self.cores - others)
         slots = max(1, math.floor(budget / per_call + 1e-9))
-        return CallCost(per_call=per_call, source=source, prior=prior, idle=idle,
-                        cores=self.cores,
+        return CallCost(per_call=per_call, source=source, prior=prior, recent=recent,
+                        idle=idle, cores=self.cores,
                         others=others, slots=slots, windows=windows,
                         loop_lag_ms=None if lag is None else lag * 1000.0)
 
@@ -437,6 +475,16 @@ class CallCostMeter:
             sample = max(sample, before)
         self._per_call = s.smoothing * sample + (1 - s.smoothing) * before
         self._windows += 1
+        while self._peaks and self._peaks[-1][1] <= self._per_call:
+            self._peaks.pop()  # (never the highest again before it ages out)
+        self._peaks.append((now, self._per_call))
+
+    def _peak(self, now: float) -> float:
+        """The highest EWMA of the horizon (0.0: no measured window in it)."""
+        horizon = now - self.settings.horizon_seconds
+        while self._peaks and self._peaks[0][0] < horizon:
+            self._peaks.popleft()
+        return self._peaks[0][1] if self._peaks else 0.0
 
     def _lag_p90(self, now: float) -> float | None:
         horizon = now - self.settings.lag_window_seconds

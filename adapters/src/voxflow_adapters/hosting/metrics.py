@@ -290,7 +290,8 @@ class _HostCollector:
         yield gauge("voxflow_call_slots", "calls this process takes now: as many as their "
                     "measured CPU cost leaves room for, at most --max-calls", load.slots)
         yield gauge("voxflow_call_cost_ratio", "share of a core one call costs (measured "
-                    "over the recent calls; a prior until then)", load.call_cost)
+                    "over the recent calls, the highest of the last few minutes; a prior "
+                    "until then)", load.call_cost)
         yield gauge("voxflow_admission_loop_lag_seconds", "how late the event loop woke "
                     "(admission's probe, recent 90th percentile; NaN before it is probed)",
                     None if load.loop_lag_ms is None else load.loop_lag_ms / 1000.0)
