@@ -34,7 +34,7 @@ from voxflow.llm import preload
 
 __all__ = ["AFTER", "BEFORE", "CALL_LIMIT", "CYCLE", "GAP", "P95_TARGET_MS", "QUESTION",
            "REPLY", "TAIL", "CapacityRow", "caller_script", "heard_right", "load_engines",
-           "question_audio", "run_calls", "voice_to_voice"]
+           "question_audio", "run_calls", "second_wave", "voice_to_voice"]
 
 QUESTION = "Can you tell me what is on my calendar this afternoon?"
 REPLY = (
@@ -81,6 +81,10 @@ class CapacityRow:
     cpu_seconds: float = 0.0  # the process's CPU time over the run (all threads)
     heard_seconds: float = 0.0  # the calls' seconds, each to its last reply sample
     held_seconds: float = 0.0  # with admission: the calls' seconds admitted -> released
+    late_turns: int = 0  # turns answered later than P95_TARGET_MS (voice to voice)
+    resumed_turns: int = 0  # with a lull: turns answered after it (see run_calls)
+    resumed_late: int = 0  # of those, answered later than P95_TARGET_MS
+    resumed_p95_ms: float | None = None  # their voice-to-voice p95
 
     @property
     def within_target(self) -> bool:
@@ -102,11 +106,18 @@ def question_audio(engines: VoiceEngines) -> AudioChunk:
                                  STT_SAMPLE_RATE)
 
 
-def caller_script(question: AudioChunk, turns: int, start: float) -> CallScript:
-    """Ask at ``start``, then again :data:`GAP` s after each reply, ``turns`` times."""
+def caller_script(question: AudioChunk, turns: int, start: float,
+                  lull: float = 0.0) -> CallScript:
+    """Ask at ``start``, then again :data:`GAP` s after each reply, ``turns`` times; with a
+    ``lull`` (s), then stay on the line silent that long after the last reply and ask
+    ``turns`` times more (a caller on hold, reading, thinking)."""
     script = CallScript().user_says(start, audio=question)
     for _ in range(turns - 1):
         script.then_says(audio=question, after="reply_end", gap=GAP, max_wait=8.0)
+    if lull > 0:
+        script.then_says(audio=question, after="reply_end", gap=lull, max_wait=8.0 + lull)
+        for _ in range(turns - 1):
+            script.then_says(audio=question, after="reply_end", gap=GAP, max_wait=8.0)
     return script
 
 
@@ -191,6 +202,7 @@ async def run_calls(
     engines: VoiceEngines, calls: int, turns: int, *, clock: Clock | None = None,
     baseline: tuple[int, float] | None = None, admission: AdmissionController | None = None,
     settings: VoiceSettings | None = None, reply: str = REPLY, arrivals: float = CYCLE,
+    lull: float = 0.0,
 ) -> tuple[CapacityRow, list[CallResult]]:
     """Run ``calls`` concurrent callers of ``turns`` questions each on shared ``engines``,
     the flow answering every question with ``reply`` (the benchmark's: :data:`REPLY`).
@@ -205,6 +217,15 @@ async def run_calls(
     or goes away refused (its reason kept in the row); the controller hears every turn's
     voice to voice (as ``voxflow serve`` does) and probes the event loop's lag. The row
     is the admitted calls'.
+
+    With a ``lull`` (s, and ``admission``): every admitted caller asks its ``turns``
+    questions, stays on the line silent ``lull`` s, then asks ``turns`` more
+    (:func:`caller_script`); the first half of the offers arrive over ``arrivals`` s,
+    the second half while the first wave sits silent (:func:`second_wave`), each of
+    those asking twice ``turns`` questions at once, with no lull, so they still talk
+    when the first wave talks again. The row's *resumed* turns are those answered
+    after the lull: the first wave's last ``turns`` each, and every turn of the second
+    wave.
     """
     if calls < 1 or turns < 1:
         raise ValueError(f"calls and turns must be >= 1, got {calls} and {turns}")
@@ -232,12 +253,23 @@ async def run_calls(
                 and (ms := event.voice_to_voice_ms) is not None):
             admission.record(ms)
 
+    first = (calls + 1) // 2 if lull > 0 and admission is not None else calls
+    wave_at, wave_over = second_wave(arrivals, turns, lull)
+
+    def asks(i: int) -> int:  # (the first wave asks as many after its lull)
+        return turns if i < first or lull <= 0 else 2 * turns
+
+    def offered_at(i: int) -> float:
+        if i < first:
+            return i * arrivals / first
+        return wave_at + (i - first) * wave_over / max(1, calls - first)
+
     async def offer(i: int) -> CallResult | None:
         if admission is None:
             return await run_call(Teller(story=reply, trigger=None),
                                   caller_script(question, turns, 0.5 + i * CYCLE / calls),
                                   timed, clock=clock, tail=TAIL, settings=settings)
-        await asyncio.sleep(i * arrivals / calls)
+        await asyncio.sleep(offered_at(i))
         try:
             slot = admission.admit(f"call-{i}")
         except CapacityExceededError as exc:
@@ -247,7 +279,9 @@ async def run_calls(
         try:
             with slot:
                 return await run_call(Teller(story=reply, trigger=None),
-                                      caller_script(question, turns, 0.5), timed, clock=clock,
+                                      caller_script(question, asks(i), 0.5,
+                                                    lull if i < first else 0.0), timed,
+                                      clock=clock,
                                       tail=TAIL, on_event=record, settings=settings)
         finally:
             held.append(time.perf_counter() - admitted)
@@ -267,13 +301,17 @@ async def run_calls(
             with contextlib.suppress(asyncio.CancelledError):
                 await probe
     results = [call for call in offered if call is not None]
+    resumed = [ms for i, call in enumerate(offered) if call is not None
+               for ms in voice_to_voice(call)[turns if i < first else 0:]] if lull > 0 else []
     refused, calls = calls - len(results), len(results)
     cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
     peak = max(peak, _rss_mb())
     v2v = [ms for call in results for ms in voice_to_voice(call)]
-    asked = calls * turns
-    lost = sum(max(0, turns - len({r.delivery_id for r in call.tape.receipts}))
-               for call in results)
+    # (with a lull each call asks twice its turns)
+    asked_by = [turns * (2 if lull > 0 else 1) for call in offered if call is not None]
+    asked = sum(asked_by)
+    lost = sum(max(0, ask - len({r.delivery_id for r in call.tape.receipts}))
+               for ask, call in zip(asked_by, results, strict=True))
     heard = sum(_call_seconds(call) for call in results)
     stt = [busy * 1000.0 for busy, _ in timings.stt]
     tts = [busy / audio for busy, audio in timings.tts if audio > 0]
@@ -292,8 +330,24 @@ async def run_calls(
         tts_rtf_p50=statistics.median(tts) if tts else None,
         seconds=wall, offered=calls + refused, refused=refused, reasons=tuple(reasons),
         cpu_seconds=cpu, heard_seconds=heard, held_seconds=sum(held),
+        late_turns=sum(ms > P95_TARGET_MS for ms in v2v), resumed_turns=len(resumed),
+        resumed_late=sum(ms > P95_TARGET_MS for ms in resumed),
+        resumed_p95_ms=_percentile(resumed, 95),
     )
     return row, results
+
+
+def second_wave(arrivals: float, turns: int, lull: float) -> tuple[float, float]:
+    """When :func:`run_calls`' second wave of offers begins with a ``lull``, and the
+    seconds it is spread over: from two thirds of the lull to eleven twelfths as the
+    first caller admitted lives it (at 0 s, talking ``turns`` cycles of about CYCLE +
+    1.5 s, a question, its reply, the gap and the answer's latency, then silent
+    ``lull`` s), so the whole first wave (admitted by ``arrivals`` s) has been silent a
+    while (for a lull over 1.5 x ``arrivals``), none talks again yet, and the second
+    wave, talking 2 x ``turns`` cycles, still talks when the first wave does again (for
+    a lull under 6 x ``turns`` cycles: 162 s at 2 turns)."""
+    talk = turns * (CYCLE + 1.5)
+    return talk + 2 * lull / 3, lull / 4
 
 
 async def load_engines(*, scheduling: bool = True,

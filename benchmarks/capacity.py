@@ -1,7 +1,7 @@
 """How many concurrent voice calls one process holds: N simulated callers, shared models.
 
 Run: ``uv run python benchmarks/capacity.py [--calls 1,4,8,16] [--turns 3]
-[--scheduler on|off|both] [--offered 24 [--max-calls 8] [--arrivals 60]]
+[--scheduler on|off|both] [--offered 24 [--max-calls 8] [--arrivals 60] [--lull 60]]
 [--stt whisper:base] [--json]``
 
 ``--scheduler`` runs the model work on the deadline-aware
@@ -85,13 +85,43 @@ stays :data:`TAIL` s on the line after its last reply, silent, 90 of the 455 s, 
 the row leaves out; and its EWMA (a tenth per 2 s window) weighs the last ~40 s, whose
 last 15 s are those silent tails. While the calls talk it reads 12-15 %, the row's figure
 and the derived prior's (15.7 %) range; idle is 0 (no window without a call). So the
-meter counts a held call's recent CPU, not an under-count of it; but the admission sizes
-its slots from that figure, so a lull lowers the cost and raises the slots (6.9 % against
-12-15 %: about 1.7 times the calls) for calls that may talk again: a caller on hold,
-reading, or not hanging up. Not measured here (no second wave is offered after the
-tails); README's admission section states the limitation. The trace reads the meter
+meter counts a held call's recent CPU, not an under-count of it; but the admission sized
+its slots from that figure, so a lull lowered the cost and raised the slots (6.9 %
+against 12-15 %: about 1.7 times the calls) for calls that may talk again: a caller on
+hold, reading, or not hanging up (the lull below; since then the slots hold the
+highest cost of the last 3 minutes). The trace reads the meter
 (``meter.cost()``), not ``admission.load()``, so that looking moves no window of the
 admission's (its scheduler utilisation's); the runs above read ``load()``.
+
+The lull (issue 36 item 4): ``--lull S`` makes every admitted caller sit silent S s
+between its ``--turns`` questions and as many more, and offers half the calls late in
+that silence (``_capacity_calls.second_wave``), asking at once and still talking when
+the first wave talks again. Since the slots come from the highest cost per call of the
+last 3 minutes (``CostSettings.horizon_seconds``), not from the EWMA now, the silence
+no longer makes room. Before (main's meter) and after, back to back, two pairs,
+Dec 5 (the trace prints each 5 s: live calls, the cost the slots are from, the EWMA
+where lower, the slots, the 5 s's raw CPU / call-s):
+
+======  ======  ========  ======================  =====  ===================  ===========
+run     meter   admitted  cost per call (EWMA)     slots  late after the lull  load
+                1st + 2nd in the lull                     (v2v > 1 s), p95     average
+======  ======  ========  ======================  =====  ===================  ===========
+1       before  7 + 14    12.8 -> 1.7 %            68     11 of 70, 1,622 ms   1.7 -> 1.6
+1       after   11 + 0    12.9 % (11.8 -> 1.7 %)   10     8 of 22, 1,781 ms    0.6 -> 1.8
+2       before  12 + 9    11.3 -> 1.7 %            46     30 of 60, 8,864 ms   0.8 -> 3.7
+2       after   9 + 0     11.8 % (10.9 -> 2.1 %)   8      7 of 18, 1,471 ms    1.7 -> 2.8
+======  ======  ========  ======================  =====  ===================  ===========
+
+(``--offered 48 --turns 2 --lull 150``; slots: the most the trace saw in the silence,
+where other processes' CPU moves them too.) Before, the silent calls' EWMA let in 14
+and 9 more calls, and 16 and 50 % of the turns after the lull were late. After, none
+was admitted in the silence; in run 1, 8 of the 11 resumed calls' 22 turns were late:
+admitted within 3 s of each other, they talk again together (``--ramp`` spaces them),
+and other processes took about a core then (the slots fell to 4-6 at 170-205 s; in
+run 2 up to 1.5 cores, this session's tests among them: slots 1-8). A
+silent call cost 1.6-2.1 % of a core per 5 s, a talking one 2-17 %: the raw figures
+beside the trace, why the slots take the EWMA's peak and not a high percentile of
+windows (``call_cost``'s docstring).
 
 One process loads the real models once (tiny.en, Piper, Silero: ``VoiceEngines.load()``)
 and runs N calls at once, each a :class:`~voxflow_adapters.testkit.simulated.SimulatedClient` on
@@ -260,7 +290,6 @@ import argparse
 import asyncio
 import json
 import os
-import time
 from dataclasses import asdict
 
 from _capacity_calls import (
@@ -269,12 +298,12 @@ from _capacity_calls import (
     CALL_LIMIT,
     CYCLE,
     P95_TARGET_MS,
-    TAIL,
     CapacityRow,
     check_stt,
     load_engines,
     run_calls,
 )
+from _capacity_trace import TracePoint, print_cost_decomposition, print_lull, trace_meter
 from _figures import figure
 from voxflow_adapters.hosting.admission import AdmissionController, AdmissionSettings
 from voxflow_adapters.hosting.call_cost import derived_call_cost
@@ -301,7 +330,7 @@ def print_row(row: CapacityRow) -> None:
 async def _main(calls: list[int], turns: int, as_json: bool, modes: list[bool],
                 offered: int | None = None, max_calls: int | None = None,
                 ramps: tuple[float, ...] = (0.0,), arrivals: float = CYCLE,
-                stt: str | None = None) -> None:
+                stt: str | None = None, lull: float = 0.0) -> None:
     engines, idle = await load_engines(stt=stt)
     by_mode = {True: engines}
     if False in modes:
@@ -348,12 +377,13 @@ async def _main(calls: list[int], turns: int, as_json: bool, modes: list[bool],
                                   ramp_seconds=ramp),
                 scheduler=by_mode[mode].scheduler, rates=by_mode[mode].rates)
             load0 = _load()
-            trace: list[tuple[float, int, float]] = []  # (s, live calls, meter's cost)
-            watch = asyncio.create_task(_trace_meter(admission, trace))
+            trace: list[TracePoint] = []
+            watch = asyncio.create_task(trace_meter(admission, trace))
             try:
                 row, _ = await asyncio.wait_for(
                     run_calls(by_mode[mode], offered, turns, admission=admission,
-                              settings=AFTER if mode else BEFORE, arrivals=arrivals),
+                              settings=AFTER if mode else BEFORE, arrivals=arrivals,
+                              lull=lull),
                     timeout=CALL_LIMIT + arrivals + 60.0)
             finally:
                 await cancel_and_wait([watch])
@@ -362,6 +392,7 @@ async def _main(calls: list[int], turns: int, as_json: bool, modes: list[bool],
             admitted.append({**asdict(row), "ramp_seconds": ramp, "max_calls": max_calls,
                              "load_average": [load0, _load()], "slots": after.slots,
                              "call_cost": after.call_cost, "cost_source": after.cost_source,
+                             "recent_call_cost": after.recent_call_cost, "lull": lull,
                              "prior_call_cost": after.prior_call_cost,
                              "model_rtf": after.model_rtf})
             if not as_json:
@@ -377,6 +408,8 @@ async def _main(calls: list[int], turns: int, as_json: bool, modes: list[bool],
                 print_row(row)
                 for kind, count, last in _reasons(row.reasons):
                     print(f"  refused {count} x {kind}; the last: {last!r}")
+                if lull > 0:
+                    print_lull(row, arrivals, turns, lull)
                 print_cost_decomposition(row, after.call_cost, idle, trace)
             name = f"{offered} offered calls, ramp {ramp:g} s{'' if mode else ' (first come)'}"
             figure(f"{name}: admitted", row.calls, "calls")
@@ -405,38 +438,6 @@ async def _main(calls: list[int], turns: int, as_json: bool, modes: list[bool],
           "RSS/+call: peak growth over the row above (or idle) / extra calls; "
           "STT p50: compute per utterance; TTS rtf: synthesis time / audio length; "
           "right: committed turns whose words are the question's)")
-
-
-async def _trace_meter(admission: AdmissionController,
-                       trace: list[tuple[float, int, float]], every: float = 5.0) -> None:
-    """The meter's cost per call every ``every`` s. Read from the meter, not with
-    ``admission.load()``, which also samples the scheduler's utilisation window (that of
-    "whoever looked"): tracing would shift it. ``meter.cost()`` closes a CPU window that
-    is due, which the meter's own loop-lag probe does within 0.1 s anyway."""
-    start = time.perf_counter()
-    while True:
-        live = admission.active_calls  # (the admitted calls; a read, nothing moves)
-        trace.append((time.perf_counter() - start, live, admission.meter.cost().per_call))
-        await asyncio.sleep(every)
-
-
-def print_cost_decomposition(row: CapacityRow, meter_cost: float, idle: float,
-                             trace: list[tuple[float, int, float]]) -> None:
-    """Why the meter's cost per call at the end differs from the row's CPU/call: the
-    same CPU over another denominator (the calls' seconds *held*, admission to release,
-    each call's TAIL s of silence after its last reply included, where the row counts
-    each call to its last reply sample), the idle cost the meter subtracts, and its
-    EWMA's weight on the last ~40 s, when the calls wind down."""
-    if row.held_seconds <= 0:
-        return
-    held = 100.0 * row.cpu_seconds / row.held_seconds
-    print(f"  cost per call: the row {row.cpu_per_call_pct:.1f} % (CPU {row.cpu_seconds:.1f} s "
-          f"/ {row.heard_seconds:.0f} call-s to each last reply sample); over the call-s "
-          f"held, admission to release ({row.held_seconds:.0f} s, each call's {TAIL:g} s "
-          f"tail included) {held:.1f} %; the meter's EWMA at the end {100 * meter_cost:.1f} % "
-          f"(idle {100 * idle:.1f} % of a core subtracted per window)")
-    print("  the meter over the run (s: live calls, cost per call): " + ", ".join(
-        f"{at:.0f}: {live}, {100 * cost:.1f} %" for at, live, cost in trace))
 
 
 def calls_within_target(rows: list[CapacityRow], p95_ms: float = P95_TARGET_MS) -> int:
@@ -513,6 +514,11 @@ def main() -> None:
     parser.add_argument("--arrivals", type=float, default=CYCLE,
                         help="for --offered: the seconds the offers arrive over "
                         "(default: %(default)s, one question and its answer)")
+    parser.add_argument("--lull", type=float, default=0.0,
+                        help="for --offered: every admitted caller asks --turns questions, "
+                        "sits silent this many seconds, then asks --turns more; half the "
+                        "offers arrive over --arrivals, half late in the lull, asking "
+                        "twice --turns at once (default: 0, no lull; 150 at 2 turns)")
     parser.add_argument("--stt", default=None,
                         help="the STT engine spec (default: whisper:tiny.en), such as "
                         "whisper:base")
@@ -524,6 +530,10 @@ def main() -> None:
         parser.error("--offered must be >= 1, such as --offered 24")
     if not 0 < args.arrivals <= 3600:
         parser.error("--arrivals must be seconds in (0, 3600], such as --arrivals 60")
+    if not 0 <= args.lull <= 600:
+        parser.error("--lull must be seconds in [0, 600], such as --lull 60")
+    if args.lull and args.offered is None:
+        parser.error("--lull goes with --offered (a lull lets admission take new calls)")
     if args.max_calls is not None and args.max_calls < 1:
         parser.error("--max-calls must be >= 1, such as --max-calls 8")
     try:
@@ -534,7 +544,8 @@ def main() -> None:
     calls = args.calls if args.calls is not None else [] if args.offered else [1, 4, 8]
     try:
         asyncio.run(_main(calls, args.turns, args.json, _MODES[args.scheduler],
-                          args.offered, args.max_calls, args.ramp, args.arrivals, args.stt))
+                          args.offered, args.max_calls, args.ramp, args.arrivals, args.stt,
+                          args.lull))
     except VoxflowError as exc:  # a model that fails to load, ...: one line, no traceback
         parser.error(str(exc))
 

@@ -139,10 +139,31 @@ async def test_offered_calls_in_real_time_on_the_scheduler_admit_two_refuse_one_
     # job by the urgency it started with); the second and third may have too.
     assert after["ahead"] - before["ahead"] >= due * row.calls
     assert admission.load().active_calls == 0  # both slots released
-    trace = [(5.0, 2, 0.15), (10.0, 0, 0.12)]
-    _benchmark("capacity").print_cost_decomposition(row, 0.12, 0.01, trace)
+    trace = [(5.0, 2, 0.15, 0.15, None, 9), (10.0, 0, 0.12, 0.08, 0.2, 11)]
+    _benchmark("_capacity_trace").print_cost_decomposition(row, 0.12, 0.01, trace)
     printed = capsys.readouterr().out
     assert f"CPU {row.cpu_seconds:.1f} s" in printed
     assert f"({row.held_seconds:.0f} s, each call's" in printed
     assert f"{100 * row.cpu_seconds / row.held_seconds:.1f} %" in printed
-    assert "5: 2, 15.0 %, 10: 0, 12.0 %" in printed
+    assert "5: 2, 15.0 %, 9, 10: 0, 12.0 % (8.0), 11 [20.0]" in printed
+
+
+def test_a_lull_keeps_the_caller_silent_then_asks_again_while_a_second_wave_arrives(
+    engines: VoiceEngines,
+) -> None:
+    """``capacity.py --lull``: the caller asks its turns, stays silent the lull after the
+    last reply, asks as many again; the second wave of offers falls in the lull, after
+    the last first-wave caller fell silent and before the first talks again, and talks
+    on while it does."""
+    capacity = _capacity()
+    question = capacity.question_audio(engines)
+    steps = [s.describe() for s in capacity.caller_script(question, 2, 0.5, 30.0).steps]
+    assert [("gap=0.8" in d, "gap=30.0" in d) for d in steps] == [
+        (True, False), (False, True), (True, False)]
+    assert capacity.caller_script(question, 2, 0.5).steps[0].describe() == steps[0]
+    assert len(capacity.caller_script(question, 2, 0.5).steps) == 1
+    at, over = capacity.second_wave(12.0, 2, 150.0)
+    talk = 2 * (capacity.CYCLE + 1.5)  # a caller's turns
+    silent_from = 12.0 + talk  # the last first-wave caller
+    first_talks_again = talk + 150.0  # the first one admitted
+    assert silent_from < at < at + over < first_talks_again < at + 2 * talk
