@@ -1,5 +1,6 @@
 """``benchmarks/capacity.py``'s command line: a bad ``--stt`` spec is refused before any
-model loads, in one line naming the option, with argparse's exit status 2."""
+model loads, in one line naming the option, with argparse's exit status 2; so is a bad
+``--lull``."""
 
 from __future__ import annotations
 
@@ -63,3 +64,28 @@ def test_any_stt_text_is_taken_or_refused_typed(text: str) -> None:
         check_stt(text)
     except (VoxflowError, ValueError) as exc:
         assert str(exc).strip()
+
+
+@pytest.mark.parametrize(("argv", "error"), [
+    (["--offered", "4", "--lull", "-1"], "--lull must be seconds in [0, 600]"),
+    (["--offered", "4", "--lull", "nan"], "--lull must be seconds in [0, 600]"),
+    (["--offered", "4", "--lull", "inf"], "--lull must be seconds in [0, 600]"),
+    (["--offered", "4", "--lull", "long"], "argument --lull: invalid float value: 'long'"),
+    (["--lull", "60"], "--lull goes with --offered"),
+])
+def test_a_bad_lull_is_one_line_and_exit_status_2(
+    argv: list[str], error: str, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    capacity = _benchmark("capacity")
+
+    def never(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError("the benchmark started: the lull was not refused first")
+
+    monkeypatch.setattr(capacity, "_main", never)
+    monkeypatch.setattr(sys, "argv", ["capacity.py", *argv])
+    with pytest.raises(SystemExit) as exited:
+        capacity.main()
+    assert exited.value.code == 2
+    last = capsys.readouterr().err.rstrip("\n").splitlines()[-1]
+    assert last.startswith(f"capacity.py: error: {error}")
