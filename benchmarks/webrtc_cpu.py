@@ -48,9 +48,11 @@ ab222c9: aiortc's decoder thread, executor  16.1 % (6.7 s)    22.7 % (9.8 s)    
 caller's audio decoded mono (*)             13.6 % (5.9 s)    17.0 % (8.1 s)     +3.3    3.5-6.6
 99cfcc8 (the same code), a second run (*)   13.3 % (5.5 s)    18.5 % (7.6 s)     +5.2    1.3-3.6
 4576868 (the same code), ``--pairs 4`` (*)  15.7 % (6.5 s)    20.7 % (8.5 s)     +5.0    0.1-0.6
+6844021, another machine (****)             9.4 % (3.9 s)     12.3 % (5.0 s)     +2.9    0.4-1.9
 libopus by ctypes, decoded at 16 kHz (**)   9.4 % (3.8 s)     11.7 % (4.8 s)     +2.4    0.3-0.6
 e1f8105 + SendPath (***)                    9.7 % (3.9 s)     11.7 % (4.8 s)     +2.1    0.7-1.9
 e1f8105 (the same hour, without it) (***)   9.3 % (3.8 s)     11.7 % (4.7 s)     +2.5    1.1-3.5
+37787d4: both, review fixes (****)          10.1 % (4.1 s)    12.5 % (5.1 s)     +2.4    0.2-1.3
 ==========================================  ================  =================  ======  =======
 
 (*) with the callers that hear every reply whole (the rows above them may hold cut
@@ -64,10 +66,11 @@ decoder's change is within that noise; the gap stands at 3-5 points, not yet <= 
 libopus by ctypes, the caller's packets decoded straight to 16 kHz mono (no decimator;
 opus.py). Every run 28.3-28.9 s of reply audio, 3/3 replies whole, 0 stale samples;
 webrtc 11.1-12.3, simulated 9.3-9.8. Both kinds cost far less than in the rows above at
-the same load (simulated 9.4 against 15.7 %): the machine or the code under both moved,
-so this row's gap is not this change's alone. ``benchmarks/opus_codec.py`` puts the
-change itself at ~0.25 points of a core per call (encode 91.9 → 81.2 us a frame, decode
-and guard 80.7 → 38.8), about what perf had for PyAV's glue (+0.37) and the decimator.
+the same load (simulated 9.4 against 15.7 %): the machine changed (row (****): 6844021
+on this one), so this row's gap is to be read against that row's +2.9.
+``benchmarks/opus_codec.py`` puts the change itself at ~0.25 points of a core per call
+(encode 91.9 → 81.2 us a frame, decode and guard 80.7 → 38.8), about what perf had for
+PyAV's glue (+0.37) and the decimator.
 
 (***) ``--pairs 4 --turns 3`` on Dec 5, 12:16-12:25 and 12:29-12:35 UTC: the reply's
 own RTP loop (:mod:`~voxflow_adapters.webrtc.rtp_send`: no ``av.Packet``, a header
@@ -89,6 +92,16 @@ is the same code run cold and the loop's wake-ups, 59-112 us of the process's CP
 own phase). No single remaining layer pays 0.1 point
 (20 us a tick) warm; merging the two wake-ups would (~0.3-0.5 points), but only by
 sending on the caller's phase or reading its packets on ours (up to 20 ms later).
+
+(****) ``--pairs 4 --turns 3`` on the machine of the (**) and (***) rows, Dec 5:
+6844021 at 11:41-11:48 UTC (webrtc 12.2-12.7, simulated 9.3-9.7) and 37787d4 (the
+libopus change, SendPath and their review fixes) at 12:55-13:01 (webrtc 12.2-13.5,
+simulated 9.5-11.4); every call 28.3-28.8 s of reply audio, 3/3 replies whole, 0 stale
+samples. On this machine the gap is within 3 points in every run since (+2.1 to +2.5,
+four runs) and was +2.9 before; the WebRTC call's cost over the simulated one went from
+31 % (12.3 / 9.4) to 24 % (12.5 / 10.1). On the machine of the first six rows
+(simulated 15.7 %), 24 % would be about +3.8 points: an estimate from the ratio, not a
+run there.
 
 The phone call against the simulated one, ``--kinds simulated,phone --turns 3`` (Dec 5;
 medians, the median CPU seconds and wall seconds of each whole call in brackets; the
