@@ -481,19 +481,31 @@ def test_no_libopus_on_the_receive_path_is_counted_not_raised_into_aiortc(
 ) -> None:
     """The Opus decoder is made when the first packet comes; libopus failing to load then
     (OpusLibraryError) is counted and logged like an undecodable packet, never raised
-    out of add() (aiortc's DTLS loop would log it and close the transport)."""
+    out of add() (aiortc's DTLS loop would log it and close the transport). The library
+    is searched for once, not per packet (find_library runs a subprocess, on the event
+    loop here): the failure is kept."""
     import ctypes.util
 
     from voxflow_adapters.webrtc import _libopus
 
+    searched = {"candidates": 0, "find_library": 0}
+
+    def candidates() -> list[str]:
+        searched["candidates"] += 1
+        return []
+
+    def find_library(name: str) -> None:
+        searched["find_library"] += 1
+
     monkeypatch.setattr(_libopus, "_lib", None)
-    monkeypatch.setattr(_libopus, "_candidates", lambda: [])
-    monkeypatch.setattr(ctypes.util, "find_library", lambda name: None)
+    monkeypatch.setattr(_libopus, "_candidates", candidates)
+    monkeypatch.setattr(ctypes.util, "find_library", find_library)
     decode, frames = _opus_decode_here()
     with caplog.at_level(logging.WARNING, logger="voxflow_adapters.webrtc.receive"):
-        for n in range(3):
+        for n in range(10):
             assert decode.add(_rtp(n, b"\xf8")) == (False, None)
-    assert decode.undecodable == 3 and frames == []
+    assert decode.undecodable == 10 and frames == []
+    assert searched == {"candidates": 1, "find_library": 1}
     [line] = [r.getMessage() for r in caplog.records if "failed to decode" in r.getMessage()]
     assert "OpusLibraryError" in line
 

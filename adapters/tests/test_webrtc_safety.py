@@ -141,9 +141,10 @@ async def test_a_server_without_libopus_does_not_start_and_names_the_fix(
 async def test_a_call_when_libopus_cannot_load_is_the_servers_500_without_its_paths(
     engines: VoiceEngines, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """libopus lost after the start (a per-call failure): the offer is refused with a
-    500 (the server's fault, not the caller's SDP), its slot given back, and the body
-    names no file of the server."""
+    """libopus not loadable when a call comes, which a process reaches only when start()
+    was not run (library use: start() loads libopus, and once loaded it stays loaded;
+    here the test unloads it): the offer is refused with a 500 (the server's fault, not
+    the caller's SDP), its slot given back, and the body names no file of the server."""
     async with serving(engines, max_calls=1) as server:
         _libopus_unloadable(monkeypatch)
         base = f"http://127.0.0.1:{server.port}"

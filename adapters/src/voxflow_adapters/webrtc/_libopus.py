@@ -178,13 +178,21 @@ def _declare(lib: ctypes.CDLL) -> None:
     lib.opus_decoder_destroy.argtypes, lib.opus_decoder_destroy.restype = [c_void_p], None
 
 
-_lib: ctypes.CDLL | None = None
+_lib: ctypes.CDLL | OpusLibraryError | None = None
+"""The loaded library, or the error the one search gave (kept: the search globs, reads
+``/proc/self/maps`` and runs ``find_library``, whose ``ldconfig -p`` subprocess took
+12.8 ms a miss in REVIEW11b's probe, and the receive path asks per inbound packet)."""
 
 
 def _opus() -> ctypes.CDLL:
     global _lib
     if _lib is None:
-        _lib = _load()
+        try:
+            _lib = _load()
+        except OpusLibraryError as exc:
+            _lib = exc
+    if isinstance(_lib, OpusLibraryError):  # (a new one each time: no growing traceback)
+        raise OpusLibraryError(_lib.reason, _lib.fix)
     return _lib
 
 

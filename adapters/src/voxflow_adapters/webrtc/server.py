@@ -400,6 +400,8 @@ class WebRtcServer(SignalingServer):
         except SignalingError as exc:
             raise CallRefused(400, str(exc), "sdp") from None
         except OpusLibraryError:  # the server's fault: its paths go to its log only
+            # (reached only by a server whose start() was not run, library use: start()
+            # loads libopus, and once loaded it stays loaded for the process)
             logger.exception("libopus cannot be loaded", extra={"call_id": call_id})
             raise CallRefused(500, "the server cannot encode audio (see its log)",
                               "codec") from None
