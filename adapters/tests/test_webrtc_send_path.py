@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import pytest
 from aiortc import RTCConfiguration, RTCPeerConnection, RTCSessionDescription
+from aiortc.mediastreams import AudioStreamTrack
 from aiortc.rtp import RtcpPacket, RtcpSrPacket, RtpPacket
 from voxflow_adapters.webrtc import PeerSettings
 from voxflow_adapters.webrtc._ice import host_addresses
@@ -228,3 +229,36 @@ def test_an_aiortc_without_the_expected_internals_is_refused_by_name() -> None:
 
     with pytest.raises(AiortcChanged, match="pin aiortc to the locked version"):
         install_send_path(Sender(), object())  # type: ignore[arg-type]
+
+
+async def test_replace_track_hands_the_sender_to_aiortcs_loop_and_the_new_track_plays() -> None:
+    """``replaceTrack(other)``: the new track is not stopped and its packets keep coming
+    (aiortc's own ``_run_rtp`` serves it, as it would have without this loop)."""
+    async with call() as c:
+        await _until(lambda: len(c.wire.packets) >= 5)
+        sender = _sender(c.peer)
+        other = AudioStreamTrack()
+        sender.replaceTrack(other)
+        await _until(lambda: c.peer.send_path.handed_over)
+        before = len(c.wire.packets)
+        await _until(lambda: len(c.wire.packets) >= before + 25)
+        assert other.readyState == "live"
+        assert sender.track is other
+        assert not sender._RTCRtpSender__rtp_exited.is_set()
+        packets = c.wire.parsed()  # one stream: the sequence numbers go on, none skipped
+        assert all((b.sequence_number - a.sequence_number) % 65536 == 1
+                   for a, b in itertools.pairwise(packets))
+
+
+async def test_replace_track_with_none_then_a_track_plays_it() -> None:
+    async with call() as c:
+        await _until(lambda: len(c.wire.packets) >= 5)
+        sender = _sender(c.peer)
+        sender.replaceTrack(None)
+        await _until(lambda: c.peer.send_path.handed_over)
+        assert c.peer.track.readyState == "live"  # (ours is left alone too)
+        other = AudioStreamTrack()
+        sender.replaceTrack(other)
+        before = len(c.wire.packets)
+        await _until(lambda: len(c.wire.packets) >= before + 25)
+        assert other.readyState == "live"

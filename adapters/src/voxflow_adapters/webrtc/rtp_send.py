@@ -109,6 +109,9 @@ class SendPath:
     def __init__(self, sender: Any, track: ReplyTrack) -> None:
         self._sender = sender
         self._track = track
+        self.handed_over = False
+        """The sender's track was replaced (``replaceTrack``): from then on each packet
+        takes aiortc's own per-packet path (see :meth:`run`)."""
         self.packets = 0
         self.template_checked = False
 
@@ -138,7 +141,15 @@ class SendPath:
         return bytearray(a), differ[0]
 
     async def run(self, codec: Any) -> None:
-        """Stands in for ``RTCRtpSender._run_rtp(codec)``: started and exited as it is."""
+        """Stands in for ``RTCRtpSender._run_rtp(codec)``: started and exited as it is.
+
+        When the sender's track is replaced (``replaceTrack``, with another track or
+        None), the packet already taken is sent, neither track is stopped, and the rest
+        of the call goes as in aiortc's ``_run_rtp``: idle while there is no track, else
+        each frame of the new track through the sender's ``_next_encoded_frame`` and
+        ``RtpPacket.serialize`` to ``RTCDtlsTransport._send_rtp``, with the same sequence
+        numbers and timestamp origin continued (a new random sequence number would be
+        dropped by the caller's SRTP replay check as too old, about half the time)."""
         s = self._sender
         getattr(s, _SENDER + "rtp_started").set()
         try:
@@ -147,9 +158,12 @@ class SendPath:
             pass
         except Exception:  # (as aiortc: stop() waits for rtp_exited, so it must be set)
             logger.warning("the reply audio's RTP loop failed:\n%s", traceback.format_exc())
-        track = getattr(s, _SENDER + "track")
+        # (aiortc stops the sender's current track; this loop only ever its own, or
+        # after a replaceTrack the one it was serving, as aiortc would)
+        track = getattr(s, _SENDER + "track") if self.handed_over else self._track
         if track is not None:
             track.stop()
+        if getattr(s, _SENDER + "track") is track:
             setattr(s, _SENDER + "track", None)
         getattr(s, _SENDER + "rtp_exited").set()
 
@@ -167,9 +181,10 @@ class SendPath:
         track = self._track
         check = True
         while True:
+            if s._RTCRtpSender__track is not track:  # replaceTrack()
+                self.handed_over = True
+                await self._aiortc_loop(codec, seq, origin, history)
             payload, offset = await track.next_payload()
-            if s._RTCRtpSender__track is not track:
-                raise MediaStreamError  # (replaced: aiortc's loop would read the new one)
             if not s._enabled:
                 continue
             timestamp = (origin + offset) & _TS_MASK
@@ -201,6 +216,38 @@ class SendPath:
             s._RTCRtpSender__packet_count += 1
             seq = (seq + 1) & _SEQ_MASK
 
+    async def _aiortc_loop(self, codec: Any, seq: int, origin: int,
+                           history: dict[int, Any]) -> None:
+        """aiortc's ``_run_rtp`` loop (1.16.0) from ``seq`` and ``origin`` on: whatever
+        track ``replaceTrack`` put on the sender, through aiortc's own layers."""
+        s = self._sender
+        while True:
+            if not s._RTCRtpSender__track:
+                await asyncio.sleep(0.02)
+                continue
+            frame = await s._next_encoded_frame(codec)
+            if frame is None:
+                continue
+            timestamp = (origin + frame.timestamp) & _TS_MASK
+            for i, payload in enumerate(frame.payloads):
+                packet = RtpPacket(payload_type=codec.payloadType, sequence_number=seq,
+                                   timestamp=timestamp)
+                packet.ssrc = s._ssrc
+                packet.payload = payload
+                packet.marker = 1 if i == len(frame.payloads) - 1 else 0
+                packet.extensions.abs_send_time = (clock.current_ntp_time() >> 14) & 0x00FFFFFF
+                packet.extensions.mid = s._RTCRtpSender__mid
+                if frame.audio_level is not None:
+                    packet.extensions.audio_level = (False, -frame.audio_level)
+                history[seq % RTP_HISTORY_SIZE] = packet
+                await s.transport._send_rtp(
+                    packet.serialize(s._RTCRtpSender__rtp_header_extensions_map))
+                s._RTCRtpSender__ntp_timestamp = clock.current_ntp_time()
+                s._RTCRtpSender__rtp_timestamp = timestamp
+                s._RTCRtpSender__octet_count += len(payload)
+                s._RTCRtpSender__packet_count += 1
+                seq = (seq + 1) & _SEQ_MASK
+
     @staticmethod
     def _send(dtls: Any, data: bytes) -> None:
         """``RTCDtlsTransport._send_rtp`` and the ICE layers under it, without awaits."""
@@ -230,7 +277,8 @@ def install_send_path(sender: Any, track: ReplyTrack) -> SendPath:
     """
     for name in _SENDER_ATTRIBUTES:
         _require(hasattr(sender, _SENDER + name), f"RTCRtpSender has no __{name}")
-    for name in ("_run_rtp", "_retransmit", "_run_rtcp", "_ssrc", "_enabled"):
+    for name in ("_run_rtp", "_retransmit", "_run_rtcp", "_ssrc", "_enabled",
+                 "_next_encoded_frame"):
         _require(hasattr(sender, name), f"RTCRtpSender has no {name}")
     _require(getattr(_rtcrtpsender, "RTP_HISTORY_SIZE", None) == RTP_HISTORY_SIZE
              and callable(getattr(_rtcrtpsender, "random_sequence_number", None)),
@@ -238,8 +286,9 @@ def install_send_path(sender: Any, track: ReplyTrack) -> SendPath:
     dtls = getattr(sender, _SENDER + "transport")
     for name in ("tx_bytes", "tx_packets"):
         _require(hasattr(dtls, _DTLS + name), f"RTCDtlsTransport has no __{name}")
-    _require(hasattr(dtls, "_tx_srtp") and hasattr(dtls, "_state"),
-             "RTCDtlsTransport has no _tx_srtp or _state")
+    _require(hasattr(dtls, "_tx_srtp") and hasattr(dtls, "_state")
+             and hasattr(dtls, "_send_rtp"),
+             "RTCDtlsTransport has no _tx_srtp, _state or _send_rtp")
     connection = getattr(dtls.transport, "_connection", None)
     _require(isinstance(getattr(connection, "_nominated", None), dict),
              "RTCIceTransport's aioice Connection has no _nominated pairs")
