@@ -426,3 +426,16 @@ def test_bad_settings_and_arguments_are_refused() -> None:
     with pytest.raises(ValueError, match="seconds"):
         CallCostMeter().record_loop_lag(-1.0)
     assert available_cores() >= 1
+
+
+def test_the_horizons_peaks_stay_bounded_when_nobody_asks_the_cost() -> None:
+    """A meter whose windows the watch closes (tick) and whose cost nobody reads keeps at
+    most one peak per window of the horizon, however long a falling cost runs."""
+    machine = Machine()
+    meter = meter_on(machine, window_seconds=1.0, horizon_seconds=10.0, smoothing=0.5)
+    meter.call_started()
+    for n in range(300):  # each window's call cheaper than the last: no peak replaces one
+        machine.run(1.0, cpu_rate=0.2 * 0.99**n)
+        meter.tick()
+    assert len(meter._peaks) <= 11
+    assert meter.cost().per_call == pytest.approx(max(v for _, v in meter._peaks))

@@ -335,8 +335,12 @@ class CallCostMeter:
         self._windows = 0
         self._lags: deque[tuple[float, float]] = deque(maxlen=1000)
         # (clock, the EWMA after a measured window), the values falling from the oldest:
-        # the first is the highest of the horizon (a sliding maximum)
-        self._peaks: deque[tuple[float, float]] = deque()
+        # the first is the highest of the horizon (a sliding maximum); pruned as each
+        # window closes, so at most one entry per window of the horizon (the cap: a
+        # safety net, the pruning keeps it below)
+        horizon, window = self.settings.horizon_seconds, self.settings.window_seconds
+        self._peaks: deque[tuple[float, float]] = deque(
+            maxlen=math.floor(horizon / window) + 2)
 
     # -- calls ----------------------------------------------------------------------
 
@@ -478,6 +482,7 @@ class CallCostMeter:
         while self._peaks and self._peaks[-1][1] <= self._per_call:
             self._peaks.pop()  # (never the highest again before it ages out)
         self._peaks.append((now, self._per_call))
+        self._peak(now)  # (pruned here too: a meter nobody asks the cost of stays small)
 
     def _peak(self, now: float) -> float:
         """The highest EWMA of the horizon (0.0: no measured window in it)."""
