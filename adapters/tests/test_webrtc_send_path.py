@@ -262,3 +262,17 @@ async def test_replace_track_with_none_then_a_track_plays_it() -> None:
         before = len(c.wire.packets)
         await _until(lambda: len(c.wire.packets) >= before + 25)
         assert other.readyState == "live"
+
+
+async def test_a_failing_send_loop_ends_the_call_naming_the_send_path() -> None:
+    async with call() as c:
+        await _until(lambda: len(c.wire.packets) >= 5)
+
+        async def broken() -> tuple[bytes, int]:
+            raise RuntimeError("encoder broke")
+
+        c.peer.track.next_payload = broken  # type: ignore[method-assign]
+        await _until(c.peer.closed.is_set)
+        assert c.peer.close_reason == ("the reply audio's send path failed: "
+                                       "RuntimeError: encoder broke")
+        assert isinstance(c.peer.send_path.failure, RuntimeError)

@@ -256,7 +256,8 @@ class WebRtcPeer:
                 if transceiver.sender is sender and transceiver._codecs \
                         and transceiver._codecs[0].mimeType.lower() == "audio/opus":
                     self.track.encode_here()
-                    self.send_path = install_send_path(sender, self.track)
+                    self.send_path = install_send_path(
+                        sender, self.track, on_failure=self._send_path_failed)
         except Exception as exc:
             await self.aclose(f"signaling failed: {type(exc).__name__}")
             if isinstance(exc, OpusLibraryError):
@@ -433,6 +434,9 @@ class WebRtcPeer:
                 self.close_soon(f"the peer vanished: nothing received for "
                                 f"{settings.peer_timeout:g} s")
                 return
+
+    def _send_path_failed(self, exc: BaseException) -> None:
+        self.close_soon(f"the reply audio's send path failed: {type(exc).__name__}: {exc}")
 
     def close_soon(self, reason: str) -> None:
         """End the call in the background (safe from event handlers and our own tasks).

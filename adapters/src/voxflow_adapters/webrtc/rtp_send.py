@@ -43,6 +43,7 @@ import asyncio
 import logging
 import struct
 import traceback
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from aiortc import clock
@@ -106,9 +107,14 @@ class SendPath:
             (else every packet is serialized by aiortc, and a warning was logged).
     """
 
-    def __init__(self, sender: Any, track: ReplyTrack) -> None:
+    def __init__(self, sender: Any, track: ReplyTrack,
+                 on_failure: Callable[[BaseException], None] | None = None) -> None:
         self._sender = sender
         self._track = track
+        self._on_failure = on_failure
+        self.failure: BaseException | None = None
+        """What ended the loop when it failed (not a cancel, a lost connection or an
+        ended track); ``on_failure`` was called with it."""
         self.handed_over = False
         """The sender's track was replaced (``replaceTrack``): from then on each packet
         takes aiortc's own per-packet path (see :meth:`run`)."""
@@ -154,10 +160,15 @@ class SendPath:
         getattr(s, _SENDER + "rtp_started").set()
         try:
             await self._send_loop(codec)
-        except (asyncio.CancelledError, ConnectionError, MediaStreamError):
+        except (asyncio.CancelledError, MediaStreamError):
             pass
-        except Exception:  # (as aiortc: stop() waits for rtp_exited, so it must be set)
+        except ConnectionError as exc:  # (the peer's connection state ends the call)
+            logger.info("the reply audio's RTP loop stopped: %s", exc)
+        except Exception as exc:  # (as aiortc: stop() waits for rtp_exited, so it must be set)
             logger.warning("the reply audio's RTP loop failed:\n%s", traceback.format_exc())
+            self.failure = exc
+            if self._on_failure is not None:
+                self._on_failure(exc)
         # (aiortc stops the sender's current track; this loop only ever its own, or
         # after a replaceTrack the one it was serving, as aiortc would)
         track = getattr(s, _SENDER + "track") if self.handed_over else self._track
@@ -262,13 +273,16 @@ class SendPath:
         dtls._RTCDtlsTransport__tx_packets += 1
 
 
-def install_send_path(sender: Any, track: ReplyTrack) -> SendPath:
+def install_send_path(sender: Any, track: ReplyTrack, *,
+                      on_failure: Callable[[BaseException], None] | None = None) -> SendPath:
     """Put :class:`SendPath` in place of ``sender``'s ``_run_rtp`` (before it starts:
     right after the local description is set).
 
     Args:
         sender: the ``RTCRtpSender`` of ``track``.
         track: the reply track, after :meth:`ReplyTrack.encode_here`.
+        on_failure: called (on the event loop) with the exception that ended the loop,
+            when it failed (the call's reply audio is gone: end the call).
 
     Raises:
         AiortcChanged: this aiortc's sender, DTLS or ICE transport is not the one this
@@ -297,6 +311,6 @@ def install_send_path(sender: Any, track: ReplyTrack) -> SendPath:
     if getattr(sender, _SENDER + "track") is not track or track.encoder is None:
         raise RuntimeError("install_send_path() needs the sender's own ReplyTrack, after "
                            "encode_here()")
-    path = SendPath(sender, track)
+    path = SendPath(sender, track, on_failure)
     sender._run_rtp = path.run
     return path
