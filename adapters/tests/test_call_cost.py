@@ -138,9 +138,10 @@ def test_a_window_with_too_little_of_a_call_says_nothing_of_its_cost() -> None:
 
 
 def test_by_default_the_estimate_leaves_the_prior_over_many_windows() -> None:
-    """The EWMA (``recent``) leaves the prior over ~40 s; the slots hold what its first
-    windows made of it for the horizon (without one, they followed it down)."""
-    for horizon, slots in ((180.0, [5, 5, 5, 5]), (0.0, [5, 6, 7, 8])):
+    """The EWMA (``recent``) leaves the prior over ~40 s, and a fresh process's slots
+    follow it, with the horizon as without one: the prior is no peak (the horizon's peak
+    is of the measured windows alone)."""
+    for horizon in (180.0, 0.0):
         machine = Machine()
         meter = meter_on(machine, horizon_seconds=horizon)  # 2 s windows, a tenth of each
         meter.call_started()
@@ -150,9 +151,32 @@ def test_by_default_the_estimate_leaves_the_prior_over_many_windows() -> None:
             seen.append(meter.cost())
         assert (seen[0].source, seen[0].recent) == ("measured", pytest.approx(0.265))
         assert [round(c.recent, 3) for c in seen[::5]] == [0.265, 0.21, 0.177, 0.158]
-        assert [c.slots for c in seen[::5]] == slots
+        assert [c.slots for c in seen[::5]] == [5, 6, 7, 8]
         assert seen[-1].recent == pytest.approx(0.13 + 0.15 * 0.9**20)
-        assert seen[-1].per_call == pytest.approx(0.265 if horizon else seen[-1].recent)
+        assert seen[-1].per_call == pytest.approx(seen[-1].recent)
+
+
+def test_an_unmeasured_prior_is_no_peak_for_a_scaled_out_worker() -> None:
+    """A new worker whose engines were not warmed up starts at UNMEASURED_CALL_COST
+    (28 %); its calls cost 13 %: its slots rise with its measurements (not held at the
+    prior's 5 for the horizon), and a lull after a busy minute still keeps the busy
+    minute's slots."""
+    machine = Machine()
+    meter = meter_on(machine)  # no prior, no rates: 0.28
+    for _ in range(4):
+        meter.call_started()
+    seen = []
+    for _ in range(30):  # a minute of 4 calls at 13 % each
+        machine.run(2.0, cpu_rate=4 * 0.13)
+        seen.append(meter.cost())
+    assert (seen[0].source, seen[0].prior, seen[0].slots) == ("measured", 0.28, 5)
+    assert seen[-1].slots == floor(0.7 * 2 / seen[-1].recent) == 10
+    assert seen[-1].per_call == pytest.approx(seen[-1].recent)
+    for _ in range(30):  # then a minute on hold at 5 % each
+        machine.run(2.0, cpu_rate=4 * 0.05)
+        seen.append(meter.cost())
+    assert seen[-1].recent < 0.1 and seen[-1].slots == 10
+    assert seen[-1].per_call == pytest.approx(0.13, abs=0.005)  # the busy minute's
 
 
 def _busy_then_quiet(horizon: float | None, quiet_seconds: float) -> tuple[
@@ -168,6 +192,7 @@ def _busy_then_quiet(horizon: float | None, quiet_seconds: float) -> tuple[
         meter.call_started()
     for _ in range(30):
         machine.run(2.0, cpu_rate=6 * 0.2)
+        meter.tick()  # (the watch closes each window when due)
     assert (meter.cost().per_call, meter.cost().slots) == (pytest.approx(0.2), 7)
     quiet = []
     for _ in range(round(quiet_seconds / 2.0)):
@@ -195,9 +220,10 @@ def test_a_load_that_stays_cheaper_raises_the_slots_once_the_horizon_passed() ->
     meter, _, quiet = _busy_then_quiet(None, 400.0)
     within, after = quiet[:90], quiet[90:]  # the last busy window 180 s before
     assert max(c.slots for c in within) == 7
-    # from then on, the EWMA as it was a horizon before
+    # from then on, about the EWMA as it was a horizon before (the peak's EWMA is of the
+    # 30 busy windows, not of the prior before them: within 1 %)
     assert [c.per_call for c in after[:5]] == pytest.approx(
-        [0.1 + 0.1 * 0.9**n for n in range(1, 6)])
+        [0.1 + 0.1 * 0.9**n for n in range(1, 6)], rel=0.01)
     assert [c.slots for c in after[::10]] == sorted(c.slots for c in after[::10])
     assert quiet[-1].slots == 13 == floor(0.7 * 2 / (0.1 + 0.1 * 0.9**110))
     assert meter.cost().per_call == pytest.approx(0.1, abs=1e-5)

@@ -34,21 +34,24 @@ listeners). :class:`CallCostMeter` learns it from the calls this process runs:
   and slots taken from it would admit calls that do not fit once the silent ones talk
   again. The slots are therefore taken from the *highest the EWMA was* over the last
   :attr:`CostSettings.horizon_seconds` (3 minutes; a sliding maximum of its value after
-  each measured window): a lull shorter than the horizon lowers the EWMA
-  (:attr:`CallCost.recent`), not the slots; a load that stays cheaper raises them once
-  its lower EWMA is all the horizon holds, the old peak aging out window by window
-  (no ratchet); with no call at all the peak ages out too. Why the EWMA's peak and not
-  a high percentile of the raw windows: one window's cost per call swings with where
-  the calls are in their question-and-answer cycle (``capacity.py --offered 24 --turns 2
-  --lull 150``, Dec 5, each 5 s's CPU over its call-seconds: 5.7-15.1 % while 9 calls talked,
-  the EWMA 9.7-11.6 %; 3.5-29.4 % while 2 did), so a high percentile would take every
-  call at its costliest seconds and cut a steady load's slots by a third or more; the
-  EWMA averages about three cycles, and its peak over the horizon is that average
-  while the calls talked (in that run 11.7 % held through the lull while the EWMA fell
-  to 1.8 %: 9 silent calls cost 1.8-1.9 % each). The estimate starts at the prior and
-  the peak holds what the first windows made of it, so a fresh process keeps about its
-  prior's slots for the horizon (the prior is set above a call's measured cost), where
-  it used to follow the EWMA down within ~40 s; restarting the window
+  each measured window, of the measured windows alone: see below): a lull shorter than
+  the horizon lowers the EWMA (:attr:`CallCost.recent`), not the slots; a load that
+  stays cheaper raises them once its lower EWMA is all the horizon holds, the old peak
+  aging out window by window (no ratchet); with no call at all the peak ages out too.
+  Why the EWMA's peak and not a high percentile of the raw windows: one window's cost
+  per call swings with where the calls are in their question-and-answer cycle
+  (``capacity.py --offered 24 --turns 2 --lull 150``, Dec 5, each 5 s's CPU over its
+  call-seconds: 5.7-15.1 % while 9 calls talked, the EWMA 9.7-11.6 %; 3.5-29.4 % while 2
+  did), so a high percentile would take every call at its costliest seconds and cut a
+  steady load's slots by a third or more; the EWMA averages about three cycles, and its
+  peak over the horizon is that average while the calls talked (in that run 11.7 % held
+  through the lull while the EWMA fell to 1.8 %: 9 silent calls cost 1.8-1.9 % each).
+  The estimate starts at the prior, the peak does not: it is fed the EWMA of the
+  measured windows alone (the same weights, started at the first window's figure, not
+  the prior), or the estimate where that is lower, so a fresh process's slots follow its
+  estimate down from the prior within ~40 s, as without a horizon (the prior, set above
+  a call's measured cost, is no peak to hold for 3 minutes: a scaled-out worker at
+  :data:`UNMEASURED_CALL_COST` would hold about half its slots); restarting the window
   (:meth:`CallCostMeter.restart`) keeps the peak, as it keeps every closed window's
   figure.
 * **the machine's other work**: the CPU other processes used over the same windows
@@ -255,9 +258,10 @@ class CallCost:
     """What a call costs here, and the calls that allows.
 
     Attributes:
-        per_call: share of a core one call is taken to cost (0.13: 13 % of a core): the
-            highest :attr:`recent` was over the last :attr:`CostSettings.horizon_seconds`
-            (the slots are set from it).
+        per_call: share of a core one call is taken to cost (0.13: 13 % of a core):
+            :attr:`recent`, or where higher the highest the measured windows' EWMA (at
+            most :attr:`recent` each time) was over the last
+            :attr:`CostSettings.horizon_seconds` (the slots are set from it).
         recent: the cost per call now: the EWMA of the recent windows (the prior before
             one), below :attr:`per_call` while the calls are cheaper than they were
             within the horizon (a lull).
@@ -333,8 +337,13 @@ class CallCostMeter:
         self._idle_measured = False
         self._others: float | None = None  # (None: not measured yet)
         self._windows = 0
+        # the EWMA of the measured windows alone (not started at the prior): its sum of
+        # weighted figures and their total weight, so sum / weight is their average
+        self._measured_sum = 0.0
+        self._measured_weight = 0.0
         self._lags: deque[tuple[float, float]] = deque(maxlen=1000)
-        # (clock, the EWMA after a measured window), the values falling from the oldest:
+        # (clock, the measured windows' EWMA after one, at most the EWMA), the values
+        # falling from the oldest:
         # the first is the highest of the horizon (a sliding maximum); pruned as each
         # window closes, so at most one entry per window of the horizon (the cap: a
         # safety net, the pruning keeps it below)
@@ -479,9 +488,17 @@ class CallCostMeter:
             sample = max(sample, before)
         self._per_call = s.smoothing * sample + (1 - s.smoothing) * before
         self._windows += 1
-        while self._peaks and self._peaks[-1][1] <= self._per_call:
+        self._measured_sum = s.smoothing * sample + (1 - s.smoothing) * self._measured_sum
+        self._measured_weight = s.smoothing + (1 - s.smoothing) * self._measured_weight
+        # the peak is of what the calls measured, not of the prior (a fresh process's
+        # slots follow its EWMA down from the prior, as without a horizon), never above
+        # the EWMA (a prior below the calls' cost: as before; one window's swing)
+        if s.horizon_seconds <= 0:
+            return
+        measured = min(self._measured_sum / self._measured_weight, self._per_call)
+        while self._peaks and self._peaks[-1][1] <= measured:
             self._peaks.pop()  # (never the highest again before it ages out)
-        self._peaks.append((now, self._per_call))
+        self._peaks.append((now, measured))
         self._peak(now)  # (pruned here too: a meter nobody asks the cost of stays small)
 
     def _peak(self, now: float) -> float:
