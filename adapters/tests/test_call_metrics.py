@@ -316,3 +316,32 @@ async def test_the_status_page_reads_the_calls_figures() -> None:
     assert rows["turns answered"] == "3" and rows["stale samples (must stay 0)"] == "0"
     # 3 turns in (0.4, 0.5], (0.5, 0.6], (0.6, 0.7]: the median half way in (0.5, 0.6]
     assert rows["voice to voice (since start)"] == "median 550 ms, p95 685 ms (n=3)"
+
+
+@pytest.mark.unit
+def test_a_lull_shows_as_the_recent_cost_below_the_slots_cost() -> None:
+    """voxflow_call_cost_ratio is the cost the slots are from (the horizon's highest);
+    voxflow_call_cost_recent_ratio the EWMA now, which falls while the calls sit silent
+    (a lull shows in Prometheus as the two apart)."""
+    from voxflow_adapters.hosting.call_cost import CallCostMeter, CostSettings
+
+    clock = {"now": 0.0, "cpu": 0.0}
+    meter = CallCostMeter(CostSettings(prior_call_cost=0.2), cores=2,
+                          cpu_time=lambda: clock["cpu"], machine_time=lambda: None,
+                          clock=lambda: clock["now"])
+    admission = AdmissionController(AdmissionSettings(), clock=lambda: clock["now"],
+                                    meter=meter)
+    registry = CollectorRegistry()
+    CallMetrics(registry).watch(admission.load, lambda: HostCounts(admitted=0, refused={}))
+    first = samples(registry)
+    assert first[("voxflow_call_cost_recent_ratio", ())] == 0.2  # the prior
+    calls = [admission.admit(f"call-{i}") for i in range(6)]
+    for rate in [6 * 0.2] * 30 + [6 * 0.1] * 30:  # a busy minute, then a minute on hold
+        clock["now"] += 2.0
+        clock["cpu"] += 2.0 * rate
+        meter.tick()
+    lull = samples(registry)
+    assert lull[("voxflow_call_cost_ratio", ())] == pytest.approx(0.2)
+    assert lull[("voxflow_call_cost_recent_ratio", ())] == pytest.approx(0.1 + 0.1 * 0.9**30)
+    for call in calls:
+        call.release()

@@ -292,6 +292,10 @@ class _HostCollector:
         yield gauge("voxflow_call_cost_ratio", "share of a core one call costs (measured "
                     "over the recent calls, the highest of the last few minutes; a prior "
                     "until then)", load.call_cost)
+        yield gauge("voxflow_call_cost_recent_ratio", "share of a core one call costs now "
+                    "(the EWMA of the recent windows; below voxflow_call_cost_ratio while "
+                    "the calls are cheaper than within the last few minutes: a lull)",
+                    load.recent_call_cost)
         yield gauge("voxflow_admission_loop_lag_seconds", "how late the event loop woke "
                     "(admission's probe, recent 90th percentile; NaN before it is probed)",
                     None if load.loop_lag_ms is None else load.loop_lag_ms / 1000.0)
