@@ -257,3 +257,52 @@ def test_voxflow_doctor_says_whether_libopus_loads(monkeypatch: pytest.MonkeyPat
     [(_, status, detail, fix)] = doctor_checks()
     assert status == "missing" and "could not be loaded" in detail
     assert "uv sync --locked" in fix and "uv sync" not in detail
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc/self/maps: Linux")
+def test_mapped_paths_resolve_each_file_once_and_skip_deleted_ones(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A file mapped five times is resolved once; a path ending in spaces is that path;
+    a deleted file's mapping (" (deleted)") is not the file now at its path."""
+    kept, spaced, gone = tmp_path / "libopus-a.so.0", tmp_path / "libopus-b.so.0  ", (
+        tmp_path / "libopus-c.so.0")
+    for path in (kept, spaced, gone):
+        path.write_bytes(b"")
+    lines = [f"7f0{n}-7f1{n} r-xp 0000 08:01 42   {kept}\n" for n in range(5)]
+    lines += [f"7f20-7f21 r--p 0000 08:01 43   {spaced}\n",
+              f"7f30-7f31 r--p 0000 08:01 44   {gone} (deleted)\n"]
+    maps = tmp_path / "maps"
+    maps.write_text("".join(lines))
+    resolved: list[str] = []
+    realpath = os.path.realpath
+
+    def counted(path: str) -> str:
+        resolved.append(path)
+        return realpath(path)
+
+    monkeypatch.setattr(os.path, "realpath", counted)
+    mapped = _libopus._mapped_paths(str(maps))
+    assert mapped == {realpath(kept), realpath(spaced)}
+    assert sorted(resolved) == sorted([str(kept), str(spaced)])
+
+
+_AT_EXIT = textwrap.dedent("""
+    import atexit
+    kept = {}
+    # registered first, so it runs last: after weakref.finalize's own exit hook
+    atexit.register(lambda: print(kept["encoder"]._close.alive, kept["decoder"]._close.alive))
+    from voxflow_adapters.webrtc import _libopus as L
+    kept["encoder"] = L.OpusEncoderHandle(48_000, 1, L.APPLICATION_AUDIO)
+    kept["decoder"] = L.OpusDecoderHandle(16_000, 1)
+""")
+
+
+def test_handles_are_not_destroyed_at_interpreter_exit_without_their_lock() -> None:
+    """weakref.finalize would destroy a live handle's state at exit without the handle's
+    lock (a daemon thread still encoding would use freed state): the finalizers do not
+    run at exit, so a handle alive then still is (the process's end frees it)."""
+    done = subprocess.run([sys.executable, "-c", _AT_EXIT], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["True", "True"]

@@ -118,18 +118,24 @@ def _candidates() -> list[str]:
     return _mapped_first([os.path.normpath(path) for path in found], _mapped_paths())
 
 
+_DELETED: Final = " (deleted)"
+
+
 def _mapped_paths(maps: str = "/proc/self/maps") -> set[str]:
     """The real paths of the files mapped into this process (empty where there is no
-    ``/proc``: macOS, Windows)."""
+    ``/proc``: macOS, Windows). Each file once (it is mapped 4-5 times), then resolved; a
+    path is taken as it stands (trailing spaces are part of it); a mapping whose file was
+    deleted (the kernel's ``" (deleted)"``: PyAV upgraded under a running process) is
+    none: the file at that path now is another one."""
     if not sys.platform.startswith("linux"):
         return set()
     try:
-        with open(maps, encoding="utf-8", errors="replace") as lines:
-            fields = [line.split(maxsplit=5) for line in lines]
+        with open(maps, encoding="utf-8", errors="replace", newline="\n") as lines:
+            fields = [line.rstrip("\n").split(maxsplit=5) for line in lines]
     except OSError:
         return set()
-    return {os.path.realpath(f[5].strip()) for f in fields
-            if len(f) == 6 and f[5].startswith("/")}
+    paths = {f[5] for f in fields if len(f) == 6 and f[5].startswith("/")}
+    return {os.path.realpath(p) for p in paths if not p.endswith(_DELETED)}
 
 
 def _mapped_first(paths: list[str], mapped: set[str]) -> list[str]:
@@ -197,7 +203,9 @@ def _opus() -> ctypes.CDLL:
 
 
 def library_path() -> str:
-    """The file libopus was loaded from.
+    """The name libopus was loaded by: the file's path for PyAV's copy, the soname
+    ``find_library`` gave for the system's (``libopus.so.0``), as ``voxflow doctor``
+    shows it.
 
     Raises:
         OpusLibraryError: no libopus could be loaded.
@@ -266,6 +274,7 @@ class OpusEncoderHandle:
         self._handle: int | None = handle
         self._lock = threading.Lock()  # held around every call into libopus, and close()
         self._close = weakref.finalize(self, lib.opus_encoder_destroy, handle)
+        self._close.atexit = False  # (see OpusDecoderHandle)
         self._encode = lib.opus_encode
         self._out = np.zeros(MAX_PACKET_BYTES, np.uint8)
         self._out_at = self._out.ctypes.data
@@ -361,6 +370,9 @@ class OpusDecoderHandle:
         self._handle: int | None = handle
         self._lock = threading.Lock()  # held around every call into libopus, and close()
         self._close = weakref.finalize(self, lib.opus_decoder_destroy, handle)
+        # not at interpreter exit: it would free the state without the lock, and a
+        # daemon thread still decoding then would use it (the process's end frees it)
+        self._close.atexit = False
         self._decode = lib.opus_decode
         self.max_samples = sample_rate * 120 // 1000
         """Samples a channel of the longest packet (120 ms), the output buffer's size."""
