@@ -465,3 +465,6 @@ def test_the_horizons_peaks_stay_bounded_when_nobody_asks_the_cost() -> None:
         meter.tick()
     assert len(meter._peaks) <= 11
     assert meter.cost().per_call == pytest.approx(max(v for _, v in meter._peaks))
+    # a window as short as the settings allow: the cap is no larger than a deque holds
+    tiny = CallCostMeter(CostSettings(window_seconds=1e-300), cores=2)
+    assert tiny.cost().slots >= 1

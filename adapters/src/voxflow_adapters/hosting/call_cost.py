@@ -73,6 +73,7 @@ from __future__ import annotations
 import asyncio
 import math
 import os
+import sys
 import threading
 import time
 from collections import deque
@@ -348,8 +349,8 @@ class CallCostMeter:
         # window closes, so at most one entry per window of the horizon (the cap: a
         # safety net, the pruning keeps it below)
         horizon, window = self.settings.horizon_seconds, self.settings.window_seconds
-        self._peaks: deque[tuple[float, float]] = deque(
-            maxlen=math.floor(horizon / window) + 2)
+        self._peaks: deque[tuple[float, float]] = deque(  # (a tiny window: no cap past
+            maxlen=min(math.floor(horizon / window) + 2, sys.maxsize))  # what deque holds)
 
     # -- calls ----------------------------------------------------------------------
 
