@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import aioice
 import numpy as np
 import pytest
 from aiortc import RTCConfiguration, RTCPeerConnection
@@ -32,6 +33,7 @@ from voxflow_adapters.webrtc import (
 )
 from voxflow_adapters.webrtc._libopus import OpusLibraryError
 from voxflow_adapters.webrtc.client import CALLER_TOKEN_ENV, LoopbackCaller, OfferRejected
+from voxflow_adapters.webrtc.rtp_send import AiortcChanged
 from voxflow_voice.audio import AudioChunk, write_wav
 from voxflow_voice.engines import VoiceEngines
 
@@ -153,6 +155,32 @@ async def test_a_call_when_libopus_cannot_load_is_the_servers_500_without_its_pa
     assert [(r.status, r.reason) for r in refusals] == [
         (500, "the server cannot encode audio (see its log)")] * 2
     assert stats.rejected == {"codec": 2}
+    assert (load.active_calls, load.headroom) == (0, 1)
+
+
+async def test_an_aiortc_not_the_locked_one_stops_the_server_at_start(
+    engines: VoiceEngines, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(aioice, "__version__", "0.99.0")
+    settings = ServerSettings(port=0, peer=PeerSettings(ice_host_addresses=("127.0.0.1",)))
+    server = WebRtcServer(assistant_call_factory(), engines, settings=settings)
+    with pytest.raises(AiortcChanged, match=r"aioice 0\.99\.0.*uv sync --locked"):
+        await server.start()
+
+
+async def test_a_call_when_aiortc_changed_is_the_servers_500_not_the_callers_sdp(
+    engines: VoiceEngines, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """aiortc/aioice changed under a running server (start() was run before): the offer
+    is the server's 500 'server', not a 400 'sdp' blaming the caller."""
+    async with serving(engines, max_calls=1) as server:
+        monkeypatch.setattr(aioice, "__version__", "0.99.0")
+        base = f"http://127.0.0.1:{server.port}"
+        refusals = [await rejected(LoopbackCaller(base, server.token)) for _ in range(2)]
+        stats, load = server.statistics(), server.load()
+    assert [(r.status, r.reason) for r in refusals] == [
+        (500, "the server cannot send audio (see its log)")] * 2
+    assert stats.rejected == {"server": 2}
     assert (load.active_calls, load.headroom) == (0, 1)
 
 

@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
+import aioice.ice
 import numpy as np
 import pytest
 from aiortc import RTCConfiguration, RTCPeerConnection, RTCSessionDescription
@@ -23,7 +24,12 @@ from voxflow_adapters.webrtc._ice import host_addresses
 from voxflow_adapters.webrtc.opus import MonoOpusEncoder
 from voxflow_adapters.webrtc.outbound import _SILENCE, FRAME_SAMPLES, OPUS_SAMPLE_RATE
 from voxflow_adapters.webrtc.peer import WebRtcPeer
-from voxflow_adapters.webrtc.rtp_send import AiortcChanged, SendPath, install_send_path
+from voxflow_adapters.webrtc.rtp_send import (
+    AiortcChanged,
+    SendPath,
+    check_internals,
+    install_send_path,
+)
 from voxflow_voice.audio import ReplyChunk
 
 from voxflow.ids import DeliveryId
@@ -229,6 +235,26 @@ def test_an_aiortc_without_the_expected_internals_is_refused_by_name() -> None:
 
     with pytest.raises(AiortcChanged, match="pin aiortc to the locked version"):
         install_send_path(Sender(), object())  # type: ignore[arg-type]
+
+
+def test_an_aioice_whose_send_data_does_more_than_sendto_is_refused(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The send path writes to the pair's datagram transport itself: only right while
+    aioice's ``StunProtocol.send_data`` is ``transport.sendto`` and nothing else."""
+    check_internals()
+    original = aioice.ice.StunProtocol.send_data
+
+    async def framed(self: Any, data: bytes, addr: tuple[str, int]) -> None:
+        self.transport.write(len(data).to_bytes(2, "big") + data)
+
+    monkeypatch.setattr(aioice.ice.StunProtocol, "send_data", framed)
+    with pytest.raises(AiortcChanged, match=r"send_data is not transport\.sendto"):
+        check_internals()
+    monkeypatch.setattr(aioice.ice.StunProtocol, "send_data", original)
+    monkeypatch.setattr(aioice, "__version__", "0.14.0")
+    with pytest.raises(AiortcChanged, match=r"aioice 0\.14\.0, not 0\.13\.0"):
+        check_internals()
 
 
 async def test_replace_track_hands_the_sender_to_aiortcs_loop_and_the_new_track_plays() -> None:

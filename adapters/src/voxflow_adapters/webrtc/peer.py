@@ -65,7 +65,7 @@ from .protocol import (
     parse_page_message,
 )
 from .receive import MAX_RECEIVE_HOLD, InboundAudio
-from .rtp_send import SendPath, install_send_path
+from .rtp_send import AiortcChanged, SendPath, install_send_path
 
 __all__ = [
     "DEFAULT_ICE_GATHER_TIMEOUT", "DEFAULT_PEER_SETTINGS", "DEFAULT_RECEIVE_HOLD", "IceServer",
@@ -260,7 +260,7 @@ class WebRtcPeer:
                         sender, self.track, on_failure=self._send_path_failed)
         except Exception as exc:
             await self.aclose(f"signaling failed: {type(exc).__name__}")
-            if isinstance(exc, OpusLibraryError):
+            if isinstance(exc, OpusLibraryError | AiortcChanged):
                 raise  # (not the offer's fault)
             raise SignalingError(f"the offer was refused: {exc}") from exc
         self._spawn(self._watch(), "watch")

@@ -46,6 +46,9 @@ import traceback
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+import aioice
+import aioice.ice
+import aiortc
 from aiortc import clock
 from aiortc import rtcrtpsender as _rtcrtpsender
 from aiortc.mediastreams import MediaStreamError
@@ -56,7 +59,7 @@ from aiortc.utils import random32
 if TYPE_CHECKING:
     from .outbound import ReplyTrack
 
-__all__ = ["AiortcChanged", "SendPath", "install_send_path"]
+__all__ = ["AiortcChanged", "SendPath", "check_internals", "install_send_path"]
 
 logger = logging.getLogger(__name__)
 
@@ -78,10 +81,39 @@ _TS_MASK = 0xFFFFFFFF
 _ABS_SEND_TIME_PROBES = (0x000000, 0xFFFFFF)
 
 
+_LOCKED = {"aiortc": "1.16.0", "aioice": "0.13.0"}  # (uv.lock): the versions read
+
+
 def _require(condition: bool, what: str) -> None:
     if not condition:
         raise AiortcChanged(f"aiortc changed ({what}): the reply audio's send path cannot "
-                            "be installed (pin aiortc to the locked version)")
+                            "be installed (pin aiortc to the locked version: aiortc "
+                            f"{_LOCKED['aiortc']}, aioice {_LOCKED['aioice']}; "
+                            "uv sync --locked)")
+
+
+def check_internals() -> None:
+    """Check, without a call, that the installed aiortc and aioice are the versions this
+    module was written against (``WebRtcServer.start`` runs it; each install again).
+
+    The datagram send bypasses ``aioice.Connection.send``/``sendto``: it is the same only
+    while ``StunProtocol.send_data`` is ``self.transport.sendto(data, addr)`` (checked on
+    its code). That covers every kind of pair: host, srflx, and relayed (TURN over UDP or
+    TCP), where the pair's transport is ``aioice.turn.TurnTransport``, whose ``sendto``
+    does the channel binding and framing.
+
+    Raises:
+        AiortcChanged: another aiortc or aioice version, or aioice's ``send_data`` does
+            more than ``transport.sendto``.
+    """
+    for module in (aiortc, aioice):
+        found = getattr(module, "__version__", None)
+        _require(found == _LOCKED[module.__name__],
+                 f"{module.__name__} {found}, not {_LOCKED[module.__name__]}")
+    send_data = getattr(getattr(aioice.ice, "StunProtocol", None), "send_data", None)
+    code = getattr(send_data, "__code__", None)
+    _require(code is not None and code.co_names == ("transport", "sendto"),
+             "aioice's StunProtocol.send_data is not transport.sendto")
 
 
 class _Sent:
@@ -289,6 +321,7 @@ def install_send_path(sender: Any, track: ReplyTrack, *,
             was written for (pin aiortc to the locked version).
         RuntimeError: the sender already started, or the track does not encode.
     """
+    check_internals()
     for name in _SENDER_ATTRIBUTES:
         _require(hasattr(sender, _SENDER + name), f"RTCRtpSender has no __{name}")
     for name in ("_run_rtp", "_retransmit", "_run_rtcp", "_ssrc", "_enabled",

@@ -89,6 +89,7 @@ from ._libopus import OpusLibraryError, library_version
 from ._resume import ResumeAdmission, StoredRead
 from .peer import PeerStatistics, WebRtcPeer
 from .protocol import HelloMessage, messages_for_event, state_message
+from .rtp_send import AiortcChanged, check_internals
 from .signaling import (
     DEFAULT_SERVER_SETTINGS,
     CallRefused,
@@ -221,8 +222,11 @@ class WebRtcServer(SignalingServer):
         Raises:
             OpusLibraryError: libopus cannot be loaded (every call encodes and decodes
                 with it); the error names the fix.
+            AiortcChanged: aiortc or aioice is not the locked version (the reply audio's
+                send path uses their internals); the error names the fix.
         """
         library_version()  # (here, not per call: a server that cannot talk is not ready)
+        check_internals()
         await preload()  # (its CPU is not the process's idle cost: watch_loop restarts
         # the meter's window when it starts)
         if self._lag_task is None:
@@ -405,6 +409,10 @@ class WebRtcServer(SignalingServer):
             logger.exception("libopus cannot be loaded", extra={"call_id": call_id})
             raise CallRefused(500, "the server cannot encode audio (see its log)",
                               "codec") from None
+        except AiortcChanged:  # (the server's fault too; start() checks it first)
+            logger.exception("the reply audio's send path", extra={"call_id": call_id})
+            raise CallRefused(500, "the server cannot send audio (see its log)",
+                              "server") from None
 
         observe = self.metrics.call() if self.metrics is not None else None
 
