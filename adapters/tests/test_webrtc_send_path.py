@@ -16,7 +16,12 @@ from typing import Any
 import aioice.ice
 import numpy as np
 import pytest
-from aiortc import RTCConfiguration, RTCPeerConnection, RTCSessionDescription
+from aiortc import (
+    RTCConfiguration,
+    RTCPeerConnection,
+    RTCRtpCodecParameters,
+    RTCSessionDescription,
+)
 from aiortc.mediastreams import AudioStreamTrack
 from aiortc.rtp import RtcpPacket, RtcpSrPacket, RtpPacket
 from voxflow_adapters.webrtc import PeerSettings
@@ -201,8 +206,66 @@ async def test_sender_reports_count_the_packets_and_octets_sent() -> None:
         assert report.octet_count == sum(len(p.payload) for p in packets[:index + 1])
         sender = _sender(c.peer)
         assert sender._RTCRtpSender__packet_count == c.peer.send_path.packets
-        dtls = sender.transport
-        assert dtls._RTCDtlsTransport__tx_packets >= c.peer.send_path.packets
+
+
+async def test_the_dtls_transports_counters_count_each_rtp_packet_sent() -> None:
+    """Every datagram after STUN (first byte >= 20: DTLS, RTP, RTCP) counts once in the
+    DTLS transport's packets and bytes sent, and this loop's RTP packets are exactly
+    the RTP packets (not RTCP: second byte 200-204) on the wire."""
+    async with call() as c:
+        await _until(lambda: len(c.wire.packets) >= 5)
+        dtls = _sender(c.peer).transport
+        pair = dtls.transport._connection._nominated[1]
+        sent: list[bytes] = []
+        datagram = pair.protocol.transport
+        sendto = datagram.sendto
+
+        def record(data: bytes, addr: Any = None) -> None:
+            if data[0] >= 20:
+                sent.append(bytes(data))
+            sendto(data, addr)
+
+        path = c.peer.send_path
+        packets, tx, tx_bytes = (path.packets, dtls._RTCDtlsTransport__tx_packets,
+                                 dtls._RTCDtlsTransport__tx_bytes)
+        pair.protocol.transport = _Recording(datagram, record)
+        c.peer.write_nowait(_tone(1.0, "d1"))
+        await _until(lambda: path.packets >= packets + 60)
+        pair.protocol.transport = datagram
+        assert dtls._RTCDtlsTransport__tx_packets - tx == len(sent)
+        assert dtls._RTCDtlsTransport__tx_bytes - tx_bytes == sum(map(len, sent))
+        rtp = [d for d in sent if 128 <= d[0] < 192 and not 200 <= d[1] <= 204]
+        assert len(rtp) == path.packets - packets
+
+
+class _Recording:
+    """A datagram transport whose ``sendto`` is recorded (the rest passed through)."""
+
+    def __init__(self, inner: Any, sendto: Any) -> None:
+        self._inner = inner
+        self.sendto = sendto
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
+async def test_a_cancelled_loop_ends_cancelled_after_setting_rtp_exited() -> None:
+    async with call() as c:
+        await _until(lambda: len(c.wire.packets) >= 5)
+        sender = _sender(c.peer)
+        task = sender._RTCRtpSender__rtp_task
+    assert task.cancelled()
+    assert sender._RTCRtpSender__rtp_exited.is_set()
+    assert c.peer.track.readyState == "ended"
+
+
+def test_rtx_negotiated_for_audio_is_refused_at_install() -> None:
+    class Sender:
+        _run_rtp = None
+
+    rtx = RTCRtpCodecParameters(mimeType="audio/rtx", clockRate=48000, payloadType=97)
+    with pytest.raises(AiortcChanged, match="RTX negotiated for audio"):
+        install_send_path(Sender(), object(), codecs=[rtx])  # type: ignore[arg-type]
 
 
 async def test_a_nack_is_answered_with_the_packet_again() -> None:

@@ -257,7 +257,8 @@ class WebRtcPeer:
                         and transceiver._codecs[0].mimeType.lower() == "audio/opus":
                     self.track.encode_here()
                     self.send_path = install_send_path(
-                        sender, self.track, on_failure=self._send_path_failed)
+                        sender, self.track, on_failure=self._send_path_failed,
+                        codecs=transceiver._codecs)
         except Exception as exc:
             await self.aclose(f"signaling failed: {type(exc).__name__}")
             if isinstance(exc, OpusLibraryError | AiortcChanged):

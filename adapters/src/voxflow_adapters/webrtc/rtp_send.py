@@ -28,13 +28,12 @@ replaces that loop on one sender whose track is a
 
 Measured (``benchmarks/webrtc_layers.py``, Dec 5, 2 shared cores): from the track's
 packet to the datagram transport's ``sendto`` (the kernel's part excluded, the same both
-ways), aiortc's loop costs 12.5 us a packet run warm, this one 4.7 (of which SRTP and
-the NTP clock reading each ~1.5); in a call, where each 20 ms tick wakes a cold loop, a
-server peer sending and receiving audio spent 51 us a tick less with it (median of 5
-pairs, 790 against 841 us: about 0.26 points of a core; ``webrtc_cpu.py``'s docstring
-has the whole call's figures). aiortc's ``_run_rtp`` reads the NTP clock twice a packet
-(abs-send-time, then the sender report's timestamp after sending); this loop reads it
-once, before sending, for both.
+ways), aiortc's loop costs 12.6 us a packet run warm, this one 4.9; in a call, where
+each 20 ms tick wakes a cold loop, a server peer sending and receiving audio spent 51 us
+a tick less with it (median of 5 pairs, 790 against 841 us: about 0.26 points of a core;
+``webrtc_cpu.py``'s docstring has the whole call's figures). aiortc's ``_run_rtp`` reads
+the NTP clock twice a packet (abs-send-time, then the sender report's timestamp after
+sending); this loop reads it once, before sending, for both.
 """
 
 from __future__ import annotations
@@ -42,8 +41,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import struct
-import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import aioice
@@ -192,29 +190,29 @@ class SendPath:
         getattr(s, _SENDER + "rtp_started").set()
         try:
             await self._send_loop(codec)
-        except (asyncio.CancelledError, MediaStreamError):
+        except MediaStreamError:
             pass
         except ConnectionError as exc:  # (the peer's connection state ends the call)
             logger.info("the reply audio's RTP loop stopped: %s", exc)
-        except Exception as exc:  # (as aiortc: stop() waits for rtp_exited, so it must be set)
-            logger.warning("the reply audio's RTP loop failed:\n%s", traceback.format_exc())
+        except Exception as exc:
+            logger.exception("the reply audio's RTP loop failed")
             self.failure = exc
             if self._on_failure is not None:
                 self._on_failure(exc)
-        # (aiortc stops the sender's current track; this loop only ever its own, or
-        # after a replaceTrack the one it was serving, as aiortc would)
-        track = getattr(s, _SENDER + "track") if self.handed_over else self._track
-        if track is not None:
-            track.stop()
-        if getattr(s, _SENDER + "track") is track:
-            setattr(s, _SENDER + "track", None)
-        getattr(s, _SENDER + "rtp_exited").set()
+        finally:  # (a cancel is re-raised after this: stop() waits for rtp_exited)
+            # aiortc stops the sender's current track; this loop only ever its own, or
+            # after a replaceTrack the one it was serving, as aiortc would
+            track = getattr(s, _SENDER + "track") if self.handed_over else self._track
+            if track is not None:
+                track.stop()
+            if getattr(s, _SENDER + "track") is track:
+                setattr(s, _SENDER + "track", None)
+            getattr(s, _SENDER + "rtp_exited").set()
 
     async def _send_loop(self, codec: Any) -> None:
         s = self._sender
-        dtls = getattr(s, _SENDER + "transport")
         history: dict[int, Any] = getattr(s, _SENDER + "rtp_history")
-        if getattr(s, _SENDER + "rtx_payload_type") is not None:
+        if getattr(s, _SENDER + "rtx_payload_type") is not None:  # (refused at install)
             raise AiortcChanged("an RTX stream for audio: not what this send path does")
         payload_type = codec.payloadType
         template, ast_at = self._template(payload_type)
@@ -250,7 +248,8 @@ class SendPath:
             if not self.template_checked:
                 data = self._reference(payload_type, seq, timestamp, abs_send_time, payload)
             history[seq % RTP_HISTORY_SIZE] = _Sent(seq, data)
-            self._send(dtls, data)
+            # (the transport read per packet, as aiortc: setTransport may change it)
+            self._send(s._RTCRtpSender__transport, data)
             self.packets += 1
             # what _run_rtcp reports (aiortc sets these after each packet it sends)
             s._RTCRtpSender__ntp_timestamp = ntp
@@ -306,7 +305,8 @@ class SendPath:
 
 
 def install_send_path(sender: Any, track: ReplyTrack, *,
-                      on_failure: Callable[[BaseException], None] | None = None) -> SendPath:
+                      on_failure: Callable[[BaseException], None] | None = None,
+                      codecs: Sequence[Any] = ()) -> SendPath:
     """Put :class:`SendPath` in place of ``sender``'s ``_run_rtp`` (before it starts:
     right after the local description is set).
 
@@ -315,6 +315,9 @@ def install_send_path(sender: Any, track: ReplyTrack, *,
         track: the reply track, after :meth:`ReplyTrack.encode_here`.
         on_failure: called (on the event loop) with the exception that ended the loop,
             when it failed (the call's reply audio is gone: end the call).
+        codecs: the transceiver's negotiated codecs (``RTCRtpCodecParameters``): an RTX
+            one is refused here (aiortc never negotiates RTX for audio; this loop sends
+            no RTX stream).
 
     Raises:
         AiortcChanged: this aiortc's sender, DTLS or ICE transport is not the one this
@@ -322,6 +325,8 @@ def install_send_path(sender: Any, track: ReplyTrack, *,
         RuntimeError: the sender already started, or the track does not encode.
     """
     check_internals()
+    _require(not any(str(getattr(c, "mimeType", "")).lower().endswith("/rtx") for c in codecs),
+             "RTX negotiated for audio")
     for name in _SENDER_ATTRIBUTES:
         _require(hasattr(sender, _SENDER + name), f"RTCRtpSender has no __{name}")
     for name in ("_run_rtp", "_retransmit", "_run_rtcp", "_ssrc", "_enabled",
