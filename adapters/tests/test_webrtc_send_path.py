@@ -365,3 +365,18 @@ async def test_a_failing_send_loop_ends_the_call_naming_the_send_path() -> None:
         assert c.peer.close_reason == ("the reply audio's send path failed: "
                                        "RuntimeError: encoder broke")
         assert isinstance(c.peer.send_path.failure, RuntimeError)
+
+
+async def test_a_lost_connection_ends_the_loop_not_as_a_failure() -> None:
+    """The caller closes mid-reply: the loop stops (rtp_exited set, the sender's stop()
+    returns), no failure is reported, and the call ends on the connection's state."""
+    async with call() as c:
+        c.peer.write_nowait(_tone(2.0, "d1"))
+        await _until(lambda: c.peer.send_path.packets >= 10)
+        await c.caller.close()
+        await _until(c.peer.closed.is_set)
+        sender = _sender(c.peer)
+        await _until(sender._RTCRtpSender__rtp_exited.is_set)
+        assert c.peer.send_path.failure is None
+        assert c.peer.close_reason is not None
+        assert "send path" not in c.peer.close_reason
