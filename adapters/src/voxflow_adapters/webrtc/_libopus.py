@@ -35,6 +35,7 @@ import os
 import sys
 import threading
 import weakref
+from collections.abc import Callable
 from typing import Any, Final
 
 import numpy as np
@@ -245,7 +246,37 @@ def _shown(allowed: tuple[int, ...] | range) -> str:
     return ", ".join(map(str, allowed))
 
 
-class OpusEncoderHandle:
+class _Handle:
+    """A libopus state's lifetime, shared by the encoder and the decoder: the pointer,
+    the lock held around every call into libopus and :meth:`close`, and its destruction
+    by :meth:`close` or when garbage-collected (not at interpreter exit: that would free
+    the state without the lock while a daemon thread may still use it; the process's end
+    frees it)."""
+
+    _what = "Opus state"
+    _handle: int | None
+    _lock: threading.Lock
+
+    def _own(self, handle: int, destroy: Callable[[int], None]) -> None:
+        self._handle = handle
+        self._lock = threading.Lock()
+        self._close = weakref.finalize(self, destroy, handle)
+        self._close.atexit = False
+
+    def _live(self) -> int:
+        if self._handle is None:
+            raise ResourceClosedError(f"the {self._what} is closed")
+        return self._handle
+
+    def close(self) -> None:
+        """Destroy the libopus state (idempotent; waits for a call under way on another
+        thread)."""
+        with self._lock:
+            self._handle = None
+            self._close()
+
+
+class OpusEncoderHandle(_Handle):
     """One libopus encoder (``opus_encoder_create``), destroyed by :meth:`close` or when
     garbage-collected.
 
@@ -260,6 +291,8 @@ class OpusEncoderHandle:
         OpusLibraryError: no libopus could be loaded.
     """
 
+    _what = "Opus encoder"
+
     def __init__(self, sample_rate: int, channels: int, application: int) -> None:
         self.sample_rate = _int_in("sample_rate", sample_rate, _RATES)
         self.channels = _int_in("channels", channels, (1, 2))
@@ -271,10 +304,7 @@ class OpusEncoderHandle:
         _check(error.value, "opus_encoder_create")
         if not handle:
             raise OpusError("opus_encoder_create returned no encoder")
-        self._handle: int | None = handle
-        self._lock = threading.Lock()  # held around every call into libopus, and close()
-        self._close = weakref.finalize(self, lib.opus_encoder_destroy, handle)
-        self._close.atexit = False  # (see OpusDecoderHandle)
+        self._own(handle, lib.opus_encoder_destroy)
         self._encode = lib.opus_encode
         self._out = np.zeros(MAX_PACKET_BYTES, np.uint8)
         self._out_at = self._out.ctypes.data
@@ -333,20 +363,9 @@ class OpusEncoderHandle:
             _check(n, "opus_encode")
             return self._out[:n].tobytes()
 
-    def _live(self) -> int:
-        if self._handle is None:
-            raise ResourceClosedError("the Opus encoder is closed")
-        return self._handle
-
-    def close(self) -> None:
-        """Destroy the libopus encoder (idempotent; waits for a call under way on
-        another thread)."""
-        with self._lock:
-            self._handle = None
-            self._close()
 
 
-class OpusDecoderHandle:
+class OpusDecoderHandle(_Handle):
     """One libopus decoder (``opus_decoder_create``) giving s16 at ``sample_rate`` with
     ``channels`` channels whatever each packet holds (libopus downmixes a stereo packet to
     mono, and resamples: 16 kHz is native to it); destroyed by :meth:`close` or when
@@ -358,6 +377,8 @@ class OpusDecoderHandle:
         OpusLibraryError: no libopus could be loaded.
     """
 
+    _what = "Opus decoder"
+
     def __init__(self, sample_rate: int, channels: int) -> None:
         self.sample_rate = _int_in("sample_rate", sample_rate, _RATES)
         self.channels = _int_in("channels", channels, (1, 2))
@@ -367,12 +388,7 @@ class OpusDecoderHandle:
         _check(error.value, "opus_decoder_create")
         if not handle:
             raise OpusError("opus_decoder_create returned no decoder")
-        self._handle: int | None = handle
-        self._lock = threading.Lock()  # held around every call into libopus, and close()
-        self._close = weakref.finalize(self, lib.opus_decoder_destroy, handle)
-        # not at interpreter exit: it would free the state without the lock, and a
-        # daemon thread still decoding then would use it (the process's end frees it)
-        self._close.atexit = False
+        self._own(handle, lib.opus_decoder_destroy)
         self._decode = lib.opus_decode
         self.max_samples = sample_rate * 120 // 1000
         """Samples a channel of the longest packet (120 ms), the output buffer's size."""
@@ -400,14 +416,3 @@ class OpusDecoderHandle:
             _check(n, "opus_decode", OpusCodecError)
             return self._out[:n * self.channels].copy()
 
-    def _live(self) -> int:
-        if self._handle is None:
-            raise ResourceClosedError("the Opus decoder is closed")
-        return self._handle
-
-    def close(self) -> None:
-        """Destroy the libopus decoder (idempotent; waits for a call under way on
-        another thread)."""
-        with self._lock:
-            self._handle = None
-            self._close()
