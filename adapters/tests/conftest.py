@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
+import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from types import ModuleType
 from typing import Any, cast
 
 import numpy as np
@@ -82,3 +85,14 @@ class MeasuredMachine:
 
     def cpu_time(self) -> float:
         return self.cpu
+
+
+BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
+
+
+def benchmark_module(name: str) -> ModuleType:
+    """benchmarks/``name``.py, imported as its scripts import it (their folder on the
+    path)."""
+    if str(BENCHMARKS) not in sys.path:
+        sys.path.insert(0, str(BENCHMARKS))
+    return importlib.import_module(name)

@@ -4,10 +4,7 @@ model loads, in one line naming the option, with argparse's exit status 2; so is
 
 from __future__ import annotations
 
-import importlib
 import sys
-from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
@@ -16,15 +13,7 @@ from hypothesis import strategies as st
 
 from voxflow.errors import VoxflowError
 
-BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
-
-
-def _benchmark(name: str) -> ModuleType:
-    """benchmarks/``name``.py, imported as its scripts import it (their folder on the
-    path)."""
-    if str(BENCHMARKS) not in sys.path:
-        sys.path.insert(0, str(BENCHMARKS))
-    return importlib.import_module(name)
+from .conftest import benchmark_module
 
 
 @pytest.mark.parametrize(("spec", "error"), [
@@ -36,7 +25,7 @@ def _benchmark(name: str) -> ModuleType:
 def test_a_bad_stt_spec_is_one_line_and_exit_status_2_before_any_model_loads(
     spec: str, error: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
 ) -> None:
-    capacity = _benchmark("capacity")
+    capacity = benchmark_module("capacity")
 
     def never(*args: Any, **kwargs: Any) -> None:
         raise AssertionError("the benchmark started: the spec was not refused first")
@@ -59,7 +48,7 @@ def test_a_bad_stt_spec_is_one_line_and_exit_status_2_before_any_model_loads(
 def test_any_stt_text_is_taken_or_refused_typed(text: str) -> None:
     """What ``main`` turns into its one line: a spec is checked, or refused with a typed
     error (never another exception: a traceback)."""
-    check_stt = _benchmark("_capacity_calls").check_stt
+    check_stt = benchmark_module("_capacity_calls").check_stt
     try:
         check_stt(text)
     except (VoxflowError, ValueError) as exc:
@@ -77,7 +66,7 @@ def test_a_bad_lull_is_one_line_and_exit_status_2(
     argv: list[str], error: str, monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    capacity = _benchmark("capacity")
+    capacity = benchmark_module("capacity")
 
     def never(*args: Any, **kwargs: Any) -> None:
         raise AssertionError("the benchmark started: the lull was not refused first")

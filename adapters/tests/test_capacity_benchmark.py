@@ -8,9 +8,6 @@ is committed and answered, the reply is the long fixed one, and no stale sample 
 
 from __future__ import annotations
 
-import importlib
-import sys
-from pathlib import Path
 from types import ModuleType
 
 import pytest
@@ -22,22 +19,16 @@ from voxflow_voice.speak.segmenter import TextSegmenter
 
 from voxflow.clock import VirtualClock
 
+from .conftest import benchmark_module
+
 pytestmark = pytest.mark.models
 
-BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 
-
-def _benchmark(name: str) -> ModuleType:
-    """benchmarks/``name``.py, imported as its scripts import it (their folder on the
-    path)."""
-    if str(BENCHMARKS) not in sys.path:
-        sys.path.insert(0, str(BENCHMARKS))
-    return importlib.import_module(name)
 
 
 def _capacity() -> ModuleType:
     """benchmarks/_capacity_calls.py (capacity.py's calls)."""
-    return _benchmark("_capacity_calls")
+    return benchmark_module("_capacity_calls")
 
 
 async def test_one_call_of_two_turns_commits_both_and_plays_no_stale_sample(
@@ -140,7 +131,7 @@ async def test_offered_calls_in_real_time_on_the_scheduler_admit_two_refuse_one_
     assert after["ahead"] - before["ahead"] >= due * row.calls
     assert admission.load().active_calls == 0  # both slots released
     trace = [(5.0, 2, 0.15, 0.15, None, 9), (10.0, 0, 0.12, 0.08, 0.2, 11)]
-    _benchmark("_capacity_trace").print_cost_decomposition(row, 0.12, 0.01, trace)
+    benchmark_module("_capacity_trace").print_cost_decomposition(row, 0.12, 0.01, trace)
     printed = capsys.readouterr().out
     assert f"CPU {row.cpu_seconds:.1f} s" in printed
     assert f"({row.held_seconds:.0f} s, each call's" in printed

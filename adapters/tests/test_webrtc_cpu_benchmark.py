@@ -14,11 +14,7 @@ only checks the caller.
 from __future__ import annotations
 
 import asyncio
-import importlib
-import sys
 from collections.abc import AsyncIterator
-from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
@@ -30,17 +26,12 @@ from voxflow_voice.engines import VoiceEngines
 from voxflow.clock import MonotonicClock
 from voxflow.ids import DeliveryId
 
-BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
+from .conftest import benchmark_module
+
 STALL = 2.0  # s: each later sentence's synthesis waits this long (a slow machine)
 SHORT = "Sure. This afternoon you have a design review at two, with the whole product team."
 """The benchmark's REPLY cut to its first two sentences: one pause, a shorter call."""
 
-
-def _benchmark(name: str) -> ModuleType:
-    """A benchmark module, imported as its scripts import it (their folder on the path)."""
-    if str(BENCHMARKS) not in sys.path:
-        sys.path.insert(0, str(BENCHMARKS))
-    return importlib.import_module(name)
 
 
 class _StallingTts:
@@ -69,7 +60,7 @@ class _StallingTts:
 async def test_the_simulated_caller_hears_each_reply_whole_through_a_long_pause(
     engines: VoiceEngines,
 ) -> None:
-    cpu, calls = _benchmark("webrtc_cpu"), _benchmark("_capacity_calls")
+    cpu, calls = benchmark_module("webrtc_cpu"), benchmark_module("_capacity_calls")
     clock = MonotonicClock()
     slow = VoiceEngines(stt=engines.stt, tts=_StallingTts(engines.tts),
                         make_vad=engines.make_vad, end_of_turn=engines.end_of_turn,
@@ -98,7 +89,7 @@ def test_cpu_budget_times_the_encoder_the_reply_track_uses(
     figure timed aiortc's stereo encoder, which no call uses any more."""
     from voxflow_adapters.webrtc.opus import MonoOpusEncoder
 
-    budget = _benchmark("cpu_budget")
+    budget = benchmark_module("cpu_budget")
     encode = MonoOpusEncoder.encode
     frames: list[int] = []
 
